@@ -40,6 +40,7 @@ const (
 	kindAuth
 	kindTooLarge
 	kindProtocol
+	kindLeft   // a rank closed its session: the normal end of a job, still ErrPeerGone
 	kindClosed // local only: the owner closed the session; never sent
 )
 
@@ -47,7 +48,7 @@ func (k kind) sentinel() error {
 	switch k {
 	case kindTimeout:
 		return ErrTimeout
-	case kindPeerGone:
+	case kindPeerGone, kindLeft:
 		return ErrPeerGone
 	case kindAuth:
 		return ErrAuth

@@ -565,3 +565,36 @@ func TestDecodeResultRejectsInconsistentLengths(t *testing.T) {
 		t.Errorf("wrong world: %v", err)
 	}
 }
+
+// A root that does not know the secret cannot pass itself off as the root, and what a rank
+// sends during the handshake does not contain the secret.
+func TestImpostorRootIsDetected(t *testing.T) {
+	checkLeaks(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	sent := make(chan []byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		writeFrame(c, &frame{typ: msgChallenge, head: make([]byte, nonceLen)}, nil)
+		_, hello, _ := readFrame(c, nil, func(msgType) (uint64, bool) { return 1 << 10, true })
+		sent <- hello
+		writeFrame(c, &frame{typ: msgWelcome, head: make([]byte, macLen)}, nil) // a guess
+		io.Copy(io.Discard, c)
+	}()
+	id, err := NewID(ln.Addr().String(), testSecret())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Join(context.Background(), id, 1, 2, WithTimeout(5*time.Second))
+	expectErr(t, "join", err, ErrAuth, "could not prove it knows the job secret", ln.Addr().String())
+	if hello := <-sent; len(hello) != helloLen || bytes.Contains(hello, testSecret()[:8]) {
+		t.Errorf("hello of %d bytes carries the secret: %x", len(hello), hello)
+	}
+}

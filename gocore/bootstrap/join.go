@@ -318,7 +318,7 @@ func (p *peer) abort(err *sessionError, k kind, msg string) { p.fail(err, errorF
 
 func (p *peer) shutdown() {
 	p.fail(newError(kindClosed, nil, "bootstrap: rank %d: session closed", p.rank),
-		errorFrame(kindPeerGone, fmt.Sprintf("rank %d closed its session", p.rank)))
+		errorFrame(kindLeft, fmt.Sprintf("rank %d closed its session", p.rank)))
 }
 
 func (p *peer) allLinks() []*link { return []*link{p.l} }

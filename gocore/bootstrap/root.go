@@ -350,7 +350,7 @@ func (r *Root) register(c net.Conn, rank int, remote string, welcome *frame) (re
 	r.joined++
 	l.send(welcome)
 	l.start()
-	r.log.Info("rank joined", zap.Int("peer", rank), zap.String("remote", remote), zap.Int("joined", r.joined))
+	r.log.Debug("rank joined", zap.Int("peer", rank), zap.String("remote", remote), zap.Int("joined", r.joined))
 	if r.joined == r.world {
 		r.completeLocked()
 	}
@@ -668,7 +668,7 @@ func (r *Root) abort(err *sessionError, k kind, msg string) {
 func (r *Root) shutdown() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.failLocked(kindPeerGone, "rank 0 closed the session", newError(kindClosed, nil, "bootstrap: rank 0: session closed"))
+	r.failLocked(kindLeft, "rank 0 closed the session", newError(kindClosed, nil, "bootstrap: rank 0: session closed"))
 }
 
 func (r *Root) allLinks() []*link {

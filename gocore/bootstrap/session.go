@@ -81,9 +81,12 @@ func (s *Session) setErr(err *sessionError) bool {
 	}
 	s.err = err
 	close(s.done)
-	if err.kind == kindClosed {
+	switch err.kind {
+	case kindClosed:
 		s.log.Debug("session closed")
-	} else {
+	case kindLeft:
+		s.log.Info("session ended: another rank closed it", zap.Error(err))
+	default:
 		s.log.Error("session failed", zap.Error(err))
 	}
 	return true

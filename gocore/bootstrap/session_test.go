@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -248,4 +249,35 @@ func TestErrorKindsSurviveTheWire(t *testing.T) {
 	if !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrPeerGone) {
 		t.Errorf("errors.Is on %v", err)
 	}
+}
+
+// Many ranks at once: concurrent handshakes and a wide result (W=256).
+func TestManyRanks(t *testing.T) {
+	checkLeaks(t)
+	const world = 256
+	small := func(rank, round int) []byte {
+		b := make([]byte, (rank*31+round*7)%200)
+		for i := range b {
+			b[i] = byte(rank ^ i ^ round)
+		}
+		return b
+	}
+	start := time.Now()
+	ss := startJob(t, world, WithTimeout(time.Minute))
+	t.Logf("rendezvous of %d ranks: %v", world, time.Since(start))
+	requireNoErrors(t, runRanks(t, ss, time.Minute, func(s *Session) error {
+		for round := range 2 {
+			res, err := s.AllGather(context.Background(), small(s.Rank(), round))
+			if err != nil {
+				return err
+			}
+			for r, b := range res {
+				if !bytes.Equal(b, small(r, round)) {
+					return fmt.Errorf("round %d: blob of rank %d differs", round, r)
+				}
+			}
+		}
+		return s.Barrier(context.Background())
+	}))
+	closeAll(ss)
 }

@@ -26,7 +26,7 @@ const (
 	collHeadLen        = 8 + 1                     // seq u64, op u8
 	maxMsgLen          = 4096                      // error message text
 	ioChunk            = 1 << 20                   // deadlines are renewed per chunk of a large frame
-	smallFrame         = 64 << 10                  // frames up to this size go out in one write
+	maxIovecs          = 1024                      // buffers per vectored write (Linux IOV_MAX)
 )
 
 type msgType uint8
@@ -147,46 +147,46 @@ func readFrame(c net.Conn, refresh func(), limit limitFunc) (msgType, []byte, er
 	return t, buf, nil
 }
 
-// writeFrame writes f; refresh, if not nil, renews the write deadline per chunk.
+// writeFrame writes f with vectored writes of at most ioChunk bytes each; refresh, if not
+// nil, renews the write deadline before each. A result is W parts: batching them keeps the
+// root at one system call per chunk rather than one per rank.
 func writeFrame(c net.Conn, f *frame, refresh func()) error {
 	if f.typ == 0 {
 		return nil
 	}
-	size := f.size()
 	var h [headerLen]byte
 	binary.BigEndian.PutUint32(h[0:4], wireMagic)
 	h[4] = wireVersion
 	h[5] = byte(f.typ)
-	binary.BigEndian.PutUint64(h[8:16], size)
-	if size <= smallFrame {
-		buf := make([]byte, 0, headerLen+int(size))
-		buf = append(append(buf, h[:]...), f.head...)
-		for _, p := range f.parts {
-			buf = append(buf, p...)
+	binary.BigEndian.PutUint64(h[8:16], f.size())
+	rest := make([][]byte, 0, 2+len(f.parts)) // our own list: f.parts may be shared
+	rest = append(rest, h[:], f.head)
+	rest = append(rest, f.parts...)
+	iov := make([][]byte, 0, min(len(rest), maxIovecs))
+	for len(rest) > 0 {
+		iov = iov[:0]
+		n := 0
+		for len(rest) > 0 && n < ioChunk && len(iov) < maxIovecs {
+			b := rest[0]
+			if take := ioChunk - n; len(b) > take {
+				iov = append(iov, b[:take])
+				rest[0] = b[take:]
+				n += take
+				break
+			}
+			if len(b) > 0 {
+				iov = append(iov, b)
+			}
+			n += len(b)
+			rest = rest[1:]
 		}
-		return writeChunks(c, buf, refresh)
-	}
-	if err := writeChunks(c, append(h[:], f.head...), refresh); err != nil {
-		return err
-	}
-	for _, p := range f.parts {
-		if err := writeChunks(c, p, refresh); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func writeChunks(c net.Conn, b []byte, refresh func()) error {
-	for len(b) > 0 {
-		n := min(len(b), ioChunk)
 		if refresh != nil {
 			refresh()
 		}
-		if _, err := c.Write(b[:n]); err != nil {
+		batch := net.Buffers(iov) // WriteTo consumes it; iov is rebuilt each round
+		if _, err := batch.WriteTo(c); err != nil {
 			return err
 		}
-		b = b[n:]
 	}
 	return nil
 }
