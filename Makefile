@@ -1,0 +1,75 @@
+# mkernel development targets. `make demo` and `make test` do all set-up on a
+# fresh machine (see README.md); the other targets are steps of those two.
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+.DELETE_ON_ERROR:
+
+VENV     ?= .venv
+PY       := $(VENV)/bin/python
+PIP      := $(PY) -m pip
+TORCH_VERSION ?= 2.11.0
+CORE     := build/core
+GOPY_OUT := build/gopy
+WORLD    ?= 4
+# go-nvml (topology) calls NVML functions deprecated in CUDA 13; keep the build log readable.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+NODES    ?= 2
+
+GO_SOURCES := $(shell find gocore -name '*.go' -not -name 'zz_gopy_*' -not -name '*_test.go') \
+              $(wildcard gocore/capi/*.c gocore/capi/*.h gocore/capi/pyshim/*.h) \
+              csrc/include/mkernel/core_api.h go.mod go.sum
+
+.PHONY: build venv core install test test-go test-py demo bench clean fmt vet
+
+# --- environment -------------------------------------------------------------
+$(VENV)/.deps-stamp: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==$(TORCH_VERSION) pybindgen==0.22.1 pytest==9.2.0 pytest-timeout==2.4.0 \
+	    numpy setuptools wheel ninja
+	touch $@
+venv: $(VENV)/.deps-stamp
+
+# --- Go control plane: libmkernel_core.so + the gopy bindings' sources --------
+# The bundle in build/core is all a machine without Go needs (the GPU machine):
+# the library, its cgo header and the generated CPython/pybindgen sources.
+$(CORE)/libmkernel_core.so: $(GO_SOURCES) | $(VENV)/.deps-stamp
+	rm -rf $(GOPY_OUT) && mkdir -p $(CORE)
+	PATH=$(abspath $(VENV))/bin:$$PATH go tool gopy gen -vm=python3 -output=$(GOPY_OUT) -name=core ./gocore/pyapi
+	{ echo '//go:build gopy'; echo; sed '/^#cgo /d' $(GOPY_OUT)/core.go; } > gocore/capi/zz_gopy_core.go
+	go tool goimports -w gocore/capi/zz_gopy_core.go
+	go build -tags gopy -buildmode=c-shared -o $@ ./gocore/capi
+	cp $(CORE)/libmkernel_core.h $(GOPY_OUT)/core_go.h
+	cd $(GOPY_OUT) && $(abspath $(PY)) build.py
+	cp $(GOPY_OUT)/core.c $(GOPY_OUT)/core_go.h $(GOPY_OUT)/go.py $(GOPY_OUT)/pyapi.py gocore/capi/capi_types.h $(CORE)/
+	mkdir -p $(CORE)/mkernel && cp csrc/include/mkernel/core_api.h $(CORE)/mkernel/
+core: $(CORE)/libmkernel_core.so
+
+# --- Python package (torch extension + gopy module) ---------------------------
+install: core
+	$(PIP) install -q --no-build-isolation --no-deps -e .
+build: install
+
+# --- tests --------------------------------------------------------------------
+test-go:
+	go vet ./...
+	go test -race -count=1 ./...
+test-py: install
+	$(PY) -m pytest -q tests
+test: venv test-go test-py
+
+# --- the main job: the ops across $(WORLD) local processes ---------------------
+demo: install
+	$(PY) -m mkernel demo --world $(WORLD) --nodes $(NODES)
+
+bench: install
+	$(PY) -m mkernel doctor
+
+fmt:
+	gofmt -w gocore
+vet:
+	go vet ./...
+
+clean:
+	rm -rf build dist python/mkernel.egg-info gocore/capi/zz_gopy_*.go
+	find python -name '*.so' -delete

@@ -1,0 +1,123 @@
+/*
+ * mkernel/core_api.h — the one C ABI between the Go control plane
+ * (libmkernel_core, gocore/capi) and the C++/CUDA torch extension.
+ *
+ * Contract
+ *  - The Go library exports exactly one entry point, mk_get_api(), returning
+ *    a versioned, immutable table of function pointers (mk_api_v1). Callers
+ *    never link against the individual functions: inside a Python process the
+ *    table's address travels from the gopy module to the torch extension at
+ *    import (as NumPy hands out its C-API capsule), so exactly one Go runtime
+ *    lives in the process.
+ *  - Every function returns an mk_status. On failure a human-readable message
+ *    naming what failed (argument, peer, rank) is kept per calling thread and
+ *    read with last_error(). No Go panic ever crosses this boundary: a panic
+ *    becomes MK_ERR_INTERNAL with the panic text as the message.
+ *  - Handles are opaque 64-bit values; 0 is never a valid handle.
+ *  - Config structs start with `size` and `version` and have an initializer
+ *    macro, so they can grow without breaking old callers.
+ *  - Strings passed in are NUL-terminated UTF-8 and borrowed for the call only.
+ *    Strings/buffers passed out use (buf, *len): on entry *len is the buffer's
+ *    capacity; on return it is the size needed (including the NUL for strings).
+ *    If the buffer is too small the call returns MK_ERR_BUFFER_TOO_SMALL and
+ *    writes nothing, so callers can size-probe with buf = NULL, *len = 0.
+ *  - Thread safety: every function may be called from any thread. Blocking
+ *    calls take a timeout in milliseconds (<= 0 selects the default).
+ *
+ * Versioning: a new field or function is appended to the table and bumps
+ * MK_API_VERSION; the table's `size` tells a caller which fields exist. A
+ * frozen layout is never edited.
+ */
+#ifndef MKERNEL_CORE_API_H_
+#define MKERNEL_CORE_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MK_API_VERSION 1u
+#define MK_API_NAME "mkernel-core"
+
+/* Status codes. Stable numbers: they cross process and language boundaries. */
+typedef enum mk_status {
+  MK_OK = 0,
+  MK_ERR_INVALID_ARGUMENT = 1, /* a caller mistake; the message names the argument */
+  MK_ERR_TIMEOUT = 2,          /* a bounded wait expired; the message says what for */
+  MK_ERR_REMOTE = 3,           /* a peer failed or disconnected; the message names it */
+  MK_ERR_AUTH = 4,             /* a peer failed authentication (wrong job secret) */
+  MK_ERR_NOT_SUPPORTED = 5,    /* missing hardware, library or feature */
+  MK_ERR_SYSTEM = 6,           /* an OS / network / driver call failed */
+  MK_ERR_BUFFER_TOO_SMALL = 7, /* the (buf, *len) output was too small; *len says what is needed */
+  MK_ERR_CLOSED = 8,           /* the handle was closed or never existed */
+  MK_ERR_INTERNAL = 9,         /* a bug in mkernel (including a recovered Go panic) */
+  MK_ERR_VERSION = 10          /* caller and library disagree on the ABI version */
+} mk_status;
+
+typedef uint64_t mk_session_t; /* a bootstrap session (rank rendezvous of one job) */
+
+/* Bootstrap session configuration. Rank 0 creates the job's rendezvous id with
+ * bootstrap_listen(); every rank (0 included) then calls session_create() with
+ * that id. The id carries the root address and the per-job secret: publish it
+ * only through a trusted channel (the torch.distributed store). */
+typedef struct mk_session_config {
+  size_t size;      /* sizeof(mk_session_config) */
+  uint32_t version; /* MK_API_VERSION */
+  int32_t rank;     /* 0 <= rank < world */
+  int32_t world;    /* number of ranks, >= 1 */
+  const char* id;   /* from bootstrap_listen() on rank 0 */
+  int64_t timeout_ms; /* rendezvous timeout; <= 0: default (300 s) */
+} mk_session_config;
+
+#define MK_SESSION_CONFIG_INITIALIZER \
+  { sizeof(mk_session_config), MK_API_VERSION, 0, 1, NULL, 0 }
+
+typedef struct mk_api_v1 {
+  size_t size;      /* sizeof the table the library was built with */
+  uint32_t version; /* MK_API_VERSION of the library */
+  const char* name; /* MK_API_NAME */
+
+  /* --- diagnostics --- */
+  const char* (*get_version)(void);            /* library version, static string */
+  const char* (*status_string)(mk_status s);   /* static string, never NULL */
+  /* The message of the last failed call on this thread ("" if none). */
+  mk_status (*last_error)(char* buf, size_t* len);
+
+  /* --- logging (one zap logger for Go and C++/Python records) --- */
+  mk_status (*log_set_level)(const char* level); /* debug|info|warn|error */
+  mk_status (*log_emit)(const char* level, const char* logger, const char* msg);
+
+  /* --- topology: JSON of GPUs, NICs, NUMA nodes and per-GPU placement.
+   *     sysfs_root NULL or "" means "/sys". --- */
+  mk_status (*topology_json)(const char* sysfs_root, char* buf, size_t* len);
+
+  /* --- bootstrap --- */
+  /* Rank 0: bind the rendezvous of a job of `world` ranks on host ("" =
+   * loopback; the port is chosen by the OS) and return the
+   * job id text (address + secret) into (buf, *len). */
+  mk_status (*bootstrap_listen)(const char* host, int32_t world, char* buf, size_t* len);
+  mk_status (*session_create)(const mk_session_config* cfg, mk_session_t* out);
+  mk_status (*session_rank)(mk_session_t s, int32_t* rank, int32_t* world);
+  /* All-gather one blob per rank. out receives `world` records laid out as
+   * [uint64 little-endian length][bytes] in rank order. (out, *out_len)
+   * follows the buffer rule above; when it is too small the collective has
+   * still completed, and session_gathered() copies its result again. */
+  mk_status (*session_allgather)(mk_session_t s, const void* blob, size_t blob_len,
+                                 void* out, size_t* out_len, int64_t timeout_ms);
+  mk_status (*session_gathered)(mk_session_t s, void* out, size_t* out_len);
+  mk_status (*session_barrier)(mk_session_t s, int64_t timeout_ms);
+  mk_status (*session_destroy)(mk_session_t s); /* idempotent for a valid handle */
+} mk_api_v1;
+
+/* The library's one exported entry point. Returns NULL if the library cannot
+ * serve an ABI of version `version` (a caller built for a newer ABI). */
+const mk_api_v1* mk_get_api(uint32_t version);
+typedef const mk_api_v1* (*mk_get_api_fn)(uint32_t version);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* MKERNEL_CORE_API_H_ */

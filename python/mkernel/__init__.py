@@ -1,0 +1,31 @@
+"""mkernel: fused multi-GPU, multi-node kernels for PyTorch on NVIDIA Hopper.
+
+Typical use under ``torchrun``::
+
+    import torch.distributed as dist, mkernel
+    dist.init_process_group("nccl")
+    ctx = mkernel.init()            # joins all ranks into a control-plane session
+    y = mkernel.ag_gemm(x, w)       # allgather(x) @ w.T, fused
+    mkernel.shutdown()              # also runs at exit
+
+``python -m mkernel doctor`` checks a machine's setup.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from . import _native  # noqa: E402  (loads _C before anything registers against it)
+from ._logging import get_logger, install as _install_logging, set_log_level  # noqa: E402
+
+_install_logging(_native.core)
+
+from .ops import ag_gemm, gemm_ar, gemm_rs, moe_combine, moe_dispatch_gemm, ring_attention  # noqa: E402
+from .runtime import Context, MkernelError, current_group, init, shutdown  # noqa: E402
+from .topology import topology  # noqa: E402
+
+__all__ = [
+    "Context", "MkernelError", "ag_gemm", "current_group", "gemm_ar", "gemm_rs", "get_logger",
+    "init", "moe_combine", "moe_dispatch_gemm", "ring_attention", "set_log_level", "shutdown",
+    "topology", "__version__",
+]

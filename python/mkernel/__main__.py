@@ -1,0 +1,50 @@
+"""``python -m mkernel <command>``: doctor, topology, demo, version."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mkernel", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("doctor", help="check this machine's setup; non-zero exit if broken")
+    d.add_argument("--json", action="store_true", help="print the report as JSON")
+    d.add_argument("--sysfs", default=None, help="read another sysfs root (testing)")
+    t = sub.add_parser("topology", help="print the discovered topology as JSON")
+    t.add_argument("--sysfs", default=None)
+    m = sub.add_parser("demo", help="run the ops across several local processes")
+    m.add_argument("--world", type=int, default=4, help="number of ranks (processes)")
+    m.add_argument("--nodes", type=int, default=2, help="emulated nodes the ranks are split into")
+    m.add_argument("--timeout", type=float, default=120.0)
+    sub.add_parser("version", help="print versions")
+    args = parser.parse_args(argv)
+
+    if args.cmd == "doctor":
+        from .doctor import run_doctor
+
+        return run_doctor(as_json=args.json, sysfs_root=args.sysfs)
+    if args.cmd == "topology":
+        from .topology import topology
+
+        print(json.dumps(topology(args.sysfs), indent=2))
+        return 0
+    if args.cmd == "demo":
+        from .demo import run_demo
+
+        return run_demo(world=args.world, nodes=args.nodes, timeout=args.timeout)
+    if args.cmd == "version":
+        import torch
+
+        from . import __version__, _native
+
+        print(f"mkernel {__version__}  core {_native.core.Version()}  C ABI v{_native.API_VERSION}"
+              f"  torch {torch.__version__}")
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""mkernel's process state: :func:`init` joins the ranks of a process group
+into a control-plane session (Go bootstrap), :func:`shutdown` leaves it.
+
+Under ``torchrun`` the normal path reuses the running ``torch.distributed``
+store: rank 0 of the group opens the Go rendezvous and publishes its id (root
+address + per-job secret) in the store; every rank joins with it. Without
+``torch.distributed``, :func:`init` reads ``MKERNEL_RANK`` /
+``MKERNEL_WORLD_SIZE`` / ``MKERNEL_BOOTSTRAP_ADDR`` / ``MKERNEL_JOB_SECRET``
+(the Go core's standalone rendezvous), or runs as a world of one.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import json
+import os
+import socket
+import threading
+from datetime import timedelta
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from . import __version__
+from ._logging import get_logger
+from ._native import core
+
+_log = get_logger("runtime")
+_lock = threading.RLock()
+_contexts: dict[int, "Context"] = {}
+_default: "Context | None" = None
+_init_seq = 0
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+class MkernelError(RuntimeError):
+    """A control-plane failure (timeout, dead peer, mismatched ranks, ...)."""
+
+
+@dataclass(eq=False)
+class Context:
+    """One group's mkernel state; pass it as ``group=`` to the ops.
+
+    Attributes:
+        handle: the Go session's handle (also what the C++ ops receive).
+        rank: this process's rank in the group.
+        world_size: number of ranks in the group.
+        peers: per-rank identity records gathered at init (host, pid, versions).
+    """
+
+    handle: int
+    rank: int
+    world_size: int
+    pg: Any = None
+    peers: list[dict] = field(default_factory=list)
+    closed: bool = False
+
+    def allgather_bytes(self, blob: bytes, timeout: float = DEFAULT_TIMEOUT_S) -> list[bytes]:
+        """All-gather one opaque blob per rank through the Go session (rank order)."""
+        self._check_open()
+        text = core.SessionAllGather(self.handle, base64.b64encode(blob).decode(), int(timeout * 1000))
+        return [base64.b64decode(x) for x in json.loads(text)]
+
+    def barrier(self, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        """Wait until every rank of the group reaches this barrier."""
+        self._check_open()
+        core.SessionBarrier(self.handle, int(timeout * 1000))
+
+    def close(self) -> None:
+        """Leave the session (idempotent)."""
+        global _default
+        with _lock:
+            if self.closed:
+                return
+            self.closed = True
+            _contexts.pop(self.handle, None)
+            if _default is self:
+                _default = None
+        core.SessionDestroy(self.handle)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise MkernelError("mkernel context is closed (shutdown() was called)")
+
+
+def _rendezvous_host() -> str:
+    """The address rank 0 binds: MKERNEL_BOOTSTRAP_HOST, else MASTER_ADDR, else loopback."""
+    host = os.environ.get("MKERNEL_BOOTSTRAP_HOST") or os.environ.get("MASTER_ADDR") or "127.0.0.1"
+    try:
+        return socket.gethostbyname(host)
+    except OSError as e:
+        raise MkernelError(f"mkernel.init: cannot resolve the rendezvous host {host!r}: {e}") from e
+
+
+def _store_for(pg) -> Any:
+    from torch.distributed import distributed_c10d as c10d
+
+    return c10d._get_default_store()
+
+
+def _identity() -> dict:
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "mkernel": __version__,
+        "core": core.Version(),
+        "torch": torch.__version__,
+    }
+
+
+def _check_peers(ctx: Context) -> None:
+    """Every rank must run the same mkernel and torch builds."""
+    mine = ctx.peers[ctx.rank]
+    for r, p in enumerate(ctx.peers):
+        for key in ("mkernel", "core", "torch"):
+            if p.get(key) != mine.get(key):
+                raise MkernelError(
+                    f"mkernel.init: rank {r} on {p.get('host')} (pid {p.get('pid')}) runs {key} "
+                    f"{p.get(key)!r} but rank {ctx.rank} runs {mine.get(key)!r}: mismatched ranks")
+
+
+def init(group: Any = None, *, timeout: float = DEFAULT_TIMEOUT_S) -> Context:
+    """Join the ranks of ``group`` into an mkernel control-plane session.
+
+    Args:
+        group: a ``torch.distributed`` process group; ``None`` means the default
+            (WORLD) group when ``torch.distributed`` is initialized, else the
+            standalone rendezvous from ``MKERNEL_*`` environment variables, else
+            a world of one.
+        timeout: seconds to wait for every rank; the error names missing ranks.
+
+    Returns:
+        The group's :class:`Context`. Calling ``init`` again for the default
+        group returns the existing context (idempotent).
+    """
+    global _default, _init_seq
+    with _lock:
+        if group is None and _default is not None and not _default.closed:
+            return _default
+        timeout_ms = int(timeout * 1000)
+        if dist.is_available() and dist.is_initialized():
+            pg = group if group is not None else dist.group.WORLD
+            rank, world = dist.get_rank(pg), dist.get_world_size(pg)
+            ranks = dist.get_process_group_ranks(pg)
+            _init_seq += 1
+            key = f"mkernel/bootstrap/{'-'.join(map(str, ranks[:8]))}x{len(ranks)}/{_init_seq}"
+            store = _store_for(pg)
+            if rank == 0:
+                job_id = core.BootstrapListen(_rendezvous_host(), world)
+                store.set(key, job_id)
+            else:
+                store.wait([key], timedelta(seconds=timeout))
+                job_id = store.get(key).decode()
+            handle = core.SessionCreate(job_id, rank, world, timeout_ms)
+        elif group is not None:
+            raise ValueError("mkernel.init: group given but torch.distributed is not initialized")
+        elif os.environ.get("MKERNEL_WORLD_SIZE"):
+            pg = None
+            handle = core.SessionCreateFromEnv(timeout_ms)
+            rank, world = core.SessionRank(handle), core.SessionWorld(handle)
+        else:
+            pg, rank, world = None, 0, 1
+            job_id = core.BootstrapListen("127.0.0.1", 1)
+            handle = core.SessionCreate(job_id, 0, 1, timeout_ms)
+        ctx = Context(handle=int(handle), rank=rank, world_size=world, pg=pg)
+        _contexts[ctx.handle] = ctx
+        try:
+            blobs = ctx.allgather_bytes(json.dumps(_identity()).encode(), timeout)
+            ctx.peers = [json.loads(b) for b in blobs]
+            _check_peers(ctx)
+        except Exception:
+            ctx.close()
+            raise
+        if group is None:
+            _default = ctx
+        _log.info(f"joined session {ctx.handle}: rank {rank} of {world}")
+        return ctx
+
+
+def current_group() -> Context:
+    """The default context, as set by :func:`init` without a group."""
+    ctx = _default
+    if ctx is None or ctx.closed:
+        raise RuntimeError("mkernel.init() has not been called (or mkernel.shutdown() was)")
+    return ctx
+
+
+def shutdown() -> None:
+    """Close every mkernel context of this process. Idempotent; runs at exit."""
+    with _lock:
+        ctxs = list(_contexts.values())
+    for ctx in ctxs:
+        try:
+            ctx.close()
+        except Exception as e:  # at interpreter exit peers may be gone already
+            _log.debug(f"shutdown: closing session {ctx.handle}: {e}")
+
+
+atexit.register(shutdown)
