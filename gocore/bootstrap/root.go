@@ -165,19 +165,18 @@ func (r *Root) Accept(ctx context.Context) (*Session, error) {
 	case <-t.C:
 		r.mu.Lock()
 		if r.phase == phaseRendezvous {
-			r.failLocked(kindTimeout, fmt.Sprintf("timed out after %v %s", r.o.timeout, r.waitingLocked()), nil)
+			r.failLocked(kindTimeout, r.explainLocked(kindTimeout, fmt.Sprintf("timed out after %v", r.o.timeout)), nil)
 		}
 		r.mu.Unlock()
 	case <-ctx.Done():
 		r.mu.Lock()
 		if r.phase == phaseRendezvous {
-			k := ctxKind(ctx)
-			body := fmt.Sprintf("rank 0 abandoned the rendezvous: %v (%s)", ctx.Err(), r.waitingLocked())
-			wk := kindPeerGone
+			k, wk := ctxKind(ctx), kindPeerGone
+			body := fmt.Sprintf("rank 0 abandoned the rendezvous: %v", ctx.Err())
 			if k == kindTimeout {
-				body = fmt.Sprintf("timed out after %v %s", time.Since(start).Round(time.Millisecond), r.waitingLocked())
-				wk = kindTimeout
+				wk, body = kindTimeout, fmt.Sprintf("timed out after %v", time.Since(start).Round(time.Millisecond))
 			}
+			body = r.explainLocked(wk, body)
 			r.failLocked(wk, body, newError(k, ctx.Err(), "bootstrap: %s", body))
 		}
 		r.mu.Unlock()
@@ -500,7 +499,7 @@ func (r *Root) peerAbortLocked(l *link, rank int, k kind, msg string) {
 	case phaseRendezvous:
 		if k == kindTimeout {
 			// A rank gave up waiting: end the rendezvous for everyone, saying who is missing.
-			r.failLocked(kindTimeout, msg+" "+r.waitingLocked(), nil)
+			r.failLocked(kindTimeout, r.explainLocked(kindTimeout, msg), nil)
 			return
 		}
 		r.log.Info("rank left the rendezvous; waiting for it to rejoin", zap.Int("peer", rank), zap.String("reason", msg))
@@ -508,14 +507,7 @@ func (r *Root) peerAbortLocked(l *link, rank int, k kind, msg string) {
 		l.finish(nil)
 		return
 	}
-	if w := r.waitingLocked(); w != "" {
-		if k == kindTimeout {
-			msg += " " + w
-		} else {
-			msg += " (" + w + ")"
-		}
-	}
-	r.failLocked(k, msg, nil)
+	r.failLocked(k, r.explainLocked(k, msg), nil)
 }
 
 func (r *Root) onLinkDown(l *link, rank int, err error) {
@@ -567,6 +559,19 @@ func (r *Root) waitingLocked() string {
 		return fmt.Sprintf("waiting for ranks %s of %d", formatRanks(missing), r.world)
 	}
 	return ""
+}
+
+// explainLocked appends to msg who the rendezvous or collective was waiting for: "timed
+// out after 2s waiting for ranks [3] of 4", "rank 2 left (waiting for ranks [3] of 4)".
+func (r *Root) explainLocked(k kind, msg string) string {
+	w := r.waitingLocked()
+	switch {
+	case w == "":
+		return msg
+	case k == kindTimeout:
+		return msg + " " + w
+	}
+	return msg + " (" + w + ")"
 }
 
 // completeLocked ends the rendezvous: every rank has joined.
@@ -649,13 +654,7 @@ func (r *Root) giveUp(seq uint64, wk, lk kind, cause error, body string) {
 	if r.phase != phaseRunning || r.coll.seq != seq {
 		return
 	}
-	if w := r.waitingLocked(); w != "" {
-		if wk == kindTimeout {
-			body += " " + w
-		} else {
-			body += " (" + w + ")"
-		}
-	}
+	body = r.explainLocked(wk, body)
 	r.failLocked(wk, body, newError(lk, cause, "bootstrap: %s", body))
 }
 
