@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/mkernel/mkernel/gocore/bootstrap"
 	"github.com/mkernel/mkernel/gocore/internal/sessions"
 )
 
@@ -30,10 +31,12 @@ func mk_bootstrap_listen(host C.mk_cstr, world C.int32_t, buf *C.char, length *C
 		if world < 1 {
 			return invalid("world must be >= 1, got %d", int(world))
 		}
-		// Probe for the size first: listening twice would leak a root.
-		if buf == nil || *length < 256 {
-			*length = 256
-			return fmt.Errorf("%w: the id needs up to 256 bytes", errBufferTooSmall)
+		// Check the room first: a root bound and then dropped for want of
+		// buffer space would be a leak.
+		const idMax = C.size_t(bootstrap.IDStringMaxLen + 1)
+		if buf == nil || *length < idMax {
+			*length = idMax
+			return fmt.Errorf("%w: the id needs up to %d bytes", errBufferTooSmall, int(idMax))
 		}
 		id, err := sessions.Listen(goString(host), int(world))
 		if err != nil {

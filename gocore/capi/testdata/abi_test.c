@@ -1,0 +1,171 @@
+// A C caller of libmkernel_core through nothing but mkernel/core_api.h:
+// it dlopens the library, takes the table from mk_get_api, and drives every
+// entry once, including the error paths. Run by capi_test.go as
+//   abi_test <path to libmkernel_core.so> <fake sysfs root>
+// and, for the 2-rank case, as two processes sharing a job id.
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mkernel/core_api.h"
+
+static const mk_api_v1* api;
+static int failures;
+
+#define EXPECT(cond, ...)                                      \
+  do {                                                         \
+    if (!(cond)) {                                             \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                            \
+      fprintf(stderr, "\n");                                   \
+      failures++;                                              \
+    }                                                          \
+  } while (0)
+
+static const char* last_error(void) {
+  static char buf[4096];
+  size_t len = sizeof buf;
+  if (api->last_error(buf, &len) != MK_OK) return "(last_error failed)";
+  return buf;
+}
+
+static void test_diagnostics(void) {
+  EXPECT(api->size >= sizeof(mk_api_v1), "table size %zu", api->size);
+  EXPECT(api->version == MK_API_VERSION, "version %u", api->version);
+  EXPECT(strcmp(api->name, MK_API_NAME) == 0, "name %s", api->name);
+  EXPECT(strlen(api->get_version()) > 0, "empty version");
+  EXPECT(strcmp(api->status_string(MK_ERR_TIMEOUT), "timeout") == 0, "%s", api->status_string(MK_ERR_TIMEOUT));
+  EXPECT(strcmp(api->status_string((mk_status)999), "unknown status") == 0, "unknown");
+  EXPECT(api->log_set_level("loud") == MK_ERR_INVALID_ARGUMENT, "bad level accepted");
+  EXPECT(strstr(last_error(), "level") != NULL, "message: %s", last_error());
+  EXPECT(api->log_set_level("error") == MK_OK, "%s", last_error());
+  EXPECT(api->log_emit("info", "c.test", "hello from C") == MK_OK, "%s", last_error());
+  EXPECT(strcmp(last_error(), "") == 0, "success must clear last error: %s", last_error());
+}
+
+static void test_topology(const char* sysfs) {
+  size_t len = 0;
+  EXPECT(api->topology_json(sysfs, NULL, &len) == MK_ERR_BUFFER_TOO_SMALL, "size probe");
+  EXPECT(len > 2, "needed %zu", len);
+  char* buf = malloc(len);
+  size_t cap = len;
+  EXPECT(api->topology_json(sysfs, buf, &cap) == MK_OK, "%s", last_error());
+  EXPECT(cap == len && strlen(buf) + 1 == len, "len %zu cap %zu strlen %zu", len, cap, strlen(buf));
+  EXPECT(strstr(buf, "\"gpus\"") && strstr(buf, "\"placements\""), "json: %.200s", buf);
+  free(buf);
+  cap = 8;
+  char small[8];
+  EXPECT(api->topology_json("/nonexistent/sysfs", small, &cap) != MK_OK, "missing root accepted");
+  EXPECT(strstr(last_error(), "topology_json") != NULL, "message: %s", last_error());
+}
+
+static void test_session_errors(void) {
+  mk_session_config cfg = MK_SESSION_CONFIG_INITIALIZER;
+  mk_session_t s = 0;
+  EXPECT(api->session_create(NULL, &s) == MK_ERR_INVALID_ARGUMENT, "NULL cfg");
+  cfg.rank = 3;
+  cfg.world = 2;
+  cfg.id = "x";
+  EXPECT(api->session_create(&cfg, &s) == MK_ERR_INVALID_ARGUMENT, "rank out of range");
+  EXPECT(strstr(last_error(), "rank 3 of world 2") != NULL, "message: %s", last_error());
+  cfg.size = 8;
+  EXPECT(api->session_create(&cfg, &s) == MK_ERR_VERSION, "short config accepted");
+  int32_t r, w;
+  EXPECT(api->session_rank(12345, &r, &w) == MK_ERR_CLOSED, "unknown handle");
+  EXPECT(api->session_destroy(12345) == MK_ERR_CLOSED, "unknown handle destroy");
+  size_t len = 0;
+  EXPECT(api->bootstrap_listen("", 0, NULL, &len) == MK_ERR_INVALID_ARGUMENT, "world 0");
+}
+
+// Runs one rank of a job; rank 0 also creates the id and prints it.
+static void run_rank(int rank, int world, const char* id_in) {
+  char id[512];
+  if (rank == 0) {
+    size_t len = 0;
+    EXPECT(api->bootstrap_listen("127.0.0.1", world, NULL, &len) == MK_ERR_BUFFER_TOO_SMALL, "probe");
+    len = sizeof id;
+    EXPECT(api->bootstrap_listen("127.0.0.1", world, id, &len) == MK_OK, "%s", last_error());
+    printf("ID %s\n", id);
+    fflush(stdout);
+  } else {
+    snprintf(id, sizeof id, "%s", id_in);
+  }
+  mk_session_config cfg = MK_SESSION_CONFIG_INITIALIZER;
+  cfg.rank = rank;
+  cfg.world = world;
+  cfg.id = id;
+  cfg.timeout_ms = 20000;
+  mk_session_t s = 0;
+  if (api->session_create(&cfg, &s) != MK_OK) {
+    EXPECT(0, "session_create: %s", last_error());
+    return;
+  }
+  int32_t r = -1, w = -1;
+  EXPECT(api->session_rank(s, &r, &w) == MK_OK && r == rank && w == world, "rank %d world %d", r, w);
+  // Blob of rank r: r+1 bytes of value r (ragged sizes).
+  unsigned char blob[64];
+  memset(blob, rank, (size_t)rank + 1);
+  size_t need = 0;
+  for (int i = 0; i < world; i++) need += 8 + (size_t)i + 1;
+  unsigned char out[4096];
+  size_t out_len = 4;  // too small: the collective completes, the result stays retrievable
+  EXPECT(api->session_allgather(s, blob, (size_t)rank + 1, out, &out_len, 20000) == MK_ERR_BUFFER_TOO_SMALL,
+         "small buffer");
+  EXPECT(out_len == need, "needed %zu, want %zu", out_len, need);
+  out_len = sizeof out;
+  EXPECT(api->session_gathered(s, out, &out_len) == MK_OK, "%s", last_error());
+  size_t off = 0;
+  for (int i = 0; i < world; i++) {
+    uint64_t n;
+    memcpy(&n, out + off, 8);
+    off += 8;
+    EXPECT(n == (uint64_t)i + 1, "rank %d blob length %" PRIu64, i, n);
+    for (uint64_t k = 0; k < n; k++) EXPECT(out[off + k] == i, "rank %d byte %" PRIu64, i, k);
+    off += n;
+  }
+  EXPECT(api->session_barrier(s, 20000) == MK_OK, "%s", last_error());
+  EXPECT(api->session_destroy(s) == MK_OK, "%s", last_error());
+  EXPECT(api->session_barrier(s, 1000) == MK_ERR_CLOSED, "barrier after destroy");
+}
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s LIB SYSFS [RANK WORLD [ID]]\n", argv[0]);
+    return 2;
+  }
+  void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    fprintf(stderr, "dlopen: %s\n", dlerror());
+    return 2;
+  }
+  mk_get_api_fn get = (mk_get_api_fn)dlsym(lib, "mk_get_api");
+  if (!get) {
+    fprintf(stderr, "dlsym mk_get_api: %s\n", dlerror());
+    return 2;
+  }
+  if (get(MK_API_VERSION + 1) != NULL) {
+    fprintf(stderr, "FAIL: a future ABI version must be refused\n");
+    return 1;
+  }
+  api = get(MK_API_VERSION);
+  if (!api) {
+    fprintf(stderr, "mk_get_api(%u) = NULL\n", MK_API_VERSION);
+    return 2;
+  }
+  if (argc == 3) {
+    test_diagnostics();
+    test_topology(argv[2]);
+    test_session_errors();
+    run_rank(0, 1, NULL);
+  } else {
+    run_rank(atoi(argv[3]), atoi(argv[4]), argc > 5 ? argv[5] : NULL);
+  }
+  if (failures) {
+    fprintf(stderr, "%d failure(s)\n", failures);
+    return 1;
+  }
+  printf("PASS\n");
+  return 0;
+}
