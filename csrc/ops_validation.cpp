@@ -1,0 +1,135 @@
+// Building blocks of the per-op validators (see ops_validation.h).
+#include "ops_validation.h"
+
+#include <c10/core/DispatchKeySet.h>
+#include <c10/util/Exception.h>
+
+#include <sstream>
+
+namespace mkernel::validation {
+namespace {
+
+// "bf16 or fp16", "int64, int32 or bool": the allowed dtypes of a message.
+std::string dtype_list(std::initializer_list<at::ScalarType> dtypes) {
+  std::ostringstream os;
+  size_t i = 0;
+  for (at::ScalarType dtype : dtypes) {
+    if (i > 0) os << (i + 1 == dtypes.size() ? " or " : ", ");
+    os << dtype_name(dtype);
+    ++i;
+  }
+  return os.str();
+}
+
+bool dtype_in(at::ScalarType dtype, std::initializer_list<at::ScalarType> allowed) {
+  for (at::ScalarType a : allowed) {
+    if (a == dtype) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string dtype_name(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kBFloat16:
+      return "bf16";
+    case at::kHalf:
+      return "fp16";
+    case at::kFloat:
+      return "fp32";
+    case at::kDouble:
+      return "fp64";
+    case at::kLong:
+      return "int64";
+    case at::kInt:
+      return "int32";
+    case at::kShort:
+      return "int16";
+    case at::kChar:
+      return "int8";
+    case at::kByte:
+      return "uint8";
+    case at::kBool:
+      return "bool";
+    default:
+      return c10::toString(dtype);
+  }
+}
+
+bool targets_cuda(const at::Tensor& t) {
+  return t.is_cuda() || t.key_set().has_backend(c10::BackendComponent::CUDABit);
+}
+
+void check_group(const char* op, int64_t group, int64_t world_size) {
+  TORCH_CHECK_VALUE(world_size >= 1, op, ": world_size must be >= 1, got ", world_size);
+  TORCH_CHECK_VALUE(group >= 0, op,
+                    ": group must be an mkernel group handle >= 0 (from mkernel.init()), got ",
+                    group);
+}
+
+void check_dim(const char* op, const char* arg, const at::Tensor& t, int64_t dim,
+               const char* layout) {
+  TORCH_CHECK(t.dim() == dim, op, ": ", arg, " must be a ", dim, "-D tensor ", layout, ", got ",
+              t.dim(), "-D ", t.sym_sizes());
+}
+
+void check_float_dtype(const char* op, const char* arg, const at::Tensor& t) {
+  if (targets_cuda(t)) {
+    TORCH_CHECK(dtype_in(t.scalar_type(), {at::kBFloat16, at::kHalf}), op, ": ", arg,
+                " must be bf16 or fp16 on CUDA, got ", dtype_name(t.scalar_type()));
+  } else {
+    TORCH_CHECK(dtype_in(t.scalar_type(), {at::kBFloat16, at::kHalf, at::kFloat}), op, ": ", arg,
+                " must be bf16 or fp16 (or fp32 on the CPU reference path), got ",
+                dtype_name(t.scalar_type()));
+  }
+}
+
+void check_dtype_in(const char* op, const char* arg, const at::Tensor& t,
+                    std::initializer_list<at::ScalarType> allowed, const char* what) {
+  TORCH_CHECK(dtype_in(t.scalar_type(), allowed), op, ": ", arg, " must be ", dtype_list(allowed),
+              " (", what, "), got ", dtype_name(t.scalar_type()));
+}
+
+void check_same_dtype(const char* op, const char* arg, const at::Tensor& t, const char* ref_arg,
+                      const at::Tensor& ref) {
+  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), op, ": ", arg, " must have the dtype of ",
+              ref_arg, " (", ref_arg, ": ", dtype_name(ref.scalar_type()), ", ", arg, ": ",
+              dtype_name(t.scalar_type()), ")");
+}
+
+void check_same_device(const char* op, const char* arg, const at::Tensor& t, const char* ref_arg,
+                       const at::Tensor& ref) {
+  TORCH_CHECK(t.device() == ref.device(), op, ": ", arg, " must be on the device of ", ref_arg,
+              " (", ref_arg, ": ", ref.device(), ", ", arg, ": ", t.device(), ")");
+}
+
+void check_contiguous(const char* op, const char* arg, const at::Tensor& t) {
+  TORCH_CHECK(t.is_contiguous(), op, ": ", arg,
+              " must be row-major contiguous (no copy is made; call .contiguous() first), got "
+              "sizes ",
+              t.sym_sizes(), " with strides ", t.sym_strides());
+}
+
+c10::SymBool same_sizes(const at::Tensor& a, const at::Tensor& b) {
+  c10::SymBool same = a.dim() == b.dim();
+  for (int64_t i = 0; i < a.dim() && i < b.dim(); ++i) {
+    same = same.sym_and(a.sym_size(i).sym_eq(b.sym_size(i)));
+  }
+  return same;
+}
+
+void check_linear_operands(const char* op, const at::Tensor& x, const char* x_layout,
+                           const at::Tensor& w, const char* w_layout, const char* k_name) {
+  check_dim(op, "x", x, 2, x_layout);
+  check_dim(op, "w", w, 2, w_layout);
+  check_float_dtype(op, "x", x);
+  check_same_dtype(op, "w", w, "x", x);
+  check_same_device(op, "w", w, "x", x);
+  TORCH_SYM_CHECK(w.sym_size(1).sym_eq(x.sym_size(1)), op, ": w must have the same ", k_name,
+                  " as x (x: ", x.sym_sizes(), ", w: ", w.sym_sizes(), ")");
+  check_contiguous(op, "x", x);
+  check_contiguous(op, "w", w);
+}
+
+}  // namespace mkernel::validation

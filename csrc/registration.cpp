@@ -1,0 +1,45 @@
+// The schemas of every mkernel op: the one TORCH_LIBRARY(mkernel, ...) block of the extension.
+//
+// Only `m.def` lives here. Each op's kernels (Meta, CPU reference, CUDA) are registered with
+// TORCH_LIBRARY_IMPL in the op's own file, csrc/<op>.cpp, next to its validator.
+//
+// Conventions shared by the ops:
+//  - Weights follow torch.nn.functional.linear: y = x @ w.T with w [N, K].
+//  - `group` is the opaque mkernel group handle from mkernel.init() and `world_size` its number
+//    of ranks. Both are explicit so that the fake kernels know the output shapes without
+//    consulting any process state.
+//  - Outputs are fresh tensors; no op mutates or aliases its inputs.
+#include <torch/library.h>
+
+TORCH_LIBRARY(mkernel, m) {
+  // x [m, K] row shard, w [N, K] -> (out [world_size*m, N],
+  //                                   gathered x [world_size*m, K] or a 0-element tensor).
+  m.def(
+      "ag_gemm(Tensor x, Tensor w, int group, int world_size, bool return_gathered=False) "
+      "-> (Tensor, Tensor)");
+  // x [M, k], w [N, k] (K sharded) -> reduce_scatter(x @ w.T) [M/world_size, N].
+  m.def("gemm_rs(Tensor x, Tensor w, int group, int world_size) -> Tensor");
+  // x [M, k], w [N, k] (K sharded) -> allreduce(x @ w.T) [M, N].
+  m.def("gemm_ar(Tensor x, Tensor w, int group, int world_size) -> Tensor");
+  // x [T, H], topk_idx [T, k] expert ids, w1 [E_local, F, H]
+  //   -> (out [E_local, capacity, F], counts [E_local] int32, handle [T, k] int64).
+  m.def(
+      "moe_dispatch_gemm(Tensor x, Tensor topk_idx, Tensor w1, int group, int world_size, "
+      "int num_experts, int capacity) -> (Tensor, Tensor, Tensor)");
+  // y [E_local, capacity, H], handle [T, k] int64, topk_weights [T, k] fp32 -> out [T, H].
+  // num_tokens is a SymInt so that a dynamic token count stays symbolic under torch.compile.
+  m.def(
+      "moe_combine(Tensor y, Tensor handle, Tensor topk_weights, int group, int world_size, "
+      "SymInt num_tokens) -> Tensor");
+  // q [b, s, h, d], k/v [b, s_kv, h_kv, d] local sequence shards
+  //   -> (out [b, s, h, d], lse [b, h, s] fp32).
+  m.def(
+      "ring_attention(Tensor q, Tensor k, Tensor v, int group, int world_size, "
+      "bool causal=False, float? softmax_scale=None) -> (Tensor, Tensor)");
+
+  // The Go control plane's C API table (csrc/include/mkernel/core_api.h), handed over by
+  // address at import; returns the table's ABI version. See core_binding.cpp.
+  m.def("_bind_core(int api_table_address) -> int");
+  // The Go library's version string, read through the bound table.
+  m.def("core_version() -> str");
+}

@@ -1,0 +1,246 @@
+"""The mkernel ops as plain, typed Python functions.
+
+Each function is a thin wrapper over its ``torch.ops.mkernel.<op>.default`` (registered by the
+``mkernel._C`` extension, which ``import mkernel`` loads first): it resolves ``group`` into the
+group handle and world size that the op's schema takes explicitly, and passes the tensors through
+untouched. Inputs must be row-major contiguous; nothing is copied behind your back.
+
+Validation, the shapes of the outputs and the fake (meta) kernels that ``torch.compile`` traces
+with live in C++ (``csrc/<op>.cpp``): one validator per op, shared by its CPU reference, CUDA and
+Meta kernels, so a bad input gets the same error eagerly, on every backend, and while tracing.
+Autograd is not registered yet.
+
+Dtypes: bf16 or fp16 on CUDA; the CPU reference path also accepts fp32. Weights follow
+:func:`torch.nn.functional.linear`: ``y = x @ w.T`` with ``w`` of shape ``[N, K]``. ``W`` below is
+the group's world size.
+
+Importing this module needs neither the Go control plane nor the built extension: the ops are
+looked up when called, and the default group is imported from :mod:`mkernel.runtime` only when
+``group`` is left out.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple, Protocol, overload
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "Group",
+    "MoeDispatchOutput",
+    "ag_gemm",
+    "gemm_ar",
+    "gemm_rs",
+    "moe_combine",
+    "moe_dispatch_gemm",
+    "ring_attention",
+]
+
+
+class Group(Protocol):
+    """What the ops need of an mkernel group: the context that :func:`mkernel.init` returns."""
+
+    @property
+    def handle(self) -> int:
+        """The group's opaque handle (>= 0), as the C++ ops receive it."""
+        ...
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks in the group (>= 1)."""
+        ...
+
+
+class MoeDispatchOutput(NamedTuple):
+    """What :func:`moe_dispatch_gemm` returns; pass ``handle`` on to :func:`moe_combine`."""
+
+    out: Tensor
+    """``[E_local, capacity, F]``, x's dtype: ``x_e @ w1[e].T`` for the tokens that local expert
+    ``e`` received, in its first ``counts[e]`` rows."""
+    counts: Tensor
+    """``[E_local]`` int32: the number of tokens each local expert received."""
+    handle: Tensor
+    """``[T, k]`` int64: where each (token, choice) landed, for :func:`moe_combine`."""
+
+
+def _default_group() -> Group:
+    """The default context of :func:`mkernel.init`; RuntimeError if init() has not been called."""
+    from mkernel.runtime import current_group
+
+    return current_group()
+
+
+def _group_args(op: str, group: Group | None) -> tuple[int, int]:
+    """``(handle, world_size)`` of ``group``, or of the default group when it is None."""
+    if group is None:
+        group = _default_group()
+    handle = getattr(group, "handle", None)
+    world_size = getattr(group, "world_size", None)
+    if handle is None or world_size is None:
+        raise TypeError(
+            f"mkernel.{op}: group must be an mkernel context (from mkernel.init(), with .handle "
+            f"and .world_size) or None for the default one, got {type(group).__name__}"
+        )
+    return handle, world_size
+
+
+@overload
+def ag_gemm(
+    x: Tensor, w: Tensor, *, group: Group | None = None, return_gathered: Literal[False] = False
+) -> Tensor: ...
+@overload
+def ag_gemm(
+    x: Tensor, w: Tensor, *, group: Group | None = None, return_gathered: Literal[True]
+) -> tuple[Tensor, Tensor]: ...
+def ag_gemm(
+    x: Tensor, w: Tensor, *, group: Group | None = None, return_gathered: bool = False
+) -> Tensor | tuple[Tensor, Tensor]:
+    """All-gather of row shards fused with a GEMM: ``allgather(x) @ w.T``.
+
+    The column-parallel linear (fc1, qkv) under sequence parallelism.
+
+    Args:
+        x: ``[m, K]``, this rank's rows (m may differ from any tile size).
+        w: ``[N, K]``, this rank's weight shard, x's dtype.
+        group: the mkernel group; None for the default one.
+        return_gathered: also return the gathered ``x`` (for the weight gradient).
+
+    Returns:
+        ``out [W*m, N]`` in x's dtype, rows in rank order; with ``return_gathered``,
+        ``(out, gathered)`` where ``gathered`` is ``[W*m, K]``.
+    """
+    handle, world_size = _group_args("ag_gemm", group)
+    out, gathered = torch.ops.mkernel.ag_gemm.default(x, w, handle, world_size, return_gathered)
+    return (out, gathered) if return_gathered else out
+
+
+def gemm_rs(x: Tensor, w: Tensor, *, group: Group | None = None) -> Tensor:
+    """A GEMM fused with a reduce-scatter of its output: ``reduce_scatter(x @ w.T)``.
+
+    The row-parallel linear (fc2, proj) under sequence parallelism; a true W-way reduce-scatter
+    across all nodes.
+
+    Args:
+        x: ``[M, k]``, this rank's slice of the reduction dimension; ``M`` divisible by W.
+        w: ``[N, k]``, this rank's weight shard, x's dtype.
+        group: the mkernel group; None for the default one.
+
+    Returns:
+        ``[M/W, N]`` in x's dtype: rows ``r*M/W`` to ``(r+1)*M/W`` of the summed product on rank r.
+    """
+    handle, world_size = _group_args("gemm_rs", group)
+    return torch.ops.mkernel.gemm_rs.default(x, w, handle, world_size)
+
+
+def gemm_ar(x: Tensor, w: Tensor, *, group: Group | None = None) -> Tensor:
+    """A GEMM fused with an all-reduce of its output: ``allreduce(x @ w.T)``.
+
+    The row-parallel linear without sequence parallelism (inference).
+
+    Args:
+        x: ``[M, k]``, this rank's slice of the reduction dimension.
+        w: ``[N, k]``, this rank's weight shard, x's dtype.
+        group: the mkernel group; None for the default one.
+
+    Returns:
+        ``[M, N]`` in x's dtype, the same on every rank.
+    """
+    handle, world_size = _group_args("gemm_ar", group)
+    return torch.ops.mkernel.gemm_ar.default(x, w, handle, world_size)
+
+
+def moe_dispatch_gemm(
+    x: Tensor,
+    topk_idx: Tensor,
+    w1: Tensor,
+    *,
+    num_experts: int,
+    capacity: int,
+    group: Group | None = None,
+) -> MoeDispatchOutput:
+    """Expert-parallel MoE dispatch fused with each local expert's first GEMM.
+
+    Each token goes to the ranks holding its ``k`` chosen experts (rank ``r`` holds experts
+    ``r*E_local`` to ``(r+1)*E_local - 1``, ``E_local = num_experts / W``), and every local
+    expert ``e`` multiplies what it received by ``w1[e].T``.
+
+    Args:
+        x: ``[T, H]`` tokens of this rank (T may be 0).
+        topk_idx: ``[T, k]`` int64 or int32 expert ids in ``[0, num_experts)``, on x's device.
+        w1: ``[E_local, F, H]``, the local experts' first weights, x's dtype.
+        num_experts: experts over all ranks, divisible by W.
+        capacity: token slots per local expert (>= 1).
+        group: the mkernel group; None for the default one.
+
+    Returns:
+        :class:`MoeDispatchOutput` ``(out [E_local, capacity, F], counts [E_local] int32,
+        handle [T, k] int64)``.
+    """
+    handle, world_size = _group_args("moe_dispatch_gemm", group)
+    out, counts, dispatch_handle = torch.ops.mkernel.moe_dispatch_gemm.default(
+        x, topk_idx, w1, handle, world_size, num_experts, capacity
+    )
+    return MoeDispatchOutput(out, counts, dispatch_handle)
+
+
+def moe_combine(
+    y: Tensor,
+    handle: Tensor,
+    topk_weights: Tensor,
+    *,
+    num_tokens: int | None = None,
+    group: Group | None = None,
+) -> Tensor:
+    """The reverse of :func:`moe_dispatch_gemm`: bring the experts' outputs back and sum them.
+
+    ``out[t] = sum_j topk_weights[t, j] * y[the slot that handle[t, j] names]``.
+
+    Args:
+        y: ``[E_local, capacity, H]``, the local experts' outputs.
+        handle: ``[T, k]`` int64, from the matching :func:`moe_dispatch_gemm`.
+        topk_weights: ``[T, k]`` fp32 routing weights.
+        num_tokens: T; None takes it from ``handle``.
+        group: the mkernel group; None for the default one.
+
+    Returns:
+        ``[T, H]`` in y's dtype.
+    """
+    group_handle, world_size = _group_args("moe_combine", group)
+    if num_tokens is None:
+        num_tokens = handle.shape[0]
+    return torch.ops.mkernel.moe_combine.default(
+        y, handle, topk_weights, group_handle, world_size, num_tokens
+    )
+
+
+def ring_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    group: Group | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Attention of the local query shard over the whole sequence, its K/V shards on a ring.
+
+    Context parallelism: each rank holds one shard of the sequence of q, k and v.
+
+    Args:
+        q: ``[b, s, h, d]``, this rank's queries.
+        k: ``[b, s_kv, h_kv, d]``, this rank's keys; ``h`` divisible by ``h_kv`` (GQA).
+        v: ``[b, s_kv, h_kv, d]``, this rank's values.
+        causal: mask by global sequence position.
+        softmax_scale: scale of ``q @ k.T``; None for ``1 / sqrt(d)``.
+        group: the mkernel group; None for the default one.
+
+    Returns:
+        ``(out [b, s, h, d]`` in q's dtype, ``lse [b, h, s]`` fp32 log-sum-exp of the scaled
+        scores).
+    """
+    handle, world_size = _group_args("ring_attention", group)
+    out, lse = torch.ops.mkernel.ring_attention.default(
+        q, k, v, handle, world_size, causal, softmax_scale
+    )
+    return out, lse

@@ -1,0 +1,110 @@
+"""mkernel.gemm_ar: x [M, k], w [N, k] -> allreduce(x @ w.T) [M, N]."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from .helpers import (
+    OPCHECK_UTILS,
+    VALIDATION_MODES,
+    assert_tensor,
+    call_in_mode,
+    compile_and_run,
+    fake_mode,
+    group,
+    linear_bad_inputs,
+    requires_cuda,
+    t,
+)
+
+# (M, k, N, W): ragged M (no multiple of W or of a tile), one row, world of one, no rows at all.
+SHAPES = [(37, 64, 96, 4), (1, 128, 256, 8), (129, 72, 130, 3), (100, 48, 200, 1), (0, 64, 32, 2)]
+
+
+def op():
+    return torch.ops.mkernel.gemm_ar.default
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m, k, n, world", SHAPES)
+def test_fake_shapes(device, dtype, m, k, n, world):
+    with fake_mode():
+        out = op()(t((m, k), device, dtype), t((n, k), device, dtype), 1, world)
+    assert_tensor(out, (m, n), dtype, device)
+
+
+@pytest.mark.parametrize("m, k, n, world", SHAPES)
+def test_opcheck(m, k, n, world):
+    torch.library.opcheck(
+        op(), (t((m, k), "meta"), t((n, k), "meta"), 1, world), test_utils=OPCHECK_UTILS
+    )
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_compile_dynamic(ops, backend):
+    g = group(4)
+    inputs = [(t((m, 64), "meta"), t((96, 64), "meta")) for m in (37, 100, 129)]
+    outs, frames = compile_and_run(
+        lambda x, w: ops.gemm_ar(x, w, group=g), inputs, backend=backend, dynamic=True
+    )
+    assert frames == 1, "ragged M must not recompile under dynamic shapes"
+    for (x, _), out in zip(inputs, outs, strict=True):
+        assert_tensor(out, (x.shape[0], 96), torch.bfloat16, "meta")
+
+
+def test_compile_traces_then_cpu_kernel_raises(ops):
+    g = group(2)
+    compiled = torch.compile(
+        lambda x, w: ops.gemm_ar(x, w, group=g), fullgraph=True, backend="eager"
+    )
+    torch._dynamo.reset()
+    with pytest.raises(NotImplementedError, match=r"mkernel\.gemm_ar: the CPU reference kernel"):
+        compiled(torch.randn(8, 64), torch.randn(32, 64))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_cpu_not_implemented(ops, dtype):
+    x, w = torch.randn(8, 64, dtype=dtype), torch.randn(32, 64, dtype=dtype)
+    with pytest.raises(
+        NotImplementedError, match=r"mkernel\.gemm_ar: the CPU reference kernel has not landed yet"
+    ):
+        op()(x, w, 1, 2)
+    with pytest.raises(NotImplementedError, match=r"mkernel\.gemm_ar"):
+        ops.gemm_ar(x, w, group=group(2))
+
+
+@requires_cuda
+def test_cuda_not_implemented(ops):
+    x = torch.randn(8, 64, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(32, 64, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(
+        NotImplementedError, match=r"mkernel\.gemm_ar: the CUDA kernel has not landed yet"
+    ):
+        ops.gemm_ar(x, w, group=group(2))
+
+
+BAD_INPUTS = linear_bad_inputs("gemm_ar", "[M, k]", "[N, k]", "k")
+
+
+@pytest.mark.parametrize("mode", VALIDATION_MODES)
+@pytest.mark.parametrize("make_args, exc, match", BAD_INPUTS)
+def test_bad_input(mode, make_args, exc, match):
+    with pytest.raises(exc, match=match):
+        call_in_mode(mode, op(), make_args)
+
+
+def test_bad_device():
+    with pytest.raises(RuntimeError, match=r"mkernel\.gemm_ar: w must be on the device of x"):
+        op()(t((8, 64), "cpu"), t((32, 64), "meta"), 1, 2)
+
+
+def test_fake_cuda_rejects_fp32():
+    with (
+        fake_mode(),
+        pytest.raises(
+            RuntimeError, match=r"mkernel\.gemm_ar: x must be bf16 or fp16 on CUDA, got fp32"
+        ),
+    ):
+        op()(t((8, 64), "cuda", torch.float32), t((32, 64), "cuda", torch.float32), 1, 2)

@@ -1,0 +1,250 @@
+"""mkernel.ring_attention: q [b, s, h, d], k/v [b, s_kv, h_kv, d]
+-> (out [b, s, h, d], lse [b, h, s] fp32)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from .helpers import (
+    OPCHECK_UTILS,
+    VALIDATION_MODES,
+    assert_tensor,
+    bad,
+    call_in_mode,
+    compile_and_run,
+    fake_mode,
+    group,
+    requires_cuda,
+    strided,
+    t,
+)
+
+# (b, s, s_kv, h, h_kv, d, W): ragged shards, GQA and MQA, one token, head dims 64/128/80.
+SHAPES = [
+    (2, 37, 37, 8, 8, 64, 4),
+    (1, 129, 129, 16, 4, 128, 8),
+    (3, 1, 1, 4, 1, 80, 2),
+    (1, 100, 50, 6, 2, 128, 1),
+]
+
+
+def op():
+    return torch.ops.mkernel.ring_attention.default
+
+
+def qkv(device, b, s, s_kv, h, h_kv, d, dtype=torch.bfloat16):
+    return (
+        t((b, s, h, d), device, dtype),
+        t((b, s_kv, h_kv, d), device, dtype),
+        t((b, s_kv, h_kv, d), device, dtype),
+    )
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b, s, s_kv, h, h_kv, d, world", SHAPES)
+def test_fake_shapes(device, dtype, causal, b, s, s_kv, h, h_kv, d, world):
+    with fake_mode():
+        out, lse = op()(*qkv(device, b, s, s_kv, h, h_kv, d, dtype), 1, world, causal, 0.125)
+    assert_tensor(out, (b, s, h, d), dtype, device)
+    assert_tensor(lse, (b, h, s), torch.float32, device)
+
+
+@pytest.mark.parametrize("b, s, s_kv, h, h_kv, d, world", SHAPES)
+@pytest.mark.parametrize("softmax_scale", [None, 0.1])
+def test_opcheck(b, s, s_kv, h, h_kv, d, world, softmax_scale):
+    args = (*qkv("meta", b, s, s_kv, h, h_kv, d), 1, world, True, softmax_scale)
+    torch.library.opcheck(op(), args, test_utils=OPCHECK_UTILS)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_compile_dynamic(ops, backend):
+    g = group(4)
+
+    def fn(q, k, v):
+        return ops.ring_attention(q, k, v, causal=True, group=g)
+
+    cases = [qkv("meta", 2, s, s, 8, 2, 64) for s in (37, 100, 129)]
+    outs, frames = compile_and_run(fn, cases, backend=backend, dynamic=True)
+    assert frames == 1, "a ragged sequence shard must not recompile under dynamic shapes"
+    for (q, _, _), (out, lse) in zip(cases, outs, strict=True):
+        assert_tensor(out, q.shape, torch.bfloat16, "meta")
+        assert_tensor(lse, (2, 8, q.shape[1]), torch.float32, "meta")
+
+
+def test_compile_traces_then_cpu_kernel_raises(ops):
+    g = group(2)
+    compiled = torch.compile(
+        lambda q, k, v: ops.ring_attention(q, k, v, group=g), fullgraph=True, backend="eager"
+    )
+    torch._dynamo.reset()
+    with pytest.raises(
+        NotImplementedError, match=r"mkernel\.ring_attention: the CPU reference kernel"
+    ):
+        compiled(*qkv("cpu", 1, 8, 8, 4, 2, 16))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_cpu_not_implemented(ops, dtype):
+    q, k, v = qkv("cpu", 1, 8, 8, 4, 2, 16, dtype)
+    with pytest.raises(
+        NotImplementedError,
+        match=r"mkernel\.ring_attention: the CPU reference kernel has not landed yet",
+    ):
+        op()(q, k, v, 1, 2)
+    with pytest.raises(NotImplementedError, match=r"mkernel\.ring_attention"):
+        ops.ring_attention(q, k, v, causal=True, softmax_scale=0.25, group=group(2))
+
+
+@requires_cuda
+def test_cuda_not_implemented(ops):
+    q, k, v = qkv("cuda", 1, 8, 8, 4, 2, 16)
+    with pytest.raises(
+        NotImplementedError, match=r"mkernel\.ring_attention: the CUDA kernel has not landed yet"
+    ):
+        ops.ring_attention(q, k, v, group=group(2))
+
+
+def _args(
+    d,
+    *,
+    q=(2, 8, 4, 16),
+    k=(2, 8, 2, 16),
+    v=None,
+    dtype=torch.bfloat16,
+    k_dtype=None,
+    v_dtype=None,
+    group=1,
+    world=2,
+    causal=False,
+    scale=None,
+    q_fn=t,
+    k_fn=t,
+    v_fn=t,
+):
+    return (
+        q_fn(q, d, dtype),
+        k_fn(k, d, k_dtype or dtype),
+        v_fn(v or k, d, v_dtype or dtype),
+        group,
+        world,
+        causal,
+        scale,
+    )
+
+
+OP = r"mkernel\.ring_attention"
+BAD_INPUTS = [
+    bad("world_size", ValueError, rf"{OP}: world_size must be >= 1, got 0", world=0),
+    bad(
+        "group", ValueError, rf"{OP}: group must be an mkernel group handle >= 0 .*got -1", group=-1
+    ),
+    bad(
+        "softmax_scale_zero",
+        ValueError,
+        rf"{OP}: softmax_scale must be a finite number > 0",
+        scale=0.0,
+    ),
+    bad(
+        "softmax_scale_nan",
+        ValueError,
+        rf"{OP}: softmax_scale must be a finite number > 0",
+        scale=float("nan"),
+    ),
+    bad(
+        "q_dim",
+        RuntimeError,
+        rf"{OP}: q must be a 4-D tensor \[b, s, h, d\], got 3-D \[8, 4, 16\]",
+        q=(8, 4, 16),
+    ),
+    bad(
+        "k_dim",
+        RuntimeError,
+        rf"{OP}: k must be a 4-D tensor \[b, s_kv, h_kv, d\], got 3-D \[2, 8, 32\]",
+        k=(2, 8, 32),
+        v=(2, 8, 2, 16),
+    ),
+    bad(
+        "v_dim",
+        RuntimeError,
+        rf"{OP}: v must be a 4-D tensor \[b, s_kv, h_kv, d\], got 3-D \[2, 8, 32\]",
+        v=(2, 8, 32),
+    ),
+    bad("q_dtype", RuntimeError, rf"{OP}: q must be bf16 or fp16 .*got fp64", dtype=torch.float64),
+    bad(
+        "k_dtype",
+        RuntimeError,
+        rf"{OP}: k must have the dtype of q \(q: bf16, k: fp16\)",
+        k_dtype=torch.float16,
+    ),
+    bad(
+        "v_dtype",
+        RuntimeError,
+        rf"{OP}: v must have the dtype of q \(q: bf16, v: fp32\)",
+        v_dtype=torch.float32,
+    ),
+    bad(
+        "batch",
+        RuntimeError,
+        rf"{OP}: k must have the batch size b of q \(q: \[2, 8, 4, 16\], k: \[3, 8, 2, 16\]\)",
+        k=(3, 8, 2, 16),
+    ),
+    bad(
+        "head_dim",
+        RuntimeError,
+        rf"{OP}: k must have the head dim d of q \(q: \[2, 8, 4, 16\], k: \[2, 8, 2, 32\]\)",
+        k=(2, 8, 2, 32),
+    ),
+    bad(
+        "no_kv_heads",
+        RuntimeError,
+        rf"{OP}: k must have at least one head \(h_kv >= 1\)",
+        k=(2, 8, 0, 16),
+    ),
+    bad(
+        "gqa",
+        RuntimeError,
+        rf"{OP}: q's head count h must be a multiple of k's head count h_kv .*"
+        rf"\(q: \[2, 8, 4, 16\], k: \[2, 8, 3, 16\]\)",
+        k=(2, 8, 3, 16),
+    ),
+    bad(
+        "v_shape",
+        RuntimeError,
+        rf"{OP}: v must have the shape of k \(k: \[2, 8, 2, 16\], v: \[2, 9, 2, 16\]\)",
+        v=(2, 9, 2, 16),
+    ),
+    bad("q_strided", RuntimeError, rf"{OP}: q must be row-major contiguous", q_fn=strided),
+    bad("k_strided", RuntimeError, rf"{OP}: k must be row-major contiguous", k_fn=strided),
+    bad("v_strided", RuntimeError, rf"{OP}: v must be row-major contiguous", v_fn=strided),
+]
+
+
+@pytest.mark.parametrize("mode", VALIDATION_MODES)
+@pytest.mark.parametrize("overrides, exc, match", BAD_INPUTS)
+def test_bad_input(mode, overrides, exc, match):
+    with pytest.raises(exc, match=match):
+        call_in_mode(mode, op(), lambda d: _args(d, **overrides))
+
+
+@pytest.mark.parametrize("arg", ["k", "v"])
+def test_bad_device(arg):
+    q, k, v, *rest = _args("cpu")
+    if arg == "k":
+        k = k.to("meta")
+    else:
+        v = v.to("meta")
+    with pytest.raises(
+        RuntimeError, match=rf"{OP}: {arg} must be on the device of q \(q: cpu, {arg}: meta\)"
+    ):
+        op()(q, k, v, *rest)
+
+
+def test_fake_cuda_rejects_fp32():
+    with (
+        fake_mode(),
+        pytest.raises(RuntimeError, match=rf"{OP}: q must be bf16 or fp16 on CUDA, got fp32"),
+    ):
+        op()(*_args("cuda", dtype=torch.float32))

@@ -1,0 +1,102 @@
+"""mkernel.ops: the public wrappers' group handling and import-time footprint."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from .helpers import assert_tensor, group, t
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def runtime_stub(monkeypatch):
+    """Replaces mkernel.runtime with a stub whose current_group() the test sets."""
+    stub = types.ModuleType("mkernel.runtime")
+    monkeypatch.setitem(sys.modules, "mkernel.runtime", stub)
+    return stub
+
+
+def test_default_group_from_runtime(ops, runtime_stub):
+    runtime_stub.current_group = lambda: group(3)
+    out = ops.ag_gemm(t((5, 16), "meta"), t((8, 16), "meta"))
+    assert_tensor(out, (15, 8), torch.bfloat16, "meta")
+    assert_tensor(
+        ops.gemm_rs(t((6, 16), "meta"), t((8, 16), "meta")), (2, 8), torch.bfloat16, "meta"
+    )
+
+
+def test_default_group_before_init(ops, runtime_stub):
+    def current_group():
+        raise RuntimeError("mkernel.init() has not been called")
+
+    runtime_stub.current_group = current_group
+    with pytest.raises(RuntimeError, match=r"mkernel\.init\(\) has not been called"):
+        ops.gemm_ar(t((5, 16), "meta"), t((8, 16), "meta"))
+
+
+def test_explicit_group_wins_over_default(ops, runtime_stub):
+    def current_group():
+        raise AssertionError("the default group must not be consulted")
+
+    runtime_stub.current_group = current_group
+    out, lse = ops.ring_attention(*(t((1, 7, 2, 16), "meta"),) * 3, group=group(2))
+    assert_tensor(out, (1, 7, 2, 16), torch.bfloat16, "meta")
+    assert_tensor(lse, (1, 2, 7), torch.float32, "meta")
+
+
+def test_group_without_handle(ops):
+    with pytest.raises(
+        TypeError, match=r"mkernel\.gemm_ar: group must be an mkernel context .*got object"
+    ):
+        ops.gemm_ar(t((5, 16), "meta"), t((8, 16), "meta"), group=object())
+
+
+def test_group_values_reach_the_op(ops):
+    with pytest.raises(
+        ValueError, match=r"mkernel\.gemm_ar: group must be an mkernel group handle >= 0"
+    ):
+        ops.gemm_ar(t((5, 16), "meta"), t((8, 16), "meta"), group=group(2, handle=-1))
+    with pytest.raises(ValueError, match=r"mkernel\.gemm_ar: world_size must be >= 1, got 0"):
+        ops.gemm_ar(t((5, 16), "meta"), t((8, 16), "meta"), group=group(0))
+
+
+def test_moe_combine_num_tokens_defaults_to_handle(ops):
+    y, handle, weights = (
+        t((2, 4, 16), "meta"),
+        t((9, 2), "meta", torch.int64),
+        t((9, 2), "meta", torch.float32),
+    )
+    assert_tensor(
+        ops.moe_combine(y, handle, weights, group=group(2)), (9, 16), torch.bfloat16, "meta"
+    )
+    with pytest.raises(RuntimeError, match=r"num_tokens must equal the token count T of handle"):
+        ops.moe_combine(y, handle, weights, num_tokens=8, group=group(2))
+
+
+def test_exports(ops):
+    for name in ops.__all__:
+        assert getattr(ops, name).__doc__, f"mkernel.ops.{name} has no docstring"
+
+
+def test_import_needs_neither_go_nor_extension():
+    """ops.py imports with torch alone: no Go library, no torch extension, no mkernel.runtime."""
+    code = f"""
+import importlib.util, sys, torch
+spec = importlib.util.spec_from_file_location("ops_alone", {str(ROOT / "python/mkernel/ops.py")!r})
+module = importlib.util.module_from_spec(spec)
+sys.modules["ops_alone"] = module
+spec.loader.exec_module(module)
+assert not [m for m in sys.modules if m.startswith("mkernel")], sorted(sys.modules)
+assert "libmkernel_core" not in open("/proc/self/maps").read()
+assert not hasattr(torch.ops.mkernel, "ag_gemm")
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
