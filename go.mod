@@ -3,7 +3,6 @@ module github.com/mkernel/mkernel
 go 1.26.0
 
 require (
-	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/fatih/color v1.13.0 // indirect
 	github.com/go-python/gopy v0.5.0 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
