@@ -9,10 +9,8 @@ PY       := $(VENV)/bin/python
 PIP      := $(PY) -m pip
 TORCH_VERSION ?= 2.11.0
 CORE     := build/core
-GOPY_OUT := build/gopy
+GOPY_OUT := build/_gopy
 WORLD    ?= 4
-# go-nvml (topology) calls NVML functions deprecated in CUDA 13; keep the build log readable.
-export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 NODES    ?= 2
 
 GO_SOURCES := $(shell find gocore -name '*.go' -not -name 'zz_gopy_*' -not -name '*_test.go') \

@@ -21,7 +21,7 @@ func buildABI(t *testing.T) (lib, prog string) {
 	dir := t.TempDir()
 	lib = filepath.Join(dir, "libmkernel_core.so")
 	build := exec.Command("go", "build", "-buildmode=c-shared", "-o", lib, ".")
-	build.Env = append(os.Environ(), "CGO_CFLAGS=-O1 -Wno-deprecated-declarations")
+	build.Env = os.Environ()
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build -buildmode=c-shared: %v\n%s", err, out)
 	}

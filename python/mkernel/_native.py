@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import glob
 import os
-import sys
 
 import torch
 
@@ -29,12 +28,6 @@ def _load_torch_extension() -> None:
 
 
 def _load_core():
-    # libmkernel_core.so calls NVML through go-nvml, whose symbols resolve only
-    # once libnvidia-ml is dlopen'ed at run time (and not at all on machines
-    # without it): the library must be bound lazily, while CPython loads
-    # extensions with RTLD_NOW. (Setting LD_BIND_NOW=1 breaks this import.)
-    saved = sys.getdlopenflags()
-    sys.setdlopenflags((saved & ~os.RTLD_NOW) | os.RTLD_LAZY)
     try:
         from ._gocore import pyapi  # gopy-generated; imports _core and libmkernel_core.so
     except ImportError as e:  # pragma: no cover - exercised only on broken installs
@@ -42,8 +35,6 @@ def _load_core():
             "mkernel: the Go control plane (mkernel._gocore, libmkernel_core.so) failed to load: "
             f"{e}. Rebuild with `make install`; on a machine without Go, copy build/core from a "
             "machine with Go 1.26 first.") from e
-    finally:
-        sys.setdlopenflags(saved)
     return pyapi
 
 
