@@ -75,8 +75,9 @@ def test_rank_that_never_joins_is_named():
         for rank, p in enumerate(procs[:3]):
             out, err = p.communicate(timeout=60)
             assert p.returncode == 0, err[-2000:]
-            assert "ERR" in out and "3" in out.split("ERR", 1)[1], out
-            assert "timed out" in out or "timeout" in out.lower(), out
+            assert "ERR" in out, out
+            # Every rank reports rank 0's verdict, naming exactly the missing rank.
+            assert "waiting for ranks [3] of 4" in out, out
     finally:
         for p in procs:
             p.kill()

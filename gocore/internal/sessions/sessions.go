@@ -16,6 +16,10 @@ import (
 	"github.com/mkernel/mkernel/gocore/logging"
 )
 
+// verdictGrace is how long past its own timeout a joining rank waits for
+// rank 0's explanation of a failed rendezvous.
+const verdictGrace = 5 * time.Second
+
 // ErrUnknownHandle is returned for a handle that is closed or never existed.
 var ErrUnknownHandle = errors.New("unknown or closed session handle")
 
@@ -64,7 +68,14 @@ func Listen(host string, world int) (string, error) {
 // Create joins the job named by id as rank of world and returns a handle.
 // Rank 0 must run in the process that called Listen for that id.
 func Create(id string, rank, world int, timeout time.Duration) (uint64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	// The joiners' own timer (WithTimeout) must fire before their context
+	// does: on it they ask rank 0 for the verdict naming the missing ranks,
+	// while a cancelled context just abandons. Rank 0's deadline is the context.
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+verdictGrace)
+	if rank == 0 {
+		cancel()
+		ctx, cancel = context.WithTimeout(context.Background(), timeout)
+	}
 	defer cancel()
 	var (
 		s   *bootstrap.Session
