@@ -109,3 +109,6 @@ func writeOut(buf unsafe.Pointer, length *C.size_t, data []byte, nulTerminate bo
 	}
 	return nil
 }
+
+// getLastErrorForTest reads this thread's last error (tests cannot use cgo).
+func getLastErrorForTest() string { return C.GoString(C.mk_capi_get_last_error()) }
