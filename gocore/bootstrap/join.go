@@ -55,6 +55,7 @@ func Join(ctx context.Context, id ID, rank, world int, opts ...Option) (*Session
 		return nil, err
 	}
 	s := newSession(rank, world, o, log)
+	s.secret, s.rootAddr = []byte(id.secret), id.addr
 	s.eng = p
 	p.s = s
 	p.l = newLink(conn, o.hbInterval, o.hbTimeout, p.limit, p.onFrame, p.onDown)

@@ -133,6 +133,7 @@ func Listen(ctx context.Context, world int, opts ...Option) (*Root, error) {
 		stop:    make(chan struct{}),
 	}
 	r.sess.eng = r
+	r.sess.secret, r.sess.rootAddr = secret, id.Addr()
 	log.Info("root listening", zap.String("addr", bound.String()), zap.String("advertised", id.Addr()))
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -2,6 +2,8 @@ package bootstrap
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"fmt"
 	"sync"
 	"time"
@@ -18,6 +20,8 @@ import (
 // always has to be called to release the connections.
 type Session struct {
 	rank, world int
+	secret      []byte // the job secret, for DeriveKey
+	rootAddr    string // the root's address as ranks dial it
 	o           options
 	log         *zap.Logger
 	eng         engine
@@ -60,6 +64,21 @@ func (s *Session) Rank() int { return s.rank }
 
 // World returns the number of ranks.
 func (s *Session) World() int { return s.world }
+
+// RootAddr returns rank 0's "host:port", the address every rank reached the job through;
+// a good RouteTo for picking the interface data connections use.
+func (s *Session) RootAddr() string { return s.rootAddr }
+
+// DeriveKey returns a 32-byte key for label derived from the job secret (HMAC-SHA256),
+// the same on every rank of the job and useless for recovering the secret: what other
+// layers (transports) authenticate their own connections with, so the secret itself
+// never leaves the bootstrap.
+func (s *Session) DeriveKey(label string) []byte {
+	m := hmac.New(sha256.New, s.secret)
+	m.Write([]byte("mkernel derived key v1\x00"))
+	m.Write([]byte(label))
+	return m.Sum(nil)
+}
 
 // Done is closed when the session ends, for whatever reason: Close, or a failure here or
 // on any other rank.
