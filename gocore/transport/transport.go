@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -309,6 +310,28 @@ func Connect(ctx context.Context, t Transport, ex Exchanger) error {
 	}
 	if err := t.Connect(ctx, blobs); err != nil {
 		return errorf("%s: connect rank %d: %w", t.Name(), ex.Rank(), err)
+	}
+	return nil
+}
+
+// InRange reports whether [off, off+n) lies inside a region of size bytes, without
+// overflow. Backends use it to validate ops.
+func InRange(off, n, size uint64) bool { return off <= size && n <= size-off }
+
+// CheckOp validates the parts of op that do not depend on the backend: kind, peer, length
+// and flag alignment. It returns an error matching ErrInvalid.
+func CheckOp(op *Op, rank, world int) error {
+	switch {
+	case op.Kind != OpWrite && op.Kind != OpWriteSignal:
+		return fmt.Errorf("%w: op kind %d", ErrInvalid, op.Kind)
+	case op.Peer < 0 || int(op.Peer) >= world:
+		return fmt.Errorf("%w: peer rank %d of %d", ErrInvalid, op.Peer, world)
+	case int(op.Peer) == rank:
+		return fmt.Errorf("%w: op to the local rank %d", ErrInvalid, rank)
+	case op.Kind == OpWrite && op.Len == 0:
+		return fmt.Errorf("%w: zero-length write to rank %d", ErrInvalid, op.Peer)
+	case op.Kind == OpWriteSignal && op.SignalOff%8 != 0:
+		return fmt.Errorf("%w: signal word offset %d on rank %d is not 8-byte aligned", ErrInvalid, op.SignalOff, op.Peer)
 	}
 	return nil
 }

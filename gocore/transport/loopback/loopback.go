@@ -1,0 +1,600 @@
+package loopback
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/mkernel/mkernel/gocore/topology"
+	"github.com/mkernel/mkernel/gocore/transport"
+	"github.com/mkernel/mkernel/gocore/transport/internal/wire"
+	"github.com/mkernel/mkernel/gocore/transport/shm"
+)
+
+// Name is the backend's registry name.
+const Name = "loopback"
+
+const (
+	blobMagic   = 0x424c4b4d // "MKLB"
+	blobVersion = 1
+	maxRegions  = 1024
+	maxPath     = 4096
+	ctrlSize    = 4096
+
+	stateOpen   = 1
+	stateClosed = 2
+
+	// DefaultQueue is the number of finished ops Post buffers for Poll.
+	DefaultQueue = 4096
+)
+
+func init() { transport.Register(Backend{}) }
+
+// Backend registers loopback with the transport registry.
+type Backend struct{}
+
+func (Backend) Name() string                    { return Name }
+func (Backend) Priority() int                   { return 0 }
+func (Backend) Usable(*topology.Placement) bool { return true }
+func (Backend) Open(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
+	return Open(ctx, cfg)
+}
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	queue      int
+	reorder    bool
+	seed       uint64
+	maxDelay   time.Duration
+	maxPending int
+}
+
+// WithQueue sets how many finished ops wait for Poll before Post pushes back.
+func WithQueue(n int) Option { return func(o *options) { o.queue = n } }
+
+// WithReorder (tests only) delays each op by a random time up to maxDelay and applies due
+// ops in random order (seeded), each signal still after its own data. Caps.OrderedWrites
+// becomes false.
+func WithReorder(seed uint64, maxDelay time.Duration) Option {
+	return func(o *options) { o.reorder, o.seed, o.maxDelay = true, seed, maxDelay }
+}
+
+type region struct {
+	b    []byte
+	file transport.SharedFile
+	off  uint64
+}
+
+type peer struct {
+	rank    int
+	pid     int
+	ctrl    []byte // the peer's control words
+	regions map[transport.BufferID][]byte
+	segs    []*shm.Segment
+	pidfd   int
+}
+
+type pending struct {
+	op  transport.Op
+	due int64
+}
+
+// Transport is one rank's loopback endpoint.
+type Transport struct {
+	cfg  transport.Config
+	o    options
+	log  *zap.Logger
+	ctrl *shm.Segment
+
+	mu        sync.Mutex // control calls
+	regions   map[transport.BufferID]region
+	connected bool
+
+	peers []*peer // by rank; nil for self and non-peers
+
+	// data path, owned by the Post/Poll goroutine
+	comp       []transport.Completion // ring
+	compHead   uint64
+	compTail   uint64
+	pend       []pending
+	rng        *rand.Rand
+	epoch      time.Time
+	checkedErr bool
+
+	failed    atomic.Pointer[error]
+	done      chan struct{}
+	doneOnce  sync.Once
+	closeOnce sync.Once
+	stopWatch *os.File // write end; closing it stops the watcher
+	watchDone chan struct{}
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+// Open creates rank cfg.Rank's endpoint.
+func Open(_ context.Context, cfg transport.Config, opts ...Option) (*Transport, error) {
+	o := options{queue: DefaultQueue, maxPending: 1024}
+	for _, f := range opts {
+		f(&o)
+	}
+	if cfg.World < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.World {
+		return nil, fmt.Errorf("loopback: open: %w: rank %d of %d", transport.ErrInvalid, cfg.Rank, cfg.World)
+	}
+	if o.queue < 1 {
+		return nil, fmt.Errorf("loopback: open: %w: queue %d", transport.ErrInvalid, o.queue)
+	}
+	log := cfg.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	ctrl, err := shm.Create(fmt.Sprintf("loopback-ctrl-%d", cfg.Rank), ctrlSize)
+	if err != nil {
+		return nil, fmt.Errorf("loopback: open rank %d: %w", cfg.Rank, err)
+	}
+	t := &Transport{
+		cfg:     cfg,
+		o:       o,
+		log:     log.With(zap.String("transport", Name), zap.Int("rank", cfg.Rank)),
+		ctrl:    ctrl,
+		regions: map[transport.BufferID]region{},
+		peers:   make([]*peer, cfg.World),
+		comp:    make([]transport.Completion, o.queue),
+		rng:     rand.New(rand.NewPCG(o.seed, uint64(cfg.Rank))),
+		epoch:   time.Now(),
+		done:    make(chan struct{}),
+	}
+	if o.reorder {
+		t.pend = make([]pending, 0, o.maxPending)
+	}
+	atomic.StoreUint64(t.word(ctrl.Bytes(), 1), uint64(os.Getpid()))
+	atomic.StoreUint64(t.word(ctrl.Bytes(), 0), stateOpen)
+	return t, nil
+}
+
+func (t *Transport) word(b []byte, i int) *uint64 { return (*uint64)(unsafe.Pointer(&b[8*i])) }
+
+// Name implements transport.Transport.
+func (t *Transport) Name() string { return Name }
+
+// Caps implements transport.Transport.
+func (t *Transport) Caps() transport.Caps {
+	return transport.Caps{OrderedWrites: !t.o.reorder, NeedsFile: true, MaxInflight: t.o.queue}
+}
+
+// Register implements transport.Transport.
+func (t *Transport) Register(id transport.BufferID, r transport.Region) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.connected:
+		return fmt.Errorf("loopback: register buffer %d: %w: after Connect", id, transport.ErrInvalid)
+	case r.Device != nil:
+		return fmt.Errorf("loopback: register buffer %d: %w: device memory", id, transport.ErrNotSupported)
+	case len(r.Bytes) == 0:
+		return fmt.Errorf("loopback: register buffer %d: %w: empty region", id, transport.ErrInvalid)
+	case r.File.Path == "":
+		return fmt.Errorf("loopback: register buffer %d: %w: host memory without a shared file (allocate it with shm.Create)", id, transport.ErrNotSupported)
+	case !transport.InRange(r.FileOffset, uint64(len(r.Bytes)), r.File.Size):
+		return fmt.Errorf("loopback: register buffer %d: %w: [%d, +%d) outside its %d-byte file", id, transport.ErrInvalid, r.FileOffset, len(r.Bytes), r.File.Size)
+	case len(t.regions) >= maxRegions:
+		return fmt.Errorf("loopback: register buffer %d: %w: more than %d regions", id, transport.ErrInvalid, maxRegions)
+	}
+	if _, dup := t.regions[id]; dup {
+		return fmt.Errorf("loopback: register buffer %d: %w: already registered", id, transport.ErrInvalid)
+	}
+	t.regions[id] = region{b: r.Bytes, file: r.File, off: r.FileOffset}
+	return nil
+}
+
+// Address implements transport.Transport: rank, pid, the control segment and every
+// region's file, sealed with an HMAC of the job key.
+func (t *Transport) Address() ([]byte, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var w wire.Writer
+	w.U32(blobMagic)
+	w.U32(blobVersion)
+	w.U32(uint32(t.cfg.Rank))
+	w.U32(uint32(t.cfg.World))
+	w.U64(uint64(os.Getpid()))
+	w.String(t.ctrl.Path())
+	w.U32(uint32(len(t.regions)))
+	for id, r := range t.regions {
+		w.U32(uint32(id))
+		w.String(r.file.Path)
+		w.U64(r.off)
+		w.U64(uint64(len(r.b)))
+	}
+	w.B = append(w.B, t.mac(w.B)...)
+	return w.B, nil
+}
+
+func (t *Transport) mac(body []byte) []byte {
+	m := hmac.New(sha256.New, t.cfg.Key)
+	m.Write(body)
+	return m.Sum(nil)
+}
+
+type remoteRegion struct {
+	id        transport.BufferID
+	path      string
+	off, size uint64
+}
+
+func (t *Transport) parse(r int, blob []byte) (pid int, ctrl string, regs []remoteRegion, err error) {
+	if len(blob) < sha256.Size || len(blob) > transport.MaxBlobSize {
+		return 0, "", nil, fmt.Errorf("%w: blob of %d bytes", transport.ErrProtocol, len(blob))
+	}
+	body, sum := blob[:len(blob)-sha256.Size], blob[len(blob)-sha256.Size:]
+	if !hmac.Equal(sum, t.mac(body)) {
+		return 0, "", nil, fmt.Errorf("%w: blob not sealed with this job's key", transport.ErrAuth)
+	}
+	rd := wire.NewReader(body)
+	if rd.U32() != blobMagic || rd.U32() != blobVersion {
+		return 0, "", nil, fmt.Errorf("%w: not a loopback v%d blob", transport.ErrProtocol, blobVersion)
+	}
+	if rank, world := rd.U32(), rd.U32(); rd.Err() == nil && (int(rank) != r || int(world) != t.cfg.World) {
+		return 0, "", nil, fmt.Errorf("%w: blob of rank %d of %d in rank %d's place", transport.ErrProtocol, rank, world, r)
+	}
+	pid = int(rd.U64())
+	ctrl = rd.String(maxPath)
+	n := rd.U32()
+	if n > maxRegions {
+		return 0, "", nil, fmt.Errorf("%w: %d regions", transport.ErrProtocol, n)
+	}
+	for range n {
+		regs = append(regs, remoteRegion{id: transport.BufferID(rd.U32()), path: rd.String(maxPath), off: rd.U64(), size: rd.U64()})
+	}
+	if err := rd.Done(); err != nil {
+		return 0, "", nil, fmt.Errorf("%w: %w", transport.ErrProtocol, err)
+	}
+	return pid, ctrl, regs, nil
+}
+
+// Connect implements transport.Transport: map every peer's control segment and regions.
+func (t *Transport) Connect(ctx context.Context, blobs [][]byte) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.connected {
+		return fmt.Errorf("loopback: rank %d: %w: Connect called twice", t.cfg.Rank, transport.ErrInvalid)
+	}
+	if len(blobs) != t.cfg.World {
+		return fmt.Errorf("loopback: rank %d: %w: %d blobs for a world of %d", t.cfg.Rank, transport.ErrInvalid, len(blobs), t.cfg.World)
+	}
+	for r := range t.cfg.World {
+		if !t.cfg.Peer(r) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			t.unmapPeers()
+			return fmt.Errorf("loopback: connect rank %d: %w", r, err)
+		}
+		p, err := t.mapPeer(r, blobs[r])
+		if err != nil {
+			t.unmapPeers()
+			return fmt.Errorf("loopback: connect rank %d: %w", r, err)
+		}
+		t.peers[r] = p
+	}
+	if err := t.startWatch(); err != nil {
+		t.unmapPeers()
+		return fmt.Errorf("loopback: rank %d: watch peers: %w", t.cfg.Rank, err)
+	}
+	t.connected = true
+	return nil
+}
+
+func (t *Transport) mapPeer(r int, blob []byte) (*peer, error) {
+	pid, ctrlPath, regs, err := t.parse(r, blob)
+	if err != nil {
+		return nil, err
+	}
+	p := &peer{rank: r, pid: pid, regions: map[transport.BufferID][]byte{}, pidfd: -1}
+	fail := func(err error) (*peer, error) {
+		p.unmap()
+		return nil, err
+	}
+	ctrl, err := shm.Open(ctrlPath, ctrlSize)
+	if err != nil {
+		return fail(fmt.Errorf("%w: control segment: %w", transport.ErrPeerGone, err))
+	}
+	p.segs = append(p.segs, ctrl)
+	p.ctrl = ctrl.Bytes()
+	for _, rr := range regs {
+		if _, dup := p.regions[rr.id]; dup || rr.size == 0 || rr.off+rr.size < rr.off || rr.off+rr.size > 1<<46 {
+			return fail(fmt.Errorf("%w: bad region %d", transport.ErrProtocol, rr.id))
+		}
+		seg, err := shm.Open(rr.path, int(rr.off+rr.size))
+		if err != nil {
+			return fail(fmt.Errorf("map buffer %d: %w", rr.id, err))
+		}
+		p.segs = append(p.segs, seg)
+		p.regions[rr.id] = seg.Bytes()[rr.off : rr.off+rr.size]
+	}
+	if pid != os.Getpid() {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			return fail(fmt.Errorf("%w: pidfd of pid %d: %w", transport.ErrPeerGone, pid, err))
+		}
+		p.pidfd = fd
+	}
+	return p, nil
+}
+
+func (p *peer) unmap() {
+	for _, s := range p.segs {
+		_ = s.Close()
+	}
+	p.segs, p.ctrl, p.regions = nil, nil, nil
+	if p.pidfd >= 0 {
+		_ = unix.Close(p.pidfd)
+		p.pidfd = -1
+	}
+}
+
+func (t *Transport) unmapPeers() {
+	for i, p := range t.peers {
+		if p != nil {
+			p.unmap()
+			t.peers[i] = nil
+		}
+	}
+}
+
+// startWatch starts the goroutine that notices peers dying: it polls their pidfds and a
+// pipe Close uses to stop it.
+func (t *Transport) startWatch() error {
+	var fds []unix.PollFd
+	var ranks []int
+	for _, p := range t.peers {
+		if p != nil && p.pidfd >= 0 {
+			fds = append(fds, unix.PollFd{Fd: int32(p.pidfd), Events: unix.POLLIN})
+			ranks = append(ranks, p.rank)
+		}
+	}
+	t.watchDone = make(chan struct{})
+	if len(fds) == 0 {
+		close(t.watchDone)
+		return nil
+	}
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	t.stopWatch = wr
+	fds = append(fds, unix.PollFd{Fd: int32(rd.Fd()), Events: unix.POLLIN})
+	go func() {
+		defer close(t.watchDone)
+		defer rd.Close()
+		for {
+			_, err := unix.Poll(fds, -1)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				t.fail(fmt.Errorf("loopback: rank %d: watch peers: %w", t.cfg.Rank, err))
+				return
+			}
+			if fds[len(fds)-1].Revents != 0 {
+				return
+			}
+			for i := range ranks {
+				if fds[i].Revents == 0 {
+					continue
+				}
+				p := t.peers[ranks[i]]
+				if atomic.LoadUint64(t.word(p.ctrl, 0)) != stateClosed {
+					t.fail(fmt.Errorf("loopback: rank %d: %w: rank %d (pid %d) exited without closing its transport",
+						t.cfg.Rank, transport.ErrPeerGone, p.rank, p.pid))
+					return
+				}
+				fds[i].Fd = -1 // exited after a clean Close: ignore from now on
+			}
+		}
+	}()
+	return nil
+}
+
+func (t *Transport) fail(err error) {
+	if t.failed.CompareAndSwap(nil, &err) {
+		if !errors.Is(err, transport.ErrClosed) {
+			t.log.Error("transport failed", zap.Error(err))
+		}
+	}
+	t.doneOnce.Do(func() { close(t.done) })
+}
+
+// Err implements transport.Transport.
+func (t *Transport) Err() error {
+	if p := t.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Done implements transport.Transport.
+func (t *Transport) Done() <-chan struct{} { return t.done }
+
+func (t *Transport) nanotime() int64 { return int64(time.Since(t.epoch)) }
+
+// check validates op against the local and the peer's regions.
+func (t *Transport) check(op *transport.Op) (p *peer, src, dst []byte, flag *uint64, err error) {
+	if err := transport.CheckOp(op, t.cfg.Rank, t.cfg.World); err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("loopback: rank %d: %w", t.cfg.Rank, err)
+	}
+	p = t.peers[op.Peer]
+	if p == nil {
+		return nil, nil, nil, nil, fmt.Errorf("loopback: rank %d: %w: rank %d is not a connected peer", t.cfg.Rank, transport.ErrInvalid, op.Peer)
+	}
+	if op.Len > 0 {
+		l, ok := t.regions[op.Local]
+		if !ok || !transport.InRange(op.LocalOff, op.Len, uint64(len(l.b))) {
+			return nil, nil, nil, nil, fmt.Errorf("loopback: rank %d: %w: local buffer %d [%d, +%d)", t.cfg.Rank, transport.ErrInvalid, op.Local, op.LocalOff, op.Len)
+		}
+		r, ok := p.regions[op.Remote]
+		if !ok || !transport.InRange(op.RemoteOff, op.Len, uint64(len(r))) {
+			return nil, nil, nil, nil, fmt.Errorf("loopback: rank %d: %w: buffer %d [%d, +%d) of rank %d", t.cfg.Rank, transport.ErrInvalid, op.Remote, op.RemoteOff, op.Len, op.Peer)
+		}
+		src, dst = l.b[op.LocalOff:op.LocalOff+op.Len], r[op.RemoteOff:op.RemoteOff+op.Len]
+	}
+	if op.Kind == transport.OpWriteSignal {
+		f, ok := p.regions[op.SignalBuf]
+		if !ok || !transport.InRange(op.SignalOff, 8, uint64(len(f))) {
+			return nil, nil, nil, nil, fmt.Errorf("loopback: rank %d: %w: signal word %d:%d of rank %d", t.cfg.Rank, transport.ErrInvalid, op.SignalBuf, op.SignalOff, op.Peer)
+		}
+		flag = (*uint64)(unsafe.Pointer(&f[op.SignalOff]))
+	}
+	return p, src, dst, flag, nil
+}
+
+func (t *Transport) peerClosed(p *peer) error {
+	if atomic.LoadUint64(t.word(p.ctrl, 0)) == stateOpen {
+		return nil
+	}
+	err := fmt.Errorf("loopback: rank %d: %w: rank %d closed its transport", t.cfg.Rank, transport.ErrPeerGone, p.rank)
+	t.fail(err)
+	return err
+}
+
+// storeMax stores v into *flag unless it already holds more (release semantics: Go's
+// atomics are sequentially consistent).
+func storeMax(flag *uint64, v uint64) {
+	for {
+		old := atomic.LoadUint64(flag)
+		if old >= v || atomic.CompareAndSwapUint64(flag, old, v) {
+			return
+		}
+	}
+}
+
+func (t *Transport) apply(op *transport.Op, src, dst []byte, flag *uint64) {
+	copy(dst, src)
+	if flag != nil {
+		storeMax(flag, op.SignalValue)
+	}
+	t.comp[t.compHead%uint64(len(t.comp))] = transport.Completion{Cookie: op.Cookie}
+	t.compHead++
+}
+
+// Post implements transport.Transport. Without reordering every op is placed before Post
+// returns.
+func (t *Transport) Post(ops []transport.Op) (int, error) {
+	if err := t.Err(); err != nil {
+		return 0, err
+	}
+	if !t.connected {
+		return 0, fmt.Errorf("loopback: rank %d: %w: Post before Connect", t.cfg.Rank, transport.ErrInvalid)
+	}
+	for i := range ops {
+		op := &ops[i]
+		if t.compHead-t.compTail+uint64(len(t.pend)) >= uint64(len(t.comp)) {
+			return i, nil
+		}
+		p, src, dst, flag, err := t.check(op)
+		if err != nil {
+			return i, err
+		}
+		if err := t.peerClosed(p); err != nil {
+			return i, err
+		}
+		if t.pend != nil {
+			if len(t.pend) == cap(t.pend) {
+				return i, nil
+			}
+			var d int64
+			if t.o.maxDelay > 0 {
+				d = t.rng.Int64N(int64(t.o.maxDelay))
+			}
+			t.pend = append(t.pend, pending{op: *op, due: t.nanotime() + d})
+			continue
+		}
+		t.apply(op, src, dst, flag)
+	}
+	return len(ops), nil
+}
+
+// Poll implements transport.Transport.
+func (t *Transport) Poll(done []transport.Completion) (int, error) {
+	if err := t.Err(); err != nil {
+		return 0, err
+	}
+	if len(t.pend) > 0 {
+		t.applyDue()
+	}
+	n := 0
+	for n < len(done) && t.compTail < t.compHead {
+		done[n] = t.comp[t.compTail%uint64(len(t.comp))]
+		t.compTail++
+		n++
+	}
+	return n, nil
+}
+
+// applyDue applies the due pending ops in random order.
+func (t *Transport) applyDue() {
+	now := t.nanotime()
+	for {
+		due := 0
+		for i := range t.pend {
+			if t.pend[i].due <= now {
+				due++
+			}
+		}
+		if due == 0 {
+			return
+		}
+		k := t.rng.IntN(due)
+		for i := range t.pend {
+			if t.pend[i].due > now {
+				continue
+			}
+			if k > 0 {
+				k--
+				continue
+			}
+			op := t.pend[i].op
+			last := len(t.pend) - 1
+			t.pend[i] = t.pend[last]
+			t.pend = t.pend[:last]
+			_, src, dst, flag, err := t.check(&op)
+			if err != nil { // regions cannot vanish while connected; defensive
+				t.fail(err)
+				return
+			}
+			t.apply(&op, src, dst, flag)
+			break
+		}
+	}
+}
+
+// Close implements transport.Transport.
+func (t *Transport) Close() error {
+	t.closeOnce.Do(func() {
+		atomic.StoreUint64(t.word(t.ctrl.Bytes(), 0), stateClosed)
+		t.fail(fmt.Errorf("loopback: rank %d: %w", t.cfg.Rank, transport.ErrClosed))
+		if t.stopWatch != nil {
+			_ = t.stopWatch.Close()
+		}
+		if t.watchDone != nil {
+			<-t.watchDone
+		}
+		t.mu.Lock()
+		t.unmapPeers()
+		t.mu.Unlock()
+		_ = t.ctrl.Close()
+	})
+	return nil
+}
