@@ -23,7 +23,7 @@ GO_SOURCES := $(shell find gocore -name '*.go' -not -name 'zz_gopy_*' -not -name
 $(VENV)/.deps-stamp: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q torch==$(TORCH_VERSION) pybindgen==0.22.1 pytest==9.2.0 pytest-timeout==2.4.0 \
+	$(PIP) install -q torch==$(TORCH_VERSION) pybindgen==0.22.1 nvidia-cutlass==4.2.0.0 pytest==9.2.0 pytest-timeout==2.4.0 \
 	    numpy setuptools wheel ninja
 	touch $@
 venv: $(VENV)/.deps-stamp

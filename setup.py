@@ -50,6 +50,28 @@ def ensure_core_bundle() -> None:
         '"""gopy-generated bindings of gocore/pyapi (generated at build time; do not edit)."""\n')
 
 
+def cutlass_include_dirs() -> list[str]:
+    """CUTLASS/CuTe headers: $MKERNEL_CUTLASS_DIR (a CUTLASS checkout), else the
+    PyPI wheel nvidia-cutlass (pinned in pyproject.toml), which ships them
+    under cutlass_library/source."""
+    import importlib.util
+
+    root = os.environ.get("MKERNEL_CUTLASS_DIR")
+    if root:
+        base = Path(root)
+    else:
+        spec = importlib.util.find_spec("cutlass_library")
+        if spec is None or not spec.submodule_search_locations:
+            raise SystemExit("mkernel: building the CUDA kernels needs CUTLASS headers: "
+                             "pip install nvidia-cutlass==4.2.0.0 (or set MKERNEL_CUTLASS_DIR)")
+        base = Path(list(spec.submodule_search_locations)[0]) / "source"
+    dirs = [base / "include", base / "tools" / "util" / "include"]
+    for d in dirs:
+        if not (d / "cutlass").is_dir():
+            raise SystemExit(f"mkernel: no CUTLASS headers in {d}")
+    return [str(d) for d in dirs]
+
+
 def torch_extension() -> Extension:
     from torch.utils import cpp_extension
 
@@ -59,8 +81,14 @@ def torch_extension() -> Extension:
     with_cuda = cpp_extension.CUDA_HOME is not None and os.environ.get("MKERNEL_NO_CUDA") != "1"
     if with_cuda:
         sources += sorted(glob.glob("csrc/kernels/**/*.cu", recursive=True))
+        include_dirs += cutlass_include_dirs()
         nvcc_flags = ["-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a",
-                      "--expt-relaxed-constexpr", "-lineinfo"]
+                      "--expt-relaxed-constexpr", "-lineinfo",
+                      # CuTe's device asserts are calls: with them ptxas serializes wgmma.
+                      "-DNDEBUG",
+                      # torch disables the half/bf16 operators that CUTLASS relies on.
+                      "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
+                      "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__"]
         return cpp_extension.CUDAExtension(
             "mkernel._C", sources, include_dirs=include_dirs, py_limited_api=True,
             define_macros=[("MKERNEL_WITH_CUDA", "1")],

@@ -10,6 +10,7 @@
 
 #include <tuple>
 
+#include "gemm_engine.h"
 #include "ops_validation.h"
 
 namespace mkernel {
@@ -36,18 +37,26 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_meta(const at::Tensor& x, const at::T
   return {out, gathered};
 }
 
+// At world size 1 there is nothing to gather: the op is a GEMM (and a copy of x).
+std::tuple<at::Tensor, at::Tensor> world_one(const at::Tensor& out, const at::Tensor& x,
+                                             bool return_gathered) {
+  return {out, return_gathered ? x.clone() : x.new_empty({0})};
+}
+
 std::tuple<at::Tensor, at::Tensor> ag_gemm_cpu(const at::Tensor& x, const at::Tensor& w,
                                                int64_t group, int64_t world_size,
-                                               bool /*return_gathered*/) {
+                                               bool return_gathered) {
   validate_ag_gemm(x, w, group, world_size);
+  if (world_size == 1) return world_one(reference_gemm(x, w), x, return_gathered);
   TORCH_CHECK_NOT_IMPLEMENTED(false, kOp, ": the CPU reference kernel has not landed yet");
 }
 
 #ifdef MKERNEL_WITH_CUDA
 std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x, const at::Tensor& w,
                                                 int64_t group, int64_t world_size,
-                                                bool /*return_gathered*/) {
+                                                bool return_gathered) {
   validate_ag_gemm(x, w, group, world_size);
+  if (world_size == 1) return world_one(engine_gemm(kOp, x, w), x, return_gathered);
   TORCH_CHECK_NOT_IMPLEMENTED(false, kOp, ": the CUDA kernel has not landed yet");
 }
 #endif  // MKERNEL_WITH_CUDA

@@ -7,6 +7,7 @@
 // Holds the op's validator and its Meta, CPU-reference and CUDA kernels.
 #include <torch/library.h>
 
+#include "gemm_engine.h"
 #include "ops_validation.h"
 
 namespace mkernel {
@@ -32,6 +33,7 @@ at::Tensor gemm_ar_meta(const at::Tensor& x, const at::Tensor& w, int64_t group,
 at::Tensor gemm_ar_cpu(const at::Tensor& x, const at::Tensor& w, int64_t group,
                        int64_t world_size) {
   validate_gemm_ar(x, w, group, world_size);
+  if (world_size == 1) return reference_gemm(x, w);  // nothing to reduce
   TORCH_CHECK_NOT_IMPLEMENTED(false, kOp, ": the CPU reference kernel has not landed yet");
 }
 
@@ -39,6 +41,7 @@ at::Tensor gemm_ar_cpu(const at::Tensor& x, const at::Tensor& w, int64_t group,
 at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
                         int64_t world_size) {
   validate_gemm_ar(x, w, group, world_size);
+  if (world_size == 1) return engine_gemm(kOp, x, w);  // nothing to reduce
   TORCH_CHECK_NOT_IMPLEMENTED(false, kOp, ": the CUDA kernel has not landed yet");
 }
 #endif  // MKERNEL_WITH_CUDA

@@ -37,6 +37,10 @@ TORCH_LIBRARY(mkernel, m) {
       "ring_attention(Tensor q, Tensor k, Tensor v, int group, int world_size, "
       "bool causal=False, float? softmax_scale=None) -> (Tensor, Tensor)");
 
+  // The GEMM engine on its own (world size 1): a [M, K], b [N, K] -> a @ b.T [M, N].
+  // config: a tile configuration id (-1 = by shape); sm_count: persistent grid size (0 = all).
+  m.def("gemm(Tensor a, Tensor b, int config=-1, int sm_count=0) -> Tensor");
+
   // The Go control plane's C API table (csrc/include/mkernel/core_api.h), handed over by
   // address at import; returns the table's ABI version. See core_binding.cpp.
   m.def("_bind_core(int api_table_address) -> int");

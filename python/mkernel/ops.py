@@ -29,7 +29,9 @@ from torch import Tensor
 __all__ = [
     "Group",
     "MoeDispatchOutput",
+    "GEMM_CONFIGS",
     "ag_gemm",
+    "gemm",
     "gemm_ar",
     "gemm_rs",
     "moe_combine",
@@ -113,6 +115,34 @@ def ag_gemm(
     handle, world_size = _group_args("ag_gemm", group)
     out, gathered = torch.ops.mkernel.ag_gemm.default(x, w, handle, world_size, return_gathered)
     return (out, gathered) if return_gathered else out
+
+
+# Tile configurations of the Hopper GEMM engine (csrc/kernels/gemm/gemm_api.h, ConfigId).
+GEMM_CONFIGS: dict[str, int] = {
+    "auto": -1,
+    "coop_128x256_c2x1": 0,
+    "coop_128x128_c2x1": 1,
+    "coop_128x256_c1x2": 2,
+    "ping_64x256_c1x1": 3,
+    "coop_128x128_streamk": 4,
+    "ping_128x128_c1x2": 5,
+}
+
+
+def gemm(a: Tensor, b: Tensor, *, config: str | int = "auto", sm_count: int = 0) -> Tensor:
+    """The GEMM engine on its own: ``a @ b.T``, no communication.
+
+    Args:
+        a: ``[M, K]`` bf16/fp16 (CUDA) or any float dtype (CPU reference), contiguous.
+        b: ``[N, K]`` like ``a``; N and K multiples of 8 on CUDA.
+        config: a name from :data:`GEMM_CONFIGS` (or its id); ``"auto"`` picks by shape.
+        sm_count: SMs the persistent kernel may use (0: all the process may use).
+
+    Returns:
+        ``[M, N]`` in ``a``'s dtype (fp32 accumulation).
+    """
+    cfg = GEMM_CONFIGS[config] if isinstance(config, str) else int(config)
+    return torch.ops.mkernel.gemm.default(a, b, cfg, sm_count)
 
 
 def gemm_rs(x: Tensor, w: Tensor, *, group: Group | None = None) -> Tensor:

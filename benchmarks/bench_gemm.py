@@ -1,0 +1,83 @@
+"""GEMM engine vs cuBLAS (torch.matmul), side by side in one process.
+
+For every shape of issue #4 (M×N×K, D = A·Bᵀ, bf16) and each engine config,
+CUDA-event medians over rotated input sets; writes JSON under results/ with
+the cuBLAS figure, the engine's best config and auto, and the ratios.
+
+    python benchmarks/bench_gemm.py [--quick] [--out-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from common import commit, cuda_median_ms, device_info, write_result  # noqa: E402
+
+import mkernel  # noqa: E402
+from mkernel.ops import GEMM_CONFIGS  # noqa: E402
+
+SHAPES = [  # (M, N, K)
+    (8192, 8192, 8192), (8192, 7168, 8192), (16384, 7168, 8192), (8192, 8192, 3584),
+    (4096, 3584, 8192), (1024, 8192, 3584), (128, 8192, 3584), (3000, 8192, 3584),  # last: ragged M
+]
+
+
+def input_sets(m: int, n: int, k: int, dtype) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    # Enough sets that the rotation exceeds the 60 MB L2 (at least 2 sets).
+    per_set = (m * k + n * k) * 2
+    count = max(2, min(8, (256 << 20) // max(per_set, 1)))
+    return [(torch.randn(m, k, device="cuda", dtype=dtype), torch.randn(n, k, device="cuda", dtype=dtype))
+            for _ in range(count)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer iterations")
+    ap.add_argument("--iters", type=int, default=30)
+    args = ap.parse_args()
+    iters = 10 if args.quick else args.iters
+    dtype = torch.bfloat16
+    rows = []
+    for m, n, k in SHAPES:
+        sets = input_sets(m, n, k, dtype)
+        flops = 2.0 * m * n * k
+        res = {"m": m, "n": n, "k": k}
+        cublas = cuda_median_ms([lambda a=a, b=b: torch.matmul(a, b.T) for a, b in sets], iters=iters)
+        res["cublas"] = dict(cublas, tflops=flops / cublas["median_ms"] / 1e9)
+        res["configs"] = {}
+        for name in GEMM_CONFIGS:
+            try:
+                t = cuda_median_ms([lambda a=a, b=b: mkernel.gemm(a, b, config=name) for a, b in sets], iters=iters)
+            except RuntimeError as e:
+                res["configs"][name] = {"error": str(e).splitlines()[0]}
+                continue
+            res["configs"][name] = dict(t, tflops=flops / t["median_ms"] / 1e9,
+                                        ratio_vs_cublas=cublas["median_ms"] / t["median_ms"])
+        ok = {k2: v for k2, v in res["configs"].items() if "median_ms" in v and k2 != "auto"}
+        best = min(ok, key=lambda c: ok[c]["median_ms"])
+        res["best_config"] = best
+        res["best_ratio"] = ok[best]["ratio_vs_cublas"]
+        res["auto_ratio"] = res["configs"].get("auto", {}).get("ratio_vs_cublas")
+        rows.append(res)
+        print(f"{m:>6}x{n:>5}x{k:>5}  cuBLAS {res['cublas']['tflops']:7.1f} TF/s  "
+              f"best {best:<22} {ok[best]['tflops']:7.1f} TF/s ({res['best_ratio']:.3f}x)  "
+              f"auto {res['auto_ratio'] or float('nan'):.3f}x", flush=True)
+        del sets
+        torch.cuda.empty_cache()
+    payload = {"benchmark": "gemm", "anchor": "cuBLAS via torch.matmul (same run)", "dtype": "bf16",
+               "commit": commit(), "device": device_info(), "timing": "CUDA events, median, rotated inputs",
+               "results": rows}
+    path = write_result("gemm", payload)
+    print(f"wrote {path}")
+    print(json.dumps({f"{r['m']}x{r['n']}x{r['k']}": {c: round(v.get('ratio_vs_cublas', 0), 3)
+                                                       for c, v in r['configs'].items()} for r in rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Shared timing and result-writing helpers for the benchmarks (data first:
+every figure goes to JSON; plots and tables are made from the JSON)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def commit() -> str:
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
+                                       cwd=Path(__file__).parent, stderr=subprocess.DEVNULL).strip()
+    except Exception:
+        return os.environ.get("MKERNEL_COMMIT", "unknown")
+
+
+def device_info() -> dict:
+    info = {"host": platform.node(), "torch": torch.__version__, "cuda": torch.version.cuda}
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        info.update(gpu=p.name, sm_count=p.multi_processor_count, capability=f"{p.major}.{p.minor}")
+    return info
+
+
+def cuda_median_ms(fns: list[Callable[[], object]], warmup: int = 10, iters: int = 30) -> dict:
+    """Median/min/p90 of CUDA-event times; fns are rotated (one per input set)
+    so repeated runs don't measure a cache-resident input."""
+    for i in range(warmup):
+        fns[i % len(fns)]()
+    torch.cuda.synchronize()
+    times = []
+    for i in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fns[i % len(fns)]()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return {"median_ms": statistics.median(times), "min_ms": times[0],
+            "p90_ms": times[int(0.9 * (len(times) - 1))], "iters": iters}
+
+
+def write_result(name: str, payload: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    gpu = (payload.get("device", {}).get("gpu") or "cpu").replace(" ", "_").lower()
+    path = RESULTS / f"{name}_{gpu}_{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(payload, indent=2))
+    return path

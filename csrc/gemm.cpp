@@ -1,0 +1,104 @@
+// mkernel.gemm: the GEMM engine as an op of its own (tests, benchmarks,
+// autotuning), plus the glue every fused op uses to reach the engine.
+//
+//   a [M, K], b [N, K]  ->  a @ b.T  [M, N]
+#include <torch/library.h>
+
+#include "gemm_engine.h"
+#include "ops_validation.h"
+
+#ifdef MKERNEL_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+
+#include "kernels/gemm/gemm_api.h"
+#endif
+
+namespace mkernel {
+namespace {
+constexpr const char* kOp = "mkernel.gemm";
+}  // namespace
+
+GemmSizes validate_gemm(const at::Tensor& a, const at::Tensor& b, int64_t config,
+                        int64_t sm_count) {
+  validation::check_linear_operands(kOp, a, "[M, K]", b, "[N, K]", "K");
+  TORCH_CHECK_VALUE(config >= -1, kOp, ": config must be -1 (by shape) or a config id, got ",
+                    config);
+  TORCH_CHECK_VALUE(sm_count >= 0, kOp, ": sm_count must be >= 0, got ", sm_count);
+  return {a.sym_size(0), b.sym_size(0), a.sym_size(1)};
+}
+
+at::Tensor reference_gemm(const at::Tensor& a, const at::Tensor& b) {
+  return at::matmul(a.to(at::kFloat), b.to(at::kFloat).t()).to(a.scalar_type());
+}
+
+#ifdef MKERNEL_WITH_CUDA
+at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b, int64_t config,
+                       int64_t sm_count) {
+  const auto& prop = *at::cuda::getCurrentDeviceProperties();
+  TORCH_CHECK(prop.major == 9 && prop.minor == 0, op,
+              ": the fused kernels need a Hopper GPU (sm_90a); this is sm_", prop.major,
+              prop.minor, " (", prop.name, ")");
+  TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, op,
+              ": the GEMM engine takes bfloat16 or float16, got ", a.scalar_type());
+  TORCH_CHECK_VALUE(config < static_cast<int64_t>(gemm::ConfigId::kNumConfigs), op,
+                    ": config must be < ", static_cast<int>(gemm::ConfigId::kNumConfigs), ", got ",
+                    config);
+  const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
+  auto out = at::empty({m, n}, a.options());
+  if (m == 0 || n == 0) return out;
+  if (k == 0) return out.zero_();
+  TORCH_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, op,
+              ": each of M, N, K must fit in int32, got ", m, ", ", n, ", ", k);
+  gemm::Problem p{a.data_ptr(), b.data_ptr(), out.data_ptr(), static_cast<int>(m),
+                  static_cast<int>(n), static_cast<int>(k),
+                  a.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
+  const auto id = static_cast<gemm::ConfigId>(config);
+  if (const char* why = gemm::can_implement(p, id)) {
+    TORCH_CHECK(false, op, ": the GEMM engine cannot run M=", m, " N=", n, " K=", k, " (",
+                gemm::config_name(id), "): ", why);
+  }
+  gemm::Launch launch;
+  launch.stream = at::cuda::getCurrentCUDAStream();
+  launch.sm_count = static_cast<int>(sm_count);
+  at::Tensor workspace;
+  if (size_t bytes = gemm::workspace_size(p, id, launch.sm_count)) {
+    workspace = at::empty({static_cast<int64_t>(bytes)}, a.options().dtype(at::kByte));
+    launch.workspace = workspace.data_ptr();
+    launch.workspace_bytes = bytes;
+  }
+  const char* reason = nullptr;
+  const cudaError_t err = gemm::run(p, id, launch, &reason);
+  TORCH_CHECK(err == cudaSuccess, op, ": GEMM launch failed (", gemm::config_name(id), "): ",
+              cudaGetErrorString(err), reason ? std::string(" / ") + reason : std::string());
+  return out;
+}
+#endif  // MKERNEL_WITH_CUDA
+
+namespace {
+
+at::Tensor gemm_meta(const at::Tensor& a, const at::Tensor& b, int64_t config, int64_t sm_count) {
+  const GemmSizes s = validate_gemm(a, b, config, sm_count);
+  return a.new_empty_symint({s.rows, s.n});
+}
+
+at::Tensor gemm_cpu(const at::Tensor& a, const at::Tensor& b, int64_t config, int64_t sm_count) {
+  validate_gemm(a, b, config, sm_count);
+  return reference_gemm(a, b);
+}
+
+#ifdef MKERNEL_WITH_CUDA
+at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, int64_t config, int64_t sm_count) {
+  validate_gemm(a, b, config, sm_count);
+  return engine_gemm(kOp, a, b, config, sm_count);
+}
+#endif  // MKERNEL_WITH_CUDA
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(mkernel, Meta, m) { m.impl("gemm", &gemm_meta); }
+TORCH_LIBRARY_IMPL(mkernel, CPU, m) { m.impl("gemm", &gemm_cpu); }
+#ifdef MKERNEL_WITH_CUDA
+TORCH_LIBRARY_IMPL(mkernel, CUDA, m) { m.impl("gemm", &gemm_cuda); }
+#endif  // MKERNEL_WITH_CUDA
+
+}  // namespace mkernel

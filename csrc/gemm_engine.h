@@ -1,0 +1,18 @@
+// Torch-facing entry to the Hopper GEMM engine (csrc/kernels/gemm): used by
+// the `gemm` op and by ag_gemm / gemm_rs / gemm_ar at world size 1.
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace mkernel {
+
+// out[M, N] = a[M, K] · b[N, K]ᵀ on the current CUDA stream. `config` is a
+// gemm::ConfigId value (-1: by shape); `sm_count` limits the persistent grid
+// (0: every SM the process may use). Errors name `op`.
+at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
+                       int64_t config = -1, int64_t sm_count = 0);
+
+// The host reference: a · bᵀ accumulated in float32, returned in a's dtype.
+at::Tensor reference_gemm(const at::Tensor& a, const at::Tensor& b);
+
+}  // namespace mkernel

@@ -1,0 +1,64 @@
+// Host API of mkernel's Hopper GEMM engine: D[M,N] = A[M,K] · B[N,K]ᵀ
+// (the torch.nn.functional.linear layout; A and B K-major, D row-major),
+// bf16/fp16 in and out, fp32 accumulation.
+//
+// Plain C++ (no torch, no CUTLASS): the torch glue (csrc/gemm.cpp) and the
+// fused ops include this; the CUTLASS instantiations implement it, one .cu per
+// (config, dtype) so builds run in parallel and a compile error names a case.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mkernel::gemm {
+
+enum class DType : int { kBF16 = 0, kFP16 = 1 };
+
+// Tile configurations shipped (see gemm_config.hpp for the shapes). kAuto
+// picks by shape (select_config).
+enum class ConfigId : int {
+  kAuto = -1,
+  kCoop128x256Cluster2x1 = 0,  // large M and N: 2 consumer warpgroups on a 128x256 tile
+  kCoop128x128Cluster2x1 = 1,  // mid sizes, more tiles for the SMs
+  kCoop128x256Cluster1x2 = 2,  // large N with few M tiles: B multicast along N... A along M
+  kPing64x256Cluster1x1 = 3,   // decode / small M: 64-row tiles, ping-pong consumers
+  kCoop128x128StreamK = 4,     // few tiles (small M, large K): stream-K balances the SMs
+  kPing128x128Cluster1x2 = 5,  // ping-pong: epilogue of one tile hides behind the other's MMA
+  kNumConfigs = 6,
+};
+
+const char* config_name(ConfigId id);
+
+struct Problem {
+  const void* a;  // [m, k], row stride k
+  const void* b;  // [n, k], row stride k
+  void* d;        // [m, n], row stride n
+  int m, n, k;    // m >= 1; n, k multiples of 8 (16-byte TMA alignment)
+  DType dtype;
+};
+
+struct Launch {
+  cudaStream_t stream = nullptr;
+  int sm_count = 0;  // CTAs of the persistent grid; 0: the device's SM count (shrinks under MPS)
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// Why a problem can't run (nullptr if it can): shapes, alignment, dtype.
+const char* can_implement(const Problem& p, ConfigId id);
+
+// Bytes of device workspace the config needs for this problem.
+size_t workspace_size(const Problem& p, ConfigId id, int sm_count);
+
+// The config used for kAuto (a shape heuristic measured on H200; see
+// benchmarks/results/gemm_*.json).
+ConfigId select_config(int m, int n, int k);
+
+// Launches on l.stream. Returns cudaSuccess or the launch error; a CUTLASS
+// status other than success maps to cudaErrorInvalidValue with the reason in
+// *reason (static string) when reason is non-null.
+cudaError_t run(const Problem& p, ConfigId id, const Launch& l, const char** reason = nullptr);
+
+}  // namespace mkernel::gemm

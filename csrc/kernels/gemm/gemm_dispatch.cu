@@ -1,0 +1,97 @@
+// Runtime → compile-time dispatch of the GEMM engine: (ConfigId, DType) to
+// the instantiation that implements it, and the shape heuristic for kAuto.
+#include <cuda_runtime.h>
+
+#include "gemm_api.h"
+
+namespace mkernel::gemm {
+namespace detail {
+#define MKERNEL_GEMM_INSTANCE(ID, DT, SUFFIX)                                  \
+  const char* can_implement_##SUFFIX(const Problem&, int);                     \
+  size_t workspace_size_##SUFFIX(const Problem&, int);                         \
+  cudaError_t run_##SUFFIX(const Problem&, const Launch&, const char**);
+#include "instances.inc"
+#undef MKERNEL_GEMM_INSTANCE
+
+struct Entry {
+  ConfigId id;
+  DType dtype;
+  const char* (*can_implement)(const Problem&, int);
+  size_t (*workspace_size)(const Problem&, int);
+  cudaError_t (*run)(const Problem&, const Launch&, const char**);
+};
+
+constexpr Entry kEntries[] = {
+#define MKERNEL_GEMM_INSTANCE(ID, DT, SUFFIX) \
+  {ID, DT, can_implement_##SUFFIX, workspace_size_##SUFFIX, run_##SUFFIX},
+#include "instances.inc"
+#undef MKERNEL_GEMM_INSTANCE
+};
+
+const Entry* find(ConfigId id, DType dt) {
+  for (const Entry& e : kEntries) {
+    if (e.id == id && e.dtype == dt) return &e;
+  }
+  return nullptr;
+}
+
+int device_sm_count() {
+  int dev = 0, sms = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  return sms;
+}
+}  // namespace detail
+
+const char* config_name(ConfigId id) {
+  switch (id) {
+    case ConfigId::kAuto: return "auto";
+    case ConfigId::kCoop128x256Cluster2x1: return "coop_128x256_c2x1";
+    case ConfigId::kCoop128x128Cluster2x1: return "coop_128x128_c2x1";
+    case ConfigId::kCoop128x256Cluster1x2: return "coop_128x256_c1x2";
+    case ConfigId::kPing64x256Cluster1x1: return "ping_64x256_c1x1";
+    case ConfigId::kCoop128x128StreamK: return "coop_128x128_streamk";
+    case ConfigId::kPing128x128Cluster1x2: return "ping_128x128_c1x2";
+    default: return "unknown";
+  }
+}
+
+ConfigId select_config(int m, int n, int k) {
+  // Placeholder until measured: small M → 64-row tiles; otherwise the big
+  // cooperative tile. Replaced by the measured table (benchmarks/results).
+  (void)k;
+  if (m <= 256) return ConfigId::kPing64x256Cluster1x1;
+  if (static_cast<long>(m) * n < 4096L * 4096L) return ConfigId::kCoop128x128Cluster2x1;
+  return ConfigId::kCoop128x256Cluster2x1;
+}
+
+static ConfigId resolve(const Problem& p, ConfigId id) {
+  return id == ConfigId::kAuto ? select_config(p.m, p.n, p.k) : id;
+}
+
+const char* can_implement(const Problem& p, ConfigId id) {
+  if (p.m < 1 || p.n < 1 || p.k < 1) return "m, n and k must be >= 1";
+  if (p.n % 8 || p.k % 8) return "n and k must be multiples of 8 (16-byte TMA alignment)";
+  const detail::Entry* e = detail::find(resolve(p, id), p.dtype);
+  if (!e) return "no such (config, dtype) instantiation";
+  return e->can_implement(p, detail::device_sm_count());
+}
+
+size_t workspace_size(const Problem& p, ConfigId id, int sm_count) {
+  const detail::Entry* e = detail::find(resolve(p, id), p.dtype);
+  if (!e) return 0;
+  return e->workspace_size(p, sm_count > 0 ? sm_count : detail::device_sm_count());
+}
+
+cudaError_t run(const Problem& p, ConfigId id, const Launch& l, const char** reason) {
+  const detail::Entry* e = detail::find(resolve(p, id), p.dtype);
+  if (!e) {
+    if (reason) *reason = "no such (config, dtype) instantiation";
+    return cudaErrorInvalidValue;
+  }
+  Launch launch = l;
+  if (launch.sm_count <= 0) launch.sm_count = detail::device_sm_count();
+  return e->run(p, launch, reason);
+}
+
+}  // namespace mkernel::gemm

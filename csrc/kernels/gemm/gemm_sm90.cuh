@@ -1,0 +1,122 @@
+// The GEMM engine's kernels for one (config, dtype): CUTLASS 3.x sm90
+// collectives (TMA loads into a multi-stage smem ring, wgmma consumer
+// warpgroups, a producer warp, persistent tile scheduler, TMA-store epilogue)
+// assembled for D = A·Bᵀ with A [M,K] K-major, B [N,K] K-major, D row-major.
+// Included only by the generated instantiations/*.cu.
+#pragma once
+
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/util/packed_stride.hpp"
+#include "gemm_config.hpp"
+
+namespace mkernel::gemm {
+
+template <DType D>
+struct ElementOf;
+template <>
+struct ElementOf<DType::kBF16> {
+  using type = cutlass::bfloat16_t;
+};
+template <>
+struct ElementOf<DType::kFP16> {
+  using type = cutlass::half_t;
+};
+
+template <ConfigId Id, DType DT>
+struct GemmSm90 {
+  using Cfg = Config<Id>;
+  using Element = typename ElementOf<DT>::type;
+  using LayoutA = cutlass::layout::RowMajor;     // A [M,K]: K contiguous
+  using LayoutB = cutlass::layout::ColumnMajor;  // B [N,K] row-major is K×N column-major
+  using LayoutD = cutlass::layout::RowMajor;
+  // 16-byte TMA alignment: 8 bf16/fp16 elements (N and K multiples of 8).
+  static constexpr int kAlign = 16 / sizeof(Element);
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::TileShape,
+      typename Cfg::ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+      void, LayoutD, kAlign,  // no C operand: D = acc
+      Element, LayoutD, kAlign, typename Cfg::EpilogueSchedule>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlign, Element,
+      LayoutB, kAlign, float, typename Cfg::TileShape, typename Cfg::ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Cfg::KernelSchedule>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>,
+                                                      CollectiveMainloop, CollectiveEpilogue,
+                                                      typename Cfg::Scheduler>;
+  using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+  static typename Device::Arguments arguments(const Problem& p, int sm_count) {
+    using StrideA = typename Kernel::StrideA;
+    using StrideB = typename Kernel::StrideB;
+    using StrideD = typename Kernel::StrideD;
+    auto sa = cutlass::make_cute_packed_stride(StrideA{}, {p.m, p.k, 1});
+    auto sb = cutlass::make_cute_packed_stride(StrideB{}, {p.n, p.k, 1});
+    auto sd = cutlass::make_cute_packed_stride(StrideD{}, {p.m, p.n, 1});
+    cutlass::KernelHardwareInfo hw;
+    hw.device_id = 0;
+    cudaGetDevice(&hw.device_id);
+    hw.sm_count = sm_count;
+    typename Device::Arguments args{
+        cutlass::gemm::GemmUniversalMode::kGemm,
+        {p.m, p.n, p.k, 1},
+        {static_cast<const Element*>(p.a), sa, static_cast<const Element*>(p.b), sb},
+        {{1.0f, 0.0f}, nullptr, sd, static_cast<Element*>(p.d), sd},
+        hw};
+    // Walk tiles along N within a band of M tiles so B stays hot in L2.
+    args.scheduler.max_swizzle_size = 8;
+    return args;
+  }
+
+  static const char* can_implement(const Problem& p, int sm_count) {
+    auto args = arguments(p, sm_count);
+    return Device::can_implement(args) == cutlass::Status::kSuccess ? nullptr
+                                                                    : "CUTLASS can_implement failed";
+  }
+
+  static size_t workspace_size(const Problem& p, int sm_count) {
+    return Device::get_workspace_size(arguments(p, sm_count));
+  }
+
+  static cudaError_t run(const Problem& p, const Launch& l, const char** reason) {
+    Device gemm;
+    auto args = arguments(p, l.sm_count);
+    cutlass::Status st = gemm.initialize(args, l.workspace, l.stream);
+    if (st != cutlass::Status::kSuccess) {
+      if (reason) *reason = cutlassGetStatusString(st);
+      return cudaErrorInvalidValue;
+    }
+    st = gemm.run(l.stream);
+    if (st != cutlass::Status::kSuccess) {
+      if (reason) *reason = cutlassGetStatusString(st);
+      cudaError_t e = cudaGetLastError();
+      return e != cudaSuccess ? e : cudaErrorLaunchFailure;
+    }
+    return cudaGetLastError();
+  }
+};
+
+}  // namespace mkernel::gemm
+
+// One instantiation = one (config, dtype): defines the entry points the
+// dispatcher (gemm_dispatch.cu) declares.
+#define MKERNEL_GEMM_INSTANTIATE(ID, DT, SUFFIX)                                              \
+  namespace mkernel::gemm::detail {                                                         \
+  const char* can_implement_##SUFFIX(const Problem& p, int sm) {                            \
+    return GemmSm90<ID, DT>::can_implement(p, sm);                                          \
+  }                                                                                         \
+  size_t workspace_size_##SUFFIX(const Problem& p, int sm) {                                \
+    return GemmSm90<ID, DT>::workspace_size(p, sm);                                         \
+  }                                                                                         \
+  cudaError_t run_##SUFFIX(const Problem& p, const Launch& l, const char** r) {             \
+    return GemmSm90<ID, DT>::run(p, l, r);                                                  \
+  }                                                                                         \
+  }
