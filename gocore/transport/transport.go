@@ -224,8 +224,8 @@ type Transport interface {
 	// len(ops) means back-pressure (a peer's queue is full): post the rest after Poll has
 	// returned completions. An error means the transport failed (see Err).
 	Post(ops []Op) (int, error)
-	// Poll fills done with finished ops, in no particular order across peers (in order per
-	// peer), and returns how many it filled; 0 when nothing finished. It never blocks.
+	// Poll fills done with finished ops, in no particular order, and returns how many it
+	// filled; 0 when nothing finished. It never blocks.
 	Poll(done []Completion) (int, error)
 
 	// Done is closed when the transport fails or is closed; Err then says why.
