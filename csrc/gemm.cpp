@@ -19,11 +19,15 @@ constexpr const char* kOp = "mkernel.gemm";
 }  // namespace
 
 GemmSizes validate_gemm(const at::Tensor& a, const at::Tensor& b, int64_t config,
-                        int64_t sm_count) {
+                        int64_t sm_count, int64_t swizzle, int64_t raster) {
   validation::check_linear_operands(kOp, a, "[M, K]", b, "[N, K]", "K");
   TORCH_CHECK_VALUE(config >= -1, kOp, ": config must be -1 (by shape) or a config id, got ",
                     config);
   TORCH_CHECK_VALUE(sm_count >= 0, kOp, ": sm_count must be >= 0, got ", sm_count);
+  TORCH_CHECK_VALUE(swizzle == 0 || swizzle == 1 || swizzle == 2 || swizzle == 4 || swizzle == 8,
+                    kOp, ": swizzle must be 0 (by shape), 1, 2, 4 or 8, got ", swizzle);
+  TORCH_CHECK_VALUE(raster >= 0 && raster <= 2, kOp,
+                    ": raster must be 0 (by shape), 1 (along M) or 2 (along N), got ", raster);
   return {a.sym_size(0), b.sym_size(0), a.sym_size(1)};
 }
 
@@ -33,7 +37,7 @@ at::Tensor reference_gemm(const at::Tensor& a, const at::Tensor& b) {
 
 #ifdef MKERNEL_WITH_CUDA
 at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b, int64_t config,
-                       int64_t sm_count) {
+                       int64_t sm_count, int64_t swizzle, int64_t raster) {
   const auto& prop = *at::cuda::getCurrentDeviceProperties();
   TORCH_CHECK(prop.major == 9 && prop.minor == 0, op,
               ": the fused kernels need a Hopper GPU (sm_90a); this is sm_", prop.major,
@@ -53,15 +57,17 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
                   static_cast<int>(n), static_cast<int>(k),
                   a.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
   const auto id = static_cast<gemm::ConfigId>(config);
-  if (const char* why = gemm::can_implement(p, id)) {
-    TORCH_CHECK(false, op, ": the GEMM engine cannot run M=", m, " N=", n, " K=", k, " (",
-                gemm::config_name(id), "): ", why);
-  }
   gemm::Launch launch;
   launch.stream = at::cuda::getCurrentCUDAStream();
   launch.sm_count = static_cast<int>(sm_count);
+  launch.swizzle = static_cast<int>(swizzle);
+  launch.raster = static_cast<int>(raster);
+  if (const char* why = gemm::can_implement(p, id, launch)) {
+    TORCH_CHECK(false, op, ": the GEMM engine cannot run M=", m, " N=", n, " K=", k, " (",
+                gemm::config_name(id), "): ", why);
+  }
   at::Tensor workspace;
-  if (size_t bytes = gemm::workspace_size(p, id, launch.sm_count)) {
+  if (size_t bytes = gemm::workspace_size(p, id, launch)) {
     workspace = at::empty({static_cast<int64_t>(bytes)}, a.options().dtype(at::kByte));
     launch.workspace = workspace.data_ptr();
     launch.workspace_bytes = bytes;
@@ -76,20 +82,23 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
 
 namespace {
 
-at::Tensor gemm_meta(const at::Tensor& a, const at::Tensor& b, int64_t config, int64_t sm_count) {
-  const GemmSizes s = validate_gemm(a, b, config, sm_count);
+at::Tensor gemm_meta(const at::Tensor& a, const at::Tensor& b, int64_t config, int64_t sm_count,
+                      int64_t swizzle, int64_t raster) {
+  const GemmSizes s = validate_gemm(a, b, config, sm_count, swizzle, raster);
   return a.new_empty_symint({s.rows, s.n});
 }
 
-at::Tensor gemm_cpu(const at::Tensor& a, const at::Tensor& b, int64_t config, int64_t sm_count) {
-  validate_gemm(a, b, config, sm_count);
+at::Tensor gemm_cpu(const at::Tensor& a, const at::Tensor& b, int64_t config, int64_t sm_count,
+                      int64_t swizzle, int64_t raster) {
+  validate_gemm(a, b, config, sm_count, swizzle, raster);
   return reference_gemm(a, b);
 }
 
 #ifdef MKERNEL_WITH_CUDA
-at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, int64_t config, int64_t sm_count) {
-  validate_gemm(a, b, config, sm_count);
-  return engine_gemm(kOp, a, b, config, sm_count);
+at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, int64_t config, int64_t sm_count,
+                      int64_t swizzle, int64_t raster) {
+  validate_gemm(a, b, config, sm_count, swizzle, raster);
+  return engine_gemm(kOp, a, b, config, sm_count, swizzle, raster);
 }
 #endif  // MKERNEL_WITH_CUDA
 

@@ -9,8 +9,10 @@ namespace mkernel {
 // out[M, N] = a[M, K] · b[N, K]ᵀ on the current CUDA stream. `config` is a
 // gemm::ConfigId value (-1: by shape); `sm_count` limits the persistent grid
 // (0: every SM the process may use). Errors name `op`.
+// `swizzle`/`raster` set the persistent scheduler's tile order (0: by shape).
 at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
-                       int64_t config = -1, int64_t sm_count = 0);
+                       int64_t config = -1, int64_t sm_count = 0, int64_t swizzle = 0,
+                       int64_t raster = 0);
 
 // The host reference: a · bᵀ accumulated in float32, returned in a's dtype.
 at::Tensor reference_gemm(const at::Tensor& a, const at::Tensor& b);

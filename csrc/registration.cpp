@@ -38,8 +38,11 @@ TORCH_LIBRARY(mkernel, m) {
       "bool causal=False, float? softmax_scale=None) -> (Tensor, Tensor)");
 
   // The GEMM engine on its own (world size 1): a [M, K], b [N, K] -> a @ b.T [M, N].
-  // config: a tile configuration id (-1 = by shape); sm_count: persistent grid size (0 = all).
-  m.def("gemm(Tensor a, Tensor b, int config=-1, int sm_count=0) -> Tensor");
+  // config: a tile configuration id (-1 = by shape); sm_count: persistent grid size (0 = all);
+  // swizzle (1/2/4/8) and raster (1 = along M, 2 = along N) order the tiles (0 = by shape).
+  m.def(
+      "gemm(Tensor a, Tensor b, int config=-1, int sm_count=0, int swizzle=0, int raster=0) "
+      "-> Tensor");
 
   // The Go control plane's C API table (csrc/include/mkernel/core_api.h), handed over by
   // address at import; returns the table's ABI version. See core_binding.cpp.

@@ -126,10 +126,13 @@ GEMM_CONFIGS: dict[str, int] = {
     "ping_64x256_c1x1": 3,
     "coop_128x128_streamk": 4,
     "ping_128x128_c1x2": 5,
+    "coop_256x128_c2x1": 6,
+    "coop_256x128_c1x2": 7,
 }
 
 
-def gemm(a: Tensor, b: Tensor, *, config: str | int = "auto", sm_count: int = 0) -> Tensor:
+def gemm(a: Tensor, b: Tensor, *, config: str | int = "auto", sm_count: int = 0, swizzle: int = 0,
+         raster: Literal["auto", "m", "n"] = "auto") -> Tensor:
     """The GEMM engine on its own: ``a @ b.T``, no communication.
 
     Args:
@@ -137,12 +140,15 @@ def gemm(a: Tensor, b: Tensor, *, config: str | int = "auto", sm_count: int = 0)
         b: ``[N, K]`` like ``a``; N and K multiples of 8 on CUDA.
         config: a name from :data:`GEMM_CONFIGS` (or its id); ``"auto"`` picks by shape.
         sm_count: SMs the persistent kernel may use (0: all the process may use).
+        swizzle: tiles per band of the persistent tile order (1, 2, 4, 8; 0: by shape).
+        raster: walk tiles along ``"m"`` or ``"n"`` within a band (``"auto"``: by shape).
 
     Returns:
         ``[M, N]`` in ``a``'s dtype (fp32 accumulation).
     """
     cfg = GEMM_CONFIGS[config] if isinstance(config, str) else int(config)
-    return torch.ops.mkernel.gemm.default(a, b, cfg, sm_count)
+    ras = {"auto": 0, "m": 1, "n": 2}[raster]
+    return torch.ops.mkernel.gemm.default(a, b, cfg, sm_count, swizzle, ras)
 
 
 def gemm_rs(x: Tensor, w: Tensor, *, group: Group | None = None) -> Tensor:

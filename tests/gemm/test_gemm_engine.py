@@ -18,7 +18,7 @@ needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs a Hopper (sm_90) GPU
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    out64, ref64 = out.double(), ref.double()
+    out64, ref64 = out.double().cpu(), ref.double().cpu()
     assert torch.isfinite(out64).all(), "non-finite output (unwritten tile?)"
     return ((out64 - ref64).norm() / ref64.norm().clamp_min(1e-30)).item()
 
@@ -60,6 +60,10 @@ def test_bad_config_named():
         torch.ops.mkernel.gemm(a, a, -7, 0)
     with pytest.raises(ValueError, match="sm_count"):
         torch.ops.mkernel.gemm(a, a, -1, -1)
+    with pytest.raises(ValueError, match="swizzle"):
+        torch.ops.mkernel.gemm(a, a, -1, 0, 3, 0)
+    with pytest.raises(ValueError, match="raster"):
+        torch.ops.mkernel.gemm(a, a, -1, 0, 0, 5)
 
 
 SHAPES = [(1, 256, 128), (7, 520, 264), (129, 1032, 512), (1000, 776, 1048), (4099, 2048, 1024)]
@@ -92,6 +96,17 @@ def test_engine_on_fewer_sms(sm_count):
     poison_next_allocation((777, 1024), torch.bfloat16, "cuda")
     out = mkernel.gemm(a, b, sm_count=sm_count)
     assert rel_err(out, reference(a, b)) < 1e-2
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("swizzle", [1, 2, 8])
+@pytest.mark.parametrize("raster", ["m", "n"])
+def test_tile_orders(swizzle, raster):
+    a = torch.randn(1500, 1024, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(2056, 1024, device="cuda", dtype=torch.bfloat16)
+    poison_next_allocation((1500, 2056), torch.bfloat16, "cuda")
+    assert rel_err(mkernel.gemm(a, b, swizzle=swizzle, raster=raster), reference(a, b)) < 1e-2
 
 
 @needs_hopper

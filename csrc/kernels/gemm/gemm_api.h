@@ -26,7 +26,9 @@ enum class ConfigId : int {
   kPing64x256Cluster1x1 = 3,   // decode / small M: 64-row tiles, ping-pong consumers
   kCoop128x128StreamK = 4,     // few tiles (small M, large K): stream-K balances the SMs
   kPing128x128Cluster1x2 = 5,  // ping-pong: epilogue of one tile hides behind the other's MMA
-  kNumConfigs = 6,
+  kCoop256x128Cluster2x1 = 6,  // 2 consumer warpgroups stacked along M (128 rows each)
+  kCoop256x128Cluster1x2 = 7,
+  kNumConfigs = 8,
 };
 
 const char* config_name(ConfigId id);
@@ -44,13 +46,17 @@ struct Launch {
   int sm_count = 0;  // CTAs of the persistent grid; 0: the device's SM count (shrinks under MPS)
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // Tile order of the persistent scheduler: tiles are walked along `raster`
+  // within bands of `swizzle` tiles so operands stay hot in L2.
+  int swizzle = 0;  // 1, 2, 4 or 8; 0: by shape
+  int raster = 0;   // 0: by shape, 1: along M, 2: along N
 };
 
 // Why a problem can't run (nullptr if it can): shapes, alignment, dtype.
-const char* can_implement(const Problem& p, ConfigId id);
+const char* can_implement(const Problem& p, ConfigId id, const Launch& l);
 
 // Bytes of device workspace the config needs for this problem.
-size_t workspace_size(const Problem& p, ConfigId id, int sm_count);
+size_t workspace_size(const Problem& p, ConfigId id, const Launch& l);
 
 // The config used for kAuto (a shape heuristic measured on H200; see
 // benchmarks/results/gemm_*.json).

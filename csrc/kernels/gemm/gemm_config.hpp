@@ -57,4 +57,11 @@ template <>
 struct Config<ConfigId::kPing128x128Cluster1x2>
     : ConfigTraits<Shape<_128, _128, _64>, Shape<_1, _2, _1>, Ping, PingEpi, Persistent> {};
 
+template <>
+struct Config<ConfigId::kCoop256x128Cluster2x1>
+    : ConfigTraits<Shape<_256, _128, _64>, Shape<_2, _1, _1>, Coop, CoopEpi, Persistent> {};
+template <>
+struct Config<ConfigId::kCoop256x128Cluster1x2>
+    : ConfigTraits<Shape<_256, _128, _64>, Shape<_1, _2, _1>, Coop, CoopEpi, Persistent> {};
+
 }  // namespace mkernel::gemm

@@ -7,8 +7,8 @@
 namespace mkernel::gemm {
 namespace detail {
 #define MKERNEL_GEMM_INSTANCE(ID, DT, SUFFIX)                                  \
-  const char* can_implement_##SUFFIX(const Problem&, int);                     \
-  size_t workspace_size_##SUFFIX(const Problem&, int);                         \
+  const char* can_implement_##SUFFIX(const Problem&, const Launch&);            \
+  size_t workspace_size_##SUFFIX(const Problem&, const Launch&);               \
   cudaError_t run_##SUFFIX(const Problem&, const Launch&, const char**);
 #include "instances.inc"
 #undef MKERNEL_GEMM_INSTANCE
@@ -16,8 +16,8 @@ namespace detail {
 struct Entry {
   ConfigId id;
   DType dtype;
-  const char* (*can_implement)(const Problem&, int);
-  size_t (*workspace_size)(const Problem&, int);
+  const char* (*can_implement)(const Problem&, const Launch&);
+  size_t (*workspace_size)(const Problem&, const Launch&);
   cudaError_t (*run)(const Problem&, const Launch&, const char**);
 };
 
@@ -52,6 +52,8 @@ const char* config_name(ConfigId id) {
     case ConfigId::kPing64x256Cluster1x1: return "ping_64x256_c1x1";
     case ConfigId::kCoop128x128StreamK: return "coop_128x128_streamk";
     case ConfigId::kPing128x128Cluster1x2: return "ping_128x128_c1x2";
+    case ConfigId::kCoop256x128Cluster2x1: return "coop_256x128_c2x1";
+    case ConfigId::kCoop256x128Cluster1x2: return "coop_256x128_c1x2";
     default: return "unknown";
   }
 }
@@ -69,18 +71,27 @@ static ConfigId resolve(const Problem& p, ConfigId id) {
   return id == ConfigId::kAuto ? select_config(p.m, p.n, p.k) : id;
 }
 
-const char* can_implement(const Problem& p, ConfigId id) {
-  if (p.m < 1 || p.n < 1 || p.k < 1) return "m, n and k must be >= 1";
-  if (p.n % 8 || p.k % 8) return "n and k must be multiples of 8 (16-byte TMA alignment)";
-  const detail::Entry* e = detail::find(resolve(p, id), p.dtype);
-  if (!e) return "no such (config, dtype) instantiation";
-  return e->can_implement(p, detail::device_sm_count());
+static Launch complete(const Launch& l) {
+  Launch out = l;
+  if (out.sm_count <= 0) out.sm_count = detail::device_sm_count();
+  return out;
 }
 
-size_t workspace_size(const Problem& p, ConfigId id, int sm_count) {
+const char* can_implement(const Problem& p, ConfigId id, const Launch& l) {
+  if (p.m < 1 || p.n < 1 || p.k < 1) return "m, n and k must be >= 1";
+  if (p.n % 8 || p.k % 8) return "n and k must be multiples of 8 (16-byte TMA alignment)";
+  if (l.swizzle != 0 && l.swizzle != 1 && l.swizzle != 2 && l.swizzle != 4 && l.swizzle != 8)
+    return "swizzle must be 0, 1, 2, 4 or 8";
+  if (l.raster < 0 || l.raster > 2) return "raster must be 0 (by shape), 1 (along M) or 2 (along N)";
+  const detail::Entry* e = detail::find(resolve(p, id), p.dtype);
+  if (!e) return "no such (config, dtype) instantiation";
+  return e->can_implement(p, complete(l));
+}
+
+size_t workspace_size(const Problem& p, ConfigId id, const Launch& l) {
   const detail::Entry* e = detail::find(resolve(p, id), p.dtype);
   if (!e) return 0;
-  return e->workspace_size(p, sm_count > 0 ? sm_count : detail::device_sm_count());
+  return e->workspace_size(p, complete(l));
 }
 
 cudaError_t run(const Problem& p, ConfigId id, const Launch& l, const char** reason) {
@@ -89,9 +100,7 @@ cudaError_t run(const Problem& p, ConfigId id, const Launch& l, const char** rea
     if (reason) *reason = "no such (config, dtype) instantiation";
     return cudaErrorInvalidValue;
   }
-  Launch launch = l;
-  if (launch.sm_count <= 0) launch.sm_count = detail::device_sm_count();
-  return e->run(p, launch, reason);
+  return e->run(p, complete(l), reason);
 }
 
 }  // namespace mkernel::gemm

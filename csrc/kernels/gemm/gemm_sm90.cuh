@@ -54,7 +54,8 @@ struct GemmSm90 {
                                                       typename Cfg::Scheduler>;
   using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
-  static typename Device::Arguments arguments(const Problem& p, int sm_count) {
+  static typename Device::Arguments arguments(const Problem& p, const Launch& l) {
+    const int sm_count = l.sm_count;
     using StrideA = typename Kernel::StrideA;
     using StrideB = typename Kernel::StrideB;
     using StrideD = typename Kernel::StrideD;
@@ -71,24 +72,27 @@ struct GemmSm90 {
         {static_cast<const Element*>(p.a), sa, static_cast<const Element*>(p.b), sb},
         {{1.0f, 0.0f}, nullptr, sd, static_cast<Element*>(p.d), sd},
         hw};
-    // Walk tiles along N within a band of M tiles so B stays hot in L2.
-    args.scheduler.max_swizzle_size = 8;
+    using Raster = typename Kernel::TileScheduler::RasterOrderOptions;
+    args.scheduler.max_swizzle_size = l.swizzle > 0 ? l.swizzle : 8;
+    args.scheduler.raster_order = l.raster == 1   ? Raster::AlongM
+                                  : l.raster == 2 ? Raster::AlongN
+                                                  : Raster::Heuristic;
     return args;
   }
 
-  static const char* can_implement(const Problem& p, int sm_count) {
-    auto args = arguments(p, sm_count);
+  static const char* can_implement(const Problem& p, const Launch& l) {
+    auto args = arguments(p, l);
     return Device::can_implement(args) == cutlass::Status::kSuccess ? nullptr
                                                                     : "CUTLASS can_implement failed";
   }
 
-  static size_t workspace_size(const Problem& p, int sm_count) {
-    return Device::get_workspace_size(arguments(p, sm_count));
+  static size_t workspace_size(const Problem& p, const Launch& l) {
+    return Device::get_workspace_size(arguments(p, l));
   }
 
   static cudaError_t run(const Problem& p, const Launch& l, const char** reason) {
     Device gemm;
-    auto args = arguments(p, l.sm_count);
+    auto args = arguments(p, l);
     cutlass::Status st = gemm.initialize(args, l.workspace, l.stream);
     if (st != cutlass::Status::kSuccess) {
       if (reason) *reason = cutlassGetStatusString(st);
@@ -110,11 +114,11 @@ struct GemmSm90 {
 // dispatcher (gemm_dispatch.cu) declares.
 #define MKERNEL_GEMM_INSTANTIATE(ID, DT, SUFFIX)                                              \
   namespace mkernel::gemm::detail {                                                         \
-  const char* can_implement_##SUFFIX(const Problem& p, int sm) {                            \
-    return GemmSm90<ID, DT>::can_implement(p, sm);                                          \
+  const char* can_implement_##SUFFIX(const Problem& p, const Launch& l) {                   \
+    return GemmSm90<ID, DT>::can_implement(p, l);                                           \
   }                                                                                         \
-  size_t workspace_size_##SUFFIX(const Problem& p, int sm) {                                \
-    return GemmSm90<ID, DT>::workspace_size(p, sm);                                         \
+  size_t workspace_size_##SUFFIX(const Problem& p, const Launch& l) {                       \
+    return GemmSm90<ID, DT>::workspace_size(p, l);                                          \
   }                                                                                         \
   cudaError_t run_##SUFFIX(const Problem& p, const Launch& l, const char** r) {             \
     return GemmSm90<ID, DT>::run(p, l, r);                                                  \

@@ -12,6 +12,8 @@ CONFIGS = [
     "kPing64x256Cluster1x1",
     "kCoop128x128StreamK",
     "kPing128x128Cluster1x2",
+    "kCoop256x128Cluster2x1",
+    "kCoop256x128Cluster1x2",
 ]
 DTYPES = {"kBF16": "bf16", "kFP16": "fp16"}
 

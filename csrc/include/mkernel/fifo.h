@@ -1,0 +1,420 @@
+/*
+ * mkernel/fifo.h — the command FIFO between a producer (a GPU warp of a fused
+ * kernel, or a host thread of the reference backend) and the Go proxy that
+ * drains it into the network (gocore/proxy), plus the arrival-flag layout the
+ * receiving side waits on.
+ *
+ * This header is the contract: the Go side mirrors it in gocore/fifo, and a
+ * cgo test (gocore/capi/fifo_layout_test.go) checks that both see the same
+ * offsets and sizes. It compiles as C11, C++17, CUDA device code and under cgo.
+ *
+ * ── Memory ───────────────────────────────────────────────────────────────────
+ * One FIFO is one contiguous, 128-byte aligned block, mk_fifo_bytes(capacity)
+ * long: an mk_fifo_ctrl followed by `capacity` 64-byte mk_fifo_cmd slots.
+ * On a GPU machine it is host-pinned memory mapped into the device
+ * (cudaHostAlloc(cudaHostAllocMapped) / cudaHostRegister), one FIFO per
+ * (GPU, proxy thread); in the one-box emulation and in tests it is a memfd
+ * segment (gocore/transport/shm) or plain mmap. The creator (mk_fifo_init or
+ * fifo.Init in Go) zeroes it and writes the header before any producer or
+ * consumer touches it.
+ *
+ * ── Producer protocol ────────────────────────────────────────────────────────
+ *   1. ticket = fetch_add(&head, 1)                      (relaxed)
+ *   2. credit: spin while ticket - load_acquire(&tail) >= capacity, bounded:
+ *      past the timeout, REPORT (which FIFO, ticket, tail) — a GPU prints and
+ *      traps; a host thread gets MK_FIFO_TIMEOUT back, still owning the ticket.
+ *      Producers may cache tail and reload it only when the cached value
+ *      grants no credit (a GPU then reads host memory over PCIe rarely).
+ *   3. fill every field of slot[ticket & (capacity-1)] except seq;
+ *   4. store_release(&slot.seq, ticket + 1)   — LAST. Publication.
+ * A taken ticket must always be published: the consumer processes slots in
+ * ticket order and an unpublished ticket blocks every later one. A producer
+ * that cannot go on calls mk_fifo_fail, which the proxy turns into an error
+ * naming the ticket.
+ *
+ * GPU producers (one elected lane per warp does the push):
+ *   - step 1 on a device-memory counter (atomicAdd, device scope) when several
+ *     warps share a FIFO: system-scope atomics on host memory need PCIe
+ *     AtomicOps, which not every platform routes. The proxy never reads head:
+ *     it learns of work from the slots' seq words only. A host producer uses
+ *     ctrl->head.
+ *   - step 2: ld.acquire.sys.global.u64 of ctrl->tail, bounded by %globaltimer.
+ *   - step 3: plain (or vectorized st.global.v2.u64) stores to the mapped slot.
+ *   - step 4: st.release.sys.global.u64 of slot->seq (equivalently
+ *     __threadfence_system() and then a volatile store). The release orders the
+ *     slot's stores, and every store the kernel made earlier to the data being
+ *     sent, before the publication is visible to the CPU.
+ * Host producers use C11 memory orders through the GCC/Clang __atomic builtins
+ * (shared by C, C++ and cgo; <stdatomic.h>'s _Atomic is not C++):
+ * mk_fifo_push() below.
+ *
+ * ── Consumer protocol (the proxy; one consumer per FIFO) ─────────────────────
+ *   1. pos = its private copy of tail;
+ *      if load_acquire(&slot[pos & mask].seq) != pos + 1: nothing new;
+ *   2. copy the command out and process it (post it to the transport);
+ *   3. store_release(&tail, pos + 1) — the slot may be reused: credit returns.
+ *      (Several commands may be consumed before one tail store.)
+ *   4. when commands finish (the transport completed them; fences and
+ *      barriers resolved), store_release(&done, n) where n is the number of
+ *      commands finished IN TICKET ORDER: a producer that waits for
+ *      done > ticket may reuse the command's source memory.
+ * The proxy consumes a command only when the network has room for it
+ * (per-peer limits on commands and bytes in flight); otherwise it leaves it
+ * in the ring, the ring fills, and producers wait for credit in step 2. That
+ * chain — network credit, then ring credit — is the flow control: no fast
+ * producer can overrun the ring or the network.
+ *
+ * ── Commands ─────────────────────────────────────────────────────────────────
+ *   WRITE         copy [local_buf, local_off, bytes) here into
+ *                 [remote_buf, remote_off, bytes) on rank `peer`.
+ *   WRITE_SIGNAL  WRITE, then store arrival_seq into the peer's arrival flag
+ *                 `arrival_slot` — visible only after the data is complete
+ *                 there (and after every earlier command to that peer). bytes
+ *                 may be 0: a pure signal.
+ *   FENCE         later commands to `peer` (MK_FIFO_PEER_ALL: to any peer)
+ *                 are not started until every earlier one to it is complete at
+ *                 the peer. On transports that keep order it costs nothing.
+ *   BARRIER       a FENCE on all peers, then a signal of arrival_seq into flag
+ *                 slot (arrival_slot + my_rank) of every peer; a rank has
+ *                 passed the barrier when slots arrival_slot + r hold
+ *                 >= arrival_seq for every other rank r.
+ * Buffer ids name regions registered with the transport on every rank
+ * (symmetric ids); offsets and bytes are in bytes. The arrival_seq values a
+ * producer uses for one flag must increase: they are the device-side
+ * sequence numbers (epochs) that make back-to-back launches and CUDA graphs
+ * work without host involvement.
+ *
+ * ── Arrival flags (receiver side) ────────────────────────────────────────────
+ * An array of uint64_t words, 8-byte aligned, in a registered buffer (the
+ * proxy's flag buffer id, the same on every rank); slot s is the word at byte
+ * 8*s. A transport stores a signal's value after the data is complete, with
+ * release semantics and never lowering a word (stores max). A receiver waits
+ * with acquire loads until flag >= seq (GPU: ld.acquire.sys; host:
+ * mk_fifo_flag_wait) — then the data is there. Flags are never reset: the
+ * sequence keeps growing.
+ */
+#ifndef MKERNEL_FIFO_H_
+#define MKERNEL_FIFO_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#if !defined(__CUDA_ARCH__)
+#include <time.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MK_FIFO_MAGIC 0x4f464b4du /* "MKFO" little endian */
+#define MK_FIFO_VERSION 1u
+#define MK_FIFO_CMD_BYTES 64u       /* sizeof(mk_fifo_cmd) */
+#define MK_FIFO_LINE_BYTES 128u     /* control words live this far apart (two x86 lines: no prefetch sharing) */
+#define MK_FIFO_ALIGN 128u          /* alignment of a FIFO block */
+#define MK_FIFO_FLAG_BYTES 8u       /* one arrival flag word */
+#define MK_FIFO_PEER_ALL 0xffffu    /* FENCE on every peer */
+#define MK_FIFO_MAX_CAPACITY (1u << 20)
+
+/* Command kinds. 0 is never valid: a zeroed slot is not a command. */
+enum mk_fifo_kind {
+  MK_FIFO_WRITE = 1,
+  MK_FIFO_WRITE_SIGNAL = 2,
+  MK_FIFO_FENCE = 3,
+  MK_FIFO_BARRIER = 4,
+};
+
+/* Clock domain of mk_fifo_cmd.enqueue_ns (mk_fifo_ctrl.clock). */
+enum mk_fifo_clock {
+  MK_FIFO_CLOCK_NONE = 0,      /* no timestamps */
+  MK_FIFO_CLOCK_MONOTONIC = 1, /* host CLOCK_MONOTONIC, ns */
+  MK_FIFO_CLOCK_GLOBALTIMER = 2, /* GPU %globaltimer, ns (unix epoch on current drivers) */
+};
+
+/* mk_fifo_ctrl.error, set by mk_fifo_fail (a producer) or by the proxy. */
+enum mk_fifo_error {
+  MK_FIFO_ERR_NONE = 0,
+  MK_FIFO_ERR_PRODUCER = 1, /* a producer gave up on a ticket (error_ticket) */
+  MK_FIFO_ERR_PROXY = 2,    /* the proxy failed: a peer is gone or an op is stuck; error_peer names it */
+  MK_FIFO_ERR_CLOSED = 3,   /* the proxy was closed */
+};
+
+/* Host return codes. */
+enum mk_fifo_result {
+  MK_FIFO_OK = 0,
+  MK_FIFO_TIMEOUT = 1, /* no credit within the timeout; the ticket is still the caller's */
+  MK_FIFO_FAILED = 2,  /* ctrl->error is set: the FIFO is dead, stop producing */
+};
+
+/* One command: 64 bytes, one cache line, naturally aligned fields. */
+typedef struct mk_fifo_cmd {
+  uint64_t seq;          /*  0: ticket + 1 once published (store-release, written last) */
+  uint8_t kind;          /*  8: mk_fifo_kind */
+  uint8_t flags;         /*  9: reserved, 0 */
+  uint16_t peer;         /* 10: destination rank, or MK_FIFO_PEER_ALL (FENCE) */
+  uint32_t arrival_slot; /* 12: flag slot at the peer (WRITE_SIGNAL, BARRIER) */
+  uint32_t local_buf;    /* 16: source buffer id */
+  uint32_t remote_buf;   /* 20: destination buffer id */
+  uint64_t local_off;    /* 24: source offset, bytes */
+  uint64_t remote_off;   /* 32: destination offset, bytes */
+  uint64_t bytes;        /* 40: length, bytes */
+  uint64_t arrival_seq;  /* 48: value stored into the arrival flag */
+  uint64_t enqueue_ns;   /* 56: producer's timestamp, in mk_fifo_ctrl.clock's domain */
+} mk_fifo_cmd;
+
+/* The control block: five 128-byte lines, each written by one side only. */
+typedef struct mk_fifo_ctrl {
+  /* line 0: written once by the creator */
+  uint32_t magic;     /* MK_FIFO_MAGIC */
+  uint16_t version;   /* MK_FIFO_VERSION */
+  uint16_t cmd_bytes; /* MK_FIFO_CMD_BYTES */
+  uint32_t capacity;  /* slots, a power of two <= MK_FIFO_MAX_CAPACITY */
+  uint32_t clock;     /* mk_fifo_clock of enqueue_ns */
+  uint8_t pad0[MK_FIFO_LINE_BYTES - 16];
+  /* line 1: producers */
+  uint64_t head; /* next ticket (host producers; GPU producers may keep their own) */
+  uint8_t pad1[MK_FIFO_LINE_BYTES - 8];
+  /* line 2: consumer */
+  uint64_t tail; /* commands consumed: slots of tickets < tail + capacity are free */
+  uint8_t pad2[MK_FIFO_LINE_BYTES - 8];
+  /* line 3: consumer */
+  uint64_t done; /* commands finished in ticket order: their source memory is free */
+  uint8_t pad3[MK_FIFO_LINE_BYTES - 8];
+  /* line 4: failure, written once by whoever fails first (compare-and-swap on error) */
+  uint32_t error;        /* mk_fifo_error */
+  uint32_t error_peer;   /* the peer rank involved, or UINT32_MAX */
+  uint64_t error_ticket; /* the ticket involved */
+  uint8_t pad4[MK_FIFO_LINE_BYTES - 16];
+} mk_fifo_ctrl;
+
+#ifdef __cplusplus
+#define MK_FIFO_STATIC_ASSERT(c, m) static_assert(c, m)
+#else
+#define MK_FIFO_STATIC_ASSERT(c, m) _Static_assert(c, m)
+#endif
+MK_FIFO_STATIC_ASSERT(sizeof(mk_fifo_cmd) == MK_FIFO_CMD_BYTES, "mk_fifo_cmd must be exactly 64 bytes: fix the field list, not the constant");
+MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_cmd, seq) == 0, "seq must be the slot's first word");
+MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_cmd, kind) == 8 && offsetof(mk_fifo_cmd, peer) == 10, "mk_fifo_cmd header moved");
+MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_cmd, arrival_slot) == 12 && offsetof(mk_fifo_cmd, local_buf) == 16, "mk_fifo_cmd ids moved");
+MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_cmd, local_off) == 24 && offsetof(mk_fifo_cmd, remote_off) == 32, "mk_fifo_cmd offsets moved");
+MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_cmd, bytes) == 40 && offsetof(mk_fifo_cmd, arrival_seq) == 48, "mk_fifo_cmd lengths moved");
+MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_cmd, enqueue_ns) == 56, "mk_fifo_cmd timestamp moved");
+MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_ctrl, head) == 1 * MK_FIFO_LINE_BYTES, "head must start line 1");
+MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_ctrl, tail) == 2 * MK_FIFO_LINE_BYTES, "tail must start line 2");
+MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_ctrl, done) == 3 * MK_FIFO_LINE_BYTES, "done must start line 3");
+MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_ctrl, error) == 4 * MK_FIFO_LINE_BYTES, "error must start line 4");
+MK_FIFO_STATIC_ASSERT(sizeof(mk_fifo_ctrl) == 5 * MK_FIFO_LINE_BYTES, "mk_fifo_ctrl is five lines");
+
+/* Bytes of a FIFO of `capacity` slots. */
+#define MK_FIFO_BYTES(capacity) (sizeof(mk_fifo_ctrl) + (size_t)(capacity) * sizeof(mk_fifo_cmd))
+
+/* The slots follow the control block. */
+#if defined(__CUDACC__)
+#define MK_FIFO_FN static inline __host__ __device__
+#else
+#define MK_FIFO_FN static inline
+#endif
+
+MK_FIFO_FN mk_fifo_cmd* mk_fifo_slots(mk_fifo_ctrl* c) { return (mk_fifo_cmd*)(void*)(c + 1); }
+MK_FIFO_FN mk_fifo_cmd* mk_fifo_slot(mk_fifo_ctrl* c, uint64_t ticket) {
+  return mk_fifo_slots(c) + (ticket & (uint64_t)(c->capacity - 1u));
+}
+
+/* ── Host side: C11 memory orders through the __atomic builtins ──────────── */
+#if !defined(__CUDA_ARCH__)
+
+static inline uint64_t mk_fifo_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void mk_fifo_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+/* Initialise a zeroed block of MK_FIFO_BYTES(capacity) bytes (capacity: a power
+ * of two). Returns 0, or -1 for a bad capacity. Call before sharing it. */
+static inline int mk_fifo_init(mk_fifo_ctrl* c, uint32_t capacity, uint32_t clock) {
+  if (capacity == 0 || (capacity & (capacity - 1u)) != 0 || capacity > MK_FIFO_MAX_CAPACITY) return -1;
+  c->version = MK_FIFO_VERSION;
+  c->cmd_bytes = MK_FIFO_CMD_BYTES;
+  c->capacity = capacity;
+  c->clock = clock;
+  __atomic_store_n(&c->magic, MK_FIFO_MAGIC, __ATOMIC_RELEASE);
+  return 0;
+}
+
+/* Mark the FIFO failed (first caller wins); producers and the proxy stop. */
+static inline void mk_fifo_fail(mk_fifo_ctrl* c, uint32_t error, uint32_t peer, uint64_t ticket) {
+  uint32_t none = MK_FIFO_ERR_NONE;
+  c->error_peer = peer;
+  c->error_ticket = ticket;
+  __atomic_compare_exchange_n(&c->error, &none, error, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
+
+static inline uint32_t mk_fifo_error(const mk_fifo_ctrl* c) { return __atomic_load_n(&c->error, __ATOMIC_ACQUIRE); }
+
+/* Step 2: wait until `ticket` has a free slot. */
+static inline int mk_fifo_wait_credit(const mk_fifo_ctrl* c, uint64_t ticket, uint64_t timeout_ns) {
+  uint64_t start = 0;
+  for (uint32_t spin = 0;; ++spin) {
+    if (ticket - __atomic_load_n(&c->tail, __ATOMIC_ACQUIRE) < c->capacity) return MK_FIFO_OK;
+    if (mk_fifo_error(c) != MK_FIFO_ERR_NONE) return MK_FIFO_FAILED;
+    if ((spin & 255u) == 255u) {
+      uint64_t now = mk_fifo_now_ns();
+      if (start == 0) start = now;
+      else if (now - start > timeout_ns) return MK_FIFO_TIMEOUT;
+    }
+    mk_fifo_pause();
+  }
+}
+
+/* Steps 3 and 4: fill the ticket's slot from *cmd (cmd->seq ignored) and publish. */
+static inline void mk_fifo_publish(mk_fifo_ctrl* c, uint64_t ticket, const mk_fifo_cmd* cmd) {
+  mk_fifo_cmd* s = mk_fifo_slot(c, ticket);
+  s->kind = cmd->kind;
+  s->flags = cmd->flags;
+  s->peer = cmd->peer;
+  s->arrival_slot = cmd->arrival_slot;
+  s->local_buf = cmd->local_buf;
+  s->remote_buf = cmd->remote_buf;
+  s->local_off = cmd->local_off;
+  s->remote_off = cmd->remote_off;
+  s->bytes = cmd->bytes;
+  s->arrival_seq = cmd->arrival_seq;
+  s->enqueue_ns = cmd->enqueue_ns;
+  __atomic_store_n(&s->seq, ticket + 1u, __ATOMIC_RELEASE);
+}
+
+/* The whole producer protocol for a host thread. On MK_FIFO_OK *ticket is the
+ * command's ticket. On MK_FIFO_TIMEOUT the caller still owns *ticket: call
+ * mk_fifo_push_resume to keep waiting, or mk_fifo_fail — never drop it. */
+static inline int mk_fifo_push(mk_fifo_ctrl* c, const mk_fifo_cmd* cmd, uint64_t timeout_ns, uint64_t* ticket) {
+  if (mk_fifo_error(c) != MK_FIFO_ERR_NONE) return MK_FIFO_FAILED;
+  *ticket = __atomic_fetch_add(&c->head, 1u, __ATOMIC_RELAXED);
+  int rc = mk_fifo_wait_credit(c, *ticket, timeout_ns);
+  if (rc == MK_FIFO_OK) mk_fifo_publish(c, *ticket, cmd);
+  return rc;
+}
+
+static inline int mk_fifo_push_resume(mk_fifo_ctrl* c, const mk_fifo_cmd* cmd, uint64_t timeout_ns, uint64_t ticket) {
+  int rc = mk_fifo_wait_credit(c, ticket, timeout_ns);
+  if (rc == MK_FIFO_OK) mk_fifo_publish(c, ticket, cmd);
+  return rc;
+}
+
+/* Wait until command `ticket` and all before it finished (its source memory is free). */
+static inline int mk_fifo_wait_done(const mk_fifo_ctrl* c, uint64_t ticket, uint64_t timeout_ns) {
+  uint64_t start = 0;
+  for (uint32_t spin = 0;; ++spin) {
+    if (__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) > ticket) return MK_FIFO_OK;
+    if (mk_fifo_error(c) != MK_FIFO_ERR_NONE) return MK_FIFO_FAILED;
+    if ((spin & 255u) == 255u) {
+      uint64_t now = mk_fifo_now_ns();
+      if (start == 0) start = now;
+      else if (now - start > timeout_ns) return MK_FIFO_TIMEOUT;
+    }
+    mk_fifo_pause();
+  }
+}
+
+/* Receiver: wait until arrival flag word *flag holds >= seq (acquire). */
+static inline int mk_fifo_flag_wait(const uint64_t* flag, uint64_t seq, uint64_t timeout_ns) {
+  uint64_t start = 0;
+  for (uint32_t spin = 0;; ++spin) {
+    if (__atomic_load_n(flag, __ATOMIC_ACQUIRE) >= seq) return MK_FIFO_OK;
+    if ((spin & 255u) == 255u) {
+      uint64_t now = mk_fifo_now_ns();
+      if (start == 0) start = now;
+      else if (now - start > timeout_ns) return MK_FIFO_TIMEOUT;
+    }
+    mk_fifo_pause();
+  }
+}
+
+#endif /* !__CUDA_ARCH__ */
+
+/* ── Device side: a GPU warp's lane ─────────────────────────────────────────── */
+#if defined(__CUDACC__)
+
+static __device__ __forceinline__ uint64_t mk_fifo_ld_acquire_sys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+static __device__ __forceinline__ void mk_fifo_st_release_sys(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+static __device__ __forceinline__ uint64_t mk_fifo_globaltimer(void) {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/* Push one command from one thread. `c` is the device pointer of the mapped
+ * FIFO; `head` the ticket counter (device memory shared by the FIFO's warps,
+ * or &c->head where PCIe atomics are known to work); `cached_tail` the
+ * caller's cached tail (start it at 0). Past timeout_ns without credit it
+ * prints the FIFO's state and traps: a kernel never hangs silently. */
+static __device__ __forceinline__ uint64_t mk_fifo_push_device(mk_fifo_ctrl* c, unsigned long long* head,
+                                                               uint64_t* cached_tail, mk_fifo_cmd cmd,
+                                                               uint64_t timeout_ns) {
+  const uint64_t ticket = (uint64_t)atomicAdd(head, 1ull);
+  const uint32_t cap = c->capacity;
+  if (ticket - *cached_tail >= cap) {
+    const uint64_t start = mk_fifo_globaltimer();
+    for (;;) {
+      *cached_tail = mk_fifo_ld_acquire_sys(&c->tail);
+      if (ticket - *cached_tail < cap) break;
+      if (*(volatile uint32_t*)&c->error != MK_FIFO_ERR_NONE) {
+        printf("mkernel fifo: proxy failed (error %u, peer %u) while block %d thread %d waited for ticket %llu\n",
+               *(volatile uint32_t*)&c->error, *(volatile uint32_t*)&c->error_peer, (int)blockIdx.x,
+               (int)threadIdx.x, (unsigned long long)ticket);
+        __trap();
+      }
+      if (mk_fifo_globaltimer() - start > timeout_ns) {
+        printf("mkernel fifo: no credit for ticket %llu after %llu ns (tail %llu, capacity %u) in block %d thread %d\n",
+               (unsigned long long)ticket, (unsigned long long)timeout_ns, (unsigned long long)*cached_tail, cap,
+               (int)blockIdx.x, (int)threadIdx.x);
+        __trap();
+      }
+    }
+  }
+  mk_fifo_cmd* s = mk_fifo_slot(c, ticket);
+  cmd.enqueue_ns = mk_fifo_globaltimer();
+  /* Words 1..7 of the slot, then the release of word 0. */
+  const uint64_t* w = (const uint64_t*)(const void*)&cmd;
+  uint64_t* d = (uint64_t*)(void*)s;
+#pragma unroll
+  for (int i = 1; i < 8; ++i) d[i] = w[i];
+  mk_fifo_st_release_sys(&s->seq, ticket + 1u);
+  return ticket;
+}
+
+/* Receiver on the GPU: spin on an arrival flag, bounded; reports and traps. */
+static __device__ __forceinline__ void mk_fifo_flag_wait_device(const uint64_t* flag, uint64_t seq,
+                                                                uint64_t timeout_ns, int peer, uint32_t slot) {
+  const uint64_t start = mk_fifo_globaltimer();
+  uint64_t seen;
+  while ((seen = mk_fifo_ld_acquire_sys(flag)) < seq) {
+    if (mk_fifo_globaltimer() - start > timeout_ns) {
+      printf("mkernel fifo: arrival flag slot %u from peer %d holds %llu, want >= %llu after %llu ns\n", slot, peer,
+             (unsigned long long)seen, (unsigned long long)seq, (unsigned long long)timeout_ns);
+      __trap();
+    }
+  }
+}
+
+#endif /* __CUDACC__ */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MKERNEL_FIFO_H_ */
