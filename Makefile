@@ -15,7 +15,7 @@ NODES    ?= 2
 
 GO_SOURCES := $(shell find gocore -name '*.go' -not -name 'zz_gopy_*' -not -name '*_test.go') \
               $(wildcard gocore/capi/*.c gocore/capi/*.h gocore/capi/pyshim/*.h) \
-              csrc/include/mkernel/core_api.h go.mod go.sum
+              csrc/include/mkernel/core_api.h csrc/include/mkernel/fifo.h go.mod go.sum
 
 .PHONY: build venv core install test test-go test-py demo bench clean fmt vet
 

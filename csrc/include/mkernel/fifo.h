@@ -46,7 +46,8 @@
  *     sent, before the publication is visible to the CPU.
  * Host producers use C11 memory orders through the GCC/Clang __atomic builtins
  * (shared by C, C++ and cgo; <stdatomic.h>'s _Atomic is not C++):
- * mk_fifo_push() below.
+ * mk_fifo_push() below. The host helpers use POSIX clock_gettime: compile with
+ * the compilers' defaults (gnu11, g++, cgo) or -D_POSIX_C_SOURCE=200809L.
  *
  * ── Consumer protocol (the proxy; one consumer per FIFO) ─────────────────────
  *   1. pos = its private copy of tail;

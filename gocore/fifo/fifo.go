@@ -1,0 +1,363 @@
+package fifo
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// Layout constants, as in fifo.h.
+const (
+	Magic       = 0x4f464b4d
+	Version     = 1
+	CmdBytes    = 64
+	LineBytes   = 128
+	Align       = 128
+	FlagBytes   = 8
+	PeerAll     = 0xffff
+	MaxCapacity = 1 << 20
+)
+
+// Kind is a command's kind (mk_fifo_kind).
+type Kind uint8
+
+// Command kinds.
+const (
+	KindWrite       Kind = 1
+	KindWriteSignal Kind = 2
+	KindFence       Kind = 3
+	KindBarrier     Kind = 4
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindWrite:
+		return "write"
+	case KindWriteSignal:
+		return "write-signal"
+	case KindFence:
+		return "fence"
+	case KindBarrier:
+		return "barrier"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Clock is the domain of Cmd.EnqueueNS (mk_fifo_clock).
+type Clock uint32
+
+// Clock domains.
+const (
+	ClockNone        Clock = 0
+	ClockMonotonic   Clock = 1
+	ClockGlobaltimer Clock = 2
+)
+
+// Error codes of Ctrl.Error (mk_fifo_error).
+const (
+	ErrNone     = 0
+	ErrProducer = 1
+	ErrProxy    = 2
+	ErrClosed   = 3
+)
+
+// Cmd is mk_fifo_cmd.
+type Cmd struct {
+	Seq         uint64
+	Kind        Kind
+	Flags       uint8
+	Peer        uint16
+	ArrivalSlot uint32
+	LocalBuf    uint32
+	RemoteBuf   uint32
+	LocalOff    uint64
+	RemoteOff   uint64
+	Bytes       uint64
+	ArrivalSeq  uint64
+	EnqueueNS   uint64
+}
+
+// Ctrl is mk_fifo_ctrl.
+type Ctrl struct {
+	Magic    uint32
+	Version  uint16
+	CmdBytes uint16
+	Capacity uint32
+	Clock    uint32
+	_        [LineBytes - 16]byte
+
+	Head uint64
+	_    [LineBytes - 8]byte
+
+	Tail uint64
+	_    [LineBytes - 8]byte
+
+	Done uint64
+	_    [LineBytes - 8]byte
+
+	Error       uint32
+	ErrorPeer   uint32
+	ErrorTicket uint64
+	_           [LineBytes - 16]byte
+}
+
+// Bytes returns the size of a FIFO of capacity slots (MK_FIFO_BYTES).
+func Bytes(capacity int) int { return int(unsafe.Sizeof(Ctrl{})) + capacity*CmdBytes }
+
+// Sentinel errors.
+var (
+	// ErrTimeout: no credit (or no completion) within the timeout.
+	ErrTimeout = errors.New("fifo: timed out")
+	// ErrFailed: the FIFO was failed (Ctrl.Error is set).
+	ErrFailed = errors.New("fifo: failed")
+	// ErrLayout: memory that is not a FIFO of this version.
+	ErrLayout = errors.New("fifo: bad layout")
+)
+
+// Ring is a FIFO in memory the caller owns (mmap, shm, host-pinned).
+type Ring struct {
+	ctrl  *Ctrl
+	slots []Cmd
+	mask  uint64
+	mem   []byte
+}
+
+func view(mem []byte) (*Ring, error) {
+	if len(mem) < Bytes(1) {
+		return nil, fmt.Errorf("%w: %d bytes", ErrLayout, len(mem))
+	}
+	if uintptr(unsafe.Pointer(&mem[0]))%64 != 0 {
+		return nil, fmt.Errorf("%w: memory at %p is not 64-byte aligned", ErrLayout, &mem[0])
+	}
+	return &Ring{ctrl: (*Ctrl)(unsafe.Pointer(&mem[0])), mem: mem}, nil
+}
+
+// Init formats mem (zeroed, from mmap or shm) as a FIFO of capacity slots, a power of
+// two, whose enqueue timestamps are in clock's domain.
+func Init(mem []byte, capacity int, clock Clock) (*Ring, error) {
+	if capacity <= 0 || capacity&(capacity-1) != 0 || capacity > MaxCapacity {
+		return nil, fmt.Errorf("%w: capacity %d is not a power of two up to %d", ErrLayout, capacity, MaxCapacity)
+	}
+	if len(mem) < Bytes(capacity) {
+		return nil, fmt.Errorf("%w: %d bytes for %d slots, need %d", ErrLayout, len(mem), capacity, Bytes(capacity))
+	}
+	r, err := view(mem)
+	if err != nil {
+		return nil, err
+	}
+	clear(mem[:Bytes(capacity)])
+	c := r.ctrl
+	c.Version, c.CmdBytes, c.Capacity, c.Clock = Version, CmdBytes, uint32(capacity), uint32(clock)
+	atomic.StoreUint32(&c.Magic, Magic)
+	r.setSlots()
+	return r, nil
+}
+
+// Attach opens a FIFO another party initialised.
+func Attach(mem []byte) (*Ring, error) {
+	r, err := view(mem)
+	if err != nil {
+		return nil, err
+	}
+	c := r.ctrl
+	switch {
+	case atomic.LoadUint32(&c.Magic) != Magic:
+		return nil, fmt.Errorf("%w: magic %#x", ErrLayout, c.Magic)
+	case c.Version != Version || c.CmdBytes != CmdBytes:
+		return nil, fmt.Errorf("%w: version %d with %d-byte commands, want %d and %d", ErrLayout, c.Version, c.CmdBytes, Version, CmdBytes)
+	case c.Capacity == 0 || c.Capacity&(c.Capacity-1) != 0 || c.Capacity > MaxCapacity:
+		return nil, fmt.Errorf("%w: capacity %d", ErrLayout, c.Capacity)
+	case len(mem) < Bytes(int(c.Capacity)):
+		return nil, fmt.Errorf("%w: %d bytes for %d slots", ErrLayout, len(mem), c.Capacity)
+	}
+	r.setSlots()
+	return r, nil
+}
+
+func (r *Ring) setSlots() {
+	n := int(r.ctrl.Capacity)
+	r.slots = unsafe.Slice((*Cmd)(unsafe.Pointer(&r.mem[unsafe.Sizeof(Ctrl{})])), n)
+	r.mask = uint64(n - 1)
+}
+
+// Capacity returns the number of slots.
+func (r *Ring) Capacity() int { return len(r.slots) }
+
+// Clock returns the domain of the enqueue timestamps.
+func (r *Ring) Clock() Clock { return Clock(r.ctrl.Clock) }
+
+// Ctrl returns the control block (for diagnostics; use the methods to change it).
+func (r *Ring) Ctrl() *Ctrl { return r.ctrl }
+
+// Memory returns the FIFO's memory.
+func (r *Ring) Memory() []byte { return r.mem }
+
+// ---- consumer ----
+
+// Published returns the slot of ticket pos if its command is published (an acquire load
+// of its seq word), else nil. The pointer stays valid until the consumer moves the tail
+// past pos.
+func (r *Ring) Published(pos uint64) *Cmd {
+	s := &r.slots[pos&r.mask]
+	if atomic.LoadUint64(&s.Seq) != pos+1 {
+		return nil
+	}
+	return s
+}
+
+// Tail returns the consumer's progress.
+func (r *Ring) Tail() uint64 { return atomic.LoadUint64(&r.ctrl.Tail) }
+
+// SetTail releases every slot before pos to the producers.
+func (r *Ring) SetTail(pos uint64) { atomic.StoreUint64(&r.ctrl.Tail, pos) }
+
+// Done returns the number of commands finished in ticket order.
+func (r *Ring) Done() uint64 { return atomic.LoadUint64(&r.ctrl.Done) }
+
+// SetDone publishes that every command before ticket n has finished.
+func (r *Ring) SetDone(n uint64) { atomic.StoreUint64(&r.ctrl.Done, n) }
+
+// Head returns the host producers' ticket counter (0 when only GPU producers with their
+// own counters use the FIFO).
+func (r *Ring) Head() uint64 { return atomic.LoadUint64(&r.ctrl.Head) }
+
+// Depth counts published, unconsumed commands by scanning from the tail (works whatever
+// counter producers use). Diagnostics only: O(depth).
+func (r *Ring) Depth() int {
+	t := r.Tail()
+	n := 0
+	for n < len(r.slots) && r.Published(t+uint64(n)) != nil {
+		n++
+	}
+	return n
+}
+
+// Fail marks the FIFO failed (first caller wins) so producers stop.
+func (r *Ring) Fail(code, peer uint32, ticket uint64) {
+	c := r.ctrl
+	if atomic.LoadUint32(&c.Error) != ErrNone {
+		return
+	}
+	atomic.StoreUint32(&c.ErrorPeer, peer)
+	atomic.StoreUint64(&c.ErrorTicket, ticket)
+	atomic.CompareAndSwapUint32(&c.Error, ErrNone, code)
+}
+
+// Failure returns the error code, peer and ticket Fail recorded; code ErrNone if none.
+func (r *Ring) Failure() (code, peer uint32, ticket uint64) {
+	c := r.ctrl
+	code = atomic.LoadUint32(&c.Error)
+	return code, atomic.LoadUint32(&c.ErrorPeer), atomic.LoadUint64(&c.ErrorTicket)
+}
+
+// ---- host producer ----
+
+// Push runs the host producer protocol: take a ticket, wait (bounded) for credit, fill
+// the slot from cmd (its Seq is ignored), publish. On ErrTimeout the caller still owns
+// ticket: call Resume, or Fail — never drop it. Push does not allocate.
+func (r *Ring) Push(cmd *Cmd, timeout time.Duration) (ticket uint64, err error) {
+	if atomic.LoadUint32(&r.ctrl.Error) != ErrNone {
+		return 0, ErrFailed
+	}
+	ticket = atomic.AddUint64(&r.ctrl.Head, 1) - 1
+	return ticket, r.Resume(cmd, ticket, timeout)
+}
+
+// Resume waits for credit for a ticket Push returned with ErrTimeout, then publishes.
+func (r *Ring) Resume(cmd *Cmd, ticket uint64, timeout time.Duration) error {
+	if err := r.waitCredit(ticket, timeout); err != nil {
+		return err
+	}
+	r.publish(cmd, ticket)
+	return nil
+}
+
+// TryPush publishes cmd only if a slot is free right now; it never blocks and never
+// leaves a ticket behind (it claims with compare-and-swap). ok is false when the FIFO is
+// full.
+func (r *Ring) TryPush(cmd *Cmd) (ticket uint64, ok bool, err error) {
+	c := r.ctrl
+	for {
+		if atomic.LoadUint32(&c.Error) != ErrNone {
+			return 0, false, ErrFailed
+		}
+		h := atomic.LoadUint64(&c.Head)
+		if h-atomic.LoadUint64(&c.Tail) >= uint64(len(r.slots)) {
+			return 0, false, nil
+		}
+		if atomic.CompareAndSwapUint64(&c.Head, h, h+1) {
+			r.publish(cmd, h)
+			return h, true, nil
+		}
+	}
+}
+
+func (r *Ring) waitCredit(ticket uint64, timeout time.Duration) error {
+	return spinUntil(timeout, func() (bool, error) {
+		if ticket-atomic.LoadUint64(&r.ctrl.Tail) < uint64(len(r.slots)) {
+			return true, nil
+		}
+		if atomic.LoadUint32(&r.ctrl.Error) != ErrNone {
+			return false, ErrFailed
+		}
+		return false, nil
+	})
+}
+
+func (r *Ring) publish(cmd *Cmd, ticket uint64) {
+	s := &r.slots[ticket&r.mask]
+	// Every field but Seq, then the release of Seq (the consumer reads Seq atomically).
+	s.Kind, s.Flags, s.Peer, s.ArrivalSlot = cmd.Kind, cmd.Flags, cmd.Peer, cmd.ArrivalSlot
+	s.LocalBuf, s.RemoteBuf, s.LocalOff, s.RemoteOff = cmd.LocalBuf, cmd.RemoteBuf, cmd.LocalOff, cmd.RemoteOff
+	s.Bytes, s.ArrivalSeq, s.EnqueueNS = cmd.Bytes, cmd.ArrivalSeq, cmd.EnqueueNS
+	atomic.StoreUint64(&s.Seq, ticket+1)
+}
+
+// WaitDone waits until command ticket and every earlier one finished.
+func (r *Ring) WaitDone(ticket uint64, timeout time.Duration) error {
+	return spinUntil(timeout, func() (bool, error) {
+		if atomic.LoadUint64(&r.ctrl.Done) > ticket {
+			return true, nil
+		}
+		if atomic.LoadUint32(&r.ctrl.Error) != ErrNone {
+			return false, ErrFailed
+		}
+		return false, nil
+	})
+}
+
+// spinUntil polls cond, yielding the processor now and then, until it is true, fails, or
+// timeout passes (ErrTimeout).
+func spinUntil(timeout time.Duration, cond func() (bool, error)) error {
+	var deadline time.Time
+	for i := 0; ; i++ {
+		ok, err := cond()
+		if ok || err != nil {
+			return err
+		}
+		if i&255 == 255 {
+			now := time.Now()
+			if deadline.IsZero() {
+				deadline = now.Add(timeout)
+			} else if now.After(deadline) {
+				return ErrTimeout
+			}
+			runtime.Gosched()
+		}
+	}
+}
+
+// ---- arrival flags ----
+
+// Flag returns arrival flag word slot of a flag array.
+func Flag(flags []byte, slot int) *uint64 {
+	return (*uint64)(unsafe.Pointer(&flags[slot*FlagBytes]))
+}
+
+// WaitFlag waits until *flag >= seq (acquire loads).
+func WaitFlag(flag *uint64, seq uint64, timeout time.Duration) error {
+	return spinUntil(timeout, func() (bool, error) { return atomic.LoadUint64(flag) >= seq, nil })
+}
