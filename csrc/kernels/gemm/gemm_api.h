@@ -58,8 +58,14 @@ const char* can_implement(const Problem& p, ConfigId id, const Launch& l);
 // Bytes of device workspace the config needs for this problem.
 size_t workspace_size(const Problem& p, ConfigId id, const Launch& l);
 
-// The config used for kAuto (a shape heuristic measured on H200; see
-// benchmarks/results/gemm_*.json).
+// What kAuto runs: a config and a tile order, from a shape heuristic fitted to
+// H200 measurements (benchmarks/results/gemm_*.json).
+struct Plan {
+  ConfigId config;
+  int swizzle;
+  int raster;
+};
+Plan select_plan(int m, int n, int k, int sm_count);
 ConfigId select_config(int m, int n, int k);
 
 // Launches on l.stream. Returns cudaSuccess or the launch error; a CUTLASS

@@ -58,17 +58,40 @@ const char* config_name(ConfigId id) {
   }
 }
 
-ConfigId select_config(int m, int n, int k) {
-  // Placeholder until measured: small M → 64-row tiles; otherwise the big
-  // cooperative tile. Replaced by the measured table (benchmarks/results).
-  (void)k;
-  if (m <= 256) return ConfigId::kPing64x256Cluster1x1;
-  if (static_cast<long>(m) * n < 4096L * 4096L) return ConfigId::kCoop128x128Cluster2x1;
-  return ConfigId::kCoop128x256Cluster2x1;
+Plan select_plan(int m, int n, int k, int sm_count) {
+  // Fitted to the sweep of benchmarks/results/gemm_nvidia_h200_20261129-114436.json
+  // (8 shapes x 8 configs x 6 tile orders, H200, 132 SMs); a cached per-shape
+  // autotune replaces it later.
+  if (sm_count < 2) return {ConfigId::kPing64x256Cluster1x1, 1, 1};  // clusters need 2 SMs
+  if (m <= 1024) return {ConfigId::kPing64x256Cluster1x1, 1, 1};
+  const long tiles = static_cast<long>((m + 127) / 128) * ((n + 255) / 256);
+  const double waves = static_cast<double>(tiles) / sm_count;
+  const double last = waves - static_cast<long>(waves);
+  // A few waves with a thin last one: halve the tile to even the waves out.
+  if (waves < 4.0 && last > 0.0 && last < 0.5) return {ConfigId::kCoop128x128Cluster2x1, 4, 2};
+  if (k <= 4096) return {ConfigId::kCoop256x128Cluster2x1, 8, 2};
+  return {ConfigId::kCoop128x256Cluster2x1, 1, 1};
 }
 
-static ConfigId resolve(const Problem& p, ConfigId id) {
-  return id == ConfigId::kAuto ? select_config(p.m, p.n, p.k) : id;
+ConfigId select_config(int m, int n, int k) {
+  return select_plan(m, n, k, detail::device_sm_count()).config;
+}
+
+static int cluster_size(ConfigId id) {
+  switch (id) {
+    case ConfigId::kPing64x256Cluster1x1:
+    case ConfigId::kCoop128x128StreamK: return 1;
+    default: return 2;
+  }
+}
+
+// kAuto → the planned config, and the plan's tile order where the caller left it open.
+static ConfigId resolve(const Problem& p, ConfigId id, Launch* l) {
+  if (id != ConfigId::kAuto) return id;
+  const Plan plan = select_plan(p.m, p.n, p.k, l->sm_count);
+  if (l->swizzle == 0) l->swizzle = plan.swizzle;
+  if (l->raster == 0) l->raster = plan.raster;
+  return plan.config;
 }
 
 static Launch complete(const Launch& l) {
@@ -83,24 +106,29 @@ const char* can_implement(const Problem& p, ConfigId id, const Launch& l) {
   if (l.swizzle != 0 && l.swizzle != 1 && l.swizzle != 2 && l.swizzle != 4 && l.swizzle != 8)
     return "swizzle must be 0, 1, 2, 4 or 8";
   if (l.raster < 0 || l.raster > 2) return "raster must be 0 (by shape), 1 (along M) or 2 (along N)";
-  const detail::Entry* e = detail::find(resolve(p, id), p.dtype);
+  Launch launch = complete(l);
+  const ConfigId cfg = resolve(p, id, &launch);
+  if (launch.sm_count < cluster_size(cfg)) return "this config's thread-block cluster needs 2 SMs";
+  const detail::Entry* e = detail::find(cfg, p.dtype);
   if (!e) return "no such (config, dtype) instantiation";
-  return e->can_implement(p, complete(l));
+  return e->can_implement(p, launch);
 }
 
 size_t workspace_size(const Problem& p, ConfigId id, const Launch& l) {
-  const detail::Entry* e = detail::find(resolve(p, id), p.dtype);
+  Launch launch = complete(l);
+  const detail::Entry* e = detail::find(resolve(p, id, &launch), p.dtype);
   if (!e) return 0;
-  return e->workspace_size(p, complete(l));
+  return e->workspace_size(p, launch);
 }
 
 cudaError_t run(const Problem& p, ConfigId id, const Launch& l, const char** reason) {
-  const detail::Entry* e = detail::find(resolve(p, id), p.dtype);
+  Launch launch = complete(l);
+  const detail::Entry* e = detail::find(resolve(p, id, &launch), p.dtype);
   if (!e) {
     if (reason) *reason = "no such (config, dtype) instantiation";
     return cudaErrorInvalidValue;
   }
-  return e->run(p, complete(l), reason);
+  return e->run(p, launch, reason);
 }
 
 }  // namespace mkernel::gemm
