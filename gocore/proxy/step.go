@@ -120,7 +120,7 @@ func (p *Proxy) post() bool {
 }
 
 func (p *Proxy) failTransport(err error) {
-	p.fail(fifo.ErrProxy, -1, p.done, fmt.Errorf("proxy: rank %d: transport %s: %w", p.cfg.Rank, p.t.Name(), err))
+	p.fail(fifo.ErrProxy, -1, p.done, fmt.Errorf("proxy: rank %d: %w", p.cfg.Rank, err))
 }
 
 // consume takes published commands in ticket order while they have credit; it reports

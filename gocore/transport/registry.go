@@ -114,8 +114,13 @@ func Candidates(sel Selection, p *topology.Placement) ([]Backend, error) {
 // ErrNotSupported is logged and skipped; any other error fails Open.
 //
 // Open is a collective over ex (one AllGather); ex may be nil for a world of one rank.
+// The selection comes from the environment (MKERNEL_NET, MKERNEL_NET_PLUGIN).
 func Open(ctx context.Context, ex Exchanger, cfg Config) (Transport, error) {
-	sel := SelectionFromEnv()
+	return OpenSelected(ctx, ex, cfg, SelectionFromEnv())
+}
+
+// OpenSelected is Open with an explicit selection (the zero Selection: automatic).
+func OpenSelected(ctx context.Context, ex Exchanger, cfg Config, sel Selection) (Transport, error) {
 	cands, err := Candidates(sel, cfg.Placement)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,224 @@
+package datapath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mkernel/mkernel/gocore/fifo"
+	"github.com/mkernel/mkernel/gocore/proxy"
+	"github.com/mkernel/mkernel/gocore/topology"
+	"github.com/mkernel/mkernel/gocore/transport"
+	_ "github.com/mkernel/mkernel/gocore/transport/backends" // every backend of the build
+	"github.com/mkernel/mkernel/gocore/transport/shm"
+)
+
+// FlagBuffer is the buffer id of the arrival flag array on every rank.
+const FlagBuffer transport.BufferID = 0
+
+// Defaults.
+const (
+	DefaultFlagSlots = 4096
+	DefaultFIFOSlots = 1024
+	// KeyLabel is the label of the transport key derived from the job secret.
+	KeyLabel = "mkernel/transport"
+)
+
+// Session is what Open needs of a bootstrap session; *bootstrap.Session implements it.
+type Session interface {
+	transport.Exchanger
+	DeriveKey(label string) []byte
+	RootAddr() string
+}
+
+// Buffer is one symmetric buffer: the same ID on every rank.
+type Buffer struct {
+	ID    transport.BufferID
+	Bytes int
+}
+
+// Config describes a rank's data path. Zero fields take the defaults noted.
+type Config struct {
+	// Buffers are the symmetric buffers (IDs other than FlagBuffer, unique).
+	Buffers []Buffer
+	// FlagSlots is the number of 8-byte arrival flags (default DefaultFlagSlots).
+	FlagSlots int
+	// FIFOSlots is the FIFO's capacity, a power of two (default DefaultFIFOSlots).
+	FIFOSlots int
+	// Node[r] is rank r's (possibly emulated) node; nil: every rank on its own node.
+	// Only ranks of different nodes are connected unless AllPeers.
+	Node     []int
+	AllPeers bool
+	// Placement picks NICs and proxy CPUs (nil: none).
+	Placement *topology.Placement
+	// Net forces a backend or plugin; the zero value reads MKERNEL_NET / MKERNEL_NET_PLUGIN.
+	Net transport.Selection
+	// Timeout bounds setup and stuck ops (transport and proxy watchdog); default
+	// transport.DefaultTimeout.
+	Timeout time.Duration
+	// BindHost is the transport's bind address (default: the route to the bootstrap root).
+	BindHost string
+	Log      *zap.Logger
+	// ProxyOptions are passed to proxy.Start after the defaults derived from this config.
+	ProxyOptions []proxy.Option
+}
+
+// Datapath is one rank's open data path.
+type Datapath struct {
+	rank, world int
+	tr          transport.Transport
+	ring        *fifo.Ring
+	px          *proxy.Proxy
+	fifoSeg     *shm.Segment
+	flags       *shm.Segment
+	bufs        map[transport.BufferID]*shm.Segment
+}
+
+// Open builds and connects the data path (a collective over sess).
+func Open(ctx context.Context, sess Session, cfg Config) (_ *Datapath, err error) {
+	if cfg.FlagSlots == 0 {
+		cfg.FlagSlots = DefaultFlagSlots
+	}
+	if cfg.FIFOSlots == 0 {
+		cfg.FIFOSlots = DefaultFIFOSlots
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = transport.DefaultTimeout
+	}
+	if cfg.FlagSlots < 1 {
+		return nil, fmt.Errorf("datapath: %w: %d flag slots", transport.ErrInvalid, cfg.FlagSlots)
+	}
+	rank, world := sess.Rank(), sess.World()
+	dp := &Datapath{rank: rank, world: world, bufs: map[transport.BufferID]*shm.Segment{}}
+	defer func() {
+		if err != nil {
+			dp.Close()
+		}
+	}()
+	for _, b := range cfg.Buffers {
+		if b.ID == FlagBuffer || b.Bytes <= 0 || dp.bufs[b.ID] != nil {
+			return nil, fmt.Errorf("datapath: rank %d: %w: buffer %d of %d bytes (ids must be unique and not %d)", rank, transport.ErrInvalid, b.ID, b.Bytes, FlagBuffer)
+		}
+		seg, err := shm.Create(fmt.Sprintf("buf%d", b.ID), b.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("datapath: rank %d: buffer %d: %w", rank, b.ID, err)
+		}
+		dp.bufs[b.ID] = seg
+	}
+	if dp.flags, err = shm.Create("flags", cfg.FlagSlots*fifo.FlagBytes); err != nil {
+		return nil, fmt.Errorf("datapath: rank %d: flags: %w", rank, err)
+	}
+	if dp.fifoSeg, err = shm.Create("fifo", fifo.Bytes(cfg.FIFOSlots)); err != nil {
+		return nil, fmt.Errorf("datapath: rank %d: FIFO: %w", rank, err)
+	}
+	if dp.ring, err = fifo.Init(dp.fifoSeg.Bytes(), cfg.FIFOSlots, fifo.ClockMonotonic); err != nil {
+		return nil, fmt.Errorf("datapath: rank %d: %w", rank, err)
+	}
+	tcfg := transport.Config{
+		Rank: rank, World: world, Node: cfg.Node, AllPeers: cfg.AllPeers,
+		Key: sess.DeriveKey(KeyLabel), Placement: cfg.Placement,
+		BindHost: cfg.BindHost, RouteTo: sess.RootAddr(), Timeout: cfg.Timeout, Log: cfg.Log,
+	}
+	if dp.tr, err = transport.OpenSelected(ctx, sess, tcfg, cfg.Net); err != nil {
+		return nil, fmt.Errorf("datapath: rank %d: %w", rank, err)
+	}
+	if err = dp.tr.Register(FlagBuffer, dp.flags.Region()); err != nil {
+		return nil, fmt.Errorf("datapath: rank %d: register flags: %w", rank, err)
+	}
+	for id, seg := range dp.bufs {
+		if err = dp.tr.Register(id, seg.Region()); err != nil {
+			return nil, fmt.Errorf("datapath: rank %d: register buffer %d: %w", rank, id, err)
+		}
+	}
+	if err = transport.Connect(ctx, dp.tr, sess); err != nil {
+		return nil, fmt.Errorf("datapath: rank %d: %w", rank, err)
+	}
+	var peers []int
+	for r := range world {
+		if (&tcfg).Peer(r) {
+			peers = append(peers, r)
+		}
+	}
+	popts := []proxy.Option{proxy.WithPlacement(cfg.Placement), proxy.WithOpTimeout(cfg.Timeout)}
+	if cfg.Log != nil {
+		popts = append(popts, proxy.WithLogger(cfg.Log.Named("proxy")))
+	}
+	popts = append(popts, cfg.ProxyOptions...)
+	if peers == nil {
+		peers = []int{}
+	}
+	dp.px, err = proxy.Start(context.Background(), dp.ring, dp.tr, proxy.Config{Rank: rank, World: world, Peers: peers, FlagBuf: FlagBuffer}, popts...)
+	if err != nil {
+		return nil, fmt.Errorf("datapath: rank %d: %w", rank, err)
+	}
+	return dp, nil
+}
+
+// Rank and World of this data path.
+func (dp *Datapath) Rank() int  { return dp.rank }
+func (dp *Datapath) World() int { return dp.world }
+
+// Buffer returns symmetric buffer id's memory (nil if unknown).
+func (dp *Datapath) Buffer(id transport.BufferID) []byte {
+	if id == FlagBuffer {
+		return dp.flags.Bytes()
+	}
+	if s := dp.bufs[id]; s != nil {
+		return s.Bytes()
+	}
+	return nil
+}
+
+// Flags returns the arrival flag array.
+func (dp *Datapath) Flags() []byte { return dp.flags.Bytes() }
+
+// Flag returns arrival flag slot.
+func (dp *Datapath) Flag(slot int) *uint64 { return fifo.Flag(dp.flags.Bytes(), slot) }
+
+// Ring returns the command FIFO.
+func (dp *Datapath) Ring() *fifo.Ring { return dp.ring }
+
+// FIFOMemory returns the FIFO's memory (for C producers: an mk_fifo_ctrl*).
+func (dp *Datapath) FIFOMemory() []byte { return dp.fifoSeg.Bytes() }
+
+// Transport returns the connected transport.
+func (dp *Datapath) Transport() transport.Transport { return dp.tr }
+
+// Proxy returns the proxy.
+func (dp *Datapath) Proxy() *proxy.Proxy { return dp.px }
+
+// Stats returns the proxy's diagnostics.
+func (dp *Datapath) Stats() proxy.Stats { return dp.px.Stats() }
+
+// Done is closed when the proxy stops (it stops when the transport fails).
+func (dp *Datapath) Done() <-chan struct{} { return dp.px.Done() }
+
+// Err is why the data path stopped, nil while it works.
+func (dp *Datapath) Err() error { return dp.px.Err() }
+
+// Close stops the proxy, closes the transport and unmaps the memory; it returns an earlier
+// failure of the proxy, if any. Producers must have stopped using the FIFO and the
+// buffers (the memory goes away); a producer still waiting for credit sees fifo.ErrFailed
+// once the proxy stops.
+func (dp *Datapath) Close() error {
+	var errs []error
+	if dp.px != nil {
+		errs = append(errs, dp.px.Close())
+	}
+	if dp.tr != nil {
+		errs = append(errs, dp.tr.Close())
+	}
+	for _, s := range dp.bufs {
+		s.Close()
+	}
+	if dp.flags != nil {
+		dp.flags.Close()
+	}
+	if dp.fifoSeg != nil {
+		dp.fifoSeg.Close()
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,310 @@
+package datapath_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mkernel/mkernel/gocore/bootstrap"
+	"github.com/mkernel/mkernel/gocore/datapath"
+	"github.com/mkernel/mkernel/gocore/fifo"
+	"github.com/mkernel/mkernel/gocore/transport"
+	"github.com/mkernel/mkernel/gocore/transport/transporttest"
+)
+
+const childEnv = "MKERNEL_DATAPATH_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain())
+	}
+	os.Exit(m.Run())
+}
+
+// localSession is an in-process Session over a LocalGroup.
+type localSession struct{ transport.Exchanger }
+
+func (localSession) DeriveKey(string) []byte { return transporttest.TestKey }
+func (localSession) RootAddr() string        { return "127.0.0.1:1" }
+
+const (
+	bufData = 1
+	bufSrc  = 2
+	size    = 1 << 20
+)
+
+func openAll(t *testing.T, world int, net string, node []int) []*datapath.Datapath {
+	t.Helper()
+	g := transporttest.NewLocalGroup(world)
+	dps := make([]*datapath.Datapath, world)
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for r := range world {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dps[r], errs[r] = datapath.Open(context.Background(), localSession{g.Exchanger(r)}, datapath.Config{
+				Buffers: []datapath.Buffer{{ID: bufData, Bytes: size}, {ID: bufSrc, Bytes: size}},
+				Node:    node, Net: transport.Selection{Name: net}, Timeout: 5 * time.Second, BindHost: "127.0.0.1",
+			})
+			if errs[r] != nil {
+				g.Fail(errs[r])
+			}
+		}()
+	}
+	wg.Wait()
+	for _, dp := range dps {
+		if dp != nil {
+			t.Cleanup(func() { dp.Close() })
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return dps
+}
+
+// TestEmulatedNodes: 4 ranks in 2 emulated nodes; each rank writes to the ranks of the
+// other node only (ranks of one node are not connected).
+func TestEmulatedNodes(t *testing.T) {
+	for _, net := range []string{"loopback", "tcp"} {
+		t.Run(net, func(t *testing.T) {
+			node := []int{0, 0, 1, 1}
+			dps := openAll(t, 4, net, node)
+			for r, dp := range dps {
+				src := dp.Buffer(bufSrc)
+				for i := range src {
+					src[i] = byte(i + r)
+				}
+				for p := range 4 {
+					if node[p] == node[r] {
+						continue
+					}
+					ring := dp.Ring()
+					if _, err := ring.Push(&fifo.Cmd{Kind: fifo.KindWriteSignal, Peer: uint16(p), LocalBuf: bufSrc, RemoteBuf: bufData,
+						RemoteOff: uint64(r * 1000), Bytes: 999, ArrivalSlot: uint32(r), ArrivalSeq: 1}, time.Second); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for r, dp := range dps {
+				for p := range 4 {
+					if node[p] == node[r] {
+						continue
+					}
+					if err := fifo.WaitFlag(dp.Flag(p), 1, 10*time.Second); err != nil {
+						t.Fatalf("rank %d from %d: %v", r, p, err)
+					}
+					if got, want := dp.Buffer(bufData)[p*1000:p*1000+999], dps[p].Buffer(bufSrc)[:999]; !bytes.Equal(got, want) {
+						t.Errorf("rank %d: data from rank %d differs", r, p)
+					}
+				}
+				// Same node: not connected, so a command to it is a malformed command.
+				if st := dp.Stats(); st.Err != "" {
+					t.Errorf("rank %d: %s", r, st.Err)
+				}
+			}
+			if _, err := dps[0].Ring().Push(&fifo.Cmd{Kind: fifo.KindWrite, Peer: 1, LocalBuf: bufSrc, RemoteBuf: bufData, Bytes: 8}, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-dps[0].Done():
+				if err := dps[0].Err(); err == nil || !strings.Contains(err.Error(), "rank 1") {
+					t.Errorf("write to an unconnected same-node rank: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Error("a write to an unconnected rank did not fail the proxy")
+			}
+		})
+	}
+}
+
+func TestInvalidBuffers(t *testing.T) {
+	g := transporttest.NewLocalGroup(1)
+	for _, bufs := range [][]datapath.Buffer{{{ID: 0, Bytes: 10}}, {{ID: 1, Bytes: 0}}, {{ID: 1, Bytes: 8}, {ID: 1, Bytes: 8}}} {
+		if dp, err := datapath.Open(context.Background(), localSession{g.Exchanger(0)}, datapath.Config{Buffers: bufs}); !errors.Is(err, transport.ErrInvalid) {
+			if dp != nil {
+				dp.Close()
+			}
+			t.Errorf("buffers %v: %v", bufs, err)
+		}
+	}
+}
+
+// ---- a peer process killed mid-transfer ----
+
+// childMain is one rank of TestPeerKilled: it joins the job, then passes data around the
+// ring of ranks until its data path fails, and prints why.
+func childMain() int {
+	cfg, err := bootstrap.ConfigFromEnv()
+	if err != nil {
+		fmt.Println("FAILED:", err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sess, err := bootstrap.New(ctx, cfg, bootstrap.WithTimeout(20*time.Second))
+	if err != nil {
+		fmt.Println("FAILED:", err)
+		return 2
+	}
+	defer sess.Close()
+	dp, err := datapath.Open(ctx, sess, datapath.Config{
+		Buffers:  []datapath.Buffer{{ID: bufData, Bytes: size}, {ID: bufSrc, Bytes: size}},
+		AllPeers: true, Net: transport.Selection{Name: os.Getenv("TEST_NET")}, Timeout: 3 * time.Second,
+	})
+	if err != nil {
+		fmt.Println("FAILED:", err)
+		return 2
+	}
+	defer dp.Close()
+	r, w := sess.Rank(), sess.World()
+	next, prev := (r+1)%w, (r+w-1)%w
+	for round := uint64(1); ; round++ {
+		for k := range 8 {
+			cmd := fifo.Cmd{Kind: fifo.KindWrite, Peer: uint16(next), LocalBuf: bufSrc, RemoteBuf: bufData,
+				LocalOff: uint64(k) << 17, RemoteOff: uint64(k) << 17, Bytes: 1 << 17}
+			if k == 7 {
+				cmd.Kind, cmd.ArrivalSlot, cmd.ArrivalSeq = fifo.KindWriteSignal, 1, round
+			}
+			if _, err := dp.Ring().Push(&cmd, 10*time.Second); err != nil {
+				fmt.Println("FAILED:", dp.Err(), err)
+				return 3
+			}
+		}
+		for atomicLoad(dp.Flag(1)) < round {
+			select {
+			case <-dp.Done():
+				fmt.Println("FAILED:", dp.Err())
+				return 3
+			case <-time.After(50 * time.Microsecond):
+			}
+		}
+		if round == 3 {
+			fmt.Println("READY", prev)
+		}
+	}
+}
+
+func atomicLoad(p *uint64) uint64 { return fifoLoad(p) }
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func TestPeerKilled(t *testing.T) {
+	for _, netName := range []string{"tcp", "loopback"} {
+		t.Run(netName, func(t *testing.T) {
+			const world, victim = 3, 1
+			port := freePort(t)
+			secret := hex.EncodeToString([]byte("peer-killed test secret 32 bytes"))
+			cmds := make([]*exec.Cmd, world)
+			outs := make([]*bytes.Buffer, world)
+			ready := make(chan int, world)
+			var mu sync.Mutex
+			for r := range world {
+				c := exec.Command(os.Args[0], "-test.run=^$")
+				c.Env = append(os.Environ(), childEnv+"=1", "TEST_NET="+netName,
+					"MKERNEL_RANK="+strconv.Itoa(r), "MKERNEL_WORLD_SIZE="+strconv.Itoa(world),
+					"MKERNEL_BOOTSTRAP_ADDR=127.0.0.1:"+strconv.Itoa(port), "MKERNEL_JOB_SECRET="+secret)
+				c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // no orphans if the test dies
+				stdout, err := c.StdoutPipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				outs[r] = &bytes.Buffer{}
+				c.Stderr = &lockedWriter{mu: &mu, b: outs[r]}
+				if err := c.Start(); err != nil {
+					t.Fatal(err)
+				}
+				cmds[r] = c
+				go func() {
+					sc := bufio.NewScanner(stdout)
+					for sc.Scan() {
+						mu.Lock()
+						outs[r].WriteString(sc.Text() + "\n")
+						mu.Unlock()
+						if strings.HasPrefix(sc.Text(), "READY") {
+							ready <- r
+						}
+					}
+				}()
+			}
+			t.Cleanup(func() {
+				for _, c := range cmds {
+					c.Process.Kill()
+				}
+			})
+			for range world {
+				select {
+				case <-ready:
+				case <-time.After(30 * time.Second):
+					mu.Lock()
+					defer mu.Unlock()
+					t.Fatalf("ranks did not start: %q %q %q", outs[0], outs[1], outs[2])
+				}
+			}
+			// Mid-transfer: every rank is streaming 1 MiB rounds around the ring.
+			if err := cmds[victim].Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			for r, c := range cmds {
+				done := make(chan error, 1)
+				go func() { done <- c.Wait() }()
+				select {
+				case err := <-done:
+					if r == victim {
+						continue
+					}
+					mu.Lock()
+					out := outs[r].String()
+					mu.Unlock()
+					var ee *exec.ExitError
+					if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+						t.Errorf("rank %d: exit %v, want 3\n%s", r, err, out)
+					}
+					if !strings.Contains(out, "FAILED") || !strings.Contains(out, "rank "+strconv.Itoa(victim)) {
+						t.Errorf("rank %d's failure does not name rank %d:\n%s", r, victim, out)
+					}
+					for _, line := range strings.Split(out, "\n") {
+						if strings.HasPrefix(line, "FAILED") {
+							t.Logf("rank %d: %s", r, line)
+						}
+					}
+				case <-time.After(20 * time.Second):
+					t.Fatalf("rank %d still running 20 s after rank %d was killed (hang)", r, victim)
+				}
+			}
+			t.Logf("%s: survivors failed within %v", netName, time.Since(start))
+		})
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
