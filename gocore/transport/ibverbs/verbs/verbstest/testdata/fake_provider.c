@@ -12,7 +12,9 @@
 // key with access and bounds checks; the QP state machine with the verbs
 // spec's required attribute masks per transition (a missing or unexpected
 // attribute is EINVAL); RC queue pairs that execute RDMA WRITE, WRITE with
-// immediate and SEND at post time, in order, consuming receive WRs, with
+// immediate and SEND in order, at post time or, while the peer is not ready
+// (not RTR, gone) or has no receive posted, from later posts and polls until
+// the retry budget (timeout, retry_cnt, rnr_retry) runs out, with
 // send queue accounting (entries are freed when the completion that retires
 // them is polled); RC errors (remote access error, retry exceeded when the
 // peer QP is gone or not ready) that move the QP to ERR and flush; SRD queue
@@ -40,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <infiniband/verbs.h>
 // efadv.h is not included: the efadv entry points below take our own
@@ -174,9 +177,22 @@ struct fqp {
 	int unsignaled; // posted unsignaled WRs since the last signaled one
 	struct frecv *rq;
 	int rq_head, rq_count;
+	// RC: posted sends not yet executed (waiting for the peer), in order
+	struct frc *sq_head, *sq_tail;
+	uint8_t timeout, retry_cnt, rnr_retry;
 	// SRD batch between wr_start and wr_complete
 	struct fsrd *batch;
 	int batch_err;
+};
+
+// An RC send work request waiting to execute.
+struct frc {
+	struct frc *next;
+	struct ibv_send_wr wr; // next and sg_list not used
+	uint32_t len;
+	uint64_t laddr;
+	uint8_t *inline_data;
+	int64_t first_try; // ns; 0 before the first attempt
 };
 
 // An SRD work request on its way.
@@ -493,10 +509,13 @@ static void push(struct ibv_cq *cq, const struct ibv_wc *wc, struct fqp *retire_
 }
 
 static void srd_progress(int budget);
+static void rc_progress(struct fqp *q);
 
 static int fake_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
 	pthread_mutex_lock(&mu);
 	srd_progress(8);
+	for (struct fqp *q = qps; q; q = q->next)
+		if (q->sq_head) rc_progress(q);
 	struct fcq *q = (struct fcq *)cq;
 	if (q->overrun) {
 		pthread_mutex_unlock(&mu);
@@ -618,6 +637,7 @@ static const struct transition transitions[] = {
 };
 
 static void flush_qp(struct fqp *q);
+static void rc_pop(struct fqp *q);
 
 API int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
 	pthread_mutex_lock(&mu);
@@ -669,6 +689,9 @@ API int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
 		if (mask & IBV_QP_ACCESS_FLAGS) q->access = a->qp_access_flags;
 		if (mask & IBV_QP_DEST_QPN) q->dest_qpn = a->dest_qp_num;
 		if (mask & IBV_QP_PATH_MTU) q->path_mtu = a->path_mtu;
+		if (mask & IBV_QP_TIMEOUT) q->timeout = a->timeout;
+		if (mask & IBV_QP_RETRY_CNT) q->retry_cnt = a->retry_cnt;
+		if (mask & IBV_QP_RNR_RETRY) q->rnr_retry = a->rnr_retry;
 		qp->state = a->qp_state;
 		rc = 0;
 		break;
@@ -714,6 +737,7 @@ API int ibv_destroy_qp(struct ibv_qp *qp) {
 			if (e->qp == q) e->qp = NULL;
 		}
 	}
+	while (q->sq_head) rc_pop(q);
 	pthread_mutex_unlock(&mu);
 	free(q->batch);
 	free(q->rq);
@@ -802,6 +826,7 @@ static void complete_recv(struct fqp *dst, struct frecv *r, enum ibv_wc_status s
 static void flush_qp(struct fqp *q) {
 	struct frecv r;
 	while (take_recv(q, &r) == 0) complete_recv(q, &r, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, 0, 0, 0);
+	rc_progress(q); // waiting sends flush in order
 }
 
 // local_ok checks that [addr, +len) is inside an MR of q's PD under lkey.
@@ -857,15 +882,17 @@ static int fake_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_
 	return rc;
 }
 
+enum { WAIT_ACK = -1, WAIT_RNR = -2 };
+
 // rc_execute carries out one RC work request from q; returns the status of
-// its send completion.
-static enum ibv_wc_status rc_execute(struct fqp *q, struct ibv_send_wr *wr, uint32_t len, const uint8_t *src) {
+// its send completion, or WAIT_ACK/WAIT_RNR when it must be retried.
+static int rc_execute(struct fqp *q, struct ibv_send_wr *wr, uint32_t len, const uint8_t *src) {
 	struct fqp *dst = qp_by_num(q->dest_qpn);
 	// A peer that is gone, not yet ready, or connected elsewhere never
 	// ACKs: the requester retries until its retry count is exhausted.
 	if (!dst || (dst->x.qp_base.state != IBV_QPS_RTR && dst->x.qp_base.state != IBV_QPS_RTS) ||
 	    dst->dest_qpn != q->x.qp_base.qp_num || dst->srd)
-		return IBV_WC_RETRY_EXC_ERR;
+		return WAIT_ACK;
 	switch (wr->opcode) {
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM: {
@@ -876,7 +903,7 @@ static enum ibv_wc_status rc_execute(struct fqp *q, struct ibv_send_wr *wr, uint
 			return IBV_WC_REM_ACCESS_ERR;
 		}
 		struct frecv r;
-		if (wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && take_recv(dst, &r) != 0) return IBV_WC_RNR_RETRY_EXC_ERR;
+		if (wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && take_recv(dst, &r) != 0) return WAIT_RNR;
 		place(to, src, len);
 		if (wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
 			complete_recv(dst, &r, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, len, 1, wr->imm_data, q->x.qp_base.qp_num);
@@ -885,7 +912,7 @@ static enum ibv_wc_status rc_execute(struct fqp *q, struct ibv_send_wr *wr, uint
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM: {
 		struct frecv r;
-		if (take_recv(dst, &r) != 0) return IBV_WC_RNR_RETRY_EXC_ERR;
+		if (take_recv(dst, &r) != 0) return WAIT_RNR;
 		if (len > r.len || (len > 0 && !local_ok(dst, r.lkey, r.addr, len))) {
 			complete_recv(dst, &r, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, len, 0, 0, q->x.qp_base.qp_num);
 			dst->x.qp_base.state = IBV_QPS_ERR;
@@ -902,6 +929,57 @@ static enum ibv_wc_status rc_execute(struct fqp *q, struct ibv_send_wr *wr, uint
 	}
 }
 
+static int64_t now_ns(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static enum ibv_wc_opcode wc_opcode(int wr_opcode) {
+	return wr_opcode == IBV_WR_SEND || wr_opcode == IBV_WR_SEND_WITH_IMM ? IBV_WC_SEND : IBV_WC_RDMA_WRITE;
+}
+
+static void rc_pop(struct fqp *q) {
+	struct frc *s = q->sq_head;
+	q->sq_head = s->next;
+	if (!q->sq_head) q->sq_tail = NULL;
+	free(s->inline_data);
+	free(s);
+}
+
+// rc_progress executes q's waiting sends in order, as far as the peer lets
+// it; mu is held. A send to a peer that does not answer fails with "retry
+// exceeded" after (retry_cnt + 1) ACK timeouts of 4.096 us << timeout, as on
+// a real HCA; one that meets receiver-not-ready waits forever when rnr_retry
+// is 7 (and as long as the ACK budget otherwise).
+static void rc_progress(struct fqp *q) {
+	while (q->sq_head) {
+		struct frc *s = q->sq_head;
+		int signaled = (s->wr.send_flags & IBV_SEND_SIGNALED) != 0;
+		if (q->x.qp_base.state == IBV_QPS_ERR) {
+			complete_send(q, s->wr.wr_id, IBV_WC_WR_FLUSH_ERR, wc_opcode(s->wr.opcode), 0, 1);
+			rc_pop(q);
+			continue;
+		}
+		const uint8_t *src = s->inline_data ? s->inline_data : (const uint8_t *)(uintptr_t)s->laddr;
+		int st = rc_execute(q, &s->wr, s->len, src);
+		if (st == WAIT_ACK || st == WAIT_RNR) {
+			int64_t now = now_ns();
+			if (s->first_try == 0) s->first_try = now;
+			int64_t budget = (int64_t)(q->retry_cnt + 1) * (4096LL << q->timeout);
+			if (st == WAIT_RNR && q->rnr_retry == 7) return;
+			if (now - s->first_try <= budget) return;
+			st = st == WAIT_ACK ? IBV_WC_RETRY_EXC_ERR : IBV_WC_RNR_RETRY_EXC_ERR;
+		}
+		complete_send(q, s->wr.wr_id, (enum ibv_wc_status)st, wc_opcode(s->wr.opcode), s->len, signaled);
+		rc_pop(q);
+		if (st != IBV_WC_SUCCESS) {
+			q->x.qp_base.state = IBV_QPS_ERR;
+			flush_qp(q);
+		}
+	}
+}
+
 static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad) {
 	pthread_mutex_lock(&mu);
 	struct fqp *q = (struct fqp *)qp;
@@ -915,40 +993,48 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 			rc = ENOMEM;
 			break;
 		}
-		uint32_t len = 0;
-		for (int i = 0; i < wr->num_sge; i++) len += wr->sg_list[i].length;
+		uint32_t len = wr->num_sge == 1 ? wr->sg_list[0].length : 0;
 		int inl = (wr->send_flags & IBV_SEND_INLINE) != 0;
 		if (inl && len > q->cap.max_inline_data) {
 			rc = EINVAL;
 			break;
 		}
-		q->sq_used++;
-		enum ibv_wc_opcode op = wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_IMM ? IBV_WC_SEND
-		                                                                                      : IBV_WC_RDMA_WRITE;
-		int signaled = (wr->send_flags & IBV_SEND_SIGNALED) != 0;
-		if (qp->state == IBV_QPS_ERR) {
-			complete_send(q, wr->wr_id, IBV_WC_WR_FLUSH_ERR, op, 0, 1);
-			continue;
+		// The gather entry is checked when the WR is posted: a bad lkey
+		// completes it in error once the WRs before it have executed.
+		int bad_lkey = len && !inl && !local_ok(q, wr->sg_list[0].lkey, wr->sg_list[0].addr, len);
+		struct frc *s = calloc(1, sizeof *s);
+		if (!s || (inl && len && !(s->inline_data = malloc(len)))) {
+			free(s);
+			rc = ENOMEM;
+			break;
 		}
-		// Gather the source (one entry is all the backends use).
-		const uint8_t *src = NULL;
-		if (wr->num_sge == 1) {
-			struct ibv_sge *s = &wr->sg_list[0];
-			if (!inl && !local_ok(q, s->lkey, s->addr, s->length)) {
-				complete_send(q, wr->wr_id, IBV_WC_LOC_PROT_ERR, op, 0, 1);
+		q->sq_used++;
+		s->wr = *wr;
+		s->wr.next = NULL;
+		s->wr.sg_list = NULL;
+		s->len = len;
+		if (len) {
+			s->laddr = wr->sg_list[0].addr;
+			if (inl) memcpy(s->inline_data, (void *)(uintptr_t)wr->sg_list[0].addr, len);
+		}
+		if (bad_lkey && qp->state != IBV_QPS_ERR) {
+			rc_progress(q);
+			if (qp->state != IBV_QPS_ERR && !q->sq_head) {
+				complete_send(q, s->wr.wr_id, IBV_WC_LOC_PROT_ERR, wc_opcode(s->wr.opcode), 0, 1);
+				free(s->inline_data);
+				free(s);
 				qp->state = IBV_QPS_ERR;
 				flush_qp(q);
 				continue;
 			}
-			src = (const uint8_t *)(uintptr_t)s->addr;
+			// Earlier WRs still wait for the peer: the bad one waits too
+			// and fails there (rare; good enough for a fake).
 		}
-		enum ibv_wc_status st = rc_execute(q, wr, len, src);
-		complete_send(q, wr->wr_id, st, op, len, signaled);
-		if (st != IBV_WC_SUCCESS) {
-			qp->state = IBV_QPS_ERR;
-			flush_qp(q);
-		}
+		if (q->sq_tail) q->sq_tail->next = s;
+		else q->sq_head = s;
+		q->sq_tail = s;
 	}
+	rc_progress(q);
 	if (rc && bad) *bad = wr;
 	pthread_mutex_unlock(&mu);
 	return rc;
