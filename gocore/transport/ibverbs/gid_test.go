@@ -30,11 +30,11 @@ func TestSelectGID(t *testing.T) {
 	v1, v2 := verbs.GIDTypeRoCEv1, verbs.GIDTypeRoCEv2
 	eth := verbs.LinkLayerEthernet
 	for _, tc := range []struct {
-		name    string
-		table   []verbs.GIDEntry
-		ll      verbs.LinkLayer
-		netdev  string
-		want    int // index; -1: error
+		name   string
+		table  []verbs.GIDEntry
+		ll     verbs.LinkLayer
+		netdev string
+		want   int // index; -1: error
 	}{
 		{"kernel default layout picks v2 IPv4", []verbs.GIDEntry{e(0, ll, v1, "eth2"), e(1, ll, v2, "eth2"), e(2, v4, v1, "eth2"), e(3, v4, v2, "eth2")}, eth, "eth2", 3},
 		{"v2 IPv4 on the port beats one on a VLAN", []verbs.GIDEntry{e(3, v4vlan, v2, "eth2.100"), e(5, v4, v2, "eth2")}, eth, "eth2", 5},
