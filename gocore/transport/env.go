@@ -9,12 +9,11 @@ const (
 	// RDMA backend whose NICs topology found and that opens on every rank, else tcp).
 	EnvNet = "MKERNEL_NET"
 	// EnvNetPlugin is the path of a backend plugin binary (see gocore/transport/plugin); it
-	// takes precedence over EnvNet, which then names the backend inside the plugin if the
-	// plugin serves several.
+	// takes precedence over EnvNet.
 	EnvNetPlugin = "MKERNEL_NET_PLUGIN"
 )
 
-// PluginBackendName is the registry name of the go-plugin loader backend.
+// PluginBackendName is the name of backends loaded from plugin binaries.
 const PluginBackendName = "plugin"
 
 // Selection is the user's explicit backend choice; the zero value means automatic.

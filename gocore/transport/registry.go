@@ -32,9 +32,18 @@ type Backend interface {
 }
 
 var (
-	regMu    sync.Mutex
-	backends = map[string]Backend{}
+	regMu        sync.Mutex
+	backends     = map[string]Backend{}
+	pluginLoader func(path string) Backend
 )
+
+// RegisterPluginLoader installs the function that makes a Backend for a plugin binary
+// (gocore/transport/plugin does, in its init function).
+func RegisterPluginLoader(f func(path string) Backend) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	pluginLoader = f
+}
 
 // Register adds a backend. Registering a name twice panics (it is a programming error in
 // an init function).
@@ -72,12 +81,14 @@ func Names() []string {
 // every Usable backend with a positive priority, by priority.
 func Candidates(sel Selection, p *topology.Placement) ([]Backend, error) {
 	if sel.Plugin != "" {
-		b, ok := Lookup(PluginBackendName)
-		if !ok {
+		regMu.Lock()
+		load := pluginLoader
+		regMu.Unlock()
+		if load == nil {
 			return nil, fmt.Errorf("transport: %s=%s: %w: no plugin loader in this build (import gocore/transport/backends)",
 				EnvNetPlugin, sel.Plugin, ErrNotSupported)
 		}
-		return []Backend{b}, nil
+		return []Backend{load(sel.Plugin)}, nil
 	}
 	if sel.Name != "" {
 		b, ok := Lookup(sel.Name)

@@ -9,5 +9,6 @@ package backends
 import (
 	_ "github.com/mkernel/mkernel/gocore/transport/ibverbs"
 	_ "github.com/mkernel/mkernel/gocore/transport/loopback"
+	_ "github.com/mkernel/mkernel/gocore/transport/plugin" // MKERNEL_NET_PLUGIN
 	_ "github.com/mkernel/mkernel/gocore/transport/tcp"
 )
