@@ -341,7 +341,7 @@ int mk_efa_query_device(const mk_lib *lib, uintptr_t ctx, mk_efa_attr *out);
 #define MK_IBV_PORT_ACTIVE 4
 
 // efadv values; the ones newer than some installed efadv.h are fixed here
-// (rdma-core 45 added RDMA_WRITE, 52 UNSOLICITED_WRITE_RECV).
+// (rdma-core 46 added RDMA_WRITE, 52 UNSOLICITED_WRITE_RECV).
 #define MK_EFADV_CAPS_RDMA_READ (1 << 0)
 #define MK_EFADV_CAPS_RNR_RETRY (1 << 1)
 #define MK_EFADV_CAPS_CQ_WITH_SGID (1 << 2)

@@ -20,7 +20,9 @@
 // peer QP is gone or not ready) that move the QP to ERR and flush; SRD queue
 // pairs (efadv_create_qp_ex + ibv_qp_ex) whose work requests are delivered
 // later, in random order, from inside poll_cq, with RNR (no receive posted)
-// retried until a receive appears.
+// retried until a receive appears, and RDMA writes refused ("remote
+// operation error") unless the receiver holds an address handle for the
+// sender, as EFA requires.
 //
 // What it does not model: timing, PCIe ordering, relaxed ordering, real
 // address translation (iova is the host address; a DMA-BUF fd is only
@@ -157,6 +159,7 @@ struct fcq {
 struct fah {
 	struct ibv_ah ah;
 	struct ibv_ah_attr attr;
+	struct fah *next;
 };
 
 struct frecv {
@@ -213,6 +216,7 @@ struct fsrd {
 };
 
 static struct fmr *mrs;
+static struct fah *ahs;
 static struct fqp *qps;
 static struct fsrd *srd_pending;
 static int srd_npending;
@@ -761,6 +765,8 @@ API struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *a) {
 	h->ah.context = pd->context;
 	h->ah.pd = pd;
 	h->attr = *a;
+	h->next = ahs;
+	ahs = h;
 	((struct fpd *)pd)->refs++;
 	pthread_mutex_unlock(&mu);
 	return &h->ah;
@@ -769,6 +775,11 @@ API struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *a) {
 API int ibv_destroy_ah(struct ibv_ah *ah) {
 	pthread_mutex_lock(&mu);
 	((struct fpd *)ah->pd)->refs--;
+	for (struct fah **pp = &ahs; *pp; pp = &(*pp)->next)
+		if (*pp == (struct fah *)ah) {
+			*pp = (*pp)->next;
+			break;
+		}
 	pthread_mutex_unlock(&mu);
 	free(ah);
 	return 0;
@@ -1179,6 +1190,16 @@ static int srd_deliver(struct fsrd *s) {
 	switch (s->opcode) {
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM: {
+		// EFA accepts an RDMA write only from a sender the receiver holds
+		// an address handle for; otherwise "remote operation error".
+		struct fdev *sd = fdev_of(q->x.qp_base.context);
+		int known = 0;
+		for (struct fah *h = ahs; h && !known; h = h->next)
+			known = h->ah.pd == dst->x.qp_base.pd && !memcmp(h->attr.grh.dgid.raw, sd->gids[0].raw, 16);
+		if (!known) {
+			complete_send(q, s->wr_id, IBV_WC_REM_OP_ERR, op, 0, 1);
+			return 0;
+		}
 		uint8_t *to = remote_ptr(dst, s->rkey, s->raddr, s->len);
 		if (!to) {
 			complete_send(q, s->wr_id, IBV_WC_REM_ACCESS_ERR, op, 0, 1);
