@@ -71,16 +71,25 @@ def main() -> int:
             t = cuda_median_ms([lambda a=a, b=b: mkernel.gemm(a, b, config=name, swizzle=int(swz[1:]), raster=ras)
                                 for a, b in sets], iters=iters)
             final[c] = dict(t, tflops=flops / t["median_ms"] / 1e9, ratio_vs_cublas=cublas["median_ms"] / t["median_ms"])
+        # The hooked kernel (mkernel's own kernel layer, hooks idle) on the cooperative configs.
+        for name in ("coop_128x256_c2x1", "coop_256x128_c2x1", "coop_128x128_c2x1"):
+            cfg = GEMM_CONFIGS[name]
+            t = cuda_median_ms([lambda a=a, b=b: torch.ops.mkernel.gemm_hooked(
+                a, b, None, 1, 1, None, 1, None, cfg, 0, 0, 0, 10.0) for a, b in sets], iters=iters)
+            final[f"hooked/{name}"] = dict(t, tflops=flops / t["median_ms"] / 1e9,
+                                           ratio_vs_cublas=cublas["median_ms"] / t["median_ms"])
         res["cublas_final"] = dict(cublas, tflops=flops / cublas["median_ms"] / 1e9)
         res["final"] = final
-        best = min((c for c in final if not c.startswith("auto")), key=lambda c: final[c]["median_ms"])
+        best = min((c for c in final if not c.startswith(("auto", "hooked"))), key=lambda c: final[c]["median_ms"])
+        hooked_best = min((c for c in final if c.startswith("hooked")), key=lambda c: final[c]["median_ms"])
+        res["hooked_best"], res["hooked_ratio"] = hooked_best, final[hooked_best]["ratio_vs_cublas"]
         res["best_config"] = best
         res["best_ratio"] = final[best]["ratio_vs_cublas"]
         res["auto_ratio"] = final["auto/s0/auto"]["ratio_vs_cublas"]
         rows.append(res)
         print(f"{m:>6}x{n:>5}x{k:>5}  cuBLAS {res['cublas_final']['tflops']:7.1f} TF/s  "
               f"best {best:<26} {final[best]['tflops']:7.1f} TF/s ({res['best_ratio']:.3f}x)  "
-              f"auto {res['auto_ratio'] or float('nan'):.3f}x", flush=True)
+              f"auto {res['auto_ratio'] or float('nan'):.3f}x  {hooked_best} {res['hooked_ratio']:.3f}x", flush=True)
         del sets
         torch.cuda.empty_cache()
     payload = {"benchmark": "gemm", "anchor": "cuBLAS via torch.matmul (same run)", "dtype": "bf16",

@@ -57,6 +57,12 @@ void check_table(const mk_api_v1& api) {
       {"session_gathered", api.session_gathered != nullptr},
       {"session_barrier", api.session_barrier != nullptr},
       {"session_destroy", api.session_destroy != nullptr},
+      {"datapath_create", api.datapath_create != nullptr},
+      {"datapath_buffer", api.datapath_buffer != nullptr},
+      {"datapath_fifo", api.datapath_fifo != nullptr},
+      {"datapath_check", api.datapath_check != nullptr},
+      {"datapath_stats_json", api.datapath_stats_json != nullptr},
+      {"datapath_destroy", api.datapath_destroy != nullptr},
   };
   for (const auto& [name, present] : entries) {
     TORCH_CHECK_VALUE(present, kBindOp, ": the API table's entry ", name, " is NULL");

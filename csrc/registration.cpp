@@ -44,6 +44,17 @@ TORCH_LIBRARY(mkernel, m) {
       "gemm(Tensor a, Tensor b, int config=-1, int sm_count=0, int swizzle=0, int raster=0) "
       "-> Tensor");
 
+  // The hooked engine kernel driven by flag tensors (see gemm_hooked.cpp): waits on a_ready
+  // before loading A rows, releases tile_done per output tile, visits M units in m_order.
+  m.def(
+      "gemm_hooked(Tensor a, Tensor b, Tensor? a_ready, int rows_per_flag, int a_ready_value, "
+      "Tensor(a!)? tile_done, int tile_done_value, Tensor? m_order, int config=-1, "
+      "int sm_count=0, int swizzle=0, int raster=0, float timeout_s=10.0) -> Tensor");
+  // The record of the last timed-out device wait of this process ("" if none).
+  m.def("wait_diagnostic() -> str");
+  // (tiles_m, tiles_n, units_m, block_m, block_n) of a config for an [m, n] output.
+  m.def("gemm_tile_counts(int config, int m, int n) -> int[]");
+
   // The Go control plane's C API table (csrc/include/mkernel/core_api.h), handed over by
   // address at import; returns the table's ABI version. See core_binding.cpp.
   m.def("_bind_core(int api_table_address) -> int");

@@ -74,6 +74,28 @@ typedef struct mk_session_config {
 #define MK_SESSION_CONFIG_INITIALIZER \
   { sizeof(mk_session_config), MK_API_VERSION, 0, 1, NULL, 0 }
 
+typedef uint64_t mk_datapath_t; /* one rank's inter-node data path (buffers, FIFO, proxy) */
+
+/* Data path configuration (datapath_create). Buffer ids are symmetric: every
+ * rank passes the same ids (sizes may differ). Id 0 is reserved for the
+ * arrival flag array (flag_slots 8-byte words, see mkernel/fifo.h). */
+typedef struct mk_datapath_config {
+  size_t size;                 /* sizeof(mk_datapath_config) */
+  uint32_t version;            /* MK_API_VERSION */
+  uint32_t num_buffers;        /* entries of buffer_ids / buffer_bytes */
+  const uint32_t* buffer_ids;  /* ids, unique, != 0 */
+  const uint64_t* buffer_bytes;
+  uint32_t flag_slots;         /* arrival flag words; 0: 4096 */
+  uint32_t fifo_slots;         /* FIFO capacity, a power of two; 0: 1024 */
+  const int32_t* node;         /* world entries: each rank's (emulated) node; NULL: one rank per node */
+  int32_t all_peers;           /* nonzero: connect ranks of the same node too */
+  const char* net;             /* backend name ("tcp", "loopback", "ibverbs", "efa"); NULL or "": MKERNEL_NET / automatic */
+  int64_t timeout_ms;          /* setup and stuck-command timeout; <= 0: 60 s */
+} mk_datapath_config;
+
+#define MK_DATAPATH_CONFIG_INITIALIZER \
+  { sizeof(mk_datapath_config), MK_API_VERSION, 0, NULL, NULL, 0, 0, NULL, 0, NULL, 0 }
+
 typedef struct mk_api_v1 {
   size_t size;      /* sizeof the table the library was built with */
   uint32_t version; /* MK_API_VERSION of the library */
@@ -109,6 +131,27 @@ typedef struct mk_api_v1 {
   mk_status (*session_gathered)(mk_session_t s, void* out, size_t* out_len);
   mk_status (*session_barrier)(mk_session_t s, int64_t timeout_ms);
   mk_status (*session_destroy)(mk_session_t s); /* idempotent for a valid handle */
+
+  /* --- inter-node data path (gocore/datapath): symmetric buffers in shared
+   *     memory, a transport connected over the session, the command FIFO of
+   *     mkernel/fifo.h and the proxy draining it --- */
+  /* Collective over the session: every rank calls it with the same buffer ids. */
+  mk_status (*datapath_create)(mk_session_t s, const mk_datapath_config* cfg, mk_datapath_t* out);
+  /* The mapping of buffer `id` in this process (id 0: the arrival flags); valid
+   * until datapath_destroy. */
+  mk_status (*datapath_buffer)(mk_datapath_t d, uint32_t id, void** ptr, size_t* bytes);
+  /* The FIFO: an mk_fifo_ctrl* followed by its slots (mkernel/fifo.h); host
+   * producers push with mk_fifo_push, receivers wait with mk_fifo_flag_wait. */
+  mk_status (*datapath_fifo)(mk_datapath_t d, void** fifo);
+  /* MK_OK while the data path works; else the status of its failure (e.g.
+   * MK_ERR_REMOTE or MK_ERR_TIMEOUT) with last_error naming the peer and slot. */
+  mk_status (*datapath_check)(mk_datapath_t d);
+  /* Proxy diagnostics as JSON: queue depth, in-flight per peer, latency
+   * histogram (fixed buckets), oldest unfinished and blocked commands, error. */
+  mk_status (*datapath_stats_json)(mk_datapath_t d, char* buf, size_t* len);
+  /* Stops the proxy, closes the transport, unmaps the memory: producers must
+   * have stopped. Idempotent for a valid handle. */
+  mk_status (*datapath_destroy)(mk_datapath_t d);
 } mk_api_v1;
 
 /* The library's one exported entry point. Returns NULL if the library cannot

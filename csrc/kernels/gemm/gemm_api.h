@@ -68,6 +68,41 @@ struct Plan {
 Plan select_plan(int m, int n, int k, int sm_count);
 ConfigId select_config(int m, int n, int k);
 
+// The hooked kernel (gemm_kernel_sm90.cuh): the same GEMM with the engine's
+// communication hooks. Cooperative configs only (hooked_supported).
+struct HookArgs {
+  // (a) wait before loading A rows [r, r+BLOCK_M): a_ready[i] >= a_ready_value
+  //     for every i covering those rows, i = row / rows_per_flag. Null: no wait.
+  const uint64_t* a_ready = nullptr;
+  int rows_per_flag = 1;
+  uint64_t a_ready_value = 1;
+  // (b) after tile (m, n) is in global memory: tile_done[m * tiles_n + n] =
+  //     tile_done_value (release, system scope). Null: no signal.
+  uint64_t* tile_done = nullptr;
+  uint64_t tile_done_value = 1;
+  // (c) order of the M units (cluster rows of tiles): a permutation of
+  //     [0, units_m) on the device, or null for the natural order.
+  const int* m_order = nullptr;
+  // Bound of every wait, in seconds of GPU clock. On a timeout the kernel
+  // writes what it waited for into *diag (host-mapped memory: a
+  // comm::WaitDiagnostic, see kernels/comm/comm_flags.cuh) and traps.
+  double timeout_s = 10.0;
+  void* diag = nullptr;
+};
+
+struct TileCounts {
+  int tiles_m, tiles_n;  // tiles of the output (tile_done has tiles_m * tiles_n flags)
+  int units_m;           // M units of the scheduler (m_order has units_m entries)
+  int block_m, block_n;
+};
+
+bool hooked_supported(ConfigId id);
+TileCounts tile_counts(ConfigId id, int m, int n);
+// kAuto resolves to a hooked-capable config.
+ConfigId resolve_hooked(const Problem& p, ConfigId id, const Launch& l);
+cudaError_t run_hooked(const Problem& p, ConfigId id, const Launch& l, const HookArgs& h,
+                       const char** reason = nullptr);
+
 // Launches on l.stream. Returns cudaSuccess or the launch error; a CUTLASS
 // status other than success maps to cudaErrorInvalidValue with the reason in
 // *reason (static string) when reason is non-null.

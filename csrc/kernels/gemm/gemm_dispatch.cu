@@ -9,7 +9,9 @@ namespace detail {
 #define MKERNEL_GEMM_INSTANCE(ID, DT, SUFFIX)                                  \
   const char* can_implement_##SUFFIX(const Problem&, const Launch&);            \
   size_t workspace_size_##SUFFIX(const Problem&, const Launch&);               \
-  cudaError_t run_##SUFFIX(const Problem&, const Launch&, const char**);
+  cudaError_t run_##SUFFIX(const Problem&, const Launch&, const char**);      \
+  cudaError_t run_hooked_##SUFFIX(const Problem&, const Launch&, const HookArgs&, const char**); \
+  TileCounts tile_counts_##SUFFIX(int, int);
 #include "instances.inc"
 #undef MKERNEL_GEMM_INSTANCE
 
@@ -19,11 +21,14 @@ struct Entry {
   const char* (*can_implement)(const Problem&, const Launch&);
   size_t (*workspace_size)(const Problem&, const Launch&);
   cudaError_t (*run)(const Problem&, const Launch&, const char**);
+  cudaError_t (*run_hooked)(const Problem&, const Launch&, const HookArgs&, const char**);
+  TileCounts (*tile_counts)(int, int);
 };
 
 constexpr Entry kEntries[] = {
 #define MKERNEL_GEMM_INSTANCE(ID, DT, SUFFIX) \
-  {ID, DT, can_implement_##SUFFIX, workspace_size_##SUFFIX, run_##SUFFIX},
+  {ID, DT, can_implement_##SUFFIX, workspace_size_##SUFFIX, run_##SUFFIX, run_hooked_##SUFFIX, \
+   tile_counts_##SUFFIX},
 #include "instances.inc"
 #undef MKERNEL_GEMM_INSTANCE
 };
@@ -129,6 +134,45 @@ cudaError_t run(const Problem& p, ConfigId id, const Launch& l, const char** rea
     return cudaErrorInvalidValue;
   }
   return e->run(p, launch, reason);
+}
+
+bool hooked_supported(ConfigId id) {
+  switch (id) {
+    case ConfigId::kCoop128x256Cluster2x1:
+    case ConfigId::kCoop128x128Cluster2x1:
+    case ConfigId::kCoop128x256Cluster1x2:
+    case ConfigId::kCoop256x128Cluster2x1:
+    case ConfigId::kCoop256x128Cluster1x2: return true;
+    default: return false;
+  }
+}
+
+ConfigId resolve_hooked(const Problem& p, ConfigId id, const Launch& l) {
+  if (id != ConfigId::kAuto) return id;
+  Launch launch = complete(l);
+  const ConfigId planned = resolve(p, id, &launch);
+  return hooked_supported(planned) ? planned : ConfigId::kCoop128x128Cluster2x1;
+}
+
+TileCounts tile_counts(ConfigId id, int m, int n) {
+  const detail::Entry* e = detail::find(id, DType::kBF16);
+  return e ? e->tile_counts(m, n) : TileCounts{0, 0, 0, 0, 0};
+}
+
+cudaError_t run_hooked(const Problem& p, ConfigId id, const Launch& l, const HookArgs& h,
+                       const char** reason) {
+  Launch launch = complete(l);
+  const ConfigId cfg = resolve_hooked(p, id, launch);
+  if (!hooked_supported(cfg)) {
+    if (reason) *reason = "the hooked kernel needs a cooperative, persistent config";
+    return cudaErrorInvalidValue;
+  }
+  const detail::Entry* e = detail::find(cfg, p.dtype);
+  if (!e) {
+    if (reason) *reason = "no such (config, dtype) instantiation";
+    return cudaErrorInvalidValue;
+  }
+  return e->run_hooked(p, launch, h, reason);
 }
 
 }  // namespace mkernel::gemm

@@ -12,6 +12,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 #include "gemm_config.hpp"
+#include "gemm_kernel_sm90.cuh"
 
 namespace mkernel::gemm {
 
@@ -106,6 +107,84 @@ struct GemmSm90 {
     }
     return cudaGetLastError();
   }
+
+  static constexpr bool kHookable =
+      cute::is_same_v<typename Cfg::KernelSchedule, Coop> &&
+      cute::is_same_v<typename Cfg::Scheduler, Persistent>;
+
+  static cudaError_t run_hooked(const Problem& p, const Launch& l, const HookArgs& h,
+                                const char** reason) {
+    if constexpr (!kHookable) {
+      if (reason) *reason = "the hooked kernel needs a cooperative, persistent config";
+      return cudaErrorInvalidValue;
+    } else {
+      using K = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, FlagHooks>;
+      typename K::Params params;
+      params.problem = {p.m, p.n, p.k, 1};
+      auto sa = cutlass::make_cute_packed_stride(typename CollectiveMainloop::StrideA{},
+                                                 {p.m, p.k, 1});
+      auto sb = cutlass::make_cute_packed_stride(typename CollectiveMainloop::StrideB{},
+                                                 {p.n, p.k, 1});
+      auto sd = cutlass::make_cute_packed_stride(typename CollectiveEpilogue::StrideD{},
+                                                 {p.m, p.n, 1});
+      typename CollectiveMainloop::Arguments ma{static_cast<const Element*>(p.a), sa,
+                                                static_cast<const Element*>(p.b), sb};
+      typename CollectiveEpilogue::Arguments ea{
+          {1.0f, 0.0f}, nullptr, sd, static_cast<Element*>(p.d), sd};
+      params.mainloop = CollectiveMainloop::to_underlying_arguments(params.problem, ma, nullptr);
+      params.epilogue = CollectiveEpilogue::to_underlying_arguments(params.problem, ea, nullptr);
+      params.scheduler = K::Scheduler::make_params(p.m, p.n, l.swizzle > 0 ? l.swizzle : 8,
+                                                   l.raster != 1, h.m_order);
+      static_cast<FlagHookArgs&>(params.hooks) = FlagHookArgs{
+          h.a_ready, h.rows_per_flag, h.a_ready_value, h.tile_done, h.tile_done_value, 0,
+          static_cast<comm::WaitDiagnostic*>(h.diag)};
+      params.hooks.m = p.m;
+      params.hooks.tiles_n = (p.n + K::Scheduler::kBlockN - 1) / K::Scheduler::kBlockN;
+      int dev = 0, clock_khz = 0;
+      cudaGetDevice(&dev);
+      cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev);
+      params.hooks.timeout_cycles = static_cast<long long>(h.timeout_s * clock_khz * 1e3);
+
+      auto kernel = hooked_gemm_kernel<K>;
+      cudaError_t err = cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmemBytes);
+      if (err != cudaSuccess) return err;
+      constexpr int kCM = K::Scheduler::kClusterM, kCN = K::Scheduler::kClusterN;
+      cudaLaunchConfig_t cfg = {};
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = kCM;
+      attr[0].val.clusterDim.y = kCN;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      cfg.blockDim = dim3(K::kThreads, 1, 1);
+      cfg.dynamicSmemBytes = K::kSmemBytes;
+      cfg.stream = l.stream;
+      int clusters = l.sm_count / (kCM * kCN);
+      cfg.gridDim = dim3(kCM * clusters, kCN, 1);
+      int active = 0;
+      if (cudaOccupancyMaxActiveClusters(&active, kernel, &cfg) == cudaSuccess && active > 0) {
+        clusters = active < clusters ? active : clusters;
+      }
+      const int units = K::Scheduler::total_units(params.scheduler);
+      clusters = units < clusters ? units : clusters;
+      if (clusters < 1) {
+        if (reason) *reason = "no thread-block cluster fits the SMs given";
+        return cudaErrorInvalidConfiguration;
+      }
+      cfg.gridDim = dim3(kCM * clusters, kCN, 1);
+      return cudaLaunchKernelEx(&cfg, kernel, params);
+    }
+  }
+
+  static TileCounts tile_counts(int m, int n) {
+    using Sched = PersistentTileScheduler<typename Cfg::TileShape, typename Cfg::ClusterShape>;
+    const int tm = (m + Sched::kBlockM - 1) / Sched::kBlockM;
+    const int tn = (n + Sched::kBlockN - 1) / Sched::kBlockN;
+    return {tm, tn, (tm + Sched::kClusterM - 1) / Sched::kClusterM, Sched::kBlockM,
+            Sched::kBlockN};
+  }
 };
 
 }  // namespace mkernel::gemm
@@ -123,4 +202,9 @@ struct GemmSm90 {
   cudaError_t run_##SUFFIX(const Problem& p, const Launch& l, const char** r) {             \
     return GemmSm90<ID, DT>::run(p, l, r);                                                  \
   }                                                                                         \
+  cudaError_t run_hooked_##SUFFIX(const Problem& p, const Launch& l, const HookArgs& h,     \
+                                  const char** r) {                                         \
+    return GemmSm90<ID, DT>::run_hooked(p, l, h, r);                                        \
+  }                                                                                         \
+  TileCounts tile_counts_##SUFFIX(int m, int n) { return GemmSm90<ID, DT>::tile_counts(m, n); } \
   }

@@ -1,0 +1,74 @@
+// Communication hooks of the hooked GEMM kernel, as compile-time policies:
+//  (a) producer_wait: before the producer warp loads the A rows of a tile,
+//      wait until every flag guarding those rows holds >= a sequence number
+//      (the rows have arrived from a peer);
+//  (b) tile_done: after a tile's epilogue store has reached global memory,
+//      release a per-tile flag (a send role or a peer may consume the tile).
+// NoHooks compiles both away, so the plain GEMM pays nothing.
+#pragma once
+
+#include <cstdint>
+
+#include "../comm/comm_flags.cuh"
+
+namespace mkernel::gemm {
+
+struct NoHooks {
+  struct Params {};
+  static constexpr bool kWaitsForA = false;
+  static constexpr bool kSignalsTiles = false;
+  CUTLASS_DEVICE static void producer_wait(Params const&, int, int) {}
+  CUTLASS_DEVICE static void tile_done(Params const&, int, int, int, int) {}
+};
+
+// The host-facing description of the flag hooks (also in gemm_api.h).
+struct FlagHookArgs {
+  const uint64_t* a_ready = nullptr;  // [ceil(M / rows_per_flag)] flags guarding A's rows
+  int rows_per_flag = 0;
+  uint64_t a_ready_value = 0;      // wait until flag >= this
+  uint64_t* tile_done = nullptr;   // [tiles_m * tiles_n] flags, row-major, or null
+  uint64_t tile_done_value = 0;    // value released into tile_done[m * tiles_n + n]
+  long long timeout_cycles = 0;    // bound of each wait (clock64 cycles)
+  comm::WaitDiagnostic* diag = nullptr;  // host-mapped; filled on a timeout
+};
+
+struct FlagHooks {
+  struct Params : FlagHookArgs {
+    int m = 0;        // problem rows (tiles past M wait for and signal nothing)
+    int tiles_n = 0;  // for tile_done's index
+  };
+  static constexpr bool kWaitsForA = true;
+  static constexpr bool kSignalsTiles = true;
+
+  // Called by one lane of the producer warp.
+  CUTLASS_DEVICE static void producer_wait(Params const& p, int m_block, int block_m) {
+    if (p.a_ready == nullptr) return;
+    const int row0 = m_block * block_m;
+    if (row0 >= p.m) return;
+    const int row1 = min(row0 + block_m, p.m) - 1;
+    for (int f = row0 / p.rows_per_flag; f <= row1 / p.rows_per_flag; ++f) {
+      comm::wait_flag_geq(p.a_ready + f, p.a_ready_value, p.timeout_cycles, comm::kWaitARows, f,
+                          p.diag);
+    }
+    comm::fence_proxy_async_global();  // the TMA loads that follow must see those rows
+  }
+
+  // Called by every consumer thread after the tile's epilogue store; the
+  // threads that issued TMA stores wait for the writes, then one releases.
+  CUTLASS_DEVICE static void tile_done(Params const& p, int m_block, int n_block, int block_m,
+                                       int mma_thread_idx) {
+    if (p.tile_done == nullptr || m_block * block_m >= p.m) return;
+    if (mma_thread_idx < 32) {
+      comm::tma_store_wait_all_writes();
+      __syncwarp();
+      if (mma_thread_idx == 0) {
+        comm::fence_proxy_async_global();
+        __threadfence_system();
+        comm::st_release_sys(p.tile_done + static_cast<int64_t>(m_block) * p.tiles_n + n_block,
+                             p.tile_done_value);
+      }
+    }
+  }
+};
+
+}  // namespace mkernel::gemm

@@ -1,0 +1,198 @@
+// The hooked GEMM kernel for Hopper: persistent, warp-specialized,
+// cooperative (two consumer warpgroups share a tile), built from CUTLASS's
+// sm90 collectives (TMA + wgmma mainloop, TMA-store epilogue) with mkernel's
+// own tile scheduler and communication hooks:
+//
+//   Producer warpgroup, warp 0 (Mainloop): for each tile, Hooks::producer_wait
+//       on the tile's A rows, then TMA loads of A/B k-blocks into the smem ring.
+//   Consumer0, Consumer1 warpgroups: wgmma over the ring, epilogue TMA store,
+//       then Hooks::tile_done for the tile.
+//
+// The kernel is a template over Mainloop, Epilogue, Scheduler and Hooks; it
+// holds only glue. Shared memory is one SharedStorage; register budgets move
+// from the producer to the consumers (setmaxnreg).
+#pragma once
+
+#include "cutlass/arch/reg_reconfig.h"
+#include "cutlass/cutlass.h"
+#include "cutlass/pipeline/pipeline.hpp"
+#include "cute/tensor.hpp"
+#include "gemm_hooks.cuh"
+#include "tile_scheduler.hpp"
+
+namespace mkernel::gemm {
+
+template <class Mainloop_, class Epilogue_, class Hooks_>
+class HookedGemmSm90 {
+ public:
+  using Mainloop = Mainloop_;
+  using Epilogue = Epilogue_;
+  using Hooks = Hooks_;
+  using TileShape = typename Mainloop::TileShape;
+  using TiledMma = typename Mainloop::TiledMma;
+  using ClusterShape = typename Mainloop::DispatchPolicy::ClusterShape;
+  using Scheduler = PersistentTileScheduler<TileShape, ClusterShape>;
+  using ProblemShape = cute::Shape<int, int, int, int>;
+
+  static constexpr int kMmaThreads = cute::size(TiledMma{});
+  static constexpr int kThreads = kMmaThreads + cutlass::NumThreadsPerWarpGroup;
+  static_assert(kMmaThreads == 2 * cutlass::NumThreadsPerWarpGroup,
+                "HookedGemmSm90 is cooperative: use a KernelTmaWarpSpecializedCooperative mainloop");
+  // The producer needs few registers; the consumers hold a 128xN fp32 accumulator each.
+  static constexpr uint32_t kLoadRegisters = 40;
+  static constexpr uint32_t kMmaRegisters = 232;
+
+  using MainloopPipeline = typename Mainloop::MainloopPipeline;
+  using MainloopState = typename Mainloop::PipelineState;
+  using EpiLoadPipeline = typename Epilogue::LoadPipeline;
+  using EpiLoadState = typename Epilogue::LoadPipelineState;
+  using EpiStorePipeline = typename Epilogue::StorePipeline;
+  using EpiStoreState = typename Epilogue::StorePipelineState;
+
+  struct SharedStorage {
+    struct Pipelines : cute::aligned_struct<16, cute::_1> {
+      alignas(16) typename Mainloop::PipelineStorage mainloop;
+      alignas(16) typename Epilogue::PipelineStorage epi_load;
+    } pipelines;
+    struct Tensors : cute::aligned_struct<128, cute::_1> {
+      typename Epilogue::TensorStorage epilogue;
+      typename Mainloop::TensorStorage mainloop;
+    } tensors;
+  };
+  static constexpr int kSmemBytes = sizeof(SharedStorage);
+
+  struct Params {
+    ProblemShape problem;
+    typename Mainloop::Params mainloop;
+    typename Epilogue::Params epilogue;
+    typename Scheduler::Params scheduler;
+    typename Hooks::Params hooks;
+  };
+
+  enum class WarpGroupRole { Producer = 0, Consumer0 = 1, Consumer1 = 2 };
+  enum class ProducerWarpRole { Mainloop = 0, Idle1 = 1, Idle2 = 2, Idle3 = 3 };
+
+  CUTLASS_DEVICE void operator()(Params const& params, char* smem_buf) {
+    using namespace cute;
+    SharedStorage& shared = *reinterpret_cast<SharedStorage*>(smem_buf);
+    const int thread_idx = static_cast<int>(threadIdx.x);
+    const int warp_idx = cutlass::canonical_warp_idx_sync();
+    const int lane_idx = cutlass::canonical_lane_idx();
+    const auto role = WarpGroupRole(cutlass::canonical_warp_group_idx());
+    const auto producer_role = ProducerWarpRole(warp_idx % cutlass::NumWarpsPerWarpGroup);
+    const int warp_group_thread_idx = thread_idx % cutlass::NumThreadsPerWarpGroup;
+    const int mma_thread_idx = thread_idx - cutlass::NumThreadsPerWarpGroup;
+    const uint32_t block_rank_in_cluster = cute::block_rank_in_cluster();
+
+    if (warp_idx == 0 && cute::elect_one_sync()) {
+      Mainloop::prefetch_tma_descriptors(params.mainloop);
+      Epilogue::prefetch_tma_descriptors(params.epilogue);
+    }
+
+    typename MainloopPipeline::Params mainloop_pipe;
+    if (role == WarpGroupRole::Producer && producer_role == ProducerWarpRole::Mainloop) {
+      mainloop_pipe.role = MainloopPipeline::ThreadCategory::Producer;
+    }
+    if (role != WarpGroupRole::Producer) {
+      mainloop_pipe.role = MainloopPipeline::ThreadCategory::Consumer;
+    }
+    mainloop_pipe.is_leader = warp_group_thread_idx == 0;
+    mainloop_pipe.num_consumers = kMmaThreads;
+    mainloop_pipe.transaction_bytes = params.mainloop.tma_transaction_bytes;
+    MainloopPipeline mainloop_pipeline(shared.pipelines.mainloop, mainloop_pipe, ClusterShape{});
+
+    // No C operand is loaded (D = A·Bᵀ), but the epilogue's interface takes a
+    // load pipeline: build it with consumers only.
+    typename EpiLoadPipeline::Params epi_load_pipe;
+    if (role != WarpGroupRole::Producer) {
+      epi_load_pipe.role = EpiLoadPipeline::ThreadCategory::Consumer;
+    }
+    epi_load_pipe.dst_blockid = block_rank_in_cluster;
+    epi_load_pipe.producer_arv_count = cutlass::NumThreadsPerWarp;
+    epi_load_pipe.consumer_arv_count = kMmaThreads;
+    if constexpr (Epilogue::RequiresTransactionBytes) {
+      epi_load_pipe.transaction_bytes = params.epilogue.tma_transaction_bytes;
+    }
+    EpiLoadPipeline epi_load_pipeline(shared.pipelines.epi_load, epi_load_pipe);
+    typename EpiStorePipeline::Params epi_store_pipe;
+    epi_store_pipe.always_wait = true;
+    EpiStorePipeline epi_store_pipeline(epi_store_pipe);
+
+    // Every CTA of the cluster must see the barriers initialised.
+    if constexpr (size(ClusterShape{}) > 1) {
+      cute::cluster_arrive_relaxed();
+      cute::cluster_wait();
+    } else {
+      __syncthreads();
+    }
+
+    const auto problem_mnkl = params.problem;
+    Mainloop mainloop;
+    auto load_inputs = mainloop.load_init(problem_mnkl, params.mainloop);
+    Tensor gA_mkl = get<0>(load_inputs);
+    const int k_tiles = static_cast<int>(size<3>(gA_mkl));
+    constexpr int kBlockM = size<0>(TileShape{});
+
+    if (role == WarpGroupRole::Producer) {
+      cutlass::arch::warpgroup_reg_dealloc<kLoadRegisters>();
+      if (producer_role != ProducerWarpRole::Mainloop) return;
+      MainloopState write_state = cutlass::make_producer_start_state<MainloopPipeline>();
+      for (int unit = Scheduler::first_unit();; unit += Scheduler::unit_stride()) {
+        const auto work = Scheduler::get(params.scheduler, unit);
+        if (!work.valid) break;
+        if constexpr (Hooks::kWaitsForA) {
+          if (lane_idx == 0) Hooks::producer_wait(params.hooks, work.m_block, kBlockM);
+          __syncwarp();
+        }
+        auto blk_coord = make_coord(work.m_block, work.n_block, _, 0);
+        auto k_tile_iter = cute::make_coord_iterator(shape<3>(gA_mkl));
+        mainloop.load(params.mainloop, mainloop_pipeline, write_state, load_inputs, blk_coord,
+                      k_tile_iter, k_tiles, lane_idx, block_rank_in_cluster,
+                      shared.tensors.mainloop);
+        write_state.advance(k_tiles);
+      }
+      mainloop.load_tail(mainloop_pipeline, write_state);
+    } else {
+      cutlass::arch::warpgroup_reg_alloc<kMmaRegisters>();
+      TiledMma tiled_mma;
+      Epilogue epilogue(params.epilogue, shared.tensors.epilogue);
+      MainloopState read_state;
+      EpiLoadState epi_load_state;
+      EpiStoreState epi_store_state = cutlass::make_producer_start_state<EpiStorePipeline>();
+      bool stored = false;
+      for (int unit = Scheduler::first_unit();; unit += Scheduler::unit_stride()) {
+        const auto work = Scheduler::get(params.scheduler, unit);
+        if (!work.valid) break;
+        auto blk_coord = make_coord(work.m_block, work.n_block, _, 0);
+        auto accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
+        mainloop.mma(mainloop_pipeline, read_state, accumulators, k_tiles, mma_thread_idx,
+                     shared.tensors.mainloop, params.mainloop);
+        mainloop.mma_tail(mainloop_pipeline, read_state, k_tiles);
+        read_state.advance(k_tiles);
+        auto [next_load, next_store] = epilogue.store(
+            epi_load_pipeline, epi_load_state, epi_store_pipeline, epi_store_state, problem_mnkl,
+            TileShape{}, blk_coord, accumulators, tiled_mma, mma_thread_idx,
+            shared.tensors.epilogue);
+        epi_load_state = next_load;
+        epi_store_state = next_store;
+        stored = true;
+        if constexpr (Hooks::kSignalsTiles) {
+          Hooks::tile_done(params.hooks, work.m_block, work.n_block, kBlockM, mma_thread_idx);
+        }
+      }
+      if (stored) {
+        epilogue.store_tail(epi_load_pipeline, epi_load_state, epi_store_pipeline,
+                            epi_store_state);
+      }
+    }
+  }
+};
+
+template <class Kernel>
+__global__ void __launch_bounds__(Kernel::kThreads, 1)
+    hooked_gemm_kernel(CUTLASS_GRID_CONSTANT typename Kernel::Params const params) {
+  extern __shared__ char smem[];
+  Kernel{}(params, smem);
+}
+
+}  // namespace mkernel::gemm

@@ -1,0 +1,82 @@
+// Persistent tile scheduler of the hooked GEMM kernel.
+//
+// Work is handed out in cluster units (ClusterM x ClusterN tiles that share
+// multicast operands): unit u -> (um, un) walks `swizzle` rows of units at a
+// time, down M within the band first when rasterizing along N (consecutive
+// clusters share a B tile) or the transpose. An optional device array
+// `m_order` permutes the M units: the fused ops list local rows first and then
+// rows in the order they arrive from peers (hook (c) of the engine).
+#pragma once
+
+#include <cute/tensor.hpp>
+
+namespace mkernel::gemm {
+
+template <class TileShape, class ClusterShape>
+struct PersistentTileScheduler {
+  static constexpr int kBlockM = cute::size<0>(TileShape{});
+  static constexpr int kBlockN = cute::size<1>(TileShape{});
+  static constexpr int kClusterM = cute::size<0>(ClusterShape{});
+  static constexpr int kClusterN = cute::size<1>(ClusterShape{});
+
+  struct Params {
+    int units_m = 0;  // cluster units along M (tiles padded to a multiple of kClusterM)
+    int units_n = 0;
+    int swizzle = 1;  // unit rows per band
+    bool along_n = true;
+    const int* m_order = nullptr;  // [units_m] permutation, or null for 0..units_m-1
+  };
+
+  struct Work {
+    int m_block;  // tile coordinates
+    int n_block;
+    int unit;
+    bool valid;
+  };
+
+  static Params make_params(int m, int n, int swizzle, bool along_n, const int* m_order) {
+    Params p;
+    const int tiles_m = (m + kBlockM - 1) / kBlockM;
+    const int tiles_n = (n + kBlockN - 1) / kBlockN;
+    p.units_m = (tiles_m + kClusterM - 1) / kClusterM;
+    p.units_n = (tiles_n + kClusterN - 1) / kClusterN;
+    p.swizzle = swizzle < 1 ? 1 : swizzle;
+    p.along_n = along_n;
+    p.m_order = m_order;
+    return p;
+  }
+
+  static int total_units(Params const& p) { return p.units_m * p.units_n; }
+
+  CUTLASS_DEVICE static Work get(Params const& p, int unit) {
+    const int total = p.units_m * p.units_n;
+    if (unit >= total) return {0, 0, unit, false};
+    int um, un;
+    // Bands of `swizzle` unit rows of the major dimension; inside a band walk
+    // the band's rows first so neighbours share the other operand's tile.
+    const int major = p.along_n ? p.units_m : p.units_n;
+    const int minor = p.along_n ? p.units_n : p.units_m;
+    const int band_size = p.swizzle * minor;
+    const int band = unit / band_size;
+    const int within = unit - band * band_size;
+    const int rows = min(p.swizzle, major - band * p.swizzle);
+    const int r = band * p.swizzle + within % rows;
+    const int c = within / rows;
+    if (p.along_n) {
+      um = r;
+      un = c;
+    } else {
+      um = c;
+      un = r;
+    }
+    if (p.m_order != nullptr) um = p.m_order[um];
+    const int rank_m = static_cast<int>(blockIdx.x) % kClusterM;
+    const int rank_n = static_cast<int>(blockIdx.y) % kClusterN;
+    return {um * kClusterM + rank_m, un * kClusterN + rank_n, unit, true};
+  }
+
+  CUTLASS_DEVICE static int first_unit() { return static_cast<int>(blockIdx.x) / kClusterM; }
+  CUTLASS_DEVICE static int unit_stride() { return static_cast<int>(gridDim.x) / kClusterM; }
+};
+
+}  // namespace mkernel::gemm
