@@ -140,16 +140,44 @@ struct GemmSm90 {
           static_cast<comm::WaitDiagnostic*>(h.diag)};
       params.hooks.m = p.m;
       params.hooks.tiles_n = (p.n + K::Scheduler::kBlockN - 1) / K::Scheduler::kBlockN;
-      int dev = 0, clock_khz = 0;
-      cudaGetDevice(&dev);
-      cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev);
-      params.hooks.timeout_cycles = static_cast<long long>(h.timeout_s * clock_khz * 1e3);
-
-      auto kernel = hooked_gemm_kernel<K>;
-      cudaError_t err = cudaFuncSetAttribute(
-          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmemBytes);
-      if (err != cudaSuccess) return err;
+      // Per-kernel launch facts, queried once: the occupancy query alone costs
+      // more than a small GEMM.
+      struct LaunchFacts {
+        cudaError_t err;
+        int clock_khz;
+        int max_active_clusters;
+      };
       constexpr int kCM = K::Scheduler::kClusterM, kCN = K::Scheduler::kClusterN;
+      auto kernel = hooked_gemm_kernel<K>;
+      static const LaunchFacts facts = [&] {
+        LaunchFacts f{cudaSuccess, 0, 0};
+        int dev = 0, sms = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&f.clock_khz, cudaDevAttrClockRate, dev);
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        f.err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     K::kSmemBytes);
+        if (f.err != cudaSuccess) return f;
+        cudaLaunchConfig_t probe = {};
+        cudaLaunchAttribute cluster[1];
+        cluster[0].id = cudaLaunchAttributeClusterDimension;
+        cluster[0].val.clusterDim.x = kCM;
+        cluster[0].val.clusterDim.y = kCN;
+        cluster[0].val.clusterDim.z = 1;
+        probe.attrs = cluster;
+        probe.numAttrs = 1;
+        probe.blockDim = dim3(K::kThreads, 1, 1);
+        probe.dynamicSmemBytes = K::kSmemBytes;
+        probe.gridDim = dim3(kCM * (sms / (kCM * kCN)), kCN, 1);
+        if (cudaOccupancyMaxActiveClusters(&f.max_active_clusters, kernel, &probe) != cudaSuccess) {
+          cudaGetLastError();
+          f.max_active_clusters = 0;
+        }
+        return f;
+      }();
+      if (facts.err != cudaSuccess) return facts.err;
+      params.hooks.timeout_cycles = static_cast<long long>(h.timeout_s * facts.clock_khz * 1e3);
+
       cudaLaunchConfig_t cfg = {};
       cudaLaunchAttribute attr[1];
       attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -162,10 +190,8 @@ struct GemmSm90 {
       cfg.dynamicSmemBytes = K::kSmemBytes;
       cfg.stream = l.stream;
       int clusters = l.sm_count / (kCM * kCN);
-      cfg.gridDim = dim3(kCM * clusters, kCN, 1);
-      int active = 0;
-      if (cudaOccupancyMaxActiveClusters(&active, kernel, &cfg) == cudaSuccess && active > 0) {
-        clusters = active < clusters ? active : clusters;
+      if (facts.max_active_clusters > 0 && facts.max_active_clusters < clusters) {
+        clusters = facts.max_active_clusters;
       }
       const int units = K::Scheduler::total_units(params.scheduler);
       clusters = units < clusters ? units : clusters;
