@@ -36,7 +36,11 @@
 // whose every entry point reports ErrNotSupported, so the package — and
 // everything importing it — builds and passes its tests anyway; Built says
 // which. -tags mkernel_nordma forces the stub where the headers are
-// installed (how CI proves the header-less build). Without cgo
+// installed (how CI proves the header-less build). One trap: Go's build
+// cache keys cgo objects on the package's own files, not on system headers,
+// so a stub built before libibverbs-dev was installed stays in the cache;
+// run go clean -cache after installing the headers (the ErrNotSupported
+// message says so). Without cgo
 // (CGO_ENABLED=0) lib_nocgo.go provides the same API, all ErrNotSupported.
 // Go sees only the shim's own types (shim.h); the work-request and
 // completion structs it hands over by pointer (SendWR, RecvWR, WC) are

@@ -106,7 +106,8 @@ func Load(path string) (*Library, error) {
 func loadError(path string, rc C.int, msg string) error {
 	switch rc {
 	case C.MK_ERR_NO_HEADERS:
-		return fmt.Errorf("load %s: this build has no rdma-core headers (install libibverbs-dev and rebuild): %w", path, ErrNotSupported)
+		return fmt.Errorf("load %s: this build has no rdma-core headers (install libibverbs-dev, then rebuild after go clean -cache: "+
+			"Go's build cache does not notice new system headers): %w", path, ErrNotSupported)
 	case C.MK_ERR_NO_SYMBOL:
 		return fmt.Errorf("load %s: no symbol %s (rdma-core too old): %w", path, msg, ErrNotSupported)
 	case C.MK_ERR_NO_LIBRARY:
