@@ -40,7 +40,7 @@ $(CORE)/libmkernel_core.so: $(GO_SOURCES) | $(VENV)/.deps-stamp
 	cp $(CORE)/libmkernel_core.h $(GOPY_OUT)/core_go.h
 	cd $(GOPY_OUT) && $(abspath $(PY)) build.py
 	cp $(GOPY_OUT)/core.c $(GOPY_OUT)/core_go.h $(GOPY_OUT)/go.py $(GOPY_OUT)/pyapi.py gocore/capi/capi_types.h $(CORE)/
-	mkdir -p $(CORE)/mkernel && cp csrc/include/mkernel/core_api.h $(CORE)/mkernel/
+	mkdir -p $(CORE)/mkernel && cp csrc/include/mkernel/core_api.h csrc/include/mkernel/fifo.h $(CORE)/mkernel/
 core: $(CORE)/libmkernel_core.so
 
 # --- Python package (torch extension + gopy module) ---------------------------

@@ -45,7 +45,7 @@ func statusOf(err error) C.mk_status {
 	case errors.Is(err, bootstrap.ErrAuth):
 		return C.MK_ERR_AUTH
 	}
-	return C.MK_ERR_SYSTEM
+	return transportStatus(err)
 }
 
 // guard runs one ABI call: it records the error message for last_error and

@@ -28,7 +28,7 @@ func buildABI(t *testing.T) (lib, prog string) {
 	prog = filepath.Join(dir, "abi_test")
 	// Compile against the hand-written header AND the cgo-generated one in
 	// one unit: a prototype drifting from core_api.h is a compile error.
-	cmd := exec.Command(cc, "-std=c11", "-Wall", "-Werror", "-I../../csrc/include", "-I"+dir,
+	cmd := exec.Command(cc, "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-Wall", "-Werror", "-I../../csrc/include", "-I"+dir,
 		"-include", "mkernel/core_api.h", "-o", prog, "testdata/abi_test.c", "-ldl")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("compile abi_test.c: %v\n%s", err, out)

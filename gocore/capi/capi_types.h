@@ -8,6 +8,7 @@
 typedef const char* mk_cstr;
 typedef const void* mk_cbytes;
 typedef const mk_session_config* mk_cconfig;
+typedef const mk_datapath_config* mk_cdpconfig;
 void mk_capi_set_last_error(const char* msg);
 const char* mk_capi_get_last_error(void);
 uintptr_t mk_capi_table_address(void);

@@ -62,6 +62,12 @@ static const mk_api_v1 kApiV1 = {
     .session_gathered = mk_session_gathered,
     .session_barrier = mk_session_barrier,
     .session_destroy = mk_session_destroy,
+    .datapath_create = mk_datapath_create,
+    .datapath_buffer = mk_datapath_buffer,
+    .datapath_fifo = mk_datapath_fifo,
+    .datapath_check = mk_datapath_check,
+    .datapath_stats_json = mk_datapath_stats_json,
+    .datapath_destroy = mk_datapath_destroy,
 };
 
 const mk_api_v1* mk_get_api(uint32_t version) {

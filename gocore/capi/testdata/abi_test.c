@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "mkernel/core_api.h"
+#include "mkernel/fifo.h"
 
 static const mk_api_v1* api;
 static int failures;
@@ -79,6 +80,73 @@ static void test_session_errors(void) {
   EXPECT(api->bootstrap_listen("", 0, NULL, &len) == MK_ERR_INVALID_ARGUMENT, "world 0");
 }
 
+// The data path from C: rank r writes a pattern into buffer 1 of rank r+1 through the FIFO
+// (fifo.h's host producer), signals arrival slot r, and checks what rank r-1 wrote.
+static void test_datapath(mk_session_t s, int rank, int world) {
+  mk_datapath_config bad = MK_DATAPATH_CONFIG_INITIALIZER;
+  mk_datapath_t d = 0;
+  bad.size = 8;
+  EXPECT(api->datapath_create(s, &bad, &d) == MK_ERR_VERSION, "short config accepted");
+  uint32_t ids[1] = {1};
+  uint64_t sizes[1] = {1 << 20};
+  mk_datapath_config cfg = MK_DATAPATH_CONFIG_INITIALIZER;
+  cfg.num_buffers = 1;
+  cfg.buffer_ids = ids;
+  cfg.buffer_bytes = sizes;
+  cfg.net = "tcp";
+  cfg.timeout_ms = 20000;
+  if (api->datapath_create(s, &cfg, &d) != MK_OK) {
+    EXPECT(0, "datapath_create: %s", last_error());
+    return;
+  }
+  void* buf = NULL;
+  size_t bytes = 0;
+  EXPECT(api->datapath_buffer(d, 1, &buf, &bytes) == MK_OK && bytes >= (1u << 20), "%s", last_error());
+  EXPECT(api->datapath_buffer(d, 7, &buf, &bytes) == MK_ERR_INVALID_ARGUMENT, "unknown buffer");
+  void* flags = NULL;
+  size_t flag_bytes = 0;
+  EXPECT(api->datapath_buffer(d, 0, &flags, &flag_bytes) == MK_OK && flag_bytes >= 4096 * 8, "%s", last_error());
+  void* fifo = NULL;
+  EXPECT(api->datapath_fifo(d, &fifo) == MK_OK && fifo != NULL, "%s", last_error());
+  if (world > 1 && fifo != NULL) {
+    api->datapath_buffer(d, 1, &buf, &bytes);
+    unsigned char* mem = (unsigned char*)buf;
+    for (int i = 0; i < 1000; i++) mem[4096 + i] = (unsigned char)(rank * 7 + i);
+    mk_fifo_cmd cmd = {0};
+    cmd.kind = MK_FIFO_WRITE_SIGNAL;
+    cmd.peer = (uint16_t)((rank + 1) % world);
+    cmd.local_buf = 1;
+    cmd.local_off = 4096;
+    cmd.remote_buf = 1;
+    cmd.remote_off = (uint64_t)rank * 1000;
+    cmd.bytes = 1000;
+    cmd.arrival_slot = (uint32_t)rank;
+    cmd.arrival_seq = 1;
+    cmd.enqueue_ns = mk_fifo_now_ns();
+    uint64_t ticket = 0;
+    EXPECT(mk_fifo_push((mk_fifo_ctrl*)fifo, &cmd, 5000000000ull, &ticket) == MK_FIFO_OK, "push");
+    int prev = (rank + world - 1) % world;
+    const uint64_t* flag = (const uint64_t*)flags + prev;
+    EXPECT(mk_fifo_flag_wait(flag, 1, 20000000000ull) == MK_FIFO_OK, "no arrival from rank %d", prev);
+    for (int i = 0; i < 1000; i++) {
+      if (mem[prev * 1000 + i] != (unsigned char)(prev * 7 + i)) {
+        EXPECT(0, "byte %d from rank %d", i, prev);
+        break;
+      }
+    }
+    EXPECT(mk_fifo_wait_done((mk_fifo_ctrl*)fifo, ticket, 20000000000ull) == MK_FIFO_OK, "never done");
+    EXPECT(api->session_barrier(s, 20000) == MK_OK, "%s", last_error());  // peers finished reading
+  }
+  EXPECT(api->datapath_check(d) == MK_OK, "%s", last_error());
+  char stats[16384];
+  size_t len = sizeof stats;
+  EXPECT(api->datapath_stats_json(d, stats, &len) == MK_OK, "%s", last_error());
+  EXPECT(strstr(stats, "\"latency\"") && strstr(stats, "\"queue_depth\""), "stats: %.300s", stats);
+  EXPECT(world == 1 || strstr(stats, "\"finished\":1,") != NULL, "stats: %.300s", stats);
+  EXPECT(api->datapath_destroy(d) == MK_OK, "%s", last_error());
+  EXPECT(api->datapath_check(d) == MK_ERR_CLOSED, "check after destroy");
+}
+
 // Runs one rank of a job; rank 0 also creates the id and prints it.
 static void run_rank(int rank, int world, const char* id_in) {
   char id[512];
@@ -126,6 +194,7 @@ static void run_rank(int rank, int world, const char* id_in) {
     off += n;
   }
   EXPECT(api->session_barrier(s, 20000) == MK_OK, "%s", last_error());
+  test_datapath(s, rank, world);
   EXPECT(api->session_destroy(s) == MK_OK, "%s", last_error());
   EXPECT(api->session_barrier(s, 1000) == MK_ERR_CLOSED, "barrier after destroy");
 }

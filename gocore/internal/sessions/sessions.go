@@ -217,6 +217,7 @@ func CloseAll() {
 	es, rs := entries, roots
 	entries, roots = map[uint64]*entry{}, map[string]*bootstrap.Root{}
 	mu.Unlock()
+	closeDatapaths() // before their sessions
 	for _, e := range es {
 		_ = e.s.Close()
 	}

@@ -1,0 +1,180 @@
+package main
+
+/*
+#include "capi_types.h"
+*/
+import "C"
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/mkernel/mkernel/gocore/datapath"
+	"github.com/mkernel/mkernel/gocore/internal/sessions"
+	"github.com/mkernel/mkernel/gocore/proxy"
+	"github.com/mkernel/mkernel/gocore/transport"
+)
+
+// transportStatus maps the data path's errors onto status codes (statusOf's tail).
+func transportStatus(err error) C.mk_status {
+	switch {
+	case errors.Is(err, sessions.ErrUnknownDatapath), errors.Is(err, transport.ErrClosed), errors.Is(err, proxy.ErrClosed):
+		return C.MK_ERR_CLOSED
+	case errors.Is(err, transport.ErrTimeout):
+		return C.MK_ERR_TIMEOUT
+	case errors.Is(err, transport.ErrPeerGone):
+		return C.MK_ERR_REMOTE
+	case errors.Is(err, transport.ErrAuth):
+		return C.MK_ERR_AUTH
+	case errors.Is(err, transport.ErrInvalid), errors.Is(err, proxy.ErrBadCommand):
+		return C.MK_ERR_INVALID_ARGUMENT
+	case errors.Is(err, transport.ErrNotSupported):
+		return C.MK_ERR_NOT_SUPPORTED
+	}
+	return C.MK_ERR_SYSTEM
+}
+
+func datapathErr(err error) error {
+	if errors.Is(err, sessions.ErrUnknownDatapath) {
+		return fmt.Errorf("%w: %v", errClosed, err)
+	}
+	return err
+}
+
+// datapathConfig converts the C configuration.
+func datapathConfig(cfg C.mk_cdpconfig, world int) (datapath.Config, error) {
+	var out datapath.Config
+	switch {
+	case cfg == nil:
+		return out, invalid("cfg must not be NULL")
+	case cfg.size < C.size_t(unsafe.Sizeof(C.mk_datapath_config{})) || cfg.version != C.MK_API_VERSION:
+		return out, fmt.Errorf("%w: mk_datapath_config size %d version %d, library expects size %d version %d",
+			errVersion, int(cfg.size), int(cfg.version), int(unsafe.Sizeof(C.mk_datapath_config{})), C.MK_API_VERSION)
+	case cfg.num_buffers > 0 && (cfg.buffer_ids == nil || cfg.buffer_bytes == nil):
+		return out, invalid("num_buffers is %d but buffer_ids or buffer_bytes is NULL", int(cfg.num_buffers))
+	case cfg.num_buffers > 4096:
+		return out, invalid("%d buffers (at most 4096)", int(cfg.num_buffers))
+	}
+	n := int(cfg.num_buffers)
+	if n > 0 {
+		ids := unsafe.Slice((*C.uint32_t)(unsafe.Pointer(cfg.buffer_ids)), n)
+		sizes := unsafe.Slice((*C.uint64_t)(unsafe.Pointer(cfg.buffer_bytes)), n)
+		for i := range n {
+			if sizes[i] == 0 || sizes[i] > 1<<40 {
+				return out, invalid("buffer %d: %d bytes", int(ids[i]), uint64(sizes[i]))
+			}
+			out.Buffers = append(out.Buffers, datapath.Buffer{ID: transport.BufferID(ids[i]), Bytes: int(sizes[i])})
+		}
+	}
+	if cfg.node != nil {
+		nodes := unsafe.Slice((*C.int32_t)(unsafe.Pointer(cfg.node)), world)
+		for _, v := range nodes {
+			out.Node = append(out.Node, int(v))
+		}
+	}
+	out.FlagSlots, out.FIFOSlots = int(cfg.flag_slots), int(cfg.fifo_slots)
+	out.AllPeers = cfg.all_peers != 0
+	out.Net = transport.Selection{Name: goString(C.mk_cstr(unsafe.Pointer(cfg.net)))}
+	if cfg.timeout_ms > 0 {
+		out.Timeout = time.Duration(cfg.timeout_ms) * time.Millisecond
+	}
+	return out, nil
+}
+
+//export mk_datapath_create
+func mk_datapath_create(s C.mk_session_t, cfg C.mk_cdpconfig, out *C.mk_datapath_t) C.mk_status {
+	return guard("datapath_create", func() error {
+		if out == nil {
+			return invalid("out must not be NULL")
+		}
+		sess, err := sessions.Session(uint64(s))
+		if err != nil {
+			return sessionErr(err)
+		}
+		c, err := datapathConfig(cfg, sess.World())
+		if err != nil {
+			return err
+		}
+		h, err := sessions.OpenDatapath(uint64(s), c)
+		if err != nil {
+			return sessionErr(err)
+		}
+		*out = C.mk_datapath_t(h)
+		return nil
+	})
+}
+
+//export mk_datapath_buffer
+func mk_datapath_buffer(d C.mk_datapath_t, id C.uint32_t, ptr *unsafe.Pointer, bytes *C.size_t) C.mk_status {
+	return guard("datapath_buffer", func() error {
+		if ptr == nil || bytes == nil {
+			return invalid("ptr and bytes must not be NULL")
+		}
+		dp, err := sessions.Datapath(uint64(d))
+		if err != nil {
+			return datapathErr(err)
+		}
+		b := dp.Buffer(transport.BufferID(id))
+		if b == nil {
+			return invalid("data path %d has no buffer %d", uint64(d), uint32(id))
+		}
+		// Shared-memory mappings, not Go heap: C may keep the pointer until destroy.
+		*ptr, *bytes = unsafe.Pointer(&b[0]), C.size_t(len(b))
+		return nil
+	})
+}
+
+//export mk_datapath_fifo
+func mk_datapath_fifo(d C.mk_datapath_t, fifo *unsafe.Pointer) C.mk_status {
+	return guard("datapath_fifo", func() error {
+		if fifo == nil {
+			return invalid("fifo must not be NULL")
+		}
+		dp, err := sessions.Datapath(uint64(d))
+		if err != nil {
+			return datapathErr(err)
+		}
+		*fifo = unsafe.Pointer(&dp.FIFOMemory()[0])
+		return nil
+	})
+}
+
+//export mk_datapath_check
+func mk_datapath_check(d C.mk_datapath_t) C.mk_status {
+	return guard("datapath_check", func() error {
+		dp, err := sessions.Datapath(uint64(d))
+		if err != nil {
+			return datapathErr(err)
+		}
+		return dp.Err()
+	})
+}
+
+//export mk_datapath_stats_json
+func mk_datapath_stats_json(d C.mk_datapath_t, buf *C.char, length *C.size_t) C.mk_status {
+	return guard("datapath_stats_json", func() error {
+		dp, err := sessions.Datapath(uint64(d))
+		if err != nil {
+			return datapathErr(err)
+		}
+		b, err := json.Marshal(dp.Stats())
+		if err != nil {
+			return err
+		}
+		return writeOut(unsafe.Pointer(buf), length, b, true)
+	})
+}
+
+//export mk_datapath_destroy
+func mk_datapath_destroy(d C.mk_datapath_t) C.mk_status {
+	return guard("datapath_destroy", func() error {
+		err := sessions.DestroyDatapath(uint64(d))
+		if errors.Is(err, proxy.ErrClosed) {
+			return nil
+		}
+		return datapathErr(err)
+	})
+}
