@@ -9,7 +9,8 @@
 // # Endpoint
 //
 // Open takes the EFA device from the placement (the first NICChoice of kind
-// efa; WithDevice overrides), checks the port is ACTIVE and that
+// efa — one device per endpoint, although p5 hosts give each GPU several;
+// WithDevice overrides), checks the port is ACTIVE and that
 // efadv_query_device reports EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE (without it,
 // ErrNotSupported: the registry falls back to tcp), creates the PD, one CQ
 // and the SRD QP (RESET → INIT with a random qkey → RTR → RTS, with infinite

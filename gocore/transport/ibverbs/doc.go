@@ -6,7 +6,8 @@
 // # Endpoint
 //
 // Open takes the device and port from the placement (the first NICChoice of
-// kind ibverbs; WithDevice overrides), checks that the port is ACTIVE,
+// kind ibverbs — one NIC per endpoint, no striping over several; WithDevice
+// overrides), checks that the port is ACTIVE,
 // picks the source GID (SelectGID: on RoCE a RoCE v2 IPv4-mapped GID on the
 // port's own netdev first, on InfiniBand index 0 and LID routing; WithGIDIndex
 // overrides), and creates one PD and one CQ. Address creates one RC QP per
