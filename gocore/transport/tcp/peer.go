@@ -73,8 +73,9 @@ type peer struct {
 	bufs [][]byte
 
 	// reader scratch
-	br   *bufio.Reader
-	rhdr header
+	br      *bufio.Reader
+	rhdr    header
+	unacked bool // frames applied since the writer was last asked to ack
 
 	faults *faultState // WithFaults only
 }
@@ -211,7 +212,15 @@ func (p *peer) readLoop() {
 			}
 			return
 		}
-		if err := p.frame(); err != nil {
+		err := p.frame()
+		// Coalesce acks: ask for one only when no further frame is already buffered (the
+		// last frame of a burst acknowledges all of it; a partly buffered frame is still
+		// being sent, in full, so the ack follows soon).
+		if p.unacked && p.br.Buffered() == 0 {
+			p.unacked = false
+			p.wakeWriter()
+		}
+		if err != nil {
 			p.lost("bad frame", err)
 			p.conn.Close()
 			if p.faults != nil {
@@ -277,7 +286,7 @@ func (p *peer) frame() error {
 		storeMax(flag, value)
 	}
 	p.applied.Add(1)
-	p.wakeWriter()
+	p.unacked = true
 	return nil
 }
 

@@ -123,9 +123,16 @@ type JobOptions struct {
 // TestKey is the job key the suite's ranks share.
 var TestKey = []byte("transporttest job key 0123456789")
 
+// TB is the part of testing.TB StartJob uses (benchmark programs implement it too).
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Fatalf(format string, args ...any)
+}
+
 // StartJob opens, registers and connects World ranks (concurrently, as real ranks do) and
 // registers their Close with t.Cleanup.
-func StartJob(t testing.TB, open OpenFunc, o JobOptions) *Job {
+func StartJob(t TB, open OpenFunc, o JobOptions) *Job {
 	t.Helper()
 	if o.DataSize == 0 {
 		o.DataSize = 4 << 20
