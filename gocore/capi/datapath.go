@@ -81,6 +81,13 @@ func datapathConfig(cfg C.mk_cdpconfig, world int) (datapath.Config, error) {
 	if cfg.timeout_ms > 0 {
 		out.Timeout = time.Duration(cfg.timeout_ms) * time.Millisecond
 	}
+	if cfg.gpu >= 0 {
+		p, err := sessions.PlacementOf(int(cfg.gpu))
+		if err != nil {
+			return out, err
+		}
+		out.Placement = p
+	}
 	return out, nil
 }
 

@@ -22,12 +22,14 @@ type datapathConfig struct {
 	AllPeers  bool           `json:"all_peers"`
 	Net       string         `json:"net"`
 	TimeoutMs int            `json:"timeout_ms"`
+	GPU       *int           `json:"gpu"`
 }
 
 // DatapathCreate opens this rank's inter-node data path over a session (collective:
 // every rank calls it with the same buffer ids). configJSON is an object:
 // {"buffers": {"1": 1048576}, "flag_slots": 4096, "fifo_slots": 1024,
-// "node": [0, 0, 1, 1], "all_peers": false, "net": "tcp", "timeout_ms": 60000};
+// "node": [0, 0, 1, 1], "all_peers": false, "net": "tcp", "timeout_ms": 60000, "gpu": 0}
+// ("gpu": the GPU whose topology placement picks the NICs and pins the proxy thread);
 // every field but buffers is optional. It returns the data path's handle, shared with
 // the C ABI.
 func DatapathCreate(session int64, configJSON string) (int64, error) {
@@ -37,6 +39,13 @@ func DatapathCreate(session int64, configJSON string) (int64, error) {
 	}
 	cfg := datapath.Config{FlagSlots: c.FlagSlots, FIFOSlots: c.FIFOSlots, Node: c.Node, AllPeers: c.AllPeers,
 		Net: transport.Selection{Name: c.Net}, Timeout: time.Duration(c.TimeoutMs) * time.Millisecond}
+	if c.GPU != nil {
+		p, err := sessions.PlacementOf(*c.GPU)
+		if err != nil {
+			return 0, err
+		}
+		cfg.Placement = p
+	}
 	for id, n := range c.Buffers {
 		cfg.Buffers = append(cfg.Buffers, datapath.Buffer{ID: transport.BufferID(id), Bytes: n})
 	}

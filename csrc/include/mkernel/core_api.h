@@ -91,10 +91,12 @@ typedef struct mk_datapath_config {
   int32_t all_peers;           /* nonzero: connect ranks of the same node too */
   const char* net;             /* backend name ("tcp", "loopback", "ibverbs", "efa"); NULL or "": MKERNEL_NET / automatic */
   int64_t timeout_ms;          /* setup and stuck-command timeout; <= 0: 60 s */
+  int32_t gpu;                 /* GPU index whose topology placement picks the NICs and the
+                                  proxy thread's CPUs; -1: none (the thread floats) */
 } mk_datapath_config;
 
 #define MK_DATAPATH_CONFIG_INITIALIZER \
-  { sizeof(mk_datapath_config), MK_API_VERSION, 0, NULL, NULL, 0, 0, NULL, 0, NULL, 0 }
+  { sizeof(mk_datapath_config), MK_API_VERSION, 0, NULL, NULL, 0, 0, NULL, 0, NULL, 0, -1 }
 
 typedef struct mk_api_v1 {
   size_t size;      /* sizeof the table the library was built with */

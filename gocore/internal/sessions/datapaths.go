@@ -7,6 +7,7 @@ import (
 
 	"github.com/mkernel/mkernel/gocore/datapath"
 	"github.com/mkernel/mkernel/gocore/logging"
+	"github.com/mkernel/mkernel/gocore/topology"
 	"github.com/mkernel/mkernel/gocore/transport"
 )
 
@@ -14,6 +15,20 @@ import (
 var ErrUnknownDatapath = errors.New("unknown or closed data path handle")
 
 var datapaths = map[uint64]*datapath.Datapath{} // guarded by mu; handles share `next` with sessions
+
+// PlacementOf discovers this host's topology and returns GPU gpu's placement (its NICs
+// and proxy CPUs).
+func PlacementOf(gpu int) (*topology.Placement, error) {
+	t, err := topology.Discover(context.Background())
+	if err != nil {
+		return nil, fmt.Errorf("placement of GPU %d: %w", gpu, err)
+	}
+	if gpu < 0 || gpu >= len(t.Placements) {
+		return nil, fmt.Errorf("placement of GPU %d: %w: the host has %d GPUs", gpu, transport.ErrInvalid, len(t.Placements))
+	}
+	p := t.Placements[gpu]
+	return &p, nil
+}
 
 // OpenDatapath opens a rank's data path over the session behind handle (a collective:
 // every rank of the session calls it) and returns the data path's handle.
