@@ -50,6 +50,9 @@ TORCH_LIBRARY(mkernel, m) {
       "gemm_hooked(Tensor a, Tensor b, Tensor? a_ready, int rows_per_flag, int a_ready_value, "
       "Tensor(a!)? tile_done, int tile_done_value, Tensor? m_order, int config=-1, "
       "int sm_count=0, int swizzle=0, int raster=0, float timeout_s=10.0) -> Tensor");
+  // The grouped (MoE) engine GEMM: a [E, C, K], b [E, N, K], counts [E] int32 (device)
+  //   -> [E, C, N]; rows >= counts[e] are not computed.
+  m.def("gemm_grouped(Tensor a, Tensor b, Tensor counts) -> Tensor");
   // The record of the last timed-out device wait of this process ("" if none).
   m.def("wait_diagnostic() -> str");
   // (tiles_m, tiles_n, units_m, block_m, block_n) of a config for an [m, n] output.

@@ -32,6 +32,7 @@ __all__ = [
     "GEMM_CONFIGS",
     "ag_gemm",
     "gemm",
+    "gemm_grouped",
     "gemm_ar",
     "gemm_rs",
     "moe_combine",
@@ -149,6 +150,21 @@ def gemm(a: Tensor, b: Tensor, *, config: str | int = "auto", sm_count: int = 0,
     cfg = GEMM_CONFIGS[config] if isinstance(config, str) else int(config)
     ras = {"auto": 0, "m": 1, "n": 2}[raster]
     return torch.ops.mkernel.gemm.default(a, b, cfg, sm_count, swizzle, ras)
+
+
+def gemm_grouped(a: Tensor, b: Tensor, counts: Tensor) -> Tensor:
+    """The engine's grouped (MoE) GEMM: one GEMM per expert over capacity-padded rows.
+
+    Args:
+        a: ``[E, C, K]`` tokens of each expert (rows past ``counts[e]`` are padding).
+        b: ``[E, N, K]`` expert weights.
+        counts: ``[E]`` int32 on ``a``'s device: valid rows per expert, read on the device.
+
+    Returns:
+        ``[E, C, N]`` with ``out[e, :counts[e]] = a[e, :counts[e]] @ b[e].T``; rows past
+        ``counts[e]`` are unspecified on CUDA (not computed) and zero on the CPU.
+    """
+    return torch.ops.mkernel.gemm_grouped.default(a, b, counts)
 
 
 def gemm_rs(x: Tensor, w: Tensor, *, group: Group | None = None) -> Tensor:

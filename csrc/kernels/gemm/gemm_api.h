@@ -39,6 +39,12 @@ struct Problem {
   void* d;        // [m, n], row stride n
   int m, n, k;    // m >= 1; n, k multiples of 8 (16-byte TMA alignment)
   DType dtype;
+  // Grouped (MoE) problems, hooked kernel only: `batches` GEMMs of this shape
+  // laid out back to back (a [batches, m, k], b [batches, n, k], d [batches, m, n]);
+  // rows >= batch_rows[i] (device array) of batch i are neither computed nor
+  // stored (their output is unspecified).
+  int batches = 1;
+  const int* batch_rows = nullptr;
 };
 
 struct Launch {

@@ -128,6 +128,10 @@ size_t workspace_size(const Problem& p, ConfigId id, const Launch& l) {
 }
 
 cudaError_t run(const Problem& p, ConfigId id, const Launch& l, const char** reason) {
+  if (p.batches > 1 || p.batch_rows != nullptr) {
+    if (reason) *reason = "grouped problems run on the hooked kernel (run_hooked)";
+    return cudaErrorInvalidValue;
+  }
   Launch launch = complete(l);
   const detail::Entry* e = detail::find(resolve(p, id, &launch), p.dtype);
   if (!e) {

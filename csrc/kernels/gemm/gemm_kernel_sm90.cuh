@@ -140,11 +140,12 @@ class HookedGemmSm90 {
       for (int unit = Scheduler::first_unit();; unit += Scheduler::unit_stride()) {
         const auto work = Scheduler::get(params.scheduler, unit);
         if (!work.valid) break;
+        if (work.skip) continue;
         if constexpr (Hooks::kWaitsForA) {
           if (lane_idx == 0) Hooks::producer_wait(params.hooks, work.m_block, kBlockM);
           __syncwarp();
         }
-        auto blk_coord = make_coord(work.m_block, work.n_block, _, 0);
+        auto blk_coord = make_coord(work.m_block, work.n_block, _, work.batch);
         auto k_tile_iter = cute::make_coord_iterator(shape<3>(gA_mkl));
         mainloop.load(params.mainloop, mainloop_pipeline, write_state, load_inputs, blk_coord,
                       k_tile_iter, k_tiles, lane_idx, block_rank_in_cluster,
@@ -163,7 +164,8 @@ class HookedGemmSm90 {
       for (int unit = Scheduler::first_unit();; unit += Scheduler::unit_stride()) {
         const auto work = Scheduler::get(params.scheduler, unit);
         if (!work.valid) break;
-        auto blk_coord = make_coord(work.m_block, work.n_block, _, 0);
+        if (work.skip) continue;
+        auto blk_coord = make_coord(work.m_block, work.n_block, _, work.batch);
         auto accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
         mainloop.mma(mainloop_pipeline, read_state, accumulators, k_tiles, mma_thread_idx,
                      shared.tensors.mainloop, params.mainloop);

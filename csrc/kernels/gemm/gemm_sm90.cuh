@@ -120,13 +120,14 @@ struct GemmSm90 {
     } else {
       using K = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, FlagHooks>;
       typename K::Params params;
-      params.problem = {p.m, p.n, p.k, 1};
+      const int batches = p.batches < 1 ? 1 : p.batches;
+      params.problem = {p.m, p.n, p.k, batches};
       auto sa = cutlass::make_cute_packed_stride(typename CollectiveMainloop::StrideA{},
-                                                 {p.m, p.k, 1});
+                                                 {p.m, p.k, batches});
       auto sb = cutlass::make_cute_packed_stride(typename CollectiveMainloop::StrideB{},
-                                                 {p.n, p.k, 1});
+                                                 {p.n, p.k, batches});
       auto sd = cutlass::make_cute_packed_stride(typename CollectiveEpilogue::StrideD{},
-                                                 {p.m, p.n, 1});
+                                                 {p.m, p.n, batches});
       typename CollectiveMainloop::Arguments ma{static_cast<const Element*>(p.a), sa,
                                                 static_cast<const Element*>(p.b), sb};
       typename CollectiveEpilogue::Arguments ea{
@@ -134,7 +135,8 @@ struct GemmSm90 {
       params.mainloop = CollectiveMainloop::to_underlying_arguments(params.problem, ma, nullptr);
       params.epilogue = CollectiveEpilogue::to_underlying_arguments(params.problem, ea, nullptr);
       params.scheduler = K::Scheduler::make_params(p.m, p.n, l.swizzle > 0 ? l.swizzle : 8,
-                                                   l.raster != 1, h.m_order);
+                                                   l.raster != 1, h.m_order, batches,
+                                                   p.batch_rows);
       static_cast<FlagHookArgs&>(params.hooks) = FlagHookArgs{
           h.a_ready, h.rows_per_flag, h.a_ready_value, h.tile_done, h.tile_done_value, 0,
           static_cast<comm::WaitDiagnostic*>(h.diag)};

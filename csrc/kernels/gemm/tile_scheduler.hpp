@@ -6,6 +6,10 @@
 // clusters share a B tile) or the transpose. An optional device array
 // `m_order` permutes the M units: the fused ops list local rows first and then
 // rows in the order they arrive from peers (hook (c) of the engine).
+//
+// Grouped (MoE) problems are batches of equal-shape GEMMs (L = experts) whose
+// rows are valid only up to a per-batch count read on the device: a unit whose
+// first row is past its batch's count is skipped by every role alike.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -25,16 +29,21 @@ struct PersistentTileScheduler {
     int swizzle = 1;  // unit rows per band
     bool along_n = true;
     const int* m_order = nullptr;  // [units_m] permutation, or null for 0..units_m-1
+    int batches = 1;                 // L: independent GEMMs of the same shape
+    const int* batch_rows = nullptr; // [batches] valid rows of each, or null (all M rows)
   };
 
   struct Work {
     int m_block;  // tile coordinates
     int n_block;
+    int batch;
     int unit;
-    bool valid;
+    bool valid;  // false: no work left for this CTA
+    bool skip;   // the unit's rows are all past its batch's count: nothing to do
   };
 
-  static Params make_params(int m, int n, int swizzle, bool along_n, const int* m_order) {
+  static Params make_params(int m, int n, int swizzle, bool along_n, const int* m_order,
+                            int batches = 1, const int* batch_rows = nullptr) {
     Params p;
     const int tiles_m = (m + kBlockM - 1) / kBlockM;
     const int tiles_n = (n + kBlockN - 1) / kBlockN;
@@ -43,14 +52,18 @@ struct PersistentTileScheduler {
     p.swizzle = swizzle < 1 ? 1 : swizzle;
     p.along_n = along_n;
     p.m_order = m_order;
+    p.batches = batches < 1 ? 1 : batches;
+    p.batch_rows = batch_rows;
     return p;
   }
 
-  static int total_units(Params const& p) { return p.units_m * p.units_n; }
+  static int total_units(Params const& p) { return p.units_m * p.units_n * p.batches; }
 
-  CUTLASS_DEVICE static Work get(Params const& p, int unit) {
-    const int total = p.units_m * p.units_n;
-    if (unit >= total) return {0, 0, unit, false};
+  CUTLASS_DEVICE static Work get(Params const& p, int unit_index) {
+    const int per_batch = p.units_m * p.units_n;
+    if (unit_index >= per_batch * p.batches) return {0, 0, 0, unit_index, false, false};
+    const int batch = unit_index / per_batch;
+    const int unit = unit_index - batch * per_batch;
     int um, un;
     // Bands of `swizzle` unit rows of the major dimension; inside a band walk
     // the band's rows first so neighbours share the other operand's tile.
@@ -72,7 +85,9 @@ struct PersistentTileScheduler {
     if (p.m_order != nullptr) um = p.m_order[um];
     const int rank_m = static_cast<int>(blockIdx.x) % kClusterM;
     const int rank_n = static_cast<int>(blockIdx.y) % kClusterN;
-    return {um * kClusterM + rank_m, un * kClusterN + rank_n, unit, true};
+    const bool skip =
+        p.batch_rows != nullptr && um * kClusterM * kBlockM >= __ldg(p.batch_rows + batch);
+    return {um * kClusterM + rank_m, un * kClusterN + rank_n, batch, unit_index, true, skip};
   }
 
   CUTLASS_DEVICE static int first_unit() { return static_cast<int>(blockIdx.x) / kClusterM; }

@@ -1,0 +1,97 @@
+// mkernel.gemm_grouped: the engine's grouped (MoE) GEMM — one GEMM per expert
+// over capacity-padded rows, with each expert's valid row count read on the
+// device (no host sync, CUDA-graph safe).
+//
+//   a [E, C, K] tokens per expert, b [E, N, K] expert weights, counts [E] int32
+//     -> out [E, C, N], out[e, :counts[e]] = a[e, :counts[e]] @ b[e].T;
+//        rows >= counts[e] are unspecified on CUDA (never computed) and zero on CPU.
+#include <torch/library.h>
+
+#include <string>
+
+#include "gemm_engine.h"
+
+#ifdef MKERNEL_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+
+#include "kernels/gemm/gemm_api.h"
+#endif
+
+namespace mkernel {
+namespace {
+constexpr const char* kOp = "mkernel.gemm_grouped";
+
+void validate(const at::Tensor& a, const at::Tensor& b, const at::Tensor& counts) {
+  TORCH_CHECK(a.dim() == 3, kOp, ": a must be [E, C, K], got ", a.sizes());
+  TORCH_CHECK(b.dim() == 3, kOp, ": b must be [E, N, K], got ", b.sizes());
+  TORCH_CHECK(counts.dim() == 1 && counts.scalar_type() == at::kInt, kOp,
+              ": counts must be a 1-D int32 tensor [E], got ", counts.scalar_type(), " ",
+              counts.sizes());
+  TORCH_SYM_CHECK(a.sym_size(0).sym_eq(b.sym_size(0)),
+                  std::string(kOp) + ": a and b must have the same number of experts E");
+  TORCH_SYM_CHECK(a.sym_size(0).sym_eq(counts.sym_size(0)),
+                  std::string(kOp) + ": counts must have E entries");
+  TORCH_SYM_CHECK(a.sym_size(2).sym_eq(b.sym_size(2)),
+                  std::string(kOp) + ": a and b must have the same K");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), kOp, ": a is ", a.scalar_type(), " but b is ",
+              b.scalar_type());
+  TORCH_CHECK(a.device() == b.device() && a.device() == counts.device(), kOp,
+              ": a, b and counts must be on one device");
+  TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && counts.is_contiguous(), kOp,
+              ": a, b and counts must be contiguous");
+}
+
+at::Tensor grouped_meta(const at::Tensor& a, const at::Tensor& b, const at::Tensor& counts) {
+  validate(a, b, counts);
+  return a.new_empty_symint({a.sym_size(0), a.sym_size(1), b.sym_size(1)});
+}
+
+at::Tensor grouped_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& counts) {
+  validate(a, b, counts);
+  auto out = at::zeros({a.size(0), a.size(1), b.size(1)}, a.options());
+  for (int64_t e = 0; e < a.size(0); ++e) {
+    const int64_t rows = counts[e].item<int>();
+    TORCH_CHECK(rows >= 0 && rows <= a.size(1), kOp, ": counts[", e, "] = ", rows,
+                " is outside [0, C=", a.size(1), "]");
+    if (rows > 0) out[e].narrow(0, 0, rows).copy_(reference_gemm(a[e].narrow(0, 0, rows), b[e]));
+  }
+  return out;
+}
+
+#ifdef MKERNEL_WITH_CUDA
+at::Tensor grouped_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& counts) {
+  validate(a, b, counts);
+  TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, kOp,
+              ": takes bfloat16 or float16, got ", a.scalar_type());
+  const int64_t e = a.size(0), c = a.size(1), k = a.size(2), n = b.size(1);
+  auto out = at::empty({e, c, n}, a.options());
+  if (e == 0 || c == 0 || n == 0) return out;
+  gemm::Problem p{a.data_ptr(), b.data_ptr(), out.data_ptr(), static_cast<int>(c),
+                  static_cast<int>(n), static_cast<int>(k),
+                  a.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
+  p.batches = static_cast<int>(e);
+  p.batch_rows = counts.data_ptr<int>();
+  gemm::Launch launch;
+  launch.stream = at::cuda::getCurrentCUDAStream();
+  const gemm::ConfigId id = gemm::resolve_hooked(p, gemm::ConfigId::kAuto, launch);
+  if (const char* why = gemm::can_implement(p, id, launch)) {
+    TORCH_CHECK(false, kOp, ": cannot run E=", e, " C=", c, " N=", n, " K=", k, ": ", why);
+  }
+  gemm::HookArgs h;  // no communication hooks
+  const char* reason = nullptr;
+  const cudaError_t err = gemm::run_hooked(p, id, launch, h, &reason);
+  TORCH_CHECK(err == cudaSuccess, kOp, ": launch failed (", gemm::config_name(id), "): ",
+              cudaGetErrorString(err), reason ? std::string(" / ") + reason : std::string());
+  return out;
+}
+#endif  // MKERNEL_WITH_CUDA
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(mkernel, Meta, m) { m.impl("gemm_grouped", &grouped_meta); }
+TORCH_LIBRARY_IMPL(mkernel, CPU, m) { m.impl("gemm_grouped", &grouped_cpu); }
+#ifdef MKERNEL_WITH_CUDA
+TORCH_LIBRARY_IMPL(mkernel, CUDA, m) { m.impl("gemm_grouped", &grouped_cuda); }
+#endif  // MKERNEL_WITH_CUDA
+
+}  // namespace mkernel
