@@ -88,6 +88,9 @@ func Open(ctx context.Context, sess Session, cfg Config) (_ *Datapath, err error
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = transport.DefaultTimeout
 	}
+	if cfg.Net == (transport.Selection{}) { // as documented: the zero value reads the environment
+		cfg.Net = transport.SelectionFromEnv()
+	}
 	if cfg.FlagSlots < 1 {
 		return nil, fmt.Errorf("datapath: %w: %d flag slots", transport.ErrInvalid, cfg.FlagSlots)
 	}

@@ -1,6 +1,12 @@
 package transport
 
-import "os"
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
 
 // The transport's documented overrides, read here and nowhere else.
 const (
@@ -11,6 +17,11 @@ const (
 	// EnvNetPlugin is the path of a backend plugin binary (see gocore/transport/plugin); it
 	// takes precedence over EnvNet.
 	EnvNetPlugin = "MKERNEL_NET_PLUGIN"
+	// EnvNetFaults (tests only) turns on the fault injection of the backends that have one
+	// (tcp: WithFaults, loopback: WithReorder): "SEED:MAXDELAY", e.g. "7:200us" — every
+	// op is held back for a random time below MAXDELAY (a Go duration) and due ops are
+	// applied in random order, seeded by SEED plus the rank. Results must stay exact.
+	EnvNetFaults = "MKERNEL_NET_FAULTS"
 )
 
 // PluginBackendName is the name of backends loaded from plugin binaries.
@@ -25,4 +36,27 @@ type Selection struct {
 // SelectionFromEnv reads MKERNEL_NET and MKERNEL_NET_PLUGIN.
 func SelectionFromEnv() Selection {
 	return Selection{Name: os.Getenv(EnvNet), Plugin: os.Getenv(EnvNetPlugin)}
+}
+
+// Faults is the test-only fault injection asked for by MKERNEL_NET_FAULTS.
+type Faults struct {
+	Seed     uint64
+	MaxDelay time.Duration
+}
+
+// FaultsFromEnv reads MKERNEL_NET_FAULTS: ok is false when it is unset or empty; a
+// malformed value is an error matching ErrInvalid.
+func FaultsFromEnv() (f Faults, ok bool, err error) {
+	v := strings.TrimSpace(os.Getenv(EnvNetFaults))
+	if v == "" {
+		return f, false, nil
+	}
+	seed, delay, found := strings.Cut(v, ":")
+	if f.Seed, err = strconv.ParseUint(seed, 10, 64); err == nil && found {
+		f.MaxDelay, err = time.ParseDuration(delay)
+	}
+	if err != nil || !found || f.MaxDelay < 0 {
+		return Faults{}, false, fmt.Errorf("%w: %s=%q: want SEED:MAXDELAY, e.g. 7:200us", ErrInvalid, EnvNetFaults, v)
+	}
+	return f, true, nil
 }

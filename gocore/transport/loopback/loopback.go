@@ -48,6 +48,13 @@ func (Backend) Name() string                    { return Name }
 func (Backend) Priority() int                   { return 0 }
 func (Backend) Usable(*topology.Placement) bool { return true }
 func (Backend) Open(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
+	f, ok, err := transport.FaultsFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("loopback: open rank %d: %w", cfg.Rank, err)
+	}
+	if ok { // tests only (MKERNEL_NET_FAULTS)
+		return Open(ctx, cfg, WithReorder(f.Seed+uint64(cfg.Rank), f.MaxDelay))
+	}
 	return Open(ctx, cfg)
 }
 
