@@ -25,6 +25,12 @@ ENTRIES = (
     "session_gathered",
     "session_barrier",
     "session_destroy",
+    "datapath_create",
+    "datapath_buffer",
+    "datapath_fifo",
+    "datapath_check",
+    "datapath_stats_json",
+    "datapath_destroy",
 )
 VERSION_TEXT = b"9.9.9-fake"
 

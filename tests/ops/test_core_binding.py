@@ -64,6 +64,11 @@ def test_negative_address():
             r"the API table's entry session_destroy is NULL",
             id="null_session_destroy",
         ),
+        pytest.param(
+            dict(datapath_destroy=None),
+            r"the API table's entry datapath_destroy is NULL",
+            id="null_datapath_destroy",
+        ),
     ],
 )
 def test_rejected_table(fields, match):
@@ -73,8 +78,8 @@ def test_rejected_table(fields, match):
 
 
 def test_table_layout_matches_header():
-    """The stand-in mirrors mk_api_v1: 3 header fields, then 13 function pointers."""
-    assert ctypes.sizeof(fake_core.MkApiV1) == 3 * 8 + 13 * 8
+    """The stand-in mirrors mk_api_v1: 3 header fields, then 19 function pointers."""
+    assert ctypes.sizeof(fake_core.MkApiV1) == 3 * 8 + 19 * 8
 
 
 @pytest.mark.parametrize("scenario", sorted(fake_core.SCENARIOS))
