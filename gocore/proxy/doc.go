@@ -26,4 +26,8 @@
 // and the FIFO slot; a failed transport or producer fails the proxy too. A failure is
 // written into the FIFO's error word so that producers (GPU spins) stop, and Done is
 // closed; Err says why.
+//
+// What the loop cannot avoid is the Go runtime's stop-the-world pauses (tens of µs, caused
+// by allocation elsewhere in the process): keep the process's allocation rate low and the
+// GC's pacing loose (GOGC, GOMEMLIMIT) where the tail latency matters.
 package proxy

@@ -76,9 +76,10 @@
  *                 are not started until every earlier one to it is complete at
  *                 the peer. On transports that keep order it costs nothing.
  *   BARRIER       a FENCE on all peers, then a signal of arrival_seq into flag
- *                 slot (arrival_slot + my_rank) of every peer; a rank has
- *                 passed the barrier when slots arrival_slot + r hold
- *                 >= arrival_seq for every other rank r.
+ *                 slot (arrival_slot + my_rank) of every peer the proxy is
+ *                 connected to (the ranks of other nodes; all ranks with
+ *                 all_peers); a rank has passed the barrier when slots
+ *                 arrival_slot + r hold >= arrival_seq for every such rank r.
  * Buffer ids name regions registered with the transport on every rank
  * (symmetric ids); offsets and bytes are in bytes. The arrival_seq values a
  * producer uses for one flag must increase: they are the device-side
