@@ -360,15 +360,16 @@ static __device__ __forceinline__ uint64_t mk_fifo_globaltimer(void) {
 }
 
 /* Push one command from one thread. `c` is the device pointer of the mapped
- * FIFO; `head` the ticket counter (device memory shared by the FIFO's warps,
- * or &c->head where PCIe atomics are known to work); `cached_tail` the
- * caller's cached tail (start it at 0). Past timeout_ns without credit it
- * prints the FIFO's state and traps: a kernel never hangs silently. */
-static __device__ __forceinline__ uint64_t mk_fifo_push_device(mk_fifo_ctrl* c, unsigned long long* head,
-                                                               uint64_t* cached_tail, mk_fifo_cmd cmd,
-                                                               uint64_t timeout_ns) {
+ * FIFO and `cap` its capacity (pass it in the kernel's Params: reading
+ * c->capacity would cost a PCIe round trip per push); `head` the ticket
+ * counter (device memory shared by the FIFO's warps, or &c->head where PCIe
+ * atomics are known to work); `cached_tail` the caller's cached tail (start it
+ * at 0). Past timeout_ns without credit it prints the FIFO's state and traps:
+ * a kernel never hangs silently. */
+static __device__ __forceinline__ uint64_t mk_fifo_push_device(mk_fifo_ctrl* c, uint32_t cap,
+                                                               unsigned long long* head, uint64_t* cached_tail,
+                                                               mk_fifo_cmd cmd, uint64_t timeout_ns) {
   const uint64_t ticket = (uint64_t)atomicAdd(head, 1ull);
-  const uint32_t cap = c->capacity;
   if (ticket - *cached_tail >= cap) {
     const uint64_t start = mk_fifo_globaltimer();
     for (;;) {
@@ -388,7 +389,7 @@ static __device__ __forceinline__ uint64_t mk_fifo_push_device(mk_fifo_ctrl* c, 
       }
     }
   }
-  mk_fifo_cmd* s = mk_fifo_slot(c, ticket);
+  mk_fifo_cmd* s = mk_fifo_slots(c) + (ticket & (uint64_t)(cap - 1u));
   cmd.enqueue_ns = mk_fifo_globaltimer();
   /* Words 1..7 of the slot, then the release of word 0. */
   const uint64_t* w = (const uint64_t*)(const void*)&cmd;
