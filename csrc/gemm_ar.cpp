@@ -5,9 +5,15 @@
 //     ->  out = allreduce(x @ w.T)  [M, N]
 //
 // Holds the op's validator and its Meta, CPU-reference and CUDA kernels.
+#include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
 #include "gemm_engine.h"
+#include "host_reference.h"
 #include "ops_validation.h"
 
 namespace mkernel {
@@ -30,11 +36,84 @@ at::Tensor gemm_ar_meta(const at::Tensor& x, const at::Tensor& w, int64_t group,
   return x.new_empty_symint({sizes.rows, sizes.n});
 }
 
+// The host reference at world_size > 1 (protocol: host_reference.h): a reduce-scatter and an
+// all-gather. The M rows split into W blocks, rank r owning rows [r*M/W, (r+1)*M/W) (ragged M is
+// fine; a block may be empty). Phase A: each rank writes the fp32 partial product of every
+// block to its owner, which sums them in fp32 in rank order and rounds once to x's dtype.
+// Phase B: each owner writes its reduced block to every peer. Every rank ends with the same bits.
+at::Tensor gemm_ar_host(const at::Tensor& x, const at::Tensor& w, int64_t group,
+                        int64_t world_size) {
+  const int64_t rows = x.size(0), k = x.size(1), n = w.size(0);
+  host::Call call(kOp, group, world_size);
+  const int rank = call.rank(), world = call.world();
+  auto first = [&](int r) { return rows * r / world; };
+  auto count = [&](int r) { return first(r + 1) - first(r); };
+  const uint64_t es = x.element_size();
+  const uint64_t slot = static_cast<uint64_t>((rows + world - 1) / world * n) * sizeof(float);
+  const uint64_t reduced_at = world * slot;  // phase B area of the receive buffer
+  const uint64_t staged_at = static_cast<uint64_t>(rows * n) * sizeof(float);  // of the send area
+  host::CallInfo info{host::OpKind::kGemmAr,
+                      x.scalar_type(),
+                      {rows, k, n, w.size(1)},
+                      0b0101u,
+                      {"M (x's row count)", "k", "N (w's row count)", "k"},
+                      reduced_at + static_cast<uint64_t>(rows * n) * es,
+                      staged_at + slot};
+  call.begin(info);
+  const auto f32 = x.options().dtype(at::kFloat);
+  const at::Tensor xf = x.to(at::kFloat);
+  const at::Tensor wt = w.to(at::kFloat).t();
+  for (int j = 1; j < world; ++j) {  // rank + 1 first: the ranks' first sends go to distinct peers
+    const int dst = (rank + j) % world;
+    const uint64_t at_byte = static_cast<uint64_t>(first(dst) * n) * sizeof(float);
+    at::Tensor part = at::from_blob(call.send_area(dst) + at_byte, {count(dst), n}, f32);
+    at::mm_out(part, xf.narrow(0, first(dst), count(dst)), wt);
+    call.send(dst, at_byte, rank * slot, part.numel() * sizeof(float), host::Arrival::kPhaseA);
+  }
+  const at::Tensor own = at::mm(xf.narrow(0, first(rank), count(rank)), wt);
+  at::Tensor sum;
+  for (int r = 0; r < world; ++r) {
+    at::Tensor part = own;
+    if (r != rank) {
+      call.wait(r, host::Arrival::kPhaseA, "the partial block");
+      part = at::from_blob(call.recv_area(r) + r * slot, {count(rank), n}, f32);
+    }
+    if (r == 0) {
+      sum = part.clone();
+    } else {
+      sum.add_(part);
+    }
+  }
+  const at::Tensor reduced = sum.to(x.scalar_type()).contiguous();
+  const uint64_t bytes = static_cast<uint64_t>(reduced.numel()) * es;
+  at::Tensor out = at::empty({rows, n}, x.options());
+  out.narrow(0, first(rank), count(rank)).copy_(reduced);
+  std::vector<uint8_t*> staged;
+  for (int j = 1; j < world; ++j) {
+    const int peer = (rank + j) % world;
+    uint8_t* stage = call.send_area(peer) + staged_at;
+    if (std::find(staged.begin(), staged.end(), stage) == staged.end()) {
+      if (bytes > 0) std::memcpy(stage, reduced.data_ptr(), bytes);
+      staged.push_back(stage);
+    }
+    call.send(peer, staged_at, reduced_at + first(rank) * n * es, bytes, host::Arrival::kPhaseB);
+  }
+  for (int j = 1; j < world; ++j) {
+    const int peer = (rank + world - j) % world;
+    call.wait(peer, host::Arrival::kPhaseB, "the reduced block");
+    out.narrow(0, first(peer), count(peer))
+        .copy_(at::from_blob(call.recv_area(peer) + reduced_at + first(peer) * n * es,
+                             {count(peer), n}, x.options()));
+  }
+  call.end();
+  return out;
+}
+
 at::Tensor gemm_ar_cpu(const at::Tensor& x, const at::Tensor& w, int64_t group,
                        int64_t world_size) {
   validate_gemm_ar(x, w, group, world_size);
   if (world_size == 1) return reference_gemm(x, w);  // nothing to reduce
-  TORCH_CHECK_NOT_IMPLEMENTED(false, kOp, ": the CPU reference kernel has not landed yet");
+  return gemm_ar_host(x, w, group, world_size);
 }
 
 #ifdef MKERNEL_WITH_CUDA

@@ -5,9 +5,11 @@
 //     ->  out = reduce_scatter(x @ w.T)  [M / world_size, N]   (M % world_size == 0)
 //
 // Holds the op's validator and its Meta, CPU-reference and CUDA kernels.
+#include <ATen/ATen.h>
 #include <torch/library.h>
 
 #include "gemm_engine.h"
+#include "host_reference.h"
 #include "ops_validation.h"
 
 namespace mkernel {
@@ -33,11 +35,57 @@ at::Tensor gemm_rs_meta(const at::Tensor& x, const at::Tensor& w, int64_t group,
   return x.new_empty_symint({sizes.rows, sizes.n});
 }
 
+// The host reference at world_size > 1 (protocol: host_reference.h). Rank r computes the fp32
+// partial product of each destination's row block straight into the send area and writes it to
+// its owner (phase A); the owner sums the W partials in fp32 in rank order — deterministic,
+// whatever the arrival order — and rounds once to x's dtype.
+at::Tensor gemm_rs_host(const at::Tensor& x, const at::Tensor& w, int64_t group,
+                        int64_t world_size) {
+  const int64_t rows = x.size(0), k = x.size(1), n = w.size(0);
+  host::Call call(kOp, group, world_size);
+  const int rank = call.rank(), world = call.world();
+  const int64_t b = rows / world;
+  const uint64_t block = static_cast<uint64_t>(b * n) * sizeof(float);
+  host::CallInfo info{host::OpKind::kGemmRs,
+                      x.scalar_type(),
+                      {rows, k, n, w.size(1)},
+                      0b0101u,
+                      {"M (x's row count)", "k", "N (w's row count)", "k"},
+                      world * block,
+                      world * block};
+  call.begin(info);
+  const auto f32 = x.options().dtype(at::kFloat);
+  const at::Tensor xf = x.to(at::kFloat);
+  const at::Tensor wt = w.to(at::kFloat).t();
+  for (int j = 1; j < world; ++j) {  // rank + 1 first: the ranks' first sends go to distinct peers
+    const int dst = (rank + j) % world;
+    at::Tensor part = at::from_blob(call.send_area(dst) + dst * block, {b, n}, f32);
+    at::mm_out(part, xf.narrow(0, dst * b, b), wt);
+    call.send(dst, dst * block, rank * block, block, host::Arrival::kPhaseA);
+  }
+  const at::Tensor own = at::mm(xf.narrow(0, rank * b, b), wt);
+  at::Tensor sum;
+  for (int r = 0; r < world; ++r) {
+    at::Tensor part = own;
+    if (r != rank) {
+      call.wait(r, host::Arrival::kPhaseA, "the partial block");
+      part = at::from_blob(call.recv_area(r) + r * block, {b, n}, f32);
+    }
+    if (r == 0) {
+      sum = part.clone();
+    } else {
+      sum.add_(part);
+    }
+  }
+  call.end();
+  return sum.to(x.scalar_type());
+}
+
 at::Tensor gemm_rs_cpu(const at::Tensor& x, const at::Tensor& w, int64_t group,
                        int64_t world_size) {
   validate_gemm_rs(x, w, group, world_size);
   if (world_size == 1) return reference_gemm(x, w);  // nothing to reduce
-  TORCH_CHECK_NOT_IMPLEMENTED(false, kOp, ": the CPU reference kernel has not landed yet");
+  return gemm_rs_host(x, w, group, world_size);
 }
 
 #ifdef MKERNEL_WITH_CUDA

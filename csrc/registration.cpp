@@ -63,4 +63,9 @@ TORCH_LIBRARY(mkernel, m) {
   m.def("_bind_core(int api_table_address) -> int");
   // The Go library's version string, read through the bound table.
   m.def("core_version() -> str");
+
+  // The host reference backend's per-group state (csrc/host_reference.cpp): release a group's
+  // data paths (Context.close, mkernel.shutdown) and describe them as JSON (tests, diagnostics).
+  m.def("_release_group(int group) -> ()");
+  m.def("_group_info(int group) -> str");
 }

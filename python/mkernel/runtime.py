@@ -80,11 +80,21 @@ class Context:
             _contexts.pop(self.handle, None)
             if _default is self:
                 _default = None
+        _release_op_state(self.handle)
         core.SessionDestroy(self.handle)
 
     def _check_open(self) -> None:
         if self.closed:
             raise MkernelError("mkernel context is closed (shutdown() was called)")
+
+
+def _release_op_state(handle: int) -> None:
+    """Close the data paths the ops opened for this group (the host reference backend's, see
+    csrc/host_reference.h). Waits (bounded) until the peers finished their in-flight commands."""
+    try:
+        torch.ops.mkernel._release_group(handle)
+    except Exception as e:  # at interpreter exit peers may be gone already
+        _log.debug(f"closing the ops' data paths of session {handle}: {e}")
 
 
 def _rendezvous_host() -> str:
