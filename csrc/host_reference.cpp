@@ -275,6 +275,9 @@ class HostGroup {
 
   // First use: rank, world and every rank's node (an all-gather over the session).
   void setup(const char* op, int64_t world_size) {
+    TORCH_CHECK(core_bound(), op,
+                ": the mkernel core is not loaded: import mkernel and call mkernel.init() to "
+                "create the group");
     const mk_api_v1& api = core_api();
     const mk_session_t s = static_cast<mk_session_t>(handle_);
     int32_t rank = -1, world = 0;

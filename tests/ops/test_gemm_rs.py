@@ -22,6 +22,14 @@ from .helpers import (
 SHAPES = [(36, 64, 96, 4), (8, 128, 256, 8), (129, 72, 130, 3), (100, 48, 200, 1), (0, 64, 32, 2)]
 
 
+# A group handle that is no open mkernel session in this process.
+NO_SESSION = 987654321
+NEEDS_GROUP = (
+    rf"mkernel\.gemm_rs: (group {NO_SESSION} is not an open mkernel group"
+    r"|the mkernel core is not loaded)"
+)
+
+
 def op():
     return torch.ops.mkernel.gemm_rs.default
 
@@ -67,24 +75,25 @@ def test_compile_dynamic_rejects_indivisible_m(ops):
 
 
 def test_compile_traces_then_cpu_kernel_raises(ops):
-    g = group(2)
+    """Tracing (fake kernel) succeeds; running calls the CPU kernel, which needs an open group."""
+    g = group(2, handle=NO_SESSION)
     compiled = torch.compile(
         lambda x, w: ops.gemm_rs(x, w, group=g), fullgraph=True, backend="eager"
     )
     torch._dynamo.reset()
-    with pytest.raises(NotImplementedError, match=r"mkernel\.gemm_rs: the CPU reference kernel"):
+    with pytest.raises((ValueError, RuntimeError), match=NEEDS_GROUP):
         compiled(torch.randn(8, 64), torch.randn(32, 64))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_cpu_not_implemented(ops, dtype):
+def test_cpu_needs_an_open_group(ops, dtype):
+    """At world_size > 1 the CPU reference kernel moves data through the group's data paths
+    (tests/host/ runs it across processes); a handle that is no open group is an error."""
     x, w = torch.randn(8, 64, dtype=dtype), torch.randn(32, 64, dtype=dtype)
-    with pytest.raises(
-        NotImplementedError, match=r"mkernel\.gemm_rs: the CPU reference kernel has not landed yet"
-    ):
-        op()(x, w, 1, 2)
-    with pytest.raises(NotImplementedError, match=r"mkernel\.gemm_rs"):
-        ops.gemm_rs(x, w, group=group(2))
+    with pytest.raises((ValueError, RuntimeError), match=NEEDS_GROUP):
+        op()(x, w, NO_SESSION, 2)
+    with pytest.raises((ValueError, RuntimeError), match=NEEDS_GROUP):
+        ops.gemm_rs(x, w, group=group(2, handle=NO_SESSION))
 
 
 @requires_cuda
