@@ -7,6 +7,7 @@
 package backends
 
 import (
+	_ "github.com/mkernel/mkernel/gocore/transport/efa"
 	_ "github.com/mkernel/mkernel/gocore/transport/ibverbs"
 	_ "github.com/mkernel/mkernel/gocore/transport/loopback"
 	_ "github.com/mkernel/mkernel/gocore/transport/plugin" // MKERNEL_NET_PLUGIN
