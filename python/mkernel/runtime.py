@@ -32,7 +32,7 @@ _log = get_logger("runtime")
 _lock = threading.RLock()
 _contexts: dict[int, "Context"] = {}
 _default: "Context | None" = None
-_init_seq = 0
+_init_seq: dict[tuple[int, ...], int] = {}  # inits per member list: equal on every member
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -147,7 +147,7 @@ def init(group: Any = None, *, timeout: float = DEFAULT_TIMEOUT_S) -> Context:
         The group's :class:`Context`. Calling ``init`` again for the default
         group returns the existing context (idempotent).
     """
-    global _default, _init_seq
+    global _default
     with _lock:
         if group is None and _default is not None and not _default.closed:
             return _default
@@ -156,8 +156,10 @@ def init(group: Any = None, *, timeout: float = DEFAULT_TIMEOUT_S) -> Context:
             pg = group if group is not None else dist.group.WORLD
             rank, world = dist.get_rank(pg), dist.get_world_size(pg)
             ranks = dist.get_process_group_ranks(pg)
-            _init_seq += 1
-            key = f"mkernel/bootstrap/{'-'.join(map(str, ranks[:8]))}x{len(ranks)}/{_init_seq}"
+            # Counted per member list: ranks outside a sub-group do not count its inits, so a
+            # process-wide counter would give the next common group different keys.
+            seq = _init_seq[tuple(ranks)] = _init_seq.get(tuple(ranks), 0) + 1
+            key = f"mkernel/bootstrap/{'-'.join(map(str, ranks[:8]))}x{len(ranks)}/{seq}"
             store = _store_for(pg)
             if rank == 0:
                 job_id = core.BootstrapListen(_rendezvous_host(), world)
