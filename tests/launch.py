@@ -8,7 +8,11 @@ already (a zygote, like a forkserver): each rank is a fork of it that runs the
 snippet, so W ranks pay for one ``import torch`` instead of W — on a 2-core
 machine that is most of a multi-process test's time. The Go runtime is never in
 the helper (``import mkernel`` happens in the ranks), so forking it is safe. A
-rank's atexit handlers run when the snippet ends, as at a normal exit.
+rank's atexit handlers run when the snippet ends, as at a normal exit. ``env``
+goes into the helper's own environment: the Go runtime reads the environment
+the process was started with, not later ``os.environ`` changes, so only the
+per-rank variables (RANK, MKERNEL_EMULATED_NODE, ... read by Python and C++)
+are set in each fork.
 """
 
 from __future__ import annotations
@@ -153,11 +157,12 @@ def _run_forked(code: str, world: int, timeout: float, nodes: int, env: dict[str
                 skip_ranks: tuple[int, ...]) -> list[RankResult]:
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="mkernel-ranks-") as tmp:
-        ranks = [[r, _rank_env(r, world, nodes, port, env), os.path.join(tmp, f"{r}.out"),
+        ranks = [[r, _rank_env(r, world, nodes, port, None), os.path.join(tmp, f"{r}.out"),
                   os.path.join(tmp, f"{r}.err")] for r in range(world) if r not in skip_ranks]
         spec = json.dumps({"code": code, "timeout": timeout, "ranks": ranks})
         # A new session: when the helper is killed, its whole process group goes too.
-        helper = subprocess.Popen([sys.executable, "-c", _ZYGOTE], env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        helper = subprocess.Popen([sys.executable, "-c", _ZYGOTE],
+                                  env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
                                   text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, preexec_fn=_die_with_parent,
                                   start_new_session=True)
