@@ -3,8 +3,12 @@
 Starts ``world`` rank processes (gloo process group; each on GPU ``rank %
 ngpus`` when GPUs are present), splits them into ``nodes`` emulated nodes,
 joins them with :func:`mkernel.init`, and has each rank report what mkernel
-sees. Then each op is tried on small random inputs against a plain torch
-reference; ops whose kernels have not landed yet say so.
+sees. Then ag_gemm, gemm_rs and gemm_ar run on fresh random inputs (on CPU
+through the host reference backend: FIFO -> Go proxy -> loopback within an
+emulated node, tcp across) against a plain torch reference built from every
+rank's inputs; rank 0 prints a table of relative error and time. The demo exits
+non-zero when an error exceeds its bound; ops whose kernels have not landed yet
+say so.
 """
 
 from __future__ import annotations
@@ -57,27 +61,104 @@ def run_demo(world: int = 4, nodes: int = 2, timeout: float = 120.0) -> int:
     return status
 
 
-def _try_ops(ctx) -> list[tuple[str, str]]:
+# Relative error bounds (||out - ref|| / ||ref||) by dtype; the demo fails above them.
+_BOUNDS = {"fp32": 1e-5, "bf16": 1e-2, "fp16": 1e-2}
+
+
+def _rel_err(out, ref) -> float:
+    ref = ref.double()
+    norm = ref.norm().item()
+    diff = (out.double() - ref).norm().item()
+    return diff / norm if norm > 0 else diff
+
+
+def _try_ops(ctx, calls: int = 5) -> list[dict]:
+    """Run each op on fresh random inputs against a plain torch reference built from every
+    rank's inputs (all-gathered with torch.distributed). Returns one row per (op, dtype) with
+    the relative error (max over ranks), the median time of `calls` calls (max over ranks) and
+    whether the error is within its bound; ops whose kernels have not landed say so."""
+    import statistics
+
     import torch
+    import torch.distributed as dist
 
     import mkernel
 
-    dev = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    dt = torch.bfloat16 if dev.type == "cuda" else torch.float32
-    g = torch.Generator(device="cpu").manual_seed(1234 + ctx.rank)
-    x = torch.randn(37, 64, generator=g).to(dev, dt)
-    w = torch.randn(96, 64, generator=g).to(dev, dt)
-    xr = torch.randn(8 * ctx.world_size, 64, generator=g).to(dev, dt)
-    results = []
-    for name, fn in (("ag_gemm", lambda: mkernel.ag_gemm(x, w, group=ctx)),
-                     ("gemm_rs", lambda: mkernel.gemm_rs(xr, w, group=ctx)),
-                     ("gemm_ar", lambda: mkernel.gemm_ar(xr, w, group=ctx))):
-        try:
-            fn()
-            results.append((name, "ran"))
-        except NotImplementedError as e:
-            results.append((name, f"not landed yet ({str(e).splitlines()[0][:60]})"))
-    return results
+    cuda = torch.cuda.is_available()
+    dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    world, rank = ctx.world_size, ctx.rank
+    m, big_m, k, n = 37, 10 * world, 64, 96  # ragged m: not a multiple of any tile
+    rows = []
+    for dtype in (["bf16"] if cuda else ["fp32", "bf16"]):
+        dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+        g = torch.Generator().manual_seed(1234 + rank)
+
+        def make(r_rows):
+            x = torch.randn(r_rows, k, generator=g, dtype=torch.float64)
+            w = torch.randn(n, k, generator=g, dtype=torch.float64) / k ** 0.5
+            return x.to(dev, dt), w.to(dev, dt)
+
+        def gather(t):
+            parts = [torch.empty_like(t, device="cpu") for _ in range(world)]
+            dist.all_gather(parts, t.cpu())
+            return [p.double() for p in parts]
+
+        cases = []
+        x, w = make(m)
+        xs = gather(x)
+        cases.append(("ag_gemm", f"x [{m}, {k}] x{world}, w [{n}, {k}]",
+                      lambda x=x, w=w: mkernel.ag_gemm(x, w, group=ctx),
+                      lambda xs=xs, w=w: torch.cat(xs) @ w.double().cpu().T))
+        x, w = make(big_m)
+        xs, ws = gather(x), gather(w)
+        full = sum(xi @ wi.T for xi, wi in zip(xs, ws))
+        b = big_m // world
+        cases.append(("gemm_rs", f"x [{big_m}, {k}], w [{n}, {k}]",
+                      lambda x=x, w=w: mkernel.gemm_rs(x, w, group=ctx),
+                      lambda full=full: full[rank * b:(rank + 1) * b]))
+        x, w = make(m)
+        xs, ws = gather(x), gather(w)
+        cases.append(("gemm_ar", f"x [{m}, {k}], w [{n}, {k}]",
+                      lambda x=x, w=w: mkernel.gemm_ar(x, w, group=ctx),
+                      lambda xs=xs, ws=ws: sum(xi @ wi.T for xi, wi in zip(xs, ws))))
+        for name, shape, fn, ref in cases:
+            row = {"op": name, "dtype": dtype, "shape": shape, "bound": _BOUNDS[dtype]}
+            try:
+                out = fn()
+                times = []
+                for _ in range(calls):
+                    if cuda:
+                        torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    fn()
+                    if cuda:
+                        torch.cuda.synchronize()
+                    times.append(time.perf_counter() - t0)
+                stats = torch.tensor([_rel_err(out.cpu(), ref()), statistics.median(times)],
+                                     dtype=torch.float64)
+                row["status"] = "ran"
+            except NotImplementedError as e:
+                stats = torch.tensor([-1.0, -1.0], dtype=torch.float64)
+                row["status"] = f"not landed yet ({str(e).splitlines()[0][:60]})"
+            dist.all_reduce(stats, op=dist.ReduceOp.MAX)
+            row["err"], row["median_s"] = stats.tolist()
+            row["ok"] = row["status"] != "ran" or row["err"] <= row["bound"]
+            rows.append(row)
+    return rows
+
+
+def _print_ops(rows: list[dict], world: int, nodes: int) -> None:
+    print(f"ops across {world} ranks in {nodes} emulated nodes "
+          "(relative error ||out - ref|| / ||ref||, max over ranks; time: median of 5 calls, "
+          "max over ranks)")
+    print(f"{'op':<8} {'dtype':<5} {'shape':<28} {'max rel err':>11} {'bound':>7} {'time':>10}  status")
+    for r in rows:
+        if r["status"] != "ran":
+            print(f"{r['op']:<8} {r['dtype']:<5} {r['shape']:<28} {'-':>11} {r['bound']:>7.0e} "
+                  f"{'-':>10}  {r['status']}")
+            continue
+        print(f"{r['op']:<8} {r['dtype']:<5} {r['shape']:<28} {r['err']:>11.2e} {r['bound']:>7.0e} "
+              f"{r['median_s'] * 1e3:>8.2f}ms  {'ok' if r['ok'] else 'FAIL: error above bound'}")
 
 
 def _worker() -> int:
@@ -89,6 +170,8 @@ def _worker() -> int:
     rank = int(os.environ["RANK"])
     if torch.cuda.is_available():
         torch.cuda.set_device(rank % torch.cuda.device_count())
+    else:  # the ranks share this machine's cores: no oversubscribed (spinning) thread pools
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["WORLD_SIZE"])))
     dist.init_process_group("gloo")
     ctx = mkernel.init()
     topo = mkernel.topology()
@@ -98,6 +181,7 @@ def _worker() -> int:
             "gpus": len(topo.get("gpus") or []), "nics": len(topo.get("nics") or [])}
     rows = [json.loads(b) for b in ctx.allgather_bytes(json.dumps(mine).encode())]
     ops = _try_ops(ctx)
+    nodes = len({(r["host"], r["node"]) for r in rows})
     ctx.barrier()
     if ctx.rank == 0:
         from .doctor import collect
@@ -111,11 +195,10 @@ def _worker() -> int:
         bad = [f for f in report["findings"] if f["status"] != "ok"]
         print(f"doctor: {'BROKEN' if report['broken'] else 'ok'}; " +
               "; ".join(f"[{f['status']}] {f['check']}" for f in bad))
-        for name, what in ops:
-            print(f"op {name:<8}: {what}")
+        _print_ops(ops, ctx.world_size, nodes)
     mkernel.shutdown()
     dist.destroy_process_group()
-    return 0
+    return 0 if all(r["ok"] for r in ops) else 1
 
 
 if __name__ == "__main__":
