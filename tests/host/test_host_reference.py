@@ -54,3 +54,12 @@ def test_world_one_in_process():
     finally:
         if not had_default:
             ctx.close()
+
+
+@pytest.mark.multiproc
+def test_mkernel_net_picks_the_inter_node_transport():
+    """MKERNEL_NET chooses the transport between nodes (here loopback for both kinds of peer)."""
+    res = run_ranks(RANK_MAIN, 4, nodes=2, timeout=120, fork=True,
+                    env={"TEST_SUITE": "back_to_back,paths", "TEST_NODES": "2",
+                         "MKERNEL_NET": "loopback"})
+    assert check_ranks(res)
