@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/mkernel/mkernel/gocore/bootstrap"
 	"github.com/mkernel/mkernel/gocore/fifo"
 	"github.com/mkernel/mkernel/gocore/proxy"
 	"github.com/mkernel/mkernel/gocore/topology"
@@ -75,7 +77,23 @@ type Datapath struct {
 	fifoSeg     *shm.Segment
 	flags       *shm.Segment
 	bufs        map[transport.BufferID]*shm.Segment
+	// job is the bootstrap session when it can say why the job broke (the real
+	// *bootstrap.Session can): a rank that dies is seen first by its neighbours,
+	// and their closing is what the others' transports see; the session's root
+	// names the rank that actually went away.
+	job     jobHealth
+	errOnce sync.Once
+	err     error
 }
+
+// jobHealth is the part of *bootstrap.Session that reports the job's failure.
+type jobHealth interface {
+	Done() <-chan struct{}
+	Err() error
+}
+
+// causeGrace bounds how long Err waits for the session's verdict on a failure.
+const causeGrace = 500 * time.Millisecond
 
 // Open builds and connects the data path (a collective over sess).
 func Open(ctx context.Context, sess Session, cfg Config) (_ *Datapath, err error) {
@@ -96,6 +114,9 @@ func Open(ctx context.Context, sess Session, cfg Config) (_ *Datapath, err error
 	}
 	rank, world := sess.Rank(), sess.World()
 	dp := &Datapath{rank: rank, world: world, bufs: map[transport.BufferID]*shm.Segment{}}
+	if j, ok := sess.(jobHealth); ok {
+		dp.job = j
+	}
 	defer func() {
 		if err != nil {
 			dp.Close()
@@ -199,8 +220,28 @@ func (dp *Datapath) Stats() proxy.Stats { return dp.px.Stats() }
 // Done is closed when the proxy stops (it stops when the transport fails).
 func (dp *Datapath) Done() <-chan struct{} { return dp.px.Done() }
 
-// Err is why the data path stopped, nil while it works.
-func (dp *Datapath) Err() error { return dp.px.Err() }
+// Err is why the data path stopped, nil while it works. A transport failure
+// is annotated, once, with the bootstrap session's account of which rank left
+// the job (waiting at most causeGrace for it): the transport itself may only
+// have seen a neighbour closing in a cascade.
+func (dp *Datapath) Err() error {
+	err := dp.px.Err()
+	if err == nil || dp.job == nil || !errors.Is(err, transport.ErrPeerGone) {
+		return err
+	}
+	dp.errOnce.Do(func() {
+		dp.err = err
+		select {
+		case <-dp.job.Done():
+		case <-time.After(causeGrace):
+			return
+		}
+		if cause := dp.job.Err(); cause != nil && !errors.Is(cause, bootstrap.ErrClosed) {
+			dp.err = fmt.Errorf("%w (the job's session reports: %v)", err, cause)
+		}
+	})
+	return dp.err
+}
 
 // Close stops the proxy, closes the transport and unmaps the memory; it returns an earlier
 // failure of the proxy, if any. Producers must have stopped using the FIFO and the

@@ -35,6 +35,12 @@ func (t *Transport) check(op *transport.Op) (*peer, error) {
 
 func (t *Transport) peerGone(p *peer) error {
 	err := fmt.Errorf("tcp: rank %d: %w: rank %d closed its transport", t.cfg.Rank, transport.ErrPeerGone, p.rank)
+	if cause := p.byeCause.Load(); cause > 0 {
+		// The peer closed because it lost another rank: name that one, and pass it on.
+		t.lost.CompareAndSwap(0, cause)
+		err = fmt.Errorf("tcp: rank %d: %w: rank %d closed its transport after losing rank %d",
+			t.cfg.Rank, transport.ErrPeerGone, p.rank, cause-1)
+	}
 	t.fail(err)
 	return t.Err()
 }

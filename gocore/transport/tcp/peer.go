@@ -64,6 +64,9 @@ type peer struct {
 	applied atomic.Uint64 // data frames from the peer applied here (reader or applier)
 	ackSent uint64        // last ack value written (writer)
 	bye     atomic.Bool   // the peer closed cleanly
+	// byeCause is 1 + the rank whose loss made the peer close (0: a clean close),
+	// from its goodbye, so a cascade of closes still names the rank that died.
+	byeCause atomic.Int32
 
 	wake chan struct{}
 
@@ -130,6 +133,7 @@ func (p *peer) lost(what string, err error) {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		kind = transport.ErrTimeout
 	}
+	p.t.lost.CompareAndSwap(0, int32(p.rank)+1)
 	p.t.fail(fmt.Errorf("tcp: rank %d: %w: rank %d: %s: %w", p.t.cfg.Rank, kind, p.rank, what, err))
 }
 
@@ -190,6 +194,7 @@ func (p *peer) goodbye() {
 	}
 	var h header
 	h[0] = frameBye
+	binary.LittleEndian.PutUint32(h[4:], uint32(p.t.lost.Load()))
 	_ = p.conn.SetWriteDeadline(time.Now().Add(byeTimeout))
 	_, _ = p.conn.Write(h[:])
 	_ = p.conn.CloseWrite()
@@ -249,6 +254,7 @@ func (p *peer) frame() error {
 		p.acked.Store(v)
 		return nil
 	case frameBye:
+		p.byeCause.Store(int32(binary.LittleEndian.Uint32(h[4:])))
 		p.bye.Store(true)
 		return nil
 	case frameWrite, frameWriteSignal:

@@ -66,6 +66,7 @@ type Transport struct {
 	rejected atomic.Int64 // connections refused by the handshake
 
 	failed    atomic.Pointer[error]
+	lost      atomic.Int32 // 1 + the first peer rank lost (0: none), told to peers in goodbyes
 	done      chan struct{}
 	doneOnce  sync.Once
 	stopping  chan struct{}
