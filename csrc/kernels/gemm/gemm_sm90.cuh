@@ -108,6 +108,24 @@ struct GemmSm90 {
     return cudaGetLastError();
   }
 
+  // A launch of the hooked kernel K with its cluster shape; *attr must outlive the config.
+  template <class K>
+  static cudaLaunchConfig_t cluster_launch_config(cudaLaunchAttribute* attr, dim3 grid,
+                                                  cudaStream_t stream) {
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = K::Scheduler::kClusterM;
+    attr->val.clusterDim.y = K::Scheduler::kClusterN;
+    attr->val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(K::kThreads, 1, 1);
+    cfg.dynamicSmemBytes = K::kSmemBytes;
+    cfg.stream = stream;
+    return cfg;
+  }
+
   static constexpr bool kHookable =
       cute::is_same_v<typename Cfg::KernelSchedule, Coop> &&
       cute::is_same_v<typename Cfg::Scheduler, Persistent>;
@@ -160,17 +178,9 @@ struct GemmSm90 {
         f.err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      K::kSmemBytes);
         if (f.err != cudaSuccess) return f;
-        cudaLaunchConfig_t probe = {};
-        cudaLaunchAttribute cluster[1];
-        cluster[0].id = cudaLaunchAttributeClusterDimension;
-        cluster[0].val.clusterDim.x = kCM;
-        cluster[0].val.clusterDim.y = kCN;
-        cluster[0].val.clusterDim.z = 1;
-        probe.attrs = cluster;
-        probe.numAttrs = 1;
-        probe.blockDim = dim3(K::kThreads, 1, 1);
-        probe.dynamicSmemBytes = K::kSmemBytes;
-        probe.gridDim = dim3(kCM * (sms / (kCM * kCN)), kCN, 1);
+        cudaLaunchAttribute cluster;
+        const cudaLaunchConfig_t probe = cluster_launch_config<K>(
+            &cluster, dim3(kCM * (sms / (kCM * kCN)), kCN, 1), nullptr);
         if (cudaOccupancyMaxActiveClusters(&f.max_active_clusters, kernel, &probe) != cudaSuccess) {
           cudaGetLastError();
           f.max_active_clusters = 0;
@@ -180,17 +190,6 @@ struct GemmSm90 {
       if (facts.err != cudaSuccess) return facts.err;
       params.hooks.timeout_cycles = static_cast<long long>(h.timeout_s * facts.clock_khz * 1e3);
 
-      cudaLaunchConfig_t cfg = {};
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = kCM;
-      attr[0].val.clusterDim.y = kCN;
-      attr[0].val.clusterDim.z = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-      cfg.blockDim = dim3(K::kThreads, 1, 1);
-      cfg.dynamicSmemBytes = K::kSmemBytes;
-      cfg.stream = l.stream;
       int clusters = l.sm_count / (kCM * kCN);
       if (facts.max_active_clusters > 0 && facts.max_active_clusters < clusters) {
         clusters = facts.max_active_clusters;
@@ -201,7 +200,9 @@ struct GemmSm90 {
         if (reason) *reason = "no thread-block cluster fits the SMs given";
         return cudaErrorInvalidConfiguration;
       }
-      cfg.gridDim = dim3(kCM * clusters, kCN, 1);
+      cudaLaunchAttribute cluster;
+      const cudaLaunchConfig_t cfg =
+          cluster_launch_config<K>(&cluster, dim3(kCM * clusters, kCN, 1), l.stream);
       return cudaLaunchKernelEx(&cfg, kernel, params);
     }
   }
