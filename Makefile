@@ -17,7 +17,7 @@ GO_SOURCES := $(shell find gocore -name '*.go' -not -name 'zz_gopy_*' -not -name
               $(wildcard gocore/capi/*.c gocore/capi/*.h gocore/capi/pyshim/*.h) \
               csrc/include/mkernel/core_api.h csrc/include/mkernel/fifo.h go.mod go.sum
 
-.PHONY: build venv core install test test-go test-py demo bench clean fmt vet
+.PHONY: build venv core install test test-go test-py cuda-check demo bench clean fmt vet
 
 # --- environment -------------------------------------------------------------
 $(VENV)/.deps-stamp: pyproject.toml
@@ -48,6 +48,31 @@ install: core
 	$(PIP) install -q --no-build-isolation --no-deps -e .
 build: install
 
+# --- CUDA compile check (no GPU needed) ----------------------------------------
+# nvcc 13.0 from PyPI compiles the GEMM dispatcher and one full instantiation
+# (CUTLASS collectives + the hooked kernel) for sm_90a, and fails if ptxas
+# serializes wgmma (C7510): machines without a GPU still catch kernel breakage.
+CUDA_TOOLS := build/cuda-toolchain
+CUDA_PKGS  := nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 \
+              nvidia-cuda-cccl==13.0.85 nvidia-cuda-runtime==13.0.96
+CUDA_CHECK_SOURCES := csrc/kernels/gemm/gemm_dispatch.cu \
+              csrc/kernels/gemm/instantiations/gemm_coop128x128cluster2x1_bf16.cu
+$(CUDA_TOOLS)/.stamp: | $(VENV)/.deps-stamp
+	$(PIP) install -q --no-deps --target $(CUDA_TOOLS) $(CUDA_PKGS)
+	touch $@
+cuda-check: $(CUDA_TOOLS)/.stamp
+	@cut=$$($(PY) -c 'import importlib.util as u, os; print(os.path.join(list(u.find_spec("cutlass_library").submodule_search_locations)[0], "source"))'); \
+	T=$(CUDA_TOOLS)/nvidia/cu13; \
+	for f in $(CUDA_CHECK_SOURCES); do \
+	  echo "nvcc sm_90a: $$f"; \
+	  $$T/bin/nvcc -std=c++17 -O1 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a \
+	    --expt-relaxed-constexpr -Xptxas -v -I$$cut/include -I$$cut/tools/util/include \
+	    -I$$T/include/cccl -I$$T/include -Icsrc -Icsrc/include -c $$f -o /dev/null \
+	    > build/cuda-check.log 2>&1 || { cat build/cuda-check.log; exit 1; }; \
+	  if grep -q C7510 build/cuda-check.log; then grep C7510 build/cuda-check.log | cut -c1-300; \
+	    echo "ptxas serialized wgmma in $$f (a call in the kernel?)"; exit 1; fi; \
+	done
+
 # --- tests --------------------------------------------------------------------
 test-go:
 	go vet ./...
@@ -57,7 +82,7 @@ test-go:
 	go test -count=1 -tags mkernel_nordma ./gocore/transport/...
 test-py: install
 	$(PY) -m pytest -q tests
-test: venv test-go test-py
+test: venv test-go cuda-check test-py
 
 # --- the main job: the ops across $(WORLD) local processes ---------------------
 demo: install
