@@ -91,11 +91,9 @@ type Transport struct {
 	// proof that both paths ran).
 	dataFirst, descFirst atomic.Uint64
 
-	failed    atomic.Pointer[error]
-	done      chan struct{}
-	doneOnce  sync.Once
-	closeOnce sync.Once
-	closeErr  error
+	transport.Failure // the first error (Err) and Done
+	closeOnce         sync.Once
+	closeErr          error
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -186,7 +184,6 @@ func Open(_ context.Context, cfg transport.Config, opts ...Option) (*Transport, 
 		wcs:     make([]verbs.WC, maxPoll),
 		reposts: make([]verbs.RecvWR, 0, maxPoll),
 		epoch:   time.Now(),
-		done:    make(chan struct{}),
 	}
 	if err := t.open(); err != nil {
 		cerr := t.release()
@@ -425,7 +422,7 @@ func (t *Transport) Register(id transport.BufferID, r transport.Region) error {
 	defer t.ctl.Unlock()
 	fail := func(err error) error { return fmt.Errorf("efa: register buffer %d on %s: %w", id, t.dev, err) }
 	switch {
-	case t.isClosed():
+	case t.Closed():
 		return fail(t.Err())
 	case t.blob != nil:
 		return fail(fmt.Errorf("%w: after Address", transport.ErrInvalid))
@@ -469,7 +466,7 @@ func (t *Transport) Register(id transport.BufferID, r transport.Region) error {
 func (t *Transport) Address() ([]byte, error) {
 	t.ctl.Lock()
 	defer t.ctl.Unlock()
-	if t.isClosed() {
+	if t.Closed() {
 		return nil, fmt.Errorf("efa: address: %w", t.Err())
 	}
 	if t.blob != nil {
@@ -497,7 +494,7 @@ func (t *Transport) Connect(ctx context.Context, blobs [][]byte) error {
 	t.dp.Lock()
 	defer t.dp.Unlock()
 	switch {
-	case t.isClosed():
+	case t.Closed():
 		return fmt.Errorf("efa: connect: %w", t.Err())
 	case t.connected:
 		return fmt.Errorf("efa: connect: %w: called twice", transport.ErrInvalid)
@@ -981,29 +978,8 @@ func (t *Transport) failPeer(p *peer, err error) {
 }
 
 func (t *Transport) fail(err error) {
-	if t.failed.CompareAndSwap(nil, &err) {
+	if t.Fail(err) {
 		t.log.Error("efa transport failed", zap.Error(err))
-	}
-	t.doneOnce.Do(func() { close(t.done) })
-}
-
-// Err implements transport.Transport.
-func (t *Transport) Err() error {
-	if p := t.failed.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// Done implements transport.Transport.
-func (t *Transport) Done() <-chan struct{} { return t.done }
-
-func (t *Transport) isClosed() bool {
-	select {
-	case <-t.done:
-		return errors.Is(t.Err(), transport.ErrClosed)
-	default:
-		return false
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -72,11 +71,9 @@ type Transport struct {
 	epoch   time.Time
 	closing bool
 
-	failed    atomic.Pointer[error]
-	done      chan struct{}
-	doneOnce  sync.Once
-	closeOnce sync.Once
-	closeErr  error
+	transport.Failure // the first error (Err) and Done
+	closeOnce         sync.Once
+	closeErr          error
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -160,7 +157,6 @@ func Open(_ context.Context, cfg transport.Config, opts ...Option) (*Transport, 
 		wrs:     make([]verbs.SendWR, 0, 2*maxBatch),
 		wcs:     make([]verbs.WC, maxPoll),
 		epoch:   time.Now(),
-		done:    make(chan struct{}),
 	}
 	if err := t.open(); err != nil {
 		cerr := t.release()
@@ -333,7 +329,7 @@ func (t *Transport) Register(id transport.BufferID, r transport.Region) error {
 		return fmt.Errorf("ibverbs: register buffer %d on %s port %d: %w", id, t.dev, t.port, err)
 	}
 	switch {
-	case t.isClosed():
+	case t.Closed():
 		return fail(t.Err())
 	case t.blob != nil:
 		return fail(fmt.Errorf("%w: after Address", transport.ErrInvalid))
@@ -417,7 +413,7 @@ func (t *Transport) registerDevice(reg *region, d *transport.DeviceRegion) error
 func (t *Transport) Address() ([]byte, error) {
 	t.ctl.Lock()
 	defer t.ctl.Unlock()
-	if t.isClosed() {
+	if t.Closed() {
 		return nil, fmt.Errorf("ibverbs: address: %w", t.Err())
 	}
 	if t.blob != nil {
@@ -510,7 +506,7 @@ func (t *Transport) Connect(ctx context.Context, blobs [][]byte) error {
 	t.dp.Lock()
 	defer t.dp.Unlock()
 	switch {
-	case t.isClosed():
+	case t.Closed():
 		return fmt.Errorf("ibverbs: connect: %w", t.Err())
 	case t.connected:
 		return fmt.Errorf("ibverbs: connect: %w: called twice", transport.ErrInvalid)
@@ -944,29 +940,8 @@ func (t *Transport) failPeer(p *peer, err error) {
 
 // fail records the transport's first failure and closes Done.
 func (t *Transport) fail(err error) {
-	if t.failed.CompareAndSwap(nil, &err) {
+	if t.Fail(err) {
 		t.log.Error("ibverbs transport failed", zap.Error(err))
-	}
-	t.doneOnce.Do(func() { close(t.done) })
-}
-
-// Err implements transport.Transport.
-func (t *Transport) Err() error {
-	if p := t.failed.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// Done implements transport.Transport.
-func (t *Transport) Done() <-chan struct{} { return t.done }
-
-func (t *Transport) isClosed() bool {
-	select {
-	case <-t.done:
-		return errors.Is(t.Err(), transport.ErrClosed)
-	default:
-		return false
 	}
 }
 

@@ -121,12 +121,10 @@ type Transport struct {
 	epoch      time.Time
 	checkedErr bool
 
-	failed    atomic.Pointer[error]
-	done      chan struct{}
-	doneOnce  sync.Once
-	closeOnce sync.Once
-	stopWatch *os.File // write end; closing it stops the watcher
-	watchDone chan struct{}
+	transport.Failure // the first error (Err) and Done
+	closeOnce         sync.Once
+	stopWatch         *os.File // write end; closing it stops the watcher
+	watchDone         chan struct{}
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -161,7 +159,6 @@ func Open(_ context.Context, cfg transport.Config, opts ...Option) (*Transport, 
 		comp:    make([]transport.Completion, o.queue),
 		rng:     rand.New(rand.NewPCG(o.seed, uint64(cfg.Rank))),
 		epoch:   time.Now(),
-		done:    make(chan struct{}),
 	}
 	if o.reorder {
 		t.pend = make([]pending, 0, o.maxPending)
@@ -416,24 +413,12 @@ func (t *Transport) startWatch() error {
 }
 
 func (t *Transport) fail(err error) {
-	if t.failed.CompareAndSwap(nil, &err) {
+	if t.Fail(err) {
 		if !errors.Is(err, transport.ErrClosed) {
 			t.log.Error("transport failed", zap.Error(err))
 		}
 	}
-	t.doneOnce.Do(func() { close(t.done) })
 }
-
-// Err implements transport.Transport.
-func (t *Transport) Err() error {
-	if p := t.failed.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// Done implements transport.Transport.
-func (t *Transport) Done() <-chan struct{} { return t.done }
 
 func (t *Transport) nanotime() int64 { return int64(time.Since(t.epoch)) }
 

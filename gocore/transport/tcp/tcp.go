@@ -65,13 +65,11 @@ type Transport struct {
 
 	rejected atomic.Int64 // connections refused by the handshake
 
-	failed    atomic.Pointer[error]
-	lost      atomic.Int32 // 1 + the first peer rank lost (0: none), told to peers in goodbyes
-	done      chan struct{}
-	doneOnce  sync.Once
-	stopping  chan struct{}
-	closeOnce sync.Once
-	wg        sync.WaitGroup
+	transport.Failure              // the first error (Err) and Done
+	lost              atomic.Int32 // 1 + the first peer rank lost (0: none), told to peers in goodbyes
+	stopping          chan struct{}
+	closeOnce         sync.Once
+	wg                sync.WaitGroup
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -115,7 +113,6 @@ func Open(_ context.Context, cfg transport.Config, opts ...Option) (*Transport, 
 		ln:       ln,
 		regions:  map[transport.BufferID][]byte{},
 		peers:    make([]*peer, cfg.World),
-		done:     make(chan struct{}),
 		stopping: make(chan struct{}),
 	}
 	return t, nil
@@ -453,22 +450,10 @@ func (t *Transport) acceptLoop(ctx context.Context, want int, out chan<- accepte
 }
 
 func (t *Transport) fail(err error) {
-	if t.failed.CompareAndSwap(nil, &err) && !errors.Is(err, transport.ErrClosed) {
+	if t.Fail(err) && !errors.Is(err, transport.ErrClosed) {
 		t.log.Error("transport failed", zap.Error(err))
 	}
-	t.doneOnce.Do(func() { close(t.done) })
 }
-
-// Err implements transport.Transport.
-func (t *Transport) Err() error {
-	if p := t.failed.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// Done implements transport.Transport.
-func (t *Transport) Done() <-chan struct{} { return t.done }
 
 // Close implements transport.Transport: say goodbye to every peer (bounded), then close.
 func (t *Transport) Close() error {
