@@ -125,14 +125,14 @@ func (l *link) exit() {
 // lost ends the link after an I/O or protocol error and reports it, unless the link was
 // being closed on purpose.
 func (l *link) lost(err error) {
+	// Record the cause before closing: closing makes the other loop fail too ("use of
+	// closed network connection"), and that echo must not replace the real reason.
+	l.cause.CompareAndSwap(nil, &err)
 	l.conn.Close()
 	if l.closing.Load() {
 		return
 	}
-	if c := l.cause.Load(); c != nil {
-		err = *c
-	}
-	l.downOnce.Do(func() { l.down(err) })
+	l.downOnce.Do(func() { l.down(*l.cause.Load()) })
 }
 
 func (l *link) readLoop() {
