@@ -10,6 +10,10 @@
 #ifdef MKERNEL_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include "kernels/gemm/gemm_api.h"
 #endif
 
@@ -19,7 +23,8 @@ constexpr const char* kOp = "mkernel.gemm";
 }  // namespace
 
 GemmSizes validate_gemm(const at::Tensor& a, const at::Tensor& b, int64_t config,
-                        int64_t sm_count, int64_t swizzle, int64_t raster) {
+                        int64_t sm_count, int64_t swizzle, int64_t raster, int64_t splits) {
+  TORCH_CHECK_VALUE(splits >= 0, kOp, ": splits must be >= 0 (0: by shape), got ", splits);
   validation::check_linear_operands(kOp, a, "[M, K]", b, "[N, K]", "K");
   TORCH_CHECK_VALUE(config >= -1, kOp, ": config must be -1 (by shape) or a config id, got ",
                     config);
@@ -36,8 +41,25 @@ at::Tensor reference_gemm(const at::Tensor& a, const at::Tensor& b) {
 }
 
 #ifdef MKERNEL_WITH_CUDA
+void* engine_workspace(size_t bytes, const at::Tensor& like) {
+  if (bytes == 0) return nullptr;
+  // One zero-filled scratch per (device, stream), grown on demand: the engine
+  // leaves its split-K tickets at zero after every launch, and launches on one
+  // stream never overlap, so the buffer is reused without a memset per call.
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, at::Tensor> scratch;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const std::lock_guard<std::mutex> lock(mu);
+  at::Tensor& t = scratch[{like.get_device(), stream}];
+  if (!t.defined() || static_cast<size_t>(t.numel()) < bytes) {
+    const int64_t grown = static_cast<int64_t>(bytes) * 5 / 4;  // room for a slightly larger shape
+    t = at::zeros({grown}, like.options().dtype(at::kByte));
+  }
+  return t.data_ptr();
+}
+
 at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b, int64_t config,
-                       int64_t sm_count, int64_t swizzle, int64_t raster) {
+                       int64_t sm_count, int64_t swizzle, int64_t raster, int64_t splits) {
   const auto& prop = *at::cuda::getCurrentDeviceProperties();
   TORCH_CHECK(prop.major == 9 && prop.minor == 0, op,
               ": the fused kernels need a Hopper GPU (sm_90a); this is sm_", prop.major,
@@ -62,18 +84,21 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
   launch.sm_count = static_cast<int>(sm_count);
   launch.swizzle = static_cast<int>(swizzle);
   launch.raster = static_cast<int>(raster);
+  launch.splits = static_cast<int>(splits);
   if (const char* why = gemm::can_implement(p, id, launch)) {
     TORCH_CHECK(false, op, ": the GEMM engine cannot run M=", m, " N=", n, " K=", k, " (",
                 gemm::config_name(id), "): ", why);
   }
-  at::Tensor workspace;
-  if (size_t bytes = gemm::workspace_size(p, id, launch)) {
-    workspace = at::empty({static_cast<int64_t>(bytes)}, a.options().dtype(at::kByte));
-    launch.workspace = workspace.data_ptr();
-    launch.workspace_bytes = bytes;
-  }
+  // An explicit split count runs the hooked kernel (split-K lives there).
+  const bool hooked = splits > 1 && id != gemm::ConfigId::kAuto;
+  TORCH_CHECK_VALUE(!hooked || gemm::hooked_supported(id), op, ": splits > 1 needs a cooperative ",
+                    "config (the hooked kernel); ", gemm::config_name(id), " is not one");
+  launch.workspace_bytes =
+      hooked ? gemm::hooked_workspace_size(p, id, launch) : gemm::workspace_size(p, id, launch);
+  launch.workspace = engine_workspace(launch.workspace_bytes, a);
   const char* reason = nullptr;
-  const cudaError_t err = gemm::run(p, id, launch, &reason);
+  const cudaError_t err = hooked ? gemm::run_hooked(p, id, launch, gemm::HookArgs{}, &reason)
+                                 : gemm::run(p, id, launch, &reason);
   TORCH_CHECK(err == cudaSuccess, op, ": GEMM launch failed (", gemm::config_name(id), "): ",
               cudaGetErrorString(err), reason ? std::string(" / ") + reason : std::string());
   return out;
@@ -83,22 +108,22 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
 namespace {
 
 at::Tensor gemm_meta(const at::Tensor& a, const at::Tensor& b, int64_t config, int64_t sm_count,
-                      int64_t swizzle, int64_t raster) {
-  const GemmSizes s = validate_gemm(a, b, config, sm_count, swizzle, raster);
+                     int64_t swizzle, int64_t raster, int64_t splits) {
+  const GemmSizes s = validate_gemm(a, b, config, sm_count, swizzle, raster, splits);
   return a.new_empty_symint({s.rows, s.n});
 }
 
 at::Tensor gemm_cpu(const at::Tensor& a, const at::Tensor& b, int64_t config, int64_t sm_count,
-                      int64_t swizzle, int64_t raster) {
-  validate_gemm(a, b, config, sm_count, swizzle, raster);
+                    int64_t swizzle, int64_t raster, int64_t splits) {
+  validate_gemm(a, b, config, sm_count, swizzle, raster, splits);
   return reference_gemm(a, b);
 }
 
 #ifdef MKERNEL_WITH_CUDA
 at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, int64_t config, int64_t sm_count,
-                      int64_t swizzle, int64_t raster) {
-  validate_gemm(a, b, config, sm_count, swizzle, raster);
-  return engine_gemm(kOp, a, b, config, sm_count, swizzle, raster);
+                     int64_t swizzle, int64_t raster, int64_t splits) {
+  validate_gemm(a, b, config, sm_count, swizzle, raster, splits);
+  return engine_gemm(kOp, a, b, config, sm_count, swizzle, raster, splits);
 }
 #endif  // MKERNEL_WITH_CUDA
 

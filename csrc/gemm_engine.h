@@ -10,9 +10,15 @@ namespace mkernel {
 // gemm::ConfigId value (-1: by shape); `sm_count` limits the persistent grid
 // (0: every SM the process may use). Errors name `op`.
 // `swizzle`/`raster` set the persistent scheduler's tile order (0: by shape).
+// `splits` > 1 cuts K into that many slices on the hooked kernel (0: by shape).
 at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
                        int64_t config = -1, int64_t sm_count = 0, int64_t swizzle = 0,
-                       int64_t raster = 0);
+                       int64_t raster = 0, int64_t splits = 0);
+
+// `bytes` of zero-initialised device scratch on `like`'s device for the
+// current stream, reused call after call (the engine's workspace contract:
+// gemm::hooked_workspace_size). Null when bytes is 0.
+void* engine_workspace(size_t bytes, const at::Tensor& like);
 
 // The host reference: a · bᵀ accumulated in float32, returned in a's dtype.
 at::Tensor reference_gemm(const at::Tensor& a, const at::Tensor& b);

@@ -77,6 +77,7 @@ at::Tensor grouped_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tens
   if (const char* why = gemm::can_implement(p, id, launch)) {
     TORCH_CHECK(false, kOp, ": cannot run E=", e, " C=", c, " N=", n, " K=", k, ": ", why);
   }
+  launch.splits = 1;  // split-K would need a workspace per batch; experts give the SMs work
   gemm::HookArgs h;  // no communication hooks
   const char* reason = nullptr;
   const cudaError_t err = gemm::run_hooked(p, id, launch, h, &reason);

@@ -43,8 +43,9 @@ at::Tensor gemm_hooked_meta(const at::Tensor& a, const at::Tensor& b,
                             const c10::optional<at::Tensor>& a_ready, int64_t rows_per_flag,
                             int64_t, const c10::optional<at::Tensor>& tile_done, int64_t,
                             const c10::optional<at::Tensor>& m_order, int64_t config,
-                            int64_t sm_count, int64_t swizzle, int64_t raster, double) {
-  const GemmSizes s = validate_gemm(a, b, config, sm_count, swizzle, raster);
+                            int64_t sm_count, int64_t swizzle, int64_t raster, double,
+                            int64_t splits) {
+  const GemmSizes s = validate_gemm(a, b, config, sm_count, swizzle, raster, splits);
   TORCH_CHECK_VALUE(rows_per_flag >= 1, kOp, ": rows_per_flag must be >= 1, got ", rows_per_flag);
   check_flags(a_ready, "a_ready", a);
   check_flags(tile_done, "tile_done", a);
@@ -59,7 +60,7 @@ at::Tensor gemm_hooked_cpu(const at::Tensor& a, const at::Tensor&,
                            const c10::optional<at::Tensor>&, int64_t, int64_t,
                            const c10::optional<at::Tensor>&, int64_t,
                            const c10::optional<at::Tensor>&, int64_t, int64_t, int64_t, int64_t,
-                           double) {
+                           double, int64_t) {
   TORCH_CHECK(false, kOp, ": runs on CUDA tensors only (a is on ", a.device(), ")");
 }
 
@@ -85,9 +86,9 @@ at::Tensor gemm_hooked_cuda(const at::Tensor& a, const at::Tensor& b,
                             int64_t a_ready_value, const c10::optional<at::Tensor>& tile_done,
                             int64_t tile_done_value, const c10::optional<at::Tensor>& m_order,
                             int64_t config, int64_t sm_count, int64_t swizzle, int64_t raster,
-                            double timeout_s) {
+                            double timeout_s, int64_t splits) {
   gemm_hooked_meta(a, b, a_ready, rows_per_flag, a_ready_value, tile_done, tile_done_value,
-                   m_order, config, sm_count, swizzle, raster, timeout_s);
+                   m_order, config, sm_count, swizzle, raster, timeout_s, splits);
   TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, kOp,
               ": takes bfloat16 or float16, got ", a.scalar_type());
   TORCH_CHECK_VALUE(timeout_s > 0, kOp, ": timeout_s must be > 0, got ", timeout_s);
@@ -102,6 +103,7 @@ at::Tensor gemm_hooked_cuda(const at::Tensor& a, const at::Tensor& b,
   launch.sm_count = static_cast<int>(sm_count);
   launch.swizzle = static_cast<int>(swizzle);
   launch.raster = static_cast<int>(raster);
+  launch.splits = static_cast<int>(splits);
   const gemm::ConfigId id = gemm::resolve_hooked(p, static_cast<gemm::ConfigId>(config), launch);
   TORCH_CHECK(gemm::hooked_supported(id), kOp, ": config ", gemm::config_name(id),
               " has no hooked kernel (cooperative, persistent configs only)");
@@ -133,6 +135,8 @@ at::Tensor gemm_hooked_cuda(const at::Tensor& a, const at::Tensor& b,
   h.m_order = m_order ? m_order->data_ptr<int>() : nullptr;
   h.timeout_s = timeout_s;
   h.diag = diagnostic_buffer();
+  launch.workspace_bytes = gemm::hooked_workspace_size(p, id, launch);
+  launch.workspace = engine_workspace(launch.workspace_bytes, a);
   const char* reason = nullptr;
   const cudaError_t err = gemm::run_hooked(p, id, launch, h, &reason);
   TORCH_CHECK(err == cudaSuccess, kOp, ": launch failed (", gemm::config_name(id), "): ",

@@ -52,7 +52,7 @@ GemmSizes validate_gemm_ar(const at::Tensor& x, const at::Tensor& w, int64_t gro
                            int64_t world_size);
 // gemm (the engine alone): a [M, K], b [N, K] -> [M, N].
 GemmSizes validate_gemm(const at::Tensor& a, const at::Tensor& b, int64_t config,
-                        int64_t sm_count, int64_t swizzle, int64_t raster);
+                        int64_t sm_count, int64_t swizzle, int64_t raster, int64_t splits = 0);
 
 // moe_dispatch_gemm: x [T, H], topk_idx [T, k], w1 [E_local, F, H]
 //   -> out [E_local, capacity, F], counts [E_local] int32, handle [T, k] int64.

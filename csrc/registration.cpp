@@ -39,17 +39,18 @@ TORCH_LIBRARY(mkernel, m) {
 
   // The GEMM engine on its own (world size 1): a [M, K], b [N, K] -> a @ b.T [M, N].
   // config: a tile configuration id (-1 = by shape); sm_count: persistent grid size (0 = all);
-  // swizzle (1/2/4/8) and raster (1 = along M, 2 = along N) order the tiles (0 = by shape).
+  // swizzle (1/2/4/8) and raster (1 = along M, 2 = along N) order the tiles (0 = by shape);
+  // splits: split-K slices per tile on the hooked kernel (0 = by shape, 1 = none).
   m.def(
-      "gemm(Tensor a, Tensor b, int config=-1, int sm_count=0, int swizzle=0, int raster=0) "
-      "-> Tensor");
+      "gemm(Tensor a, Tensor b, int config=-1, int sm_count=0, int swizzle=0, int raster=0, "
+      "int splits=0) -> Tensor");
 
   // The hooked engine kernel driven by flag tensors (see gemm_hooked.cpp): waits on a_ready
   // before loading A rows, releases tile_done per output tile, visits M units in m_order.
   m.def(
       "gemm_hooked(Tensor a, Tensor b, Tensor? a_ready, int rows_per_flag, int a_ready_value, "
       "Tensor(a!)? tile_done, int tile_done_value, Tensor? m_order, int config=-1, "
-      "int sm_count=0, int swizzle=0, int raster=0, float timeout_s=10.0) -> Tensor");
+      "int sm_count=0, int swizzle=0, int raster=0, float timeout_s=10.0, int splits=0) -> Tensor");
   // The grouped (MoE) engine GEMM: a [E, C, K], b [E, N, K], counts [E] int32 (device)
   //   -> [E, C, N]; rows >= counts[e] are not computed.
   m.def("gemm_grouped(Tensor a, Tensor b, Tensor counts) -> Tensor");

@@ -133,7 +133,7 @@ GEMM_CONFIGS: dict[str, int] = {
 
 
 def gemm(a: Tensor, b: Tensor, *, config: str | int = "auto", sm_count: int = 0, swizzle: int = 0,
-         raster: Literal["auto", "m", "n"] = "auto") -> Tensor:
+         raster: Literal["auto", "m", "n"] = "auto", splits: int = 0) -> Tensor:
     """The GEMM engine on its own: ``a @ b.T``, no communication.
 
     Args:
@@ -143,13 +143,15 @@ def gemm(a: Tensor, b: Tensor, *, config: str | int = "auto", sm_count: int = 0,
         sm_count: SMs the persistent kernel may use (0: all the process may use).
         swizzle: tiles per band of the persistent tile order (1, 2, 4, 8; 0: by shape).
         raster: walk tiles along ``"m"`` or ``"n"`` within a band (``"auto"``: by shape).
+        splits: split-K slices per output tile (0: by shape, 1: none); > 1 runs the hooked
+            (cooperative) kernel, whose slices are summed in a fixed order (reproducible).
 
     Returns:
         ``[M, N]`` in ``a``'s dtype (fp32 accumulation).
     """
     cfg = GEMM_CONFIGS[config] if isinstance(config, str) else int(config)
     ras = {"auto": 0, "m": 1, "n": 2}[raster]
-    return torch.ops.mkernel.gemm.default(a, b, cfg, sm_count, swizzle, ras)
+    return torch.ops.mkernel.gemm.default(a, b, cfg, sm_count, swizzle, ras, splits)
 
 
 def gemm_grouped(a: Tensor, b: Tensor, counts: Tensor) -> Tensor:

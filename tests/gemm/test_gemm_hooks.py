@@ -20,9 +20,10 @@ HOOKED = {"coop_128x128_c2x1": 1, "coop_128x256_c2x1": 0, "coop_256x128_c1x2": 7
 
 
 def hooked(a, b, *, a_ready=None, rows_per_flag=1, a_ready_value=1, tile_done=None, tile_done_value=1,
-           m_order=None, config=-1, sm_count=0, timeout_s=10.0):
+           m_order=None, config=-1, sm_count=0, timeout_s=10.0, splits=0):
     return torch.ops.mkernel.gemm_hooked(a, b, a_ready, rows_per_flag, a_ready_value, tile_done,
-                                         tile_done_value, m_order, config, sm_count, 0, 0, timeout_s)
+                                         tile_done_value, m_order, config, sm_count, 0, 0, timeout_s,
+                                         splits)
 
 
 @pytest.mark.parametrize("config", list(HOOKED))

@@ -56,12 +56,18 @@ struct Launch {
   // within bands of `swizzle` tiles so operands stay hot in L2.
   int swizzle = 0;  // 1, 2, 4 or 8; 0: by shape
   int raster = 0;   // 0: by shape, 1: along M, 2: along N
+  // Split-K slices per output tile (hooked kernel): 1 none; 0 by shape — when
+  // the tiles leave most clusters idle (small M), K is cut so that every
+  // cluster streams its share of B. Needs hooked_workspace_size() bytes.
+  int splits = 0;
 };
 
 // Why a problem can't run (nullptr if it can): shapes, alignment, dtype.
 const char* can_implement(const Problem& p, ConfigId id, const Launch& l);
 
-// Bytes of device workspace the config needs for this problem.
+// Bytes of device workspace the config needs for this problem (for kAuto:
+// what its plan needs, hooked or not); the same zero-before-first-use
+// contract as hooked_workspace_size.
 size_t workspace_size(const Problem& p, ConfigId id, const Launch& l);
 
 // What kAuto runs: a config and a tile order, from a shape heuristic fitted to
@@ -70,6 +76,7 @@ struct Plan {
   ConfigId config;
   int swizzle;
   int raster;
+  bool hooked = false;  // run on the hooked kernel (split-K by shape) rather than GemmUniversal
 };
 Plan select_plan(int m, int n, int k, int sm_count);
 ConfigId select_config(int m, int n, int k);
@@ -108,6 +115,11 @@ TileCounts tile_counts(ConfigId id, int m, int n);
 ConfigId resolve_hooked(const Problem& p, ConfigId id, const Launch& l);
 cudaError_t run_hooked(const Problem& p, ConfigId id, const Launch& l, const HookArgs& h,
                        const char** reason = nullptr);
+// Workspace bytes run_hooked needs for this problem and launch (0 without
+// split-K). Its first bytes are split-K tickets: the workspace must be zero
+// before its first use; each launch leaves it so, so one workspace serves
+// every launch on one stream (not launches that may overlap).
+size_t hooked_workspace_size(const Problem& p, ConfigId id, const Launch& l);
 
 // Launches on l.stream. Returns cudaSuccess or the launch error; a CUTLASS
 // status other than success maps to cudaErrorInvalidValue with the reason in

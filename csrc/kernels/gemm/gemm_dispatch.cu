@@ -11,6 +11,7 @@ namespace detail {
   size_t workspace_size_##SUFFIX(const Problem&, const Launch&);               \
   cudaError_t run_##SUFFIX(const Problem&, const Launch&, const char**);      \
   cudaError_t run_hooked_##SUFFIX(const Problem&, const Launch&, const HookArgs&, const char**); \
+  size_t hooked_workspace_size_##SUFFIX(const Problem&, const Launch&);                   \
   TileCounts tile_counts_##SUFFIX(int, int);
 #include "instances.inc"
 #undef MKERNEL_GEMM_INSTANCE
@@ -22,13 +23,14 @@ struct Entry {
   size_t (*workspace_size)(const Problem&, const Launch&);
   cudaError_t (*run)(const Problem&, const Launch&, const char**);
   cudaError_t (*run_hooked)(const Problem&, const Launch&, const HookArgs&, const char**);
+  size_t (*hooked_workspace_size)(const Problem&, const Launch&);
   TileCounts (*tile_counts)(int, int);
 };
 
 constexpr Entry kEntries[] = {
 #define MKERNEL_GEMM_INSTANCE(ID, DT, SUFFIX) \
   {ID, DT, can_implement_##SUFFIX, workspace_size_##SUFFIX, run_##SUFFIX, run_hooked_##SUFFIX, \
-   tile_counts_##SUFFIX},
+   hooked_workspace_size_##SUFFIX, tile_counts_##SUFFIX},
 #include "instances.inc"
 #undef MKERNEL_GEMM_INSTANCE
 };
@@ -64,12 +66,17 @@ const char* config_name(ConfigId id) {
 }
 
 Plan select_plan(int m, int n, int k, int sm_count) {
-  // Fitted to three sweeps on one H200 (benchmarks/results/gemm_nvidia_h200_20261129-*.json:
+  // Fitted to sweeps on one H200 (benchmarks/results/gemm_nvidia_h200_20261129-*.json:
   // 8 shapes x 8 configs x 6 tile orders); run-to-run spread there is about ±5%, so only
-  // choices that won in every run are encoded. A cached per-shape autotune replaces this.
-  (void)k;
+  // choices that won in every run are encoded.
   if (sm_count < 2) return {ConfigId::kPing64x256Cluster1x1, 1, 1};  // clusters need 2 SMs
-  if (m <= 256) return {ConfigId::kPing64x256Cluster1x1, 8, 1};
+  // Few tiles (decode-sized M): every CUTLASS config leaves most SMs idle and the
+  // GEMM is bound by streaming B; split-K on the hooked kernel gives every
+  // cluster a K slice of B (1x2 clusters: the one M tile multicasts A along N).
+  const long tiles_1x2 = static_cast<long>((m + 127) / 128) * ((n + 511) / 512);
+  if (2 * tiles_1x2 <= sm_count / 2 && k >= 8 * 64) {
+    return {ConfigId::kCoop128x256Cluster1x2, 1, 2, true};
+  }
   if (m <= 1024) return {ConfigId::kPing64x256Cluster1x1, 1, 1};
   const long tiles = static_cast<long>((m + 127) / 128) * ((n + 255) / 256);
   const double waves = static_cast<double>(tiles) / sm_count;
@@ -91,19 +98,22 @@ static int cluster_size(ConfigId id) {
   }
 }
 
-// kAuto → the planned config, and the plan's tile order where the caller left it open.
-static ConfigId resolve(const Problem& p, ConfigId id, Launch* l) {
-  if (id != ConfigId::kAuto) return id;
-  const Plan plan = select_plan(p.m, p.n, p.k, l->sm_count);
-  if (l->swizzle == 0) l->swizzle = plan.swizzle;
-  if (l->raster == 0) l->raster = plan.raster;
-  return plan.config;
-}
-
 static Launch complete(const Launch& l) {
   Launch out = l;
   if (out.sm_count <= 0) out.sm_count = detail::device_sm_count();
   return out;
+}
+
+// kAuto → the planned config, and the plan's tile order where the caller left
+// it open; *hooked tells whether the plan runs on the hooked kernel.
+static ConfigId resolve(const Problem& p, ConfigId id, Launch* l, bool* hooked = nullptr) {
+  if (hooked) *hooked = false;
+  if (id != ConfigId::kAuto) return id;
+  const Plan plan = select_plan(p.m, p.n, p.k, l->sm_count);
+  if (l->swizzle == 0) l->swizzle = plan.swizzle;
+  if (l->raster == 0) l->raster = plan.raster;
+  if (hooked) *hooked = plan.hooked;
+  return plan.config;
 }
 
 const char* can_implement(const Problem& p, ConfigId id, const Launch& l) {
@@ -112,6 +122,7 @@ const char* can_implement(const Problem& p, ConfigId id, const Launch& l) {
   if (l.swizzle != 0 && l.swizzle != 1 && l.swizzle != 2 && l.swizzle != 4 && l.swizzle != 8)
     return "swizzle must be 0, 1, 2, 4 or 8";
   if (l.raster < 0 || l.raster > 2) return "raster must be 0 (by shape), 1 (along M) or 2 (along N)";
+  if (l.splits < 0) return "splits must be >= 0 (0: by shape)";
   Launch launch = complete(l);
   const ConfigId cfg = resolve(p, id, &launch);
   if (launch.sm_count < cluster_size(cfg)) return "this config's thread-block cluster needs 2 SMs";
@@ -122,9 +133,10 @@ const char* can_implement(const Problem& p, ConfigId id, const Launch& l) {
 
 size_t workspace_size(const Problem& p, ConfigId id, const Launch& l) {
   Launch launch = complete(l);
-  const detail::Entry* e = detail::find(resolve(p, id, &launch), p.dtype);
+  bool hooked = false;
+  const detail::Entry* e = detail::find(resolve(p, id, &launch, &hooked), p.dtype);
   if (!e) return 0;
-  return e->workspace_size(p, launch);
+  return hooked ? e->hooked_workspace_size(p, launch) : e->workspace_size(p, launch);
 }
 
 cudaError_t run(const Problem& p, ConfigId id, const Launch& l, const char** reason) {
@@ -133,12 +145,13 @@ cudaError_t run(const Problem& p, ConfigId id, const Launch& l, const char** rea
     return cudaErrorInvalidValue;
   }
   Launch launch = complete(l);
-  const detail::Entry* e = detail::find(resolve(p, id, &launch), p.dtype);
+  bool hooked = false;
+  const detail::Entry* e = detail::find(resolve(p, id, &launch, &hooked), p.dtype);
   if (!e) {
     if (reason) *reason = "no such (config, dtype) instantiation";
     return cudaErrorInvalidValue;
   }
-  return e->run(p, launch, reason);
+  return hooked ? e->run_hooked(p, launch, HookArgs{}, reason) : e->run(p, launch, reason);
 }
 
 bool hooked_supported(ConfigId id) {
@@ -164,19 +177,32 @@ TileCounts tile_counts(ConfigId id, int m, int n) {
   return e ? e->tile_counts(m, n) : TileCounts{0, 0, 0, 0, 0};
 }
 
+// The hooked entry points with kAuto resolved (config and tile order).
+static const detail::Entry* hooked_entry(const Problem& p, ConfigId id, Launch* launch,
+                                         const char** reason) {
+  const ConfigId cfg = resolve_hooked(p, id, *launch);
+  Launch planned = *launch;
+  if (resolve(p, id, &planned) == cfg) *launch = planned;  // kAuto: the plan's tile order too
+  if (!hooked_supported(cfg)) {
+    if (reason) *reason = "the hooked kernel needs a cooperative, persistent config";
+    return nullptr;
+  }
+  const detail::Entry* e = detail::find(cfg, p.dtype);
+  if (!e && reason) *reason = "no such (config, dtype) instantiation";
+  return e;
+}
+
+size_t hooked_workspace_size(const Problem& p, ConfigId id, const Launch& l) {
+  Launch launch = complete(l);
+  const detail::Entry* e = hooked_entry(p, id, &launch, nullptr);
+  return e ? e->hooked_workspace_size(p, launch) : 0;
+}
+
 cudaError_t run_hooked(const Problem& p, ConfigId id, const Launch& l, const HookArgs& h,
                        const char** reason) {
   Launch launch = complete(l);
-  const ConfigId cfg = resolve_hooked(p, id, launch);
-  if (!hooked_supported(cfg)) {
-    if (reason) *reason = "the hooked kernel needs a cooperative, persistent config";
-    return cudaErrorInvalidValue;
-  }
-  const detail::Entry* e = detail::find(cfg, p.dtype);
-  if (!e) {
-    if (reason) *reason = "no such (config, dtype) instantiation";
-    return cudaErrorInvalidValue;
-  }
+  const detail::Entry* e = hooked_entry(p, id, &launch, reason);
+  if (!e) return cudaErrorInvalidValue;
   return e->run_hooked(p, launch, h, reason);
 }
 

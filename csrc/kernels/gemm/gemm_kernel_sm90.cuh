@@ -8,6 +8,10 @@
 //   Consumer0, Consumer1 warpgroups: wgmma over the ring, epilogue TMA store,
 //       then Hooks::tile_done for the tile.
 //
+// With split-K (scheduler splits > 1) a work unit covers one K slice of a
+// tile; the consumers hand their partial sums to SplitKReduce and only the
+// slice that completes the tile runs the epilogue and the tile_done hook.
+//
 // The kernel is a template over Mainloop, Epilogue, Scheduler and Hooks; it
 // holds only glue. Shared memory is one SharedStorage; register budgets move
 // from the producer to the consumers (setmaxnreg).
@@ -18,6 +22,7 @@
 #include "cutlass/pipeline/pipeline.hpp"
 #include "cute/tensor.hpp"
 #include "gemm_hooks.cuh"
+#include "split_k_reduce.cuh"
 #include "tile_scheduler.hpp"
 
 namespace mkernel::gemm {
@@ -58,8 +63,15 @@ class HookedGemmSm90 {
       typename Epilogue::TensorStorage epilogue;
       typename Mainloop::TensorStorage mainloop;
     } tensors;
+    int split_last;  // SplitKReduce's verdict, shared by the consumer threads
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
+  static_assert(kSmemBytes <= 227 * 1024, "shared storage exceeds the sm90 opt-in limit");
+
+  // One consumer thread's accumulator fragment: BLOCK_M x BLOCK_N fp32 over the MMA threads.
+  static constexpr int kFrag =
+      cute::size<0>(TileShape{}) * cute::size<1>(TileShape{}) / kMmaThreads;
+  using SplitK = SplitKReduce<kMmaThreads, kFrag>;
 
   struct Params {
     ProblemShape problem;
@@ -67,6 +79,7 @@ class HookedGemmSm90 {
     typename Epilogue::Params epilogue;
     typename Scheduler::Params scheduler;
     typename Hooks::Params hooks;
+    SplitKWorkspace split_k;  // used when scheduler.splits > 1
   };
 
   enum class WarpGroupRole { Producer = 0, Consumer0 = 1, Consumer1 = 2 };
@@ -130,7 +143,6 @@ class HookedGemmSm90 {
     Mainloop mainloop;
     auto load_inputs = mainloop.load_init(problem_mnkl, params.mainloop);
     Tensor gA_mkl = get<0>(load_inputs);
-    const int k_tiles = static_cast<int>(size<3>(gA_mkl));
     constexpr int kBlockM = size<0>(TileShape{});
 
     if (role == WarpGroupRole::Producer) {
@@ -146,11 +158,12 @@ class HookedGemmSm90 {
           __syncwarp();
         }
         auto blk_coord = make_coord(work.m_block, work.n_block, _, work.batch);
-        auto k_tile_iter = cute::make_coord_iterator(shape<3>(gA_mkl));
+        auto k_tile_iter =
+            cute::make_coord_iterator(idx2crd(work.k_begin, shape<3>(gA_mkl)), shape<3>(gA_mkl));
         mainloop.load(params.mainloop, mainloop_pipeline, write_state, load_inputs, blk_coord,
-                      k_tile_iter, k_tiles, lane_idx, block_rank_in_cluster,
+                      k_tile_iter, work.k_count, lane_idx, block_rank_in_cluster,
                       shared.tensors.mainloop);
-        write_state.advance(k_tiles);
+        write_state.advance(work.k_count);
       }
       mainloop.load_tail(mainloop_pipeline, write_state);
     } else {
@@ -167,10 +180,15 @@ class HookedGemmSm90 {
         if (work.skip) continue;
         auto blk_coord = make_coord(work.m_block, work.n_block, _, work.batch);
         auto accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
-        mainloop.mma(mainloop_pipeline, read_state, accumulators, k_tiles, mma_thread_idx,
+        mainloop.mma(mainloop_pipeline, read_state, accumulators, work.k_count, mma_thread_idx,
                      shared.tensors.mainloop, params.mainloop);
-        mainloop.mma_tail(mainloop_pipeline, read_state, k_tiles);
-        read_state.advance(k_tiles);
+        mainloop.mma_tail(mainloop_pipeline, read_state, work.k_count);
+        read_state.advance(work.k_count);
+        if (params.scheduler.splits > 1 &&
+            !SplitK::reduce(params.split_k, work.tile, work.split, params.scheduler.splits,
+                            accumulators, mma_thread_idx, &shared.split_last)) {
+          continue;  // another slice of this tile finishes it
+        }
         auto [next_load, next_store] = epilogue.store(
             epi_load_pipeline, epi_load_state, epi_store_pipeline, epi_store_state, problem_mnkl,
             TileShape{}, blk_coord, accumulators, tiled_mma, mma_thread_idx,

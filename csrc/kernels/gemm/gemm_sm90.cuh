@@ -129,6 +129,80 @@ struct GemmSm90 {
   static constexpr bool kHookable =
       cute::is_same_v<typename Cfg::KernelSchedule, Coop> &&
       cute::is_same_v<typename Cfg::Scheduler, Persistent>;
+  using Hooked = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, FlagHooks>;
+
+  // Per-kernel launch facts, queried once: the occupancy query alone costs
+  // more than a small GEMM.
+  struct LaunchFacts {
+    cudaError_t err;
+    int clock_khz;
+    int max_active_clusters;
+  };
+  static LaunchFacts const& hooked_launch_facts() {
+    using K = Hooked;
+    constexpr int kCM = K::Scheduler::kClusterM, kCN = K::Scheduler::kClusterN;
+    static const LaunchFacts facts = [] {
+      auto kernel = hooked_gemm_kernel<K>;
+      LaunchFacts f{cudaSuccess, 0, 0};
+      int dev = 0, sms = 0;
+      cudaGetDevice(&dev);
+      cudaDeviceGetAttribute(&f.clock_khz, cudaDevAttrClockRate, dev);
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+      f.err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   K::kSmemBytes);
+      if (f.err != cudaSuccess) return f;
+      cudaLaunchAttribute cluster;
+      const cudaLaunchConfig_t probe = cluster_launch_config<K>(
+          &cluster, dim3(kCM * (sms / (kCM * kCN)), kCN, 1), nullptr);
+      if (cudaOccupancyMaxActiveClusters(&f.max_active_clusters, kernel, &probe) != cudaSuccess) {
+        cudaGetLastError();
+        f.max_active_clusters = 0;
+      }
+      return f;
+    }();
+    return facts;
+  }
+
+  // Clusters the persistent grid may hold on l.sm_count SMs.
+  static int hooked_clusters(const Launch& l) {
+    constexpr int kCM = Hooked::Scheduler::kClusterM, kCN = Hooked::Scheduler::kClusterN;
+    int clusters = l.sm_count / (kCM * kCN);
+    const int fit = hooked_launch_facts().max_active_clusters;
+    return fit > 0 && fit < clusters ? fit : clusters;
+  }
+
+  // The scheduler of a launch, split-K slices included (l.splits 0: enough
+  // slices that about every cluster gets a unit, each slice >= 4 k-blocks).
+  static typename Hooked::Scheduler::Params hooked_schedule(const Problem& p, const Launch& l,
+                                                            const int* m_order) {
+    using Sched = typename Hooked::Scheduler;
+    const int batches = p.batches < 1 ? 1 : p.batches;
+    auto sp = Sched::make_params(p.m, p.n, p.k, l.swizzle > 0 ? l.swizzle : 8, l.raster != 1,
+                                 m_order, batches, p.batch_rows, 1);
+    int splits = l.splits;
+    if (splits <= 0) {
+      const int units = Sched::total_units(sp), clusters = hooked_clusters(l);
+      splits = 1;
+      if (p.batch_rows == nullptr && units > 0 && 2 * units <= clusters) {
+        splits = clusters / units;
+        splits = splits < sp.k_tiles / 4 ? splits : sp.k_tiles / 4;
+        splits = splits < 8 ? splits : 8;
+        splits = splits < 1 ? 1 : splits;
+      }
+    }
+    return Sched::make_params(p.m, p.n, p.k, l.swizzle > 0 ? l.swizzle : 8, l.raster != 1,
+                              m_order, batches, p.batch_rows, splits);
+  }
+
+  static size_t hooked_workspace_size(const Problem& p, const Launch& l) {
+    if constexpr (!kHookable) {
+      return 0;
+    } else {
+      const auto sp = hooked_schedule(p, l, nullptr);
+      if (sp.splits <= 1) return 0;
+      return Hooked::SplitK::workspace_bytes(Hooked::Scheduler::padded_tiles(sp), sp.splits);
+    }
+  }
 
   static cudaError_t run_hooked(const Problem& p, const Launch& l, const HookArgs& h,
                                 const char** reason) {
@@ -136,7 +210,7 @@ struct GemmSm90 {
       if (reason) *reason = "the hooked kernel needs a cooperative, persistent config";
       return cudaErrorInvalidValue;
     } else {
-      using K = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, FlagHooks>;
+      using K = Hooked;
       typename K::Params params;
       const int batches = p.batches < 1 ? 1 : p.batches;
       params.problem = {p.m, p.n, p.k, batches};
@@ -152,48 +226,27 @@ struct GemmSm90 {
           {1.0f, 0.0f}, nullptr, sd, static_cast<Element*>(p.d), sd};
       params.mainloop = CollectiveMainloop::to_underlying_arguments(params.problem, ma, nullptr);
       params.epilogue = CollectiveEpilogue::to_underlying_arguments(params.problem, ea, nullptr);
-      params.scheduler = K::Scheduler::make_params(p.m, p.n, l.swizzle > 0 ? l.swizzle : 8,
-                                                   l.raster != 1, h.m_order, batches,
-                                                   p.batch_rows);
+      params.scheduler = hooked_schedule(p, l, h.m_order);
+      if (params.scheduler.splits > 1) {
+        const int tiles = K::Scheduler::padded_tiles(params.scheduler);
+        const size_t need = K::SplitK::workspace_bytes(tiles, params.scheduler.splits);
+        if (l.workspace == nullptr || l.workspace_bytes < need) {
+          if (reason) *reason = "split-K needs a zero-initialised workspace (hooked_workspace_size)";
+          return cudaErrorInvalidValue;
+        }
+        params.split_k = K::SplitK::carve(l.workspace, tiles);
+      }
       static_cast<FlagHookArgs&>(params.hooks) = FlagHookArgs{
           h.a_ready, h.rows_per_flag, h.a_ready_value, h.tile_done, h.tile_done_value, 0,
           static_cast<comm::WaitDiagnostic*>(h.diag)};
       params.hooks.m = p.m;
       params.hooks.tiles_n = (p.n + K::Scheduler::kBlockN - 1) / K::Scheduler::kBlockN;
-      // Per-kernel launch facts, queried once: the occupancy query alone costs
-      // more than a small GEMM.
-      struct LaunchFacts {
-        cudaError_t err;
-        int clock_khz;
-        int max_active_clusters;
-      };
-      constexpr int kCM = K::Scheduler::kClusterM, kCN = K::Scheduler::kClusterN;
-      auto kernel = hooked_gemm_kernel<K>;
-      static const LaunchFacts facts = [&] {
-        LaunchFacts f{cudaSuccess, 0, 0};
-        int dev = 0, sms = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&f.clock_khz, cudaDevAttrClockRate, dev);
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        f.err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     K::kSmemBytes);
-        if (f.err != cudaSuccess) return f;
-        cudaLaunchAttribute cluster;
-        const cudaLaunchConfig_t probe = cluster_launch_config<K>(
-            &cluster, dim3(kCM * (sms / (kCM * kCN)), kCN, 1), nullptr);
-        if (cudaOccupancyMaxActiveClusters(&f.max_active_clusters, kernel, &probe) != cudaSuccess) {
-          cudaGetLastError();
-          f.max_active_clusters = 0;
-        }
-        return f;
-      }();
+      const LaunchFacts& facts = hooked_launch_facts();
       if (facts.err != cudaSuccess) return facts.err;
       params.hooks.timeout_cycles = static_cast<long long>(h.timeout_s * facts.clock_khz * 1e3);
 
-      int clusters = l.sm_count / (kCM * kCN);
-      if (facts.max_active_clusters > 0 && facts.max_active_clusters < clusters) {
-        clusters = facts.max_active_clusters;
-      }
+      constexpr int kCM = K::Scheduler::kClusterM, kCN = K::Scheduler::kClusterN;
+      int clusters = hooked_clusters(l);
       const int units = K::Scheduler::total_units(params.scheduler);
       clusters = units < clusters ? units : clusters;
       if (clusters < 1) {
@@ -203,7 +256,7 @@ struct GemmSm90 {
       cudaLaunchAttribute cluster;
       const cudaLaunchConfig_t cfg =
           cluster_launch_config<K>(&cluster, dim3(kCM * clusters, kCN, 1), l.stream);
-      return cudaLaunchKernelEx(&cfg, kernel, params);
+      return cudaLaunchKernelEx(&cfg, hooked_gemm_kernel<K>, params);
     }
   }
 
@@ -234,6 +287,9 @@ struct GemmSm90 {
   cudaError_t run_hooked_##SUFFIX(const Problem& p, const Launch& l, const HookArgs& h,     \
                                   const char** r) {                                         \
     return GemmSm90<ID, DT>::run_hooked(p, l, h, r);                                        \
+  }                                                                                         \
+  size_t hooked_workspace_size_##SUFFIX(const Problem& p, const Launch& l) {                \
+    return GemmSm90<ID, DT>::hooked_workspace_size(p, l);                                   \
   }                                                                                         \
   TileCounts tile_counts_##SUFFIX(int m, int n) { return GemmSm90<ID, DT>::tile_counts(m, n); } \
   }

@@ -10,6 +10,13 @@
 // Grouped (MoE) problems are batches of equal-shape GEMMs (L = experts) whose
 // rows are valid only up to a per-batch count read on the device: a unit whose
 // first row is past its batch's count is skipped by every role alike.
+//
+// Split-K: with `splits` > 1 every cluster unit is cut into `splits` slices of
+// the K loop. Unit index u -> (tile unit u / splits, slice u % splits), so the
+// slices of one tile go to neighbouring clusters and run at the same time; the
+// last slice to finish reduces the others (see split_k_reduce.cuh). Small-M
+// (decode) GEMMs are memory-bound on B: without splits only tiles_m x tiles_n
+// SMs would stream it.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -20,6 +27,7 @@ template <class TileShape, class ClusterShape>
 struct PersistentTileScheduler {
   static constexpr int kBlockM = cute::size<0>(TileShape{});
   static constexpr int kBlockN = cute::size<1>(TileShape{});
+  static constexpr int kBlockK = cute::size<2>(TileShape{});
   static constexpr int kClusterM = cute::size<0>(ClusterShape{});
   static constexpr int kClusterN = cute::size<1>(ClusterShape{});
 
@@ -31,6 +39,8 @@ struct PersistentTileScheduler {
     const int* m_order = nullptr;  // [units_m] permutation, or null for 0..units_m-1
     int batches = 1;                 // L: independent GEMMs of the same shape
     const int* batch_rows = nullptr; // [batches] valid rows of each, or null (all M rows)
+    int splits = 1;                  // K slices per tile (split-K)
+    int k_tiles = 1;                 // k-blocks of the whole K loop
   };
 
   struct Work {
@@ -40,10 +50,14 @@ struct PersistentTileScheduler {
     int unit;
     bool valid;  // false: no work left for this CTA
     bool skip;   // the unit's rows are all past its batch's count: nothing to do
+    int split;    // K slice of this work, in [0, splits)
+    int k_begin;  // first k-block of the slice
+    int k_count;  // k-blocks of the slice (>= 1)
+    int tile;     // this CTA's tile, numbered over the padded grid (split-K counters)
   };
 
-  static Params make_params(int m, int n, int swizzle, bool along_n, const int* m_order,
-                            int batches = 1, const int* batch_rows = nullptr) {
+  static Params make_params(int m, int n, int k, int swizzle, bool along_n, const int* m_order,
+                            int batches = 1, const int* batch_rows = nullptr, int splits = 1) {
     Params p;
     const int tiles_m = (m + kBlockM - 1) / kBlockM;
     const int tiles_n = (n + kBlockN - 1) / kBlockN;
@@ -54,16 +68,32 @@ struct PersistentTileScheduler {
     p.m_order = m_order;
     p.batches = batches < 1 ? 1 : batches;
     p.batch_rows = batch_rows;
+    p.k_tiles = (k + kBlockK - 1) / kBlockK;
+    p.splits = splits < 1 ? 1 : (splits > p.k_tiles ? p.k_tiles : splits);
     return p;
   }
 
-  static int total_units(Params const& p) { return p.units_m * p.units_n * p.batches; }
+  static int total_units(Params const& p) {
+    return p.units_m * p.units_n * p.batches * p.splits;
+  }
+  // Tiles of the padded grid (every CTA's tile has a distinct number below this).
+  static int padded_tiles(Params const& p) {
+    return p.units_m * kClusterM * p.units_n * kClusterN * p.batches;
+  }
 
   CUTLASS_DEVICE static Work get(Params const& p, int unit_index) {
     const int per_batch = p.units_m * p.units_n;
-    if (unit_index >= per_batch * p.batches) return {0, 0, 0, unit_index, false, false};
-    const int batch = unit_index / per_batch;
-    const int unit = unit_index - batch * per_batch;
+    if (unit_index >= per_batch * p.batches * p.splits) {
+      return {0, 0, 0, unit_index, false, false, 0, 0, 0, 0};
+    }
+    const int split = unit_index % p.splits;
+    const int tile_unit = unit_index / p.splits;
+    // Balanced slices: the first k_tiles % splits slices take one k-block more.
+    const int k_base = p.k_tiles / p.splits, k_extra = p.k_tiles % p.splits;
+    const int k_begin = split * k_base + min(split, k_extra);
+    const int k_count = k_base + (split < k_extra ? 1 : 0);
+    const int batch = tile_unit / per_batch;
+    const int unit = tile_unit - batch * per_batch;
     int um, un;
     // Bands of `swizzle` unit rows of the major dimension; inside a band walk
     // the band's rows first so neighbours share the other operand's tile.
@@ -87,7 +117,9 @@ struct PersistentTileScheduler {
     const int rank_n = static_cast<int>(blockIdx.y) % kClusterN;
     const bool skip =
         p.batch_rows != nullptr && um * kClusterM * kBlockM >= __ldg(p.batch_rows + batch);
-    return {um * kClusterM + rank_m, un * kClusterN + rank_n, batch, unit_index, true, skip};
+    const int m_block = um * kClusterM + rank_m, n_block = un * kClusterN + rank_n;
+    const int tile = (batch * p.units_m * kClusterM + m_block) * (p.units_n * kClusterN) + n_block;
+    return {m_block, n_block, batch, unit_index, true, skip, split, k_begin, k_count, tile};
   }
 
   CUTLASS_DEVICE static int first_unit() { return static_cast<int>(blockIdx.x) / kClusterM; }

@@ -1,0 +1,99 @@
+// Split-K reduction of the hooked GEMM kernel (CUTLASS's stream-K calls it
+// "fixup"), without any CTA waiting for another:
+//
+//   every slice of a tile stores its fp32 partial sum to the workspace and
+//   takes a ticket on the tile's counter; the slice that takes the last
+//   ticket adds the partials in slice order (its own from registers) and goes
+//   on to the epilogue, the others move to their next unit at once.
+//
+// Waiting for a fixed owner slice (CUTLASS's deterministic mode) would idle an
+// SM per tile; taking tickets keeps every CTA busy, and summing in slice order
+// (not arrival order) keeps the result bitwise reproducible run to run.
+//
+// Layout of one partial: [kFrag / 4][kThreads] float4, so the 32 lanes of a
+// warp store and load one contiguous 512-byte run per instruction.
+#pragma once
+
+#include "cute/tensor.hpp"
+#include "cutlass/arch/barrier.h"
+#include "cutlass/cutlass.h"
+
+namespace mkernel::gemm {
+
+struct SplitKWorkspace {
+  // [tiles] tickets: zero before the first launch; the last slice of a tile
+  // puts its counter back to zero, so a workspace stays usable launch after
+  // launch on one stream.
+  int* counters = nullptr;
+  float* partials = nullptr;  // [tiles * splits * kThreads * kFrag] floats
+};
+
+template <int kThreads, int kFrag>
+struct SplitKReduce {
+  static_assert(kFrag % 4 == 0, "the accumulator fragment is stored as float4");
+  static constexpr int kVecs = kFrag / 4;
+
+  static constexpr size_t partial_floats() { return static_cast<size_t>(kThreads) * kFrag; }
+  static size_t workspace_bytes(int tiles, int splits) {
+    return counter_bytes(tiles) + static_cast<size_t>(tiles) * splits * partial_floats() * 4;
+  }
+  // The counters come first, padded so the partials stay 256-byte aligned.
+  static size_t counter_bytes(int tiles) { return (static_cast<size_t>(tiles) * 4 + 255) / 256 * 256; }
+  static SplitKWorkspace carve(void* workspace, int tiles) {
+    char* base = static_cast<char*>(workspace);
+    return {reinterpret_cast<int*>(base), reinterpret_cast<float*>(base + counter_bytes(tiles))};
+  }
+
+  // Called by all kThreads consumer threads of a CTA after the mainloop of
+  // (tile, split). Returns true in the one CTA that must write the tile; there
+  // `accum` holds the sum over every slice.
+  template <class Accum>
+  CUTLASS_DEVICE static bool reduce(SplitKWorkspace const& ws, int tile, int split, int splits,
+                                    Accum& accum, int thread, int* smem_last) {
+    static_assert(decltype(cute::size(accum))::value == kFrag, "fragment size mismatch");
+    const size_t stride = partial_floats() / 4;  // float4s per partial
+    float4* partials = reinterpret_cast<float4*>(ws.partials) +
+                       static_cast<size_t>(tile) * splits * stride + thread;
+    float4* mine = partials + split * stride;
+    CUTLASS_PRAGMA_UNROLL
+    for (int v = 0; v < kVecs; ++v) {
+      __stcg(mine + v * kThreads,
+             make_float4(accum(4 * v), accum(4 * v + 1), accum(4 * v + 2), accum(4 * v + 3)));
+    }
+    __threadfence();  // each thread's partial is visible GPU-wide before the ticket
+    cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::StreamkBarrier0);
+    if (thread == 0) {
+      const int ticket = atomicAdd(ws.counters + tile, 1);
+      const bool last = ticket == splits - 1;
+      if (last) ws.counters[tile] = 0;  // every slice has arrived: reset for the next launch
+      *smem_last = last;
+    }
+    cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::StreamkBarrier0);
+    const bool last = *smem_last != 0;
+    // The flag is read by every thread before any thread of a later unit can
+    // write it again (that needs two more barriers), so no third barrier here.
+    if (!last) return false;
+    __threadfence();  // acquire: the ticket was seen, the partials it covers are visible
+    CUTLASS_PRAGMA_UNROLL
+    for (int v = 0; v < kVecs; ++v) {
+      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int s = 0; s < splits; ++s) {
+        // L2 loads (ld.global.cg): other SMs wrote these, this SM's L1 may be stale.
+        const float4 p = s == split ? make_float4(accum(4 * v), accum(4 * v + 1), accum(4 * v + 2),
+                                                  accum(4 * v + 3))
+                                    : __ldcg(partials + s * stride + v * kThreads);
+        sum.x += p.x;
+        sum.y += p.y;
+        sum.z += p.z;
+        sum.w += p.w;
+      }
+      accum(4 * v) = sum.x;
+      accum(4 * v + 1) = sum.y;
+      accum(4 * v + 2) = sum.z;
+      accum(4 * v + 3) = sum.w;
+    }
+    return true;
+  }
+};
+
+}  // namespace mkernel::gemm
