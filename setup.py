@@ -89,6 +89,8 @@ def torch_extension() -> Extension:
                       # torch disables the half/bf16 operators that CUTLASS relies on.
                       "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
                       "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__"]
+        if os.environ.get("MKERNEL_PTXAS_VERBOSE") == "1":  # registers / spills per kernel
+            nvcc_flags.append("-Xptxas=-v")
         return cpp_extension.CUDAExtension(
             "mkernel._C", sources, include_dirs=include_dirs, py_limited_api=True,
             define_macros=[("MKERNEL_WITH_CUDA", "1")],

@@ -2,8 +2,10 @@
 
 ANCHORS.md's case: 32 experts, 32768 tokens (uniform: 1024 per expert),
 H=7168 (K), F=2048 (N), bf16; plus a skewed routing (counts drawn at random,
-same total) where _grouped_mm runs on ragged offsets and mkernel on
-capacity-padded rows with device-side counts. TFLOP/s count valid rows only.
+same total). Both sides take the same packed rows and offsets (mkernel's
+packed layout); the capacity-padded variant (device-side counts) is timed
+too, for reference. Interleaved timing (see common.interleaved_ms), several
+rounds. TFLOP/s count valid rows only.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import sys
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from common import commit, cuda_median_ms, device_info, write_result  # noqa: E402
+import statistics  # noqa: E402
+
+from common import commit, device_info, interleaved_ms, write_result  # noqa: E402
 
 from mkernel.ops import gemm_grouped  # noqa: E402
 
@@ -38,12 +42,22 @@ def main() -> int:
         bt = b.transpose(1, 2)  # [E, H, F] view, K-major
         cd = counts.cuda()
         flops = 2.0 * tokens * h * f
-        ref = cuda_median_ms([lambda: torch._grouped_mm(x, bt, offs=offs)], iters=30)
-        mine = cuda_median_ms([lambda: gemm_grouped(a, b, cd)], iters=30)
+        cands = {"grouped_mm": [lambda: torch._grouped_mm(x, bt, offs=offs)],
+                 "mkernel_packed": [lambda: gemm_grouped(x, b, offs=offs)],
+                 "mkernel_padded": [lambda: gemm_grouped(a, b, cd)]}
+        rounds = [interleaved_ms(cands, iters=20) for _ in range(3)]
         row = {"routing": routing, "experts": e, "tokens": tokens, "h": h, "f": f, "capacity": cap,
-               "grouped_mm": dict(ref, tflops=flops / ref["median_ms"] / 1e9),
-               "mkernel": dict(mine, tflops=flops / mine["median_ms"] / 1e9),
-               "ratio": ref["median_ms"] / mine["median_ms"]}
+               "counts": counts.tolist()}
+        for c in cands:
+            med = statistics.median(r[c]["median_ms"] for r in rounds)
+            row[c] = {"median_ms": med, "round_medians_ms": [r[c]["median_ms"] for r in rounds],
+                      "tflops": flops / med / 1e9}
+        row["ratio"] = row["grouped_mm"]["median_ms"] / row["mkernel_packed"]["median_ms"]
+        row["ratio_padded"] = row["grouped_mm"]["median_ms"] / row["mkernel_padded"]["median_ms"]
+        print(f"{routing:<8} _grouped_mm {row['grouped_mm']['tflops']:6.1f} TF/s  "
+              f"packed {row['mkernel_packed']['tflops']:6.1f} TF/s ({row['ratio']:.3f}x)  "
+              f"padded(cap {cap}) {row['mkernel_padded']['tflops']:6.1f} TF/s ({row['ratio_padded']:.3f}x)",
+              flush=True)
         rows.append(row)
         print(f"{routing:<8} capacity {cap:>5}: _grouped_mm {row['grouped_mm']['tflops']:6.1f} TF/s  "
               f"mkernel {row['mkernel']['tflops']:6.1f} TF/s  ratio {row['ratio']:.3f}x", flush=True)

@@ -52,6 +52,35 @@ def cuda_median_ms(fns: list[Callable[[], object]], warmup: int = 10, iters: int
             "p90_ms": times[int(0.9 * (len(times) - 1))], "iters": iters}
 
 
+def interleaved_ms(cands: dict[str, list[Callable[[], object]]], warmup: int = 3,
+                   iters: int = 30) -> dict[str, dict]:
+    """CUDA-event times of several candidates measured in turn, iteration by
+    iteration (the order rotates), so a clock or neighbour change during the
+    run reaches every candidate alike; each candidate's fns rotate over input
+    sets as in cuda_median_ms."""
+    names = list(cands)
+    for i in range(warmup):
+        for n in names:
+            cands[n][i % len(cands[n])]()
+    torch.cuda.synchronize()
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for i in range(iters):
+        order = names[i % len(names):] + names[:i % len(names)]
+        for n in order:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            cands[n][i % len(cands[n])]()
+            end.record()
+            end.synchronize()
+            times[n].append(start.elapsed_time(end))
+    out = {}
+    for n, ts in times.items():
+        ts.sort()
+        out[n] = {"median_ms": statistics.median(ts), "min_ms": ts[0],
+                  "p90_ms": ts[int(0.9 * (len(ts) - 1))], "iters": iters}
+    return out
+
+
 def write_result(name: str, payload: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     gpu = (payload.get("device", {}).get("gpu") or "cpu").replace(" ", "_").lower()

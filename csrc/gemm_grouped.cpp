@@ -1,10 +1,15 @@
-// mkernel.gemm_grouped: the engine's grouped (MoE) GEMM — one GEMM per expert
-// over capacity-padded rows, with each expert's valid row count read on the
-// device (no host sync, CUDA-graph safe).
+// The engine's grouped (MoE) GEMMs: one GEMM per expert, each expert's rows
+// read on the device (no host sync, CUDA-graph safe).
 //
+// mkernel.gemm_grouped — capacity-padded rows (DeepEP's low-latency layout):
 //   a [E, C, K] tokens per expert, b [E, N, K] expert weights, counts [E] int32
 //     -> out [E, C, N], out[e, :counts[e]] = a[e, :counts[e]] @ b[e].T;
 //        rows >= counts[e] are unspecified on CUDA (never computed) and zero on CPU.
+//
+// mkernel.gemm_grouped_packed — packed rows (torch._grouped_mm's layout):
+//   a [T, K] every expert's rows back to back, b [E, N, K], offs [E] int32
+//   cumulative row ends (offs[e-1] <= row < offs[e] belong to expert e)
+//     -> out [T, N]; rows >= offs[E-1] are unspecified on CUDA and zero on CPU.
 #include <torch/library.h>
 
 #include <string>
@@ -58,7 +63,77 @@ at::Tensor grouped_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tenso
   return out;
 }
 
+// Packed rows: a [T, K], b [E, N, K], offs [E] int32.
+void validate_packed(const at::Tensor& a, const at::Tensor& b, const at::Tensor& offs) {
+  constexpr const char* op = "mkernel.gemm_grouped_packed";
+  TORCH_CHECK(a.dim() == 2, op, ": a must be [T, K] (every expert's rows), got ", a.sizes());
+  TORCH_CHECK(b.dim() == 3, op, ": b must be [E, N, K], got ", b.sizes());
+  TORCH_CHECK(offs.dim() == 1 && offs.scalar_type() == at::kInt, op,
+              ": offs must be a 1-D int32 tensor [E] of cumulative row ends, got ",
+              offs.scalar_type(), " ", offs.sizes());
+  TORCH_SYM_CHECK(b.sym_size(0).sym_eq(offs.sym_size(0)),
+                  std::string(op) + ": offs must have E = b.size(0) entries");
+  TORCH_SYM_CHECK(a.sym_size(1).sym_eq(b.sym_size(2)),
+                  std::string(op) + ": a and b must have the same K");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), op, ": a is ", a.scalar_type(), " but b is ",
+              b.scalar_type());
+  TORCH_CHECK(a.device() == b.device() && a.device() == offs.device(), op,
+              ": a, b and offs must be on one device");
+  TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && offs.is_contiguous(), op,
+              ": a, b and offs must be contiguous");
+}
+
+at::Tensor packed_meta(const at::Tensor& a, const at::Tensor& b, const at::Tensor& offs) {
+  validate_packed(a, b, offs);
+  return a.new_empty_symint({a.sym_size(0), b.sym_size(1)});
+}
+
+at::Tensor packed_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& offs) {
+  validate_packed(a, b, offs);
+  auto out = at::zeros({a.size(0), b.size(1)}, a.options());
+  int64_t begin = 0;
+  for (int64_t e = 0; e < b.size(0); ++e) {
+    const int64_t end = offs[e].item<int>();
+    TORCH_CHECK(end >= begin && end <= a.size(0), "mkernel.gemm_grouped_packed: offs[", e,
+                "] = ", end, " must lie in [offs[e-1] = ", begin, ", T = ", a.size(0), "]");
+    if (end > begin) out.narrow(0, begin, end - begin).copy_(reference_gemm(a.narrow(0, begin, end - begin), b[e]));
+    begin = end;
+  }
+  return out;
+}
+
 #ifdef MKERNEL_WITH_CUDA
+at::Tensor packed_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& offs) {
+  constexpr const char* op = "mkernel.gemm_grouped_packed";
+  validate_packed(a, b, offs);
+  TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, op,
+              ": takes bfloat16 or float16, got ", a.scalar_type());
+  const int64_t t = a.size(0), k = a.size(1), e = b.size(0), n = b.size(1);
+  auto out = at::empty({t, n}, a.options());
+  if (t == 0 || e == 0 || n == 0) return out;
+  TORCH_CHECK(t <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, op,
+              ": each of T, N, K must fit in int32");
+  gemm::Problem p{a.data_ptr(), b.data_ptr(), out.data_ptr(), static_cast<int>(t),
+                  static_cast<int>(n), static_cast<int>(k),
+                  a.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
+  p.batches = static_cast<int>(e);
+  p.group_end = offs.data_ptr<int>();
+  gemm::Launch launch;
+  launch.stream = at::cuda::getCurrentCUDAStream();
+  launch.splits = 1;
+  // 128x256 tiles unless N is too narrow to give the SMs work with them.
+  const gemm::ConfigId id = n >= 2048 ? gemm::ConfigId::kCoop128x256Cluster2x1
+                                      : gemm::ConfigId::kCoop128x128Cluster2x1;
+  if (const char* why = gemm::can_implement(p, id, launch)) {
+    TORCH_CHECK(false, op, ": cannot run T=", t, " E=", e, " N=", n, " K=", k, ": ", why);
+  }
+  const char* reason = nullptr;
+  const cudaError_t err = gemm::run_hooked(p, id, launch, gemm::HookArgs{}, &reason);
+  TORCH_CHECK(err == cudaSuccess, op, ": launch failed (", gemm::config_name(id), "): ",
+              cudaGetErrorString(err), reason ? std::string(" / ") + reason : std::string());
+  return out;
+}
+
 at::Tensor grouped_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& counts) {
   validate(a, b, counts);
   TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, kOp,
@@ -89,10 +164,19 @@ at::Tensor grouped_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tens
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(mkernel, Meta, m) { m.impl("gemm_grouped", &grouped_meta); }
-TORCH_LIBRARY_IMPL(mkernel, CPU, m) { m.impl("gemm_grouped", &grouped_cpu); }
+TORCH_LIBRARY_IMPL(mkernel, Meta, m) {
+  m.impl("gemm_grouped", &grouped_meta);
+  m.impl("gemm_grouped_packed", &packed_meta);
+}
+TORCH_LIBRARY_IMPL(mkernel, CPU, m) {
+  m.impl("gemm_grouped", &grouped_cpu);
+  m.impl("gemm_grouped_packed", &packed_cpu);
+}
 #ifdef MKERNEL_WITH_CUDA
-TORCH_LIBRARY_IMPL(mkernel, CUDA, m) { m.impl("gemm_grouped", &grouped_cuda); }
+TORCH_LIBRARY_IMPL(mkernel, CUDA, m) {
+  m.impl("gemm_grouped", &grouped_cuda);
+  m.impl("gemm_grouped_packed", &packed_cuda);
+}
 #endif  // MKERNEL_WITH_CUDA
 
 }  // namespace mkernel

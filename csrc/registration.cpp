@@ -54,6 +54,9 @@ TORCH_LIBRARY(mkernel, m) {
   // The grouped (MoE) engine GEMM: a [E, C, K], b [E, N, K], counts [E] int32 (device)
   //   -> [E, C, N]; rows >= counts[e] are not computed.
   m.def("gemm_grouped(Tensor a, Tensor b, Tensor counts) -> Tensor");
+  // The same on packed rows (torch._grouped_mm's layout): a [T, K], b [E, N, K],
+  //   offs [E] int32 cumulative row ends (device) -> [T, N].
+  m.def("gemm_grouped_packed(Tensor a, Tensor b, Tensor offs) -> Tensor");
   // The record of the last timed-out device wait of this process ("" if none).
   m.def("wait_diagnostic() -> str");
   // (tiles_m, tiles_n, units_m, block_m, block_n) of a config for an [m, n] output.

@@ -154,18 +154,35 @@ def gemm(a: Tensor, b: Tensor, *, config: str | int = "auto", sm_count: int = 0,
     return torch.ops.mkernel.gemm.default(a, b, cfg, sm_count, swizzle, ras, splits)
 
 
-def gemm_grouped(a: Tensor, b: Tensor, counts: Tensor) -> Tensor:
-    """The engine's grouped (MoE) GEMM: one GEMM per expert over capacity-padded rows.
+def gemm_grouped(a: Tensor, b: Tensor, counts: Tensor | None = None, *,
+                 offs: Tensor | None = None) -> Tensor:
+    """The engine's grouped (MoE) GEMM: one GEMM per expert, row counts read on the device.
+
+    Two layouts; pass exactly one of ``counts`` and ``offs``:
+
+    * capacity-padded (``counts``): ``a`` is ``[E, C, K]``, expert ``e``'s tokens are
+      ``a[e, :counts[e]]``; returns ``[E, C, N]`` with
+      ``out[e, :counts[e]] = a[e, :counts[e]] @ b[e].T``.
+    * packed (``offs``, the layout of ``torch._grouped_mm``): ``a`` is ``[T, K]`` with every
+      expert's rows back to back, ``offs[e]`` the cumulative end of expert ``e``'s rows;
+      returns ``[T, N]`` with ``out[offs[e-1]:offs[e]] = a[offs[e-1]:offs[e]] @ b[e].T``.
+      No tile is spent on padding, however skewed the routing.
 
     Args:
-        a: ``[E, C, K]`` tokens of each expert (rows past ``counts[e]`` are padding).
-        b: ``[E, N, K]`` expert weights.
-        counts: ``[E]`` int32 on ``a``'s device: valid rows per expert, read on the device.
+        a: ``[E, C, K]`` or ``[T, K]`` bf16/fp16 (CUDA) or float (CPU reference).
+        b: ``[E, N, K]`` expert weights (the linear layout), N and K multiples of 8.
+        counts: ``[E]`` int32 on ``a``'s device, valid rows per expert (padded layout).
+        offs: ``[E]`` int32 on ``a``'s device, non-decreasing row ends (packed layout).
 
     Returns:
-        ``[E, C, N]`` with ``out[e, :counts[e]] = a[e, :counts[e]] @ b[e].T``; rows past
-        ``counts[e]`` are unspecified on CUDA (not computed) and zero on the CPU.
+        The output in ``a``'s dtype; rows past ``counts[e]`` / ``offs[-1]`` are unspecified
+        on CUDA (not computed) and zero on the CPU.
     """
+    if (counts is None) == (offs is None):
+        raise ValueError("mkernel.gemm_grouped: pass exactly one of counts (a [E, C, K]) "
+                         "and offs (a [T, K])")
+    if offs is not None:
+        return torch.ops.mkernel.gemm_grouped_packed.default(a, b, offs)
     return torch.ops.mkernel.gemm_grouped.default(a, b, counts)
 
 

@@ -54,3 +54,79 @@ def test_engine_grouped(e, c, k, n, dtype):
     out = gemm_grouped(a, b, counts.cuda())
     torch.cuda.synchronize()
     check(a, b, counts, out, 1e-2)
+
+
+# --- packed rows (torch._grouped_mm's layout): a [T, K], offs [E] cumulative ends -------------
+
+def check_packed(a, b, offs, out, tol):
+    begin = 0
+    for e, end in enumerate(offs.tolist()):
+        if end > begin:
+            ref = a[begin:end].double().cpu() @ b[e].double().cpu().T
+            assert rel_err(out[begin:end], ref) < tol, f"expert {e} (rows {begin}:{end})"
+        begin = end
+
+
+def random_offsets(g, experts: int, tokens: int, skew: float) -> torch.Tensor:
+    """Cumulative row ends of a routing: Dirichlet(skew) shares, some experts empty."""
+    w = torch.distributions.Dirichlet(torch.full((experts,), skew)).sample()
+    counts = (w * tokens).floor().to(torch.int64)
+    counts[torch.randperm(experts, generator=g)[: experts // 4]] = 0  # idle experts
+    counts[0] += tokens - int(counts.sum()) if int(counts.sum()) <= tokens else 0
+    return torch.cumsum(counts, 0).clamp(max=tokens).to(torch.int32)
+
+
+def test_packed_cpu_reference_and_bad_offsets():
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(50, 24, generator=g)
+    b = torch.randn(3, 16, 24, generator=g)
+    offs = torch.tensor([20, 20, 45], dtype=torch.int32)
+    out = gemm_grouped(a, b, offs=offs)
+    check_packed(a, b, offs, out, 1e-6)
+    assert (out[45:] == 0).all()
+    with pytest.raises(RuntimeError, match=r"offs\[1\] = 10 must lie in"):
+        gemm_grouped(a, b, offs=torch.tensor([20, 10, 45], dtype=torch.int32))
+    with pytest.raises(RuntimeError, match="offs must have E"):
+        gemm_grouped(a, b, offs=torch.tensor([20, 45], dtype=torch.int32))
+    with pytest.raises(ValueError, match="exactly one of counts"):
+        gemm_grouped(a, b)
+
+
+def test_packed_fake_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        out = gemm_grouped(torch.empty(70, 64), torch.empty(4, 80, 64), offs=torch.empty(4, dtype=torch.int32))
+    assert tuple(out.shape) == (70, 80)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="needs a Hopper (sm_90) GPU")
+@pytest.mark.parametrize("e,t,k,n,skew", [(8, 1000, 256, 520, 0.5), (32, 8192, 512, 2048, 2.0),
+                                          (4, 3, 64, 64, 1.0), (64, 5000, 1024, 1024, 0.3)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_engine_grouped_packed(e, t, k, n, skew, dtype):
+    g = torch.Generator().manual_seed(e * t)
+    torch.manual_seed(e + t)
+    offs = random_offsets(g, e, t - (t // 7), skew)  # the tail rows past offs[-1] belong to no expert
+    a = torch.randn(t, k, generator=g).to("cuda", dtype)
+    b = torch.randn(e, n, k, generator=g).to("cuda", dtype)
+    poison_next_allocation((t, n), dtype, "cuda")
+    out = gemm_grouped(a, b, offs=offs.cuda())
+    torch.cuda.synchronize()
+    check_packed(a, b, offs, out, 1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="needs a Hopper (sm_90) GPU")
+def test_packed_rows_of_one_expert_do_not_leak_into_the_next():
+    """Expert boundaries inside a tile: each row must come from its own expert's weights."""
+    e, k, n = 5, 128, 256
+    offs = torch.tensor([1, 130, 131, 300, 301], dtype=torch.int32)
+    a = torch.randn(301, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16)
+    b[2] = 0  # expert 2's single row must come out exactly zero
+    poison_next_allocation((301, n), torch.bfloat16, "cuda")
+    out = gemm_grouped(a, b, offs=offs.cuda())
+    assert (out[130] == 0).all()
+    check_packed(a, b, offs, out, 1e-2)

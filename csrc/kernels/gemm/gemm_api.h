@@ -45,6 +45,11 @@ struct Problem {
   // stored (their output is unspecified).
   int batches = 1;
   const int* batch_rows = nullptr;
+  // Packed groups (hooked kernel, the torch._grouped_mm layout): a [m, k] and
+  // d [m, n] hold every group's rows back to back, b [batches, n, k];
+  // group_end[i] (device, non-decreasing) ends group i's rows. Rows past
+  // group_end[batches - 1] are not written.
+  const int* group_end = nullptr;
 };
 
 struct Launch {

@@ -140,7 +140,7 @@ size_t workspace_size(const Problem& p, ConfigId id, const Launch& l) {
 }
 
 cudaError_t run(const Problem& p, ConfigId id, const Launch& l, const char** reason) {
-  if (p.batches > 1 || p.batch_rows != nullptr) {
+  if (p.batches > 1 || p.batch_rows != nullptr || p.group_end != nullptr) {
     if (reason) *reason = "grouped problems run on the hooked kernel (run_hooked)";
     return cudaErrorInvalidValue;
   }

@@ -8,6 +8,12 @@
 //   Consumer0, Consumer1 warpgroups: wgmma over the ring, epilogue TMA store,
 //       then Hooks::tile_done for the tile.
 //
+// Packed groups (Scheduler::kPacked, the MoE layout of torch._grouped_mm):
+// the producer shifts its view of A to the expert's first row and takes B of
+// the expert; the consumers store the tile straight from registers, clipped at
+// the expert's last row (a TMA store cannot stop mid-tile, and the rows past
+// it belong to the next expert).
+//
 // With split-K (scheduler splits > 1) a work unit covers one K slice of a
 // tile; the consumers hand their partial sums to SplitKReduce and only the
 // slice that completes the tile runs the epilogue and the tile_done hook.
@@ -27,7 +33,7 @@
 
 namespace mkernel::gemm {
 
-template <class Mainloop_, class Epilogue_, class Hooks_>
+template <class Mainloop_, class Epilogue_, class Hooks_, bool kPackedGroups = false>
 class HookedGemmSm90 {
  public:
   using Mainloop = Mainloop_;
@@ -36,7 +42,8 @@ class HookedGemmSm90 {
   using TileShape = typename Mainloop::TileShape;
   using TiledMma = typename Mainloop::TiledMma;
   using ClusterShape = typename Mainloop::DispatchPolicy::ClusterShape;
-  using Scheduler = PersistentTileScheduler<TileShape, ClusterShape>;
+  using Scheduler = PersistentTileScheduler<TileShape, ClusterShape, kPackedGroups>;
+  using ElementD = typename Epilogue::ElementD;
   using ProblemShape = cute::Shape<int, int, int, int>;
 
   static constexpr int kMmaThreads = cute::size(TiledMma{});
@@ -80,6 +87,7 @@ class HookedGemmSm90 {
     typename Scheduler::Params scheduler;
     typename Hooks::Params hooks;
     SplitKWorkspace split_k;  // used when scheduler.splits > 1
+    ElementD* packed_d = nullptr;  // kPackedGroups: D [M, N] row-major, every expert's rows
   };
 
   enum class WarpGroupRole { Producer = 0, Consumer0 = 1, Consumer1 = 2 };
@@ -149,8 +157,9 @@ class HookedGemmSm90 {
       cutlass::arch::warpgroup_reg_dealloc<kLoadRegisters>();
       if (producer_role != ProducerWarpRole::Mainloop) return;
       MainloopState write_state = cutlass::make_producer_start_state<MainloopPipeline>();
+      typename Scheduler::Cursor cursor;
       for (int unit = Scheduler::first_unit();; unit += Scheduler::unit_stride()) {
-        const auto work = Scheduler::get(params.scheduler, unit);
+        const auto work = Scheduler::get(params.scheduler, unit, cursor);
         if (!work.valid) break;
         if (work.skip) continue;
         if constexpr (Hooks::kWaitsForA) {
@@ -160,9 +169,22 @@ class HookedGemmSm90 {
         auto blk_coord = make_coord(work.m_block, work.n_block, _, work.batch);
         auto k_tile_iter =
             cute::make_coord_iterator(idx2crd(work.k_begin, shape<3>(gA_mkl)), shape<3>(gA_mkl));
-        mainloop.load(params.mainloop, mainloop_pipeline, write_state, load_inputs, blk_coord,
-                      k_tile_iter, work.k_count, lane_idx, block_rank_in_cluster,
-                      shared.tensors.mainloop);
+        if constexpr (kPackedGroups) {
+          // A's rows of this expert start at row_offset and its batch mode is
+          // unused (B's is the expert): shift the view so tile (m_block, batch)
+          // lands on rows row_offset + m_block * BLOCK_M of batch 0.
+          auto [M, N, K, L] = problem_mnkl;
+          Tensor mA = params.mainloop.tma_load_a.get_tma_tensor(make_shape(M, K, L));
+          Tensor gA = local_tile(domain_offset(make_coord(work.row_offset, 0, -work.batch), mA),
+                                 TileShape{}, make_coord(_, _, _), Step<_1, cute::X, _1>{});
+          mainloop.load(params.mainloop, mainloop_pipeline, write_state,
+                        cute::make_tuple(gA, get<1>(load_inputs)), blk_coord, k_tile_iter,
+                        work.k_count, lane_idx, block_rank_in_cluster, shared.tensors.mainloop);
+        } else {
+          mainloop.load(params.mainloop, mainloop_pipeline, write_state, load_inputs, blk_coord,
+                        k_tile_iter, work.k_count, lane_idx, block_rank_in_cluster,
+                        shared.tensors.mainloop);
+        }
         write_state.advance(work.k_count);
       }
       mainloop.load_tail(mainloop_pipeline, write_state);
@@ -174,8 +196,9 @@ class HookedGemmSm90 {
       EpiLoadState epi_load_state;
       EpiStoreState epi_store_state = cutlass::make_producer_start_state<EpiStorePipeline>();
       bool stored = false;
+      typename Scheduler::Cursor cursor;
       for (int unit = Scheduler::first_unit();; unit += Scheduler::unit_stride()) {
-        const auto work = Scheduler::get(params.scheduler, unit);
+        const auto work = Scheduler::get(params.scheduler, unit, cursor);
         if (!work.valid) break;
         if (work.skip) continue;
         auto blk_coord = make_coord(work.m_block, work.n_block, _, work.batch);
@@ -188,6 +211,10 @@ class HookedGemmSm90 {
             !SplitK::reduce(params.split_k, work.tile, work.split, params.scheduler.splits,
                             accumulators, mma_thread_idx, &shared.split_last)) {
           continue;  // another slice of this tile finishes it
+        }
+        if constexpr (kPackedGroups) {
+          store_clipped(params, work, accumulators, tiled_mma, mma_thread_idx);
+          continue;
         }
         auto [next_load, next_store] = epilogue.store(
             epi_load_pipeline, epi_load_state, epi_store_pipeline, epi_store_state, problem_mnkl,
@@ -203,6 +230,41 @@ class HookedGemmSm90 {
       if (stored) {
         epilogue.store_tail(epi_load_pipeline, epi_load_state, epi_store_pipeline,
                             epi_store_state);
+      }
+    }
+  }
+
+  // Register -> global stores of one tile, rows clipped at the expert's end.
+  // Lanes hold pairs of adjacent columns (the wgmma accumulator layout), so
+  // each store is 4 bytes; N % 8 == 0 keeps a pair inside the row.
+  template <class Accumulators>
+  CUTLASS_DEVICE static void store_clipped(Params const& params,
+                                           typename Scheduler::Work const& work,
+                                           Accumulators const& acc, TiledMma const& tiled_mma,
+                                           int mma_thread_idx) {
+    using namespace cute;
+    constexpr int kBM = size<0>(TileShape{}), kBN = size<1>(TileShape{});
+    const int m = get<0>(params.problem), n = get<1>(params.problem);
+    const int row0 = work.m_block * kBM, col0 = work.n_block * kBN;
+    // Offsets that run backwards or past M (bad input) must not write outside D.
+    const int rows = min(work.rows, m - work.row_offset);
+    if (work.row_offset < 0 || row0 >= rows || col0 >= n) return;
+    ElementD* base = params.packed_d + (static_cast<int64_t>(work.row_offset) + row0) * n + col0;
+    Tensor gD = make_tensor(make_gmem_ptr(base), make_shape(Int<kBM>{}, Int<kBN>{}),
+                            make_stride(n, _1{}));
+    Tensor cD = make_identity_tensor(make_shape(Int<kBM>{}, Int<kBN>{}));
+    auto thr = tiled_mma.get_thread_slice(mma_thread_idx);
+    Tensor tDgD = thr.partition_C(gD);
+    Tensor tDcD = thr.partition_C(cD);
+    const int rows_left = rows - row0, cols_left = n - col0;
+    static_assert(decltype(size(acc))::value % 2 == 0, "accumulator values come in column pairs");
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(acc); i += 2) {
+      if (get<0>(tDcD(i)) < rows_left && get<1>(tDcD(i)) < cols_left) {
+        cutlass::Array<ElementD, 2> pair;
+        pair[0] = static_cast<ElementD>(acc(i));
+        pair[1] = static_cast<ElementD>(acc(i + 1));
+        *reinterpret_cast<cutlass::Array<ElementD, 2>*>(&tDgD(i)) = pair;
       }
     }
   }

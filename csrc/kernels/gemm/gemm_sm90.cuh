@@ -130,6 +130,11 @@ struct GemmSm90 {
       cute::is_same_v<typename Cfg::KernelSchedule, Coop> &&
       cute::is_same_v<typename Cfg::Scheduler, Persistent>;
   using Hooked = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, FlagHooks>;
+  using HookedPacked = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, FlagHooks, true>;
+  // Packed groups are compiled for the configs the grouped plan uses only
+  // (each kernel is a minute of nvcc).
+  static constexpr bool kPackable =
+      kHookable && (Id == ConfigId::kCoop128x256Cluster2x1 || Id == ConfigId::kCoop128x128Cluster2x1);
 
   // Per-kernel launch facts, queried once: the occupancy query alone costs
   // more than a small GEMM.
@@ -138,8 +143,8 @@ struct GemmSm90 {
     int clock_khz;
     int max_active_clusters;
   };
+  template <class K>
   static LaunchFacts const& hooked_launch_facts() {
-    using K = Hooked;
     constexpr int kCM = K::Scheduler::kClusterM, kCN = K::Scheduler::kClusterN;
     static const LaunchFacts facts = [] {
       auto kernel = hooked_gemm_kernel<K>;
@@ -163,11 +168,12 @@ struct GemmSm90 {
     return facts;
   }
 
-  // Clusters the persistent grid may hold on l.sm_count SMs.
+  // Clusters the persistent grid of K may hold on l.sm_count SMs.
+  template <class K = Hooked>
   static int hooked_clusters(const Launch& l) {
-    constexpr int kCM = Hooked::Scheduler::kClusterM, kCN = Hooked::Scheduler::kClusterN;
+    constexpr int kCM = K::Scheduler::kClusterM, kCN = K::Scheduler::kClusterN;
     int clusters = l.sm_count / (kCM * kCN);
-    const int fit = hooked_launch_facts().max_active_clusters;
+    const int fit = hooked_launch_facts<K>().max_active_clusters;
     return fit > 0 && fit < clusters ? fit : clusters;
   }
 
@@ -210,54 +216,79 @@ struct GemmSm90 {
       if (reason) *reason = "the hooked kernel needs a cooperative, persistent config";
       return cudaErrorInvalidValue;
     } else {
-      using K = Hooked;
-      typename K::Params params;
-      const int batches = p.batches < 1 ? 1 : p.batches;
-      params.problem = {p.m, p.n, p.k, batches};
-      auto sa = cutlass::make_cute_packed_stride(typename CollectiveMainloop::StrideA{},
-                                                 {p.m, p.k, batches});
-      auto sb = cutlass::make_cute_packed_stride(typename CollectiveMainloop::StrideB{},
-                                                 {p.n, p.k, batches});
-      auto sd = cutlass::make_cute_packed_stride(typename CollectiveEpilogue::StrideD{},
-                                                 {p.m, p.n, batches});
-      typename CollectiveMainloop::Arguments ma{static_cast<const Element*>(p.a), sa,
-                                                static_cast<const Element*>(p.b), sb};
-      typename CollectiveEpilogue::Arguments ea{
-          {1.0f, 0.0f}, nullptr, sd, static_cast<Element*>(p.d), sd};
-      params.mainloop = CollectiveMainloop::to_underlying_arguments(params.problem, ma, nullptr);
-      params.epilogue = CollectiveEpilogue::to_underlying_arguments(params.problem, ea, nullptr);
-      params.scheduler = hooked_schedule(p, l, h.m_order);
-      if (params.scheduler.splits > 1) {
-        const int tiles = K::Scheduler::padded_tiles(params.scheduler);
-        const size_t need = K::SplitK::workspace_bytes(tiles, params.scheduler.splits);
-        if (l.workspace == nullptr || l.workspace_bytes < need) {
-          if (reason) *reason = "split-K needs a zero-initialised workspace (hooked_workspace_size)";
-          return cudaErrorInvalidValue;
-        }
-        params.split_k = K::SplitK::carve(l.workspace, tiles);
+      if (p.group_end == nullptr) return launch_hooked<Hooked>(p, l, h, reason);
+      if constexpr (kPackable) {
+        return launch_hooked<HookedPacked>(p, l, h, reason);
+      } else {
+        if (reason) *reason = "packed groups run on coop_128x256_c2x1 and coop_128x128_c2x1 only";
+        return cudaErrorInvalidValue;
       }
-      static_cast<FlagHookArgs&>(params.hooks) = FlagHookArgs{
-          h.a_ready, h.rows_per_flag, h.a_ready_value, h.tile_done, h.tile_done_value, 0,
-          static_cast<comm::WaitDiagnostic*>(h.diag)};
-      params.hooks.m = p.m;
-      params.hooks.tiles_n = (p.n + K::Scheduler::kBlockN - 1) / K::Scheduler::kBlockN;
-      const LaunchFacts& facts = hooked_launch_facts();
-      if (facts.err != cudaSuccess) return facts.err;
-      params.hooks.timeout_cycles = static_cast<long long>(h.timeout_s * facts.clock_khz * 1e3);
-
-      constexpr int kCM = K::Scheduler::kClusterM, kCN = K::Scheduler::kClusterN;
-      int clusters = hooked_clusters(l);
-      const int units = K::Scheduler::total_units(params.scheduler);
-      clusters = units < clusters ? units : clusters;
-      if (clusters < 1) {
-        if (reason) *reason = "no thread-block cluster fits the SMs given";
-        return cudaErrorInvalidConfiguration;
-      }
-      cudaLaunchAttribute cluster;
-      const cudaLaunchConfig_t cfg =
-          cluster_launch_config<K>(&cluster, dim3(kCM * clusters, kCN, 1), l.stream);
-      return cudaLaunchKernelEx(&cfg, hooked_gemm_kernel<K>, params);
     }
+  }
+
+  template <class K>
+  static cudaError_t launch_hooked(const Problem& p, const Launch& l, const HookArgs& h,
+                                   const char** reason) {
+    constexpr bool kPacked = K::Scheduler::kPacked;
+    typename K::Params params;
+    // Packed groups: A [M, K] and D [M, N] hold every expert's rows (batch 0),
+    // B [batches, N, K] one matrix per expert.
+    const int batches = p.batches < 1 ? 1 : p.batches;
+    params.problem = {p.m, p.n, p.k, batches};
+    auto sa = cutlass::make_cute_packed_stride(typename CollectiveMainloop::StrideA{},
+                                               {p.m, p.k, batches});
+    auto sb = cutlass::make_cute_packed_stride(typename CollectiveMainloop::StrideB{},
+                                               {p.n, p.k, batches});
+    auto sd = cutlass::make_cute_packed_stride(typename CollectiveEpilogue::StrideD{},
+                                               {p.m, p.n, batches});
+    typename CollectiveMainloop::Arguments ma{static_cast<const Element*>(p.a), sa,
+                                              static_cast<const Element*>(p.b), sb};
+    typename CollectiveEpilogue::Arguments ea{
+        {1.0f, 0.0f}, nullptr, sd, static_cast<Element*>(p.d), sd};
+    params.mainloop = CollectiveMainloop::to_underlying_arguments(params.problem, ma, nullptr);
+    params.epilogue = CollectiveEpilogue::to_underlying_arguments(params.problem, ea, nullptr);
+    if constexpr (kPacked) {
+      if (h.a_ready != nullptr || h.tile_done != nullptr || h.m_order != nullptr) {
+        if (reason) *reason = "packed groups take no communication hooks";
+        return cudaErrorInvalidValue;
+      }
+      params.scheduler =
+          K::Scheduler::make_params(p.m, p.n, p.k, l.swizzle > 0 ? l.swizzle : 8, l.raster != 1,
+                                    nullptr, batches, nullptr, 1, p.group_end);
+      params.packed_d = static_cast<Element*>(p.d);
+    } else {
+      params.scheduler = hooked_schedule(p, l, h.m_order);
+    }
+    if (params.scheduler.splits > 1) {
+      const int tiles = K::Scheduler::padded_tiles(params.scheduler);
+      const size_t need = K::SplitK::workspace_bytes(tiles, params.scheduler.splits);
+      if (l.workspace == nullptr || l.workspace_bytes < need) {
+        if (reason) *reason = "split-K needs a zero-initialised workspace (hooked_workspace_size)";
+        return cudaErrorInvalidValue;
+      }
+      params.split_k = K::SplitK::carve(l.workspace, tiles);
+    }
+    static_cast<FlagHookArgs&>(params.hooks) = FlagHookArgs{
+        h.a_ready, h.rows_per_flag, h.a_ready_value, h.tile_done, h.tile_done_value, 0,
+        static_cast<comm::WaitDiagnostic*>(h.diag)};
+    params.hooks.m = p.m;
+    params.hooks.tiles_n = (p.n + K::Scheduler::kBlockN - 1) / K::Scheduler::kBlockN;
+    const LaunchFacts& facts = hooked_launch_facts<K>();
+    if (facts.err != cudaSuccess) return facts.err;
+    params.hooks.timeout_cycles = static_cast<long long>(h.timeout_s * facts.clock_khz * 1e3);
+
+    constexpr int kCM = K::Scheduler::kClusterM, kCN = K::Scheduler::kClusterN;
+    int clusters = hooked_clusters<K>(l);
+    const int units = K::Scheduler::total_units(params.scheduler);
+    clusters = units < clusters ? units : clusters;
+    if (clusters < 1) {
+      if (reason) *reason = "no thread-block cluster fits the SMs given";
+      return cudaErrorInvalidConfiguration;
+    }
+    cudaLaunchAttribute cluster;
+    const cudaLaunchConfig_t cfg =
+        cluster_launch_config<K>(&cluster, dim3(kCM * clusters, kCN, 1), l.stream);
+    return cudaLaunchKernelEx(&cfg, hooked_gemm_kernel<K>, params);
   }
 
   static TileCounts tile_counts(int m, int n) {
