@@ -179,15 +179,17 @@ struct GemmSm90 {
 
   // The scheduler of a launch, split-K slices included (l.splits 0: enough
   // slices that about every cluster gets a unit, each slice >= 4 k-blocks).
-  static typename Hooked::Scheduler::Params hooked_schedule(const Problem& p, const Launch& l,
-                                                            const int* m_order) {
-    using Sched = typename Hooked::Scheduler;
+  // (A template so that configs without a hooked kernel never instantiate one.)
+  template <class K = Hooked>
+  static typename K::Scheduler::Params hooked_schedule(const Problem& p, const Launch& l,
+                                                       const int* m_order) {
+    using Sched = typename K::Scheduler;
     const int batches = p.batches < 1 ? 1 : p.batches;
     auto sp = Sched::make_params(p.m, p.n, p.k, l.swizzle > 0 ? l.swizzle : 8, l.raster != 1,
                                  m_order, batches, p.batch_rows, 1);
     int splits = l.splits;
     if (splits <= 0) {
-      const int units = Sched::total_units(sp), clusters = hooked_clusters(l);
+      const int units = Sched::total_units(sp), clusters = hooked_clusters<K>(l);
       splits = 1;
       if (p.batch_rows == nullptr && units > 0 && 2 * units <= clusters) {
         splits = clusters / units;
@@ -257,7 +259,7 @@ struct GemmSm90 {
                                     nullptr, batches, nullptr, 1, p.group_end);
       params.packed_d = static_cast<Element*>(p.d);
     } else {
-      params.scheduler = hooked_schedule(p, l, h.m_order);
+      params.scheduler = hooked_schedule<K>(p, l, h.m_order);
     }
     if (params.scheduler.splits > 1) {
       const int tiles = K::Scheduler::padded_tiles(params.scheduler);
