@@ -59,8 +59,6 @@ def main() -> int:
               f"padded(cap {cap}) {row['mkernel_padded']['tflops']:6.1f} TF/s ({row['ratio_padded']:.3f}x)",
               flush=True)
         rows.append(row)
-        print(f"{routing:<8} capacity {cap:>5}: _grouped_mm {row['grouped_mm']['tflops']:6.1f} TF/s  "
-              f"mkernel {row['mkernel']['tflops']:6.1f} TF/s  ratio {row['ratio']:.3f}x", flush=True)
     path = write_result("grouped_gemm", {"benchmark": "grouped_gemm", "anchor": "torch._grouped_mm (same run)",
                                          "dtype": "bf16", "commit": commit(), "device": device_info(),
                                          "results": rows})

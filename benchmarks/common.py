@@ -53,11 +53,13 @@ def cuda_median_ms(fns: list[Callable[[], object]], warmup: int = 10, iters: int
 
 
 def interleaved_ms(cands: dict[str, list[Callable[[], object]]], warmup: int = 3,
-                   iters: int = 30) -> dict[str, dict]:
+                   iters: int = 30, reps: int = 1) -> dict[str, dict]:
     """CUDA-event times of several candidates measured in turn, iteration by
     iteration (the order rotates), so a clock or neighbour change during the
     run reaches every candidate alike; each candidate's fns rotate over input
-    sets as in cuda_median_ms."""
+    sets as in cuda_median_ms. With reps > 1 each sample is `reps` calls
+    back to back divided by reps: the host runs ahead of the GPU, as in a
+    training step, so launch overhead stops counting for short kernels."""
     names = list(cands)
     for i in range(warmup):
         for n in names:
@@ -67,17 +69,19 @@ def interleaved_ms(cands: dict[str, list[Callable[[], object]]], warmup: int = 3
     for i in range(iters):
         order = names[i % len(names):] + names[:i % len(names)]
         for n in order:
+            fns = cands[n]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            cands[n][i % len(cands[n])]()
+            for r in range(reps):
+                fns[(i * reps + r) % len(fns)]()
             end.record()
             end.synchronize()
-            times[n].append(start.elapsed_time(end))
+            times[n].append(start.elapsed_time(end) / reps)
     out = {}
     for n, ts in times.items():
         ts.sort()
         out[n] = {"median_ms": statistics.median(ts), "min_ms": ts[0],
-                  "p90_ms": ts[int(0.9 * (len(ts) - 1))], "iters": iters}
+                  "p90_ms": ts[int(0.9 * (len(ts) - 1))], "iters": iters, "reps": reps}
     return out
 
 

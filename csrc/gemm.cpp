@@ -93,9 +93,20 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
   const bool hooked = splits > 1 && id != gemm::ConfigId::kAuto;
   TORCH_CHECK_VALUE(!hooked || gemm::hooked_supported(id), op, ": splits > 1 needs a cooperative ",
                     "config (the hooked kernel); ", gemm::config_name(id), " is not one");
+  // Two kinds of scratch: the hooked kernel's (split-K tickets, kept zero by
+  // the kernel: cached per stream) and CUTLASS's (which initialises its own
+  // and leaves arbitrary bytes: fresh from the caching allocator each call).
+  const bool engine_scratch = hooked || gemm::plan_is_hooked(p, id, launch);
   launch.workspace_bytes =
       hooked ? gemm::hooked_workspace_size(p, id, launch) : gemm::workspace_size(p, id, launch);
-  launch.workspace = engine_workspace(launch.workspace_bytes, a);
+  at::Tensor cutlass_scratch;
+  if (engine_scratch) {
+    launch.workspace = engine_workspace(launch.workspace_bytes, a);
+  } else if (launch.workspace_bytes > 0) {
+    cutlass_scratch = at::empty({static_cast<int64_t>(launch.workspace_bytes)},
+                                a.options().dtype(at::kByte));
+    launch.workspace = cutlass_scratch.data_ptr();
+  }
   const char* reason = nullptr;
   const cudaError_t err = hooked ? gemm::run_hooked(p, id, launch, gemm::HookArgs{}, &reason)
                                  : gemm::run(p, id, launch, &reason);

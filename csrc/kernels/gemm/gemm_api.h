@@ -84,6 +84,9 @@ struct Plan {
   bool hooked = false;  // run on the hooked kernel (split-K by shape) rather than GemmUniversal
 };
 Plan select_plan(int m, int n, int k, int sm_count);
+// Whether run(p, id, l) takes the hooked kernel (kAuto planned split-K): its
+// workspace then follows hooked_workspace_size's contract.
+bool plan_is_hooked(const Problem& p, ConfigId id, const Launch& l);
 ConfigId select_config(int m, int n, int k);
 
 // The hooked kernel (gemm_kernel_sm90.cuh): the same GEMM with the engine's

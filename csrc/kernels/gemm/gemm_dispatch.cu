@@ -131,6 +131,13 @@ const char* can_implement(const Problem& p, ConfigId id, const Launch& l) {
   return e->can_implement(p, launch);
 }
 
+bool plan_is_hooked(const Problem& p, ConfigId id, const Launch& l) {
+  Launch launch = complete(l);
+  bool hooked = false;
+  resolve(p, id, &launch, &hooked);
+  return hooked;
+}
+
 size_t workspace_size(const Problem& p, ConfigId id, const Launch& l) {
   Launch launch = complete(l);
   bool hooked = false;

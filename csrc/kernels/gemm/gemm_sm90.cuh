@@ -263,12 +263,16 @@ struct GemmSm90 {
     }
     if (params.scheduler.splits > 1) {
       const int tiles = K::Scheduler::padded_tiles(params.scheduler);
+      if (tiles > kSplitKMaxTiles) {
+        if (reason) *reason = "split-K runs on at most 16384 output tiles (use splits=1)";
+        return cudaErrorInvalidValue;
+      }
       const size_t need = K::SplitK::workspace_bytes(tiles, params.scheduler.splits);
       if (l.workspace == nullptr || l.workspace_bytes < need) {
         if (reason) *reason = "split-K needs a zero-initialised workspace (hooked_workspace_size)";
         return cudaErrorInvalidValue;
       }
-      params.split_k = K::SplitK::carve(l.workspace, tiles);
+      params.split_k = K::SplitK::carve(l.workspace);
     }
     static_cast<FlagHookArgs&>(params.hooks) = FlagHookArgs{
         h.a_ready, h.rows_per_flag, h.a_ready_value, h.tile_done, h.tile_done_value, 0,

@@ -3,8 +3,8 @@
 //
 //   every slice of a tile stores its fp32 partial sum to the workspace and
 //   takes a ticket on the tile's counter; the slice that takes the last
-//   ticket adds the partials in slice order (its own from registers) and goes
-//   on to the epilogue, the others move to their next unit at once.
+//   ticket adds the partials in slice order and goes on to the epilogue, the
+//   others move to their next unit at once.
 //
 // Waiting for a fixed owner slice (CUTLASS's deterministic mode) would idle an
 // SM per tile; taking tickets keeps every CTA busy, and summing in slice order
@@ -20,8 +20,13 @@
 
 namespace mkernel::gemm {
 
+// Split-K runs on at most this many tiles (more tiles than SMs several times
+// over have no use for it); their tickets fill the workspace's first bytes.
+constexpr int kSplitKMaxTiles = 16384;
+constexpr size_t kSplitKCounterBytes = kSplitKMaxTiles * sizeof(int);
+
 struct SplitKWorkspace {
-  // [tiles] tickets: zero before the first launch; the last slice of a tile
+  // [kSplitKMaxTiles] tickets: zero before the first launch; the last slice of a tile
   // puts its counter back to zero, so a workspace stays usable launch after
   // launch on one stream.
   int* counters = nullptr;
@@ -35,13 +40,13 @@ struct SplitKReduce {
 
   static constexpr size_t partial_floats() { return static_cast<size_t>(kThreads) * kFrag; }
   static size_t workspace_bytes(int tiles, int splits) {
-    return counter_bytes(tiles) + static_cast<size_t>(tiles) * splits * partial_floats() * 4;
+    return kSplitKCounterBytes + static_cast<size_t>(tiles) * splits * partial_floats() * 4;
   }
-  // The counters come first, padded so the partials stay 256-byte aligned.
-  static size_t counter_bytes(int tiles) { return (static_cast<size_t>(tiles) * 4 + 255) / 256 * 256; }
-  static SplitKWorkspace carve(void* workspace, int tiles) {
+  // The counters sit at a fixed place whatever the shape, so launches of
+  // different shapes on one workspace never find a partial where a counter is.
+  static SplitKWorkspace carve(void* workspace) {
     char* base = static_cast<char*>(workspace);
-    return {reinterpret_cast<int*>(base), reinterpret_cast<float*>(base + counter_bytes(tiles))};
+    return {reinterpret_cast<int*>(base), reinterpret_cast<float*>(base + kSplitKCounterBytes)};
   }
 
   // Called by all kThreads consumer threads of a CTA after the mainloop of
@@ -74,14 +79,14 @@ struct SplitKReduce {
     // write it again (that needs two more barriers), so no third barrier here.
     if (!last) return false;
     __threadfence();  // acquire: the ticket was seen, the partials it covers are visible
+    // Sum every slice from memory, own included: registers then hold nothing
+    // but the running sum (the consumers' budget is the 128-register fragment).
+    // L2 loads (ld.global.cg): other SMs wrote these, this SM's L1 may be stale.
     CUTLASS_PRAGMA_UNROLL
     for (int v = 0; v < kVecs; ++v) {
-      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int s = 0; s < splits; ++s) {
-        // L2 loads (ld.global.cg): other SMs wrote these, this SM's L1 may be stale.
-        const float4 p = s == split ? make_float4(accum(4 * v), accum(4 * v + 1), accum(4 * v + 2),
-                                                  accum(4 * v + 3))
-                                    : __ldcg(partials + s * stride + v * kThreads);
+      float4 sum = __ldcg(partials + v * kThreads);
+      for (int s = 1; s < splits; ++s) {
+        const float4 p = __ldcg(partials + s * stride + v * kThreads);
         sum.x += p.x;
         sum.y += p.y;
         sum.z += p.z;
