@@ -235,8 +235,13 @@ class HookedGemmSm90 {
   }
 
   // Register -> global stores of one tile, rows clipped at the expert's end.
-  // Lanes hold pairs of adjacent columns (the wgmma accumulator layout), so
-  // each store is 4 bytes; N % 8 == 0 keeps a pair inside the row.
+  //
+  // In the wgmma accumulator layout the 4 lanes of a quad hold one row, two
+  // adjacent columns each of every 8-column block. Storing those pairs as
+  // they are is 4 bytes per lane and 16 bytes per row per instruction; a 4x4
+  // transpose inside the quad (3 shuffles) gives each lane all 8 columns of
+  // one block instead, so every store is 16 bytes and a warp writes 64
+  // contiguous bytes of each of its 8 rows: a quarter of the transactions.
   template <class Accumulators>
   CUTLASS_DEVICE static void store_clipped(Params const& params,
                                            typename Scheduler::Work const& work,
@@ -253,18 +258,55 @@ class HookedGemmSm90 {
     Tensor gD = make_tensor(make_gmem_ptr(base), make_shape(Int<kBM>{}, Int<kBN>{}),
                             make_stride(n, _1{}));
     Tensor cD = make_identity_tensor(make_shape(Int<kBM>{}, Int<kBN>{}));
-    auto thr = tiled_mma.get_thread_slice(mma_thread_idx);
-    Tensor tDgD = thr.partition_C(gD);
-    Tensor tDcD = thr.partition_C(cD);
+    Tensor tDcD = tiled_mma.get_thread_slice(mma_thread_idx).partition_C(cD);
     const int rows_left = rows - row0, cols_left = n - col0;
-    static_assert(decltype(size(acc))::value % 2 == 0, "accumulator values come in column pairs");
+    // Fragment: ((2 columns, 2 row halves, kBlocks 8-column blocks), MMA_M, MMA_N).
+    constexpr int kBlocks = size<0, 2>(Accumulators{});
+    static_assert(size<0, 0>(Accumulators{}) == 2 && size<0, 1>(Accumulators{}) == 2 &&
+                      kBlocks % 4 == 0,
+                  "store_clipped expects the sm90 wgmma accumulator layout");
+    const int quad_lane = mma_thread_idx % 4;
+    cutlass::NumericArrayConverter<ElementD, float, 2> to_pair;
+    auto packed = [&](auto const& lo, auto const& hi) {
+      cutlass::Array<float, 2> f;
+      f[0] = lo;
+      f[1] = hi;
+      const cutlass::Array<ElementD, 2> d = to_pair(f);
+      return reinterpret_cast<uint32_t const&>(d);
+    };
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(acc); i += 2) {
-      if (get<0>(tDcD(i)) < rows_left && get<1>(tDcD(i)) < cols_left) {
-        cutlass::Array<ElementD, 2> pair;
-        pair[0] = static_cast<ElementD>(acc(i));
-        pair[1] = static_cast<ElementD>(acc(i + 1));
-        *reinterpret_cast<cutlass::Array<ElementD, 2>*>(&tDgD(i)) = pair;
+    for (int mm = 0; mm < size<1>(acc); ++mm) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int nn = 0; nn < size<2>(acc); ++nn) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int g = 0; g < kBlocks / 4; ++g) {
+            uint32_t x[4];  // this lane's pair in blocks 4g .. 4g+3
+            CUTLASS_PRAGMA_UNROLL
+            for (int i = 0; i < 4; ++i) {
+              x[i] = packed(acc(make_coord(make_coord(0, h, 4 * g + i), mm, nn)),
+                            acc(make_coord(make_coord(1, h, 4 * g + i), mm, nn)));
+            }
+            auto pick = [&](int i) { return i == 0 ? x[0] : i == 1 ? x[1] : i == 2 ? x[2] : x[3]; };
+            // From lane q^k: its pair of block 4g+q (it sends the block of its partner).
+            const uint32_t r1 = __shfl_xor_sync(0xffffffffu, pick(quad_lane ^ 1), 1);
+            const uint32_t r2 = __shfl_xor_sync(0xffffffffu, pick(quad_lane ^ 2), 2);
+            const uint32_t r3 = __shfl_xor_sync(0xffffffffu, pick(quad_lane ^ 3), 3);
+            const uint32_t own = pick(quad_lane);
+            auto from_lane = [&](int i) {
+              const int k = i ^ quad_lane;
+              return k == 0 ? own : k == 1 ? r1 : k == 2 ? r2 : r3;
+            };
+            const uint4 chunk = make_uint4(from_lane(0), from_lane(1), from_lane(2), from_lane(3));
+            // This lane's column pair in block 4g+q starts 2q columns into the block.
+            const auto rc = tDcD(make_coord(make_coord(0, h, 4 * g + quad_lane), mm, nn));
+            const int r = get<0>(rc), c = get<1>(rc) - 2 * quad_lane;
+            if (r < rows_left && c < cols_left) {
+              *reinterpret_cast<uint4*>(&gD(r, c)) = chunk;
+            }
+          }
+        }
       }
     }
   }

@@ -65,12 +65,18 @@ struct SplitKReduce {
       __stcg(mine + v * kThreads,
              make_float4(accum(4 * v), accum(4 * v + 1), accum(4 * v + 2), accum(4 * v + 3)));
     }
-    __threadfence();  // each thread's partial is visible GPU-wide before the ticket
+    // Release the partial with the ticket: the barrier orders every thread's
+    // stores before thread 0's fence (fences are cumulative), as CUTLASS's
+    // split-K semaphore does; one fence instead of one per thread.
     cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::StreamkBarrier0);
     if (thread == 0) {
+      __threadfence();
       const int ticket = atomicAdd(ws.counters + tile, 1);
       const bool last = ticket == splits - 1;
-      if (last) ws.counters[tile] = 0;  // every slice has arrived: reset for the next launch
+      if (last) {
+        ws.counters[tile] = 0;  // every slice has arrived: reset for the next launch
+        __threadfence();        // acquire: the partials the ticket covers are visible
+      }
       *smem_last = last;
     }
     cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::StreamkBarrier0);
@@ -78,24 +84,37 @@ struct SplitKReduce {
     // The flag is read by every thread before any thread of a later unit can
     // write it again (that needs two more barriers), so no third barrier here.
     if (!last) return false;
-    __threadfence();  // acquire: the ticket was seen, the partials it covers are visible
-    // Sum every slice from memory, own included: registers then hold nothing
-    // but the running sum (the consumers' budget is the 128-register fragment).
-    // L2 loads (ld.global.cg): other SMs wrote these, this SM's L1 may be stale.
+    // Sum every slice from memory in slice order, own included (registers
+    // hold only the running sums: the consumers' budget is the fragment).
+    // kChunk float4 loads are in flight per thread: one load at a time would
+    // pay an L2 round trip per float4. L2 loads (ld.global.cg): other SMs
+    // wrote these, this SM's L1 may be stale.
+    constexpr int kChunk = kVecs < 8 ? kVecs : 8;
+    static_assert(kVecs % kChunk == 0, "fragment is a whole number of chunks");
     CUTLASS_PRAGMA_UNROLL
-    for (int v = 0; v < kVecs; ++v) {
-      float4 sum = __ldcg(partials + v * kThreads);
+    for (int v0 = 0; v0 < kVecs; v0 += kChunk) {
+      float4 sum[kChunk];
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kChunk; ++j) sum[j] = __ldcg(partials + (v0 + j) * kThreads);
       for (int s = 1; s < splits; ++s) {
-        const float4 p = __ldcg(partials + s * stride + v * kThreads);
-        sum.x += p.x;
-        sum.y += p.y;
-        sum.z += p.z;
-        sum.w += p.w;
+        float4 part[kChunk];
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kChunk; ++j) part[j] = __ldcg(partials + s * stride + (v0 + j) * kThreads);
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kChunk; ++j) {
+          sum[j].x += part[j].x;
+          sum[j].y += part[j].y;
+          sum[j].z += part[j].z;
+          sum[j].w += part[j].w;
+        }
       }
-      accum(4 * v) = sum.x;
-      accum(4 * v + 1) = sum.y;
-      accum(4 * v + 2) = sum.z;
-      accum(4 * v + 3) = sum.w;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kChunk; ++j) {
+        accum(4 * (v0 + j)) = sum[j].x;
+        accum(4 * (v0 + j) + 1) = sum[j].y;
+        accum(4 * (v0 + j) + 2) = sum[j].z;
+        accum(4 * (v0 + j) + 3) = sum[j].w;
+      }
     }
     return true;
   }
