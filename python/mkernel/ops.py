@@ -129,6 +129,7 @@ GEMM_CONFIGS: dict[str, int] = {
     "ping_128x128_c1x2": 5,
     "coop_256x128_c2x1": 6,
     "coop_256x128_c1x2": 7,
+    "ping_64x128_c1x1": 8,
 }
 
 

@@ -28,7 +28,8 @@ enum class ConfigId : int {
   kPing128x128Cluster1x2 = 5,  // ping-pong: epilogue of one tile hides behind the other's MMA
   kCoop256x128Cluster2x1 = 6,  // 2 consumer warpgroups stacked along M (128 rows each)
   kCoop256x128Cluster1x2 = 7,
-  kNumConfigs = 8,
+  kPing64x128Cluster1x1 = 8,  // decode / small M: enough tiles that every SM streams B
+  kNumConfigs = 9,
 };
 
 const char* config_name(ConfigId id);

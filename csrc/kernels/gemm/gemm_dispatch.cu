@@ -61,6 +61,7 @@ const char* config_name(ConfigId id) {
     case ConfigId::kPing128x128Cluster1x2: return "ping_128x128_c1x2";
     case ConfigId::kCoop256x128Cluster2x1: return "coop_256x128_c2x1";
     case ConfigId::kCoop256x128Cluster1x2: return "coop_256x128_c1x2";
+    case ConfigId::kPing64x128Cluster1x1: return "ping_64x128_c1x1";
     default: return "unknown";
   }
 }
@@ -70,10 +71,16 @@ Plan select_plan(int m, int n, int k, int sm_count) {
   // 8 shapes x 8 configs x 6 tile orders); run-to-run spread there is about ±5%, so only
   // choices that won in every run are encoded.
   if (sm_count < 2) return {ConfigId::kPing64x256Cluster1x1, 1, 1};  // clusters need 2 SMs
-  // Decode-sized M is bound by streaming B: 64-row ping-pong tiles measured
-  // fastest (1.24x cuBLAS on 128x8192x3584, run 20261129-141015; split-K on
-  // the hooked kernel lost there, see benchmarks/NOTES.md).
+  // Decode-sized M is bound by streaming B (memory floor of 128x8192x3584:
+  // 14.7 us): every SM must stream its share. 64x256 tiles keep only
+  // ceil(M/64) * N/256 SMs busy (64 of 132 there: 0.79x cuBLAS, run
+  // 20261129-141925); 64x128 tiles fill the GPU when they make at most one
+  // wave, walked along M so the M tiles of one B tile meet in L2. Split-K on
+  // the hooked kernel lost: its partial sums add traffic to a memory-bound GEMM.
   (void)k;
+  if (m <= 256 && static_cast<long>((m + 63) / 64) * ((n + 127) / 128) <= sm_count) {
+    return {ConfigId::kPing64x128Cluster1x1, 1, 1};
+  }
   if (m <= 256) return {ConfigId::kPing64x256Cluster1x1, 8, 1};
   if (m <= 1024) return {ConfigId::kPing64x256Cluster1x1, 1, 1};
   const long tiles = static_cast<long>((m + 127) / 128) * ((n + 255) / 256);
@@ -91,6 +98,7 @@ ConfigId select_config(int m, int n, int k) {
 static int cluster_size(ConfigId id) {
   switch (id) {
     case ConfigId::kPing64x256Cluster1x1:
+    case ConfigId::kPing64x128Cluster1x1:
     case ConfigId::kCoop128x128StreamK: return 1;
     default: return 2;
   }
