@@ -80,11 +80,13 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--shapes", default="", help="MxNxK,... (default: all of issue #4's shapes)")
     args = ap.parse_args()
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     iters = 8 if args.quick else args.iters
     dtype = torch.bfloat16
     rows = []
-    for m, n, k in SHAPES:
+    for m, n, k in shapes:
         sets = input_sets(m, n, k, dtype)
         flops = 2.0 * m * n * k
         res = {"m": m, "n": n, "k": k, "sweep": {}}
