@@ -130,7 +130,6 @@ GEMM_CONFIGS: dict[str, int] = {
     "coop_256x128_c2x1": 6,
     "coop_256x128_c1x2": 7,
     "ping_64x128_c1x1": 8,
-    "ping_64x128_c2x1": 9,
 }
 
 

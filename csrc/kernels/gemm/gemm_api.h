@@ -29,8 +29,7 @@ enum class ConfigId : int {
   kCoop256x128Cluster2x1 = 6,  // 2 consumer warpgroups stacked along M (128 rows each)
   kCoop256x128Cluster1x2 = 7,
   kPing64x128Cluster1x1 = 8,  // decode / small M: enough tiles that every SM streams B
-  kPing64x128Cluster2x1 = 9,  // the same, B multicast to the two M tiles of a cluster
-  kNumConfigs = 10,
+  kNumConfigs = 9,
 };
 
 const char* config_name(ConfigId id);

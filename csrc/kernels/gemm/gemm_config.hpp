@@ -66,8 +66,5 @@ struct Config<ConfigId::kCoop256x128Cluster1x2>
 template <>
 struct Config<ConfigId::kPing64x128Cluster1x1>
     : ConfigTraits<Shape<_64, _128, _64>, Shape<_1, _1, _1>, Ping, PingEpi, Persistent> {};
-template <>
-struct Config<ConfigId::kPing64x128Cluster2x1>
-    : ConfigTraits<Shape<_64, _128, _64>, Shape<_2, _1, _1>, Ping, PingEpi, Persistent> {};
 
 }  // namespace mkernel::gemm

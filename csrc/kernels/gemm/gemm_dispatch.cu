@@ -62,7 +62,6 @@ const char* config_name(ConfigId id) {
     case ConfigId::kCoop256x128Cluster2x1: return "coop_256x128_c2x1";
     case ConfigId::kCoop256x128Cluster1x2: return "coop_256x128_c1x2";
     case ConfigId::kPing64x128Cluster1x1: return "ping_64x128_c1x1";
-    case ConfigId::kPing64x128Cluster2x1: return "ping_64x128_c2x1";
     default: return "unknown";
   }
 }

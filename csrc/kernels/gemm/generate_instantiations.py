@@ -15,7 +15,6 @@ CONFIGS = [
     "kCoop256x128Cluster2x1",
     "kCoop256x128Cluster1x2",
     "kPing64x128Cluster1x1",
-    "kPing64x128Cluster2x1",
 ]
 DTYPES = {"kBF16": "bf16", "kFP16": "fp16"}
 
