@@ -18,6 +18,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def commit() -> str:
+    # The GPU machine gets a copy of the working tree whose git metadata may be
+    # stale: the launcher passes the real commit in MKERNEL_COMMIT.
+    if os.environ.get("MKERNEL_COMMIT"):
+        return os.environ["MKERNEL_COMMIT"]
     try:
         return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
                                        cwd=Path(__file__).parent, stderr=subprocess.DEVNULL).strip()
