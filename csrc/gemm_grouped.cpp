@@ -26,24 +26,33 @@ namespace mkernel {
 namespace {
 constexpr const char* kOp = "mkernel.gemm_grouped";
 
+constexpr const char* kPackedOp = "mkernel.gemm_grouped_packed";
+
+// What both layouts check: a's rank, b [E, N, K], `rows` (counts or offs) a 1-D
+// int32 [E], one dtype for a and b, one device, everything contiguous.
+void check_grouped_operands(const char* op, const at::Tensor& a, int64_t a_dim,
+                            const char* a_shape, const at::Tensor& b, const at::Tensor& rows,
+                            const char* rows_desc) {
+  TORCH_CHECK(a.dim() == a_dim, op, ": a must be ", a_shape, ", got ", a.sizes());
+  TORCH_CHECK(b.dim() == 3, op, ": b must be [E, N, K], got ", b.sizes());
+  TORCH_CHECK(rows.dim() == 1 && rows.scalar_type() == at::kInt, op, ": ", rows_desc,
+              " must be a 1-D int32 tensor [E], got ", rows.scalar_type(), " ", rows.sizes());
+  TORCH_SYM_CHECK(b.sym_size(0).sym_eq(rows.sym_size(0)),
+                  std::string(op) + ": " + rows_desc + " must have E = b.size(0) entries");
+  TORCH_SYM_CHECK(a.sym_size(a_dim - 1).sym_eq(b.sym_size(2)),
+                  std::string(op) + ": a and b must have the same K");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), op, ": a is ", a.scalar_type(), " but b is ",
+              b.scalar_type());
+  TORCH_CHECK(a.device() == b.device() && a.device() == rows.device(), op, ": a, b and ",
+              rows_desc, " must be on one device");
+  TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && rows.is_contiguous(), op, ": a, b and ",
+              rows_desc, " must be contiguous");
+}
+
 void validate(const at::Tensor& a, const at::Tensor& b, const at::Tensor& counts) {
-  TORCH_CHECK(a.dim() == 3, kOp, ": a must be [E, C, K], got ", a.sizes());
-  TORCH_CHECK(b.dim() == 3, kOp, ": b must be [E, N, K], got ", b.sizes());
-  TORCH_CHECK(counts.dim() == 1 && counts.scalar_type() == at::kInt, kOp,
-              ": counts must be a 1-D int32 tensor [E], got ", counts.scalar_type(), " ",
-              counts.sizes());
+  check_grouped_operands(kOp, a, 3, "[E, C, K]", b, counts, "counts");
   TORCH_SYM_CHECK(a.sym_size(0).sym_eq(b.sym_size(0)),
                   std::string(kOp) + ": a and b must have the same number of experts E");
-  TORCH_SYM_CHECK(a.sym_size(0).sym_eq(counts.sym_size(0)),
-                  std::string(kOp) + ": counts must have E entries");
-  TORCH_SYM_CHECK(a.sym_size(2).sym_eq(b.sym_size(2)),
-                  std::string(kOp) + ": a and b must have the same K");
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), kOp, ": a is ", a.scalar_type(), " but b is ",
-              b.scalar_type());
-  TORCH_CHECK(a.device() == b.device() && a.device() == counts.device(), kOp,
-              ": a, b and counts must be on one device");
-  TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && counts.is_contiguous(), kOp,
-              ": a, b and counts must be contiguous");
 }
 
 at::Tensor grouped_meta(const at::Tensor& a, const at::Tensor& b, const at::Tensor& counts) {
@@ -63,24 +72,9 @@ at::Tensor grouped_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tenso
   return out;
 }
 
-// Packed rows: a [T, K], b [E, N, K], offs [E] int32.
+// Packed rows: a [T, K], b [E, N, K], offs [E] int32 cumulative row ends.
 void validate_packed(const at::Tensor& a, const at::Tensor& b, const at::Tensor& offs) {
-  constexpr const char* op = "mkernel.gemm_grouped_packed";
-  TORCH_CHECK(a.dim() == 2, op, ": a must be [T, K] (every expert's rows), got ", a.sizes());
-  TORCH_CHECK(b.dim() == 3, op, ": b must be [E, N, K], got ", b.sizes());
-  TORCH_CHECK(offs.dim() == 1 && offs.scalar_type() == at::kInt, op,
-              ": offs must be a 1-D int32 tensor [E] of cumulative row ends, got ",
-              offs.scalar_type(), " ", offs.sizes());
-  TORCH_SYM_CHECK(b.sym_size(0).sym_eq(offs.sym_size(0)),
-                  std::string(op) + ": offs must have E = b.size(0) entries");
-  TORCH_SYM_CHECK(a.sym_size(1).sym_eq(b.sym_size(2)),
-                  std::string(op) + ": a and b must have the same K");
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), op, ": a is ", a.scalar_type(), " but b is ",
-              b.scalar_type());
-  TORCH_CHECK(a.device() == b.device() && a.device() == offs.device(), op,
-              ": a, b and offs must be on one device");
-  TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && offs.is_contiguous(), op,
-              ": a, b and offs must be contiguous");
+  check_grouped_operands(kPackedOp, a, 2, "[T, K] (every expert's rows)", b, offs, "offs");
 }
 
 at::Tensor packed_meta(const at::Tensor& a, const at::Tensor& b, const at::Tensor& offs) {
@@ -94,7 +88,7 @@ at::Tensor packed_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor
   int64_t begin = 0;
   for (int64_t e = 0; e < b.size(0); ++e) {
     const int64_t end = offs[e].item<int>();
-    TORCH_CHECK(end >= begin && end <= a.size(0), "mkernel.gemm_grouped_packed: offs[", e,
+    TORCH_CHECK(end >= begin && end <= a.size(0), kPackedOp, ": offs[", e,
                 "] = ", end, " must lie in [offs[e-1] = ", begin, ", T = ", a.size(0), "]");
     if (end > begin) out.narrow(0, begin, end - begin).copy_(reference_gemm(a.narrow(0, begin, end - begin), b[e]));
     begin = end;
@@ -104,7 +98,7 @@ at::Tensor packed_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor
 
 #ifdef MKERNEL_WITH_CUDA
 at::Tensor packed_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& offs) {
-  constexpr const char* op = "mkernel.gemm_grouped_packed";
+  constexpr const char* op = kPackedOp;
   validate_packed(a, b, offs);
   TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, op,
               ": takes bfloat16 or float16, got ", a.scalar_type());
