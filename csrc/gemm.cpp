@@ -25,6 +25,10 @@ constexpr const char* kOp = "mkernel.gemm";
 GemmSizes validate_gemm(const at::Tensor& a, const at::Tensor& b, int64_t config,
                         int64_t sm_count, int64_t swizzle, int64_t raster, int64_t splits) {
   TORCH_CHECK_VALUE(splits >= 0, kOp, ": splits must be >= 0 (0: by shape), got ", splits);
+  // Split-K runs on the hooked kernel's cooperative configs; the shape plan
+  // would otherwise pick a config and silently drop the request.
+  TORCH_CHECK_VALUE(splits <= 1 || config >= 0, kOp,
+                    ": splits > 1 needs an explicit cooperative config (e.g. coop_128x256_c1x2)");
   validation::check_linear_operands(kOp, a, "[M, K]", b, "[N, K]", "K");
   TORCH_CHECK_VALUE(config >= -1, kOp, ": config must be -1 (by shape) or a config id, got ",
                     config);
@@ -47,7 +51,9 @@ void* engine_workspace(size_t bytes, const at::Tensor& like) {
   // leaves its split-K tickets at zero after every launch, and launches on one
   // stream never overlap, so the buffer is reused without a memset per call.
   static std::mutex mu;
-  static std::map<std::pair<int, cudaStream_t>, at::Tensor> scratch;
+  // Never destroyed: freeing CUDA memory from a static destructor at exit can
+  // run after the driver has shut down.
+  static auto& scratch = *new std::map<std::pair<int, cudaStream_t>, at::Tensor>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const std::lock_guard<std::mutex> lock(mu);
   at::Tensor& t = scratch[{like.get_device(), stream}];

@@ -19,10 +19,12 @@ from tests.gemm.test_gemm_hooks import HOOKED, hooked
 SPLIT_CONFIGS = dict(HOOKED, coop_128x256_c1x2=2)
 
 
-def test_negative_splits_rejected_on_cpu():
+def test_bad_splits_rejected_on_cpu():
     a = torch.randn(8, 16)
     with pytest.raises(ValueError, match="splits must be >= 0"):
         mkernel.gemm(a, a, splits=-1)
+    with pytest.raises(ValueError, match="splits > 1 needs an explicit cooperative config"):
+        mkernel.gemm(a, a, splits=2)
 
 
 @pytest.mark.gpu
