@@ -96,17 +96,16 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
                 gemm::config_name(id), "): ", why);
   }
   // An explicit split count runs the hooked kernel (split-K lives there).
-  const bool hooked = splits > 1 && id != gemm::ConfigId::kAuto;
+  const bool hooked = splits > 1;  // validate_gemm: only with an explicit config
   TORCH_CHECK_VALUE(!hooked || gemm::hooked_supported(id), op, ": splits > 1 needs a cooperative ",
                     "config (the hooked kernel); ", gemm::config_name(id), " is not one");
   // Two kinds of scratch: the hooked kernel's (split-K tickets, kept zero by
   // the kernel: cached per stream) and CUTLASS's (which initialises its own
   // and leaves arbitrary bytes: fresh from the caching allocator each call).
-  const bool engine_scratch = hooked || gemm::plan_is_hooked(p, id, launch);
   launch.workspace_bytes =
       hooked ? gemm::hooked_workspace_size(p, id, launch) : gemm::workspace_size(p, id, launch);
   at::Tensor cutlass_scratch;
-  if (engine_scratch) {
+  if (hooked) {
     launch.workspace = engine_workspace(launch.workspace_bytes, a);
   } else if (launch.workspace_bytes > 0) {
     cutlass_scratch = at::empty({static_cast<int64_t>(launch.workspace_bytes)},

@@ -71,9 +71,7 @@ struct Launch {
 // Why a problem can't run (nullptr if it can): shapes, alignment, dtype.
 const char* can_implement(const Problem& p, ConfigId id, const Launch& l);
 
-// Bytes of device workspace the config needs for this problem (for kAuto:
-// what its plan needs, hooked or not); the same zero-before-first-use
-// contract as hooked_workspace_size.
+// Bytes of device workspace the config needs for this problem.
 size_t workspace_size(const Problem& p, ConfigId id, const Launch& l);
 
 // What kAuto runs: a config and a tile order, from a shape heuristic fitted to
@@ -82,12 +80,8 @@ struct Plan {
   ConfigId config;
   int swizzle;
   int raster;
-  bool hooked = false;  // run on the hooked kernel (split-K by shape) rather than GemmUniversal
 };
 Plan select_plan(int m, int n, int k, int sm_count);
-// Whether run(p, id, l) takes the hooked kernel (kAuto planned split-K): its
-// workspace then follows hooked_workspace_size's contract.
-bool plan_is_hooked(const Problem& p, ConfigId id, const Launch& l);
 ConfigId select_config(int m, int n, int k);
 
 // The hooked kernel (gemm_kernel_sm90.cuh): the same GEMM with the engine's

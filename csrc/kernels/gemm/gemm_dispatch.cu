@@ -110,15 +110,12 @@ static Launch complete(const Launch& l) {
   return out;
 }
 
-// kAuto → the planned config, and the plan's tile order where the caller left
-// it open; *hooked tells whether the plan runs on the hooked kernel.
-static ConfigId resolve(const Problem& p, ConfigId id, Launch* l, bool* hooked = nullptr) {
-  if (hooked) *hooked = false;
+// kAuto → the planned config, and the plan's tile order where the caller left it open.
+static ConfigId resolve(const Problem& p, ConfigId id, Launch* l) {
   if (id != ConfigId::kAuto) return id;
   const Plan plan = select_plan(p.m, p.n, p.k, l->sm_count);
   if (l->swizzle == 0) l->swizzle = plan.swizzle;
   if (l->raster == 0) l->raster = plan.raster;
-  if (hooked) *hooked = plan.hooked;
   return plan.config;
 }
 
@@ -137,19 +134,11 @@ const char* can_implement(const Problem& p, ConfigId id, const Launch& l) {
   return e->can_implement(p, launch);
 }
 
-bool plan_is_hooked(const Problem& p, ConfigId id, const Launch& l) {
-  Launch launch = complete(l);
-  bool hooked = false;
-  resolve(p, id, &launch, &hooked);
-  return hooked;
-}
-
 size_t workspace_size(const Problem& p, ConfigId id, const Launch& l) {
   Launch launch = complete(l);
-  bool hooked = false;
-  const detail::Entry* e = detail::find(resolve(p, id, &launch, &hooked), p.dtype);
+  const detail::Entry* e = detail::find(resolve(p, id, &launch), p.dtype);
   if (!e) return 0;
-  return hooked ? e->hooked_workspace_size(p, launch) : e->workspace_size(p, launch);
+  return e->workspace_size(p, launch);
 }
 
 cudaError_t run(const Problem& p, ConfigId id, const Launch& l, const char** reason) {
@@ -158,13 +147,12 @@ cudaError_t run(const Problem& p, ConfigId id, const Launch& l, const char** rea
     return cudaErrorInvalidValue;
   }
   Launch launch = complete(l);
-  bool hooked = false;
-  const detail::Entry* e = detail::find(resolve(p, id, &launch, &hooked), p.dtype);
+  const detail::Entry* e = detail::find(resolve(p, id, &launch), p.dtype);
   if (!e) {
     if (reason) *reason = "no such (config, dtype) instantiation";
     return cudaErrorInvalidValue;
   }
-  return hooked ? e->run_hooked(p, launch, HookArgs{}, reason) : e->run(p, launch, reason);
+  return e->run(p, launch, reason);
 }
 
 bool hooked_supported(ConfigId id) {
