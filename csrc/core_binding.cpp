@@ -69,22 +69,31 @@ void check_table(const mk_api_v1& api) {
   }
 }
 
-// The core's last_error() message of this thread, sized by probing (core_api.h's buffer rule).
-std::string last_error_message(const mk_api_v1& api) {
+}  // namespace
+
+std::optional<std::string> read_core_string(
+    const std::function<mk_status(char* buf, size_t* len)>& call) {
   size_t len = 0;
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
     std::string buf(len, '\0');
     size_t cap = len;
-    const mk_status s = api.last_error(cap > 0 ? buf.data() : nullptr, &cap);
+    const mk_status s = call(cap > 0 ? buf.data() : nullptr, &cap);
     if (s == MK_OK) {
       buf.resize(std::min(cap, buf.size()));
       buf.resize(std::strlen(buf.c_str()));  // drop the NUL and anything after it
       return buf;
     }
-    if (s != MK_ERR_BUFFER_TOO_SMALL || cap <= len) break;
-    len = cap;
+    if (s != MK_ERR_BUFFER_TOO_SMALL || cap <= len) return std::nullopt;
+    len = cap + cap / 4;  // headroom: the content may grow again before the next call
   }
-  return "(the core's last_error() is unavailable)";
+  return std::nullopt;
+}
+
+namespace {
+// The core's last_error() message of this thread.
+std::string last_error_message(const mk_api_v1& api) {
+  return read_core_string([&](char* buf, size_t* len) { return api.last_error(buf, len); })
+      .value_or("(the core's last_error() is unavailable)");
 }
 
 int64_t bind_core(int64_t api_table_address) {

@@ -8,6 +8,10 @@
 
 #include <mkernel/core_api.h>
 
+#include <functional>
+#include <optional>
+#include <string>
+
 namespace mkernel {
 
 // The bound table. Throws a c10::Error ("mkernel core not bound: ...") if _bind_core has not run.
@@ -22,5 +26,12 @@ bool core_bound() noexcept;
 // MK_ERR_INVALID_ARGUMENT raises ValueError in Python, MK_ERR_NOT_SUPPORTED NotImplementedError,
 // every other status RuntimeError.
 void check_core(mk_status status, const char* what);
+
+// The string a core call writes under core_api.h's buffer rule (NULL or a small buffer:
+// MK_ERR_BUFFER_TOO_SMALL with the size needed in *len). The size is probed and the call
+// repeated while the content outgrows the probe (live counters can grow between two calls).
+// nullopt if the call fails otherwise.
+std::optional<std::string> read_core_string(
+    const std::function<mk_status(char* buf, size_t* len)>& call);
 
 }  // namespace mkernel

@@ -192,12 +192,10 @@ class DataPath {
 
   std::string stats() const {
     const mk_api_v1& api = core_api();
-    size_t len = 0;
-    if (api.datapath_stats_json(handle_.h, nullptr, &len) != MK_ERR_BUFFER_TOO_SMALL) return "{}";
-    std::string buf(len, '\0');
-    if (api.datapath_stats_json(handle_.h, buf.data(), &len) != MK_OK) return "{}";
-    buf.resize(std::strlen(buf.c_str()));
-    return buf;
+    return read_core_string([&](char* buf, size_t* len) {
+             return api.datapath_stats_json(handle_.h, buf, len);
+           })
+        .value_or("{}");
   }
 
   // Pushes one command with the host producer protocol; returns "" or why it failed.
