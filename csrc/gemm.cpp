@@ -4,6 +4,8 @@
 //   a [M, K], b [N, K]  ->  a @ b.T  [M, N]
 #include <torch/library.h>
 
+#include <string>
+
 #include "gemm_engine.h"
 #include "ops_validation.h"
 
@@ -12,6 +14,7 @@
 
 #include <map>
 #include <mutex>
+#include <string>
 #include <utility>
 
 #include "kernels/gemm/gemm_api.h"
@@ -64,8 +67,16 @@ void* engine_workspace(size_t bytes, const at::Tensor& like) {
   return t.data_ptr();
 }
 
+int device_sms() {
+  int dev = 0, sms = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&dev));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
 at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b, int64_t config,
-                       int64_t sm_count, int64_t swizzle, int64_t raster, int64_t splits) {
+                       int64_t sm_count, int64_t swizzle, int64_t raster, int64_t splits,
+                       bool pdl) {
   const auto& prop = *at::cuda::getCurrentDeviceProperties();
   TORCH_CHECK(prop.major == 9 && prop.minor == 0, op,
               ": the fused kernels need a Hopper GPU (sm_90a); this is sm_", prop.major,
@@ -84,13 +95,21 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
   gemm::Problem p{a.data_ptr(), b.data_ptr(), out.data_ptr(), static_cast<int>(m),
                   static_cast<int>(n), static_cast<int>(k),
                   a.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
-  const auto id = static_cast<gemm::ConfigId>(config);
+  auto id = static_cast<gemm::ConfigId>(config);
   gemm::Launch launch;
   launch.stream = at::cuda::getCurrentCUDAStream();
-  launch.sm_count = static_cast<int>(sm_count);
+  launch.sm_count = sm_count > 0 ? static_cast<int>(sm_count) : device_sms();
   launch.swizzle = static_cast<int>(swizzle);
   launch.raster = static_cast<int>(raster);
   launch.splits = static_cast<int>(splits);
+  launch.pdl = pdl;
+  if (config < 0 && swizzle == 0 && raster == 0 && splits <= 1) {
+    const gemm::Plan plan = engine_plan(p, launch, a);
+    id = plan.config;
+    launch.swizzle = plan.swizzle;
+    launch.raster = plan.raster;
+    launch.splits = 1;
+  }
   if (const char* why = gemm::can_implement(p, id, launch)) {
     TORCH_CHECK(false, op, ": the GEMM engine cannot run M=", m, " N=", n, " K=", k, " (",
                 gemm::config_name(id), "): ", why);
@@ -124,31 +143,63 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
 namespace {
 
 at::Tensor gemm_meta(const at::Tensor& a, const at::Tensor& b, int64_t config, int64_t sm_count,
-                     int64_t swizzle, int64_t raster, int64_t splits) {
+                     int64_t swizzle, int64_t raster, int64_t splits, bool /*pdl*/) {
   const GemmSizes s = validate_gemm(a, b, config, sm_count, swizzle, raster, splits);
   return a.new_empty_symint({s.rows, s.n});
 }
 
 at::Tensor gemm_cpu(const at::Tensor& a, const at::Tensor& b, int64_t config, int64_t sm_count,
-                    int64_t swizzle, int64_t raster, int64_t splits) {
+                    int64_t swizzle, int64_t raster, int64_t splits, bool /*pdl*/) {
   validate_gemm(a, b, config, sm_count, swizzle, raster, splits);
   return reference_gemm(a, b);
 }
 
 #ifdef MKERNEL_WITH_CUDA
 at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, int64_t config, int64_t sm_count,
-                     int64_t swizzle, int64_t raster, int64_t splits) {
+                     int64_t swizzle, int64_t raster, int64_t splits, bool pdl) {
   validate_gemm(a, b, config, sm_count, swizzle, raster, splits);
-  return engine_gemm(kOp, a, b, config, sm_count, swizzle, raster, splits);
+  return engine_gemm(kOp, a, b, config, sm_count, swizzle, raster, splits, pdl);
+}
+
+// What `gemm(a, b)` with config "auto" runs: "<config>/s<swizzle>/<m|n>", with
+// " (tuned)" when the autotuner chose it. Tunes the shape if it is new.
+std::string gemm_plan_cuda(const at::Tensor& a, const at::Tensor& b, int64_t sm_count) {
+  validate_gemm(a, b, -1, sm_count, 0, 0, 0);
+  constexpr const char* kPlanOp = "mkernel.gemm_plan";
+  TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, kPlanOp,
+              ": the GEMM engine takes bfloat16 or float16, got ", a.scalar_type());
+  TORCH_CHECK(a.size(0) > 0 && b.size(0) > 0 && a.size(1) > 0, kPlanOp,
+              ": M, N and K must be >= 1");
+  gemm::Problem p{a.data_ptr(), b.data_ptr(), nullptr, static_cast<int>(a.size(0)),
+                  static_cast<int>(b.size(0)), static_cast<int>(a.size(1)),
+                  a.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
+  auto out = at::empty({a.size(0), b.size(0)}, a.options());
+  p.d = out.data_ptr();
+  gemm::Launch launch;
+  launch.stream = at::cuda::getCurrentCUDAStream();
+  launch.sm_count = sm_count > 0 ? static_cast<int>(sm_count) : device_sms();
+  bool tuned = false;
+  const gemm::Plan plan = engine_plan(p, launch, a, &tuned);
+  return std::string(gemm::config_name(plan.config)) + "/s" + std::to_string(plan.swizzle) +
+         (plan.raster == 2 ? "/n" : "/m") + (tuned ? " (tuned)" : "");
 }
 #endif  // MKERNEL_WITH_CUDA
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(mkernel, Meta, m) { m.impl("gemm", &gemm_meta); }
-TORCH_LIBRARY_IMPL(mkernel, CPU, m) { m.impl("gemm", &gemm_cpu); }
+TORCH_LIBRARY_IMPL(mkernel, CPU, m) {
+  m.impl("gemm", &gemm_cpu);
+  m.impl("gemm_plan", [](const at::Tensor& a, const at::Tensor& b, int64_t sm_count) {
+    validate_gemm(a, b, -1, sm_count, 0, 0, 0);
+    return std::string("host reference");
+  });
+}
 #ifdef MKERNEL_WITH_CUDA
-TORCH_LIBRARY_IMPL(mkernel, CUDA, m) { m.impl("gemm", &gemm_cuda); }
+TORCH_LIBRARY_IMPL(mkernel, CUDA, m) {
+  m.impl("gemm", &gemm_cuda);
+  m.impl("gemm_plan", &gemm_plan_cuda);
+}
 #endif  // MKERNEL_WITH_CUDA
 
 }  // namespace mkernel

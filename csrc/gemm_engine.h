@@ -4,6 +4,10 @@
 
 #include <ATen/ATen.h>
 
+#ifdef MKERNEL_WITH_CUDA
+#include "kernels/gemm/gemm_api.h"
+#endif
+
 namespace mkernel {
 
 // out[M, N] = a[M, K] · b[N, K]ᵀ on the current CUDA stream. `config` is a
@@ -11,14 +15,25 @@ namespace mkernel {
 // (0: every SM the process may use). Errors name `op`.
 // `swizzle`/`raster` set the persistent scheduler's tile order (0: by shape).
 // `splits` > 1 cuts K into that many slices on the hooked kernel (0: by shape).
+// `pdl`: programmatic dependent launch (gemm::Launch::pdl).
+// config -1 with swizzle, raster and splits left open runs engine_plan's choice.
 at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
                        int64_t config = -1, int64_t sm_count = 0, int64_t swizzle = 0,
-                       int64_t raster = 0, int64_t splits = 0);
+                       int64_t raster = 0, int64_t splits = 0, bool pdl = true);
 
 // `bytes` of zero-initialised device scratch on `like`'s device for the
 // current stream, reused call after call (the engine's workspace contract:
 // gemm::hooked_workspace_size). Null when bytes is 0.
 void* engine_workspace(size_t bytes, const at::Tensor& like);
+
+#ifdef MKERNEL_WITH_CUDA
+// What config "auto" runs for problem p under launch l (sm_count filled in):
+// the plan the autotuner measured fastest for this shape (timed on the first
+// call, cached: gemm_autotune.cpp), or the shape heuristic's when tuning is
+// off or a graph is being captured. *tuned says which.
+gemm::Plan engine_plan(const gemm::Problem& p, const gemm::Launch& l, const at::Tensor& like,
+                       bool* tuned = nullptr);
+#endif
 
 // The host reference: a · bᵀ accumulated in float32, returned in a's dtype.
 at::Tensor reference_gemm(const at::Tensor& a, const at::Tensor& b);

@@ -40,10 +40,15 @@ TORCH_LIBRARY(mkernel, m) {
   // The GEMM engine on its own (world size 1): a [M, K], b [N, K] -> a @ b.T [M, N].
   // config: a tile configuration id (-1 = by shape); sm_count: persistent grid size (0 = all);
   // swizzle (1/2/4/8) and raster (1 = along M, 2 = along N) order the tiles (0 = by shape);
-  // splits: split-K slices per tile on the hooked kernel (0 = by shape, 1 = none).
+  // splits: split-K slices per tile on the hooked kernel (0 = by shape, 1 = none);
+  // pdl: programmatic dependent launch (set-up overlaps the previous kernel's tail).
+  // config -1 with the rest left open: the autotuned plan (gemm_autotune.cpp).
   m.def(
       "gemm(Tensor a, Tensor b, int config=-1, int sm_count=0, int swizzle=0, int raster=0, "
-      "int splits=0) -> Tensor");
+      "int splits=0, bool pdl=True) -> Tensor");
+  // What gemm(a, b) with config -1 runs for this shape: "<config>/s<swizzle>/<m|n>", plus
+  // " (tuned)" when the autotuner measured it (the first query of a shape tunes it).
+  m.def("gemm_plan(Tensor a, Tensor b, int sm_count=0) -> str");
 
   // The hooked engine kernel driven by flag tensors (see gemm_hooked.cpp): waits on a_ready
   // before loading A rows, releases tile_done per output tile, visits M units in m_order.

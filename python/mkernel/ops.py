@@ -33,6 +33,7 @@ __all__ = [
     "ag_gemm",
     "gemm",
     "gemm_grouped",
+    "gemm_plan",
     "gemm_ar",
     "gemm_rs",
     "moe_combine",
@@ -130,12 +131,19 @@ GEMM_CONFIGS: dict[str, int] = {
     "coop_256x128_c2x1": 6,
     "coop_256x128_c1x2": 7,
     "ping_64x128_c1x1": 8,
+    "ping_64x128k128_c1x1": 9,
+    "coop_128x256_c2x1_streamk": 10,
 }
 
 
 def gemm(a: Tensor, b: Tensor, *, config: str | int = "auto", sm_count: int = 0, swizzle: int = 0,
-         raster: Literal["auto", "m", "n"] = "auto", splits: int = 0) -> Tensor:
+         raster: Literal["auto", "m", "n"] = "auto", splits: int = 0, pdl: bool = True) -> Tensor:
     """The GEMM engine on its own: ``a @ b.T``, no communication.
+
+    With ``config="auto"`` and the tile order left open, the first call of a shape times the
+    shape heuristic's plan and a few alternates on these operands and caches the fastest
+    (:func:`gemm_plan` says which); ``MKERNEL_GEMM_AUTOTUNE=0`` keeps the heuristic alone.
+    No candidate splits K, so the result does not depend on which one wins.
 
     Args:
         a: ``[M, K]`` bf16/fp16 (CUDA) or any float dtype (CPU reference), contiguous.
@@ -146,13 +154,25 @@ def gemm(a: Tensor, b: Tensor, *, config: str | int = "auto", sm_count: int = 0,
         raster: walk tiles along ``"m"`` or ``"n"`` within a band (``"auto"``: by shape).
         splits: split-K slices per output tile (0: by shape, 1: none); > 1 runs the hooked
             (cooperative) kernel, whose slices are summed in a fixed order (reproducible).
+        pdl: launch with programmatic dependent launch: the kernel's set-up overlaps the tail
+            of the previous kernel on the stream (it reads nothing before that one is done).
 
     Returns:
         ``[M, N]`` in ``a``'s dtype (fp32 accumulation).
     """
     cfg = GEMM_CONFIGS[config] if isinstance(config, str) else int(config)
     ras = {"auto": 0, "m": 1, "n": 2}[raster]
-    return torch.ops.mkernel.gemm.default(a, b, cfg, sm_count, swizzle, ras, splits)
+    return torch.ops.mkernel.gemm.default(a, b, cfg, sm_count, swizzle, ras, splits, pdl)
+
+
+def gemm_plan(a: Tensor, b: Tensor, *, sm_count: int = 0) -> str:
+    """What :func:`gemm` with ``config="auto"`` runs for ``a [M, K]`` and ``b [N, K]``.
+
+    Returns ``"<config>/s<swizzle>/<m|n>"`` plus ``" (tuned)"`` when the autotuner measured it
+    (the first query of a shape on CUDA tunes it, like the first call would), or
+    ``"host reference"`` for CPU tensors.
+    """
+    return torch.ops.mkernel.gemm_plan.default(a, b, sm_count)
 
 
 def gemm_grouped(a: Tensor, b: Tensor, counts: Tensor | None = None, *,

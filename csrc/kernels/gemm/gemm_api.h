@@ -29,7 +29,9 @@ enum class ConfigId : int {
   kCoop256x128Cluster2x1 = 6,  // 2 consumer warpgroups stacked along M (128 rows each)
   kCoop256x128Cluster1x2 = 7,
   kPing64x128Cluster1x1 = 8,  // decode / small M: enough tiles that every SM streams B
-  kNumConfigs = 9,
+  kPing64x128K128Cluster1x1 = 9,  // decode, 128-deep k-blocks: 256-byte row segments of B per load
+  kCoop128x256StreamK2x1 = 10,    // 128x256 tiles, stream-K evens out a thin last wave
+  kNumConfigs = 11,
 };
 
 const char* config_name(ConfigId id);
@@ -66,6 +68,10 @@ struct Launch {
   // the tiles leave most clusters idle (small M), K is cut so that every
   // cluster streams its share of B. Needs hooked_workspace_size() bytes.
   int splits = 0;
+  // Programmatic dependent launch: the kernel may start (barrier set-up,
+  // descriptor prefetch) while the previous kernel on the stream drains; it
+  // waits for that kernel's memory (griddepcontrol.wait) before touching any.
+  bool pdl = true;
 };
 
 // Why a problem can't run (nullptr if it can): shapes, alignment, dtype.
@@ -82,6 +88,11 @@ struct Plan {
   int raster;
 };
 Plan select_plan(int m, int n, int k, int sm_count);
+// Plans worth timing for this shape, select_plan's first, then the configs and
+// tile orders that won some measured shape of its class (an autotuner times
+// them once per shape: csrc/gemm_autotune.cpp). Writes at most `capacity`
+// plans, returns how many. None splits K, so all give the same bits.
+int candidate_plans(int m, int n, int k, int sm_count, Plan* out, int capacity);
 ConfigId select_config(int m, int n, int k);
 
 // The hooked kernel (gemm_kernel_sm90.cuh): the same GEMM with the engine's

@@ -67,4 +67,11 @@ template <>
 struct Config<ConfigId::kPing64x128Cluster1x1>
     : ConfigTraits<Shape<_64, _128, _64>, Shape<_1, _1, _1>, Ping, PingEpi, Persistent> {};
 
+template <>
+struct Config<ConfigId::kPing64x128K128Cluster1x1>
+    : ConfigTraits<Shape<_64, _128, _128>, Shape<_1, _1, _1>, Ping, PingEpi, Persistent> {};
+template <>
+struct Config<ConfigId::kCoop128x256StreamK2x1>
+    : ConfigTraits<Shape<_128, _256, _64>, Shape<_2, _1, _1>, Coop, CoopEpi, StreamK> {};
+
 }  // namespace mkernel::gemm

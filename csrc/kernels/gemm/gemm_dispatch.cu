@@ -62,6 +62,8 @@ const char* config_name(ConfigId id) {
     case ConfigId::kCoop256x128Cluster2x1: return "coop_256x128_c2x1";
     case ConfigId::kCoop256x128Cluster1x2: return "coop_256x128_c1x2";
     case ConfigId::kPing64x128Cluster1x1: return "ping_64x128_c1x1";
+    case ConfigId::kPing64x128K128Cluster1x1: return "ping_64x128k128_c1x1";
+    case ConfigId::kCoop128x256StreamK2x1: return "coop_128x256_c2x1_streamk";
     default: return "unknown";
   }
 }
@@ -91,6 +93,41 @@ Plan select_plan(int m, int n, int k, int sm_count) {
   return {ConfigId::kCoop128x256Cluster2x1, 1, 1};
 }
 
+int candidate_plans(int m, int n, int k, int sm_count, Plan* out, int capacity) {
+  const Plan first = select_plan(m, n, k, sm_count);
+  int count = 0;
+  auto add = [&](ConfigId id, int swizzle, int raster) {
+    const Plan p{id, swizzle, raster};
+    for (int i = 0; i < count; ++i) {
+      if (out[i].config == id && out[i].swizzle == swizzle && out[i].raster == raster) return;
+    }
+    if (count < capacity) out[count++] = p;
+  };
+  add(first.config, first.swizzle, first.raster);
+  if (sm_count < 2) return count;
+  using C = ConfigId;
+  if (m <= 256) {  // memory-bound: how each SM streams B
+    add(C::kPing64x128Cluster1x1, 1, 1);
+    add(C::kPing64x128K128Cluster1x1, 1, 1);
+    add(C::kPing64x128Cluster1x1, 8, 2);
+    add(C::kPing64x256Cluster1x1, 8, 1);
+  } else if (m <= 1024) {
+    add(C::kPing64x256Cluster1x1, 1, 1);
+    add(C::kCoop128x256Cluster2x1, 8, 2);
+    add(C::kPing128x128Cluster1x2, 8, 1);
+    add(C::kCoop256x128Cluster2x1, 1, 1);
+  } else {  // compute-bound: tile shape against wave count, tile order against L2
+    add(C::kCoop128x256Cluster2x1, 1, 1);
+    add(C::kCoop128x256Cluster2x1, 8, 2);
+    add(C::kPing128x128Cluster1x2, 8, 2);
+    add(C::kPing128x128Cluster1x2, 1, 1);
+    add(C::kPing64x256Cluster1x1, 1, 1);
+    add(C::kCoop256x128Cluster1x2, 8, 1);
+  }
+  (void)k;
+  return count;
+}
+
 ConfigId select_config(int m, int n, int k) {
   return select_plan(m, n, k, detail::device_sm_count()).config;
 }
@@ -99,6 +136,7 @@ static int cluster_size(ConfigId id) {
   switch (id) {
     case ConfigId::kPing64x256Cluster1x1:
     case ConfigId::kPing64x128Cluster1x1:
+    case ConfigId::kPing64x128K128Cluster1x1:
     case ConfigId::kCoop128x128StreamK: return 1;
     default: return 2;
   }

@@ -146,6 +146,13 @@ class HookedGemmSm90 {
     } else {
       __syncthreads();
     }
+    // Under programmatic dependent launch the set-up above overlapped the
+    // previous kernel's tail; no global memory (operands, flags, split-K
+    // tickets, D) is touched before that kernel's writes are visible. A no-op
+    // when launched without PDL. (Not CUTLASS's wrapper: that one compiles to
+    // nothing unless CUTLASS_ENABLE_GDC_FOR_SM90 is defined, and a kernel
+    // launched with PDL must never skip this wait.)
+    asm volatile("griddepcontrol.wait;" ::: "memory");
 
     const auto problem_mnkl = params.problem;
     Mainloop mainloop;
@@ -227,6 +234,9 @@ class HookedGemmSm90 {
           Hooks::tile_done(params.hooks, work.m_block, work.n_block, kBlockM, mma_thread_idx);
         }
       }
+      // This CTA's mainloop work is over: the next kernel on the stream may
+      // start its set-up on SMs as they free up.
+      asm volatile("griddepcontrol.launch_dependents;" :::);
       if (stored) {
         epilogue.store_tail(epi_load_pipeline, epi_load_state, epi_store_pipeline,
                             epi_store_state);

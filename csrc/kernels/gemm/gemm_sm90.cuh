@@ -36,6 +36,14 @@ struct GemmSm90 {
   using LayoutD = cutlass::layout::RowMajor;
   // 16-byte TMA alignment: 8 bf16/fp16 elements (N and K multiples of 8).
   static constexpr int kAlign = 16 / sizeof(Element);
+  // Whether this instantiation's CUTLASS kernel was compiled with griddepcontrol
+  // (generate_instantiations.py): only then may it launch with PDL — without the
+  // wait it could read operands the previous kernel is still writing.
+#ifdef CUTLASS_ENABLE_GDC_FOR_SM90
+  static constexpr bool kGdc = true;
+#else
+  static constexpr bool kGdc = false;
+#endif
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::TileShape,
@@ -99,7 +107,7 @@ struct GemmSm90 {
       if (reason) *reason = cutlassGetStatusString(st);
       return cudaErrorInvalidValue;
     }
-    st = gemm.run(l.stream);
+    st = gemm.run(l.stream, /*cuda_adapter=*/nullptr, /*launch_with_pdl=*/l.pdl && kGdc);
     if (st != cutlass::Status::kSuccess) {
       if (reason) *reason = cutlassGetStatusString(st);
       cudaError_t e = cudaGetLastError();
@@ -108,17 +116,20 @@ struct GemmSm90 {
     return cudaGetLastError();
   }
 
-  // A launch of the hooked kernel K with its cluster shape; *attr must outlive the config.
+  // A launch of the hooked kernel K with its cluster shape (and programmatic
+  // dependent launch if pdl); attr[2] must outlive the config.
   template <class K>
   static cudaLaunchConfig_t cluster_launch_config(cudaLaunchAttribute* attr, dim3 grid,
-                                                  cudaStream_t stream) {
-    attr->id = cudaLaunchAttributeClusterDimension;
-    attr->val.clusterDim.x = K::Scheduler::kClusterM;
-    attr->val.clusterDim.y = K::Scheduler::kClusterN;
-    attr->val.clusterDim.z = 1;
+                                                  cudaStream_t stream, bool pdl = false) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = K::Scheduler::kClusterM;
+    attr[0].val.clusterDim.y = K::Scheduler::kClusterN;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = pdl ? 2 : 1;
     cfg.gridDim = grid;
     cfg.blockDim = dim3(K::kThreads, 1, 1);
     cfg.dynamicSmemBytes = K::kSmemBytes;
@@ -156,9 +167,9 @@ struct GemmSm90 {
       f.err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    K::kSmemBytes);
       if (f.err != cudaSuccess) return f;
-      cudaLaunchAttribute cluster;
+      cudaLaunchAttribute attrs[2];
       const cudaLaunchConfig_t probe = cluster_launch_config<K>(
-          &cluster, dim3(kCM * (sms / (kCM * kCN)), kCN, 1), nullptr);
+          attrs, dim3(kCM * (sms / (kCM * kCN)), kCN, 1), nullptr);
       if (cudaOccupancyMaxActiveClusters(&f.max_active_clusters, kernel, &probe) != cudaSuccess) {
         cudaGetLastError();
         f.max_active_clusters = 0;
@@ -291,9 +302,9 @@ struct GemmSm90 {
       if (reason) *reason = "no thread-block cluster fits the SMs given";
       return cudaErrorInvalidConfiguration;
     }
-    cudaLaunchAttribute cluster;
+    cudaLaunchAttribute attrs[2];
     const cudaLaunchConfig_t cfg =
-        cluster_launch_config<K>(&cluster, dim3(kCM * clusters, kCN, 1), l.stream);
+        cluster_launch_config<K>(attrs, dim3(kCM * clusters, kCN, 1), l.stream, l.pdl);
     return cudaLaunchKernelEx(&cfg, hooked_gemm_kernel<K>, params);
   }
 

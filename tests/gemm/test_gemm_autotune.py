@@ -1,0 +1,125 @@
+"""The engine's cached autotuner (what ``config="auto"`` runs) and programmatic
+dependent launch, against float64 references.
+
+The tuner may pick any of several configs for a shape, so it rests on one
+premise that is tested here: configs that do not split K give the same bits.
+PDL lets a GEMM start while the previous kernel on the stream drains, so a
+chain of GEMMs that each read the previous one's output checks that no load
+runs ahead of the data it needs.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import mkernel
+from mkernel.ops import GEMM_CONFIGS
+
+from .test_gemm_engine import needs_hopper, poison_next_allocation, reference, rel_err
+
+# Configs that split K (their sums run in another order): not tuning candidates.
+SPLITS_K = ("coop_128x128_streamk", "coop_128x256_c2x1_streamk")
+
+
+def parse_plan(plan: str) -> tuple[str, int, str]:
+    cfg, swz, ras = plan.split()[0].split("/")
+    return cfg, int(swz[1:]), ras
+
+
+def test_plan_and_pdl_on_cpu():
+    a, b = torch.randn(5, 16), torch.randn(24, 16)
+    assert mkernel.gemm_plan(a, b) == "host reference"
+    assert rel_err(mkernel.gemm(a, b, pdl=False), reference(a, b)) < 1e-6
+    with pytest.raises(ValueError, match="sm_count"):
+        mkernel.gemm_plan(a, b, sm_count=-1)
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", [(129, 1032, 512), (1000, 776, 1048)])
+def test_configs_without_split_k_give_identical_bits(m, n, k):
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    outs = {c: mkernel.gemm(a, b, config=c, splits=1) for c in GEMM_CONFIGS
+            if c not in SPLITS_K + ("auto",)}
+    first = next(iter(outs.values()))
+    assert rel_err(first, reference(a, b)) < 1e-2
+    differ = [c for c, o in outs.items() if not torch.equal(o, first)]
+    assert not differ, f"configs {differ} give other bits than {next(iter(outs))}"
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kind", ["decode", "mid", "large"])
+def test_autotuned_plan_is_cached_and_exact(kind, dtype):
+    rng = random.Random()
+    m = {"decode": rng.randrange(1, 257), "mid": rng.randrange(257, 1025),
+         "large": rng.randrange(1025, 3000)}[kind]
+    n, k = 8 * rng.randrange(64, 520), 8 * rng.randrange(32, 300)  # fresh shape: not tuned yet
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    b = torch.randn(n, k, device="cuda", dtype=dtype)
+    poisoned = poison_next_allocation((m, n), dtype, "cuda")
+    out = mkernel.gemm(a, b)  # first call: tunes, then runs the winner into its own output
+    torch.cuda.synchronize()
+    assert out.data_ptr() == poisoned, "poisoning is not effective"
+    assert rel_err(out, reference(a, b)) < 1e-2
+    plan = mkernel.gemm_plan(a, b)
+    assert plan.endswith(" (tuned)"), plan
+    assert mkernel.gemm_plan(a, b) == plan  # cached
+    cfg, swz, ras = parse_plan(plan)
+    assert cfg in GEMM_CONFIGS and cfg not in SPLITS_K
+    assert torch.equal(out, mkernel.gemm(a, b, config=cfg, swizzle=swz, raster=ras, splits=1))
+
+
+@needs_hopper
+@pytest.mark.gpu
+def test_no_tuning_inside_graph_capture():
+    m, n, k = 901, 1304, 776  # a shape no other test uses
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        mkernel.gemm(a, b, config="coop_128x128_c2x1")  # load the module's kernels outside capture
+        stream.synchronize()
+        with torch.cuda.graph(graph, stream=stream):
+            out = mkernel.gemm(a, b)
+    a.copy_(torch.randn_like(a))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_err(out, reference(a, b)) < 1e-2
+    assert mkernel.gemm_plan(a, b).endswith(" (tuned)")  # tuned now, outside capture
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("how", ["auto", "ping_64x128_c1x1", "coop_128x256_c2x1",
+                                 "coop_128x256_c2x1_streamk", "hooked-split-k"])
+def test_pdl_chain_reads_each_previous_output(how):
+    """x_{i+1} = x_i · w_iᵀ, launched back to back with PDL: each GEMM's loads must
+    wait for the previous GEMM's stores (griddepcontrol.wait before any global access)."""
+    m, width, steps = 200 if how.startswith("ping") else 1500, 1024, 6
+    x = torch.randn(m, width, device="cuda", dtype=torch.float16)
+    ws = [torch.randn(width, width, device="cuda", dtype=torch.float16) / width ** 0.5
+          for _ in range(steps)]
+
+    def step(t, w):
+        if how == "auto":
+            return mkernel.gemm(t, w, pdl=True)
+        if how == "hooked-split-k":
+            return mkernel.gemm(t, w, config="coop_128x128_c2x1", splits=3, pdl=True)
+        return mkernel.gemm(t, w, config=how, splits=1, pdl=True)
+
+    step(x, ws[0])  # tune / load outside the timed chain
+    torch.cuda.synchronize()
+    t = x
+    for w in ws:
+        t = step(t, w)
+    ref = x.double().cpu()
+    for w in ws:  # round to fp16 after every step, as the chain does
+        ref = (ref @ w.double().cpu().T).half().double()
+    assert rel_err(t, ref) < 2e-2
