@@ -77,8 +77,9 @@ bool launch(const gemm::Problem& p, const gemm::Plan& c, gemm::Launch l, void* s
 }
 
 // The fastest of the candidates: each timed over batches of calls (a short
-// kernel timed alone measures the launch path), three rounds interleaved so
-// that clock drift reaches every candidate alike; the median round wins.
+// kernel timed alone measures the launch path), five rounds interleaved so
+// that clock and power drift reach every candidate alike (the same kernel
+// moves 5-10% between a cool and a hot GPU); the lowest median wins.
 gemm::Plan tune(gemm::Problem p, const gemm::Launch& l, const gemm::Plan* cands, int count,
                 const at::Tensor& like) {
   // Candidates write a D of their own: the caller's output stays as it was
@@ -116,9 +117,9 @@ gemm::Plan tune(gemm::Problem p, const gemm::Launch& l, const gemm::Plan* cands,
   if (ok.size() <= 1) return ok.empty() ? cands[0] : cands[ok[0]];
   float shortest = first[ok[0]];
   for (int i : ok) shortest = std::min(shortest, first[i]);
-  // About 0.2 ms of GPU time per sample.
-  const int reps = std::clamp(static_cast<int>(0.2f / std::max(shortest, 1e-3f)), 1, 32);
-  constexpr int kRounds = 3;
+  // About 0.3 ms of GPU time per sample.
+  const int reps = std::clamp(static_cast<int>(0.3f / std::max(shortest, 1e-3f)), 1, 32);
+  constexpr int kRounds = 5;
   std::vector<std::vector<float>> rounds(count);
   for (int r = 0; r < kRounds; ++r) {
     for (size_t j = 0; j < ok.size(); ++j) {
@@ -150,8 +151,8 @@ gemm::Plan tune(gemm::Problem p, const gemm::Launch& l, const gemm::Plan* cands,
 gemm::Plan engine_plan(const gemm::Problem& p, const gemm::Launch& l, const at::Tensor& like,
                        bool* tuned) {
   const int sms = l.sm_count;  // completed by the caller
-  gemm::Plan cands[8];
-  const int count = gemm::candidate_plans(p.m, p.n, p.k, sms, cands, 8);
+  gemm::Plan cands[12];
+  const int count = gemm::candidate_plans(p.m, p.n, p.k, sms, cands, 12);
   if (tuned) *tuned = false;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   C10_CUDA_CHECK(cudaStreamIsCapturing(l.stream, &capture));

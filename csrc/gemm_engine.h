@@ -19,7 +19,7 @@ namespace mkernel {
 // config -1 with swizzle, raster and splits left open runs engine_plan's choice.
 at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
                        int64_t config = -1, int64_t sm_count = 0, int64_t swizzle = 0,
-                       int64_t raster = 0, int64_t splits = 0, bool pdl = true);
+                       int64_t raster = 0, int64_t splits = 0, bool pdl = false);
 
 // `bytes` of zero-initialised device scratch on `like`'s device for the
 // current stream, reused call after call (the engine's workspace contract:

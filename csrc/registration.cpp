@@ -45,7 +45,7 @@ TORCH_LIBRARY(mkernel, m) {
   // config -1 with the rest left open: the autotuned plan (gemm_autotune.cpp).
   m.def(
       "gemm(Tensor a, Tensor b, int config=-1, int sm_count=0, int swizzle=0, int raster=0, "
-      "int splits=0, bool pdl=True) -> Tensor");
+      "int splits=0, bool pdl=False) -> Tensor");
   // What gemm(a, b) with config -1 runs for this shape: "<config>/s<swizzle>/<m|n>", plus
   // " (tuned)" when the autotuner measured it (the first query of a shape tunes it).
   m.def("gemm_plan(Tensor a, Tensor b, int sm_count=0) -> str");

@@ -71,7 +71,9 @@ struct Launch {
   // Programmatic dependent launch: the kernel may start (barrier set-up,
   // descriptor prefetch) while the previous kernel on the stream drains; it
   // waits for that kernel's memory (griddepcontrol.wait) before touching any.
-  bool pdl = true;
+  // Off by default: back-to-back GEMMs measured no faster with it (0-3%
+  // slower, benchmarks/NOTES.md run 10).
+  bool pdl = false;
 };
 
 // Why a problem can't run (nullptr if it can): shapes, alignment, dtype.

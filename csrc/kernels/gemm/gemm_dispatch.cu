@@ -119,8 +119,10 @@ int candidate_plans(int m, int n, int k, int sm_count, Plan* out, int capacity) 
   } else {  // compute-bound: tile shape against wave count, tile order against L2
     add(C::kCoop128x256Cluster2x1, 1, 1);
     add(C::kCoop128x256Cluster2x1, 8, 2);
+    add(C::kCoop128x256Cluster2x1, 4, 2);
     add(C::kPing128x128Cluster1x2, 8, 2);
     add(C::kPing128x128Cluster1x2, 1, 1);
+    add(C::kPing128x128Cluster1x2, 4, 1);
     add(C::kPing64x256Cluster1x1, 1, 1);
     add(C::kCoop256x128Cluster1x2, 8, 1);
   }
