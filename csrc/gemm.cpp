@@ -12,6 +12,7 @@
 #ifdef MKERNEL_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
@@ -67,10 +68,18 @@ void* engine_workspace(size_t bytes, const at::Tensor& like) {
   return t.data_ptr();
 }
 
+// SMs of the current device as this process sees them (fewer under MPS),
+// queried once per device: every GEMM call needs it.
 int device_sms() {
-  int dev = 0, sms = 0;
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices];
+  int dev = 0;
   C10_CUDA_CHECK(cudaGetDevice(&dev));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  int sms = dev < kMaxDevices ? cached[dev].load(std::memory_order_relaxed) : 0;
+  if (sms == 0) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    if (dev < kMaxDevices) cached[dev].store(sms, std::memory_order_relaxed);
+  }
   return sms;
 }
 

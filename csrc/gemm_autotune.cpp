@@ -151,19 +151,22 @@ gemm::Plan tune(gemm::Problem p, const gemm::Launch& l, const gemm::Plan* cands,
 gemm::Plan engine_plan(const gemm::Problem& p, const gemm::Launch& l, const at::Tensor& like,
                        bool* tuned) {
   const int sms = l.sm_count;  // completed by the caller
-  gemm::Plan cands[12];
-  const int count = gemm::candidate_plans(p.m, p.n, p.k, sms, cands, 12);
   if (tuned) *tuned = false;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  C10_CUDA_CHECK(cudaStreamIsCapturing(l.stream, &capture));
-  if (!tuning_enabled() || count <= 1 || capture != cudaStreamCaptureStatusNone) return cands[0];
+  if (!tuning_enabled()) return gemm::select_plan(p.m, p.n, p.k, sms);
   const Key key{like.get_device(), static_cast<int>(p.dtype), p.m, p.n, p.k, sms};
   Cache& c = cache();
   // One lock over lookup and tuning: a shape is timed once, and two threads
   // never time candidates against each other.
   const std::lock_guard<std::mutex> lock(c.mu);
   auto it = c.plans.find(key);
-  if (it == c.plans.end()) it = c.plans.emplace(key, tune(p, l, cands, count, like)).first;
+  if (it == c.plans.end()) {
+    gemm::Plan cands[12];
+    const int count = gemm::candidate_plans(p.m, p.n, p.k, sms, cands, 12);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    C10_CUDA_CHECK(cudaStreamIsCapturing(l.stream, &capture));
+    if (count <= 1 || capture != cudaStreamCaptureStatusNone) return cands[0];
+    it = c.plans.emplace(key, tune(p, l, cands, count, like)).first;
+  }
   if (tuned) *tuned = true;
   return it->second;
 }

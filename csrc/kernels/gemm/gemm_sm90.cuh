@@ -14,7 +14,33 @@
 #include "gemm_config.hpp"
 #include "gemm_kernel_sm90.cuh"
 
+#include <mutex>
+
 namespace mkernel::gemm {
+
+// A value computed once per CUDA device of the process (kernel attributes are
+// per device: one static for all would leave the second GPU unprepared).
+template <class T>
+class PerDevice {
+ public:
+  static constexpr int kMaxDevices = 64;
+  template <class Fn>
+  T const& get(int device, Fn&& fn) {
+    std::call_once(once_[device], [&] { value_[device] = fn(); });
+    return value_[device];
+  }
+
+ private:
+  std::once_flag once_[kMaxDevices];
+  T value_[kMaxDevices];
+};
+
+inline int current_device(cudaError_t* err) {
+  int dev = 0;
+  *err = cudaGetDevice(&dev);
+  if (*err == cudaSuccess && dev >= PerDevice<int>::kMaxDevices) *err = cudaErrorInvalidDevice;
+  return dev;
+}
 
 template <DType D>
 struct ElementOf;
@@ -71,9 +97,10 @@ struct GemmSm90 {
     auto sa = cutlass::make_cute_packed_stride(StrideA{}, {p.m, p.k, 1});
     auto sb = cutlass::make_cute_packed_stride(StrideB{}, {p.n, p.k, 1});
     auto sd = cutlass::make_cute_packed_stride(StrideD{}, {p.m, p.n, 1});
+    // sm_count is always set (gemm_dispatch's complete()), so CUTLASS never
+    // queries the device: no device id needed.
     cutlass::KernelHardwareInfo hw;
     hw.device_id = 0;
-    cudaGetDevice(&hw.device_id);
     hw.sm_count = sm_count;
     typename Device::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGemm,
@@ -99,15 +126,27 @@ struct GemmSm90 {
     return Device::get_workspace_size(arguments(p, l));
   }
 
+  // CUTLASS's adapter (initialize + run) without its per-call
+  // cudaFuncSetAttribute: the shared-memory opt-in is set once per device.
   static cudaError_t run(const Problem& p, const Launch& l, const char** reason) {
-    Device gemm;
+    cudaError_t err = cudaSuccess;
+    const int dev = current_device(&err);
+    if (err != cudaSuccess) return err;
+    static PerDevice<cudaError_t> smem_opt_in;
+    err = smem_opt_in.get(dev, [] {
+      return cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(Kernel::SharedStorageSize));
+    });
+    if (err != cudaSuccess) return err;
     auto args = arguments(p, l);
-    cutlass::Status st = gemm.initialize(args, l.workspace, l.stream);
+    cutlass::Status st = Kernel::initialize_workspace(args, l.workspace, l.stream, nullptr);
     if (st != cutlass::Status::kSuccess) {
       if (reason) *reason = cutlassGetStatusString(st);
       return cudaErrorInvalidValue;
     }
-    st = gemm.run(l.stream, /*cuda_adapter=*/nullptr, /*launch_with_pdl=*/l.pdl && kGdc);
+    typename Kernel::Params params = Kernel::to_underlying_arguments(args, l.workspace);
+    st = Device::run(params, l.stream, /*cuda_adapter=*/nullptr, /*launch_with_pdl=*/l.pdl && kGdc);
     if (st != cutlass::Status::kSuccess) {
       if (reason) *reason = cutlassGetStatusString(st);
       cudaError_t e = cudaGetLastError();
@@ -157,11 +196,15 @@ struct GemmSm90 {
   template <class K>
   static LaunchFacts const& hooked_launch_facts() {
     constexpr int kCM = K::Scheduler::kClusterM, kCN = K::Scheduler::kClusterN;
-    static const LaunchFacts facts = [] {
+    static PerDevice<LaunchFacts> per_device;
+    static const LaunchFacts no_device{cudaErrorInvalidDevice, 0, 0};
+    cudaError_t err = cudaSuccess;
+    const int dev = current_device(&err);
+    if (err != cudaSuccess) return no_device;
+    return per_device.get(dev, [dev] {
       auto kernel = hooked_gemm_kernel<K>;
       LaunchFacts f{cudaSuccess, 0, 0};
-      int dev = 0, sms = 0;
-      cudaGetDevice(&dev);
+      int sms = 0;
       cudaDeviceGetAttribute(&f.clock_khz, cudaDevAttrClockRate, dev);
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
       f.err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -175,8 +218,7 @@ struct GemmSm90 {
         f.max_active_clusters = 0;
       }
       return f;
-    }();
-    return facts;
+    });
   }
 
   // Clusters the persistent grid of K may hold on l.sm_count SMs.
