@@ -26,6 +26,16 @@ import torch.distributed as dist
 
 import mkernel
 
+_STDOUT = threading.Lock()
+
+
+def emit(tag: str, payload: str) -> None:
+    """One record per line, whole: print() writes the text and the newline
+    separately, so two threads (the "threads" suite) could splice their lines."""
+    with _STDOUT:
+        sys.stdout.write(f"{tag} {payload}\n")
+        sys.stdout.flush()
+
 BOUNDS = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 1e-2}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -90,7 +100,7 @@ class Checker:
         err = rel_err(out, ref)
         rec = {"group": self.tag, "op": op, "dtype": dtype, "rows": rows, "k": k, "n": n,
                "err": err, "bound": BOUNDS[dt], "s": elapsed}
-        print("CASE", json.dumps(rec), flush=True)
+        emit("CASE", json.dumps(rec))
         assert err <= BOUNDS[dt], f"{self.case(op, dtype, rows, k, n)}: relative error {err:.3g} > {BOUNDS[dt]}"
         if op == "gemm_ar":  # every rank must hold the same bits
             digest = hashlib.sha1(out.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
