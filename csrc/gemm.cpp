@@ -15,7 +15,6 @@
 #include <atomic>
 #include <map>
 #include <mutex>
-#include <string>
 #include <utility>
 
 #include "kernels/gemm/gemm_api.h"
@@ -70,7 +69,7 @@ void* engine_workspace(size_t bytes, const at::Tensor& like) {
 
 // SMs of the current device as this process sees them (fewer under MPS),
 // queried once per device: every GEMM call needs it.
-int device_sms() {
+static int device_sms() {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> cached[kMaxDevices];
   int dev = 0;
@@ -83,15 +82,20 @@ int device_sms() {
   return sms;
 }
 
-at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b, int64_t config,
-                       int64_t sm_count, int64_t swizzle, int64_t raster, int64_t splits,
-                       bool pdl) {
+// The engine runs on Hopper, in bf16 or fp16.
+static void check_engine_inputs(const char* op, const at::Tensor& a) {
   const auto& prop = *at::cuda::getCurrentDeviceProperties();
   TORCH_CHECK(prop.major == 9 && prop.minor == 0, op,
               ": the fused kernels need a Hopper GPU (sm_90a); this is sm_", prop.major,
               prop.minor, " (", prop.name, ")");
   TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, op,
               ": the GEMM engine takes bfloat16 or float16, got ", a.scalar_type());
+}
+
+at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b, int64_t config,
+                       int64_t sm_count, int64_t swizzle, int64_t raster, int64_t splits,
+                       bool pdl) {
+  check_engine_inputs(op, a);
   TORCH_CHECK_VALUE(config < static_cast<int64_t>(gemm::ConfigId::kNumConfigs), op,
                     ": config must be < ", static_cast<int>(gemm::ConfigId::kNumConfigs), ", got ",
                     config);
@@ -175,15 +179,15 @@ at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, int64_t config, i
 std::string gemm_plan_cuda(const at::Tensor& a, const at::Tensor& b, int64_t sm_count) {
   validate_gemm(a, b, -1, sm_count, 0, 0, 0);
   constexpr const char* kPlanOp = "mkernel.gemm_plan";
-  TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, kPlanOp,
-              ": the GEMM engine takes bfloat16 or float16, got ", a.scalar_type());
+  check_engine_inputs(kPlanOp, a);
   TORCH_CHECK(a.size(0) > 0 && b.size(0) > 0 && a.size(1) > 0, kPlanOp,
               ": M, N and K must be >= 1");
+  TORCH_CHECK(a.size(0) <= INT32_MAX && b.size(0) <= INT32_MAX && a.size(1) <= INT32_MAX,
+              kPlanOp, ": each of M, N, K must fit in int32");
+  // No output: the tuner times its candidates into a D of its own.
   gemm::Problem p{a.data_ptr(), b.data_ptr(), nullptr, static_cast<int>(a.size(0)),
                   static_cast<int>(b.size(0)), static_cast<int>(a.size(1)),
                   a.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
-  auto out = at::empty({a.size(0), b.size(0)}, a.options());
-  p.d = out.data_ptr();
   gemm::Launch launch;
   launch.stream = at::cuda::getCurrentCUDAStream();
   launch.sm_count = sm_count > 0 ? static_cast<int>(sm_count) : device_sms();
