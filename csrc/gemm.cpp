@@ -25,8 +25,8 @@ namespace {
 constexpr const char* kOp = "mkernel.gemm";
 }  // namespace
 
-GemmSizes validate_gemm(const at::Tensor& a, const at::Tensor& b, int64_t config,
-                        int64_t sm_count, int64_t swizzle, int64_t raster, int64_t splits) {
+GemmSizes validate_gemm(const at::Tensor& a, const at::Tensor& b, int64_t config, int64_t sm_count,
+                        int64_t swizzle, int64_t raster, int64_t splits) {
   TORCH_CHECK_VALUE(splits >= 0, kOp, ": splits must be >= 0 (0: by shape), got ", splits);
   // Split-K runs on the hooked kernel's cooperative configs; the shape plan
   // would otherwise pick a config and silently drop the request.
@@ -86,8 +86,8 @@ static int device_sms() {
 static void check_engine_inputs(const char* op, const at::Tensor& a) {
   const auto& prop = *at::cuda::getCurrentDeviceProperties();
   TORCH_CHECK(prop.major == 9 && prop.minor == 0, op,
-              ": the fused kernels need a Hopper GPU (sm_90a); this is sm_", prop.major,
-              prop.minor, " (", prop.name, ")");
+              ": the fused kernels need a Hopper GPU (sm_90a); this is sm_", prop.major, prop.minor,
+              " (", prop.name, ")");
   TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, op,
               ": the GEMM engine takes bfloat16 or float16, got ", a.scalar_type());
 }
@@ -105,8 +105,12 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
   if (k == 0) return out.zero_();
   TORCH_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, op,
               ": each of M, N, K must fit in int32, got ", m, ", ", n, ", ", k);
-  gemm::Problem p{a.data_ptr(), b.data_ptr(), out.data_ptr(), static_cast<int>(m),
-                  static_cast<int>(n), static_cast<int>(k),
+  gemm::Problem p{a.data_ptr(),
+                  b.data_ptr(),
+                  out.data_ptr(),
+                  static_cast<int>(m),
+                  static_cast<int>(n),
+                  static_cast<int>(k),
                   a.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
   auto id = static_cast<gemm::ConfigId>(config);
   gemm::Launch launch;
@@ -140,15 +144,15 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
   if (hooked) {
     launch.workspace = engine_workspace(launch.workspace_bytes, a);
   } else if (launch.workspace_bytes > 0) {
-    cutlass_scratch = at::empty({static_cast<int64_t>(launch.workspace_bytes)},
-                                a.options().dtype(at::kByte));
+    cutlass_scratch =
+        at::empty({static_cast<int64_t>(launch.workspace_bytes)}, a.options().dtype(at::kByte));
     launch.workspace = cutlass_scratch.data_ptr();
   }
   const char* reason = nullptr;
   const cudaError_t err = hooked ? gemm::run_hooked(p, id, launch, gemm::HookArgs{}, &reason)
                                  : gemm::run(p, id, launch, &reason);
-  TORCH_CHECK(err == cudaSuccess, op, ": GEMM launch failed (", gemm::config_name(id), "): ",
-              cudaGetErrorString(err), reason ? std::string(" / ") + reason : std::string());
+  TORCH_CHECK(err == cudaSuccess, op, ": GEMM launch failed (", gemm::config_name(id),
+              "): ", cudaGetErrorString(err), reason ? std::string(" / ") + reason : std::string());
   return out;
 }
 #endif  // MKERNEL_WITH_CUDA
@@ -182,11 +186,15 @@ std::string gemm_plan_cuda(const at::Tensor& a, const at::Tensor& b, int64_t sm_
   check_engine_inputs(kPlanOp, a);
   TORCH_CHECK(a.size(0) > 0 && b.size(0) > 0 && a.size(1) > 0, kPlanOp,
               ": M, N and K must be >= 1");
-  TORCH_CHECK(a.size(0) <= INT32_MAX && b.size(0) <= INT32_MAX && a.size(1) <= INT32_MAX,
-              kPlanOp, ": each of M, N, K must fit in int32");
+  TORCH_CHECK(a.size(0) <= INT32_MAX && b.size(0) <= INT32_MAX && a.size(1) <= INT32_MAX, kPlanOp,
+              ": each of M, N, K must fit in int32");
   // No output: the tuner times its candidates into a D of its own.
-  gemm::Problem p{a.data_ptr(), b.data_ptr(), nullptr, static_cast<int>(a.size(0)),
-                  static_cast<int>(b.size(0)), static_cast<int>(a.size(1)),
+  gemm::Problem p{a.data_ptr(),
+                  b.data_ptr(),
+                  nullptr,
+                  static_cast<int>(a.size(0)),
+                  static_cast<int>(b.size(0)),
+                  static_cast<int>(a.size(1)),
                   a.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
   gemm::Launch launch;
   launch.stream = at::cuda::getCurrentCUDAStream();

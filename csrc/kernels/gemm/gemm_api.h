@@ -28,7 +28,7 @@ enum class ConfigId : int {
   kPing128x128Cluster1x2 = 5,  // ping-pong: epilogue of one tile hides behind the other's MMA
   kCoop256x128Cluster2x1 = 6,  // 2 consumer warpgroups stacked along M (128 rows each)
   kCoop256x128Cluster1x2 = 7,
-  kPing64x128Cluster1x1 = 8,  // decode / small M: enough tiles that every SM streams B
+  kPing64x128Cluster1x1 = 8,      // decode / small M: enough tiles that every SM streams B
   kPing64x128K128Cluster1x1 = 9,  // decode, 128-deep k-blocks: 256-byte row segments of B per load
   kCoop128x256StreamK2x1 = 10,    // 128x256 tiles, stream-K evens out a thin last wave
   kNumConfigs = 11,

@@ -5,17 +5,17 @@
 #pragma once
 
 #include "cute/tensor.hpp"
-#include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/epilogue/dispatch_policy.hpp"
+#include "cutlass/gemm/dispatch_policy.hpp"
 #include "gemm_api.h"
 
 namespace mkernel::gemm {
 
 using cute::_1;
-using cute::_2;
-using cute::_64;
 using cute::_128;
+using cute::_2;
 using cute::_256;
+using cute::_64;
 using cute::Shape;
 
 template <class TileShape_, class ClusterShape_, class KernelSchedule_, class EpilogueSchedule_,

@@ -6,12 +6,12 @@
 
 namespace mkernel::gemm {
 namespace detail {
-#define MKERNEL_GEMM_INSTANCE(ID, DT, SUFFIX)                                  \
-  const char* can_implement_##SUFFIX(const Problem&, const Launch&);            \
-  size_t workspace_size_##SUFFIX(const Problem&, const Launch&);               \
-  cudaError_t run_##SUFFIX(const Problem&, const Launch&, const char**);      \
+#define MKERNEL_GEMM_INSTANCE(ID, DT, SUFFIX)                                                    \
+  const char* can_implement_##SUFFIX(const Problem&, const Launch&);                             \
+  size_t workspace_size_##SUFFIX(const Problem&, const Launch&);                                 \
+  cudaError_t run_##SUFFIX(const Problem&, const Launch&, const char**);                         \
   cudaError_t run_hooked_##SUFFIX(const Problem&, const Launch&, const HookArgs&, const char**); \
-  size_t hooked_workspace_size_##SUFFIX(const Problem&, const Launch&);                   \
+  size_t hooked_workspace_size_##SUFFIX(const Problem&, const Launch&);                          \
   TileCounts tile_counts_##SUFFIX(int, int);
 #include "instances.inc"
 #undef MKERNEL_GEMM_INSTANCE
@@ -29,8 +29,14 @@ struct Entry {
 
 constexpr Entry kEntries[] = {
 #define MKERNEL_GEMM_INSTANCE(ID, DT, SUFFIX) \
-  {ID, DT, can_implement_##SUFFIX, workspace_size_##SUFFIX, run_##SUFFIX, run_hooked_##SUFFIX, \
-   hooked_workspace_size_##SUFFIX, tile_counts_##SUFFIX},
+  {ID,                                        \
+   DT,                                        \
+   can_implement_##SUFFIX,                    \
+   workspace_size_##SUFFIX,                   \
+   run_##SUFFIX,                              \
+   run_hooked_##SUFFIX,                       \
+   hooked_workspace_size_##SUFFIX,            \
+   tile_counts_##SUFFIX},
 #include "instances.inc"
 #undef MKERNEL_GEMM_INSTANCE
 };
@@ -52,19 +58,32 @@ int device_sm_count() {
 
 const char* config_name(ConfigId id) {
   switch (id) {
-    case ConfigId::kAuto: return "auto";
-    case ConfigId::kCoop128x256Cluster2x1: return "coop_128x256_c2x1";
-    case ConfigId::kCoop128x128Cluster2x1: return "coop_128x128_c2x1";
-    case ConfigId::kCoop128x256Cluster1x2: return "coop_128x256_c1x2";
-    case ConfigId::kPing64x256Cluster1x1: return "ping_64x256_c1x1";
-    case ConfigId::kCoop128x128StreamK: return "coop_128x128_streamk";
-    case ConfigId::kPing128x128Cluster1x2: return "ping_128x128_c1x2";
-    case ConfigId::kCoop256x128Cluster2x1: return "coop_256x128_c2x1";
-    case ConfigId::kCoop256x128Cluster1x2: return "coop_256x128_c1x2";
-    case ConfigId::kPing64x128Cluster1x1: return "ping_64x128_c1x1";
-    case ConfigId::kPing64x128K128Cluster1x1: return "ping_64x128k128_c1x1";
-    case ConfigId::kCoop128x256StreamK2x1: return "coop_128x256_c2x1_streamk";
-    default: return "unknown";
+    case ConfigId::kAuto:
+      return "auto";
+    case ConfigId::kCoop128x256Cluster2x1:
+      return "coop_128x256_c2x1";
+    case ConfigId::kCoop128x128Cluster2x1:
+      return "coop_128x128_c2x1";
+    case ConfigId::kCoop128x256Cluster1x2:
+      return "coop_128x256_c1x2";
+    case ConfigId::kPing64x256Cluster1x1:
+      return "ping_64x256_c1x1";
+    case ConfigId::kCoop128x128StreamK:
+      return "coop_128x128_streamk";
+    case ConfigId::kPing128x128Cluster1x2:
+      return "ping_128x128_c1x2";
+    case ConfigId::kCoop256x128Cluster2x1:
+      return "coop_256x128_c2x1";
+    case ConfigId::kCoop256x128Cluster1x2:
+      return "coop_256x128_c1x2";
+    case ConfigId::kPing64x128Cluster1x1:
+      return "ping_64x128_c1x1";
+    case ConfigId::kPing64x128K128Cluster1x1:
+      return "ping_64x128k128_c1x1";
+    case ConfigId::kCoop128x256StreamK2x1:
+      return "coop_128x256_c2x1_streamk";
+    default:
+      return "unknown";
   }
 }
 
@@ -139,8 +158,10 @@ static int cluster_size(ConfigId id) {
     case ConfigId::kPing64x256Cluster1x1:
     case ConfigId::kPing64x128Cluster1x1:
     case ConfigId::kPing64x128K128Cluster1x1:
-    case ConfigId::kCoop128x128StreamK: return 1;
-    default: return 2;
+    case ConfigId::kCoop128x128StreamK:
+      return 1;
+    default:
+      return 2;
   }
 }
 
@@ -164,7 +185,8 @@ const char* can_implement(const Problem& p, ConfigId id, const Launch& l) {
   if (p.n % 8 || p.k % 8) return "n and k must be multiples of 8 (16-byte TMA alignment)";
   if (l.swizzle != 0 && l.swizzle != 1 && l.swizzle != 2 && l.swizzle != 4 && l.swizzle != 8)
     return "swizzle must be 0, 1, 2, 4 or 8";
-  if (l.raster < 0 || l.raster > 2) return "raster must be 0 (by shape), 1 (along M) or 2 (along N)";
+  if (l.raster < 0 || l.raster > 2)
+    return "raster must be 0 (by shape), 1 (along M) or 2 (along N)";
   if (l.splits < 0) return "splits must be >= 0 (0: by shape)";
   Launch launch = complete(l);
   const ConfigId cfg = resolve(p, id, &launch);
@@ -201,8 +223,10 @@ bool hooked_supported(ConfigId id) {
     case ConfigId::kCoop128x128Cluster2x1:
     case ConfigId::kCoop128x256Cluster1x2:
     case ConfigId::kCoop256x128Cluster2x1:
-    case ConfigId::kCoop256x128Cluster1x2: return true;
-    default: return false;
+    case ConfigId::kCoop256x128Cluster1x2:
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -23,10 +23,10 @@
 // from the producer to the consumers (setmaxnreg).
 #pragma once
 
+#include "cute/tensor.hpp"
 #include "cutlass/arch/reg_reconfig.h"
 #include "cutlass/cutlass.h"
 #include "cutlass/pipeline/pipeline.hpp"
-#include "cute/tensor.hpp"
 #include "gemm_hooks.cuh"
 #include "split_k_reduce.cuh"
 #include "tile_scheduler.hpp"
@@ -48,8 +48,9 @@ class HookedGemmSm90 {
 
   static constexpr int kMmaThreads = cute::size(TiledMma{});
   static constexpr int kThreads = kMmaThreads + cutlass::NumThreadsPerWarpGroup;
-  static_assert(kMmaThreads == 2 * cutlass::NumThreadsPerWarpGroup,
-                "HookedGemmSm90 is cooperative: use a KernelTmaWarpSpecializedCooperative mainloop");
+  static_assert(
+      kMmaThreads == 2 * cutlass::NumThreadsPerWarpGroup,
+      "HookedGemmSm90 is cooperative: use a KernelTmaWarpSpecializedCooperative mainloop");
   // The producer needs few registers; the consumers hold a 128xN fp32 accumulator each.
   static constexpr uint32_t kLoadRegisters = 40;
   static constexpr uint32_t kMmaRegisters = 232;
@@ -86,7 +87,7 @@ class HookedGemmSm90 {
     typename Epilogue::Params epilogue;
     typename Scheduler::Params scheduler;
     typename Hooks::Params hooks;
-    SplitKWorkspace split_k;  // used when scheduler.splits > 1
+    SplitKWorkspace split_k;       // used when scheduler.splits > 1
     ElementD* packed_d = nullptr;  // kPackedGroups: D [M, N] row-major, every expert's rows
   };
 
@@ -223,10 +224,10 @@ class HookedGemmSm90 {
           store_clipped(params, work, accumulators, tiled_mma, mma_thread_idx);
           continue;
         }
-        auto [next_load, next_store] = epilogue.store(
-            epi_load_pipeline, epi_load_state, epi_store_pipeline, epi_store_state, problem_mnkl,
-            TileShape{}, blk_coord, accumulators, tiled_mma, mma_thread_idx,
-            shared.tensors.epilogue);
+        auto [next_load, next_store] =
+            epilogue.store(epi_load_pipeline, epi_load_state, epi_store_pipeline, epi_store_state,
+                           problem_mnkl, TileShape{}, blk_coord, accumulators, tiled_mma,
+                           mma_thread_idx, shared.tensors.epilogue);
         epi_load_state = next_load;
         epi_store_state = next_store;
         stored = true;
@@ -238,8 +239,7 @@ class HookedGemmSm90 {
       // start its set-up on SMs as they free up.
       asm volatile("griddepcontrol.launch_dependents;" :::);
       if (stored) {
-        epilogue.store_tail(epi_load_pipeline, epi_load_state, epi_store_pipeline,
-                            epi_store_state);
+        epilogue.store_tail(epi_load_pipeline, epi_load_state, epi_store_pipeline, epi_store_state);
       }
     }
   }
@@ -265,16 +265,16 @@ class HookedGemmSm90 {
     const int rows = min(work.rows, m - work.row_offset);
     if (work.row_offset < 0 || row0 >= rows || col0 >= n) return;
     ElementD* base = params.packed_d + (static_cast<int64_t>(work.row_offset) + row0) * n + col0;
-    Tensor gD = make_tensor(make_gmem_ptr(base), make_shape(Int<kBM>{}, Int<kBN>{}),
-                            make_stride(n, _1{}));
+    Tensor gD =
+        make_tensor(make_gmem_ptr(base), make_shape(Int<kBM>{}, Int<kBN>{}), make_stride(n, _1{}));
     Tensor cD = make_identity_tensor(make_shape(Int<kBM>{}, Int<kBN>{}));
     Tensor tDcD = tiled_mma.get_thread_slice(mma_thread_idx).partition_C(cD);
     const int rows_left = rows - row0, cols_left = n - col0;
     // Fragment: ((2 columns, 2 row halves, kBlocks 8-column blocks), MMA_M, MMA_N).
     constexpr int kBlocks = size<0, 2>(Accumulators{});
-    static_assert(size<0, 0>(Accumulators{}) == 2 && size<0, 1>(Accumulators{}) == 2 &&
-                      kBlocks % 4 == 0,
-                  "store_clipped expects the sm90 wgmma accumulator layout");
+    static_assert(
+        size<0, 0>(Accumulators{}) == 2 && size<0, 1>(Accumulators{}) == 2 && kBlocks % 4 == 0,
+        "store_clipped expects the sm90 wgmma accumulator layout");
     const int quad_lane = mma_thread_idx % 4;
     cutlass::NumericArrayConverter<ElementD, float, 2> to_pair;
     auto packed = [&](auto const& lo, auto const& hi) {

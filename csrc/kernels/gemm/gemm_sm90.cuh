@@ -5,6 +5,8 @@
 // Included only by the generated instantiations/*.cu.
 #pragma once
 
+#include <mutex>
+
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
@@ -13,8 +15,6 @@
 #include "cutlass/util/packed_stride.hpp"
 #include "gemm_config.hpp"
 #include "gemm_kernel_sm90.cuh"
-
-#include <mutex>
 
 namespace mkernel::gemm {
 
@@ -84,9 +84,9 @@ struct GemmSm90 {
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Cfg::KernelSchedule>::CollectiveOp;
 
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>,
-                                                      CollectiveMainloop, CollectiveEpilogue,
-                                                      typename Cfg::Scheduler>;
+  using Kernel =
+      cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                           CollectiveEpilogue, typename Cfg::Scheduler>;
   using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
   static typename Device::Arguments arguments(const Problem& p, const Launch& l) {
@@ -118,8 +118,9 @@ struct GemmSm90 {
 
   static const char* can_implement(const Problem& p, const Launch& l) {
     auto args = arguments(p, l);
-    return Device::can_implement(args) == cutlass::Status::kSuccess ? nullptr
-                                                                    : "CUTLASS can_implement failed";
+    return Device::can_implement(args) == cutlass::Status::kSuccess
+               ? nullptr
+               : "CUTLASS can_implement failed";
   }
 
   static size_t workspace_size(const Problem& p, const Launch& l) {
@@ -176,15 +177,14 @@ struct GemmSm90 {
     return cfg;
   }
 
-  static constexpr bool kHookable =
-      cute::is_same_v<typename Cfg::KernelSchedule, Coop> &&
-      cute::is_same_v<typename Cfg::Scheduler, Persistent>;
+  static constexpr bool kHookable = cute::is_same_v<typename Cfg::KernelSchedule, Coop> &&
+                                    cute::is_same_v<typename Cfg::Scheduler, Persistent>;
   using Hooked = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, FlagHooks>;
   using HookedPacked = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, FlagHooks, true>;
   // Packed groups are compiled for the configs the grouped plan uses only
   // (each kernel is a minute of nvcc).
-  static constexpr bool kPackable =
-      kHookable && (Id == ConfigId::kCoop128x256Cluster2x1 || Id == ConfigId::kCoop128x128Cluster2x1);
+  static constexpr bool kPackable = kHookable && (Id == ConfigId::kCoop128x256Cluster2x1 ||
+                                                  Id == ConfigId::kCoop128x128Cluster2x1);
 
   // Per-kernel launch facts, queried once: the occupancy query alone costs
   // more than a small GEMM.
@@ -207,12 +207,12 @@ struct GemmSm90 {
       int sms = 0;
       cudaDeviceGetAttribute(&f.clock_khz, cudaDevAttrClockRate, dev);
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-      f.err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   K::kSmemBytes);
+      f.err =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmemBytes);
       if (f.err != cudaSuccess) return f;
       cudaLaunchAttribute attrs[2];
-      const cudaLaunchConfig_t probe = cluster_launch_config<K>(
-          attrs, dim3(kCM * (sms / (kCM * kCN)), kCN, 1), nullptr);
+      const cudaLaunchConfig_t probe =
+          cluster_launch_config<K>(attrs, dim3(kCM * (sms / (kCM * kCN)), kCN, 1), nullptr);
       if (cudaOccupancyMaxActiveClusters(&f.max_active_clusters, kernel, &probe) != cudaSuccess) {
         cudaGetLastError();
         f.max_active_clusters = 0;
@@ -251,8 +251,8 @@ struct GemmSm90 {
         splits = splits < 1 ? 1 : splits;
       }
     }
-    return Sched::make_params(p.m, p.n, p.k, l.swizzle > 0 ? l.swizzle : 8, l.raster != 1,
-                              m_order, batches, p.batch_rows, splits);
+    return Sched::make_params(p.m, p.n, p.k, l.swizzle > 0 ? l.swizzle : 8, l.raster != 1, m_order,
+                              batches, p.batch_rows, splits);
   }
 
   static size_t hooked_workspace_size(const Problem& p, const Launch& l) {
@@ -327,9 +327,14 @@ struct GemmSm90 {
       }
       params.split_k = K::SplitK::carve(l.workspace);
     }
-    static_cast<FlagHookArgs&>(params.hooks) = FlagHookArgs{
-        h.a_ready, h.rows_per_flag, h.a_ready_value, h.tile_done, h.tile_done_value, 0,
-        static_cast<comm::WaitDiagnostic*>(h.diag)};
+    static_cast<FlagHookArgs&>(params.hooks) =
+        FlagHookArgs{h.a_ready,
+                     h.rows_per_flag,
+                     h.a_ready_value,
+                     h.tile_done,
+                     h.tile_done_value,
+                     0,
+                     static_cast<comm::WaitDiagnostic*>(h.diag)};
     params.hooks.m = p.m;
     params.hooks.tiles_n = (p.n + K::Scheduler::kBlockN - 1) / K::Scheduler::kBlockN;
     const LaunchFacts& facts = hooked_launch_facts<K>();
@@ -354,8 +359,7 @@ struct GemmSm90 {
     using Sched = PersistentTileScheduler<typename Cfg::TileShape, typename Cfg::ClusterShape>;
     const int tm = (m + Sched::kBlockM - 1) / Sched::kBlockM;
     const int tn = (n + Sched::kBlockN - 1) / Sched::kBlockN;
-    return {tm, tn, (tm + Sched::kClusterM - 1) / Sched::kClusterM, Sched::kBlockM,
-            Sched::kBlockN};
+    return {tm, tn, (tm + Sched::kClusterM - 1) / Sched::kClusterM, Sched::kBlockM, Sched::kBlockN};
   }
 };
 
@@ -363,23 +367,23 @@ struct GemmSm90 {
 
 // One instantiation = one (config, dtype): defines the entry points the
 // dispatcher (gemm_dispatch.cu) declares.
-#define MKERNEL_GEMM_INSTANTIATE(ID, DT, SUFFIX)                                              \
-  namespace mkernel::gemm::detail {                                                         \
-  const char* can_implement_##SUFFIX(const Problem& p, const Launch& l) {                   \
-    return GemmSm90<ID, DT>::can_implement(p, l);                                           \
-  }                                                                                         \
-  size_t workspace_size_##SUFFIX(const Problem& p, const Launch& l) {                       \
-    return GemmSm90<ID, DT>::workspace_size(p, l);                                          \
-  }                                                                                         \
-  cudaError_t run_##SUFFIX(const Problem& p, const Launch& l, const char** r) {             \
-    return GemmSm90<ID, DT>::run(p, l, r);                                                  \
-  }                                                                                         \
-  cudaError_t run_hooked_##SUFFIX(const Problem& p, const Launch& l, const HookArgs& h,     \
-                                  const char** r) {                                         \
-    return GemmSm90<ID, DT>::run_hooked(p, l, h, r);                                        \
-  }                                                                                         \
-  size_t hooked_workspace_size_##SUFFIX(const Problem& p, const Launch& l) {                \
-    return GemmSm90<ID, DT>::hooked_workspace_size(p, l);                                   \
-  }                                                                                         \
+#define MKERNEL_GEMM_INSTANTIATE(ID, DT, SUFFIX)                                                \
+  namespace mkernel::gemm::detail {                                                             \
+  const char* can_implement_##SUFFIX(const Problem& p, const Launch& l) {                       \
+    return GemmSm90<ID, DT>::can_implement(p, l);                                               \
+  }                                                                                             \
+  size_t workspace_size_##SUFFIX(const Problem& p, const Launch& l) {                           \
+    return GemmSm90<ID, DT>::workspace_size(p, l);                                              \
+  }                                                                                             \
+  cudaError_t run_##SUFFIX(const Problem& p, const Launch& l, const char** r) {                 \
+    return GemmSm90<ID, DT>::run(p, l, r);                                                      \
+  }                                                                                             \
+  cudaError_t run_hooked_##SUFFIX(const Problem& p, const Launch& l, const HookArgs& h,         \
+                                  const char** r) {                                             \
+    return GemmSm90<ID, DT>::run_hooked(p, l, h, r);                                            \
+  }                                                                                             \
+  size_t hooked_workspace_size_##SUFFIX(const Problem& p, const Launch& l) {                    \
+    return GemmSm90<ID, DT>::hooked_workspace_size(p, l);                                       \
+  }                                                                                             \
   TileCounts tile_counts_##SUFFIX(int m, int n) { return GemmSm90<ID, DT>::tile_counts(m, n); } \
   }
