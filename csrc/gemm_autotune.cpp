@@ -78,8 +78,8 @@ bool launch(const gemm::Problem& p, const gemm::Plan& c, gemm::Launch l, void* s
 
 // The fastest of the candidates: each timed over batches of calls (a short
 // kernel timed alone measures the launch path), five rounds interleaved so
-// that clock and power drift reach every candidate alike (the same kernel
-// moves 5-10% between a cool and a hot GPU); the lowest median wins.
+// that clock and power drift reach every candidate alike (one kernel's speed
+// moved 5-15% between runs on the H200); the lowest median wins.
 gemm::Plan tune(gemm::Problem p, const gemm::Launch& l, const gemm::Plan* cands, int count,
                 const at::Tensor& like) {
   // Candidates write a D of their own: the caller's output stays as it was
