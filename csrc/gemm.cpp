@@ -11,6 +11,7 @@
 
 #ifdef MKERNEL_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
 
 #include <atomic>
 #include <map>
@@ -95,6 +96,8 @@ static void check_engine_inputs(const char* op, const at::Tensor& a) {
 at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b, int64_t config,
                        int64_t sm_count, int64_t swizzle, int64_t raster, int64_t splits,
                        bool pdl) {
+  // Launch on the operands' device, whatever the caller's current device.
+  const c10::cuda::CUDAGuard device_guard(a.device());
   check_engine_inputs(op, a);
   TORCH_CHECK_VALUE(config < static_cast<int64_t>(gemm::ConfigId::kNumConfigs), op,
                     ": config must be < ", static_cast<int>(gemm::ConfigId::kNumConfigs), ", got ",
@@ -183,6 +186,7 @@ at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, int64_t config, i
 std::string gemm_plan_cuda(const at::Tensor& a, const at::Tensor& b, int64_t sm_count) {
   validate_gemm(a, b, -1, sm_count, 0, 0, 0);
   constexpr const char* kPlanOp = "mkernel.gemm_plan";
+  const c10::cuda::CUDAGuard device_guard(a.device());
   check_engine_inputs(kPlanOp, a);
   TORCH_CHECK(a.size(0) > 0 && b.size(0) > 0 && a.size(1) > 0, kPlanOp,
               ": M, N and K must be >= 1");

@@ -18,6 +18,7 @@
 
 #ifdef MKERNEL_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/gemm/gemm_api.h"
 #endif
@@ -100,6 +101,7 @@ at::Tensor packed_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor
 at::Tensor packed_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& offs) {
   constexpr const char* op = kPackedOp;
   validate_packed(a, b, offs);
+  const c10::cuda::CUDAGuard device_guard(a.device());
   TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, op,
               ": takes bfloat16 or float16, got ", a.scalar_type());
   const int64_t t = a.size(0), k = a.size(1), e = b.size(0), n = b.size(1);
@@ -130,6 +132,7 @@ at::Tensor packed_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tenso
 
 at::Tensor grouped_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& counts) {
   validate(a, b, counts);
+  const c10::cuda::CUDAGuard device_guard(a.device());
   TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, kOp,
               ": takes bfloat16 or float16, got ", a.scalar_type());
   const int64_t e = a.size(0), c = a.size(1), k = a.size(2), n = b.size(1);

@@ -20,6 +20,7 @@
 
 #ifdef MKERNEL_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/comm/wait_diagnostic.h"
 #include "kernels/gemm/gemm_api.h"
@@ -89,6 +90,7 @@ at::Tensor gemm_hooked_cuda(const at::Tensor& a, const at::Tensor& b,
                             double timeout_s, int64_t splits) {
   gemm_hooked_meta(a, b, a_ready, rows_per_flag, a_ready_value, tile_done, tile_done_value,
                    m_order, config, sm_count, swizzle, raster, timeout_s, splits);
+  const c10::cuda::CUDAGuard device_guard(a.device());
   TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, kOp,
               ": takes bfloat16 or float16, got ", a.scalar_type());
   TORCH_CHECK_VALUE(timeout_s > 0, kOp, ": timeout_s must be > 0, got ", timeout_s);
