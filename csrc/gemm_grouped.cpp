@@ -31,9 +31,8 @@ constexpr const char* kPackedOp = "mkernel.gemm_grouped_packed";
 
 // What both layouts check: a's rank, b [E, N, K], `rows` (counts or offs) a 1-D
 // int32 [E], one dtype for a and b, one device, everything contiguous.
-void check_grouped_operands(const char* op, const at::Tensor& a, int64_t a_dim,
-                            const char* a_shape, const at::Tensor& b, const at::Tensor& rows,
-                            const char* rows_desc) {
+void check_grouped_operands(const char* op, const at::Tensor& a, int64_t a_dim, const char* a_shape,
+                            const at::Tensor& b, const at::Tensor& rows, const char* rows_desc) {
   TORCH_CHECK(a.dim() == a_dim, op, ": a must be ", a_shape, ", got ", a.sizes());
   TORCH_CHECK(b.dim() == 3, op, ": b must be [E, N, K], got ", b.sizes());
   TORCH_CHECK(rows.dim() == 1 && rows.scalar_type() == at::kInt, op, ": ", rows_desc,
@@ -44,8 +43,8 @@ void check_grouped_operands(const char* op, const at::Tensor& a, int64_t a_dim,
                   std::string(op) + ": a and b must have the same K");
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), op, ": a is ", a.scalar_type(), " but b is ",
               b.scalar_type());
-  TORCH_CHECK(a.device() == b.device() && a.device() == rows.device(), op, ": a, b and ",
-              rows_desc, " must be on one device");
+  TORCH_CHECK(a.device() == b.device() && a.device() == rows.device(), op, ": a, b and ", rows_desc,
+              " must be on one device");
   TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && rows.is_contiguous(), op, ": a, b and ",
               rows_desc, " must be contiguous");
 }
@@ -89,9 +88,11 @@ at::Tensor packed_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor
   int64_t begin = 0;
   for (int64_t e = 0; e < b.size(0); ++e) {
     const int64_t end = offs[e].item<int>();
-    TORCH_CHECK(end >= begin && end <= a.size(0), kPackedOp, ": offs[", e,
-                "] = ", end, " must lie in [offs[e-1] = ", begin, ", T = ", a.size(0), "]");
-    if (end > begin) out.narrow(0, begin, end - begin).copy_(reference_gemm(a.narrow(0, begin, end - begin), b[e]));
+    TORCH_CHECK(end >= begin && end <= a.size(0), kPackedOp, ": offs[", e, "] = ", end,
+                " must lie in [offs[e-1] = ", begin, ", T = ", a.size(0), "]");
+    if (end > begin)
+      out.narrow(0, begin, end - begin)
+          .copy_(reference_gemm(a.narrow(0, begin, end - begin), b[e]));
     begin = end;
   }
   return out;
@@ -109,8 +110,12 @@ at::Tensor packed_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tenso
   if (t == 0 || e == 0 || n == 0) return out;
   TORCH_CHECK(t <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, op,
               ": each of T, N, K must fit in int32");
-  gemm::Problem p{a.data_ptr(), b.data_ptr(), out.data_ptr(), static_cast<int>(t),
-                  static_cast<int>(n), static_cast<int>(k),
+  gemm::Problem p{a.data_ptr(),
+                  b.data_ptr(),
+                  out.data_ptr(),
+                  static_cast<int>(t),
+                  static_cast<int>(n),
+                  static_cast<int>(k),
                   a.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
   p.batches = static_cast<int>(e);
   p.group_end = offs.data_ptr<int>();
@@ -118,15 +123,15 @@ at::Tensor packed_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tenso
   launch.stream = at::cuda::getCurrentCUDAStream();
   launch.splits = 1;
   // 128x256 tiles unless N is too narrow to give the SMs work with them.
-  const gemm::ConfigId id = n >= 2048 ? gemm::ConfigId::kCoop128x256Cluster2x1
-                                      : gemm::ConfigId::kCoop128x128Cluster2x1;
+  const gemm::ConfigId id =
+      n >= 2048 ? gemm::ConfigId::kCoop128x256Cluster2x1 : gemm::ConfigId::kCoop128x128Cluster2x1;
   if (const char* why = gemm::can_implement(p, id, launch)) {
     TORCH_CHECK(false, op, ": cannot run T=", t, " E=", e, " N=", n, " K=", k, ": ", why);
   }
   const char* reason = nullptr;
   const cudaError_t err = gemm::run_hooked(p, id, launch, gemm::HookArgs{}, &reason);
-  TORCH_CHECK(err == cudaSuccess, op, ": launch failed (", gemm::config_name(id), "): ",
-              cudaGetErrorString(err), reason ? std::string(" / ") + reason : std::string());
+  TORCH_CHECK(err == cudaSuccess, op, ": launch failed (", gemm::config_name(id),
+              "): ", cudaGetErrorString(err), reason ? std::string(" / ") + reason : std::string());
   return out;
 }
 
@@ -138,8 +143,12 @@ at::Tensor grouped_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tens
   const int64_t e = a.size(0), c = a.size(1), k = a.size(2), n = b.size(1);
   auto out = at::empty({e, c, n}, a.options());
   if (e == 0 || c == 0 || n == 0) return out;
-  gemm::Problem p{a.data_ptr(), b.data_ptr(), out.data_ptr(), static_cast<int>(c),
-                  static_cast<int>(n), static_cast<int>(k),
+  gemm::Problem p{a.data_ptr(),
+                  b.data_ptr(),
+                  out.data_ptr(),
+                  static_cast<int>(c),
+                  static_cast<int>(n),
+                  static_cast<int>(k),
                   a.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
   p.batches = static_cast<int>(e);
   p.batch_rows = counts.data_ptr<int>();
@@ -150,11 +159,11 @@ at::Tensor grouped_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tens
     TORCH_CHECK(false, kOp, ": cannot run E=", e, " C=", c, " N=", n, " K=", k, ": ", why);
   }
   launch.splits = 1;  // split-K would need a workspace per batch; experts give the SMs work
-  gemm::HookArgs h;  // no communication hooks
+  gemm::HookArgs h;   // no communication hooks
   const char* reason = nullptr;
   const cudaError_t err = gemm::run_hooked(p, id, launch, h, &reason);
-  TORCH_CHECK(err == cudaSuccess, kOp, ": launch failed (", gemm::config_name(id), "): ",
-              cudaGetErrorString(err), reason ? std::string(" / ") + reason : std::string());
+  TORCH_CHECK(err == cudaSuccess, kOp, ": launch failed (", gemm::config_name(id),
+              "): ", cudaGetErrorString(err), reason ? std::string(" / ") + reason : std::string());
   return out;
 }
 #endif  // MKERNEL_WITH_CUDA

@@ -57,9 +57,8 @@ at::Tensor gemm_hooked_meta(const at::Tensor& a, const at::Tensor& b,
   return a.new_empty_symint({s.rows, s.n});
 }
 
-at::Tensor gemm_hooked_cpu(const at::Tensor& a, const at::Tensor&,
-                           const c10::optional<at::Tensor>&, int64_t, int64_t,
-                           const c10::optional<at::Tensor>&, int64_t,
+at::Tensor gemm_hooked_cpu(const at::Tensor& a, const at::Tensor&, const c10::optional<at::Tensor>&,
+                           int64_t, int64_t, const c10::optional<at::Tensor>&, int64_t,
                            const c10::optional<at::Tensor>&, int64_t, int64_t, int64_t, int64_t,
                            double, int64_t) {
   TORCH_CHECK(false, kOp, ": runs on CUDA tensors only (a is on ", a.device(), ")");
@@ -71,8 +70,8 @@ at::Tensor gemm_hooked_cpu(const at::Tensor& a, const at::Tensor&,
 comm::WaitDiagnostic* diagnostic_buffer() {
   static comm::WaitDiagnostic* diag = [] {
     void* p = nullptr;
-    if (cudaHostAlloc(&p, sizeof(comm::WaitDiagnostic), cudaHostAllocMapped | cudaHostAllocPortable) !=
-        cudaSuccess) {
+    if (cudaHostAlloc(&p, sizeof(comm::WaitDiagnostic),
+                      cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
       cudaGetLastError();
       return static_cast<comm::WaitDiagnostic*>(nullptr);
     }
@@ -88,8 +87,8 @@ at::Tensor gemm_hooked_cuda(const at::Tensor& a, const at::Tensor& b,
                             int64_t tile_done_value, const c10::optional<at::Tensor>& m_order,
                             int64_t config, int64_t sm_count, int64_t swizzle, int64_t raster,
                             double timeout_s, int64_t splits) {
-  gemm_hooked_meta(a, b, a_ready, rows_per_flag, a_ready_value, tile_done, tile_done_value,
-                   m_order, config, sm_count, swizzle, raster, timeout_s, splits);
+  gemm_hooked_meta(a, b, a_ready, rows_per_flag, a_ready_value, tile_done, tile_done_value, m_order,
+                   config, sm_count, swizzle, raster, timeout_s, splits);
   const c10::cuda::CUDAGuard device_guard(a.device());
   TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, kOp,
               ": takes bfloat16 or float16, got ", a.scalar_type());
@@ -97,8 +96,12 @@ at::Tensor gemm_hooked_cuda(const at::Tensor& a, const at::Tensor& b,
   const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
   auto out = at::empty({m, n}, a.options());
   if (m == 0 || n == 0) return out;
-  gemm::Problem p{a.data_ptr(), b.data_ptr(), out.data_ptr(), static_cast<int>(m),
-                  static_cast<int>(n), static_cast<int>(k),
+  gemm::Problem p{a.data_ptr(),
+                  b.data_ptr(),
+                  out.data_ptr(),
+                  static_cast<int>(m),
+                  static_cast<int>(n),
+                  static_cast<int>(k),
                   a.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
   gemm::Launch launch;
   launch.stream = at::cuda::getCurrentCUDAStream();
@@ -141,8 +144,8 @@ at::Tensor gemm_hooked_cuda(const at::Tensor& a, const at::Tensor& b,
   launch.workspace = engine_workspace(launch.workspace_bytes, a);
   const char* reason = nullptr;
   const cudaError_t err = gemm::run_hooked(p, id, launch, h, &reason);
-  TORCH_CHECK(err == cudaSuccess, kOp, ": launch failed (", gemm::config_name(id), "): ",
-              cudaGetErrorString(err), reason ? std::string(" / ") + reason : std::string());
+  TORCH_CHECK(err == cudaSuccess, kOp, ": launch failed (", gemm::config_name(id),
+              "): ", cudaGetErrorString(err), reason ? std::string(" / ") + reason : std::string());
   return out;
 }
 #endif  // MKERNEL_WITH_CUDA
