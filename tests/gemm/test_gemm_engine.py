@@ -130,3 +130,19 @@ def test_engine_rejects_misaligned_k():
     a = torch.randn(16, 12, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match="multiples of 8"):
         mkernel.gemm(a, a)
+
+
+@pytest.mark.skipif(not HOPPER or torch.cuda.device_count() < 2, reason="needs two Hopper GPUs")
+@pytest.mark.gpu
+def test_operands_on_another_device_than_current():
+    """The ops launch on their operands' device, whatever the caller's current device is."""
+    torch.cuda.set_device(0)
+    a = torch.randn(300, 256, device="cuda:1", dtype=torch.bfloat16)
+    b = torch.randn(520, 256, device="cuda:1", dtype=torch.bfloat16)
+    poison_next_allocation((300, 520), torch.bfloat16, "cuda:1")
+    out = mkernel.gemm(a, b)
+    assert out.device == a.device and torch.cuda.current_device() == 0
+    assert rel_err(out, reference(a, b)) < 1e-2
+    assert mkernel.gemm_plan(a, b).endswith(" (tuned)")
+    explicit = mkernel.gemm(a, b, config="coop_128x128_c2x1", splits=2)  # the hooked kernel
+    assert rel_err(explicit, reference(a, b)) < 1e-2
