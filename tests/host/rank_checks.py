@@ -270,12 +270,31 @@ def loop(c: Checker) -> None:
     raise AssertionError(f"rank {c.rank}: no failure after {calls} calls")
 
 
+def snapshot_stalls(ctx, by_open: dict[int, dict]) -> None:
+    """The proxies' stall counters now, under the data paths' generation: a call that
+    outgrows the buffers reopens the paths (the "grow" suite), and new proxies count from 0."""
+    info = json.loads(torch.ops.mkernel._group_info(ctx.handle))
+    by_open[info["opens"]] = {p["transport"]: p["stats"]["stalls"] for p in info["paths"]}
+
+
+def total_stalls(by_open: dict[int, dict]) -> dict:
+    """Per transport, the last counts of every generation of the paths, summed."""
+    total: dict[str, dict[str, int]] = {}
+    for paths in by_open.values():
+        for transport, stalls in paths.items():
+            t = total.setdefault(transport, {})
+            for kind, n in stalls.items():
+                t[kind] = t.get(kind, 0) + n
+    return total
+
+
 def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     ctx = mkernel.init()
     c = Checker(ctx)
     nodes = int(os.environ.get("TEST_NODES", "1"))
+    stalls_by_open: dict[int, dict] = {}
     for suite in os.environ.get("TEST_SUITE", "matrix").split(","):
         if suite == "paths":
             paths(c, nodes)
@@ -294,9 +313,10 @@ def main() -> None:
             raise AssertionError("a call without one rank succeeded")
         else:
             globals()[suite](c)
+        if os.environ.get("MKERNEL_NET_FAULTS"):
+            snapshot_stalls(ctx, stalls_by_open)
     if os.environ.get("MKERNEL_NET_FAULTS"):  # the proxies waited for reordered commands
-        info = json.loads(torch.ops.mkernel._group_info(ctx.handle))
-        print("STALLS", json.dumps({p["transport"]: p["stats"]["stalls"] for p in info["paths"]}))
+        emit("STALLS", json.dumps(total_stalls(stalls_by_open)))
     ctx.barrier()
     mkernel.shutdown()
     dist.destroy_process_group()
