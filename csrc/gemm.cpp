@@ -83,14 +83,26 @@ static int device_sms() {
   return sms;
 }
 
-// The engine runs on Hopper, in bf16 or fp16.
-static void check_engine_inputs(const char* op, const at::Tensor& a) {
+void check_engine_inputs(const char* op, const at::Tensor& a) {
   const auto& prop = *at::cuda::getCurrentDeviceProperties();
   TORCH_CHECK(prop.major == 9 && prop.minor == 0, op,
               ": the fused kernels need a Hopper GPU (sm_90a); this is sm_", prop.major, prop.minor,
               " (", prop.name, ")");
   TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, op,
               ": the GEMM engine takes bfloat16 or float16, got ", a.scalar_type());
+}
+
+gemm::Problem engine_problem(const char* op, const at::Tensor& a, const at::Tensor& b, void* d,
+                             int64_t rows, int64_t n, int64_t k) {
+  TORCH_CHECK(rows <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, op,
+              ": each of the rows, N and K must fit in int32, got ", rows, ", ", n, ", ", k);
+  return {a.data_ptr(),
+          b.data_ptr(),
+          d,
+          static_cast<int>(rows),
+          static_cast<int>(n),
+          static_cast<int>(k),
+          a.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
 }
 
 at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b, int64_t config,
@@ -106,15 +118,7 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
   auto out = at::empty({m, n}, a.options());
   if (m == 0 || n == 0) return out;
   if (k == 0) return out.zero_();
-  TORCH_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, op,
-              ": each of M, N, K must fit in int32, got ", m, ", ", n, ", ", k);
-  gemm::Problem p{a.data_ptr(),
-                  b.data_ptr(),
-                  out.data_ptr(),
-                  static_cast<int>(m),
-                  static_cast<int>(n),
-                  static_cast<int>(k),
-                  a.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
+  gemm::Problem p = engine_problem(op, a, b, out.data_ptr(), m, n, k);
   auto id = static_cast<gemm::ConfigId>(config);
   gemm::Launch launch;
   launch.stream = at::cuda::getCurrentCUDAStream();
@@ -190,16 +194,8 @@ std::string gemm_plan_cuda(const at::Tensor& a, const at::Tensor& b, int64_t sm_
   check_engine_inputs(kPlanOp, a);
   TORCH_CHECK(a.size(0) > 0 && b.size(0) > 0 && a.size(1) > 0, kPlanOp,
               ": M, N and K must be >= 1");
-  TORCH_CHECK(a.size(0) <= INT32_MAX && b.size(0) <= INT32_MAX && a.size(1) <= INT32_MAX, kPlanOp,
-              ": each of M, N, K must fit in int32");
   // No output: the tuner times its candidates into a D of its own.
-  gemm::Problem p{a.data_ptr(),
-                  b.data_ptr(),
-                  nullptr,
-                  static_cast<int>(a.size(0)),
-                  static_cast<int>(b.size(0)),
-                  static_cast<int>(a.size(1)),
-                  a.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
+  const gemm::Problem p = engine_problem(kPlanOp, a, b, nullptr, a.size(0), b.size(0), a.size(1));
   gemm::Launch launch;
   launch.stream = at::cuda::getCurrentCUDAStream();
   launch.sm_count = sm_count > 0 ? static_cast<int>(sm_count) : device_sms();

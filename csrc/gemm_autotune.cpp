@@ -62,20 +62,6 @@ struct EventPair {
   EventPair& operator=(const EventPair&) = delete;
 };
 
-// One launch of plan `c`; false if it cannot run this problem.
-bool launch(const gemm::Problem& p, const gemm::Plan& c, gemm::Launch l, void* scratch,
-            size_t scratch_bytes) {
-  l.swizzle = c.swizzle;
-  l.raster = c.raster;
-  l.splits = 1;
-  if (gemm::can_implement(p, c.config, l) != nullptr) return false;
-  const size_t need = gemm::workspace_size(p, c.config, l);
-  if (need > scratch_bytes) return false;
-  l.workspace = need ? scratch : nullptr;
-  l.workspace_bytes = need;
-  return gemm::run(p, c.config, l, nullptr) == cudaSuccess;
-}
-
 // The fastest of the candidates: each timed over batches of calls (a short
 // kernel timed alone measures the launch path), five rounds interleaved so
 // that clock and power drift reach every candidate alike (one kernel's speed
@@ -86,29 +72,38 @@ gemm::Plan tune(gemm::Problem p, const gemm::Launch& l, const gemm::Plan* cands,
   // (a test that poisons it still sees what the real launch wrote).
   const at::Tensor d = at::empty({p.m, p.n}, like.options());
   p.d = d.data_ptr();
+  // Each candidate's launch, checked and sized once: the timed loop only launches.
+  std::vector<gemm::Launch> launches(count, l);
+  std::vector<bool> runnable(count, false);
   size_t scratch_bytes = 0;
   for (int i = 0; i < count; ++i) {
-    gemm::Launch c = l;
+    gemm::Launch& c = launches[i];
     c.swizzle = cands[i].swizzle;
     c.raster = cands[i].raster;
     c.splits = 1;
-    scratch_bytes = std::max(scratch_bytes, gemm::workspace_size(p, cands[i].config, c));
+    if (gemm::can_implement(p, cands[i].config, c) != nullptr) continue;
+    c.workspace_bytes = gemm::workspace_size(p, cands[i].config, c);
+    scratch_bytes = std::max(scratch_bytes, c.workspace_bytes);
+    runnable[i] = true;
   }
   at::Tensor scratch;
   if (scratch_bytes) {
     scratch = at::empty({static_cast<int64_t>(scratch_bytes)}, like.options().dtype(at::kByte));
   }
-  void* ws = scratch_bytes ? scratch.data_ptr() : nullptr;
+  for (gemm::Launch& c : launches) c.workspace = c.workspace_bytes ? scratch.data_ptr() : nullptr;
+  auto launch = [&](int i) {
+    return gemm::run(p, cands[i].config, launches[i], nullptr) == cudaSuccess;
+  };
   EventPair ev;
   std::vector<int> ok;
   std::vector<float> first(count, 0.f);
   for (int i = 0; i < count; ++i) {  // warm-up, and one timed call to size the batches
-    if (!launch(p, cands[i], l, ws, scratch_bytes)) {
+    if (!runnable[i] || !launch(i)) {
       cudaGetLastError();
       continue;
     }
     C10_CUDA_CHECK(cudaEventRecord(ev.start, l.stream));
-    launch(p, cands[i], l, ws, scratch_bytes);
+    launch(i);
     C10_CUDA_CHECK(cudaEventRecord(ev.stop, l.stream));
     C10_CUDA_CHECK(cudaEventSynchronize(ev.stop));
     C10_CUDA_CHECK(cudaEventElapsedTime(&first[i], ev.start, ev.stop));
@@ -125,7 +120,7 @@ gemm::Plan tune(gemm::Problem p, const gemm::Launch& l, const gemm::Plan* cands,
     for (size_t j = 0; j < ok.size(); ++j) {
       const int i = ok[(j + r) % ok.size()];  // rotate who goes first
       C10_CUDA_CHECK(cudaEventRecord(ev.start, l.stream));
-      for (int rep = 0; rep < reps; ++rep) launch(p, cands[i], l, ws, scratch_bytes);
+      for (int rep = 0; rep < reps; ++rep) launch(i);
       C10_CUDA_CHECK(cudaEventRecord(ev.stop, l.stream));
       C10_CUDA_CHECK(cudaEventSynchronize(ev.stop));
       float ms = 0.f;

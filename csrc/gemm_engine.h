@@ -27,6 +27,14 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
 void* engine_workspace(size_t bytes, const at::Tensor& like);
 
 #ifdef MKERNEL_WITH_CUDA
+// The engine's input checks, naming `op`: a Hopper GPU, bf16/fp16 operands.
+void check_engine_inputs(const char* op, const at::Tensor& a);
+
+// The engine's problem for a [rows, k] · b [n, k]ᵀ (or their batched/grouped
+// forms) written to d, in a's dtype; each extent must fit in int32.
+gemm::Problem engine_problem(const char* op, const at::Tensor& a, const at::Tensor& b, void* d,
+                             int64_t rows, int64_t n, int64_t k);
+
 // What config "auto" runs for problem p under launch l (sm_count filled in):
 // the plan the autotuner measured fastest for this shape (timed on the first
 // call, cached: gemm_autotune.cpp), or the shape heuristic's when tuning is

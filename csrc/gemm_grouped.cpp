@@ -103,20 +103,11 @@ at::Tensor packed_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tenso
   constexpr const char* op = kPackedOp;
   validate_packed(a, b, offs);
   const c10::cuda::CUDAGuard device_guard(a.device());
-  TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, op,
-              ": takes bfloat16 or float16, got ", a.scalar_type());
+  check_engine_inputs(op, a);
   const int64_t t = a.size(0), k = a.size(1), e = b.size(0), n = b.size(1);
   auto out = at::empty({t, n}, a.options());
   if (t == 0 || e == 0 || n == 0) return out;
-  TORCH_CHECK(t <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, op,
-              ": each of T, N, K must fit in int32");
-  gemm::Problem p{a.data_ptr(),
-                  b.data_ptr(),
-                  out.data_ptr(),
-                  static_cast<int>(t),
-                  static_cast<int>(n),
-                  static_cast<int>(k),
-                  a.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
+  gemm::Problem p = engine_problem(op, a, b, out.data_ptr(), t, n, k);
   p.batches = static_cast<int>(e);
   p.group_end = offs.data_ptr<int>();
   gemm::Launch launch;
@@ -138,18 +129,11 @@ at::Tensor packed_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tenso
 at::Tensor grouped_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& counts) {
   validate(a, b, counts);
   const c10::cuda::CUDAGuard device_guard(a.device());
-  TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, kOp,
-              ": takes bfloat16 or float16, got ", a.scalar_type());
+  check_engine_inputs(kOp, a);
   const int64_t e = a.size(0), c = a.size(1), k = a.size(2), n = b.size(1);
   auto out = at::empty({e, c, n}, a.options());
   if (e == 0 || c == 0 || n == 0) return out;
-  gemm::Problem p{a.data_ptr(),
-                  b.data_ptr(),
-                  out.data_ptr(),
-                  static_cast<int>(c),
-                  static_cast<int>(n),
-                  static_cast<int>(k),
-                  a.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
+  gemm::Problem p = engine_problem(kOp, a, b, out.data_ptr(), c, n, k);
   p.batches = static_cast<int>(e);
   p.batch_rows = counts.data_ptr<int>();
   gemm::Launch launch;

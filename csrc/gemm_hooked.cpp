@@ -90,19 +90,12 @@ at::Tensor gemm_hooked_cuda(const at::Tensor& a, const at::Tensor& b,
   gemm_hooked_meta(a, b, a_ready, rows_per_flag, a_ready_value, tile_done, tile_done_value, m_order,
                    config, sm_count, swizzle, raster, timeout_s, splits);
   const c10::cuda::CUDAGuard device_guard(a.device());
-  TORCH_CHECK(a.scalar_type() == at::kBFloat16 || a.scalar_type() == at::kHalf, kOp,
-              ": takes bfloat16 or float16, got ", a.scalar_type());
+  check_engine_inputs(kOp, a);
   TORCH_CHECK_VALUE(timeout_s > 0, kOp, ": timeout_s must be > 0, got ", timeout_s);
   const int64_t m = a.size(0), n = b.size(0), k = a.size(1);
   auto out = at::empty({m, n}, a.options());
   if (m == 0 || n == 0) return out;
-  gemm::Problem p{a.data_ptr(),
-                  b.data_ptr(),
-                  out.data_ptr(),
-                  static_cast<int>(m),
-                  static_cast<int>(n),
-                  static_cast<int>(k),
-                  a.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
+  gemm::Problem p = engine_problem(kOp, a, b, out.data_ptr(), m, n, k);
   gemm::Launch launch;
   launch.stream = at::cuda::getCurrentCUDAStream();
   launch.sm_count = static_cast<int>(sm_count);
