@@ -30,7 +30,7 @@ SHAPES = [  # (M, N, K)
     (4096, 3584, 8192), (1024, 8192, 3584), (128, 8192, 3584), (3000, 8192, 3584),  # last: ragged M
 ]
 HOOKED = ("coop_128x256_c2x1", "coop_128x128_c2x1", "coop_128x256_c1x2", "coop_256x128_c2x1",
-          "coop_256x128_c1x2")
+          "coop_256x128_c1x2", "ping_128x128_c1x2")
 
 
 def input_sets(m: int, n: int, k: int, dtype) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -19,7 +19,7 @@ import statistics  # noqa: E402
 
 from common import commit, device_info, interleaved_ms, write_result  # noqa: E402
 
-from mkernel.ops import gemm_grouped  # noqa: E402
+from mkernel.ops import gemm_grouped, gemm_grouped_plan  # noqa: E402
 
 
 def main() -> int:
@@ -42,12 +42,17 @@ def main() -> int:
         bt = b.transpose(1, 2)  # [E, H, F] view, K-major
         cd = counts.cuda()
         flops = 2.0 * tokens * h * f
+        plan = gemm_grouped_plan(x, b, offs)  # tunes (E, T, N, K) on this routing
         cands = {"grouped_mm": [lambda: torch._grouped_mm(x, bt, offs=offs)],
                  "mkernel_packed": [lambda: gemm_grouped(x, b, offs=offs)],
                  "mkernel_padded": [lambda: gemm_grouped(a, b, cd)]}
+        for cfg, swz, ras in (("coop_128x256_c2x1", 8, "n"), ("ping_128x128_c1x2", 8, "n"),
+                              ("ping_128x128_c1x2", 1, "m")):  # the packed kernel's plans, fixed
+            cands[f"packed:{cfg}/s{swz}/{ras}"] = [
+                lambda cfg=cfg, swz=swz, ras=ras: gemm_grouped(x, b, offs=offs, config=cfg, swizzle=swz, raster=ras)]
         rounds = [interleaved_ms(cands, iters=20) for _ in range(3)]
         row = {"routing": routing, "experts": e, "tokens": tokens, "h": h, "f": f, "capacity": cap,
-               "counts": counts.tolist()}
+               "plan": plan, "counts": counts.tolist()}
         for c in cands:
             med = statistics.median(r[c]["median_ms"] for r in rounds)
             row[c] = {"median_ms": med, "round_medians_ms": [r[c]["median_ms"] for r in rounds],
@@ -56,8 +61,12 @@ def main() -> int:
         row["ratio_padded"] = row["grouped_mm"]["median_ms"] / row["mkernel_padded"]["median_ms"]
         print(f"{routing:<8} _grouped_mm {row['grouped_mm']['tflops']:6.1f} TF/s  "
               f"packed {row['mkernel_packed']['tflops']:6.1f} TF/s ({row['ratio']:.3f}x)  "
-              f"padded(cap {cap}) {row['mkernel_padded']['tflops']:6.1f} TF/s ({row['ratio_padded']:.3f}x)",
-              flush=True)
+              f"padded(cap {cap}) {row['mkernel_padded']['tflops']:6.1f} TF/s ({row['ratio_padded']:.3f}x)  "
+              f"plan {plan}", flush=True)
+        for c in cands:
+            if c.startswith("packed:"):
+                print(f"         {c:<34} {row[c]['tflops']:6.1f} TF/s "
+                      f"({row['grouped_mm']['median_ms'] / row[c]['median_ms']:.3f}x)", flush=True)
         rows.append(row)
     path = write_result("grouped_gemm", {"benchmark": "grouped_gemm", "anchor": "torch._grouped_mm (same run)",
                                          "dtype": "bf16", "commit": commit(), "device": device_info(),

@@ -70,7 +70,7 @@ void* engine_workspace(size_t bytes, const at::Tensor& like) {
 
 // SMs of the current device as this process sees them (fewer under MPS),
 // queried once per device: every GEMM call needs it.
-static int device_sms() {
+int device_sms() {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> cached[kMaxDevices];
   int dev = 0;
@@ -81,6 +81,11 @@ static int device_sms() {
     if (dev < kMaxDevices) cached[dev].store(sms, std::memory_order_relaxed);
   }
   return sms;
+}
+
+std::string plan_name(gemm::ConfigId config, int swizzle, int raster, bool tuned) {
+  return std::string(gemm::config_name(config)) + "/s" + std::to_string(swizzle) +
+         (raster == 2 ? "/n" : "/m") + (tuned ? " (tuned)" : "");
 }
 
 void check_engine_inputs(const char* op, const at::Tensor& a) {
@@ -201,8 +206,7 @@ std::string gemm_plan_cuda(const at::Tensor& a, const at::Tensor& b, int64_t sm_
   launch.sm_count = sm_count > 0 ? static_cast<int>(sm_count) : device_sms();
   bool tuned = false;
   const gemm::Plan plan = engine_plan(p, launch, a, &tuned);
-  return std::string(gemm::config_name(plan.config)) + "/s" + std::to_string(plan.swizzle) +
-         (plan.raster == 2 ? "/n" : "/m") + (tuned ? " (tuned)" : "");
+  return plan_name(plan.config, plan.swizzle, plan.raster, tuned);
 }
 #endif  // MKERNEL_WITH_CUDA
 

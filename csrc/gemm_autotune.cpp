@@ -10,6 +10,10 @@
 //
 // Not while a CUDA graph is being captured (timing would be captured too):
 // then the heuristic's plan runs and nothing is cached.
+//
+// The packed grouped (MoE) GEMM is tuned the same way over the hooked
+// kernel's configs (grouped_plan), keyed by (device, dtype, experts, T, N, K,
+// SMs) and timed on the first call's routing.
 // MKERNEL_GEMM_AUTOTUNE=0 turns tuning off (the heuristic alone).
 #include "gemm_engine.h"
 
@@ -28,7 +32,8 @@
 namespace mkernel {
 namespace {
 
-using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int>;  // device, dtype, m, n, k, SMs
+// device, dtype, experts (0: a plain GEMM), m (T when grouped), n, k, SMs
+using Key = std::tuple<int, int, int, int64_t, int64_t, int64_t, int>;
 
 struct Cache {
   std::mutex mu;
@@ -62,17 +67,73 @@ struct EventPair {
   EventPair& operator=(const EventPair&) = delete;
 };
 
-// The fastest of the candidates: each timed over batches of calls (a short
-// kernel timed alone measures the launch path), five rounds interleaved so
-// that clock and power drift reach every candidate alike (one kernel's speed
-// moved 5-15% between runs on the H200); the lowest median wins.
+// The fastest of `count` candidates (launch(i) runs candidate i; false: it
+// cannot run). Each is timed over batches of calls (a short kernel timed
+// alone measures the launch path), in interleaved rounds so that clock and
+// power drift reach every candidate alike (one kernel's speed moved 5-15%
+// between runs on the H200). Two stages: every candidate for a few short
+// rounds, then the four fastest for more, longer ones — neighbouring configs
+// sit 1-3% apart, within the noise of a handful of one-call samples
+// (runs 13-14: the tuner kept a plan 3.5% slower than another candidate).
+// Returns the winner's index, or -1 when none ran.
+template <class LaunchFn>
+int fastest(int count, cudaStream_t stream, LaunchFn&& launch) {
+  EventPair ev;
+  auto time_ms = [&](int i, int reps) {
+    C10_CUDA_CHECK(cudaEventRecord(ev.start, stream));
+    for (int rep = 0; rep < reps; ++rep) launch(i);
+    C10_CUDA_CHECK(cudaEventRecord(ev.stop, stream));
+    C10_CUDA_CHECK(cudaEventSynchronize(ev.stop));
+    float ms = 0.f;
+    C10_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start, ev.stop));
+    return ms;
+  };
+  std::vector<int> ok;
+  float shortest = 0.f;
+  for (int i = 0; i < count; ++i) {  // warm-up, and one timed call to size the batches
+    if (!launch(i)) {
+      cudaGetLastError();
+      continue;
+    }
+    const float ms = time_ms(i, 1);
+    shortest = ok.empty() ? ms : std::min(shortest, ms);
+    ok.push_back(i);
+  }
+  if (ok.size() <= 1) return ok.empty() ? -1 : ok[0];
+  // Rounds of interleaved samples of about `sample_ms` of GPU time each; the
+  // candidates ordered by their median.
+  auto rank = [&](const std::vector<int>& who, int rounds, float sample_ms) {
+    const int reps = std::clamp(static_cast<int>(sample_ms / std::max(shortest, 1e-3f)), 1, 64);
+    std::vector<std::vector<float>> samples(who.size());
+    for (int r = 0; r < rounds; ++r) {
+      for (size_t j = 0; j < who.size(); ++j) {
+        const size_t at = (j + r) % who.size();  // rotate who goes first
+        samples[at].push_back(time_ms(who[at], reps));
+      }
+    }
+    std::vector<std::pair<float, int>> order;
+    for (size_t j = 0; j < who.size(); ++j) {
+      std::sort(samples[j].begin(), samples[j].end());
+      order.emplace_back(samples[j][rounds / 2], who[j]);
+    }
+    std::sort(order.begin(), order.end());
+    std::vector<int> ranked;
+    for (const auto& o : order) ranked.push_back(o.second);
+    return ranked;
+  };
+  std::vector<int> finalists = rank(ok, 3, 0.3f);
+  if (finalists.size() > 4) finalists.resize(4);
+  return rank(finalists, 9, 1.0f).front();
+}
+
+// The candidates' launches, each checked and sized once (the timed loop only
+// launches), writing a D of their own: the caller's output stays as it was
+// (a test that poisons it still sees what the real launch wrote).
 gemm::Plan tune(gemm::Problem p, const gemm::Launch& l, const gemm::Plan* cands, int count,
-                const at::Tensor& like) {
-  // Candidates write a D of their own: the caller's output stays as it was
-  // (a test that poisons it still sees what the real launch wrote).
-  const at::Tensor d = at::empty({p.m, p.n}, like.options());
+                const at::Tensor& like, bool hooked) {
+  const int64_t rows = p.group_end != nullptr ? p.m : static_cast<int64_t>(p.m) * p.batches;
+  const at::Tensor d = at::empty({rows, p.n}, like.options());
   p.d = d.data_ptr();
-  // Each candidate's launch, checked and sized once: the timed loop only launches.
   std::vector<gemm::Launch> launches(count, l);
   std::vector<bool> runnable(count, false);
   size_t scratch_bytes = 0;
@@ -82,63 +143,29 @@ gemm::Plan tune(gemm::Problem p, const gemm::Launch& l, const gemm::Plan* cands,
     c.raster = cands[i].raster;
     c.splits = 1;
     if (gemm::can_implement(p, cands[i].config, c) != nullptr) continue;
-    c.workspace_bytes = gemm::workspace_size(p, cands[i].config, c);
+    c.workspace_bytes = hooked ? gemm::hooked_workspace_size(p, cands[i].config, c)
+                               : gemm::workspace_size(p, cands[i].config, c);
     scratch_bytes = std::max(scratch_bytes, c.workspace_bytes);
     runnable[i] = true;
   }
   at::Tensor scratch;
-  if (scratch_bytes) {
-    scratch = at::empty({static_cast<int64_t>(scratch_bytes)}, like.options().dtype(at::kByte));
+  if (scratch_bytes) {  // zeroed: the hooked kernel's contract (split-K tickets)
+    scratch = at::zeros({static_cast<int64_t>(scratch_bytes)}, like.options().dtype(at::kByte));
   }
   for (gemm::Launch& c : launches) c.workspace = c.workspace_bytes ? scratch.data_ptr() : nullptr;
-  auto launch = [&](int i) {
-    return gemm::run(p, cands[i].config, launches[i], nullptr) == cudaSuccess;
-  };
-  EventPair ev;
-  std::vector<int> ok;
-  std::vector<float> first(count, 0.f);
-  for (int i = 0; i < count; ++i) {  // warm-up, and one timed call to size the batches
-    if (!runnable[i] || !launch(i)) {
-      cudaGetLastError();
-      continue;
-    }
-    C10_CUDA_CHECK(cudaEventRecord(ev.start, l.stream));
-    launch(i);
-    C10_CUDA_CHECK(cudaEventRecord(ev.stop, l.stream));
-    C10_CUDA_CHECK(cudaEventSynchronize(ev.stop));
-    C10_CUDA_CHECK(cudaEventElapsedTime(&first[i], ev.start, ev.stop));
-    ok.push_back(i);
-  }
-  if (ok.size() <= 1) return ok.empty() ? cands[0] : cands[ok[0]];
-  float shortest = first[ok[0]];
-  for (int i : ok) shortest = std::min(shortest, first[i]);
-  // About 0.3 ms of GPU time per sample.
-  const int reps = std::clamp(static_cast<int>(0.3f / std::max(shortest, 1e-3f)), 1, 32);
-  constexpr int kRounds = 5;
-  std::vector<std::vector<float>> rounds(count);
-  for (int r = 0; r < kRounds; ++r) {
-    for (size_t j = 0; j < ok.size(); ++j) {
-      const int i = ok[(j + r) % ok.size()];  // rotate who goes first
-      C10_CUDA_CHECK(cudaEventRecord(ev.start, l.stream));
-      for (int rep = 0; rep < reps; ++rep) launch(i);
-      C10_CUDA_CHECK(cudaEventRecord(ev.stop, l.stream));
-      C10_CUDA_CHECK(cudaEventSynchronize(ev.stop));
-      float ms = 0.f;
-      C10_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start, ev.stop));
-      rounds[i].push_back(ms);
-    }
-  }
-  int best = ok[0];
-  float best_ms = 0.f;
-  for (int i : ok) {
-    std::sort(rounds[i].begin(), rounds[i].end());
-    const float med = rounds[i][kRounds / 2];
-    if (i == ok[0] || med < best_ms) {
-      best = i;
-      best_ms = med;
-    }
-  }
-  return cands[best];
+  const int best = fastest(count, l.stream, [&](int i) {
+    if (!runnable[i]) return false;
+    const cudaError_t err = hooked ? gemm::run_hooked(p, cands[i].config, launches[i], {}, nullptr)
+                                   : gemm::run(p, cands[i].config, launches[i], nullptr);
+    return err == cudaSuccess;
+  });
+  return cands[best < 0 ? 0 : best];
+}
+
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  return capture != cudaStreamCaptureStatusNone;
 }
 
 }  // namespace
@@ -148,7 +175,7 @@ gemm::Plan engine_plan(const gemm::Problem& p, const gemm::Launch& l, const at::
   const int sms = l.sm_count;  // completed by the caller
   if (tuned) *tuned = false;
   if (!tuning_enabled()) return gemm::select_plan(p.m, p.n, p.k, sms);
-  const Key key{like.get_device(), static_cast<int>(p.dtype), p.m, p.n, p.k, sms};
+  const Key key{like.get_device(), static_cast<int>(p.dtype), 0, p.m, p.n, p.k, sms};
   Cache& c = cache();
   // One lock over lookup and tuning: a shape is timed once, and two threads
   // never time candidates against each other.
@@ -157,10 +184,29 @@ gemm::Plan engine_plan(const gemm::Problem& p, const gemm::Launch& l, const at::
   if (it == c.plans.end()) {
     gemm::Plan cands[12];
     const int count = gemm::candidate_plans(p.m, p.n, p.k, sms, cands, 12);
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    C10_CUDA_CHECK(cudaStreamIsCapturing(l.stream, &capture));
-    if (count <= 1 || capture != cudaStreamCaptureStatusNone) return cands[0];
-    it = c.plans.emplace(key, tune(p, l, cands, count, like)).first;
+    if (count <= 1 || capturing(l.stream)) return cands[0];
+    it = c.plans.emplace(key, tune(p, l, cands, count, like, /*hooked=*/false)).first;
+  }
+  if (tuned) *tuned = true;
+  return it->second;
+}
+
+gemm::Plan grouped_plan(const gemm::Problem& p, const gemm::Launch& l, const at::Tensor& like,
+                        bool* tuned) {
+  const int sms = l.sm_count;
+  if (tuned) *tuned = false;
+  gemm::Plan cands[12];
+  const int count = gemm::grouped_candidate_plans(p.m, p.n, p.k, p.batches, sms, cands, 12);
+  if (!tuning_enabled()) return cands[0];
+  // Keyed by the rows of all experts together, not by the routing: the split
+  // of T over the experts changes every step, the shapes do not.
+  const Key key{like.get_device(), static_cast<int>(p.dtype), p.batches, p.m, p.n, p.k, sms};
+  Cache& c = cache();
+  const std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.plans.find(key);
+  if (it == c.plans.end()) {
+    if (count <= 1 || capturing(l.stream)) return cands[0];
+    it = c.plans.emplace(key, tune(p, l, cands, count, like, /*hooked=*/true)).first;
   }
   if (tuned) *tuned = true;
   return it->second;

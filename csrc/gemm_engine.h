@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 
+#include <string>
+
 #ifdef MKERNEL_WITH_CUDA
 #include "kernels/gemm/gemm_api.h"
 #endif
@@ -27,6 +29,10 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
 void* engine_workspace(size_t bytes, const at::Tensor& like);
 
 #ifdef MKERNEL_WITH_CUDA
+// SMs of the current device as this process sees them (fewer under MPS), cached.
+int device_sms();
+// A plan as the *_plan ops report it: "<config>/s<swizzle>/<m|n>[ (tuned)]".
+std::string plan_name(gemm::ConfigId config, int swizzle, int raster, bool tuned);
 // The engine's input checks, naming `op`: a Hopper GPU, bf16/fp16 operands.
 void check_engine_inputs(const char* op, const at::Tensor& a);
 
@@ -41,6 +47,10 @@ gemm::Problem engine_problem(const char* op, const at::Tensor& a, const at::Tens
 // off or a graph is being captured. *tuned says which.
 gemm::Plan engine_plan(const gemm::Problem& p, const gemm::Launch& l, const at::Tensor& like,
                        bool* tuned = nullptr);
+// The same for a packed grouped problem (p.group_end set, p.m = T rows of
+// p.batches experts) on the hooked kernel; tuned on the first call's routing.
+gemm::Plan grouped_plan(const gemm::Problem& p, const gemm::Launch& l, const at::Tensor& like,
+                        bool* tuned = nullptr);
 #endif
 
 // The host reference: a · bᵀ accumulated in float32, returned in a's dtype.

@@ -77,13 +77,28 @@ void validate_packed(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
   check_grouped_operands(kPackedOp, a, 2, "[T, K] (every expert's rows)", b, offs, "offs");
 }
 
-at::Tensor packed_meta(const at::Tensor& a, const at::Tensor& b, const at::Tensor& offs) {
+// config -1: the tuned plan (swizzle and raster must then be 0); else a
+// gemm::ConfigId of the hooked kernel with that tile order (0: its default).
+void validate_packed_plan(int64_t config, int64_t swizzle, int64_t raster) {
+  TORCH_CHECK_VALUE(config >= -1, kPackedOp, ": config must be -1 (tuned) or a config id, got ",
+                    config);
+  TORCH_CHECK_VALUE(config >= 0 || (swizzle == 0 && raster == 0), kPackedOp,
+                    ": swizzle and raster need an explicit config");
+  TORCH_CHECK_VALUE(raster >= 0 && raster <= 2, kPackedOp,
+                    ": raster must be 0 (default), 1 (along M) or 2 (along N), got ", raster);
+}
+
+at::Tensor packed_meta(const at::Tensor& a, const at::Tensor& b, const at::Tensor& offs,
+                       int64_t config, int64_t swizzle, int64_t raster) {
   validate_packed(a, b, offs);
+  validate_packed_plan(config, swizzle, raster);
   return a.new_empty_symint({a.sym_size(0), b.sym_size(1)});
 }
 
-at::Tensor packed_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& offs) {
+at::Tensor packed_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& offs,
+                      int64_t config, int64_t swizzle, int64_t raster) {
   validate_packed(a, b, offs);
+  validate_packed_plan(config, swizzle, raster);  // the host reference has no plan
   auto out = at::zeros({a.size(0), b.size(1)}, a.options());
   int64_t begin = 0;
   for (int64_t e = 0; e < b.size(0); ++e) {
@@ -99,9 +114,26 @@ at::Tensor packed_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor
 }
 
 #ifdef MKERNEL_WITH_CUDA
-at::Tensor packed_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& offs) {
+// The packed problem's config and launch: the plan the tuner measured fastest
+// for (E, T, N, K) (gemm_autotune.cpp), on the current stream.
+// plan false: the launch only (the caller names the config).
+gemm::ConfigId packed_launch(const gemm::Problem& p, const at::Tensor& a, gemm::Launch* launch,
+                             bool* tuned = nullptr, bool plan_it = true) {
+  launch->stream = at::cuda::getCurrentCUDAStream();
+  launch->sm_count = device_sms();
+  launch->splits = 1;
+  if (!plan_it) return gemm::ConfigId::kAuto;
+  const gemm::Plan plan = grouped_plan(p, *launch, a, tuned);
+  launch->swizzle = plan.swizzle;
+  launch->raster = plan.raster;
+  return plan.config;
+}
+
+at::Tensor packed_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& offs,
+                       int64_t config, int64_t swizzle, int64_t raster) {
   constexpr const char* op = kPackedOp;
   validate_packed(a, b, offs);
+  validate_packed_plan(config, swizzle, raster);
   const c10::cuda::CUDAGuard device_guard(a.device());
   check_engine_inputs(op, a);
   const int64_t t = a.size(0), k = a.size(1), e = b.size(0), n = b.size(1);
@@ -111,11 +143,14 @@ at::Tensor packed_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tenso
   p.batches = static_cast<int>(e);
   p.group_end = offs.data_ptr<int>();
   gemm::Launch launch;
-  launch.stream = at::cuda::getCurrentCUDAStream();
-  launch.splits = 1;
-  // 128x256 tiles unless N is too narrow to give the SMs work with them.
-  const gemm::ConfigId id =
-      n >= 2048 ? gemm::ConfigId::kCoop128x256Cluster2x1 : gemm::ConfigId::kCoop128x128Cluster2x1;
+  gemm::ConfigId id = packed_launch(p, a, &launch, nullptr, config < 0);
+  if (config >= 0) {
+    id = static_cast<gemm::ConfigId>(config);
+    TORCH_CHECK_VALUE(gemm::hooked_supported(id), op, ": config ", gemm::config_name(id),
+                      " has no hooked kernel (packed groups run on the hooked kernel)");
+    launch.swizzle = static_cast<int>(swizzle);
+    launch.raster = static_cast<int>(raster);
+  }
   if (const char* why = gemm::can_implement(p, id, launch)) {
     TORCH_CHECK(false, op, ": cannot run T=", t, " E=", e, " N=", n, " K=", k, ": ", why);
   }
@@ -124,6 +159,22 @@ at::Tensor packed_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tenso
   TORCH_CHECK(err == cudaSuccess, op, ": launch failed (", gemm::config_name(id),
               "): ", cudaGetErrorString(err), reason ? std::string(" / ") + reason : std::string());
   return out;
+}
+
+// What the packed op runs for these operands ("<config>/s<swizzle>/<m|n> (tuned)").
+std::string packed_plan_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& offs) {
+  validate_packed(a, b, offs);
+  const c10::cuda::CUDAGuard device_guard(a.device());
+  check_engine_inputs("mkernel.gemm_grouped_plan", a);
+  gemm::Problem p = engine_problem("mkernel.gemm_grouped_plan", a, b, nullptr, a.size(0),
+                                   b.size(1), a.size(1));
+  p.batches = static_cast<int>(b.size(0));
+  p.group_end = offs.data_ptr<int>();
+  if (p.m == 0 || p.batches == 0 || p.n == 0) return "empty";
+  gemm::Launch launch;
+  bool tuned = false;
+  const gemm::ConfigId id = packed_launch(p, a, &launch, &tuned);
+  return plan_name(id, launch.swizzle, launch.raster, tuned);
 }
 
 at::Tensor grouped_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& counts) {
@@ -161,11 +212,16 @@ TORCH_LIBRARY_IMPL(mkernel, Meta, m) {
 TORCH_LIBRARY_IMPL(mkernel, CPU, m) {
   m.impl("gemm_grouped", &grouped_cpu);
   m.impl("gemm_grouped_packed", &packed_cpu);
+  m.impl("gemm_grouped_plan", [](const at::Tensor& a, const at::Tensor& b, const at::Tensor& offs) {
+    validate_packed(a, b, offs);
+    return std::string("host reference");
+  });
 }
 #ifdef MKERNEL_WITH_CUDA
 TORCH_LIBRARY_IMPL(mkernel, CUDA, m) {
   m.impl("gemm_grouped", &grouped_cuda);
   m.impl("gemm_grouped_packed", &packed_cuda);
+  m.impl("gemm_grouped_plan", &packed_plan_cuda);
 }
 #endif  // MKERNEL_WITH_CUDA
 

@@ -61,7 +61,12 @@ TORCH_LIBRARY(mkernel, m) {
   m.def("gemm_grouped(Tensor a, Tensor b, Tensor counts) -> Tensor");
   // The same on packed rows (torch._grouped_mm's layout): a [T, K], b [E, N, K],
   //   offs [E] int32 cumulative row ends (device) -> [T, N].
-  m.def("gemm_grouped_packed(Tensor a, Tensor b, Tensor offs) -> Tensor");
+  m.def(
+      "gemm_grouped_packed(Tensor a, Tensor b, Tensor offs, int config=-1, int swizzle=0, "
+      "int raster=0) -> Tensor");
+  // What gemm_grouped_packed runs for these operands: "<config>/s<swizzle>/<m|n>", plus
+  // " (tuned)" when the autotuner measured it (keyed by E, T, N, K; the first query tunes).
+  m.def("gemm_grouped_plan(Tensor a, Tensor b, Tensor offs) -> str");
   // The record of the last timed-out device wait of this process ("" if none).
   m.def("wait_diagnostic() -> str");
   // (tiles_m, tiles_n, units_m, block_m, block_n) of a config for an [m, n] output.

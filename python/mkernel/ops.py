@@ -33,6 +33,7 @@ __all__ = [
     "ag_gemm",
     "gemm",
     "gemm_grouped",
+    "gemm_grouped_plan",
     "gemm_plan",
     "gemm_ar",
     "gemm_rs",
@@ -179,7 +180,8 @@ def gemm_plan(a: Tensor, b: Tensor, *, sm_count: int = 0) -> str:
 
 
 def gemm_grouped(a: Tensor, b: Tensor, counts: Tensor | None = None, *,
-                 offs: Tensor | None = None) -> Tensor:
+                 offs: Tensor | None = None, config: str | int = "auto", swizzle: int = 0,
+                 raster: str = "auto") -> Tensor:
     """The engine's grouped (MoE) GEMM: one GEMM per expert, row counts read on the device.
 
     Two layouts; pass exactly one of ``counts`` and ``offs``:
@@ -197,6 +199,10 @@ def gemm_grouped(a: Tensor, b: Tensor, counts: Tensor | None = None, *,
         b: ``[E, N, K]`` expert weights (the linear layout), N and K multiples of 8.
         counts: ``[E]`` int32 on ``a``'s device, valid rows per expert (padded layout).
         offs: ``[E]`` int32 on ``a``'s device, non-decreasing row ends (packed layout).
+        config: packed layout only: ``"auto"`` runs the plan the autotuner measured fastest
+            for (E, T, N, K) (:func:`gemm_grouped_plan` names it); a config name of the hooked
+            kernel (``coop_128x256_c2x1``, ``coop_128x128_c2x1``, ``ping_128x128_c1x2``) runs that
+            one, with ``swizzle`` (1, 2, 4, 8; 0: 8) and ``raster`` (``"m"``/``"n"``) as tile order.
 
     Returns:
         The output in ``a``'s dtype; rows past ``counts[e]`` / ``offs[-1]`` are unspecified
@@ -206,8 +212,25 @@ def gemm_grouped(a: Tensor, b: Tensor, counts: Tensor | None = None, *,
         raise ValueError("mkernel.gemm_grouped: pass exactly one of counts (a [E, C, K]) "
                          "and offs (a [T, K])")
     if offs is not None:
-        return torch.ops.mkernel.gemm_grouped_packed.default(a, b, offs)
+        if config == "auto" and swizzle == 0 and raster == "auto":
+            return torch.ops.mkernel.gemm_grouped_packed.default(a, b, offs)
+        cfg = GEMM_CONFIGS[config] if isinstance(config, str) else int(config)
+        ras = {"auto": 0, "m": 1, "n": 2}[raster]
+        return torch.ops.mkernel.gemm_grouped_packed.default(a, b, offs, cfg, swizzle, ras)
+    if config != "auto" or swizzle != 0 or raster != "auto":
+        raise ValueError("mkernel.gemm_grouped: config, swizzle and raster apply to the packed "
+                         "layout (offs) only")
     return torch.ops.mkernel.gemm_grouped.default(a, b, counts)
+
+
+def gemm_grouped_plan(a: Tensor, b: Tensor, offs: Tensor) -> str:
+    """What :func:`gemm_grouped` runs for packed rows ``a [T, K]``, ``b [E, N, K]``, ``offs [E]``.
+
+    Returns ``"<config>/s<swizzle>/<m|n>"`` plus ``" (tuned)"`` when the autotuner measured it.
+    The plan is tuned once per (E, T, N, K) on the first call's routing (the query tunes too,
+    like that call would), or ``"host reference"`` for CPU tensors.
+    """
+    return torch.ops.mkernel.gemm_grouped_plan.default(a, b, offs)
 
 
 def gemm_rs(x: Tensor, w: Tensor, *, group: Group | None = None) -> Tensor:

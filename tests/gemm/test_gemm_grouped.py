@@ -130,3 +130,76 @@ def test_packed_rows_of_one_expert_do_not_leak_into_the_next():
     out = gemm_grouped(a, b, offs=offs.cuda())
     assert (out[130] == 0).all()
     check_packed(a, b, offs, out, 1e-2)
+
+
+# --- the packed plan: every hooked config, and the autotuner over them ------------------------
+
+PACKED_CONFIGS = ("coop_128x256_c2x1", "coop_128x128_c2x1", "ping_128x128_c1x2")
+
+
+def test_packed_plan_arguments_on_cpu():
+    a, b = torch.randn(10, 16), torch.randn(2, 8, 16)
+    offs = torch.tensor([4, 10], dtype=torch.int32)
+    from mkernel.ops import gemm_grouped_plan
+
+    assert gemm_grouped_plan(a, b, offs) == "host reference"
+    with pytest.raises(ValueError, match="swizzle and raster need an explicit config"):
+        gemm_grouped(a, b, offs=offs, swizzle=4)
+    with pytest.raises(ValueError, match="packed layout"):
+        gemm_grouped(a.view(2, 5, 16), b, torch.tensor([5, 5], dtype=torch.int32), config="ping_128x128_c1x2")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="needs a Hopper (sm_90) GPU")
+@pytest.mark.parametrize("config", PACKED_CONFIGS)
+@pytest.mark.parametrize("swizzle,raster", [(8, "n"), (1, "m")])
+@pytest.mark.parametrize("e,t,k,n,skew", [(8, 1000, 256, 520, 0.5), (16, 3001, 512, 2048, 2.0)])
+def test_packed_every_config_and_tile_order(config, swizzle, raster, e, t, k, n, skew):
+    g = torch.Generator().manual_seed(e * t + swizzle)
+    offs = random_offsets(g, e, t - 5, skew)
+    a = torch.randn(t, k, generator=g).to("cuda", torch.bfloat16)
+    b = torch.randn(e, n, k, generator=g).to("cuda", torch.bfloat16)
+    poison_next_allocation((t, n), torch.bfloat16, "cuda")
+    out = gemm_grouped(a, b, offs=offs.cuda(), config=config, swizzle=swizzle, raster=raster)
+    torch.cuda.synchronize()
+    check_packed(a, b, offs, out, 1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="needs a Hopper (sm_90) GPU")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_packed_tuned_plan_is_cached_and_bitwise_equal_to_every_candidate(dtype):
+    """The tuner's premise: every candidate sums K in one order, so its choice never changes
+    the bits. The plan is tuned once per (E, T, N, K) and kept for other routings."""
+    from mkernel.ops import gemm_grouped_plan
+
+    e, t, k, n = 12, 2100 + 8 * (dtype == torch.float16), 520, 1032
+    g = torch.Generator().manual_seed(t)
+    offs = random_offsets(g, e, t, 1.0).cuda()
+    a = torch.randn(t, k, generator=g).to("cuda", dtype)
+    b = torch.randn(e, n, k, generator=g).to("cuda", dtype)
+    plan = gemm_grouped_plan(a, b, offs)
+    assert plan.endswith("(tuned)") and plan.split("/")[0] in PACKED_CONFIGS, plan
+    poison_next_allocation((t, n), dtype, "cuda")
+    tuned = gemm_grouped(a, b, offs=offs)
+    check_packed(a, b, offs.cpu(), tuned, 1e-2)
+    for config in PACKED_CONFIGS:
+        for swizzle, raster in ((8, "n"), (1, "m"), (4, "n")):
+            other = gemm_grouped(a, b, offs=offs, config=config, swizzle=swizzle, raster=raster)
+            valid = int(offs[-1])
+            assert torch.equal(other[:valid], tuned[:valid]), (config, swizzle, raster)
+    offs2 = random_offsets(g, e, t, 0.3).cuda()  # another routing: same plan, no new tuning
+    assert gemm_grouped_plan(a, b, offs2) == plan
+    check_packed(a, b, offs2.cpu(), gemm_grouped(a, b, offs=offs2), 1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="needs a Hopper (sm_90) GPU")
+def test_packed_bad_config_named():
+    a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(2, 64, 64, device="cuda", dtype=torch.bfloat16)
+    offs = torch.tensor([30, 64], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="ping_64x256_c1x1 has no hooked kernel"):
+        gemm_grouped(a, b, offs=offs, config="ping_64x256_c1x1")
+    with pytest.raises(RuntimeError, match="packed groups run on"):
+        gemm_grouped(a, b, offs=offs, config="coop_256x128_c2x1")

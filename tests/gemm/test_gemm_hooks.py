@@ -16,7 +16,8 @@ from tests.gemm.test_gemm_engine import HOPPER, poison_next_allocation, referenc
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HOPPER, reason="needs a Hopper (sm_90) GPU")]
 
-HOOKED = {"coop_128x128_c2x1": 1, "coop_128x256_c2x1": 0, "coop_256x128_c1x2": 7}
+HOOKED = {"coop_128x128_c2x1": 1, "coop_128x256_c2x1": 0, "coop_256x128_c1x2": 7,
+          "ping_128x128_c1x2": 5}  # ping-pong consumers: register stores, tile_stored signal
 
 
 def hooked(a, b, *, a_ready=None, rows_per_flag=1, a_ready_value=1, tile_done=None, tile_done_value=1,
@@ -37,7 +38,7 @@ def test_hooked_kernel_without_hooks(config, m, n, k):
     assert rel_err(out, reference(a, b)) < 1e-2
 
 
-@pytest.mark.parametrize("config", ["coop_128x128_c2x1", "coop_128x256_c2x1"])
+@pytest.mark.parametrize("config", ["coop_128x128_c2x1", "coop_128x256_c2x1", "ping_128x128_c1x2"])
 def test_waits_for_a_blocks_released_one_at_a_time(config):
     cfg = HOOKED[config]
     m, n, k, rows = 1024, 1024, 512, 128
@@ -78,8 +79,9 @@ def test_waits_for_a_blocks_released_one_at_a_time(config):
     assert rel_err(out, reference(a_src, b)) < 1e-2
 
 
-def test_custom_m_order_and_few_sms():
-    cfg = HOOKED["coop_128x128_c2x1"]
+@pytest.mark.parametrize("config", ["coop_128x128_c2x1", "ping_128x128_c1x2"])
+def test_custom_m_order_and_few_sms(config):
+    cfg = HOOKED[config]
     m, n, k = 1500, 768, 256
     _, _, units_m, _, _ = torch.ops.mkernel.gemm_tile_counts(cfg, m, n)
     order = torch.randperm(units_m, dtype=torch.int32).cuda()
@@ -101,6 +103,24 @@ def test_bad_hook_arguments_named():
         hooked(a, a, m_order=torch.zeros(5, device="cuda", dtype=torch.int32), config=1)
     with pytest.raises(RuntimeError, match="no hooked kernel"):
         hooked(a, a, config=3)
+    with pytest.raises(RuntimeError, match="ping-pong hooked kernel runs without split-K"):
+        hooked(a, a, config=HOOKED["ping_128x128_c1x2"], splits=2)
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 264, 64), (333, 1032, 520)])
+def test_ping_pong_tile_done_after_every_tile_and_odd_tile_counts(m, n, k):
+    """Ping-pong consumers take a CTA's tiles in turn: with few SMs each CTA gets an odd or
+    even number of tiles; every tile must be stored and signalled exactly once."""
+    cfg = HOOKED["ping_128x128_c1x2"]
+    tiles_m, tiles_n, _, _, _ = torch.ops.mkernel.gemm_tile_counts(cfg, m, n)
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.float16)
+    for sms in (2, 6, 0):
+        done = torch.zeros(tiles_m * tiles_n, device="cuda", dtype=torch.int64)
+        poison_next_allocation((m, n), torch.float16, "cuda")
+        out = hooked(a, b, tile_done=done, tile_done_value=sms + 3, config=cfg, sm_count=sms)
+        assert rel_err(out, reference(a, b)) < 1e-2
+        assert (done == sms + 3).all(), done.view(tiles_m, tiles_n)
 
 
 TIMEOUT = """

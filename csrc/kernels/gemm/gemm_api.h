@@ -96,9 +96,15 @@ Plan select_plan(int m, int n, int k, int sm_count);
 // plans, returns how many. None splits K, so all give the same bits.
 int candidate_plans(int m, int n, int k, int sm_count, Plan* out, int capacity);
 ConfigId select_config(int m, int n, int k);
+// The same for the packed grouped GEMM (hooked kernel, T rows over `experts`
+// groups): the fixed plan it ran before tuning first, then hooked configs and
+// tile orders; none splits K.
+int grouped_candidate_plans(int t, int n, int k, int experts, int sm_count, Plan* out,
+                            int capacity);
 
 // The hooked kernel (gemm_kernel_sm90.cuh): the same GEMM with the engine's
-// communication hooks. Cooperative configs only (hooked_supported).
+// communication hooks. The cooperative persistent configs and
+// ping_128x128_c1x2 (hooked_supported); split-K on the cooperative ones only.
 struct HookArgs {
   // (a) wait before loading A rows [r, r+BLOCK_M): a_ready[i] >= a_ready_value
   //     for every i covering those rows, i = row / rows_per_flag. Null: no wait.

@@ -149,6 +149,30 @@ int candidate_plans(int m, int n, int k, int sm_count, Plan* out, int capacity) 
   return count;
 }
 
+int grouped_candidate_plans(int t, int n, int k, int experts, int sm_count, Plan* out,
+                            int capacity) {
+  (void)t, (void)k, (void)experts;
+  using C = ConfigId;
+  // 128x256 tiles unless N is too narrow to give the SMs work with them.
+  const Plan fixed{n >= 2048 ? C::kCoop128x256Cluster2x1 : C::kCoop128x128Cluster2x1, 8, 2};
+  const Plan others[] = {
+      {C::kPing128x128Cluster1x2, 8, 2}, {C::kPing128x128Cluster1x2, 1, 1},
+      {C::kPing128x128Cluster1x2, 4, 2}, {C::kCoop128x256Cluster2x1, 1, 1},
+      {C::kCoop128x256Cluster2x1, 4, 2}, {C::kCoop128x128Cluster2x1, 8, 2},
+  };
+  int count = 0;
+  if (capacity > 0) out[count++] = fixed;
+  if (sm_count < 2) return count;  // every hooked config runs 2-CTA clusters
+  for (const Plan& p : others) {
+    bool seen = false;
+    for (int i = 0; i < count; ++i) {
+      seen |= out[i].config == p.config && out[i].swizzle == p.swizzle && out[i].raster == p.raster;
+    }
+    if (!seen && count < capacity) out[count++] = p;
+  }
+  return count;
+}
+
 ConfigId select_config(int m, int n, int k) {
   return select_plan(m, n, k, detail::device_sm_count()).config;
 }
@@ -224,6 +248,7 @@ bool hooked_supported(ConfigId id) {
     case ConfigId::kCoop128x256Cluster1x2:
     case ConfigId::kCoop256x128Cluster2x1:
     case ConfigId::kCoop256x128Cluster1x2:
+    case ConfigId::kPing128x128Cluster1x2:  // ping-pong consumers, no split-K
       return true;
     default:
       return false;

@@ -2,8 +2,9 @@
 //  (a) producer_wait: before the producer warp loads the A rows of a tile,
 //      wait until every flag guarding those rows holds >= a sequence number
 //      (the rows have arrived from a peer);
-//  (b) tile_done: after a tile's epilogue store has reached global memory,
-//      release a per-tile flag (a send role or a peer may consume the tile).
+//  (b) tile_done / tile_stored: after a tile's epilogue store has reached
+//      global memory (TMA store / register stores), release a per-tile flag
+//      (a send role or a peer may consume the tile).
 // NoHooks compiles both away, so the plain GEMM pays nothing.
 #pragma once
 
@@ -19,6 +20,7 @@ struct NoHooks {
   static constexpr bool kSignalsTiles = false;
   CUTLASS_DEVICE static void producer_wait(Params const&, int, int) {}
   CUTLASS_DEVICE static void tile_done(Params const&, int, int, int, int) {}
+  CUTLASS_DEVICE static void tile_stored(Params const&, int, int, int, int) {}
 };
 
 // The host-facing description of the flag hooks (also in gemm_api.h).
@@ -68,6 +70,18 @@ struct FlagHooks {
                              p.tile_done_value);
       }
     }
+  }
+
+  // The same signal after a tile stored from registers (the ping-pong
+  // consumers): called by every thread of the storing warpgroup after a
+  // barrier of that warpgroup, so each thread's stores precede the release
+  // (which is cumulative over them); no TMA store to wait for.
+  CUTLASS_DEVICE static void tile_stored(Params const& p, int m_block, int n_block, int block_m,
+                                         int warpgroup_thread_idx) {
+    if (p.tile_done == nullptr || m_block * block_m >= p.m || warpgroup_thread_idx != 0) return;
+    __threadfence_system();
+    comm::st_release_sys(p.tile_done + static_cast<int64_t>(m_block) * p.tiles_n + n_block,
+                         p.tile_done_value);
   }
 };
 

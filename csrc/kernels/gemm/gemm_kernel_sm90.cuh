@@ -1,12 +1,17 @@
-// The hooked GEMM kernel for Hopper: persistent, warp-specialized,
-// cooperative (two consumer warpgroups share a tile), built from CUTLASS's
-// sm90 collectives (TMA + wgmma mainloop, TMA-store epilogue) with mkernel's
-// own tile scheduler and communication hooks:
+// The hooked GEMM kernel for Hopper: persistent, warp-specialized, built
+// from CUTLASS's sm90 collectives (TMA + wgmma mainloop, TMA-store epilogue)
+// with mkernel's own tile scheduler and communication hooks. Two consumer
+// schedules, chosen by the mainloop's TiledMma:
 //
 //   Producer warpgroup, warp 0 (Mainloop): for each tile, Hooks::producer_wait
 //       on the tile's A rows, then TMA loads of A/B k-blocks into the smem ring.
-//   Consumer0, Consumer1 warpgroups: wgmma over the ring, epilogue TMA store,
-//       then Hooks::tile_done for the tile.
+//   Cooperative (a 2-warpgroup TiledMma): Consumer0 and Consumer1 share each
+//       tile: wgmma over the ring, epilogue TMA store, Hooks::tile_done.
+//   Ping-pong (a 1-warpgroup TiledMma): the consumers take the CTA's tiles in
+//       turn and an ordered barrier lets one issue its MMAs while the other
+//       runs its epilogue, so the tensor cores never wait for a store. Each
+//       stores its tile from registers (store_clipped: no epilogue smem to
+//       hand over between them), then Hooks::tile_stored. No split-K.
 //
 // Packed groups (Scheduler::kPacked, the MoE layout of torch._grouped_mm):
 // the producer shifts its view of A to the expert's first row and takes B of
@@ -46,11 +51,16 @@ class HookedGemmSm90 {
   using ElementD = typename Epilogue::ElementD;
   using ProblemShape = cute::Shape<int, int, int, int>;
 
-  static constexpr int kMmaThreads = cute::size(TiledMma{});
-  static constexpr int kThreads = kMmaThreads + cutlass::NumThreadsPerWarpGroup;
-  static_assert(
-      kMmaThreads == 2 * cutlass::NumThreadsPerWarpGroup,
-      "HookedGemmSm90 is cooperative: use a KernelTmaWarpSpecializedCooperative mainloop");
+  static constexpr int kMmaThreads = cute::size(TiledMma{});  // threads sharing one tile
+  static constexpr bool kPingpong = kMmaThreads == cutlass::NumThreadsPerWarpGroup;
+  static_assert(kPingpong || kMmaThreads == 2 * cutlass::NumThreadsPerWarpGroup,
+                "HookedGemmSm90 runs a cooperative (2-warpgroup) or ping-pong (1-warpgroup) "
+                "mainloop");
+  // A producer warpgroup and two consumer warpgroups in both schedules.
+  static constexpr int kThreads = 3 * cutlass::NumThreadsPerWarpGroup;
+  // Ping-pong: consumer warpgroup g issues its MMAs after the other's (a
+  // one-stage ring of two groups).
+  using MathOrderBarrier = cutlass::OrderedSequenceBarrier<1, 2>;
   // The producer needs few registers; the consumers hold a 128xN fp32 accumulator each.
   static constexpr uint32_t kLoadRegisters = 40;
   static constexpr uint32_t kMmaRegisters = 232;
@@ -66,6 +76,7 @@ class HookedGemmSm90 {
     struct Pipelines : cute::aligned_struct<16, cute::_1> {
       alignas(16) typename Mainloop::PipelineStorage mainloop;
       alignas(16) typename Epilogue::PipelineStorage epi_load;
+      alignas(16) typename MathOrderBarrier::SharedStorage math_order;
     } pipelines;
     struct Tensors : cute::aligned_struct<128, cute::_1> {
       typename Epilogue::TensorStorage epilogue;
@@ -88,7 +99,9 @@ class HookedGemmSm90 {
     typename Scheduler::Params scheduler;
     typename Hooks::Params hooks;
     SplitKWorkspace split_k;       // used when scheduler.splits > 1
-    ElementD* packed_d = nullptr;  // kPackedGroups: D [M, N] row-major, every expert's rows
+    // D for the register-store epilogue (store_clipped: packed groups and
+    // ping-pong): [M, N] row-major per batch, or every expert's rows when packed.
+    ElementD* direct_d = nullptr;
   };
 
   enum class WarpGroupRole { Producer = 0, Consumer0 = 1, Consumer1 = 2 };
@@ -139,6 +152,11 @@ class HookedGemmSm90 {
     typename EpiStorePipeline::Params epi_store_pipe;
     epi_store_pipe.always_wait = true;
     EpiStorePipeline epi_store_pipeline(epi_store_pipe);
+
+    typename MathOrderBarrier::Params order_params;
+    order_params.group_id = role == WarpGroupRole::Consumer1 ? 1 : 0;
+    order_params.group_size = cutlass::NumThreadsPerWarpGroup;
+    MathOrderBarrier math_order(shared.pipelines.math_order, order_params);
 
     // Every CTA of the cluster must see the barriers initialised.
     if constexpr (size(ClusterShape{}) > 1) {
@@ -196,6 +214,37 @@ class HookedGemmSm90 {
         write_state.advance(work.k_count);
       }
       mainloop.load_tail(mainloop_pipeline, write_state);
+    } else if constexpr (kPingpong) {
+      cutlass::arch::warpgroup_reg_alloc<kMmaRegisters>();
+      TiledMma tiled_mma;
+      MainloopState read_state;
+      typename Scheduler::Cursor cursor;
+      const int group = role == WarpGroupRole::Consumer1 ? 1 : 0;
+      int turn = 0;  // this CTA's tiles so far: even ones are Consumer0's, odd ones Consumer1's
+      for (int unit = Scheduler::first_unit();; unit += Scheduler::unit_stride()) {
+        const auto work = Scheduler::get(params.scheduler, unit, cursor);
+        if (!work.valid) break;
+        if (work.skip) continue;
+        if ((turn++ & 1) != group) {  // the other warpgroup's tile: its stages pass by
+          read_state.advance(work.k_count);
+          continue;
+        }
+        auto accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
+        math_order.wait();
+        mainloop.mma(mainloop_pipeline, read_state, accumulators, work.k_count,
+                     warp_group_thread_idx, shared.tensors.mainloop, params.mainloop);
+        math_order.arrive();  // the other warpgroup may issue its MMAs
+        mainloop.mma_tail(mainloop_pipeline, read_state, work.k_count);
+        read_state.advance(work.k_count);
+        store_clipped(params, work, accumulators, tiled_mma, warp_group_thread_idx);
+        if constexpr (Hooks::kSignalsTiles) {
+          // Every thread's stores are issued before one releases the tile.
+          cutlass::arch::NamedBarrier::sync(cutlass::NumThreadsPerWarpGroup, kTileStoredBarrier + group);
+          Hooks::tile_stored(params.hooks, work.m_block, work.n_block, kBlockM,
+                             warp_group_thread_idx);
+        }
+      }
+      asm volatile("griddepcontrol.launch_dependents;" :::);
     } else {
       cutlass::arch::warpgroup_reg_alloc<kMmaRegisters>();
       TiledMma tiled_mma;
@@ -244,7 +293,11 @@ class HookedGemmSm90 {
     }
   }
 
-  // Register -> global stores of one tile, rows clipped at the expert's end.
+  // Named barriers (user ids) of the ping-pong consumers, one per warpgroup.
+  static constexpr uint32_t kTileStoredBarrier = 0;
+
+  // Register -> global stores of one tile, rows clipped at M (packed groups:
+  // at the expert's end), columns at N. Every thread of the tile's MMA calls it.
   //
   // In the wgmma accumulator layout the 4 lanes of a quad hold one row, two
   // adjacent columns each of every 8-column block. Storing those pairs as
@@ -264,7 +317,10 @@ class HookedGemmSm90 {
     // Offsets that run backwards or past M (bad input) must not write outside D.
     const int rows = min(work.rows, m - work.row_offset);
     if (work.row_offset < 0 || row0 >= rows || col0 >= n) return;
-    ElementD* base = params.packed_d + (static_cast<int64_t>(work.row_offset) + row0) * n + col0;
+    // Packed: the expert's rows start at row_offset; batched: batch b's D follows b-1's.
+    const int64_t first_row = kPackedGroups ? static_cast<int64_t>(work.row_offset) + row0
+                                            : static_cast<int64_t>(work.batch) * m + row0;
+    ElementD* base = params.direct_d + first_row * n + col0;
     Tensor gD =
         make_tensor(make_gmem_ptr(base), make_shape(Int<kBM>{}, Int<kBN>{}), make_stride(n, _1{}));
     Tensor cD = make_identity_tensor(make_shape(Int<kBM>{}, Int<kBN>{}));

@@ -177,14 +177,19 @@ struct GemmSm90 {
     return cfg;
   }
 
-  static constexpr bool kHookable = cute::is_same_v<typename Cfg::KernelSchedule, Coop> &&
-                                    cute::is_same_v<typename Cfg::Scheduler, Persistent>;
+  // The hooked kernel runs the cooperative persistent configs and one
+  // ping-pong config (128x128 tiles, 1x2 clusters: the fastest CUTLASS config
+  // on most large shapes); each hooked kernel is another minute of nvcc.
+  static constexpr bool kHookable = cute::is_same_v<typename Cfg::Scheduler, Persistent> &&
+                                    (cute::is_same_v<typename Cfg::KernelSchedule, Coop> ||
+                                     Id == ConfigId::kPing128x128Cluster1x2);
   using Hooked = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, FlagHooks>;
   using HookedPacked = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, FlagHooks, true>;
   // Packed groups are compiled for the configs the grouped plan uses only
   // (each kernel is a minute of nvcc).
   static constexpr bool kPackable = kHookable && (Id == ConfigId::kCoop128x256Cluster2x1 ||
-                                                  Id == ConfigId::kCoop128x128Cluster2x1);
+                                                  Id == ConfigId::kCoop128x128Cluster2x1 ||
+                                                  Id == ConfigId::kPing128x128Cluster1x2);
 
   // Per-kernel launch facts, queried once: the occupancy query alone costs
   // more than a small GEMM.
@@ -241,6 +246,7 @@ struct GemmSm90 {
     auto sp = Sched::make_params(p.m, p.n, p.k, l.swizzle > 0 ? l.swizzle : 8, l.raster != 1,
                                  m_order, batches, p.batch_rows, 1);
     int splits = l.splits;
+    if (splits <= 0 && K::kPingpong) splits = 1;  // ping-pong consumers have no split-K
     if (splits <= 0) {
       const int units = Sched::total_units(sp), clusters = hooked_clusters<K>(l);
       splits = 1;
@@ -275,7 +281,10 @@ struct GemmSm90 {
       if constexpr (kPackable) {
         return launch_hooked<HookedPacked>(p, l, h, reason);
       } else {
-        if (reason) *reason = "packed groups run on coop_128x256_c2x1 and coop_128x128_c2x1 only";
+        if (reason) {
+          *reason =
+              "packed groups run on coop_128x256_c2x1, coop_128x128_c2x1 and ping_128x128_c1x2 only";
+        }
         return cudaErrorInvalidValue;
       }
     }
@@ -310,9 +319,13 @@ struct GemmSm90 {
       params.scheduler =
           K::Scheduler::make_params(p.m, p.n, p.k, l.swizzle > 0 ? l.swizzle : 8, l.raster != 1,
                                     nullptr, batches, nullptr, 1, p.group_end);
-      params.packed_d = static_cast<Element*>(p.d);
     } else {
       params.scheduler = hooked_schedule<K>(p, l, h.m_order);
+    }
+    params.direct_d = static_cast<Element*>(p.d);
+    if (K::kPingpong && params.scheduler.splits > 1) {
+      if (reason) *reason = "the ping-pong hooked kernel runs without split-K (use splits=1)";
+      return cudaErrorInvalidValue;
     }
     if (params.scheduler.splits > 1) {
       const int tiles = K::Scheduler::padded_tiles(params.scheduler);
