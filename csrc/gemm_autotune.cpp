@@ -22,10 +22,12 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -42,6 +44,16 @@ struct Cache {
 Cache& cache() {
   static auto* c = new Cache();  // never destroyed: may be used until exit
   return *c;
+}
+
+// MKERNEL_GEMM_AUTOTUNE_LOG=1: one stderr line per tuned shape and stage
+// (each candidate's median, or why it could not run).
+bool tuning_logged() {
+  static const bool on = [] {
+    const char* v = std::getenv("MKERNEL_GEMM_AUTOTUNE_LOG");
+    return v != nullptr && std::strcmp(v, "0") != 0;
+  }();
+  return on;
 }
 
 bool tuning_enabled() {
@@ -76,8 +88,8 @@ struct EventPair {
 // sit 1-3% apart, within the noise of a handful of one-call samples
 // (runs 13-14: the tuner kept a plan 3.5% slower than another candidate).
 // Returns the winner's index, or -1 when none ran.
-template <class LaunchFn>
-int fastest(int count, cudaStream_t stream, LaunchFn&& launch) {
+template <class LaunchFn, class NameFn>
+int fastest(int count, cudaStream_t stream, LaunchFn&& launch, NameFn&& name) {
   EventPair ev;
   auto time_ms = [&](int i, int reps) {
     C10_CUDA_CHECK(cudaEventRecord(ev.start, stream));
@@ -92,7 +104,11 @@ int fastest(int count, cudaStream_t stream, LaunchFn&& launch) {
   float shortest = 0.f;
   for (int i = 0; i < count; ++i) {  // warm-up, and one timed call to size the batches
     if (!launch(i)) {
-      cudaGetLastError();
+      const cudaError_t err = cudaGetLastError();
+      if (tuning_logged()) {
+        std::fprintf(stderr, "mkernel autotune: %s cannot run (%s)\n", name(i).c_str(),
+                     cudaGetErrorString(err));
+      }
       continue;
     }
     const float ms = time_ms(i, 1);
@@ -117,6 +133,12 @@ int fastest(int count, cudaStream_t stream, LaunchFn&& launch) {
       order.emplace_back(samples[j][rounds / 2], who[j]);
     }
     std::sort(order.begin(), order.end());
+    if (tuning_logged()) {
+      std::string line = "mkernel autotune: " + std::to_string(rounds) + " rounds of " +
+                         std::to_string(reps) + " call(s):";
+      for (const auto& o : order) line += " " + name(o.second) + " " + std::to_string(o.first / reps);
+      std::fprintf(stderr, "%s ms\n", line.c_str());
+    }
     std::vector<int> ranked;
     for (const auto& o : order) ranked.push_back(o.second);
     return ranked;
@@ -153,12 +175,19 @@ gemm::Plan tune(gemm::Problem p, const gemm::Launch& l, const gemm::Plan* cands,
     scratch = at::zeros({static_cast<int64_t>(scratch_bytes)}, like.options().dtype(at::kByte));
   }
   for (gemm::Launch& c : launches) c.workspace = c.workspace_bytes ? scratch.data_ptr() : nullptr;
-  const int best = fastest(count, l.stream, [&](int i) {
-    if (!runnable[i]) return false;
-    const cudaError_t err = hooked ? gemm::run_hooked(p, cands[i].config, launches[i], {}, nullptr)
-                                   : gemm::run(p, cands[i].config, launches[i], nullptr);
-    return err == cudaSuccess;
-  });
+  const int best = fastest(
+      count, l.stream,
+      [&](int i) {
+        if (!runnable[i]) return false;
+        const cudaError_t err = hooked
+                                    ? gemm::run_hooked(p, cands[i].config, launches[i], {}, nullptr)
+                                    : gemm::run(p, cands[i].config, launches[i], nullptr);
+        return err == cudaSuccess;
+      },
+      [&](int i) {
+        return plan_name(cands[i].config, cands[i].swizzle, cands[i].raster, false) +
+               (runnable[i] ? "" : " (can_implement refused)");
+      });
   return cands[best < 0 ? 0 : best];
 }
 

@@ -103,8 +103,9 @@ def test_bad_hook_arguments_named():
         hooked(a, a, m_order=torch.zeros(5, device="cuda", dtype=torch.int32), config=1)
     with pytest.raises(RuntimeError, match="no hooked kernel"):
         hooked(a, a, config=3)
+    deep = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)  # 8 k-blocks: 2 slices fit
     with pytest.raises(RuntimeError, match="ping-pong hooked kernel runs without split-K"):
-        hooked(a, a, config=HOOKED["ping_128x128_c1x2"], splits=2)
+        hooked(deep, deep, config=HOOKED["ping_128x128_c1x2"], splits=2)
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 264, 64), (333, 1032, 520)])
