@@ -80,51 +80,65 @@ struct EventPair {
 };
 
 // The fastest of `count` candidates (launch(i) runs candidate i; false: it
-// cannot run). Each is timed over batches of calls (a short kernel timed
-// alone measures the launch path), in interleaved rounds so that clock and
-// power drift reach every candidate alike (one kernel's speed moved 5-15%
-// between runs on the H200). Two stages: every candidate for a few short
-// rounds, then the four fastest for more, longer ones — neighbouring configs
-// sit 1-3% apart, within the noise of a handful of one-call samples
-// (runs 13-14: the tuner kept a plan 3.5% slower than another candidate).
+// cannot run), as they run in a training step: back to back on a loaded GPU.
+// Timing each call alone on an idle GPU ranks them differently — measured on
+// the H200 (run 16): the packed MoE GEMM's 128x256 cooperative and 128x128
+// ping-pong plans both took 1.34 ms one call at a time, but 1.52 and 1.46 ms
+// in a sustained loop (the GPU at its power limit clocks lower, and the
+// plans do not slow down alike). So the GPU is first brought to that state
+// (~100 ms of the first candidate), then every sample is a block of ~4 ms of
+// one candidate's calls, the blocks of a round queued back to back with one
+// stream sync per round and the order rotating between rounds. Two stages:
+// every candidate for 3 rounds, then the three fastest for 7 more; the
+// lowest median wins. About 0.3 s once per shape.
 // Returns the winner's index, or -1 when none ran.
 template <class LaunchFn, class NameFn>
 int fastest(int count, cudaStream_t stream, LaunchFn&& launch, NameFn&& name) {
-  EventPair ev;
-  auto time_ms = [&](int i, int reps) {
-    C10_CUDA_CHECK(cudaEventRecord(ev.start, stream));
-    for (int rep = 0; rep < reps; ++rep) launch(i);
-    C10_CUDA_CHECK(cudaEventRecord(ev.stop, stream));
-    C10_CUDA_CHECK(cudaEventSynchronize(ev.stop));
-    float ms = 0.f;
-    C10_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start, ev.stop));
-    return ms;
-  };
   std::vector<int> ok;
   float shortest = 0.f;
-  for (int i = 0; i < count; ++i) {  // warm-up, and one timed call to size the batches
-    if (!launch(i)) {
-      const cudaError_t err = cudaGetLastError();
-      if (tuning_logged()) {
-        std::fprintf(stderr, "mkernel autotune: %s cannot run (%s)\n", name(i).c_str(),
-                     cudaGetErrorString(err));
+  {
+    EventPair ev;
+    for (int i = 0; i < count; ++i) {  // warm-up, and one timed call to size the blocks
+      if (!launch(i)) {
+        const cudaError_t err = cudaGetLastError();
+        if (tuning_logged()) {
+          std::fprintf(stderr, "mkernel autotune: %s cannot run (%s)\n", name(i).c_str(),
+                       cudaGetErrorString(err));
+        }
+        continue;
       }
-      continue;
+      C10_CUDA_CHECK(cudaEventRecord(ev.start, stream));
+      launch(i);
+      C10_CUDA_CHECK(cudaEventRecord(ev.stop, stream));
+      C10_CUDA_CHECK(cudaEventSynchronize(ev.stop));
+      float ms = 0.f;
+      C10_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start, ev.stop));
+      shortest = ok.empty() ? ms : std::min(shortest, ms);
+      ok.push_back(i);
     }
-    const float ms = time_ms(i, 1);
-    shortest = ok.empty() ? ms : std::min(shortest, ms);
-    ok.push_back(i);
   }
   if (ok.size() <= 1) return ok.empty() ? -1 : ok[0];
-  // Rounds of interleaved samples of about `sample_ms` of GPU time each; the
-  // candidates ordered by their median.
+  auto calls_for = [&](float ms) {
+    return std::clamp(static_cast<int>(ms / std::max(shortest, 1e-3f)), 1, 100000);
+  };
+  for (int rep = calls_for(100.f); rep > 0; --rep) launch(ok[0]);  // to the sustained state
+  // Rounds of back-to-back samples of ~sample_ms each; the candidates ordered by their median.
   auto rank = [&](const std::vector<int>& who, int rounds, float sample_ms) {
-    const int reps = std::clamp(static_cast<int>(sample_ms / std::max(shortest, 1e-3f)), 1, 64);
+    const int reps = calls_for(sample_ms);
+    std::vector<EventPair> ev(who.size());
     std::vector<std::vector<float>> samples(who.size());
     for (int r = 0; r < rounds; ++r) {
       for (size_t j = 0; j < who.size(); ++j) {
         const size_t at = (j + r) % who.size();  // rotate who goes first
-        samples[at].push_back(time_ms(who[at], reps));
+        C10_CUDA_CHECK(cudaEventRecord(ev[at].start, stream));
+        for (int rep = 0; rep < reps; ++rep) launch(who[at]);
+        C10_CUDA_CHECK(cudaEventRecord(ev[at].stop, stream));
+      }
+      C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+      for (size_t j = 0; j < who.size(); ++j) {
+        float ms = 0.f;
+        C10_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[j].start, ev[j].stop));
+        samples[j].push_back(ms / reps);
       }
     }
     std::vector<std::pair<float, int>> order;
@@ -136,16 +150,16 @@ int fastest(int count, cudaStream_t stream, LaunchFn&& launch, NameFn&& name) {
     if (tuning_logged()) {
       std::string line = "mkernel autotune: " + std::to_string(rounds) + " rounds of " +
                          std::to_string(reps) + " call(s):";
-      for (const auto& o : order) line += " " + name(o.second) + " " + std::to_string(o.first / reps);
+      for (const auto& o : order) line += " " + name(o.second) + " " + std::to_string(o.first);
       std::fprintf(stderr, "%s ms\n", line.c_str());
     }
     std::vector<int> ranked;
     for (const auto& o : order) ranked.push_back(o.second);
     return ranked;
   };
-  std::vector<int> finalists = rank(ok, 3, 0.3f);
-  if (finalists.size() > 4) finalists.resize(4);
-  return rank(finalists, 9, 1.0f).front();
+  std::vector<int> finalists = rank(ok, 3, 4.f);
+  if (finalists.size() > 3) finalists.resize(3);
+  return rank(finalists, 7, 4.f).front();
 }
 
 // The candidates' launches, each checked and sized once (the timed loop only
