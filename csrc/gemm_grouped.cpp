@@ -166,8 +166,8 @@ std::string packed_plan_cuda(const at::Tensor& a, const at::Tensor& b, const at:
   validate_packed(a, b, offs);
   const c10::cuda::CUDAGuard device_guard(a.device());
   check_engine_inputs("mkernel.gemm_grouped_plan", a);
-  gemm::Problem p = engine_problem("mkernel.gemm_grouped_plan", a, b, nullptr, a.size(0),
-                                   b.size(1), a.size(1));
+  gemm::Problem p =
+      engine_problem("mkernel.gemm_grouped_plan", a, b, nullptr, a.size(0), b.size(1), a.size(1));
   p.batches = static_cast<int>(b.size(0));
   p.group_end = offs.data_ptr<int>();
   if (p.m == 0 || p.batches == 0 || p.n == 0) return "empty";

@@ -103,8 +103,9 @@ at::Tensor gemm_hooked_cuda(const at::Tensor& a, const at::Tensor& b,
   launch.raster = static_cast<int>(raster);
   launch.splits = static_cast<int>(splits);
   const gemm::ConfigId id = gemm::resolve_hooked(p, static_cast<gemm::ConfigId>(config), launch);
-  TORCH_CHECK(gemm::hooked_supported(id), kOp, ": config ", gemm::config_name(id),
-              " has no hooked kernel (the cooperative persistent configs and ping_128x128_c1x2 have one)");
+  TORCH_CHECK(
+      gemm::hooked_supported(id), kOp, ": config ", gemm::config_name(id),
+      " has no hooked kernel (the cooperative persistent configs and ping_128x128_c1x2 have one)");
   if (const char* why = gemm::can_implement(p, id, launch)) {
     TORCH_CHECK(false, kOp, ": cannot run M=", m, " N=", n, " K=", k, ": ", why);
   }

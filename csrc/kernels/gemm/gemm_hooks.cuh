@@ -27,10 +27,10 @@ struct NoHooks {
 struct FlagHookArgs {
   const uint64_t* a_ready = nullptr;  // [ceil(M / rows_per_flag)] flags guarding A's rows
   int rows_per_flag = 0;
-  uint64_t a_ready_value = 0;      // wait until flag >= this
-  uint64_t* tile_done = nullptr;   // [tiles_m * tiles_n] flags, row-major, or null
-  uint64_t tile_done_value = 0;    // value released into tile_done[m * tiles_n + n]
-  long long timeout_cycles = 0;    // bound of each wait (clock64 cycles)
+  uint64_t a_ready_value = 0;            // wait until flag >= this
+  uint64_t* tile_done = nullptr;         // [tiles_m * tiles_n] flags, row-major, or null
+  uint64_t tile_done_value = 0;          // value released into tile_done[m * tiles_n + n]
+  long long timeout_cycles = 0;          // bound of each wait (clock64 cycles)
   comm::WaitDiagnostic* diag = nullptr;  // host-mapped; filled on a timeout
 };
 

@@ -98,7 +98,7 @@ class HookedGemmSm90 {
     typename Epilogue::Params epilogue;
     typename Scheduler::Params scheduler;
     typename Hooks::Params hooks;
-    SplitKWorkspace split_k;       // used when scheduler.splits > 1
+    SplitKWorkspace split_k;  // used when scheduler.splits > 1
     // D for the register-store epilogue (store_clipped: packed groups and
     // ping-pong): [M, N] row-major per batch, or every expert's rows when packed.
     ElementD* direct_d = nullptr;
@@ -239,7 +239,8 @@ class HookedGemmSm90 {
         store_clipped(params, work, accumulators, tiled_mma, warp_group_thread_idx);
         if constexpr (Hooks::kSignalsTiles) {
           // Every thread's stores are issued before one releases the tile.
-          cutlass::arch::NamedBarrier::sync(cutlass::NumThreadsPerWarpGroup, kTileStoredBarrier + group);
+          cutlass::arch::NamedBarrier::sync(cutlass::NumThreadsPerWarpGroup,
+                                            kTileStoredBarrier + group);
           Hooks::tile_stored(params.hooks, work.m_block, work.n_block, kBlockM,
                              warp_group_thread_idx);
         }

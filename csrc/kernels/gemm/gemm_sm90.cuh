@@ -283,7 +283,8 @@ struct GemmSm90 {
       } else {
         if (reason) {
           *reason =
-              "packed groups run on coop_128x256_c2x1, coop_128x128_c2x1 and ping_128x128_c1x2 only";
+              "packed groups run on coop_128x256_c2x1, coop_128x128_c2x1 and ping_128x128_c1x2 "
+              "only";
         }
         return cudaErrorInvalidValue;
       }
