@@ -211,6 +211,27 @@ bool capturing(cudaStream_t stream) {
   return capture != cudaStreamCaptureStatusNone;
 }
 
+// The cached plan of `key`, tuned among candidates(out, capacity) on a miss.
+// One lock over lookup and tuning: a shape is timed once, and two threads
+// never time candidates against each other. Under graph capture a miss runs
+// the first candidate and caches nothing.
+template <class CandidatesFn>
+gemm::Plan cached_plan(const Key& key, const gemm::Problem& p, const gemm::Launch& l,
+                       const at::Tensor& like, bool hooked, bool* tuned,
+                       CandidatesFn&& candidates) {
+  Cache& c = cache();
+  const std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.plans.find(key);
+  if (it == c.plans.end()) {
+    gemm::Plan cands[12];
+    const int count = candidates(cands, 12);
+    if (count <= 1 || capturing(l.stream)) return cands[0];
+    it = c.plans.emplace(key, tune(p, l, cands, count, like, hooked)).first;
+  }
+  if (tuned) *tuned = true;
+  return it->second;
+}
+
 }  // namespace
 
 gemm::Plan engine_plan(const gemm::Problem& p, const gemm::Launch& l, const at::Tensor& like,
@@ -219,40 +240,27 @@ gemm::Plan engine_plan(const gemm::Problem& p, const gemm::Launch& l, const at::
   if (tuned) *tuned = false;
   if (!tuning_enabled()) return gemm::select_plan(p.m, p.n, p.k, sms);
   const Key key{like.get_device(), static_cast<int>(p.dtype), 0, p.m, p.n, p.k, sms};
-  Cache& c = cache();
-  // One lock over lookup and tuning: a shape is timed once, and two threads
-  // never time candidates against each other.
-  const std::lock_guard<std::mutex> lock(c.mu);
-  auto it = c.plans.find(key);
-  if (it == c.plans.end()) {
-    gemm::Plan cands[12];
-    const int count = gemm::candidate_plans(p.m, p.n, p.k, sms, cands, 12);
-    if (count <= 1 || capturing(l.stream)) return cands[0];
-    it = c.plans.emplace(key, tune(p, l, cands, count, like, /*hooked=*/false)).first;
-  }
-  if (tuned) *tuned = true;
-  return it->second;
+  return cached_plan(key, p, l, like, /*hooked=*/false, tuned, [&](gemm::Plan* out, int cap) {
+    return gemm::candidate_plans(p.m, p.n, p.k, sms, out, cap);
+  });
 }
 
 gemm::Plan grouped_plan(const gemm::Problem& p, const gemm::Launch& l, const at::Tensor& like,
                         bool* tuned) {
   const int sms = l.sm_count;
+  auto candidates = [&](gemm::Plan* out, int cap) {
+    return gemm::grouped_candidate_plans(p.m, p.n, p.k, p.batches, sms, out, cap);
+  };
   if (tuned) *tuned = false;
-  gemm::Plan cands[12];
-  const int count = gemm::grouped_candidate_plans(p.m, p.n, p.k, p.batches, sms, cands, 12);
-  if (!tuning_enabled()) return cands[0];
+  if (!tuning_enabled()) {
+    gemm::Plan first;
+    candidates(&first, 1);
+    return first;
+  }
   // Keyed by the rows of all experts together, not by the routing: the split
   // of T over the experts changes every step, the shapes do not.
   const Key key{like.get_device(), static_cast<int>(p.dtype), p.batches, p.m, p.n, p.k, sms};
-  Cache& c = cache();
-  const std::lock_guard<std::mutex> lock(c.mu);
-  auto it = c.plans.find(key);
-  if (it == c.plans.end()) {
-    if (count <= 1 || capturing(l.stream)) return cands[0];
-    it = c.plans.emplace(key, tune(p, l, cands, count, like, /*hooked=*/true)).first;
-  }
-  if (tuned) *tuned = true;
-  return it->second;
+  return cached_plan(key, p, l, like, /*hooked=*/true, tuned, candidates);
 }
 
 }  // namespace mkernel

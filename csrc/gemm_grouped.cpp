@@ -114,15 +114,19 @@ at::Tensor packed_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor
 }
 
 #ifdef MKERNEL_WITH_CUDA
-// The packed problem's config and launch: the plan the tuner measured fastest
-// for (E, T, N, K) (gemm_autotune.cpp), on the current stream.
-// plan false: the launch only (the caller names the config).
-gemm::ConfigId packed_launch(const gemm::Problem& p, const at::Tensor& a, gemm::Launch* launch,
-                             bool* tuned = nullptr, bool plan_it = true) {
-  launch->stream = at::cuda::getCurrentCUDAStream();
-  launch->sm_count = device_sms();
-  launch->splits = 1;
-  if (!plan_it) return gemm::ConfigId::kAuto;
+// The packed problem's launch on the current stream, without a tile order.
+gemm::Launch packed_launch() {
+  gemm::Launch launch;
+  launch.stream = at::cuda::getCurrentCUDAStream();
+  launch.sm_count = device_sms();
+  launch.splits = 1;
+  return launch;
+}
+
+// The plan the tuner measured fastest for (E, T, N, K) (gemm_autotune.cpp):
+// its config, with its tile order written into *launch.
+gemm::ConfigId packed_plan(const gemm::Problem& p, const at::Tensor& a, gemm::Launch* launch,
+                           bool* tuned = nullptr) {
   const gemm::Plan plan = grouped_plan(p, *launch, a, tuned);
   launch->swizzle = plan.swizzle;
   launch->raster = plan.raster;
@@ -142,9 +146,11 @@ at::Tensor packed_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tenso
   gemm::Problem p = engine_problem(op, a, b, out.data_ptr(), t, n, k);
   p.batches = static_cast<int>(e);
   p.group_end = offs.data_ptr<int>();
-  gemm::Launch launch;
-  gemm::ConfigId id = packed_launch(p, a, &launch, nullptr, config < 0);
-  if (config >= 0) {
+  gemm::Launch launch = packed_launch();
+  gemm::ConfigId id;
+  if (config < 0) {
+    id = packed_plan(p, a, &launch);
+  } else {
     id = static_cast<gemm::ConfigId>(config);
     TORCH_CHECK_VALUE(gemm::hooked_supported(id), op, ": config ", gemm::config_name(id),
                       " has no hooked kernel (packed groups run on the hooked kernel)");
@@ -171,9 +177,9 @@ std::string packed_plan_cuda(const at::Tensor& a, const at::Tensor& b, const at:
   p.batches = static_cast<int>(b.size(0));
   p.group_end = offs.data_ptr<int>();
   if (p.m == 0 || p.batches == 0 || p.n == 0) return "empty";
-  gemm::Launch launch;
+  gemm::Launch launch = packed_launch();
   bool tuned = false;
-  const gemm::ConfigId id = packed_launch(p, a, &launch, &tuned);
+  const gemm::ConfigId id = packed_plan(p, a, &launch, &tuned);
   return plan_name(id, launch.swizzle, launch.raster, tuned);
 }
 

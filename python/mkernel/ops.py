@@ -137,6 +137,13 @@ GEMM_CONFIGS: dict[str, int] = {
 }
 
 
+_RASTER = {"auto": 0, "m": 1, "n": 2}  # tile order argument -> op value
+
+
+def _config_id(config: str | int) -> int:
+    return GEMM_CONFIGS[config] if isinstance(config, str) else int(config)
+
+
 def gemm(a: Tensor, b: Tensor, *, config: str | int = "auto", sm_count: int = 0, swizzle: int = 0,
          raster: Literal["auto", "m", "n"] = "auto", splits: int = 0, pdl: bool = False) -> Tensor:
     """The GEMM engine on its own: ``a @ b.T``, no communication.
@@ -164,9 +171,8 @@ def gemm(a: Tensor, b: Tensor, *, config: str | int = "auto", sm_count: int = 0,
     """
     if config == "auto" and raster == "auto" and not (sm_count or swizzle or splits or pdl):
         return torch.ops.mkernel.gemm.default(a, b)  # fewer arguments to convert: a decode call is ~20 us
-    cfg = GEMM_CONFIGS[config] if isinstance(config, str) else int(config)
-    ras = {"auto": 0, "m": 1, "n": 2}[raster]
-    return torch.ops.mkernel.gemm.default(a, b, cfg, sm_count, swizzle, ras, splits, pdl)
+    return torch.ops.mkernel.gemm.default(a, b, _config_id(config), sm_count, swizzle, _RASTER[raster],
+                                          splits, pdl)
 
 
 def gemm_plan(a: Tensor, b: Tensor, *, sm_count: int = 0) -> str:
@@ -214,9 +220,8 @@ def gemm_grouped(a: Tensor, b: Tensor, counts: Tensor | None = None, *,
     if offs is not None:
         if config == "auto" and swizzle == 0 and raster == "auto":
             return torch.ops.mkernel.gemm_grouped_packed.default(a, b, offs)
-        cfg = GEMM_CONFIGS[config] if isinstance(config, str) else int(config)
-        ras = {"auto": 0, "m": 1, "n": 2}[raster]
-        return torch.ops.mkernel.gemm_grouped_packed.default(a, b, offs, cfg, swizzle, ras)
+        return torch.ops.mkernel.gemm_grouped_packed.default(a, b, offs, _config_id(config), swizzle,
+                                                             _RASTER[raster])
     if config != "auto" or swizzle != 0 or raster != "auto":
         raise ValueError("mkernel.gemm_grouped: config, swizzle and raster apply to the packed "
                          "layout (offs) only")
