@@ -1,0 +1,72 @@
+// The device-visible state of one mkernel group on one GPU: what every fused or collective
+// kernel of the group receives by value in its Params. Plain C++ (host and device).
+//
+// CONTRACT (fixed; implemented by csrc/comm/symmetric_group.{h,cpp}):
+//  - Each rank of the group owns one symmetric allocation on its GPU:
+//        [flags: kFlagWords uint64 words][data: data_bytes bytes]
+//    mapped into every other rank *of the same node* through CUDA IPC. `flags[r]` / `data[r]`
+//    are this process's device pointers to rank r's flag and data regions (nullptr when rank r
+//    lives on another node). Flags are never reset: they only grow (sequence numbers).
+//  - `epoch` points at this rank's op counter (device memory, not symmetric). A kernel of the
+//    group reads e = *epoch + 1 at its start (every CTA) and the kernel's last CTA to finish
+//    stores *epoch = e (see group_sync.cuh: op_begin / op_end). Every rank issues the group's
+//    ops in the same order, so e is the same call number on every rank without any host step:
+//    back-to-back launches and CUDA-graph replays need no host set_epoch.
+//  - Flag slots (indices into a rank's flag region) are laid out by FlagSlot below. A flag
+//    written "at rank p" means flags[p][slot] (a remote store through the IPC mapping for
+//    intra-node peers; a FIFO WRITE_SIGNAL for other nodes).
+//  - `net` is the inter-node path (csrc/comm/net_path.h): host-mapped FIFO, send/recv staging
+//    areas and arrival flags of a Go data path; net.fifo == nullptr when the group has one node.
+#pragma once
+
+#include <cstdint>
+
+#include "wait_diagnostic.h"
+
+namespace mkernel::comm {
+
+constexpr int kMaxRanks = 32;             // ranks per group the device tables hold
+constexpr uint32_t kFlagWords = 1u << 16;  // 512 KiB of flags per rank
+
+// Flag regions: [0, kGroupSlots) are the substrate's own (entry barrier, call signatures,
+// collectives); [kOpSlotBase, kFlagWords) are free for an op's per-chunk / per-tile flags.
+struct FlagSlot {
+  static constexpr uint32_t kEntry = 0;                          // + src rank: src entered call e
+  static constexpr uint32_t kSignature = kMaxRanks;              // + src rank: src's call signature
+  static constexpr uint32_t kExit = 2 * kMaxRanks;               // + src rank: src finished call e
+  static constexpr uint32_t kCollective = 3 * kMaxRanks;         // 8 * kMaxRanks for the collectives
+  static constexpr uint32_t kGroupSlots = 16 * kMaxRanks;
+  static constexpr uint32_t kOpSlotBase = kGroupSlots;
+};
+
+// The inter-node half (all pointers are device pointers of host-mapped memory, or device
+// memory for fifo_head). Filled by csrc/comm/net_path.cpp.
+struct NetDevice {
+  void* fifo = nullptr;                       // mk_fifo_ctrl* (mkernel/fifo.h), host-mapped
+  uint32_t fifo_capacity = 0;                 // slots (a power of two)
+  unsigned long long* fifo_head = nullptr;    // device-memory ticket counter shared by the warps
+  uint8_t* send_area = nullptr;               // staging the GPU writes; FIFO local_buf = send_buf_id
+  uint8_t* recv_area = nullptr;               // where peers' data lands; remote_buf = recv_buf_id
+  uint64_t* arrival = nullptr;                // the data path's arrival flags (buffer id 0)
+  uint32_t send_buf_id = 0, recv_buf_id = 0;
+  uint64_t send_bytes = 0, recv_bytes = 0;
+  uint32_t arrival_slots = 0;
+};
+
+struct GroupDevice {
+  int32_t rank = 0;
+  int32_t world = 1;
+  int32_t node_of[kMaxRanks] = {};  // each rank's node index (0-based, dense)
+  int32_t local_ranks = 1;          // ranks on this rank's node
+  uint64_t* flags[kMaxRanks] = {};  // rank r's flag region (this process's mapping) or nullptr
+  uint8_t* data[kMaxRanks] = {};    // rank r's data region or nullptr
+  uint64_t data_bytes = 0;          // size of every rank's data region
+  uint64_t* epoch = nullptr;        // this rank's op counter (device memory)
+  uint32_t* exit_ticket = nullptr;  // CTA exit counter for op_end (device memory, zero between calls)
+  WaitDiagnostic* diag = nullptr;   // host-mapped; written by a timed-out wait before it traps
+  uint64_t timeout_ns = 0;          // bound of every wait (%globaltimer ns)
+  int32_t group_id = 0;             // the Go session handle (for diagnostics)
+  NetDevice net;
+};
+
+}  // namespace mkernel::comm

@@ -1,0 +1,93 @@
+// Implementation of group_sync.cuh (included at its end; include group_sync.cuh instead).
+#pragma once
+
+namespace mkernel::comm {
+
+__device__ __noinline__ inline void fail_wait(WaitDiagnostic* diag, int32_t group, int32_t rank,
+                                              const uint64_t* flag, uint64_t expected,
+                                              uint64_t seen, uint64_t elapsed_ns, WaitSite site) {
+  if (diag != nullptr && atomicCAS_system(&diag->claimed, 0u, 1u) == 0u) {
+    volatile WaitDiagnostic* d = diag;
+    d->expected = expected;
+    d->seen = seen;
+    d->flag_address = reinterpret_cast<uint64_t>(flag);
+    d->flag_index = site.index;
+    d->block_x = static_cast<int32_t>(blockIdx.x);
+    d->block_y = static_cast<int32_t>(blockIdx.y);
+    d->thread = static_cast<int32_t>(threadIdx.x);
+    d->what = site.what;
+    d->op = site.op;
+    d->group = group;
+    d->rank = rank;
+    d->peer = site.peer;
+    d->elapsed_ns = elapsed_ns;
+    __threadfence_system();
+    d->valid = 1;
+    __threadfence_system();
+  }
+  __trap();
+}
+
+__device__ __forceinline__ uint64_t wait_geq(const uint64_t* flag, uint64_t expected,
+                                             uint64_t timeout_ns, WaitDiagnostic* diag,
+                                             int32_t group, int32_t rank, WaitSite site) {
+  uint64_t seen = ld_acquire_sys(flag);
+  if (seen >= expected) return seen;
+  const uint64_t start = globaltimer_ns();
+  for (;;) {
+    __nanosleep(32);
+    seen = ld_acquire_sys(flag);
+    if (seen >= expected) return seen;
+    const uint64_t elapsed = globaltimer_ns() - start;
+    if (elapsed > timeout_ns) fail_wait(diag, group, rank, flag, expected, seen, elapsed, site);
+  }
+}
+
+__device__ __forceinline__ uint64_t wait_geq(const GroupDevice& g, const uint64_t* flag,
+                                             uint64_t expected, WaitSite site) {
+  return wait_geq(flag, expected, g.timeout_ns, g.diag, g.group_id, g.rank, site);
+}
+
+__device__ __forceinline__ void signal(const GroupDevice& g, int peer, uint32_t slot,
+                                       uint64_t value) {
+  __threadfence_system();
+  st_release_sys(g.flags[peer] + slot, value);
+}
+
+__device__ __forceinline__ uint64_t op_begin(const GroupDevice& g) {
+  return *reinterpret_cast<volatile uint64_t*>(g.epoch) + 1;
+}
+
+__device__ __forceinline__ void op_end(const GroupDevice& g, uint64_t e) {
+  __threadfence();
+  const uint32_t ticket = atomicAdd(g.exit_ticket, 1u);
+  const uint32_t ctas = gridDim.x * gridDim.y * gridDim.z;
+  if (ticket == ctas - 1) {
+    *reinterpret_cast<volatile uint32_t*>(g.exit_ticket) = 0u;
+    __threadfence();
+    *reinterpret_cast<volatile uint64_t*>(g.epoch) = e;
+    __threadfence();
+  }
+}
+
+__device__ __forceinline__ void entry_barrier(const GroupDevice& g, uint64_t e, int32_t op,
+                                              uint64_t signature) {
+  // Publish the signature, then the entry flag (the release orders the signature before it).
+  for (int p = 0; p < g.world; ++p) {
+    if (g.flags[p] == nullptr) continue;
+    g.flags[p][FlagSlot::kSignature + g.rank] = signature;
+    signal(g, p, FlagSlot::kEntry + g.rank, e);
+  }
+  for (int p = 0; p < g.world; ++p) {
+    if (g.flags[p] == nullptr || p == g.rank) continue;
+    wait_geq(g, g.flags[g.rank] + FlagSlot::kEntry + p, e, WaitSite{op, kWaitEntry, p, 0});
+    const uint64_t theirs =
+        *reinterpret_cast<volatile uint64_t*>(g.flags[g.rank] + FlagSlot::kSignature + p);
+    if (theirs != signature) {
+      fail_wait(g.diag, g.group_id, g.rank, g.flags[g.rank] + FlagSlot::kSignature + p,
+                signature, theirs, 0, WaitSite{op, kWaitSignature, p, 0});
+    }
+  }
+}
+
+}  // namespace mkernel::comm
