@@ -26,6 +26,10 @@ from typing import Literal, NamedTuple, Protocol, overload
 import torch
 from torch import Tensor
 
+# Tile configurations of the Hopper GEMM engine (name -> ConfigId), generated with the C++ enum
+# from one table (csrc/kernels/gemm/generate_instantiations.py).
+from mkernel._gemm_configs import GEMM_CONFIGS
+
 __all__ = [
     "Group",
     "MoeDispatchOutput",
@@ -120,28 +124,18 @@ def ag_gemm(
     return (out, gathered) if return_gathered else out
 
 
-# Tile configurations of the Hopper GEMM engine (csrc/kernels/gemm/gemm_api.h, ConfigId).
-GEMM_CONFIGS: dict[str, int] = {
-    "auto": -1,
-    "coop_128x256_c2x1": 0,
-    "coop_128x128_c2x1": 1,
-    "coop_128x256_c1x2": 2,
-    "ping_64x256_c1x1": 3,
-    "coop_128x128_streamk": 4,
-    "ping_128x128_c1x2": 5,
-    "coop_256x128_c2x1": 6,
-    "coop_256x128_c1x2": 7,
-    "ping_64x128_c1x1": 8,
-    "ping_64x128k128_c1x1": 9,
-    "coop_128x256_c2x1_streamk": 10,
-}
-
-
 _RASTER = {"auto": 0, "m": 1, "n": 2}  # tile order argument -> op value
 
 
 def _config_id(config: str | int) -> int:
-    return GEMM_CONFIGS[config] if isinstance(config, str) else int(config)
+    """The ConfigId of a config name (or an id, passed through: the op checks its range)."""
+    if not isinstance(config, str):
+        return int(config)
+    try:
+        return GEMM_CONFIGS[config]
+    except KeyError:
+        raise ValueError(f"mkernel: unknown GEMM config {config!r}; valid configs: "
+                         f"{', '.join(GEMM_CONFIGS)}") from None
 
 
 def gemm(a: Tensor, b: Tensor, *, config: str | int = "auto", sm_count: int = 0, swizzle: int = 0,

@@ -12,12 +12,15 @@ import time
 import pytest
 import torch
 
+from mkernel.ops import GEMM_CONFIGS
 from tests.gemm.test_gemm_engine import HOPPER, poison_next_allocation, reference, rel_err
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HOPPER, reason="needs a Hopper (sm_90) GPU")]
 
-HOOKED = {"coop_128x128_c2x1": 1, "coop_128x256_c2x1": 0, "coop_256x128_c1x2": 7,
-          "ping_128x128_c1x2": 5}  # ping-pong consumers: register stores, tile_stored signal
+# Hooked configs under test, name -> id (ids from the generated table, never written here);
+# ping_128x128_c1x2 has ping-pong consumers: register stores, tile_stored signal.
+HOOKED = {c: GEMM_CONFIGS[c] for c in ("coop_128x128_c2x1", "coop_128x256_c2x1", "coop_256x128_c1x2",
+                                        "ping_128x128_c1x2")}
 
 
 def hooked(a, b, *, a_ready=None, rows_per_flag=1, a_ready_value=1, tile_done=None, tile_done_value=1,
@@ -95,14 +98,15 @@ def test_custom_m_order_and_few_sms(config):
 
 def test_bad_hook_arguments_named():
     a = torch.randn(256, 64, device="cuda", dtype=torch.bfloat16)
+    coop = HOOKED["coop_128x128_c2x1"]
     with pytest.raises(RuntimeError, match="a_ready needs 2 flags"):
-        hooked(a, a, a_ready=torch.zeros(1, device="cuda", dtype=torch.int64), rows_per_flag=128, config=1)
+        hooked(a, a, a_ready=torch.zeros(1, device="cuda", dtype=torch.int64), rows_per_flag=128, config=coop)
     with pytest.raises(RuntimeError, match="a_ready must be int64"):
-        hooked(a, a, a_ready=torch.zeros(4, device="cuda", dtype=torch.int32), config=1)
+        hooked(a, a, a_ready=torch.zeros(4, device="cuda", dtype=torch.int32), config=coop)
     with pytest.raises(RuntimeError, match="m_order must hold"):
-        hooked(a, a, m_order=torch.zeros(5, device="cuda", dtype=torch.int32), config=1)
+        hooked(a, a, m_order=torch.zeros(5, device="cuda", dtype=torch.int32), config=coop)
     with pytest.raises(RuntimeError, match="no hooked kernel"):
-        hooked(a, a, config=3)
+        hooked(a, a, config=GEMM_CONFIGS["ping_64x256_c1x1"])
     deep = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)  # 8 k-blocks: 2 slices fit
     with pytest.raises(RuntimeError, match="ping-pong hooked kernel runs without split-K"):
         hooked(deep, deep, config=HOOKED["ping_128x128_c1x2"], splits=2)
@@ -128,7 +132,8 @@ TIMEOUT = """
 import torch, mkernel
 a = torch.randn(512, 128, device="cuda", dtype=torch.bfloat16)
 flags = torch.zeros(4, device="cuda", dtype=torch.int64)
-torch.ops.mkernel.gemm_hooked(a, a, flags, 128, 5, None, 1, None, 1, 0, 0, 0, 0.5)
+cfg = mkernel.ops.GEMM_CONFIGS["coop_128x128_c2x1"]
+torch.ops.mkernel.gemm_hooked(a, a, flags, 128, 5, None, 1, None, cfg, 0, 0, 0, 0.5)
 try:
     torch.cuda.synchronize()
 except Exception as e:

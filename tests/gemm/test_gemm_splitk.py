@@ -13,11 +13,13 @@ import pytest
 import torch
 
 import mkernel
+from mkernel.ops import GEMM_CONFIGS
 from tests.gemm.test_gemm_engine import HOPPER, poison_next_allocation, reference, rel_err
 from tests.gemm.test_gemm_hooks import HOOKED, hooked
 
 # Split-K lives in the cooperative hooked kernels (the ping-pong one rejects it: test_gemm_hooks).
-SPLIT_CONFIGS = dict({c: i for c, i in HOOKED.items() if c.startswith("coop")}, coop_128x256_c1x2=2)
+SPLIT_CONFIGS = dict({c: i for c, i in HOOKED.items() if c.startswith("coop")},
+                     coop_128x256_c1x2=GEMM_CONFIGS["coop_128x256_c1x2"])
 
 
 def test_bad_splits_rejected_on_cpu():

@@ -16,24 +16,19 @@ namespace mkernel::gemm {
 
 enum class DType : int { kBF16 = 0, kFP16 = 1 };
 
-// Tile configurations shipped (see gemm_config.hpp for the shapes). kAuto
+// Tile configurations shipped (see gemm_config.hpp for the shapes), listed
+// once in generate_instantiations.py's CONFIGS (configs.inc is generated from
+// it, as are config_name, the instantiations and mkernel.GEMM_CONFIGS). kAuto
 // picks by shape (select_config).
 enum class ConfigId : int {
   kAuto = -1,
-  kCoop128x256Cluster2x1 = 0,  // large M and N: 2 consumer warpgroups on a 128x256 tile
-  kCoop128x128Cluster2x1 = 1,  // mid sizes, more tiles for the SMs
-  kCoop128x256Cluster1x2 = 2,  // large N with few M tiles: B multicast along N... A along M
-  kPing64x256Cluster1x1 = 3,   // decode / small M: 64-row tiles, ping-pong consumers
-  kCoop128x128StreamK = 4,     // few tiles (small M, large K): stream-K balances the SMs
-  kPing128x128Cluster1x2 = 5,  // ping-pong: epilogue of one tile hides behind the other's MMA
-  kCoop256x128Cluster2x1 = 6,  // 2 consumer warpgroups stacked along M (128 rows each)
-  kCoop256x128Cluster1x2 = 7,
-  kPing64x128Cluster1x1 = 8,      // decode / small M: enough tiles that every SM streams B
-  kPing64x128K128Cluster1x1 = 9,  // decode, 128-deep k-blocks: 256-byte row segments of B per load
-  kCoop128x256StreamK2x1 = 10,    // 128x256 tiles, stream-K evens out a thin last wave
-  kNumConfigs = 11,
+#define MKERNEL_GEMM_CONFIG(ENUM, ID, NAME) ENUM = ID,
+#include "configs.inc"
+#undef MKERNEL_GEMM_CONFIG
+  kNumConfigs,  // ids are 0..kNumConfigs-1 (the generator numbers them in order)
 };
 
+// The config's user-facing name ("coop_128x256_c2x1"; "auto" for kAuto).
 const char* config_name(ConfigId id);
 
 struct Problem {

@@ -60,28 +60,11 @@ const char* config_name(ConfigId id) {
   switch (id) {
     case ConfigId::kAuto:
       return "auto";
-    case ConfigId::kCoop128x256Cluster2x1:
-      return "coop_128x256_c2x1";
-    case ConfigId::kCoop128x128Cluster2x1:
-      return "coop_128x128_c2x1";
-    case ConfigId::kCoop128x256Cluster1x2:
-      return "coop_128x256_c1x2";
-    case ConfigId::kPing64x256Cluster1x1:
-      return "ping_64x256_c1x1";
-    case ConfigId::kCoop128x128StreamK:
-      return "coop_128x128_streamk";
-    case ConfigId::kPing128x128Cluster1x2:
-      return "ping_128x128_c1x2";
-    case ConfigId::kCoop256x128Cluster2x1:
-      return "coop_256x128_c2x1";
-    case ConfigId::kCoop256x128Cluster1x2:
-      return "coop_256x128_c1x2";
-    case ConfigId::kPing64x128Cluster1x1:
-      return "ping_64x128_c1x1";
-    case ConfigId::kPing64x128K128Cluster1x1:
-      return "ping_64x128k128_c1x1";
-    case ConfigId::kCoop128x256StreamK2x1:
-      return "coop_128x256_c2x1_streamk";
+#define MKERNEL_GEMM_CONFIG(ENUM, ID, NAME) \
+  case ConfigId::ENUM:                      \
+    return NAME;
+#include "configs.inc"
+#undef MKERNEL_GEMM_CONFIG
     default:
       return "unknown";
   }
