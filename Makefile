@@ -10,14 +10,18 @@ PIP      := $(PY) -m pip
 TORCH_VERSION ?= 2.11.0
 CORE     := build/core
 GOPY_OUT := build/_gopy
+# Go build tags of libmkernel_core.so. `make test` builds the test variant
+# (mkernel_faults: honours MKERNEL_NET_FAULTS, the host fault tests need it);
+# everything else builds the production library, which refuses that variable.
+export CORE_TAGS ?=
 WORLD    ?= 4
 NODES    ?= 2
 
 GO_SOURCES := $(shell find gocore -name '*.go' -not -name 'zz_gopy_*' -not -name '*_test.go') \
-              $(wildcard gocore/capi/*.c gocore/capi/*.h gocore/capi/pyshim/*.h) \
+              $(wildcard gocore/capi/*.c gocore/capi/*.h gocore/libcore/pyshim/*.h) \
               csrc/include/mkernel/core_api.h csrc/include/mkernel/fifo.h go.mod go.sum
 
-.PHONY: build venv core install test test-go test-py cuda-check demo bench clean fmt vet
+.PHONY: build venv core install test test-go test-py cuda-check demo bench clean fmt vet FORCE
 
 # --- environment -------------------------------------------------------------
 $(VENV)/.deps-stamp: pyproject.toml
@@ -31,12 +35,20 @@ venv: $(VENV)/.deps-stamp
 # --- Go control plane: libmkernel_core.so + the gopy bindings' sources --------
 # The bundle in build/core is all a machine without Go needs (the GPU machine):
 # the library, its cgo header and the generated CPython/pybindgen sources.
-$(CORE)/libmkernel_core.so: $(GO_SOURCES) | $(VENV)/.deps-stamp
+# gocore/libcore links the C ABI (gocore/capi) and gopy's wrappers of
+# gocore/pyapi into one library: one Go runtime for the torch extension and
+# the Python module.
+# The tags the library was last built with: rewritten (and so newer than the
+# library) only when they change, so switching between `make test` and
+# `make demo` rebuilds the core and nothing else does.
+$(CORE)/.build-tags: FORCE
+	@mkdir -p $(CORE); echo '$(CORE_TAGS)' | cmp -s - $@ 2>/dev/null || echo '$(CORE_TAGS)' > $@
+$(CORE)/libmkernel_core.so: $(GO_SOURCES) $(CORE)/.build-tags | $(VENV)/.deps-stamp
 	rm -rf $(GOPY_OUT) && mkdir -p $(CORE)
 	PATH=$(abspath $(VENV))/bin:$$PATH go tool gopy gen -vm=python3 -output=$(GOPY_OUT) -name=core ./gocore/pyapi
-	{ echo '//go:build gopy'; echo; sed '/^#cgo /d' $(GOPY_OUT)/core.go; } > gocore/capi/zz_gopy_core.go
-	go tool goimports -w gocore/capi/zz_gopy_core.go
-	go build -tags gopy -buildmode=c-shared -o $@ ./gocore/capi
+	{ echo '//go:build gopy'; echo; sed '/^#cgo /d' $(GOPY_OUT)/core.go; } > gocore/libcore/zz_gopy_core.go
+	go tool goimports -w gocore/libcore/zz_gopy_core.go
+	go build -tags 'gopy $(CORE_TAGS)' -buildmode=c-shared -o $@ ./gocore/libcore
 	cp $(CORE)/libmkernel_core.h $(GOPY_OUT)/core_go.h
 	cd $(GOPY_OUT) && $(abspath $(PY)) build.py
 	cp $(GOPY_OUT)/core.c $(GOPY_OUT)/core_go.h $(GOPY_OUT)/go.py $(GOPY_OUT)/pyapi.py gocore/capi/capi_types.h $(CORE)/
@@ -44,8 +56,15 @@ $(CORE)/libmkernel_core.so: $(GO_SOURCES) | $(VENV)/.deps-stamp
 core: $(CORE)/libmkernel_core.so
 
 # --- Python package (torch extension + gopy module) ---------------------------
-install: core
+# Incremental: pip runs only when a native input changed since the last install
+# (the stamp), and then ninja recompiles only the changed sources (setup.py keeps
+# a fixed build directory). The Python sources need no reinstall (editable).
+EXT_INPUTS := $(shell find csrc -type f) setup.py pyproject.toml
+INSTALL_STAMP := $(VENV)/.mkernel-install-stamp
+$(INSTALL_STAMP): $(EXT_INPUTS) $(CORE)/libmkernel_core.so $(VENV)/.deps-stamp
 	$(PIP) install -q --no-build-isolation --no-deps -e .
+	touch $@
+install: core $(INSTALL_STAMP)
 build: install
 
 # --- CUDA compile check (no GPU needed) ----------------------------------------
@@ -81,6 +100,11 @@ test-go:
 	# The RDMA backends must also build and report ErrNotSupported without rdma-core headers.
 	go vet -tags mkernel_nordma ./gocore/...
 	go test -count=1 -tags mkernel_nordma ./gocore/transport/...
+	# The test build's fault hook (MKERNEL_NET_FAULTS), which production builds refuse.
+	go test -count=1 -tags mkernel_faults ./gocore/transport/
+# The host fault tests reorder the transports through MKERNEL_NET_FAULTS: test the
+# core's test build (a later `make demo` rebuilds the production one).
+test-py: export CORE_TAGS = mkernel_faults
 test-py: install
 	$(PY) -m pytest -q tests
 test: venv test-go cuda-check test-py
@@ -98,5 +122,5 @@ vet:
 	go vet ./...
 
 clean:
-	rm -rf build dist python/mkernel.egg-info gocore/capi/zz_gopy_*.go
+	rm -rf build dist python/mkernel.egg-info gocore/libcore/zz_gopy_*.go $(INSTALL_STAMP)
 	find python -name '*.so' -delete

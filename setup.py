@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -126,6 +127,14 @@ def cmdclass():
             self.extensions = [e for e in exts if e.name != GOPY_EXT]
             super().build_extensions()
             self.extensions = exts
+
+        def finalize_options(self) -> None:
+            super().finalize_options()
+            # `pip install -e .` builds in a fresh temporary directory each time, so ninja
+            # recompiled every source (~4 min) although nothing changed. A fixed build_temp
+            # (the one `setup.py build_ext` uses anyway) lets ninja rebuild only what did.
+            self.build_temp = str(ROOT / "build" / f"temp.{sysconfig.get_platform()}-"
+                                  f"{sys.implementation.cache_tag}")
 
         def run(self) -> None:
             ensure_core_bundle()

@@ -1,7 +1,7 @@
-package main
+package capi
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../csrc/include -I${SRCDIR}/pyshim
+#cgo CFLAGS: -I${SRCDIR}/../../csrc/include
 #include <stdlib.h>
 #include "capi_types.h"
 */

@@ -1,4 +1,4 @@
-package main
+package capi
 
 import (
 	"bufio"
@@ -20,24 +20,21 @@ func buildABI(t *testing.T) (lib, prog string) {
 	}
 	dir := t.TempDir()
 	lib = filepath.Join(dir, "libmkernel_core.so")
-	build := exec.Command("go", "build", "-buildmode=c-shared", "-o", lib, ".")
+	// The library as shipped (gocore/libcore links this package), without the gopy bindings.
+	build := exec.Command("go", "build", "-buildmode=c-shared", "-o", lib, "../libcore")
 	build.Env = os.Environ()
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build -buildmode=c-shared: %v\n%s", err, out)
 	}
 	prog = filepath.Join(dir, "abi_test")
-	// Compile against the hand-written header AND the cgo-generated one in
-	// one unit: a prototype drifting from core_api.h is a compile error.
-	cmd := exec.Command(cc, "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-Wall", "-Werror", "-I../../csrc/include", "-I"+dir,
+	// The program sees only the hand-written header, as a C caller does. The
+	// //export prototypes are checked against core_api.h where the table is
+	// built (table.c includes both and treats a mismatch as an error); the
+	// library's own cgo header declares only gocore/libcore's exports.
+	cmd := exec.Command(cc, "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-Wall", "-Werror", "-I../../csrc/include",
 		"-include", "mkernel/core_api.h", "-o", prog, "testdata/abi_test.c", "-ldl")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("compile abi_test.c: %v\n%s", err, out)
-	}
-	hdr := exec.Command(cc, "-std=c11", "-Wall", "-Werror", "-fsyntax-only", "-I../../csrc/include", "-I.",
-		"-x", "c", "-")
-	hdr.Stdin = strings.NewReader("#include \"mkernel/core_api.h\"\n#include \"" + strings.TrimSuffix(lib, ".so") + ".h\"\n")
-	if out, err := hdr.CombinedOutput(); err != nil {
-		t.Fatalf("core_api.h and the cgo-generated header disagree: %v\n%s", err, out)
 	}
 	return lib, prog
 }

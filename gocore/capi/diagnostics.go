@@ -1,4 +1,4 @@
-package main
+package capi
 
 /*
 #include "capi_types.h"
@@ -8,12 +8,12 @@ import "C"
 import (
 	"unsafe"
 
+	"github.com/mkernel/mkernel/gocore/internal/coreinfo"
 	"github.com/mkernel/mkernel/gocore/logging"
-	"github.com/mkernel/mkernel/gocore/pyapi"
 )
 
 var (
-	cVersion  = C.CString(pyapi.Version())
+	cVersion  = C.CString(coreinfo.Version)
 	cStatuses = map[C.mk_status]*C.char{}
 	cUnknown  = C.CString("unknown status")
 )
@@ -34,9 +34,12 @@ func init() {
 	} {
 		cStatuses[st] = C.CString(s)
 	}
-	// Python reaches the C table through gopy: hand pyapi its address.
-	pyapi.SetCoreAPIAddress(uint64(C.mk_capi_table_address()))
 }
+
+// TableAddress is the address of this library's mk_api_v1 table (table.c).
+// The Python bindings (gocore/pyapi) hand it to the torch extension, which
+// binds to the same table, and so to the same Go runtime, as C callers do.
+func TableAddress() uint64 { return uint64(C.mk_capi_table_address()) }
 
 //export mk_get_version
 func mk_get_version() C.mk_cstr { return C.mk_cstr(cVersion) }

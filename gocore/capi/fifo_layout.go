@@ -1,4 +1,4 @@
-package main
+package capi
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../../csrc/include

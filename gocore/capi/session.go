@@ -1,4 +1,4 @@
-package main
+package capi
 
 /*
 #include "capi_types.h"

@@ -1,4 +1,4 @@
-package main
+package capi
 
 /*
 #include "capi_types.h"
@@ -6,15 +6,16 @@ package main
 import "C"
 
 import (
+	"context"
 	"unsafe"
 
-	"github.com/mkernel/mkernel/gocore/pyapi"
+	"github.com/mkernel/mkernel/gocore/internal/coreinfo"
 )
 
 //export mk_topology_json
 func mk_topology_json(sysfsRoot C.mk_cstr, buf *C.char, length *C.size_t) C.mk_status {
 	return guard("topology_json", func() error {
-		js, err := pyapi.TopologyJSON(goString(sysfsRoot))
+		js, err := coreinfo.TopologyJSON(context.Background(), goString(sysfsRoot))
 		if err != nil {
 			return err
 		}

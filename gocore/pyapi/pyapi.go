@@ -2,31 +2,20 @@ package pyapi
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"sync/atomic"
 
+	"github.com/mkernel/mkernel/gocore/capi"
+	"github.com/mkernel/mkernel/gocore/internal/coreinfo"
 	"github.com/mkernel/mkernel/gocore/logging"
-	"github.com/mkernel/mkernel/gocore/topology"
+	"github.com/mkernel/mkernel/gocore/transport"
 )
 
-// version is the control plane's version; the Python package checks it
-// against its own at import.
-const version = "0.1.0"
-
-var coreAPIAddress atomic.Uint64
-
 // Version returns the control plane's version string.
-func Version() string { return version }
-
-// SetCoreAPIAddress is called once by the C ABI layer (gocore/capi) at load
-// time with the address of its mk_api_v1 table.
-func SetCoreAPIAddress(addr uint64) { coreAPIAddress.Store(addr) }
+func Version() string { return coreinfo.Version }
 
 // CoreAPIAddress returns the address of the C ABI table (mk_api_v1) of the
-// library this module lives in, for the torch extension to bind to. Zero
-// means the library was built without the C ABI (a bug).
-func CoreAPIAddress() int64 { return int64(coreAPIAddress.Load()) }
+// library this module lives in, for the torch extension to bind to: the
+// Python side reaches the C ABI through this table, never the reverse.
+func CoreAPIAddress() int64 { return int64(capi.TableAddress()) }
 
 // SetLogLevel sets the level of every mkernel logger (Go and Python):
 // debug, info, warn or error.
@@ -44,17 +33,10 @@ func Log(level, logger, msg string) error { return logging.Emit(level, logger, m
 // TopologyJSON discovers this machine (or the sysfs tree at sysfsRoot, ""
 // meaning /sys) and returns the topology with placements as JSON.
 func TopologyJSON(sysfsRoot string) (string, error) {
-	var opts []topology.Option
-	if sysfsRoot != "" {
-		opts = append(opts, topology.WithSysfsRoot(sysfsRoot))
-	}
-	t, err := topology.Discover(context.Background(), opts...)
-	if err != nil {
-		return "", fmt.Errorf("discover topology: %w", err)
-	}
-	b, err := json.Marshal(t)
-	if err != nil {
-		return "", fmt.Errorf("encode topology: %w", err)
-	}
-	return string(b), nil
+	return coreinfo.TopologyJSON(context.Background(), sysfsRoot)
 }
+
+// FaultInjectionBuilt reports whether this library is a test build that honours
+// MKERNEL_NET_FAULTS (go build -tags mkernel_faults); a production build refuses
+// to open a transport while that variable is set.
+func FaultInjectionBuilt() bool { return transport.FaultInjectionBuilt }

@@ -21,6 +21,9 @@ const (
 	// (tcp: WithFaults, loopback: WithReorder): "SEED:MAXDELAY", e.g. "7:200us" — every
 	// op is held back for a random time below MAXDELAY (a Go duration) and due ops are
 	// applied in random order, seeded by SEED plus the rank. Results must stay exact.
+	// Only a test build (-tags mkernel_faults, `make core CORE_TAGS=mkernel_faults`)
+	// honours it; a production library refuses to open a transport while it is set, so a
+	// stray variable can neither slow a job down nor go unnoticed.
 	EnvNetFaults = "MKERNEL_NET_FAULTS"
 )
 
@@ -44,10 +47,10 @@ type Faults struct {
 	MaxDelay time.Duration
 }
 
-// FaultsFromEnv reads MKERNEL_NET_FAULTS: ok is false when it is unset or empty; a
-// malformed value is an error matching ErrInvalid.
-func FaultsFromEnv() (f Faults, ok bool, err error) {
-	v := strings.TrimSpace(os.Getenv(EnvNetFaults))
+// parseFaults reads a MKERNEL_NET_FAULTS value: ok is false when it is empty; a malformed
+// value is an error matching ErrInvalid.
+func parseFaults(v string) (f Faults, ok bool, err error) {
+	v = strings.TrimSpace(v)
 	if v == "" {
 		return f, false, nil
 	}

@@ -68,7 +68,17 @@ def test_rank_that_skips_a_call_times_out_by_name():
         assert 1.9 < err["s"] < 4, err
 
 
+def fault_injection_built() -> bool:
+    """Whether the loaded control plane is the test build that honours MKERNEL_NET_FAULTS."""
+    from mkernel._native import core
+
+    return bool(getattr(core, "FaultInjectionBuilt", lambda: False)())
+
+
 @pytest.mark.multiproc
+@pytest.mark.skipif(not fault_injection_built(),
+                    reason="SKIPPED: the control plane is a production build, which refuses MKERNEL_NET_FAULTS; "
+                           "build its test variant (make core CORE_TAGS=mkernel_faults; `make test` does)")
 @pytest.mark.parametrize("world, nodes", [(4, 2), pytest.param(8, 4, marks=pytest.mark.big)])
 def test_reordering_transports_give_exact_results(world, nodes):
     """loopback and tcp hold every op back up to 300 us and apply them in random order (the
@@ -100,4 +110,6 @@ except Exception as e:
     for r in res:
         assert r.returncode == 0, r.stderr[-3000:]
         assert "ERR" in r.stdout and "MKERNEL_NET_FAULTS" in r.stdout, r.stdout
+        # A production build refuses even a well-formed value, naming the test build tag.
+        assert fault_injection_built() or "mkernel_faults" in r.stdout, r.stdout
     assert not os.environ.get("MKERNEL_NET_FAULTS")

@@ -11,7 +11,8 @@
 // WithReorder (tests only) holds ops back for a random delay and applies them in random
 // order, as EFA SRD may; Caps.OrderedWrites is then false and completions mean placement,
 // so the proxy's fences are exercised against a backend that really reorders.
-// Backend.Open turns it on when MKERNEL_NET_FAULTS=SEED:MAXDELAY is set (transport.EnvNetFaults).
+// Backend.Open turns it on when MKERNEL_NET_FAULTS=SEED:MAXDELAY is set (transport.EnvNetFaults)
+// in a test build (-tags mkernel_faults); a production build refuses the variable.
 //
 // Select it with MKERNEL_NET=loopback; it is never chosen automatically.
 package loopback

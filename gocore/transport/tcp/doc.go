@@ -35,5 +35,6 @@
 //
 // WithFaults (tests only) delays frames and applies them in random order at the receiver,
 // like EFA SRD; Caps.OrderedWrites is then false and results must still be exact.
-// Backend.Open turns it on when MKERNEL_NET_FAULTS=SEED:MAXDELAY is set (transport.EnvNetFaults).
+// Backend.Open turns it on when MKERNEL_NET_FAULTS=SEED:MAXDELAY is set (transport.EnvNetFaults)
+// in a test build (-tags mkernel_faults); a production build refuses the variable.
 package tcp
