@@ -16,7 +16,9 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "kernels/gemm/gemm_api.h"
 #endif
@@ -54,14 +56,37 @@ void* engine_workspace(size_t bytes, const at::Tensor& like) {
   // One zero-filled scratch per (device, stream), grown on demand: the engine
   // leaves its split-K tickets at zero after every launch, and launches on one
   // stream never overlap, so the buffer is reused without a memset per call.
+  //
+  // A CUDA graph bakes the buffer's address into its kernels and may replay
+  // long after capture, so a buffer handed out during a capture is the
+  // graph's for good: each capture (its id) gets buffers of its own, never
+  // reused outside it and never freed (a later, larger shape in the same
+  // capture retires the smaller one to `retired`, still alive). Allocated
+  // under capture, at::zeros' memset is captured too: each replay zeroes the
+  // buffer before the kernels that use it. Eager buffers are freed when they
+  // grow (stream-ordered, so the launches queued on them finish first).
+  struct Key {
+    int device;
+    cudaStream_t stream;
+    unsigned long long capture;  // 0: eager
+    bool operator<(const Key& o) const {
+      return std::tie(device, stream, capture) < std::tie(o.device, o.stream, o.capture);
+    }
+  };
   static std::mutex mu;
   // Never destroyed: freeing CUDA memory from a static destructor at exit can
   // run after the driver has shut down.
-  static auto& scratch = *new std::map<std::pair<int, cudaStream_t>, at::Tensor>();
+  static auto& scratch = *new std::map<Key, at::Tensor>();
+  static auto& retired = *new std::vector<at::Tensor>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long capture = 0;
+  C10_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &capture));
+  if (status != cudaStreamCaptureStatusActive) capture = 0;
   const std::lock_guard<std::mutex> lock(mu);
-  at::Tensor& t = scratch[{like.get_device(), stream}];
+  at::Tensor& t = scratch[{like.get_device(), stream, capture}];
   if (!t.defined() || static_cast<size_t>(t.numel()) < bytes) {
+    if (t.defined() && capture != 0) retired.push_back(t);  // a captured kernel may use it
     const int64_t grown = static_cast<int64_t>(bytes) * 5 / 4;  // room for a slightly larger shape
     t = at::zeros({grown}, like.options().dtype(at::kByte));
   }
@@ -205,7 +230,7 @@ std::string gemm_plan_cuda(const at::Tensor& a, const at::Tensor& b, int64_t sm_
   launch.stream = at::cuda::getCurrentCUDAStream();
   launch.sm_count = sm_count > 0 ? static_cast<int>(sm_count) : device_sms();
   bool tuned = false;
-  const gemm::Plan plan = engine_plan(p, launch, a, &tuned);
+  const gemm::Plan plan = engine_plan(p, launch, a, &tuned, /*wait=*/true);
   return plan_name(plan.config, plan.swizzle, plan.raster, tuned);
 }
 #endif  // MKERNEL_WITH_CUDA

@@ -5,17 +5,29 @@
 // wins moves with the shape's wave count, L2 reuse and the GPU's power state.
 // So the first call of a shape times the heuristic's plan and a few measured
 // alternates (gemm::candidate_plans: none splits K, so every candidate gives
-// the same bits) on the caller's own operands, and caches the fastest per
-// (device, dtype, M, N, K, SMs). Later calls cost one map lookup.
+// the same bits) on the caller's own operands, and keeps the fastest.
+//
+// What a job must not pay for it:
+//  - a new token count: plans are kept per M bucket (the next power of two,
+//    plans::m_bucket), so MoE routing and dynamic batches reuse them;
+//  - a new process: plans persist in a file keyed by the device model, SMs,
+//    driver and runtime (gemm_plan_store.h), read at the first lookup;
+//  - other threads: lookups never wait for a tuning. One tuning runs per
+//    device at a time (timings must not overlap); a call that would tune
+//    while another does runs the heuristic's plan, uncached, and tunes later;
+//  - other ranks: one rank tunes, mkernel.share_gemm_plans / gemm_plan(...,
+//    group=) hand its plans to the rest (so all ranks run the same plan).
+// Later calls cost one map lookup.
 //
 // Not while a CUDA graph is being captured (timing would be captured too):
-// then the heuristic's plan runs and nothing is cached.
+// then a known plan or the heuristic's runs and nothing is tuned.
 //
 // The packed grouped (MoE) GEMM is tuned the same way over the hooked
-// kernel's configs (grouped_plan), keyed by (device, dtype, experts, T, N, K,
-// SMs) and timed on the first call's routing.
+// kernel's configs (grouped_plan), keyed by (experts, T bucket, N, K) and
+// timed on the first call's routing.
 // MKERNEL_GEMM_AUTOTUNE=0 turns tuning off (the heuristic alone).
 #include "gemm_engine.h"
+#include "gemm_plan_store.h"
 
 #ifdef MKERNEL_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -27,6 +39,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -34,16 +47,60 @@
 namespace mkernel {
 namespace {
 
-// device, dtype, experts (0: a plain GEMM), m (T when grouped), n, k, SMs
+// device, dtype, experts (0: a plain GEMM), M bucket (of T when grouped), n, k, SMs
 using Key = std::tuple<int, int, int, int64_t, int64_t, int64_t, int>;
 
+// The fast path's map, derived from the plan table (plans::find): dropped
+// whenever the table imports plans (plans::generation).
 struct Cache {
   std::mutex mu;
   std::map<Key, gemm::Plan> plans;
+  uint64_t generation = 0;
 };
 Cache& cache() {
   static auto* c = new Cache();  // never destroyed: may be used until exit
   return *c;
+}
+
+constexpr int kMaxDevices = 64;
+// One tuning at a time per device: candidates timed against each other's
+// kernels would rank wrongly. Never held by a lookup.
+std::mutex& tuner_mutex(int device) {
+  static auto* mus = new std::mutex[kMaxDevices];
+  return mus[device >= 0 && device < kMaxDevices ? device : 0];
+}
+
+// What the timings depend on, for the plan table's key: model, compute
+// capability, SMs of the launch, driver and runtime versions.
+std::string device_signature(int device, int sms) {
+  static const std::string versions = [] {
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    return ";drv" + std::to_string(driver) + ";rt" + std::to_string(runtime);
+  }();
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device);
+  return std::string(prop->name) + ";sm" + std::to_string(prop->major) +
+         std::to_string(prop->minor) + ";sms" + std::to_string(sms) + versions;
+}
+
+std::string plan_text(const gemm::Plan& plan) {
+  return plan_name(plan.config, plan.swizzle, plan.raster, false);
+}
+
+// plan_text's inverse; nullopt for text no config of this build answers to.
+std::optional<gemm::Plan> parse_plan(const std::string& text) {
+  const size_t a = text.find("/s"), b = text.rfind('/');
+  if (a == std::string::npos || b <= a + 2 || b + 2 != text.size()) return std::nullopt;
+  const std::string name = text.substr(0, a);
+  const int swizzle = std::atoi(text.substr(a + 2, b - a - 2).c_str());
+  const char raster = text[b + 1];
+  if (raster != 'm' && raster != 'n') return std::nullopt;
+  for (int id = 0; id < static_cast<int>(gemm::ConfigId::kNumConfigs); ++id) {
+    const auto cfg = static_cast<gemm::ConfigId>(id);
+    if (name == gemm::config_name(cfg)) return gemm::Plan{cfg, swizzle, raster == 'n' ? 2 : 1};
+  }
+  return std::nullopt;
 }
 
 // MKERNEL_GEMM_AUTOTUNE_LOG=1: one stderr line per tuned shape and stage
@@ -211,42 +268,94 @@ bool capturing(cudaStream_t stream) {
   return capture != cudaStreamCaptureStatusNone;
 }
 
-// The cached plan of `key`, tuned among candidates(out, capacity) on a miss.
-// One lock over lookup and tuning: a shape is timed once, and two threads
-// never time candidates against each other. Under graph capture a miss runs
-// the first candidate and caches nothing.
+// Whether `plan` runs this problem (a plan from another M of its bucket, a
+// file or another rank is checked before it is trusted).
+bool runs(const gemm::Problem& p, const gemm::Launch& l, const gemm::Plan& plan, bool hooked) {
+  if (hooked && !gemm::hooked_supported(plan.config)) return false;
+  gemm::Launch c = l;
+  c.swizzle = plan.swizzle;
+  c.raster = plan.raster;
+  c.splits = 1;
+  return gemm::can_implement(p, plan.config, c) == nullptr;
+}
+
+// The plan of `key` (fast map, then the plan table: tuned here, in an earlier
+// process or on another rank), tuned among candidates(out, capacity) on a
+// miss. The tuning holds only its device's tuner mutex; a caller that would
+// wait for it (`wait` false) runs the first candidate instead, uncached.
+// Under graph capture a miss runs the first candidate and caches nothing.
 template <class CandidatesFn>
-gemm::Plan cached_plan(const Key& key, const gemm::Problem& p, const gemm::Launch& l,
-                       const at::Tensor& like, bool hooked, bool* tuned,
-                       CandidatesFn&& candidates) {
+gemm::Plan cached_plan(const Key& key, const std::string& table_key, const gemm::Problem& p,
+                       const gemm::Launch& l, const at::Tensor& like, bool hooked, bool wait,
+                       bool* tuned, CandidatesFn&& candidates) {
   Cache& c = cache();
-  const std::lock_guard<std::mutex> lock(c.mu);
-  auto it = c.plans.find(key);
-  if (it == c.plans.end()) {
-    gemm::Plan cands[12];
-    const int count = candidates(cands, 12);
-    if (count <= 1 || capturing(l.stream)) return cands[0];
-    it = c.plans.emplace(key, tune(p, l, cands, count, like, hooked)).first;
+  auto lookup = [&]() -> std::optional<gemm::Plan> {
+    {
+      const std::lock_guard<std::mutex> lock(c.mu);
+      const uint64_t gen = plans::generation();
+      if (c.generation != gen) {  // plans were imported: re-derive from the table
+        c.plans.clear();
+        c.generation = gen;
+      }
+      auto it = c.plans.find(key);
+      if (it != c.plans.end()) return it->second;
+    }
+    const std::optional<std::string> text = plans::find(table_key);
+    if (!text) return std::nullopt;
+    const std::optional<gemm::Plan> plan = parse_plan(*text);
+    if (!plan || !runs(p, l, *plan, hooked)) return std::nullopt;  // stale: tune anew
+    const std::lock_guard<std::mutex> lock(c.mu);
+    c.plans[key] = *plan;
+    return plan;
+  };
+  if (std::optional<gemm::Plan> hit = lookup()) {
+    if (tuned) *tuned = true;
+    return *hit;
+  }
+  gemm::Plan cands[12];
+  const int count = candidates(cands, 12);
+  if (count <= 1 || capturing(l.stream)) return cands[0];
+  std::unique_lock<std::mutex> tuner(tuner_mutex(like.get_device()), std::defer_lock);
+  if (wait) {
+    tuner.lock();
+  } else if (!tuner.try_lock()) {
+    return cands[0];  // the device is tuning another shape: don't stall this call
+  }
+  if (std::optional<gemm::Plan> hit = lookup()) {  // tuned while this thread waited
+    if (tuned) *tuned = true;
+    return *hit;
+  }
+  const gemm::Plan best = tune(p, l, cands, count, like, hooked);
+  plans::insert(table_key, plan_text(best), /*persist=*/true);
+  {
+    const std::lock_guard<std::mutex> lock(c.mu);
+    c.plans[key] = best;
   }
   if (tuned) *tuned = true;
-  return it->second;
+  return best;
 }
+
+const char* dtype_name(gemm::DType dt) { return dt == gemm::DType::kBF16 ? "bf16" : "fp16"; }
 
 }  // namespace
 
 gemm::Plan engine_plan(const gemm::Problem& p, const gemm::Launch& l, const at::Tensor& like,
-                       bool* tuned) {
+                       bool* tuned, bool wait) {
   const int sms = l.sm_count;  // completed by the caller
   if (tuned) *tuned = false;
   if (!tuning_enabled()) return gemm::select_plan(p.m, p.n, p.k, sms);
-  const Key key{like.get_device(), static_cast<int>(p.dtype), 0, p.m, p.n, p.k, sms};
-  return cached_plan(key, p, l, like, /*hooked=*/false, tuned, [&](gemm::Plan* out, int cap) {
-    return gemm::candidate_plans(p.m, p.n, p.k, sms, out, cap);
-  });
+  const int dev = like.get_device();
+  const Key key{dev, static_cast<int>(p.dtype), 0, plans::m_bucket(p.m), p.n, p.k, sms};
+  const std::string table_key =
+      plans::key(device_signature(dev, sms), dtype_name(p.dtype), 0, p.m, p.n, p.k);
+  return cached_plan(key, table_key, p, l, like, /*hooked=*/false, wait, tuned,
+                     [&](gemm::Plan* out, int cap) {
+                       return gemm::candidate_plans(p.m, p.n, p.k, sms, out, cap);
+                     });
 }
 
 gemm::Plan grouped_plan(const gemm::Problem& p, const gemm::Launch& l, const at::Tensor& like,
-                        bool* tuned) {
+                        bool* tuned, bool wait) {
   const int sms = l.sm_count;
   auto candidates = [&](gemm::Plan* out, int cap) {
     return gemm::grouped_candidate_plans(p.m, p.n, p.k, p.batches, sms, out, cap);
@@ -257,10 +366,13 @@ gemm::Plan grouped_plan(const gemm::Problem& p, const gemm::Launch& l, const at:
     candidates(&first, 1);
     return first;
   }
-  // Keyed by the rows of all experts together, not by the routing: the split
-  // of T over the experts changes every step, the shapes do not.
-  const Key key{like.get_device(), static_cast<int>(p.dtype), p.batches, p.m, p.n, p.k, sms};
-  return cached_plan(key, p, l, like, /*hooked=*/true, tuned, candidates);
+  // Keyed by the rows of all experts together (bucketed), not by the routing:
+  // the split of T over the experts changes every step, the shapes do not.
+  const int dev = like.get_device();
+  const Key key{dev, static_cast<int>(p.dtype), p.batches, plans::m_bucket(p.m), p.n, p.k, sms};
+  const std::string table_key =
+      plans::key(device_signature(dev, sms), dtype_name(p.dtype), p.batches, p.m, p.n, p.k);
+  return cached_plan(key, table_key, p, l, like, /*hooked=*/true, wait, tuned, candidates);
 }
 
 }  // namespace mkernel

@@ -42,15 +42,16 @@ gemm::Problem engine_problem(const char* op, const at::Tensor& a, const at::Tens
                              int64_t rows, int64_t n, int64_t k);
 
 // What config "auto" runs for problem p under launch l (sm_count filled in):
-// the plan the autotuner measured fastest for this shape (timed on the first
-// call, cached: gemm_autotune.cpp), or the shape heuristic's when tuning is
-// off or a graph is being captured. *tuned says which.
+// the plan the autotuner measured fastest for this shape's M bucket (timed on
+// the first call, cached in memory and in the plan file: gemm_autotune.cpp),
+// or the shape heuristic's when tuning is off, a graph is being captured, or
+// (`wait` false) the device is busy tuning another shape. *tuned says which.
 gemm::Plan engine_plan(const gemm::Problem& p, const gemm::Launch& l, const at::Tensor& like,
-                       bool* tuned = nullptr);
+                       bool* tuned = nullptr, bool wait = false);
 // The same for a packed grouped problem (p.group_end set, p.m = T rows of
 // p.batches experts) on the hooked kernel; tuned on the first call's routing.
 gemm::Plan grouped_plan(const gemm::Problem& p, const gemm::Launch& l, const at::Tensor& like,
-                        bool* tuned = nullptr);
+                        bool* tuned = nullptr, bool wait = false);
 #endif
 
 // The host reference: a · bᵀ accumulated in float32, returned in a's dtype.

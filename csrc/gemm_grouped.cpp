@@ -124,10 +124,11 @@ gemm::Launch packed_launch() {
 }
 
 // The plan the tuner measured fastest for (E, T, N, K) (gemm_autotune.cpp):
-// its config, with its tile order written into *launch.
+// its config, with its tile order written into *launch. `wait`: for a tuning
+// of another shape on this device (the plan query), else the fixed plan runs.
 gemm::ConfigId packed_plan(const gemm::Problem& p, const at::Tensor& a, gemm::Launch* launch,
-                           bool* tuned = nullptr) {
-  const gemm::Plan plan = grouped_plan(p, *launch, a, tuned);
+                           bool* tuned = nullptr, bool wait = false) {
+  const gemm::Plan plan = grouped_plan(p, *launch, a, tuned, wait);
   launch->swizzle = plan.swizzle;
   launch->raster = plan.raster;
   return plan.config;
@@ -179,7 +180,7 @@ std::string packed_plan_cuda(const at::Tensor& a, const at::Tensor& b, const at:
   if (p.m == 0 || p.batches == 0 || p.n == 0) return "empty";
   gemm::Launch launch = packed_launch();
   bool tuned = false;
-  const gemm::ConfigId id = packed_plan(p, a, &launch, &tuned);
+  const gemm::ConfigId id = packed_plan(p, a, &launch, &tuned, /*wait=*/true);
   return plan_name(id, launch.swizzle, launch.raster, tuned);
 }
 

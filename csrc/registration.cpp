@@ -67,6 +67,13 @@ TORCH_LIBRARY(mkernel, m) {
   // What gemm_grouped_packed runs for these operands: "<config>/s<swizzle>/<m|n>", plus
   // " (tuned)" when the autotuner measured it (keyed by E, T, N, K; the first query tunes).
   m.def("gemm_grouped_plan(Tensor a, Tensor b, Tensor offs) -> str");
+  // The autotuner's plans (gemm_plan_store.cpp) as JSON, to share them between ranks
+  // (mkernel.share_gemm_plans) or processes: export this process's table; import one (merged,
+  // imported plans win; persist: also into the plan file), returning how many it held; the
+  // plan file's path ("" when the file cache is off).
+  m.def("gemm_plans_export() -> str");
+  m.def("gemm_plans_import(str plans, bool persist=False) -> int");
+  m.def("gemm_plans_file() -> str");
   // The record of the last timed-out device wait of this process ("" if none).
   m.def("wait_diagnostic() -> str");
   // (tiles_m, tiles_n, units_m, block_m, block_n) of a config for an [m, n] output.

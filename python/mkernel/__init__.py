@@ -23,6 +23,7 @@ _install_logging(_native.core)
 from .ops import (  # noqa: E402
     ag_gemm, gemm, gemm_ar, gemm_grouped, gemm_plan, gemm_rs, moe_combine, moe_dispatch_gemm, ring_attention,
 )
+from .ops import gemm_plans_file, share_gemm_plans  # noqa: E402
 from .runtime import Context, MkernelError, current_group, init, shutdown  # noqa: E402
 from .topology import topology  # noqa: E402
 
@@ -31,3 +32,4 @@ __all__ = [
     "gemm_rs", "get_logger", "init", "moe_combine", "moe_dispatch_gemm", "ring_attention", "set_log_level", "shutdown",
     "topology", "__version__",
 ]
+__all__ += ["gemm_plans_file", "share_gemm_plans"]

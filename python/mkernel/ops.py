@@ -27,8 +27,18 @@ import torch
 from torch import Tensor
 
 # Tile configurations of the Hopper GEMM engine (name -> ConfigId), generated with the C++ enum
-# from one table (csrc/kernels/gemm/generate_instantiations.py).
-from mkernel._gemm_configs import GEMM_CONFIGS
+# from one table (csrc/kernels/gemm/generate_instantiations.py). Read from the sibling file, not
+# through the package: importing this module must not load the natives (see the docstring).
+if __package__:
+    from ._gemm_configs import GEMM_CONFIGS
+else:  # loaded as a lone file
+    import importlib.util as _util
+    from pathlib import Path as _Path
+
+    _spec = _util.spec_from_file_location("_gemm_configs", _Path(__file__).with_name("_gemm_configs.py"))
+    _configs = _util.module_from_spec(_spec)
+    _spec.loader.exec_module(_configs)
+    GEMM_CONFIGS = _configs.GEMM_CONFIGS
 
 __all__ = [
     "Group",
@@ -39,11 +49,13 @@ __all__ = [
     "gemm_grouped",
     "gemm_grouped_plan",
     "gemm_plan",
+    "gemm_plans_file",
     "gemm_ar",
     "gemm_rs",
     "moe_combine",
     "moe_dispatch_gemm",
     "ring_attention",
+    "share_gemm_plans",
 ]
 
 
@@ -169,13 +181,24 @@ def gemm(a: Tensor, b: Tensor, *, config: str | int = "auto", sm_count: int = 0,
                                           splits, pdl)
 
 
-def gemm_plan(a: Tensor, b: Tensor, *, sm_count: int = 0) -> str:
+def gemm_plan(a: Tensor, b: Tensor, *, sm_count: int = 0, group: Group | None = None,
+              root: int = 0) -> str:
     """What :func:`gemm` with ``config="auto"`` runs for ``a [M, K]`` and ``b [N, K]``.
 
     Returns ``"<config>/s<swizzle>/<m|n>"`` plus ``" (tuned)"`` when the autotuner measured it
     (the first query of a shape on CUDA tunes it, like the first call would), or
-    ``"host reference"`` for CPU tensors.
+    ``"host reference"`` for CPU tensors. Plans are kept per M bucket (the next power of two)
+    and persist across processes (:func:`gemm_plans_file`).
+
+    With ``group`` (collective: every rank calls it with its operands of the same shape), only
+    rank ``root`` tunes; its plans reach the other ranks (:func:`share_gemm_plans`), so every
+    rank runs the same plan and no rank spends the tuning time.
     """
+    if group is None:
+        return torch.ops.mkernel.gemm_plan.default(a, b, sm_count)
+    if _group_rank("gemm_plan", group) == root:
+        torch.ops.mkernel.gemm_plan.default(a, b, sm_count)  # tunes the shape if it is new
+    share_gemm_plans(group, root=root)
     return torch.ops.mkernel.gemm_plan.default(a, b, sm_count)
 
 
@@ -222,14 +245,62 @@ def gemm_grouped(a: Tensor, b: Tensor, counts: Tensor | None = None, *,
     return torch.ops.mkernel.gemm_grouped.default(a, b, counts)
 
 
-def gemm_grouped_plan(a: Tensor, b: Tensor, offs: Tensor) -> str:
+def gemm_grouped_plan(a: Tensor, b: Tensor, offs: Tensor, *, group: Group | None = None,
+                      root: int = 0) -> str:
     """What :func:`gemm_grouped` runs for packed rows ``a [T, K]``, ``b [E, N, K]``, ``offs [E]``.
 
     Returns ``"<config>/s<swizzle>/<m|n>"`` plus ``" (tuned)"`` when the autotuner measured it.
-    The plan is tuned once per (E, T, N, K) on the first call's routing (the query tunes too,
-    like that call would), or ``"host reference"`` for CPU tensors.
+    The plan is tuned once per (E, T bucket, N, K) on the first call's routing (the query tunes
+    too, like that call would), or ``"host reference"`` for CPU tensors. ``group``: rank
+    ``root`` tunes and shares the plan, as in :func:`gemm_plan`.
     """
+    if group is None:
+        return torch.ops.mkernel.gemm_grouped_plan.default(a, b, offs)
+    if _group_rank("gemm_grouped_plan", group) == root:
+        torch.ops.mkernel.gemm_grouped_plan.default(a, b, offs)
+    share_gemm_plans(group, root=root)
     return torch.ops.mkernel.gemm_grouped_plan.default(a, b, offs)
+
+
+def _group_rank(op: str, group: Group) -> int:
+    rank = getattr(group, "rank", None)
+    if rank is None or not callable(getattr(group, "allgather_bytes", None)):
+        raise TypeError(f"mkernel.{op}: group must be an mkernel context (from mkernel.init(), with "
+                        f".rank and .allgather_bytes), got {type(group).__name__}")
+    return int(rank)
+
+
+def share_gemm_plans(group: Group | None = None, *, root: int = 0, persist: bool = False) -> int:
+    """Give every rank of ``group`` the GEMM plans rank ``root`` has (tuned, or read from its
+    plan file), so all ranks run the same plans without tuning them. Collective.
+
+    Call it after a warm-up step on ``root`` (or use ``gemm_plan(..., group=)`` per shape).
+    Received plans replace a rank's own for the same key; a plan whose device (model, SMs,
+    driver) differs from a rank's is kept but never matches, so that rank still tunes.
+
+    Args:
+        group: the mkernel context; None for the default one.
+        root: the rank whose plans everyone takes.
+        persist: also write the received plans into each rank's plan file.
+
+    Returns:
+        The number of plans in root's table (root included).
+    """
+    if group is None:
+        group = _default_group()
+    rank = _group_rank("share_gemm_plans", group)
+    mine = torch.ops.mkernel.gemm_plans_export.default() if rank == root else ""
+    blobs = group.allgather_bytes(mine.encode())  # type: ignore[attr-defined]
+    if not 0 <= root < len(blobs):
+        raise ValueError(f"mkernel.share_gemm_plans: root {root} is not a rank of the group "
+                         f"(world size {len(blobs)})")
+    return int(torch.ops.mkernel.gemm_plans_import.default(blobs[root].decode(), persist))
+
+
+def gemm_plans_file() -> str:
+    """The autotuner's plan file ($MKERNEL_CACHE_DIR, else ~/.cache/mkernel, then
+    ``gemm_plans.json``); ``""`` when ``MKERNEL_GEMM_PLAN_CACHE=0`` keeps plans in memory."""
+    return torch.ops.mkernel.gemm_plans_file.default()
 
 
 def gemm_rs(x: Tensor, w: Tensor, *, group: Group | None = None) -> Tensor:
