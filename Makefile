@@ -102,12 +102,33 @@ test-go:
 	go test -count=1 -tags mkernel_nordma ./gocore/transport/...
 	# The test build's fault hook (MKERNEL_NET_FAULTS), which production builds refuse.
 	go test -count=1 -tags mkernel_faults ./gocore/transport/
+	@mkdir -p build; go test -count=1 -v $(RDMA_PKGS) 2>&1 | grep -B1 -- '--- SKIP' | grep -v '^--$$' \
+	    > build/rdma-skips.txt || true
+	@$(rdma_report)
 # The host fault tests reorder the transports through MKERNEL_NET_FAULTS: test the
 # core's test build (a later `make demo` rebuilds the production one).
 test-py: export CORE_TAGS = mkernel_faults
 test-py: install
 	$(PY) -m pytest -q tests
 test: venv test-go cuda-check test-py
+	@$(rdma_report)
+
+# Skipped RDMA tests are said out loud (go test hides skips without -v): without
+# rdma-core's headers the ibverbs and efa backends build as stubs, and their
+# conformance tests (fake providers included) do not run; on a host without an
+# RDMA NIC the real-device conformance tests do not run.
+RDMA_PKGS := ./gocore/transport/ibverbs/... ./gocore/transport/efa/...
+define rdma_report
+n=$$(grep -c -- '--- SKIP' build/rdma-skips.txt 2>/dev/null || true); \
+if [ "$${n:-0}" -gt 0 ]; then \
+  echo "WARNING: $$n ibverbs/efa tests were SKIPPED (reasons in build/rdma-skips.txt)"; \
+  if [ ! -f /usr/include/infiniband/verbs.h ] || [ ! -f /usr/include/infiniband/efadv.h ]; then \
+    echo "WARNING: no rdma-core headers: the ibverbs/efa backends were built as stubs and their"; \
+    echo "WARNING: conformance tests did not run; install libibverbs-dev (as .ci/run does), then"; \
+    echo "WARNING: go clean -cache (Go's build cache does not notice new system headers)"; \
+  fi; \
+fi
+endef
 
 # --- the main job: the ops across $(WORLD) local processes ---------------------
 demo: install

@@ -3,6 +3,7 @@ module github.com/mkernel/mkernel
 go 1.26.0
 
 require (
+	github.com/go-python/gopy v0.5.0
 	github.com/google/go-cmp v0.7.0
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/go-plugin v1.8.0
@@ -12,7 +13,6 @@ require (
 
 require (
 	github.com/fatih/color v1.13.0 // indirect
-	github.com/go-python/gopy v0.5.0 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/gonuts/commander v0.1.0 // indirect
 	github.com/gonuts/flag v0.1.0 // indirect

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "core_binding.h"
+#include "ops_validation.h"
 
 namespace mkernel {
 namespace host {
@@ -187,7 +188,14 @@ class DataPath {
                        ", peer " + std::to_string(static_cast<int32_t>(fifo_->error_peer)) + ")"
                  : "";
     }
-    return core_failure(s, ("datapath_check (" + label_ + ")").c_str());
+    // The core's message leads with the cause ("rank 4 is gone (...)": gocore/datapath's
+    // Err); the status framing follows it instead of preceding it.
+    const std::string what = "datapath_check (" + label_ + ")";
+    const std::string full = core_failure(s, what.c_str());
+    const std::string marker = ": datapath_check: ";
+    const size_t at = full.find(marker);
+    if (at == std::string::npos) return full;
+    return full.substr(at + marker.size()) + " [" + full.substr(0, at) + "]";
   }
 
   std::string stats() const {
@@ -584,8 +592,9 @@ void Call::begin(const CallInfo& info) {
   for (int r = 0; r < world; ++r) {
     const WireHeader& h = heads[r];
     TORCH_CHECK(h.dtype == mine.dtype, op_, ": rank ", r, " passed x of dtype ",
-                c10::toString(static_cast<at::ScalarType>(h.dtype)), " but rank ", rank, " passed ",
-                c10::toString(info.dtype), ": every rank must use the same dtype");
+                validation::dtype_name(static_cast<at::ScalarType>(h.dtype)), " but rank ", rank,
+                " passed ", validation::dtype_name(info.dtype),
+                ": every rank must use the same dtype");
     std::array<int64_t, 4> theirs{h.dims[0], h.dims[1], h.dims[2], h.dims[3]};
     for (int i = 0; i < 4; ++i) {
       if ((info.must_match >> i & 1u) && theirs[i] != info.dims[i]) {
@@ -644,9 +653,10 @@ void Call::send(int peer, uint64_t local_off, uint64_t remote_off, uint64_t byte
   DataPath& p = g.path_to(peer);
   const std::string e = p.push(c, g.deadline());
   if (!e.empty()) {
-    fail(std::string(op_) + ": rank " + std::to_string(g.rank()) + ": sending " +
-         std::to_string(bytes) + " bytes to rank " + std::to_string(peer) + " over the " +
-         p.label() + " data path (" + p.transport() + ") failed: " + e);
+    // The cause first (a lost rank, named by the core), then what this rank was doing.
+    fail(std::string(op_) + ": " + e + " (rank " + std::to_string(g.rank()) + " was sending " +
+         std::to_string(bytes) + " bytes to rank " + std::to_string(peer) + " over its " +
+         p.label() + " data path, " + p.transport() + ")");
   }
 }
 
@@ -666,10 +676,10 @@ void Call::wait(int peer, Arrival kind, const char* what) {
     // since a peer stuck on a dead rank never sends to us either.
     for (auto& q : g.paths()) {
       if (q->failed()) {
-        fail(std::string(op_) + ": rank " + std::to_string(g.rank()) + " waited for " + what +
-             " from rank " + std::to_string(peer) + " (call " + std::to_string(epoch) +
-             ") when its " + q->label() + " data path (" + q->transport() +
-             ") failed: " + q->failure());
+        fail(std::string(op_) + ": " + q->failure() + " (rank " + std::to_string(g.rank()) +
+             " was waiting for " + what + " from rank " + std::to_string(peer) + ", call " +
+             std::to_string(epoch) + ", when its " + q->label() + " data path, " +
+             q->transport() + ", failed)");
       }
     }
     if (Clock::now() > deadline) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -220,28 +221,69 @@ func (dp *Datapath) Stats() proxy.Stats { return dp.px.Stats() }
 // Done is closed when the proxy stops (it stops when the transport fails).
 func (dp *Datapath) Done() <-chan struct{} { return dp.px.Done() }
 
-// Err is why the data path stopped, nil while it works. A transport failure
-// is annotated, once, with the bootstrap session's account of which rank left
-// the job (waiting at most causeGrace for it): the transport itself may only
-// have seen a neighbour closing in a cascade.
+// Err is why the data path stopped, nil while it works. A failure caused by a
+// lost rank leads with that rank ("rank 4 is gone (...)"), then says what this
+// rank was doing. It is annotated, once, with the bootstrap session's account of
+// which rank left the job (waiting at most causeGrace for it): the transport
+// itself may only have seen a neighbour closing in a cascade, and then the
+// session's account leads.
 func (dp *Datapath) Err() error {
 	err := dp.px.Err()
-	if err == nil || dp.job == nil || !errors.Is(err, transport.ErrPeerGone) {
+	if err == nil || !errors.Is(err, transport.ErrPeerGone) {
 		return err
 	}
 	dp.errOnce.Do(func() {
-		dp.err = err
-		select {
-		case <-dp.job.Done():
-		case <-time.After(causeGrace):
-			return
+		var session error
+		if dp.job != nil {
+			select {
+			case <-dp.job.Done():
+				if cause := dp.job.Err(); cause != nil && !errors.Is(cause, bootstrap.ErrClosed) {
+					session = cause
+				}
+			case <-time.After(causeGrace):
+			}
 		}
-		if cause := dp.job.Err(); cause != nil && !errors.Is(cause, bootstrap.ErrClosed) {
-			dp.err = fmt.Errorf("%w (the job's session reports: %v)", err, cause)
-		}
+		dp.err = causeFirst(err, session)
 	})
 	return dp.err
 }
+
+// causeFirst rewrites a lost-rank failure so that its cause leads: the lost rank
+// (when the transport knows it was lost, not merely closed), else the session's
+// account; then the rest of the chain, with the session's account at the end.
+// errors.Is/As still see err.
+func causeFirst(err, session error) error {
+	rl, ok := transport.LostRank(err)
+	var lead, rest string
+	switch {
+	case ok && !rl.Closed:
+		lead, rest = rl.Error(), strings.TrimSuffix(err.Error(), ": "+rl.Error())
+	case session != nil:
+		lead, rest, session = "the job's session reports: "+session.Error(), err.Error(), nil
+	default:
+		return err
+	}
+	if r, ok := strings.CutPrefix(rest, "proxy: rank "); ok && !strings.Contains(r, ":") {
+		rest = "" // only the proxy's "proxy: rank N" prefix: nothing to add
+	}
+	msg := lead
+	if rest != "" && rest != lead {
+		msg += "; " + rest
+	}
+	if session != nil {
+		msg += " (the job's session reports: " + session.Error() + ")"
+	}
+	return &leadingCause{msg: msg, err: err}
+}
+
+// leadingCause is err with a message that puts the cause first.
+type leadingCause struct {
+	msg string
+	err error
+}
+
+func (e *leadingCause) Error() string { return e.msg }
+func (e *leadingCause) Unwrap() error { return e.err }
 
 // Close stops the proxy, closes the transport and unmaps the memory; it returns an earlier
 // failure of the proxy, if any. Producers must have stopped using the FIFO and the

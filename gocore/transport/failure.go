@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 )
@@ -50,4 +51,46 @@ func (f *Failure) Closed() bool {
 	default:
 		return false
 	}
+}
+
+// RankLostError is a failure caused by a rank leaving the job. Its message leads with that
+// rank ("rank 4 is gone (...)"), which need not be the peer that reported the loss: a peer
+// that closed its transport because it lost rank 4 names rank 4, not itself. It matches
+// ErrPeerGone (or Kind, when set: ErrTimeout for a peer that stopped answering).
+type RankLostError struct {
+	Rank int   // the rank that is gone
+	Kind error // ErrPeerGone (nil) or ErrTimeout
+	// How it was seen, e.g. "tcp, seen by rank 0: connection closed without goodbye".
+	Seen string
+	// Closed: the rank closed its transport cleanly without saying why, so the loss may
+	// be a consequence of another rank's (the job's session may know which).
+	Closed bool
+	Err    error // what the backend saw, if anything
+}
+
+func (e *RankLostError) Error() string {
+	msg := fmt.Sprintf("rank %d is gone (%s)", e.Rank, e.Seen)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is matches the error's kind (ErrPeerGone unless Kind says otherwise).
+func (e *RankLostError) Is(target error) bool {
+	if e.Kind != nil {
+		return target == e.Kind
+	}
+	return target == ErrPeerGone
+}
+
+func (e *RankLostError) Unwrap() error { return e.Err }
+
+// LostRank returns the rank whose loss caused err, if err says (a RankLostError in its chain).
+func LostRank(err error) (*RankLostError, bool) {
+	var rl *RankLostError
+	if errors.As(err, &rl) {
+		return rl, true
+	}
+	return nil, false
 }

@@ -173,6 +173,16 @@ def mismatch(c: Checker) -> None:
         assert "N (w's row count) must be the same on every rank" in str(e), str(e)
     else:
         raise AssertionError(f"rank {c.rank}: mismatched N was accepted")
+    # A dtype that differs across ranks is named as every other message names dtypes.
+    xd, wd = make(79, c.rank, 6, 8, 4, torch.bfloat16 if c.rank == c.world - 1 else torch.float32)
+    try:
+        mkernel.gemm_ar(xd, wd, group=c.ctx)
+    except RuntimeError as e:
+        msg = str(e)
+        assert "every rank must use the same dtype" in msg and "bf16" in msg and "fp32" in msg, msg
+        assert "Float" not in msg and "BFloat16" not in msg, msg
+    else:
+        raise AssertionError(f"rank {c.rank}: mismatched dtypes were accepted")
     c.run("gemm_ar", "fp32", 7, 9, 5)  # still works
 
 

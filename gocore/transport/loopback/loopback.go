@@ -401,8 +401,8 @@ func (t *Transport) startWatch() error {
 				}
 				p := t.peers[ranks[i]]
 				if atomic.LoadUint64(t.word(p.ctrl, 0)) != stateClosed {
-					t.fail(fmt.Errorf("loopback: rank %d: %w: rank %d (pid %d) exited without closing its transport",
-						t.cfg.Rank, transport.ErrPeerGone, p.rank, p.pid))
+					t.fail(&transport.RankLostError{Rank: p.rank, Seen: fmt.Sprintf(
+						"loopback, seen by rank %d: its process (pid %d) exited without closing its transport", t.cfg.Rank, p.pid)})
 					return
 				}
 				fds[i].Fd = -1 // exited after a clean Close: ignore from now on
@@ -456,7 +456,8 @@ func (t *Transport) peerClosed(p *peer) error {
 	if atomic.LoadUint64(t.word(p.ctrl, 0)) == stateOpen {
 		return nil
 	}
-	err := fmt.Errorf("loopback: rank %d: %w: rank %d closed its transport", t.cfg.Rank, transport.ErrPeerGone, p.rank)
+	err := &transport.RankLostError{Rank: p.rank, Closed: true,
+		Seen: fmt.Sprintf("loopback, seen by rank %d: it closed its transport", t.cfg.Rank)}
 	t.fail(err)
 	return err
 }

@@ -34,12 +34,14 @@ func (t *Transport) check(op *transport.Op) (*peer, error) {
 }
 
 func (t *Transport) peerGone(p *peer) error {
-	err := fmt.Errorf("tcp: rank %d: %w: rank %d closed its transport", t.cfg.Rank, transport.ErrPeerGone, p.rank)
+	err := &transport.RankLostError{Rank: p.rank, Closed: true,
+		Seen: fmt.Sprintf("tcp, seen by rank %d: it closed its transport", t.cfg.Rank)}
 	if cause := p.byeCause.Load(); cause > 0 {
-		// The peer closed because it lost another rank: name that one, and pass it on.
+		// The peer closed because it lost another rank: that one is the cause; lead with
+		// it, and pass it on.
 		t.lost.CompareAndSwap(0, cause)
-		err = fmt.Errorf("tcp: rank %d: %w: rank %d closed its transport after losing rank %d",
-			t.cfg.Rank, transport.ErrPeerGone, p.rank, cause-1)
+		err = &transport.RankLostError{Rank: int(cause - 1),
+			Seen: fmt.Sprintf("tcp, seen by rank %d: rank %d closed its transport after losing it", t.cfg.Rank, p.rank)}
 	}
 	t.fail(err)
 	return t.Err()

@@ -134,7 +134,8 @@ func (p *peer) lost(what string, err error) {
 		kind = transport.ErrTimeout
 	}
 	p.t.lost.CompareAndSwap(0, int32(p.rank)+1)
-	p.t.fail(fmt.Errorf("tcp: rank %d: %w: rank %d: %s: %w", p.t.cfg.Rank, kind, p.rank, what, err))
+	p.t.fail(&transport.RankLostError{Rank: p.rank, Kind: kind, Err: err,
+		Seen: fmt.Sprintf("tcp, seen by rank %d: %s", p.t.cfg.Rank, what)})
 }
 
 // writeLoop sends pending ops (and acks) in batches of one writev each.
