@@ -284,11 +284,14 @@ bool runs(const gemm::Problem& p, const gemm::Launch& l, const gemm::Plan& plan,
 // miss. The tuning holds only its device's tuner mutex; a caller that would
 // wait for it (`wait` false) runs the first candidate instead, uncached.
 // Under graph capture a miss runs the first candidate and caches nothing.
-template <class CandidatesFn>
-gemm::Plan cached_plan(const Key& key, const std::string& table_key, const gemm::Problem& p,
+// table_key() (the plan table's key, a string) is built on a miss of the fast
+// map only: a hit costs one map lookup.
+template <class TableKeyFn, class CandidatesFn>
+gemm::Plan cached_plan(const Key& key, TableKeyFn&& table_key, const gemm::Problem& p,
                        const gemm::Launch& l, const at::Tensor& like, bool hooked, bool wait,
                        bool* tuned, CandidatesFn&& candidates) {
   Cache& c = cache();
+  std::string text_key;  // table_key(), once needed
   auto lookup = [&]() -> std::optional<gemm::Plan> {
     {
       const std::lock_guard<std::mutex> lock(c.mu);
@@ -300,7 +303,8 @@ gemm::Plan cached_plan(const Key& key, const std::string& table_key, const gemm:
       auto it = c.plans.find(key);
       if (it != c.plans.end()) return it->second;
     }
-    const std::optional<std::string> text = plans::find(table_key);
+    if (text_key.empty()) text_key = table_key();
+    const std::optional<std::string> text = plans::find(text_key);
     if (!text) return std::nullopt;
     const std::optional<gemm::Plan> plan = parse_plan(*text);
     if (!plan || !runs(p, l, *plan, hooked)) return std::nullopt;  // stale: tune anew
@@ -326,7 +330,7 @@ gemm::Plan cached_plan(const Key& key, const std::string& table_key, const gemm:
     return *hit;
   }
   const gemm::Plan best = tune(p, l, cands, count, like, hooked);
-  plans::insert(table_key, plan_text(best), /*persist=*/true);
+  plans::insert(text_key, plan_text(best), /*persist=*/true);
   {
     const std::lock_guard<std::mutex> lock(c.mu);
     c.plans[key] = best;
@@ -346,8 +350,9 @@ gemm::Plan engine_plan(const gemm::Problem& p, const gemm::Launch& l, const at::
   if (!tuning_enabled()) return gemm::select_plan(p.m, p.n, p.k, sms);
   const int dev = like.get_device();
   const Key key{dev, static_cast<int>(p.dtype), 0, plans::m_bucket(p.m), p.n, p.k, sms};
-  const std::string table_key =
-      plans::key(device_signature(dev, sms), dtype_name(p.dtype), 0, p.m, p.n, p.k);
+  auto table_key = [&] {
+    return plans::key(device_signature(dev, sms), dtype_name(p.dtype), 0, p.m, p.n, p.k);
+  };
   return cached_plan(key, table_key, p, l, like, /*hooked=*/false, wait, tuned,
                      [&](gemm::Plan* out, int cap) {
                        return gemm::candidate_plans(p.m, p.n, p.k, sms, out, cap);
@@ -370,8 +375,9 @@ gemm::Plan grouped_plan(const gemm::Problem& p, const gemm::Launch& l, const at:
   // the split of T over the experts changes every step, the shapes do not.
   const int dev = like.get_device();
   const Key key{dev, static_cast<int>(p.dtype), p.batches, plans::m_bucket(p.m), p.n, p.k, sms};
-  const std::string table_key =
-      plans::key(device_signature(dev, sms), dtype_name(p.dtype), p.batches, p.m, p.n, p.k);
+  auto table_key = [&] {
+    return plans::key(device_signature(dev, sms), dtype_name(p.dtype), p.batches, p.m, p.n, p.k);
+  };
   return cached_plan(key, table_key, p, l, like, /*hooked=*/true, wait, tuned, candidates);
 }
 
