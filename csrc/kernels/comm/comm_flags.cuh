@@ -11,33 +11,10 @@
 
 #include <cstdint>
 
+#include "group_sync.cuh"  // ld_acquire_sys, st_release_sys, the proxy fences
 #include "wait_diagnostic.h"
 
 namespace mkernel::comm {
-
-
-
-__device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void st_release_sys(uint64_t* p, uint64_t v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-// Orders this thread's generic-proxy accesses with later async-proxy (TMA)
-// accesses: after acquiring a flag, a TMA load must see the data it guards.
-__device__ __forceinline__ void fence_proxy_async_global() {
-  asm volatile("fence.proxy.async.global;" ::: "memory");
-}
-
-// Waits until every async bulk (TMA) store this thread committed has been
-// written to global memory — not only read out of shared memory.
-__device__ __forceinline__ void tma_store_wait_all_writes() {
-  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
 
 // Spins until *flag >= expected; on timeout fills *diag (if given) and traps.
 // `what`/`index` name the flag in the report. Returns the value seen.
