@@ -20,7 +20,6 @@
 
 #ifdef MKERNEL_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include "fused_common.h"
@@ -115,11 +114,8 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_unfused(const at::Tensor& x, const at
                                                    int64_t group, int64_t world_size,
                                                    bool return_gathered, const char* why) {
   fused_glue::note_fallback(kOp, why);
-  auto schema = c10::Dispatcher::singleton().findSchema({"mkernel::all_gather", ""});
-  TORCH_CHECK_NOT_IMPLEMENTED(schema.has_value(), kOp, ": ", why,
-                              ", and the substrate's mkernel.all_gather is not registered");
   const at::Tensor gathered =
-      schema->typed<at::Tensor(const at::Tensor&, int64_t, int64_t)>().call(x, group, world_size);
+      fused_glue::substrate_collective(kOp, "all_gather", x, group, world_size);
   at::Tensor out = engine_gemm(kOp, gathered, w);
   return {out, return_gathered ? gathered : x.new_empty({0})};
 }

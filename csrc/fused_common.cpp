@@ -5,6 +5,7 @@
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -93,6 +94,58 @@ void launch(const char* op, const gemm::Problem& p, gemm::ConfigId config, const
   const cudaError_t err = fused::run_fused(p, config, l, m_order, hooks, &reason);
   TORCH_CHECK(err == cudaSuccess, op, ": the fused kernel failed to launch: ",
               cudaGetErrorString(err), reason ? std::string(" (") + reason + ")" : std::string());
+}
+
+bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, const at::Tensor& x,
+                 const at::Tensor& w, int64_t row0, int64_t rows, const at::Tensor& out,
+                 const std::vector<int>& order, int64_t rank_rows, const char** why) {
+  const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
+  if (n == 0 || k == 0 || k % 8 != 0 || n % 8 != 0) {
+    *why = "N and K must be positive multiples of 8 for the fused kernel";
+    return false;
+  }
+  const gemm::ConfigId config = fused::fused_config(static_cast<int>(m), static_cast<int>(n),
+                                                    static_cast<int>(k), device_sms());
+  const gemm::TileCounts tc = gemm::tile_counts(config, static_cast<int>(m), static_cast<int>(n));
+  const int64_t tiles = static_cast<int64_t>(tc.tiles_m) * tc.tiles_n;
+  if (tiles > comm::kFlagWords - comm::FlagSlot::kOpSlotBase) {
+    *why = "more output tiles than the group's flag slots";
+    return false;
+  }
+  if (m == 0) return true;  // nothing to compute or reduce on any rank
+  const uint64_t bytes = static_cast<uint64_t>(m * n) * x.element_size();
+  sg.ensure(op, bytes);
+  const comm::GroupDevice& g = sg.device_view();
+  fused::FusedParams hp;
+  hp.group = g;
+  hp.mode = fused::kModeReduce;
+  hp.op = wait_op;
+  hp.signature = comm::call_signature(wait_op, {m, k, n, static_cast<int64_t>(x.scalar_type())});
+  hp.flag_base = comm::FlagSlot::kOpSlotBase;
+  hp.m = static_cast<int32_t>(m);
+  hp.n = static_cast<int32_t>(n);
+  hp.block_m = tc.block_m;
+  hp.block_n = tc.block_n;
+  hp.tiles_n = tc.tiles_n;
+  hp.reduce_row0 = static_cast<int32_t>(row0);
+  hp.reduce_rows = static_cast<int32_t>(rows);
+  hp.out = out.data_ptr();
+  hp.bf16 = x.scalar_type() == at::kBFloat16 ? 1 : 0;
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0, op,
+              ": internal: the output is not 16-byte aligned");
+  const gemm::Problem p = problem(op, x.data_ptr(), w, g.data[g.rank], m, n, k);
+  launch(op, p, config, x, hp, order, rank_rows);
+  return true;
+}
+
+at::Tensor substrate_collective(const char* op, const char* name, const at::Tensor& x,
+                                int64_t group, int64_t world_size) {
+  const std::string full = std::string("mkernel::") + name;
+  auto schema = c10::Dispatcher::singleton().findSchema({full.c_str(), ""});
+  TORCH_CHECK_NOT_IMPLEMENTED(schema.has_value(), op, ": the substrate's mkernel.", name,
+                              " is not registered (needed for the unfused path)");
+  return schema->typed<at::Tensor(const at::Tensor&, int64_t, int64_t)>().call(x, group,
+                                                                              world_size);
 }
 
 void note_fallback(const char* op, const char* why) {

@@ -25,6 +25,8 @@ from .ops import (  # noqa: E402
 )
 from .runtime import Context, MkernelError, current_group, init, shutdown  # noqa: E402
 from .topology import topology  # noqa: E402
+from . import autograd as _autograd  # noqa: E402,F401  (backward formulas of the fused ops)
+from . import nn  # noqa: E402  (drop-in tensor-parallel layers)
 
 __all__ = [
     "Context", "MkernelError", "ag_gemm", "current_group", "gemm", "gemm_ar", "gemm_grouped", "gemm_plan",

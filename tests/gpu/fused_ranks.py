@@ -8,7 +8,8 @@ tensors allocated from poisoned memory; back-to-back calls without a host sync; 
 capture and replay with the inputs changed between replays. Prints ``CASE {json}`` per call and
 ``OK <rank>`` at the end; a failed check raises (exit status 1) naming the case.
 
-``FUSED_SUITE`` (comma-separated): ``ag`` (ag_gemm), ``graph``, ``time``.
+``FUSED_SUITE`` (comma-separated): ``ag`` (ag_gemm), ``rs`` (gemm_rs), ``ar`` (gemm_ar),
+``graph`` (all three captured and replayed), ``time``.
 """
 
 from __future__ import annotations
@@ -100,6 +101,57 @@ def suite_ag(ctx, rank: int, world: int) -> None:
             assert torch.equal(gathered.cpu(), gathered_ref), f"gathered differs: {c}"
 
 
+def reduce_reference(case: int, world: int, rows: int, k: int, n: int, dtype, me: int):
+    """Every rank's x @ w.T partial summed in float64 ([rows, n]) and this rank's inputs."""
+    total = None
+    for s in range(world):
+        x, w = inputs(case, s, rows, k, n, dtype)
+        part = x.double() @ w.double().T
+        total = part if total is None else total + part
+    x, w = inputs(case, me, rows, k, n, dtype)
+    return total, x, w
+
+
+# (M, k, N): ragged M (a multiple of W only for gemm_rs), k and N multiples of 8.
+REDUCE_SHAPES = [(8, 64, 96), (136, 64, 200), (520, 256, 136), (1000, 512, 1024), (2048, 512, 4096)]
+
+
+def suite_reduce(ctx, rank: int, world: int, op: str) -> None:
+    fn = {"gemm_rs": mkernel.gemm_rs, "gemm_ar": mkernel.gemm_ar}[op]
+    for dname, dtype in DTYPES.items():
+        pending = []
+        for i, (rows, k, n) in enumerate(REDUCE_SHAPES):
+            if op == "gemm_rs":
+                rows = (rows + world - 1) // world * world
+            case = 1000 * i + (0 if dtype is torch.bfloat16 else 500) + (100 if op == "gemm_rs" else 0)
+            total, x, w = reduce_reference(case, world, rows, k, n, dtype, rank)
+            if op == "gemm_rs":
+                b = rows // world
+                ref = total[rank * b:(rank + 1) * b]
+            else:
+                ref = total
+            poison((tuple(ref.shape), dtype))
+            out = fn(x.cuda(), w.cuda(), group=ctx)
+            pending.append((dict(op=op, dtype=dname, m=rows, k=k, n=n, world=world, rank=rank),
+                            out, ref))
+        torch.cuda.synchronize()
+        for c, out, ref in pending:
+            check("out", out, ref, c)
+            if op == "gemm_ar":  # identical bits on every rank
+                digest = torch.tensor([float(out.float().sum().item()), float(out.float().abs().sum().item())])
+                got = [torch.zeros(2, dtype=torch.float64) for _ in range(world)]
+                dist.all_gather(got, digest.double())
+                assert all(torch.equal(g, got[0]) for g in got), f"gemm_ar differs across ranks: {c}"
+
+
+def suite_rs(ctx, rank: int, world: int) -> None:
+    suite_reduce(ctx, rank, world, "gemm_rs")
+
+
+def suite_ar(ctx, rank: int, world: int) -> None:
+    suite_reduce(ctx, rank, world, "gemm_ar")
+
+
 def suite_graph(ctx, rank: int, world: int) -> None:
     """Capture one ag_gemm, replay it with new inputs copied in (every rank changes its x)."""
     m, k, n, dtype = 300, 256, 512, torch.bfloat16
@@ -122,6 +174,30 @@ def suite_graph(ctx, rank: int, world: int) -> None:
         graph.replay()
         torch.cuda.synchronize()
         check("graph_out", out_static, ref, dict(op="ag_gemm", graph=True, case=case, rank=rank))
+    # gemm_rs and gemm_ar captured in one graph (the device epoch orders the calls).
+    rows, k, n = 96 * world, 128, 264
+    xr = torch.empty(rows, k, dtype=dtype, device="cuda")
+    _, w0 = inputs(21, rank, rows, k, n, dtype)
+    w_dev = w0.cuda()
+    xr.copy_(inputs(21, rank, rows, k, n, dtype)[0].cuda())
+    mkernel.gemm_rs(xr, w_dev, group=ctx)
+    mkernel.gemm_ar(xr, w_dev, group=ctx)
+    torch.cuda.synchronize()
+    graph2 = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph2, stream=stream):
+            rs_static = mkernel.gemm_rs(xr, w_dev, group=ctx)
+            ar_static = mkernel.gemm_ar(xr, w_dev, group=ctx)
+    for case in (22, 23):
+        xs = [inputs(case, s, rows, k, n, dtype)[0] for s in range(world)]
+        ws = [inputs(21, s, rows, k, n, dtype)[1] for s in range(world)]
+        total = sum(xs[s].double() @ ws[s].double().T for s in range(world))
+        xr.copy_(xs[rank].cuda())
+        graph2.replay()
+        torch.cuda.synchronize()
+        b = rows // world
+        check("graph_rs", rs_static, total[rank * b:(rank + 1) * b], dict(op="gemm_rs", graph=True, case=case, rank=rank))
+        check("graph_ar", ar_static, total, dict(op="gemm_ar", graph=True, case=case, rank=rank))
 
 
 def timed(fn, iters: int = 20) -> float:
@@ -149,6 +225,14 @@ def suite_time(ctx, rank: int, world: int) -> None:
         gemm = timed(lambda: mkernel.gemm(full, w))
         emit("TIME", dict(op="ag_gemm", m=m, k=k, n=n, world=world, rank=rank, fused_us=fused,
                           gemm_alone_us=gemm))
+    for rows, k, n in [(4096, 1024, 8192), (8192, 2048, 8192)]:
+        x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 32
+        rs = timed(lambda: mkernel.gemm_rs(x, w, group=ctx))
+        ar = timed(lambda: mkernel.gemm_ar(x, w, group=ctx))
+        gemm = timed(lambda: mkernel.gemm(x, w))
+        emit("TIME", dict(op="gemm_rs/ar", m=rows, k=k, n=n, world=world, rank=rank, rs_us=rs,
+                          ar_us=ar, gemm_alone_us=gemm))
 
 
 def main() -> None:
@@ -158,7 +242,8 @@ def main() -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     ctx = mkernel.init()
     for name in suites:
-        {"ag": suite_ag, "graph": suite_graph, "time": suite_time}[name](ctx, rank, world)
+        {"ag": suite_ag, "rs": suite_rs, "ar": suite_ar, "graph": suite_graph,
+         "time": suite_time}[name](ctx, rank, world)
     torch.cuda.synchronize()
     print(f"OK {rank}", flush=True)
     mkernel.shutdown()

@@ -53,7 +53,15 @@ def test_ag_gemm(world):
 
 
 @needs_gpu_ranks
+@pytest.mark.parametrize("world", [2, 4, 8])
+@pytest.mark.parametrize("op", ["rs", "ar"])
+def test_reduce_ops(op, world):
+    cases = run(world, op)
+    assert len(cases) == world * 2 * 5  # ranks x dtypes x shapes
+
+
+@needs_gpu_ranks
 @pytest.mark.parametrize("world", [2, 4])
-def test_ag_gemm_graph_replay(world):
+def test_graph_replay(world):
     cases = run(world, "graph")
-    assert len(cases) == world * 3
+    assert len(cases) == world * (3 + 2 * 2)

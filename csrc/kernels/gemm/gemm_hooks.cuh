@@ -6,7 +6,8 @@
 //      global memory (TMA store / register stores), release a per-tile flag
 //      (a send role or a peer may consume the tile).
 // A policy may also keep per-launch state (`Call`, read once by every thread
-// at the start: the fused ops' device epoch), give the producer warpgroup's
+// at the start: the fused ops' device epoch; producer_wait may update its
+// thread's copy), give the producer warpgroup's
 // three idle warps a `side_role` (the fused ops' copy / reduce roles), and end
 // the launch with `call_end` (one thread per CTA after a CTA-wide barrier).
 // NoHooks compiles all of it away, so the plain GEMM pays nothing.

@@ -173,8 +173,8 @@ class HookedGemmSm90 {
     // launched with PDL must never skip this wait.)
     asm volatile("griddepcontrol.wait;" ::: "memory");
     // Per-launch state of the hooks (the fused ops' call number), read by
-    // every thread before any CTA can reach call_end.
-    const typename Hooks::Call call = Hooks::call_begin(params.hooks);
+    // every thread before any CTA can reach call_end; each thread's own copy.
+    typename Hooks::Call call = Hooks::call_begin(params.hooks);
 
     const auto problem_mnkl = params.problem;
     Mainloop mainloop;
