@@ -162,8 +162,11 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   hp.m_local = static_cast<int32_t>(m);
   hp.m_total = static_cast<int32_t>(world * m);
   hp.row_bytes = row_bytes;
-  // Chunks of 128 rows (one tile of A), wider if the flags would not fit the op's flag slots.
+  // Chunks of ~128 KiB (a power of two of rows, at most one 128-row tile of A): each CTA's copy
+  // warps move a chunk at a few GB/s, so small chunks spread a tile's rows over many CTAs and
+  // the first tiles start early. Wider if the flags would not fit the op's flag slots.
   int64_t chunk_rows = 128;
+  while (chunk_rows > 1 && chunk_rows * row_bytes > (128 << 10)) chunk_rows /= 2;
   const int64_t flag_room = comm::kFlagWords - comm::FlagSlot::kOpSlotBase;
   while (world * ((m + chunk_rows - 1) / chunk_rows) > flag_room) chunk_rows *= 2;
   hp.chunk_rows = static_cast<int32_t>(chunk_rows);

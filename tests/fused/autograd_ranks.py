@@ -2,8 +2,9 @@
 float32): the fused ops' and mkernel.nn layers' gradients against torch autograd of the unfused
 model, which every rank builds from the same seed. Prints ``OK <rank>``; a mismatch raises.
 
-``AUTOGRAD_SUITE``: ``ops`` (ag_gemm / gemm_rs / gemm_ar backward) or ``mlp`` (column ->
-GeLU -> row, sequence parallel on and off, gather_output / input_is_parallel=False).
+``AUTOGRAD_SUITE``: ``ops`` (ag_gemm / gemm_rs / gemm_ar backward), ``mlp`` (column ->
+GeLU -> row, sequence parallel on and off, gather_output / input_is_parallel=False) or
+``compile`` (the sequence-parallel MLP under torch.compile(fullgraph=True), aot_eager).
 """
 
 from __future__ import annotations
@@ -78,10 +79,11 @@ def suite_ops(ctx, rank: int, world: int) -> None:
     close("gemm_ar wgrad", w.grad, Ws[rank].grad)
 
 
-def suite_mlp(ctx, rank: int, world: int) -> None:
+def suite_mlp(ctx, rank: int, world: int, compiled: bool = False) -> None:
     s, bsz, h, f = 4 * world, 3, 16, 8 * world
     fl = f // world
-    for sp, gather_output in ((True, False), (False, False), (False, True)):
+    variants = ((True, False),) if compiled else ((True, False), (False, False), (False, True))
+    for sp, gather_output in variants:
         g = torch.Generator().manual_seed(99)
         rnd = lambda *sh: torch.randn(*sh, generator=g)  # noqa: E731
         W1, b1, W2, b2 = leaf(rnd(f, h) / 4), leaf(rnd(f)), leaf(rnd(h, f) / 4), leaf(rnd(h))
@@ -100,8 +102,14 @@ def suite_mlp(ctx, rank: int, world: int) -> None:
             row.bias.copy_(b2)
         seq = slice(rank * s // world, (rank + 1) * s // world)
         x = leaf(X[seq] if sp else X)
-        hidden, _ = col(x)
-        y, _ = row(F.gelu(hidden))
+
+        def mlp(inp: torch.Tensor) -> torch.Tensor:
+            hidden, _ = col(inp)
+            return row(F.gelu(hidden))[0]
+
+        if compiled:
+            mlp = torch.compile(mlp, backend="aot_eager", fullgraph=True)
+        y = mlp(x)
         want_y = (F.gelu(X @ W1.T + b1) @ W2.T + b2).detach()
         tag = f"mlp sp={sp} gather_output={gather_output}"
         close(f"{tag} output", y, want_y[seq] if sp else want_y)
@@ -120,7 +128,9 @@ def main() -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", rank=rank, world_size=world)
     ctx = mkernel.init()
-    {"ops": suite_ops, "mlp": suite_mlp}[os.environ["AUTOGRAD_SUITE"]](ctx, rank, world)
+    suites = {"ops": suite_ops, "mlp": suite_mlp,
+              "compile": lambda c, r, w: suite_mlp(c, r, w, compiled=True)}
+    suites[os.environ["AUTOGRAD_SUITE"]](ctx, rank, world)
     print(f"OK {rank}", flush=True)
     mkernel.shutdown()
     dist.destroy_process_group()

@@ -14,7 +14,7 @@ RANKS = Path(__file__).with_name("autograd_ranks.py")
 
 
 @pytest.mark.parametrize("world", [2, 4])
-@pytest.mark.parametrize("suite", ["ops", "mlp"])
+@pytest.mark.parametrize("suite", ["ops", "mlp", "compile"])
 def test_autograd_matches_unfused(suite, world):
     results = run_ranks(RANKS.read_text(), world, timeout=180, fork=True,
                         env={"AUTOGRAD_SUITE": suite})

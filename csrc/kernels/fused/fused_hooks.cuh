@@ -123,39 +123,29 @@ struct FusedHooks {
 
   // ---- kModeReduce ----------------------------------------------------------------------
 
-  template <class T>
-  CUTLASS_DEVICE static void add8(float (&acc)[8], uint4 v) {
-    const T* h = reinterpret_cast<const T*>(&v);
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < 8; ++i) acc[i] += static_cast<float>(h[i]);
-  }
-
-  template <class T>
-  CUTLASS_DEVICE static uint4 pack8(float const (&acc)[8]) {
-    uint4 v;
-    T* h = reinterpret_cast<T*>(&v);
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < 8; ++i) h[i] = static_cast<T>(acc[i]);
-    return v;
-  }
-
-  // Sums rows [r0, r1) x columns [c0, c1) of every rank's partial (rank order) into out.
+  // Sums rows [r0, r1) x columns [c0, c1) of every rank's partial (rank order) into out, four
+  // elements (8 bytes) per step: the side warps run on the producer's 40 registers.
   template <class T>
   CUTLASS_DEVICE static void reduce_block(Params const& p, int r0, int r1, int c0, int c1, int t) {
     const comm::GroupDevice& g = p.group;
-    const int vecs = (c1 - c0) / 8;  // 16-byte vectors per row (n is a multiple of 8)
+    const int vecs = (c1 - c0) / 4;  // 8-byte vectors per row (n is a multiple of 8)
     const int total = (r1 - r0) * vecs;
+    T* out = static_cast<T*>(p.out) - static_cast<int64_t>(p.reduce_row0) * p.n;
     for (int i = t; i < total; i += kSideThreads) {
-      const int r = r0 + i / vecs, c = c0 + (i - (i / vecs) * vecs) * 8;
-      const int64_t at = static_cast<int64_t>(r) * p.n + c;
-      float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      for (int s = 0; s < g.world; ++s) {
-        const T* part = reinterpret_cast<const T*>(g.data[s]);
-        add8<T>(acc, *reinterpret_cast<const uint4*>(part + at));
+      const int row = i / vecs;
+      const int64_t at = static_cast<int64_t>(r0 + row) * p.n + c0 + (i - row * vecs) * 4;
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int s = 0; s < g.world; ++s) {  // rank order 0..W-1: the same sum on every rank
+        const uint2 v = *reinterpret_cast<const uint2*>(reinterpret_cast<const T*>(g.data[s]) + at);
+        const T* h = reinterpret_cast<const T*>(&v);
+        CUTLASS_PRAGMA_UNROLL
+        for (int e = 0; e < 4; ++e) acc[e] += static_cast<float>(h[e]);
       }
-      T* out = static_cast<T*>(p.out);
-      *reinterpret_cast<uint4*>(out + at - static_cast<int64_t>(p.reduce_row0) * p.n) =
-          pack8<T>(acc);
+      uint2 o;
+      T* h = reinterpret_cast<T*>(&o);
+      CUTLASS_PRAGMA_UNROLL
+      for (int e = 0; e < 4; ++e) h[e] = static_cast<T>(acc[e]);
+      *reinterpret_cast<uint2*>(out + at) = o;
     }
   }
 
@@ -208,9 +198,11 @@ struct FusedHooks {
   }
 
   // Hook (b) after the TMA-store epilogue (every consumer thread): the storing warp waits for
-  // its writes, then one thread releases the tile's flag at this rank.
-  CUTLASS_DEVICE static void tile_done(Params const& p, Call const& call, int m_block,
-                                       int n_block, int block_m, int mma_thread_idx) {
+  // its writes, then one thread releases the tile's flag at this rank. The call number is read
+  // again rather than carried through the mainloop in the consumers' registers (*epoch changes
+  // only in the last CTA's call_end, after every CTA's tiles).
+  CUTLASS_DEVICE static void tile_done(Params const& p, Call const&, int m_block, int n_block,
+                                       int block_m, int mma_thread_idx) {
     if (p.mode != kModeReduce || m_block * block_m >= p.m) return;
     if (mma_thread_idx < 32) {
       comm::tma_store_wait_all_writes();
@@ -218,16 +210,17 @@ struct FusedHooks {
       if (mma_thread_idx == 0) {
         comm::fence_proxy_async_global();
         comm::signal(p.group, p.group.rank, p.flag_base + m_block * p.tiles_n + n_block,
-                     call.epoch);
+                     comm::op_begin(p.group));
       }
     }
   }
 
   // The same after register stores (ping-pong consumers; a warpgroup barrier precedes it).
-  CUTLASS_DEVICE static void tile_stored(Params const& p, Call const& call, int m_block,
-                                         int n_block, int block_m, int warpgroup_thread_idx) {
+  CUTLASS_DEVICE static void tile_stored(Params const& p, Call const&, int m_block, int n_block,
+                                         int block_m, int warpgroup_thread_idx) {
     if (p.mode != kModeReduce || m_block * block_m >= p.m || warpgroup_thread_idx != 0) return;
-    comm::signal(p.group, p.group.rank, p.flag_base + m_block * p.tiles_n + n_block, call.epoch);
+    comm::signal(p.group, p.group.rank, p.flag_base + m_block * p.tiles_n + n_block,
+                 comm::op_begin(p.group));
   }
 
   // One thread per CTA after the CTA's last access of group memory.
