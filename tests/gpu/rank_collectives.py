@@ -153,8 +153,9 @@ def back_to_back(c: Checker) -> None:
     for i, (op, s, out) in enumerate(outs):
         exact, _ = reference(op, sets[s], c.rank)
         assert torch.equal(out.cpu(), exact), f"back_to_back call {i} ({op}, set {s}) is wrong"
+    sms = torch.cuda.get_device_properties(c.device).multi_processor_count
     emit("CASE", {"op": "back_to_back", "calls": 1000, "us_per_call": dt_s * 1e6 / 1000,
-                  "err": 0.0, "bound": 0.0})
+                  "sm_count": sms, "err": 0.0, "bound": 0.0})
 
 
 def graph(c: Checker) -> None:

@@ -30,7 +30,8 @@ def test_collectives_match_reference(mps, world):
             assert records(r, "ERR"), f"rank {r.rank}: capture_growth raised nothing"
     for c in cases:
         if c["op"] == "back_to_back":
-            print(f"W={world} back_to_back: {c['us_per_call']:.1f} us per call")
+            print(f"W={world} back_to_back: {c['us_per_call']:.1f} us per call "
+                  f"(SMs seen by a rank: {c['sm_count']})")
 
 
 def test_mismatched_shapes_fail_on_every_rank(mps):
