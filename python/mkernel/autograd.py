@@ -50,8 +50,11 @@ def _ag_backward(ctx: Any, grad_out: Tensor | None, grad_gathered: Tensor | None
             grad_x = _ops.gemm_rs.default(grad_out, _t(w), group, world)
         if ctx.needs_input_grad[1]:
             if gathered is None:
-                probe = w.new_zeros(8, w.shape[1])  # the cheapest GEMM that gathers x
-                gathered = _ops.ag_gemm.default(x, probe, group, world, True)[1]
+                if x.is_cuda and hasattr(_ops, "all_gather"):  # the substrate's collective
+                    gathered = _ops.all_gather.default(x.contiguous(), group, world)
+                else:
+                    probe = w.new_zeros(8, w.shape[1])  # the cheapest GEMM that gathers x
+                    gathered = _ops.ag_gemm.default(x, probe, group, world, True)[1]
             grad_w = grad_out.t().matmul(gathered)
     if grad_gathered is not None and ctx.needs_input_grad[0] and grad_gathered.numel():
         # d(allgather(x)) / dx: the reduce-scatter of the gathered input's gradient (an exact

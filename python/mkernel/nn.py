@@ -37,7 +37,7 @@ def _group_of(group: Any) -> Any:
 def _all_gather_rows(t: Tensor, group: Any) -> Tensor:
     """``[rows, c]`` on every rank -> ``[W*rows, c]`` in rank order (no autograd)."""
     handle, world = ops._group_args("nn", group)
-    if hasattr(_mk, "all_gather"):
+    if t.is_cuda and hasattr(_mk, "all_gather"):  # the substrate's collective (CUDA only)
         return _mk.all_gather.default(t.contiguous(), handle, world)
     probe = t.new_zeros(8, t.shape[1])  # the cheapest ag_gemm that returns the gathered rows
     return _mk.ag_gemm.default(t.contiguous(), probe, handle, world, True)[1]
