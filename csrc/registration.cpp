@@ -72,6 +72,12 @@ TORCH_LIBRARY(mkernel, m) {
   // (tiles_m, tiles_n, units_m, block_m, block_n) of a config for an [m, n] output.
   m.def("gemm_tile_counts(int config, int m, int n) -> int[]");
 
+  // The attention engine at world size 1: q [b, s, h, d], k/v [b, s_kv, h_kv, d] (GQA)
+  //   -> (out [b, s, h, d], lse [b, h, s] fp32). Causal masking is bottom-right aligned.
+  m.def(
+      "attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? softmax_scale=None) "
+      "-> (Tensor, Tensor)");
+
   // The Go control plane's C API table (csrc/include/mkernel/core_api.h), handed over by
   // address at import; returns the table's ABI version. See core_binding.cpp.
   m.def("_bind_core(int api_table_address) -> int");
