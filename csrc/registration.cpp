@@ -83,6 +83,11 @@ TORCH_LIBRARY(mkernel, m) {
   // Pre-sizes the group's symmetric device memory to >= nbytes per rank on the current device
   // (collective; Context.reserve): growth is impossible inside CUDA-graph capture.
   m.def("_reserve(int group, int world_size, int nbytes) -> ()");
+  // The attention engine at world size 1: q [b, s, h, d], k/v [b, s_kv, h_kv, d] (GQA)
+  //   -> (out [b, s, h, d], lse [b, h, s] fp32). Causal masking is bottom-right aligned.
+  m.def(
+      "attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? softmax_scale=None) "
+      "-> (Tensor, Tensor)");
 
   // The Go control plane's C API table (csrc/include/mkernel/core_api.h), handed over by
   // address at import; returns the table's ABI version. See core_binding.cpp.
