@@ -34,9 +34,12 @@ void validate_gemv(const at::Tensor& a, const at::Tensor& b, int64_t variant) {
                     ": variant must be -1 (by shape) or 0..", kNumVariants - 1, ", got ", variant);
 }
 
+// Shapes may be symbolic here (torch.compile): the row bound is checked by the real kernels.
 at::Tensor gemv_meta(const at::Tensor& a, const at::Tensor& b, int64_t variant) {
-  validate_gemv(a, b, variant);
-  return a.new_empty({a.size(0), b.size(0)});
+  validation::check_linear_operands(kOp, a, "[M, K]", b, "[N, K]", "K");
+  TORCH_CHECK_VALUE(variant >= -1 && variant < kNumVariants, kOp,
+                    ": variant must be -1 (by shape) or 0..", kNumVariants - 1, ", got ", variant);
+  return a.new_empty_symint({a.sym_size(0), b.sym_size(0)});
 }
 
 at::Tensor gemv_cpu(const at::Tensor& a, const at::Tensor& b, int64_t variant) {
