@@ -87,7 +87,8 @@ def runner(name: str, a: torch.Tensor, b: torch.Tensor):
 DECODE_NK = [  # (N, K): square 8192 weights, then Llama-70B TP=8 (hidden 8192, ffn 28672, 80+16 heads)
     (8192, 8192), (10240, 8192), (8192, 3584), (3584, 8192), (8192, 1024)]
 DECODE_M = [1, 8, 16, 64, 333]
-GEMV_VARIANTS = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2"]  # gemv_sm90.cu order
+GEMV_VARIANTS = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
+                 "w2s6", "w4s4", "w4s8", "w8s4"]
 
 
 def decode_candidates(m: int) -> list[str]:

@@ -24,7 +24,7 @@ namespace mkernel {
 namespace {
 constexpr const char* kOp = "mkernel.gemv";
 constexpr int64_t kMaxRows = 8;  // gemv::kMaxRows (the header needs CUDA)
-constexpr int64_t kNumVariants = 6;
+constexpr int64_t kNumVariants = 10;  // gemv::kNumVariants
 
 void validate_gemv(const at::Tensor& a, const at::Tensor& b, int64_t variant) {
   validation::check_linear_operands(kOp, a, "[M, K]", b, "[N, K]", "K");
@@ -49,6 +49,8 @@ at::Tensor gemv_cpu(const at::Tensor& a, const at::Tensor& b, int64_t variant) {
 }  // namespace
 
 #ifdef MKERNEL_WITH_CUDA
+static_assert(kMaxRows == gemv::kMaxRows && kNumVariants == gemv::kNumVariants);
+
 int gemv_planned(int64_t m, int64_t n, int64_t k, int sm_count) {
   static const bool enabled = [] {
     const char* v = std::getenv("MKERNEL_GEMM_GEMV");

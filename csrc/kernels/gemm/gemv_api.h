@@ -21,15 +21,18 @@ namespace mkernel::gemv {
 constexpr int kMaxRows = 8;
 
 // How a block streams B: `warps` warps split K, each owning `row_tiles` tiles of
-// 16 rows of B and keeping `unroll` 64-element K steps of loads in flight.
+// 16 rows of B. stages == 0: registers, `unroll` 64-element K steps of loads in
+// flight per lane (double-buffered); stages > 0: cp.async into shared memory,
+// `stages` steps in flight per lane.
 struct Variant {
   int warps;
   int unroll;
   int row_tiles;
+  int stages;
 };
-constexpr int kNumVariants = 6;
+constexpr int kNumVariants = 10;
 Variant variant(int index);
-// "gemv/w<warps>u<unroll>r<row_tiles>" (what gemm_plan reports).
+// "gemv/w<warps>u<unroll>r<row_tiles>" or "gemv/w<warps>s<stages>" (what gemm_plan reports).
 const char* variant_name(int index);
 
 // The variant config "auto" runs for this shape (deterministic: no timing).

@@ -24,6 +24,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "gemv_api.h"
@@ -73,6 +74,47 @@ __device__ __forceinline__ uint4 load_streamed(const void* p) {
 // A is read by every block: let it stay in L1 and L2.
 __device__ __forceinline__ uint4 load_shared_operand(const void* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
+}
+
+// The block's result: acc[t] = {(row g, col 2q), (row g, col 2q+1), (row g+8,
+// col 2q), (row g+8, col 2q+1)} of tile t in every warp (rows are B rows = D
+// columns, cols are A rows = D rows), partial over the warp's share of K. The
+// warps' partials are added in warp order (the same bits whatever the
+// scheduling), then warp 0 stores the rows < m, columns < n.
+template <class T, int kWarps, int kRowTiles>
+__device__ __forceinline__ void reduce_and_store(float (&acc)[kRowTiles][4], T* __restrict__ d,
+                                                 int m, int n, int n0) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, q = lane % 4;
+  if constexpr (kWarps > 1) {
+    __shared__ float partial[kWarps][kRowTiles][4][32];
+#pragma unroll
+    for (int t = 0; t < kRowTiles; ++t) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) partial[warp][t][j][lane] = acc[t][j];
+    }
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int t = 0; t < kRowTiles; ++t) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float s = partial[0][t][j][lane];
+#pragma unroll
+        for (int w = 1; w < kWarps; ++w) s += partial[w][t][j][lane];
+        acc[t][j] = s;
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int col = n0 + t * 16 + (j >> 1) * 8 + g;
+      const int row = 2 * q + (j & 1);
+      if (row < m && col < n) d[static_cast<size_t>(row) * n + col] = Mma<T>::from_float(acc[t][j]);
+    }
+  }
 }
 
 // Blocks resident per SM the variant is built for: the 2-step, 1-tile variants
@@ -172,37 +214,7 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<kWarps, kUnroll, kRow
     mma_round(cur);
   }
 
-  // acc[t] = {(row g, col 2q), (row g, col 2q+1), (row g+8, col 2q), (row g+8, col 2q+1)}
-  // of tile t; rows are B rows (D columns), cols are A rows (D rows).
-  if constexpr (kWarps > 1) {
-    __shared__ float partial[kWarps][kRowTiles][4][32];
-#pragma unroll
-    for (int t = 0; t < kRowTiles; ++t) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) partial[warp][t][j][lane] = acc[t][j];
-    }
-    __syncthreads();
-    if (warp != 0) return;
-#pragma unroll
-    for (int t = 0; t < kRowTiles; ++t) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        float s = partial[0][t][j][lane];
-#pragma unroll
-        for (int w = 1; w < kWarps; ++w) s += partial[w][t][j][lane];  // fixed order: same bits
-        acc[t][j] = s;
-      }
-    }
-  }
-#pragma unroll
-  for (int t = 0; t < kRowTiles; ++t) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int col = n0 + t * 16 + (j >> 1) * 8 + g;  // column of D (row of B)
-      const int row = 2 * q + (j & 1);                 // row of D (row of A)
-      if (row < m && col < n) d[static_cast<size_t>(row) * n + col] = Mma<T>::from_float(acc[t][j]);
-    }
-  }
+  reduce_and_store<T, kWarps, kRowTiles>(acc, d, m, n, n0);
 }
 
 template <class T, int kWarps, int kUnroll, int kRowTiles>
@@ -214,11 +226,120 @@ cudaError_t launch(const gemm::Problem& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+
+// cp.async (16 bytes per lane, no registers held while in flight): B bypasses
+// L1, A (read by every block) may stay there; src_bytes 0 writes zeros.
+__device__ __forceinline__ void copy_async_streamed(void* smem, const void* gmem, bool valid) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void copy_async_cached(void* smem, const void* gmem, bool valid) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// The same GEMV with a deeper pipeline: each lane copies its own fragments of
+// kStages steps ahead into shared memory with cp.async and reads them back
+// itself (no other lane touches them: no barrier). The bytes in flight are
+// bounded by shared memory instead of registers: kStages * 2 KB of B per warp.
+// One 16-row tile per block, warps interleaved one 64-element step at a time.
+template <class T, int kWarps, int kStages>
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_async_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ d, int m,
+                      int n, int k) {
+  constexpr int kStep = 64;
+  constexpr int kSlots = 6;  // per step and lane: B rows g, g+8 of both halves; A of both halves
+  extern __shared__ uint4 stages[];  // [warp][stage][slot][lane]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int n0 = blockIdx.x * 16;
+  const T* brow[2] = {b + static_cast<size_t>(min(n0 + g, n - 1)) * k,
+                      b + static_cast<size_t>(min(n0 + 8 + g, n - 1)) * k};
+  const bool has_a_row = g < m;
+  const T* arow = a + static_cast<size_t>(has_a_row ? g : 0) * k;
+  uint4* mine = stages + static_cast<size_t>(warp) * kStages * kSlots * 32 + lane;
+
+  const int steps = (k + kStep - 1) / kStep;
+  const int my_steps = warp < steps ? (steps - warp + kWarps - 1) / kWarps : 0;
+  // The warp's j-th step (global step j * kWarps + warp) into stage j % kStages.
+  auto issue = [&](int j) {
+    uint4* st = mine + (j % kStages) * kSlots * 32;
+    const int step = j * kWarps + warp;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int kc = step * kStep + half * 32 + q * 8;
+      const bool in_k = kc < k;
+      const int at = in_k ? kc : 0;
+      copy_async_streamed(st + (2 * half) * 32, brow[0] + at, in_k);
+      copy_async_streamed(st + (2 * half + 1) * 32, brow[1] + at, in_k);
+      copy_async_cached(st + (4 + half) * 32, arow + at, in_k && has_a_row);
+    }
+  };
+#pragma unroll
+  for (int j = 0; j < kStages; ++j) {
+    if (j < my_steps) issue(j);
+    copy_async_commit();  // empty groups keep the count: group j is step j
+  }
+  float acc[1][4] = {{0.f, 0.f, 0.f, 0.f}};
+  for (int j = 0; j < my_steps; ++j) {
+    copy_async_wait<kStages - 1>();  // groups 0..j have landed
+    const uint4* st = mine + (j % kStages) * kSlots * 32;
+    uint4 v[kSlots];
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) v[s] = st[s * 32];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const uint4 lo = v[2 * half], hi = v[2 * half + 1], x = v[4 + half];
+      Mma<T>::run(acc[0], lo.x, hi.x, lo.y, hi.y, x.x, x.y);
+      Mma<T>::run(acc[0], lo.z, hi.z, lo.w, hi.w, x.z, x.w);
+    }
+    // The stage just read (its values are in registers, consumed above) takes
+    // the step kStages ahead.
+    if (j + kStages < my_steps) issue(j + kStages);
+    copy_async_commit();
+  }
+  copy_async_wait<0>();
+  reduce_and_store<T, kWarps, 1>(acc, d, m, n, n0);
+}
+
+template <class T, int kWarps, int kStages>
+cudaError_t launch_async(const gemm::Problem& p, cudaStream_t stream) {
+  constexpr int kSmem = kWarps * kStages * 6 * 32 * 16;
+  // Above 48 KB of dynamic shared memory a kernel must opt in, once per device.
+  static std::atomic<uint64_t> opted{0};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  const uint64_t bit = uint64_t{1} << (dev & 63);
+  if (!(opted.load(std::memory_order_relaxed) & bit)) {
+    const cudaError_t err = cudaFuncSetAttribute(gemv_async_kernel<T, kWarps, kStages>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (err != cudaSuccess) return err;
+    opted.fetch_or(bit, std::memory_order_relaxed);
+  }
+  const unsigned blocks = static_cast<unsigned>((p.n + 15) / 16);
+  gemv_async_kernel<T, kWarps, kStages><<<blocks, kWarps * 32, kSmem, stream>>>(
+      static_cast<const T*>(p.a), static_cast<const T*>(p.b), static_cast<T*>(p.d), p.m, p.n, p.k);
+  return cudaGetLastError();
+}
+
 constexpr Variant kVariants[kNumVariants] = {
-    {2, 2, 1}, {4, 2, 1}, {8, 2, 1}, {16, 2, 1}, {4, 4, 1}, {8, 2, 2},
+    {2, 2, 1, 0}, {4, 2, 1, 0}, {8, 2, 1, 0}, {16, 2, 1, 0}, {4, 4, 1, 0},
+    {8, 2, 2, 0}, {2, 1, 1, 6}, {4, 1, 1, 4}, {4, 1, 1, 8}, {8, 1, 1, 4},
 };
 constexpr const char* kNames[kNumVariants] = {
-    "gemv/w2u2r1", "gemv/w4u2r1", "gemv/w8u2r1", "gemv/w16u2r1", "gemv/w4u4r1", "gemv/w8u2r2",
+    "gemv/w2u2r1", "gemv/w4u2r1", "gemv/w8u2r1", "gemv/w16u2r1", "gemv/w4u4r1",
+    "gemv/w8u2r2", "gemv/w2s6",   "gemv/w4s4",   "gemv/w4s8",    "gemv/w8s4",
 };
 
 template <class T>
@@ -236,6 +357,14 @@ cudaError_t run_typed(const gemm::Problem& p, int index, cudaStream_t stream) {
       return launch<T, 4, 4, 1>(p, stream);
     case 5:
       return launch<T, 8, 2, 2>(p, stream);
+    case 6:
+      return launch_async<T, 2, 6>(p, stream);
+    case 7:
+      return launch_async<T, 4, 4>(p, stream);
+    case 8:
+      return launch_async<T, 4, 8>(p, stream);
+    case 9:
+      return launch_async<T, 8, 4>(p, stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -244,7 +373,7 @@ cudaError_t run_typed(const gemm::Problem& p, int index, cudaStream_t stream) {
 }  // namespace
 
 Variant variant(int index) {
-  return index >= 0 && index < kNumVariants ? kVariants[index] : Variant{0, 0, 0};
+  return index >= 0 && index < kNumVariants ? kVariants[index] : Variant{0, 0, 0, 0};
 }
 
 const char* variant_name(int index) {
