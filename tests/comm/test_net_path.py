@@ -25,6 +25,8 @@ if not hasattr(torch.ops.mkernel, "_net_pingpong"):
     raise SystemExit(0)
 data = 3 * (1 << 20) + 48  # ragged: the last 1 MiB command is partial
 for net in os.environ["TEST_NETS"].split(","):
+    # tcp: offer GPU memory too (tcp cannot register it: exercises the fall-back to host staging)
+    os.environ["MKERNEL_NET_GPU_MEMORY"] = "1" if net == "tcp" else "0"
     out = torch.ops.mkernel._net_pingpong(ctx.handle, 200, data, 4, 4, net).tolist()
     print("RES " + json.dumps({"net": net, "rank": ctx.rank, "out": out}))
 mkernel.shutdown()
@@ -45,6 +47,7 @@ def test_pingpong_data_and_latency(nets):
         b = next(x["out"] for x in recs if x["net"] == net and x["rank"] == 1)
         assert a[0] == 0 and b[0] == 0, f"{net}: {a[0]} / {b[0]} corrupt 16-byte words"
         assert a[2] > a[1] and a[5] > a[4], f"{net}: data/bulk phases did not run: {a[:6]}"
+        assert a[3] == 0 and b[3] == 0, f"{net}: buffers claim to be GPU memory on a non-RDMA transport"
         iters = (len(a) - 6) // 2
         one_way = sorted(b[6 + 2 * i] - a[6 + 2 * i] for i in range(iters))
         rtt = sorted(a[7 + 2 * i] - a[6 + 2 * i] for i in range(iters))
