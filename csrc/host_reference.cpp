@@ -15,7 +15,6 @@
 #include <utility>
 
 #include "core_binding.h"
-#include "group_nodes.h"
 
 namespace mkernel {
 namespace host {
@@ -59,10 +58,36 @@ const char* op_name(uint16_t op) {
   return "an unknown op";
 }
 
+double timeout_seconds() {
+  const char* v = std::getenv(kTimeoutEnv);
+  if (v == nullptr || *v == '\0') return kDefaultTimeoutS;
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  TORCH_CHECK_VALUE(end != v && *end == '\0' && s > 0, kTimeoutEnv,
+                    " must be a positive number of seconds, got \"", v, "\"");
+  return s;
+}
+
 uint64_t capacity_for(uint64_t need) {
   uint64_t c = kMinCapacity;
   while (c < need) c <<= 1;
   return c;
+}
+
+std::string hostname() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+// The message of a failed core call (check_core's text), without throwing.
+std::string core_failure(mk_status status, const char* what) {
+  try {
+    check_core(status, what);
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "";
 }
 
 // Sleeps progressively longer while a wait makes no progress: no busy loop on a machine whose
@@ -84,6 +109,17 @@ class Backoff {
 };
 
 }  // namespace
+
+// Owns a data path handle: destroyed with its owner, also when the owner's constructor throws.
+struct DatapathHandle {
+  DatapathHandle() = default;
+  ~DatapathHandle() {
+    if (h != 0) core_api().datapath_destroy(h);
+  }
+  DatapathHandle(const DatapathHandle&) = delete;
+  DatapathHandle& operator=(const DatapathHandle&) = delete;
+  mk_datapath_t h = 0;
+};
 
 // One data path (gocore/datapath) through the C ABI.
 class DataPath {
@@ -249,8 +285,35 @@ class HostGroup {
                       core_failure(st, "session_rank"));
     TORCH_CHECK_VALUE(world == world_size, op, ": world_size is ", world_size, " but group ",
                       handle_, " has ", world, " ranks");
-    timeout_s_ = op_timeout_seconds();
-    node_ = gather_nodes(op, s, world, static_cast<int64_t>(timeout_s_ * 1000));
+    timeout_s_ = timeout_seconds();
+    const char* emulated = std::getenv("MKERNEL_EMULATED_NODE");
+    const std::string me = hostname() + "\n" + (emulated != nullptr ? emulated : "");
+    std::vector<uint8_t> out(static_cast<size_t>(world) * (8 + 512));
+    size_t len = out.size();
+    mk_status g = api.session_allgather(s, me.data(), me.size(), out.data(), &len,
+                                        static_cast<int64_t>(timeout_s_ * 1000));
+    if (g == MK_ERR_BUFFER_TOO_SMALL) {
+      out.resize(len);
+      g = api.session_gathered(s, out.data(), &len);
+    }
+    check_core(g, "session_allgather (the ranks' nodes)");
+    std::vector<std::string> ids;
+    size_t at = 0;
+    for (int r = 0; r < world; ++r) {
+      TORCH_CHECK(at + 8 <= len, op, ": short all-gather reply");
+      uint64_t n = 0;
+      std::memcpy(&n, out.data() + at, 8);
+      TORCH_CHECK(at + 8 + n <= len, op, ": short all-gather reply");
+      ids.emplace_back(reinterpret_cast<const char*>(out.data() + at + 8), n);
+      at += 8 + n;
+    }
+    node_.assign(world, 0);
+    std::vector<std::string> seen;
+    for (int r = 0; r < world; ++r) {
+      auto it = std::find(seen.begin(), seen.end(), ids[r]);
+      node_[r] = static_cast<int>(it - seen.begin());
+      if (it == seen.end()) seen.push_back(ids[r]);
+    }
     rank_ = rank;
     world_ = world;
   }

@@ -16,7 +16,6 @@
 #include <thread>
 
 #include "core_binding.h"
-#include "group_nodes.h"
 
 namespace mkernel::comm {
 namespace {
@@ -87,12 +86,30 @@ int export_dmabuf(void* ptr, uint64_t bytes) {
   return fd;
 }
 
+// The message of a failed core call (check_core's text), without throwing.
+std::string core_failure(mk_status status, const char* what) {
+  try {
+    check_core(status, what);
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "";
+}
+
 }  // namespace
+
+// Owns the data path handle (destroyed with the Impl, also when opening fails half-way).
+struct NetDatapathHandle {
+  ~NetDatapathHandle() {
+    if (h != 0) core_api().datapath_destroy(h);
+  }
+  mk_datapath_t h = 0;
+};
 
 // Everything one opening of the path owns, released in the reverse order of acquisition.
 struct NetPath::Impl {
   NetPathConfig cfg;
-  DatapathHandle dp;
+  NetDatapathHandle dp;
   std::vector<void*> registered;     // cudaHostRegister'ed host ranges
   void* gpu_send = nullptr;          // GPU buffers (RDMA) or nullptr
   void* gpu_recv = nullptr;

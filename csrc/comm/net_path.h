@@ -28,7 +28,8 @@ namespace mkernel::comm {
 
 struct NetPathConfig {
   int device = 0;                 // CUDA device of the group's kernels
-  std::vector<int> node;          // world entries: each rank's node (gather_nodes, group_nodes.h)
+  std::vector<int> node;          // world entries: each rank's node index (the group's layout);
+                                  // only ranks of different nodes are connected
   uint64_t send_bytes = 0;        // per rank; rounded up (GPU memory: to 2 MiB)
   uint64_t recv_bytes = 0;
   uint32_t arrival_slots = 4096;  // arrival flag words

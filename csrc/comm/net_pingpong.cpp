@@ -1,8 +1,9 @@
 // torch.ops.mkernel._net_pingpong(group, iters, data_bytes, rounds, bulk_rounds, net): the GPU-driven
 // inter-node path's self-test and latency probe (kernels/comm/net_pingpong.cu) between rank r
 // and rank r ^ 1 of `group`, which must be on different (emulated) nodes. Opens a NetPath of
-// its own (collective), runs the kernel on the current stream, waits for it, drains and closes
-// the path. Returns an int64 CPU tensor:
+// its own (collective; every rank counts as a node of its own here, so the pairs connect
+// whatever the emulated split), runs the kernel on the current stream, waits for it, drains
+// and closes the path. MKERNEL_OP_TIMEOUT (seconds, default 60) bounds every wait. Returns an int64 CPU tensor:
 //   [0] 16-byte words that arrived wrong (0 = intact), [1] [2] %globaltimer at the start and end
 //   of the data phase, [3] 1 when the buffers were GPU memory registered with the NIC (0: host
 //   staging), [4] [5] the bulk phase's stamps (initiator), then per iteration i: [6 + 2i]
@@ -16,12 +17,12 @@
 #include <cuda_runtime.h>
 #include <torch/library.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
 #include "comm/net_path.h"
 #include "core_binding.h"
-#include "group_nodes.h"
 #include "kernels/comm/net_pingpong_api.h"
 #include "kernels/comm/wait_diagnostic.h"
 
@@ -29,6 +30,16 @@ namespace mkernel::comm {
 namespace {
 
 constexpr const char* kOp = "mkernel._net_pingpong";
+
+double timeout_seconds() {
+  const char* v = std::getenv("MKERNEL_OP_TIMEOUT");
+  if (v == nullptr || *v == '\0') return 60.0;
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  TORCH_CHECK_VALUE(end != v && *end == '\0' && s > 0, "MKERNEL_OP_TIMEOUT must be a positive number of seconds, got \"",
+                    v, "\"");
+  return s;
+}
 
 const char* wait_kind(int32_t what) {
   switch (what) {
@@ -83,14 +94,12 @@ at::Tensor net_pingpong(int64_t group, int64_t iters, int64_t data_bytes, int64_
   check_core(api.session_rank(s, &rank, &world), "session_rank");
   TORCH_CHECK_VALUE(world % 2 == 0, kOp, ": needs an even number of ranks (pairs r, r ^ 1), group ", group, " has ",
                     world);
-  const double timeout_s = op_timeout_seconds();
+  const double timeout_s = timeout_seconds();
   const int64_t timeout_ms = static_cast<int64_t>(timeout_s * 1000);
   const int peer = rank ^ 1;
   NetPathConfig cfg;
   cudaGetDevice(&cfg.device);
-  cfg.node = gather_nodes(kOp, s, world, timeout_ms);
-  TORCH_CHECK_VALUE(cfg.node[rank] != cfg.node[peer], kOp, ": ranks ", rank, " and ", peer,
-                    " are on the same node: launch them as different (emulated) nodes");
+  for (int r = 0; r < world; ++r) cfg.node.push_back(r);
   cfg.send_bytes = cfg.recv_bytes = std::max<int64_t>(data_bytes, 4096);
   cfg.arrival_slots = 4096;
   cfg.timeout_ms = timeout_ms;
