@@ -27,6 +27,13 @@
 namespace mkernel {
 namespace {
 constexpr const char* kOp = "mkernel.gemm";
+// How many tile configurations the engine ships (ids 0..kGemmConfigs-1), counted from the
+// generated table so that the check below needs no CUDA.
+constexpr int kGemmConfigs = 0
+#define MKERNEL_GEMM_CONFIG(ENUM, ID, NAME) +1
+#include "kernels/gemm/configs.inc"
+#undef MKERNEL_GEMM_CONFIG
+    ;
 }  // namespace
 
 GemmSizes validate_gemm(const at::Tensor& a, const at::Tensor& b, int64_t config, int64_t sm_count,
@@ -37,8 +44,9 @@ GemmSizes validate_gemm(const at::Tensor& a, const at::Tensor& b, int64_t config
   TORCH_CHECK_VALUE(splits <= 1 || config >= 0, kOp,
                     ": splits > 1 needs an explicit cooperative config (e.g. coop_128x256_c1x2)");
   validation::check_linear_operands(kOp, a, "[M, K]", b, "[N, K]", "K");
-  TORCH_CHECK_VALUE(config >= -1, kOp, ": config must be -1 (by shape) or a config id, got ",
-                    config);
+  TORCH_CHECK_VALUE(config >= -1 && config < kGemmConfigs, kOp,
+                    ": config must be -1 (by shape) or a config id in [0, ", kGemmConfigs,
+                    ") (mkernel.GEMM_CONFIGS names them), got ", config);
   TORCH_CHECK_VALUE(sm_count >= 0, kOp, ": sm_count must be >= 0, got ", sm_count);
   TORCH_CHECK_VALUE(swizzle == 0 || swizzle == 1 || swizzle == 2 || swizzle == 4 || swizzle == 8,
                     kOp, ": swizzle must be 0 (by shape), 1, 2, 4 or 8, got ", swizzle);

@@ -38,3 +38,12 @@ def test_unknown_config_is_a_value_error_naming_the_valid_ones():
     offs = torch.tensor([4, 8], dtype=torch.int32)
     with pytest.raises(ValueError, match="unknown GEMM config 'nope'"):
         mkernel.gemm_grouped(a, torch.randn(2, 8, 16), offs=offs, config="nope")
+
+
+def test_config_id_out_of_range_is_a_value_error():
+    a = torch.randn(8, 16)
+    n = len(GEMM_CONFIGS) - 1  # ids 0..n-1 (and -1 for auto)
+    assert mkernel.gemm(a, a, config=n - 1).shape == (8, 8)
+    for bad in (n, -2):
+        with pytest.raises(ValueError, match=rf"config must be -1 \(by shape\) or a config id in \[0, {n}\)"):
+            mkernel.gemm(a, a, config=bad)
