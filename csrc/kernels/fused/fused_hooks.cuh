@@ -223,9 +223,11 @@ struct FusedHooks {
                  comm::op_begin(p.group));
   }
 
-  // One thread per CTA after the CTA's last access of group memory.
-  CUTLASS_DEVICE static void call_end(Params const& p, Call const& call) {
-    comm::op_end(p.group, call.epoch);
+  // One thread per CTA after the CTA's last access of group memory. The call number is read
+  // again (this CTA has not taken its exit ticket yet, so *epoch is still e - 1): a Call used
+  // here would stay live through every role, the consumers' mainloop included.
+  CUTLASS_DEVICE static void call_end(Params const& p, Call const&) {
+    comm::op_end(p.group, comm::op_begin(p.group));
   }
 };
 
