@@ -3,7 +3,7 @@
 
 namespace mkernel::comm {
 
-__device__ __noinline__ inline void fail_wait(WaitDiagnostic* diag, int32_t group, int32_t rank,
+__device__ __noinline__ [[noreturn]] inline void fail_wait(WaitDiagnostic* diag, int32_t group, int32_t rank,
                                               const uint64_t* flag, uint64_t expected,
                                               uint64_t seen, uint64_t elapsed_ns, WaitSite site) {
   if (diag != nullptr && atomicCAS_system(&diag->claimed, 0u, 1u) == 0u) {

@@ -130,7 +130,8 @@ struct FusedHooks {
     const comm::GroupDevice& g = p.group;
     const int vecs = (c1 - c0) / 4;  // 8-byte vectors per row (n is a multiple of 8)
     const int total = (r1 - r0) * vecs;
-    T* out = static_cast<T*>(p.out) - static_cast<int64_t>(p.reduce_row0) * p.n;
+    T* out = static_cast<T*>(p.out) - static_cast<int64_t>(p.out_row0) * p.n;
+    T* reduced = p.two_shot ? reinterpret_cast<T*>(g.data[g.rank] + p.reduced_offset) : nullptr;
     for (int i = t; i < total; i += kSideThreads) {
       const int row = i / vecs;
       const int64_t at = static_cast<int64_t>(r0 + row) * p.n + c0 + (i - row * vecs) * 4;
@@ -146,13 +147,70 @@ struct FusedHooks {
       CUTLASS_PRAGMA_UNROLL
       for (int e = 0; e < 4; ++e) h[e] = static_cast<T>(acc[e]);
       *reinterpret_cast<uint2*>(out + at) = o;
+      if (reduced != nullptr) *reinterpret_cast<uint2*>(reduced + at) = o;
     }
+  }
+
+  // Two-shot, second half: copies rows [r0, r1) x columns [c0, c1) of `src`'s reduced area
+  // into out.
+  template <class T>
+  CUTLASS_DEVICE static void copy_reduced(Params const& p, int src, int r0, int r1, int c0, int c1,
+                                          int t) {
+    const int vecs = (c1 - c0) / 4;
+    const int total = (r1 - r0) * vecs;
+    const T* from = reinterpret_cast<const T*>(p.group.data[src] + p.reduced_offset);
+    T* out = static_cast<T*>(p.out) - static_cast<int64_t>(p.out_row0) * p.n;
+    for (int i = t; i < total; i += kSideThreads) {
+      const int row = i / vecs;
+      const int64_t at = static_cast<int64_t>(r0 + row) * p.n + c0 + (i - row * vecs) * 4;
+      *reinterpret_cast<uint2*>(out + at) = *reinterpret_cast<const uint2*>(from + at);
+    }
+  }
+
+  // Two-shot, second half: every other rank's reduced tiles, rank + 1 first.
+  CUTLASS_DEVICE static void gather_reduced(Params const& p, Call const& call, int t) {
+    const comm::GroupDevice& g = p.group;
+    int items = 0;
+    for (int j = 1; j < g.world; ++j) items += tile_rows_of((g.rank + j) % g.world, p) * p.tiles_n;
+    for (int i = cta_id(); i < items; i += cta_count()) {
+      int q = g.rank, rest = i;
+      for (int j = 1; j < g.world; ++j) {
+        q = (g.rank + j) % g.world;
+        const int here = tile_rows_of(q, p) * p.tiles_n;
+        if (rest < here) break;
+        rest -= here;
+      }
+      const int q0 = q * p.rows_per_rank, q1 = min(q0 + p.rows_per_rank, p.m);
+      const int tm = q0 / p.block_m + rest / p.tiles_n, tn = rest % p.tiles_n;
+      if (t == 0) {
+        comm::wait_geq(g, g.flags[q] + p.reduced_flag_base + tm * p.tiles_n + tn, call.epoch,
+                       comm::WaitSite{p.op, comm::kWaitPeerFlag, q, tm * p.tiles_n + tn});
+      }
+      side_sync();
+      const int r0 = max(tm * p.block_m, q0), r1 = min((tm + 1) * p.block_m, q1);
+      const int c0 = tn * p.block_n, c1 = min(c0 + p.block_n, p.n);
+      if (p.bf16) {
+        copy_reduced<__nv_bfloat16>(p, q, r0, r1, c0, c1, t);
+      } else {
+        copy_reduced<__half>(p, q, r0, r1, c0, c1, t);
+      }
+    }
+  }
+
+  // Tile rows covering rank q's block of rows (two-shot), 0 for an empty block.
+  CUTLASS_DEVICE static int tile_rows_of(int q, Params const& p) {
+    const int q0 = q * p.rows_per_rank, q1 = min(q0 + p.rows_per_rank, p.m);
+    return q1 <= q0 ? 0 : (q1 - 1) / p.block_m - q0 / p.block_m + 1;
   }
 
   // The REDUCE role: side thread t in [0, 96) of every CTA.
   CUTLASS_DEVICE static void reduce_role(Params const& p, Call const& call, int t) {
+    if (p.reduce_rows > 0) reduce_rows(p, call, t);
+    if (p.two_shot) gather_reduced(p, call, t);
+  }
+
+  CUTLASS_DEVICE static void reduce_rows(Params const& p, Call const& call, int t) {
     const comm::GroupDevice& g = p.group;
-    if (p.reduce_rows <= 0) return;
     const int end = p.reduce_row0 + p.reduce_rows;
     const int tm0 = p.reduce_row0 / p.block_m, tm1 = (end - 1) / p.block_m;
     const int items = (tm1 - tm0 + 1) * p.tiles_n;
@@ -169,6 +227,12 @@ struct FusedHooks {
         reduce_block<__nv_bfloat16>(p, r0, r1, c0, c1, t);
       } else {
         reduce_block<__half>(p, r0, r1, c0, c1, t);
+      }
+      if (p.two_shot) {
+        side_sync();  // every side thread's reduced stores precede the flag
+        if (t == 0) {
+          comm::signal(g, g.rank, p.reduced_flag_base + tm * p.tiles_n + tn, call.epoch);
+        }
       }
     }
   }

@@ -36,6 +36,16 @@ struct FusedParams {
   int32_t block_m = 0, block_n = 0, tiles_n = 0;
   int32_t reduce_row0 = 0, reduce_rows = 0;
   void* out = nullptr;
+  int32_t out_row0 = 0;  // the row of the problem that out's first row holds
+  // Two-shot all-reduce (gemm_ar): rank q reduces rows [q * rows_per_rank, ...) (its
+  // reduce_row0/rows), writes them to out and to the reduced area of its region (byte
+  // reduced_offset, the same [m, n] layout), releases reduced flag (tm, tn) = e at itself
+  // (reduced_flag_base + tm * tiles_n + tn), then copies every other rank's reduced rows into out
+  // as their flags arrive.
+  int32_t two_shot = 0;
+  int32_t rows_per_rank = 0;
+  int64_t reduced_offset = 0;
+  uint32_t reduced_flag_base = 0;
   int32_t bf16 = 1;  // element type of D and out: bf16 (1) or fp16 (0)
 };
 
