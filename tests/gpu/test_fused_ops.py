@@ -38,3 +38,12 @@ def test_reduce_ops(mps, op, world):
 def test_graph_replay(mps, world):
     cases = run(mps, world, "graph")
     assert len(cases) == world * (3 + 2 * 2)
+
+
+@pytest.mark.parametrize("algo", ["oneshot", "twoshot"])
+def test_gemm_ar_both_algorithms(mps, algo):
+    """Both gemm_ar algorithms on every shape (the size model picks one; this forces each)."""
+    world = 2
+    res = run_ranks(RANKS, world, timeout=240,
+                    env=rank_env(mps, world, FUSED_SUITE="ar", MKERNEL_GEMM_AR_ALGO=algo))
+    assert len(check_ranks(res)) == world * 2 * 5
