@@ -108,7 +108,7 @@ bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, cons
                                                     static_cast<int>(k), device_sms());
   const gemm::TileCounts tc = gemm::tile_counts(config, static_cast<int>(m), static_cast<int>(n));
   const int64_t tiles = static_cast<int64_t>(tc.tiles_m) * tc.tiles_n;
-  if ((layout.two_shot ? 2 : 1) * tiles > comm::kFlagWords - comm::FlagSlot::kOpSlotBase) {
+  if ((layout.two_shot ? 2 : 1) * tiles > comm::kFlagWords - comm::FlagSlot::kOpSlotBase - 1) {
     *why = "more output tiles than the group's flag slots";
     return false;
   }

@@ -63,35 +63,57 @@ struct FusedHooks {
 
   // ---- kModeAllGather -------------------------------------------------------------------
 
-  // Copies `bytes` (a multiple of 16) from src to dst with the side threads, four 16-byte
-  // loads in flight per thread. src is read-only for the call (non-coherent loads).
-  CUTLASS_DEVICE static void copy_rows(uint8_t* dst, const uint8_t* src, int64_t bytes, int t) {
+  // Copies `bytes` (a multiple of 16) from src to dst with the 32 lanes of one warp, four
+  // 16-byte loads in flight per lane. src is read-only for the call (non-coherent loads).
+  CUTLASS_DEVICE static void copy_rows(uint8_t* dst, const uint8_t* src, int64_t bytes, int lane) {
     const int64_t n = bytes / 16;
     const uint4* s = reinterpret_cast<const uint4*>(src);
     uint4* d = reinterpret_cast<uint4*>(dst);
     constexpr int kUnroll = 4;
-    for (int64_t i = t; i < n; i += kUnroll * kSideThreads) {
+    for (int64_t i = lane; i < n; i += kUnroll * 32) {
       uint4 v[kUnroll];
       CUTLASS_PRAGMA_UNROLL
       for (int u = 0; u < kUnroll; ++u) {
-        const int64_t j = i + u * kSideThreads;
+        const int64_t j = i + u * 32;
         if (j < n) v[u] = __ldg(s + j);
       }
       CUTLASS_PRAGMA_UNROLL
       for (int u = 0; u < kUnroll; ++u) {
-        const int64_t j = i + u * kSideThreads;
+        const int64_t j = i + u * 32;
         if (j < n) d[j] = v[u];
       }
     }
   }
 
-  // The COPY role: side thread t in [0, 96) of every CTA.
+  // The next copy item of this call: a work counter in this rank's flag region, tagged with
+  // the call number in its high half (the first claimant of a call restarts it), so items go
+  // to the warps that run — none waits for a CTA that is not resident yet.
+  CUTLASS_DEVICE static int claim_item(Params const& p, uint64_t epoch) {
+    auto* counter = reinterpret_cast<unsigned long long*>(p.group.flags[p.group.rank] +
+                                                          p.counter_slot);
+    const unsigned long long tag = (epoch & 0xffffffffull) << 32;
+    for (;;) {
+      const unsigned long long seen = *reinterpret_cast<volatile unsigned long long*>(counter);
+      if ((seen & ~0xffffffffull) != tag) {  // still the previous call's count
+        if (atomicCAS(counter, seen, tag | 1ull) == seen) return 0;
+        continue;
+      }
+      return static_cast<int>(atomicAdd(counter, 1ull) & 0xffffffffull);
+    }
+  }
+
+  // The COPY role: side thread t in [0, 96) of every CTA; each warp claims items (rank j's
+  // chunk c pushed to peer rank + j: this rank's own slot first) until none is left.
   CUTLASS_DEVICE static void copy_role(Params const& p, Call const& call, int t) {
     const comm::GroupDevice& g = p.group;
     if (t == 0) comm::entry_barrier(g, call.epoch, p.op, p.signature);
     side_sync();
+    const int lane = t % 32;
     const int items = g.world * p.chunks;
-    for (int i = cta_id(); i < items; i += cta_count()) {
+    for (;;) {
+      int i = lane == 0 ? claim_item(p, call.epoch) : 0;
+      i = __shfl_sync(0xffffffffu, i, 0);
+      if (i >= items) break;
       const int j = i / p.chunks, c = i - j * p.chunks;
       const int peer = (g.rank + j) % g.world;
       uint8_t* region = g.data[peer];
@@ -99,9 +121,9 @@ struct FusedHooks {
       const int row0 = c * p.chunk_rows;
       const int rows = min(p.chunk_rows, p.m_local - row0);
       copy_rows(region + (static_cast<int64_t>(g.rank) * p.m_local + row0) * p.row_bytes,
-                p.x + static_cast<int64_t>(row0) * p.row_bytes, rows * p.row_bytes, t);
-      side_sync();  // every side thread's stores of the chunk precede the flag
-      if (t == 0) comm::signal(g, peer, p.flag_base + g.rank * p.chunks + c, call.epoch);
+                p.x + static_cast<int64_t>(row0) * p.row_bytes, rows * p.row_bytes, lane);
+      __syncwarp();  // every lane's stores of the chunk precede the flag
+      if (lane == 0) comm::signal(g, peer, p.flag_base + g.rank * p.chunks + c, call.epoch);
     }
   }
 

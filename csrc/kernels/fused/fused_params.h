@@ -19,6 +19,9 @@ struct FusedParams {
   int32_t op = comm::kOpAgGemm;  // WaitOp for diagnostics and the entry barrier
   uint64_t signature = 0;        // the call's signature (entry barrier)
   uint32_t flag_base = comm::FlagSlot::kOpSlotBase;  // first flag slot of the op
+  // This rank's work counter (a slot of its own flag region past the op's flags): copy items are
+  // claimed from it (fused_hooks.cuh, claim_item).
+  uint32_t counter_slot = comm::kFlagWords - 1;
 
   // kModeAllGather: flag of (rank s, chunk c) = flag_base + s * chunks + c.
   const uint8_t* x = nullptr;  // [m_local, K] this rank's rows
