@@ -242,8 +242,14 @@ def main() -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     ctx = mkernel.init()
     for name in suites:
-        {"ag": suite_ag, "rs": suite_rs, "ar": suite_ar, "graph": suite_graph,
-         "time": suite_time}[name](ctx, rank, world)
+        try:
+            {"ag": suite_ag, "rs": suite_rs, "ar": suite_ar, "graph": suite_graph,
+             "time": suite_time}[name](ctx, rank, world)
+        except Exception:
+            # A trapped device wait leaves a record naming the op, peer and flag.
+            print(f"WAIT rank {rank}: {mkernel.ops.last_wait_failure()}", file=sys.stderr, flush=True)
+            raise
+        print(f"SUITE {name} done on rank {rank}", flush=True)
     torch.cuda.synchronize()
     print(f"OK {rank}", flush=True)
     mkernel.shutdown()
