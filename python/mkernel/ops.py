@@ -121,7 +121,13 @@ def ag_gemm(
         ``(out, gathered)`` where ``gathered`` is ``[W*m, K]``.
     """
     handle, world_size = _group_args("ag_gemm", group)
-    out, gathered = torch.ops.mkernel.ag_gemm.default(x, w, handle, world_size, return_gathered)
+    try:
+        out, gathered = torch.ops.mkernel.ag_gemm.default(x, w, handle, world_size, return_gathered)
+    except RuntimeError as e:  # a dead context after a trapped wait surfaces at the next call
+        err = _wait_failure_error(e)
+        if err is None:
+            raise
+        raise err from e
     return (out, gathered) if return_gathered else out
 
 
@@ -258,7 +264,13 @@ def gemm_rs(x: Tensor, w: Tensor, *, group: Group | None = None) -> Tensor:
         ``[M/W, N]`` in x's dtype: rows ``r*M/W`` to ``(r+1)*M/W`` of the summed product on rank r.
     """
     handle, world_size = _group_args("gemm_rs", group)
-    return torch.ops.mkernel.gemm_rs.default(x, w, handle, world_size)
+    try:
+        return torch.ops.mkernel.gemm_rs.default(x, w, handle, world_size)
+    except RuntimeError as e:  # a dead context after a trapped wait surfaces at the next call
+        err = _wait_failure_error(e)
+        if err is None:
+            raise
+        raise err from e
 
 
 def gemm_ar(x: Tensor, w: Tensor, *, group: Group | None = None) -> Tensor:
@@ -275,7 +287,13 @@ def gemm_ar(x: Tensor, w: Tensor, *, group: Group | None = None) -> Tensor:
         ``[M, N]`` in x's dtype, the same on every rank.
     """
     handle, world_size = _group_args("gemm_ar", group)
-    return torch.ops.mkernel.gemm_ar.default(x, w, handle, world_size)
+    try:
+        return torch.ops.mkernel.gemm_ar.default(x, w, handle, world_size)
+    except RuntimeError as e:  # a dead context after a trapped wait surfaces at the next call
+        err = _wait_failure_error(e)
+        if err is None:
+            raise
+        raise err from e
 
 
 def moe_dispatch_gemm(
