@@ -63,26 +63,25 @@ struct FusedHooks {
 
   // ---- kModeAllGather -------------------------------------------------------------------
 
-  // Copies `bytes` (a multiple of 16) from src to dst with the 32 lanes of one warp, four
-  // 16-byte loads in flight per lane. src is read-only for the call (non-coherent loads).
+  // Copies `bytes` (a multiple of 16, < 32 GiB) from src to dst with the 32 lanes of one warp,
+  // four 16-byte loads in flight per lane. src is read-only for the call (non-coherent loads).
+  // Written for the side warps' 40 registers: 32-bit counts, pointers that step (ptxas spilled
+  // the hoisted 64-bit addresses of an indexed version).
   CUTLASS_DEVICE static void copy_rows(uint8_t* dst, const uint8_t* src, int64_t bytes, int lane) {
-    const int64_t n = bytes / 16;
-    const uint4* s = reinterpret_cast<const uint4*>(src);
-    uint4* d = reinterpret_cast<uint4*>(dst);
-    constexpr int kUnroll = 4;
-    for (int64_t i = lane; i < n; i += kUnroll * 32) {
-      uint4 v[kUnroll];
-      CUTLASS_PRAGMA_UNROLL
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t j = i + u * 32;
-        if (j < n) v[u] = __ldg(s + j);
-      }
-      CUTLASS_PRAGMA_UNROLL
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t j = i + u * 32;
-        if (j < n) d[j] = v[u];
-      }
+    const int n = static_cast<int>(bytes / 16);
+    const uint4* s = reinterpret_cast<const uint4*>(src) + lane;
+    uint4* d = reinterpret_cast<uint4*>(dst) + lane;
+    int i = lane;
+#pragma unroll 1
+    for (; i + 96 < n; i += 128, s += 128, d += 128) {
+      const uint4 a = __ldg(s), b = __ldg(s + 32), c = __ldg(s + 64), e = __ldg(s + 96);
+      d[0] = a;
+      d[32] = b;
+      d[64] = c;
+      d[96] = e;
     }
+#pragma unroll 1
+    for (; i < n; i += 32, s += 32, d += 32) *d = __ldg(s);
   }
 
   // The next copy item of this call: a work counter in this rank's flag region, tagged with
@@ -110,6 +109,7 @@ struct FusedHooks {
     side_sync();
     const int lane = t % 32;
     const int items = g.world * p.chunks;
+#pragma unroll 1
     for (;;) {
       int i = lane == 0 ? claim_item(p, call.epoch) : 0;
       i = __shfl_sync(0xffffffffu, i, 0);
@@ -190,10 +190,11 @@ struct FusedHooks {
   }
 
   // Two-shot, second half: every other rank's reduced tiles, rank + 1 first.
-  CUTLASS_DEVICE static void gather_reduced(Params const& p, Call const& call, int t) {
+  CUTLASS_DEVICE static void gather_reduced(Params const& p, Call const&, int t) {
     const comm::GroupDevice& g = p.group;
     int items = 0;
     for (int j = 1; j < g.world; ++j) items += tile_rows_of((g.rank + j) % g.world, p) * p.tiles_n;
+#pragma unroll 1
     for (int i = cta_id(); i < items; i += cta_count()) {
       int q = g.rank, rest = i;
       for (int j = 1; j < g.world; ++j) {
@@ -205,7 +206,7 @@ struct FusedHooks {
       const int q0 = q * p.rows_per_rank, q1 = min(q0 + p.rows_per_rank, p.m);
       const int tm = q0 / p.block_m + rest / p.tiles_n, tn = rest % p.tiles_n;
       if (t == 0) {
-        comm::wait_geq(g, g.flags[q] + p.reduced_flag_base + tm * p.tiles_n + tn, call.epoch,
+        comm::wait_geq(g, g.flags[q] + p.reduced_flag_base + tm * p.tiles_n + tn, comm::op_begin(g),
                        comm::WaitSite{p.op, comm::kWaitPeerFlag, q, tm * p.tiles_n + tn});
       }
       side_sync();
@@ -231,19 +232,23 @@ struct FusedHooks {
     if (p.two_shot) gather_reduced(p, call, t);
   }
 
-  CUTLASS_DEVICE static void reduce_rows(Params const& p, Call const& call, int t) {
+  // (The call number is read again where it is needed rather than kept across the loop: the
+  // side warps run on 40 registers. *epoch changes only in the last CTA's call_end.)
+  CUTLASS_DEVICE static void reduce_rows(Params const& p, Call const&, int t) {
     const comm::GroupDevice& g = p.group;
-    const int end = p.reduce_row0 + p.reduce_rows;
-    const int tm0 = p.reduce_row0 / p.block_m, tm1 = (end - 1) / p.block_m;
-    const int items = (tm1 - tm0 + 1) * p.tiles_n;
+    const int tm0 = p.reduce_row0 / p.block_m;
+    const int items = ((p.reduce_row0 + p.reduce_rows - 1) / p.block_m - tm0 + 1) * p.tiles_n;
+#pragma unroll 1
     for (int i = cta_id(); i < items; i += cta_count()) {
-      const int tm = tm0 + i / p.tiles_n, tn = i - (i / p.tiles_n) * p.tiles_n;
+      const int tile = tm0 * p.tiles_n + i;  // tm * tiles_n + tn
       if (t < g.world) {  // one side thread per rank polls that rank's flag of the tile
-        comm::wait_geq(g, g.flags[t] + p.flag_base + tm * p.tiles_n + tn, call.epoch,
-                       comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tm * p.tiles_n + tn});
+        comm::wait_geq(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
+                       comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
       }
       side_sync();  // every rank's tile is in memory (the acquires precede the barrier)
-      const int r0 = max(tm * p.block_m, p.reduce_row0), r1 = min((tm + 1) * p.block_m, end);
+      const int tm = tile / p.tiles_n, tn = tile - tm * p.tiles_n;
+      const int r0 = max(tm * p.block_m, p.reduce_row0);
+      const int r1 = min((tm + 1) * p.block_m, p.reduce_row0 + p.reduce_rows);
       const int c0 = tn * p.block_n, c1 = min(c0 + p.block_n, p.n);
       if (p.bf16) {
         reduce_block<__nv_bfloat16>(p, r0, r1, c0, c1, t);
@@ -252,9 +257,7 @@ struct FusedHooks {
       }
       if (p.two_shot) {
         side_sync();  // every side thread's reduced stores precede the flag
-        if (t == 0) {
-          comm::signal(g, g.rank, p.reduced_flag_base + tm * p.tiles_n + tn, call.epoch);
-        }
+        if (t == 0) comm::signal(g, g.rank, p.reduced_flag_base + tile, comm::op_begin(g));
       }
     }
   }
