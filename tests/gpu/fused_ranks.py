@@ -198,6 +198,48 @@ def suite_graph(ctx, rank: int, world: int) -> None:
         check("graph_ar", ar_static, total, dict(op="gemm_ar", graph=True, case=case, rank=rank))
 
 
+def suite_mlp(ctx, rank: int, world: int) -> None:
+    """mkernel.nn column (sequence parallel) -> GeLU -> row (sequence parallel) in bf16, forward
+    and backward through the fused ops, against the unfused fp32 model on the same weights."""
+    import torch.nn.functional as F
+
+    from mkernel.nn import ColumnParallelLinear, RowParallelLinear
+
+    s, b, h, f = 64 * world, 2, 256, 128 * world
+    fl = f // world
+    g = torch.Generator().manual_seed(5)
+    W1, b1 = torch.randn(f, h, generator=g) / 16, torch.randn(f, generator=g)
+    W2, b2 = torch.randn(h, f, generator=g) / 16, torch.randn(h, generator=g)
+    X, G = torch.randn(s, b, h, generator=g), torch.randn(s, b, h, generator=g)
+    dt = torch.bfloat16
+    ref = [t.to(dt).float().cuda().requires_grad_(True) for t in (W1, b1, W2, b2, X)]
+    rW1, rb1, rW2, rb2, rX = ref
+    ((F.gelu(rX @ rW1.T + rb1) @ rW2.T + rb2) * G.cuda()).sum().backward()
+    want_y = (F.gelu(rX @ rW1.T + rb1) @ rW2.T + rb2).detach()
+
+    col = ColumnParallelLinear(h, f, sequence_parallel=True, group=ctx, params_dtype=dt, device="cuda")
+    row = RowParallelLinear(f, h, sequence_parallel=True, input_is_parallel=True, group=ctx,
+                            params_dtype=dt, device="cuda")
+    cols, seq = slice(rank * fl, (rank + 1) * fl), slice(rank * s // world, (rank + 1) * s // world)
+    with torch.no_grad():
+        col.weight.copy_(W1[cols])
+        col.bias.copy_(b1[cols])
+        row.weight.copy_(W2[:, cols])
+        row.bias.copy_(b2)
+    x = X[seq].to(dt).cuda().requires_grad_(True)
+    y, _ = row(F.gelu(col(x)[0]))
+    (y.float() * G[seq].cuda()).sum().backward()
+    db2 = row.bias.grad.float().cpu()
+    dist.all_reduce(db2)  # each rank's bias grad covers its tokens (bias.sequence_parallel)
+    for name, got, want in (("y", y, want_y[seq]), ("dx", x.grad, rX.grad[seq]),
+                            ("dW1", col.weight.grad, rW1.grad[cols]), ("db1", col.bias.grad, rb1.grad[cols]),
+                            ("dW2", row.weight.grad, rW2.grad[:, cols]), ("db2", db2, rb2.grad)):
+        got, want = got.double().cpu(), want.double().cpu()
+        rel = ((got - want).norm() / want.norm()).item()
+        emit("CASE", dict(op="mlp", out=name, rel=rel, world=world, rank=rank))
+        assert rel < 2e-2, f"mlp {name}: relative error {rel:.3g}"
+
+
 def timed(fn, iters: int = 20) -> float:
     for _ in range(3):
         fn()
@@ -244,7 +286,7 @@ def main() -> None:
     for name in suites:
         try:
             {"ag": suite_ag, "rs": suite_rs, "ar": suite_ar, "graph": suite_graph,
-             "time": suite_time}[name](ctx, rank, world)
+             "mlp": suite_mlp, "time": suite_time}[name](ctx, rank, world)
         except Exception:
             # A trapped device wait leaves a record naming the op, peer and flag.
             print(f"WAIT rank {rank}: {mkernel.ops.last_wait_failure()}", file=sys.stderr, flush=True)

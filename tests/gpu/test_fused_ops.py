@@ -35,6 +35,13 @@ def test_reduce_ops(mps, op, world):
 
 
 @pytest.mark.parametrize("world", [2, 4])
+def test_mlp_layers(mps, world):
+    """mkernel.nn column -> GeLU -> row under sequence parallelism: outputs and gradients."""
+    cases = run(mps, world, "mlp")
+    assert len(cases) == world * 6
+
+
+@pytest.mark.parametrize("world", [2, 4])
 def test_graph_replay(mps, world):
     cases = run(mps, world, "graph")
     assert len(cases) == world * (3 + 2 * 2)
