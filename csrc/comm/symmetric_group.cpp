@@ -190,6 +190,13 @@ SymmetricGroup& SymmetricGroup::get(const char* op, int64_t group, int64_t world
     return *it->second;
   }
   const c10::cuda::CUDAGuard device_guard(index);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(at::cuda::getCurrentCUDAStream(), &capture), op,
+             "cudaStreamIsCapturing");
+  TORCH_CHECK(capture == cudaStreamCaptureStatusNone, op, ": group ", group,
+              " has no symmetric memory on cuda:", index,
+              " yet, and it cannot be created during CUDA-graph capture: call ctx.reserve(nbytes) "
+              "(Context.reserve) on every rank before capturing, or run the op once eagerly");
   const SessionLayout layout = session_layout(op, group, world_size);
   TORCH_CHECK_VALUE(layout.world <= kMaxRanks, op, ": group ", group, " has ", layout.world,
                     " ranks; the GPU substrate holds at most ", kMaxRanks);
