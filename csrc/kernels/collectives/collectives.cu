@@ -127,23 +127,44 @@ __device__ __forceinline__ void reduce_elems(const Params& p, uint64_t off, uint
                   reinterpret_cast<uintptr_t>(p.x) | (off * sizeof(T))) % 16 == 0;
   uint64_t first_scalar = 0;
   if (aligned) {
+    // kVec vectors per thread and two sources per step in flight: enough bytes outstanding per
+    // SM to cover the latency of peer (or HBM) reads. The adds of an element stay in rank order.
+    constexpr int kVec = 2;
     const uint64_t nv = n / kPer;
-    for (uint64_t v = threadIdx.x; v < nv; v += kThreads) {
-      float acc[kPer];
+    for (uint64_t v0 = threadIdx.x; v0 < nv; v0 += kVec * kThreads) {
+      float acc[kVec][kPer];
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) acc[k] = 0.f;
-      for (int r = 0; r < world; ++r) {
-        const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(source<T>(p, r, off)) + v);
-        const T* e = reinterpret_cast<const T*>(&raw);
+      for (int u = 0; u < kVec; ++u) {
 #pragma unroll
-        for (int k = 0; k < kPer; ++k) acc[k] += Elem<T>::load(e[k]);
+        for (int k = 0; k < kPer; ++k) acc[u][k] = 0.f;
       }
-      uint4 packed;
-      T* o = reinterpret_cast<T*>(&packed);
+#pragma unroll 2
+      for (int r = 0; r < world; ++r) {
+        const uint4* src = reinterpret_cast<const uint4*>(source<T>(p, r, off));
+        uint4 raw[kVec];
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) o[k] = Elem<T>::store(acc[k]);
-      reinterpret_cast<uint4*>(out_a)[v] = packed;
-      if (out_b != nullptr) reinterpret_cast<uint4*>(out_b)[v] = packed;
+        for (int u = 0; u < kVec; ++u) {
+          const uint64_t v = v0 + static_cast<uint64_t>(u) * kThreads;
+          raw[u] = v < nv ? __ldcg(src + v) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < kVec; ++u) {
+          const T* e = reinterpret_cast<const T*>(&raw[u]);
+#pragma unroll
+          for (int k = 0; k < kPer; ++k) acc[u][k] += Elem<T>::load(e[k]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kVec; ++u) {
+        const uint64_t v = v0 + static_cast<uint64_t>(u) * kThreads;
+        if (v >= nv) continue;
+        uint4 packed;
+        T* o = reinterpret_cast<T*>(&packed);
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) o[k] = Elem<T>::store(acc[u][k]);
+        reinterpret_cast<uint4*>(out_a)[v] = packed;
+        if (out_b != nullptr) reinterpret_cast<uint4*>(out_b)[v] = packed;
+      }
     }
     first_scalar = nv * kPer;
   }
