@@ -19,8 +19,9 @@ def test_collectives_match_reference(mps, world):
     suites = ["matrix"]
     if world in (2, 4):
         suites += ["back_to_back", "graph", "capture_growth"]
-    res = run_ranks(RANK_MAIN, world, timeout=240,
-                    env=rank_env(mps, world, TEST_SUITE=",".join(suites)))
+    # A wait that never completes fails its rank after 20 s (with a record naming the flag).
+    res = run_ranks(RANK_MAIN, world, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE=",".join(suites), MKERNEL_OP_TIMEOUT="20"))
     cases = check_ranks(res)
     ops = {c["op"] for c in cases}
     assert {"all_gather", "reduce_scatter", "all_reduce"} <= ops, ops
