@@ -65,5 +65,10 @@ def test_killed_rank_fails_the_others_within_the_timeout(mps):
         e = errs[0]
         print(f"rank {r.rank}: {e}")
         assert e["s"] < timeout_s + 30, e
-        named += f"peer rank {victim}" in e["msg"]
+        assert e["type"] == "MkernelError", e
+        if e["record"] is not None:  # this rank's own wait timed out: it names the dead peer
+            assert f"peer rank {victim}" in e["record"], e
+            named += 1
+    # Under MPS the first trap ends every client of the GPU: a rank whose wait had not expired
+    # yet has no record of its own (its error says so), but one rank at least has.
     assert named >= 1, "no survivor named the killed rank"

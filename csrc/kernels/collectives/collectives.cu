@@ -177,12 +177,22 @@ __device__ __forceinline__ void reduce_elems(const Params& p, uint64_t off, uint
 }
 
 // --- synchronization of a CTA's items --------------------------------------------------------
+// Bound of a "derived" wait: one whose flag is released only after its releaser itself waited
+// for a peer (the entered flag after the entry barrier; all_reduce's reduced chunks after the
+// stage flags). Longer than the direct waits', so that when a peer dies, a direct wait times out
+// first and the record names the dead peer rather than a live one stuck behind it.
+__device__ __forceinline__ uint64_t derived_timeout(const GroupDevice& g) {
+  return 2 * g.timeout_ns + 1000000000ull;
+}
+
 // One thread waits (local-memory poll) or releases; the CTA barrier extends the acquire to
 // the other threads' reads and orders their writes before the release.
 __device__ __forceinline__ void cta_wait(const GroupDevice& g, uint32_t slot, uint64_t e,
-                                         int32_t op, int32_t kind, int peer, int32_t index) {
+                                         int32_t op, int32_t kind, int peer, int32_t index,
+                                         uint64_t timeout_ns) {
   if (threadIdx.x == 0) {
-    comm::wait_geq(g, g.flags[g.rank] + slot, e, comm::WaitSite{op, kind, peer, index});
+    comm::wait_geq(g.flags[g.rank] + slot, e, timeout_ns, g.diag, g.group_id, g.rank,
+                   comm::WaitSite{op, kind, peer, index});
   }
   __syncthreads();
 }
@@ -214,8 +224,8 @@ __device__ __forceinline__ uint64_t enter(const Params& p) {
       comm::entry_barrier(g, e, p.op, p.signature);
       comm::st_release_sys(g.flags[g.rank] + kEnteredSlot, e);
     } else {
-      comm::wait_geq(g, g.flags[g.rank] + kEnteredSlot, e,
-                     comm::WaitSite{p.op, comm::kWaitEntry, -1, 0});
+      comm::wait_geq(g.flags[g.rank] + kEnteredSlot, e, derived_timeout(g), g.diag, g.group_id,
+                     g.rank, comm::WaitSite{p.op, comm::kWaitEntry, -1, 0});
     }
   }
   __syncthreads();
@@ -260,7 +270,8 @@ __global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_co
     if (src == g.rank) {
       copy_bytes(p.out + src * seg + b, p.x + b, n);
     } else {
-      cta_wait(g, stage_slot(src, c), e, p.op, comm::kWaitPeerFlag, src, static_cast<int32_t>(c));
+      cta_wait(g, stage_slot(src, c), e, p.op, comm::kWaitPeerFlag, src, static_cast<int32_t>(c),
+               g.timeout_ns);
       copy_bytes(p.out + src * seg + b, g.data[src] + b, n);
     }
     __syncthreads();  // the CTA's threads are done with this item before the next wait
@@ -315,7 +326,7 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
       const uint32_t c = k % chunks;
       chunk_range(p, src, c, &begin, &n);
       cta_wait(g, reduced_slot(src, c), e, p.op, comm::kWaitPeerFlag, src,
-               static_cast<int32_t>(c));
+               static_cast<int32_t>(c), derived_timeout(g));
       copy_bytes(reinterpret_cast<uint8_t*>(out + begin),
                  reinterpret_cast<const uint8_t*>(reinterpret_cast<const T*>(g.data[src]) + begin),
                  n * sizeof(T));
