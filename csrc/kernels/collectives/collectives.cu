@@ -27,7 +27,7 @@ using comm::GroupDevice;
 
 constexpr int kThreads = 512;
 constexpr uint32_t kMaxChunks = 512;  // chunks per (source rank, phase)
-constexpr uint64_t kMinChunkBytes = 16 << 10;
+constexpr uint64_t kMinChunkBytes = 64 << 10;  // amortizes a chunk's flag (fence + release)
 constexpr int kUnroll = 4;  // 16-byte accesses in flight per thread
 
 // Flag slots of the collectives (in the op range): the stage flag of (source rank, chunk) and
