@@ -18,7 +18,7 @@ pytestmark = needs_gpu
 def test_collectives_match_reference(mps, world):
     suites = ["matrix"]
     if world in (2, 4):
-        suites += ["back_to_back", "graph", "capture_growth"]
+        suites += ["back_to_back", "graph", "two_groups", "capture_growth"]
     # A wait that never completes fails its rank after 20 s (with a record naming the flag).
     res = run_ranks(RANK_MAIN, world, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE=",".join(suites), MKERNEL_OP_TIMEOUT="20"))
@@ -26,7 +26,7 @@ def test_collectives_match_reference(mps, world):
     ops = {c["op"] for c in cases}
     assert {"all_gather", "reduce_scatter", "all_reduce"} <= ops, ops
     if world in (2, 4):
-        assert {"back_to_back", "graph"} <= ops, ops
+        assert {"back_to_back", "graph", "two_groups"} <= ops, ops
         for r in res:
             assert records(r, "ERR"), f"rank {r.rank}: capture_growth raised nothing"
     for c in cases:
