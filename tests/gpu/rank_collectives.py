@@ -10,7 +10,7 @@ size is freed just before the call, so the caching allocator hands it to the op)
 
 A rank prints ``CASE {json}`` per checked call, ``ERR {json}`` for an expected failure, and
 ``OK <rank>`` at the end. ``TEST_SUITE`` (comma-separated) picks: ``matrix``, ``back_to_back``,
-``graph``, ``two_groups``, ``capture_growth``, ``mismatch``, ``kill`` (the last two end the process).
+``graph``, ``two_groups``, ``capture_growth``, ``multinode``, ``mismatch``, ``kill`` (the last two end the process).
 """
 
 from __future__ import annotations
@@ -193,6 +193,35 @@ def graph(c: Checker) -> None:
             exact, _ = reference(op, sets[i], c.rank)
             assert torch.equal(got.cpu(), exact), f"graph replay {i}: {op} is wrong"
     emit("CASE", {"op": "graph", "replays": 100, "err": 0.0, "bound": 0.0})
+
+
+def multinode(c: Checker) -> None:
+    """The group split into emulated nodes (MKERNEL_EMULATED_NODE): blocks of other nodes go
+    through the GPU inter-node path (FIFO -> Go proxy -> transport). Every op and two dtypes on
+    ragged shapes, then 60 calls without a host sync (the receive areas alternate by call
+    parity). A build without the path prints NONET and stops."""
+    try:
+        c.run("all_gather", "bf16", (3, 7))
+    except NotImplementedError as e:
+        if "no GPU inter-node path" in str(e):
+            print("NONET", flush=True)
+            torch.cuda.synchronize()
+            return
+        raise
+    w = c.world
+    for shape in [(w * 3, 7), (w * 37, 129), (w * 256, 1000)]:
+        for dtype in ("bf16", "fp32"):
+            for op in OPS:
+                c.run(op, dtype, shape)
+    shape, dt = (w * 16, 33), torch.bfloat16
+    sets = [inputs(4000 + s, w, shape, dt) for s in range(3)]
+    dev = [xs[c.rank].to(c.device) for xs in sets]
+    outs = [(OPS[i % 3], i % 3, getattr(mkernel, OPS[i % 3])(dev[i % 3], group=c.ctx)) for i in range(60)]
+    mkernel.synchronize()
+    for i, (op, s, out) in enumerate(outs):
+        exact, _ = reference(op, sets[s], c.rank)
+        assert torch.equal(out.cpu(), exact), f"multinode back-to-back call {i} ({op}) is wrong"
+    emit("CASE", {"op": "multinode", "err": 0.0, "bound": 0.0})
 
 
 def two_groups(c: Checker) -> None:
