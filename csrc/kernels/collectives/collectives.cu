@@ -239,8 +239,11 @@ __device__ __forceinline__ void cta_release(const GroupDevice& g, uint32_t slot,
     if (only >= 0) {
       comm::signal(g, only, slot, e);
     } else {
+      // One system fence for all the peers (signal() fences per call): it orders the CTA's
+      // stores (made visible to this thread by the barrier) before every release below.
+      __threadfence_system();
       for (int r = 0; r < g.world; ++r) {
-        if (r != g.rank && g.flags[r] != nullptr) comm::signal(g, r, slot, e);
+        if (r != g.rank && g.flags[r] != nullptr) comm::st_release_sys(g.flags[r] + slot, e);
       }
     }
   }

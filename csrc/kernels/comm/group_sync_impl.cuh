@@ -79,11 +79,14 @@ __device__ __forceinline__ void op_end(const GroupDevice& g, uint64_t e) {
 
 __device__ __forceinline__ void entry_barrier(const GroupDevice& g, uint64_t e, int32_t op,
                                               uint64_t signature) {
-  // Publish the signature, then the entry flag (the release orders the signature before it).
+  // Publish the signature everywhere, then the entry flags (one system fence orders the
+  // signatures, and everything this thread observed, before every release).
   for (int p = 0; p < g.world; ++p) {
-    if (g.flags[p] == nullptr) continue;
-    g.flags[p][FlagSlot::kSignature + g.rank] = signature;
-    signal(g, p, FlagSlot::kEntry + g.rank, e);
+    if (g.flags[p] != nullptr) g.flags[p][FlagSlot::kSignature + g.rank] = signature;
+  }
+  __threadfence_system();
+  for (int p = 0; p < g.world; ++p) {
+    if (g.flags[p] != nullptr) st_release_sys(g.flags[p] + FlagSlot::kEntry + g.rank, e);
   }
   int32_t differs = -1;
   uint64_t theirs_differing = 0;
