@@ -29,6 +29,9 @@ struct AttnTraits {
   // stage): d=128 -> 64 KiB + 2 x 64 KiB; d=64 -> 32 KiB + 4 x 32 KiB.
   static constexpr int kStages = kHeadDim == 128 ? 2 : 4;
 
+  // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
+  static constexpr bool kPingPong = true;
+
   using TileShapeMNK = cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>, cute::Int<kHeadDim>>;
   // Two warpgroups stacked along M; each issues its own 64-row wgmma.
   using AtomLayoutMma = cute::Layout<cute::Shape<cute::Int<kNumMmaWarpGroups>, cute::_1, cute::_1>>;
