@@ -439,11 +439,12 @@ def _attention_backward_flash(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out
     s_kv, h_kv = k.shape[1], k.shape[2]
     g = h // h_kv
     ke, ve = (k.repeat_interleave(g, dim=2), v.repeat_interleave(g, dim=2)) if g > 1 else (k, v)
-    empty = torch.empty(0, dtype=torch.int64, device=q.device)
+    # cum_seq_q/k None (an undefined tensor): the dense, not varlen, kernel; philox seed and
+    # offset are read only with dropout.
     seed = torch.zeros((), dtype=torch.int64, device=q.device)
-    dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+    dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward.default(
         dout.transpose(1, 2), q.transpose(1, 2), ke.transpose(1, 2), ve.transpose(1, 2),
-        out.transpose(1, 2), lse.contiguous(), empty, empty, s, s_kv, 0.0, causal, seed, seed,
+        out.transpose(1, 2), lse.contiguous(), None, None, s, s_kv, 0.0, causal, seed, seed,
         scale=scale)
     dq, dk, dv = dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
     if g > 1:
