@@ -457,7 +457,7 @@ def _attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tens
                         causal: bool, scale: float) -> tuple[Tensor, Tensor, Tensor]:
     """Backward of :func:`attention`: torch's FA2 backward kernel on CUDA (first step; a fused
     engine backward is future work), the fp32 math backward on the CPU."""
-    if q.is_cuda and q.dtype in (torch.bfloat16, torch.float16):
+    if q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and q.shape[-1] <= 256:
         return _attention_backward_flash(dout.contiguous(), q, k, v, out, lse, causal, scale)
     return _attention_backward_math(dout, q, k, v, out, lse, causal, scale)
 
