@@ -160,12 +160,98 @@ std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at:
 }
 #endif  // MKERNEL_WITH_CUDA
 
+void validate_merge(const at::Tensor& out, const at::Tensor& lse, const at::Tensor& out_part,
+                    const at::Tensor& lse_part) {
+  constexpr const char* op = "mkernel.attention_merge_";
+  using namespace validation;
+  check_dim(op, "out", out, 4, "[b, s, h, d]");
+  check_dim(op, "lse", lse, 3, "[b, h, s]");
+  check_dim(op, "out_part", out_part, 4, "[b, s, h, d]");
+  check_dim(op, "lse_part", lse_part, 3, "[b, h, s]");
+  TORCH_CHECK_VALUE(out.scalar_type() == at::kFloat && lse.scalar_type() == at::kFloat &&
+                        lse_part.scalar_type() == at::kFloat,
+                    op, ": out, lse and lse_part must be float32 (got ", out.scalar_type(), ", ",
+                    lse.scalar_type(), ", ", lse_part.scalar_type(), ")");
+  TORCH_SYM_CHECK(same_sizes(out_part, out), op, ": out_part must have the shape of out (",
+                  out.sym_sizes(), "), got ", out_part.sym_sizes());
+  TORCH_SYM_CHECK(same_sizes(lse_part, lse), op, ": lse_part must have the shape of lse (",
+                  lse.sym_sizes(), "), got ", lse_part.sym_sizes());
+  TORCH_SYM_CHECK(lse.sym_size(0).sym_eq(out.sym_size(0)).sym_and(lse.sym_size(1).sym_eq(out.sym_size(2)))
+                      .sym_and(lse.sym_size(2).sym_eq(out.sym_size(1))),
+                  op, ": lse must be [b, h, s] for out [b, s, h, d] (out: ", out.sym_sizes(),
+                  ", lse: ", lse.sym_sizes(), ")");
+  check_same_device(op, "lse", lse, "out", out);
+  check_same_device(op, "out_part", out_part, "out", out);
+  check_same_device(op, "lse_part", lse_part, "out", out);
+  check_contiguous(op, "out", out);
+  check_contiguous(op, "lse", lse);
+  check_contiguous(op, "out_part", out_part);
+  check_contiguous(op, "lse_part", lse_part);
+}
+
+void attention_merge_meta(at::Tensor& out, at::Tensor& lse, const at::Tensor& out_part,
+                          const at::Tensor& lse_part) {
+  validate_merge(out, lse, out_part, lse_part);
+}
+
+// lse' = log(e^lse + e^lse_part); out' = out·e^(lse - lse') + out_part·e^(lse_part - lse').
+void attention_merge_cpu(at::Tensor& out, at::Tensor& lse, const at::Tensor& out_part,
+                         const at::Tensor& lse_part) {
+  validate_merge(out, lse, out_part, lse_part);
+  const at::Tensor mx = at::maximum(lse, lse_part);
+  const at::Tensor mx_safe = at::where(mx.isneginf(), at::zeros_like(mx), mx);
+  const at::Tensor ea = at::exp(lse - mx_safe), ep = at::exp(lse_part - mx_safe);
+  const at::Tensor sum = ea + ep;
+  const at::Tensor empty = sum.eq(0);
+  const at::Tensor wa = at::where(empty, at::zeros_like(sum), ea / sum);  // [b, h, s]
+  const at::Tensor wp = at::where(empty, at::zeros_like(sum), ep / sum);
+  out.mul_(wa.permute({0, 2, 1}).unsqueeze(-1))
+      .add_(out_part.to(at::kFloat) * wp.permute({0, 2, 1}).unsqueeze(-1));
+  lse.copy_(at::where(empty, mx, mx_safe + at::log(sum)));
+}
+
+#ifdef MKERNEL_WITH_CUDA
+void attention_merge_cuda(at::Tensor& out, at::Tensor& lse, const at::Tensor& out_part,
+                          const at::Tensor& lse_part) {
+  validate_merge(out, lse, out_part, lse_part);
+  validation::check_dtype_in("mkernel.attention_merge_", "out_part", out_part,
+                             {at::kBFloat16, at::kHalf}, "a partial attention output");
+  TORCH_CHECK_VALUE(out.size(3) % 4 == 0, "mkernel.attention_merge_: head dim must be a multiple "
+                    "of 4, got ", out.size(3));
+  const c10::cuda::CUDAGuard guard(out.device());
+  attention::Merge m{};
+  m.out_acc = out.data_ptr<float>();
+  m.lse_acc = lse.data_ptr<float>();
+  m.out_part = out_part.data_ptr();
+  m.lse_part = lse_part.data_ptr<float>();
+  m.batch = static_cast<int>(out.size(0));
+  m.seq = static_cast<int>(out.size(1));
+  m.heads = static_cast<int>(out.size(2));
+  m.head_dim = static_cast<int>(out.size(3));
+  m.part_dtype = out_part.scalar_type() == at::kBFloat16 ? attention::DType::kBF16
+                                                          : attention::DType::kFP16;
+  if (out.numel() == 0) return;
+  const cudaError_t err = attention::merge_partial(m, at::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "mkernel.attention_merge_: launch failed: ",
+              cudaGetErrorString(err));
+}
+#endif  // MKERNEL_WITH_CUDA
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(mkernel, Meta, m) { m.impl("attention", &attention_meta); }
-TORCH_LIBRARY_IMPL(mkernel, CPU, m) { m.impl("attention", &attention_cpu); }
+TORCH_LIBRARY_IMPL(mkernel, Meta, m) {
+  m.impl("attention", &attention_meta);
+  m.impl("attention_merge_", &attention_merge_meta);
+}
+TORCH_LIBRARY_IMPL(mkernel, CPU, m) {
+  m.impl("attention", &attention_cpu);
+  m.impl("attention_merge_", &attention_merge_cpu);
+}
 #ifdef MKERNEL_WITH_CUDA
-TORCH_LIBRARY_IMPL(mkernel, CUDA, m) { m.impl("attention", &attention_cuda); }
+TORCH_LIBRARY_IMPL(mkernel, CUDA, m) {
+  m.impl("attention", &attention_cuda);
+  m.impl("attention_merge_", &attention_merge_cuda);
+}
 #endif  // MKERNEL_WITH_CUDA
 
 }  // namespace mkernel

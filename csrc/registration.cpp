@@ -77,6 +77,9 @@ TORCH_LIBRARY(mkernel, m) {
   m.def(
       "attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? softmax_scale=None) "
       "-> (Tensor, Tensor)");
+  // Ring attention's merge step, in place and in fp32: folds a partial (out_part [b, s, h, d],
+  // lse_part [b, h, s]) into the running out [b, s, h, d] fp32 and lse [b, h, s] fp32.
+  m.def("attention_merge_(Tensor(a!) out, Tensor(b!) lse, Tensor out_part, Tensor lse_part) -> ()");
 
   // The Go control plane's C API table (csrc/include/mkernel/core_api.h), handed over by
   // address at import; returns the table's ABI version. See core_binding.cpp.

@@ -41,6 +41,7 @@ __all__ = [
     "moe_dispatch_gemm",
     "ring_attention",
     "attention",
+    "attention_merge_",
 ]
 
 
@@ -480,3 +481,19 @@ def _attention_autograd_backward(ctx, dout: Tensor, dlse: Tensor | None):  # typ
 
 torch.library.register_autograd("mkernel::attention", _attention_autograd_backward,
                                 setup_context=_attention_setup_context)
+
+
+def attention_merge_(out: Tensor, lse: Tensor, out_part: Tensor, lse_part: Tensor) -> None:
+    """Ring attention's merge step, in place, in fp32: folds the attention of the same queries
+    over another KV block into a running result.
+
+    ``lse <- log(exp(lse) + exp(lse_part))``;
+    ``out <- out * exp(lse_old - lse) + out_part * exp(lse_part - lse)``.
+
+    Args:
+        out: ``[b, s, h, d]`` float32, the running output (updated).
+        lse: ``[b, h, s]`` float32, its log-sum-exp (updated; ``-inf`` marks rows with no key yet).
+        out_part: ``[b, s, h, d]``, the partial output (bf16/fp16 on CUDA, any float on the CPU).
+        lse_part: ``[b, h, s]`` float32, the partial's log-sum-exp.
+    """
+    torch.ops.mkernel.attention_merge_.default(out, lse, out_part, lse_part)
