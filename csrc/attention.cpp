@@ -87,7 +87,8 @@ double resolve_scale(std::optional<double> softmax_scale, int64_t head_dim) {
 
 std::tuple<at::Tensor, at::Tensor> attention_meta(const at::Tensor& q, const at::Tensor& k,
                                                   const at::Tensor& v, bool /*causal*/,
-                                                  std::optional<double> softmax_scale) {
+                                                  std::optional<double> softmax_scale,
+                                                  int64_t /*block_n*/) {
   const AttentionSizes sizes = validate_attention(q, k, v, softmax_scale);
   at::Tensor out = q.new_empty_symint({sizes.batch, sizes.seq, sizes.heads, sizes.head_dim});
   at::Tensor lse =
@@ -99,7 +100,8 @@ std::tuple<at::Tensor, at::Tensor> attention_meta(const at::Tensor& q, const at:
 // log-sum-exp, probabilities, P·V. Rows that see no key: out 0, lse -inf.
 std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::Tensor& k,
                                                  const at::Tensor& v, bool causal,
-                                                 std::optional<double> softmax_scale) {
+                                                 std::optional<double> softmax_scale,
+                                                 int64_t /*block_n*/) {
   validate_attention(q, k, v, softmax_scale);
   const int64_t s = q.size(1), h = q.size(2), d = q.size(3);
   const int64_t s_kv = k.size(1), h_kv = k.size(2);
@@ -128,8 +130,12 @@ std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::
 #ifdef MKERNEL_WITH_CUDA
 std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at::Tensor& k,
                                                   const at::Tensor& v, bool causal,
-                                                  std::optional<double> softmax_scale) {
+                                                  std::optional<double> softmax_scale,
+                                                  int64_t block_n) {
   validate_attention(q, k, v, softmax_scale);
+  TORCH_CHECK_VALUE(block_n >= 0 && block_n <= 256, kOp, ": block_n must be 0 (by shape) or a "
+                    "built kernel's keys per block (128; 160 for bf16 d=128 non-causal), got ",
+                    block_n);
   validation::check_dtype_in(kOp, "q", q, {at::kBFloat16, at::kHalf}, "activations");
   const c10::cuda::CUDAGuard guard(q.device());
   const int64_t b = q.size(0), s = q.size(1), h = q.size(2), d = q.size(3);
@@ -150,12 +156,14 @@ std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at:
   p.softmax_scale = static_cast<float>(resolve_scale(softmax_scale, d));
   p.causal = causal;
   p.dtype = q.scalar_type() == at::kBFloat16 ? attention::DType::kBF16 : attention::DType::kFP16;
+  p.block_n = static_cast<int>(block_n);
   attention::Launch launch;
   launch.stream = at::cuda::getCurrentCUDAStream();
   const char* reason = nullptr;
   const cudaError_t err = attention::run(p, launch, &reason);
-  TORCH_CHECK(err == cudaSuccess, kOp, ": kernel launch failed: ", cudaGetErrorString(err),
-              reason ? std::string(" / ") + reason : std::string());
+  TORCH_CHECK_VALUE(reason == nullptr, kOp, ": ", reason, " (dtype ", q.scalar_type(), ", d ", d,
+                    ", causal ", causal, ", block_n ", block_n, ")");
+  TORCH_CHECK(err == cudaSuccess, kOp, ": kernel launch failed: ", cudaGetErrorString(err));
   return {out, lse};
 }
 #endif  // MKERNEL_WITH_CUDA

@@ -74,9 +74,11 @@ TORCH_LIBRARY(mkernel, m) {
 
   // The attention engine at world size 1: q [b, s, h, d], k/v [b, s_kv, h_kv, d] (GQA)
   //   -> (out [b, s, h, d], lse [b, h, s] fp32). Causal masking is bottom-right aligned.
+  // block_n: keys per KV block of the CUDA kernel (0 = by shape; 128, or 160 for bf16 d=128
+  // non-causal); the CPU reference ignores it.
   m.def(
-      "attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? softmax_scale=None) "
-      "-> (Tensor, Tensor)");
+      "attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? softmax_scale=None, "
+      "int block_n=0) -> (Tensor, Tensor)");
   // Ring attention's merge step, in place and in fp32: folds a partial (out_part [b, s, h, d],
   // lse_part [b, h, s]) into the running out [b, s, h, d] fp32 and lse [b, h, s] fp32.
   m.def("attention_merge_(Tensor(a!) out, Tensor(b!) lse, Tensor out_part, Tensor lse_part) -> ()");

@@ -33,6 +33,9 @@ struct Problem {
   float softmax_scale;  // usually 1/sqrt(d)
   bool causal;
   DType dtype;
+  // Keys per KV block (the kernel's kBlockN): 0 picks block_n(head_dim); other values must be
+  // built (instances.inc: 128 everywhere, 160 for bf16 d=128).
+  int block_n = 0;
 };
 
 struct Launch {
@@ -54,7 +57,7 @@ struct HookArgs {
   void* diag = nullptr;  // comm::WaitDiagnostic in host-mapped memory
 };
 
-// Keys per KV block of the shipped kernel for this head dim (for HookArgs::blocks_per_flag).
+// Keys per KV block of the default kernel for this head dim (for HookArgs::blocks_per_flag).
 int block_n(int head_dim);
 
 // Why a problem can't run (nullptr if it can): shapes, head dim, alignment.

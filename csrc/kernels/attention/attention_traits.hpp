@@ -13,7 +13,7 @@
 
 namespace mkernel::attention {
 
-template <class Element_, int kHeadDim_, bool kCausal_>
+template <class Element_, int kHeadDim_, int kBlockN_, bool kCausal_>
 struct AttnTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -24,10 +24,18 @@ struct AttnTraits {
   static constexpr int kNumMmaThreads = kNumMmaWarpGroups * 128;
   static constexpr int kNumThreads = kNumMmaThreads + 128;  // + the producer warpgroup
   static constexpr int kBlockM = 64 * kNumMmaWarpGroups;
-  static constexpr int kBlockN = 128;
-  // Shared memory: Q and O tiles (kBlockM x d each) plus the K/V ring (2 x kBlockN x d a
-  // stage): d=128 -> 64 KiB + 2 x 64 KiB; d=64 -> 32 KiB + 4 x 32 KiB.
-  static constexpr int kStages = kHeadDim == 128 ? 2 : 4;
+  static constexpr int kBlockN = kBlockN_;
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256,
+                "kBlockN: a multiple of 16 (the PV GEMM's K step) and <= 256 (wgmma N)");
+  // Shared memory: the Q and O tiles (kBlockM x d each) plus as many K/V stages
+  // (2 x kBlockN x d each) as fit in the sm90 opt-in limit, at most 4: d=128 -> 2 stages
+  // (kBlockN 128 or 160), d=64 -> 4.
+  static constexpr int kSmemLimit = 227 * 1024;
+  static constexpr int kTileBytes = kBlockM * kHeadDim * int(sizeof(Element));
+  static constexpr int kStageBytes = 2 * kBlockN * kHeadDim * int(sizeof(Element));
+  static constexpr int kStagesFit = (kSmemLimit - 2 * kTileBytes - 1024) / kStageBytes;
+  static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
+  static_assert(kStages >= 2, "the K/V ring needs 2 stages: use a smaller kBlockN");
 
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
   static constexpr bool kPingPong = true;
