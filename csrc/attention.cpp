@@ -128,11 +128,11 @@ std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::
 }
 
 #ifdef MKERNEL_WITH_CUDA
-std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at::Tensor& k,
-                                                  const at::Tensor& v, bool causal,
-                                                  std::optional<double> softmax_scale,
-                                                  int64_t block_n) {
-  validate_attention(q, k, v, softmax_scale);
+std::tuple<at::Tensor, at::Tensor> launch_engine(const at::Tensor& q, const at::Tensor& k,
+                                                 const at::Tensor& v, bool causal,
+                                                 std::optional<double> softmax_scale,
+                                                 int64_t block_n,
+                                                 const attention::HookArgs* hooks) {
   TORCH_CHECK_VALUE(block_n >= 0 && block_n <= 256, kOp, ": block_n must be 0 (by shape) or a "
                     "built kernel's keys per block (128; 160 for bf16 d=128 non-causal), got ",
                     block_n);
@@ -160,11 +160,48 @@ std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at:
   attention::Launch launch;
   launch.stream = at::cuda::getCurrentCUDAStream();
   const char* reason = nullptr;
-  const cudaError_t err = attention::run(p, launch, &reason);
+  const cudaError_t err = hooks != nullptr ? attention::run_hooked(p, launch, *hooks, &reason)
+                                           : attention::run(p, launch, &reason);
   TORCH_CHECK_VALUE(reason == nullptr, kOp, ": ", reason, " (dtype ", q.scalar_type(), ", d ", d,
                     ", causal ", causal, ", block_n ", block_n, ")");
   TORCH_CHECK(err == cudaSuccess, kOp, ": kernel launch failed: ", cudaGetErrorString(err));
   return {out, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at::Tensor& k,
+                                                  const at::Tensor& v, bool causal,
+                                                  std::optional<double> softmax_scale,
+                                                  int64_t block_n) {
+  validate_attention(q, k, v, softmax_scale);
+  return launch_engine(q, k, v, causal, softmax_scale, block_n, nullptr);
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_hooked_cuda(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& kv_ready,
+    int64_t kv_ready_value, int64_t blocks_per_flag, bool causal,
+    std::optional<double> softmax_scale, double timeout_s) {
+  validate_attention(q, k, v, softmax_scale);
+  constexpr const char* op = "mkernel.attention_hooked";
+  TORCH_CHECK_VALUE(kv_ready.scalar_type() == at::kLong && kv_ready.is_contiguous() &&
+                        kv_ready.device() == q.device(),
+                    op, ": kv_ready must be a contiguous int64 tensor on q's device");
+  TORCH_CHECK_VALUE(blocks_per_flag >= 1, op, ": blocks_per_flag must be >= 1");
+  TORCH_CHECK_VALUE(timeout_s > 0, op, ": timeout_s must be > 0");
+  const int64_t heads_kv = k.size(0) * k.size(2);
+  const int64_t n_blocks = (k.size(1) + attention::block_n(static_cast<int>(q.size(3))) - 1) /
+                           attention::block_n(static_cast<int>(q.size(3)));
+  const int64_t flags_per_head = (n_blocks + blocks_per_flag - 1) / blocks_per_flag;
+  TORCH_CHECK_VALUE(kv_ready.numel() == heads_kv * flags_per_head, op, ": kv_ready must hold b * "
+                    "h_kv * ceil(ceil(s_kv / block_n) / blocks_per_flag) = ",
+                    heads_kv * flags_per_head, " flags, got ", kv_ready.numel());
+  attention::HookArgs hooks;
+  hooks.kv_ready = reinterpret_cast<const uint64_t*>(kv_ready.data_ptr<int64_t>());
+  hooks.blocks_per_flag = static_cast<int>(blocks_per_flag);
+  hooks.flags_per_head = static_cast<int>(flags_per_head);
+  hooks.kv_ready_value = static_cast<uint64_t>(kv_ready_value);
+  hooks.timeout_s = timeout_s;
+  hooks.diag = nullptr;  // a timed-out wait traps without a record here (the ring op passes its group's)
+  return launch_engine(q, k, v, causal, softmax_scale, 0, &hooks);
 }
 #endif  // MKERNEL_WITH_CUDA
 
@@ -245,10 +282,18 @@ void attention_merge_cuda(at::Tensor& out, at::Tensor& lse, const at::Tensor& ou
 }
 #endif  // MKERNEL_WITH_CUDA
 
+std::tuple<at::Tensor, at::Tensor> attention_hooked_meta(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& /*kv_ready*/,
+    int64_t /*kv_ready_value*/, int64_t /*blocks_per_flag*/, bool causal,
+    std::optional<double> softmax_scale, double /*timeout_s*/) {
+  return attention_meta(q, k, v, causal, softmax_scale, 0);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(mkernel, Meta, m) {
   m.impl("attention", &attention_meta);
+  m.impl("attention_hooked", &attention_hooked_meta);
   m.impl("attention_merge_", &attention_merge_meta);
 }
 TORCH_LIBRARY_IMPL(mkernel, CPU, m) {
@@ -258,6 +303,7 @@ TORCH_LIBRARY_IMPL(mkernel, CPU, m) {
 #ifdef MKERNEL_WITH_CUDA
 TORCH_LIBRARY_IMPL(mkernel, CUDA, m) {
   m.impl("attention", &attention_cuda);
+  m.impl("attention_hooked", &attention_hooked_cuda);
   m.impl("attention_merge_", &attention_merge_cuda);
 }
 #endif  // MKERNEL_WITH_CUDA

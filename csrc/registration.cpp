@@ -79,6 +79,14 @@ TORCH_LIBRARY(mkernel, m) {
   m.def(
       "attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? softmax_scale=None, "
       "int block_n=0) -> (Tensor, Tensor)");
+  // The engine with its KV-wait hook (tests, ring attention's building block): before loading KV
+  // block n of (batch, kv head) the kernel waits until
+  //   kv_ready[(batch * h_kv + kv_head) * F + n / blocks_per_flag] >= kv_ready_value
+  // (kv_ready int64 [b * h_kv * F] on q's device), bounded by timeout_s (then it traps).
+  m.def(
+      "attention_hooked(Tensor q, Tensor k, Tensor v, Tensor kv_ready, int kv_ready_value, "
+      "int blocks_per_flag, bool causal=False, float? softmax_scale=None, float timeout_s=10.0) "
+      "-> (Tensor, Tensor)");
   // Ring attention's merge step, in place and in fp32: folds a partial (out_part [b, s, h, d],
   // lse_part [b, h, s]) into the running out [b, s, h, d] fp32 and lse [b, h, s] fp32.
   m.def("attention_merge_(Tensor(a!) out, Tensor(b!) lse, Tensor out_part, Tensor lse_part) -> ()");
