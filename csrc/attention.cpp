@@ -19,6 +19,7 @@
 #include <string>
 #include <tuple>
 
+#include "attention_reference.h"
 #include "ops_validation.h"
 
 #ifdef MKERNEL_WITH_CUDA
@@ -81,6 +82,34 @@ AttentionSizes validate_attention(const at::Tensor& q, const at::Tensor& k, cons
   return {q.sym_size(0), q.sym_size(1), q.sym_size(2), q.sym_size(3)};
 }
 
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> reference_attention(const at::Tensor& q, const at::Tensor& k,
+                                                       const at::Tensor& v, bool causal,
+                                                       double scale, const at::Tensor& q_pos,
+                                                       const at::Tensor& k_pos) {
+  const int64_t h = q.size(2), h_kv = k.size(2);
+  const at::Tensor qf = q.to(at::kFloat).permute({0, 2, 1, 3});  // [b, h, s, d]
+  at::Tensor kf = k.to(at::kFloat).permute({0, 2, 1, 3});        // [b, h_kv, s_kv, d]
+  at::Tensor vf = v.to(at::kFloat).permute({0, 2, 1, 3});
+  if (h_kv != h) {  // query head i reads kv head i / (h / h_kv)
+    kf = kf.repeat_interleave(h / h_kv, 1);
+    vf = vf.repeat_interleave(h / h_kv, 1);
+  }
+  at::Tensor scores = at::matmul(qf, kf.transpose(-2, -1)).mul_(scale);  // [b, h, s, s_kv]
+  if (causal) {
+    const at::Tensor masked = k_pos.unsqueeze(0).gt(q_pos.unsqueeze(1));  // [s, s_kv]
+    scores.masked_fill_(masked, -std::numeric_limits<float>::infinity());
+  }
+  at::Tensor lse = at::logsumexp(scores, -1);  // [b, h, s]; -inf for rows that see no key
+  const at::Tensor empty = lse.isneginf().unsqueeze(-1);
+  at::Tensor probs = at::exp(scores - lse.unsqueeze(-1)).masked_fill_(empty, 0.0);
+  at::Tensor out = at::matmul(probs, vf).permute({0, 2, 1, 3}).contiguous().to(q.scalar_type());
+  return {out, lse.contiguous()};
+}
+
+namespace {
+
 double resolve_scale(std::optional<double> softmax_scale, int64_t head_dim) {
   return softmax_scale.has_value() ? *softmax_scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
 }
@@ -96,35 +125,19 @@ std::tuple<at::Tensor, at::Tensor> attention_meta(const at::Tensor& q, const at:
   return {out, lse};
 }
 
-// The fp32 reference: per (batch, head) the scores in fp32, bottom-right causal mask,
-// log-sum-exp, probabilities, P·V. Rows that see no key: out 0, lse -inf.
+// The fp32 reference (attention_cpu and ring_attention's host path): scores in fp32 per
+// (batch, head), masked where key position > query position when causal, log-sum-exp,
+// probabilities, P·V. Rows that see no key: out 0, lse -inf.
 std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::Tensor& k,
                                                  const at::Tensor& v, bool causal,
                                                  std::optional<double> softmax_scale,
                                                  int64_t /*block_n*/) {
   validate_attention(q, k, v, softmax_scale);
-  const int64_t s = q.size(1), h = q.size(2), d = q.size(3);
-  const int64_t s_kv = k.size(1), h_kv = k.size(2);
-  const double scale = resolve_scale(softmax_scale, d);
-  const at::Tensor qf = q.to(at::kFloat).permute({0, 2, 1, 3});  // [b, h, s, d]
-  at::Tensor kf = k.to(at::kFloat).permute({0, 2, 1, 3});        // [b, h_kv, s_kv, d]
-  at::Tensor vf = v.to(at::kFloat).permute({0, 2, 1, 3});
-  if (h_kv != h) {  // query head i reads kv head i / (h / h_kv)
-    kf = kf.repeat_interleave(h / h_kv, 1);
-    vf = vf.repeat_interleave(h / h_kv, 1);
-  }
-  at::Tensor scores = at::matmul(qf, kf.transpose(-2, -1)).mul_(scale);  // [b, h, s, s_kv]
-  if (causal) {
-    const at::Tensor rows = at::arange(s, q.options().dtype(at::kLong)).unsqueeze(1);
-    const at::Tensor cols = at::arange(s_kv, q.options().dtype(at::kLong)).unsqueeze(0);
-    const at::Tensor masked = cols.gt(rows + (s_kv - s));  // [s, s_kv]
-    scores.masked_fill_(masked, -std::numeric_limits<float>::infinity());
-  }
-  at::Tensor lse = at::logsumexp(scores, -1);  // [b, h, s]; -inf for rows that see no key
-  const at::Tensor empty = lse.isneginf().unsqueeze(-1);
-  at::Tensor probs = at::exp(scores - lse.unsqueeze(-1)).masked_fill_(empty, 0.0);
-  at::Tensor out = at::matmul(probs, vf).permute({0, 2, 1, 3}).contiguous().to(q.scalar_type());
-  return {out, lse.contiguous()};
+  const int64_t s = q.size(1), s_kv = k.size(1);
+  const auto pos = q.options().dtype(at::kLong);
+  // Bottom-right alignment: query i sits at key position i + s_kv - s.
+  return reference_attention(q, k, v, causal, resolve_scale(softmax_scale, q.size(3)),
+                             at::arange(s, pos) + (s_kv - s), at::arange(s_kv, pos));
 }
 
 #ifdef MKERNEL_WITH_CUDA

@@ -42,6 +42,8 @@ __all__ = [
     "ring_attention",
     "attention",
     "attention_merge_",
+    "zigzag_shard",
+    "zigzag_unshard",
 ]
 
 
@@ -356,7 +358,8 @@ def ring_attention(
         q: ``[b, s, h, d]``, this rank's queries.
         k: ``[b, s_kv, h_kv, d]``, this rank's keys; ``h`` divisible by ``h_kv`` (GQA).
         v: ``[b, s_kv, h_kv, d]``, this rank's values.
-        causal: mask by global sequence position.
+        causal: mask by global sequence position; the shards must then be in the zigzag
+            layout (:func:`zigzag_shard`: rank r holds chunks r and 2W-1-r of 2W).
         softmax_scale: scale of ``q @ k.T``; None for ``1 / sqrt(d)``.
         group: the mkernel group; None for the default one.
 
@@ -501,3 +504,27 @@ def attention_merge_(out: Tensor, lse: Tensor, out_part: Tensor, lse_part: Tenso
         lse_part: ``[b, h, s]`` float32, the partial's log-sum-exp.
     """
     torch.ops.mkernel.attention_merge_.default(out, lse, out_part, lse_part)
+
+
+def zigzag_shard(x: Tensor, rank: int, world_size: int, dim: int = 1) -> Tensor:
+    """This rank's shard of a full sequence in the zigzag layout of causal ring attention.
+
+    The sequence (length ``S`` along ``dim``, ``S`` divisible by ``2 * world_size``) is cut into
+    ``2 * world_size`` chunks; rank ``r`` holds chunks ``r`` and ``2 * world_size - 1 - r``,
+    concatenated, so every rank gets the same amount of causal work.
+
+    Returns a contiguous tensor with ``S / world_size`` along ``dim``.
+    """
+    chunks = x.chunk(2 * world_size, dim=dim)
+    if len(chunks) != 2 * world_size or x.shape[dim] % (2 * world_size):
+        raise ValueError(f"mkernel.zigzag_shard: the sequence length {x.shape[dim]} must be a "
+                         f"multiple of 2 * world_size = {2 * world_size}")
+    return torch.cat([chunks[rank], chunks[2 * world_size - 1 - rank]], dim=dim).contiguous()
+
+
+def zigzag_unshard(shards: list[Tensor], dim: int = 1) -> Tensor:
+    """Inverse of :func:`zigzag_shard`: the full sequence from every rank's shard (rank order)."""
+    world = len(shards)
+    halves = [s.chunk(2, dim=dim) for s in shards]
+    order = [halves[r][0] for r in range(world)] + [halves[r][1] for r in reversed(range(world))]
+    return torch.cat(order, dim=dim)
