@@ -56,3 +56,19 @@ def test_world_one_is_plain_attention(causal) -> None:
     finally:
         if not had_default:
             ctx.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_world_one_on_cuda_runs_the_engine() -> None:
+    from mkernel import runtime
+
+    had_default = runtime._default is not None and not runtime._default.closed
+    ctx = mkernel.init()
+    try:
+        q, k, v = (torch.randn(1, 300, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        out, lse = mkernel.ring_attention(q, k, v, causal=True, group=ctx)
+        ref, ref_lse = mkernel.attention(q, k, v, causal=True)
+        assert torch.equal(out, ref) and torch.equal(lse, ref_lse)
+    finally:
+        if not had_default:
+            ctx.close()
