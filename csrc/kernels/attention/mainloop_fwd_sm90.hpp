@@ -364,6 +364,7 @@ struct MainloopFwdSm90 {
         softmax.step(s_rc, factor);
         warpgroup_wait<0>();  // PV done: O and P's registers are ours again
         warpgroup_fence_operand(acc_o);
+        warpgroup_fence_operand(tOrP);
         pipeline_v.consumer_release(v_read);
         softmax.rescale(acc_o_rc, factor);
         p_frag = convert_to_element(acc_s);
@@ -377,6 +378,7 @@ struct MainloopFwdSm90 {
       scheduler_barrier_arrive(warp_group);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_o);
+      warpgroup_fence_operand(tOrP);
       pipeline_v.consumer_release(v_read);
     }
     pipeline_q.consumer_release(q_read);
