@@ -114,3 +114,19 @@ def test_merge_into_empty_rows() -> None:
     acc_lse = torch.full((1, 2, 5), float("-inf"))
     mkernel.ops.attention_merge_(acc, acc_lse, part, part_lse)
     assert torch.allclose(acc, part) and torch.allclose(acc_lse, part_lse)
+
+
+def test_torch_compile_fullgraph() -> None:
+    """The op traces (fake kernel) and runs under torch.compile without graph breaks."""
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 12, 4, 16, generator=gen)
+    k = torch.randn(1, 12, 2, 16, generator=gen)
+    v = torch.randn(1, 12, 2, 16, generator=gen)
+
+    def f(q, k, v):
+        out, lse = mkernel.attention(q, k, v, causal=True)
+        return out * 2, lse
+
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
+    want = f(q, k, v)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
