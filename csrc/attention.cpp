@@ -117,7 +117,7 @@ double resolve_scale(std::optional<double> softmax_scale, int64_t head_dim) {
 std::tuple<at::Tensor, at::Tensor> attention_meta(const at::Tensor& q, const at::Tensor& k,
                                                   const at::Tensor& v, bool /*causal*/,
                                                   std::optional<double> softmax_scale,
-                                                  int64_t /*block_n*/) {
+                                                  int64_t /*block_m*/, int64_t /*block_n*/) {
   const AttentionSizes sizes = validate_attention(q, k, v, softmax_scale);
   at::Tensor out = q.new_empty_symint({sizes.batch, sizes.seq, sizes.heads, sizes.head_dim});
   at::Tensor lse =
@@ -131,7 +131,7 @@ std::tuple<at::Tensor, at::Tensor> attention_meta(const at::Tensor& q, const at:
 std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::Tensor& k,
                                                  const at::Tensor& v, bool causal,
                                                  std::optional<double> softmax_scale,
-                                                 int64_t /*block_n*/) {
+                                                 int64_t /*block_m*/, int64_t /*block_n*/) {
   validate_attention(q, k, v, softmax_scale);
   const int64_t s = q.size(1), s_kv = k.size(1);
   const auto pos = q.options().dtype(at::kLong);
@@ -144,10 +144,11 @@ std::tuple<at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::
 std::tuple<at::Tensor, at::Tensor> launch_engine(const at::Tensor& q, const at::Tensor& k,
                                                  const at::Tensor& v, bool causal,
                                                  std::optional<double> softmax_scale,
-                                                 int64_t block_n,
+                                                 int64_t block_m, int64_t block_n,
                                                  const attention::HookArgs* hooks) {
-  TORCH_CHECK_VALUE(block_n >= 0 && block_n <= 256, kOp, ": block_n must be 0 (by shape) or a "
-                    "built kernel's keys per block (128; 160 for bf16 d=128 non-causal), got ",
+  TORCH_CHECK_VALUE(block_m >= 0 && block_m <= 256 && block_n >= 0 && block_n <= 256, kOp,
+                    ": block_m and block_n must be 0 (by shape) or a built tile (128x128; 128x160 "
+                    "bf16 d=128 non-causal; 192x128 bf16 d=64 non-causal), got ", block_m, "x",
                     block_n);
   validation::check_dtype_in(kOp, "q", q, {at::kBFloat16, at::kHalf}, "activations");
   const c10::cuda::CUDAGuard guard(q.device());
@@ -169,6 +170,7 @@ std::tuple<at::Tensor, at::Tensor> launch_engine(const at::Tensor& q, const at::
   p.softmax_scale = static_cast<float>(resolve_scale(softmax_scale, d));
   p.causal = causal;
   p.dtype = q.scalar_type() == at::kBFloat16 ? attention::DType::kBF16 : attention::DType::kFP16;
+  p.block_m = static_cast<int>(block_m);
   p.block_n = static_cast<int>(block_n);
   attention::Launch launch;
   launch.stream = at::cuda::getCurrentCUDAStream();
@@ -176,7 +178,7 @@ std::tuple<at::Tensor, at::Tensor> launch_engine(const at::Tensor& q, const at::
   const cudaError_t err = hooks != nullptr ? attention::run_hooked(p, launch, *hooks, &reason)
                                            : attention::run(p, launch, &reason);
   TORCH_CHECK_VALUE(reason == nullptr, kOp, ": ", reason, " (dtype ", q.scalar_type(), ", d ", d,
-                    ", causal ", causal, ", block_n ", block_n, ")");
+                    ", causal ", causal, ", tile ", block_m, "x", block_n, ")");
   TORCH_CHECK(err == cudaSuccess, kOp, ": kernel launch failed: ", cudaGetErrorString(err));
   return {out, lse};
 }
@@ -184,9 +186,9 @@ std::tuple<at::Tensor, at::Tensor> launch_engine(const at::Tensor& q, const at::
 std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at::Tensor& k,
                                                   const at::Tensor& v, bool causal,
                                                   std::optional<double> softmax_scale,
-                                                  int64_t block_n) {
+                                                  int64_t block_m, int64_t block_n) {
   validate_attention(q, k, v, softmax_scale);
-  return launch_engine(q, k, v, causal, softmax_scale, block_n, nullptr);
+  return launch_engine(q, k, v, causal, softmax_scale, block_m, block_n, nullptr);
 }
 
 std::tuple<at::Tensor, at::Tensor> attention_hooked_cuda(
@@ -214,7 +216,7 @@ std::tuple<at::Tensor, at::Tensor> attention_hooked_cuda(
   hooks.kv_ready_value = static_cast<uint64_t>(kv_ready_value);
   hooks.timeout_s = timeout_s;
   hooks.diag = nullptr;  // a timed-out wait traps without a record here (the ring op passes its group's)
-  return launch_engine(q, k, v, causal, softmax_scale, 0, &hooks);
+  return launch_engine(q, k, v, causal, softmax_scale, 0, 0, &hooks);
 }
 #endif  // MKERNEL_WITH_CUDA
 
@@ -299,7 +301,7 @@ std::tuple<at::Tensor, at::Tensor> attention_hooked_meta(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& /*kv_ready*/,
     int64_t /*kv_ready_value*/, int64_t /*blocks_per_flag*/, bool causal,
     std::optional<double> softmax_scale, double /*timeout_s*/) {
-  return attention_meta(q, k, v, causal, softmax_scale, 0);
+  return attention_meta(q, k, v, causal, softmax_scale, 0, 0);
 }
 
 }  // namespace

@@ -74,11 +74,12 @@ TORCH_LIBRARY(mkernel, m) {
 
   // The attention engine at world size 1: q [b, s, h, d], k/v [b, s_kv, h_kv, d] (GQA)
   //   -> (out [b, s, h, d], lse [b, h, s] fp32). Causal masking is bottom-right aligned.
-  // block_n: keys per KV block of the CUDA kernel (0 = by shape; 128, or 160 for bf16 d=128
-  // non-causal); the CPU reference ignores it.
+  // block_m x block_n: the CUDA kernel's tile (query rows x keys per KV block; 0 = by shape;
+  // built: 128x128, 128x160 bf16 d=128 non-causal, 192x128 bf16 d=64 non-causal); the CPU
+  // reference ignores them.
   m.def(
       "attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? softmax_scale=None, "
-      "int block_n=0) -> (Tensor, Tensor)");
+      "int block_m=0, int block_n=0) -> (Tensor, Tensor)");
   // The engine with its KV-wait hook (tests, ring attention's building block): before loading KV
   // block n of (batch, kv head) the kernel waits until
   //   kv_ready[(batch * h_kv + kv_head) * F + n / blocks_per_flag] >= kv_ready_value

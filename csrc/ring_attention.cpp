@@ -179,8 +179,8 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda(const at::Tensor& q, cons
             .findSchemaOrThrow("mkernel::attention", "")
             .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
                                                       const at::Tensor&, bool,
-                                                      std::optional<double>, int64_t)>();
-    return engine.call(q, k, v, causal, softmax_scale, 0);
+                                                      std::optional<double>, int64_t, int64_t)>();
+    return engine.call(q, k, v, causal, softmax_scale, 0, 0);
   }
   TORCH_CHECK_NOT_IMPLEMENTED(false, kOp, ": the fused CUDA ring at world_size > 1 has not "
                               "landed yet (world_size 1 runs the attention engine)");

@@ -381,6 +381,7 @@ def attention(
     causal: bool = False,
     softmax_scale: float | None = None,
     *,
+    block_m: int = 0,
     block_n: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """The attention engine at world size 1 (FlashAttention-3-style Hopper kernel on CUDA).
@@ -396,14 +397,15 @@ def attention(
             FlashAttention does when ``s != s_kv``); a query that sees no key gets ``out = 0``
             and ``lse = -inf``.
         softmax_scale: scale of ``q @ k.T``; None for ``1 / sqrt(d)``.
-        block_n: keys per KV block of the CUDA kernel (a tuning choice that changes no
-            result beyond rounding): 0 by shape; 128; 160 for bf16 d=128 non-causal.
+        block_m, block_n: the CUDA kernel's tile, query rows x keys per KV block (a tuning
+            choice that changes no result beyond rounding): 0 by shape; built: 128x128,
+            128x160 (bf16, d=128, non-causal), 192x128 (bf16, d=64, non-causal).
 
     Returns:
         ``(out [b, s, h, d]`` in q's dtype, ``lse [b, h, s]`` fp32 natural-log log-sum-exp of
         the scaled scores). Differentiable in q, k and v (see :func:`_attention_backward`).
     """
-    return torch.ops.mkernel.attention.default(q, k, v, causal, softmax_scale, block_n)
+    return torch.ops.mkernel.attention.default(q, k, v, causal, softmax_scale, block_m, block_n)
 
 
 def _attention_backward_math(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
@@ -471,7 +473,7 @@ def _attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tens
 
 
 def _attention_setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
-    q, k, v, causal, softmax_scale, _block_n = inputs
+    q, k, v, causal, softmax_scale, _block_m, _block_n = inputs
     out, lse = output
     ctx.causal = causal
     ctx.scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
@@ -483,7 +485,7 @@ def _attention_autograd_backward(ctx, dout: Tensor, dlse: Tensor | None):  # typ
     if dout is None:
         dout = torch.zeros_like(out)
     dq, dk, dv = _attention_backward(dout, q, k, v, out, lse, ctx.causal, ctx.scale)
-    return dq, dk, dv, None, None, None
+    return dq, dk, dv, None, None, None, None
 
 
 torch.library.register_autograd("mkernel::attention", _attention_autograd_backward,

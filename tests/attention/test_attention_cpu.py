@@ -69,7 +69,7 @@ def test_opcheck() -> None:
     q = torch.randn(1, 5, 4, 16, generator=gen, requires_grad=True)
     k = torch.randn(1, 7, 2, 16, generator=gen, requires_grad=True)
     v = torch.randn(1, 7, 2, 16, generator=gen, requires_grad=True)
-    torch.library.opcheck(torch.ops.mkernel.attention.default, (q, k, v, True, None, 0))
+    torch.library.opcheck(torch.ops.mkernel.attention.default, (q, k, v, True, None, 0, 0))
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -151,18 +151,22 @@ def test_cuda_graph_capture_and_replay() -> None:
         assert torch.allclose(lse.double(), ref_lse, rtol=1e-3, atol=1e-3)
 
 
-@pytest.mark.parametrize("case", [(1, 1000, 1000, 4, 1, 128), (2, 129, 4097, 8, 2, 128), (1, 17, 161, 2, 2, 128)])
-def test_block_n_160(case) -> None:
-    """The wider-tile kernel (bf16, d=128, non-causal) against the reference; causal is refused."""
+@pytest.mark.parametrize("tile, case", [
+    ((128, 160), (1, 1000, 1000, 4, 1, 128)), ((128, 160), (2, 129, 4097, 8, 2, 128)),
+    ((128, 160), (1, 17, 161, 2, 2, 128)), ((192, 128), (1, 1000, 1000, 4, 1, 64)),
+    ((192, 128), (2, 193, 4097, 8, 2, 64)), ((192, 128), (1, 17, 129, 2, 2, 64))])
+def test_other_tiles(tile, case) -> None:
+    """The opt-in tiles (bf16, non-causal) against the reference; causal is refused."""
     b, s, s_kv, h, h_kv, d = case
+    bm, bn = tile
     gen = torch.Generator(device="cuda").manual_seed(41)
     q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
     k = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
     v = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
     _poison_allocator()
-    out, lse = mkernel.attention(q, k, v, block_n=160)
+    out, lse = mkernel.attention(q, k, v, block_m=bm, block_n=bn)
     ref, ref_lse = attention_ref(q, k, v, False)
     assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
     assert torch.allclose(lse.double(), ref_lse, rtol=1e-3, atol=1e-3)
-    with pytest.raises(ValueError, match="block_n"):
-        mkernel.attention(q, k, v, causal=True, block_n=160)
+    with pytest.raises(ValueError, match="block_m/block_n"):
+        mkernel.attention(q, k, v, causal=True, block_m=bm, block_n=bn)

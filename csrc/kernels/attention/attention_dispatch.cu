@@ -6,8 +6,9 @@
 
 namespace mkernel::attention {
 
-#define ATTN_CASE(tag, ctype, hdim, bn, causal) \
-  cudaError_t run_##tag##_d##hdim##_n##bn(const Problem& p, const Launch& l, const HookArgs* h);
+#define ATTN_CASE(tag, ctype, hdim, bm, bn, causal)                                  \
+  cudaError_t run_##tag##_d##hdim##_m##bm##_n##bn(const Problem& p, const Launch& l, \
+                                                  const HookArgs* h);
 #include "instances.inc"
 #undef ATTN_CASE
 
@@ -17,6 +18,7 @@ using RunFn = cudaError_t (*)(const Problem&, const Launch&, const HookArgs*);
 struct Case {
   DType dtype;
   int head_dim;
+  int block_m;
   int block_n;
   bool causal;  // the causal kernel is built too
   RunFn run;
@@ -24,15 +26,18 @@ struct Case {
 constexpr DType dtype_of_bf16 = DType::kBF16;
 constexpr DType dtype_of_fp16 = DType::kFP16;
 constexpr Case kCases[] = {
-#define ATTN_CASE(tag, ctype, hdim, bn, causal) \
-  {dtype_of_##tag, hdim, bn, causal, &run_##tag##_d##hdim##_n##bn},
+#define ATTN_CASE(tag, ctype, hdim, bm, bn, causal) \
+  {dtype_of_##tag, hdim, bm, bn, causal, &run_##tag##_d##hdim##_m##bm##_n##bn},
 #include "instances.inc"
 #undef ATTN_CASE
 };
 
-const Case* find_case(DType dtype, int head_dim, int block_n, bool causal) {
+const Case* find_case(const Problem& p) {
+  const int bm = p.block_m > 0 ? p.block_m : block_m(p.head_dim);
+  const int bn = p.block_n > 0 ? p.block_n : block_n(p.head_dim);
   for (const Case& c : kCases) {
-    if (c.dtype == dtype && c.head_dim == head_dim && c.block_n == block_n && (c.causal || !causal))
+    if (c.dtype == p.dtype && c.head_dim == p.head_dim && c.block_m == bm && c.block_n == bn &&
+        (c.causal || !p.causal))
       return &c;
   }
   return nullptr;
@@ -40,7 +45,8 @@ const Case* find_case(DType dtype, int head_dim, int block_n, bool causal) {
 
 }  // namespace
 
-// The default kBlockN: 128 for every shipped case (the 160 variant is opt-in until measured).
+// The default tile: 128x128 for every head dim (the other tiles are opt-in until measured).
+int block_m(int /*head_dim*/) { return 128; }
 int block_n(int /*head_dim*/) { return 128; }
 
 const char* can_implement(const Problem& p) {
@@ -52,8 +58,9 @@ const char* can_implement(const Problem& p) {
   if (p.head_dim != 64 && p.head_dim != 128) return "head_dim must be 64 or 128";
   if (!(p.softmax_scale > 0.f) || !std::isfinite(p.softmax_scale))
     return "softmax_scale must be finite and > 0";
-  if (find_case(p.dtype, p.head_dim, p.block_n > 0 ? p.block_n : block_n(p.head_dim), p.causal) == nullptr)
-    return "no kernel built for this block_n with this dtype, head_dim and causal mode (instances.inc)";
+  if (find_case(p) == nullptr)
+    return "no kernel built for this block_m/block_n with this dtype, head_dim and causal mode "
+           "(instances.inc)";
   for (const void* ptr : {p.q, p.k, p.v, static_cast<const void*>(p.out)}) {
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return "q, k, v and out must be 16-byte aligned";
   }
@@ -66,7 +73,7 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
     if (reason != nullptr) *reason = why;
     return cudaErrorInvalidValue;
   }
-  return find_case(p.dtype, p.head_dim, p.block_n > 0 ? p.block_n : block_n(p.head_dim), p.causal)
+  return find_case(p)
       ->run(p, l, h);
 }
 }  // namespace

@@ -1,8 +1,8 @@
 // Compile-time shape of one attention kernel: element type, head dim, tile sizes, pipeline
 // depth, masking; and the CuTe types they imply (the two TiledMMAs, shared-memory layouts).
 //
-// A CTA owns a kBlockM x d tile of queries (kBlockM = 128: two consumer warpgroups of 64 rows,
-// FA3's layout) and streams kBlockN x d blocks of K and V through a kStages-deep shared-memory
+// A CTA owns a kBlockM x d tile of queries (kBlockM = 64 per consumer warpgroup: 128 or 192,
+// FA3's layouts) and streams kBlockN x d blocks of K and V through a kStages-deep shared-memory
 // ring. S = Q·Kᵀ is an SS wgmma (both operands in shared memory); O += P·V takes P from
 // registers (RS wgmma: the fp32 accumulator of S, converted, is already in the A-operand
 // register layout) and V as an MN-major B operand (V's rows are keys, the GEMM's K mode).
@@ -13,14 +13,18 @@
 
 namespace mkernel::attention {
 
-template <class Element_, int kHeadDim_, int kBlockN_, bool kCausal_>
+template <class Element_, int kHeadDim_, int kBlockN_, bool kCausal_, int kNumMmaWarpGroups_ = 2>
 struct AttnTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kCausal = kCausal_;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "shipped head dims: 64 and 128");
 
-  static constexpr int kNumMmaWarpGroups = 2;
+  // Consumer warpgroups, 64 query rows each: 2 (kBlockM 128, FA3's d=128 layout) or 3
+  // (kBlockM 192, FA3's d=64 layout: more rows per K/V block, softmax spread over more
+  // warpgroups).
+  static constexpr int kNumMmaWarpGroups = kNumMmaWarpGroups_;
+  static_assert(kNumMmaWarpGroups == 2 || kNumMmaWarpGroups == 3, "2 or 3 consumer warpgroups");
   static constexpr int kNumMmaThreads = kNumMmaWarpGroups * 128;
   static constexpr int kNumThreads = kNumMmaThreads + 128;  // + the producer warpgroup
   static constexpr int kBlockM = 64 * kNumMmaWarpGroups;
@@ -69,9 +73,10 @@ struct AttnTraits {
   static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
 
   // Register budgets (setmaxnreg): the producer only issues TMA; each consumer thread holds
-  // S (kBlockN/2 fp32), O (d/2 fp32) and P.  128 x (24 + 2 x 240) = 64512 <= 65536.
-  static constexpr uint32_t kLoadRegisters = 24;
-  static constexpr uint32_t kMmaRegisters = 240;
+  // S (kBlockN/2 fp32), O (d/2 fp32) and P. 128 x (24 + 2 x 240) = 64512 and
+  // 128 x (32 + 3 x 160) = 65536, within the 64K registers of an SM.
+  static constexpr uint32_t kLoadRegisters = kNumMmaWarpGroups == 2 ? 24 : 32;
+  static constexpr uint32_t kMmaRegisters = kNumMmaWarpGroups == 2 ? 240 : 160;
 };
 
 }  // namespace mkernel::attention

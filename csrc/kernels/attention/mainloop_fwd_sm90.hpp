@@ -204,29 +204,28 @@ struct MainloopFwdSm90 {
     }
   }
 
-  // Inter-warpgroup ping-pong (FA3): a consumer warpgroup issues its GEMMs only after the other
-  // one issued its own, so one warpgroup's softmax runs while the other's GEMMs hold the
-  // tensor cores. Barrier WarpSchedulerWG<g> is passed by warpgroup g's 128 threads (sync) and
-  // the other warpgroup's 128 (arrive).
+  // Inter-warpgroup ping-pong (FA3): consumer warpgroups issue their GEMMs in turn (0, 1, ..,
+  // 0, ...), so one warpgroup's softmax runs while another's GEMMs hold the tensor cores.
+  // Barrier WarpSchedulerWG1 + g is passed by warpgroup g's 128 threads (sync) and its
+  // predecessor's 128 (arrive); the last warpgroup opens warpgroup 0's turn at the start.
+  static constexpr int kNumWG = Traits::kNumMmaWarpGroups;
+  static constexpr uint32_t kPairThreads = 2 * cutlass::NumThreadsPerWarpGroup;
+  CUTLASS_DEVICE static uint32_t scheduler_barrier(int warp_group) {
+    return barrier_id(AttnBarrier::WarpSchedulerWG1) + static_cast<uint32_t>(warp_group);
+  }
   CUTLASS_DEVICE static void scheduler_barrier_init(int warp_group) {
     if constexpr (Traits::kPingPong) {
-      if (warp_group == 1)  // Consumer0 goes first
-        cutlass::arch::NamedBarrier::arrive(Traits::kNumMmaThreads,
-                                            barrier_id(AttnBarrier::WarpSchedulerWG1));
+      if (warp_group == kNumWG - 1) cutlass::arch::NamedBarrier::arrive(kPairThreads, scheduler_barrier(0));
     }
   }
   CUTLASS_DEVICE static void scheduler_barrier_sync(int warp_group) {
     if constexpr (Traits::kPingPong) {
-      cutlass::arch::NamedBarrier::sync(
-          Traits::kNumMmaThreads,
-          barrier_id(warp_group == 0 ? AttnBarrier::WarpSchedulerWG1 : AttnBarrier::WarpSchedulerWG2));
+      cutlass::arch::NamedBarrier::sync(kPairThreads, scheduler_barrier(warp_group));
     }
   }
   CUTLASS_DEVICE static void scheduler_barrier_arrive(int warp_group) {
     if constexpr (Traits::kPingPong) {
-      cutlass::arch::NamedBarrier::arrive(
-          Traits::kNumMmaThreads,
-          barrier_id(warp_group == 0 ? AttnBarrier::WarpSchedulerWG2 : AttnBarrier::WarpSchedulerWG1));
+      cutlass::arch::NamedBarrier::arrive(kPairThreads, scheduler_barrier((warp_group + 1) % kNumWG));
     }
   }
 
@@ -266,7 +265,7 @@ struct MainloopFwdSm90 {
     return out;
   }
 
-  // Consumer: the 256 threads of the two consumer warpgroups run this per work tile and return
+  // Consumer: the threads of the consumer warpgroups run this per work tile and return
   // with the unnormalised O in acc_o (softmax.finalize normalises it).
   //
   // Intra-warpgroup overlap (FA3): iteration n issues S_n = Q·K_nᵀ and O += P_{n+1}·V_{n+1}

@@ -3,9 +3,9 @@
 
 namespace mkernel::attention {
 
-cudaError_t run_bf16_d128_n160(const Problem& p, const Launch& l, const HookArgs* h) {
+cudaError_t run_bf16_d128_m128_n160(const Problem& p, const Launch& l, const HookArgs* h) {
   if (p.causal) return cudaErrorInvalidValue;  // not built (instances.inc)
-  return launch_case<cutlass::bfloat16_t, 128, 160, false>(p, l, h);
+  return launch_case<cutlass::bfloat16_t, 128, 128, 160, false>(p, l, h);
 }
 
 }  // namespace mkernel::attention
