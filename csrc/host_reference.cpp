@@ -59,6 +59,8 @@ const char* op_name(uint16_t op) {
       return "mkernel.gemm_rs";
     case OpKind::kGemmAr:
       return "mkernel.gemm_ar";
+    case OpKind::kRingAttention:
+      return "mkernel.ring_attention";
   }
   return "an unknown op";
 }

@@ -83,6 +83,25 @@ TORCH_LIBRARY(mkernel, m) {
   // Pre-sizes the group's symmetric device memory to >= nbytes per rank on the current device
   // (collective; Context.reserve): growth is impossible inside CUDA-graph capture.
   m.def("_reserve(int group, int world_size, int nbytes) -> ()");
+  // The attention engine at world size 1: q [b, s, h, d], k/v [b, s_kv, h_kv, d] (GQA)
+  //   -> (out [b, s, h, d], lse [b, h, s] fp32). Causal masking is bottom-right aligned.
+  // block_m x block_n: the CUDA kernel's tile (query rows x keys per KV block; 0 = by shape;
+  // built: 128x128, 128x160 bf16 d=128 non-causal, 192x128 bf16 d=64 non-causal); the CPU
+  // reference ignores them.
+  m.def(
+      "attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? softmax_scale=None, "
+      "int block_m=0, int block_n=0) -> (Tensor, Tensor)");
+  // The engine with its KV-wait hook (tests, ring attention's building block): before loading KV
+  // block n of (batch, kv head) the kernel waits until
+  //   kv_ready[(batch * h_kv + kv_head) * F + n / blocks_per_flag] >= kv_ready_value
+  // (kv_ready int64 [b * h_kv * F] on q's device), bounded by timeout_s (then it traps).
+  m.def(
+      "attention_hooked(Tensor q, Tensor k, Tensor v, Tensor kv_ready, int kv_ready_value, "
+      "int blocks_per_flag, bool causal=False, float? softmax_scale=None, float timeout_s=10.0) "
+      "-> (Tensor, Tensor)");
+  // Ring attention's merge step, in place and in fp32: folds a partial (out_part [b, s, h, d],
+  // lse_part [b, h, s]) into the running out [b, s, h, d] fp32 and lse [b, h, s] fp32.
+  m.def("attention_merge_(Tensor(a!) out, Tensor(b!) lse, Tensor out_part, Tensor lse_part) -> ()");
 
   // The Go control plane's C API table (csrc/include/mkernel/core_api.h), handed over by
   // address at import; returns the table's ABI version. See core_binding.cpp.
