@@ -84,18 +84,28 @@ def runner(name: str, a: torch.Tensor, b: torch.Tensor):
                                                  10.0, splits)
 
 
-DECODE_NK = [  # (N, K): square 8192 weights, then Llama-70B TP=8 (hidden 8192, ffn 28672, 80+16 heads)
-    (8192, 8192), (10240, 8192), (8192, 3584), (3584, 8192), (8192, 1024)]
+DECODE_NK = [  # (N, K): square 8192 weights, Llama-70B QKV unsharded, then TP=8 slices of it
+    # (hidden 8192, ffn 28672: down 8192x3584, up/gate 3584x8192, o 8192x1024, qkv (64+16)*128/8)
+    (8192, 8192), (10240, 8192), (8192, 3584), (3584, 8192), (8192, 1024), (1280, 8192)]
 DECODE_M = [1, 8, 16, 64, 333]
 GEMV_VARIANTS = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
                  "w2s6", "w4s4", "w4s8", "w8s4"]
 
 
-def decode_candidates(m: int) -> list[str]:
-    """Candidates of the decode set for M rows (runner names, plus 'gemv:<variant index>')."""
+GEMV_BLOCKS_PER_SM = [8, 4, 2, 1, 2, 1, 6, 4, 2, 2]  # gemv_sm90.cu kVariants
+
+
+def decode_candidates(m: int, n: int = 8192, k: int = 8192, sms: int = 132) -> list[str]:
+    """Candidates of the decode set for M rows (runner names, plus 'gemv:<variant>[/k<splits>]':
+    the cp.async variants also with K split over enough blocks to fill one wave)."""
     if m <= 8:
-        return [f"gemv:{i}" for i in range(len(GEMV_VARIANTS))] + [
-            "cutlass:ping_64x128_c1x1/s1/m", "cutlass:ping_64x256_c1x1/s8/m"]
+        names = [f"gemv:{i}" for i in range(len(GEMV_VARIANTS))]
+        tiles, steps = -(-n // 16), -(-k // 64)
+        for v in range(6, 10):
+            splits = min(sms * GEMV_BLOCKS_PER_SM[v] // tiles, steps // 8)
+            if splits > 1:
+                names.append(f"gemv:{v}/k{splits}")
+        return names + ["cutlass:ping_64x128_c1x1/s1/m", "cutlass:ping_64x256_c1x1/s8/m"]
     if m <= 128:
         return ["cutlass:ping_64x128_c1x1/s1/m", "cutlass:ping_64x128k128_c1x1/s1/m",
                 "cutlass:ping_64x256_c1x1/s8/m", "cutlass:ping_64x128_c1x1/s8/n"]
@@ -115,8 +125,9 @@ def decode_runner(name: str, a: torch.Tensor, b: torch.Tensor):
     if name == "linear":
         return lambda: torch.nn.functional.linear(a, b)
     if name.startswith("gemv:"):
-        v = int(name[5:])
-        return lambda: torch.ops.mkernel.gemv(a, b, v)
+        v, _, splits = name[5:].partition("/k")
+        v, splits = int(v), int(splits or 0)
+        return lambda: torch.ops.mkernel.gemv(a, b, v, splits)
     return runner(name, a, b)
 
 
@@ -160,7 +171,8 @@ def run_decode(args) -> int:
                 reps = max(1, min(20, int(0.3 / est_ms)))
                 res = {"m": m, "n": n, "k": k, "dtype": dname, "plan": mkernel.gemm_plan(*sets[0]),
                        "reps": reps, "bytes_floor_us": 2.0 * n * k / 4.2e12 * 1e6}
-                names = ["cublas", "linear", "auto"] + decode_candidates(m)
+                sms = torch.cuda.get_device_properties(0).multi_processor_count
+                names = ["cublas", "linear", "auto"] + decode_candidates(m, n, k, sms)
                 cands, errors = {}, {}
                 for c in names:
                     try:  # a candidate that cannot run this shape is recorded, not timed

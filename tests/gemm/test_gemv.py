@@ -11,7 +11,7 @@ import torch
 
 import mkernel
 
-from .test_gemm_engine import needs_hopper, poison_next_allocation, reference, rel_err
+from .test_gemm_engine import HOPPER, needs_hopper, poison_next_allocation, reference, rel_err
 
 VARIANTS = range(10)  # gemv_sm90.cu kVariants: 0-5 register-pipelined, 6-9 cp.async
 DTYPES = [torch.bfloat16, torch.float16]
@@ -30,6 +30,8 @@ def test_gemv_rejects_bad_arguments_on_cpu():
         torch.ops.mkernel.gemv(a, b)
     with pytest.raises(ValueError, match="variant"):
         torch.ops.mkernel.gemv(a[:2], b, len(VARIANTS))
+    with pytest.raises(ValueError, match="splits"):
+        torch.ops.mkernel.gemv(a[:2], b, 7, -1)
     assert rel_err(torch.ops.mkernel.gemv(a[:3], b), reference(a[:3], b)) < 1e-6
 
 
@@ -49,6 +51,50 @@ def test_gemv_variant_matches_reference(variant, m, n, k, dtype):
     ref = reference(a, b)
     scale = (a.double().abs().cpu() @ b.double().abs().cpu().T).clamp_min(1e-3)
     assert ((out.double().cpu() - ref).abs() / scale).max().item() < 1e-2
+
+
+ASYNC_VARIANTS = range(6, 10)  # the cp.async variants: the ones that split K over blocks
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n,k", [(24, 1000), (1000, 4104), (136, 72)])
+@pytest.mark.parametrize("m", [1, 7])
+@pytest.mark.parametrize("splits", [2, 3, 7])
+@pytest.mark.parametrize("variant", ASYNC_VARIANTS)
+def test_gemv_split_k_matches_reference(variant, splits, m, n, k, dtype):
+    a, b = operands(m, n, k, dtype, seed=splits * 17 + m + n + k)
+    ptr = poison_next_allocation((m, n), dtype, "cuda")
+    out = torch.ops.mkernel.gemv(a, b, variant, splits)
+    assert out.data_ptr() == ptr, "poisoning is not effective"
+    assert rel_err(out, reference(a, b)) < 1e-2
+    assert torch.equal(out, torch.ops.mkernel.gemv(a, b, variant, splits))  # slice order fixed
+
+
+@needs_hopper
+@pytest.mark.gpu
+def test_gemv_split_k_workspace_comes_back_to_zero():
+    """Shapes and split counts alternate on one stream's workspace, with the engine's own
+    split-K (same ticket area) in between: a ticket left non-zero would make a tile's
+    partials be summed before they are all there."""
+    cases = [(3, 1032, 8192, 5), (8, 24, 2048, 3), (1, 4104, 1024, 2)]
+    for rep in range(3):
+        for m, n, k, splits in cases:
+            a, b = operands(m, n, k, torch.bfloat16, seed=rep * 7 + n)
+            out = torch.ops.mkernel.gemv(a, b, 7, splits)
+            assert rel_err(out, reference(a, b)) < 1e-2, (rep, m, n, k, splits)
+        a, b = operands(130, 520, 1000, torch.bfloat16, seed=rep)
+        split_engine = mkernel.gemm(a, b, config="coop_128x128_c2x1", splits=3)
+        assert rel_err(split_engine, reference(a, b)) < 1e-2
+
+
+def test_gemv_rejects_split_k_on_register_variants():
+    if not HOPPER:
+        pytest.skip("needs a Hopper (sm_90) GPU: the check is the kernel's")
+    a, b = operands(2, 64, 256, torch.bfloat16, seed=1)
+    with pytest.raises(ValueError, match="only the cp.async GEMV variants split K"):
+        torch.ops.mkernel.gemv(a, b, 1, 2)
 
 
 @needs_hopper

@@ -13,6 +13,9 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <string>
+
 #include "gemm_api.h"
 
 namespace mkernel::gemv {
@@ -23,25 +26,42 @@ constexpr int kMaxRows = 8;
 // How a block streams B: `warps` warps split K, each owning `row_tiles` tiles of
 // 16 rows of B. stages == 0: registers, `unroll` 64-element K steps of loads in
 // flight per lane (double-buffered); stages > 0: cp.async into shared memory,
-// `stages` steps in flight per lane.
+// `stages` steps in flight per lane. `blocks_per_sm`: how many fit on an SM.
 struct Variant {
   int warps;
   int unroll;
   int row_tiles;
   int stages;
+  int blocks_per_sm;
 };
 constexpr int kNumVariants = 10;
 Variant variant(int index);
-// "gemv/w<warps>u<unroll>r<row_tiles>" or "gemv/w<warps>s<stages>" (what gemm_plan reports).
-const char* variant_name(int index);
 
-// The variant config "auto" runs for this shape (deterministic: no timing).
-int select_variant(int m, int n, int k, int sm_count);
+// What runs: a variant, and over how many blocks each 16-row tile's K is split
+// (cp.async variants only; their fp32 partials are added in slice order, by
+// whichever block of the tile finishes last: the bits do not depend on timing).
+struct Plan {
+  int variant = 0;
+  int splits = 1;
+};
+// "gemv/w<warps>u<unroll>r<row_tiles>" or "gemv/w<warps>s<stages>[/k<splits>]"
+// (what gemm_plan reports).
+std::string plan_name(const Plan& plan);
 
-// Why the problem can't run (nullptr if it can): M, alignment, grouped problems.
-const char* can_implement(const gemm::Problem& p);
+// The plan config "auto" runs for this shape (deterministic: no timing).
+Plan select_plan(int m, int n, int k, int sm_count);
 
-// Launches variant `index` on `stream`; returns the launch error.
-cudaError_t run(const gemm::Problem& p, int index, cudaStream_t stream);
+// Why the problem can't run with this plan (nullptr if it can): M, alignment,
+// grouped problems, splits.
+const char* can_implement(const gemm::Problem& p, const Plan& plan);
+
+// Device workspace the plan needs (0 without splits): zero before its first
+// use; every launch leaves it zero, so one workspace serves every launch on a
+// stream (the engine's split-K workspace included: same layout of tickets).
+size_t workspace_size(const gemm::Problem& p, const Plan& plan);
+
+// Launches on `stream`; returns the launch error.
+cudaError_t run(const gemm::Problem& p, const Plan& plan, cudaStream_t stream,
+                void* workspace = nullptr);
 
 }  // namespace mkernel::gemv

@@ -76,14 +76,30 @@ __device__ __forceinline__ uint4 load_shared_operand(const void* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
 }
 
+// Where blocks that split one tile's K meet (gemv::workspace_size): a ticket per
+// tile in the first 64 KiB (the engine's split-K convention, split_k_reduce.cuh:
+// zero before the first launch, put back to zero by the last slice, so one
+// workspace serves launch after launch on a stream, the engine's split-K
+// included), then each (tile, slice)'s fp32 partial as the warp's fragments.
+constexpr int kMaxSplitTiles = 16384;
+constexpr size_t kCounterBytes = kMaxSplitTiles * sizeof(int);
+
+struct Slices {
+  int count = 1;  // blocks per 16-row tile (gridDim.y); 1: no workspace
+  int* counters = nullptr;
+  float* partials = nullptr;
+};
+
 // The block's result: acc[t] = {(row g, col 2q), (row g, col 2q+1), (row g+8,
 // col 2q), (row g+8, col 2q+1)} of tile t in every warp (rows are B rows = D
 // columns, cols are A rows = D rows), partial over the warp's share of K. The
-// warps' partials are added in warp order (the same bits whatever the
-// scheduling), then warp 0 stores the rows < m, columns < n.
+// warps' partials are added in warp order, then (K split over blocks) the
+// blocks' in slice order by whichever block of the tile finishes last: the
+// same bits whatever the scheduling. Warp 0 of that block stores rows < m,
+// columns < n.
 template <class T, int kWarps, int kRowTiles>
 __device__ __forceinline__ void reduce_and_store(float (&acc)[kRowTiles][4], T* __restrict__ d,
-                                                 int m, int n, int n0) {
+                                                 int m, int n, int n0, const Slices& slices) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, q = lane % 4;
   if constexpr (kWarps > 1) {
@@ -105,6 +121,33 @@ __device__ __forceinline__ void reduce_and_store(float (&acc)[kRowTiles][4], T* 
         acc[t][j] = s;
       }
     }
+  }
+  if (slices.count > 1) {  // warp 0 of each of the tile's blocks
+    const int tile = blockIdx.x;
+    float4* tile_parts = reinterpret_cast<float4*>(slices.partials) +
+                         static_cast<size_t>(tile) * slices.count * kRowTiles * 32;
+#pragma unroll
+    for (int t = 0; t < kRowTiles; ++t) {
+      __stcg(tile_parts + (static_cast<size_t>(blockIdx.y) * kRowTiles + t) * 32 + lane,
+             make_float4(acc[t][0], acc[t][1], acc[t][2], acc[t][3]));
+    }
+    __threadfence();  // release: this lane's partial before the ticket
+    __syncwarp();
+    int ticket = 0;
+    if (lane == 0) ticket = atomicAdd(slices.counters + tile, 1);
+    ticket = __shfl_sync(0xffffffffu, ticket, 0);
+    if (ticket != slices.count - 1) return;
+    __threadfence();  // acquire: every slice's partial
+#pragma unroll
+    for (int t = 0; t < kRowTiles; ++t) {
+      float4 sum = __ldcg(tile_parts + t * 32 + lane);
+      for (int sl = 1; sl < slices.count; ++sl) {
+        const float4 v = __ldcg(tile_parts + (static_cast<size_t>(sl) * kRowTiles + t) * 32 + lane);
+        sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+      }
+      acc[t][0] = sum.x, acc[t][1] = sum.y, acc[t][2] = sum.z, acc[t][3] = sum.w;
+    }
+    if (lane == 0) slices.counters[tile] = 0;  // for the next launch on this workspace
   }
 #pragma unroll
   for (int t = 0; t < kRowTiles; ++t) {
@@ -214,7 +257,7 @@ __global__ void __launch_bounds__(kWarps * 32, (kMinBlocks<kWarps, kUnroll, kRow
     mma_round(cur);
   }
 
-  reduce_and_store<T, kWarps, kRowTiles>(acc, d, m, n, n0);
+  reduce_and_store<T, kWarps, kRowTiles>(acc, d, m, n, n0, Slices{});
 }
 
 template <class T, int kWarps, int kUnroll, int kRowTiles>
@@ -257,7 +300,7 @@ __device__ __forceinline__ void copy_async_wait() {
 template <class T, int kWarps, int kStages>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_async_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ d, int m,
-                      int n, int k) {
+                      int n, int k, Slices slices) {
   constexpr int kStep = 64;
   constexpr int kSlots = 6;  // per step and lane: B rows g, g+8 of both halves; A of both halves
   extern __shared__ uint4 stages[];  // [warp][stage][slot][lane]
@@ -270,12 +313,15 @@ __global__ void __launch_bounds__(kWarps * 32)
   const T* arow = a + static_cast<size_t>(has_a_row ? g : 0) * k;
   uint4* mine = stages + static_cast<size_t>(warp) * kStages * kSlots * 32 + lane;
 
+  // This block's slice of K (blockIdx.y of slices.count), in 64-element steps.
   const int steps = (k + kStep - 1) / kStep;
-  const int my_steps = warp < steps ? (steps - warp + kWarps - 1) / kWarps : 0;
-  // The warp's j-th step (global step j * kWarps + warp) into stage j % kStages.
+  const int first = static_cast<int>(static_cast<long>(steps) * blockIdx.y / slices.count);
+  const int last = static_cast<int>(static_cast<long>(steps) * (blockIdx.y + 1) / slices.count);
+  const int my_steps = warp < last - first ? (last - first - warp + kWarps - 1) / kWarps : 0;
+  // The warp's j-th step (step first + j * kWarps + warp) into stage j % kStages.
   auto issue = [&](int j) {
     uint4* st = mine + (j % kStages) * kSlots * 32;
-    const int step = j * kWarps + warp;
+    const int step = first + j * kWarps + warp;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int kc = step * kStep + half * 32 + q * 8;
@@ -310,11 +356,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     copy_async_commit();
   }
   copy_async_wait<0>();
-  reduce_and_store<T, kWarps, 1>(acc, d, m, n, n0);
+  reduce_and_store<T, kWarps, 1>(acc, d, m, n, n0, slices);
 }
 
 template <class T, int kWarps, int kStages>
-cudaError_t launch_async(const gemm::Problem& p, cudaStream_t stream) {
+cudaError_t launch_async(const gemm::Problem& p, const Slices& slices, cudaStream_t stream) {
   constexpr int kSmem = kWarps * kStages * 6 * 32 * 16;
   // Above 48 KB of dynamic shared memory a kernel must opt in, once per device.
   static std::atomic<uint64_t> opted{0};
@@ -327,23 +373,24 @@ cudaError_t launch_async(const gemm::Problem& p, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
     opted.fetch_or(bit, std::memory_order_relaxed);
   }
-  const unsigned blocks = static_cast<unsigned>((p.n + 15) / 16);
-  gemv_async_kernel<T, kWarps, kStages><<<blocks, kWarps * 32, kSmem, stream>>>(
-      static_cast<const T*>(p.a), static_cast<const T*>(p.b), static_cast<T*>(p.d), p.m, p.n, p.k);
+  const dim3 grid(static_cast<unsigned>((p.n + 15) / 16), static_cast<unsigned>(slices.count));
+  gemv_async_kernel<T, kWarps, kStages><<<grid, kWarps * 32, kSmem, stream>>>(
+      static_cast<const T*>(p.a), static_cast<const T*>(p.b), static_cast<T*>(p.d), p.m, p.n, p.k,
+      slices);
   return cudaGetLastError();
 }
 
+// blocks_per_sm: register variants by registers (u2r1: 128 per thread, 16
+// warps per SM; w4u4r1 208, w8u2r2 200), cp.async variants by shared memory
+// (warps * stages * 3 KB + the reduction's partials, of 227 KB).
 constexpr Variant kVariants[kNumVariants] = {
-    {2, 2, 1, 0}, {4, 2, 1, 0}, {8, 2, 1, 0}, {16, 2, 1, 0}, {4, 4, 1, 0},
-    {8, 2, 2, 0}, {2, 1, 1, 6}, {4, 1, 1, 4}, {4, 1, 1, 8}, {8, 1, 1, 4},
-};
-constexpr const char* kNames[kNumVariants] = {
-    "gemv/w2u2r1", "gemv/w4u2r1", "gemv/w8u2r1", "gemv/w16u2r1", "gemv/w4u4r1",
-    "gemv/w8u2r2", "gemv/w2s6",   "gemv/w4s4",   "gemv/w4s8",    "gemv/w8s4",
+    {2, 2, 1, 0, 8}, {4, 2, 1, 0, 4}, {8, 2, 1, 0, 2}, {16, 2, 1, 0, 1}, {4, 4, 1, 0, 2},
+    {8, 2, 2, 0, 1}, {2, 1, 1, 6, 6}, {4, 1, 1, 4, 4}, {4, 1, 1, 8, 2},  {8, 1, 1, 4, 2},
 };
 
 template <class T>
-cudaError_t run_typed(const gemm::Problem& p, int index, cudaStream_t stream) {
+cudaError_t run_typed(const gemm::Problem& p, int index, const Slices& slices,
+                      cudaStream_t stream) {
   switch (index) {
     case 0:
       return launch<T, 2, 2, 1>(p, stream);
@@ -358,43 +405,56 @@ cudaError_t run_typed(const gemm::Problem& p, int index, cudaStream_t stream) {
     case 5:
       return launch<T, 8, 2, 2>(p, stream);
     case 6:
-      return launch_async<T, 2, 6>(p, stream);
+      return launch_async<T, 2, 6>(p, slices, stream);
     case 7:
-      return launch_async<T, 4, 4>(p, stream);
+      return launch_async<T, 4, 4>(p, slices, stream);
     case 8:
-      return launch_async<T, 4, 8>(p, stream);
+      return launch_async<T, 4, 8>(p, slices, stream);
     case 9:
-      return launch_async<T, 8, 4>(p, stream);
+      return launch_async<T, 8, 4>(p, slices, stream);
     default:
       return cudaErrorInvalidValue;
   }
 }
 
+int tiles_of(const gemm::Problem& p, const Variant& v) {
+  return (p.n + 16 * v.row_tiles - 1) / (16 * v.row_tiles);
+}
+
 }  // namespace
 
 Variant variant(int index) {
-  return index >= 0 && index < kNumVariants ? kVariants[index] : Variant{0, 0, 0, 0};
+  return index >= 0 && index < kNumVariants ? kVariants[index] : Variant{0, 0, 0, 0, 0};
 }
 
-const char* variant_name(int index) {
-  return index >= 0 && index < kNumVariants ? kNames[index] : "gemv/unknown";
+std::string plan_name(const Plan& plan) {
+  const Variant v = variant(plan.variant);
+  std::string name = "gemv/w" + std::to_string(v.warps);
+  if (v.stages > 0) {
+    name += "s" + std::to_string(v.stages);
+  } else {
+    name += "u" + std::to_string(v.unroll) + "r" + std::to_string(v.row_tiles);
+  }
+  if (plan.splits > 1) name += "/k" + std::to_string(plan.splits);
+  return name;
 }
 
-int select_variant(int m, int n, int k, int sm_count) {
+Plan select_plan(int m, int n, int k, int sm_count) {
   (void)m, (void)k;
   // Every block of the grid resident at once (one wave: the blocks are equal,
   // so a partial second wave would run on a fraction of the SMs), with as many
   // warps per block as that allows (more warps per row tile: fewer, shorter
-  // K loops). The 2-step, 1-tile variants fit 16 warps per SM.
+  // K loops). Device run 1 decides between the register and cp.async kinds.
   const long tiles = (n + 15) / 16;
   const int sms = sm_count > 0 ? sm_count : 1;
   for (int i = 3; i > 0; --i) {  // w16, w8, w4
-    if (tiles <= static_cast<long>(sms) * (16 / kVariants[i].warps)) return i;
+    if (tiles <= static_cast<long>(sms) * kVariants[i].blocks_per_sm) return {i, 1};
   }
-  return 0;  // w2: 8 blocks per SM
+  return {0, 1};  // w2: 8 blocks per SM
 }
 
-const char* can_implement(const gemm::Problem& p) {
+const char* can_implement(const gemm::Problem& p, const Plan& plan) {
+  if (plan.variant < 0 || plan.variant >= kNumVariants) return "no such GEMV variant";
   if (p.m < 1 || p.m > kMaxRows) return "the GEMV kernel takes 1 to 8 rows of A";
   if (p.n < 1 || p.k < 1) return "n and k must be >= 1";
   if (p.n % 8 || p.k % 8) return "n and k must be multiples of 8 (16-byte loads)";
@@ -402,13 +462,34 @@ const char* can_implement(const gemm::Problem& p) {
     return "the GEMV kernel runs plain (not grouped) problems";
   const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 != 0; };
   if (misaligned(p.a) || misaligned(p.b)) return "a and b must be 16-byte aligned";
+  const Variant v = kVariants[plan.variant];
+  if (plan.splits < 1 || plan.splits > 65535) return "splits must be in 1..65535";
+  if (plan.splits > 1) {
+    if (v.stages == 0) return "only the cp.async GEMV variants split K over blocks";
+    if (tiles_of(p, v) > kMaxSplitTiles) return "too many 16-row tiles to split K (> 16384)";
+  }
   return nullptr;
 }
 
-cudaError_t run(const gemm::Problem& p, int index, cudaStream_t stream) {
-  if (can_implement(p) != nullptr) return cudaErrorInvalidValue;
-  return p.dtype == gemm::DType::kBF16 ? run_typed<__nv_bfloat16>(p, index, stream)
-                                       : run_typed<__half>(p, index, stream);
+size_t workspace_size(const gemm::Problem& p, const Plan& plan) {
+  if (plan.splits <= 1) return 0;
+  const Variant v = variant(plan.variant);
+  return kCounterBytes + static_cast<size_t>(tiles_of(p, v)) * plan.splits * v.row_tiles * 32 *
+                             sizeof(float4);
+}
+
+cudaError_t run(const gemm::Problem& p, const Plan& plan, cudaStream_t stream, void* workspace) {
+  if (can_implement(p, plan) != nullptr) return cudaErrorInvalidValue;
+  Slices slices;
+  if (plan.splits > 1) {
+    if (workspace == nullptr) return cudaErrorInvalidValue;
+    slices.count = plan.splits;
+    slices.counters = static_cast<int*>(workspace);
+    slices.partials =
+        reinterpret_cast<float*>(static_cast<char*>(workspace) + kCounterBytes);
+  }
+  return p.dtype == gemm::DType::kBF16 ? run_typed<__nv_bfloat16>(p, plan.variant, slices, stream)
+                                       : run_typed<__half>(p, plan.variant, slices, stream);
 }
 
 }  // namespace mkernel::gemv
