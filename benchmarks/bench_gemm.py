@@ -154,10 +154,10 @@ def graph_times(cands: dict, args, calls: int = 20) -> dict:
     return out
 
 
-def run_decode(args) -> int:
-    """The small-M set: every (N, K) of DECODE_NK at every M of DECODE_M, per dtype."""
+def decode_cases(args, save) -> int:
+    """Times every case of the decode set; save(rows, path) writes the JSON after each."""
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
-    rows = []
+    rows, path = [], None
     nks = DECODE_NK if not args.shapes else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     ms = [int(v) for v in args.ms.split(",")] if args.ms else DECODE_M
     for dname in args.dtypes.split(","):
@@ -210,14 +210,31 @@ def run_decode(args) -> int:
                       + graph_note + (f" | errors: {sorted(errors)}" if errors else ""), flush=True)
                 del sets, cands
                 torch.cuda.empty_cache()
-    payload = {"benchmark": "gemm_decode", "anchor": "cuBLAS: min of torch.matmul(a, b.T) and F.linear(a, b), "
-                                                     "same run, interleaved",
-               "commit": commit(), "device": device_info(),
-               "timing": f"CUDA events; {args.rounds} rounds x {args.iters} iterations of `reps` calls, "
-                         "candidates interleaved per iteration; median of round medians; rotated input sets "
-                         "(together larger than L2)",
-               "results": rows}
-    path = write_result("gemm_decode", payload)
+                path = save(rows, path)  # after every case: a run cut short keeps what it measured
+    return summary(rows, path)
+
+
+def run_decode(args) -> int:
+    """The small-M set: every (N, K) of DECODE_NK at every M of DECODE_M, per dtype."""
+    commit_id, device = commit(), device_info()
+
+    def save(rows, path):
+        payload = {"benchmark": "gemm_decode",
+                   "anchor": "cuBLAS: min of torch.matmul(a, b.T) and F.linear(a, b), same run, interleaved",
+                   "commit": commit_id, "device": device,
+                   "timing": f"CUDA events; {args.rounds} rounds x {args.iters} iterations of `reps` calls, "
+                             "candidates interleaved per iteration; median of round medians; rotated input "
+                             "sets (together larger than L2)",
+                   "results": rows}
+        if path is None:
+            return write_result("gemm_decode", payload)
+        path.write_text(json.dumps(payload, indent=2))
+        return path
+
+    return decode_cases(args, save)
+
+
+def summary(rows: list, path) -> int:
     print(f"wrote {path}")
     worst = min(rows, key=lambda r: r["auto_ratio"])
     print(f"auto vs cuBLAS: min {worst['auto_ratio']:.3f}x ({worst['dtype']} {worst['m']}x{worst['n']}x{worst['k']}), "
