@@ -17,9 +17,12 @@
 // feeds them to two MMAs unchanged: no shuffles, and each load instruction of a
 // warp covers 8 rows × 64 contiguous bytes (two full 32-byte sectors per row).
 //
-// Within a block the warps split K (each takes `unroll` consecutive 64-element
-// steps, then skips the others'); their fp32 partials are added in warp order
-// through shared memory, so the result does not depend on scheduling.
+// Within a block the warps split K; their fp32 partials are added in warp order
+// through shared memory, so the result does not depend on scheduling. Two ways
+// of keeping the loads in flight (variants, gemv::Variant): registers,
+// double-buffered (gemv_kernel), or cp.async into shared memory that each lane
+// reads back itself (gemv_async_kernel, which can also split a tile's K over
+// several blocks for weights too narrow to fill the GPU).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
