@@ -87,7 +87,7 @@ def runner(name: str, a: torch.Tensor, b: torch.Tensor):
 DECODE_NK = [  # (N, K): square 8192 weights, Llama-70B QKV unsharded, then TP=8 slices of it
     # (hidden 8192, ffn 28672: down 8192x3584, up/gate 3584x8192, o 8192x1024, qkv (64+16)*128/8)
     (8192, 8192), (10240, 8192), (8192, 3584), (3584, 8192), (8192, 1024), (1280, 8192)]
-DECODE_M = [1, 8, 16, 64, 333]
+DECODE_M = [1, 16, 64, 333]
 GEMV_VARIANTS = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
                  "w2s6", "w4s4", "w4s8", "w8s4"]
 
@@ -98,25 +98,21 @@ GEMV_BLOCKS_PER_SM = [8, 4, 2, 1, 2, 1, 6, 4, 2, 2]  # gemv_sm90.cu kVariants
 def decode_candidates(m: int, n: int = 8192, k: int = 8192, sms: int = 132) -> list[str]:
     """Candidates of the decode set for M rows (runner names, plus 'gemv:<variant>[/k<splits>]':
     the cp.async variants also with K split over enough blocks to fill one wave)."""
-    if m <= 8:
-        names = [f"gemv:{i}" for i in range(len(GEMV_VARIANTS))]
+    if m <= 16:  # the GEMV kernel's range (w16u2r1 takes one group of 8 rows only)
+        names = [f"gemv:{i}" for i in range(len(GEMV_VARIANTS)) if m <= 8 or i != 3]
         tiles, steps = -(-n // 16), -(-k // 64)
         for v in range(6, 10):
             splits = min(sms * GEMV_BLOCKS_PER_SM[v] // tiles, steps // 8)
             if splits > 1:
                 names.append(f"gemv:{v}/k{splits}")
         return names + ["cutlass:ping_64x128_c1x1/s1/m", "cutlass:ping_64x256_c1x1/s8/m"]
-    if m <= 128:
+    if m <= 128:  # run 1: the 64-row tiles; split-K for the narrow weights (28 tiles at N=3584)
         return ["cutlass:ping_64x128_c1x1/s1/m", "cutlass:ping_64x128k128_c1x1/s1/m",
-                "cutlass:ping_64x256_c1x1/s8/m", "cutlass:ping_64x128_c1x1/s8/n"]
+                "cutlass:ping_64x128_c1x1/s8/n", "hooked:coop_128x256_c1x2/s1/n/k4",
+                "hooked:coop_128x256_c1x2/s1/n/k8"]
+    # run 1's four fastest at M=333 (the rest of its 15 ran 0.26-0.65x cuBLAS)
     return ["cutlass:ping_64x256_c1x1/s1/m", "cutlass:ping_64x128_c1x1/s1/m",
-            "cutlass:ping_64x128_c1x1/s8/n", "cutlass:ping_128x128_c1x2/s8/m",
-            "cutlass:coop_128x256_c2x1/s8/n", "cutlass:coop_256x128_c2x1/s1/m",
-            "cutlass:coop_128x128_c2x1/s4/n",
-            "cutlass:coop_128x128_streamk/s1/m", "cutlass:coop_128x256_c2x1_streamk/s1/m",
-            "hooked:coop_128x256_c1x2/s1/n/k2", "hooked:coop_128x256_c1x2/s1/n/k4",
-            "hooked:coop_128x128_c2x1/s1/n/k2", "hooked:coop_128x128_c2x1/s1/n/k3",
-            "hooked:coop_256x128_c1x2/s1/n/k3"]
+            "cutlass:coop_128x128_streamk/s1/m", "cutlass:coop_128x256_c2x1_streamk/s1/m"]
 
 
 def decode_runner(name: str, a: torch.Tensor, b: torch.Tensor):

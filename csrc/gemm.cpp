@@ -124,7 +124,7 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
   auto out = at::empty({m, n}, a.options());
   if (m == 0 || n == 0) return out;
   if (k == 0) return out.zero_();
-  // M <= 8 with everything left open: the GEMV kernel streams B faster than any
+  // M <= 16 with everything left open: the GEMV kernel streams B faster than any
   // tile config (gemv_api.h); an explicit sm_count keeps the persistent engine.
   if (config < 0 && sm_count == 0 && swizzle == 0 && raster == 0 && splits <= 1) {
     gemv::Plan gemv_plan;

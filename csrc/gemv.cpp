@@ -1,8 +1,8 @@
 // mkernel.gemv: the small-M (decode) kernel as an op of its own (tests and
 // benchmarks pick a variant), and the glue through which the GEMM engine's
-// config "auto" runs it at M <= 8 (gemm.cpp).
+// config "auto" runs it at M <= 16 (gemm.cpp).
 //
-//   a [M, K] (M <= 8), b [N, K]  ->  a @ b.T  [M, N]
+//   a [M, K] (M <= 16), b [N, K]  ->  a @ b.T  [M, N]
 #include <torch/library.h>
 
 #include <cstdlib>
@@ -23,7 +23,7 @@
 namespace mkernel {
 namespace {
 constexpr const char* kOp = "mkernel.gemv";
-constexpr int64_t kMaxRows = 8;  // gemv::kMaxRows (the header needs CUDA)
+constexpr int64_t kMaxRows = 16;  // gemv::kMaxRows (the header needs CUDA)
 constexpr int64_t kNumVariants = 10;  // gemv::kNumVariants
 
 void validate_gemv(const at::Tensor& a, const at::Tensor& b, int64_t variant, int64_t splits) {
@@ -36,7 +36,7 @@ void validate_gemv(const at::Tensor& a, const at::Tensor& b, int64_t variant, in
 
 void check_rows(const at::Tensor& a) {
   TORCH_CHECK_VALUE(a.size(0) >= 1 && a.size(0) <= kMaxRows, kOp,
-                    ": a must have 1 to 8 rows (M), got ", a.size(0));
+                    ": a must have 1 to 16 rows (M), got ", a.size(0));
 }
 
 // Shapes may be symbolic here (torch.compile): the row bound is checked by the real kernels.

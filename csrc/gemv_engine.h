@@ -1,5 +1,5 @@
 // Torch-facing entry to the small-M kernel (csrc/kernels/gemm/gemv_sm90.cu):
-// what config "auto" of the GEMM engine runs at M <= 8.
+// what config "auto" of the GEMM engine runs at M <= 16.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -15,7 +15,7 @@ namespace mkernel {
 #ifdef MKERNEL_WITH_CUDA
 // Whether config "auto" runs the GEMV kernel for a [m, k] · [n, k]ᵀ on
 // `sm_count` SMs, and with which plan (*plan). False when the GEMM engine's
-// tile kernels run it (m > 8, or MKERNEL_GEMM_GEMV=0). Chosen by shape alone,
+// tile kernels run it (m > 16, or MKERNEL_GEMM_GEMV=0). Chosen by shape alone,
 // so a shape always gives the same bits.
 bool gemv_planned(int64_t m, int64_t n, int64_t k, int sm_count, gemv::Plan* plan);
 
