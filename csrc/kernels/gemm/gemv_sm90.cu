@@ -488,7 +488,6 @@ std::string plan_name(const Plan& plan) {
 }
 
 Plan select_plan(int m, int n, int k, int sm_count) {
-  (void)m;
   // Device run 1 (benchmarks/NOTES.md, small M): w8u2r1 was the fastest or within
   // 2% of it at M <= 8 on every weight from 8192x1024 to 10240x8192 (3.7-3.8 TB/s
   // on the 8192-wide ones). Narrower weights leave SMs without a 16-row tile:
@@ -497,7 +496,9 @@ Plan select_plan(int m, int n, int k, int sm_count) {
   const int sms = sm_count > 0 ? sm_count : 1;
   if (tiles < sms && tiles <= kMaxSplitTiles) {
     const int steps = (k + 63) / 64;
-    const long fill = static_cast<long>(sms) * kVariants[7].blocks_per_sm / tiles;
+    // w4s4 holds 48 KB of stages per block (4 per SM); 64 KB from 9 rows on (3 per SM).
+    const int per_sm = m <= 8 ? kVariants[7].blocks_per_sm : 3;
+    const long fill = static_cast<long>(sms) * per_sm / tiles;
     const int splits = static_cast<int>(std::min<long>(fill, steps / 8));  // >= 2 steps per warp
     if (splits > 1) return {7, splits};
   }
