@@ -49,6 +49,10 @@ TORCH_LIBRARY(mkernel, m) {
   // What gemm(a, b) with config -1 runs for this shape: "<config>/s<swizzle>/<m|n>", plus
   // " (tuned)" when the autotuner measured it (the first query of a shape tunes it).
   m.def("gemm_plan(Tensor a, Tensor b, int sm_count=0) -> str");
+  // The small-M kernel on its own: a [M, K] (M <= 16), b [N, K] -> a @ b.T [M, N]; variant:
+  // how blocks stream B (0..9, -1 = by shape; gemm(a, b) runs the by-shape one at M <= 16);
+  // splits: blocks per 16-row tile along K (cp.async variants; 0 = by shape, 1 = none).
+  m.def("gemv(Tensor a, Tensor b, int variant=-1, int splits=0) -> Tensor");
 
   // The hooked engine kernel driven by flag tensors (see gemm_hooked.cpp): waits on a_ready
   // before loading A rows, releases tile_done per output tile, visits M units in m_order.
