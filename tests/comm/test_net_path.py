@@ -27,7 +27,8 @@ data = 3 * (1 << 20) + 48  # ragged: the last 1 MiB command is partial
 for net in os.environ["TEST_NETS"].split(","):
     # tcp: offer GPU memory too (tcp cannot register it: exercises the fall-back to host staging)
     os.environ["MKERNEL_NET_GPU_MEMORY"] = "1" if net == "tcp" else "0"
-    out = torch.ops.mkernel._net_pingpong(ctx.handle, 200, data, 4, 4, net).tolist()
+    # tcp also re-creates the path half-way (NetPath::ensure, growth) and runs again on it.
+    out = torch.ops.mkernel._net_pingpong(ctx.handle, 200, data, 4, 4, net, net == "tcp").tolist()
     print("RES " + json.dumps({"net": net, "rank": ctx.rank, "out": out}))
 mkernel.shutdown()
 dist.destroy_process_group()
