@@ -54,6 +54,12 @@ const char* op_name(uint16_t op) {
       return "mkernel.gemm_rs";
     case OpKind::kGemmAr:
       return "mkernel.gemm_ar";
+    case OpKind::kMoeDispatch:
+      return "mkernel.moe_dispatch_gemm";
+    case OpKind::kMoeCombine:
+      return "mkernel.moe_combine";
+    case OpKind::kMoeScatter:
+      return "mkernel._moe_scatter";
   }
   return "an unknown op";
 }

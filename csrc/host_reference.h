@@ -52,7 +52,14 @@ namespace mkernel {
 namespace host {
 
 // The ops of the host reference backend (the header's op field).
-enum class OpKind : uint16_t { kAgGemm = 1, kGemmRs = 2, kGemmAr = 3 };
+enum class OpKind : uint16_t {
+  kAgGemm = 1,
+  kGemmRs = 2,
+  kGemmAr = 3,
+  kMoeDispatch = 4,  // moe_dispatch_gemm (csrc/moe_host.cpp)
+  kMoeCombine = 5,   // moe_combine and its gather
+  kMoeScatter = 6,   // the scatter of moe_combine's backward
+};
 
 // Arrival flag kinds; a flag slot is kind * world + source rank.
 enum class Arrival : uint32_t { kHeader = 0, kPhaseA = 1, kPhaseB = 2 };

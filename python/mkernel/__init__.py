@@ -23,6 +23,7 @@ _install_logging(_native.core)
 from .ops import (  # noqa: E402
     ag_gemm, gemm, gemm_ar, gemm_grouped, gemm_plan, gemm_rs, moe_combine, moe_dispatch_gemm, ring_attention,
 )
+from . import _moe_registry  # noqa: E402,F401  (MoE fake kernel and autograd)
 from .runtime import Context, MkernelError, current_group, init, shutdown  # noqa: E402
 from .topology import topology  # noqa: E402
 
