@@ -68,9 +68,23 @@ def _grouped_dgrad(grad_out: Tensor, w1: Tensor, counts: Tensor, capacity: int) 
 
 
 def _grouped_wgrad(grad_out: Tensor, recv_x: Tensor, counts: Tensor, capacity: int) -> Tensor:
-    """grad_out_e.T @ x_e per local expert -> [E_local, F, H], accumulated in fp32."""
+    """grad_out_e.T @ x_e per local expert -> [E_local, F, H] (fp32 accumulation).
+
+    Padded layout: one masked bmm. Packed layout: ``torch._grouped_mm`` with the groups along
+    the reduction (``offs``), where its rules hold (bf16, rows 16-byte aligned);
+    else a per-expert loop, which reads the counts on the host.
+    """
     f, h = grad_out.shape[-1], recv_x.shape[-1]
-    g2, x2 = grad_out.reshape(-1, f), recv_x.reshape(-1, h)
+    if capacity > 0:
+        live = torch.arange(capacity, device=counts.device).unsqueeze(0) < counts.unsqueeze(1)
+        g = grad_out.masked_fill(~live.unsqueeze(-1), 0)
+        x = recv_x.masked_fill(~live.unsqueeze(-1), 0)
+        return torch.bmm(g.transpose(1, 2), x)
+    g2, x2 = grad_out.reshape(-1, f).contiguous(), recv_x.reshape(-1, h).contiguous()
+    offs = torch.cumsum(counts, 0, dtype=torch.int32)
+    aligned = (f * g2.element_size()) % 16 == 0 and (h * x2.element_size()) % 16 == 0
+    if aligned and g2.dtype == torch.bfloat16:
+        return torch._grouped_mm(g2.t(), x2, offs=offs)
     out = torch.zeros((counts.shape[0], f, h), dtype=torch.float32, device=grad_out.device)
     for e, (first, n) in enumerate(_expert_rows(counts, capacity)):
         if n:
