@@ -175,6 +175,64 @@ def errors(ctx) -> None:
     run_case(ctx, cases(world)[0])
 
 
+def mlp(ctx) -> None:
+    """mkernel.moe.MoEMLP (SwiGLU experts) against the dense float64 formula over every rank's
+    tokens: output and the gradients of x, w1, w2 and topk_weights; capacity-free and padded."""
+    from mkernel.moe import MoEMLP
+
+    rank, world = ctx.rank, ctx.world_size
+    h, inter, k = 16, 24, 2
+    e = 2 * world
+    el = e // world
+    for capacity in (0, 5):
+        seed = 40 + capacity
+        tokens = [17 + 4 * s for s in range(world)]
+        g = torch.Generator().manual_seed(seed)
+        w1_all = torch.randn(e, 2 * inter, h, generator=g, dtype=torch.float64) / h ** 0.5
+        w2_all = torch.randn(e, h, inter, generator=g, dtype=torch.float64) / inter ** 0.5
+        ins = [make_inputs(seed, s, tokens[s], h, k, e, "skewed", torch.float32) for s in range(world)]
+        routes, _ = layouts([i.topk_idx for i in ins], e, capacity)
+        layer = MoEMLP(h, inter, e, capacity=capacity, group=ctx, dtype=torch.float32)
+        with torch.no_grad():
+            layer.w1.copy_(w1_all[rank * el:(rank + 1) * el])
+            layer.w2.copy_(w2_all[rank * el:(rank + 1) * el])
+        me = ins[rank]
+        x = me.x.clone().requires_grad_(True)
+        w = me.topk_weights.clone().requires_grad_(True)
+        out = layer(x, me.topk_idx, w)
+        grads = [torch.randn(tokens[s], h, generator=torch.Generator().manual_seed(seed + s),
+                             dtype=torch.float64) for s in range(world)]
+        (out.double() * grads[rank]).sum().backward()
+
+        w1r, w2r = w1_all.clone().requires_grad_(True), w2_all.clone().requires_grad_(True)
+        xs = [i.x.double().requires_grad_(s == rank) for s, i in enumerate(ins)]
+        ws = [i.topk_weights.double().requires_grad_(s == rank) for s, i in enumerate(ins)]
+        loss, ref = 0.0, None
+        for s in range(world):
+            o = torch.zeros(tokens[s], h, dtype=torch.float64)
+            kept = (routes[s] >= 0).double()
+            for j in range(k):
+                hh = torch.einsum("th,tfh->tf", xs[s], w1r[ins[s].topk_idx[:, j]])
+                a = F.silu(hh[:, :inter]) * hh[:, inter:]
+                y = torch.einsum("ti,thi->th", a, w2r[ins[s].topk_idx[:, j]])
+                o = o + y * (ws[s][:, j] * kept[:, j]).unsqueeze(1)
+            loss = loss + (o * grads[s]).sum()
+            if s == rank:
+                ref = o
+        loss.backward()
+        errs = {
+            "out": rel_err(out.detach(), ref.detach()),
+            "grad_x": rel_err(x.grad, xs[rank].grad),
+            "grad_w1": rel_err(layer.w1.grad, w1r.grad[rank * el:(rank + 1) * el]),
+            "grad_w2": rel_err(layer.w2.grad, w2r.grad[rank * el:(rank + 1) * el]),
+            "grad_w": rel_err(w.grad, ws[rank].grad),
+        }
+        rec = dict(case=f"mlp/c{capacity}", rank=rank, err=max(errs.values()), errs=errs, bound=1e-5)
+        if not rec["err"] <= 1e-5:
+            raise AssertionError(f"rank {rank}: {json.dumps(rec)}")
+        print("CASE", json.dumps(rec), flush=True)
+
+
 def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")

@@ -37,6 +37,17 @@ def test_moe_matches_reference(world, nodes):
 
 
 @pytest.mark.multiproc
+@pytest.mark.parametrize("world, nodes", [(2, 1), (2, 2)])
+def test_moe_mlp_matches_dense_reference(world, nodes):
+    """mkernel.moe.MoEMLP on 2 ranks (one node, two emulated nodes) against a dense torch
+    reference: output and every gradient, capacity-free and padded."""
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=180, fork=True,
+                    env={"TEST_SUITE": "mlp"})
+    cases = check_ranks(res)
+    assert len(cases) == world * 2 and max(c["err"] / c["bound"] for c in cases) <= 1
+
+
+@pytest.mark.multiproc
 def test_moe_errors_raise_on_every_rank():
     """A mismatched H and an out-of-range expert id raise on every rank (naming the rank); the
     group then still runs a case."""
