@@ -141,3 +141,32 @@ def test_multi_rank_cuda_says_not_yet(ops):
     with pytest.raises(NotImplementedError, match="world_size > 1 has not landed"):
         ops.moe_dispatch_gemm(ins.x.cuda(), ins.topk_idx.cuda(), w1[:4].cuda(), num_experts=8,
                               group=group(2))
+
+
+@requires_cuda
+@pytest.mark.parametrize("capacity", [0, 96])
+def test_world_one_moe_mlp(ops, capacity):
+    """mkernel.moe.MoEMLP at W = 1 (bf16, SwiGLU) against the dense float64 formula."""
+    from mkernel.moe import MoEMLP
+
+    e, h, inter, tokens, k = 8, 128, 64, 200, 2
+    ins, _ = _case(tokens, k, e, h, 8, "uniform", seed=12)
+    layer = MoEMLP(h, inter, e, capacity=capacity, group=group(1), dtype=torch.bfloat16,
+                   device="cuda")
+    x = ins.x.cuda().requires_grad_(True)
+    out = layer(x, ins.topk_idx.cuda(), ins.topk_weights.cuda())
+    out.float().sum().backward()
+    w1, w2 = layer.w1.detach().double().cpu(), layer.w2.detach().double().cpu()
+    route = (ops.moe_dispatch_gemm(x.detach(), ins.topk_idx.cuda(), layer.w1.detach(),
+                                   num_experts=e, capacity=capacity, group=group(1))
+             .handle.route.cpu())
+    xr = ins.x.detach().double().requires_grad_(True)
+    ref = torch.zeros(tokens, h, dtype=torch.float64)
+    for j in range(k):
+        hh = torch.einsum("th,tfh->tf", xr, w1[ins.topk_idx[:, j]])
+        a = F.silu(hh[:, :inter]) * hh[:, inter:]
+        keep = (route[:, j] >= 0).double() * ins.topk_weights[:, j].double()
+        ref = ref + torch.einsum("ti,thi->th", a, w2[ins.topk_idx[:, j]]) * keep.unsqueeze(1)
+    ref.sum().backward()
+    assert rel_err(out.detach().cpu(), ref.detach()) <= BF16_BOUND
+    assert rel_err(x.grad.cpu(), xr.grad) <= BF16_BOUND
