@@ -87,6 +87,18 @@ TORCH_LIBRARY(mkernel, m) {
   // (tiles_m, tiles_n, units_m, block_m, block_n) of a config for an [m, n] output.
   m.def("gemm_tile_counts(int config, int m, int n) -> int[]");
 
+  // The plain collectives on the GPU substrate (csrc/collectives.cpp; CPU reference:
+  // csrc/collectives_host.cpp). Every rank passes the same shape and dtype.
+  // x [m, ...] -> [world_size*m, ...], rank order.
+  m.def("all_gather(Tensor x, int group, int world_size) -> Tensor");
+  // x [M, ...] (M % world_size == 0) -> [M/world_size, ...]: fp32 sums in rank order 0..W-1.
+  m.def("reduce_scatter(Tensor x, int group, int world_size) -> Tensor");
+  // x [...] -> [...]: the sum over the ranks, identical bits on every rank.
+  m.def("all_reduce(Tensor x, int group, int world_size) -> Tensor");
+  // Pre-sizes the group's symmetric device memory to >= nbytes per rank on the current device
+  // (collective; Context.reserve): growth is impossible inside CUDA-graph capture.
+  m.def("_reserve(int group, int world_size, int nbytes) -> ()");
+
   // The Go control plane's C API table (csrc/include/mkernel/core_api.h), handed over by
   // address at import; returns the table's ABI version. See core_binding.cpp.
   m.def("_bind_core(int api_table_address) -> int");

@@ -32,6 +32,8 @@ __all__ = [
     "MoeHandle",
     "GEMM_CONFIGS",
     "ag_gemm",
+    "all_gather",
+    "all_reduce",
     "gemm",
     "gemm_grouped",
     "gemm_grouped_plan",
@@ -40,7 +42,10 @@ __all__ = [
     "gemm_rs",
     "moe_combine",
     "moe_dispatch_gemm",
+    "last_wait_failure",
+    "reduce_scatter",
     "ring_attention",
+    "synchronize",
 ]
 
 
@@ -402,3 +407,110 @@ def ring_attention(
         q, k, v, handle, world_size, causal, softmax_scale
     )
     return out, lse
+
+
+# --- the plain collectives on the GPU substrate -----------------------------------------------
+
+
+def last_wait_failure() -> str | None:
+    """What the first timed-out device wait of this process waited for, or None.
+
+    A kernel of a group whose wait times out (a dead or diverging peer) records the op, the
+    group, this rank, the peer, the flag and the values seen, then traps: the CUDA context is
+    lost, and the next CUDA call raises. This record says why.
+    """
+    text = torch.ops.mkernel.wait_diagnostic.default()
+    return text or None
+
+
+_launched_group_op = False  # a collective ran at world size > 1 in this process
+
+
+def _wait_failure_error(e: BaseException) -> BaseException | None:
+    """An :class:`mkernel.MkernelError` explaining a CUDA failure after group ops: the failed
+    wait's record when this process has one, else (a CUDA error after a group op) that the
+    context was lost without a wait of this rank timing out. None when neither applies."""
+    record = last_wait_failure()
+    cuda = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if record is None:
+        if not (_launched_group_op and ("CUDA" in str(e) or type(e).__name__ == "AcceleratorError")):
+            return None
+        record = ("the CUDA context was lost after group ops, and no wait of this rank timed out: "
+                  "a kernel of another process on this GPU probably failed first (under MPS a "
+                  "fatal fault of one client ends every client of the GPU), see the other ranks' "
+                  "errors")
+    from mkernel.runtime import MkernelError
+
+    return MkernelError(f"{record} (CUDA: {cuda})")
+
+
+def synchronize(device: torch.device | int | None = None) -> None:
+    """``torch.cuda.synchronize(device)``, raising :class:`mkernel.MkernelError` naming the peer
+    and the flag when a kernel of a group failed because a device wait timed out."""
+    try:
+        torch.cuda.synchronize(device)
+    except RuntimeError as e:
+        err = _wait_failure_error(e)
+        if err is None:
+            raise
+        raise err from e
+
+
+def _collective(op: str, x: Tensor, group: Group | None) -> Tensor:
+    global _launched_group_op
+    handle, world_size = _group_args(op, group)
+    if world_size > 1 and x.is_cuda:
+        _launched_group_op = True
+    try:
+        return getattr(torch.ops.mkernel, op).default(x, handle, world_size)
+    except RuntimeError as e:  # a dead context after a trapped wait surfaces at the next call
+        err = _wait_failure_error(e)
+        if err is None:
+            raise
+        raise err from e
+
+
+def all_gather(x: Tensor, *, group: Group | None = None) -> Tensor:
+    """Concatenate every rank's ``x`` along the first dimension, in rank order.
+
+    Args:
+        x: ``[m, ...]``, bf16/fp16/fp32, contiguous; the same shape and dtype on every rank.
+        group: the mkernel group; None for the default one.
+
+    Returns:
+        ``[W*m, ...]``: rank r's ``x`` in rows ``r*m`` to ``(r+1)*m``.
+    """
+    return _collective("all_gather", x, group)
+
+
+def reduce_scatter(x: Tensor, *, group: Group | None = None) -> Tensor:
+    """Sum ``x`` over the ranks and keep this rank's block of rows.
+
+    Sums run in fp32, in rank order 0..W-1 for every element: the result is bit-reproducible.
+
+    Args:
+        x: ``[M, ...]``, ``M`` divisible by W, bf16/fp16/fp32, contiguous; the same shape and
+            dtype on every rank.
+        group: the mkernel group; None for the default one.
+
+    Returns:
+        ``[M/W, ...]`` in x's dtype: rows ``r*M/W`` to ``(r+1)*M/W`` of the sum on rank r.
+    """
+    return _collective("reduce_scatter", x, group)
+
+
+def all_reduce(x: Tensor, *, group: Group | None = None) -> Tensor:
+    """Sum ``x`` over the ranks; every rank gets identical bits.
+
+    Each block of the result is summed once, in fp32 and rank order 0..W-1, by the rank that
+    owns it, then copied to the others.
+
+    Args:
+        x: ``[...]`` (at least one dimension), bf16/fp16/fp32, contiguous; the same shape and
+            dtype on every rank.
+        group: the mkernel group; None for the default one.
+
+    Returns:
+        x's shape and dtype: the sum over the ranks.
+    """
+    return _collective("all_reduce", x, group)

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "../comm/comm_flags.cuh"
+#include "../comm/group_sync.cuh"
 
 namespace mkernel::gemm {
 
@@ -30,7 +30,7 @@ struct FlagHookArgs {
   uint64_t a_ready_value = 0;            // wait until flag >= this
   uint64_t* tile_done = nullptr;         // [tiles_m * tiles_n] flags, row-major, or null
   uint64_t tile_done_value = 0;          // value released into tile_done[m * tiles_n + n]
-  long long timeout_cycles = 0;          // bound of each wait (clock64 cycles)
+  uint64_t timeout_ns = 0;               // bound of each wait (%globaltimer ns)
   comm::WaitDiagnostic* diag = nullptr;  // host-mapped; filled on a timeout
 };
 
@@ -49,8 +49,8 @@ struct FlagHooks {
     if (row0 >= p.m) return;
     const int row1 = min(row0 + block_m, p.m) - 1;
     for (int f = row0 / p.rows_per_flag; f <= row1 / p.rows_per_flag; ++f) {
-      comm::wait_flag_geq(p.a_ready + f, p.a_ready_value, p.timeout_cycles, comm::kWaitARows, f,
-                          p.diag);
+      comm::wait_geq(p.a_ready + f, p.a_ready_value, p.timeout_ns, p.diag, -1, -1,
+                     comm::WaitSite{comm::kOpGemmHooked, comm::kWaitARows, -1, f});
     }
     comm::fence_proxy_async_global();  // the TMA loads that follow must see those rows
   }

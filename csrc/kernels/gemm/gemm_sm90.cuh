@@ -195,22 +195,20 @@ struct GemmSm90 {
   // more than a small GEMM.
   struct LaunchFacts {
     cudaError_t err;
-    int clock_khz;
     int max_active_clusters;
   };
   template <class K>
   static LaunchFacts const& hooked_launch_facts() {
     constexpr int kCM = K::Scheduler::kClusterM, kCN = K::Scheduler::kClusterN;
     static PerDevice<LaunchFacts> per_device;
-    static const LaunchFacts no_device{cudaErrorInvalidDevice, 0, 0};
+    static const LaunchFacts no_device{cudaErrorInvalidDevice, 0};
     cudaError_t err = cudaSuccess;
     const int dev = current_device(&err);
     if (err != cudaSuccess) return no_device;
     return per_device.get(dev, [dev] {
       auto kernel = hooked_gemm_kernel<K>;
-      LaunchFacts f{cudaSuccess, 0, 0};
+      LaunchFacts f{cudaSuccess, 0};
       int sms = 0;
-      cudaDeviceGetAttribute(&f.clock_khz, cudaDevAttrClockRate, dev);
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
       f.err =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmemBytes);
@@ -353,7 +351,7 @@ struct GemmSm90 {
     params.hooks.tiles_n = (p.n + K::Scheduler::kBlockN - 1) / K::Scheduler::kBlockN;
     const LaunchFacts& facts = hooked_launch_facts<K>();
     if (facts.err != cudaSuccess) return facts.err;
-    params.hooks.timeout_cycles = static_cast<long long>(h.timeout_s * facts.clock_khz * 1e3);
+    params.hooks.timeout_ns = static_cast<uint64_t>(h.timeout_s * 1e9);
 
     constexpr int kCM = K::Scheduler::kClusterM, kCN = K::Scheduler::kClusterN;
     int clusters = hooked_clusters<K>(l);
