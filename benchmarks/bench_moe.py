@@ -84,7 +84,7 @@ def main() -> int:
             "mkernel_combine": [lambda: ops.moe_combine(y, res.handle, w, group=g)],
             "torch_combine": [lambda: torch_combine(ref, order, w)],
         }
-        rounds = [interleaved_ms(cands, iters=20) for _ in range(3)]
+        rounds = [interleaved_ms(cands, iters=10) for _ in range(2)]
         row = dict(s, rel_err_dispatch=err, rel_err_combine=err_c)
         for c in cands:
             med = statistics.median(r[c]["median_ms"] for r in rounds)
