@@ -165,26 +165,35 @@ at::Tensor scatter_cpu(const at::Tensor& rows, const at::Tensor& route,
 }
 
 #ifdef MKERNEL_WITH_CUDA
-// World size 1 runs on the device (moe_local.h); the fused kernels for world size > 1 have not
-// landed yet.
-[[noreturn]] void multi_rank_cuda(const char* op) {
-  TORCH_CHECK_NOT_IMPLEMENTED(false, op,
-                              ": the CUDA kernel for world_size > 1 has not landed yet (world "
-                              "size 1 runs on the device; the host reference takes CPU tensors)");
+// World size 1 runs on the device (moe_local.h). World size > 1: the host reference's exchange
+// (CPU staging, host syncs) until the fused kernel on the substrate lands.
+void warn_host_path(const char* op) {
+  TORCH_WARN_ONCE(op,
+                  ": the fused multi-rank CUDA kernel has not landed; world_size > 1 moves the "
+                  "rows through the host reference data path (CPU staging)");
+}
+
+at::Tensor gather_via_host(const char* op, const at::Tensor& y, const at::Tensor& route,
+                           const at::Tensor& recv_counts, int64_t group, int64_t world_size) {
+  warn_host_path(op);
+  return moe::gather(op, y.cpu(), route.cpu(), recv_counts.cpu(), group, world_size)
+      .to(y.device());
 }
 
 at::Tensor moe_combine_cuda(const at::Tensor& y, const at::Tensor& route,
                             const at::Tensor& recv_counts, const at::Tensor& topk_weights,
                             int64_t group, int64_t world_size, int64_t num_tokens) {
   validate_moe_combine(y, route, recv_counts, topk_weights, group, world_size, num_tokens);
-  if (world_size != 1) multi_rank_cuda(kOp);
-  return moe::weighted_sum(moe::gather_local(y, route), route, topk_weights);
+  const at::Tensor g = world_size == 1
+                           ? moe::gather_local(y, route)
+                           : gather_via_host(kOp, y, route, recv_counts, group, world_size);
+  return moe::weighted_sum(g, route, topk_weights);
 }
 
 at::Tensor gather_cuda(const at::Tensor& y, const at::Tensor& route,
                        const at::Tensor& recv_counts, int64_t group, int64_t world_size) {
   validate_gather(y, route, recv_counts, group, world_size);
-  if (world_size != 1) multi_rank_cuda(kGatherOp);
+  if (world_size != 1) return gather_via_host(kGatherOp, y, route, recv_counts, group, world_size);
   return moe::gather_local(y, route);
 }
 
@@ -192,7 +201,12 @@ at::Tensor scatter_cuda(const at::Tensor& rows, const at::Tensor& route,
                         const at::Tensor& recv_counts, int64_t group, int64_t world_size,
                         int64_t capacity, int64_t out_rows) {
   validate_scatter(rows, route, recv_counts, group, world_size, capacity, out_rows);
-  if (world_size != 1) multi_rank_cuda(kScatterOp);
+  if (world_size != 1) {
+    warn_host_path(kScatterOp);
+    return moe::scatter(kScatterOp, rows.cpu(), route.cpu(), recv_counts.cpu(), group,
+                        world_size, capacity, out_rows)
+        .to(rows.device());
+  }
   return moe::scatter_local(rows, route, recv_counts.size(1), capacity, out_rows);
 }
 #endif  // MKERNEL_WITH_CUDA

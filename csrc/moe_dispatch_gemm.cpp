@@ -18,7 +18,9 @@
 // SymInt, see python/mkernel/_moe_registry.py). A static shape needs capacity > 0.
 //
 // Expert ids are data on the device: the host reference checks them (an error on every rank
-// alike); the CUDA kernels drop an out-of-range choice (route -1) rather than synchronise.
+// alike); the CUDA kernel at world size 1 drops an out-of-range choice (route -1) rather than
+// synchronise. World size > 1 on CUDA runs the host reference's exchange (CPU staging) and the
+// engine's grouped GEMM until the fused kernel on the substrate lands.
 //
 // Holds the op's validator and its CPU-reference and CUDA kernels; its fake kernel is the
 // Python one (data-dependent output size), which validates through _moe_dispatch_check.
@@ -115,9 +117,19 @@ Outputs moe_dispatch_gemm_cuda(const at::Tensor& x, const at::Tensor& topk_idx,
     moe::DispatchResult r = moe::dispatch_local(x, topk_idx, w1, num_experts, capacity, return_recv);
     return {r.out, r.counts, r.route, r.recv_counts, r.recv_x};
   }
-  TORCH_CHECK_NOT_IMPLEMENTED(false, kOp,
-                              ": the CUDA kernel for world_size > 1 has not landed yet (world "
-                              "size 1 runs on the device; the host reference takes CPU tensors)");
+  // Until the fused multi-rank kernel lands: the host reference moves the rows (staged through
+  // the CPU, with the host syncs that implies: not for CUDA graphs), the engine multiplies them.
+  TORCH_WARN_ONCE(kOp,
+                  ": the fused multi-rank CUDA kernel has not landed; world_size > 1 moves the "
+                  "tokens through the host reference data path (CPU staging), then runs the "
+                  "grouped GEMM on the GPU");
+  moe::DispatchResult r = moe::dispatch(kOp, x.cpu(), topk_idx.cpu(), w1, group, world_size,
+                                        num_experts, capacity, true, /*run_gemm=*/false);
+  const at::Device dev = x.device();
+  at::Tensor recv = r.recv_x.to(dev), counts = r.counts.to(dev);
+  at::Tensor out = moe::expert_gemm(recv, w1, counts, capacity);
+  return {out, counts, r.route.to(dev), r.recv_counts.to(dev),
+          return_recv ? recv : x.new_empty({0})};
 }
 #endif  // MKERNEL_WITH_CUDA
 

@@ -258,7 +258,8 @@ void check_expert_ids(const char* op, const at::Tensor& topk_idx, int64_t num_ex
 
 DispatchResult dispatch(const char* op, const at::Tensor& x, const at::Tensor& topk_idx,
                         const at::Tensor& w1, int64_t group, int64_t world_size,
-                        int64_t num_experts, int64_t capacity, bool return_recv) {
+                        int64_t num_experts, int64_t capacity, bool return_recv,
+                        bool run_gemm) {
   const int64_t T = x.size(0), H = x.size(1), k = topk_idx.size(1);
   const int64_t W = world_size, E = num_experts, El = E / W, F = w1.size(1);
   const int64_t row_bytes = H * x.element_size();
@@ -372,20 +373,22 @@ DispatchResult dispatch(const char* op, const at::Tensor& x, const at::Tensor& t
   }
 
   // The local experts' GEMMs.
-  at::Tensor out = at::zeros({R, F}, x.options());
+  at::Tensor out = run_gemm ? at::zeros({R, F}, x.options()) : x.new_empty({0});
   at::Tensor counts = at::empty({El}, x.options().dtype(at::kInt));
   at::Tensor recv_counts = at::empty({W, El}, x.options().dtype(at::kInt));
   for (int64_t e = 0; e < El; ++e) {
     const int64_t n = L.count(e);
     counts[e] = static_cast<int32_t>(n);
     for (int64_t s = 0; s < W; ++s) recv_counts[s][e] = static_cast<int32_t>(L.kept(s, e));
-    if (n > 0) out.narrow(0, L.base(e), n).copy_(reference_gemm(recv.narrow(0, L.base(e), n), w1[e]));
+    if (n > 0 && run_gemm) {
+      out.narrow(0, L.base(e), n).copy_(reference_gemm(recv.narrow(0, L.base(e), n), w1[e]));
+    }
   }
   if (capacity > 0) {
-    out = out.view({El, capacity, F});
+    if (run_gemm) out = out.view({El, capacity, F});
     recv = recv.view({El, capacity, H});
   }
-  return {out, counts, route, recv_counts, return_recv ? recv : x.new_empty({0})};
+  return {out, counts, route, recv_counts, return_recv || !run_gemm ? recv : x.new_empty({0})};
 }
 
 at::Tensor gather(const char* op, const at::Tensor& y, const at::Tensor& route,

@@ -36,10 +36,12 @@ struct DispatchResult {
 
 // Routes x's tokens to their experts' ranks (each token once per destination rank), then
 // out = rows @ w1[e].T per local expert (fp32 accumulation). Raises on every rank alike when
-// some rank's topk_idx holds an id outside [0, num_experts).
+// some rank's topk_idx holds an id outside [0, num_experts). With run_gemm false only the rows
+// move (out is a 0-element tensor, recv_x is returned; w1 is read for its F only).
 DispatchResult dispatch(const char* op, const at::Tensor& x, const at::Tensor& topk_idx,
                         const at::Tensor& w1, int64_t group, int64_t world_size,
-                        int64_t num_experts, int64_t capacity, bool return_recv);
+                        int64_t num_experts, int64_t capacity, bool return_recv,
+                        bool run_gemm = true);
 
 // Raises ValueError naming the first entry of topk_idx (a CPU tensor) outside [0, num_experts).
 void check_expert_ids(const char* op, const at::Tensor& topk_idx, int64_t num_experts);

@@ -34,6 +34,13 @@ std::tuple<at::Tensor, at::Tensor> rows_of(const at::Tensor& route) {
 
 }  // namespace
 
+at::Tensor expert_gemm(const at::Tensor& a, const at::Tensor& w, const at::Tensor& counts,
+                       int64_t capacity) {
+  if (capacity > 0) return grouped_padded(a, w, counts);
+  if (a.size(0) == 0) return a.new_zeros({0, w.size(1)});
+  return grouped_packed(a, w, at::cumsum(counts, 0, at::kInt));
+}
+
 DispatchResult dispatch_local(const at::Tensor& x, const at::Tensor& topk_idx,
                               const at::Tensor& w1, int64_t num_experts, int64_t capacity,
                               bool return_recv) {

@@ -20,6 +20,11 @@ DispatchResult dispatch_local(const at::Tensor& x, const at::Tensor& topk_idx,
                               const at::Tensor& w1, int64_t num_experts, int64_t capacity,
                               bool return_recv);
 
+// a_e @ w[e].T per local expert on the dispatch layout (packed [R, K] with capacity 0, else
+// [E_local, capacity, K]): the engine's grouped GEMMs; rows past the counts unspecified.
+at::Tensor expert_gemm(const at::Tensor& a, const at::Tensor& w, const at::Tensor& counts,
+                       int64_t capacity);
+
 // gather / scatter of moe_host.h at world size 1.
 at::Tensor gather_local(const at::Tensor& y, const at::Tensor& route);
 at::Tensor scatter_local(const at::Tensor& rows, const at::Tensor& route, int64_t e_local,

@@ -48,6 +48,17 @@ def _dispatch_fake(x, topk_idx, w1, group, world_size, num_experts, capacity=0,
     return out, counts, route, recv_counts, recv_x
 
 
+_WARNED: set[str] = set()
+
+
+def _warn_once(msg: str) -> None:
+    if msg not in _WARNED:
+        _WARNED.add(msg)
+        import logging
+
+        logging.getLogger("mkernel").warning(msg)
+
+
 def _expert_rows(counts: Tensor, capacity: int) -> list[tuple[int, int]]:
     """(first row, rows) of each local expert in the flattened layout (one host read)."""
     spans, start = [], 0
@@ -84,7 +95,11 @@ def _grouped_wgrad(grad_out: Tensor, recv_x: Tensor, counts: Tensor, capacity: i
     offs = torch.cumsum(counts, 0, dtype=torch.int32)
     aligned = (f * g2.element_size()) % 16 == 0 and (h * x2.element_size()) % 16 == 0
     if aligned and g2.dtype == torch.bfloat16:
-        return torch._grouped_mm(g2.t(), x2, offs=offs)
+        try:
+            return torch._grouped_mm(g2.t(), x2, offs=offs)
+        except RuntimeError as e:  # a layout rule of this torch build: the loop below is exact
+            _warn_once(f"mkernel.moe_dispatch_gemm backward: torch._grouped_mm refused the weight "
+                       f"gradient ({e}); using a per-expert loop (one host read of the counts)")
     out = torch.zeros((counts.shape[0], f, h), dtype=torch.float32, device=grad_out.device)
     for e, (first, n) in enumerate(_expert_rows(counts, capacity)):
         if n:

@@ -55,9 +55,14 @@ def cases(world: int) -> list[dict]:
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+DEVICE = os.environ.get("TEST_DEVICE", "cpu")  # "cuda": the same checks on the GPU (tests/gpu)
+
+
 def run_case(ctx, c: dict) -> dict:
     rank, world = ctx.rank, ctx.world_size
     dt = DTYPES[c["dtype"]]
+    if DEVICE == "cuda" and dt == torch.float32:
+        dt = torch.bfloat16  # the CUDA kernels take bf16/fp16
     e, el = c["e"], c["e"] // world
     ins = [make_inputs(c["seed"], s, c["tokens"][s], c["h"], c["k"], e, c["kind"], dt)
            for s in range(world)]
@@ -67,16 +72,20 @@ def run_case(ctx, c: dict) -> dict:
     bound = BOUNDS[dt]
 
     # Forward, with grads.
-    x = me.x.clone().requires_grad_(True)
-    w1 = w1_all[rank * el:(rank + 1) * el].clone().requires_grad_(True)
-    w = me.topk_weights.clone().requires_grad_(True)
-    res = mkernel.moe_dispatch_gemm(x, me.topk_idx, w1, num_experts=e, capacity=c["capacity"],
-                                    group=ctx)
-    assert torch.equal(res.handle.route, routes[rank]), (c, res.handle.route, routes[rank])
-    assert torch.equal(res.handle.recv_counts, my.recv_counts), (c, res.handle.recv_counts)
-    assert torch.equal(res.counts, my.counts), c
-    assert torch.equal(res.offs, torch.cumsum(my.counts, 0, dtype=torch.int32)), c
-    out2d = res.out.reshape(-1, c["f"])
+    x = me.x.clone().to(DEVICE).requires_grad_(True)
+    w1 = w1_all[rank * el:(rank + 1) * el].clone().to(DEVICE).requires_grad_(True)
+    w = me.topk_weights.clone().to(DEVICE).requires_grad_(True)
+    res = mkernel.moe_dispatch_gemm(x, me.topk_idx.to(DEVICE), w1, num_experts=e,
+                                    capacity=c["capacity"], group=ctx)
+    route = res.handle.route.cpu()
+    assert torch.equal(route, routes[rank]), (c, route, routes[rank])
+    assert torch.equal(res.handle.recv_counts.cpu(), my.recv_counts), (c, res.handle.recv_counts)
+    assert torch.equal(res.counts.cpu(), my.counts), c
+    assert torch.equal(res.offs.cpu(), torch.cumsum(my.counts, 0, dtype=torch.int32)), c
+    out2d = res.out.reshape(-1, c["f"]).cpu()
+    if DEVICE == "cuda":  # rows past the counts are unspecified on CUDA
+        live = torch.tensor([o is not None for o in my.origin], dtype=torch.bool)
+        out2d = out2d.masked_fill(~live.unsqueeze(1), 0)
     assert out2d.shape[0] == my.rows, (c, res.out.shape, my.rows)
     ref_out = torch.zeros(my.rows, c["f"], dtype=torch.float64)
     for row, o in enumerate(my.origin):
@@ -88,7 +97,8 @@ def run_case(ctx, c: dict) -> dict:
     out = mkernel.moe_combine(y, res.handle, w, group=ctx)
     gen = torch.Generator().manual_seed(c["seed"] * 31 + rank)
     g = torch.randn(out.shape, generator=gen, dtype=torch.float64)
-    (out.double() * g).sum().backward()
+    (out.double() * g.to(DEVICE)).sum().backward()
+    out = out.cpu()
 
     # The float64 reference, over every rank's tokens.
     xs = [i.x.double().requires_grad_(s == rank) for s, i in enumerate(ins)]
@@ -107,14 +117,15 @@ def run_case(ctx, c: dict) -> dict:
     errs = {
         "out": err_out,
         "combine": rel_err(out.detach(), ref_mine.detach()),
-        "grad_x": rel_err(x.grad, xs[rank].grad) if c["tokens"][rank] else 0.0,
-        "grad_w1": rel_err(w1.grad, w1r.grad[rank * el:(rank + 1) * el]),
-        "grad_w": rel_err(w.grad, ws[rank].grad) if c["tokens"][rank] else 0.0,
+        "grad_x": rel_err(x.grad.cpu(), xs[rank].grad) if c["tokens"][rank] else 0.0,
+        "grad_w1": rel_err(w1.grad.cpu(), w1r.grad[rank * el:(rank + 1) * el]),
+        "grad_w": rel_err(w.grad.cpu(), ws[rank].grad) if c["tokens"][rank] else 0.0,
     }
     if c["tokens"][rank]:
         assert x.grad.shape == x.shape and w.grad.shape == w.shape
     worst = max(errs.values())
-    rec = dict(case=c["seed"], rank=rank, world=world, dtype=c["dtype"], k=c["k"],
+    bound = BOUNDS[dt]
+    rec = dict(case=c["seed"], rank=rank, world=world, dtype=str(dt)[6:], k=c["k"], device=DEVICE,
                capacity=c["capacity"], rows=my.rows, err=worst, errs=errs, bound=bound)
     if not worst <= bound:
         raise AssertionError(f"rank {rank}: case {json.dumps(rec)} exceeds its bound")
@@ -135,11 +146,13 @@ def repeat(ctx) -> None:
     ins = make_inputs(c["seed"], ctx.rank, c["tokens"][ctx.rank], c["h"], c["k"], c["e"],
                       c["kind"], torch.bfloat16)
     w1 = make_weights(c["seed"], c["e"], c["f"], c["h"], torch.bfloat16)[ctx.rank * 2:ctx.rank * 2 + 2]
+    w1 = w1.to(DEVICE)
+    idx, tw = ins.topk_idx.to(DEVICE), ins.topk_weights.to(DEVICE)
     seen = []
     for _ in range(3):
-        x = ins.x.clone().requires_grad_(True)
-        res = mkernel.moe_dispatch_gemm(x, ins.topk_idx, w1, num_experts=c["e"], group=ctx)
-        out = mkernel.moe_combine(act(res.out), res.handle, ins.topk_weights, group=ctx)
+        x = ins.x.clone().to(DEVICE).requires_grad_(True)
+        res = mkernel.moe_dispatch_gemm(x, idx, w1, num_experts=c["e"], group=ctx)
+        out = mkernel.moe_combine(act(res.out), res.handle, tw, group=ctx)
         out.float().sum().backward()
         seen.append((res.out.detach(), res.handle.route, out.detach(), x.grad))
     for other in seen[1:]:

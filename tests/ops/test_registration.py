@@ -40,7 +40,7 @@ def test_kernel_registered(name, key):
     assert torch._C._dispatch_has_kernel_for_dispatch_key(f"mkernel::{name}", key)
 
 
-DIFFERENTIABLE_OPS = ["moe_dispatch_gemm", "moe_combine"]
+DIFFERENTIABLE_OPS = ["ag_gemm", "gemm_rs", "gemm_ar", "moe_dispatch_gemm", "moe_combine"]
 
 
 @pytest.mark.parametrize("name", DIFFERENTIABLE_OPS)
