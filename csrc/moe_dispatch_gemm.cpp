@@ -114,7 +114,8 @@ Outputs moe_dispatch_gemm_cuda(const at::Tensor& x, const at::Tensor& topk_idx,
                                int64_t num_experts, int64_t capacity, bool return_recv) {
   validate_moe_dispatch_gemm(x, topk_idx, w1, group, world_size, num_experts, capacity);
   if (world_size == 1) {
-    moe::DispatchResult r = moe::dispatch_local(x, topk_idx, w1, num_experts, capacity, return_recv);
+    moe::DispatchResult r =
+        moe::dispatch_local(x, topk_idx, w1, num_experts, capacity, return_recv);
     return {r.out, r.counts, r.route, r.recv_counts, r.recv_x};
   }
   // Until the fused multi-rank kernel lands: the host reference moves the rows (staged through

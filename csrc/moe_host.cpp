@@ -365,7 +365,10 @@ DispatchResult dispatch(const char* op, const at::Tensor& x, const at::Tensor& t
       const int64_t asked = ex.words[s][3 + me * El + e];
       const int64_t keep = L.kept(s, e), first = L.start(s, e);
       for (int64_t c = 0; c < asked; ++c, ++pos) {
-        if (c < keep) std::memcpy(out_rows + (first + c) * row_bytes, rows + index[pos] * row_bytes, row_bytes);
+        if (c < keep) {
+          std::memcpy(out_rows + (first + c) * row_bytes, rows + index[pos] * row_bytes,
+                      row_bytes);
+        }
       }
     }
     TORCH_CHECK(pos == n, op, ": rank ", me, ": rank ", s, " sent ", n, " choices, its counts say ",

@@ -19,9 +19,9 @@ at::Tensor grouped_packed(const at::Tensor& a, const at::Tensor& b, const at::Te
 }
 
 at::Tensor grouped_padded(const at::Tensor& a, const at::Tensor& b, const at::Tensor& counts) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("mkernel::gemm_grouped", "")
-                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+  using Fn = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&);
+  static auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("mkernel::gemm_grouped", "").typed<Fn>();
   return op.call(a, b, counts);
 }
 

@@ -136,14 +136,6 @@ def test_world_one_gradients(ops, capacity):
 
 
 @requires_cuda
-def test_multi_rank_cuda_says_not_yet(ops):
-    ins, w1 = _case(8, 2, 8, 64, 64, "uniform")
-    with pytest.raises(NotImplementedError, match="world_size > 1 has not landed"):
-        ops.moe_dispatch_gemm(ins.x.cuda(), ins.topk_idx.cuda(), w1[:4].cuda(), num_experts=8,
-                              group=group(2))
-
-
-@requires_cuda
 @pytest.mark.parametrize("capacity", [0, 96])
 def test_world_one_moe_mlp(ops, capacity):
     """mkernel.moe.MoEMLP at W = 1 (bf16, SwiGLU) against the dense float64 formula."""
