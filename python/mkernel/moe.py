@@ -12,7 +12,7 @@ Differentiable in x, the expert weights and topk_weights.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +23,38 @@ from ._moe_registry import _grouped_wgrad
 
 _mk = torch.ops.mkernel
 
-__all__ = ["MoEMLP"]
+__all__ = ["DispatchLayout", "MoEMLP", "get_dispatch_layout"]
+
+
+class DispatchLayout(NamedTuple):
+    """What a dispatch of ``topk_idx`` sends from this rank (DeepEP's ``get_dispatch_layout``)."""
+
+    tokens_per_rank: Tensor
+    """``[W]`` int32: tokens sent to each rank (each token once per rank, as the dispatch does)."""
+    tokens_per_expert: Tensor
+    """``[num_experts]`` int32: choices of each expert."""
+    is_token_in_rank: Tensor
+    """``[T, W]`` bool: whether token t goes to rank r."""
+
+
+def get_dispatch_layout(topk_idx: Tensor, num_experts: int, world_size: int) -> DispatchLayout:
+    """The counts of a dispatch, computed on topk_idx's device without a host sync.
+
+    Args:
+        topk_idx: ``[T, k]`` expert ids in ``[0, num_experts)`` (int64 or int32).
+        num_experts: experts over the group (divisible by world_size).
+        world_size: ranks in the group.
+    """
+    if num_experts % world_size:
+        raise ValueError(f"mkernel.get_dispatch_layout: num_experts ({num_experts}) must be "
+                         f"divisible by world_size ({world_size})")
+    idx = topk_idx.long()
+    dest = idx // (num_experts // world_size)
+    in_rank = torch.zeros(idx.shape[0], world_size, dtype=torch.bool, device=idx.device)
+    in_rank.scatter_(1, dest, True)
+    per_expert = torch.zeros(num_experts, dtype=torch.int32, device=idx.device)
+    per_expert.scatter_add_(0, idx.reshape(-1), torch.ones_like(idx.reshape(-1), dtype=torch.int32))
+    return DispatchLayout(in_rank.sum(0, dtype=torch.int32), per_expert, in_rank)
 
 
 def _grouped(a: Tensor, w: Tensor, counts: Tensor, capacity: int) -> Tensor:

@@ -374,3 +374,20 @@ def test_fake_cuda_rejects_fp32():
         pytest.raises(RuntimeError, match=rf"{OP}: x must be bf16 or fp16 on CUDA, got fp32"),
     ):
         op()(*_args("cuda", dtype=torch.float32))
+
+
+def test_get_dispatch_layout_matches_the_dispatch(ops):
+    """mkernel.moe.get_dispatch_layout's counts are what the dispatch moves (each token once per
+    destination rank, every choice counted at its expert)."""
+    from mkernel.moe import get_dispatch_layout
+
+    world, e = 4, 8
+    ins = make_inputs(5, 0, 37, 16, 3, e, "skewed", torch.float32)
+    lay = get_dispatch_layout(ins.topk_idx, e, world)
+    idx = ins.topk_idx
+    want_rank = torch.tensor([sum(bool((idx[t] // 2 == r).any()) for t in range(37))
+                              for r in range(world)], dtype=torch.int32)
+    assert torch.equal(lay.tokens_per_rank, want_rank)
+    assert torch.equal(lay.tokens_per_expert, torch.bincount(idx.reshape(-1), minlength=e).int())
+    assert lay.is_token_in_rank.shape == (37, world)
+    assert torch.equal(lay.is_token_in_rank.sum(0, dtype=torch.int32), want_rank)
