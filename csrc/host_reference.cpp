@@ -67,6 +67,12 @@ const char* op_name(uint16_t op) {
       return "mkernel.reduce_scatter";
     case OpKind::kAllReduce:
       return "mkernel.all_reduce";
+    case OpKind::kMoeDispatch:
+      return "mkernel.moe_dispatch_gemm";
+    case OpKind::kMoeCombine:
+      return "mkernel.moe_combine";
+    case OpKind::kMoeScatter:
+      return "mkernel._moe_scatter";
   }
   return "an unknown op";
 }

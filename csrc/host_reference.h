@@ -62,6 +62,9 @@ enum class OpKind : uint16_t {
   kAllGather = 5,
   kReduceScatter = 6,
   kAllReduce = 7,
+  kMoeDispatch = 8,  // moe_dispatch_gemm (csrc/moe_host.cpp)
+  kMoeCombine = 9,   // moe_combine and its gather
+  kMoeScatter = 10,  // the scatter of moe_combine's backward
 };
 
 // Arrival flag kinds; a flag slot is kind * world + source rank.

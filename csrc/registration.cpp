@@ -21,16 +21,31 @@ TORCH_LIBRARY(mkernel, m) {
   m.def("gemm_rs(Tensor x, Tensor w, int group, int world_size) -> Tensor");
   // x [M, k], w [N, k] (K sharded) -> allreduce(x @ w.T) [M, N].
   m.def("gemm_ar(Tensor x, Tensor w, int group, int world_size) -> Tensor");
-  // x [T, H], topk_idx [T, k] expert ids, w1 [E_local, F, H]
-  //   -> (out [E_local, capacity, F], counts [E_local] int32, handle [T, k] int64).
+  // x [T, H], topk_idx [T, k] expert ids, w1 [E_local, F, H]; capacity 0: capacity-free
+  //   -> (out [R, F] packed or [E_local, capacity, F], counts [E_local] int32,
+  //       route [T, k] int64, recv_counts [world_size, E_local] int32,
+  //       recv_x (out's layout with H columns) or a 0-element tensor). See moe_host.h.
   m.def(
       "moe_dispatch_gemm(Tensor x, Tensor topk_idx, Tensor w1, int group, int world_size, "
-      "int num_experts, int capacity) -> (Tensor, Tensor, Tensor)");
-  // y [E_local, capacity, H], handle [T, k] int64, topk_weights [T, k] fp32 -> out [T, H].
-  // num_tokens is a SymInt so that a dynamic token count stays symbolic under torch.compile.
+      "int num_experts, int capacity=0, bool return_recv=False) "
+      "-> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  // moe_dispatch_gemm's validator alone (its Python fake kernel calls it) -> 0-element tensor.
   m.def(
-      "moe_combine(Tensor y, Tensor handle, Tensor topk_weights, int group, int world_size, "
-      "SymInt num_tokens) -> Tensor");
+      "_moe_dispatch_check(Tensor x, Tensor topk_idx, Tensor w1, int group, int world_size, "
+      "int num_experts, int capacity) -> Tensor");
+  // y [R, H] or [E_local, capacity, H], route [T, k] int64, recv_counts [world_size, E_local]
+  // int32, topk_weights [T, k] fp32 -> out [T, H]. num_tokens is a SymInt so that a dynamic
+  // token count stays symbolic under torch.compile.
+  m.def(
+      "moe_combine(Tensor y, Tensor route, Tensor recv_counts, Tensor topk_weights, int group, "
+      "int world_size, SymInt num_tokens) -> Tensor");
+  // The moves of the MoE backward passes: every choice's row -> [T, k, H], and back.
+  m.def(
+      "_moe_gather(Tensor y, Tensor route, Tensor recv_counts, int group, int world_size) "
+      "-> Tensor");
+  m.def(
+      "_moe_scatter(Tensor rows, Tensor route, Tensor recv_counts, int group, int world_size, "
+      "int capacity, SymInt out_rows) -> Tensor");
   // q [b, s, h, d], k/v [b, s_kv, h_kv, d] local sequence shards
   //   -> (out [b, s, h, d], lse [b, h, s] fp32).
   m.def(

@@ -70,13 +70,13 @@ def test_group_values_reach_the_op(ops):
 def test_moe_combine_num_tokens_defaults_to_handle(ops):
     y, handle, weights = (
         t((2, 4, 16), "meta"),
-        t((9, 2), "meta", torch.int64),
+        ops.MoeHandle(t((9, 2), "meta", torch.int64), t((2, 2), "meta", torch.int32)),
         t((9, 2), "meta", torch.float32),
     )
     assert_tensor(
         ops.moe_combine(y, handle, weights, group=group(2)), (9, 16), torch.bfloat16, "meta"
     )
-    with pytest.raises(RuntimeError, match=r"num_tokens must equal the token count T of handle"):
+    with pytest.raises(RuntimeError, match=r"num_tokens must equal the token count T of route"):
         ops.moe_combine(y, handle, weights, num_tokens=8, group=group(2))
 
 
