@@ -39,27 +39,31 @@ def hooked(a, b, *, a_ready=None, rows_per_flag=1, a_ready_value=1, tile_done=No
                                          splits)
 
 
-def read_flags(flags: torch.Tensor, stream: torch.cuda.Stream) -> torch.Tensor:
-    """The flags as they are now, read by a copy engine on `stream` (the kernel may be running)."""
-    host = torch.empty(flags.shape, dtype=flags.dtype).pin_memory()
+def read_flags(flags: torch.Tensor, stream: torch.cuda.Stream, host: torch.Tensor | None = None):
+    """The flags as they are now, read by a copy engine on `stream` (the kernel may be running)
+    into `host` (pinned; allocate it before launching the kernel). Returns a copy."""
+    if host is None:
+        host = torch.empty(flags.shape, dtype=flags.dtype).pin_memory()
     with torch.cuda.stream(stream):
         host.copy_(flags, non_blocking=True)
     stream.synchronize()
-    return host
+    return host.clone()
 
 
 def wait_for_flags(flags: torch.Tensor, which: torch.Tensor, value: int, stream: torch.cuda.Stream,
-                   timeout_s: float = 20.0) -> torch.Tensor:
-    """Polls until flags[which] all equal `value` (bounded); returns the snapshot that showed it."""
+                   host: torch.Tensor, timeout_s: float = 20.0) -> tuple[torch.Tensor, str]:
+    """Polls until flags[which] all equal `value`, at most timeout_s. Returns the last snapshot
+    and "" when they did, else a message naming the flags that did not (the caller releases the
+    kernel before failing: a kernel left waiting ends in a timeout that poisons the context)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        host = read_flags(flags, stream)
-        if (host[which] == value).all():
-            return host
+        snap = read_flags(flags, stream, host)
+        if (snap[which] == value).all():
+            return snap, ""
         if time.monotonic() > deadline:
-            missing = which.nonzero().flatten()[(host[which] != value).cpu()].tolist()
-            pytest.fail(f"waited {timeout_s:.0f} s for tile_done flags {missing[:16]} to reach "
-                        f"{value}; they hold {host[missing[:16]].tolist()}")
+            missing = which.nonzero().flatten()[snap[which] != value].tolist()
+            return snap, (f"waited {timeout_s:.0f} s for tile_done flags {missing[:16]} to reach "
+                          f"{value}; they hold {snap[missing[:16]].tolist()}")
 
 
 @pytest.mark.parametrize("config", list(HOOKED))
@@ -86,11 +90,12 @@ def test_waits_for_a_blocks_released_one_at_a_time(config):
     a_ready = torch.zeros(nflags, device="cuda", dtype=torch.int64)
     done = torch.zeros(tiles_m * tiles_n, device="cuda", dtype=torch.int64)
     one = torch.ones(1, dtype=torch.int64).pin_memory()
+    done_host = torch.zeros(done.shape, dtype=torch.int64).pin_memory()
     side = torch.cuda.Stream()
+    torch.cuda.synchronize()
     ptr = poison_next_allocation((m, n), torch.bfloat16, "cuda")
     out = hooked(a, b, a_ready=a_ready, rows_per_flag=rows, a_ready_value=1, tile_done=done,
                  tile_done_value=7, config=cfg, timeout_s=30.0)
-    assert_poisoned(out, ptr)
     released = nflags // 2
     rows_released = released * rows
     first_rows = torch.arange(tiles_m).repeat_interleave(tiles_n) * block_m
@@ -100,14 +105,17 @@ def test_waits_for_a_blocks_released_one_at_a_time(config):
         for i in range(released):
             a[i * rows:(i + 1) * rows].copy_(a_src[i * rows:(i + 1) * rows], non_blocking=True)
             a_ready[i:i + 1].copy_(one, non_blocking=True)
-    partial = wait_for_flags(done, complete, 7, side)
-    early = missing.nonzero().flatten()[(partial[missing] != 0)].tolist()
-    assert not early, f"tiles {early} finished before their A rows arrived"
+    partial, timed_out = wait_for_flags(done, complete, 7, side, done_host)
     with torch.cuda.stream(side):
         for i in range(released, nflags):
             a[i * rows:(i + 1) * rows].copy_(a_src[i * rows:(i + 1) * rows], non_blocking=True)
             a_ready[i:i + 1].copy_(one, non_blocking=True)
     torch.cuda.synchronize()
+    assert_poisoned(out, ptr)  # checked once the kernel is released: a failed assert
+    # with the kernel still waiting on its A rows would end in a timeout that poisons the context
+    assert not timed_out, timed_out
+    early = missing.nonzero().flatten()[partial[missing] != 0].tolist()
+    assert not early, f"tiles {early} finished before their A rows arrived"
     assert (done.view(tiles_m, tiles_n) == 7).all()
     check_gemm(out, a_src, b)
 
@@ -156,18 +164,19 @@ def test_tile_data_is_visible_when_its_tile_done_flag_is(config):
     ptr = poison_next_allocation((m, n), torch.bfloat16, "cuda")
     out = hooked(a, b, a_ready=a_ready, rows_per_flag=rows, tile_done=done, tile_done_value=value,
                  config=cfg, sm_count=8, timeout_s=30.0)
-    assert_poisoned(out, ptr)
 
     def tile(t):
         tm, tn = divmod(t, tiles_n)
         return slice(tm * block_m, min((tm + 1) * block_m, m)), slice(tn * block_n, min((tn + 1) * block_n, n))
 
+    rc = 0
     with torch.cuda.stream(watcher):
         for t in range(tiles_m * tiles_n):
             r, c = tile(t)
             rc = wait_value(ctypes.c_void_p(watcher.cuda_stream), done[t].data_ptr(), value,
                             CU_STREAM_WAIT_VALUE_GEQ)
-            assert rc == 0, f"cuStreamWaitValue64 failed: CUresult {rc}"
+            if rc != 0:  # reported after the kernel is released
+                break
             copies[t, :r.stop - r.start, :c.stop - c.start].copy_(out[r, c])
     with torch.cuda.stream(feeder):
         for i in range(m // rows):
@@ -180,6 +189,8 @@ def test_tile_data_is_visible_when_its_tile_done_flag_is(config):
         torch.cuda.synchronize()
         pytest.fail(f"tile_done flags {unset[:16]} never reached {value}")
     watcher.synchronize()
+    assert rc == 0, f"cuStreamWaitValue64 failed: CUresult {rc}"
+    assert_poisoned(out, ptr)  # checked only now: a failed assert must not leave a stream waiting
     for t in range(tiles_m * tiles_n):
         r, c = tile(t)
         got = copies[t, :r.stop - r.start, :c.stop - c.start]

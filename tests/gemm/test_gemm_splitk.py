@@ -102,17 +102,21 @@ def test_hooks_with_split_k():
     a_ready = torch.zeros(m // rows, device="cuda", dtype=torch.int64)
     done = torch.zeros(tiles_m * tiles_n, device="cuda", dtype=torch.int64)
     one = torch.ones(1, dtype=torch.int64).pin_memory()
+    done_host = torch.zeros(done.shape, dtype=torch.int64).pin_memory()
     side = torch.cuda.Stream()
+    torch.cuda.synchronize()
     ptr = poison_next_allocation((m, n), torch.bfloat16, "cuda")
     out = hooked(a, b, a_ready=a_ready, rows_per_flag=rows, tile_done=done, tile_done_value=3,
                  config=cfg, timeout_s=30.0, splits=4)
-    assert_poisoned(out, ptr)
     # Ordered by the flags, not by sleeping: before any A row is released no tile can be done.
-    assert (read_flags(done, side) == 0).all(), "a tile was signalled before its A rows arrived"
+    before = read_flags(done, side, done_host)
     with torch.cuda.stream(side):
         for i in range(m // rows):
             a[i * rows:(i + 1) * rows].copy_(a_src[i * rows:(i + 1) * rows], non_blocking=True)
             a_ready[i:i + 1].copy_(one, non_blocking=True)
     torch.cuda.synchronize()
+    assert_poisoned(out, ptr)  # checked once the kernel is released: a failed assert
+    # with the kernel still waiting on its A rows would end in a timeout that poisons the context
+    assert (before == 0).all(), f"tiles signalled before their A rows arrived: {before.nonzero().flatten().tolist()}"
     assert (done == 3).all()
     check_gemm(out, a_src, b)
