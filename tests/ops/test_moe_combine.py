@@ -14,6 +14,7 @@ from .helpers import (
     compile_and_run,
     fake_mode,
     group,
+    opcheck_or_missing,
     requires_cuda,
     strided,
     t,
@@ -90,7 +91,8 @@ def test_dispatch_then_combine_traces(ops):
 
 
 @pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                   reason="moe_combine CPU reference kernel not landed (issue 14)")
+                   reason="moe_dispatch_gemm + moe_combine CPU reference kernels not landed "
+                          "(issue 14)")
 def test_compile_world_one_round_trip(ops):
     """dispatch + combine compiled in one graph (fake kernels while tracing), then run by the CPU
     kernels at W = 1 against float64."""
@@ -107,15 +109,26 @@ def test_compile_world_one_round_trip(ops):
 
 
 @pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                   reason="moe_combine CPU reference kernel not landed (issue 14)")
+                   reason="moe_dispatch_gemm + moe_combine CPU reference kernels not landed "
+                          "(issue 14)")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_cpu_world_one_round_trip(ops, dtype):
     check_moe_round_trip_world_one(ops, "cpu", dtype)
 
 
+@pytest.mark.xfail(strict=True, raises=NotImplementedError,
+                   reason="moe_dispatch_gemm + moe_combine CPU reference kernels not landed "
+                          "(issue 14)")
+def test_opcheck_cpu_world_one():
+    """opcheck on real CPU tensors (on meta tensors it checks nothing: test_opcheck_real.py)."""
+    x, idx, w1, weights = moe_inputs("cpu", torch.float32)
+    res = torch.ops.mkernel.moe_dispatch_gemm.default(x, idx, w1, 0, 1, 4, x.shape[0] * 2)
+    opcheck_or_missing(op(), (res[0].contiguous(), res[2], weights, 0, 1, x.shape[0]))
+
+
 @requires_cuda
 @pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                   reason="moe_combine CUDA kernel not landed (issue 14)")
+                   reason="moe_dispatch_gemm + moe_combine CUDA kernels not landed (issue 14)")
 def test_cuda_world_one_round_trip(ops):
     check_moe_round_trip_world_one(ops, "cuda", torch.bfloat16)
 
