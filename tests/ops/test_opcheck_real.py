@@ -50,6 +50,24 @@ def linear_args(op: str, m: int, k: int, n: int, dtype, device="cpu", seed=0, gr
     return (x, w, WORLD_ONE, 1, True) if op == "ag_gemm" else (x, w, WORLD_ONE, 1)
 
 
+@torch.library.custom_op("mkernel_tests::wrong_fake", mutates_args=())
+def _wrong_fake(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+@_wrong_fake.register_fake
+def _(x):
+    return x.new_empty(x.shape[0] + 1)  # the bug: one row too many
+
+
+def test_opcheck_checks_nothing_on_meta_tensors():
+    """Why this file exists: the same broken op (its fake kernel's shape is wrong) passes opcheck
+    on meta tensors and fails it on real ones."""
+    opcheck(_wrong_fake, (torch.empty(3, device="meta"),), test_utils=FORWARD_UTILS)
+    with pytest.raises(OpCheckError, match="test_faketensor"):
+        opcheck(_wrong_fake, (torch.randn(3),), test_utils=FORWARD_UTILS)
+
+
 # --- CPU, world size one: the host reference kernels ------------------------------------------
 
 LINEAR_OPS = ["ag_gemm", "gemm_rs", "gemm_ar"]
