@@ -8,10 +8,17 @@ candidate in rotating order — over several rounds, so clock drift on a shared
 machine reaches both sides alike. Writes JSON under results/.
 
     python benchmarks/bench_gemm.py [--quick] [--rounds R] [--shapes MxNxK,...|heldout] [--no-sweep]
+    python benchmarks/bench_gemm.py --decode [--dtypes bf16,fp16]
 
 Also recorded per shape: the autotune's first-call cost (``autotune_first_call_s``: wall time
 of the first ``gemm_plan`` of the shape, which tunes it as a first ``gemm`` call would, GPU
 synchronized before and after) and the cached lookup after it (``plan_cached_call_s``).
+
+``--decode``: the small-M set (issue 12 item 3): M in DECODE_M against 8192x8192 weights and
+Llama-70B TP=8 decode weights (DECODE_NK), bf16 and fp16. Per case cuBLAS is timed two ways
+(``torch.matmul(a, b.T)`` and ``F.linear(a, b)``, the anchor is the faster) interleaved with
+``auto`` (what users get: the GEMV kernel at M <= 8, the tuned plan above) and the candidates
+of that M class (GEMV variants; tile configs, stream-K and split-K at a few hundred rows).
 """
 
 from __future__ import annotations
@@ -86,6 +93,107 @@ def runner(name: str, a: torch.Tensor, b: torch.Tensor):
                                                  10.0, splits)
 
 
+DECODE_NK = [  # (N, K): square 8192 weights, then Llama-70B TP=8 (hidden 8192, ffn 28672, 80+16 heads)
+    (8192, 8192), (10240, 8192), (8192, 3584), (3584, 8192), (8192, 1024)]
+DECODE_M = [1, 8, 16, 64, 333]
+GEMV_VARIANTS = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
+                 "w2s6", "w4s4", "w4s8", "w8s4"]
+
+
+def decode_candidates(m: int) -> list[str]:
+    """Candidates of the decode set for M rows (runner names, plus 'gemv:<variant index>')."""
+    if m <= 8:
+        return [f"gemv:{i}" for i in range(len(GEMV_VARIANTS))] + [
+            "cutlass:ping_64x128_c1x1/s1/m", "cutlass:ping_64x256_c1x1/s8/m"]
+    if m <= 128:
+        return ["cutlass:ping_64x128_c1x1/s1/m", "cutlass:ping_64x128k128_c1x1/s1/m",
+                "cutlass:ping_64x256_c1x1/s8/m", "cutlass:ping_64x128_c1x1/s8/n"]
+    return ["cutlass:ping_64x256_c1x1/s1/m", "cutlass:ping_64x128_c1x1/s1/m",
+            "cutlass:ping_64x128_c1x1/s8/n", "cutlass:ping_128x128_c1x2/s8/m",
+            "cutlass:coop_128x256_c2x1/s8/n", "cutlass:coop_256x128_c2x1/s1/m",
+            "cutlass:coop_128x128_c2x1/s4/n",
+            "cutlass:coop_128x128_streamk/s1/m", "cutlass:coop_128x256_c2x1_streamk/s1/m",
+            "hooked:coop_128x256_c1x2/s1/n/k2", "hooked:coop_128x256_c1x2/s1/n/k4",
+            "hooked:coop_128x128_c2x1/s1/n/k2", "hooked:coop_128x128_c2x1/s1/n/k3",
+            "hooked:coop_256x128_c1x2/s1/n/k3"]
+
+
+def decode_runner(name: str, a: torch.Tensor, b: torch.Tensor):
+    if name == "cublas":
+        return lambda: torch.matmul(a, b.T)
+    if name == "linear":
+        return lambda: torch.nn.functional.linear(a, b)
+    if name.startswith("gemv:"):
+        v = int(name[5:])
+        return lambda: torch.ops.mkernel.gemv(a, b, v)
+    return runner(name, a, b)
+
+
+def run_decode(args) -> int:
+    """The small-M set: every (N, K) of DECODE_NK at every M of DECODE_M, per dtype."""
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    rows = []
+    nks = DECODE_NK if not args.shapes else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    ms = [int(v) for v in args.ms.split(",")] if args.ms else DECODE_M
+    for dname in args.dtypes.split(","):
+        dtype = dtypes[dname]
+        for n, k in nks:
+            for m in ms:
+                sets = input_sets(m, n, k, dtype)
+                bytes_ = 2.0 * (n * k + m * k + m * n)
+                flops = 2.0 * m * n * k
+                est_ms = max(bytes_ / 3.5e12, flops / 600e12) * 1e3
+                reps = max(1, min(20, int(0.3 / est_ms)))
+                res = {"m": m, "n": n, "k": k, "dtype": dname, "plan": mkernel.gemm_plan(*sets[0]),
+                       "reps": reps, "bytes_floor_us": 2.0 * n * k / 4.2e12 * 1e6}
+                names = ["cublas", "linear", "auto"] + decode_candidates(m)
+                cands, errors = {}, {}
+                for c in names:
+                    try:  # a candidate that cannot run this shape is recorded, not timed
+                        fns = [decode_runner(c, a, b) for a, b in sets]
+                        fns[0]()
+                        cands[c] = fns
+                    except RuntimeError as e:
+                        errors[c] = str(e).splitlines()[0]
+                torch.cuda.synchronize()
+                per_round = [interleaved_ms(cands, iters=args.iters, reps=reps) for _ in range(args.rounds)]
+                final = {c: statistics.median(r[c]["median_ms"] for r in per_round) for c in cands}
+                anchor = min(final["cublas"], final["linear"])
+                res["us"] = {c: round(v * 1e3, 2) for c, v in final.items()}
+                res["errors"] = errors
+                res["anchor"] = "cublas" if final["cublas"] <= final["linear"] else "linear"
+                res["auto_ratio"] = anchor / final["auto"]
+                res["auto_round_ratios"] = [min(r["cublas"]["median_ms"], r["linear"]["median_ms"]) /
+                                            r["auto"]["median_ms"] for r in per_round]
+                ours = {c: v for c, v in final.items() if c not in ("cublas", "linear")}
+                best = min(ours, key=ours.get)
+                res["best"], res["best_ratio"] = best, anchor / ours[best]
+                res["auto_gbps"] = bytes_ / (final["auto"] * 1e-3) / 1e9
+                rows.append(res)
+                top = sorted(ours.items(), key=lambda kv: kv[1])[:4]
+                print(f"{dname} {m:>4}x{n:>5}x{k:>5}  cuBLAS {final['cublas'] * 1e3:7.1f}us linear "
+                      f"{final['linear'] * 1e3:7.1f}us | auto [{res['plan']}] {final['auto'] * 1e3:7.1f}us "
+                      f"{res['auto_ratio']:.3f}x ({res['auto_gbps']:.0f} GB/s; rounds "
+                      f"{' '.join(f'{x:.3f}' for x in res['auto_round_ratios'])}) | "
+                      + ", ".join(f"{c} {v * 1e3:.1f}" for c, v in top)
+                      + (f" | errors: {sorted(errors)}" if errors else ""), flush=True)
+                del sets, cands
+                torch.cuda.empty_cache()
+    payload = {"benchmark": "gemm_decode", "anchor": "cuBLAS: min of torch.matmul(a, b.T) and F.linear(a, b), "
+                                                     "same run, interleaved",
+               "commit": commit(), "device": device_info(),
+               "timing": f"CUDA events; {args.rounds} rounds x {args.iters} iterations of `reps` calls, "
+                         "candidates interleaved per iteration; median of round medians; rotated input sets "
+                         "(together larger than L2)",
+               "results": rows}
+    path = write_result("gemm_decode", payload)
+    print(f"wrote {path}")
+    worst = min(rows, key=lambda r: r["auto_ratio"])
+    print(f"auto vs cuBLAS: min {worst['auto_ratio']:.3f}x ({worst['dtype']} {worst['m']}x{worst['n']}x{worst['k']}), "
+          f"median {statistics.median(r['auto_ratio'] for r in rows):.3f}x over {len(rows)} cases")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
@@ -95,7 +203,14 @@ def main() -> int:
                     help="MxNxK,... or 'heldout' (default: all of issue #4's shapes)")
     ap.add_argument("--no-sweep", action="store_true",
                     help="time only auto against cuBLAS (no config sweep, no finalists)")
+    ap.add_argument("--decode", action="store_true", help="the small-M set (DECODE_NK x DECODE_M)")
+    ap.add_argument("--dtypes", default="bf16,fp16", help="--decode: bf16,fp16")
+    ap.add_argument("--ms", default="", help="--decode: M values (default DECODE_M)")
     args = ap.parse_args()
+    if args.decode:
+        if args.iters == 20 and args.quick:
+            args.iters = 8
+        return run_decode(args)
     if args.shapes == "heldout":
         shapes = HELDOUT
     else:

@@ -16,6 +16,12 @@
 #include "host_reference.h"
 #include "ops_validation.h"
 
+#ifdef MKERNEL_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+
+#include "fused_common.h"
+#endif
+
 namespace mkernel {
 namespace {
 constexpr const char* kOp = "mkernel.gemm_ar";
@@ -121,7 +127,22 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
                         int64_t world_size) {
   validate_gemm_ar(x, w, group, world_size);
   if (world_size == 1) return engine_gemm(kOp, x, w);  // nothing to reduce
-  TORCH_CHECK_NOT_IMPLEMENTED(false, kOp, ": the CUDA kernel has not landed yet");
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  check_engine_inputs(kOp, x);
+  comm::SymmetricGroup& sg = comm::SymmetricGroup::get(kOp, group, world_size, x.device());
+  const char* why = "the group spans several nodes (inter-node path not wired yet)";
+  if (sg.single_node()) {
+    // One-shot (kernels/fused/fused_hooks.cuh, kModeReduce): every rank reduces every tile of
+    // all W partials in rank order, so every rank holds the same bits.
+    at::Tensor out = at::empty({x.size(0), w.size(0)}, x.options());
+    if (fused_glue::reduce_call(kOp, comm::kOpGemmAr, sg, x, w, 0, x.size(0), out, {},
+                                x.size(0), &why)) {
+      return out;
+    }
+  }
+  fused_glue::note_fallback(kOp, why);
+  return fused_glue::substrate_collective(kOp, "all_reduce", engine_gemm(kOp, x, w), group,
+                                          world_size);
 }
 #endif  // MKERNEL_WITH_CUDA
 

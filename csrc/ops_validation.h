@@ -88,6 +88,13 @@ RingAttentionSizes validate_ring_attention(const at::Tensor& q, const at::Tensor
                                            const at::Tensor& v, int64_t group, int64_t world_size,
                                            std::optional<double> softmax_scale);
 
+// all_gather: x [m, ...] -> [world_size*m, ...] (returns the output's first dim).
+// reduce_scatter: x [M, ...], M % world_size == 0 -> [M/world_size, ...] (returns M/world_size).
+// all_reduce: x [...] -> [...]. x: bf16, fp16 or fp32 on every backend, contiguous.
+c10::SymInt validate_all_gather(const at::Tensor& x, int64_t group, int64_t world_size);
+c10::SymInt validate_reduce_scatter(const at::Tensor& x, int64_t group, int64_t world_size);
+void validate_all_reduce(const at::Tensor& x, int64_t group, int64_t world_size);
+
 // --- building blocks of the validators (csrc/ops_validation.cpp) -----------------------------
 namespace validation {
 

@@ -49,6 +49,9 @@ TORCH_LIBRARY(mkernel, m) {
   // What gemm(a, b) with config -1 runs for this shape: "<config>/s<swizzle>/<m|n>", plus
   // " (tuned)" when the autotuner measured it (the first query of a shape tunes it).
   m.def("gemm_plan(Tensor a, Tensor b, int sm_count=0) -> str");
+  // The small-M kernel on its own: a [M, K] (M <= 8), b [N, K] -> a @ b.T [M, N]; variant:
+  // how blocks stream B (0..9, -1 = by shape; gemm(a, b) runs the by-shape one at M <= 8).
+  m.def("gemv(Tensor a, Tensor b, int variant=-1) -> Tensor");
 
   // The hooked engine kernel driven by flag tensors (see gemm_hooked.cpp): waits on a_ready
   // before loading A rows, releases tile_done per output tile, visits M units in m_order.
@@ -71,6 +74,23 @@ TORCH_LIBRARY(mkernel, m) {
   m.def("wait_diagnostic() -> str");
   // (tiles_m, tiles_n, units_m, block_m, block_n) of a config for an [m, n] output.
   m.def("gemm_tile_counts(int config, int m, int n) -> int[]");
+
+  // The plain collectives on the GPU substrate (csrc/collectives.cpp; CPU reference:
+  // csrc/collectives_host.cpp). Every rank passes the same shape and dtype.
+  // x [m, ...] -> [world_size*m, ...], rank order.
+  m.def("all_gather(Tensor x, int group, int world_size) -> Tensor");
+  // x [M, ...] (M % world_size == 0) -> [M/world_size, ...]: fp32 sums in rank order 0..W-1.
+  m.def("reduce_scatter(Tensor x, int group, int world_size) -> Tensor");
+  // x [...] -> [...]: the sum over the ranks, identical bits on every rank.
+  m.def("all_reduce(Tensor x, int group, int world_size) -> Tensor");
+  // Pre-sizes the group's symmetric device memory to >= nbytes per rank on the current device
+  // (collective; Context.reserve): growth is impossible inside CUDA-graph capture.
+  m.def("_reserve(int group, int world_size, int nbytes) -> ()");
+  // The attention engine at world size 1: q [b, s, h, d], k/v [b, s_kv, h_kv, d] (GQA)
+  //   -> (out [b, s, h, d], lse [b, h, s] fp32). Causal masking is bottom-right aligned.
+  m.def(
+      "attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? softmax_scale=None) "
+      "-> (Tensor, Tensor)");
 
   // The Go control plane's C API table (csrc/include/mkernel/core_api.h), handed over by
   // address at import; returns the table's ABI version. See core_binding.cpp.

@@ -22,50 +22,36 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_demo(world: int = 4, nodes: int = 2, timeout: float = 120.0, require_all: bool = False) -> int:
-    """Launch the demo's ranks and wait for them; returns the exit status (non-zero when an op
-    failed, nothing ran, or, with require_all, an op was skipped as not built)."""
+    """Launch the demo's ranks with ``python -m mkernel launch`` (mkernel/launch.py: MPS when a
+    GPU and the MPS control binary are present) and wait for them; returns the exit status
+    (non-zero when an op failed, nothing ran, or, with require_all, an op was skipped as not
+    built)."""
+    import shutil
+
+    from .launch import LaunchError, launch
+
     if world < 1 or nodes < 1 or world % nodes:
         print(f"demo: --world ({world}) must be a positive multiple of --nodes ({nodes})", file=sys.stderr)
         return 2
-    port = _free_port()
-    per_node = world // nodes
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank % per_node),
-                   LOCAL_WORLD_SIZE=str(per_node), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   MKERNEL_EMULATED_NODE=str(rank // per_node), NCCL_NVLS_ENABLE="0",
-                   TORCH_SYMM_MEM_DISABLE_MULTICAST="1", MKERNEL_DEMO_REQUIRE_ALL=str(int(require_all)))
-        procs.append(subprocess.Popen([sys.executable, "-m", "mkernel.demo", "--worker"], env=env))
-    deadline = time.monotonic() + timeout
-    status = 0
+    mps = world > 1 and shutil.which("nvidia-cuda-mps-control") is not None and _has_gpu()
     try:
-        for rank, p in enumerate(procs):
-            left = max(0.1, deadline - time.monotonic())
-            rc = p.wait(timeout=left)
-            if rc != 0:
-                print(f"demo: rank {rank} exited with status {rc}", file=sys.stderr)
-                status = 1
-    except subprocess.TimeoutExpired:
-        print(f"demo: timed out after {timeout:.0f} s; stopping all ranks", file=sys.stderr)
-        status = 1
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return status
+        rc = launch(["-m", "mkernel.demo", "--worker"], world, nodes, mps=mps, timeout=timeout,
+                    env={"MKERNEL_DEMO_REQUIRE_ALL": str(int(require_all))})
+    except LaunchError as e:
+        print(f"demo: {e}", file=sys.stderr)
+        return 2
+    return 0 if rc == 0 else 1
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 # Relative error bounds (||out - ref|| / ||ref||) by dtype; the demo fails above them.

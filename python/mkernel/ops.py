@@ -31,6 +31,8 @@ __all__ = [
     "MoeDispatchOutput",
     "GEMM_CONFIGS",
     "ag_gemm",
+    "all_gather",
+    "all_reduce",
     "gemm",
     "gemm_grouped",
     "gemm_grouped_plan",
@@ -39,7 +41,11 @@ __all__ = [
     "gemm_rs",
     "moe_combine",
     "moe_dispatch_gemm",
+    "last_wait_failure",
+    "reduce_scatter",
     "ring_attention",
+    "synchronize",
+    "attention",
 ]
 
 
@@ -367,3 +373,205 @@ def ring_attention(
         q, k, v, handle, world_size, causal, softmax_scale
     )
     return out, lse
+
+
+# --- the plain collectives on the GPU substrate -----------------------------------------------
+
+
+def last_wait_failure() -> str | None:
+    """What the first timed-out device wait of this process waited for, or None.
+
+    A kernel of a group whose wait times out (a dead or diverging peer) records the op, the
+    group, this rank, the peer, the flag and the values seen, then traps: the CUDA context is
+    lost, and the next CUDA call raises. This record says why.
+    """
+    text = torch.ops.mkernel.wait_diagnostic.default()
+    return text or None
+
+
+def _wait_failure_error(e: BaseException) -> BaseException | None:
+    """An :class:`mkernel.MkernelError` naming the failed wait, if a device wait failed."""
+    record = last_wait_failure()
+    if record is None:
+        return None
+    from mkernel.runtime import MkernelError
+
+    return MkernelError(f"{record} (CUDA: {str(e).splitlines()[0] if str(e) else type(e).__name__})")
+
+
+def synchronize(device: torch.device | int | None = None) -> None:
+    """``torch.cuda.synchronize(device)``, raising :class:`mkernel.MkernelError` naming the peer
+    and the flag when a kernel of a group failed because a device wait timed out."""
+    try:
+        torch.cuda.synchronize(device)
+    except RuntimeError as e:
+        err = _wait_failure_error(e)
+        if err is None:
+            raise
+        raise err from e
+
+
+def _collective(op: str, x: Tensor, group: Group | None) -> Tensor:
+    handle, world_size = _group_args(op, group)
+    try:
+        return getattr(torch.ops.mkernel, op).default(x, handle, world_size)
+    except RuntimeError as e:  # a dead context after a trapped wait surfaces at the next call
+        err = _wait_failure_error(e)
+        if err is None:
+            raise
+        raise err from e
+
+
+def all_gather(x: Tensor, *, group: Group | None = None) -> Tensor:
+    """Concatenate every rank's ``x`` along the first dimension, in rank order.
+
+    Args:
+        x: ``[m, ...]``, bf16/fp16/fp32, contiguous; the same shape and dtype on every rank.
+        group: the mkernel group; None for the default one.
+
+    Returns:
+        ``[W*m, ...]``: rank r's ``x`` in rows ``r*m`` to ``(r+1)*m``.
+    """
+    return _collective("all_gather", x, group)
+
+
+def reduce_scatter(x: Tensor, *, group: Group | None = None) -> Tensor:
+    """Sum ``x`` over the ranks and keep this rank's block of rows.
+
+    Sums run in fp32, in rank order 0..W-1 for every element: the result is bit-reproducible.
+
+    Args:
+        x: ``[M, ...]``, ``M`` divisible by W, bf16/fp16/fp32, contiguous; the same shape and
+            dtype on every rank.
+        group: the mkernel group; None for the default one.
+
+    Returns:
+        ``[M/W, ...]`` in x's dtype: rows ``r*M/W`` to ``(r+1)*M/W`` of the sum on rank r.
+    """
+    return _collective("reduce_scatter", x, group)
+
+
+def all_reduce(x: Tensor, *, group: Group | None = None) -> Tensor:
+    """Sum ``x`` over the ranks; every rank gets identical bits.
+
+    Each block of the result is summed once, in fp32 and rank order 0..W-1, by the rank that
+    owns it, then copied to the others.
+
+    Args:
+        x: ``[...]`` (at least one dimension), bf16/fp16/fp32, contiguous; the same shape and
+            dtype on every rank.
+        group: the mkernel group; None for the default one.
+
+    Returns:
+        x's shape and dtype: the sum over the ranks.
+    """
+    return _collective("all_reduce", x, group)
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The attention engine at world size 1 (FlashAttention-3-style Hopper kernel on CUDA).
+
+    ``out[b, i, h] = softmax(scale * q[b, i, h] @ k[b, :, h // g].T) @ v[b, :, h // g]`` with
+    ``g = h // h_kv`` (grouped-query / multi-query attention).
+
+    Args:
+        q: ``[b, s, h, d]`` bf16/fp16 (CUDA, d 64 or 128) or fp32/bf16/fp16 (CPU reference).
+        k: ``[b, s_kv, h_kv, d]``; ``h`` a multiple of ``h_kv``.
+        v: ``[b, s_kv, h_kv, d]``.
+        causal: query ``i`` sees keys ``j <= i + s_kv - s`` (bottom-right aligned, as
+            FlashAttention does when ``s != s_kv``); a query that sees no key gets ``out = 0``
+            and ``lse = -inf``.
+        softmax_scale: scale of ``q @ k.T``; None for ``1 / sqrt(d)``.
+
+    Returns:
+        ``(out [b, s, h, d]`` in q's dtype, ``lse [b, h, s]`` fp32 natural-log log-sum-exp of
+        the scaled scores). Differentiable in q, k and v (see :func:`_attention_backward`).
+    """
+    return torch.ops.mkernel.attention.default(q, k, v, causal, softmax_scale)
+
+
+def _attention_backward_math(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
+                             lse: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    """Attention backward in fp32 from the forward's (out, lse): P = exp(scale·QKᵀ − lse),
+    dV = Pᵀ·dO, dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O)), dQ = scale·dS·K, dK = scale·dSᵀ·Q.
+    Shapes as :func:`attention`; GQA gradients are summed over each kv head's query heads."""
+    b, s, h, d = q.shape
+    s_kv, h_kv = k.shape[1], k.shape[2]
+    g = h // h_kv
+    qf, kf, vf = (x.float().transpose(1, 2) for x in (q, k, v))  # [b, heads, seq, d]
+    of, dof = out.float().transpose(1, 2), dout.float().transpose(1, 2)
+    if g > 1:
+        kf, vf = kf.repeat_interleave(g, dim=1), vf.repeat_interleave(g, dim=1)
+    scores = torch.matmul(qf, kf.transpose(-2, -1)) * scale
+    if causal:
+        rows = torch.arange(s, device=q.device).unsqueeze(1)
+        cols = torch.arange(s_kv, device=q.device).unsqueeze(0)
+        scores = scores.masked_fill(cols > rows + (s_kv - s), float("-inf"))
+    lse_f = lse.float().unsqueeze(-1)
+    p = torch.exp(scores - lse_f).masked_fill(torch.isneginf(lse_f), 0.0)
+    dv = torch.matmul(p.transpose(-2, -1), dof)
+    dp = torch.matmul(dof, vf.transpose(-2, -1))
+    delta = (dof * of).sum(-1, keepdim=True)
+    ds = p * (dp - delta)
+    dq = torch.matmul(ds, kf) * scale
+    dk = torch.matmul(ds.transpose(-2, -1), qf) * scale
+    if g > 1:
+        dk = dk.unflatten(1, (h_kv, g)).sum(2)
+        dv = dv.unflatten(1, (h_kv, g)).sum(2)
+    return (dq.transpose(1, 2).to(q.dtype), dk.transpose(1, 2).to(k.dtype),
+            dv.transpose(1, 2).to(v.dtype))
+
+
+def _attention_backward_flash(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
+                              lse: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    """Attention backward through torch's FlashAttention-2 backward kernel, fed with our
+    forward's out and lse (natural log, [b, h, s] fp32, which is what FA2 saves). FA2 is
+    bottom-right causal like the engine. GQA: k/v expanded to h heads, gradients summed back."""
+    b, s, h, d = q.shape
+    s_kv, h_kv = k.shape[1], k.shape[2]
+    g = h // h_kv
+    ke, ve = (k.repeat_interleave(g, dim=2), v.repeat_interleave(g, dim=2)) if g > 1 else (k, v)
+    empty = torch.empty(0, dtype=torch.int64, device=q.device)
+    seed = torch.zeros((), dtype=torch.int64, device=q.device)
+    dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+        dout.transpose(1, 2), q.transpose(1, 2), ke.transpose(1, 2), ve.transpose(1, 2),
+        out.transpose(1, 2), lse.contiguous(), empty, empty, s, s_kv, 0.0, causal, seed, seed,
+        scale=scale)
+    dq, dk, dv = dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
+    if g > 1:
+        dk = dk.unflatten(2, (h_kv, g)).sum(3)
+        dv = dv.unflatten(2, (h_kv, g)).sum(3)
+    return dq, dk, dv
+
+
+def _attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                        causal: bool, scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    """Backward of :func:`attention`: torch's FA2 backward kernel on CUDA (first step; a fused
+    engine backward is future work), the fp32 math backward on the CPU."""
+    if q.is_cuda and q.dtype in (torch.bfloat16, torch.float16):
+        return _attention_backward_flash(dout.contiguous(), q, k, v, out, lse, causal, scale)
+    return _attention_backward_math(dout, q, k, v, out, lse, causal, scale)
+
+
+def _attention_setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    q, k, v, causal, softmax_scale = inputs
+    out, lse = output
+    ctx.causal = causal
+    ctx.scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
+    ctx.save_for_backward(q, k, v, out, lse)
+
+
+def _attention_autograd_backward(ctx, dout: Tensor, dlse: Tensor | None):  # type: ignore[no-untyped-def]
+    q, k, v, out, lse = ctx.saved_tensors
+    if dout is None:
+        dout = torch.zeros_like(out)
+    dq, dk, dv = _attention_backward(dout, q, k, v, out, lse, ctx.causal, ctx.scale)
+    return dq, dk, dv, None, None
+
+
+torch.library.register_autograd("mkernel::attention", _attention_autograd_backward,
+                                setup_context=_attention_setup_context)

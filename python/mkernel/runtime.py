@@ -70,6 +70,16 @@ class Context:
         self._check_open()
         core.SessionBarrier(self.handle, int(timeout * 1000))
 
+    def reserve(self, nbytes: int) -> None:
+        """Pre-size the group's symmetric GPU memory to at least ``nbytes`` per rank, on the
+        current CUDA device (a collective: every rank calls it with the same ``nbytes``).
+
+        The collectives grow it on demand, but not while a CUDA graph is being captured: call
+        this before capturing with the largest call's size (the capture error names it).
+        """
+        self._check_open()
+        torch.ops.mkernel._reserve(self.handle, self.world_size, int(nbytes))
+
     def close(self) -> None:
         """Leave the session (idempotent)."""
         global _default

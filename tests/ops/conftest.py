@@ -49,7 +49,7 @@ def _jit_build() -> None:
         cflags.append("-DMKERNEL_WITH_CUDA=1")
     load(
         name="mkernel_C_jit",
-        sources=sorted(glob.glob(str(ROOT / "csrc" / "*.cpp"))),
+        sources=sorted(glob.glob(str(ROOT / "csrc" / "*.cpp")) + glob.glob(str(ROOT / "csrc" / "comm" / "*.cpp"))),
         extra_include_paths=[str(ROOT / "csrc"), str(ROOT / "csrc" / "include")],
         is_python_module=False,
         extra_cflags=cflags,

@@ -195,22 +195,20 @@ struct GemmSm90 {
   // more than a small GEMM.
   struct LaunchFacts {
     cudaError_t err;
-    int clock_khz;
     int max_active_clusters;
   };
   template <class K>
   static LaunchFacts const& hooked_launch_facts() {
     constexpr int kCM = K::Scheduler::kClusterM, kCN = K::Scheduler::kClusterN;
     static PerDevice<LaunchFacts> per_device;
-    static const LaunchFacts no_device{cudaErrorInvalidDevice, 0, 0};
+    static const LaunchFacts no_device{cudaErrorInvalidDevice, 0};
     cudaError_t err = cudaSuccess;
     const int dev = current_device(&err);
     if (err != cudaSuccess) return no_device;
     return per_device.get(dev, [dev] {
       auto kernel = hooked_gemm_kernel<K>;
-      LaunchFacts f{cudaSuccess, 0, 0};
+      LaunchFacts f{cudaSuccess, 0};
       int sms = 0;
-      cudaDeviceGetAttribute(&f.clock_khz, cudaDevAttrClockRate, dev);
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
       f.err =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmemBytes);
@@ -295,7 +293,66 @@ struct GemmSm90 {
   static cudaError_t launch_hooked(const Problem& p, const Launch& l, const HookArgs& h,
                                    const char** reason) {
     constexpr bool kPacked = K::Scheduler::kPacked;
+    if constexpr (kPacked) {
+      if (h.a_ready != nullptr || h.tile_done != nullptr || h.m_order != nullptr) {
+        if (reason) *reason = "packed groups take no communication hooks";
+        return cudaErrorInvalidValue;
+      }
+    }
     typename K::Params params;
+    cudaError_t err = prepare_hooked<K>(p, l, h.m_order, params, reason);
+    if (err != cudaSuccess) return err;
+    static_cast<FlagHookArgs&>(params.hooks) =
+        FlagHookArgs{h.a_ready,
+                     h.rows_per_flag,
+                     h.a_ready_value,
+                     h.tile_done,
+                     h.tile_done_value,
+                     0,
+                     static_cast<comm::WaitDiagnostic*>(h.diag)};
+    params.hooks.m = p.m;
+    params.hooks.tiles_n = (p.n + K::Scheduler::kBlockN - 1) / K::Scheduler::kBlockN;
+    params.hooks.timeout_ns = static_cast<uint64_t>(h.timeout_s * 1e9);
+    return launch_prepared<K>(params, l, reason);
+  }
+
+  // The hooked kernel with another hook policy H (the fused ops, kernels/fused/): its Params
+  // come filled from the caller. Instantiated only by the .cu files that name H.
+  template <class H>
+  using HookedWith = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, H>;
+
+  template <class H>
+  static cudaError_t run_with_hooks(const Problem& p, const Launch& l, const int* m_order,
+                                    typename H::Params const& hooks, const char** reason) {
+    if constexpr (!kHookable) {
+      if (reason) *reason = "the hooked kernel needs a cooperative, persistent config";
+      return cudaErrorInvalidValue;
+    } else {
+      using K = HookedWith<H>;
+      typename K::Params params;
+      cudaError_t err = prepare_hooked<K>(p, l, m_order, params, reason);
+      if (err != cudaSuccess) return err;
+      params.hooks = hooks;
+      return launch_prepared<K>(params, l, reason);
+    }
+  }
+
+  // Clusters (CTAs) the persistent grid of the kernel with hooks H takes for p under l.
+  template <class H>
+  static int grid_ctas_with_hooks(const Problem& p, const Launch& l) {
+    using K = HookedWith<H>;
+    const int units = K::Scheduler::total_units(hooked_schedule<K>(p, l, nullptr));
+    int clusters = hooked_clusters<K>(l);
+    clusters = units < clusters ? units : clusters;
+    return clusters * K::Scheduler::kClusterM * K::Scheduler::kClusterN;
+  }
+
+  // Everything of a hooked launch's Params but the hooks: problem, collectives, scheduler,
+  // split-K workspace.
+  template <class K>
+  static cudaError_t prepare_hooked(const Problem& p, const Launch& l, const int* m_order,
+                                    typename K::Params& params, const char** reason) {
+    constexpr bool kPacked = K::Scheduler::kPacked;
     // Packed groups: A [M, K] and D [M, N] hold every expert's rows (batch 0),
     // B [batches, N, K] one matrix per expert.
     const int batches = p.batches < 1 ? 1 : p.batches;
@@ -313,15 +370,11 @@ struct GemmSm90 {
     params.mainloop = CollectiveMainloop::to_underlying_arguments(params.problem, ma, nullptr);
     params.epilogue = CollectiveEpilogue::to_underlying_arguments(params.problem, ea, nullptr);
     if constexpr (kPacked) {
-      if (h.a_ready != nullptr || h.tile_done != nullptr || h.m_order != nullptr) {
-        if (reason) *reason = "packed groups take no communication hooks";
-        return cudaErrorInvalidValue;
-      }
       params.scheduler =
           K::Scheduler::make_params(p.m, p.n, p.k, l.swizzle > 0 ? l.swizzle : 8, l.raster != 1,
                                     nullptr, batches, nullptr, 1, p.group_end);
     } else {
-      params.scheduler = hooked_schedule<K>(p, l, h.m_order);
+      params.scheduler = hooked_schedule<K>(p, l, m_order);
     }
     params.direct_d = static_cast<Element*>(p.d);
     if (K::kPingpong && params.scheduler.splits > 1) {
@@ -341,20 +394,14 @@ struct GemmSm90 {
       }
       params.split_k = K::SplitK::carve(l.workspace);
     }
-    static_cast<FlagHookArgs&>(params.hooks) =
-        FlagHookArgs{h.a_ready,
-                     h.rows_per_flag,
-                     h.a_ready_value,
-                     h.tile_done,
-                     h.tile_done_value,
-                     0,
-                     static_cast<comm::WaitDiagnostic*>(h.diag)};
-    params.hooks.m = p.m;
-    params.hooks.tiles_n = (p.n + K::Scheduler::kBlockN - 1) / K::Scheduler::kBlockN;
+    return cudaSuccess;
+  }
+
+  template <class K>
+  static cudaError_t launch_prepared(typename K::Params const& params, const Launch& l,
+                                     const char** reason) {
     const LaunchFacts& facts = hooked_launch_facts<K>();
     if (facts.err != cudaSuccess) return facts.err;
-    params.hooks.timeout_cycles = static_cast<long long>(h.timeout_s * facts.clock_khz * 1e3);
-
     constexpr int kCM = K::Scheduler::kClusterM, kCN = K::Scheduler::kClusterN;
     int clusters = hooked_clusters<K>(l);
     const int units = K::Scheduler::total_units(params.scheduler);

@@ -1,0 +1,86 @@
+"""Attention engine forward vs SDPA's cuDNN and flash (FA2) backends, side by side in one
+process (interleaved CUDA-event timing, rotating input sets), bf16.
+
+Shapes: S = S_kv in {1024, 4096, 8192}, 32 heads, d = 128 (and d = 64), causal and not, batch
+chosen so every problem has ~16k query rows per head set (b = 16384 / S): the GPU is full.
+TFLOP/s counts 4·b·h·S·S_kv·d (halved for causal), as FlashAttention's benchmarks do.
+Writes JSON under results/ (device, commit, shapes, medians, TFLOP/s, ratio to cuDNN).
+
+    python benchmarks/bench_attention.py [--quick] [--iters N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from common import commit, device_info, interleaved_ms, write_result  # noqa: E402
+
+import mkernel  # noqa: E402
+
+SEQS = (1024, 4096, 8192)
+HEAD_DIMS = (128, 64)
+HEADS = 32
+TOKENS = 16384  # b * S
+
+
+def flops(b: int, h: int, s: int, s_kv: int, d: int, causal: bool) -> float:
+    f = 4.0 * b * h * s * s_kv * d
+    return f / 2 if causal else f
+
+
+def sdpa_fn(backend, q, k, v, causal):
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+    def run():
+        with sdpa_kernel(backend):
+            return sdpa(qt, kt, vt, is_causal=causal)
+    return run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="S=8192, d=128 only")
+    ap.add_argument("--iters", type=int, default=30)
+    args = ap.parse_args()
+    rows = []
+    for d in (HEAD_DIMS[:1] if args.quick else HEAD_DIMS):
+        for s in ((8192,) if args.quick else SEQS):
+            b = max(1, TOKENS // s)
+            sets = [tuple(torch.randn(b, s, HEADS, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+                    for _ in range(3)]
+            for causal in (False, True):
+                cands = {
+                    "mkernel": [lambda q=q, k=k, v=v: mkernel.attention(q, k, v, causal=causal) for q, k, v in sets],
+                    "cudnn": [sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal) for q, k, v in sets],
+                    "flash": [sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal) for q, k, v in sets],
+                }
+                times = interleaved_ms(cands, warmup=5, iters=args.iters)
+                f = flops(b, HEADS, s, s, d, causal)
+                row = {"b": b, "s": s, "s_kv": s, "h": HEADS, "h_kv": HEADS, "d": d, "causal": causal,
+                       "dtype": "bf16"}
+                for name, t in times.items():
+                    row[f"{name}_ms"] = t["median_ms"]
+                    row[f"{name}_tflops"] = f / (t["median_ms"] * 1e-3) / 1e12
+                row["ratio_vs_cudnn"] = row["cudnn_ms"] / row["mkernel_ms"]
+                row["ratio_vs_flash"] = row["flash_ms"] / row["mkernel_ms"]
+                rows.append(row)
+                print(f"d={d} S={s:5d} b={b:2d} causal={int(causal)}  mkernel {row['mkernel_tflops']:6.1f}  "
+                      f"cudnn {row['cudnn_tflops']:6.1f}  flash {row['flash_tflops']:6.1f} TF/s  "
+                      f"x{row['ratio_vs_cudnn']:.3f} cuDNN  x{row['ratio_vs_flash']:.3f} FA2", flush=True)
+            del sets
+    payload = {"bench": "attention_fwd", "device": device_info(), "commit": commit(),
+               "method": f"interleaved CUDA events, 5 warm-up, median of {args.iters}, 3 rotated input sets",
+               "rows": rows,
+               "geomean_ratio_vs_cudnn": statistics.geometric_mean([r["ratio_vs_cudnn"] for r in rows])}
+    print(write_result("attention", payload))
+
+
+if __name__ == "__main__":
+    main()

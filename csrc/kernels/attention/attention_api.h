@@ -1,0 +1,85 @@
+// Host API of mkernel's Hopper attention engine (forward):
+//   out[b, i, h, :] = softmax(scale * q[b, i, h, :] · k[b, :, h / g, :]ᵀ) · v[b, :, h / g, :]
+// with g = h / h_kv (grouped-query attention), and the log-sum-exp of the scaled scores
+//   lse[b, h, i] = log Σ_j exp(scale * q_i · k_j)   (natural log, fp32).
+//
+// Layouts: q and out [b, s, h, d], k and v [b, s_kv, h_kv, d], contiguous; lse [b, h, s].
+// bf16 or fp16 in and out, fp32 softmax and accumulation.
+//
+// Causal masking is bottom-right aligned (FlashAttention's convention when s != s_kv): query i
+// sees keys j <= i + (s_kv - s). A query row that sees no key (i < s - s_kv) gets out = 0 and
+// lse = -inf.
+//
+// Plain C++ (no torch, no CUTLASS): csrc/attention.cpp is the torch glue; the CuTe kernels
+// implement it, one .cu per (dtype, head dim) in instantiations/.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mkernel::attention {
+
+enum class DType : int { kBF16 = 0, kFP16 = 1 };
+
+struct Problem {
+  const void* q;  // [b, s, h, d]
+  const void* k;  // [b, s_kv, h_kv, d]
+  const void* v;  // [b, s_kv, h_kv, d]
+  void* out;      // [b, s, h, d], q's dtype
+  float* lse;     // [b, h, s]
+  int batch, seq_q, seq_kv, heads, heads_kv, head_dim;
+  float softmax_scale;  // usually 1/sqrt(d)
+  bool causal;
+  DType dtype;
+};
+
+struct Launch {
+  cudaStream_t stream = nullptr;
+  int sm_count = 0;  // CTAs of the persistent grid; 0: the device's SM count (shrinks under MPS)
+};
+
+// Communication hooks of the kernel (ring attention): before the producer loads KV block n
+// (kBlockN keys) of head group (batch, head_kv), it waits until
+//   kv_ready[(batch * heads_kv + head_kv) * flags_per_head + n / blocks_per_flag] >= kv_ready_value
+// (acquire, system scope; bounded: on a timeout the kernel writes a comm::WaitDiagnostic into
+// *diag and traps). Null kv_ready: the plain kernel (no wait is compiled in).
+struct HookArgs {
+  const uint64_t* kv_ready = nullptr;
+  int blocks_per_flag = 1 << 30;  // default: one flag per (batch, head_kv)
+  int flags_per_head = 1;
+  uint64_t kv_ready_value = 1;
+  double timeout_s = 10.0;
+  void* diag = nullptr;  // comm::WaitDiagnostic in host-mapped memory
+};
+
+// Keys per KV block of the shipped kernel for this head dim (for HookArgs::blocks_per_flag).
+int block_n(int head_dim);
+
+// Why a problem can't run (nullptr if it can): shapes, head dim, alignment.
+const char* can_implement(const Problem& p);
+
+// Launches on l.stream. Returns cudaSuccess or the launch error; cudaErrorInvalidValue with the
+// reason in *reason when can_implement refuses.
+cudaError_t run(const Problem& p, const Launch& l, const char** reason = nullptr);
+cudaError_t run_hooked(const Problem& p, const Launch& l, const HookArgs& h,
+                       const char** reason = nullptr);
+
+// Merge of a partial attention result into a running one (ring attention: each KV block adds
+// one partial), in fp32:
+//   lse = log(exp(lse_acc) + exp(lse_part))
+//   out_acc = out_acc * exp(lse_acc - lse) + out_part * exp(lse_part - lse)
+// out_acc [b, s, h, d] fp32, lse_acc [b, h, s] fp32 (updated in place; -inf rows are empty);
+// out_part [b, s, h, d] in `part_dtype`, lse_part [b, h, s] fp32.
+struct Merge {
+  float* out_acc;
+  float* lse_acc;
+  const void* out_part;
+  const float* lse_part;
+  int batch, seq, heads, head_dim;
+  DType part_dtype;
+};
+cudaError_t merge_partial(const Merge& m, cudaStream_t stream);
+
+}  // namespace mkernel::attention

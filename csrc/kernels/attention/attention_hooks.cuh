@@ -1,0 +1,51 @@
+// Communication hooks of the attention kernel, as compile-time policies (as the GEMM engine's):
+//  (a) wait_kv: before the producer warp issues the TMA loads of a KV block, wait until the
+//      flag guarding it holds >= a value (the block has arrived from a peer: ring attention);
+//  (b) the merge of a partial result (out, lse) with the next block's is a separate fp32 kernel
+//      (attention_merge.cu), so the engine's epilogue stays the plain one.
+// NoHooks compiles (a) away: the plain kernel pays nothing.
+#pragma once
+
+#include <cstdint>
+
+#include "../comm/group_sync.cuh"
+#include "cutlass/cutlass.h"
+
+namespace mkernel::attention {
+
+struct NoHooks {
+  struct Params {};
+  static constexpr bool kWaitsForKV = false;
+  CUTLASS_DEVICE static void wait_kv(Params const&, int, int, int) {}
+};
+
+struct KvFlagHooks {
+  struct Params {
+    const uint64_t* kv_ready = nullptr;  // [batch * heads_kv * flags_per_head]
+    int blocks_per_flag = 1;
+    int flags_per_head = 1;
+    int heads_kv = 1;
+    uint64_t kv_ready_value = 0;
+    uint64_t timeout_ns = 0;
+    comm::WaitDiagnostic* diag = nullptr;
+  };
+  static constexpr bool kWaitsForKV = true;
+
+  // Called by the producer's issuing lane before the loads of KV block n_block. Waits only
+  // when the block is the first one of its flag (or the first one this tile loads: blocks are
+  // walked last to first, so that is the block itself) — cheap either way, as a seen flag is
+  // one acquire load.
+  CUTLASS_DEVICE static void wait_kv(Params const& p, int batch, int head_kv, int n_block) {
+    if (p.kv_ready == nullptr) return;
+    const int slot = (batch * p.heads_kv + head_kv) * p.flags_per_head + n_block / p.blocks_per_flag;
+    comm::WaitSite site;
+    site.op = comm::kOpRingAttention;
+    site.what = comm::kWaitPeerFlag;
+    site.peer = -1;
+    site.index = slot;
+    comm::wait_geq(p.kv_ready + slot, p.kv_ready_value, p.timeout_ns, p.diag, -1, -1, site);
+    comm::fence_proxy_async_global();  // the TMA loads that follow must see the block
+  }
+};
+
+}  // namespace mkernel::attention

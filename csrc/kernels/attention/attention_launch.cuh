@@ -1,0 +1,72 @@
+// Host side of one kernel instantiation: Arguments -> Params (TMA descriptors, scheduler,
+// hooks), grid from the SM count, launch. Included by the generated instantiations only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "attention_api.h"
+#include "attention_kernel_sm90.cuh"
+
+namespace mkernel::attention {
+
+template <class Element, int kHeadDim, bool kCausal, class Hooks>
+cudaError_t launch_attention(const Problem& pr, const Launch& l,
+                             typename Hooks::Params const& hooks) {
+  using Traits = AttnTraits<Element, kHeadDim, kCausal>;
+  using Kernel = AttentionFwdSm90<Traits, Hooks>;
+  using Mainloop = typename Kernel::Mainloop;
+  using Epilogue = typename Kernel::Epilogue;
+  using Scheduler = typename Kernel::Scheduler;
+
+  typename Kernel::Params params;
+  params.mainloop = Mainloop::to_underlying_arguments(typename Mainloop::Arguments{
+      static_cast<const Element*>(pr.q), static_cast<const Element*>(pr.k),
+      static_cast<const Element*>(pr.v), pr.batch, pr.seq_q, pr.seq_kv, pr.heads, pr.heads_kv,
+      pr.softmax_scale});
+  params.epilogue = Epilogue::to_underlying_arguments(typename Epilogue::Arguments{
+      static_cast<Element*>(pr.out), pr.lse, pr.batch, pr.seq_q, pr.heads});
+  const int m_blocks = (pr.seq_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  params.scheduler = Scheduler::make_params(
+      m_blocks, pr.heads, pr.batch,
+      2ll * pr.seq_kv * kHeadDim * static_cast<long long>(sizeof(Element)));
+  params.hooks = hooks;
+
+  int sm_count = l.sm_count;
+  if (sm_count <= 0) {
+    int device = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    if (e != cudaSuccess) return e;
+    e = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+    if (e != cudaSuccess) return e;
+  }
+  const int grid = Scheduler::grid_size(params.scheduler, sm_count);
+  if (grid <= 0) return cudaSuccess;
+
+  auto kernel = attention_fwd_kernel<Kernel>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       Kernel::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, l.stream>>>(params);
+  return cudaGetLastError();
+}
+
+// The two hook policies of one (dtype, head dim, causal) case.
+template <class Element, int kHeadDim, bool kCausal>
+cudaError_t launch_case(const Problem& pr, const Launch& l, const HookArgs* h) {
+  if (h == nullptr || h->kv_ready == nullptr) {
+    return launch_attention<Element, kHeadDim, kCausal, NoHooks>(pr, l, NoHooks::Params{});
+  }
+  KvFlagHooks::Params hp;
+  hp.kv_ready = h->kv_ready;
+  hp.blocks_per_flag = h->blocks_per_flag;
+  hp.flags_per_head = h->flags_per_head;
+  hp.heads_kv = pr.heads_kv;
+  hp.kv_ready_value = h->kv_ready_value;
+  hp.timeout_ns = static_cast<uint64_t>(h->timeout_s * 1e9);
+  hp.diag = static_cast<comm::WaitDiagnostic*>(h->diag);
+  return launch_attention<Element, kHeadDim, kCausal, KvFlagHooks>(pr, l, hp);
+}
+
+}  // namespace mkernel::attention

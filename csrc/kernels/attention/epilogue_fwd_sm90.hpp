@@ -1,0 +1,124 @@
+// The forward epilogue: the normalised O tile goes registers -> shared memory (stmatrix) ->
+// global (one TMA store, which clips the rows past seq_q), and the LSE of each row goes straight
+// from registers to global (one thread of each quad owns a row).
+//
+// The O tile in shared memory is reused tile after tile: before writing it the consumers wait
+// until the previous TMA store has read it (EpilogueSmemFree), and the store starts once all
+// 256 threads have written it (EpilogueSmemFull).
+#pragma once
+
+#include "attention_traits.hpp"
+#include "cute/tensor.hpp"
+#include "cutlass/arch/barrier.h"
+#include "cutlass/cutlass.h"
+#include "named_barriers.hpp"
+#include "softmax.hpp"
+#include "tile_scheduler.hpp"
+
+namespace mkernel::attention {
+
+template <class Traits>
+struct EpilogueFwdSm90 {
+  using Element = typename Traits::Element;
+  static constexpr int kBlockM = Traits::kBlockM;
+  static constexpr int kHeadDim = Traits::kHeadDim;
+  static constexpr int kNumMmaThreads = Traits::kNumMmaThreads;
+  using SmemLayoutO = typename Traits::SmemLayoutO;
+  using TiledMmaPV = typename Traits::TiledMmaPV;
+  using TileShapeMD = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>;
+
+  using ShapeSeqD = cute::Shape<int32_t, int32_t, cute::Shape<int32_t, int32_t>>;
+  using StrideSeqD = cute::Stride<int64_t, cute::_1, cute::Stride<int64_t, int64_t>>;
+  using TmaO = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_STORE{},
+      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)), ShapeSeqD{},
+                        StrideSeqD{}),
+      SmemLayoutO{}, TileShapeMD{}, cute::_1{}));
+
+  struct TensorStorage {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutO>, 1024> o;
+  };
+
+  struct Arguments {
+    Element* out;
+    float* lse;
+    int batch, seq_q, heads;
+  };
+
+  struct Params {
+    TmaO tma_o;
+    ShapeSeqD shape_o;
+    float* lse;
+    int seq_q, heads;
+  };
+
+  static Params to_underlying_arguments(Arguments const& a) {
+    using namespace cute;
+    const int64_t d = kHeadDim;
+    ShapeSeqD shape_o = make_shape(a.seq_q, int32_t(kHeadDim), make_shape(a.heads, a.batch));
+    StrideSeqD stride_o = make_stride(int64_t(a.heads) * d, _1{},
+                                      make_stride(d, int64_t(a.seq_q) * a.heads * d));
+    Tensor mO = make_tensor(make_gmem_ptr(a.out), make_layout(shape_o, stride_o));
+    return {make_tma_copy(SM90_TMA_STORE{}, mO, SmemLayoutO{}, TileShapeMD{}, _1{}), shape_o, a.lse,
+            a.seq_q, a.heads};
+  }
+
+  CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& p) {
+    cute::prefetch_tma_descriptor(p.tma_o.get_tma_descriptor());
+  }
+
+  // All 256 consumer threads. acc_o: normalised O (fp32); lse: this thread's rows' LSE.
+  template <class AccO, int kRows>
+  CUTLASS_DEVICE void store(Params const& p, TensorStorage& smem, WorkTile const& work,
+                            int mma_thread_idx, AccO const& acc_o, float const (&lse)[kRows]) {
+    using namespace cute;
+    TiledMmaPV tiled_mma_pv;
+    auto thr_mma_pv = tiled_mma_pv.get_thread_slice(mma_thread_idx);
+
+    // LSE: rows of this thread (identity coordinates of its accumulator values).
+    Tensor cO = make_identity_tensor(TileShapeMD{});
+    Tensor tOcO = rowcol_view(thr_mma_pv.partition_C(cO));
+    static_assert(decltype(size<0>(tOcO))::value == kRows, "one LSE per accumulator row");
+    if (mma_thread_idx % 4 == 0) {
+      float* lse_bh = p.lse + (static_cast<int64_t>(work.batch) * p.heads + work.head) * p.seq_q;
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const int row = work.m_block * kBlockM + get<0>(tOcO(r, 0));
+        if (row < p.seq_q) lse_bh[row] = lse[r];
+      }
+    }
+
+    // O: wait until the previous tile's store has read the buffer.
+    if (mma_thread_idx == 0) tma_store_wait<0>();
+    cutlass::arch::NamedBarrier::sync(kNumMmaThreads, barrier_id(AttnBarrier::EpilogueSmemFree));
+
+    Tensor sO = make_tensor(make_smem_ptr(smem.o.data()), SmemLayoutO{});
+    Tensor rO = make_tensor_like<Element>(acc_o);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(acc_o); ++i) rO(i) = static_cast<Element>(acc_o(i));
+    auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tiled_mma_pv);
+    auto thr_copy = smem_copy.get_thread_slice(mma_thread_idx);
+    cute::copy(smem_copy, thr_copy.retile_S(rO), thr_copy.partition_D(sO));
+    // Generic-proxy writes of sO before the async-proxy (TMA) read of it.
+    cutlass::arch::fence_view_async_shared();
+    cutlass::arch::NamedBarrier::sync(kNumMmaThreads, barrier_id(AttnBarrier::EpilogueSmemFull));
+
+    if (mma_thread_idx == 0) {
+      Tensor mO = p.tma_o.get_tma_tensor(p.shape_o);
+      Tensor gO = local_tile(mO(_, _, make_coord(work.head, work.batch)), TileShapeMD{},
+                             make_coord(work.m_block, _0{}));
+      auto [tOgO, tOsO] = tma_partition(p.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sO),
+                                        group_modes<0, 2>(gO));
+      copy(p.tma_o, tOsO, tOgO);
+      tma_store_arrive();
+    }
+  }
+
+  // After the last tile: the issuing thread waits for its stores to leave shared memory before
+  // the CTA exits.
+  CUTLASS_DEVICE static void store_tail(int mma_thread_idx) {
+    if (mma_thread_idx == 0) cute::tma_store_wait<0>();
+  }
+};
+
+}  // namespace mkernel::attention

@@ -1,0 +1,301 @@
+// The forward mainloop of the attention kernel: TMA loads of Q, K and V (producer warp) and the
+// two GEMMs with the online softmax between them (consumer warpgroups).
+//
+//   load: Q tile once per work tile, then K_n, V_n for n = last .. first visible KV block
+//         (masked blocks first: they set the running max early, and under causal masking they
+//         are the diagonal blocks). The hook may wait before each K/V pair.
+//   mma:  per KV block, S = Q·K_nᵀ (SS wgmma), mask, online softmax, O += P·V_n (RS wgmma).
+//
+// Pipelines: Q has a one-stage TMA pipeline (released after the tile's last S GEMM, so the
+// next tile's Q load overlaps the epilogue); K and V have kStages-stage pipelines each, which
+// advance together (one PipelineState).
+#pragma once
+
+#include "attention_traits.hpp"
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/pipeline/pipeline.hpp"
+#include "softmax.hpp"
+#include "tile_scheduler.hpp"
+
+namespace mkernel::attention {
+
+template <class Traits>
+struct MainloopFwdSm90 {
+  using Element = typename Traits::Element;
+  static constexpr int kBlockM = Traits::kBlockM;
+  static constexpr int kBlockN = Traits::kBlockN;
+  static constexpr int kHeadDim = Traits::kHeadDim;
+  static constexpr int kStages = Traits::kStages;
+  static constexpr bool kCausal = Traits::kCausal;
+  using TileShapeMNK = typename Traits::TileShapeMNK;
+  using TiledMmaQK = typename Traits::TiledMmaQK;
+  using TiledMmaPV = typename Traits::TiledMmaPV;
+  using SmemLayoutQ = typename Traits::SmemLayoutQ;
+  using SmemLayoutK = typename Traits::SmemLayoutK;
+  using SmemLayoutVt = typename Traits::SmemLayoutVt;
+
+  using PipelineQ = cutlass::PipelineTmaAsync<1>;
+  using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
+  using StateQ = cutlass::PipelineState<1>;
+  using StateKV = cutlass::PipelineState<kStages>;
+
+  // Global tensors as TMA sees them: Q/K/O (seq, d, (head, batch)); Vᵀ (d, seq, (head, batch)).
+  using ShapeSeqD = cute::Shape<int32_t, int32_t, cute::Shape<int32_t, int32_t>>;
+  using StrideSeqD = cute::Stride<int64_t, cute::_1, cute::Stride<int64_t, int64_t>>;
+  using StrideDSeq = cute::Stride<cute::_1, int64_t, cute::Stride<int64_t, int64_t>>;
+
+  using TmaQ = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_LOAD{},
+      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeSeqD{},
+                        StrideSeqD{}),
+      SmemLayoutQ{}, cute::select<0, 2>(TileShapeMNK{}), cute::_1{}));
+  using TmaK = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_LOAD{},
+      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeSeqD{},
+                        StrideSeqD{}),
+      cute::take<0, 2>(SmemLayoutK{}), cute::select<1, 2>(TileShapeMNK{}), cute::_1{}));
+  using TmaVt = decltype(cute::make_tma_copy(
+      cute::SM90_TMA_LOAD{},
+      cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeSeqD{},
+                        StrideDSeq{}),
+      cute::take<0, 2>(SmemLayoutVt{}),
+      cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{}, cute::_1{}));
+
+  struct TensorStorage {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;
+  };
+  struct PipelineStorage {
+    alignas(16) typename PipelineQ::SharedStorage q;
+    alignas(16) typename PipelineKV::SharedStorage k;
+    alignas(16) typename PipelineKV::SharedStorage v;
+  };
+
+  struct Arguments {
+    const Element* q;
+    const Element* k;
+    const Element* v;
+    int batch, seq_q, seq_kv, heads, heads_kv;
+    float softmax_scale;
+  };
+
+  struct Params {
+    TmaQ tma_q;
+    TmaK tma_k;
+    TmaVt tma_vt;
+    ShapeSeqD shape_q;
+    ShapeSeqD shape_kv;
+    ShapeSeqD shape_vt;
+    int seq_q, seq_kv, heads_per_kv;
+    float softmax_scale;
+    float scale_log2;  // softmax_scale * log2(e)
+  };
+
+  static Params to_underlying_arguments(Arguments const& a) {
+    using namespace cute;
+    const int64_t d = kHeadDim;
+    ShapeSeqD shape_q = make_shape(a.seq_q, int32_t(kHeadDim), make_shape(a.heads, a.batch));
+    StrideSeqD stride_q = make_stride(int64_t(a.heads) * d, _1{},
+                                      make_stride(d, int64_t(a.seq_q) * a.heads * d));
+    ShapeSeqD shape_kv = make_shape(a.seq_kv, int32_t(kHeadDim), make_shape(a.heads_kv, a.batch));
+    StrideSeqD stride_kv = make_stride(int64_t(a.heads_kv) * d, _1{},
+                                       make_stride(d, int64_t(a.seq_kv) * a.heads_kv * d));
+    ShapeSeqD shape_vt = make_shape(int32_t(kHeadDim), a.seq_kv, make_shape(a.heads_kv, a.batch));
+    StrideDSeq stride_vt = make_stride(_1{}, int64_t(a.heads_kv) * d,
+                                       make_stride(d, int64_t(a.seq_kv) * a.heads_kv * d));
+    Tensor mQ = make_tensor(make_gmem_ptr(a.q), make_layout(shape_q, stride_q));
+    Tensor mK = make_tensor(make_gmem_ptr(a.k), make_layout(shape_kv, stride_kv));
+    Tensor mVt = make_tensor(make_gmem_ptr(a.v), make_layout(shape_vt, stride_vt));
+    Params p{make_tma_copy(SM90_TMA_LOAD{}, mQ, SmemLayoutQ{}, select<0, 2>(TileShapeMNK{}), _1{}),
+             make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(SmemLayoutK{}),
+                           select<1, 2>(TileShapeMNK{}), _1{}),
+             make_tma_copy(SM90_TMA_LOAD{}, mVt, take<0, 2>(SmemLayoutVt{}),
+                           Shape<Int<kHeadDim>, Int<kBlockN>>{}, _1{}),
+             shape_q,
+             shape_kv,
+             shape_vt,
+             a.seq_q,
+             a.seq_kv,
+             a.heads / a.heads_kv,
+             a.softmax_scale,
+             a.softmax_scale * 1.4426950408889634f};
+    return p;
+  }
+
+  // The PV wgmma's A operand (P, registers) for one thread: ((2, 2, 2), 1, kBlockN / 16). The
+  // S accumulator's values ((2, 2, kBlockN / 8), 1, 1) in the same register order: value
+  // (c, r, g) of S is value ((c, r, g % 2), 0, g / 2) of P (SM90 C and A-register layouts
+  // agree: column pair, row + 8, column + 8).
+  CUTE_HOST_DEVICE static constexpr auto p_operand_layout() {
+    using namespace cute;
+    return make_layout(make_shape(make_shape(_2{}, _2{}, _2{}), _1{}, Int<kBlockN / 16>{}),
+                       make_stride(make_stride(_1{}, _2{}, _4{}), _0{}, _8{}));
+  }
+
+  CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& p) {
+    cute::prefetch_tma_descriptor(p.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.tma_vt.get_tma_descriptor());
+  }
+
+  // KV blocks [n_min, n_max) that tile m_block sees. Causal (bottom-right aligned): query i
+  // sees keys j <= i + seq_kv - seq_q. Empty when every row of the tile is fully masked.
+  CUTLASS_DEVICE static void n_block_range(Params const& p, int m_block, int& n_min, int& n_max) {
+    n_min = 0;
+    n_max = (p.seq_kv + kBlockN - 1) / kBlockN;
+    if constexpr (kCausal) {
+      const int last_key = (m_block + 1) * kBlockM - 1 + p.seq_kv - p.seq_q;  // of the tile's last row
+      const int n_causal = last_key < 0 ? 0 : last_key / kBlockN + 1;
+      n_max = n_causal < n_max ? n_causal : n_max;
+    }
+  }
+
+  // Producer: one thread (the issuing lane of the producer warp) runs this per work tile.
+  template <class Hooks>
+  CUTLASS_DEVICE void load(Params const& p, typename Hooks::Params const& hooks,
+                           PipelineQ& pipeline_q, PipelineKV& pipeline_k, PipelineKV& pipeline_v,
+                           StateQ& q_write, StateKV& kv_write, TensorStorage& smem,
+                           WorkTile const& work) {
+    using namespace cute;
+    int n_min, n_max;
+    n_block_range(p, work.m_block, n_min, n_max);
+    const int head_kv = work.head / p.heads_per_kv;
+
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), SmemLayoutK{});
+    Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), SmemLayoutVt{});
+
+    Tensor mQ = p.tma_q.get_tma_tensor(p.shape_q);
+    Tensor mK = p.tma_k.get_tma_tensor(p.shape_kv);
+    Tensor mVt = p.tma_vt.get_tma_tensor(p.shape_vt);
+    Tensor gQ = local_tile(mQ(_, _, make_coord(work.head, work.batch)), select<0, 2>(TileShapeMNK{}),
+                           make_coord(work.m_block, _0{}));  // (M, d)
+    Tensor gK = local_tile(mK(_, _, make_coord(head_kv, work.batch)), select<1, 2>(TileShapeMNK{}),
+                           make_coord(_, _0{}));  // (N, d, n)
+    Tensor gVt = local_tile(mVt(_, _, make_coord(head_kv, work.batch)),
+                            Shape<Int<kHeadDim>, Int<kBlockN>>{}, make_coord(_0{}, _));  // (d, N, n)
+
+    auto [tQgQ, tQsQ] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                      group_modes<0, 2>(gQ));
+    auto [tKgK, tKsK] = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                      group_modes<0, 2>(gK));
+    auto [tVgV, tVsV] = tma_partition(p.tma_vt, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt),
+                                      group_modes<0, 2>(gVt));
+
+    pipeline_q.producer_acquire(q_write);
+    copy(p.tma_q.with(*pipeline_q.producer_get_barrier(q_write), 0), tQgQ, tQsQ);
+    ++q_write;
+
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (int n = n_max - 1; n >= n_min; --n) {
+      if constexpr (Hooks::kWaitsForKV) Hooks::wait_kv(hooks, work.batch, head_kv, n);
+      pipeline_k.producer_acquire(kv_write);
+      copy(p.tma_k.with(*pipeline_k.producer_get_barrier(kv_write), 0), tKgK(_, n),
+           tKsK(_, kv_write.index()));
+      pipeline_v.producer_acquire(kv_write);
+      copy(p.tma_vt.with(*pipeline_v.producer_get_barrier(kv_write), 0), tVgV(_, n),
+           tVsV(_, kv_write.index()));
+      ++kv_write;
+    }
+  }
+
+  // Consumer: the 256 threads of the two consumer warpgroups run this per work tile and
+  // return with the unnormalised O in acc_o (softmax.finalize normalises it).
+  template <class AccO, class Softmax>
+  CUTLASS_DEVICE void mma(Params const& p, PipelineQ& pipeline_q, PipelineKV& pipeline_k,
+                          PipelineKV& pipeline_v, StateQ& q_read, StateKV& kv_read,
+                          TensorStorage& smem, WorkTile const& work, int mma_thread_idx,
+                          AccO& acc_o, Softmax& softmax) {
+    using namespace cute;
+    int n_min, n_max;
+    n_block_range(p, work.m_block, n_min, n_max);
+
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), SmemLayoutK{});
+    Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), SmemLayoutVt{});
+
+    TiledMmaQK tiled_mma_qk;
+    TiledMmaPV tiled_mma_pv;
+    auto thr_mma_qk = tiled_mma_qk.get_thread_slice(mma_thread_idx);
+    auto thr_mma_pv = tiled_mma_pv.get_thread_slice(mma_thread_idx);
+    Tensor tSrQ = thr_mma_qk.make_fragment_A(thr_mma_qk.partition_A(sQ));   // (MMA, M, K)
+    Tensor tSrK = thr_mma_qk.make_fragment_B(thr_mma_qk.partition_B(sK));   // (MMA, N, K, stage)
+    Tensor tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt)); // (MMA, d, N, stage)
+
+    // Coordinates (row in tile, column in block) of each accumulator value, for masking.
+    Tensor cS = make_identity_tensor(select<0, 1>(TileShapeMNK{}));
+    Tensor tScS = rowcol_view(thr_mma_qk.partition_C(cS));
+
+    clear(acc_o);
+    Tensor acc_o_rc = rowcol_view(acc_o);
+
+    pipeline_q.consumer_wait(q_read);
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (int n = n_max - 1; n >= n_min; --n) {
+      Tensor acc_s = partition_fragment_C(tiled_mma_qk, select<0, 1>(TileShapeMNK{}));
+      pipeline_k.consumer_wait(kv_read);
+      warpgroup_fence_operand(acc_s);
+      warpgroup_arrive();
+      tiled_mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTLASS_PRAGMA_UNROLL
+      for (int kb = 0; kb < size<2>(tSrQ); ++kb) {
+        cute::gemm(tiled_mma_qk, tSrQ(_, _, kb), tSrK(_, _, kb, kv_read.index()), acc_s);
+        tiled_mma_qk.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_s);
+      pipeline_k.consumer_release(kv_read);
+
+      Tensor s_rc = rowcol_view(acc_s);
+      const int col0 = n * kBlockN;
+      const bool ragged = col0 + kBlockN > p.seq_kv;
+      bool diagonal = false;
+      if constexpr (kCausal) {
+        diagonal = col0 + kBlockN - 1 > work.m_block * kBlockM + p.seq_kv - p.seq_q;
+      }
+      if (ragged || diagonal) {
+        const int shift = work.m_block * kBlockM + p.seq_kv - p.seq_q;  // row i sees col <= i + shift
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < size<0>(s_rc); ++r) {
+          const int row = get<0>(tScS(r, 0));
+          CUTLASS_PRAGMA_UNROLL
+          for (int c = 0; c < size<1>(s_rc); ++c) {
+            const int col = col0 + get<1>(tScS(r, c));
+            bool masked = col >= p.seq_kv;
+            if constexpr (kCausal) masked = masked || col > row + shift;
+            if (masked) s_rc(r, c) = -INFINITY;
+          }
+        }
+      }
+      softmax.step(s_rc, acc_o_rc);
+
+      // P in the A-operand register layout of the PV wgmma: the accumulator's ((2,2,V),1,1)
+      // values regrouped as ((2,2,2),1,V/2) (same order in registers).
+      Tensor p_conv = make_tensor_like<Element>(acc_s);
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(acc_s); ++i) p_conv(i) = static_cast<Element>(acc_s(i));
+      Tensor tOrP = make_tensor(p_conv.data(), p_operand_layout());
+      pipeline_v.consumer_wait(kv_read);
+      warpgroup_fence_operand(acc_o);
+      warpgroup_fence_operand(tOrP);
+      warpgroup_arrive();
+      tiled_mma_pv.accumulate_ = GMMA::ScaleOut::One;
+      CUTLASS_PRAGMA_UNROLL
+      for (int kb = 0; kb < size<2>(tOrP); ++kb) {
+        cute::gemm(tiled_mma_pv, tOrP(_, _, kb), tOrVt(_, _, kb, kv_read.index()), acc_o);
+      }
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_o);
+      pipeline_v.consumer_release(kv_read);
+      ++kv_read;
+    }
+    pipeline_q.consumer_release(q_read);
+    ++q_read;
+  }
+};
+
+}  // namespace mkernel::attention

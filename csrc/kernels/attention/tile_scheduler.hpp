@@ -1,0 +1,67 @@
+// Persistent tile scheduler of the attention kernel: each CTA walks tiles
+// t = blockIdx.x, blockIdx.x + gridDim.x, ... of one linear order.
+//
+// The order groups (batch, head) pairs into L2 sections (a section's K/V fits in L2 with room,
+// so the CTAs that run at the same time share it), and walks the query blocks of a section
+// from the last to the first: under causal masking the last query blocks see the most keys,
+// so the longest tiles go first and the short ones fill the tail of the schedule (LPT).
+#pragma once
+
+#include "cutlass/cutlass.h"
+
+namespace mkernel::attention {
+
+struct WorkTile {
+  int m_block;
+  int head;
+  int batch;
+  bool valid;
+};
+
+template <bool kLongestFirst>
+struct PersistentTileScheduler {
+  struct Params {
+    int m_blocks;    // query blocks per (batch, head)
+    int heads;       // query heads
+    int bh_total;    // batch * heads
+    int section_bh;  // (batch, head) pairs per L2 section
+    int tiles;       // m_blocks * bh_total
+  };
+
+  // section_bytes_kv: K + V bytes of one (batch, head); the budget keeps a section's K/V well
+  // inside the H200's 50 MiB L2.
+  static Params make_params(int m_blocks, int heads, int batch, long long bytes_kv_per_head) {
+    constexpr long long kL2Budget = 24ll << 20;
+    Params p;
+    p.m_blocks = m_blocks;
+    p.heads = heads;
+    p.bh_total = heads * batch;
+    long long per = bytes_kv_per_head > 0 ? kL2Budget / bytes_kv_per_head : p.bh_total;
+    p.section_bh = static_cast<int>(per < 1 ? 1 : (per > p.bh_total ? p.bh_total : per));
+    p.tiles = m_blocks * p.bh_total;
+    return p;
+  }
+
+  CUTLASS_HOST_DEVICE static int grid_size(Params const& p, int sm_count) {
+    return p.tiles < sm_count ? p.tiles : sm_count;
+  }
+
+  CUTLASS_DEVICE static int first_tile() { return static_cast<int>(blockIdx.x); }
+  CUTLASS_DEVICE static int tile_stride() { return static_cast<int>(gridDim.x); }
+
+  CUTLASS_DEVICE static WorkTile get(Params const& p, int t) {
+    if (t >= p.tiles) return {0, 0, 0, false};
+    const int per_section = p.m_blocks * p.section_bh;
+    const int section = t / per_section;
+    const int r = t - section * per_section;
+    const int bh0 = section * p.section_bh;
+    const int rest = p.bh_total - bh0;
+    const int sec_bh = p.section_bh < rest ? p.section_bh : rest;
+    int m = r / sec_bh;
+    const int bh = bh0 + (r - m * sec_bh);
+    if constexpr (kLongestFirst) m = p.m_blocks - 1 - m;
+    return {m, bh % p.heads, bh / p.heads, true};
+  }
+};
+
+}  // namespace mkernel::attention

@@ -1,0 +1,89 @@
+"""The CPU reference kernel of mkernel.attention (fp32, host) against a direct float64
+softmax; the op's schema, fake kernel and autograd (opcheck); gradients vs torch autograd."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mkernel
+
+from .reference import attention_ref
+
+SHAPES = [  # (b, s, s_kv, h, h_kv, d)
+    (1, 1, 1, 1, 1, 64),
+    (2, 17, 17, 4, 4, 64),
+    (1, 33, 70, 8, 2, 32),   # s < s_kv, GQA
+    (1, 70, 33, 6, 1, 16),   # s > s_kv (causal: leading rows see no key), MQA
+    (2, 129, 129, 2, 2, 128),
+]
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_cpu_reference_matches_float64(shape, causal) -> None:
+    b, s, s_kv, h, h_kv, d = shape
+    gen = torch.Generator().manual_seed(hash((shape, causal)) % 2**31)
+    q = torch.randn(b, s, h, d, generator=gen)
+    k = torch.randn(b, s_kv, h_kv, d, generator=gen)
+    v = torch.randn(b, s_kv, h_kv, d, generator=gen)
+    out, lse = mkernel.attention(q, k, v, causal=causal)
+    ref_out, ref_lse = attention_ref(q, k, v, causal)
+    assert out.shape == (b, s, h, d) and out.dtype == torch.float32
+    assert lse.shape == (b, h, s) and lse.dtype == torch.float32
+    assert _rel(out, ref_out) < 1e-5
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), finite)
+    assert torch.allclose(lse[finite].double(), ref_lse[finite], rtol=1e-5, atol=1e-5)
+    assert torch.all(out.double()[~finite.permute(0, 2, 1)] == 0)
+
+
+def test_cpu_reference_scale_and_dtypes() -> None:
+    gen = torch.Generator().manual_seed(7)
+    q = torch.randn(1, 9, 2, 64, generator=gen).bfloat16()
+    k = torch.randn(1, 11, 2, 64, generator=gen).bfloat16()
+    v = torch.randn(1, 11, 2, 64, generator=gen).bfloat16()
+    out, lse = mkernel.attention(q, k, v, softmax_scale=0.3)
+    ref_out, ref_lse = attention_ref(q, k, v, False, 0.3)
+    assert out.dtype == torch.bfloat16
+    assert _rel(out, ref_out) < 1e-2
+    assert torch.allclose(lse.double(), ref_lse, rtol=1e-5, atol=1e-5)
+
+
+def test_bad_inputs_name_the_argument() -> None:
+    q = torch.randn(1, 8, 4, 64)
+    with pytest.raises(RuntimeError, match="multiple of k's head count"):
+        mkernel.attention(q, torch.randn(1, 8, 3, 64), torch.randn(1, 8, 3, 64))
+    with pytest.raises(RuntimeError, match="v must have the shape of k"):
+        mkernel.attention(q, torch.randn(1, 8, 4, 64), torch.randn(1, 9, 4, 64))
+    with pytest.raises(ValueError, match="softmax_scale"):
+        mkernel.attention(q, q, q, softmax_scale=-1.0)
+
+
+def test_opcheck() -> None:
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 5, 4, 16, generator=gen, requires_grad=True)
+    k = torch.randn(1, 7, 2, 16, generator=gen, requires_grad=True)
+    v = torch.randn(1, 7, 2, 16, generator=gen, requires_grad=True)
+    torch.library.opcheck(torch.ops.mkernel.attention.default, (q, k, v, True, None))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_cpu_gradients_match_autograd(causal) -> None:
+    gen = torch.Generator().manual_seed(11)
+    shape_q, shape_kv = (2, 13, 4, 32), (2, 19, 2, 32)
+    q = torch.randn(*shape_q, generator=gen, dtype=torch.float64).float().requires_grad_()
+    k = torch.randn(*shape_kv, generator=gen, dtype=torch.float64).float().requires_grad_()
+    v = torch.randn(*shape_kv, generator=gen, dtype=torch.float64).float().requires_grad_()
+    dout = torch.randn(*shape_q, generator=gen)
+    out, _ = mkernel.attention(q, k, v, causal=causal)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+    ref, _ = attention_ref(q64, k64, v64, causal)
+    ref_grads = torch.autograd.grad(ref, (q64, k64, v64), dout.double())
+    for g, r in zip(grads, ref_grads):
+        assert _rel(g, r) < 1e-5

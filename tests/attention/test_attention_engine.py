@@ -1,0 +1,110 @@
+"""mkernel.attention's CUDA engine against a float64 reference and SDPA: ragged lengths,
+d 64/128, GQA/MQA, causal (bottom-right) and not, s != s_kv, bf16/fp16; outputs poisoned
+first; error bounded by a multiple of torch's own low-precision error on the same problem
+(FlashAttention's test criterion), plus a relative-norm bound; LSE checked; gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mkernel
+
+from .reference import attention_ref
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+CASES = [  # (b, s, s_kv, h, h_kv, d)
+    (1, 1, 1, 2, 2, 128),
+    (2, 17, 17, 4, 4, 64),
+    (1, 129, 129, 8, 2, 128),
+    (2, 1000, 1000, 4, 1, 64),
+    (1, 4097, 4097, 2, 2, 128),
+    (1, 128, 1000, 8, 2, 128),   # s < s_kv
+    (1, 1000, 300, 4, 4, 64),    # s > s_kv: causal rows < 700 see no key
+    (3, 255, 257, 6, 3, 128),
+]
+
+
+def _poison_allocator() -> None:
+    """Fill the caching allocator's free blocks with NaN so an unwritten output shows up."""
+    x = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+    x.fill_(0xFF)  # bf16/fp16/fp32 NaN bit patterns
+    del x
+
+
+def _torch_lowp(q, k, v, causal):
+    """torch's own output in q's dtype (math in low precision), bottom-right causal."""
+    ref, _ = attention_ref(q, k, v, causal, dtype=q.dtype)
+    return ref
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("case", CASES)
+def test_forward_matches_reference(case, causal, dtype) -> None:
+    b, s, s_kv, h, h_kv, d = case
+    gen = torch.Generator(device="cuda").manual_seed(hash((case, causal, str(dtype))) % 2**31)
+    q = torch.randn(b, s, h, d, device="cuda", dtype=dtype, generator=gen)
+    k = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dtype, generator=gen)
+    v = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dtype, generator=gen)
+    _poison_allocator()
+    out, lse = mkernel.attention(q, k, v, causal=causal)
+    torch.cuda.synchronize()
+    ref, ref_lse = attention_ref(q, k, v, causal)
+    lowp = _torch_lowp(q, k, v, causal)
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    assert not torch.isnan(out).any(), "unwritten or NaN output"
+    err = (out.double() - ref).abs().max().item()
+    lowp_err = (lowp.double() - ref).abs().max().item()
+    assert err <= 2 * lowp_err + 1e-3, f"max err {err} vs torch low-precision {lowp_err}"
+    rel = ((out.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    assert rel < 1e-2, f"relative error {rel}"
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), finite), "LSE -inf rows differ"
+    assert torch.allclose(lse.double()[finite], ref_lse[finite], rtol=1e-3, atol=1e-3)
+
+
+def test_output_buffers_are_reused_and_rewritten() -> None:
+    """Two calls into the same (recycled) memory: the second must overwrite the first."""
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    shape = (1, 300, 4, 128)
+    q1, k1, v1 = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
+    out1, lse1 = mkernel.attention(q1, k1, v1)
+    ptr = out1.data_ptr()
+    del out1, lse1
+    q2, k2, v2 = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
+    out2, _ = mkernel.attention(q2, k2, v2)
+    ref, _ = attention_ref(q2, k2, v2, False)
+    assert out2.data_ptr() == ptr
+    assert ((out2.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_matches_sdpa(causal) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(9)
+    q, k, v = (torch.randn(2, 2048, 8, 128, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
+    out, _ = mkernel.attention(q, k, v, causal=causal)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal).transpose(1, 2)
+    rel = ((out.float() - sdpa.float()).norm() / sdpa.float().norm()).item()
+    assert rel < 1e-2
+
+
+@pytest.mark.parametrize("case", [(1, 129, 129, 4, 4, 128, False), (2, 200, 333, 8, 2, 64, True),
+                                  (1, 1000, 1000, 4, 1, 128, True)])
+def test_gradients_match_autograd(case) -> None:
+    b, s, s_kv, h, h_kv, d, causal = case
+    gen = torch.Generator(device="cuda").manual_seed(13)
+    q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
+    k = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
+    v = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
+    dout = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    out, _ = mkernel.attention(q, k, v, causal=causal)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    q32, k32, v32 = (x.detach().float().requires_grad_() for x in (q, k, v))
+    ref, _ = attention_ref(q32, k32, v32, causal, dtype=torch.float32)
+    ref_grads = torch.autograd.grad(ref, (q32, k32, v32), dout.float())
+    for name, g, r in zip("qkv", grads, ref_grads):
+        rel = ((g.float() - r).norm() / r.norm()).item()
+        assert rel < 2e-2, f"d{name} relative error {rel}"
