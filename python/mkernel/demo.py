@@ -10,8 +10,8 @@ rank's inputs; rank 0 prints a table of relative error and time.
 
 Each op runs on every backend of the machine: the CPU (the host reference
 kernels, present everywhere) and, where GPUs are, CUDA. An op whose kernel is not
-built for a backend (it raises NotImplementedError, e.g. the fused CUDA kernels
-at world size > 1 before issue 12 lands) is SKIPPED and listed with the reason;
+built for a backend (it raises NotImplementedError) is SKIPPED and listed with
+the reason;
 it never counts as ok. The demo exits non-zero when any op that ran errs or
 exceeds its error bound, when nothing ran at all, and, with ``--require-all``,
 when any op was skipped.

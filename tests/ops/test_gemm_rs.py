@@ -89,14 +89,13 @@ def test_cpu_needs_an_open_group(ops, dtype):
 
 
 @requires_cuda
-@pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                   reason="gemm_rs CUDA kernel at W>1 not landed (issue 12)")
-def test_cuda_world_two(ops):
-    """Flips to a failure the day the kernel lands (the stand-in group is no open session):
-    then rewrite it as a real check against a reference across ranks (tests/host's pattern)."""
+def test_cuda_needs_an_open_group(ops):
+    """At world size > 1 the CUDA kernel runs over the group's symmetric memory (tests/gpu runs
+    it across ranks against a reference); a handle that is no open group is a clear error."""
     x = torch.randn(8, 64, dtype=torch.bfloat16, device="cuda")
     w = torch.randn(32, 64, dtype=torch.bfloat16, device="cuda")
-    ops.gemm_rs(x, w, group=group(2))
+    with pytest.raises((ValueError, RuntimeError), match=NEEDS_GROUP):
+        ops.gemm_rs(x, w, group=group(2, handle=NO_SESSION))
 
 
 BAD_INPUTS = linear_bad_inputs("gemm_rs", "[M, k]", "[N, k]", "k") + [

@@ -10,10 +10,11 @@ nothing. Here each check calls a real kernel:
 * ``test_faketensor``: the Meta kernel's output shapes, strides and dtypes equal the real one's;
 * ``test_aot_dispatch_dynamic``: the op under AOTAutograd with dynamic shapes gives the eager
   output;
-* ``test_autograd_registration`` (inputs that require grad, run separately): the op has a kernel
-  at an Autograd key, so a backward through it never silently yields no gradient. The GEMM engine
-  ops register torch's NotImplemented fallback (csrc/autograd_not_implemented.cpp); the fused ops
-  get their backward with their kernels, and fail this check until then (strict xfail).
+* ``test_autograd_registration`` (inputs that require grad): the op has a kernel at an Autograd
+  key, so a backward through it never silently yields no gradient. The fused linear ops register
+  their backward (python/mkernel/autograd.py; with grad inputs ``test_aot_dispatch_dynamic`` also
+  compares gradients); the GEMM engine ops register torch's NotImplemented fallback
+  (csrc/autograd_not_implemented.cpp): their backward raises.
 """
 
 from __future__ import annotations
@@ -84,12 +85,11 @@ def test_linear_ops_cpu_world_one(name, m, k, n, dtype):
 
 
 @pytest.mark.parametrize("name", LINEAR_OPS)
-@pytest.mark.xfail(strict=True, raises=OpCheckError,
-                   reason="no Autograd kernel for the fused linear ops yet: their backward lands "
-                          "with the kernels (issue 12, item 5)")
-def test_linear_ops_autograd_registration(name):
+def test_linear_ops_with_gradients_cpu_world_one(name):
+    """Inputs that require grad, every check: the op has an Autograd kernel
+    (python/mkernel/autograd.py), and its backward under AOTAutograd gives eager's gradients."""
     op = getattr(torch.ops.mkernel, name).default
-    opcheck(op, linear_args(name, 9, 16, 24, torch.float32, grad=True), test_utils=AUTOGRAD_UTILS)
+    opcheck(op, linear_args(name, 9, 16, 24, torch.float32, grad=True))
 
 
 def engine_cases(device: str, dtype):
@@ -139,7 +139,6 @@ import sys
 sys.path.insert(0, {str(ROOT)!r})
 import torch, torch.distributed as dist
 from torch.library import opcheck
-from torch.testing._internal.optests.generate_tests import OpCheckError
 import mkernel
 torch.set_num_threads(1)
 dist.init_process_group("gloo")
@@ -157,6 +156,13 @@ for dtype in (torch.float32, torch.bfloat16):
         opcheck(getattr(torch.ops.mkernel, name).default, args,
                 test_utils={FORWARD_UTILS!r})
         print("CHECKED", name, dtype, flush=True)
+    # with gradients (fp32): the backward is a collective too (ag_gemm's dgrad a reduce-scatter)
+    if dtype == torch.float32:
+        for name, args in (("ag_gemm", (x.requires_grad_(), w.requires_grad_(), ctx.handle, ctx.world_size, True)),
+                           ("gemm_rs", (x, wk.requires_grad_(), ctx.handle, ctx.world_size)),
+                           ("gemm_ar", (x, wk, ctx.handle, ctx.world_size))):
+            opcheck(getattr(torch.ops.mkernel, name).default, args)
+            print("CHECKED-GRAD", name, flush=True)
 ctx.barrier()
 mkernel.shutdown()
 dist.destroy_process_group()
@@ -167,11 +173,13 @@ print("OK", rank, flush=True)
 @pytest.mark.multiproc
 def test_linear_ops_cpu_world_two():
     """Every check calls the op on both ranks in the same order, so each real call is a real
-    two-rank collective through the host data path."""
+    two-rank collective through the host data path (with fp32 inputs that require grad, the
+    backward's collectives too)."""
     res = run_ranks(RANK_OPCHECK, 2, nodes=1, timeout=240, fork=True)
     for r in res:
         assert r.returncode == 0, f"rank {r.rank}: rc={r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
-        assert f"OK {r.rank}" in r.stdout and r.stdout.count("CHECKED") == 8, r.stdout[-2000:]
+        assert f"OK {r.rank}" in r.stdout, r.stdout[-2000:]
+        assert r.stdout.count("CHECKED ") == 8 and r.stdout.count("CHECKED-GRAD") == 3, r.stdout[-2000:]
 
 
 # --- CUDA: the GEMM engine ---------------------------------------------------------------------
