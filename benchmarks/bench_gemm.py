@@ -7,8 +7,12 @@ best three measured *interleaved* with cuBLAS — each iteration times every
 candidate in rotating order — over several rounds, so clock drift on a shared
 machine reaches both sides alike. Writes JSON under results/.
 
-    python benchmarks/bench_gemm.py [--quick] [--rounds R]
+    python benchmarks/bench_gemm.py [--quick] [--rounds R] [--shapes MxNxK,...|heldout] [--no-sweep]
     python benchmarks/bench_gemm.py --decode [--dtypes bf16,fp16]
+
+Also recorded per shape: the autotune's first-call cost (``autotune_first_call_s``: wall time
+of the first ``gemm_plan`` of the shape, which tunes it as a first ``gemm`` call would, GPU
+synchronized before and after) and the cached lookup after it (``plan_cached_call_s``).
 
 ``--decode``: the small-M set (issue 12 item 3): M in DECODE_M against 8192x8192 weights and
 Llama-70B TP=8 decode weights (DECODE_NK), bf16 and fp16. Per case cuBLAS is timed two ways
@@ -23,6 +27,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 
 import torch
 
@@ -36,6 +41,10 @@ SHAPES = [  # (M, N, K)
     (8192, 8192, 8192), (8192, 7168, 8192), (16384, 7168, 8192), (8192, 8192, 3584),
     (4096, 3584, 8192), (1024, 8192, 3584), (128, 8192, 3584), (3000, 8192, 3584),  # last: ragged M
 ]
+# The held-out check of 2026-12-01 (issue 10): the large shapes where the engine was slower than
+# cuBLAS, and 8192x8192 weights at decode/prefill row counts.
+HELDOUT = [(8192, 7168, 8192), (16384, 7168, 8192), (1, 8192, 8192), (16, 8192, 8192),
+           (64, 8192, 8192), (128, 8192, 8192), (333, 8192, 8192)]
 HOOKED = ("coop_128x256_c2x1", "coop_128x128_c2x1", "coop_128x256_c1x2", "coop_256x128_c2x1",
           "coop_256x128_c1x2", "ping_128x128_c1x2")
 
@@ -243,7 +252,10 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--shapes", default="", help="MxNxK,... (default: all of issue #4's shapes)")
+    ap.add_argument("--shapes", default="",
+                    help="MxNxK,... or 'heldout' (default: all of issue #4's shapes)")
+    ap.add_argument("--no-sweep", action="store_true",
+                    help="time only auto against cuBLAS (no config sweep, no finalists)")
     ap.add_argument("--decode", action="store_true", help="the small-M set (DECODE_NK x DECODE_M)")
     ap.add_argument("--dtypes", default="bf16,fp16", help="--decode: bf16,fp16")
     ap.add_argument("--ms", default="", help="--decode: M values (default DECODE_M)")
@@ -254,19 +266,32 @@ def main() -> int:
         if args.iters == 20 and args.quick:
             args.iters = 8
         return run_decode(args)
-    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
+    if args.shapes == "heldout":
+        shapes = HELDOUT
+    else:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     iters = 8 if args.quick else args.iters
     dtype = torch.bfloat16
     rows = []
     for m, n, k in shapes:
         sets = input_sets(m, n, k, dtype)
         flops = 2.0 * m * n * k
-        # The plan "auto" runs (the first query of a shape tunes it, as a first call would).
-        res = {"m": m, "n": n, "k": k, "plan": mkernel.gemm_plan(*sets[0]), "sweep": {}}
+        # The plan "auto" runs (the first query of a shape tunes it, as a first call would):
+        # its wall time is the autotune's first-call cost for this shape.
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        plan = mkernel.gemm_plan(*sets[0])
+        torch.cuda.synchronize()
+        first_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        mkernel.gemm_plan(*sets[0])
+        cached_s = time.perf_counter() - t0
+        res = {"m": m, "n": n, "k": k, "plan": plan, "autotune_first_call_s": first_s,
+               "plan_cached_call_s": cached_s, "sweep": {}}
         # Short kernels are timed in batches of calls (see interleaved_ms): one call per
         # sample would time the host's launch path, not the GPU.
         sweep_reps = max(1, min(20, int(0.3 / (flops / 600e12 * 1e3))))
-        for name in candidates(m, n, k):
+        for name in ([] if args.no_sweep else candidates(m, n, k)):
             try:
                 t = interleaved_ms({name: [runner(name, a, b) for a, b in sets]}, warmup=2, iters=6,
                                    reps=sweep_reps)[name]
@@ -277,7 +302,7 @@ def main() -> int:
         ok = {c: v for c, v in res["sweep"].items() if "median_ms" in v and c != "auto"}
         finalists = sorted(ok, key=lambda c: ok[c]["median_ms"])[:3]
         cands = {"cublas": [lambda a=a, b=b: torch.matmul(a, b.T) for a, b in sets]}
-        for c in ["auto", "auto-pdl"] + finalists:
+        for c in ["auto"] + ([] if args.no_sweep else ["auto-pdl"]) + finalists:
             cands[c] = [runner(c, a, b) for a, b in sets]
         # Kernels under ~0.3 ms: time batches of calls (the host runs ahead, as in a step);
         # both figures are kept: "final" (batched) and "single_call" (one call per sample).
@@ -304,9 +329,10 @@ def main() -> int:
         res["best"], res["best_ratio"] = best, final[best]["ratio_vs_cublas"]
         res["auto_ratio"] = final["auto"]["ratio_vs_cublas"]
         rows.append(res)
+        pdl = f"with PDL {final['auto-pdl']['ratio_vs_cublas']:.3f}x, " if "auto-pdl" in final else ""
         print(f"{m:>6}x{n:>5}x{k:>5}  cuBLAS {final['cublas']['tflops']:6.1f} TF/s  "
               f"auto [{res['plan']}] {final['auto']['tflops']:6.1f} TF/s ({res['auto_ratio']:.3f}x, "
-              f"with PDL {final['auto-pdl']['ratio_vs_cublas']:.3f}x, rounds "
+              f"{pdl}tuned in {first_s:.2f} s, rounds "
               f"{' '.join(f'{x:.3f}' for x in final['auto']['round_ratios'])})  "
               f"best {best} {res['best_ratio']:.3f}x"
               + (f"  [x{reps} batched; single call: auto {cublas_one / res_one:.3f}x]" if reps > 1 else ""),
@@ -321,6 +347,8 @@ def main() -> int:
                "timing": f"CUDA events; {args.rounds} rounds x {iters} iterations, candidates interleaved "
                          "per iteration; median of round medians; rotated input sets",
                "results": rows}
+    if args.no_sweep:
+        payload["timing"] += "; no config sweep (auto and cuBLAS only)"
     path = write_result("gemm", payload)
     print(f"wrote {path}")
     print(json.dumps({f"{r['m']}x{r['n']}x{r['k']}": sorted(
