@@ -28,7 +28,7 @@ $(VENV)/.deps-stamp: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==$(TORCH_VERSION) pybindgen==0.22.1 nvidia-cutlass==4.2.0.0 pytest==9.2.0 pytest-timeout==2.4.0 \
-	    numpy setuptools wheel ninja
+	    numpy setuptools wheel ninja matplotlib==3.11.2
 	touch $@
 venv: $(VENV)/.deps-stamp
 
@@ -142,8 +142,10 @@ SCRIPT ?= -m mkernel.demo --worker
 launch: install
 	$(PY) -m mkernel launch --world $(WORLD) --nodes $(NODES) $(if $(filter 1,$(MPS)),--mps) $(SCRIPT) $(ARGS)
 
+# Every benchmarks/bench_*.py on the GPU (none without one: it says so and exits 0), then a
+# markdown table and a PNG plot beside each JSON it wrote (benchmarks/report.py).
 bench: install
-	$(PY) -m mkernel doctor
+	$(PY) benchmarks/run.py
 
 fmt:
 	gofmt -w gocore

@@ -6,7 +6,12 @@ chosen so every problem has ~16k query rows per head set (b = 16384 / S): the GP
 TFLOP/s counts 4·b·h·S·S_kv·d (halved for causal), as FlashAttention's benchmarks do.
 Writes JSON under results/ (device, commit, shapes, medians, TFLOP/s, ratio to cuDNN).
 
-    python benchmarks/bench_attention.py [--quick] [--iters N]
+    python benchmarks/bench_attention.py [--quick] [--iters N] [--backward]
+
+--backward times forward + backward instead (loss = (out * dout).sum(), grads of q, k, v):
+mkernel.attention's backward is torch's FA2 backward kernel fed with the engine's out/lse
+(the first step the issue allows), against SDPA flash and cuDNN forward + backward; FLOPs
+3.5x the forward's (backward = 2.5x, FlashAttention's convention).
 """
 
 from __future__ import annotations
@@ -44,11 +49,62 @@ def sdpa_fn(backend, q, k, v, causal):
     return run
 
 
+def fwd_bwd_fn(kind, q, k, v, dout, causal):
+    """One training step of attention: forward, then the gradients of q, k, v."""
+    def run():
+        if kind == "mkernel":
+            out, _ = mkernel.attention(q, k, v, causal=causal)
+        else:
+            backend = SDPBackend.CUDNN_ATTENTION if kind == "cudnn" else SDPBackend.FLASH_ATTENTION
+            with sdpa_kernel(backend):
+                out = sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                           is_causal=causal).transpose(1, 2)
+        return torch.autograd.grad(out, (q, k, v), dout)
+    return run
+
+
+def main_backward(args) -> None:
+    rows = []
+    for s in ((8192,) if args.quick else (4096, 8192)):
+        b = max(1, TOKENS // s)
+        d = 128
+        sets = []
+        for _ in range(2):
+            q, k, v = (torch.randn(b, s, HEADS, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                       for _ in range(3))
+            sets.append((q, k, v, torch.randn(b, s, HEADS, d, device="cuda", dtype=torch.bfloat16)))
+        for causal in (False, True):
+            cands = {kind: [fwd_bwd_fn(kind, q, k, v, g, causal) for q, k, v, g in sets]
+                     for kind in ("mkernel", "cudnn", "flash")}
+            times = interleaved_ms(cands, warmup=3, iters=args.iters)
+            f = 3.5 * flops(b, HEADS, s, s, d, causal)
+            row = {"b": b, "s": s, "s_kv": s, "h": HEADS, "h_kv": HEADS, "d": d, "causal": causal,
+                   "dtype": "bf16", "what": "forward+backward"}
+            for name, t in times.items():
+                row[f"{name}_ms"] = t["median_ms"]
+                row[f"{name}_tflops"] = f / (t["median_ms"] * 1e-3) / 1e12
+            row["ratio_vs_cudnn"] = row["cudnn_ms"] / row["mkernel_ms"]
+            row["ratio_vs_flash"] = row["flash_ms"] / row["mkernel_ms"]
+            rows.append(row)
+            print(f"fwd+bwd d={d} S={s:5d} b={b:2d} causal={int(causal)}  mkernel {row['mkernel_tflops']:6.1f}  "
+                  f"cudnn {row['cudnn_tflops']:6.1f}  flash {row['flash_tflops']:6.1f} TF/s  "
+                  f"x{row['ratio_vs_cudnn']:.3f} cuDNN  x{row['ratio_vs_flash']:.3f} FA2", flush=True)
+        del sets
+    payload = {"bench": "attention_fwd_bwd", "device": device_info(), "commit": commit(),
+               "method": f"interleaved CUDA events, 3 warm-up, median of {args.iters}, 2 rotated input sets",
+               "rows": rows}
+    print(write_result("attention_bwd", payload))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="S=8192, d=128 only")
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--backward", action="store_true", help="forward + backward")
     args = ap.parse_args()
+    if args.backward:
+        main_backward(args)
+        return
     rows = []
     for d in (HEAD_DIMS[:1] if args.quick else HEAD_DIMS):
         for s in ((8192,) if args.quick else SEQS):
@@ -57,10 +113,14 @@ def main() -> None:
                     for _ in range(3)]
             for causal in (False, True):
                 cands = {
-                    "mkernel": [lambda q=q, k=k, v=v: mkernel.attention(q, k, v, causal=causal) for q, k, v in sets],
+                    "mkernel": [lambda q=q, k=k, v=v, c=causal: mkernel.attention(q, k, v, causal=c) for q, k, v in sets],
                     "cudnn": [sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal) for q, k, v in sets],
                     "flash": [sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal) for q, k, v in sets],
                 }
+                if not causal:  # the opt-in tiles (FA3's), until one is the default
+                    bm, bn = (128, 160) if d == 128 else (192, 128)
+                    cands["mkernel_alt"] = [lambda q=q, k=k, v=v, bm=bm, bn=bn: mkernel.attention(q, k, v, block_m=bm, block_n=bn)
+                                            for q, k, v in sets]
                 times = interleaved_ms(cands, warmup=5, iters=args.iters)
                 f = flops(b, HEADS, s, s, d, causal)
                 row = {"b": b, "s": s, "s_kv": s, "h": HEADS, "h_kv": HEADS, "d": d, "causal": causal,
@@ -71,7 +131,10 @@ def main() -> None:
                 row["ratio_vs_cudnn"] = row["cudnn_ms"] / row["mkernel_ms"]
                 row["ratio_vs_flash"] = row["flash_ms"] / row["mkernel_ms"]
                 rows.append(row)
-                print(f"d={d} S={s:5d} b={b:2d} causal={int(causal)}  mkernel {row['mkernel_tflops']:6.1f}  "
+                if "mkernel_alt_ms" in row:
+                    row["alt_tile"] = f"{bm}x{bn}"
+                extra = f"  {row['alt_tile']} {row['mkernel_alt_tflops']:6.1f}" if "mkernel_alt_ms" in row else ""
+                print(f"d={d} S={s:5d} b={b:2d} causal={int(causal)}  mkernel {row['mkernel_tflops']:6.1f}{extra}  "
                       f"cudnn {row['cudnn_tflops']:6.1f}  flash {row['flash_tflops']:6.1f} TF/s  "
                       f"x{row['ratio_vs_cudnn']:.3f} cuDNN  x{row['ratio_vs_flash']:.3f} FA2", flush=True)
             del sets

@@ -15,16 +15,22 @@ over two sets. Rank 0 writes JSON to benchmarks/results/fused_<gpu>_<time>.json.
 
     python benchmarks/bench_fused.py --world 2 [--quick]
 
-(launches the ranks itself through tests/launch.py; MPS must be running.)
+(launches the ranks itself through tests/launch.py, under the MPS daemon named by
+CUDA_MPS_PIPE_DIRECTORY or one it starts and stops itself.)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,6 +151,33 @@ def rank_main() -> None:
     dist.destroy_process_group()
 
 
+@contextlib.contextmanager
+def mps_daemon():
+    """The environment of an MPS client: a running daemon's, or one started for this run."""
+    running = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
+    if running and Path(running, "control").exists():
+        yield {}
+        return
+    control = shutil.which("nvidia-cuda-mps-control")
+    if control is None:
+        raise SystemExit("bench_fused: needs MPS (nvidia-cuda-mps-control not found)")
+    base = tempfile.mkdtemp(prefix="mkernel-mps-")
+    env = {"CUDA_MPS_PIPE_DIRECTORY": f"{base}/pipe", "CUDA_MPS_LOG_DIRECTORY": f"{base}/log"}
+    for d in env.values():
+        os.makedirs(d, exist_ok=True)
+    full = dict(os.environ, **env)
+    subprocess.run([control, "-d"], env=full, check=True, timeout=30)
+    for _ in range(100):
+        if Path(env["CUDA_MPS_PIPE_DIRECTORY"], "control").exists():
+            break
+        time.sleep(0.05)
+    try:
+        yield env
+    finally:
+        subprocess.run([control], input="quit\n", env=full, text=True, timeout=60)
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--world", type=int, default=2)
@@ -155,9 +188,10 @@ def main() -> None:
     from tests.launch import run_ranks
 
     env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(100 // args.world),
-           "BENCH_QUICK": "1" if args.quick else "0", "MKERNEL_BENCH_RANK": "1"}
+           "BENCH_QUICK": "1" if args.quick else "0", "NCCL_NVLS_ENABLE": "0"}
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
-    results = run_ranks(code, args.world, timeout=args.timeout, env=env)
+    with mps_daemon() as mps_env:
+        results = run_ranks(code, args.world, timeout=args.timeout, env=dict(env, **mps_env))
     for r in results:
         if r.returncode != 0 or r.rank == 0:
             sys.stdout.write(r.stdout[-6000:])

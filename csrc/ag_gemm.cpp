@@ -167,7 +167,7 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   // the first tiles start early. Wider if the flags would not fit the op's flag slots.
   int64_t chunk_rows = 128;
   while (chunk_rows > 1 && chunk_rows * row_bytes > (128 << 10)) chunk_rows /= 2;
-  const int64_t flag_room = comm::kFlagWords - comm::FlagSlot::kOpSlotBase;
+  const int64_t flag_room = comm::kFlagWords - comm::FlagSlot::kOpSlotBase - 1;  // - the counter
   while (world * ((m + chunk_rows - 1) / chunk_rows) > flag_room) chunk_rows *= 2;
   hp.chunk_rows = static_cast<int32_t>(chunk_rows);
   hp.chunks = static_cast<int32_t>((m + chunk_rows - 1) / chunk_rows);

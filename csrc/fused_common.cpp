@@ -97,8 +97,8 @@ void launch(const char* op, const gemm::Problem& p, gemm::ConfigId config, const
 }
 
 bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, const at::Tensor& x,
-                 const at::Tensor& w, int64_t row0, int64_t rows, const at::Tensor& out,
-                 const std::vector<int>& order, int64_t rank_rows, const char** why) {
+                 const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
+                 const std::vector<int>& order, const char** why) {
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
   if (n == 0 || k == 0 || k % 8 != 0 || n % 8 != 0) {
     *why = "N and K must be positive multiples of 8 for the fused kernel";
@@ -108,33 +108,40 @@ bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, cons
                                                     static_cast<int>(k), device_sms());
   const gemm::TileCounts tc = gemm::tile_counts(config, static_cast<int>(m), static_cast<int>(n));
   const int64_t tiles = static_cast<int64_t>(tc.tiles_m) * tc.tiles_n;
-  if (tiles > comm::kFlagWords - comm::FlagSlot::kOpSlotBase) {
+  if ((layout.two_shot ? 2 : 1) * tiles > comm::kFlagWords - comm::FlagSlot::kOpSlotBase - 1) {
     *why = "more output tiles than the group's flag slots";
     return false;
   }
   if (m == 0) return true;  // nothing to compute or reduce on any rank
-  const uint64_t bytes = static_cast<uint64_t>(m * n) * x.element_size();
-  sg.ensure(op, bytes);
+  // The partial [M, N], then (two-shot) the reduced copy, 256-byte aligned.
+  const uint64_t partial = (static_cast<uint64_t>(m * n) * x.element_size() + 255) / 256 * 256;
+  sg.ensure(op, layout.two_shot ? 2 * partial : partial);
   const comm::GroupDevice& g = sg.device_view();
   fused::FusedParams hp;
   hp.group = g;
   hp.mode = fused::kModeReduce;
   hp.op = wait_op;
-  hp.signature = comm::call_signature(wait_op, {m, k, n, static_cast<int64_t>(x.scalar_type())});
+  hp.signature = comm::call_signature(
+      wait_op, {m, k, n, static_cast<int64_t>(x.scalar_type()), layout.two_shot ? 1 : 0});
   hp.flag_base = comm::FlagSlot::kOpSlotBase;
   hp.m = static_cast<int32_t>(m);
   hp.n = static_cast<int32_t>(n);
   hp.block_m = tc.block_m;
   hp.block_n = tc.block_n;
   hp.tiles_n = tc.tiles_n;
-  hp.reduce_row0 = static_cast<int32_t>(row0);
-  hp.reduce_rows = static_cast<int32_t>(rows);
+  hp.reduce_row0 = static_cast<int32_t>(layout.row0);
+  hp.reduce_rows = static_cast<int32_t>(layout.rows);
   hp.out = out.data_ptr();
+  hp.out_row0 = static_cast<int32_t>(layout.out_row0);
+  hp.two_shot = layout.two_shot ? 1 : 0;
+  hp.rows_per_rank = static_cast<int32_t>(layout.rows_per_rank);
+  hp.reduced_offset = static_cast<int64_t>(partial);
+  hp.reduced_flag_base = hp.flag_base + static_cast<uint32_t>(tiles);
   hp.bf16 = x.scalar_type() == at::kBFloat16 ? 1 : 0;
   TORCH_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0, op,
               ": internal: the output is not 16-byte aligned");
   const gemm::Problem p = problem(op, x.data_ptr(), w, g.data[g.rank], m, n, k);
-  launch(op, p, config, x, hp, order, rank_rows);
+  launch(op, p, config, x, hp, order, layout.rows_per_rank);
   return true;
 }
 

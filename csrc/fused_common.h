@@ -28,12 +28,19 @@ void launch(const char* op, const gemm::Problem& p, gemm::ConfigId config, const
 
 // gemm_rs / gemm_ar on one node (kModeReduce): the GEMM x · wᵀ [M, N] into this rank's
 // symmetric data region, its tiles (by owner priority `order`, rank_rows rows per owner) flagged
-// as stored; the REDUCE role sums rows [row0, row0 + rows) over the ranks into `out`
-// ([rows, N], fresh). Returns false (nothing launched, the same on every rank: it reads shapes
-// only) when the fused kernel cannot take the shape; `why` says why.
+// as stored; the REDUCE role sums rows [row0, row0 + rows) over the ranks into `out` (fresh,
+// its first row is row out_row0 of the product). two_shot (gemm_ar): rows_per_rank rows per
+// owner, each rank reduces its block and copies the others' reduced blocks into out. Returns
+// false (nothing launched, the same on every rank: it reads shapes only) when the fused kernel
+// cannot take the shape; `why` says why.
+struct ReduceLayout {
+  int64_t row0 = 0, rows = 0, out_row0 = 0;
+  bool two_shot = false;
+  int64_t rows_per_rank = 0;
+};
 bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, const at::Tensor& x,
-                 const at::Tensor& w, int64_t row0, int64_t rows, const at::Tensor& out,
-                 const std::vector<int>& order, int64_t rank_rows, const char** why);
+                 const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
+                 const std::vector<int>& order, const char** why);
 
 // The substrate's collective `name` (mkernel::all_gather / reduce_scatter / all_reduce:
 // Tensor(Tensor x, int group, int world_size)); raises naming `op` when it is not registered.

@@ -113,8 +113,10 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     at::Tensor out = at::empty({rows, w.size(0)}, x.options());
     std::vector<int> order(world);
     for (int q = 0; q < world; ++q) order[q] = static_cast<int>((q - rank - 1 + world) % world);
-    if (fused_glue::reduce_call(kOp, comm::kOpGemmRs, sg, x, w, rank * rows, rows, out, order,
-                                rows, &why)) {
+    fused_glue::ReduceLayout layout;
+    layout.row0 = layout.out_row0 = rank * rows;
+    layout.rows = layout.rows_per_rank = rows;
+    if (fused_glue::reduce_call(kOp, comm::kOpGemmRs, sg, x, w, layout, out, order, &why)) {
       return out;
     }
   }

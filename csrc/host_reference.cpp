@@ -60,6 +60,20 @@ const char* op_name(uint16_t op) {
       return "mkernel.gemm_rs";
     case OpKind::kGemmAr:
       return "mkernel.gemm_ar";
+    case OpKind::kRingAttention:
+      return "mkernel.ring_attention";
+    case OpKind::kAllGather:
+      return "mkernel.all_gather";
+    case OpKind::kReduceScatter:
+      return "mkernel.reduce_scatter";
+    case OpKind::kAllReduce:
+      return "mkernel.all_reduce";
+    case OpKind::kMoeDispatch:
+      return "mkernel.moe_dispatch_gemm";
+    case OpKind::kMoeCombine:
+      return "mkernel.moe_combine";
+    case OpKind::kMoeScatter:
+      return "mkernel._moe_scatter";
   }
   return "an unknown op";
 }
@@ -410,9 +424,13 @@ void forget_group(int64_t handle) {
   reg.groups.erase(handle);
 }
 
-std::string dims_text(const std::array<int64_t, 4>& d) {
+std::string dims_text(OpKind op, const std::array<int64_t, 4>& d) {
   std::ostringstream os;
-  os << "x [" << d[0] << ", " << d[1] << "], w [" << d[2] << ", " << d[3] << "]";
+  if (op == OpKind::kAllGather || op == OpKind::kReduceScatter || op == OpKind::kAllReduce) {
+    os << "x of " << d[2] << " dimension(s), " << d[0] << " row(s) of " << d[1] << " element(s)";
+  } else {
+    os << "x [" << d[0] << ", " << d[1] << "], w [" << d[2] << ", " << d[3] << "]";
+  }
   return os.str();
 }
 
@@ -549,8 +567,8 @@ void Call::begin(const CallInfo& info) {
     std::array<int64_t, 4> theirs{h.dims[0], h.dims[1], h.dims[2], h.dims[3]};
     for (int i = 0; i < 4; ++i) {
       if ((info.must_match >> i & 1u) && theirs[i] != info.dims[i]) {
-        TORCH_CHECK(false, op_, ": rank ", r, " passed ", dims_text(theirs), " but rank ", rank,
-                    " passed ", dims_text(info.dims), ": ", info.names[i],
+        TORCH_CHECK(false, op_, ": rank ", r, " passed ", dims_text(info.op, theirs), " but rank ",
+                    rank, " passed ", dims_text(info.op, info.dims), ": ", info.names[i],
                     " must be the same on every rank of the group");
       }
     }

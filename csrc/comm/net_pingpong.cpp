@@ -3,7 +3,10 @@
 // and rank r ^ 1 of `group`, which must be on different (emulated) nodes. Opens a NetPath of
 // its own (collective; every rank counts as a node of its own here, so the pairs connect
 // whatever the emulated split), runs the kernel on the current stream, waits for it, drains
-// and closes the path. MKERNEL_OP_TIMEOUT (seconds, default 60) bounds every wait. Returns an int64 CPU tensor:
+// and closes the path. MKERNEL_OP_TIMEOUT (seconds, default 60) bounds every wait. regrow: run
+// the kernel, grow the path (NetPath::ensure: a collective re-creation), run it again.
+// stop_after >= 0 (fault test, on one rank): that rank's kernel stops after so many ping-pongs;
+// its peer's kernel must time out (MKERNEL_OP_TIMEOUT) and this op raise naming the rank. Returns an int64 CPU tensor:
 //   [0] 16-byte words that arrived wrong (0 = intact), [1] [2] %globaltimer at the start and end
 //   of the data phase, [3] 1 when the buffers were GPU memory registered with the NIC (0: host
 //   staging), [4] [5] the bulk phase's stamps (initiator), then per iteration i: [6 + 2i]
@@ -83,7 +86,7 @@ class MappedDiagnostic {
 };
 
 at::Tensor net_pingpong(int64_t group, int64_t iters, int64_t data_bytes, int64_t rounds, int64_t bulk_rounds,
-                       c10::string_view net) {
+                       c10::string_view net, bool regrow, int64_t stop_after) {
   TORCH_CHECK(core_bound(), kOp, ": the mkernel core is not loaded: import mkernel and call mkernel.init()");
   TORCH_CHECK_VALUE(iters >= 0 && rounds >= 0 && bulk_rounds >= 0 && data_bytes >= 0 && data_bytes % 16 == 0,
                     kOp, ": iters, rounds, bulk_rounds >= 0 and data_bytes a multiple of 16 >= 0, got ", iters,
@@ -131,17 +134,30 @@ at::Tensor net_pingpong(int64_t group, int64_t iters, int64_t data_bytes, int64_
   p.data_ns = reinterpret_cast<uint64_t*>(misc.data_ptr<int64_t>() + 1);
   p.bulk_rounds = data_bytes > 0 ? static_cast<int>(bulk_rounds) : 0;
   p.bulk_ns = reinterpret_cast<uint64_t*>(misc.data_ptr<int64_t>() + 3);
+  p.stop_after = static_cast<int>(std::max<int64_t>(-1, stop_after));
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(cfg.device).stream();
-  cudaError_t e = launch_net_pingpong(p, stream);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-  TORCH_CHECK(e == cudaSuccess, kOp, ": rank ", rank, ": the kernel failed (", cudaGetErrorString(e),
-              "): ", diag.text(), "; data path: ", path.failure().empty() ? "healthy" : path.failure(),
-              "; proxy: ", path.stats());
-  const std::string d = path.drain(timeout_ms);
-  TORCH_CHECK(d.empty(), kOp, ": rank ", rank, ": ", d);
-  // The peer's last commands to us finished too before either side closes its path.
-  check_core(api.session_barrier(s, timeout_ms), "session_barrier (closing the ping-pong path)");
+  auto run = [&] {
+    cudaError_t e = launch_net_pingpong(p, stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    TORCH_CHECK(e == cudaSuccess, kOp, ": rank ", rank, ": the kernel failed (", cudaGetErrorString(e),
+                "): ", diag.text(), "; data path: ", path.failure().empty() ? "healthy" : path.failure(),
+                "; proxy: ", path.stats());
+    const std::string d = path.drain(timeout_ms);
+    TORCH_CHECK(d.empty(), kOp, ": rank ", rank, ": ", d);
+    // The peer's last commands to us finished too before either side changes or closes its path.
+    check_core(api.session_barrier(s, timeout_ms), "session_barrier (after the ping-pong kernel)");
+  };
+  run();
+  if (regrow) {
+    // Growth re-creates the path (collective): a new FIFO, ticket counter and flags (from 0).
+    const uint64_t bigger = 2 * path.view().recv_bytes;
+    path.ensure(kOp, bigger, bigger);
+    TORCH_CHECK(path.view().send_bytes >= bigger && path.view().recv_bytes >= bigger, kOp,
+                ": ensure did not grow the path");
+    p.g.net = path.view();
+    run();  // mismatches accumulate over both runs; the stamps are the second run's
+  }
 
   at::Tensor out = at::empty({6 + 2 * iters}, at::TensorOptions().dtype(at::kLong));
   const at::Tensor m = misc.cpu();
@@ -157,7 +173,7 @@ at::Tensor net_pingpong(int64_t group, int64_t iters, int64_t data_bytes, int64_
 TORCH_LIBRARY_FRAGMENT(mkernel, m) {
   m.def(
       "_net_pingpong(int group, int iters, int data_bytes, int rounds, int bulk_rounds=0, "
-      "str net=\"loopback\") -> Tensor");
+      "str net=\"loopback\", bool regrow=False, int stop_after=-1) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mkernel, CompositeExplicitAutograd, m) { m.impl("_net_pingpong", &net_pingpong); }

@@ -23,6 +23,7 @@ _install_logging(_native.core)
 from .ops import (  # noqa: E402
     ag_gemm, attention, gemm, gemm_ar, gemm_grouped, gemm_plan, gemm_rs, moe_combine, moe_dispatch_gemm, ring_attention,
 )
+from . import _moe_registry  # noqa: E402,F401  (MoE fake kernel and autograd)
 from .ops import all_gather, all_reduce, last_wait_failure, reduce_scatter, synchronize  # noqa: E402
 from .ops import gemm_plans_file, share_gemm_plans  # noqa: E402
 from .runtime import Context, MkernelError, current_group, init, shutdown  # noqa: E402

@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--world", type=int, default=4, help="number of ranks (processes)")
     m.add_argument("--nodes", type=int, default=2, help="emulated nodes the ranks are split into")
     m.add_argument("--timeout", type=float, default=120.0)
+    m.add_argument("--require-all", action="store_true",
+                   help="fail when an op is skipped because its kernel is not built for a backend")
     sub.add_parser("launch", help="run a script as W local ranks (emulated nodes, MPS): "
                    "launch --world W [--nodes N] [--mps] script.py args...")
     sub.add_parser("version", help="print versions")
@@ -41,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "demo":
         from .demo import run_demo
 
-        return run_demo(world=args.world, nodes=args.nodes, timeout=args.timeout)
+        return run_demo(world=args.world, nodes=args.nodes, timeout=args.timeout,
+                        require_all=args.require_all)
     if args.cmd == "version":
         import torch
 

@@ -230,8 +230,11 @@ def launch(argv: list[str], world: int, nodes: int = 1, mps: bool = False, grace
             e = dict(base, **rank_env(rank, world, nodes, port, master_addr, mps))
             # Own process group: a terminal's Ctrl-C reaches the launcher only, which
             # forwards it once to every rank.
-            procs[rank] = subprocess.Popen(cmd, env=e, preexec_fn=_die_with_parent,
-                                           start_new_session=True)
+            try:
+                procs[rank] = subprocess.Popen(cmd, env=e, preexec_fn=_die_with_parent,
+                                               start_new_session=True)
+            except OSError as err:
+                raise LaunchError(f"launch: cannot start rank {rank} ({' '.join(cmd)}): {err}") from err
         running = dict(procs)
         stopping_since = None
         deadline = None if timeout is None else time.monotonic() + timeout

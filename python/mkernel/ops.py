@@ -8,7 +8,7 @@ untouched. Inputs must be row-major contiguous; nothing is copied behind your ba
 Validation, the shapes of the outputs and the fake (meta) kernels that ``torch.compile`` traces
 with live in C++ (``csrc/<op>.cpp``): one validator per op, shared by its CPU reference, CUDA and
 Meta kernels, so a bad input gets the same error eagerly, on every backend, and while tracing.
-Autograd is not registered yet.
+Autograd: the MoE ops (python/mkernel/_moe_registry.py); the others not yet.
 
 Dtypes: bf16 or fp16 on CUDA; the CPU reference path also accepts fp32. Weights follow
 :func:`torch.nn.functional.linear`: ``y = x @ w.T`` with ``w`` of shape ``[N, K]``. ``W`` below is
@@ -43,6 +43,7 @@ else:  # loaded as a lone file
 __all__ = [
     "Group",
     "MoeDispatchOutput",
+    "MoeHandle",
     "GEMM_CONFIGS",
     "ag_gemm",
     "all_gather",
@@ -62,6 +63,9 @@ __all__ = [
     "share_gemm_plans",
     "synchronize",
     "attention",
+    "attention_merge_",
+    "zigzag_shard",
+    "zigzag_unshard",
 ]
 
 
@@ -79,16 +83,38 @@ class Group(Protocol):
         ...
 
 
+class MoeHandle(NamedTuple):
+    """Where :func:`moe_dispatch_gemm` put every token: what :func:`moe_combine` needs."""
+
+    route: Tensor
+    """``[T, k]`` int64 on this (source) rank: ``(rank << 32) | row`` of each (token, choice)
+    in the destination's output, -1 where ``capacity`` dropped it."""
+    recv_counts: Tensor
+    """``[W, E_local]`` int32 on this (destination) rank: rows local expert ``e`` holds from
+    each source rank."""
+
+
 class MoeDispatchOutput(NamedTuple):
-    """What :func:`moe_dispatch_gemm` returns; pass ``handle`` on to :func:`moe_combine`."""
+    """What :func:`moe_dispatch_gemm` returns; pass ``handle`` on to :func:`moe_combine`.
+
+    The rows of local expert ``e`` are ordered by (source rank, token, choice): with
+    ``capacity == 0`` they are packed back to back (``out[offs[e-1]:offs[e]]``, the layout of
+    :func:`gemm_grouped` with ``offs`` and of ``torch._grouped_mm``); with ``capacity > 0`` they
+    are ``out[e, :counts[e]]``.
+    """
 
     out: Tensor
-    """``[E_local, capacity, F]``, x's dtype: ``x_e @ w1[e].T`` for the tokens that local expert
-    ``e`` received, in its first ``counts[e]`` rows."""
+    """``[R, F]`` (capacity 0) or ``[E_local, capacity, F]``, x's dtype: ``x_e @ w1[e].T``;
+    rows past the counts are zero on the CPU and unspecified on CUDA."""
     counts: Tensor
-    """``[E_local]`` int32: the number of tokens each local expert received."""
-    handle: Tensor
-    """``[T, k]`` int64: where each (token, choice) landed, for :func:`moe_combine`."""
+    """``[E_local]`` int32: the rows each local expert holds."""
+    offs: Tensor
+    """``[E_local]`` int32: ``cumsum(counts)``, the packed layout's row ends."""
+    handle: MoeHandle
+    """For :func:`moe_combine` (and the backward passes)."""
+    recv_x: Tensor
+    """The received token rows in ``out``'s layout with H columns when ``return_recv`` (or
+    when autograd needs them), else a 0-element tensor."""
 
 
 def _default_group() -> Group:
@@ -138,7 +164,13 @@ def ag_gemm(
         ``(out, gathered)`` where ``gathered`` is ``[W*m, K]``.
     """
     handle, world_size = _group_args("ag_gemm", group)
-    out, gathered = torch.ops.mkernel.ag_gemm.default(x, w, handle, world_size, return_gathered)
+    try:
+        out, gathered = torch.ops.mkernel.ag_gemm.default(x, w, handle, world_size, return_gathered)
+    except RuntimeError as e:  # a dead context after a trapped wait surfaces at the next call
+        err = _wait_failure_error(e)
+        if err is None:
+            raise
+        raise err from e
     return (out, gathered) if return_gathered else out
 
 
@@ -324,7 +356,13 @@ def gemm_rs(x: Tensor, w: Tensor, *, group: Group | None = None) -> Tensor:
         ``[M/W, N]`` in x's dtype: rows ``r*M/W`` to ``(r+1)*M/W`` of the summed product on rank r.
     """
     handle, world_size = _group_args("gemm_rs", group)
-    return torch.ops.mkernel.gemm_rs.default(x, w, handle, world_size)
+    try:
+        return torch.ops.mkernel.gemm_rs.default(x, w, handle, world_size)
+    except RuntimeError as e:  # a dead context after a trapped wait surfaces at the next call
+        err = _wait_failure_error(e)
+        if err is None:
+            raise
+        raise err from e
 
 
 def gemm_ar(x: Tensor, w: Tensor, *, group: Group | None = None) -> Tensor:
@@ -341,7 +379,13 @@ def gemm_ar(x: Tensor, w: Tensor, *, group: Group | None = None) -> Tensor:
         ``[M, N]`` in x's dtype, the same on every rank.
     """
     handle, world_size = _group_args("gemm_ar", group)
-    return torch.ops.mkernel.gemm_ar.default(x, w, handle, world_size)
+    try:
+        return torch.ops.mkernel.gemm_ar.default(x, w, handle, world_size)
+    except RuntimeError as e:  # a dead context after a trapped wait surfaces at the next call
+        err = _wait_failure_error(e)
+        if err is None:
+            raise
+        raise err from e
 
 
 def moe_dispatch_gemm(
@@ -350,37 +394,46 @@ def moe_dispatch_gemm(
     w1: Tensor,
     *,
     num_experts: int,
-    capacity: int,
+    capacity: int = 0,
+    return_recv: bool = False,
     group: Group | None = None,
 ) -> MoeDispatchOutput:
     """Expert-parallel MoE dispatch fused with each local expert's first GEMM.
 
-    Each token goes to the ranks holding its ``k`` chosen experts (rank ``r`` holds experts
-    ``r*E_local`` to ``(r+1)*E_local - 1``, ``E_local = num_experts / W``), and every local
-    expert ``e`` multiplies what it received by ``w1[e].T``.
+    Each token goes to the ranks holding its ``k`` chosen experts, once per rank (rank ``r``
+    holds experts ``r*E_local`` to ``(r+1)*E_local - 1``, ``E_local = num_experts / W``), and
+    every local expert ``e`` multiplies what it received by ``w1[e].T``. Differentiable in x
+    and w1 (the backward is a :func:`moe_combine`).
 
     Args:
-        x: ``[T, H]`` tokens of this rank (T may be 0).
+        x: ``[T, H]`` tokens of this rank (T may be 0, and differ between ranks).
         topk_idx: ``[T, k]`` int64 or int32 expert ids in ``[0, num_experts)``, on x's device.
         w1: ``[E_local, F, H]``, the local experts' first weights, x's dtype.
         num_experts: experts over all ranks, divisible by W.
-        capacity: token slots per local expert (>= 1).
+        capacity: 0 (default): capacity-free, every choice kept, rows packed: ``out`` is
+            ``[R, F]`` with R the rows this rank received (``T*k`` at W = 1; data dependent at
+            W > 1, an unbacked size under torch.compile). ``> 0``: ``out`` is
+            ``[E_local, capacity, F]`` (static, for CUDA graphs at W > 1); an expert's rows past
+            ``capacity`` in (source rank, token, choice) order are dropped, which
+            ``handle.route == -1`` reports on the token's rank.
+        return_recv: also return the received rows (for the weight gradient).
         group: the mkernel group; None for the default one.
 
     Returns:
-        :class:`MoeDispatchOutput` ``(out [E_local, capacity, F], counts [E_local] int32,
-        handle [T, k] int64)``.
+        :class:`MoeDispatchOutput` ``(out, counts, offs, handle, recv_x)``.
     """
     handle, world_size = _group_args("moe_dispatch_gemm", group)
-    out, counts, dispatch_handle = torch.ops.mkernel.moe_dispatch_gemm.default(
-        x, topk_idx, w1, handle, world_size, num_experts, capacity
+    need_recv = return_recv or (torch.is_grad_enabled() and w1.requires_grad)
+    out, counts, route, recv_counts, recv_x = torch.ops.mkernel.moe_dispatch_gemm.default(
+        x, topk_idx, w1, handle, world_size, num_experts, capacity, need_recv
     )
-    return MoeDispatchOutput(out, counts, dispatch_handle)
+    offs = torch.cumsum(counts, 0, dtype=torch.int32)
+    return MoeDispatchOutput(out, counts, offs, MoeHandle(route, recv_counts), recv_x)
 
 
 def moe_combine(
     y: Tensor,
-    handle: Tensor,
+    handle: MoeHandle,
     topk_weights: Tensor,
     *,
     num_tokens: int | None = None,
@@ -388,13 +441,16 @@ def moe_combine(
 ) -> Tensor:
     """The reverse of :func:`moe_dispatch_gemm`: bring the experts' outputs back and sum them.
 
-    ``out[t] = sum_j topk_weights[t, j] * y[the slot that handle[t, j] names]``.
+    ``out[t] = sum_j topk_weights[t, j] * y[the row handle.route[t, j] names]``, summed in fp32
+    over j in order and rounded once; dropped choices add nothing. Differentiable in y and
+    topk_weights (the backward of y is a dispatch).
 
     Args:
-        y: ``[E_local, capacity, H]``, the local experts' outputs.
-        handle: ``[T, k]`` int64, from the matching :func:`moe_dispatch_gemm`.
+        y: the local experts' outputs in the dispatch's layout: ``[R, H]`` (capacity 0) or
+            ``[E_local, capacity, H]``.
+        handle: from the matching :func:`moe_dispatch_gemm`.
         topk_weights: ``[T, k]`` fp32 routing weights.
-        num_tokens: T; None takes it from ``handle``.
+        num_tokens: T; None takes it from ``handle.route``.
         group: the mkernel group; None for the default one.
 
     Returns:
@@ -402,9 +458,9 @@ def moe_combine(
     """
     group_handle, world_size = _group_args("moe_combine", group)
     if num_tokens is None:
-        num_tokens = handle.shape[0]
+        num_tokens = handle.route.shape[0]
     return torch.ops.mkernel.moe_combine.default(
-        y, handle, topk_weights, group_handle, world_size, num_tokens
+        y, handle.route, handle.recv_counts, topk_weights, group_handle, world_size, num_tokens
     )
 
 
@@ -425,7 +481,8 @@ def ring_attention(
         q: ``[b, s, h, d]``, this rank's queries.
         k: ``[b, s_kv, h_kv, d]``, this rank's keys; ``h`` divisible by ``h_kv`` (GQA).
         v: ``[b, s_kv, h_kv, d]``, this rank's values.
-        causal: mask by global sequence position.
+        causal: mask by global sequence position; the shards must then be in the zigzag
+            layout (:func:`zigzag_shard`: rank r holds chunks r and 2W-1-r of 2W).
         softmax_scale: scale of ``q @ k.T``; None for ``1 / sqrt(d)``.
         group: the mkernel group; None for the default one.
 
@@ -454,14 +511,25 @@ def last_wait_failure() -> str | None:
     return text or None
 
 
+_launched_group_op = False  # a collective ran at world size > 1 in this process
+
+
 def _wait_failure_error(e: BaseException) -> BaseException | None:
-    """An :class:`mkernel.MkernelError` naming the failed wait, if a device wait failed."""
+    """An :class:`mkernel.MkernelError` explaining a CUDA failure after group ops: the failed
+    wait's record when this process has one, else (a CUDA error after a group op) that the
+    context was lost without a wait of this rank timing out. None when neither applies."""
     record = last_wait_failure()
+    cuda = str(e).splitlines()[0] if str(e) else type(e).__name__
     if record is None:
-        return None
+        if not (_launched_group_op and ("CUDA" in str(e) or type(e).__name__ == "AcceleratorError")):
+            return None
+        record = ("the CUDA context was lost after group ops, and no wait of this rank timed out: "
+                  "a kernel of another process on this GPU probably failed first (under MPS a "
+                  "fatal fault of one client ends every client of the GPU), see the other ranks' "
+                  "errors")
     from mkernel.runtime import MkernelError
 
-    return MkernelError(f"{record} (CUDA: {str(e).splitlines()[0] if str(e) else type(e).__name__})")
+    return MkernelError(f"{record} (CUDA: {cuda})")
 
 
 def synchronize(device: torch.device | int | None = None) -> None:
@@ -477,7 +545,10 @@ def synchronize(device: torch.device | int | None = None) -> None:
 
 
 def _collective(op: str, x: Tensor, group: Group | None) -> Tensor:
+    global _launched_group_op
     handle, world_size = _group_args(op, group)
+    if world_size > 1 and x.is_cuda:
+        _launched_group_op = True
     try:
         return getattr(torch.ops.mkernel, op).default(x, handle, world_size)
     except RuntimeError as e:  # a dead context after a trapped wait surfaces at the next call
@@ -537,6 +608,9 @@ def attention(
     v: Tensor,
     causal: bool = False,
     softmax_scale: float | None = None,
+    *,
+    block_m: int = 0,
+    block_n: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """The attention engine at world size 1 (FlashAttention-3-style Hopper kernel on CUDA).
 
@@ -551,12 +625,15 @@ def attention(
             FlashAttention does when ``s != s_kv``); a query that sees no key gets ``out = 0``
             and ``lse = -inf``.
         softmax_scale: scale of ``q @ k.T``; None for ``1 / sqrt(d)``.
+        block_m, block_n: the CUDA kernel's tile, query rows x keys per KV block (a tuning
+            choice that changes no result beyond rounding): 0 by shape; built: 128x128,
+            128x160 (bf16, d=128, non-causal), 192x128 (bf16, d=64, non-causal).
 
     Returns:
         ``(out [b, s, h, d]`` in q's dtype, ``lse [b, h, s]`` fp32 natural-log log-sum-exp of
         the scaled scores). Differentiable in q, k and v (see :func:`_attention_backward`).
     """
-    return torch.ops.mkernel.attention.default(q, k, v, causal, softmax_scale)
+    return torch.ops.mkernel.attention.default(q, k, v, causal, softmax_scale, block_m, block_n)
 
 
 def _attention_backward_math(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
@@ -600,11 +677,12 @@ def _attention_backward_flash(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out
     s_kv, h_kv = k.shape[1], k.shape[2]
     g = h // h_kv
     ke, ve = (k.repeat_interleave(g, dim=2), v.repeat_interleave(g, dim=2)) if g > 1 else (k, v)
-    empty = torch.empty(0, dtype=torch.int64, device=q.device)
+    # cum_seq_q/k None (an undefined tensor): the dense, not varlen, kernel; philox seed and
+    # offset are read only with dropout.
     seed = torch.zeros((), dtype=torch.int64, device=q.device)
-    dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+    dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward.default(
         dout.transpose(1, 2), q.transpose(1, 2), ke.transpose(1, 2), ve.transpose(1, 2),
-        out.transpose(1, 2), lse.contiguous(), empty, empty, s, s_kv, 0.0, causal, seed, seed,
+        out.transpose(1, 2), lse.contiguous(), None, None, s, s_kv, 0.0, causal, seed, seed,
         scale=scale)
     dq, dk, dv = dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
     if g > 1:
@@ -617,13 +695,13 @@ def _attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tens
                         causal: bool, scale: float) -> tuple[Tensor, Tensor, Tensor]:
     """Backward of :func:`attention`: torch's FA2 backward kernel on CUDA (first step; a fused
     engine backward is future work), the fp32 math backward on the CPU."""
-    if q.is_cuda and q.dtype in (torch.bfloat16, torch.float16):
+    if q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and q.shape[-1] <= 256:
         return _attention_backward_flash(dout.contiguous(), q, k, v, out, lse, causal, scale)
     return _attention_backward_math(dout, q, k, v, out, lse, causal, scale)
 
 
 def _attention_setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
-    q, k, v, causal, softmax_scale = inputs
+    q, k, v, causal, softmax_scale, _block_m, _block_n = inputs
     out, lse = output
     ctx.causal = causal
     ctx.scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
@@ -635,8 +713,48 @@ def _attention_autograd_backward(ctx, dout: Tensor, dlse: Tensor | None):  # typ
     if dout is None:
         dout = torch.zeros_like(out)
     dq, dk, dv = _attention_backward(dout, q, k, v, out, lse, ctx.causal, ctx.scale)
-    return dq, dk, dv, None, None
+    return dq, dk, dv, None, None, None, None
 
 
 torch.library.register_autograd("mkernel::attention", _attention_autograd_backward,
                                 setup_context=_attention_setup_context)
+
+
+def attention_merge_(out: Tensor, lse: Tensor, out_part: Tensor, lse_part: Tensor) -> None:
+    """Ring attention's merge step, in place, in fp32: folds the attention of the same queries
+    over another KV block into a running result.
+
+    ``lse <- log(exp(lse) + exp(lse_part))``;
+    ``out <- out * exp(lse_old - lse) + out_part * exp(lse_part - lse)``.
+
+    Args:
+        out: ``[b, s, h, d]`` float32, the running output (updated).
+        lse: ``[b, h, s]`` float32, its log-sum-exp (updated; ``-inf`` marks rows with no key yet).
+        out_part: ``[b, s, h, d]``, the partial output (bf16/fp16 on CUDA, any float on the CPU).
+        lse_part: ``[b, h, s]`` float32, the partial's log-sum-exp.
+    """
+    torch.ops.mkernel.attention_merge_.default(out, lse, out_part, lse_part)
+
+
+def zigzag_shard(x: Tensor, rank: int, world_size: int, dim: int = 1) -> Tensor:
+    """This rank's shard of a full sequence in the zigzag layout of causal ring attention.
+
+    The sequence (length ``S`` along ``dim``, ``S`` divisible by ``2 * world_size``) is cut into
+    ``2 * world_size`` chunks; rank ``r`` holds chunks ``r`` and ``2 * world_size - 1 - r``,
+    concatenated, so every rank gets the same amount of causal work.
+
+    Returns a contiguous tensor with ``S / world_size`` along ``dim``.
+    """
+    chunks = x.chunk(2 * world_size, dim=dim)
+    if len(chunks) != 2 * world_size or x.shape[dim] % (2 * world_size):
+        raise ValueError(f"mkernel.zigzag_shard: the sequence length {x.shape[dim]} must be a "
+                         f"multiple of 2 * world_size = {2 * world_size}")
+    return torch.cat([chunks[rank], chunks[2 * world_size - 1 - rank]], dim=dim).contiguous()
+
+
+def zigzag_unshard(shards: list[Tensor], dim: int = 1) -> Tensor:
+    """Inverse of :func:`zigzag_shard`: the full sequence from every rank's shard (rank order)."""
+    world = len(shards)
+    halves = [s.chunk(2, dim=dim) for s in shards]
+    order = [halves[r][0] for r in range(world)] + [halves[r][1] for r in reversed(range(world))]
+    return torch.cat(order, dim=dim)

@@ -69,7 +69,7 @@ def test_opcheck() -> None:
     q = torch.randn(1, 5, 4, 16, generator=gen, requires_grad=True)
     k = torch.randn(1, 7, 2, 16, generator=gen, requires_grad=True)
     v = torch.randn(1, 7, 2, 16, generator=gen, requires_grad=True)
-    torch.library.opcheck(torch.ops.mkernel.attention.default, (q, k, v, True, None))
+    torch.library.opcheck(torch.ops.mkernel.attention.default, (q, k, v, True, None, 0, 0))
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -87,3 +87,46 @@ def test_cpu_gradients_match_autograd(causal) -> None:
     ref_grads = torch.autograd.grad(ref, (q64, k64, v64), dout.double())
     for g, r in zip(grads, ref_grads):
         assert _rel(g, r) < 1e-5
+
+
+@pytest.mark.parametrize("split", [1, 40, 99])
+def test_merge_of_kv_blocks_equals_full_attention(split) -> None:
+    """attention(q, [k1; k2]) == merge(attention(q, k1), attention(q, k2)) (the ring step)."""
+    gen = torch.Generator().manual_seed(split)
+    q = torch.randn(2, 31, 4, 32, generator=gen)
+    k = torch.randn(2, 100, 2, 32, generator=gen)
+    v = torch.randn(2, 100, 2, 32, generator=gen)
+    out1, lse1 = mkernel.attention(q, k[:, :split].contiguous(), v[:, :split].contiguous())
+    out2, lse2 = mkernel.attention(q, k[:, split:].contiguous(), v[:, split:].contiguous())
+    acc, acc_lse = out1.clone(), lse1.clone()
+    mkernel.ops.attention_merge_(acc, acc_lse, out2, lse2)
+    ref, ref_lse = attention_ref(q, k, v, False)
+    assert _rel(acc, ref) < 1e-5
+    assert torch.allclose(acc_lse.double(), ref_lse, rtol=1e-5, atol=1e-5)
+
+
+def test_merge_into_empty_rows() -> None:
+    """A running result with lse = -inf everywhere (no block yet) takes the partial as is."""
+    gen = torch.Generator().manual_seed(1)
+    part = torch.randn(1, 5, 2, 8, generator=gen)
+    part_lse = torch.randn(1, 2, 5, generator=gen)
+    acc = torch.zeros(1, 5, 2, 8)
+    acc_lse = torch.full((1, 2, 5), float("-inf"))
+    mkernel.ops.attention_merge_(acc, acc_lse, part, part_lse)
+    assert torch.allclose(acc, part) and torch.allclose(acc_lse, part_lse)
+
+
+def test_torch_compile_fullgraph() -> None:
+    """The op traces (fake kernel) and runs under torch.compile without graph breaks."""
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 12, 4, 16, generator=gen)
+    k = torch.randn(1, 12, 2, 16, generator=gen)
+    v = torch.randn(1, 12, 2, 16, generator=gen)
+
+    def f(q, k, v):
+        out, lse = mkernel.attention(q, k, v, causal=True)
+        return out * 2, lse
+
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
+    want = f(q, k, v)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

@@ -27,7 +27,8 @@ data = 3 * (1 << 20) + 48  # ragged: the last 1 MiB command is partial
 for net in os.environ["TEST_NETS"].split(","):
     # tcp: offer GPU memory too (tcp cannot register it: exercises the fall-back to host staging)
     os.environ["MKERNEL_NET_GPU_MEMORY"] = "1" if net == "tcp" else "0"
-    out = torch.ops.mkernel._net_pingpong(ctx.handle, 200, data, 4, 4, net).tolist()
+    # tcp also re-creates the path half-way (NetPath::ensure, growth) and runs again on it.
+    out = torch.ops.mkernel._net_pingpong(ctx.handle, 200, data, 4, 4, net, net == "tcp").tolist()
     print("RES " + json.dumps({"net": net, "rank": ctx.rank, "out": out}))
 mkernel.shutdown()
 dist.destroy_process_group()
@@ -54,3 +55,40 @@ def test_pingpong_data_and_latency(nets):
         # Causality on one clock: the pong comes back after the ping arrived.
         assert one_way[0] >= 0 and all(rtt[i] > 0 for i in range(iters)), (net, one_way[:3], rtt[:3])
         print(f"{net}: one way p50 {one_way[iters // 2] / 1e3:.2f} us, RTT/2 p50 {rtt[iters // 2] / 2e3:.2f} us")
+
+
+FAULT = r"""
+import json, os, time, torch, torch.distributed as dist, mkernel
+torch.cuda.set_device(0)
+dist.init_process_group("gloo")
+ctx = mkernel.init()
+if not hasattr(torch.ops.mkernel, "_net_pingpong"):
+    print("NOOP", flush=True)
+    os._exit(0)
+t0 = time.monotonic()
+try:
+    # Rank 1 answers 10 pings, then its kernel leaves: rank 0's wait for pong 11 must time out.
+    torch.ops.mkernel._net_pingpong(ctx.handle, 50, 0, 0, 0, "loopback", False, 10 if ctx.rank == 1 else -1)
+    print("RES " + json.dumps({"rank": ctx.rank, "ok": True}), flush=True)
+except RuntimeError as e:
+    print("RES " + json.dumps({"rank": ctx.rank, "ok": False, "s": time.monotonic() - t0, "msg": str(e)}),
+          flush=True)
+os._exit(0)  # rank 0's CUDA context is dead after the trap: no orderly shutdown
+"""
+
+
+def test_silent_peer_is_named_within_the_timeout():
+    """A peer that stops answering: the waiting kernel records what it waited for (inter-node
+    data from rank 1, the slot, expected and seen values) and traps; the op raises with it
+    within MKERNEL_OP_TIMEOUT instead of hanging."""
+    res = run_ranks(FAULT, 2, nodes=2, timeout=180, env={"MKERNEL_OP_TIMEOUT": "5"})
+    if "NOOP" in res[0].stdout:
+        pytest.skip("this build has no CUDA kernels (_net_pingpong missing)")
+    recs = {json.loads(l[4:])["rank"]: json.loads(l[4:]) for r in res for l in r.stdout.splitlines()
+            if l.startswith("RES ")}
+    assert 0 in recs, f"rank 0 printed nothing: {res[0].stdout[-2000:]}\n{res[0].stderr[-3000:]}"
+    r0 = recs[0]
+    assert not r0["ok"], "rank 0 finished although its peer stopped answering"
+    msg = r0["msg"]
+    assert "inter-node data from peer 1" in msg and "want >= 11" in msg and "saw 10" in msg, msg
+    assert r0["s"] < 5 + 30, r0["s"]

@@ -217,3 +217,5 @@ def test_bad_arguments():
         L.launch(["x.py"], world=2, nodes=3)
     with pytest.raises(L.LaunchError, match="no script"):
         L.launch([], world=2)
+    with pytest.raises(L.LaunchError, match="cannot start rank 0"):
+        L.launch(["/nonexistent/program"], world=2, quiet=True)

@@ -12,7 +12,8 @@ import torch
 
 import mkernel
 
-from .test_gemm_engine import needs_hopper, reference, rel_err
+from .checks import reference, rel_err
+from .test_gemm_engine import needs_hopper
 
 pytestmark = [pytest.mark.gpu, needs_hopper]
 

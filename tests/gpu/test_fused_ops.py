@@ -1,67 +1,56 @@
 """The fused ops on CUDA across W rank processes sharing one GPU under MPS (each rank gets
-100/W % of the SMs): tests/gpu/fused_ranks.py runs in every rank against a float64 reference.
-
-Skips without a GPU, and without an MPS control daemon (spinning kernels of processes that
-time-slice are correct but take ~5 ms per flag round trip; set MKERNEL_GPU_RANKS_NO_MPS=1 to
-run them anyway).
-"""
+100/W % of the SMs; the `mps` fixture of tests/gpu/conftest.py): tests/gpu/fused_ranks.py runs
+in every rank against a float64 reference built from every rank's inputs."""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pytest
-import torch
 
+from tests.gpu.conftest import check_ranks, needs_gpu, rank_env
 from tests.launch import run_ranks
 
-RANKS = Path(__file__).with_name("fused_ranks.py")
+pytestmark = needs_gpu
+
+RANKS = (Path(__file__).with_name("fused_ranks.py")).read_text()
 
 
-def mps_running() -> bool:
-    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
-    return os.path.exists(os.path.join(pipe, "control"))
+def run(mps, world: int, suite: str, timeout: float = 240.0) -> list[dict]:
+    res = run_ranks(RANKS, world, timeout=timeout, env=rank_env(mps, world, FUSED_SUITE=suite))
+    return check_ranks(res)
 
 
-needs_gpu_ranks = pytest.mark.skipif(
-    not torch.cuda.is_available()
-    or not (mps_running() or os.environ.get("MKERNEL_GPU_RANKS_NO_MPS") == "1"),
-    reason="needs a CUDA GPU shared by the ranks under MPS",
-)
-
-
-def run(world: int, suite: str, timeout: float = 240.0) -> list[dict]:
-    env = {"FUSED_SUITE": suite, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(100 // world)}
-    results = run_ranks(RANKS.read_text(), world, timeout=timeout, env=env, fork=False)
-    cases = []
-    for r in results:
-        detail = f"rank {r.rank} (rc {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-        assert r.returncode == 0, detail
-        assert f"OK {r.rank}" in r.stdout, detail
-        cases += [json.loads(line.split(" ", 1)[1]) for line in r.stdout.splitlines()
-                  if line.startswith(("CASE ", "TIME "))]
-    return cases
-
-
-@needs_gpu_ranks
 @pytest.mark.parametrize("world", [2, 4, 8])
-def test_ag_gemm(world):
-    cases = run(world, "ag")
+def test_ag_gemm(mps, world):
+    cases = run(mps, world, "ag")
     assert len(cases) == world * 2 * 5 * 2  # ranks x dtypes x shapes x (out, out_only)
 
 
-@needs_gpu_ranks
 @pytest.mark.parametrize("world", [2, 4, 8])
 @pytest.mark.parametrize("op", ["rs", "ar"])
-def test_reduce_ops(op, world):
-    cases = run(world, op)
+def test_reduce_ops(mps, op, world):
+    cases = run(mps, world, op)
     assert len(cases) == world * 2 * 5  # ranks x dtypes x shapes
 
 
-@needs_gpu_ranks
 @pytest.mark.parametrize("world", [2, 4])
-def test_graph_replay(world):
-    cases = run(world, "graph")
+def test_mlp_layers(mps, world):
+    """mkernel.nn column -> GeLU -> row under sequence parallelism: outputs and gradients."""
+    cases = run(mps, world, "mlp")
+    assert len(cases) == world * 6
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_graph_replay(mps, world):
+    cases = run(mps, world, "graph")
     assert len(cases) == world * (3 + 2 * 2)
+
+
+@pytest.mark.parametrize("algo", ["oneshot", "twoshot"])
+def test_gemm_ar_both_algorithms(mps, algo):
+    """Both gemm_ar algorithms on every shape (the size model picks one; this forces each)."""
+    world = 2
+    res = run_ranks(RANKS, world, timeout=240,
+                    env=rank_env(mps, world, FUSED_SUITE="ar", MKERNEL_GEMM_AR_ALGO=algo))
+    assert len(check_ranks(res)) == world * 2 * 5

@@ -445,10 +445,10 @@ static __device__ __forceinline__ void mk_fifo_fail_device(mk_fifo_ctrl* c, uint
  * producer then failed the FIFO itself (MK_FIFO_ERR_PRODUCER, cmd.peer, its
  * ticket) so that the proxy reports the lost ticket. In both failure cases the
  * ticket stays unpublished and the caller must not push again: record and trap.
- * No printf, no call: safe inside a wgmma kernel. Publication orders every
- * earlier store of THIS thread (st.release.sys is cumulative); data written by
- * other threads needs a CTA barrier and __threadfence_system() first (see
- * net_ops.cuh's net_put_signal). */
+ * No printf, no call: safe inside a wgmma kernel. Publication (a system fence,
+ * then seq) orders every earlier store of THIS thread, and of the threads of its
+ * CTA when they are synchronized with it by a barrier first (see net_ops.cuh's
+ * net_put_signal), before the command. */
 static __device__ __forceinline__ mk_fifo_wait_result mk_fifo_push_device(mk_fifo_ctrl* c, uint32_t cap,
                                                                           unsigned long long* head,
                                                                           uint64_t* cached_tail, mk_fifo_cmd cmd,
@@ -480,12 +480,16 @@ static __device__ __forceinline__ mk_fifo_wait_result mk_fifo_push_device(mk_fif
   }
   mk_fifo_cmd* s = mk_fifo_slots(c) + (r.ticket & (uint64_t)(cap - 1u));
   cmd.enqueue_ns = mk_fifo_globaltimer();
-  /* Words 1..7 of the slot, then the release of word 0. */
+  /* Words 1..7 of the slot, ONE system fence, then word 0 (seq). The fence (fence.sc.sys)
+   * orders the slot and every earlier store of this thread — and, cumulatively, of its CTA
+   * after a barrier — before seq: the release of step 4 with a single MEMBAR.SYS (a
+   * st.release.sys after a separate fence for the data would cost a second one, ~0.5 us). */
   const uint64_t* w = (const uint64_t*)(const void*)&cmd;
   uint64_t* d = (uint64_t*)(void*)s;
 #pragma unroll
   for (int i = 1; i < 8; ++i) d[i] = w[i];
-  mk_fifo_st_release_sys(&s->seq, r.ticket + 1u);
+  __threadfence_system();
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(&s->seq), "l"(r.ticket + 1u) : "memory");
   return r;
 }
 

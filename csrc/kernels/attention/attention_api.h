@@ -33,6 +33,11 @@ struct Problem {
   float softmax_scale;  // usually 1/sqrt(d)
   bool causal;
   DType dtype;
+  // The kernel's tile: query rows per CTA tile (kBlockM) and keys per KV block (kBlockN); 0
+  // picks block_m/block_n(head_dim); other values must be built (instances.inc: 128x128
+  // everywhere, 128x160 for bf16 d=128 non-causal, 192x128 for bf16 d=64).
+  int block_m = 0;
+  int block_n = 0;
 };
 
 struct Launch {
@@ -54,7 +59,8 @@ struct HookArgs {
   void* diag = nullptr;  // comm::WaitDiagnostic in host-mapped memory
 };
 
-// Keys per KV block of the shipped kernel for this head dim (for HookArgs::blocks_per_flag).
+// The default kernel's tile for this head dim (block_n: for HookArgs::blocks_per_flag).
+int block_m(int head_dim);
 int block_n(int head_dim);
 
 // Why a problem can't run (nullptr if it can): shapes, head dim, alignment.

@@ -6,12 +6,48 @@
 
 namespace mkernel::attention {
 
-#define ATTN_CASE(tag, ctype, hdim) \
-  cudaError_t run_##tag##_d##hdim(const Problem& p, const Launch& l, const HookArgs* h);
+#define ATTN_CASE(tag, ctype, hdim, bm, bn, causal)                                  \
+  cudaError_t run_##tag##_d##hdim##_m##bm##_n##bn(const Problem& p, const Launch& l, \
+                                                  const HookArgs* h);
 #include "instances.inc"
 #undef ATTN_CASE
 
-int block_n(int /*head_dim*/) { return 128; }  // AttnTraits::kBlockN of every shipped case
+namespace {
+
+using RunFn = cudaError_t (*)(const Problem&, const Launch&, const HookArgs*);
+struct Case {
+  DType dtype;
+  int head_dim;
+  int block_m;
+  int block_n;
+  bool causal;  // the causal kernel is built too
+  RunFn run;
+};
+constexpr DType dtype_of_bf16 = DType::kBF16;
+constexpr DType dtype_of_fp16 = DType::kFP16;
+constexpr Case kCases[] = {
+#define ATTN_CASE(tag, ctype, hdim, bm, bn, causal) \
+  {dtype_of_##tag, hdim, bm, bn, causal, &run_##tag##_d##hdim##_m##bm##_n##bn},
+#include "instances.inc"
+#undef ATTN_CASE
+};
+
+const Case* find_case(const Problem& p) {
+  const int bm = p.block_m > 0 ? p.block_m : block_m(p.head_dim);
+  const int bn = p.block_n > 0 ? p.block_n : block_n(p.head_dim);
+  for (const Case& c : kCases) {
+    if (c.dtype == p.dtype && c.head_dim == p.head_dim && c.block_m == bm && c.block_n == bn &&
+        (c.causal || !p.causal))
+      return &c;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+// The default tile: 128x128 for every head dim (the other tiles are opt-in until measured).
+int block_m(int /*head_dim*/) { return 128; }
+int block_n(int /*head_dim*/) { return 128; }
 
 const char* can_implement(const Problem& p) {
   if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.out == nullptr || p.lse == nullptr)
@@ -22,6 +58,9 @@ const char* can_implement(const Problem& p) {
   if (p.head_dim != 64 && p.head_dim != 128) return "head_dim must be 64 or 128";
   if (!(p.softmax_scale > 0.f) || !std::isfinite(p.softmax_scale))
     return "softmax_scale must be finite and > 0";
+  if (find_case(p) == nullptr)
+    return "no kernel built for this block_m/block_n with this dtype, head_dim and causal mode "
+           "(instances.inc)";
   for (const void* ptr : {p.q, p.k, p.v, static_cast<const void*>(p.out)}) {
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return "q, k, v and out must be 16-byte aligned";
   }
@@ -34,9 +73,8 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
     if (reason != nullptr) *reason = why;
     return cudaErrorInvalidValue;
   }
-  const bool bf16 = p.dtype == DType::kBF16;
-  if (p.head_dim == 64) return bf16 ? run_bf16_d64(p, l, h) : run_fp16_d64(p, l, h);
-  return bf16 ? run_bf16_d128(p, l, h) : run_fp16_d128(p, l, h);
+  return find_case(p)
+      ->run(p, l, h);
 }
 }  // namespace
 

@@ -122,6 +122,7 @@ class AttentionFwdSm90 {
       typename Mainloop::StateKV kv_read;
       Epilogue epilogue;
       typename Traits::TiledMmaPV tiled_mma_pv;
+      Mainloop::scheduler_barrier_init(mma_thread_idx / cutlass::NumThreadsPerWarpGroup);
       for (int t = Scheduler::first_tile();; t += Scheduler::tile_stride()) {
         const WorkTile work = Scheduler::get(params.scheduler, t);
         if (!work.valid) break;

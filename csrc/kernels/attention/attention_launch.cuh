@@ -11,10 +11,11 @@
 
 namespace mkernel::attention {
 
-template <class Element, int kHeadDim, bool kCausal, class Hooks>
+template <class Element, int kHeadDim, int kBlockM, int kBlockN, bool kCausal, class Hooks>
 cudaError_t launch_attention(const Problem& pr, const Launch& l,
                              typename Hooks::Params const& hooks) {
-  using Traits = AttnTraits<Element, kHeadDim, kCausal>;
+  using Traits = AttnTraits<Element, kHeadDim, kBlockN, kCausal, kBlockM / 64>;
+  static_assert(Traits::kBlockM == kBlockM, "kBlockM: 64 rows per consumer warpgroup");
   using Kernel = AttentionFwdSm90<Traits, Hooks>;
   using Mainloop = typename Kernel::Mainloop;
   using Epilogue = typename Kernel::Epilogue;
@@ -52,11 +53,11 @@ cudaError_t launch_attention(const Problem& pr, const Launch& l,
   return cudaGetLastError();
 }
 
-// The two hook policies of one (dtype, head dim, causal) case.
-template <class Element, int kHeadDim, bool kCausal>
+// The two hook policies of one (dtype, head dim, tile, causal) case.
+template <class Element, int kHeadDim, int kBlockM, int kBlockN, bool kCausal>
 cudaError_t launch_case(const Problem& pr, const Launch& l, const HookArgs* h) {
   if (h == nullptr || h->kv_ready == nullptr) {
-    return launch_attention<Element, kHeadDim, kCausal, NoHooks>(pr, l, NoHooks::Params{});
+    return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, NoHooks>(pr, l, NoHooks::Params{});
   }
   KvFlagHooks::Params hp;
   hp.kv_ready = h->kv_ready;
@@ -66,7 +67,7 @@ cudaError_t launch_case(const Problem& pr, const Launch& l, const HookArgs* h) {
   hp.kv_ready_value = h->kv_ready_value;
   hp.timeout_ns = static_cast<uint64_t>(h->timeout_s * 1e9);
   hp.diag = static_cast<comm::WaitDiagnostic*>(h->diag);
-  return launch_attention<Element, kHeadDim, kCausal, KvFlagHooks>(pr, l, hp);
+  return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, KvFlagHooks>(pr, l, hp);
 }
 
 }  // namespace mkernel::attention

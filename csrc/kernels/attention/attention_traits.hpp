@@ -1,8 +1,8 @@
 // Compile-time shape of one attention kernel: element type, head dim, tile sizes, pipeline
 // depth, masking; and the CuTe types they imply (the two TiledMMAs, shared-memory layouts).
 //
-// A CTA owns a kBlockM x d tile of queries (kBlockM = 128: two consumer warpgroups of 64 rows,
-// FA3's layout) and streams kBlockN x d blocks of K and V through a kStages-deep shared-memory
+// A CTA owns a kBlockM x d tile of queries (kBlockM = 64 per consumer warpgroup: 128 or 192,
+// FA3's layouts) and streams kBlockN x d blocks of K and V through a kStages-deep shared-memory
 // ring. S = Q·Kᵀ is an SS wgmma (both operands in shared memory); O += P·V takes P from
 // registers (RS wgmma: the fp32 accumulator of S, converted, is already in the A-operand
 // register layout) and V as an MN-major B operand (V's rows are keys, the GEMM's K mode).
@@ -13,21 +13,36 @@
 
 namespace mkernel::attention {
 
-template <class Element_, int kHeadDim_, bool kCausal_>
+template <class Element_, int kHeadDim_, int kBlockN_, bool kCausal_, int kNumMmaWarpGroups_ = 2>
 struct AttnTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kCausal = kCausal_;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "shipped head dims: 64 and 128");
 
-  static constexpr int kNumMmaWarpGroups = 2;
+  // Consumer warpgroups, 64 query rows each: 2 (kBlockM 128, FA3's d=128 layout) or 3
+  // (kBlockM 192, FA3's d=64 layout: more rows per K/V block, softmax spread over more
+  // warpgroups).
+  static constexpr int kNumMmaWarpGroups = kNumMmaWarpGroups_;
+  static_assert(kNumMmaWarpGroups == 2 || kNumMmaWarpGroups == 3, "2 or 3 consumer warpgroups");
   static constexpr int kNumMmaThreads = kNumMmaWarpGroups * 128;
   static constexpr int kNumThreads = kNumMmaThreads + 128;  // + the producer warpgroup
   static constexpr int kBlockM = 64 * kNumMmaWarpGroups;
-  static constexpr int kBlockN = 128;
-  // Shared memory: Q and O tiles (kBlockM x d each) plus the K/V ring (2 x kBlockN x d a
-  // stage): d=128 -> 64 KiB + 2 x 64 KiB; d=64 -> 32 KiB + 4 x 32 KiB.
-  static constexpr int kStages = kHeadDim == 128 ? 2 : 4;
+  static constexpr int kBlockN = kBlockN_;
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256,
+                "kBlockN: a multiple of 16 (the PV GEMM's K step) and <= 256 (wgmma N)");
+  // Shared memory: the Q and O tiles (kBlockM x d each) plus as many K/V stages
+  // (2 x kBlockN x d each) as fit in the sm90 opt-in limit, at most 4: d=128 -> 2 stages
+  // (kBlockN 128 or 160), d=64 -> 4.
+  static constexpr int kSmemLimit = 227 * 1024;
+  static constexpr int kTileBytes = kBlockM * kHeadDim * int(sizeof(Element));
+  static constexpr int kStageBytes = 2 * kBlockN * kHeadDim * int(sizeof(Element));
+  static constexpr int kStagesFit = (kSmemLimit - 2 * kTileBytes - 1024) / kStageBytes;
+  static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
+  static_assert(kStages >= 2, "the K/V ring needs 2 stages: use a smaller kBlockN");
+
+  // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
+  static constexpr bool kPingPong = true;
 
   using TileShapeMNK = cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>, cute::Int<kHeadDim>>;
   // Two warpgroups stacked along M; each issues its own 64-row wgmma.
@@ -58,9 +73,10 @@ struct AttnTraits {
   static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);
 
   // Register budgets (setmaxnreg): the producer only issues TMA; each consumer thread holds
-  // S (kBlockN/2 fp32), O (d/2 fp32) and P.  128 x (24 + 2 x 240) = 64512 <= 65536.
-  static constexpr uint32_t kLoadRegisters = 24;
-  static constexpr uint32_t kMmaRegisters = 240;
+  // S (kBlockN/2 fp32), O (d/2 fp32) and P. 128 x (24 + 2 x 240) = 64512 and
+  // 128 x (32 + 3 x 160) = 65536, within the 64K registers of an SM.
+  static constexpr uint32_t kLoadRegisters = kNumMmaWarpGroups == 2 ? 24 : 32;
+  static constexpr uint32_t kMmaRegisters = kNumMmaWarpGroups == 2 ? 240 : 160;
 };
 
 }  // namespace mkernel::attention

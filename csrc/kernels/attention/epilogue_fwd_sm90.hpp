@@ -4,7 +4,7 @@
 //
 // The O tile in shared memory is reused tile after tile: before writing it the consumers wait
 // until the previous TMA store has read it (EpilogueSmemFree), and the store starts once all
-// 256 threads have written it (EpilogueSmemFull).
+// consumer threads have written it (EpilogueSmemFull).
 #pragma once
 
 #include "attention_traits.hpp"
@@ -67,7 +67,7 @@ struct EpilogueFwdSm90 {
     cute::prefetch_tma_descriptor(p.tma_o.get_tma_descriptor());
   }
 
-  // All 256 consumer threads. acc_o: normalised O (fp32); lse: this thread's rows' LSE.
+  // All consumer threads. acc_o: normalised O (fp32); lse: this thread's rows' LSE.
   template <class AccO, int kRows>
   CUTLASS_DEVICE void store(Params const& p, TensorStorage& smem, WorkTile const& work,
                             int mma_thread_idx, AccO const& acc_o, float const (&lse)[kRows]) {

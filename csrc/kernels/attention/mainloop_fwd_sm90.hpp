@@ -13,8 +13,11 @@
 
 #include "attention_traits.hpp"
 #include "cute/tensor.hpp"
+#include "cutlass/arch/barrier.h"
 #include "cutlass/cutlass.h"
+#include "cutlass/numeric_conversion.h"
 #include "cutlass/pipeline/pipeline.hpp"
+#include "named_barriers.hpp"
 #include "softmax.hpp"
 #include "tile_scheduler.hpp"
 
@@ -201,8 +204,73 @@ struct MainloopFwdSm90 {
     }
   }
 
-  // Consumer: the 256 threads of the two consumer warpgroups run this per work tile and
-  // return with the unnormalised O in acc_o (softmax.finalize normalises it).
+  // Inter-warpgroup ping-pong (FA3): consumer warpgroups issue their GEMMs in turn (0, 1, ..,
+  // 0, ...), so one warpgroup's softmax runs while another's GEMMs hold the tensor cores.
+  // Barrier WarpSchedulerWG1 + g is passed by warpgroup g's 128 threads (sync) and its
+  // predecessor's 128 (arrive); the last warpgroup opens warpgroup 0's turn at the start.
+  static constexpr int kNumWG = Traits::kNumMmaWarpGroups;
+  static constexpr uint32_t kPairThreads = 2 * cutlass::NumThreadsPerWarpGroup;
+  CUTLASS_DEVICE static uint32_t scheduler_barrier(int warp_group) {
+    return barrier_id(AttnBarrier::WarpSchedulerWG1) + static_cast<uint32_t>(warp_group);
+  }
+  CUTLASS_DEVICE static void scheduler_barrier_init(int warp_group) {
+    if constexpr (Traits::kPingPong) {
+      if (warp_group == kNumWG - 1) cutlass::arch::NamedBarrier::arrive(kPairThreads, scheduler_barrier(0));
+    }
+  }
+  CUTLASS_DEVICE static void scheduler_barrier_sync(int warp_group) {
+    if constexpr (Traits::kPingPong) {
+      cutlass::arch::NamedBarrier::sync(kPairThreads, scheduler_barrier(warp_group));
+    }
+  }
+  CUTLASS_DEVICE static void scheduler_barrier_arrive(int warp_group) {
+    if constexpr (Traits::kPingPong) {
+      cutlass::arch::NamedBarrier::arrive(kPairThreads, scheduler_barrier((warp_group + 1) % kNumWG));
+    }
+  }
+
+  // Sets the scores of S (rows, cols view) that block n must not see to -inf: keys past seq_kv
+  // (ragged tail) and, under causal masking, keys right of the bottom-right diagonal.
+  template <class TensorS, class TensorC>
+  CUTLASS_DEVICE static void apply_mask(Params const& p, TensorS& s_rc, TensorC const& tScS,
+                                        int m_block, int n) {
+    using namespace cute;
+    const int col0 = n * kBlockN;
+    const int shift = m_block * kBlockM + p.seq_kv - p.seq_q;  // row i sees col <= i + shift
+    bool need = col0 + kBlockN > p.seq_kv;
+    if constexpr (kCausal) need = need || col0 + kBlockN - 1 > shift;
+    if (!need) return;
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < size<0>(s_rc); ++r) {
+      const int row = get<0>(tScS(r, 0));
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < size<1>(s_rc); ++c) {
+        const int col = col0 + get<1>(tScS(r, c));
+        bool masked = col >= p.seq_kv;
+        if constexpr (kCausal) masked = masked || col > row + shift;
+        if (masked) s_rc(r, c) = -INFINITY;
+      }
+    }
+  }
+
+  // fp32 accumulator -> Element fragment of the same layout (paired conversions).
+  template <class Tensor>
+  CUTLASS_DEVICE static auto convert_to_element(Tensor const& t) {
+    using namespace cute;
+    constexpr int N = decltype(size(t))::value;
+    auto out = make_tensor_like<Element>(t);
+    cutlass::NumericArrayConverter<Element, float, N> conv;
+    *reinterpret_cast<cutlass::Array<Element, N>*>(out.data()) =
+        conv(*reinterpret_cast<cutlass::Array<float, N> const*>(t.data()));
+    return out;
+  }
+
+  // Consumer: the threads of the consumer warpgroups run this per work tile and return
+  // with the unnormalised O in acc_o (softmax.finalize normalises it).
+  //
+  // Intra-warpgroup overlap (FA3): iteration n issues S_n = Q·K_nᵀ and O += P_{n+1}·V_{n+1}
+  // back to back, waits for S_n only, runs the softmax of S_n while the PV GEMM runs, then waits
+  // for it and rescales O. P_{n+1} lives in its own registers (tOrP) until its GEMM is done.
   template <class AccO, class Softmax>
   CUTLASS_DEVICE void mma(Params const& p, PipelineQ& pipeline_q, PipelineKV& pipeline_k,
                           PipelineKV& pipeline_v, StateQ& q_read, StateKV& kv_read,
@@ -211,6 +279,7 @@ struct MainloopFwdSm90 {
     using namespace cute;
     int n_min, n_max;
     n_block_range(p, work.m_block, n_min, n_max);
+    const int warp_group = mma_thread_idx / cutlass::NumThreadsPerWarpGroup;
 
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), SmemLayoutK{});
@@ -220,78 +289,96 @@ struct MainloopFwdSm90 {
     TiledMmaPV tiled_mma_pv;
     auto thr_mma_qk = tiled_mma_qk.get_thread_slice(mma_thread_idx);
     auto thr_mma_pv = tiled_mma_pv.get_thread_slice(mma_thread_idx);
-    Tensor tSrQ = thr_mma_qk.make_fragment_A(thr_mma_qk.partition_A(sQ));   // (MMA, M, K)
-    Tensor tSrK = thr_mma_qk.make_fragment_B(thr_mma_qk.partition_B(sK));   // (MMA, N, K, stage)
-    Tensor tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt)); // (MMA, d, N, stage)
+    Tensor tSrQ = thr_mma_qk.make_fragment_A(thr_mma_qk.partition_A(sQ));    // (MMA, M, K)
+    Tensor tSrK = thr_mma_qk.make_fragment_B(thr_mma_qk.partition_B(sK));    // (MMA, N, K, stage)
+    Tensor tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt));  // (MMA, d, N, stage)
 
-    // Coordinates (row in tile, column in block) of each accumulator value, for masking.
+    // Coordinates (row in tile, column in block) of each score, for masking.
     Tensor cS = make_identity_tensor(select<0, 1>(TileShapeMNK{}));
     Tensor tScS = rowcol_view(thr_mma_qk.partition_C(cS));
 
     clear(acc_o);
     Tensor acc_o_rc = rowcol_view(acc_o);
+    Tensor acc_s = partition_fragment_C(tiled_mma_qk, select<0, 1>(TileShapeMNK{}));
+    Tensor s_rc = rowcol_view(acc_s);
+    static_assert(decltype(size(acc_s))::value == decltype(size(p_operand_layout()))::value,
+                  "P must reuse the S accumulator's registers one to one");
+    // P of the block whose PV GEMM is pending, in the A-operand layout.
+    auto p_frag = make_tensor_like<Element>(acc_s);
+    Tensor tOrP = make_tensor(p_frag.data(), p_operand_layout());
+    float factor[decltype(size<0>(s_rc))::value];
 
-    pipeline_q.consumer_wait(q_read);
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (int n = n_max - 1; n >= n_min; --n) {
-      Tensor acc_s = partition_fragment_C(tiled_mma_qk, select<0, 1>(TileShapeMNK{}));
-      pipeline_k.consumer_wait(kv_read);
+    auto gemm_qk = [&](int stage) {
+      tiled_mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
       warpgroup_fence_operand(acc_s);
       warpgroup_arrive();
-      tiled_mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
       CUTLASS_PRAGMA_UNROLL
       for (int kb = 0; kb < size<2>(tSrQ); ++kb) {
-        cute::gemm(tiled_mma_qk, tSrQ(_, _, kb), tSrK(_, _, kb, kv_read.index()), acc_s);
+        cute::gemm(tiled_mma_qk, tSrQ(_, _, kb), tSrK(_, _, kb, stage), acc_s);
         tiled_mma_qk.accumulate_ = GMMA::ScaleOut::One;
       }
       warpgroup_commit_batch();
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(acc_s);
-      pipeline_k.consumer_release(kv_read);
-
-      Tensor s_rc = rowcol_view(acc_s);
-      const int col0 = n * kBlockN;
-      const bool ragged = col0 + kBlockN > p.seq_kv;
-      bool diagonal = false;
-      if constexpr (kCausal) {
-        diagonal = col0 + kBlockN - 1 > work.m_block * kBlockM + p.seq_kv - p.seq_q;
-      }
-      if (ragged || diagonal) {
-        const int shift = work.m_block * kBlockM + p.seq_kv - p.seq_q;  // row i sees col <= i + shift
-        CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < size<0>(s_rc); ++r) {
-          const int row = get<0>(tScS(r, 0));
-          CUTLASS_PRAGMA_UNROLL
-          for (int c = 0; c < size<1>(s_rc); ++c) {
-            const int col = col0 + get<1>(tScS(r, c));
-            bool masked = col >= p.seq_kv;
-            if constexpr (kCausal) masked = masked || col > row + shift;
-            if (masked) s_rc(r, c) = -INFINITY;
-          }
-        }
-      }
-      softmax.step(s_rc, acc_o_rc);
-
-      // P in the A-operand register layout of the PV wgmma: the accumulator's ((2,2,V),1,1)
-      // values regrouped as ((2,2,2),1,V/2) (same order in registers).
-      Tensor p_conv = make_tensor_like<Element>(acc_s);
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(acc_s); ++i) p_conv(i) = static_cast<Element>(acc_s(i));
-      Tensor tOrP = make_tensor(p_conv.data(), p_operand_layout());
-      pipeline_v.consumer_wait(kv_read);
+    };
+    auto gemm_pv = [&](int stage) {
+      tiled_mma_pv.accumulate_ = GMMA::ScaleOut::One;
       warpgroup_fence_operand(acc_o);
       warpgroup_fence_operand(tOrP);
       warpgroup_arrive();
-      tiled_mma_pv.accumulate_ = GMMA::ScaleOut::One;
       CUTLASS_PRAGMA_UNROLL
       for (int kb = 0; kb < size<2>(tOrP); ++kb) {
-        cute::gemm(tiled_mma_pv, tOrP(_, _, kb), tOrVt(_, _, kb, kv_read.index()), acc_o);
+        cute::gemm(tiled_mma_pv, tOrP(_, _, kb), tOrVt(_, _, kb, stage), acc_o);
       }
       warpgroup_commit_batch();
+    };
+
+    pipeline_q.consumer_wait(q_read);
+    if (n_max > n_min) {
+      // First block: S only (O is zero, nothing to overlap).
+      int n = n_max - 1;
+      pipeline_k.consumer_wait(kv_read);
+      scheduler_barrier_sync(warp_group);
+      gemm_qk(kv_read.index());
+      scheduler_barrier_arrive(warp_group);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc_s);
+      pipeline_k.consumer_release(kv_read);
+      apply_mask(p, s_rc, tScS, work.m_block, n);
+      softmax.step(s_rc, factor);
+      p_frag = convert_to_element(acc_s);
+      StateKV v_read = kv_read;  // V of the block in p_frag
+      ++kv_read;
+
+      CUTLASS_PRAGMA_NO_UNROLL
+      for (n = n_max - 2; n >= n_min; --n) {
+        pipeline_k.consumer_wait(kv_read);
+        scheduler_barrier_sync(warp_group);
+        gemm_qk(kv_read.index());
+        pipeline_v.consumer_wait(v_read);
+        gemm_pv(v_read.index());
+        scheduler_barrier_arrive(warp_group);
+        warpgroup_wait<1>();  // S_n ready; the PV GEMM may still run
+        warpgroup_fence_operand(acc_s);
+        pipeline_k.consumer_release(kv_read);
+        apply_mask(p, s_rc, tScS, work.m_block, n);
+        softmax.step(s_rc, factor);
+        warpgroup_wait<0>();  // PV done: O and P's registers are ours again
+        warpgroup_fence_operand(acc_o);
+        warpgroup_fence_operand(tOrP);
+        pipeline_v.consumer_release(v_read);
+        softmax.rescale(acc_o_rc, factor);
+        p_frag = convert_to_element(acc_s);
+        v_read = kv_read;
+        ++kv_read;
+      }
+      // Last PV GEMM.
+      pipeline_v.consumer_wait(v_read);
+      scheduler_barrier_sync(warp_group);
+      gemm_pv(v_read.index());
+      scheduler_barrier_arrive(warp_group);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_o);
-      pipeline_v.consumer_release(kv_read);
-      ++kv_read;
+      warpgroup_fence_operand(tOrP);
+      pipeline_v.consumer_release(v_read);
     }
     pipeline_q.consumer_release(q_read);
     ++q_read;

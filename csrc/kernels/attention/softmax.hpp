@@ -61,10 +61,11 @@ struct OnlineSoftmax {
   }
 
   // s_rc: scores of one KV block (rows, cols), masked entries -inf; replaced by the
-  // unnormalised probabilities exp2((s - m) * scale_log2). o_rc: the output accumulator
-  // (rows, cols), rescaled by exp2((m_old - m_new) * scale_log2).
-  template <class TensorS, class TensorO>
-  CUTE_DEVICE void step(TensorS& s_rc, TensorO& o_rc) {
+  // unnormalised probabilities exp2((s - m) * scale_log2) under the updated running max m.
+  // factor[r] = exp2((m_old - m) * scale_log2): what the caller must scale O's row r by
+  // (rescale), once the PV GEMM of the previous block no longer writes O.
+  template <class TensorS>
+  CUTE_DEVICE void step(TensorS& s_rc, float (&factor)[kRows]) {
     using namespace cute;
     static_assert(decltype(size<0>(s_rc))::value == kRows, "rows of S");
     CUTE_UNROLL
@@ -76,7 +77,7 @@ struct OnlineSoftmax {
       // A row that has seen only masked keys keeps max -inf: use 0 so that exp2 gives 0s
       // (never inf - inf).
       const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-      const float factor = exp2_approx(row_max[r] * scale_log2 - m_scaled);
+      factor[r] = exp2_approx(row_max[r] * scale_log2 - m_scaled);
       row_max[r] = m;
       float sum = 0.f;
       CUTE_UNROLL
@@ -85,9 +86,17 @@ struct OnlineSoftmax {
         s_rc(r, c) = p;
         sum += p;
       }
-      row_sum[r] = row_sum[r] * factor + sum;
+      row_sum[r] = row_sum[r] * factor[r] + sum;
+    }
+  }
+
+  template <class TensorO>
+  CUTE_DEVICE void rescale(TensorO& o_rc, float const (&factor)[kRows]) {
+    using namespace cute;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
       CUTE_UNROLL
-      for (int c = 0; c < size<1>(o_rc); ++c) o_rc(r, c) *= factor;
+      for (int c = 0; c < size<1>(o_rc); ++c) o_rc(r, c) *= factor[r];
     }
   }
 

@@ -23,8 +23,9 @@ __device__ __forceinline__ uint4 pattern(int src, int round, uint64_t word) {
 __global__ void __launch_bounds__(kThreads, 1) net_pingpong_kernel(const NetPingPongParams p) {
   const GroupDevice& g = p.g;
   NetCursor cur;
+  const int iters = p.stop_after >= 0 && p.stop_after < p.iters ? p.stop_after : p.iters;
   if (threadIdx.x == 0) {
-    for (int i = 1; i <= p.iters; ++i) {
+    for (int i = 1; i <= iters; ++i) {
       const uint64_t v = p.seq_base + i;
       if (p.initiator) {
         const uint64_t t0 = globaltimer_ns();
@@ -41,6 +42,7 @@ __global__ void __launch_bounds__(kThreads, 1) net_pingpong_kernel(const NetPing
     }
     p.data_ns[0] = globaltimer_ns();
   }
+  if (p.stop_after >= 0) return;  // the fault test's victim leaves its peer waiting
   __syncthreads();
   const uint64_t words = p.data_bytes / 16;
   uint4* send = reinterpret_cast<uint4*>(g.net.send_area);

@@ -41,6 +41,9 @@ struct NetPingPongParams {
   // the acknowledgement.
   int bulk_rounds = 0;
   uint64_t* bulk_ns = nullptr;
+  // Fault test: >= 0 makes this rank stop after that many latency iterations and skip the
+  // rest (its peer's next wait must time out, record the wait naming this rank, and trap).
+  int stop_after = -1;
 };
 
 // One CTA. Launched by both ranks; returns the launch error.

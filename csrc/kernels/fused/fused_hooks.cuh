@@ -63,35 +63,57 @@ struct FusedHooks {
 
   // ---- kModeAllGather -------------------------------------------------------------------
 
-  // Copies `bytes` (a multiple of 16) from src to dst with the side threads, four 16-byte
-  // loads in flight per thread. src is read-only for the call (non-coherent loads).
-  CUTLASS_DEVICE static void copy_rows(uint8_t* dst, const uint8_t* src, int64_t bytes, int t) {
-    const int64_t n = bytes / 16;
-    const uint4* s = reinterpret_cast<const uint4*>(src);
-    uint4* d = reinterpret_cast<uint4*>(dst);
-    constexpr int kUnroll = 4;
-    for (int64_t i = t; i < n; i += kUnroll * kSideThreads) {
-      uint4 v[kUnroll];
-      CUTLASS_PRAGMA_UNROLL
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t j = i + u * kSideThreads;
-        if (j < n) v[u] = __ldg(s + j);
+  // Copies `bytes` (a multiple of 16, < 32 GiB) from src to dst with the 32 lanes of one warp,
+  // four 16-byte loads in flight per lane. src is read-only for the call (non-coherent loads).
+  // Written for the side warps' 40 registers: 32-bit counts, pointers that step (ptxas spilled
+  // the hoisted 64-bit addresses of an indexed version).
+  CUTLASS_DEVICE static void copy_rows(uint8_t* dst, const uint8_t* src, int64_t bytes, int lane) {
+    const int n = static_cast<int>(bytes / 16);
+    const uint4* s = reinterpret_cast<const uint4*>(src) + lane;
+    uint4* d = reinterpret_cast<uint4*>(dst) + lane;
+    int i = lane;
+#pragma unroll 1
+    for (; i + 96 < n; i += 128, s += 128, d += 128) {
+      const uint4 a = __ldg(s), b = __ldg(s + 32), c = __ldg(s + 64), e = __ldg(s + 96);
+      d[0] = a;
+      d[32] = b;
+      d[64] = c;
+      d[96] = e;
+    }
+#pragma unroll 1
+    for (; i < n; i += 32, s += 32, d += 32) *d = __ldg(s);
+  }
+
+  // The next copy item of this call: a work counter in this rank's flag region, tagged with
+  // the call number in its high half (the first claimant of a call restarts it), so items go
+  // to the warps that run — none waits for a CTA that is not resident yet.
+  CUTLASS_DEVICE static int claim_item(Params const& p, uint64_t epoch) {
+    auto* counter = reinterpret_cast<unsigned long long*>(p.group.flags[p.group.rank] +
+                                                          p.counter_slot);
+    const unsigned long long tag = (epoch & 0xffffffffull) << 32;
+    for (;;) {
+      const unsigned long long seen = *reinterpret_cast<volatile unsigned long long*>(counter);
+      if ((seen & ~0xffffffffull) != tag) {  // still the previous call's count
+        if (atomicCAS(counter, seen, tag | 1ull) == seen) return 0;
+        continue;
       }
-      CUTLASS_PRAGMA_UNROLL
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t j = i + u * kSideThreads;
-        if (j < n) d[j] = v[u];
-      }
+      return static_cast<int>(atomicAdd(counter, 1ull) & 0xffffffffull);
     }
   }
 
-  // The COPY role: side thread t in [0, 96) of every CTA.
+  // The COPY role: side thread t in [0, 96) of every CTA; each warp claims items (rank j's
+  // chunk c pushed to peer rank + j: this rank's own slot first) until none is left.
   CUTLASS_DEVICE static void copy_role(Params const& p, Call const& call, int t) {
     const comm::GroupDevice& g = p.group;
     if (t == 0) comm::entry_barrier(g, call.epoch, p.op, p.signature);
     side_sync();
+    const int lane = t % 32;
     const int items = g.world * p.chunks;
-    for (int i = cta_id(); i < items; i += cta_count()) {
+#pragma unroll 1
+    for (;;) {
+      int i = lane == 0 ? claim_item(p, call.epoch) : 0;
+      i = __shfl_sync(0xffffffffu, i, 0);
+      if (i >= items) break;
       const int j = i / p.chunks, c = i - j * p.chunks;
       const int peer = (g.rank + j) % g.world;
       uint8_t* region = g.data[peer];
@@ -99,9 +121,9 @@ struct FusedHooks {
       const int row0 = c * p.chunk_rows;
       const int rows = min(p.chunk_rows, p.m_local - row0);
       copy_rows(region + (static_cast<int64_t>(g.rank) * p.m_local + row0) * p.row_bytes,
-                p.x + static_cast<int64_t>(row0) * p.row_bytes, rows * p.row_bytes, t);
-      side_sync();  // every side thread's stores of the chunk precede the flag
-      if (t == 0) comm::signal(g, peer, p.flag_base + g.rank * p.chunks + c, call.epoch);
+                p.x + static_cast<int64_t>(row0) * p.row_bytes, rows * p.row_bytes, lane);
+      __syncwarp();  // every lane's stores of the chunk precede the flag
+      if (lane == 0) comm::signal(g, peer, p.flag_base + g.rank * p.chunks + c, call.epoch);
     }
   }
 
@@ -130,7 +152,8 @@ struct FusedHooks {
     const comm::GroupDevice& g = p.group;
     const int vecs = (c1 - c0) / 4;  // 8-byte vectors per row (n is a multiple of 8)
     const int total = (r1 - r0) * vecs;
-    T* out = static_cast<T*>(p.out) - static_cast<int64_t>(p.reduce_row0) * p.n;
+    T* out = static_cast<T*>(p.out) - static_cast<int64_t>(p.out_row0) * p.n;
+    T* reduced = p.two_shot ? reinterpret_cast<T*>(g.data[g.rank] + p.reduced_offset) : nullptr;
     for (int i = t; i < total; i += kSideThreads) {
       const int row = i / vecs;
       const int64_t at = static_cast<int64_t>(r0 + row) * p.n + c0 + (i - row * vecs) * 4;
@@ -146,29 +169,95 @@ struct FusedHooks {
       CUTLASS_PRAGMA_UNROLL
       for (int e = 0; e < 4; ++e) h[e] = static_cast<T>(acc[e]);
       *reinterpret_cast<uint2*>(out + at) = o;
+      if (reduced != nullptr) *reinterpret_cast<uint2*>(reduced + at) = o;
     }
+  }
+
+  // Two-shot, second half: copies rows [r0, r1) x columns [c0, c1) of `src`'s reduced area
+  // into out.
+  template <class T>
+  CUTLASS_DEVICE static void copy_reduced(Params const& p, int src, int r0, int r1, int c0, int c1,
+                                          int t) {
+    const int vecs = (c1 - c0) / 4;
+    const int total = (r1 - r0) * vecs;
+    const T* from = reinterpret_cast<const T*>(p.group.data[src] + p.reduced_offset);
+    T* out = static_cast<T*>(p.out) - static_cast<int64_t>(p.out_row0) * p.n;
+    for (int i = t; i < total; i += kSideThreads) {
+      const int row = i / vecs;
+      const int64_t at = static_cast<int64_t>(r0 + row) * p.n + c0 + (i - row * vecs) * 4;
+      *reinterpret_cast<uint2*>(out + at) = *reinterpret_cast<const uint2*>(from + at);
+    }
+  }
+
+  // Two-shot, second half: every other rank's reduced tiles, rank + 1 first.
+  CUTLASS_DEVICE static void gather_reduced(Params const& p, Call const&, int t) {
+    const comm::GroupDevice& g = p.group;
+    int items = 0;
+    for (int j = 1; j < g.world; ++j) items += tile_rows_of((g.rank + j) % g.world, p) * p.tiles_n;
+#pragma unroll 1
+    for (int i = cta_id(); i < items; i += cta_count()) {
+      int q = g.rank, rest = i;
+      for (int j = 1; j < g.world; ++j) {
+        q = (g.rank + j) % g.world;
+        const int here = tile_rows_of(q, p) * p.tiles_n;
+        if (rest < here) break;
+        rest -= here;
+      }
+      const int q0 = q * p.rows_per_rank, q1 = min(q0 + p.rows_per_rank, p.m);
+      const int tm = q0 / p.block_m + rest / p.tiles_n, tn = rest % p.tiles_n;
+      if (t == 0) {
+        comm::wait_geq(g, g.flags[q] + p.reduced_flag_base + tm * p.tiles_n + tn, comm::op_begin(g),
+                       comm::WaitSite{p.op, comm::kWaitPeerFlag, q, tm * p.tiles_n + tn});
+      }
+      side_sync();
+      const int r0 = max(tm * p.block_m, q0), r1 = min((tm + 1) * p.block_m, q1);
+      const int c0 = tn * p.block_n, c1 = min(c0 + p.block_n, p.n);
+      if (p.bf16) {
+        copy_reduced<__nv_bfloat16>(p, q, r0, r1, c0, c1, t);
+      } else {
+        copy_reduced<__half>(p, q, r0, r1, c0, c1, t);
+      }
+    }
+  }
+
+  // Tile rows covering rank q's block of rows (two-shot), 0 for an empty block.
+  CUTLASS_DEVICE static int tile_rows_of(int q, Params const& p) {
+    const int q0 = q * p.rows_per_rank, q1 = min(q0 + p.rows_per_rank, p.m);
+    return q1 <= q0 ? 0 : (q1 - 1) / p.block_m - q0 / p.block_m + 1;
   }
 
   // The REDUCE role: side thread t in [0, 96) of every CTA.
   CUTLASS_DEVICE static void reduce_role(Params const& p, Call const& call, int t) {
+    if (p.reduce_rows > 0) reduce_rows(p, call, t);
+    if (p.two_shot) gather_reduced(p, call, t);
+  }
+
+  // (The call number is read again where it is needed rather than kept across the loop: the
+  // side warps run on 40 registers. *epoch changes only in the last CTA's call_end.)
+  CUTLASS_DEVICE static void reduce_rows(Params const& p, Call const&, int t) {
     const comm::GroupDevice& g = p.group;
-    if (p.reduce_rows <= 0) return;
-    const int end = p.reduce_row0 + p.reduce_rows;
-    const int tm0 = p.reduce_row0 / p.block_m, tm1 = (end - 1) / p.block_m;
-    const int items = (tm1 - tm0 + 1) * p.tiles_n;
+    const int tm0 = p.reduce_row0 / p.block_m;
+    const int items = ((p.reduce_row0 + p.reduce_rows - 1) / p.block_m - tm0 + 1) * p.tiles_n;
+#pragma unroll 1
     for (int i = cta_id(); i < items; i += cta_count()) {
-      const int tm = tm0 + i / p.tiles_n, tn = i - (i / p.tiles_n) * p.tiles_n;
+      const int tile = tm0 * p.tiles_n + i;  // tm * tiles_n + tn
       if (t < g.world) {  // one side thread per rank polls that rank's flag of the tile
-        comm::wait_geq(g, g.flags[t] + p.flag_base + tm * p.tiles_n + tn, call.epoch,
-                       comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tm * p.tiles_n + tn});
+        comm::wait_geq(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
+                       comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
       }
       side_sync();  // every rank's tile is in memory (the acquires precede the barrier)
-      const int r0 = max(tm * p.block_m, p.reduce_row0), r1 = min((tm + 1) * p.block_m, end);
+      const int tm = tile / p.tiles_n, tn = tile - tm * p.tiles_n;
+      const int r0 = max(tm * p.block_m, p.reduce_row0);
+      const int r1 = min((tm + 1) * p.block_m, p.reduce_row0 + p.reduce_rows);
       const int c0 = tn * p.block_n, c1 = min(c0 + p.block_n, p.n);
       if (p.bf16) {
         reduce_block<__nv_bfloat16>(p, r0, r1, c0, c1, t);
       } else {
         reduce_block<__half>(p, r0, r1, c0, c1, t);
+      }
+      if (p.two_shot) {
+        side_sync();  // every side thread's reduced stores precede the flag
+        if (t == 0) comm::signal(g, g.rank, p.reduced_flag_base + tile, comm::op_begin(g));
       }
     }
   }
@@ -223,9 +312,11 @@ struct FusedHooks {
                  comm::op_begin(p.group));
   }
 
-  // One thread per CTA after the CTA's last access of group memory.
-  CUTLASS_DEVICE static void call_end(Params const& p, Call const& call) {
-    comm::op_end(p.group, call.epoch);
+  // One thread per CTA after the CTA's last access of group memory. The call number is read
+  // again (this CTA has not taken its exit ticket yet, so *epoch is still e - 1): a Call used
+  // here would stay live through every role, the consumers' mainloop included.
+  CUTLASS_DEVICE static void call_end(Params const& p, Call const&) {
+    comm::op_end(p.group, comm::op_begin(p.group));
   }
 };
 

@@ -19,6 +19,9 @@ struct FusedParams {
   int32_t op = comm::kOpAgGemm;  // WaitOp for diagnostics and the entry barrier
   uint64_t signature = 0;        // the call's signature (entry barrier)
   uint32_t flag_base = comm::FlagSlot::kOpSlotBase;  // first flag slot of the op
+  // This rank's work counter (a slot of its own flag region past the op's flags): copy items are
+  // claimed from it (fused_hooks.cuh, claim_item).
+  uint32_t counter_slot = comm::kFlagWords - 1;
 
   // kModeAllGather: flag of (rank s, chunk c) = flag_base + s * chunks + c.
   const uint8_t* x = nullptr;  // [m_local, K] this rank's rows
@@ -36,6 +39,16 @@ struct FusedParams {
   int32_t block_m = 0, block_n = 0, tiles_n = 0;
   int32_t reduce_row0 = 0, reduce_rows = 0;
   void* out = nullptr;
+  int32_t out_row0 = 0;  // the row of the problem that out's first row holds
+  // Two-shot all-reduce (gemm_ar): rank q reduces rows [q * rows_per_rank, ...) (its
+  // reduce_row0/rows), writes them to out and to the reduced area of its region (byte
+  // reduced_offset, the same [m, n] layout), releases reduced flag (tm, tn) = e at itself
+  // (reduced_flag_base + tm * tiles_n + tn), then copies every other rank's reduced rows into out
+  // as their flags arrive.
+  int32_t two_shot = 0;
+  int32_t rows_per_rank = 0;
+  int64_t reduced_offset = 0;
+  uint32_t reduced_flag_base = 0;
   int32_t bf16 = 1;  // element type of D and out: bf16 (1) or fp16 (0)
 };
 

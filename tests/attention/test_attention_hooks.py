@@ -1,0 +1,55 @@
+"""The engine's KV-wait hook (ring attention's building block): a kernel launched before its
+K/V blocks are released waits for the flags, then computes exactly what the plain kernel does.
+The flags are released by a copy-engine transfer from the host (the persistent kernel holds
+every SM, so no kernel could release them)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+import mkernel
+
+from .reference import attention_ref
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _inputs(b, s, s_kv, h, h_kv, d, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    v = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    return q, k, v
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_released_flags_give_the_plain_result(causal) -> None:
+    q, k, v = _inputs(2, 500, 700, 8, 2, 128, 1)
+    n_blocks = -(-700 // 128)
+    flags = torch.full((2 * 2 * n_blocks,), 3, dtype=torch.int64, device="cuda")
+    out, lse = torch.ops.mkernel.attention_hooked(q, k, v, flags, 3, 1, causal)
+    plain, plain_lse = mkernel.attention(q, k, v, causal=causal)
+    assert torch.equal(out, plain) and torch.equal(lse, plain_lse)
+
+
+def test_kernel_waits_for_late_flags() -> None:
+    q, k, v = _inputs(1, 1000, 1000, 4, 4, 128, 2)
+    flags = torch.zeros(4 * 2, dtype=torch.int64, device="cuda")  # 8 blocks, 4 per flag
+    release = torch.full_like(flags, 7, device="cpu").pin_memory()
+    side = torch.cuda.Stream()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    out, lse = torch.ops.mkernel.attention_hooked(q, k, v, flags, 7, 4, False, None, 20.0)
+    end.record()
+    time.sleep(0.3)
+    assert not end.query(), "the kernel finished before its K/V flags were released"
+    with torch.cuda.stream(side):
+        flags.copy_(release, non_blocking=True)  # copy engine: no SM needed
+    end.synchronize()
+    assert start.elapsed_time(end) >= 250.0
+    ref, ref_lse = attention_ref(q, k, v, False)
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
+    assert torch.allclose(lse.double(), ref_lse, rtol=1e-3, atol=1e-3)
