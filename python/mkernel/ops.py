@@ -30,7 +30,7 @@ from torch import Tensor
 # from one table (csrc/kernels/gemm/generate_instantiations.py). Read from the sibling file, not
 # through the package: importing this module must not load the natives (see the docstring).
 if __package__:
-    from ._gemm_configs import GEMM_CONFIGS
+    from ._gemm_configs import GEMM_CONFIGS as _GENERATED_CONFIGS
 else:  # loaded as a lone file
     import importlib.util as _util
     from pathlib import Path as _Path
@@ -38,7 +38,10 @@ else:  # loaded as a lone file
     _spec = _util.spec_from_file_location("_gemm_configs", _Path(__file__).with_name("_gemm_configs.py"))
     _configs = _util.module_from_spec(_spec)
     _spec.loader.exec_module(_configs)
-    GEMM_CONFIGS = _configs.GEMM_CONFIGS
+    _GENERATED_CONFIGS = _configs.GEMM_CONFIGS
+# The engine's tile configurations, name -> ConfigId ("auto": -1, by shape): what gemm(config=)
+# and gemm_grouped(config=) accept; generated (csrc/kernels/gemm/generate_instantiations.py).
+GEMM_CONFIGS: dict[str, int] = _GENERATED_CONFIGS
 
 __all__ = [
     "Group",
