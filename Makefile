@@ -17,14 +17,14 @@ GO_SOURCES := $(shell find gocore -name '*.go' -not -name 'zz_gopy_*' -not -name
               $(wildcard gocore/capi/*.c gocore/capi/*.h gocore/capi/pyshim/*.h) \
               csrc/include/mkernel/core_api.h csrc/include/mkernel/fifo.h go.mod go.sum
 
-.PHONY: build venv core install test test-go test-py cuda-check demo bench clean fmt vet
+.PHONY: build venv core install test test-go test-py cuda-check demo launch bench clean fmt vet
 
 # --- environment -------------------------------------------------------------
 $(VENV)/.deps-stamp: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==$(TORCH_VERSION) pybindgen==0.22.1 nvidia-cutlass==4.2.0.0 pytest==9.2.0 pytest-timeout==2.4.0 \
-	    numpy setuptools wheel ninja
+	    numpy setuptools wheel ninja matplotlib==3.11.2
 	touch $@
 venv: $(VENV)/.deps-stamp
 
@@ -57,7 +57,9 @@ CUDA_PKGS  := nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13
               nvidia-cuda-cccl==13.0.85 nvidia-cuda-runtime==13.0.96
 CUDA_CHECK_SOURCES := csrc/kernels/gemm/gemm_dispatch.cu \
               csrc/kernels/gemm/instantiations/gemm_coop128x128cluster2x1_bf16.cu \
-              csrc/kernels/gemm/instantiations/gemm_ping64x256cluster1x1_bf16.cu
+              csrc/kernels/gemm/instantiations/gemm_ping64x256cluster1x1_bf16.cu \
+              csrc/kernels/collectives/collectives.cu \
+              tests/cuda_check/net_ops_wgmma_check.cu
 $(CUDA_TOOLS)/.stamp: | $(VENV)/.deps-stamp
 	$(PIP) install -q --no-deps --target $(CUDA_TOOLS) $(CUDA_PKGS)
 	touch $@
@@ -89,8 +91,16 @@ test: venv test-go cuda-check test-py
 demo: install
 	$(PY) -m mkernel demo --world $(WORLD) --nodes $(NODES)
 
+# A script as $(WORLD) local ranks in $(NODES) emulated nodes (MPS=1: share the GPU through MPS):
+#   make launch SCRIPT=examples/x.py ARGS="--steps 10" WORLD=4 NODES=2 MPS=1
+SCRIPT ?= -m mkernel.demo --worker
+launch: install
+	$(PY) -m mkernel launch --world $(WORLD) --nodes $(NODES) $(if $(filter 1,$(MPS)),--mps) $(SCRIPT) $(ARGS)
+
+# Every benchmarks/bench_*.py on the GPU (none without one: it says so and exits 0), then a
+# markdown table and a PNG plot beside each JSON it wrote (benchmarks/report.py).
 bench: install
-	$(PY) -m mkernel doctor
+	$(PY) benchmarks/run.py
 
 fmt:
 	gofmt -w gocore

@@ -76,6 +76,7 @@ def torch_extension() -> Extension:
     from torch.utils import cpp_extension
 
     sources = sorted(glob.glob("csrc/*.cpp"))
+    sources += sorted(glob.glob("csrc/comm/*.cpp"))  # the GPU substrate's host side
     include_dirs = [str(ROOT / "csrc"), str(ROOT / "csrc" / "include")]
     cxx_flags = ["-O2", "-std=c++17", "-DPy_LIMITED_API=0x030A0000"]
     with_cuda = cpp_extension.CUDA_HOME is not None and os.environ.get("MKERNEL_NO_CUDA") != "1"

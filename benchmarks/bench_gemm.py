@@ -7,7 +7,18 @@ best three measured *interleaved* with cuBLAS — each iteration times every
 candidate in rotating order — over several rounds, so clock drift on a shared
 machine reaches both sides alike. Writes JSON under results/.
 
-    python benchmarks/bench_gemm.py [--quick] [--rounds R]
+    python benchmarks/bench_gemm.py [--quick] [--rounds R] [--shapes MxNxK,...|heldout] [--no-sweep]
+    python benchmarks/bench_gemm.py --decode [--dtypes bf16,fp16]
+
+Also recorded per shape: the autotune's first-call cost (``autotune_first_call_s``: wall time
+of the first ``gemm_plan`` of the shape, which tunes it as a first ``gemm`` call would, GPU
+synchronized before and after) and the cached lookup after it (``plan_cached_call_s``).
+
+``--decode``: the small-M set (issue 12 item 3): M in DECODE_M against 8192x8192 weights and
+Llama-70B TP=8 decode weights (DECODE_NK), bf16 and fp16. Per case cuBLAS is timed two ways
+(``torch.matmul(a, b.T)`` and ``F.linear(a, b)``, the anchor is the faster) interleaved with
+``auto`` (what users get: the GEMV kernel at M <= 8, the tuned plan above) and the candidates
+of that M class (GEMV variants; tile configs, stream-K and split-K at a few hundred rows).
 """
 
 from __future__ import annotations
@@ -16,6 +27,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 
 import torch
 
@@ -29,6 +41,10 @@ SHAPES = [  # (M, N, K)
     (8192, 8192, 8192), (8192, 7168, 8192), (16384, 7168, 8192), (8192, 8192, 3584),
     (4096, 3584, 8192), (1024, 8192, 3584), (128, 8192, 3584), (3000, 8192, 3584),  # last: ragged M
 ]
+# The held-out check of 2026-12-01 (issue 10): the large shapes where the engine was slower than
+# cuBLAS, and 8192x8192 weights at decode/prefill row counts.
+HELDOUT = [(8192, 7168, 8192), (16384, 7168, 8192), (1, 8192, 8192), (16, 8192, 8192),
+           (64, 8192, 8192), (128, 8192, 8192), (333, 8192, 8192)]
 HOOKED = ("coop_128x256_c2x1", "coop_128x128_c2x1", "coop_128x256_c1x2", "coop_256x128_c2x1",
           "coop_256x128_c1x2", "ping_128x128_c1x2")
 
@@ -77,26 +93,205 @@ def runner(name: str, a: torch.Tensor, b: torch.Tensor):
                                                  10.0, splits)
 
 
+DECODE_NK = [  # (N, K): square 8192 weights, Llama-70B QKV unsharded, then TP=8 slices of it
+    # (hidden 8192, ffn 28672: down 8192x3584, up/gate 3584x8192, o 8192x1024, qkv (64+16)*128/8)
+    (8192, 8192), (10240, 8192), (8192, 3584), (3584, 8192), (8192, 1024), (1280, 8192)]
+DECODE_M = [1, 16, 64, 333]
+GEMV_VARIANTS = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
+                 "w2s6", "w4s4", "w4s8", "w8s4"]
+
+
+GEMV_BLOCKS_PER_SM = [8, 4, 2, 1, 2, 1, 6, 4, 2, 2]  # gemv_sm90.cu kVariants
+
+
+def decode_candidates(m: int, n: int = 8192, k: int = 8192, sms: int = 132) -> list[str]:
+    """Candidates of the decode set for M rows (runner names, plus 'gemv:<variant>[/k<splits>]':
+    the cp.async variants also with K split over enough blocks to fill one wave)."""
+    if m <= 16:  # the GEMV kernel's range (w16u2r1 takes one group of 8 rows only)
+        names = [f"gemv:{i}" for i in range(len(GEMV_VARIANTS)) if m <= 8 or i != 3]
+        tiles, steps = -(-n // 16), -(-k // 64)
+        for v in range(6, 10):
+            splits = min(sms * GEMV_BLOCKS_PER_SM[v] // tiles, steps // 8)
+            if splits > 1:
+                names.append(f"gemv:{v}/k{splits}")
+        return names + ["cutlass:ping_64x128_c1x1/s1/m", "cutlass:ping_64x256_c1x1/s8/m"]
+    if m <= 128:  # run 1: the 64-row tiles; split-K for the narrow weights (28 tiles at N=3584)
+        return ["cutlass:ping_64x128_c1x1/s1/m", "cutlass:ping_64x128k128_c1x1/s1/m",
+                "cutlass:ping_64x128_c1x1/s8/n", "hooked:coop_128x256_c1x2/s1/n/k4",
+                "hooked:coop_128x256_c1x2/s1/n/k8"]
+    # run 1's four fastest at M=333 (the rest of its 15 ran 0.26-0.65x cuBLAS)
+    return ["cutlass:ping_64x256_c1x1/s1/m", "cutlass:ping_64x128_c1x1/s1/m",
+            "cutlass:coop_128x128_streamk/s1/m", "cutlass:coop_128x256_c2x1_streamk/s1/m"]
+
+
+def decode_runner(name: str, a: torch.Tensor, b: torch.Tensor):
+    if name == "cublas":
+        return lambda: torch.matmul(a, b.T)
+    if name == "linear":
+        return lambda: torch.nn.functional.linear(a, b)
+    if name.startswith("gemv:"):
+        v, _, splits = name[5:].partition("/k")
+        v, splits = int(v), int(splits or 0)
+        return lambda: torch.ops.mkernel.gemv(a, b, v, splits)
+    return runner(name, a, b)
+
+
+def graph_times(cands: dict, args, calls: int = 20) -> dict:
+    """Per-call GPU time of each candidate with the host out of the way: `calls` calls (input
+    sets rotating) captured in one CUDA graph, replays interleaved as in interleaved_ms. What
+    a decode step run from a graph sees; short kernels are host-bound when launched eagerly."""
+    graphs, out = {}, {}
+    stream = torch.cuda.Stream()
+    for c, fns in cands.items():
+        try:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.stream(stream):
+                with torch.cuda.graph(g, stream=stream):
+                    for i in range(calls):
+                        fns[i % len(fns)]()
+            graphs[c] = [g.replay]
+        except RuntimeError as e:
+            out[c] = f"capture failed: {str(e).splitlines()[0]}"
+    torch.cuda.synchronize()
+    t = interleaved_ms(graphs, iters=args.iters)
+    out.update({c: round(v["median_ms"] * 1e3 / calls, 2) for c, v in t.items()})
+    del graphs
+    return out
+
+
+def decode_cases(args, save) -> int:
+    """Times every case of the decode set; save(rows, path) writes the JSON after each."""
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    rows, path = [], None
+    nks = DECODE_NK if not args.shapes else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    ms = [int(v) for v in args.ms.split(",")] if args.ms else DECODE_M
+    for dname in args.dtypes.split(","):
+        dtype = dtypes[dname]
+        for n, k in nks:
+            for m in ms:
+                sets = input_sets(m, n, k, dtype)
+                bytes_ = 2.0 * (n * k + m * k + m * n)
+                flops = 2.0 * m * n * k
+                est_ms = max(bytes_ / 3.5e12, flops / 600e12) * 1e3
+                reps = max(1, min(20, int(0.3 / est_ms)))
+                res = {"m": m, "n": n, "k": k, "dtype": dname, "plan": mkernel.gemm_plan(*sets[0]),
+                       "reps": reps, "bytes_floor_us": 2.0 * n * k / 4.2e12 * 1e6}
+                sms = torch.cuda.get_device_properties(0).multi_processor_count
+                names = ["cublas", "linear", "auto"] + decode_candidates(m, n, k, sms)
+                cands, errors = {}, {}
+                for c in names:
+                    try:  # a candidate that cannot run this shape is recorded, not timed
+                        fns = [decode_runner(c, a, b) for a, b in sets]
+                        fns[0]()
+                        cands[c] = fns
+                    except RuntimeError as e:
+                        errors[c] = str(e).splitlines()[0]
+                torch.cuda.synchronize()
+                per_round = [interleaved_ms(cands, iters=args.iters, reps=reps) for _ in range(args.rounds)]
+                if est_ms < args.graph_below_us * 1e-3:
+                    res["graph_us"] = graph_times(cands, args)
+                final = {c: statistics.median(r[c]["median_ms"] for r in per_round) for c in cands}
+                anchor = min(final["cublas"], final["linear"])
+                res["us"] = {c: round(v * 1e3, 2) for c, v in final.items()}
+                res["errors"] = errors
+                res["anchor"] = "cublas" if final["cublas"] <= final["linear"] else "linear"
+                res["auto_ratio"] = anchor / final["auto"]
+                res["auto_round_ratios"] = [min(r["cublas"]["median_ms"], r["linear"]["median_ms"]) /
+                                            r["auto"]["median_ms"] for r in per_round]
+                ours = {c: v for c, v in final.items() if c not in ("cublas", "linear")}
+                best = min(ours, key=ours.get)
+                res["best"], res["best_ratio"] = best, anchor / ours[best]
+                res["auto_gbps"] = bytes_ / (final["auto"] * 1e-3) / 1e9
+                rows.append(res)
+                top = sorted(ours.items(), key=lambda kv: kv[1])[:4]
+                gr = res.get("graph_us", {})
+                graph_note = (f" | graph replay: cuBLAS {gr.get('cublas')} linear {gr.get('linear')} auto "
+                              f"{gr.get('auto')} us" if gr else "")
+                print(f"{dname} {m:>4}x{n:>5}x{k:>5}  cuBLAS {final['cublas'] * 1e3:7.1f}us linear "
+                      f"{final['linear'] * 1e3:7.1f}us | auto [{res['plan']}] {final['auto'] * 1e3:7.1f}us "
+                      f"{res['auto_ratio']:.3f}x ({res['auto_gbps']:.0f} GB/s; rounds "
+                      f"{' '.join(f'{x:.3f}' for x in res['auto_round_ratios'])}) | "
+                      + ", ".join(f"{c} {v * 1e3:.1f}" for c, v in top)
+                      + graph_note + (f" | errors: {sorted(errors)}" if errors else ""), flush=True)
+                del sets, cands
+                torch.cuda.empty_cache()
+                path = save(rows, path)  # after every case: a run cut short keeps what it measured
+    return summary(rows, path)
+
+
+def run_decode(args) -> int:
+    """The small-M set: every (N, K) of DECODE_NK at every M of DECODE_M, per dtype."""
+    commit_id, device = commit(), device_info()
+
+    def save(rows, path):
+        payload = {"benchmark": "gemm_decode",
+                   "anchor": "cuBLAS: min of torch.matmul(a, b.T) and F.linear(a, b), same run, interleaved",
+                   "commit": commit_id, "device": device,
+                   "timing": f"CUDA events; {args.rounds} rounds x {args.iters} iterations of `reps` calls, "
+                             "candidates interleaved per iteration; median of round medians; rotated input "
+                             "sets (together larger than L2)",
+                   "results": rows}
+        if path is None:
+            return write_result("gemm_decode", payload)
+        path.write_text(json.dumps(payload, indent=2))
+        return path
+
+    return decode_cases(args, save)
+
+
+def summary(rows: list, path) -> int:
+    print(f"wrote {path}")
+    worst = min(rows, key=lambda r: r["auto_ratio"])
+    print(f"auto vs cuBLAS: min {worst['auto_ratio']:.3f}x ({worst['dtype']} {worst['m']}x{worst['n']}x{worst['k']}), "
+          f"median {statistics.median(r['auto_ratio'] for r in rows):.3f}x over {len(rows)} cases")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--shapes", default="", help="MxNxK,... (default: all of issue #4's shapes)")
+    ap.add_argument("--shapes", default="",
+                    help="MxNxK,... or 'heldout' (default: all of issue #4's shapes)")
+    ap.add_argument("--no-sweep", action="store_true",
+                    help="time only auto against cuBLAS (no config sweep, no finalists)")
+    ap.add_argument("--decode", action="store_true", help="the small-M set (DECODE_NK x DECODE_M)")
+    ap.add_argument("--dtypes", default="bf16,fp16", help="--decode: bf16,fp16")
+    ap.add_argument("--ms", default="", help="--decode: M values (default DECODE_M)")
+    ap.add_argument("--graph-below-us", type=float, default=20.0,
+                    help="--decode: also time cases estimated under this many us from CUDA-graph replays")
     args = ap.parse_args()
-    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
+    if args.decode:
+        if args.iters == 20 and args.quick:
+            args.iters = 8
+        return run_decode(args)
+    if args.shapes == "heldout":
+        shapes = HELDOUT
+    else:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
     iters = 8 if args.quick else args.iters
     dtype = torch.bfloat16
     rows = []
     for m, n, k in shapes:
         sets = input_sets(m, n, k, dtype)
         flops = 2.0 * m * n * k
-        # The plan "auto" runs (the first query of a shape tunes it, as a first call would).
-        res = {"m": m, "n": n, "k": k, "plan": mkernel.gemm_plan(*sets[0]), "sweep": {}}
+        # The plan "auto" runs (the first query of a shape tunes it, as a first call would):
+        # its wall time is the autotune's first-call cost for this shape.
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        plan = mkernel.gemm_plan(*sets[0])
+        torch.cuda.synchronize()
+        first_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        mkernel.gemm_plan(*sets[0])
+        cached_s = time.perf_counter() - t0
+        res = {"m": m, "n": n, "k": k, "plan": plan, "autotune_first_call_s": first_s,
+               "plan_cached_call_s": cached_s, "sweep": {}}
         # Short kernels are timed in batches of calls (see interleaved_ms): one call per
         # sample would time the host's launch path, not the GPU.
         sweep_reps = max(1, min(20, int(0.3 / (flops / 600e12 * 1e3))))
-        for name in candidates(m, n, k):
+        for name in ([] if args.no_sweep else candidates(m, n, k)):
             try:
                 t = interleaved_ms({name: [runner(name, a, b) for a, b in sets]}, warmup=2, iters=6,
                                    reps=sweep_reps)[name]
@@ -107,7 +302,7 @@ def main() -> int:
         ok = {c: v for c, v in res["sweep"].items() if "median_ms" in v and c != "auto"}
         finalists = sorted(ok, key=lambda c: ok[c]["median_ms"])[:3]
         cands = {"cublas": [lambda a=a, b=b: torch.matmul(a, b.T) for a, b in sets]}
-        for c in ["auto", "auto-pdl"] + finalists:
+        for c in ["auto"] + ([] if args.no_sweep else ["auto-pdl"]) + finalists:
             cands[c] = [runner(c, a, b) for a, b in sets]
         # Kernels under ~0.3 ms: time batches of calls (the host runs ahead, as in a step);
         # both figures are kept: "final" (batched) and "single_call" (one call per sample).
@@ -134,9 +329,10 @@ def main() -> int:
         res["best"], res["best_ratio"] = best, final[best]["ratio_vs_cublas"]
         res["auto_ratio"] = final["auto"]["ratio_vs_cublas"]
         rows.append(res)
+        pdl = f"with PDL {final['auto-pdl']['ratio_vs_cublas']:.3f}x, " if "auto-pdl" in final else ""
         print(f"{m:>6}x{n:>5}x{k:>5}  cuBLAS {final['cublas']['tflops']:6.1f} TF/s  "
               f"auto [{res['plan']}] {final['auto']['tflops']:6.1f} TF/s ({res['auto_ratio']:.3f}x, "
-              f"with PDL {final['auto-pdl']['ratio_vs_cublas']:.3f}x, rounds "
+              f"{pdl}tuned in {first_s:.2f} s, rounds "
               f"{' '.join(f'{x:.3f}' for x in final['auto']['round_ratios'])})  "
               f"best {best} {res['best_ratio']:.3f}x"
               + (f"  [x{reps} batched; single call: auto {cublas_one / res_one:.3f}x]" if reps > 1 else ""),
@@ -151,6 +347,8 @@ def main() -> int:
                "timing": f"CUDA events; {args.rounds} rounds x {iters} iterations, candidates interleaved "
                          "per iteration; median of round medians; rotated input sets",
                "results": rows}
+    if args.no_sweep:
+        payload["timing"] += "; no config sweep (auto and cuBLAS only)"
     path = write_result("gemm", payload)
     print(f"wrote {path}")
     print(json.dumps({f"{r['m']}x{r['n']}x{r['k']}": sorted(

@@ -16,6 +16,7 @@ import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import statistics  # noqa: E402
+import time  # noqa: E402
 
 from common import commit, device_info, interleaved_ms, write_result  # noqa: E402
 
@@ -42,7 +43,11 @@ def main() -> int:
         bt = b.transpose(1, 2)  # [E, H, F] view, K-major
         cd = counts.cuda()
         flops = 2.0 * tokens * h * f
-        plan = gemm_grouped_plan(x, b, offs)  # tunes (E, T, N, K) on this routing
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        plan = gemm_grouped_plan(x, b, offs)  # tunes (E, T, N, K) on this routing: its first-call cost
+        torch.cuda.synchronize()
+        first_s = time.perf_counter() - t0
         cands = {"grouped_mm": [lambda: torch._grouped_mm(x, bt, offs=offs)],
                  "mkernel_packed": [lambda: gemm_grouped(x, b, offs=offs)],
                  "mkernel_padded": [lambda: gemm_grouped(a, b, cd)]}
@@ -52,7 +57,7 @@ def main() -> int:
                 lambda cfg=cfg, swz=swz, ras=ras: gemm_grouped(x, b, offs=offs, config=cfg, swizzle=swz, raster=ras)]
         rounds = [interleaved_ms(cands, iters=20) for _ in range(3)]
         row = {"routing": routing, "experts": e, "tokens": tokens, "h": h, "f": f, "capacity": cap,
-               "plan": plan, "counts": counts.tolist()}
+               "plan": plan, "autotune_first_call_s": first_s, "counts": counts.tolist()}
         for c in cands:
             med = statistics.median(r[c]["median_ms"] for r in rounds)
             row[c] = {"median_ms": med, "round_medians_ms": [r[c]["median_ms"] for r in rounds],
@@ -62,7 +67,7 @@ def main() -> int:
         print(f"{routing:<8} _grouped_mm {row['grouped_mm']['tflops']:6.1f} TF/s  "
               f"packed {row['mkernel_packed']['tflops']:6.1f} TF/s ({row['ratio']:.3f}x)  "
               f"padded(cap {cap}) {row['mkernel_padded']['tflops']:6.1f} TF/s ({row['ratio_padded']:.3f}x)  "
-              f"plan {plan}", flush=True)
+              f"plan {plan} (tuned in {first_s:.2f} s)", flush=True)
         for c in cands:
             if c.startswith("packed:"):
                 print(f"         {c:<34} {row[c]['tflops']:6.1f} TF/s "

@@ -33,7 +33,9 @@ def device_info() -> dict:
     info = {"host": platform.node(), "torch": torch.__version__, "cuda": torch.version.cuda}
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
-        info.update(gpu=p.name, sm_count=p.multi_processor_count, capability=f"{p.major}.{p.minor}")
+        # gpus: the host's GPU count (runs on a 1-GPU and a 2-GPU H200 host differed: NOTES.md).
+        info.update(gpu=p.name, sm_count=p.multi_processor_count, capability=f"{p.major}.{p.minor}",
+                    gpus=torch.cuda.device_count())
     return info
 
 

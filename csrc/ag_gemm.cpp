@@ -18,6 +18,13 @@
 #include "host_reference.h"
 #include "ops_validation.h"
 
+#ifdef MKERNEL_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "fused_common.h"
+#endif
+
 namespace mkernel {
 namespace {
 constexpr const char* kOp = "mkernel.ag_gemm";
@@ -101,12 +108,84 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cpu(const at::Tensor& x, const at::Te
 }
 
 #ifdef MKERNEL_WITH_CUDA
-std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x, const at::Tensor& w,
+// The unfused path: the substrate's all_gather, then the engine GEMM (groups spanning nodes until
+// the fused kernel drives the inter-node FIFO, and shapes the fused kernel does not take).
+std::tuple<at::Tensor, at::Tensor> ag_gemm_unfused(const at::Tensor& x, const at::Tensor& w,
+                                                   int64_t group, int64_t world_size,
+                                                   bool return_gathered, const char* why) {
+  fused_glue::note_fallback(kOp, why);
+  const at::Tensor gathered =
+      fused_glue::substrate_collective(kOp, "all_gather", x, group, world_size);
+  at::Tensor out = engine_gemm(kOp, gathered, w);
+  return {out, return_gathered ? gathered : x.new_empty({0})};
+}
+
+// One fused launch (kernels/fused/fused_hooks.cuh, kModeAllGather): every same-node rank's x is
+// pushed into this rank's gathered buffer G (its symmetric data region, [world * m, K]) chunk by
+// chunk while the GEMM consumes G's rows as their chunks arrive, own rows first.
+std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at::Tensor& w,
                                                 int64_t group, int64_t world_size,
                                                 bool return_gathered) {
-  validate_ag_gemm(x, w, group, world_size);
-  if (world_size == 1) return world_one(engine_gemm(kOp, x, w), x, return_gathered);
-  TORCH_CHECK_NOT_IMPLEMENTED(false, kOp, ": the CUDA kernel has not landed yet");
+  validate_ag_gemm(x_in, w, group, world_size);
+  if (world_size == 1) return world_one(engine_gemm(kOp, x_in, w), x_in, return_gathered);
+  const c10::cuda::CUDAGuard device_guard(x_in.device());
+  check_engine_inputs(kOp, x_in);
+  comm::SymmetricGroup& sg = comm::SymmetricGroup::get(kOp, group, world_size, x_in.device());
+  const int64_t m = x_in.size(0), k = x_in.size(1), n = w.size(0), world = world_size;
+  if (!sg.single_node()) {
+    return ag_gemm_unfused(x_in, w, group, world_size, return_gathered,
+                           "the group spans several nodes (inter-node path not wired yet)");
+  }
+  if (n == 0 || k == 0 || k % 8 != 0 || n % 8 != 0) {
+    return ag_gemm_unfused(x_in, w, group, world_size, return_gathered,
+                           "N and K must be positive multiples of 8 for the fused kernel");
+  }
+  at::Tensor out = at::empty({world * m, n}, x_in.options());
+  at::Tensor gathered =
+      return_gathered ? at::empty({world * m, k}, x_in.options()) : x_in.new_empty({0});
+  if (m == 0) return {out, gathered};  // every rank has m == 0 (the shapes agree): no call
+  // The copy role reads x 16 bytes at a time.
+  const at::Tensor x = reinterpret_cast<uintptr_t>(x_in.data_ptr()) % 16 == 0 ? x_in : x_in.clone();
+  const int64_t row_bytes = k * x.element_size();
+  const uint64_t bytes = static_cast<uint64_t>(world * m * row_bytes);
+  sg.ensure(kOp, bytes);
+  const comm::GroupDevice& g = sg.device_view();
+  const int rank = g.rank;
+
+  fused::FusedParams hp;
+  hp.group = g;
+  hp.mode = fused::kModeAllGather;
+  hp.op = comm::kOpAgGemm;
+  hp.signature = comm::call_signature(comm::kOpAgGemm,
+                                      {m, k, n, static_cast<int64_t>(x.scalar_type())});
+  hp.x = static_cast<const uint8_t*>(x.data_ptr());
+  hp.m_local = static_cast<int32_t>(m);
+  hp.m_total = static_cast<int32_t>(world * m);
+  hp.row_bytes = row_bytes;
+  // Chunks of ~128 KiB (a power of two of rows, at most one 128-row tile of A): each CTA's copy
+  // warps move a chunk at a few GB/s, so small chunks spread a tile's rows over many CTAs and
+  // the first tiles start early. Wider if the flags would not fit the op's flag slots.
+  int64_t chunk_rows = 128;
+  while (chunk_rows > 1 && chunk_rows * row_bytes > (128 << 10)) chunk_rows /= 2;
+  const int64_t flag_room = comm::kFlagWords - comm::FlagSlot::kOpSlotBase - 1;  // - the counter
+  while (world * ((m + chunk_rows - 1) / chunk_rows) > flag_room) chunk_rows *= 2;
+  hp.chunk_rows = static_cast<int32_t>(chunk_rows);
+  hp.chunks = static_cast<int32_t>((m + chunk_rows - 1) / chunk_rows);
+  hp.flag_base = comm::FlagSlot::kOpSlotBase;
+
+  const gemm::ConfigId config = fused::fused_config(static_cast<int>(world * m),
+                                                    static_cast<int>(n), static_cast<int>(k),
+                                                    device_sms());
+  const gemm::Problem p = fused_glue::problem(kOp, g.data[rank], w, out.data_ptr(), world * m, n, k);
+  // Rank s's rows arrive (rank - s) mod world pushes after the own ones.
+  std::vector<int> order(world);
+  for (int s = 0; s < world; ++s) order[s] = static_cast<int>((rank - s + world) % world);
+  fused_glue::launch(kOp, p, config, x, hp, order, m);
+  if (return_gathered) {
+    C10_CUDA_CHECK(cudaMemcpyAsync(gathered.data_ptr(), g.data[rank], bytes,
+                                   cudaMemcpyDeviceToDevice, at::cuda::getCurrentCUDAStream()));
+  }
+  return {out, gathered};
 }
 #endif  // MKERNEL_WITH_CUDA
 

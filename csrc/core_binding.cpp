@@ -63,6 +63,7 @@ void check_table(const mk_api_v1& api) {
       {"datapath_check", api.datapath_check != nullptr},
       {"datapath_stats_json", api.datapath_stats_json != nullptr},
       {"datapath_destroy", api.datapath_destroy != nullptr},
+      {"datapath_buffer_info", api.datapath_buffer_info != nullptr},
   };
   for (const auto& [name, present] : entries) {
     TORCH_CHECK_VALUE(present, kBindOp, ": the API table's entry ", name, " is NULL");

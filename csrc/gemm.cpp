@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gemm_engine.h"
+#include "gemv_engine.h"
 #include "ops_validation.h"
 
 #ifdef MKERNEL_WITH_CUDA
@@ -123,6 +124,14 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
   auto out = at::empty({m, n}, a.options());
   if (m == 0 || n == 0) return out;
   if (k == 0) return out.zero_();
+  // M <= 16 with everything left open: the GEMV kernel streams B faster than any
+  // tile config (gemv_api.h); an explicit sm_count keeps the persistent engine.
+  if (config < 0 && sm_count == 0 && swizzle == 0 && raster == 0 && splits <= 1) {
+    gemv::Plan gemv_plan;
+    if (gemv_planned(m, n, k, device_sms(), &gemv_plan) && engine_gemv(op, a, b, out, gemv_plan)) {
+      return out;
+    }
+  }
   gemm::Problem p = engine_problem(op, a, b, out.data_ptr(), m, n, k);
   auto id = static_cast<gemm::ConfigId>(config);
   gemm::Launch launch;
@@ -199,6 +208,12 @@ std::string gemm_plan_cuda(const at::Tensor& a, const at::Tensor& b, int64_t sm_
   check_engine_inputs(kPlanOp, a);
   TORCH_CHECK(a.size(0) > 0 && b.size(0) > 0 && a.size(1) > 0, kPlanOp,
               ": M, N and K must be >= 1");
+  if (sm_count == 0) {  // what engine_gemm runs first (misaligned operands aside)
+    gemv::Plan gemv_plan;
+    if (gemv_planned(a.size(0), b.size(0), a.size(1), device_sms(), &gemv_plan)) {
+      return gemv::plan_name(gemv_plan);
+    }
+  }
   // No output: the tuner times its candidates into a D of its own.
   const gemm::Problem p = engine_problem(kPlanOp, a, b, nullptr, a.size(0), b.size(0), a.size(1));
   gemm::Launch launch;

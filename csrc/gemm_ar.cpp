@@ -9,12 +9,19 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "gemm_engine.h"
 #include "host_reference.h"
 #include "ops_validation.h"
+
+#ifdef MKERNEL_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+
+#include "fused_common.h"
+#endif
 
 namespace mkernel {
 namespace {
@@ -117,11 +124,53 @@ at::Tensor gemm_ar_cpu(const at::Tensor& x, const at::Tensor& w, int64_t group,
 }
 
 #ifdef MKERNEL_WITH_CUDA
+// One-shot or two-shot, from shapes only (the same choice on every rank). Per rank, one-shot
+// reads all W partials of every tile ((W + 1)·M·N elements of traffic in the reduce role), two-shot
+// reads W partials of its own M/W rows and copies the others' reduced rows (~3·M·N) but adds a
+// dependency hop. So: one-shot at W = 2 (equal traffic) and for small outputs (latency), two-shot
+// beyond. MKERNEL_GEMM_AR_ALGO=oneshot|twoshot forces one, for measuring both (every rank must
+// see the same value: the call signature includes it).
+bool two_shot(int64_t rows, int64_t n, int64_t world, int64_t element_size) {
+  static const char* forced = std::getenv("MKERNEL_GEMM_AR_ALGO");
+  if (forced != nullptr && std::strcmp(forced, "oneshot") == 0) return false;
+  if (forced != nullptr && std::strcmp(forced, "twoshot") == 0) return true;
+  return world > 2 && rows * n * element_size > (4 << 20);
+}
+
 at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
                         int64_t world_size) {
   validate_gemm_ar(x, w, group, world_size);
   if (world_size == 1) return engine_gemm(kOp, x, w);  // nothing to reduce
-  TORCH_CHECK_NOT_IMPLEMENTED(false, kOp, ": the CUDA kernel has not landed yet");
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  check_engine_inputs(kOp, x);
+  comm::SymmetricGroup& sg = comm::SymmetricGroup::get(kOp, group, world_size, x.device());
+  const char* why = "the group spans several nodes (inter-node path not wired yet)";
+  if (sg.single_node()) {
+    // kernels/fused/fused_hooks.cuh, kModeReduce. One-shot: every rank reduces every tile of
+    // all W partials in rank order. Two-shot: rank q reduces its block of rows (the same
+    // rank-order sum) and every rank copies the reduced blocks. Either way every rank holds the
+    // same bits.
+    const int64_t rows = x.size(0), world = world_size, rank = sg.rank();
+    at::Tensor out = at::empty({rows, w.size(0)}, x.options());
+    fused_glue::ReduceLayout layout;
+    layout.two_shot = two_shot(rows, w.size(0), world, x.element_size());
+    std::vector<int> order;
+    if (layout.two_shot) {
+      layout.rows_per_rank = (rows + world - 1) / world;
+      layout.row0 = std::min(rows, rank * layout.rows_per_rank);
+      layout.rows = std::min(rows, layout.row0 + layout.rows_per_rank) - layout.row0;
+      order.resize(world);  // owner rank + 1's rows first, this rank's own last (as gemm_rs)
+      for (int64_t q = 0; q < world; ++q) order[q] = static_cast<int>((q - rank - 1 + world) % world);
+    } else {
+      layout.rows = layout.rows_per_rank = rows;
+    }
+    if (fused_glue::reduce_call(kOp, comm::kOpGemmAr, sg, x, w, layout, out, order, &why)) {
+      return out;
+    }
+  }
+  fused_glue::note_fallback(kOp, why);
+  return fused_glue::substrate_collective(kOp, "all_reduce", engine_gemm(kOp, x, w), group,
+                                          world_size);
 }
 #endif  // MKERNEL_WITH_CUDA
 

@@ -10,8 +10,6 @@
 //   (c) M units are visited in the order m_order (int32 permutation) if given.
 #include <torch/library.h>
 
-#include <cstdio>
-#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -22,9 +20,9 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "kernels/comm/wait_diagnostic.h"
 #include "kernels/gemm/gemm_api.h"
 #endif
+#include "comm/wait_record.h"
 
 namespace mkernel {
 namespace {
@@ -65,22 +63,6 @@ at::Tensor gemm_hooked_cpu(const at::Tensor& a, const at::Tensor&, const c10::op
 }
 
 #ifdef MKERNEL_WITH_CUDA
-// One pinned, mapped WaitDiagnostic per process: a timed-out wait writes it
-// before trapping; wait_diagnostic() reads it even after the context died.
-comm::WaitDiagnostic* diagnostic_buffer() {
-  static comm::WaitDiagnostic* diag = [] {
-    void* p = nullptr;
-    if (cudaHostAlloc(&p, sizeof(comm::WaitDiagnostic),
-                      cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
-      cudaGetLastError();
-      return static_cast<comm::WaitDiagnostic*>(nullptr);
-    }
-    std::memset(p, 0, sizeof(comm::WaitDiagnostic));
-    return static_cast<comm::WaitDiagnostic*>(p);
-  }();
-  return diag;
-}
-
 at::Tensor gemm_hooked_cuda(const at::Tensor& a, const at::Tensor& b,
                             const c10::optional<at::Tensor>& a_ready, int64_t rows_per_flag,
                             int64_t a_ready_value, const c10::optional<at::Tensor>& tile_done,
@@ -133,7 +115,7 @@ at::Tensor gemm_hooked_cuda(const at::Tensor& a, const at::Tensor& b,
   h.tile_done_value = static_cast<uint64_t>(tile_done_value);
   h.m_order = m_order ? m_order->data_ptr<int>() : nullptr;
   h.timeout_s = timeout_s;
-  h.diag = diagnostic_buffer();
+  h.diag = comm::process_wait_diagnostic();
   launch.workspace_bytes = gemm::hooked_workspace_size(p, id, launch);
   launch.workspace = engine_workspace(launch.workspace_bytes, a);
   const char* reason = nullptr;
@@ -144,23 +126,9 @@ at::Tensor gemm_hooked_cuda(const at::Tensor& a, const at::Tensor& b,
 }
 #endif  // MKERNEL_WITH_CUDA
 
-std::string wait_diagnostic() {
-#ifdef MKERNEL_WITH_CUDA
-  const comm::WaitDiagnostic* d = diagnostic_buffer();
-  if (d == nullptr || !reinterpret_cast<const volatile comm::WaitDiagnostic*>(d)->valid) return "";
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "a kernel timed out waiting for %s %d (flag at 0x%llx) to reach %llu; it held "
-                "%llu (block %d,%d thread %d)",
-                d->what == comm::kWaitARows ? "the A-rows flag" : "peer flag", d->flag_index,
-                static_cast<unsigned long long>(d->flag_address),
-                static_cast<unsigned long long>(d->expected),
-                static_cast<unsigned long long>(d->seen), d->block_x, d->block_y, d->thread);
-  return buf;
-#else
-  return "";
-#endif
-}
+// The record of this process's first timed-out device wait (gemm_hooked or any group's
+// kernel: comm/wait_record.h), or "".
+std::string wait_diagnostic() { return comm::last_wait_failure(); }
 
 std::vector<int64_t> gemm_tile_counts(int64_t config, int64_t m, int64_t n) {
 #ifdef MKERNEL_WITH_CUDA

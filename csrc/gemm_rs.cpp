@@ -12,6 +12,14 @@
 #include "host_reference.h"
 #include "ops_validation.h"
 
+#ifdef MKERNEL_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+
+#include <vector>
+
+#include "fused_common.h"
+#endif
+
 namespace mkernel {
 namespace {
 constexpr const char* kOp = "mkernel.gemm_rs";
@@ -93,7 +101,28 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
                         int64_t world_size) {
   validate_gemm_rs(x, w, group, world_size);
   if (world_size == 1) return engine_gemm(kOp, x, w);  // nothing to reduce
-  TORCH_CHECK_NOT_IMPLEMENTED(false, kOp, ": the CUDA kernel has not landed yet");
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  check_engine_inputs(kOp, x);
+  comm::SymmetricGroup& sg = comm::SymmetricGroup::get(kOp, group, world_size, x.device());
+  const int64_t world = world_size, rows = x.size(0) / world;
+  const char* why = "the group spans several nodes (inter-node path not wired yet)";
+  if (sg.single_node()) {
+    // One fused launch (kernels/fused/fused_hooks.cuh, kModeReduce): rank r's partial tiles are
+    // produced owner r+1's rows first, its own last; it reduces its own rows.
+    const int rank = sg.rank();
+    at::Tensor out = at::empty({rows, w.size(0)}, x.options());
+    std::vector<int> order(world);
+    for (int q = 0; q < world; ++q) order[q] = static_cast<int>((q - rank - 1 + world) % world);
+    fused_glue::ReduceLayout layout;
+    layout.row0 = layout.out_row0 = rank * rows;
+    layout.rows = layout.rows_per_rank = rows;
+    if (fused_glue::reduce_call(kOp, comm::kOpGemmRs, sg, x, w, layout, out, order, &why)) {
+      return out;
+    }
+  }
+  fused_glue::note_fallback(kOp, why);
+  return fused_glue::substrate_collective(kOp, "reduce_scatter", engine_gemm(kOp, x, w), group,
+                                          world_size);
 }
 #endif  // MKERNEL_WITH_CUDA
 

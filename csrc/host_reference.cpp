@@ -15,6 +15,11 @@
 #include <utility>
 
 #include "core_binding.h"
+#include "session_layout.h"
+
+#ifdef MKERNEL_WITH_CUDA
+#include "comm/symmetric_group.h"
+#endif
 
 namespace mkernel {
 namespace host {
@@ -56,30 +61,26 @@ const char* op_name(uint16_t op) {
       return "mkernel.gemm_ar";
     case OpKind::kRingAttention:
       return "mkernel.ring_attention";
+    case OpKind::kAllGather:
+      return "mkernel.all_gather";
+    case OpKind::kReduceScatter:
+      return "mkernel.reduce_scatter";
+    case OpKind::kAllReduce:
+      return "mkernel.all_reduce";
+    case OpKind::kMoeDispatch:
+      return "mkernel.moe_dispatch_gemm";
+    case OpKind::kMoeCombine:
+      return "mkernel.moe_combine";
+    case OpKind::kMoeScatter:
+      return "mkernel._moe_scatter";
   }
   return "an unknown op";
-}
-
-double timeout_seconds() {
-  const char* v = std::getenv(kTimeoutEnv);
-  if (v == nullptr || *v == '\0') return kDefaultTimeoutS;
-  char* end = nullptr;
-  const double s = std::strtod(v, &end);
-  TORCH_CHECK_VALUE(end != v && *end == '\0' && s > 0, kTimeoutEnv,
-                    " must be a positive number of seconds, got \"", v, "\"");
-  return s;
 }
 
 uint64_t capacity_for(uint64_t need) {
   uint64_t c = kMinCapacity;
   while (c < need) c <<= 1;
   return c;
-}
-
-std::string hostname() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
 }
 
 // The message of a failed core call (check_core's text), without throwing.
@@ -275,49 +276,11 @@ class HostGroup {
 
   // First use: rank, world and every rank's node (an all-gather over the session).
   void setup(const char* op, int64_t world_size) {
-    TORCH_CHECK(core_bound(), op,
-                ": the mkernel core is not loaded: import mkernel and call mkernel.init() to "
-                "create the group");
-    const mk_api_v1& api = core_api();
-    const mk_session_t s = static_cast<mk_session_t>(handle_);
-    int32_t rank = -1, world = 0;
-    const mk_status st = api.session_rank(s, &rank, &world);
-    TORCH_CHECK_VALUE(st == MK_OK, op, ": group ", handle_,
-                      " is not an open mkernel group (pass the context from mkernel.init()): ",
-                      core_failure(st, "session_rank"));
-    TORCH_CHECK_VALUE(world == world_size, op, ": world_size is ", world_size, " but group ",
-                      handle_, " has ", world, " ranks");
-    timeout_s_ = timeout_seconds();
-    const char* emulated = std::getenv("MKERNEL_EMULATED_NODE");
-    const std::string me = hostname() + "\n" + (emulated != nullptr ? emulated : "");
-    std::vector<uint8_t> out(static_cast<size_t>(world) * (8 + 512));
-    size_t len = out.size();
-    mk_status g = api.session_allgather(s, me.data(), me.size(), out.data(), &len,
-                                        static_cast<int64_t>(timeout_s_ * 1000));
-    if (g == MK_ERR_BUFFER_TOO_SMALL) {
-      out.resize(len);
-      g = api.session_gathered(s, out.data(), &len);
-    }
-    check_core(g, "session_allgather (the ranks' nodes)");
-    std::vector<std::string> ids;
-    size_t at = 0;
-    for (int r = 0; r < world; ++r) {
-      TORCH_CHECK(at + 8 <= len, op, ": short all-gather reply");
-      uint64_t n = 0;
-      std::memcpy(&n, out.data() + at, 8);
-      TORCH_CHECK(at + 8 + n <= len, op, ": short all-gather reply");
-      ids.emplace_back(reinterpret_cast<const char*>(out.data() + at + 8), n);
-      at += 8 + n;
-    }
-    node_.assign(world, 0);
-    std::vector<std::string> seen;
-    for (int r = 0; r < world; ++r) {
-      auto it = std::find(seen.begin(), seen.end(), ids[r]);
-      node_[r] = static_cast<int>(it - seen.begin());
-      if (it == seen.end()) seen.push_back(ids[r]);
-    }
-    rank_ = rank;
-    world_ = world;
+    const SessionLayout l = session_layout(op, handle_, world_size);
+    timeout_s_ = l.timeout_s;
+    node_ = l.node;
+    rank_ = l.rank;
+    world_ = l.world;
   }
 
   const std::vector<int>& node() const { return node_; }
@@ -453,9 +416,13 @@ void forget_group(int64_t handle) {
   reg.groups.erase(handle);
 }
 
-std::string dims_text(const std::array<int64_t, 4>& d) {
+std::string dims_text(OpKind op, const std::array<int64_t, 4>& d) {
   std::ostringstream os;
-  os << "x [" << d[0] << ", " << d[1] << "], w [" << d[2] << ", " << d[3] << "]";
+  if (op == OpKind::kAllGather || op == OpKind::kReduceScatter || op == OpKind::kAllReduce) {
+    os << "x of " << d[2] << " dimension(s), " << d[0] << " row(s) of " << d[1] << " element(s)";
+  } else {
+    os << "x [" << d[0] << ", " << d[1] << "], w [" << d[2] << ", " << d[3] << "]";
+  }
   return os.str();
 }
 
@@ -591,8 +558,8 @@ void Call::begin(const CallInfo& info) {
     std::array<int64_t, 4> theirs{h.dims[0], h.dims[1], h.dims[2], h.dims[3]};
     for (int i = 0; i < 4; ++i) {
       if ((info.must_match >> i & 1u) && theirs[i] != info.dims[i]) {
-        TORCH_CHECK(false, op_, ": rank ", r, " passed ", dims_text(theirs), " but rank ", rank,
-                    " passed ", dims_text(info.dims), ": ", info.names[i],
+        TORCH_CHECK(false, op_, ": rank ", r, " passed ", dims_text(info.op, theirs), " but rank ",
+                    rank, " passed ", dims_text(info.op, info.dims), ": ", info.names[i],
                     " must be the same on every rank of the group");
       }
     }
@@ -713,7 +680,14 @@ std::string group_info(int64_t group) {
 
 namespace {
 
-void release_op(int64_t group) { release_group(group); }
+// Context.close / mkernel.shutdown: the GPU substrate's memory of the group, then the host
+// backend's data paths.
+void release_op(int64_t group) {
+#ifdef MKERNEL_WITH_CUDA
+  comm::release_symmetric_group(group);
+#endif
+  release_group(group);
+}
 std::string info_op(int64_t group) { return group_info(group); }
 
 }  // namespace

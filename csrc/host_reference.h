@@ -52,7 +52,20 @@ namespace mkernel {
 namespace host {
 
 // The ops of the host reference backend (the header's op field).
-enum class OpKind : uint16_t { kAgGemm = 1, kGemmRs = 2, kGemmAr = 3, kRingAttention = 4 };
+enum class OpKind : uint16_t {
+  kAgGemm = 1,
+  kGemmRs = 2,
+  kGemmAr = 3,
+  kRingAttention = 4,  // ring_attention's host reference
+  // The plain collectives (collectives_host.cpp). Their dims: {rows (x.size(0)), elements per
+  // row, x.dim(), a hash of x.sizes()[1:]}.
+  kAllGather = 5,
+  kReduceScatter = 6,
+  kAllReduce = 7,
+  kMoeDispatch = 8,  // moe_dispatch_gemm (csrc/moe_host.cpp)
+  kMoeCombine = 9,   // moe_combine and its gather
+  kMoeScatter = 10,  // the scatter of moe_combine's backward
+};
 
 // Arrival flag kinds; a flag slot is kind * world + source rank.
 enum class Arrival : uint32_t { kHeader = 0, kPhaseA = 1, kPhaseB = 2 };

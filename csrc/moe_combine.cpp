@@ -1,77 +1,234 @@
 // mkernel.moe_combine: the reverse of moe_dispatch_gemm: the experts' outputs travel back to
 // their tokens' ranks and are summed with the routing weights.
 //
-//   y [E_local, capacity, H] expert outputs, handle [T, k] int64 from moe_dispatch_gemm,
+//   y [R, H] (packed) or [E_local, capacity, H] expert outputs in moe_dispatch_gemm's layout,
+//   route [T, k] int64 and recv_counts [world_size, E_local] int32 from moe_dispatch_gemm,
 //   topk_weights [T, k] fp32
-//     ->  out [T, H] = sum_j topk_weights[t, j] * y[the slot handle[t, j] points at]
+//     ->  out [T, H] = sum_j topk_weights[t, j] * y[the row route[t, j] names], in fp32 over j
+//         in order, rounded once to y's dtype; dropped choices (route -1) add nothing.
 //
-// Holds the op's validator and its Meta, CPU-reference and CUDA kernels.
+// Also the two moves its autograd needs (python/mkernel/_moe_registry.py):
+//   _moe_gather(y, route, recv_counts) -> [T, k, H]: the row of every choice, zero if dropped
+//   _moe_scatter(rows [T, k, H], route, recv_counts, capacity, out_rows) -> y's layout:
+//     every kept choice's row written where it was dispatched, other rows zero.
+//
+// Holds the validators and the Meta, CPU-reference and CUDA kernels of the three ops.
+#include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include "moe_host.h"
+#include "moe_local.h"
 #include "ops_validation.h"
 
 namespace mkernel {
 namespace {
 constexpr const char* kOp = "mkernel.moe_combine";
+constexpr const char* kGatherOp = "mkernel._moe_gather";
+constexpr const char* kScatterOp = "mkernel._moe_scatter";
+
+// What the three ops check of (route, recv_counts) and of the rows' tensor `y`
+// ([R, H] or [E_local, C, H]; `y_name` names it).
+void check_route(const char* op, const char* y_name, const at::Tensor& y, const at::Tensor& route,
+                 const at::Tensor& recv_counts, int64_t world_size) {
+  using namespace validation;
+  check_dim(op, "route", route, 2, "[T, k]");
+  check_dim(op, "recv_counts", recv_counts, 2, "[world_size, E_local]");
+  check_dtype_in(op, "route", route, {at::kLong}, "the route moe_dispatch_gemm returned");
+  check_dtype_in(op, "recv_counts", recv_counts, {at::kInt},
+                 "the recv_counts moe_dispatch_gemm returned");
+  check_same_device(op, "route", route, y_name, y);
+  check_same_device(op, "recv_counts", recv_counts, y_name, y);
+  TORCH_SYM_CHECK(recv_counts.sym_size(0).sym_eq(world_size), op,
+                  ": recv_counts must have world_size = ", world_size,
+                  " rows (recv_counts: ", recv_counts.sym_sizes(), ")");
+  check_contiguous(op, "route", route);
+  check_contiguous(op, "recv_counts", recv_counts);
+}
+
+// y: [R, H] packed or [E_local, C, H] padded, E_local matching recv_counts.
+void check_rows(const char* op, const char* y_name, const at::Tensor& y,
+                const at::Tensor& recv_counts) {
+  TORCH_CHECK(y.dim() == 2 || y.dim() == 3, op, ": ", y_name,
+              " must be a 2-D tensor [R, H] (packed) or a 3-D tensor [E_local, capacity, H], got ",
+              y.dim(), "-D ", y.sym_sizes());
+  validation::check_float_dtype(op, y_name, y);
+  if (y.dim() == 3) {
+    TORCH_SYM_CHECK(y.sym_size(0).sym_eq(recv_counts.sym_size(1)), op, ": ", y_name,
+                    " [E_local, capacity, H] must hold recv_counts' E_local experts (", y_name,
+                    ": ", y.sym_sizes(), ", recv_counts: ", recv_counts.sym_sizes(), ")");
+  }
+  validation::check_contiguous(op, y_name, y);
+}
+
 }  // namespace
 
-MoeCombineSizes validate_moe_combine(const at::Tensor& y, const at::Tensor& handle,
+MoeCombineSizes validate_moe_combine(const at::Tensor& y, const at::Tensor& route,
+                                     const at::Tensor& recv_counts,
                                      const at::Tensor& topk_weights, int64_t group,
                                      int64_t world_size, const c10::SymInt& num_tokens) {
   using namespace validation;
   check_group(kOp, group, world_size);
-  check_dim(kOp, "y", y, 3, "[E_local, capacity, H]");
-  check_dim(kOp, "handle", handle, 2, "[T, k]");
+  check_rows(kOp, "y", y, recv_counts);
+  check_route(kOp, "y", y, route, recv_counts, world_size);
   check_dim(kOp, "topk_weights", topk_weights, 2, "[T, k]");
-  check_float_dtype(kOp, "y", y);
-  check_dtype_in(kOp, "handle", handle, {at::kLong}, "the handle moe_dispatch_gemm returned");
   check_dtype_in(kOp, "topk_weights", topk_weights, {at::kFloat}, "routing weights");
-  check_same_device(kOp, "handle", handle, "y", y);
   check_same_device(kOp, "topk_weights", topk_weights, "y", y);
-  TORCH_SYM_CHECK(handle.sym_size(0).sym_eq(num_tokens), kOp,
-                  ": num_tokens must equal the token count T of handle [T, k] (num_tokens: ",
-                  num_tokens, ", handle: ", handle.sym_sizes(), ")");
-  TORCH_SYM_CHECK(same_sizes(topk_weights, handle), kOp,
-                  ": topk_weights must have the shape of handle [T, k] (handle: ",
-                  handle.sym_sizes(), ", topk_weights: ", topk_weights.sym_sizes(), ")");
-  check_contiguous(kOp, "y", y);
-  check_contiguous(kOp, "handle", handle);
+  TORCH_SYM_CHECK(route.sym_size(0).sym_eq(num_tokens), kOp,
+                  ": num_tokens must equal the token count T of route [T, k] (num_tokens: ",
+                  num_tokens, ", route: ", route.sym_sizes(), ")");
+  TORCH_SYM_CHECK(same_sizes(topk_weights, route), kOp,
+                  ": topk_weights must have the shape of route [T, k] (route: ",
+                  route.sym_sizes(), ", topk_weights: ", topk_weights.sym_sizes(), ")");
   check_contiguous(kOp, "topk_weights", topk_weights);
-  return {num_tokens, y.sym_size(2)};
+  return {num_tokens, y.sym_size(-1)};
 }
 
 namespace {
 
-at::Tensor moe_combine_meta(const at::Tensor& y, const at::Tensor& handle,
-                            const at::Tensor& topk_weights, int64_t group, int64_t world_size,
-                            c10::SymInt num_tokens) {
+at::Tensor moe_combine_meta(const at::Tensor& y, const at::Tensor& route,
+                            const at::Tensor& recv_counts, const at::Tensor& topk_weights,
+                            int64_t group, int64_t world_size, c10::SymInt num_tokens) {
   const MoeCombineSizes sizes =
-      validate_moe_combine(y, handle, topk_weights, group, world_size, num_tokens);
+      validate_moe_combine(y, route, recv_counts, topk_weights, group, world_size, num_tokens);
   return y.new_empty_symint({sizes.tokens, sizes.h});
 }
 
-at::Tensor moe_combine_cpu(const at::Tensor& y, const at::Tensor& handle,
-                           const at::Tensor& topk_weights, int64_t group, int64_t world_size,
-                           int64_t num_tokens) {
-  validate_moe_combine(y, handle, topk_weights, group, world_size, num_tokens);
-  TORCH_CHECK_NOT_IMPLEMENTED(false, kOp, ": the CPU reference kernel has not landed yet");
+at::Tensor moe_combine_cpu(const at::Tensor& y, const at::Tensor& route,
+                           const at::Tensor& recv_counts, const at::Tensor& topk_weights,
+                           int64_t group, int64_t world_size, int64_t num_tokens) {
+  validate_moe_combine(y, route, recv_counts, topk_weights, group, world_size, num_tokens);
+  const at::Tensor g = world_size == 1
+                           ? moe::gather_local(y, route)
+                           : moe::gather(kOp, y, route, recv_counts, group, world_size);
+  return moe::weighted_sum(g, route, topk_weights);
+}
+
+// _moe_gather ------------------------------------------------------------------------------
+
+void validate_gather(const at::Tensor& y, const at::Tensor& route, const at::Tensor& recv_counts,
+                     int64_t group, int64_t world_size) {
+  validation::check_group(kGatherOp, group, world_size);
+  check_rows(kGatherOp, "y", y, recv_counts);
+  check_route(kGatherOp, "y", y, route, recv_counts, world_size);
+}
+
+at::Tensor gather_meta(const at::Tensor& y, const at::Tensor& route, const at::Tensor& recv_counts,
+                       int64_t group, int64_t world_size) {
+  validate_gather(y, route, recv_counts, group, world_size);
+  return y.new_empty_symint({route.sym_size(0), route.sym_size(1), y.sym_size(-1)});
+}
+
+at::Tensor gather_cpu(const at::Tensor& y, const at::Tensor& route, const at::Tensor& recv_counts,
+                      int64_t group, int64_t world_size) {
+  validate_gather(y, route, recv_counts, group, world_size);
+  return world_size == 1 ? moe::gather_local(y, route)
+                         : moe::gather(kGatherOp, y, route, recv_counts, group, world_size);
+}
+
+// _moe_scatter -----------------------------------------------------------------------------
+
+void validate_scatter(const at::Tensor& rows, const at::Tensor& route,
+                      const at::Tensor& recv_counts, int64_t group, int64_t world_size,
+                      int64_t capacity, const c10::SymInt& out_rows) {
+  using namespace validation;
+  check_group(kScatterOp, group, world_size);
+  check_dim(kScatterOp, "rows", rows, 3, "[T, k, H]");
+  check_float_dtype(kScatterOp, "rows", rows);
+  check_route(kScatterOp, "rows", rows, route, recv_counts, world_size);
+  TORCH_CHECK_VALUE(capacity >= 0, kScatterOp, ": capacity must be >= 0, got ", capacity);
+  TORCH_SYM_CHECK(out_rows.sym_ge(0), kScatterOp, ": out_rows must be >= 0, got ", out_rows);
+  TORCH_SYM_CHECK(rows.sym_size(0).sym_eq(route.sym_size(0)).sym_and(
+                      rows.sym_size(1).sym_eq(route.sym_size(1))),
+                  kScatterOp, ": rows [T, k, H] must match route [T, k] (rows: ", rows.sym_sizes(),
+                  ", route: ", route.sym_sizes(), ")");
+  check_contiguous(kScatterOp, "rows", rows);
+}
+
+at::Tensor scatter_meta(const at::Tensor& rows, const at::Tensor& route,
+                        const at::Tensor& recv_counts, int64_t group, int64_t world_size,
+                        int64_t capacity, c10::SymInt out_rows) {
+  validate_scatter(rows, route, recv_counts, group, world_size, capacity, out_rows);
+  if (capacity > 0) {
+    return rows.new_empty_symint({recv_counts.sym_size(1), capacity, rows.sym_size(2)});
+  }
+  return rows.new_empty_symint({out_rows, rows.sym_size(2)});
+}
+
+at::Tensor scatter_cpu(const at::Tensor& rows, const at::Tensor& route,
+                       const at::Tensor& recv_counts, int64_t group, int64_t world_size,
+                       int64_t capacity, int64_t out_rows) {
+  validate_scatter(rows, route, recv_counts, group, world_size, capacity, out_rows);
+  if (world_size == 1) {
+    return moe::scatter_local(rows, route, recv_counts.size(1), capacity, out_rows);
+  }
+  return moe::scatter(kScatterOp, rows, route, recv_counts, group, world_size, capacity, out_rows);
 }
 
 #ifdef MKERNEL_WITH_CUDA
-at::Tensor moe_combine_cuda(const at::Tensor& y, const at::Tensor& handle,
-                            const at::Tensor& topk_weights, int64_t group, int64_t world_size,
-                            int64_t num_tokens) {
-  validate_moe_combine(y, handle, topk_weights, group, world_size, num_tokens);
-  TORCH_CHECK_NOT_IMPLEMENTED(false, kOp, ": the CUDA kernel has not landed yet");
+// World size 1 runs on the device (moe_local.h). World size > 1: the host reference's exchange
+// (CPU staging, host syncs) until the fused kernel on the substrate lands.
+void warn_host_path(const char* op) {
+  TORCH_WARN_ONCE(op,
+                  ": the fused multi-rank CUDA kernel has not landed; world_size > 1 moves the "
+                  "rows through the host reference data path (CPU staging)");
+}
+
+at::Tensor gather_via_host(const char* op, const at::Tensor& y, const at::Tensor& route,
+                           const at::Tensor& recv_counts, int64_t group, int64_t world_size) {
+  warn_host_path(op);
+  return moe::gather(op, y.cpu(), route.cpu(), recv_counts.cpu(), group, world_size)
+      .to(y.device());
+}
+
+at::Tensor moe_combine_cuda(const at::Tensor& y, const at::Tensor& route,
+                            const at::Tensor& recv_counts, const at::Tensor& topk_weights,
+                            int64_t group, int64_t world_size, int64_t num_tokens) {
+  validate_moe_combine(y, route, recv_counts, topk_weights, group, world_size, num_tokens);
+  const at::Tensor g = world_size == 1
+                           ? moe::gather_local(y, route)
+                           : gather_via_host(kOp, y, route, recv_counts, group, world_size);
+  return moe::weighted_sum(g, route, topk_weights);
+}
+
+at::Tensor gather_cuda(const at::Tensor& y, const at::Tensor& route,
+                       const at::Tensor& recv_counts, int64_t group, int64_t world_size) {
+  validate_gather(y, route, recv_counts, group, world_size);
+  if (world_size != 1) return gather_via_host(kGatherOp, y, route, recv_counts, group, world_size);
+  return moe::gather_local(y, route);
+}
+
+at::Tensor scatter_cuda(const at::Tensor& rows, const at::Tensor& route,
+                        const at::Tensor& recv_counts, int64_t group, int64_t world_size,
+                        int64_t capacity, int64_t out_rows) {
+  validate_scatter(rows, route, recv_counts, group, world_size, capacity, out_rows);
+  if (world_size != 1) {
+    warn_host_path(kScatterOp);
+    return moe::scatter(kScatterOp, rows.cpu(), route.cpu(), recv_counts.cpu(), group,
+                        world_size, capacity, out_rows)
+        .to(rows.device());
+  }
+  return moe::scatter_local(rows, route, recv_counts.size(1), capacity, out_rows);
 }
 #endif  // MKERNEL_WITH_CUDA
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(mkernel, Meta, m) { m.impl("moe_combine", &moe_combine_meta); }
-TORCH_LIBRARY_IMPL(mkernel, CPU, m) { m.impl("moe_combine", &moe_combine_cpu); }
+TORCH_LIBRARY_IMPL(mkernel, Meta, m) {
+  m.impl("moe_combine", &moe_combine_meta);
+  m.impl("_moe_gather", &gather_meta);
+  m.impl("_moe_scatter", &scatter_meta);
+}
+TORCH_LIBRARY_IMPL(mkernel, CPU, m) {
+  m.impl("moe_combine", &moe_combine_cpu);
+  m.impl("_moe_gather", &gather_cpu);
+  m.impl("_moe_scatter", &scatter_cpu);
+}
 #ifdef MKERNEL_WITH_CUDA
-TORCH_LIBRARY_IMPL(mkernel, CUDA, m) { m.impl("moe_combine", &moe_combine_cuda); }
+TORCH_LIBRARY_IMPL(mkernel, CUDA, m) {
+  m.impl("moe_combine", &moe_combine_cuda);
+  m.impl("_moe_gather", &gather_cuda);
+  m.impl("_moe_scatter", &scatter_cuda);
+}
 #endif  // MKERNEL_WITH_CUDA
 
 }  // namespace mkernel

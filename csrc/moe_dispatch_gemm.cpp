@@ -2,24 +2,41 @@
 // with each local expert's first GEMM.
 //
 //   x [T, H] tokens, topk_idx [T, k] expert ids in [0, num_experts) (a device tensor),
-//   w1 [E_local, F, H] with E_local = num_experts / world_size
-//     ->  out    [E_local, capacity, F]  x_e @ w1[e].T for the tokens received by local expert e
-//         counts [E_local] int32         tokens received per local expert
-//         handle [T, k] int64            where each (token, choice) landed; moe_combine takes it
+//   w1 [E_local, F, H] with E_local = num_experts / world_size, capacity (0: capacity-free)
+//     ->  out         x_e @ w1[e].T for the rows local expert e received (moe_host.h's layout):
+//                     capacity 0: packed [R, F], expert e's rows between offs[e-1] and offs[e]
+//                     (offs = cumsum(counts)); capacity C: padded [E_local, C, F]
+//         counts      [E_local] int32, rows each local expert holds
+//         route       [T, k] int64, where each (token, choice) landed ((rank << 32) | row), -1
+//                     when capacity dropped it
+//         recv_counts [world_size, E_local] int32, rows of local expert e from each rank
+//         recv_x      the received rows (out's layout with H columns) when return_recv, else
+//                     0 elements (the weight gradient needs them)
 //
-// The expert ids are data on the device: their range is checked by the kernels, not here (a
-// host-side check would synchronise).
+// The packed row count R: T * k at world size 1 (every choice is local); at world size > 1 it
+// depends on every rank's routing (a data-dependent size: torch.compile sees an unbacked
+// SymInt, see python/mkernel/_moe_registry.py). A static shape needs capacity > 0.
 //
-// Holds the op's validator and its Meta, CPU-reference and CUDA kernels.
+// Expert ids are data on the device: the host reference checks them (an error on every rank
+// alike); the CUDA kernel at world size 1 drops an out-of-range choice (route -1) rather than
+// synchronise. World size > 1 on CUDA runs the host reference's exchange (CPU staging) and the
+// engine's grouped GEMM until the fused kernel on the substrate lands.
+//
+// Holds the op's validator and its CPU-reference and CUDA kernels; its fake kernel is the
+// Python one (data-dependent output size), which validates through _moe_dispatch_check.
+#include <ATen/ATen.h>
 #include <torch/library.h>
 
 #include <tuple>
 
+#include "moe_host.h"
+#include "moe_local.h"
 #include "ops_validation.h"
 
 namespace mkernel {
 namespace {
 constexpr const char* kOp = "mkernel.moe_dispatch_gemm";
+using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 }  // namespace
 
 MoeDispatchSizes validate_moe_dispatch_gemm(const at::Tensor& x, const at::Tensor& topk_idx,
@@ -32,8 +49,10 @@ MoeDispatchSizes validate_moe_dispatch_gemm(const at::Tensor& x, const at::Tenso
                     ": num_experts must be divisible by world_size (each rank holds "
                     "num_experts / world_size experts), got num_experts ",
                     num_experts, " and world_size ", world_size);
-  TORCH_CHECK_VALUE(capacity >= 1, kOp,
-                    ": capacity (token slots per local expert) must be >= 1, got ", capacity);
+  TORCH_CHECK_VALUE(capacity >= 0, kOp,
+                    ": capacity (token slots per local expert, 0: capacity-free) must be >= 0, "
+                    "got ",
+                    capacity);
   check_dim(kOp, "x", x, 2, "[T, H]");
   check_dim(kOp, "topk_idx", topk_idx, 2, "[T, k]");
   check_dim(kOp, "w1", w1, 3, "[E_local, F, H]");
@@ -67,36 +86,59 @@ MoeDispatchSizes validate_moe_dispatch_gemm(const at::Tensor& x, const at::Tenso
 
 namespace {
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> moe_dispatch_gemm_meta(
-    const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& w1, int64_t group,
-    int64_t world_size, int64_t num_experts, int64_t capacity) {
-  const MoeDispatchSizes sizes =
-      validate_moe_dispatch_gemm(x, topk_idx, w1, group, world_size, num_experts, capacity);
-  at::Tensor out = x.new_empty_symint({sizes.local_experts, sizes.capacity, sizes.f});
-  at::Tensor counts = x.new_empty({sizes.local_experts}, x.options().dtype(at::kInt));
-  at::Tensor handle = x.new_empty_symint({sizes.tokens, sizes.topk}, x.options().dtype(at::kLong));
-  return {out, counts, handle};
+// The validator as an op: the Python fake kernel calls it (the op's output size is data
+// dependent, so its fake kernel cannot be a C++ Meta kernel).
+at::Tensor dispatch_check(const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& w1,
+                          int64_t group, int64_t world_size, int64_t num_experts,
+                          int64_t capacity) {
+  validate_moe_dispatch_gemm(x, topk_idx, w1, group, world_size, num_experts, capacity);
+  return x.new_empty({0});
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> moe_dispatch_gemm_cpu(
-    const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& w1, int64_t group,
-    int64_t world_size, int64_t num_experts, int64_t capacity) {
+Outputs moe_dispatch_gemm_cpu(const at::Tensor& x, const at::Tensor& topk_idx,
+                              const at::Tensor& w1, int64_t group, int64_t world_size,
+                              int64_t num_experts, int64_t capacity, bool return_recv) {
   validate_moe_dispatch_gemm(x, topk_idx, w1, group, world_size, num_experts, capacity);
-  TORCH_CHECK_NOT_IMPLEMENTED(false, kOp, ": the CPU reference kernel has not landed yet");
+  if (world_size == 1) moe::check_expert_ids(kOp, topk_idx, num_experts);
+  moe::DispatchResult r =
+      world_size == 1
+          ? moe::dispatch_local(x, topk_idx, w1, num_experts, capacity, return_recv)
+          : moe::dispatch(kOp, x, topk_idx, w1, group, world_size, num_experts, capacity,
+                          return_recv);
+  return {r.out, r.counts, r.route, r.recv_counts, r.recv_x};
 }
 
 #ifdef MKERNEL_WITH_CUDA
-std::tuple<at::Tensor, at::Tensor, at::Tensor> moe_dispatch_gemm_cuda(
-    const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& w1, int64_t group,
-    int64_t world_size, int64_t num_experts, int64_t capacity) {
+Outputs moe_dispatch_gemm_cuda(const at::Tensor& x, const at::Tensor& topk_idx,
+                               const at::Tensor& w1, int64_t group, int64_t world_size,
+                               int64_t num_experts, int64_t capacity, bool return_recv) {
   validate_moe_dispatch_gemm(x, topk_idx, w1, group, world_size, num_experts, capacity);
-  TORCH_CHECK_NOT_IMPLEMENTED(false, kOp, ": the CUDA kernel has not landed yet");
+  if (world_size == 1) {
+    moe::DispatchResult r =
+        moe::dispatch_local(x, topk_idx, w1, num_experts, capacity, return_recv);
+    return {r.out, r.counts, r.route, r.recv_counts, r.recv_x};
+  }
+  // Until the fused multi-rank kernel lands: the host reference moves the rows (staged through
+  // the CPU, with the host syncs that implies: not for CUDA graphs), the engine multiplies them.
+  TORCH_WARN_ONCE(kOp,
+                  ": the fused multi-rank CUDA kernel has not landed; world_size > 1 moves the "
+                  "tokens through the host reference data path (CPU staging), then runs the "
+                  "grouped GEMM on the GPU");
+  moe::DispatchResult r = moe::dispatch(kOp, x.cpu(), topk_idx.cpu(), w1, group, world_size,
+                                        num_experts, capacity, true, /*run_gemm=*/false);
+  const at::Device dev = x.device();
+  at::Tensor recv = r.recv_x.to(dev), counts = r.counts.to(dev);
+  at::Tensor out = moe::expert_gemm(recv, w1, counts, capacity);
+  return {out, counts, r.route.to(dev), r.recv_counts.to(dev),
+          return_recv ? recv : x.new_empty({0})};
 }
 #endif  // MKERNEL_WITH_CUDA
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(mkernel, Meta, m) { m.impl("moe_dispatch_gemm", &moe_dispatch_gemm_meta); }
+TORCH_LIBRARY_IMPL(mkernel, CompositeExplicitAutograd, m) {
+  m.impl("_moe_dispatch_check", &dispatch_check);
+}
 TORCH_LIBRARY_IMPL(mkernel, CPU, m) { m.impl("moe_dispatch_gemm", &moe_dispatch_gemm_cpu); }
 #ifdef MKERNEL_WITH_CUDA
 TORCH_LIBRARY_IMPL(mkernel, CUDA, m) { m.impl("moe_dispatch_gemm", &moe_dispatch_gemm_cuda); }

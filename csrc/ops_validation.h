@@ -54,11 +54,11 @@ GemmSizes validate_gemm_ar(const at::Tensor& x, const at::Tensor& w, int64_t gro
 GemmSizes validate_gemm(const at::Tensor& a, const at::Tensor& b, int64_t config,
                         int64_t sm_count, int64_t swizzle, int64_t raster, int64_t splits = 0);
 
-// moe_dispatch_gemm: x [T, H], topk_idx [T, k], w1 [E_local, F, H]
-//   -> out [E_local, capacity, F], counts [E_local] int32, handle [T, k] int64.
+// moe_dispatch_gemm: x [T, H], topk_idx [T, k], w1 [E_local, F, H], capacity >= 0
+//   -> out, counts, route, recv_counts, recv_x (csrc/moe_dispatch_gemm.cpp, moe_host.h).
 struct MoeDispatchSizes {
   int64_t local_experts;  // E_local = num_experts / world_size
-  int64_t capacity;       // token slots per local expert
+  int64_t capacity;       // token slots per local expert (0: capacity-free, packed rows)
   c10::SymInt f;          // F, w1's output features
   c10::SymInt tokens;     // T
   c10::SymInt topk;       // k
@@ -67,13 +67,14 @@ MoeDispatchSizes validate_moe_dispatch_gemm(const at::Tensor& x, const at::Tenso
                                             const at::Tensor& w1, int64_t group, int64_t world_size,
                                             int64_t num_experts, int64_t capacity);
 
-// moe_combine: y [E_local, capacity, H], handle [T, k] int64, topk_weights [T, k] fp32
-//   -> out [T, H].
+// moe_combine: y [R, H] or [E_local, capacity, H], route [T, k] int64,
+// recv_counts [world_size, E_local] int32, topk_weights [T, k] fp32 -> out [T, H].
 struct MoeCombineSizes {
   c10::SymInt tokens;  // T = num_tokens
   c10::SymInt h;       // H
 };
-MoeCombineSizes validate_moe_combine(const at::Tensor& y, const at::Tensor& handle,
+MoeCombineSizes validate_moe_combine(const at::Tensor& y, const at::Tensor& route,
+                                     const at::Tensor& recv_counts,
                                      const at::Tensor& topk_weights, int64_t group,
                                      int64_t world_size, const c10::SymInt& num_tokens);
 
@@ -87,6 +88,13 @@ struct RingAttentionSizes {
 RingAttentionSizes validate_ring_attention(const at::Tensor& q, const at::Tensor& k,
                                            const at::Tensor& v, int64_t group, int64_t world_size,
                                            std::optional<double> softmax_scale);
+
+// all_gather: x [m, ...] -> [world_size*m, ...] (returns the output's first dim).
+// reduce_scatter: x [M, ...], M % world_size == 0 -> [M/world_size, ...] (returns M/world_size).
+// all_reduce: x [...] -> [...]. x: bf16, fp16 or fp32 on every backend, contiguous.
+c10::SymInt validate_all_gather(const at::Tensor& x, int64_t group, int64_t world_size);
+c10::SymInt validate_reduce_scatter(const at::Tensor& x, int64_t group, int64_t world_size);
+void validate_all_reduce(const at::Tensor& x, int64_t group, int64_t world_size);
 
 // --- building blocks of the validators (csrc/ops_validation.cpp) -----------------------------
 namespace validation {

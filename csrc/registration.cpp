@@ -21,16 +21,31 @@ TORCH_LIBRARY(mkernel, m) {
   m.def("gemm_rs(Tensor x, Tensor w, int group, int world_size) -> Tensor");
   // x [M, k], w [N, k] (K sharded) -> allreduce(x @ w.T) [M, N].
   m.def("gemm_ar(Tensor x, Tensor w, int group, int world_size) -> Tensor");
-  // x [T, H], topk_idx [T, k] expert ids, w1 [E_local, F, H]
-  //   -> (out [E_local, capacity, F], counts [E_local] int32, handle [T, k] int64).
+  // x [T, H], topk_idx [T, k] expert ids, w1 [E_local, F, H]; capacity 0: capacity-free
+  //   -> (out [R, F] packed or [E_local, capacity, F], counts [E_local] int32,
+  //       route [T, k] int64, recv_counts [world_size, E_local] int32,
+  //       recv_x (out's layout with H columns) or a 0-element tensor). See moe_host.h.
   m.def(
       "moe_dispatch_gemm(Tensor x, Tensor topk_idx, Tensor w1, int group, int world_size, "
-      "int num_experts, int capacity) -> (Tensor, Tensor, Tensor)");
-  // y [E_local, capacity, H], handle [T, k] int64, topk_weights [T, k] fp32 -> out [T, H].
-  // num_tokens is a SymInt so that a dynamic token count stays symbolic under torch.compile.
+      "int num_experts, int capacity=0, bool return_recv=False) "
+      "-> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  // moe_dispatch_gemm's validator alone (its Python fake kernel calls it) -> 0-element tensor.
   m.def(
-      "moe_combine(Tensor y, Tensor handle, Tensor topk_weights, int group, int world_size, "
-      "SymInt num_tokens) -> Tensor");
+      "_moe_dispatch_check(Tensor x, Tensor topk_idx, Tensor w1, int group, int world_size, "
+      "int num_experts, int capacity) -> Tensor");
+  // y [R, H] or [E_local, capacity, H], route [T, k] int64, recv_counts [world_size, E_local]
+  // int32, topk_weights [T, k] fp32 -> out [T, H]. num_tokens is a SymInt so that a dynamic
+  // token count stays symbolic under torch.compile.
+  m.def(
+      "moe_combine(Tensor y, Tensor route, Tensor recv_counts, Tensor topk_weights, int group, "
+      "int world_size, SymInt num_tokens) -> Tensor");
+  // The moves of the MoE backward passes: every choice's row -> [T, k, H], and back.
+  m.def(
+      "_moe_gather(Tensor y, Tensor route, Tensor recv_counts, int group, int world_size) "
+      "-> Tensor");
+  m.def(
+      "_moe_scatter(Tensor rows, Tensor route, Tensor recv_counts, int group, int world_size, "
+      "int capacity, SymInt out_rows) -> Tensor");
   // q [b, s, h, d], k/v [b, s_kv, h_kv, d] local sequence shards
   //   -> (out [b, s, h, d], lse [b, h, s] fp32).
   m.def(
@@ -49,6 +64,10 @@ TORCH_LIBRARY(mkernel, m) {
   // What gemm(a, b) with config -1 runs for this shape: "<config>/s<swizzle>/<m|n>", plus
   // " (tuned)" when the autotuner measured it (the first query of a shape tunes it).
   m.def("gemm_plan(Tensor a, Tensor b, int sm_count=0) -> str");
+  // The small-M kernel on its own: a [M, K] (M <= 16), b [N, K] -> a @ b.T [M, N]; variant:
+  // how blocks stream B (0..9, -1 = by shape; gemm(a, b) runs the by-shape one at M <= 16);
+  // splits: blocks per 16-row tile along K (cp.async variants; 0 = by shape, 1 = none).
+  m.def("gemv(Tensor a, Tensor b, int variant=-1, int splits=0) -> Tensor");
 
   // The hooked engine kernel driven by flag tensors (see gemm_hooked.cpp): waits on a_ready
   // before loading A rows, releases tile_done per output tile, visits M units in m_order.
@@ -72,6 +91,17 @@ TORCH_LIBRARY(mkernel, m) {
   // (tiles_m, tiles_n, units_m, block_m, block_n) of a config for an [m, n] output.
   m.def("gemm_tile_counts(int config, int m, int n) -> int[]");
 
+  // The plain collectives on the GPU substrate (csrc/collectives.cpp; CPU reference:
+  // csrc/collectives_host.cpp). Every rank passes the same shape and dtype.
+  // x [m, ...] -> [world_size*m, ...], rank order.
+  m.def("all_gather(Tensor x, int group, int world_size) -> Tensor");
+  // x [M, ...] (M % world_size == 0) -> [M/world_size, ...]: fp32 sums in rank order 0..W-1.
+  m.def("reduce_scatter(Tensor x, int group, int world_size) -> Tensor");
+  // x [...] -> [...]: the sum over the ranks, identical bits on every rank.
+  m.def("all_reduce(Tensor x, int group, int world_size) -> Tensor");
+  // Pre-sizes the group's symmetric device memory to >= nbytes per rank on the current device
+  // (collective; Context.reserve): growth is impossible inside CUDA-graph capture.
+  m.def("_reserve(int group, int world_size, int nbytes) -> ()");
   // The attention engine at world size 1: q [b, s, h, d], k/v [b, s_kv, h_kv, d] (GQA)
   //   -> (out [b, s, h, d], lse [b, h, s] fp32). Causal masking is bottom-right aligned.
   // block_m x block_n: the CUDA kernel's tile (query rows x keys per KV block; 0 = by shape;

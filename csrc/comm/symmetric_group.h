@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -54,11 +55,14 @@ class SymmetricGroup {
 
   ~SymmetricGroup();
 
+  struct Impl;
+
  private:
+  friend void release_symmetric_group(int64_t group);
   SymmetricGroup() = default;
+  void publish();  // view_'s peer tables from the current generation
   GroupDevice view_{};
   int nodes_ = 1;
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/mkernel/mkernel/gocore/datapath"
+	"github.com/mkernel/mkernel/gocore/fifo"
 	"github.com/mkernel/mkernel/gocore/internal/sessions"
 	"github.com/mkernel/mkernel/gocore/proxy"
 	"github.com/mkernel/mkernel/gocore/transport"
@@ -44,15 +45,22 @@ func datapathErr(err error) error {
 	return err
 }
 
+// Sizes of the v1 and v2 layouts of mk_datapath_config: a v1 caller's struct ends
+// before the v2 tail (fifo_clock, num_device_buffers, device_buffers).
+var (
+	datapathConfigV1Size = C.size_t(unsafe.Offsetof(C.mk_datapath_config{}.fifo_clock))
+	datapathConfigV2Size = C.size_t(unsafe.Sizeof(C.mk_datapath_config{}))
+)
+
 // datapathConfig converts the C configuration.
 func datapathConfig(cfg C.mk_cdpconfig, world int) (datapath.Config, error) {
 	var out datapath.Config
 	switch {
 	case cfg == nil:
 		return out, invalid("cfg must not be NULL")
-	case cfg.size < C.size_t(unsafe.Sizeof(C.mk_datapath_config{})) || cfg.version != C.MK_API_VERSION:
-		return out, fmt.Errorf("%w: mk_datapath_config size %d version %d, library expects size %d version %d",
-			errVersion, int(cfg.size), int(cfg.version), int(unsafe.Sizeof(C.mk_datapath_config{})), C.MK_API_VERSION)
+	case cfg.size < datapathConfigV1Size || cfg.version == 0 || cfg.version > C.MK_API_VERSION:
+		return out, fmt.Errorf("%w: mk_datapath_config size %d version %d, library expects size >= %d and version 1..%d",
+			errVersion, int(cfg.size), int(cfg.version), int(datapathConfigV1Size), C.MK_API_VERSION)
 	case cfg.num_buffers > 0 && (cfg.buffer_ids == nil || cfg.buffer_bytes == nil):
 		return out, invalid("num_buffers is %d but buffer_ids or buffer_bytes is NULL", int(cfg.num_buffers))
 	case cfg.num_buffers > 4096:
@@ -80,6 +88,29 @@ func datapathConfig(cfg C.mk_cdpconfig, world int) (datapath.Config, error) {
 	out.Net = transport.Selection{Name: goString(C.mk_cstr(unsafe.Pointer(cfg.net)))}
 	if cfg.timeout_ms > 0 {
 		out.Timeout = time.Duration(cfg.timeout_ms) * time.Millisecond
+	}
+	// The v2 tail, when the caller's struct has it.
+	if cfg.size >= datapathConfigV2Size {
+		out.Clock = fifo.Clock(cfg.fifo_clock)
+		if out.Clock > fifo.ClockGlobaltimer {
+			return out, invalid("fifo_clock %d is not an mk_fifo_clock", uint32(cfg.fifo_clock))
+		}
+		nd := int(cfg.num_device_buffers)
+		switch {
+		case nd > 0 && cfg.device_buffers == nil:
+			return out, invalid("num_device_buffers is %d but device_buffers is NULL", nd)
+		case nd > 4096:
+			return out, invalid("%d device buffers (at most 4096)", nd)
+		}
+		if nd > 0 {
+			for _, d := range unsafe.Slice((*C.mk_device_buffer)(unsafe.Pointer(cfg.device_buffers)), nd) {
+				if d.ptr == 0 || d.bytes == 0 || d.bytes > 1<<40 || d.gpu < 0 {
+					return out, invalid("device buffer %d: %d bytes at %#x on GPU %d", uint32(d.id), uint64(d.bytes), uint64(d.ptr), int(d.gpu))
+				}
+				out.Device = append(out.Device, datapath.DeviceBuffer{ID: transport.BufferID(d.id), Region: transport.DeviceRegion{
+					GPU: int(d.gpu), Ptr: uintptr(d.ptr), Len: uint64(d.bytes), DMABufFD: int(d.dmabuf_fd), DMABufOffset: uint64(d.dmabuf_offset)}})
+			}
+		}
 	}
 	if cfg.gpu >= 0 {
 		p, err := sessions.PlacementOf(int(cfg.gpu))
@@ -130,6 +161,35 @@ func mk_datapath_buffer(d C.mk_datapath_t, id C.uint32_t, ptr *unsafe.Pointer, b
 		}
 		// Shared-memory mappings, not Go heap: C may keep the pointer until destroy.
 		*ptr, *bytes = unsafe.Pointer(&b[0]), C.size_t(len(b))
+		return nil
+	})
+}
+
+//export mk_datapath_buffer_info
+func mk_datapath_buffer_info(d C.mk_datapath_t, id C.uint32_t, out *C.mk_buffer_info) C.mk_status {
+	return guard("datapath_buffer_info", func() error {
+		switch {
+		case out == nil:
+			return invalid("out must not be NULL")
+		case out.size < C.size_t(unsafe.Sizeof(C.mk_buffer_info{})):
+			return fmt.Errorf("%w: mk_buffer_info size %d, library expects >= %d", errVersion, int(out.size), int(unsafe.Sizeof(C.mk_buffer_info{})))
+		}
+		dp, err := sessions.Datapath(uint64(d))
+		if err != nil {
+			return datapathErr(err)
+		}
+		kind, host, dev, ok := dp.BufferInfo(transport.BufferID(id))
+		if !ok {
+			return invalid("data path %d has no buffer %d", uint64(d), uint32(id))
+		}
+		out.kind, out.gpu = C.uint32_t(kind), -1
+		if kind == datapath.BufferDevice {
+			// A device address, never dereferenced here (not a Go pointer).
+			out.gpu, out.bytes = C.int32_t(dev.GPU), C.uint64_t(dev.Len)
+			*(*uintptr)(unsafe.Pointer(&out.ptr)) = dev.Ptr
+			return nil
+		}
+		out.ptr, out.bytes = unsafe.Pointer(&host[0]), C.uint64_t(len(host))
 		return nil
 	})
 }

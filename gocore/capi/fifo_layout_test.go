@@ -52,3 +52,29 @@ func TestFIFOCProducerGoConsumer(t *testing.T) {
 		}
 	}
 }
+
+// TestFIFOFailFirstWinsAcrossLanguages: C's mk_fifo_fail and Go's Ring.Fail claim the
+// same record; whoever comes first keeps it, and the loser changes nothing.
+func TestFIFOFailFirstWinsAcrossLanguages(t *testing.T) {
+	for _, cFirst := range []bool{true, false} {
+		mem, err := unix.Mmap(-1, 0, fifo.Bytes(4), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := fifo.Init(mem, 4, fifo.ClockMonotonic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var won, lost bool
+		if cFirst {
+			won, lost = fifoFailFromC(mem, fifo.ErrProducer, 3, 11), r.Fail(fifo.ErrProxy, 5, 22)
+		} else {
+			won, lost = r.Fail(fifo.ErrProducer, 3, 11), fifoFailFromC(mem, fifo.ErrProxy, 5, 22)
+		}
+		code, peer, ticket := r.Failure()
+		if !won || lost || code != fifo.ErrProducer || peer != 3 || ticket != 11 || r.Ctrl().ErrorState != fifo.ErrorSet {
+			t.Fatalf("C first %v: won %v lost %v, record %d/%d/%d state %d", cFirst, won, lost, code, peer, ticket, r.Ctrl().ErrorState)
+		}
+		unix.Munmap(mem)
+	}
+}

@@ -54,8 +54,8 @@ func mk_session_create(cfg C.mk_cconfig, out *C.mk_session_t) C.mk_status {
 			return invalid("cfg must not be NULL")
 		case out == nil:
 			return invalid("out must not be NULL")
-		case cfg.size < C.size_t(unsafe.Sizeof(C.mk_session_config{})) || cfg.version != C.MK_API_VERSION:
-			return fmt.Errorf("%w: mk_session_config size %d version %d, library expects size %d version %d",
+		case cfg.size < C.size_t(unsafe.Sizeof(C.mk_session_config{})) || cfg.version == 0 || cfg.version > C.MK_API_VERSION:
+			return fmt.Errorf("%w: mk_session_config size %d version %d, library expects size %d and version 1..%d",
 				errVersion, int(cfg.size), int(cfg.version), int(unsafe.Sizeof(C.mk_session_config{})), C.MK_API_VERSION)
 		case cfg.world < 1 || cfg.rank < 0 || cfg.rank >= cfg.world:
 			return invalid("rank %d of world %d", int(cfg.rank), int(cfg.world))

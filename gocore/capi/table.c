@@ -68,6 +68,7 @@ static const mk_api_v1 kApiV1 = {
     .datapath_check = mk_datapath_check,
     .datapath_stats_json = mk_datapath_stats_json,
     .datapath_destroy = mk_datapath_destroy,
+    .datapath_buffer_info = mk_datapath_buffer_info,
 };
 
 const mk_api_v1* mk_get_api(uint32_t version) {

@@ -42,10 +42,35 @@ type Buffer struct {
 	Bytes int
 }
 
+// DeviceBuffer offers GPU memory for symmetric buffer ID. Where the chosen transport
+// registers GPU memory with the NIC (Caps.DeviceMemory: ibverbs, efa — DMA-BUF, else
+// nvidia-peermem), the buffer IS that memory and the NIC reads and writes it directly;
+// elsewhere (tcp, loopback, plugins) the data path allocates host shared memory of the
+// same size for ID instead, which the caller maps into the GPU (cudaHostRegister) as a
+// staging area. BufferInfo tells the caller which one it got.
+type DeviceBuffer struct {
+	ID     transport.BufferID
+	Region transport.DeviceRegion
+}
+
+// BufferKind says where a buffer's memory is.
+type BufferKind int
+
+// Buffer kinds.
+const (
+	BufferHost   BufferKind = 1 // host shared memory (Buffer returns it)
+	BufferDevice BufferKind = 2 // GPU memory registered with the transport (Buffer returns nil)
+)
+
 // Config describes a rank's data path. Zero fields take the defaults noted.
 type Config struct {
 	// Buffers are the symmetric buffers (IDs other than FlagBuffer, unique).
 	Buffers []Buffer
+	// Device are buffers offered as GPU memory (IDs unique among Buffers and Device).
+	Device []DeviceBuffer
+	// Clock is the domain of the producers' enqueue timestamps (default ClockMonotonic:
+	// host producers; GPU producers write ClockGlobaltimer).
+	Clock fifo.Clock
 	// FlagSlots is the number of 8-byte arrival flags (default DefaultFlagSlots).
 	FlagSlots int
 	// FIFOSlots is the FIFO's capacity, a power of two (default DefaultFIFOSlots).
@@ -77,6 +102,7 @@ type Datapath struct {
 	fifoSeg     *shm.Segment
 	flags       *shm.Segment
 	bufs        map[transport.BufferID]*shm.Segment
+	devBufs     map[transport.BufferID]transport.DeviceRegion
 	// job is the bootstrap session when it can say why the job broke (the real
 	// *bootstrap.Session can): a rank that dies is seen first by its neighbours,
 	// and their closing is what the others' transports see; the session's root
@@ -113,7 +139,11 @@ func Open(ctx context.Context, sess Session, cfg Config) (_ *Datapath, err error
 		return nil, fmt.Errorf("datapath: %w: %d flag slots", transport.ErrInvalid, cfg.FlagSlots)
 	}
 	rank, world := sess.Rank(), sess.World()
-	dp := &Datapath{rank: rank, world: world, bufs: map[transport.BufferID]*shm.Segment{}}
+	dp := &Datapath{rank: rank, world: world, bufs: map[transport.BufferID]*shm.Segment{},
+		devBufs: map[transport.BufferID]transport.DeviceRegion{}}
+	if cfg.Clock == fifo.ClockNone {
+		cfg.Clock = fifo.ClockMonotonic
+	}
 	if j, ok := sess.(jobHealth); ok {
 		dp.job = j
 	}
@@ -132,13 +162,21 @@ func Open(ctx context.Context, sess Session, cfg Config) (_ *Datapath, err error
 		}
 		dp.bufs[b.ID] = seg
 	}
+	offered := map[transport.BufferID]bool{}
+	for _, d := range cfg.Device {
+		if d.ID == FlagBuffer || dp.bufs[d.ID] != nil || offered[d.ID] || d.Region.Len == 0 || d.Region.Len > 1<<40 || d.Region.Ptr == 0 {
+			return nil, fmt.Errorf("datapath: rank %d: %w: device buffer %d of %d bytes at %#x (ids must be unique and not %d)",
+				rank, transport.ErrInvalid, d.ID, d.Region.Len, d.Region.Ptr, FlagBuffer)
+		}
+		offered[d.ID] = true
+	}
 	if dp.flags, err = shm.Create("flags", cfg.FlagSlots*fifo.FlagBytes); err != nil {
 		return nil, fmt.Errorf("datapath: rank %d: flags: %w", rank, err)
 	}
 	if dp.fifoSeg, err = shm.Create("fifo", fifo.Bytes(cfg.FIFOSlots)); err != nil {
 		return nil, fmt.Errorf("datapath: rank %d: FIFO: %w", rank, err)
 	}
-	if dp.ring, err = fifo.Init(dp.fifoSeg.Bytes(), cfg.FIFOSlots, fifo.ClockMonotonic); err != nil {
+	if dp.ring, err = fifo.Init(dp.fifoSeg.Bytes(), cfg.FIFOSlots, cfg.Clock); err != nil {
 		return nil, fmt.Errorf("datapath: rank %d: %w", rank, err)
 	}
 	tcfg := transport.Config{
@@ -151,6 +189,23 @@ func Open(ctx context.Context, sess Session, cfg Config) (_ *Datapath, err error
 	}
 	if err = dp.tr.Register(FlagBuffer, dp.flags.Region()); err != nil {
 		return nil, fmt.Errorf("datapath: rank %d: register flags: %w", rank, err)
+	}
+	// Every rank opened the same backend (transport.Open agrees on one), so every rank
+	// takes the same device-or-staging decision.
+	for _, d := range cfg.Device {
+		if dp.tr.Caps().DeviceMemory {
+			r := d.Region
+			if err = dp.tr.Register(d.ID, transport.Region{Device: &r}); err != nil {
+				return nil, fmt.Errorf("datapath: rank %d: register GPU buffer %d: %w", rank, d.ID, err)
+			}
+			dp.devBufs[d.ID] = r
+			continue
+		}
+		seg, err := shm.Create(fmt.Sprintf("buf%d", d.ID), int(d.Region.Len))
+		if err != nil {
+			return nil, fmt.Errorf("datapath: rank %d: staging for GPU buffer %d: %w", rank, d.ID, err)
+		}
+		dp.bufs[d.ID] = seg
 	}
 	for id, seg := range dp.bufs {
 		if err = dp.tr.Register(id, seg.Region()); err != nil {
@@ -194,6 +249,18 @@ func (dp *Datapath) Buffer(id transport.BufferID) []byte {
 		return s.Bytes()
 	}
 	return nil
+}
+
+// BufferInfo says where buffer id lives: BufferHost with its mapping, or BufferDevice
+// with the GPU region the transport registered; ok is false for an unknown id.
+func (dp *Datapath) BufferInfo(id transport.BufferID) (kind BufferKind, host []byte, dev transport.DeviceRegion, ok bool) {
+	if r, isDev := dp.devBufs[id]; isDev {
+		return BufferDevice, nil, r, true
+	}
+	if b := dp.Buffer(id); b != nil {
+		return BufferHost, b, transport.DeviceRegion{}, true
+	}
+	return 0, nil, transport.DeviceRegion{}, false
 }
 
 // Flags returns the arrival flag array.

@@ -308,3 +308,62 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.b.Write(p)
 }
+
+// TestDeviceBufferFallsBackToStaging: GPU memory offered to a transport that cannot
+// register it (tcp, loopback) becomes host staging of the same size on every rank, data
+// moves through it, and the FIFO keeps the requested clock domain.
+func TestDeviceBufferFallsBackToStaging(t *testing.T) {
+	for _, net := range []string{"loopback", "tcp"} {
+		t.Run(net, func(t *testing.T) {
+			g := transporttest.NewLocalGroup(2)
+			dps := make([]*datapath.Datapath, 2)
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for r := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					dps[r], errs[r] = datapath.Open(context.Background(), localSession{g.Exchanger(r)}, datapath.Config{
+						Buffers: []datapath.Buffer{{ID: bufSrc, Bytes: 4096}},
+						Device: []datapath.DeviceBuffer{{ID: 7, Region: transport.DeviceRegion{
+							GPU: 0, Ptr: 0xdead0000, Len: 1 << 16, DMABufFD: -1}}},
+						Clock: fifo.ClockGlobaltimer,
+						Node:  []int{0, 1}, Net: transport.Selection{Name: net}, Timeout: 5 * time.Second, BindHost: "127.0.0.1",
+					})
+					if errs[r] != nil {
+						g.Fail(errs[r])
+					}
+				}()
+			}
+			wg.Wait()
+			for _, dp := range dps {
+				if dp != nil {
+					t.Cleanup(func() { dp.Close() })
+				}
+			}
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			for r, dp := range dps {
+				kind, host, _, ok := dp.BufferInfo(7)
+				if !ok || kind != datapath.BufferHost || len(host) != 1<<16 {
+					t.Fatalf("rank %d: buffer 7 is kind %d with %d host bytes (ok %v), want host staging of 65536", r, kind, len(host), ok)
+				}
+				if dp.Ring().Clock() != fifo.ClockGlobaltimer {
+					t.Fatalf("rank %d: FIFO clock %d", r, dp.Ring().Clock())
+				}
+			}
+			copy(dps[0].Buffer(7)[100:], "staged bytes")
+			if _, err := dps[0].Ring().Push(&fifo.Cmd{Kind: fifo.KindWriteSignal, Peer: 1, LocalBuf: 7, LocalOff: 100, RemoteBuf: 7,
+				RemoteOff: 200, Bytes: 12, ArrivalSlot: 0, ArrivalSeq: 1}, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if err := fifo.WaitFlag(dps[1].Flag(0), 1, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if got := string(dps[1].Buffer(7)[200:212]); got != "staged bytes" {
+				t.Fatalf("rank 1 got %q", got)
+			}
+		})
+	}
+}

@@ -64,6 +64,13 @@ const (
 	ErrClosed   = 3
 )
 
+// States of Ctrl.ErrorState (mk_fifo_error_state): who owns the failure record.
+const (
+	ErrorFree    = 0 // no failure yet
+	ErrorClaimed = 1 // a failing party is writing the details
+	ErrorSet     = 2 // Error, ErrorPeer and ErrorTicket are final
+)
+
 // Cmd is mk_fifo_cmd.
 type Cmd struct {
 	Seq         uint64
@@ -98,10 +105,13 @@ type Ctrl struct {
 	Done uint64
 	_    [LineBytes - 8]byte
 
+	// Line 4, the failure record: claimed with ErrorState, published by Error (last).
 	Error       uint32
 	ErrorPeer   uint32
 	ErrorTicket uint64
-	_           [LineBytes - 16]byte
+	ErrorState  uint32
+	_           uint32
+	_           [LineBytes - 24]byte
 }
 
 // Bytes returns the size of a FIFO of capacity slots (MK_FIFO_BYTES).
@@ -235,21 +245,29 @@ func (r *Ring) Depth() int {
 	return n
 }
 
-// Fail marks the FIFO failed (first caller wins) so producers stop.
-func (r *Ring) Fail(code, peer uint32, ticket uint64) {
+// Fail marks the FIFO failed so producers stop. The first caller wins — here, in C
+// (mk_fifo_fail) or on the GPU (mk_fifo_fail_device): it claims the record (ErrorState
+// free -> claimed), writes the details, then publishes Error, so a reader that sees Error
+// set sees the details complete. Reports whether this call's record is the one kept.
+func (r *Ring) Fail(code, peer uint32, ticket uint64) bool {
 	c := r.ctrl
-	if atomic.LoadUint32(&c.Error) != ErrNone {
-		return
+	if !atomic.CompareAndSwapUint32(&c.ErrorState, ErrorFree, ErrorClaimed) {
+		return false
 	}
 	atomic.StoreUint32(&c.ErrorPeer, peer)
 	atomic.StoreUint64(&c.ErrorTicket, ticket)
-	atomic.CompareAndSwapUint32(&c.Error, ErrNone, code)
+	atomic.StoreUint32(&c.Error, code)
+	atomic.StoreUint32(&c.ErrorState, ErrorSet)
+	return true
 }
 
-// Failure returns the error code, peer and ticket Fail recorded; code ErrNone if none.
+// Failure returns the error code, peer and ticket the first Fail recorded; code ErrNone
+// (and zero details) while there is none or its details are still being written.
 func (r *Ring) Failure() (code, peer uint32, ticket uint64) {
 	c := r.ctrl
-	code = atomic.LoadUint32(&c.Error)
+	if code = atomic.LoadUint32(&c.Error); code == ErrNone {
+		return ErrNone, 0, 0
+	}
 	return code, atomic.LoadUint32(&c.ErrorPeer), atomic.LoadUint64(&c.ErrorTicket)
 }
 

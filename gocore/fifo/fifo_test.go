@@ -2,6 +2,7 @@ package fifo
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -148,6 +149,76 @@ func TestFailStopsProducers(t *testing.T) {
 	r.Fail(ErrClosed, 9, 9)
 	if code, peer, ticket := r.Failure(); code != ErrProxy || peer != 3 || ticket != 1 {
 		t.Fatalf("failure %d/%d/%d: the first Fail must win", code, peer, ticket)
+	}
+}
+
+// TestFailRecordIsNeverTorn races many failing parties against readers: the record a
+// reader sees is always one party's complete (code, peer, ticket), and it never changes
+// once seen.
+func TestFailRecordIsNeverTorn(t *testing.T) {
+	for round := range 50 {
+		r := newRing(t, 4)
+		const parties = 8
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		wins := make(chan uint32, parties)
+		for i := range parties {
+			wg.Add(1)
+			go func(i uint32) {
+				defer wg.Done()
+				<-start
+				// Each party's details are derived from its code: a torn record mixes them.
+				if r.Fail(ErrProducer+i%3, 100+i, uint64(1000+i)) {
+					wins <- i
+				}
+			}(uint32(i))
+		}
+		stop := make(chan struct{})
+		torn := make(chan string, 1)
+		go func() {
+			var first uint32
+			for {
+				select {
+				case <-stop:
+					close(torn)
+					return
+				default:
+				}
+				code, peer, ticket := r.Failure()
+				if code == ErrNone {
+					if peer != 0 || ticket != 0 {
+						torn <- fmt.Sprintf("no error but details %d/%d", peer, ticket)
+						return
+					}
+					continue
+				}
+				i := peer - 100
+				if i >= parties || code != ErrProducer+i%3 || ticket != uint64(1000+i) || (first != 0 && first != peer) {
+					torn <- fmt.Sprintf("record %d/%d/%d", code, peer, ticket)
+					return
+				}
+				first = peer
+			}
+		}()
+		close(start)
+		wg.Wait()
+		close(stop)
+		if msg, bad := <-torn; bad {
+			t.Fatalf("round %d: torn failure record: %s", round, msg)
+		}
+		close(wins)
+		n := 0
+		var winner uint32
+		for w := range wins {
+			n++
+			winner = w
+		}
+		if code, peer, _ := r.Failure(); n != 1 || peer != 100+winner || code != ErrProducer+winner%3 {
+			t.Fatalf("round %d: %d winners, record peer %d, winner %d", round, n, peer, winner)
+		}
+		if r.Ctrl().ErrorState != ErrorSet {
+			t.Fatalf("round %d: error_state %d after Fail, want %d", round, r.Ctrl().ErrorState, ErrorSet)
+		}
 	}
 }
 

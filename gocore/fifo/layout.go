@@ -38,6 +38,7 @@ func Layout() []Field {
 		{"mk_fifo_ctrl.error", unsafe.Offsetof(k.Error)},
 		{"mk_fifo_ctrl.error_peer", unsafe.Offsetof(k.ErrorPeer)},
 		{"mk_fifo_ctrl.error_ticket", unsafe.Offsetof(k.ErrorTicket)},
+		{"mk_fifo_ctrl.error_state", unsafe.Offsetof(k.ErrorState)},
 		{"MK_FIFO_MAGIC", Magic},
 		{"MK_FIFO_VERSION", Version},
 		{"MK_FIFO_PEER_ALL", PeerAll},
@@ -51,5 +52,8 @@ func Layout() []Field {
 		{"MK_FIFO_ERR_PROXY", ErrProxy},
 		{"MK_FIFO_ERR_CLOSED", ErrClosed},
 		{"MK_FIFO_MAX_CAPACITY", MaxCapacity},
+		{"MK_FIFO_ERROR_FREE", ErrorFree},
+		{"MK_FIFO_ERROR_CLAIMED", ErrorClaimed},
+		{"MK_FIFO_ERROR_SET", ErrorSet},
 	}
 }

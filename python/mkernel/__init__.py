@@ -23,11 +23,16 @@ _install_logging(_native.core)
 from .ops import (  # noqa: E402
     ag_gemm, attention, gemm, gemm_ar, gemm_grouped, gemm_plan, gemm_rs, moe_combine, moe_dispatch_gemm, ring_attention,
 )
+from . import _moe_registry  # noqa: E402,F401  (MoE fake kernel and autograd)
+from .ops import all_gather, all_reduce, last_wait_failure, reduce_scatter, synchronize  # noqa: E402
 from .runtime import Context, MkernelError, current_group, init, shutdown  # noqa: E402
 from .topology import topology  # noqa: E402
+from . import autograd as _autograd  # noqa: E402,F401  (backward formulas of the fused ops)
+from . import nn  # noqa: E402  (drop-in tensor-parallel layers)
 
 __all__ = [
     "Context", "MkernelError", "ag_gemm", "attention", "current_group", "gemm", "gemm_ar", "gemm_grouped", "gemm_plan",
     "gemm_rs", "get_logger", "init", "moe_combine", "moe_dispatch_gemm", "ring_attention", "set_log_level", "shutdown",
     "topology", "__version__",
+    "all_gather", "all_reduce", "last_wait_failure", "reduce_scatter", "synchronize",
 ]

@@ -1,4 +1,4 @@
-"""``python -m mkernel <command>``: doctor, topology, demo, version."""
+"""``python -m mkernel <command>``: doctor, topology, demo, launch, version."""
 
 from __future__ import annotations
 
@@ -8,6 +8,11 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["launch"]:  # its own parser: the rank command's options pass through
+        from .launch import main as launch_main
+
+        return launch_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m mkernel", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("doctor", help="check this machine's setup; non-zero exit if broken")
@@ -19,6 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--world", type=int, default=4, help="number of ranks (processes)")
     m.add_argument("--nodes", type=int, default=2, help="emulated nodes the ranks are split into")
     m.add_argument("--timeout", type=float, default=120.0)
+    m.add_argument("--require-all", action="store_true",
+                   help="fail when an op is skipped because its kernel is not built for a backend")
+    sub.add_parser("launch", help="run a script as W local ranks (emulated nodes, MPS): "
+                   "launch --world W [--nodes N] [--mps] script.py args...")
     sub.add_parser("version", help="print versions")
     args = parser.parse_args(argv)
 
@@ -34,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "demo":
         from .demo import run_demo
 
-        return run_demo(world=args.world, nodes=args.nodes, timeout=args.timeout)
+        return run_demo(world=args.world, nodes=args.nodes, timeout=args.timeout,
+                        require_all=args.require_all)
     if args.cmd == "version":
         import torch
 

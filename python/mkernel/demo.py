@@ -6,9 +6,15 @@ joins them with :func:`mkernel.init`, and has each rank report what mkernel
 sees. Then ag_gemm, gemm_rs and gemm_ar run on fresh random inputs (on CPU
 through the host reference backend: FIFO -> Go proxy -> loopback within an
 emulated node, tcp across) against a plain torch reference built from every
-rank's inputs; rank 0 prints a table of relative error and time. The demo exits
-non-zero when an error exceeds its bound; ops whose kernels have not landed yet
-say so.
+rank's inputs; rank 0 prints a table of relative error and time.
+
+Each op runs on every backend of the machine: the CPU (the host reference
+kernels, present everywhere) and, where GPUs are, CUDA. An op whose kernel is not
+built for a backend (it raises NotImplementedError) is SKIPPED and listed with
+the reason;
+it never counts as ok. The demo exits non-zero when any op that ran errs or
+exceeds its error bound, when nothing ran at all, and, with ``--require-all``,
+when any op was skipped.
 """
 
 from __future__ import annotations
@@ -16,49 +22,36 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def run_demo(world: int = 4, nodes: int = 2, timeout: float = 120.0, require_all: bool = False) -> int:
+    """Launch the demo's ranks with ``python -m mkernel launch`` (mkernel/launch.py: MPS when a
+    GPU and the MPS control binary are present) and wait for them; returns the exit status
+    (non-zero when an op failed, nothing ran, or, with require_all, an op was skipped as not
+    built)."""
+    import shutil
 
+    from .launch import LaunchError, launch
 
-def run_demo(world: int = 4, nodes: int = 2, timeout: float = 120.0) -> int:
-    """Launch the demo's ranks and wait for them; returns the exit status."""
     if world < 1 or nodes < 1 or world % nodes:
         print(f"demo: --world ({world}) must be a positive multiple of --nodes ({nodes})", file=sys.stderr)
         return 2
-    port = _free_port()
-    per_node = world // nodes
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank % per_node),
-                   LOCAL_WORLD_SIZE=str(per_node), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   MKERNEL_EMULATED_NODE=str(rank // per_node), NCCL_NVLS_ENABLE="0",
-                   TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
-        procs.append(subprocess.Popen([sys.executable, "-m", "mkernel.demo", "--worker"], env=env))
-    deadline = time.monotonic() + timeout
-    status = 0
+    mps = world > 1 and shutil.which("nvidia-cuda-mps-control") is not None and _has_gpu()
     try:
-        for rank, p in enumerate(procs):
-            left = max(0.1, deadline - time.monotonic())
-            rc = p.wait(timeout=left)
-            if rc != 0:
-                print(f"demo: rank {rank} exited with status {rc}", file=sys.stderr)
-                status = 1
-    except subprocess.TimeoutExpired:
-        print(f"demo: timed out after {timeout:.0f} s; stopping all ranks", file=sys.stderr)
-        status = 1
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return status
+        rc = launch(["-m", "mkernel.demo", "--worker"], world, nodes, mps=mps, timeout=timeout,
+                    env={"MKERNEL_DEMO_REQUIRE_ALL": str(int(require_all))})
+    except LaunchError as e:
+        print(f"demo: {e}", file=sys.stderr)
+        return 2
+    return 0 if rc == 0 else 1
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 # Relative error bounds (||out - ref|| / ||ref||) by dtype; the demo fails above them.
@@ -72,11 +65,24 @@ def _rel_err(out, ref) -> float:
     return diff / norm if norm > 0 else diff
 
 
+# Row status, all-reduced with MAX over the ranks: the worst any rank saw wins.
+_RAN, _MISSING, _ERROR = 0, 1, 2
+
+
+def _backends() -> list[tuple[str, list[str]]]:
+    """(device type, dtypes) the demo runs: the CPU always (the host reference kernels), CUDA
+    (bf16) where GPUs are."""
+    import torch
+
+    return [("cpu", ["fp32", "bf16"])] + ([("cuda", ["bf16"])] if torch.cuda.is_available() else [])
+
+
 def _try_ops(ctx, calls: int = 5) -> list[dict]:
-    """Run each op on fresh random inputs against a plain torch reference built from every
-    rank's inputs (all-gathered with torch.distributed). Returns one row per (op, dtype) with
-    the relative error (max over ranks), the median time of `calls` calls (max over ranks) and
-    whether the error is within its bound; ops whose kernels have not landed say so."""
+    """Run each op on each backend on fresh random inputs against a plain torch reference built
+    from every rank's inputs (all-gathered with torch.distributed). Returns one row per (op,
+    backend, dtype) with its status (ran / missing: the kernel is not built for the backend /
+    error), the relative error (max over ranks), the median time of `calls` calls (max over
+    ranks) and whether it ran within its bound."""
     import statistics
 
     import torch
@@ -84,12 +90,12 @@ def _try_ops(ctx, calls: int = 5) -> list[dict]:
 
     import mkernel
 
-    cuda = torch.cuda.is_available()
-    dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     world, rank = ctx.world_size, ctx.rank
     m, big_m, k, n = 37, 10 * world, 64, 96  # ragged m: not a multiple of any tile
     rows = []
-    for dtype in (["bf16"] if cuda else ["fp32", "bf16"]):
+    for backend, dtype in [(b, d) for b, dts in _backends() for d in dts]:
+        cuda = backend == "cuda"
+        dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
         dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
         g = torch.Generator().manual_seed(1234 + rank)
 
@@ -122,7 +128,8 @@ def _try_ops(ctx, calls: int = 5) -> list[dict]:
                       lambda x=x, w=w: mkernel.gemm_ar(x, w, group=ctx),
                       lambda xs=xs, ws=ws: sum(xi @ wi.T for xi, wi in zip(xs, ws))))
         for name, shape, fn, ref in cases:
-            row = {"op": name, "dtype": dtype, "shape": shape, "bound": _BOUNDS[dtype]}
+            row = {"op": name, "backend": backend, "dtype": dtype, "shape": shape, "bound": _BOUNDS[dtype]}
+            status, reason = _RAN, ""
             try:
                 out = fn()
                 times = []
@@ -134,31 +141,55 @@ def _try_ops(ctx, calls: int = 5) -> list[dict]:
                     if cuda:
                         torch.cuda.synchronize()
                     times.append(time.perf_counter() - t0)
-                stats = torch.tensor([_rel_err(out.cpu(), ref()), statistics.median(times)],
-                                     dtype=torch.float64)
-                row["status"] = "ran"
-            except NotImplementedError as e:
-                stats = torch.tensor([-1.0, -1.0], dtype=torch.float64)
-                row["status"] = f"not landed yet ({str(e).splitlines()[0][:60]})"
+                err, median_s = _rel_err(out.cpu(), ref()), statistics.median(times)
+            except NotImplementedError as e:  # the kernel is not built for this backend
+                status, reason, err, median_s = _MISSING, str(e).splitlines()[0], -1.0, -1.0
+            except Exception as e:  # noqa: BLE001  (reported in the table, fails the demo)
+                status, reason, err, median_s = _ERROR, f"{type(e).__name__}: {str(e).splitlines()[0]}", -1.0, -1.0
+            stats = torch.tensor([float(status), err, median_s], dtype=torch.float64)
             dist.all_reduce(stats, op=dist.ReduceOp.MAX)
-            row["err"], row["median_s"] = stats.tolist()
-            row["ok"] = row["status"] != "ran" or row["err"] <= row["bound"]
+            reasons = [None] * world
+            dist.all_gather_object(reasons, reason)
+            code, row["err"], row["median_s"] = int(stats[0]), stats[1].item(), stats[2].item()
+            row["status"] = {_RAN: "ran", _MISSING: "missing", _ERROR: "error"}[code]
+            row["reason"] = next((r for r in reasons if r), "")
+            row["ok"] = code == _RAN and row["err"] <= row["bound"]
             rows.append(row)
     return rows
+
+
+def _verdict(rows: list[dict], require_all: bool) -> tuple[bool, str]:
+    """(passed, one-line summary): nothing that did not run counts as ok."""
+    ran = [r for r in rows if r["status"] == "ran"]
+    failed = [r for r in rows if r["status"] == "error" or (r["status"] == "ran" and not r["ok"])]
+    missing = [r for r in rows if r["status"] == "missing"]
+    names = lambda rs: ", ".join(f"{r['op']}/{r['backend']}/{r['dtype']}" for r in rs)  # noqa: E731
+    parts = [f"{len(ran) - len([r for r in failed if r['status'] == 'ran'])} of {len(rows)} op runs ok"]
+    if failed:
+        parts.append(f"FAILED: {names(failed)}")
+    if missing:
+        parts.append(f"SKIPPED (kernel not built for that backend): {names(missing)}"
+                     + ("; --require-all makes that a failure" if not require_all else ""))
+    passed = not failed and bool(ran) and not (require_all and missing)
+    if not ran:
+        parts.append("nothing ran")
+    return passed, f"demo: {'PASSED' if passed else 'FAILED'}: " + "; ".join(parts)
 
 
 def _print_ops(rows: list[dict], world: int, nodes: int) -> None:
     print(f"ops across {world} ranks in {nodes} emulated nodes "
           "(relative error ||out - ref|| / ||ref||, max over ranks; time: median of 5 calls, "
           "max over ranks)")
-    print(f"{'op':<8} {'dtype':<5} {'shape':<28} {'max rel err':>11} {'bound':>7} {'time':>10}  status")
+    print(f"{'op':<8} {'device':<6} {'dtype':<5} {'shape':<28} {'max rel err':>11} {'bound':>7} "
+          f"{'time':>10}  status")
     for r in rows:
+        head = f"{r['op']:<8} {r['backend']:<6} {r['dtype']:<5} {r['shape']:<28}"
         if r["status"] != "ran":
-            print(f"{r['op']:<8} {r['dtype']:<5} {r['shape']:<28} {'-':>11} {r['bound']:>7.0e} "
-                  f"{'-':>10}  {r['status']}")
+            what = ("SKIPPED: not built for this backend" if r["status"] == "missing" else "FAIL")
+            print(f"{head} {'-':>11} {r['bound']:>7.0e} {'-':>10}  {what} ({r['reason'][:90]})")
             continue
-        print(f"{r['op']:<8} {r['dtype']:<5} {r['shape']:<28} {r['err']:>11.2e} {r['bound']:>7.0e} "
-              f"{r['median_s'] * 1e3:>8.2f}ms  {'ok' if r['ok'] else 'FAIL: error above bound'}")
+        print(f"{head} {r['err']:>11.2e} {r['bound']:>7.0e} {r['median_s'] * 1e3:>8.2f}ms  "
+              f"{'ok' if r['ok'] else 'FAIL: error above bound'}")
 
 
 def _worker() -> int:
@@ -196,12 +227,15 @@ def _worker() -> int:
         print(f"doctor: {'BROKEN' if report['broken'] else 'ok'}; " +
               "; ".join(f"[{f['status']}] {f['check']}" for f in bad))
         _print_ops(ops, ctx.world_size, nodes)
+    passed, summary = _verdict(ops, os.environ.get("MKERNEL_DEMO_REQUIRE_ALL") == "1")
+    if ctx.rank == 0:
+        print(summary)
     mkernel.shutdown()
     dist.destroy_process_group()
-    return 0 if all(r["ok"] for r in ops) else 1
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":
     if "--worker" in sys.argv:
         sys.exit(_worker())
-    sys.exit(run_demo())
+    sys.exit(run_demo(require_all="--require-all" in sys.argv))

@@ -8,7 +8,7 @@ untouched. Inputs must be row-major contiguous; nothing is copied behind your ba
 Validation, the shapes of the outputs and the fake (meta) kernels that ``torch.compile`` traces
 with live in C++ (``csrc/<op>.cpp``): one validator per op, shared by its CPU reference, CUDA and
 Meta kernels, so a bad input gets the same error eagerly, on every backend, and while tracing.
-Autograd is not registered yet.
+Autograd: the MoE ops (python/mkernel/_moe_registry.py); the others not yet.
 
 Dtypes: bf16 or fp16 on CUDA; the CPU reference path also accepts fp32. Weights follow
 :func:`torch.nn.functional.linear`: ``y = x @ w.T`` with ``w`` of shape ``[N, K]``. ``W`` below is
@@ -29,8 +29,11 @@ from torch import Tensor
 __all__ = [
     "Group",
     "MoeDispatchOutput",
+    "MoeHandle",
     "GEMM_CONFIGS",
     "ag_gemm",
+    "all_gather",
+    "all_reduce",
     "gemm",
     "gemm_grouped",
     "gemm_grouped_plan",
@@ -39,7 +42,10 @@ __all__ = [
     "gemm_rs",
     "moe_combine",
     "moe_dispatch_gemm",
+    "last_wait_failure",
+    "reduce_scatter",
     "ring_attention",
+    "synchronize",
     "attention",
     "attention_merge_",
     "zigzag_shard",
@@ -61,16 +67,38 @@ class Group(Protocol):
         ...
 
 
+class MoeHandle(NamedTuple):
+    """Where :func:`moe_dispatch_gemm` put every token: what :func:`moe_combine` needs."""
+
+    route: Tensor
+    """``[T, k]`` int64 on this (source) rank: ``(rank << 32) | row`` of each (token, choice)
+    in the destination's output, -1 where ``capacity`` dropped it."""
+    recv_counts: Tensor
+    """``[W, E_local]`` int32 on this (destination) rank: rows local expert ``e`` holds from
+    each source rank."""
+
+
 class MoeDispatchOutput(NamedTuple):
-    """What :func:`moe_dispatch_gemm` returns; pass ``handle`` on to :func:`moe_combine`."""
+    """What :func:`moe_dispatch_gemm` returns; pass ``handle`` on to :func:`moe_combine`.
+
+    The rows of local expert ``e`` are ordered by (source rank, token, choice): with
+    ``capacity == 0`` they are packed back to back (``out[offs[e-1]:offs[e]]``, the layout of
+    :func:`gemm_grouped` with ``offs`` and of ``torch._grouped_mm``); with ``capacity > 0`` they
+    are ``out[e, :counts[e]]``.
+    """
 
     out: Tensor
-    """``[E_local, capacity, F]``, x's dtype: ``x_e @ w1[e].T`` for the tokens that local expert
-    ``e`` received, in its first ``counts[e]`` rows."""
+    """``[R, F]`` (capacity 0) or ``[E_local, capacity, F]``, x's dtype: ``x_e @ w1[e].T``;
+    rows past the counts are zero on the CPU and unspecified on CUDA."""
     counts: Tensor
-    """``[E_local]`` int32: the number of tokens each local expert received."""
-    handle: Tensor
-    """``[T, k]`` int64: where each (token, choice) landed, for :func:`moe_combine`."""
+    """``[E_local]`` int32: the rows each local expert holds."""
+    offs: Tensor
+    """``[E_local]`` int32: ``cumsum(counts)``, the packed layout's row ends."""
+    handle: MoeHandle
+    """For :func:`moe_combine` (and the backward passes)."""
+    recv_x: Tensor
+    """The received token rows in ``out``'s layout with H columns when ``return_recv`` (or
+    when autograd needs them), else a 0-element tensor."""
 
 
 def _default_group() -> Group:
@@ -120,7 +148,13 @@ def ag_gemm(
         ``(out, gathered)`` where ``gathered`` is ``[W*m, K]``.
     """
     handle, world_size = _group_args("ag_gemm", group)
-    out, gathered = torch.ops.mkernel.ag_gemm.default(x, w, handle, world_size, return_gathered)
+    try:
+        out, gathered = torch.ops.mkernel.ag_gemm.default(x, w, handle, world_size, return_gathered)
+    except RuntimeError as e:  # a dead context after a trapped wait surfaces at the next call
+        err = _wait_failure_error(e)
+        if err is None:
+            raise
+        raise err from e
     return (out, gathered) if return_gathered else out
 
 
@@ -257,7 +291,13 @@ def gemm_rs(x: Tensor, w: Tensor, *, group: Group | None = None) -> Tensor:
         ``[M/W, N]`` in x's dtype: rows ``r*M/W`` to ``(r+1)*M/W`` of the summed product on rank r.
     """
     handle, world_size = _group_args("gemm_rs", group)
-    return torch.ops.mkernel.gemm_rs.default(x, w, handle, world_size)
+    try:
+        return torch.ops.mkernel.gemm_rs.default(x, w, handle, world_size)
+    except RuntimeError as e:  # a dead context after a trapped wait surfaces at the next call
+        err = _wait_failure_error(e)
+        if err is None:
+            raise
+        raise err from e
 
 
 def gemm_ar(x: Tensor, w: Tensor, *, group: Group | None = None) -> Tensor:
@@ -274,7 +314,13 @@ def gemm_ar(x: Tensor, w: Tensor, *, group: Group | None = None) -> Tensor:
         ``[M, N]`` in x's dtype, the same on every rank.
     """
     handle, world_size = _group_args("gemm_ar", group)
-    return torch.ops.mkernel.gemm_ar.default(x, w, handle, world_size)
+    try:
+        return torch.ops.mkernel.gemm_ar.default(x, w, handle, world_size)
+    except RuntimeError as e:  # a dead context after a trapped wait surfaces at the next call
+        err = _wait_failure_error(e)
+        if err is None:
+            raise
+        raise err from e
 
 
 def moe_dispatch_gemm(
@@ -283,37 +329,46 @@ def moe_dispatch_gemm(
     w1: Tensor,
     *,
     num_experts: int,
-    capacity: int,
+    capacity: int = 0,
+    return_recv: bool = False,
     group: Group | None = None,
 ) -> MoeDispatchOutput:
     """Expert-parallel MoE dispatch fused with each local expert's first GEMM.
 
-    Each token goes to the ranks holding its ``k`` chosen experts (rank ``r`` holds experts
-    ``r*E_local`` to ``(r+1)*E_local - 1``, ``E_local = num_experts / W``), and every local
-    expert ``e`` multiplies what it received by ``w1[e].T``.
+    Each token goes to the ranks holding its ``k`` chosen experts, once per rank (rank ``r``
+    holds experts ``r*E_local`` to ``(r+1)*E_local - 1``, ``E_local = num_experts / W``), and
+    every local expert ``e`` multiplies what it received by ``w1[e].T``. Differentiable in x
+    and w1 (the backward is a :func:`moe_combine`).
 
     Args:
-        x: ``[T, H]`` tokens of this rank (T may be 0).
+        x: ``[T, H]`` tokens of this rank (T may be 0, and differ between ranks).
         topk_idx: ``[T, k]`` int64 or int32 expert ids in ``[0, num_experts)``, on x's device.
         w1: ``[E_local, F, H]``, the local experts' first weights, x's dtype.
         num_experts: experts over all ranks, divisible by W.
-        capacity: token slots per local expert (>= 1).
+        capacity: 0 (default): capacity-free, every choice kept, rows packed: ``out`` is
+            ``[R, F]`` with R the rows this rank received (``T*k`` at W = 1; data dependent at
+            W > 1, an unbacked size under torch.compile). ``> 0``: ``out`` is
+            ``[E_local, capacity, F]`` (static, for CUDA graphs at W > 1); an expert's rows past
+            ``capacity`` in (source rank, token, choice) order are dropped, which
+            ``handle.route == -1`` reports on the token's rank.
+        return_recv: also return the received rows (for the weight gradient).
         group: the mkernel group; None for the default one.
 
     Returns:
-        :class:`MoeDispatchOutput` ``(out [E_local, capacity, F], counts [E_local] int32,
-        handle [T, k] int64)``.
+        :class:`MoeDispatchOutput` ``(out, counts, offs, handle, recv_x)``.
     """
     handle, world_size = _group_args("moe_dispatch_gemm", group)
-    out, counts, dispatch_handle = torch.ops.mkernel.moe_dispatch_gemm.default(
-        x, topk_idx, w1, handle, world_size, num_experts, capacity
+    need_recv = return_recv or (torch.is_grad_enabled() and w1.requires_grad)
+    out, counts, route, recv_counts, recv_x = torch.ops.mkernel.moe_dispatch_gemm.default(
+        x, topk_idx, w1, handle, world_size, num_experts, capacity, need_recv
     )
-    return MoeDispatchOutput(out, counts, dispatch_handle)
+    offs = torch.cumsum(counts, 0, dtype=torch.int32)
+    return MoeDispatchOutput(out, counts, offs, MoeHandle(route, recv_counts), recv_x)
 
 
 def moe_combine(
     y: Tensor,
-    handle: Tensor,
+    handle: MoeHandle,
     topk_weights: Tensor,
     *,
     num_tokens: int | None = None,
@@ -321,13 +376,16 @@ def moe_combine(
 ) -> Tensor:
     """The reverse of :func:`moe_dispatch_gemm`: bring the experts' outputs back and sum them.
 
-    ``out[t] = sum_j topk_weights[t, j] * y[the slot that handle[t, j] names]``.
+    ``out[t] = sum_j topk_weights[t, j] * y[the row handle.route[t, j] names]``, summed in fp32
+    over j in order and rounded once; dropped choices add nothing. Differentiable in y and
+    topk_weights (the backward of y is a dispatch).
 
     Args:
-        y: ``[E_local, capacity, H]``, the local experts' outputs.
-        handle: ``[T, k]`` int64, from the matching :func:`moe_dispatch_gemm`.
+        y: the local experts' outputs in the dispatch's layout: ``[R, H]`` (capacity 0) or
+            ``[E_local, capacity, H]``.
+        handle: from the matching :func:`moe_dispatch_gemm`.
         topk_weights: ``[T, k]`` fp32 routing weights.
-        num_tokens: T; None takes it from ``handle``.
+        num_tokens: T; None takes it from ``handle.route``.
         group: the mkernel group; None for the default one.
 
     Returns:
@@ -335,9 +393,9 @@ def moe_combine(
     """
     group_handle, world_size = _group_args("moe_combine", group)
     if num_tokens is None:
-        num_tokens = handle.shape[0]
+        num_tokens = handle.route.shape[0]
     return torch.ops.mkernel.moe_combine.default(
-        y, handle, topk_weights, group_handle, world_size, num_tokens
+        y, handle.route, handle.recv_counts, topk_weights, group_handle, world_size, num_tokens
     )
 
 
@@ -374,6 +432,111 @@ def ring_attention(
     return out, lse
 
 
+# --- the plain collectives on the GPU substrate -----------------------------------------------
+
+
+def last_wait_failure() -> str | None:
+    """What the first timed-out device wait of this process waited for, or None.
+
+    A kernel of a group whose wait times out (a dead or diverging peer) records the op, the
+    group, this rank, the peer, the flag and the values seen, then traps: the CUDA context is
+    lost, and the next CUDA call raises. This record says why.
+    """
+    text = torch.ops.mkernel.wait_diagnostic.default()
+    return text or None
+
+
+_launched_group_op = False  # a collective ran at world size > 1 in this process
+
+
+def _wait_failure_error(e: BaseException) -> BaseException | None:
+    """An :class:`mkernel.MkernelError` explaining a CUDA failure after group ops: the failed
+    wait's record when this process has one, else (a CUDA error after a group op) that the
+    context was lost without a wait of this rank timing out. None when neither applies."""
+    record = last_wait_failure()
+    cuda = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if record is None:
+        if not (_launched_group_op and ("CUDA" in str(e) or type(e).__name__ == "AcceleratorError")):
+            return None
+        record = ("the CUDA context was lost after group ops, and no wait of this rank timed out: "
+                  "a kernel of another process on this GPU probably failed first (under MPS a "
+                  "fatal fault of one client ends every client of the GPU), see the other ranks' "
+                  "errors")
+    from mkernel.runtime import MkernelError
+
+    return MkernelError(f"{record} (CUDA: {cuda})")
+
+
+def synchronize(device: torch.device | int | None = None) -> None:
+    """``torch.cuda.synchronize(device)``, raising :class:`mkernel.MkernelError` naming the peer
+    and the flag when a kernel of a group failed because a device wait timed out."""
+    try:
+        torch.cuda.synchronize(device)
+    except RuntimeError as e:
+        err = _wait_failure_error(e)
+        if err is None:
+            raise
+        raise err from e
+
+
+def _collective(op: str, x: Tensor, group: Group | None) -> Tensor:
+    global _launched_group_op
+    handle, world_size = _group_args(op, group)
+    if world_size > 1 and x.is_cuda:
+        _launched_group_op = True
+    try:
+        return getattr(torch.ops.mkernel, op).default(x, handle, world_size)
+    except RuntimeError as e:  # a dead context after a trapped wait surfaces at the next call
+        err = _wait_failure_error(e)
+        if err is None:
+            raise
+        raise err from e
+
+
+def all_gather(x: Tensor, *, group: Group | None = None) -> Tensor:
+    """Concatenate every rank's ``x`` along the first dimension, in rank order.
+
+    Args:
+        x: ``[m, ...]``, bf16/fp16/fp32, contiguous; the same shape and dtype on every rank.
+        group: the mkernel group; None for the default one.
+
+    Returns:
+        ``[W*m, ...]``: rank r's ``x`` in rows ``r*m`` to ``(r+1)*m``.
+    """
+    return _collective("all_gather", x, group)
+
+
+def reduce_scatter(x: Tensor, *, group: Group | None = None) -> Tensor:
+    """Sum ``x`` over the ranks and keep this rank's block of rows.
+
+    Sums run in fp32, in rank order 0..W-1 for every element: the result is bit-reproducible.
+
+    Args:
+        x: ``[M, ...]``, ``M`` divisible by W, bf16/fp16/fp32, contiguous; the same shape and
+            dtype on every rank.
+        group: the mkernel group; None for the default one.
+
+    Returns:
+        ``[M/W, ...]`` in x's dtype: rows ``r*M/W`` to ``(r+1)*M/W`` of the sum on rank r.
+    """
+    return _collective("reduce_scatter", x, group)
+
+
+def all_reduce(x: Tensor, *, group: Group | None = None) -> Tensor:
+    """Sum ``x`` over the ranks; every rank gets identical bits.
+
+    Each block of the result is summed once, in fp32 and rank order 0..W-1, by the rank that
+    owns it, then copied to the others.
+
+    Args:
+        x: ``[...]`` (at least one dimension), bf16/fp16/fp32, contiguous; the same shape and
+            dtype on every rank.
+        group: the mkernel group; None for the default one.
+
+    Returns:
+        x's shape and dtype: the sum over the ranks.
+    """
+    return _collective("all_reduce", x, group)
 def attention(
     q: Tensor,
     k: Tensor,

@@ -2,8 +2,10 @@
 into a control-plane session (Go bootstrap), :func:`shutdown` leaves it.
 
 Under ``torchrun`` the normal path reuses the running ``torch.distributed``
-store: rank 0 of the group opens the Go rendezvous and publishes its id (root
-address + per-job secret) in the store; every rank joins with it. Without
+store: the group's first rank (its rank 0, which for a sub-group may live on
+another node than the job's rank 0) opens the Go rendezvous on its own host's
+address and publishes its id (root address + per-job secret) in the store
+under a key unique to the group's member list; every rank joins with it. Without
 ``torch.distributed``, :func:`init` reads ``MKERNEL_RANK`` /
 ``MKERNEL_WORLD_SIZE`` / ``MKERNEL_BOOTSTRAP_ADDR`` / ``MKERNEL_JOB_SECRET``
 (the Go core's standalone rendezvous), or runs as a world of one.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import hashlib
 import json
 import os
 import socket
@@ -70,6 +73,16 @@ class Context:
         self._check_open()
         core.SessionBarrier(self.handle, int(timeout * 1000))
 
+    def reserve(self, nbytes: int) -> None:
+        """Pre-size the group's symmetric GPU memory to at least ``nbytes`` per rank, on the
+        current CUDA device (a collective: every rank calls it with the same ``nbytes``).
+
+        The collectives grow it on demand, but not while a CUDA graph is being captured: call
+        this before capturing with the largest call's size (the capture error names it).
+        """
+        self._check_open()
+        torch.ops.mkernel._reserve(self.handle, self.world_size, int(nbytes))
+
     def close(self) -> None:
         """Leave the session (idempotent)."""
         global _default
@@ -97,13 +110,47 @@ def _release_op_state(handle: int) -> None:
         _log.debug(f"closing the ops' data paths of session {handle}: {e}")
 
 
-def _rendezvous_host() -> str:
-    """The address rank 0 binds: MKERNEL_BOOTSTRAP_HOST, else MASTER_ADDR, else loopback."""
-    host = os.environ.get("MKERNEL_BOOTSTRAP_HOST") or os.environ.get("MASTER_ADDR") or "127.0.0.1"
+def _route_address(peer: str) -> str | None:
+    """This host's address on the route to ``peer`` (no packet is sent), or None."""
     try:
-        return socket.gethostbyname(host)
-    except OSError as e:
-        raise MkernelError(f"mkernel.init: cannot resolve the rendezvous host {host!r}: {e}") from e
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((socket.gethostbyname(peer), int(os.environ.get("MASTER_PORT") or 29500)))
+            return s.getsockname()[0]
+    except OSError:
+        return None
+
+
+def _rendezvous_host() -> str:
+    """The address a group's first rank binds its rendezvous on: an interface of ITS OWN host,
+    reachable by the group's other ranks.
+
+    MKERNEL_BOOTSTRAP_HOST (per host) if set; else this host's address on the route to
+    MASTER_ADDR (the interface the job's traffic uses; on a one-box job, loopback) — never
+    MASTER_ADDR itself, which is the job's rank 0 and may be another node; else the address
+    of this host's name; else loopback.
+    """
+    host = os.environ.get("MKERNEL_BOOTSTRAP_HOST")
+    if host:
+        try:
+            return socket.gethostbyname(host)
+        except OSError as e:
+            raise MkernelError(f"mkernel.init: cannot resolve MKERNEL_BOOTSTRAP_HOST={host!r}: {e}") from e
+    master = os.environ.get("MASTER_ADDR")
+    if master:
+        addr = _route_address(master)
+        if addr:
+            return addr
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def _store_key(ranks: list[int], seq: int) -> str:
+    """The store key of a group's rendezvous id: every member rank (hashed), their count, and
+    the group's init count. Two different member lists never share a key, whatever their size."""
+    digest = hashlib.sha256(",".join(map(str, ranks)).encode()).hexdigest()[:24]
+    return f"mkernel/bootstrap/{digest}x{len(ranks)}/{seq}"
 
 
 def _store_for(pg) -> Any:
@@ -159,10 +206,13 @@ def init(group: Any = None, *, timeout: float = DEFAULT_TIMEOUT_S) -> Context:
             # Counted per member list: ranks outside a sub-group do not count its inits, so a
             # process-wide counter would give the next common group different keys.
             seq = _init_seq[tuple(ranks)] = _init_seq.get(tuple(ranks), 0) + 1
-            key = f"mkernel/bootstrap/{'-'.join(map(str, ranks[:8]))}x{len(ranks)}/{seq}"
+            key = _store_key(ranks, seq)
             store = _store_for(pg)
-            if rank == 0:
-                job_id = core.BootstrapListen(_rendezvous_host(), world)
+            if rank == 0:  # the group's first rank (global rank ranks[0]), wherever it lives
+                host = _rendezvous_host()
+                job_id = core.BootstrapListen(host, world)
+                _log.info(f"group {ranks[:8]}{'...' if len(ranks) > 8 else ''} ({world} ranks): "
+                          f"rendezvous on {host}")
                 store.set(key, job_id)
             else:
                 store.wait([key], timedelta(seconds=timeout))

@@ -18,7 +18,8 @@ import torch
 import mkernel
 from mkernel.ops import GEMM_CONFIGS
 
-from .test_gemm_engine import needs_hopper, poison_next_allocation, reference, rel_err
+from .checks import check_gemm, poisoned_call, reference, rel_err
+from .test_gemm_engine import needs_hopper
 
 # Configs that split K (their sums run in another order): not tuning candidates.
 SPLITS_K = ("coop_128x128_streamk", "coop_128x256_c2x1_streamk")
@@ -46,7 +47,7 @@ def test_configs_without_split_k_give_identical_bits(m, n, k):
     outs = {c: mkernel.gemm(a, b, config=c, splits=1) for c in GEMM_CONFIGS
             if c not in SPLITS_K + ("auto",)}
     first = next(iter(outs.values()))
-    assert rel_err(first, reference(a, b)) < 1e-2
+    check_gemm(first, a, b)
     differ = [c for c, o in outs.items() if not torch.equal(o, first)]
     assert not differ, f"configs {differ} give other bits than {next(iter(outs))}"
 
@@ -56,17 +57,16 @@ def test_configs_without_split_k_give_identical_bits(m, n, k):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("kind", ["decode", "mid", "large"])
 def test_autotuned_plan_is_cached_and_exact(kind, dtype):
-    rng = random.Random()
-    m = {"decode": rng.randrange(1, 257), "mid": rng.randrange(257, 1025),
+    rng = random.Random(f"{kind}/{dtype}")  # seeded: a failure reproduces with the same shape
+    # decode from 17 rows: M <= 16 runs the GEMV kernel, not a tuned plan (test_gemv.py)
+    m = {"decode": rng.randrange(17, 257), "mid": rng.randrange(257, 1025),
          "large": rng.randrange(1025, 3000)}[kind]
     n, k = 8 * rng.randrange(64, 520), 8 * rng.randrange(32, 300)  # fresh shape: not tuned yet
     a = torch.randn(m, k, device="cuda", dtype=dtype)
     b = torch.randn(n, k, device="cuda", dtype=dtype)
-    poisoned = poison_next_allocation((m, n), dtype, "cuda")
-    out = mkernel.gemm(a, b)  # first call: tunes, then runs the winner into its own output
-    torch.cuda.synchronize()
-    assert out.data_ptr() == poisoned, "poisoning is not effective"
-    assert rel_err(out, reference(a, b)) < 1e-2
+    # first call: tunes, then runs the winner into its own output
+    out = poisoned_call(lambda: mkernel.gemm(a, b), (m, n), dtype)
+    check_gemm(out, a, b, what=f"{m}x{n}x{k}: ")
     plan = mkernel.gemm_plan(a, b)
     assert plan.endswith(" (tuned)"), plan
     assert mkernel.gemm_plan(a, b) == plan  # cached
@@ -91,7 +91,7 @@ def test_no_tuning_inside_graph_capture():
     a.copy_(torch.randn_like(a))
     graph.replay()
     torch.cuda.synchronize()
-    assert rel_err(out, reference(a, b)) < 1e-2
+    check_gemm(out, a, b)
     assert mkernel.gemm_plan(a, b).endswith(" (tuned)")  # tuned now, outside capture
 
 

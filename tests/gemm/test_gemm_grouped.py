@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from mkernel.ops import gemm_grouped
-from tests.gemm.test_gemm_engine import HOPPER, poison_next_allocation, rel_err
+from tests.gemm.checks import check_gemm, poisoned_call
+from tests.gemm.test_gemm_engine import HOPPER
 
 
 def check(a, b, counts, out, tol):
@@ -14,8 +15,7 @@ def check(a, b, counts, out, tol):
         rows = int(counts[e])
         if rows == 0:
             continue
-        ref = a[e, :rows].double().cpu() @ b[e].double().cpu().T
-        assert rel_err(out[e, :rows], ref) < tol, f"expert {e} ({rows} rows)"
+        check_gemm(out[e, :rows], a[e, :rows], b[e], tol=tol, what=f"expert {e} ({rows} rows): ")
 
 
 def test_cpu_reference():
@@ -50,9 +50,8 @@ def test_engine_grouped(e, c, k, n, dtype):
     counts[0], counts[-1] = c, 0 if e > 1 else c
     a = torch.randn(e, c, k, generator=g).to("cuda", dtype)
     b = torch.randn(e, n, k, generator=g).to("cuda", dtype)
-    poison_next_allocation((e, c, n), dtype, "cuda")
-    out = gemm_grouped(a, b, counts.cuda())
-    torch.cuda.synchronize()
+    cd = counts.cuda()
+    out = poisoned_call(lambda: gemm_grouped(a, b, cd), (e, c, n), dtype)
     check(a, b, counts, out, 1e-2)
 
 
@@ -62,8 +61,8 @@ def check_packed(a, b, offs, out, tol):
     begin = 0
     for e, end in enumerate(offs.tolist()):
         if end > begin:
-            ref = a[begin:end].double().cpu() @ b[e].double().cpu().T
-            assert rel_err(out[begin:end], ref) < tol, f"expert {e} (rows {begin}:{end})"
+            check_gemm(out[begin:end], a[begin:end], b[e], tol=tol,
+                       what=f"expert {e} (rows {begin}:{end}): ")
         begin = end
 
 
@@ -111,9 +110,8 @@ def test_engine_grouped_packed(e, t, k, n, skew, dtype):
     offs = random_offsets(g, e, t - (t // 7), skew)  # the tail rows past offs[-1] belong to no expert
     a = torch.randn(t, k, generator=g).to("cuda", dtype)
     b = torch.randn(e, n, k, generator=g).to("cuda", dtype)
-    poison_next_allocation((t, n), dtype, "cuda")
-    out = gemm_grouped(a, b, offs=offs.cuda())
-    torch.cuda.synchronize()
+    od = offs.cuda()
+    out = poisoned_call(lambda: gemm_grouped(a, b, offs=od), (t, n), dtype)
     check_packed(a, b, offs, out, 1e-2)
 
 
@@ -126,8 +124,8 @@ def test_packed_rows_of_one_expert_do_not_leak_into_the_next():
     a = torch.randn(301, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16)
     b[2] = 0  # expert 2's single row must come out exactly zero
-    poison_next_allocation((301, n), torch.bfloat16, "cuda")
-    out = gemm_grouped(a, b, offs=offs.cuda())
+    od = offs.cuda()
+    out = poisoned_call(lambda: gemm_grouped(a, b, offs=od), (301, n), torch.bfloat16)
     assert (out[130] == 0).all()
     check_packed(a, b, offs, out, 1e-2)
 
@@ -159,9 +157,9 @@ def test_packed_every_config_and_tile_order(config, swizzle, raster, e, t, k, n,
     offs = random_offsets(g, e, t - 5, skew)
     a = torch.randn(t, k, generator=g).to("cuda", torch.bfloat16)
     b = torch.randn(e, n, k, generator=g).to("cuda", torch.bfloat16)
-    poison_next_allocation((t, n), torch.bfloat16, "cuda")
-    out = gemm_grouped(a, b, offs=offs.cuda(), config=config, swizzle=swizzle, raster=raster)
-    torch.cuda.synchronize()
+    od = offs.cuda()
+    out = poisoned_call(lambda: gemm_grouped(a, b, offs=od, config=config, swizzle=swizzle, raster=raster),
+                        (t, n), torch.bfloat16)
     check_packed(a, b, offs, out, 1e-2)
 
 
@@ -180,8 +178,7 @@ def test_packed_tuned_plan_is_cached_and_bitwise_equal_to_every_candidate(dtype)
     b = torch.randn(e, n, k, generator=g).to("cuda", dtype)
     plan = gemm_grouped_plan(a, b, offs)
     assert plan.endswith("(tuned)") and plan.split("/")[0] in PACKED_CONFIGS, plan
-    poison_next_allocation((t, n), dtype, "cuda")
-    tuned = gemm_grouped(a, b, offs=offs)
+    tuned = poisoned_call(lambda: gemm_grouped(a, b, offs=offs), (t, n), dtype)
     check_packed(a, b, offs.cpu(), tuned, 1e-2)
     for config in PACKED_CONFIGS:
         for swizzle, raster in ((8, "n"), (1, "m"), (4, "n")):

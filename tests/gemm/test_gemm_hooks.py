@@ -1,10 +1,16 @@
 """The engine's hooks, driven through mkernel.gemm_hooked on one GPU:
 (a) the producer waits for A blocks released one at a time by a copy engine on
-another stream; (b) per-tile done flags; (c) a custom M order; (d) fewer SMs;
-and a wait that never completes times out with a report instead of hanging."""
+another stream; (b) per-tile done flags, and a tile's data visible to another
+stream once its flag is; (c) a custom M order; (d) fewer SMs; and a wait that
+never completes times out with a report instead of hanging.
+
+Ordering between the kernel and the host is driven by the flags themselves
+(the host reads them through a copy engine while the kernel runs), never by
+sleeping and hoping the GPU got somewhere meanwhile."""
 
 from __future__ import annotations
 
+import ctypes
 import subprocess
 import sys
 import time
@@ -12,7 +18,13 @@ import time
 import pytest
 import torch
 
-from tests.gemm.test_gemm_engine import HOPPER, poison_next_allocation, reference, rel_err
+from tests.gemm.checks import (
+    assert_poisoned,
+    check_gemm,
+    poison_next_allocation,
+    poisoned_call,
+)
+from tests.gemm.test_gemm_engine import HOPPER
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HOPPER, reason="needs a Hopper (sm_90) GPU")]
 
@@ -27,19 +39,47 @@ def hooked(a, b, *, a_ready=None, rows_per_flag=1, a_ready_value=1, tile_done=No
                                          splits)
 
 
+def read_flags(flags: torch.Tensor, stream: torch.cuda.Stream, host: torch.Tensor | None = None):
+    """The flags as they are now, read by a copy engine on `stream` (the kernel may be running)
+    into `host` (pinned; allocate it before launching the kernel). Returns a copy."""
+    if host is None:
+        host = torch.empty(flags.shape, dtype=flags.dtype).pin_memory()
+    with torch.cuda.stream(stream):
+        host.copy_(flags, non_blocking=True)
+    stream.synchronize()
+    return host.clone()
+
+
+def wait_for_flags(flags: torch.Tensor, which: torch.Tensor, value: int, stream: torch.cuda.Stream,
+                   host: torch.Tensor, timeout_s: float = 20.0) -> tuple[torch.Tensor, str]:
+    """Polls until flags[which] all equal `value`, at most timeout_s. Returns the last snapshot
+    and "" when they did, else a message naming the flags that did not (the caller releases the
+    kernel before failing: a kernel left waiting ends in a timeout that poisons the context)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        snap = read_flags(flags, stream, host)
+        if (snap[which] == value).all():
+            return snap, ""
+        if time.monotonic() > deadline:
+            missing = which.nonzero().flatten()[snap[which] != value].tolist()
+            return snap, (f"waited {timeout_s:.0f} s for tile_done flags {missing[:16]} to reach "
+                          f"{value}; they hold {snap[missing[:16]].tolist()}")
+
+
 @pytest.mark.parametrize("config", list(HOOKED))
 @pytest.mark.parametrize("m,n,k", [(1, 256, 64), (300, 520, 264), (2048, 1024, 1024)])
 def test_hooked_kernel_without_hooks(config, m, n, k):
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-    ptr = poison_next_allocation((m, n), torch.bfloat16, "cuda")
-    out = hooked(a, b, config=HOOKED[config])
-    assert out.data_ptr() == ptr
-    assert rel_err(out, reference(a, b)) < 1e-2
+    out = poisoned_call(lambda: hooked(a, b, config=HOOKED[config]), (m, n), torch.bfloat16)
+    check_gemm(out, a, b)
 
 
 @pytest.mark.parametrize("config", ["coop_128x128_c2x1", "coop_128x256_c2x1", "ping_128x128_c1x2"])
 def test_waits_for_a_blocks_released_one_at_a_time(config):
+    """Half of A's row blocks are released; once every tile whose rows all arrived has raised its
+    flag, no tile with a missing row may have (its A rows are NaN: it would also fail the final
+    check). Then the rest is released and the whole output checked."""
     cfg = HOOKED[config]
     m, n, k, rows = 1024, 1024, 512, 128
     nflags = m // rows
@@ -50,33 +90,114 @@ def test_waits_for_a_blocks_released_one_at_a_time(config):
     a_ready = torch.zeros(nflags, device="cuda", dtype=torch.int64)
     done = torch.zeros(tiles_m * tiles_n, device="cuda", dtype=torch.int64)
     one = torch.ones(1, dtype=torch.int64).pin_memory()
-    done_host = torch.zeros_like(done, device="cpu").pin_memory()
+    done_host = torch.zeros(done.shape, dtype=torch.int64).pin_memory()
     side = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    ptr = poison_next_allocation((m, n), torch.bfloat16, "cuda")
     out = hooked(a, b, a_ready=a_ready, rows_per_flag=rows, a_ready_value=1, tile_done=done,
                  tile_done_value=7, config=cfg, timeout_s=30.0)
     released = nflags // 2
+    rows_released = released * rows
+    first_rows = torch.arange(tiles_m).repeat_interleave(tiles_n) * block_m
+    complete = first_rows + block_m <= rows_released  # tiles whose A rows have all arrived
+    missing = first_rows >= rows_released  # tiles none of whose A rows has arrived
     with torch.cuda.stream(side):  # copy engines: they run beside the persistent kernel
         for i in range(released):
-            time.sleep(0.02)
             a[i * rows:(i + 1) * rows].copy_(a_src[i * rows:(i + 1) * rows], non_blocking=True)
             a_ready[i:i + 1].copy_(one, non_blocking=True)
-        time.sleep(0.3)  # the released tiles finish; the others must still be waiting
-        done_host.copy_(done, non_blocking=True)
-        side.synchronize()
-        partial = done_host.view(tiles_m, tiles_n).clone()
+    partial, timed_out = wait_for_flags(done, complete, 7, side, done_host)
+    with torch.cuda.stream(side):
         for i in range(released, nflags):
             a[i * rows:(i + 1) * rows].copy_(a_src[i * rows:(i + 1) * rows], non_blocking=True)
             a_ready[i:i + 1].copy_(one, non_blocking=True)
     torch.cuda.synchronize()
-    rows_released = released * rows
-    for tm in range(tiles_m):
-        first_row = tm * block_m
-        if first_row + block_m <= rows_released:
-            assert (partial[tm] == 7).all(), f"tile row {tm} had its rows but did not finish: {partial[tm]}"
-        elif first_row >= rows_released:
-            assert (partial[tm] == 0).all(), f"tile row {tm} finished before its A rows arrived"
+    assert_poisoned(out, ptr)  # checked once the kernel is released: a failed assert
+    # with the kernel still waiting on its A rows would end in a timeout that poisons the context
+    assert not timed_out, timed_out
+    early = missing.nonzero().flatten()[partial[missing] != 0].tolist()
+    assert not early, f"tiles {early} finished before their A rows arrived"
     assert (done.view(tiles_m, tiles_n) == 7).all()
-    assert rel_err(out, reference(a_src, b)) < 1e-2
+    check_gemm(out, a_src, b)
+
+
+CU_STREAM_WAIT_VALUE_GEQ = 0x0
+
+
+def stream_wait_value64():
+    """cuStreamWaitValue64 from the driver: a stream waits until a 64-bit word in device memory
+    is >= a value (the copy engine / front end polls it, no SM is used)."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        pytest.skip(f"no libcuda.so.1: {e}")
+    for name in ("cuStreamWaitValue64_v2", "cuStreamWaitValue64"):
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint]
+            fn.restype = ctypes.c_int
+            return fn
+    pytest.skip("libcuda exports no cuStreamWaitValue64")
+
+
+@pytest.mark.parametrize("config", ["coop_128x128_c2x1", "coop_128x256_c2x1", "ping_128x128_c1x2"])
+def test_tile_data_is_visible_when_its_tile_done_flag_is(config):
+    """What a consumer of tile_done (the fused ops' communication roles) relies on: once another
+    stream sees a tile's flag, that tile's data is in memory. A watcher stream waits on each
+    tile's flag (cuStreamWaitValue64) and at once copies the tile out of the output; the GEMM runs
+    on 8 SMs, gated by A-row flags released after the watcher is queued, so the copies race the
+    kernel. Every copy must equal the final tile bit for bit: a flag released before its tile's
+    stores reached memory lets the copy catch the poisoned (NaN) output."""
+    wait_value = stream_wait_value64()
+    cfg = HOOKED[config]
+    m, n, k, rows, value = 1024, 1024, 1024, 128, 9
+    tiles_m, tiles_n, _, block_m, block_n = torch.ops.mkernel.gemm_tile_counts(cfg, m, n)
+    a_src = torch.randn(m, k, dtype=torch.bfloat16).pin_memory()
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    a = torch.full((m, k), float("nan"), device="cuda", dtype=torch.bfloat16)
+    a_ready = torch.zeros(m // rows, device="cuda", dtype=torch.int64)
+    done = torch.zeros(tiles_m * tiles_n, device="cuda", dtype=torch.int64)
+    copies = torch.full((tiles_m * tiles_n, block_m, block_n), float("nan"), device="cuda",
+                        dtype=torch.bfloat16)
+    one = torch.ones(1, dtype=torch.int64).pin_memory()
+    watcher, feeder = torch.cuda.Stream(), torch.cuda.Stream()
+    torch.cuda.synchronize()
+    ptr = poison_next_allocation((m, n), torch.bfloat16, "cuda")
+    out = hooked(a, b, a_ready=a_ready, rows_per_flag=rows, tile_done=done, tile_done_value=value,
+                 config=cfg, sm_count=8, timeout_s=30.0)
+
+    def tile(t):
+        tm, tn = divmod(t, tiles_n)
+        return slice(tm * block_m, min((tm + 1) * block_m, m)), slice(tn * block_n, min((tn + 1) * block_n, n))
+
+    rc = 0
+    with torch.cuda.stream(watcher):
+        for t in range(tiles_m * tiles_n):
+            r, c = tile(t)
+            rc = wait_value(ctypes.c_void_p(watcher.cuda_stream), done[t].data_ptr(), value,
+                            CU_STREAM_WAIT_VALUE_GEQ)
+            if rc != 0:  # reported after the kernel is released
+                break
+            copies[t, :r.stop - r.start, :c.stop - c.start].copy_(out[r, c])
+    with torch.cuda.stream(feeder):
+        for i in range(m // rows):
+            a[i * rows:(i + 1) * rows].copy_(a_src[i * rows:(i + 1) * rows], non_blocking=True)
+            a_ready[i:i + 1].copy_(one, non_blocking=True)
+    torch.cuda.current_stream().synchronize()  # the GEMM: bounded by its 30 s A-row timeout
+    unset = (done.cpu() != value).nonzero().flatten().tolist()
+    if unset:  # release the watcher before failing, or it would wait forever
+        done.fill_(value)
+        torch.cuda.synchronize()
+        pytest.fail(f"tile_done flags {unset[:16]} never reached {value}")
+    watcher.synchronize()
+    assert rc == 0, f"cuStreamWaitValue64 failed: CUresult {rc}"
+    assert_poisoned(out, ptr)  # checked only now: a failed assert must not leave a stream waiting
+    for t in range(tiles_m * tiles_n):
+        r, c = tile(t)
+        got = copies[t, :r.stop - r.start, :c.stop - c.start]
+        assert torch.equal(got, out[r, c]), (
+            f"tile {t} (rows {r.start}:{r.stop}, cols {c.start}:{c.stop}) copied when its flag was "
+            f"seen differs from its final data ({int(got.isnan().sum())} NaN): flag before data")
+    check_gemm(out, a_src, b)
 
 
 @pytest.mark.parametrize("config", ["coop_128x128_c2x1", "ping_128x128_c1x2"])
@@ -88,9 +209,9 @@ def test_custom_m_order_and_few_sms(config):
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     for sms in (2, 10, 0):
-        poison_next_allocation((m, n), torch.bfloat16, "cuda")
-        out = hooked(a, b, m_order=order, config=cfg, sm_count=sms)
-        assert rel_err(out, reference(a, b)) < 1e-2
+        out = poisoned_call(lambda: hooked(a, b, m_order=order, config=cfg, sm_count=sms), (m, n),
+                            torch.bfloat16)
+        check_gemm(out, a, b, what=f"{sms} SMs: ")
 
 
 def test_bad_hook_arguments_named():
@@ -118,9 +239,9 @@ def test_ping_pong_tile_done_after_every_tile_and_odd_tile_counts(m, n, k):
     b = torch.randn(n, k, device="cuda", dtype=torch.float16)
     for sms in (2, 6, 0):
         done = torch.zeros(tiles_m * tiles_n, device="cuda", dtype=torch.int64)
-        poison_next_allocation((m, n), torch.float16, "cuda")
-        out = hooked(a, b, tile_done=done, tile_done_value=sms + 3, config=cfg, sm_count=sms)
-        assert rel_err(out, reference(a, b)) < 1e-2
+        out = poisoned_call(lambda: hooked(a, b, tile_done=done, tile_done_value=sms + 3, config=cfg,
+                                           sm_count=sms), (m, n), torch.float16)
+        check_gemm(out, a, b, what=f"{sms} SMs: ")
         assert (done == sms + 3).all(), done.view(tiles_m, tiles_n)
 
 
@@ -141,4 +262,5 @@ def test_a_wait_that_never_completes_times_out_with_a_report():
     r = subprocess.run([sys.executable, "-c", TIMEOUT], capture_output=True, text=True, timeout=120)
     assert "FAILED:" in r.stdout, r.stdout + r.stderr
     diag = r.stdout.split("DIAG:", 1)[1]
-    assert "A-rows flag" in diag and "reach 5" in diag and "held 0" in diag, diag
+    assert "mkernel.gemm_hooked" in diag and "A-rows flag" in diag, diag
+    assert "wants >= 5" in diag and "saw 0" in diag, diag

@@ -6,15 +6,15 @@ one tile_done per tile) with slices in flight."""
 
 from __future__ import annotations
 
-import time
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 import mkernel
-from tests.gemm.test_gemm_engine import HOPPER, poison_next_allocation, reference, rel_err
-from tests.gemm.test_gemm_hooks import HOOKED, hooked
+from tests.gemm.checks import assert_poisoned, check_gemm, poison_next_allocation, poisoned_call
+from tests.gemm.test_gemm_engine import HOPPER
+from tests.gemm.test_gemm_hooks import HOOKED, hooked, read_flags
 
 # Split-K lives in the cooperative hooked kernels (the ping-pong one rejects it: test_gemm_hooks).
 SPLIT_CONFIGS = dict({c: i for c, i in HOOKED.items() if c.startswith("coop")}, coop_128x256_c1x2=2)
@@ -39,10 +39,8 @@ def test_split_k_matches_reference(config, splits, m, n, k, dtype):
         pytest.skip("fp16 once per shape and config")
     a = torch.randn(m, k, device="cuda", dtype=dtype)
     b = torch.randn(n, k, device="cuda", dtype=dtype)
-    ptr = poison_next_allocation((m, n), dtype, "cuda")
-    out = mkernel.gemm(a, b, config=config, splits=splits)
-    assert out.data_ptr() == ptr
-    assert rel_err(out, reference(a, b)) < 1e-2
+    out = poisoned_call(lambda: mkernel.gemm(a, b, config=config, splits=splits), (m, n), dtype)
+    check_gemm(out, a, b)
 
 
 @pytest.mark.gpu
@@ -57,12 +55,12 @@ def test_split_k_is_bitwise_reproducible_and_reuses_its_workspace():
             torch.manual_seed(m * 7 + k)
             a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-            poison_next_allocation((m, n), torch.bfloat16, "cuda")
-            out = mkernel.gemm(a, b, config="coop_128x256_c1x2", splits=5)
+            out = poisoned_call(lambda: mkernel.gemm(a, b, config="coop_128x256_c1x2", splits=5),
+                                (m, n), torch.bfloat16)
             # CUTLASS's stream-K kernel between: its scratch must not land on the tickets.
             mkernel.gemm(a, b, config="coop_128x128_streamk")
             if rep == 0:
-                assert rel_err(out, reference(a, b)) < 1e-2
+                check_gemm(out, a, b)
                 runs[(m, n, k)] = out
             else:
                 assert torch.equal(out, runs[(m, n, k)]), f"split-K sum changed between runs for {m}x{n}x{k}"
@@ -75,12 +73,11 @@ def test_auto_plan_for_small_m(m, n, k):
     """Decode-sized M picks split-K by shape; the result must not depend on it."""
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-    poison_next_allocation((m, n), torch.bfloat16, "cuda")
-    assert rel_err(mkernel.gemm(a, b), reference(a, b)) < 1e-2
+    check_gemm(poisoned_call(lambda: mkernel.gemm(a, b), (m, n), torch.bfloat16), a, b)
     one = SimpleNamespace(handle=0, world_size=1)
     for op in (mkernel.ag_gemm, mkernel.gemm_rs, mkernel.gemm_ar):
-        poison_next_allocation((m, n), torch.bfloat16, "cuda")
-        assert rel_err(op(a, b, group=one), reference(a, b)) < 1e-2, op.__name__
+        out = poisoned_call(lambda op=op: op(a, b, group=one), (m, n), torch.bfloat16)
+        check_gemm(out, a, b, what=f"{op.__name__}: ")
 
 
 @pytest.mark.gpu
@@ -105,14 +102,21 @@ def test_hooks_with_split_k():
     a_ready = torch.zeros(m // rows, device="cuda", dtype=torch.int64)
     done = torch.zeros(tiles_m * tiles_n, device="cuda", dtype=torch.int64)
     one = torch.ones(1, dtype=torch.int64).pin_memory()
+    done_host = torch.zeros(done.shape, dtype=torch.int64).pin_memory()
     side = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    ptr = poison_next_allocation((m, n), torch.bfloat16, "cuda")
     out = hooked(a, b, a_ready=a_ready, rows_per_flag=rows, tile_done=done, tile_done_value=3,
                  config=cfg, timeout_s=30.0, splits=4)
+    # Ordered by the flags, not by sleeping: before any A row is released no tile can be done.
+    before = read_flags(done, side, done_host)
     with torch.cuda.stream(side):
-        time.sleep(0.05)
         for i in range(m // rows):
             a[i * rows:(i + 1) * rows].copy_(a_src[i * rows:(i + 1) * rows], non_blocking=True)
             a_ready[i:i + 1].copy_(one, non_blocking=True)
     torch.cuda.synchronize()
+    assert_poisoned(out, ptr)  # checked once the kernel is released: a failed assert
+    # with the kernel still waiting on its A rows would end in a timeout that poisons the context
+    assert (before == 0).all(), f"tiles signalled before their A rows arrived: {before.nonzero().flatten().tolist()}"
     assert (done == 3).all()
-    assert rel_err(out, reference(a_src, b)) < 1e-2
+    check_gemm(out, a_src, b)

@@ -49,7 +49,7 @@ def _jit_build() -> None:
         cflags.append("-DMKERNEL_WITH_CUDA=1")
     load(
         name="mkernel_C_jit",
-        sources=sorted(glob.glob(str(ROOT / "csrc" / "*.cpp"))),
+        sources=sorted(glob.glob(str(ROOT / "csrc" / "*.cpp")) + glob.glob(str(ROOT / "csrc" / "comm" / "*.cpp"))),
         extra_include_paths=[str(ROOT / "csrc"), str(ROOT / "csrc" / "include")],
         is_python_module=False,
         extra_cflags=cflags,
@@ -62,6 +62,10 @@ def _import_ops_from_file() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses/typing resolve names through sys.modules
     spec.loader.exec_module(module)
+    # The MoE ops' fake kernel and autograd live in Python (mkernel/_moe_registry.py).
+    reg = importlib.util.spec_from_file_location(
+        "_mkernel_moe_registry_standalone", ROOT / "python" / "mkernel" / "_moe_registry.py")
+    reg.loader.exec_module(importlib.util.module_from_spec(reg))
     return module
 
 

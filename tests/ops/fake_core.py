@@ -31,7 +31,9 @@ ENTRIES = (
     "datapath_check",
     "datapath_stats_json",
     "datapath_destroy",
+    "datapath_buffer_info",  # ABI v2
 )
+API_VERSION = 2  # MK_API_VERSION of csrc/include/mkernel/core_api.h
 VERSION_TEXT = b"9.9.9-fake"
 
 
@@ -47,8 +49,9 @@ _unused = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 0)  # stands in for entries nev
 
 
 def make_table(**fields) -> MkApiV1:
-    """A valid v1 table, with `fields` (size=..., name=..., get_version=None, ...) replaced."""
-    table = MkApiV1(size=ctypes.sizeof(MkApiV1), version=1, name=b"mkernel-core")
+    """A valid table of this ABI, with `fields` (size=..., name=..., get_version=None, ...)
+    replaced."""
+    table = MkApiV1(size=ctypes.sizeof(MkApiV1), version=API_VERSION, name=b"mkernel-core")
     for name in ENTRIES:
         setattr(table, name, ctypes.cast(_unused, ctypes.c_void_p))
     table.get_version = ctypes.cast(_get_version, ctypes.c_void_p)
@@ -71,9 +74,9 @@ def _bind_lifecycle() -> None:
     except RuntimeError as e:
         assert "mkernel core not bound: call mkernel.init() / import mkernel first" in str(e), e
     table = make_table()
-    assert ops._bind_core(address(table)) == 1
+    assert ops._bind_core(address(table)) == API_VERSION
     assert ops.core_version() == VERSION_TEXT.decode()
-    assert ops._bind_core(address(table)) == 1, "binding the same table again must be a no-op"
+    assert ops._bind_core(address(table)) == API_VERSION, "binding the same table again must be a no-op"
     other = make_table()
     try:
         ops._bind_core(address(other))
@@ -84,14 +87,14 @@ def _bind_lifecycle() -> None:
 
 
 def _bind_newer_abi() -> None:
-    """A newer library's table (appended fields, bumped version) serves this v1 extension."""
+    """A newer library's table (appended fields, bumped version) serves this extension."""
     import torch
 
     class MkApiV2(ctypes.Structure):
         _fields_ = [("v1", MkApiV1), ("appended", ctypes.c_void_p)]
 
-    table = MkApiV2(v1=make_table(size=ctypes.sizeof(MkApiV2), version=2))
-    assert torch.ops.mkernel._bind_core(ctypes.addressof(table)) == 2
+    table = MkApiV2(v1=make_table(size=ctypes.sizeof(MkApiV2), version=API_VERSION + 1))
+    assert torch.ops.mkernel._bind_core(ctypes.addressof(table)) == API_VERSION + 1
     assert torch.ops.mkernel.core_version() == VERSION_TEXT.decode()
 
 

@@ -36,7 +36,7 @@ def test_negative_address():
 @pytest.mark.parametrize(
     "fields, match",
     [
-        pytest.param(dict(size=0), r"the API table is empty \(size 0, version 1\)", id="size_0"),
+        pytest.param(dict(size=0), r"the API table is empty \(size 0, version 2\)", id="size_0"),
         pytest.param(
             dict(version=0), r"the API table is empty \(size \d+, version 0\)", id="version_0"
         ),
@@ -50,8 +50,8 @@ def test_negative_address():
         ),
         pytest.param(
             dict(size=16),
-            r"the mkernel core library serves ABI version 1 with a table of 16 bytes, "
-            r"but this extension needs version >= 1 with >= \d+ bytes",
+            r"the mkernel core library serves ABI version 2 with a table of 16 bytes, "
+            r"but this extension needs version >= 2 with >= \d+ bytes",
             id="size_too_small",
         ),
         pytest.param(
@@ -78,8 +78,8 @@ def test_rejected_table(fields, match):
 
 
 def test_table_layout_matches_header():
-    """The stand-in mirrors mk_api_v1: 3 header fields, then 19 function pointers."""
-    assert ctypes.sizeof(fake_core.MkApiV1) == 3 * 8 + 19 * 8
+    """The stand-in mirrors mk_api_v1 (ABI v2): 3 header fields, then 20 function pointers."""
+    assert ctypes.sizeof(fake_core.MkApiV1) == 3 * 8 + 20 * 8
 
 
 @pytest.mark.parametrize("scenario", sorted(fake_core.SCENARIOS))

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.moe_reference import rel_err
+
 from .helpers import (
     OPCHECK_UTILS,
     VALIDATION_MODES,
@@ -20,13 +22,14 @@ from .helpers import (
     t,
 )
 
-# (E_local, capacity, H, T, k, W): ragged T, one token, no tokens, a world of one.
+# (R or None, E_local, capacity, H, T, k, W): padded (capacity > 0) or packed (R rows) y; ragged
+# T, one token, no tokens, a world of one.
 SHAPES = [
-    (2, 20, 64, 37, 2, 4),
-    (2, 1, 128, 1, 1, 8),
-    (2, 77, 72, 129, 4, 3),
-    (8, 100, 48, 100, 8, 1),
-    (2, 8, 64, 0, 2, 2),
+    (None, 2, 20, 64, 37, 2, 4),
+    (None, 2, 1, 128, 1, 1, 8),
+    (300, 2, 0, 72, 129, 4, 3),
+    (800, 8, 0, 48, 100, 8, 1),
+    (0, 2, 0, 64, 0, 2, 2),
 ]
 
 
@@ -34,27 +37,35 @@ def op():
     return torch.ops.mkernel.moe_combine.default
 
 
-def inputs(device, e_local, capacity, h, tokens, k, dtype=torch.bfloat16):
+def inputs(device, rows, e_local, capacity, h, tokens, k, world, dtype=torch.bfloat16):
+    y_shape = (e_local, capacity, h) if capacity else (rows, h)
     return (
-        t((e_local, capacity, h), device, dtype),
+        t(y_shape, device, dtype),
         t((tokens, k), device, torch.int64),
+        t((world, e_local), device, torch.int32),
         t((tokens, k), device, torch.float32),
     )
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("e_local, capacity, h, tokens, k, world", SHAPES)
-def test_fake_shapes(device, dtype, e_local, capacity, h, tokens, k, world):
+@pytest.mark.parametrize("rows, e_local, capacity, h, tokens, k, world", SHAPES)
+def test_fake_shapes(device, dtype, rows, e_local, capacity, h, tokens, k, world):
     with fake_mode():
-        y, handle, weights = inputs(device, e_local, capacity, h, tokens, k, dtype)
-        out = op()(y, handle, weights, 1, world, tokens)
+        y, route, recv_counts, weights = inputs(device, rows, e_local, capacity, h, tokens, k, world, dtype)
+        out = op()(y, route, recv_counts, weights, 1, world, tokens)
+        gathered = torch.ops.mkernel._moe_gather(y, route, recv_counts, 1, world)
+        rows3 = torch.empty(tokens, k, h, dtype=dtype, device=device)
+        scattered = torch.ops.mkernel._moe_scatter(rows3, route, recv_counts, 1, world, capacity,
+                                                   rows or 0)
     assert_tensor(out, (tokens, h), dtype, device)
+    assert_tensor(gathered, (tokens, k, h), dtype, device)
+    assert_tensor(scattered, y.shape, dtype, device)
 
 
-@pytest.mark.parametrize("e_local, capacity, h, tokens, k, world", SHAPES)
-def test_opcheck(e_local, capacity, h, tokens, k, world):
-    args = (*inputs("meta", e_local, capacity, h, tokens, k), 1, world, tokens)
+@pytest.mark.parametrize("rows, e_local, capacity, h, tokens, k, world", SHAPES)
+def test_opcheck(rows, e_local, capacity, h, tokens, k, world):
+    args = (*inputs("meta", rows, e_local, capacity, h, tokens, k, world), 1, world, tokens)
     torch.library.opcheck(op(), args, test_utils=OPCHECK_UTILS)
 
 
@@ -63,18 +74,19 @@ def test_compile_dynamic(ops, backend):
     """num_tokens is a SymInt in the schema: a dynamic token count stays symbolic."""
     g = group(4)
 
-    def fn(y, handle, weights):
+    def fn(y, route, recv_counts, weights):
+        handle = ops.MoeHandle(route, recv_counts)
         return (
             ops.moe_combine(y, handle, weights, group=g),
-            ops.moe_combine(y, handle, weights, num_tokens=handle.shape[0], group=g),
+            ops.moe_combine(y, handle, weights, num_tokens=route.shape[0], group=g),
         )
 
-    cases = [inputs("meta", 2, 24, 64, n, 2) for n in (37, 100, 129)]
+    cases = [inputs("meta", None, 2, 24, 64, n, 2, 4) for n in (37, 100, 129)]
     outs, frames = compile_and_run(fn, cases, backend=backend, dynamic=True)
     assert frames == 1, "a ragged token count must not recompile under dynamic shapes"
-    for (_, handle, _), (out, out_explicit) in zip(cases, outs, strict=True):
-        assert_tensor(out, (handle.shape[0], 64), torch.bfloat16, "meta")
-        assert_tensor(out_explicit, (handle.shape[0], 64), torch.bfloat16, "meta")
+    for (_, route, _, _), (out, out_explicit) in zip(cases, outs, strict=True):
+        assert_tensor(out, (route.shape[0], 64), torch.bfloat16, "meta")
+        assert_tensor(out_explicit, (route.shape[0], 64), torch.bfloat16, "meta")
 
 
 def test_dispatch_then_combine_traces(ops):
@@ -95,61 +107,56 @@ def test_dispatch_then_combine_traces(ops):
     assert_tensor(out, (13, 32), torch.bfloat16, "meta")
 
 
-def test_compile_traces_then_cpu_kernel_raises(ops):
-    g = group(2)
-    compiled = torch.compile(
-        lambda y, h, w: ops.moe_combine(y, h, w, group=g), fullgraph=True, backend="eager"
-    )
-    torch._dynamo.reset()
-    y, handle, weights = inputs("cpu", 2, 8, 16, 6, 2)
-    with pytest.raises(
-        NotImplementedError, match=r"mkernel\.moe_combine: the CPU reference kernel"
-    ):
-        compiled(y, handle.zero_(), weights)
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_cpu_not_implemented(ops, dtype):
-    y, handle, weights = inputs("cpu", 2, 8, 16, 6, 2, dtype)
-    handle.zero_()
-    with pytest.raises(
-        NotImplementedError,
-        match=r"mkernel\.moe_combine: the CPU reference kernel has not landed yet",
-    ):
-        op()(y, handle, weights, 1, 2, 6)
-    with pytest.raises(NotImplementedError, match=r"mkernel\.moe_combine"):
-        ops.moe_combine(y, handle, weights, group=group(2))
+@pytest.mark.parametrize("capacity", [0, 3])
+def test_world_one_cpu_values(ops, dtype, capacity):
+    """combine = the fp32 weighted sum of each token's rows; gather/scatter move rows by route."""
+    from tests.moe_reference import layouts, make_inputs
 
-
-@requires_cuda
-def test_cuda_not_implemented(ops):
-    y, handle, weights = inputs("cuda", 2, 8, 16, 6, 2)
-    handle.zero_()
-    with pytest.raises(
-        NotImplementedError, match=r"mkernel\.moe_combine: the CUDA kernel has not landed yet"
-    ):
-        ops.moe_combine(y, handle, weights, group=group(2))
+    e, h, tokens, k = 4, 16, 21, 2
+    ins = make_inputs(7, 0, tokens, h, k, e, "uniform", dtype)
+    routes, (lay,) = layouts([ins.topk_idx], e, capacity)
+    y = torch.randn(lay.rows, h, dtype=torch.float64).to(dtype)
+    y_op = y.view(e, capacity, h) if capacity else y
+    handle = ops.MoeHandle(routes[0], lay.recv_counts)
+    out = ops.moe_combine(y_op, handle, ins.topk_weights, group=group(1))
+    ref = torch.zeros(tokens, h, dtype=torch.float64)
+    for tt in range(tokens):
+        for j in range(k):
+            code = int(routes[0][tt, j])
+            if code >= 0:
+                ref[tt] += float(ins.topk_weights[tt, j]) * y[code & 0xFFFFFFFF].double()
+    assert rel_err(out, ref) <= (1e-6 if dtype == torch.float32 else 1e-2)
+    gathered = torch.ops.mkernel._moe_gather(y_op, routes[0], lay.recv_counts, 1, 1)
+    back = torch.ops.mkernel._moe_scatter(gathered, routes[0], lay.recv_counts, 1, 1, capacity,
+                                          0 if capacity else lay.rows)
+    valid = torch.tensor([o is not None for o in lay.origin], dtype=torch.bool)
+    assert torch.equal(back.reshape(-1, h)[valid], y[valid])
+    assert not back.reshape(-1, h)[~valid].any()
 
 
 def _args(
     d,
     *,
     y=(2, 8, 16),
-    handle=(6, 2),
+    route=(6, 2),
+    counts=(2, 2),
     weights=(6, 2),
     dtype=torch.bfloat16,
-    handle_dtype=torch.int64,
+    route_dtype=torch.int64,
+    counts_dtype=torch.int32,
     weights_dtype=torch.float32,
     group=1,
     world=2,
     tokens=6,
     y_fn=t,
-    handle_fn=t,
+    route_fn=t,
     weights_fn=t,
 ):
     return (
         y_fn(y, d, dtype),
-        handle_fn(handle, d, handle_dtype),
+        route_fn(route, d, route_dtype),
+        t(counts, d, counts_dtype),
         weights_fn(weights, d, weights_dtype),
         group,
         world,
@@ -166,14 +173,35 @@ BAD_INPUTS = [
     bad(
         "y_dim",
         RuntimeError,
-        rf"{OP}: y must be a 3-D tensor \[E_local, capacity, H\], got 2-D \[8, 16\]",
-        y=(8, 16),
+        rf"{OP}: y must be a 2-D tensor \[R, H\] \(packed\) or a 3-D tensor "
+        rf"\[E_local, capacity, H\], got 1-D \[16\]",
+        y=(16,),
     ),
     bad(
-        "handle_dim",
+        "y_experts",
         RuntimeError,
-        rf"{OP}: handle must be a 2-D tensor \[T, k\], got 3-D \[6, 2, 1\]",
-        handle=(6, 2, 1),
+        rf"{OP}: y \[E_local, capacity, H\] must hold recv_counts' E_local experts "
+        rf"\(y: \[3, 8, 16\], recv_counts: \[2, 2\]\)",
+        y=(3, 8, 16),
+    ),
+    bad(
+        "route_dim",
+        RuntimeError,
+        rf"{OP}: route must be a 2-D tensor \[T, k\], got 3-D \[6, 2, 1\]",
+        route=(6, 2, 1),
+    ),
+    bad(
+        "recv_counts_world",
+        RuntimeError,
+        rf"{OP}: recv_counts must have world_size = 2 rows \(recv_counts: \[3, 2\]\)",
+        counts=(3, 2),
+    ),
+    bad(
+        "recv_counts_dtype",
+        RuntimeError,
+        rf"{OP}: recv_counts must be int32 \(the recv_counts moe_dispatch_gemm returned\), "
+        rf"got int64",
+        counts_dtype=torch.int64,
     ),
     bad(
         "topk_weights_dim",
@@ -183,10 +211,10 @@ BAD_INPUTS = [
     ),
     bad("y_dtype", RuntimeError, rf"{OP}: y must be bf16 or fp16 .*got int32", dtype=torch.int32),
     bad(
-        "handle_dtype",
+        "route_dtype",
         RuntimeError,
-        rf"{OP}: handle must be int64 \(the handle moe_dispatch_gemm returned\), got int32",
-        handle_dtype=torch.int32,
+        rf"{OP}: route must be int64 \(the route moe_dispatch_gemm returned\), got int32",
+        route_dtype=torch.int32,
     ),
     bad(
         "topk_weights_dtype",
@@ -197,23 +225,23 @@ BAD_INPUTS = [
     bad(
         "num_tokens",
         RuntimeError,
-        rf"{OP}: num_tokens must equal the token count T of handle \[T, k\] "
-        rf"\(num_tokens: 5, handle: \[6, 2\]\)",
+        rf"{OP}: num_tokens must equal the token count T of route \[T, k\] "
+        rf"\(num_tokens: 5, route: \[6, 2\]\)",
         tokens=5,
     ),
     bad(
         "topk_weights_shape",
         RuntimeError,
-        rf"{OP}: topk_weights must have the shape of handle \[T, k\] "
-        rf"\(handle: \[6, 2\], topk_weights: \[6, 3\]\)",
+        rf"{OP}: topk_weights must have the shape of route \[T, k\] "
+        rf"\(route: \[6, 2\], topk_weights: \[6, 3\]\)",
         weights=(6, 3),
     ),
     bad("y_strided", RuntimeError, rf"{OP}: y must be row-major contiguous", y_fn=strided),
     bad(
-        "handle_strided",
+        "route_strided",
         RuntimeError,
-        rf"{OP}: handle must be row-major contiguous",
-        handle_fn=strided,
+        rf"{OP}: route must be row-major contiguous",
+        route_fn=strided,
     ),
     bad(
         "topk_weights_strided",
@@ -231,17 +259,17 @@ def test_bad_input(mode, overrides, exc, match):
         call_in_mode(mode, op(), lambda d: _args(d, **overrides))
 
 
-@pytest.mark.parametrize("arg", ["handle", "topk_weights"])
+@pytest.mark.parametrize("arg", ["route", "topk_weights"])
 def test_bad_device(arg):
-    y, handle, weights, *rest = _args("cpu")
-    if arg == "handle":
-        handle = handle.to("meta")
+    y, route, counts, weights, *rest = _args("cpu")
+    if arg == "route":
+        route = route.to("meta")
     else:
         weights = weights.to("meta")
     with pytest.raises(
         RuntimeError, match=rf"{OP}: {arg} must be on the device of y \(y: cpu, {arg}: meta\)"
     ):
-        op()(y, handle, weights, *rest)
+        op()(y, route, counts, weights, *rest)
 
 
 def test_fake_cuda_rejects_fp32():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import types
@@ -70,19 +71,66 @@ def test_group_values_reach_the_op(ops):
 def test_moe_combine_num_tokens_defaults_to_handle(ops):
     y, handle, weights = (
         t((2, 4, 16), "meta"),
-        t((9, 2), "meta", torch.int64),
+        ops.MoeHandle(t((9, 2), "meta", torch.int64), t((2, 2), "meta", torch.int32)),
         t((9, 2), "meta", torch.float32),
     )
     assert_tensor(
         ops.moe_combine(y, handle, weights, group=group(2)), (9, 16), torch.bfloat16, "meta"
     )
-    with pytest.raises(RuntimeError, match=r"num_tokens must equal the token count T of handle"):
+    with pytest.raises(RuntimeError, match=r"num_tokens must equal the token count T of route"):
         ops.moe_combine(y, handle, weights, num_tokens=8, group=group(2))
 
 
-def test_exports(ops):
-    for name in ops.__all__:
-        assert getattr(ops, name).__doc__, f"mkernel.ops.{name} has no docstring"
+def documented(source: str) -> dict[str, bool]:
+    """Whether each module-level name of `source` is documented where it is defined: a def or
+    class by its own docstring (not one it inherits or that Python generates, as for a
+    NamedTuple or a dict), a constant by a comment right above it or a string right after it."""
+    lines = source.splitlines()
+    body = ast.parse(source).body
+    docs: dict[str, bool] = {}
+    for i, node in enumerate(body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            docs[node.name] = bool(ast.get_docstring(node))  # the last def wins (@overload stubs)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            after = body[i + 1] if i + 1 < len(body) else None
+            string_after = (isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                            and isinstance(after.value.value, str))
+            comment_above = node.lineno >= 2 and lines[node.lineno - 2].lstrip().startswith("#")
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    docs[target.id] = string_after or comment_above
+    return docs
+
+
+def test_exports_are_documented(ops):
+    docs = documented(Path(ops.__file__).read_text())
+    assert len(ops.__all__) == len(set(ops.__all__)), "duplicates in __all__"
+    missing = [name for name in ops.__all__ if name not in docs]
+    assert not missing, f"mkernel.ops.__all__ names what the module does not define: {missing}"
+    undocumented = [name for name in ops.__all__ if not docs[name]]
+    assert not undocumented, f"mkernel.ops exports undocumented names: {undocumented}"
+
+
+def test_export_check_can_fail():
+    """The check above rejects what a plain `obj.__doc__` check accepted: a dict (its class's
+    docstring), a NamedTuple (a generated one), a function without a docstring."""
+    source = "\n".join([
+        "from typing import NamedTuple",
+        "CONFIGS = {'a': 1}",
+        "class Out(NamedTuple):",
+        "    x: int",
+        "def f():",
+        "    return 1",
+        "# documented above",
+        "GOOD = 1",
+        "ALSO_GOOD = 2",
+        "'''documented after'''",
+        "def g():",
+        "    '''documented'''",
+    ])
+    assert documented(source) == {"CONFIGS": False, "Out": False, "f": False, "GOOD": True,
+                                  "ALSO_GOOD": True, "g": True}
 
 
 def test_import_needs_neither_go_nor_extension():

@@ -38,7 +38,8 @@
 extern "C" {
 #endif
 
-#define MK_API_VERSION 1u
+#define MK_API_VERSION 2u /* 2: datapath GPU buffers and FIFO clock (mk_datapath_config tail),
+                             datapath_buffer_info */
 #define MK_API_NAME "mkernel-core"
 
 /* Status codes. Stable numbers: they cross process and language boundaries. */
@@ -76,6 +77,37 @@ typedef struct mk_session_config {
 
 typedef uint64_t mk_datapath_t; /* one rank's inter-node data path (buffers, FIFO, proxy) */
 
+/* GPU memory offered for a symmetric buffer (mk_datapath_config.device_buffers, ABI v2).
+ * Where the chosen transport registers GPU memory with the NIC (ibverbs, efa: through the
+ * DMA-BUF fd with ibv_reg_dmabuf_mr, else nvidia-peermem on the device address), the
+ * buffer IS this memory; elsewhere (tcp, loopback, plugins) the data path allocates host
+ * shared memory of `bytes` for the id instead — a staging area the caller maps into the
+ * GPU (cudaHostRegister). Every rank gets the same kind (they agree on one transport);
+ * datapath_buffer_info says which. The memory must stay allocated until datapath_destroy. */
+typedef struct mk_device_buffer {
+  uint32_t id;            /* buffer id, != 0, unique among buffer_ids and device_buffers */
+  int32_t gpu;            /* CUDA device ordinal */
+  uint64_t ptr;           /* device virtual address */
+  uint64_t bytes;
+  int32_t dmabuf_fd;      /* cuMemGetHandleForAddressRange(DMA_BUF_FD), or -1 */
+  uint32_t reserved;      /* 0 */
+  uint64_t dmabuf_offset; /* ptr's offset inside the DMA-BUF */
+} mk_device_buffer;
+
+/* Where a data path buffer lives (datapath_buffer_info). */
+typedef enum mk_buffer_kind {
+  MK_BUFFER_HOST = 1,   /* host shared memory: ptr is this process's mapping */
+  MK_BUFFER_DEVICE = 2  /* GPU memory registered with the NIC: ptr is the device address */
+} mk_buffer_kind;
+
+typedef struct mk_buffer_info {
+  size_t size;    /* sizeof(mk_buffer_info), set by the caller */
+  uint32_t kind;  /* mk_buffer_kind */
+  int32_t gpu;    /* MK_BUFFER_DEVICE: its CUDA device, else -1 */
+  void* ptr;
+  uint64_t bytes;
+} mk_buffer_info;
+
 /* Data path configuration (datapath_create). Buffer ids are symmetric: every
  * rank passes the same ids (sizes may differ). Id 0 is reserved for the
  * arrival flag array (flag_slots 8-byte words, see mkernel/fifo.h). */
@@ -93,10 +125,16 @@ typedef struct mk_datapath_config {
   int64_t timeout_ms;          /* setup and stuck-command timeout; <= 0: 60 s */
   int32_t gpu;                 /* GPU index whose topology placement picks the NICs and the
                                   proxy thread's CPUs; -1: none (the thread floats) */
+  /* --- ABI v2 (read only when `size` covers them) --- */
+  uint32_t fifo_clock;         /* mk_fifo_clock of the producers' enqueue_ns (mkernel/fifo.h);
+                                  0: MK_FIFO_CLOCK_MONOTONIC (host producers). GPU producers:
+                                  MK_FIFO_CLOCK_GLOBALTIMER */
+  uint32_t num_device_buffers; /* entries of device_buffers */
+  const mk_device_buffer* device_buffers;
 } mk_datapath_config;
 
 #define MK_DATAPATH_CONFIG_INITIALIZER \
-  { sizeof(mk_datapath_config), MK_API_VERSION, 0, NULL, NULL, 0, 0, NULL, 0, NULL, 0, -1 }
+  { sizeof(mk_datapath_config), MK_API_VERSION, 0, NULL, NULL, 0, 0, NULL, 0, NULL, 0, -1, 0, 0, NULL }
 
 typedef struct mk_api_v1 {
   size_t size;      /* sizeof the table the library was built with */
@@ -154,6 +192,11 @@ typedef struct mk_api_v1 {
   /* Stops the proxy, closes the transport, unmaps the memory: producers must
    * have stopped. Idempotent for a valid handle. */
   mk_status (*datapath_destroy)(mk_datapath_t d);
+
+  /* --- ABI v2 --- */
+  /* Where buffer `id` lives: host memory (datapath_buffer's mapping) or GPU memory the
+   * transport registered (a device_buffers entry). out->size must be set. */
+  mk_status (*datapath_buffer_info)(mk_datapath_t d, uint32_t id, mk_buffer_info* out);
 } mk_api_v1;
 
 /* The library's one exported entry point. Returns NULL if the library cannot

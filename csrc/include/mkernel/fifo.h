@@ -21,8 +21,10 @@
  * ── Producer protocol ────────────────────────────────────────────────────────
  *   1. ticket = fetch_add(&head, 1)                      (relaxed)
  *   2. credit: spin while ticket - load_acquire(&tail) >= capacity, bounded:
- *      past the timeout, REPORT (which FIFO, ticket, tail) — a GPU prints and
- *      traps; a host thread gets MK_FIFO_TIMEOUT back, still owning the ticket.
+ *      past the timeout, REPORT (which FIFO, ticket, tail) — a GPU producer
+ *      marks the FIFO failed and returns MK_FIFO_TIMEOUT, and its C++ caller
+ *      records the wait (kernels/comm/net_ops.cuh: comm::fail_wait) and traps;
+ *      a host thread gets MK_FIFO_TIMEOUT back, still owning the ticket.
  *      Producers may cache tail and reload it only when the cached value
  *      grants no credit (a GPU then reads host memory over PCIe rarely).
  *   3. fill every field of slot[ticket & (capacity-1)] except seq;
@@ -31,6 +33,16 @@
  * ticket order and an unpublished ticket blocks every later one. A producer
  * that cannot go on calls mk_fifo_fail, which the proxy turns into an error
  * naming the ticket.
+ *
+ * ── Failure record (line 4) ──────────────────────────────────────────────────
+ * The first party to fail the FIFO (a producer, the GPU, the proxy) owns the
+ * record; readers must never see a half-written one:
+ *   1. claim:   CAS error_state FREE -> CLAIMED (acq_rel); a loser stops here
+ *               (someone else's failure is being recorded);
+ *   2. details: plain stores of error_peer and error_ticket;
+ *   3. publish: store_release(&error, code), then error_state = SET.
+ * Readers test `error` with an acquire load: once it is nonzero the details
+ * are complete. Nobody resets the record: a failed FIFO stays failed.
  *
  * GPU producers (one elected lane per warp does the push):
  *   - step 1 on a device-memory counter (atomicAdd, device scope) when several
@@ -140,6 +152,13 @@ enum mk_fifo_error {
   MK_FIFO_ERR_CLOSED = 3,   /* the proxy was closed */
 };
 
+/* mk_fifo_ctrl.error_state: who owns the failure record. */
+enum mk_fifo_error_state {
+  MK_FIFO_ERROR_FREE = 0,    /* no failure yet */
+  MK_FIFO_ERROR_CLAIMED = 1, /* a failing party is writing the details */
+  MK_FIFO_ERROR_SET = 2,     /* error, error_peer and error_ticket are final */
+};
+
 /* Host return codes. */
 enum mk_fifo_result {
   MK_FIFO_OK = 0,
@@ -181,11 +200,14 @@ typedef struct mk_fifo_ctrl {
   /* line 3: consumer */
   uint64_t done; /* commands finished in ticket order: their source memory is free */
   uint8_t pad3[MK_FIFO_LINE_BYTES - 8];
-  /* line 4: failure, written once by whoever fails first (compare-and-swap on error) */
-  uint32_t error;        /* mk_fifo_error */
+  /* line 4: failure, written once by whoever claims error_state first (see
+   * "Failure record" above): error is the publication, written last */
+  uint32_t error;        /* mk_fifo_error; nonzero: the details below are complete */
   uint32_t error_peer;   /* the peer rank involved, or UINT32_MAX */
   uint64_t error_ticket; /* the ticket involved */
-  uint8_t pad4[MK_FIFO_LINE_BYTES - 16];
+  uint32_t error_state;  /* mk_fifo_error_state: the claim */
+  uint32_t pad4a;
+  uint8_t pad4[MK_FIFO_LINE_BYTES - 24];
 } mk_fifo_ctrl;
 
 #ifdef __cplusplus
@@ -204,6 +226,9 @@ MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_ctrl, head) == 1 * MK_FIFO_LINE_BYTES, "h
 MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_ctrl, tail) == 2 * MK_FIFO_LINE_BYTES, "tail must start line 2");
 MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_ctrl, done) == 3 * MK_FIFO_LINE_BYTES, "done must start line 3");
 MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_ctrl, error) == 4 * MK_FIFO_LINE_BYTES, "error must start line 4");
+MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_ctrl, error_ticket) == 4 * MK_FIFO_LINE_BYTES + 8 &&
+                          offsetof(mk_fifo_ctrl, error_state) == 4 * MK_FIFO_LINE_BYTES + 16,
+                      "line 4's failure record moved");
 MK_FIFO_STATIC_ASSERT(sizeof(mk_fifo_ctrl) == 5 * MK_FIFO_LINE_BYTES, "mk_fifo_ctrl is five lines");
 
 /* Bytes of a FIFO of `capacity` slots. */
@@ -250,12 +275,18 @@ static inline int mk_fifo_init(mk_fifo_ctrl* c, uint32_t capacity, uint32_t cloc
   return 0;
 }
 
-/* Mark the FIFO failed (first caller wins); producers and the proxy stop. */
-static inline void mk_fifo_fail(mk_fifo_ctrl* c, uint32_t error, uint32_t peer, uint64_t ticket) {
-  uint32_t none = MK_FIFO_ERR_NONE;
-  c->error_peer = peer;
-  c->error_ticket = ticket;
-  __atomic_compare_exchange_n(&c->error, &none, error, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+/* Mark the FIFO failed (first caller wins: claim, details, publish); producers
+ * and the proxy stop. Returns 1 if this call's record is the one kept. */
+static inline int mk_fifo_fail(mk_fifo_ctrl* c, uint32_t error, uint32_t peer, uint64_t ticket) {
+  uint32_t expect = MK_FIFO_ERROR_FREE;
+  if (!__atomic_compare_exchange_n(&c->error_state, &expect, (uint32_t)MK_FIFO_ERROR_CLAIMED, 0,
+                                   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return 0;
+  __atomic_store_n(&c->error_peer, peer, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->error_ticket, ticket, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->error, error, __ATOMIC_RELEASE);
+  __atomic_store_n(&c->error_state, (uint32_t)MK_FIFO_ERROR_SET, __ATOMIC_RELEASE);
+  return 1;
 }
 
 static inline uint32_t mk_fifo_error(const mk_fifo_ctrl* c) { return __atomic_load_n(&c->error, __ATOMIC_ACQUIRE); }
@@ -359,59 +390,127 @@ static __device__ __forceinline__ uint64_t mk_fifo_globaltimer(void) {
   return t;
 }
 
+/* What a device wait saw (mk_fifo_push_device, mk_fifo_flag_wait_device). The
+ * device functions never print or trap themselves: they return a status and
+ * this record, and the caller — C++ CUDA code that knows the op, group and
+ * rank (kernels/comm/net_ops.cuh) — writes its host-mapped diagnostic
+ * (comm::WaitDiagnostic through comm::fail_wait) and traps. This header stays
+ * C (no C++ types), and mkernel keeps ONE record format and ONE claim-and-trap
+ * implementation for every bounded wait. */
+typedef struct mk_fifo_wait_result {
+  int32_t rc;          /* mk_fifo_result */
+  uint32_t error;      /* MK_FIFO_FAILED: ctrl->error (acquired) */
+  uint32_t error_peer; /* MK_FIFO_FAILED: ctrl->error_peer, complete once error is seen */
+  uint32_t pad;
+  uint64_t ticket;     /* push: the ticket taken (valid for every rc) */
+  uint64_t seen;       /* push: the tail last read; flag wait: the flag's last value */
+  uint64_t elapsed_ns; /* how long the wait spun (0 when it never had to) */
+} mk_fifo_wait_result;
+
+static __device__ __forceinline__ uint32_t mk_fifo_ld_acquire_sys_u32(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+/* The device side of mk_fifo_fail (same claim/details/publish order). The CAS
+ * on host-mapped memory is a system-scope atomic: on a platform without PCIe
+ * AtomicOps it is not atomic against a CPU failing at the same instant, and
+ * the worst outcome is a record mixing the two parties' details — the kernel
+ * traps right after and its own WaitDiagnostic is authoritative. */
+static __device__ __forceinline__ void mk_fifo_fail_device(mk_fifo_ctrl* c, uint32_t error, uint32_t peer,
+                                                           uint64_t ticket) {
+  if (atomicCAS_system(&c->error_state, (unsigned)MK_FIFO_ERROR_FREE, (unsigned)MK_FIFO_ERROR_CLAIMED) !=
+      (unsigned)MK_FIFO_ERROR_FREE)
+    return;
+  *(volatile uint32_t*)&c->error_peer = peer;
+  *(volatile uint64_t*)&c->error_ticket = ticket;
+  __threadfence_system();
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(&c->error), "r"(error) : "memory");
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(&c->error_state), "r"((unsigned)MK_FIFO_ERROR_SET)
+               : "memory");
+}
+
 /* Push one command from one thread. `c` is the device pointer of the mapped
  * FIFO and `cap` its capacity (pass it in the kernel's Params: reading
  * c->capacity would cost a PCIe round trip per push); `head` the ticket
  * counter (device memory shared by the FIFO's warps, or &c->head where PCIe
  * atomics are known to work); `cached_tail` the caller's cached tail (start it
- * at 0). Past timeout_ns without credit it prints the FIFO's state and traps:
- * a kernel never hangs silently. */
-static __device__ __forceinline__ uint64_t mk_fifo_push_device(mk_fifo_ctrl* c, uint32_t cap,
-                                                               unsigned long long* head, uint64_t* cached_tail,
-                                                               mk_fifo_cmd cmd, uint64_t timeout_ns) {
-  const uint64_t ticket = (uint64_t)atomicAdd(head, 1ull);
-  if (ticket - *cached_tail >= cap) {
+ * at 0). cmd.seq and cmd.enqueue_ns are filled here (%globaltimer: the FIFO's
+ * clock must be MK_FIFO_CLOCK_GLOBALTIMER for the proxy to use it).
+ *
+ * Returns rc MK_FIFO_OK once the command is published. MK_FIFO_FAILED: the FIFO
+ * was failed by someone else (error/error_peer say why) while this thread
+ * waited for credit. MK_FIFO_TIMEOUT: no credit within timeout_ns; this
+ * producer then failed the FIFO itself (MK_FIFO_ERR_PRODUCER, cmd.peer, its
+ * ticket) so that the proxy reports the lost ticket. In both failure cases the
+ * ticket stays unpublished and the caller must not push again: record and trap.
+ * No printf, no call: safe inside a wgmma kernel. Publication (a system fence,
+ * then seq) orders every earlier store of THIS thread, and of the threads of its
+ * CTA when they are synchronized with it by a barrier first (see net_ops.cuh's
+ * net_put_signal), before the command. */
+static __device__ __forceinline__ mk_fifo_wait_result mk_fifo_push_device(mk_fifo_ctrl* c, uint32_t cap,
+                                                                          unsigned long long* head,
+                                                                          uint64_t* cached_tail, mk_fifo_cmd cmd,
+                                                                          uint64_t timeout_ns) {
+  mk_fifo_wait_result r = {MK_FIFO_OK, 0u, 0u, 0u, 0u, 0u, 0u};
+  r.ticket = (uint64_t)atomicAdd(head, 1ull);
+  r.seen = *cached_tail;
+  if (r.ticket - *cached_tail >= cap) {
     const uint64_t start = mk_fifo_globaltimer();
     for (;;) {
-      *cached_tail = mk_fifo_ld_acquire_sys(&c->tail);
-      if (ticket - *cached_tail < cap) break;
-      if (*(volatile uint32_t*)&c->error != MK_FIFO_ERR_NONE) {
-        printf("mkernel fifo: proxy failed (error %u, peer %u) while block %d thread %d waited for ticket %llu\n",
-               *(volatile uint32_t*)&c->error, *(volatile uint32_t*)&c->error_peer, (int)blockIdx.x,
-               (int)threadIdx.x, (unsigned long long)ticket);
-        __trap();
+      r.seen = *cached_tail = mk_fifo_ld_acquire_sys(&c->tail);
+      if (r.ticket - r.seen < cap) break;
+      const uint32_t err = mk_fifo_ld_acquire_sys_u32(&c->error);
+      if (err != MK_FIFO_ERR_NONE) {
+        r.rc = MK_FIFO_FAILED;
+        r.error = err;
+        r.error_peer = *(volatile uint32_t*)&c->error_peer;
+        r.elapsed_ns = mk_fifo_globaltimer() - start;
+        return r;
       }
-      if (mk_fifo_globaltimer() - start > timeout_ns) {
-        printf("mkernel fifo: no credit for ticket %llu after %llu ns (tail %llu, capacity %u) in block %d thread %d\n",
-               (unsigned long long)ticket, (unsigned long long)timeout_ns, (unsigned long long)*cached_tail, cap,
-               (int)blockIdx.x, (int)threadIdx.x);
-        __trap();
+      r.elapsed_ns = mk_fifo_globaltimer() - start;
+      if (r.elapsed_ns > timeout_ns) {
+        mk_fifo_fail_device(c, MK_FIFO_ERR_PRODUCER, cmd.peer, r.ticket);
+        r.rc = MK_FIFO_TIMEOUT;
+        return r;
       }
+      __nanosleep(64);
     }
   }
-  mk_fifo_cmd* s = mk_fifo_slots(c) + (ticket & (uint64_t)(cap - 1u));
+  mk_fifo_cmd* s = mk_fifo_slots(c) + (r.ticket & (uint64_t)(cap - 1u));
   cmd.enqueue_ns = mk_fifo_globaltimer();
-  /* Words 1..7 of the slot, then the release of word 0. */
+  /* Words 1..7 of the slot, ONE system fence, then word 0 (seq). The fence (fence.sc.sys)
+   * orders the slot and every earlier store of this thread — and, cumulatively, of its CTA
+   * after a barrier — before seq: the release of step 4 with a single MEMBAR.SYS (a
+   * st.release.sys after a separate fence for the data would cost a second one, ~0.5 us). */
   const uint64_t* w = (const uint64_t*)(const void*)&cmd;
   uint64_t* d = (uint64_t*)(void*)s;
 #pragma unroll
   for (int i = 1; i < 8; ++i) d[i] = w[i];
-  mk_fifo_st_release_sys(&s->seq, ticket + 1u);
-  return ticket;
+  __threadfence_system();
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(&s->seq), "l"(r.ticket + 1u) : "memory");
+  return r;
 }
 
-/* Receiver on the GPU: spin on an arrival flag, bounded; reports and traps. */
-static __device__ __forceinline__ void mk_fifo_flag_wait_device(const uint64_t* flag, uint64_t seq,
-                                                                uint64_t timeout_ns, int peer, uint32_t slot) {
+/* Receiver on the GPU: spin on an arrival flag until it holds >= seq, bounded.
+ * rc MK_FIFO_OK, or MK_FIFO_TIMEOUT with `seen` the flag's last value; the
+ * caller records and traps (C++ kernels use comm::wait_geq instead, which
+ * does both). */
+static __device__ __forceinline__ mk_fifo_wait_result mk_fifo_flag_wait_device(const uint64_t* flag, uint64_t seq,
+                                                                               uint64_t timeout_ns) {
+  mk_fifo_wait_result r = {MK_FIFO_OK, 0u, 0u, 0u, 0u, 0u, 0u};
+  if ((r.seen = mk_fifo_ld_acquire_sys(flag)) >= seq) return r;
   const uint64_t start = mk_fifo_globaltimer();
-  uint64_t seen;
-  while ((seen = mk_fifo_ld_acquire_sys(flag)) < seq) {
-    if (mk_fifo_globaltimer() - start > timeout_ns) {
-      printf("mkernel fifo: arrival flag slot %u from peer %d holds %llu, want >= %llu after %llu ns\n", slot, peer,
-             (unsigned long long)seen, (unsigned long long)seq, (unsigned long long)timeout_ns);
-      __trap();
+  while ((r.seen = mk_fifo_ld_acquire_sys(flag)) < seq) {
+    r.elapsed_ns = mk_fifo_globaltimer() - start;
+    if (r.elapsed_ns > timeout_ns) {
+      r.rc = MK_FIFO_TIMEOUT;
+      return r;
     }
+    __nanosleep(32);
   }
+  return r;
 }
 
 #endif /* __CUDACC__ */

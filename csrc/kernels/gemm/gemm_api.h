@@ -118,9 +118,9 @@ struct HookArgs {
   // (c) order of the M units (cluster rows of tiles): a permutation of
   //     [0, units_m) on the device, or null for the natural order.
   const int* m_order = nullptr;
-  // Bound of every wait, in seconds of GPU clock. On a timeout the kernel
+  // Bound of every wait, in seconds (%globaltimer). On a timeout the kernel
   // writes what it waited for into *diag (host-mapped memory: a
-  // comm::WaitDiagnostic, see kernels/comm/comm_flags.cuh) and traps.
+  // comm::WaitDiagnostic, see kernels/comm/group_sync.cuh) and traps.
   double timeout_s = 10.0;
   void* diag = nullptr;
 };

@@ -132,6 +132,10 @@ int candidate_plans(int m, int n, int k, int sm_count, Plan* out, int capacity) 
     add(C::kPing64x256Cluster1x1, 8, 1);
   } else if (m <= 1024) {
     add(C::kPing64x256Cluster1x1, 1, 1);
+    // A few hundred rows (decode batches, 333x8192x8192: 0.70x cuBLAS with 192
+    // tiles = 1.45 waves): 64x128 tiles make ~3 nearly full waves.
+    add(C::kPing64x128Cluster1x1, 1, 1);
+    add(C::kPing64x128Cluster1x1, 8, 2);
     add(C::kCoop128x256Cluster2x1, 8, 2);
     add(C::kPing128x128Cluster1x2, 8, 1);
     add(C::kCoop256x128Cluster2x1, 1, 1);

@@ -5,22 +5,34 @@
 //  (b) tile_done / tile_stored: after a tile's epilogue store has reached
 //      global memory (TMA store / register stores), release a per-tile flag
 //      (a send role or a peer may consume the tile).
-// NoHooks compiles both away, so the plain GEMM pays nothing.
+// A policy may also keep per-launch state (`Call`, read once by every thread
+// at the start: the fused ops' device epoch; producer_wait may update its
+// thread's copy), give the producer warpgroup's
+// three idle warps a `side_role` (the fused ops' copy / reduce roles), and end
+// the launch with `call_end` (one thread per CTA after a CTA-wide barrier).
+// NoHooks compiles all of it away, so the plain GEMM pays nothing.
 #pragma once
 
 #include <cstdint>
 
-#include "../comm/comm_flags.cuh"
+#include "../comm/group_sync.cuh"
 
 namespace mkernel::gemm {
 
+struct NoCall {};
+
 struct NoHooks {
   struct Params {};
+  using Call = NoCall;
   static constexpr bool kWaitsForA = false;
   static constexpr bool kSignalsTiles = false;
-  CUTLASS_DEVICE static void producer_wait(Params const&, int, int) {}
-  CUTLASS_DEVICE static void tile_done(Params const&, int, int, int, int) {}
-  CUTLASS_DEVICE static void tile_stored(Params const&, int, int, int, int) {}
+  static constexpr bool kSideRole = false;  // side_role + call_end (and the final barrier)
+  CUTLASS_DEVICE static Call call_begin(Params const&) { return {}; }
+  CUTLASS_DEVICE static void producer_wait(Params const&, Call const&, int, int) {}
+  CUTLASS_DEVICE static void tile_done(Params const&, Call const&, int, int, int, int) {}
+  CUTLASS_DEVICE static void tile_stored(Params const&, Call const&, int, int, int, int) {}
+  CUTLASS_DEVICE static void side_role(Params const&, Call const&, int) {}
+  CUTLASS_DEVICE static void call_end(Params const&, Call const&) {}
 };
 
 // The host-facing description of the flag hooks (also in gemm_api.h).
@@ -30,7 +42,7 @@ struct FlagHookArgs {
   uint64_t a_ready_value = 0;            // wait until flag >= this
   uint64_t* tile_done = nullptr;         // [tiles_m * tiles_n] flags, row-major, or null
   uint64_t tile_done_value = 0;          // value released into tile_done[m * tiles_n + n]
-  long long timeout_cycles = 0;          // bound of each wait (clock64 cycles)
+  uint64_t timeout_ns = 0;               // bound of each wait (%globaltimer ns)
   comm::WaitDiagnostic* diag = nullptr;  // host-mapped; filled on a timeout
 };
 
@@ -39,26 +51,32 @@ struct FlagHooks {
     int m = 0;        // problem rows (tiles past M wait for and signal nothing)
     int tiles_n = 0;  // for tile_done's index
   };
+  using Call = NoCall;
   static constexpr bool kWaitsForA = true;
   static constexpr bool kSignalsTiles = true;
+  static constexpr bool kSideRole = false;
+  CUTLASS_DEVICE static Call call_begin(Params const&) { return {}; }
+  CUTLASS_DEVICE static void side_role(Params const&, Call const&, int) {}
+  CUTLASS_DEVICE static void call_end(Params const&, Call const&) {}
 
   // Called by one lane of the producer warp.
-  CUTLASS_DEVICE static void producer_wait(Params const& p, int m_block, int block_m) {
+  CUTLASS_DEVICE static void producer_wait(Params const& p, Call const&, int m_block,
+                                           int block_m) {
     if (p.a_ready == nullptr) return;
     const int row0 = m_block * block_m;
     if (row0 >= p.m) return;
     const int row1 = min(row0 + block_m, p.m) - 1;
     for (int f = row0 / p.rows_per_flag; f <= row1 / p.rows_per_flag; ++f) {
-      comm::wait_flag_geq(p.a_ready + f, p.a_ready_value, p.timeout_cycles, comm::kWaitARows, f,
-                          p.diag);
+      comm::wait_geq(p.a_ready + f, p.a_ready_value, p.timeout_ns, p.diag, -1, -1,
+                     comm::WaitSite{comm::kOpGemmHooked, comm::kWaitARows, -1, f});
     }
     comm::fence_proxy_async_global();  // the TMA loads that follow must see those rows
   }
 
   // Called by every consumer thread after the tile's epilogue store; the
   // threads that issued TMA stores wait for the writes, then one releases.
-  CUTLASS_DEVICE static void tile_done(Params const& p, int m_block, int n_block, int block_m,
-                                       int mma_thread_idx) {
+  CUTLASS_DEVICE static void tile_done(Params const& p, Call const&, int m_block, int n_block,
+                                       int block_m, int mma_thread_idx) {
     if (p.tile_done == nullptr || m_block * block_m >= p.m) return;
     if (mma_thread_idx < 32) {
       comm::tma_store_wait_all_writes();
@@ -76,8 +94,8 @@ struct FlagHooks {
   // consumers): called by every thread of the storing warpgroup after a
   // barrier of that warpgroup, so each thread's stores precede the release
   // (which is cumulative over them); no TMA store to wait for.
-  CUTLASS_DEVICE static void tile_stored(Params const& p, int m_block, int n_block, int block_m,
-                                         int warpgroup_thread_idx) {
+  CUTLASS_DEVICE static void tile_stored(Params const& p, Call const&, int m_block, int n_block,
+                                         int block_m, int warpgroup_thread_idx) {
     if (p.tile_done == nullptr || m_block * block_m >= p.m || warpgroup_thread_idx != 0) return;
     __threadfence_system();
     comm::st_release_sys(p.tile_done + static_cast<int64_t>(m_block) * p.tiles_n + n_block,

@@ -62,6 +62,7 @@ class HookedGemmSm90 {
   // one-stage ring of two groups).
   using MathOrderBarrier = cutlass::OrderedSequenceBarrier<1, 2>;
   // The producer needs few registers; the consumers hold a 128xN fp32 accumulator each.
+  // (A 56/224 split for side-role kernels spilled more, 112 bytes in both fused configs.)
   static constexpr uint32_t kLoadRegisters = 40;
   static constexpr uint32_t kMmaRegisters = 232;
 
@@ -172,6 +173,9 @@ class HookedGemmSm90 {
     // nothing unless CUTLASS_ENABLE_GDC_FOR_SM90 is defined, and a kernel
     // launched with PDL must never skip this wait.)
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    // Per-launch state of the hooks (the fused ops' call number), read by
+    // every thread before any CTA can reach call_end; each thread's own copy.
+    typename Hooks::Call call = Hooks::call_begin(params.hooks);
 
     const auto problem_mnkl = params.problem;
     Mainloop mainloop;
@@ -181,7 +185,12 @@ class HookedGemmSm90 {
 
     if (role == WarpGroupRole::Producer) {
       cutlass::arch::warpgroup_reg_dealloc<kLoadRegisters>();
-      if (producer_role != ProducerWarpRole::Mainloop) return;
+      if (producer_role != ProducerWarpRole::Mainloop) {
+        // The three idle producer warps: the hooks' side role (copy / reduce),
+        // or nothing.
+        if constexpr (!Hooks::kSideRole) return;
+        Hooks::side_role(params.hooks, call, warp_group_thread_idx - cutlass::NumThreadsPerWarp);
+      } else {
       MainloopState write_state = cutlass::make_producer_start_state<MainloopPipeline>();
       typename Scheduler::Cursor cursor;
       for (int unit = Scheduler::first_unit();; unit += Scheduler::unit_stride()) {
@@ -189,7 +198,7 @@ class HookedGemmSm90 {
         if (!work.valid) break;
         if (work.skip) continue;
         if constexpr (Hooks::kWaitsForA) {
-          if (lane_idx == 0) Hooks::producer_wait(params.hooks, work.m_block, kBlockM);
+          if (lane_idx == 0) Hooks::producer_wait(params.hooks, call, work.m_block, kBlockM);
           __syncwarp();
         }
         auto blk_coord = make_coord(work.m_block, work.n_block, _, work.batch);
@@ -214,6 +223,7 @@ class HookedGemmSm90 {
         write_state.advance(work.k_count);
       }
       mainloop.load_tail(mainloop_pipeline, write_state);
+      }
     } else if constexpr (kPingpong) {
       cutlass::arch::warpgroup_reg_alloc<kMmaRegisters>();
       TiledMma tiled_mma;
@@ -241,7 +251,7 @@ class HookedGemmSm90 {
           // Every thread's stores are issued before one releases the tile.
           cutlass::arch::NamedBarrier::sync(cutlass::NumThreadsPerWarpGroup,
                                             kTileStoredBarrier + group);
-          Hooks::tile_stored(params.hooks, work.m_block, work.n_block, kBlockM,
+          Hooks::tile_stored(params.hooks, call, work.m_block, work.n_block, kBlockM,
                              warp_group_thread_idx);
         }
       }
@@ -282,7 +292,8 @@ class HookedGemmSm90 {
         epi_store_state = next_store;
         stored = true;
         if constexpr (Hooks::kSignalsTiles) {
-          Hooks::tile_done(params.hooks, work.m_block, work.n_block, kBlockM, mma_thread_idx);
+          Hooks::tile_done(params.hooks, call, work.m_block, work.n_block, kBlockM,
+                           mma_thread_idx);
         }
       }
       // This CTA's mainloop work is over: the next kernel on the stream may
@@ -291,6 +302,12 @@ class HookedGemmSm90 {
       if (stored) {
         epilogue.store_tail(epi_load_pipeline, epi_load_state, epi_store_pipeline, epi_store_state);
       }
+    }
+    if constexpr (Hooks::kSideRole) {
+      // Every role of the CTA is done (its stores issued, its waits over):
+      // one thread ends the call for the CTA.
+      __syncthreads();
+      if (thread_idx == 0) Hooks::call_end(params.hooks, call);
     }
   }
 

@@ -5,6 +5,7 @@
 // Included only by the generated instantiations/*.cu.
 #pragma once
 
+#include <atomic>
 #include <mutex>
 
 #include "cutlass/cutlass.h"
@@ -195,22 +196,20 @@ struct GemmSm90 {
   // more than a small GEMM.
   struct LaunchFacts {
     cudaError_t err;
-    int clock_khz;
     int max_active_clusters;
   };
   template <class K>
   static LaunchFacts const& hooked_launch_facts() {
     constexpr int kCM = K::Scheduler::kClusterM, kCN = K::Scheduler::kClusterN;
     static PerDevice<LaunchFacts> per_device;
-    static const LaunchFacts no_device{cudaErrorInvalidDevice, 0, 0};
+    static const LaunchFacts no_device{cudaErrorInvalidDevice, 0};
     cudaError_t err = cudaSuccess;
     const int dev = current_device(&err);
     if (err != cudaSuccess) return no_device;
     return per_device.get(dev, [dev] {
       auto kernel = hooked_gemm_kernel<K>;
-      LaunchFacts f{cudaSuccess, 0, 0};
+      LaunchFacts f{cudaSuccess, 0};
       int sms = 0;
-      cudaDeviceGetAttribute(&f.clock_khz, cudaDevAttrClockRate, dev);
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
       f.err =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmemBytes);
@@ -295,7 +294,66 @@ struct GemmSm90 {
   static cudaError_t launch_hooked(const Problem& p, const Launch& l, const HookArgs& h,
                                    const char** reason) {
     constexpr bool kPacked = K::Scheduler::kPacked;
+    if constexpr (kPacked) {
+      if (h.a_ready != nullptr || h.tile_done != nullptr || h.m_order != nullptr) {
+        if (reason) *reason = "packed groups take no communication hooks";
+        return cudaErrorInvalidValue;
+      }
+    }
     typename K::Params params;
+    cudaError_t err = prepare_hooked<K>(p, l, h.m_order, params, reason);
+    if (err != cudaSuccess) return err;
+    static_cast<FlagHookArgs&>(params.hooks) =
+        FlagHookArgs{h.a_ready,
+                     h.rows_per_flag,
+                     h.a_ready_value,
+                     h.tile_done,
+                     h.tile_done_value,
+                     0,
+                     static_cast<comm::WaitDiagnostic*>(h.diag)};
+    params.hooks.m = p.m;
+    params.hooks.tiles_n = (p.n + K::Scheduler::kBlockN - 1) / K::Scheduler::kBlockN;
+    params.hooks.timeout_ns = static_cast<uint64_t>(h.timeout_s * 1e9);
+    return launch_prepared<K>(params, l, reason);
+  }
+
+  // The hooked kernel with another hook policy H (the fused ops, kernels/fused/): its Params
+  // come filled from the caller. Instantiated only by the .cu files that name H.
+  template <class H>
+  using HookedWith = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, H>;
+
+  template <class H>
+  static cudaError_t run_with_hooks(const Problem& p, const Launch& l, const int* m_order,
+                                    typename H::Params const& hooks, const char** reason) {
+    if constexpr (!kHookable) {
+      if (reason) *reason = "the hooked kernel needs a cooperative, persistent config";
+      return cudaErrorInvalidValue;
+    } else {
+      using K = HookedWith<H>;
+      typename K::Params params;
+      cudaError_t err = prepare_hooked<K>(p, l, m_order, params, reason);
+      if (err != cudaSuccess) return err;
+      params.hooks = hooks;
+      return launch_prepared<K>(params, l, reason);
+    }
+  }
+
+  // Clusters (CTAs) the persistent grid of the kernel with hooks H takes for p under l.
+  template <class H>
+  static int grid_ctas_with_hooks(const Problem& p, const Launch& l) {
+    using K = HookedWith<H>;
+    const int units = K::Scheduler::total_units(hooked_schedule<K>(p, l, nullptr));
+    int clusters = hooked_clusters<K>(l);
+    clusters = units < clusters ? units : clusters;
+    return clusters * K::Scheduler::kClusterM * K::Scheduler::kClusterN;
+  }
+
+  // Everything of a hooked launch's Params but the hooks: problem, collectives, scheduler,
+  // split-K workspace.
+  template <class K>
+  static cudaError_t prepare_hooked(const Problem& p, const Launch& l, const int* m_order,
+                                    typename K::Params& params, const char** reason) {
+    constexpr bool kPacked = K::Scheduler::kPacked;
     // Packed groups: A [M, K] and D [M, N] hold every expert's rows (batch 0),
     // B [batches, N, K] one matrix per expert.
     const int batches = p.batches < 1 ? 1 : p.batches;
@@ -313,15 +371,11 @@ struct GemmSm90 {
     params.mainloop = CollectiveMainloop::to_underlying_arguments(params.problem, ma, nullptr);
     params.epilogue = CollectiveEpilogue::to_underlying_arguments(params.problem, ea, nullptr);
     if constexpr (kPacked) {
-      if (h.a_ready != nullptr || h.tile_done != nullptr || h.m_order != nullptr) {
-        if (reason) *reason = "packed groups take no communication hooks";
-        return cudaErrorInvalidValue;
-      }
       params.scheduler =
           K::Scheduler::make_params(p.m, p.n, p.k, l.swizzle > 0 ? l.swizzle : 8, l.raster != 1,
                                     nullptr, batches, nullptr, 1, p.group_end);
     } else {
-      params.scheduler = hooked_schedule<K>(p, l, h.m_order);
+      params.scheduler = hooked_schedule<K>(p, l, m_order);
     }
     params.direct_d = static_cast<Element*>(p.d);
     if (K::kPingpong && params.scheduler.splits > 1) {
@@ -341,20 +395,14 @@ struct GemmSm90 {
       }
       params.split_k = K::SplitK::carve(l.workspace);
     }
-    static_cast<FlagHookArgs&>(params.hooks) =
-        FlagHookArgs{h.a_ready,
-                     h.rows_per_flag,
-                     h.a_ready_value,
-                     h.tile_done,
-                     h.tile_done_value,
-                     0,
-                     static_cast<comm::WaitDiagnostic*>(h.diag)};
-    params.hooks.m = p.m;
-    params.hooks.tiles_n = (p.n + K::Scheduler::kBlockN - 1) / K::Scheduler::kBlockN;
+    return cudaSuccess;
+  }
+
+  template <class K>
+  static cudaError_t launch_prepared(typename K::Params const& params, const Launch& l,
+                                     const char** reason) {
     const LaunchFacts& facts = hooked_launch_facts<K>();
     if (facts.err != cudaSuccess) return facts.err;
-    params.hooks.timeout_cycles = static_cast<long long>(h.timeout_s * facts.clock_khz * 1e3);
-
     constexpr int kCM = K::Scheduler::kClusterM, kCN = K::Scheduler::kClusterN;
     int clusters = hooked_clusters<K>(l);
     const int units = K::Scheduler::total_units(params.scheduler);
@@ -363,10 +411,50 @@ struct GemmSm90 {
       if (reason) *reason = "no thread-block cluster fits the SMs given";
       return cudaErrorInvalidConfiguration;
     }
-    cudaLaunchAttribute attrs[2];
-    const cudaLaunchConfig_t cfg =
-        cluster_launch_config<K>(attrs, dim3(kCM * clusters, kCN, 1), l.stream, l.pdl);
-    return cudaLaunchKernelEx(&cfg, hooked_gemm_kernel<K>, params);
+    if constexpr (K::Hooks::kSideRole) {
+      return launch_co_resident<K>(params, l, clusters);
+    } else {
+      cudaLaunchAttribute attrs[2];
+      const cudaLaunchConfig_t cfg =
+          cluster_launch_config<K>(attrs, dim3(kCM * clusters, kCN, 1), l.stream, l.pdl);
+      return cudaLaunchKernelEx(&cfg, hooked_gemm_kernel<K>, params);
+    }
+  }
+
+  // Hooks with a side role make CTAs wait on one another (a copy pushed by another CTA, a tile
+  // stored by another CTA or rank): every CTA must be resident at once. The occupancy query
+  // does not see every limit (under MPS the SMs of a client come in whole TPCs of some GPCs, so
+  // fewer 2-CTA clusters may fit than SMs / 2), so the launch is cooperative — the driver
+  // refuses a grid that cannot be co-resident — and shrinks (one cluster fewer per try, the
+  // last size that fitted remembered per device) until it is accepted.
+  template <class K>
+  static cudaError_t launch_co_resident(typename K::Params const& params, const Launch& l,
+                                        int clusters) {
+    constexpr int kCM = K::Scheduler::kClusterM, kCN = K::Scheduler::kClusterN;
+    static std::atomic<int> fitted[PerDevice<int>::kMaxDevices];
+    cudaError_t err = cudaSuccess;
+    const int dev = current_device(&err);
+    if (err != cudaSuccess) return err;
+    const int known = fitted[dev].load(std::memory_order_relaxed);
+    if (known > 0 && known < clusters) clusters = known;
+    for (; clusters >= 1; --clusters) {
+      cudaLaunchAttribute attrs[3];
+      cudaLaunchConfig_t cfg =
+          cluster_launch_config<K>(attrs, dim3(kCM * clusters, kCN, 1), l.stream, l.pdl);
+      attrs[cfg.numAttrs].id = cudaLaunchAttributeCooperative;
+      attrs[cfg.numAttrs].val.cooperative = 1;
+      cfg.numAttrs += 1;
+      err = cudaLaunchKernelEx(&cfg, hooked_gemm_kernel<K>, params);
+      if (err == cudaSuccess) break;
+      cudaGetLastError();  // a launch-configuration error is not sticky
+      if (err != cudaErrorCooperativeLaunchTooLarge) {
+        // A driver that takes no cooperative cluster launch: the occupancy query's size, plain.
+        cfg.numAttrs -= 1;
+        return cudaLaunchKernelEx(&cfg, hooked_gemm_kernel<K>, params);
+      }
+      fitted[dev].store(clusters - 1, std::memory_order_relaxed);  // try one cluster fewer
+    }
+    return err;
   }
 
   static TileCounts tile_counts(int m, int n) {

@@ -87,6 +87,9 @@ static void test_datapath(mk_session_t s, int rank, int world) {
   mk_datapath_t d = 0;
   bad.size = 8;
   EXPECT(api->datapath_create(s, &bad, &d) == MK_ERR_VERSION, "short config accepted");
+  bad.size = sizeof bad;
+  bad.version = MK_API_VERSION + 1;
+  EXPECT(api->datapath_create(s, &bad, &d) == MK_ERR_VERSION, "config from a future ABI accepted");
   uint32_t ids[1] = {1};
   uint64_t sizes[1] = {1 << 20};
   mk_datapath_config cfg = MK_DATAPATH_CONFIG_INITIALIZER;
@@ -95,6 +98,12 @@ static void test_datapath(mk_session_t s, int rank, int world) {
   cfg.buffer_bytes = sizes;
   cfg.net = "tcp";
   cfg.timeout_ms = 20000;
+  // ABI v2: GPU memory offered for buffer 5; tcp cannot register it, so it becomes host
+  // staging of the same size. (The address is never touched on this path.)
+  mk_device_buffer dev = {5, 0, 0x7f0000000000ull, 3 << 16, -1, 0, 0};
+  cfg.num_device_buffers = 1;
+  cfg.device_buffers = &dev;
+  cfg.fifo_clock = MK_FIFO_CLOCK_GLOBALTIMER;
   if (api->datapath_create(s, &cfg, &d) != MK_OK) {
     EXPECT(0, "datapath_create: %s", last_error());
     return;
@@ -108,6 +117,15 @@ static void test_datapath(mk_session_t s, int rank, int world) {
   EXPECT(api->datapath_buffer(d, 0, &flags, &flag_bytes) == MK_OK && flag_bytes >= 4096 * 8, "%s", last_error());
   void* fifo = NULL;
   EXPECT(api->datapath_fifo(d, &fifo) == MK_OK && fifo != NULL, "%s", last_error());
+  EXPECT(fifo == NULL || ((mk_fifo_ctrl*)fifo)->clock == MK_FIFO_CLOCK_GLOBALTIMER, "fifo_clock ignored");
+  mk_buffer_info info = {sizeof(mk_buffer_info), 0, 0, NULL, 0};
+  EXPECT(api->datapath_buffer_info(d, 5, &info) == MK_OK && info.kind == MK_BUFFER_HOST && info.gpu == -1 &&
+             info.ptr != NULL && info.bytes == (3u << 16),
+         "buffer 5: kind %u gpu %d bytes %llu: %s", info.kind, info.gpu, (unsigned long long)info.bytes, last_error());
+  EXPECT(api->datapath_buffer(d, 5, &buf, &bytes) == MK_OK && buf == info.ptr, "staging not mapped: %s", last_error());
+  EXPECT(api->datapath_buffer_info(d, 9, &info) == MK_ERR_INVALID_ARGUMENT, "unknown buffer 9");
+  info.size = 4;
+  EXPECT(api->datapath_buffer_info(d, 5, &info) == MK_ERR_VERSION, "short mk_buffer_info accepted");
   if (world > 1 && fifo != NULL) {
     api->datapath_buffer(d, 1, &buf, &bytes);
     unsigned char* mem = (unsigned char*)buf;

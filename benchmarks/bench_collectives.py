@@ -1,0 +1,186 @@
+"""Bus bandwidth of mkernel.all_gather / reduce_scatter / all_reduce, W rank processes on one
+GPU under MPS, side by side with a copy-engine baseline measured in the same run.
+
+Each rank gets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100/W. For every W, size and op, the ranks
+time (CUDA events, median of --iters samples, each sample --reps calls back to back divided by
+reps, inputs rotating over 3 sets, ranks aligned by dist.barrier and then on the GPU by a tiny
+all_reduce just before the timed region) the collective and, interleaved
+with it, the baseline: every rank at once copies, with one device-to-device torch copy (the
+copy engine), as many bytes as the collective moves into that rank from its peers:
+
+    all_gather      (W-1)/W * out bytes        busbw = (W-1)/W * out_bytes / t
+    reduce_scatter  (W-1)/W * in bytes         busbw = (W-1)/W * in_bytes / t
+    all_reduce      2 (W-1)/W * bytes          busbw = 2 (W-1)/W * bytes / t
+
+(nccl-tests' definitions). The figure per (W, size, op) is the slowest rank's median. On one GPU
+all ranks share its HBM: these are the substrate's costs (protocol, flags, copies) at a given
+MPS share, not NVLink figures. Writes JSON under results/.
+
+    python benchmarks/bench_collectives.py [--worlds 2,4,8] [--sizes-mib 1,16,64] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
+
+OPS = ("all_gather", "reduce_scatter", "all_reduce")
+
+
+def _factor(op: str, world: int) -> float:
+    return (2.0 if op == "all_reduce" else 1.0) * (world - 1) / world
+
+
+def rank_main() -> None:
+    """One rank: time every (size, op) and print one RESULT line per case (rank 0)."""
+    import torch
+    import torch.distributed as dist
+
+    import mkernel
+
+    dist.init_process_group("gloo")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local % torch.cuda.device_count())
+    ctx = mkernel.init()
+    world, rank = ctx.world_size, ctx.rank
+    iters, reps = int(os.environ["BENCH_ITERS"]), int(os.environ["BENCH_REPS"])
+    sizes = [int(float(s) * (1 << 20)) for s in os.environ["BENCH_SIZES_MIB"].split(",")]
+    dtype = torch.bfloat16
+    ctx.reserve(max(sizes))
+    gate = torch.zeros(world * 8, device="cuda", dtype=dtype)
+    for nbytes in sizes:  # bytes of the collective's buffer: AG output, RS input, AR in/out
+        numel = nbytes // 2 // (world * 16) * (world * 16)
+        for op in OPS:
+            shape_numel = numel // world if op == "all_gather" else numel
+            xs = [torch.randn(shape_numel, device="cuda", dtype=dtype) for _ in range(3)]
+            moved = int(_factor(op, world) * numel * 2)
+            src = torch.empty(moved // 2, device="cuda", dtype=dtype)
+            dsts = [torch.empty_like(src) for _ in range(3)]
+            fn = getattr(mkernel, op)
+            cands = {
+                "mkernel": lambda i: fn(xs[i % 3], group=ctx),
+                "copy_engine": lambda i: dsts[i % 3].copy_(src),
+            }
+            for i in range(3):  # warm-up (and symmetric-memory growth)
+                for c in cands.values():
+                    c(i)
+            torch.cuda.synchronize()
+            times = {n: [] for n in cands}
+            for it in range(iters):
+                for name in (list(cands) if it % 2 == 0 else list(cands)[::-1]):
+                    dist.barrier()
+                    # A GPU-side barrier (a tiny all_reduce) right before the timed region: the
+                    # ranks' streams start it together, whatever the host skew after dist.barrier.
+                    mkernel.all_reduce(gate, group=ctx)
+                    start = torch.cuda.Event(enable_timing=True)
+                    end = torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    for r in range(reps):
+                        cands[name](it * reps + r)
+                    end.record()
+                    end.synchronize()
+                    times[name].append(start.elapsed_time(end) / reps)
+            med = {n: statistics.median(t) for n, t in times.items()}
+            every = [None] * world
+            dist.all_gather_object(every, med)
+            if rank == 0:
+                worst = {n: max(m[n] for m in every) for n in cands}
+                busbw = {n: _factor(op, world) * numel * 2 / (worst[n] * 1e-3) / 1e9 for n in cands}
+                print("RESULT " + json.dumps({
+                    "world": world, "op": op, "bytes": numel * 2, "dtype": "bf16",
+                    "median_ms": worst["mkernel"], "baseline_ms": worst["copy_engine"],
+                    "busbw_gbs": busbw["mkernel"], "baseline_busbw_gbs": busbw["copy_engine"],
+                    "ratio": busbw["mkernel"] / busbw["copy_engine"],
+                    "per_rank_ms": [m["mkernel"] for m in every]}), flush=True)
+    torch.cuda.synchronize()
+    ctx.barrier()
+    mkernel.shutdown()
+    dist.destroy_process_group()
+
+
+RANK_CODE = f"""
+import sys
+sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
+from bench_collectives import rank_main
+rank_main()
+"""
+
+
+def start_mps() -> tuple[dict, callable]:
+    """The MPS environment (a running daemon's, or one started here) and how to stop it."""
+    running = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
+    if running and Path(running, "control").exists():
+        return {"CUDA_MPS_PIPE_DIRECTORY": running}, lambda: None
+    control = shutil.which("nvidia-cuda-mps-control")
+    if control is None:
+        raise SystemExit("bench_collectives: needs MPS (nvidia-cuda-mps-control not found)")
+    base = tempfile.mkdtemp(prefix="mkernel-mps-")
+    env = {"CUDA_MPS_PIPE_DIRECTORY": f"{base}/pipe", "CUDA_MPS_LOG_DIRECTORY": f"{base}/log"}
+    for d in env.values():
+        os.makedirs(d, exist_ok=True)
+    full = dict(os.environ, **env)
+    subprocess.run([control, "-d"], env=full, check=True, timeout=30)
+    for _ in range(100):
+        if Path(env["CUDA_MPS_PIPE_DIRECTORY"], "control").exists():
+            break
+        time.sleep(0.05)
+
+    def stop() -> None:
+        subprocess.run([control], input="quit\n", env=full, text=True, capture_output=True, timeout=60)
+        shutil.rmtree(base, ignore_errors=True)
+
+    return env, stop
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worlds", default="2,4,8")
+    ap.add_argument("--sizes-mib", default="1,16,64")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="W=2,4 at 1 and 16 MiB, 10 samples")
+    args = ap.parse_args()
+    if args.quick:
+        args.worlds, args.sizes_mib, args.iters = "2,4", "1,16", 10
+
+    from common import commit, device_info, write_result  # noqa: E402
+    from tests.launch import run_ranks  # noqa: E402
+
+    env, stop = start_mps()
+    rows = []
+    try:
+        for world in (int(w) for w in args.worlds.split(",")):
+            res = run_ranks(RANK_CODE, world, timeout=600, env=dict(
+                env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // world), NCCL_NVLS_ENABLE="0",
+                BENCH_ITERS=str(args.iters), BENCH_REPS=str(args.reps), BENCH_SIZES_MIB=args.sizes_mib))
+            for r in res:
+                if r.returncode != 0:
+                    raise SystemExit(f"W={world} rank {r.rank} failed (rc {r.returncode}):\n"
+                                     f"{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+                rows += [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
+    finally:
+        stop()
+    print(f"{'W':>2} {'op':<15} {'MiB':>6} {'ms':>8} {'busbw GB/s':>11} {'copy-engine':>12} {'ratio':>6}")
+    for row in rows:
+        print(f"{row['world']:>2} {row['op']:<15} {row['bytes'] / 2**20:>6.1f} {row['median_ms']:>8.3f} "
+              f"{row['busbw_gbs']:>11.1f} {row['baseline_busbw_gbs']:>12.1f} {row['ratio']:>6.2f}")
+    write_result("collectives", {"commit": commit(), "device": device_info(), "mps": True,
+                                 "baseline": "one device-to-device torch copy (copy engine) of the bytes "
+                                             "the collective moves into each rank, all ranks at once",
+                                 "iters": args.iters, "reps": args.reps, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()

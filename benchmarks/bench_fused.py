@@ -1,0 +1,205 @@
+"""The fused ops (ag_gemm, gemm_rs, gemm_ar) across W rank processes sharing one GPU under MPS
+(each rank 100/W % of the SMs), side by side in one run with:
+
+- ``gemm``: the engine GEMM alone on the same per-rank work, all ranks at once (the compute half
+  of the overlap ideal, at the same MPS share);
+- ``comm``: the substrate's collective alone (mkernel.all_gather / reduce_scatter / all_reduce)
+  on the same bytes, when the substrate has it;
+- ``unfused``: collective + engine GEMM back to back (what the fallback runs);
+- ``ideal``: max(gemm, comm) — the overlap ideal.
+
+NCCL and torch's async-TP (symm_mem) cannot run several ranks on one GPU, so they are not
+anchors here (they are on a multi-GPU machine). Every figure is the max over the ranks of the
+median of CUDA-event samples (each ``reps`` calls back to back, after a barrier); inputs rotate
+over two sets. Rank 0 writes JSON to benchmarks/results/fused_<gpu>_<time>.json.
+
+    python benchmarks/bench_fused.py --world 2 [--quick]
+
+(launches the ranks itself through tests/launch.py, under the MPS daemon named by
+CUDA_MPS_PIPE_DIRECTORY or one it starts and stops itself.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Per-rank shapes as a W-rank tensor-parallel job sees them (W divides the sharded dims).
+#   ag_gemm: x [M/W, K], w [N/W, K]   (column-parallel: Llama-70B fc1 K=8192, N=28672; seed's
+#            square family M=K, N=M/16 with N per rank)
+#   gemm_rs / gemm_ar: x [M, K/W], w [N, K/W]  (row-parallel: fc2 K=28672, N=8192; seed's
+#            family M=N, K=M/16)
+def shapes(world: int, quick: bool) -> list[tuple[str, str, int, int, int]]:
+    out = []
+    ms = [8192] if quick else [8192, 16384]
+    for m in ms:
+        out.append(("ag_gemm", f"llama70b-fc1 M={m}", m // world, 8192, 28672 // world))
+        out.append(("gemm_rs", f"llama70b-fc2 M={m}", m, 28672 // world, 8192))
+        out.append(("gemm_ar", f"llama70b-fc2 M={m}", m, 28672 // world, 8192))
+    for m in ([4096] if quick else [2048, 4096, 8192, 16384]):
+        out.append(("ag_gemm", f"square M={m}", m // world, m, m // 16))
+        out.append(("gemm_rs", f"square M={m}", m, m // 16 // world, m))
+        out.append(("gemm_ar", f"square M={m}", m, m // 16 // world, m))
+    for m in [1, 16, 64, 333]:  # decode sizes (gemm_ar)
+        out.append(("gemm_ar", f"decode M={m}", m, 8192 // world, 8192))
+    return out
+
+
+def rank_main() -> None:
+    import torch
+    import torch.distributed as dist
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from common import commit, device_info, write_result  # noqa: E402
+
+    import mkernel
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    quick = os.environ.get("BENCH_QUICK") == "1"
+    torch.cuda.set_device(0)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    ctx = mkernel.init()
+    mk = torch.ops.mkernel
+    has = {name: hasattr(mk, name) for name in ("all_gather", "reduce_scatter", "all_reduce")}
+
+    def timed(fn, reps: int) -> float:
+        """Max over ranks of the median (ms per call) of 15 samples of `reps` calls each."""
+        for _ in range(2):
+            fn(0)
+        torch.cuda.synchronize()
+        samples = []
+        for i in range(15):
+            dist.barrier()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for r in range(reps):
+                fn(i * reps + r)
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / reps)
+        t = torch.tensor([statistics.median(samples)], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.item()
+
+    rows = []
+    for op, label, a, b, c in shapes(world, quick):
+        dt = torch.bfloat16
+        if op == "ag_gemm":
+            m, k, n = a, b, c
+            xs = [torch.randn(m, k, device="cuda", dtype=dt) for _ in range(2)]
+            ws = [torch.randn(n, k, device="cuda", dtype=dt) / 64 for _ in range(2)]
+            full = [torch.randn(world * m, k, device="cuda", dtype=dt) for _ in range(2)]
+            flops = 2.0 * world * m * n * k
+            fused = lambda i: mkernel.ag_gemm(xs[i % 2], ws[i % 2], group=ctx)  # noqa: E731
+            gemm = lambda i: mkernel.gemm(full[i % 2], ws[i % 2])  # noqa: E731
+            coll = "all_gather"
+            comm = lambda i: mk.all_gather.default(xs[i % 2], ctx.handle, world)  # noqa: E731
+            unfused = lambda i: mkernel.gemm(comm(i), ws[i % 2])  # noqa: E731
+        else:
+            m, k, n = a, b, c
+            xs = [torch.randn(m, k, device="cuda", dtype=dt) for _ in range(2)]
+            ws = [torch.randn(n, k, device="cuda", dtype=dt) / 64 for _ in range(2)]
+            parts = [torch.randn(m, n, device="cuda", dtype=dt) for _ in range(2)]
+            flops = 2.0 * m * n * k
+            fn = mkernel.gemm_rs if op == "gemm_rs" else mkernel.gemm_ar
+            fused = lambda i, fn=fn: fn(xs[i % 2], ws[i % 2], group=ctx)  # noqa: E731
+            gemm = lambda i: mkernel.gemm(xs[i % 2], ws[i % 2])  # noqa: E731
+            coll = "reduce_scatter" if op == "gemm_rs" else "all_reduce"
+            cop = getattr(mk, coll, None)
+            comm = lambda i, cop=cop: cop.default(parts[i % 2], ctx.handle, world)  # noqa: E731
+            unfused = lambda i, cop=cop: cop.default(mkernel.gemm(xs[i % 2], ws[i % 2]),  # noqa: E731
+                                                     ctx.handle, world)
+        reps = 20 if flops < 1e11 else 4
+        row = {"op": op, "shape": label, "m": m, "k": k, "n": n, "world": world, "reps": reps}
+        row["fused_ms"] = timed(fused, reps)
+        row["gemm_ms"] = timed(gemm, reps)
+        if has[coll]:
+            row["comm_ms"] = timed(comm, reps)
+            row["unfused_ms"] = timed(unfused, reps)
+            row["ideal_ms"] = max(row["gemm_ms"], row["comm_ms"])
+            row["fused_vs_ideal"] = row["fused_ms"] / row["ideal_ms"]
+            row["unfused_over_fused"] = row["unfused_ms"] / row["fused_ms"]
+        row["fused_tflops_per_rank"] = flops / row["fused_ms"] / 1e9
+        row["gemm_tflops_per_rank"] = flops / row["gemm_ms"] / 1e9
+        row["fused_over_gemm"] = row["fused_ms"] / row["gemm_ms"]
+        rows.append(row)
+        if rank == 0:
+            print("ROW " + json.dumps(row), flush=True)
+    if rank == 0:
+        payload = {"bench": "fused", "commit": commit(), "device": device_info(), "world": world,
+                   "mps_share_percent": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
+                   "anchors_missing": [c for c, ok in has.items() if not ok],
+                   "note": "NCCL / async-TP cannot share one GPU between ranks: not measured here",
+                   "rows": rows}
+        path = write_result(f"fused_w{world}", payload)
+        out = os.environ.get("OUT")
+        if out:
+            Path(out, path.name).write_text(path.read_text())
+        print(f"wrote {path}", flush=True)
+    mkernel.shutdown()
+    dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def mps_daemon():
+    """The environment of an MPS client: a running daemon's, or one started for this run."""
+    running = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
+    if running and Path(running, "control").exists():
+        yield {}
+        return
+    control = shutil.which("nvidia-cuda-mps-control")
+    if control is None:
+        raise SystemExit("bench_fused: needs MPS (nvidia-cuda-mps-control not found)")
+    base = tempfile.mkdtemp(prefix="mkernel-mps-")
+    env = {"CUDA_MPS_PIPE_DIRECTORY": f"{base}/pipe", "CUDA_MPS_LOG_DIRECTORY": f"{base}/log"}
+    for d in env.values():
+        os.makedirs(d, exist_ok=True)
+    full = dict(os.environ, **env)
+    subprocess.run([control, "-d"], env=full, check=True, timeout=30)
+    for _ in range(100):
+        if Path(env["CUDA_MPS_PIPE_DIRECTORY"], "control").exists():
+            break
+        time.sleep(0.05)
+    try:
+        yield env
+    finally:
+        subprocess.run([control], input="quit\n", env=full, text=True, timeout=60)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--timeout", type=float, default=400)
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from tests.launch import run_ranks
+
+    env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(100 // args.world),
+           "BENCH_QUICK": "1" if args.quick else "0", "NCCL_NVLS_ENABLE": "0"}
+    code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
+    with mps_daemon() as mps_env:
+        results = run_ranks(code, args.world, timeout=args.timeout, env=dict(env, **mps_env))
+    for r in results:
+        if r.returncode != 0 or r.rank == 0:
+            sys.stdout.write(r.stdout[-6000:])
+            sys.stderr.write(r.stderr[-4000:])
+    sys.exit(max((r.returncode if r.returncode is not None else 124) for r in results))
+
+
+if __name__ == "__main__":
+    main()
+elif __name__ == "__rank__":
+    rank_main()

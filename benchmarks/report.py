@@ -1,0 +1,229 @@
+"""Tables and plots from benchmark JSON only: ``results/X.json`` -> ``results/X.md`` (markdown
+table) and ``results/X.png`` (plot) beside it.
+
+    python benchmarks/report.py [results/*.json ...]   # default: every JSON without a .md yet
+    python benchmarks/report.py --all                  # redo every JSON under results/
+
+GEMM and grouped-GEMM results get their own table (the ratio to the anchor per shape, the
+spread over the run's rounds, the plan, the autotune's first-call cost where recorded) and a
+bar plot of the ratio with the rounds' min-max as error bars; any other JSON (the host data path,
+benchmarks added later) a table per section of scalar fields. The PNG needs matplotlib; without
+it the plot is skipped with a message and the markdown is still written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, tuple)):
+        return " / ".join(_fmt(x) for x in v)
+    return str(v)
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def _head(data: dict, path: Path) -> list[str]:
+    dev = data.get("device", {})
+    lines = [f"# {data.get('benchmark', path.stem)}: {path.name}", ""]
+    lines.append(f"- commit `{data.get('commit', 'unknown')}`, device: "
+                 + ", ".join(f"{k} {v}" for k, v in dev.items()))
+    for key in ("anchor", "timing", "dtype"):
+        if key in data:
+            lines.append(f"- {key}: {data[key]}")
+    lines.append("")
+    return lines
+
+
+# --- GEMM ----------------------------------------------------------------------------------
+
+def gemm_rows(data: dict) -> list[dict]:
+    """Per shape: auto vs the anchor, with the spread of the per-round ratios."""
+    rows = []
+    for r in data["results"]:
+        final = r.get("final", {})
+        if "auto" in final and "cublas" in final:
+            auto = final["auto"]
+            ratio, cublas_tf, auto_tf = auto["ratio_vs_cublas"], final["cublas"]["tflops"], auto["tflops"]
+            rounds = auto.get("round_ratios") or [ratio]
+        else:  # the first runs' layout (before interleaved rounds): the ratio alone
+            ratio = r["auto_ratio"]
+            cublas_tf = (r.get("cublas_final") or r.get("cublas") or {}).get("tflops", float("nan"))
+            auto_tf, rounds = float("nan"), [ratio]
+        rows.append({
+            "shape": f"{r['m']}x{r['n']}x{r['k']}", "plan": r.get("plan", ""),
+            "cublas_tflops": cublas_tf, "auto_tflops": auto_tf,
+            "ratio": ratio, "round_min": min(rounds), "round_max": max(rounds),
+            "best": r.get("best", r.get("best_config", "")), "best_ratio": r.get("best_ratio", float("nan")),
+            "autotune_first_call_s": r.get("autotune_first_call_s"),
+        })
+    return rows
+
+
+def gemm_markdown(data: dict, path: Path) -> str:
+    rows = gemm_rows(data)
+    lines = _head(data, path)
+    lines.append("auto = what `mkernel.gemm(a, b)` ran at that commit (the autotuned plan from 9fdd998 "
+                 "on, the shape heuristic before); ratio = cuBLAS time / auto time (> 1: faster than "
+                 "cuBLAS), median of the rounds; rounds: min-max of the per-round ratios (runs before "
+                 "the interleaved rounds record one ratio).")
+    lines.append("")
+    header = ["M x N x K", "cuBLAS TF/s", "auto TF/s", "auto / cuBLAS", "rounds min-max",
+              "plan", "best candidate", "best / cuBLAS"]
+    has_tune = any(r["autotune_first_call_s"] is not None for r in rows)
+    if has_tune:
+        header.append("autotune first call (s)")
+    table = []
+    for r in rows:
+        row = [r["shape"], r["cublas_tflops"], r["auto_tflops"], f"{r['ratio']:.3f}",
+               f"{r['round_min']:.3f}-{r['round_max']:.3f}", r["plan"], r["best"],
+               f"{r['best_ratio']:.3f}"]
+        if has_tune:
+            row.append("-" if r["autotune_first_call_s"] is None else f"{r['autotune_first_call_s']:.3f}")
+        table.append(row)
+    lines.append(_table(header, table))
+    losing = [r["shape"] for r in rows if r["ratio"] < 1.0]
+    lines += ["", f"Shapes where auto is slower than cuBLAS in this run: {', '.join(losing) or 'none'}.", ""]
+    return "\n".join(lines)
+
+
+def gemm_plot(data: dict, png: Path, plt) -> None:
+    rows = gemm_rows(data)
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
+    xs = range(len(rows))
+    ratios = [r["ratio"] for r in rows]
+    err = [[r["ratio"] - r["round_min"] for r in rows], [r["round_max"] - r["ratio"] for r in rows]]
+    ax.bar(xs, ratios, yerr=err, capsize=4, color=["tab:red" if v < 1 else "tab:blue" for v in ratios])
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(list(xs), [r["shape"] for r in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("cuBLAS time / mkernel time")
+    ax.set_title(f"mkernel.gemm (auto) vs cuBLAS, {data.get('device', {}).get('gpu', '')}, "
+                 f"commit {data.get('commit', '')}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
+# --- grouped GEMM ----------------------------------------------------------------------------
+
+def grouped_markdown(data: dict, path: Path) -> str:
+    lines = _head(data, path)
+    lines.append("ratio = `torch._grouped_mm` time / mkernel time (> 1: faster), median of the rounds.")
+    lines.append("")
+    table = []
+    for r in data["results"]:
+        ours = r.get("mkernel_packed") or r.get("mkernel", {})  # the first run: one layout, "mkernel"
+        rounds = [a / b for a, b in zip(r["grouped_mm"].get("round_medians_ms", []),
+                                        ours.get("round_medians_ms", []))] or [r["ratio"]]
+        table.append([r["routing"], f"{r['experts']} x {r['tokens']} tokens, H {r['h']}, F {r['f']}",
+                      r["grouped_mm"]["tflops"], ours.get("tflops", float("nan")), f"{r['ratio']:.3f}",
+                      f"{min(rounds):.3f}-{max(rounds):.3f}", _fmt(r.get("ratio_padded", "-")), r.get("plan", ""),
+                      "-" if r.get("autotune_first_call_s") is None else f"{r['autotune_first_call_s']:.3f}"])
+    lines.append(_table(["routing", "problem", "_grouped_mm TF/s", "packed TF/s", "packed ratio",
+                         "rounds min-max", "padded ratio", "plan", "autotune first call (s)"], table))
+    lines.append("")
+    return "\n".join(lines)
+
+
+def grouped_plot(data: dict, png: Path, plt) -> None:
+    rs = data["results"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = range(len(rs))
+    ax.bar([x - 0.2 for x in xs], [r["ratio"] for r in rs], width=0.4, label="packed")
+    ax.bar([x + 0.2 for x in xs], [r.get("ratio_padded", 0.0) for r in rs], width=0.4, label="capacity-padded")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(list(xs), [r["routing"] for r in rs])
+    ax.set_ylabel("torch._grouped_mm time / mkernel time")
+    ax.legend()
+    ax.set_title(f"mkernel.gemm_grouped vs torch._grouped_mm, commit {data.get('commit', '')}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
+# --- anything else -----------------------------------------------------------------------------
+
+def _scalars(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, (int, float, str, bool)) and not (isinstance(v, str) and len(v) > 80):
+            out[prefix + k] = v
+        elif isinstance(v, dict) and not prefix:
+            out.update(_scalars(v, f"{k}."))
+    return out
+
+
+def generic_sections(data: dict) -> list[tuple[str, list[dict]]]:
+    sections = []
+    for key, value in data.items():
+        if key == "device":
+            continue
+        if isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
+            sections.append((key, [_scalars(x) for x in value]))
+        elif isinstance(value, dict) and _scalars(value):
+            sections.append((key, [_scalars(value)]))
+    return sections
+
+
+def generic_markdown(data: dict, path: Path) -> str:
+    lines = _head(data, path)
+    for name, rows in generic_sections(data):
+        cols = list(dict.fromkeys(c for r in rows for c in r))
+        lines += [f"## {name}", "", _table(cols, [[r.get(c, "") for c in cols] for r in rows]), ""]
+    return "\n".join(lines)
+
+
+RENDERERS = {"gemm": (gemm_markdown, gemm_plot), "grouped_gemm": (grouped_markdown, grouped_plot)}
+
+
+def report(path: Path) -> tuple[Path, Path | None]:
+    """Writes path.md (always) and path.png (when matplotlib is there and the benchmark has a
+    plot); returns them."""
+    data = json.loads(path.read_text())
+    markdown, plot = RENDERERS.get(data.get("benchmark"), (generic_markdown, None))
+    md = path.with_suffix(".md")
+    md.write_text(markdown(data, path))
+    if plot is None:
+        return md, None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"report: matplotlib is not installed: no plot for {path.name} (pip install matplotlib)",
+              file=sys.stderr)
+        return md, None
+    png = path.with_suffix(".png")
+    plot(data, png, plt)
+    return md, png
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("json", nargs="*", type=Path)
+    ap.add_argument("--all", action="store_true", help="every JSON under results/, even with a .md")
+    args = ap.parse_args(argv)
+    paths = args.json or sorted(p for p in RESULTS.glob("*.json")
+                                if args.all or not p.with_suffix(".md").exists())
+    for p in paths:
+        md, png = report(p)
+        print(f"report: {md}" + (f", {png}" if png else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+// See fused_common.h.
+#ifdef MKERNEL_WITH_CUDA
+
+#include "fused_common.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "gemm_engine.h"
+
+namespace mkernel::fused_glue {
+
+gemm::Problem problem(const char* op, const void* a, const at::Tensor& w, void* d, int64_t rows,
+                      int64_t n, int64_t k) {
+  TORCH_CHECK(rows <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX, op,
+              ": each of the rows, N and K must fit in int32, got ", rows, ", ", n, ", ", k);
+  return {a,
+          w.data_ptr(),
+          d,
+          static_cast<int>(rows),
+          static_cast<int>(n),
+          static_cast<int>(k),
+          w.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
+}
+
+bool capturing() {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(at::cuda::getCurrentCUDAStream(), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+namespace {
+
+// The M-unit permutation: units whose rows all belong to early-priority ranks first (a unit
+// spanning two ranks' rows goes with the later of them), stable within a priority. Cached per
+// (device, layout) as a device tensor; built outside graph capture only (inside, an uncached
+// layout runs in the natural order: slower, never wrong).
+const int* unit_order(const gemm::TileCounts& tc, int64_t rows, int64_t rank_rows,
+                      const std::vector<int>& order, const at::Tensor& like) {
+  if (order.empty() || tc.units_m <= 1) return nullptr;
+  using Key = std::tuple<int, int64_t, int64_t, int, int, std::vector<int>>;
+  static std::mutex mu;
+  static std::map<Key, at::Tensor> cache;
+  const Key key{like.device().index(), rows, rank_rows, tc.units_m, tc.block_m, order};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second.data_ptr<int>();
+  if (capturing()) return nullptr;
+  const int cluster_m = (tc.tiles_m + tc.units_m - 1) / tc.units_m;
+  const int64_t unit_rows = static_cast<int64_t>(tc.block_m) * cluster_m;
+  std::vector<std::pair<int, int>> prio(tc.units_m);
+  for (int u = 0; u < tc.units_m; ++u) {
+    const int64_t r0 = u * unit_rows, r1 = std::min(rows, r0 + unit_rows) - 1;
+    int p = 0;
+    for (int64_t s = r0 / rank_rows; s <= r1 / rank_rows && s < static_cast<int64_t>(order.size());
+         ++s) {
+      p = std::max(p, order[s]);
+    }
+    prio[u] = {p, u};
+  }
+  std::stable_sort(prio.begin(), prio.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<int> perm(tc.units_m);
+  for (int u = 0; u < tc.units_m; ++u) perm[u] = prio[u].second;
+  at::Tensor t = at::tensor(perm, at::TensorOptions().dtype(at::kInt)).to(like.device());
+  return cache.emplace(key, t).first->second.data_ptr<int>();
+}
+
+}  // namespace
+
+void launch(const char* op, const gemm::Problem& p, gemm::ConfigId config, const at::Tensor& like,
+            const fused::FusedParams& hooks, const std::vector<int>& order, int64_t rank_rows) {
+  gemm::Launch l;
+  l.stream = at::cuda::getCurrentCUDAStream();
+  l.sm_count = device_sms();
+  l.splits = 1;
+  TORCH_CHECK(fused::fused_supported(config), op, ": config ", gemm::config_name(config),
+              " has no fused kernel");
+  if (const char* why = gemm::can_implement(p, config, l)) {
+    TORCH_CHECK(false, op, ": cannot run M=", p.m, " N=", p.n, " K=", p.k, ": ", why);
+  }
+  const gemm::TileCounts tc = gemm::tile_counts(config, p.m, p.n);
+  const int* m_order = unit_order(tc, p.m, rank_rows, order, like);
+  const char* reason = nullptr;
+  const cudaError_t err = fused::run_fused(p, config, l, m_order, hooks, &reason);
+  TORCH_CHECK(err == cudaSuccess, op, ": the fused kernel failed to launch: ",
+              cudaGetErrorString(err), reason ? std::string(" (") + reason + ")" : std::string());
+}
+
+bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, const at::Tensor& x,
+                 const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
+                 const std::vector<int>& order, const char** why) {
+  const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
+  if (n == 0 || k == 0 || k % 8 != 0 || n % 8 != 0) {
+    *why = "N and K must be positive multiples of 8 for the fused kernel";
+    return false;
+  }
+  const gemm::ConfigId config = fused::fused_config(static_cast<int>(m), static_cast<int>(n),
+                                                    static_cast<int>(k), device_sms());
+  const gemm::TileCounts tc = gemm::tile_counts(config, static_cast<int>(m), static_cast<int>(n));
+  const int64_t tiles = static_cast<int64_t>(tc.tiles_m) * tc.tiles_n;
+  if ((layout.two_shot ? 2 : 1) * tiles > comm::kFlagWords - comm::FlagSlot::kOpSlotBase - 1) {
+    *why = "more output tiles than the group's flag slots";
+    return false;
+  }
+  if (m == 0) return true;  // nothing to compute or reduce on any rank
+  // The partial [M, N], then (two-shot) the reduced copy, 256-byte aligned.
+  const uint64_t partial = (static_cast<uint64_t>(m * n) * x.element_size() + 255) / 256 * 256;
+  sg.ensure(op, layout.two_shot ? 2 * partial : partial);
+  const comm::GroupDevice& g = sg.device_view();
+  fused::FusedParams hp;
+  hp.group = g;
+  hp.mode = fused::kModeReduce;
+  hp.op = wait_op;
+  hp.signature = comm::call_signature(
+      wait_op, {m, k, n, static_cast<int64_t>(x.scalar_type()), layout.two_shot ? 1 : 0});
+  hp.flag_base = comm::FlagSlot::kOpSlotBase;
+  hp.m = static_cast<int32_t>(m);
+  hp.n = static_cast<int32_t>(n);
+  hp.block_m = tc.block_m;
+  hp.block_n = tc.block_n;
+  hp.tiles_n = tc.tiles_n;
+  hp.reduce_row0 = static_cast<int32_t>(layout.row0);
+  hp.reduce_rows = static_cast<int32_t>(layout.rows);
+  hp.out = out.data_ptr();
+  hp.out_row0 = static_cast<int32_t>(layout.out_row0);
+  hp.two_shot = layout.two_shot ? 1 : 0;
+  hp.rows_per_rank = static_cast<int32_t>(layout.rows_per_rank);
+  hp.reduced_offset = static_cast<int64_t>(partial);
+  hp.reduced_flag_base = hp.flag_base + static_cast<uint32_t>(tiles);
+  hp.bf16 = x.scalar_type() == at::kBFloat16 ? 1 : 0;
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0, op,
+              ": internal: the output is not 16-byte aligned");
+  const gemm::Problem p = problem(op, x.data_ptr(), w, g.data[g.rank], m, n, k);
+  launch(op, p, config, x, hp, order, layout.rows_per_rank);
+  return true;
+}
+
+at::Tensor substrate_collective(const char* op, const char* name, const at::Tensor& x,
+                                int64_t group, int64_t world_size) {
+  const std::string full = std::string("mkernel::") + name;
+  auto schema = c10::Dispatcher::singleton().findSchema({full.c_str(), ""});
+  TORCH_CHECK_NOT_IMPLEMENTED(schema.has_value(), op, ": the substrate's mkernel.", name,
+                              " is not registered (needed for the unfused path)");
+  return schema->typed<at::Tensor(const at::Tensor&, int64_t, int64_t)>().call(x, group,
+                                                                              world_size);
+}
+
+void note_fallback(const char* op, const char* why) {
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  std::lock_guard<std::mutex> lock(mu);
+  if (seen.insert(std::string(op) + why).second) {
+    TORCH_WARN(op, ": runs unfused (the substrate's collective + the engine GEMM): ", why);
+  }
+}
+
+}  // namespace mkernel::fused_glue
+
+#endif  // MKERNEL_WITH_CUDA

@@ -1,0 +1,58 @@
+// Torch glue shared by the fused GEMM + communication ops (ag_gemm, gemm_rs, gemm_ar) on CUDA:
+// the group's symmetric state, the launch of the fused kernel (kernels/fused/fused_api.h), the
+// M-unit order, and the once-per-process notes of a fallback.
+#pragma once
+
+#ifdef MKERNEL_WITH_CUDA
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/symmetric_group.h"
+#include "kernels/fused/fused_api.h"
+
+namespace mkernel::fused_glue {
+
+// The engine Problem of a [rows, k] · w[n, k]ᵀ -> d GEMM whose A lives at `a` (device memory
+// of w's dtype).
+gemm::Problem problem(const char* op, const void* a, const at::Tensor& w, void* d, int64_t rows,
+                      int64_t n, int64_t k);
+
+// Launches the fused kernel on the current stream with `hooks`; errors name `op`. `order` is
+// the priority of each source rank (lower = earlier) for ordering the M units by the rows' owners
+// (rank_rows rows per rank), or empty for the natural order.
+void launch(const char* op, const gemm::Problem& p, gemm::ConfigId config, const at::Tensor& like,
+            const fused::FusedParams& hooks, const std::vector<int>& order, int64_t rank_rows);
+
+// gemm_rs / gemm_ar on one node (kModeReduce): the GEMM x · wᵀ [M, N] into this rank's
+// symmetric data region, its tiles (by owner priority `order`, rank_rows rows per owner) flagged
+// as stored; the REDUCE role sums rows [row0, row0 + rows) over the ranks into `out` (fresh,
+// its first row is row out_row0 of the product). two_shot (gemm_ar): rows_per_rank rows per
+// owner, each rank reduces its block and copies the others' reduced blocks into out. Returns
+// false (nothing launched, the same on every rank: it reads shapes only) when the fused kernel
+// cannot take the shape; `why` says why.
+struct ReduceLayout {
+  int64_t row0 = 0, rows = 0, out_row0 = 0;
+  bool two_shot = false;
+  int64_t rows_per_rank = 0;
+};
+bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, const at::Tensor& x,
+                 const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
+                 const std::vector<int>& order, const char** why);
+
+// The substrate's collective `name` (mkernel::all_gather / reduce_scatter / all_reduce:
+// Tensor(Tensor x, int group, int world_size)); raises naming `op` when it is not registered.
+at::Tensor substrate_collective(const char* op, const char* name, const at::Tensor& x,
+                                int64_t group, int64_t world_size);
+
+// Logs (once per process and `what`) that `op` runs unfused and why.
+void note_fallback(const char* op, const char* why);
+
+// Whether the current stream is capturing a CUDA graph.
+bool capturing();
+
+}  // namespace mkernel::fused_glue
+
+#endif  // MKERNEL_WITH_CUDA

@@ -1,0 +1,672 @@
+// The collectives' kernels (protocol: collectives_api.h). One kernel per call; its CTAs share a
+// list of work items in three roles, taken in order by every CTA (item i -> CTA i % grid):
+//   stage  : copy a chunk of x into this rank's data region, release its flag at the reader(s);
+//   reduce : (reduce_scatter, all_reduce) wait for a chunk of this rank's block from every peer,
+//            sum the W contributions in rank order in fp32, write it out (all_reduce: also into
+//            the own data region, then release it to every peer);
+//   gather : (all_gather, all_reduce) wait for a peer's chunk, copy it into the output.
+// Stage items never wait, and come first in every CTA's sequence; with every CTA co-resident
+// (the grid never exceeds what the device holds at once) every wait is for an item some
+// running CTA reaches without waiting on us: no deadlock, whatever the timing.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "../comm/group_sync.cuh"
+#include "collectives_api.h"
+
+// The inter-node half (kernels/comm/net_ops.cuh: FIFO -> Go proxy -> transport) where the tree
+// has it; without it a group spanning several nodes is refused on the host.
+#if __has_include("../comm/net_ops.cuh")
+#include "../comm/net_ops.cuh"
+#define MKERNEL_NET_COLLECTIVES 1
+#else
+#define MKERNEL_NET_COLLECTIVES 0
+#endif
+
+namespace mkernel::collectives {
+namespace {
+
+using comm::FlagSlot;
+using comm::GroupDevice;
+
+constexpr int kThreads = 512;
+constexpr uint32_t kMaxChunks = 512;  // chunks per (source rank, phase)
+constexpr uint64_t kMinChunkBytes = 64 << 10;  // amortizes a chunk's flag (fence + release)
+constexpr int kUnroll = 4;  // 16-byte accesses in flight per thread
+
+// Flag slots of the collectives (in the op range): the stage flag of (source rank, chunk) and
+// the reduced flag of all_reduce's second phase, both written by the source at the reader;
+// the local "entered" flag CTA 0 releases after the entry barrier.
+__host__ __device__ constexpr uint32_t stage_slot(int src, uint32_t chunk) {
+  return FlagSlot::kOpSlotBase + static_cast<uint32_t>(src) * kMaxChunks + chunk;
+}
+__host__ __device__ constexpr uint32_t reduced_slot(int src, uint32_t chunk) {
+  return FlagSlot::kOpSlotBase + comm::kMaxRanks * kMaxChunks + static_cast<uint32_t>(src) * kMaxChunks +
+         chunk;
+}
+constexpr uint32_t kEnteredSlot = FlagSlot::kCollective;
+// Arrival flags of the inter-node path (NetDevice::arrival): a source's whole block of the call,
+// and all_reduce's reduced block.
+__host__ __device__ constexpr uint32_t net_data_slot(int src) { return static_cast<uint32_t>(src); }
+__host__ __device__ constexpr uint32_t net_reduced_slot(int src) {
+  return comm::kMaxRanks + static_cast<uint32_t>(src);
+}
+constexpr uint64_t kNetAlign = 256;  // blocks in the net areas start at 256-byte multiples
+static_assert(reduced_slot(comm::kMaxRanks - 1, kMaxChunks - 1) < comm::kFlagWords,
+              "the collectives' flags fit the op slot range");
+
+enum class Kind : int { kAllGather, kReduceScatter, kAllReduce };
+
+// The call's geometry, in elements. all_gather: one block per rank = x (count). reduce_scatter
+// and all_reduce: x splits into W blocks [d*block, min(count, (d+1)*block)), rank d owns block
+// d; each block in `chunks` chunks of `chunk` elements (16-byte multiples).
+struct Params {
+  GroupDevice g;
+  const uint8_t* x;
+  uint8_t* out;
+  uint64_t count;
+  uint64_t block;
+  uint64_t chunk;
+  uint32_t chunks;
+  uint64_t signature;
+  int32_t op;  // comm::WaitOp
+  // Inter-node: `remote` ranks live on other nodes (0: none). A source's block travels whole
+  // through the net areas, net_block bytes per rank (see collectives_api.h's net sizes); the
+  // receive area alternates halves by call parity.
+  int32_t remote;
+  uint64_t net_block;
+};
+
+// --- element types --------------------------------------------------------------------------
+template <class T> struct Elem;
+template <> struct Elem<float> {
+  __device__ static float load(float v) { return v; }
+  __device__ static float store(float v) { return v; }
+};
+template <> struct Elem<__nv_bfloat16> {
+  __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
+  __device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
+};
+template <> struct Elem<__half> {
+  __device__ static float load(__half v) { return __half2float(v); }
+  __device__ static __half store(float v) { return __float2half_rn(v); }
+};
+
+// --- copies (all threads of the CTA) ---------------------------------------------------------
+template <class V>
+__device__ __forceinline__ void copy_as(uint8_t* dst, const uint8_t* src, uint64_t n) {
+  const uint64_t nv = n / sizeof(V);
+  V* d = reinterpret_cast<V*>(dst);
+  const V* s = reinterpret_cast<const V*>(src);
+  uint64_t i = threadIdx.x;
+  for (; i + (kUnroll - 1) * kThreads < nv; i += kUnroll * kThreads) {
+    V v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = __ldcg(s + i + u * kThreads);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) d[i + u * kThreads] = v[u];
+  }
+  for (; i < nv; i += kThreads) d[i] = __ldcg(s + i);
+  const uint64_t done = nv * sizeof(V);
+  if (threadIdx.x < n - done) dst[done + threadIdx.x] = src[done + threadIdx.x];
+}
+
+// Copies n bytes with the widest access both pointers allow (16 bytes on aligned tensors).
+__device__ __forceinline__ void copy_bytes(uint8_t* dst, const uint8_t* src, uint64_t n) {
+  const uintptr_t mis = reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src);
+  if ((mis & 15) == 0) {
+    copy_as<uint4>(dst, src, n);
+  } else if ((mis & 7) == 0) {
+    copy_as<uint2>(dst, src, n);
+  } else if ((mis & 3) == 0) {
+    copy_as<uint32_t>(dst, src, n);
+  } else {
+    copy_as<uint16_t>(dst, src, n);
+  }
+}
+
+// This call's half of the inter-node receive area.
+__device__ __forceinline__ const uint8_t* net_recv(const Params& p, uint64_t e) {
+  return p.g.net.recv_area + (e & 1) * (p.g.net.recv_bytes / 2);
+}
+
+// Rank r's contribution to elements [off, ...) of this rank's block: x for r == rank, rank r's
+// data region (same node), or rank r's copy of this block in the receive area (other node).
+template <class T>
+__device__ __forceinline__ const T* source(const Params& p, const uint8_t* recv, int r,
+                                           uint64_t off) {
+  if (r == p.g.rank) return reinterpret_cast<const T*>(p.x) + off;
+  if (p.g.data[r] != nullptr) return reinterpret_cast<const T*>(p.g.data[r]) + off;
+  return reinterpret_cast<const T*>(recv + static_cast<uint64_t>(r) * p.net_block) +
+         (off - static_cast<uint64_t>(p.g.rank) * p.block);
+}
+
+// out[i] = sum over r = 0..W-1 (in that order, fp32) of source(r)[i], for n elements starting
+// at element `off` of this rank's block. Writes the rounded sum to out_a and (if not null) out_b.
+template <class T>
+__device__ __forceinline__ void reduce_elems(const Params& p, const uint8_t* recv, uint64_t off,
+                                             uint64_t n, T* out_a, T* out_b) {
+  constexpr int kPer = 16 / sizeof(T);
+  const int world = p.g.world;
+  // Every source is 16-byte aligned where x + off is (regions and net blocks start at 256-byte
+  // multiples, and this block's offset into them differs from off by a chunk multiple).
+  bool aligned = (reinterpret_cast<uintptr_t>(out_a) | reinterpret_cast<uintptr_t>(out_b) |
+                  reinterpret_cast<uintptr_t>(p.x) | (off * sizeof(T)) |
+                  (static_cast<uint64_t>(p.g.rank) * p.block * sizeof(T))) % 16 == 0;
+  uint64_t first_scalar = 0;
+  if (aligned) {
+    // kVec vectors per thread and two sources per step in flight: enough bytes outstanding per
+    // SM to cover the latency of peer (or HBM) reads. The adds of an element stay in rank order.
+    constexpr int kVec = 2;
+    const uint64_t nv = n / kPer;
+    for (uint64_t v0 = threadIdx.x; v0 < nv; v0 += kVec * kThreads) {
+      float acc[kVec][kPer];
+#pragma unroll
+      for (int u = 0; u < kVec; ++u) {
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) acc[u][k] = 0.f;
+      }
+#pragma unroll 2
+      for (int r = 0; r < world; ++r) {
+        const uint4* src = reinterpret_cast<const uint4*>(source<T>(p, recv, r, off));
+        uint4 raw[kVec];
+#pragma unroll
+        for (int u = 0; u < kVec; ++u) {
+          const uint64_t v = v0 + static_cast<uint64_t>(u) * kThreads;
+          raw[u] = v < nv ? __ldcg(src + v) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < kVec; ++u) {
+          const T* e = reinterpret_cast<const T*>(&raw[u]);
+#pragma unroll
+          for (int k = 0; k < kPer; ++k) acc[u][k] += Elem<T>::load(e[k]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kVec; ++u) {
+        const uint64_t v = v0 + static_cast<uint64_t>(u) * kThreads;
+        if (v >= nv) continue;
+        uint4 packed;
+        T* o = reinterpret_cast<T*>(&packed);
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) o[k] = Elem<T>::store(acc[u][k]);
+        reinterpret_cast<uint4*>(out_a)[v] = packed;
+        if (out_b != nullptr) reinterpret_cast<uint4*>(out_b)[v] = packed;
+      }
+    }
+    first_scalar = nv * kPer;
+  }
+  for (uint64_t i = first_scalar + threadIdx.x; i < n; i += kThreads) {
+    float acc = 0.f;
+    for (int r = 0; r < world; ++r) acc += Elem<T>::load(source<T>(p, recv, r, off)[i]);
+    out_a[i] = Elem<T>::store(acc);
+    if (out_b != nullptr) out_b[i] = Elem<T>::store(acc);
+  }
+}
+
+// --- synchronization of a CTA's items --------------------------------------------------------
+// Bound of a "derived" wait: one whose flag is released only after its releaser itself waited
+// for a peer (the entered flag after the entry barrier; all_reduce's reduced chunks after the
+// stage flags). Longer than the direct waits', so that when a peer dies, a direct wait times out
+// first and the record names the dead peer rather than a live one stuck behind it.
+__device__ __forceinline__ uint64_t derived_timeout(const GroupDevice& g) {
+  return 2 * g.timeout_ns + 1000000000ull;
+}
+
+// One thread waits (local-memory poll) or releases; the CTA barrier extends the acquire to
+// the other threads' reads and orders their writes before the release.
+__device__ __forceinline__ void cta_wait(const GroupDevice& g, uint32_t slot, uint64_t e,
+                                         int32_t op, int32_t kind, int peer, int32_t index,
+                                         uint64_t timeout_ns) {
+  if (threadIdx.x == 0) {
+    comm::wait_geq(g.flags[g.rank] + slot, e, timeout_ns, g.diag, g.group_id, g.rank,
+                   comm::WaitSite{op, kind, peer, index});
+  }
+  __syncthreads();
+}
+
+// Releases `slot` = e at every rank of this node but this one (all_gather's stage, all_reduce's
+// reduced block), or at `only` when only >= 0.
+__device__ __forceinline__ void cta_release(const GroupDevice& g, uint32_t slot, uint64_t e,
+                                            int only) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (only >= 0) {
+      comm::signal(g, only, slot, e);
+    } else {
+      // One system fence for all the peers (signal() fences per call): it orders the CTA's
+      // stores (made visible to this thread by the barrier) before every release below.
+      __threadfence_system();
+      for (int r = 0; r < g.world; ++r) {
+        if (r != g.rank && g.flags[r] != nullptr) comm::st_release_sys(g.flags[r] + slot, e);
+      }
+    }
+  }
+}
+
+// Every CTA starts only after the entry barrier (CTA 0 runs it and checks the signatures):
+// before it, a peer may still read this rank's region (call e-1), and a peer of another shape
+// must not be read out of bounds.
+__device__ __forceinline__ uint64_t enter(const Params& p) {
+  const GroupDevice& g = p.g;
+  const uint64_t e = comm::op_begin(g);
+  if (threadIdx.x == 0) {
+    if (blockIdx.x == 0) {
+      comm::entry_barrier(g, e, p.op, p.signature);
+      comm::st_release_sys(g.flags[g.rank] + kEnteredSlot, e);
+    } else {
+      comm::wait_geq(g.flags[g.rank] + kEnteredSlot, e, derived_timeout(g), g.diag, g.group_id,
+                     g.rank, comm::WaitSite{p.op, comm::kWaitEntry, -1, 0});
+    }
+  }
+  __syncthreads();
+  return e;
+}
+
+__device__ __forceinline__ void leave(const Params& p, uint64_t e) {
+  __syncthreads();
+  if (threadIdx.x == 0) comm::op_end(p.g, e);
+}
+
+// Element range of chunk c of block d: [begin, begin + n).
+__device__ __forceinline__ void chunk_range(const Params& p, int d, uint32_t c, uint64_t* begin,
+                                            uint64_t* n) {
+  const uint64_t block_begin = static_cast<uint64_t>(d) * p.block;
+  const uint64_t block_end = min(p.count, block_begin + p.block);
+  const uint64_t b = min(block_end, block_begin + c * p.chunk);
+  *begin = b;
+  *n = min(block_end, b + p.chunk) - b;
+}
+
+// --- the inter-node path ---------------------------------------------------------------------
+// Waits (thread 0, then the CTA) until rank src's inter-node arrival flag `slot` holds e.
+__device__ __forceinline__ void net_cta_wait(const Params& p, int src, uint32_t slot, uint64_t e,
+                                             uint64_t timeout_ns) {
+  if (threadIdx.x == 0) {
+    comm::wait_geq(p.g.net.arrival + slot, e, timeout_ns, p.g.diag, p.g.group_id, p.g.rank,
+                   comm::WaitSite{p.op, comm::kWaitNetArrival, src, static_cast<int32_t>(slot)});
+  }
+  __syncthreads();
+}
+
+// The CTA copies `bytes` of src into the send area at send_off; one lane pushes it to every rank
+// of another node (to < 0) or to rank `to`, landing at remote_off of the receive area, with
+// arrival flag `slot` = e; then it waits until the transport has read it (the next call
+// rewrites the send area). Waiting for the transport never waits for a peer's GPU.
+__device__ __forceinline__ void net_send(const Params& p, const uint8_t* src, uint64_t bytes,
+                                         uint64_t send_off, uint64_t remote_off, int to,
+                                         uint32_t slot, uint64_t e) {
+#if MKERNEL_NET_COLLECTIVES
+  copy_bytes(p.g.net.send_area + send_off, src, bytes);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    comm::NetCursor cursor;
+    uint64_t ticket = 0;
+    int last = -1;
+    for (int r = 0; r < p.g.world; ++r) {
+      if (p.g.data[r] != nullptr || (to >= 0 && r != to)) continue;
+      ticket = comm::net_put_signal(p.g, cursor, r, send_off, remote_off, bytes, slot, e, p.op);
+      last = r;
+    }
+    if (last >= 0) comm::net_wait_sent(p.g, ticket, last, p.op);
+  }
+  __syncthreads();
+#endif
+}
+
+// Offset of this rank's block in a receiver's receive area for call e (phase 0: data, phase 1:
+// all_reduce's reduced blocks, after the W data blocks).
+__device__ __forceinline__ uint64_t net_remote_off(const Params& p, uint64_t e, int phase) {
+  return (e & 1) * (p.g.net.recv_bytes / 2) +
+         (static_cast<uint64_t>(phase) * p.g.world + p.g.rank) * p.net_block;
+}
+
+// --- the kernels ---------------------------------------------------------------------------
+// all_gather: items [stage: chunks][gather: W * chunks, own rank first].
+template <class T>
+__global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_constant__ Params p) {
+  const GroupDevice& g = p.g;
+  const uint64_t e = enter(p);
+  const uint32_t chunks = p.chunks;
+  const uint64_t seg = p.count * sizeof(T);
+  const uint64_t chunk_bytes = p.chunk * sizeof(T);
+  const uint32_t items = chunks + static_cast<uint32_t>(g.world) * chunks;
+  const uint8_t* recv = net_recv(p, e);
+  for (uint32_t i = blockIdx.x; i < items; i += gridDim.x) {
+    if (i < chunks) {  // stage (same-node peers pull it; other nodes get all of x from item 0)
+      const uint64_t b = i * chunk_bytes, n = min(seg, b + chunk_bytes) - b;
+      if (g.local_ranks > 1) {
+        copy_bytes(g.data[g.rank] + b, p.x + b, n);
+        cta_release(g, stage_slot(g.rank, i), e, -1);
+      }
+      if (i == 0 && p.remote > 0) {
+        net_send(p, p.x, seg, 0, net_remote_off(p, e, 0), -1, net_data_slot(g.rank), e);
+      }
+      continue;
+    }
+    const uint32_t j = (i - chunks) / chunks, c = (i - chunks) % chunks;
+    const int src = (g.rank + static_cast<int>(j)) % g.world;
+    const uint64_t b = c * chunk_bytes, n = min(seg, b + chunk_bytes) - b;
+    if (src == g.rank) {
+      copy_bytes(p.out + src * seg + b, p.x + b, n);
+    } else if (g.data[src] != nullptr) {
+      cta_wait(g, stage_slot(src, c), e, p.op, comm::kWaitPeerFlag, src, static_cast<int32_t>(c),
+               g.timeout_ns);
+      copy_bytes(p.out + src * seg + b, g.data[src] + b, n);
+    } else {
+      net_cta_wait(p, src, net_data_slot(src), e, g.timeout_ns);
+      copy_bytes(p.out + src * seg + b, recv + static_cast<uint64_t>(src) * p.net_block + b, n);
+    }
+    __syncthreads();  // the CTA's threads are done with this item before the next wait
+  }
+  leave(p, e);
+}
+
+// reduce_scatter (kAllReduce = false) and all_reduce: items
+//   [stage: (W-1) * chunks, peers rank+1.. first][reduce: chunks]
+//   [all_reduce, other nodes: 1, the reduced block out][all_reduce gather: (W-1) * chunks].
+// A block for a rank of another node travels whole (its item of chunk 0).
+template <class T, bool kAllReduce>
+__global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_constant__ Params p) {
+  const GroupDevice& g = p.g;
+  const uint64_t e = enter(p);
+  const int world = g.world, rank = g.rank;
+  const uint32_t chunks = p.chunks;
+  const uint32_t peers = static_cast<uint32_t>(world - 1);
+  const uint32_t stage_items = peers * chunks;
+  const uint32_t net_items = kAllReduce && p.remote > 0 ? 1u : 0u;
+  const uint32_t gather_base = stage_items + chunks + net_items;
+  const uint32_t items = gather_base + (kAllReduce ? peers * chunks : 0u);
+  T* region = reinterpret_cast<T*>(g.data[rank]);
+  const T* x = reinterpret_cast<const T*>(p.x);
+  T* out = reinterpret_cast<T*>(p.out);
+  const uint8_t* recv = net_recv(p, e);
+  for (uint32_t i = blockIdx.x; i < items; i += gridDim.x) {
+    uint64_t begin, n;
+    if (i < stage_items) {  // block of rank d (!= rank): into the own region, released at d
+      const int d = (rank + 1 + static_cast<int>(i / chunks)) % world;
+      const uint32_t c = i % chunks;
+      if (g.data[d] != nullptr) {
+        chunk_range(p, d, c, &begin, &n);
+        copy_bytes(reinterpret_cast<uint8_t*>(region + begin),
+                   reinterpret_cast<const uint8_t*>(x + begin), n * sizeof(T));
+        cta_release(g, stage_slot(rank, c), e, d);
+      } else if (c == 0) {  // another node: the whole block through the inter-node path
+        const uint64_t b0 = static_cast<uint64_t>(d) * p.block;
+        const uint64_t b1 = min(p.count, b0 + p.block);
+        net_send(p, reinterpret_cast<const uint8_t*>(x + min(b0, b1)), (b1 - min(b0, b1)) * sizeof(T),
+                 static_cast<uint64_t>(d) * p.net_block, net_remote_off(p, e, 0), d,
+                 net_data_slot(rank), e);
+      }
+    } else if (i < stage_items + chunks) {  // reduce chunk c of the own block
+      const uint32_t c = i - stage_items;
+      chunk_range(p, rank, c, &begin, &n);
+      if (threadIdx.x == 0) {
+        for (int j = 1; j < world; ++j) {
+          const int src = (rank + j) % world;
+          if (g.data[src] != nullptr) {
+            comm::wait_geq(g, g.flags[rank] + stage_slot(src, c), e,
+                           comm::WaitSite{p.op, comm::kWaitPeerFlag, src, static_cast<int32_t>(c)});
+          } else {
+            comm::wait_geq(g.net.arrival + net_data_slot(src), e, g.timeout_ns, g.diag, g.group_id,
+                           rank, comm::WaitSite{p.op, comm::kWaitNetArrival, src,
+                                                static_cast<int32_t>(net_data_slot(src))});
+          }
+        }
+      }
+      __syncthreads();
+      if constexpr (kAllReduce) {
+        reduce_elems<T>(p, recv, begin, n, out + begin, region + begin);
+        cta_release(g, reduced_slot(rank, c), e, -1);
+        if (p.remote > 0 && threadIdx.x == 0) comm::signal(g, rank, reduced_slot(rank, c), e);
+      } else {
+        reduce_elems<T>(p, recv, begin, n,
+                        out + (begin - static_cast<uint64_t>(rank) * p.block), nullptr);
+      }
+    } else if (i < gather_base) {  // all_reduce: the own reduced block to the other nodes
+      if (threadIdx.x == 0) {
+        for (uint32_t c = 0; c < chunks; ++c) {
+          comm::wait_geq(g.flags[rank] + reduced_slot(rank, c), e, derived_timeout(g), g.diag,
+                         g.group_id, rank,
+                         comm::WaitSite{p.op, comm::kWaitPeerFlag, rank, static_cast<int32_t>(c)});
+        }
+      }
+      __syncthreads();
+      const uint64_t b0 = min(p.count, static_cast<uint64_t>(rank) * p.block);
+      const uint64_t b1 = min(p.count, b0 + p.block);
+      net_send(p, reinterpret_cast<const uint8_t*>(out + b0), (b1 - b0) * sizeof(T),
+               static_cast<uint64_t>(world) * p.net_block, net_remote_off(p, e, 1), -1,
+               net_reduced_slot(rank), e);
+    } else {  // all_reduce: a peer's reduced block into the output
+      const uint32_t k = i - gather_base;
+      const int src = (rank + 1 + static_cast<int>(k / chunks)) % world;
+      const uint32_t c = k % chunks;
+      chunk_range(p, src, c, &begin, &n);
+      const uint8_t* from;
+      if (g.data[src] != nullptr) {
+        cta_wait(g, reduced_slot(src, c), e, p.op, comm::kWaitPeerFlag, src,
+                 static_cast<int32_t>(c), derived_timeout(g));
+        from = reinterpret_cast<const uint8_t*>(reinterpret_cast<const T*>(g.data[src]) + begin);
+      } else {
+        net_cta_wait(p, src, net_reduced_slot(src), e, derived_timeout(g));
+        from = recv + (static_cast<uint64_t>(world) + src) * p.net_block +
+               (begin - static_cast<uint64_t>(src) * p.block) * sizeof(T);
+      }
+      copy_bytes(reinterpret_cast<uint8_t*>(out + begin), from, n * sizeof(T));
+    }
+    __syncthreads();
+  }
+  leave(p, e);
+}
+
+// --- host side -----------------------------------------------------------------------------
+int elem_size(DType t) { return t == DType::kFP32 ? 4 : 2; }
+
+uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
+
+// Chunk length (elements, a 16-byte multiple) for a block of `block` elements.
+uint64_t chunk_elems(uint64_t block, int esize) {
+  const uint64_t per16 = 16 / esize;
+  const uint64_t min_chunk = kMinChunkBytes / esize;
+  uint64_t c = std::max(min_chunk, (block + kMaxChunks - 1) / kMaxChunks);
+  return round_up(std::max<uint64_t>(c, 1), per16);
+}
+
+uint32_t chunk_count(uint64_t block, uint64_t chunk) {
+  return static_cast<uint32_t>(std::max<uint64_t>(1, (block + chunk - 1) / chunk));
+}
+
+template <class T>
+struct Kernels {
+  static void* get(Kind k) {
+    switch (k) {
+      case Kind::kAllGather:
+        return reinterpret_cast<void*>(&all_gather_kernel<T>);
+      case Kind::kReduceScatter:
+        return reinterpret_cast<void*>(&reduce_kernel<T, false>);
+      case Kind::kAllReduce:
+        return reinterpret_cast<void*>(&reduce_kernel<T, true>);
+    }
+    return nullptr;
+  }
+};
+
+void* kernel_for(Kind k, DType t) {
+  switch (t) {
+    case DType::kBF16:
+      return Kernels<__nv_bfloat16>::get(k);
+    case DType::kFP16:
+      return Kernels<__half>::get(k);
+    case DType::kFP32:
+      return Kernels<float>::get(k);
+  }
+  return nullptr;
+}
+
+// The co-resident grid for `kernel` on the current device (the SM count as this process sees
+// it: under MPS it is the process's share), cached per (device, kernel): the queries cost more
+// than a small collective.
+cudaError_t resident_ctas(const void* kernel, int* out) {
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, int> cache;
+  std::lock_guard<std::mutex> guard(mu);
+  auto it = cache.find({dev, kernel});
+  if (it != cache.end()) {
+    *out = it->second;
+    return cudaSuccess;
+  }
+  int sms = 0, per_sm = 0;
+  err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (err != cudaSuccess) return err;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
+  if (err != cudaSuccess) return err;
+  *out = sms * std::max(1, std::min(per_sm, 2));
+  cache.emplace(std::make_pair(dev, kernel), *out);
+  return cudaSuccess;
+}
+
+// Block of one rank in the net areas (the padded all_reduce block, reduce_scatter's M/W rows,
+// all_gather's whole x), at 256-byte multiples; send = the blocks this rank sends, recv = two
+// halves (call parity) of the blocks it receives.
+NetBytes net_bytes_for(Kind kind, DType dtype, uint64_t count, int world) {
+  const uint64_t w = static_cast<uint64_t>(std::max(world, 1));
+  const int esize = elem_size(dtype);
+  switch (kind) {
+    case Kind::kAllGather: {
+      const uint64_t b = round_up(count * esize, kNetAlign);
+      return {b, 2 * w * b};
+    }
+    case Kind::kReduceScatter: {
+      const uint64_t b = round_up(count / w * esize, kNetAlign);
+      return {w * b, 2 * w * b};
+    }
+    case Kind::kAllReduce: {
+      const uint64_t b = round_up(round_up((count + w - 1) / w, 16 / esize) * esize, kNetAlign);
+      return {(w + 1) * b, 2 * 2 * w * b};
+    }
+  }
+  return {0, 0};
+}
+
+cudaError_t launch(Kind kind, const Args& a, const char** reason) {
+  const GroupDevice& g = a.group;
+  if (g.world < 1 || g.world > comm::kMaxRanks || g.rank < 0 || g.rank >= g.world ||
+      g.flags[g.rank] == nullptr || g.epoch == nullptr || g.exit_ticket == nullptr) {
+    if (reason) *reason = "the group's device view is not set up";
+    return cudaErrorInvalidValue;
+  }
+  int remote = 0;
+  for (int r = 0; r < g.world; ++r) remote += g.data[r] == nullptr ? 1 : 0;
+  if (remote > 0 && (!MKERNEL_NET_COLLECTIVES || g.net.fifo == nullptr)) {
+    if (reason) *reason = "a rank of the group lives on another node and there is no inter-node path";
+    return cudaErrorInvalidValue;
+  }
+  if (a.count == 0) return cudaSuccess;
+  const int esize = elem_size(a.dtype);
+  Params p;
+  p.g = g;
+  p.x = static_cast<const uint8_t*>(a.x);
+  p.out = static_cast<uint8_t*>(a.out);
+  p.count = a.count;
+  p.signature = a.signature;
+  uint64_t need = 0;
+  uint32_t items = 0;
+  const uint32_t world = static_cast<uint32_t>(g.world);
+  switch (kind) {
+    case Kind::kAllGather:
+      p.block = a.count;
+      p.op = comm::kOpAllGather;
+      need = all_gather_bytes(a.dtype, a.count, g.world);
+      break;
+    case Kind::kReduceScatter:
+      if (a.count % world != 0) {
+        if (reason) *reason = "reduce_scatter needs count % world == 0";
+        return cudaErrorInvalidValue;
+      }
+      p.block = a.count / world;
+      p.op = comm::kOpReduceScatter;
+      need = reduce_scatter_bytes(a.dtype, a.count, g.world);
+      break;
+    case Kind::kAllReduce:
+      p.block = round_up((a.count + world - 1) / world, 16 / esize);
+      p.op = comm::kOpAllReduce;
+      need = all_reduce_bytes(a.dtype, a.count, g.world);
+      break;
+  }
+  if (g.data_bytes < need) {
+    if (reason) *reason = "the group's symmetric memory is smaller than the call needs";
+    return cudaErrorInvalidValue;
+  }
+  p.remote = remote;
+  p.net_block = round_up(p.block * esize, kNetAlign);
+  if (remote > 0) {
+    const NetBytes nb = net_bytes_for(kind, a.dtype, a.count, g.world);
+    if (g.net.send_bytes < nb.send || g.net.recv_bytes < nb.recv ||
+        g.net.arrival_slots < 2 * comm::kMaxRanks) {
+      if (reason) *reason = "the group's inter-node areas are smaller than the call needs";
+      return cudaErrorInvalidValue;
+    }
+  }
+  p.chunk = chunk_elems(std::max<uint64_t>(p.block, 1), esize);
+  p.chunks = chunk_count(p.block, p.chunk);
+  switch (kind) {
+    case Kind::kAllGather:
+      items = p.chunks * (1 + world);
+      break;
+    case Kind::kReduceScatter:
+      items = p.chunks * world;
+      break;
+    case Kind::kAllReduce:
+      items = p.chunks * (2 * world - 1) + (remote > 0 ? 1 : 0);
+      break;
+  }
+  void* kernel = kernel_for(kind, a.dtype);
+  int ctas = 0;
+  cudaError_t err = resident_ctas(kernel, &ctas);
+  if (err != cudaSuccess) return err;
+  if (a.ctas > 0) ctas = std::min(ctas, a.ctas);
+  ctas = std::max(1, std::min<int>(ctas, static_cast<int>(items)));
+  void* args[] = {&p};
+  return cudaLaunchKernel(kernel, dim3(ctas), dim3(kThreads), args, 0, a.stream);
+}
+
+}  // namespace
+
+uint64_t all_gather_bytes(DType dtype, uint64_t count, int) {
+  return count * elem_size(dtype);
+}
+uint64_t reduce_scatter_bytes(DType dtype, uint64_t count, int) {
+  return count * elem_size(dtype);
+}
+uint64_t all_reduce_bytes(DType dtype, uint64_t count, int) { return count * elem_size(dtype); }
+
+bool net_supported() { return MKERNEL_NET_COLLECTIVES != 0; }
+NetBytes all_gather_net_bytes(DType dtype, uint64_t count, int world) {
+  return net_bytes_for(Kind::kAllGather, dtype, count, world);
+}
+NetBytes reduce_scatter_net_bytes(DType dtype, uint64_t count, int world) {
+  return net_bytes_for(Kind::kReduceScatter, dtype, count, world);
+}
+NetBytes all_reduce_net_bytes(DType dtype, uint64_t count, int world) {
+  return net_bytes_for(Kind::kAllReduce, dtype, count, world);
+}
+
+cudaError_t all_gather(const Args& args, const char** reason) {
+  return launch(Kind::kAllGather, args, reason);
+}
+cudaError_t reduce_scatter(const Args& args, const char** reason) {
+  return launch(Kind::kReduceScatter, args, reason);
+}
+cudaError_t all_reduce(const Args& args, const char** reason) {
+  return launch(Kind::kAllReduce, args, reason);
+}
+
+}  // namespace mkernel::collectives

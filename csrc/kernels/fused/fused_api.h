@@ -1,0 +1,25 @@
+// Host API of the fused GEMM + communication kernels (plain C++, no torch): the engine's hooked
+// kernel with FusedHooks (fused_hooks.cuh), instantiated for the tile configs listed in
+// fused_dispatch.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "../gemm/gemm_api.h"
+#include "fused_params.h"
+
+namespace mkernel::fused {
+
+// The tile configs with a fused kernel.
+bool fused_supported(gemm::ConfigId id);
+
+// The config a fused launch of an [m, n, k] GEMM on sm_count SMs runs (a shape model, the same
+// on every rank: it reads shapes and the SM count only).
+gemm::ConfigId fused_config(int m, int n, int k, int sm_count);
+
+// Launches the fused kernel on l.stream (l.splits must be 1). m_order: device permutation of
+// the M units, or null. Returns the launch error; a reason for a rejected problem in *reason.
+cudaError_t run_fused(const gemm::Problem& p, gemm::ConfigId id, const gemm::Launch& l,
+                      const int* m_order, const FusedParams& hooks, const char** reason);
+
+}  // namespace mkernel::fused

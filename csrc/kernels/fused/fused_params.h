@@ -1,0 +1,55 @@
+// What a fused GEMM + communication launch receives (host and device; plain C++): the group's
+// device view and the op's layout. See fused_hooks.cuh for the protocol of each mode.
+#pragma once
+
+#include <cstdint>
+
+#include "../comm/group_device.h"
+
+namespace mkernel::fused {
+
+enum FusedMode : int32_t {
+  kModeAllGather = 0,  // ag_gemm: A = the gathered rows, pushed by the COPY role
+  kModeReduce = 1,     // gemm_rs / gemm_ar (one-shot): D = this rank's partial, REDUCE role
+};
+
+struct FusedParams {
+  comm::GroupDevice group;
+  int32_t mode = kModeAllGather;
+  int32_t op = comm::kOpAgGemm;  // WaitOp for diagnostics and the entry barrier
+  uint64_t signature = 0;        // the call's signature (entry barrier)
+  uint32_t flag_base = comm::FlagSlot::kOpSlotBase;  // first flag slot of the op
+  // This rank's work counter (a slot of its own flag region past the op's flags): copy items are
+  // claimed from it (fused_hooks.cuh, claim_item).
+  uint32_t counter_slot = comm::kFlagWords - 1;
+
+  // kModeAllGather: flag of (rank s, chunk c) = flag_base + s * chunks + c.
+  const uint8_t* x = nullptr;  // [m_local, K] this rank's rows
+  int32_t m_local = 0;         // rows per rank
+  int32_t m_total = 0;         // world * m_local (the GEMM's M)
+  int64_t row_bytes = 0;       // K * element size (a multiple of 16)
+  int32_t chunk_rows = 128;    // rows per arrival flag
+  int32_t chunks = 0;          // ceil(m_local / chunk_rows)
+
+  // kModeReduce: the GEMM's D is this rank's data region ([m, n] partial); tile (tm, tn)'s flag
+  // = flag_base + tm * tiles_n + tn, released at this rank when the tile is stored. The REDUCE
+  // role sums rows [reduce_row0, reduce_row0 + reduce_rows) of every same-node rank's partial in
+  // fp32, rank order 0..world-1, into out [reduce_rows, n].
+  int32_t m = 0, n = 0;
+  int32_t block_m = 0, block_n = 0, tiles_n = 0;
+  int32_t reduce_row0 = 0, reduce_rows = 0;
+  void* out = nullptr;
+  int32_t out_row0 = 0;  // the row of the problem that out's first row holds
+  // Two-shot all-reduce (gemm_ar): rank q reduces rows [q * rows_per_rank, ...) (its
+  // reduce_row0/rows), writes them to out and to the reduced area of its region (byte
+  // reduced_offset, the same [m, n] layout), releases reduced flag (tm, tn) = e at itself
+  // (reduced_flag_base + tm * tiles_n + tn), then copies every other rank's reduced rows into out
+  // as their flags arrive.
+  int32_t two_shot = 0;
+  int32_t rows_per_rank = 0;
+  int64_t reduced_offset = 0;
+  uint32_t reduced_flag_base = 0;
+  int32_t bf16 = 1;  // element type of D and out: bf16 (1) or fp16 (0)
+};
+
+}  // namespace mkernel::fused

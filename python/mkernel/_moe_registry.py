@@ -1,0 +1,164 @@
+"""The Python half of the MoE ops' registration: moe_dispatch_gemm's fake kernel and the
+autograd formulas of moe_dispatch_gemm and moe_combine (imported by ``mkernel`` once ``_C`` is
+loaded).
+
+Fake kernel: with ``capacity == 0`` at world size > 1, the packed row count ``R`` depends on
+every rank's routing, so under ``torch.compile`` it is an unbacked SymInt (like ``nonzero``'s);
+at world size 1 it is ``T * k`` and with ``capacity > 0`` the output is ``[E_local, capacity, F]``
+(both static). The C++ validator runs first (``mkernel._moe_dispatch_check``), so a bad input
+gets the same error while tracing as eagerly.
+
+Autograd (the exchange of one direction is the other's backward):
+
+* ``moe_dispatch_gemm``: ``out = x_e @ w1[e].T`` on dispatched rows, so
+  ``grad_x = moe_combine(grad_out_e @ w1[e], weights = 1)`` (each token's choices summed in
+  fp32) and ``grad_w1[e] = grad_out_e.T @ x_e`` on the received rows (``return_recv``).
+* ``moe_combine``: ``out[t] = sum_j w[t, j] * y[row(t, j)]``, so
+  ``grad_y[row(t, j)] = w[t, j] * grad_out[t]`` (``_moe_scatter``, a dispatch by route) and
+  ``grad_w[t, j] = <grad_out[t], y[row(t, j)]>`` (``_moe_gather`` brings the rows back).
+
+At world size > 1 the backward passes are collectives too: every rank runs them in the same
+order (the same graph), as in the forward.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+_OPS = torch.ops.mkernel
+
+
+def _dispatch_fake(x, topk_idx, w1, group, world_size, num_experts, capacity=0,
+                   return_recv=False):
+    _OPS._moe_dispatch_check(x, topk_idx, w1, group, world_size, num_experts, capacity)
+    e_local = num_experts // world_size
+    tokens, k = topk_idx.shape
+    if capacity > 0:
+        lead = (e_local, capacity)
+    elif world_size == 1:
+        lead = (tokens * k,)
+    else:
+        lead = (torch.library.get_ctx().new_dynamic_size(),)
+    out = x.new_empty((*lead, w1.shape[1]))
+    counts = x.new_empty((e_local,), dtype=torch.int32)
+    route = x.new_empty((tokens, k), dtype=torch.int64)
+    recv_counts = x.new_empty((world_size, e_local), dtype=torch.int32)
+    recv_x = x.new_empty((*lead, x.shape[1])) if return_recv else x.new_empty((0,))
+    return out, counts, route, recv_counts, recv_x
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(msg: str) -> None:
+    if msg not in _WARNED:
+        _WARNED.add(msg)
+        import logging
+
+        logging.getLogger("mkernel").warning(msg)
+
+
+def _expert_rows(counts: Tensor, capacity: int) -> list[tuple[int, int]]:
+    """(first row, rows) of each local expert in the flattened layout (one host read)."""
+    spans, start = [], 0
+    for e, n in enumerate(counts.tolist()):
+        first = e * capacity if capacity > 0 else start
+        spans.append((first, n))
+        start += n
+    return spans
+
+
+def _grouped_dgrad(grad_out: Tensor, w1: Tensor, counts: Tensor, capacity: int) -> Tensor:
+    """grad_out_e @ w1[e] per local expert, in grad_out's layout (rows past counts unspecified)."""
+    w1_t = w1.transpose(1, 2).contiguous()  # [E, H, F]: the engine's [N, K] per expert
+    if capacity > 0:
+        return _OPS.gemm_grouped(grad_out.contiguous(), w1_t, counts)
+    offs = torch.cumsum(counts, 0, dtype=torch.int32)
+    return _OPS.gemm_grouped_packed(grad_out.contiguous(), w1_t, offs)
+
+
+def _grouped_wgrad(grad_out: Tensor, recv_x: Tensor, counts: Tensor, capacity: int) -> Tensor:
+    """grad_out_e.T @ x_e per local expert -> [E_local, F, H] (fp32 accumulation).
+
+    Padded layout: one masked bmm. Packed layout: ``torch._grouped_mm`` with the groups along
+    the reduction (``offs``), where its rules hold (bf16, rows 16-byte aligned);
+    else a per-expert loop, which reads the counts on the host.
+    """
+    f, h = grad_out.shape[-1], recv_x.shape[-1]
+    if capacity > 0:
+        live = torch.arange(capacity, device=counts.device).unsqueeze(0) < counts.unsqueeze(1)
+        g = grad_out.masked_fill(~live.unsqueeze(-1), 0)
+        x = recv_x.masked_fill(~live.unsqueeze(-1), 0)
+        return torch.bmm(g.transpose(1, 2), x)
+    g2, x2 = grad_out.reshape(-1, f).contiguous(), recv_x.reshape(-1, h).contiguous()
+    offs = torch.cumsum(counts, 0, dtype=torch.int32)
+    aligned = (f * g2.element_size()) % 16 == 0 and (h * x2.element_size()) % 16 == 0
+    if aligned and g2.dtype == torch.bfloat16:
+        try:
+            return torch._grouped_mm(g2.t(), x2, offs=offs)
+        except RuntimeError as e:  # a layout rule of this torch build: the loop below is exact
+            _warn_once(f"mkernel.moe_dispatch_gemm backward: torch._grouped_mm refused the weight "
+                       f"gradient ({e}); using a per-expert loop (one host read of the counts)")
+    out = torch.zeros((counts.shape[0], f, h), dtype=torch.float32, device=grad_out.device)
+    for e, (first, n) in enumerate(_expert_rows(counts, capacity)):
+        if n:
+            out[e] = g2[first:first + n].float().T @ x2[first:first + n].float()
+    return out.to(grad_out.dtype)
+
+
+def _dispatch_setup(ctx, inputs, output):
+    x, topk_idx, w1, group, world_size, num_experts, capacity, return_recv = inputs
+    _, counts, route, recv_counts, recv_x = output
+    ctx.group, ctx.world_size, ctx.capacity = group, world_size, capacity
+    ctx.has_recv = return_recv
+    ctx.x_meta = (x.shape[0], x.dtype)
+    ctx.save_for_backward(w1, counts, route, recv_counts, recv_x)
+
+
+def _dispatch_backward(ctx, grad_out, _grad_counts, _grad_route, _grad_recv_counts, grad_recv_x):
+    w1, counts, route, recv_counts, recv_x = ctx.saved_tensors
+    grad_x = grad_w1 = None
+    if ctx.needs_input_grad[0]:
+        grad_rows = _grouped_dgrad(grad_out, w1, counts, ctx.capacity)
+        if grad_recv_x is not None and grad_recv_x.numel():
+            grad_rows = grad_rows + grad_recv_x
+        ones = torch.ones(route.shape, dtype=torch.float32, device=route.device)
+        grad_x = _OPS.moe_combine(grad_rows.contiguous(), route, recv_counts, ones, ctx.group,
+                                  ctx.world_size, route.shape[0])
+    if ctx.needs_input_grad[2]:
+        if not ctx.has_recv:
+            raise RuntimeError(
+                "mkernel.moe_dispatch_gemm: the gradient of w1 needs the received rows: call the "
+                "op with return_recv=True (mkernel.moe_dispatch_gemm does when w1 requires grad)")
+        grad_w1 = _grouped_wgrad(grad_out, recv_x, counts, ctx.capacity)
+    return grad_x, None, grad_w1, None, None, None, None, None
+
+
+def _combine_setup(ctx, inputs, output):
+    y, route, recv_counts, topk_weights, group, world_size, num_tokens = inputs
+    ctx.group, ctx.world_size = group, world_size
+    ctx.capacity = y.shape[1] if y.dim() == 3 else 0
+    ctx.save_for_backward(y, route, recv_counts, topk_weights)
+
+
+def _combine_backward(ctx, grad_out):
+    y, route, recv_counts, topk_weights = ctx.saved_tensors
+    grad_y = grad_w = None
+    kept = (route >= 0).unsqueeze(-1)
+    if ctx.needs_input_grad[0]:
+        rows = (topk_weights.unsqueeze(-1) * grad_out.float().unsqueeze(1)).masked_fill(~kept, 0)
+        out_rows = y.shape[0] if ctx.capacity == 0 else 0
+        grad_y = _OPS._moe_scatter(rows.to(y.dtype).contiguous(), route, recv_counts, ctx.group,
+                                   ctx.world_size, ctx.capacity, out_rows)
+    if ctx.needs_input_grad[3]:
+        rows = _OPS._moe_gather(y, route, recv_counts, ctx.group, ctx.world_size)
+        grad_w = (rows.float() * grad_out.float().unsqueeze(1)).sum(-1).masked_fill(~kept[..., 0], 0)
+    return grad_y, None, None, grad_w, None, None, None
+
+
+torch.library.register_fake("mkernel::moe_dispatch_gemm")(_dispatch_fake)
+torch.library.register_autograd("mkernel::moe_dispatch_gemm", _dispatch_backward,
+                                setup_context=_dispatch_setup)
+torch.library.register_autograd("mkernel::moe_combine", _combine_backward,
+                                setup_context=_combine_setup)

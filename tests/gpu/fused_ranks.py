@@ -1,0 +1,302 @@
+"""What each rank process of tests/gpu/test_fused_ops.py runs: the fused ops on CUDA (W ranks
+sharing one GPU under MPS) against a float32 reference (cuBLAS, no TF32) each rank computes
+from every rank's inputs (seeded by (case, rank), so every rank regenerates the others').
+
+Checks: relative error ‖out − ref‖/‖ref‖ and the worst 128×128 tile's max error against the
+tensor's dtype resolution (an unwritten tile holds the poison and fails); outputs are fresh
+tensors allocated from poisoned memory; back-to-back calls without a host sync; CUDA-graph
+capture and replay with the inputs changed between replays. Prints ``CASE {json}`` per call and
+``OK <rank>`` at the end; a failed check raises (exit status 1) naming the case.
+
+``FUSED_SUITE`` (comma-separated): ``ag`` (ag_gemm), ``rs`` (gemm_rs), ``ar`` (gemm_ar),
+``graph`` (all three captured and replayed), ``time``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import mkernel
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+BOUND = 1e-2  # relative error of a bf16/fp16 GEMM output against fp64
+
+
+def emit(tag: str, payload: dict) -> None:
+    sys.stdout.write(f"{tag} {json.dumps(payload)}\n")
+    sys.stdout.flush()
+
+
+def inputs(case: int, rank: int, rows: int, k: int, n: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank `rank`'s x [rows, k] and w [n, k] of case `case` (CPU, dtype)."""
+    g = torch.Generator().manual_seed(case * 7919 + rank)
+    x = torch.randn(rows, k, generator=g, dtype=torch.float64)
+    w = torch.randn(n, k, generator=g, dtype=torch.float64) / math.sqrt(k)
+    return x.to(dtype), w.to(dtype)
+
+
+def poison(*shapes_dtypes) -> None:
+    """Leave NaN-filled blocks of these sizes in the caching allocator, so the op's fresh outputs
+    (same sizes) start as NaN: a tile the kernel never writes fails the check."""
+    blocks = [torch.full(s, float("nan"), dtype=d, device="cuda") for s, d in shapes_dtypes]
+    torch.cuda.synchronize()
+    del blocks
+
+
+def check(name: str, out: torch.Tensor, ref: torch.Tensor, case: dict) -> None:
+    """Relative error and the worst tile's max error (scaled by the reference's magnitude)."""
+    o, r = out.double(), ref.double().to(out.device)
+    assert o.shape == r.shape, f"{name}: shape {tuple(o.shape)} != {tuple(r.shape)} ({case})"
+    finite = bool(torch.isfinite(o).all())
+    rel = ((o - r).norm() / r.norm().clamp_min(1e-30)).item() if finite else float("inf")
+    scale = r.abs().max().item() if r.numel() else 1.0
+    eps = torch.finfo(out.dtype).eps
+    # The worst element of every tile (an unwritten or misplaced tile shows up here even when
+    # the norm-wise error of a large output stays small).
+    tile_worst = (o - r).abs().amax().item() if finite and r.numel() else (0.0 if finite else float("inf"))
+    # A tile's worst element may be off by a few ulps of the largest output (bf16 output rounding
+    # plus fp32 accumulation order); 16 ulps of the max is far below any missing or wrong tile.
+    tile_ok = tile_worst <= 16 * eps * scale + 1e-6
+    case = dict(case, out=name, rel=rel, tile_worst=tile_worst, scale=scale)
+    emit("CASE", case)
+    assert finite and rel <= BOUND and tile_ok, f"{name} wrong: {case}"
+
+
+def ag_reference(case: int, world: int, m: int, k: int, n: int, dtype, me: int):
+    xs = [inputs(case, s, m, k, n, dtype)[0] for s in range(world)]
+    w = inputs(case, me, m, k, n, dtype)[1]
+    gathered = torch.cat(xs)
+    ref = gathered.cuda().float() @ w.cuda().float().T
+    return gathered, ref, xs[me], w
+
+
+def suite_ag(ctx, rank: int, world: int) -> None:
+    # ragged m (not a tile multiple), one row, K/N multiples of 8, a shape wide enough for the
+    # 128x256 tiles; back-to-back calls without a sync in between.
+    shapes = [(37, 64, 96), (1, 128, 256), (200, 256, 136), (333, 512, 1024), (1024, 1024, 4096)]
+    for dname, dtype in DTYPES.items():
+        pending = []
+        for i, (m, k, n) in enumerate(shapes):
+            case = 1000 * i + (0 if dtype is torch.bfloat16 else 500)
+            gathered_ref, ref, x, w = ag_reference(case, world, m, k, n, dtype, rank)
+            poison(((world * m, n), dtype), ((world * m, k), dtype))
+            out, gathered = mkernel.ag_gemm(x.cuda(), w.cuda(), group=ctx, return_gathered=True)
+            out_only = mkernel.ag_gemm(x.cuda(), w.cuda(), group=ctx)
+            pending.append((dict(op="ag_gemm", dtype=dname, m=m, k=k, n=n, world=world, rank=rank),
+                            out, gathered, out_only, ref, gathered_ref))
+        torch.cuda.synchronize()
+        for c, out, gathered, out_only, ref, gathered_ref in pending:
+            check("out", out, ref, c)
+            check("out_only", out_only, ref, c)
+            assert torch.equal(gathered.cpu(), gathered_ref), f"gathered differs: {c}"
+            assert gathered.data_ptr() != out.data_ptr()
+
+
+def reduce_reference(case: int, world: int, rows: int, k: int, n: int, dtype, me: int):
+    """Every rank's x @ w.T partial summed in float32 on the GPU ([rows, n]), this rank's inputs."""
+    total = None
+    for s in range(world):
+        x, w = inputs(case, s, rows, k, n, dtype)
+        part = x.cuda().float() @ w.cuda().float().T
+        total = part if total is None else total + part
+    x, w = inputs(case, me, rows, k, n, dtype)
+    return total, x, w
+
+
+# (M, k, N): ragged M (a multiple of W only for gemm_rs), k and N multiples of 8.
+REDUCE_SHAPES = [(8, 64, 96), (136, 64, 200), (520, 256, 136), (1000, 512, 1024), (2048, 512, 4096)]
+
+
+def suite_reduce(ctx, rank: int, world: int, op: str) -> None:
+    fn = {"gemm_rs": mkernel.gemm_rs, "gemm_ar": mkernel.gemm_ar}[op]
+    for dname, dtype in DTYPES.items():
+        pending = []
+        for i, (rows, k, n) in enumerate(REDUCE_SHAPES):
+            if op == "gemm_rs":
+                rows = (rows + world - 1) // world * world
+            case = 1000 * i + (0 if dtype is torch.bfloat16 else 500) + (100 if op == "gemm_rs" else 0)
+            total, x, w = reduce_reference(case, world, rows, k, n, dtype, rank)
+            if op == "gemm_rs":
+                b = rows // world
+                ref = total[rank * b:(rank + 1) * b]
+            else:
+                ref = total
+            poison((tuple(ref.shape), dtype))
+            out = fn(x.cuda(), w.cuda(), group=ctx)
+            pending.append((dict(op=op, dtype=dname, m=rows, k=k, n=n, world=world, rank=rank),
+                            out, ref))
+        torch.cuda.synchronize()
+        for c, out, ref in pending:
+            check("out", out, ref, c)
+            if op == "gemm_ar":  # identical bits on every rank
+                digest = torch.tensor([float(out.float().sum().item()), float(out.float().abs().sum().item())])
+                got = [torch.zeros(2, dtype=torch.float64) for _ in range(world)]
+                dist.all_gather(got, digest.double())
+                assert all(torch.equal(g, got[0]) for g in got), f"gemm_ar differs across ranks: {c}"
+
+
+def suite_rs(ctx, rank: int, world: int) -> None:
+    suite_reduce(ctx, rank, world, "gemm_rs")
+
+
+def suite_ar(ctx, rank: int, world: int) -> None:
+    suite_reduce(ctx, rank, world, "gemm_ar")
+
+
+def suite_graph(ctx, rank: int, world: int) -> None:
+    """Capture one ag_gemm, replay it with new inputs copied in (every rank changes its x)."""
+    m, k, n, dtype = 300, 256, 512, torch.bfloat16
+    x_static = torch.empty(m, k, dtype=dtype, device="cuda")
+    _, _, x0, w = ag_reference(7, world, m, k, n, dtype, rank)
+    x_static.copy_(x0)
+    w_dev = w.cuda()
+    mkernel.ag_gemm(x_static, w_dev, group=ctx)  # sizes the symmetric buffer, caches the order
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            out_static = mkernel.ag_gemm(x_static, w_dev, group=ctx)
+    for case in (11, 12, 13):
+        # New x on every rank, the captured w.
+        xs = [inputs(case, s, m, k, n, dtype)[0] for s in range(world)]
+        ref = torch.cat(xs).cuda().float() @ w.cuda().float().T
+        x_static.copy_(xs[rank].cuda())
+        graph.replay()
+        torch.cuda.synchronize()
+        check("graph_out", out_static, ref, dict(op="ag_gemm", graph=True, case=case, rank=rank))
+    # gemm_rs and gemm_ar captured in one graph (the device epoch orders the calls).
+    rows, k, n = 96 * world, 128, 264
+    xr = torch.empty(rows, k, dtype=dtype, device="cuda")
+    _, w0 = inputs(21, rank, rows, k, n, dtype)
+    w_dev = w0.cuda()
+    xr.copy_(inputs(21, rank, rows, k, n, dtype)[0].cuda())
+    mkernel.gemm_rs(xr, w_dev, group=ctx)
+    mkernel.gemm_ar(xr, w_dev, group=ctx)
+    torch.cuda.synchronize()
+    graph2 = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph2, stream=stream):
+            rs_static = mkernel.gemm_rs(xr, w_dev, group=ctx)
+            ar_static = mkernel.gemm_ar(xr, w_dev, group=ctx)
+    for case in (22, 23):
+        xs = [inputs(case, s, rows, k, n, dtype)[0] for s in range(world)]
+        ws = [inputs(21, s, rows, k, n, dtype)[1] for s in range(world)]
+        total = sum(xs[s].cuda().float() @ ws[s].cuda().float().T for s in range(world))
+        xr.copy_(xs[rank].cuda())
+        graph2.replay()
+        torch.cuda.synchronize()
+        b = rows // world
+        check("graph_rs", rs_static, total[rank * b:(rank + 1) * b], dict(op="gemm_rs", graph=True, case=case, rank=rank))
+        check("graph_ar", ar_static, total, dict(op="gemm_ar", graph=True, case=case, rank=rank))
+
+
+def suite_mlp(ctx, rank: int, world: int) -> None:
+    """mkernel.nn column (sequence parallel) -> GeLU -> row (sequence parallel) in bf16, forward
+    and backward through the fused ops, against the unfused fp32 model on the same weights."""
+    import torch.nn.functional as F
+
+    from mkernel.nn import ColumnParallelLinear, RowParallelLinear
+
+    s, b, h, f = 64 * world, 2, 256, 128 * world
+    fl = f // world
+    g = torch.Generator().manual_seed(5)
+    W1, b1 = torch.randn(f, h, generator=g) / 16, torch.randn(f, generator=g)
+    W2, b2 = torch.randn(h, f, generator=g) / 16, torch.randn(h, generator=g)
+    X, G = torch.randn(s, b, h, generator=g), torch.randn(s, b, h, generator=g)
+    dt = torch.bfloat16
+    ref = [t.to(dt).float().cuda().requires_grad_(True) for t in (W1, b1, W2, b2, X)]
+    rW1, rb1, rW2, rb2, rX = ref
+    ((F.gelu(rX @ rW1.T + rb1) @ rW2.T + rb2) * G.cuda()).sum().backward()
+    want_y = (F.gelu(rX @ rW1.T + rb1) @ rW2.T + rb2).detach()
+
+    col = ColumnParallelLinear(h, f, sequence_parallel=True, group=ctx, params_dtype=dt, device="cuda")
+    row = RowParallelLinear(f, h, sequence_parallel=True, input_is_parallel=True, group=ctx,
+                            params_dtype=dt, device="cuda")
+    cols, seq = slice(rank * fl, (rank + 1) * fl), slice(rank * s // world, (rank + 1) * s // world)
+    with torch.no_grad():
+        col.weight.copy_(W1[cols])
+        col.bias.copy_(b1[cols])
+        row.weight.copy_(W2[:, cols])
+        row.bias.copy_(b2)
+    x = X[seq].to(dt).cuda().requires_grad_(True)
+    y, _ = row(F.gelu(col(x)[0]))
+    (y.float() * G[seq].cuda()).sum().backward()
+    db2 = row.bias.grad.float().cpu()
+    dist.all_reduce(db2)  # each rank's bias grad covers its tokens (bias.sequence_parallel)
+    for name, got, want in (("y", y, want_y[seq]), ("dx", x.grad, rX.grad[seq]),
+                            ("dW1", col.weight.grad, rW1.grad[cols]), ("db1", col.bias.grad, rb1.grad[cols]),
+                            ("dW2", row.weight.grad, rW2.grad[:, cols]), ("db2", db2, rb2.grad)):
+        got, want = got.double().cpu(), want.double().cpu()
+        rel = ((got - want).norm() / want.norm()).item()
+        emit("CASE", dict(op="mlp", out=name, rel=rel, world=world, rank=rank))
+        assert rel < 2e-2, f"mlp {name}: relative error {rel:.3g}"
+
+
+def timed(fn, iters: int = 20) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    dist.barrier()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / iters * 1e3  # us
+
+
+def suite_time(ctx, rank: int, world: int) -> None:
+    """A first timing (not a benchmark; benchmarks/bench_fused.py is): fused vs the engine GEMM
+    alone on the gathered rows at the same MPS share (NCCL cannot run several ranks on one GPU)."""
+    for m, k, n in [(1024, 8192, 3584), (2048, 8192, 7168)]:
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        full = torch.randn(world * m, k, device="cuda", dtype=torch.bfloat16)
+        fused = timed(lambda: mkernel.ag_gemm(x, w, group=ctx))
+        gemm = timed(lambda: mkernel.gemm(full, w))
+        emit("TIME", dict(op="ag_gemm", m=m, k=k, n=n, world=world, rank=rank, fused_us=fused,
+                          gemm_alone_us=gemm))
+    for rows, k, n in [(4096, 1024, 8192), (8192, 2048, 8192)]:
+        x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 32
+        rs = timed(lambda: mkernel.gemm_rs(x, w, group=ctx))
+        ar = timed(lambda: mkernel.gemm_ar(x, w, group=ctx))
+        gemm = timed(lambda: mkernel.gemm(x, w))
+        emit("TIME", dict(op="gemm_rs/ar", m=rows, k=k, n=n, world=world, rank=rank, rs_us=rs,
+                          ar_us=ar, gemm_alone_us=gemm))
+
+
+def main() -> None:
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.cuda.set_device(0)
+    suites = os.environ.get("FUSED_SUITE", "ag").split(",")
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    ctx = mkernel.init()
+    for name in suites:
+        try:
+            {"ag": suite_ag, "rs": suite_rs, "ar": suite_ar, "graph": suite_graph,
+             "mlp": suite_mlp, "time": suite_time}[name](ctx, rank, world)
+        except Exception:
+            # A trapped device wait leaves a record naming the op, peer and flag.
+            print(f"WAIT rank {rank}: {mkernel.ops.last_wait_failure()}", file=sys.stderr, flush=True)
+            raise
+        print(f"SUITE {name} done on rank {rank}", flush=True)
+    torch.cuda.synchronize()
+    print(f"OK {rank}", flush=True)
+    mkernel.shutdown()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

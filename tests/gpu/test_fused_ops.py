@@ -1,0 +1,56 @@
+"""The fused ops on CUDA across W rank processes sharing one GPU under MPS (each rank gets
+100/W % of the SMs; the `mps` fixture of tests/gpu/conftest.py): tests/gpu/fused_ranks.py runs
+in every rank against a float64 reference built from every rank's inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.gpu.conftest import check_ranks, needs_gpu, rank_env
+from tests.launch import run_ranks
+
+pytestmark = needs_gpu
+
+RANKS = (Path(__file__).with_name("fused_ranks.py")).read_text()
+
+
+def run(mps, world: int, suite: str, timeout: float = 240.0) -> list[dict]:
+    res = run_ranks(RANKS, world, timeout=timeout, env=rank_env(mps, world, FUSED_SUITE=suite))
+    return check_ranks(res)
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_ag_gemm(mps, world):
+    cases = run(mps, world, "ag")
+    assert len(cases) == world * 2 * 5 * 2  # ranks x dtypes x shapes x (out, out_only)
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+@pytest.mark.parametrize("op", ["rs", "ar"])
+def test_reduce_ops(mps, op, world):
+    cases = run(mps, world, op)
+    assert len(cases) == world * 2 * 5  # ranks x dtypes x shapes
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_mlp_layers(mps, world):
+    """mkernel.nn column -> GeLU -> row under sequence parallelism: outputs and gradients."""
+    cases = run(mps, world, "mlp")
+    assert len(cases) == world * 6
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_graph_replay(mps, world):
+    cases = run(mps, world, "graph")
+    assert len(cases) == world * (3 + 2 * 2)
+
+
+@pytest.mark.parametrize("algo", ["oneshot", "twoshot"])
+def test_gemm_ar_both_algorithms(mps, algo):
+    """Both gemm_ar algorithms on every shape (the size model picks one; this forces each)."""
+    world = 2
+    res = run_ranks(RANKS, world, timeout=240,
+                    env=rank_env(mps, world, FUSED_SUITE="ar", MKERNEL_GEMM_AR_ALGO=algo))
+    assert len(check_ranks(res)) == world * 2 * 5

@@ -1,0 +1,259 @@
+"""What each rank process of tests/host/test_moe_host.py runs: moe_dispatch_gemm and moe_combine
+through the host reference backend, forward and backward, against the float64 reference of
+tests/moe_reference.py computed from every rank's inputs (each rank regenerates them all from
+the case's seed).
+
+A rank prints ``CASE {json}`` per checked case and ``OK <rank>`` at the end; a failed check
+raises (exit status 1) with the case in the message. ``TEST_SUITE`` (comma-separated):
+``matrix`` (the case table), ``repeat`` (bit-identical results across calls), ``errors``
+(a mismatched H and a bad expert id raise on every rank; the group stays usable).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import mkernel
+from tests.moe_reference import layouts, make_inputs, make_weights, moe_forward, rel_err
+
+BOUNDS = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 1e-2}
+
+
+def act(z: torch.Tensor) -> torch.Tensor:
+    """The stand-in for everything between the two exchanges (row-local, differentiable)."""
+    return F.silu(z)
+
+
+def cases(world: int) -> list[dict]:
+    """(seed, per-rank T, H, F, k, E, capacity, routing, dtype): ragged T with empty ranks, top-k
+    1/2/8, empty experts, skew, capacity drops."""
+    e8 = 8 if 8 % world == 0 else 3 * world  # k = 8 needs E >= 8, divisible by W
+    return [
+        dict(seed=1, tokens=[13 + 5 * r for r in range(world)], h=16, f=24, k=2, e=2 * world,
+             capacity=0, kind="uniform", dtype="fp32"),
+        dict(seed=2, tokens=[0 if r % 2 else 9 + r for r in range(world)], h=8, f=16, k=1,
+             e=world, capacity=0, kind="skewed", dtype="bf16"),
+        dict(seed=3, tokens=[7 + 3 * r for r in range(world)], h=16, f=8, k=8, e=max(e8, 8),
+             capacity=0, kind="empty", dtype="fp32"),
+        dict(seed=4, tokens=[11 + 2 * r for r in range(world)], h=8, f=8, k=2, e=2 * world,
+             capacity=3, kind="skewed", dtype="fp32"),
+        dict(seed=5, tokens=[0] * world, h=8, f=8, k=2, e=2 * world, capacity=0, kind="uniform",
+             dtype="fp16"),
+        dict(seed=6, tokens=[40 + 8 * r for r in range(world)], h=64, f=32, k=4, e=4 * world,
+             capacity=0, kind="uniform", dtype="bf16"),
+        dict(seed=7, tokens=[20 if r == 0 else 0 for r in range(world)], h=16, f=16, k=2,
+             e=2 * world, capacity=4, kind="uniform", dtype="bf16"),
+    ]
+
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+DEVICE = os.environ.get("TEST_DEVICE", "cpu")  # "cuda": the same checks on the GPU (tests/gpu)
+
+
+def run_case(ctx, c: dict) -> dict:
+    rank, world = ctx.rank, ctx.world_size
+    dt = DTYPES[c["dtype"]]
+    if DEVICE == "cuda" and dt == torch.float32:
+        dt = torch.bfloat16  # the CUDA kernels take bf16/fp16
+    e, el = c["e"], c["e"] // world
+    ins = [make_inputs(c["seed"], s, c["tokens"][s], c["h"], c["k"], e, c["kind"], dt)
+           for s in range(world)]
+    w1_all = make_weights(c["seed"], e, c["f"], c["h"], dt)
+    routes, lay = layouts([i.topk_idx for i in ins], e, c["capacity"])
+    me, my = ins[rank], lay[rank]
+    bound = BOUNDS[dt]
+
+    # Forward, with grads.
+    x = me.x.clone().to(DEVICE).requires_grad_(True)
+    w1 = w1_all[rank * el:(rank + 1) * el].clone().to(DEVICE).requires_grad_(True)
+    w = me.topk_weights.clone().to(DEVICE).requires_grad_(True)
+    res = mkernel.moe_dispatch_gemm(x, me.topk_idx.to(DEVICE), w1, num_experts=e,
+                                    capacity=c["capacity"], group=ctx)
+    route = res.handle.route.cpu()
+    assert torch.equal(route, routes[rank]), (c, route, routes[rank])
+    assert torch.equal(res.handle.recv_counts.cpu(), my.recv_counts), (c, res.handle.recv_counts)
+    assert torch.equal(res.counts.cpu(), my.counts), c
+    assert torch.equal(res.offs.cpu(), torch.cumsum(my.counts, 0, dtype=torch.int32)), c
+    out2d = res.out.reshape(-1, c["f"]).cpu()
+    if DEVICE == "cuda":  # rows past the counts are unspecified on CUDA
+        live = torch.tensor([o is not None for o in my.origin], dtype=torch.bool)
+        out2d = out2d.masked_fill(~live.unsqueeze(1), 0)
+    assert out2d.shape[0] == my.rows, (c, res.out.shape, my.rows)
+    ref_out = torch.zeros(my.rows, c["f"], dtype=torch.float64)
+    for row, o in enumerate(my.origin):
+        if o is not None:
+            s, t, _, le = o
+            ref_out[row] = ins[s].x[t].double() @ w1_all[rank * el + le].double().T
+    err_out = rel_err(out2d.detach(), ref_out)
+    y = act(res.out)
+    out = mkernel.moe_combine(y, res.handle, w, group=ctx)
+    gen = torch.Generator().manual_seed(c["seed"] * 31 + rank)
+    g = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    (out.double() * g.to(DEVICE)).sum().backward()
+    out = out.cpu()
+
+    # The float64 reference, over every rank's tokens.
+    xs = [i.x.double().requires_grad_(s == rank) for s, i in enumerate(ins)]
+    w1r = w1_all.double().requires_grad_(True)
+    ws = [i.topk_weights.double().requires_grad_(s == rank) for s, i in enumerate(ins)]
+    loss = 0.0
+    ref_mine = None
+    for s in range(world):
+        o = moe_forward(xs[s], ins[s].topk_idx, ws[s], w1r, routes[s], act)
+        gs = torch.randn(o.shape, generator=torch.Generator().manual_seed(c["seed"] * 31 + s),
+                         dtype=torch.float64)
+        loss = loss + (o * gs).sum()
+        if s == rank:
+            ref_mine = o
+    loss.backward()
+    errs = {
+        "out": err_out,
+        "combine": rel_err(out.detach(), ref_mine.detach()),
+        "grad_x": rel_err(x.grad.cpu(), xs[rank].grad) if c["tokens"][rank] else 0.0,
+        "grad_w1": rel_err(w1.grad.cpu(), w1r.grad[rank * el:(rank + 1) * el]),
+        "grad_w": rel_err(w.grad.cpu(), ws[rank].grad) if c["tokens"][rank] else 0.0,
+    }
+    if c["tokens"][rank]:
+        assert x.grad.shape == x.shape and w.grad.shape == w.shape
+    worst = max(errs.values())
+    bound = BOUNDS[dt]
+    rec = dict(case=c["seed"], rank=rank, world=world, dtype=str(dt)[6:], k=c["k"], device=DEVICE,
+               capacity=c["capacity"], rows=my.rows, err=worst, errs=errs, bound=bound)
+    if not worst <= bound:
+        raise AssertionError(f"rank {rank}: case {json.dumps(rec)} exceeds its bound")
+    print("CASE", json.dumps(rec), flush=True)
+    return rec
+
+
+def matrix(ctx) -> None:
+    for c in cases(ctx.world_size):
+        run_case(ctx, c)
+
+
+def repeat(ctx) -> None:
+    """Three calls of one case give bit-identical outputs, routes and gradients."""
+    world = ctx.world_size
+    c = dict(seed=11, tokens=[25 + r for r in range(world)], h=32, f=16, k=2, e=2 * world,
+             capacity=0, kind="skewed", dtype="bf16")
+    ins = make_inputs(c["seed"], ctx.rank, c["tokens"][ctx.rank], c["h"], c["k"], c["e"],
+                      c["kind"], torch.bfloat16)
+    w1 = make_weights(c["seed"], c["e"], c["f"], c["h"], torch.bfloat16)[ctx.rank * 2:ctx.rank * 2 + 2]
+    w1 = w1.to(DEVICE)
+    idx, tw = ins.topk_idx.to(DEVICE), ins.topk_weights.to(DEVICE)
+    seen = []
+    for _ in range(3):
+        x = ins.x.clone().to(DEVICE).requires_grad_(True)
+        res = mkernel.moe_dispatch_gemm(x, idx, w1, num_experts=c["e"], group=ctx)
+        out = mkernel.moe_combine(act(res.out), res.handle, tw, group=ctx)
+        out.float().sum().backward()
+        seen.append((res.out.detach(), res.handle.route, out.detach(), x.grad))
+    for other in seen[1:]:
+        for a, b in zip(seen[0], other, strict=True):
+            assert torch.equal(a, b), "repeated calls differ"
+    print("CASE", json.dumps(dict(case="repeat", rank=ctx.rank, err=0.0, bound=1.0)), flush=True)
+
+
+def errors(ctx) -> None:
+    """A shape mismatch and a bad expert id raise on every rank, naming the rank; then the group
+    still works."""
+    rank, world = ctx.rank, ctx.world_size
+    h = 16 if rank != world - 1 else 24
+    x = torch.randn(5, h)
+    idx = torch.zeros(5, 1, dtype=torch.int64)
+    w1 = torch.randn(1, 8, h)
+    try:
+        mkernel.moe_dispatch_gemm(x, idx, w1, num_experts=world, group=ctx)
+        raise AssertionError("a mismatched H did not raise")
+    except RuntimeError as e:
+        assert f"rank {world - 1 if rank != world - 1 else 0}" in str(e) and "H" in str(e), str(e)
+        print("ERR", json.dumps({"msg": str(e).splitlines()[0]}), flush=True)
+    x, w1 = torch.randn(5, 16), torch.randn(1, 8, 16)
+    bad = idx.clone()
+    if rank == world - 1:
+        bad[3, 0] = world + 5
+    try:
+        mkernel.moe_dispatch_gemm(x, bad, w1, num_experts=world, group=ctx)
+        raise AssertionError("a bad expert id did not raise")
+    except ValueError as e:
+        assert f"topk_idx[3, 0] of rank {world - 1} is {world + 5}" in str(e), str(e)
+        print("ERR", json.dumps({"msg": str(e).splitlines()[0]}), flush=True)
+    run_case(ctx, cases(world)[0])
+
+
+def mlp(ctx) -> None:
+    """mkernel.moe.MoEMLP (SwiGLU experts) against the dense float64 formula over every rank's
+    tokens: output and the gradients of x, w1, w2 and topk_weights; capacity-free and padded."""
+    from mkernel.moe import MoEMLP
+
+    rank, world = ctx.rank, ctx.world_size
+    h, inter, k = 16, 24, 2
+    e = 2 * world
+    el = e // world
+    for capacity in (0, 5):
+        seed = 40 + capacity
+        tokens = [17 + 4 * s for s in range(world)]
+        g = torch.Generator().manual_seed(seed)
+        w1_all = torch.randn(e, 2 * inter, h, generator=g, dtype=torch.float64) / h ** 0.5
+        w2_all = torch.randn(e, h, inter, generator=g, dtype=torch.float64) / inter ** 0.5
+        ins = [make_inputs(seed, s, tokens[s], h, k, e, "skewed", torch.float32) for s in range(world)]
+        routes, _ = layouts([i.topk_idx for i in ins], e, capacity)
+        layer = MoEMLP(h, inter, e, capacity=capacity, group=ctx, dtype=torch.float32)
+        with torch.no_grad():
+            layer.w1.copy_(w1_all[rank * el:(rank + 1) * el])
+            layer.w2.copy_(w2_all[rank * el:(rank + 1) * el])
+        me = ins[rank]
+        x = me.x.clone().requires_grad_(True)
+        w = me.topk_weights.clone().requires_grad_(True)
+        out = layer(x, me.topk_idx, w)
+        grads = [torch.randn(tokens[s], h, generator=torch.Generator().manual_seed(seed + s),
+                             dtype=torch.float64) for s in range(world)]
+        (out.double() * grads[rank]).sum().backward()
+
+        w1r, w2r = w1_all.clone().requires_grad_(True), w2_all.clone().requires_grad_(True)
+        xs = [i.x.double().requires_grad_(s == rank) for s, i in enumerate(ins)]
+        ws = [i.topk_weights.double().requires_grad_(s == rank) for s, i in enumerate(ins)]
+        loss, ref = 0.0, None
+        for s in range(world):
+            o = torch.zeros(tokens[s], h, dtype=torch.float64)
+            kept = (routes[s] >= 0).double()
+            for j in range(k):
+                hh = torch.einsum("th,tfh->tf", xs[s], w1r[ins[s].topk_idx[:, j]])
+                a = F.silu(hh[:, :inter]) * hh[:, inter:]
+                y = torch.einsum("ti,thi->th", a, w2r[ins[s].topk_idx[:, j]])
+                o = o + y * (ws[s][:, j] * kept[:, j]).unsqueeze(1)
+            loss = loss + (o * grads[s]).sum()
+            if s == rank:
+                ref = o
+        loss.backward()
+        errs = {
+            "out": rel_err(out.detach(), ref.detach()),
+            "grad_x": rel_err(x.grad, xs[rank].grad),
+            "grad_w1": rel_err(layer.w1.grad, w1r.grad[rank * el:(rank + 1) * el]),
+            "grad_w2": rel_err(layer.w2.grad, w2r.grad[rank * el:(rank + 1) * el]),
+            "grad_w": rel_err(w.grad, ws[rank].grad),
+        }
+        rec = dict(case=f"mlp/c{capacity}", rank=rank, err=max(errs.values()), errs=errs, bound=1e-5)
+        if not rec["err"] <= 1e-5:
+            raise AssertionError(f"rank {rank}: {json.dumps(rec)}")
+        print("CASE", json.dumps(rec), flush=True)
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    ctx = mkernel.init()
+    for suite in os.environ.get("TEST_SUITE", "matrix").split(","):
+        globals()[suite](ctx)
+    ctx.barrier()
+    mkernel.shutdown()
+    dist.destroy_process_group()
+    print("OK", ctx.rank, flush=True)
+    sys.stdout.flush()
