@@ -117,8 +117,8 @@ def main() -> None:
                     "cudnn": [sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal) for q, k, v in sets],
                     "flash": [sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal) for q, k, v in sets],
                 }
-                if not causal:  # the opt-in tiles (FA3's), until one is the default
-                    bm, bn = (128, 160) if d == 128 else (192, 128)
+                if d == 64 and not causal:  # the other built d=64 tile than the default
+                    bm, bn = (128, 128) if s >= 2048 else (192, 128)
                     cands["mkernel_alt"] = [lambda q=q, k=k, v=v, bm=bm, bn=bn: mkernel.attention(q, k, v, block_m=bm, block_n=bn)
                                             for q, k, v in sets]
                 times = interleaved_ms(cands, warmup=5, iters=args.iters)

@@ -112,7 +112,7 @@ TORCH_LIBRARY(mkernel, m) {
   // The attention engine at world size 1: q [b, s, h, d], k/v [b, s_kv, h_kv, d] (GQA)
   //   -> (out [b, s, h, d], lse [b, h, s] fp32). Causal masking is bottom-right aligned.
   // block_m x block_n: the CUDA kernel's tile (query rows x keys per KV block; 0 = by shape;
-  // built: 128x128, 128x160 bf16 d=128 non-causal, 192x128 bf16 d=64 non-causal); the CPU
+  // built: 128x128, 192x128 bf16 d=64 non-causal); the CPU
   // reference ignores them.
   m.def(
       "attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? softmax_scale=None, "

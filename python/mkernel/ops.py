@@ -629,8 +629,9 @@ def attention(
             and ``lse = -inf``.
         softmax_scale: scale of ``q @ k.T``; None for ``1 / sqrt(d)``.
         block_m, block_n: the CUDA kernel's tile, query rows x keys per KV block (a tuning
-            choice that changes no result beyond rounding): 0 by shape; built: 128x128,
-            128x160 (bf16, d=128, non-causal), 192x128 (bf16, d=64, non-causal).
+            choice that changes no result beyond rounding): 0 by shape (192x128 for bf16 d=64
+            non-causal with s >= 2048, else 128x128); built: 128x128, 192x128 (bf16, d=64,
+            non-causal).
 
     Returns:
         ``(out [b, s, h, d]`` in q's dtype, ``lse [b, h, s]`` fp32 natural-log log-sum-exp of

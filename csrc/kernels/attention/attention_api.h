@@ -34,8 +34,8 @@ struct Problem {
   bool causal;
   DType dtype;
   // The kernel's tile: query rows per CTA tile (kBlockM) and keys per KV block (kBlockN); 0
-  // picks block_m/block_n(head_dim); other values must be built (instances.inc: 128x128
-  // everywhere, 128x160 for bf16 d=128 non-causal, 192x128 for bf16 d=64).
+  // picks block_m/block_n; other values must be built (instances.inc: 128x128 everywhere,
+  // 192x128 for bf16 d=64 non-causal).
   int block_m = 0;
   int block_n = 0;
 };
@@ -59,8 +59,8 @@ struct HookArgs {
   void* diag = nullptr;  // comm::WaitDiagnostic in host-mapped memory
 };
 
-// The default kernel's tile for this head dim (block_n: for HookArgs::blocks_per_flag).
-int block_m(int head_dim);
+// The default kernel's tile for a problem (block_n: for HookArgs::blocks_per_flag).
+int block_m(int head_dim, bool causal, int seq_q);
 int block_n(int head_dim);
 
 // Why a problem can't run (nullptr if it can): shapes, head dim, alignment.

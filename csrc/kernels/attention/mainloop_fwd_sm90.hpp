@@ -268,9 +268,11 @@ struct MainloopFwdSm90 {
   // Consumer: the threads of the consumer warpgroups run this per work tile and return
   // with the unnormalised O in acc_o (softmax.finalize normalises it).
   //
-  // Intra-warpgroup overlap (FA3): iteration n issues S_n = Q·K_nᵀ and O += P_{n+1}·V_{n+1}
-  // back to back, waits for S_n only, runs the softmax of S_n while the PV GEMM runs, then waits
-  // for it and rescales O. P_{n+1} lives in its own registers (tOrP) until its GEMM is done.
+  // Intra-warpgroup overlap (FA3): iteration n issues S_n = Q·K_nᵀ, rescales O by block n+1's
+  // softmax factor (while S_n runs), issues O += P_{n+1}·V_{n+1}, waits for S_n only and runs
+  // its softmax while the PV GEMM runs. P_{n+1} lives in its own registers (tOrP) until its
+  // GEMM is done; block n's factor is applied to O one iteration later, just before P_n·V_n
+  // is added (O then holds every earlier block relative to block n's running max).
   template <class AccO, class Softmax>
   CUTLASS_DEVICE void mma(Params const& p, PipelineQ& pipeline_q, PipelineKV& pipeline_k,
                           PipelineKV& pipeline_v, StateQ& q_read, StateKV& kv_read,
@@ -353,6 +355,9 @@ struct MainloopFwdSm90 {
         pipeline_k.consumer_wait(kv_read);
         scheduler_barrier_sync(warp_group);
         gemm_qk(kv_read.index());
+        // O to the running max of the block in p_frag (its softmax's factor) while the tensor
+        // cores run S_n, before that block's PV GEMM accumulates into O.
+        softmax.rescale(acc_o_rc, factor);
         pipeline_v.consumer_wait(v_read);
         gemm_pv(v_read.index());
         scheduler_barrier_arrive(warp_group);
@@ -365,7 +370,6 @@ struct MainloopFwdSm90 {
         warpgroup_fence_operand(acc_o);
         warpgroup_fence_operand(tOrP);
         pipeline_v.consumer_release(v_read);
-        softmax.rescale(acc_o_rc, factor);
         p_frag = convert_to_element(acc_s);
         v_read = kv_read;
         ++kv_read;
@@ -373,6 +377,7 @@ struct MainloopFwdSm90 {
       // Last PV GEMM.
       pipeline_v.consumer_wait(v_read);
       scheduler_barrier_sync(warp_group);
+      softmax.rescale(acc_o_rc, factor);
       gemm_pv(v_read.index());
       scheduler_barrier_arrive(warp_group);
       warpgroup_wait<0>();

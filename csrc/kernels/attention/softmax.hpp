@@ -63,7 +63,7 @@ struct OnlineSoftmax {
   // s_rc: scores of one KV block (rows, cols), masked entries -inf; replaced by the
   // unnormalised probabilities exp2((s - m) * scale_log2) under the updated running max m.
   // factor[r] = exp2((m_old - m) * scale_log2): what the caller must scale O's row r by
-  // (rescale), once the PV GEMM of the previous block no longer writes O.
+  // (rescale) before this block's P·V is added to it (and after the previous block's).
   template <class TensorS>
   CUTE_DEVICE void step(TensorS& s_rc, float (&factor)[kRows]) {
     using namespace cute;
