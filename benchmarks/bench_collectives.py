@@ -3,7 +3,8 @@ GPU under MPS, side by side with a copy-engine baseline measured in the same run
 
 Each rank gets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100/W. For every W, size and op, the ranks
 time (CUDA events, median of --iters samples, each sample --reps calls back to back divided by
-reps, inputs rotating over 3 sets, ranks aligned by a barrier) the collective and, interleaved
+reps, inputs rotating over 3 sets, ranks aligned by dist.barrier and then on the GPU by a tiny
+all_reduce just before the timed region) the collective and, interleaved
 with it, the baseline: every rank at once copies, with one device-to-device torch copy (the
 copy engine), as many bytes as the collective moves into that rank from its peers:
 
@@ -58,6 +59,7 @@ def rank_main() -> None:
     sizes = [int(float(s) * (1 << 20)) for s in os.environ["BENCH_SIZES_MIB"].split(",")]
     dtype = torch.bfloat16
     ctx.reserve(max(sizes))
+    gate = torch.zeros(world * 8, device="cuda", dtype=dtype)
     for nbytes in sizes:  # bytes of the collective's buffer: AG output, RS input, AR in/out
         numel = nbytes // 2 // (world * 16) * (world * 16)
         for op in OPS:
@@ -79,6 +81,9 @@ def rank_main() -> None:
             for it in range(iters):
                 for name in (list(cands) if it % 2 == 0 else list(cands)[::-1]):
                     dist.barrier()
+                    # A GPU-side barrier (a tiny all_reduce) right before the timed region: the
+                    # ranks' streams start it together, whatever the host skew after dist.barrier.
+                    mkernel.all_reduce(gate, group=ctx)
                     start = torch.cuda.Event(enable_timing=True)
                     end = torch.cuda.Event(enable_timing=True)
                     start.record()

@@ -13,6 +13,10 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
 #include "ops_validation.h"
 
 #ifdef MKERNEL_WITH_CUDA
@@ -99,17 +103,42 @@ collectives::DType collective_dtype(const at::Tensor& x) {
 
 using Launcher = cudaError_t (*)(const collectives::Args&, const char**);
 using Sizer = uint64_t (*)(collectives::DType, uint64_t, int);
+using NetSizer = collectives::NetBytes (*)(collectives::DType, uint64_t, int);
+
+// Groups spanning several nodes move the other nodes' blocks through the GPU inter-node path
+// (FIFO -> Go proxy -> transport). Until a GPU run has validated that half of the kernels it is
+// opt-in: MKERNEL_NET_COLLECTIVES=1.
+bool net_opted_in() {
+  const char* v = std::getenv("MKERNEL_NET_COLLECTIVES");
+  return collectives::net_supported() && v != nullptr && std::string(v) == "1";
+}
+
+void check_multi_node(const char* op, const comm::SymmetricGroup& g) {
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      net_opted_in(), op, ": the group spans ", g.nodes(),
+      " (emulated) nodes; ",
+      collectives::net_supported()
+          ? "the collectives' inter-node half (FIFO -> Go proxy -> transport) is built but not "
+            "yet validated on a GPU: set MKERNEL_NET_COLLECTIVES=1 to use it"
+          : "this build has no GPU inter-node path (csrc/comm/net_path)",
+      ", or run every rank of the group on one node (one MKERNEL_EMULATED_NODE)");
+}
 
 // The common path of the three CUDA kernels: the group's memory sized for the call, the
 // signature (op, dtype, every dim), one launch; errors carry the wait record when an earlier
 // kernel of this process trapped (the launch then reports the dead context).
 void run_collective(const char* op, int32_t op_id, const at::Tensor& x, at::Tensor& out,
-                    int64_t group, int64_t world_size, Launcher launch, Sizer bytes) {
+                    int64_t group, int64_t world_size, Launcher launch, Sizer bytes,
+                    NetSizer net_bytes) {
   const c10::cuda::CUDAGuard device_guard(x.device());
   comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, x.device());
-  if (!g.single_node()) g.ensure_net(op, 1, 1);  // raises until the inter-node path lands
   const auto dtype = collective_dtype(x);
   const uint64_t count = static_cast<uint64_t>(x.numel());
+  if (!g.single_node()) {
+    check_multi_node(op, g);
+    const collectives::NetBytes nb = net_bytes(dtype, count, g.world());
+    g.ensure_net(op, nb.send, nb.recv);
+  }
   g.ensure(op, bytes(dtype, count, g.world()));
   // The signature: op, dtype, rank count of x's shape and every size, chained.
   uint64_t sig = comm::call_signature(op_id, {static_cast<int64_t>(x.scalar_type()), x.dim()});
@@ -140,7 +169,8 @@ at::Tensor all_gather_cuda(const at::Tensor& x, int64_t group, int64_t world_siz
   auto out = at::empty(s, x.options());
   if (world_size == 1) return out.copy_(x);
   run_collective(kAllGather, comm::kOpAllGather, x, out, group, world_size,
-                 &collectives::all_gather, &collectives::all_gather_bytes);
+                 &collectives::all_gather, &collectives::all_gather_bytes,
+                 &collectives::all_gather_net_bytes);
   return out;
 }
 
@@ -151,7 +181,8 @@ at::Tensor reduce_scatter_cuda(const at::Tensor& x, int64_t group, int64_t world
   auto out = at::empty(s, x.options());
   if (world_size == 1) return out.copy_(x);
   run_collective(kReduceScatter, comm::kOpReduceScatter, x, out, group, world_size,
-                 &collectives::reduce_scatter, &collectives::reduce_scatter_bytes);
+                 &collectives::reduce_scatter, &collectives::reduce_scatter_bytes,
+                 &collectives::reduce_scatter_net_bytes);
   return out;
 }
 
@@ -160,7 +191,8 @@ at::Tensor all_reduce_cuda(const at::Tensor& x, int64_t group, int64_t world_siz
   auto out = at::empty(x.sizes(), x.options());
   if (world_size == 1) return out.copy_(x);
   run_collective(kAllReduce, comm::kOpAllReduce, x, out, group, world_size,
-                 &collectives::all_reduce, &collectives::all_reduce_bytes);
+                 &collectives::all_reduce, &collectives::all_reduce_bytes,
+                 &collectives::all_reduce_net_bytes);
   return out;
 }
 #endif  // MKERNEL_WITH_CUDA
@@ -177,6 +209,18 @@ void reserve_op(int64_t group, int64_t world_size, int64_t nbytes) {
       "mkernel.Context.reserve", group, world_size,
       at::Device(at::kCUDA, c10::cuda::current_device()));
   g.ensure("mkernel.Context.reserve", static_cast<uint64_t>(nbytes));
+  if (!g.single_node() && net_opted_in()) {
+    // The largest inter-node areas a collective of nbytes (fp32: the fewest padding) needs.
+    const uint64_t count = static_cast<uint64_t>(nbytes) / 2;
+    collectives::NetBytes need{0, 0};
+    for (auto f : {&collectives::all_gather_net_bytes, &collectives::reduce_scatter_net_bytes,
+                   &collectives::all_reduce_net_bytes}) {
+      const collectives::NetBytes nb = f(collectives::DType::kBF16, count, g.world());
+      need.send = std::max(need.send, nb.send);
+      need.recv = std::max(need.recv, nb.recv);
+    }
+    g.ensure_net("mkernel.Context.reserve", need.send, need.recv);
+  }
 #endif
 }
 

@@ -31,6 +31,14 @@
 #include "core_binding.h"
 #include "session_layout.h"
 
+// The inter-node path (comm/net_path.h) where the tree has it.
+#if __has_include("comm/net_path.h")
+#include "comm/net_path.h"
+#define MKERNEL_HAS_NET_PATH 1
+#else
+#define MKERNEL_HAS_NET_PATH 0
+#endif
+
 namespace mkernel::comm {
 namespace {
 
@@ -102,6 +110,9 @@ struct SymmetricGroup::Impl {
   DeviceMemory counters;  // [epoch u64][exit ticket u32]
   std::unique_ptr<Generation> current;
   std::vector<std::unique_ptr<Generation>> retired;
+#if MKERNEL_HAS_NET_PATH
+  std::unique_ptr<NetPath> net;  // groups spanning several nodes; destroyed first
+#endif
 };
 
 namespace {
@@ -190,6 +201,13 @@ SymmetricGroup& SymmetricGroup::get(const char* op, int64_t group, int64_t world
     return *it->second;
   }
   const c10::cuda::CUDAGuard device_guard(index);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(at::cuda::getCurrentCUDAStream(), &capture), op,
+             "cudaStreamIsCapturing");
+  TORCH_CHECK(capture == cudaStreamCaptureStatusNone, op, ": group ", group,
+              " has no symmetric memory on cuda:", index,
+              " yet, and it cannot be created during CUDA-graph capture: call ctx.reserve(nbytes) "
+              "(Context.reserve) on every rank before capturing, or run the op once eagerly");
   const SessionLayout layout = session_layout(op, group, world_size);
   TORCH_CHECK_VALUE(layout.world <= kMaxRanks, op, ": group ", group, " has ", layout.world,
                     " ranks; the GPU substrate holds at most ", kMaxRanks);
@@ -256,12 +274,43 @@ void SymmetricGroup::ensure(const char* op, uint64_t data_bytes) {
 }
 
 void SymmetricGroup::ensure_net(const char* op, uint64_t send_bytes, uint64_t recv_bytes) {
-  if (single_node() || (send_bytes == 0 && recv_bytes == 0)) return;
+  if (single_node()) return;
+#if MKERNEL_HAS_NET_PATH
+  if (impl_->net && send_bytes <= view_.net.send_bytes && recv_bytes <= view_.net.recv_bytes) {
+    return;
+  }
+  const c10::cuda::CUDAGuard device_guard(impl_->device);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(at::cuda::getCurrentCUDAStream(), &capture), op,
+             "cudaStreamIsCapturing");
+  TORCH_CHECK(capture == cudaStreamCaptureStatusNone, op, ": this call needs inter-node areas of ",
+              send_bytes, " (send) and ", recv_bytes, " (receive) bytes per rank, more than group ",
+              impl_->handle, " holds, and they cannot grow during CUDA-graph capture: call "
+              "ctx.reserve(nbytes) (Context.reserve) with the largest call's size on every rank "
+              "before capturing");
+  if (!impl_->net) {
+    NetPathConfig cfg;
+    cfg.device = impl_->device;
+    cfg.node = impl_->node;
+    cfg.send_bytes = send_bytes;
+    cfg.recv_bytes = recv_bytes;
+    cfg.arrival_slots = 4096;
+    cfg.timeout_ms = static_cast<int64_t>(impl_->timeout_s * 1000);
+    impl_->net = std::make_unique<NetPath>(op, static_cast<mk_session_t>(impl_->handle), cfg);
+  } else {
+    // Re-creates the path (device sync, drain, session barrier): a CUDA graph captured before
+    // would send into buffers that are gone — reserve first.
+    impl_->net->ensure(op, send_bytes, recv_bytes);
+  }
+  view_.net = impl_->net->view();
+#else
+  (void)send_bytes;
+  (void)recv_bytes;
   TORCH_CHECK_NOT_IMPLEMENTED(
       false, op, ": group ", impl_->handle, " spans ", nodes_,
-      " nodes, and the GPU kernels' inter-node path (csrc/comm/net_path: FIFO -> Go proxy -> "
-      "transport) is not wired into the substrate yet; run every rank of the group on one node "
-      "(one MKERNEL_EMULATED_NODE)");
+      " nodes, and this build has no GPU inter-node path (csrc/comm/net_path: FIFO -> Go proxy "
+      "-> transport); run every rank of the group on one node (one MKERNEL_EMULATED_NODE)");
+#endif
 }
 
 std::string SymmetricGroup::diagnostic() const { return last_wait_failure(); }

@@ -406,14 +406,25 @@ def last_wait_failure() -> str | None:
     return text or None
 
 
+_launched_group_op = False  # a collective ran at world size > 1 in this process
+
+
 def _wait_failure_error(e: BaseException) -> BaseException | None:
-    """An :class:`mkernel.MkernelError` naming the failed wait, if a device wait failed."""
+    """An :class:`mkernel.MkernelError` explaining a CUDA failure after group ops: the failed
+    wait's record when this process has one, else (a CUDA error after a group op) that the
+    context was lost without a wait of this rank timing out. None when neither applies."""
     record = last_wait_failure()
+    cuda = str(e).splitlines()[0] if str(e) else type(e).__name__
     if record is None:
-        return None
+        if not (_launched_group_op and ("CUDA" in str(e) or type(e).__name__ == "AcceleratorError")):
+            return None
+        record = ("the CUDA context was lost after group ops, and no wait of this rank timed out: "
+                  "a kernel of another process on this GPU probably failed first (under MPS a "
+                  "fatal fault of one client ends every client of the GPU), see the other ranks' "
+                  "errors")
     from mkernel.runtime import MkernelError
 
-    return MkernelError(f"{record} (CUDA: {str(e).splitlines()[0] if str(e) else type(e).__name__})")
+    return MkernelError(f"{record} (CUDA: {cuda})")
 
 
 def synchronize(device: torch.device | int | None = None) -> None:
@@ -429,7 +440,10 @@ def synchronize(device: torch.device | int | None = None) -> None:
 
 
 def _collective(op: str, x: Tensor, group: Group | None) -> Tensor:
+    global _launched_group_op
     handle, world_size = _group_args(op, group)
+    if world_size > 1 and x.is_cuda:
+        _launched_group_op = True
     try:
         return getattr(torch.ops.mkernel, op).default(x, handle, world_size)
     except RuntimeError as e:  # a dead context after a trapped wait surfaces at the next call

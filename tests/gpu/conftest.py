@@ -62,6 +62,9 @@ def mps():
     finally:
         subprocess.run([control], input="quit\n", env=full, capture_output=True, text=True,
                        timeout=60)
+        keep = os.environ.get("MKERNEL_TEST_MPS_LOGS")  # a folder to copy the MPS logs into
+        if keep:
+            shutil.copytree(env["CUDA_MPS_LOG_DIRECTORY"], keep, dirs_exist_ok=True)
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -10,7 +10,7 @@ size is freed just before the call, so the caching allocator hands it to the op)
 
 A rank prints ``CASE {json}`` per checked call, ``ERR {json}`` for an expected failure, and
 ``OK <rank>`` at the end. ``TEST_SUITE`` (comma-separated) picks: ``matrix``, ``back_to_back``,
-``graph``, ``capture_growth``, ``mismatch``, ``kill`` (the last two end the process).
+``graph``, ``two_groups``, ``capture_growth``, ``multinode``, ``mismatch``, ``kill`` (the last two end the process).
 """
 
 from __future__ import annotations
@@ -161,7 +161,8 @@ def back_to_back(c: Checker) -> None:
 def graph(c: Checker) -> None:
     """The three ops captured once in one CUDA graph, replayed 100 times; before every replay
     every rank writes new inputs into the captured input tensors (stream-ordered, no host sync);
-    every replay's outputs are copied out and checked."""
+    every replay's outputs are copied out and checked. Halfway, an eager call grows the group's
+    symmetric memory: the later replays still run on the generation they captured."""
     w, shape, dt = c.world, (c.world * 48, 77), torch.float16
     c.ctx.reserve(1 << 22)
     x = torch.zeros(shape, dtype=dt, device=c.device)
@@ -178,16 +179,67 @@ def graph(c: Checker) -> None:
     sets = [inputs(2000 + i, w, shape, dt) for i in range(100)]
     staged = [xs[c.rank].to(c.device) for xs in sets]
     copies = []
+    big = torch.ones((w * 2048, 1024), dtype=dt, device=c.device)  # 4 MiB per rank and more
     for i in range(100):
         x.copy_(staged[i])
         g.replay()
         copies.append([o.clone() for o in outs])
+        if i == 50:  # grow the symmetric memory: the graph keeps the generation it captured
+            grown = mkernel.all_reduce(big, group=c.ctx)
     mkernel.synchronize()
+    assert torch.equal(grown, torch.full_like(big, float(w))), "the growing call is wrong"
     for i in range(100):
         for op, got in zip(OPS, copies[i]):
             exact, _ = reference(op, sets[i], c.rank)
             assert torch.equal(got.cpu(), exact), f"graph replay {i}: {op} is wrong"
     emit("CASE", {"op": "graph", "replays": 100, "err": 0.0, "bound": 0.0})
+
+
+def multinode(c: Checker) -> None:
+    """The group split into emulated nodes (MKERNEL_EMULATED_NODE): blocks of other nodes go
+    through the GPU inter-node path (FIFO -> Go proxy -> transport). Every op and two dtypes on
+    ragged shapes, then 60 calls without a host sync (the receive areas alternate by call
+    parity). A build without the path prints NONET and stops."""
+    try:
+        c.run("all_gather", "bf16", (3, 7))
+    except NotImplementedError as e:
+        if "no GPU inter-node path" in str(e):
+            print("NONET", flush=True)
+            torch.cuda.synchronize()
+            return
+        raise
+    w = c.world
+    for shape in [(w * 3, 7), (w * 37, 129), (w * 256, 1000)]:
+        for dtype in ("bf16", "fp32"):
+            for op in OPS:
+                c.run(op, dtype, shape)
+    shape, dt = (w * 16, 33), torch.bfloat16
+    sets = [inputs(4000 + s, w, shape, dt) for s in range(3)]
+    dev = [xs[c.rank].to(c.device) for xs in sets]
+    outs = [(OPS[i % 3], i % 3, getattr(mkernel, OPS[i % 3])(dev[i % 3], group=c.ctx)) for i in range(60)]
+    mkernel.synchronize()
+    for i, (op, s, out) in enumerate(outs):
+        exact, _ = reference(op, sets[s], c.rank)
+        assert torch.equal(out.cpu(), exact), f"multinode back-to-back call {i} ({op}) is wrong"
+    emit("CASE", {"op": "multinode", "err": 0.0, "bound": 0.0})
+
+
+def two_groups(c: Checker) -> None:
+    """A second group over the same ranks, its calls interleaved with the first's (each group
+    has its own memory and call counter), then closed (its memory released): the first group
+    goes on working."""
+    g2 = mkernel.init(dist.new_group(list(range(c.world))))
+    shape, dt = (c.world * 40, 65), torch.bfloat16
+    for i in range(6):
+        ctx = c.ctx if i % 2 == 0 else g2
+        xs = inputs(3000 + i, c.world, shape, dt)
+        out = mkernel.all_reduce(xs[c.rank].to(c.device), group=ctx)
+        mkernel.synchronize()
+        exact, _ = reference("all_reduce", xs, c.rank)
+        assert torch.equal(out.cpu(), exact), f"two_groups call {i} is wrong"
+    g2.close()
+    c.run("all_gather", "fp16", (3, 5))
+    emit("CASE", {"op": "two_groups", "err": 0.0, "bound": 0.0})
 
 
 def capture_growth(c: Checker) -> None:

@@ -19,6 +19,15 @@
 #include "../comm/group_sync.cuh"
 #include "collectives_api.h"
 
+// The inter-node half (kernels/comm/net_ops.cuh: FIFO -> Go proxy -> transport) where the tree
+// has it; without it a group spanning several nodes is refused on the host.
+#if __has_include("../comm/net_ops.cuh")
+#include "../comm/net_ops.cuh"
+#define MKERNEL_NET_COLLECTIVES 1
+#else
+#define MKERNEL_NET_COLLECTIVES 0
+#endif
+
 namespace mkernel::collectives {
 namespace {
 
@@ -27,7 +36,7 @@ using comm::GroupDevice;
 
 constexpr int kThreads = 512;
 constexpr uint32_t kMaxChunks = 512;  // chunks per (source rank, phase)
-constexpr uint64_t kMinChunkBytes = 16 << 10;
+constexpr uint64_t kMinChunkBytes = 64 << 10;  // amortizes a chunk's flag (fence + release)
 constexpr int kUnroll = 4;  // 16-byte accesses in flight per thread
 
 // Flag slots of the collectives (in the op range): the stage flag of (source rank, chunk) and
@@ -41,6 +50,13 @@ __host__ __device__ constexpr uint32_t reduced_slot(int src, uint32_t chunk) {
          chunk;
 }
 constexpr uint32_t kEnteredSlot = FlagSlot::kCollective;
+// Arrival flags of the inter-node path (NetDevice::arrival): a source's whole block of the call,
+// and all_reduce's reduced block.
+__host__ __device__ constexpr uint32_t net_data_slot(int src) { return static_cast<uint32_t>(src); }
+__host__ __device__ constexpr uint32_t net_reduced_slot(int src) {
+  return comm::kMaxRanks + static_cast<uint32_t>(src);
+}
+constexpr uint64_t kNetAlign = 256;  // blocks in the net areas start at 256-byte multiples
 static_assert(reduced_slot(comm::kMaxRanks - 1, kMaxChunks - 1) < comm::kFlagWords,
               "the collectives' flags fit the op slot range");
 
@@ -59,6 +75,11 @@ struct Params {
   uint32_t chunks;
   uint64_t signature;
   int32_t op;  // comm::WaitOp
+  // Inter-node: `remote` ranks live on other nodes (0: none). A source's block travels whole
+  // through the net areas, net_block bytes per rank (see collectives_api.h's net sizes); the
+  // receive area alternates halves by call parity.
+  int32_t remote;
+  uint64_t net_block;
 };
 
 // --- element types --------------------------------------------------------------------------
@@ -109,59 +130,102 @@ __device__ __forceinline__ void copy_bytes(uint8_t* dst, const uint8_t* src, uin
   }
 }
 
-// out[i] = sum over p = 0..W-1 (in that order, fp32) of src_p[i], for n elements starting at
-// element `off` of every source; src_p is x for p == rank, else rank p's data region. Writes
-// the rounded sum to out_a and (if not null) out_b.
-template <class T>
-__device__ __forceinline__ const T* source(const Params& p, int r, uint64_t off) {
-  const uint8_t* base = r == p.g.rank ? p.x : p.g.data[r];
-  return reinterpret_cast<const T*>(base) + off;
+// This call's half of the inter-node receive area.
+__device__ __forceinline__ const uint8_t* net_recv(const Params& p, uint64_t e) {
+  return p.g.net.recv_area + (e & 1) * (p.g.net.recv_bytes / 2);
 }
 
+// Rank r's contribution to elements [off, ...) of this rank's block: x for r == rank, rank r's
+// data region (same node), or rank r's copy of this block in the receive area (other node).
 template <class T>
-__device__ __forceinline__ void reduce_elems(const Params& p, uint64_t off, uint64_t n, T* out_a,
-                                             T* out_b) {
+__device__ __forceinline__ const T* source(const Params& p, const uint8_t* recv, int r,
+                                           uint64_t off) {
+  if (r == p.g.rank) return reinterpret_cast<const T*>(p.x) + off;
+  if (p.g.data[r] != nullptr) return reinterpret_cast<const T*>(p.g.data[r]) + off;
+  return reinterpret_cast<const T*>(recv + static_cast<uint64_t>(r) * p.net_block) +
+         (off - static_cast<uint64_t>(p.g.rank) * p.block);
+}
+
+// out[i] = sum over r = 0..W-1 (in that order, fp32) of source(r)[i], for n elements starting
+// at element `off` of this rank's block. Writes the rounded sum to out_a and (if not null) out_b.
+template <class T>
+__device__ __forceinline__ void reduce_elems(const Params& p, const uint8_t* recv, uint64_t off,
+                                             uint64_t n, T* out_a, T* out_b) {
   constexpr int kPer = 16 / sizeof(T);
   const int world = p.g.world;
+  // Every source is 16-byte aligned where x + off is (regions and net blocks start at 256-byte
+  // multiples, and this block's offset into them differs from off by a chunk multiple).
   bool aligned = (reinterpret_cast<uintptr_t>(out_a) | reinterpret_cast<uintptr_t>(out_b) |
-                  reinterpret_cast<uintptr_t>(p.x) | (off * sizeof(T))) % 16 == 0;
+                  reinterpret_cast<uintptr_t>(p.x) | (off * sizeof(T)) |
+                  (static_cast<uint64_t>(p.g.rank) * p.block * sizeof(T))) % 16 == 0;
   uint64_t first_scalar = 0;
   if (aligned) {
+    // kVec vectors per thread and two sources per step in flight: enough bytes outstanding per
+    // SM to cover the latency of peer (or HBM) reads. The adds of an element stay in rank order.
+    constexpr int kVec = 2;
     const uint64_t nv = n / kPer;
-    for (uint64_t v = threadIdx.x; v < nv; v += kThreads) {
-      float acc[kPer];
+    for (uint64_t v0 = threadIdx.x; v0 < nv; v0 += kVec * kThreads) {
+      float acc[kVec][kPer];
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) acc[k] = 0.f;
-      for (int r = 0; r < world; ++r) {
-        const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(source<T>(p, r, off)) + v);
-        const T* e = reinterpret_cast<const T*>(&raw);
+      for (int u = 0; u < kVec; ++u) {
 #pragma unroll
-        for (int k = 0; k < kPer; ++k) acc[k] += Elem<T>::load(e[k]);
+        for (int k = 0; k < kPer; ++k) acc[u][k] = 0.f;
       }
-      uint4 packed;
-      T* o = reinterpret_cast<T*>(&packed);
+#pragma unroll 2
+      for (int r = 0; r < world; ++r) {
+        const uint4* src = reinterpret_cast<const uint4*>(source<T>(p, recv, r, off));
+        uint4 raw[kVec];
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) o[k] = Elem<T>::store(acc[k]);
-      reinterpret_cast<uint4*>(out_a)[v] = packed;
-      if (out_b != nullptr) reinterpret_cast<uint4*>(out_b)[v] = packed;
+        for (int u = 0; u < kVec; ++u) {
+          const uint64_t v = v0 + static_cast<uint64_t>(u) * kThreads;
+          raw[u] = v < nv ? __ldcg(src + v) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < kVec; ++u) {
+          const T* e = reinterpret_cast<const T*>(&raw[u]);
+#pragma unroll
+          for (int k = 0; k < kPer; ++k) acc[u][k] += Elem<T>::load(e[k]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kVec; ++u) {
+        const uint64_t v = v0 + static_cast<uint64_t>(u) * kThreads;
+        if (v >= nv) continue;
+        uint4 packed;
+        T* o = reinterpret_cast<T*>(&packed);
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) o[k] = Elem<T>::store(acc[u][k]);
+        reinterpret_cast<uint4*>(out_a)[v] = packed;
+        if (out_b != nullptr) reinterpret_cast<uint4*>(out_b)[v] = packed;
+      }
     }
     first_scalar = nv * kPer;
   }
   for (uint64_t i = first_scalar + threadIdx.x; i < n; i += kThreads) {
     float acc = 0.f;
-    for (int r = 0; r < world; ++r) acc += Elem<T>::load(source<T>(p, r, off)[i]);
+    for (int r = 0; r < world; ++r) acc += Elem<T>::load(source<T>(p, recv, r, off)[i]);
     out_a[i] = Elem<T>::store(acc);
     if (out_b != nullptr) out_b[i] = Elem<T>::store(acc);
   }
 }
 
 // --- synchronization of a CTA's items --------------------------------------------------------
+// Bound of a "derived" wait: one whose flag is released only after its releaser itself waited
+// for a peer (the entered flag after the entry barrier; all_reduce's reduced chunks after the
+// stage flags). Longer than the direct waits', so that when a peer dies, a direct wait times out
+// first and the record names the dead peer rather than a live one stuck behind it.
+__device__ __forceinline__ uint64_t derived_timeout(const GroupDevice& g) {
+  return 2 * g.timeout_ns + 1000000000ull;
+}
+
 // One thread waits (local-memory poll) or releases; the CTA barrier extends the acquire to
 // the other threads' reads and orders their writes before the release.
 __device__ __forceinline__ void cta_wait(const GroupDevice& g, uint32_t slot, uint64_t e,
-                                         int32_t op, int32_t kind, int peer, int32_t index) {
+                                         int32_t op, int32_t kind, int peer, int32_t index,
+                                         uint64_t timeout_ns) {
   if (threadIdx.x == 0) {
-    comm::wait_geq(g, g.flags[g.rank] + slot, e, comm::WaitSite{op, kind, peer, index});
+    comm::wait_geq(g.flags[g.rank] + slot, e, timeout_ns, g.diag, g.group_id, g.rank,
+                   comm::WaitSite{op, kind, peer, index});
   }
   __syncthreads();
 }
@@ -175,8 +239,11 @@ __device__ __forceinline__ void cta_release(const GroupDevice& g, uint32_t slot,
     if (only >= 0) {
       comm::signal(g, only, slot, e);
     } else {
+      // One system fence for all the peers (signal() fences per call): it orders the CTA's
+      // stores (made visible to this thread by the barrier) before every release below.
+      __threadfence_system();
       for (int r = 0; r < g.world; ++r) {
-        if (r != g.rank && g.flags[r] != nullptr) comm::signal(g, r, slot, e);
+        if (r != g.rank && g.flags[r] != nullptr) comm::st_release_sys(g.flags[r] + slot, e);
       }
     }
   }
@@ -193,8 +260,8 @@ __device__ __forceinline__ uint64_t enter(const Params& p) {
       comm::entry_barrier(g, e, p.op, p.signature);
       comm::st_release_sys(g.flags[g.rank] + kEnteredSlot, e);
     } else {
-      comm::wait_geq(g, g.flags[g.rank] + kEnteredSlot, e,
-                     comm::WaitSite{p.op, comm::kWaitEntry, -1, 0});
+      comm::wait_geq(g.flags[g.rank] + kEnteredSlot, e, derived_timeout(g), g.diag, g.group_id,
+                     g.rank, comm::WaitSite{p.op, comm::kWaitEntry, -1, 0});
     }
   }
   __syncthreads();
@@ -216,6 +283,49 @@ __device__ __forceinline__ void chunk_range(const Params& p, int d, uint32_t c, 
   *n = min(block_end, b + p.chunk) - b;
 }
 
+// --- the inter-node path ---------------------------------------------------------------------
+// Waits (thread 0, then the CTA) until rank src's inter-node arrival flag `slot` holds e.
+__device__ __forceinline__ void net_cta_wait(const Params& p, int src, uint32_t slot, uint64_t e,
+                                             uint64_t timeout_ns) {
+  if (threadIdx.x == 0) {
+    comm::wait_geq(p.g.net.arrival + slot, e, timeout_ns, p.g.diag, p.g.group_id, p.g.rank,
+                   comm::WaitSite{p.op, comm::kWaitNetArrival, src, static_cast<int32_t>(slot)});
+  }
+  __syncthreads();
+}
+
+// The CTA copies `bytes` of src into the send area at send_off; one lane pushes it to every rank
+// of another node (to < 0) or to rank `to`, landing at remote_off of the receive area, with
+// arrival flag `slot` = e; then it waits until the transport has read it (the next call
+// rewrites the send area). Waiting for the transport never waits for a peer's GPU.
+__device__ __forceinline__ void net_send(const Params& p, const uint8_t* src, uint64_t bytes,
+                                         uint64_t send_off, uint64_t remote_off, int to,
+                                         uint32_t slot, uint64_t e) {
+#if MKERNEL_NET_COLLECTIVES
+  copy_bytes(p.g.net.send_area + send_off, src, bytes);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    comm::NetCursor cursor;
+    uint64_t ticket = 0;
+    int last = -1;
+    for (int r = 0; r < p.g.world; ++r) {
+      if (p.g.data[r] != nullptr || (to >= 0 && r != to)) continue;
+      ticket = comm::net_put_signal(p.g, cursor, r, send_off, remote_off, bytes, slot, e, p.op);
+      last = r;
+    }
+    if (last >= 0) comm::net_wait_sent(p.g, ticket, last, p.op);
+  }
+  __syncthreads();
+#endif
+}
+
+// Offset of this rank's block in a receiver's receive area for call e (phase 0: data, phase 1:
+// all_reduce's reduced blocks, after the W data blocks).
+__device__ __forceinline__ uint64_t net_remote_off(const Params& p, uint64_t e, int phase) {
+  return (e & 1) * (p.g.net.recv_bytes / 2) +
+         (static_cast<uint64_t>(phase) * p.g.world + p.g.rank) * p.net_block;
+}
+
 // --- the kernels ---------------------------------------------------------------------------
 // all_gather: items [stage: chunks][gather: W * chunks, own rank first].
 template <class T>
@@ -226,11 +336,17 @@ __global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_co
   const uint64_t seg = p.count * sizeof(T);
   const uint64_t chunk_bytes = p.chunk * sizeof(T);
   const uint32_t items = chunks + static_cast<uint32_t>(g.world) * chunks;
+  const uint8_t* recv = net_recv(p, e);
   for (uint32_t i = blockIdx.x; i < items; i += gridDim.x) {
-    if (i < chunks) {  // stage
+    if (i < chunks) {  // stage (same-node peers pull it; other nodes get all of x from item 0)
       const uint64_t b = i * chunk_bytes, n = min(seg, b + chunk_bytes) - b;
-      copy_bytes(g.data[g.rank] + b, p.x + b, n);
-      cta_release(g, stage_slot(g.rank, i), e, -1);
+      if (g.local_ranks > 1) {
+        copy_bytes(g.data[g.rank] + b, p.x + b, n);
+        cta_release(g, stage_slot(g.rank, i), e, -1);
+      }
+      if (i == 0 && p.remote > 0) {
+        net_send(p, p.x, seg, 0, net_remote_off(p, e, 0), -1, net_data_slot(g.rank), e);
+      }
       continue;
     }
     const uint32_t j = (i - chunks) / chunks, c = (i - chunks) % chunks;
@@ -238,9 +354,13 @@ __global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_co
     const uint64_t b = c * chunk_bytes, n = min(seg, b + chunk_bytes) - b;
     if (src == g.rank) {
       copy_bytes(p.out + src * seg + b, p.x + b, n);
-    } else {
-      cta_wait(g, stage_slot(src, c), e, p.op, comm::kWaitPeerFlag, src, static_cast<int32_t>(c));
+    } else if (g.data[src] != nullptr) {
+      cta_wait(g, stage_slot(src, c), e, p.op, comm::kWaitPeerFlag, src, static_cast<int32_t>(c),
+               g.timeout_ns);
       copy_bytes(p.out + src * seg + b, g.data[src] + b, n);
+    } else {
+      net_cta_wait(p, src, net_data_slot(src), e, g.timeout_ns);
+      copy_bytes(p.out + src * seg + b, recv + static_cast<uint64_t>(src) * p.net_block + b, n);
     }
     __syncthreads();  // the CTA's threads are done with this item before the next wait
   }
@@ -248,7 +368,9 @@ __global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_co
 }
 
 // reduce_scatter (kAllReduce = false) and all_reduce: items
-//   [stage: (W-1) * chunks, peers rank+1.. first][reduce: chunks][all_reduce gather: (W-1) * chunks].
+//   [stage: (W-1) * chunks, peers rank+1.. first][reduce: chunks]
+//   [all_reduce, other nodes: 1, the reduced block out][all_reduce gather: (W-1) * chunks].
+// A block for a rank of another node travels whole (its item of chunk 0).
 template <class T, bool kAllReduce>
 __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_constant__ Params p) {
   const GroupDevice& g = p.g;
@@ -257,47 +379,85 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
   const uint32_t chunks = p.chunks;
   const uint32_t peers = static_cast<uint32_t>(world - 1);
   const uint32_t stage_items = peers * chunks;
-  const uint32_t items = stage_items + chunks + (kAllReduce ? peers * chunks : 0u);
+  const uint32_t net_items = kAllReduce && p.remote > 0 ? 1u : 0u;
+  const uint32_t gather_base = stage_items + chunks + net_items;
+  const uint32_t items = gather_base + (kAllReduce ? peers * chunks : 0u);
   T* region = reinterpret_cast<T*>(g.data[rank]);
   const T* x = reinterpret_cast<const T*>(p.x);
   T* out = reinterpret_cast<T*>(p.out);
+  const uint8_t* recv = net_recv(p, e);
   for (uint32_t i = blockIdx.x; i < items; i += gridDim.x) {
     uint64_t begin, n;
-    if (i < stage_items) {  // block of rank d (!= rank) into the own region, released at d
+    if (i < stage_items) {  // block of rank d (!= rank): into the own region, released at d
       const int d = (rank + 1 + static_cast<int>(i / chunks)) % world;
       const uint32_t c = i % chunks;
-      chunk_range(p, d, c, &begin, &n);
-      copy_bytes(reinterpret_cast<uint8_t*>(region + begin),
-                 reinterpret_cast<const uint8_t*>(x + begin), n * sizeof(T));
-      cta_release(g, stage_slot(rank, c), e, d);
+      if (g.data[d] != nullptr) {
+        chunk_range(p, d, c, &begin, &n);
+        copy_bytes(reinterpret_cast<uint8_t*>(region + begin),
+                   reinterpret_cast<const uint8_t*>(x + begin), n * sizeof(T));
+        cta_release(g, stage_slot(rank, c), e, d);
+      } else if (c == 0) {  // another node: the whole block through the inter-node path
+        const uint64_t b0 = static_cast<uint64_t>(d) * p.block;
+        const uint64_t b1 = min(p.count, b0 + p.block);
+        net_send(p, reinterpret_cast<const uint8_t*>(x + min(b0, b1)), (b1 - min(b0, b1)) * sizeof(T),
+                 static_cast<uint64_t>(d) * p.net_block, net_remote_off(p, e, 0), d,
+                 net_data_slot(rank), e);
+      }
     } else if (i < stage_items + chunks) {  // reduce chunk c of the own block
       const uint32_t c = i - stage_items;
       chunk_range(p, rank, c, &begin, &n);
       if (threadIdx.x == 0) {
         for (int j = 1; j < world; ++j) {
           const int src = (rank + j) % world;
-          comm::wait_geq(g, g.flags[rank] + stage_slot(src, c), e,
-                         comm::WaitSite{p.op, comm::kWaitPeerFlag, src, static_cast<int32_t>(c)});
+          if (g.data[src] != nullptr) {
+            comm::wait_geq(g, g.flags[rank] + stage_slot(src, c), e,
+                           comm::WaitSite{p.op, comm::kWaitPeerFlag, src, static_cast<int32_t>(c)});
+          } else {
+            comm::wait_geq(g.net.arrival + net_data_slot(src), e, g.timeout_ns, g.diag, g.group_id,
+                           rank, comm::WaitSite{p.op, comm::kWaitNetArrival, src,
+                                                static_cast<int32_t>(net_data_slot(src))});
+          }
         }
       }
       __syncthreads();
       if constexpr (kAllReduce) {
-        reduce_elems<T>(p, begin, n, out + begin, region + begin);
+        reduce_elems<T>(p, recv, begin, n, out + begin, region + begin);
         cta_release(g, reduced_slot(rank, c), e, -1);
+        if (p.remote > 0 && threadIdx.x == 0) comm::signal(g, rank, reduced_slot(rank, c), e);
       } else {
-        reduce_elems<T>(p, begin, n, out + (begin - static_cast<uint64_t>(rank) * p.block),
-                        nullptr);
+        reduce_elems<T>(p, recv, begin, n,
+                        out + (begin - static_cast<uint64_t>(rank) * p.block), nullptr);
       }
+    } else if (i < gather_base) {  // all_reduce: the own reduced block to the other nodes
+      if (threadIdx.x == 0) {
+        for (uint32_t c = 0; c < chunks; ++c) {
+          comm::wait_geq(g.flags[rank] + reduced_slot(rank, c), e, derived_timeout(g), g.diag,
+                         g.group_id, rank,
+                         comm::WaitSite{p.op, comm::kWaitPeerFlag, rank, static_cast<int32_t>(c)});
+        }
+      }
+      __syncthreads();
+      const uint64_t b0 = min(p.count, static_cast<uint64_t>(rank) * p.block);
+      const uint64_t b1 = min(p.count, b0 + p.block);
+      net_send(p, reinterpret_cast<const uint8_t*>(out + b0), (b1 - b0) * sizeof(T),
+               static_cast<uint64_t>(world) * p.net_block, net_remote_off(p, e, 1), -1,
+               net_reduced_slot(rank), e);
     } else {  // all_reduce: a peer's reduced block into the output
-      const uint32_t k = i - stage_items - chunks;
+      const uint32_t k = i - gather_base;
       const int src = (rank + 1 + static_cast<int>(k / chunks)) % world;
       const uint32_t c = k % chunks;
       chunk_range(p, src, c, &begin, &n);
-      cta_wait(g, reduced_slot(src, c), e, p.op, comm::kWaitPeerFlag, src,
-               static_cast<int32_t>(c));
-      copy_bytes(reinterpret_cast<uint8_t*>(out + begin),
-                 reinterpret_cast<const uint8_t*>(reinterpret_cast<const T*>(g.data[src]) + begin),
-                 n * sizeof(T));
+      const uint8_t* from;
+      if (g.data[src] != nullptr) {
+        cta_wait(g, reduced_slot(src, c), e, p.op, comm::kWaitPeerFlag, src,
+                 static_cast<int32_t>(c), derived_timeout(g));
+        from = reinterpret_cast<const uint8_t*>(reinterpret_cast<const T*>(g.data[src]) + begin);
+      } else {
+        net_cta_wait(p, src, net_reduced_slot(src), e, derived_timeout(g));
+        from = recv + (static_cast<uint64_t>(world) + src) * p.net_block +
+               (begin - static_cast<uint64_t>(src) * p.block) * sizeof(T);
+      }
+      copy_bytes(reinterpret_cast<uint8_t*>(out + begin), from, n * sizeof(T));
     }
     __syncthreads();
   }
@@ -373,6 +533,29 @@ cudaError_t resident_ctas(const void* kernel, int* out) {
   return cudaSuccess;
 }
 
+// Block of one rank in the net areas (the padded all_reduce block, reduce_scatter's M/W rows,
+// all_gather's whole x), at 256-byte multiples; send = the blocks this rank sends, recv = two
+// halves (call parity) of the blocks it receives.
+NetBytes net_bytes_for(Kind kind, DType dtype, uint64_t count, int world) {
+  const uint64_t w = static_cast<uint64_t>(std::max(world, 1));
+  const int esize = elem_size(dtype);
+  switch (kind) {
+    case Kind::kAllGather: {
+      const uint64_t b = round_up(count * esize, kNetAlign);
+      return {b, 2 * w * b};
+    }
+    case Kind::kReduceScatter: {
+      const uint64_t b = round_up(count / w * esize, kNetAlign);
+      return {w * b, 2 * w * b};
+    }
+    case Kind::kAllReduce: {
+      const uint64_t b = round_up(round_up((count + w - 1) / w, 16 / esize) * esize, kNetAlign);
+      return {(w + 1) * b, 2 * 2 * w * b};
+    }
+  }
+  return {0, 0};
+}
+
 cudaError_t launch(Kind kind, const Args& a, const char** reason) {
   const GroupDevice& g = a.group;
   if (g.world < 1 || g.world > comm::kMaxRanks || g.rank < 0 || g.rank >= g.world ||
@@ -380,11 +563,11 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
     if (reason) *reason = "the group's device view is not set up";
     return cudaErrorInvalidValue;
   }
-  for (int r = 0; r < g.world; ++r) {
-    if (g.flags[r] == nullptr || g.data[r] == nullptr) {
-      if (reason) *reason = "a rank of the group lives on another node (no peer mapping)";
-      return cudaErrorInvalidValue;
-    }
+  int remote = 0;
+  for (int r = 0; r < g.world; ++r) remote += g.data[r] == nullptr ? 1 : 0;
+  if (remote > 0 && (!MKERNEL_NET_COLLECTIVES || g.net.fifo == nullptr)) {
+    if (reason) *reason = "a rank of the group lives on another node and there is no inter-node path";
+    return cudaErrorInvalidValue;
   }
   if (a.count == 0) return cudaSuccess;
   const int esize = elem_size(a.dtype);
@@ -422,6 +605,16 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
     if (reason) *reason = "the group's symmetric memory is smaller than the call needs";
     return cudaErrorInvalidValue;
   }
+  p.remote = remote;
+  p.net_block = round_up(p.block * esize, kNetAlign);
+  if (remote > 0) {
+    const NetBytes nb = net_bytes_for(kind, a.dtype, a.count, g.world);
+    if (g.net.send_bytes < nb.send || g.net.recv_bytes < nb.recv ||
+        g.net.arrival_slots < 2 * comm::kMaxRanks) {
+      if (reason) *reason = "the group's inter-node areas are smaller than the call needs";
+      return cudaErrorInvalidValue;
+    }
+  }
   p.chunk = chunk_elems(std::max<uint64_t>(p.block, 1), esize);
   p.chunks = chunk_count(p.block, p.chunk);
   switch (kind) {
@@ -432,7 +625,7 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
       items = p.chunks * world;
       break;
     case Kind::kAllReduce:
-      items = p.chunks * (2 * world - 1);
+      items = p.chunks * (2 * world - 1) + (remote > 0 ? 1 : 0);
       break;
   }
   void* kernel = kernel_for(kind, a.dtype);
@@ -454,6 +647,17 @@ uint64_t reduce_scatter_bytes(DType dtype, uint64_t count, int) {
   return count * elem_size(dtype);
 }
 uint64_t all_reduce_bytes(DType dtype, uint64_t count, int) { return count * elem_size(dtype); }
+
+bool net_supported() { return MKERNEL_NET_COLLECTIVES != 0; }
+NetBytes all_gather_net_bytes(DType dtype, uint64_t count, int world) {
+  return net_bytes_for(Kind::kAllGather, dtype, count, world);
+}
+NetBytes reduce_scatter_net_bytes(DType dtype, uint64_t count, int world) {
+  return net_bytes_for(Kind::kReduceScatter, dtype, count, world);
+}
+NetBytes all_reduce_net_bytes(DType dtype, uint64_t count, int world) {
+  return net_bytes_for(Kind::kAllReduce, dtype, count, world);
+}
 
 cudaError_t all_gather(const Args& args, const char** reason) {
   return launch(Kind::kAllGather, args, reason);

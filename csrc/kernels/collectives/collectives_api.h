@@ -44,6 +44,21 @@ uint64_t all_gather_bytes(DType dtype, uint64_t count, int world);
 uint64_t reduce_scatter_bytes(DType dtype, uint64_t count, int world);
 uint64_t all_reduce_bytes(DType dtype, uint64_t count, int world);
 
+// The inter-node areas (GroupDevice::net) every rank needs for the call when the group spans
+// several nodes (SymmetricGroup::ensure_net): a rank of another node receives a whole block
+// through the FIFO -> Go proxy -> transport path (the receive area alternates halves by call
+// parity: a peer may send call e+1 while this rank still reads call e).
+struct NetBytes {
+  uint64_t send = 0;
+  uint64_t recv = 0;
+};
+NetBytes all_gather_net_bytes(DType dtype, uint64_t count, int world);
+NetBytes reduce_scatter_net_bytes(DType dtype, uint64_t count, int world);
+NetBytes all_reduce_net_bytes(DType dtype, uint64_t count, int world);
+
+// Whether these kernels were built with the inter-node path (kernels/comm/net_ops.cuh).
+bool net_supported();
+
 // Launch the call's kernel on args.stream. reduce_scatter needs count % world == 0. Returns
 // the launch's error (cudaErrorInvalidValue with *reason set for bad arguments).
 cudaError_t all_gather(const Args& args, const char** reason = nullptr);

@@ -35,6 +35,8 @@ struct FlagSlot {
   static constexpr uint32_t kSignature = kMaxRanks;              // + src rank: src's call signature
   static constexpr uint32_t kExit = 2 * kMaxRanks;               // + src rank: src finished call e
   static constexpr uint32_t kCollective = 3 * kMaxRanks;         // 8 * kMaxRanks for the collectives
+  static constexpr uint32_t kMismatch = 11 * kMaxRanks;          // + src rank: src recorded a
+                                                                 // signature mismatch in call e
   static constexpr uint32_t kGroupSlots = 16 * kMaxRanks;
   static constexpr uint32_t kOpSlotBase = kGroupSlots;
 };

@@ -57,8 +57,13 @@ struct WaitSite {
   int32_t index = 0;     // flag slot / chunk / tile index
 };
 
+// Fills *diag once (first claimant wins) and returns.
+__device__ __noinline__ void record_wait(WaitDiagnostic* diag, int32_t group, int32_t rank,
+                                         const uint64_t* flag, uint64_t expected, uint64_t seen,
+                                         uint64_t elapsed_ns, WaitSite site);
+
 // Fills *diag once (first claimant wins), then traps. Never returns ([[noreturn]]: a caller
-// saves no registers around the call, so the cold path costs no spills in a 40-register warp).
+// saves no registers around the cold call, no spills in the 40-register side warps).
 __device__ __noinline__ [[noreturn]] void fail_wait(WaitDiagnostic* diag, int32_t group, int32_t rank,
                                        const uint64_t* flag, uint64_t expected, uint64_t seen,
                                        uint64_t elapsed_ns, WaitSite site);
@@ -93,7 +98,10 @@ __device__ __forceinline__ void op_end(const GroupDevice& g, uint64_t e);
 // finished call e-1 (its previous kernel of the group completed), so its buffers of the
 // previous call may be overwritten. Called by one thread (others wait on a CTA barrier).
 // `signature` (op id and shape hash) is published before the entry flag and checked against
-// every peer's: a mismatch records kWaitSignature naming the peer and traps.
+// every peer's: a mismatch records kWaitSignature naming the peer and traps — after every local
+// peer recorded its own mismatch (each sees one: if every peer matched this rank, they would
+// match each other) or the timeout passed, because under MPS the first trap ends every client
+// of the GPU, and a peer that has not recorded yet would lose its explanation.
 __device__ __forceinline__ void entry_barrier(const GroupDevice& g, uint64_t e, int32_t op,
                                               uint64_t signature);
 

@@ -3,9 +3,10 @@
 
 namespace mkernel::comm {
 
-__device__ __noinline__ [[noreturn]] inline void fail_wait(WaitDiagnostic* diag, int32_t group, int32_t rank,
-                                              const uint64_t* flag, uint64_t expected,
-                                              uint64_t seen, uint64_t elapsed_ns, WaitSite site) {
+__device__ __noinline__ inline void record_wait(WaitDiagnostic* diag, int32_t group, int32_t rank,
+                                                const uint64_t* flag, uint64_t expected,
+                                                uint64_t seen, uint64_t elapsed_ns,
+                                                WaitSite site) {
   if (diag != nullptr && atomicCAS_system(&diag->claimed, 0u, 1u) == 0u) {
     volatile WaitDiagnostic* d = diag;
     d->expected = expected;
@@ -25,6 +26,12 @@ __device__ __noinline__ [[noreturn]] inline void fail_wait(WaitDiagnostic* diag,
     d->valid = 1;
     __threadfence_system();
   }
+}
+
+__device__ __noinline__ [[noreturn]] inline void fail_wait(WaitDiagnostic* diag, int32_t group, int32_t rank,
+                                              const uint64_t* flag, uint64_t expected,
+                                              uint64_t seen, uint64_t elapsed_ns, WaitSite site) {
+  record_wait(diag, group, rank, flag, expected, seen, elapsed_ns, site);
   __trap();
 }
 
@@ -72,21 +79,42 @@ __device__ __forceinline__ void op_end(const GroupDevice& g, uint64_t e) {
 
 __device__ __forceinline__ void entry_barrier(const GroupDevice& g, uint64_t e, int32_t op,
                                               uint64_t signature) {
-  // Publish the signature, then the entry flag (the release orders the signature before it).
+  // Publish the signature everywhere, then the entry flags (one system fence orders the
+  // signatures, and everything this thread observed, before every release).
   for (int p = 0; p < g.world; ++p) {
-    if (g.flags[p] == nullptr) continue;
-    g.flags[p][FlagSlot::kSignature + g.rank] = signature;
-    signal(g, p, FlagSlot::kEntry + g.rank, e);
+    if (g.flags[p] != nullptr) g.flags[p][FlagSlot::kSignature + g.rank] = signature;
   }
+  __threadfence_system();
+  for (int p = 0; p < g.world; ++p) {
+    if (g.flags[p] != nullptr) st_release_sys(g.flags[p] + FlagSlot::kEntry + g.rank, e);
+  }
+  int32_t differs = -1;
+  uint64_t theirs_differing = 0;
   for (int p = 0; p < g.world; ++p) {
     if (g.flags[p] == nullptr || p == g.rank) continue;
     wait_geq(g, g.flags[g.rank] + FlagSlot::kEntry + p, e, WaitSite{op, kWaitEntry, p, 0});
     const uint64_t theirs =
         *reinterpret_cast<volatile uint64_t*>(g.flags[g.rank] + FlagSlot::kSignature + p);
-    if (theirs != signature) {
-      fail_wait(g.diag, g.group_id, g.rank, g.flags[g.rank] + FlagSlot::kSignature + p,
-                signature, theirs, 0, WaitSite{op, kWaitSignature, p, 0});
+    if (theirs != signature && differs < 0) {
+      differs = p;
+      theirs_differing = theirs;
     }
+  }
+  if (differs >= 0) {
+    record_wait(g.diag, g.group_id, g.rank, g.flags[g.rank] + FlagSlot::kSignature + differs,
+                signature, theirs_differing, 0, WaitSite{op, kWaitSignature, differs, 0});
+    for (int p = 0; p < g.world; ++p) {
+      if (g.flags[p] != nullptr) signal(g, p, FlagSlot::kMismatch + g.rank, e);
+    }
+    const uint64_t start = globaltimer_ns();
+    for (int p = 0; p < g.world; ++p) {
+      if (g.flags[p] == nullptr || p == g.rank) continue;
+      while (ld_acquire_sys(g.flags[g.rank] + FlagSlot::kMismatch + p) < e &&
+             globaltimer_ns() - start < g.timeout_ns) {
+        __nanosleep(256);
+      }
+    }
+    __trap();
   }
 }
 
