@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = ROOT / "benchmarks" / "results"
 
 # Per-rank shapes as a W-rank tensor-parallel job sees them (W divides the sharded dims).
 #   ag_gemm: x [M/W, K], w [N/W, K]   (column-parallel: Llama-70B fc1 K=8192, N=28672; seed's
@@ -136,6 +137,12 @@ def rank_main() -> None:
         rows.append(row)
         if rank == 0:
             print("ROW " + json.dumps(row), flush=True)
+            # The parent shows rank output only when the ranks end: keep each row on disk as it
+            # comes (a run cut short by a timeout still leaves its rows).
+            progress = Path(os.environ.get("OUT") or RESULTS_DIR, "fused_rows.jsonl")
+            with open(progress, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"bench_fused: {label} {op} done", file=sys.stderr, flush=True)
     if rank == 0:
         payload = {"bench": "fused", "commit": commit(), "device": device_info(), "world": world,
                    "mps_share_percent": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),

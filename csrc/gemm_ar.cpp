@@ -154,17 +154,15 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     at::Tensor out = at::empty({rows, w.size(0)}, x.options());
     fused_glue::ReduceLayout layout;
     layout.two_shot = two_shot(rows, w.size(0), world, x.element_size());
-    std::vector<int> order;
     if (layout.two_shot) {
       layout.rows_per_rank = (rows + world - 1) / world;
       layout.row0 = std::min(rows, rank * layout.rows_per_rank);
       layout.rows = std::min(rows, layout.row0 + layout.rows_per_rank) - layout.row0;
-      order.resize(world);  // owner rank + 1's rows first, this rank's own last (as gemm_rs)
-      for (int64_t q = 0; q < world; ++q) order[q] = static_cast<int>((q - rank - 1 + world) % world);
     } else {
       layout.rows = layout.rows_per_rank = rows;
     }
-    if (fused_glue::reduce_call(kOp, comm::kOpGemmAr, sg, x, w, layout, out, order, &why)) {
+    // The natural tile order on every rank (see gemm_rs.cpp).
+    if (fused_glue::reduce_call(kOp, comm::kOpGemmAr, sg, x, w, layout, out, {}, &why)) {
       return out;
     }
   }

@@ -107,16 +107,16 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
   const int64_t world = world_size, rows = x.size(0) / world;
   const char* why = "the group spans several nodes (inter-node path not wired yet)";
   if (sg.single_node()) {
-    // One fused launch (kernels/fused/fused_hooks.cuh, kModeReduce): rank r's partial tiles are
-    // produced owner r+1's rows first, its own last; it reduces its own rows.
+    // One fused launch (kernels/fused/fused_hooks.cuh, kModeReduce): each CTA's side warps
+    // reduce the tiles of this rank's rows its own consumers computed, from every rank (the
+    // same tile order on every rank: the natural one, so the CTA of the same index produced
+    // them).
     const int rank = sg.rank();
     at::Tensor out = at::empty({rows, w.size(0)}, x.options());
-    std::vector<int> order(world);
-    for (int q = 0; q < world; ++q) order[q] = static_cast<int>((q - rank - 1 + world) % world);
     fused_glue::ReduceLayout layout;
     layout.row0 = layout.out_row0 = rank * rows;
     layout.rows = layout.rows_per_rank = rows;
-    if (fused_glue::reduce_call(kOp, comm::kOpGemmRs, sg, x, w, layout, out, order, &why)) {
+    if (fused_glue::reduce_call(kOp, comm::kOpGemmRs, sg, x, w, layout, out, {}, &why)) {
       return out;
     }
   }

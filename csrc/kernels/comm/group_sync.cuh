@@ -62,7 +62,8 @@ __device__ __noinline__ void record_wait(WaitDiagnostic* diag, int32_t group, in
                                          const uint64_t* flag, uint64_t expected, uint64_t seen,
                                          uint64_t elapsed_ns, WaitSite site);
 
-// Fills *diag once (first claimant wins), then traps. Never returns.
+// Fills *diag once (first claimant wins), then traps. Never returns ([[noreturn]]: a caller
+// saves no registers around the cold call, no spills in the 40-register side warps).
 __device__ __noinline__ [[noreturn]] void fail_wait(WaitDiagnostic* diag, int32_t group, int32_t rank,
                                        const uint64_t* flag, uint64_t expected, uint64_t seen,
                                        uint64_t elapsed_ns, WaitSite site);

@@ -189,86 +189,84 @@ struct FusedHooks {
     }
   }
 
-  // Two-shot, second half: every other rank's reduced tiles, rank + 1 first.
-  CUTLASS_DEVICE static void gather_reduced(Params const& p, Call const&, int t) {
+  // The REDUCE role: side thread t in [0, 96) of every CTA. It walks the tiles its own CTA's
+  // consumers compute, in their order (the scheduler's walk), so the tiles it waits for are
+  // computed by the CTA of the same index on every rank — the same on every rank as the M order
+  // of the reduce modes is rank-independent. No CTA then waits for a CTA that may not be
+  // resident yet while blocking one that is: resident prefixes of the grid finish, on every
+  // rank, whatever the co-resident cluster count (under MPS it can be below SMs / 2).
+  template <class Sched>
+  CUTLASS_DEVICE static void reduce_role(Params const& p, int t,
+                                         typename Sched::Params const& sp) {
     const comm::GroupDevice& g = p.group;
-    int items = 0;
-    for (int j = 1; j < g.world; ++j) items += tile_rows_of((g.rank + j) % g.world, p) * p.tiles_n;
+    const int end = min(p.reduce_row0 + p.reduce_rows, p.m);
+    if (p.reduce_row0 < end) {
+      typename Sched::Cursor cursor;
 #pragma unroll 1
-    for (int i = cta_id(); i < items; i += cta_count()) {
-      int q = g.rank, rest = i;
-      for (int j = 1; j < g.world; ++j) {
-        q = (g.rank + j) % g.world;
-        const int here = tile_rows_of(q, p) * p.tiles_n;
-        if (rest < here) break;
-        rest -= here;
-      }
-      const int q0 = q * p.rows_per_rank, q1 = min(q0 + p.rows_per_rank, p.m);
-      const int tm = q0 / p.block_m + rest / p.tiles_n, tn = rest % p.tiles_n;
-      if (t == 0) {
-        comm::wait_geq(g, g.flags[q] + p.reduced_flag_base + tm * p.tiles_n + tn, comm::op_begin(g),
-                       comm::WaitSite{p.op, comm::kWaitPeerFlag, q, tm * p.tiles_n + tn});
-      }
-      side_sync();
-      const int r0 = max(tm * p.block_m, q0), r1 = min((tm + 1) * p.block_m, q1);
-      const int c0 = tn * p.block_n, c1 = min(c0 + p.block_n, p.n);
-      if (p.bf16) {
-        copy_reduced<__nv_bfloat16>(p, q, r0, r1, c0, c1, t);
-      } else {
-        copy_reduced<__half>(p, q, r0, r1, c0, c1, t);
+      for (int unit = Sched::first_unit();; unit += Sched::unit_stride()) {
+        const auto work = Sched::get(sp, unit, cursor);
+        if (!work.valid) break;
+        const int r0 = max(work.m_block * p.block_m, p.reduce_row0);
+        const int r1 = min((work.m_block + 1) * p.block_m, end);
+        const int c0 = work.n_block * p.block_n, c1 = min(c0 + p.block_n, p.n);
+        if (work.skip || r0 >= r1 || c0 >= c1) continue;
+        const int tile = work.m_block * p.tiles_n + work.n_block;
+        if (t < g.world) {  // one side thread per rank polls that rank's flag of the tile
+          comm::wait_geq(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
+                         comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
+        }
+        side_sync();  // every rank's tile is in memory (the acquires precede the barrier)
+        if (p.bf16) {
+          reduce_block<__nv_bfloat16>(p, r0, r1, c0, c1, t);
+        } else {
+          reduce_block<__half>(p, r0, r1, c0, c1, t);
+        }
+        if (p.two_shot) {
+          side_sync();  // every side thread's reduced stores precede the flag
+          if (t == 0) comm::signal(g, g.rank, p.reduced_flag_base + tile, comm::op_begin(g));
+        }
       }
     }
-  }
-
-  // Tile rows covering rank q's block of rows (two-shot), 0 for an empty block.
-  CUTLASS_DEVICE static int tile_rows_of(int q, Params const& p) {
-    const int q0 = q * p.rows_per_rank, q1 = min(q0 + p.rows_per_rank, p.m);
-    return q1 <= q0 ? 0 : (q1 - 1) / p.block_m - q0 / p.block_m + 1;
-  }
-
-  // The REDUCE role: side thread t in [0, 96) of every CTA.
-  CUTLASS_DEVICE static void reduce_role(Params const& p, Call const& call, int t) {
-    if (p.reduce_rows > 0) reduce_rows(p, call, t);
-    if (p.two_shot) gather_reduced(p, call, t);
-  }
-
-  // (The call number is read again where it is needed rather than kept across the loop: the
-  // side warps run on 40 registers. *epoch changes only in the last CTA's call_end.)
-  CUTLASS_DEVICE static void reduce_rows(Params const& p, Call const&, int t) {
-    const comm::GroupDevice& g = p.group;
-    const int tm0 = p.reduce_row0 / p.block_m;
-    const int items = ((p.reduce_row0 + p.reduce_rows - 1) / p.block_m - tm0 + 1) * p.tiles_n;
+    if (!p.two_shot) return;
+    // Two-shot, second half: the other owners' reduced rows of the same tiles (the owner's CTA
+    // of this index reduced them).
+    typename Sched::Cursor cursor;
 #pragma unroll 1
-    for (int i = cta_id(); i < items; i += cta_count()) {
-      const int tile = tm0 * p.tiles_n + i;  // tm * tiles_n + tn
-      if (t < g.world) {  // one side thread per rank polls that rank's flag of the tile
-        comm::wait_geq(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
-                       comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
-      }
-      side_sync();  // every rank's tile is in memory (the acquires precede the barrier)
-      const int tm = tile / p.tiles_n, tn = tile - tm * p.tiles_n;
-      const int r0 = max(tm * p.block_m, p.reduce_row0);
-      const int r1 = min((tm + 1) * p.block_m, p.reduce_row0 + p.reduce_rows);
-      const int c0 = tn * p.block_n, c1 = min(c0 + p.block_n, p.n);
-      if (p.bf16) {
-        reduce_block<__nv_bfloat16>(p, r0, r1, c0, c1, t);
-      } else {
-        reduce_block<__half>(p, r0, r1, c0, c1, t);
-      }
-      if (p.two_shot) {
-        side_sync();  // every side thread's reduced stores precede the flag
-        if (t == 0) comm::signal(g, g.rank, p.reduced_flag_base + tile, comm::op_begin(g));
+    for (int unit = Sched::first_unit();; unit += Sched::unit_stride()) {
+      const auto work = Sched::get(sp, unit, cursor);
+      if (!work.valid) break;
+      const int row0 = work.m_block * p.block_m, row1 = min(row0 + p.block_m, p.m);
+      const int c0 = work.n_block * p.block_n, c1 = min(c0 + p.block_n, p.n);
+      if (work.skip || row0 >= row1 || c0 >= c1) continue;
+      const int tile = work.m_block * p.tiles_n + work.n_block;
+#pragma unroll 1
+      for (int q = row0 / p.rows_per_rank; q <= (row1 - 1) / p.rows_per_rank; ++q) {
+        if (q == g.rank) continue;
+        if (t == 0) {
+          comm::wait_geq(g, g.flags[q] + p.reduced_flag_base + tile, comm::op_begin(g),
+                         comm::WaitSite{p.op, comm::kWaitPeerFlag, q, tile});
+        }
+        side_sync();
+        const int r0 = max(row0, q * p.rows_per_rank);
+        const int r1 = min(row1, (q + 1) * p.rows_per_rank);
+        if (p.bf16) {
+          copy_reduced<__nv_bfloat16>(p, q, r0, r1, c0, c1, t);
+        } else {
+          copy_reduced<__half>(p, q, r0, r1, c0, c1, t);
+        }
       }
     }
   }
 
   // ---- the hooks the kernel calls ---------------------------------------------------------
 
-  CUTLASS_DEVICE static void side_role(Params const& p, Call const& call, int t) {
+  template <class Sched>
+  CUTLASS_DEVICE static void side_role(Params const& p, Call const& call, int t,
+                                       typename Sched::Params const& sp) {
     if (p.mode == kModeAllGather) {
       copy_role(p, call, t);
     } else {
-      reduce_role(p, call, t);
+      reduce_role<Sched>(p, t, sp);
     }
   }
 

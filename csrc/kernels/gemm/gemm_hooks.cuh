@@ -8,7 +8,8 @@
 // A policy may also keep per-launch state (`Call`, read once by every thread
 // at the start: the fused ops' device epoch; producer_wait may update its
 // thread's copy), give the producer warpgroup's
-// three idle warps a `side_role` (the fused ops' copy / reduce roles), and end
+// three idle warps a `side_role` (the fused ops' copy / reduce roles; it gets
+// the scheduler, so it can walk its own CTA's tiles in the GEMM's order), and end
 // the launch with `call_end` (one thread per CTA after a CTA-wide barrier).
 // NoHooks compiles all of it away, so the plain GEMM pays nothing.
 #pragma once
@@ -31,7 +32,9 @@ struct NoHooks {
   CUTLASS_DEVICE static void producer_wait(Params const&, Call const&, int, int) {}
   CUTLASS_DEVICE static void tile_done(Params const&, Call const&, int, int, int, int) {}
   CUTLASS_DEVICE static void tile_stored(Params const&, Call const&, int, int, int, int) {}
-  CUTLASS_DEVICE static void side_role(Params const&, Call const&, int) {}
+  template <class Sched>
+  CUTLASS_DEVICE static void side_role(Params const&, Call const&, int,
+                                       typename Sched::Params const&) {}
   CUTLASS_DEVICE static void call_end(Params const&, Call const&) {}
 };
 
@@ -56,7 +59,9 @@ struct FlagHooks {
   static constexpr bool kSignalsTiles = true;
   static constexpr bool kSideRole = false;
   CUTLASS_DEVICE static Call call_begin(Params const&) { return {}; }
-  CUTLASS_DEVICE static void side_role(Params const&, Call const&, int) {}
+  template <class Sched>
+  CUTLASS_DEVICE static void side_role(Params const&, Call const&, int,
+                                       typename Sched::Params const&) {}
   CUTLASS_DEVICE static void call_end(Params const&, Call const&) {}
 
   // Called by one lane of the producer warp.

@@ -189,7 +189,9 @@ class HookedGemmSm90 {
         // The three idle producer warps: the hooks' side role (copy / reduce),
         // or nothing.
         if constexpr (!Hooks::kSideRole) return;
-        Hooks::side_role(params.hooks, call, warp_group_thread_idx - cutlass::NumThreadsPerWarp);
+        Hooks::template side_role<Scheduler>(params.hooks, call,
+                                             warp_group_thread_idx - cutlass::NumThreadsPerWarp,
+                                             params.scheduler);
       } else {
       MainloopState write_state = cutlass::make_producer_start_state<MainloopPipeline>();
       typename Scheduler::Cursor cursor;

@@ -5,7 +5,6 @@
 // Included only by the generated instantiations/*.cu.
 #pragma once
 
-#include <atomic>
 #include <mutex>
 
 #include "cutlass/cutlass.h"
@@ -411,50 +410,10 @@ struct GemmSm90 {
       if (reason) *reason = "no thread-block cluster fits the SMs given";
       return cudaErrorInvalidConfiguration;
     }
-    if constexpr (K::Hooks::kSideRole) {
-      return launch_co_resident<K>(params, l, clusters);
-    } else {
-      cudaLaunchAttribute attrs[2];
-      const cudaLaunchConfig_t cfg =
-          cluster_launch_config<K>(attrs, dim3(kCM * clusters, kCN, 1), l.stream, l.pdl);
-      return cudaLaunchKernelEx(&cfg, hooked_gemm_kernel<K>, params);
-    }
-  }
-
-  // Hooks with a side role make CTAs wait on one another (a copy pushed by another CTA, a tile
-  // stored by another CTA or rank): every CTA must be resident at once. The occupancy query
-  // does not see every limit (under MPS the SMs of a client come in whole TPCs of some GPCs, so
-  // fewer 2-CTA clusters may fit than SMs / 2), so the launch is cooperative — the driver
-  // refuses a grid that cannot be co-resident — and shrinks (one cluster fewer per try, the
-  // last size that fitted remembered per device) until it is accepted.
-  template <class K>
-  static cudaError_t launch_co_resident(typename K::Params const& params, const Launch& l,
-                                        int clusters) {
-    constexpr int kCM = K::Scheduler::kClusterM, kCN = K::Scheduler::kClusterN;
-    static std::atomic<int> fitted[PerDevice<int>::kMaxDevices];
-    cudaError_t err = cudaSuccess;
-    const int dev = current_device(&err);
-    if (err != cudaSuccess) return err;
-    const int known = fitted[dev].load(std::memory_order_relaxed);
-    if (known > 0 && known < clusters) clusters = known;
-    for (; clusters >= 1; --clusters) {
-      cudaLaunchAttribute attrs[3];
-      cudaLaunchConfig_t cfg =
-          cluster_launch_config<K>(attrs, dim3(kCM * clusters, kCN, 1), l.stream, l.pdl);
-      attrs[cfg.numAttrs].id = cudaLaunchAttributeCooperative;
-      attrs[cfg.numAttrs].val.cooperative = 1;
-      cfg.numAttrs += 1;
-      err = cudaLaunchKernelEx(&cfg, hooked_gemm_kernel<K>, params);
-      if (err == cudaSuccess) break;
-      cudaGetLastError();  // a launch-configuration error is not sticky
-      if (err != cudaErrorCooperativeLaunchTooLarge) {
-        // A driver that takes no cooperative cluster launch: the occupancy query's size, plain.
-        cfg.numAttrs -= 1;
-        return cudaLaunchKernelEx(&cfg, hooked_gemm_kernel<K>, params);
-      }
-      fitted[dev].store(clusters - 1, std::memory_order_relaxed);  // try one cluster fewer
-    }
-    return err;
+    cudaLaunchAttribute attrs[2];
+    const cudaLaunchConfig_t cfg =
+        cluster_launch_config<K>(attrs, dim3(kCM * clusters, kCN, 1), l.stream, l.pdl);
+    return cudaLaunchKernelEx(&cfg, hooked_gemm_kernel<K>, params);
   }
 
   static TileCounts tile_counts(int m, int n) {

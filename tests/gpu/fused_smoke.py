@@ -1,0 +1,64 @@
+"""The smallest GPU proof of the fused ops, for a short device slot: W rank processes under MPS
+(an MPS daemon it starts when none runs) run tests/gpu/fused_ranks.py's suites, W = 2 then 4;
+each launch's rank output is printed as soon as it ends, so a later hang loses nothing.
+Exit status 1 on any failure.
+
+    python3 -u tests/gpu/fused_smoke.py [--worlds 2,4] [--suites ag,rs,ar] [--timeout 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.launch import run_ranks  # noqa: E402
+
+
+def mps_daemon():
+    spec = importlib.util.spec_from_file_location("bench_fused", ROOT / "benchmarks" / "bench_fused.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.mps_daemon()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--worlds", default="2,4")
+    ap.add_argument("--suites", default="ag,rs,ar")
+    ap.add_argument("--time-at", type=int, default=2, help="also run the timing suite at this W")
+    ap.add_argument("--timeout", type=float, default=50.0)
+    args = ap.parse_args()
+    code = (ROOT / "tests" / "gpu" / "fused_ranks.py").read_text()
+    failed = False
+    with mps_daemon() as mps_env:
+        for world in [int(w) for w in args.worlds.split(",")]:
+            suites = args.suites + (",time" if world == args.time_at else "")
+            env = dict(mps_env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // world),
+                       FUSED_SUITE=suites, MKERNEL_OP_TIMEOUT=os.environ.get("MKERNEL_OP_TIMEOUT", "15"),
+                       NCCL_NVLS_ENABLE="0")
+            results = run_ranks(code, world, timeout=args.timeout, env=env)
+            for r in sorted(results, key=lambda r: r.rank):
+                ok = r.returncode == 0 and f"OK {r.rank}" in r.stdout
+                failed |= not ok
+                print(f"=== W={world} rank {r.rank}: rc={r.returncode} {'OK' if ok else 'FAILED'}", flush=True)
+                lines = r.stdout.splitlines()
+                keep = [ln for ln in lines if ln.startswith(("TIME", "SUITE", "OK"))]
+                bad = [ln for ln in lines if ln.startswith("CASE") and '"rel": ' in ln]
+                if r.rank == 0 or not ok:
+                    print("\n".join(keep), flush=True)
+                    worst = sorted(bad, key=lambda ln: -float(ln.split('"rel": ')[1].split(",")[0]))[:3]
+                    print("worst cases:\n" + "\n".join(worst), flush=True)
+                if not ok:
+                    print(r.stderr[-2500:], flush=True)
+    print("FUSED SMOKE " + ("FAILED" if failed else "PASSED"), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
