@@ -189,9 +189,9 @@ def errors(ctx) -> None:
 
 
 def mlp(ctx) -> None:
-    """mkernel.moe.MoEMLP (SwiGLU experts) against the dense float64 formula over every rank's
+    """mkernel.nn.MoEMLP (SwiGLU experts) against the dense float64 formula over every rank's
     tokens: output and the gradients of x, w1, w2 and topk_weights; capacity-free and padded."""
-    from mkernel.moe import MoEMLP
+    from mkernel.nn import MoEMLP
 
     rank, world = ctx.rank, ctx.world_size
     h, inter, k = 16, 24, 2
