@@ -237,3 +237,8 @@ class RowParallelLinear(_ParallelLinear):
 
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear"]
+
+# The expert-parallel MoE layer lives in mkernel/moe.py (dispatch + grouped GEMMs + combine).
+from .moe import MoEMLP  # noqa: E402
+
+__all__ += ["MoEMLP"]

@@ -189,9 +189,9 @@ def errors(ctx) -> None:
 
 
 def mlp(ctx) -> None:
-    """mkernel.moe.MoEMLP (SwiGLU experts) against the dense float64 formula over every rank's
+    """mkernel.nn.MoEMLP (SwiGLU experts) against the dense float64 formula over every rank's
     tokens: output and the gradients of x, w1, w2 and topk_weights; capacity-free and padded."""
-    from mkernel.moe import MoEMLP
+    from mkernel.nn import MoEMLP
 
     rank, world = ctx.rank, ctx.world_size
     h, inter, k = 16, 24, 2
@@ -244,6 +244,45 @@ def mlp(ctx) -> None:
         if not rec["err"] <= 1e-5:
             raise AssertionError(f"rank {rank}: {json.dumps(rec)}")
         print("CASE", json.dumps(rec), flush=True)
+
+
+def kill(ctx) -> None:
+    """Fault test: dispatch + combine in a loop while TEST_VICTIM SIGKILLs itself mid-call; the
+    other ranks must raise an error naming the victim (printed as ERR), then the group refuses
+    calls."""
+    import threading
+    import time
+
+    print("PID", os.getpid(), flush=True)
+    victim = int(os.environ["TEST_VICTIM"])
+    if ctx.rank == victim:
+        def die():
+            time.sleep(float(os.environ.get("TEST_DIE_AFTER", "1.5")))
+            os.kill(os.getpid(), 9)
+
+        threading.Thread(target=die, daemon=True).start()
+    e = 2 * ctx.world_size
+    ins = make_inputs(3, ctx.rank, 64, 32, 2, e, "uniform", torch.float32)
+    w1 = make_weights(3, e, 32, 32, torch.float32)[ctx.rank * 2:ctx.rank * 2 + 2]
+    calls = 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        t0 = time.monotonic()
+        try:
+            res = mkernel.moe_dispatch_gemm(ins.x, ins.topk_idx, w1, num_experts=e, group=ctx)
+            mkernel.moe_combine(res.out, res.handle, ins.topk_weights, group=ctx)
+        except RuntimeError as err:
+            print("ERR", json.dumps({"calls": calls, "s": time.monotonic() - t0, "msg": str(err)}),
+                  flush=True)
+            try:
+                mkernel.moe_dispatch_gemm(ins.x, ins.topk_idx, w1, num_experts=e, group=ctx)
+            except RuntimeError as err2:
+                assert "unusable after an earlier failure" in str(err2), str(err2)
+            else:
+                raise AssertionError("a broken group accepted another call")
+            os._exit(0)
+        calls += 1
+    raise AssertionError(f"rank {ctx.rank}: no failure after {calls} calls")
 
 
 def main() -> None:

@@ -56,3 +56,22 @@ def test_moe_errors_raise_on_every_rank():
     for r in res:
         msgs = [e["msg"] for e in records(r, "ERR")]
         assert len(msgs) == 2, msgs
+
+
+@pytest.mark.multiproc
+def test_moe_killed_rank_fails_the_others_by_name():
+    """Rank 1 is SIGKILLed while dispatch/combine calls run on 3 ranks in 2 emulated nodes: the
+    others raise within the op timeout, naming rank 1, and then refuse calls."""
+    timeout_s = 20.0
+    res = run_ranks(RANK_MAIN, 3, nodes=2, timeout=90, fork=True,
+                    env={"TEST_SUITE": "kill", "TEST_VICTIM": "1", "TEST_DIE_AFTER": "1.5",
+                         "MKERNEL_OP_TIMEOUT": str(timeout_s)})
+    for r in res:
+        if r.rank == 1:
+            assert r.returncode == -9, f"the victim: rc={r.returncode}\n{r.stderr[-2000:]}"
+            continue
+        assert r.returncode == 0, f"rank {r.rank}: rc={r.returncode}\n{r.stderr[-3000:]}"
+        (err,) = records(r, "ERR")
+        assert err["calls"] > 0, f"rank {r.rank} failed before the kill: {err['msg']}"
+        assert "rank 1" in err["msg"], err["msg"]
+        assert err["s"] < timeout_s / 2, err
