@@ -169,8 +169,9 @@ def decode_cases(args, save) -> int:
                        "reps": reps, "bytes_floor_us": 2.0 * n * k / 4.2e12 * 1e6}
                 sms = torch.cuda.get_device_properties(0).multi_processor_count
                 names = ["cublas", "linear", "auto"] + decode_candidates(m, n, k, sms)
-                if args.lean:  # anchors, auto and the tile kernels' old plan only
-                    names = ["cublas", "linear", "auto"] + [c for c in names[3:] if c.startswith("cutlass:")][:1]
+                if args.lean:  # anchors, auto, the tile kernels' old plan, and at M <= 16 two GEMV variants
+                    names = (["cublas", "linear", "auto"] + [c for c in names[3:] if c.startswith("cutlass:")][:1]
+                             + (["gemv:1", "gemv:2", "gemv:7"] if m <= 16 else []))
                 cands, errors = {}, {}
                 for c in names:
                     try:  # a candidate that cannot run this shape is recorded, not timed
