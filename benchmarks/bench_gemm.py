@@ -178,6 +178,9 @@ def decode_cases(args, save) -> int:
                        "reps": reps, "bytes_floor_us": 2.0 * n * k / 4.2e12 * 1e6}
                 sms = torch.cuda.get_device_properties(0).multi_processor_count
                 names = ["cublas", "linear", "auto"] + decode_candidates(m, n, k, sms)
+                if args.lean:  # anchors, auto, the tile kernels' old plan, and at M <= 16 two GEMV variants
+                    names = (["cublas", "linear", "auto"] + [c for c in names[3:] if c.startswith("cutlass:")][:1]
+                             + (["gemv:1", "gemv:2", "gemv:7"] if m <= 16 else []))
                 cands, errors = {}, {}
                 for c in names:
                     try:  # a candidate that cannot run this shape is recorded, not timed
@@ -259,6 +262,8 @@ def main() -> int:
     ap.add_argument("--decode", action="store_true", help="the small-M set (DECODE_NK x DECODE_M)")
     ap.add_argument("--dtypes", default="bf16,fp16", help="--decode: bf16,fp16")
     ap.add_argument("--ms", default="", help="--decode: M values (default DECODE_M)")
+    ap.add_argument("--lean", action="store_true",
+                    help="--decode: time only cuBLAS, auto and one tile-kernel plan per case (a short run)")
     ap.add_argument("--graph-below-us", type=float, default=20.0,
                     help="--decode: also time cases estimated under this many us from CUDA-graph replays")
     args = ap.parse_args()

@@ -502,7 +502,10 @@ Plan select_plan(int m, int n, int k, int sm_count) {
     const int splits = static_cast<int>(std::min<long>(fill, steps / 8));  // >= 2 steps per warp
     if (splits > 1) return {7, splits};
   }
-  return {2, 1};
+  // From 9 rows a lane holds two groups of A fragments: 168 registers for w8u2r1
+  // (one block, 8 warps per SM), 162 for w4u2r1 (three blocks, 12 warps): w4
+  // keeps 1.5x the bytes of B in flight.
+  return {m <= 8 ? 2 : 1, 1};
 }
 
 const char* can_implement(const gemm::Problem& p, const Plan& plan) {
