@@ -518,8 +518,7 @@ const char* can_implement(const gemm::Problem& p, const Plan& plan) {
   const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 != 0; };
   if (misaligned(p.a) || misaligned(p.b)) return "a and b must be 16-byte aligned";
   const Variant v = kVariants[plan.variant];
-  if (p.m > 8 && v.warps * v.unroll * v.row_tiles == 32 && v.stages == 0)
-    return "gemv/w16u2r1 takes at most 8 rows of A";
+  if (p.m > 8 && v.warps == 16 && v.stages == 0) return "gemv/w16u2r1 takes at most 8 rows of A";
   if (plan.splits < 1 || plan.splits > 65535) return "splits must be in 1..65535";
   if (plan.splits > 1) {
     if (v.stages == 0) return "only the cp.async GEMV variants split K over blocks";
