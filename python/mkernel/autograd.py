@@ -103,3 +103,10 @@ def _ar_backward(ctx: Any, grad_out: Tensor):
 torch.library.register_autograd("mkernel::ag_gemm", _ag_backward, setup_context=_ag_setup)
 torch.library.register_autograd("mkernel::gemm_rs", _rs_backward, setup_context=_rs_setup)
 torch.library.register_autograd("mkernel::gemm_ar", _ar_backward, setup_context=_ar_setup)
+
+# The attention engine's backward (python/mkernel/ops.py: torch's FA2 backward fed with our
+# out and lse; GQA gradients summed over each kv head's query heads).
+from .ops import _attention_autograd_backward, _attention_setup_context  # noqa: E402
+
+torch.library.register_autograd("mkernel::attention", _attention_autograd_backward,
+                                setup_context=_attention_setup_context)

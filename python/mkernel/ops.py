@@ -720,8 +720,8 @@ def _attention_autograd_backward(ctx, dout: Tensor, dlse: Tensor | None):  # typ
     return dq, dk, dv, None, None, None, None
 
 
-torch.library.register_autograd("mkernel::attention", _attention_autograd_backward,
-                                setup_context=_attention_setup_context)
+# Registered by mkernel.autograd (after the extension has defined the op): importing this
+# module must need neither the Go core nor the extension.
 
 
 def attention_merge_(out: Tensor, lse: Tensor, out_part: Tensor, lse_part: Tensor) -> None:

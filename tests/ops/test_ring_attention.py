@@ -68,8 +68,6 @@ def test_compile_dynamic(ops, backend):
         assert_tensor(lse, (2, 8, q.shape[1]), torch.float32, "meta")
 
 
-@pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                   reason="ring_attention CPU reference kernel not landed (issue 13)")
 def test_compile_world_one_matches_reference(ops):
     """Compiled (fake kernel while tracing), then the CPU kernel at W = 1 against float64."""
     compiled = torch.compile(lambda q, k, v: ops.ring_attention(q, k, v, causal=True, group=WORLD_ONE),
@@ -83,16 +81,12 @@ def test_compile_world_one_matches_reference(ops):
     assert rel_err(out, ref_out) < 1e-5 and rel_err(lse, ref_lse) < 1e-5
 
 
-@pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                   reason="ring_attention CPU reference kernel not landed (issue 13)")
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_cpu_world_one_matches_reference(ops, dtype, causal):
     check_ring_attention_world_one(ops, "cpu", dtype, causal)
 
 
-@pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                   reason="ring_attention CPU reference kernel not landed (issue 13)")
 def test_opcheck_cpu_world_one():
     """opcheck on real CPU tensors (on meta tensors it checks nothing: test_opcheck_real.py)."""
     g = torch.Generator().manual_seed(9)
@@ -102,8 +96,6 @@ def test_opcheck_cpu_world_one():
 
 
 @requires_cuda
-@pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                   reason="ring_attention CUDA kernel not landed (issue 13)")
 @pytest.mark.parametrize("causal", [False, True])
 def test_cuda_world_one_matches_reference(ops, causal):
     check_ring_attention_world_one(ops, "cuda", torch.bfloat16, causal)
