@@ -18,11 +18,6 @@ main()
 """
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "big: the largest multi-process cases (8 ranks); "
-                                       "deselect with -m 'not big'")
-
-
 def check_ranks(results, ok: bool = True) -> list[dict]:
     """Asserts every rank exited 0 (and printed OK when `ok`); returns the CASE records."""
     cases = []
