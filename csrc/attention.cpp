@@ -41,40 +41,11 @@ struct AttentionSizes {
 AttentionSizes validate_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   std::optional<double> softmax_scale) {
   using namespace validation;
-  if (softmax_scale.has_value()) {
-    TORCH_CHECK_VALUE(std::isfinite(*softmax_scale) && *softmax_scale > 0, kOp,
-                      ": softmax_scale must be a finite number > 0 (or None for 1/sqrt(d)), got ",
-                      *softmax_scale);
-  }
-  check_dim(kOp, "q", q, 4, "[b, s, h, d]");
-  check_dim(kOp, "k", k, 4, "[b, s_kv, h_kv, d]");
-  check_dim(kOp, "v", v, 4, "[b, s_kv, h_kv, d]");
-  check_float_dtype(kOp, "q", q);
-  check_same_dtype(kOp, "k", k, "q", q);
-  check_same_dtype(kOp, "v", v, "q", q);
-  check_same_device(kOp, "k", k, "q", q);
-  check_same_device(kOp, "v", v, "q", q);
-  TORCH_SYM_CHECK(k.sym_size(0).sym_eq(q.sym_size(0)), kOp,
-                  ": k must have the batch size b of q (q: ", q.sym_sizes(), ", k: ", k.sym_sizes(),
-                  ")");
-  TORCH_SYM_CHECK(k.sym_size(3).sym_eq(q.sym_size(3)), kOp,
-                  ": k must have the head dim d of q (q: ", q.sym_sizes(), ", k: ", k.sym_sizes(),
-                  ")");
+  check_attention_operands(kOp, q, k, v, softmax_scale);
   TORCH_SYM_CHECK(q.sym_size(1).sym_ge(1), kOp, ": q must have at least one query (s >= 1), got q: ",
                   q.sym_sizes());
   TORCH_SYM_CHECK(k.sym_size(1).sym_ge(1), kOp, ": k must have at least one key (s_kv >= 1), got k: ",
                   k.sym_sizes());
-  TORCH_SYM_CHECK(k.sym_size(2).sym_ge(1), kOp,
-                  ": k must have at least one head (h_kv >= 1), got k: ", k.sym_sizes());
-  TORCH_SYM_CHECK((q.sym_size(2) % k.sym_size(2)).sym_eq(0), kOp,
-                  ": q's head count h must be a multiple of k's head count h_kv (grouped-query "
-                  "attention) (q: ",
-                  q.sym_sizes(), ", k: ", k.sym_sizes(), ")");
-  TORCH_SYM_CHECK(same_sizes(v, k), kOp, ": v must have the shape of k (k: ", k.sym_sizes(),
-                  ", v: ", v.sym_sizes(), ")");
-  check_contiguous(kOp, "q", q);
-  check_contiguous(kOp, "k", k);
-  check_contiguous(kOp, "v", v);
   if (targets_cuda(q)) {
     TORCH_SYM_CHECK(q.sym_size(3).sym_eq(64).sym_or(q.sym_size(3).sym_eq(128)), kOp,
                     ": the CUDA kernel supports head dims 64 and 128, got q: ", q.sym_sizes());

@@ -4,6 +4,7 @@
 #include <c10/core/DispatchKeySet.h>
 #include <c10/util/Exception.h>
 
+#include <cmath>
 #include <sstream>
 
 namespace mkernel::validation {
@@ -130,6 +131,40 @@ void check_linear_operands(const char* op, const at::Tensor& x, const char* x_la
                   " as x (x: ", x.sym_sizes(), ", w: ", w.sym_sizes(), ")");
   check_contiguous(op, "x", x);
   check_contiguous(op, "w", w);
+}
+
+void check_attention_operands(const char* op, const at::Tensor& q, const at::Tensor& k,
+                              const at::Tensor& v, std::optional<double> softmax_scale) {
+  if (softmax_scale.has_value()) {
+    TORCH_CHECK_VALUE(std::isfinite(*softmax_scale) && *softmax_scale > 0, op,
+                      ": softmax_scale must be a finite number > 0 (or None for 1/sqrt(d)), got ",
+                      *softmax_scale);
+  }
+  check_dim(op, "q", q, 4, "[b, s, h, d]");
+  check_dim(op, "k", k, 4, "[b, s_kv, h_kv, d]");
+  check_dim(op, "v", v, 4, "[b, s_kv, h_kv, d]");
+  check_float_dtype(op, "q", q);
+  check_same_dtype(op, "k", k, "q", q);
+  check_same_dtype(op, "v", v, "q", q);
+  check_same_device(op, "k", k, "q", q);
+  check_same_device(op, "v", v, "q", q);
+  TORCH_SYM_CHECK(k.sym_size(0).sym_eq(q.sym_size(0)), op,
+                  ": k must have the batch size b of q (q: ", q.sym_sizes(), ", k: ", k.sym_sizes(),
+                  ")");
+  TORCH_SYM_CHECK(k.sym_size(3).sym_eq(q.sym_size(3)), op,
+                  ": k must have the head dim d of q (q: ", q.sym_sizes(), ", k: ", k.sym_sizes(),
+                  ")");
+  TORCH_SYM_CHECK(k.sym_size(2).sym_ge(1), op,
+                  ": k must have at least one head (h_kv >= 1), got k: ", k.sym_sizes());
+  TORCH_SYM_CHECK((q.sym_size(2) % k.sym_size(2)).sym_eq(0), op,
+                  ": q's head count h must be a multiple of k's head count h_kv (grouped-query "
+                  "attention) (q: ",
+                  q.sym_sizes(), ", k: ", k.sym_sizes(), ")");
+  TORCH_SYM_CHECK(same_sizes(v, k), op, ": v must have the shape of k (k: ", k.sym_sizes(),
+                  ", v: ", v.sym_sizes(), ")");
+  check_contiguous(op, "q", q);
+  check_contiguous(op, "k", k);
+  check_contiguous(op, "v", v);
 }
 
 }  // namespace mkernel::validation

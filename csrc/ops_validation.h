@@ -141,5 +141,12 @@ c10::SymBool same_sizes(const at::Tensor& a, const at::Tensor& b);
 void check_linear_operands(const char* op, const at::Tensor& x, const char* x_layout,
                            const at::Tensor& w, const char* w_layout, const char* k_name);
 
+// The operands of attention: q [b, s, h, d], k and v [b, s_kv, h_kv, d] (h a multiple of h_kv)
+// and an optional softmax scale (finite, > 0). Checks rank, activation dtype, same dtype and
+// device, matching b and d, the GQA head ratio, v's shape and contiguity — not the sequence
+// lengths (ring attention accepts empty shards; the engine does not).
+void check_attention_operands(const char* op, const at::Tensor& q, const at::Tensor& k,
+                              const at::Tensor& v, std::optional<double> softmax_scale);
+
 }  // namespace validation
 }  // namespace mkernel
