@@ -149,6 +149,15 @@ void check_core(mk_status status, const char* what) {
               "): ", message);
 }
 
+std::string core_failure_message(mk_status status, const char* what) {
+  try {
+    check_core(status, what);
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "";
+}
+
 // No tensor arguments: one kernel serves every dispatch key.
 TORCH_LIBRARY_IMPL(mkernel, CompositeExplicitAutograd, m) {
   m.impl("_bind_core", &bind_core);

@@ -27,6 +27,10 @@ bool core_bound() noexcept;
 // every other status RuntimeError.
 void check_core(mk_status status, const char* what);
 
+// check_core's message for a failed call, returned instead of thrown ("" for MK_OK): for code
+// that reports a failure later or on another rank.
+std::string core_failure_message(mk_status status, const char* what);
+
 // The string a core call writes under core_api.h's buffer rule (NULL or a small buffer:
 // MK_ERR_BUFFER_TOO_SMALL with the size needed in *len). The size is probed and the call
 // repeated while the content outgrows the probe (live counters can grow between two calls).

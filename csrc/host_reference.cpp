@@ -84,16 +84,6 @@ uint64_t capacity_for(uint64_t need) {
   return c;
 }
 
-// The message of a failed core call (check_core's text), without throwing.
-std::string core_failure(mk_status status, const char* what) {
-  try {
-    check_core(status, what);
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "";
-}
-
 // Sleeps progressively longer while a wait makes no progress: no busy loop on a machine whose
 // cores are shared with the peers and the proxies.
 class Backoff {
@@ -194,7 +184,7 @@ class DataPath {
     // The core's message leads with the cause ("rank 4 is gone (...)": gocore/datapath's
     // Err); the status framing follows it instead of preceding it.
     const std::string what = "datapath_check (" + label_ + ")";
-    const std::string full = core_failure(s, what.c_str());
+    const std::string full = core_failure_message(s, what.c_str());
     const std::string marker = ": datapath_check: ";
     const size_t at = full.find(marker);
     if (at == std::string::npos) return full;
@@ -355,7 +345,7 @@ class HostGroup {
     }
     const mk_status st = core_api().session_barrier(static_cast<mk_session_t>(handle_),
                                                     static_cast<int64_t>(barrier_timeout_s * 1000));
-    return st == MK_OK ? "" : core_failure(st, "session_barrier");
+    return st == MK_OK ? "" : core_failure_message(st, "session_barrier");
   }
 
   std::string info() {

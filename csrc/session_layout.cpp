@@ -22,16 +22,6 @@ std::string hostname() {
   return buf;
 }
 
-// The message of a failed core call (check_core's text), without throwing.
-std::string core_failure(mk_status status, const char* what) {
-  try {
-    check_core(status, what);
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "";
-}
-
 }  // namespace
 
 double op_timeout_seconds() {
@@ -83,7 +73,7 @@ SessionLayout session_layout(const char* op, int64_t group, int64_t world_size) 
   const mk_status st = api.session_rank(s, &rank, &world);
   TORCH_CHECK_VALUE(st == MK_OK, op, ": group ", group,
                     " is not an open mkernel group (pass the context from mkernel.init()): ",
-                    core_failure(st, "session_rank"));
+                    core_failure_message(st, "session_rank"));
   TORCH_CHECK_VALUE(world == world_size, op, ": world_size is ", world_size, " but group ", group,
                     " has ", world, " ranks");
   SessionLayout l;

@@ -86,16 +86,6 @@ int export_dmabuf(void* ptr, uint64_t bytes) {
   return fd;
 }
 
-// The message of a failed core call (check_core's text), without throwing.
-std::string core_failure(mk_status status, const char* what) {
-  try {
-    check_core(status, what);
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "";
-}
-
 }  // namespace
 
 // Owns the data path handle (destroyed with the Impl, also when opening fails half-way).
@@ -272,7 +262,7 @@ std::string NetPath::failure() const {
            std::to_string(static_cast<int32_t>(impl_->fifo->error_peer)) + ", ticket " +
            std::to_string(impl_->fifo->error_ticket) + ")";
   }
-  return core_failure(st, "datapath_check (GPU inter-node path)");
+  return core_failure_message(st, "datapath_check (GPU inter-node path)");
 }
 
 std::string NetPath::stats() const {

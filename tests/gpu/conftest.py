@@ -9,7 +9,6 @@ gets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / W (its share of the SMs).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -19,6 +18,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from tests.host.conftest import check_ranks, records  # noqa: F401  (shared by the GPU suites)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,19 +74,3 @@ def rank_env(mps_env: dict, world: int, **extra: str) -> dict:
                 NCCL_NVLS_ENABLE="0", **extra)
 
 
-def check_ranks(results, ok: bool = True) -> list[dict]:
-    """Asserts every rank exited 0 (and printed OK when `ok`); returns the CASE records."""
-    cases = []
-    for r in results:
-        assert r.returncode == 0, (f"rank {r.rank}: rc={r.returncode}\n--- stdout\n{r.stdout[-3000:]}"
-                                   f"\n--- stderr\n{r.stderr[-5000:]}")
-        if ok:
-            assert f"OK {r.rank}" in r.stdout, f"rank {r.rank}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-        cases += [json.loads(line[5:]) for line in r.stdout.splitlines() if line.startswith("CASE ")]
-    return cases
-
-
-def records(result, tag: str) -> list[dict]:
-    """The JSON records a rank printed after `tag` (e.g. "ERR")."""
-    n = len(tag) + 1
-    return [json.loads(line[n:]) for line in result.stdout.splitlines() if line.startswith(tag + " ")]
