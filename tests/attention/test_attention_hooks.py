@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import mkernel
+from tests.isolated import isolated
 
 from .reference import attention_ref
 
@@ -35,6 +36,7 @@ def test_released_flags_give_the_plain_result(causal) -> None:
     assert torch.equal(out, plain) and torch.equal(lse, plain_lse)
 
 
+@isolated(timeout_s=120.0)  # gated on flags: a release that never comes ends in a trap
 def test_kernel_waits_for_late_flags() -> None:
     q, k, v = _inputs(1, 1000, 1000, 4, 4, 128, 2)
     flags = torch.zeros(4 * 2, dtype=torch.int64, device="cuda")  # 8 blocks, 4 per flag
@@ -45,10 +47,11 @@ def test_kernel_waits_for_late_flags() -> None:
     out, lse = torch.ops.mkernel.attention_hooked(q, k, v, flags, 7, 4, False, None, 20.0)
     end.record()
     time.sleep(0.3)
-    assert not end.query(), "the kernel finished before its K/V flags were released"
+    finished_early = end.query()
     with torch.cuda.stream(side):
         flags.copy_(release, non_blocking=True)  # copy engine: no SM needed
-    end.synchronize()
+    end.synchronize()  # released before any assert: a kernel left waiting would trap
+    assert not finished_early, "the kernel finished before its K/V flags were released"
     assert start.elapsed_time(end) >= 250.0
     ref, ref_lse = attention_ref(q, k, v, False)
     assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2

@@ -6,11 +6,13 @@ never completes times out with a report instead of hanging.
 
 Ordering between the kernel and the host is driven by the flags themselves
 (the host reads them through a copy engine while the kernel runs), never by
-sleeping and hoping the GPU got somewhere meanwhile."""
+sleeping and hoping the GPU got somewhere meanwhile. A test whose kernel waits
+on flags released from outside runs in a child process (tests/isolated.py): if
+the release never came, the kernel's bounded wait traps, and a trap kills the
+CUDA context of the process it runs in, not the suite's."""
 
 from __future__ import annotations
 
-import ctypes
 import subprocess
 import sys
 import time
@@ -25,7 +27,9 @@ from tests.gemm.checks import (
     poison_next_allocation,
     poisoned_call,
 )
+from tests.gemm.driver_ops import Driver
 from tests.gemm.test_gemm_engine import HOPPER
+from tests.isolated import isolated
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HOPPER, reason="needs a Hopper (sm_90) GPU")]
 
@@ -69,6 +73,16 @@ def wait_for_flags(flags: torch.Tensor, which: torch.Tensor, value: int, stream:
                           f"{value}; they hold {snap[missing[:16]].tolist()}")
 
 
+def synchronize_or_report(what: str) -> None:
+    """torch.cuda.synchronize(), and if a kernel trapped, fail with the device wait's record
+    (which flag, the value wanted and seen) rather than a bare "unspecified launch failure"."""
+    try:
+        torch.cuda.synchronize()
+    except RuntimeError as e:
+        pytest.fail(f"{what}: {e}\nwait record: {torch.ops.mkernel.wait_diagnostic() or '(none)'}",
+                    pytrace=False)
+
+
 @pytest.mark.parametrize("config", list(HOOKED))
 @pytest.mark.parametrize("m,n,k", [(1, 256, 64), (300, 520, 264), (2048, 1024, 1024)])
 def test_hooked_kernel_without_hooks(config, m, n, k):
@@ -78,6 +92,7 @@ def test_hooked_kernel_without_hooks(config, m, n, k):
     check_gemm(out, a, b)
 
 
+@isolated(timeout_s=150.0)  # gated on flags: a release that never comes ends in a trap
 @pytest.mark.parametrize("config", ["coop_128x128_c2x1", "coop_128x256_c2x1", "ping_128x128_c1x2"])
 def test_waits_for_a_blocks_released_one_at_a_time(config):
     """Half of A's row blocks are released; once every tile whose rows all arrived has raised its
@@ -113,7 +128,7 @@ def test_waits_for_a_blocks_released_one_at_a_time(config):
         for i in range(released, nflags):
             a[i * rows:(i + 1) * rows].copy_(a_src[i * rows:(i + 1) * rows], non_blocking=True)
             a_ready[i:i + 1].copy_(one, non_blocking=True)
-    torch.cuda.synchronize()
+    synchronize_or_report("the GEMM waiting on its A rows")
     assert_poisoned(out, ptr)  # checked once the kernel is released: a failed assert
     # with the kernel still waiting on its A rows would end in a timeout that poisons the context
     assert not timed_out, timed_out
@@ -123,84 +138,91 @@ def test_waits_for_a_blocks_released_one_at_a_time(config):
     check_gemm(out, a_src, b)
 
 
-CU_STREAM_WAIT_VALUE_GEQ = 0x0
-
-
-def stream_wait_value64():
-    """cuStreamWaitValue64 from the driver: a stream waits until a 64-bit word in device memory
-    is >= a value (the copy engine / front end polls it, no SM is used)."""
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-    except OSError as e:
-        pytest.skip(f"no libcuda.so.1: {e}")
-    for name in ("cuStreamWaitValue64_v2", "cuStreamWaitValue64"):
-        fn = getattr(lib, name, None)
-        if fn is not None:
-            fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint]
-            fn.restype = ctypes.c_int
-            return fn
-    pytest.skip("libcuda exports no cuStreamWaitValue64")
-
-
+@isolated(timeout_s=150.0)  # gated on a flag: a bug that never releases it ends in a trap
 @pytest.mark.parametrize("config", ["coop_128x128_c2x1", "coop_128x256_c2x1", "ping_128x128_c1x2"])
 def test_tile_data_is_visible_when_its_tile_done_flag_is(config):
     """What a consumer of tile_done (the fused ops' communication roles) relies on: once another
-    stream sees a tile's flag, that tile's data is in memory. A watcher stream waits on each
-    tile's flag (cuStreamWaitValue64) and at once copies the tile out of the output; the GEMM runs
-    on 8 SMs, gated by A-row flags released after the watcher is queued, so the copies race the
-    kernel. Every copy must equal the final tile bit for bit: a flag released before its tile's
-    stores reached memory lets the copy catch the poisoned (NaN) output."""
-    wait_value = stream_wait_value64()
+    stream sees a tile's flag, the tile's data is in memory. A watcher stream waits on each tile's
+    flag (cuStreamWaitValue64) and at once copies the tile out of the output with a copy engine
+    (cuMemcpy2DAsync). Every copy must equal the final tile bit for bit: a flag raised before the
+    tile's stores reached memory lets the copy catch the NaN-poisoned output.
+
+    The race is arranged so that it cannot deadlock: the GEMM (4 SMs: a fraction of a ms) waits on
+    one A-rows flag in pinned host memory, which the CPU sets with a plain store once the whole
+    watcher is queued. So no tile can finish before its wait is queued, and no stream stands
+    between the release and the kernel. (Device run s6run1: the release was queued on a third
+    stream after the watcher's work, the kernel never saw it and trapped after its 30 s bound.)
+    Every first call (driver entry points, the GEMM's module) is made once before the race."""
+    drv = Driver()
     cfg = HOOKED[config]
-    m, n, k, rows, value = 1024, 1024, 1024, 128, 9
+    m, n, k, value = 1000, 1000, 2048, 9  # ragged: the last row and column of tiles are partial
     tiles_m, tiles_n, _, block_m, block_n = torch.ops.mkernel.gemm_tile_counts(cfg, m, n)
-    a_src = torch.randn(m, k, dtype=torch.bfloat16).pin_memory()
+    tiles = tiles_m * tiles_n
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-    a = torch.full((m, k), float("nan"), device="cuda", dtype=torch.bfloat16)
-    a_ready = torch.zeros(m // rows, device="cuda", dtype=torch.int64)
-    done = torch.zeros(tiles_m * tiles_n, device="cuda", dtype=torch.int64)
-    copies = torch.full((tiles_m * tiles_n, block_m, block_n), float("nan"), device="cuda",
-                        dtype=torch.bfloat16)
-    one = torch.ones(1, dtype=torch.int64).pin_memory()
-    watcher, feeder = torch.cuda.Stream(), torch.cuda.Stream()
-    torch.cuda.synchronize()
-    ptr = poison_next_allocation((m, n), torch.bfloat16, "cuda")
-    out = hooked(a, b, a_ready=a_ready, rows_per_flag=rows, tile_done=done, tile_done_value=value,
-                 config=cfg, sm_count=8, timeout_s=30.0)
+    gate_host, gate = drv.host_flags(1)
+    done = torch.zeros(tiles, device="cuda", dtype=torch.int64)
+    copies = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)  # tile t at its place
+    watcher = torch.cuda.Stream()
+    copied = [torch.cuda.Event(enable_timing=True) for _ in range(tiles)]
+    gemm_end = torch.cuda.Event(enable_timing=True)
 
     def tile(t):
         tm, tn = divmod(t, tiles_n)
         return slice(tm * block_m, min((tm + 1) * block_m, m)), slice(tn * block_n, min((tn + 1) * block_n, n))
 
-    rc = 0
-    with torch.cuda.stream(watcher):
-        for t in range(tiles_m * tiles_n):
+    # Warm-up, out of the race: the gate read from host memory (wants >= 0: open), the flags'
+    # wait and the tile copy on the watcher.
+    warm = hooked(a, b, a_ready=gate, rows_per_flag=m, a_ready_value=0, tile_done=done,
+                  tile_done_value=1, config=cfg, sm_count=4, timeout_s=30.0)
+    torch.cuda.synchronize()
+    r, c = tile(0)
+    assert drv.wait_geq(watcher, done[0:1], 1) == 0 and drv.copy_2d(watcher, copies[r, c], warm[r, c]) == 0
+    watcher.synchronize()
+    assert torch.equal(copies[r, c], warm[r, c])
+    del warm
+    done.zero_()
+    copies.fill_(float("nan"))
+    torch.cuda.synchronize()
+
+    ptr = poison_next_allocation((m, n), torch.bfloat16, "cuda")
+    out = hooked(a, b, a_ready=gate, rows_per_flag=m, a_ready_value=1, tile_done=done,
+                 tile_done_value=value, config=cfg, sm_count=4, timeout_s=30.0)
+    failed_call = ""
+    try:
+        for t in range(tiles):
             r, c = tile(t)
-            rc = wait_value(ctypes.c_void_p(watcher.cuda_stream), done[t].data_ptr(), value,
-                            CU_STREAM_WAIT_VALUE_GEQ)
-            if rc != 0:  # reported after the kernel is released
+            rc = drv.wait_geq(watcher, done[t:t + 1], value)
+            rc = rc or drv.copy_2d(watcher, copies[r, c], out[r, c])
+            if rc != 0:
+                failed_call = f"queuing tile {t}'s wait or copy failed: CUresult {rc}"
                 break
-            copies[t, :r.stop - r.start, :c.stop - c.start].copy_(out[r, c])
-    with torch.cuda.stream(feeder):
-        for i in range(m // rows):
-            a[i * rows:(i + 1) * rows].copy_(a_src[i * rows:(i + 1) * rows], non_blocking=True)
-            a_ready[i:i + 1].copy_(one, non_blocking=True)
-    torch.cuda.current_stream().synchronize()  # the GEMM: bounded by its 30 s A-row timeout
+            copied[t].record(watcher)
+        gemm_end.record()  # behind the GEMM on its stream (the gate still holds it)
+    finally:
+        gate_host[0] = 1  # the CPU's store opens the gate, whatever happened above
+    try:
+        gemm_end.synchronize()
+    except RuntimeError as e:
+        pytest.fail(f"the gated GEMM: {e}\nwait record: {torch.ops.mkernel.wait_diagnostic() or '(none)'}",
+                    pytrace=False)
     unset = (done.cpu() != value).nonzero().flatten().tolist()
     if unset:  # release the watcher before failing, or it would wait forever
         done.fill_(value)
         torch.cuda.synchronize()
         pytest.fail(f"tile_done flags {unset[:16]} never reached {value}")
     watcher.synchronize()
-    assert rc == 0, f"cuStreamWaitValue64 failed: CUresult {rc}"
-    assert_poisoned(out, ptr)  # checked only now: a failed assert must not leave a stream waiting
-    for t in range(tiles_m * tiles_n):
+    assert not failed_call, failed_call
+    assert_poisoned(out, ptr)
+    check_gemm(out, a, b)
+    for t in range(tiles):
         r, c = tile(t)
-        got = copies[t, :r.stop - r.start, :c.stop - c.start]
+        got = copies[r, c]
         assert torch.equal(got, out[r, c]), (
             f"tile {t} (rows {r.start}:{r.stop}, cols {c.start}:{c.stop}) copied when its flag was "
             f"seen differs from its final data ({int(got.isnan().sum())} NaN): flag before data")
-    check_gemm(out, a_src, b)
+    raced = sum(copied[t].elapsed_time(gemm_end) > 0 for t in range(tiles))
+    assert raced > 0, "no tile was copied before the GEMM ended: the race this test exists for never ran"
 
 
 @pytest.mark.parametrize("config", ["coop_128x128_c2x1", "ping_128x128_c1x2"])

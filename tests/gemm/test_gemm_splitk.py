@@ -15,7 +15,8 @@ import mkernel
 from mkernel.ops import GEMM_CONFIGS
 from tests.gemm.checks import assert_poisoned, check_gemm, poison_next_allocation, poisoned_call
 from tests.gemm.test_gemm_engine import HOPPER
-from tests.gemm.test_gemm_hooks import HOOKED, hooked, read_flags
+from tests.gemm.test_gemm_hooks import HOOKED, hooked, read_flags, synchronize_or_report
+from tests.isolated import isolated
 
 # Split-K lives in the cooperative hooked kernels (the ping-pong one rejects it: test_gemm_hooks).
 SPLIT_CONFIGS = dict({c: i for c, i in HOOKED.items() if c.startswith("coop")},
@@ -92,6 +93,7 @@ def test_split_k_rejected_on_a_non_cooperative_config():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="needs a Hopper (sm_90) GPU")
+@isolated(timeout_s=150.0)  # gated on flags: a release that never comes ends in a trap
 def test_hooks_with_split_k():
     """Every slice waits for its A rows; each tile is signalled once, after the
     slice that completes it stored the full sum."""
@@ -116,7 +118,7 @@ def test_hooks_with_split_k():
         for i in range(m // rows):
             a[i * rows:(i + 1) * rows].copy_(a_src[i * rows:(i + 1) * rows], non_blocking=True)
             a_ready[i:i + 1].copy_(one, non_blocking=True)
-    torch.cuda.synchronize()
+    synchronize_or_report("the split-K GEMM waiting on its A rows")
     assert_poisoned(out, ptr)  # checked once the kernel is released: a failed assert
     # with the kernel still waiting on its A rows would end in a timeout that poisons the context
     assert (before == 0).all(), f"tiles signalled before their A rows arrived: {before.nonzero().flatten().tolist()}"

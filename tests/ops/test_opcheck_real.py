@@ -27,6 +27,7 @@ import torch
 from torch.library import opcheck
 from torch.testing._internal.optests.generate_tests import OpCheckError
 
+from mkernel.ops import GEMM_CONFIGS
 from tests.launch import run_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -201,10 +202,11 @@ def test_gemm_hooked_cuda():
     m, n, k = 256, 512, 128
     a = torch.randn(m, k, generator=g).to("cuda", torch.bfloat16)
     b = torch.randn(n, k, generator=g).to("cuda", torch.bfloat16)
-    tiles_m, tiles_n, *_ = torch.ops.mkernel.gemm_tile_counts(1, m, n)
-    a_ready = torch.ones(m // 128, dtype=torch.int64, device="cuda")
+    cfg = GEMM_CONFIGS["coop_128x128_c2x1"]  # the id from the generated table, never written here
+    tiles_m, tiles_n, *_ = torch.ops.mkernel.gemm_tile_counts(cfg, m, n)
+    a_ready = torch.ones(m // 128, dtype=torch.int64, device="cuda")  # released: no wait
     done = torch.zeros(tiles_m * tiles_n, dtype=torch.int64, device="cuda")
-    args = (a, b, a_ready, 128, 1, done, 5, None, 1, 0, 0, 0, 10.0, 0)
+    args = (a, b, a_ready, 128, 1, done, 5, None, cfg, 0, 0, 0, 10.0, 0)
     opcheck(torch.ops.mkernel.gemm_hooked.default, args, test_utils=FORWARD_UTILS)
     grad_args = (a.clone().requires_grad_(), b.clone().requires_grad_(), *args[2:])
     opcheck(torch.ops.mkernel.gemm_hooked.default, grad_args, test_utils=AUTOGRAD_UTILS)

@@ -96,9 +96,19 @@ def test_opcheck_cpu_world_one():
 
 
 @requires_cuda
+@pytest.mark.parametrize("head_dim", [64, 128])  # the CUDA engine's head dims
 @pytest.mark.parametrize("causal", [False, True])
-def test_cuda_world_one_matches_reference(ops, causal):
-    check_ring_attention_world_one(ops, "cuda", torch.bfloat16, causal)
+def test_cuda_world_one_matches_reference(ops, causal, head_dim):
+    check_ring_attention_world_one(ops, "cuda", torch.bfloat16, causal, head_dim)
+
+
+@requires_cuda
+def test_cuda_rejects_a_head_dim_it_has_no_kernel_for(ops):
+    """d = 16 runs on the CPU (above) but has no CUDA kernel: a clear error naming q's shape."""
+    q = torch.randn(1, 8, 4, 16, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, 8, 2, 16, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match=r"supports head dims 64 and 128, got q: \[1, 8, 4, 16\]"):
+        ops.ring_attention(q, k, k.clone(), causal=False, group=WORLD_ONE)
 
 
 def _args(
