@@ -92,7 +92,7 @@ def test_hooked_kernel_without_hooks(config, m, n, k):
     check_gemm(out, a, b)
 
 
-@isolated(timeout_s=150.0)  # gated on flags: a release that never comes ends in a trap
+@isolated(timeout_s=90.0)  # gated on flags: a release that never comes ends in a trap
 @pytest.mark.parametrize("config", ["coop_128x128_c2x1", "coop_128x256_c2x1", "ping_128x128_c1x2"])
 def test_waits_for_a_blocks_released_one_at_a_time(config):
     """Half of A's row blocks are released; once every tile whose rows all arrived has raised its
@@ -138,7 +138,7 @@ def test_waits_for_a_blocks_released_one_at_a_time(config):
     check_gemm(out, a_src, b)
 
 
-@isolated(timeout_s=150.0)  # gated on a flag: a bug that never releases it ends in a trap
+@isolated(timeout_s=90.0)  # gated on a flag: a bug that never releases it ends in a trap
 @pytest.mark.parametrize("config", ["coop_128x128_c2x1", "coop_128x256_c2x1", "ping_128x128_c1x2"])
 def test_tile_data_is_visible_when_its_tile_done_flag_is(config):
     """What a consumer of tile_done (the fused ops' communication roles) relies on: once another

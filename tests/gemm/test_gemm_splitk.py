@@ -93,7 +93,7 @@ def test_split_k_rejected_on_a_non_cooperative_config():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="needs a Hopper (sm_90) GPU")
-@isolated(timeout_s=150.0)  # gated on flags: a release that never comes ends in a trap
+@isolated(timeout_s=90.0)  # gated on flags: a release that never comes ends in a trap
 def test_hooks_with_split_k():
     """Every slice waits for its A rows; each tile is signalled once, after the
     slice that completes it stored the full sum."""
