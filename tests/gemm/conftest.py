@@ -23,7 +23,7 @@ def _private_plan_cache(tmp_path_factory):
     """The autotuner's plan file (read on first use, written on every tuning) in a directory of
     this session's own: plans a previous run left in ~/.cache/mkernel would turn the tests that
     tune a new shape into cache hits, which pass without tuning anything, and a test run must
-    not write the user's cache. Child processes (tests/isolated.py) inherit it."""
+    not write the user's cache. (A child of tests/isolated.py gets a directory of its own.)"""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MKERNEL_CACHE_DIR", str(tmp_path_factory.mktemp("mkernel-cache")))
         yield

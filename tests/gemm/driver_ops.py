@@ -100,6 +100,6 @@ class Driver:
                                         "version": 2}
             owner = host  # the CUDA tensor keeps this object, so the host memory, alive
 
-        device = torch.as_tensor(_Interface(), device="cuda")
+        device = torch.as_tensor(_Interface())  # on the device cudaPointerGetAttributes names
         assert device.is_cuda and device.data_ptr() == dptr.value
         return host, device
