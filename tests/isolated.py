@@ -10,15 +10,23 @@ The child is `python -m pytest <the same node id>` from the repository root with
 MKERNEL_TEST_ISOLATED=1, where the decorated function simply runs; its outcome becomes the
 parent's: passed, failed (with the child's report), skipped (with the child's reason). A child
 that exits by a signal, or passes and then aborts on a dead context, fails the test.
+
+The child never joins an MPS server (trap_safe_env): under MPS a fatal fault of one client ends
+every client of the GPU, other jobs' processes included (device run s6run2: a deliberate trap
+of tests/gemm, run beside MPS jobs, took three of them down); a process with a context of its
+own takes only itself down.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,14 +50,25 @@ def current_node_id() -> str:
     return current.rsplit(" ", 1)[0]
 
 
+@contextlib.contextmanager
+def trap_safe_env(extra: dict[str, str] | None = None) -> Iterator[dict[str, str]]:
+    """The environment for a child process that may trap: this one's, with CUDA_MPS_PIPE_DIRECTORY
+    at an empty directory of its own, where no MPS control daemon listens, so the child's CUDA
+    context is a plain one even while an MPS server runs (the GPU's compute mode is left as it
+    is: several contexts share it by time slicing)."""
+    with tempfile.TemporaryDirectory(prefix="mkernel-no-mps-") as empty:
+        yield {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": empty, **(extra or {})}
+
+
 def run_in_child(node_id: str, timeout_s: float, extra_env: dict[str, str] | None = None) -> None:
-    """Runs `node_id` in a fresh interpreter and re-raises its outcome here (pytest.fail or
-    pytest.skip; returns when it passed)."""
-    env = {**os.environ, CHILD_ENV: "1", **(extra_env or {})}
+    """Runs `node_id` in a fresh interpreter (trap_safe_env) and re-raises its outcome here
+    (pytest.fail or pytest.skip; returns when it passed)."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short", "-rs",
            node_id]
     try:
-        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+        with trap_safe_env({CHILD_ENV: "1", **(extra_env or {})}) as env:
+            r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                               timeout=timeout_s)
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
         pytest.fail(f"isolated child ran past {timeout_s:.0f} s (killed): {node_id}\n"

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.isolated import CHILD_ENV, isolated, run_in_child
+from tests.isolated import CHILD_ENV, isolated, run_in_child, trap_safe_env
 
 SELFTEST_ENV = "MKERNEL_ISOLATED_SELFTEST"
 PARENT_PID_ENV = "MKERNEL_ISOLATED_SELFTEST_PARENT"
@@ -19,6 +19,8 @@ if os.environ.get(SELFTEST_ENV) == "1":
     def test_target_passes_in_a_child():
         assert os.environ[CHILD_ENV] == "1"
         assert str(os.getppid()) == os.environ[PARENT_PID_ENV]
+        mps_pipe = os.environ["CUDA_MPS_PIPE_DIRECTORY"]  # outside any MPS server
+        assert os.path.isdir(mps_pipe) and not os.listdir(mps_pipe), mps_pipe
 
     def test_target_fails():
         assert 2 + 2 == 5, "target-failure-7f3a"
@@ -71,3 +73,11 @@ def test_a_child_killed_by_a_signal_fails():
 def test_decorated_test_runs_in_a_child_with_its_params(x):
     assert os.environ.get(CHILD_ENV) == "1", "ran in the parent"
     assert x == 3
+
+
+def test_trap_safe_env_points_mps_at_an_empty_directory_it_removes():
+    with trap_safe_env({"X_EXTRA": "1"}) as env:
+        pipe = env["CUDA_MPS_PIPE_DIRECTORY"]
+        assert os.path.isdir(pipe) and not os.listdir(pipe)
+        assert env["X_EXTRA"] == "1" and env["PATH"] == os.environ["PATH"]
+    assert not os.path.exists(pipe)

@@ -29,7 +29,7 @@ from tests.gemm.checks import (
 )
 from tests.gemm.driver_ops import Driver
 from tests.gemm.test_gemm_engine import HOPPER
-from tests.isolated import isolated
+from tests.isolated import isolated, trap_safe_env
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not HOPPER, reason="needs a Hopper (sm_90) GPU")]
 
@@ -73,11 +73,15 @@ def wait_for_flags(flags: torch.Tensor, which: torch.Tensor, value: int, stream:
                           f"{value}; they hold {snap[missing[:16]].tolist()}")
 
 
-def synchronize_or_report(what: str) -> None:
-    """torch.cuda.synchronize(), and if a kernel trapped, fail with the device wait's record
-    (which flag, the value wanted and seen) rather than a bare "unspecified launch failure"."""
+def synchronize_or_report(what: str, event: torch.cuda.Event | None = None) -> None:
+    """torch.cuda.synchronize() (or only `event`'s), and if a kernel trapped, fail with the device
+    wait's record (which flag, the value wanted and seen), not a bare "unspecified launch
+    failure"."""
     try:
-        torch.cuda.synchronize()
+        if event is None:
+            torch.cuda.synchronize()
+        else:
+            event.synchronize()
     except RuntimeError as e:
         pytest.fail(f"{what}: {e}\nwait record: {torch.ops.mkernel.wait_diagnostic() or '(none)'}",
                     pytrace=False)
@@ -162,14 +166,16 @@ def test_tile_data_is_visible_when_its_tile_done_flag_is(config):
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     gate_host, gate = drv.host_flags(1)
     done = torch.zeros(tiles, device="cuda", dtype=torch.int64)
-    copies = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)  # tile t at its place
+    # tile t's copy lands at tile t's place
+    copies = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     watcher = torch.cuda.Stream()
     copied = [torch.cuda.Event(enable_timing=True) for _ in range(tiles)]
     gemm_end = torch.cuda.Event(enable_timing=True)
 
     def tile(t):
         tm, tn = divmod(t, tiles_n)
-        return slice(tm * block_m, min((tm + 1) * block_m, m)), slice(tn * block_n, min((tn + 1) * block_n, n))
+        rows = slice(tm * block_m, min((tm + 1) * block_m, m))
+        return rows, slice(tn * block_n, min((tn + 1) * block_n, n))
 
     # Warm-up, out of the race: the gate read from host memory (wants >= 0: open), the flags'
     # wait and the tile copy on the watcher.
@@ -177,7 +183,8 @@ def test_tile_data_is_visible_when_its_tile_done_flag_is(config):
                   tile_done_value=1, config=cfg, sm_count=4, timeout_s=30.0)
     torch.cuda.synchronize()
     r, c = tile(0)
-    assert drv.wait_geq(watcher, done[0:1], 1) == 0 and drv.copy_2d(watcher, copies[r, c], warm[r, c]) == 0
+    assert drv.wait_geq(watcher, done[0:1], 1) == 0
+    assert drv.copy_2d(watcher, copies[r, c], warm[r, c]) == 0
     watcher.synchronize()
     assert torch.equal(copies[r, c], warm[r, c])
     del warm
@@ -201,11 +208,7 @@ def test_tile_data_is_visible_when_its_tile_done_flag_is(config):
         gemm_end.record()  # behind the GEMM on its stream (the gate still holds it)
     finally:
         gate_host[0] = 1  # the CPU's store opens the gate, whatever happened above
-    try:
-        gemm_end.synchronize()
-    except RuntimeError as e:
-        pytest.fail(f"the gated GEMM: {e}\nwait record: {torch.ops.mkernel.wait_diagnostic() or '(none)'}",
-                    pytrace=False)
+    synchronize_or_report("the gated GEMM", gemm_end)  # not the device: the watcher may be stuck
     unset = (done.cpu() != value).nonzero().flatten().tolist()
     if unset:  # release the watcher before failing, or it would wait forever
         done.fill_(value)
@@ -222,7 +225,7 @@ def test_tile_data_is_visible_when_its_tile_done_flag_is(config):
             f"tile {t} (rows {r.start}:{r.stop}, cols {c.start}:{c.stop}) copied when its flag was "
             f"seen differs from its final data ({int(got.isnan().sum())} NaN): flag before data")
     raced = sum(copied[t].elapsed_time(gemm_end) > 0 for t in range(tiles))
-    assert raced > 0, "no tile was copied before the GEMM ended: the race this test exists for never ran"
+    assert raced > 0, "no tile was copied before the GEMM ended: the race under test never ran"
 
 
 @pytest.mark.parametrize("config", ["coop_128x128_c2x1", "ping_128x128_c1x2"])
@@ -286,7 +289,10 @@ print("DIAG:", torch.ops.mkernel.wait_diagnostic())
 
 
 def test_a_wait_that_never_completes_times_out_with_a_report():
-    r = subprocess.run([sys.executable, "-c", TIMEOUT], capture_output=True, text=True, timeout=120)
+    """The trap is the point: in a process of its own, outside any MPS server (trap_safe_env)."""
+    with trap_safe_env() as env:
+        r = subprocess.run([sys.executable, "-c", TIMEOUT], capture_output=True, text=True,
+                           timeout=120, env=env)
     assert "FAILED:" in r.stdout, r.stdout + r.stderr
     diag = r.stdout.split("DIAG:", 1)[1]
     assert "mkernel.gemm_hooked" in diag and "A-rows flag" in diag, diag

@@ -239,7 +239,8 @@ def world_one_cases(device: str) -> dict[str, tuple]:
     q, k, v = r(2, 37, 4, 64), r(2, 41, 2, 64), r(2, 41, 2, 64)  # GQA, s != s_kv
     tokens, choices, experts = 37, 2, 4
     x, w1 = r(tokens, 64), r(experts, 128, 64)
-    idx = torch.rand(tokens, experts, generator=g).argsort(dim=1)[:, :choices].contiguous().to(device)
+    idx = torch.rand(tokens, experts, generator=g).argsort(dim=1)[:, :choices]  # distinct experts
+    idx = idx.contiguous().to(device)
     weights = torch.rand(tokens, choices, generator=g).to(device)
     dispatch = (x, idx, w1, WORLD_ONE, 1, experts, 0, False)
     y, _, route, recv_counts, _ = torch.ops.mkernel.moe_dispatch_gemm.default(*dispatch)
