@@ -12,9 +12,9 @@ parent's: passed, failed (with the child's report), skipped (with the child's re
 that exits by a signal, or passes and then aborts on a dead context, fails the test.
 
 The child never joins an MPS server (trap_safe_env): under MPS a fatal fault of one client ends
-every client of the GPU, other jobs' processes included (device run s6run2: a deliberate trap
-of tests/gemm, run beside MPS jobs, took three of them down); a process with a context of its
-own takes only itself down.
+every client of the GPU, other jobs' processes included (device run s6run2 ran tests/gemm, whose
+deliberate-timeout test traps, beside MPS jobs that lost their contexts); a process with a
+context of its own takes only itself down.
 """
 
 from __future__ import annotations
