@@ -47,7 +47,7 @@ def test_collectives_across_emulated_nodes(mps, world, nodes):
         suites += ["back_to_back", "graph", "capture_growth"]
     if world == 4:
         suites += ["two_groups"]
-    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150,
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=90,
                     env=rank_env(mps, world, TEST_SUITE=",".join(suites), MKERNEL_OP_TIMEOUT="20"))
     if any("NONET" in r.stdout for r in res):
         check_ranks(res, ok=False)
@@ -84,7 +84,7 @@ def test_killed_rank_fails_the_others_within_the_timeout(mps, nodes):
     """nodes=2: the victim's node-mate waits at the entry barrier, the other node's ranks for
     its inter-node data (or their proxy reports the lost peer): each names rank 3."""
     world, timeout_s = 4, 5
-    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=120,
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=90,
                     env=rank_env(mps, world, TEST_SUITE="kill", MKERNEL_OP_TIMEOUT=str(timeout_s)))
     victim = world - 1
     named = 0
