@@ -11,10 +11,10 @@
 //
 // Ordering the producer must provide: the proxy (a CPU thread) may read send_area as soon as it
 // sees the command's seq word, so every store to the data must be visible at system scope
-// before seq. The push writes the slot, issues ONE fence.sc.sys (__threadfence_system) and then
-// stores seq: after a CTA barrier that covers every thread's stores, the barrier orders them
-// before the pushing lane's fence, and the system-scope fence (cumulative) orders them — and
-// the slot — before the command's publication. TMA stores (async proxy) must first be complete in memory
+// before seq. The push writes the slot, then stores seq with ONE st.release.sys: after a CTA
+// barrier that covers every thread's stores, the barrier orders them before the pushing lane's
+// release, and the system-scope release (cumulative) orders them — and the slot — before the
+// command's publication. TMA stores (async proxy) must first be complete in memory
 // (cp.async.bulk.wait_group 0 by the thread that issued them: tma_store_wait_all_writes) before
 // that barrier. After net_wait returns, TMA loads from recv_area need fence_proxy_async_global.
 //
@@ -70,9 +70,9 @@ __device__ __noinline__ inline void net_push_failed(WaitDiagnostic* diag, int32_
 // One command from one lane. Returns its ticket (for net_wait_sent).
 __device__ __forceinline__ uint64_t net_push(const GroupDevice& g, NetCursor& cur, const mk_fifo_cmd& cmd,
                                              int32_t op) {
-  // mk_fifo_push_device fences (system scope) between the slot and seq: everything this thread
-  // (and, cumulatively, its CTA after a barrier) stored to the data is visible system-wide
-  // before the command's publication.
+  // mk_fifo_push_device publishes seq with a system-scope release: everything this thread (and,
+  // cumulatively, its CTA after a barrier) stored to the data is visible system-wide before the
+  // command's publication.
   const mk_fifo_wait_result r = mk_fifo_push_device(net_fifo(g), g.net.fifo_capacity, g.net.fifo_head,
                                                     &cur.cached_tail, cmd, g.timeout_ns);
   if (r.rc != MK_FIFO_OK) {
