@@ -35,7 +35,7 @@ def test_collectives_match_reference(mps, world):
                   f"(SMs seen by a rank: {c['sm_count']})")
 
 
-@pytest.mark.parametrize("world, nodes", [(2, 2), (4, 2), (8, 2)])
+@pytest.mark.parametrize("world, nodes", [(2, 2), (4, 2), (8, 2), (3, 3), (4, 4)])
 def test_collectives_across_emulated_nodes(mps, world, nodes):
     """Ranks in several emulated nodes: other nodes' blocks travel FIFO -> Go proxy -> transport
     (host staging on tcp / loopback). Every op against the reference; at W = 2 and 4 also 1000
