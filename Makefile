@@ -133,8 +133,10 @@ fi
 endef
 
 # --- the main job: the ops across $(WORLD) local processes ---------------------
+# --require-all: an op skipped as not built for a backend (CPU rows always; CUDA rows where a
+# GPU is) fails the demo.
 demo: install
-	$(PY) -m mkernel demo --world $(WORLD) --nodes $(NODES)
+	$(PY) -m mkernel demo --world $(WORLD) --nodes $(NODES) --require-all
 
 # A script as $(WORLD) local ranks in $(NODES) emulated nodes (MPS=1: share the GPU through MPS):
 #   make launch SCRIPT=examples/x.py ARGS="--steps 10" WORLD=4 NODES=2 MPS=1

@@ -14,9 +14,12 @@ copy engine), as many bytes as the collective moves into that rank from its peer
 
 (nccl-tests' definitions). The figure per (W, size, op) is the slowest rank's median. On one GPU
 all ranks share its HBM: these are the substrate's costs (protocol, flags, copies) at a given
-MPS share, not NVLink figures. Writes JSON under results/.
+MPS share, not NVLink figures. With --nodes N the ranks are split into N emulated nodes: the
+other nodes' blocks go through the GPU inter-node path (host staging, FIFO -> Go proxy ->
+transport; MKERNEL_NET picks the transport, tcp by default without NICs), and the copy-engine
+figure is the same-GPU ceiling, not the transport's. Writes JSON under results/.
 
-    python benchmarks/bench_collectives.py [--worlds 2,4,8] [--sizes-mib 1,16,64] [--quick]
+    python benchmarks/bench_collectives.py [--worlds 2,4,8] [--nodes 1] [--sizes-mib 1,16,64] [--quick]
 """
 
 from __future__ import annotations
@@ -99,7 +102,7 @@ def rank_main() -> None:
                 worst = {n: max(m[n] for m in every) for n in cands}
                 busbw = {n: _factor(op, world) * numel * 2 / (worst[n] * 1e-3) / 1e9 for n in cands}
                 print("RESULT " + json.dumps({
-                    "world": world, "op": op, "bytes": numel * 2, "dtype": "bf16",
+                    "world": world, "nodes": int(os.environ.get("BENCH_NODES", "1")), "op": op, "bytes": numel * 2, "dtype": "bf16",
                     "median_ms": worst["mkernel"], "baseline_ms": worst["copy_engine"],
                     "busbw_gbs": busbw["mkernel"], "baseline_busbw_gbs": busbw["copy_engine"],
                     "ratio": busbw["mkernel"] / busbw["copy_engine"],
@@ -147,6 +150,7 @@ def start_mps() -> tuple[dict, callable]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worlds", default="2,4,8")
+    ap.add_argument("--nodes", type=int, default=1, help="emulated nodes (each W a multiple)")
     ap.add_argument("--sizes-mib", default="1,16,64")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--reps", type=int, default=5)
@@ -162,8 +166,9 @@ def main() -> None:
     rows = []
     try:
         for world in (int(w) for w in args.worlds.split(",")):
-            res = run_ranks(RANK_CODE, world, timeout=600, env=dict(
+            res = run_ranks(RANK_CODE, world, nodes=args.nodes, timeout=600, env=dict(
                 env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // world), NCCL_NVLS_ENABLE="0",
+                BENCH_NODES=str(args.nodes),
                 BENCH_ITERS=str(args.iters), BENCH_REPS=str(args.reps), BENCH_SIZES_MIB=args.sizes_mib))
             for r in res:
                 if r.returncode != 0:
@@ -172,11 +177,12 @@ def main() -> None:
                 rows += [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
     finally:
         stop()
-    print(f"{'W':>2} {'op':<15} {'MiB':>6} {'ms':>8} {'busbw GB/s':>11} {'copy-engine':>12} {'ratio':>6}")
+    print(f"{'W':>2} {'N':>2} {'op':<15} {'MiB':>6} {'ms':>8} {'busbw GB/s':>11} {'copy-engine':>12} {'ratio':>6}")
     for row in rows:
-        print(f"{row['world']:>2} {row['op']:<15} {row['bytes'] / 2**20:>6.1f} {row['median_ms']:>8.3f} "
+        print(f"{row['world']:>2} {row.get('nodes', 1):>2} {row['op']:<15} {row['bytes'] / 2**20:>6.1f} {row['median_ms']:>8.3f} "
               f"{row['busbw_gbs']:>11.1f} {row['baseline_busbw_gbs']:>12.1f} {row['ratio']:>6.2f}")
     write_result("collectives", {"commit": commit(), "device": device_info(), "mps": True,
+                                 "nodes": args.nodes,
                                  "baseline": "one device-to-device torch copy (copy engine) of the bytes "
                                              "the collective moves into each rank, all ranks at once",
                                  "iters": args.iters, "reps": args.reps, "rows": rows})

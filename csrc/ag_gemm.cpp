@@ -133,8 +133,9 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   comm::SymmetricGroup& sg = comm::SymmetricGroup::get(kOp, group, world_size, x_in.device());
   const int64_t m = x_in.size(0), k = x_in.size(1), n = w.size(0), world = world_size;
   if (!sg.single_node()) {
-    return ag_gemm_unfused(x_in, w, group, world_size, return_gathered,
-                           "the group spans several nodes (inter-node path not wired yet)");
+    return ag_gemm_unfused(
+        x_in, w, group, world_size, return_gathered,
+        "the group spans several nodes (the fused kernel reaches same-node peers)");
   }
   if (n == 0 || k == 0 || k % 8 != 0 || n % 8 != 0) {
     return ag_gemm_unfused(x_in, w, group, world_size, return_gathered,

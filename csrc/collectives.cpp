@@ -106,22 +106,13 @@ using Sizer = uint64_t (*)(collectives::DType, uint64_t, int);
 using NetSizer = collectives::NetBytes (*)(collectives::DType, uint64_t, int);
 
 // Groups spanning several nodes move the other nodes' blocks through the GPU inter-node path
-// (FIFO -> Go proxy -> transport). Until a GPU run has validated that half of the kernels it is
-// opt-in: MKERNEL_NET_COLLECTIVES=1.
-bool net_opted_in() {
-  const char* v = std::getenv("MKERNEL_NET_COLLECTIVES");
-  return collectives::net_supported() && v != nullptr && std::string(v) == "1";
-}
-
+// (FIFO -> Go proxy -> transport, SymmetricGroup::ensure_net). A build without that half of the
+// kernels refuses such groups on CUDA tensors.
 void check_multi_node(const char* op, const comm::SymmetricGroup& g) {
   TORCH_CHECK_NOT_IMPLEMENTED(
-      net_opted_in(), op, ": the group spans ", g.nodes(),
-      " (emulated) nodes; ",
-      collectives::net_supported()
-          ? "the collectives' inter-node half (FIFO -> Go proxy -> transport) is built but not "
-            "yet validated on a GPU: set MKERNEL_NET_COLLECTIVES=1 to use it"
-          : "this build has no GPU inter-node path (csrc/comm/net_path)",
-      ", or run every rank of the group on one node (one MKERNEL_EMULATED_NODE)");
+      collectives::net_supported(), op, ": the group spans ", g.nodes(),
+      " (emulated) nodes and this build has no GPU inter-node path (csrc/comm/net_path); run "
+      "every rank of the group on one node (one MKERNEL_EMULATED_NODE)");
 }
 
 // The common path of the three CUDA kernels: the group's memory sized for the call, the
@@ -209,7 +200,7 @@ void reserve_op(int64_t group, int64_t world_size, int64_t nbytes) {
       "mkernel.Context.reserve", group, world_size,
       at::Device(at::kCUDA, c10::cuda::current_device()));
   g.ensure("mkernel.Context.reserve", static_cast<uint64_t>(nbytes));
-  if (!g.single_node() && net_opted_in()) {
+  if (!g.single_node() && collectives::net_supported()) {
     // The largest inter-node areas a collective of nbytes (fp32: the fewest padding) needs.
     const uint64_t count = static_cast<uint64_t>(nbytes) / 2;
     collectives::NetBytes need{0, 0};

@@ -144,7 +144,7 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
   const c10::cuda::CUDAGuard device_guard(x.device());
   check_engine_inputs(kOp, x);
   comm::SymmetricGroup& sg = comm::SymmetricGroup::get(kOp, group, world_size, x.device());
-  const char* why = "the group spans several nodes (inter-node path not wired yet)";
+  const char* why = "the group spans several nodes (the fused kernel reaches same-node peers)";
   if (sg.single_node()) {
     // kernels/fused/fused_hooks.cuh, kModeReduce. One-shot: every rank reduces every tile of
     // all W partials in rank order. Two-shot: rank q reduces its block of rows (the same

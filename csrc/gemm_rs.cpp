@@ -105,7 +105,7 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
   check_engine_inputs(kOp, x);
   comm::SymmetricGroup& sg = comm::SymmetricGroup::get(kOp, group, world_size, x.device());
   const int64_t world = world_size, rows = x.size(0) / world;
-  const char* why = "the group spans several nodes (inter-node path not wired yet)";
+  const char* why = "the group spans several nodes (the fused kernel reaches same-node peers)";
   if (sg.single_node()) {
     // One fused launch (kernels/fused/fused_hooks.cuh, kModeReduce): each CTA's side warps
     // reduce the tiles of this rank's rows its own consumers computed, from every rank (the

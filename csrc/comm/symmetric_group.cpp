@@ -54,6 +54,13 @@ void check_cuda(cudaError_t err, const char* op, const char* what) {
               wait.empty() ? std::string() : "; an earlier kernel failed: " + wait);
 }
 
+// Inter-node areas after a growth: the next power of two (from 1 MiB).
+uint64_t net_growth(uint64_t v) {
+  uint64_t c = 1ull << 20;
+  while (c < v) c <<= 1;
+  return c;
+}
+
 uint64_t next_pow2(uint64_t v) {
   uint64_t c = kMinDataBytes;
   while (c < v) c <<= 1;
@@ -111,7 +118,12 @@ struct SymmetricGroup::Impl {
   std::unique_ptr<Generation> current;
   std::vector<std::unique_ptr<Generation>> retired;
 #if MKERNEL_HAS_NET_PATH
-  std::unique_ptr<NetPath> net;  // groups spanning several nodes; destroyed first
+  // Groups spanning several nodes: the current inter-node path, and the ones it replaced when a
+  // call needed larger areas (kept open until the group is released, like the retired
+  // generations: a CUDA graph captured before the growth pushes into the path it captured).
+  // Declared last: destroyed first.
+  std::vector<std::unique_ptr<NetPath>> retired_net;
+  std::unique_ptr<NetPath> net;
 #endif
 };
 
@@ -288,20 +300,26 @@ void SymmetricGroup::ensure_net(const char* op, uint64_t send_bytes, uint64_t re
               impl_->handle, " holds, and they cannot grow during CUDA-graph capture: call "
               "ctx.reserve(nbytes) (Context.reserve) with the largest call's size on every rank "
               "before capturing");
-  if (!impl_->net) {
-    NetPathConfig cfg;
-    cfg.device = impl_->device;
-    cfg.node = impl_->node;
-    cfg.send_bytes = send_bytes;
-    cfg.recv_bytes = recv_bytes;
-    cfg.arrival_slots = 4096;
-    cfg.timeout_ms = static_cast<int64_t>(impl_->timeout_s * 1000);
-    impl_->net = std::make_unique<NetPath>(op, static_cast<mk_session_t>(impl_->handle), cfg);
-  } else {
-    // Re-creates the path (device sync, drain, session barrier): a CUDA graph captured before
-    // would send into buffers that are gone — reserve first.
-    impl_->net->ensure(op, send_bytes, recv_bytes);
+  // A new path, larger than asked (powers of two: a few growths at most), opened collectively
+  // (every rank grows at the same call: the sizes derive from shapes all ranks share). The old
+  // one stays open: in-flight commands of earlier calls and graphs captured on it finish on it.
+  // Parity of the receive halves stays sound across paths: a peer writes a half of a path only
+  // after this rank finished the call before the previous one, whichever path that used.
+  NetPathConfig cfg;
+  cfg.device = impl_->device;
+  cfg.node = impl_->node;
+  cfg.send_bytes = std::max(send_bytes, view_.net.send_bytes);
+  cfg.recv_bytes = std::max(recv_bytes, view_.net.recv_bytes);
+  if (impl_->net) {
+    cfg.send_bytes = net_growth(cfg.send_bytes);
+    cfg.recv_bytes = net_growth(cfg.recv_bytes);
   }
+  cfg.arrival_slots = 4096;
+  cfg.fifo_slots = 1024;
+  cfg.timeout_ms = static_cast<int64_t>(impl_->timeout_s * 1000);
+  auto next = std::make_unique<NetPath>(op, static_cast<mk_session_t>(impl_->handle), cfg);
+  if (impl_->net) impl_->retired_net.push_back(std::move(impl_->net));
+  impl_->net = std::move(next);
   view_.net = impl_->net->view();
 #else
   (void)send_bytes;

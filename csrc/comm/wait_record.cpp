@@ -36,6 +36,7 @@ const char* what_text(int32_t what) {
     case kWaitFifoCredit: return "a free FIFO slot (the proxy drains the FIFO)";
     case kWaitFifoFailed: return "the inter-node proxy, which reported a failure";
     case kWaitNetArrival: return "inter-node data";
+    case kWaitNetSent: return "the transport to finish sending (the proxy's done count)";
     default: return "a flag";
   }
 }

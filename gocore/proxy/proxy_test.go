@@ -264,6 +264,10 @@ func TestPeerGoneFailsProxy(t *testing.T) {
 	if err := n.p.Err(); !errors.Is(err, transport.ErrPeerGone) || !strings.Contains(err.Error(), "rank 2") {
 		t.Fatalf("error %q should be ErrPeerGone naming rank 2", err)
 	}
+	// The FIFO's record (what a GPU producer reads) names the lost rank too.
+	if code, peer, _ := n.ring.Failure(); code != fifo.ErrProxy || peer != 2 {
+		t.Fatalf("FIFO failure record: code %d peer %d, want ErrProxy naming rank 2", code, peer)
+	}
 }
 
 func TestBadCommand(t *testing.T) {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/mkernel/mkernel/gocore/fifo"
@@ -59,7 +60,7 @@ func (p *Proxy) complete(c *transport.Completion, now uint64) bool {
 		return false
 	}
 	if c.Err != nil {
-		p.fail(fifo.ErrProxy, int(e.peer), e.ticket, fmt.Errorf("proxy: rank %d: %s to rank %d (ticket %d, FIFO slot %d) failed: %w",
+		p.fail(fifo.ErrProxy, blamed(c.Err, int(e.peer)), e.ticket, fmt.Errorf("proxy: rank %d: %s to rank %d (ticket %d, FIFO slot %d) failed: %w",
 			p.cfg.Rank, e.kind, e.peer, e.ticket, e.ticket%uint64(p.ring.Capacity()), c.Err))
 		return false
 	}
@@ -108,7 +109,7 @@ func (p *Proxy) post() bool {
 	if err != nil {
 		op := &p.pend[n]
 		e := &p.table[op.Cookie&p.mask]
-		p.fail(fifo.ErrProxy, int(op.Peer), op.Cookie, fmt.Errorf("proxy: rank %d: post %s to rank %d (ticket %d, FIFO slot %d): %w",
+		p.fail(fifo.ErrProxy, blamed(err, int(op.Peer)), op.Cookie, fmt.Errorf("proxy: rank %d: post %s to rank %d (ticket %d, FIFO slot %d): %w",
 			p.cfg.Rank, e.kind, op.Peer, op.Cookie, op.Cookie%uint64(p.ring.Capacity()), err))
 		return false
 	}
@@ -120,7 +121,18 @@ func (p *Proxy) post() bool {
 }
 
 func (p *Proxy) failTransport(err error) {
-	p.fail(fifo.ErrProxy, -1, p.done, fmt.Errorf("proxy: rank %d: %w", p.cfg.Rank, err))
+	p.fail(fifo.ErrProxy, blamed(err, -1), p.done, fmt.Errorf("proxy: rank %d: %w", p.cfg.Rank, err))
+}
+
+// blamed is the rank a failure is recorded against in the FIFO (the GPU's wait record names
+// it): the rank the transport lost when it says so — a failed transport fails every later op,
+// whatever its destination — else fallback.
+func blamed(err error, fallback int) int {
+	var lost *transport.RankLostError
+	if errors.As(err, &lost) && lost.Rank >= 0 {
+		return lost.Rank
+	}
+	return fallback
 }
 
 // consume takes published commands in ticket order while they have credit; it reports

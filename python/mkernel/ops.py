@@ -524,7 +524,11 @@ def _wait_failure_error(e: BaseException) -> BaseException | None:
     record = last_wait_failure()
     cuda = str(e).splitlines()[0] if str(e) else type(e).__name__
     if record is None:
-        if not (_launched_group_op and ("CUDA" in str(e) or type(e).__name__ == "AcceleratorError")):
+        # A dead context reports a CUDA error; mkernel's own refusals ("... during CUDA-graph
+        # capture: call ctx.reserve ...") mention CUDA too and must pass through unchanged.
+        msg = str(e)
+        dead = "CUDA error" in msg or "launch fail" in msg or type(e).__name__ == "AcceleratorError"
+        if not (_launched_group_op and dead):
             return None
         record = ("the CUDA context was lost after group ops, and no wait of this rank timed out: "
                   "a kernel of another process on this GPU probably failed first (under MPS a "

@@ -78,7 +78,9 @@ class Context:
         current CUDA device (a collective: every rank calls it with the same ``nbytes``).
 
         The collectives grow it on demand, but not while a CUDA graph is being captured: call
-        this before capturing with the largest call's size (the capture error names it).
+        this before capturing with the largest call's size (the capture error names it). When
+        the group spans several (emulated) nodes it also sizes the inter-node staging areas for
+        a collective of ``nbytes``.
         """
         self._check_open()
         torch.ops.mkernel._reserve(self.handle, self.world_size, int(nbytes))

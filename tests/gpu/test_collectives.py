@@ -35,18 +35,35 @@ def test_collectives_match_reference(mps, world):
                   f"(SMs seen by a rank: {c['sm_count']})")
 
 
-@pytest.mark.parametrize("world, nodes", [(2, 2), (4, 2)])
+@pytest.mark.parametrize("world, nodes", [(2, 2), (4, 2), (8, 2), (3, 3), (4, 4)])
 def test_collectives_across_emulated_nodes(mps, world, nodes):
     """Ranks in several emulated nodes: other nodes' blocks travel FIFO -> Go proxy -> transport
-    (opt-in until validated: MKERNEL_NET_COLLECTIVES=1); skipped on builds without the path."""
-    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150,
-                    env=rank_env(mps, world, TEST_SUITE="multinode", MKERNEL_OP_TIMEOUT="20",
-                                 MKERNEL_NET_COLLECTIVES="1"))
+    (host staging on tcp / loopback). Every op against the reference; at W = 2 and 4 over two
+    nodes also 1000 calls without a host sync, a graph replayed 100 times across a growth of the
+    inter-node path, a capture that would grow it (a clear error), and a second group. Skipped
+    on builds without the GPU inter-node path."""
+    full = world in (2, 4) and nodes == 2
+    suites = ["multinode"]
+    if full:
+        suites += ["back_to_back", "graph", "capture_growth"]
+    if full and world == 4:
+        suites += ["two_groups"]
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=90,
+                    env=rank_env(mps, world, TEST_SUITE=",".join(suites), MKERNEL_OP_TIMEOUT="20"))
     if any("NONET" in r.stdout for r in res):
         check_ranks(res, ok=False)
         pytest.skip("this build has no GPU inter-node path (csrc/comm/net_path)")
     cases = check_ranks(res)
-    assert "multinode" in {c["op"] for c in cases}
+    ops = {c["op"] for c in cases}
+    assert {"multinode", "all_gather", "reduce_scatter", "all_reduce"} <= ops, ops
+    if full:
+        assert {"back_to_back", "graph"} <= ops, ops
+        for r in res:
+            errs = records(r, "ERR")
+            assert errs and errs[0].get("names_reserve"), f"rank {r.rank}: {errs}"
+    for c in cases:
+        if c["op"] == "back_to_back":
+            print(f"W={world} nodes={nodes} back_to_back: {c['us_per_call']:.1f} us per call")
 
 
 def test_mismatched_shapes_fail_on_every_rank(mps):
@@ -63,9 +80,12 @@ def test_mismatched_shapes_fail_on_every_rank(mps):
         assert "different ops or shapes" in e["msg"], e
 
 
-def test_killed_rank_fails_the_others_within_the_timeout(mps):
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_killed_rank_fails_the_others_within_the_timeout(mps, nodes):
+    """nodes=2: the victim's node-mate waits at the entry barrier, the other node's ranks for
+    its inter-node data (or their proxy reports the lost peer): each names rank 3."""
     world, timeout_s = 4, 5
-    res = run_ranks(RANK_MAIN, world, timeout=120,
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=90,
                     env=rank_env(mps, world, TEST_SUITE="kill", MKERNEL_OP_TIMEOUT=str(timeout_s)))
     victim = world - 1
     named = 0

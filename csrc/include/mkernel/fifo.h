@@ -52,8 +52,8 @@
  *     ctrl->head.
  *   - step 2: ld.acquire.sys.global.u64 of ctrl->tail, bounded by %globaltimer.
  *   - step 3: plain (or vectorized st.global.v2.u64) stores to the mapped slot.
- *   - step 4: st.release.sys.global.u64 of slot->seq (equivalently
- *     __threadfence_system() and then a volatile store). The release orders the
+ *   - step 4: st.release.sys.global.u64 of slot->seq (a fence.sc.sys then a
+ *     relaxed store also works, at a higher cost). The release orders the
  *     slot's stores, and every store the kernel made earlier to the data being
  *     sent, before the publication is visible to the CPU.
  * Host producers use C11 memory orders through the GCC/Clang __atomic builtins
@@ -480,16 +480,20 @@ static __device__ __forceinline__ mk_fifo_wait_result mk_fifo_push_device(mk_fif
   }
   mk_fifo_cmd* s = mk_fifo_slots(c) + (r.ticket & (uint64_t)(cap - 1u));
   cmd.enqueue_ns = mk_fifo_globaltimer();
-  /* Words 1..7 of the slot, ONE system fence, then word 0 (seq). The fence (fence.sc.sys)
-   * orders the slot and every earlier store of this thread — and, cumulatively, of its CTA
-   * after a barrier — before seq: the release of step 4 with a single MEMBAR.SYS (a
-   * st.release.sys after a separate fence for the data would cost a second one, ~0.5 us). */
+  /* Words 1..7 of the slot (word 1 alone, then 16-byte stores: four PCIe writes, not seven),
+   * then word 0 (seq) with ONE st.release.sys: a MEMBAR.ALL.SYS before the store orders the
+   * slot and every earlier store of this thread — and, cumulatively, of its CTA after a
+   * barrier — before seq. (__threadfence_system() + a relaxed store would be MEMBAR.SC.SYS
+   * plus an L1 invalidation: the SC fence is the costlier one, and an acquire-side
+   * invalidation buys the producer nothing.) */
   const uint64_t* w = (const uint64_t*)(const void*)&cmd;
   uint64_t* d = (uint64_t*)(void*)s;
+  d[1] = w[1];
 #pragma unroll
-  for (int i = 1; i < 8; ++i) d[i] = w[i];
-  __threadfence_system();
-  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(&s->seq), "l"(r.ticket + 1u) : "memory");
+  for (int i = 2; i < 8; i += 2) {
+    asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(d + i), "l"(w[i]), "l"(w[i + 1]) : "memory");
+  }
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(&s->seq), "l"(r.ticket + 1u) : "memory");
   return r;
 }
 

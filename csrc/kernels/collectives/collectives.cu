@@ -80,6 +80,10 @@ struct Params {
   // receive area alternates halves by call parity.
   int32_t remote;
   uint64_t net_block;
+  // Bit r: rank r shares its node with another rank. Such a rank sends its inter-node blocks
+  // only after its node's entry barrier, so a wait for them is a derived one (see
+  // derived_timeout): when a rank dies, its node-mates' direct waits name it first.
+  uint32_t shared_node;
 };
 
 // --- element types --------------------------------------------------------------------------
@@ -284,6 +288,12 @@ __device__ __forceinline__ void chunk_range(const Params& p, int d, uint32_t c, 
 }
 
 // --- the inter-node path ---------------------------------------------------------------------
+// The bound of a wait for rank src's inter-node block (direct: src sends it right after
+// entering the call, unless it waits for node-mates first).
+__device__ __forceinline__ uint64_t net_timeout(const Params& p, int src) {
+  return (p.shared_node >> src) & 1u ? derived_timeout(p.g) : p.g.timeout_ns;
+}
+
 // Waits (thread 0, then the CTA) until rank src's inter-node arrival flag `slot` holds e.
 __device__ __forceinline__ void net_cta_wait(const Params& p, int src, uint32_t slot, uint64_t e,
                                              uint64_t timeout_ns) {
@@ -359,7 +369,7 @@ __global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_co
                g.timeout_ns);
       copy_bytes(p.out + src * seg + b, g.data[src] + b, n);
     } else {
-      net_cta_wait(p, src, net_data_slot(src), e, g.timeout_ns);
+      net_cta_wait(p, src, net_data_slot(src), e, net_timeout(p, src));
       copy_bytes(p.out + src * seg + b, recv + static_cast<uint64_t>(src) * p.net_block + b, n);
     }
     __syncthreads();  // the CTA's threads are done with this item before the next wait
@@ -413,7 +423,7 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
             comm::wait_geq(g, g.flags[rank] + stage_slot(src, c), e,
                            comm::WaitSite{p.op, comm::kWaitPeerFlag, src, static_cast<int32_t>(c)});
           } else {
-            comm::wait_geq(g.net.arrival + net_data_slot(src), e, g.timeout_ns, g.diag, g.group_id,
+            comm::wait_geq(g.net.arrival + net_data_slot(src), e, net_timeout(p, src), g.diag, g.group_id,
                            rank, comm::WaitSite{p.op, comm::kWaitNetArrival, src,
                                                 static_cast<int32_t>(net_data_slot(src))});
           }
@@ -606,6 +616,12 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
     return cudaErrorInvalidValue;
   }
   p.remote = remote;
+  p.shared_node = 0;
+  for (int r = 0; r < g.world; ++r) {
+    for (int q = 0; q < g.world; ++q) {
+      if (q != r && g.node_of[q] == g.node_of[r]) p.shared_node |= 1u << r;
+    }
+  }
   p.net_block = round_up(p.block * esize, kNetAlign);
   if (remote > 0) {
     const NetBytes nb = net_bytes_for(kind, a.dtype, a.count, g.world);

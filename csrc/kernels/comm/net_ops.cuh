@@ -11,10 +11,10 @@
 //
 // Ordering the producer must provide: the proxy (a CPU thread) may read send_area as soon as it
 // sees the command's seq word, so every store to the data must be visible at system scope
-// before seq. The push writes the slot, issues ONE fence.sc.sys (__threadfence_system) and then
-// stores seq: after a CTA barrier that covers every thread's stores, the barrier orders them
-// before the pushing lane's fence, and the system-scope fence (cumulative) orders them — and
-// the slot — before the command's publication. TMA stores (async proxy) must first be complete in memory
+// before seq. The push writes the slot, then stores seq with ONE st.release.sys: after a CTA
+// barrier that covers every thread's stores, the barrier orders them before the pushing lane's
+// release, and the system-scope release (cumulative) orders them — and the slot — before the
+// command's publication. TMA stores (async proxy) must first be complete in memory
 // (cp.async.bulk.wait_group 0 by the thread that issued them: tma_store_wait_all_writes) before
 // that barrier. After net_wait returns, TMA loads from recv_area need fence_proxy_async_global.
 //
@@ -23,8 +23,8 @@
 // said it is done with it (an op-level acknowledgement, e.g. the entry barrier of the next call).
 //
 // Every wait is bounded by g.timeout_ns and, on timeout or proxy failure, records a
-// WaitDiagnostic (kWaitFifoCredit / kWaitFifoFailed / kWaitNetArrival, naming the peer) and
-// traps: no printf, and the only call is group_sync's cold fail_wait.
+// WaitDiagnostic (kWaitFifoCredit / kWaitFifoFailed / kWaitNetArrival / kWaitNetSent, naming
+// the peer) and traps: no printf, and the only call is group_sync's cold fail_wait.
 #pragma once
 
 #include <mkernel/fifo.h>
@@ -70,9 +70,9 @@ __device__ __noinline__ inline void net_push_failed(WaitDiagnostic* diag, int32_
 // One command from one lane. Returns its ticket (for net_wait_sent).
 __device__ __forceinline__ uint64_t net_push(const GroupDevice& g, NetCursor& cur, const mk_fifo_cmd& cmd,
                                              int32_t op) {
-  // mk_fifo_push_device fences (system scope) between the slot and seq: everything this thread
-  // (and, cumulatively, its CTA after a barrier) stored to the data is visible system-wide
-  // before the command's publication.
+  // mk_fifo_push_device publishes seq with a system-scope release: everything this thread (and,
+  // cumulatively, its CTA after a barrier) stored to the data is visible system-wide before the
+  // command's publication.
   const mk_fifo_wait_result r = mk_fifo_push_device(net_fifo(g), g.net.fifo_capacity, g.net.fifo_head,
                                                     &cur.cached_tail, cmd, g.timeout_ns);
   if (r.rc != MK_FIFO_OK) {
@@ -128,9 +128,35 @@ __device__ __forceinline__ uint64_t net_wait(const GroupDevice& g, int peer, uin
 }
 
 // Waits until command `ticket` and every earlier one finished (the transport is done reading
-// their source memory: send_area may be rewritten).
+// their source memory: send_area may be rewritten). Bounded by g.timeout_ns like wait_geq, and it
+// also watches the FIFO's error word: when the proxy fails (a peer's connection is gone) the
+// record names the peer the proxy blamed (else `peer`, the command's destination) at once,
+// instead of a timeout naming whichever destination came last.
 __device__ __forceinline__ void net_wait_sent(const GroupDevice& g, uint64_t ticket, int peer, int32_t op) {
-  wait_geq(g, &net_fifo(g)->done, ticket + 1, WaitSite{op, kWaitFifoCredit, peer, -1});
+  mk_fifo_ctrl* c = net_fifo(g);
+  uint64_t seen = ld_acquire_sys(&c->done);
+  if (seen > ticket) return;
+  const uint64_t start = globaltimer_ns();
+  for (;;) {
+    __nanosleep(64);
+    seen = ld_acquire_sys(&c->done);
+    if (seen > ticket) return;
+    const uint64_t elapsed = globaltimer_ns() - start;
+    const uint32_t err = mk_fifo_ld_acquire_sys_u32(&c->error);
+    if (err != MK_FIFO_ERR_NONE) {
+      mk_fifo_wait_result r{};
+      r.rc = MK_FIFO_FAILED;
+      r.error = err;
+      r.error_peer = *reinterpret_cast<volatile uint32_t*>(&c->error_peer);
+      r.ticket = ticket;
+      r.elapsed_ns = elapsed;
+      net_push_failed(g.diag, g.group_id, g.rank, g.world, c, g.net.fifo_capacity, r, peer, 0, op);
+    }
+    if (elapsed > g.timeout_ns) {
+      fail_wait(g.diag, g.group_id, g.rank, &c->done, ticket + 1, seen, elapsed,
+                WaitSite{op, kWaitNetSent, peer, -1});
+    }
+  }
 }
 
 }  // namespace mkernel::comm

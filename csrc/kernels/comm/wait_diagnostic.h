@@ -14,6 +14,7 @@ enum WaitKind : int32_t {
   kWaitFifoCredit = 5, // no FIFO slot freed by the proxy
   kWaitFifoFailed = 6, // the proxy reported a failure (error_peer names the peer)
   kWaitNetArrival = 7, // inter-node data (FIFO path) from a peer
+  kWaitNetSent = 8,    // the transport finishing a command to a peer (the FIFO's done count)
 };
 
 // Which op waited (WaitDiagnostic::op).
