@@ -113,7 +113,7 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cpu(const at::Tensor& x, const at::Te
 std::tuple<at::Tensor, at::Tensor> ag_gemm_unfused(const at::Tensor& x, const at::Tensor& w,
                                                    int64_t group, int64_t world_size,
                                                    bool return_gathered, const char* why) {
-  fused_glue::note_fallback(kOp, why);
+  if (why != nullptr) fused_glue::note_fallback(kOp, why);  // (a measured loss logs itself)
   const at::Tensor gathered =
       fused_glue::substrate_collective(kOp, "all_gather", x, group, world_size);
   at::Tensor out = engine_gemm(kOp, gathered, w);
@@ -180,11 +180,21 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   // Rank s's rows arrive (rank - s) mod world pushes after the own ones.
   std::vector<int> order(world);
   for (int s = 0; s < world; ++s) order[s] = static_cast<int>((rank - s + world) % world);
-  fused_glue::launch(kOp, p, config, x, hp, order, m);
-  if (return_gathered) {
-    C10_CUDA_CHECK(cudaMemcpyAsync(gathered.data_ptr(), g.data[rank], bytes,
-                                   cudaMemcpyDeviceToDevice, at::cuda::getCurrentCUDAStream()));
+  const auto fused = [&] {
+    fused_glue::launch(kOp, p, config, x, hp, order, m);
+    if (return_gathered) {
+      C10_CUDA_CHECK(cudaMemcpyAsync(gathered.data_ptr(), g.data[rank], bytes,
+                                     cudaMemcpyDeviceToDevice, at::cuda::getCurrentCUDAStream()));
+    }
+  };
+  // The fused kernel or the unfused path, by a measurement shared by the group (fused_common.h).
+  const auto unfused = [&] {
+    engine_gemm(kOp, fused_glue::substrate_collective(kOp, "all_gather", x, group, world_size), w);
+  };
+  if (!fused_glue::choose_fused(kOp, group, fused_glue::shape_key(x, w, world), fused, unfused)) {
+    return ag_gemm_unfused(x_in, w, group, world_size, return_gathered, nullptr);
   }
+  fused();
   return {out, gathered};
 }
 #endif  // MKERNEL_WITH_CUDA

@@ -8,6 +8,8 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "comm/symmetric_group.h"
@@ -22,9 +24,11 @@ gemm::Problem problem(const char* op, const void* a, const at::Tensor& w, void* 
 
 // Launches the fused kernel on the current stream with `hooks`; errors name `op`. `order` is
 // the priority of each source rank (lower = earlier) for ordering the M units by the rows' owners
-// (rank_rows rows per rank), or empty for the natural order.
+// (rank_rows rows per rank), or empty for the natural order; interleave: the owners' units
+// alternate (the same order on every rank; order is then ignored).
 void launch(const char* op, const gemm::Problem& p, gemm::ConfigId config, const at::Tensor& like,
-            const fused::FusedParams& hooks, const std::vector<int>& order, int64_t rank_rows);
+            const fused::FusedParams& hooks, const std::vector<int>& order, int64_t rank_rows,
+            bool interleave = false);
 
 // gemm_rs / gemm_ar on one node (kModeReduce): the GEMM x · wᵀ [M, N] into this rank's
 // symmetric data region, its tiles (by owner priority `order`, rank_rows rows per owner) flagged
@@ -37,7 +41,12 @@ struct ReduceLayout {
   int64_t row0 = 0, rows = 0, out_row0 = 0;
   bool two_shot = false;
   int64_t rows_per_rank = 0;
+  bool interleave = false;  // the owners' (rows_per_rank) M units alternate (gemm_rs)
 };
+// Whether reduce_call takes the shape (shapes only: the same answer on every rank); `why` says
+// why not.
+bool reduce_fits(const at::Tensor& x, const at::Tensor& w, const ReduceLayout& layout,
+                 const char** why);
 bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, const at::Tensor& x,
                  const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
                  const std::vector<int>& order, const char** why);
@@ -52,6 +61,21 @@ void note_fallback(const char* op, const char* why);
 
 // Whether the current stream is capturing a CUDA graph.
 bool capturing();
+
+// The fused kernel or the unfused path (substrate collective + engine GEMM) for a call: the
+// same answer on every rank of the group. The first eager call of a shape (`key`: op, dims,
+// dtype) runs both on every rank (one warm-up and two timed calls each, CUDA events), all-gathers
+// the timings over the group's session and keeps the fused kernel iff its slowest rank is no
+// slower than the unfused path's slowest rank; the verdict is cached per process and a loss is
+// logged once (note_fallback). Inside CUDA-graph capture an unmeasured shape runs fused (no
+// timing can happen there). MKERNEL_FUSED=force|off (read per call) pins the choice, for
+// measuring both sides (benchmarks/bench_fused.py). `fused` / `unfused` enqueue one call each
+// on the current stream; they are only called here while measuring.
+// "M=.. N=.. K=.. <dtype> W=.." of x [M, K] · w [N, K]ᵀ at world size W (choose_fused's key).
+std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world);
+
+bool choose_fused(const char* op, int64_t group, const std::string& key,
+                  const std::function<void()>& fused, const std::function<void()>& unfused);
 
 }  // namespace mkernel::fused_glue
 

@@ -137,6 +137,12 @@ bool two_shot(int64_t rows, int64_t n, int64_t world, int64_t element_size) {
   return world > 2 && rows * n * element_size > (4 << 20);
 }
 
+// The substrate's all_reduce of the engine GEMM (the fallback).
+at::Tensor unfused(const at::Tensor& x, const at::Tensor& w, int64_t group, int64_t world_size) {
+  return fused_glue::substrate_collective(kOp, "all_reduce", engine_gemm(kOp, x, w), group,
+                                          world_size);
+}
+
 at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
                         int64_t world_size) {
   validate_gemm_ar(x, w, group, world_size);
@@ -162,13 +168,22 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
       layout.rows = layout.rows_per_rank = rows;
     }
     // The natural tile order on every rank (see gemm_rs.cpp).
-    if (fused_glue::reduce_call(kOp, comm::kOpGemmAr, sg, x, w, layout, out, {}, &why)) {
-      return out;
+    if (fused_glue::reduce_fits(x, w, layout, &why)) {
+      const auto fused = [&] {
+        fused_glue::reduce_call(kOp, comm::kOpGemmAr, sg, x, w, layout, out, {}, &why);
+      };
+      const std::string key = fused_glue::shape_key(x, w, world) +
+                              (layout.two_shot ? " two-shot" : " one-shot");
+      if (fused_glue::choose_fused(kOp, group, key, fused,
+                                   [&] { unfused(x, w, group, world_size); })) {
+        fused();
+        return out;
+      }
+      return unfused(x, w, group, world_size);
     }
   }
   fused_glue::note_fallback(kOp, why);
-  return fused_glue::substrate_collective(kOp, "all_reduce", engine_gemm(kOp, x, w), group,
-                                          world_size);
+  return unfused(x, w, group, world_size);
 }
 #endif  // MKERNEL_WITH_CUDA
 

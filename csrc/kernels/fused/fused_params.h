@@ -48,7 +48,10 @@ struct FusedParams {
   int32_t two_shot = 0;
   int32_t rows_per_rank = 0;
   int64_t reduced_offset = 0;
-  uint32_t reduced_flag_base = 0;
+  uint32_t reduced_flag_base = 0;  // + tile * slabs + slab (two-shot: per slab, not per tile)
+  // Reduce items: a tile's rows in slabs of slab_rows (block_m % slab_rows == 0), one warp each.
+  int32_t slab_rows = 16;
+  int32_t slabs = 8;  // block_m / slab_rows
   int32_t bf16 = 1;  // element type of D and out: bf16 (1) or fp16 (0)
 };
 

@@ -9,7 +9,9 @@
 // at the start: the fused ops' device epoch; producer_wait may update its
 // thread's copy), give the producer warpgroup's
 // three idle warps a `side_role` (the fused ops' copy / reduce roles; it gets
-// the scheduler, so it can walk its own CTA's tiles in the GEMM's order), and end
+// the scheduler, so it can walk its own CTA's tiles in the GEMM's order), give the
+// consumer warpgroups a `tail_role` after their last tile (both get a per-CTA
+// shared-memory work counter, zero at the start, to claim items from), and end
 // the launch with `call_end` (one thread per CTA after a CTA-wide barrier).
 // NoHooks compiles all of it away, so the plain GEMM pays nothing.
 #pragma once
@@ -34,7 +36,10 @@ struct NoHooks {
   CUTLASS_DEVICE static void tile_stored(Params const&, Call const&, int, int, int, int) {}
   template <class Sched>
   CUTLASS_DEVICE static void side_role(Params const&, Call const&, int,
-                                       typename Sched::Params const&) {}
+                                       typename Sched::Params const&, int*) {}
+  template <class Sched>
+  CUTLASS_DEVICE static void tail_role(Params const&, Call const&, int,
+                                       typename Sched::Params const&, int*) {}
   CUTLASS_DEVICE static void call_end(Params const&, Call const&) {}
 };
 
@@ -61,7 +66,10 @@ struct FlagHooks {
   CUTLASS_DEVICE static Call call_begin(Params const&) { return {}; }
   template <class Sched>
   CUTLASS_DEVICE static void side_role(Params const&, Call const&, int,
-                                       typename Sched::Params const&) {}
+                                       typename Sched::Params const&, int*) {}
+  template <class Sched>
+  CUTLASS_DEVICE static void tail_role(Params const&, Call const&, int,
+                                       typename Sched::Params const&, int*) {}
   CUTLASS_DEVICE static void call_end(Params const&, Call const&) {}
 
   // Called by one lane of the producer warp.

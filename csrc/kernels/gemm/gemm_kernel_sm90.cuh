@@ -84,6 +84,7 @@ class HookedGemmSm90 {
       typename Mainloop::TensorStorage mainloop;
     } tensors;
     int split_last;  // SplitKReduce's verdict, shared by the consumer threads
+    int hook_work;   // the hooks' per-CTA work counter (side and tail roles claim items)
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "shared storage exceeds the sm90 opt-in limit");
@@ -159,12 +160,18 @@ class HookedGemmSm90 {
     order_params.group_size = cutlass::NumThreadsPerWarpGroup;
     MathOrderBarrier math_order(shared.pipelines.math_order, order_params);
 
+    if constexpr (Hooks::kSideRole) {
+      if (thread_idx == 0) shared.hook_work = 0;  // ordered by the barrier below
+    }
     // Every CTA of the cluster must see the barriers initialised.
     if constexpr (size(ClusterShape{}) > 1) {
       cute::cluster_arrive_relaxed();
       cute::cluster_wait();
     } else {
       __syncthreads();
+    }
+    if constexpr (Hooks::kSideRole && size(ClusterShape{}) > 1) {
+      __syncthreads();  // hook_work's initial value (the relaxed cluster arrive orders nothing)
     }
     // Under programmatic dependent launch the set-up above overlapped the
     // previous kernel's tail; no global memory (operands, flags, split-K
@@ -191,7 +198,7 @@ class HookedGemmSm90 {
         if constexpr (!Hooks::kSideRole) return;
         Hooks::template side_role<Scheduler>(params.hooks, call,
                                              warp_group_thread_idx - cutlass::NumThreadsPerWarp,
-                                             params.scheduler);
+                                             params.scheduler, &shared.hook_work);
       } else {
       MainloopState write_state = cutlass::make_producer_start_state<MainloopPipeline>();
       typename Scheduler::Cursor cursor;
@@ -303,6 +310,12 @@ class HookedGemmSm90 {
       asm volatile("griddepcontrol.launch_dependents;" :::);
       if (stored) {
         epilogue.store_tail(epi_load_pipeline, epi_load_state, epi_store_pipeline, epi_store_state);
+      }
+      if constexpr (Hooks::kSideRole) {
+        // The consumers' last tile is stored: their warps (full register budget) join the
+        // hooks' per-CTA work (the fused reduce), claiming items from hook_work.
+        Hooks::template tail_role<Scheduler>(params.hooks, call, mma_thread_idx,
+                                             params.scheduler, &shared.hook_work);
       }
     }
     if constexpr (Hooks::kSideRole) {
