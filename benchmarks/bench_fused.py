@@ -237,8 +237,12 @@ def main() -> None:
            "BENCH_FULL": "1" if args.full else "0", "BENCH_BUDGET_S": str(args.budget),
            "NCCL_NVLS_ENABLE": "0"}
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
+    progress = Path(os.environ.get("OUT") or RESULTS_DIR, "fused_rows.jsonl")
+    progress.unlink(missing_ok=True)
     with mps_daemon() as mps_env:
         results = run_ranks(code, args.world, timeout=args.timeout, env=dict(env, **mps_env))
+    if progress.exists():  # the rows measured, even when the ranks were cut short
+        print(progress.read_text(), end="", flush=True)
     for r in results:
         if r.returncode != 0 or r.rank == 0:
             sys.stdout.write(r.stdout[-6000:])

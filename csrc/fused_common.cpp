@@ -176,6 +176,8 @@ bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, cons
   hp.reduced_flag_base = hp.flag_base + static_cast<uint32_t>(tiles);
   hp.slab_rows = slab_rows;
   hp.slabs = slabs;
+  const char* side = std::getenv("MKERNEL_FUSED_SIDE");  // measurement only (fused_params.h)
+  hp.side_staged = side != nullptr && std::strcmp(side, "regs") == 0 ? 0 : 1;
   hp.bf16 = x.scalar_type() == at::kBFloat16 ? 1 : 0;
   TORCH_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0, op,
               ": internal: the output is not 16-byte aligned");

@@ -298,9 +298,15 @@ def suite_time(ctx, rank: int, world: int) -> None:
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 32
         rs = timed(lambda: mkernel.gemm_rs(x, w, group=ctx))
         ar = timed(lambda: mkernel.gemm_ar(x, w, group=ctx))
+        # The side warps' reduce from registers instead of staged through shared memory.
+        os.environ["MKERNEL_FUSED_SIDE"] = "regs"
+        rs_regs = timed(lambda: mkernel.gemm_rs(x, w, group=ctx))
+        ar_regs = timed(lambda: mkernel.gemm_ar(x, w, group=ctx))
+        del os.environ["MKERNEL_FUSED_SIDE"]
         gemm = timed(lambda: mkernel.gemm(x, w))
         emit("TIME", dict(op="gemm_rs/ar", m=rows, k=k, n=n, world=world, rank=rank, rs_us=rs,
-                          ar_us=ar, gemm_alone_us=gemm))
+                          ar_us=ar, rs_side_regs_us=rs_regs, ar_side_regs_us=ar_regs,
+                          gemm_alone_us=gemm))
 
 
 def main() -> None:

@@ -24,10 +24,11 @@
 //   consumers compute, cut into slabs (reduce_items): for each slab of the rows this rank
 //   reduces (its own M/W rows for gemm_rs, all rows for one-shot gemm_ar), wait for the tile's
 //   flag at every same-node rank (polled through the IPC mapping), sum the W partials in fp32 in
-//   rank order 0..W-1 (the same bits on every rank and run) and store the rounded sum. Warps
-//   claim slabs from a per-CTA shared-memory counter: the producer's three idle warps from the
-//   start (overlapping the GEMM, 40 registers), the eight consumer warps once their last tile is
-//   stored (tail_role: 232 registers, 4 x W 16-byte loads in flight per lane).
+//   rank order 0..W-1 (the same bits on every rank and run) and store the rounded sum. Slabs are
+//   claimed from a per-CTA shared-memory counter: by the producer's three idle warps as one unit
+//   from the start (overlapping the GEMM; 40 registers, so each slab is staged through 16 KiB of
+//   shared memory by cp.async: side_reduce), and by each of the eight consumer warps once their
+//   last tile is stored (tail_role: 232 registers, 4 x 2 16-byte loads in flight per lane).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -153,12 +154,13 @@ struct FusedHooks {
   // the M order of the reduce modes is rank-independent), cut into items: item i is slab
   // i % slabs (slab_rows rows of the tile) of the tile of the CTA's (i / slabs)-th unit. Items
   // [0, P) reduce the slab's rows this rank owns; two-shot items [P, 2P) copy the other owners'
-  // reduced rows of the slab. Warps claim items from the CTA's shared counter, one warp per
-  // item: the three side warps from the start (each waits for its tile's flags as the
-  // consumers of every rank store it, so the reduction overlaps the GEMM), the eight consumer
-  // warps after their last tile (232 registers: four 16-byte vectors per lane per rank in
-  // flight). A CTA waits only for the CTA of the same index on other ranks (co-residency,
-  // README), and never for its own side warps: no item is ever left unclaimed.
+  // reduced rows of the slab. Items are claimed from the CTA's shared counter: by the three
+  // side warps as one unit from the start (side_reduce, below: it waits for its tile's flags as
+  // the consumers of every rank store it, so the reduction overlaps the GEMM; reduce items
+  // only), and by each consumer warp after its last tile (reduce_items: 232 registers, four
+  // 16-byte vectors per lane of two ranks in flight). A CTA waits only for the CTA of the same
+  // index on other ranks (co-residency, README), and never for its own side warps: every item
+  // left when the consumers finish is theirs.
 
   // Sums the rank partials of rows [r0, r1) x columns [c0, c1) (a multiple of 8 columns) in
   // fp32, rank order 0..W-1 (the same bits on every rank), into out (and `reduced`). One warp;
@@ -313,18 +315,126 @@ struct FusedHooks {
     }
   }
 
+  // ---- kModeReduce, side warps -----------------------------------------------------------
+  //
+  // The three side warps reduce as one unit of 96 threads, with cp.async 16-byte copies into
+  // SideStorage (16 KiB in flight per SM without registers: the warps have 40) — thread 0
+  // claims a reduce item while any is left (never a two-shot copy item), threads < W wait for
+  // the tile's flags, then the slab goes through the buffer in chunks of rows (every rank's
+  // rows of a chunk at once), summed in rank order from shared memory and stored.
+
+  static constexpr int kSideBufBytes = 16 * 1024;
+  struct SideStorage {
+    alignas(16) uint4 buf[kSideBufBytes / 16];
+    int item;
+  };
+
+  CUTLASS_DEVICE static void cp_async_16(void* smem, const void* gmem) {
+    const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+  }
+
+  template <class Sched, class T>
+  CUTLASS_DEVICE static void side_reduce(Params const& p, typename Sched::Params const& sp, int t,
+                                         int* counter, SideStorage& st) {
+    const comm::GroupDevice& g = p.group;
+    const int total_units = sp.units_m * sp.units_n * sp.batches * sp.splits;
+    const int first = Sched::first_unit(), stride = Sched::unit_stride();
+    const int units = first < total_units ? (total_units - first + stride - 1) / stride : 0;
+    const int per_phase = units * p.slabs;
+    const int end = min(p.reduce_row0 + p.reduce_rows, p.m);
+    T* out = static_cast<T*>(p.out) - static_cast<int64_t>(p.out_row0) * p.n;
+    typename Sched::Cursor cursor;
+#pragma unroll 1
+    for (;;) {
+      if (t == 0) {  // claim a reduce item only: the consumers take the copy items
+        int c = *reinterpret_cast<volatile int*>(counter);
+        while (c < per_phase) {
+          const int seen = atomicCAS(counter, c, c + 1);
+          if (seen == c) break;
+          c = seen;
+        }
+        st.item = c;
+      }
+      side_sync();
+      const int i = st.item;
+      side_sync();  // every thread has read the item before thread 0 claims the next
+      if (i >= per_phase) break;
+      const int k = i / p.slabs, slab = i - k * p.slabs;
+      const auto work = Sched::get(sp, first + k * stride, cursor);
+      if (!work.valid || work.skip) continue;
+      const int row0 = work.m_block * p.block_m + slab * p.slab_rows;
+      const int r0 = max(row0, p.reduce_row0);
+      const int r1 = min(min(row0 + p.slab_rows, p.m), end);
+      const int c0 = work.n_block * p.block_n, c1 = min(c0 + p.block_n, p.n);
+      if (r0 >= r1 || c0 >= c1) continue;
+      const int tile = work.m_block * p.tiles_n + work.n_block;
+      if (t < g.world) {
+        comm::wait_geq(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
+                       comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
+      }
+      side_sync();  // every rank's tile is in memory
+      const int v = (c1 - c0) / 8;
+      const int chunk_rows = max(1, kSideBufBytes / 16 / (g.world * v));
+#pragma unroll 1
+      for (int a = r0; a < r1; a += chunk_rows) {
+        const int rows = min(chunk_rows, r1 - a);
+        const int per_rank = rows * v;
+#pragma unroll 1
+        for (int j = t; j < g.world * per_rank; j += kSideThreads) {
+          const int s = j / per_rank, q = j - s * per_rank, row = q / v;
+          cp_async_16(&st.buf[j], reinterpret_cast<const T*>(g.data[s]) +
+                                      (static_cast<int64_t>(a + row) * p.n + c0 + (q - row * v) * 8));
+        }
+        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+        side_sync();  // every thread's copies are in shared memory
+#pragma unroll 1
+        for (int q = t; q < per_rank; q += kSideThreads) {
+          float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+          for (int s = 0; s < g.world; ++s) {  // rank order
+            const uint4 x = st.buf[s * per_rank + q];
+            const T* h = reinterpret_cast<const T*>(&x);
+            CUTLASS_PRAGMA_UNROLL
+            for (int e = 0; e < 8; ++e) acc[e] += static_cast<float>(h[e]);
+          }
+          uint4 o;
+          T* h = reinterpret_cast<T*>(&o);
+          CUTLASS_PRAGMA_UNROLL
+          for (int e = 0; e < 8; ++e) h[e] = static_cast<T>(acc[e]);
+          const int row = q / v;
+          const int64_t at = static_cast<int64_t>(a + row) * p.n + c0 + (q - row * v) * 8;
+          *reinterpret_cast<uint4*>(out + at) = o;
+          if (p.two_shot) {
+            *reinterpret_cast<uint4*>(reinterpret_cast<T*>(g.data[g.rank] + p.reduced_offset) +
+                                      at) = o;
+          }
+        }
+        side_sync();  // the buffer is read before the next chunk's copies overwrite it
+      }
+      if (p.two_shot && t == 0) {  // every thread's stores precede the barrier above
+        comm::signal(g, g.rank, p.reduced_flag_base + tile * p.slabs + slab, comm::op_begin(g));
+      }
+    }
+  }
+
   // ---- the hooks the kernel calls ---------------------------------------------------------
 
   // The producer warpgroup's three idle warps (t in [0, 96)), from the start of the call.
   template <class Sched>
   CUTLASS_DEVICE static void side_role(Params const& p, Call const& call, int t,
-                                       typename Sched::Params const& sp, int* counter) {
+                                       typename Sched::Params const& sp, int* counter,
+                                       SideStorage& st) {
     if (p.mode == kModeAllGather) {
       copy_role(p, call, t);
-    } else {
-      // 40 registers: one vector of one rank at a time per lane (ptxas spilled 80 bytes with two
-      // ranks' loads in flight, 48 with two vectors).
+    } else if (!p.side_staged) {
+      // Per warp from registers (the A/B alternative, kept for measuring: 40 registers hold one
+      // vector of one rank at a time per lane; two ranks' loads spilled 80 bytes).
       reduce_role<Sched, 1, 1>(p, sp, t % 32, counter);
+    } else if (p.bf16) {
+      side_reduce<Sched, __nv_bfloat16>(p, sp, t, counter, st);
+    } else {
+      side_reduce<Sched, __half>(p, sp, t, counter, st);
     }
   }
 

@@ -11,7 +11,8 @@
 // three idle warps a `side_role` (the fused ops' copy / reduce roles; it gets
 // the scheduler, so it can walk its own CTA's tiles in the GEMM's order), give the
 // consumer warpgroups a `tail_role` after their last tile (both get a per-CTA
-// shared-memory work counter, zero at the start, to claim items from), and end
+// shared-memory work counter, zero at the start, to claim items from; the side
+// role also its own `SideStorage` in the kernel's shared memory), and end
 // the launch with `call_end` (one thread per CTA after a CTA-wide barrier).
 // NoHooks compiles all of it away, so the plain GEMM pays nothing.
 #pragma once
@@ -34,9 +35,10 @@ struct NoHooks {
   CUTLASS_DEVICE static void producer_wait(Params const&, Call const&, int, int) {}
   CUTLASS_DEVICE static void tile_done(Params const&, Call const&, int, int, int, int) {}
   CUTLASS_DEVICE static void tile_stored(Params const&, Call const&, int, int, int, int) {}
+  struct SideStorage {};
   template <class Sched>
   CUTLASS_DEVICE static void side_role(Params const&, Call const&, int,
-                                       typename Sched::Params const&, int*) {}
+                                       typename Sched::Params const&, int*, SideStorage&) {}
   template <class Sched>
   CUTLASS_DEVICE static void tail_role(Params const&, Call const&, int,
                                        typename Sched::Params const&, int*) {}
@@ -64,9 +66,10 @@ struct FlagHooks {
   static constexpr bool kSignalsTiles = true;
   static constexpr bool kSideRole = false;
   CUTLASS_DEVICE static Call call_begin(Params const&) { return {}; }
+  struct SideStorage {};
   template <class Sched>
   CUTLASS_DEVICE static void side_role(Params const&, Call const&, int,
-                                       typename Sched::Params const&, int*) {}
+                                       typename Sched::Params const&, int*, SideStorage&) {}
   template <class Sched>
   CUTLASS_DEVICE static void tail_role(Params const&, Call const&, int,
                                        typename Sched::Params const&, int*) {}

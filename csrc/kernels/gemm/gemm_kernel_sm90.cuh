@@ -85,6 +85,7 @@ class HookedGemmSm90 {
     } tensors;
     int split_last;  // SplitKReduce's verdict, shared by the consumer threads
     int hook_work;   // the hooks' per-CTA work counter (side and tail roles claim items)
+    typename Hooks::SideStorage side;  // the side role's own shared memory (empty for most)
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "shared storage exceeds the sm90 opt-in limit");
@@ -198,7 +199,7 @@ class HookedGemmSm90 {
         if constexpr (!Hooks::kSideRole) return;
         Hooks::template side_role<Scheduler>(params.hooks, call,
                                              warp_group_thread_idx - cutlass::NumThreadsPerWarp,
-                                             params.scheduler, &shared.hook_work);
+                                             params.scheduler, &shared.hook_work, shared.side);
       } else {
       MainloopState write_state = cutlass::make_producer_start_state<MainloopPipeline>();
       typename Scheduler::Cursor cursor;
