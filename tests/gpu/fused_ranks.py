@@ -290,9 +290,12 @@ def suite_time(ctx, rank: int, world: int) -> None:
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         full = torch.randn(world * m, k, device="cuda", dtype=torch.bfloat16)
         fused = timed(lambda: mkernel.ag_gemm(x, w, group=ctx))
+        os.environ["MKERNEL_FUSED_SIDE"] = "regs"  # the copy from registers (A/B)
+        fused_regs = timed(lambda: mkernel.ag_gemm(x, w, group=ctx))
+        del os.environ["MKERNEL_FUSED_SIDE"]
         gemm = timed(lambda: mkernel.gemm(full, w))
         emit("TIME", dict(op="ag_gemm", m=m, k=k, n=n, world=world, rank=rank, fused_us=fused,
-                          gemm_alone_us=gemm))
+                          fused_side_regs_us=fused_regs, gemm_alone_us=gemm))
     for rows, k, n in [(4096, 1024, 8192), (8192, 2048, 8192)]:
         x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 32

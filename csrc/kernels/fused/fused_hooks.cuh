@@ -418,6 +418,48 @@ struct FusedHooks {
     }
   }
 
+  // The COPY role staged through SideStorage (side_staged): the 96 side threads move one item at
+  // a time as a unit, 16 KiB per round by cp.async (no registers held), then store it to the
+  // peer; the item's flag follows the unit's barrier.
+  CUTLASS_DEVICE static void copy_role_staged(Params const& p, Call const& call, int t,
+                                              SideStorage& st) {
+    const comm::GroupDevice& g = p.group;
+    if (t == 0) comm::entry_barrier(g, call.epoch, p.op, p.signature);
+    side_sync();
+    const int items = g.world * p.chunks;
+#pragma unroll 1
+    for (;;) {
+      if (t == 0) st.item = claim_item(p, call.epoch);
+      side_sync();
+      const int i = st.item;
+      side_sync();  // every thread has read the item before thread 0 claims the next
+      if (i >= items) break;
+      const int j = i / p.chunks, c = i - j * p.chunks;
+      const int peer = (g.rank + j) % g.world;
+      uint8_t* region = g.data[peer];
+      if (region == nullptr) continue;  // another node: the host never fuses that case
+      const int row0 = c * p.chunk_rows;
+      const int rows = min(p.chunk_rows, p.m_local - row0);
+      uint8_t* dst = region + (static_cast<int64_t>(g.rank) * p.m_local + row0) * p.row_bytes;
+      const uint8_t* src = p.x + static_cast<int64_t>(row0) * p.row_bytes;
+      const int vecs = static_cast<int>(rows * p.row_bytes / 16);  // a chunk is <= 128 KiB
+#pragma unroll 1
+      for (int v0 = 0; v0 < vecs; v0 += kSideBufBytes / 16) {
+        const int n = min(kSideBufBytes / 16, vecs - v0);
+        const uint4* s = reinterpret_cast<const uint4*>(src) + v0;
+        uint4* d = reinterpret_cast<uint4*>(dst) + v0;
+#pragma unroll 1
+        for (int q = t; q < n; q += kSideThreads) cp_async_16(&st.buf[q], s + q);
+        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+        side_sync();
+#pragma unroll 1
+        for (int q = t; q < n; q += kSideThreads) d[q] = st.buf[q];
+        side_sync();  // the buffer is read (and every store issued) before it is reused
+      }
+      if (t == 0) comm::signal(g, peer, p.flag_base + g.rank * p.chunks + c, call.epoch);
+    }
+  }
+
   // ---- the hooks the kernel calls ---------------------------------------------------------
 
   // The producer warpgroup's three idle warps (t in [0, 96)), from the start of the call.
@@ -426,7 +468,11 @@ struct FusedHooks {
                                        typename Sched::Params const& sp, int* counter,
                                        SideStorage& st) {
     if (p.mode == kModeAllGather) {
-      copy_role(p, call, t);
+      if (p.side_staged) {
+        copy_role_staged(p, call, t, st);
+      } else {
+        copy_role(p, call, t);
+      }
     } else if (!p.side_staged) {
       // Per warp from registers (the A/B alternative, kept for measuring: 40 registers hold one
       // vector of one rank at a time per lane; two ranks' loads spilled 80 bytes).

@@ -52,8 +52,9 @@ struct FusedParams {
   // Reduce items: a tile's rows in slabs of slab_rows (block_m % slab_rows == 0), one warp each.
   int32_t slab_rows = 16;
   int32_t slabs = 8;  // block_m / slab_rows
-  // The side warps' reduce: staged through shared memory by cp.async (1, the default) or per
-  // warp from registers (0; MKERNEL_FUSED_SIDE=regs, for measuring one against the other).
+  // The side warps' copy (ag) / reduce: staged through shared memory by cp.async (1, the
+  // default) or per warp from registers (0; MKERNEL_FUSED_SIDE=regs, for measuring one against
+  // the other).
   int32_t side_staged = 1;
   int32_t bf16 = 1;  // element type of D and out: bf16 (1) or fp16 (0)
 };
