@@ -76,7 +76,7 @@ def rank_main() -> None:
     import mkernel
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    full = os.environ.get("BENCH_FULL") == "1"
+    all_shapes = os.environ.get("BENCH_FULL") == "1"
     budget = float(os.environ.get("BENCH_BUDGET_S", "70"))
     t_start = time.monotonic()
     torch.cuda.set_device(0)
@@ -116,7 +116,7 @@ def rank_main() -> None:
         return run
 
     rows = []
-    for op, label, a, b, c in shapes(world, full):
+    for op, label, a, b, c in shapes(world, all_shapes):
         # Every rank stops at the same shape: rank 0's clock decides.
         stop = torch.tensor([1.0 if time.monotonic() - t_start > budget else 0.0])
         dist.broadcast(stop, 0)
@@ -178,7 +178,7 @@ def rank_main() -> None:
             print(f"bench_fused: {label} {op} done", file=sys.stderr, flush=True)
     if rank == 0:
         payload = {"bench": "fused", "commit": commit(), "device": device_info(), "world": world,
-                   "elapsed_s": time.monotonic() - t_start, "full": full,
+                   "elapsed_s": time.monotonic() - t_start, "full": all_shapes,
                    "method": "CUDA events; per timing 2 warm-up calls, then 9 samples of `reps` "
                              "calls back to back after a barrier; median per rank, max over "
                              "ranks; inputs rotate over two sets",

@@ -176,8 +176,7 @@ bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, cons
   hp.reduced_flag_base = hp.flag_base + static_cast<uint32_t>(tiles);
   hp.slab_rows = slab_rows;
   hp.slabs = slabs;
-  const char* side = std::getenv("MKERNEL_FUSED_SIDE");  // measurement only (fused_params.h)
-  hp.side_staged = side != nullptr && std::strcmp(side, "regs") == 0 ? 0 : 1;
+  hp.side_mode = side_mode(fused::kSideStaged);
   hp.bf16 = x.scalar_type() == at::kBFloat16 ? 1 : 0;
   TORCH_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0, op,
               ": internal: the output is not 16-byte aligned");
@@ -218,6 +217,15 @@ float time_calls(const std::function<void()>& fn) {
 }
 
 }  // namespace
+
+int32_t side_mode(int32_t fallback) {
+  const char* v = std::getenv("MKERNEL_FUSED_SIDE");
+  if (v == nullptr) return fallback;
+  if (std::strcmp(v, "regs") == 0) return fused::kSideRegs;
+  if (std::strcmp(v, "staged") == 0) return fused::kSideStaged;
+  if (std::strcmp(v, "idle") == 0) return fused::kSideIdle;
+  return fallback;
+}
 
 std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world) {
   return "M=" + std::to_string(x.size(0)) + " N=" + std::to_string(w.size(0)) +

@@ -71,6 +71,11 @@ bool capturing();
 // timing can happen there). MKERNEL_FUSED=force|off (read per call) pins the choice, for
 // measuring both sides (benchmarks/bench_fused.py). `fused` / `unfused` enqueue one call each
 // on the current stream; they are only called here while measuring.
+// The side warps' mode of a launch (fused_params.h SideMode): `fallback` (the op's default,
+// chosen by measurement) unless MKERNEL_FUSED_SIDE=regs|staged|idle pins one (read per call;
+// every rank must see the same value, as for MKERNEL_FUSED).
+int32_t side_mode(int32_t fallback);
+
 // "M=.. N=.. K=.. <dtype> W=.." of x [M, K] · w [N, K]ᵀ at world size W (choose_fused's key).
 std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world);
 

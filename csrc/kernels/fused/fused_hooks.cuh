@@ -50,6 +50,8 @@ struct FusedHooks {
   };
   static constexpr bool kWaitsForA = true;
   static constexpr bool kSignalsTiles = true;
+  // The reduce waits for tiles anyway: no consumer stall per tile for its stores to land.
+  static constexpr bool kDeferTileDone = true;
   static constexpr bool kSideRole = true;
   static constexpr int kSideThreads = 3 * 32;
   // Named barrier of the side warps (user id; the kernel's ping-pong consumers use 0 and 1).
@@ -418,7 +420,7 @@ struct FusedHooks {
     }
   }
 
-  // The COPY role staged through SideStorage (side_staged): the 96 side threads move one item at
+  // The COPY role staged through SideStorage (kSideStaged): the 96 side threads move one item at
   // a time as a unit, 16 KiB per round by cp.async (no registers held), then store it to the
   // peer; the item's flag follows the unit's barrier.
   CUTLASS_DEVICE static void copy_role_staged(Params const& p, Call const& call, int t,
@@ -468,12 +470,14 @@ struct FusedHooks {
                                        typename Sched::Params const& sp, int* counter,
                                        SideStorage& st) {
     if (p.mode == kModeAllGather) {
-      if (p.side_staged) {
+      if (p.side_mode == kSideStaged) {
         copy_role_staged(p, call, t, st);
       } else {
         copy_role(p, call, t);
       }
-    } else if (!p.side_staged) {
+    } else if (p.side_mode == kSideIdle) {
+      return;  // the consumers take every slab
+    } else if (p.side_mode == kSideRegs) {
       // Per warp from registers (the A/B alternative, kept for measuring: 40 registers hold one
       // vector of one rank at a time per lane; two ranks' loads spilled 80 bytes).
       reduce_role<Sched, 1, 1>(p, sp, t % 32, counter);

@@ -30,6 +30,7 @@ struct NoHooks {
   using Call = NoCall;
   static constexpr bool kWaitsForA = false;
   static constexpr bool kSignalsTiles = false;
+  static constexpr bool kDeferTileDone = false;  // see FlagHooks
   static constexpr bool kSideRole = false;  // side_role + call_end (and the final barrier)
   CUTLASS_DEVICE static Call call_begin(Params const&) { return {}; }
   CUTLASS_DEVICE static void producer_wait(Params const&, Call const&, int, int) {}
@@ -64,6 +65,10 @@ struct FlagHooks {
   using Call = NoCall;
   static constexpr bool kWaitsForA = true;
   static constexpr bool kSignalsTiles = true;
+  // Cooperative consumers: release a tile's flag right after its epilogue (false), or after the
+  // next tile's mainloop, when its stores are written anyway (true: no stall per tile, the
+  // flag comes one tile later).
+  static constexpr bool kDeferTileDone = false;
   static constexpr bool kSideRole = false;
   CUTLASS_DEVICE static Call call_begin(Params const&) { return {}; }
   struct SideStorage {};

@@ -274,6 +274,10 @@ class HookedGemmSm90 {
       EpiLoadState epi_load_state;
       EpiStoreState epi_store_state = cutlass::make_producer_start_state<EpiStorePipeline>();
       bool stored = false;
+      // Hooks::kDeferTileDone: the tile stored last, whose tile_done waits for the next
+      // tile's mainloop (its stores are long written by then; waiting for them right after
+      // issuing them stalled the warpgroup for the whole store on every tile).
+      int pending_m = -1, pending_n = 0;
       typename Scheduler::Cursor cursor;
       for (int unit = Scheduler::first_unit();; unit += Scheduler::unit_stride()) {
         const auto work = Scheduler::get(params.scheduler, unit, cursor);
@@ -285,6 +289,12 @@ class HookedGemmSm90 {
                      shared.tensors.mainloop, params.mainloop);
         mainloop.mma_tail(mainloop_pipeline, read_state, work.k_count);
         read_state.advance(work.k_count);
+        if constexpr (Hooks::kSignalsTiles && Hooks::kDeferTileDone) {
+          if (pending_m >= 0) {
+            Hooks::tile_done(params.hooks, call, pending_m, pending_n, kBlockM, mma_thread_idx);
+            pending_m = -1;
+          }
+        }
         if (params.scheduler.splits > 1 &&
             !SplitK::reduce(params.split_k, work.tile, work.split, params.scheduler.splits,
                             accumulators, mma_thread_idx, &shared.split_last)) {
@@ -302,8 +312,13 @@ class HookedGemmSm90 {
         epi_store_state = next_store;
         stored = true;
         if constexpr (Hooks::kSignalsTiles) {
-          Hooks::tile_done(params.hooks, call, work.m_block, work.n_block, kBlockM,
-                           mma_thread_idx);
+          if constexpr (Hooks::kDeferTileDone) {
+            pending_m = work.m_block;
+            pending_n = work.n_block;
+          } else {
+            Hooks::tile_done(params.hooks, call, work.m_block, work.n_block, kBlockM,
+                             mma_thread_idx);
+          }
         }
       }
       // This CTA's mainloop work is over: the next kernel on the stream may
@@ -311,6 +326,11 @@ class HookedGemmSm90 {
       asm volatile("griddepcontrol.launch_dependents;" :::);
       if (stored) {
         epilogue.store_tail(epi_load_pipeline, epi_load_state, epi_store_pipeline, epi_store_state);
+      }
+      if constexpr (Hooks::kSignalsTiles && Hooks::kDeferTileDone) {
+        if (pending_m >= 0) {
+          Hooks::tile_done(params.hooks, call, pending_m, pending_n, kBlockM, mma_thread_idx);
+        }
       }
       if constexpr (Hooks::kSideRole) {
         // The consumers' last tile is stored: their warps (full register budget) join the
