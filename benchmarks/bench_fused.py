@@ -172,7 +172,7 @@ def rank_main() -> None:
             print("ROW " + json.dumps(row), flush=True)
             # The parent shows rank output only when the ranks end: keep each row on disk as it
             # comes (a run cut short by a timeout still leaves its rows).
-            progress = Path(os.environ.get("OUT") or RESULTS_DIR, "fused_rows.jsonl")
+            progress = Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_w{world}.jsonl")
             with open(progress, "a") as f:
                 f.write(json.dumps(row) + "\n")
             print(f"bench_fused: {label} {op} done", file=sys.stderr, flush=True)
@@ -237,7 +237,7 @@ def main() -> None:
            "BENCH_FULL": "1" if args.full else "0", "BENCH_BUDGET_S": str(args.budget),
            "NCCL_NVLS_ENABLE": "0"}
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
-    progress = Path(os.environ.get("OUT") or RESULTS_DIR, "fused_rows.jsonl")
+    progress = Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_w{args.world}.jsonl")
     progress.unlink(missing_ok=True)
     with mps_daemon() as mps_env:
         results = run_ranks(code, args.world, timeout=args.timeout, env=dict(env, **mps_env))
