@@ -4,7 +4,8 @@ a diagnostic run for the fused ops' design, not a benchmark of the product.
 1. ``ipc``: copy bandwidth of a 256 MiB buffer read from this process's memory vs the same
    buffer read from the peer rank's memory through CUDA IPC (how the fused ops and the
    substrate's collectives read peers), both ranks at once.
-2. ``gemm``: the engine GEMM (auto plan) vs the hooked kernel with the fused ops' tile config
+2. ``gemm``: the engine GEMM (auto plan; configs 0/1 and 6 = coop_256x128_c2x1, the fused
+   ops' candidates) vs the hooked kernel with the fused ops' default tile config
    and its per-tile flag release (gemm_hooked), at a few persistent-grid sizes (sm_count):
    the GEMM half of a fused call without its reduction, and whether fewer clusters than
    SMs / 2 are co-resident under MPS.
@@ -104,8 +105,9 @@ def rank_main() -> None:
         cfg = 0 if tiles_wide >= sms else 1  # fused_dispatch.cu fused_config
         bn = 256 if cfg == 0 else 128
         flags = torch.zeros(-(-m // 128) * -(-nn // bn), dtype=torch.int64, device="cuda")
-        emit(dict(shape, what="gemm", kind="engine cfg", config=cfg,
-                  ms=timed(lambda: mkernel.gemm(x, w, config=cfg))))
+        for c in sorted({cfg, 6}):  # the fused default and coop_256x128_c2x1, CUTLASS's kernel
+            emit(dict(shape, what="gemm", kind="engine cfg", config=c,
+                      ms=timed(lambda c=c: mkernel.gemm(x, w, config=c))))
         # The hooked kernel releasing a flag per tile right after its stores (FlagHooks: the
         # consumers wait for the stores to land), then without flags at several grid sizes.
         ms = timed(lambda: torch.ops.mkernel.gemm_hooked(

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <tuple>
 #include <vector>
 
@@ -177,28 +178,35 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   hp.side_mode = fused_glue::side_mode(fused::kSideRegs);
   if (hp.side_mode == fused::kSideIdle) hp.side_mode = fused::kSideRegs;  // someone must copy
 
-  const gemm::ConfigId config = fused::fused_config(static_cast<int>(world * m),
-                                                    static_cast<int>(n), static_cast<int>(k),
-                                                    device_sms());
   const gemm::Problem p = fused_glue::problem(kOp, g.data[rank], w, out.data_ptr(), world * m, n, k);
   // Rank s's rows arrive (rank - s) mod world pushes after the own ones.
   std::vector<int> order(world);
   for (int s = 0; s < world; ++s) order[s] = static_cast<int>((rank - s + world) % world);
-  const auto fused = [&] {
-    fused_glue::launch(kOp, p, config, x, hp, order, m);
-    if (return_gathered) {
-      C10_CUDA_CHECK(cudaMemcpyAsync(gathered.data_ptr(), g.data[rank], bytes,
-                                     cudaMemcpyDeviceToDevice, at::cuda::getCurrentCUDAStream()));
-    }
-  };
-  // The fused kernel or the unfused path, by a measurement shared by the group (fused_common.h).
-  const auto unfused = [&] {
+  // The fused kernel in each candidate config, then the unfused path, chosen by a measurement
+  // shared by the group (fused_common.h choose_path).
+  std::vector<std::function<void()>> paths;
+  for (const gemm::ConfigId c : fused_glue::candidate_configs(world * m, n, k)) {
+    paths.emplace_back([&, c] {
+      fused::FusedParams hc = hp;
+      hc.signature = comm::call_signature(
+          comm::kOpAgGemm, {m, k, n, static_cast<int64_t>(x.scalar_type()),
+                            static_cast<int64_t>(c)});
+      fused_glue::launch(kOp, p, c, x, hc, order, m);
+      if (return_gathered) {
+        C10_CUDA_CHECK(cudaMemcpyAsync(gathered.data_ptr(), g.data[rank], bytes,
+                                       cudaMemcpyDeviceToDevice,
+                                       at::cuda::getCurrentCUDAStream()));
+      }
+    });
+  }
+  paths.emplace_back([&] {
     engine_gemm(kOp, fused_glue::substrate_collective(kOp, "all_gather", x, group, world_size), w);
-  };
-  if (!fused_glue::choose_fused(kOp, group, fused_glue::shape_key(x, w, world), fused, unfused)) {
+  });
+  const int path = fused_glue::choose_path(kOp, group, fused_glue::shape_key(x, w, world), paths);
+  if (path + 1 == static_cast<int>(paths.size())) {
     return ag_gemm_unfused(x_in, w, group, world_size, return_gathered, nullptr);
   }
-  fused();
+  paths[path]();
   return {out, gathered};
 }
 #endif  // MKERNEL_WITH_CUDA

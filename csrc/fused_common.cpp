@@ -118,6 +118,21 @@ int slab_rows_of(const gemm::TileCounts& tc) {
 }
 }  // namespace
 
+std::vector<gemm::ConfigId> candidate_configs(int64_t m, int64_t n, int64_t k) {
+  // MKERNEL_FUSED_CONFIG=<config name> (read per call; tests and measurements): that config
+  // only, whatever the shape, if it has a fused kernel.
+  if (const char* pin = std::getenv("MKERNEL_FUSED_CONFIG")) {
+    for (int id = 0; id < static_cast<int>(gemm::ConfigId::kNumConfigs); ++id) {
+      const auto c = static_cast<gemm::ConfigId>(id);
+      if (fused::fused_supported(c) && std::strcmp(gemm::config_name(c), pin) == 0) return {c};
+    }
+  }
+  gemm::ConfigId ids[fused::kMaxFusedConfigs];
+  const int count = fused::fused_configs(static_cast<int>(m), static_cast<int>(n),
+                                         static_cast<int>(k), device_sms(), ids);
+  return std::vector<gemm::ConfigId>(ids, ids + count);
+}
+
 bool reduce_fits(const at::Tensor& x, const at::Tensor& w, const ReduceLayout& layout,
                  const char** why) {
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
@@ -125,26 +140,25 @@ bool reduce_fits(const at::Tensor& x, const at::Tensor& w, const ReduceLayout& l
     *why = "N and K must be positive multiples of 8 for the fused kernel";
     return false;
   }
-  const gemm::ConfigId config = fused::fused_config(static_cast<int>(m), static_cast<int>(n),
-                                                    static_cast<int>(k), device_sms());
-  const gemm::TileCounts tc = gemm::tile_counts(config, static_cast<int>(m), static_cast<int>(n));
-  const int64_t tiles = static_cast<int64_t>(tc.tiles_m) * tc.tiles_n;
-  const int slabs = tc.block_m / slab_rows_of(tc);
-  if (tiles + (layout.two_shot ? tiles * slabs : 0) >
-      comm::kFlagWords - comm::FlagSlot::kOpSlotBase - 1) {
-    *why = "more output tiles than the group's flag slots";
-    return false;
+  for (const gemm::ConfigId config : candidate_configs(m, n, k)) {
+    const gemm::TileCounts tc =
+        gemm::tile_counts(config, static_cast<int>(m), static_cast<int>(n));
+    const int64_t tiles = static_cast<int64_t>(tc.tiles_m) * tc.tiles_n;
+    const int slabs = tc.block_m / slab_rows_of(tc);
+    if (tiles + (layout.two_shot ? tiles * slabs : 0) >
+        comm::kFlagWords - comm::FlagSlot::kOpSlotBase - 1) {
+      *why = "more output tiles than the group's flag slots";
+      return false;
+    }
   }
   return true;
 }
 
 bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, const at::Tensor& x,
                  const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
-                 const std::vector<int>& order, const char** why) {
+                 const std::vector<int>& order, gemm::ConfigId config, const char** why) {
   if (!reduce_fits(x, w, layout, why)) return false;
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
-  const gemm::ConfigId config = fused::fused_config(static_cast<int>(m), static_cast<int>(n),
-                                                    static_cast<int>(k), device_sms());
   const gemm::TileCounts tc = gemm::tile_counts(config, static_cast<int>(m), static_cast<int>(n));
   const int64_t tiles = static_cast<int64_t>(tc.tiles_m) * tc.tiles_n;
   const int slab_rows = slab_rows_of(tc);
@@ -158,8 +172,9 @@ bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, cons
   hp.group = g;
   hp.mode = fused::kModeReduce;
   hp.op = wait_op;
-  hp.signature = comm::call_signature(
-      wait_op, {m, k, n, static_cast<int64_t>(x.scalar_type()), layout.two_shot ? 1 : 0});
+  hp.signature = comm::call_signature(wait_op, {m, k, n, static_cast<int64_t>(x.scalar_type()),
+                                                layout.two_shot ? 1 : 0,
+                                                static_cast<int64_t>(config)});
   hp.flag_base = comm::FlagSlot::kOpSlotBase;
   hp.m = static_cast<int32_t>(m);
   hp.n = static_cast<int32_t>(n);
@@ -233,45 +248,57 @@ std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world) {
          " W=" + std::to_string(world);
 }
 
-bool choose_fused(const char* op, int64_t group, const std::string& key,
-                  const std::function<void()>& fused, const std::function<void()>& unfused) {
+int choose_path(const char* op, int64_t group, const std::string& key,
+                const std::vector<std::function<void()>>& paths) {
+  const int unfused = static_cast<int>(paths.size()) - 1;
+  int candidates = unfused + 1;  // every path
+  std::string full = std::to_string(group) + "/" + key;
   if (const char* pin = std::getenv("MKERNEL_FUSED")) {
-    if (std::strcmp(pin, "force") == 0) return true;
-    if (std::strcmp(pin, "off") == 0) return false;
+    if (std::strcmp(pin, "off") == 0) return unfused;
+    if (std::strcmp(pin, "force") == 0) {  // the fused configs only
+      candidates = unfused;
+      full += " (fused forced)";
+    }
   }
+  if (candidates == 1) return 0;
   static std::mutex mu;
-  static std::map<std::string, bool> verdicts;
-  const std::string full = std::to_string(group) + "/" + key;
+  static std::map<std::string, int> verdicts;
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = verdicts.find(full);
     if (it != verdicts.end()) return it->second;
   }
-  if (capturing()) return true;
+  if (capturing()) return 0;  // no timing inside a capture: the model's fused config
   // Every rank measures the same calls in the same order (the ops' calls are collective).
-  float mine[2] = {time_calls(fused), time_calls(unfused)};
+  std::vector<float> mine(candidates);
+  for (int i = 0; i < candidates; ++i) mine[i] = time_calls(paths[i]);
   const std::vector<std::string> all = session_allgather_blobs(
       op, static_cast<mk_session_t>(group),
-      std::string(reinterpret_cast<const char*>(mine), sizeof mine), op_timeout_seconds(),
-      "the fused / unfused timings");
-  float worst[2] = {0.f, 0.f};
+      std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(float)),
+      op_timeout_seconds(), "the fused / unfused timings");
+  std::vector<float> worst(candidates, 0.f);  // slowest rank per path
   for (const std::string& b : all) {
-    TORCH_CHECK(b.size() == sizeof mine, op, ": a rank sent a malformed timing record");
-    float theirs[2];
-    std::memcpy(theirs, b.data(), sizeof theirs);
-    worst[0] = std::max(worst[0], theirs[0]);
-    worst[1] = std::max(worst[1], theirs[1]);
+    TORCH_CHECK(b.size() == mine.size() * sizeof(float), op,
+                ": a rank sent a malformed timing record");
+    std::vector<float> theirs(candidates);
+    std::memcpy(theirs.data(), b.data(), b.size());
+    for (int i = 0; i < candidates; ++i) worst[i] = std::max(worst[i], theirs[i]);
   }
-  const bool keep = worst[0] <= worst[1];
-  if (!keep) {
+  int best = 0;  // the first of equals: fused before unfused
+  for (int i = 1; i < candidates; ++i) {
+    if (worst[i] < worst[best]) best = i;
+  }
+  if (best == unfused) {
+    float fused_best = worst[0];
+    for (int i = 1; i < unfused; ++i) fused_best = std::min(fused_best, worst[i]);
     const std::string why = "measured slower than the unfused path at " + key + " (fused " +
-                            std::to_string(worst[0] * 1e3) + " us vs " +
-                            std::to_string(worst[1] * 1e3) + " us, slowest rank)";
+                            std::to_string(fused_best * 1e3) + " us vs " +
+                            std::to_string(worst[unfused] * 1e3) + " us, slowest rank)";
     note_fallback(op, why.c_str());
   }
   std::lock_guard<std::mutex> lock(mu);
-  verdicts[full] = keep;
-  return keep;
+  verdicts[full] = best;
+  return best;
 }
 
 void note_fallback(const char* op, const char* why) {

@@ -49,7 +49,7 @@ bool reduce_fits(const at::Tensor& x, const at::Tensor& w, const ReduceLayout& l
                  const char** why);
 bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, const at::Tensor& x,
                  const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
-                 const std::vector<int>& order, const char** why);
+                 const std::vector<int>& order, gemm::ConfigId config, const char** why);
 
 // The substrate's collective `name` (mkernel::all_gather / reduce_scatter / all_reduce:
 // Tensor(Tensor x, int group, int world_size)); raises naming `op` when it is not registered.
@@ -62,25 +62,29 @@ void note_fallback(const char* op, const char* why);
 // Whether the current stream is capturing a CUDA graph.
 bool capturing();
 
-// The fused kernel or the unfused path (substrate collective + engine GEMM) for a call: the
-// same answer on every rank of the group. The first eager call of a shape (`key`: op, dims,
-// dtype) runs both on every rank (one warm-up and two timed calls each, CUDA events), all-gathers
-// the timings over the group's session and keeps the fused kernel iff its slowest rank is no
-// slower than the unfused path's slowest rank; the verdict is cached per process and a loss is
-// logged once (note_fallback). Inside CUDA-graph capture an unmeasured shape runs fused (no
-// timing can happen there). MKERNEL_FUSED=force|off (read per call) pins the choice, for
-// measuring both sides (benchmarks/bench_fused.py). `fused` / `unfused` enqueue one call each
-// on the current stream; they are only called here while measuring.
+// Which of `paths` runs a call: paths[0 .. size-2] are the fused kernel in each candidate
+// config (candidate_configs order), paths.back() the unfused path (substrate collective +
+// engine GEMM); the same answer on every rank of the group. The first eager call of a shape
+// (`key`: op, dims, dtype) runs each on every rank (one warm-up and two timed calls, CUDA
+// events), all-gathers the timings over the group's session and keeps the path whose slowest
+// rank is fastest; the verdict is cached per process and an unfused verdict is logged once
+// (note_fallback). Inside CUDA-graph capture an unmeasured shape runs paths[0] (no timing can
+// happen there). MKERNEL_FUSED=off pins the unfused path, MKERNEL_FUSED=force the fastest fused
+// config (measured the same way), for measuring both sides (benchmarks/bench_fused.py) and
+// testing the kernels. The paths enqueue one call each on the current stream.
+int choose_path(const char* op, int64_t group, const std::string& key,
+                const std::vector<std::function<void()>>& paths);
+
+// The fused kernel's candidate tile configs for [m, k] x [n, k]^T (fused_api.h fused_configs).
+std::vector<gemm::ConfigId> candidate_configs(int64_t m, int64_t n, int64_t k);
+
 // The side warps' mode of a launch (fused_params.h SideMode): `fallback` (the op's default,
 // chosen by measurement) unless MKERNEL_FUSED_SIDE=regs|staged|idle pins one (read per call;
 // every rank must see the same value, as for MKERNEL_FUSED).
 int32_t side_mode(int32_t fallback);
 
-// "M=.. N=.. K=.. <dtype> W=.." of x [M, K] · w [N, K]ᵀ at world size W (choose_fused's key).
+// "M=.. N=.. K=.. <dtype> W=.." of x [M, K] · w [N, K]ᵀ at world size W (choose_path's key).
 std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world);
-
-bool choose_fused(const char* op, int64_t group, const std::string& key,
-                  const std::function<void()>& fused, const std::function<void()>& unfused);
 
 }  // namespace mkernel::fused_glue
 

@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -169,17 +170,20 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     }
     // The natural tile order on every rank (see gemm_rs.cpp).
     if (fused_glue::reduce_fits(x, w, layout, &why)) {
-      const auto fused = [&] {
-        fused_glue::reduce_call(kOp, comm::kOpGemmAr, sg, x, w, layout, out, {}, &why);
-      };
+      // The fused kernel in each candidate config, then the unfused path (fused_common.h).
+      std::vector<std::function<void()>> paths;
+      for (const gemm::ConfigId c : fused_glue::candidate_configs(rows, w.size(0), x.size(1))) {
+        paths.emplace_back([&, c] {
+          fused_glue::reduce_call(kOp, comm::kOpGemmAr, sg, x, w, layout, out, {}, c, &why);
+        });
+      }
+      paths.emplace_back([&] { unfused(x, w, group, world_size); });
       const std::string key = fused_glue::shape_key(x, w, world) +
                               (layout.two_shot ? " two-shot" : " one-shot");
-      if (fused_glue::choose_fused(kOp, group, key, fused,
-                                   [&] { unfused(x, w, group, world_size); })) {
-        fused();
-        return out;
-      }
-      return unfused(x, w, group, world_size);
+      const int path = fused_glue::choose_path(kOp, group, key, paths);
+      if (path + 1 == static_cast<int>(paths.size())) return unfused(x, w, group, world_size);
+      paths[path]();
+      return out;
     }
   }
   fused_glue::note_fallback(kOp, why);

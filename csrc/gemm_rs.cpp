@@ -15,6 +15,7 @@
 #ifdef MKERNEL_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 
+#include <functional>
 #include <vector>
 
 #include "fused_common.h"
@@ -125,15 +126,19 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     layout.rows = layout.rows_per_rank = rows;
     layout.interleave = true;
     if (fused_glue::reduce_fits(x, w, layout, &why)) {
-      const auto fused = [&] {
-        fused_glue::reduce_call(kOp, comm::kOpGemmRs, sg, x, w, layout, out, {}, &why);
-      };
-      if (fused_glue::choose_fused(kOp, group, fused_glue::shape_key(x, w, world), fused,
-                                   [&] { unfused(x, w, group, world_size); })) {
-        fused();
-        return out;
+      // The fused kernel in each candidate config, then the unfused path (fused_common.h).
+      std::vector<std::function<void()>> paths;
+      for (const gemm::ConfigId c : fused_glue::candidate_configs(x.size(0), w.size(0), x.size(1))) {
+        paths.emplace_back([&, c] {
+          fused_glue::reduce_call(kOp, comm::kOpGemmRs, sg, x, w, layout, out, {}, c, &why);
+        });
       }
-      return unfused(x, w, group, world_size);
+      paths.emplace_back([&] { unfused(x, w, group, world_size); });
+      const int path =
+          fused_glue::choose_path(kOp, group, fused_glue::shape_key(x, w, world), paths);
+      if (path + 1 == static_cast<int>(paths.size())) return unfused(x, w, group, world_size);
+      paths[path]();
+      return out;
     }
   }
   fused_glue::note_fallback(kOp, why);

@@ -9,7 +9,7 @@ capture and replay with the inputs changed between replays. Prints ``CASE {json}
 ``OK <rank>`` at the end; a failed check raises (exit status 1) naming the case.
 
 ``FUSED_SUITE`` (comma-separated): ``ag`` (ag_gemm), ``rs`` (gemm_rs), ``ar`` (gemm_ar),
-``graph`` (all three captured and replayed), ``auto`` (the fused/unfused choice), ``time``.
+``graph`` (all three captured and replayed), ``auto`` (the fused/unfused and config choice), ``time``.
 The fused kernels are pinned (MKERNEL_FUSED=force) unless the environment says otherwise.
 """
 
@@ -243,7 +243,7 @@ def suite_mlp(ctx, rank: int, world: int) -> None:
 
 def suite_auto(ctx, rank: int, world: int) -> None:
     """The ops as users get them: the first call of a shape measures the fused kernel against the
-    unfused path on every rank and the group keeps one (fused_common.h choose_fused); the result
+    unfused path on every rank and the group keeps one (fused_common.h choose_path); the result
     is right either way, and a second call (the cached verdict) agrees bit for bit."""
     saved = os.environ.pop("MKERNEL_FUSED", None)
     try:
@@ -318,7 +318,7 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.cuda.set_device(0)
     suites = os.environ.get("FUSED_SUITE", "ag").split(",")
-    # The suites test the fused kernels themselves: pin them (choose_fused would otherwise keep
+    # The suites test the fused kernels themselves: pin them (choose_path would otherwise keep
     # the unfused path where it measures faster); suite "auto" tests the choice.
     os.environ.setdefault("MKERNEL_FUSED", "force")
     dist.init_process_group("gloo", rank=rank, world_size=world)
