@@ -169,6 +169,7 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
       layout.rows = layout.rows_per_rank = rows;
     }
     // The natural tile order on every rank (see gemm_rs.cpp).
+    if (x.size(0) == 0) return out;  // nothing to compute or reduce on any rank
     if (fused_glue::reduce_fits(x, w, layout, &why)) {
       // The fused kernel in each candidate config, then the unfused path (fused_common.h).
       std::vector<std::function<void()>> paths;

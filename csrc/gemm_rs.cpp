@@ -125,6 +125,7 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     layout.row0 = layout.out_row0 = rank * rows;
     layout.rows = layout.rows_per_rank = rows;
     layout.interleave = true;
+    if (x.size(0) == 0) return out;  // nothing to compute or reduce on any rank
     if (fused_glue::reduce_fits(x, w, layout, &why)) {
       // The fused kernel in each candidate config, then the unfused path (fused_common.h).
       std::vector<std::function<void()>> paths;
