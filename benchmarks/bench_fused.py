@@ -13,7 +13,10 @@ anchors here (they are on a multi-GPU machine). Every figure is the max over the
 median of CUDA-event samples (each ``reps`` calls back to back, after a barrier); inputs rotate
 over two sets. Rank 0 writes JSON to benchmarks/results/fused_<gpu>_<time>.json.
 
-    python benchmarks/bench_fused.py --world 2 [--quick]
+    python benchmarks/bench_fused.py --world 2 [--full] [--budget 55]
+
+(``fused`` is the op as users get it, the unfused fallback included where the model picks it;
+``fused_kernel`` forces the fused kernel, so both sides of that choice are on record.)
 
 (launches the ranks itself through tests/launch.py, under the MPS daemon named by
 CUDA_MPS_PIPE_DIRECTORY or one it starts and stops itself.)
@@ -41,18 +44,24 @@ RESULTS_DIR = ROOT / "benchmarks" / "results"
 #            square family M=K, N=M/16 with N per rank)
 #   gemm_rs / gemm_ar: x [M, K/W], w [N, K/W]  (row-parallel: fc2 K=28672, N=8192; seed's
 #            family M=N, K=M/16)
-def shapes(world: int, quick: bool) -> list[tuple[str, str, int, int, int]]:
+# The default set fits the ~90 s device slot (the shapes of the fused-op issue's first timings,
+# one Llama-70B layer and the decode sizes); --full adds the rest.
+def shapes(world: int, full: bool) -> list[tuple[str, str, int, int, int]]:
     out = []
-    ms = [8192] if quick else [8192, 16384]
-    for m in ms:
-        out.append(("ag_gemm", f"llama70b-fc1 M={m}", m // world, 8192, 28672 // world))
+    for m, k, n in [(4096, 1024, 8192), (8192, 2048, 8192)]:  # per-rank, as fused_smoke times them
+        out.append(("gemm_rs", f"smoke {m}x{k}x{n}", m, k, n))
+        out.append(("gemm_ar", f"smoke {m}x{k}x{n}", m, k, n))
+    for m, k, n in [(1024, 8192, 3584), (2048, 8192, 7168)]:
+        out.append(("ag_gemm", f"smoke {m}x{k}x{n}", m, k, n))
+    for m in ([8192, 16384] if full else [8192]):
         out.append(("gemm_rs", f"llama70b-fc2 M={m}", m, 28672 // world, 8192))
         out.append(("gemm_ar", f"llama70b-fc2 M={m}", m, 28672 // world, 8192))
-    for m in ([4096] if quick else [2048, 4096, 8192, 16384]):
-        out.append(("ag_gemm", f"square M={m}", m // world, m, m // 16))
+        out.append(("ag_gemm", f"llama70b-fc1 M={m}", m // world, 8192, 28672 // world))
+    for m in ([2048, 4096, 8192, 16384] if full else [4096]):
         out.append(("gemm_rs", f"square M={m}", m, m // 16 // world, m))
         out.append(("gemm_ar", f"square M={m}", m, m // 16 // world, m))
-    for m in [1, 16, 64, 333]:  # decode sizes (gemm_ar)
+        out.append(("ag_gemm", f"square M={m}", m // world, m, m // 16))
+    for m in ([1, 16, 64, 333] if full else [1, 64, 333]):  # decode sizes (gemm_ar)
         out.append(("gemm_ar", f"decode M={m}", m, 8192 // world, 8192))
     return out
 
@@ -67,7 +76,9 @@ def rank_main() -> None:
     import mkernel
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    quick = os.environ.get("BENCH_QUICK") == "1"
+    all_shapes = os.environ.get("BENCH_FULL") == "1"
+    budget = float(os.environ.get("BENCH_BUDGET_S", "70"))
+    t_start = time.monotonic()
     torch.cuda.set_device(0)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     ctx = mkernel.init()
@@ -75,12 +86,12 @@ def rank_main() -> None:
     has = {name: hasattr(mk, name) for name in ("all_gather", "reduce_scatter", "all_reduce")}
 
     def timed(fn, reps: int) -> float:
-        """Max over ranks of the median (ms per call) of 15 samples of `reps` calls each."""
+        """Max over ranks of the median (ms per call) of 9 samples of `reps` calls each."""
         for _ in range(2):
             fn(0)
         torch.cuda.synchronize()
         samples = []
-        for i in range(15):
+        for i in range(9):
             dist.barrier()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -93,8 +104,27 @@ def rank_main() -> None:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return t.item()
 
+    def fused_kernel(fn):
+        """The op with the fused kernel forced (MKERNEL_FUSED=force: read per call, measurement
+        only), so both sides of the fallback model are measured."""
+        def run(i):
+            os.environ["MKERNEL_FUSED"] = "force"
+            try:
+                return fn(i)
+            finally:
+                os.environ.pop("MKERNEL_FUSED", None)
+        return run
+
     rows = []
-    for op, label, a, b, c in shapes(world, quick):
+    for op, label, a, b, c in shapes(world, all_shapes):
+        # Every rank stops at the same shape: rank 0's clock decides.
+        stop = torch.tensor([1.0 if time.monotonic() - t_start > budget else 0.0])
+        dist.broadcast(stop, 0)
+        if stop.item():
+            if rank == 0:
+                print(f"bench_fused: budget of {budget:.0f} s spent, stopping before {label} {op}",
+                      file=sys.stderr, flush=True)
+            break
         dt = torch.bfloat16
         if op == "ag_gemm":
             m, k, n = a, b, c
@@ -121,9 +151,10 @@ def rank_main() -> None:
             comm = lambda i, cop=cop: cop.default(parts[i % 2], ctx.handle, world)  # noqa: E731
             unfused = lambda i, cop=cop: cop.default(mkernel.gemm(xs[i % 2], ws[i % 2]),  # noqa: E731
                                                      ctx.handle, world)
-        reps = 20 if flops < 1e11 else 4
+        reps = 10 if flops < 1e11 else 3
         row = {"op": op, "shape": label, "m": m, "k": k, "n": n, "world": world, "reps": reps}
-        row["fused_ms"] = timed(fused, reps)
+        row["fused_ms"] = timed(fused, reps)  # the op as users get it (fallback model included)
+        row["fused_kernel_ms"] = timed(fused_kernel(fused), reps)
         row["gemm_ms"] = timed(gemm, reps)
         if has[coll]:
             row["comm_ms"] = timed(comm, reps)
@@ -131,20 +162,26 @@ def rank_main() -> None:
             row["ideal_ms"] = max(row["gemm_ms"], row["comm_ms"])
             row["fused_vs_ideal"] = row["fused_ms"] / row["ideal_ms"]
             row["unfused_over_fused"] = row["unfused_ms"] / row["fused_ms"]
+            row["unfused_over_fused_kernel"] = row["unfused_ms"] / row["fused_kernel_ms"]
         row["fused_tflops_per_rank"] = flops / row["fused_ms"] / 1e9
         row["gemm_tflops_per_rank"] = flops / row["gemm_ms"] / 1e9
         row["fused_over_gemm"] = row["fused_ms"] / row["gemm_ms"]
+        row["fused_kernel_over_gemm"] = row["fused_kernel_ms"] / row["gemm_ms"]
         rows.append(row)
         if rank == 0:
             print("ROW " + json.dumps(row), flush=True)
             # The parent shows rank output only when the ranks end: keep each row on disk as it
             # comes (a run cut short by a timeout still leaves its rows).
-            progress = Path(os.environ.get("OUT") or RESULTS_DIR, "fused_rows.jsonl")
+            progress = Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_w{world}.jsonl")
             with open(progress, "a") as f:
                 f.write(json.dumps(row) + "\n")
             print(f"bench_fused: {label} {op} done", file=sys.stderr, flush=True)
     if rank == 0:
         payload = {"bench": "fused", "commit": commit(), "device": device_info(), "world": world,
+                   "elapsed_s": time.monotonic() - t_start, "full": all_shapes,
+                   "method": "CUDA events; per timing 2 warm-up calls, then 9 samples of `reps` "
+                             "calls back to back after a barrier; median per rank, max over "
+                             "ranks; inputs rotate over two sets",
                    "mps_share_percent": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
                    "anchors_missing": [c for c, ok in has.items() if not ok],
                    "note": "NCCL / async-TP cannot share one GPU between ranks: not measured here",
@@ -188,17 +225,24 @@ def mps_daemon():
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--world", type=int, default=2)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--timeout", type=float, default=400)
+    ap.add_argument("--full", action="store_true", help="every shape (minutes, not the 90 s slot)")
+    ap.add_argument("--budget", type=float, default=55,
+                    help="seconds of measurement after start-up; later shapes are skipped")
+    ap.add_argument("--timeout", type=float, default=85)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from tests.launch import run_ranks
 
     env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(100 // args.world),
-           "BENCH_QUICK": "1" if args.quick else "0", "NCCL_NVLS_ENABLE": "0"}
+           "BENCH_FULL": "1" if args.full else "0", "BENCH_BUDGET_S": str(args.budget),
+           "NCCL_NVLS_ENABLE": "0"}
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
+    progress = Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_w{args.world}.jsonl")
+    progress.unlink(missing_ok=True)
     with mps_daemon() as mps_env:
         results = run_ranks(code, args.world, timeout=args.timeout, env=dict(env, **mps_env))
+    if progress.exists():  # the rows measured, even when the ranks were cut short
+        print(progress.read_text(), end="", flush=True)
     for r in results:
         if r.returncode != 0 or r.rank == 0:
             sys.stdout.write(r.stdout[-6000:])

@@ -10,7 +10,9 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <tuple>
 #include <vector>
 
@@ -113,7 +115,7 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cpu(const at::Tensor& x, const at::Te
 std::tuple<at::Tensor, at::Tensor> ag_gemm_unfused(const at::Tensor& x, const at::Tensor& w,
                                                    int64_t group, int64_t world_size,
                                                    bool return_gathered, const char* why) {
-  fused_glue::note_fallback(kOp, why);
+  if (why != nullptr) fused_glue::note_fallback(kOp, why);  // (a measured loss logs itself)
   const at::Tensor gathered =
       fused_glue::substrate_collective(kOp, "all_gather", x, group, world_size);
   at::Tensor out = engine_gemm(kOp, gathered, w);
@@ -173,19 +175,39 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   hp.chunk_rows = static_cast<int32_t>(chunk_rows);
   hp.chunks = static_cast<int32_t>((m + chunk_rows - 1) / chunk_rows);
   hp.flag_base = comm::FlagSlot::kOpSlotBase;
+  // The copy from registers (device run 2: faster than staged; fused_params.h).
+  hp.side_mode = fused_glue::side_mode(fused::kSideRegs);
+  if (hp.side_mode == fused::kSideIdle) hp.side_mode = fused::kSideRegs;  // someone must copy
 
-  const gemm::ConfigId config = fused::fused_config(static_cast<int>(world * m),
-                                                    static_cast<int>(n), static_cast<int>(k),
-                                                    device_sms());
   const gemm::Problem p = fused_glue::problem(kOp, g.data[rank], w, out.data_ptr(), world * m, n, k);
   // Rank s's rows arrive (rank - s) mod world pushes after the own ones.
   std::vector<int> order(world);
   for (int s = 0; s < world; ++s) order[s] = static_cast<int>((rank - s + world) % world);
-  fused_glue::launch(kOp, p, config, x, hp, order, m);
-  if (return_gathered) {
-    C10_CUDA_CHECK(cudaMemcpyAsync(gathered.data_ptr(), g.data[rank], bytes,
-                                   cudaMemcpyDeviceToDevice, at::cuda::getCurrentCUDAStream()));
+  // The fused kernel in each candidate config, then the unfused path, chosen by a measurement
+  // shared by the group (fused_common.h choose_path).
+  std::vector<std::function<void()>> paths;
+  for (const gemm::ConfigId c : fused_glue::candidate_configs(world * m, n, k)) {
+    paths.emplace_back([&, c] {
+      fused::FusedParams hc = hp;
+      hc.signature = comm::call_signature(
+          comm::kOpAgGemm, {m, k, n, static_cast<int64_t>(x.scalar_type()),
+                            static_cast<int64_t>(c)});
+      fused_glue::launch(kOp, p, c, x, hc, order, m);
+      if (return_gathered) {
+        C10_CUDA_CHECK(cudaMemcpyAsync(gathered.data_ptr(), g.data[rank], bytes,
+                                       cudaMemcpyDeviceToDevice,
+                                       at::cuda::getCurrentCUDAStream()));
+      }
+    });
   }
+  paths.emplace_back([&] {
+    engine_gemm(kOp, fused_glue::substrate_collective(kOp, "all_gather", x, group, world_size), w);
+  });
+  const int path = fused_glue::choose_path(kOp, group, fused_glue::shape_key(x, w, world), paths);
+  if (path + 1 == static_cast<int>(paths.size())) {
+    return ag_gemm_unfused(x_in, w, group, world_size, return_gathered, nullptr);
+  }
+  paths[path]();
   return {out, gathered};
 }
 #endif  // MKERNEL_WITH_CUDA

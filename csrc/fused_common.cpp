@@ -9,6 +9,8 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
@@ -16,6 +18,7 @@
 #include <tuple>
 
 #include "gemm_engine.h"
+#include "session_layout.h"
 
 namespace mkernel::fused_glue {
 
@@ -44,22 +47,32 @@ namespace {
 // spanning two ranks' rows goes with the later of them), stable within a priority. Cached per
 // (device, layout) as a device tensor; built outside graph capture only (inside, an uncached
 // layout runs in the natural order: slower, never wrong).
+//
+// interleave (gemm_rs): the owners' units alternate instead (owner 0's first, owner 1's first,
+// ..., owner 0's second, ...), the same order on every rank, so every rank's reduce work is
+// spread over the whole GEMM rather than waiting for its rows' turn.
 const int* unit_order(const gemm::TileCounts& tc, int64_t rows, int64_t rank_rows,
-                      const std::vector<int>& order, const at::Tensor& like) {
-  if (order.empty() || tc.units_m <= 1) return nullptr;
-  using Key = std::tuple<int, int64_t, int64_t, int, int, std::vector<int>>;
+                      const std::vector<int>& order, bool interleave, const at::Tensor& like) {
+  if ((order.empty() && !interleave) || tc.units_m <= 1 || rank_rows <= 0) return nullptr;
+  using Key = std::tuple<int, int64_t, int64_t, int, int, std::vector<int>, bool>;
   static std::mutex mu;
   static std::map<Key, at::Tensor> cache;
-  const Key key{like.device().index(), rows, rank_rows, tc.units_m, tc.block_m, order};
+  const Key key{like.device().index(), rows, rank_rows, tc.units_m, tc.block_m, order, interleave};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second.data_ptr<int>();
   if (capturing()) return nullptr;
   const int cluster_m = (tc.tiles_m + tc.units_m - 1) / tc.units_m;
   const int64_t unit_rows = static_cast<int64_t>(tc.block_m) * cluster_m;
-  std::vector<std::pair<int, int>> prio(tc.units_m);
+  std::vector<std::pair<int64_t, int>> prio(tc.units_m);
+  std::map<int64_t, int64_t> seen;  // interleave: units of each owner so far
   for (int u = 0; u < tc.units_m; ++u) {
     const int64_t r0 = u * unit_rows, r1 = std::min(rows, r0 + unit_rows) - 1;
+    if (interleave) {
+      const int64_t owner = r0 / rank_rows;
+      prio[u] = {seen[owner]++ * (rows / rank_rows + 1) + owner, u};
+      continue;
+    }
     int p = 0;
     for (int64_t s = r0 / rank_rows; s <= r1 / rank_rows && s < static_cast<int64_t>(order.size());
          ++s) {
@@ -78,7 +91,8 @@ const int* unit_order(const gemm::TileCounts& tc, int64_t rows, int64_t rank_row
 }  // namespace
 
 void launch(const char* op, const gemm::Problem& p, gemm::ConfigId config, const at::Tensor& like,
-            const fused::FusedParams& hooks, const std::vector<int>& order, int64_t rank_rows) {
+            const fused::FusedParams& hooks, const std::vector<int>& order, int64_t rank_rows,
+            bool interleave) {
   gemm::Launch l;
   l.stream = at::cuda::getCurrentCUDAStream();
   l.sm_count = device_sms();
@@ -89,29 +103,66 @@ void launch(const char* op, const gemm::Problem& p, gemm::ConfigId config, const
     TORCH_CHECK(false, op, ": cannot run M=", p.m, " N=", p.n, " K=", p.k, ": ", why);
   }
   const gemm::TileCounts tc = gemm::tile_counts(config, p.m, p.n);
-  const int* m_order = unit_order(tc, p.m, rank_rows, order, like);
+  const int* m_order = unit_order(tc, p.m, rank_rows, order, interleave, like);
   const char* reason = nullptr;
   const cudaError_t err = fused::run_fused(p, config, l, m_order, hooks, &reason);
   TORCH_CHECK(err == cudaSuccess, op, ": the fused kernel failed to launch: ",
               cudaGetErrorString(err), reason ? std::string(" (") + reason + ")" : std::string());
 }
 
-bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, const at::Tensor& x,
-                 const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
-                 const std::vector<int>& order, const char** why) {
+namespace {
+// Reduce items (one warp each): slabs of ~8 KiB of a tile's partial (16 rows of a 256-wide
+// tile, 32 of a 128-wide one); two-shot flags every reduced slab.
+int slab_rows_of(const gemm::TileCounts& tc) {
+  return std::max(1, std::min(tc.block_m, 4096 / tc.block_n));
+}
+}  // namespace
+
+std::vector<gemm::ConfigId> candidate_configs(int64_t m, int64_t n, int64_t k) {
+  // MKERNEL_FUSED_CONFIG=<config name> (read per call; tests and measurements): that config
+  // only, whatever the shape, if it has a fused kernel.
+  if (const char* pin = std::getenv("MKERNEL_FUSED_CONFIG")) {
+    for (int id = 0; id < static_cast<int>(gemm::ConfigId::kNumConfigs); ++id) {
+      const auto c = static_cast<gemm::ConfigId>(id);
+      if (fused::fused_supported(c) && std::strcmp(gemm::config_name(c), pin) == 0) return {c};
+    }
+  }
+  gemm::ConfigId ids[fused::kMaxFusedConfigs];
+  const int count = fused::fused_configs(static_cast<int>(m), static_cast<int>(n),
+                                         static_cast<int>(k), device_sms(), ids);
+  return std::vector<gemm::ConfigId>(ids, ids + count);
+}
+
+bool reduce_fits(const at::Tensor& x, const at::Tensor& w, const ReduceLayout& layout,
+                 const char** why) {
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
   if (n == 0 || k == 0 || k % 8 != 0 || n % 8 != 0) {
     *why = "N and K must be positive multiples of 8 for the fused kernel";
     return false;
   }
-  const gemm::ConfigId config = fused::fused_config(static_cast<int>(m), static_cast<int>(n),
-                                                    static_cast<int>(k), device_sms());
+  for (const gemm::ConfigId config : candidate_configs(m, n, k)) {
+    const gemm::TileCounts tc =
+        gemm::tile_counts(config, static_cast<int>(m), static_cast<int>(n));
+    const int64_t tiles = static_cast<int64_t>(tc.tiles_m) * tc.tiles_n;
+    const int slabs = tc.block_m / slab_rows_of(tc);
+    if (tiles + (layout.two_shot ? tiles * slabs : 0) >
+        comm::kFlagWords - comm::FlagSlot::kOpSlotBase - 1) {
+      *why = "more output tiles than the group's flag slots";
+      return false;
+    }
+  }
+  return true;
+}
+
+bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, const at::Tensor& x,
+                 const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
+                 const std::vector<int>& order, gemm::ConfigId config, const char** why) {
+  if (!reduce_fits(x, w, layout, why)) return false;
+  const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
   const gemm::TileCounts tc = gemm::tile_counts(config, static_cast<int>(m), static_cast<int>(n));
   const int64_t tiles = static_cast<int64_t>(tc.tiles_m) * tc.tiles_n;
-  if ((layout.two_shot ? 2 : 1) * tiles > comm::kFlagWords - comm::FlagSlot::kOpSlotBase - 1) {
-    *why = "more output tiles than the group's flag slots";
-    return false;
-  }
+  const int slab_rows = slab_rows_of(tc);
+  const int slabs = tc.block_m / slab_rows;
   if (m == 0) return true;  // nothing to compute or reduce on any rank
   // The partial [M, N], then (two-shot) the reduced copy, 256-byte aligned.
   const uint64_t partial = (static_cast<uint64_t>(m * n) * x.element_size() + 255) / 256 * 256;
@@ -121,8 +172,9 @@ bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, cons
   hp.group = g;
   hp.mode = fused::kModeReduce;
   hp.op = wait_op;
-  hp.signature = comm::call_signature(
-      wait_op, {m, k, n, static_cast<int64_t>(x.scalar_type()), layout.two_shot ? 1 : 0});
+  hp.signature = comm::call_signature(wait_op, {m, k, n, static_cast<int64_t>(x.scalar_type()),
+                                                layout.two_shot ? 1 : 0,
+                                                static_cast<int64_t>(config)});
   hp.flag_base = comm::FlagSlot::kOpSlotBase;
   hp.m = static_cast<int32_t>(m);
   hp.n = static_cast<int32_t>(n);
@@ -137,11 +189,14 @@ bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, cons
   hp.rows_per_rank = static_cast<int32_t>(layout.rows_per_rank);
   hp.reduced_offset = static_cast<int64_t>(partial);
   hp.reduced_flag_base = hp.flag_base + static_cast<uint32_t>(tiles);
+  hp.slab_rows = slab_rows;
+  hp.slabs = slabs;
+  hp.side_mode = side_mode(fused::kSideStaged);
   hp.bf16 = x.scalar_type() == at::kBFloat16 ? 1 : 0;
   TORCH_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0, op,
               ": internal: the output is not 16-byte aligned");
   const gemm::Problem p = problem(op, x.data_ptr(), w, g.data[g.rank], m, n, k);
-  launch(op, p, config, x, hp, order, layout.rows_per_rank);
+  launch(op, p, config, x, hp, order, layout.rows_per_rank, layout.interleave);
   return true;
 }
 
@@ -153,6 +208,97 @@ at::Tensor substrate_collective(const char* op, const char* name, const at::Tens
                               " is not registered (needed for the unfused path)");
   return schema->typed<at::Tensor(const at::Tensor&, int64_t, int64_t)>().call(x, group,
                                                                               world_size);
+}
+
+namespace {
+
+// Milliseconds per call of fn: one warm-up call, then two calls between CUDA events.
+float time_calls(const std::function<void()>& fn) {
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  fn();
+  cudaEvent_t start = nullptr, end = nullptr;
+  C10_CUDA_CHECK(cudaEventCreate(&start));
+  C10_CUDA_CHECK(cudaEventCreate(&end));
+  C10_CUDA_CHECK(cudaEventRecord(start, stream));
+  fn();
+  fn();
+  C10_CUDA_CHECK(cudaEventRecord(end, stream));
+  C10_CUDA_CHECK(cudaEventSynchronize(end));
+  float ms = 0.f;
+  C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start, end));
+  C10_CUDA_CHECK(cudaEventDestroy(start));
+  C10_CUDA_CHECK(cudaEventDestroy(end));
+  return ms / 2;
+}
+
+}  // namespace
+
+int32_t side_mode(int32_t fallback) {
+  const char* v = std::getenv("MKERNEL_FUSED_SIDE");
+  if (v == nullptr) return fallback;
+  if (std::strcmp(v, "regs") == 0) return fused::kSideRegs;
+  if (std::strcmp(v, "staged") == 0) return fused::kSideStaged;
+  if (std::strcmp(v, "idle") == 0) return fused::kSideIdle;
+  return fallback;
+}
+
+std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world) {
+  return "M=" + std::to_string(x.size(0)) + " N=" + std::to_string(w.size(0)) +
+         " K=" + std::to_string(x.size(1)) + " " + std::string(c10::toString(x.scalar_type())) +
+         " W=" + std::to_string(world);
+}
+
+int choose_path(const char* op, int64_t group, const std::string& key,
+                const std::vector<std::function<void()>>& paths) {
+  const int unfused = static_cast<int>(paths.size()) - 1;
+  int candidates = unfused + 1;  // every path
+  std::string full = std::to_string(group) + "/" + key;
+  if (const char* pin = std::getenv("MKERNEL_FUSED")) {
+    if (std::strcmp(pin, "off") == 0) return unfused;
+    if (std::strcmp(pin, "force") == 0) {  // the fused configs only
+      candidates = unfused;
+      full += " (fused forced)";
+    }
+  }
+  if (candidates == 1) return 0;
+  static std::mutex mu;
+  static std::map<std::string, int> verdicts;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = verdicts.find(full);
+    if (it != verdicts.end()) return it->second;
+  }
+  if (capturing()) return 0;  // no timing inside a capture: the model's fused config
+  // Every rank measures the same calls in the same order (the ops' calls are collective).
+  std::vector<float> mine(candidates);
+  for (int i = 0; i < candidates; ++i) mine[i] = time_calls(paths[i]);
+  const std::vector<std::string> all = session_allgather_blobs(
+      op, static_cast<mk_session_t>(group),
+      std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(float)),
+      op_timeout_seconds(), "the fused / unfused timings");
+  std::vector<float> worst(candidates, 0.f);  // slowest rank per path
+  for (const std::string& b : all) {
+    TORCH_CHECK(b.size() == mine.size() * sizeof(float), op,
+                ": a rank sent a malformed timing record");
+    std::vector<float> theirs(candidates);
+    std::memcpy(theirs.data(), b.data(), b.size());
+    for (int i = 0; i < candidates; ++i) worst[i] = std::max(worst[i], theirs[i]);
+  }
+  int best = 0;  // the first of equals: fused before unfused
+  for (int i = 1; i < candidates; ++i) {
+    if (worst[i] < worst[best]) best = i;
+  }
+  if (best == unfused) {
+    float fused_best = worst[0];
+    for (int i = 1; i < unfused; ++i) fused_best = std::min(fused_best, worst[i]);
+    const std::string why = "measured slower than the unfused path at " + key + " (fused " +
+                            std::to_string(fused_best * 1e3) + " us vs " +
+                            std::to_string(worst[unfused] * 1e3) + " us, slowest rank)";
+    note_fallback(op, why.c_str());
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  verdicts[full] = best;
+  return best;
 }
 
 void note_fallback(const char* op, const char* why) {

@@ -8,6 +8,8 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "comm/symmetric_group.h"
@@ -22,9 +24,11 @@ gemm::Problem problem(const char* op, const void* a, const at::Tensor& w, void* 
 
 // Launches the fused kernel on the current stream with `hooks`; errors name `op`. `order` is
 // the priority of each source rank (lower = earlier) for ordering the M units by the rows' owners
-// (rank_rows rows per rank), or empty for the natural order.
+// (rank_rows rows per rank), or empty for the natural order; interleave: the owners' units
+// alternate (the same order on every rank; order is then ignored).
 void launch(const char* op, const gemm::Problem& p, gemm::ConfigId config, const at::Tensor& like,
-            const fused::FusedParams& hooks, const std::vector<int>& order, int64_t rank_rows);
+            const fused::FusedParams& hooks, const std::vector<int>& order, int64_t rank_rows,
+            bool interleave = false);
 
 // gemm_rs / gemm_ar on one node (kModeReduce): the GEMM x · wᵀ [M, N] into this rank's
 // symmetric data region, its tiles (by owner priority `order`, rank_rows rows per owner) flagged
@@ -37,10 +41,15 @@ struct ReduceLayout {
   int64_t row0 = 0, rows = 0, out_row0 = 0;
   bool two_shot = false;
   int64_t rows_per_rank = 0;
+  bool interleave = false;  // the owners' (rows_per_rank) M units alternate (gemm_rs)
 };
+// Whether reduce_call takes the shape (shapes only: the same answer on every rank); `why` says
+// why not.
+bool reduce_fits(const at::Tensor& x, const at::Tensor& w, const ReduceLayout& layout,
+                 const char** why);
 bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, const at::Tensor& x,
                  const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
-                 const std::vector<int>& order, const char** why);
+                 const std::vector<int>& order, gemm::ConfigId config, const char** why);
 
 // The substrate's collective `name` (mkernel::all_gather / reduce_scatter / all_reduce:
 // Tensor(Tensor x, int group, int world_size)); raises naming `op` when it is not registered.
@@ -52,6 +61,30 @@ void note_fallback(const char* op, const char* why);
 
 // Whether the current stream is capturing a CUDA graph.
 bool capturing();
+
+// Which of `paths` runs a call: paths[0 .. size-2] are the fused kernel in each candidate
+// config (candidate_configs order), paths.back() the unfused path (substrate collective +
+// engine GEMM); the same answer on every rank of the group. The first eager call of a shape
+// (`key`: op, dims, dtype) runs each on every rank (one warm-up and two timed calls, CUDA
+// events), all-gathers the timings over the group's session and keeps the path whose slowest
+// rank is fastest; the verdict is cached per process and an unfused verdict is logged once
+// (note_fallback). Inside CUDA-graph capture an unmeasured shape runs paths[0] (no timing can
+// happen there). MKERNEL_FUSED=off pins the unfused path, MKERNEL_FUSED=force the fastest fused
+// config (measured the same way), for measuring both sides (benchmarks/bench_fused.py) and
+// testing the kernels. The paths enqueue one call each on the current stream.
+int choose_path(const char* op, int64_t group, const std::string& key,
+                const std::vector<std::function<void()>>& paths);
+
+// The fused kernel's candidate tile configs for [m, k] x [n, k]^T (fused_api.h fused_configs).
+std::vector<gemm::ConfigId> candidate_configs(int64_t m, int64_t n, int64_t k);
+
+// The side warps' mode of a launch (fused_params.h SideMode): `fallback` (the op's default,
+// chosen by measurement) unless MKERNEL_FUSED_SIDE=regs|staged|idle pins one (read per call;
+// every rank must see the same value, as for MKERNEL_FUSED).
+int32_t side_mode(int32_t fallback);
+
+// "M=.. N=.. K=.. <dtype> W=.." of x [M, K] · w [N, K]ᵀ at world size W (choose_path's key).
+std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world);
 
 }  // namespace mkernel::fused_glue
 

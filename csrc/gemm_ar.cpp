@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -137,6 +138,12 @@ bool two_shot(int64_t rows, int64_t n, int64_t world, int64_t element_size) {
   return world > 2 && rows * n * element_size > (4 << 20);
 }
 
+// The substrate's all_reduce of the engine GEMM (the fallback).
+at::Tensor unfused(const at::Tensor& x, const at::Tensor& w, int64_t group, int64_t world_size) {
+  return fused_glue::substrate_collective(kOp, "all_reduce", engine_gemm(kOp, x, w), group,
+                                          world_size);
+}
+
 at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
                         int64_t world_size) {
   validate_gemm_ar(x, w, group, world_size);
@@ -162,13 +169,26 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
       layout.rows = layout.rows_per_rank = rows;
     }
     // The natural tile order on every rank (see gemm_rs.cpp).
-    if (fused_glue::reduce_call(kOp, comm::kOpGemmAr, sg, x, w, layout, out, {}, &why)) {
+    if (x.size(0) == 0) return out;  // nothing to compute or reduce on any rank
+    if (fused_glue::reduce_fits(x, w, layout, &why)) {
+      // The fused kernel in each candidate config, then the unfused path (fused_common.h).
+      std::vector<std::function<void()>> paths;
+      for (const gemm::ConfigId c : fused_glue::candidate_configs(rows, w.size(0), x.size(1))) {
+        paths.emplace_back([&, c] {
+          fused_glue::reduce_call(kOp, comm::kOpGemmAr, sg, x, w, layout, out, {}, c, &why);
+        });
+      }
+      paths.emplace_back([&] { unfused(x, w, group, world_size); });
+      const std::string key = fused_glue::shape_key(x, w, world) +
+                              (layout.two_shot ? " two-shot" : " one-shot");
+      const int path = fused_glue::choose_path(kOp, group, key, paths);
+      if (path + 1 == static_cast<int>(paths.size())) return unfused(x, w, group, world_size);
+      paths[path]();
       return out;
     }
   }
   fused_glue::note_fallback(kOp, why);
-  return fused_glue::substrate_collective(kOp, "all_reduce", engine_gemm(kOp, x, w), group,
-                                          world_size);
+  return unfused(x, w, group, world_size);
 }
 #endif  // MKERNEL_WITH_CUDA
 

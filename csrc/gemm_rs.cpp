@@ -15,6 +15,7 @@
 #ifdef MKERNEL_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 
+#include <functional>
 #include <vector>
 
 #include "fused_common.h"
@@ -97,6 +98,12 @@ at::Tensor gemm_rs_cpu(const at::Tensor& x, const at::Tensor& w, int64_t group,
 }
 
 #ifdef MKERNEL_WITH_CUDA
+// The substrate's reduce_scatter of the engine GEMM (the fallback).
+at::Tensor unfused(const at::Tensor& x, const at::Tensor& w, int64_t group, int64_t world_size) {
+  return fused_glue::substrate_collective(kOp, "reduce_scatter", engine_gemm(kOp, x, w), group,
+                                          world_size);
+}
+
 at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
                         int64_t world_size) {
   validate_gemm_rs(x, w, group, world_size);
@@ -107,22 +114,36 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
   const int64_t world = world_size, rows = x.size(0) / world;
   const char* why = "the group spans several nodes (the fused kernel reaches same-node peers)";
   if (sg.single_node()) {
-    // One fused launch (kernels/fused/fused_hooks.cuh, kModeReduce): each CTA's side warps
-    // reduce the tiles of this rank's rows its own consumers computed, from every rank (the
-    // same tile order on every rank: the natural one, so the CTA of the same index produced
-    // them).
+    // One fused launch (kernels/fused/fused_hooks.cuh, kModeReduce): each CTA reduces the
+    // tiles of this rank's rows its own consumers computed, from every rank (its side warps
+    // during the GEMM, its consumer warps after their last tile). The tile order is the same
+    // on every rank, so the CTA of the same index produced them: the owners' M units
+    // alternate, so every rank's share of the reduction is spread over the whole GEMM.
     const int rank = sg.rank();
     at::Tensor out = at::empty({rows, w.size(0)}, x.options());
     fused_glue::ReduceLayout layout;
     layout.row0 = layout.out_row0 = rank * rows;
     layout.rows = layout.rows_per_rank = rows;
-    if (fused_glue::reduce_call(kOp, comm::kOpGemmRs, sg, x, w, layout, out, {}, &why)) {
+    layout.interleave = true;
+    if (x.size(0) == 0) return out;  // nothing to compute or reduce on any rank
+    if (fused_glue::reduce_fits(x, w, layout, &why)) {
+      // The fused kernel in each candidate config, then the unfused path (fused_common.h).
+      std::vector<std::function<void()>> paths;
+      for (const gemm::ConfigId c : fused_glue::candidate_configs(x.size(0), w.size(0), x.size(1))) {
+        paths.emplace_back([&, c] {
+          fused_glue::reduce_call(kOp, comm::kOpGemmRs, sg, x, w, layout, out, {}, c, &why);
+        });
+      }
+      paths.emplace_back([&] { unfused(x, w, group, world_size); });
+      const int path =
+          fused_glue::choose_path(kOp, group, fused_glue::shape_key(x, w, world), paths);
+      if (path + 1 == static_cast<int>(paths.size())) return unfused(x, w, group, world_size);
+      paths[path]();
       return out;
     }
   }
   fused_glue::note_fallback(kOp, why);
-  return fused_glue::substrate_collective(kOp, "reduce_scatter", engine_gemm(kOp, x, w), group,
-                                          world_size);
+  return unfused(x, w, group, world_size);
 }
 #endif  // MKERNEL_WITH_CUDA
 

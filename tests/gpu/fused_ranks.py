@@ -9,7 +9,8 @@ capture and replay with the inputs changed between replays. Prints ``CASE {json}
 ``OK <rank>`` at the end; a failed check raises (exit status 1) naming the case.
 
 ``FUSED_SUITE`` (comma-separated): ``ag`` (ag_gemm), ``rs`` (gemm_rs), ``ar`` (gemm_ar),
-``graph`` (all three captured and replayed), ``time``.
+``graph`` (all three captured and replayed), ``auto`` (the fused/unfused and config choice), ``time``.
+The fused kernels are pinned (MKERNEL_FUSED=force) unless the environment says otherwise.
 """
 
 from __future__ import annotations
@@ -240,6 +241,33 @@ def suite_mlp(ctx, rank: int, world: int) -> None:
         assert rel < 2e-2, f"mlp {name}: relative error {rel:.3g}"
 
 
+def suite_auto(ctx, rank: int, world: int) -> None:
+    """The ops as users get them: the first call of a shape measures the fused kernel against the
+    unfused path on every rank and the group keeps one (fused_common.h choose_path); the result
+    is right either way, and a second call (the cached verdict) agrees bit for bit."""
+    saved = os.environ.pop("MKERNEL_FUSED", None)
+    try:
+        rows, k, n, dtype = 256 * world, 512, 1024, torch.bfloat16
+        total, x, w = reduce_reference(31, world, rows, k, n, dtype, rank)
+        b = rows // world
+        for name, fn, ref in (("gemm_rs", mkernel.gemm_rs, total[rank * b:(rank + 1) * b]),
+                              ("gemm_ar", mkernel.gemm_ar, total)):
+            first = fn(x.cuda(), w.cuda(), group=ctx)
+            again = fn(x.cuda(), w.cuda(), group=ctx)
+            torch.cuda.synchronize()
+            c = dict(op=name, auto=True, m=rows, k=k, n=n, world=world, rank=rank)
+            check("auto_first", first, ref, c)
+            check("auto_again", again, ref, c)
+        m = 200
+        gathered_ref, ref, xa, wa = ag_reference(32, world, m, k, n, dtype, rank)
+        out = mkernel.ag_gemm(xa.cuda(), wa.cuda(), group=ctx)
+        torch.cuda.synchronize()
+        check("auto_ag", out, ref, dict(op="ag_gemm", auto=True, m=m, world=world, rank=rank))
+    finally:
+        if saved is not None:
+            os.environ["MKERNEL_FUSED"] = saved
+
+
 def timed(fn, iters: int = 20) -> float:
     for _ in range(3):
         fn()
@@ -262,17 +290,26 @@ def suite_time(ctx, rank: int, world: int) -> None:
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         full = torch.randn(world * m, k, device="cuda", dtype=torch.bfloat16)
         fused = timed(lambda: mkernel.ag_gemm(x, w, group=ctx))
+        os.environ["MKERNEL_FUSED_SIDE"] = "regs"  # the copy from registers (A/B)
+        fused_regs = timed(lambda: mkernel.ag_gemm(x, w, group=ctx))
+        del os.environ["MKERNEL_FUSED_SIDE"]
         gemm = timed(lambda: mkernel.gemm(full, w))
         emit("TIME", dict(op="ag_gemm", m=m, k=k, n=n, world=world, rank=rank, fused_us=fused,
-                          gemm_alone_us=gemm))
+                          fused_side_regs_us=fused_regs, gemm_alone_us=gemm))
     for rows, k, n in [(4096, 1024, 8192), (8192, 2048, 8192)]:
         x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 32
         rs = timed(lambda: mkernel.gemm_rs(x, w, group=ctx))
         ar = timed(lambda: mkernel.gemm_ar(x, w, group=ctx))
+        # The side warps' reduce from registers instead of staged through shared memory.
+        os.environ["MKERNEL_FUSED_SIDE"] = "regs"
+        rs_regs = timed(lambda: mkernel.gemm_rs(x, w, group=ctx))
+        ar_regs = timed(lambda: mkernel.gemm_ar(x, w, group=ctx))
+        del os.environ["MKERNEL_FUSED_SIDE"]
         gemm = timed(lambda: mkernel.gemm(x, w))
         emit("TIME", dict(op="gemm_rs/ar", m=rows, k=k, n=n, world=world, rank=rank, rs_us=rs,
-                          ar_us=ar, gemm_alone_us=gemm))
+                          ar_us=ar, rs_side_regs_us=rs_regs, ar_side_regs_us=ar_regs,
+                          gemm_alone_us=gemm))
 
 
 def main() -> None:
@@ -281,12 +318,15 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.cuda.set_device(0)
     suites = os.environ.get("FUSED_SUITE", "ag").split(",")
+    # The suites test the fused kernels themselves: pin them (choose_path would otherwise keep
+    # the unfused path where it measures faster); suite "auto" tests the choice.
+    os.environ.setdefault("MKERNEL_FUSED", "force")
     dist.init_process_group("gloo", rank=rank, world_size=world)
     ctx = mkernel.init()
     for name in suites:
         try:
             {"ag": suite_ag, "rs": suite_rs, "ar": suite_ar, "graph": suite_graph,
-             "mlp": suite_mlp, "time": suite_time}[name](ctx, rank, world)
+             "mlp": suite_mlp, "time": suite_time, "auto": suite_auto}[name](ctx, rank, world)
         except Exception:
             # A trapped device wait leaves a record naming the op, peer and flag.
             print(f"WAIT rank {rank}: {mkernel.ops.last_wait_failure()}", file=sys.stderr, flush=True)

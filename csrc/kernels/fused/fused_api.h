@@ -17,6 +17,11 @@ bool fused_supported(gemm::ConfigId id);
 // on every rank: it reads shapes and the SM count only).
 gemm::ConfigId fused_config(int m, int n, int k, int sm_count);
 
+// The configs worth measuring for that launch, fused_config first (shapes and the SM count
+// only: the same list on every rank): writes at most kMaxFusedConfigs into out, returns the count.
+constexpr int kMaxFusedConfigs = 2;
+int fused_configs(int m, int n, int k, int sm_count, gemm::ConfigId* out);
+
 // Launches the fused kernel on l.stream (l.splits must be 1). m_order: device permutation of
 // the M units, or null. Returns the launch error; a reason for a rejected problem in *reason.
 cudaError_t run_fused(const gemm::Problem& p, gemm::ConfigId id, const gemm::Launch& l,

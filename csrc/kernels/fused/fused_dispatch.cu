@@ -11,12 +11,15 @@ MKERNEL_FUSED_DECL(coop128x256cluster2x1_bf16)
 MKERNEL_FUSED_DECL(coop128x256cluster2x1_fp16)
 MKERNEL_FUSED_DECL(coop128x128cluster2x1_bf16)
 MKERNEL_FUSED_DECL(coop128x128cluster2x1_fp16)
+MKERNEL_FUSED_DECL(coop256x128cluster2x1_bf16)
+MKERNEL_FUSED_DECL(coop256x128cluster2x1_fp16)
 #undef MKERNEL_FUSED_DECL
 }  // namespace detail
 
 bool fused_supported(gemm::ConfigId id) {
   return id == gemm::ConfigId::kCoop128x256Cluster2x1 ||
-         id == gemm::ConfigId::kCoop128x128Cluster2x1;
+         id == gemm::ConfigId::kCoop128x128Cluster2x1 ||
+         id == gemm::ConfigId::kCoop256x128Cluster2x1;
 }
 
 // 128x256 tiles when they still give every SM a tile (fewer loads of B per flop); 128x128 when
@@ -25,6 +28,19 @@ gemm::ConfigId fused_config(int m, int n, int /*k*/, int sm_count) {
   const long tiles_wide = static_cast<long>((m + 127) / 128) * ((n + 255) / 256);
   return tiles_wide >= sm_count ? gemm::ConfigId::kCoop128x256Cluster2x1
                                 : gemm::ConfigId::kCoop128x128Cluster2x1;
+}
+
+// 256x128 (the two consumer warpgroups stacked along M) reads each k-block's B once per
+// warpgroup where 128x256 reads it twice: less shared-memory traffic per flop, which the
+// 128x256 tile saturates. Both are measured where both give every SM a tile.
+int fused_configs(int m, int n, int k, int sm_count, gemm::ConfigId* out) {
+  const long tall = static_cast<long>((m + 255) / 256) * ((n + 127) / 128);
+  int count = 0;
+  out[count++] = fused_config(m, n, k, sm_count);
+  if (out[0] == gemm::ConfigId::kCoop128x256Cluster2x1 && tall >= sm_count) {
+    out[count++] = gemm::ConfigId::kCoop256x128Cluster2x1;
+  }
+  return count;
 }
 
 cudaError_t run_fused(const gemm::Problem& p, gemm::ConfigId id, const gemm::Launch& l,
@@ -37,6 +53,9 @@ cudaError_t run_fused(const gemm::Problem& p, gemm::ConfigId id, const gemm::Lau
     case gemm::ConfigId::kCoop128x128Cluster2x1:
       return bf16 ? detail::run_fused_coop128x128cluster2x1_bf16(p, l, m_order, hooks, reason)
                   : detail::run_fused_coop128x128cluster2x1_fp16(p, l, m_order, hooks, reason);
+    case gemm::ConfigId::kCoop256x128Cluster2x1:
+      return bf16 ? detail::run_fused_coop256x128cluster2x1_bf16(p, l, m_order, hooks, reason)
+                  : detail::run_fused_coop256x128cluster2x1_fp16(p, l, m_order, hooks, reason);
     default:
       if (reason) *reason = "no fused kernel for this tile config";
       return cudaErrorInvalidValue;

@@ -16,14 +16,19 @@
 //   each chunk. Hook (a) producer_wait: before loading the A rows of a tile, wait for the
 //   (source rank, chunk) flags covering those rows in this rank's own flag region.
 //
-// kModeReduce (gemm_rs, gemm_ar one-shot):
+// kModeReduce (gemm_rs, gemm_ar one- and two-shot):
 //   the GEMM's D is this rank's partial P = data[rank] as [m, n]. Before its first load the
 //   producer passes the entry barrier (every peer has finished call e-1, so none still reads
 //   the P this call overwrites). Hook (b) tile_done releases tile flag (tm, tn) = e at this rank
-//   once the tile is in memory. REDUCE role (the idle producer warps): for every tile of the
-//   rows this rank reduces (its own M/W rows for gemm_rs, all rows for gemm_ar), wait for the
-//   tile's flag at every same-node rank (polled through the IPC mapping), sum the W partials in
-//   fp32 in rank order 0..W-1 (the same bits on every rank and run) and store the rounded sum.
+//   once the tile is in memory. REDUCE role: each CTA's reduce work is the tiles its own
+//   consumers compute, cut into slabs (reduce_items): for each slab of the rows this rank
+//   reduces (its own M/W rows for gemm_rs, all rows for one-shot gemm_ar), wait for the tile's
+//   flag at every same-node rank (polled through the IPC mapping), sum the W partials in fp32 in
+//   rank order 0..W-1 (the same bits on every rank and run) and store the rounded sum. Slabs are
+//   claimed from a per-CTA shared-memory counter: by the producer's three idle warps as one unit
+//   from the start (overlapping the GEMM; 40 registers, so each slab is staged through 16 KiB of
+//   shared memory by cp.async: side_reduce), and by each of the eight consumer warps once their
+//   last tile is stored (tail_role: 232 registers, 4 x 2 16-byte loads in flight per lane).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -45,6 +50,8 @@ struct FusedHooks {
   };
   static constexpr bool kWaitsForA = true;
   static constexpr bool kSignalsTiles = true;
+  // The reduce waits for tiles anyway: no consumer stall per tile for its stores to land.
+  static constexpr bool kDeferTileDone = true;
   static constexpr bool kSideRole = true;
   static constexpr int kSideThreads = 3 * 32;
   // Named barrier of the side warps (user id; the kernel's ping-pong consumers use 0 and 1).
@@ -144,130 +151,348 @@ struct FusedHooks {
   }
 
   // ---- kModeReduce ----------------------------------------------------------------------
+  //
+  // A CTA's reduce work is the tiles its own consumers compute (the same tiles on every rank:
+  // the M order of the reduce modes is rank-independent), cut into items: item i is slab
+  // i % slabs (slab_rows rows of the tile) of the tile of the CTA's (i / slabs)-th unit. Items
+  // [0, P) reduce the slab's rows this rank owns; two-shot items [P, 2P) copy the other owners'
+  // reduced rows of the slab. Items are claimed from the CTA's shared counter: by the three
+  // side warps as one unit from the start (side_reduce, below: it waits for its tile's flags as
+  // the consumers of every rank store it, so the reduction overlaps the GEMM; reduce items
+  // only), and by each consumer warp after its last tile (reduce_items: 232 registers, four
+  // 16-byte vectors per lane of two ranks in flight). A CTA waits only for the CTA of the same
+  // index on other ranks (co-residency, README), and never for its own side warps: every item
+  // left when the consumers finish is theirs.
 
-  // Sums rows [r0, r1) x columns [c0, c1) of every rank's partial (rank order) into out, four
-  // elements (8 bytes) per step: the side warps run on the producer's 40 registers.
-  template <class T>
-  CUTLASS_DEVICE static void reduce_block(Params const& p, int r0, int r1, int c0, int c1, int t) {
+  // Sums the rank partials of rows [r0, r1) x columns [c0, c1) (a multiple of 8 columns) in
+  // fp32, rank order 0..W-1 (the same bits on every rank), into out (and `reduced`). One warp;
+  // U vectors of 8 elements per lane per step, the loads of two ranks in flight together.
+  template <class T, int U, int kB>
+  CUTLASS_DEVICE static void reduce_slab(Params const& p, int r0, int r1, int c0, int c1,
+                                         int lane, bool two_shot) {
     const comm::GroupDevice& g = p.group;
-    const int vecs = (c1 - c0) / 4;  // 8-byte vectors per row (n is a multiple of 8)
-    const int total = (r1 - r0) * vecs;
+    const int v = (c1 - c0) / 8;
+    const int total = (r1 - r0) * v;
     T* out = static_cast<T*>(p.out) - static_cast<int64_t>(p.out_row0) * p.n;
-    T* reduced = p.two_shot ? reinterpret_cast<T*>(g.data[g.rank] + p.reduced_offset) : nullptr;
-    for (int i = t; i < total; i += kSideThreads) {
-      const int row = i / vecs;
-      const int64_t at = static_cast<int64_t>(r0 + row) * p.n + c0 + (i - row * vecs) * 4;
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};
-      for (int s = 0; s < g.world; ++s) {  // rank order 0..W-1: the same sum on every rank
-        const uint2 v = *reinterpret_cast<const uint2*>(reinterpret_cast<const T*>(g.data[s]) + at);
-        const T* h = reinterpret_cast<const T*>(&v);
-        CUTLASS_PRAGMA_UNROLL
-        for (int e = 0; e < 4; ++e) acc[e] += static_cast<float>(h[e]);
-      }
-      uint2 o;
-      T* h = reinterpret_cast<T*>(&o);
+#pragma unroll 1
+    for (int base = lane; base < total; base += 32 * U) {
+      int64_t at[U];
+      float acc[U][8];
       CUTLASS_PRAGMA_UNROLL
-      for (int e = 0; e < 4; ++e) h[e] = static_cast<T>(acc[e]);
-      *reinterpret_cast<uint2*>(out + at) = o;
-      if (reduced != nullptr) *reinterpret_cast<uint2*>(reduced + at) = o;
+      for (int u = 0; u < U; ++u) {
+        // Past the end a lane redoes the last vector: the same bits to the same place.
+        const int i = min(base + 32 * u, total - 1);
+        const int row = i / v;
+        at[u] = static_cast<int64_t>(r0 + row) * p.n + c0 + (i - row * v) * 8;
+        CUTLASS_PRAGMA_UNROLL
+        for (int e = 0; e < 8; ++e) acc[u][e] = 0.f;
+      }
+#pragma unroll 1
+      for (int s0 = 0; s0 < g.world; s0 += kB) {
+        uint4 ld[U][kB];
+        CUTLASS_PRAGMA_UNROLL
+        for (int b = 0; b < kB; ++b) {
+          if (s0 + b < g.world) {
+            const T* src = reinterpret_cast<const T*>(g.data[s0 + b]);
+            CUTLASS_PRAGMA_UNROLL
+            for (int u = 0; u < U; ++u) ld[u][b] = __ldcg(reinterpret_cast<const uint4*>(src + at[u]));
+          }
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int b = 0; b < kB; ++b) {  // rank order
+          if (s0 + b < g.world) {
+            CUTLASS_PRAGMA_UNROLL
+            for (int u = 0; u < U; ++u) {
+              const T* h = reinterpret_cast<const T*>(&ld[u][b]);
+              CUTLASS_PRAGMA_UNROLL
+              for (int e = 0; e < 8; ++e) acc[u][e] += static_cast<float>(h[e]);
+            }
+          }
+        }
+      }
+      T* reduced = two_shot ? reinterpret_cast<T*>(g.data[g.rank] + p.reduced_offset) : nullptr;
+      CUTLASS_PRAGMA_UNROLL
+      for (int u = 0; u < U; ++u) {
+        uint4 o;
+        T* h = reinterpret_cast<T*>(&o);
+        CUTLASS_PRAGMA_UNROLL
+        for (int e = 0; e < 8; ++e) h[e] = static_cast<T>(acc[u][e]);
+        *reinterpret_cast<uint4*>(out + at[u]) = o;
+        if (two_shot) *reinterpret_cast<uint4*>(reduced + at[u]) = o;
+      }
     }
   }
 
-  // Two-shot, second half: copies rows [r0, r1) x columns [c0, c1) of `src`'s reduced area
-  // into out.
-  template <class T>
-  CUTLASS_DEVICE static void copy_reduced(Params const& p, int src, int r0, int r1, int c0, int c1,
-                                          int t) {
-    const int vecs = (c1 - c0) / 4;
-    const int total = (r1 - r0) * vecs;
+  // Two-shot: copies rows [r0, r1) x columns [c0, c1) of rank src's reduced area into out.
+  template <class T, int U>
+  CUTLASS_DEVICE static void copy_slab(Params const& p, int src, int r0, int r1, int c0, int c1,
+                                       int lane) {
+    const int v = (c1 - c0) / 8;
+    const int total = (r1 - r0) * v;
     const T* from = reinterpret_cast<const T*>(p.group.data[src] + p.reduced_offset);
     T* out = static_cast<T*>(p.out) - static_cast<int64_t>(p.out_row0) * p.n;
-    for (int i = t; i < total; i += kSideThreads) {
-      const int row = i / vecs;
-      const int64_t at = static_cast<int64_t>(r0 + row) * p.n + c0 + (i - row * vecs) * 4;
-      *reinterpret_cast<uint2*>(out + at) = *reinterpret_cast<const uint2*>(from + at);
+#pragma unroll 1
+    for (int base = lane; base < total; base += 32 * U) {
+      int64_t at[U];
+      uint4 ld[U];
+      CUTLASS_PRAGMA_UNROLL
+      for (int u = 0; u < U; ++u) {
+        const int i = min(base + 32 * u, total - 1);
+        const int row = i / v;
+        at[u] = static_cast<int64_t>(r0 + row) * p.n + c0 + (i - row * v) * 8;
+        ld[u] = __ldcg(reinterpret_cast<const uint4*>(from + at[u]));
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int u = 0; u < U; ++u) *reinterpret_cast<uint4*>(out + at[u]) = ld[u];
     }
   }
 
-  // The REDUCE role: side thread t in [0, 96) of every CTA. It walks the tiles its own CTA's
-  // consumers compute, in their order (the scheduler's walk), so the tiles it waits for are
-  // computed by the CTA of the same index on every rank — the same on every rank as the M order
-  // of the reduce modes is rank-independent. No CTA then waits for a CTA that may not be
-  // resident yet while blocking one that is: resident prefixes of the grid finish, on every
-  // rank, whatever the co-resident cluster count (under MPS it can be below SMs / 2).
-  template <class Sched>
-  CUTLASS_DEVICE static void reduce_role(Params const& p, int t,
-                                         typename Sched::Params const& sp) {
+  // One warp claims and runs this CTA's reduce items until none is left (module comment).
+  template <class Sched, class T, int U, int kB>
+  CUTLASS_DEVICE static void reduce_items(Params const& p, typename Sched::Params const& sp,
+                                          int lane, int* counter) {
     const comm::GroupDevice& g = p.group;
+    const int total_units = sp.units_m * sp.units_n * sp.batches * sp.splits;
+    const int first = Sched::first_unit(), stride = Sched::unit_stride();
+    const int units = first < total_units ? (total_units - first + stride - 1) / stride : 0;
+    const int per_phase = units * p.slabs;
+    const int items = p.two_shot ? 2 * per_phase : per_phase;
     const int end = min(p.reduce_row0 + p.reduce_rows, p.m);
-    if (p.reduce_row0 < end) {
-      typename Sched::Cursor cursor;
+    typename Sched::Cursor cursor;
 #pragma unroll 1
-      for (int unit = Sched::first_unit();; unit += Sched::unit_stride()) {
-        const auto work = Sched::get(sp, unit, cursor);
-        if (!work.valid) break;
-        const int r0 = max(work.m_block * p.block_m, p.reduce_row0);
-        const int r1 = min((work.m_block + 1) * p.block_m, end);
-        const int c0 = work.n_block * p.block_n, c1 = min(c0 + p.block_n, p.n);
-        if (work.skip || r0 >= r1 || c0 >= c1) continue;
-        const int tile = work.m_block * p.tiles_n + work.n_block;
-        if (t < g.world) {  // one side thread per rank polls that rank's flag of the tile
-          comm::wait_geq(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
-                         comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
+    for (;;) {
+      int i = lane == 0 ? atomicAdd(counter, 1) : 0;
+      i = __shfl_sync(0xffffffffu, i, 0);
+      if (i >= items) break;
+      const bool copy = i >= per_phase;
+      if (copy) i -= per_phase;
+      const int k = i / p.slabs, slab = i - k * p.slabs;
+      const auto work = Sched::get(sp, first + k * stride, cursor);
+      if (!work.valid || work.skip) continue;
+      const int row0 = work.m_block * p.block_m + slab * p.slab_rows;
+      const int row1 = min(row0 + p.slab_rows, p.m);
+      const int c0 = work.n_block * p.block_n, c1 = min(c0 + p.block_n, p.n);
+      if (row0 >= row1 || c0 >= c1) continue;
+      const int tile = work.m_block * p.tiles_n + work.n_block;
+      if (!copy) {
+        const int r0 = max(row0, p.reduce_row0), r1 = min(row1, end);
+        if (r0 >= r1) continue;
+        if (lane < g.world) {  // lane s polls rank s's flag of the tile
+          comm::wait_geq(g, g.flags[lane] + p.flag_base + tile, comm::op_begin(g),
+                         comm::WaitSite{p.op, comm::kWaitPeerFlag, lane, tile});
         }
-        side_sync();  // every rank's tile is in memory (the acquires precede the barrier)
-        if (p.bf16) {
-          reduce_block<__nv_bfloat16>(p, r0, r1, c0, c1, t);
-        } else {
-          reduce_block<__half>(p, r0, r1, c0, c1, t);
-        }
+        __syncwarp();  // every rank's tile is in memory (the acquires precede the warp barrier)
+        reduce_slab<T, U, kB>(p, r0, r1, c0, c1, lane, p.two_shot != 0);
         if (p.two_shot) {
-          side_sync();  // every side thread's reduced stores precede the flag
-          if (t == 0) comm::signal(g, g.rank, p.reduced_flag_base + tile, comm::op_begin(g));
+          __syncwarp();  // every lane's reduced stores precede the flag
+          if (lane == 0) {
+            comm::signal(g, g.rank, p.reduced_flag_base + tile * p.slabs + slab,
+                         comm::op_begin(g));
+          }
+        }
+      } else {
+#pragma unroll 1
+        for (int q = row0 / p.rows_per_rank; q <= (row1 - 1) / p.rows_per_rank; ++q) {
+          if (q == g.rank) continue;
+          if (lane == 0) {
+            comm::wait_geq(g, g.flags[q] + p.reduced_flag_base + tile * p.slabs + slab,
+                           comm::op_begin(g),
+                           comm::WaitSite{p.op, comm::kWaitPeerFlag, q, tile});
+          }
+          __syncwarp();
+          copy_slab<T, U>(p, q, max(row0, q * p.rows_per_rank),
+                          min(row1, (q + 1) * p.rows_per_rank), c0, c1, lane);
         }
       }
     }
-    if (!p.two_shot) return;
-    // Two-shot, second half: the other owners' reduced rows of the same tiles (the owner's CTA
-    // of this index reduced them).
+  }
+
+  template <class Sched, int U, int kB>
+  CUTLASS_DEVICE static void reduce_role(Params const& p, typename Sched::Params const& sp,
+                                         int lane, int* counter) {
+    if (p.bf16) {
+      reduce_items<Sched, __nv_bfloat16, U, kB>(p, sp, lane, counter);
+    } else {
+      reduce_items<Sched, __half, U, kB>(p, sp, lane, counter);
+    }
+  }
+
+  // ---- kModeReduce, side warps -----------------------------------------------------------
+  //
+  // The three side warps reduce as one unit of 96 threads, with cp.async 16-byte copies into
+  // SideStorage (16 KiB in flight per SM without registers: the warps have 40) — thread 0
+  // claims a reduce item while any is left (never a two-shot copy item), threads < W wait for
+  // the tile's flags, then the slab goes through the buffer in chunks of rows (every rank's
+  // rows of a chunk at once), summed in rank order from shared memory and stored.
+
+  static constexpr int kSideBufBytes = 16 * 1024;
+  struct SideStorage {
+    alignas(16) uint4 buf[kSideBufBytes / 16];
+    int item;
+  };
+
+  CUTLASS_DEVICE static void cp_async_16(void* smem, const void* gmem) {
+    const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+  }
+
+  template <class Sched, class T>
+  CUTLASS_DEVICE static void side_reduce(Params const& p, typename Sched::Params const& sp, int t,
+                                         int* counter, SideStorage& st) {
+    const comm::GroupDevice& g = p.group;
+    const int total_units = sp.units_m * sp.units_n * sp.batches * sp.splits;
+    const int first = Sched::first_unit(), stride = Sched::unit_stride();
+    const int units = first < total_units ? (total_units - first + stride - 1) / stride : 0;
+    const int per_phase = units * p.slabs;
+    const int end = min(p.reduce_row0 + p.reduce_rows, p.m);
+    T* out = static_cast<T*>(p.out) - static_cast<int64_t>(p.out_row0) * p.n;
     typename Sched::Cursor cursor;
 #pragma unroll 1
-    for (int unit = Sched::first_unit();; unit += Sched::unit_stride()) {
-      const auto work = Sched::get(sp, unit, cursor);
-      if (!work.valid) break;
-      const int row0 = work.m_block * p.block_m, row1 = min(row0 + p.block_m, p.m);
-      const int c0 = work.n_block * p.block_n, c1 = min(c0 + p.block_n, p.n);
-      if (work.skip || row0 >= row1 || c0 >= c1) continue;
-      const int tile = work.m_block * p.tiles_n + work.n_block;
-#pragma unroll 1
-      for (int q = row0 / p.rows_per_rank; q <= (row1 - 1) / p.rows_per_rank; ++q) {
-        if (q == g.rank) continue;
-        if (t == 0) {
-          comm::wait_geq(g, g.flags[q] + p.reduced_flag_base + tile, comm::op_begin(g),
-                         comm::WaitSite{p.op, comm::kWaitPeerFlag, q, tile});
+    for (;;) {
+      if (t == 0) {  // claim a reduce item only: the consumers take the copy items
+        int c = *reinterpret_cast<volatile int*>(counter);
+        while (c < per_phase) {
+          const int seen = atomicCAS(counter, c, c + 1);
+          if (seen == c) break;
+          c = seen;
         }
-        side_sync();
-        const int r0 = max(row0, q * p.rows_per_rank);
-        const int r1 = min(row1, (q + 1) * p.rows_per_rank);
-        if (p.bf16) {
-          copy_reduced<__nv_bfloat16>(p, q, r0, r1, c0, c1, t);
-        } else {
-          copy_reduced<__half>(p, q, r0, r1, c0, c1, t);
-        }
+        st.item = c;
       }
+      side_sync();
+      const int i = st.item;
+      side_sync();  // every thread has read the item before thread 0 claims the next
+      if (i >= per_phase) break;
+      const int k = i / p.slabs, slab = i - k * p.slabs;
+      const auto work = Sched::get(sp, first + k * stride, cursor);
+      if (!work.valid || work.skip) continue;
+      const int row0 = work.m_block * p.block_m + slab * p.slab_rows;
+      const int r0 = max(row0, p.reduce_row0);
+      const int r1 = min(min(row0 + p.slab_rows, p.m), end);
+      const int c0 = work.n_block * p.block_n, c1 = min(c0 + p.block_n, p.n);
+      if (r0 >= r1 || c0 >= c1) continue;
+      const int tile = work.m_block * p.tiles_n + work.n_block;
+      if (t < g.world) {
+        comm::wait_geq(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
+                       comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
+      }
+      side_sync();  // every rank's tile is in memory
+      const int v = (c1 - c0) / 8;
+      const int chunk_rows = max(1, kSideBufBytes / 16 / (g.world * v));
+#pragma unroll 1
+      for (int a = r0; a < r1; a += chunk_rows) {
+        const int rows = min(chunk_rows, r1 - a);
+        const int per_rank = rows * v;
+#pragma unroll 1
+        for (int j = t; j < g.world * per_rank; j += kSideThreads) {
+          const int s = j / per_rank, q = j - s * per_rank, row = q / v;
+          cp_async_16(&st.buf[j], reinterpret_cast<const T*>(g.data[s]) +
+                                      (static_cast<int64_t>(a + row) * p.n + c0 + (q - row * v) * 8));
+        }
+        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+        side_sync();  // every thread's copies are in shared memory
+#pragma unroll 1
+        for (int q = t; q < per_rank; q += kSideThreads) {
+          float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+          for (int s = 0; s < g.world; ++s) {  // rank order
+            const uint4 x = st.buf[s * per_rank + q];
+            const T* h = reinterpret_cast<const T*>(&x);
+            CUTLASS_PRAGMA_UNROLL
+            for (int e = 0; e < 8; ++e) acc[e] += static_cast<float>(h[e]);
+          }
+          uint4 o;
+          T* h = reinterpret_cast<T*>(&o);
+          CUTLASS_PRAGMA_UNROLL
+          for (int e = 0; e < 8; ++e) h[e] = static_cast<T>(acc[e]);
+          const int row = q / v;
+          const int64_t at = static_cast<int64_t>(a + row) * p.n + c0 + (q - row * v) * 8;
+          *reinterpret_cast<uint4*>(out + at) = o;
+          if (p.two_shot) {
+            *reinterpret_cast<uint4*>(reinterpret_cast<T*>(g.data[g.rank] + p.reduced_offset) +
+                                      at) = o;
+          }
+        }
+        side_sync();  // the buffer is read before the next chunk's copies overwrite it
+      }
+      if (p.two_shot && t == 0) {  // every thread's stores precede the barrier above
+        comm::signal(g, g.rank, p.reduced_flag_base + tile * p.slabs + slab, comm::op_begin(g));
+      }
+    }
+  }
+
+  // The COPY role staged through SideStorage (kSideStaged): the 96 side threads move one item at
+  // a time as a unit, 16 KiB per round by cp.async (no registers held), then store it to the
+  // peer; the item's flag follows the unit's barrier.
+  CUTLASS_DEVICE static void copy_role_staged(Params const& p, Call const& call, int t,
+                                              SideStorage& st) {
+    const comm::GroupDevice& g = p.group;
+    if (t == 0) comm::entry_barrier(g, call.epoch, p.op, p.signature);
+    side_sync();
+    const int items = g.world * p.chunks;
+#pragma unroll 1
+    for (;;) {
+      if (t == 0) st.item = claim_item(p, call.epoch);
+      side_sync();
+      const int i = st.item;
+      side_sync();  // every thread has read the item before thread 0 claims the next
+      if (i >= items) break;
+      const int j = i / p.chunks, c = i - j * p.chunks;
+      const int peer = (g.rank + j) % g.world;
+      uint8_t* region = g.data[peer];
+      if (region == nullptr) continue;  // another node: the host never fuses that case
+      const int row0 = c * p.chunk_rows;
+      const int rows = min(p.chunk_rows, p.m_local - row0);
+      uint8_t* dst = region + (static_cast<int64_t>(g.rank) * p.m_local + row0) * p.row_bytes;
+      const uint8_t* src = p.x + static_cast<int64_t>(row0) * p.row_bytes;
+      const int vecs = static_cast<int>(rows * p.row_bytes / 16);  // a chunk is <= 128 KiB
+#pragma unroll 1
+      for (int v0 = 0; v0 < vecs; v0 += kSideBufBytes / 16) {
+        const int n = min(kSideBufBytes / 16, vecs - v0);
+        const uint4* s = reinterpret_cast<const uint4*>(src) + v0;
+        uint4* d = reinterpret_cast<uint4*>(dst) + v0;
+#pragma unroll 1
+        for (int q = t; q < n; q += kSideThreads) cp_async_16(&st.buf[q], s + q);
+        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+        side_sync();
+#pragma unroll 1
+        for (int q = t; q < n; q += kSideThreads) d[q] = st.buf[q];
+        side_sync();  // the buffer is read (and every store issued) before it is reused
+      }
+      if (t == 0) comm::signal(g, peer, p.flag_base + g.rank * p.chunks + c, call.epoch);
     }
   }
 
   // ---- the hooks the kernel calls ---------------------------------------------------------
 
+  // The producer warpgroup's three idle warps (t in [0, 96)), from the start of the call.
   template <class Sched>
   CUTLASS_DEVICE static void side_role(Params const& p, Call const& call, int t,
-                                       typename Sched::Params const& sp) {
+                                       typename Sched::Params const& sp, int* counter,
+                                       SideStorage& st) {
     if (p.mode == kModeAllGather) {
-      copy_role(p, call, t);
+      if (p.side_mode == kSideStaged) {
+        copy_role_staged(p, call, t, st);
+      } else {
+        copy_role(p, call, t);
+      }
+    } else if (p.side_mode == kSideIdle) {
+      return;  // the consumers take every slab
+    } else if (p.side_mode == kSideRegs) {
+      // Per warp from registers (the A/B alternative, kept for measuring: 40 registers hold one
+      // vector of one rank at a time per lane; two ranks' loads spilled 80 bytes).
+      reduce_role<Sched, 1, 1>(p, sp, t % 32, counter);
+    } else if (p.bf16) {
+      side_reduce<Sched, __nv_bfloat16>(p, sp, t, counter, st);
     } else {
-      reduce_role<Sched>(p, t, sp);
+      side_reduce<Sched, __half>(p, sp, t, counter, st);
     }
+  }
+
+  // The consumer warpgroups (t in [0, 256)) after their last tile is stored.
+  template <class Sched>
+  CUTLASS_DEVICE static void tail_role(Params const& p, Call const&, int t,
+                                       typename Sched::Params const& sp, int* counter) {
+    if (p.mode == kModeReduce) reduce_role<Sched, 4, 2>(p, sp, t % 32, counter);
   }
 
   // Hook (a), one lane of the producer warp, before the A loads of tile row m_block.

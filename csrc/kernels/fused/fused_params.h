@@ -8,6 +8,8 @@
 
 namespace mkernel::fused {
 
+enum SideMode : int32_t { kSideRegs = 0, kSideStaged = 1, kSideIdle = 2 };
+
 enum FusedMode : int32_t {
   kModeAllGather = 0,  // ag_gemm: A = the gathered rows, pushed by the COPY role
   kModeReduce = 1,     // gemm_rs / gemm_ar (one-shot): D = this rank's partial, REDUCE role
@@ -48,7 +50,16 @@ struct FusedParams {
   int32_t two_shot = 0;
   int32_t rows_per_rank = 0;
   int64_t reduced_offset = 0;
-  uint32_t reduced_flag_base = 0;
+  uint32_t reduced_flag_base = 0;  // + tile * slabs + slab (two-shot: per slab, not per tile)
+  // Reduce items: a tile's rows in slabs of slab_rows (block_m % slab_rows == 0), one warp each.
+  int32_t slab_rows = 16;
+  int32_t slabs = 8;  // block_m / slab_rows
+  // How the side warps copy (ag) / reduce: kSideRegs (per warp from registers), kSideStaged
+  // (as one unit through shared memory by cp.async) or, reduce only, kSideIdle (the consumers
+  // reduce everything after their last tile). Defaults by measurement (device run 2: the staged
+  // copy was slower, 858 vs 567 us at ag 1024x8192x3584); MKERNEL_FUSED_SIDE=regs|staged|idle
+  // pins one for measuring (fused_common.h side_mode).
+  int32_t side_mode = 1;
   int32_t bf16 = 1;  // element type of D and out: bf16 (1) or fp16 (0)
 };
 

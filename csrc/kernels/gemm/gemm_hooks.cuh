@@ -9,7 +9,10 @@
 // at the start: the fused ops' device epoch; producer_wait may update its
 // thread's copy), give the producer warpgroup's
 // three idle warps a `side_role` (the fused ops' copy / reduce roles; it gets
-// the scheduler, so it can walk its own CTA's tiles in the GEMM's order), and end
+// the scheduler, so it can walk its own CTA's tiles in the GEMM's order), give the
+// consumer warpgroups a `tail_role` after their last tile (both get a per-CTA
+// shared-memory work counter, zero at the start, to claim items from; the side
+// role also its own `SideStorage` in the kernel's shared memory), and end
 // the launch with `call_end` (one thread per CTA after a CTA-wide barrier).
 // NoHooks compiles all of it away, so the plain GEMM pays nothing.
 #pragma once
@@ -27,14 +30,19 @@ struct NoHooks {
   using Call = NoCall;
   static constexpr bool kWaitsForA = false;
   static constexpr bool kSignalsTiles = false;
+  static constexpr bool kDeferTileDone = false;  // see FlagHooks
   static constexpr bool kSideRole = false;  // side_role + call_end (and the final barrier)
   CUTLASS_DEVICE static Call call_begin(Params const&) { return {}; }
   CUTLASS_DEVICE static void producer_wait(Params const&, Call const&, int, int) {}
   CUTLASS_DEVICE static void tile_done(Params const&, Call const&, int, int, int, int) {}
   CUTLASS_DEVICE static void tile_stored(Params const&, Call const&, int, int, int, int) {}
+  struct SideStorage {};
   template <class Sched>
   CUTLASS_DEVICE static void side_role(Params const&, Call const&, int,
-                                       typename Sched::Params const&) {}
+                                       typename Sched::Params const&, int*, SideStorage&) {}
+  template <class Sched>
+  CUTLASS_DEVICE static void tail_role(Params const&, Call const&, int,
+                                       typename Sched::Params const&, int*) {}
   CUTLASS_DEVICE static void call_end(Params const&, Call const&) {}
 };
 
@@ -57,11 +65,19 @@ struct FlagHooks {
   using Call = NoCall;
   static constexpr bool kWaitsForA = true;
   static constexpr bool kSignalsTiles = true;
+  // Cooperative consumers: release a tile's flag right after its epilogue (false), or after the
+  // next tile's mainloop, when its stores are written anyway (true: no stall per tile, the
+  // flag comes one tile later).
+  static constexpr bool kDeferTileDone = false;
   static constexpr bool kSideRole = false;
   CUTLASS_DEVICE static Call call_begin(Params const&) { return {}; }
+  struct SideStorage {};
   template <class Sched>
   CUTLASS_DEVICE static void side_role(Params const&, Call const&, int,
-                                       typename Sched::Params const&) {}
+                                       typename Sched::Params const&, int*, SideStorage&) {}
+  template <class Sched>
+  CUTLASS_DEVICE static void tail_role(Params const&, Call const&, int,
+                                       typename Sched::Params const&, int*) {}
   CUTLASS_DEVICE static void call_end(Params const&, Call const&) {}
 
   // Called by one lane of the producer warp.

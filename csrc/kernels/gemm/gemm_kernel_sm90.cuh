@@ -84,6 +84,8 @@ class HookedGemmSm90 {
       typename Mainloop::TensorStorage mainloop;
     } tensors;
     int split_last;  // SplitKReduce's verdict, shared by the consumer threads
+    int hook_work;   // the hooks' per-CTA work counter (side and tail roles claim items)
+    typename Hooks::SideStorage side;  // the side role's own shared memory (empty for most)
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "shared storage exceeds the sm90 opt-in limit");
@@ -159,12 +161,18 @@ class HookedGemmSm90 {
     order_params.group_size = cutlass::NumThreadsPerWarpGroup;
     MathOrderBarrier math_order(shared.pipelines.math_order, order_params);
 
+    if constexpr (Hooks::kSideRole) {
+      if (thread_idx == 0) shared.hook_work = 0;  // ordered by the barrier below
+    }
     // Every CTA of the cluster must see the barriers initialised.
     if constexpr (size(ClusterShape{}) > 1) {
       cute::cluster_arrive_relaxed();
       cute::cluster_wait();
     } else {
       __syncthreads();
+    }
+    if constexpr (Hooks::kSideRole && size(ClusterShape{}) > 1) {
+      __syncthreads();  // hook_work's initial value (the relaxed cluster arrive orders nothing)
     }
     // Under programmatic dependent launch the set-up above overlapped the
     // previous kernel's tail; no global memory (operands, flags, split-K
@@ -191,7 +199,7 @@ class HookedGemmSm90 {
         if constexpr (!Hooks::kSideRole) return;
         Hooks::template side_role<Scheduler>(params.hooks, call,
                                              warp_group_thread_idx - cutlass::NumThreadsPerWarp,
-                                             params.scheduler);
+                                             params.scheduler, &shared.hook_work, shared.side);
       } else {
       MainloopState write_state = cutlass::make_producer_start_state<MainloopPipeline>();
       typename Scheduler::Cursor cursor;
@@ -266,6 +274,10 @@ class HookedGemmSm90 {
       EpiLoadState epi_load_state;
       EpiStoreState epi_store_state = cutlass::make_producer_start_state<EpiStorePipeline>();
       bool stored = false;
+      // Hooks::kDeferTileDone: the tile stored last, whose tile_done waits for the next
+      // tile's mainloop (its stores are long written by then; waiting for them right after
+      // issuing them stalled the warpgroup for the whole store on every tile).
+      int pending_m = -1, pending_n = 0;
       typename Scheduler::Cursor cursor;
       for (int unit = Scheduler::first_unit();; unit += Scheduler::unit_stride()) {
         const auto work = Scheduler::get(params.scheduler, unit, cursor);
@@ -277,6 +289,12 @@ class HookedGemmSm90 {
                      shared.tensors.mainloop, params.mainloop);
         mainloop.mma_tail(mainloop_pipeline, read_state, work.k_count);
         read_state.advance(work.k_count);
+        if constexpr (Hooks::kSignalsTiles && Hooks::kDeferTileDone) {
+          if (pending_m >= 0) {
+            Hooks::tile_done(params.hooks, call, pending_m, pending_n, kBlockM, mma_thread_idx);
+            pending_m = -1;
+          }
+        }
         if (params.scheduler.splits > 1 &&
             !SplitK::reduce(params.split_k, work.tile, work.split, params.scheduler.splits,
                             accumulators, mma_thread_idx, &shared.split_last)) {
@@ -294,8 +312,13 @@ class HookedGemmSm90 {
         epi_store_state = next_store;
         stored = true;
         if constexpr (Hooks::kSignalsTiles) {
-          Hooks::tile_done(params.hooks, call, work.m_block, work.n_block, kBlockM,
-                           mma_thread_idx);
+          if constexpr (Hooks::kDeferTileDone) {
+            pending_m = work.m_block;
+            pending_n = work.n_block;
+          } else {
+            Hooks::tile_done(params.hooks, call, work.m_block, work.n_block, kBlockM,
+                             mma_thread_idx);
+          }
         }
       }
       // This CTA's mainloop work is over: the next kernel on the stream may
@@ -303,6 +326,17 @@ class HookedGemmSm90 {
       asm volatile("griddepcontrol.launch_dependents;" :::);
       if (stored) {
         epilogue.store_tail(epi_load_pipeline, epi_load_state, epi_store_pipeline, epi_store_state);
+      }
+      if constexpr (Hooks::kSignalsTiles && Hooks::kDeferTileDone) {
+        if (pending_m >= 0) {
+          Hooks::tile_done(params.hooks, call, pending_m, pending_n, kBlockM, mma_thread_idx);
+        }
+      }
+      if constexpr (Hooks::kSideRole) {
+        // The consumers' last tile is stored: their warps (full register budget) join the
+        // hooks' per-CTA work (the fused reduce), claiming items from hook_work.
+        Hooks::template tail_role<Scheduler>(params.hooks, call, mma_thread_idx,
+                                             params.scheduler, &shared.hook_work);
       }
     }
     if constexpr (Hooks::kSideRole) {
