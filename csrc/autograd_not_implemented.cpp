@@ -16,4 +16,5 @@ TORCH_LIBRARY_IMPL(mkernel, Autograd, m) {
   m.impl("gemm_grouped", torch::autograd::autogradNotImplementedFallback());
   m.impl("gemm_grouped_packed", torch::autograd::autogradNotImplementedFallback());
   m.impl("gemm_hooked", torch::autograd::autogradNotImplementedFallback());
+  m.impl("gemm_swap", torch::autograd::autogradNotImplementedFallback());
 }

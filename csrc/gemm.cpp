@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/gemm/gemm_api.h"
+#include "kernels/gemm/gemm_swap_api.h"
 #endif
 
 namespace mkernel {
@@ -176,6 +177,11 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
   launch.pdl = pdl;
   if (config < 0 && swizzle == 0 && raster == 0 && splits <= 1) {
     const gemm::Plan plan = engine_plan(p, launch, a);
+    // 17 to 512 rows with the SMs left open: the swapped GEMM where it measured faster.
+    if (sm_count == 0 && m <= kSwapMaxRows) {
+      const int variant = engine_swap_plan(p, launch, plan, a);
+      if (variant >= 0 && engine_swap(op, a, b, out, variant)) return out;
+    }
     id = plan.config;
     launch.swizzle = plan.swizzle;
     launch.raster = plan.raster;
@@ -254,6 +260,13 @@ std::string gemm_plan_cuda(const at::Tensor& a, const at::Tensor& b, int64_t sm_
   launch.sm_count = sm_count > 0 ? static_cast<int>(sm_count) : device_sms();
   bool tuned = false;
   const gemm::Plan plan = engine_plan(p, launch, a, &tuned, /*wait=*/true);
+  if (sm_count == 0 && p.m <= kSwapMaxRows) {  // what engine_gemm runs next
+    bool swap_tuned = false;
+    const int variant = engine_swap_plan(p, launch, plan, a, &swap_tuned, /*wait=*/true);
+    if (variant >= 0) {
+      return std::string(gemm_swap::variant_name(variant)) + (swap_tuned ? " (tuned)" : "");
+    }
+  }
   return plan_name(plan.config, plan.swizzle, plan.raster, tuned);
 }
 #endif  // MKERNEL_WITH_CUDA

@@ -44,6 +44,8 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/gemm/gemm_swap_api.h"
+
 namespace mkernel {
 namespace {
 
@@ -379,6 +381,136 @@ gemm::Plan grouped_plan(const gemm::Problem& p, const gemm::Launch& l, const at:
     return plans::key(device_signature(dev, sms), dtype_name(p.dtype), p.batches, p.m, p.n, p.k);
   };
   return cached_plan(key, table_key, p, l, like, /*hooked=*/true, wait, tuned, candidates);
+}
+
+
+// The small-M choice (engine_swap_plan): the engine's plan against the swapped GEMM's
+// variants, timed like the engine's candidates (fastest) on the caller's operands. Keyed by
+// the engine's M bucket (the next power of two), so a new token count reuses its bucket's
+// choice instead of stalling a step on a tuning (every variant runs every M; the first M of a
+// bucket picks). The table's value is "engine" or the variant's name.
+namespace {
+int64_t swap_rows_key(int64_t m) { return plans::m_bucket(m); }
+
+struct SwapCache {
+  std::mutex mu;
+  std::map<Key, int> choice;  // -1: the engine
+  uint64_t generation = 0;
+};
+SwapCache& swap_cache() {
+  static auto* c = new SwapCache();  // never destroyed: may be used until exit
+  return *c;
+}
+
+std::optional<int> parse_swap_choice(const std::string& text) {
+  if (text == "engine") return -1;
+  for (int v = 0; v < gemm_swap::kNumVariants; ++v) {
+    if (text == gemm_swap::variant_name(v)) return v;
+  }
+  return std::nullopt;
+}
+
+// Times the engine's plan (index 0) against the runnable swapped variants; returns the
+// winner's variant (-1: the engine).
+int tune_swap(gemm::Problem p, const gemm::Launch& l, const gemm::Plan& engine,
+              const int* variants, int count, const at::Tensor& like) {
+  const at::Tensor d = at::empty({p.m, p.n}, like.options());
+  p.d = d.data_ptr();
+  gemm::Launch el = l;
+  el.swizzle = engine.swizzle;
+  el.raster = engine.raster;
+  el.splits = 1;
+  const bool engine_ok = gemm::can_implement(p, engine.config, el) == nullptr;
+  el.workspace_bytes = engine_ok ? gemm::workspace_size(p, engine.config, el) : 0;
+  std::vector<int> cands{-1};
+  size_t scratch_bytes = el.workspace_bytes;
+  for (int i = 0; i < count; ++i) {
+    if (gemm_swap::can_implement(p, variants[i], l.sm_count) != nullptr) continue;
+    cands.push_back(variants[i]);
+    scratch_bytes = std::max(scratch_bytes, gemm_swap::workspace_size(p, variants[i], l.sm_count));
+  }
+  if (cands.size() == 1) return -1;
+  // One scratch for all (the launches of one stream never overlap); CUTLASS initialises the
+  // part it uses on every launch.
+  at::Tensor scratch;
+  if (scratch_bytes) {
+    scratch = at::empty({static_cast<int64_t>(scratch_bytes)}, like.options().dtype(at::kByte));
+  }
+  void* ws = scratch_bytes ? scratch.data_ptr() : nullptr;
+  el.workspace = el.workspace_bytes ? ws : nullptr;
+  const int best = fastest(
+      static_cast<int>(cands.size()), l.stream,
+      [&](int i) {
+        if (cands[i] < 0) return engine_ok && gemm::run(p, engine.config, el, nullptr) == cudaSuccess;
+        return gemm_swap::run(p, cands[i], l.sm_count, ws, l.stream) == cudaSuccess;
+      },
+      [&](int i) {
+        return cands[i] < 0 ? plan_name(engine.config, engine.swizzle, engine.raster, false)
+                            : std::string(gemm_swap::variant_name(cands[i]));
+      });
+  return best < 0 ? -1 : cands[best];
+}
+}  // namespace
+
+int engine_swap_plan(const gemm::Problem& p, const gemm::Launch& l, const gemm::Plan& engine,
+                     const at::Tensor& like, bool* tuned, bool wait) {
+  if (tuned) *tuned = false;
+  if (p.m <= 16 || p.m > kSwapMaxRows || p.batches != 1 || p.group_end != nullptr) return -1;
+  if (!tuning_enabled()) return -1;
+  const int sms = l.sm_count;
+  const int dev = like.get_device();
+  const Key key{dev, static_cast<int>(p.dtype), -1, swap_rows_key(p.m), p.n, p.k, sms};
+  SwapCache& c = swap_cache();
+  std::string text_key;
+  auto lookup = [&]() -> std::optional<int> {
+    {
+      const std::lock_guard<std::mutex> lock(c.mu);
+      const uint64_t gen = plans::generation();
+      if (c.generation != gen) {
+        c.choice.clear();
+        c.generation = gen;
+      }
+      auto it = c.choice.find(key);
+      if (it != c.choice.end()) return it->second;
+    }
+    if (text_key.empty()) {
+      text_key = plans::key(device_signature(dev, sms), dtype_name(p.dtype), 0, p.m, p.n, p.k) +
+                 "|swap";
+    }
+    const std::optional<std::string> text = plans::find(text_key);
+    if (!text) return std::nullopt;
+    const std::optional<int> v = parse_swap_choice(*text);
+    if (!v || (*v >= 0 && gemm_swap::can_implement(p, *v, sms) != nullptr)) return std::nullopt;
+    const std::lock_guard<std::mutex> lock(c.mu);
+    c.choice[key] = *v;
+    return v;
+  };
+  if (std::optional<int> hit = lookup()) {
+    if (tuned) *tuned = true;
+    return *hit;
+  }
+  int variants[gemm_swap::kNumVariants];
+  const int count = gemm_swap::candidates(p.m, p.n, p.k, sms, variants, gemm_swap::kNumVariants);
+  if (count == 0 || capturing(l.stream)) return -1;
+  std::unique_lock<std::mutex> tuner(tuner_mutex(dev), std::defer_lock);
+  if (wait) {
+    tuner.lock();
+  } else if (!tuner.try_lock()) {
+    return -1;  // the device is tuning another shape: don't stall this call
+  }
+  if (std::optional<int> hit = lookup()) {
+    if (tuned) *tuned = true;
+    return *hit;
+  }
+  const int best = tune_swap(p, l, engine, variants, count, like);
+  plans::insert(text_key, best < 0 ? std::string("engine") : gemm_swap::variant_name(best),
+                /*persist=*/true);
+  {
+    const std::lock_guard<std::mutex> lock(c.mu);
+    c.choice[key] = best;
+  }
+  if (tuned) *tuned = true;
+  return best;
 }
 
 }  // namespace mkernel
