@@ -69,7 +69,7 @@ TORCH_LIBRARY(mkernel, m) {
   // splits: blocks per 16-row tile along K (cp.async variants; 0 = by shape, 1 = none).
   m.def("gemv(Tensor a, Tensor b, int variant=-1, int splits=0) -> Tensor");
   // The swapped-operand GEMM on its own (gemm_swap.cpp): a [M, K], b [N, K] -> a @ b.T, computed
-  // as (b @ a.T).T with A's rows on the MMA's N; variant 0..3 (gemm(a, b) runs the one the
+  // as (b @ a.T).T with A's rows on the MMA's N; variant 0..5 (gemm(a, b) runs the one the
   // small-M tuner measured fastest at 17 <= M <= 512, if faster than the engine).
   m.def("gemm_swap(Tensor a, Tensor b, int variant) -> Tensor");
 

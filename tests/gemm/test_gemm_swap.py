@@ -1,6 +1,7 @@
 """The swapped-operand GEMM (``torch.ops.mkernel.gemm_swap``: D = A·Bᵀ computed as (B·Aᵀ)ᵀ with
-A's rows on the MMA's N) and the small-M routing of ``mkernel.gemm`` (config "auto" runs it at
-17 <= M <= 512 where the small-M tuner measured it faster than the engine's plan).
+A's rows on the MMA's N) and the small-M routing of ``mkernel.gemm`` (config "auto" runs what
+the small-M tuner measured fastest at 9 <= M <= 512: the engine's plan, a swapped variant or,
+up to 16 rows, a GEMV variant).
 
 Every variant at M in {1, 9, 16, 17, 64, 333} (and a token tile's edges) over ragged N and K
 (N an odd multiple of 8, K not a multiple of the 64-deep k-block), both dtypes, outputs
@@ -18,7 +19,9 @@ from .checks import poisoned_call
 from .test_gemm_engine import needs_hopper
 
 VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_streamk",
-            "swap_128x128_streamk"]  # gemm_swap_dispatch.cu order
+            "swap_128x128_streamk", "swap_128x176_c2x2", "swap_128x192_c2x1"]  # gemm_swap_dispatch.cu order
+GEMV_NAMES = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
+              "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4"]
 DTYPES = [torch.bfloat16, torch.float16]
 MS = [1, 9, 16, 17, 64, 65, 176, 177, 333]
 SHAPES = [(1032, 1000), (136, 72), (3576, 4104)]  # (N, K): ragged N and K
@@ -84,8 +87,13 @@ def test_auto_at_small_m_is_correct_reproducible_and_named(dtype):
             plan = mkernel.gemm_plan(a, b)
             check(out, a, b, f"auto m={m} n={n} k={k} plan {plan}")
             assert torch.equal(out, mkernel.gemm(a, b)), plan
-            if m <= 16:
-                assert plan.startswith("gemv/"), plan
+            if m <= 8:
+                assert plan.startswith("gemv/"), plan  # by shape
+            elif plan.startswith("gemv/"):  # 9..16 rows: a GEMV variant the tuner measured
+                assert m <= 16, plan
+                name, _, splits = plan.split()[0][5:].partition("/k")
+                v = GEMV_NAMES.index(name)
+                assert torch.equal(out, torch.ops.mkernel.gemv(a, b, v, int(splits or 1))), plan
             elif plan.startswith("swap_"):
                 v = VARIANTS.index(plan.split()[0])
                 assert torch.equal(out, torch.ops.mkernel.gemm_swap(a, b, v)), plan

@@ -14,24 +14,29 @@ MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_c2x1)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_streamk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x64_streamk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x128_streamk)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_c2x2)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x192_c2x1)
 #undef MKERNEL_GEMM_SWAP_VARIANT
 
 struct Entry {
   const char* name;
   int tile_tokens;  // the swapped tile's N: rows of A per tile
-  int cluster;      // CTAs per cluster
+  int cluster_m;    // CTAs of a cluster along the weights rows
+  int cluster_n;    // and along the tokens
   const char* (*can_implement)(const gemm::Problem&, int);
   size_t (*workspace_size)(const gemm::Problem&, int);
   cudaError_t (*run)(const gemm::Problem&, int, void*, cudaStream_t, const char**);
 };
 
-#define MKERNEL_GEMM_SWAP_ENTRY(SUFFIX, TOKENS, CLUSTER) \
-  {#SUFFIX, TOKENS, CLUSTER, can_implement_##SUFFIX, workspace_size_##SUFFIX, run_##SUFFIX}
+#define MKERNEL_GEMM_SWAP_ENTRY(SUFFIX, TOKENS, CM, CN) \
+  {#SUFFIX, TOKENS, CM, CN, can_implement_##SUFFIX, workspace_size_##SUFFIX, run_##SUFFIX}
 constexpr Entry kEntries[kNumVariants] = {
-    MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_c2x1, 176, 2),
-    MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_streamk, 176, 1),
-    MKERNEL_GEMM_SWAP_ENTRY(swap_128x64_streamk, 64, 1),
-    MKERNEL_GEMM_SWAP_ENTRY(swap_128x128_streamk, 128, 1),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_c2x1, 176, 2, 1),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_streamk, 176, 1, 1),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x64_streamk, 64, 1, 1),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x128_streamk, 128, 1, 1),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_c2x2, 176, 2, 2),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x192_c2x1, 192, 2, 1),
 };
 #undef MKERNEL_GEMM_SWAP_ENTRY
 }  // namespace detail
@@ -46,7 +51,8 @@ const char* can_implement(const gemm::Problem& p, int variant, int sm_count) {
   if (p.n % 8 || p.k % 8) return "n and k must be multiples of 8 (16-byte TMA alignment)";
   if (p.batches != 1 || p.batch_rows != nullptr || p.group_end != nullptr)
     return "the swapped GEMM runs plain (not grouped) problems";
-  if (sm_count < detail::kEntries[variant].cluster) return "fewer SMs than the cluster needs";
+  const detail::Entry& e = detail::kEntries[variant];
+  if (sm_count < e.cluster_m * e.cluster_n) return "fewer SMs than the cluster needs";
   return detail::kEntries[variant].can_implement(p, sm_count);
 }
 
@@ -70,9 +76,12 @@ int candidates(int m, int n, int k, int sm_count, int* out, int capacity) {
   if (m < 1 || m > 512) return 0;
   for (int v = 0; v < kNumVariants && count < capacity; ++v) {
     const detail::Entry& e = detail::kEntries[v];
-    if (sm_count < e.cluster) continue;
-    // A tile more than twice as wide as the tokens wastes most of its MMAs.
-    if (e.tile_tokens > 2 * m) continue;
+    if (sm_count < e.cluster_m * e.cluster_n) continue;
+    // A cluster along the tokens needs as many token tiles (else half of it idles).
+    if ((m + e.tile_tokens - 1) / e.tile_tokens < e.cluster_n) continue;
+    // A tile more than twice as wide as the tokens wastes most of its MMAs (memory-bound
+    // from 9 rows on, the 64-wide one still competes with the GEMV: it reads A once per SM).
+    if (e.tile_tokens > (2 * m > 64 ? 2 * m : 64)) continue;
     // Tokens padded past 25% of the work: another variant fits better.
     const int tiles = (m + e.tile_tokens - 1) / e.tile_tokens;
     if (m >= e.tile_tokens && tiles * e.tile_tokens * 4 > m * 5) continue;
