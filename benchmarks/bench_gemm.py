@@ -103,8 +103,9 @@ GEMV_VARIANTS = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  #
 
 GEMV_BLOCKS_PER_SM = [8, 4, 2, 1, 2, 1, 6, 4, 2, 2, 1]  # gemv_sm90.cu kVariants
 SWAP_VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_streamk",
-                 "swap_128x128_streamk", "swap_128x176_c2x2", "swap_128x192_c2x1"]  # gemm_swap_dispatch.cu order
-SWAP_TILE_TOKENS = [176, 176, 64, 128, 176, 192]
+                 "swap_128x128_streamk", "swap_128x176_c2x2", "swap_128x192_c2x1",
+                 "swap_64x64_ping"]  # gemm_swap_dispatch.cu order
+SWAP_TILE_TOKENS = [176, 176, 64, 128, 176, 192, 64]
 
 
 def decode_candidates(m: int, n: int = 8192, k: int = 8192, sms: int = 132) -> list[str]:
@@ -119,7 +120,7 @@ def decode_candidates(m: int, n: int = 8192, k: int = 8192, sms: int = 132) -> l
                 names.append(f"gemv:{v}/k{splits}")
         # from 9 rows the swapped GEMM's 64-wide stream-K tile too, against the GEMV
         return names + ["cutlass:ping_64x128_c1x1/s1/m", "cutlass:ping_64x256_c1x1/s8/m"] + (
-            ["swap:2"] if m > 8 else [])
+            ["swap:2", "swap:6"] if m > 8 else [])
     # The swapped-operand GEMM (gemm_swap_api.h: A's rows on the MMA's N), every variant whose
     # token tile is no wider than 2 M (the small-M tuner's own filter is stricter).
     swaps = [f"swap:{v}" for v, width in enumerate(SWAP_TILE_TOKENS) if width <= 2 * m]

@@ -19,7 +19,8 @@ from .checks import poisoned_call
 from .test_gemm_engine import needs_hopper
 
 VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_streamk",
-            "swap_128x128_streamk", "swap_128x176_c2x2", "swap_128x192_c2x1"]  # gemm_swap_dispatch.cu order
+            "swap_128x128_streamk", "swap_128x176_c2x2", "swap_128x192_c2x1",
+            "swap_64x64_ping"]  # gemm_swap_dispatch.cu order
 GEMV_NAMES = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
               "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4"]
 DTYPES = [torch.bfloat16, torch.float16]

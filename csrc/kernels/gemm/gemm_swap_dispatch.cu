@@ -16,6 +16,7 @@ MKERNEL_GEMM_SWAP_VARIANT(swap_128x64_streamk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x128_streamk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_c2x2)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x192_c2x1)
+MKERNEL_GEMM_SWAP_VARIANT(swap_64x64_ping)
 #undef MKERNEL_GEMM_SWAP_VARIANT
 
 struct Entry {
@@ -37,6 +38,7 @@ constexpr Entry kEntries[kNumVariants] = {
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x128_streamk, 128, 1, 1),
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_c2x2, 176, 2, 2),
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x192_c2x1, 192, 2, 1),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_64x64_ping, 64, 1, 1),
 };
 #undef MKERNEL_GEMM_SWAP_ENTRY
 }  // namespace detail

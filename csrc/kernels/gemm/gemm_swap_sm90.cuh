@@ -37,12 +37,19 @@ struct ElementOf<gemm::DType::kFP16> {
   using type = cutlass::half_t;
 };
 
-// Tile (weights rows x tokens x k), cluster, tile scheduler of one variant.
-template <class TileShape_, class ClusterShape_, class Scheduler_>
+// Tile (weights rows x tokens x k), cluster, tile scheduler of one variant; cooperative
+// consumers (two warpgroups split a 128-row tile) unless `Pingpong` (each warpgroup its own
+// 64-row tile, taking turns at the tensor cores).
+template <class TileShape_, class ClusterShape_, class Scheduler_, bool Pingpong = false>
 struct SwapConfig {
   using TileShape = TileShape_;
   using ClusterShape = ClusterShape_;
   using Scheduler = Scheduler_;
+  using KernelSchedule =
+      cute::conditional_t<Pingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                          cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
+  using EpilogueSchedule = cute::conditional_t<Pingpong, cutlass::epilogue::TmaWarpSpecialized,
+                                               cutlass::epilogue::TmaWarpSpecializedCooperative>;
 };
 
 template <class Cfg, gemm::DType DT>
@@ -57,14 +64,14 @@ struct SwapGemm {
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::TileShape,
       typename Cfg::ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto, float, float,
       void, LayoutD, kAlign,  // no C operand: D = acc
-      Element, LayoutD, kAlign, cutlass::epilogue::TmaWarpSpecializedCooperative>::CollectiveOp;
+      Element, LayoutD, kAlign, typename Cfg::EpilogueSchedule>::CollectiveOp;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutW, kAlign, Element,
       LayoutX, kAlign, float, typename Cfg::TileShape, typename Cfg::ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+      typename Cfg::KernelSchedule>::CollectiveOp;
 
   using Kernel =
       cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
