@@ -455,12 +455,12 @@ std::vector<SmallPlan> small_candidates(const gemm::Problem& p, int sms) {
     c.swap = variants[i];
     out.push_back(c);
   }
-  if (p.m <= gemv::kMaxRows) {
+  gemv::Plan by_shape;
+  if (gemv_planned(p.m, p.n, p.k, sms, &by_shape)) {  // up to 16 rows (MKERNEL_GEMM_GEMV=0: none)
     // 9 to 16 rows: a lane holds two groups of A fragments, and every 16-row block reads its
     // A rows again (as many bytes as its B rows): w4u2r1 (the by-shape plan) ran 0.83-0.98x
-    // cuBLAS at M=16 (s6 run 2); w8u2r2 and w8u1r4 read A once per 32 and 64 rows; the swapped 64-wide stream-K
-    // tile and the engine's tiles read A once per SM.
-    const gemv::Plan by_shape = gemv::select_plan(p.m, p.n, p.k, sms);
+    // cuBLAS at M=16 (s6 run 2); w8u2r2 and w8u1r4 read A once per 32 and 64 rows; the
+    // swapped 64-wide tiles and the engine's tiles once per tile of 64-128 weight rows.
     for (const gemv::Plan g :
          {by_shape, gemv::Plan{10, 1}, gemv::Plan{5, 1}, gemv::Plan{2, 1}, gemv::Plan{1, 1}}) {
       bool seen = false;
