@@ -98,10 +98,14 @@ DECODE_NK = [  # (N, K): square 8192 weights, Llama-70B QKV unsharded, then TP=8
     (8192, 8192), (10240, 8192), (8192, 3584), (3584, 8192), (8192, 1024), (1280, 8192)]
 DECODE_M = [1, 16, 64, 333]
 GEMV_VARIANTS = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
-                 "w2s6", "w4s4", "w4s8", "w8s4"]
+                 "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4"]
 
 
-GEMV_BLOCKS_PER_SM = [8, 4, 2, 1, 2, 1, 6, 4, 2, 2]  # gemv_sm90.cu kVariants
+GEMV_BLOCKS_PER_SM = [8, 4, 2, 1, 2, 1, 6, 4, 2, 2, 1]  # gemv_sm90.cu kVariants
+SWAP_VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_streamk",
+                 "swap_128x128_streamk", "swap_128x176_c2x2", "swap_128x192_c2x1",
+                 "swap_64x64_ping"]  # gemm_swap_dispatch.cu order
+SWAP_TILE_TOKENS = [176, 176, 64, 128, 176, 192, 64]
 
 
 def decode_candidates(m: int, n: int = 8192, k: int = 8192, sms: int = 132) -> list[str]:
@@ -114,14 +118,17 @@ def decode_candidates(m: int, n: int = 8192, k: int = 8192, sms: int = 132) -> l
             splits = min(sms * GEMV_BLOCKS_PER_SM[v] // tiles, steps // 8)
             if splits > 1:
                 names.append(f"gemv:{v}/k{splits}")
-        return names + ["cutlass:ping_64x128_c1x1/s1/m", "cutlass:ping_64x256_c1x1/s8/m"]
-    if m <= 128:  # run 1: the 64-row tiles; split-K for the narrow weights (28 tiles at N=3584)
+        # from 9 rows the swapped GEMM's 64-wide stream-K tile too, against the GEMV
+        return names + ["cutlass:ping_64x128_c1x1/s1/m", "cutlass:ping_64x256_c1x1/s8/m"] + (
+            ["swap:2", "swap:6"] if m > 8 else [])
+    # The swapped-operand GEMM (gemm_swap_api.h: A's rows on the MMA's N), every variant whose
+    # token tile is no wider than 2 M (the small-M tuner's own filter is stricter).
+    swaps = [f"swap:{v}" for v, width in enumerate(SWAP_TILE_TOKENS) if width <= 2 * m]
+    if m <= 128:  # run 1: the 64-row tiles (split-K lost everywhere in run 1)
         return ["cutlass:ping_64x128_c1x1/s1/m", "cutlass:ping_64x128k128_c1x1/s1/m",
-                "cutlass:ping_64x128_c1x1/s8/n", "hooked:coop_128x256_c1x2/s1/n/k4",
-                "hooked:coop_128x256_c1x2/s1/n/k8"]
-    # run 1's four fastest at M=333 (the rest of its 15 ran 0.26-0.65x cuBLAS)
-    return ["cutlass:ping_64x256_c1x1/s1/m", "cutlass:ping_64x128_c1x1/s1/m",
-            "cutlass:coop_128x128_streamk/s1/m", "cutlass:coop_128x256_c2x1_streamk/s1/m"]
+                "cutlass:ping_64x128_c1x1/s8/n"] + swaps
+    # run 1's two fastest at M=333 (the rest of its 15 ran 0.26-0.65x cuBLAS)
+    return ["cutlass:ping_64x256_c1x1/s1/m", "cutlass:coop_128x128_streamk/s1/m"] + swaps
 
 
 def decode_runner(name: str, a: torch.Tensor, b: torch.Tensor):
@@ -133,6 +140,9 @@ def decode_runner(name: str, a: torch.Tensor, b: torch.Tensor):
         v, _, splits = name[5:].partition("/k")
         v, splits = int(v), int(splits or 0)
         return lambda: torch.ops.mkernel.gemv(a, b, v, splits)
+    if name.startswith("swap:"):
+        v = int(name[5:])
+        return lambda: torch.ops.mkernel.gemm_swap(a, b, v)
     return runner(name, a, b)
 
 
@@ -180,7 +190,9 @@ def decode_cases(args, save) -> int:
                 names = ["cublas", "linear", "auto"] + decode_candidates(m, n, k, sms)
                 if args.lean:  # anchors, auto, the tile kernels' old plan, and at M <= 16 two GEMV variants
                     names = (["cublas", "linear", "auto"] + [c for c in names[3:] if c.startswith("cutlass:")][:1]
-                             + (["gemv:1", "gemv:2", "gemv:7"] if m <= 16 else []))
+                             + (["gemv:1", "gemv:2", "gemv:7"] if m <= 16 else [])
+                             + (["gemv:5", "gemv:10"] if 8 < m <= 16 else [])
+                             + [c for c in names if c.startswith("swap:")])
                 cands, errors = {}, {}
                 for c in names:
                     try:  # a candidate that cannot run this shape is recorded, not timed
@@ -263,7 +275,7 @@ def main() -> int:
     ap.add_argument("--dtypes", default="bf16,fp16", help="--decode: bf16,fp16")
     ap.add_argument("--ms", default="", help="--decode: M values (default DECODE_M)")
     ap.add_argument("--lean", action="store_true",
-                    help="--decode: time only cuBLAS, auto and one tile-kernel plan per case (a short run)")
+                    help="--decode: only cuBLAS, auto, one tile-kernel plan and the swapped GEMM (a short run)")
     ap.add_argument("--graph-below-us", type=float, default=20.0,
                     help="--decode: also time cases estimated under this many us from CUDA-graph replays")
     args = ap.parse_args()

@@ -17,4 +17,6 @@ TORCH_LIBRARY_IMPL(mkernel, Autograd, m) {
   m.impl("gemm_grouped_packed", torch::autograd::autogradNotImplementedFallback());
   m.impl("gemm_hooked", torch::autograd::autogradNotImplementedFallback());
   m.impl("gemv", torch::autograd::autogradNotImplementedFallback());  // the decode kernel
+
+  m.impl("gemm_swap", torch::autograd::autogradNotImplementedFallback());
 }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/gemm/gemm_api.h"
+#include "kernels/gemm/gemm_swap_api.h"
 #endif
 
 namespace mkernel {
@@ -157,14 +158,13 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
   auto out = at::empty({m, n}, a.options());
   if (m == 0 || n == 0) return out;
   if (k == 0) return out.zero_();
-  // M <= 16 with everything left open: the GEMV kernel streams B faster than any
+  // M <= 8 with everything left open: the GEMV kernel streams B faster than any
   // tile config (gemv_api.h); an explicit sm_count keeps the persistent engine.
-  if (config < 0 && sm_count == 0 && swizzle == 0 && raster == 0 && splits <= 1) {
-    gemv::Plan gemv_plan;
-    if (gemv_planned(m, n, k, device_sms(), &gemv_plan) && engine_gemv(op, a, b, out, gemv_plan)) {
-      return out;
-    }
-  }
+  // From 9 rows the small-M tuner chooses (below).
+  const bool all_open = config < 0 && sm_count == 0 && swizzle == 0 && raster == 0 && splits <= 1;
+  gemv::Plan gemv_plan;
+  const bool gemv_ok = all_open && gemv_planned(m, n, k, device_sms(), &gemv_plan);
+  if (gemv_ok && m <= 8 && engine_gemv(op, a, b, out, gemv_plan)) return out;
   gemm::Problem p = engine_problem(op, a, b, out.data_ptr(), m, n, k);
   auto id = static_cast<gemm::ConfigId>(config);
   gemm::Launch launch;
@@ -176,6 +176,16 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
   launch.pdl = pdl;
   if (config < 0 && swizzle == 0 && raster == 0 && splits <= 1) {
     const gemm::Plan plan = engine_plan(p, launch, a);
+    // 9 to 512 rows with the SMs left open: the small-M tuner's choice (engine, swapped GEMM,
+    // GEMV), else up to 16 rows the GEMV's by-shape plan.
+    if (sm_count == 0 && m <= kSwapMaxRows) {
+      const SmallPlan small = engine_small_plan(p, launch, plan, a);
+      if (small.kind == SmallPlan::kSwap && engine_swap(op, a, b, out, small.swap)) return out;
+      if (small.kind == SmallPlan::kGemv && engine_gemv(op, a, b, out, small.gemv)) return out;
+      if (small.kind == SmallPlan::kNone && gemv_ok && engine_gemv(op, a, b, out, gemv_plan)) {
+        return out;
+      }
+    }
     id = plan.config;
     launch.swizzle = plan.swizzle;
     launch.raster = plan.raster;
@@ -241,12 +251,10 @@ std::string gemm_plan_cuda(const at::Tensor& a, const at::Tensor& b, int64_t sm_
   check_engine_inputs(kPlanOp, a);
   TORCH_CHECK(a.size(0) > 0 && b.size(0) > 0 && a.size(1) > 0, kPlanOp,
               ": M, N and K must be >= 1");
-  if (sm_count == 0) {  // what engine_gemm runs first (misaligned operands aside)
-    gemv::Plan gemv_plan;
-    if (gemv_planned(a.size(0), b.size(0), a.size(1), device_sms(), &gemv_plan)) {
-      return gemv::plan_name(gemv_plan);
-    }
-  }
+  gemv::Plan gemv_plan;
+  const bool gemv_ok =
+      sm_count == 0 && gemv_planned(a.size(0), b.size(0), a.size(1), device_sms(), &gemv_plan);
+  if (gemv_ok && a.size(0) <= 8) return gemv::plan_name(gemv_plan);  // what engine_gemm runs first
   // No output: the tuner times its candidates into a D of its own.
   const gemm::Problem p = engine_problem(kPlanOp, a, b, nullptr, a.size(0), b.size(0), a.size(1));
   gemm::Launch launch;
@@ -254,6 +262,14 @@ std::string gemm_plan_cuda(const at::Tensor& a, const at::Tensor& b, int64_t sm_
   launch.sm_count = sm_count > 0 ? static_cast<int>(sm_count) : device_sms();
   bool tuned = false;
   const gemm::Plan plan = engine_plan(p, launch, a, &tuned, /*wait=*/true);
+  if (sm_count == 0 && p.m <= kSwapMaxRows) {  // what engine_gemm runs next
+    bool small_tuned = false;
+    const SmallPlan small = engine_small_plan(p, launch, plan, a, &small_tuned, /*wait=*/true);
+    const char* mark = small_tuned ? " (tuned)" : "";
+    if (small.kind == SmallPlan::kSwap) return gemm_swap::variant_name(small.swap) + std::string(mark);
+    if (small.kind == SmallPlan::kGemv) return gemv::plan_name(small.gemv) + mark;
+    if (small.kind == SmallPlan::kNone && gemv_ok) return gemv::plan_name(gemv_plan);
+  }
   return plan_name(plan.config, plan.swizzle, plan.raster, tuned);
 }
 #endif  // MKERNEL_WITH_CUDA

@@ -125,6 +125,10 @@ at::Tensor gemm_ar_cpu(const at::Tensor& x, const at::Tensor& w, int64_t group,
 }
 
 #ifdef MKERNEL_WITH_CUDA
+// Rows up to which gemm_ar runs the engine's small-M GEMM and then the substrate's all-reduce
+// instead of the fused kernel (gemm_engine.h: the swapped GEMM's range).
+constexpr int64_t kSmallRows = kSwapMaxRows;
+
 // One-shot or two-shot, from shapes only (the same choice on every rank). Per rank, one-shot
 // reads all W partials of every tile ((W + 1)·M·N elements of traffic in the reduce role), two-shot
 // reads W partials of its own M/W rows and copies the others' reduced rows (~3·M·N) but adds a
@@ -150,6 +154,16 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
   if (world_size == 1) return engine_gemm(kOp, x, w);  // nothing to reduce
   const c10::cuda::CUDAGuard device_guard(x.device());
   check_engine_inputs(kOp, x);
+  if (x.size(0) <= kSmallRows && std::getenv("MKERNEL_GEMM_AR_ALGO") == nullptr) {
+    // Decode sizes: the local GEMM runs the small-M kernels (the GEMV up to 16 rows, the
+    // swapped GEMM or the engine's tiles by measurement up to 512: gemm.cpp), which the fused
+    // kernel's hooked tiles are not; the all-reduce of at most 512·N elements then follows on
+    // the substrate (identical bits on every rank). Decided by shape alone, the same on every
+    // rank, whatever each rank's tuner picked for its local GEMM. MKERNEL_GEMM_AR_ALGO (which
+    // forces a fused algorithm, for measuring and testing both) keeps the fused kernel here too.
+    return fused_glue::substrate_collective(kOp, "all_reduce", engine_gemm(kOp, x, w), group,
+                                            world_size);
+  }
   comm::SymmetricGroup& sg = comm::SymmetricGroup::get(kOp, group, world_size, x.device());
   const char* why = "the group spans several nodes (the fused kernel reaches same-node peers)";
   if (sg.single_node()) {

@@ -44,6 +44,9 @@
 #include <tuple>
 #include <vector>
 
+#include "gemv_engine.h"
+#include "kernels/gemm/gemm_swap_api.h"
+
 namespace mkernel {
 namespace {
 
@@ -379,6 +382,211 @@ gemm::Plan grouped_plan(const gemm::Problem& p, const gemm::Launch& l, const at:
     return plans::key(device_signature(dev, sms), dtype_name(p.dtype), p.batches, p.m, p.n, p.k);
   };
   return cached_plan(key, table_key, p, l, like, /*hooked=*/true, wait, tuned, candidates);
+}
+
+
+// The small-M choice (engine_small_plan): the engine's plan against the swapped GEMM's
+// variants (and from 9 to 16 rows the GEMV's), timed like the engine's candidates (fastest) on
+// the caller's operands. Keyed by the engine's M bucket (the next power of two), so a new token
+// count reuses its bucket's choice instead of stalling a step on a tuning (every candidate runs
+// every M of its bucket; the first M of a bucket picks). The table's value is "engine", the
+// swapped variant's name or the GEMV plan's ("gemv/w8u2r2").
+namespace {
+struct SmallCache {
+  std::mutex mu;
+  std::map<Key, SmallPlan> choice;
+  uint64_t generation = 0;
+};
+SmallCache& small_cache() {
+  static auto* c = new SmallCache();  // never destroyed: may be used until exit
+  return *c;
+}
+
+std::string small_text(const SmallPlan& c) {
+  if (c.kind == SmallPlan::kSwap) return gemm_swap::variant_name(c.swap);
+  if (c.kind == SmallPlan::kGemv) return gemv::plan_name(c.gemv);
+  return "engine";
+}
+
+std::optional<SmallPlan> parse_small(const std::string& text) {
+  SmallPlan c;
+  if (text == "engine") {
+    c.kind = SmallPlan::kEngine;
+    return c;
+  }
+  for (int v = 0; v < gemm_swap::kNumVariants; ++v) {
+    if (text == gemm_swap::variant_name(v)) {
+      c.kind = SmallPlan::kSwap;
+      c.swap = v;
+      return c;
+    }
+  }
+  const size_t at = text.find("/k");
+  const int splits = at == std::string::npos ? 1 : std::atoi(text.c_str() + at + 2);
+  for (int v = 0; v < gemv::kNumVariants; ++v) {
+    if (text == gemv::plan_name({v, splits})) {
+      c.kind = SmallPlan::kGemv;
+      c.gemv = {v, splits};
+      return c;
+    }
+  }
+  return std::nullopt;
+}
+
+// Whether `c` runs p (a choice from another M of its bucket, a file or another rank).
+bool small_runs(const gemm::Problem& p, const SmallPlan& c, int sms) {
+  if (c.kind == SmallPlan::kSwap) return gemm_swap::can_implement(p, c.swap, sms) == nullptr;
+  if (c.kind == SmallPlan::kGemv) return gemv::can_implement(p, c.gemv) == nullptr;
+  return c.kind == SmallPlan::kEngine;
+}
+
+// The candidates of p: the engine's plan first, then the swapped variants that fit M, then
+// (9 to 16 rows) the GEMV's by-shape plan and its register variants for two groups of rows.
+std::vector<SmallPlan> small_candidates(const gemm::Problem& p, int sms) {
+  std::vector<SmallPlan> out;
+  SmallPlan engine;
+  engine.kind = SmallPlan::kEngine;
+  out.push_back(engine);
+  int variants[gemm_swap::kNumVariants];
+  const int count = gemm_swap::candidates(p.m, p.n, p.k, sms, variants, gemm_swap::kNumVariants);
+  for (int i = 0; i < count; ++i) {
+    SmallPlan c;
+    c.kind = SmallPlan::kSwap;
+    c.swap = variants[i];
+    out.push_back(c);
+  }
+  gemv::Plan by_shape;
+  if (gemv_planned(p.m, p.n, p.k, sms, &by_shape)) {  // up to 16 rows (MKERNEL_GEMM_GEMV=0: none)
+    // 9 to 16 rows: a lane holds two groups of A fragments, and every 16-row block reads its
+    // A rows again (as many bytes as its B rows): w4u2r1 (the by-shape plan) ran 0.83-0.98x
+    // cuBLAS at M=16 (s6 run 2); w8u2r2 and w8u1r4 read A once per 32 and 64 rows; the
+    // swapped 64-wide tiles and the engine's tiles once per tile of 64-128 weight rows.
+    for (const gemv::Plan g :
+         {by_shape, gemv::Plan{10, 1}, gemv::Plan{5, 1}, gemv::Plan{2, 1}, gemv::Plan{1, 1}}) {
+      bool seen = false;
+      for (const SmallPlan& o : out) {
+        seen |= o.kind == SmallPlan::kGemv && o.gemv.variant == g.variant && o.gemv.splits == g.splits;
+      }
+      if (seen || gemv::can_implement(p, g) != nullptr) continue;
+      SmallPlan c;
+      c.kind = SmallPlan::kGemv;
+      c.gemv = g;
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// Times the candidates (index 0: the engine's plan); returns the fastest.
+SmallPlan tune_small(gemm::Problem p, const gemm::Launch& l, const gemm::Plan& engine,
+                     const std::vector<SmallPlan>& cands, const at::Tensor& like) {
+  const at::Tensor d = at::empty({p.m, p.n}, like.options());
+  p.d = d.data_ptr();
+  gemm::Launch el = l;
+  el.swizzle = engine.swizzle;
+  el.raster = engine.raster;
+  el.splits = 1;
+  const bool engine_ok = gemm::can_implement(p, engine.config, el) == nullptr;
+  el.workspace_bytes = engine_ok ? gemm::workspace_size(p, engine.config, el) : 0;
+  size_t scratch_bytes = el.workspace_bytes, gemv_bytes = 0;
+  for (const SmallPlan& c : cands) {
+    if (c.kind == SmallPlan::kSwap) {
+      scratch_bytes = std::max(scratch_bytes, gemm_swap::workspace_size(p, c.swap, l.sm_count));
+    } else if (c.kind == SmallPlan::kGemv) {
+      gemv_bytes = std::max(gemv_bytes, gemv::workspace_size(p, c.gemv));
+    }
+  }
+  // CUTLASS's scratch (the engine's plan, stream-K): one for all, the launches of one stream
+  // never overlap and CUTLASS initialises what it uses. The GEMV's K split needs the engine's
+  // zeroed ticket workspace (kept zero by every launch).
+  at::Tensor scratch;
+  if (scratch_bytes) {
+    scratch = at::empty({static_cast<int64_t>(scratch_bytes)}, like.options().dtype(at::kByte));
+  }
+  void* ws = scratch_bytes ? scratch.data_ptr() : nullptr;
+  void* gemv_ws = engine_workspace(gemv_bytes, like);
+  el.workspace = el.workspace_bytes ? ws : nullptr;
+  const int best = fastest(
+      static_cast<int>(cands.size()), l.stream,
+      [&](int i) {
+        const SmallPlan& c = cands[i];
+        if (c.kind == SmallPlan::kSwap) {
+          return gemm_swap::run(p, c.swap, l.sm_count, ws, l.stream) == cudaSuccess;
+        }
+        if (c.kind == SmallPlan::kGemv) {
+          return gemv::can_implement(p, c.gemv) == nullptr &&
+                 gemv::run(p, c.gemv, l.stream, gemv_ws) == cudaSuccess;
+        }
+        return engine_ok && gemm::run(p, engine.config, el, nullptr) == cudaSuccess;
+      },
+      [&](int i) {
+        return cands[i].kind == SmallPlan::kEngine
+                   ? plan_name(engine.config, engine.swizzle, engine.raster, false)
+                   : small_text(cands[i]);
+      });
+  return cands[best < 0 ? 0 : best];
+}
+}  // namespace
+
+SmallPlan engine_small_plan(const gemm::Problem& p, const gemm::Launch& l,
+                            const gemm::Plan& engine, const at::Tensor& like, bool* tuned,
+                            bool wait) {
+  if (tuned) *tuned = false;
+  const SmallPlan none;
+  if (p.m <= 8 || p.m > kSwapMaxRows || p.batches != 1 || p.group_end != nullptr) return none;
+  if (!tuning_enabled()) return none;
+  const int sms = l.sm_count;
+  const int dev = like.get_device();
+  const Key key{dev, static_cast<int>(p.dtype), -1, plans::m_bucket(p.m), p.n, p.k, sms};
+  SmallCache& c = small_cache();
+  std::string text_key;
+  auto lookup = [&]() -> std::optional<SmallPlan> {
+    {
+      const std::lock_guard<std::mutex> lock(c.mu);
+      const uint64_t gen = plans::generation();
+      if (c.generation != gen) {
+        c.choice.clear();
+        c.generation = gen;
+      }
+      auto it = c.choice.find(key);
+      if (it != c.choice.end()) return it->second;
+    }
+    if (text_key.empty()) {
+      text_key = plans::key(device_signature(dev, sms), dtype_name(p.dtype), 0, p.m, p.n, p.k) +
+                 "|small";
+    }
+    const std::optional<std::string> text = plans::find(text_key);
+    if (!text) return std::nullopt;
+    const std::optional<SmallPlan> v = parse_small(*text);
+    if (!v || !small_runs(p, *v, sms)) return std::nullopt;  // stale: tune anew
+    const std::lock_guard<std::mutex> lock(c.mu);
+    c.choice[key] = *v;
+    return v;
+  };
+  if (std::optional<SmallPlan> hit = lookup()) {
+    if (tuned) *tuned = true;
+    return *hit;
+  }
+  const std::vector<SmallPlan> cands = small_candidates(p, sms);
+  if (cands.size() <= 1 || capturing(l.stream)) return none;
+  std::unique_lock<std::mutex> tuner(tuner_mutex(dev), std::defer_lock);
+  if (wait) {
+    tuner.lock();
+  } else if (!tuner.try_lock()) {
+    return none;  // the device is tuning another shape: don't stall this call
+  }
+  if (std::optional<SmallPlan> hit = lookup()) {
+    if (tuned) *tuned = true;
+    return *hit;
+  }
+  const SmallPlan best = tune_small(p, l, engine, cands, like);
+  plans::insert(text_key, small_text(best), /*persist=*/true);
+  {
+    const std::lock_guard<std::mutex> lock(c.mu);
+    c.choice[key] = best;
+  }
+  if (tuned) *tuned = true;
+  return best;
 }
 
 }  // namespace mkernel

@@ -8,6 +8,7 @@
 
 #ifdef MKERNEL_WITH_CUDA
 #include "kernels/gemm/gemm_api.h"
+#include "kernels/gemm/gemv_api.h"
 #endif
 
 namespace mkernel {
@@ -48,6 +49,28 @@ gemm::Problem engine_problem(const char* op, const at::Tensor& a, const at::Tens
 // (`wait` false) the device is busy tuning another shape. *tuned says which.
 gemm::Plan engine_plan(const gemm::Problem& p, const gemm::Launch& l, const at::Tensor& like,
                        bool* tuned = nullptr, bool wait = false);
+// Config "auto" for 9 <= M <= kSwapMaxRows: what the small-M tuner measured fastest on this
+// shape among the engine's own plan (`engine`), the swapped GEMM's variants that fit M
+// (gemm_swap_api.h: A's rows on the MMA's N, so they pad to a multiple of 8 instead of 64) and,
+// up to 16 rows, the GEMV's variants (gemv_api.h). Timed on the first call of a shape's M
+// bucket (as engine_plan), cached in memory and in the plan table (so mkernel.share_gemm_plans
+// hands it to every rank). kind kNone when there is no measured choice (MKERNEL_GEMM_AUTOTUNE=0,
+// graph capture, or `wait` false while the device tunes another shape): then the GEMV's
+// by-shape plan runs up to 16 rows and the engine's plan above. The candidates sum K in other
+// orders: the choice changes the bits, never from one call of a shape to the next.
+constexpr int64_t kSwapMaxRows = 512;
+struct SmallPlan {
+  enum Kind { kNone, kEngine, kSwap, kGemv } kind = kNone;
+  int swap = 0;     // kSwap: gemm_swap variant
+  gemv::Plan gemv;  // kGemv
+};
+SmallPlan engine_small_plan(const gemm::Problem& p, const gemm::Launch& l,
+                            const gemm::Plan& engine, const at::Tensor& like,
+                            bool* tuned = nullptr, bool wait = false);
+// out [m, n] = a · bᵀ with the swapped GEMM's `variant` on the current stream; false (nothing
+// launched) when the variant cannot take these operands.
+bool engine_swap(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,
+                 int variant);
 // The same for a packed grouped problem (p.group_end set, p.m = T rows of
 // p.batches experts) on the hooked kernel; tuned on the first call's routing.
 gemm::Plan grouped_plan(const gemm::Problem& p, const gemm::Launch& l, const at::Tensor& like,

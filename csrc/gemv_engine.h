@@ -13,10 +13,10 @@
 namespace mkernel {
 
 #ifdef MKERNEL_WITH_CUDA
-// Whether config "auto" runs the GEMV kernel for a [m, k] · [n, k]ᵀ on
-// `sm_count` SMs, and with which plan (*plan). False when the GEMM engine's
-// tile kernels run it (m > 16, or MKERNEL_GEMM_GEMV=0). Chosen by shape alone,
-// so a shape always gives the same bits.
+// Whether the GEMV kernel can take a [m, k] · [n, k]ᵀ on `sm_count` SMs, and
+// its by-shape plan (*plan). False for m > 16 or MKERNEL_GEMM_GEMV=0. Config
+// "auto" runs this plan up to 8 rows; from 9 to 16 the small-M tuner's choice
+// (engine_small_plan, gemm_engine.h), this plan when there is none.
 bool gemv_planned(int64_t m, int64_t n, int64_t k, int sm_count, gemv::Plan* plan);
 
 // out [m, n] = a [m, k] · b [n, k]ᵀ with `plan` on the current stream (its

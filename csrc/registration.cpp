@@ -65,9 +65,13 @@ TORCH_LIBRARY(mkernel, m) {
   // " (tuned)" when the autotuner measured it (the first query of a shape tunes it).
   m.def("gemm_plan(Tensor a, Tensor b, int sm_count=0) -> str");
   // The small-M kernel on its own: a [M, K] (M <= 16), b [N, K] -> a @ b.T [M, N]; variant:
-  // how blocks stream B (0..9, -1 = by shape; gemm(a, b) runs the by-shape one at M <= 16);
+  // how blocks stream B (0..10, -1 = by shape; gemm(a, b) runs the by-shape one at M <= 8);
   // splits: blocks per 16-row tile along K (cp.async variants; 0 = by shape, 1 = none).
   m.def("gemv(Tensor a, Tensor b, int variant=-1, int splits=0) -> Tensor");
+  // The swapped-operand GEMM on its own (gemm_swap.cpp): a [M, K], b [N, K] -> a @ b.T, computed
+  // as (b @ a.T).T with A's rows on the MMA's N; variant 0..6 (gemm(a, b) runs the one the
+  // small-M tuner measured fastest at 17 <= M <= 512, if faster than the engine).
+  m.def("gemm_swap(Tensor a, Tensor b, int variant) -> Tensor");
 
   // The hooked engine kernel driven by flag tensors (see gemm_hooked.cpp): waits on a_ready
   // before loading A rows, releases tile_done per output tile, visits M units in m_order.

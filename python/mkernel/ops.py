@@ -198,7 +198,10 @@ def gemm(a: Tensor, b: Tensor, *, config: str | int = "auto", sm_count: int = 0,
     With ``config="auto"`` and the tile order left open, the first call of a shape times the
     shape heuristic's plan and a few alternates on these operands and caches the fastest
     (:func:`gemm_plan` says which); ``MKERNEL_GEMM_AUTOTUNE=0`` keeps the heuristic alone.
-    No candidate splits K, so the result does not depend on which one wins.
+    No candidate splits K, so the result does not depend on which one wins. Small M runs other
+    kernels: the GEMV at M <= 16 (by shape), and at 17 <= M <= 512 the swapped-operand GEMM
+    (``torch.ops.mkernel.gemm_swap``) where the first call of the M bucket measured it faster than
+    the engine's plan; that choice changes the bits, and is cached and shared like the plans.
 
     Args:
         a: ``[M, K]`` bf16/fp16 (CUDA) or any float dtype (CPU reference), contiguous.

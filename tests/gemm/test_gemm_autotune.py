@@ -23,6 +23,9 @@ from .test_gemm_engine import needs_hopper
 
 # Configs that split K (their sums run in another order): not tuning candidates.
 SPLITS_K = ("coop_128x128_streamk", "coop_128x256_c2x1_streamk")
+# The swapped-operand GEMM's variants (gemm_swap_dispatch.cu order).
+SWAP_VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_streamk", "swap_128x128_streamk",
+                 "swap_128x176_c2x2", "swap_128x192_c2x1", "swap_64x64_ping"]
 
 
 def parse_plan(plan: str) -> tuple[str, int, str]:
@@ -70,6 +73,10 @@ def test_autotuned_plan_is_cached_and_exact(kind, dtype):
     plan = mkernel.gemm_plan(a, b)
     assert plan.endswith(" (tuned)"), plan
     assert mkernel.gemm_plan(a, b) == plan  # cached
+    if plan.startswith("swap_"):  # 17..512 rows: the swapped GEMM measured faster (test_gemm_swap.py)
+        assert m <= 512
+        assert torch.equal(out, torch.ops.mkernel.gemm_swap(a, b, SWAP_VARIANTS.index(plan.split()[0])))
+        return
     cfg, swz, ras = parse_plan(plan)
     assert cfg in GEMM_CONFIGS and cfg not in SPLITS_K
     assert torch.equal(out, mkernel.gemm(a, b, config=cfg, swizzle=swz, raster=ras, splits=1))

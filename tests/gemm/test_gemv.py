@@ -15,9 +15,11 @@ import mkernel
 
 from .test_gemm_engine import HOPPER, needs_hopper, poison_next_allocation
 
-REGISTER_VARIANTS = range(6)  # gemv_sm90.cu kVariants: register-pipelined
+REGISTER_VARIANTS = [0, 1, 2, 3, 4, 5, 10]  # gemv_sm90.cu kVariants: register-pipelined
 ASYNC_VARIANTS = range(6, 10)  # cp.async: the ones that split K over blocks
-VARIANTS = range(10)
+VARIANTS = range(11)
+VARIANT_NAMES = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
+                 "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4"]
 DTYPES = [torch.bfloat16, torch.float16]
 
 
@@ -115,17 +117,24 @@ def test_gemv_rejects_split_k_on_register_variants():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_auto_runs_gemv_at_small_m_with_same_bits(dtype):
+    """Up to 8 rows auto runs the GEMV's by-shape plan; from 9 to 16 the small-M tuner's choice
+    (a GEMV variant, the swapped GEMM or the engine: test_gemm_swap.py), the same bits again."""
     for m, (n, k) in [(1, (3000, 2056)), (3, (3000, 2056)), (8, (1280, 8192)), (16, (3000, 2056))]:
         a, b = operands(m, n, k, dtype, seed=7 + m)
         plan = mkernel.gemm_plan(a, b)
-        assert plan.startswith("gemv/"), plan
+        assert plan.startswith("gemv/") or m > 8, plan
         ptr = poison_next_allocation((m, n), dtype, "cuda")
         out = mkernel.gemm(a, b)
         assert out.data_ptr() == ptr
         check(out, a, b, f"auto m={m} plan {plan}")
-        assert torch.equal(out, torch.ops.mkernel.gemv(a, b))  # the by-shape plan
+        if m <= 8:
+            assert torch.equal(out, torch.ops.mkernel.gemv(a, b))  # the by-shape plan
+        elif plan.startswith("gemv/"):  # the tuned variant, named by gemm_plan
+            name, _, splits = plan.split()[0][5:].partition("/k")
+            variant = VARIANT_NAMES.index(name)
+            assert torch.equal(out, torch.ops.mkernel.gemv(a, b, variant, int(splits or 1))), plan
         assert torch.equal(out, mkernel.gemm(a, b))  # reproducible
-        # an explicit config keeps the tile engine; past 16 rows auto does too
+        # an explicit config keeps the tile engine
         check(mkernel.gemm(a, b, config="ping_64x128_c1x1"), a, b, "explicit config")
     a17 = torch.randn(17, 2056, device="cuda", dtype=dtype)
     b = torch.randn(1000, 2056, device="cuda", dtype=dtype)

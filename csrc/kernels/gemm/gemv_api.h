@@ -36,7 +36,7 @@ struct Variant {
   int stages;
   int blocks_per_sm;
 };
-constexpr int kNumVariants = 10;
+constexpr int kNumVariants = 11;
 Variant variant(int index);
 
 // What runs: a variant, and over how many blocks each 16-row tile's K is split

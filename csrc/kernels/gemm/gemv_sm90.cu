@@ -430,9 +430,13 @@ cudaError_t launch_async(const gemm::Problem& p, const Slices& slices, cudaStrea
 // blocks_per_sm: register variants by registers (u2r1: 128 per thread, 16
 // warps per SM; w4u4r1 208, w8u2r2 200), cp.async variants by shared memory
 // (warps * stages * 3 KB + the reduction's partials, of 227 KB).
+// w8u1r4 (64 B rows per block, one step in flight per buffer): from 9 rows every block reads
+// its A rows from L2 once per 16 B rows in the one-tile variants — as many bytes as B (device
+// run 2 of session 6: M=16 at 3.0 TB/s where M=1 streams 3.8); four tiles read A once per 64.
 constexpr Variant kVariants[kNumVariants] = {
     {2, 2, 1, 0, 8}, {4, 2, 1, 0, 4}, {8, 2, 1, 0, 2}, {16, 2, 1, 0, 1}, {4, 4, 1, 0, 2},
     {8, 2, 2, 0, 1}, {2, 1, 1, 6, 6}, {4, 1, 1, 4, 4}, {4, 1, 1, 8, 2},  {8, 1, 1, 4, 2},
+    {8, 1, 4, 0, 1},
 };
 
 template <class T, int G>
@@ -460,6 +464,8 @@ cudaError_t run_typed(const gemm::Problem& p, int index, const Slices& slices,
       return launch_async<T, G, 4, 8>(p, slices, stream);
     case 9:
       return launch_async<T, G, 8, 4>(p, slices, stream);
+    case 10:
+      return launch<T, G, 8, 1, 4>(p, stream);
     default:
       return cudaErrorInvalidValue;
   }

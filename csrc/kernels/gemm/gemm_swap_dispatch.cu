@@ -1,0 +1,95 @@
+// Runtime dispatch of the swapped-operand GEMM (gemm_swap_api.h): variant
+// index to the instantiation (gemm_swap_*.cu) that implements it.
+#include <cuda_runtime.h>
+
+#include "gemm_swap_api.h"
+
+namespace mkernel::gemm_swap {
+namespace detail {
+#define MKERNEL_GEMM_SWAP_VARIANT(SUFFIX)                             \
+  const char* can_implement_##SUFFIX(const gemm::Problem&, int);      \
+  size_t workspace_size_##SUFFIX(const gemm::Problem&, int);          \
+  cudaError_t run_##SUFFIX(const gemm::Problem&, int, void*, cudaStream_t, const char**);
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_c2x1)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_streamk)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x64_streamk)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x128_streamk)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_c2x2)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x192_c2x1)
+MKERNEL_GEMM_SWAP_VARIANT(swap_64x64_ping)
+#undef MKERNEL_GEMM_SWAP_VARIANT
+
+struct Entry {
+  const char* name;
+  int tile_tokens;  // the swapped tile's N: rows of A per tile
+  int cluster_m;    // CTAs of a cluster along the weights rows
+  int cluster_n;    // and along the tokens
+  const char* (*can_implement)(const gemm::Problem&, int);
+  size_t (*workspace_size)(const gemm::Problem&, int);
+  cudaError_t (*run)(const gemm::Problem&, int, void*, cudaStream_t, const char**);
+};
+
+#define MKERNEL_GEMM_SWAP_ENTRY(SUFFIX, TOKENS, CM, CN) \
+  {#SUFFIX, TOKENS, CM, CN, can_implement_##SUFFIX, workspace_size_##SUFFIX, run_##SUFFIX}
+constexpr Entry kEntries[kNumVariants] = {
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_c2x1, 176, 2, 1),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_streamk, 176, 1, 1),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x64_streamk, 64, 1, 1),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x128_streamk, 128, 1, 1),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_c2x2, 176, 2, 2),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x192_c2x1, 192, 2, 1),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_64x64_ping, 64, 1, 1),
+};
+#undef MKERNEL_GEMM_SWAP_ENTRY
+}  // namespace detail
+
+const char* variant_name(int variant) {
+  return variant >= 0 && variant < kNumVariants ? detail::kEntries[variant].name : "unknown";
+}
+
+const char* can_implement(const gemm::Problem& p, int variant, int sm_count) {
+  if (variant < 0 || variant >= kNumVariants) return "no such swapped-GEMM variant";
+  if (p.m < 1 || p.n < 1 || p.k < 1) return "m, n and k must be >= 1";
+  if (p.n % 8 || p.k % 8) return "n and k must be multiples of 8 (16-byte TMA alignment)";
+  if (p.batches != 1 || p.batch_rows != nullptr || p.group_end != nullptr)
+    return "the swapped GEMM runs plain (not grouped) problems";
+  const detail::Entry& e = detail::kEntries[variant];
+  if (sm_count < e.cluster_m * e.cluster_n) return "fewer SMs than the cluster needs";
+  return detail::kEntries[variant].can_implement(p, sm_count);
+}
+
+size_t workspace_size(const gemm::Problem& p, int variant, int sm_count) {
+  if (variant < 0 || variant >= kNumVariants) return 0;
+  return detail::kEntries[variant].workspace_size(p, sm_count);
+}
+
+cudaError_t run(const gemm::Problem& p, int variant, int sm_count, void* workspace,
+                cudaStream_t stream, const char** reason) {
+  if (const char* why = can_implement(p, variant, sm_count)) {
+    if (reason) *reason = why;
+    return cudaErrorInvalidValue;
+  }
+  return detail::kEntries[variant].run(p, sm_count, workspace, stream, reason);
+}
+
+int candidates(int m, int n, int k, int sm_count, int* out, int capacity) {
+  (void)n, (void)k;
+  int count = 0;
+  if (m < 1 || m > 512) return 0;
+  for (int v = 0; v < kNumVariants && count < capacity; ++v) {
+    const detail::Entry& e = detail::kEntries[v];
+    if (sm_count < e.cluster_m * e.cluster_n) continue;
+    // A cluster along the tokens needs as many token tiles (else half of it idles).
+    if ((m + e.tile_tokens - 1) / e.tile_tokens < e.cluster_n) continue;
+    // A tile more than twice as wide as the tokens wastes most of its MMAs (memory-bound
+    // from 9 rows on, the 64-wide one still competes with the GEMV: it reads A once per SM).
+    if (e.tile_tokens > (2 * m > 64 ? 2 * m : 64)) continue;
+    // Tokens padded past 25% of the work: another variant fits better.
+    const int tiles = (m + e.tile_tokens - 1) / e.tile_tokens;
+    if (m >= e.tile_tokens && tiles * e.tile_tokens * 4 > m * 5) continue;
+    out[count++] = v;
+  }
+  return count;
+}
+
+}  // namespace mkernel::gemm_swap

@@ -1,0 +1,167 @@
+// The swapped-operand GEMM's kernels (gemm_swap_api.h): CUTLASS 3.x sm90
+// collectives for Dᵀ[N,M] = B[N,K] · A[M,K]ᵀ with B and A K-major (as in the
+// engine, gemm_sm90.cuh) and Dᵀ column-major, which is D [M,N] row-major: the
+// same memory, so no transpose anywhere. Included only by the per-variant
+// gemm_swap_*.cu files (one per tile: parallel builds).
+#pragma once
+
+// wgmma's N may be any multiple of 8 up to 256; CuTe's selector offers the
+// ones that are not powers of two (176: two tiles cover 333 tokens with 5.7%
+// padding) only with this set. Only the swapped GEMM's translation units
+// include this header, and their tile widths are their own.
+#ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#endif
+
+#include <mutex>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/util/packed_stride.hpp"
+#include "gemm_swap_api.h"
+
+namespace mkernel::gemm_swap {
+
+template <gemm::DType D>
+struct ElementOf;
+template <>
+struct ElementOf<gemm::DType::kBF16> {
+  using type = cutlass::bfloat16_t;
+};
+template <>
+struct ElementOf<gemm::DType::kFP16> {
+  using type = cutlass::half_t;
+};
+
+// Tile (weights rows x tokens x k), cluster, tile scheduler of one variant; cooperative
+// consumers (two warpgroups split a 128-row tile) unless `Pingpong` (each warpgroup its own
+// 64-row tile, taking turns at the tensor cores).
+template <class TileShape_, class ClusterShape_, class Scheduler_, bool Pingpong = false>
+struct SwapConfig {
+  using TileShape = TileShape_;
+  using ClusterShape = ClusterShape_;
+  using Scheduler = Scheduler_;
+  using KernelSchedule =
+      cute::conditional_t<Pingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                          cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
+  using EpilogueSchedule = cute::conditional_t<Pingpong, cutlass::epilogue::TmaWarpSpecialized,
+                                               cutlass::epilogue::TmaWarpSpecializedCooperative>;
+};
+
+template <class Cfg, gemm::DType DT>
+struct SwapGemm {
+  using Element = typename ElementOf<DT>::type;
+  using LayoutW = cutlass::layout::RowMajor;     // B [N,K] as the MMA's A: K contiguous
+  using LayoutX = cutlass::layout::ColumnMajor;  // A [M,K] as the MMA's B (K x M, K contiguous)
+  using LayoutD = cutlass::layout::ColumnMajor;  // Dᵀ [N,M] column-major = D [M,N] row-major
+  static constexpr int kAlign = 16 / sizeof(Element);
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::TileShape,
+      typename Cfg::ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+      void, LayoutD, kAlign,  // no C operand: D = acc
+      Element, LayoutD, kAlign, typename Cfg::EpilogueSchedule>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutW, kAlign, Element,
+      LayoutX, kAlign, float, typename Cfg::TileShape, typename Cfg::ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Cfg::KernelSchedule>::CollectiveOp;
+
+  using Kernel =
+      cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                           CollectiveEpilogue, typename Cfg::Scheduler>;
+  using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+  static typename Device::Arguments arguments(const gemm::Problem& p, int sm_count) {
+    // The swapped problem: M' = N (weights rows), N' = M (tokens).
+    auto sw = cutlass::make_cute_packed_stride(typename Kernel::StrideA{}, {p.n, p.k, 1});
+    auto sx = cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, {p.m, p.k, 1});
+    auto sd = cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, {p.n, p.m, 1});
+    cutlass::KernelHardwareInfo hw;
+    hw.device_id = 0;
+    hw.sm_count = sm_count;  // always set: CUTLASS never queries the device
+    typename Device::Arguments args{
+        cutlass::gemm::GemmUniversalMode::kGemm,
+        {p.n, p.m, p.k, 1},
+        {static_cast<const Element*>(p.b), sw, static_cast<const Element*>(p.a), sx},
+        {{1.0f, 0.0f}, nullptr, sd, static_cast<Element*>(p.d), sd},
+        hw};
+    // Along the weights rows: the tokens' tiles (the small operand) stay in L2
+    // while B streams through once.
+    using Raster = typename Kernel::TileScheduler::RasterOrderOptions;
+    args.scheduler.max_swizzle_size = 1;
+    args.scheduler.raster_order = Raster::AlongM;
+    return args;
+  }
+
+  static const char* can_implement(const gemm::Problem& p, int sm_count) {
+    return Device::can_implement(arguments(p, sm_count)) == cutlass::Status::kSuccess
+               ? nullptr
+               : "CUTLASS can_implement failed";
+  }
+
+  static size_t workspace_size(const gemm::Problem& p, int sm_count) {
+    return Device::get_workspace_size(arguments(p, sm_count));
+  }
+
+  // CUTLASS's adapter without its per-call cudaFuncSetAttribute (once per device).
+  static cudaError_t run(const gemm::Problem& p, int sm_count, void* workspace,
+                         cudaStream_t stream, const char** reason) {
+    constexpr int kMaxDevices = 64;
+    static std::once_flag once[kMaxDevices];
+    static cudaError_t opt_in[kMaxDevices];
+    int dev = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess) return err;
+    if (dev >= kMaxDevices) return cudaErrorInvalidDevice;
+    std::call_once(once[dev], [&] {
+      opt_in[dev] = cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(Kernel::SharedStorageSize));
+    });
+    if (opt_in[dev] != cudaSuccess) return opt_in[dev];
+    auto args = arguments(p, sm_count);
+    cutlass::Status st = Kernel::initialize_workspace(args, workspace, stream, nullptr);
+    if (st != cutlass::Status::kSuccess) {
+      if (reason) *reason = cutlassGetStatusString(st);
+      return cudaErrorInvalidValue;
+    }
+    typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
+    st = Device::run(params, stream, /*cuda_adapter=*/nullptr, /*launch_with_pdl=*/false);
+    if (st != cutlass::Status::kSuccess) {
+      if (reason) *reason = cutlassGetStatusString(st);
+      const cudaError_t e = cudaGetLastError();
+      return e != cudaSuccess ? e : cudaErrorLaunchFailure;
+    }
+    return cudaGetLastError();
+  }
+};
+
+}  // namespace mkernel::gemm_swap
+
+// One variant (both dtypes) per .cu: defines the entry points gemm_swap_dispatch.cu declares.
+#define MKERNEL_GEMM_SWAP_INSTANTIATE(CFG, SUFFIX)                                               \
+  namespace mkernel::gemm_swap::detail {                                                         \
+  template <gemm::DType DT>                                                                      \
+  using SUFFIX##_t = SwapGemm<CFG, DT>;                                                          \
+  const char* can_implement_##SUFFIX(const gemm::Problem& p, int sms) {                          \
+    return p.dtype == gemm::DType::kBF16 ? SUFFIX##_t<gemm::DType::kBF16>::can_implement(p, sms)  \
+                                         : SUFFIX##_t<gemm::DType::kFP16>::can_implement(p, sms); \
+  }                                                                                              \
+  size_t workspace_size_##SUFFIX(const gemm::Problem& p, int sms) {                              \
+    return p.dtype == gemm::DType::kBF16                                                         \
+               ? SUFFIX##_t<gemm::DType::kBF16>::workspace_size(p, sms)                          \
+               : SUFFIX##_t<gemm::DType::kFP16>::workspace_size(p, sms);                         \
+  }                                                                                              \
+  cudaError_t run_##SUFFIX(const gemm::Problem& p, int sms, void* ws, cudaStream_t s,            \
+                           const char** r) {                                                     \
+    return p.dtype == gemm::DType::kBF16 ? SUFFIX##_t<gemm::DType::kBF16>::run(p, sms, ws, s, r)  \
+                                         : SUFFIX##_t<gemm::DType::kFP16>::run(p, sms, ws, s, r); \
+  }                                                                                              \
+  }
