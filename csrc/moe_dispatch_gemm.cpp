@@ -18,9 +18,12 @@
 // SymInt, see python/mkernel/_moe_registry.py). A static shape needs capacity > 0.
 //
 // Expert ids are data on the device: the host reference checks them (an error on every rank
-// alike); the CUDA kernel at world size 1 drops an out-of-range choice (route -1) rather than
-// synchronise. World size > 1 on CUDA runs the host reference's exchange (CPU staging) and the
-// engine's grouped GEMM until the fused kernel on the substrate lands.
+// alike); the CUDA kernels drop an out-of-range choice (route -1) rather than synchronise.
+// World size > 1 on CUDA, one node: the dispatch kernel on the group's peer memory
+// (kernels/moe, moe_ep.h), then the engine's grouped GEMM on the received rows (same stream);
+// the packed outputs then hold W * max_T * min(k, E_local) rows (a static bound, see
+// moe_ep.h), the first sum(counts) meaningful. Several nodes: the host reference's exchange
+// (CPU staging) and the grouped GEMM.
 //
 // Holds the op's validator and its CPU-reference and CUDA kernels; its fake kernel is the
 // Python one (data-dependent output size), which validates through _moe_dispatch_check.
@@ -31,6 +34,9 @@
 
 #include "moe_host.h"
 #include "moe_local.h"
+#ifdef MKERNEL_WITH_CUDA
+#include "moe_ep.h"
+#endif
 #include "ops_validation.h"
 
 namespace mkernel {
@@ -118,12 +124,17 @@ Outputs moe_dispatch_gemm_cuda(const at::Tensor& x, const at::Tensor& topk_idx,
         moe::dispatch_local(x, topk_idx, w1, num_experts, capacity, return_recv);
     return {r.out, r.counts, r.route, r.recv_counts, r.recv_x};
   }
-  // Until the fused multi-rank kernel lands: the host reference moves the rows (staged through
-  // the CPU, with the host syncs that implies: not for CUDA graphs), the engine multiplies them.
+  // One node: the dispatch kernel on the group's peer memory, then the grouped GEMM.
+  if (auto r = moe::dispatch_ep(kOp, x, topk_idx, w1, group, world_size, num_experts, capacity,
+                                return_recv)) {
+    return {r->out, r->counts, r->route, r->recv_counts, r->recv_x};
+  }
+  // Several nodes: the host reference moves the rows (staged through the CPU, with the host
+  // syncs that implies: not for CUDA graphs), the engine multiplies them.
   TORCH_WARN_ONCE(kOp,
-                  ": the fused multi-rank CUDA kernel has not landed; world_size > 1 moves the "
-                  "tokens through the host reference data path (CPU staging), then runs the "
-                  "grouped GEMM on the GPU");
+                  ": the group spans several nodes and the MoE kernels' inter-node half has not "
+                  "landed; the tokens move through the host reference data path (CPU staging), "
+                  "then the grouped GEMM runs on the GPU");
   moe::DispatchResult r = moe::dispatch(kOp, x.cpu(), topk_idx.cpu(), w1, group, world_size,
                                         num_experts, capacity, true, /*run_gemm=*/false);
   const at::Device dev = x.device();
