@@ -30,6 +30,8 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <map>
+#include <mutex>
 #include <tuple>
 
 #include "moe_host.h"
@@ -92,6 +94,36 @@ MoeDispatchSizes validate_moe_dispatch_gemm(const at::Tensor& x, const at::Tenso
 
 namespace {
 
+// _moe_reserve's token bounds, by group handle (0 or absent: exchange T at every call).
+struct TokenBounds {
+  std::mutex mu;
+  std::map<int64_t, int64_t> by_group;
+};
+TokenBounds& token_bounds() {
+  static TokenBounds* b = new TokenBounds();  // leaked: no destructor order at exit
+  return *b;
+}
+
+int64_t reserved_tokens(int64_t group) {
+  TokenBounds& b = token_bounds();
+  std::lock_guard<std::mutex> guard(b.mu);
+  auto it = b.by_group.find(group);
+  return it == b.by_group.end() ? 0 : it->second;
+}
+
+// mkernel._moe_reserve: every later CUDA dispatch of the group sizes its token areas (and, with
+// capacity 0, its packed outputs) for max_tokens per rank instead of all-gathering the ranks' T
+// on the host at each call: no host exchange at all, fixed shapes call after call. Every rank
+// must pass the same value (the kernel's entry barrier checks it with the call signature).
+void moe_reserve(int64_t group, int64_t world_size, int64_t max_tokens) {
+  validation::check_group("mkernel._moe_reserve", group, world_size);
+  TORCH_CHECK_VALUE(max_tokens >= 0, "mkernel._moe_reserve: max_tokens must be >= 0, got ",
+                    max_tokens);
+  TokenBounds& b = token_bounds();
+  std::lock_guard<std::mutex> guard(b.mu);
+  b.by_group[group] = max_tokens;
+}
+
 // The validator as an op: the Python fake kernel calls it (the op's output size is data
 // dependent, so its fake kernel cannot be a C++ Meta kernel).
 at::Tensor dispatch_check(const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& w1,
@@ -126,7 +158,7 @@ Outputs moe_dispatch_gemm_cuda(const at::Tensor& x, const at::Tensor& topk_idx,
   }
   // One node: the dispatch kernel on the group's peer memory, then the grouped GEMM.
   if (auto r = moe::dispatch_ep(kOp, x, topk_idx, w1, group, world_size, num_experts, capacity,
-                                return_recv)) {
+                                return_recv, reserved_tokens(group))) {
     return {r->out, r->counts, r->route, r->recv_counts, r->recv_x};
   }
   // Several nodes: the host reference moves the rows (staged through the CPU, with the host
@@ -149,6 +181,7 @@ Outputs moe_dispatch_gemm_cuda(const at::Tensor& x, const at::Tensor& topk_idx,
 
 TORCH_LIBRARY_IMPL(mkernel, CompositeExplicitAutograd, m) {
   m.impl("_moe_dispatch_check", &dispatch_check);
+  m.impl("_moe_reserve", &moe_reserve);
 }
 TORCH_LIBRARY_IMPL(mkernel, CPU, m) { m.impl("moe_dispatch_gemm", &moe_dispatch_gemm_cpu); }
 #ifdef MKERNEL_WITH_CUDA

@@ -85,7 +85,8 @@ Routing route_on_device(const at::Tensor& topk_idx, int64_t experts, int64_t wor
 std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
                                           const at::Tensor& topk_idx, const at::Tensor& w1,
                                           int64_t group, int64_t world_size, int64_t num_experts,
-                                          int64_t capacity, bool return_recv) {
+                                          int64_t capacity, bool return_recv,
+                                          int64_t reserved_tokens) {
   const c10::cuda::CUDAGuard device_guard(x.device());
   comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, x.device());
   if (!g.single_node()) return std::nullopt;
@@ -99,7 +100,10 @@ std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
                     "(H a multiple of 8), got H = ", H);
   TORCH_CHECK_VALUE(E <= moe_ep::kMaxExperts, op, ": num_experts must be <= ",
                     moe_ep::kMaxExperts, " on CUDA, got ", E);
-  const int64_t Tm = max_tokens(op, group, T);
+  TORCH_CHECK_VALUE(reserved_tokens == 0 || T <= reserved_tokens, op, ": x has ", T,
+                    " tokens, more than the ", reserved_tokens,
+                    " the group reserved (mkernel.moe.reserve_tokens)");
+  const int64_t Tm = reserved_tokens > 0 ? reserved_tokens : max_tokens(op, group, T);
   const int64_t rows_out = capacity > 0 ? El * capacity : W * Tm * std::min(k, El);
   const moe_ep::DispatchLayout lay = moe_ep::dispatch_layout(static_cast<int>(W),
                                                              static_cast<int>(E), Tm, rows_out,

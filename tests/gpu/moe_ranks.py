@@ -1,6 +1,7 @@
 """What each rank process of tests/gpu/test_moe_ranks.py runs beside tests/host/moe_rank_checks.py
 (TEST_DEVICE=cuda): the MoE ops on CUDA at W > 1 captured in a CUDA graph and replayed with new
-inputs (copied into the captured tensors), each replay bit-identical to an eager call on the same
+inputs (copied into the captured tensors; with and without mkernel.moe.reserve_tokens), each
+replay bit-identical to an eager call on the same
 inputs and within bf16 rounding of the float64 reference from every rank's inputs.
 
 Prints ``CASE {json}`` per checked replay and ``OK <rank>`` at the end; a failed check raises.
@@ -29,6 +30,8 @@ def graph(ctx) -> None:
     el = e // world
     tokens = [24 + 4 * s for s in range(world)]
     for capacity in (0, 6):
+        # capacity 0 runs with a reserved token bound (no host exchange), 6 without.
+        mkernel.moe.reserve_tokens(max(tokens) + 3 if capacity == 0 else 0, group=ctx)
         w1_all = make_weights(50 + capacity, e, f, h, dt)
         w1 = w1_all[rank * el:(rank + 1) * el].cuda()
 
