@@ -168,15 +168,13 @@ at::Tensor scatter_cpu(const at::Tensor& rows, const at::Tensor& route,
 }
 
 #ifdef MKERNEL_WITH_CUDA
-// World size 1 runs on the device (moe_local.h); moe_combine at world size > 1 on one node runs
-// the combine kernel (moe_ep.h). The backward's _moe_gather / _moe_scatter at world size > 1,
-// and every op on a group spanning several nodes: the host reference's exchange (CPU staging,
-// host syncs).
+// World size 1 runs on the device (moe_local.h); world size > 1 on one node runs the combine,
+// gather and scatter kernels on the group's peer memory (moe_ep.h); a group spanning several
+// nodes: the host reference's exchange (CPU staging, host syncs).
 void warn_host_path(const char* op) {
   TORCH_WARN_ONCE(op,
-                  ": no multi-rank CUDA kernel for this op yet (or the group spans several "
-                  "nodes); world_size > 1 moves the rows through the host reference data path "
-                  "(CPU staging)");
+                  ": the group spans several nodes and the MoE kernels' inter-node half has not "
+                  "landed; the rows move through the host reference data path (CPU staging)");
 }
 
 at::Tensor gather_via_host(const char* op, const at::Tensor& y, const at::Tensor& route,
@@ -203,8 +201,9 @@ at::Tensor moe_combine_cuda(const at::Tensor& y, const at::Tensor& route,
 at::Tensor gather_cuda(const at::Tensor& y, const at::Tensor& route,
                        const at::Tensor& recv_counts, int64_t group, int64_t world_size) {
   validate_gather(y, route, recv_counts, group, world_size);
-  if (world_size != 1) return gather_via_host(kGatherOp, y, route, recv_counts, group, world_size);
-  return moe::gather_local(y, route);
+  if (world_size == 1) return moe::gather_local(y, route);
+  if (auto out = moe::gather_ep(kGatherOp, y, route, recv_counts, group, world_size)) return *out;
+  return gather_via_host(kGatherOp, y, route, recv_counts, group, world_size);
 }
 
 at::Tensor scatter_cuda(const at::Tensor& rows, const at::Tensor& route,
@@ -212,6 +211,10 @@ at::Tensor scatter_cuda(const at::Tensor& rows, const at::Tensor& route,
                         int64_t capacity, int64_t out_rows) {
   validate_scatter(rows, route, recv_counts, group, world_size, capacity, out_rows);
   if (world_size != 1) {
+    if (auto out = moe::scatter_ep(kScatterOp, rows, route, recv_counts, group, world_size,
+                                   capacity, out_rows)) {
+      return *out;
+    }
     warn_host_path(kScatterOp);
     return moe::scatter(kScatterOp, rows.cpu(), route.cpu(), recv_counts.cpu(), group,
                         world_size, capacity, out_rows)

@@ -149,35 +149,35 @@ std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
   return DispatchResult{out, counts, route, recv_counts, return_recv ? recv : x.new_empty({0})};
 }
 
-std::optional<at::Tensor> combine_ep(const char* op, const at::Tensor& y, const at::Tensor& route,
-                                     const at::Tensor& recv_counts,
-                                     const at::Tensor& topk_weights, int64_t group,
-                                     int64_t world_size, int64_t num_tokens) {
-  const c10::cuda::CUDAGuard device_guard(y.device());
-  comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, y.device());
-  if (!g.single_node()) return std::nullopt;
-  const int64_t H = y.size(-1), k = route.size(1);
-  const int64_t y_rows = y.numel() / std::max<int64_t>(H, 1);
-  const int64_t row_bytes = H * y.element_size();
-  const int64_t capacity = y.dim() == 3 ? y.size(1) : 0;
+namespace {
+
+enum class MoveKind { kCombine, kGather, kScatter };
+
+// The combine-family launch: y's rows in the dispatch layout ([R, H] or [E_local, C, H]; for
+// scatter the choices' rows [T, k, H] and the layout's row count y_rows), into `out`.
+void run_move(const char* op, MoveKind kind, comm::SymmetricGroup& g, const at::Tensor& src,
+              int64_t y_rows, int64_t capacity, const at::Tensor& route,
+              const at::Tensor& recv_counts, const at::Tensor* topk_weights, at::Tensor& out) {
+  const int64_t H = src.size(-1), k = route.size(1), T = route.size(0);
+  const int64_t row_bytes = H * src.element_size();
   const int64_t El = recv_counts.size(1);
-  TORCH_CHECK_VALUE(row_bytes % 16 == 0, op, ": on CUDA y's rows must be a multiple of 16 bytes, "
-                    "got H = ", H, " of ", y.scalar_type());
+  TORCH_CHECK_VALUE(row_bytes % 16 == 0, op, ": on CUDA the rows must be a multiple of 16 "
+                    "bytes, got H = ", H, " of ", src.scalar_type());
   TORCH_CHECK_VALUE(El <= moe_ep::kMaxExperts, op, ": E_local must be <= ",
                     moe_ep::kMaxExperts, " on CUDA, got ", El);
   moe_ep::DType dt = moe_ep::DType::kFP32;
-  if (y.scalar_type() == at::kBFloat16) {
+  if (src.scalar_type() == at::kBFloat16) {
     dt = moe_ep::DType::kBF16;
-  } else if (y.scalar_type() == at::kHalf) {
+  } else if (src.scalar_type() == at::kHalf) {
     dt = moe_ep::DType::kFP16;
   } else {
-    TORCH_CHECK_VALUE(y.scalar_type() == at::kFloat, op,
-                      ": on CUDA y must be bfloat16, float16 or float32, got ", y.scalar_type());
+    TORCH_CHECK_VALUE(src.scalar_type() == at::kFloat, op,
+                      ": on CUDA the rows must be bfloat16, float16 or float32, got ",
+                      src.scalar_type());
   }
   g.ensure(op, moe_ep::combine_bytes(y_rows, row_bytes));
-  at::Tensor out = at::empty({num_tokens, H}, y.options());
-  const at::Tensor yc = y.contiguous(), rc = route.contiguous();
-  const at::Tensor wc = topk_weights.contiguous(), cc = recv_counts.contiguous();
+  const at::Tensor yc = src.contiguous(), rc = route.contiguous(), cc = recv_counts.contiguous();
+  at::Tensor wc;
   moe_ep::CombineArgs a;
   a.group = g.device_view();
   a.y = yc.data_ptr();
@@ -188,16 +188,75 @@ std::optional<at::Tensor> combine_ep(const char* op, const at::Tensor& y, const 
   a.e_local = static_cast<int>(El);
   a.recv_counts = cc.data_ptr<int32_t>();
   a.route = rc.data_ptr<int64_t>();
-  a.weights = wc.data_ptr<float>();
-  a.tokens = num_tokens;
+  if (topk_weights != nullptr) {
+    wc = topk_weights->contiguous();
+    a.weights = wc.data_ptr<float>();
+  }
+  a.tokens = T;
   a.k = static_cast<int>(k);
   a.out = out.data_ptr();
+  // Every rank must agree on these (T may differ between ranks).
   a.signature = comm::call_signature(comm::kOpMoeCombine,
-                                     {static_cast<int64_t>(y.scalar_type()), y_rows, H, k,
-                                      capacity, El});
+                                     {static_cast<int>(kind), static_cast<int64_t>(
+                                      src.scalar_type()), y_rows, H, k, capacity, El});
   a.stream = at::cuda::getCurrentCUDAStream();
   const char* reason = nullptr;
-  check_launch(op, moe_ep::combine(a, &reason), reason, g);
+  cudaError_t err = cudaSuccess;
+  switch (kind) {
+    case MoveKind::kCombine:
+      err = moe_ep::combine(a, &reason);
+      break;
+    case MoveKind::kGather:
+      err = moe_ep::gather(a, &reason);
+      break;
+    case MoveKind::kScatter:
+      err = moe_ep::scatter(a, &reason);
+      break;
+  }
+  check_launch(op, err, reason, g);
+}
+
+int64_t layout_rows(const at::Tensor& y) { return y.numel() / std::max<int64_t>(y.size(-1), 1); }
+
+}  // namespace
+
+std::optional<at::Tensor> combine_ep(const char* op, const at::Tensor& y, const at::Tensor& route,
+                                     const at::Tensor& recv_counts,
+                                     const at::Tensor& topk_weights, int64_t group,
+                                     int64_t world_size, int64_t num_tokens) {
+  const c10::cuda::CUDAGuard device_guard(y.device());
+  comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, y.device());
+  if (!g.single_node()) return std::nullopt;
+  at::Tensor out = at::empty({num_tokens, y.size(-1)}, y.options());
+  run_move(op, MoveKind::kCombine, g, y, layout_rows(y), y.dim() == 3 ? y.size(1) : 0, route,
+           recv_counts, &topk_weights, out);
+  return out;
+}
+
+std::optional<at::Tensor> gather_ep(const char* op, const at::Tensor& y, const at::Tensor& route,
+                                    const at::Tensor& recv_counts, int64_t group,
+                                    int64_t world_size) {
+  const c10::cuda::CUDAGuard device_guard(y.device());
+  comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, y.device());
+  if (!g.single_node()) return std::nullopt;
+  at::Tensor out = at::empty({route.size(0), route.size(1), y.size(-1)}, y.options());
+  run_move(op, MoveKind::kGather, g, y, layout_rows(y), y.dim() == 3 ? y.size(1) : 0, route,
+           recv_counts, nullptr, out);
+  return out;
+}
+
+std::optional<at::Tensor> scatter_ep(const char* op, const at::Tensor& rows,
+                                     const at::Tensor& route, const at::Tensor& recv_counts,
+                                     int64_t group, int64_t world_size, int64_t capacity,
+                                     int64_t out_rows) {
+  const c10::cuda::CUDAGuard device_guard(rows.device());
+  comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, rows.device());
+  if (!g.single_node()) return std::nullopt;
+  const int64_t El = recv_counts.size(1), H = rows.size(2);
+  at::Tensor out = capacity > 0 ? at::empty({El, capacity, H}, rows.options())
+                                : at::empty({out_rows, H}, rows.options());
+  run_move(op, MoveKind::kScatter, g, rows, capacity > 0 ? El * capacity : out_rows, capacity,
+           route, recv_counts, nullptr, out);
   return out;
 }
 

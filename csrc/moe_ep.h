@@ -35,6 +35,15 @@ std::optional<at::Tensor> combine_ep(const char* op, const at::Tensor& y, const 
                                      const at::Tensor& topk_weights, int64_t group,
                                      int64_t world_size, int64_t num_tokens);
 
+// The backward's moves (moe_combine.cpp's _moe_gather / _moe_scatter); nullopt: several nodes.
+std::optional<at::Tensor> gather_ep(const char* op, const at::Tensor& y, const at::Tensor& route,
+                                    const at::Tensor& recv_counts, int64_t group,
+                                    int64_t world_size);
+std::optional<at::Tensor> scatter_ep(const char* op, const at::Tensor& rows,
+                                     const at::Tensor& route, const at::Tensor& recv_counts,
+                                     int64_t group, int64_t world_size, int64_t capacity,
+                                     int64_t out_rows);
+
 }  // namespace moe
 }  // namespace mkernel
 

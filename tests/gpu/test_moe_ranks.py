@@ -7,7 +7,7 @@
   memory), and bit-identical repeated calls;
 * CUDA-graph capture and replay with changed inputs (tests/gpu/moe_ranks.py).
 
-The backward's _moe_gather / _moe_scatter still move rows through the host path at W > 1."""
+The backward passes run on the same substrate (the gather and scatter kernels)."""
 
 from __future__ import annotations
 

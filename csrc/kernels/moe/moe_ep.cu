@@ -254,7 +254,9 @@ struct CombineParams {
   uint64_t signature;
 };
 
-template <class T>
+// kGather: _moe_gather instead of the sum: out [T*k] rows = each choice's row (zero when
+// dropped), the same stage / pull protocol.
+template <class T, bool kGather>
 __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p) {
   __shared__ int32_t s_count[kMaxExperts];
   constexpr int kPer = 16 / sizeof(T);
@@ -286,6 +288,24 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p
 
   // Pull and sum, each token's choices in order (fp32; product and sum rounded separately, as
   // the host reference's weighted sum).
+  if constexpr (kGather) {
+    for (int64_t i = blockIdx.x; i < p.tokens * p.k; i += gridDim.x) {
+      const int64_t code = __ldg(p.route + i);
+      const int d = static_cast<int>(code >> 32);
+      const int64_t row = code & 0xffffffffll;
+      uint4* dst = p.out + i * p.n16;
+      if (code < 0 || d >= W || row >= p.y_rows) {
+        for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = make_uint4(0, 0, 0, 0);
+      } else if (d == me) {
+        for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = __ldg(p.y + row * p.n16 + v);
+      } else {
+        copy_row(dst, reinterpret_cast<const uint4*>(g.data[d]) + row * p.n16, p.n16);
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) comm::op_end(g, e);
+    return;
+  }
   for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) {
     for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) {
       float acc[kPer];
@@ -309,6 +329,56 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p
 #pragma unroll
       for (int i = 0; i < kPer; ++i) o[i] = Elem<T>::store(acc[i]);
       p.out[t * p.n16 + v] = packed;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) comm::op_end(g, e);
+}
+
+// --- scatter (_moe_scatter) -----------------------------------------------------------------
+
+// rows [T*k] of this rank's choices pushed into their owners' regions at the rows their routes
+// name; then every rank writes its out in y's layout: the rows it received, zero elsewhere.
+__global__ void __launch_bounds__(kThreads) scatter_kernel(const CombineParams p) {
+  __shared__ int32_t s_count[kMaxExperts];
+  const GroupDevice& g = p.g;
+  const int me = g.rank, W = g.world, El = p.e_local;
+  const uint64_t e = comm::op_begin(g);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    comm::entry_barrier(g, e, comm::kOpMoeCombine, p.signature);
+    comm::signal(g, me, kEntered, e);
+  }
+  if (threadIdx.x == 0) {
+    comm::wait_geq(g, g.flags[me] + kEntered, e,
+                   comm::WaitSite{comm::kOpMoeCombine, comm::kWaitEntry, me, kEntered});
+  }
+  __syncthreads();
+  for (int64_t i = blockIdx.x; i < p.tokens * p.k; i += gridDim.x) {
+    const int64_t code = __ldg(p.route + i);
+    const int d = static_cast<int>(code >> 32);
+    const int64_t row = code & 0xffffffffll;
+    if (code < 0 || d >= W || row >= p.y_rows) continue;
+    auto* dst = reinterpret_cast<uint4*>(g.data[d]) + row * p.n16;
+    for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = __ldg(p.y + i * p.n16 + v);
+  }
+  grid_done_signal(g, kArrive, e);
+  wait_all_ranks(g, kArrive, e, comm::kOpMoeCombine);
+  for (int x = threadIdx.x; x < El; x += kThreads) {
+    int32_t n = 0;
+    for (int s = 0; s < W; ++s) n += p.recv_counts[s * El + x];
+    s_count[x] = n;
+  }
+  __syncthreads();
+  int64_t live_rows = 0;  // packed: rows [0, live_rows) are live
+  for (int x = 0; x < El; ++x) live_rows += s_count[x];
+  const auto* stage = reinterpret_cast<const uint4*>(g.data[me]);
+  for (int64_t r = blockIdx.x; r < p.y_rows; r += gridDim.x) {
+    const bool live = p.capacity > 0 ? (r % p.capacity < s_count[r / p.capacity]) : r < live_rows;
+    uint4* dst = p.out + r * p.n16;
+    if (live) {
+      copy_row(dst, stage + r * p.n16, p.n16);
+    } else {
+      for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = make_uint4(0, 0, 0, 0);
     }
   }
   __syncthreads();
@@ -418,21 +488,26 @@ cudaError_t dispatch(const DispatchArgs& a, const char** reason) {
   return cudaLaunchKernel(kernel, dim3(std::max(ctas, 1)), dim3(kThreads), args, 0, a.stream);
 }
 
-cudaError_t combine(const CombineArgs& a, const char** reason) {
+namespace {
+
+enum class Move { kCombine, kGather, kScatter };
+
+cudaError_t launch_move(Move mode, const CombineArgs& a, const char** reason) {
   const GroupDevice& g = a.group;
   if (!group_ok(g, reason)) return cudaErrorInvalidValue;
   const int esize = a.dtype == DType::kFP32 ? 4 : 2;
   const int64_t row_bytes = a.hidden * esize;
-  if (a.e_local < 1 || a.e_local > kMaxExperts || a.k < 1 || row_bytes % 16 != 0) {
-    if (reason) *reason = "bad combine arguments (E_local, k or row bytes)";
+  if (a.e_local < 1 || a.e_local > kMaxExperts || a.k < 1 || row_bytes % 16 != 0 ||
+      (a.capacity > 0 && a.y_rows != static_cast<int64_t>(a.e_local) * a.capacity)) {
+    if (reason) *reason = "bad arguments (E_local, k, row bytes or capacity rows)";
     return cudaErrorInvalidValue;
   }
   if ((reinterpret_cast<uintptr_t>(a.y) | reinterpret_cast<uintptr_t>(a.out)) % 16 != 0) {
-    if (reason) *reason = "y and out must be 16-byte aligned";
+    if (reason) *reason = "the rows and out must be 16-byte aligned";
     return cudaErrorInvalidValue;
   }
   if (g.data_bytes < combine_bytes(a.y_rows, row_bytes)) {
-    if (reason) *reason = "the group's symmetric memory is smaller than the combine needs";
+    if (reason) *reason = "the group's symmetric memory is smaller than the call needs";
     return cudaErrorInvalidValue;
   }
   CombineParams p;
@@ -450,22 +525,40 @@ cudaError_t combine(const CombineArgs& a, const char** reason) {
   p.out = static_cast<uint4*>(a.out);
   p.signature = a.signature;
   const void* kernel = nullptr;
-  switch (a.dtype) {
-    case DType::kBF16:
-      kernel = reinterpret_cast<const void*>(&combine_kernel<__nv_bfloat16>);
-      break;
-    case DType::kFP16:
-      kernel = reinterpret_cast<const void*>(&combine_kernel<__half>);
-      break;
-    case DType::kFP32:
-      kernel = reinterpret_cast<const void*>(&combine_kernel<float>);
-      break;
+  if (mode == Move::kScatter) {
+    kernel = reinterpret_cast<const void*>(&scatter_kernel);
+  } else if (mode == Move::kGather) {
+    kernel = reinterpret_cast<const void*>(&combine_kernel<__nv_bfloat16, true>);
+  } else {
+    switch (a.dtype) {
+      case DType::kBF16:
+        kernel = reinterpret_cast<const void*>(&combine_kernel<__nv_bfloat16, false>);
+        break;
+      case DType::kFP16:
+        kernel = reinterpret_cast<const void*>(&combine_kernel<__half, false>);
+        break;
+      case DType::kFP32:
+        kernel = reinterpret_cast<const void*>(&combine_kernel<float, false>);
+        break;
+    }
   }
   int ctas = 0;
   cudaError_t err = resident_ctas(kernel, &ctas);
   if (err != cudaSuccess) return err;
   void* args[] = {&p};
   return cudaLaunchKernel(kernel, dim3(std::max(ctas, 1)), dim3(kThreads), args, 0, a.stream);
+}
+
+}  // namespace
+
+cudaError_t combine(const CombineArgs& a, const char** reason) {
+  return launch_move(Move::kCombine, a, reason);
+}
+cudaError_t gather(const CombineArgs& a, const char** reason) {
+  return launch_move(Move::kGather, a, reason);
+}
+cudaError_t scatter(const CombineArgs& a, const char** reason) {
+  return launch_move(Move::kScatter, a, reason);
 }
 
 }  // namespace mkernel::moe_ep

@@ -73,7 +73,7 @@ struct DispatchArgs {
 
 cudaError_t dispatch(const DispatchArgs& a, const char** reason = nullptr);
 
-// Bytes of data region the combine needs: its stage of y.
+// Bytes of data region the combine (gather, scatter) needs: its stage of y's rows.
 uint64_t combine_bytes(int64_t y_rows, int64_t row_bytes);
 
 struct CombineArgs {
@@ -95,5 +95,16 @@ struct CombineArgs {
 };
 
 cudaError_t combine(const CombineArgs& a, const char** reason = nullptr);
+
+// The moves of the backward passes, with CombineArgs (weights unused):
+//   gather  (_moe_gather):  y [y_rows, H] -> out [T*k, H], each choice's row (zero if dropped),
+//                           the combine's stage / pull protocol;
+//   scatter (_moe_scatter): y := rows [T*k, H] of this rank's choices, pushed into their
+//                           owners' regions at the rows their routes name (after the entry
+//                           barrier); grid barrier, kArrive; every rank then writes out
+//                           [y_rows, H] in the dispatch layout: the rows it received, zero
+//                           elsewhere.
+cudaError_t gather(const CombineArgs& a, const char** reason = nullptr);
+cudaError_t scatter(const CombineArgs& a, const char** reason = nullptr);
 
 }  // namespace mkernel::moe_ep
