@@ -311,18 +311,38 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p
       float acc[kPer];
 #pragma unroll
       for (int i = 0; i < kPer; ++i) acc[i] = 0.f;
-      for (int j = 0; j < p.k; ++j) {
-        const int64_t code = __ldg(p.route + t * p.k + j);
-        if (code < 0) continue;
-        const int d = static_cast<int>(code >> 32);
-        const int64_t row = code & 0xffffffffll;
-        if (d >= W || row >= p.y_rows) continue;  // not a route of this group's dispatch
-        const float w = __ldg(p.weights + t * p.k + j);
-        const uint4 raw = d == me ? __ldg(p.y + row * p.n16 + v)
-                                  : __ldcg(reinterpret_cast<const uint4*>(g.data[d]) + row * p.n16 + v);
-        const T* val = reinterpret_cast<const T*>(&raw);
+      // kBatch choices' loads in flight before their adds (in choice order): the peer reads'
+      // latency overlaps instead of serialising.
+      constexpr int kBatch = 4;
+      for (int j0 = 0; j0 < p.k; j0 += kBatch) {
+        uint4 raw[kBatch];
+        float w[kBatch];
+        uint32_t loaded = 0;  // bit u: choice j0 + u was loaded
 #pragma unroll
-        for (int i = 0; i < kPer; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(Elem<T>::load(val[i]), w));
+        for (int u = 0; u < kBatch; ++u) {
+          const int j = j0 + u;
+          w[u] = 0.f;
+          raw[u] = make_uint4(0, 0, 0, 0);
+          if (j >= p.k) continue;
+          const int64_t code = __ldg(p.route + t * p.k + j);
+          const int d = static_cast<int>(code >> 32);
+          const int64_t row = code & 0xffffffffll;
+          // Dropped, or not a route of this group's dispatch: adds nothing.
+          if (code < 0 || d >= W || row >= p.y_rows) continue;
+          loaded |= 1u << u;
+          w[u] = __ldg(p.weights + t * p.k + j);
+          raw[u] = d == me ? __ldg(p.y + row * p.n16 + v)
+                           : __ldcg(reinterpret_cast<const uint4*>(g.data[d]) + row * p.n16 + v);
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          if (!(loaded & (1u << u))) continue;  // dropped or past k: adds nothing
+          const T* val = reinterpret_cast<const T*>(&raw[u]);
+#pragma unroll
+          for (int i = 0; i < kPer; ++i) {
+            acc[i] = __fadd_rn(acc[i], __fmul_rn(Elem<T>::load(val[i]), w[u]));
+          }
+        }
       }
       uint4 packed;
       T* o = reinterpret_cast<T*>(&packed);
