@@ -87,7 +87,13 @@ def main() -> None:
     ctx = mkernel.init()
     for suite in os.environ.get("TEST_SUITE", "graph").split(","):
         fn = graph if suite == "graph" else getattr(moe_rank_checks, suite)
-        fn(ctx)
+        try:
+            fn(ctx)
+        except Exception as e:
+            # The device wait record (op, peer, flag, values) when a kernel of this rank trapped,
+            # in the last line of the traceback.
+            raise RuntimeError(f"rank {ctx.rank}: suite {suite} failed: {str(e)[:300]}; wait "
+                               f"record: {mkernel.last_wait_failure()}") from e
     ctx.barrier()
     mkernel.shutdown()
     dist.destroy_process_group()

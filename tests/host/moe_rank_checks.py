@@ -58,6 +58,18 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DEVICE = os.environ.get("TEST_DEVICE", "cpu")  # "cuda": the same checks on the GPU (tests/gpu)
 
 
+def checkpoint(what: str, c: dict) -> None:
+    """On CUDA: wait for the GPU here, so that a failing kernel is named by the step that ran it
+    (with this process's wait record, when a device wait timed out)."""
+    if DEVICE != "cuda":
+        return
+    try:
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 (re-raised with the step and the wait record)
+        raise RuntimeError(f"case {c.get('seed')}: CUDA failed by the end of {what}; wait record: "
+                           f"{mkernel.last_wait_failure()}") from e
+
+
 def run_case(ctx, c: dict) -> dict:
     rank, world = ctx.rank, ctx.world_size
     dt = DTYPES[c["dtype"]]
@@ -79,6 +91,7 @@ def run_case(ctx, c: dict) -> dict:
         poison_allocator()
     res = mkernel.moe_dispatch_gemm(x, me.topk_idx.to(DEVICE), w1, num_experts=e,
                                     capacity=c["capacity"], group=ctx)
+    checkpoint("moe_dispatch_gemm", c)
     route = res.handle.route.cpu()
     assert torch.equal(route, routes[rank]), (c, route, routes[rank])
     assert torch.equal(res.handle.recv_counts.cpu(), my.recv_counts), (c, res.handle.recv_counts)
@@ -101,9 +114,11 @@ def run_case(ctx, c: dict) -> dict:
     err_out = rel_err(out2d.detach(), ref_out)
     y = act(res.out)
     out = mkernel.moe_combine(y, res.handle, w, group=ctx)
+    checkpoint("moe_combine", c)
     gen = torch.Generator().manual_seed(c["seed"] * 31 + rank)
     g = torch.randn(out.shape, generator=gen, dtype=torch.float64)
     (out.double() * g.to(DEVICE)).sum().backward()
+    checkpoint("the backward pass (_moe_scatter, _moe_gather, moe_combine)", c)
     out = out.cpu()
 
     # The float64 reference, over every rank's tokens.
