@@ -197,9 +197,24 @@ __global__ void __launch_bounds__(kThreads) dispatch_kernel(const DispatchParams
 
   // 5. Receive: every rank's rows, expanded into the expert layout.
   wait_all_ranks(g, kArrive, e, comm::kOpMoeDispatch);
-  int32_t* s_count = s_keep;  // reused: rows of each local expert
+  // Rows of each local expert, and where they start. Packed rows past rows_out (only reachable
+  // with an expert id repeated in a token's top-k: W * max_T * min(k, E_local) bounds distinct
+  // ids) were dropped by their sources (route -1): the counts leave them out too, so the GEMM
+  // never reads past recv_x.
+  int32_t* s_count = s_keep;  // reused
+  int32_t* s_base = s_start;  // reused: first row of local expert x
   __syncthreads();
-  for (int x = threadIdx.x; x < El; x += kThreads) s_count[x] = s_total[me * El + x];
+  if (threadIdx.x == 0) {
+    int64_t base = 0;
+    for (int x = 0; x < El; ++x) {
+      const int64_t n = s_total[me * El + x];
+      s_base[x] = static_cast<int32_t>(p.capacity > 0 ? static_cast<int64_t>(x) * p.capacity : base);
+      s_count[x] = static_cast<int32_t>(
+          p.capacity > 0 ? n : min(base + n, p.rows_out) - min(base, p.rows_out));
+      base += n;
+    }
+  }
+  __syncthreads();
   if (blockIdx.x == 0) {
     for (int x = threadIdx.x; x < W * El; x += kThreads) {
       const int s = x / El, le = x % El;
@@ -209,9 +224,13 @@ __global__ void __launch_bounds__(kThreads) dispatch_kernel(const DispatchParams
         n = p.capacity > 0 ? min(want, max(p.capacity - taken, 0)) : want;
         taken += n;
       }
+      if (p.capacity == 0) {  // the part of source s's rows below rows_out
+        const int64_t lo = static_cast<int64_t>(s_base[le]) + (taken - n);
+        n = static_cast<int32_t>(min(lo + n, p.rows_out) - min(lo, p.rows_out));
+      }
       p.recv_counts[x] = n;
     }
-    for (int x = threadIdx.x; x < El; x += kThreads) p.counts[x] = s_total[me * El + x];
+    for (int x = threadIdx.x; x < El; x += kThreads) p.counts[x] = s_count[x];
   }
   __syncthreads();
   const auto* row_map = reinterpret_cast<const int32_t*>(g.data[me] + p.lay.row_map);
