@@ -33,10 +33,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
 # Per-rank tokens; experts over the whole group.
-SHAPES = [
+SHAPES = [  # cheapest first: a run cut short still reports the first ones
     dict(name="seed_e256_top8_8k", experts=256, k=8, tokens_total=8192, h=7168, f=2048),
-    dict(name="seed_e256_top8_32k", experts=256, k=8, tokens_total=32768, h=7168, f=2048),
     dict(name="mixtral_e8_top2_8k", experts=8, k=2, tokens_total=8192, h=4096, f=14336),
+    dict(name="seed_e256_top8_32k", experts=256, k=8, tokens_total=32768, h=7168, f=2048),
 ]
 
 
@@ -145,6 +145,9 @@ def rank_main() -> None:
             row["combine_ratio_vs_unfused"] = worst["unfused_combine"] / worst["mkernel_combine"]
             row["combine_gbs_per_rank"] = max(m["sent"] for m in every) / (worst["mkernel_combine"] * 1e-3) / 1e9
             print("RESULT " + json.dumps(row), flush=True)
+            if os.environ.get("OUT"):  # kept even if a later shape fails or the job is cut short
+                with open(os.path.join(os.environ["OUT"], "moe_ranks_rows.jsonl"), "a") as fh:
+                    fh.write(json.dumps(dict(row, commit=os.environ.get("MKERNEL_COMMIT"))) + "\n")
         del res, recv, y
         torch.cuda.empty_cache()
     torch.cuda.synchronize()
