@@ -18,6 +18,9 @@
 
 #include "moe_host.h"
 #include "moe_local.h"
+#ifdef MKERNEL_WITH_CUDA
+#include "moe_ep.h"
+#endif
 #include "ops_validation.h"
 
 namespace mkernel {
@@ -165,12 +168,13 @@ at::Tensor scatter_cpu(const at::Tensor& rows, const at::Tensor& route,
 }
 
 #ifdef MKERNEL_WITH_CUDA
-// World size 1 runs on the device (moe_local.h). World size > 1: the host reference's exchange
-// (CPU staging, host syncs) until the fused kernel on the substrate lands.
+// World size 1 runs on the device (moe_local.h); world size > 1 on one node runs the combine,
+// gather and scatter kernels on the group's peer memory (moe_ep.h); a group spanning several
+// nodes: the host reference's exchange (CPU staging, host syncs).
 void warn_host_path(const char* op) {
   TORCH_WARN_ONCE(op,
-                  ": the fused multi-rank CUDA kernel has not landed; world_size > 1 moves the "
-                  "rows through the host reference data path (CPU staging)");
+                  ": the group spans several nodes and the MoE kernels' inter-node half has not "
+                  "landed; the rows move through the host reference data path (CPU staging)");
 }
 
 at::Tensor gather_via_host(const char* op, const at::Tensor& y, const at::Tensor& route,
@@ -184,17 +188,22 @@ at::Tensor moe_combine_cuda(const at::Tensor& y, const at::Tensor& route,
                             const at::Tensor& recv_counts, const at::Tensor& topk_weights,
                             int64_t group, int64_t world_size, int64_t num_tokens) {
   validate_moe_combine(y, route, recv_counts, topk_weights, group, world_size, num_tokens);
-  const at::Tensor g = world_size == 1
-                           ? moe::gather_local(y, route)
-                           : gather_via_host(kOp, y, route, recv_counts, group, world_size);
+  if (world_size == 1) return moe::weighted_sum(moe::gather_local(y, route), route, topk_weights);
+  // One node: the combine kernel (pull from the owners' peer memory, fp32 sum in choice order).
+  if (auto out = moe::combine_ep(kOp, y, route, recv_counts, topk_weights, group, world_size,
+                                 num_tokens)) {
+    return *out;
+  }
+  const at::Tensor g = gather_via_host(kOp, y, route, recv_counts, group, world_size);
   return moe::weighted_sum(g, route, topk_weights);
 }
 
 at::Tensor gather_cuda(const at::Tensor& y, const at::Tensor& route,
                        const at::Tensor& recv_counts, int64_t group, int64_t world_size) {
   validate_gather(y, route, recv_counts, group, world_size);
-  if (world_size != 1) return gather_via_host(kGatherOp, y, route, recv_counts, group, world_size);
-  return moe::gather_local(y, route);
+  if (world_size == 1) return moe::gather_local(y, route);
+  if (auto out = moe::gather_ep(kGatherOp, y, route, recv_counts, group, world_size)) return *out;
+  return gather_via_host(kGatherOp, y, route, recv_counts, group, world_size);
 }
 
 at::Tensor scatter_cuda(const at::Tensor& rows, const at::Tensor& route,
@@ -202,6 +211,10 @@ at::Tensor scatter_cuda(const at::Tensor& rows, const at::Tensor& route,
                         int64_t capacity, int64_t out_rows) {
   validate_scatter(rows, route, recv_counts, group, world_size, capacity, out_rows);
   if (world_size != 1) {
+    if (auto out = moe::scatter_ep(kScatterOp, rows, route, recv_counts, group, world_size,
+                                   capacity, out_rows)) {
+      return *out;
+    }
     warn_host_path(kScatterOp);
     return moe::scatter(kScatterOp, rows.cpu(), route.cpu(), recv_counts.cpu(), group,
                         world_size, capacity, out_rows)

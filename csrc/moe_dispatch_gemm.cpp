@@ -18,19 +18,27 @@
 // SymInt, see python/mkernel/_moe_registry.py). A static shape needs capacity > 0.
 //
 // Expert ids are data on the device: the host reference checks them (an error on every rank
-// alike); the CUDA kernel at world size 1 drops an out-of-range choice (route -1) rather than
-// synchronise. World size > 1 on CUDA runs the host reference's exchange (CPU staging) and the
-// engine's grouped GEMM until the fused kernel on the substrate lands.
+// alike); the CUDA kernels drop an out-of-range choice (route -1) rather than synchronise.
+// World size > 1 on CUDA, one node: the dispatch kernel on the group's peer memory
+// (kernels/moe, moe_ep.h), then the engine's grouped GEMM on the received rows (same stream);
+// the packed outputs then hold W * max_T * min(k, E_local) rows (a static bound, see
+// moe_ep.h), the first sum(counts) meaningful. Several nodes: the host reference's exchange
+// (CPU staging) and the grouped GEMM.
 //
 // Holds the op's validator and its CPU-reference and CUDA kernels; its fake kernel is the
 // Python one (data-dependent output size), which validates through _moe_dispatch_check.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <map>
+#include <mutex>
 #include <tuple>
 
 #include "moe_host.h"
 #include "moe_local.h"
+#ifdef MKERNEL_WITH_CUDA
+#include "moe_ep.h"
+#endif
 #include "ops_validation.h"
 
 namespace mkernel {
@@ -86,6 +94,36 @@ MoeDispatchSizes validate_moe_dispatch_gemm(const at::Tensor& x, const at::Tenso
 
 namespace {
 
+// _moe_reserve's token bounds, by group handle (0 or absent: exchange T at every call).
+struct TokenBounds {
+  std::mutex mu;
+  std::map<int64_t, int64_t> by_group;
+};
+TokenBounds& token_bounds() {
+  static TokenBounds* b = new TokenBounds();  // leaked: no destructor order at exit
+  return *b;
+}
+
+int64_t reserved_tokens(int64_t group) {
+  TokenBounds& b = token_bounds();
+  std::lock_guard<std::mutex> guard(b.mu);
+  auto it = b.by_group.find(group);
+  return it == b.by_group.end() ? 0 : it->second;
+}
+
+// mkernel._moe_reserve: every later CUDA dispatch of the group sizes its token areas (and, with
+// capacity 0, its packed outputs) for max_tokens per rank instead of all-gathering the ranks' T
+// on the host at each call: no host exchange at all, fixed shapes call after call. Every rank
+// must pass the same value (the kernel's entry barrier checks it with the call signature).
+void moe_reserve(int64_t group, int64_t world_size, int64_t max_tokens) {
+  validation::check_group("mkernel._moe_reserve", group, world_size);
+  TORCH_CHECK_VALUE(max_tokens >= 0, "mkernel._moe_reserve: max_tokens must be >= 0, got ",
+                    max_tokens);
+  TokenBounds& b = token_bounds();
+  std::lock_guard<std::mutex> guard(b.mu);
+  b.by_group[group] = max_tokens;
+}
+
 // The validator as an op: the Python fake kernel calls it (the op's output size is data
 // dependent, so its fake kernel cannot be a C++ Meta kernel).
 at::Tensor dispatch_check(const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& w1,
@@ -118,12 +156,17 @@ Outputs moe_dispatch_gemm_cuda(const at::Tensor& x, const at::Tensor& topk_idx,
         moe::dispatch_local(x, topk_idx, w1, num_experts, capacity, return_recv);
     return {r.out, r.counts, r.route, r.recv_counts, r.recv_x};
   }
-  // Until the fused multi-rank kernel lands: the host reference moves the rows (staged through
-  // the CPU, with the host syncs that implies: not for CUDA graphs), the engine multiplies them.
+  // One node: the dispatch kernel on the group's peer memory, then the grouped GEMM.
+  if (auto r = moe::dispatch_ep(kOp, x, topk_idx, w1, group, world_size, num_experts, capacity,
+                                return_recv, reserved_tokens(group))) {
+    return {r->out, r->counts, r->route, r->recv_counts, r->recv_x};
+  }
+  // Several nodes: the host reference moves the rows (staged through the CPU, with the host
+  // syncs that implies: not for CUDA graphs), the engine multiplies them.
   TORCH_WARN_ONCE(kOp,
-                  ": the fused multi-rank CUDA kernel has not landed; world_size > 1 moves the "
-                  "tokens through the host reference data path (CPU staging), then runs the "
-                  "grouped GEMM on the GPU");
+                  ": the group spans several nodes and the MoE kernels' inter-node half has not "
+                  "landed; the tokens move through the host reference data path (CPU staging), "
+                  "then the grouped GEMM runs on the GPU");
   moe::DispatchResult r = moe::dispatch(kOp, x.cpu(), topk_idx.cpu(), w1, group, world_size,
                                         num_experts, capacity, true, /*run_gemm=*/false);
   const at::Device dev = x.device();
@@ -138,6 +181,7 @@ Outputs moe_dispatch_gemm_cuda(const at::Tensor& x, const at::Tensor& topk_idx,
 
 TORCH_LIBRARY_IMPL(mkernel, CompositeExplicitAutograd, m) {
   m.impl("_moe_dispatch_check", &dispatch_check);
+  m.impl("_moe_reserve", &moe_reserve);
 }
 TORCH_LIBRARY_IMPL(mkernel, CPU, m) { m.impl("moe_dispatch_gemm", &moe_dispatch_gemm_cpu); }
 #ifdef MKERNEL_WITH_CUDA

@@ -113,6 +113,9 @@ TORCH_LIBRARY(mkernel, m) {
   // Pre-sizes the group's symmetric device memory to >= nbytes per rank on the current device
   // (collective; Context.reserve): growth is impossible inside CUDA-graph capture.
   m.def("_reserve(int group, int world_size, int nbytes) -> ()");
+  // The MoE dispatch's token bound for a group (every rank passes the same max_tokens >= its T
+  // in every later call; 0: all-gather the ranks' T on the host at each call).
+  m.def("_moe_reserve(int group, int world_size, int max_tokens) -> ()");
   // The attention engine at world size 1: q [b, s, h, d], k/v [b, s_kv, h_kv, d] (GQA)
   //   -> (out [b, s, h, d], lse [b, h, s] fp32). Causal masking is bottom-right aligned.
   // block_m x block_n: the CUDA kernel's tile (query rows x keys per KV block; 0 = by shape;

@@ -93,6 +93,11 @@ def _grouped_wgrad(grad_out: Tensor, recv_x: Tensor, counts: Tensor, capacity: i
         return torch.bmm(g.transpose(1, 2), x)
     g2, x2 = grad_out.reshape(-1, f).contiguous(), recv_x.reshape(-1, h).contiguous()
     offs = torch.cumsum(counts, 0, dtype=torch.int32)
+    if g2.shape[0] and offs.numel():
+        # Rows past the counts are unspecified on CUDA (at W > 1 the packed tensors hold a
+        # static bound of rows): zero them so no NaN reaches a reduction over rows.
+        live = (torch.arange(g2.shape[0], device=g2.device) < offs[-1:]).unsqueeze(1)
+        g2, x2 = g2.masked_fill(~live, 0), x2.masked_fill(~live, 0)
     aligned = (f * g2.element_size()) % 16 == 0 and (h * x2.element_size()) % 16 == 0
     if aligned and g2.dtype == torch.bfloat16:
         try:

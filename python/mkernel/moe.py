@@ -23,7 +23,7 @@ from ._moe_registry import _grouped_wgrad
 
 _mk = torch.ops.mkernel
 
-__all__ = ["DispatchLayout", "MoEMLP", "get_dispatch_layout"]
+__all__ = ["DispatchLayout", "MoEMLP", "get_dispatch_layout", "reserve_tokens"]
 
 
 class DispatchLayout(NamedTuple):
@@ -55,6 +55,22 @@ def get_dispatch_layout(topk_idx: Tensor, num_experts: int, world_size: int) -> 
     per_expert = torch.zeros(num_experts, dtype=torch.int32, device=idx.device)
     per_expert.scatter_add_(0, idx.reshape(-1), torch.ones_like(idx.reshape(-1), dtype=torch.int32))
     return DispatchLayout(in_rank.sum(0, dtype=torch.int32), per_expert, in_rank)
+
+
+def reserve_tokens(max_tokens: int, group: Any = None) -> None:
+    """Fix the group's MoE token bound: every later :func:`mkernel.moe_dispatch_gemm` of the
+    group on CUDA (W > 1, one node) sizes its token areas, and with ``capacity == 0`` its packed
+    outputs (``W * max_tokens * min(k, E_local)`` rows), for ``max_tokens`` tokens per rank,
+    instead of all-gathering every rank's T on the host at each call. Shapes then stay fixed
+    call after call (CUDA graphs, no host exchange). Every rank must pass the same value, and
+    every later call's T must not exceed it; 0 goes back to the per-call exchange.
+
+    Args:
+        max_tokens: the largest T any rank will pass.
+        group: the mkernel group (None: the default one).
+    """
+    g = group if group is not None else ops._default_group()
+    torch.ops.mkernel._moe_reserve(g.handle, g.world_size, int(max_tokens))
 
 
 def _grouped(a: Tensor, w: Tensor, counts: Tensor, capacity: int) -> Tensor:

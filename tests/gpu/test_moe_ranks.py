@@ -1,21 +1,32 @@
-"""moe_dispatch_gemm / moe_combine / MoEMLP with CUDA tensors at W = 2 ranks on one GPU under MPS:
-the checks of tests/host/moe_rank_checks.py (values, routes, counts, gradients against a float64
-reference from every rank's inputs) with TEST_DEVICE=cuda. Until the fused multi-rank kernel
-lands, W > 1 on CUDA moves the rows through the host reference data path and runs the grouped
-GEMMs on the GPU."""
+"""moe_dispatch_gemm / moe_combine with CUDA tensors at W = 2 and 4 ranks on one GPU under MPS
+(one node: the dispatch and combine kernels on the group's peer memory, csrc/moe_ep.h):
+
+* the checks of tests/host/moe_rank_checks.py with TEST_DEVICE=cuda: values, routes, counts and
+  gradients against a float64 reference from every rank's inputs (ragged T with empty ranks,
+  top-k 1/2/4/8, uniform / skewed / empty experts, capacity drops; outputs from poisoned
+  memory), and bit-identical repeated calls;
+* CUDA-graph capture and replay with changed inputs (tests/gpu/moe_ranks.py).
+
+The backward passes run on the same substrate (the gather and scatter kernels)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.gpu.conftest import check_ranks, needs_gpu, rank_env
-from tests.host.test_moe_host import RANK_MAIN
+from tests.gpu.conftest import ROOT, check_ranks, needs_gpu, rank_env
 from tests.launch import run_ranks
 
 pytestmark = needs_gpu
 
+RANK_MAIN = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from tests.gpu.moe_ranks import main
+main()
+"""
 
-@pytest.mark.parametrize("world", [2])
+
+@pytest.mark.parametrize("world", [2, 4])
 def test_moe_cuda_ranks_match_reference(mps, world):
     res = run_ranks(RANK_MAIN, world, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="matrix,repeat", TEST_DEVICE="cuda",
@@ -23,3 +34,12 @@ def test_moe_cuda_ranks_match_reference(mps, world):
     cases = check_ranks(res)
     assert len(cases) == world * 8, len(cases)
     assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_moe_cuda_graph_replay(mps, world):
+    res = run_ranks(RANK_MAIN, world, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="graph", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="30"))
+    cases = check_ranks(res)
+    assert len(cases) == world * 4, len(cases)

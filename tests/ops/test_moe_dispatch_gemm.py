@@ -391,3 +391,12 @@ def test_get_dispatch_layout_matches_the_dispatch(ops):
     assert torch.equal(lay.tokens_per_expert, torch.bincount(idx.reshape(-1), minlength=e).int())
     assert lay.is_token_in_rank.shape == (37, world)
     assert torch.equal(lay.is_token_in_rank.sum(0, dtype=torch.int32), want_rank)
+
+
+def test_reserve_tokens_checks_its_bound():
+    """mkernel.moe.reserve_tokens (the op _moe_reserve): a negative bound is refused, naming it;
+    0 (back to the per-call exchange of T) and a positive bound are accepted on any backend."""
+    with pytest.raises(ValueError, match="max_tokens must be >= 0"):
+        torch.ops.mkernel._moe_reserve(0, 1, -1)
+    torch.ops.mkernel._moe_reserve(0, 1, 64)
+    torch.ops.mkernel._moe_reserve(0, 1, 0)

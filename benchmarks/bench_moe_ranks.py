@@ -1,0 +1,208 @@
+"""MoE dispatch + first GEMM and combine at W ranks on one GPU under MPS (each rank gets 100/W %
+of the SMs), side by side in one run per shape:
+
+* ``mkernel``: ``moe_dispatch_gemm`` (device routing, the dispatch kernel on the group's peer
+  memory, then the engine's grouped GEMM) and ``moe_combine`` (the combine kernel);
+* ``unfused``: what a user builds from the substrate's collectives: ``mkernel.all_gather`` of x
+  and of topk_idx, a stable sort of the gathered choices by local expert, ``index_select`` of
+  the rows, ``torch._grouped_mm``; combine as ``mkernel.all_gather`` of the expert outputs,
+  ``index_select`` by route and the fp32 weighted sum;
+* ``compute``: ``torch._grouped_mm`` alone on this rank's received rows already in place, at
+  the same MPS share (the ceiling: no routing, no communication).
+
+Timing: CUDA events, a GPU-side barrier (tiny all_reduce) before each sample, median of
+--iters samples, max over ranks. TFLOP/s count the routed rows' GEMM of the slowest rank;
+dispatch GB/s = bytes of token rows this rank sends to other ranks / time (DeepEP's yardstick;
+on one GPU every "link" is the GPU's own HBM). JSON under benchmarks/results/ (and $OUT).
+
+    python benchmarks/bench_moe_ranks.py [--world 2] [--iters 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
+
+# Per-rank tokens; experts over the whole group.
+SHAPES = [  # cheapest first: a run cut short still reports the first ones
+    dict(name="seed_e256_top8_8k", experts=256, k=8, tokens_total=8192, h=7168, f=2048),
+    dict(name="mixtral_e8_top2_8k", experts=8, k=2, tokens_total=8192, h=4096, f=14336),
+    dict(name="seed_e256_top8_32k", experts=256, k=8, tokens_total=32768, h=7168, f=2048),
+]
+
+
+def rank_main() -> None:
+    import torch
+    import torch.distributed as dist
+
+    import mkernel
+
+    dist.init_process_group("gloo")
+    torch.cuda.set_device(0)
+    ctx = mkernel.init()
+    world, rank = ctx.world_size, ctx.rank
+    iters = int(os.environ["BENCH_ITERS"])
+    dt = torch.bfloat16
+    gate = torch.zeros(world * 8, device="cuda", dtype=dt)
+    for s in SHAPES:
+        e, k, h, f = s["experts"], s["k"], s["h"], s["f"]
+        t, el = s["tokens_total"] // world, s["experts"] // world
+        gen = torch.Generator(device="cuda").manual_seed(1000 + rank)
+        x = torch.randn(t, h, device="cuda", dtype=dt, generator=gen)
+        w1 = torch.randn(el, f, h, device="cuda", dtype=dt, generator=gen) / h ** 0.5
+        w1_t = w1.transpose(1, 2)
+        idx = torch.rand(t, e, device="cuda", generator=gen).topk(k, dim=1).indices
+        mkernel.moe.reserve_tokens(t, group=ctx)  # fixed shapes, no per-call host exchange
+        w = torch.rand(t, k, device="cuda", generator=gen)
+        res = mkernel.moe_dispatch_gemm(x, idx, w1, num_experts=e, group=ctx)
+        rows_out = res.out.shape[0]
+        rows = int(res.counts.sum())
+        recv = mkernel.moe_dispatch_gemm(x, idx, w1, num_experts=e, return_recv=True,
+                                         group=ctx).recv_x[:rows].contiguous()
+        y = torch.randn(rows_out, h, device="cuda", dtype=dt, generator=gen)
+        route = res.handle.route
+        offs = res.offs
+
+        def unfused_dispatch():
+            xa = mkernel.all_gather(x, group=ctx)
+            ia = mkernel.all_gather(idx.to(torch.float32), group=ctx).long()
+            flat = ia.reshape(-1)
+            key = torch.where(flat // el == rank, flat - rank * el, el)
+            order = torch.argsort(key, stable=True)[:rows_out]
+            a = xa.index_select(0, order // k)
+            cnt = torch.zeros(el + 1, device="cuda", dtype=torch.int32)  # no host sync
+            cnt.scatter_add_(0, key, torch.ones_like(key, dtype=torch.int32))
+            cnt = cnt[:el]
+            return torch._grouped_mm(a, w1_t, offs=torch.cumsum(cnt, 0, dtype=torch.int32))
+
+        def unfused_combine():
+            ya = mkernel.all_gather(y, group=ctx)
+            kept = route >= 0
+            gi = torch.where(kept, (route >> 32) * rows_out + (route & 0xffffffff), 0)
+            g = ya.index_select(0, gi.reshape(-1)).view(t, k, h).float()
+            return (g * (w * kept).unsqueeze(-1)).sum(1).to(dt)
+
+        # The unfused path's values against mkernel's (same rows, same GEMM up to rounding).
+        ref = unfused_dispatch()[:rows].float()
+        err_d = ((res.out[:rows].float() - ref).norm() / ref.norm()).item()
+        c_mk = mkernel.moe_combine(y, res.handle, w, group=ctx).float()
+        c_ref = unfused_combine().float()
+        err_c = ((c_mk - c_ref).norm() / c_ref.norm()).item()
+        cands = {
+            "mkernel_dispatch_gemm": lambda: mkernel.moe_dispatch_gemm(x, idx, w1, num_experts=e,
+                                                                       group=ctx),
+            "unfused_dispatch_gemm": unfused_dispatch,
+            "compute_grouped_mm": lambda: torch._grouped_mm(recv, w1_t, offs=offs),
+            "mkernel_combine": lambda: mkernel.moe_combine(y, res.handle, w, group=ctx),
+            "unfused_combine": unfused_combine,
+        }
+        for c in cands.values():
+            c()
+        torch.cuda.synchronize()
+        times = {n: [] for n in cands}
+        names = list(cands)
+        for it in range(iters):
+            for name in names[it % len(names):] + names[:it % len(names)]:
+                dist.barrier()
+                mkernel.all_reduce(gate, group=ctx)
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                cands[name]()
+                end.record()
+                end.synchronize()
+                times[name].append(start.elapsed_time(end))
+        med = {n: statistics.median(v) for n, v in times.items()}
+        dests = torch.zeros(t, world, dtype=torch.bool, device="cuda")
+        dests.scatter_(1, idx // el, True)
+        dests[:, rank] = False
+        sent = int(dests.sum()) * h * 2
+        mine = dict(med=med, rows=rows, sent=sent, err_d=err_d, err_c=err_c)
+        every = [None] * world
+        dist.all_gather_object(every, mine)
+        if rank == 0:
+            worst = {n: max(m["med"][n] for m in every) for n in cands}
+            flops = 2.0 * max(m["rows"] for m in every) * h * f
+            row = dict(s, world=world, tokens_per_rank=t, rows_out_bound=rows_out,
+                       rows_per_rank=[m["rows"] for m in every],
+                       rel_err_vs_unfused_dispatch=max(m["err_d"] for m in every),
+                       rel_err_vs_unfused_combine=max(m["err_c"] for m in every))
+            for n in cands:
+                row[n] = {"median_ms": worst[n], "per_rank_ms": [m["med"][n] for m in every]}
+                if "dispatch" in n or "compute" in n:
+                    row[n]["tflops_per_rank"] = flops / worst[n] / 1e9
+            row["dispatch_ratio_vs_unfused"] = worst["unfused_dispatch_gemm"] / worst["mkernel_dispatch_gemm"]
+            row["dispatch_ratio_vs_compute"] = worst["compute_grouped_mm"] / worst["mkernel_dispatch_gemm"]
+            row["combine_ratio_vs_unfused"] = worst["unfused_combine"] / worst["mkernel_combine"]
+            row["combine_gbs_per_rank"] = max(m["sent"] for m in every) / (worst["mkernel_combine"] * 1e-3) / 1e9
+            print("RESULT " + json.dumps(row), flush=True)
+            if os.environ.get("OUT"):  # kept even if a later shape fails or the job is cut short
+                with open(os.path.join(os.environ["OUT"], "moe_ranks_rows.jsonl"), "a") as fh:
+                    fh.write(json.dumps(dict(row, commit=os.environ.get("MKERNEL_COMMIT"))) + "\n")
+        del res, recv, y
+        torch.cuda.empty_cache()
+    torch.cuda.synchronize()
+    ctx.barrier()
+    mkernel.shutdown()
+    dist.destroy_process_group()
+
+
+RANK_CODE = f"""
+import sys
+sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
+from bench_moe_ranks import rank_main
+rank_main()
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=10)
+    args = ap.parse_args()
+
+    from bench_collectives import start_mps  # noqa: E402
+    from common import commit, device_info, write_result  # noqa: E402
+    from tests.launch import run_ranks  # noqa: E402
+
+    env, stop = start_mps()
+    try:
+        res = run_ranks(RANK_CODE, args.world, timeout=600, env=dict(
+            env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",
+            BENCH_ITERS=str(args.iters)))
+    finally:
+        stop()
+    rows = []
+    for r in res:
+        if r.returncode != 0:
+            raise SystemExit(f"rank {r.rank} failed (rc {r.returncode}):\n{r.stdout[-2000:]}\n"
+                             f"{r.stderr[-4000:]}")
+        rows += [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
+    for row in rows:
+        print(f"{row['name']} W={row['world']}: dispatch+gemm {row['mkernel_dispatch_gemm']['median_ms']:.3f} ms "
+              f"({row['mkernel_dispatch_gemm']['tflops_per_rank']:.0f} TF/s/rank; "
+              f"{row['dispatch_ratio_vs_unfused']:.2f}x unfused, {row['dispatch_ratio_vs_compute']:.2f}x compute "
+              f"alone); combine {row['mkernel_combine']['median_ms']:.3f} ms ({row['combine_ratio_vs_unfused']:.2f}x "
+              f"unfused, {row['combine_gbs_per_rank']:.0f} GB/s/rank); err {row['rel_err_vs_unfused_dispatch']:.1e}/"
+              f"{row['rel_err_vs_unfused_combine']:.1e}", flush=True)
+    path = write_result("moe_ranks", {"bench": "moe_ranks", "commit": commit(), "device": device_info(),
+                                      "mps": True, "world": args.world, "iters": args.iters,
+                                      "unfused": "mkernel.all_gather of x/topk_idx (or y) + sort + "
+                                                 "index_select + torch._grouped_mm (combine: fp32 "
+                                                 "weighted sum)", "rows": rows})
+    if os.environ.get("OUT"):
+        shutil.copy(path, os.environ["OUT"])
+    print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,603 @@
+// The expert-parallel MoE kernels (protocol: moe_ep_api.h): dispatch exchange and combine on
+// the group's peer memory. Roles run in sequence inside each CTA; every CTA of a grid is
+// co-resident (the grid never exceeds what the device holds at once) and every wait is for
+// work that CTAs of other ranks do before their own waits: no deadlock, whatever the timing.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "../comm/group_sync.cuh"
+#include "moe_ep_api.h"
+
+namespace mkernel::moe_ep {
+namespace {
+
+using comm::FlagSlot;
+using comm::GroupDevice;
+using comm::kMaxRanks;
+
+constexpr int kThreads = 512;
+
+// Flag slots of the MoE kernels, near the top of the flag region (clear of the collectives'
+// chunk flags and of the fused ops' counter in the last word). kCounts/kArrive/kStaged + src:
+// written by src at the reader; kEntered: CTA 0 tells this rank's other CTAs that the entry
+// barrier passed. Every value is a call number (flags only grow): a slot another op used in an
+// earlier call never satisfies this call's wait.
+constexpr uint32_t kBase = comm::kFlagWords - 8 * kMaxRanks;
+constexpr uint32_t kCounts = kBase;
+constexpr uint32_t kArrive = kBase + kMaxRanks;
+constexpr uint32_t kStaged = kBase + 2 * kMaxRanks;
+constexpr uint32_t kEntered = kBase + 3 * kMaxRanks;
+static_assert(kBase >= FlagSlot::kOpSlotBase + 2 * kMaxRanks * 512,
+              "the MoE flags stay clear of the collectives' chunk flags");
+static_assert(kEntered < comm::kFlagWords - 1, "the MoE flags stay clear of the last word");
+
+constexpr uint64_t align256(uint64_t v) { return (v + 255) & ~uint64_t{255}; }
+
+// --- small helpers ---------------------------------------------------------------------------
+
+// Waits (thread 0) for flag `slot + s` >= e from every rank s, then releases the CTA.
+__device__ __forceinline__ void wait_all_ranks(const GroupDevice& g, uint32_t slot, uint64_t e,
+                                               int32_t op) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < g.world; ++s) {
+      comm::wait_geq(g, g.flags[g.rank] + slot + s, e,
+                     comm::WaitSite{op, comm::kWaitPeerFlag, s, static_cast<int32_t>(slot + s)});
+    }
+  }
+  __syncthreads();
+}
+
+// Grid barrier of this rank's CTAs, then the last CTA releases `slot + rank` = e at every rank:
+// "all of this rank's writes of the phase are visible". The ticket is the group's CTA exit
+// counter (GroupDevice::exit_ticket, zero between calls): the last CTA puts it back to 0 before
+// it releases the flags, and every CTA waits for this rank's own flag before it can reach
+// op_end, so op_end finds it at 0.
+__device__ __forceinline__ void grid_done_signal(const GroupDevice& g, uint32_t slot, uint64_t e) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();  // this CTA's stores (peer and local) before its ticket
+    const uint32_t n = atomicAdd(g.exit_ticket, 1u);
+    if (n == gridDim.x - 1) {
+      atomicExch(g.exit_ticket, 0u);
+      __threadfence_system();  // every CTA's stores (observed through the tickets) first
+      for (int p = 0; p < g.world; ++p) comm::signal(g, p, slot + g.rank, e);
+    }
+  }
+}
+
+// Copies one row of n16 16-byte vectors (all threads of the CTA); L1 bypassed on the source
+// (peers wrote it through their mappings).
+__device__ __forceinline__ void copy_row(uint4* dst, const uint4* src, int64_t n16) {
+  for (int64_t v = threadIdx.x; v < n16; v += kThreads) dst[v] = __ldcg(src + v);
+}
+
+// Rows of the local expert layout: packed [0, min(R, max_rows)) or padded e*C + n, n < counts[e]. Calls
+// f(row) for the live rows this CTA owns (rows strided over the grid).
+template <class F>
+__device__ __forceinline__ void for_live_rows(const int32_t* s_count, int e_local, int capacity,
+                                              int64_t max_rows, F&& f) {
+  if (capacity > 0) {
+    const int64_t rows = static_cast<int64_t>(e_local) * capacity;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+      if (r % capacity < s_count[r / capacity]) f(r);
+    }
+  } else {
+    int64_t rows = 0;
+    for (int e = 0; e < e_local; ++e) rows += s_count[e];
+    rows = min(rows, max_rows);
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) f(r);
+  }
+}
+
+// --- dispatch --------------------------------------------------------------------------------
+
+struct DispatchParams {
+  GroupDevice g;
+  const uint4* x;
+  int64_t tokens, n16;  // n16: 16-byte vectors per row
+  int k, experts, e_local, capacity;
+  int64_t max_tokens, rows_out;
+  DispatchLayout lay;
+  const int32_t* expert;
+  const int32_t* pos;
+  const int32_t* cnt;
+  const int32_t* slot;
+  int64_t* route;
+  int32_t* counts;
+  int32_t* recv_counts;
+  uint4* recv_x;
+  uint64_t signature;
+};
+
+__global__ void __launch_bounds__(kThreads) dispatch_kernel(const DispatchParams p) {
+  __shared__ int32_t s_keep[kMaxExperts];   // rows of expert g this rank keeps at its owner
+  __shared__ int32_t s_start[kMaxExperts];  // first of them in the owner's layout
+  __shared__ int32_t s_total[kMaxExperts];  // rows expert g holds from every source
+  const GroupDevice& g = p.g;
+  const int me = g.rank, W = g.world, E = p.experts, El = p.e_local;
+  const uint64_t e = comm::op_begin(g);
+
+  // 1. Counts to every rank (after the entry barrier: every rank finished its previous call).
+  if (blockIdx.x == 0) {
+    if (threadIdx.x == 0) comm::entry_barrier(g, e, comm::kOpMoeDispatch, p.signature);
+    __syncthreads();
+    for (int d = 0; d < W; ++d) {
+      auto* table = reinterpret_cast<int32_t*>(g.data[d] + p.lay.counts);
+      for (int i = threadIdx.x; i < E; i += kThreads) table[me * E + i] = p.cnt[i];
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int d = 0; d < W; ++d) comm::signal(g, d, kCounts + me, e);
+    }
+  }
+  // 2. Every rank's counts: this rank's rows at every owner, and the owners' layouts.
+  wait_all_ranks(g, kCounts, e, comm::kOpMoeDispatch);
+  const auto* table = reinterpret_cast<const int32_t*>(g.data[me] + p.lay.counts);
+  for (int x = threadIdx.x; x < E; x += kThreads) {
+    int32_t taken = 0, mine = 0, first = 0;
+    for (int s = 0; s < W; ++s) {
+      const int32_t want = __ldcg(table + s * E + x);
+      const int32_t n = p.capacity > 0 ? min(want, max(p.capacity - taken, 0)) : want;
+      if (s == me) mine = n, first = taken;
+      taken += n;
+    }
+    s_keep[x] = mine;
+    s_start[x] = first;
+    s_total[x] = taken;
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < W; d += kThreads) {  // the owners' expert bases
+    int32_t base = 0;
+    for (int x = d * El; x < (d + 1) * El; ++x) {
+      s_start[x] += p.capacity > 0 ? (x - d * El) * p.capacity : base;
+      base += s_total[x];
+    }
+  }
+  __syncthreads();
+
+  // 3a. Tokens, once per destination rank.
+  for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) {
+    const uint4* src = p.x + t * p.n16;
+    for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) {
+      const uint4 val = __ldg(src + v);
+      for (int d = 0; d < W; ++d) {
+        const int32_t u = __ldg(p.slot + t * W + d);
+        if (u < 0) continue;
+        auto* area = reinterpret_cast<uint4*>(g.data[d] + p.lay.tokens);
+        area[(static_cast<int64_t>(me) * p.max_tokens + u) * p.n16 + v] = val;
+      }
+    }
+  }
+  // 3b. Routes and the owners' row maps.
+  const int64_t choices = p.tokens * p.k;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < choices;
+       i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int32_t x = p.expert[i];
+    int64_t code = -1;
+    if (x >= 0) {
+      const int d = x / El;
+      const int32_t n = p.pos[i];
+      const int64_t row = static_cast<int64_t>(s_start[x]) + n;
+      if (n < s_keep[x] && row < p.rows_out) {
+        const int32_t u = p.slot[(i / p.k) * W + d];
+        reinterpret_cast<int32_t*>(g.data[d] + p.lay.row_map)[row] =
+            static_cast<int32_t>(me * p.max_tokens + u);
+        code = (static_cast<int64_t>(d) << 32) | row;
+      }
+    }
+    p.route[i] = code;
+  }
+  // 4. Arrival at every rank.
+  grid_done_signal(g, kArrive, e);
+
+  // 5. Receive: every rank's rows, expanded into the expert layout.
+  wait_all_ranks(g, kArrive, e, comm::kOpMoeDispatch);
+  // Rows of each local expert, and where they start. Packed rows past rows_out (only reachable
+  // with an expert id repeated in a token's top-k: W * max_T * min(k, E_local) bounds distinct
+  // ids) were dropped by their sources (route -1): the counts leave them out too, so the GEMM
+  // never reads past recv_x.
+  int32_t* s_count = s_keep;  // reused
+  int32_t* s_base = s_start;  // reused: first row of local expert x
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int64_t base = 0;
+    for (int x = 0; x < El; ++x) {
+      const int64_t n = s_total[me * El + x];
+      s_base[x] = static_cast<int32_t>(p.capacity > 0 ? static_cast<int64_t>(x) * p.capacity : base);
+      s_count[x] = static_cast<int32_t>(
+          p.capacity > 0 ? n : min(base + n, p.rows_out) - min(base, p.rows_out));
+      base += n;
+    }
+  }
+  __syncthreads();
+  if (blockIdx.x == 0) {
+    for (int x = threadIdx.x; x < W * El; x += kThreads) {
+      const int s = x / El, le = x % El;
+      int32_t taken = 0, n = 0;
+      for (int q = 0; q <= s; ++q) {
+        const int32_t want = __ldcg(table + q * E + me * El + le);
+        n = p.capacity > 0 ? min(want, max(p.capacity - taken, 0)) : want;
+        taken += n;
+      }
+      if (p.capacity == 0) {  // the part of source s's rows below rows_out
+        const int64_t lo = static_cast<int64_t>(s_base[le]) + (taken - n);
+        n = static_cast<int32_t>(min(lo + n, p.rows_out) - min(lo, p.rows_out));
+      }
+      p.recv_counts[x] = n;
+    }
+    for (int x = threadIdx.x; x < El; x += kThreads) p.counts[x] = s_count[x];
+  }
+  __syncthreads();
+  const auto* row_map = reinterpret_cast<const int32_t*>(g.data[me] + p.lay.row_map);
+  const auto* area = reinterpret_cast<const uint4*>(g.data[me] + p.lay.tokens);
+  for_live_rows(s_count, El, p.capacity, p.rows_out, [&](int64_t r) {
+    const int64_t q = __ldcg(row_map + r);
+    copy_row(p.recv_x + r * p.n16, area + q * p.n16, p.n16);
+  });
+  __syncthreads();
+  if (threadIdx.x == 0) comm::op_end(g, e);
+}
+
+// --- combine ---------------------------------------------------------------------------------
+
+template <class T> struct Elem;
+template <> struct Elem<float> {
+  __device__ static float load(float v) { return v; }
+  __device__ static float store(float v) { return v; }
+};
+template <> struct Elem<__nv_bfloat16> {
+  __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
+  __device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
+};
+template <> struct Elem<__half> {
+  __device__ static float load(__half v) { return __half2float(v); }
+  __device__ static __half store(float v) { return __float2half_rn(v); }
+};
+
+struct CombineParams {
+  GroupDevice g;
+  const uint4* y;
+  int64_t y_rows, n16;
+  int capacity, e_local;
+  const int32_t* recv_counts;
+  const int64_t* route;
+  const float* weights;
+  int64_t tokens;
+  int k;
+  uint4* out;
+  uint64_t signature;
+};
+
+// kGather: _moe_gather instead of the sum: out [T*k] rows = each choice's row (zero when
+// dropped), the same stage / pull protocol.
+template <class T, bool kGather>
+__global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p) {
+  __shared__ int32_t s_count[kMaxExperts];
+  constexpr int kPer = 16 / sizeof(T);
+  const GroupDevice& g = p.g;
+  const int me = g.rank, W = g.world, El = p.e_local;
+  const uint64_t e = comm::op_begin(g);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    comm::entry_barrier(g, e, comm::kOpMoeCombine, p.signature);
+    comm::signal(g, me, kEntered, e);
+  }
+  // Stage this rank's live rows into its own region (peers finished reading the last call's).
+  if (threadIdx.x == 0) {
+    comm::wait_geq(g, g.flags[me] + kEntered, e,
+                   comm::WaitSite{comm::kOpMoeCombine, comm::kWaitEntry, me, kEntered});
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x < El; x += kThreads) {
+    int32_t n = 0;
+    for (int s = 0; s < W; ++s) n += p.recv_counts[s * El + x];
+    s_count[x] = n;
+  }
+  __syncthreads();
+  auto* stage = reinterpret_cast<uint4*>(g.data[me]);
+  for_live_rows(s_count, El, p.capacity, p.y_rows, [&](int64_t r) {
+    for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) stage[r * p.n16 + v] = __ldg(p.y + r * p.n16 + v);
+  });
+  grid_done_signal(g, kStaged, e);
+  wait_all_ranks(g, kStaged, e, comm::kOpMoeCombine);
+
+  // Pull and sum, each token's choices in order (fp32; product and sum rounded separately, as
+  // the host reference's weighted sum).
+  if constexpr (kGather) {
+    for (int64_t i = blockIdx.x; i < p.tokens * p.k; i += gridDim.x) {
+      const int64_t code = __ldg(p.route + i);
+      const int d = static_cast<int>(code >> 32);
+      const int64_t row = code & 0xffffffffll;
+      uint4* dst = p.out + i * p.n16;
+      if (code < 0 || d >= W || row >= p.y_rows) {
+        for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = make_uint4(0, 0, 0, 0);
+      } else if (d == me) {
+        for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = __ldg(p.y + row * p.n16 + v);
+      } else {
+        copy_row(dst, reinterpret_cast<const uint4*>(g.data[d]) + row * p.n16, p.n16);
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) comm::op_end(g, e);
+    return;
+  }
+  for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) {
+    for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) {
+      float acc[kPer];
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) acc[i] = 0.f;
+      // kBatch choices' loads in flight before their adds (in choice order): the peer reads'
+      // latency overlaps instead of serialising.
+      constexpr int kBatch = 4;
+      for (int j0 = 0; j0 < p.k; j0 += kBatch) {
+        uint4 raw[kBatch];
+        float w[kBatch];
+        uint32_t loaded = 0;  // bit u: choice j0 + u was loaded
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int j = j0 + u;
+          w[u] = 0.f;
+          raw[u] = make_uint4(0, 0, 0, 0);
+          if (j >= p.k) continue;
+          const int64_t code = __ldg(p.route + t * p.k + j);
+          const int d = static_cast<int>(code >> 32);
+          const int64_t row = code & 0xffffffffll;
+          // Dropped, or not a route of this group's dispatch: adds nothing.
+          if (code < 0 || d >= W || row >= p.y_rows) continue;
+          loaded |= 1u << u;
+          w[u] = __ldg(p.weights + t * p.k + j);
+          raw[u] = d == me ? __ldg(p.y + row * p.n16 + v)
+                           : __ldcg(reinterpret_cast<const uint4*>(g.data[d]) + row * p.n16 + v);
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          if (!(loaded & (1u << u))) continue;  // dropped or past k: adds nothing
+          const T* val = reinterpret_cast<const T*>(&raw[u]);
+#pragma unroll
+          for (int i = 0; i < kPer; ++i) {
+            acc[i] = __fadd_rn(acc[i], __fmul_rn(Elem<T>::load(val[i]), w[u]));
+          }
+        }
+      }
+      uint4 packed;
+      T* o = reinterpret_cast<T*>(&packed);
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) o[i] = Elem<T>::store(acc[i]);
+      p.out[t * p.n16 + v] = packed;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) comm::op_end(g, e);
+}
+
+// --- scatter (_moe_scatter) -----------------------------------------------------------------
+
+// rows [T*k] of this rank's choices pushed into their owners' regions at the rows their routes
+// name; then every rank writes its out in y's layout: the rows it received, zero elsewhere.
+__global__ void __launch_bounds__(kThreads) scatter_kernel(const CombineParams p) {
+  __shared__ int32_t s_count[kMaxExperts];
+  const GroupDevice& g = p.g;
+  const int me = g.rank, W = g.world, El = p.e_local;
+  const uint64_t e = comm::op_begin(g);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    comm::entry_barrier(g, e, comm::kOpMoeCombine, p.signature);
+    comm::signal(g, me, kEntered, e);
+  }
+  if (threadIdx.x == 0) {
+    comm::wait_geq(g, g.flags[me] + kEntered, e,
+                   comm::WaitSite{comm::kOpMoeCombine, comm::kWaitEntry, me, kEntered});
+  }
+  __syncthreads();
+  for (int64_t i = blockIdx.x; i < p.tokens * p.k; i += gridDim.x) {
+    const int64_t code = __ldg(p.route + i);
+    const int d = static_cast<int>(code >> 32);
+    const int64_t row = code & 0xffffffffll;
+    if (code < 0 || d >= W || row >= p.y_rows) continue;
+    auto* dst = reinterpret_cast<uint4*>(g.data[d]) + row * p.n16;
+    for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = __ldg(p.y + i * p.n16 + v);
+  }
+  grid_done_signal(g, kArrive, e);
+  wait_all_ranks(g, kArrive, e, comm::kOpMoeCombine);
+  for (int x = threadIdx.x; x < El; x += kThreads) {
+    int32_t n = 0;
+    for (int s = 0; s < W; ++s) n += p.recv_counts[s * El + x];
+    s_count[x] = n;
+  }
+  __syncthreads();
+  int64_t live_rows = 0;  // packed: rows [0, live_rows) are live
+  for (int x = 0; x < El; ++x) live_rows += s_count[x];
+  const auto* stage = reinterpret_cast<const uint4*>(g.data[me]);
+  for (int64_t r = blockIdx.x; r < p.y_rows; r += gridDim.x) {
+    const bool live = p.capacity > 0 ? (r % p.capacity < s_count[r / p.capacity]) : r < live_rows;
+    uint4* dst = p.out + r * p.n16;
+    if (live) {
+      copy_row(dst, stage + r * p.n16, p.n16);
+    } else {
+      for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = make_uint4(0, 0, 0, 0);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) comm::op_end(g, e);
+}
+
+// --- launch ----------------------------------------------------------------------------------
+
+// The co-resident grid for `kernel` (the SM count as this process sees it: its MPS share),
+// cached per (device, kernel).
+cudaError_t resident_ctas(const void* kernel, int* out) {
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, int> cache;
+  std::lock_guard<std::mutex> guard(mu);
+  auto it = cache.find({dev, kernel});
+  if (it != cache.end()) {
+    *out = it->second;
+    return cudaSuccess;
+  }
+  int sms = 0, per_sm = 0;
+  err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (err != cudaSuccess) return err;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
+  if (err != cudaSuccess) return err;
+  *out = sms * std::max(1, std::min(per_sm, 2));
+  cache.emplace(std::make_pair(dev, kernel), *out);
+  return cudaSuccess;
+}
+
+bool group_ok(const GroupDevice& g, const char** reason) {
+  if (g.world < 1 || g.world > kMaxRanks || g.rank < 0 || g.rank >= g.world ||
+      g.flags[g.rank] == nullptr || g.epoch == nullptr || g.exit_ticket == nullptr) {
+    if (reason) *reason = "the group's device view is not set up";
+    return false;
+  }
+  for (int r = 0; r < g.world; ++r) {
+    if (g.data[r] == nullptr || g.flags[r] == nullptr) {
+      if (reason) *reason = "a rank of the group lives on another node (no peer mapping)";
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+DispatchLayout dispatch_layout(int world, int experts, int64_t max_tokens, int64_t rows_out,
+                               int64_t row_bytes) {
+  DispatchLayout l;
+  l.counts = 0;
+  l.row_map = align256(static_cast<uint64_t>(world) * experts * sizeof(int32_t));
+  l.tokens = l.row_map + align256(static_cast<uint64_t>(rows_out) * sizeof(int32_t));
+  l.total = l.tokens + static_cast<uint64_t>(world) * max_tokens * row_bytes;
+  return l;
+}
+
+uint64_t combine_bytes(int64_t y_rows, int64_t row_bytes) {
+  return static_cast<uint64_t>(y_rows) * row_bytes;
+}
+
+cudaError_t dispatch(const DispatchArgs& a, const char** reason) {
+  const GroupDevice& g = a.group;
+  if (!group_ok(g, reason)) return cudaErrorInvalidValue;
+  if (a.experts < 1 || a.experts > kMaxExperts || a.experts % g.world != 0 || a.k < 1 ||
+      a.row_bytes % 16 != 0 || a.max_tokens < a.tokens ||
+      a.max_tokens * g.world >= (int64_t{1} << 31) || a.rows_out >= (int64_t{1} << 31)) {
+    if (reason) *reason = "bad dispatch arguments (experts, k, row bytes or sizes)";
+    return cudaErrorInvalidValue;
+  }
+  if ((reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(a.recv_x)) % 16 != 0) {
+    if (reason) *reason = "x and recv_x must be 16-byte aligned";
+    return cudaErrorInvalidValue;
+  }
+  DispatchParams p;
+  p.g = g;
+  p.x = static_cast<const uint4*>(a.x);
+  p.tokens = a.tokens;
+  p.n16 = a.row_bytes / 16;
+  p.k = a.k;
+  p.experts = a.experts;
+  p.e_local = a.experts / g.world;
+  p.capacity = a.capacity;
+  p.max_tokens = a.max_tokens;
+  p.rows_out = a.rows_out;
+  p.lay = dispatch_layout(g.world, a.experts, a.max_tokens, a.rows_out, a.row_bytes);
+  if (g.data_bytes < p.lay.total) {
+    if (reason) *reason = "the group's symmetric memory is smaller than the dispatch needs";
+    return cudaErrorInvalidValue;
+  }
+  p.expert = a.expert;
+  p.pos = a.pos;
+  p.cnt = a.cnt;
+  p.slot = a.slot;
+  p.route = a.route;
+  p.counts = a.counts;
+  p.recv_counts = a.recv_counts;
+  p.recv_x = static_cast<uint4*>(a.recv_x);
+  p.signature = a.signature;
+  const void* kernel = reinterpret_cast<const void*>(&dispatch_kernel);
+  int ctas = 0;
+  cudaError_t err = resident_ctas(kernel, &ctas);
+  if (err != cudaSuccess) return err;
+  void* args[] = {&p};
+  return cudaLaunchKernel(kernel, dim3(std::max(ctas, 1)), dim3(kThreads), args, 0, a.stream);
+}
+
+namespace {
+
+enum class Move { kCombine, kGather, kScatter };
+
+cudaError_t launch_move(Move mode, const CombineArgs& a, const char** reason) {
+  const GroupDevice& g = a.group;
+  if (!group_ok(g, reason)) return cudaErrorInvalidValue;
+  const int esize = a.dtype == DType::kFP32 ? 4 : 2;
+  const int64_t row_bytes = a.hidden * esize;
+  if (a.e_local < 1 || a.e_local > kMaxExperts || a.k < 1 || row_bytes % 16 != 0 ||
+      (a.capacity > 0 && a.y_rows != static_cast<int64_t>(a.e_local) * a.capacity)) {
+    if (reason) *reason = "bad arguments (E_local, k, row bytes or capacity rows)";
+    return cudaErrorInvalidValue;
+  }
+  if ((reinterpret_cast<uintptr_t>(a.y) | reinterpret_cast<uintptr_t>(a.out)) % 16 != 0) {
+    if (reason) *reason = "the rows and out must be 16-byte aligned";
+    return cudaErrorInvalidValue;
+  }
+  if (g.data_bytes < combine_bytes(a.y_rows, row_bytes)) {
+    if (reason) *reason = "the group's symmetric memory is smaller than the call needs";
+    return cudaErrorInvalidValue;
+  }
+  CombineParams p;
+  p.g = g;
+  p.y = static_cast<const uint4*>(a.y);
+  p.y_rows = a.y_rows;
+  p.n16 = row_bytes / 16;
+  p.capacity = a.capacity;
+  p.e_local = a.e_local;
+  p.recv_counts = a.recv_counts;
+  p.route = a.route;
+  p.weights = a.weights;
+  p.tokens = a.tokens;
+  p.k = a.k;
+  p.out = static_cast<uint4*>(a.out);
+  p.signature = a.signature;
+  const void* kernel = nullptr;
+  if (mode == Move::kScatter) {
+    kernel = reinterpret_cast<const void*>(&scatter_kernel);
+  } else if (mode == Move::kGather) {
+    kernel = reinterpret_cast<const void*>(&combine_kernel<__nv_bfloat16, true>);
+  } else {
+    switch (a.dtype) {
+      case DType::kBF16:
+        kernel = reinterpret_cast<const void*>(&combine_kernel<__nv_bfloat16, false>);
+        break;
+      case DType::kFP16:
+        kernel = reinterpret_cast<const void*>(&combine_kernel<__half, false>);
+        break;
+      case DType::kFP32:
+        kernel = reinterpret_cast<const void*>(&combine_kernel<float, false>);
+        break;
+    }
+  }
+  int ctas = 0;
+  cudaError_t err = resident_ctas(kernel, &ctas);
+  if (err != cudaSuccess) return err;
+  void* args[] = {&p};
+  return cudaLaunchKernel(kernel, dim3(std::max(ctas, 1)), dim3(kThreads), args, 0, a.stream);
+}
+
+}  // namespace
+
+cudaError_t combine(const CombineArgs& a, const char** reason) {
+  return launch_move(Move::kCombine, a, reason);
+}
+cudaError_t gather(const CombineArgs& a, const char** reason) {
+  return launch_move(Move::kGather, a, reason);
+}
+cudaError_t scatter(const CombineArgs& a, const char** reason) {
+  return launch_move(Move::kScatter, a, reason);
+}
+
+}  // namespace mkernel::moe_ep

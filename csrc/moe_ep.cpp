@@ -1,0 +1,266 @@
+// The MoE ops on CUDA at world size > 1 on one node (see moe_ep.h).
+#ifdef MKERNEL_WITH_CUDA
+
+#include "moe_ep.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "comm/symmetric_group.h"
+#include "kernels/moe/moe_ep_api.h"
+#include "moe_local.h"
+#include "session_layout.h"
+
+namespace mkernel {
+namespace moe {
+namespace {
+
+// Max T over the ranks: a host all-gather of one integer through the Go session (T is a
+// shape; no device data is read). Collective: every rank calls it in the same op order.
+int64_t max_tokens(const char* op, int64_t group, int64_t tokens) {
+  std::string blob(sizeof(int64_t), '\0');
+  std::memcpy(blob.data(), &tokens, sizeof tokens);
+  const std::vector<std::string> all = session_allgather_blobs(
+      op, static_cast<mk_session_t>(group), blob, op_timeout_seconds(), "the ranks' token counts");
+  int64_t m = 0;
+  for (const std::string& b : all) {
+    TORCH_CHECK(b.size() == sizeof(int64_t), op, ": a rank sent a malformed token count");
+    int64_t t = 0;
+    std::memcpy(&t, b.data(), sizeof t);
+    m = std::max(m, t);
+  }
+  return m;
+}
+
+void check_launch(const char* op, cudaError_t err, const char* reason,
+                  const comm::SymmetricGroup& g) {
+  if (err == cudaSuccess) return;
+  cudaGetLastError();
+  const std::string wait = g.diagnostic();
+  TORCH_CHECK(false, op, ": launch failed: ", cudaGetErrorString(err),
+              reason ? std::string(" (") + reason + ")" : std::string(),
+              wait.empty() ? std::string() : "; " + wait);
+}
+
+// The routing of this rank's choices, on the device: expert id per choice (-1 out of range),
+// its index among this rank's choices of the same expert in (token, choice) order, choices
+// per expert, and each token's slot at every rank it goes to (-1: not sent there).
+struct Routing {
+  at::Tensor expert, pos, cnt, slot;
+};
+
+Routing route_on_device(const at::Tensor& topk_idx, int64_t experts, int64_t world) {
+  const int64_t T = topk_idx.size(0), k = topk_idx.size(1), n = T * k, E = experts;
+  const int64_t El = E / world;
+  const auto long_opts = topk_idx.options().dtype(at::kLong);
+  at::Tensor flat = topk_idx.reshape({-1}).to(at::kLong);
+  at::Tensor valid = flat.ge(0).logical_and(flat.lt(E));
+  at::Tensor key = at::where(valid, flat, E);  // out-of-range ids sort last
+  auto sorted = at::sort(key, /*stable=*/true, /*dim=*/0, /*descending=*/false);
+  at::Tensor skey = std::get<0>(sorted), perm = std::get<1>(sorted);
+  at::Tensor starts = at::searchsorted(skey, at::arange(E + 1, long_opts));
+  Routing r;
+  r.cnt = (starts.narrow(0, 1, E) - starts.narrow(0, 0, E)).to(at::kInt);
+  at::Tensor pos_sorted = at::arange(n, long_opts) - starts.index_select(0, skey);
+  r.pos = at::empty({n}, topk_idx.options().dtype(at::kInt));
+  r.pos.index_put_({perm}, pos_sorted.to(at::kInt));
+  r.expert = at::where(valid, flat, -1).to(at::kInt);
+  // in_rank[t, d]: token t has a choice at rank d (column `world`: out-of-range choices).
+  at::Tensor dest = at::where(valid, at::div(flat, El, "floor"), world).view({T, k});
+  at::Tensor in_rank = at::zeros({T, world + 1}, topk_idx.options().dtype(at::kInt));
+  in_rank.scatter_(1, dest, 1);
+  in_rank = in_rank.narrow(1, 0, world);
+  at::Tensor u = at::cumsum(in_rank, 0, at::kInt) - 1;
+  r.slot = at::where(in_rank.gt(0), u, -1).to(at::kInt).contiguous();
+  return r;
+}
+
+}  // namespace
+
+std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
+                                          const at::Tensor& topk_idx, const at::Tensor& w1,
+                                          int64_t group, int64_t world_size, int64_t num_experts,
+                                          int64_t capacity, bool return_recv,
+                                          int64_t reserved_tokens) {
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, x.device());
+  if (!g.single_node()) return std::nullopt;
+  TORCH_CHECK_VALUE(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf, op,
+                    ": on CUDA x must be bfloat16 or float16 (the grouped GEMM's inputs), got ",
+                    x.scalar_type());
+  const int64_t T = x.size(0), H = x.size(1), k = topk_idx.size(1), F = w1.size(1);
+  const int64_t W = world_size, E = num_experts, El = E / W;
+  const int64_t row_bytes = H * x.element_size();
+  TORCH_CHECK_VALUE(row_bytes % 16 == 0, op, ": on CUDA x's rows must be a multiple of 16 bytes "
+                    "(H a multiple of 8), got H = ", H);
+  TORCH_CHECK_VALUE(E <= moe_ep::kMaxExperts, op, ": num_experts must be <= ",
+                    moe_ep::kMaxExperts, " on CUDA, got ", E);
+  TORCH_CHECK_VALUE(reserved_tokens == 0 || T <= reserved_tokens, op, ": x has ", T,
+                    " tokens, more than the ", reserved_tokens,
+                    " the group reserved (mkernel.moe.reserve_tokens)");
+  const int64_t Tm = reserved_tokens > 0 ? reserved_tokens : max_tokens(op, group, T);
+  const int64_t rows_out = capacity > 0 ? El * capacity : W * Tm * std::min(k, El);
+  const moe_ep::DispatchLayout lay = moe_ep::dispatch_layout(static_cast<int>(W),
+                                                             static_cast<int>(E), Tm, rows_out,
+                                                             row_bytes);
+  g.ensure(op, lay.total);
+
+  const Routing r = route_on_device(topk_idx, E, W);
+  const auto int_opts = x.options().dtype(at::kInt);
+  at::Tensor route = at::empty({T, k}, x.options().dtype(at::kLong));
+  at::Tensor counts = at::empty({El}, int_opts);
+  at::Tensor recv_counts = at::empty({W, El}, int_opts);
+  at::Tensor recv = at::empty({rows_out, H}, x.options());
+  at::Tensor xc = x.contiguous();
+
+  moe_ep::DispatchArgs a;
+  a.group = g.device_view();
+  a.x = xc.data_ptr();
+  a.tokens = T;
+  a.row_bytes = row_bytes;
+  a.k = static_cast<int>(k);
+  a.experts = static_cast<int>(E);
+  a.capacity = static_cast<int>(capacity);
+  a.max_tokens = Tm;
+  a.rows_out = rows_out;
+  a.expert = r.expert.data_ptr<int32_t>();
+  a.pos = r.pos.data_ptr<int32_t>();
+  a.cnt = r.cnt.data_ptr<int32_t>();
+  a.slot = r.slot.data_ptr<int32_t>();
+  a.route = route.data_ptr<int64_t>();
+  a.counts = counts.data_ptr<int32_t>();
+  a.recv_counts = recv_counts.data_ptr<int32_t>();
+  a.recv_x = recv.data_ptr();
+  // Every rank must agree on these (T may differ between ranks).
+  a.signature = comm::call_signature(comm::kOpMoeDispatch,
+                                     {static_cast<int64_t>(x.scalar_type()), H, k, E, capacity,
+                                      Tm, F});
+  a.stream = at::cuda::getCurrentCUDAStream();
+  const char* reason = nullptr;
+  check_launch(op, moe_ep::dispatch(a, &reason), reason, g);
+
+  if (capacity > 0) recv = recv.view({El, capacity, H});
+  at::Tensor out = expert_gemm(recv, w1, counts, capacity);
+  return DispatchResult{out, counts, route, recv_counts, return_recv ? recv : x.new_empty({0})};
+}
+
+namespace {
+
+enum class MoveKind { kCombine, kGather, kScatter };
+
+// The combine-family launch: y's rows in the dispatch layout ([R, H] or [E_local, C, H]; for
+// scatter the choices' rows [T, k, H] and the layout's row count y_rows), into `out`.
+void run_move(const char* op, MoveKind kind, comm::SymmetricGroup& g, const at::Tensor& src,
+              int64_t y_rows, int64_t capacity, const at::Tensor& route,
+              const at::Tensor& recv_counts, const at::Tensor* topk_weights, at::Tensor& out) {
+  const int64_t H = src.size(-1), k = route.size(1), T = route.size(0);
+  const int64_t row_bytes = H * src.element_size();
+  const int64_t El = recv_counts.size(1);
+  TORCH_CHECK_VALUE(row_bytes % 16 == 0, op, ": on CUDA the rows must be a multiple of 16 "
+                    "bytes, got H = ", H, " of ", src.scalar_type());
+  TORCH_CHECK_VALUE(El <= moe_ep::kMaxExperts, op, ": E_local must be <= ",
+                    moe_ep::kMaxExperts, " on CUDA, got ", El);
+  moe_ep::DType dt = moe_ep::DType::kFP32;
+  if (src.scalar_type() == at::kBFloat16) {
+    dt = moe_ep::DType::kBF16;
+  } else if (src.scalar_type() == at::kHalf) {
+    dt = moe_ep::DType::kFP16;
+  } else {
+    TORCH_CHECK_VALUE(src.scalar_type() == at::kFloat, op,
+                      ": on CUDA the rows must be bfloat16, float16 or float32, got ",
+                      src.scalar_type());
+  }
+  g.ensure(op, moe_ep::combine_bytes(y_rows, row_bytes));
+  const at::Tensor yc = src.contiguous(), rc = route.contiguous(), cc = recv_counts.contiguous();
+  at::Tensor wc;
+  moe_ep::CombineArgs a;
+  a.group = g.device_view();
+  a.y = yc.data_ptr();
+  a.y_rows = y_rows;
+  a.hidden = H;
+  a.dtype = dt;
+  a.capacity = static_cast<int>(capacity);
+  a.e_local = static_cast<int>(El);
+  a.recv_counts = cc.data_ptr<int32_t>();
+  a.route = rc.data_ptr<int64_t>();
+  if (topk_weights != nullptr) {
+    wc = topk_weights->contiguous();
+    a.weights = wc.data_ptr<float>();
+  }
+  a.tokens = T;
+  a.k = static_cast<int>(k);
+  a.out = out.data_ptr();
+  // Every rank must agree on these (T may differ between ranks).
+  a.signature = comm::call_signature(comm::kOpMoeCombine,
+                                     {static_cast<int>(kind), static_cast<int64_t>(
+                                      src.scalar_type()), y_rows, H, k, capacity, El});
+  a.stream = at::cuda::getCurrentCUDAStream();
+  const char* reason = nullptr;
+  cudaError_t err = cudaSuccess;
+  switch (kind) {
+    case MoveKind::kCombine:
+      err = moe_ep::combine(a, &reason);
+      break;
+    case MoveKind::kGather:
+      err = moe_ep::gather(a, &reason);
+      break;
+    case MoveKind::kScatter:
+      err = moe_ep::scatter(a, &reason);
+      break;
+  }
+  check_launch(op, err, reason, g);
+}
+
+int64_t layout_rows(const at::Tensor& y) { return y.numel() / std::max<int64_t>(y.size(-1), 1); }
+
+}  // namespace
+
+std::optional<at::Tensor> combine_ep(const char* op, const at::Tensor& y, const at::Tensor& route,
+                                     const at::Tensor& recv_counts,
+                                     const at::Tensor& topk_weights, int64_t group,
+                                     int64_t world_size, int64_t num_tokens) {
+  const c10::cuda::CUDAGuard device_guard(y.device());
+  comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, y.device());
+  if (!g.single_node()) return std::nullopt;
+  at::Tensor out = at::empty({num_tokens, y.size(-1)}, y.options());
+  run_move(op, MoveKind::kCombine, g, y, layout_rows(y), y.dim() == 3 ? y.size(1) : 0, route,
+           recv_counts, &topk_weights, out);
+  return out;
+}
+
+std::optional<at::Tensor> gather_ep(const char* op, const at::Tensor& y, const at::Tensor& route,
+                                    const at::Tensor& recv_counts, int64_t group,
+                                    int64_t world_size) {
+  const c10::cuda::CUDAGuard device_guard(y.device());
+  comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, y.device());
+  if (!g.single_node()) return std::nullopt;
+  at::Tensor out = at::empty({route.size(0), route.size(1), y.size(-1)}, y.options());
+  run_move(op, MoveKind::kGather, g, y, layout_rows(y), y.dim() == 3 ? y.size(1) : 0, route,
+           recv_counts, nullptr, out);
+  return out;
+}
+
+std::optional<at::Tensor> scatter_ep(const char* op, const at::Tensor& rows,
+                                     const at::Tensor& route, const at::Tensor& recv_counts,
+                                     int64_t group, int64_t world_size, int64_t capacity,
+                                     int64_t out_rows) {
+  const c10::cuda::CUDAGuard device_guard(rows.device());
+  comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, rows.device());
+  if (!g.single_node()) return std::nullopt;
+  const int64_t El = recv_counts.size(1), H = rows.size(2);
+  at::Tensor out = capacity > 0 ? at::empty({El, capacity, H}, rows.options())
+                                : at::empty({out_rows, H}, rows.options());
+  run_move(op, MoveKind::kScatter, g, rows, capacity > 0 ? El * capacity : out_rows, capacity,
+           route, recv_counts, nullptr, out);
+  return out;
+}
+
+}  // namespace moe
+}  // namespace mkernel
+
+#endif  // MKERNEL_WITH_CUDA

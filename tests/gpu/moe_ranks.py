@@ -1,0 +1,101 @@
+"""What each rank process of tests/gpu/test_moe_ranks.py runs beside tests/host/moe_rank_checks.py
+(TEST_DEVICE=cuda): the MoE ops on CUDA at W > 1 captured in a CUDA graph and replayed with new
+inputs (copied into the captured tensors; with and without mkernel.moe.reserve_tokens), each
+replay bit-identical to an eager call on the same
+inputs and within bf16 rounding of the float64 reference from every rank's inputs.
+
+Prints ``CASE {json}`` per checked replay and ``OK <rank>`` at the end; a failed check raises.
+``TEST_SUITE``: comma-separated suites of moe_rank_checks (matrix, repeat) or ``graph``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import mkernel
+from tests.host import moe_rank_checks
+from tests.moe_reference import layouts, make_inputs, make_weights, moe_forward, rel_err
+
+
+def graph(ctx) -> None:
+    rank, world = ctx.rank, ctx.world_size
+    dt = torch.bfloat16
+    h, f, k, e = 64, 32, 2, 2 * world
+    el = e // world
+    tokens = [24 + 4 * s for s in range(world)]
+    for capacity in (0, 6):
+        # capacity 0 runs with a reserved token bound (no host exchange), 6 without.
+        mkernel.moe.reserve_tokens(max(tokens) + 3 if capacity == 0 else 0, group=ctx)
+        w1_all = make_weights(50 + capacity, e, f, h, dt)
+        w1 = w1_all[rank * el:(rank + 1) * el].cuda()
+
+        def inputs_of(seed):
+            return [make_inputs(seed, s, tokens[s], h, k, e, "skewed", dt) for s in range(world)]
+
+        first = inputs_of(60 + capacity)[rank]
+        sx, sidx, sw = first.x.cuda(), first.topk_idx.cuda(), first.topk_weights.cuda()
+
+        def step():
+            res = mkernel.moe_dispatch_gemm(sx, sidx, w1, num_experts=e, capacity=capacity,
+                                            group=ctx)
+            return res, mkernel.moe_combine(F.silu(res.out), res.handle, sw, group=ctx)
+
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            step()  # eager warm-up: the group's memory and the GEMM plan exist before capture
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=stream):
+            gres, gout = step()
+        for seed in (70 + capacity, 80 + capacity):
+            ins = inputs_of(seed)
+            sx.copy_(ins[rank].x)
+            sidx.copy_(ins[rank].topk_idx)
+            sw.copy_(ins[rank].topk_weights)
+            gout.fill_(float("nan"))
+            g.replay()
+            torch.cuda.synchronize()
+            g_out, g_route = gout.clone(), gres.handle.route.clone()
+            eres, eout = step()
+            torch.cuda.synchronize()
+            assert torch.equal(g_out, eout), f"rank {rank}: replay != eager (capacity {capacity})"
+            assert torch.equal(g_route, eres.handle.route), f"rank {rank}: routes differ"
+            routes, _ = layouts([i.topk_idx for i in ins], e, capacity)
+            assert torch.equal(g_route.cpu(), routes[rank]), f"rank {rank}: route != reference"
+            ref = moe_forward(ins[rank].x.double(), ins[rank].topk_idx,
+                              ins[rank].topk_weights.double(), w1_all.double(), routes[rank],
+                              F.silu)
+            err = rel_err(g_out.cpu(), ref)
+            rec = dict(case=f"graph/c{capacity}/s{seed}", rank=rank, world=world, err=err,
+                       bound=1e-2)
+            if not err <= 1e-2:
+                raise AssertionError(f"rank {rank}: {json.dumps(rec)}")
+            print("CASE", json.dumps(rec), flush=True)
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    ctx = mkernel.init()
+    for suite in os.environ.get("TEST_SUITE", "graph").split(","):
+        fn = graph if suite == "graph" else getattr(moe_rank_checks, suite)
+        try:
+            fn(ctx)
+        except Exception as e:
+            # The device wait record (op, peer, flag, values) when a kernel of this rank trapped,
+            # in the last line of the traceback.
+            raise RuntimeError(f"rank {ctx.rank}: suite {suite} failed: {str(e)[:300]}; wait "
+                               f"record: {mkernel.last_wait_failure()}") from e
+    ctx.barrier()
+    mkernel.shutdown()
+    dist.destroy_process_group()
+    print("OK", ctx.rank, flush=True)
+    sys.stdout.flush()
