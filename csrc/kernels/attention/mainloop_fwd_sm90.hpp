@@ -82,6 +82,8 @@ struct MainloopFwdSm90 {
     const Element* v;
     int batch, seq_q, seq_kv, heads, heads_kv;
     float softmax_scale;
+    int64_t q_batch_stride = 0;   // elements; 0: dense (seq_q * heads * d)
+    int64_t kv_batch_stride = 0;  // elements; 0: dense (seq_kv * heads_kv * d)
   };
 
   struct Params {
@@ -99,15 +101,15 @@ struct MainloopFwdSm90 {
   static Params to_underlying_arguments(Arguments const& a) {
     using namespace cute;
     const int64_t d = kHeadDim;
+    const int64_t q_bs = a.q_batch_stride > 0 ? a.q_batch_stride : int64_t(a.seq_q) * a.heads * d;
+    const int64_t kv_bs =
+        a.kv_batch_stride > 0 ? a.kv_batch_stride : int64_t(a.seq_kv) * a.heads_kv * d;
     ShapeSeqD shape_q = make_shape(a.seq_q, int32_t(kHeadDim), make_shape(a.heads, a.batch));
-    StrideSeqD stride_q = make_stride(int64_t(a.heads) * d, _1{},
-                                      make_stride(d, int64_t(a.seq_q) * a.heads * d));
+    StrideSeqD stride_q = make_stride(int64_t(a.heads) * d, _1{}, make_stride(d, q_bs));
     ShapeSeqD shape_kv = make_shape(a.seq_kv, int32_t(kHeadDim), make_shape(a.heads_kv, a.batch));
-    StrideSeqD stride_kv = make_stride(int64_t(a.heads_kv) * d, _1{},
-                                       make_stride(d, int64_t(a.seq_kv) * a.heads_kv * d));
+    StrideSeqD stride_kv = make_stride(int64_t(a.heads_kv) * d, _1{}, make_stride(d, kv_bs));
     ShapeSeqD shape_vt = make_shape(int32_t(kHeadDim), a.seq_kv, make_shape(a.heads_kv, a.batch));
-    StrideDSeq stride_vt = make_stride(_1{}, int64_t(a.heads_kv) * d,
-                                       make_stride(d, int64_t(a.seq_kv) * a.heads_kv * d));
+    StrideDSeq stride_vt = make_stride(_1{}, int64_t(a.heads_kv) * d, make_stride(d, kv_bs));
     Tensor mQ = make_tensor(make_gmem_ptr(a.q), make_layout(shape_q, stride_q));
     Tensor mK = make_tensor(make_gmem_ptr(a.k), make_layout(shape_kv, stride_kv));
     Tensor mVt = make_tensor(make_gmem_ptr(a.v), make_layout(shape_vt, stride_vt));
