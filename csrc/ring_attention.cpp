@@ -236,8 +236,8 @@ void merge_rows(at::Tensor& out_acc, at::Tensor& lse_acc, const at::Tensor& part
   TORCH_CHECK(err == cudaSuccess, kOp, ": merge launch failed: ", cudaGetErrorString(err));
 }
 
-// Key chunks per flag: at most 16 chunks per batch (a flag and its fence per >= 1/16 of the
-// shard), and every (batch, chunk) flag inside the op's flag range.
+// Key blocks per flag: at most 16 chunks per batch (a flag and its fence per >= 1/16 of the
+// shard), and at most kMaxItems (batch, chunk) flags per step.
 ring_attention::Geometry ring_geometry(const at::Tensor& k) {
   ring_attention::Geometry geo;
   geo.batch = static_cast<int>(k.size(0));
@@ -246,8 +246,9 @@ ring_attention::Geometry ring_geometry(const at::Tensor& k) {
   const int block_n = attention::block_n(static_cast<int>(k.size(3)));
   const int blocks = (geo.seq + block_n - 1) / block_n;
   int per_flag = std::max(1, (blocks + 15) / 16);
-  while (static_cast<int64_t>(geo.batch) * ((blocks + per_flag - 1) / per_flag) >
-         ring_attention::kArriveFlagsPerBuffer) {
+  while (per_flag < blocks && static_cast<int64_t>(geo.batch) *
+                                   ((blocks + per_flag - 1) / per_flag) >
+                               ring_attention::kMaxItems) {
     per_flag *= 2;
   }
   geo.chunk_rows = per_flag * block_n;
@@ -278,6 +279,8 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
   const int64_t half = s / 2;  // causal: the zigzag chunk length (s == s_kv, s even)
   const float scale = static_cast<float>(scale_d);
 
+  TORCH_CHECK_VALUE(b <= ring_attention::kMaxItems, kOp, ": the CUDA ring takes at most ",
+                    ring_attention::kMaxItems, " sequences per call (batch), got q: ", q.sizes());
   const ring_attention::Geometry geo = ring_geometry(k);
   g.ensure(kOp, ring_attention::data_bytes(geo));
   uint64_t sig = comm::call_signature(
@@ -324,15 +327,15 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
       sent[static_cast<size_t>(j)].record(side);
     }
     attention::HookArgs hooks;
-    if (j > 0) {  // step j's shard arrives chunk by chunk: flag (batch, chunk) = e * 64 + j
-      hooks.kv_ready = view.flags[rank] + ring_attention::arrive_slot(j % 2, 0);
+    if (j > 0) {  // step j's shard arrives chunk by chunk: flag (j, batch, chunk) = e
+      hooks.kv_ready = view.flags[rank] + ring_attention::arrive_slot(j, 0);
       hooks.blocks_per_flag = geo.chunk_rows / attention::block_n(static_cast<int>(d));
       hooks.flags_per_head = geo.chunks;
       hooks.flag_batch_stride = geo.chunks;
       hooks.flag_head_stride = 0;
-      hooks.kv_ready_value = ring_attention::kStepsPerCall + static_cast<uint64_t>(j);
+      hooks.kv_ready_value = 1;  // e = *epoch + 1
       hooks.kv_ready_epoch = view.epoch;
-      hooks.kv_ready_epoch_scale = ring_attention::kStepsPerCall;
+      hooks.kv_ready_epoch_scale = 1;
       hooks.timeout_s = static_cast<double>(view.timeout_ns) * 1e-9;
       hooks.diag = view.diag;
     }
@@ -360,7 +363,8 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
     merge_rows(out_acc, lse_acc, part, lse_part, row0, rows, stream);
     if (j + 1 < world) {
       // Buffer j % 2 is free once this step's engine and send are done with it (credit for
-      // rank r - 1's send j + 1; the last send needs none, but the call ends after it).
+      // rank r - 1's send j + 1, which refills it; the last send needs none, but the call
+      // ends after it).
       sent[static_cast<size_t>(j)].block(at::cuda::getCurrentCUDAStream());
       if (j + 2 < world) check(ring_attention::release(view, j, stream), "release");
     }

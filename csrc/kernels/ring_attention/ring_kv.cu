@@ -10,10 +10,6 @@ namespace {
 constexpr int kSendThreads = 512;
 constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
 
-__device__ __forceinline__ uint64_t flag_value(uint64_t e, int step) {
-  return e * kStepsPerCall + static_cast<uint64_t>(step);
-}
-
 // n bytes (a multiple of 16, both ends 16-byte aligned: rows are h_kv * d elements with d a
 // multiple of 64) by all the CTA's threads.
 __device__ __forceinline__ void copy16(uint8_t* dst, const uint8_t* src, uint64_t n) {
@@ -46,7 +42,7 @@ __global__ void end_kernel(comm::GroupDevice g) {
 __global__ void release_kernel(comm::GroupDevice g, int step) {
   if (threadIdx.x != 0) return;
   const int prev = (g.rank + g.world - 1) % g.world;
-  comm::signal(g, prev, consumed_slot(step % 2), flag_value(comm::op_begin(g), step));
+  comm::signal(g, prev, consumed_slot(step), comm::op_begin(g));
 }
 
 // Items are taken last chunk first within a batch: the engine walks a head's key blocks from
@@ -60,9 +56,9 @@ __global__ void __launch_bounds__(kSendThreads, 1)
   const uint64_t shard = geo.shard_bytes();
   if (step >= 1 && threadIdx.x == 0) {
     // Credit: rank `next` finished step - 1, the last user of its buffer dst_buf.
-    comm::wait_geq(g, g.flags[g.rank] + consumed_slot(dst_buf), flag_value(e, step - 1),
+    comm::wait_geq(g, g.flags[g.rank] + consumed_slot(step - 1), e,
                    comm::WaitSite{comm::kOpRingAttention, comm::kWaitPeerFlag, next,
-                                  static_cast<int32_t>(consumed_slot(dst_buf))});
+                                  static_cast<int32_t>(consumed_slot(step - 1))});
   }
   const int items = geo.batch * geo.chunks;
   for (int t = blockIdx.x; t < items; t += gridDim.x) {
@@ -72,7 +68,7 @@ __global__ void __launch_bounds__(kSendThreads, 1)
     if (step >= 1 && threadIdx.x == 0) {
       // The item we forward has arrived here (from rank - 1's send step - 1).
       const int prev = (g.rank + g.world - 1) % g.world;
-      comm::wait_geq(g, g.flags[g.rank] + arrive_slot(step % 2, item), flag_value(e, step),
+      comm::wait_geq(g, g.flags[g.rank] + arrive_slot(step, item), e,
                      comm::WaitSite{comm::kOpRingAttention, comm::kWaitPeerFlag, prev, item});
     }
     __syncthreads();
@@ -83,7 +79,7 @@ __global__ void __launch_bounds__(kSendThreads, 1)
     copy16(dst + off, k + off, n);
     copy16(dst + shard + off, v + off, n);
     __syncthreads();
-    if (threadIdx.x == 0) comm::signal(g, next, arrive_slot(dst_buf, item), flag_value(e, step + 1));
+    if (threadIdx.x == 0) comm::signal(g, next, arrive_slot(step + 1, item), e);
   }
 }
 
@@ -97,7 +93,7 @@ cudaError_t begin(const comm::GroupDevice& g, uint64_t signature, cudaStream_t s
 cudaError_t send(const comm::GroupDevice& g, const Geometry& geo, const void* k, const void* v,
                  int step, int ctas, cudaStream_t stream) {
   const int items = geo.batch * geo.chunks;
-  if (items < 1 || items > static_cast<int>(kArriveFlagsPerBuffer) || geo.row_bytes % 16 != 0 ||
+  if (items < 1 || items > static_cast<int>(kMaxItems) || geo.row_bytes % 16 != 0 ||
       step < 0 || step + 1 >= g.world || g.data[(g.rank + 1) % g.world] == nullptr)
     return cudaErrorInvalidValue;
   const int grid = ctas < 1 ? 1 : (ctas < items ? ctas : items);

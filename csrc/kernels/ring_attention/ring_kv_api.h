@@ -11,9 +11,11 @@
 //   (attention::HookArgs: consumed on arrival, block by block).
 //   release j: after r's engine and send of step j are done with buffer j % 2, r tells r - 1
 //   that the buffer is free again (credit for send j + 1 of r - 1, which writes it).
-// Flags live in the receiver's flag region and only grow: a value is e * kStepsPerCall + j for
-// call number e (the group's device op counter: begin reads it, end advances it), so back-to-
-// back calls and CUDA-graph replays need no host step. Every wait is bounded (comm::wait_geq).
+// Flags live in the receiver's flag region, one slot per (step, item), and hold the call number
+// e (the group's device op counter: begin reads it, end advances it) — the value every op of
+// the group writes into its flags (they share the op slot range, and flags only grow), so
+// back-to-back calls, other ops in between and CUDA-graph replays need no host step. Every
+// wait is bounded (comm::wait_geq).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -30,19 +32,20 @@
 
 namespace mkernel::ring_attention {
 
-constexpr uint64_t kStepsPerCall = 64;  // flag values e * 64 + j: j < W <= kMaxRanks < 64
-constexpr uint32_t kArriveFlagsPerBuffer = 16384;
+constexpr uint32_t kMaxItems = 1024;  // (batch, key chunk) items per step
 
-// Flag slots (the op range of comm::FlagSlot): arrival of item i of buffer `buf`, and the
-// credit "buffer `buf` is free" (released by the next rank at this one).
-MKERNEL_RING_HD constexpr uint32_t arrive_slot(int buf, int item) {
-  return comm::FlagSlot::kOpSlotBase + static_cast<uint32_t>(buf) * kArriveFlagsPerBuffer +
+// Flag slots (the op range of comm::FlagSlot): arrival of item i for step j (the shard rank
+// r - 1 sent during step j - 1), and the credit "this rank is done with its buffer of step j"
+// (released by the next rank at this one).
+MKERNEL_RING_HD constexpr uint32_t arrive_slot(int step, int item) {
+  return comm::FlagSlot::kOpSlotBase + static_cast<uint32_t>(step) * kMaxItems +
          static_cast<uint32_t>(item);
 }
-MKERNEL_RING_HD constexpr uint32_t consumed_slot(int buf) {
-  return comm::FlagSlot::kOpSlotBase + 2 * kArriveFlagsPerBuffer + static_cast<uint32_t>(buf);
+MKERNEL_RING_HD constexpr uint32_t consumed_slot(int step) {
+  return comm::FlagSlot::kOpSlotBase + comm::kMaxRanks * kMaxItems + static_cast<uint32_t>(step);
 }
-static_assert(consumed_slot(1) < comm::kFlagWords, "ring attention's flags fit the op range");
+static_assert(consumed_slot(comm::kMaxRanks - 1) < comm::kFlagWords,
+              "ring attention's flags fit the op range");
 
 // One K/V shard: k and v [batch, seq, h_kv, d] (contiguous, row_bytes = h_kv * d * element),
 // cut per batch into `chunks` items of `chunk_rows` rows (the last one ragged). A buffer holds
@@ -52,7 +55,7 @@ struct Geometry {
   int seq = 0;
   uint64_t row_bytes = 0;
   int chunk_rows = 0;
-  int chunks = 0;  // per batch: ceil(seq / chunk_rows); batch * chunks <= kArriveFlagsPerBuffer
+  int chunks = 0;  // per batch: ceil(seq / chunk_rows); batch * chunks <= kMaxItems
   MKERNEL_RING_HD uint64_t shard_bytes() const { return static_cast<uint64_t>(batch) * seq * row_bytes; }
   MKERNEL_RING_HD uint64_t buffer_bytes() const { return 2 * shard_bytes(); }
 };

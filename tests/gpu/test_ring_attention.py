@@ -1,0 +1,44 @@
+"""mkernel.ring_attention on the GPU at W = 2 and 4, the ranks sharing one GPU under MPS
+(tests/gpu/rank_ring_attention.py holds what each rank checks): every rank's output and LSE
+against a float32 reference of the whole sequence (causal zigzag and non-causal, GQA, ragged
+local lengths, d 64/128, bf16/fp16, outputs poisoned, two calls back to back), a CUDA graph
+replayed with new inputs, and a clear error for a group spanning emulated nodes."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.gpu.conftest import ROOT, check_ranks, needs_gpu, rank_env, records
+from tests.launch import run_ranks
+
+pytestmark = needs_gpu
+
+RING_MAIN = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from tests.gpu.rank_ring_attention import main
+main()
+"""
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ring_attention_matches_reference(mps, world):
+    res = run_ranks(RING_MAIN, world, timeout=180,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,graph", MKERNEL_OP_TIMEOUT="20"))
+    cases = check_ranks(res)
+    ops = {c["op"] for c in cases}
+    assert {"matrix", "graph", "after_graph"} <= ops, ops
+    worst = max(c["rel"] for c in cases)
+    print(f"W={world}: {len(cases)} checked calls, worst rel err {worst:.2e}")
+
+
+def test_ring_attention_across_emulated_nodes_is_refused(mps):
+    world = 2
+    res = run_ranks(RING_MAIN, world, nodes=2, timeout=120,
+                    env=rank_env(mps, world, TEST_SUITE="multinode", MKERNEL_OP_TIMEOUT="10"))
+    check_ranks(res)
+    for r in res:
+        errs = records(r, "ERR")
+        assert errs, f"rank {r.rank} did not fail:\n{r.stdout[-2000:]}"
+        assert errs[0]["type"] == "NotImplementedError", errs[0]
+        assert "nodes" in errs[0]["msg"], errs[0]
