@@ -32,15 +32,23 @@ constexpr Case kCases[] = {
 #undef ATTN_CASE
 };
 
-const Case* find_case(const Problem& p) {
-  const int bm = p.block_m > 0 ? p.block_m : block_m(p.head_dim, p.causal, p.seq_q);
-  const int bn = p.block_n > 0 ? p.block_n : block_n(p.head_dim);
+const Case* find_tile(const Problem& p, int bm, int bn) {
   for (const Case& c : kCases) {
     if (c.dtype == p.dtype && c.head_dim == p.head_dim && c.block_m == bm && c.block_n == bn &&
         (c.causal || !p.causal))
       return &c;
   }
   return nullptr;
+}
+
+const Case* find_case(const Problem& p) {
+  const int bm = p.block_m > 0 ? p.block_m : block_m(p.head_dim, p.causal, p.seq_q);
+  const int bn = p.block_n > 0 ? p.block_n : block_n(p.head_dim);
+  const Case* c = find_tile(p, bm, bn);
+  // The default tile by shape may not be built for this dtype (192x128 is bf16 only): the
+  // 128x128 tile runs everywhere.
+  if (c == nullptr && p.block_m <= 0 && p.block_n <= 0) c = find_tile(p, 128, 128);
+  return c;
 }
 
 }  // namespace
