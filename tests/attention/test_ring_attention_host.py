@@ -1,6 +1,8 @@
 """mkernel.ring_attention through the host reference backend (CPU tensors, W local processes in
 emulated nodes: K/V shards travel FIFO -> Go proxy -> loopback/tcp) against a float64
-reference of the full sequence; causal in the zigzag layout; GQA; fp32/bf16/fp16."""
+reference of the full sequence; causal in the zigzag layout; GQA; fp32/bf16/fp16; gradients
+(the ring backward: per-block backward with the forward's LSE, dK/dV reduce-scattered) against
+float64 autograd."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ on fresh inputs (buffers and flags reused across calls without a host step).
 
 A rank prints ``CASE {json}`` per checked call, ``ERR {json}`` for an expected failure and
 ``OK <rank>`` at the end. ``TEST_SUITE`` (comma-separated) picks: ``matrix``, ``graph``,
-``multinode``.
+``grad``, ``multinode``.
 """
 
 from __future__ import annotations
@@ -147,6 +147,34 @@ def graph(c: Checker) -> None:
     torch.cuda.synchronize()
     ref, ref_lse = c.reference(causal, q, k, v)
     c.check("after_graph", case, out2, lse2, ref, ref_lse)
+
+
+def grad(c: Checker) -> None:
+    """dq/dk/dv of the local shards (the ring backward: K/V gathered, the per-block FA2
+    backward with the forward's LSE, dK/dV reduce-scattered in fp32) against fp32 autograd
+    through the reference of the whole sequence."""
+    for i, case in enumerate([(True, 1, 512, 8, 2, 128, torch.bfloat16),
+                              (False, 2, 333, 4, 4, 64, torch.bfloat16)]):
+        causal, b, s, h, h_kv, d, dtype = case
+        q, k, v = full_inputs(9000 + i, b, s * c.world, h, h_kv, d, dtype)
+        gen = torch.Generator().manual_seed(9100 + i)
+        dout = torch.randn(b, s * c.world, h, d, generator=gen).to(dtype)
+        refs = [x.to(c.device).float().requires_grad_() for x in (q, k, v)]
+        ref_out, _ = attention_ref(*refs, causal, dtype=torch.float32)
+        (ref_out * dout.to(c.device).float()).sum().backward()
+        mine = [shard(x, c.rank, c.world, causal).to(c.device).requires_grad_() for x in (q, k, v)]
+        out, _ = mkernel.ring_attention(*mine, causal=causal, group=c.ctx)
+        out.backward(shard(dout, c.rank, c.world, causal).to(c.device))
+        torch.cuda.synchronize()
+        rels = {}
+        for name, x, r in zip("qkv", mine, refs):
+            want = shard(r.grad, c.rank, c.world, causal).cpu()
+            rels[name] = rel_err(x.grad.cpu(), want)
+        rec = {"op": "grad", "causal": causal, "shape": [b, s, h, h_kv, d], "rel": max(rels.values()),
+               "rels": rels, "world": c.world}
+        emit("CASE", rec)
+        assert all(r <= BOUND for r in rels.values()), rec
+        c.calls += 1
 
 
 def multinode(c: Checker) -> None:

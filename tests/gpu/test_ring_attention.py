@@ -2,7 +2,7 @@
 (tests/gpu/rank_ring_attention.py holds what each rank checks): every rank's output and LSE
 against a float32 reference of the whole sequence (causal zigzag and non-causal, GQA, ragged
 local lengths, d 64/128, bf16/fp16, outputs poisoned, two calls back to back), a CUDA graph
-replayed with new inputs, and a clear error for a group spanning emulated nodes."""
+replayed with new inputs, gradients against fp32 autograd, and a clear error for a group spanning emulated nodes."""
 
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ main()
 @pytest.mark.parametrize("world", [2, 4])
 def test_ring_attention_matches_reference(mps, world):
     res = run_ranks(RING_MAIN, world, timeout=180,
-                    env=rank_env(mps, world, TEST_SUITE="matrix,graph", MKERNEL_OP_TIMEOUT="20"))
+                    env=rank_env(mps, world, TEST_SUITE="matrix,graph,grad", MKERNEL_OP_TIMEOUT="20"))
     cases = check_ranks(res)
     ops = {c["op"] for c in cases}
-    assert {"matrix", "graph", "after_graph"} <= ops, ops
+    assert {"matrix", "graph", "after_graph", "grad"} <= ops, ops
     worst = max(c["rel"] for c in cases)
     print(f"W={world}: {len(cases)} checked calls, worst rel err {worst:.2e}")
 
