@@ -7,7 +7,9 @@ CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100/W), side by side in one run with
             k/v to h heads) and the fp32 merge of the partials in torch;
   compute   the ceiling: mkernel.ring_attention's own compute without communication — the same
             per-step engine calls (mkernel.attention on the local shard, with the same causal
-            zigzag split) and the same fp32 merges (mkernel.attention_merge_).
+            zigzag split) and the same fp32 merges (mkernel.attention_merge_);
+  engine_whole (non-causal only) one engine call of the local queries over all W*s keys
+            (pre-gathered): no merges, no per-step launches — the single-kernel ceiling.
 
 Causal shards are zigzag (rank r holds chunks r and 2W-1-r of 2W). Timing: CUDA events, the
 candidates interleaved iteration by iteration (order alternating), ranks aligned by
@@ -121,6 +123,9 @@ def rank_main() -> None:
                 return acc.transpose(1, 2).to(dtype), lse_acc
 
             cands = {"mkernel": fused, "unfused": unfused, "compute": compute}
+            if not causal:  # one engine call over the whole (pre-gathered) sequence's keys
+                full_kv = [tuple(torch.cat([x] * world, dim=1) for x in st[1:]) for st in sets]
+                cands["engine_whole"] = lambda i: mkernel.attention(sets[i % 2][0], *full_kv[i % 2])
             for i in range(3):  # warm-up (and symmetric-memory growth)
                 for c in cands.values():
                     c(i)
@@ -154,6 +159,7 @@ def rank_main() -> None:
                        "h": h, "h_kv": h_kv, "d": d, "causal": causal, "dtype": "bf16",
                        "median_ms": worst["mkernel"], "unfused_ms": worst["unfused"],
                        "compute_ms": worst["compute"],
+                       "engine_whole_ms": worst.get("engine_whole"),
                        "tflops_per_rank": flops / (worst["mkernel"] * 1e-3) / 1e12,
                        "vs_compute": worst["compute"] / worst["mkernel"],
                        "vs_unfused": worst["unfused"] / worst["mkernel"],
