@@ -168,7 +168,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cpu(const at::Tensor& q, const
 //               src's shard -> q[c:] x kv, non-causal, merged into rows [c, s).
 // Every rank does the same work per step (the layout's load balance).
 
-constexpr int kSendCtas = 8;  // the copy shares the rank's SMs with the engine
+constexpr int kSendCtas = 4;  // the copy shares the rank's SMs with the engine (>= 200 GB/s)
 
 struct EngineCall {
   const void* q;
@@ -256,6 +256,98 @@ ring_attention::Geometry ring_geometry(const at::Tensor& k) {
   return geo;
 }
 
+// Non-causal with shard lengths a multiple of the key block: the whole-sequence mode of
+// ring_kv_api.h — one send kernel (side stream) and ONE launch of the hooked engine over the
+// W shards' virtual K/V, consuming each chunk on arrival; no partials, no merges. The engine's
+// grid leaves kSendCtas SMs free: the send kernel must run beside it (the engine waits on the
+// shards it forwards).
+std::optional<ring_attention::Geometry> whole_geometry(const at::Tensor& k, int world) {
+  const int block_n = attention::block_n(static_cast<int>(k.size(3)));
+  if (k.size(1) % block_n != 0) return std::nullopt;
+  ring_attention::Geometry geo;
+  geo.batch = static_cast<int>(k.size(0));
+  geo.seq = static_cast<int>(k.size(1));
+  geo.row_bytes = static_cast<uint64_t>(k.size(2) * k.size(3) * k.element_size());
+  const int blocks = geo.seq / block_n;
+  for (int per_flag = std::max(1, (blocks + 15) / 16); per_flag <= blocks; ++per_flag) {
+    if (blocks % per_flag != 0) continue;
+    if (static_cast<int64_t>(geo.batch) * world * (blocks / per_flag) >
+        ring_attention::kMaxWholeFlags)
+      continue;
+    geo.chunk_rows = per_flag * block_n;
+    geo.chunks = blocks / per_flag;
+    return geo;
+  }
+  return std::nullopt;
+}
+
+std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::SymmetricGroup& g,
+    const ring_attention::Geometry& geo, uint64_t sig, float scale) {
+  const int rank = g.rank(), world = g.world();
+  g.ensure(kOp, ring_attention::whole_data_bytes(geo, world));
+  const comm::GroupDevice view = g.device_view();  // after ensure: the current mappings
+  at::Tensor out = at::empty_like(q);
+  at::Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const at::cuda::CUDAStream side = at::cuda::getStreamFromPool(true, q.device().index());
+  auto check = [&](cudaError_t err, const char* what) {
+    if (err == cudaSuccess) return;
+    cudaGetLastError();
+    const std::string wait = g.diagnostic();
+    TORCH_CHECK(false, kOp, ": ", what, " launch failed: ", cudaGetErrorString(err),
+                wait.empty() ? std::string() : "; " + wait);
+  };
+  check(ring_attention::begin(view, sig, stream), "entry");
+  at::cuda::CUDAEvent entered, sent;
+  entered.record(at::cuda::getCurrentCUDAStream());
+  entered.block(side);
+  check(ring_attention::send_whole(view, geo, k.data_ptr(), v.data_ptr(), kSendCtas, side.stream()),
+        "send");
+  sent.record(side);
+
+  const uint8_t* kv = view.data[rank];
+  attention::HookArgs hooks;
+  hooks.kv_ready = view.flags[rank] + ring_attention::whole_slot(world, geo.chunks, 0, 0, 0);
+  hooks.blocks_per_flag = geo.chunk_rows / attention::block_n(static_cast<int>(q.size(3)));
+  hooks.flags_per_head = world * geo.chunks;
+  hooks.flag_batch_stride = world * geo.chunks;
+  hooks.flag_head_stride = 0;
+  hooks.kv_ready_value = 1;  // e = *epoch + 1
+  hooks.kv_ready_epoch = view.epoch;
+  hooks.kv_ready_epoch_scale = 1;
+  hooks.timeout_s = static_cast<double>(view.timeout_ns) * 1e-9;
+  hooks.diag = view.diag;
+  attention::Problem p{};
+  p.q = q.data_ptr();
+  p.k = kv;
+  p.v = kv + static_cast<uint64_t>(world) * geo.shard_bytes();
+  p.out = out.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  p.batch = static_cast<int>(q.size(0));
+  p.seq_q = static_cast<int>(q.size(1));
+  p.seq_kv = world * geo.seq;
+  p.heads = static_cast<int>(q.size(2));
+  p.heads_kv = static_cast<int>(k.size(2));
+  p.head_dim = static_cast<int>(q.size(3));
+  p.softmax_scale = scale;
+  p.causal = false;
+  p.dtype = q.scalar_type() == at::kBFloat16 ? attention::DType::kBF16 : attention::DType::kFP16;
+  int sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, q.device().index()));
+  attention::Launch l;
+  l.stream = stream;
+  l.sm_count = std::max(1, sms - kSendCtas);
+  const char* reason = nullptr;
+  const cudaError_t err = attention::run_hooked(p, l, hooks, &reason);
+  TORCH_CHECK_VALUE(reason == nullptr, kOp, ": ", reason, " (dtype ", q.scalar_type(), ", d ",
+                    q.size(3), ")");
+  check(err, "engine");
+  sent.block(at::cuda::getCurrentCUDAStream());
+  check(ring_attention::end(view, stream), "exit");
+  return {out, lse};
+}
+
 std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
                                                             const at::Tensor& k,
                                                             const at::Tensor& v, int64_t group,
@@ -278,17 +370,23 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
   const int64_t s_kv = k.size(1), h_kv = k.size(2);
   const int64_t half = s / 2;  // causal: the zigzag chunk length (s == s_kv, s even)
   const float scale = static_cast<float>(scale_d);
-
-  TORCH_CHECK_VALUE(b <= ring_attention::kMaxItems, kOp, ": the CUDA ring takes at most ",
-                    ring_attention::kMaxItems, " sequences per call (batch), got q: ", q.sizes());
-  const ring_attention::Geometry geo = ring_geometry(k);
-  g.ensure(kOp, ring_attention::data_bytes(geo));
+  // Every rank must agree on the call (checked on the device by the entry barrier).
   uint64_t sig = comm::call_signature(
       comm::kOpRingAttention,
       {static_cast<int64_t>(q.scalar_type()), b, s, h, d, s_kv, h_kv, causal ? 1 : 0});
   int64_t scale_bits = 0;
   std::memcpy(&scale_bits, &scale_d, sizeof(scale_bits));
   sig = comm::call_signature(comm::kOpRingAttention, {static_cast<int64_t>(sig), scale_bits});
+
+  if (!causal) {
+    if (const auto whole = whole_geometry(k, world)) {
+      return ring_attention_cuda_whole(q, k, v, g, *whole, sig, scale);
+    }
+  }
+  TORCH_CHECK_VALUE(b <= ring_attention::kMaxItems, kOp, ": the CUDA ring takes at most ",
+                    ring_attention::kMaxItems, " sequences per call (batch), got q: ", q.sizes());
+  const ring_attention::Geometry geo = ring_geometry(k);
+  g.ensure(kOp, ring_attention::data_bytes(geo));
   const comm::GroupDevice view = g.device_view();  // after ensure: the current mappings
 
   at::Tensor out_acc = at::zeros({b, s, h, d}, q.options().dtype(at::kFloat));

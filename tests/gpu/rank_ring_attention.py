@@ -31,8 +31,10 @@ BOUND = 1e-2  # ‖out − ref‖ / ‖ref‖ for bf16/fp16 outputs
 LSE_BOUND = 1e-3
 
 # (causal, b, local s, h, h_kv, d, dtype): ragged local lengths (not multiples of the 128-key
-# block), GQA, both head dims; causal shards are zigzag (two halves of s / 2).
+# block), GQA, both head dims; causal shards are zigzag (two halves of s / 2). Non-causal with
+# s a multiple of 128 runs the whole-sequence mode (one engine launch), else the per-step ring.
 CASES = [
+    (False, 2, 256, 8, 2, 128, torch.bfloat16),
     (False, 2, 333, 4, 2, 128, torch.bfloat16),
     (True, 1, 400, 8, 8, 128, torch.bfloat16),
     (True, 2, 384, 8, 2, 64, torch.float16),

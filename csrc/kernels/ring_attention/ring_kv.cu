@@ -83,7 +83,68 @@ __global__ void __launch_bounds__(kSendThreads, 1)
   }
 }
 
+// The whole-sequence mode (ring_kv_api.h): work items (step j, batch, chunk), steps in order;
+// step 0 copies the local shard into position W - 1 here and W - 2 at the next rank, step j
+// forwards position W - 1 - j here to W - 2 - j there once it has arrived.
+__global__ void __launch_bounds__(kSendThreads, 1)
+    send_whole_kernel(comm::GroupDevice g, Geometry geo, const uint8_t* k, const uint8_t* v) {
+  const uint64_t e = comm::op_begin(g);
+  const int world = g.world;
+  const int next = (g.rank + 1) % world;
+  const int prev = (g.rank + world - 1) % world;
+  const uint64_t half = static_cast<uint64_t>(world) * geo.shard_bytes();  // v after k
+  uint8_t* own = g.data[g.rank];
+  uint8_t* dst = g.data[next];
+  const int per_step = geo.batch * geo.chunks;
+  const int items = (world - 1) * per_step;
+  for (int t = blockIdx.x; t < items; t += gridDim.x) {
+    const int j = t / per_step;
+    const int b = (t % per_step) / geo.chunks;
+    const int chunk = geo.chunks - 1 - t % geo.chunks;
+    const int p = world - 1 - j;
+    const int row0 = chunk * geo.chunk_rows;
+    const int rows = min(geo.chunk_rows, geo.seq - row0);
+    const uint64_t n = static_cast<uint64_t>(rows) * geo.row_bytes;
+    const uint64_t src_off = (static_cast<uint64_t>(b) * geo.seq + row0) * geo.row_bytes;
+    auto at = [&](int pos) {
+      return ((static_cast<uint64_t>(b) * world + pos) * geo.seq + row0) * geo.row_bytes;
+    };
+    if (j >= 1 && threadIdx.x == 0) {
+      comm::wait_geq(g, g.flags[g.rank] + whole_slot(world, geo.chunks, b, p, chunk), e,
+                     comm::WaitSite{comm::kOpRingAttention, comm::kWaitPeerFlag, prev,
+                                    static_cast<int32_t>(t)});
+    }
+    __syncthreads();
+    const uint8_t* sk = j == 0 ? k + src_off : own + at(p);
+    const uint8_t* sv = j == 0 ? v + src_off : own + half + at(p);
+    copy16(dst + at(p - 1), sk, n);
+    copy16(dst + half + at(p - 1), sv, n);
+    if (j == 0) {
+      copy16(own + at(p), sk, n);
+      copy16(own + half + at(p), sv, n);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      if (j == 0) comm::signal(g, g.rank, whole_slot(world, geo.chunks, b, p, chunk), e);
+      comm::signal(g, next, whole_slot(world, geo.chunks, b, p - 1, chunk), e);
+    }
+  }
+}
+
 }  // namespace
+
+cudaError_t send_whole(const comm::GroupDevice& g, const Geometry& geo, const void* k,
+                       const void* v, int ctas, cudaStream_t stream) {
+  const int items = (g.world - 1) * geo.batch * geo.chunks;
+  if (g.world < 2 || items < 1 || geo.seq % geo.chunk_rows != 0 ||
+      static_cast<int64_t>(geo.batch) * g.world * geo.chunks > kMaxWholeFlags ||
+      geo.row_bytes % 16 != 0 || g.data[(g.rank + 1) % g.world] == nullptr)
+    return cudaErrorInvalidValue;
+  const int grid = ctas < 1 ? 1 : (ctas < items ? ctas : items);
+  send_whole_kernel<<<grid, kSendThreads, 0, stream>>>(g, geo, static_cast<const uint8_t*>(k),
+                                                       static_cast<const uint8_t*>(v));
+  return cudaGetLastError();
+}
 
 cudaError_t begin(const comm::GroupDevice& g, uint64_t signature, cudaStream_t stream) {
   begin_kernel<<<1, 32, 0, stream>>>(g, signature);

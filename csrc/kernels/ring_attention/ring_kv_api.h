@@ -68,6 +68,25 @@ MKERNEL_RING_HD inline uint8_t* buffer(uint8_t* data, const Geometry& geo, int b
   return data + static_cast<uint64_t>(buf) * geo.buffer_bytes();
 }
 
+// --- the whole-sequence mode (non-causal, every shard length a multiple of chunk_rows) ---------
+// One engine launch per call: the engine attends the local queries to a virtual K/V of W * seq
+// rows per batch in this rank's data region, [b][W * seq][h_kv][d] for k, the same for v after
+// it, in which the shard of ring step j sits at position p = W - 1 - j (rows p * seq ..). The
+// engine walks key blocks last to first, so it consumes the shards in the order they arrive:
+// its own (step 0, copied in by the send kernel) first. No buffer is reused within a call, so
+// no credits: one send kernel forwards every step's shard (waiting for each item's arrival) to
+// the next rank's position p - 1 and releases flag (b, p - 1, chunk) there.
+MKERNEL_RING_HD constexpr uint32_t whole_slot(int world, int chunks, int b, int p, int chunk) {
+  return comm::FlagSlot::kOpSlotBase +
+         static_cast<uint32_t>((b * world + p) * chunks + chunk);
+}
+constexpr uint32_t kMaxWholeFlags = comm::kMaxRanks * kMaxItems;  // b * W * chunks
+inline uint64_t whole_data_bytes(const Geometry& geo, int world) {
+  return 2 * static_cast<uint64_t>(world) * geo.shard_bytes();
+}
+cudaError_t send_whole(const comm::GroupDevice& g, const Geometry& geo, const void* k,
+                       const void* v, int ctas, cudaStream_t stream);
+
 // The call's entry: e = op counter + 1, the node's entry barrier with `signature` (every rank
 // finished its previous call of the group, so its buffers may be written). One thread.
 cudaError_t begin(const comm::GroupDevice& g, uint64_t signature, cudaStream_t stream);
