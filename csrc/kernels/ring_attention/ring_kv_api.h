@@ -1,6 +1,8 @@
 // Host API of ring attention's K/V rotation on the GPU substrate (plain C++, no torch).
+// Two modes: the per-step ring below (causal, ragged shards) and the whole-sequence mode
+// (non-causal, block-aligned shards; see send_whole).
 //
-// The ring (csrc/ring_attention.cpp drives it; W ranks of one node, step j = 0 .. W-1):
+// The per-step ring (csrc/ring_attention.cpp drives it; W ranks of one node, step j = 0 .. W-1):
 //   step j, rank r attends its queries to the K/V shard of rank (r - j) mod W. Step 0 uses the
 //   local k/v; step j >= 1 reads buffer j % 2 of r's symmetric data region, which rank r - 1
 //   filled during step j - 1 (send j - 1) while both ranks computed.
