@@ -318,6 +318,9 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   hooks.kv_ready_epoch_scale = 1;
   hooks.timeout_s = static_cast<double>(view.timeout_ns) * 1e-9;
   hooks.diag = view.diag;
+  hooks.rank = rank;
+  hooks.group = view.group_id;
+  hooks.peer = (rank + world - 1) % world;  // every shard arrives from rank r - 1
   attention::Problem p{};
   p.q = q.data_ptr();
   p.k = kv;
@@ -436,6 +439,9 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
       hooks.kv_ready_epoch_scale = 1;
       hooks.timeout_s = static_cast<double>(view.timeout_ns) * 1e-9;
       hooks.diag = view.diag;
+      hooks.rank = rank;
+      hooks.group = view.group_id;
+      hooks.peer = (rank + world - 1) % world;  // the shard arrives from rank r - 1
     }
     const attention::HookArgs* hp = j > 0 ? &hooks : nullptr;
     EngineCall c{q_bytes, 0, static_cast<int>(s), kj, vj, 0, static_cast<int>(s_kv),

@@ -493,10 +493,19 @@ def ring_attention(
         ``(out [b, s, h, d]`` in q's dtype, ``lse [b, h, s]`` fp32 log-sum-exp of the scaled
         scores).
     """
+    global _launched_group_op
     handle, world_size = _group_args("ring_attention", group)
-    out, lse = torch.ops.mkernel.ring_attention.default(
-        q, k, v, handle, world_size, causal, softmax_scale
-    )
+    if world_size > 1 and q.is_cuda:
+        _launched_group_op = True
+    try:
+        out, lse = torch.ops.mkernel.ring_attention.default(
+            q, k, v, handle, world_size, causal, softmax_scale
+        )
+    except RuntimeError as e:  # a dead context after a trapped wait surfaces at the next call
+        err = _wait_failure_error(e)
+        if err is None:
+            raise
+        raise err from e
     return out, lse
 
 

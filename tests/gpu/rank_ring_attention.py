@@ -10,13 +10,14 @@ on fresh inputs (buffers and flags reused across calls without a host step).
 
 A rank prints ``CASE {json}`` per checked call, ``ERR {json}`` for an expected failure and
 ``OK <rank>`` at the end. ``TEST_SUITE`` (comma-separated) picks: ``matrix``, ``graph``,
-``grad``, ``multinode``.
+``grad``, ``multinode``, ``kill`` (ends the process).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -190,6 +191,32 @@ def multinode(c: Checker) -> None:
         emit("ERR", {"suite": "multinode", "type": type(e).__name__, "msg": str(e)[:600]})
         return
     raise AssertionError("ring_attention on CUDA across emulated nodes did not raise")
+
+
+def kill(c: Checker) -> None:
+    """After good calls the victim (last rank) launches a ring_attention and SIGKILLs itself
+    while it runs; every other rank must raise within MKERNEL_OP_TIMEOUT (+ slack) naming a
+    peer, not hang. Ends the process."""
+    victim = c.world - 1
+    shape = (1, 1024, 8, 128)
+    q = torch.randn(shape, dtype=torch.bfloat16, device=c.device)
+    for _ in range(2):
+        mkernel.ring_attention(q, q, q, causal=True, group=c.ctx)
+    mkernel.synchronize()
+    dist.barrier()
+    if c.rank == victim:
+        mkernel.ring_attention(q, q, q, causal=True, group=c.ctx)
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        for _ in range(3):
+            mkernel.ring_attention(q, q, q, causal=True, group=c.ctx)
+        mkernel.synchronize()
+    except Exception as e:  # noqa: BLE001
+        emit("ERR", {"suite": "kill", "type": type(e).__name__, "s": time.monotonic() - t0,
+                     "msg": str(e)[:600], "record": mkernel.last_wait_failure()})
+        os._exit(0)
+    raise AssertionError("a ring_attention call without the killed rank succeeded")
 
 
 def main() -> None:

@@ -2,7 +2,8 @@
 (tests/gpu/rank_ring_attention.py holds what each rank checks): every rank's output and LSE
 against a float32 reference of the whole sequence (causal zigzag and non-causal, GQA, ragged
 local lengths, d 64/128, bf16/fp16, outputs poisoned, two calls back to back), a CUDA graph
-replayed with new inputs, gradients against fp32 autograd, and a clear error for a group spanning emulated nodes."""
+replayed with new inputs, gradients against fp32 autograd, a clear error for a group spanning emulated nodes, and a killed rank failing the others
+within the timeout (no hang)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,23 @@ def test_ring_attention_across_emulated_nodes_is_refused(mps):
         assert errs, f"rank {r.rank} did not fail:\n{r.stdout[-2000:]}"
         assert errs[0]["type"] == "NotImplementedError", errs[0]
         assert "nodes" in errs[0]["msg"], errs[0]
+
+
+def test_killed_rank_fails_the_others_within_the_timeout(mps):
+    world, timeout_s = 2, 5
+    res = run_ranks(RING_MAIN, world, timeout=120,
+                    env=rank_env(mps, world, TEST_SUITE="kill", MKERNEL_OP_TIMEOUT=str(timeout_s)))
+    victim = world - 1
+    for r in res:
+        if r.rank == victim:
+            assert r.returncode == -9, f"victim rc {r.returncode}\n{r.stderr[-2000:]}"
+            continue
+        assert r.returncode == 0, f"rank {r.rank}: rc={r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+        errs = records(r, "ERR")
+        assert errs, f"rank {r.rank} did not fail:\n{r.stdout[-2000:]}"
+        e = errs[0]
+        print(f"rank {r.rank}: {e}")
+        assert e["s"] < timeout_s + 30, e
+        assert e["type"] == "MkernelError", e
+        if e["record"] is not None:
+            assert f"peer rank {victim}" in e["record"], e

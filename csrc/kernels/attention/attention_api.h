@@ -75,6 +75,11 @@ struct HookArgs {
   uint64_t kv_ready_epoch_scale = 0;
   double timeout_s = 10.0;
   void* diag = nullptr;  // comm::WaitDiagnostic in host-mapped memory
+  // For the diagnostic record: the waiting rank, its group, and the peer that releases the
+  // flags (-1: unknown).
+  int rank = -1;
+  int group = -1;
+  int peer = -1;
 };
 
 // The default kernel's tile for a problem (block_n: for HookArgs::blocks_per_flag).

@@ -30,6 +30,7 @@ struct KvFlagHooks {
     uint64_t kv_ready_epoch_scale = 0;
     uint64_t timeout_ns = 0;
     comm::WaitDiagnostic* diag = nullptr;
+    int32_t rank = -1, group = -1, peer = -1;  // for the diagnostic record
   };
   static constexpr bool kWaitsForKV = true;
 
@@ -47,9 +48,9 @@ struct KvFlagHooks {
     comm::WaitSite site;
     site.op = comm::kOpRingAttention;
     site.what = comm::kWaitPeerFlag;
-    site.peer = -1;
+    site.peer = p.peer;
     site.index = slot;
-    comm::wait_geq(p.kv_ready + slot, expected, p.timeout_ns, p.diag, -1, -1, site);
+    comm::wait_geq(p.kv_ready + slot, expected, p.timeout_ns, p.diag, p.group, p.rank, site);
     comm::fence_proxy_async_global();  // the TMA loads that follow must see the block
   }
 };

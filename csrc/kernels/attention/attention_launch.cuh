@@ -71,6 +71,9 @@ cudaError_t launch_case(const Problem& pr, const Launch& l, const HookArgs* h) {
   hp.kv_ready_epoch_scale = h->kv_ready_epoch_scale;
   hp.timeout_ns = static_cast<uint64_t>(h->timeout_s * 1e9);
   hp.diag = static_cast<comm::WaitDiagnostic*>(h->diag);
+  hp.rank = h->rank;
+  hp.group = h->group;
+  hp.peer = h->peer;
   return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, KvFlagHooks>(pr, l, hp);
 }
 
