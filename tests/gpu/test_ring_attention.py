@@ -31,6 +31,9 @@ def test_ring_attention_matches_reference(mps, world):
     assert {"matrix", "graph", "after_graph", "grad"} <= ops, ops
     worst = max(c["rel"] for c in cases)
     print(f"W={world}: {len(cases)} checked calls, worst rel err {worst:.2e}")
+    for c in cases[:len(cases) // world]:  # rank 0's
+        print(f"  {c['op']:<11} causal={c['causal']!s:<5} {c['shape']} {c.get('dtype', '')} "
+              f"rel {c['rel']:.2e} lse_rel {c.get('lse_rel', float('nan')):.2e}")
 
 
 def test_ring_attention_across_emulated_nodes_is_refused(mps):
