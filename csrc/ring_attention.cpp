@@ -168,7 +168,10 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cpu(const at::Tensor& q, const
 //               src's shard -> q[c:] x kv, non-causal, merged into rows [c, s).
 // Every rank does the same work per step (the layout's load balance).
 
-constexpr int kSendCtas = 4;  // the copy shares the rank's SMs with the engine (>= 200 GB/s)
+// CTAs of the send kernels: they share the rank's SMs with the engine (the whole-sequence mode
+// keeps them free of engine CTAs). Two move >= 100 GB/s; a shard must move in one step's
+// compute time, which needs ~20 GB/s at s = 4096 (MHA, d = 128), less with GQA.
+constexpr int kSendCtas = 2;
 
 struct EngineCall {
   const void* q;
@@ -306,7 +309,26 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
         "send");
   sent.record(side);
 
-  const uint8_t* kv = view.data[rank];
+  // The own shard into position W - 1 of the virtual K/V (strided per batch: a 2D copy by the
+  // copy engine), then its flags; the send kernel forwards it from the input meanwhile.
+  uint8_t* kv = view.data[rank];
+  const uint64_t row = static_cast<uint64_t>(geo.seq) * geo.row_bytes;  // one batch's shard
+  const uint64_t v_off = static_cast<uint64_t>(world) * geo.shard_bytes();
+  for (const auto& [src, dst] : {std::pair<const void*, uint8_t*>{k.data_ptr(), kv},
+                                 std::pair<const void*, uint8_t*>{v.data_ptr(), kv + v_off}}) {
+    uint8_t* at = dst + static_cast<uint64_t>(world - 1) * row;
+    if (world * row < (uint64_t{1} << 31)) {  // within the 2D copy's pitch limit
+      C10_CUDA_CHECK(cudaMemcpy2DAsync(at, world * row, src, row, row, geo.batch,
+                                       cudaMemcpyDeviceToDevice, stream));
+    } else {
+      for (int bi = 0; bi < geo.batch; ++bi) {
+        C10_CUDA_CHECK(cudaMemcpyAsync(at + bi * world * row,
+                                       static_cast<const uint8_t*>(src) + bi * row, row,
+                                       cudaMemcpyDeviceToDevice, stream));
+      }
+    }
+  }
+  check(ring_attention::mark_local(view, geo, stream), "mark");
   attention::HookArgs hooks;
   hooks.kv_ready = view.flags[rank] + ring_attention::whole_slot(world, geo.chunks, 0, 0, 0);
   hooks.blocks_per_flag = geo.chunk_rows / attention::block_n(static_cast<int>(q.size(3)));
@@ -324,7 +346,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   attention::Problem p{};
   p.q = q.data_ptr();
   p.k = kv;
-  p.v = kv + static_cast<uint64_t>(world) * geo.shard_bytes();
+  p.v = kv + v_off;
   p.out = out.data_ptr();
   p.lse = lse.data_ptr<float>();
   p.batch = static_cast<int>(q.size(0));

@@ -84,8 +84,10 @@ __global__ void __launch_bounds__(kSendThreads, 1)
 }
 
 // The whole-sequence mode (ring_kv_api.h): work items (step j, batch, chunk), steps in order;
-// step 0 copies the local shard into position W - 1 here and W - 2 at the next rank, step j
-// forwards position W - 1 - j here to W - 2 - j there once it has arrived.
+// step 0 copies the local shard (the op's input) into position W - 2 at the next rank, step j
+// forwards position W - 1 - j here to W - 2 - j there once it has arrived. (The local shard's
+// own copy into position W - 1 is a copy-engine memcpy on the caller's stream, then
+// mark_local: at a few CTAs' bandwidth it would hold up the engine's first blocks.)
 __global__ void __launch_bounds__(kSendThreads, 1)
     send_whole_kernel(comm::GroupDevice g, Geometry geo, const uint8_t* k, const uint8_t* v) {
   const uint64_t e = comm::op_begin(g);
@@ -119,19 +121,27 @@ __global__ void __launch_bounds__(kSendThreads, 1)
     const uint8_t* sv = j == 0 ? v + src_off : own + half + at(p);
     copy16(dst + at(p - 1), sk, n);
     copy16(dst + half + at(p - 1), sv, n);
-    if (j == 0) {
-      copy16(own + at(p), sk, n);
-      copy16(own + half + at(p), sv, n);
-    }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      if (j == 0) comm::signal(g, g.rank, whole_slot(world, geo.chunks, b, p, chunk), e);
-      comm::signal(g, next, whole_slot(world, geo.chunks, b, p - 1, chunk), e);
-    }
+    if (threadIdx.x == 0) comm::signal(g, next, whole_slot(world, geo.chunks, b, p - 1, chunk), e);
+  }
+}
+
+// The local shard's flags (position W - 1), after its stream-ordered copy: the engine's waits
+// for them pass at once.
+__global__ void mark_local_kernel(comm::GroupDevice g, Geometry geo) {
+  const uint64_t e = comm::op_begin(g);
+  for (int i = threadIdx.x; i < geo.batch * geo.chunks; i += blockDim.x) {
+    const int b = i / geo.chunks, chunk = i % geo.chunks;
+    comm::st_release_sys(g.flags[g.rank] + whole_slot(g.world, geo.chunks, b, g.world - 1, chunk), e);
   }
 }
 
 }  // namespace
+
+cudaError_t mark_local(const comm::GroupDevice& g, const Geometry& geo, cudaStream_t stream) {
+  mark_local_kernel<<<1, 256, 0, stream>>>(g, geo);
+  return cudaGetLastError();
+}
 
 cudaError_t send_whole(const comm::GroupDevice& g, const Geometry& geo, const void* k,
                        const void* v, int ctas, cudaStream_t stream) {

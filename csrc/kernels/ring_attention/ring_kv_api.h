@@ -75,7 +75,7 @@ MKERNEL_RING_HD inline uint8_t* buffer(uint8_t* data, const Geometry& geo, int b
 // rows per batch in this rank's data region, [b][W * seq][h_kv][d] for k, the same for v after
 // it, in which the shard of ring step j sits at position p = W - 1 - j (rows p * seq ..). The
 // engine walks key blocks last to first, so it consumes the shards in the order they arrive:
-// its own (step 0, copied in by the send kernel) first. No buffer is reused within a call, so
+// its own (step 0, copied in by a copy-engine memcpy on the caller's stream) first. No buffer is reused within a call, so
 // no credits: one send kernel forwards every step's shard (waiting for each item's arrival) to
 // the next rank's position p - 1 and releases flag (b, p - 1, chunk) there.
 MKERNEL_RING_HD constexpr uint32_t whole_slot(int world, int chunks, int b, int p, int chunk) {
@@ -86,8 +86,12 @@ constexpr uint32_t kMaxWholeFlags = comm::kMaxRanks * kMaxItems;  // b * W * chu
 inline uint64_t whole_data_bytes(const Geometry& geo, int world) {
   return 2 * static_cast<uint64_t>(world) * geo.shard_bytes();
 }
+// Forwards steps 0 .. W-2 (the local shard k/v for step 0) to the next rank.
 cudaError_t send_whole(const comm::GroupDevice& g, const Geometry& geo, const void* k,
                        const void* v, int ctas, cudaStream_t stream);
+// Releases this rank's flags of position W - 1 (its own shard), after the caller copied the
+// shard there in stream order (a copy-engine memcpy).
+cudaError_t mark_local(const comm::GroupDevice& g, const Geometry& geo, cudaStream_t stream);
 
 // The call's entry: e = op counter + 1, the node's entry barrier with `signature` (every rank
 // finished its previous call of the group, so its buffers may be written). One thread.
