@@ -259,9 +259,11 @@ ring_attention::Geometry ring_geometry(const at::Tensor& k) {
   return geo;
 }
 
-// Non-causal with shard lengths a multiple of the key block: the whole-sequence mode of
-// ring_kv_api.h — one send kernel (side stream) and ONE launch of the hooked engine over the
-// W shards' virtual K/V, consuming each chunk on arrival; no partials, no merges. The engine's
+// Shard lengths a multiple of the key block (causal: zigzag halves a multiple of 128): the
+// whole-sequence mode of ring_kv_api.h — one send kernel (side stream) and ONE launch of the
+// hooked engine over the W shards' virtual K/V, consuming each chunk on arrival; no partials,
+// no merges. Causal runs the engine's zigzag ring mode (visibility by global chunk, so every
+// rank does the same work and skips what it must not see). The engine's
 // grid leaves kSendCtas SMs free: the send kernel must run beside it (the engine waits on the
 // shards it forwards).
 std::optional<ring_attention::Geometry> whole_geometry(const at::Tensor& k, int world) {
@@ -286,7 +288,7 @@ std::optional<ring_attention::Geometry> whole_geometry(const at::Tensor& k, int 
 
 std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::SymmetricGroup& g,
-    const ring_attention::Geometry& geo, uint64_t sig, float scale) {
+    const ring_attention::Geometry& geo, uint64_t sig, float scale, bool causal) {
   const int rank = g.rank(), world = g.world();
   g.ensure(kOp, ring_attention::whole_data_bytes(geo, world));
   const comm::GroupDevice view = g.device_view();  // after ensure: the current mappings
@@ -356,7 +358,12 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   p.heads_kv = static_cast<int>(k.size(2));
   p.head_dim = static_cast<int>(q.size(3));
   p.softmax_scale = scale;
-  p.causal = false;
+  p.causal = causal;
+  if (causal) {  // zigzag shards: the engine masks by global chunk (attention_api.h)
+    p.zz_world = world;
+    p.zz_rank = rank;
+    p.zz_chunk = static_cast<int>(q.size(1) / 2);
+  }
   p.dtype = q.scalar_type() == at::kBFloat16 ? attention::DType::kBF16 : attention::DType::kFP16;
   int sms = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, q.device().index()));
@@ -403,9 +410,11 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
   std::memcpy(&scale_bits, &scale_d, sizeof(scale_bits));
   sig = comm::call_signature(comm::kOpRingAttention, {static_cast<int64_t>(sig), scale_bits});
 
-  if (!causal) {
+  // The whole-sequence mode (one engine launch): non-causal with block-aligned shards, or
+  // causal zigzag with block-aligned halves (the engine's zigzag ring mode masks by chunk).
+  if (!causal || (s == s_kv && half % 128 == 0)) {
     if (const auto whole = whole_geometry(k, world)) {
-      return ring_attention_cuda_whole(q, k, v, g, *whole, sig, scale);
+      return ring_attention_cuda_whole(q, k, v, g, *whole, sig, scale, causal);
     }
   }
   TORCH_CHECK_VALUE(b <= ring_attention::kMaxItems, kOp, ": the CUDA ring takes at most ",

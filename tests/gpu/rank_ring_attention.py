@@ -33,7 +33,8 @@ LSE_BOUND = 1e-3
 
 # (causal, b, local s, h, h_kv, d, dtype): ragged local lengths (not multiples of the 128-key
 # block), GQA, both head dims; causal shards are zigzag (two halves of s / 2). Non-causal with
-# s a multiple of 128 runs the whole-sequence mode (one engine launch), else the per-step ring.
+# s a multiple of 128 (causal: s/2 a multiple of 128) runs the whole-sequence mode (one engine
+# launch), else the per-step ring.
 CASES = [
     (False, 2, 256, 8, 2, 128, torch.bfloat16),
     (False, 2, 333, 4, 2, 128, torch.bfloat16),
@@ -41,6 +42,7 @@ CASES = [
     (True, 2, 384, 8, 2, 64, torch.float16),
     (False, 1, 2048, 4, 4, 64, torch.float16),  # fp16 d=64 non-causal >= 2048 queries
     (True, 1, 2304, 4, 2, 128, torch.bfloat16),  # 18 key blocks: 2 blocks per flag
+    (True, 2, 512, 4, 1, 64, torch.float16),  # causal whole mode, MQA, 2 blocks per zigzag half
 ]
 
 

@@ -46,6 +46,14 @@ struct Problem {
   int64_t kv_batch_stride = 0;
   int64_t out_batch_stride = 0;
   int64_t lse_head_stride = 0;
+  // Zigzag ring mode (causal only; ring attention in one launch): q is rank zz_rank's zigzag
+  // shard (global chunks zz_rank and 2W-1-zz_rank of zz_chunk rows each) and k/v hold the W
+  // shards by ring step (rank (zz_rank + 1 + pos) mod W's at position pos); a key is seen iff
+  // its global position <= the query's. zz_world = 0: plain bottom-right causal. zz_chunk must
+  // be a multiple of 128.
+  int zz_world = 0;
+  int zz_rank = 0;
+  int zz_chunk = 0;
 };
 
 struct Launch {
@@ -113,6 +121,14 @@ struct Merge {
   DType part_dtype;
   int64_t out_batch_stride = 0;
   int64_t lse_head_stride = 0;
+  // Zigzag ring mode (causal only; ring attention in one launch): q is rank zz_rank's zigzag
+  // shard (global chunks zz_rank and 2W-1-zz_rank of zz_chunk rows each) and k/v hold the W
+  // shards by ring step (rank (zz_rank + 1 + pos) mod W's at position pos); a key is seen iff
+  // its global position <= the query's. zz_world = 0: plain bottom-right causal. zz_chunk must
+  // be a multiple of 128.
+  int zz_world = 0;
+  int zz_rank = 0;
+  int zz_chunk = 0;
 };
 cudaError_t merge_partial(const Merge& m, cudaStream_t stream);
 

@@ -73,6 +73,12 @@ const char* can_implement(const Problem& p) {
   if (find_case(p) == nullptr)
     return "no kernel built for this block_m/block_n with this dtype, head_dim and causal mode "
            "(instances.inc)";
+  if (p.causal && p.zz_world > 0) {
+    if (p.zz_rank < 0 || p.zz_rank >= p.zz_world || p.zz_chunk <= 0 || p.zz_chunk % 128 != 0 ||
+        p.seq_q != 2 * p.zz_chunk || p.seq_kv != 2 * p.zz_chunk * p.zz_world)
+      return "zigzag ring mode: zz_chunk a multiple of 128, seq_q = 2 zz_chunk, seq_kv = "
+             "2 zz_chunk zz_world, 0 <= zz_rank < zz_world";
+  }
   for (const void* ptr : {p.q, p.k, p.v, static_cast<const void*>(p.out)}) {
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return "q, k, v and out must be 16-byte aligned";
   }

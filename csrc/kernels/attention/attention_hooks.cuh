@@ -16,6 +16,7 @@ namespace mkernel::attention {
 struct NoHooks {
   struct Params {};
   static constexpr bool kWaitsForKV = false;
+  static constexpr bool kZigzag = false;  // the zigzag ring mode (Problem::zz_*) is compiled out
   CUTLASS_DEVICE static void wait_kv(Params const&, int, int, int) {}
 };
 
@@ -33,6 +34,7 @@ struct KvFlagHooks {
     int32_t rank = -1, group = -1, peer = -1;  // for the diagnostic record
   };
   static constexpr bool kWaitsForKV = true;
+  static constexpr bool kZigzag = true;  // ring attention: the zigzag ring mode is built in
 
   // Called by the producer's issuing lane before the loads of KV block n_block. Waits only
   // when the block is the first one of its flag (or the first one this tile loads: blocks are

@@ -25,7 +25,8 @@ cudaError_t launch_attention(const Problem& pr, const Launch& l,
   params.mainloop = Mainloop::to_underlying_arguments(typename Mainloop::Arguments{
       static_cast<const Element*>(pr.q), static_cast<const Element*>(pr.k),
       static_cast<const Element*>(pr.v), pr.batch, pr.seq_q, pr.seq_kv, pr.heads, pr.heads_kv,
-      pr.softmax_scale, pr.q_batch_stride, pr.kv_batch_stride});
+      pr.softmax_scale, pr.q_batch_stride, pr.kv_batch_stride, pr.causal ? pr.zz_world : 0,
+      pr.zz_rank, pr.zz_chunk});
   params.epilogue = Epilogue::to_underlying_arguments(typename Epilogue::Arguments{
       static_cast<Element*>(pr.out), pr.lse, pr.batch, pr.seq_q, pr.heads, pr.out_batch_stride,
       pr.lse_head_stride});
