@@ -7,7 +7,7 @@ CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100/W), side by side in one run with
             k/v to h heads) and the fp32 merge of the partials in torch;
   compute   the ceiling: mkernel.ring_attention's own compute without communication — the same
             per-step engine calls (mkernel.attention on the local shard, with the same causal
-            zigzag split) and the same fp32 merges (mkernel.attention_merge_);
+            zigzag split) and the same fp32 merges (mkernel.ops.attention_merge_);
   ceiling   the compute-alone ceiling: one engine call over the whole sequence (W*s queries
             and keys, causal or not) on the rank's SMs, divided by W.
 
@@ -63,6 +63,7 @@ def rank_main() -> None:
     import torch.distributed as dist
 
     import mkernel
+    from mkernel.ops import attention_merge_
 
     dist.init_process_group("gloo")
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -94,7 +95,7 @@ def rank_main() -> None:
                     vs = v if kr.stop - kr.start == s else v[:, kr].contiguous()
                     out, lse = mkernel.attention(qs, ks, vs, causal=cz)
                     if qr.start == 0:
-                        mkernel.attention_merge_(acc, lse_acc, out, lse)
+                        attention_merge_(acc, lse_acc, out, lse)
                     else:
                         _torch_merge(acc[:, qr], lse_acc[:, :, qr], out, lse)
                 return acc.to(dtype), lse_acc
@@ -113,7 +114,7 @@ def rank_main() -> None:
                         kb = kb.repeat_interleave(h // h_kv, dim=1)
                         vb = vb.repeat_interleave(h // h_kv, dim=1)
                     res = flash(qt[:, :, qr], kb, vb, 0.0, cz, False)
-                    out, lse = res[0], res[1]
+                    out, lse = res[0], res[1][..., :qr.stop - qr.start]  # (unpadded)
                     la, oa = lse_acc[:, :, qr], acc[:, :, qr]
                     mx = torch.maximum(la, lse)
                     wa, wp = torch.exp(la - mx), torch.exp(lse - mx)
