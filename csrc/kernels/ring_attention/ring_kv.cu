@@ -8,10 +8,15 @@ namespace mkernel::ring_attention {
 namespace {
 
 constexpr int kSendThreads = 512;
-constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
+// 16-byte loads in flight per thread: the whole-sequence send takes 8 (64 KiB in flight per
+// CTA, ~100 GB/s per SM: its 2 CTAs must deliver a shard while the engine attends the local
+// one); the per-step send 4 (at 8 ptxas spills it: two copies inlined at 128 registers).
+constexpr int kUnrollWhole = 8;
+constexpr int kUnrollStep = 4;
 
 // n bytes (a multiple of 16, both ends 16-byte aligned: rows are h_kv * d elements with d a
 // multiple of 64) by all the CTA's threads.
+template <int kUnroll>
 __device__ __forceinline__ void copy16(uint8_t* dst, const uint8_t* src, uint64_t n) {
   const uint64_t nv = n / 16;
   uint4* d = reinterpret_cast<uint4*>(dst);
@@ -76,8 +81,8 @@ __global__ void __launch_bounds__(kSendThreads, 1)
     const int rows = min(geo.chunk_rows, geo.seq - row0);
     const uint64_t off = (static_cast<uint64_t>(b) * geo.seq + row0) * geo.row_bytes;
     const uint64_t n = static_cast<uint64_t>(rows) * geo.row_bytes;
-    copy16(dst + off, k + off, n);
-    copy16(dst + shard + off, v + off, n);
+    copy16<kUnrollStep>(dst + off, k + off, n);
+    copy16<kUnrollStep>(dst + shard + off, v + off, n);
     __syncthreads();
     if (threadIdx.x == 0) comm::signal(g, next, arrive_slot(step + 1, item), e);
   }
@@ -119,8 +124,8 @@ __global__ void __launch_bounds__(kSendThreads, 1)
     __syncthreads();
     const uint8_t* sk = j == 0 ? k + src_off : own + at(p);
     const uint8_t* sv = j == 0 ? v + src_off : own + half + at(p);
-    copy16(dst + at(p - 1), sk, n);
-    copy16(dst + half + at(p - 1), sv, n);
+    copy16<kUnrollWhole>(dst + at(p - 1), sk, n);
+    copy16<kUnrollWhole>(dst + half + at(p - 1), sv, n);
     __syncthreads();
     if (threadIdx.x == 0) comm::signal(g, next, whole_slot(world, geo.chunks, b, p - 1, chunk), e);
   }
