@@ -157,7 +157,9 @@ def rank_main() -> None:
                 worst = {n: max(m[n] for m in every) for n in cands}
                 total = s * world
                 flops = 4.0 * b * h * d * total * total / world * (0.5 if causal else 1.0)
+                whole = (s // 2) % 128 == 0 if causal else s % 128 == 0
                 row = {"shape": name, "world": world, "b": b, "s_local": s, "s_total": total,
+                       "mode": "whole-sequence (one engine launch)" if whole else "per-step",
                        "h": h, "h_kv": h_kv, "d": d, "causal": causal, "dtype": "bf16",
                        "median_ms": worst["mkernel"], "unfused_ms": worst["unfused"],
                        "compute_ms": worst["compute"],
