@@ -1,4 +1,4 @@
-"""mkernel.ring_attention on the GPU at W = 2 and 4, the ranks sharing one GPU under MPS
+"""mkernel.ring_attention on the GPU at W = 2, 4 and 8, the ranks sharing one GPU under MPS
 (tests/gpu/rank_ring_attention.py holds what each rank checks): every rank's output and LSE
 against a float32 reference of the whole sequence (causal zigzag and non-causal, GQA, ragged
 local lengths, d 64/128, bf16/fp16, outputs poisoned, two calls back to back), a CUDA graph
@@ -34,6 +34,19 @@ def test_ring_attention_matches_reference(mps, world):
     for c in cases[:len(cases) // world]:  # rank 0's
         print(f"  {c['op']:<11} causal={c['causal']!s:<5} {c['shape']} {c.get('dtype', '')} "
               f"rel {c['rel']:.2e} lse_rel {c.get('lse_rel', float('nan')):.2e}")
+
+
+def test_ring_attention_at_world_eight(mps):
+    """W = 8 (each rank 12% of the SMs): the matrix's shorter cases (both modes, causal zigzag
+    and not, GQA/MQA, ragged), each called twice (the reference of the whole sequence is
+    computed by every rank: the long cases would need ~170 GB at W = 8)."""
+    world = 8
+    res = run_ranks(RING_MAIN, world, timeout=180,
+                    env=rank_env(mps, world, TEST_SUITE="matrix", RING_CASES="0,1,2,3,6",
+                                 MKERNEL_OP_TIMEOUT="30"))
+    cases = check_ranks(res)
+    assert len(cases) == world * 10, len(cases)
+    print(f"W=8: {len(cases)} checked calls, worst rel err {max(c['rel'] for c in cases):.2e}")
 
 
 def test_ring_attention_across_emulated_nodes_is_refused(mps):
