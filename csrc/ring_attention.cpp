@@ -15,12 +15,24 @@
 #include <vector>
 
 #include <cmath>
+#include <limits>
 #include <optional>
+#include <string>
 #include <tuple>
 
 #include "attention_reference.h"
 #include "host_reference.h"
 #include "ops_validation.h"
+
+#ifdef MKERNEL_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "comm/symmetric_group.h"
+#include "kernels/attention/attention_api.h"
+#include "kernels/ring_attention/ring_kv_api.h"
+#endif  // MKERNEL_WITH_CUDA
 
 namespace mkernel {
 namespace {
@@ -139,6 +151,363 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cpu(const at::Tensor& q, const
 }
 
 #ifdef MKERNEL_WITH_CUDA
+// --- the CUDA ring (W > 1, one node) ----------------------------------------------------------
+//
+// A first step towards the one persistent kernel per call of issue 13: per ring step one
+// launch of the attention engine (hooked: it waits for each key chunk's arrival flag before
+// the chunk's TMA loads) and one fp32 merge on the caller's stream, while a side stream sends
+// the shard of that step to the next rank (kernels/ring_attention/ring_kv_api.h: double-
+// buffered symmetric memory, per-chunk epoch-valued flags, credits, bounded waits).
+//
+// Causal (zigzag shards: rank r holds global chunks r and 2W-1-r of 2W, each c = s/2 long),
+// the work of step j with the shard of src = (r - j) mod W:
+//   j = 0     : the local shard, causal (positions increase along the shard);
+//   src < r   : every query sees the first half of src's shard (chunk src < r), none of its
+//               second half (chunk 2W-1-src > 2W-1-r >= ... > r) -> q x kv[:c], non-causal;
+//   src > r   : only the second query half (chunk 2W-1-r) sees anything, and it sees all of
+//               src's shard -> q[c:] x kv, non-causal, merged into rows [c, s).
+// Every rank does the same work per step (the layout's load balance).
+
+// CTAs of the send kernels: they share the rank's SMs with the engine (the whole-sequence mode
+// keeps them free of engine CTAs). Two move >= 100 GB/s; a shard must move in one step's
+// compute time, which needs ~20 GB/s at s = 4096 (MHA, d = 128), less with GQA.
+constexpr int kSendCtas = 2;
+
+struct EngineCall {
+  const void* q;
+  int64_t q_batch_stride;
+  int seq_q;
+  const void* k;
+  const void* v;
+  int64_t kv_batch_stride;
+  int seq_kv;
+  void* out;
+  int64_t out_batch_stride;
+  float* lse;
+  int64_t lse_head_stride;
+  bool causal;
+};
+
+void launch_step_engine(const at::Tensor& q, const at::Tensor& k, const EngineCall& c, float scale,
+                        const attention::HookArgs* hooks, cudaStream_t stream) {
+  attention::Problem p{};
+  p.q = c.q;
+  p.k = c.k;
+  p.v = c.v;
+  p.out = c.out;
+  p.lse = c.lse;
+  p.batch = static_cast<int>(q.size(0));
+  p.seq_q = c.seq_q;
+  p.seq_kv = c.seq_kv;
+  p.heads = static_cast<int>(q.size(2));
+  p.heads_kv = static_cast<int>(k.size(2));
+  p.head_dim = static_cast<int>(q.size(3));
+  p.softmax_scale = scale;
+  p.causal = c.causal;
+  p.dtype = q.scalar_type() == at::kBFloat16 ? attention::DType::kBF16 : attention::DType::kFP16;
+  p.q_batch_stride = c.q_batch_stride;
+  p.kv_batch_stride = c.kv_batch_stride;
+  p.out_batch_stride = c.out_batch_stride;
+  p.lse_head_stride = c.lse_head_stride;
+  attention::Launch l;
+  l.stream = stream;
+  const char* reason = nullptr;
+  const cudaError_t err = hooks != nullptr ? attention::run_hooked(p, l, *hooks, &reason)
+                                           : attention::run(p, l, &reason);
+  TORCH_CHECK_VALUE(reason == nullptr, kOp, ": ", reason, " (dtype ", q.scalar_type(), ", d ",
+                    q.size(3), ")");
+  TORCH_CHECK(err == cudaSuccess, kOp, ": engine launch failed: ", cudaGetErrorString(err));
+}
+
+void merge_rows(at::Tensor& out_acc, at::Tensor& lse_acc, const at::Tensor& part,
+                const at::Tensor& lse_part, int64_t row0, int64_t rows, cudaStream_t stream) {
+  const int64_t s = out_acc.size(1), h = out_acc.size(2), d = out_acc.size(3);
+  attention::Merge m{};
+  m.out_acc = out_acc.data_ptr<float>() + row0 * h * d;
+  m.lse_acc = lse_acc.data_ptr<float>() + row0;
+  m.out_part = static_cast<const uint8_t*>(part.data_ptr()) + row0 * h * d * part.element_size();
+  m.lse_part = lse_part.data_ptr<float>() + row0;
+  m.batch = static_cast<int>(out_acc.size(0));
+  m.seq = static_cast<int>(rows);
+  m.heads = static_cast<int>(h);
+  m.head_dim = static_cast<int>(d);
+  m.part_dtype = part.scalar_type() == at::kBFloat16 ? attention::DType::kBF16
+                                                      : attention::DType::kFP16;
+  m.out_batch_stride = s * h * d;
+  m.lse_head_stride = s;
+  const cudaError_t err = attention::merge_partial(m, stream);
+  TORCH_CHECK(err == cudaSuccess, kOp, ": merge launch failed: ", cudaGetErrorString(err));
+}
+
+// Key blocks per flag: at most 16 chunks per batch (a flag and its fence per >= 1/16 of the
+// shard), and at most kMaxItems (batch, chunk) flags per step.
+ring_attention::Geometry ring_geometry(const at::Tensor& k) {
+  ring_attention::Geometry geo;
+  geo.batch = static_cast<int>(k.size(0));
+  geo.seq = static_cast<int>(k.size(1));
+  geo.row_bytes = static_cast<uint64_t>(k.size(2) * k.size(3) * k.element_size());
+  const int block_n = attention::block_n(static_cast<int>(k.size(3)));
+  const int blocks = (geo.seq + block_n - 1) / block_n;
+  int per_flag = std::max(1, (blocks + 15) / 16);
+  while (per_flag < blocks && static_cast<int64_t>(geo.batch) *
+                                   ((blocks + per_flag - 1) / per_flag) >
+                               ring_attention::kMaxItems) {
+    per_flag *= 2;
+  }
+  geo.chunk_rows = per_flag * block_n;
+  geo.chunks = (blocks + per_flag - 1) / per_flag;
+  return geo;
+}
+
+// Shard lengths a multiple of the key block (causal: zigzag halves a multiple of 128): the
+// whole-sequence mode of ring_kv_api.h — one send kernel (side stream) and ONE launch of the
+// hooked engine over the W shards' virtual K/V, consuming each chunk on arrival; no partials,
+// no merges. Causal runs the engine's zigzag ring mode (visibility by global chunk, so every
+// rank does the same work and skips what it must not see). The engine's
+// grid leaves kSendCtas SMs free: the send kernel must run beside it (the engine waits on the
+// shards it forwards).
+std::optional<ring_attention::Geometry> whole_geometry(const at::Tensor& k, int world) {
+  const int block_n = attention::block_n(static_cast<int>(k.size(3)));
+  if (k.size(1) % block_n != 0) return std::nullopt;
+  ring_attention::Geometry geo;
+  geo.batch = static_cast<int>(k.size(0));
+  geo.seq = static_cast<int>(k.size(1));
+  geo.row_bytes = static_cast<uint64_t>(k.size(2) * k.size(3) * k.element_size());
+  const int blocks = geo.seq / block_n;
+  for (int per_flag = std::max(1, (blocks + 15) / 16); per_flag <= blocks; ++per_flag) {
+    if (blocks % per_flag != 0) continue;
+    if (static_cast<int64_t>(geo.batch) * world * (blocks / per_flag) >
+        ring_attention::kMaxWholeFlags)
+      continue;
+    geo.chunk_rows = per_flag * block_n;
+    geo.chunks = blocks / per_flag;
+    return geo;
+  }
+  return std::nullopt;
+}
+
+std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::SymmetricGroup& g,
+    const ring_attention::Geometry& geo, uint64_t sig, float scale, bool causal) {
+  const int rank = g.rank(), world = g.world();
+  g.ensure(kOp, ring_attention::whole_data_bytes(geo, world));
+  const comm::GroupDevice view = g.device_view();  // after ensure: the current mappings
+  at::Tensor out = at::empty_like(q);
+  at::Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const at::cuda::CUDAStream side = at::cuda::getStreamFromPool(true, q.device().index());
+  auto check = [&](cudaError_t err, const char* what) {
+    if (err == cudaSuccess) return;
+    cudaGetLastError();
+    const std::string wait = g.diagnostic();
+    TORCH_CHECK(false, kOp, ": ", what, " launch failed: ", cudaGetErrorString(err),
+                wait.empty() ? std::string() : "; " + wait);
+  };
+  check(ring_attention::begin(view, sig, stream), "entry");
+  at::cuda::CUDAEvent entered, sent;
+  entered.record(at::cuda::getCurrentCUDAStream());
+  entered.block(side);
+  check(ring_attention::send_whole(view, geo, k.data_ptr(), v.data_ptr(), kSendCtas, side.stream()),
+        "send");
+  sent.record(side);
+
+  // The own shard into position W - 1 of the virtual K/V (strided per batch: a 2D copy by the
+  // copy engine), then its flags; the send kernel forwards it from the input meanwhile.
+  uint8_t* kv = view.data[rank];
+  const uint64_t row = static_cast<uint64_t>(geo.seq) * geo.row_bytes;  // one batch's shard
+  const uint64_t v_off = static_cast<uint64_t>(world) * geo.shard_bytes();
+  for (const auto& [src, dst] : {std::pair<const void*, uint8_t*>{k.data_ptr(), kv},
+                                 std::pair<const void*, uint8_t*>{v.data_ptr(), kv + v_off}}) {
+    uint8_t* at = dst + static_cast<uint64_t>(world - 1) * row;
+    if (world * row < (uint64_t{1} << 31)) {  // within the 2D copy's pitch limit
+      C10_CUDA_CHECK(cudaMemcpy2DAsync(at, world * row, src, row, row, geo.batch,
+                                       cudaMemcpyDeviceToDevice, stream));
+    } else {
+      for (int bi = 0; bi < geo.batch; ++bi) {
+        C10_CUDA_CHECK(cudaMemcpyAsync(at + bi * world * row,
+                                       static_cast<const uint8_t*>(src) + bi * row, row,
+                                       cudaMemcpyDeviceToDevice, stream));
+      }
+    }
+  }
+  check(ring_attention::mark_local(view, geo, stream), "mark");
+  attention::HookArgs hooks;
+  hooks.kv_ready = view.flags[rank] + ring_attention::whole_slot(world, geo.chunks, 0, 0, 0);
+  hooks.blocks_per_flag = geo.chunk_rows / attention::block_n(static_cast<int>(q.size(3)));
+  hooks.flags_per_head = world * geo.chunks;
+  hooks.flag_batch_stride = world * geo.chunks;
+  hooks.flag_head_stride = 0;
+  hooks.kv_ready_value = 1;  // e = *epoch + 1
+  hooks.kv_ready_epoch = view.epoch;
+  hooks.kv_ready_epoch_scale = 1;
+  hooks.timeout_s = static_cast<double>(view.timeout_ns) * 1e-9;
+  hooks.diag = view.diag;
+  hooks.rank = rank;
+  hooks.group = view.group_id;
+  hooks.peer = (rank + world - 1) % world;  // every shard arrives from rank r - 1
+  attention::Problem p{};
+  p.q = q.data_ptr();
+  p.k = kv;
+  p.v = kv + v_off;
+  p.out = out.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  p.batch = static_cast<int>(q.size(0));
+  p.seq_q = static_cast<int>(q.size(1));
+  p.seq_kv = world * geo.seq;
+  p.heads = static_cast<int>(q.size(2));
+  p.heads_kv = static_cast<int>(k.size(2));
+  p.head_dim = static_cast<int>(q.size(3));
+  p.softmax_scale = scale;
+  p.causal = causal;
+  if (causal) {  // zigzag shards: the engine masks by global chunk (attention_api.h)
+    p.zz_world = world;
+    p.zz_rank = rank;
+    p.zz_chunk = static_cast<int>(q.size(1) / 2);
+  }
+  p.dtype = q.scalar_type() == at::kBFloat16 ? attention::DType::kBF16 : attention::DType::kFP16;
+  int sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, q.device().index()));
+  attention::Launch l;
+  l.stream = stream;
+  l.sm_count = std::max(1, sms - kSendCtas);
+  const char* reason = nullptr;
+  const cudaError_t err = attention::run_hooked(p, l, hooks, &reason);
+  TORCH_CHECK_VALUE(reason == nullptr, kOp, ": ", reason, " (dtype ", q.scalar_type(), ", d ",
+                    q.size(3), ")");
+  check(err, "engine");
+  sent.block(at::cuda::getCurrentCUDAStream());
+  check(ring_attention::end(view, stream), "exit");
+  return {out, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
+                                                            const at::Tensor& k,
+                                                            const at::Tensor& v, int64_t group,
+                                                            int64_t world_size, bool causal,
+                                                            double scale_d) {
+  validation::check_dtype_in(kOp, "q", q, {at::kBFloat16, at::kHalf}, "activations");
+  TORCH_CHECK_VALUE(q.size(3) == 64 || q.size(3) == 128, kOp,
+                    ": the CUDA ring supports head dims 64 and 128, got q: ", q.sizes());
+  TORCH_CHECK_VALUE(q.size(1) >= 1 && k.size(1) >= 1, kOp, ": empty shards (q: ", q.sizes(),
+                    ", k: ", k.sizes(), ")");
+  const c10::cuda::CUDAGuard guard(q.device());
+  comm::SymmetricGroup& g = comm::SymmetricGroup::get(kOp, group, world_size, q.device());
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      g.single_node(), kOp, ": the group spans ", g.nodes(),
+      " (emulated) nodes; the CUDA ring moves K/V through intra-node peer memory only (its "
+      "inter-node half, FIFO -> Go proxy -> transport, is not built yet): run every rank of the "
+      "group on one node, or pass CPU tensors (the host path runs across nodes)");
+  const int rank = g.rank(), world = g.world();
+  const int64_t b = q.size(0), s = q.size(1), h = q.size(2), d = q.size(3);
+  const int64_t s_kv = k.size(1), h_kv = k.size(2);
+  const int64_t half = s / 2;  // causal: the zigzag chunk length (s == s_kv, s even)
+  const float scale = static_cast<float>(scale_d);
+  // Every rank must agree on the call (checked on the device by the entry barrier).
+  uint64_t sig = comm::call_signature(
+      comm::kOpRingAttention,
+      {static_cast<int64_t>(q.scalar_type()), b, s, h, d, s_kv, h_kv, causal ? 1 : 0});
+  int64_t scale_bits = 0;
+  std::memcpy(&scale_bits, &scale_d, sizeof(scale_bits));
+  sig = comm::call_signature(comm::kOpRingAttention, {static_cast<int64_t>(sig), scale_bits});
+
+  // The whole-sequence mode (one engine launch): non-causal with block-aligned shards, or
+  // causal zigzag with block-aligned halves (the engine's zigzag ring mode masks by chunk).
+  if (!causal || (s == s_kv && half % 128 == 0)) {
+    if (const auto whole = whole_geometry(k, world)) {
+      return ring_attention_cuda_whole(q, k, v, g, *whole, sig, scale, causal);
+    }
+  }
+  TORCH_CHECK_VALUE(b <= ring_attention::kMaxItems, kOp, ": the CUDA ring takes at most ",
+                    ring_attention::kMaxItems, " sequences per call (batch), got q: ", q.sizes());
+  const ring_attention::Geometry geo = ring_geometry(k);
+  g.ensure(kOp, ring_attention::data_bytes(geo));
+  const comm::GroupDevice view = g.device_view();  // after ensure: the current mappings
+
+  at::Tensor out_acc = at::zeros({b, s, h, d}, q.options().dtype(at::kFloat));
+  at::Tensor lse_acc =
+      at::full({b, h, s}, -std::numeric_limits<float>::infinity(), q.options().dtype(at::kFloat));
+  at::Tensor part = at::empty({b, s, h, d}, q.options());
+  at::Tensor lse_part = at::empty({b, h, s}, q.options().dtype(at::kFloat));
+
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const at::cuda::CUDAStream side = at::cuda::getStreamFromPool(true, q.device().index());
+  auto check = [&](cudaError_t err, const char* what) {
+    if (err == cudaSuccess) return;
+    cudaGetLastError();
+    const std::string wait = g.diagnostic();
+    TORCH_CHECK(false, kOp, ": ", what, " launch failed: ", cudaGetErrorString(err),
+                wait.empty() ? std::string() : "; " + wait);
+  };
+
+  check(ring_attention::begin(view, sig, stream), "entry");
+  at::cuda::CUDAEvent entered;
+  entered.record(at::cuda::getCurrentCUDAStream());
+  entered.block(side);
+  std::vector<at::cuda::CUDAEvent> sent(static_cast<size_t>(world - 1));
+
+  uint8_t* own = view.data[rank];
+  const int64_t elt = q.element_size();
+  const uint8_t* q_bytes = static_cast<const uint8_t*>(q.data_ptr());
+  uint8_t* part_bytes = static_cast<uint8_t*>(part.data_ptr());
+  for (int j = 0; j < world; ++j) {
+    const int src = (rank - j + world) % world;
+    const uint8_t* kj = j == 0 ? static_cast<const uint8_t*>(k.data_ptr())
+                               : ring_attention::buffer(own, geo, j % 2);
+    const uint8_t* vj = j == 0 ? static_cast<const uint8_t*>(v.data_ptr()) : kj + geo.shard_bytes();
+    if (j + 1 < world) {
+      check(ring_attention::send(view, geo, kj, vj, j, kSendCtas, side.stream()), "send");
+      sent[static_cast<size_t>(j)].record(side);
+    }
+    attention::HookArgs hooks;
+    if (j > 0) {  // step j's shard arrives chunk by chunk: flag (j, batch, chunk) = e
+      hooks.kv_ready = view.flags[rank] + ring_attention::arrive_slot(j, 0);
+      hooks.blocks_per_flag = geo.chunk_rows / attention::block_n(static_cast<int>(d));
+      hooks.flags_per_head = geo.chunks;
+      hooks.flag_batch_stride = geo.chunks;
+      hooks.flag_head_stride = 0;
+      hooks.kv_ready_value = 1;  // e = *epoch + 1
+      hooks.kv_ready_epoch = view.epoch;
+      hooks.kv_ready_epoch_scale = 1;
+      hooks.timeout_s = static_cast<double>(view.timeout_ns) * 1e-9;
+      hooks.diag = view.diag;
+      hooks.rank = rank;
+      hooks.group = view.group_id;
+      hooks.peer = (rank + world - 1) % world;  // the shard arrives from rank r - 1
+    }
+    const attention::HookArgs* hp = j > 0 ? &hooks : nullptr;
+    EngineCall c{q_bytes, 0, static_cast<int>(s), kj, vj, 0, static_cast<int>(s_kv),
+                 part_bytes, 0, lse_part.data_ptr<float>(), 0, false};
+    int64_t row0 = 0, rows = s;
+    if (causal && j == 0) {
+      c.causal = true;
+    } else if (causal && src < rank) {  // q x kv[:half]
+      c.seq_kv = static_cast<int>(half);
+      c.kv_batch_stride = s_kv * h_kv * d;
+    } else if (causal) {  // q[half:] x kv, into rows [half, s)
+      c.q = q_bytes + half * h * d * elt;
+      c.q_batch_stride = s * h * d;
+      c.seq_q = static_cast<int>(half);
+      c.out = part_bytes + half * h * d * elt;
+      c.out_batch_stride = s * h * d;
+      c.lse = lse_part.data_ptr<float>() + half;
+      c.lse_head_stride = s;
+      row0 = half;
+      rows = half;
+    }
+    launch_step_engine(q, k, c, scale, hp, stream);
+    merge_rows(out_acc, lse_acc, part, lse_part, row0, rows, stream);
+    if (j + 1 < world) {
+      // Buffer j % 2 is free once this step's engine and send are done with it (credit for
+      // rank r - 1's send j + 1, which refills it; the last send needs none, but the call
+      // ends after it).
+      sent[static_cast<size_t>(j)].block(at::cuda::getCurrentCUDAStream());
+      if (j + 2 < world) check(ring_attention::release(view, j, stream), "release");
+    }
+  }
+  check(ring_attention::end(view, stream), "exit");
+  return {out_acc.to(q.scalar_type()), lse_acc};
+}
+
 std::tuple<at::Tensor, at::Tensor> ring_attention_cuda(const at::Tensor& q, const at::Tensor& k,
                                                        const at::Tensor& v, int64_t group,
                                                        int64_t world_size, bool causal,
@@ -153,9 +522,16 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda(const at::Tensor& q, cons
                                                       std::optional<double>, int64_t, int64_t)>();
     return engine.call(q, k, v, causal, softmax_scale, 0, 0);
   }
-  TORCH_CHECK_NOT_IMPLEMENTED(false, kOp, ": the fused CUDA ring at world_size > 1 has not "
-                              "landed yet (world_size 1 runs the attention engine)");
+  if (causal) {
+    TORCH_CHECK_VALUE(q.size(1) == k.size(1) && q.size(1) % 2 == 0, kOp,
+                      ": causal ring attention takes zigzag shards: q and k must have the same "
+                      "even local length (q: ", q.sizes(), ", k: ", k.sizes(), ")");
+  }
+  const double scale = softmax_scale.has_value() ? *softmax_scale
+                                                 : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  return ring_attention_cuda_ring(q, k, v, group, world_size, causal, scale);
 }
+
 #endif  // MKERNEL_WITH_CUDA
 
 }  // namespace

@@ -110,3 +110,10 @@ from .ops import _attention_autograd_backward, _attention_setup_context  # noqa:
 
 torch.library.register_autograd("mkernel::attention", _attention_autograd_backward,
                                 setup_context=_attention_setup_context)
+
+# ring_attention's backward (python/mkernel/_ring_backward.py: the per-block attention backward
+# with the forward's LSE, K/V gathered and dK/dV reduce-scattered over the substrate).
+from . import _ring_backward  # noqa: E402
+
+torch.library.register_autograd("mkernel::ring_attention", _ring_backward.backward,
+                                setup_context=_ring_backward.setup_context)

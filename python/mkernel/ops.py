@@ -495,11 +495,26 @@ def ring_attention(
     Returns:
         ``(out [b, s, h, d]`` in q's dtype, ``lse [b, h, s]`` fp32 log-sum-exp of the scaled
         scores).
+
+    On CUDA with W > 1 ranks of one node the K/V shards travel over the group's symmetric
+    memory and the attention engine consumes them chunk by chunk as they arrive: in one engine
+    launch per call when the shard length (causal: half of it) is a multiple of 128, else one
+    launch per ring step with fp32 merges (csrc/kernels/attention/README.md). Differentiable
+    (python/mkernel/_ring_backward.py).
     """
+    global _launched_group_op
     handle, world_size = _group_args("ring_attention", group)
-    out, lse = torch.ops.mkernel.ring_attention.default(
-        q, k, v, handle, world_size, causal, softmax_scale
-    )
+    if world_size > 1 and q.is_cuda:
+        _launched_group_op = True
+    try:
+        out, lse = torch.ops.mkernel.ring_attention.default(
+            q, k, v, handle, world_size, causal, softmax_scale
+        )
+    except RuntimeError as e:  # a dead context after a trapped wait surfaces at the next call
+        err = None if isinstance(e, NotImplementedError) else _wait_failure_error(e)
+        if err is None:
+            raise
+        raise err from e
     return out, lse
 
 

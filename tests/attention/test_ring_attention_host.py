@@ -1,6 +1,8 @@
 """mkernel.ring_attention through the host reference backend (CPU tensors, W local processes in
 emulated nodes: K/V shards travel FIFO -> Go proxy -> loopback/tcp) against a float64
-reference of the full sequence; causal in the zigzag layout; GQA; fp32/bf16/fp16."""
+reference of the full sequence; causal in the zigzag layout; GQA; fp32/bf16/fp16; gradients
+(the ring backward: per-block backward with the forward's LSE, dK/dV reduce-scattered) against
+float64 autograd."""
 
 from __future__ import annotations
 
@@ -72,3 +74,25 @@ def test_world_one_on_cuda_runs_the_engine() -> None:
     finally:
         if not had_default:
             ctx.close()
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
+def test_ring_steps_cover_the_zigzag_causal_mask_once(world) -> None:
+    """The per-step work split of the CUDA ring and of the backward (mkernel._ring_backward.
+    ring_steps): over all steps, every (query, key) pair a causal zigzag shard may see is
+    attended exactly once, and no other pair."""
+    from mkernel._ring_backward import ring_steps
+
+    s = 6
+    pos = torch.arange(2 * world * (s // 2))
+    shards = [zigzag_shard(pos.unsqueeze(0), r, world)[0] for r in range(world)]
+    for rank in range(world):
+        qp = shards[rank]
+        want = torch.cat([(shards[src].unsqueeze(0) <= qp.unsqueeze(1)) for src in range(world)], 1)
+        got = torch.zeros(s, world * s, dtype=torch.int64)
+        for src, qr, kr, causal in ring_steps(rank, world, True, s):
+            block = torch.ones(qr.stop - qr.start, kr.stop - kr.start, dtype=torch.int64)
+            if causal:  # bottom-right aligned, as the engine
+                block = torch.ones_like(block).tril(kr.stop - kr.start - (qr.stop - qr.start))
+            got[qr, src * s + kr.start:src * s + kr.stop] += block
+        assert got.max() <= 1 and torch.equal(got.bool(), want), (rank, got, want)

@@ -38,6 +38,22 @@ struct Problem {
   // 192x128 for bf16 d=64 non-causal).
   int block_m = 0;
   int block_n = 0;
+  // Batch strides in elements (0: dense, s * h * d): ring attention runs the engine on one half
+  // of a zigzag shard (q[:, s/2:], k[:, :s/2]) in place, and writes that half's partial into
+  // rows [s/2, s) of a [b, s, h, d] buffer. lse_head_stride: distance between the (b, h) rows
+  // of lse (0: seq_q), same purpose.
+  int64_t q_batch_stride = 0;
+  int64_t kv_batch_stride = 0;
+  int64_t out_batch_stride = 0;
+  int64_t lse_head_stride = 0;
+  // Zigzag ring mode (causal only; ring attention in one launch): q is rank zz_rank's zigzag
+  // shard (global chunks zz_rank and 2W-1-zz_rank of zz_chunk rows each) and k/v hold the W
+  // shards by ring step (rank (zz_rank + 1 + pos) mod W's at position pos); a key is seen iff
+  // its global position <= the query's. zz_world = 0: plain bottom-right causal. zz_chunk must
+  // be a multiple of 128.
+  int zz_world = 0;
+  int zz_rank = 0;
+  int zz_chunk = 0;
 };
 
 struct Launch {
@@ -47,16 +63,31 @@ struct Launch {
 
 // Communication hooks of the kernel (ring attention): before the producer loads KV block n
 // (kBlockN keys) of head group (batch, head_kv), it waits until
-//   kv_ready[(batch * heads_kv + head_kv) * flags_per_head + n / blocks_per_flag] >= kv_ready_value
+//   kv_ready[batch * flag_batch_stride + head_kv * flag_head_stride + n / blocks_per_flag]
+//     >= kv_ready_value + kv_ready_epoch_scale * *kv_ready_epoch
 // (acquire, system scope; bounded: on a timeout the kernel writes a comm::WaitDiagnostic into
-// *diag and traps). Null kv_ready: the plain kernel (no wait is compiled in).
+// *diag and traps). Null kv_ready: the plain kernel (no wait is compiled in). The strides
+// default (-1) to one flag row per (batch, head_kv): flag_head_stride = flags_per_head,
+// flag_batch_stride = heads_kv * flags_per_head; ring attention passes head stride 0 (one flag
+// per (batch, key chunk), all heads). kv_ready_epoch (device memory, may be null) makes the
+// expected value a function of a device counter, so a CUDA graph replay waits for the new
+// call's flags without a host step.
 struct HookArgs {
   const uint64_t* kv_ready = nullptr;
   int blocks_per_flag = 1 << 30;  // default: one flag per (batch, head_kv)
   int flags_per_head = 1;
+  int flag_batch_stride = -1;
+  int flag_head_stride = -1;
   uint64_t kv_ready_value = 1;
+  const uint64_t* kv_ready_epoch = nullptr;
+  uint64_t kv_ready_epoch_scale = 0;
   double timeout_s = 10.0;
   void* diag = nullptr;  // comm::WaitDiagnostic in host-mapped memory
+  // For the diagnostic record: the waiting rank, its group, and the peer that releases the
+  // flags (-1: unknown).
+  int rank = -1;
+  int group = -1;
+  int peer = -1;
 };
 
 // The default kernel's tile for a problem (block_n: for HookArgs::blocks_per_flag).
@@ -78,6 +109,9 @@ cudaError_t run_hooked(const Problem& p, const Launch& l, const HookArgs& h,
 //   out_acc = out_acc * exp(lse_acc - lse) + out_part * exp(lse_part - lse)
 // out_acc [b, s, h, d] fp32, lse_acc [b, h, s] fp32 (updated in place; -inf rows are empty);
 // out_part [b, s, h, d] in `part_dtype`, lse_part [b, h, s] fp32.
+// Strides (elements, 0: dense) let it merge rows [s0, s0 + seq) of [b, S, h, d] buffers (the
+// pointers then point at row s0): out_batch_stride (S * h * d) for out_acc and out_part,
+// lse_head_stride (S) for lse_acc and lse_part.
 struct Merge {
   float* out_acc;
   float* lse_acc;
@@ -85,6 +119,16 @@ struct Merge {
   const float* lse_part;
   int batch, seq, heads, head_dim;
   DType part_dtype;
+  int64_t out_batch_stride = 0;
+  int64_t lse_head_stride = 0;
+  // Zigzag ring mode (causal only; ring attention in one launch): q is rank zz_rank's zigzag
+  // shard (global chunks zz_rank and 2W-1-zz_rank of zz_chunk rows each) and k/v hold the W
+  // shards by ring step (rank (zz_rank + 1 + pos) mod W's at position pos); a key is seen iff
+  // its global position <= the query's. zz_world = 0: plain bottom-right causal. zz_chunk must
+  // be a multiple of 128.
+  int zz_world = 0;
+  int zz_rank = 0;
+  int zz_chunk = 0;
 };
 cudaError_t merge_partial(const Merge& m, cudaStream_t stream);
 

@@ -32,15 +32,23 @@ constexpr Case kCases[] = {
 #undef ATTN_CASE
 };
 
-const Case* find_case(const Problem& p) {
-  const int bm = p.block_m > 0 ? p.block_m : block_m(p.head_dim, p.causal, p.seq_q);
-  const int bn = p.block_n > 0 ? p.block_n : block_n(p.head_dim);
+const Case* find_tile(const Problem& p, int bm, int bn) {
   for (const Case& c : kCases) {
     if (c.dtype == p.dtype && c.head_dim == p.head_dim && c.block_m == bm && c.block_n == bn &&
         (c.causal || !p.causal))
       return &c;
   }
   return nullptr;
+}
+
+const Case* find_case(const Problem& p) {
+  const int bm = p.block_m > 0 ? p.block_m : block_m(p.head_dim, p.causal, p.seq_q);
+  const int bn = p.block_n > 0 ? p.block_n : block_n(p.head_dim);
+  const Case* c = find_tile(p, bm, bn);
+  // The default tile by shape may not be built for this dtype (192x128 is bf16 only): the
+  // 128x128 tile runs everywhere.
+  if (c == nullptr && p.block_m <= 0 && p.block_n <= 0) c = find_tile(p, 128, 128);
+  return c;
 }
 
 }  // namespace
@@ -65,6 +73,12 @@ const char* can_implement(const Problem& p) {
   if (find_case(p) == nullptr)
     return "no kernel built for this block_m/block_n with this dtype, head_dim and causal mode "
            "(instances.inc)";
+  if (p.causal && p.zz_world > 0) {
+    if (p.zz_rank < 0 || p.zz_rank >= p.zz_world || p.zz_chunk <= 0 || p.zz_chunk % 128 != 0 ||
+        p.seq_q != 2 * p.zz_chunk || p.seq_kv != 2 * p.zz_chunk * p.zz_world)
+      return "zigzag ring mode: zz_chunk a multiple of 128, seq_q = 2 zz_chunk, seq_kv = "
+             "2 zz_chunk zz_world, 0 <= zz_rank < zz_world";
+  }
   for (const void* ptr : {p.q, p.k, p.v, static_cast<const void*>(p.out)}) {
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return "q, k, v and out must be 16-byte aligned";
   }

@@ -16,6 +16,7 @@ namespace mkernel::attention {
 struct NoHooks {
   struct Params {};
   static constexpr bool kWaitsForKV = false;
+  static constexpr bool kZigzag = false;  // the zigzag ring mode (Problem::zz_*) is compiled out
   CUTLASS_DEVICE static void wait_kv(Params const&, int, int, int) {}
 };
 
@@ -23,13 +24,17 @@ struct KvFlagHooks {
   struct Params {
     const uint64_t* kv_ready = nullptr;  // [batch * heads_kv * flags_per_head]
     int blocks_per_flag = 1;
-    int flags_per_head = 1;
-    int heads_kv = 1;
+    int flag_batch_stride = 1;  // flags between batches (attention_api.h, HookArgs)
+    int flag_head_stride = 1;   // flags between kv heads (0: one flag for every head)
     uint64_t kv_ready_value = 0;
+    const uint64_t* kv_ready_epoch = nullptr;  // expected += kv_ready_epoch_scale * *kv_ready_epoch
+    uint64_t kv_ready_epoch_scale = 0;
     uint64_t timeout_ns = 0;
     comm::WaitDiagnostic* diag = nullptr;
+    int32_t rank = -1, group = -1, peer = -1;  // for the diagnostic record
   };
   static constexpr bool kWaitsForKV = true;
+  static constexpr bool kZigzag = true;  // ring attention: the zigzag ring mode is built in
 
   // Called by the producer's issuing lane before the loads of KV block n_block. Waits only
   // when the block is the first one of its flag (or the first one this tile loads: blocks are
@@ -37,13 +42,17 @@ struct KvFlagHooks {
   // one acquire load.
   CUTLASS_DEVICE static void wait_kv(Params const& p, int batch, int head_kv, int n_block) {
     if (p.kv_ready == nullptr) return;
-    const int slot = (batch * p.heads_kv + head_kv) * p.flags_per_head + n_block / p.blocks_per_flag;
+    const int slot = batch * p.flag_batch_stride + head_kv * p.flag_head_stride +
+                     n_block / p.blocks_per_flag;
+    uint64_t expected = p.kv_ready_value;
+    // The counter only changes between launches (ring attention: the group's op epoch).
+    if (p.kv_ready_epoch != nullptr) expected += p.kv_ready_epoch_scale * __ldg(p.kv_ready_epoch);
     comm::WaitSite site;
     site.op = comm::kOpRingAttention;
     site.what = comm::kWaitPeerFlag;
-    site.peer = -1;
+    site.peer = p.peer;
     site.index = slot;
-    comm::wait_geq(p.kv_ready + slot, p.kv_ready_value, p.timeout_ns, p.diag, -1, -1, site);
+    comm::wait_geq(p.kv_ready + slot, expected, p.timeout_ns, p.diag, p.group, p.rank, site);
     comm::fence_proxy_async_global();  // the TMA loads that follow must see the block
   }
 };

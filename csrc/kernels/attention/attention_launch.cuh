@@ -25,9 +25,11 @@ cudaError_t launch_attention(const Problem& pr, const Launch& l,
   params.mainloop = Mainloop::to_underlying_arguments(typename Mainloop::Arguments{
       static_cast<const Element*>(pr.q), static_cast<const Element*>(pr.k),
       static_cast<const Element*>(pr.v), pr.batch, pr.seq_q, pr.seq_kv, pr.heads, pr.heads_kv,
-      pr.softmax_scale});
+      pr.softmax_scale, pr.q_batch_stride, pr.kv_batch_stride, pr.causal ? pr.zz_world : 0,
+      pr.zz_rank, pr.zz_chunk});
   params.epilogue = Epilogue::to_underlying_arguments(typename Epilogue::Arguments{
-      static_cast<Element*>(pr.out), pr.lse, pr.batch, pr.seq_q, pr.heads});
+      static_cast<Element*>(pr.out), pr.lse, pr.batch, pr.seq_q, pr.heads, pr.out_batch_stride,
+      pr.lse_head_stride});
   const int m_blocks = (pr.seq_q + Traits::kBlockM - 1) / Traits::kBlockM;
   params.scheduler = Scheduler::make_params(
       m_blocks, pr.heads, pr.batch,
@@ -62,11 +64,17 @@ cudaError_t launch_case(const Problem& pr, const Launch& l, const HookArgs* h) {
   KvFlagHooks::Params hp;
   hp.kv_ready = h->kv_ready;
   hp.blocks_per_flag = h->blocks_per_flag;
-  hp.flags_per_head = h->flags_per_head;
-  hp.heads_kv = pr.heads_kv;
+  hp.flag_head_stride = h->flag_head_stride >= 0 ? h->flag_head_stride : h->flags_per_head;
+  hp.flag_batch_stride =
+      h->flag_batch_stride >= 0 ? h->flag_batch_stride : pr.heads_kv * h->flags_per_head;
   hp.kv_ready_value = h->kv_ready_value;
+  hp.kv_ready_epoch = h->kv_ready_epoch;
+  hp.kv_ready_epoch_scale = h->kv_ready_epoch_scale;
   hp.timeout_ns = static_cast<uint64_t>(h->timeout_s * 1e9);
   hp.diag = static_cast<comm::WaitDiagnostic*>(h->diag);
+  hp.rank = h->rank;
+  hp.group = h->group;
+  hp.peer = h->peer;
   return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, KvFlagHooks>(pr, l, hp);
 }
 

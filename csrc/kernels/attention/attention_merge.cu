@@ -19,7 +19,8 @@ __device__ __forceinline__ float to_float(T x) {
 template <class T>
 __global__ void merge_kernel(float* __restrict__ out_acc, float* __restrict__ lse_acc,
                              const T* __restrict__ out_part, const float* __restrict__ lse_part,
-                             int seq, int heads, int head_dim, long long rows) {
+                             int seq, int heads, int head_dim, long long rows,
+                             long long out_batch_stride, long long lse_head_stride) {
   const int chunks = head_dim / 4;
   const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= rows * chunks) return;
@@ -29,7 +30,7 @@ __global__ void merge_kernel(float* __restrict__ out_acc, float* __restrict__ ls
   const long long bi = row / heads;
   const int i = static_cast<int>(bi % seq);
   const long long b = bi / seq;
-  const long long lse_idx = (b * heads + h) * seq + i;
+  const long long lse_idx = (b * heads + h) * lse_head_stride + i;
   const float la = lse_acc[lse_idx];
   const float lp = lse_part[lse_idx];
   const float mx = fmaxf(la, lp);
@@ -39,8 +40,9 @@ __global__ void merge_kernel(float* __restrict__ out_acc, float* __restrict__ ls
     wa = ea / (ea + ep);
     wp = ep / (ea + ep);
   }
-  float* o = out_acc + row * head_dim + c;
-  const T* op = out_part + row * head_dim + c;
+  const long long off = b * out_batch_stride + (static_cast<long long>(i) * heads + h) * head_dim + c;
+  float* o = out_acc + off;
+  const T* op = out_part + off;
 #pragma unroll
   for (int e = 0; e < 4; ++e) o[e] = o[e] * wa + to_float(op[e]) * wp;
   // lse_acc is updated by a second kernel (merge_lse_kernel): a row's chunks run in different
@@ -48,9 +50,10 @@ __global__ void merge_kernel(float* __restrict__ out_acc, float* __restrict__ ls
 }
 
 __global__ void merge_lse_kernel(float* __restrict__ lse_acc, const float* __restrict__ lse_part,
-                                 long long n) {
-  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
+                                 long long n, int seq, long long lse_head_stride) {
+  const long long t = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n) return;
+  const long long i = (t / seq) * lse_head_stride + t % seq;
   const float la = lse_acc[i], lp = lse_part[i];
   const float mx = fmaxf(la, lp);
   lse_acc[i] = mx == -INFINITY ? -INFINITY : mx + __logf(__expf(la - mx) + __expf(lp - mx));
@@ -64,18 +67,22 @@ cudaError_t merge_partial(const Merge& m, cudaStream_t stream) {
   const long long threads = rows * (m.head_dim / 4);
   const int block = 256;
   const unsigned grid = static_cast<unsigned>((threads + block - 1) / block);
+  const long long obs = m.out_batch_stride > 0
+                            ? m.out_batch_stride
+                            : static_cast<long long>(m.seq) * m.heads * m.head_dim;
+  const long long lhs = m.lse_head_stride > 0 ? m.lse_head_stride : m.seq;
   if (m.part_dtype == DType::kBF16) {
     merge_kernel<__nv_bfloat16><<<grid, block, 0, stream>>>(
         m.out_acc, m.lse_acc, static_cast<const __nv_bfloat16*>(m.out_part), m.lse_part, m.seq,
-        m.heads, m.head_dim, rows);
+        m.heads, m.head_dim, rows, obs, lhs);
   } else {
-    merge_kernel<__half><<<grid, block, 0, stream>>>(m.out_acc, m.lse_acc,
-                                                     static_cast<const __half*>(m.out_part),
-                                                     m.lse_part, m.seq, m.heads, m.head_dim, rows);
+    merge_kernel<__half><<<grid, block, 0, stream>>>(
+        m.out_acc, m.lse_acc, static_cast<const __half*>(m.out_part), m.lse_part, m.seq, m.heads,
+        m.head_dim, rows, obs, lhs);
   }
-  const long long n = rows;
+  const long long n = rows;  // (b, h, i) rows of lse
   merge_lse_kernel<<<static_cast<unsigned>((n + block - 1) / block), block, 0, stream>>>(
-      m.lse_acc, m.lse_part, n);
+      m.lse_acc, m.lse_part, n, m.seq, lhs);
   return cudaGetLastError();
 }
 

@@ -43,6 +43,8 @@ struct EpilogueFwdSm90 {
     Element* out;
     float* lse;
     int batch, seq_q, heads;
+    int64_t out_batch_stride = 0;  // elements; 0: dense (seq_q * heads * d)
+    int64_t lse_head_stride = 0;   // elements between lse rows (b, h); 0: seq_q
   };
 
   struct Params {
@@ -50,17 +52,19 @@ struct EpilogueFwdSm90 {
     ShapeSeqD shape_o;
     float* lse;
     int seq_q, heads;
+    int64_t lse_head_stride;
   };
 
   static Params to_underlying_arguments(Arguments const& a) {
     using namespace cute;
     const int64_t d = kHeadDim;
     ShapeSeqD shape_o = make_shape(a.seq_q, int32_t(kHeadDim), make_shape(a.heads, a.batch));
-    StrideSeqD stride_o = make_stride(int64_t(a.heads) * d, _1{},
-                                      make_stride(d, int64_t(a.seq_q) * a.heads * d));
+    const int64_t o_bs =
+        a.out_batch_stride > 0 ? a.out_batch_stride : int64_t(a.seq_q) * a.heads * d;
+    StrideSeqD stride_o = make_stride(int64_t(a.heads) * d, _1{}, make_stride(d, o_bs));
     Tensor mO = make_tensor(make_gmem_ptr(a.out), make_layout(shape_o, stride_o));
     return {make_tma_copy(SM90_TMA_STORE{}, mO, SmemLayoutO{}, TileShapeMD{}, _1{}), shape_o, a.lse,
-            a.seq_q, a.heads};
+            a.seq_q, a.heads, a.lse_head_stride > 0 ? a.lse_head_stride : int64_t(a.seq_q)};
   }
 
   CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& p) {
@@ -80,7 +84,8 @@ struct EpilogueFwdSm90 {
     Tensor tOcO = rowcol_view(thr_mma_pv.partition_C(cO));
     static_assert(decltype(size<0>(tOcO))::value == kRows, "one LSE per accumulator row");
     if (mma_thread_idx % 4 == 0) {
-      float* lse_bh = p.lse + (static_cast<int64_t>(work.batch) * p.heads + work.head) * p.seq_q;
+      float* lse_bh =
+          p.lse + (static_cast<int64_t>(work.batch) * p.heads + work.head) * p.lse_head_stride;
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < kRows; ++r) {
         const int row = work.m_block * kBlockM + get<0>(tOcO(r, 0));

@@ -82,6 +82,9 @@ struct MainloopFwdSm90 {
     const Element* v;
     int batch, seq_q, seq_kv, heads, heads_kv;
     float softmax_scale;
+    int64_t q_batch_stride = 0;   // elements; 0: dense (seq_q * heads * d)
+    int64_t kv_batch_stride = 0;  // elements; 0: dense (seq_kv * heads_kv * d)
+    int zz_world = 0, zz_rank = 0, zz_chunk = 0;  // zigzag ring mode (causal only; see below)
   };
 
   struct Params {
@@ -94,20 +97,21 @@ struct MainloopFwdSm90 {
     int seq_q, seq_kv, heads_per_kv;
     float softmax_scale;
     float scale_log2;  // softmax_scale * log2(e)
+    int zz_world, zz_rank, zz_chunk;
   };
 
   static Params to_underlying_arguments(Arguments const& a) {
     using namespace cute;
     const int64_t d = kHeadDim;
+    const int64_t q_bs = a.q_batch_stride > 0 ? a.q_batch_stride : int64_t(a.seq_q) * a.heads * d;
+    const int64_t kv_bs =
+        a.kv_batch_stride > 0 ? a.kv_batch_stride : int64_t(a.seq_kv) * a.heads_kv * d;
     ShapeSeqD shape_q = make_shape(a.seq_q, int32_t(kHeadDim), make_shape(a.heads, a.batch));
-    StrideSeqD stride_q = make_stride(int64_t(a.heads) * d, _1{},
-                                      make_stride(d, int64_t(a.seq_q) * a.heads * d));
+    StrideSeqD stride_q = make_stride(int64_t(a.heads) * d, _1{}, make_stride(d, q_bs));
     ShapeSeqD shape_kv = make_shape(a.seq_kv, int32_t(kHeadDim), make_shape(a.heads_kv, a.batch));
-    StrideSeqD stride_kv = make_stride(int64_t(a.heads_kv) * d, _1{},
-                                       make_stride(d, int64_t(a.seq_kv) * a.heads_kv * d));
+    StrideSeqD stride_kv = make_stride(int64_t(a.heads_kv) * d, _1{}, make_stride(d, kv_bs));
     ShapeSeqD shape_vt = make_shape(int32_t(kHeadDim), a.seq_kv, make_shape(a.heads_kv, a.batch));
-    StrideDSeq stride_vt = make_stride(_1{}, int64_t(a.heads_kv) * d,
-                                       make_stride(d, int64_t(a.seq_kv) * a.heads_kv * d));
+    StrideDSeq stride_vt = make_stride(_1{}, int64_t(a.heads_kv) * d, make_stride(d, kv_bs));
     Tensor mQ = make_tensor(make_gmem_ptr(a.q), make_layout(shape_q, stride_q));
     Tensor mK = make_tensor(make_gmem_ptr(a.k), make_layout(shape_kv, stride_kv));
     Tensor mVt = make_tensor(make_gmem_ptr(a.v), make_layout(shape_vt, stride_vt));
@@ -123,7 +127,10 @@ struct MainloopFwdSm90 {
              a.seq_kv,
              a.heads / a.heads_kv,
              a.softmax_scale,
-             a.softmax_scale * 1.4426950408889634f};
+             a.softmax_scale * 1.4426950408889634f,
+             a.zz_world,
+             a.zz_rank,
+             a.zz_chunk};
     return p;
   }
 
@@ -145,14 +152,55 @@ struct MainloopFwdSm90 {
 
   // KV blocks [n_min, n_max) that tile m_block sees. Causal (bottom-right aligned): query i
   // sees keys j <= i + seq_kv - seq_q. Empty when every row of the tile is fully masked.
+  template <bool kZZ>
   CUTLASS_DEVICE static void n_block_range(Params const& p, int m_block, int& n_min, int& n_max) {
     n_min = 0;
     n_max = (p.seq_kv + kBlockN - 1) / kBlockN;
     if constexpr (kCausal) {
+      if constexpr (kZZ) {
+        if (p.zz_world > 0) return;  // every block; prev_block skips the invisible ones
+      }
       const int last_key = (m_block + 1) * kBlockM - 1 + p.seq_kv - p.seq_q;  // of the tile's last row
       const int n_causal = last_key < 0 ? 0 : last_key / kBlockN + 1;
       n_max = n_causal < n_max ? n_causal : n_max;
     }
+  }
+
+  // Zigzag ring mode (causal ring attention in one launch, zz_world = W > 0): the queries are a
+  // zigzag shard of rank zz_rank — global chunks zz_rank and 2W-1-zz_rank, zz_chunk rows each —
+  // and the keys are the W shards laid out by ring step, the shard of rank
+  // (zz_rank + 1 + pos) mod W at position pos (2 * zz_chunk rows each). Visibility is by global
+  // chunk: key chunk < query chunk whole, equal on the diagonal (causal inside the chunk),
+  // greater not at all (skipped). zz_chunk is a multiple of kBlockM and kBlockN.
+  CUTLASS_DEVICE static int zz_query_chunk(Params const& p, int m_block) {
+    const int half = (m_block * kBlockM) / p.zz_chunk;  // 0 or 1
+    return half == 0 ? p.zz_rank : 2 * p.zz_world - 1 - p.zz_rank;
+  }
+  CUTLASS_DEVICE static int zz_key_chunk(Params const& p, int n) {
+    const int chunk = (n * kBlockN) / p.zz_chunk;  // 2 per position
+    const int src = (p.zz_rank + 1 + chunk / 2) % p.zz_world;
+    return (chunk & 1) == 0 ? src : 2 * p.zz_world - 1 - src;
+  }
+
+  // The next KV block below n that tile m_block sees (n_min - 1: none); the walk starts at
+  // n = n_max. Producer and consumers walk the same sequence.
+  template <bool kZZ>
+  CUTLASS_DEVICE static int prev_block(Params const& p, int m_block, int n, int n_min) {
+    --n;
+    if constexpr (kCausal && kZZ) {
+      if (p.zz_world > 0) {
+        // Skip key chunks after the query chunk and, in the query chunk itself, blocks wholly
+        // right of the diagonal (a fully masked first block would leave rows without a max).
+        // The first block a tile meets is thus its diagonal one (the local shard is on top).
+        const int gq = zz_query_chunk(p, m_block);
+        const int q_last = m_block * kBlockM % p.zz_chunk + kBlockM - 1;  // in its chunk
+        for (; n >= n_min; --n) {
+          const int gk = zz_key_chunk(p, n);
+          if (gk < gq || (gk == gq && n * kBlockN % p.zz_chunk <= q_last)) break;
+        }
+      }
+    }
+    return n;
   }
 
   // Producer: one thread (the issuing lane of the producer warp) runs this per work tile.
@@ -162,8 +210,9 @@ struct MainloopFwdSm90 {
                            StateQ& q_write, StateKV& kv_write, TensorStorage& smem,
                            WorkTile const& work) {
     using namespace cute;
+    constexpr bool kZZ = Hooks::kZigzag;
     int n_min, n_max;
-    n_block_range(p, work.m_block, n_min, n_max);
+    n_block_range<kZZ>(p, work.m_block, n_min, n_max);
     const int head_kv = work.head / p.heads_per_kv;
 
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), SmemLayoutQ{});
@@ -192,7 +241,8 @@ struct MainloopFwdSm90 {
     ++q_write;
 
     CUTLASS_PRAGMA_NO_UNROLL
-    for (int n = n_max - 1; n >= n_min; --n) {
+    for (int n = prev_block<kZZ>(p, work.m_block, n_max, n_min); n >= n_min;
+         n = prev_block<kZZ>(p, work.m_block, n, n_min)) {
       if constexpr (Hooks::kWaitsForKV) Hooks::wait_kv(hooks, work.batch, head_kv, n);
       pipeline_k.producer_acquire(kv_write);
       copy(p.tma_k.with(*pipeline_k.producer_get_barrier(kv_write), 0), tKgK(_, n),
@@ -231,14 +281,23 @@ struct MainloopFwdSm90 {
 
   // Sets the scores of S (rows, cols view) that block n must not see to -inf: keys past seq_kv
   // (ragged tail) and, under causal masking, keys right of the bottom-right diagonal.
-  template <class TensorS, class TensorC>
+  template <bool kZZ, class TensorS, class TensorC>
   CUTLASS_DEVICE static void apply_mask(Params const& p, TensorS& s_rc, TensorC const& tScS,
                                         int m_block, int n) {
     using namespace cute;
     const int col0 = n * kBlockN;
-    const int shift = m_block * kBlockM + p.seq_kv - p.seq_q;  // row i sees col <= i + shift
+    int shift = m_block * kBlockM + p.seq_kv - p.seq_q;  // row i sees col <= i + shift
     bool need = col0 + kBlockN > p.seq_kv;
-    if constexpr (kCausal) need = need || col0 + kBlockN - 1 > shift;
+    if constexpr (kCausal) {
+      if constexpr (kZZ) {
+        if (p.zz_world > 0) {  // only diagonal chunks mask: positions from the chunks' starts
+          if (zz_key_chunk(p, n) != zz_query_chunk(p, m_block)) return;
+          shift = m_block * kBlockM - (m_block * kBlockM / p.zz_chunk) * p.zz_chunk +
+                  (col0 / p.zz_chunk) * p.zz_chunk;
+        }
+      }
+      need = need || col0 + kBlockN - 1 > shift;
+    }
     if (!need) return;
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < size<0>(s_rc); ++r) {
@@ -273,14 +332,14 @@ struct MainloopFwdSm90 {
   // its softmax while the PV GEMM runs. P_{n+1} lives in its own registers (tOrP) until its
   // GEMM is done; block n's factor is applied to O one iteration later, just before P_n·V_n
   // is added (O then holds every earlier block relative to block n's running max).
-  template <class AccO, class Softmax>
+  template <bool kZZ, class AccO, class Softmax>
   CUTLASS_DEVICE void mma(Params const& p, PipelineQ& pipeline_q, PipelineKV& pipeline_k,
                           PipelineKV& pipeline_v, StateQ& q_read, StateKV& kv_read,
                           TensorStorage& smem, WorkTile const& work, int mma_thread_idx,
                           AccO& acc_o, Softmax& softmax) {
     using namespace cute;
     int n_min, n_max;
-    n_block_range(p, work.m_block, n_min, n_max);
+    n_block_range<kZZ>(p, work.m_block, n_min, n_max);
     const int warp_group = mma_thread_idx / cutlass::NumThreadsPerWarpGroup;
 
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), SmemLayoutQ{});
@@ -334,9 +393,9 @@ struct MainloopFwdSm90 {
     };
 
     pipeline_q.consumer_wait(q_read);
-    if (n_max > n_min) {
+    int n = prev_block<kZZ>(p, work.m_block, n_max, n_min);
+    if (n >= n_min) {
       // First block: S only (O is zero, nothing to overlap).
-      int n = n_max - 1;
       pipeline_k.consumer_wait(kv_read);
       scheduler_barrier_sync(warp_group);
       gemm_qk(kv_read.index());
@@ -344,14 +403,15 @@ struct MainloopFwdSm90 {
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
       pipeline_k.consumer_release(kv_read);
-      apply_mask(p, s_rc, tScS, work.m_block, n);
+      apply_mask<kZZ>(p, s_rc, tScS, work.m_block, n);
       softmax.step(s_rc, factor);
       p_frag = convert_to_element(acc_s);
       StateKV v_read = kv_read;  // V of the block in p_frag
       ++kv_read;
 
       CUTLASS_PRAGMA_NO_UNROLL
-      for (n = n_max - 2; n >= n_min; --n) {
+      for (n = prev_block<kZZ>(p, work.m_block, n, n_min); n >= n_min;
+           n = prev_block<kZZ>(p, work.m_block, n, n_min)) {
         pipeline_k.consumer_wait(kv_read);
         scheduler_barrier_sync(warp_group);
         gemm_qk(kv_read.index());
@@ -364,7 +424,7 @@ struct MainloopFwdSm90 {
         warpgroup_wait<1>();  // S_n ready; the PV GEMM may still run
         warpgroup_fence_operand(acc_s);
         pipeline_k.consumer_release(kv_read);
-        apply_mask(p, s_rc, tScS, work.m_block, n);
+        apply_mask<kZZ>(p, s_rc, tScS, work.m_block, n);
         softmax.step(s_rc, factor);
         warpgroup_wait<0>();  // PV done: O and P's registers are ours again
         warpgroup_fence_operand(acc_o);

@@ -1,0 +1,246 @@
+"""mkernel.ring_attention on the GPU, W rank processes sharing one GPU under MPS (each gets
+CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100/W), side by side in one run with
+
+  unfused   the unfused ring of the ring-flash-attention recipe without its overlap: the K/V
+            shards gathered over the substrate's peer memory (mkernel.all_gather), then one
+            SDPA call per source block (the flash backend, natural-log LSE; GQA by expanding
+            k/v to h heads) and the fp32 merge of the partials in torch;
+  compute   the ceiling: mkernel.ring_attention's own compute without communication — the same
+            per-step engine calls (mkernel.attention on the local shard, with the same causal
+            zigzag split) and the same fp32 merges (mkernel.ops.attention_merge_);
+  ceiling   the compute-alone ceiling: one engine call over the whole sequence (W*s queries
+            and keys, causal or not) on the rank's SMs, divided by W.
+
+Causal shards are zigzag (rank r holds chunks r and 2W-1-r of 2W). Timing: CUDA events, the
+candidates interleaved iteration by iteration (order alternating), ranks aligned by
+dist.barrier and a tiny all_reduce right before each sample, median over --iters samples; the
+figure per case is the slowest rank's median. TFLOP/s per rank count the causal work once
+(half the non-causal FLOPs of the whole sequence, per rank). On one GPU all ranks share its
+HBM and the "peer" copies are local: these are the op's costs at an MPS share, not NVLink
+figures. Writes JSON under results/ (commit from MKERNEL_COMMIT).
+
+    python benchmarks/bench_ring_attention.py [--world 2] [--iters 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
+
+# (name, b, local s, h, h_kv, d): the issue's seed shape scaled to the run (B=4, H=16, d=128)
+# and a Llama-style GQA shape (32 q heads, 8 kv heads).
+SHAPES = [
+    ("mha_b4_h16", 4, 4096, 16, 16, 128),
+    ("gqa_b1_h32_kv8", 1, 8192, 32, 8, 128),
+]
+
+
+def _zigzag_steps(rank: int, world: int, causal: bool, s: int):
+    """Per ring step: (src, q rows, kv rows, causal) — the split the CUDA ring uses."""
+    c = s // 2
+    for j in range(world):
+        src = (rank - j) % world
+        if not causal:
+            yield src, slice(0, s), slice(0, s), False
+        elif j == 0:
+            yield src, slice(0, s), slice(0, s), True
+        elif src < rank:
+            yield src, slice(0, s), slice(0, c), False
+        else:
+            yield src, slice(c, s), slice(0, s), False
+
+
+def rank_main() -> None:
+    import torch
+    import torch.distributed as dist
+
+    import mkernel
+    from mkernel.ops import attention_merge_
+
+    dist.init_process_group("gloo")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local % torch.cuda.device_count())
+    ctx = mkernel.init()
+    world, rank = ctx.world_size, ctx.rank
+    iters = int(os.environ["BENCH_ITERS"])
+    dtype = torch.bfloat16
+    gate = torch.zeros(world * 8, device="cuda", dtype=dtype)
+    flash = torch.ops.aten._scaled_dot_product_flash_attention
+
+    for name, b, s, h, h_kv, d in SHAPES:
+        for causal in (False, True):
+            sets = [tuple(torch.randn(b, s, hh, d, device="cuda", dtype=dtype)
+                          for hh in (h, h_kv, h_kv)) for _ in range(2)]
+            steps = list(_zigzag_steps(rank, world, causal, s))
+
+            def fused(i):
+                q, k, v = sets[i % 2]
+                return mkernel.ring_attention(q, k, v, causal=causal, group=ctx)
+
+            def compute(i):
+                q, k, v = sets[i % 2]
+                acc = torch.zeros(b, s, h, d, device="cuda", dtype=torch.float32)
+                lse_acc = torch.full((b, h, s), float("-inf"), device="cuda")
+                for _, qr, kr, cz in steps:
+                    qs = q if qr.stop - qr.start == s else q[:, qr].contiguous()
+                    ks = k if kr.stop - kr.start == s else k[:, kr].contiguous()
+                    vs = v if kr.stop - kr.start == s else v[:, kr].contiguous()
+                    out, lse = mkernel.attention(qs, ks, vs, causal=cz)
+                    if qr.start == 0:
+                        attention_merge_(acc, lse_acc, out, lse)
+                    else:
+                        _torch_merge(acc[:, qr], lse_acc[:, :, qr], out, lse)
+                return acc.to(dtype), lse_acc
+
+            def unfused(i):
+                q, k, v = sets[i % 2]
+                ks = mkernel.all_gather(k.transpose(0, 1).contiguous(), group=ctx)  # [W*s, b, ..]
+                vs = mkernel.all_gather(v.transpose(0, 1).contiguous(), group=ctx)
+                qt = q.transpose(1, 2)  # [b, h, s, d]
+                acc = torch.zeros(b, h, s, d, device="cuda", dtype=torch.float32)
+                lse_acc = torch.full((b, h, s), float("-inf"), device="cuda")
+                for src, qr, kr, cz in steps:
+                    kb = ks[src * s:(src + 1) * s][kr].permute(1, 2, 0, 3)  # [b, h_kv, rows, d]
+                    vb = vs[src * s:(src + 1) * s][kr].permute(1, 2, 0, 3)
+                    if h_kv != h:
+                        kb = kb.repeat_interleave(h // h_kv, dim=1)
+                        vb = vb.repeat_interleave(h // h_kv, dim=1)
+                    res = flash(qt[:, :, qr], kb, vb, 0.0, cz, False)
+                    out, lse = res[0], res[1][..., :qr.stop - qr.start]  # (unpadded)
+                    la, oa = lse_acc[:, :, qr], acc[:, :, qr]
+                    mx = torch.maximum(la, lse)
+                    wa, wp = torch.exp(la - mx), torch.exp(lse - mx)
+                    tot = wa + wp
+                    oa.mul_((wa / tot).unsqueeze(-1)).add_(out.float() * (wp / tot).unsqueeze(-1))
+                    la.copy_(mx + torch.log(tot))
+                return acc.transpose(1, 2).to(dtype), lse_acc
+
+            cands = {"mkernel": fused, "unfused": unfused, "compute": compute}
+            # The ceiling: the whole sequence's attention on this rank's SMs, divided by W (the
+            # rank's share of the work, without communication or any ring overhead).
+            full = [tuple(torch.cat([x] * world, dim=1) for x in st) for st in sets]
+            cands["engine_full"] = lambda i: mkernel.attention(*full[i % 2], causal=causal)
+            for i in range(3):  # warm-up (and symmetric-memory growth)
+                for c in cands.values():
+                    c(i)
+            torch.cuda.synchronize()
+            # The three agree (the fused op against the compute-alone path, same kernels).
+            ref_out, _ = compute(0)
+            got_out, _ = fused(0)
+            unf_out, _ = unfused(0)
+            agree = ((got_out.float() - ref_out.float()).norm() / ref_out.float().norm()).item()
+            agree_unf = ((unf_out.float() - ref_out.float()).norm() / ref_out.float().norm()).item()
+            times = {n: [] for n in cands}
+            for it in range(iters):
+                for cname in (list(cands) if it % 2 == 0 else list(cands)[::-1]):
+                    dist.barrier()
+                    mkernel.all_reduce(gate, group=ctx)
+                    start = torch.cuda.Event(enable_timing=True)
+                    end = torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    cands[cname](it)
+                    end.record()
+                    end.synchronize()
+                    times[cname].append(start.elapsed_time(end))
+            med = {n: statistics.median(t) for n, t in times.items()}
+            every = [None] * world
+            dist.all_gather_object(every, med)
+            if rank == 0:
+                worst = {n: max(m[n] for m in every) for n in cands}
+                total = s * world
+                flops = 4.0 * b * h * d * total * total / world * (0.5 if causal else 1.0)
+                whole = (s // 2) % 128 == 0 if causal else s % 128 == 0
+                row = {"shape": name, "world": world, "b": b, "s_local": s, "s_total": total,
+                       "mode": "whole-sequence (one engine launch)" if whole else "per-step",
+                       "h": h, "h_kv": h_kv, "d": d, "causal": causal, "dtype": "bf16",
+                       "median_ms": worst["mkernel"], "unfused_ms": worst["unfused"],
+                       "compute_ms": worst["compute"],
+                       "ceiling_ms": worst["engine_full"] / world,
+                       "vs_ceiling": worst["engine_full"] / world / worst["mkernel"],
+                       "tflops_per_rank": flops / (worst["mkernel"] * 1e-3) / 1e12,
+                       "vs_compute": worst["compute"] / worst["mkernel"],
+                       "vs_unfused": worst["unfused"] / worst["mkernel"],
+                       "rel_vs_compute_path": agree, "rel_unfused_vs_compute_path": agree_unf,
+                       "per_rank_ms": [m["mkernel"] for m in every]}
+                print("RESULT " + json.dumps(row), flush=True)
+            del sets
+            torch.cuda.empty_cache()
+    torch.cuda.synchronize()
+    ctx.barrier()
+    mkernel.shutdown()
+    dist.destroy_process_group()
+
+
+def _torch_merge(acc, lse_acc, part, lse_part) -> None:
+    """acc [b, rows, h, d] fp32 view, lse_acc [b, h, rows] view, merged in place (fp32)."""
+    import torch
+
+    mx = torch.maximum(lse_acc, lse_part)
+    wa, wp = torch.exp(lse_acc - mx), torch.exp(lse_part - mx)
+    tot = wa + wp
+    acc.mul_((wa / tot).transpose(1, 2).unsqueeze(-1))
+    acc.add_(part.float() * (wp / tot).transpose(1, 2).unsqueeze(-1))
+    lse_acc.copy_(mx + torch.log(tot))
+
+
+RANK_CODE = f"""
+import sys
+sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
+from bench_ring_attention import rank_main
+rank_main()
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=15)
+    args = ap.parse_args()
+
+    from bench_collectives import start_mps  # noqa: E402
+    from common import commit, device_info, write_result  # noqa: E402
+    from tests.launch import run_ranks  # noqa: E402
+
+    env, stop = start_mps()
+    rows = []
+    try:
+        res = run_ranks(RANK_CODE, args.world, timeout=600, env=dict(
+            env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",
+            MKERNEL_OP_TIMEOUT="30", BENCH_ITERS=str(args.iters)))
+        for r in res:
+            if r.returncode != 0:
+                raise SystemExit(f"rank {r.rank} failed (rc {r.returncode}):\n"
+                                 f"{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+            rows += [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
+    finally:
+        stop()
+    print(f"{'shape':<16} {'causal':>6} {'ms':>8} {'TF/s/rank':>9} {'unfused':>8} {'compute':>8} "
+          f"{'ceiling':>8} {'xceil':>6} {'xunf':>6}")
+    for r in rows:
+        print(f"{r['shape']:<16} {str(r['causal']):>6} {r['median_ms']:>8.3f} {r['tflops_per_rank']:>9.1f} "
+              f"{r['unfused_ms']:>8.3f} {r['compute_ms']:>8.3f} {r['ceiling_ms']:>8.3f} "
+              f"{r['vs_ceiling']:>6.3f} {r['vs_unfused']:>6.3f}")
+    write_result("ring_attention", {
+        "commit": commit(), "device": device_info(), "mps": True, "world": args.world,
+        "candidates": {
+            "mkernel": "mkernel.ring_attention (whole-sequence mode at these shapes: one send "
+                       "kernel + one hooked engine launch consuming K/V chunks on arrival)",
+            "unfused": "mkernel.all_gather of k and v, then SDPA flash per source block (GQA "
+                       "expanded) and a torch fp32 merge, no overlap",
+            "compute": "per-step engine calls and fp32 merges on local data (the per-step ring's "
+                       "compute), no communication",
+            "ceiling": "one engine call over the whole sequence (W*s tokens) on the rank's SMs, "
+                       "divided by W"},
+        "iters": args.iters, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+// Ring attention's K/V rotation kernels (protocol: ring_kv_api.h): the call's entry and end,
+// the per-step send (copy one shard into the next rank's buffer, item by item, releasing each
+// item's arrival flag there) and the per-step credit release.
+#include "../comm/group_sync.cuh"
+#include "ring_kv_api.h"
+
+namespace mkernel::ring_attention {
+namespace {
+
+constexpr int kSendThreads = 512;
+// 16-byte loads in flight per thread: the whole-sequence send takes 8 (64 KiB in flight per
+// CTA, ~100 GB/s per SM: its 2 CTAs must deliver a shard while the engine attends the local
+// one); the per-step send 4 (at 8 ptxas spills it: two copies inlined at 128 registers).
+constexpr int kUnrollWhole = 8;
+constexpr int kUnrollStep = 4;
+
+// n bytes (a multiple of 16, both ends 16-byte aligned: rows are h_kv * d elements with d a
+// multiple of 64) by all the CTA's threads.
+template <int kUnroll>
+__device__ __forceinline__ void copy16(uint8_t* dst, const uint8_t* src, uint64_t n) {
+  const uint64_t nv = n / 16;
+  uint4* d = reinterpret_cast<uint4*>(dst);
+  const uint4* s = reinterpret_cast<const uint4*>(src);
+  uint64_t i = threadIdx.x;
+  for (; i + (kUnroll - 1) * kSendThreads < nv; i += kUnroll * kSendThreads) {
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = __ldcg(s + i + u * kSendThreads);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) d[i + u * kSendThreads] = v[u];
+  }
+  for (; i < nv; i += kSendThreads) d[i] = __ldcg(s + i);
+}
+
+__global__ void begin_kernel(comm::GroupDevice g, uint64_t signature) {
+  if (threadIdx.x != 0) return;
+  comm::entry_barrier(g, comm::op_begin(g), comm::kOpRingAttention, signature);
+}
+
+__global__ void end_kernel(comm::GroupDevice g) {
+  if (threadIdx.x != 0) return;
+  const uint64_t e = comm::op_begin(g);
+  *reinterpret_cast<volatile uint64_t*>(g.epoch) = e;
+  __threadfence();
+}
+
+__global__ void release_kernel(comm::GroupDevice g, int step) {
+  if (threadIdx.x != 0) return;
+  const int prev = (g.rank + g.world - 1) % g.world;
+  comm::signal(g, prev, consumed_slot(step), comm::op_begin(g));
+}
+
+// Items are taken last chunk first within a batch: the engine walks a head's key blocks from
+// the last one down, so the first blocks it waits for are the first to arrive.
+__global__ void __launch_bounds__(kSendThreads, 1)
+    send_kernel(comm::GroupDevice g, Geometry geo, const uint8_t* k, const uint8_t* v, int step) {
+  const uint64_t e = comm::op_begin(g);
+  const int next = (g.rank + 1) % g.world;
+  const int dst_buf = (step + 1) % 2;
+  uint8_t* dst = buffer(g.data[next], geo, dst_buf);
+  const uint64_t shard = geo.shard_bytes();
+  if (step >= 1 && threadIdx.x == 0) {
+    // Credit: rank `next` finished step - 1, the last user of its buffer dst_buf.
+    comm::wait_geq(g, g.flags[g.rank] + consumed_slot(step - 1), e,
+                   comm::WaitSite{comm::kOpRingAttention, comm::kWaitPeerFlag, next,
+                                  static_cast<int32_t>(consumed_slot(step - 1))});
+  }
+  const int items = geo.batch * geo.chunks;
+  for (int t = blockIdx.x; t < items; t += gridDim.x) {
+    const int b = t / geo.chunks;
+    const int chunk = geo.chunks - 1 - t % geo.chunks;
+    const int item = b * geo.chunks + chunk;
+    if (step >= 1 && threadIdx.x == 0) {
+      // The item we forward has arrived here (from rank - 1's send step - 1).
+      const int prev = (g.rank + g.world - 1) % g.world;
+      comm::wait_geq(g, g.flags[g.rank] + arrive_slot(step, item), e,
+                     comm::WaitSite{comm::kOpRingAttention, comm::kWaitPeerFlag, prev, item});
+    }
+    __syncthreads();
+    const int row0 = chunk * geo.chunk_rows;
+    const int rows = min(geo.chunk_rows, geo.seq - row0);
+    const uint64_t off = (static_cast<uint64_t>(b) * geo.seq + row0) * geo.row_bytes;
+    const uint64_t n = static_cast<uint64_t>(rows) * geo.row_bytes;
+    copy16<kUnrollStep>(dst + off, k + off, n);
+    copy16<kUnrollStep>(dst + shard + off, v + off, n);
+    __syncthreads();
+    if (threadIdx.x == 0) comm::signal(g, next, arrive_slot(step + 1, item), e);
+  }
+}
+
+// The whole-sequence mode (ring_kv_api.h): work items (step j, batch, chunk), steps in order;
+// step 0 copies the local shard (the op's input) into position W - 2 at the next rank, step j
+// forwards position W - 1 - j here to W - 2 - j there once it has arrived. (The local shard's
+// own copy into position W - 1 is a copy-engine memcpy on the caller's stream, then
+// mark_local: at a few CTAs' bandwidth it would hold up the engine's first blocks.)
+__global__ void __launch_bounds__(kSendThreads, 1)
+    send_whole_kernel(comm::GroupDevice g, Geometry geo, const uint8_t* k, const uint8_t* v) {
+  const uint64_t e = comm::op_begin(g);
+  const int world = g.world;
+  const int next = (g.rank + 1) % world;
+  const int prev = (g.rank + world - 1) % world;
+  const uint64_t half = static_cast<uint64_t>(world) * geo.shard_bytes();  // v after k
+  uint8_t* own = g.data[g.rank];
+  uint8_t* dst = g.data[next];
+  const int per_step = geo.batch * geo.chunks;
+  const int items = (world - 1) * per_step;
+  for (int t = blockIdx.x; t < items; t += gridDim.x) {
+    const int j = t / per_step;
+    const int b = (t % per_step) / geo.chunks;
+    const int chunk = geo.chunks - 1 - t % geo.chunks;
+    const int p = world - 1 - j;
+    const int row0 = chunk * geo.chunk_rows;
+    const int rows = min(geo.chunk_rows, geo.seq - row0);
+    const uint64_t n = static_cast<uint64_t>(rows) * geo.row_bytes;
+    const uint64_t src_off = (static_cast<uint64_t>(b) * geo.seq + row0) * geo.row_bytes;
+    auto at = [&](int pos) {
+      return ((static_cast<uint64_t>(b) * world + pos) * geo.seq + row0) * geo.row_bytes;
+    };
+    if (j >= 1 && threadIdx.x == 0) {
+      comm::wait_geq(g, g.flags[g.rank] + whole_slot(world, geo.chunks, b, p, chunk), e,
+                     comm::WaitSite{comm::kOpRingAttention, comm::kWaitPeerFlag, prev,
+                                    static_cast<int32_t>(t)});
+    }
+    __syncthreads();
+    const uint8_t* sk = j == 0 ? k + src_off : own + at(p);
+    const uint8_t* sv = j == 0 ? v + src_off : own + half + at(p);
+    copy16<kUnrollWhole>(dst + at(p - 1), sk, n);
+    copy16<kUnrollWhole>(dst + half + at(p - 1), sv, n);
+    __syncthreads();
+    if (threadIdx.x == 0) comm::signal(g, next, whole_slot(world, geo.chunks, b, p - 1, chunk), e);
+  }
+}
+
+// The local shard's flags (position W - 1), after its stream-ordered copy: the engine's waits
+// for them pass at once.
+__global__ void mark_local_kernel(comm::GroupDevice g, Geometry geo) {
+  const uint64_t e = comm::op_begin(g);
+  for (int i = threadIdx.x; i < geo.batch * geo.chunks; i += blockDim.x) {
+    const int b = i / geo.chunks, chunk = i % geo.chunks;
+    comm::st_release_sys(g.flags[g.rank] + whole_slot(g.world, geo.chunks, b, g.world - 1, chunk), e);
+  }
+}
+
+}  // namespace
+
+cudaError_t mark_local(const comm::GroupDevice& g, const Geometry& geo, cudaStream_t stream) {
+  mark_local_kernel<<<1, 256, 0, stream>>>(g, geo);
+  return cudaGetLastError();
+}
+
+cudaError_t send_whole(const comm::GroupDevice& g, const Geometry& geo, const void* k,
+                       const void* v, int ctas, cudaStream_t stream) {
+  const int items = (g.world - 1) * geo.batch * geo.chunks;
+  if (g.world < 2 || items < 1 || geo.seq % geo.chunk_rows != 0 ||
+      static_cast<int64_t>(geo.batch) * g.world * geo.chunks > kMaxWholeFlags ||
+      geo.row_bytes % 16 != 0 || g.data[(g.rank + 1) % g.world] == nullptr)
+    return cudaErrorInvalidValue;
+  const int grid = ctas < 1 ? 1 : (ctas < items ? ctas : items);
+  send_whole_kernel<<<grid, kSendThreads, 0, stream>>>(g, geo, static_cast<const uint8_t*>(k),
+                                                       static_cast<const uint8_t*>(v));
+  return cudaGetLastError();
+}
+
+cudaError_t begin(const comm::GroupDevice& g, uint64_t signature, cudaStream_t stream) {
+  begin_kernel<<<1, 32, 0, stream>>>(g, signature);
+  return cudaGetLastError();
+}
+
+cudaError_t send(const comm::GroupDevice& g, const Geometry& geo, const void* k, const void* v,
+                 int step, int ctas, cudaStream_t stream) {
+  const int items = geo.batch * geo.chunks;
+  if (items < 1 || items > static_cast<int>(kMaxItems) || geo.row_bytes % 16 != 0 ||
+      step < 0 || step + 1 >= g.world || g.data[(g.rank + 1) % g.world] == nullptr)
+    return cudaErrorInvalidValue;
+  const int grid = ctas < 1 ? 1 : (ctas < items ? ctas : items);
+  send_kernel<<<grid, kSendThreads, 0, stream>>>(g, geo, static_cast<const uint8_t*>(k),
+                                                 static_cast<const uint8_t*>(v), step);
+  return cudaGetLastError();
+}
+
+cudaError_t release(const comm::GroupDevice& g, int step, cudaStream_t stream) {
+  release_kernel<<<1, 32, 0, stream>>>(g, step);
+  return cudaGetLastError();
+}
+
+cudaError_t end(const comm::GroupDevice& g, cudaStream_t stream) {
+  end_kernel<<<1, 32, 0, stream>>>(g);
+  return cudaGetLastError();
+}
+
+}  // namespace mkernel::ring_attention

@@ -1,0 +1,111 @@
+// Host API of ring attention's K/V rotation on the GPU substrate (plain C++, no torch).
+// Two modes: the per-step ring below (causal, ragged shards) and the whole-sequence mode
+// (non-causal, block-aligned shards; see send_whole).
+//
+// The per-step ring (csrc/ring_attention.cpp drives it; W ranks of one node, step j = 0 .. W-1):
+//   step j, rank r attends its queries to the K/V shard of rank (r - j) mod W. Step 0 uses the
+//   local k/v; step j >= 1 reads buffer j % 2 of r's symmetric data region, which rank r - 1
+//   filled during step j - 1 (send j - 1) while both ranks computed.
+//   send j (j <= W - 2, on a side stream): rank r copies the shard it attends at step j (local
+//   k/v for j = 0, else its buffer j % 2 once arrived) into buffer (j + 1) % 2 of rank r + 1,
+//   one (batch, key chunk) item at a time, and releases that item's arrival flag at r + 1.
+//   The attention engine of step j waits for an item's flag before its TMA loads
+//   (attention::HookArgs: consumed on arrival, block by block).
+//   release j: after r's engine and send of step j are done with buffer j % 2, r tells r - 1
+//   that the buffer is free again (credit for send j + 1 of r - 1, which writes it).
+// Flags live in the receiver's flag region, one slot per (step, item), and hold the call number
+// e (the group's device op counter: begin reads it, end advances it) — the value every op of
+// the group writes into its flags (they share the op slot range, and flags only grow), so
+// back-to-back calls, other ops in between and CUDA-graph replays need no host step. Every
+// wait is bounded (comm::wait_geq).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../comm/group_device.h"
+
+#if defined(__CUDACC__)
+#define MKERNEL_RING_HD __host__ __device__
+#else
+#define MKERNEL_RING_HD
+#endif
+
+namespace mkernel::ring_attention {
+
+constexpr uint32_t kMaxItems = 1024;  // (batch, key chunk) items per step
+
+// Flag slots (the op range of comm::FlagSlot): arrival of item i for step j (the shard rank
+// r - 1 sent during step j - 1), and the credit "this rank is done with its buffer of step j"
+// (released by the next rank at this one).
+MKERNEL_RING_HD constexpr uint32_t arrive_slot(int step, int item) {
+  return comm::FlagSlot::kOpSlotBase + static_cast<uint32_t>(step) * kMaxItems +
+         static_cast<uint32_t>(item);
+}
+MKERNEL_RING_HD constexpr uint32_t consumed_slot(int step) {
+  return comm::FlagSlot::kOpSlotBase + comm::kMaxRanks * kMaxItems + static_cast<uint32_t>(step);
+}
+static_assert(consumed_slot(comm::kMaxRanks - 1) < comm::kFlagWords,
+              "ring attention's flags fit the op range");
+
+// One K/V shard: k and v [batch, seq, h_kv, d] (contiguous, row_bytes = h_kv * d * element),
+// cut per batch into `chunks` items of `chunk_rows` rows (the last one ragged). A buffer holds
+// [k | v]; the data region holds buffers 0 and 1.
+struct Geometry {
+  int batch = 0;
+  int seq = 0;
+  uint64_t row_bytes = 0;
+  int chunk_rows = 0;
+  int chunks = 0;  // per batch: ceil(seq / chunk_rows); batch * chunks <= kMaxItems
+  MKERNEL_RING_HD uint64_t shard_bytes() const { return static_cast<uint64_t>(batch) * seq * row_bytes; }
+  MKERNEL_RING_HD uint64_t buffer_bytes() const { return 2 * shard_bytes(); }
+};
+
+// The symmetric data region a call needs on every rank.
+inline uint64_t data_bytes(const Geometry& geo) { return 2 * geo.buffer_bytes(); }
+
+// Buffer `buf` of the data region `data` (k at +0, v at +shard_bytes).
+MKERNEL_RING_HD inline uint8_t* buffer(uint8_t* data, const Geometry& geo, int buf) {
+  return data + static_cast<uint64_t>(buf) * geo.buffer_bytes();
+}
+
+// --- the whole-sequence mode (non-causal, every shard length a multiple of chunk_rows) ---------
+// One engine launch per call: the engine attends the local queries to a virtual K/V of W * seq
+// rows per batch in this rank's data region, [b][W * seq][h_kv][d] for k, the same for v after
+// it, in which the shard of ring step j sits at position p = W - 1 - j (rows p * seq ..). The
+// engine walks key blocks last to first, so it consumes the shards in the order they arrive:
+// its own (step 0, copied in by a copy-engine memcpy on the caller's stream) first. No buffer is reused within a call, so
+// no credits: one send kernel forwards every step's shard (waiting for each item's arrival) to
+// the next rank's position p - 1 and releases flag (b, p - 1, chunk) there.
+MKERNEL_RING_HD constexpr uint32_t whole_slot(int world, int chunks, int b, int p, int chunk) {
+  return comm::FlagSlot::kOpSlotBase +
+         static_cast<uint32_t>((b * world + p) * chunks + chunk);
+}
+constexpr uint32_t kMaxWholeFlags = comm::kMaxRanks * kMaxItems;  // b * W * chunks
+inline uint64_t whole_data_bytes(const Geometry& geo, int world) {
+  return 2 * static_cast<uint64_t>(world) * geo.shard_bytes();
+}
+// Forwards steps 0 .. W-2 (the local shard k/v for step 0) to the next rank.
+cudaError_t send_whole(const comm::GroupDevice& g, const Geometry& geo, const void* k,
+                       const void* v, int ctas, cudaStream_t stream);
+// Releases this rank's flags of position W - 1 (its own shard), after the caller copied the
+// shard there in stream order (a copy-engine memcpy).
+cudaError_t mark_local(const comm::GroupDevice& g, const Geometry& geo, cudaStream_t stream);
+
+// The call's entry: e = op counter + 1, the node's entry barrier with `signature` (every rank
+// finished its previous call of the group, so its buffers may be written). One thread.
+cudaError_t begin(const comm::GroupDevice& g, uint64_t signature, cudaStream_t stream);
+
+// send `step` (see above). k and v: what this rank attends at `step` (the local shard for step
+// 0, its buffer step % 2 otherwise). ctas: grid size (a few: it shares the SMs with the engine).
+cudaError_t send(const comm::GroupDevice& g, const Geometry& geo, const void* k, const void* v,
+                 int step, int ctas, cudaStream_t stream);
+
+// release `step`: buffer step % 2 of this rank is free (credit to rank r - 1). One thread.
+cudaError_t release(const comm::GroupDevice& g, int step, cudaStream_t stream);
+
+// The call's end: the op counter advances to e. One thread; after every kernel of the call.
+cudaError_t end(const comm::GroupDevice& g, cudaStream_t stream);
+
+}  // namespace mkernel::ring_attention

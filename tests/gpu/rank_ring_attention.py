@@ -1,0 +1,246 @@
+"""What each rank process of tests/gpu/test_ring_attention.py runs: mkernel.ring_attention on the
+GPU (the K/V shards rotating over the substrate's peer memory) against a float32 reference of
+the whole sequence, sharded the same way (contiguous, or zigzag when causal).
+
+Every rank draws the same full q/k/v from a seeded generator (on the CPU), takes its shard, and
+computes the reference of the whole sequence itself. Outputs are poisoned first (NaN blocks of
+the op's buffer sizes are freed just before the call, so the caching allocator hands them to
+the op: an unwritten row or a missed merge shows up as NaN), and the op is called twice in a row
+on fresh inputs (buffers and flags reused across calls without a host step).
+
+A rank prints ``CASE {json}`` per checked call, ``ERR {json}`` for an expected failure and
+``OK <rank>`` at the end. ``TEST_SUITE`` (comma-separated) picks: ``matrix``, ``graph``,
+``grad``, ``multinode``, ``kill`` (ends the process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import mkernel
+from mkernel.ops import zigzag_shard
+from tests.attention.reference import attention_ref
+
+BOUND = 1e-2  # ‖out − ref‖ / ‖ref‖ for bf16/fp16 outputs
+LSE_BOUND = 1e-3
+
+# (causal, b, local s, h, h_kv, d, dtype): ragged local lengths (not multiples of the 128-key
+# block), GQA, both head dims; causal shards are zigzag (two halves of s / 2). Non-causal with
+# s a multiple of 128 (causal: s/2 a multiple of 128) runs the whole-sequence mode (one engine
+# launch), else the per-step ring.
+CASES = [
+    (False, 2, 256, 8, 2, 128, torch.bfloat16),
+    (False, 2, 333, 4, 2, 128, torch.bfloat16),
+    (True, 1, 400, 8, 8, 128, torch.bfloat16),
+    (True, 2, 384, 8, 2, 64, torch.float16),
+    (False, 1, 2048, 4, 4, 64, torch.float16),  # fp16 d=64 non-causal >= 2048 queries
+    (True, 1, 2304, 4, 2, 128, torch.bfloat16),  # 18 key blocks: 2 blocks per flag
+    (True, 2, 512, 4, 1, 64, torch.float16),  # causal whole mode, MQA, 2 blocks per zigzag half
+]
+
+
+def emit(tag: str, payload: dict) -> None:
+    sys.stdout.write(f"{tag} {json.dumps(payload)}\n")
+    sys.stdout.flush()
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    ref = ref.double()
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def shard(x: torch.Tensor, rank: int, world: int, causal: bool, dim: int = 1) -> torch.Tensor:
+    if causal:
+        return zigzag_shard(x, rank, world, dim=dim)
+    return x.chunk(world, dim=dim)[rank].contiguous()
+
+
+def full_inputs(seed: int, b: int, s_full: int, h: int, h_kv: int, d: int, dtype):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, s_full, h, d, generator=g).to(dtype)
+    k = torch.randn(b, s_full, h_kv, d, generator=g).to(dtype)
+    v = torch.randn(b, s_full, h_kv, d, generator=g).to(dtype)
+    return q, k, v
+
+
+def poison(b: int, s: int, h: int, d: int, dtype, device) -> None:
+    """NaN blocks the size of the op's buffers, freed: the op's allocations reuse them."""
+    blocks = [torch.full((b, s, h, d), float("nan"), dtype=torch.float32, device=device)
+              for _ in range(2)]
+    blocks += [torch.full((b, s, h, d), float("nan"), dtype=dtype, device=device)
+               for _ in range(2)]
+    blocks += [torch.full((b, h, s), float("nan"), dtype=torch.float32, device=device)
+               for _ in range(2)]
+    del blocks
+
+
+class Checker:
+    def __init__(self, ctx, device):
+        self.ctx, self.device = ctx, device
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.calls = 0
+
+    def reference(self, causal, q, k, v):
+        ref, ref_lse = attention_ref(q.to(self.device), k.to(self.device), v.to(self.device),
+                                     causal, dtype=torch.float32)
+        return (shard(ref, self.rank, self.world, causal).cpu(),
+                shard(ref_lse, self.rank, self.world, causal, dim=2).cpu())
+
+    def check(self, name, case, out, lse, ref, ref_lse, extra=None):
+        causal, b, s, h, h_kv, d, dtype = case
+        rel = rel_err(out.cpu(), ref)
+        finite = torch.isfinite(lse).all().item()
+        lse_rel = rel_err(lse.cpu(), ref_lse) if finite else float("nan")
+        rec = {"op": name, "causal": causal, "shape": [b, s, h, h_kv, d], "dtype": str(dtype),
+               "rel": rel, "lse_rel": lse_rel, "world": self.world}
+        rec.update(extra or {})
+        emit("CASE", rec)
+        assert out.dtype == dtype and out.shape == (b, s, h, d), rec
+        assert rel <= BOUND, rec
+        assert finite and lse_rel <= LSE_BOUND, rec
+        self.calls += 1
+
+
+def matrix(c: Checker) -> None:
+    pick = os.environ.get("RING_CASES")  # indices into CASES (W = 8: the short ones)
+    for i, case in enumerate(CASES):
+        if pick and str(i) not in pick.split(","):
+            continue
+        causal, b, s, h, h_kv, d, dtype = case
+        outs = []
+        for call in range(2):  # back to back on fresh inputs: buffers and flags reused
+            q, k, v = full_inputs(100 * i + call, b, s * c.world, h, h_kv, d, dtype)
+            ql, kl, vl = (shard(x, c.rank, c.world, causal).to(c.device) for x in (q, k, v))
+            poison(b, s, h, d, dtype, c.device)
+            out, lse = mkernel.ring_attention(ql, kl, vl, causal=causal, group=c.ctx)
+            outs.append((q, k, v, out, lse))
+        torch.cuda.synchronize()
+        for call, (q, k, v, out, lse) in enumerate(outs):
+            ref, ref_lse = c.reference(causal, q, k, v)
+            c.check("matrix", case, out, lse, ref, ref_lse, {"call": call})
+
+
+def graph(c: Checker) -> None:
+    """Captured once, replayed with new inputs: the flags' expected values come from the
+    group's device op counter, so every replay waits for its own call's data."""
+    case = (True, 1, 512, 8, 2, 128, torch.bfloat16)
+    causal, b, s, h, h_kv, d, dtype = case
+    static = [torch.zeros(b, s, hh, d, dtype=dtype, device=c.device) for hh in (h, h_kv, h_kv)]
+    mkernel.ring_attention(*static, causal=causal, group=c.ctx)  # warm-up: memory sized
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out, lse = mkernel.ring_attention(*static, causal=causal, group=c.ctx)
+    for replay in range(3):
+        q, k, v = full_inputs(7000 + replay, b, s * c.world, h, h_kv, d, dtype)
+        for dst, x in zip(static, (q, k, v)):
+            dst.copy_(shard(x, c.rank, c.world, causal))
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        ref, ref_lse = c.reference(causal, q, k, v)
+        c.check("graph", case, out, lse, ref, ref_lse, {"replay": replay})
+    # An eager call after the replays still agrees with the ranks' op counters.
+    q, k, v = full_inputs(7100, b, s * c.world, h, h_kv, d, dtype)
+    out2, lse2 = mkernel.ring_attention(*(shard(x, c.rank, c.world, causal).to(c.device)
+                                          for x in (q, k, v)), causal=causal, group=c.ctx)
+    torch.cuda.synchronize()
+    ref, ref_lse = c.reference(causal, q, k, v)
+    c.check("after_graph", case, out2, lse2, ref, ref_lse)
+
+
+def grad(c: Checker) -> None:
+    """dq/dk/dv of the local shards (the ring backward: K/V gathered, the per-block FA2
+    backward with the forward's LSE, dK/dV reduce-scattered in fp32) against fp32 autograd
+    through the reference of the whole sequence."""
+    for i, case in enumerate([(True, 1, 512, 8, 2, 128, torch.bfloat16),
+                              (False, 2, 333, 4, 4, 64, torch.bfloat16)]):
+        causal, b, s, h, h_kv, d, dtype = case
+        q, k, v = full_inputs(9000 + i, b, s * c.world, h, h_kv, d, dtype)
+        gen = torch.Generator().manual_seed(9100 + i)
+        dout = torch.randn(b, s * c.world, h, d, generator=gen).to(dtype)
+        refs = [x.to(c.device).float().requires_grad_() for x in (q, k, v)]
+        ref_out, _ = attention_ref(*refs, causal, dtype=torch.float32)
+        (ref_out * dout.to(c.device).float()).sum().backward()
+        mine = [shard(x, c.rank, c.world, causal).to(c.device).requires_grad_() for x in (q, k, v)]
+        out, _ = mkernel.ring_attention(*mine, causal=causal, group=c.ctx)
+        out.backward(shard(dout, c.rank, c.world, causal).to(c.device))
+        torch.cuda.synchronize()
+        rels = {}
+        for name, x, r in zip("qkv", mine, refs):
+            want = shard(r.grad, c.rank, c.world, causal).cpu()
+            rels[name] = rel_err(x.grad.cpu(), want)
+        rec = {"op": "grad", "causal": causal, "shape": [b, s, h, h_kv, d], "rel": max(rels.values()),
+               "rels": rels, "world": c.world}
+        emit("CASE", rec)
+        assert all(r <= BOUND for r in rels.values()), rec
+        c.calls += 1
+
+
+def multinode(c: Checker) -> None:
+    """Ranks in two emulated nodes: the CUDA ring is intra-node only and must say so."""
+    q = torch.randn(1, 256, 4, 128, device=c.device, dtype=torch.bfloat16)
+    k = torch.randn(1, 256, 4, 128, device=c.device, dtype=torch.bfloat16)
+    try:
+        mkernel.ring_attention(q, k, k, causal=False, group=c.ctx)
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001
+        emit("ERR", {"suite": "multinode", "type": type(e).__name__, "msg": str(e)[:600]})
+        return
+    raise AssertionError("ring_attention on CUDA across emulated nodes did not raise")
+
+
+def kill(c: Checker) -> None:
+    """After good calls the victim (last rank) launches a ring_attention and SIGKILLs itself
+    while it runs; every other rank must raise within MKERNEL_OP_TIMEOUT (+ slack) naming a
+    peer, not hang. Ends the process."""
+    victim = c.world - 1
+    shape = (1, 1024, 8, 128)
+    q = torch.randn(shape, dtype=torch.bfloat16, device=c.device)
+    for _ in range(2):
+        mkernel.ring_attention(q, q, q, causal=True, group=c.ctx)
+    mkernel.synchronize()
+    dist.barrier()
+    if c.rank == victim:
+        mkernel.ring_attention(q, q, q, causal=True, group=c.ctx)
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        for _ in range(3):
+            mkernel.ring_attention(q, q, q, causal=True, group=c.ctx)
+        mkernel.synchronize()
+    except Exception as e:  # noqa: BLE001
+        emit("ERR", {"suite": "kill", "type": type(e).__name__, "s": time.monotonic() - t0,
+                     "msg": str(e)[:600], "record": mkernel.last_wait_failure()})
+        os._exit(0)
+    raise AssertionError("a ring_attention call without the killed rank succeeded")
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    ctx = mkernel.init()
+    c = Checker(ctx, device)
+    t0 = time.monotonic()
+    for suite in os.environ.get("TEST_SUITE", "matrix").split(","):
+        globals()[suite](c)
+    torch.cuda.synchronize()
+    ctx.barrier()
+    mkernel.shutdown()
+    dist.destroy_process_group()
+    print("OK", c.rank, c.calls, f"{time.monotonic() - t0:.1f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

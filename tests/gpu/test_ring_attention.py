@@ -1,0 +1,81 @@
+"""mkernel.ring_attention on the GPU at W = 2, 4 and 8, the ranks sharing one GPU under MPS
+(tests/gpu/rank_ring_attention.py holds what each rank checks): every rank's output and LSE
+against a float32 reference of the whole sequence (causal zigzag and non-causal, GQA, ragged
+local lengths, d 64/128, bf16/fp16, outputs poisoned, two calls back to back), a CUDA graph
+replayed with new inputs, gradients against fp32 autograd, a clear error for a group spanning emulated nodes, and a killed rank failing the others
+within the timeout (no hang)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.gpu.conftest import ROOT, check_ranks, needs_gpu, rank_env, records
+from tests.launch import run_ranks
+
+pytestmark = needs_gpu
+
+RING_MAIN = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from tests.gpu.rank_ring_attention import main
+main()
+"""
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ring_attention_matches_reference(mps, world):
+    res = run_ranks(RING_MAIN, world, timeout=180,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,graph,grad", MKERNEL_OP_TIMEOUT="20"))
+    cases = check_ranks(res)
+    ops = {c["op"] for c in cases}
+    assert {"matrix", "graph", "after_graph", "grad"} <= ops, ops
+    worst = max(c["rel"] for c in cases)
+    print(f"W={world}: {len(cases)} checked calls, worst rel err {worst:.2e}")
+    for c in cases[:len(cases) // world]:  # rank 0's
+        print(f"  {c['op']:<11} causal={c['causal']!s:<5} {c['shape']} {c.get('dtype', '')} "
+              f"rel {c['rel']:.2e} lse_rel {c.get('lse_rel', float('nan')):.2e}")
+
+
+def test_ring_attention_at_world_eight(mps):
+    """W = 8 (each rank 12% of the SMs): the matrix's shorter cases (both modes, causal zigzag
+    and not, GQA/MQA, ragged), each called twice (the reference of the whole sequence is
+    computed by every rank: the long cases would need ~170 GB at W = 8)."""
+    world = 8
+    res = run_ranks(RING_MAIN, world, timeout=180,
+                    env=rank_env(mps, world, TEST_SUITE="matrix", RING_CASES="0,1,2,3,6",
+                                 MKERNEL_OP_TIMEOUT="30"))
+    cases = check_ranks(res)
+    assert len(cases) == world * 10, len(cases)
+    print(f"W=8: {len(cases)} checked calls, worst rel err {max(c['rel'] for c in cases):.2e}")
+
+
+def test_ring_attention_across_emulated_nodes_is_refused(mps):
+    world = 2
+    res = run_ranks(RING_MAIN, world, nodes=2, timeout=120,
+                    env=rank_env(mps, world, TEST_SUITE="multinode", MKERNEL_OP_TIMEOUT="10"))
+    check_ranks(res)
+    for r in res:
+        errs = records(r, "ERR")
+        assert errs, f"rank {r.rank} did not fail:\n{r.stdout[-2000:]}"
+        assert errs[0]["type"] == "NotImplementedError", errs[0]
+        assert "nodes" in errs[0]["msg"], errs[0]
+
+
+def test_killed_rank_fails_the_others_within_the_timeout(mps):
+    world, timeout_s = 2, 5
+    res = run_ranks(RING_MAIN, world, timeout=120,
+                    env=rank_env(mps, world, TEST_SUITE="kill", MKERNEL_OP_TIMEOUT=str(timeout_s)))
+    victim = world - 1
+    for r in res:
+        if r.rank == victim:
+            assert r.returncode == -9, f"victim rc {r.returncode}\n{r.stderr[-2000:]}"
+            continue
+        assert r.returncode == 0, f"rank {r.rank}: rc={r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+        errs = records(r, "ERR")
+        assert errs, f"rank {r.rank} did not fail:\n{r.stdout[-2000:]}"
+        e = errs[0]
+        print(f"rank {r.rank}: {e}")
+        assert e["s"] < timeout_s + 30, e
+        assert e["type"] == "MkernelError", e
+        if e["record"] is not None:
+            assert f"peer rank {victim}" in e["record"], e
