@@ -154,6 +154,8 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
   if (world_size == 1) return engine_gemm(kOp, x, w);  // nothing to reduce
   const c10::cuda::CUDAGuard device_guard(x.device());
   check_engine_inputs(kOp, x);
+  // The group first, so that a closed or unknown group is reported as gemm_ar's on every path.
+  comm::SymmetricGroup& sg = comm::SymmetricGroup::get(kOp, group, world_size, x.device());
   if (x.size(0) <= kSmallRows && std::getenv("MKERNEL_GEMM_AR_ALGO") == nullptr) {
     // Decode sizes: the local GEMM runs the small-M kernels (the GEMV up to 16 rows, the
     // swapped GEMM or the engine's tiles by measurement up to 512: gemm.cpp), which the fused
@@ -164,7 +166,6 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     return fused_glue::substrate_collective(kOp, "all_reduce", engine_gemm(kOp, x, w), group,
                                             world_size);
   }
-  comm::SymmetricGroup& sg = comm::SymmetricGroup::get(kOp, group, world_size, x.device());
   const char* why = "the group spans several nodes (the fused kernel reaches same-node peers)";
   if (sg.single_node()) {
     // kernels/fused/fused_hooks.cuh, kModeReduce. One-shot: every rank reduces every tile of
