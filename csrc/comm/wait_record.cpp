@@ -55,6 +55,18 @@ std::string describe_wait(const WaitDiagnostic& d) {
   }
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.2f", static_cast<double>(d.elapsed_ns) * 1e-9);
+  if (d.what == kWaitFifoFailed) {
+    // Not a timeout: the Go proxy failed the FIFO (a lost connection, a stuck command) and the
+    // kernel stopped at once; `seen` is the FIFO's error code (mkernel/fifo.h mk_fifo_error).
+    os << "rank " << d.rank << " of group " << d.group
+       << ": the inter-node proxy failed (FIFO error " << d.seen << ") after " << secs
+       << " s of the wait";
+    if (d.peer >= 0) {
+      os << ", blaming peer rank " << d.peer << ": is rank " << d.peer
+         << " alive? (the proxy's log names the cause)";
+    }
+    return os.str();
+  }
   os << (d.rank >= 0 ? "rank " + std::to_string(d.rank) + " of group " + std::to_string(d.group)
                      : std::string("a kernel"))
      << " timed out after " << secs << " s waiting for " << what_text(d.what);
