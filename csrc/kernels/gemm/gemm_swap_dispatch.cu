@@ -84,6 +84,10 @@ int candidates(int m, int n, int k, int sm_count, int* out, int capacity) {
     // A tile more than twice as wide as the tokens wastes most of its MMAs (memory-bound
     // from 9 rows on, the 64-wide one still competes with the GEMV: it reads A once per SM).
     if (e.tile_tokens > (2 * m > 64 ? 2 * m : 64)) continue;
+    // Narrow token tiles past twice their width: compute-bound by then, and many narrow tiles
+    // run far below a wide one's rate (s6 run 3, 333x8192x8192: 64-wide 178-208 us, 128-wide
+    // 121 us, 176-wide 75 us).
+    if (m > 2 * e.tile_tokens && e.tile_tokens < 176) continue;
     // Tokens padded past 25% of the work: another variant fits better.
     const int tiles = (m + e.tile_tokens - 1) / e.tile_tokens;
     if (m >= e.tile_tokens && tiles * e.tile_tokens * 4 > m * 5) continue;
