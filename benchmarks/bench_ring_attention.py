@@ -132,12 +132,11 @@ def rank_main() -> None:
                 for c in cands.values():
                     c(i)
             torch.cuda.synchronize()
-            # The three agree (the fused op against the compute-alone path, same kernels).
-            ref_out, _ = compute(0)
+            # The fused op agrees with the unfused ring (both attend the whole sequence; the
+            # compute path attends the local shard W times by construction, so it cannot).
             got_out, _ = fused(0)
             unf_out, _ = unfused(0)
-            agree = ((got_out.float() - ref_out.float()).norm() / ref_out.float().norm()).item()
-            agree_unf = ((unf_out.float() - ref_out.float()).norm() / ref_out.float().norm()).item()
+            agree = ((got_out.float() - unf_out.float()).norm() / unf_out.float().norm()).item()
             times = {n: [] for n in cands}
             for it in range(iters):
                 for cname in (list(cands) if it % 2 == 0 else list(cands)[::-1]):
@@ -168,7 +167,7 @@ def rank_main() -> None:
                        "tflops_per_rank": flops / (worst["mkernel"] * 1e-3) / 1e12,
                        "vs_compute": worst["compute"] / worst["mkernel"],
                        "vs_unfused": worst["unfused"] / worst["mkernel"],
-                       "rel_vs_compute_path": agree, "rel_unfused_vs_compute_path": agree_unf,
+                       "rel_vs_unfused": agree,
                        "per_rank_ms": [m["mkernel"] for m in every]}
                 print("RESULT " + json.dumps(row), flush=True)
             del sets
