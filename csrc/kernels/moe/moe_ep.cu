@@ -426,8 +426,14 @@ __global__ void __launch_bounds__(kThreads) scatter_kernel(const CombineParams p
 
 // --- launch ----------------------------------------------------------------------------------
 
-// The co-resident grid for `kernel` (the SM count as this process sees it: its MPS share),
-// cached per (device, kernel).
+// The grid for `kernel`: one CTA per two SMs as this process sees the device (its MPS share),
+// cached per (device, kernel). Every CTA must be resident at once (the grid barrier), and under
+// MPS the clients' shares are caps, not partitions: the W ranks' grids (and other clients'
+// kernels) may land on the same SMs, which hold two of these CTAs each (registers). Device
+// runs 2 and 3 launched two CTAs per SM (the occupancy maximum) and failed after exactly the
+// op timeout, i.e. a wait never completed — most likely that barrier with CTAs left
+// unscheduled. Claiming work dynamically (CTAs that never run own nothing) would remove the
+// dependence on residency altogether; not done yet.
 cudaError_t resident_ctas(const void* kernel, int* out) {
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
@@ -445,7 +451,7 @@ cudaError_t resident_ctas(const void* kernel, int* out) {
   if (err != cudaSuccess) return err;
   err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
   if (err != cudaSuccess) return err;
-  *out = sms * std::max(1, std::min(per_sm, 2));
+  *out = per_sm >= 1 ? std::max(1, sms / 2) : 0;
   cache.emplace(std::make_pair(dev, kernel), *out);
   return cudaSuccess;
 }
