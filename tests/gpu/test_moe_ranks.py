@@ -30,7 +30,7 @@ main()
 def test_moe_cuda_ranks_match_reference(mps, world):
     res = run_ranks(RANK_MAIN, world, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="matrix,repeat", TEST_DEVICE="cuda",
-                                 MKERNEL_OP_TIMEOUT="30"))
+                                 MKERNEL_OP_TIMEOUT="15"))
     cases = check_ranks(res)
     assert len(cases) == world * 8, len(cases)
     assert max(c["err"] / c["bound"] for c in cases) <= 1
@@ -40,6 +40,6 @@ def test_moe_cuda_ranks_match_reference(mps, world):
 def test_moe_cuda_graph_replay(mps, world):
     res = run_ranks(RANK_MAIN, world, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="graph", TEST_DEVICE="cuda",
-                                 MKERNEL_OP_TIMEOUT="30"))
+                                 MKERNEL_OP_TIMEOUT="15"))
     cases = check_ranks(res)
     assert len(cases) == world * 4, len(cases)

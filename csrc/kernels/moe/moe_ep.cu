@@ -1,7 +1,7 @@
 // The expert-parallel MoE kernels (protocol: moe_ep_api.h): dispatch exchange and combine on
-// the group's peer memory. Roles run in sequence inside each CTA; every CTA of a grid is
-// co-resident (the grid never exceeds what the device holds at once) and every wait is for
-// work that CTAs of other ranks do before their own waits: no deadlock, whatever the timing.
+// the group's peer memory. Roles run in sequence inside each CTA; work items are claimed by
+// the CTAs that run (call-tagged counters), so no CTA waits for one that is not resident, and
+// every wait is for work that running CTAs of other ranks do before their own waits.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -24,7 +24,7 @@ constexpr int kThreads = 512;
 
 // Flag slots of the MoE kernels, near the top of the flag region (clear of the collectives'
 // chunk flags and of the fused ops' counter in the last word). kCounts/kArrive/kStaged + src:
-// written by src at the reader; kEntered: CTA 0 tells this rank's other CTAs that the entry
+// written by src at the reader; kEntered: the publisher tells this rank's other CTAs that the entry
 // barrier passed. Every value is a call number (flags only grow): a slot another op used in an
 // earlier call never satisfies this call's wait.
 constexpr uint32_t kBase = comm::kFlagWords - 8 * kMaxRanks;
@@ -32,9 +32,16 @@ constexpr uint32_t kCounts = kBase;
 constexpr uint32_t kArrive = kBase + kMaxRanks;
 constexpr uint32_t kStaged = kBase + 2 * kMaxRanks;
 constexpr uint32_t kEntered = kBase + 3 * kMaxRanks;
+// Work counters of this rank's CTAs (local atomics, tagged with the call number in their high
+// half: the first claimant of a call restarts them): the publisher role, the items of the
+// phase before the arrival flag, the finished ones, and the items after it.
+constexpr uint32_t kWorkRole = kEntered + 1;
+constexpr uint32_t kWorkSend = kEntered + 2;
+constexpr uint32_t kWorkDone = kEntered + 3;
+constexpr uint32_t kWorkAfter = kEntered + 4;
 static_assert(kBase >= FlagSlot::kOpSlotBase + 2 * kMaxRanks * 512,
               "the MoE flags stay clear of the collectives' chunk flags");
-static_assert(kEntered < comm::kFlagWords - 1, "the MoE flags stay clear of the last word");
+static_assert(kWorkAfter < comm::kFlagWords - 1, "the MoE flags stay clear of the last word");
 
 constexpr uint64_t align256(uint64_t v) { return (v + 255) & ~uint64_t{255}; }
 
@@ -52,46 +59,73 @@ __device__ __forceinline__ void wait_all_ranks(const GroupDevice& g, uint32_t sl
   __syncthreads();
 }
 
-// Grid barrier of this rank's CTAs, then the last CTA releases `slot + rank` = e at every rank:
-// "all of this rank's writes of the phase are visible". The ticket is the group's CTA exit
-// counter (GroupDevice::exit_ticket, zero between calls): the last CTA puts it back to 0 before
-// it releases the flags, and every CTA waits for this rank's own flag before it can reach
-// op_end, so op_end finds it at 0.
-__device__ __forceinline__ void grid_done_signal(const GroupDevice& g, uint32_t slot, uint64_t e) {
+// The next item of counter `slot` in this call (one thread). Items go to the CTAs that run:
+// none waits for a CTA that is not resident (under MPS the ranks' grids share SMs).
+__device__ __forceinline__ int64_t claim(const GroupDevice& g, uint32_t slot, uint64_t e) {
+  auto* counter = reinterpret_cast<unsigned long long*>(g.flags[g.rank] + slot);
+  const unsigned long long tag = (e & 0xffffffffull) << 32;
+  for (;;) {
+    const unsigned long long seen = *reinterpret_cast<volatile unsigned long long*>(counter);
+    if ((seen & ~0xffffffffull) != tag) {  // an earlier call's count (or another op's flag)
+      if (atomicCAS(counter, seen, tag | 1ull) == seen) return 0;
+      continue;
+    }
+    return static_cast<int64_t>(atomicAdd(counter, 1ull) & 0xffffffffull);
+  }
+}
+
+// claim() by thread 0, handed to the whole CTA.
+__device__ __forceinline__ int64_t claim_cta(const GroupDevice& g, uint32_t slot, uint64_t e,
+                                             int64_t* s_item) {
+  __syncthreads();
+  if (threadIdx.x == 0) *s_item = claim(g, slot, e);
+  __syncthreads();
+  return *s_item;
+}
+
+// After this CTA finished an item of `total`: the CTA finishing the last one releases
+// `slot + rank` = e at every rank ("all of this rank's writes of the phase are visible").
+__device__ __forceinline__ void item_done(const GroupDevice& g, int64_t total, uint32_t slot,
+                                          uint64_t e) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence_system();  // this CTA's stores (peer and local) before its ticket
-    const uint32_t n = atomicAdd(g.exit_ticket, 1u);
-    if (n == gridDim.x - 1) {
-      atomicExch(g.exit_ticket, 0u);
-      __threadfence_system();  // every CTA's stores (observed through the tickets) first
+    __threadfence_system();  // this CTA's stores (peer and local) before its count
+    if (claim(g, kWorkDone, e) == total - 1) {
+      __threadfence_system();  // every item's stores (observed through the counter) first
       for (int p = 0; p < g.world; ++p) comm::signal(g, p, slot + g.rank, e);
     }
   }
+}
+
+// The same release when the phase has no item at all (called by the publisher).
+__device__ __forceinline__ void release_empty(const GroupDevice& g, int64_t total, uint32_t slot,
+                                              uint64_t e) {
+  if (total == 0 && threadIdx.x == 0) {
+    for (int p = 0; p < g.world; ++p) comm::signal(g, p, slot + g.rank, e);
+  }
+}
+
+constexpr int kRowsPerItem = 4;     // expert rows per work item
+constexpr int kTokensPerItem = 4;   // tokens per work item
+constexpr int kChoicesPerItem = kThreads * 4;
+
+// The row space of the local expert layout: packed [0, min(R, max_rows)) or padded
+// [0, E_local * C) (rows n >= counts[e] of expert e are not live).
+__device__ __forceinline__ int64_t row_space(const int32_t* s_count, int e_local, int capacity,
+                                             int64_t max_rows) {
+  if (capacity > 0) return static_cast<int64_t>(e_local) * capacity;
+  int64_t rows = 0;
+  for (int x = 0; x < e_local; ++x) rows += s_count[x];
+  return min(rows, max_rows);
+}
+__device__ __forceinline__ bool row_live(const int32_t* s_count, int capacity, int64_t r) {
+  return capacity == 0 || r % capacity < s_count[r / capacity];
 }
 
 // Copies one row of n16 16-byte vectors (all threads of the CTA); L1 bypassed on the source
 // (peers wrote it through their mappings).
 __device__ __forceinline__ void copy_row(uint4* dst, const uint4* src, int64_t n16) {
   for (int64_t v = threadIdx.x; v < n16; v += kThreads) dst[v] = __ldcg(src + v);
-}
-
-// Rows of the local expert layout: packed [0, min(R, max_rows)) or padded e*C + n, n < counts[e]. Calls
-// f(row) for the live rows this CTA owns (rows strided over the grid).
-template <class F>
-__device__ __forceinline__ void for_live_rows(const int32_t* s_count, int e_local, int capacity,
-                                              int64_t max_rows, F&& f) {
-  if (capacity > 0) {
-    const int64_t rows = static_cast<int64_t>(e_local) * capacity;
-    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-      if (r % capacity < s_count[r / capacity]) f(r);
-    }
-  } else {
-    int64_t rows = 0;
-    for (int e = 0; e < e_local; ++e) rows += s_count[e];
-    rows = min(rows, max_rows);
-    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) f(r);
-  }
 }
 
 // --- dispatch --------------------------------------------------------------------------------
@@ -118,12 +152,15 @@ __global__ void __launch_bounds__(kThreads) dispatch_kernel(const DispatchParams
   __shared__ int32_t s_keep[kMaxExperts];   // rows of expert g this rank keeps at its owner
   __shared__ int32_t s_start[kMaxExperts];  // first of them in the owner's layout
   __shared__ int32_t s_total[kMaxExperts];  // rows expert g holds from every source
+  __shared__ int64_t s_item;
   const GroupDevice& g = p.g;
   const int me = g.rank, W = g.world, E = p.experts, El = p.e_local;
   const uint64_t e = comm::op_begin(g);
+  // The first CTA to run publishes (none waits for a CTA that is not resident).
+  const bool publisher = claim_cta(g, kWorkRole, e, &s_item) == 0;
 
   // 1. Counts to every rank (after the entry barrier: every rank finished its previous call).
-  if (blockIdx.x == 0) {
+  if (publisher) {
     if (threadIdx.x == 0) comm::entry_barrier(g, e, comm::kOpMoeDispatch, p.signature);
     __syncthreads();
     for (int d = 0; d < W; ++d) {
@@ -160,42 +197,53 @@ __global__ void __launch_bounds__(kThreads) dispatch_kernel(const DispatchParams
   }
   __syncthreads();
 
-  // 3a. Tokens, once per destination rank.
-  for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) {
-    const uint4* src = p.x + t * p.n16;
-    for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) {
-      const uint4 val = __ldg(src + v);
-      for (int d = 0; d < W; ++d) {
-        const int32_t u = __ldg(p.slot + t * W + d);
-        if (u < 0) continue;
-        auto* area = reinterpret_cast<uint4*>(g.data[d] + p.lay.tokens);
-        area[(static_cast<int64_t>(me) * p.max_tokens + u) * p.n16 + v] = val;
-      }
-    }
-  }
-  // 3b. Routes and the owners' row maps.
+  // 3. Items: token blocks (each token once per destination rank), then choice blocks (routes
+  //    and the owners' row maps); the CTA finishing the last one releases the arrival flag.
   const int64_t choices = p.tokens * p.k;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < choices;
-       i += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const int32_t x = p.expert[i];
-    int64_t code = -1;
-    if (x >= 0) {
-      const int d = x / El;
-      const int32_t n = p.pos[i];
-      const int64_t row = static_cast<int64_t>(s_start[x]) + n;
-      if (n < s_keep[x] && row < p.rows_out) {
-        const int32_t u = p.slot[(i / p.k) * W + d];
-        reinterpret_cast<int32_t*>(g.data[d] + p.lay.row_map)[row] =
-            static_cast<int32_t>(me * p.max_tokens + u);
-        code = (static_cast<int64_t>(d) << 32) | row;
+  const int64_t token_items = (p.tokens + kTokensPerItem - 1) / kTokensPerItem;
+  const int64_t total = token_items + (choices + kChoicesPerItem - 1) / kChoicesPerItem;
+  if (publisher) release_empty(g, total, kArrive, e);
+  for (;;) {
+    const int64_t item = claim_cta(g, kWorkSend, e, &s_item);
+    if (item >= total) break;
+    if (item < token_items) {
+      const int64_t t1 = min(p.tokens, (item + 1) * kTokensPerItem);
+      for (int64_t t = item * kTokensPerItem; t < t1; ++t) {
+        const uint4* src = p.x + t * p.n16;
+        for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) {
+          const uint4 val = __ldg(src + v);
+          for (int d = 0; d < W; ++d) {
+            const int32_t u = __ldg(p.slot + t * W + d);
+            if (u < 0) continue;
+            auto* area = reinterpret_cast<uint4*>(g.data[d] + p.lay.tokens);
+            area[(static_cast<int64_t>(me) * p.max_tokens + u) * p.n16 + v] = val;
+          }
+        }
+      }
+    } else {
+      const int64_t c0 = (item - token_items) * kChoicesPerItem;
+      const int64_t c1 = min(choices, c0 + kChoicesPerItem);
+      for (int64_t i = c0 + threadIdx.x; i < c1; i += kThreads) {
+        const int32_t x = p.expert[i];
+        int64_t code = -1;
+        if (x >= 0) {
+          const int d = x / El;
+          const int32_t n = p.pos[i];
+          const int64_t row = static_cast<int64_t>(s_start[x]) + n;
+          if (n < s_keep[x] && row < p.rows_out) {
+            const int32_t u = p.slot[(i / p.k) * W + d];
+            reinterpret_cast<int32_t*>(g.data[d] + p.lay.row_map)[row] =
+                static_cast<int32_t>(me * p.max_tokens + u);
+            code = (static_cast<int64_t>(d) << 32) | row;
+          }
+        }
+        p.route[i] = code;
       }
     }
-    p.route[i] = code;
+    item_done(g, total, kArrive, e);
   }
-  // 4. Arrival at every rank.
-  grid_done_signal(g, kArrive, e);
 
-  // 5. Receive: every rank's rows, expanded into the expert layout.
+  // 4. Receive: every rank's rows, expanded into the expert layout.
   wait_all_ranks(g, kArrive, e, comm::kOpMoeDispatch);
   // Rows of each local expert, and where they start. Packed rows past rows_out (only reachable
   // with an expert id repeated in a token's top-k: W * max_T * min(k, E_local) bounds distinct
@@ -215,7 +263,7 @@ __global__ void __launch_bounds__(kThreads) dispatch_kernel(const DispatchParams
     }
   }
   __syncthreads();
-  if (blockIdx.x == 0) {
+  if (publisher) {
     for (int x = threadIdx.x; x < W * El; x += kThreads) {
       const int s = x / El, le = x % El;
       int32_t taken = 0, n = 0;
@@ -232,13 +280,19 @@ __global__ void __launch_bounds__(kThreads) dispatch_kernel(const DispatchParams
     }
     for (int x = threadIdx.x; x < El; x += kThreads) p.counts[x] = s_count[x];
   }
-  __syncthreads();
   const auto* row_map = reinterpret_cast<const int32_t*>(g.data[me] + p.lay.row_map);
   const auto* area = reinterpret_cast<const uint4*>(g.data[me] + p.lay.tokens);
-  for_live_rows(s_count, El, p.capacity, p.rows_out, [&](int64_t r) {
-    const int64_t q = __ldcg(row_map + r);
-    copy_row(p.recv_x + r * p.n16, area + q * p.n16, p.n16);
-  });
+  const int64_t rows = row_space(s_count, El, p.capacity, p.rows_out);
+  for (;;) {
+    const int64_t item = claim_cta(g, kWorkAfter, e, &s_item);
+    if (item * kRowsPerItem >= rows) break;
+    const int64_t r1 = min(rows, (item + 1) * kRowsPerItem);
+    for (int64_t r = item * kRowsPerItem; r < r1; ++r) {
+      if (!row_live(s_count, p.capacity, r)) continue;
+      const int64_t q = __ldcg(row_map + r);
+      copy_row(p.recv_x + r * p.n16, area + q * p.n16, p.n16);
+    }
+  }
   __syncthreads();
   if (threadIdx.x == 0) comm::op_end(g, e);
 }
@@ -278,11 +332,13 @@ struct CombineParams {
 template <class T, bool kGather>
 __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p) {
   __shared__ int32_t s_count[kMaxExperts];
+  __shared__ int64_t s_item;
   constexpr int kPer = 16 / sizeof(T);
   const GroupDevice& g = p.g;
   const int me = g.rank, W = g.world, El = p.e_local;
   const uint64_t e = comm::op_begin(g);
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
+  const bool publisher = claim_cta(g, kWorkRole, e, &s_item) == 0;
+  if (publisher && threadIdx.x == 0) {
     comm::entry_barrier(g, e, comm::kOpMoeCombine, p.signature);
     comm::signal(g, me, kEntered, e);
   }
@@ -299,75 +355,96 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p
   }
   __syncthreads();
   auto* stage = reinterpret_cast<uint4*>(g.data[me]);
-  for_live_rows(s_count, El, p.capacity, p.y_rows, [&](int64_t r) {
-    for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) stage[r * p.n16 + v] = __ldg(p.y + r * p.n16 + v);
-  });
-  grid_done_signal(g, kStaged, e);
-  wait_all_ranks(g, kStaged, e, comm::kOpMoeCombine);
-
-  // Pull and sum, each token's choices in order (fp32; product and sum rounded separately, as
-  // the host reference's weighted sum).
-  if constexpr (kGather) {
-    for (int64_t i = blockIdx.x; i < p.tokens * p.k; i += gridDim.x) {
-      const int64_t code = __ldg(p.route + i);
-      const int d = static_cast<int>(code >> 32);
-      const int64_t row = code & 0xffffffffll;
-      uint4* dst = p.out + i * p.n16;
-      if (code < 0 || d >= W || row >= p.y_rows) {
-        for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = make_uint4(0, 0, 0, 0);
-      } else if (d == me) {
-        for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = __ldg(p.y + row * p.n16 + v);
-      } else {
-        copy_row(dst, reinterpret_cast<const uint4*>(g.data[d]) + row * p.n16, p.n16);
+  const int64_t rows = row_space(s_count, El, p.capacity, p.y_rows);
+  const int64_t total = (rows + kRowsPerItem - 1) / kRowsPerItem;
+  if (publisher) release_empty(g, total, kStaged, e);
+  for (;;) {
+    const int64_t item = claim_cta(g, kWorkSend, e, &s_item);
+    if (item >= total) break;
+    const int64_t r1 = min(rows, (item + 1) * kRowsPerItem);
+    for (int64_t r = item * kRowsPerItem; r < r1; ++r) {
+      if (!row_live(s_count, p.capacity, r)) continue;
+      for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) {
+        stage[r * p.n16 + v] = __ldg(p.y + r * p.n16 + v);
       }
     }
-    __syncthreads();
-    if (threadIdx.x == 0) comm::op_end(g, e);
-    return;
+    item_done(g, total, kStaged, e);
   }
-  for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) {
-    for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) {
-      float acc[kPer];
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) acc[i] = 0.f;
-      // kBatch choices' loads in flight before their adds (in choice order): the peer reads'
-      // latency overlaps instead of serialising.
-      constexpr int kBatch = 4;
-      for (int j0 = 0; j0 < p.k; j0 += kBatch) {
-        uint4 raw[kBatch];
-        float w[kBatch];
-        uint32_t loaded = 0;  // bit u: choice j0 + u was loaded
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const int j = j0 + u;
-          w[u] = 0.f;
-          raw[u] = make_uint4(0, 0, 0, 0);
-          if (j >= p.k) continue;
-          const int64_t code = __ldg(p.route + t * p.k + j);
-          const int d = static_cast<int>(code >> 32);
-          const int64_t row = code & 0xffffffffll;
-          // Dropped, or not a route of this group's dispatch: adds nothing.
-          if (code < 0 || d >= W || row >= p.y_rows) continue;
-          loaded |= 1u << u;
-          w[u] = __ldg(p.weights + t * p.k + j);
-          raw[u] = d == me ? __ldg(p.y + row * p.n16 + v)
-                           : __ldcg(reinterpret_cast<const uint4*>(g.data[d]) + row * p.n16 + v);
-        }
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          if (!(loaded & (1u << u))) continue;  // dropped or past k: adds nothing
-          const T* val = reinterpret_cast<const T*>(&raw[u]);
-#pragma unroll
-          for (int i = 0; i < kPer; ++i) {
-            acc[i] = __fadd_rn(acc[i], __fmul_rn(Elem<T>::load(val[i]), w[u]));
-          }
+  wait_all_ranks(g, kStaged, e, comm::kOpMoeCombine);
+
+  if constexpr (kGather) {
+    // Each choice's row (zero when dropped), pulled from its owner.
+    const int64_t choices = p.tokens * p.k;
+    for (;;) {
+      const int64_t item = claim_cta(g, kWorkAfter, e, &s_item);
+      if (item * kRowsPerItem >= choices) break;
+      const int64_t i1 = min(choices, (item + 1) * kRowsPerItem);
+      for (int64_t i = item * kRowsPerItem; i < i1; ++i) {
+        const int64_t code = __ldg(p.route + i);
+        const int d = static_cast<int>(code >> 32);
+        const int64_t row = code & 0xffffffffll;
+        uint4* dst = p.out + i * p.n16;
+        if (code < 0 || d >= W || row >= p.y_rows) {
+          for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = make_uint4(0, 0, 0, 0);
+        } else if (d == me) {
+          for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = __ldg(p.y + row * p.n16 + v);
+        } else {
+          copy_row(dst, reinterpret_cast<const uint4*>(g.data[d]) + row * p.n16, p.n16);
         }
       }
-      uint4 packed;
-      T* o = reinterpret_cast<T*>(&packed);
+    }
+  } else {
+    // Pull and sum, each token's choices in order (fp32; product and sum rounded separately,
+    // as the host reference's weighted sum).
+    for (;;) {
+      const int64_t item = claim_cta(g, kWorkAfter, e, &s_item);
+      if (item * kTokensPerItem >= p.tokens) break;
+      const int64_t t1 = min(p.tokens, (item + 1) * kTokensPerItem);
+      for (int64_t t = item * kTokensPerItem; t < t1; ++t) {
+        for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) {
+          float acc[kPer];
 #pragma unroll
-      for (int i = 0; i < kPer; ++i) o[i] = Elem<T>::store(acc[i]);
-      p.out[t * p.n16 + v] = packed;
+          for (int i = 0; i < kPer; ++i) acc[i] = 0.f;
+          // kBatch choices' loads in flight before their adds (in choice order): the peer
+          // reads' latency overlaps instead of serialising.
+          constexpr int kBatch = 4;
+          for (int j0 = 0; j0 < p.k; j0 += kBatch) {
+            uint4 raw[kBatch];
+            float w[kBatch];
+            uint32_t loaded = 0;  // bit u: choice j0 + u was loaded
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) {
+              const int j = j0 + u;
+              w[u] = 0.f;
+              raw[u] = make_uint4(0, 0, 0, 0);
+              if (j >= p.k) continue;
+              const int64_t code = __ldg(p.route + t * p.k + j);
+              const int d = static_cast<int>(code >> 32);
+              const int64_t row = code & 0xffffffffll;
+              // Dropped, or not a route of this group's dispatch: adds nothing.
+              if (code < 0 || d >= W || row >= p.y_rows) continue;
+              loaded |= 1u << u;
+              w[u] = __ldg(p.weights + t * p.k + j);
+              raw[u] = d == me ? __ldg(p.y + row * p.n16 + v)
+                               : __ldcg(reinterpret_cast<const uint4*>(g.data[d]) + row * p.n16 + v);
+            }
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) {
+              if (!(loaded & (1u << u))) continue;  // dropped or past k: adds nothing
+              const T* val = reinterpret_cast<const T*>(&raw[u]);
+#pragma unroll
+              for (int i = 0; i < kPer; ++i) {
+                acc[i] = __fadd_rn(acc[i], __fmul_rn(Elem<T>::load(val[i]), w[u]));
+              }
+            }
+          }
+          uint4 packed;
+          T* o = reinterpret_cast<T*>(&packed);
+#pragma unroll
+          for (int i = 0; i < kPer; ++i) o[i] = Elem<T>::store(acc[i]);
+          p.out[t * p.n16 + v] = packed;
+        }
+      }
     }
   }
   __syncthreads();
@@ -380,10 +457,12 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p
 // name; then every rank writes its out in y's layout: the rows it received, zero elsewhere.
 __global__ void __launch_bounds__(kThreads) scatter_kernel(const CombineParams p) {
   __shared__ int32_t s_count[kMaxExperts];
+  __shared__ int64_t s_item;
   const GroupDevice& g = p.g;
   const int me = g.rank, W = g.world, El = p.e_local;
   const uint64_t e = comm::op_begin(g);
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
+  const bool publisher = claim_cta(g, kWorkRole, e, &s_item) == 0;
+  if (publisher && threadIdx.x == 0) {
     comm::entry_barrier(g, e, comm::kOpMoeCombine, p.signature);
     comm::signal(g, me, kEntered, e);
   }
@@ -392,15 +471,23 @@ __global__ void __launch_bounds__(kThreads) scatter_kernel(const CombineParams p
                    comm::WaitSite{comm::kOpMoeCombine, comm::kWaitEntry, me, kEntered});
   }
   __syncthreads();
-  for (int64_t i = blockIdx.x; i < p.tokens * p.k; i += gridDim.x) {
-    const int64_t code = __ldg(p.route + i);
-    const int d = static_cast<int>(code >> 32);
-    const int64_t row = code & 0xffffffffll;
-    if (code < 0 || d >= W || row >= p.y_rows) continue;
-    auto* dst = reinterpret_cast<uint4*>(g.data[d]) + row * p.n16;
-    for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = __ldg(p.y + i * p.n16 + v);
+  const int64_t choices = p.tokens * p.k;
+  const int64_t total = (choices + kRowsPerItem - 1) / kRowsPerItem;
+  if (publisher) release_empty(g, total, kArrive, e);
+  for (;;) {
+    const int64_t item = claim_cta(g, kWorkSend, e, &s_item);
+    if (item >= total) break;
+    const int64_t i1 = min(choices, (item + 1) * kRowsPerItem);
+    for (int64_t i = item * kRowsPerItem; i < i1; ++i) {
+      const int64_t code = __ldg(p.route + i);
+      const int d = static_cast<int>(code >> 32);
+      const int64_t row = code & 0xffffffffll;
+      if (code < 0 || d >= W || row >= p.y_rows) continue;
+      auto* dst = reinterpret_cast<uint4*>(g.data[d]) + row * p.n16;
+      for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = __ldg(p.y + i * p.n16 + v);
+    }
+    item_done(g, total, kArrive, e);
   }
-  grid_done_signal(g, kArrive, e);
   wait_all_ranks(g, kArrive, e, comm::kOpMoeCombine);
   for (int x = threadIdx.x; x < El; x += kThreads) {
     int32_t n = 0;
@@ -408,16 +495,20 @@ __global__ void __launch_bounds__(kThreads) scatter_kernel(const CombineParams p
     s_count[x] = n;
   }
   __syncthreads();
-  int64_t live_rows = 0;  // packed: rows [0, live_rows) are live
-  for (int x = 0; x < El; ++x) live_rows += s_count[x];
+  const int64_t live_rows = row_space(s_count, El, 0, p.y_rows);  // packed: [0, live_rows)
   const auto* stage = reinterpret_cast<const uint4*>(g.data[me]);
-  for (int64_t r = blockIdx.x; r < p.y_rows; r += gridDim.x) {
-    const bool live = p.capacity > 0 ? (r % p.capacity < s_count[r / p.capacity]) : r < live_rows;
-    uint4* dst = p.out + r * p.n16;
-    if (live) {
-      copy_row(dst, stage + r * p.n16, p.n16);
-    } else {
-      for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = make_uint4(0, 0, 0, 0);
+  for (;;) {
+    const int64_t item = claim_cta(g, kWorkAfter, e, &s_item);
+    if (item * kRowsPerItem >= p.y_rows) break;
+    const int64_t r1 = min(p.y_rows, (item + 1) * kRowsPerItem);
+    for (int64_t r = item * kRowsPerItem; r < r1; ++r) {
+      const bool live = p.capacity > 0 ? row_live(s_count, p.capacity, r) : r < live_rows;
+      uint4* dst = p.out + r * p.n16;
+      if (live) {
+        copy_row(dst, stage + r * p.n16, p.n16);
+      } else {
+        for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = make_uint4(0, 0, 0, 0);
+      }
     }
   }
   __syncthreads();
@@ -426,8 +517,12 @@ __global__ void __launch_bounds__(kThreads) scatter_kernel(const CombineParams p
 
 // --- launch ----------------------------------------------------------------------------------
 
-// The co-resident grid for `kernel` (the SM count as this process sees it: its MPS share),
-// cached per (device, kernel).
+// The grid for `kernel`: one CTA per SM as this process sees the device (its MPS share),
+// cached per (device, kernel). Nothing depends on every CTA being resident: the work goes to
+// the CTAs that run (claim), the publisher is the first CTA to run, and a CTA scheduled late
+// finds every flag set and no item left. (Device runs 2 and 3 ran an earlier version whose
+// grid barrier needed all of two CTAs per SM resident, and failed after exactly the op
+// timeout: under MPS the ranks' grids may share SMs.)
 cudaError_t resident_ctas(const void* kernel, int* out) {
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
@@ -445,7 +540,7 @@ cudaError_t resident_ctas(const void* kernel, int* out) {
   if (err != cudaSuccess) return err;
   err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
   if (err != cudaSuccess) return err;
-  *out = sms * std::max(1, std::min(per_sm, 2));
+  *out = per_sm >= 1 ? sms : 0;
   cache.emplace(std::make_pair(dev, kernel), *out);
   return cudaSuccess;
 }

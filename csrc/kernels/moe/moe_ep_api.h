@@ -3,7 +3,7 @@
 // share one node (peer memory through CUDA IPC). One kernel per op call.
 //
 // Dispatch (call number e, every rank):
-//   1. entry barrier (CTA 0), then this rank's choice counts per expert [E] are written into
+//   1. the first CTA to run (the publisher): entry barrier, then this rank's choice counts per expert [E] are written into
 //      every rank's count table (row = this rank) and released (flag kCounts + rank = e).
 //   2. every CTA waits for every rank's counts: the whole [W][E] matrix gives, for every
 //      destination d and local expert e, the rows each source keeps (capacity drops in source
@@ -12,14 +12,17 @@
 //      rank's token area at slot [source][u] (u: the token's index among those this rank sends
 //      to d); each kept choice writes its destination row's token slot into d's row map and its
 //      route ((d << 32) | row) here.
-//   4. a grid barrier, then the last CTA releases kArrive + rank = e at every rank.
+//   Steps 3 and 5 are work items claimed by the CTAs that run (call-tagged counters in this
+//   rank's flag region), so nothing waits for a CTA that is not resident.
+//   4. the CTA finishing the last item of step 3 releases kArrive + rank = e at every rank.
 //   5. every CTA waits for every rank's arrival, then expands the received tokens into the
 //      packed (or padded) expert rows recv_x[row] = tokens[row_map[row]] (local memory), and
-//      CTA 0 writes counts [E_local] and recv_counts [W, E_local].
+//      the publisher writes counts [E_local] and recv_counts [W, E_local].
 // The grouped GEMM runs on recv_x after the kernel (same stream).
 //
 // Combine (call e): entry barrier; each rank copies its live expert rows of y into its own data
-// region (stage); grid barrier; release kStaged + rank = e at every rank; wait for every rank's
+// region (stage, claimed items); the CTA finishing the last releases kStaged + rank = e at every
+// rank; wait for every rank's
 // stage; each token's row = sum_j w[t, j] * y_row(route[t, j]) in fp32, j in order, read from
 // the owner's data region (pull), rounded once. Every rank's region is written only by peers
 // after the entry barrier of the call (dispatch) or by its owner after it (combine), so one
@@ -101,7 +104,7 @@ cudaError_t combine(const CombineArgs& a, const char** reason = nullptr);
 //                           the combine's stage / pull protocol;
 //   scatter (_moe_scatter): y := rows [T*k, H] of this rank's choices, pushed into their
 //                           owners' regions at the rows their routes name (after the entry
-//                           barrier); grid barrier, kArrive; every rank then writes out
+//                           barrier); the last item's CTA releases kArrive; every rank then writes out
 //                           [y_rows, H] in the dispatch layout: the rows it received, zero
 //                           elsewhere.
 cudaError_t gather(const CombineArgs& a, const char** reason = nullptr);
