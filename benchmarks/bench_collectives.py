@@ -27,12 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,32 +117,6 @@ rank_main()
 """
 
 
-def start_mps() -> tuple[dict, callable]:
-    """The MPS environment (a running daemon's, or one started here) and how to stop it."""
-    running = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
-    if running and Path(running, "control").exists():
-        return {"CUDA_MPS_PIPE_DIRECTORY": running}, lambda: None
-    control = shutil.which("nvidia-cuda-mps-control")
-    if control is None:
-        raise SystemExit("bench_collectives: needs MPS (nvidia-cuda-mps-control not found)")
-    base = tempfile.mkdtemp(prefix="mkernel-mps-")
-    env = {"CUDA_MPS_PIPE_DIRECTORY": f"{base}/pipe", "CUDA_MPS_LOG_DIRECTORY": f"{base}/log"}
-    for d in env.values():
-        os.makedirs(d, exist_ok=True)
-    full = dict(os.environ, **env)
-    subprocess.run([control, "-d"], env=full, check=True, timeout=30)
-    for _ in range(100):
-        if Path(env["CUDA_MPS_PIPE_DIRECTORY"], "control").exists():
-            break
-        time.sleep(0.05)
-
-    def stop() -> None:
-        subprocess.run([control], input="quit\n", env=full, text=True, capture_output=True, timeout=60)
-        shutil.rmtree(base, ignore_errors=True)
-
-    return env, stop
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worlds", default="2,4,8")
@@ -159,10 +129,10 @@ def main() -> None:
     if args.quick:
         args.worlds, args.sizes_mib, args.iters = "2,4", "1,16", 10
 
-    from common import commit, device_info, write_result  # noqa: E402
+    from common import commit, device_info, start_mps, write_result  # noqa: E402
     from tests.launch import run_ranks  # noqa: E402
 
-    env, stop = start_mps()
+    env, stop = start_mps("bench_collectives")
     rows = []
     try:
         for world in (int(w) for w in args.worlds.split(",")):

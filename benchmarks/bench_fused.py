@@ -25,14 +25,10 @@ CUDA_MPS_PIPE_DIRECTORY or one it starts and stops itself.)
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -195,33 +191,6 @@ def rank_main() -> None:
     dist.destroy_process_group()
 
 
-@contextlib.contextmanager
-def mps_daemon():
-    """The environment of an MPS client: a running daemon's, or one started for this run."""
-    running = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
-    if running and Path(running, "control").exists():
-        yield {}
-        return
-    control = shutil.which("nvidia-cuda-mps-control")
-    if control is None:
-        raise SystemExit("bench_fused: needs MPS (nvidia-cuda-mps-control not found)")
-    base = tempfile.mkdtemp(prefix="mkernel-mps-")
-    env = {"CUDA_MPS_PIPE_DIRECTORY": f"{base}/pipe", "CUDA_MPS_LOG_DIRECTORY": f"{base}/log"}
-    for d in env.values():
-        os.makedirs(d, exist_ok=True)
-    full = dict(os.environ, **env)
-    subprocess.run([control, "-d"], env=full, check=True, timeout=30)
-    for _ in range(100):
-        if Path(env["CUDA_MPS_PIPE_DIRECTORY"], "control").exists():
-            break
-        time.sleep(0.05)
-    try:
-        yield env
-    finally:
-        subprocess.run([control], input="quit\n", env=full, text=True, timeout=60)
-        shutil.rmtree(base, ignore_errors=True)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--world", type=int, default=2)
@@ -231,6 +200,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=85)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
+    from common import mps_daemon  # noqa: E402
     from tests.launch import run_ranks
 
     env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(100 // args.world),
@@ -239,7 +209,7 @@ def main() -> None:
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
     progress = Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_w{args.world}.jsonl")
     progress.unlink(missing_ok=True)
-    with mps_daemon() as mps_env:
+    with mps_daemon("bench_fused") as mps_env:
         results = run_ranks(code, args.world, timeout=args.timeout, env=dict(env, **mps_env))
     if progress.exists():  # the rows measured, even when the ranks were cut short
         print(progress.read_text(), end="", flush=True)

@@ -170,11 +170,10 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=10)
     args = ap.parse_args()
 
-    from bench_collectives import start_mps  # noqa: E402
-    from common import commit, device_info, write_result  # noqa: E402
+    from common import commit, device_info, start_mps, write_result  # noqa: E402
     from tests.launch import run_ranks  # noqa: E402
 
-    env, stop = start_mps()
+    env, stop = start_mps("bench_moe_ranks")
     try:
         res = run_ranks(RANK_CODE, args.world, timeout=600, env=dict(
             env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",

@@ -204,11 +204,10 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=15)
     args = ap.parse_args()
 
-    from bench_collectives import start_mps  # noqa: E402
-    from common import commit, device_info, write_result  # noqa: E402
+    from common import commit, device_info, start_mps, write_result  # noqa: E402
     from tests.launch import run_ranks  # noqa: E402
 
-    env, stop = start_mps()
+    env, stop = start_mps("bench_ring_attention")
     rows = []
     try:
         res = run_ranks(RANK_CODE, args.world, timeout=600, env=dict(

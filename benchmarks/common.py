@@ -3,14 +3,17 @@ every figure goes to JSON; plots and tables are made from the JSON)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
+import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -97,3 +100,44 @@ def write_result(name: str, payload: dict) -> Path:
     path = RESULTS / f"{name}_{gpu}_{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(payload, indent=2))
     return path
+
+
+def start_mps(tool: str) -> tuple[dict, Callable[[], None]]:
+    """The environment that makes a rank process an MPS client, and how to stop the daemon.
+
+    A daemon already answering on CUDA_MPS_PIPE_DIRECTORY is used as it is (and left running);
+    otherwise one is started with pipe/log folders in a fresh /tmp directory of this run (never
+    the default /tmp/nvidia-mps, which every CUDA process without the variable would join).
+    ``tool`` names the benchmark in the error when MPS is missing."""
+    running = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
+    if running and Path(running, "control").exists():
+        return {"CUDA_MPS_PIPE_DIRECTORY": running}, lambda: None
+    control = shutil.which("nvidia-cuda-mps-control")
+    if control is None:
+        raise SystemExit(f"{tool}: ranks sharing a GPU need MPS (nvidia-cuda-mps-control not found)")
+    base = tempfile.mkdtemp(prefix="mkernel-mps-")
+    env = {"CUDA_MPS_PIPE_DIRECTORY": f"{base}/pipe", "CUDA_MPS_LOG_DIRECTORY": f"{base}/log"}
+    for d in env.values():
+        os.makedirs(d, exist_ok=True)
+    full = dict(os.environ, **env)
+    subprocess.run([control, "-d"], env=full, check=True, timeout=30)
+    for _ in range(100):  # the daemon creates its control pipe asynchronously
+        if Path(env["CUDA_MPS_PIPE_DIRECTORY"], "control").exists():
+            break
+        time.sleep(0.05)
+
+    def stop() -> None:
+        subprocess.run([control], input="quit\n", env=full, text=True, capture_output=True, timeout=60)
+        shutil.rmtree(base, ignore_errors=True)
+
+    return env, stop
+
+
+@contextlib.contextmanager
+def mps_daemon(tool: str) -> Iterator[dict]:
+    """start_mps as a context manager: yields the MPS client environment, stops what it started."""
+    env, stop = start_mps(tool)
+    try:
+        yield env
+    finally:
+        stop()

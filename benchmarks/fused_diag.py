@@ -147,13 +147,13 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from bench_fused import mps_daemon
+    from common import mps_daemon
 
     from tests.launch import run_ranks
 
     env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50", "NCCL_NVLS_ENABLE": "0"}
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
-    with mps_daemon() as mps_env:
+    with mps_daemon("fused_diag") as mps_env:
         results = run_ranks(code, 2, timeout=args.timeout, env=dict(env, **mps_env))
     for r in results:
         if r.returncode != 0 or r.rank == 0:

@@ -33,10 +33,7 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -283,33 +280,6 @@ def plot(payload: dict, png: Path) -> None:
     fig.savefig(png, dpi=120)
 
 
-def mps_env(world: int) -> tuple[dict, Callable[[], None]]:
-    """The MPS client environment (a running daemon's or one started here) and its stop."""
-    running = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
-    if running and Path(running, "control").exists():
-        return {}, lambda: None
-    control = shutil.which("nvidia-cuda-mps-control")
-    if control is None:
-        raise SystemExit("multigpu: ranks sharing a GPU need MPS (nvidia-cuda-mps-control)")
-    base = tempfile.mkdtemp(prefix="mkernel-mps-")
-    env = {"CUDA_MPS_PIPE_DIRECTORY": f"{base}/pipe", "CUDA_MPS_LOG_DIRECTORY": f"{base}/log"}
-    for d in env.values():
-        os.makedirs(d, exist_ok=True)
-    full = dict(os.environ, **env)
-    subprocess.run([control, "-d"], env=full, check=True, timeout=30)
-    for _ in range(100):
-        if Path(env["CUDA_MPS_PIPE_DIRECTORY"], "control").exists():
-            break
-        time.sleep(0.05)
-
-    def stop() -> None:
-        subprocess.run([control], input="quit\n", env=full, text=True, capture_output=True,
-                       timeout=60)
-        shutil.rmtree(base, ignore_errors=True)
-
-    return env, stop
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -323,6 +293,7 @@ def main() -> None:
     import torch
 
     sys.path.insert(0, str(ROOT))
+    from common import start_mps  # noqa: E402
     from tests.launch import run_ranks
 
     shared = torch.cuda.device_count() < args.world
@@ -330,7 +301,7 @@ def main() -> None:
            "MKERNEL_BENCH_NODES": str(args.nodes)}
     stop = lambda: None  # noqa: E731
     if shared:
-        extra, stop = mps_env(args.world)
+        extra, stop = start_mps("multigpu")
         env.update(extra, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world))
     flags = ["--iters", str(args.iters)] + (["--quick"] if args.quick else []) \
         + (["--only", args.only] if args.only else [])
