@@ -41,7 +41,7 @@ def test_kernel_registered(name, key):
 
 
 # Ops whose backward is registered (python/mkernel/autograd.py).
-DIFFERENTIABLE = ("ag_gemm", "gemm_rs", "gemm_ar", "moe_dispatch_gemm", "moe_combine")
+DIFFERENTIABLE = ("ag_gemm", "gemm_rs", "gemm_ar", "moe_dispatch_gemm", "moe_combine", "ring_attention")
 
 
 @pytest.mark.parametrize("name", TENSOR_OPS)
