@@ -43,26 +43,12 @@ SHAPES = [
 ]
 
 
-def _zigzag_steps(rank: int, world: int, causal: bool, s: int):
-    """Per ring step: (src, q rows, kv rows, causal) — the split the CUDA ring uses."""
-    c = s // 2
-    for j in range(world):
-        src = (rank - j) % world
-        if not causal:
-            yield src, slice(0, s), slice(0, s), False
-        elif j == 0:
-            yield src, slice(0, s), slice(0, s), True
-        elif src < rank:
-            yield src, slice(0, s), slice(0, c), False
-        else:
-            yield src, slice(c, s), slice(0, s), False
-
-
 def rank_main() -> None:
     import torch
     import torch.distributed as dist
 
     import mkernel
+    from mkernel._ring_backward import ring_steps  # the CUDA ring's own work split
     from mkernel.ops import attention_merge_
 
     dist.init_process_group("gloo")
@@ -79,7 +65,7 @@ def rank_main() -> None:
         for causal in (False, True):
             sets = [tuple(torch.randn(b, s, hh, d, device="cuda", dtype=dtype)
                           for hh in (h, h_kv, h_kv)) for _ in range(2)]
-            steps = list(_zigzag_steps(rank, world, causal, s))
+            steps = list(ring_steps(rank, world, causal, s))
 
             def fused(i):
                 q, k, v = sets[i % 2]
