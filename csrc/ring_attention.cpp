@@ -173,6 +173,16 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cpu(const at::Tensor& q, const
 // compute time, which needs ~20 GB/s at s = 4096 (MHA, d = 128), less with GQA.
 constexpr int kSendCtas = 2;
 
+// A launch error of one of the ring's kernels, with the group's wait record when a device wait
+// failed first (the clear error names the flag and the peer).
+void check_launch(comm::SymmetricGroup& g, cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return;
+  cudaGetLastError();
+  const std::string wait = g.diagnostic();
+  TORCH_CHECK(false, kOp, ": ", what, " launch failed: ", cudaGetErrorString(err),
+              wait.empty() ? std::string() : "; " + wait);
+}
+
 struct EngineCall {
   const void* q;
   int64_t q_batch_stride;
@@ -296,13 +306,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   at::Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const at::cuda::CUDAStream side = at::cuda::getStreamFromPool(true, q.device().index());
-  auto check = [&](cudaError_t err, const char* what) {
-    if (err == cudaSuccess) return;
-    cudaGetLastError();
-    const std::string wait = g.diagnostic();
-    TORCH_CHECK(false, kOp, ": ", what, " launch failed: ", cudaGetErrorString(err),
-                wait.empty() ? std::string() : "; " + wait);
-  };
+  auto check = [&](cudaError_t err, const char* what) { check_launch(g, err, what); };
   check(ring_attention::begin(view, sig, stream), "entry");
   at::cuda::CUDAEvent entered, sent;
   entered.record(at::cuda::getCurrentCUDAStream());
@@ -431,13 +435,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const at::cuda::CUDAStream side = at::cuda::getStreamFromPool(true, q.device().index());
-  auto check = [&](cudaError_t err, const char* what) {
-    if (err == cudaSuccess) return;
-    cudaGetLastError();
-    const std::string wait = g.diagnostic();
-    TORCH_CHECK(false, kOp, ": ", what, " launch failed: ", cudaGetErrorString(err),
-                wait.empty() ? std::string() : "; " + wait);
-  };
+  auto check = [&](cudaError_t err, const char* what) { check_launch(g, err, what); };
 
   check(ring_attention::begin(view, sig, stream), "entry");
   at::cuda::CUDAEvent entered;
