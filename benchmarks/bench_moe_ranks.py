@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -198,8 +197,6 @@ def main() -> None:
                                       "unfused": "mkernel.all_gather of x/topk_idx (or y) + sort + "
                                                  "index_select + torch._grouped_mm (combine: fp32 "
                                                  "weighted sum)", "rows": rows})
-    if os.environ.get("OUT"):
-        shutil.copy(path, os.environ["OUT"])
     print(path)
 
 

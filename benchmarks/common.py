@@ -95,10 +95,14 @@ def interleaved_ms(cands: dict[str, list[Callable[[], object]]], warmup: int = 3
 
 
 def write_result(name: str, payload: dict) -> Path:
+    """results/<name>_<gpu>_<time>.json (and a copy in $OUT where the device machine sets it)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     gpu = (payload.get("device", {}).get("gpu") or "cpu").replace(" ", "_").lower()
     path = RESULTS / f"{name}_{gpu}_{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(payload, indent=2))
+    out = os.environ.get("OUT")  # the device machine's returned folder: a copy comes back
+    if out and Path(out).resolve() != RESULTS.resolve():
+        shutil.copy(path, out)
     return path
 
 
