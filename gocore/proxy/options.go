@@ -78,8 +78,8 @@ func WithBatch(n int) Option { return func(o *options) { o.batch = n } }
 // fails the proxy, naming its peer and FIFO slot.
 func WithOpTimeout(d time.Duration) Option { return func(o *options) { o.opTimeout = d } }
 
-// WithIdle sets how long the loop spins without work before it sleeps idleSleep per
-// empty step (giving the CPU away). spin < 0 never sleeps: lowest latency, one core
+// WithIdle sets how long the loop spins without work (no command in flight, none
+// published) before it sleeps idleSleep per empty step (giving the CPU away). spin < 0 never sleeps: lowest latency, one core
 // burnt — for a proxy on its own CPU.
 func WithIdle(spin, sleep time.Duration) Option {
 	return func(o *options) { o.idleSpin, o.idleSleep = spin, sleep }
