@@ -11,8 +11,8 @@
 //   - large ops (>= ParallelCopyMin) are copied in CopyPiece pieces by a few worker
 //     goroutines together with the polling thread (WithCopyWorkers, MKERNEL_NET_COPY_THREADS),
 //     one op at a time, so placement order is unchanged.
-// A
-// peer's death is noticed through a pidfd watched by one goroutine per transport; a peer's
+//
+// A peer's death is noticed through a pidfd watched by one goroutine per transport; a peer's
 // clean Close through a state word in its control segment. Regions must be file-backed
 // (Region.File): ranks live in different processes.
 //
