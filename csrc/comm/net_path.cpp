@@ -86,7 +86,17 @@ int export_dmabuf(void* ptr, uint64_t bytes) {
   return fd;
 }
 
+bool env_set(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0';
+}
+
 }  // namespace
+
+std::string default_net(bool one_host) {
+  if (!one_host || env_set("MKERNEL_NET") || env_set("MKERNEL_NET_PLUGIN")) return "";
+  return "loopback";
+}
 
 // Owns the data path handle (destroyed with the Impl, also when opening fails half-way).
 struct NetDatapathHandle {
