@@ -117,14 +117,20 @@ __device__ __forceinline__ uint64_t net_put(const GroupDevice& g, NetCursor& cur
   return net_push(g, cur, cmd, op);
 }
 
+// Loads of a host-memory arrival flag that net_wait keeps in flight (wait_geq<kInFlight>): one
+// waiting thread per flag (a latency path); kernels where many CTAs wait at once on the same
+// flag keep one load each (wait_geq's default) to spare the PCIe link.
+constexpr int kNetWaitPolls = 4;
+
 // Waits until peer's signal `value` has arrived in this rank's arrival flag `slot` (the data
 // sent before it is in recv_area). site.op names the op; what/peer/index are filled here.
+template <int kInFlight = kNetWaitPolls>
 __device__ __forceinline__ uint64_t net_wait(const GroupDevice& g, int peer, uint32_t slot, uint64_t value,
                                              WaitSite site) {
   site.what = kWaitNetArrival;
   site.peer = peer;
   site.index = static_cast<int32_t>(slot);
-  return wait_geq(g, g.net.arrival + slot, value, site);
+  return wait_geq<kInFlight>(g, g.net.arrival + slot, value, site);
 }
 
 // Waits until command `ticket` and every earlier one finished (the transport is done reading
