@@ -134,9 +134,7 @@ def rank_main() -> None:
     dist.all_gather_object(node_of, os.environ.get("MKERNEL_EMULATED_NODE", "0"))
     node = [sorted(set(node_of)).index(v) for v in node_of]
     nodes = len(set(node))
-    baseline = None
-    if nodes > 1:
-        baseline = TransportBaseline(ctx, node, max(sizes) // world + 4096, os.environ.get("MKERNEL_NET", ""))
+    baseline = None  # opened after the first timed case, on the transport the GPU path chose
     net_info = {}
     for nbytes in sizes:  # bytes of the collective's buffer: AG output, RS input, AR in/out
         numel = nbytes // 2 // (world * 16) * (world * 16)
@@ -172,9 +170,10 @@ def rank_main() -> None:
                     times[name].append(start.elapsed_time(end) / reps)
             med = {n: statistics.median(t) for n, t in times.items()}
             block = numel * 2 // world
-            if baseline is not None:
-                if not net_info:
+            if nodes > 1:
+                if baseline is None:
                     net_info = json.loads(torch.ops.mkernel._net_path_info(ctx.handle, world))
+                    baseline = TransportBaseline(ctx, node, max(sizes) // world + 4096, net_info.get("transport", ""))
                 med["transport"] = baseline.time_ms(block, iters)
             every = [None] * world
             dist.all_gather_object(every, med)
