@@ -99,6 +99,7 @@ type Config struct {
 // before it starts sleeping between polls (a Go duration; "-1ns": never sleep). Default
 // GPUIdleSpin for a data path fed by GPU kernels (FIFO clock ClockGlobaltimer), whose
 // commands come in bursts a collective or fused op apart, else proxy.DefaultIdleSpin.
+// A GPU-fed path's proxy also never sleeps while a command is in flight.
 const EnvProxySpin = "MKERNEL_PROXY_SPIN"
 
 // GPUIdleSpin is EnvProxySpin's default for GPU producers: long enough to span the gaps
@@ -254,6 +255,9 @@ func Open(ctx context.Context, sess Session, cfg Config) (_ *Datapath, err error
 	}
 	popts := []proxy.Option{proxy.WithPlacement(cfg.Placement), proxy.WithOpTimeout(cfg.Timeout),
 		proxy.WithIdle(spin, proxy.DefaultIdleSleep)}
+	if cfg.Clock == fifo.ClockGlobaltimer { // GPU kernels wait on these commands' signals
+		popts = append(popts, proxy.WithSpinInflight())
+	}
 	if cfg.Log != nil {
 		popts = append(popts, proxy.WithLogger(cfg.Log.Named("proxy")))
 	}

@@ -48,7 +48,14 @@ type options struct {
 	log        *zap.Logger
 	noPin      bool
 	onFailHook func(error)
+
+	spinInflight bool
 }
+
+// WithSpinInflight keeps the loop from sleeping while any command is in flight (the idle
+// spin then counts from the last completion): for data paths whose producers wait on the
+// commands' signals (GPU kernels), at the price of a busy core while they do.
+func WithSpinInflight() Option { return func(o *options) { o.spinInflight = true } }
 
 // WithCPUs pins the proxy thread to these CPUs (default: none, the thread floats).
 func WithCPUs(cpus []int) Option { return func(o *options) { o.cpus = append([]int(nil), cpus...) } }
@@ -78,8 +85,8 @@ func WithBatch(n int) Option { return func(o *options) { o.batch = n } }
 // fails the proxy, naming its peer and FIFO slot.
 func WithOpTimeout(d time.Duration) Option { return func(o *options) { o.opTimeout = d } }
 
-// WithIdle sets how long the loop spins without work (no command in flight, none
-// published) before it sleeps idleSleep per empty step (giving the CPU away). spin < 0 never sleeps: lowest latency, one core
+// WithIdle sets how long the loop spins without work before it sleeps idleSleep per
+// empty step (giving the CPU away). spin < 0 never sleeps: lowest latency, one core
 // burnt — for a proxy on its own CPU.
 func WithIdle(spin, sleep time.Duration) Option {
 	return func(o *options) { o.idleSpin, o.idleSleep = spin, sleep }
