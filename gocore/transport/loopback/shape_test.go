@@ -61,43 +61,52 @@ func drain(t *testing.T, tr transport.Transport, want int, start time.Time) []in
 }
 
 // The link's rate: 8 MiB in 512 KiB writes (copied in pieces by workers) at 0.1 GB/s take
-// 83.9 ms; they may not arrive sooner, and not much later (the copies, a few ms, overlap the
-// link's time; the bound leaves room for a loaded test machine). The data is exact.
+// 83.9 ms. They may never arrive sooner (checked on every attempt), each op no sooner than its
+// own bytes left, and the data is exact. Not much later either (the copies, a few ms, overlap
+// the link's time): a starved test machine can stretch one attempt, so the upper bound (+30% +
+// 20 ms) must hold on one of three.
 func TestShapeRate(t *testing.T) {
 	const rate, chunk, chunks = 0.1e9, 512 << 10, 16
 	j := transporttest.StartJob(t, openWith(loopback.WithShape(transport.LinkShape{BytesPerSecond: rate}), loopback.WithCopyWorkers(2)),
 		transporttest.JobOptions{World: 2, DataSize: chunk * chunks})
 	a, b := j.Ranks[0], j.Ranks[1]
 	rng := rand.New(rand.NewPCG(3, 4))
-	src := a.Src.Bytes()
-	for i := range src {
-		src[i] = byte(rng.Uint32())
-	}
-	ops := make([]transport.Op, chunks)
-	for i := range ops {
-		ops[i] = transport.Op{Kind: transport.OpWrite, Peer: 1, Local: transporttest.BufSrc, LocalOff: uint64(i * chunk),
-			Remote: transporttest.BufData, RemoteOff: uint64(i * chunk), Len: chunk, Cookie: uint64(i)}
-	}
-	ops[chunks-1].Kind, ops[chunks-1].SignalBuf, ops[chunks-1].SignalValue = transport.OpWriteSignal, transporttest.BufFlags, 1
-	start := time.Now()
-	if n, err := a.T.Post(ops); n != chunks || err != nil {
-		t.Fatalf("Post = %d, %v", n, err)
-	}
-	at := drain(t, a.T, chunks, start)
 	ideal := float64(chunk*chunks) / rate * 1e9
-	if got := float64(at[chunks-1]); got < 0.99*ideal || got > 1.3*ideal+20e6 {
-		t.Fatalf("8 MiB at 0.1 GB/s took %.1f ms, want %.1f ms (-1%%, +30%% + 20 ms)", got/1e6, ideal/1e6)
-	}
-	// Each op completes when its own bytes have left: op i at (i+1)/16 of the total.
-	for i := range chunks {
-		if want := ideal * float64(i+1) / chunks; float64(at[i]) < 0.99*want {
-			t.Fatalf("op %d completed at %.2f ms, before its bytes could leave (%.2f ms)", i, float64(at[i])/1e6, want/1e6)
+	var took []float64
+	for attempt := 1; attempt <= 3; attempt++ {
+		src := a.Src.Bytes()
+		for i := range src {
+			src[i] = byte(rng.Uint32())
+		}
+		ops := make([]transport.Op, chunks)
+		for i := range ops {
+			ops[i] = transport.Op{Kind: transport.OpWrite, Peer: 1, Local: transporttest.BufSrc, LocalOff: uint64(i * chunk),
+				Remote: transporttest.BufData, RemoteOff: uint64(i * chunk), Len: chunk, Cookie: uint64(i)}
+		}
+		last := &ops[chunks-1]
+		last.Kind, last.SignalBuf, last.SignalValue = transport.OpWriteSignal, transporttest.BufFlags, uint64(attempt)
+		time.Sleep(5 * time.Millisecond) // the link is idle again (its booked time has passed)
+		start := time.Now()
+		if n, err := a.T.Post(ops); n != chunks || err != nil {
+			t.Fatalf("Post = %d, %v", n, err)
+		}
+		at := drain(t, a.T, chunks, start)
+		for i := range chunks { // op i completes when its own bytes have left: (i+1)/16 of the total
+			if want := ideal * float64(i+1) / chunks; float64(at[i]) < 0.99*want {
+				t.Fatalf("op %d completed at %.2f ms, before its bytes could leave (%.2f ms)", i, float64(at[i])/1e6, want/1e6)
+			}
+		}
+		if atomic.LoadUint64(b.Flag(0)) != uint64(attempt) || !bytes.Equal(b.Data.Bytes(), src) {
+			t.Fatal("the shaped writes did not place the exact data and the signal")
+		}
+		got := float64(at[chunks-1])
+		took = append(took, got/1e6)
+		if got <= 1.3*ideal+20e6 {
+			t.Logf("8 MiB at 0.1 GB/s: %.2f ms (ideal %.2f; attempts %v ms)", got/1e6, ideal/1e6, took)
+			return
 		}
 	}
-	if atomic.LoadUint64(b.Flag(0)) != 1 || !bytes.Equal(b.Data.Bytes(), src) {
-		t.Fatal("the shaped writes did not place the exact data and the signal")
-	}
-	t.Logf("8 MiB at 0.1 GB/s: %.2f ms (ideal %.2f)", float64(at[chunks-1])/1e6, ideal/1e6)
+	t.Fatalf("8 MiB at 0.1 GB/s took %v ms in three attempts, want %.1f ms (+30%% + 20 ms)", took, ideal/1e6)
 }
 
 // The link's latency: a pure signal is visible at the peer no sooner than the latency
