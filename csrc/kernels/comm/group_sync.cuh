@@ -8,6 +8,8 @@
 //   - signal: release a flag at a peer of the same node through its IPC mapping.
 #pragma once
 
+#include <mkernel/fifo.h>
+
 #include <cstdint>
 
 #include "group_device.h"
@@ -15,17 +17,11 @@
 
 namespace mkernel::comm {
 
-__device__ __forceinline__ uint64_t globaltimer_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+// The clock and the acquire load are fifo.h's (the FIFO's device protocol uses them too): one
+// definition of each PTX helper.
+__device__ __forceinline__ uint64_t globaltimer_ns() { return mk_fifo_globaltimer(); }
 
-__device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
+__device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t* p) { return mk_fifo_ld_acquire_sys(p); }
 
 __device__ __forceinline__ void st_release_sys(uint64_t* p, uint64_t v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
