@@ -12,6 +12,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -84,7 +86,14 @@ struct Params {
   // only after its node's entry barrier, so a wait for them is a derived one (see
   // derived_timeout): when a rank dies, its node-mates' direct waits name it first.
   uint32_t shared_node;
+  // 1: every CTA stages its chunks of a block bound for other nodes and the last one pushes the
+  // block (net_stage_part); 0: one CTA stages and pushes the whole block (net_send).
+  // MKERNEL_NET_STAGE=whole picks 0 (A/B measurement).
+  int32_t parallel_stage;
 };
+// NetDevice::stage_count words: [0, kMaxRanks) one per destination block, then all_reduce's
+// reduced block.
+constexpr uint32_t kReducedCounter = comm::kMaxRanks;
 
 // --- element types --------------------------------------------------------------------------
 template <class T> struct Elem;
@@ -304,28 +313,61 @@ __device__ __forceinline__ void net_cta_wait(const Params& p, int src, uint32_t 
   __syncthreads();
 }
 
-// The CTA copies `bytes` of src into the send area at send_off; one lane pushes it to every rank
-// of another node (to < 0) or to rank `to`, landing at remote_off of the receive area, with
-// arrival flag `slot` = e; then it waits until the transport has read it (the next call
-// rewrites the send area). Waiting for the transport never waits for a peer's GPU.
+// One lane: pushes send area [send_off, +bytes) to every rank of another node (to < 0) or to rank
+// `to`, landing at remote_off of the receive area, with arrival flag `slot` = e; then waits until
+// the transport has read it (the next call rewrites the send area). Waiting for the transport
+// never waits for a peer's GPU.
+__device__ __forceinline__ void net_push_block(const Params& p, uint64_t send_off, uint64_t remote_off,
+                                               uint64_t bytes, int to, uint32_t slot, uint64_t e) {
+#if MKERNEL_NET_COLLECTIVES
+  comm::NetCursor cursor;
+  uint64_t ticket = 0;
+  int last = -1;
+  for (int r = 0; r < p.g.world; ++r) {
+    if (p.g.data[r] != nullptr || (to >= 0 && r != to)) continue;
+    ticket = comm::net_put_signal(p.g, cursor, r, send_off, remote_off, bytes, slot, e, p.op);
+    last = r;
+  }
+  if (last >= 0) comm::net_wait_sent(p.g, ticket, last, p.op);
+#endif
+}
+
+// The CTA copies `bytes` of src into the send area at send_off, then one lane pushes it
+// (net_push_block).
 __device__ __forceinline__ void net_send(const Params& p, const uint8_t* src, uint64_t bytes,
                                          uint64_t send_off, uint64_t remote_off, int to,
                                          uint32_t slot, uint64_t e) {
 #if MKERNEL_NET_COLLECTIVES
   copy_bytes(p.g.net.send_area + send_off, src, bytes);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    comm::NetCursor cursor;
-    uint64_t ticket = 0;
-    int last = -1;
-    for (int r = 0; r < p.g.world; ++r) {
-      if (p.g.data[r] != nullptr || (to >= 0 && r != to)) continue;
-      ticket = comm::net_put_signal(p.g, cursor, r, send_off, remote_off, bytes, slot, e, p.op);
-      last = r;
-    }
-    if (last >= 0) comm::net_wait_sent(p.g, ticket, last, p.op);
-  }
+  if (threadIdx.x == 0) net_push_block(p, send_off, remote_off, bytes, to, slot, e);
   __syncthreads();
+#endif
+}
+
+// One of `parts` parts of a block bound for other nodes, staged by whichever CTA holds it: the
+// CTA copies its part (`n` bytes of src) to the send area at part_off and counts it in
+// stage_count[counter]; the CTA that counts the last part rezeroes the word and pushes the whole
+// block [block_off, +block_bytes). Every part's bytes are visible system-wide before the count
+// (a system fence after the CTA barrier), and the pusher fences after reading the count, so the
+// push's release orders all parts before the command. Parts never wait: a CTA stages all its
+// parts (the lowest items) before it reaches an item that waits.
+__device__ __forceinline__ void net_stage_part(const Params& p, uint32_t counter, uint32_t parts,
+                                               const uint8_t* src, uint64_t n, uint64_t part_off,
+                                               uint64_t block_off, uint64_t block_bytes,
+                                               uint64_t remote_off, int to, uint32_t slot, uint64_t e) {
+#if MKERNEL_NET_COLLECTIVES
+  if (n > 0) copy_bytes(p.g.net.send_area + part_off, src, n);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    uint32_t* count = p.g.net.stage_count + counter;
+    if (atomicAdd(count, 1u) == parts - 1) {
+      __threadfence_system();
+      *reinterpret_cast<volatile uint32_t*>(count) = 0u;  // read by the next call, after this kernel
+      net_push_block(p, block_off, remote_off, block_bytes, to, slot, e);
+    }
+  }
 #endif
 }
 
@@ -354,7 +396,11 @@ __global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_co
         copy_bytes(g.data[g.rank] + b, p.x + b, n);
         cta_release(g, stage_slot(g.rank, i), e, -1);
       }
-      if (i == 0 && p.remote > 0) {
+      if (p.remote > 0 && p.parallel_stage) {
+        net_stage_part(p, 0, chunks, p.x + b, n, b, 0, seg, net_remote_off(p, e, 0), -1,
+                       net_data_slot(g.rank), e);
+        __syncthreads();
+      } else if (i == 0 && p.remote > 0) {
         net_send(p, p.x, seg, 0, net_remote_off(p, e, 0), -1, net_data_slot(g.rank), e);
       }
       continue;
@@ -379,8 +425,11 @@ __global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_co
 
 // reduce_scatter (kAllReduce = false) and all_reduce: items
 //   [stage: (W-1) * chunks, peers rank+1.. first][reduce: chunks]
-//   [all_reduce, other nodes: 1, the reduced block out][all_reduce gather: (W-1) * chunks].
-// A block for a rank of another node travels whole (its item of chunk 0).
+//   [all_reduce, other nodes, whole staging only: 1, the reduced block out]
+//   [all_reduce gather: (W-1) * chunks].
+// A block for a rank of another node travels whole: staged in parts by the items of its chunks
+// (the last one pushes it; all_reduce's reduced block by the reduce items), or, with
+// parallel_stage 0, staged and pushed by its item of chunk 0 (the reduced block by one item).
 template <class T, bool kAllReduce>
 __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_constant__ Params p) {
   const GroupDevice& g = p.g;
@@ -389,7 +438,8 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
   const uint32_t chunks = p.chunks;
   const uint32_t peers = static_cast<uint32_t>(world - 1);
   const uint32_t stage_items = peers * chunks;
-  const uint32_t net_items = kAllReduce && p.remote > 0 ? 1u : 0u;
+  const uint32_t net_items = kAllReduce && p.remote > 0 && !p.parallel_stage ? 1u : 0u;
+  const int esize = static_cast<int>(sizeof(T));
   const uint32_t gather_base = stage_items + chunks + net_items;
   const uint32_t items = gather_base + (kAllReduce ? peers * chunks : 0u);
   T* region = reinterpret_cast<T*>(g.data[rank]);
@@ -406,6 +456,14 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
         copy_bytes(reinterpret_cast<uint8_t*>(region + begin),
                    reinterpret_cast<const uint8_t*>(x + begin), n * sizeof(T));
         cta_release(g, stage_slot(rank, c), e, d);
+      } else if (p.parallel_stage) {  // another node: this chunk of d's block, staged
+        const uint64_t b0 = min(p.count, static_cast<uint64_t>(d) * p.block);
+        const uint64_t b1 = min(p.count, b0 + p.block);
+        chunk_range(p, d, c, &begin, &n);
+        net_stage_part(p, static_cast<uint32_t>(d), chunks, reinterpret_cast<const uint8_t*>(x + begin),
+                       n * esize, static_cast<uint64_t>(d) * p.net_block + (begin - b0) * esize,
+                       static_cast<uint64_t>(d) * p.net_block, (b1 - b0) * esize, net_remote_off(p, e, 0), d,
+                       net_data_slot(rank), e);
       } else if (c == 0) {  // another node: the whole block through the inter-node path
         const uint64_t b0 = static_cast<uint64_t>(d) * p.block;
         const uint64_t b1 = min(p.count, b0 + p.block);
@@ -433,7 +491,18 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
       if constexpr (kAllReduce) {
         reduce_elems<T>(p, recv, begin, n, out + begin, region + begin);
         cta_release(g, reduced_slot(rank, c), e, -1);
-        if (p.remote > 0 && threadIdx.x == 0) comm::signal(g, rank, reduced_slot(rank, c), e);
+        if (p.remote > 0 && p.parallel_stage) {
+          // This chunk of the reduced block, staged for the other nodes (the CTA's writes of
+          // out are visible to it after cta_release's barrier).
+          const uint64_t b0 = min(p.count, static_cast<uint64_t>(rank) * p.block);
+          const uint64_t b1 = min(p.count, b0 + p.block);
+          net_stage_part(p, kReducedCounter, chunks, reinterpret_cast<const uint8_t*>(out + begin), n * esize,
+                         static_cast<uint64_t>(world) * p.net_block + (begin - b0) * esize,
+                         static_cast<uint64_t>(world) * p.net_block, (b1 - b0) * esize,
+                         net_remote_off(p, e, 1), -1, net_reduced_slot(rank), e);
+        } else if (p.remote > 0 && threadIdx.x == 0) {
+          comm::signal(g, rank, reduced_slot(rank, c), e);
+        }
       } else {
         reduce_elems<T>(p, recv, begin, n,
                         out + (begin - static_cast<uint64_t>(rank) * p.block), nullptr);
@@ -485,6 +554,16 @@ uint64_t chunk_elems(uint64_t block, int esize) {
   const uint64_t min_chunk = kMinChunkBytes / esize;
   uint64_t c = std::max(min_chunk, (block + kMaxChunks - 1) / kMaxChunks);
   return round_up(std::max<uint64_t>(c, 1), per16);
+}
+
+// MKERNEL_NET_STAGE=whole: one CTA stages and pushes each inter-node block (the previous
+// protocol, for A/B measurement); anything else / unset: every CTA stages its chunks.
+bool parallel_stage() {
+  static const bool on = [] {
+    const char* v = std::getenv("MKERNEL_NET_STAGE");
+    return v == nullptr || std::strcmp(v, "whole") != 0;
+  }();
+  return on;
 }
 
 uint32_t chunk_count(uint64_t block, uint64_t chunk) {
@@ -575,7 +654,7 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
   }
   int remote = 0;
   for (int r = 0; r < g.world; ++r) remote += g.data[r] == nullptr ? 1 : 0;
-  if (remote > 0 && (!MKERNEL_NET_COLLECTIVES || g.net.fifo == nullptr)) {
+  if (remote > 0 && (!MKERNEL_NET_COLLECTIVES || g.net.fifo == nullptr || g.net.stage_count == nullptr)) {
     if (reason) *reason = "a rank of the group lives on another node and there is no inter-node path";
     return cudaErrorInvalidValue;
   }
@@ -623,6 +702,7 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
     }
   }
   p.net_block = round_up(p.block * esize, kNetAlign);
+  p.parallel_stage = parallel_stage() ? 1 : 0;
   if (remote > 0) {
     const NetBytes nb = net_bytes_for(kind, a.dtype, a.count, g.world);
     if (g.net.send_bytes < nb.send || g.net.recv_bytes < nb.recv ||
@@ -641,7 +721,7 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
       items = p.chunks * world;
       break;
     case Kind::kAllReduce:
-      items = p.chunks * (2 * world - 1) + (remote > 0 ? 1 : 0);
+      items = p.chunks * (2 * world - 1) + (remote > 0 && !p.parallel_stage ? 1 : 0);
       break;
   }
   void* kernel = kernel_for(kind, a.dtype);
