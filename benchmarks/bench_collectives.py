@@ -190,6 +190,7 @@ def rank_main() -> None:
                     inter = len(baseline.remote) * block  # bytes rank 0 receives from other nodes
                     row.update({
                         "net": net_info.get("transport"), "emulate": os.environ.get("MKERNEL_NET_EMULATE", ""),
+                        "net_stage": os.environ.get("MKERNEL_NET_STAGE") or "parallel",
                         "transport_ms": worst["transport"],
                         "transport_gbs": inter / (worst["transport"] * 1e-3) / 1e9,
                         "net_gbs": _inter_node_factor(op) * inter / (worst["mkernel"] * 1e-3) / 1e9,
@@ -244,7 +245,8 @@ def main() -> None:
     finally:
         stop()
     if args.nodes > 1 and rows:
-        print(f"inter-node transport: {rows[0].get('net')} (emulate: {args.emulate or 'off'})")
+        print(f"inter-node transport: {rows[0].get('net')} (emulate: {args.emulate or 'off'}; "
+              f"staging: {rows[0].get('net_stage')})")
     print(f"{'W':>2} {'N':>2} {'op':<15} {'MiB':>6} {'ms':>8} {'busbw GB/s':>11} {'copy-engine':>12} {'ratio':>6}"
           + (f" {'net GB/s':>9} {'transport':>10} {'net/tr':>7}" if args.nodes > 1 else ""))
     for row in rows:
