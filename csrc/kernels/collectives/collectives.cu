@@ -52,12 +52,18 @@ __host__ __device__ constexpr uint32_t reduced_slot(int src, uint32_t chunk) {
          chunk;
 }
 constexpr uint32_t kEnteredSlot = FlagSlot::kCollective;
-// Arrival flags of the inter-node path (NetDevice::arrival): a source's whole block of the call,
-// and all_reduce's reduced block.
-__host__ __device__ constexpr uint32_t net_data_slot(int src) { return static_cast<uint32_t>(src); }
-__host__ __device__ constexpr uint32_t net_reduced_slot(int src) {
-  return comm::kMaxRanks + static_cast<uint32_t>(src);
+// A block bound for another node travels in at most kNetPieces commands ("pieces", whole chunks
+// each, pushed as soon as their chunks are staged), each with its own arrival flag
+// (NetDevice::arrival): piece k of a source's block of the call, and of all_reduce's reduced block.
+constexpr uint32_t kNetPieces = 8;
+constexpr uint64_t kMinPieceBytes = 256 << 10;  // a command's fixed cost stays small beside its copy
+__host__ __device__ constexpr uint32_t net_data_slot(int src, uint32_t piece) {
+  return static_cast<uint32_t>(src) * kNetPieces + piece;
 }
+__host__ __device__ constexpr uint32_t net_reduced_slot(int src, uint32_t piece) {
+  return (comm::kMaxRanks + static_cast<uint32_t>(src)) * kNetPieces + piece;
+}
+constexpr uint32_t kNetSlots = 2 * comm::kMaxRanks * kNetPieces;
 constexpr uint64_t kNetAlign = 256;  // blocks in the net areas start at 256-byte multiples
 static_assert(reduced_slot(comm::kMaxRanks - 1, kMaxChunks - 1) < comm::kFlagWords,
               "the collectives' flags fit the op slot range");
@@ -86,14 +92,19 @@ struct Params {
   // only after its node's entry barrier, so a wait for them is a derived one (see
   // derived_timeout): when a rank dies, its node-mates' direct waits name it first.
   uint32_t shared_node;
-  // 1: every CTA stages its chunks of a block bound for other nodes and the last one pushes the
-  // block (net_stage_part); 0: one CTA stages and pushes the whole block (net_send).
-  // MKERNEL_NET_STAGE=whole picks 0 (A/B measurement).
+  // 1: every CTA stages its chunks of a block bound for other nodes and the one completing a
+  // piece (piece_chunks consecutive chunks) pushes it (net_stage_part); 0: one CTA stages and
+  // pushes the whole block (net_send; one piece). MKERNEL_NET_STAGE=whole picks 0 (A/B).
   int32_t parallel_stage;
+  uint32_t piece_chunks;
 };
-// NetDevice::stage_count words: [0, kMaxRanks) one per destination block, then all_reduce's
-// reduced block.
-constexpr uint32_t kReducedCounter = comm::kMaxRanks;
+// NetDevice::stage_count words: per (destination block, piece), then all_reduce's reduced block.
+__host__ __device__ constexpr uint32_t stage_counter(uint32_t dest, uint32_t piece) {
+  return dest * kNetPieces + piece;
+}
+constexpr uint32_t kReducedDest = comm::kMaxRanks;
+static_assert(stage_counter(kReducedDest, kNetPieces - 1) < comm::kNetStageCounters,
+              "NetDevice::stage_count holds a word per (block, piece)");
 
 // --- element types --------------------------------------------------------------------------
 template <class T> struct Elem;
@@ -296,6 +307,21 @@ __device__ __forceinline__ void chunk_range(const Params& p, int d, uint32_t c, 
   *n = min(block_end, b + p.chunk) - b;
 }
 
+// Piece of chunk c, its chunk count, and its element range in block d ([begin, begin + n)).
+__device__ __forceinline__ uint32_t piece_of(const Params& p, uint32_t c) { return c / p.piece_chunks; }
+__device__ __forceinline__ uint32_t piece_parts(const Params& p, uint32_t k) {
+  return min(p.chunks, (k + 1) * p.piece_chunks) - k * p.piece_chunks;
+}
+__device__ __forceinline__ void piece_range(const Params& p, int d, uint32_t k, uint64_t* begin,
+                                            uint64_t* n) {
+  const uint64_t block_begin = min(p.count, static_cast<uint64_t>(d) * p.block);
+  const uint64_t block_end = min(p.count, block_begin + p.block);
+  const uint64_t first = static_cast<uint64_t>(k) * p.piece_chunks * p.chunk;
+  const uint64_t b = min(block_end, block_begin + first);
+  *begin = b;
+  *n = min(block_end, b + static_cast<uint64_t>(p.piece_chunks) * p.chunk) - b;
+}
+
 // --- the inter-node path ---------------------------------------------------------------------
 // The bound of a wait for rank src's inter-node block (direct: src sends it right after
 // entering the call, unless it waits for node-mates first).
@@ -345,10 +371,10 @@ __device__ __forceinline__ void net_send(const Params& p, const uint8_t* src, ui
 #endif
 }
 
-// One of `parts` parts of a block bound for other nodes, staged by whichever CTA holds it: the
+// One of `parts` parts of a piece bound for other nodes, staged by whichever CTA holds it: the
 // CTA copies its part (`n` bytes of src) to the send area at part_off and counts it in
 // stage_count[counter]; the CTA that counts the last part rezeroes the word and pushes the whole
-// block [block_off, +block_bytes). Every part's bytes are visible system-wide before the count
+// piece [block_off, +block_bytes). Every part's bytes are visible system-wide before the count
 // (a system fence after the CTA barrier), and the pusher fences after reading the count, so the
 // push's release orders all parts before the command. Parts never wait: a CTA stages all its
 // parts (the lowest items) before it reaches an item that waits.
@@ -397,11 +423,14 @@ __global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_co
         cta_release(g, stage_slot(g.rank, i), e, -1);
       }
       if (p.remote > 0 && p.parallel_stage) {
-        net_stage_part(p, 0, chunks, p.x + b, n, b, 0, seg, net_remote_off(p, e, 0), -1,
-                       net_data_slot(g.rank), e);
+        const uint32_t k = piece_of(p, i);
+        const uint64_t pb = static_cast<uint64_t>(k) * p.piece_chunks * chunk_bytes;
+        const uint64_t pn = min(seg, pb + static_cast<uint64_t>(p.piece_chunks) * chunk_bytes) - pb;
+        net_stage_part(p, stage_counter(0, k), piece_parts(p, k), p.x + b, n, b, pb, pn,
+                       net_remote_off(p, e, 0) + pb, -1, net_data_slot(g.rank, k), e);
         __syncthreads();
       } else if (i == 0 && p.remote > 0) {
-        net_send(p, p.x, seg, 0, net_remote_off(p, e, 0), -1, net_data_slot(g.rank), e);
+        net_send(p, p.x, seg, 0, net_remote_off(p, e, 0), -1, net_data_slot(g.rank, 0), e);
       }
       continue;
     }
@@ -415,7 +444,7 @@ __global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_co
                g.timeout_ns);
       copy_bytes(p.out + src * seg + b, g.data[src] + b, n);
     } else {
-      net_cta_wait(p, src, net_data_slot(src), e, net_timeout(p, src));
+      net_cta_wait(p, src, net_data_slot(src, piece_of(p, c)), e, net_timeout(p, src));
       copy_bytes(p.out + src * seg + b, recv + static_cast<uint64_t>(src) * p.net_block + b, n);
     }
     __syncthreads();  // the CTA's threads are done with this item before the next wait
@@ -458,18 +487,21 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
         cta_release(g, stage_slot(rank, c), e, d);
       } else if (p.parallel_stage) {  // another node: this chunk of d's block, staged
         const uint64_t b0 = min(p.count, static_cast<uint64_t>(d) * p.block);
-        const uint64_t b1 = min(p.count, b0 + p.block);
+        const uint32_t k = piece_of(p, c);
+        uint64_t pbegin, pn;
+        piece_range(p, d, k, &pbegin, &pn);
         chunk_range(p, d, c, &begin, &n);
-        net_stage_part(p, static_cast<uint32_t>(d), chunks, reinterpret_cast<const uint8_t*>(x + begin),
-                       n * esize, static_cast<uint64_t>(d) * p.net_block + (begin - b0) * esize,
-                       static_cast<uint64_t>(d) * p.net_block, (b1 - b0) * esize, net_remote_off(p, e, 0), d,
-                       net_data_slot(rank), e);
+        const uint64_t area = static_cast<uint64_t>(d) * p.net_block;
+        net_stage_part(p, stage_counter(static_cast<uint32_t>(d), k), piece_parts(p, k),
+                       reinterpret_cast<const uint8_t*>(x + begin), n * esize, area + (begin - b0) * esize,
+                       area + (pbegin - b0) * esize, pn * esize, net_remote_off(p, e, 0) + (pbegin - b0) * esize,
+                       d, net_data_slot(rank, k), e);
       } else if (c == 0) {  // another node: the whole block through the inter-node path
         const uint64_t b0 = static_cast<uint64_t>(d) * p.block;
         const uint64_t b1 = min(p.count, b0 + p.block);
         net_send(p, reinterpret_cast<const uint8_t*>(x + min(b0, b1)), (b1 - min(b0, b1)) * sizeof(T),
                  static_cast<uint64_t>(d) * p.net_block, net_remote_off(p, e, 0), d,
-                 net_data_slot(rank), e);
+                 net_data_slot(rank, 0), e);
       }
     } else if (i < stage_items + chunks) {  // reduce chunk c of the own block
       const uint32_t c = i - stage_items;
@@ -481,9 +513,9 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
             comm::wait_geq(g, g.flags[rank] + stage_slot(src, c), e,
                            comm::WaitSite{p.op, comm::kWaitPeerFlag, src, static_cast<int32_t>(c)});
           } else {
-            comm::wait_geq(g.net.arrival + net_data_slot(src), e, net_timeout(p, src), g.diag, g.group_id,
-                           rank, comm::WaitSite{p.op, comm::kWaitNetArrival, src,
-                                                static_cast<int32_t>(net_data_slot(src))});
+            const uint32_t slot = net_data_slot(src, piece_of(p, c));
+            comm::wait_geq(g.net.arrival + slot, e, net_timeout(p, src), g.diag, g.group_id, rank,
+                           comm::WaitSite{p.op, comm::kWaitNetArrival, src, static_cast<int32_t>(slot)});
           }
         }
       }
@@ -495,11 +527,14 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
           // This chunk of the reduced block, staged for the other nodes (the CTA's writes of
           // out are visible to it after cta_release's barrier).
           const uint64_t b0 = min(p.count, static_cast<uint64_t>(rank) * p.block);
-          const uint64_t b1 = min(p.count, b0 + p.block);
-          net_stage_part(p, kReducedCounter, chunks, reinterpret_cast<const uint8_t*>(out + begin), n * esize,
-                         static_cast<uint64_t>(world) * p.net_block + (begin - b0) * esize,
-                         static_cast<uint64_t>(world) * p.net_block, (b1 - b0) * esize,
-                         net_remote_off(p, e, 1), -1, net_reduced_slot(rank), e);
+          const uint32_t k = piece_of(p, c);
+          uint64_t pbegin, pn;
+          piece_range(p, rank, k, &pbegin, &pn);
+          const uint64_t area = static_cast<uint64_t>(world) * p.net_block;
+          net_stage_part(p, stage_counter(kReducedDest, k), piece_parts(p, k),
+                         reinterpret_cast<const uint8_t*>(out + begin), n * esize, area + (begin - b0) * esize,
+                         area + (pbegin - b0) * esize, pn * esize,
+                         net_remote_off(p, e, 1) + (pbegin - b0) * esize, -1, net_reduced_slot(rank, k), e);
         } else if (p.remote > 0 && threadIdx.x == 0) {
           comm::signal(g, rank, reduced_slot(rank, c), e);
         }
@@ -520,7 +555,7 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
       const uint64_t b1 = min(p.count, b0 + p.block);
       net_send(p, reinterpret_cast<const uint8_t*>(out + b0), (b1 - b0) * sizeof(T),
                static_cast<uint64_t>(world) * p.net_block, net_remote_off(p, e, 1), -1,
-               net_reduced_slot(rank), e);
+               net_reduced_slot(rank, 0), e);
     } else {  // all_reduce: a peer's reduced block into the output
       const uint32_t k = i - gather_base;
       const int src = (rank + 1 + static_cast<int>(k / chunks)) % world;
@@ -532,7 +567,7 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
                  static_cast<int32_t>(c), derived_timeout(g));
         from = reinterpret_cast<const uint8_t*>(reinterpret_cast<const T*>(g.data[src]) + begin);
       } else {
-        net_cta_wait(p, src, net_reduced_slot(src), e, derived_timeout(g));
+        net_cta_wait(p, src, net_reduced_slot(src, piece_of(p, c)), e, derived_timeout(g));
         from = recv + (static_cast<uint64_t>(world) + src) * p.net_block +
                (begin - static_cast<uint64_t>(src) * p.block) * sizeof(T);
       }
@@ -706,13 +741,19 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
   if (remote > 0) {
     const NetBytes nb = net_bytes_for(kind, a.dtype, a.count, g.world);
     if (g.net.send_bytes < nb.send || g.net.recv_bytes < nb.recv ||
-        g.net.arrival_slots < 2 * comm::kMaxRanks) {
+        g.net.arrival_slots < kNetSlots) {
       if (reason) *reason = "the group's inter-node areas are smaller than the call needs";
       return cudaErrorInvalidValue;
     }
   }
   p.chunk = chunk_elems(std::max<uint64_t>(p.block, 1), esize);
   p.chunks = chunk_count(p.block, p.chunk);
+  // Pieces: up to kNetPieces, each >= kMinPieceBytes, whole chunks; one with whole staging.
+  uint64_t pieces = 1;
+  if (p.parallel_stage) {
+    pieces = std::clamp<uint64_t>(p.block * esize / kMinPieceBytes, 1, std::min<uint64_t>(kNetPieces, p.chunks));
+  }
+  p.piece_chunks = static_cast<uint32_t>((p.chunks + pieces - 1) / pieces);
   switch (kind) {
     case Kind::kAllGather:
       items = p.chunks * (1 + world);
