@@ -49,11 +49,9 @@ def summary(xs_ns: list[float]) -> dict:
             "p99_us": pct(xs_ns, 0.99) / 1e3, "mean_us": statistics.fmean(xs_ns) / 1e3, "n": len(xs_ns)}
 
 
-def gpu_path(ctx, args, polls: int = 0, latency_only: bool = False) -> dict:
-    """The GPU-driven path; returns rank 0's summary ({} on other ranks). polls: arrival-flag
-    loads each wait keeps in flight (0: the default of net_wait; 1: one at a time)."""
-    data, rounds, bulk = (0, 0, 0) if latency_only else (args.data, args.rounds, args.bulk)
-    out = torch.ops.mkernel._net_pingpong(ctx.handle, args.iters, data, rounds, bulk, args.net, False, -1, polls)
+def gpu_path(ctx, args) -> dict:
+    """The GPU-driven path; returns rank 0's summary ({} on other ranks)."""
+    out = torch.ops.mkernel._net_pingpong(ctx.handle, args.iters, args.data, args.rounds, args.bulk, args.net)
     rows = [None] * ctx.world_size
     dist.all_gather_object(rows, out.tolist())
     if ctx.rank != 0:
@@ -66,12 +64,9 @@ def gpu_path(ctx, args, polls: int = 0, latency_only: bool = False) -> dict:
     skip = min(iters // 10, 100)  # warm-up: first pushes fault in the mappings
     one_way = [t_arrive[i] - t_push[i] for i in range(skip, iters)]
     half_rtt = [(t_pong[i] - t_push[i]) / 2 for i in range(skip, iters)]
-    if latency_only:
-        return {"polls": polls, "one_way": summary(one_way), "half_round_trip": summary(half_rtt)}
     bulk_s = (a[5] - a[4]) / 1e9
     data_s = (a[2] - a[1]) / 1e9
     return {
-        "polls": polls,
         "one_way": summary(one_way),
         "half_round_trip": summary(half_rtt),
         "integrity": {"rounds": args.rounds, "bytes_per_round": args.data,
@@ -155,7 +150,6 @@ def main() -> int:
         raise SystemExit("bench_netpath: run it as 2 ranks in 2 emulated nodes "
                          "(python -m mkernel launch --world 2 --nodes 2 --mps ...)")
     gpu = gpu_path(ctx, args)
-    gpu_one_load = gpu_path(ctx, args, polls=1, latency_only=True)  # the wait without staggered loads
     host = host_path(ctx, args)
     if rank == 0:
         payload = {
@@ -163,7 +157,7 @@ def main() -> int:
             "mps": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
             "net": args.net, "config": vars(args),
             "emulate": os.environ.get("MKERNEL_NET_EMULATE", ""),
-            "gpu_driven": gpu, "gpu_driven_one_load_in_flight": gpu_one_load, "host_driven_baseline": host,
+            "gpu_driven": gpu, "host_driven_baseline": host,
             "ratio_bulk_gpu_over_host": (gpu["bulk"]["GBps"] / host["bulk"]["GBps"]
                                          if gpu["bulk"]["GBps"] and host["bulk"]["GBps"] else None),
             "target_one_way_p50_us": 3.0,
@@ -179,9 +173,6 @@ def main() -> int:
               f"{'GPU memory' if gpu['gpu_memory'] else 'host staging'})")
         print(f"  GPU enqueue -> remote flag, one way: p50 {ow['p50_us']:.2f} us  p90 {ow['p90_us']:.2f}  "
               f"p99 {ow['p99_us']:.2f}   (half RTT p50 {hr['p50_us']:.2f} us; target p50 <= 3 us)")
-        o1 = gpu_one_load["one_way"]
-        print(f"  same, the waits keeping one flag load in flight: p50 {o1['p50_us']:.2f} us  "
-              f"p90 {o1['p90_us']:.2f}  p99 {o1['p99_us']:.2f}")
         print(f"  integrity: {args.rounds} x {args.data / MIB:.1f} MiB both ways: "
               f"{'ok' if gpu['integrity']['ok'] else 'CORRUPT'}")
         print(f"  throughput GPU-driven {gpu['bulk']['GBps']:.2f} GB/s vs host-driven {host['bulk']['GBps']:.2f} GB/s "

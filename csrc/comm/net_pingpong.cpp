@@ -6,8 +6,7 @@
 // and closes the path. MKERNEL_OP_TIMEOUT (seconds, default 60) bounds every wait. regrow: run
 // the kernel, grow the path (NetPath::ensure: a collective re-creation), run it again.
 // stop_after >= 0 (fault test, on one rank): that rank's kernel stops after so many ping-pongs;
-// its peer's kernel must time out (MKERNEL_OP_TIMEOUT) and this op raise naming the rank. polls: loads
-// of an arrival flag each wait keeps in flight (1 or 4; 0: net_wait's default). Returns an int64 CPU tensor:
+// its peer's kernel must time out (MKERNEL_OP_TIMEOUT) and this op raise naming the rank. Returns an int64 CPU tensor:
 //   [0] 16-byte words that arrived wrong (0 = intact), [1] [2] %globaltimer at the start and end
 //   of the data phase, [3] 1 when the buffers were GPU memory registered with the NIC (0: host
 //   staging), [4] [5] the bulk phase's stamps (initiator), then per iteration i: [6 + 2i]
@@ -87,9 +86,8 @@ class MappedDiagnostic {
 };
 
 at::Tensor net_pingpong(int64_t group, int64_t iters, int64_t data_bytes, int64_t rounds, int64_t bulk_rounds,
-                       c10::string_view net, bool regrow, int64_t stop_after, int64_t polls) {
+                       c10::string_view net, bool regrow, int64_t stop_after) {
   TORCH_CHECK(core_bound(), kOp, ": the mkernel core is not loaded: import mkernel and call mkernel.init()");
-  TORCH_CHECK_VALUE(polls == 0 || polls == 1 || polls == 4, kOp, ": polls must be 0 (default), 1 or 4, got ", polls);
   TORCH_CHECK_VALUE(iters >= 0 && rounds >= 0 && bulk_rounds >= 0 && data_bytes >= 0 && data_bytes % 16 == 0,
                     kOp, ": iters, rounds, bulk_rounds >= 0 and data_bytes a multiple of 16 >= 0, got ", iters,
                     ", ", rounds, ", ", bulk_rounds, ", ", data_bytes);
@@ -137,7 +135,6 @@ at::Tensor net_pingpong(int64_t group, int64_t iters, int64_t data_bytes, int64_
   p.bulk_rounds = data_bytes > 0 ? static_cast<int>(bulk_rounds) : 0;
   p.bulk_ns = reinterpret_cast<uint64_t*>(misc.data_ptr<int64_t>() + 3);
   p.stop_after = static_cast<int>(std::max<int64_t>(-1, stop_after));
-  p.polls = static_cast<int>(polls);
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(cfg.device).stream();
   auto run = [&] {
@@ -176,7 +173,7 @@ at::Tensor net_pingpong(int64_t group, int64_t iters, int64_t data_bytes, int64_
 TORCH_LIBRARY_FRAGMENT(mkernel, m) {
   m.def(
       "_net_pingpong(int group, int iters, int data_bytes, int rounds, int bulk_rounds=0, "
-      "str net=\"loopback\", bool regrow=False, int stop_after=-1, int polls=0) -> Tensor");
+      "str net=\"loopback\", bool regrow=False, int stop_after=-1) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mkernel, CompositeExplicitAutograd, m) { m.impl("_net_pingpong", &net_pingpong); }

@@ -329,13 +329,20 @@ __device__ __forceinline__ uint64_t net_timeout(const Params& p, int src) {
   return (p.shared_node >> src) & 1u ? derived_timeout(p.g) : p.g.timeout_ns;
 }
 
+// Rank src's inter-node arrival flag `slot` holds e (one thread; a proxy failure traps at once,
+// naming the peer the proxy lost).
+__device__ __forceinline__ void net_arrival_wait(const Params& p, int src, uint32_t slot, uint64_t e,
+                                                 uint64_t timeout_ns) {
+#if MKERNEL_NET_COLLECTIVES
+  comm::net_wait_arrival(p.g, p.g.net.arrival + slot, e, timeout_ns, src,
+                         comm::WaitSite{p.op, comm::kWaitNetArrival, src, static_cast<int32_t>(slot)});
+#endif
+}
+
 // Waits (thread 0, then the CTA) until rank src's inter-node arrival flag `slot` holds e.
 __device__ __forceinline__ void net_cta_wait(const Params& p, int src, uint32_t slot, uint64_t e,
                                              uint64_t timeout_ns) {
-  if (threadIdx.x == 0) {
-    comm::wait_geq(p.g.net.arrival + slot, e, timeout_ns, p.g.diag, p.g.group_id, p.g.rank,
-                   comm::WaitSite{p.op, comm::kWaitNetArrival, src, static_cast<int32_t>(slot)});
-  }
+  if (threadIdx.x == 0) net_arrival_wait(p, src, slot, e, timeout_ns);
   __syncthreads();
 }
 
@@ -513,9 +520,7 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
             comm::wait_geq(g, g.flags[rank] + stage_slot(src, c), e,
                            comm::WaitSite{p.op, comm::kWaitPeerFlag, src, static_cast<int32_t>(c)});
           } else {
-            const uint32_t slot = net_data_slot(src, piece_of(p, c));
-            comm::wait_geq(g.net.arrival + slot, e, net_timeout(p, src), g.diag, g.group_id, rank,
-                           comm::WaitSite{p.op, comm::kWaitNetArrival, src, static_cast<int32_t>(slot)});
+            net_arrival_wait(p, src, net_data_slot(src, piece_of(p, c)), e, net_timeout(p, src));
           }
         }
       }

@@ -66,22 +66,18 @@ __device__ __noinline__ [[noreturn]] void fail_wait(WaitDiagnostic* diag, int32_
 
 // Spins until *flag >= expected (acquire, system scope). Bounded by timeout_ns of %globaltimer;
 // on timeout records the site and traps. Returns the value seen.
-// kInFlight > 1 keeps that many acquire loads of the flag in flight, issued kPollStaggerNs apart
-// (a load's result is examined only when its turn comes again): for flags in HOST memory, where
-// one load is a PCIe round trip (~1 us), a lone poller notices a store up to a whole round trip
-// late; staggered loads cut that to about a stagger. Same loads, same acquire semantics.
-template <int kInFlight = 1>
+// abort_word (optional): a word some other agent sets non-zero when the wait can never complete
+// (the inter-node proxy's FIFO error: a lost peer). It is read together with every fourth poll
+// of the flag; once it is non-zero the wait returns the flag's value (< expected) at once and
+// the caller records why and traps (net_ops.cuh's net_wait_arrival).
 __device__ __forceinline__ uint64_t wait_geq(const uint64_t* flag, uint64_t expected,
                                              uint64_t timeout_ns, WaitDiagnostic* diag,
-                                             int32_t group, int32_t rank, WaitSite site);
+                                             int32_t group, int32_t rank, WaitSite site,
+                                             const uint32_t* abort_word = nullptr);
 
 // The same with the bound and the record taken from the group.
-template <int kInFlight = 1>
 __device__ __forceinline__ uint64_t wait_geq(const GroupDevice& g, const uint64_t* flag,
                                              uint64_t expected, WaitSite site);
-
-// Gap between the staggered loads of wait_geq<kInFlight > 1>.
-constexpr unsigned kPollStaggerNs = 200;
 
 // Release `value` into flag `slot` of intra-node peer `peer` (its IPC mapping; peer may be
 // g.rank). Orders every earlier store of this thread (and, being cumulative, those it has

@@ -35,48 +35,27 @@ __device__ __noinline__ [[noreturn]] inline void fail_wait(WaitDiagnostic* diag,
   __trap();
 }
 
-template <int kInFlight>
 __device__ __forceinline__ uint64_t wait_geq(const uint64_t* flag, uint64_t expected,
                                              uint64_t timeout_ns, WaitDiagnostic* diag,
-                                             int32_t group, int32_t rank, WaitSite site) {
-  static_assert(kInFlight >= 1 && kInFlight <= 8, "wait_geq: 1..8 loads in flight");
+                                             int32_t group, int32_t rank, WaitSite site,
+                                             const uint32_t* abort_word) {
   uint64_t seen = ld_acquire_sys(flag);
   if (seen >= expected) return seen;
   const uint64_t start = globaltimer_ns();
-  if constexpr (kInFlight == 1) {
-    for (;;) {
-      __nanosleep(32);
-      seen = ld_acquire_sys(flag);
-      if (seen >= expected) return seen;
-      const uint64_t elapsed = globaltimer_ns() - start;
-      if (elapsed > timeout_ns) fail_wait(diag, group, rank, flag, expected, seen, elapsed, site);
-    }
-  } else {
-    // v[k] is examined (the only point that waits for its load) one full turn after it was
-    // issued; the loads of the other slots are in flight meanwhile.
-    uint64_t v[kInFlight];
-#pragma unroll
-    for (int k = 0; k < kInFlight; ++k) {
-      v[k] = ld_acquire_sys(flag);
-      __nanosleep(kPollStaggerNs);
-    }
-    for (;;) {
-#pragma unroll
-      for (int k = 0; k < kInFlight; ++k) {
-        if (v[k] >= expected) return v[k];
-        v[k] = ld_acquire_sys(flag);
-        __nanosleep(kPollStaggerNs);
-      }
-      const uint64_t elapsed = globaltimer_ns() - start;
-      if (elapsed > timeout_ns) fail_wait(diag, group, rank, flag, expected, v[0], elapsed, site);
-    }
+  for (uint32_t i = 1;; ++i) {
+    __nanosleep(32);
+    // Both loads in flight at once: watching the abort word adds traffic, not latency.
+    const uint32_t abort = abort_word != nullptr && (i & 3) == 0 ? mk_fifo_ld_acquire_sys_u32(abort_word) : 0u;
+    seen = ld_acquire_sys(flag);
+    if (seen >= expected || abort != 0) return seen;
+    const uint64_t elapsed = globaltimer_ns() - start;
+    if (elapsed > timeout_ns) fail_wait(diag, group, rank, flag, expected, seen, elapsed, site);
   }
 }
 
-template <int kInFlight>
 __device__ __forceinline__ uint64_t wait_geq(const GroupDevice& g, const uint64_t* flag,
                                              uint64_t expected, WaitSite site) {
-  return wait_geq<kInFlight>(flag, expected, g.timeout_ns, g.diag, g.group_id, g.rank, site);
+  return wait_geq(flag, expected, g.timeout_ns, g.diag, g.group_id, g.rank, site);
 }
 
 __device__ __forceinline__ void signal(const GroupDevice& g, int peer, uint32_t slot,

@@ -20,7 +20,6 @@ __device__ __forceinline__ uint4 pattern(int src, int round, uint64_t word) {
   return make_uint4(x, x ^ 0x9e3779b9u, static_cast<uint32_t>(word), static_cast<uint32_t>(round * 64 + src));
 }
 
-template <int kPolls>
 __global__ void __launch_bounds__(kThreads, 1) net_pingpong_kernel(const NetPingPongParams p) {
   const GroupDevice& g = p.g;
   NetCursor cur;
@@ -31,11 +30,11 @@ __global__ void __launch_bounds__(kThreads, 1) net_pingpong_kernel(const NetPing
       if (p.initiator) {
         const uint64_t t0 = globaltimer_ns();
         net_put_signal(g, cur, p.peer, 0, 0, 0, NetPingPongSlot::kPing + g.rank, v, kOpNone);
-        net_wait<kPolls>(g, p.peer, NetPingPongSlot::kPing + p.peer, v, WaitSite{});
+        net_wait(g, p.peer, NetPingPongSlot::kPing + p.peer, v, WaitSite{});
         p.times[2 * (i - 1)] = t0;
         p.times[2 * (i - 1) + 1] = globaltimer_ns();
       } else {
-        net_wait<kPolls>(g, p.peer, NetPingPongSlot::kPing + p.peer, v, WaitSite{});
+        net_wait(g, p.peer, NetPingPongSlot::kPing + p.peer, v, WaitSite{});
         p.times[2 * (i - 1)] = globaltimer_ns();
         net_put_signal(g, cur, p.peer, 0, 0, 0, NetPingPongSlot::kPing + g.rank, v, kOpNone);
         p.times[2 * (i - 1) + 1] = 0;
@@ -59,14 +58,14 @@ __global__ void __launch_bounds__(kThreads, 1) net_pingpong_kernel(const NetPing
     __syncthreads();
     if (threadIdx.x == 0) {
       // The peer finished verifying the previous round before we overwrite its recv_area.
-      if (round > 1) net_wait<kPolls>(g, p.peer, NetPingPongSlot::kAck + p.peer, v - 1, WaitSite{});
+      if (round > 1) net_wait(g, p.peer, NetPingPongSlot::kAck + p.peer, v - 1, WaitSite{});
       for (uint64_t off = 0; off < p.data_bytes; off += p.chunk_bytes) {
         const uint64_t n = p.data_bytes - off < p.chunk_bytes ? p.data_bytes - off : p.chunk_bytes;
         last_ticket = off + n < p.data_bytes
                           ? net_put(g, cur, p.peer, off, off, n, kOpNone)
                           : net_put_signal(g, cur, p.peer, off, off, n, NetPingPongSlot::kData + g.rank, v, kOpNone);
       }
-      net_wait<kPolls>(g, p.peer, NetPingPongSlot::kData + p.peer, v, WaitSite{});
+      net_wait(g, p.peer, NetPingPongSlot::kData + p.peer, v, WaitSite{});
     }
     __syncthreads();
     for (uint64_t w = threadIdx.x; w < words; w += kThreads) {
@@ -93,11 +92,11 @@ __global__ void __launch_bounds__(kThreads, 1) net_pingpong_kernel(const NetPing
                                              p.seq_base + r, kOpNone);
         }
       }
-      net_wait<kPolls>(g, p.peer, NetPingPongSlot::kBulk + p.peer, p.seq_base + p.bulk_rounds, WaitSite{});
+      net_wait(g, p.peer, NetPingPongSlot::kBulk + p.peer, p.seq_base + p.bulk_rounds, WaitSite{});
       p.bulk_ns[1] = globaltimer_ns();
       net_wait_sent(g, last_ticket, p.peer, kOpNone);
     } else if (p.bulk_rounds > 0) {
-      net_wait<kPolls>(g, p.peer, NetPingPongSlot::kBulk + p.peer, p.seq_base + p.bulk_rounds, WaitSite{});
+      net_wait(g, p.peer, NetPingPongSlot::kBulk + p.peer, p.seq_base + p.bulk_rounds, WaitSite{});
       last_ticket = net_put_signal(g, cur, p.peer, 0, 0, 0, NetPingPongSlot::kBulk + g.rank,
                                    p.seq_base + p.bulk_rounds, kOpNone);
       net_wait_sent(g, last_ticket, p.peer, kOpNone);
@@ -108,14 +107,7 @@ __global__ void __launch_bounds__(kThreads, 1) net_pingpong_kernel(const NetPing
 }  // namespace
 
 cudaError_t launch_net_pingpong(const NetPingPongParams& p, cudaStream_t stream) {
-  const int polls = p.polls == 0 ? kNetWaitPolls : p.polls;
-  if (polls == 1) {
-    net_pingpong_kernel<1><<<1, kThreads, 0, stream>>>(p);
-  } else if (polls == 4) {
-    net_pingpong_kernel<4><<<1, kThreads, 0, stream>>>(p);
-  } else {
-    return cudaErrorInvalidValue;
-  }
+  net_pingpong_kernel<<<1, kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

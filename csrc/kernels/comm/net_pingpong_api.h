@@ -44,9 +44,6 @@ struct NetPingPongParams {
   // Fault test: >= 0 makes this rank stop after that many latency iterations and skip the
   // rest (its peer's next wait must time out, record the wait naming this rank, and trap).
   int stop_after = -1;
-  // Loads of the arrival flag the waits keep in flight (wait_geq<kInFlight>): 1 or 4 (both
-  // compiled; bench_netpath measures the two in one run). 0: net_wait's default.
-  int polls = 0;
 };
 
 // One CTA. Launched by both ranks; returns the launch error.
