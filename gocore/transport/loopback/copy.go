@@ -13,8 +13,8 @@ import (
 
 // Parallel copies. One thread copies host memory at ~10 GB/s, below a NIC (50 GB/s for
 // 400 Gb/s) and below what the GPU writes into host staging, so a large op is cut into
-// pieces that a few worker goroutines and the proxy thread copy together. Copies stay in
-// op order (one op at a time), so the ordering contract is that of a single copier.
+// pieces that a few worker goroutines and the proxy thread copy together, and the copies of
+// consecutive ops overlap unless their destinations do (progress): placement stays in order.
 const (
 	// ParallelCopyMin is the smallest op copied in pieces.
 	ParallelCopyMin = 512 << 10
@@ -54,7 +54,8 @@ func (pc piece) run() {
 	pc.left.Add(-1) // publishes the bytes to whoever loads left (the placing thread)
 }
 
-// split queues e's pieces for the workers; pieces the queue cannot take are copied here.
+// split queues e's pieces for the workers (the caller keeps the queue at most half full);
+// pieces the queue cannot take are copied here.
 func (t *Transport) split(e *shaped) {
 	n := len(e.src)
 	step := t.o.pieceBytes

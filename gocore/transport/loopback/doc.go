@@ -9,8 +9,9 @@
 //     a link of that rate, and an op is placed (data, signal, completion) its latency after
 //     its last byte left — emulated nodes are then communication-bound like real ones;
 //   - large ops (>= ParallelCopyMin) are copied in CopyPiece pieces by a few worker
-//     goroutines together with the polling thread (WithCopyWorkers, MKERNEL_NET_COPY_THREADS),
-//     one op at a time, so placement order is unchanged.
+//     goroutines together with the polling thread (WithCopyWorkers, MKERNEL_NET_COPY_THREADS);
+//     copies of consecutive ops overlap unless their destinations do, and ops are placed
+//     (signal, completion) strictly in order.
 //
 // A peer's death is noticed through a pidfd watched by one goroutine per transport; a peer's
 // clean Close through a state word in its control segment. Regions must be file-backed

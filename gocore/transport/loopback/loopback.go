@@ -132,7 +132,6 @@ type shaped struct {
 	due      int64
 	src, dst []byte
 	flag     *uint64
-	started  bool
 	left     atomic.Int32 // pieces not yet copied
 }
 
@@ -159,8 +158,8 @@ type Transport struct {
 	checkedErr bool
 
 	// In-order queue (shaping, parallel copies): a ring of preallocated entries; entries
-	// [qHead, qCopy) are copied, [qCopy, qTail) not yet (copies run one op at a time, in
-	// order). linkFree is when the emulated link finishes sending what was posted.
+	// [qHead, qCopy) have their copies started (done once left is 0), [qCopy, qTail) not yet.
+	// linkFree is when the emulated link finishes sending what was posted.
 	q                   []shaped
 	qHead, qCopy, qTail uint64
 	linkFree            int64
@@ -580,7 +579,8 @@ func (t *Transport) Post(ops []transport.Op) (int, error) {
 			continue
 		}
 		e := &t.q[t.qTail%uint64(len(t.q))]
-		e.op, e.src, e.dst, e.flag, e.started = *op, src, dst, flag, false
+		e.op, e.src, e.dst, e.flag = *op, src, dst, flag
+		e.left.Store(1) // not copied yet
 		e.due = t.nanotime() + t.shapeDelay(op.Len)
 		t.qTail++
 	}
@@ -609,38 +609,43 @@ func (t *Transport) parallel(n uint64) bool {
 	return t.o.workers > 0 && n >= ParallelCopyMin && n > uint64(t.o.pieceBytes)
 }
 
-// progress advances the in-order queue: copies the next ops (one at a time, large ones in
-// pieces shared with the workers; this thread takes one piece per call so that Poll stays
-// short), then places every copied op whose time has come, in order.
+// maxCopyWindow bounds the queued ops whose copies may run at once (and the overlap scan).
+const maxCopyWindow = 64
+
+// progress advances the in-order queue. Copies start in order, several at once: a large op is
+// cut into pieces for the workers (this thread runs one piece per call, so Poll stays short), a
+// small one is copied here — unless its destination overlaps an op still being copied, which
+// must land first (non-overlapping writes commute, so the bytes end up as if copied in order).
+// Ops are then placed (signal, completion) strictly in order, each once copied and due: a
+// signal still covers every earlier op.
 func (t *Transport) progress() {
-	for t.qCopy < t.qTail {
+	if t.work != nil {
+		select {
+		case pc := <-t.work:
+			pc.run()
+		default:
+		}
+	}
+	for t.qCopy < t.qTail && t.qCopy-t.qHead < maxCopyWindow {
 		e := &t.q[t.qCopy%uint64(len(t.q))]
-		if !e.started {
-			e.started = true
-			if !t.parallel(e.op.Len) {
-				copy(e.dst, e.src)
-				e.left.Store(0)
-				t.qCopy++
-				continue
+		if len(e.dst) > 0 && t.overlapsCopying(e.dst) {
+			break
+		}
+		if t.parallel(e.op.Len) {
+			if len(t.work) > maxPieces/2 {
+				break // the workers have plenty queued
 			}
 			t.split(e)
-		}
-		if e.left.Load() > 0 {
-			select {
-			case pc := <-t.work:
-				pc.run()
-			default:
-			}
-			if e.left.Load() > 0 {
-				break
-			}
+		} else {
+			copy(e.dst, e.src)
+			e.left.Store(0)
 		}
 		t.qCopy++
 	}
 	now := t.nanotime()
 	for t.qHead < t.qCopy {
 		e := &t.q[t.qHead%uint64(len(t.q))]
-		if e.due > now {
+		if e.left.Load() > 0 || e.due > now {
 			break
 		}
 		if e.flag != nil {
@@ -651,6 +656,23 @@ func (t *Transport) progress() {
 		e.src, e.dst, e.flag = nil, nil, nil
 		t.qHead++
 	}
+}
+
+// overlapsCopying reports whether dst overlaps the destination of a started, unfinished copy.
+func (t *Transport) overlapsCopying(dst []byte) bool {
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(dst)))
+	hi := lo + uintptr(len(dst))
+	for i := t.qHead; i < t.qCopy; i++ {
+		f := &t.q[i%uint64(len(t.q))]
+		if len(f.dst) == 0 || f.left.Load() == 0 {
+			continue
+		}
+		flo := uintptr(unsafe.Pointer(unsafe.SliceData(f.dst)))
+		if lo < flo+uintptr(len(f.dst)) && flo < hi {
+			return true
+		}
+	}
+	return false
 }
 
 // Poll implements transport.Transport.
