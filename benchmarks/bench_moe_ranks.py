@@ -8,7 +8,10 @@ of the SMs), side by side in one run per shape:
   the rows, ``torch._grouped_mm``; combine as ``mkernel.all_gather`` of the expert outputs,
   ``index_select`` by route and the fp32 weighted sum;
 * ``compute``: ``torch._grouped_mm`` alone on this rank's received rows already in place, at
-  the same MPS share (the ceiling: no routing, no communication).
+  the same MPS share (the ceiling: no routing, no communication);
+* ``engine_gemm``: mkernel's grouped GEMM alone on the dispatch's output layout (the static
+  row bound, rows past the counts skipped): ``mkernel_dispatch_gemm - engine_gemm`` is what
+  the routing and the dispatch kernel cost.
 
 Timing: CUDA events, a GPU-side barrier (tiny all_reduce) before each sample, median of
 --iters samples, max over ranks. TFLOP/s count the routed rows' GEMM of the slowest rank;
@@ -65,11 +68,13 @@ def rank_main() -> None:
         res = mkernel.moe_dispatch_gemm(x, idx, w1, num_experts=e, group=ctx)
         rows_out = res.out.shape[0]
         rows = int(res.counts.sum())
-        recv = mkernel.moe_dispatch_gemm(x, idx, w1, num_experts=e, return_recv=True,
-                                         group=ctx).recv_x[:rows].contiguous()
+        recv_full = mkernel.moe_dispatch_gemm(x, idx, w1, num_experts=e, return_recv=True,
+                                              group=ctx).recv_x
+        recv = recv_full[:rows].contiguous()
+        offs = res.offs
+        plan = torch.ops.mkernel.gemm_grouped_plan(recv_full, w1, offs)
         y = torch.randn(rows_out, h, device="cuda", dtype=dt, generator=gen)
         route = res.handle.route
-        offs = res.offs
 
         def unfused_dispatch():
             xa = mkernel.all_gather(x, group=ctx)
@@ -101,6 +106,7 @@ def rank_main() -> None:
                                                                        group=ctx),
             "unfused_dispatch_gemm": unfused_dispatch,
             "compute_grouped_mm": lambda: torch._grouped_mm(recv, w1_t, offs=offs),
+            "engine_gemm": lambda: mkernel.gemm_grouped(recv_full, w1, offs=offs),
             "mkernel_combine": lambda: mkernel.moe_combine(y, res.handle, w, group=ctx),
             "unfused_combine": unfused_combine,
         }
@@ -125,7 +131,7 @@ def rank_main() -> None:
         dests.scatter_(1, idx // el, True)
         dests[:, rank] = False
         sent = int(dests.sum()) * h * 2
-        mine = dict(med=med, rows=rows, sent=sent, err_d=err_d, err_c=err_c)
+        mine = dict(med=med, rows=rows, sent=sent, err_d=err_d, err_c=err_c, plan=plan)
         every = [None] * world
         dist.all_gather_object(every, mine)
         if rank == 0:
@@ -133,14 +139,18 @@ def rank_main() -> None:
             flops = 2.0 * max(m["rows"] for m in every) * h * f
             row = dict(s, world=world, tokens_per_rank=t, rows_out_bound=rows_out,
                        rows_per_rank=[m["rows"] for m in every],
+                       engine_plan=[m["plan"] for m in every],
                        rel_err_vs_unfused_dispatch=max(m["err_d"] for m in every),
                        rel_err_vs_unfused_combine=max(m["err_c"] for m in every))
             for n in cands:
                 row[n] = {"median_ms": worst[n], "per_rank_ms": [m["med"][n] for m in every]}
-                if "dispatch" in n or "compute" in n:
+                if "dispatch" in n or "compute" in n or "gemm" in n:
                     row[n]["tflops_per_rank"] = flops / worst[n] / 1e9
             row["dispatch_ratio_vs_unfused"] = worst["unfused_dispatch_gemm"] / worst["mkernel_dispatch_gemm"]
             row["dispatch_ratio_vs_compute"] = worst["compute_grouped_mm"] / worst["mkernel_dispatch_gemm"]
+            # Per rank, then the worst: the routing + dispatch kernel's share of the fused op.
+            row["dispatch_overhead_ms"] = max(m["med"]["mkernel_dispatch_gemm"] - m["med"]["engine_gemm"]
+                                              for m in every)
             row["combine_ratio_vs_unfused"] = worst["unfused_combine"] / worst["mkernel_combine"]
             row["combine_gbs_per_rank"] = max(m["sent"] for m in every) / (worst["mkernel_combine"] * 1e-3) / 1e9
             print("RESULT " + json.dumps(row), flush=True)
@@ -166,7 +176,7 @@ rank_main()
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--world", type=int, default=2)
-    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--iters", type=int, default=20)
     args = ap.parse_args()
 
     from common import commit, device_info, start_mps, write_result  # noqa: E402
@@ -189,7 +199,8 @@ def main() -> None:
         print(f"{row['name']} W={row['world']}: dispatch+gemm {row['mkernel_dispatch_gemm']['median_ms']:.3f} ms "
               f"({row['mkernel_dispatch_gemm']['tflops_per_rank']:.0f} TF/s/rank; "
               f"{row['dispatch_ratio_vs_unfused']:.2f}x unfused, {row['dispatch_ratio_vs_compute']:.2f}x compute "
-              f"alone); combine {row['mkernel_combine']['median_ms']:.3f} ms ({row['combine_ratio_vs_unfused']:.2f}x "
+              f"alone; routing+dispatch {row['dispatch_overhead_ms']:.3f} ms over the engine GEMM alone "
+              f"{row['engine_gemm']['median_ms']:.3f} ms); combine {row['mkernel_combine']['median_ms']:.3f} ms ({row['combine_ratio_vs_unfused']:.2f}x "
               f"unfused, {row['combine_gbs_per_rank']:.0f} GB/s/rank); err {row['rel_err_vs_unfused_dispatch']:.1e}/"
               f"{row['rel_err_vs_unfused_combine']:.1e}", flush=True)
     path = write_result("moe_ranks", {"bench": "moe_ranks", "commit": commit(), "device": device_info(),
