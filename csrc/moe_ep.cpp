@@ -37,6 +37,18 @@ int64_t max_tokens(const char* op, int64_t group, int64_t tokens) {
   return m;
 }
 
+}  // namespace
+
+int64_t token_bound(const char* op, int64_t group, int64_t tokens) {
+  const int64_t reserved = reserved_tokens(group);
+  TORCH_CHECK_VALUE(reserved == 0 || tokens <= reserved, op, ": this rank has ", tokens,
+                    " tokens, more than the ", reserved,
+                    " the group reserved (mkernel.moe.reserve_tokens)");
+  return reserved > 0 ? reserved : max_tokens(op, group, tokens);
+}
+
+namespace {
+
 void check_launch(const char* op, cudaError_t err, const char* reason,
                   const comm::SymmetricGroup& g) {
   if (err == cudaSuccess) return;

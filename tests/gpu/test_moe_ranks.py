@@ -7,7 +7,10 @@
   memory), and bit-identical repeated calls;
 * CUDA-graph capture and replay with changed inputs (tests/gpu/moe_ranks.py).
 
-The backward passes run on the same substrate (the gather and scatter kernels)."""
+The backward passes run on the same substrate (the gather and scatter kernels). Over two
+emulated nodes the same checks and the graph replay run the several-node path (csrc/moe_nodes.h:
+the rows through the substrate's all_gather, whose other-node blocks go FIFO -> Go proxy ->
+transport)."""
 
 from __future__ import annotations
 
@@ -43,3 +46,15 @@ def test_moe_cuda_graph_replay(mps, world):
                                  MKERNEL_OP_TIMEOUT="15"))
     cases = check_ranks(res)
     assert len(cases) == world * 4, len(cases)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_moe_cuda_across_emulated_nodes(mps, world):
+    """Two emulated nodes: values, routes, counts and gradients against the float64 reference,
+    bit-identical repeats, and graph replay (with and without reserve_tokens)."""
+    res = run_ranks(RANK_MAIN, world, nodes=2, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="20"))
+    cases = check_ranks(res)
+    assert len(cases) == world * (8 + 4), len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
