@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gpu.conftest import ROOT, check_ranks, needs_gpu, rank_env
+from tests.gpu.conftest import ROOT, check_ranks, needs_gpu, rank_env, records
 from tests.launch import run_ranks
 
 pytestmark = needs_gpu
@@ -29,7 +29,7 @@ main()
 """
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [2, 4, 8])
 def test_moe_cuda_ranks_match_reference(mps, world):
     res = run_ranks(RANK_MAIN, world, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="matrix,repeat", TEST_DEVICE="cuda",
@@ -58,3 +58,25 @@ def test_moe_cuda_across_emulated_nodes(mps, world):
     cases = check_ranks(res)
     assert len(cases) == world * (8 + 4), len(cases)
     assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+
+def test_moe_killed_rank_fails_the_others_within_the_timeout(mps):
+    """The last rank dies in the middle of a dispatch: the survivor raises within the op timeout
+    (+ slack), and its wait record (if its own wait expired first: under MPS the first trap ends
+    every client) names the dead rank."""
+    world, timeout_s = 2, 5
+    res = run_ranks(RANK_MAIN, world, timeout=90,
+                    env=rank_env(mps, world, TEST_SUITE="kill", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT=str(timeout_s)))
+    victim = world - 1
+    for r in res:
+        if r.rank == victim:
+            assert r.returncode == -9, f"victim rc {r.returncode}\n{r.stderr[-3000:]}"
+            continue
+        assert r.returncode == 0, f"rank {r.rank}: rc={r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+        errs = records(r, "ERR")
+        assert errs, f"rank {r.rank} did not fail:\n{r.stdout[-2000:]}"
+        e = errs[0]
+        print(f"rank {r.rank}: {e}")
+        assert e["s"] < timeout_s + 30, e
+        assert e["record"] is not None and f"peer rank {victim}" in e["record"], e
