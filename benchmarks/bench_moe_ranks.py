@@ -34,8 +34,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-# Per-rank tokens; experts over the whole group.
+# Tokens over the whole group (per rank: tokens_total / W); experts over the whole group. The
+# seed's shapes ran 8192 and 131072 tokens over 8 GPUs: 1024 and 16384 tokens per rank, which at
+# W = 2 are the 2k and 32k rows below (the "scaled per rank").
 SHAPES = [  # cheapest first: a run cut short still reports the first ones
+    dict(name="seed_e256_top8_2k", experts=256, k=8, tokens_total=2048, h=7168, f=2048),
     dict(name="seed_e256_top8_8k", experts=256, k=8, tokens_total=8192, h=7168, f=2048),
     dict(name="mixtral_e8_top2_8k", experts=8, k=2, tokens_total=8192, h=4096, f=14336),
     dict(name="seed_e256_top8_32k", experts=256, k=8, tokens_total=32768, h=7168, f=2048),
