@@ -338,6 +338,25 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) dispatch_kernel(const Di
 
 // --- combine ---------------------------------------------------------------------------------
 
+// Whether layout row r came from this rank's own tokens: expert x's rows from this rank are
+// [lo[x], lo[x] + n[x]) (absolute rows; sources in rank order within each expert, so lo is
+// non-decreasing in x and the intervals are disjoint).
+__device__ __forceinline__ bool own_row(const int32_t* lo, const int32_t* n, int e_local,
+                                        int capacity, int64_t r) {
+  int x;
+  if (capacity > 0) {
+    x = static_cast<int>(r / capacity);
+  } else {  // the last expert whose own rows start at or before r
+    int a = 0, b = e_local;  // lo[a] <= r (or a == 0), lo[b] > r
+    while (b - a > 1) {
+      const int m = (a + b) / 2;
+      if (lo[m] <= r) a = m; else b = m;
+    }
+    x = a;
+  }
+  return r >= lo[x] && r < static_cast<int64_t>(lo[x]) + n[x];
+}
+
 template <class T> struct Elem;
 template <> struct Elem<float> {
   __device__ static float load(float v) { return v; }
@@ -371,6 +390,8 @@ struct CombineParams {
 template <class T, bool kGather>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) combine_kernel(const CombineParams p) {
   __shared__ int32_t s_count[kMaxExperts];
+  __shared__ int32_t s_own_lo[kMaxExperts];  // rows of expert x from this rank: [lo, lo + n)
+  __shared__ int32_t s_own_n[kMaxExperts];
   __shared__ CopyItem s_copy;
   __shared__ int64_t s_item;
   constexpr int kPer = 16 / sizeof(T);
@@ -389,9 +410,24 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) combine_kernel(const Com
   }
   __syncthreads();
   for (int x = threadIdx.x; x < El; x += kThreads) {
-    int32_t n = 0;
-    for (int s = 0; s < W; ++s) n += p.recv_counts[s * El + x];
+    int32_t n = 0, before = 0, own = 0;
+    for (int s = 0; s < W; ++s) {
+      const int32_t c = p.recv_counts[s * El + x];
+      before += s < me ? c : 0;
+      own = s == me ? c : own;
+      n += c;
+    }
     s_count[x] = n;
+    s_own_lo[x] = before;  // within the expert's rows (sources in order); made absolute below
+    s_own_n[x] = own;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t base = 0;
+    for (int x = 0; x < El; ++x) {
+      s_own_lo[x] += p.capacity > 0 ? x * p.capacity : base;
+      base += s_count[x];
+    }
   }
   __syncthreads();
   auto* stage = reinterpret_cast<uint4*>(g.data[me]);
@@ -402,8 +438,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) combine_kernel(const Com
     const int64_t item = claim_cta(g, kWorkSend, e, &s_item);
     if (item >= total) break;
     if (threadIdx.x < kRowsPerItem) {
+      // Only the rows peers read: this rank's own rows it reads from y itself (d == me below).
       const int64_t r = item * kRowsPerItem + threadIdx.x;
-      const bool live = r < rows && row_live(s_count, p.capacity, r);
+      const bool live = r < rows && row_live(s_count, p.capacity, r) &&
+                        !own_row(s_own_lo, s_own_n, El, p.capacity, r);
       s_copy.src[threadIdx.x] = live ? p.y + r * p.n16 : nullptr;
       s_copy.dst[threadIdx.x] = live ? stage + r * p.n16 : nullptr;
     }
