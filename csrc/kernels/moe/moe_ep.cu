@@ -247,6 +247,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) dispatch_kernel(const Di
           buf[i] = i < nt ? __ldg(p.x + (t0 + i) * p.n16 + v) : make_uint4(0, 0, 0, 0);
         }
         for (int d = 0; d < W; ++d) {
+          if (d == me) continue;  // own tokens: the expansion reads them from x
           uint4* area = reinterpret_cast<uint4*>(g.data[d] + p.lay.tokens) +
                         static_cast<int64_t>(me) * p.max_tokens * p.n16 + v;
 #pragma unroll
@@ -267,9 +268,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) dispatch_kernel(const Di
           const int32_t n = p.pos[i];
           const int64_t row = static_cast<int64_t>(s_start[x]) + n;
           if (n < s_keep[x] && row < p.rows_out) {
-            const int32_t u = p.slot[(i / p.k) * W + d];
-            reinterpret_cast<int32_t*>(g.data[d] + p.lay.row_map)[row] =
-                static_cast<int32_t>(me * p.max_tokens + u);
+            // A row from this rank's own token names the token itself (-1 - t): the
+            // expansion reads it from x (own tokens are not sent to this rank's area).
+            const int32_t slot = d == me ? -1 - static_cast<int32_t>(i / p.k)
+                                         : static_cast<int32_t>(me * p.max_tokens) +
+                                               p.slot[(i / p.k) * W + d];
+            reinterpret_cast<int32_t*>(g.data[d] + p.lay.row_map)[row] = slot;
             code = (static_cast<int64_t>(d) << 32) | row;
           }
         }
@@ -325,8 +329,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) dispatch_kernel(const Di
     if (threadIdx.x < kRowsPerItem) {
       const int64_t r = item * kRowsPerItem + threadIdx.x;
       const bool live = r < rows && row_live(s_count, p.capacity, r);
-      s_copy.src[threadIdx.x] = live ? area + static_cast<int64_t>(__ldcg(row_map + r)) * p.n16
-                                     : nullptr;
+      const int32_t q = live ? __ldcg(row_map + r) : 0;
+      s_copy.src[threadIdx.x] = !live ? nullptr
+                                : q < 0 ? p.x + static_cast<int64_t>(-1 - q) * p.n16
+                                        : area + static_cast<int64_t>(q) * p.n16;
       s_copy.dst[threadIdx.x] = live ? p.recv_x + r * p.n16 : nullptr;
     }
     __syncthreads();
