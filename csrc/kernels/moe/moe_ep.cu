@@ -48,12 +48,21 @@ constexpr uint64_t align256(uint64_t v) { return (v + 255) & ~uint64_t{255}; }
 
 // --- small helpers ---------------------------------------------------------------------------
 
-// Waits (thread 0) for flag `slot + s` >= e from every rank s, then releases the CTA.
+// The bound of a wait that follows this rank's entry barrier (its publisher's flags: kEntered,
+// kCounts): twice the op timeout, so that when a peer is gone the publisher's entry-barrier wait
+// expires first and its record names that peer (session 7 run 2: a CTA waiting for its own
+// publisher's counts timed out first and blamed this rank itself).
+__device__ __forceinline__ uint64_t after_entry_bound(const GroupDevice& g) {
+  return 2 * g.timeout_ns;
+}
+
+// Waits (thread 0) for flag `slot + s` >= e from every rank s, bounded by `bound_ns`, then
+// releases the CTA.
 __device__ __forceinline__ void wait_all_ranks(const GroupDevice& g, uint32_t slot, uint64_t e,
-                                               int32_t op) {
+                                               int32_t op, uint64_t bound_ns) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < g.world; ++s) {
-      comm::wait_geq(g, g.flags[g.rank] + slot + s, e,
+      comm::wait_geq(g.flags[g.rank] + slot + s, e, bound_ns, g.diag, g.group_id, g.rank,
                      comm::WaitSite{op, comm::kWaitPeerFlag, s, static_cast<int32_t>(slot + s)});
     }
   }
@@ -198,7 +207,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) dispatch_kernel(const Di
     }
   }
   // 2. Every rank's counts: this rank's rows at every owner, and the owners' layouts.
-  wait_all_ranks(g, kCounts, e, comm::kOpMoeDispatch);
+  wait_all_ranks(g, kCounts, e, comm::kOpMoeDispatch, after_entry_bound(g));
   const auto* table = reinterpret_cast<const int32_t*>(g.data[me] + p.lay.counts);
   for (int x = threadIdx.x; x < E; x += kThreads) {
     int32_t taken = 0, mine = 0, first = 0;
@@ -284,7 +293,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) dispatch_kernel(const Di
   }
 
   // 4. Receive: every rank's rows, expanded into the expert layout.
-  wait_all_ranks(g, kArrive, e, comm::kOpMoeDispatch);
+  wait_all_ranks(g, kArrive, e, comm::kOpMoeDispatch, g.timeout_ns);
   // Rows of each local expert, and where they start. Packed rows past rows_out (only reachable
   // with an expert id repeated in a token's top-k: W * max_T * min(k, E_local) bounds distinct
   // ids) were dropped by their sources (route -1): the counts leave them out too, so the GEMM
@@ -411,7 +420,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) combine_kernel(const Com
   }
   // Stage this rank's live rows into its own region (peers finished reading the last call's).
   if (threadIdx.x == 0) {
-    comm::wait_geq(g, g.flags[me] + kEntered, e,
+    comm::wait_geq(g.flags[me] + kEntered, e, after_entry_bound(g), g.diag, g.group_id, me,
                    comm::WaitSite{comm::kOpMoeCombine, comm::kWaitEntry, me, kEntered});
   }
   __syncthreads();
@@ -455,7 +464,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) combine_kernel(const Com
     copy_rows(s_copy, p.n16);
     item_done(g, total, kStaged, e);
   }
-  wait_all_ranks(g, kStaged, e, comm::kOpMoeCombine);
+  wait_all_ranks(g, kStaged, e, comm::kOpMoeCombine, g.timeout_ns);
 
   if constexpr (kGather) {
     // Each choice's row (zero when dropped), pulled from its owner.
@@ -555,7 +564,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) scatter_kernel(const Com
     comm::signal(g, me, kEntered, e);
   }
   if (threadIdx.x == 0) {
-    comm::wait_geq(g, g.flags[me] + kEntered, e,
+    comm::wait_geq(g.flags[me] + kEntered, e, after_entry_bound(g), g.diag, g.group_id, me,
                    comm::WaitSite{comm::kOpMoeCombine, comm::kWaitEntry, me, kEntered});
   }
   __syncthreads();
@@ -583,7 +592,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) scatter_kernel(const Com
     copy_rows(s_copy, p.n16);
     item_done(g, total, kArrive, e);
   }
-  wait_all_ranks(g, kArrive, e, comm::kOpMoeCombine);
+  wait_all_ranks(g, kArrive, e, comm::kOpMoeCombine, g.timeout_ns);
   for (int x = threadIdx.x; x < El; x += kThreads) {
     int32_t n = 0;
     for (int s = 0; s < W; ++s) n += p.recv_counts[s * El + x];
