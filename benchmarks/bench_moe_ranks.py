@@ -13,8 +13,11 @@ of the SMs), side by side in one run per shape:
   row bound, rows past the counts skipped): ``mkernel_dispatch_gemm - engine_gemm`` is what
   the routing and the dispatch kernel cost.
 
-Timing: CUDA events, a GPU-side barrier (tiny all_reduce) before each sample, median of
---iters samples, max over ranks. TFLOP/s count the routed rows' GEMM of the slowest rank;
+Timing: CUDA events, a GPU-side barrier (tiny all_reduce) before each sample; the headline is
+the median over samples of the slowest rank's time in that sample (every rank has to finish;
+under MPS the ranks' kernels share SMs unevenly, so one rank's own median can be 2x another's:
+session 7 run 2), with each rank's own median beside it. A profile of a few calls splits each
+op's GPU time by kernel (routing ATen kernels, the dispatch/combine kernel, the grouped GEMM). TFLOP/s count the routed rows' GEMM of the slowest rank;
 dispatch GB/s = bytes of token rows this rank sends to other ranks / time (DeepEP's yardstick;
 on one GPU every "link" is the GPU's own HBM). JSON under benchmarks/results/ (and $OUT).
 
@@ -58,7 +61,10 @@ def rank_main() -> None:
     iters = int(os.environ["BENCH_ITERS"])
     dt = torch.bfloat16
     gate = torch.zeros(world * 8, device="cuda", dtype=dt)
+    wanted = os.environ.get("BENCH_SHAPES", "")
     for s in SHAPES:
+        if wanted and s["name"] not in wanted.split(","):
+            continue
         e, k, h, f = s["experts"], s["k"], s["h"], s["f"]
         t, el = s["tokens_total"] // world, s["experts"] // world
         gen = torch.Generator(device="cuda").manual_seed(1000 + rank)
@@ -134,11 +140,15 @@ def rank_main() -> None:
         dests.scatter_(1, idx // el, True)
         dests[:, rank] = False
         sent = int(dests.sum()) * h * 2
-        mine = dict(med=med, rows=rows, sent=sent, err_d=err_d, err_c=err_c, plan=plan)
+        mine = dict(med=med, rows=rows, sent=sent, err_d=err_d, err_c=err_c, plan=plan,
+                    samples=times, profile=kernel_profile(cands))
         every = [None] * world
         dist.all_gather_object(every, mine)
         if rank == 0:
-            worst = {n: max(m["med"][n] for m in every) for n in cands}
+            # Per sample (aligned: every rank runs the same candidate after the same barrier),
+            # the slowest rank; then the median over samples.
+            worst = {n: statistics.median(max(m["samples"][n][i] for m in every)
+                                          for i in range(iters)) for n in cands}
             flops = 2.0 * max(m["rows"] for m in every) * h * f
             row = dict(s, world=world, tokens_per_rank=t, rows_out_bound=rows_out,
                        rows_per_rank=[m["rows"] for m in every],
@@ -149,11 +159,15 @@ def rank_main() -> None:
                 row[n] = {"median_ms": worst[n], "per_rank_ms": [m["med"][n] for m in every]}
                 if "dispatch" in n or "compute" in n or "gemm" in n:
                     row[n]["tflops_per_rank"] = flops / worst[n] / 1e9
+            row["kernel_ms_per_call"] = [m["profile"] for m in every]
             row["dispatch_ratio_vs_unfused"] = worst["unfused_dispatch_gemm"] / worst["mkernel_dispatch_gemm"]
             row["dispatch_ratio_vs_compute"] = worst["compute_grouped_mm"] / worst["mkernel_dispatch_gemm"]
             # Per rank, then the worst: the routing + dispatch kernel's share of the fused op.
             row["dispatch_overhead_ms"] = max(m["med"]["mkernel_dispatch_gemm"] - m["med"]["engine_gemm"]
                                               for m in every)
+            prof = [m["profile"].get("mkernel_dispatch_gemm", {}) for m in every]
+            row["dispatch_kernel_ms"] = max(p.get("dispatch kernel", 0.0) for p in prof)
+            row["routing_ms"] = max(p.get("routing (ATen)", 0.0) for p in prof)
             row["combine_ratio_vs_unfused"] = worst["unfused_combine"] / worst["mkernel_combine"]
             row["combine_gbs_per_rank"] = max(m["sent"] for m in every) / (worst["mkernel_combine"] * 1e-3) / 1e9
             print("RESULT " + json.dumps(row), flush=True)
@@ -168,6 +182,40 @@ def rank_main() -> None:
     dist.destroy_process_group()
 
 
+def kernel_profile(cands: dict, calls: int = 3) -> dict:
+    """GPU time per call of mkernel's two ops, by kernel kind, from torch.profiler (this rank):
+    {op: {"routing (ATen)" | "dispatch kernel" | "grouped GEMM" | "combine kernel": ms}}."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    out = {}
+    for name in ("mkernel_dispatch_gemm", "mkernel_combine"):
+        try:
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(calls):
+                    cands[name]()
+                torch.cuda.synchronize()
+            kinds: dict[str, float] = {}
+            for ev in prof.key_averages():
+                # Kernels only (an op's event also carries its kernels' time: counted twice).
+                if ev.device_type != DeviceType.CUDA:
+                    continue
+                us = ev.self_device_time_total
+                if not us:
+                    continue
+                k = ev.key.lower()
+                kind = ("dispatch kernel" if "dispatch_kernel" in k else
+                        "combine kernel" if "combine_kernel" in k else
+                        "grouped GEMM" if ("cutlass" in k or "gemm" in k or "sm90" in k) else
+                        "routing (ATen)")
+                kinds[kind] = kinds.get(kind, 0.0) + us / 1000.0 / calls
+            out[name] = kinds
+        except Exception as e:  # noqa: BLE001  (a profiler problem must not lose the timings)
+            out[name] = {"error": str(e)[:200]}
+    return out
+
+
 RANK_CODE = f"""
 import sys
 sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
@@ -180,6 +228,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
     args = ap.parse_args()
 
     from common import commit, device_info, start_mps, write_result  # noqa: E402
@@ -189,7 +238,7 @@ def main() -> None:
     try:
         res = run_ranks(RANK_CODE, args.world, timeout=600, env=dict(
             env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",
-            BENCH_ITERS=str(args.iters)))
+            BENCH_ITERS=str(args.iters), BENCH_SHAPES=args.shapes))
     finally:
         stop()
     rows = []
@@ -202,8 +251,8 @@ def main() -> None:
         print(f"{row['name']} W={row['world']}: dispatch+gemm {row['mkernel_dispatch_gemm']['median_ms']:.3f} ms "
               f"({row['mkernel_dispatch_gemm']['tflops_per_rank']:.0f} TF/s/rank; "
               f"{row['dispatch_ratio_vs_unfused']:.2f}x unfused, {row['dispatch_ratio_vs_compute']:.2f}x compute "
-              f"alone; routing+dispatch {row['dispatch_overhead_ms']:.3f} ms over the engine GEMM alone "
-              f"{row['engine_gemm']['median_ms']:.3f} ms); combine {row['mkernel_combine']['median_ms']:.3f} ms ({row['combine_ratio_vs_unfused']:.2f}x "
+              f"alone; engine GEMM alone {row['engine_gemm']['median_ms']:.3f} ms; profiled per call: "
+              f"routing {row['routing_ms']:.3f} ms, dispatch kernel {row['dispatch_kernel_ms']:.3f} ms); combine {row['mkernel_combine']['median_ms']:.3f} ms ({row['combine_ratio_vs_unfused']:.2f}x "
               f"unfused, {row['combine_gbs_per_rank']:.0f} GB/s/rank); err {row['rel_err_vs_unfused_dispatch']:.1e}/"
               f"{row['rel_err_vs_unfused_combine']:.1e}", flush=True)
     path = write_result("moe_ranks", {"bench": "moe_ranks", "commit": commit(), "device": device_info(),
