@@ -31,6 +31,7 @@ import json
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,6 +169,8 @@ def rank_main() -> None:
             prof = [m["profile"].get("mkernel_dispatch_gemm", {}) for m in every]
             row["dispatch_kernel_ms"] = max(p.get("dispatch kernel", 0.0) for p in prof)
             row["routing_ms"] = max(p.get("routing (ATen)", 0.0) for p in prof)
+            row["gemm_kernel_ms"] = max(p.get("grouped GEMM", 0.0) for p in prof)
+            row["host_issue_ms"] = max(p.get("host issue", 0.0) for p in prof)
             row["combine_ratio_vs_unfused"] = worst["unfused_combine"] / worst["mkernel_combine"]
             row["combine_gbs_per_rank"] = max(m["sent"] for m in every) / (worst["mkernel_combine"] * 1e-3) / 1e9
             print("RESULT " + json.dumps(row), flush=True)
@@ -183,36 +186,49 @@ def rank_main() -> None:
 
 
 def kernel_profile(cands: dict, calls: int = 3) -> dict:
-    """GPU time per call of mkernel's two ops, by kernel kind, from torch.profiler (this rank):
-    {op: {"routing (ATen)" | "dispatch kernel" | "grouped GEMM" | "combine kernel": ms}}."""
+    """GPU time per call of mkernel's two ops, by kernel kind, from torch.profiler (this rank),
+    and the host time to issue a call: {op: {"routing (ATen)" | "dispatch kernel" |
+    "grouped GEMM" | "combine kernel" | "host issue": ms}}."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     out = {}
     for name in ("mkernel_dispatch_gemm", "mkernel_combine"):
+        kinds: dict[str, float] = {}
+        # Every rank makes exactly `calls` calls whatever the profiler does (the ops are
+        # collectives: a rank skipping them would leave the others waiting).
+        prof = profile(activities=[ProfilerActivity.CUDA])
         try:
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(calls):
-                    cands[name]()
-                torch.cuda.synchronize()
-            kinds: dict[str, float] = {}
-            for ev in prof.key_averages():
-                # Kernels only (an op's event also carries its kernels' time: counted twice).
-                if ev.device_type != DeviceType.CUDA:
-                    continue
-                us = ev.self_device_time_total
-                if not us:
-                    continue
-                k = ev.key.lower()
-                kind = ("dispatch kernel" if "dispatch_kernel" in k else
-                        "combine kernel" if "combine_kernel" in k else
-                        "grouped GEMM" if ("cutlass" in k or "gemm" in k or "sm90" in k) else
-                        "routing (ATen)")
-                kinds[kind] = kinds.get(kind, 0.0) + us / 1000.0 / calls
-            out[name] = kinds
+            prof.__enter__()
         except Exception as e:  # noqa: BLE001  (a profiler problem must not lose the timings)
-            out[name] = {"error": str(e)[:200]}
+            prof, kinds["error"] = None, str(e)[:200]
+        for _ in range(calls):
+            cands[name]()
+        torch.cuda.synchronize()
+        if prof is not None:
+            try:
+                prof.__exit__(None, None, None)
+                for ev in prof.key_averages():
+                    # Kernels only (an op's event also carries its kernels' time: twice).
+                    if ev.device_type != DeviceType.CUDA or not ev.self_device_time_total:
+                        continue
+                    k = ev.key.lower()
+                    kind = ("dispatch kernel" if "dispatch_kernel" in k else
+                            "combine kernel" if "combine_kernel" in k else
+                            "grouped GEMM" if ("cutlass" in k or "gemm" in k or "sm90" in k) else
+                            "routing (ATen)")
+                    kinds[kind] = kinds.get(kind, 0.0) + ev.self_device_time_total / 1e3 / calls
+            except Exception as e:  # noqa: BLE001
+                kinds["error"] = str(e)[:200]
+        # Host time to issue one call (launches, no sync): a fixed cost the GPU waits for when
+        # the kernels are short.
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            cands[name]()
+        kinds["host issue"] = (time.perf_counter() - t0) * 1000.0 / calls
+        torch.cuda.synchronize()
+        out[name] = kinds
     return out
 
 
@@ -252,7 +268,8 @@ def main() -> None:
               f"({row['mkernel_dispatch_gemm']['tflops_per_rank']:.0f} TF/s/rank; "
               f"{row['dispatch_ratio_vs_unfused']:.2f}x unfused, {row['dispatch_ratio_vs_compute']:.2f}x compute "
               f"alone; engine GEMM alone {row['engine_gemm']['median_ms']:.3f} ms; profiled per call: "
-              f"routing {row['routing_ms']:.3f} ms, dispatch kernel {row['dispatch_kernel_ms']:.3f} ms); combine {row['mkernel_combine']['median_ms']:.3f} ms ({row['combine_ratio_vs_unfused']:.2f}x "
+              f"routing {row['routing_ms']:.3f} ms, dispatch kernel {row['dispatch_kernel_ms']:.3f} ms, GEMM "
+              f"{row['gemm_kernel_ms']:.3f} ms, host issue {row['host_issue_ms']:.3f} ms); combine {row['mkernel_combine']['median_ms']:.3f} ms ({row['combine_ratio_vs_unfused']:.2f}x "
               f"unfused, {row['combine_gbs_per_rank']:.0f} GB/s/rank); err {row['rel_err_vs_unfused_dispatch']:.1e}/"
               f"{row['rel_err_vs_unfused_combine']:.1e}", flush=True)
     path = write_result("moe_ranks", {"bench": "moe_ranks", "commit": commit(), "device": device_info(),
