@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gpu.conftest import ROOT, check_ranks, needs_gpu, rank_env, records
+from tests.gpu.conftest import ROOT, check_killed_rank, check_ranks, needs_gpu, rank_env
 from tests.launch import run_ranks
 
 pytestmark = needs_gpu
@@ -68,15 +68,6 @@ def test_moe_killed_rank_fails_the_others_within_the_timeout(mps):
     res = run_ranks(RANK_MAIN, world, timeout=90,
                     env=rank_env(mps, world, TEST_SUITE="kill", TEST_DEVICE="cuda",
                                  MKERNEL_OP_TIMEOUT=str(timeout_s)))
-    victim = world - 1
-    for r in res:
-        if r.rank == victim:
-            assert r.returncode == -9, f"victim rc {r.returncode}\n{r.stderr[-3000:]}"
-            continue
-        assert r.returncode == 0, f"rank {r.rank}: rc={r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
-        errs = records(r, "ERR")
-        assert errs, f"rank {r.rank} did not fail:\n{r.stdout[-2000:]}"
-        e = errs[0]
-        print(f"rank {r.rank}: {e}")
-        assert e["s"] < timeout_s + 30, e
-        assert e["record"] is not None and f"peer rank {victim}" in e["record"], e
+    # A lone survivor's own wait expires (no other rank can trap first): it must have a record.
+    errs = check_killed_rank(res, world - 1, timeout_s)
+    assert all(e["record"] is not None for e in errs), errs
