@@ -203,7 +203,8 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   paths.emplace_back([&] {
     engine_gemm(kOp, fused_glue::substrate_collective(kOp, "all_gather", x, group, world_size), w);
   });
-  const int path = fused_glue::choose_path(kOp, group, fused_glue::shape_key(x, w, world), paths);
+  const int path = fused_glue::choose_path(kOp, group, fused_glue::shape_key(x, w, world), paths,
+                                          2.0 * world * m * n * k);
   if (path + 1 == static_cast<int>(paths.size())) {
     return ag_gemm_unfused(x_in, w, group, world_size, return_gathered, nullptr);
   }

@@ -65,15 +65,18 @@ bool capturing();
 // Which of `paths` runs a call: paths[0 .. size-2] are the fused kernel in each candidate
 // config (candidate_configs order), paths.back() the unfused path (substrate collective +
 // engine GEMM); the same answer on every rank of the group. The first eager call of a shape
-// (`key`: op, dims, dtype) runs each on every rank (one warm-up and two timed calls, CUDA
-// events), all-gathers the timings over the group's session and keeps the path whose slowest
-// rank is fastest; the verdict is cached per process and an unfused verdict is logged once
-// (note_fallback). Inside CUDA-graph capture an unmeasured shape runs paths[0] (no timing can
-// happen there). MKERNEL_FUSED=off pins the unfused path, MKERNEL_FUSED=force the fastest fused
-// config (measured the same way), for measuring both sides (benchmarks/bench_fused.py) and
-// testing the kernels. The paths enqueue one call each on the current stream.
+// (`key`: op, dims, dtype) runs each on every rank (a warm-up call each, then 5 rounds that
+// time every path in a rotating order, `flops` setting the calls per sample: ~20 GFLOP, 2-16
+// calls), all-gathers the medians over the group's session and takes the slowest rank's figure
+// per path; the fastest fused config wins only if it beats the unfused path by more than 3%
+// (within the noise the unfused path is the safe side). The verdict is cached per process and
+// an unfused verdict is logged once (note_fallback). Inside CUDA-graph capture an unmeasured
+// shape runs paths[0] (no timing can happen there). MKERNEL_FUSED=off pins the unfused path,
+// MKERNEL_FUSED=force the fastest fused config (measured the same way), for measuring both
+// sides (benchmarks/bench_fused.py) and testing the kernels. The paths enqueue one call each
+// on the current stream.
 int choose_path(const char* op, int64_t group, const std::string& key,
-                const std::vector<std::function<void()>>& paths);
+                const std::vector<std::function<void()>>& paths, double flops = 0);
 
 // The fused kernel's candidate tile configs for [m, k] x [n, k]^T (fused_api.h fused_configs).
 std::vector<gemm::ConfigId> candidate_configs(int64_t m, int64_t n, int64_t k);

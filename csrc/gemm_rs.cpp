@@ -136,7 +136,8 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
       }
       paths.emplace_back([&] { unfused(x, w, group, world_size); });
       const int path =
-          fused_glue::choose_path(kOp, group, fused_glue::shape_key(x, w, world), paths);
+          fused_glue::choose_path(kOp, group, fused_glue::shape_key(x, w, world), paths,
+                                  2.0 * x.size(0) * w.size(0) * x.size(1));
       if (path + 1 == static_cast<int>(paths.size())) return unfused(x, w, group, world_size);
       paths[path]();
       return out;
