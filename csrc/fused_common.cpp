@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -88,6 +89,50 @@ const int* unit_order(const gemm::TileCounts& tc, int64_t rows, int64_t rank_row
   return cache.emplace(key, t).first->second.data_ptr<int>();
 }
 
+// MKERNEL_FUSED_TIMELINE=<path> (a measurement mode, never for timing the op itself: it
+// synchronizes after every launch): each fused launch records per-CTA %globaltimer stamps
+// (fused_params.h TimelineSlot) into a device buffer, appended after the launch as one line
+// "<op> m n k config rank | w0 w1 ... " (kTimelineWords per CTA, CTAs that ran) to
+// <path>.rank<r>. benchmarks/fused_diag.py reads them.
+constexpr int kTimelineCtas = 1024;
+
+uint64_t* timeline_begin(cudaStream_t stream) {
+  static std::mutex mu;
+  static std::map<int, uint64_t*> buffers;  // per device, never freed (a measurement mode)
+  int dev = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  uint64_t*& buf = buffers[dev];
+  const size_t bytes = sizeof(uint64_t) * kTimelineCtas * fused::kTimelineWords;
+  if (buf == nullptr) C10_CUDA_CHECK(cudaMalloc(&buf, bytes));
+  C10_CUDA_CHECK(cudaMemsetAsync(buf, 0, bytes, stream));
+  return buf;
+}
+
+void timeline_end(const char* path, const char* op, const gemm::Problem& p,
+                  gemm::ConfigId config, const fused::FusedParams& hooks, const uint64_t* buf,
+                  cudaStream_t stream) {
+  std::vector<uint64_t> host(static_cast<size_t>(kTimelineCtas) * fused::kTimelineWords);
+  C10_CUDA_CHECK(cudaMemcpyAsync(host.data(), buf, host.size() * sizeof(uint64_t),
+                                 cudaMemcpyDeviceToHost, stream));
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::string line = std::string(op) + " " + std::to_string(p.m) + " " + std::to_string(p.n) +
+                     " " + std::to_string(p.k) + " " + gemm::config_name(config) + " " +
+                     std::to_string(hooks.group.rank) + " side=" +
+                     std::to_string(hooks.side_mode) + " tail=" +
+                     std::to_string(hooks.tail_mode) + " |";
+  for (int c = 0; c < kTimelineCtas; ++c) {
+    const uint64_t* r = host.data() + static_cast<size_t>(c) * fused::kTimelineWords;
+    if (r[fused::kTlStart] == 0) continue;  // no such CTA
+    for (int w = 0; w < fused::kTimelineWords; ++w) line += " " + std::to_string(r[w]);
+  }
+  const std::string file = std::string(path) + ".rank" + std::to_string(hooks.group.rank);
+  if (FILE* f = std::fopen(file.c_str(), "a")) {
+    std::fputs((line + "\n").c_str(), f);
+    std::fclose(f);
+  }
+}
+
 }  // namespace
 
 void launch(const char* op, const gemm::Problem& p, gemm::ConfigId config, const at::Tensor& like,
@@ -105,9 +150,17 @@ void launch(const char* op, const gemm::Problem& p, gemm::ConfigId config, const
   const gemm::TileCounts tc = gemm::tile_counts(config, p.m, p.n);
   const int* m_order = unit_order(tc, p.m, rank_rows, order, interleave, like);
   const char* reason = nullptr;
-  const cudaError_t err = fused::run_fused(p, config, l, m_order, hooks, &reason);
+  const char* timeline_path = std::getenv("MKERNEL_FUSED_TIMELINE");
+  fused::FusedParams h = hooks;
+  uint64_t* timeline = nullptr;
+  if (timeline_path != nullptr && !capturing()) timeline = timeline_begin(l.stream);
+  h.timeline = timeline;
+  const cudaError_t err = fused::run_fused(p, config, l, m_order, h, &reason);
   TORCH_CHECK(err == cudaSuccess, op, ": the fused kernel failed to launch: ",
               cudaGetErrorString(err), reason ? std::string(" (") + reason + ")" : std::string());
+  if (timeline != nullptr) {
+    timeline_end(timeline_path, op, p, config, hooks, timeline, l.stream);
+  }
 }
 
 namespace {
@@ -192,6 +245,7 @@ bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, cons
   hp.slab_rows = slab_rows;
   hp.slabs = slabs;
   hp.side_mode = side_mode(fused::kSideStaged);
+  hp.tail_mode = tail_mode(fused::kTailStaged);
   hp.bf16 = x.scalar_type() == at::kBFloat16 ? 1 : 0;
   TORCH_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0, op,
               ": internal: the output is not 16-byte aligned");
@@ -264,6 +318,14 @@ int32_t side_mode(int32_t fallback) {
   if (std::strcmp(v, "regs") == 0) return fused::kSideRegs;
   if (std::strcmp(v, "staged") == 0) return fused::kSideStaged;
   if (std::strcmp(v, "idle") == 0) return fused::kSideIdle;
+  return fallback;
+}
+
+int32_t tail_mode(int32_t fallback) {
+  const char* v = std::getenv("MKERNEL_FUSED_TAIL");
+  if (v == nullptr) return fallback;
+  if (std::strcmp(v, "regs") == 0) return fused::kTailRegs;
+  if (std::strcmp(v, "staged") == 0) return fused::kTailStaged;
   return fallback;
 }
 

@@ -86,6 +86,10 @@ std::vector<gemm::ConfigId> candidate_configs(int64_t m, int64_t n, int64_t k);
 // every rank must see the same value, as for MKERNEL_FUSED).
 int32_t side_mode(int32_t fallback);
 
+// The consumers' tail mode of a reduce launch (fused_params.h TailMode): `fallback` unless
+// MKERNEL_FUSED_TAIL=regs|staged pins one (read per call; the same on every rank).
+int32_t tail_mode(int32_t fallback);
+
 // "M=.. N=.. K=.. <dtype> W=.." of x [M, K] · w [N, K]ᵀ at world size W (choose_path's key).
 std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world);
 

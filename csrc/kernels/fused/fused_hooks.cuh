@@ -58,7 +58,22 @@ struct FusedHooks {
   static constexpr uint32_t kSideBarrier = 2;
 
   CUTLASS_DEVICE static Call call_begin(Params const& p) {
+    if (threadIdx.x == 0) stamp(p, kTlStart);
     return {comm::op_begin(p.group), false};
+  }
+
+  // The launch's timeline (fused_params.h TimelineSlot; a measurement mode, null otherwise).
+  CUTLASS_DEVICE static void stamp(Params const& p, int slot) {
+    if (p.timeline != nullptr) {
+      p.timeline[static_cast<int64_t>(cta_id()) * kTimelineWords + slot] = comm::globaltimer_ns();
+    }
+  }
+  CUTLASS_DEVICE static void add_items(Params const& p, int slot, int items) {
+    if (p.timeline != nullptr && items > 0) {
+      atomicAdd(reinterpret_cast<unsigned long long*>(
+                    p.timeline + static_cast<int64_t>(cta_id()) * kTimelineWords + slot),
+                static_cast<unsigned long long>(items));
+    }
   }
 
   CUTLASS_DEVICE static void side_sync() {
@@ -112,7 +127,10 @@ struct FusedHooks {
   // chunk c pushed to peer rank + j: this rank's own slot first) until none is left.
   CUTLASS_DEVICE static void copy_role(Params const& p, Call const& call, int t) {
     const comm::GroupDevice& g = p.group;
-    if (t == 0) comm::entry_barrier(g, call.epoch, p.op, p.signature);
+    if (t == 0) {
+      comm::entry_barrier(g, call.epoch, p.op, p.signature);
+      stamp(p, kTlEntered);
+    }
     side_sync();
     const int lane = t % 32;
     const int items = g.world * p.chunks;
@@ -135,11 +153,35 @@ struct FusedHooks {
   }
 
   // Rows [row0, row1] of G come from ranks row0 / m_local .. row1 / m_local: wait for each
-  // chunk flag covering them.
+  // chunk flag covering them. A tile's rows span up to 128 / chunk_rows flags (16 at K = 8192):
+  // one acquiring load after another costs a round trip each (~16 us per tile of the producer's
+  // time at K = 8192, where its 4 stages buffer ~4 us), so all of them are read first with
+  // relaxed loads issued together, and when every one has arrived (the usual case: the copy
+  // runs ahead) one acquire fence stands for them; otherwise the bounded waits below.
   CUTLASS_DEVICE static void wait_gathered_rows(Params const& p, Call const& call, int row0,
                                                 int row1) {
     const comm::GroupDevice& g = p.group;
     const uint64_t* flags = g.flags[g.rank];
+    bool all = true;
+#pragma unroll 1
+    for (int s = row0 / p.m_local; s <= row1 / p.m_local; ++s) {
+      const int first = max(row0 - s * p.m_local, 0) / p.chunk_rows;
+      const int last = min(row1 - s * p.m_local, p.m_local - 1) / p.chunk_rows;
+      const uint64_t* f = flags + p.flag_base + s * p.chunks;
+#pragma unroll 1
+      for (int c = first; c <= last; c += 4) {  // 4 at a time: the producer has 40 registers
+        uint64_t v[4];
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < 4; ++j) v[j] = c + j <= last ? comm::ld_relaxed_sys(f + c + j) : call.epoch;
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < 4; ++j) all = all && v[j] >= call.epoch;
+      }
+    }
+    if (all) {
+      asm volatile("fence.acq_rel.sys;" ::: "memory");  // the relaxed reads above acquire
+      return;
+    }
+#pragma unroll 1
     for (int s = row0 / p.m_local; s <= row1 / p.m_local; ++s) {
       const int first = max(row0 - s * p.m_local, 0) / p.chunk_rows;
       const int last = min(row1 - s * p.m_local, p.m_local - 1) / p.chunk_rows;
@@ -326,9 +368,19 @@ struct FusedHooks {
   // rows of a chunk at once), summed in rank order from shared memory and stored.
 
   static constexpr int kSideBufBytes = 16 * 1024;
+  // One round of the staged tail (tail_reduce_staged): up to kTailMaxSlabs slabs, each
+  // rows [r0, r0 + rows) x columns [c0, c0 + 8 v) of tile `tile` (slab `slab` of it), staged at
+  // vector `at` of the ring (rank s's rows at at + s * rows * v).
+  static constexpr int kTailMaxSlabs = 24;
+  struct TailRound {
+    int count;
+    int r0[kTailMaxSlabs], c0[kTailMaxSlabs], at[kTailMaxSlabs], tile[kTailMaxSlabs];
+    int shape[kTailMaxSlabs];  // rows | v << 10 | slab << 20
+  };
   struct SideStorage {
     alignas(16) uint4 buf[kSideBufBytes / 16];
     int item;
+    TailRound round;
   };
 
   CUTLASS_DEVICE static void cp_async_16(void* smem, const void* gmem) {
@@ -347,6 +399,7 @@ struct FusedHooks {
     const int end = min(p.reduce_row0 + p.reduce_rows, p.m);
     T* out = static_cast<T*>(p.out) - static_cast<int64_t>(p.out_row0) * p.n;
     typename Sched::Cursor cursor;
+    int done = 0;  // items reduced (thread 0's count, for the timeline)
 #pragma unroll 1
     for (;;) {
       if (t == 0) {  // claim a reduce item only: the consumers take the copy items
@@ -361,7 +414,10 @@ struct FusedHooks {
       side_sync();
       const int i = st.item;
       side_sync();  // every thread has read the item before thread 0 claims the next
-      if (i >= per_phase) break;
+      if (i >= per_phase) {
+        if (t == 0) add_items(p, kTlSideItems, done);
+        break;
+      }
       const int k = i / p.slabs, slab = i - k * p.slabs;
       const auto work = Sched::get(sp, first + k * stride, cursor);
       if (!work.valid || work.skip) continue;
@@ -371,6 +427,7 @@ struct FusedHooks {
       const int c0 = work.n_block * p.block_n, c1 = min(c0 + p.block_n, p.n);
       if (r0 >= r1 || c0 >= c1) continue;
       const int tile = work.m_block * p.tiles_n + work.n_block;
+      ++done;
       if (t < g.world) {
         comm::wait_geq(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
                        comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
@@ -417,6 +474,161 @@ struct FusedHooks {
       if (p.two_shot && t == 0) {  // every thread's stores precede the barrier above
         comm::signal(g, g.rank, p.reduced_flag_base + tile * p.slabs + slab, comm::op_begin(g));
       }
+    }
+  }
+
+  // ---- kModeReduce, the consumers' tail through the mainloop's ring (kTailStaged) -----------
+  //
+  // After their last tile the 256 consumer threads reduce the CTA's remaining slabs in rounds:
+  // thread 0 claims as many reduce items as the ring holds (every rank's rows of each slab:
+  // ~190 KiB, 12 slabs at W = 2), threads < W wait for the rounds' tiles at their rank, every
+  // thread issues cp.async copies of its share into the ring (no registers held: the whole
+  // round's loads are in flight at once, where the per-warp register path keeps 32 KiB per SM),
+  // then each sums its vectors in rank order from shared memory and stores them. Two-shot: the
+  // reduced slabs' flags follow a barrier. The copy items (two-shot) stay with reduce_items.
+
+  static constexpr int kTailThreads = 2 * cutlass::NumThreadsPerWarpGroup;
+  static constexpr uint32_t kTailBarrier = 3;  // named barrier (user id; the side warps use 2)
+  CUTLASS_DEVICE static void tail_sync() {
+    cutlass::arch::NamedBarrier::sync(kTailThreads, kTailBarrier);
+  }
+
+  // Thread 0: claims this round's reduce items (never a copy item: item < per_phase) while the
+  // ring has room for another full slab; items with no rows of this rank's share are claimed
+  // and dropped. Returns the slabs of the round.
+  template <class Sched>
+  CUTLASS_DEVICE static int claim_round(Params const& p, typename Sched::Params const& sp,
+                                        int* counter, int per_phase, int first, int stride,
+                                        int ring_vecs, TailRound& round) {
+    const int world = p.group.world;
+    const int max_v = p.block_n / 8;
+    const int need_max = world * p.slab_rows * max_v;
+    const int end = min(p.reduce_row0 + p.reduce_rows, p.m);
+    typename Sched::Cursor cursor;
+    int n = 0, used = 0;
+    int c = *reinterpret_cast<volatile int*>(counter);
+#pragma unroll 1
+    while (n < kTailMaxSlabs && used + need_max <= ring_vecs && c < per_phase) {
+      const int seen = atomicCAS(counter, c, c + 1);
+      if (seen != c) {
+        c = seen;
+        continue;
+      }
+      const int i = c++;
+      const int k = i / p.slabs, slab = i - k * p.slabs;
+      const auto work = Sched::get(sp, first + k * stride, cursor);
+      if (!work.valid || work.skip) continue;
+      const int row0 = work.m_block * p.block_m + slab * p.slab_rows;
+      const int r0 = max(row0, p.reduce_row0);
+      const int r1 = min(min(row0 + p.slab_rows, p.m), end);
+      const int c0 = work.n_block * p.block_n, c1 = min(c0 + p.block_n, p.n);
+      if (r0 >= r1 || c0 >= c1) continue;
+      const int v = (c1 - c0) / 8;
+      round.r0[n] = r0;
+      round.c0[n] = c0;
+      round.at[n] = used;
+      round.tile[n] = work.m_block * p.tiles_n + work.n_block;
+      round.shape[n] = (r1 - r0) | v << 10 | slab << 20;
+      used += world * (r1 - r0) * v;
+      ++n;
+    }
+    return n;
+  }
+
+  template <class Sched, class T>
+  CUTLASS_DEVICE static void tail_reduce_staged(Params const& p, typename Sched::Params const& sp,
+                                                int t, int* counter, TailRound& round,
+                                                uint4* ring, int ring_vecs) {
+    const comm::GroupDevice& g = p.group;
+    const int total_units = sp.units_m * sp.units_n * sp.batches * sp.splits;
+    const int first = Sched::first_unit(), stride = Sched::unit_stride();
+    const int units = first < total_units ? (total_units - first + stride - 1) / stride : 0;
+    const int per_phase = units * p.slabs;
+    T* out = static_cast<T*>(p.out) - static_cast<int64_t>(p.out_row0) * p.n;
+    T* reduced = reinterpret_cast<T*>(g.data[g.rank] + p.reduced_offset);
+    int done = 0;
+#pragma unroll 1
+    for (;;) {
+      tail_sync();  // the last round's reads of the ring and of `round` are over
+      if (t == 0) {
+        round.count = claim_round<Sched>(p, sp, counter, per_phase, first, stride, ring_vecs,
+                                         round);
+      }
+      tail_sync();
+      const int n = round.count;
+      if (n == 0) break;
+      done += n;
+      if (t < g.world) {  // thread s waits for rank s's copy of each tile of the round
+#pragma unroll 1
+        for (int e = 0; e < n; ++e) {
+          const int tile = round.tile[e];
+          if (e > 0 && tile == round.tile[e - 1]) continue;
+          comm::wait_geq(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
+                         comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
+        }
+      }
+      tail_sync();  // every rank's tiles of the round are in memory
+#pragma unroll 1
+      for (int e = 0; e < n; ++e) {
+        const int rows = round.shape[e] & 1023, v = (round.shape[e] >> 10) & 1023;
+        const int per_rank = rows * v;
+        const int shift = (v & (v - 1)) == 0 ? __ffs(v) - 1 : -1;
+        const int64_t base = static_cast<int64_t>(round.r0[e]) * p.n + round.c0[e];
+        uint4* dst = ring + round.at[e];
+#pragma unroll 1
+        for (int s = 0; s < g.world; ++s, dst += per_rank) {
+          const T* src = reinterpret_cast<const T*>(g.data[s]) + base;
+#pragma unroll 1
+          for (int q = t; q < per_rank; q += kTailThreads) {
+            const int row = shift >= 0 ? q >> shift : q / v;
+            cp_async_16(dst + q, src + static_cast<int64_t>(row) * p.n + (q - row * v) * 8);
+          }
+        }
+      }
+      asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+      tail_sync();  // every thread's copies are in shared memory
+#pragma unroll 1
+      for (int e = 0; e < n; ++e) {
+        const int rows = round.shape[e] & 1023, v = (round.shape[e] >> 10) & 1023;
+        const int per_rank = rows * v;
+        const int shift = (v & (v - 1)) == 0 ? __ffs(v) - 1 : -1;
+        const int64_t base = static_cast<int64_t>(round.r0[e]) * p.n + round.c0[e];
+        const uint4* src = ring + round.at[e];
+#pragma unroll 1
+        for (int q = t; q < per_rank; q += kTailThreads) {
+          float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+          for (int s = 0; s < g.world; ++s) {  // rank order
+            const uint4 x = src[s * per_rank + q];
+            const T* h = reinterpret_cast<const T*>(&x);
+            CUTLASS_PRAGMA_UNROLL
+            for (int j = 0; j < 8; ++j) acc[j] += static_cast<float>(h[j]);
+          }
+          uint4 o;
+          T* h = reinterpret_cast<T*>(&o);
+          CUTLASS_PRAGMA_UNROLL
+          for (int j = 0; j < 8; ++j) h[j] = static_cast<T>(acc[j]);
+          const int row = shift >= 0 ? q >> shift : q / v;
+          const int64_t at = base + static_cast<int64_t>(row) * p.n + (q - row * v) * 8;
+          *reinterpret_cast<uint4*>(out + at) = o;
+          if (p.two_shot) *reinterpret_cast<uint4*>(reduced + at) = o;
+        }
+      }
+      if (p.two_shot) {
+        tail_sync();  // every thread's reduced stores precede the flags
+        if (t == 0) {
+#pragma unroll 1
+          for (int e = 0; e < n; ++e) {
+            comm::signal(g, g.rank,
+                         p.reduced_flag_base + round.tile[e] * p.slabs + (round.shape[e] >> 20),
+                         comm::op_begin(g));
+          }
+        }
+      }
+    }
+    if (t == 0) {
+      add_items(p, kTlTailItems, done);
+      stamp(p, kTlTailDone);
     }
   }
 
@@ -469,6 +681,14 @@ struct FusedHooks {
   CUTLASS_DEVICE static void side_role(Params const& p, Call const& call, int t,
                                        typename Sched::Params const& sp, int* counter,
                                        SideStorage& st) {
+    side_work<Sched>(p, call, t, sp, counter, st);
+    if (t == 0) stamp(p, kTlSideDone);
+  }
+
+  template <class Sched>
+  CUTLASS_DEVICE static void side_work(Params const& p, Call const& call, int t,
+                                       typename Sched::Params const& sp, int* counter,
+                                       SideStorage& st) {
     if (p.mode == kModeAllGather) {
       if (p.side_mode == kSideStaged) {
         copy_role_staged(p, call, t, st);
@@ -488,11 +708,27 @@ struct FusedHooks {
     }
   }
 
-  // The consumer warpgroups (t in [0, 256)) after their last tile is stored.
+  // The consumer warpgroups (t in [0, 256)) after their last tile is stored; `ring` is the
+  // mainloop's shared memory (ring_bytes), theirs from now on.
   template <class Sched>
   CUTLASS_DEVICE static void tail_role(Params const& p, Call const&, int t,
-                                       typename Sched::Params const& sp, int* counter) {
-    if (p.mode == kModeReduce) reduce_role<Sched, 4, 2>(p, sp, t % 32, counter);
+                                       typename Sched::Params const& sp, int* counter,
+                                       SideStorage& st, void* ring, int ring_bytes) {
+    if (t == 0) stamp(p, kTlGemmDone);
+    if (p.mode != kModeReduce) return;
+    const int ring_vecs = ring_bytes / 16;
+    // The staged rounds need room for one slab of every rank (W = 2..12 with the fused configs).
+    if (p.tail_mode == kTailStaged && p.group.world * p.slab_rows * (p.block_n / 8) <= ring_vecs) {
+      if (p.bf16) {
+        tail_reduce_staged<Sched, __nv_bfloat16>(p, sp, t, counter, st.round,
+                                                 static_cast<uint4*>(ring), ring_vecs);
+      } else {
+        tail_reduce_staged<Sched, __half>(p, sp, t, counter, st.round, static_cast<uint4*>(ring),
+                                          ring_vecs);
+      }
+    }
+    // The rest (every item with tail_mode kTailRegs; the two-shot copy items), per warp.
+    reduce_role<Sched, 4, 2>(p, sp, t % 32, counter);
   }
 
   // Hook (a), one lane of the producer warp, before the A loads of tile row m_block.
@@ -505,6 +741,7 @@ struct FusedHooks {
     } else if (!call.entered) {
       // The first tile of this CTA: no peer may still be reading the partial we overwrite.
       comm::entry_barrier(p.group, call.epoch, p.op, p.signature);
+      stamp(p, kTlEntered);
       call.entered = true;
     }
   }
@@ -520,9 +757,13 @@ struct FusedHooks {
       comm::tma_store_wait_all_writes();
       __syncwarp();
       if (mma_thread_idx == 0) {
+        // The tile's bulk stores are written; the proxy fence orders them before this thread's
+        // generic accesses, and the release store (MEMBAR.SYS + strong store) publishes them:
+        // no second, sequentially consistent system fence (comm::signal's) per tile.
         comm::fence_proxy_async_global();
-        comm::signal(p.group, p.group.rank, p.flag_base + m_block * p.tiles_n + n_block,
-                     comm::op_begin(p.group));
+        comm::st_release_sys(p.group.flags[p.group.rank] + p.flag_base + m_block * p.tiles_n +
+                                 n_block,
+                             comm::op_begin(p.group));
       }
     }
   }
@@ -539,6 +780,7 @@ struct FusedHooks {
   // again (this CTA has not taken its exit ticket yet, so *epoch is still e - 1): a Call used
   // here would stay live through every role, the consumers' mainloop included.
   CUTLASS_DEVICE static void call_end(Params const& p, Call const&) {
+    stamp(p, kTlExit);
     comm::op_end(p.group, comm::op_begin(p.group));
   }
 };

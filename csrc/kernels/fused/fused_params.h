@@ -10,6 +10,27 @@ namespace mkernel::fused {
 
 enum SideMode : int32_t { kSideRegs = 0, kSideStaged = 1, kSideIdle = 2 };
 
+// How the consumer warps reduce after their last tile: per warp from registers (kTailRegs, four
+// 16-byte vectors of two ranks in flight per lane: 32 KiB per SM), or all 256 together through
+// the mainloop's shared-memory ring, free by then (kTailStaged: rounds of up to ~190 KiB of
+// cp.async copies in flight per SM).
+enum TailMode : int32_t { kTailRegs = 0, kTailStaged = 1 };
+
+// Per-CTA timeline of a launch (MKERNEL_FUSED_TIMELINE, a measurement mode): %globaltimer
+// stamps (ns; one clock for every process on the GPU) and item counts, kTimelineWords words per
+// CTA at timeline + cta * kTimelineWords.
+enum TimelineSlot : int32_t {
+  kTlStart = 0,      // the CTA's first thread read the call number
+  kTlEntered = 1,    // past the entry barrier (reduce: the producer; ag: the copy role)
+  kTlGemmDone = 2,   // the consumers' last tile stored (tail role begins)
+  kTlTailDone = 3,   // the consumers' staged tail reduce done (thread 0)
+  kTlSideDone = 4,   // the side warps' role done
+  kTlExit = 5,       // every role of the CTA done (call_end)
+  kTlSideItems = 6,  // reduce items done by the side warps
+  kTlTailItems = 7,  // reduce items done by the consumers
+  kTimelineWords = 8,
+};
+
 enum FusedMode : int32_t {
   kModeAllGather = 0,  // ag_gemm: A = the gathered rows, pushed by the COPY role
   kModeReduce = 1,     // gemm_rs / gemm_ar (one-shot): D = this rank's partial, REDUCE role
@@ -60,7 +81,9 @@ struct FusedParams {
   // copy was slower, 858 vs 567 us at ag 1024x8192x3584); MKERNEL_FUSED_SIDE=regs|staged|idle
   // pins one for measuring (fused_common.h side_mode).
   int32_t side_mode = 1;
+  int32_t tail_mode = 1;  // TailMode (MKERNEL_FUSED_TAIL=regs|staged pins one for measuring)
   int32_t bf16 = 1;  // element type of D and out: bf16 (1) or fp16 (0)
+  uint64_t* timeline = nullptr;  // TimelineSlot records per CTA, or null (the normal case)
 };
 
 }  // namespace mkernel::fused

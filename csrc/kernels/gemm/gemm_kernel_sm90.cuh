@@ -334,9 +334,14 @@ class HookedGemmSm90 {
       }
       if constexpr (Hooks::kSideRole) {
         // The consumers' last tile is stored: their warps (full register budget) join the
-        // hooks' per-CTA work (the fused reduce), claiming items from hook_work.
+        // hooks' per-CTA work (the fused reduce), claiming items from hook_work. The
+        // mainloop's ring is theirs now: every stage this CTA's consumers waited for has
+        // landed (a cluster peer multicasts only stages these consumers consume) and none is
+        // loaded again.
         Hooks::template tail_role<Scheduler>(params.hooks, call, mma_thread_idx,
-                                             params.scheduler, &shared.hook_work);
+                                             params.scheduler, &shared.hook_work, shared.side,
+                                             &shared.tensors.mainloop,
+                                             static_cast<int>(sizeof(shared.tensors.mainloop)));
       }
     }
     if constexpr (Hooks::kSideRole) {
