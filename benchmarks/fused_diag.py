@@ -10,7 +10,9 @@ Sections (``--sections``, comma-separated):
 3. ``variants``: gemm_rs / gemm_ar with the fused kernel pinned, in every (side warps, tail)
    mode: side staged / idle, consumers' tail staged through the mainloop ring / from registers;
    all measured interleaved round by round with the GEMM alone.
-4. ``timeline``: one call of each variant with MKERNEL_FUSED_TIMELINE: per-CTA %globaltimer
+4. ``ag``: ag_gemm with its copy role from registers, by bulk copies or staged, vs the GEMM
+   alone on the gathered rows.
+5. ``timeline``: one call of each variant with MKERNEL_FUSED_TIMELINE: per-CTA %globaltimer
    stamps (fused_params.h TimelineSlot), summarised per rank as medians over the CTAs: entry
    (start -> past the entry barrier), GEMM (entry -> last tile stored), tail (last tile ->
    CTA exit), the side warps' end, and the reduce items done by side warps / tail.
@@ -86,7 +88,7 @@ def rank_main() -> None:
     import mkernel
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    sections = os.environ.get("DIAG_SECTIONS", "variants,timeline").split(",")
+    sections = os.environ.get("DIAG_SECTIONS", "variants,timeline,ag").split(",")
     torch.cuda.set_device(0)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     ctx = mkernel.init()
@@ -201,6 +203,23 @@ def rank_main() -> None:
                                   **summarise_timeline(lines)))
                     dist.barrier()
 
+    if "ag" in sections:
+        # ag_gemm: the copy role from registers (the default) vs bulk copies, vs the GEMM alone on
+        # the gathered rows; per-rank x [m, K], w [N, K].
+        for m, k, nn in [(1024, 8192, 3584), (4096, 8192, 512)]:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 64
+            full = torch.randn(world * m, k, device="cuda", dtype=torch.bfloat16)
+            fns = {"gemm alone": lambda full=full, w=w: mkernel.gemm(full, w)}
+            for side in ("regs", "bulk", "staged"):
+                fns[f"ag_gemm: side {side}"] = with_env(
+                    lambda x=x, w=w: mkernel.ag_gemm(x, w, group=ctx), MKERNEL_FUSED="force",
+                    MKERNEL_FUSED_SIDE=side)
+            t = timed_all(fns)
+            for name, ms in t.items():
+                emit(dict(m=m, k=k, n=nn, world=world, what="ag", kind=name, ms=ms,
+                          over_gemm=ms / t["gemm alone"]))
+
     if rank == 0:
         path = write_result("fused_diag", {"bench": "fused_diag", "commit": commit(),
                                            "device": device_info(), "world": world,
@@ -215,7 +234,7 @@ def rank_main() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--world", type=int, default=2)
-    ap.add_argument("--sections", default="variants,timeline")
+    ap.add_argument("--sections", default="variants,timeline,ag")
     ap.add_argument("--timeout", type=float, default=80)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))

@@ -376,9 +376,11 @@ struct FusedHooks {
     int count;
     int r0[kTailMaxSlabs], c0[kTailMaxSlabs], at[kTailMaxSlabs], tile[kTailMaxSlabs];
     int shape[kTailMaxSlabs];  // rows | v << 10 | slab << 20
+    int src[kTailMaxSlabs];    // -1: reduce every rank's rows; q: copy rank q's reduced rows
   };
   struct SideStorage {
     alignas(16) uint4 buf[kSideBufBytes / 16];
+    uint64_t bulk_bar[2];  // kSideBulk: the two halves' load barriers
     int item;
     TailRound round;
   };
@@ -485,7 +487,8 @@ struct FusedHooks {
   // thread issues cp.async copies of its share into the ring (no registers held: the whole
   // round's loads are in flight at once, where the per-warp register path keeps 32 KiB per SM),
   // then each sums its vectors in rank order from shared memory and stores them. Two-shot: the
-  // reduced slabs' flags follow a barrier. The copy items (two-shot) stay with reduce_items.
+  // reduced slabs' flags follow a barrier, and later rounds copy the other owners' reduced slabs
+  // the same way (staged, then stored). Whatever is left (none, normally) goes to reduce_items.
 
   static constexpr int kTailThreads = 2 * cutlass::NumThreadsPerWarpGroup;
   static constexpr uint32_t kTailBarrier = 3;  // named barrier (user id; the side warps use 2)
@@ -493,44 +496,72 @@ struct FusedHooks {
     cutlass::arch::NamedBarrier::sync(kTailThreads, kTailBarrier);
   }
 
-  // Thread 0: claims this round's reduce items (never a copy item: item < per_phase) while the
-  // ring has room for another full slab; items with no rows of this rank's share are claimed
-  // and dropped. Returns the slabs of the round.
+  // Thread 0: claims this round's items while the ring has room for another full item: reduce
+  // items (item < per_phase) and, two-shot, copy items (the other owners' reduced rows of a
+  // slab, one entry per owner) — never both in one round: a round waits for all its flags
+  // before moving anything, so a copy waiting for a peer's reduced slab must not hold back a
+  // reduction that peer waits for. Items with nothing for this rank are claimed and dropped.
   template <class Sched>
   CUTLASS_DEVICE static int claim_round(Params const& p, typename Sched::Params const& sp,
                                         int* counter, int per_phase, int first, int stride,
                                         int ring_vecs, TailRound& round) {
-    const int world = p.group.world;
+    const comm::GroupDevice& g = p.group;
     const int max_v = p.block_n / 8;
-    const int need_max = world * p.slab_rows * max_v;
+    const int need_max = g.world * p.slab_rows * max_v;
     const int end = min(p.reduce_row0 + p.reduce_rows, p.m);
+    const int limit = p.two_shot ? 2 * per_phase : per_phase;
     typename Sched::Cursor cursor;
     int n = 0, used = 0;
+    bool copies = false;  // this round's kind, set by its first entry
     int c = *reinterpret_cast<volatile int*>(counter);
 #pragma unroll 1
-    while (n < kTailMaxSlabs && used + need_max <= ring_vecs && c < per_phase) {
+    while (n + g.world <= kTailMaxSlabs && used + need_max <= ring_vecs && c < limit) {
+      if (n > 0 && (c >= per_phase) != copies) break;  // one kind per round
       const int seen = atomicCAS(counter, c, c + 1);
       if (seen != c) {
         c = seen;
         continue;
       }
-      const int i = c++;
+      int i = c++;
+      const bool copy = i >= per_phase;
+      if (copy) i -= per_phase;
       const int k = i / p.slabs, slab = i - k * p.slabs;
       const auto work = Sched::get(sp, first + k * stride, cursor);
       if (!work.valid || work.skip) continue;
       const int row0 = work.m_block * p.block_m + slab * p.slab_rows;
-      const int r0 = max(row0, p.reduce_row0);
-      const int r1 = min(min(row0 + p.slab_rows, p.m), end);
+      const int row1 = min(row0 + p.slab_rows, p.m);
       const int c0 = work.n_block * p.block_n, c1 = min(c0 + p.block_n, p.n);
-      if (r0 >= r1 || c0 >= c1) continue;
+      if (row0 >= row1 || c0 >= c1) continue;
       const int v = (c1 - c0) / 8;
-      round.r0[n] = r0;
-      round.c0[n] = c0;
-      round.at[n] = used;
-      round.tile[n] = work.m_block * p.tiles_n + work.n_block;
-      round.shape[n] = (r1 - r0) | v << 10 | slab << 20;
-      used += world * (r1 - r0) * v;
-      ++n;
+      const int tile = work.m_block * p.tiles_n + work.n_block;
+      if (!copy) {
+        const int r0 = max(row0, p.reduce_row0), r1 = min(row1, end);
+        if (r0 >= r1) continue;
+        round.r0[n] = r0;
+        round.c0[n] = c0;
+        round.at[n] = used;
+        round.tile[n] = tile;
+        round.shape[n] = (r1 - r0) | v << 10 | slab << 20;
+        round.src[n] = -1;
+        used += g.world * (r1 - r0) * v;
+        ++n;
+      } else {
+#pragma unroll 1
+        for (int q = row0 / p.rows_per_rank; q <= (row1 - 1) / p.rows_per_rank; ++q) {
+          if (q == g.rank) continue;
+          const int r0 = max(row0, q * p.rows_per_rank);
+          const int r1 = min(row1, (q + 1) * p.rows_per_rank);
+          round.r0[n] = r0;
+          round.c0[n] = c0;
+          round.at[n] = used;
+          round.tile[n] = tile;
+          round.shape[n] = (r1 - r0) | v << 10 | slab << 20;
+          round.src[n] = q;
+          used += (r1 - r0) * v;
+          ++n;
+        }
+      }
+      copies = copy;
     }
     return n;
   }
@@ -558,7 +589,7 @@ struct FusedHooks {
       const int n = round.count;
       if (n == 0) break;
       done += n;
-      if (t < g.world) {  // thread s waits for rank s's copy of each tile of the round
+      if (round.src[0] < 0 && t < g.world) {  // thread s waits for rank s's tiles of the round
 #pragma unroll 1
         for (int e = 0; e < n; ++e) {
           const int tile = round.tile[e];
@@ -566,8 +597,12 @@ struct FusedHooks {
           comm::wait_geq(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
                          comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
         }
+      } else if (round.src[0] >= 0 && t < n) {  // thread e waits for entry e's reduced slab
+        const int q = round.src[t], tile = round.tile[t];
+        comm::wait_geq(g, g.flags[q] + p.reduced_flag_base + tile * p.slabs + (round.shape[t] >> 20),
+                       comm::op_begin(g), comm::WaitSite{p.op, comm::kWaitPeerFlag, q, tile});
       }
-      tail_sync();  // every rank's tiles of the round are in memory
+      tail_sync();  // everything the round reads is in memory
 #pragma unroll 1
       for (int e = 0; e < n; ++e) {
         const int rows = round.shape[e] & 1023, v = (round.shape[e] >> 10) & 1023;
@@ -575,9 +610,12 @@ struct FusedHooks {
         const int shift = (v & (v - 1)) == 0 ? __ffs(v) - 1 : -1;
         const int64_t base = static_cast<int64_t>(round.r0[e]) * p.n + round.c0[e];
         uint4* dst = ring + round.at[e];
+        const int from = round.src[e];
 #pragma unroll 1
-        for (int s = 0; s < g.world; ++s, dst += per_rank) {
-          const T* src = reinterpret_cast<const T*>(g.data[s]) + base;
+        for (int s = 0; s < (from < 0 ? g.world : 1); ++s, dst += per_rank) {
+          const T* src =
+              from < 0 ? reinterpret_cast<const T*>(g.data[s]) + base
+                       : reinterpret_cast<const T*>(g.data[from] + p.reduced_offset) + base;
 #pragma unroll 1
           for (int q = t; q < per_rank; q += kTailThreads) {
             const int row = shift >= 0 ? q >> shift : q / v;
@@ -594,6 +632,15 @@ struct FusedHooks {
         const int shift = (v & (v - 1)) == 0 ? __ffs(v) - 1 : -1;
         const int64_t base = static_cast<int64_t>(round.r0[e]) * p.n + round.c0[e];
         const uint4* src = ring + round.at[e];
+        if (round.src[e] >= 0) {  // a copy of another owner's reduced rows
+#pragma unroll 1
+          for (int q = t; q < per_rank; q += kTailThreads) {
+            const int row = shift >= 0 ? q >> shift : q / v;
+            *reinterpret_cast<uint4*>(out + base + static_cast<int64_t>(row) * p.n +
+                                      (q - row * v) * 8) = src[q];
+          }
+          continue;
+        }
 #pragma unroll 1
         for (int q = t; q < per_rank; q += kTailThreads) {
           float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
@@ -614,7 +661,7 @@ struct FusedHooks {
           if (p.two_shot) *reinterpret_cast<uint4*>(reduced + at) = o;
         }
       }
-      if (p.two_shot) {
+      if (p.two_shot && round.src[0] < 0) {
         tail_sync();  // every thread's reduced stores precede the flags
         if (t == 0) {
 #pragma unroll 1
@@ -674,6 +721,73 @@ struct FusedHooks {
     }
   }
 
+  // The COPY role by bulk copies (kSideBulk): side thread 0 alone moves each claimed item in
+  // pieces of half the side buffer, double-buffered: while piece j goes out to the peer as a
+  // bulk store, piece j + 1 comes in as a bulk load completing on its half's mbarrier; before a
+  // half is loaded again the store that read it has finished reading. The item's flag follows
+  // once its stores are written (bulk wait_group 0) and ordered for the generic proxy.
+  CUTLASS_DEVICE static void copy_role_bulk(Params const& p, Call const& call, int t,
+                                            SideStorage& st) {
+    const comm::GroupDevice& g = p.group;
+    if (t == 0) {
+      comm::entry_barrier(g, call.epoch, p.op, p.signature);
+      stamp(p, kTlEntered);
+    }
+    if (t != 0) return;  // one thread moves everything; the others have nothing to do
+    constexpr uint32_t kPiece = kSideBufBytes / 2;
+    cutlass::arch::ClusterTransactionBarrier::init(&st.bulk_bar[0], 1);
+    cutlass::arch::ClusterTransactionBarrier::init(&st.bulk_bar[1], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;" ::: "memory");
+    uint32_t phase[2] = {0, 0};
+    const uint32_t buf0 = static_cast<uint32_t>(__cvta_generic_to_shared(&st.buf[0]));
+    const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(&st.bulk_bar[0]));
+    const int items = g.world * p.chunks;
+#pragma unroll 1
+    for (;;) {
+      const int i = claim_item(p, call.epoch);
+      if (i >= items) break;
+      const int j = i / p.chunks, c = i - j * p.chunks;
+      const int peer = (g.rank + j) % g.world;
+      uint8_t* region = g.data[peer];
+      if (region == nullptr) continue;  // another node: the host never fuses that case
+      const int row0 = c * p.chunk_rows;
+      const int rows = min(p.chunk_rows, p.m_local - row0);
+      uint8_t* dst = region + (static_cast<int64_t>(g.rank) * p.m_local + row0) * p.row_bytes;
+      const uint8_t* src = p.x + static_cast<int64_t>(row0) * p.row_bytes;
+      const uint32_t bytes = static_cast<uint32_t>(rows * p.row_bytes);  // <= 128 KiB
+      const int pieces = static_cast<int>((bytes + kPiece - 1) / kPiece);
+      auto load = [&](int k) {
+        const uint32_t b = k & 1, n = min(kPiece, bytes - k * kPiece);
+        cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&st.bulk_bar[b], n);
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+            ::"r"(buf0 + b * kPiece), "l"(src + static_cast<int64_t>(k) * kPiece), "r"(n),
+            "r"(bar0 + b * 8)
+            : "memory");
+      };
+      load(0);
+#pragma unroll 1
+      for (int k = 0; k < pieces; ++k) {
+        const uint32_t b = k & 1;
+        if (k + 1 < pieces) {
+          // The other half was read by piece k - 1's store: wait until it has been read out.
+          asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+          load(k + 1);
+        }
+        cutlass::arch::ClusterTransactionBarrier::wait(&st.bulk_bar[b], phase[b]);
+        phase[b] ^= 1;
+        const uint32_t n = min(kPiece, bytes - k * kPiece);
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+                     "cp.async.bulk.commit_group;"
+                     ::"l"(dst + static_cast<int64_t>(k) * kPiece), "r"(buf0 + b * kPiece), "r"(n)
+                     : "memory");
+      }
+      comm::tma_store_wait_all_writes();  // the item's bulk stores are written
+      comm::fence_proxy_async_global();
+      comm::signal(g, peer, p.flag_base + g.rank * p.chunks + c, call.epoch);
+    }
+  }
+
   // ---- the hooks the kernel calls ---------------------------------------------------------
 
   // The producer warpgroup's three idle warps (t in [0, 96)), from the start of the call.
@@ -690,7 +804,9 @@ struct FusedHooks {
                                        typename Sched::Params const& sp, int* counter,
                                        SideStorage& st) {
     if (p.mode == kModeAllGather) {
-      if (p.side_mode == kSideStaged) {
+      if (p.side_mode == kSideBulk) {
+        copy_role_bulk(p, call, t, st);
+      } else if (p.side_mode == kSideStaged) {
         copy_role_staged(p, call, t, st);
       } else {
         copy_role(p, call, t);
@@ -727,7 +843,8 @@ struct FusedHooks {
                                           ring_vecs);
       }
     }
-    // The rest (every item with tail_mode kTailRegs; the two-shot copy items), per warp.
+    // The rest, per warp: every item with tail_mode kTailRegs (or a ring too small for one
+    // item), else nothing (each warp finds the counter past the last item).
     reduce_role<Sched, 4, 2>(p, sp, t % 32, counter);
   }
 

@@ -8,7 +8,10 @@
 
 namespace mkernel::fused {
 
-enum SideMode : int32_t { kSideRegs = 0, kSideStaged = 1, kSideIdle = 2 };
+// kSideBulk (ag only): one side thread moves each copy item in 8 KiB pieces through two shared
+// buffers with bulk (TMA) copies: global -> shared completing on an mbarrier, shared -> peer
+// global as a bulk store; 16 KiB in flight per SM without registers.
+enum SideMode : int32_t { kSideRegs = 0, kSideStaged = 1, kSideIdle = 2, kSideBulk = 3 };
 
 // How the consumer warps reduce after their last tile: per warp from registers (kTailRegs, four
 // 16-byte vectors of two ranks in flight per lane: 32 KiB per SM), or all 256 together through
