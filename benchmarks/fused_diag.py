@@ -8,8 +8,9 @@ Sections (``--sections``, comma-separated):
 2. ``gemm``: the engine GEMM (auto plan) vs the hooked kernel with the fused ops' tile config,
    without and with its per-tile flag release, at the fused-smoke shapes.
 3. ``variants``: gemm_rs / gemm_ar with the fused kernel pinned, in every (side warps, tail)
-   mode: side staged / idle, consumers' tail staged through the mainloop ring / from registers;
-   all measured interleaved round by round with the GEMM alone.
+   mode: side staged / pipe (double-buffered runs of slabs) / idle, consumers' tail staged
+   through the mainloop ring / from registers; all measured interleaved round by round with the
+   GEMM alone.
 4. ``ag``: ag_gemm with its copy role from registers, by bulk copies or staged, vs the GEMM
    alone on the gathered rows.
 5. ``timeline``: one call of each variant with MKERNEL_FUSED_TIMELINE: per-CTA %globaltimer
@@ -39,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHAPES = [(4096, 1024, 8192), (8192, 2048, 8192), (8192, 14336, 8192)]
 # (name, MKERNEL_FUSED_SIDE, MKERNEL_FUSED_TAIL)
 VARIANTS = [("side staged, tail staged", "staged", "staged"),
+            ("side pipe, tail staged", "pipe", "staged"),
             ("side idle, tail staged", "idle", "staged"),
             ("side staged, tail regs", "staged", "regs"),
             ("side idle, tail regs", "idle", "regs")]

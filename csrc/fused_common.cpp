@@ -319,6 +319,7 @@ int32_t side_mode(int32_t fallback) {
   if (std::strcmp(v, "staged") == 0) return fused::kSideStaged;
   if (std::strcmp(v, "idle") == 0) return fused::kSideIdle;
   if (std::strcmp(v, "bulk") == 0) return fused::kSideBulk;
+  if (std::strcmp(v, "pipe") == 0) return fused::kSidePipe;
   return fallback;
 }
 

@@ -382,6 +382,7 @@ struct FusedHooks {
     alignas(16) uint4 buf[kSideBufBytes / 16];
     uint64_t bulk_bar[2];  // kSideBulk: the two halves' load barriers
     int item;
+    int item_run;  // kSidePipe: the claimed run of slabs
     TailRound round;
   };
 
@@ -679,6 +680,120 @@ struct FusedHooks {
     }
   }
 
+  // The side warps' reduce, pipelined (kSidePipe): thread 0 claims the slabs left in the tile of
+  // the next item (one run, one flag check at every rank), then the run's rows go through the
+  // two halves of the side buffer in pieces, piece j + 1's copies in flight while piece j is
+  // summed in rank order (same bits as every other path) and stored.
+  template <class Sched, class T>
+  CUTLASS_DEVICE static void side_reduce_pipe(Params const& p, typename Sched::Params const& sp,
+                                              int t, int* counter, SideStorage& st) {
+    const comm::GroupDevice& g = p.group;
+    const int total_units = sp.units_m * sp.units_n * sp.batches * sp.splits;
+    const int first = Sched::first_unit(), stride = Sched::unit_stride();
+    const int units = first < total_units ? (total_units - first + stride - 1) / stride : 0;
+    const int per_phase = units * p.slabs;
+    T* out = static_cast<T*>(p.out) - static_cast<int64_t>(p.out_row0) * p.n;
+    constexpr int kHalf = kSideBufBytes / 32;  // vectors per half
+    typename Sched::Cursor cursor;
+    int done = 0;
+#pragma unroll 1
+    for (;;) {
+      if (t == 0) {  // reduce items only, up to the end of the tile
+        int c = *reinterpret_cast<volatile int*>(counter), run = 0;
+        while (c < per_phase) {
+          run = min(p.slabs - c % p.slabs, per_phase - c);
+          const int seen = atomicCAS(counter, c, c + run);
+          if (seen == c) break;
+          c = seen;
+        }
+        st.item = c;
+        st.item_run = run;
+      }
+      side_sync();
+      const int i = st.item, run = st.item_run;
+      side_sync();  // every thread has read the claim before thread 0 makes the next
+      if (i >= per_phase) {
+        if (t == 0) add_items(p, kTlSideItems, done);
+        break;
+      }
+      const int k = i / p.slabs, slab0 = i - k * p.slabs;
+      const auto work = Sched::get(sp, first + k * stride, cursor);
+      if (!work.valid || work.skip) continue;
+      const int tile_row0 = work.m_block * p.block_m;
+      const int r0 = max(tile_row0 + slab0 * p.slab_rows, p.reduce_row0);
+      const int r1 = min(min(tile_row0 + (slab0 + run) * p.slab_rows, p.m),
+                         min(p.reduce_row0 + p.reduce_rows, p.m));
+      const int c0 = work.n_block * p.block_n;
+      const int v = (min(c0 + p.block_n, p.n) - c0) / 8;
+      if (r0 >= r1 || v <= 0) continue;
+      const int tile = work.m_block * p.tiles_n + work.n_block;
+      done += run;
+      if (t < g.world) {
+        comm::wait_geq(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
+                       comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
+      }
+      side_sync();  // every rank's tile is in memory
+      const int piece_rows = max(1, kHalf / (g.world * v));
+      // Issues the copies of the piece starting at row a into half h (every thread its share).
+      auto issue = [&](int a, int h) {
+        const int per_rank = min(piece_rows, r1 - a) * v;
+#pragma unroll 1
+        for (int j = t; j < g.world * per_rank; j += kSideThreads) {
+          const int s = j / per_rank, q = j - s * per_rank, row = q / v;
+          cp_async_16(&st.buf[h * kHalf + j],
+                      reinterpret_cast<const T*>(g.data[s]) +
+                          (static_cast<int64_t>(a + row) * p.n + c0 + (q - row * v) * 8));
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+      };
+      issue(r0, 0);
+      int h = 0;
+#pragma unroll 1
+      for (int a = r0; a < r1; a += piece_rows, h ^= 1) {
+        if (a + piece_rows < r1) {
+          issue(a + piece_rows, h ^ 1);  // its half was freed by the last piece's barrier
+        } else {
+          asm volatile("cp.async.commit_group;" ::: "memory");  // keeps the group count even
+        }
+        asm volatile("cp.async.wait_group 1;" ::: "memory");  // piece a has landed
+        side_sync();  // every thread's copies of piece a are in shared memory
+        const int per_rank = min(piece_rows, r1 - a) * v;
+#pragma unroll 1
+        for (int q = t; q < per_rank; q += kSideThreads) {
+          float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+          for (int s = 0; s < g.world; ++s) {  // rank order
+            const uint4 x = st.buf[h * kHalf + s * per_rank + q];
+            const T* hx = reinterpret_cast<const T*>(&x);
+            CUTLASS_PRAGMA_UNROLL
+            for (int e = 0; e < 8; ++e) acc[e] += static_cast<float>(hx[e]);
+          }
+          uint4 o;
+          T* ho = reinterpret_cast<T*>(&o);
+          CUTLASS_PRAGMA_UNROLL
+          for (int e = 0; e < 8; ++e) ho[e] = static_cast<T>(acc[e]);
+          const int row = q / v;
+          const int64_t at = static_cast<int64_t>(a + row) * p.n + c0 + (q - row * v) * 8;
+          *reinterpret_cast<uint4*>(out + at) = o;
+          if (p.two_shot) {
+            *reinterpret_cast<uint4*>(reinterpret_cast<T*>(g.data[g.rank] + p.reduced_offset) +
+                                      at) = o;
+          }
+        }
+        side_sync();  // half h is read before piece a + 2 is copied into it
+      }
+      if (p.two_shot && t == 0) {  // every thread's stores precede the barrier above
+#pragma unroll 1
+        for (int sl = slab0; sl < slab0 + run; ++sl) {
+          const int s0 = tile_row0 + sl * p.slab_rows;
+          if (max(s0, r0) < min(s0 + p.slab_rows, r1)) {  // a slab with rows of this rank's share
+            comm::signal(g, g.rank, p.reduced_flag_base + tile * p.slabs + sl, comm::op_begin(g));
+          }
+        }
+      }
+    }
+  }
+
   // The COPY role staged through SideStorage (kSideStaged): the 96 side threads move one item at
   // a time as a unit, 16 KiB per round by cp.async (no registers held), then store it to the
   // peer; the item's flag follows the unit's barrier.
@@ -813,6 +928,12 @@ struct FusedHooks {
       }
     } else if (p.side_mode == kSideIdle) {
       return;  // the consumers take every slab
+    } else if (p.side_mode == kSidePipe) {
+      if (p.bf16) {
+        side_reduce_pipe<Sched, __nv_bfloat16>(p, sp, t, counter, st);
+      } else {
+        side_reduce_pipe<Sched, __half>(p, sp, t, counter, st);
+      }
     } else if (p.side_mode == kSideRegs) {
       // Per warp from registers (the A/B alternative, kept for measuring: 40 registers hold one
       // vector of one rank at a time per lane; two ranks' loads spilled 80 bytes).

@@ -11,7 +11,16 @@ namespace mkernel::fused {
 // kSideBulk (ag only): one side thread moves each copy item in 8 KiB pieces through two shared
 // buffers with bulk (TMA) copies: global -> shared completing on an mbarrier, shared -> peer
 // global as a bulk store; 16 KiB in flight per SM without registers.
-enum SideMode : int32_t { kSideRegs = 0, kSideStaged = 1, kSideIdle = 2, kSideBulk = 3 };
+// kSidePipe (reduce only): the side warps claim a run of slabs up to the end of a tile (one flag
+// check per run) and move it in pieces of half the side buffer, double-buffered (piece j + 1's
+// cp.async copies in flight while piece j is summed).
+enum SideMode : int32_t {
+  kSideRegs = 0,
+  kSideStaged = 1,
+  kSideIdle = 2,
+  kSideBulk = 3,
+  kSidePipe = 4
+};
 
 // How the consumer warps reduce after their last tile: per warp from registers (kTailRegs, four
 // 16-byte vectors of two ranks in flight per lane: 32 KiB per SM), or all 256 together through
