@@ -154,10 +154,10 @@ struct FusedHooks {
 
   // Rows [row0, row1] of G come from ranks row0 / m_local .. row1 / m_local: wait for each
   // chunk flag covering them. A tile's rows span up to 128 / chunk_rows flags (16 at K = 8192):
-  // one acquiring load after another costs a round trip each (~16 us per tile of the producer's
-  // time at K = 8192, where its 4 stages buffer ~4 us), so all of them are read first with
-  // relaxed loads issued together, and when every one has arrived (the usual case: the copy
-  // runs ahead) one acquire fence stands for them; otherwise the bounded waits below.
+  // one acquiring load after another costs a memory round trip each, all of it on the producer
+  // while its 4 stages (a few us of MMA work) drain, so the flags are read first with relaxed
+  // loads issued 4 at a time, and when every one has arrived (the usual case: the copy runs
+  // ahead) one acquire fence stands for them; otherwise the bounded waits below.
   CUTLASS_DEVICE static void wait_gathered_rows(Params const& p, Call const& call, int row0,
                                                 int row1) {
     const comm::GroupDevice& g = p.group;
