@@ -13,7 +13,9 @@ Sections (``--sections``, comma-separated):
    GEMM alone.
 4. ``ag``: ag_gemm with its copy role from registers, by bulk copies or staged, vs the GEMM
    alone on the gathered rows.
-5. ``timeline``: one call of each variant with MKERNEL_FUSED_TIMELINE: per-CTA %globaltimer
+5. ``orders``: the fused kernel's persistent tile order (MKERNEL_FUSED_ORDER) at the
+   Llama-70B shapes (gemm_rs fc2, ag_gemm fc1) vs the GEMM alone and its tuned plan.
+6. ``timeline``: one call of each variant with MKERNEL_FUSED_TIMELINE: per-CTA %globaltimer
    stamps (fused_params.h TimelineSlot), summarised per rank as medians over the CTAs: entry
    (start -> past the entry barrier), GEMM (entry -> last tile stored), tail (last tile ->
    CTA exit), the side warps' end, and the reduce items done by side warps / tail.
@@ -91,7 +93,7 @@ def rank_main() -> None:
     import mkernel
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    sections = os.environ.get("DIAG_SECTIONS", "variants,timeline,ag").split(",")
+    sections = os.environ.get("DIAG_SECTIONS", "variants,timeline,ag,orders").split(",")
     torch.cuda.set_device(0)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     ctx = mkernel.init()
@@ -171,7 +173,8 @@ def rank_main() -> None:
                     x, w, None, 128, 0, flags, 1, None, cfg, 0, 0, 0, 10.0, 1),
             }
             for name, ms in timed_all(fns).items():
-                emit(dict(shape, what="gemm", kind=name, config=cfg, ms=ms))
+                emit(dict(shape, what="gemm", kind=name, config=cfg, ms=ms,
+                          plan=mkernel.gemm_plan(x, w) if name == "engine auto" else None))
         if "variants" in sections:
             fns = {"gemm alone": gemm}
             for op in ("gemm_rs", "gemm_ar"):
@@ -206,6 +209,38 @@ def rank_main() -> None:
                                   **summarise_timeline(lines)))
                     dist.barrier()
 
+    if "orders" in sections:
+        # The persistent tile order of the fused kernel (MKERNEL_FUSED_ORDER) at the Llama-70B
+        # shapes, where K is long and a band of A rows or B columns no longer fits in L2: gemm_rs
+        # fc2 (any order) and ag_gemm fc1 (along N only: its rows arrive by M unit).
+        m, k, nn = 8192, 28672 // world, 8192
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 64
+        fns = {"gemm alone": lambda: mkernel.gemm(x, w)}
+        for order in ("default", "1m", "2m", "4m", "1n", "4n"):
+            env = {"MKERNEL_FUSED": "force"}
+            if order != "default":
+                env["MKERNEL_FUSED_ORDER"] = order
+            fns[f"gemm_rs order {order}"] = with_env(lambda: mkernel.gemm_rs(x, w, group=ctx), **env)
+        t = timed_all(fns, reps=2, samples=5)
+        for name, ms in t.items():
+            emit(dict(m=m, k=k, n=nn, world=world, what="order", kind=name, ms=ms,
+                      over_gemm=ms / t["gemm alone"], plan=mkernel.gemm_plan(x, w)))
+        m, k, nn = 8192 // world, 8192, 28672 // world
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 64
+        full = torch.randn(world * m, k, device="cuda", dtype=torch.bfloat16)
+        fns = {"gemm alone": lambda: mkernel.gemm(full, w)}
+        for order in ("default", "1n", "2n", "4n"):
+            env = {"MKERNEL_FUSED": "force"}
+            if order != "default":
+                env["MKERNEL_FUSED_ORDER"] = order
+            fns[f"ag_gemm order {order}"] = with_env(lambda: mkernel.ag_gemm(x, w, group=ctx), **env)
+        t = timed_all(fns, reps=2, samples=5)
+        for name, ms in t.items():
+            emit(dict(m=m, k=k, n=nn, world=world, what="order", kind=name, ms=ms,
+                      over_gemm=ms / t["gemm alone"], plan=mkernel.gemm_plan(full, w)))
+
     if "ag" in sections:
         # ag_gemm: the copy role from registers (the default) vs bulk copies, vs the GEMM alone on
         # the gathered rows; per-rank x [m, K], w [N, K].
@@ -237,7 +272,7 @@ def rank_main() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--world", type=int, default=2)
-    ap.add_argument("--sections", default="variants,timeline,ag")
+    ap.add_argument("--sections", default="variants,timeline,ag,orders")
     ap.add_argument("--timeout", type=float, default=80)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))

@@ -142,6 +142,19 @@ void launch(const char* op, const gemm::Problem& p, gemm::ConfigId config, const
   l.stream = at::cuda::getCurrentCUDAStream();
   l.sm_count = device_sms();
   l.splits = 1;
+  // MKERNEL_FUSED_ORDER=<swizzle><m|n> (e.g. 1m, 8n; measurement only, every rank the same):
+  // the persistent tile order, else the scheduler's default (bands of 8 M units walked along
+  // N: ag_gemm's rows arrive by M unit, so it must walk along N).
+  if (const char* ord = std::getenv("MKERNEL_FUSED_ORDER")) {
+    const int swizzle = std::atoi(ord);
+    const char* axis = ord;
+    while (*axis >= '0' && *axis <= '9') ++axis;
+    if ((swizzle == 1 || swizzle == 2 || swizzle == 4 || swizzle == 8) &&
+        (*axis == 'm' || *axis == 'n')) {
+      l.swizzle = swizzle;
+      l.raster = *axis == 'm' ? 1 : 2;
+    }
+  }
   TORCH_CHECK(fused::fused_supported(config), op, ": config ", gemm::config_name(config),
               " has no fused kernel");
   if (const char* why = gemm::can_implement(p, config, l)) {
