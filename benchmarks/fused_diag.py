@@ -217,11 +217,12 @@ def rank_main() -> None:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 64
         fns = {"gemm alone": lambda: mkernel.gemm(x, w)}
-        for order in ("default", "1m", "2m", "4m", "1n", "4n"):
-            env = {"MKERNEL_FUSED": "force"}
-            if order != "default":
-                env["MKERNEL_FUSED_ORDER"] = order
-            fns[f"gemm_rs order {order}"] = with_env(lambda: mkernel.gemm_rs(x, w, group=ctx), **env)
+        for order in ("8n", "1m", "2m", "4m", "1n", "2n", "4n"):  # 8n: the scheduler's default
+            fns[f"gemm_rs order {order}"] = with_env(lambda: mkernel.gemm_rs(x, w, group=ctx),
+                                                     MKERNEL_FUSED="force",
+                                                     MKERNEL_FUSED_ORDER=order)
+        fns["gemm_rs measured choice"] = with_env(lambda: mkernel.gemm_rs(x, w, group=ctx),
+                                                  MKERNEL_FUSED="force")
         t = timed_all(fns, reps=2, samples=5)
         for name, ms in t.items():
             emit(dict(m=m, k=k, n=nn, world=world, what="order", kind=name, ms=ms,
@@ -231,11 +232,12 @@ def rank_main() -> None:
         w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 64
         full = torch.randn(world * m, k, device="cuda", dtype=torch.bfloat16)
         fns = {"gemm alone": lambda: mkernel.gemm(full, w)}
-        for order in ("default", "1n", "2n", "4n"):
-            env = {"MKERNEL_FUSED": "force"}
-            if order != "default":
-                env["MKERNEL_FUSED_ORDER"] = order
-            fns[f"ag_gemm order {order}"] = with_env(lambda: mkernel.ag_gemm(x, w, group=ctx), **env)
+        for order in ("8n", "1n", "2n", "4n"):
+            fns[f"ag_gemm order {order}"] = with_env(lambda: mkernel.ag_gemm(x, w, group=ctx),
+                                                     MKERNEL_FUSED="force",
+                                                     MKERNEL_FUSED_ORDER=order)
+        fns["ag_gemm measured choice"] = with_env(lambda: mkernel.ag_gemm(x, w, group=ctx),
+                                                  MKERNEL_FUSED="force")
         t = timed_all(fns, reps=2, samples=5)
         for name, ms in t.items():
             emit(dict(m=m, k=k, n=nn, world=world, what="order", kind=name, ms=ms,

@@ -135,26 +135,16 @@ void timeline_end(const char* path, const char* op, const gemm::Problem& p,
 
 }  // namespace
 
-void launch(const char* op, const gemm::Problem& p, gemm::ConfigId config, const at::Tensor& like,
+void launch(const char* op, const gemm::Problem& p, const FusedPlan& plan, const at::Tensor& like,
             const fused::FusedParams& hooks, const std::vector<int>& order, int64_t rank_rows,
             bool interleave) {
+  const gemm::ConfigId config = plan.config;
   gemm::Launch l;
   l.stream = at::cuda::getCurrentCUDAStream();
   l.sm_count = device_sms();
   l.splits = 1;
-  // MKERNEL_FUSED_ORDER=<swizzle><m|n> (e.g. 1m, 8n; measurement only, every rank the same):
-  // the persistent tile order, else the scheduler's default (bands of 8 M units walked along
-  // N: ag_gemm's rows arrive by M unit, so it must walk along N).
-  if (const char* ord = std::getenv("MKERNEL_FUSED_ORDER")) {
-    const int swizzle = std::atoi(ord);
-    const char* axis = ord;
-    while (*axis >= '0' && *axis <= '9') ++axis;
-    if ((swizzle == 1 || swizzle == 2 || swizzle == 4 || swizzle == 8) &&
-        (*axis == 'm' || *axis == 'n')) {
-      l.swizzle = swizzle;
-      l.raster = *axis == 'm' ? 1 : 2;
-    }
-  }
+  l.swizzle = plan.swizzle;
+  l.raster = plan.raster;
   TORCH_CHECK(fused::fused_supported(config), op, ": config ", gemm::config_name(config),
               " has no fused kernel");
   if (const char* why = gemm::can_implement(p, config, l)) {
@@ -199,6 +189,40 @@ std::vector<gemm::ConfigId> candidate_configs(int64_t m, int64_t n, int64_t k) {
   return std::vector<gemm::ConfigId>(ids, ids + count);
 }
 
+namespace {
+// MKERNEL_FUSED_ORDER=<swizzle><m|n> (measurement; every rank the same), parsed; false if unset.
+bool pinned_order(int* swizzle, int* raster) {
+  const char* ord = std::getenv("MKERNEL_FUSED_ORDER");
+  if (ord == nullptr) return false;
+  const int s = std::atoi(ord);
+  const char* axis = ord;
+  while (*axis >= '0' && *axis <= '9') ++axis;
+  if ((s != 1 && s != 2 && s != 4 && s != 8) || (*axis != 'm' && *axis != 'n')) return false;
+  *swizzle = s;
+  *raster = *axis == 'm' ? 1 : 2;
+  return true;
+}
+}  // namespace
+
+std::vector<FusedPlan> candidate_plans(int64_t m, int64_t n, int64_t k, bool along_n_only) {
+  std::vector<FusedPlan> plans;
+  int swizzle = 0, raster = 0;
+  const bool pinned = pinned_order(&swizzle, &raster);
+  const bool long_k = 4096 * k > 12 * (int64_t{1} << 20);
+  for (const gemm::ConfigId c : candidate_configs(m, n, k)) {
+    if (pinned) {
+      plans.push_back({c, swizzle, raster});
+      continue;
+    }
+    plans.push_back({c, 0, 0});
+    if (long_k) {
+      plans.push_back({c, 2, 2});
+      if (!along_n_only) plans.push_back({c, 1, 1});
+    }
+  }
+  return plans;
+}
+
 bool reduce_fits(const at::Tensor& x, const at::Tensor& w, const ReduceLayout& layout,
                  const char** why) {
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
@@ -222,8 +246,9 @@ bool reduce_fits(const at::Tensor& x, const at::Tensor& w, const ReduceLayout& l
 
 bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, const at::Tensor& x,
                  const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
-                 const std::vector<int>& order, gemm::ConfigId config, const char** why) {
+                 const std::vector<int>& order, const FusedPlan& plan, const char** why) {
   if (!reduce_fits(x, w, layout, why)) return false;
+  const gemm::ConfigId config = plan.config;
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
   const gemm::TileCounts tc = gemm::tile_counts(config, static_cast<int>(m), static_cast<int>(n));
   const int64_t tiles = static_cast<int64_t>(tc.tiles_m) * tc.tiles_n;
@@ -240,7 +265,8 @@ bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, cons
   hp.op = wait_op;
   hp.signature = comm::call_signature(wait_op, {m, k, n, static_cast<int64_t>(x.scalar_type()),
                                                 layout.two_shot ? 1 : 0,
-                                                static_cast<int64_t>(config)});
+                                                static_cast<int64_t>(config), plan.swizzle,
+                                                plan.raster});
   hp.flag_base = comm::FlagSlot::kOpSlotBase;
   hp.m = static_cast<int32_t>(m);
   hp.n = static_cast<int32_t>(n);
@@ -263,7 +289,7 @@ bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, cons
   TORCH_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0, op,
               ": internal: the output is not 16-byte aligned");
   const gemm::Problem p = problem(op, x.data_ptr(), w, g.data[g.rank], m, n, k);
-  launch(op, p, config, x, hp, order, layout.rows_per_rank, layout.interleave);
+  launch(op, p, plan, x, hp, order, layout.rows_per_rank, layout.interleave);
   return true;
 }
 
