@@ -13,9 +13,11 @@ Sections (``--sections``, comma-separated):
    GEMM alone.
 4. ``ag``: ag_gemm with its copy role from registers, by bulk copies or staged, vs the GEMM
    alone on the gathered rows.
-5. ``orders``: the fused kernel's persistent tile order (MKERNEL_FUSED_ORDER) at the
+5. ``trigger``: the fused kernel's griddepcontrol.launch_dependents at its start vs after the
+   consumers' mainloop (MKERNEL_FUSED_TRIGGER), timed interleaved, and a timeline of each.
+6. ``orders``: the fused kernel's persistent tile order (MKERNEL_FUSED_ORDER) at the
    Llama-70B shapes (gemm_rs fc2, ag_gemm fc1) vs the GEMM alone and its tuned plan.
-6. ``timeline``: one call of each variant with MKERNEL_FUSED_TIMELINE: per-CTA %globaltimer
+7. ``timeline``: one call of each variant with MKERNEL_FUSED_TIMELINE: per-CTA %globaltimer
    stamps (fused_params.h TimelineSlot), summarised per rank as medians over the CTAs: entry
    (start -> past the entry barrier), GEMM (entry -> last tile stored), tail (last tile ->
    CTA exit), the side warps' end, and the reduce items done by side warps / tail.
@@ -69,6 +71,8 @@ def summarise_timeline(lines: dict[int, str]) -> dict:
         out[f"rank{rank}"] = {
             "ctas": len(ctas),
             "start_us": med(lambda r: us(r[START], t0)),
+            "start_min_us": round(min(us(r[START], t0) for r in ctas), 1),
+            "start_max_us": mx(lambda r: us(r[START], t0)),
             "entered_us": med(lambda r: us(r[ENTERED], t0) if r[ENTERED] else 0.0),
             "gemm_done_us": med(lambda r: us(r[GEMM_DONE], t0)),
             "gemm_done_max_us": mx(lambda r: us(r[GEMM_DONE], t0)),
@@ -209,6 +213,47 @@ def rank_main() -> None:
                                   **summarise_timeline(lines)))
                     dist.barrier()
 
+    if "trigger" in sections:
+        # Whether the ranks' fused kernels run at the same time (session 7 device run 2: under
+        # MPS the second rank's CTAs started as the first's reached griddepcontrol.
+        # launch_dependents at the end of their mainloop): the trigger at the kernel's start
+        # (the default now) against after the mainloop (MKERNEL_FUSED_TRIGGER=late), fused
+        # kernel pinned, interleaved with the GEMM alone and the unfused path; then one
+        # timeline call of each (per-rank start / GEMM end / exit).
+        mk = torch.ops.mkernel
+        for m, k, nn in [(8192, 2048, 8192), (8192, 28672 // world, 8192)]:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 64
+            shape = {"m": m, "k": k, "n": nn, "world": world}
+            fns = {"gemm alone": lambda x=x, w=w: mkernel.gemm(x, w),
+                   "unfused rs": lambda x=x, w=w: mk.reduce_scatter.default(mkernel.gemm(x, w),
+                                                                           ctx.handle, world)}
+            for op in ("gemm_rs", "gemm_ar"):
+                fn = getattr(mkernel, op)
+                for trig in ("early", "late"):
+                    fns[f"{op} trigger {trig}"] = with_env(
+                        lambda fn=fn, x=x, w=w: fn(x, w, group=ctx), MKERNEL_FUSED="force",
+                        MKERNEL_FUSED_TRIGGER=trig)
+            t = timed_all(fns, reps=5 if k < 8192 else 2, samples=5)
+            for name, ms in t.items():
+                emit(dict(shape, what="trigger", kind=name, ms=ms, over_gemm=ms / t["gemm alone"]))
+            base = Path(tempfile.gettempdir(), f"fused_tl_{os.getppid()}")
+            for trig in ("early", "late"):
+                path = f"{base}_trigger_{m}_{k}_{trig}"
+                run = with_env(lambda x=x, w=w: mkernel.gemm_rs(x, w, group=ctx),
+                               MKERNEL_FUSED="force", MKERNEL_FUSED_TRIGGER=trig,
+                               MKERNEL_FUSED_TIMELINE=path)
+                for _ in range(2):
+                    run()
+                torch.cuda.synchronize()
+                dist.barrier()
+                if rank == 0:
+                    lines = {r: Path(f"{path}.rank{r}").read_text().strip().splitlines()[-1]
+                             for r in range(world)}
+                    emit(dict(shape, what="timeline", op="gemm_rs", kind=f"trigger {trig}",
+                              **summarise_timeline(lines)))
+                dist.barrier()
+
     if "orders" in sections:
         # The persistent tile order of the fused kernel (MKERNEL_FUSED_ORDER) at the Llama-70B
         # shapes, where K is long and a band of A rows or B columns no longer fits in L2: gemm_rs
@@ -290,7 +335,7 @@ def main() -> None:
         results = run_ranks(code, args.world, timeout=args.timeout, env=dict(env, **mps_env))
     for r in results:
         if r.returncode != 0 or r.rank == 0:
-            sys.stdout.write(r.stdout[-12000:])
+            sys.stdout.write(r.stdout[-60000:])
             sys.stderr.write(r.stderr[-4000:])
     sys.exit(max((r.returncode if r.returncode is not None else 124) for r in results))
 

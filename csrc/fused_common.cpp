@@ -155,6 +155,8 @@ void launch(const char* op, const gemm::Problem& p, const FusedPlan& plan, const
   const char* reason = nullptr;
   const char* timeline_path = std::getenv("MKERNEL_FUSED_TIMELINE");
   fused::FusedParams h = hooks;
+  const char* trigger = std::getenv("MKERNEL_FUSED_TRIGGER");  // measurement: early|late
+  h.trigger_early = trigger != nullptr && std::strcmp(trigger, "late") == 0 ? 0 : 1;
   uint64_t* timeline = nullptr;
   if (timeline_path != nullptr && !capturing()) timeline = timeline_begin(l.stream);
   h.timeline = timeline;
@@ -208,7 +210,11 @@ std::vector<FusedPlan> candidate_plans(int64_t m, int64_t n, int64_t k, bool alo
   std::vector<FusedPlan> plans;
   int swizzle = 0, raster = 0;
   const bool pinned = pinned_order(&swizzle, &raster);
-  const bool long_k = 4096 * k > 12 * (int64_t{1} << 20);
+  // Narrower orders at long K are measured only on request (MKERNEL_FUSED_ORDERS=1): no device
+  // run has timed them against the default yet, and each adds calls to a shape's first call.
+  const char* orders = std::getenv("MKERNEL_FUSED_ORDERS");
+  const bool long_k =
+      orders != nullptr && std::strcmp(orders, "1") == 0 && 4096 * k > 12 * (int64_t{1} << 20);
   for (const gemm::ConfigId c : candidate_configs(m, n, k)) {
     if (pinned) {
       plans.push_back({c, swizzle, raster});
@@ -284,7 +290,10 @@ bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, cons
   hp.slab_rows = slab_rows;
   hp.slabs = slabs;
   hp.side_mode = side_mode(fused::kSideStaged);
-  hp.tail_mode = tail_mode(fused::kTailStaged);
+  // The per-warp register tail by measurement (device run 2: the staged tail took 88-156 us
+  // where the register tail took 46-64 us at 4096x1024x8192); MKERNEL_FUSED_TAIL=staged for
+  // measuring.
+  hp.tail_mode = tail_mode(fused::kTailRegs);
   hp.bf16 = x.scalar_type() == at::kBFloat16 ? 1 : 0;
   TORCH_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0, op,
               ": internal: the output is not 16-byte aligned");

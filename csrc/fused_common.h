@@ -89,11 +89,12 @@ int choose_path(const char* op, int64_t group, const std::string& key,
 // The fused kernel's candidate tile configs for [m, k] x [n, k]^T (fused_api.h fused_configs).
 std::vector<gemm::ConfigId> candidate_configs(int64_t m, int64_t n, int64_t k);
 
-// The candidate plans choose_path measures: each candidate config in the default order first
-// (what an unmeasured shape runs inside graph capture), then, where K is long enough that a
-// band of 8 M units of A (4096 K bytes) outgrows a quarter of the L2, narrower orders: 2 M
-// units along N, and (unless `along_n_only`: ag_gemm, whose rows arrive by M unit) 1 along M.
-// Shapes only: the same list on every rank. MKERNEL_FUSED_ORDER pins one order.
+// The candidate plans choose_path measures: each candidate config in the default order (what
+// an unmeasured shape runs inside graph capture); with MKERNEL_FUSED_ORDERS=1 (measurement:
+// not yet timed on a device) also, where K is long enough that a band of 8 M units of A
+// (4096 K bytes) outgrows a quarter of the L2, narrower orders: 2 M units along N, and (unless
+// `along_n_only`: ag_gemm, whose rows arrive by M unit) 1 along M. Shapes and the environment
+// only: the same list on every rank. MKERNEL_FUSED_ORDER pins one order.
 std::vector<FusedPlan> candidate_plans(int64_t m, int64_t n, int64_t k, bool along_n_only);
 
 // The side warps' mode of a launch (fused_params.h SideMode): `fallback` (the op's default,

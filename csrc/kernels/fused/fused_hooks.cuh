@@ -57,6 +57,8 @@ struct FusedHooks {
   // Named barrier of the side warps (user id; the kernel's ping-pong consumers use 0 and 1).
   static constexpr uint32_t kSideBarrier = 2;
 
+  CUTLASS_DEVICE static bool trigger_early(Params const& p) { return p.trigger_early != 0; }
+
   CUTLASS_DEVICE static Call call_begin(Params const& p) {
     if (threadIdx.x == 0) stamp(p, kTlStart);
     return {comm::op_begin(p.group), false};
