@@ -253,6 +253,21 @@ def rank_main() -> None:
                     emit(dict(shape, what="timeline", op="gemm_rs", kind=f"trigger {trig}",
                               **summarise_timeline(lines)))
                 dist.barrier()
+        # ag_gemm at Llama fc1 (per rank x [8192 / W, 8192], w [28672 / W, 8192]).
+        m, k, nn = 8192 // world, 8192, 28672 // world
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 64
+        full = torch.randn(world * m, k, device="cuda", dtype=torch.bfloat16)
+        fns = {"gemm alone": lambda: mkernel.gemm(full, w),
+               "unfused ag": lambda: mkernel.gemm(mk.all_gather.default(x, ctx.handle, world), w)}
+        for trig in ("early", "late"):
+            fns[f"ag_gemm trigger {trig}"] = with_env(lambda: mkernel.ag_gemm(x, w, group=ctx),
+                                                      MKERNEL_FUSED="force",
+                                                      MKERNEL_FUSED_TRIGGER=trig)
+        t = timed_all(fns, reps=2, samples=5)
+        for name, ms in t.items():
+            emit(dict(m=m, k=k, n=nn, world=world, what="trigger", kind=name, ms=ms,
+                      over_gemm=ms / t["gemm alone"]))
 
     if "orders" in sections:
         # The persistent tile order of the fused kernel (MKERNEL_FUSED_ORDER) at the Llama-70B
