@@ -234,6 +234,11 @@ def rank_main() -> None:
                     fns[f"{op} trigger {trig}"] = with_env(
                         lambda fn=fn, x=x, w=w: fn(x, w, group=ctx), MKERNEL_FUSED="force",
                         MKERNEL_FUSED_TRIGGER=trig)
+            # A persistent grid of 4 SMs fewer than the share: whether the second rank waits for
+            # SMs (cluster placement) rather than for the trigger.
+            fns["gemm_rs trigger late, grid -4"] = with_env(
+                lambda x=x, w=w: mkernel.gemm_rs(x, w, group=ctx), MKERNEL_FUSED="force",
+                MKERNEL_FUSED_TRIGGER="late", MKERNEL_FUSED_SMS=str(sms - 4))
             t = timed_all(fns, reps=5 if k < 8192 else 2, samples=5)
             for name, ms in t.items():
                 emit(dict(shape, what="trigger", kind=name, ms=ms, over_gemm=ms / t["gemm alone"]))

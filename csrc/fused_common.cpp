@@ -145,6 +145,11 @@ void launch(const char* op, const gemm::Problem& p, const FusedPlan& plan, const
   l.splits = 1;
   l.swizzle = plan.swizzle;
   l.raster = plan.raster;
+  // MKERNEL_FUSED_SMS=<n> (measurement only, every rank the same): a smaller persistent grid.
+  if (const char* sms = std::getenv("MKERNEL_FUSED_SMS")) {
+    const int want = std::atoi(sms);
+    if (want >= 2 && want < l.sm_count) l.sm_count = want;
+  }
   TORCH_CHECK(fused::fused_supported(config), op, ": config ", gemm::config_name(config),
               " has no fused kernel");
   if (const char* why = gemm::can_implement(p, config, l)) {
