@@ -5,7 +5,8 @@ CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100/W), side by side in one run with
             shards gathered over the substrate's peer memory (mkernel.all_gather), then one
             SDPA call per source block (the flash backend, natural-log LSE; GQA by expanding
             k/v to h heads) and the fp32 merge of the partials in torch;
-  compute   the ceiling: mkernel.ring_attention's own compute without communication — the same
+  step      mkernel.ring_attention with its per-step ring pinned (MKERNEL_RING_MODE=step);
+  compute   mkernel.ring_attention's own per-step compute without communication — the same
             per-step engine calls (mkernel.attention on the local shard, with the same causal
             zigzag split) and the same fp32 merges (mkernel.ops.attention_merge_);
   ceiling   the compute-alone ceiling: one engine call over the whole sequence (W*s queries
@@ -109,7 +110,14 @@ def rank_main() -> None:
                     la.copy_(mx + torch.log(tot))
                 return acc.transpose(1, 2).to(dtype), lse_acc
 
-            cands = {"mkernel": fused, "unfused": unfused, "compute": compute}
+            def per_step(i):  # the same op with the per-step ring pinned (every rank alike)
+                os.environ["MKERNEL_RING_MODE"] = "step"
+                try:
+                    return fused(i)
+                finally:
+                    del os.environ["MKERNEL_RING_MODE"]
+
+            cands = {"mkernel": fused, "unfused": unfused, "compute": compute, "step": per_step}
             # The ceiling: the whole sequence's attention on this rank's SMs, divided by W (the
             # rank's share of the work, without communication or any ring overhead).
             full = [tuple(torch.cat([x] * world, dim=1) for x in st) for st in sets]
@@ -147,14 +155,16 @@ def rank_main() -> None:
                        "mode": "whole-sequence (one engine launch)" if whole else "per-step",
                        "h": h, "h_kv": h_kv, "d": d, "causal": causal, "dtype": "bf16",
                        "median_ms": worst["mkernel"], "unfused_ms": worst["unfused"],
-                       "compute_ms": worst["compute"],
+                       "compute_ms": worst["compute"], "step_ms": worst["step"],
+                       "vs_step": worst["step"] / worst["mkernel"],
                        "ceiling_ms": worst["engine_full"] / world,
                        "vs_ceiling": worst["engine_full"] / world / worst["mkernel"],
                        "tflops_per_rank": flops / (worst["mkernel"] * 1e-3) / 1e12,
                        "vs_compute": worst["compute"] / worst["mkernel"],
                        "vs_unfused": worst["unfused"] / worst["mkernel"],
                        "rel_vs_unfused": agree,
-                       "per_rank_ms": [m["mkernel"] for m in every]}
+                       "per_rank_ms": [m["mkernel"] for m in every],
+                       "per_rank_step_ms": [m["step"] for m in every]}
                 print("RESULT " + json.dumps(row), flush=True)
             del sets
             torch.cuda.empty_cache()
@@ -207,11 +217,12 @@ def main() -> None:
     finally:
         stop()
     print(f"{'shape':<16} {'causal':>6} {'ms':>8} {'TF/s/rank':>9} {'unfused':>8} {'compute':>8} "
-          f"{'ceiling':>8} {'xceil':>6} {'xunf':>6}")
+          f"{'step':>8} {'ceiling':>8} {'xceil':>6} {'xunf':>6} {'xstep':>6}")
     for r in rows:
         print(f"{r['shape']:<16} {str(r['causal']):>6} {r['median_ms']:>8.3f} {r['tflops_per_rank']:>9.1f} "
-              f"{r['unfused_ms']:>8.3f} {r['compute_ms']:>8.3f} {r['ceiling_ms']:>8.3f} "
-              f"{r['vs_ceiling']:>6.3f} {r['vs_unfused']:>6.3f}")
+              f"{r['unfused_ms']:>8.3f} {r['compute_ms']:>8.3f} {r['step_ms']:>8.3f} "
+              f"{r['ceiling_ms']:>8.3f} {r['vs_ceiling']:>6.3f} {r['vs_unfused']:>6.3f} "
+              f"{r['vs_step']:>6.3f}")
     write_result("ring_attention", {
         "commit": commit(), "device": device_info(), "mps": True, "world": args.world,
         "candidates": {
@@ -221,6 +232,8 @@ def main() -> None:
                        "expanded) and a torch fp32 merge, no overlap",
             "compute": "per-step engine calls and fp32 merges on local data (the per-step ring's "
                        "compute), no communication",
+            "step": "mkernel.ring_attention with the per-step ring pinned (MKERNEL_RING_MODE=step): "
+                    "per ring step a hooked engine launch + fp32 merge, the send on a side stream",
             "ceiling": "one engine call over the whole sequence (W*s tokens) on the rank's SMs, "
                        "divided by W"},
         "iters": args.iters, "rows": rows})

@@ -352,7 +352,8 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   at::cuda::CUDAEvent entered, sent;
   entered.record(at::cuda::getCurrentCUDAStream());
   entered.block(side);
-  check(ring_attention::send_whole(view, geo, k.data_ptr(), v.data_ptr(), kSendCtas, side.stream()),
+  check(ring_attention::send_whole(view, geo, k.data_ptr(), v.data_ptr(), causal, kSendCtas,
+                                   side.stream()),
         "send");
   sent.record(side);
 

@@ -93,8 +93,15 @@ __global__ void __launch_bounds__(kSendThreads, 1)
 // forwards position W - 1 - j here to W - 2 - j there once it has arrived. (The local shard's
 // own copy into position W - 1 is a copy-engine memcpy on the caller's stream, then
 // mark_local: at a few CTAs' bandwidth it would hold up the engine's first blocks.)
+//
+// Within a (step, batch) the chunks go last first (the engine walks a tile's key blocks from the
+// last one down), except when `causal` and the receiver sees only the first half of the shard
+// (zigzag: the shard of src < receiver holds global chunks src, seen by all the receiver's
+// queries, and 2W-1-src, seen by none of them): that half first (last chunk first), then the
+// other, which the receiver only forwards.
 __global__ void __launch_bounds__(kSendThreads, 1)
-    send_whole_kernel(comm::GroupDevice g, Geometry geo, const uint8_t* k, const uint8_t* v) {
+    send_whole_kernel(comm::GroupDevice g, Geometry geo, const uint8_t* k, const uint8_t* v,
+                      bool causal) {
   const uint64_t e = comm::op_begin(g);
   const int world = g.world;
   const int next = (g.rank + 1) % world;
@@ -107,7 +114,13 @@ __global__ void __launch_bounds__(kSendThreads, 1)
   for (int t = blockIdx.x; t < items; t += gridDim.x) {
     const int j = t / per_step;
     const int b = (t % per_step) / geo.chunks;
-    const int chunk = geo.chunks - 1 - t % geo.chunks;
+    const int u = t % geo.chunks;
+    const int src = (g.rank - j + world) % world;  // whose shard step j forwards
+    // Chunks that start in the shard's first half (the receiver's visible half when low_first).
+    const int low = (geo.seq / 2 + geo.chunk_rows - 1) / geo.chunk_rows;
+    const bool low_first = causal && src < next;
+    const int chunk = !low_first ? geo.chunks - 1 - u
+                                 : (u < low ? low - 1 - u : geo.chunks - 1 - (u - low));
     const int p = world - 1 - j;
     const int row0 = chunk * geo.chunk_rows;
     const int rows = min(geo.chunk_rows, geo.seq - row0);
@@ -149,7 +162,7 @@ cudaError_t mark_local(const comm::GroupDevice& g, const Geometry& geo, cudaStre
 }
 
 cudaError_t send_whole(const comm::GroupDevice& g, const Geometry& geo, const void* k,
-                       const void* v, int ctas, cudaStream_t stream) {
+                       const void* v, bool causal, int ctas, cudaStream_t stream) {
   const int items = (g.world - 1) * geo.batch * geo.chunks;
   if (g.world < 2 || items < 1 || geo.seq % geo.chunk_rows != 0 ||
       static_cast<int64_t>(geo.batch) * g.world * geo.chunks > kMaxWholeFlags ||
@@ -157,7 +170,7 @@ cudaError_t send_whole(const comm::GroupDevice& g, const Geometry& geo, const vo
     return cudaErrorInvalidValue;
   const int grid = ctas < 1 ? 1 : (ctas < items ? ctas : items);
   send_whole_kernel<<<grid, kSendThreads, 0, stream>>>(g, geo, static_cast<const uint8_t*>(k),
-                                                       static_cast<const uint8_t*>(v));
+                                                       static_cast<const uint8_t*>(v), causal);
   return cudaGetLastError();
 }
 

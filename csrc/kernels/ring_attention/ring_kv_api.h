@@ -86,9 +86,10 @@ constexpr uint32_t kMaxWholeFlags = comm::kMaxRanks * kMaxItems;  // b * W * chu
 inline uint64_t whole_data_bytes(const Geometry& geo, int world) {
   return 2 * static_cast<uint64_t>(world) * geo.shard_bytes();
 }
-// Forwards steps 0 .. W-2 (the local shard k/v for step 0) to the next rank.
+// Forwards steps 0 .. W-2 (the local shard k/v for step 0) to the next rank. causal (zigzag
+// shards): a receiver that sees only the first half of a shard gets that half first.
 cudaError_t send_whole(const comm::GroupDevice& g, const Geometry& geo, const void* k,
-                       const void* v, int ctas, cudaStream_t stream);
+                       const void* v, bool causal, int ctas, cudaStream_t stream);
 // Releases this rank's flags of position W - 1 (its own shard), after the caller copied the
 // shard there in stream order (a copy-engine memcpy).
 cudaError_t mark_local(const comm::GroupDevice& g, const Geometry& geo, cudaStream_t stream);
