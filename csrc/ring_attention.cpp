@@ -173,6 +173,9 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cpu(const at::Tensor& q, const
 // keeps them free of engine CTAs). Two move >= 100 GB/s; a shard must move in one step's
 // compute time, which needs ~20 GB/s at s = 4096 (MHA, d = 128), less with GQA.
 constexpr int kSendCtas = 2;
+// Batch groups of the whole-sequence mode's copy-engine copies of the local shard (each group a
+// memcpy pair and a flag kernel per destination).
+constexpr int kCopyGroups = 4;
 
 // A launch error of one of the ring's kernels, with the group's wait record when a device wait
 // failed first (the clear error names the flag and the peer).
@@ -352,31 +355,55 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   at::cuda::CUDAEvent entered, sent;
   entered.record(at::cuda::getCurrentCUDAStream());
   entered.block(side);
-  check(ring_attention::send_whole(view, geo, k.data_ptr(), v.data_ptr(), causal, kSendCtas,
-                                   side.stream()),
-        "send");
-  sent.record(side);
 
-  // The own shard into position W - 1 of the virtual K/V (strided per batch: a 2D copy by the
-  // copy engine), then its flags; the send kernel forwards it from the input meanwhile.
-  uint8_t* kv = view.data[rank];
+  // The local shard by the copy engine, in up to kCopyGroups batch groups (the engine's tiles
+  // go batch by batch, so it starts once the first group is in): its rows into position W - 1
+  // here, then its flags; then step 0, the same rows into position W - 2 at the next rank, then
+  // those flags there. MKERNEL_RING_STEP0=kernel leaves step 0 to the send kernel (measured
+  // side by side in bench_ring_attention).
+  const char* step0 = std::getenv("MKERNEL_RING_STEP0");
+  const bool ce_step0 = step0 == nullptr || std::strcmp(step0, "kernel") != 0;
+  const int next = (rank + 1) % world;
   const uint64_t row = static_cast<uint64_t>(geo.seq) * geo.row_bytes;  // one batch's shard
   const uint64_t v_off = static_cast<uint64_t>(world) * geo.shard_bytes();
-  for (const auto& [src, dst] : {std::pair<const void*, uint8_t*>{k.data_ptr(), kv},
-                                 std::pair<const void*, uint8_t*>{v.data_ptr(), kv + v_off}}) {
-    uint8_t* at = dst + static_cast<uint64_t>(world - 1) * row;
-    if (world * row < (uint64_t{1} << 31)) {  // within the 2D copy's pitch limit
-      C10_CUDA_CHECK(cudaMemcpy2DAsync(at, world * row, src, row, row, geo.batch,
-                                       cudaMemcpyDeviceToDevice, stream));
-    } else {
-      for (int bi = 0; bi < geo.batch; ++bi) {
-        C10_CUDA_CHECK(cudaMemcpyAsync(at + bi * world * row,
-                                       static_cast<const uint8_t*>(src) + bi * row, row,
-                                       cudaMemcpyDeviceToDevice, stream));
+  auto copy_rows = [&](uint8_t* data, int pos, int b0, int b1) {
+    for (const auto& [src, dst] : {std::pair<const void*, uint8_t*>{k.data_ptr(), data},
+                                   std::pair<const void*, uint8_t*>{v.data_ptr(), data + v_off}}) {
+      uint8_t* at = dst + (static_cast<uint64_t>(b0) * world + pos) * row;
+      const uint8_t* from = static_cast<const uint8_t*>(src) + b0 * row;
+      if (world * row < (uint64_t{1} << 31)) {  // within the 2D copy's pitch limit
+        C10_CUDA_CHECK(cudaMemcpy2DAsync(at, world * row, from, row, row, b1 - b0,
+                                         cudaMemcpyDeviceToDevice, side.stream()));
+      } else {
+        for (int bi = 0; bi < b1 - b0; ++bi) {
+          C10_CUDA_CHECK(cudaMemcpyAsync(at + bi * world * row, from + bi * row, row,
+                                         cudaMemcpyDeviceToDevice, side.stream()));
+        }
       }
     }
+  };
+  uint8_t* kv = view.data[rank];
+  const int groups = std::min(geo.batch, kCopyGroups);
+  for (int gi = 0; gi < groups; ++gi) {
+    const int b0 = geo.batch * gi / groups, b1 = geo.batch * (gi + 1) / groups;
+    copy_rows(kv, world - 1, b0, b1);
+    check(ring_attention::mark_whole(view, geo, rank, world - 1, b0, b1, side.stream()), "mark");
+    if (ce_step0) {
+      copy_rows(view.data[next], world - 2, b0, b1);
+      check(ring_attention::mark_whole(view, geo, next, world - 2, b0, b1, side.stream()),
+            "mark");
+    }
   }
-  check(ring_attention::mark_local(view, geo, stream), "mark");
+  // Steps 1 .. W-2 (and step 0 unless the copy engine did it): one send kernel, after the
+  // copies on the side stream (the engine may not take its SMs).
+  const int first_step = ce_step0 ? 1 : 0;
+  const bool send = world - 1 - first_step > 0;
+  if (send) {
+    check(ring_attention::send_whole(view, geo, k.data_ptr(), v.data_ptr(), causal, first_step,
+                                     kSendCtas, side.stream()),
+          "send");
+  }
+  sent.record(side);
   attention::HookArgs hooks;
   hooks.kv_ready = view.flags[rank] + ring_attention::whole_slot(world, geo.chunks, 0, 0, 0);
   hooks.blocks_per_flag = geo.chunk_rows / attention::block_n(static_cast<int>(q.size(3)));
@@ -415,7 +442,9 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, q.device().index()));
   attention::Launch l;
   l.stream = stream;
-  l.sm_count = std::max(1, sms - kSendCtas);
+  // The engine waits on flags that the side stream's kernels release: it leaves them SMs (one
+  // for the tiny mark kernels, or the send kernel's).
+  l.sm_count = std::max(1, sms - (send ? kSendCtas : 1));
   const char* reason = nullptr;
   const cudaError_t err = attention::run_hooked(p, l, hooks, &reason);
   TORCH_CHECK_VALUE(reason == nullptr, kOp, ": ", reason, " (dtype ", q.scalar_type(), ", d ",

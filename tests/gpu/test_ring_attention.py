@@ -66,13 +66,16 @@ def test_ring_attention_across_emulated_nodes(mps, world):
           f"worst rel err {max(c['rel'] for c in cases):.2e}")
 
 
-def test_ring_attention_modes_agree(mps):
-    """The same shapes through the whole-sequence mode and the pinned per-step ring
-    (MKERNEL_RING_MODE=step): both against the reference (the benchmark times both)."""
+@pytest.mark.parametrize("knob", ["MKERNEL_RING_MODE=step", "MKERNEL_RING_STEP0=kernel"])
+def test_ring_attention_pinned_paths(mps, knob):
+    """Whole-sequence shapes (non-causal, causal zigzag MQA) through the paths the benchmark
+    times beside the default: the per-step ring pinned, and step 0 sent by the send kernel
+    instead of the copy engine — against the reference."""
     world = 2
+    var, value = knob.split("=")
     res = run_ranks(RING_MAIN, world, timeout=120,
                     env=rank_env(mps, world, TEST_SUITE="matrix", RING_CASES="0,6",
-                                 MKERNEL_RING_MODE="step", MKERNEL_OP_TIMEOUT="20"))
+                                 MKERNEL_OP_TIMEOUT="20", **{var: value}))
     cases = check_ranks(res)
     assert len(cases) == world * 4, len(cases)
 
