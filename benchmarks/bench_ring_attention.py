@@ -6,8 +6,8 @@ CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100/W), side by side in one run with
             SDPA call per source block (the flash backend, natural-log LSE; GQA by expanding
             k/v to h heads) and the fp32 merge of the partials in torch;
   step      mkernel.ring_attention with its per-step ring pinned (MKERNEL_RING_MODE=step);
-  k-step0   mkernel.ring_attention with step 0 sent by its send kernel, not the copy engine
-            (MKERNEL_RING_STEP0=kernel: the session-6 data path);
+  c-step0   mkernel.ring_attention with the local shard's copies (own and step 0) as memcpys
+            on a side stream, the send kernel for later steps only (MKERNEL_RING_STEP0=copy);
   compute   mkernel.ring_attention's own per-step compute without communication — the same
             per-step engine calls (mkernel.attention on the local shard, with the same causal
             zigzag split) and the same fp32 merges (mkernel.ops.attention_merge_);
@@ -123,7 +123,7 @@ def rank_main() -> None:
 
             cands = {"mkernel": fused, "unfused": unfused, "compute": compute,
                      "step": pinned("MKERNEL_RING_MODE", "step"),
-                     "kernel_step0": pinned("MKERNEL_RING_STEP0", "kernel")}
+                     "copy_step0": pinned("MKERNEL_RING_STEP0", "copy")}
             # The ceiling: the whole sequence's attention on this rank's SMs, divided by W (the
             # rank's share of the work, without communication or any ring overhead).
             full = [tuple(torch.cat([x] * world, dim=1) for x in st) for st in sets]
@@ -163,7 +163,7 @@ def rank_main() -> None:
                        "median_ms": worst["mkernel"], "unfused_ms": worst["unfused"],
                        "compute_ms": worst["compute"], "step_ms": worst["step"],
                        "vs_step": worst["step"] / worst["mkernel"],
-                       "kernel_step0_ms": worst["kernel_step0"],
+                       "copy_step0_ms": worst["copy_step0"],
                        "ceiling_ms": worst["engine_full"] / world,
                        "vs_ceiling": worst["engine_full"] / world / worst["mkernel"],
                        "tflops_per_rank": flops / (worst["mkernel"] * 1e-3) / 1e12,
@@ -172,7 +172,7 @@ def rank_main() -> None:
                        "rel_vs_unfused": agree,
                        "per_rank_ms": [m["mkernel"] for m in every],
                        "per_rank_step_ms": [m["step"] for m in every],
-                       "per_rank_kernel_step0_ms": [m["kernel_step0"] for m in every]}
+                       "per_rank_copy_step0_ms": [m["copy_step0"] for m in every]}
                 print("RESULT " + json.dumps(row), flush=True)
             del sets
             torch.cuda.empty_cache()
@@ -225,25 +225,25 @@ def main() -> None:
     finally:
         stop()
     print(f"{'shape':<16} {'causal':>6} {'ms':>8} {'TF/s/rank':>9} {'unfused':>8} {'compute':>8} "
-          f"{'step':>8} {'k-step0':>8} {'ceiling':>8} {'xceil':>6} {'xunf':>6} {'xstep':>6}")
+          f"{'step':>8} {'c-step0':>8} {'ceiling':>8} {'xceil':>6} {'xunf':>6} {'xstep':>6}")
     for r in rows:
         print(f"{r['shape']:<16} {str(r['causal']):>6} {r['median_ms']:>8.3f} {r['tflops_per_rank']:>9.1f} "
               f"{r['unfused_ms']:>8.3f} {r['compute_ms']:>8.3f} {r['step_ms']:>8.3f} "
-              f"{r['kernel_step0_ms']:>8.3f} "
+              f"{r['copy_step0_ms']:>8.3f} "
               f"{r['ceiling_ms']:>8.3f} {r['vs_ceiling']:>6.3f} {r['vs_unfused']:>6.3f} "
               f"{r['vs_step']:>6.3f}")
     write_result("ring_attention", {
         "commit": commit(), "device": device_info(), "mps": True, "world": args.world,
         "candidates": {
-            "mkernel": "mkernel.ring_attention (whole-sequence mode at these shapes: the local "
-                       "shard by copy-engine memcpys, later steps by one send kernel, one "
-                       "hooked engine launch consuming K/V chunks on arrival)",
+            "mkernel": "mkernel.ring_attention (whole-sequence mode at these shapes: one send "
+                       "kernel + one hooked engine launch consuming K/V chunks on arrival)",
             "unfused": "mkernel.all_gather of k and v, then SDPA flash per source block (GQA "
                        "expanded) and a torch fp32 merge, no overlap",
             "compute": "per-step engine calls and fp32 merges on local data (the per-step ring's "
                        "compute), no communication",
-            "kernel_step0": "mkernel.ring_attention with step 0 sent by the send kernel "
-                            "(MKERNEL_RING_STEP0=kernel) instead of the copy engine",
+            "copy_step0": "mkernel.ring_attention with the local shard's copies (own position "
+                          "and step 0 at the next rank) as memcpys in batch groups on the side "
+                          "stream (MKERNEL_RING_STEP0=copy), the send kernel for steps >= 1 only",
             "step": "mkernel.ring_attention with the per-step ring pinned (MKERNEL_RING_MODE=step): "
                     "per ring step a hooked engine launch + fp32 merge, the send on a side stream",
             "ceiling": "one engine call over the whole sequence (W*s tokens) on the rank's SMs, "

@@ -356,54 +356,61 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   entered.record(at::cuda::getCurrentCUDAStream());
   entered.block(side);
 
-  // The local shard by the copy engine, in up to kCopyGroups batch groups (the engine's tiles
-  // go batch by batch, so it starts once the first group is in): its rows into position W - 1
-  // here, then its flags; then step 0, the same rows into position W - 2 at the next rank, then
-  // those flags there. MKERNEL_RING_STEP0=kernel leaves step 0 to the send kernel (measured
-  // side by side in bench_ring_attention).
+  // The local shard's own copy into position W - 1 of the virtual K/V, by memcpys (strided per
+  // batch: 2D copies), then its flags; step 0 (the same rows into position W - 2 at the next
+  // rank) by the send kernel, which forwards every later step too (session 6's data path,
+  // measured). MKERNEL_RING_STEP0=copy instead issues both copies on the side stream in up to
+  // kCopyGroups batch groups (the engine's tiles go batch by batch: it starts once the first
+  // group is in), each followed by its flags, and leaves the send kernel steps 1 .. W-2 only
+  // (bench_ring_attention times both; at W = 2 no send kernel runs at all). Either way the
+  // same rows and flags: ranks may differ in the knob.
   const char* step0 = std::getenv("MKERNEL_RING_STEP0");
-  const bool ce_step0 = step0 == nullptr || std::strcmp(step0, "kernel") != 0;
+  const bool copy_step0 = step0 != nullptr && std::strcmp(step0, "copy") == 0;
   const int next = (rank + 1) % world;
   const uint64_t row = static_cast<uint64_t>(geo.seq) * geo.row_bytes;  // one batch's shard
   const uint64_t v_off = static_cast<uint64_t>(world) * geo.shard_bytes();
-  auto copy_rows = [&](uint8_t* data, int pos, int b0, int b1) {
+  auto copy_rows = [&](uint8_t* data, int pos, int b0, int b1, cudaStream_t on) {
     for (const auto& [src, dst] : {std::pair<const void*, uint8_t*>{k.data_ptr(), data},
                                    std::pair<const void*, uint8_t*>{v.data_ptr(), data + v_off}}) {
       uint8_t* at = dst + (static_cast<uint64_t>(b0) * world + pos) * row;
       const uint8_t* from = static_cast<const uint8_t*>(src) + b0 * row;
       if (world * row < (uint64_t{1} << 31)) {  // within the 2D copy's pitch limit
         C10_CUDA_CHECK(cudaMemcpy2DAsync(at, world * row, from, row, row, b1 - b0,
-                                         cudaMemcpyDeviceToDevice, side.stream()));
+                                         cudaMemcpyDeviceToDevice, on));
       } else {
         for (int bi = 0; bi < b1 - b0; ++bi) {
           C10_CUDA_CHECK(cudaMemcpyAsync(at + bi * world * row, from + bi * row, row,
-                                         cudaMemcpyDeviceToDevice, side.stream()));
+                                         cudaMemcpyDeviceToDevice, on));
         }
       }
     }
   };
   uint8_t* kv = view.data[rank];
-  const int groups = std::min(geo.batch, kCopyGroups);
-  for (int gi = 0; gi < groups; ++gi) {
-    const int b0 = geo.batch * gi / groups, b1 = geo.batch * (gi + 1) / groups;
-    copy_rows(kv, world - 1, b0, b1);
-    check(ring_attention::mark_whole(view, geo, rank, world - 1, b0, b1, side.stream()), "mark");
-    if (ce_step0) {
-      copy_rows(view.data[next], world - 2, b0, b1);
+  const int first_step = copy_step0 ? 1 : 0;
+  const bool send = world - 1 - first_step > 0;
+  if (copy_step0) {
+    const int groups = std::min(geo.batch, kCopyGroups);
+    for (int gi = 0; gi < groups; ++gi) {
+      const int b0 = geo.batch * gi / groups, b1 = geo.batch * (gi + 1) / groups;
+      copy_rows(kv, world - 1, b0, b1, side.stream());
+      check(ring_attention::mark_whole(view, geo, rank, world - 1, b0, b1, side.stream()),
+            "mark");
+      copy_rows(view.data[next], world - 2, b0, b1, side.stream());
       check(ring_attention::mark_whole(view, geo, next, world - 2, b0, b1, side.stream()),
             "mark");
     }
   }
-  // Steps 1 .. W-2 (and step 0 unless the copy engine did it): one send kernel, after the
-  // copies on the side stream (the engine may not take its SMs).
-  const int first_step = ce_step0 ? 1 : 0;
-  const bool send = world - 1 - first_step > 0;
+  // The send kernel (after the copies on the side stream: the engine leaves it its SMs).
   if (send) {
     check(ring_attention::send_whole(view, geo, k.data_ptr(), v.data_ptr(), causal, first_step,
                                      kSendCtas, side.stream()),
           "send");
   }
   sent.record(side);
+  if (!copy_step0) {
+    copy_rows(kv, world - 1, 0, geo.batch, stream);
+    check(ring_attention::mark_whole(view, geo, rank, world - 1, 0, geo.batch, stream), "mark");
+  }
   attention::HookArgs hooks;
   hooks.kv_ready = view.flags[rank] + ring_attention::whole_slot(world, geo.chunks, 0, 0, 0);
   hooks.blocks_per_flag = geo.chunk_rows / attention::block_n(static_cast<int>(q.size(3)));

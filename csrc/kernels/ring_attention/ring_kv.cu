@@ -92,8 +92,7 @@ __global__ void __launch_bounds__(kSendThreads, 1)
 // first_step .. W-2 in order; step 0 copies the local shard (the op's input) into position
 // W - 2 at the next rank, step j forwards position W - 1 - j here to W - 2 - j there once it
 // has arrived. (The local shard's own copy into position W - 1, and step 0 when first_step is
-// 1, are copy-engine memcpys followed by mark_whole: at a few CTAs' bandwidth they would hold
-// up the engines' first blocks.)
+// 1, are memcpys followed by mark_whole.)
 //
 // Within a (step, batch) the chunks go last first (the engine walks a tile's key blocks from the
 // last one down), except when `causal` and the receiver sees only the first half of the shard
