@@ -172,7 +172,8 @@ def rank_main() -> None:
                        "rel_vs_unfused": agree,
                        "per_rank_ms": [m["mkernel"] for m in every],
                        "per_rank_step_ms": [m["step"] for m in every],
-                       "per_rank_copy_step0_ms": [m["copy_step0"] for m in every]}
+                       "per_rank_copy_step0_ms": [m["copy_step0"] for m in every],
+                       "per_rank": every}
                 print("RESULT " + json.dumps(row), flush=True)
             del sets
             torch.cuda.empty_cache()
