@@ -464,9 +464,10 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
 
 // Groups spanning several (emulated) nodes: the K/V shards are gathered through the
 // substrate's all_gather (mkernel::all_gather: peer memory inside a node, and between nodes its
-// inter-node half, kernel -> NetPath FIFO -> Go proxy -> transport), then the per-step ring's
-// engine calls and fp32 merges run on the gathered shards in ring order (no hooks: the data is
-// there). Not yet the ring's overlap of transfer and compute across nodes; the same results.
+// inter-node half, kernel -> NetPath FIFO -> Go proxy -> transport) on a side stream, while
+// step 0 (the local shard) runs on the caller's; then the per-step ring's engine calls and
+// fp32 merges on the gathered shards in ring order (no hooks: the data is there). Not yet the
+// chunk-by-chunk consumption of the one-node ring; the same results.
 std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_nodes(const at::Tensor& q,
                                                              const at::Tensor& k,
                                                              const at::Tensor& v, int64_t group,
@@ -478,20 +479,37 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_nodes(const at::Tensor& q
           .typed<at::Tensor(const at::Tensor&, int64_t, int64_t)>();
   const int64_t b = q.size(0), s = q.size(1), h = q.size(2), d = q.size(3);
   const at::AutoDispatchBelowADInplaceOrView below_autograd;  // an inner op of this kernel
+  const at::cuda::CUDAStream main = at::cuda::getCurrentCUDAStream();
+  const at::cuda::CUDAStream side = at::cuda::getStreamFromPool(false, q.device().index());
+  at::cuda::CUDAEvent inputs, gathered;
+  inputs.record(main);
+  inputs.block(side);
   // [W * b, s_kv, h_kv, d]: rank r's shard in rows [r * b, (r + 1) * b), one contiguous block.
-  const at::Tensor k_all = all_gather.call(k.contiguous(), group, world_size);
-  const at::Tensor v_all = all_gather.call(v.contiguous(), group, world_size);
+  at::Tensor k_all, v_all;
+  {
+    const c10::cuda::CUDAStreamGuard on_side(side);
+    k_all = all_gather.call(k.contiguous(), group, world_size);
+    v_all = all_gather.call(v.contiguous(), group, world_size);
+  }
+  gathered.record(side);
   const int64_t shard = k.numel() * k.element_size();
   at::Tensor out_acc = at::zeros({b, s, h, d}, q.options().dtype(at::kFloat));
   at::Tensor lse_acc =
       at::full({b, h, s}, -std::numeric_limits<float>::infinity(), q.options().dtype(at::kFloat));
   at::Tensor part = at::empty({b, s, h, d}, q.options());
   at::Tensor lse_part = at::empty({b, h, s}, q.options().dtype(at::kFloat));
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = main.stream();
   for (int j = 0; j < world; ++j) {
     const int src = (rank - j + world) % world;
-    const void* kj = static_cast<const uint8_t*>(k_all.data_ptr()) + src * shard;
-    const void* vj = static_cast<const uint8_t*>(v_all.data_ptr()) + src * shard;
+    if (j == 1) {  // the remote shards from here on: after the gather (made on the side stream)
+      gathered.block(main);
+      k_all.record_stream(main);
+      v_all.record_stream(main);
+    }
+    const void* kj = j == 0 ? k.data_ptr()
+                            : static_cast<const uint8_t*>(k_all.data_ptr()) + src * shard;
+    const void* vj = j == 0 ? v.data_ptr()
+                            : static_cast<const uint8_t*>(v_all.data_ptr()) + src * shard;
     const StepCall sc = step_call(q, k, rank, world, j, causal, kj, vj, part, lse_part);
     launch_step_engine(q, k, sc.c, scale, nullptr, stream);
     merge_rows(out_acc, lse_acc, part, lse_part, sc.row0, sc.rows, stream);
