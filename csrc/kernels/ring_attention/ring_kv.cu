@@ -8,10 +8,12 @@ namespace mkernel::ring_attention {
 namespace {
 
 constexpr int kSendThreads = 512;
-// 16-byte loads in flight per thread: the whole-sequence send takes 8 (64 KiB in flight per
-// CTA, ~100 GB/s per SM: its 2 CTAs must deliver a shard while the engine attends the local
-// one); the per-step send 4 (at 8 ptxas spills it: two copies inlined at 128 registers).
-constexpr int kUnrollWhole = 8;
+// 16-byte loads in flight per thread: the whole-sequence send takes 16 (128 KiB in flight per
+// CTA; at 8, 64 KiB, its 2 CTAs moved ~100 GB/s, latency-bound, and the MHA shard of the
+// benchmark took ~1.3 ms to arrive while the causal engine's first round needs it whole; 109
+// registers, no spills); the per-step send 4 (at 8 ptxas spills it: two copies inlined at 128
+// registers).
+constexpr int kUnrollWhole = 16;
 constexpr int kUnrollStep = 4;
 
 // n bytes (a multiple of 16, both ends 16-byte aligned: rows are h_kv * d elements with d a
