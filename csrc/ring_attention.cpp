@@ -202,8 +202,10 @@ struct EngineCall {
   bool causal;
 };
 
+// sm_count: the persistent grid (0: every SM). A send kernel running beside it needs its SMs:
+// a persistent CTA that finds none free starts only after the send, with its whole tile list.
 void launch_step_engine(const at::Tensor& q, const at::Tensor& k, const EngineCall& c, float scale,
-                        const attention::HookArgs* hooks, cudaStream_t stream) {
+                        const attention::HookArgs* hooks, cudaStream_t stream, int sm_count = 0) {
   attention::Problem p{};
   p.q = c.q;
   p.k = c.k;
@@ -225,6 +227,7 @@ void launch_step_engine(const at::Tensor& q, const at::Tensor& k, const EngineCa
   p.lse_head_stride = c.lse_head_stride;
   attention::Launch l;
   l.stream = stream;
+  l.sm_count = sm_count;
   const char* reason = nullptr;
   const cudaError_t err = hooks != nullptr ? attention::run_hooked(p, l, *hooks, &reason)
                                            : attention::run(p, l, &reason);
@@ -579,6 +582,8 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
   std::vector<at::cuda::CUDAEvent> sent(static_cast<size_t>(world - 1));
 
   uint8_t* own = view.data[rank];
+  int sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, q.device().index()));
   for (int j = 0; j < world; ++j) {
     const uint8_t* kj = j == 0 ? static_cast<const uint8_t*>(k.data_ptr())
                                : ring_attention::buffer(own, geo, j % 2);
@@ -605,7 +610,9 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
     }
     const attention::HookArgs* hp = j > 0 ? &hooks : nullptr;
     const StepCall sc = step_call(q, k, rank, world, j, causal, kj, vj, part, lse_part);
-    launch_step_engine(q, k, sc.c, scale, hp, stream);
+    // Steps with a send beside them (all but the last) leave its SMs free.
+    launch_step_engine(q, k, sc.c, scale, hp, stream,
+                       j + 1 < world ? std::max(1, sms - kSendCtas) : 0);
     merge_rows(out_acc, lse_acc, part, lse_part, sc.row0, sc.rows, stream);
     if (j + 1 < world) {
       // Buffer j % 2 is free once this step's engine and send are done with it (credit for
