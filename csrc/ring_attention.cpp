@@ -173,6 +173,13 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cpu(const at::Tensor& q, const
 // keeps them free of engine CTAs). Two move >= 100 GB/s; a shard must move in one step's
 // compute time, which needs ~20 GB/s at s = 4096 (MHA, d = 128), less with GQA.
 constexpr int kSendCtas = 2;
+// The whole-sequence mode's send CTAs: kSendCtas, or MKERNEL_RING_SEND_CTAS (1..16, a
+// measurement knob of bench_ring_attention; ranks may differ).
+int whole_send_ctas() {
+  const char* env = std::getenv("MKERNEL_RING_SEND_CTAS");
+  const int n = env != nullptr ? std::atoi(env) : 0;
+  return n >= 1 && n <= 16 ? n : kSendCtas;
+}
 // Batch groups of the whole-sequence mode's copy-engine copies of the local shard (each group a
 // memcpy pair and a flag kernel per destination).
 constexpr int kCopyGroups = 4;
@@ -391,6 +398,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   uint8_t* kv = view.data[rank];
   const int first_step = copy_step0 ? 1 : 0;
   const bool send = world - 1 - first_step > 0;
+  const int send_ctas = whole_send_ctas();
   if (copy_step0) {
     const int groups = std::min(geo.batch, kCopyGroups);
     for (int gi = 0; gi < groups; ++gi) {
@@ -406,7 +414,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   // The send kernel (after the copies on the side stream: the engine leaves it its SMs).
   if (send) {
     check(ring_attention::send_whole(view, geo, k.data_ptr(), v.data_ptr(), causal, first_step,
-                                     kSendCtas, side.stream()),
+                                     send_ctas, side.stream()),
           "send");
   }
   sent.record(side);
@@ -454,7 +462,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   l.stream = stream;
   // The engine waits on flags that the side stream's kernels release: it leaves them SMs (one
   // for the tiny mark kernels, or the send kernel's).
-  l.sm_count = std::max(1, sms - (send ? kSendCtas : 1));
+  l.sm_count = std::max(1, sms - (send ? send_ctas : 1));
   const char* reason = nullptr;
   const cudaError_t err = attention::run_hooked(p, l, hooks, &reason);
   TORCH_CHECK_VALUE(reason == nullptr, kOp, ": ", reason, " (dtype ", q.scalar_type(), ", d ",
