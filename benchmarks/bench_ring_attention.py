@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 # and a Llama-style GQA shape (32 q heads, 8 kv heads).
 SHAPES = [
     ("mha_b4_h16", 4, 4096, 16, 16, 128),
+    ("mha_b4_h16_s12k", 4, 12288, 16, 16, 128),  # the seed's 12288 tokens per rank
     ("gqa_b1_h32_kv8", 1, 8192, 32, 8, 128),
 ]
 

@@ -50,7 +50,7 @@ def test_ring_attention_at_world_eight(mps):
     print(f"W=8: {len(cases)} checked calls, worst rel err {max(c['rel'] for c in cases):.2e}")
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [2, 4, 8])
 def test_ring_attention_across_emulated_nodes(mps, world):
     """Two emulated nodes: K/V cross between nodes through the substrate's inter-node path
     (all_gather: NetPath FIFO -> Go proxy -> transport), then the per-step engine calls and
