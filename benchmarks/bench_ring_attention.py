@@ -23,7 +23,7 @@ figure per case is the slowest rank's median. TFLOP/s per rank count the causal 
 HBM and the "peer" copies are local: these are the op's costs at an MPS share, not NVLink
 figures. Writes JSON under results/ (commit from MKERNEL_COMMIT).
 
-    python benchmarks/bench_ring_attention.py [--world 2] [--iters 15]
+    python benchmarks/bench_ring_attention.py [--world 2] [--iters 15] [--shapes a,b]
 """
 
 from __future__ import annotations
@@ -66,7 +66,10 @@ def rank_main() -> None:
     gate = torch.zeros(world * 8, device="cuda", dtype=dtype)
     flash = torch.ops.aten._scaled_dot_product_flash_attention
 
+    pick = os.environ.get("BENCH_SHAPES")  # comma-separated names; empty: all
     for name, b, s, h, h_kv, d in SHAPES:
+        if pick and name not in pick.split(","):
+            continue
         for causal in (False, True):
             sets = [tuple(torch.randn(b, s, hh, d, device="cuda", dtype=dtype)
                           for hh in (h, h_kv, h_kv)) for _ in range(2)]
@@ -210,6 +213,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--iters", type=int, default=15)
+    ap.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
     args = ap.parse_args()
 
     from common import commit, device_info, start_mps, write_result  # noqa: E402
@@ -220,7 +224,8 @@ def main() -> None:
     try:
         res = run_ranks(RANK_CODE, args.world, timeout=600, env=dict(
             env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",
-            MKERNEL_OP_TIMEOUT="30", BENCH_ITERS=str(args.iters)))
+            MKERNEL_OP_TIMEOUT="30", BENCH_ITERS=str(args.iters),
+            BENCH_SHAPES=args.shapes))
         for r in res:
             if r.returncode != 0:
                 raise SystemExit(f"rank {r.rank} failed (rc {r.returncode}):\n"
