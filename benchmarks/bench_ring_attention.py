@@ -242,7 +242,7 @@ def main() -> None:
               f"{r['ceiling_ms']:>8.3f} {r['vs_ceiling']:>6.3f} {r['vs_unfused']:>6.3f} "
               f"{r['vs_step']:>6.3f}")
     write_result("ring_attention", {
-        "commit": commit(), "device": device_info(), "mps": True, "world": args.world,
+        "benchmark": "ring_attention", "commit": commit(), "device": device_info(), "mps": True, "world": args.world,
         "candidates": {
             "mkernel": "mkernel.ring_attention (whole-sequence mode at these shapes: one send "
                        "kernel + one hooked engine launch consuming K/V chunks on arrival)",
