@@ -454,6 +454,12 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
     p.zz_world = world;
     p.zz_rank = rank;
     p.zz_chunk = static_cast<int>(q.size(1) / 2);
+    // The zigzag mode needs whole query tiles per chunk: the 128-row tile when the default
+    // causal tile does not divide the chunk.
+    if (p.zz_chunk % attention::block_m(static_cast<int>(q.size(3)), true, p.seq_q) != 0) {
+      p.block_m = 128;
+      p.block_n = attention::block_n(static_cast<int>(q.size(3)));
+    }
   }
   p.dtype = q.scalar_type() == at::kBFloat16 ? attention::DType::kBF16 : attention::DType::kFP16;
   int sms = 0;
