@@ -73,7 +73,7 @@ struct PersistentTileScheduler {
   // the first sees (chunk r) * C + i + 1 key blocks while tile C-1-i of the second sees
   // (chunk 2W-1-r) * C + C - i (C = blocks per chunk): each such pair costs the same, (2W-1) C +
   // C + 1 blocks, but the tiles of a pair differ up to 2W-fold, so the linear order's round
-  // robin leaves some CTAs ~1.25x the mean work (W = 2). Here each CTA runs whole pairs: its
+  // robin left some CTAs ~1.3x the mean work (W = 2, rank 0; session 6's measured miss). Here each CTA runs whole pairs: its
   // k-th tile is member k % 2 (the long one first) of pair (k / 2) * G + c (G = the grid, c
   // its CTA), pairs enumerated in the same L2 sections as the linear order; the last, partial
   // round of pairs hands out its tiles one per CTA instead (long ones first), so no CTA gets
