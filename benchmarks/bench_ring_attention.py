@@ -7,8 +7,6 @@ CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100/W), side by side in one run with
             k/v to h heads) and the fp32 merge of the partials in torch;
   step      mkernel.ring_attention with its per-step ring pinned (MKERNEL_RING_MODE=step);
   send4     mkernel.ring_attention with 4 send CTAs, not 2 (MKERNEL_RING_SEND_CTAS=4);
-  c-step0   mkernel.ring_attention with the local shard's copies (own and step 0) as memcpys
-            on a side stream, the send kernel for later steps only (MKERNEL_RING_STEP0=copy);
   compute   mkernel.ring_attention's own per-step compute without communication — the same
             per-step engine calls (mkernel.attention on the local shard, with the same causal
             zigzag split) and the same fp32 merges (mkernel.ops.attention_merge_);
@@ -43,8 +41,8 @@ sys.path.insert(0, str(ROOT))
 # and a Llama-style GQA shape (32 q heads, 8 kv heads).
 SHAPES = [
     ("mha_b4_h16", 4, 4096, 16, 16, 128),
-    ("mha_b4_h16_s12k", 4, 12288, 16, 16, 128),  # the seed's 12288 tokens per rank
     ("gqa_b1_h32_kv8", 1, 8192, 32, 8, 128),
+    ("mha_b4_h16_s12k", 4, 12288, 16, 16, 128),  # the seed's 12288 tokens per rank
 ]
 
 
@@ -128,7 +126,6 @@ def rank_main() -> None:
 
             cands = {"mkernel": fused, "unfused": unfused, "compute": compute,
                      "step": pinned("MKERNEL_RING_MODE", "step"),
-                     "copy_step0": pinned("MKERNEL_RING_STEP0", "copy"),
                      "send4": pinned("MKERNEL_RING_SEND_CTAS", "4")}
             # The ceiling: the whole sequence's attention on this rank's SMs, divided by W (the
             # rank's share of the work, without communication or any ring overhead).
@@ -169,7 +166,7 @@ def rank_main() -> None:
                        "median_ms": worst["mkernel"], "unfused_ms": worst["unfused"],
                        "compute_ms": worst["compute"], "step_ms": worst["step"],
                        "vs_step": worst["step"] / worst["mkernel"],
-                       "copy_step0_ms": worst["copy_step0"], "send4_ms": worst["send4"],
+                       "send4_ms": worst["send4"],
                        "ceiling_ms": worst["engine_full"] / world,
                        "vs_ceiling": worst["engine_full"] / world / worst["mkernel"],
                        "tflops_per_rank": flops / (worst["mkernel"] * 1e-3) / 1e12,
@@ -178,7 +175,6 @@ def rank_main() -> None:
                        "rel_vs_unfused": agree,
                        "per_rank_ms": [m["mkernel"] for m in every],
                        "per_rank_step_ms": [m["step"] for m in every],
-                       "per_rank_copy_step0_ms": [m["copy_step0"] for m in every],
                        "per_rank": every}
                 print("RESULT " + json.dumps(row), flush=True)
             del sets
@@ -224,21 +220,23 @@ def main() -> None:
     try:
         res = run_ranks(RANK_CODE, args.world, timeout=600, env=dict(
             env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",
-            MKERNEL_OP_TIMEOUT="30", BENCH_ITERS=str(args.iters),
+            MKERNEL_OP_TIMEOUT="10", BENCH_ITERS=str(args.iters),
             BENCH_SHAPES=args.shapes))
+        # The rows finished before a failure are kept (rank 0 prints each as it completes).
+        failed = [f"rank {r.rank} failed (rc {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+                  for r in res if r.returncode != 0]
         for r in res:
-            if r.returncode != 0:
-                raise SystemExit(f"rank {r.rank} failed (rc {r.returncode}):\n"
-                                 f"{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
             rows += [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
     finally:
         stop()
+    for f in failed:
+        print(f, file=sys.stderr)
     print(f"{'shape':<16} {'causal':>6} {'ms':>8} {'TF/s/rank':>9} {'unfused':>8} {'compute':>8} "
-          f"{'step':>8} {'c-step0':>8} {'send4':>8} {'ceiling':>8} {'xceil':>6} {'xunf':>6} {'xstep':>6}")
+          f"{'step':>8} {'send4':>8} {'ceiling':>8} {'xceil':>6} {'xunf':>6} {'xstep':>6}")
     for r in rows:
         print(f"{r['shape']:<16} {str(r['causal']):>6} {r['median_ms']:>8.3f} {r['tflops_per_rank']:>9.1f} "
               f"{r['unfused_ms']:>8.3f} {r['compute_ms']:>8.3f} {r['step_ms']:>8.3f} "
-              f"{r['copy_step0_ms']:>8.3f} {r['send4_ms']:>8.3f} "
+              f"{r['send4_ms']:>8.3f} "
               f"{r['ceiling_ms']:>8.3f} {r['vs_ceiling']:>6.3f} {r['vs_unfused']:>6.3f} "
               f"{r['vs_step']:>6.3f}")
     write_result("ring_attention", {
@@ -250,16 +248,16 @@ def main() -> None:
                        "expanded) and a torch fp32 merge, no overlap",
             "compute": "per-step engine calls and fp32 merges on local data (the per-step ring's "
                        "compute), no communication",
-            "copy_step0": "mkernel.ring_attention with the local shard's copies (own position "
-                          "and step 0 at the next rank) as memcpys in batch groups on the side "
-                          "stream (MKERNEL_RING_STEP0=copy), the send kernel for steps >= 1 only",
             "send4": "mkernel.ring_attention with 4 send CTAs instead of 2 (whole mode; "
                      "MKERNEL_RING_SEND_CTAS=4), the engine on 2 fewer SMs",
             "step": "mkernel.ring_attention with the per-step ring pinned (MKERNEL_RING_MODE=step): "
                     "per ring step a hooked engine launch + fp32 merge, the send on a side stream",
             "ceiling": "one engine call over the whole sequence (W*s tokens) on the rank's SMs, "
                        "divided by W"},
-        "iters": args.iters, "rows": rows})
+        "iters": args.iters, "rows": rows, "failed": failed[:1]})
+    if failed:
+        raise SystemExit(f"bench_ring_attention: {len(failed)} rank(s) failed (rows above: the ones "
+                         "that finished)")
 
 
 if __name__ == "__main__":

@@ -157,7 +157,7 @@ def grouped_plot(data: dict, png: Path, plt) -> None:
 # --- ring attention ----------------------------------------------------------------------------
 
 RING_CANDIDATES = [("median_ms", "mkernel"), ("step_ms", "per-step pinned"),
-                   ("copy_step0_ms", "copy step 0"), ("send4_ms", "4 send CTAs"),
+                   ("send4_ms", "4 send CTAs"),
                    ("unfused_ms", "unfused ring"), ("compute_ms", "per-step compute alone")]
 
 

@@ -180,9 +180,6 @@ int whole_send_ctas() {
   const int n = env != nullptr ? std::atoi(env) : 0;
   return n >= 1 && n <= 16 ? n : kSendCtas;
 }
-// Batch groups of the whole-sequence mode's copy-engine copies of the local shard (each group a
-// memcpy pair and a flag kernel per destination).
-constexpr int kCopyGroups = 4;
 
 // A launch error of one of the ring's kernels, with the group's wait record when a device wait
 // failed first (the clear error names the flag and the peer).
@@ -366,62 +363,36 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   entered.record(at::cuda::getCurrentCUDAStream());
   entered.block(side);
 
-  // The local shard's own copy into position W - 1 of the virtual K/V, by memcpys (strided per
-  // batch: 2D copies), then its flags; step 0 (the same rows into position W - 2 at the next
-  // rank) by the send kernel, which forwards every later step too (session 6's data path,
-  // measured). MKERNEL_RING_STEP0=copy instead issues both copies on the side stream in up to
-  // kCopyGroups batch groups (the engine's tiles go batch by batch: it starts once the first
-  // group is in), each followed by its flags, and leaves the send kernel steps 1 .. W-2 only
-  // (bench_ring_attention times both; at W = 2 no send kernel runs at all). Either way the
-  // same rows and flags: ranks may differ in the knob.
-  const char* step0 = std::getenv("MKERNEL_RING_STEP0");
-  const bool copy_step0 = step0 != nullptr && std::strcmp(step0, "copy") == 0;
-  const int next = (rank + 1) % world;
+  // The send kernel first (side stream): it forwards every step's shard to the next rank, step
+  // 0 from the input k/v. It must be dispatched before the engine, which waits for the shards
+  // the PEERS' send kernels deliver: a kernel enqueued after the engine could find every SM of
+  // this MPS client taken by engine CTAs that wait for it (session 7 run 2: memcpys + flag
+  // kernels issued after the engine deadlocked at the benchmark's shapes).
+  const int send_ctas = whole_send_ctas();
+  check(ring_attention::send_whole(view, geo, k.data_ptr(), v.data_ptr(), causal, send_ctas,
+                                   side.stream()),
+        "send");
+  sent.record(side);
+  // The own shard into position W - 1 of the virtual K/V (strided per batch: 2D memcpys on the
+  // caller's stream, before the engine), then its flags.
+  uint8_t* kv = view.data[rank];
   const uint64_t row = static_cast<uint64_t>(geo.seq) * geo.row_bytes;  // one batch's shard
   const uint64_t v_off = static_cast<uint64_t>(world) * geo.shard_bytes();
-  auto copy_rows = [&](uint8_t* data, int pos, int b0, int b1, cudaStream_t on) {
-    for (const auto& [src, dst] : {std::pair<const void*, uint8_t*>{k.data_ptr(), data},
-                                   std::pair<const void*, uint8_t*>{v.data_ptr(), data + v_off}}) {
-      uint8_t* at = dst + (static_cast<uint64_t>(b0) * world + pos) * row;
-      const uint8_t* from = static_cast<const uint8_t*>(src) + b0 * row;
-      if (world * row < (uint64_t{1} << 31)) {  // within the 2D copy's pitch limit
-        C10_CUDA_CHECK(cudaMemcpy2DAsync(at, world * row, from, row, row, b1 - b0,
-                                         cudaMemcpyDeviceToDevice, on));
-      } else {
-        for (int bi = 0; bi < b1 - b0; ++bi) {
-          C10_CUDA_CHECK(cudaMemcpyAsync(at + bi * world * row, from + bi * row, row,
-                                         cudaMemcpyDeviceToDevice, on));
-        }
+  for (const auto& [src, dst] : {std::pair<const void*, uint8_t*>{k.data_ptr(), kv},
+                                 std::pair<const void*, uint8_t*>{v.data_ptr(), kv + v_off}}) {
+    uint8_t* at = dst + static_cast<uint64_t>(world - 1) * row;
+    if (world * row < (uint64_t{1} << 31)) {  // within the 2D copy's pitch limit
+      C10_CUDA_CHECK(cudaMemcpy2DAsync(at, world * row, src, row, row, geo.batch,
+                                       cudaMemcpyDeviceToDevice, stream));
+    } else {
+      for (int bi = 0; bi < geo.batch; ++bi) {
+        C10_CUDA_CHECK(cudaMemcpyAsync(at + bi * world * row,
+                                       static_cast<const uint8_t*>(src) + bi * row, row,
+                                       cudaMemcpyDeviceToDevice, stream));
       }
     }
-  };
-  uint8_t* kv = view.data[rank];
-  const int first_step = copy_step0 ? 1 : 0;
-  const bool send = world - 1 - first_step > 0;
-  const int send_ctas = whole_send_ctas();
-  if (copy_step0) {
-    const int groups = std::min(geo.batch, kCopyGroups);
-    for (int gi = 0; gi < groups; ++gi) {
-      const int b0 = geo.batch * gi / groups, b1 = geo.batch * (gi + 1) / groups;
-      copy_rows(kv, world - 1, b0, b1, side.stream());
-      check(ring_attention::mark_whole(view, geo, rank, world - 1, b0, b1, side.stream()),
-            "mark");
-      copy_rows(view.data[next], world - 2, b0, b1, side.stream());
-      check(ring_attention::mark_whole(view, geo, next, world - 2, b0, b1, side.stream()),
-            "mark");
-    }
   }
-  // The send kernel (after the copies on the side stream: the engine leaves it its SMs).
-  if (send) {
-    check(ring_attention::send_whole(view, geo, k.data_ptr(), v.data_ptr(), causal, first_step,
-                                     send_ctas, side.stream()),
-          "send");
-  }
-  sent.record(side);
-  if (!copy_step0) {
-    copy_rows(kv, world - 1, 0, geo.batch, stream);
-    check(ring_attention::mark_whole(view, geo, rank, world - 1, 0, geo.batch, stream), "mark");
-  }
+  check(ring_attention::mark_whole(view, geo, rank, world - 1, 0, geo.batch, stream), "mark");
   attention::HookArgs hooks;
   hooks.kv_ready = view.flags[rank] + ring_attention::whole_slot(world, geo.chunks, 0, 0, 0);
   hooks.blocks_per_flag = geo.chunk_rows / attention::block_n(static_cast<int>(q.size(3)));
@@ -466,9 +437,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, q.device().index()));
   attention::Launch l;
   l.stream = stream;
-  // The engine waits on flags that the side stream's kernels release: it leaves them SMs (one
-  // for the tiny mark kernels, or the send kernel's).
-  l.sm_count = std::max(1, sms - (send ? send_ctas : 1));
+  l.sm_count = std::max(1, sms - send_ctas);
   const char* reason = nullptr;
   const cudaError_t err = attention::run_hooked(p, l, hooks, &reason);
   TORCH_CHECK_VALUE(reason == nullptr, kOp, ": ", reason, " (dtype ", q.scalar_type(), ", d ",

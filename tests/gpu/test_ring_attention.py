@@ -66,12 +66,11 @@ def test_ring_attention_across_emulated_nodes(mps, world):
           f"worst rel err {max(c['rel'] for c in cases):.2e}")
 
 
-@pytest.mark.parametrize("knob", ["MKERNEL_RING_MODE=step", "MKERNEL_RING_STEP0=copy"])
+@pytest.mark.parametrize("knob", ["MKERNEL_RING_MODE=step", "MKERNEL_RING_SEND_CTAS=4"])
 def test_ring_attention_pinned_paths(mps, knob):
     """Whole-sequence shapes (non-causal, causal zigzag MQA) through the paths the benchmark
-    times beside the default: the per-step ring pinned, and the local shard's copies (own and
-    step 0 at the next rank) as memcpys on a side stream instead of the send kernel — against
-    the reference."""
+    times beside the default: the per-step ring pinned, and 4 send CTAs — against the
+    reference."""
     world = 2
     var, value = knob.split("=")
     res = run_ranks(RING_MAIN, world, timeout=120,

@@ -90,11 +90,10 @@ __global__ void __launch_bounds__(kSendThreads, 1)
   }
 }
 
-// The whole-sequence mode (ring_kv_api.h): work items (step j, batch, chunk) for steps
-// first_step .. W-2 in order; step 0 copies the local shard (the op's input) into position
-// W - 2 at the next rank, step j forwards position W - 1 - j here to W - 2 - j there once it
-// has arrived. (The local shard's own copy into position W - 1, and step 0 when first_step is
-// 1, are memcpys followed by mark_whole.)
+// The whole-sequence mode (ring_kv_api.h): work items (step j, batch, chunk), steps in order;
+// step 0 copies the local shard (the op's input) into position W - 2 at the next rank, step j
+// forwards position W - 1 - j here to W - 2 - j there once it has arrived. (The local shard's
+// own copy into position W - 1 is a memcpy on the caller's stream, then mark_whole.)
 //
 // Within a (step, batch) the chunks go last first (the engine walks a tile's key blocks from the
 // last one down), except when `causal` and the receiver sees only the first half of the shard
@@ -103,7 +102,7 @@ __global__ void __launch_bounds__(kSendThreads, 1)
 // other, which the receiver only forwards.
 __global__ void __launch_bounds__(kSendThreads, 1)
     send_whole_kernel(comm::GroupDevice g, Geometry geo, const uint8_t* k, const uint8_t* v,
-                      bool causal, int first_step) {
+                      bool causal) {
   const uint64_t e = comm::op_begin(g);
   const int world = g.world;
   const int next = (g.rank + 1) % world;
@@ -112,9 +111,9 @@ __global__ void __launch_bounds__(kSendThreads, 1)
   uint8_t* own = g.data[g.rank];
   uint8_t* dst = g.data[next];
   const int per_step = geo.batch * geo.chunks;
-  const int items = (world - 1 - first_step) * per_step;
+  const int items = (world - 1) * per_step;
   for (int t = blockIdx.x; t < items; t += gridDim.x) {
-    const int j = first_step + t / per_step;
+    const int j = t / per_step;
     const int b = (t % per_step) / geo.chunks;
     const int u = t % geo.chunks;
     const int src = (g.rank - j + world) % world;  // whose shard step j forwards
@@ -169,16 +168,15 @@ cudaError_t mark_whole(const comm::GroupDevice& g, const Geometry& geo, int peer
 }
 
 cudaError_t send_whole(const comm::GroupDevice& g, const Geometry& geo, const void* k,
-                       const void* v, bool causal, int first_step, int ctas, cudaStream_t stream) {
-  const int items = (g.world - 1 - first_step) * geo.batch * geo.chunks;
-  if (g.world < 2 || first_step < 0 || first_step > 1 || items < 1 || geo.seq % geo.chunk_rows != 0 ||
+                       const void* v, bool causal, int ctas, cudaStream_t stream) {
+  const int items = (g.world - 1) * geo.batch * geo.chunks;
+  if (g.world < 2 || items < 1 || geo.seq % geo.chunk_rows != 0 ||
       static_cast<int64_t>(geo.batch) * g.world * geo.chunks > kMaxWholeFlags ||
       geo.row_bytes % 16 != 0 || g.data[(g.rank + 1) % g.world] == nullptr)
     return cudaErrorInvalidValue;
   const int grid = ctas < 1 ? 1 : (ctas < items ? ctas : items);
   send_whole_kernel<<<grid, kSendThreads, 0, stream>>>(g, geo, static_cast<const uint8_t*>(k),
-                                                       static_cast<const uint8_t*>(v), causal,
-                                                       first_step);
+                                                       static_cast<const uint8_t*>(v), causal);
   return cudaGetLastError();
 }
 

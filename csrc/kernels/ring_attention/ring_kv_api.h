@@ -79,7 +79,8 @@ MKERNEL_RING_HD inline uint8_t* buffer(uint8_t* data, const Geometry& geo, int b
 // memcpy'd into position W - 1 here (then mark_whole: its flags); one send kernel copies it
 // (step 0) into position W - 2 at the next rank and forwards steps 1 .. W-2 (waiting for each
 // item's arrival) to the next rank's position p - 1, releasing flag (b, p - 1, chunk) there.
-// first_step 1: step 0 is a memcpy to the next rank plus mark_whole there instead.
+// The send kernel is enqueued before the engine: the engine's CTAs may take every SM of the
+// rank while they wait for the peers' sends.
 MKERNEL_RING_HD constexpr uint32_t whole_slot(int world, int chunks, int b, int p, int chunk) {
   return comm::FlagSlot::kOpSlotBase +
          static_cast<uint32_t>((b * world + p) * chunks + chunk);
@@ -88,14 +89,13 @@ constexpr uint32_t kMaxWholeFlags = comm::kMaxRanks * kMaxItems;  // b * W * chu
 inline uint64_t whole_data_bytes(const Geometry& geo, int world) {
   return 2 * static_cast<uint64_t>(world) * geo.shard_bytes();
 }
-// Forwards steps first_step .. W-2 (the local shard k/v for step 0) to the next rank
-// (first_step 0 or 1: step 0 by a memcpy, see mark_whole). causal (zigzag shards): a
-// receiver that sees only the first half of a shard gets that half first.
+// Forwards steps 0 .. W-2 (the local shard k/v for step 0) to the next rank. causal (zigzag
+// shards): a receiver that sees only the first half of a shard gets that half first.
 cudaError_t send_whole(const comm::GroupDevice& g, const Geometry& geo, const void* k,
-                       const void* v, bool causal, int first_step, int ctas, cudaStream_t stream);
+                       const void* v, bool causal, int ctas, cudaStream_t stream);
 // Releases the flags of position `pos`, batches [b0, b1), at rank `peer` (this rank: its own
-// shard at W - 1; the next rank: step 0 at W - 2), after the caller copied those rows there in
-// stream order (memcpys): flags (b, pos, chunk) = e.
+// shard at W - 1), after the caller copied those rows there in stream order (a memcpy): flags
+// (b, pos, chunk) = e.
 cudaError_t mark_whole(const comm::GroupDevice& g, const Geometry& geo, int peer, int pos, int b0,
                        int b1, cudaStream_t stream);
 
