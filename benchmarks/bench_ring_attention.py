@@ -132,8 +132,11 @@ def rank_main() -> None:
             full = [tuple(torch.cat([x] * world, dim=1) for x in st) for st in sets]
             cands["engine_full"] = lambda i: mkernel.attention(*full[i % 2], causal=causal)
             for i in range(3):  # warm-up (and symmetric-memory growth)
-                for c in cands.values():
+                for cname, c in cands.items():
                     c(i)
+                    if i == 0:  # which candidate a failure happened in (the log survives)
+                        torch.cuda.synchronize()
+                        print(f"WARM {rank} {name} causal={causal} {cname} ok", flush=True)
             torch.cuda.synchronize()
             # The fused op agrees with the unfused ring (both attend the whole sequence; the
             # compute path attends the local shard W times by construction, so it cannot).
@@ -223,7 +226,7 @@ def main() -> None:
             MKERNEL_OP_TIMEOUT="10", BENCH_ITERS=str(args.iters),
             BENCH_SHAPES=args.shapes))
         # The rows finished before a failure are kept (rank 0 prints each as it completes).
-        failed = [f"rank {r.rank} failed (rc {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+        failed = [f"rank {r.rank} failed (rc {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
                   for r in res if r.returncode != 0]
         for r in res:
             rows += [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
