@@ -213,6 +213,8 @@ def main() -> None:
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--iters", type=int, default=15)
     ap.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
+    ap.add_argument("--timeout", type=float, default=600.0,
+                    help="seconds for the rank processes (the rows finished by then are kept)")
     args = ap.parse_args()
 
     from common import commit, device_info, start_mps, write_result  # noqa: E402
@@ -221,7 +223,7 @@ def main() -> None:
     env, stop = start_mps("bench_ring_attention")
     rows = []
     try:
-        res = run_ranks(RANK_CODE, args.world, timeout=600, env=dict(
+        res = run_ranks(RANK_CODE, args.world, timeout=args.timeout, env=dict(
             env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",
             MKERNEL_OP_TIMEOUT="10", BENCH_ITERS=str(args.iters),
             BENCH_SHAPES=args.shapes))
