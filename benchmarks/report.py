@@ -157,7 +157,7 @@ def grouped_plot(data: dict, png: Path, plt) -> None:
 # --- ring attention ----------------------------------------------------------------------------
 
 RING_CANDIDATES = [("median_ms", "mkernel"), ("step_ms", "per-step pinned"),
-                   ("send4_ms", "4 send CTAs"),
+                   ("send4_ms", "4 send CTAs"), ("send1_ms", "1 send CTA"),
                    ("unfused_ms", "unfused ring"), ("compute_ms", "per-step compute alone")]
 
 
