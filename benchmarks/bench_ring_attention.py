@@ -5,7 +5,9 @@ CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100/W), side by side in one run with
             shards gathered over the substrate's peer memory (mkernel.all_gather), then one
             SDPA call per source block (the flash backend, natural-log LSE; GQA by expanding
             k/v to h heads) and the fp32 merge of the partials in torch;
-  compute   the ceiling: mkernel.ring_attention's own compute without communication — the same
+  step      mkernel.ring_attention with its per-step ring pinned (MKERNEL_RING_MODE=step);
+  send4/1   mkernel.ring_attention with 4 / 1 send CTAs, not 2 (MKERNEL_RING_SEND_CTAS);
+  compute   mkernel.ring_attention's own per-step compute without communication — the same
             per-step engine calls (mkernel.attention on the local shard, with the same causal
             zigzag split) and the same fp32 merges (mkernel.ops.attention_merge_);
   ceiling   the compute-alone ceiling: one engine call over the whole sequence (W*s queries
@@ -19,7 +21,7 @@ figure per case is the slowest rank's median. TFLOP/s per rank count the causal 
 HBM and the "peer" copies are local: these are the op's costs at an MPS share, not NVLink
 figures. Writes JSON under results/ (commit from MKERNEL_COMMIT).
 
-    python benchmarks/bench_ring_attention.py [--world 2] [--iters 15]
+    python benchmarks/bench_ring_attention.py [--world 2] [--iters 15] [--shapes a,b]
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 SHAPES = [
     ("mha_b4_h16", 4, 4096, 16, 16, 128),
     ("gqa_b1_h32_kv8", 1, 8192, 32, 8, 128),
+    ("mha_b4_h16_s12k", 4, 12288, 16, 16, 128),  # the seed's 12288 tokens per rank
 ]
 
 
@@ -61,7 +64,10 @@ def rank_main() -> None:
     gate = torch.zeros(world * 8, device="cuda", dtype=dtype)
     flash = torch.ops.aten._scaled_dot_product_flash_attention
 
+    pick = os.environ.get("BENCH_SHAPES")  # comma-separated names; empty: all
     for name, b, s, h, h_kv, d in SHAPES:
+        if pick and name not in pick.split(","):
+            continue
         for causal in (False, True):
             sets = [tuple(torch.randn(b, s, hh, d, device="cuda", dtype=dtype)
                           for hh in (h, h_kv, h_kv)) for _ in range(2)]
@@ -109,14 +115,29 @@ def rank_main() -> None:
                     la.copy_(mx + torch.log(tot))
                 return acc.transpose(1, 2).to(dtype), lse_acc
 
-            cands = {"mkernel": fused, "unfused": unfused, "compute": compute}
+            def pinned(var, value):  # the same op under a knob (every rank alike)
+                def call(i):
+                    os.environ[var] = value
+                    try:
+                        return fused(i)
+                    finally:
+                        del os.environ[var]
+                return call
+
+            cands = {"mkernel": fused, "unfused": unfused, "compute": compute,
+                     "step": pinned("MKERNEL_RING_MODE", "step"),
+                     "send4": pinned("MKERNEL_RING_SEND_CTAS", "4"),
+                     "send1": pinned("MKERNEL_RING_SEND_CTAS", "1")}
             # The ceiling: the whole sequence's attention on this rank's SMs, divided by W (the
             # rank's share of the work, without communication or any ring overhead).
             full = [tuple(torch.cat([x] * world, dim=1) for x in st) for st in sets]
             cands["engine_full"] = lambda i: mkernel.attention(*full[i % 2], causal=causal)
             for i in range(3):  # warm-up (and symmetric-memory growth)
-                for c in cands.values():
+                for cname, c in cands.items():
                     c(i)
+                    if i == 0:  # which candidate a failure happened in (the log survives)
+                        torch.cuda.synchronize()
+                        print(f"WARM {rank} {name} causal={causal} {cname} ok", flush=True)
             torch.cuda.synchronize()
             # The fused op agrees with the unfused ring (both attend the whole sequence; the
             # compute path attends the local shard W times by construction, so it cannot).
@@ -147,14 +168,18 @@ def rank_main() -> None:
                        "mode": "whole-sequence (one engine launch)" if whole else "per-step",
                        "h": h, "h_kv": h_kv, "d": d, "causal": causal, "dtype": "bf16",
                        "median_ms": worst["mkernel"], "unfused_ms": worst["unfused"],
-                       "compute_ms": worst["compute"],
+                       "compute_ms": worst["compute"], "step_ms": worst["step"],
+                       "vs_step": worst["step"] / worst["mkernel"],
+                       "send4_ms": worst["send4"], "send1_ms": worst["send1"],
                        "ceiling_ms": worst["engine_full"] / world,
                        "vs_ceiling": worst["engine_full"] / world / worst["mkernel"],
                        "tflops_per_rank": flops / (worst["mkernel"] * 1e-3) / 1e12,
                        "vs_compute": worst["compute"] / worst["mkernel"],
                        "vs_unfused": worst["unfused"] / worst["mkernel"],
                        "rel_vs_unfused": agree,
-                       "per_rank_ms": [m["mkernel"] for m in every]}
+                       "per_rank_ms": [m["mkernel"] for m in every],
+                       "per_rank_step_ms": [m["step"] for m in every],
+                       "per_rank": every}
                 print("RESULT " + json.dumps(row), flush=True)
             del sets
             torch.cuda.empty_cache()
@@ -188,6 +213,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--iters", type=int, default=15)
+    ap.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
+    ap.add_argument("--timeout", type=float, default=600.0,
+                    help="seconds for the rank processes (the rows finished by then are kept)")
     args = ap.parse_args()
 
     from common import commit, device_info, start_mps, write_result  # noqa: E402
@@ -196,24 +224,29 @@ def main() -> None:
     env, stop = start_mps("bench_ring_attention")
     rows = []
     try:
-        res = run_ranks(RANK_CODE, args.world, timeout=600, env=dict(
+        res = run_ranks(RANK_CODE, args.world, timeout=args.timeout, env=dict(
             env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",
-            MKERNEL_OP_TIMEOUT="30", BENCH_ITERS=str(args.iters)))
+            MKERNEL_OP_TIMEOUT="10", BENCH_ITERS=str(args.iters),
+            BENCH_SHAPES=args.shapes))
+        # The rows finished before a failure are kept (rank 0 prints each as it completes).
+        failed = [f"rank {r.rank} failed (rc {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+                  for r in res if r.returncode != 0]
         for r in res:
-            if r.returncode != 0:
-                raise SystemExit(f"rank {r.rank} failed (rc {r.returncode}):\n"
-                                 f"{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
             rows += [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
     finally:
         stop()
+    for f in failed:
+        print(f, file=sys.stderr)
     print(f"{'shape':<16} {'causal':>6} {'ms':>8} {'TF/s/rank':>9} {'unfused':>8} {'compute':>8} "
-          f"{'ceiling':>8} {'xceil':>6} {'xunf':>6}")
+          f"{'step':>8} {'send4':>8} {'send1':>8} {'ceiling':>8} {'xceil':>6} {'xunf':>6} {'xstep':>6}")
     for r in rows:
         print(f"{r['shape']:<16} {str(r['causal']):>6} {r['median_ms']:>8.3f} {r['tflops_per_rank']:>9.1f} "
-              f"{r['unfused_ms']:>8.3f} {r['compute_ms']:>8.3f} {r['ceiling_ms']:>8.3f} "
-              f"{r['vs_ceiling']:>6.3f} {r['vs_unfused']:>6.3f}")
+              f"{r['unfused_ms']:>8.3f} {r['compute_ms']:>8.3f} {r['step_ms']:>8.3f} "
+              f"{r['send4_ms']:>8.3f} {r['send1_ms']:>8.3f} "
+              f"{r['ceiling_ms']:>8.3f} {r['vs_ceiling']:>6.3f} {r['vs_unfused']:>6.3f} "
+              f"{r['vs_step']:>6.3f}")
     write_result("ring_attention", {
-        "commit": commit(), "device": device_info(), "mps": True, "world": args.world,
+        "benchmark": "ring_attention", "commit": commit(), "device": device_info(), "mps": True, "world": args.world,
         "candidates": {
             "mkernel": "mkernel.ring_attention (whole-sequence mode at these shapes: one send "
                        "kernel + one hooked engine launch consuming K/V chunks on arrival)",
@@ -221,9 +254,18 @@ def main() -> None:
                        "expanded) and a torch fp32 merge, no overlap",
             "compute": "per-step engine calls and fp32 merges on local data (the per-step ring's "
                        "compute), no communication",
+            "send4": "mkernel.ring_attention with 4 send CTAs instead of 2 (whole mode; "
+                     "MKERNEL_RING_SEND_CTAS=4), the engine on 2 fewer SMs",
+            "send1": "mkernel.ring_attention with 1 send CTA (MKERNEL_RING_SEND_CTAS=1), the "
+                     "engine on 1 more SM",
+            "step": "mkernel.ring_attention with the per-step ring pinned (MKERNEL_RING_MODE=step): "
+                    "per ring step a hooked engine launch + fp32 merge, the send on a side stream",
             "ceiling": "one engine call over the whole sequence (W*s tokens) on the rank's SMs, "
                        "divided by W"},
-        "iters": args.iters, "rows": rows})
+        "iters": args.iters, "rows": rows, "failed": failed[:1]})
+    if failed:
+        raise SystemExit(f"bench_ring_attention: {len(failed)} rank(s) failed (rows above: the ones "
+                         "that finished)")
 
 
 if __name__ == "__main__":

@@ -154,6 +154,55 @@ def grouped_plot(data: dict, png: Path, plt) -> None:
     plt.close(fig)
 
 
+# --- ring attention ----------------------------------------------------------------------------
+
+RING_CANDIDATES = [("median_ms", "mkernel"), ("step_ms", "per-step pinned"),
+                   ("send4_ms", "4 send CTAs"), ("send1_ms", "1 send CTA"),
+                   ("unfused_ms", "unfused ring"), ("compute_ms", "per-step compute alone")]
+
+
+def ring_markdown(data: dict, path: Path) -> str:
+    lines = _head(data, path)
+    lines.append(f"W = {data.get('world')} ranks under MPS; ms = the slowest rank's median; "
+                 "ceiling = one engine call over the whole sequence on a rank's SMs / W; "
+                 "x ceiling = ceiling / mkernel (> 1: faster than the ceiling).")
+    lines.append("")
+    present = [(k, name) for k, name in RING_CANDIDATES if any(k in r for r in data["rows"])]
+    table = []
+    for r in data["rows"]:
+        table.append([r["shape"], r["causal"], r.get("mode", "")]
+                     + [r.get(k, "-") for k, _ in present]
+                     + [r["ceiling_ms"], f"{r['vs_ceiling']:.3f}", f"{r['vs_unfused']:.3f}",
+                        r.get("per_rank_ms", "-")])
+    lines.append(_table(["shape", "causal", "mode"] + [f"{n} ms" for _, n in present]
+                        + ["ceiling ms", "x ceiling", "x unfused", "mkernel per rank ms"], table))
+    lines.append("")
+    return "\n".join(lines)
+
+
+def ring_plot(data: dict, png: Path, plt) -> None:
+    rows = data["rows"]
+    present = [(k, name) for k, name in RING_CANDIDATES[:5] if any(k in r for r in rows)]
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4))
+    width = 0.8 / len(present)
+    for i, (key, name) in enumerate(present):
+        xs = [x + (i - (len(present) - 1) / 2) * width for x in range(len(rows))]
+        ax.bar(xs, [r["ceiling_ms"] / r[key] if key in r else 0.0 for r in rows], width=width,
+               label=name)
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.axhline(0.95, color="gray", lw=0.8, ls="--")
+    ax.set_xticks(list(range(len(rows))),
+                  [f"{r['shape']}\n{'causal' if r['causal'] else 'non-causal'}" for r in rows],
+                  fontsize=8)
+    ax.set_ylabel("compute-alone ceiling / time")
+    ax.legend(fontsize=7)
+    ax.set_title(f"mkernel.ring_attention, W = {data.get('world')} under MPS, commit "
+                 f"{data.get('commit', '')}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
 # --- anything else -----------------------------------------------------------------------------
 
 def _scalars(d: dict, prefix: str = "") -> dict:
@@ -186,14 +235,17 @@ def generic_markdown(data: dict, path: Path) -> str:
     return "\n".join(lines)
 
 
-RENDERERS = {"gemm": (gemm_markdown, gemm_plot), "grouped_gemm": (grouped_markdown, grouped_plot)}
+RENDERERS = {"gemm": (gemm_markdown, gemm_plot), "grouped_gemm": (grouped_markdown, grouped_plot),
+             "ring_attention": (ring_markdown, ring_plot)}
 
 
 def report(path: Path) -> tuple[Path, Path | None]:
     """Writes path.md (always) and path.png (when matplotlib is there and the benchmark has a
     plot); returns them."""
     data = json.loads(path.read_text())
-    markdown, plot = RENDERERS.get(data.get("benchmark"), (generic_markdown, None))
+    kind = data.get("benchmark") or ("ring_attention" if path.name.startswith("ring_attention_")
+                                     else None)  # session 6's ring JSON has no "benchmark"
+    markdown, plot = RENDERERS.get(kind, (generic_markdown, None))
     md = path.with_suffix(".md")
     md.write_text(markdown(data, path))
     if plot is None:

@@ -11,6 +11,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -172,6 +173,13 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cpu(const at::Tensor& q, const
 // keeps them free of engine CTAs). Two move >= 100 GB/s; a shard must move in one step's
 // compute time, which needs ~20 GB/s at s = 4096 (MHA, d = 128), less with GQA.
 constexpr int kSendCtas = 2;
+// The whole-sequence mode's send CTAs: kSendCtas, or MKERNEL_RING_SEND_CTAS (1..16, a
+// measurement knob of bench_ring_attention; ranks may differ).
+int whole_send_ctas() {
+  const char* env = std::getenv("MKERNEL_RING_SEND_CTAS");
+  const int n = env != nullptr ? std::atoi(env) : 0;
+  return n >= 1 && n <= 16 ? n : kSendCtas;
+}
 
 // A launch error of one of the ring's kernels, with the group's wait record when a device wait
 // failed first (the clear error names the flag and the peer).
@@ -198,8 +206,10 @@ struct EngineCall {
   bool causal;
 };
 
+// sm_count: the persistent grid (0: every SM). A send kernel running beside it needs its SMs:
+// a persistent CTA that finds none free starts only after the send, with its whole tile list.
 void launch_step_engine(const at::Tensor& q, const at::Tensor& k, const EngineCall& c, float scale,
-                        const attention::HookArgs* hooks, cudaStream_t stream) {
+                        const attention::HookArgs* hooks, cudaStream_t stream, int sm_count = 0) {
   attention::Problem p{};
   p.q = c.q;
   p.k = c.k;
@@ -221,6 +231,7 @@ void launch_step_engine(const at::Tensor& q, const at::Tensor& k, const EngineCa
   p.lse_head_stride = c.lse_head_stride;
   attention::Launch l;
   l.stream = stream;
+  l.sm_count = sm_count;
   const char* reason = nullptr;
   const cudaError_t err = hooks != nullptr ? attention::run_hooked(p, l, *hooks, &reason)
                                            : attention::run(p, l, &reason);
@@ -247,6 +258,46 @@ void merge_rows(at::Tensor& out_acc, at::Tensor& lse_acc, const at::Tensor& part
   m.lse_head_stride = s;
   const cudaError_t err = attention::merge_partial(m, stream);
   TORCH_CHECK(err == cudaSuccess, kOp, ": merge launch failed: ", cudaGetErrorString(err));
+}
+
+// Ring step j's engine call (the work split in the comment above): the rank's queries against
+// kj/vj, the K/V shard of src = (rank - j) mod W, writing rows [row0, row0 + rows) of the
+// partial (part, lse_part; q's shape).
+struct StepCall {
+  EngineCall c;
+  int64_t row0, rows;
+};
+StepCall step_call(const at::Tensor& q, const at::Tensor& k, int rank, int world, int j,
+                   bool causal, const void* kj, const void* vj, at::Tensor& part,
+                   at::Tensor& lse_part) {
+  const int64_t s = q.size(1), h = q.size(2), d = q.size(3), s_kv = k.size(1), h_kv = k.size(2);
+  const int64_t half = s / 2;  // causal: the zigzag chunk length (s == s_kv, s even)
+  const int src = (rank - j + world) % world;
+  const uint8_t* q_bytes = static_cast<const uint8_t*>(q.data_ptr());
+  uint8_t* part_bytes = static_cast<uint8_t*>(part.data_ptr());
+  const int64_t elt = q.element_size();
+  StepCall sc{{q_bytes, 0, static_cast<int>(s), kj, vj, 0, static_cast<int>(s_kv), part_bytes, 0,
+               lse_part.data_ptr<float>(), 0, false},
+              0,
+              s};
+  EngineCall& c = sc.c;
+  if (causal && j == 0) {
+    c.causal = true;
+  } else if (causal && src < rank) {  // q x kv[:half]
+    c.seq_kv = static_cast<int>(half);
+    c.kv_batch_stride = s_kv * h_kv * d;
+  } else if (causal) {  // q[half:] x kv, into rows [half, s)
+    c.q = q_bytes + half * h * d * elt;
+    c.q_batch_stride = s * h * d;
+    c.seq_q = static_cast<int>(half);
+    c.out = part_bytes + half * h * d * elt;
+    c.out_batch_stride = s * h * d;
+    c.lse = lse_part.data_ptr<float>() + half;
+    c.lse_head_stride = s;
+    sc.row0 = half;
+    sc.rows = half;
+  }
+  return sc;
 }
 
 // Key blocks per flag: at most 16 chunks per batch (a flag and its fence per >= 1/16 of the
@@ -311,12 +362,19 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   at::cuda::CUDAEvent entered, sent;
   entered.record(at::cuda::getCurrentCUDAStream());
   entered.block(side);
-  check(ring_attention::send_whole(view, geo, k.data_ptr(), v.data_ptr(), kSendCtas, side.stream()),
+
+  // The send kernel first (side stream): it forwards every step's shard to the next rank, step
+  // 0 from the input k/v. It must be dispatched before the engine, which waits for the shards
+  // the PEERS' send kernels deliver: a kernel enqueued after the engine could find every SM of
+  // this MPS client taken by engine CTAs that wait for it (session 7 run 2: memcpys + flag
+  // kernels issued after the engine deadlocked at the benchmark's shapes).
+  const int send_ctas = whole_send_ctas();
+  check(ring_attention::send_whole(view, geo, k.data_ptr(), v.data_ptr(), causal, send_ctas,
+                                   side.stream()),
         "send");
   sent.record(side);
-
-  // The own shard into position W - 1 of the virtual K/V (strided per batch: a 2D copy by the
-  // copy engine), then its flags; the send kernel forwards it from the input meanwhile.
+  // The own shard into position W - 1 of the virtual K/V (strided per batch: 2D memcpys on the
+  // caller's stream, before the engine), then its flags.
   uint8_t* kv = view.data[rank];
   const uint64_t row = static_cast<uint64_t>(geo.seq) * geo.row_bytes;  // one batch's shard
   const uint64_t v_off = static_cast<uint64_t>(world) * geo.shard_bytes();
@@ -334,7 +392,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
       }
     }
   }
-  check(ring_attention::mark_local(view, geo, stream), "mark");
+  check(ring_attention::mark_whole(view, geo, rank, world - 1, 0, geo.batch, stream), "mark");
   attention::HookArgs hooks;
   hooks.kv_ready = view.flags[rank] + ring_attention::whole_slot(world, geo.chunks, 0, 0, 0);
   hooks.blocks_per_flag = geo.chunk_rows / attention::block_n(static_cast<int>(q.size(3)));
@@ -367,13 +425,19 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
     p.zz_world = world;
     p.zz_rank = rank;
     p.zz_chunk = static_cast<int>(q.size(1) / 2);
+    // The zigzag mode needs whole query tiles per chunk: the 128-row tile when the default
+    // causal tile does not divide the chunk.
+    if (p.zz_chunk % attention::block_m(static_cast<int>(q.size(3)), true, p.seq_q) != 0) {
+      p.block_m = 128;
+      p.block_n = attention::block_n(static_cast<int>(q.size(3)));
+    }
   }
   p.dtype = q.scalar_type() == at::kBFloat16 ? attention::DType::kBF16 : attention::DType::kFP16;
   int sms = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, q.device().index()));
   attention::Launch l;
   l.stream = stream;
-  l.sm_count = std::max(1, sms - kSendCtas);
+  l.sm_count = std::max(1, sms - send_ctas);
   const char* reason = nullptr;
   const cudaError_t err = attention::run_hooked(p, l, hooks, &reason);
   TORCH_CHECK_VALUE(reason == nullptr, kOp, ": ", reason, " (dtype ", q.scalar_type(), ", d ",
@@ -382,6 +446,61 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   sent.block(at::cuda::getCurrentCUDAStream());
   check(ring_attention::end(view, stream), "exit");
   return {out, lse};
+}
+
+// Groups spanning several (emulated) nodes: the K/V shards are gathered through the
+// substrate's all_gather (mkernel::all_gather: peer memory inside a node, and between nodes its
+// inter-node half, kernel -> NetPath FIFO -> Go proxy -> transport) on a side stream, while
+// step 0 (the local shard) runs on the caller's; then the per-step ring's engine calls and
+// fp32 merges on the gathered shards in ring order (no hooks: the data is there). Not yet the
+// chunk-by-chunk consumption of the one-node ring; the same results.
+std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_nodes(const at::Tensor& q,
+                                                             const at::Tensor& k,
+                                                             const at::Tensor& v, int64_t group,
+                                                             int64_t world_size, int rank,
+                                                             int world, bool causal, float scale) {
+  static const auto all_gather =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("mkernel::all_gather", "")
+          .typed<at::Tensor(const at::Tensor&, int64_t, int64_t)>();
+  const int64_t b = q.size(0), s = q.size(1), h = q.size(2), d = q.size(3);
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;  // an inner op of this kernel
+  const at::cuda::CUDAStream main = at::cuda::getCurrentCUDAStream();
+  const at::cuda::CUDAStream side = at::cuda::getStreamFromPool(false, q.device().index());
+  at::cuda::CUDAEvent inputs, gathered;
+  inputs.record(main);
+  inputs.block(side);
+  // [W * b, s_kv, h_kv, d]: rank r's shard in rows [r * b, (r + 1) * b), one contiguous block.
+  at::Tensor k_all, v_all;
+  {
+    const c10::cuda::CUDAStreamGuard on_side(side);
+    k_all = all_gather.call(k.contiguous(), group, world_size);
+    v_all = all_gather.call(v.contiguous(), group, world_size);
+  }
+  gathered.record(side);
+  const int64_t shard = k.numel() * k.element_size();
+  at::Tensor out_acc = at::zeros({b, s, h, d}, q.options().dtype(at::kFloat));
+  at::Tensor lse_acc =
+      at::full({b, h, s}, -std::numeric_limits<float>::infinity(), q.options().dtype(at::kFloat));
+  at::Tensor part = at::empty({b, s, h, d}, q.options());
+  at::Tensor lse_part = at::empty({b, h, s}, q.options().dtype(at::kFloat));
+  const cudaStream_t stream = main.stream();
+  for (int j = 0; j < world; ++j) {
+    const int src = (rank - j + world) % world;
+    if (j == 1) {  // the remote shards from here on: after the gather (made on the side stream)
+      gathered.block(main);
+      k_all.record_stream(main);
+      v_all.record_stream(main);
+    }
+    const void* kj = j == 0 ? k.data_ptr()
+                            : static_cast<const uint8_t*>(k_all.data_ptr()) + src * shard;
+    const void* vj = j == 0 ? v.data_ptr()
+                            : static_cast<const uint8_t*>(v_all.data_ptr()) + src * shard;
+    const StepCall sc = step_call(q, k, rank, world, j, causal, kj, vj, part, lse_part);
+    launch_step_engine(q, k, sc.c, scale, nullptr, stream);
+    merge_rows(out_acc, lse_acc, part, lse_part, sc.row0, sc.rows, stream);
+  }
+  return {out_acc.to(q.scalar_type()), lse_acc};
 }
 
 std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
@@ -396,12 +515,11 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
                     ", k: ", k.sizes(), ")");
   const c10::cuda::CUDAGuard guard(q.device());
   comm::SymmetricGroup& g = comm::SymmetricGroup::get(kOp, group, world_size, q.device());
-  TORCH_CHECK_NOT_IMPLEMENTED(
-      g.single_node(), kOp, ": the group spans ", g.nodes(),
-      " (emulated) nodes; the CUDA ring moves K/V through intra-node peer memory only (its "
-      "inter-node half, FIFO -> Go proxy -> transport, is not built yet): run every rank of the "
-      "group on one node, or pass CPU tensors (the host path runs across nodes)");
   const int rank = g.rank(), world = g.world();
+  if (!g.single_node()) {
+    return ring_attention_cuda_nodes(q, k, v, group, world_size, rank, world, causal,
+                                     static_cast<float>(scale_d));
+  }
   const int64_t b = q.size(0), s = q.size(1), h = q.size(2), d = q.size(3);
   const int64_t s_kv = k.size(1), h_kv = k.size(2);
   const int64_t half = s / 2;  // causal: the zigzag chunk length (s == s_kv, s even)
@@ -412,15 +530,18 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
       {static_cast<int64_t>(q.scalar_type()), b, s, h, d, s_kv, h_kv, causal ? 1 : 0});
   int64_t scale_bits = 0;
   std::memcpy(&scale_bits, &scale_d, sizeof(scale_bits));
-  sig = comm::call_signature(comm::kOpRingAttention, {static_cast<int64_t>(sig), scale_bits});
-
   // The whole-sequence mode (one engine launch): non-causal with block-aligned shards, or
   // causal zigzag with block-aligned halves (the engine's zigzag ring mode masks by chunk).
-  if (!causal || (s == s_kv && half % 128 == 0)) {
-    if (const auto whole = whole_geometry(k, world)) {
-      return ring_attention_cuda_whole(q, k, v, g, *whole, sig, scale, causal);
-    }
-  }
+  // MKERNEL_RING_MODE=step pins the per-step ring (benchmarks and tests run both modes on the
+  // same shapes); the mode is part of the call's signature, so ranks that disagree get the
+  // entry barrier's clear error instead of a hang.
+  const char* pin = std::getenv("MKERNEL_RING_MODE");
+  const bool step_pinned = pin != nullptr && std::strcmp(pin, "step") == 0;
+  std::optional<ring_attention::Geometry> whole;
+  if (!step_pinned && (!causal || (s == s_kv && half % 128 == 0))) whole = whole_geometry(k, world);
+  sig = comm::call_signature(comm::kOpRingAttention,
+                             {static_cast<int64_t>(sig), scale_bits, whole ? 1 : 0});
+  if (whole) return ring_attention_cuda_whole(q, k, v, g, *whole, sig, scale, causal);
   TORCH_CHECK_VALUE(b <= ring_attention::kMaxItems, kOp, ": the CUDA ring takes at most ",
                     ring_attention::kMaxItems, " sequences per call (batch), got q: ", q.sizes());
   const ring_attention::Geometry geo = ring_geometry(k);
@@ -444,11 +565,9 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
   std::vector<at::cuda::CUDAEvent> sent(static_cast<size_t>(world - 1));
 
   uint8_t* own = view.data[rank];
-  const int64_t elt = q.element_size();
-  const uint8_t* q_bytes = static_cast<const uint8_t*>(q.data_ptr());
-  uint8_t* part_bytes = static_cast<uint8_t*>(part.data_ptr());
+  int sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, q.device().index()));
   for (int j = 0; j < world; ++j) {
-    const int src = (rank - j + world) % world;
     const uint8_t* kj = j == 0 ? static_cast<const uint8_t*>(k.data_ptr())
                                : ring_attention::buffer(own, geo, j % 2);
     const uint8_t* vj = j == 0 ? static_cast<const uint8_t*>(v.data_ptr()) : kj + geo.shard_bytes();
@@ -473,27 +592,11 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
       hooks.peer = (rank + world - 1) % world;  // the shard arrives from rank r - 1
     }
     const attention::HookArgs* hp = j > 0 ? &hooks : nullptr;
-    EngineCall c{q_bytes, 0, static_cast<int>(s), kj, vj, 0, static_cast<int>(s_kv),
-                 part_bytes, 0, lse_part.data_ptr<float>(), 0, false};
-    int64_t row0 = 0, rows = s;
-    if (causal && j == 0) {
-      c.causal = true;
-    } else if (causal && src < rank) {  // q x kv[:half]
-      c.seq_kv = static_cast<int>(half);
-      c.kv_batch_stride = s_kv * h_kv * d;
-    } else if (causal) {  // q[half:] x kv, into rows [half, s)
-      c.q = q_bytes + half * h * d * elt;
-      c.q_batch_stride = s * h * d;
-      c.seq_q = static_cast<int>(half);
-      c.out = part_bytes + half * h * d * elt;
-      c.out_batch_stride = s * h * d;
-      c.lse = lse_part.data_ptr<float>() + half;
-      c.lse_head_stride = s;
-      row0 = half;
-      rows = half;
-    }
-    launch_step_engine(q, k, c, scale, hp, stream);
-    merge_rows(out_acc, lse_acc, part, lse_part, row0, rows, stream);
+    const StepCall sc = step_call(q, k, rank, world, j, causal, kj, vj, part, lse_part);
+    // Steps with a send beside them (all but the last) leave its SMs free.
+    launch_step_engine(q, k, sc.c, scale, hp, stream,
+                       j + 1 < world ? std::max(1, sms - kSendCtas) : 0);
+    merge_rows(out_acc, lse_acc, part, lse_part, sc.row0, sc.rows, stream);
     if (j + 1 < world) {
       // Buffer j % 2 is free once this step's engine and send are done with it (credit for
       // rank r - 1's send j + 1, which refills it; the last send needs none, but the call

@@ -499,8 +499,9 @@ def ring_attention(
     On CUDA with W > 1 ranks of one node the K/V shards travel over the group's symmetric
     memory and the attention engine consumes them chunk by chunk as they arrive: in one engine
     launch per call when the shard length (causal: half of it) is a multiple of 128, else one
-    launch per ring step with fp32 merges (csrc/kernels/attention/README.md). Differentiable
-    (python/mkernel/_ring_backward.py).
+    launch per ring step with fp32 merges (csrc/kernels/attention/README.md). Groups spanning
+    several nodes gather K/V through the substrate's inter-node path first, then run the same
+    per-step engine calls. Differentiable (python/mkernel/_ring_backward.py).
     """
     global _launched_group_op
     handle, world_size = _group_args("ring_attention", group)

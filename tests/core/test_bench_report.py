@@ -74,3 +74,16 @@ def test_every_recorded_result_renders(tmp_path):
     for path in sorted(RESULTS.glob("*.json")):
         md, _ = report.report(copy(path.name, tmp_path))
         assert md.read_text().count("|---") >= 1, path.name
+
+
+def test_ring_attention_table_and_plot(tmp_path):
+    path = copy("ring_attention_nvidia_h200_20261202-013333.json", tmp_path)
+    md, png = report.report(path)
+    text = md.read_text()
+    data = json.loads(path.read_text())
+    for r in data["rows"]:
+        line = next(ln for ln in text.splitlines()
+                    if ln.startswith(f"| {r['shape']} | {r['causal']} |"))
+        assert f"| {r['vs_ceiling']:.3f} | {r['vs_unfused']:.3f} |" in line, line
+    assert "per-step pinned" not in text  # session 6 did not time it
+    assert (png is not None) == HAVE_MPL

@@ -34,6 +34,8 @@ cudaError_t launch_attention(const Problem& pr, const Launch& l,
   params.scheduler = Scheduler::make_params(
       m_blocks, pr.heads, pr.batch,
       2ll * pr.seq_kv * kHeadDim * static_cast<long long>(sizeof(Element)));
+  // Zigzag ring mode (hooked causal kernels): CTAs take whole pairs of tiles (get_zigzag).
+  params.scheduler.zz_pairs = Hooks::kZigzag && kCausal && pr.zz_world > 0 && m_blocks % 2 == 0;
   params.hooks = hooks;
 
   int sm_count = l.sm_count;

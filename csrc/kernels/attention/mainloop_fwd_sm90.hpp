@@ -15,6 +15,7 @@
 #include "cute/tensor.hpp"
 #include "cutlass/arch/barrier.h"
 #include "cutlass/cutlass.h"
+#include "cutlass/fast_math.h"
 #include "cutlass/numeric_conversion.h"
 #include "cutlass/pipeline/pipeline.hpp"
 #include "named_barriers.hpp"
@@ -98,6 +99,9 @@ struct MainloopFwdSm90 {
     float softmax_scale;
     float scale_log2;  // softmax_scale * log2(e)
     int zz_world, zz_rank, zz_chunk;
+    // Zigzag ring mode: query / key blocks per chunk (zz_chunk / kBlockM, zz_chunk / kBlockN),
+    // as multiply-shift divisors: the block walk and the mask divide by them per block.
+    cutlass::FastDivmod zz_m_blocks, zz_n_blocks;
   };
 
   static Params to_underlying_arguments(Arguments const& a) {
@@ -130,7 +134,9 @@ struct MainloopFwdSm90 {
              a.softmax_scale * 1.4426950408889634f,
              a.zz_world,
              a.zz_rank,
-             a.zz_chunk};
+             a.zz_chunk,
+             cutlass::FastDivmod(a.zz_world > 0 ? a.zz_chunk / kBlockM : 1),
+             cutlass::FastDivmod(a.zz_world > 0 ? a.zz_chunk / kBlockN : 1)};
     return p;
   }
 
@@ -172,13 +178,16 @@ struct MainloopFwdSm90 {
   // (zz_rank + 1 + pos) mod W at position pos (2 * zz_chunk rows each). Visibility is by global
   // chunk: key chunk < query chunk whole, equal on the diagonal (causal inside the chunk),
   // greater not at all (skipped). zz_chunk is a multiple of kBlockM and kBlockN.
-  CUTLASS_DEVICE static int zz_query_chunk(Params const& p, int m_block) {
-    const int half = (m_block * kBlockM) / p.zz_chunk;  // 0 or 1
+  // The global chunk of query tile m_block, and the tile's index in that chunk (m_in).
+  CUTLASS_DEVICE static int zz_query_chunk(Params const& p, int m_block, int& m_in) {
+    int half;  // 0 or 1
+    p.zz_m_blocks(half, m_in, m_block);
     return half == 0 ? p.zz_rank : 2 * p.zz_world - 1 - p.zz_rank;
   }
-  CUTLASS_DEVICE static int zz_key_chunk(Params const& p, int n) {
-    const int chunk = (n * kBlockN) / p.zz_chunk;  // 2 per position
-    const int src = (p.zz_rank + 1 + chunk / 2) % p.zz_world;
+  // The global chunk of key chunk `chunk` (2 per ring position) of the virtual K/V.
+  CUTLASS_DEVICE static int zz_key_chunk_of(Params const& p, int chunk) {
+    int src = p.zz_rank + 1 + (chunk >> 1);  // < 2W: one wrap at most
+    if (src >= p.zz_world) src -= p.zz_world;
     return (chunk & 1) == 0 ? src : 2 * p.zz_world - 1 - src;
   }
 
@@ -189,14 +198,23 @@ struct MainloopFwdSm90 {
     --n;
     if constexpr (kCausal && kZZ) {
       if (p.zz_world > 0) {
-        // Skip key chunks after the query chunk and, in the query chunk itself, blocks wholly
-        // right of the diagonal (a fully masked first block would leave rows without a max).
-        // The first block a tile meets is thus its diagonal one (the local shard is on top).
-        const int gq = zz_query_chunk(p, m_block);
-        const int q_last = m_block * kBlockM % p.zz_chunk + kBlockM - 1;  // in its chunk
-        for (; n >= n_min; --n) {
-          const int gk = zz_key_chunk(p, n);
-          if (gk < gq || (gk == gq && n * kBlockN % p.zz_chunk <= q_last)) break;
+        // Whole key chunks after the query chunk are skipped in one step and, in the query
+        // chunk itself, the blocks wholly right of the diagonal (a fully masked first block
+        // would leave rows without a max): the first block a tile meets is its diagonal one
+        // (the local shard is on top), and at most 2W chunks are looked at per tile.
+        int m_in;
+        const int gq = zz_query_chunk(p, m_block, m_in);
+        const int diag = (m_in * kBlockM + kBlockM - 1) / kBlockN;  // last block seen, in chunk
+        while (n >= n_min) {
+          int chunk, in;
+          p.zz_n_blocks(chunk, in, n);
+          const int gk = zz_key_chunk_of(p, chunk);
+          if (gk < gq) break;  // a whole earlier chunk: visible
+          if (gk == gq) {      // the diagonal chunk: from its diagonal block down
+            if (in > diag) n -= in - diag;
+            break;
+          }
+          n -= in + 1;  // a later chunk: skipped whole
         }
       }
     }
@@ -291,9 +309,10 @@ struct MainloopFwdSm90 {
     if constexpr (kCausal) {
       if constexpr (kZZ) {
         if (p.zz_world > 0) {  // only diagonal chunks mask: positions from the chunks' starts
-          if (zz_key_chunk(p, n) != zz_query_chunk(p, m_block)) return;
-          shift = m_block * kBlockM - (m_block * kBlockM / p.zz_chunk) * p.zz_chunk +
-                  (col0 / p.zz_chunk) * p.zz_chunk;
+          int m_in, chunk, in;
+          p.zz_n_blocks(chunk, in, n);
+          if (zz_key_chunk_of(p, chunk) != zz_query_chunk(p, m_block, m_in)) return;
+          shift = m_in * kBlockM + chunk * p.zz_chunk;
         }
       }
       need = need || col0 + kBlockN - 1 > shift;

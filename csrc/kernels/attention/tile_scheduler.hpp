@@ -18,7 +18,9 @@ struct WorkTile {
   bool valid;
 };
 
-template <bool kLongestFirst>
+// kZigzagPairs (the hooked causal kernels: ring attention's zigzag ring mode) builds in a second
+// order, on when Params::zz_pairs is set (see get_zigzag).
+template <bool kLongestFirst, bool kZigzagPairs = false>
 struct PersistentTileScheduler {
   struct Params {
     int m_blocks;    // query blocks per (batch, head)
@@ -26,6 +28,7 @@ struct PersistentTileScheduler {
     int bh_total;    // batch * heads
     int section_bh;  // (batch, head) pairs per L2 section
     int tiles;       // m_blocks * bh_total
+    int zz_pairs = 0;  // zigzag ring mode, m_blocks even: the pair order of get_zigzag
   };
 
   // section_bytes_kv: K + V bytes of one (batch, head); the budget keeps a section's K/V well
@@ -50,6 +53,9 @@ struct PersistentTileScheduler {
   CUTLASS_DEVICE static int tile_stride() { return static_cast<int>(gridDim.x); }
 
   CUTLASS_DEVICE static WorkTile get(Params const& p, int t) {
+    if constexpr (kZigzagPairs) {
+      if (p.zz_pairs) return get_zigzag(p, t);
+    }
     if (t >= p.tiles) return {0, 0, 0, false};
     const int per_section = p.m_blocks * p.section_bh;
     const int section = t / per_section;
@@ -60,6 +66,45 @@ struct PersistentTileScheduler {
     int m = r / sec_bh;
     const int bh = bh0 + (r - m * sec_bh);
     if constexpr (kLongestFirst) m = p.m_blocks - 1 - m;
+    return {m, bh % p.heads, bh / p.heads, true};
+  }
+
+  // Zigzag ring mode: a rank's query tiles come from two global chunks, and in-chunk tile i of
+  // the first sees (chunk r) * C + i + 1 key blocks while tile C-1-i of the second sees
+  // (chunk 2W-1-r) * C + C - i (C = blocks per chunk): each such pair costs the same, (2W-1) C +
+  // C + 1 blocks, but the tiles of a pair differ up to 2W-fold, so the linear order's round
+  // robin left some CTAs ~1.3x the mean work (W = 2, rank 0; session 6's measured miss). Here each CTA runs whole pairs: its
+  // k-th tile is member k % 2 (the long one first) of pair (k / 2) * G + c (G = the grid, c
+  // its CTA), pairs enumerated in the same L2 sections as the linear order; the last, partial
+  // round of pairs hands out its tiles one per CTA instead (long ones first), so no CTA gets
+  // more than one pair above the rest.
+  CUTLASS_DEVICE static WorkTile get_zigzag(Params const& p, int t) {
+    const int grid = static_cast<int>(gridDim.x);
+    const int k = t / grid;
+    const int c = t - k * grid;
+    const int pairs = p.tiles / 2;
+    const int rounds = pairs / grid;  // full rounds: one pair for every CTA
+    int j, member;
+    if ((k >> 1) < rounds) {
+      j = (k >> 1) * grid + c;
+      member = k & 1;
+    } else {
+      const int rest = pairs - rounds * grid;
+      const int u = (k - 2 * rounds) * grid + c;
+      if (u >= 2 * rest) return {0, 0, 0, false};
+      member = u < rest ? 0 : 1;
+      j = rounds * grid + (u < rest ? u : u - rest);
+    }
+    const int half = p.m_blocks / 2;
+    const int per_section = half * p.section_bh;
+    const int section = j / per_section;
+    const int r = j - section * per_section;
+    const int bh0 = section * p.section_bh;
+    const int rest_bh = p.bh_total - bh0;
+    const int sec_bh = p.section_bh < rest_bh ? p.section_bh : rest_bh;
+    const int i = r / sec_bh;
+    const int bh = bh0 + (r - i * sec_bh);
+    const int m = member == 0 ? p.m_blocks - 1 - i : i;  // second-half tile C-1-i, then i
     return {m, bh % p.heads, bh / p.heads, true};
   }
 };

@@ -8,10 +8,12 @@ namespace mkernel::ring_attention {
 namespace {
 
 constexpr int kSendThreads = 512;
-// 16-byte loads in flight per thread: the whole-sequence send takes 8 (64 KiB in flight per
-// CTA, ~100 GB/s per SM: its 2 CTAs must deliver a shard while the engine attends the local
-// one); the per-step send 4 (at 8 ptxas spills it: two copies inlined at 128 registers).
-constexpr int kUnrollWhole = 8;
+// 16-byte loads in flight per thread: the whole-sequence send takes 16 (128 KiB in flight per
+// CTA; at 8, 64 KiB, its 2 CTAs moved ~100 GB/s, latency-bound, and the MHA shard of the
+// benchmark took ~1.3 ms to arrive while the causal engine's first round needs it whole; 109
+// registers, no spills); the per-step send 4 (at 8 ptxas spills it: two copies inlined at 128
+// registers).
+constexpr int kUnrollWhole = 16;
 constexpr int kUnrollStep = 4;
 
 // n bytes (a multiple of 16, both ends 16-byte aligned: rows are h_kv * d elements with d a
@@ -91,10 +93,16 @@ __global__ void __launch_bounds__(kSendThreads, 1)
 // The whole-sequence mode (ring_kv_api.h): work items (step j, batch, chunk), steps in order;
 // step 0 copies the local shard (the op's input) into position W - 2 at the next rank, step j
 // forwards position W - 1 - j here to W - 2 - j there once it has arrived. (The local shard's
-// own copy into position W - 1 is a copy-engine memcpy on the caller's stream, then
-// mark_local: at a few CTAs' bandwidth it would hold up the engine's first blocks.)
+// own copy into position W - 1 is a memcpy on the caller's stream, then mark_whole.)
+//
+// Within a (step, batch) the chunks go last first (the engine walks a tile's key blocks from the
+// last one down), except when `causal` and the receiver sees only the first half of the shard
+// (zigzag: the shard of src < receiver holds global chunks src, seen by all the receiver's
+// queries, and 2W-1-src, seen by none of them): that half first (last chunk first), then the
+// other, which the receiver only forwards.
 __global__ void __launch_bounds__(kSendThreads, 1)
-    send_whole_kernel(comm::GroupDevice g, Geometry geo, const uint8_t* k, const uint8_t* v) {
+    send_whole_kernel(comm::GroupDevice g, Geometry geo, const uint8_t* k, const uint8_t* v,
+                      bool causal) {
   const uint64_t e = comm::op_begin(g);
   const int world = g.world;
   const int next = (g.rank + 1) % world;
@@ -107,7 +115,13 @@ __global__ void __launch_bounds__(kSendThreads, 1)
   for (int t = blockIdx.x; t < items; t += gridDim.x) {
     const int j = t / per_step;
     const int b = (t % per_step) / geo.chunks;
-    const int chunk = geo.chunks - 1 - t % geo.chunks;
+    const int u = t % geo.chunks;
+    const int src = (g.rank - j + world) % world;  // whose shard step j forwards
+    // Chunks that start in the shard's first half (the receiver's visible half when low_first).
+    const int low = (geo.seq / 2 + geo.chunk_rows - 1) / geo.chunk_rows;
+    const bool low_first = causal && src < next;
+    const int chunk = !low_first ? geo.chunks - 1 - u
+                                 : (u < low ? low - 1 - u : geo.chunks - 1 - (u - low));
     const int p = world - 1 - j;
     const int row0 = chunk * geo.chunk_rows;
     const int rows = min(geo.chunk_rows, geo.seq - row0);
@@ -131,25 +145,30 @@ __global__ void __launch_bounds__(kSendThreads, 1)
   }
 }
 
-// The local shard's flags (position W - 1), after its stream-ordered copy: the engine's waits
-// for them pass at once.
-__global__ void mark_local_kernel(comm::GroupDevice g, Geometry geo) {
+// The flags of position `pos`, batches [b0, b1), at rank `peer` (this one or the next), after
+// the stream-ordered copy of those rows there: the engine's waits for them pass.
+__global__ void mark_whole_kernel(comm::GroupDevice g, Geometry geo, int peer, int pos, int b0,
+                                  int b1) {
   const uint64_t e = comm::op_begin(g);
-  for (int i = threadIdx.x; i < geo.batch * geo.chunks; i += blockDim.x) {
-    const int b = i / geo.chunks, chunk = i % geo.chunks;
-    comm::st_release_sys(g.flags[g.rank] + whole_slot(g.world, geo.chunks, b, g.world - 1, chunk), e);
+  for (int i = threadIdx.x; i < (b1 - b0) * geo.chunks; i += blockDim.x) {
+    const int b = b0 + i / geo.chunks, chunk = i % geo.chunks;
+    comm::signal(g, peer, whole_slot(g.world, geo.chunks, b, pos, chunk), e);
   }
 }
 
 }  // namespace
 
-cudaError_t mark_local(const comm::GroupDevice& g, const Geometry& geo, cudaStream_t stream) {
-  mark_local_kernel<<<1, 256, 0, stream>>>(g, geo);
+cudaError_t mark_whole(const comm::GroupDevice& g, const Geometry& geo, int peer, int pos, int b0,
+                       int b1, cudaStream_t stream) {
+  if (peer < 0 || peer >= g.world || pos < 0 || pos >= g.world || b0 < 0 || b1 > geo.batch ||
+      b0 >= b1 || g.flags[peer] == nullptr)
+    return cudaErrorInvalidValue;
+  mark_whole_kernel<<<1, 256, 0, stream>>>(g, geo, peer, pos, b0, b1);
   return cudaGetLastError();
 }
 
 cudaError_t send_whole(const comm::GroupDevice& g, const Geometry& geo, const void* k,
-                       const void* v, int ctas, cudaStream_t stream) {
+                       const void* v, bool causal, int ctas, cudaStream_t stream) {
   const int items = (g.world - 1) * geo.batch * geo.chunks;
   if (g.world < 2 || items < 1 || geo.seq % geo.chunk_rows != 0 ||
       static_cast<int64_t>(geo.batch) * g.world * geo.chunks > kMaxWholeFlags ||
@@ -157,7 +176,7 @@ cudaError_t send_whole(const comm::GroupDevice& g, const Geometry& geo, const vo
     return cudaErrorInvalidValue;
   const int grid = ctas < 1 ? 1 : (ctas < items ? ctas : items);
   send_whole_kernel<<<grid, kSendThreads, 0, stream>>>(g, geo, static_cast<const uint8_t*>(k),
-                                                       static_cast<const uint8_t*>(v));
+                                                       static_cast<const uint8_t*>(v), causal);
   return cudaGetLastError();
 }
 

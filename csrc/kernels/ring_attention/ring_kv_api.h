@@ -1,6 +1,6 @@
 // Host API of ring attention's K/V rotation on the GPU substrate (plain C++, no torch).
-// Two modes: the per-step ring below (causal, ragged shards) and the whole-sequence mode
-// (non-causal, block-aligned shards; see send_whole).
+// Two modes: the per-step ring below (ragged shards) and the whole-sequence mode (block-aligned
+// shards; see send_whole).
 //
 // The per-step ring (csrc/ring_attention.cpp drives it; W ranks of one node, step j = 0 .. W-1):
 //   step j, rank r attends its queries to the K/V shard of rank (r - j) mod W. Step 0 uses the
@@ -70,14 +70,17 @@ MKERNEL_RING_HD inline uint8_t* buffer(uint8_t* data, const Geometry& geo, int b
   return data + static_cast<uint64_t>(buf) * geo.buffer_bytes();
 }
 
-// --- the whole-sequence mode (non-causal, every shard length a multiple of chunk_rows) ---------
+// --- the whole-sequence mode (every shard length a multiple of chunk_rows; causal: zigzag) ----
 // One engine launch per call: the engine attends the local queries to a virtual K/V of W * seq
 // rows per batch in this rank's data region, [b][W * seq][h_kv][d] for k, the same for v after
 // it, in which the shard of ring step j sits at position p = W - 1 - j (rows p * seq ..). The
 // engine walks key blocks last to first, so it consumes the shards in the order they arrive:
-// its own (step 0, copied in by a copy-engine memcpy on the caller's stream) first. No buffer is reused within a call, so
-// no credits: one send kernel forwards every step's shard (waiting for each item's arrival) to
-// the next rank's position p - 1 and releases flag (b, p - 1, chunk) there.
+// its own (step 0) first. No buffer is reused within a call, so no credits. The local shard is
+// memcpy'd into position W - 1 here (then mark_whole: its flags); one send kernel copies it
+// (step 0) into position W - 2 at the next rank and forwards steps 1 .. W-2 (waiting for each
+// item's arrival) to the next rank's position p - 1, releasing flag (b, p - 1, chunk) there.
+// The send kernel is enqueued before the engine: the engine's CTAs may take every SM of the
+// rank while they wait for the peers' sends.
 MKERNEL_RING_HD constexpr uint32_t whole_slot(int world, int chunks, int b, int p, int chunk) {
   return comm::FlagSlot::kOpSlotBase +
          static_cast<uint32_t>((b * world + p) * chunks + chunk);
@@ -86,12 +89,15 @@ constexpr uint32_t kMaxWholeFlags = comm::kMaxRanks * kMaxItems;  // b * W * chu
 inline uint64_t whole_data_bytes(const Geometry& geo, int world) {
   return 2 * static_cast<uint64_t>(world) * geo.shard_bytes();
 }
-// Forwards steps 0 .. W-2 (the local shard k/v for step 0) to the next rank.
+// Forwards steps 0 .. W-2 (the local shard k/v for step 0) to the next rank. causal (zigzag
+// shards): a receiver that sees only the first half of a shard gets that half first.
 cudaError_t send_whole(const comm::GroupDevice& g, const Geometry& geo, const void* k,
-                       const void* v, int ctas, cudaStream_t stream);
-// Releases this rank's flags of position W - 1 (its own shard), after the caller copied the
-// shard there in stream order (a copy-engine memcpy).
-cudaError_t mark_local(const comm::GroupDevice& g, const Geometry& geo, cudaStream_t stream);
+                       const void* v, bool causal, int ctas, cudaStream_t stream);
+// Releases the flags of position `pos`, batches [b0, b1), at rank `peer` (this rank: its own
+// shard at W - 1), after the caller copied those rows there in stream order (a memcpy): flags
+// (b, pos, chunk) = e.
+cudaError_t mark_whole(const comm::GroupDevice& g, const Geometry& geo, int peer, int pos, int b0,
+                       int b1, cudaStream_t stream);
 
 // The call's entry: e = op counter + 1, the node's entry barrier with `signature` (every rank
 // finished its previous call of the group, so its buffers may be written). One thread.
