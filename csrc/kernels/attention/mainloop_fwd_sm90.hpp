@@ -324,6 +324,21 @@ struct MainloopFwdSm90 {
     return out;
   }
 
+  // Keeps the softmax of S_n ahead of the wait for the PV GEMM (intra-warpgroup overlap).
+  // ptxas schedules WARPGROUP.DEPBAR (wgmma.wait_group) as early as it may, and the wait
+  // depends on none of the softmax's ALU work: left alone, it hoists the PV GEMM's wait above
+  // the exps (seen in the SASS of the run-2 kernel: the softmax ran after the PV GEMM had
+  // finished, so nothing overlapped the PV GEMM inside a warpgroup). A branch on a value that
+  // every exp of the block feeds (the running row sums) ends the basic block there, and ptxas
+  // does not move the wait across it. The branch is never taken (sums are >= 0 or NaN).
+  template <int kRows>
+  CUTLASS_DEVICE static void softmax_done_before_wait(float const (&row_sum)[kRows]) {
+    float all = row_sum[0];
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 1; r < kRows; ++r) all += row_sum[r];
+    if (all == -1.f) __nanosleep(0);
+  }
+
   // Consumer: the threads of the consumer warpgroups run this per work tile and return
   // with the unnormalised O in acc_o (softmax.finalize normalises it).
   //
@@ -426,6 +441,7 @@ struct MainloopFwdSm90 {
         pipeline_k.consumer_release(kv_read);
         apply_mask<kZZ>(p, s_rc, tScS, work.m_block, n);
         softmax.step(s_rc, factor);
+        softmax_done_before_wait(softmax.row_sum);
         warpgroup_wait<0>();  // PV done: O and P's registers are ours again
         warpgroup_fence_operand(acc_o);
         warpgroup_fence_operand(tOrP);
