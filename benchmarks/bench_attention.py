@@ -9,9 +9,10 @@ Writes JSON under results/ (device, commit, shapes, medians, TFLOP/s, ratio to c
     python benchmarks/bench_attention.py [--quick] [--iters N] [--backward]
 
 --backward times forward + backward instead (loss = (out * dout).sum(), grads of q, k, v):
-mkernel.attention's backward is torch's FA2 backward kernel fed with the engine's out/lse
-(the first step the issue allows), against SDPA flash and cuDNN forward + backward; FLOPs
-3.5x the forward's (backward = 2.5x, FlashAttention's convention).
+mkernel.attention's backward is torch's cuDNN backward kernel (FA2's where cuDNN does not
+apply; column mkernel_fa2bwd: FA2's always) fed with the engine's out/lse (the first step the
+issue allows), against SDPA flash and cuDNN forward + backward; FLOPs 3.5x the forward's
+(backward = 2.5x, FlashAttention's convention).
 """
 
 from __future__ import annotations
@@ -52,6 +53,13 @@ def sdpa_fn(backend, q, k, v, causal):
 def fwd_bwd_fn(kind, q, k, v, dout, causal):
     """One training step of attention: forward, then the gradients of q, k, v."""
     def run():
+        if kind == "mkernel_fa2bwd":  # the engine's forward, FA2's backward (the earlier step)
+            mkernel.ops.ATTENTION_BACKWARD = "flash"
+            try:
+                out, _ = mkernel.attention(q, k, v, causal=causal)
+                return torch.autograd.grad(out, (q, k, v), dout)
+            finally:
+                mkernel.ops.ATTENTION_BACKWARD = "auto"
         if kind == "mkernel":
             out, _ = mkernel.attention(q, k, v, causal=causal)
         else:
@@ -75,7 +83,7 @@ def main_backward(args) -> None:
             sets.append((q, k, v, torch.randn(b, s, HEADS, d, device="cuda", dtype=torch.bfloat16)))
         for causal in (False, True):
             cands = {kind: [fwd_bwd_fn(kind, q, k, v, g, causal) for q, k, v, g in sets]
-                     for kind in ("mkernel", "cudnn", "flash")}
+                     for kind in ("mkernel", "mkernel_fa2bwd", "cudnn", "flash")}
             times = interleaved_ms(cands, warmup=3, iters=args.iters)
             f = 3.5 * flops(b, HEADS, s, s, d, causal)
             row = {"b": b, "s": s, "s_kv": s, "h": HEADS, "h_kv": HEADS, "d": d, "causal": causal,
@@ -85,8 +93,11 @@ def main_backward(args) -> None:
                 row[f"{name}_tflops"] = f / (t["median_ms"] * 1e-3) / 1e12
             row["ratio_vs_cudnn"] = row["cudnn_ms"] / row["mkernel_ms"]
             row["ratio_vs_flash"] = row["flash_ms"] / row["mkernel_ms"]
+            row["backward_kernel"] = mkernel.ops._attention_backward_choice(
+                sets[0][0], sets[0][1], sets[0][2], causal)
             rows.append(row)
-            print(f"fwd+bwd d={d} S={s:5d} b={b:2d} causal={int(causal)}  mkernel {row['mkernel_tflops']:6.1f}  "
+            print(f"fwd+bwd d={d} S={s:5d} b={b:2d} causal={int(causal)}  mkernel {row['mkernel_tflops']:6.1f} "
+                  f"({row['backward_kernel']} bwd)  fa2-bwd {row['mkernel_fa2bwd_tflops']:6.1f}  "
                   f"cudnn {row['cudnn_tflops']:6.1f}  flash {row['flash_tflops']:6.1f} TF/s  "
                   f"x{row['ratio_vs_cudnn']:.3f} cuDNN  x{row['ratio_vs_flash']:.3f} FA2", flush=True)
         del sets
@@ -117,8 +128,13 @@ def main() -> None:
                     "cudnn": [sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal) for q, k, v in sets],
                     "flash": [sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal) for q, k, v in sets],
                 }
+                alt = None
                 if d == 64 and not causal:  # the other built d=64 tile than the default
-                    bm, bn = (128, 128) if s >= 2048 else (192, 128)
+                    alt = (128, 128) if s >= 2048 else (192, 128)
+                elif d == 128 and not causal:  # the opt-in FA3-like longer KV blocks
+                    alt = (128, 160)
+                if alt is not None:
+                    bm, bn = alt
                     cands["mkernel_alt"] = [lambda q=q, k=k, v=v, bm=bm, bn=bn: mkernel.attention(q, k, v, block_m=bm, block_n=bn)
                                             for q, k, v in sets]
                 times = interleaved_ms(cands, warmup=5, iters=args.iters)
