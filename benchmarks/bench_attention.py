@@ -6,7 +6,7 @@ chosen so every problem has ~16k query rows per head set (b = 16384 / S): the GP
 TFLOP/s counts 4·b·h·S·S_kv·d (halved for causal), as FlashAttention's benchmarks do.
 Writes JSON under results/ (device, commit, shapes, medians, TFLOP/s, ratio to cuDNN).
 
-    python benchmarks/bench_attention.py [--quick] [--iters N] [--backward]
+    python benchmarks/bench_attention.py [--quick] [--iters N] [--backward] [--skip-cluster]
 
 --backward times forward + backward instead (loss = (out * dout).sum(), grads of q, k, v):
 mkernel.attention's backward is torch's cuDNN backward kernel (FA2's where cuDNN does not
@@ -112,6 +112,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="S=8192, d=128 only")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--backward", action="store_true", help="forward + backward")
+    ap.add_argument("--skip-cluster", action="store_true",
+                    help="leave out the 256x128 cluster tile column (alt2)")
     args = ap.parse_args()
     if args.backward:
         main_backward(args)
@@ -128,15 +130,17 @@ def main() -> None:
                     "cudnn": [sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal) for q, k, v in sets],
                     "flash": [sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal) for q, k, v in sets],
                 }
-                alt = None
+                alts = []  # (column, tile)
                 if d == 64 and not causal:  # the other built d=64 tile than the default
-                    alt = (128, 128) if s >= 2048 else (192, 128)
-                elif d == 128 and not causal:  # the opt-in FA3-like longer KV blocks
-                    alt = (128, 160)
-                if alt is not None:
-                    bm, bn = alt
-                    cands["mkernel_alt"] = [lambda q=q, k=k, v=v, bm=bm, bn=bn: mkernel.attention(q, k, v, block_m=bm, block_n=bn)
-                                            for q, k, v in sets]
+                    alts = [("mkernel_alt", (128, 128) if s >= 2048 else (192, 128))]
+                elif d == 128 and not causal:
+                    # FA3-like longer KV blocks; a cluster of two CTAs sharing K/V by multicast
+                    alts = [("mkernel_alt", (128, 160))]
+                    if not args.skip_cluster:
+                        alts.append(("mkernel_alt2", (256, 128)))
+                for col, (bm, bn) in alts:
+                    cands[col] = [lambda q=q, k=k, v=v, bm=bm, bn=bn: mkernel.attention(q, k, v, block_m=bm, block_n=bn)
+                                  for q, k, v in sets]
                 times = interleaved_ms(cands, warmup=5, iters=args.iters)
                 f = flops(b, HEADS, s, s, d, causal)
                 row = {"b": b, "s": s, "s_kv": s, "h": HEADS, "h_kv": HEADS, "d": d, "causal": causal,
@@ -147,9 +151,10 @@ def main() -> None:
                 row["ratio_vs_cudnn"] = row["cudnn_ms"] / row["mkernel_ms"]
                 row["ratio_vs_flash"] = row["flash_ms"] / row["mkernel_ms"]
                 rows.append(row)
-                if "mkernel_alt_ms" in row:
-                    row["alt_tile"] = f"{bm}x{bn}"
-                extra = f"  {row['alt_tile']} {row['mkernel_alt_tflops']:6.1f}" if "mkernel_alt_ms" in row else ""
+                extra = ""
+                for col, (bm, bn) in alts:
+                    row[col.replace("mkernel_", "") + "_tile"] = f"{bm}x{bn}"
+                    extra += f"  {bm}x{bn} {row[col + '_tflops']:6.1f}"
                 print(f"d={d} S={s:5d} b={b:2d} causal={int(causal)}  mkernel {row['mkernel_tflops']:6.1f}{extra}  "
                       f"cudnn {row['cudnn_tflops']:6.1f}  flash {row['flash_tflops']:6.1f} TF/s  "
                       f"x{row['ratio_vs_cudnn']:.3f} cuDNN  x{row['ratio_vs_flash']:.3f} FA2", flush=True)

@@ -13,7 +13,8 @@
 
 namespace mkernel::attention {
 
-template <class Element_, int kHeadDim_, int kBlockN_, bool kCausal_, int kNumMmaWarpGroups_ = 2>
+template <class Element_, int kHeadDim_, int kBlockN_, bool kCausal_, int kNumMmaWarpGroups_ = 2,
+          int kClusterM_ = 1>
 struct AttnTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -41,6 +42,14 @@ struct AttnTraits {
   static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
   static_assert(kStages >= 2, "the K/V ring needs 2 stages: use a smaller kBlockN");
 
+  // CTAs per cluster along the query blocks (1 or 2): with 2, the two CTAs of a cluster own
+  // query tiles 2i and 2i + 1 of the same (batch, head), walk the same KV blocks, and each
+  // loads half of every K/V block with a TMA multicast into both (FA3's cluster for d >= 128
+  // non-causal): half the L2 -> SM traffic of K/V per FLOP. Non-causal only (both tiles must
+  // see the same KV blocks).
+  static constexpr int kClusterM = kClusterM_;
+  static_assert(kClusterM == 1 || (kClusterM == 2 && !kCausal), "cluster of 2: non-causal only");
+
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
   static constexpr bool kPingPong = true;
 
@@ -60,7 +69,6 @@ struct AttnTraits {
   using SmemLayoutQ = decltype(cute::tile_to_shape(
       cute::GMMA::Layout_K_SW128_Atom<Element>{},
       cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
-  using SmemLayoutO = SmemLayoutQ;
   using SmemLayoutK = decltype(cute::tile_to_shape(
       cute::GMMA::Layout_K_SW128_Atom<Element>{},
       cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));

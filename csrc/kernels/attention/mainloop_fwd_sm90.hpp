@@ -6,8 +6,8 @@
 //         are the diagonal blocks). The hook may wait before each K/V pair.
 //   mma:  per KV block, S = Q·K_nᵀ (SS wgmma), mask, online softmax, O += P·V_n (RS wgmma).
 //
-// Pipelines: Q has a one-stage TMA pipeline (released after the tile's last S GEMM, so the
-// next tile's Q load overlaps the epilogue); K and V have kStages-stage pipelines each, which
+// Pipelines: Q has a one-stage TMA pipeline (released once the tile's last S GEMM has
+// completed, so the next tile's Q load overlaps the last PV GEMM and the epilogue); K and V have kStages-stage pipelines each, which
 // advance together (one PipelineState).
 #pragma once
 
@@ -53,17 +53,21 @@ struct MainloopFwdSm90 {
       cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeSeqD{},
                         StrideSeqD{}),
       SmemLayoutQ{}, cute::select<0, 2>(TileShapeMNK{}), cute::_1{}));
+  // K and V: with a cluster of 2 each CTA loads half of a block and multicasts it to both.
+  static constexpr int kClusterM = Traits::kClusterM;
+  using ClusterM = cute::Int<kClusterM>;
+  using TmaLoadKV = std::conditional_t<kClusterM == 1, cute::SM90_TMA_LOAD, cute::SM90_TMA_LOAD_MULTICAST>;
   using TmaK = decltype(cute::make_tma_copy(
-      cute::SM90_TMA_LOAD{},
+      TmaLoadKV{},
       cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeSeqD{},
                         StrideSeqD{}),
-      cute::take<0, 2>(SmemLayoutK{}), cute::select<1, 2>(TileShapeMNK{}), cute::_1{}));
+      cute::take<0, 2>(SmemLayoutK{}), cute::select<1, 2>(TileShapeMNK{}), ClusterM{}));
   using TmaVt = decltype(cute::make_tma_copy(
-      cute::SM90_TMA_LOAD{},
+      TmaLoadKV{},
       cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeSeqD{},
                         StrideDSeq{}),
       cute::take<0, 2>(SmemLayoutVt{}),
-      cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{}, cute::_1{}));
+      cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{}, ClusterM{}));
 
   struct TensorStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
@@ -116,10 +120,10 @@ struct MainloopFwdSm90 {
     Tensor mK = make_tensor(make_gmem_ptr(a.k), make_layout(shape_kv, stride_kv));
     Tensor mVt = make_tensor(make_gmem_ptr(a.v), make_layout(shape_vt, stride_vt));
     Params p{make_tma_copy(SM90_TMA_LOAD{}, mQ, SmemLayoutQ{}, select<0, 2>(TileShapeMNK{}), _1{}),
-             make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(SmemLayoutK{}),
-                           select<1, 2>(TileShapeMNK{}), _1{}),
-             make_tma_copy(SM90_TMA_LOAD{}, mVt, take<0, 2>(SmemLayoutVt{}),
-                           Shape<Int<kHeadDim>, Int<kBlockN>>{}, _1{}),
+             make_tma_copy(TmaLoadKV{}, mK, take<0, 2>(SmemLayoutK{}),
+                           select<1, 2>(TileShapeMNK{}), ClusterM{}),
+             make_tma_copy(TmaLoadKV{}, mVt, take<0, 2>(SmemLayoutVt{}),
+                           Shape<Int<kHeadDim>, Int<kBlockN>>{}, ClusterM{}),
              shape_q,
              shape_kv,
              shape_vt,
@@ -231,10 +235,22 @@ struct MainloopFwdSm90 {
 
     auto [tQgQ, tQsQ] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                       group_modes<0, 2>(gQ));
-    auto [tKgK, tKsK] = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                      group_modes<0, 2>(gK));
-    auto [tVgV, tVsV] = tma_partition(p.tma_vt, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt),
-                                      group_modes<0, 2>(gVt));
+    // This CTA's share of each K/V block (all of it without a cluster).
+    const int cluster_rank = kClusterM == 1 ? 0 : static_cast<int>(cute::block_rank_in_cluster());
+    auto [tKgK, tKsK] = tma_partition(p.tma_k, cluster_rank, Layout<ClusterM>{},
+                                      group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto [tVgV, tVsV] = tma_partition(p.tma_vt, cluster_rank, Layout<ClusterM>{},
+                                      group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
+    // Multicast to every CTA of the cluster (the stage sits at the same offset in each).
+    constexpr uint16_t kMcastMask = static_cast<uint16_t>((1u << kClusterM) - 1);
+    auto tma_k = [&](auto& barrier) {
+      if constexpr (kClusterM == 1) return p.tma_k.with(barrier, 0);
+      else return p.tma_k.with(barrier, kMcastMask);
+    };
+    auto tma_v = [&](auto& barrier) {
+      if constexpr (kClusterM == 1) return p.tma_vt.with(barrier, 0);
+      else return p.tma_vt.with(barrier, kMcastMask);
+    };
 
     pipeline_q.producer_acquire(q_write);
     copy(p.tma_q.with(*pipeline_q.producer_get_barrier(q_write), 0), tQgQ, tQsQ);
@@ -245,11 +261,9 @@ struct MainloopFwdSm90 {
          n = prev_block<kZZ>(p, work.m_block, n, n_min)) {
       if constexpr (Hooks::kWaitsForKV) Hooks::wait_kv(hooks, work.batch, head_kv, n);
       pipeline_k.producer_acquire(kv_write);
-      copy(p.tma_k.with(*pipeline_k.producer_get_barrier(kv_write), 0), tKgK(_, n),
-           tKsK(_, kv_write.index()));
+      copy(tma_k(*pipeline_k.producer_get_barrier(kv_write)), tKgK(_, n), tKsK(_, kv_write.index()));
       pipeline_v.producer_acquire(kv_write);
-      copy(p.tma_vt.with(*pipeline_v.producer_get_barrier(kv_write), 0), tVgV(_, n),
-           tVsV(_, kv_write.index()));
+      copy(tma_v(*pipeline_v.producer_get_barrier(kv_write)), tVgV(_, n), tVsV(_, kv_write.index()));
       ++kv_write;
     }
   }
@@ -450,6 +464,10 @@ struct MainloopFwdSm90 {
         v_read = kv_read;
         ++kv_read;
       }
+      // Every S GEMM of the tile has completed (each iteration ended with wait<0>): Q's stage
+      // goes back to the producer now, so the next tile's Q loads under the last PV GEMM and
+      // the epilogue.
+      pipeline_q.consumer_release(q_read);
       // Last PV GEMM.
       pipeline_v.consumer_wait(v_read);
       scheduler_barrier_sync(warp_group);
@@ -460,8 +478,9 @@ struct MainloopFwdSm90 {
       warpgroup_fence_operand(acc_o);
       warpgroup_fence_operand(tOrP);
       pipeline_v.consumer_release(v_read);
+    } else {
+      pipeline_q.consumer_release(q_read);  // no visible key block: nothing read Q
     }
-    pipeline_q.consumer_release(q_read);
     ++q_read;
   }
 };
