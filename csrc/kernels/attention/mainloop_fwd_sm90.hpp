@@ -7,8 +7,8 @@
 //   mma:  per KV block, S = Q·K_nᵀ (SS wgmma), mask, online softmax, O += P·V_n (RS wgmma).
 //
 // Pipelines: Q has a one-stage TMA pipeline (released once the tile's last S GEMM has
-// completed, so the next tile's Q load overlaps the last PV GEMM and the epilogue); K and V have kStages-stage pipelines each, which
-// advance together (one PipelineState).
+// completed, so the next tile's Q load overlaps the last PV GEMM and the epilogue); K and V
+// have kStages-stage pipelines each, which advance together (one PipelineState).
 #pragma once
 
 #include "attention_traits.hpp"
