@@ -100,17 +100,19 @@ def test_matches_sdpa(causal) -> None:
 @pytest.mark.parametrize("backend", ["auto", "flash"])
 @pytest.mark.parametrize("case", [(1, 129, 129, 4, 4, 128, False), (2, 200, 333, 8, 2, 64, True),
                                   (1, 1000, 1000, 4, 1, 128, True), (2, 256, 256, 8, 2, 128, True),
-                                  (1, 512, 384, 4, 4, 64, False)])
+                                  (1, 512, 384, 4, 4, 64, False),
+                                  (1, 384, 384, 4, 2, 128, True, torch.float16)])
 def test_gradients_match_autograd(case, backend, monkeypatch) -> None:
     """Gradients through the backward kernel the op chooses ("auto": cuDNN where it applies,
     else FA2; "flash": FA2 always) against autograd of the fp32 reference."""
-    b, s, s_kv, h, h_kv, d, causal = case
+    b, s, s_kv, h, h_kv, d, causal = case[:7]
+    dtype = case[7] if len(case) > 7 else torch.bfloat16
     monkeypatch.setattr(mkernel.ops, "ATTENTION_BACKWARD", backend)
     gen = torch.Generator(device="cuda").manual_seed(13)
-    q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
-    k = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
-    v = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
-    dout = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    q = torch.randn(b, s, h, d, device="cuda", dtype=dtype, generator=gen).requires_grad_()
+    k = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dtype, generator=gen).requires_grad_()
+    v = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dtype, generator=gen).requires_grad_()
+    dout = torch.randn(b, s, h, d, device="cuda", dtype=dtype, generator=gen)
     out, _ = mkernel.attention(q, k, v, causal=causal)
     choice = mkernel.ops._attention_backward_choice(q, k, v, causal)
     if backend == "flash" or (causal and s != s_kv):
