@@ -113,7 +113,7 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--backward", action="store_true", help="forward + backward")
     ap.add_argument("--skip-cluster", action="store_true",
-                    help="leave out the 256x128 cluster tile column (alt2)")
+                    help="leave out the cluster tile columns (alt2 256x128, alt3 256x160)")
     args = ap.parse_args()
     if args.backward:
         main_backward(args)
@@ -137,7 +137,7 @@ def main() -> None:
                     # FA3-like longer KV blocks; a cluster of two CTAs sharing K/V by multicast
                     alts = [("mkernel_alt", (128, 160))]
                     if not args.skip_cluster:
-                        alts.append(("mkernel_alt2", (256, 128)))
+                        alts += [("mkernel_alt2", (256, 128)), ("mkernel_alt3", (256, 160))]
                 for col, (bm, bn) in alts:
                     cands[col] = [lambda q=q, k=k, v=v, bm=bm, bn=bn: mkernel.attention(q, k, v, block_m=bm, block_n=bn)
                                   for q, k, v in sets]
