@@ -110,6 +110,8 @@ def main_backward(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="S=8192, d=128 only")
+    ap.add_argument("--seqs", type=str, default="",
+                    help="comma-separated sequence lengths (d=128 only), e.g. 4096,8192")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--backward", action="store_true", help="forward + backward")
     ap.add_argument("--skip-cluster", action="store_true",
@@ -119,8 +121,9 @@ def main() -> None:
         main_backward(args)
         return
     rows = []
-    for d in (HEAD_DIMS[:1] if args.quick else HEAD_DIMS):
-        for s in ((8192,) if args.quick else SEQS):
+    seqs = tuple(int(x) for x in args.seqs.split(",")) if args.seqs else ((8192,) if args.quick else SEQS)
+    for d in (HEAD_DIMS[:1] if args.quick or args.seqs else HEAD_DIMS):
+        for s in seqs:
             b = max(1, TOKENS // s)
             sets = [tuple(torch.randn(b, s, HEADS, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
                     for _ in range(3)]

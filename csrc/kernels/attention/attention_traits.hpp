@@ -50,6 +50,13 @@ struct AttnTraits {
   static constexpr int kClusterM = kClusterM_;
   static_assert(kClusterM == 1 || (kClusterM == 2 && !kCausal), "cluster of 2: non-causal only");
 
+  // Force the softmax of S_n ahead of the PV GEMM's wait (textbook intra-warpgroup overlap).
+  // Off: left alone, ptxas hoists that wait above the exps, so each warpgroup runs its softmax
+  // after its own PV GEMM (overlapping only the other warpgroup's GEMMs). Forcing the order
+  // measured 2-13% *slower* relative to cuDNN in session 7's device run 2 (d=128 non-causal
+  // S=8192: 0.78x vs 0.89x; benchmarks/NOTES.md), so ptxas's order stays.
+  static constexpr bool kSoftmaxAheadOfPvWait = false;
+
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
   static constexpr bool kPingPong = true;
 

@@ -338,13 +338,13 @@ struct MainloopFwdSm90 {
     return out;
   }
 
-  // Keeps the softmax of S_n ahead of the wait for the PV GEMM (intra-warpgroup overlap).
-  // ptxas schedules WARPGROUP.DEPBAR (wgmma.wait_group) as early as it may, and the wait
-  // depends on none of the softmax's ALU work: left alone, it hoists the PV GEMM's wait above
-  // the exps (seen in the SASS of the run-2 kernel: the softmax ran after the PV GEMM had
-  // finished, so nothing overlapped the PV GEMM inside a warpgroup). A branch on a value that
-  // every exp of the block feeds (the running row sums) ends the basic block there, and ptxas
-  // does not move the wait across it. The branch is never taken (sums are >= 0 or NaN).
+  // Keeps the softmax of S_n ahead of the wait for the PV GEMM (intra-warpgroup overlap), when
+  // Traits::kSoftmaxAheadOfPvWait (off: measured slower, see there). ptxas schedules
+  // WARPGROUP.DEPBAR (wgmma.wait_group) as early as it may, and the wait depends on none of
+  // the softmax's ALU work: left alone, it hoists the PV GEMM's wait above the exps. A branch
+  // on a value that every exp of the block feeds (the running row sums) ends the basic block
+  // there, and ptxas does not move the wait across it. The branch is never taken (sums are
+  // >= 0 or NaN).
   template <int kRows>
   CUTLASS_DEVICE static void softmax_done_before_wait(float const (&row_sum)[kRows]) {
     float all = row_sum[0];
@@ -358,9 +358,11 @@ struct MainloopFwdSm90 {
   //
   // Intra-warpgroup overlap (FA3): iteration n issues S_n = Q·K_nᵀ, rescales O by block n+1's
   // softmax factor (while S_n runs), issues O += P_{n+1}·V_{n+1}, waits for S_n only and runs
-  // its softmax while the PV GEMM runs. P_{n+1} lives in its own registers (tOrP) until its
-  // GEMM is done; block n's factor is applied to O one iteration later, just before P_n·V_n
-  // is added (O then holds every earlier block relative to block n's running max).
+  // its softmax while the PV GEMM runs (in source order; in SASS ptxas moves the PV GEMM's
+  // wait ahead of the exps unless Traits::kSoftmaxAheadOfPvWait, which measured slower).
+  // P_{n+1} lives in its own registers (tOrP) until its GEMM is done; block n's factor is
+  // applied to O one iteration later, just before P_n·V_n is added (O then holds every earlier
+  // block relative to block n's running max).
   template <bool kZZ, class AccO, class Softmax>
   CUTLASS_DEVICE void mma(Params const& p, PipelineQ& pipeline_q, PipelineKV& pipeline_k,
                           PipelineKV& pipeline_v, StateQ& q_read, StateKV& kv_read,
@@ -455,7 +457,7 @@ struct MainloopFwdSm90 {
         pipeline_k.consumer_release(kv_read);
         apply_mask<kZZ>(p, s_rc, tScS, work.m_block, n);
         softmax.step(s_rc, factor);
-        softmax_done_before_wait(softmax.row_sum);
+        if constexpr (Traits::kSoftmaxAheadOfPvWait) softmax_done_before_wait(softmax.row_sum);
         warpgroup_wait<0>();  // PV done: O and P's registers are ours again
         warpgroup_fence_operand(acc_o);
         warpgroup_fence_operand(tOrP);
