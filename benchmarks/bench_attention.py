@@ -134,6 +134,8 @@ def main() -> None:
                     "flash": [sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal) for q, k, v in sets],
                 }
                 alts = []  # (column, tile)
+                if d == 128 and causal and not args.skip_cluster:  # the cluster, causal
+                    alts = [("mkernel_alt2", (256, 128))]
                 if d == 64 and not causal:  # the other built d=64 tile than the default
                     alts = [("mkernel_alt", (128, 128) if s >= 2048 else (192, 128))]
                 elif d == 128 and not causal:
@@ -142,7 +144,7 @@ def main() -> None:
                     if not args.skip_cluster:
                         alts += [("mkernel_alt2", (256, 128)), ("mkernel_alt3", (256, 160))]
                 for col, (bm, bn) in alts:
-                    cands[col] = [lambda q=q, k=k, v=v, bm=bm, bn=bn: mkernel.attention(q, k, v, block_m=bm, block_n=bn)
+                    cands[col] = [lambda q=q, k=k, v=v, bm=bm, bn=bn, c=causal: mkernel.attention(q, k, v, causal=c, block_m=bm, block_n=bn)
                                   for q, k, v in sets]
                 times = interleaved_ms(cands, warmup=5, iters=args.iters)
                 f = flops(b, HEADS, s, s, d, causal)

@@ -179,12 +179,13 @@ def test_other_tiles(tile, case) -> None:
 @pytest.mark.parametrize("tile, case", [
     ((256, 128), (1, 1100, 1100, 4, 1, 128)), ((256, 128), (2, 193, 4097, 8, 2, 128)),
     ((256, 128), (1, 100, 700, 2, 2, 128)), ((256, 128), (3, 1024, 1024, 4, 4, 128)),
-    ((256, 160), (1, 1100, 1000, 4, 2, 128))])
+    ((256, 160), (1, 1100, 1000, 4, 2, 128)), ((256, 128), (2, 700, 300, 4, 2, 128))])
 def test_cluster_tile(tile, case) -> None:
     """The opt-in 256x128 and 256x160 tiles of bf16 d=128: a cluster of two 128-row CTAs
-    sharing every K/V block by TMA multicast. Odd query-block counts (1100, 193, 100 rows) leave the second CTA
-    of the last cluster on rows past s, which must still load and release its half of each
-    K/V block; causal (not built) is refused."""
+    sharing every K/V block by TMA multicast. Odd query-block counts (1100, 193, 100, 700
+    rows) leave the second CTA of the last cluster on rows past s, which must still load and
+    release its half of each K/V block. 256x128 causal too (both CTAs walk the KV blocks of
+    the pair's last tile; s < s_kv and s > s_kv included); 256x160 causal is refused."""
     _check_tile(tile, case)
 
 
@@ -200,6 +201,11 @@ def _check_tile(tile, case) -> None:
     ref, ref_lse = attention_ref(q, k, v, False)
     assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
     assert torch.allclose(lse.double(), ref_lse, rtol=1e-3, atol=1e-3)
-    if (bm, bn) != (128, 128):
+    if (bm, bn) == (256, 128):  # causal built: the pair walks the KV blocks of its last tile
+        out, lse = mkernel.attention(q, k, v, causal=True, block_m=bm, block_n=bn)
+        ref, ref_lse = attention_ref(q, k, v, True)
+        assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
+        assert torch.allclose(lse.double(), ref_lse, rtol=1e-3, atol=1e-3)
+    elif (bm, bn) != (128, 128):
         with pytest.raises(ValueError, match="block_m/block_n"):
             mkernel.attention(q, k, v, causal=True, block_m=bm, block_n=bn)

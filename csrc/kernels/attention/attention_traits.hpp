@@ -45,10 +45,10 @@ struct AttnTraits {
   // CTAs per cluster along the query blocks (1 or 2): with 2, the two CTAs of a cluster own
   // query tiles 2i and 2i + 1 of the same (batch, head), walk the same KV blocks, and each
   // loads half of every K/V block with a TMA multicast into both (FA3's cluster for d >= 128
-  // non-causal): half the L2 -> SM traffic of K/V per FLOP. Non-causal only (both tiles must
-  // see the same KV blocks).
+  // non-causal): half the L2 -> SM traffic of K/V per FLOP. Causal: both walk the blocks of
+  // tile 2i + 1 (tile 2i's extra block, past its diagonal, is masked whole).
   static constexpr int kClusterM = kClusterM_;
-  static_assert(kClusterM == 1 || (kClusterM == 2 && !kCausal), "cluster of 2: non-causal only");
+  static_assert(kClusterM == 1 || kClusterM == 2, "cluster of 1 or 2 CTAs");
 
   // Force the softmax of S_n ahead of the PV GEMM's wait (textbook intra-warpgroup overlap).
   // Off: left alone, ptxas hoists that wait above the exps, so each warpgroup runs its softmax

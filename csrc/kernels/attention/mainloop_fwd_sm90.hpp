@@ -164,7 +164,11 @@ struct MainloopFwdSm90 {
       if constexpr (kZZ) {
         if (p.zz_world > 0) return;  // every block; prev_block skips the invisible ones
       }
-      const int last_key = (m_block + 1) * kBlockM - 1 + p.seq_kv - p.seq_q;  // of the tile's last row
+      // A cluster's CTAs walk the same KV blocks (each loads half of every block for both):
+      // those of the cluster's last query block; the others see at most one more block, which
+      // apply_mask masks whole (a fully masked block leaves the softmax state unchanged).
+      const int m_last = kClusterM > 1 ? (m_block | (kClusterM - 1)) : m_block;
+      const int last_key = (m_last + 1) * kBlockM - 1 + p.seq_kv - p.seq_q;  // of the tile's last row
       const int n_causal = last_key < 0 ? 0 : last_key / kBlockN + 1;
       n_max = n_causal < n_max ? n_causal : n_max;
     }

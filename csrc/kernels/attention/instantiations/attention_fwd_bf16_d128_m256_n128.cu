@@ -4,7 +4,7 @@
 namespace mkernel::attention {
 
 cudaError_t run_bf16_d128_m256_n128(const Problem& p, const Launch& l, const HookArgs* h) {
-  if (p.causal) return cudaErrorInvalidValue;  // not built (instances.inc)
+  if (p.causal) return launch_plain_case<cutlass::bfloat16_t, 128, 256, 128, true>(p, l, h);
   return launch_plain_case<cutlass::bfloat16_t, 128, 256, 128, false>(p, l, h);
 }
 
