@@ -43,18 +43,19 @@ const Case* find_tile(const Problem& p, int bm, int bn) {
 
 // Default tiles that exist only as plain (unhooked) kernels or change block_n, so the hooked
 // kernels (ring attention: its flags count block_n-sized KV blocks) never get them: bf16
-// d=128 non-causal with at least kPlainD128MinSeq queries runs kPlainD128Tile when it is not
+// d=128 with at least kPlainD128MinSeq queries runs kPlainD128Tile[causal] when it is not
 // {0, 0}. Set from measurements (benchmarks/NOTES.md, session 7).
-constexpr int kPlainD128Tile[2] = {0, 0};
+constexpr int kPlainD128Tile[2][2] = {{0, 0}, {0, 0}};  // [causal] = {block_m, block_n}
 constexpr int kPlainD128MinSeq = 2048;
 
 const Case* find_case(const Problem& p, bool hooked) {
   int bm = p.block_m > 0 ? p.block_m : block_m(p.head_dim, p.causal, p.seq_q);
   int bn = p.block_n > 0 ? p.block_n : block_n(p.head_dim);
-  if (!hooked && p.block_m <= 0 && p.block_n <= 0 && kPlainD128Tile[0] > 0 &&
-      p.dtype == DType::kBF16 && p.head_dim == 128 && !p.causal && p.seq_q >= kPlainD128MinSeq) {
-    bm = kPlainD128Tile[0];
-    bn = kPlainD128Tile[1];
+  const int* plain = kPlainD128Tile[p.causal ? 1 : 0];
+  if (!hooked && p.block_m <= 0 && p.block_n <= 0 && plain[0] > 0 && p.dtype == DType::kBF16 &&
+      p.head_dim == 128 && p.seq_q >= kPlainD128MinSeq) {
+    bm = plain[0];
+    bn = plain[1];
   }
   const Case* c = find_tile(p, bm, bn);
   // The default tile by shape may not be built for this dtype (192x128 is bf16 only): the
