@@ -409,7 +409,11 @@ func (t *Transport) mapPeer(r int, blob []byte) (*peer, error) {
 		p.pidfd = fd
 	}
 	if p.live, err = dialLiveness(liveName); err != nil {
-		return fail(fmt.Errorf("%w: liveness socket of rank %d: %w", transport.ErrPeerGone, r, err))
+		// Another network namespace (abstract sockets are per namespace): the pidfd still
+		// reports the peer's exit, only later.
+		t.log.Warn("no liveness socket to a peer; its death is noticed at its exit only",
+			zap.Int("peer", r), zap.Error(err))
+		p.live = -1
 	}
 	return p, nil
 }
