@@ -13,8 +13,10 @@
 //     copies of consecutive ops overlap unless their destinations do, and ops are placed
 //     (signal, completion) strictly in order.
 //
-// A peer's death is noticed through a pidfd watched by one goroutine per transport; a peer's
-// clean Close through a state word in its control segment. Regions must be file-backed
+// A peer's death is noticed by one goroutine per transport, through the peer's pidfd and its
+// liveness socket (an abstract Unix listener nobody accepts on: the kernel resets our
+// connection as soon as the peer's files are released, which can be long before its pidfd
+// reports the exit); a peer's clean Close through a state word in its control segment. Regions must be file-backed
 // (Region.File): ranks live in different processes.
 //
 // WithReorder (tests only) holds ops back for a random delay and applies them in random

@@ -27,7 +27,7 @@ const Name = "loopback"
 
 const (
 	blobMagic   = 0x424c4b4d // "MKLB"
-	blobVersion = 1
+	blobVersion = 2
 	maxRegions  = 1024
 	maxPath     = 4096
 	ctrlSize    = 4096
@@ -118,6 +118,7 @@ type peer struct {
 	regions map[transport.BufferID][]byte
 	segs    []*shm.Segment
 	pidfd   int
+	live    int // our connection to the peer's liveness socket, or -1
 }
 
 type pending struct {
@@ -142,9 +143,15 @@ type Transport struct {
 	log  *zap.Logger
 	ctrl *shm.Segment
 
-	mu        sync.Mutex // control calls
-	regions   map[transport.BufferID]region
-	connected bool
+	mu      sync.Mutex // control calls
+	regions map[transport.BufferID]region
+	// listen is this endpoint's liveness socket (an abstract Unix socket nobody accepts on):
+	// peers connect to it and the kernel resets their connections the moment this process's
+	// files are released — as a tcp peer notices a dead process — which can be well before its
+	// pidfd reports the exit (a process whose GPU context is torn down exits slowly).
+	listen     int
+	listenName string
+	connected  bool
 
 	peers []*peer // by rank; nil for self and non-peers
 
@@ -208,6 +215,10 @@ func Open(_ context.Context, cfg transport.Config, opts ...Option) (*Transport, 
 		comp:    make([]transport.Completion, o.queue),
 		rng:     rand.New(rand.NewPCG(o.seed, uint64(cfg.Rank))),
 		epoch:   time.Now(),
+	}
+	if t.listen, t.listenName, err = listenLiveness(cfg.Rank); err != nil {
+		_ = ctrl.Close()
+		return nil, fmt.Errorf("loopback: open rank %d: liveness socket: %w", cfg.Rank, err)
 	}
 	if o.reorder {
 		t.pend = make([]pending, 0, o.maxPending)
@@ -275,6 +286,7 @@ func (t *Transport) Address() ([]byte, error) {
 	w.U32(uint32(t.cfg.World))
 	w.U64(uint64(os.Getpid()))
 	w.String(t.ctrl.Path())
+	w.String(t.listenName)
 	w.U32(uint32(len(t.regions)))
 	for id, r := range t.regions {
 		w.U32(uint32(id))
@@ -298,34 +310,35 @@ type remoteRegion struct {
 	off, size uint64
 }
 
-func (t *Transport) parse(r int, blob []byte) (pid int, ctrl string, regs []remoteRegion, err error) {
+func (t *Transport) parse(r int, blob []byte) (pid int, ctrl, live string, regs []remoteRegion, err error) {
 	if len(blob) < sha256.Size || len(blob) > transport.MaxBlobSize {
-		return 0, "", nil, fmt.Errorf("%w: blob of %d bytes", transport.ErrProtocol, len(blob))
+		return 0, "", "", nil, fmt.Errorf("%w: blob of %d bytes", transport.ErrProtocol, len(blob))
 	}
 	body, sum := blob[:len(blob)-sha256.Size], blob[len(blob)-sha256.Size:]
 	if !hmac.Equal(sum, t.mac(body)) {
-		return 0, "", nil, fmt.Errorf("%w: blob not sealed with this job's key", transport.ErrAuth)
+		return 0, "", "", nil, fmt.Errorf("%w: blob not sealed with this job's key", transport.ErrAuth)
 	}
 	rd := wire.NewReader(body)
 	if rd.U32() != blobMagic || rd.U32() != blobVersion {
-		return 0, "", nil, fmt.Errorf("%w: not a loopback v%d blob", transport.ErrProtocol, blobVersion)
+		return 0, "", "", nil, fmt.Errorf("%w: not a loopback v%d blob", transport.ErrProtocol, blobVersion)
 	}
 	if rank, world := rd.U32(), rd.U32(); rd.Err() == nil && (int(rank) != r || int(world) != t.cfg.World) {
-		return 0, "", nil, fmt.Errorf("%w: blob of rank %d of %d in rank %d's place", transport.ErrProtocol, rank, world, r)
+		return 0, "", "", nil, fmt.Errorf("%w: blob of rank %d of %d in rank %d's place", transport.ErrProtocol, rank, world, r)
 	}
 	pid = int(rd.U64())
 	ctrl = rd.String(maxPath)
+	live = rd.String(maxPath)
 	n := rd.U32()
 	if n > maxRegions {
-		return 0, "", nil, fmt.Errorf("%w: %d regions", transport.ErrProtocol, n)
+		return 0, "", "", nil, fmt.Errorf("%w: %d regions", transport.ErrProtocol, n)
 	}
 	for range n {
 		regs = append(regs, remoteRegion{id: transport.BufferID(rd.U32()), path: rd.String(maxPath), off: rd.U64(), size: rd.U64()})
 	}
 	if err := rd.Done(); err != nil {
-		return 0, "", nil, fmt.Errorf("%w: %w", transport.ErrProtocol, err)
+		return 0, "", "", nil, fmt.Errorf("%w: %w", transport.ErrProtocol, err)
 	}
-	return pid, ctrl, regs, nil
+	return pid, ctrl, live, regs, nil
 }
 
 // Connect implements transport.Transport: map every peer's control segment and regions.
@@ -362,11 +375,11 @@ func (t *Transport) Connect(ctx context.Context, blobs [][]byte) error {
 }
 
 func (t *Transport) mapPeer(r int, blob []byte) (*peer, error) {
-	pid, ctrlPath, regs, err := t.parse(r, blob)
+	pid, ctrlPath, liveName, regs, err := t.parse(r, blob)
 	if err != nil {
 		return nil, err
 	}
-	p := &peer{rank: r, pid: pid, regions: map[transport.BufferID][]byte{}, pidfd: -1}
+	p := &peer{rank: r, pid: pid, regions: map[transport.BufferID][]byte{}, pidfd: -1, live: -1}
 	fail := func(err error) (*peer, error) {
 		p.unmap()
 		return nil, err
@@ -395,6 +408,13 @@ func (t *Transport) mapPeer(r int, blob []byte) (*peer, error) {
 		}
 		p.pidfd = fd
 	}
+	if p.live, err = dialLiveness(liveName); err != nil {
+		// Another network namespace (abstract sockets are per namespace): the pidfd still
+		// reports the peer's exit, only later.
+		t.log.Warn("no liveness socket to a peer; its death is noticed at its exit only",
+			zap.Int("peer", r), zap.Error(err))
+		p.live = -1
+	}
 	return p, nil
 }
 
@@ -406,6 +426,10 @@ func (p *peer) unmap() {
 	if p.pidfd >= 0 {
 		_ = unix.Close(p.pidfd)
 		p.pidfd = -1
+	}
+	if p.live >= 0 {
+		_ = unix.Close(p.live)
+		p.live = -1
 	}
 }
 
@@ -426,6 +450,10 @@ func (t *Transport) startWatch() error {
 	for _, p := range t.peers {
 		if p != nil && p.pidfd >= 0 {
 			fds = append(fds, unix.PollFd{Fd: int32(p.pidfd), Events: unix.POLLIN})
+			ranks = append(ranks, p.rank)
+		}
+		if p != nil && p.live >= 0 { // readable (EOF) or hung up: the peer's files are gone
+			fds = append(fds, unix.PollFd{Fd: int32(p.live), Events: unix.POLLIN | unix.POLLRDHUP})
 			ranks = append(ranks, p.rank)
 		}
 	}
@@ -462,7 +490,7 @@ func (t *Transport) startWatch() error {
 				p := t.peers[ranks[i]]
 				if atomic.LoadUint64(t.word(p.ctrl, 0)) != stateClosed {
 					t.fail(&transport.RankLostError{Rank: p.rank, Seen: fmt.Sprintf(
-						"loopback, seen by rank %d: its process (pid %d) exited without closing its transport", t.cfg.Rank, p.pid)})
+						"loopback, seen by rank %d: its process (pid %d) is gone without closing its transport", t.cfg.Rank, p.pid)})
 					return
 				}
 				fds[i].Fd = -1 // exited after a clean Close: ignore from now on
@@ -736,6 +764,10 @@ func (t *Transport) applyDue() {
 func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		atomic.StoreUint64(t.word(t.ctrl.Bytes(), 0), stateClosed)
+		if t.listen >= 0 { // after the state word: peers that see the reset see a clean close
+			_ = unix.Close(t.listen)
+			t.listen = -1
+		}
 		t.fail(fmt.Errorf("loopback: rank %d: %w", t.cfg.Rank, transport.ErrClosed))
 		if t.stopWatch != nil {
 			_ = t.stopWatch.Close()

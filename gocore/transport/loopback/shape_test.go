@@ -218,3 +218,31 @@ func TestParallelCopiesKeepOverlappingWritesInOrder(t *testing.T) {
 		}
 	}
 }
+
+// A peer whose files are released without a clean Close (its process dying) is reported at once
+// through its liveness socket — even before (here: without) its pidfd firing — naming the rank;
+// a clean Close is not a failure.
+func TestLivenessSocketNamesADeadPeer(t *testing.T) {
+	j := transporttest.StartJob(t, openWith(), transporttest.JobOptions{World: 3, DataSize: 1 << 16})
+	start := time.Now()
+	j.Ranks[2].T.(*loopback.Transport).ReleaseLivenessForTest()
+	for _, r := range []int{0, 1} {
+		select {
+		case <-j.Ranks[r].T.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("rank %d did not notice rank 2's released liveness socket in 5 s", r)
+		}
+		lost, ok := transport.LostRank(j.Ranks[r].T.Err())
+		if !ok || lost.Rank != 2 || lost.Closed {
+			t.Fatalf("rank %d: %v, want rank 2 lost", r, j.Ranks[r].T.Err())
+		}
+	}
+	t.Logf("noticed after %v", time.Since(start))
+
+	k := transporttest.StartJob(t, openWith(), transporttest.JobOptions{World: 2, DataSize: 1 << 16})
+	_ = k.Ranks[1].T.Close()
+	time.Sleep(50 * time.Millisecond)
+	if err := k.Ranks[0].T.Err(); err != nil {
+		t.Fatalf("a clean Close of rank 1 failed rank 0: %v", err)
+	}
+}
