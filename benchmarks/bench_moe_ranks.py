@@ -21,7 +21,7 @@ op's GPU time by kernel (routing ATen kernels, the dispatch/combine kernel, the 
 dispatch GB/s = bytes of token rows this rank sends to other ranks / time (DeepEP's yardstick;
 on one GPU every "link" is the GPU's own HBM). JSON under benchmarks/results/ (and $OUT).
 
-    python benchmarks/bench_moe_ranks.py [--world 2] [--iters 10]
+    python benchmarks/bench_moe_ranks.py [--world 2] [--iters 20] [--shapes a,b] [--graph]
 """
 
 from __future__ import annotations
@@ -123,6 +123,9 @@ def rank_main() -> None:
         for c in cands.values():
             c()
         torch.cuda.synchronize()
+        if os.environ.get("BENCH_GRAPH") == "1":
+            cands.update(captured(cands, ("mkernel_dispatch_gemm", "unfused_dispatch_gemm",
+                                          "mkernel_combine", "unfused_combine")))
         times = {n: [] for n in cands}
         names = list(cands)
         for it in range(iters):
@@ -172,6 +175,11 @@ def rank_main() -> None:
             row["gemm_kernel_ms"] = max(p.get("grouped GEMM", 0.0) for p in prof)
             row["host_issue_ms"] = max(p.get("host issue", 0.0) for p in prof)
             row["combine_ratio_vs_unfused"] = worst["unfused_combine"] / worst["mkernel_combine"]
+            if "mkernel_dispatch_gemm_graph" in worst:  # no host issue on either side
+                row["graph_dispatch_ratio_vs_unfused"] = (worst["unfused_dispatch_gemm_graph"] /
+                                                          worst["mkernel_dispatch_gemm_graph"])
+                row["graph_combine_ratio_vs_unfused"] = (worst["unfused_combine_graph"] /
+                                                         worst["mkernel_combine_graph"])
             row["combine_gbs_per_rank"] = max(m["sent"] for m in every) / (worst["mkernel_combine"] * 1e-3) / 1e9
             print("RESULT " + json.dumps(row), flush=True)
             if os.environ.get("OUT"):  # kept even if a later shape fails or the job is cut short
@@ -183,6 +191,28 @@ def rank_main() -> None:
     ctx.barrier()
     mkernel.shutdown()
     dist.destroy_process_group()
+
+
+def captured(cands: dict, names: tuple) -> dict:
+    """``<name>_graph``: each candidate captured in a CUDA graph (after the eager warm-up sized
+    every buffer) and replayed: the same GPU work without the host's issue time (run 3: 1.35 ms
+    per eager dispatch call). Every rank captures the same candidates in the same order."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graphs = {}
+    for name in names:
+        with torch.cuda.stream(stream):
+            cands[name]()  # warm-up on the capture stream
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=stream):
+            cands[name]()
+        graphs[name + "_graph"] = g.replay
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    return graphs
 
 
 def kernel_profile(cands: dict, calls: int = 3) -> dict:
@@ -245,6 +275,8 @@ def main() -> None:
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
+    ap.add_argument("--graph", action="store_true",
+                    help="also time every op captured in a CUDA graph (no host issue time)")
     args = ap.parse_args()
 
     from common import commit, device_info, start_mps, write_result  # noqa: E402
@@ -254,7 +286,8 @@ def main() -> None:
     try:
         res = run_ranks(RANK_CODE, args.world, timeout=600, env=dict(
             env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",
-            BENCH_ITERS=str(args.iters), BENCH_SHAPES=args.shapes))
+            BENCH_ITERS=str(args.iters), BENCH_SHAPES=args.shapes,
+            BENCH_GRAPH="1" if args.graph else "0"))
     finally:
         stop()
     rows = []
@@ -272,6 +305,11 @@ def main() -> None:
               f"{row['gemm_kernel_ms']:.3f} ms, host issue {row['host_issue_ms']:.3f} ms); combine {row['mkernel_combine']['median_ms']:.3f} ms ({row['combine_ratio_vs_unfused']:.2f}x "
               f"unfused, {row['combine_gbs_per_rank']:.0f} GB/s/rank); err {row['rel_err_vs_unfused_dispatch']:.1e}/"
               f"{row['rel_err_vs_unfused_combine']:.1e}", flush=True)
+        if "graph_dispatch_ratio_vs_unfused" in row:
+            print(f"  graphs: dispatch+gemm {row['mkernel_dispatch_gemm_graph']['median_ms']:.3f} ms "
+                  f"({row['graph_dispatch_ratio_vs_unfused']:.2f}x unfused), combine "
+                  f"{row['mkernel_combine_graph']['median_ms']:.3f} ms "
+                  f"({row['graph_combine_ratio_vs_unfused']:.2f}x unfused)", flush=True)
     path = write_result("moe_ranks", {"bench": "moe_ranks", "commit": commit(), "device": device_info(),
                                       "mps": True, "world": args.world, "iters": args.iters,
                                       "unfused": "mkernel.all_gather of x/topk_idx (or y) + sort + "
