@@ -40,7 +40,9 @@ enum TimelineSlot : int32_t {
   kTlExit = 5,       // every role of the CTA done (call_end)
   kTlSideItems = 6,  // reduce items done by the side warps
   kTlTailItems = 7,  // reduce items done by the consumers
-  kTimelineWords = 8,
+  kTlSmid = 8,       // the SM the CTA ran on (%smid): which SMs each rank's CTAs share
+  kTlCluster = 9,    // the CTA's cluster id (%clusterid.x)
+  kTimelineWords = 10,
 };
 
 enum FusedMode : int32_t {
