@@ -48,8 +48,9 @@ VARIANTS = [("side staged, tail staged", "staged", "staged"),
             ("side idle, tail staged", "idle", "staged"),
             ("side staged, tail regs", "staged", "regs"),
             ("side idle, tail regs", "idle", "regs")]
-WORDS = 8  # fused_params.h kTimelineWords
-START, ENTERED, GEMM_DONE, TAIL_DONE, SIDE_DONE, EXIT, SIDE_ITEMS, TAIL_ITEMS = range(WORDS)
+WORDS = 10  # fused_params.h kTimelineWords
+(START, ENTERED, GEMM_DONE, TAIL_DONE, SIDE_DONE, EXIT, SIDE_ITEMS, TAIL_ITEMS, SMID,
+ CLUSTER) = range(WORDS)
 
 
 def summarise_timeline(lines: dict[int, str]) -> dict:
@@ -82,7 +83,18 @@ def summarise_timeline(lines: dict[int, str]) -> dict:
             "exit_max_us": mx(lambda r: us(r[EXIT], t0)),
             "side_items": sum(r[SIDE_ITEMS] for r in ctas),
             "tail_items": sum(r[TAIL_ITEMS] for r in ctas),
+            "sms": len({r[SMID] for r in ctas}),
+            # CTAs that started more than 50 us after this rank's first one: which SMs they got
+            "late_ctas": sum(1 for r in ctas if r[START] - min(c[START] for c in ctas) > 50_000),
         }
+    # SMs used by more than one rank's CTAs in this launch (MPS shares the GPU's SMs by count,
+    # not by a fixed set: a shared SM means one rank's CTA ran where another's had run).
+    sm_sets = [{r[SMID] for r in ctas} for ctas in recs.values()]
+    shared = set()
+    for i, a in enumerate(sm_sets):
+        for b in sm_sets[i + 1:]:
+            shared |= a & b
+    out["shared_sms"] = len(shared)
     return out
 
 

@@ -161,7 +161,7 @@ void launch(const char* op, const gemm::Problem& p, const FusedPlan& plan, const
   const char* timeline_path = std::getenv("MKERNEL_FUSED_TIMELINE");
   fused::FusedParams h = hooks;
   const char* trigger = std::getenv("MKERNEL_FUSED_TRIGGER");  // measurement: early|late
-  h.trigger_early = trigger != nullptr && std::strcmp(trigger, "late") == 0 ? 0 : 1;
+  h.trigger_early = trigger != nullptr && std::strcmp(trigger, "early") == 0 ? 1 : 0;
   uint64_t* timeline = nullptr;
   if (timeline_path != nullptr && !capturing()) timeline = timeline_begin(l.stream);
   h.timeline = timeline;

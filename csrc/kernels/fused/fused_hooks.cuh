@@ -60,7 +60,15 @@ struct FusedHooks {
   CUTLASS_DEVICE static bool trigger_early(Params const& p) { return p.trigger_early != 0; }
 
   CUTLASS_DEVICE static Call call_begin(Params const& p) {
-    if (threadIdx.x == 0) stamp(p, kTlStart);
+    if (threadIdx.x == 0 && p.timeline != nullptr) {
+      stamp(p, kTlStart);
+      uint32_t sm, cluster;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(cluster));
+      uint64_t* rec = p.timeline + static_cast<int64_t>(cta_id()) * kTimelineWords;
+      rec[kTlSmid] = sm;
+      rec[kTlCluster] = cluster;
+    }
     return {comm::op_begin(p.group), false};
   }
 

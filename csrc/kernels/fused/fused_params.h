@@ -40,7 +40,9 @@ enum TimelineSlot : int32_t {
   kTlExit = 5,       // every role of the CTA done (call_end)
   kTlSideItems = 6,  // reduce items done by the side warps
   kTlTailItems = 7,  // reduce items done by the consumers
-  kTimelineWords = 8,
+  kTlSmid = 8,       // the SM the CTA ran on (%smid): which SMs each rank's CTAs share
+  kTlCluster = 9,    // the CTA's cluster id (%clusterid.x)
+  kTimelineWords = 10,
 };
 
 enum FusedMode : int32_t {
@@ -96,11 +98,10 @@ struct FusedParams {
   int32_t tail_mode = 1;  // TailMode (MKERNEL_FUSED_TAIL=regs|staged pins one for measuring)
   int32_t bf16 = 1;  // element type of D and out: bf16 (1) or fp16 (0)
   uint64_t* timeline = nullptr;  // TimelineSlot records per CTA, or null (the normal case)
-  // griddepcontrol.launch_dependents at the kernel's start (1) rather than after the consumers'
-  // mainloop (0; MKERNEL_FUSED_TRIGGER=late): session 7 device run 2's timelines showed the
-  // W ranks' fused kernels running one after the other under MPS, the second's CTAs starting as
-  // the first's reached that instruction.
-  int32_t trigger_early = 1;
+  // griddepcontrol.launch_dependents at the kernel's start (1, MKERNEL_FUSED_TRIGGER=early)
+  // rather than after the consumers' mainloop (0, CUTLASS's point). Kept for measuring: session
+  // 7 tested it against the ranks' serialization under MPS (device run 3: no effect).
+  int32_t trigger_early = 0;
 };
 
 }  // namespace mkernel::fused

@@ -183,8 +183,7 @@ class HookedGemmSm90 {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     if constexpr (Hooks::kSideRole) {
       // A hook policy may let dependent work be scheduled from the start instead of after
-      // the consumers' mainloop (the fused ops: under MPS the other ranks' kernels were
-      // admitted only as this grid's CTAs reached that point; see kernels/fused/README.md).
+      // the consumers' mainloop (the fused ops, for measuring: kernels/fused/README.md).
       // Nothing reads this grid's results before griddepcontrol.wait, so it is always safe.
       if (Hooks::trigger_early(params.hooks)) asm volatile("griddepcontrol.launch_dependents;" :::);
     }
