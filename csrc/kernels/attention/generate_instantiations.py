@@ -31,8 +31,9 @@ cudaError_t run_{tag}_d{hdim}_m{bm}_n{bn}(const Problem& p, const Launch& l, con
 """
 
 
-def main() -> None:
-    out = HERE / "instantiations"
+def main(out: Path | None = None) -> None:
+    """Writes the instantiations into `out` (default: instantiations/ beside this file)."""
+    out = HERE / "instantiations" if out is None else out
     out.mkdir(exist_ok=True)
     wanted = set()
     for line in (HERE / "instances.inc").read_text().splitlines():
