@@ -393,6 +393,15 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
     }
   }
   check(ring_attention::mark_whole(view, geo, rank, world - 1, 0, geo.batch, stream), "mark");
+  // MKERNEL_RING_SEND_FIRST=1 (opt-in, not yet measured): the engine starts only once every send
+  // CTA runs (ring_kv_api.h wait_send_started: the SMs it needs cannot go to engine CTAs).
+  const char* first = std::getenv("MKERNEL_RING_SEND_FIRST");
+  if (first != nullptr && std::strcmp(first, "1") == 0) {
+    check(ring_attention::wait_send_started(view, ring_attention::send_whole_grid(view, geo,
+                                                                                  send_ctas),
+                                            stream),
+          "send-start wait");
+  }
   attention::HookArgs hooks;
   hooks.kv_ready = view.flags[rank] + ring_attention::whole_slot(world, geo.chunks, 0, 0, 0);
   hooks.blocks_per_flag = geo.chunk_rows / attention::block_n(static_cast<int>(q.size(3)));

@@ -66,11 +66,12 @@ def test_ring_attention_across_emulated_nodes(mps, world):
           f"worst rel err {max(c['rel'] for c in cases):.2e}")
 
 
-@pytest.mark.parametrize("knob", ["MKERNEL_RING_MODE=step", "MKERNEL_RING_SEND_CTAS=4"])
+@pytest.mark.parametrize("knob", ["MKERNEL_RING_MODE=step", "MKERNEL_RING_SEND_CTAS=4",
+                                  "MKERNEL_RING_SEND_FIRST=1"])
 def test_ring_attention_pinned_paths(mps, knob):
     """Whole-sequence shapes (non-causal, causal zigzag MQA) through the paths the benchmark
-    times beside the default: the per-step ring pinned, and 4 send CTAs — against the
-    reference."""
+    times beside the default: the per-step ring pinned, 4 send CTAs, and the engine started
+    only once the send kernel runs — against the reference."""
     world = 2
     var, value = knob.split("=")
     res = run_ranks(RING_MAIN, world, timeout=120,
