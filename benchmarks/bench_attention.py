@@ -6,12 +6,13 @@ chosen so every problem has ~16k query rows per head set (b = 16384 / S): the GP
 TFLOP/s counts 4·b·h·S·S_kv·d (halved for causal), as FlashAttention's benchmarks do.
 Writes JSON under results/ (device, commit, shapes, medians, TFLOP/s, ratio to cuDNN).
 
-    python benchmarks/bench_attention.py [--quick] [--iters N] [--backward]
+    python benchmarks/bench_attention.py [--quick] [--iters N] [--backward] [--skip-cluster]
 
 --backward times forward + backward instead (loss = (out * dout).sum(), grads of q, k, v):
-mkernel.attention's backward is torch's FA2 backward kernel fed with the engine's out/lse
-(the first step the issue allows), against SDPA flash and cuDNN forward + backward; FLOPs
-3.5x the forward's (backward = 2.5x, FlashAttention's convention).
+mkernel.attention's backward is torch's cuDNN backward kernel (FA2's where cuDNN does not
+apply; column mkernel_fa2bwd: FA2's always) fed with the engine's out/lse (the first step the
+issue allows), against SDPA flash and cuDNN forward + backward; FLOPs 3.5x the forward's
+(backward = 2.5x, FlashAttention's convention).
 """
 
 from __future__ import annotations
@@ -52,6 +53,13 @@ def sdpa_fn(backend, q, k, v, causal):
 def fwd_bwd_fn(kind, q, k, v, dout, causal):
     """One training step of attention: forward, then the gradients of q, k, v."""
     def run():
+        if kind == "mkernel_fa2bwd":  # the engine's forward, FA2's backward (the earlier step)
+            mkernel.ops.ATTENTION_BACKWARD = "flash"
+            try:
+                out, _ = mkernel.attention(q, k, v, causal=causal)
+                return torch.autograd.grad(out, (q, k, v), dout)
+            finally:
+                mkernel.ops.ATTENTION_BACKWARD = "auto"
         if kind == "mkernel":
             out, _ = mkernel.attention(q, k, v, causal=causal)
         else:
@@ -75,7 +83,7 @@ def main_backward(args) -> None:
             sets.append((q, k, v, torch.randn(b, s, HEADS, d, device="cuda", dtype=torch.bfloat16)))
         for causal in (False, True):
             cands = {kind: [fwd_bwd_fn(kind, q, k, v, g, causal) for q, k, v, g in sets]
-                     for kind in ("mkernel", "cudnn", "flash")}
+                     for kind in ("mkernel", "mkernel_fa2bwd", "cudnn", "flash")}
             times = interleaved_ms(cands, warmup=3, iters=args.iters)
             f = 3.5 * flops(b, HEADS, s, s, d, causal)
             row = {"b": b, "s": s, "s_kv": s, "h": HEADS, "h_kv": HEADS, "d": d, "causal": causal,
@@ -85,8 +93,11 @@ def main_backward(args) -> None:
                 row[f"{name}_tflops"] = f / (t["median_ms"] * 1e-3) / 1e12
             row["ratio_vs_cudnn"] = row["cudnn_ms"] / row["mkernel_ms"]
             row["ratio_vs_flash"] = row["flash_ms"] / row["mkernel_ms"]
+            row["backward_kernel"] = mkernel.ops._attention_backward_choice(
+                sets[0][0], sets[0][1], sets[0][2], causal)
             rows.append(row)
-            print(f"fwd+bwd d={d} S={s:5d} b={b:2d} causal={int(causal)}  mkernel {row['mkernel_tflops']:6.1f}  "
+            print(f"fwd+bwd d={d} S={s:5d} b={b:2d} causal={int(causal)}  mkernel {row['mkernel_tflops']:6.1f} "
+                  f"({row['backward_kernel']} bwd)  fa2-bwd {row['mkernel_fa2bwd_tflops']:6.1f}  "
                   f"cudnn {row['cudnn_tflops']:6.1f}  flash {row['flash_tflops']:6.1f} TF/s  "
                   f"x{row['ratio_vs_cudnn']:.3f} cuDNN  x{row['ratio_vs_flash']:.3f} FA2", flush=True)
         del sets
@@ -99,15 +110,20 @@ def main_backward(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="S=8192, d=128 only")
+    ap.add_argument("--seqs", type=str, default="",
+                    help="comma-separated sequence lengths (d=128 only), e.g. 4096,8192")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--backward", action="store_true", help="forward + backward")
+    ap.add_argument("--skip-cluster", action="store_true",
+                    help="leave out the cluster tile columns (alt2 256x128, alt3 256x160)")
     args = ap.parse_args()
     if args.backward:
         main_backward(args)
         return
     rows = []
-    for d in (HEAD_DIMS[:1] if args.quick else HEAD_DIMS):
-        for s in ((8192,) if args.quick else SEQS):
+    seqs = tuple(int(x) for x in args.seqs.split(",")) if args.seqs else ((8192,) if args.quick else SEQS)
+    for d in (HEAD_DIMS[:1] if args.quick or args.seqs else HEAD_DIMS):
+        for s in seqs:
             b = max(1, TOKENS // s)
             sets = [tuple(torch.randn(b, s, HEADS, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
                     for _ in range(3)]
@@ -117,10 +133,19 @@ def main() -> None:
                     "cudnn": [sdpa_fn(SDPBackend.CUDNN_ATTENTION, q, k, v, causal) for q, k, v in sets],
                     "flash": [sdpa_fn(SDPBackend.FLASH_ATTENTION, q, k, v, causal) for q, k, v in sets],
                 }
+                alts = []  # (column, tile)
+                if d == 128 and causal and not args.skip_cluster:  # the cluster, causal
+                    alts = [("mkernel_alt2", (256, 128))]
                 if d == 64 and not causal:  # the other built d=64 tile than the default
-                    bm, bn = (128, 128) if s >= 2048 else (192, 128)
-                    cands["mkernel_alt"] = [lambda q=q, k=k, v=v, bm=bm, bn=bn: mkernel.attention(q, k, v, block_m=bm, block_n=bn)
-                                            for q, k, v in sets]
+                    alts = [("mkernel_alt", (128, 128) if s >= 2048 else (192, 128))]
+                elif d == 128 and not causal:
+                    # FA3-like longer KV blocks; a cluster of two CTAs sharing K/V by multicast
+                    alts = [("mkernel_alt", (128, 160))]
+                    if not args.skip_cluster:
+                        alts += [("mkernel_alt2", (256, 128)), ("mkernel_alt3", (256, 160))]
+                for col, (bm, bn) in alts:
+                    cands[col] = [lambda q=q, k=k, v=v, bm=bm, bn=bn, c=causal: mkernel.attention(q, k, v, causal=c, block_m=bm, block_n=bn)
+                                  for q, k, v in sets]
                 times = interleaved_ms(cands, warmup=5, iters=args.iters)
                 f = flops(b, HEADS, s, s, d, causal)
                 row = {"b": b, "s": s, "s_kv": s, "h": HEADS, "h_kv": HEADS, "d": d, "causal": causal,
@@ -131,9 +156,10 @@ def main() -> None:
                 row["ratio_vs_cudnn"] = row["cudnn_ms"] / row["mkernel_ms"]
                 row["ratio_vs_flash"] = row["flash_ms"] / row["mkernel_ms"]
                 rows.append(row)
-                if "mkernel_alt_ms" in row:
-                    row["alt_tile"] = f"{bm}x{bn}"
-                extra = f"  {row['alt_tile']} {row['mkernel_alt_tflops']:6.1f}" if "mkernel_alt_ms" in row else ""
+                extra = ""
+                for col, (bm, bn) in alts:
+                    row[col.replace("mkernel_", "") + "_tile"] = f"{bm}x{bn}"
+                    extra += f"  {bm}x{bn} {row[col + '_tflops']:6.1f}"
                 print(f"d={d} S={s:5d} b={b:2d} causal={int(causal)}  mkernel {row['mkernel_tflops']:6.1f}{extra}  "
                       f"cudnn {row['cudnn_tflops']:6.1f}  flash {row['flash_tflops']:6.1f} TF/s  "
                       f"x{row['ratio_vs_cudnn']:.3f} cuDNN  x{row['ratio_vs_flash']:.3f} FA2", flush=True)

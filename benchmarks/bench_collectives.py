@@ -17,9 +17,19 @@ all ranks share its HBM: these are the substrate's costs (protocol, flags, copie
 MPS share, not NVLink figures. With --nodes N the ranks are split into N emulated nodes: the
 other nodes' blocks go through the GPU inter-node path (host staging, FIFO -> Go proxy ->
 transport; MKERNEL_NET picks the transport, tcp by default without NICs), and the copy-engine
-figure is the same-GPU ceiling, not the transport's. Writes JSON under results/.
+figure is the same-GPU ceiling, not the transport's. Emulated nodes on one host use the loopback
+transport (shared memory) unless MKERNEL_NET says otherwise; --emulate RATE,LATENCY shapes it like
+a NIC (MKERNEL_NET_EMULATE, e.g. 50GB/s,3us).
+
+With --nodes > 1 each row also carries the transport's raw throughput, measured in the same run
+between the same ranks: every rank at once pushes, from the host through a data path of the same
+transport and shaping (Go FIFO -> proxy -> transport, 4 MiB writes), one per-rank block
+(numel * 2 / W bytes) to every rank of another node and waits for theirs. transport_gbs is the
+bytes a rank receives from other nodes per second there; net_gbs is the same quantity for the
+collective (its inter-node bytes per rank over its time; all_reduce moves them twice).
 
     python benchmarks/bench_collectives.py [--worlds 2,4,8] [--nodes 1] [--sizes-mib 1,16,64] [--quick]
+                                           [--emulate 50GB/s,3us]
 """
 
 from __future__ import annotations
@@ -42,6 +52,67 @@ def _factor(op: str, world: int) -> float:
     return (2.0 if op == "all_reduce" else 1.0) * (world - 1) / world
 
 
+def _inter_node_factor(op: str) -> float:
+    """Times the collective moves each rank's block across nodes (all_reduce: reduce, then gather)."""
+    return 2.0 if op == "all_reduce" else 1.0
+
+
+class TransportBaseline:
+    """The raw transport between the emulated nodes, driven from the host (one per rank)."""
+
+    CHUNK = 4 << 20
+
+    def __init__(self, ctx, node: list[int], max_block: int, net: str) -> None:
+        from mkernel._native import core
+
+        self.core, self.ctx, self.node = core, ctx, node
+        self.remote = [r for r in range(ctx.world_size) if node[r] != node[ctx.rank]]
+        cfg = {"buffers": {"1": ctx.world_size * max_block, "2": max_block}, "node": node, "timeout_ms": 60000}
+        if net:
+            cfg["net"] = net
+        self.h = core.DatapathCreate(ctx.handle, json.dumps(cfg))
+        self.seq = 0
+        self.transport = json.loads(core.DatapathStatsJSON(self.h)).get("transport")
+        self.measured: dict[tuple[int, int], float] = {}
+
+    def send_all(self, block: int) -> None:
+        """One round: `block` bytes to every rank of another node; returns when theirs arrived."""
+        self.seq += 1
+        rank = self.ctx.rank
+        for peer in self.remote:
+            for off in range(0, block, self.CHUNK):
+                n = min(self.CHUNK, block - off)
+                last = off + n >= block
+                self.core.DatapathPush(self.h, json.dumps(dict(
+                    kind="write_signal" if last else "write", peer=peer, local_buf=2, local_off=off,
+                    remote_buf=1, remote_off=rank * block + off, bytes=n, arrival_slot=rank,
+                    arrival_seq=self.seq)), 60000)
+        for src in self.remote:
+            self.core.DatapathWaitFlag(self.h, src, self.seq, 60000)
+
+    def time_ms(self, block: int, iters: int) -> float:
+        """Median over `iters` rounds (ranks aligned by a barrier before each); once per block."""
+        import time
+
+        import torch.distributed as dist
+
+        if (block, iters) in self.measured:
+            return self.measured[(block, iters)]
+        self.send_all(block)  # warm-up (first touch of the pages)
+        samples = []
+        for _ in range(iters):
+            dist.barrier()
+            t = time.perf_counter()
+            self.send_all(block)
+            samples.append((time.perf_counter() - t) * 1e3)
+        self.measured[(block, iters)] = statistics.median(samples)
+        return self.measured[(block, iters)]
+
+    def close(self) -> None:
+        self.ctx.barrier()  # every rank saw every signal: no command of ours is still needed
+        self.core.DatapathDestroy(self.h)
+
+
 def rank_main() -> None:
     """One rank: time every (size, op) and print one RESULT line per case (rank 0)."""
     import torch
@@ -59,6 +130,12 @@ def rank_main() -> None:
     dtype = torch.bfloat16
     ctx.reserve(max(sizes))
     gate = torch.zeros(world * 8, device="cuda", dtype=dtype)
+    node_of = [0] * world
+    dist.all_gather_object(node_of, os.environ.get("MKERNEL_EMULATED_NODE", "0"))
+    node = [sorted(set(node_of)).index(v) for v in node_of]
+    nodes = len(set(node))
+    baseline = None  # opened after the first timed case, on the transport the GPU path chose
+    net_info = {}
     for nbytes in sizes:  # bytes of the collective's buffer: AG output, RS input, AR in/out
         numel = nbytes // 2 // (world * 16) * (world * 16)
         for op in OPS:
@@ -92,18 +169,36 @@ def rank_main() -> None:
                     end.synchronize()
                     times[name].append(start.elapsed_time(end) / reps)
             med = {n: statistics.median(t) for n, t in times.items()}
+            block = numel * 2 // world
+            if nodes > 1:
+                if baseline is None:
+                    net_info = json.loads(torch.ops.mkernel._net_path_info(ctx.handle, world))
+                    baseline = TransportBaseline(ctx, node, max(sizes) // world + 4096, net_info.get("transport", ""))
+                med["transport"] = baseline.time_ms(block, iters)
             every = [None] * world
             dist.all_gather_object(every, med)
             if rank == 0:
-                worst = {n: max(m[n] for m in every) for n in cands}
+                worst = {n: max(m[n] for m in every) for n in med}
                 busbw = {n: _factor(op, world) * numel * 2 / (worst[n] * 1e-3) / 1e9 for n in cands}
-                print("RESULT " + json.dumps({
-                    "world": world, "nodes": int(os.environ.get("BENCH_NODES", "1")), "op": op, "bytes": numel * 2, "dtype": "bf16",
+                row = {
+                    "world": world, "nodes": nodes, "op": op, "bytes": numel * 2, "dtype": "bf16",
                     "median_ms": worst["mkernel"], "baseline_ms": worst["copy_engine"],
                     "busbw_gbs": busbw["mkernel"], "baseline_busbw_gbs": busbw["copy_engine"],
                     "ratio": busbw["mkernel"] / busbw["copy_engine"],
-                    "per_rank_ms": [m["mkernel"] for m in every]}), flush=True)
+                    "per_rank_ms": [m["mkernel"] for m in every]}
+                if baseline is not None:
+                    inter = len(baseline.remote) * block  # bytes rank 0 receives from other nodes
+                    row.update({
+                        "net": net_info.get("transport"), "emulate": os.environ.get("MKERNEL_NET_EMULATE", ""),
+                        "net_stage": "parallel" if os.environ.get("MKERNEL_NET_STAGE") == "parallel" else "whole",
+                        "transport_ms": worst["transport"],
+                        "transport_gbs": inter / (worst["transport"] * 1e-3) / 1e9,
+                        "net_gbs": _inter_node_factor(op) * inter / (worst["mkernel"] * 1e-3) / 1e9,
+                        "baseline_transport": baseline.transport})
+                print("RESULT " + json.dumps(row), flush=True)
     torch.cuda.synchronize()
+    if baseline is not None:
+        baseline.close()
     ctx.barrier()
     mkernel.shutdown()
     dist.destroy_process_group()
@@ -125,6 +220,8 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="W=2,4 at 1 and 16 MiB, 10 samples")
+    ap.add_argument("--emulate", default=os.environ.get("MKERNEL_NET_EMULATE", ""),
+                    help="shape the loopback link between emulated nodes (MKERNEL_NET_EMULATE), e.g. 50GB/s,3us")
     args = ap.parse_args()
     if args.quick:
         args.worlds, args.sizes_mib, args.iters = "2,4", "1,16", 10
@@ -138,7 +235,7 @@ def main() -> None:
         for world in (int(w) for w in args.worlds.split(",")):
             res = run_ranks(RANK_CODE, world, nodes=args.nodes, timeout=600, env=dict(
                 env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // world), NCCL_NVLS_ENABLE="0",
-                BENCH_NODES=str(args.nodes),
+                BENCH_NODES=str(args.nodes), MKERNEL_NET_EMULATE=args.emulate,
                 BENCH_ITERS=str(args.iters), BENCH_REPS=str(args.reps), BENCH_SIZES_MIB=args.sizes_mib))
             for r in res:
                 if r.returncode != 0:
@@ -147,12 +244,22 @@ def main() -> None:
                 rows += [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
     finally:
         stop()
-    print(f"{'W':>2} {'N':>2} {'op':<15} {'MiB':>6} {'ms':>8} {'busbw GB/s':>11} {'copy-engine':>12} {'ratio':>6}")
+    if args.nodes > 1 and rows:
+        print(f"inter-node transport: {rows[0].get('net')} (emulate: {args.emulate or 'off'}; "
+              f"staging: {rows[0].get('net_stage')})")
+    print(f"{'W':>2} {'N':>2} {'op':<15} {'MiB':>6} {'ms':>8} {'busbw GB/s':>11} {'copy-engine':>12} {'ratio':>6}"
+          + (f" {'net GB/s':>9} {'transport':>10} {'net/tr':>7}" if args.nodes > 1 else ""))
     for row in rows:
-        print(f"{row['world']:>2} {row.get('nodes', 1):>2} {row['op']:<15} {row['bytes'] / 2**20:>6.1f} {row['median_ms']:>8.3f} "
-              f"{row['busbw_gbs']:>11.1f} {row['baseline_busbw_gbs']:>12.1f} {row['ratio']:>6.2f}")
+        line = (f"{row['world']:>2} {row.get('nodes', 1):>2} {row['op']:<15} {row['bytes'] / 2**20:>6.1f} {row['median_ms']:>8.3f} "
+                f"{row['busbw_gbs']:>11.1f} {row['baseline_busbw_gbs']:>12.1f} {row['ratio']:>6.2f}")
+        if "transport_gbs" in row:
+            line += f" {row['net_gbs']:>9.2f} {row['transport_gbs']:>10.2f} {row['net_gbs'] / row['transport_gbs']:>7.2f}"
+        print(line, flush=True)
     write_result("collectives", {"commit": commit(), "device": device_info(), "mps": True,
-                                 "nodes": args.nodes,
+                                 "nodes": args.nodes, "emulate": args.emulate,
+                                 "transport_baseline": "host-driven data path of the same transport and "
+                                                       "shaping: every rank pushes one per-rank block to "
+                                                       "every rank of another node (4 MiB writes)",
                                  "baseline": "one device-to-device torch copy (copy engine) of the bytes "
                                              "the collective moves into each rank, all ranks at once",
                                  "iters": args.iters, "reps": args.reps, "rows": rows})

@@ -8,14 +8,20 @@ of the SMs), side by side in one run per shape:
   the rows, ``torch._grouped_mm``; combine as ``mkernel.all_gather`` of the expert outputs,
   ``index_select`` by route and the fp32 weighted sum;
 * ``compute``: ``torch._grouped_mm`` alone on this rank's received rows already in place, at
-  the same MPS share (the ceiling: no routing, no communication).
+  the same MPS share (the ceiling: no routing, no communication);
+* ``engine_gemm``: mkernel's grouped GEMM alone on the dispatch's output layout (the static
+  row bound, rows past the counts skipped): ``mkernel_dispatch_gemm - engine_gemm`` is what
+  the routing and the dispatch kernel cost.
 
-Timing: CUDA events, a GPU-side barrier (tiny all_reduce) before each sample, median of
---iters samples, max over ranks. TFLOP/s count the routed rows' GEMM of the slowest rank;
+Timing: CUDA events, a GPU-side barrier (tiny all_reduce) before each sample; the headline is
+the median over samples of the slowest rank's time in that sample (every rank has to finish;
+under MPS the ranks' kernels share SMs unevenly, so one rank's own median can be 2x another's:
+session 7 run 2), with each rank's own median beside it. A profile of a few calls splits each
+op's GPU time by kernel (routing ATen kernels, the dispatch/combine kernel, the grouped GEMM). TFLOP/s count the routed rows' GEMM of the slowest rank;
 dispatch GB/s = bytes of token rows this rank sends to other ranks / time (DeepEP's yardstick;
 on one GPU every "link" is the GPU's own HBM). JSON under benchmarks/results/ (and $OUT).
 
-    python benchmarks/bench_moe_ranks.py [--world 2] [--iters 10]
+    python benchmarks/bench_moe_ranks.py [--world 2] [--iters 20] [--shapes a,b] [--graph]
 """
 
 from __future__ import annotations
@@ -25,14 +31,18 @@ import json
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-# Per-rank tokens; experts over the whole group.
+# Tokens over the whole group (per rank: tokens_total / W); experts over the whole group. The
+# seed's shapes ran 8192 and 131072 tokens over 8 GPUs: 1024 and 16384 tokens per rank, which at
+# W = 2 are the 2k and 32k rows below (the issue's "scaled per rank").
 SHAPES = [  # cheapest first: a run cut short still reports the first ones
+    dict(name="seed_e256_top8_2k", experts=256, k=8, tokens_total=2048, h=7168, f=2048),
     dict(name="seed_e256_top8_8k", experts=256, k=8, tokens_total=8192, h=7168, f=2048),
     dict(name="mixtral_e8_top2_8k", experts=8, k=2, tokens_total=8192, h=4096, f=14336),
     dict(name="seed_e256_top8_32k", experts=256, k=8, tokens_total=32768, h=7168, f=2048),
@@ -52,7 +62,10 @@ def rank_main() -> None:
     iters = int(os.environ["BENCH_ITERS"])
     dt = torch.bfloat16
     gate = torch.zeros(world * 8, device="cuda", dtype=dt)
+    wanted = os.environ.get("BENCH_SHAPES", "")
     for s in SHAPES:
+        if wanted and s["name"] not in wanted.split(","):
+            continue
         e, k, h, f = s["experts"], s["k"], s["h"], s["f"]
         t, el = s["tokens_total"] // world, s["experts"] // world
         gen = torch.Generator(device="cuda").manual_seed(1000 + rank)
@@ -65,11 +78,13 @@ def rank_main() -> None:
         res = mkernel.moe_dispatch_gemm(x, idx, w1, num_experts=e, group=ctx)
         rows_out = res.out.shape[0]
         rows = int(res.counts.sum())
-        recv = mkernel.moe_dispatch_gemm(x, idx, w1, num_experts=e, return_recv=True,
-                                         group=ctx).recv_x[:rows].contiguous()
+        recv_full = mkernel.moe_dispatch_gemm(x, idx, w1, num_experts=e, return_recv=True,
+                                              group=ctx).recv_x
+        recv = recv_full[:rows].contiguous()
+        offs = res.offs
+        plan = torch.ops.mkernel.gemm_grouped_plan(recv_full, w1, offs)
         y = torch.randn(rows_out, h, device="cuda", dtype=dt, generator=gen)
         route = res.handle.route
-        offs = res.offs
 
         def unfused_dispatch():
             xa = mkernel.all_gather(x, group=ctx)
@@ -101,12 +116,16 @@ def rank_main() -> None:
                                                                        group=ctx),
             "unfused_dispatch_gemm": unfused_dispatch,
             "compute_grouped_mm": lambda: torch._grouped_mm(recv, w1_t, offs=offs),
+            "engine_gemm": lambda: mkernel.gemm_grouped(recv_full, w1, offs=offs),
             "mkernel_combine": lambda: mkernel.moe_combine(y, res.handle, w, group=ctx),
             "unfused_combine": unfused_combine,
         }
         for c in cands.values():
             c()
         torch.cuda.synchronize()
+        if os.environ.get("BENCH_GRAPH") == "1":
+            cands.update(captured(cands, ("mkernel_dispatch_gemm", "unfused_dispatch_gemm",
+                                          "mkernel_combine", "unfused_combine")))
         times = {n: [] for n in cands}
         names = list(cands)
         for it in range(iters):
@@ -125,23 +144,42 @@ def rank_main() -> None:
         dests.scatter_(1, idx // el, True)
         dests[:, rank] = False
         sent = int(dests.sum()) * h * 2
-        mine = dict(med=med, rows=rows, sent=sent, err_d=err_d, err_c=err_c)
+        mine = dict(med=med, rows=rows, sent=sent, err_d=err_d, err_c=err_c, plan=plan,
+                    samples=times, profile=kernel_profile(cands))
         every = [None] * world
         dist.all_gather_object(every, mine)
         if rank == 0:
-            worst = {n: max(m["med"][n] for m in every) for n in cands}
+            # Per sample (aligned: every rank runs the same candidate after the same barrier),
+            # the slowest rank; then the median over samples.
+            worst = {n: statistics.median(max(m["samples"][n][i] for m in every)
+                                          for i in range(iters)) for n in cands}
             flops = 2.0 * max(m["rows"] for m in every) * h * f
             row = dict(s, world=world, tokens_per_rank=t, rows_out_bound=rows_out,
                        rows_per_rank=[m["rows"] for m in every],
+                       engine_plan=[m["plan"] for m in every],
                        rel_err_vs_unfused_dispatch=max(m["err_d"] for m in every),
                        rel_err_vs_unfused_combine=max(m["err_c"] for m in every))
             for n in cands:
                 row[n] = {"median_ms": worst[n], "per_rank_ms": [m["med"][n] for m in every]}
-                if "dispatch" in n or "compute" in n:
+                if "dispatch" in n or "compute" in n or "gemm" in n:
                     row[n]["tflops_per_rank"] = flops / worst[n] / 1e9
+            row["kernel_ms_per_call"] = [m["profile"] for m in every]
             row["dispatch_ratio_vs_unfused"] = worst["unfused_dispatch_gemm"] / worst["mkernel_dispatch_gemm"]
             row["dispatch_ratio_vs_compute"] = worst["compute_grouped_mm"] / worst["mkernel_dispatch_gemm"]
+            # Per rank, then the worst: the routing + dispatch kernel's share of the fused op.
+            row["dispatch_overhead_ms"] = max(m["med"]["mkernel_dispatch_gemm"] - m["med"]["engine_gemm"]
+                                              for m in every)
+            prof = [m["profile"].get("mkernel_dispatch_gemm", {}) for m in every]
+            row["dispatch_kernel_ms"] = max(p.get("dispatch kernel", 0.0) for p in prof)
+            row["routing_ms"] = max(p.get("routing (ATen)", 0.0) for p in prof)
+            row["gemm_kernel_ms"] = max(p.get("grouped GEMM", 0.0) for p in prof)
+            row["host_issue_ms"] = max(p.get("host issue", 0.0) for p in prof)
             row["combine_ratio_vs_unfused"] = worst["unfused_combine"] / worst["mkernel_combine"]
+            if "mkernel_dispatch_gemm_graph" in worst:  # no host issue on either side
+                row["graph_dispatch_ratio_vs_unfused"] = (worst["unfused_dispatch_gemm_graph"] /
+                                                          worst["mkernel_dispatch_gemm_graph"])
+                row["graph_combine_ratio_vs_unfused"] = (worst["unfused_combine_graph"] /
+                                                         worst["mkernel_combine_graph"])
             row["combine_gbs_per_rank"] = max(m["sent"] for m in every) / (worst["mkernel_combine"] * 1e-3) / 1e9
             print("RESULT " + json.dumps(row), flush=True)
             if os.environ.get("OUT"):  # kept even if a later shape fails or the job is cut short
@@ -155,6 +193,75 @@ def rank_main() -> None:
     dist.destroy_process_group()
 
 
+def captured(cands: dict, names: tuple) -> dict:
+    """``<name>_graph``: each candidate captured in a CUDA graph (after the eager warm-up sized
+    every buffer) and replayed: the same GPU work without the host's issue time (run 3: 1.35 ms
+    per eager dispatch call). Every rank captures the same candidates in the same order."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graphs = {}
+    for name in names:
+        with torch.cuda.stream(stream):
+            cands[name]()  # warm-up on the capture stream
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=stream):
+            cands[name]()
+        graphs[name + "_graph"] = g.replay
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    return graphs
+
+
+def kernel_profile(cands: dict, calls: int = 3) -> dict:
+    """GPU time per call of mkernel's two ops, by kernel kind, from torch.profiler (this rank),
+    and the host time to issue a call: {op: {"routing (ATen)" | "dispatch kernel" |
+    "grouped GEMM" | "combine kernel" | "host issue": ms}}."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    out = {}
+    for name in ("mkernel_dispatch_gemm", "mkernel_combine"):
+        kinds: dict[str, float] = {}
+        # Every rank makes exactly `calls` calls whatever the profiler does (the ops are
+        # collectives: a rank skipping them would leave the others waiting).
+        prof = profile(activities=[ProfilerActivity.CUDA])
+        try:
+            prof.__enter__()
+        except Exception as e:  # noqa: BLE001  (a profiler problem must not lose the timings)
+            prof, kinds["error"] = None, str(e)[:200]
+        for _ in range(calls):
+            cands[name]()
+        torch.cuda.synchronize()
+        if prof is not None:
+            try:
+                prof.__exit__(None, None, None)
+                for ev in prof.key_averages():
+                    # Kernels only (an op's event also carries its kernels' time: twice).
+                    if ev.device_type != DeviceType.CUDA or not ev.self_device_time_total:
+                        continue
+                    k = ev.key.lower()
+                    kind = ("dispatch kernel" if "dispatch_kernel" in k else
+                            "combine kernel" if "combine_kernel" in k else
+                            "grouped GEMM" if ("cutlass" in k or "gemm" in k or "sm90" in k) else
+                            "routing (ATen)")
+                    kinds[kind] = kinds.get(kind, 0.0) + ev.self_device_time_total / 1e3 / calls
+            except Exception as e:  # noqa: BLE001
+                kinds["error"] = str(e)[:200]
+        # Host time to issue one call (launches, no sync): a fixed cost the GPU waits for when
+        # the kernels are short.
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            cands[name]()
+        kinds["host issue"] = (time.perf_counter() - t0) * 1000.0 / calls
+        torch.cuda.synchronize()
+        out[name] = kinds
+    return out
+
+
 RANK_CODE = f"""
 import sys
 sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
@@ -166,7 +273,10 @@ rank_main()
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--world", type=int, default=2)
-    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
+    ap.add_argument("--graph", action="store_true",
+                    help="also time every op captured in a CUDA graph (no host issue time)")
     args = ap.parse_args()
 
     from common import commit, device_info, start_mps, write_result  # noqa: E402
@@ -176,7 +286,8 @@ def main() -> None:
     try:
         res = run_ranks(RANK_CODE, args.world, timeout=600, env=dict(
             env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",
-            BENCH_ITERS=str(args.iters)))
+            BENCH_ITERS=str(args.iters), BENCH_SHAPES=args.shapes,
+            BENCH_GRAPH="1" if args.graph else "0"))
     finally:
         stop()
     rows = []
@@ -189,9 +300,16 @@ def main() -> None:
         print(f"{row['name']} W={row['world']}: dispatch+gemm {row['mkernel_dispatch_gemm']['median_ms']:.3f} ms "
               f"({row['mkernel_dispatch_gemm']['tflops_per_rank']:.0f} TF/s/rank; "
               f"{row['dispatch_ratio_vs_unfused']:.2f}x unfused, {row['dispatch_ratio_vs_compute']:.2f}x compute "
-              f"alone); combine {row['mkernel_combine']['median_ms']:.3f} ms ({row['combine_ratio_vs_unfused']:.2f}x "
+              f"alone; engine GEMM alone {row['engine_gemm']['median_ms']:.3f} ms; profiled per call: "
+              f"routing {row['routing_ms']:.3f} ms, dispatch kernel {row['dispatch_kernel_ms']:.3f} ms, GEMM "
+              f"{row['gemm_kernel_ms']:.3f} ms, host issue {row['host_issue_ms']:.3f} ms); combine {row['mkernel_combine']['median_ms']:.3f} ms ({row['combine_ratio_vs_unfused']:.2f}x "
               f"unfused, {row['combine_gbs_per_rank']:.0f} GB/s/rank); err {row['rel_err_vs_unfused_dispatch']:.1e}/"
               f"{row['rel_err_vs_unfused_combine']:.1e}", flush=True)
+        if "graph_dispatch_ratio_vs_unfused" in row:
+            print(f"  graphs: dispatch+gemm {row['mkernel_dispatch_gemm_graph']['median_ms']:.3f} ms "
+                  f"({row['graph_dispatch_ratio_vs_unfused']:.2f}x unfused), combine "
+                  f"{row['mkernel_combine_graph']['median_ms']:.3f} ms "
+                  f"({row['graph_combine_ratio_vs_unfused']:.2f}x unfused)", flush=True)
     path = write_result("moe_ranks", {"bench": "moe_ranks", "commit": commit(), "device": device_info(),
                                       "mps": True, "world": args.world, "iters": args.iters,
                                       "unfused": "mkernel.all_gather of x/topk_idx (or y) + sort + "

@@ -50,7 +50,7 @@ def summary(xs_ns: list[float]) -> dict:
 
 
 def gpu_path(ctx, args) -> dict:
-    """The GPU-driven path; returns rank 0's summary (None on other ranks)."""
+    """The GPU-driven path; returns rank 0's summary ({} on other ranks)."""
     out = torch.ops.mkernel._net_pingpong(ctx.handle, args.iters, args.data, args.rounds, args.bulk, args.net)
     rows = [None] * ctx.world_size
     dist.all_gather_object(rows, out.tolist())
@@ -139,6 +139,9 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT"), help="also write the JSON here")
     args = ap.parse_args()
 
+    if "RANK" not in os.environ:
+        raise SystemExit("bench_netpath: run it as 2 ranks in 2 emulated nodes through the launcher: "
+                         "python -m mkernel launch --world 2 --nodes 2 --mps benchmarks/bench_netpath.py")
     rank = int(os.environ["RANK"])
     torch.cuda.set_device(rank % torch.cuda.device_count())
     dist.init_process_group("gloo")
@@ -153,6 +156,7 @@ def main() -> int:
             "bench": "netpath", "commit": commit(), "device": device_info(),
             "mps": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
             "net": args.net, "config": vars(args),
+            "emulate": os.environ.get("MKERNEL_NET_EMULATE", ""),
             "gpu_driven": gpu, "host_driven_baseline": host,
             "ratio_bulk_gpu_over_host": (gpu["bulk"]["GBps"] / host["bulk"]["GBps"]
                                          if gpu["bulk"]["GBps"] and host["bulk"]["GBps"] else None),
@@ -164,7 +168,9 @@ def main() -> int:
             with open(os.path.join(args.out, path.name), "w") as f:
                 json.dump(payload, f, indent=2)
         ow, hr = gpu["one_way"], gpu["half_round_trip"]
-        print(f"netpath ({args.net}, GPU buffers: {'GPU memory' if gpu['gpu_memory'] else 'host staging'})")
+        emu = payload["emulate"] or "off"
+        print(f"netpath ({args.net}, link emulation {emu}, GPU buffers: "
+              f"{'GPU memory' if gpu['gpu_memory'] else 'host staging'})")
         print(f"  GPU enqueue -> remote flag, one way: p50 {ow['p50_us']:.2f} us  p90 {ow['p90_us']:.2f}  "
               f"p99 {ow['p99_us']:.2f}   (half RTT p50 {hr['p50_us']:.2f} us; target p50 <= 3 us)")
         print(f"  integrity: {args.rounds} x {args.data / MIB:.1f} MiB both ways: "

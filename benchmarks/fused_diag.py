@@ -1,21 +1,31 @@
-"""Where the fused reduce ops lose time (W=2 ranks on one GPU under MPS, 50% of the SMs each):
+"""Where the fused reduce ops lose time (W ranks on one GPU under MPS, 100/W % of the SMs each):
 a diagnostic run for the fused ops' design, not a benchmark of the product.
 
+Sections (``--sections``, comma-separated):
+
 1. ``ipc``: copy bandwidth of a 256 MiB buffer read from this process's memory vs the same
-   buffer read from the peer rank's memory through CUDA IPC (how the fused ops and the
-   substrate's collectives read peers), both ranks at once.
-2. ``gemm``: the engine GEMM (auto plan; configs 0/1 and 6 = coop_256x128_c2x1, the fused
-   ops' candidates) vs the hooked kernel with the fused ops' default tile config
-   and its per-tile flag release (gemm_hooked), at a few persistent-grid sizes (sm_count):
-   the GEMM half of a fused call without its reduction, and whether fewer clusters than
-   SMs / 2 are co-resident under MPS.
-3. ``side``: gemm_rs / gemm_ar (the fused kernel pinned) with the side warps staged through
-   shared memory, from registers, or idle (the consumers then reduce everything).
+   buffer read from the peer rank's memory through CUDA IPC, all ranks at once.
+2. ``gemm``: the engine GEMM (auto plan) vs the hooked kernel with the fused ops' tile config,
+   without and with its per-tile flag release, at the fused-smoke shapes.
+3. ``variants``: gemm_rs / gemm_ar with the fused kernel pinned, in every (side warps, tail)
+   mode: side staged / pipe (double-buffered runs of slabs) / idle, consumers' tail staged
+   through the mainloop ring / from registers; all measured interleaved round by round with the
+   GEMM alone.
+4. ``ag``: ag_gemm with its copy role from registers, by bulk copies or staged, vs the GEMM
+   alone on the gathered rows.
+5. ``trigger``: the fused kernel's griddepcontrol.launch_dependents at its start vs after the
+   consumers' mainloop (MKERNEL_FUSED_TRIGGER), timed interleaved, and a timeline of each.
+6. ``orders``: the fused kernel's persistent tile order (MKERNEL_FUSED_ORDER) at the
+   Llama-70B shapes (gemm_rs fc2, ag_gemm fc1) vs the GEMM alone and its tuned plan.
+7. ``timeline``: one call of each variant with MKERNEL_FUSED_TIMELINE: per-CTA %globaltimer
+   stamps (fused_params.h TimelineSlot), summarised per rank as medians over the CTAs: entry
+   (start -> past the entry barrier), GEMM (entry -> last tile stored), tail (last tile ->
+   CTA exit), the side warps' end, and the reduce items done by side warps / tail.
 
 Rank 0 prints ``DIAG {json}`` lines and writes benchmarks/results/fused_diag_<gpu>_<time>.json
 (and a copy under $OUT).
 
-    python benchmarks/fused_diag.py [--timeout 60]
+    python benchmarks/fused_diag.py [--world 2] [--sections variants,timeline] [--timeout 80]
 """
 
 from __future__ import annotations
@@ -25,9 +35,67 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# per-rank [M, k] x [N, k]: the fused-smoke shapes and Llama-70B fc2 at M = 8192 (k = 28672 / 2)
+SHAPES = [(4096, 1024, 8192), (8192, 2048, 8192), (8192, 14336, 8192)]
+# (name, MKERNEL_FUSED_SIDE, MKERNEL_FUSED_TAIL)
+VARIANTS = [("side staged, tail staged", "staged", "staged"),
+            ("side pipe, tail staged", "pipe", "staged"),
+            ("side idle, tail staged", "idle", "staged"),
+            ("side staged, tail regs", "staged", "regs"),
+            ("side idle, tail regs", "idle", "regs")]
+WORDS = 10  # fused_params.h kTimelineWords
+(START, ENTERED, GEMM_DONE, TAIL_DONE, SIDE_DONE, EXIT, SIDE_ITEMS, TAIL_ITEMS, SMID,
+ CLUSTER) = range(WORDS)
+
+
+def summarise_timeline(lines: dict[int, str]) -> dict:
+    """Per-rank medians (us) of one launch's per-CTA stamps (rank -> the launch's line)."""
+    recs = {}
+    for rank, line in lines.items():
+        words = [int(w) for w in line.split("|", 1)[1].split()]
+        recs[rank] = [words[i:i + WORDS] for i in range(0, len(words), WORDS)]
+    t0 = min(r[START] for cta in recs.values() for r in cta)
+    us = lambda a, b: (a - b) / 1e3  # noqa: E731
+    out = {}
+    for rank, ctas in sorted(recs.items()):
+        def med(f):
+            vals = [f(r) for r in ctas]
+            return round(statistics.median(vals), 1)
+
+        def mx(f):
+            return round(max(f(r) for r in ctas), 1)
+        out[f"rank{rank}"] = {
+            "ctas": len(ctas),
+            "start_us": med(lambda r: us(r[START], t0)),
+            "start_min_us": round(min(us(r[START], t0) for r in ctas), 1),
+            "start_max_us": mx(lambda r: us(r[START], t0)),
+            "entered_us": med(lambda r: us(r[ENTERED], t0) if r[ENTERED] else 0.0),
+            "gemm_done_us": med(lambda r: us(r[GEMM_DONE], t0)),
+            "gemm_done_max_us": mx(lambda r: us(r[GEMM_DONE], t0)),
+            "side_done_us": med(lambda r: us(r[SIDE_DONE], t0) if r[SIDE_DONE] else 0.0),
+            "tail_done_us": med(lambda r: us(r[TAIL_DONE], t0) if r[TAIL_DONE] else 0.0),
+            "exit_us": med(lambda r: us(r[EXIT], t0)),
+            "exit_max_us": mx(lambda r: us(r[EXIT], t0)),
+            "side_items": sum(r[SIDE_ITEMS] for r in ctas),
+            "tail_items": sum(r[TAIL_ITEMS] for r in ctas),
+            "sms": len({r[SMID] for r in ctas}),
+            # CTAs that started more than 50 us after this rank's first one: which SMs they got
+            "late_ctas": sum(1 for r in ctas if r[START] - min(c[START] for c in ctas) > 50_000),
+        }
+    # SMs used by more than one rank's CTAs in this launch (MPS shares the GPU's SMs by count,
+    # not by a fixed set: a shared SM means one rank's CTA ran where another's had run).
+    sm_sets = [{r[SMID] for r in ctas} for ctas in recs.values()]
+    shared = set()
+    for i, a in enumerate(sm_sets):
+        for b in sm_sets[i + 1:]:
+            shared |= a & b
+    out["shared_sms"] = len(shared)
+    return out
 
 
 def rank_main() -> None:
@@ -41,6 +109,7 @@ def rank_main() -> None:
     import mkernel
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    sections = os.environ.get("DIAG_SECTIONS", "variants,timeline,ag,orders").split(",")
     torch.cuda.set_device(0)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     ctx = mkernel.init()
@@ -51,81 +120,222 @@ def rank_main() -> None:
         if rank == 0:
             print("DIAG " + json.dumps(row), flush=True)
 
-    def timed(fn, reps: int = 5, samples: int = 7) -> float:
-        """Max over ranks of the median ms per call (both ranks measure at once)."""
-        fn()
+    def timed_all(fns: dict, reps: int = 5, samples: int = 7) -> dict:
+        """Max over ranks of the median ms per call of each fn, interleaved round by round
+        (rotating order, a barrier before each sample), so drift reaches every figure alike."""
+        names = list(fns)
+        for n in names:
+            fns[n]()
         torch.cuda.synchronize()
-        got = []
-        for _ in range(samples):
-            dist.barrier()
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(reps):
-                fn()
-            b.record()
-            b.synchronize()
-            got.append(a.elapsed_time(b) / reps)
-        t = torch.tensor([statistics.median(got)], dtype=torch.float64)
+        got = {n: [] for n in names}
+        for i in range(samples):
+            for j in range(len(names)):
+                n = names[(i + j) % len(names)]
+                dist.barrier()
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                for _ in range(reps):
+                    fns[n]()
+                b.record()
+                b.synchronize()
+                got[n].append(a.elapsed_time(b) / reps)
+        t = torch.tensor([statistics.median(got[n]) for n in names], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return t.item()
+        return dict(zip(names, t.tolist()))
 
-    # 1. Local vs peer (CUDA IPC) reads.
-    n = 128 << 20  # bf16 elements: 256 MiB
-    mine = torch.ones(n, dtype=torch.bfloat16, device="cuda")
-    dst = torch.empty_like(mine)
-    handles = [None] * world
-    dist.all_gather_object(handles, reduce_tensor(mine)[1])
-    try:
+    def with_env(fn, **env):
+        def run():
+            saved = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
+            try:
+                return fn()
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+        return run
+
+    if "ipc" in sections:
+        n = 128 << 20  # bf16 elements: 256 MiB
+        mine = torch.ones(n, dtype=torch.bfloat16, device="cuda")
+        dst = torch.empty_like(mine)
+        handles = [None] * world
+        dist.all_gather_object(handles, reduce_tensor(mine)[1])
         peer = reduce_tensor(mine)[0](*handles[(rank + 1) % world])
-        assert peer.shape == mine.shape
-    except Exception as e:  # the rest of the diagnosis does not need it
-        emit({"what": "ipc", "error": repr(e)[:300]})
-        peer = None
-    for name, src in (("local", mine), ("peer", peer)):
-        ok = torch.tensor([0.0 if src is None else 1.0])
-        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-        if not ok.item():
-            continue
-        ms = timed(lambda src=src: dst.copy_(src))
-        emit({"what": "ipc", "read": name, "bytes_read": 2 * n, "ms": ms,
-              "read_write_gbs": 4 * n / ms / 1e6})
-    del peer
-    torch.cuda.synchronize()
-    dist.barrier()
+        t = timed_all({"local": lambda: dst.copy_(mine), "peer": lambda: dst.copy_(peer)})
+        for name, ms in t.items():
+            emit({"what": "ipc", "read": name, "ms": ms, "read_write_gbs": 4 * n / ms / 1e6})
+        torch.cuda.synchronize()
+        dist.barrier()
+        del peer
 
-    # 2. and 3. at the fused-smoke shape (per rank).
-    for m, k, nn in [(4096, 1024, 8192), (8192, 2048, 8192)]:
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for m, k, nn in SHAPES:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 32
-        shape = {"m": m, "k": k, "n": nn}
-        emit(dict(shape, what="gemm", kind="engine auto", plan=mkernel.gemm_plan(x, w),
-                  ms=timed(lambda: mkernel.gemm(x, w))))
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        tiles_wide = -(-m // 128) * -(-nn // 256)
-        cfg = 0 if tiles_wide >= sms else 1  # fused_dispatch.cu fused_config
-        bn = 256 if cfg == 0 else 128
-        flags = torch.zeros(-(-m // 128) * -(-nn // bn), dtype=torch.int64, device="cuda")
-        for c in sorted({cfg, 6}):  # the fused default and coop_256x128_c2x1, CUTLASS's kernel
-            emit(dict(shape, what="gemm", kind="engine cfg", config=c,
-                      ms=timed(lambda c=c: mkernel.gemm(x, w, config=c))))
-        # The hooked kernel releasing a flag per tile right after its stores (FlagHooks: the
-        # consumers wait for the stores to land), then without flags at several grid sizes.
-        ms = timed(lambda: torch.ops.mkernel.gemm_hooked(
-            x, w, None, 128, 0, flags, 1, None, cfg, 0, 0, 0, 10.0, 1))
-        emit(dict(shape, what="gemm", kind="hooked, tile flags", config=cfg, sm_count=sms, ms=ms))
-        for sm in (0, sms - 2, sms - 8, sms // 2):
-            ms = timed(lambda sm=sm: torch.ops.mkernel.gemm_hooked(
-                x, w, None, 128, 0, None, 1, None, cfg, sm, 0, 0, 10.0, 1))
-            emit(dict(shape, what="gemm", kind="hooked", config=cfg, sm_count=sm or sms, ms=ms))
-        os.environ["MKERNEL_FUSED"] = "force"
-        for side in ("staged", "regs", "idle"):
-            os.environ["MKERNEL_FUSED_SIDE"] = side
+        shape = {"m": m, "k": k, "n": nn, "world": world, "sms": sms}
+        gemm = lambda x=x, w=w: mkernel.gemm(x, w)  # noqa: E731
+        if "gemm" in sections:
+            cfg = 0 if -(-m // 128) * -(-nn // 256) >= sms else 1  # fused_dispatch.cu
+            bn = 256 if cfg == 0 else 128
+            flags = torch.zeros(-(-m // 128) * -(-nn // bn), dtype=torch.int64, device="cuda")
+            fns = {
+                "engine auto": gemm,
+                "hooked": lambda: torch.ops.mkernel.gemm_hooked(
+                    x, w, None, 128, 0, None, 1, None, cfg, 0, 0, 0, 10.0, 1),
+                "hooked, tile flags": lambda: torch.ops.mkernel.gemm_hooked(
+                    x, w, None, 128, 0, flags, 1, None, cfg, 0, 0, 0, 10.0, 1),
+            }
+            for name, ms in timed_all(fns).items():
+                emit(dict(shape, what="gemm", kind=name, config=cfg, ms=ms,
+                          plan=mkernel.gemm_plan(x, w) if name == "engine auto" else None))
+        if "variants" in sections:
+            fns = {"gemm alone": gemm}
             for op in ("gemm_rs", "gemm_ar"):
                 fn = getattr(mkernel, op)
-                emit(dict(shape, what="side", op=op, side=side,
-                          ms=timed(lambda fn=fn: fn(x, w, group=ctx))))
-        del os.environ["MKERNEL_FUSED_SIDE"]
-        del os.environ["MKERNEL_FUSED"]
+                for name, side, tail in VARIANTS:
+                    fns[f"{op}: {name}"] = with_env(lambda fn=fn: fn(x, w, group=ctx),
+                                                    MKERNEL_FUSED="force", MKERNEL_FUSED_SIDE=side,
+                                                    MKERNEL_FUSED_TAIL=tail)
+            t = timed_all(fns, reps=5 if k < 8192 else 2, samples=7 if k < 8192 else 5)
+            for name, ms in t.items():
+                emit(dict(shape, what="variant", kind=name, ms=ms,
+                          over_gemm=ms / t["gemm alone"]))
+        if "timeline" in sections:
+            base = Path(tempfile.gettempdir(), f"fused_tl_{os.getppid()}")
+            for op in ("gemm_rs", "gemm_ar"):
+                fn = getattr(mkernel, op)
+                for name, side, tail in VARIANTS:
+                    path = f"{base}_{op}_{side}_{tail}"
+                    run = with_env(lambda fn=fn: fn(x, w, group=ctx), MKERNEL_FUSED="force",
+                                   MKERNEL_FUSED_SIDE=side, MKERNEL_FUSED_TAIL=tail,
+                                   MKERNEL_FUSED_TIMELINE=path)
+                    for _ in range(3):  # the last call's line is summarised
+                        run()
+                    torch.cuda.synchronize()
+                    dist.barrier()
+                    if rank == 0:
+                        lines = {}
+                        for r in range(world):
+                            text = Path(f"{path}.rank{r}").read_text().strip().splitlines()
+                            lines[r] = text[-1]
+                        emit(dict(shape, what="timeline", op=op, kind=name,
+                                  **summarise_timeline(lines)))
+                    dist.barrier()
+
+    if "trigger" in sections:
+        # Whether the ranks' fused kernels run at the same time (session 7 device run 2: under
+        # MPS the second rank's CTAs started as the first's reached griddepcontrol.
+        # launch_dependents at the end of their mainloop): the trigger at the kernel's start
+        # (the default now) against after the mainloop (MKERNEL_FUSED_TRIGGER=late), fused
+        # kernel pinned, interleaved with the GEMM alone and the unfused path; then one
+        # timeline call of each (per-rank start / GEMM end / exit).
+        mk = torch.ops.mkernel
+        for m, k, nn in [(8192, 2048, 8192), (8192, 28672 // world, 8192)]:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 64
+            shape = {"m": m, "k": k, "n": nn, "world": world}
+            fns = {"gemm alone": lambda x=x, w=w: mkernel.gemm(x, w),
+                   "unfused rs": lambda x=x, w=w: mk.reduce_scatter.default(mkernel.gemm(x, w),
+                                                                           ctx.handle, world)}
+            for op in ("gemm_rs", "gemm_ar"):
+                fn = getattr(mkernel, op)
+                for trig in ("early", "late"):
+                    fns[f"{op} trigger {trig}"] = with_env(
+                        lambda fn=fn, x=x, w=w: fn(x, w, group=ctx), MKERNEL_FUSED="force",
+                        MKERNEL_FUSED_TRIGGER=trig)
+            # A persistent grid of 4 SMs fewer than the share: whether the second rank waits for
+            # SMs (cluster placement) rather than for the trigger.
+            fns["gemm_rs trigger late, grid -4"] = with_env(
+                lambda x=x, w=w: mkernel.gemm_rs(x, w, group=ctx), MKERNEL_FUSED="force",
+                MKERNEL_FUSED_TRIGGER="late", MKERNEL_FUSED_SMS=str(sms - 4))
+            t = timed_all(fns, reps=5 if k < 8192 else 2, samples=5)
+            for name, ms in t.items():
+                emit(dict(shape, what="trigger", kind=name, ms=ms, over_gemm=ms / t["gemm alone"]))
+            base = Path(tempfile.gettempdir(), f"fused_tl_{os.getppid()}")
+            for trig in ("early", "late"):
+                path = f"{base}_trigger_{m}_{k}_{trig}"
+                run = with_env(lambda x=x, w=w: mkernel.gemm_rs(x, w, group=ctx),
+                               MKERNEL_FUSED="force", MKERNEL_FUSED_TRIGGER=trig,
+                               MKERNEL_FUSED_TIMELINE=path)
+                for _ in range(2):
+                    run()
+                torch.cuda.synchronize()
+                dist.barrier()
+                if rank == 0:
+                    lines = {r: Path(f"{path}.rank{r}").read_text().strip().splitlines()[-1]
+                             for r in range(world)}
+                    emit(dict(shape, what="timeline", op="gemm_rs", kind=f"trigger {trig}",
+                              **summarise_timeline(lines)))
+                dist.barrier()
+        # ag_gemm at Llama fc1 (per rank x [8192 / W, 8192], w [28672 / W, 8192]).
+        m, k, nn = 8192 // world, 8192, 28672 // world
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 64
+        full = torch.randn(world * m, k, device="cuda", dtype=torch.bfloat16)
+        fns = {"gemm alone": lambda: mkernel.gemm(full, w),
+               "unfused ag": lambda: mkernel.gemm(mk.all_gather.default(x, ctx.handle, world), w)}
+        for trig in ("early", "late"):
+            fns[f"ag_gemm trigger {trig}"] = with_env(lambda: mkernel.ag_gemm(x, w, group=ctx),
+                                                      MKERNEL_FUSED="force",
+                                                      MKERNEL_FUSED_TRIGGER=trig)
+        t = timed_all(fns, reps=2, samples=5)
+        for name, ms in t.items():
+            emit(dict(m=m, k=k, n=nn, world=world, what="trigger", kind=name, ms=ms,
+                      over_gemm=ms / t["gemm alone"]))
+
+    if "orders" in sections:
+        # The persistent tile order of the fused kernel (MKERNEL_FUSED_ORDER) at the Llama-70B
+        # shapes, where K is long and a band of A rows or B columns no longer fits in L2: gemm_rs
+        # fc2 (any order) and ag_gemm fc1 (along N only: its rows arrive by M unit).
+        m, k, nn = 8192, 28672 // world, 8192
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 64
+        fns = {"gemm alone": lambda: mkernel.gemm(x, w)}
+        for order in ("8n", "1m", "2m", "4m", "1n", "2n", "4n"):  # 8n: the scheduler's default
+            fns[f"gemm_rs order {order}"] = with_env(lambda: mkernel.gemm_rs(x, w, group=ctx),
+                                                     MKERNEL_FUSED="force",
+                                                     MKERNEL_FUSED_ORDER=order)
+        fns["gemm_rs measured choice"] = with_env(lambda: mkernel.gemm_rs(x, w, group=ctx),
+                                                  MKERNEL_FUSED="force")
+        t = timed_all(fns, reps=2, samples=5)
+        for name, ms in t.items():
+            emit(dict(m=m, k=k, n=nn, world=world, what="order", kind=name, ms=ms,
+                      over_gemm=ms / t["gemm alone"], plan=mkernel.gemm_plan(x, w)))
+        m, k, nn = 8192 // world, 8192, 28672 // world
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 64
+        full = torch.randn(world * m, k, device="cuda", dtype=torch.bfloat16)
+        fns = {"gemm alone": lambda: mkernel.gemm(full, w)}
+        for order in ("8n", "1n", "2n", "4n"):
+            fns[f"ag_gemm order {order}"] = with_env(lambda: mkernel.ag_gemm(x, w, group=ctx),
+                                                     MKERNEL_FUSED="force",
+                                                     MKERNEL_FUSED_ORDER=order)
+        fns["ag_gemm measured choice"] = with_env(lambda: mkernel.ag_gemm(x, w, group=ctx),
+                                                  MKERNEL_FUSED="force")
+        t = timed_all(fns, reps=2, samples=5)
+        for name, ms in t.items():
+            emit(dict(m=m, k=k, n=nn, world=world, what="order", kind=name, ms=ms,
+                      over_gemm=ms / t["gemm alone"], plan=mkernel.gemm_plan(full, w)))
+
+    if "ag" in sections:
+        # ag_gemm: the copy role from registers (the default) vs bulk copies, vs the GEMM alone on
+        # the gathered rows; per-rank x [m, K], w [N, K].
+        for m, k, nn in [(1024, 8192, 3584), (4096, 8192, 512)]:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 64
+            full = torch.randn(world * m, k, device="cuda", dtype=torch.bfloat16)
+            fns = {"gemm alone": lambda full=full, w=w: mkernel.gemm(full, w)}
+            for side in ("regs", "bulk", "staged"):
+                fns[f"ag_gemm: side {side}"] = with_env(
+                    lambda x=x, w=w: mkernel.ag_gemm(x, w, group=ctx), MKERNEL_FUSED="force",
+                    MKERNEL_FUSED_SIDE=side)
+            t = timed_all(fns)
+            for name, ms in t.items():
+                emit(dict(m=m, k=k, n=nn, world=world, what="ag", kind=name, ms=ms,
+                          over_gemm=ms / t["gemm alone"]))
 
     if rank == 0:
         path = write_result("fused_diag", {"bench": "fused_diag", "commit": commit(),
@@ -140,7 +350,9 @@ def rank_main() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--timeout", type=float, default=60)
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--sections", default="variants,timeline,ag,orders")
+    ap.add_argument("--timeout", type=float, default=80)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -148,13 +360,14 @@ def main() -> None:
 
     from tests.launch import run_ranks
 
-    env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50", "NCCL_NVLS_ENABLE": "0"}
+    env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(100 // args.world), "NCCL_NVLS_ENABLE": "0",
+           "DIAG_SECTIONS": args.sections}
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
     with mps_daemon("fused_diag") as mps_env:
-        results = run_ranks(code, 2, timeout=args.timeout, env=dict(env, **mps_env))
+        results = run_ranks(code, args.world, timeout=args.timeout, env=dict(env, **mps_env))
     for r in results:
         if r.returncode != 0 or r.rank == 0:
-            sys.stdout.write(r.stdout[-8000:])
+            sys.stdout.write(r.stdout[-60000:])
             sys.stderr.write(r.stderr[-4000:])
     sys.exit(max((r.returncode if r.returncode is not None else 124) for r in results))
 

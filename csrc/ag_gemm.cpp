@@ -186,12 +186,13 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   // The fused kernel in each candidate config, then the unfused path, chosen by a measurement
   // shared by the group (fused_common.h choose_path).
   std::vector<std::function<void()>> paths;
-  for (const gemm::ConfigId c : fused_glue::candidate_configs(world * m, n, k)) {
+  // (Along N only: the rows arrive by M unit, own rows first.)
+  for (const fused_glue::FusedPlan& c : fused_glue::candidate_plans(world * m, n, k, true)) {
     paths.emplace_back([&, c] {
       fused::FusedParams hc = hp;
       hc.signature = comm::call_signature(
           comm::kOpAgGemm, {m, k, n, static_cast<int64_t>(x.scalar_type()),
-                            static_cast<int64_t>(c)});
+                            static_cast<int64_t>(c.config), c.swizzle, c.raster});
       fused_glue::launch(kOp, p, c, x, hc, order, m);
       if (return_gathered) {
         C10_CUDA_CHECK(cudaMemcpyAsync(gathered.data_ptr(), g.data[rank], bytes,
@@ -203,7 +204,8 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   paths.emplace_back([&] {
     engine_gemm(kOp, fused_glue::substrate_collective(kOp, "all_gather", x, group, world_size), w);
   });
-  const int path = fused_glue::choose_path(kOp, group, fused_glue::shape_key(x, w, world), paths);
+  const int path = fused_glue::choose_path(kOp, group, fused_glue::shape_key(x, w, world), paths,
+                                          2.0 * world * m * n * k);
   if (path + 1 == static_cast<int>(paths.size())) {
     return ag_gemm_unfused(x_in, w, group, world_size, return_gathered, nullptr);
   }

@@ -119,7 +119,7 @@ std::tuple<at::Tensor, at::Tensor> launch_engine(const at::Tensor& q, const at::
                                                  const attention::HookArgs* hooks) {
   TORCH_CHECK_VALUE(block_m >= 0 && block_m <= 256 && block_n >= 0 && block_n <= 256, kOp,
                     ": block_m and block_n must be 0 (by shape) or a built tile (128x128; 192x128 "
-                    "bf16 d=64 non-causal), got ", block_m, "x",
+                    "bf16 d=64 non-causal; 128x160, 256x160 bf16 d=128 non-causal; 256x128 bf16 d=128), got ", block_m, "x",
                     block_n);
   validation::check_dtype_in(kOp, "q", q, {at::kBFloat16, at::kHalf}, "activations");
   const c10::cuda::CUDAGuard guard(q.device());

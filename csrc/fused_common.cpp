@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -88,15 +89,67 @@ const int* unit_order(const gemm::TileCounts& tc, int64_t rows, int64_t rank_row
   return cache.emplace(key, t).first->second.data_ptr<int>();
 }
 
+// MKERNEL_FUSED_TIMELINE=<path> (a measurement mode, never for timing the op itself: it
+// synchronizes after every launch): each fused launch records per-CTA %globaltimer stamps
+// (fused_params.h TimelineSlot) into a device buffer, appended after the launch as one line
+// "<op> m n k config rank | w0 w1 ... " (kTimelineWords per CTA, CTAs that ran) to
+// <path>.rank<r>. benchmarks/fused_diag.py reads them.
+constexpr int kTimelineCtas = 1024;
+
+uint64_t* timeline_begin(cudaStream_t stream) {
+  static std::mutex mu;
+  static std::map<int, uint64_t*> buffers;  // per device, never freed (a measurement mode)
+  int dev = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  uint64_t*& buf = buffers[dev];
+  const size_t bytes = sizeof(uint64_t) * kTimelineCtas * fused::kTimelineWords;
+  if (buf == nullptr) C10_CUDA_CHECK(cudaMalloc(&buf, bytes));
+  C10_CUDA_CHECK(cudaMemsetAsync(buf, 0, bytes, stream));
+  return buf;
+}
+
+void timeline_end(const char* path, const char* op, const gemm::Problem& p,
+                  gemm::ConfigId config, const fused::FusedParams& hooks, const uint64_t* buf,
+                  cudaStream_t stream) {
+  std::vector<uint64_t> host(static_cast<size_t>(kTimelineCtas) * fused::kTimelineWords);
+  C10_CUDA_CHECK(cudaMemcpyAsync(host.data(), buf, host.size() * sizeof(uint64_t),
+                                 cudaMemcpyDeviceToHost, stream));
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::string line = std::string(op) + " " + std::to_string(p.m) + " " + std::to_string(p.n) +
+                     " " + std::to_string(p.k) + " " + gemm::config_name(config) + " " +
+                     std::to_string(hooks.group.rank) + " side=" +
+                     std::to_string(hooks.side_mode) + " tail=" +
+                     std::to_string(hooks.tail_mode) + " |";
+  for (int c = 0; c < kTimelineCtas; ++c) {
+    const uint64_t* r = host.data() + static_cast<size_t>(c) * fused::kTimelineWords;
+    if (r[fused::kTlStart] == 0) continue;  // no such CTA
+    for (int w = 0; w < fused::kTimelineWords; ++w) line += " " + std::to_string(r[w]);
+  }
+  const std::string file = std::string(path) + ".rank" + std::to_string(hooks.group.rank);
+  if (FILE* f = std::fopen(file.c_str(), "a")) {
+    std::fputs((line + "\n").c_str(), f);
+    std::fclose(f);
+  }
+}
+
 }  // namespace
 
-void launch(const char* op, const gemm::Problem& p, gemm::ConfigId config, const at::Tensor& like,
+void launch(const char* op, const gemm::Problem& p, const FusedPlan& plan, const at::Tensor& like,
             const fused::FusedParams& hooks, const std::vector<int>& order, int64_t rank_rows,
             bool interleave) {
+  const gemm::ConfigId config = plan.config;
   gemm::Launch l;
   l.stream = at::cuda::getCurrentCUDAStream();
   l.sm_count = device_sms();
   l.splits = 1;
+  l.swizzle = plan.swizzle;
+  l.raster = plan.raster;
+  // MKERNEL_FUSED_SMS=<n> (measurement only, every rank the same): a smaller persistent grid.
+  if (const char* sms = std::getenv("MKERNEL_FUSED_SMS")) {
+    const int want = std::atoi(sms);
+    if (want >= 2 && want < l.sm_count) l.sm_count = want;
+  }
   TORCH_CHECK(fused::fused_supported(config), op, ": config ", gemm::config_name(config),
               " has no fused kernel");
   if (const char* why = gemm::can_implement(p, config, l)) {
@@ -105,9 +158,19 @@ void launch(const char* op, const gemm::Problem& p, gemm::ConfigId config, const
   const gemm::TileCounts tc = gemm::tile_counts(config, p.m, p.n);
   const int* m_order = unit_order(tc, p.m, rank_rows, order, interleave, like);
   const char* reason = nullptr;
-  const cudaError_t err = fused::run_fused(p, config, l, m_order, hooks, &reason);
+  const char* timeline_path = std::getenv("MKERNEL_FUSED_TIMELINE");
+  fused::FusedParams h = hooks;
+  const char* trigger = std::getenv("MKERNEL_FUSED_TRIGGER");  // measurement: early|late
+  h.trigger_early = trigger != nullptr && std::strcmp(trigger, "early") == 0 ? 1 : 0;
+  uint64_t* timeline = nullptr;
+  if (timeline_path != nullptr && !capturing()) timeline = timeline_begin(l.stream);
+  h.timeline = timeline;
+  const cudaError_t err = fused::run_fused(p, config, l, m_order, h, &reason);
   TORCH_CHECK(err == cudaSuccess, op, ": the fused kernel failed to launch: ",
               cudaGetErrorString(err), reason ? std::string(" (") + reason + ")" : std::string());
+  if (timeline != nullptr) {
+    timeline_end(timeline_path, op, p, config, hooks, timeline, l.stream);
+  }
 }
 
 namespace {
@@ -133,6 +196,44 @@ std::vector<gemm::ConfigId> candidate_configs(int64_t m, int64_t n, int64_t k) {
   return std::vector<gemm::ConfigId>(ids, ids + count);
 }
 
+namespace {
+// MKERNEL_FUSED_ORDER=<swizzle><m|n> (measurement; every rank the same), parsed; false if unset.
+bool pinned_order(int* swizzle, int* raster) {
+  const char* ord = std::getenv("MKERNEL_FUSED_ORDER");
+  if (ord == nullptr) return false;
+  const int s = std::atoi(ord);
+  const char* axis = ord;
+  while (*axis >= '0' && *axis <= '9') ++axis;
+  if ((s != 1 && s != 2 && s != 4 && s != 8) || (*axis != 'm' && *axis != 'n')) return false;
+  *swizzle = s;
+  *raster = *axis == 'm' ? 1 : 2;
+  return true;
+}
+}  // namespace
+
+std::vector<FusedPlan> candidate_plans(int64_t m, int64_t n, int64_t k, bool along_n_only) {
+  std::vector<FusedPlan> plans;
+  int swizzle = 0, raster = 0;
+  const bool pinned = pinned_order(&swizzle, &raster);
+  // Narrower orders at long K are measured only on request (MKERNEL_FUSED_ORDERS=1): no device
+  // run has timed them against the default yet, and each adds calls to a shape's first call.
+  const char* orders = std::getenv("MKERNEL_FUSED_ORDERS");
+  const bool long_k =
+      orders != nullptr && std::strcmp(orders, "1") == 0 && 4096 * k > 12 * (int64_t{1} << 20);
+  for (const gemm::ConfigId c : candidate_configs(m, n, k)) {
+    if (pinned) {
+      plans.push_back({c, swizzle, raster});
+      continue;
+    }
+    plans.push_back({c, 0, 0});
+    if (long_k) {
+      plans.push_back({c, 2, 2});
+      if (!along_n_only) plans.push_back({c, 1, 1});
+    }
+  }
+  return plans;
+}
+
 bool reduce_fits(const at::Tensor& x, const at::Tensor& w, const ReduceLayout& layout,
                  const char** why) {
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
@@ -156,8 +257,9 @@ bool reduce_fits(const at::Tensor& x, const at::Tensor& w, const ReduceLayout& l
 
 bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, const at::Tensor& x,
                  const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
-                 const std::vector<int>& order, gemm::ConfigId config, const char** why) {
+                 const std::vector<int>& order, const FusedPlan& plan, const char** why) {
   if (!reduce_fits(x, w, layout, why)) return false;
+  const gemm::ConfigId config = plan.config;
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
   const gemm::TileCounts tc = gemm::tile_counts(config, static_cast<int>(m), static_cast<int>(n));
   const int64_t tiles = static_cast<int64_t>(tc.tiles_m) * tc.tiles_n;
@@ -174,7 +276,8 @@ bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, cons
   hp.op = wait_op;
   hp.signature = comm::call_signature(wait_op, {m, k, n, static_cast<int64_t>(x.scalar_type()),
                                                 layout.two_shot ? 1 : 0,
-                                                static_cast<int64_t>(config)});
+                                                static_cast<int64_t>(config), plan.swizzle,
+                                                plan.raster});
   hp.flag_base = comm::FlagSlot::kOpSlotBase;
   hp.m = static_cast<int32_t>(m);
   hp.n = static_cast<int32_t>(n);
@@ -192,11 +295,15 @@ bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, cons
   hp.slab_rows = slab_rows;
   hp.slabs = slabs;
   hp.side_mode = side_mode(fused::kSideStaged);
+  // The per-warp register tail by measurement (device run 2: the staged tail took 88-156 us
+  // where the register tail took 46-64 us at 4096x1024x8192); MKERNEL_FUSED_TAIL=staged for
+  // measuring.
+  hp.tail_mode = tail_mode(fused::kTailRegs);
   hp.bf16 = x.scalar_type() == at::kBFloat16 ? 1 : 0;
   TORCH_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0, op,
               ": internal: the output is not 16-byte aligned");
   const gemm::Problem p = problem(op, x.data_ptr(), w, g.data[g.rank], m, n, k);
-  launch(op, p, config, x, hp, order, layout.rows_per_rank, layout.interleave);
+  launch(op, p, plan, x, hp, order, layout.rows_per_rank, layout.interleave);
   return true;
 }
 
@@ -212,23 +319,48 @@ at::Tensor substrate_collective(const char* op, const char* name, const at::Tens
 
 namespace {
 
-// Milliseconds per call of fn: one warm-up call, then two calls between CUDA events.
-float time_calls(const std::function<void()>& fn) {
+// Calls per timing sample for a path of `flops` (the same count on every rank: the paths are
+// collective calls): about 20 GFLOP per sample, so a sample of a short call (tens of us) spans
+// enough calls that a launch gap or a timer tick does not decide it; 2 to 16 calls.
+int calls_per_sample(double flops) {
+  if (flops <= 0) return 2;
+  const double want = 2e10 / flops;
+  return want >= 16 ? 16 : want <= 2 ? 2 : static_cast<int>(want);
+}
+
+// Median milliseconds per call of each path: one warm-up call each (the engine's tuner and
+// allocations run there), then kRounds rounds in which every path is timed once (`calls` calls
+// between CUDA events), the order rotating from round to round so that a clock change during
+// the measurement reaches every path alike. The same calls in the same order on every rank.
+std::vector<float> time_paths(const std::vector<std::function<void()>>& paths, int count,
+                              int calls) {
+  constexpr int kRounds = 5;
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  fn();
+  for (int i = 0; i < count; ++i) paths[i]();
   cudaEvent_t start = nullptr, end = nullptr;
   C10_CUDA_CHECK(cudaEventCreate(&start));
   C10_CUDA_CHECK(cudaEventCreate(&end));
-  C10_CUDA_CHECK(cudaEventRecord(start, stream));
-  fn();
-  fn();
-  C10_CUDA_CHECK(cudaEventRecord(end, stream));
-  C10_CUDA_CHECK(cudaEventSynchronize(end));
-  float ms = 0.f;
-  C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start, end));
+  std::vector<std::vector<float>> samples(count);
+  for (int r = 0; r < kRounds; ++r) {
+    for (int j = 0; j < count; ++j) {
+      const int i = (j + r) % count;
+      C10_CUDA_CHECK(cudaEventRecord(start, stream));
+      for (int c = 0; c < calls; ++c) paths[i]();
+      C10_CUDA_CHECK(cudaEventRecord(end, stream));
+      C10_CUDA_CHECK(cudaEventSynchronize(end));
+      float ms = 0.f;
+      C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start, end));
+      samples[i].push_back(ms / calls);
+    }
+  }
   C10_CUDA_CHECK(cudaEventDestroy(start));
   C10_CUDA_CHECK(cudaEventDestroy(end));
-  return ms / 2;
+  std::vector<float> median(count);
+  for (int i = 0; i < count; ++i) {
+    std::sort(samples[i].begin(), samples[i].end());
+    median[i] = samples[i][samples[i].size() / 2];
+  }
+  return median;
 }
 
 }  // namespace
@@ -239,6 +371,16 @@ int32_t side_mode(int32_t fallback) {
   if (std::strcmp(v, "regs") == 0) return fused::kSideRegs;
   if (std::strcmp(v, "staged") == 0) return fused::kSideStaged;
   if (std::strcmp(v, "idle") == 0) return fused::kSideIdle;
+  if (std::strcmp(v, "bulk") == 0) return fused::kSideBulk;
+  if (std::strcmp(v, "pipe") == 0) return fused::kSidePipe;
+  return fallback;
+}
+
+int32_t tail_mode(int32_t fallback) {
+  const char* v = std::getenv("MKERNEL_FUSED_TAIL");
+  if (v == nullptr) return fallback;
+  if (std::strcmp(v, "regs") == 0) return fused::kTailRegs;
+  if (std::strcmp(v, "staged") == 0) return fused::kTailStaged;
   return fallback;
 }
 
@@ -249,7 +391,7 @@ std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world) {
 }
 
 int choose_path(const char* op, int64_t group, const std::string& key,
-                const std::vector<std::function<void()>>& paths) {
+                const std::vector<std::function<void()>>& paths, double flops) {
   const int unfused = static_cast<int>(paths.size()) - 1;
   int candidates = unfused + 1;  // every path
   std::string full = std::to_string(group) + "/" + key;
@@ -270,8 +412,7 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   }
   if (capturing()) return 0;  // no timing inside a capture: the model's fused config
   // Every rank measures the same calls in the same order (the ops' calls are collective).
-  std::vector<float> mine(candidates);
-  for (int i = 0; i < candidates; ++i) mine[i] = time_calls(paths[i]);
+  const std::vector<float> mine = time_paths(paths, candidates, calls_per_sample(flops));
   const std::vector<std::string> all = session_allgather_blobs(
       op, static_cast<mk_session_t>(group),
       std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(float)),
@@ -284,14 +425,23 @@ int choose_path(const char* op, int64_t group, const std::string& key,
     std::memcpy(theirs.data(), b.data(), b.size());
     for (int i = 0; i < candidates; ++i) worst[i] = std::max(worst[i], theirs[i]);
   }
-  int best = 0;  // the first of equals: fused before unfused
-  for (int i = 1; i < candidates; ++i) {
+  // The fastest fused config; then the unfused path unless the fused one beats it by more than
+  // kFusedMargin: within the measurement's noise the unfused path is the safe side (a wrong
+  // fused verdict costs up to the noise, a wrong unfused one nothing measurable).
+  constexpr float kFusedMargin = 0.03f;
+  const int fused_count = candidates == unfused + 1 ? unfused : candidates;
+  int best = 0;
+  for (int i = 1; i < fused_count; ++i) {
     if (worst[i] < worst[best]) best = i;
+  }
+  if (candidates == unfused + 1 && !(worst[best] < (1.f - kFusedMargin) * worst[unfused])) {
+    best = unfused;
   }
   if (best == unfused) {
     float fused_best = worst[0];
     for (int i = 1; i < unfused; ++i) fused_best = std::min(fused_best, worst[i]);
-    const std::string why = "measured slower than the unfused path at " + key + " (fused " +
+    const std::string why = "measured not faster than the unfused path (by the 3% margin) at " +
+                            key + " (fused " +
                             std::to_string(fused_best * 1e3) + " us vs " +
                             std::to_string(worst[unfused] * 1e3) + " us, slowest rank)";
     note_fallback(op, why.c_str());

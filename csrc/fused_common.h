@@ -22,11 +22,19 @@ namespace mkernel::fused_glue {
 gemm::Problem problem(const char* op, const void* a, const at::Tensor& w, void* d, int64_t rows,
                       int64_t n, int64_t k);
 
+// A fused launch's tile config and persistent tile order (gemm::Launch swizzle / raster; 0, 0:
+// the scheduler's default, bands of 8 M units walked along N).
+struct FusedPlan {
+  gemm::ConfigId config;
+  int swizzle = 0;
+  int raster = 0;  // 1: along M, 2: along N
+};
+
 // Launches the fused kernel on the current stream with `hooks`; errors name `op`. `order` is
 // the priority of each source rank (lower = earlier) for ordering the M units by the rows' owners
 // (rank_rows rows per rank), or empty for the natural order; interleave: the owners' units
 // alternate (the same order on every rank; order is then ignored).
-void launch(const char* op, const gemm::Problem& p, gemm::ConfigId config, const at::Tensor& like,
+void launch(const char* op, const gemm::Problem& p, const FusedPlan& plan, const at::Tensor& like,
             const fused::FusedParams& hooks, const std::vector<int>& order, int64_t rank_rows,
             bool interleave = false);
 
@@ -49,7 +57,7 @@ bool reduce_fits(const at::Tensor& x, const at::Tensor& w, const ReduceLayout& l
                  const char** why);
 bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, const at::Tensor& x,
                  const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
-                 const std::vector<int>& order, gemm::ConfigId config, const char** why);
+                 const std::vector<int>& order, const FusedPlan& plan, const char** why);
 
 // The substrate's collective `name` (mkernel::all_gather / reduce_scatter / all_reduce:
 // Tensor(Tensor x, int group, int world_size)); raises naming `op` when it is not registered.
@@ -65,23 +73,38 @@ bool capturing();
 // Which of `paths` runs a call: paths[0 .. size-2] are the fused kernel in each candidate
 // config (candidate_configs order), paths.back() the unfused path (substrate collective +
 // engine GEMM); the same answer on every rank of the group. The first eager call of a shape
-// (`key`: op, dims, dtype) runs each on every rank (one warm-up and two timed calls, CUDA
-// events), all-gathers the timings over the group's session and keeps the path whose slowest
-// rank is fastest; the verdict is cached per process and an unfused verdict is logged once
-// (note_fallback). Inside CUDA-graph capture an unmeasured shape runs paths[0] (no timing can
-// happen there). MKERNEL_FUSED=off pins the unfused path, MKERNEL_FUSED=force the fastest fused
-// config (measured the same way), for measuring both sides (benchmarks/bench_fused.py) and
-// testing the kernels. The paths enqueue one call each on the current stream.
+// (`key`: op, dims, dtype) runs each on every rank (a warm-up call each, then 5 rounds that
+// time every path in a rotating order, `flops` setting the calls per sample: ~20 GFLOP, 2-16
+// calls), all-gathers the medians over the group's session and takes the slowest rank's figure
+// per path; the fastest fused config wins only if it beats the unfused path by more than 3%
+// (within the noise the unfused path is the safe side). The verdict is cached per process and
+// an unfused verdict is logged once (note_fallback). Inside CUDA-graph capture an unmeasured
+// shape runs paths[0] (no timing can happen there). MKERNEL_FUSED=off pins the unfused path,
+// MKERNEL_FUSED=force the fastest fused config (measured the same way), for measuring both
+// sides (benchmarks/bench_fused.py) and testing the kernels. The paths enqueue one call each
+// on the current stream.
 int choose_path(const char* op, int64_t group, const std::string& key,
-                const std::vector<std::function<void()>>& paths);
+                const std::vector<std::function<void()>>& paths, double flops = 0);
 
 // The fused kernel's candidate tile configs for [m, k] x [n, k]^T (fused_api.h fused_configs).
 std::vector<gemm::ConfigId> candidate_configs(int64_t m, int64_t n, int64_t k);
+
+// The candidate plans choose_path measures: each candidate config in the default order (what
+// an unmeasured shape runs inside graph capture); with MKERNEL_FUSED_ORDERS=1 (measurement:
+// not yet timed on a device) also, where K is long enough that a band of 8 M units of A
+// (4096 K bytes) outgrows a quarter of the L2, narrower orders: 2 M units along N, and (unless
+// `along_n_only`: ag_gemm, whose rows arrive by M unit) 1 along M. Shapes and the environment
+// only: the same list on every rank. MKERNEL_FUSED_ORDER pins one order.
+std::vector<FusedPlan> candidate_plans(int64_t m, int64_t n, int64_t k, bool along_n_only);
 
 // The side warps' mode of a launch (fused_params.h SideMode): `fallback` (the op's default,
 // chosen by measurement) unless MKERNEL_FUSED_SIDE=regs|staged|idle pins one (read per call;
 // every rank must see the same value, as for MKERNEL_FUSED).
 int32_t side_mode(int32_t fallback);
+
+// The consumers' tail mode of a reduce launch (fused_params.h TailMode): `fallback` unless
+// MKERNEL_FUSED_TAIL=regs|staged pins one (read per call; the same on every rank).
+int32_t tail_mode(int32_t fallback);
 
 // "M=.. N=.. K=.. <dtype> W=.." of x [M, K] · w [N, K]ᵀ at world size W (choose_path's key).
 std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world);

@@ -186,9 +186,10 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     // The natural tile order on every rank (see gemm_rs.cpp).
     if (x.size(0) == 0) return out;  // nothing to compute or reduce on any rank
     if (fused_glue::reduce_fits(x, w, layout, &why)) {
-      // The fused kernel in each candidate config, then the unfused path (fused_common.h).
+      // The fused kernel in each candidate plan, then the unfused path (fused_common.h).
       std::vector<std::function<void()>> paths;
-      for (const gemm::ConfigId c : fused_glue::candidate_configs(rows, w.size(0), x.size(1))) {
+      for (const fused_glue::FusedPlan& c :
+           fused_glue::candidate_plans(rows, w.size(0), x.size(1), false)) {
         paths.emplace_back([&, c] {
           fused_glue::reduce_call(kOp, comm::kOpGemmAr, sg, x, w, layout, out, {}, c, &why);
         });
@@ -196,7 +197,8 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
       paths.emplace_back([&] { unfused(x, w, group, world_size); });
       const std::string key = fused_glue::shape_key(x, w, world) +
                               (layout.two_shot ? " two-shot" : " one-shot");
-      const int path = fused_glue::choose_path(kOp, group, key, paths);
+      const int path = fused_glue::choose_path(kOp, group, key, paths,
+                                                2.0 * rows * w.size(0) * x.size(1));
       if (path + 1 == static_cast<int>(paths.size())) return unfused(x, w, group, world_size);
       paths[path]();
       return out;

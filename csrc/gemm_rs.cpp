@@ -127,16 +127,18 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     layout.interleave = true;
     if (x.size(0) == 0) return out;  // nothing to compute or reduce on any rank
     if (fused_glue::reduce_fits(x, w, layout, &why)) {
-      // The fused kernel in each candidate config, then the unfused path (fused_common.h).
+      // The fused kernel in each candidate plan, then the unfused path (fused_common.h).
       std::vector<std::function<void()>> paths;
-      for (const gemm::ConfigId c : fused_glue::candidate_configs(x.size(0), w.size(0), x.size(1))) {
+      for (const fused_glue::FusedPlan& c :
+           fused_glue::candidate_plans(x.size(0), w.size(0), x.size(1), false)) {
         paths.emplace_back([&, c] {
           fused_glue::reduce_call(kOp, comm::kOpGemmRs, sg, x, w, layout, out, {}, c, &why);
         });
       }
       paths.emplace_back([&] { unfused(x, w, group, world_size); });
       const int path =
-          fused_glue::choose_path(kOp, group, fused_glue::shape_key(x, w, world), paths);
+          fused_glue::choose_path(kOp, group, fused_glue::shape_key(x, w, world), paths,
+                                  2.0 * x.size(0) * w.size(0) * x.size(1));
       if (path + 1 == static_cast<int>(paths.size())) return unfused(x, w, group, world_size);
       paths[path]();
       return out;

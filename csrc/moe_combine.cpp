@@ -20,6 +20,7 @@
 #include "moe_local.h"
 #ifdef MKERNEL_WITH_CUDA
 #include "moe_ep.h"
+#include "moe_nodes.h"
 #endif
 #include "ops_validation.h"
 
@@ -170,20 +171,7 @@ at::Tensor scatter_cpu(const at::Tensor& rows, const at::Tensor& route,
 #ifdef MKERNEL_WITH_CUDA
 // World size 1 runs on the device (moe_local.h); world size > 1 on one node runs the combine,
 // gather and scatter kernels on the group's peer memory (moe_ep.h); a group spanning several
-// nodes: the host reference's exchange (CPU staging, host syncs).
-void warn_host_path(const char* op) {
-  TORCH_WARN_ONCE(op,
-                  ": the group spans several nodes and the MoE kernels' inter-node half has not "
-                  "landed; the rows move through the host reference data path (CPU staging)");
-}
-
-at::Tensor gather_via_host(const char* op, const at::Tensor& y, const at::Tensor& route,
-                           const at::Tensor& recv_counts, int64_t group, int64_t world_size) {
-  warn_host_path(op);
-  return moe::gather(op, y.cpu(), route.cpu(), recv_counts.cpu(), group, world_size)
-      .to(y.device());
-}
-
+// nodes moves the rows through the substrate's all_gather (moe_nodes.h).
 at::Tensor moe_combine_cuda(const at::Tensor& y, const at::Tensor& route,
                             const at::Tensor& recv_counts, const at::Tensor& topk_weights,
                             int64_t group, int64_t world_size, int64_t num_tokens) {
@@ -194,8 +182,9 @@ at::Tensor moe_combine_cuda(const at::Tensor& y, const at::Tensor& route,
                                  num_tokens)) {
     return *out;
   }
-  const at::Tensor g = gather_via_host(kOp, y, route, recv_counts, group, world_size);
-  return moe::weighted_sum(g, route, topk_weights);
+  // Several nodes: the same fp32 sum in choice order, of the rows gathered from every rank.
+  return moe::weighted_sum(moe::gather_nodes(kOp, y, route, group, world_size), route,
+                           topk_weights);
 }
 
 at::Tensor gather_cuda(const at::Tensor& y, const at::Tensor& route,
@@ -203,24 +192,23 @@ at::Tensor gather_cuda(const at::Tensor& y, const at::Tensor& route,
   validate_gather(y, route, recv_counts, group, world_size);
   if (world_size == 1) return moe::gather_local(y, route);
   if (auto out = moe::gather_ep(kGatherOp, y, route, recv_counts, group, world_size)) return *out;
-  return gather_via_host(kGatherOp, y, route, recv_counts, group, world_size);
+  return moe::gather_nodes(kGatherOp, y, route, group, world_size);
 }
 
 at::Tensor scatter_cuda(const at::Tensor& rows, const at::Tensor& route,
                         const at::Tensor& recv_counts, int64_t group, int64_t world_size,
                         int64_t capacity, int64_t out_rows) {
   validate_scatter(rows, route, recv_counts, group, world_size, capacity, out_rows);
-  if (world_size != 1) {
-    if (auto out = moe::scatter_ep(kScatterOp, rows, route, recv_counts, group, world_size,
-                                   capacity, out_rows)) {
-      return *out;
-    }
-    warn_host_path(kScatterOp);
-    return moe::scatter(kScatterOp, rows.cpu(), route.cpu(), recv_counts.cpu(), group,
-                        world_size, capacity, out_rows)
-        .to(rows.device());
+  if (world_size == 1) {
+    return moe::scatter_local(rows, route, recv_counts.size(1), capacity, out_rows);
   }
-  return moe::scatter_local(rows, route, recv_counts.size(1), capacity, out_rows);
+  if (auto out = moe::scatter_ep(kScatterOp, rows, route, recv_counts, group, world_size,
+                                 capacity, out_rows)) {
+    return *out;
+  }
+  return moe::scatter_nodes(kScatterOp, rows, route, group, world_size, recv_counts.size(1),
+                            capacity, out_rows,
+                            moe::token_bound(kScatterOp, group, route.size(0)));
 }
 #endif  // MKERNEL_WITH_CUDA
 

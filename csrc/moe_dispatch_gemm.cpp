@@ -22,8 +22,9 @@
 // World size > 1 on CUDA, one node: the dispatch kernel on the group's peer memory
 // (kernels/moe, moe_ep.h), then the engine's grouped GEMM on the received rows (same stream);
 // the packed outputs then hold W * max_T * min(k, E_local) rows (a static bound, see
-// moe_ep.h), the first sum(counts) meaningful. Several nodes: the host reference's exchange
-// (CPU staging) and the grouped GEMM.
+// moe_ep.h), the first sum(counts) meaningful. Several nodes: every rank's tokens and routing
+// through the substrate's all_gather, the same layout derived on the device, then the grouped
+// GEMM (moe_nodes.h; same static bound).
 //
 // Holds the op's validator and its CPU-reference and CUDA kernels; its fake kernel is the
 // Python one (data-dependent output size), which validates through _moe_dispatch_check.
@@ -38,6 +39,7 @@
 #include "moe_local.h"
 #ifdef MKERNEL_WITH_CUDA
 #include "moe_ep.h"
+#include "moe_nodes.h"
 #endif
 #include "ops_validation.h"
 
@@ -104,12 +106,18 @@ TokenBounds& token_bounds() {
   return *b;
 }
 
+}  // namespace
+
+namespace moe {
 int64_t reserved_tokens(int64_t group) {
   TokenBounds& b = token_bounds();
   std::lock_guard<std::mutex> guard(b.mu);
   auto it = b.by_group.find(group);
   return it == b.by_group.end() ? 0 : it->second;
 }
+}  // namespace moe
+
+namespace {
 
 // mkernel._moe_reserve: every later CUDA dispatch of the group sizes its token areas (and, with
 // capacity 0, its packed outputs) for max_tokens per rank instead of all-gathering the ranks' T
@@ -158,22 +166,15 @@ Outputs moe_dispatch_gemm_cuda(const at::Tensor& x, const at::Tensor& topk_idx,
   }
   // One node: the dispatch kernel on the group's peer memory, then the grouped GEMM.
   if (auto r = moe::dispatch_ep(kOp, x, topk_idx, w1, group, world_size, num_experts, capacity,
-                                return_recv, reserved_tokens(group))) {
+                                return_recv, moe::reserved_tokens(group))) {
     return {r->out, r->counts, r->route, r->recv_counts, r->recv_x};
   }
-  // Several nodes: the host reference moves the rows (staged through the CPU, with the host
-  // syncs that implies: not for CUDA graphs), the engine multiplies them.
-  TORCH_WARN_ONCE(kOp,
-                  ": the group spans several nodes and the MoE kernels' inter-node half has not "
-                  "landed; the tokens move through the host reference data path (CPU staging), "
-                  "then the grouped GEMM runs on the GPU");
-  moe::DispatchResult r = moe::dispatch(kOp, x.cpu(), topk_idx.cpu(), w1, group, world_size,
-                                        num_experts, capacity, true, /*run_gemm=*/false);
-  const at::Device dev = x.device();
-  at::Tensor recv = r.recv_x.to(dev), counts = r.counts.to(dev);
-  at::Tensor out = moe::expert_gemm(recv, w1, counts, capacity);
-  return {out, counts, r.route.to(dev), r.recv_counts.to(dev),
-          return_recv ? recv : x.new_empty({0})};
+  // Several nodes: every rank's tokens and routing through the substrate's all_gather (its
+  // inter-node half on the GPU), the layout derived on the device (moe_nodes.h).
+  moe::DispatchResult r =
+      moe::dispatch_nodes(kOp, x, topk_idx, w1, group, world_size, num_experts, capacity,
+                          return_recv, moe::token_bound(kOp, group, x.size(0)));
+  return {r.out, r.counts, r.route, r.recv_counts, r.recv_x};
 }
 #endif  // MKERNEL_WITH_CUDA
 

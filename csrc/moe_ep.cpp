@@ -37,6 +37,18 @@ int64_t max_tokens(const char* op, int64_t group, int64_t tokens) {
   return m;
 }
 
+}  // namespace
+
+int64_t token_bound(const char* op, int64_t group, int64_t tokens) {
+  const int64_t reserved = reserved_tokens(group);
+  TORCH_CHECK_VALUE(reserved == 0 || tokens <= reserved, op, ": this rank has ", tokens,
+                    " tokens, more than the ", reserved,
+                    " the group reserved (mkernel.moe.reserve_tokens)");
+  return reserved > 0 ? reserved : max_tokens(op, group, tokens);
+}
+
+namespace {
+
 void check_launch(const char* op, cudaError_t err, const char* reason,
                   const comm::SymmetricGroup& g) {
   if (err == cudaSuccess) return;
@@ -145,7 +157,17 @@ std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
   check_launch(op, moe_ep::dispatch(a, &reason), reason, g);
 
   if (capacity > 0) recv = recv.view({El, capacity, H});
-  at::Tensor out = expert_gemm(recv, w1, counts, capacity);
+  at::Tensor out;
+  try {
+    out = expert_gemm(recv, w1, counts, capacity);
+  } catch (const c10::Error& e) {
+    // A trapped wait of the dispatch kernel surfaces at the GEMM's launch (a dead context):
+    // name the kernel's wait record (op, peer, flag) instead of the GEMM alone.
+    const std::string wait = g.diagnostic();
+    TORCH_CHECK(wait.empty(), op, ": the dispatch kernel failed (", wait,
+                "); the grouped GEMM after it reported: ", e.what_without_backtrace());
+    throw;
+  }
   return DispatchResult{out, counts, route, recv_counts, return_recv ? recv : x.new_empty({0})};
 }
 

@@ -21,7 +21,14 @@
 namespace mkernel {
 namespace moe {
 
-// nullopt: the group spans several nodes (the caller keeps the host-staged path).
+// The group's token bound: its reserve (mkernel.moe.reserve_tokens; T must fit) or, without one,
+// max T over the ranks all-gathered on the host (T is a shape, not data; a collective).
+int64_t token_bound(const char* op, int64_t group, int64_t tokens);
+
+// _moe_reserve's bound of the group (0: none; moe_dispatch_gemm.cpp).
+int64_t reserved_tokens(int64_t group);
+
+// nullopt: the group spans several nodes (the caller takes moe_nodes.h's path).
 // reserved_tokens: the group's token bound (mkernel._moe_reserve), 0: all-gather the ranks' T.
 std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
                                           const at::Tensor& topk_idx, const at::Tensor& w1,
@@ -29,7 +36,7 @@ std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
                                           int64_t capacity, bool return_recv,
                                           int64_t reserved_tokens);
 
-// moe_combine's [T, H]; nullopt: the group spans several nodes.
+// moe_combine's [T, H]; nullopt: the group spans several nodes (moe_nodes.h).
 std::optional<at::Tensor> combine_ep(const char* op, const at::Tensor& y, const at::Tensor& route,
                                      const at::Tensor& recv_counts,
                                      const at::Tensor& topk_weights, int64_t group,

@@ -83,12 +83,15 @@ SessionLayout session_layout(const char* op, int64_t group, int64_t world_size) 
   const std::vector<std::string> ids =
       session_allgather_blobs(op, s, me, l.timeout_s, "the ranks' nodes");
   l.node.assign(world, 0);
-  std::vector<std::string> seen;
+  std::vector<std::string> seen, hosts;
   for (int r = 0; r < world; ++r) {
     auto it = std::find(seen.begin(), seen.end(), ids[r]);
     l.node[r] = static_cast<int>(it - seen.begin());
     if (it == seen.end()) seen.push_back(ids[r]);
+    const std::string host = ids[r].substr(0, ids[r].find('\n'));
+    if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
   }
+  l.hosts = static_cast<int>(hosts.size());
   l.rank = rank;
   l.world = world;
   l.nodes = static_cast<int>(seen.size());

@@ -29,6 +29,7 @@ struct SessionLayout {
   int world = 0;
   std::vector<int> node;  // each rank's node: dense indices in order of first appearance
   int nodes = 0;          // distinct nodes
+  int hosts = 0;          // distinct host names (1: every node is emulated on this host)
   double timeout_s = 60.0;
 };
 

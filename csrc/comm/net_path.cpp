@@ -86,7 +86,17 @@ int export_dmabuf(void* ptr, uint64_t bytes) {
   return fd;
 }
 
+bool env_set(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0';
+}
+
 }  // namespace
+
+std::string default_net(bool one_host) {
+  if (!one_host || env_set("MKERNEL_NET") || env_set("MKERNEL_NET_PLUGIN")) return "";
+  return "loopback";
+}
 
 // Owns the data path handle (destroyed with the Impl, also when opening fails half-way).
 struct NetDatapathHandle {
@@ -104,7 +114,7 @@ struct NetPath::Impl {
   void* gpu_send = nullptr;          // GPU buffers (RDMA) or nullptr
   void* gpu_recv = nullptr;
   std::vector<int> dmabuf_fds;
-  unsigned long long* head = nullptr;  // device-memory ticket counter
+  unsigned long long* head = nullptr;  // device memory: the ticket counter, then stage_count
   mk_fifo_ctrl* fifo = nullptr;        // host mapping
   bool gpu_memory = false;
   std::string transport = "?";
@@ -223,8 +233,11 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
   view.fifo = impl->map<void>(op, fifo, MK_FIFO_BYTES(impl->fifo->capacity), "command FIFO");
   view.fifo_capacity = impl->fifo->capacity;
 
-  check_cuda(cudaMalloc(&impl->head, sizeof(unsigned long long)), op, "cudaMalloc (FIFO ticket counter)");
-  check_cuda(cudaMemset(impl->head, 0, sizeof(unsigned long long)), op, "cudaMemset (FIFO ticket counter)");
+  // The ticket counter, then the staging counters (NetDevice::stage_count), all zero.
+  constexpr size_t kCounterBytes = sizeof(unsigned long long) + kNetStageCounters * sizeof(uint32_t);
+  check_cuda(cudaMalloc(&impl->head, kCounterBytes), op, "cudaMalloc (FIFO ticket and staging counters)");
+  check_cuda(cudaMemset(impl->head, 0, kCounterBytes), op, "cudaMemset (FIFO ticket and staging counters)");
+  view.stage_count = reinterpret_cast<uint32_t*>(impl->head + 1);
   check_cuda(cudaDeviceSynchronize(), op, "cudaDeviceSynchronize (after mapping the inter-node path)");
   view.fifo_head = impl->head;
 

@@ -40,6 +40,11 @@ struct NetPathConfig {
   std::string net;
 };
 
+// The transport a group's path asks for when the user chose none (MKERNEL_NET and
+// MKERNEL_NET_PLUGIN unset): "loopback" when every rank is on this host (emulated nodes: shared
+// memory, shaped by MKERNEL_NET_EMULATE), else "" (automatic: RDMA where a NIC is, else tcp).
+std::string default_net(bool one_host);
+
 class NetPath {
  public:
   // COLLECTIVE over session `s`: every rank of the session calls it in the same order with the

@@ -114,6 +114,7 @@ struct SymmetricGroup::Impl {
   int device = 0;
   double timeout_s = 60.0;
   std::vector<int> node;
+  bool one_host = false;  // every rank on this host: its nodes are emulated
   DeviceMemory counters;  // [epoch u64][exit ticket u32]
   std::unique_ptr<Generation> current;
   std::vector<std::unique_ptr<Generation>> retired;
@@ -230,6 +231,7 @@ SymmetricGroup& SymmetricGroup::get(const char* op, int64_t group, int64_t world
   impl.device = index;
   impl.timeout_s = layout.timeout_s;
   impl.node = layout.node;
+  impl.one_host = layout.hosts == 1;
   g->nodes_ = layout.nodes;
   check_cuda(cudaMalloc(&impl.counters.ptr, 64), op, "cudaMalloc of the op counter");
   check_cuda(cudaMemset(impl.counters.ptr, 0, 64), op, "zeroing the op counter");
@@ -317,6 +319,7 @@ void SymmetricGroup::ensure_net(const char* op, uint64_t send_bytes, uint64_t re
   cfg.arrival_slots = 4096;
   cfg.fifo_slots = 1024;
   cfg.timeout_ms = static_cast<int64_t>(impl_->timeout_s * 1000);
+  cfg.net = default_net(impl_->one_host);
   auto next = std::make_unique<NetPath>(op, static_cast<mk_session_t>(impl_->handle), cfg);
   if (impl_->net) impl_->retired_net.push_back(std::move(impl_->net));
   impl_->net = std::move(next);
@@ -328,6 +331,18 @@ void SymmetricGroup::ensure_net(const char* op, uint64_t send_bytes, uint64_t re
       false, op, ": group ", impl_->handle, " spans ", nodes_,
       " nodes, and this build has no GPU inter-node path (csrc/comm/net_path: FIFO -> Go proxy "
       "-> transport); run every rank of the group on one node (one MKERNEL_EMULATED_NODE)");
+#endif
+}
+
+std::string SymmetricGroup::net_info() const {
+#if MKERNEL_HAS_NET_PATH
+  if (!impl_->net) return "{}";
+  const NetPath& n = *impl_->net;
+  return std::string("{\"transport\":\"") + n.transport() + "\",\"gpu_memory\":" +
+         (n.gpu_memory() ? "true" : "false") + ",\"send_bytes\":" + std::to_string(view_.net.send_bytes) +
+         ",\"recv_bytes\":" + std::to_string(view_.net.recv_bytes) + ",\"stats\":" + n.stats() + "}";
+#else
+  return "{}";
 #endif
 }
 

@@ -49,6 +49,10 @@ class SymmetricGroup {
   int nodes() const { return nodes_; }
   bool single_node() const { return nodes_ == 1; }
 
+  // The inter-node path as JSON ({"transport", "gpu_memory", "send_bytes", "recv_bytes",
+  // "stats"}), or "{}" while the group has none (one node, or no inter-node call yet).
+  std::string net_info() const;
+
   // After a kernel of this group failed (a trapped wait): "<op>: rank r waited <elapsed> for
   // <what> from peer p (slot s, want >= x, saw y)" or "" when no wait failed.
   std::string diagnostic() const;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -92,6 +93,32 @@ type Config struct {
 	Log      *zap.Logger
 	// ProxyOptions are passed to proxy.Start after the defaults derived from this config.
 	ProxyOptions []proxy.Option
+}
+
+// EnvProxySpin is how long the proxy keeps spinning after its last command finished
+// before it starts sleeping between polls (a Go duration; "-1ns": never sleep). Default
+// GPUIdleSpin for a data path fed by GPU kernels (FIFO clock ClockGlobaltimer), whose
+// commands come in bursts a collective or fused op apart, else proxy.DefaultIdleSpin.
+// A GPU-fed path's proxy also never sleeps while a command is in flight.
+const EnvProxySpin = "MKERNEL_PROXY_SPIN"
+
+// GPUIdleSpin is EnvProxySpin's default for GPU producers: long enough to span the gaps
+// between the calls of a training or inference step, so that a kernel's first command does
+// not wait for the proxy to wake up (tens of microseconds).
+const GPUIdleSpin = 20 * time.Millisecond
+
+func idleSpin(clock fifo.Clock) (time.Duration, error) {
+	if v := strings.TrimSpace(os.Getenv(EnvProxySpin)); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %s=%q: want a Go duration (e.g. 20ms, -1ns to never sleep)", transport.ErrInvalid, EnvProxySpin, v)
+		}
+		return d, nil
+	}
+	if clock == fifo.ClockGlobaltimer {
+		return GPUIdleSpin, nil
+	}
+	return proxy.DefaultIdleSpin, nil
 }
 
 // Datapath is one rank's open data path.
@@ -222,7 +249,15 @@ func Open(ctx context.Context, sess Session, cfg Config) (_ *Datapath, err error
 			peers = append(peers, r)
 		}
 	}
-	popts := []proxy.Option{proxy.WithPlacement(cfg.Placement), proxy.WithOpTimeout(cfg.Timeout)}
+	spin, err := idleSpin(cfg.Clock)
+	if err != nil {
+		return nil, fmt.Errorf("datapath: rank %d: %w", rank, err)
+	}
+	popts := []proxy.Option{proxy.WithPlacement(cfg.Placement), proxy.WithOpTimeout(cfg.Timeout),
+		proxy.WithIdle(spin, proxy.DefaultIdleSleep)}
+	if cfg.Clock == fifo.ClockGlobaltimer { // GPU kernels wait on these commands' signals
+		popts = append(popts, proxy.WithSpinInflight())
+	}
 	if cfg.Log != nil {
 		popts = append(popts, proxy.WithLogger(cfg.Log.Named("proxy")))
 	}

@@ -48,7 +48,14 @@ type options struct {
 	log        *zap.Logger
 	noPin      bool
 	onFailHook func(error)
+
+	spinInflight bool
 }
+
+// WithSpinInflight keeps the loop from sleeping while any command is in flight (the idle
+// spin then counts from the last completion): for data paths whose producers wait on the
+// commands' signals (GPU kernels), at the price of a busy core while they do.
+func WithSpinInflight() Option { return func(o *options) { o.spinInflight = true } }
 
 // WithCPUs pins the proxy thread to these CPUs (default: none, the thread floats).
 func WithCPUs(cpus []int) Option { return func(o *options) { o.cpus = append([]int(nil), cpus...) } }

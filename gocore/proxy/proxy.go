@@ -217,7 +217,10 @@ func (p *Proxy) run(started chan<- struct{}) {
 	var idleSince uint64
 	for !p.stop.Load() {
 		p.steps++
-		if p.step() {
+		// With WithSpinInflight, commands in flight keep the loop spinning: their completions
+		// (and, on transports that progress only inside Poll, their very placement) wait for
+		// the next step.
+		if p.step() || (p.o.spinInflight && p.inflight > 0) {
 			idleSince = 0
 		} else if p.o.idleSpin >= 0 && p.steps&63 == 0 {
 			now := fifo.MonotonicNanos()

@@ -59,7 +59,7 @@ def get_dispatch_layout(topk_idx: Tensor, num_experts: int, world_size: int) -> 
 
 def reserve_tokens(max_tokens: int, group: Any = None) -> None:
     """Fix the group's MoE token bound: every later :func:`mkernel.moe_dispatch_gemm` of the
-    group on CUDA (W > 1, one node) sizes its token areas, and with ``capacity == 0`` its packed
+    group on CUDA (W > 1) sizes its token areas, and with ``capacity == 0`` its packed
     outputs (``W * max_tokens * min(k, E_local)`` rows), for ``max_tokens`` tokens per rank,
     instead of all-gathering every rank's T on the host at each call. Shapes then stay fixed
     call after call (CUDA graphs, no host exchange). Every rank must pass the same value, and

@@ -89,6 +89,17 @@ def test_cpu_gradients_match_autograd(causal) -> None:
         assert _rel(g, r) < 1e-5
 
 
+@pytest.mark.parametrize("setting", ["auto", "flash"])
+def test_backward_choice_on_the_cpu_is_the_math_backward(setting, monkeypatch) -> None:
+    """CPU tensors differentiate through the fp32 math backward whatever the CUDA backward
+    setting (mkernel.ops.ATTENTION_BACKWARD picks among torch's CUDA kernels only)."""
+    monkeypatch.setattr(mkernel.ops, "ATTENTION_BACKWARD", setting)
+    q = torch.randn(1, 8, 4, 64, dtype=torch.bfloat16)
+    k = torch.randn(1, 8, 2, 64, dtype=torch.bfloat16)
+    for causal in (False, True):
+        assert mkernel.ops._attention_backward_choice(q, k, k, causal) == "math"
+
+
 @pytest.mark.parametrize("split", [1, 40, 99])
 def test_merge_of_kv_blocks_equals_full_attention(split) -> None:
     """attention(q, [k1; k2]) == merge(attention(q, k1), attention(q, k2)) (the ring step)."""

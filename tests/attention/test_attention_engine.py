@@ -97,23 +97,35 @@ def test_matches_sdpa(causal) -> None:
     assert rel < 1e-2
 
 
+@pytest.mark.parametrize("backend", ["auto", "flash"])
 @pytest.mark.parametrize("case", [(1, 129, 129, 4, 4, 128, False), (2, 200, 333, 8, 2, 64, True),
-                                  (1, 1000, 1000, 4, 1, 128, True)])
-def test_gradients_match_autograd(case) -> None:
-    b, s, s_kv, h, h_kv, d, causal = case
+                                  (1, 1000, 1000, 4, 1, 128, True), (2, 256, 256, 8, 2, 128, True),
+                                  (1, 512, 384, 4, 4, 64, False),
+                                  (1, 384, 384, 4, 2, 128, True, torch.float16)])
+def test_gradients_match_autograd(case, backend, monkeypatch) -> None:
+    """Gradients through the backward kernel the op chooses ("auto": cuDNN where it applies,
+    else FA2; "flash": FA2 always) against autograd of the fp32 reference."""
+    b, s, s_kv, h, h_kv, d, causal = case[:7]
+    dtype = case[7] if len(case) > 7 else torch.bfloat16
+    monkeypatch.setattr(mkernel.ops, "ATTENTION_BACKWARD", backend)
     gen = torch.Generator(device="cuda").manual_seed(13)
-    q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
-    k = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
-    v = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
-    dout = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    q = torch.randn(b, s, h, d, device="cuda", dtype=dtype, generator=gen).requires_grad_()
+    k = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dtype, generator=gen).requires_grad_()
+    v = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dtype, generator=gen).requires_grad_()
+    dout = torch.randn(b, s, h, d, device="cuda", dtype=dtype, generator=gen)
     out, _ = mkernel.attention(q, k, v, causal=causal)
+    choice = mkernel.ops._attention_backward_choice(q, k, v, causal)
+    if backend == "flash" or (causal and s != s_kv):
+        assert choice == "flash"  # cuDNN's causal mask is top-left aligned
+    elif s % 128 == 0 and s_kv % 128 == 0:
+        assert choice == "cudnn", "cuDNN's backward should apply to this problem"
     grads = torch.autograd.grad(out, (q, k, v), dout)
     q32, k32, v32 = (x.detach().float().requires_grad_() for x in (q, k, v))
     ref, _ = attention_ref(q32, k32, v32, causal, dtype=torch.float32)
     ref_grads = torch.autograd.grad(ref, (q32, k32, v32), dout.float())
     for name, g, r in zip("qkv", grads, ref_grads):
         rel = ((g.float() - r).norm() / r.norm()).item()
-        assert rel < 2e-2, f"d{name} relative error {rel}"
+        assert rel < 2e-2, f"d{name} relative error {rel} ({choice} backward)"
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -154,10 +166,30 @@ def test_cuda_graph_capture_and_replay() -> None:
 @pytest.mark.parametrize("tile, case", [
     ((192, 128), (1, 1000, 1000, 4, 1, 64)), ((192, 128), (2, 193, 4097, 8, 2, 64)),
     ((192, 128), (1, 17, 129, 2, 2, 64)), ((192, 128), (1, 2500, 700, 4, 4, 64)),
-    ((128, 128), (1, 3000, 3000, 2, 1, 64))])
+    ((128, 128), (1, 3000, 3000, 2, 1, 64)),
+    ((128, 160), (1, 1000, 1000, 4, 1, 128)), ((128, 160), (2, 193, 4097, 8, 2, 128)),
+    ((128, 160), (1, 2500, 700, 4, 4, 128))])
 def test_other_tiles(tile, case) -> None:
     """Each built tile of bf16 d=64 (192x128, three consumer warpgroups; 128x128, the default
-    below 2048 queries) against the reference; causal at 192x128 is refused."""
+    below 2048 queries) and the opt-in 128x160 of bf16 d=128 against the reference; causal
+    (not built) is refused."""
+    _check_tile(tile, case)
+
+
+@pytest.mark.parametrize("tile, case", [
+    ((256, 128), (1, 1100, 1100, 4, 1, 128)), ((256, 128), (2, 193, 4097, 8, 2, 128)),
+    ((256, 128), (1, 100, 700, 2, 2, 128)), ((256, 128), (3, 1024, 1024, 4, 4, 128)),
+    ((256, 160), (1, 1100, 1000, 4, 2, 128)), ((256, 128), (2, 700, 300, 4, 2, 128))])
+def test_cluster_tile(tile, case) -> None:
+    """The opt-in 256x128 and 256x160 tiles of bf16 d=128: a cluster of two 128-row CTAs
+    sharing every K/V block by TMA multicast. Odd query-block counts (1100, 193, 100, 700
+    rows) leave the second CTA of the last cluster on rows past s, which must still load and
+    release its half of each K/V block. 256x128 causal too (both CTAs walk the KV blocks of
+    the pair's last tile; s < s_kv and s > s_kv included); 256x160 causal is refused."""
+    _check_tile(tile, case)
+
+
+def _check_tile(tile, case) -> None:
     b, s, s_kv, h, h_kv, d = case
     bm, bn = tile
     gen = torch.Generator(device="cuda").manual_seed(41)
@@ -169,6 +201,11 @@ def test_other_tiles(tile, case) -> None:
     ref, ref_lse = attention_ref(q, k, v, False)
     assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
     assert torch.allclose(lse.double(), ref_lse, rtol=1e-3, atol=1e-3)
-    if bm == 192:
+    if (bm, bn) == (256, 128):  # causal built: the pair walks the KV blocks of its last tile
+        out, lse = mkernel.attention(q, k, v, causal=True, block_m=bm, block_n=bn)
+        ref, ref_lse = attention_ref(q, k, v, True)
+        assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
+        assert torch.allclose(lse.double(), ref_lse, rtol=1e-3, atol=1e-3)
+    elif (bm, bn) != (128, 128):
         with pytest.raises(ValueError, match="block_m/block_n"):
             mkernel.attention(q, k, v, causal=True, block_m=bm, block_n=bn)

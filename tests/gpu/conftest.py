@@ -74,3 +74,26 @@ def rank_env(mps_env: dict, world: int, **extra: str) -> dict:
                 NCCL_NVLS_ENABLE="0", **extra)
 
 
+
+
+def check_killed_rank(results, victim: int, timeout_s: float) -> list[dict]:
+    """The checks of a killed-rank test (rank `victim` SIGKILLed itself mid-op; every other rank
+    printed ``ERR {json}`` with "s" (seconds to fail) and "record" (its wait record or None)):
+    the victim died by SIGKILL, every survivor exited 0 after failing within the op timeout
+    (+ slack), and a record, where present, names the victim. Returns the survivors' first ERR."""
+    errs = []
+    for r in results:
+        if r.rank == victim:
+            assert r.returncode == -9, f"victim rc {r.returncode}\n{r.stderr[-3000:]}"
+            continue
+        assert r.returncode == 0, (f"rank {r.rank}: rc={r.returncode}\n{r.stdout[-2000:]}\n"
+                                   f"{r.stderr[-3000:]}")
+        found = records(r, "ERR")
+        assert found, f"rank {r.rank} did not fail:\n{r.stdout[-2000:]}"
+        e = found[0]
+        print(f"rank {r.rank}: {e}")
+        assert e["s"] < timeout_s + 30, e
+        if e["record"] is not None:
+            assert f"peer rank {victim}" in e["record"], e
+        errs.append(e)
+    return errs

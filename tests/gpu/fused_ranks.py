@@ -9,7 +9,9 @@ capture and replay with the inputs changed between replays. Prints ``CASE {json}
 ``OK <rank>`` at the end; a failed check raises (exit status 1) naming the case.
 
 ``FUSED_SUITE`` (comma-separated): ``ag`` (ag_gemm), ``rs`` (gemm_rs), ``ar`` (gemm_ar),
-``graph`` (all three captured and replayed), ``auto`` (the fused/unfused and config choice), ``time``.
+``graph`` (all three captured and replayed), ``auto`` (the fused/unfused and config choice), ``time``,
+``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
+torch.compile(fullgraph=True), inductor / aot_eager backend).
 The fused kernels are pinned (MKERNEL_FUSED=force) unless the environment says otherwise.
 """
 
@@ -199,9 +201,11 @@ def suite_graph(ctx, rank: int, world: int) -> None:
         check("graph_ar", ar_static, total, dict(op="gemm_ar", graph=True, case=case, rank=rank))
 
 
-def suite_mlp(ctx, rank: int, world: int) -> None:
+def suite_mlp(ctx, rank: int, world: int, backend: str | None = None) -> None:
     """mkernel.nn column (sequence parallel) -> GeLU -> row (sequence parallel) in bf16, forward
-    and backward through the fused ops, against the unfused fp32 model on the same weights."""
+    and backward through the fused ops, against the unfused fp32 model on the same weights.
+    backend: also run the MLP under torch.compile(fullgraph=True) with that backend (issue 12
+    item 7: one graph, no break, through the ops' fake kernels and registered autograd)."""
     import torch.nn.functional as F
 
     from mkernel.nn import ColumnParallelLinear, RowParallelLinear
@@ -227,18 +231,30 @@ def suite_mlp(ctx, rank: int, world: int) -> None:
         col.bias.copy_(b1[cols])
         row.weight.copy_(W2[:, cols])
         row.bias.copy_(b2)
-    x = X[seq].to(dt).cuda().requires_grad_(True)
-    y, _ = row(F.gelu(col(x)[0]))
-    (y.float() * G[seq].cuda()).sum().backward()
-    db2 = row.bias.grad.float().cpu()
-    dist.all_reduce(db2)  # each rank's bias grad covers its tokens (bias.sequence_parallel)
-    for name, got, want in (("y", y, want_y[seq]), ("dx", x.grad, rX.grad[seq]),
-                            ("dW1", col.weight.grad, rW1.grad[cols]), ("db1", col.bias.grad, rb1.grad[cols]),
-                            ("dW2", row.weight.grad, rW2.grad[:, cols]), ("db2", db2, rb2.grad)):
-        got, want = got.double().cpu(), want.double().cpu()
-        rel = ((got - want).norm() / want.norm()).item()
-        emit("CASE", dict(op="mlp", out=name, rel=rel, world=world, rank=rank))
-        assert rel < 2e-2, f"mlp {name}: relative error {rel:.3g}"
+
+    def mlp(inp: torch.Tensor) -> torch.Tensor:
+        return row(F.gelu(col(inp)[0]))[0]
+
+    runs = [("mlp", mlp)]
+    if backend is not None:
+        runs.append((f"mlp compiled ({backend})", torch.compile(mlp, backend=backend, fullgraph=True)))
+    for tag, fn in runs:
+        # Twice: the compiled function's first call traces and compiles, the second reuses it;
+        # the second call's output and gradients are checked.
+        for _ in range(2):
+            x = X[seq].to(dt).cuda().requires_grad_(True)
+            col.weight.grad = col.bias.grad = row.weight.grad = row.bias.grad = None
+            y = fn(x)
+            (y.float() * G[seq].cuda()).sum().backward()
+        db2 = row.bias.grad.float().cpu()
+        dist.all_reduce(db2)  # each rank's bias grad covers its tokens (bias.sequence_parallel)
+        for name, got, want in (("y", y, want_y[seq]), ("dx", x.grad, rX.grad[seq]),
+                                ("dW1", col.weight.grad, rW1.grad[cols]), ("db1", col.bias.grad, rb1.grad[cols]),
+                                ("dW2", row.weight.grad, rW2.grad[:, cols]), ("db2", db2, rb2.grad)):
+            got, want = got.double().cpu(), want.double().cpu()
+            rel = ((got - want).norm() / want.norm()).item()
+            emit("CASE", dict(op=tag, out=name, rel=rel, world=world, rank=rank))
+            assert rel < 2e-2, f"{tag} {name}: relative error {rel:.3g}"
 
 
 def suite_auto(ctx, rank: int, world: int) -> None:
@@ -326,7 +342,9 @@ def main() -> None:
     for name in suites:
         try:
             {"ag": suite_ag, "rs": suite_rs, "ar": suite_ar, "graph": suite_graph,
-             "mlp": suite_mlp, "time": suite_time, "auto": suite_auto}[name](ctx, rank, world)
+             "mlp": suite_mlp, "time": suite_time, "auto": suite_auto,
+             "compile": lambda c, r, w: suite_mlp(c, r, w, backend="inductor"),
+             "compile_aot": lambda c, r, w: suite_mlp(c, r, w, backend="aot_eager")}[name](ctx, rank, world)
         except Exception:
             # A trapped device wait leaves a record naming the op, peer and flag.
             print(f"WAIT rank {rank}: {mkernel.ops.last_wait_failure()}", file=sys.stderr, flush=True)

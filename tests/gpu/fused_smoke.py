@@ -9,22 +9,16 @@ Exit status 1 on any failure.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from common import mps_daemon  # noqa: E402  (benchmarks/common.py: the shared MPS helper)
 from tests.launch import run_ranks  # noqa: E402
-
-
-def mps_daemon():
-    spec = importlib.util.spec_from_file_location("bench_fused", ROOT / "benchmarks" / "bench_fused.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.mps_daemon()
 
 
 def main() -> int:
@@ -36,7 +30,7 @@ def main() -> int:
     args = ap.parse_args()
     code = (ROOT / "tests" / "gpu" / "fused_ranks.py").read_text()
     failed = False
-    with mps_daemon() as mps_env:
+    with mps_daemon("fused_smoke") as mps_env:
         for world in [int(w) for w in args.worlds.split(",")]:
             suites = args.suites + (",time" if world == args.time_at else "")
             env = dict(mps_env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // world),

@@ -5,14 +5,17 @@ replay bit-identical to an eager call on the same
 inputs and within bf16 rounding of the float64 reference from every rank's inputs.
 
 Prints ``CASE {json}`` per checked replay and ``OK <rank>`` at the end; a failed check raises.
-``TEST_SUITE``: comma-separated suites of moe_rank_checks (matrix, repeat) or ``graph``.
+``TEST_SUITE``: comma-separated suites of moe_rank_checks (matrix, repeat), ``graph`` or
+``kill`` (the last rank dies mid-dispatch; the others print ``ERR {json}`` and exit).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -81,12 +84,47 @@ def graph(ctx) -> None:
             print("CASE", json.dumps(rec), flush=True)
 
 
+def kill(ctx) -> None:
+    """After a good call the victim (last rank) launches a dispatch and SIGKILLs itself while it
+    runs; every other rank must raise within MKERNEL_OP_TIMEOUT (+ slack), its wait record naming
+    the victim, not hang. Ends the process."""
+    rank, world = ctx.rank, ctx.world_size
+    victim = world - 1
+    e, h, f, k, t = 2 * world, 64, 32, 2, 64
+    gen = torch.Generator(device="cuda").manual_seed(5 + rank)
+    x = torch.randn(t, h, device="cuda", dtype=torch.bfloat16, generator=gen)
+    idx = torch.rand(t, e, device="cuda", generator=gen).topk(k, dim=1).indices
+    w1 = torch.randn(e // world, f, h, device="cuda", dtype=torch.bfloat16, generator=gen)
+    mkernel.moe.reserve_tokens(t, group=ctx)
+
+    def call():
+        return mkernel.moe_dispatch_gemm(x, idx, w1, num_experts=e, group=ctx)
+
+    call()
+    torch.cuda.synchronize()
+    dist.barrier()
+    if rank == victim:
+        call()
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        for _ in range(3):
+            call()
+        torch.cuda.synchronize()
+    except Exception as err:  # noqa: BLE001  (the type is part of the record)
+        print("ERR", json.dumps({"suite": "kill", "type": type(err).__name__,
+                                 "s": time.monotonic() - t0, "msg": str(err)[:600],
+                                 "record": mkernel.last_wait_failure()}), flush=True)
+        os._exit(0)
+    raise AssertionError("a dispatch without the killed rank succeeded")
+
+
 def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     ctx = mkernel.init()
     for suite in os.environ.get("TEST_SUITE", "graph").split(","):
-        fn = graph if suite == "graph" else getattr(moe_rank_checks, suite)
+        fn = {"graph": graph, "kill": kill}.get(suite) or getattr(moe_rank_checks, suite)
         try:
             fn(ctx)
         except Exception as e:

@@ -221,7 +221,12 @@ def multinode(c: Checker) -> None:
     for i, (op, s, out) in enumerate(outs):
         exact, _ = reference(op, sets[s], c.rank)
         assert torch.equal(out.cpu(), exact), f"multinode back-to-back call {i} ({op}) is wrong"
-    emit("CASE", {"op": "multinode", "err": 0.0, "bound": 0.0})
+    # Every rank of this job is on one host: unless MKERNEL_NET picks one, the path must be
+    # the loopback transport (shared memory), not tcp.
+    info = json.loads(torch.ops.mkernel._net_path_info(c.ctx.handle, w))
+    want = os.environ.get("MKERNEL_NET") or "loopback"
+    assert info.get("transport") == want, f"the inter-node path runs on {info.get('transport')}, want {want}"
+    emit("CASE", {"op": "multinode", "err": 0.0, "bound": 0.0, "net": info["transport"]})
 
 
 def two_groups(c: Checker) -> None:

@@ -42,6 +42,15 @@ def test_mlp_layers(mps, world):
 
 
 @pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("suite", ["compile", "compile_aot"])
+def test_mlp_compiled(mps, world, suite):
+    """The same MLP under torch.compile(fullgraph=True) (inductor, aot_eager), eager first:
+    outputs and gradients of both against the fp32 model (issue 12 item 7)."""
+    cases = run(mps, world, suite, timeout=300.0)
+    assert len(cases) == world * 6 * 2  # eager + compiled, 6 tensors each
+
+
+@pytest.mark.parametrize("world", [2, 4])
 def test_graph_replay(mps, world):
     cases = run(mps, world, "graph")
     assert len(cases) == world * (3 + 2 * 2)

@@ -7,13 +7,16 @@
   memory), and bit-identical repeated calls;
 * CUDA-graph capture and replay with changed inputs (tests/gpu/moe_ranks.py).
 
-The backward passes run on the same substrate (the gather and scatter kernels)."""
+The backward passes run on the same substrate (the gather and scatter kernels). Over two
+emulated nodes the same checks and the graph replay run the several-node path (csrc/moe_nodes.h:
+the rows through the substrate's all_gather, whose other-node blocks go FIFO -> Go proxy ->
+transport)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.gpu.conftest import ROOT, check_ranks, needs_gpu, rank_env
+from tests.gpu.conftest import ROOT, check_killed_rank, check_ranks, needs_gpu, rank_env
 from tests.launch import run_ranks
 
 pytestmark = needs_gpu
@@ -26,7 +29,7 @@ main()
 """
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [2, 4, 8])
 def test_moe_cuda_ranks_match_reference(mps, world):
     res = run_ranks(RANK_MAIN, world, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="matrix,repeat", TEST_DEVICE="cuda",
@@ -43,3 +46,28 @@ def test_moe_cuda_graph_replay(mps, world):
                                  MKERNEL_OP_TIMEOUT="15"))
     cases = check_ranks(res)
     assert len(cases) == world * 4, len(cases)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_moe_cuda_across_emulated_nodes(mps, world):
+    """Two emulated nodes: values, routes, counts and gradients against the float64 reference,
+    bit-identical repeats, and graph replay (with and without reserve_tokens)."""
+    res = run_ranks(RANK_MAIN, world, nodes=2, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="20"))
+    cases = check_ranks(res)
+    assert len(cases) == world * (8 + 4), len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+
+def test_moe_killed_rank_fails_the_others_within_the_timeout(mps):
+    """The last rank dies in the middle of a dispatch: the survivor raises within the op timeout
+    (+ slack), and its wait record (if its own wait expired first: under MPS the first trap ends
+    every client) names the dead rank."""
+    world, timeout_s = 2, 5
+    res = run_ranks(RANK_MAIN, world, timeout=90,
+                    env=rank_env(mps, world, TEST_SUITE="kill", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT=str(timeout_s)))
+    # A lone survivor's own wait expires (no other rank can trap first): it must have a record.
+    errs = check_killed_rank(res, world - 1, timeout_s)
+    assert all(e["record"] is not None for e in errs), errs

@@ -94,8 +94,10 @@ struct HookArgs {
 int block_m(int head_dim, bool causal, int seq_q);
 int block_n(int head_dim);
 
-// Why a problem can't run (nullptr if it can): shapes, head dim, alignment.
+// Why a problem can't run (nullptr if it can): shapes, head dim, alignment; `hooked`: through
+// run_hooked (some tiles have no hooked kernel).
 const char* can_implement(const Problem& p);
+const char* can_implement(const Problem& p, bool hooked);
 
 // Launches on l.stream. Returns cudaSuccess or the launch error; cudaErrorInvalidValue with the
 // reason in *reason when can_implement refuses.

@@ -53,6 +53,23 @@ class AttentionFwdSm90 {
     typename Hooks::Params hooks;
   };
 
+  // The schedule: without a cluster, the scheduler's tiles t = blockIdx.x + k * gridDim.x.
+  // With a cluster of 2, the scheduler's tiles are query-block *pairs* (its m_blocks is
+  // halved, rounded up) walked by cluster: CTA r of the cluster takes query block 2m + r of
+  // pair m (a block past the end, when the count is odd, runs on out-of-range rows: TMA
+  // fills Q with zeros and clips the stores, the LSE store skips the rows; the CTA must still
+  // load and release its half of every K/V block for its peer).
+  static constexpr int kClusterM = Traits::kClusterM;
+  CUTLASS_DEVICE static int first_tile() { return static_cast<int>(blockIdx.x) / kClusterM; }
+  CUTLASS_DEVICE static int tile_stride() { return static_cast<int>(gridDim.x) / kClusterM; }
+  CUTLASS_DEVICE static WorkTile get_tile(typename Scheduler::Params const& sp, int t) {
+    WorkTile w = Scheduler::get(sp, t);
+    if constexpr (kClusterM > 1) {
+      w.m_block = w.m_block * kClusterM + static_cast<int>(cute::block_rank_in_cluster());
+    }
+    return w;
+  }
+
   enum class WarpGroupRole { Producer = 0, Consumer0 = 1, Consumer1 = 2 };
   enum class ProducerWarpRole { Load = 0, Idle1 = 1, Idle2 = 2, Idle3 = 3 };
 
@@ -90,20 +107,51 @@ class AttentionFwdSm90 {
       q_params.is_leader = pp.is_leader;
       q_params.num_consumers = pp.num_consumers;
     }
-    PipelineQ pipeline_q(shared.pipelines.q, q_params, Shape<_1, _1, _1>{});
-    PipelineKV pipeline_k(shared.pipelines.k, pipe_params(Traits::kTmaBytesKV), Shape<_1, _1, _1>{});
-    PipelineKV pipeline_v(shared.pipelines.v, pipe_params(Traits::kTmaBytesKV), Shape<_1, _1, _1>{});
-    __syncthreads();  // barriers initialised before any thread uses them
+    // With a cluster, a stage's empty barrier counts the releases of both CTAs' consumers
+    // (each CTA's producer multicasts into both); Q is loaded by each CTA for itself, but its
+    // pipeline takes the cluster shape too so that its releases follow the same protocol (the
+    // CTAs run the same tile sequence, so Q's releases come in step).
+    using ClusterShape = Shape<Int<Traits::kClusterM>, _1, _1>;
+    PipelineQ::init_barriers(shared.pipelines.q, q_params, ClusterShape{});
+    PipelineKV::init_barriers(shared.pipelines.k, pipe_params(Traits::kTmaBytesKV), ClusterShape{});
+    PipelineKV::init_barriers(shared.pipelines.v, pipe_params(Traits::kTmaBytesKV), ClusterShape{});
+    // Each role makes its pipeline handles after its register reconfiguration: a consumer's
+    // release targets (which CTA of the cluster a thread signals) would otherwise be live
+    // through the producer's 24-register section, and spill.
+    struct Pipelines {
+      PipelineQ q;
+      PipelineKV k;
+      PipelineKV v;
+    };
+    auto make_pipelines = [&] {
+      return Pipelines{
+          PipelineQ(shared.pipelines.q, q_params, ClusterShape{}, cute::false_type{}, cute::true_type{}),
+          PipelineKV(shared.pipelines.k, pipe_params(Traits::kTmaBytesKV), ClusterShape{},
+                     cute::false_type{}, cute::true_type{}),
+          PipelineKV(shared.pipelines.v, pipe_params(Traits::kTmaBytesKV), ClusterShape{},
+                     cute::false_type{}, cute::true_type{})};
+    };
+    // Barriers initialised before any thread (of the cluster: remote releases) uses them.
+    if constexpr (Traits::kClusterM > 1) {
+      cute::cluster_arrive_relaxed();
+      cute::cluster_wait();
+    } else {
+      __syncthreads();
+    }
 
     Mainloop mainloop;
     if (role == WarpGroupRole::Producer) {
       cutlass::arch::warpgroup_reg_dealloc<Traits::kLoadRegisters>();
       if (producer_role != ProducerWarpRole::Load) return;
+      Pipelines pipes = make_pipelines();
+      auto& pipeline_q = pipes.q;
+      auto& pipeline_k = pipes.k;
+      auto& pipeline_v = pipes.v;
       auto q_write = cutlass::make_producer_start_state<PipelineQ>();
       auto kv_write = cutlass::make_producer_start_state<PipelineKV>();
       if (lane_idx == 0) {
-        for (int t = Scheduler::first_tile();; t += Scheduler::tile_stride()) {
-          const WorkTile work = Scheduler::get(params.scheduler, t);
+        for (int t = first_tile();; t += tile_stride()) {
+          const WorkTile work = get_tile(params.scheduler, t);
           if (!work.valid) break;
           mainloop.template load<Hooks>(params.mainloop, params.hooks, pipeline_q, pipeline_k,
                                         pipeline_v, q_write, kv_write, shared.tensors.mainloop,
@@ -117,14 +165,18 @@ class AttentionFwdSm90 {
       __syncwarp();
     } else {
       cutlass::arch::warpgroup_reg_alloc<Traits::kMmaRegisters>();
+      Pipelines pipes = make_pipelines();
+      auto& pipeline_q = pipes.q;
+      auto& pipeline_k = pipes.k;
+      auto& pipeline_v = pipes.v;
       const int mma_thread_idx = static_cast<int>(threadIdx.x) - cutlass::NumThreadsPerWarpGroup;
       typename Mainloop::StateQ q_read;
       typename Mainloop::StateKV kv_read;
       Epilogue epilogue;
       typename Traits::TiledMmaPV tiled_mma_pv;
       Mainloop::scheduler_barrier_init(mma_thread_idx / cutlass::NumThreadsPerWarpGroup);
-      for (int t = Scheduler::first_tile();; t += Scheduler::tile_stride()) {
-        const WorkTile work = Scheduler::get(params.scheduler, t);
+      for (int t = first_tile();; t += tile_stride()) {
+        const WorkTile work = get_tile(params.scheduler, t);
         if (!work.valid) break;
         Tensor acc_o = partition_fragment_C(tiled_mma_pv, select<0, 2>(typename Traits::TileShapeMNK{}));
         constexpr int kRows = decltype(size<0>(rowcol(acc_o.layout())))::value;

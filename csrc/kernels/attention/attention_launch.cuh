@@ -11,11 +11,14 @@
 
 namespace mkernel::attention {
 
+// kBlockM: the query rows of one CTA (64 per consumer warpgroup: 128 or 192), or 256 = a
+// cluster of two 128-row CTAs sharing every K/V block by TMA multicast (non-causal).
 template <class Element, int kHeadDim, int kBlockM, int kBlockN, bool kCausal, class Hooks>
 cudaError_t launch_attention(const Problem& pr, const Launch& l,
                              typename Hooks::Params const& hooks) {
-  using Traits = AttnTraits<Element, kHeadDim, kBlockN, kCausal, kBlockM / 64>;
-  static_assert(Traits::kBlockM == kBlockM, "kBlockM: 64 rows per consumer warpgroup");
+  constexpr int kClusterM = kBlockM == 256 ? 2 : 1;
+  using Traits = AttnTraits<Element, kHeadDim, kBlockN, kCausal, kBlockM / 64 / kClusterM, kClusterM>;
+  static_assert(Traits::kBlockM * kClusterM == kBlockM, "kBlockM: 64 rows per consumer warpgroup");
   using Kernel = AttentionFwdSm90<Traits, Hooks>;
   using Mainloop = typename Kernel::Mainloop;
   using Epilogue = typename Kernel::Epilogue;
@@ -30,7 +33,8 @@ cudaError_t launch_attention(const Problem& pr, const Launch& l,
   params.epilogue = Epilogue::to_underlying_arguments(typename Epilogue::Arguments{
       static_cast<Element*>(pr.out), pr.lse, pr.batch, pr.seq_q, pr.heads, pr.out_batch_stride,
       pr.lse_head_stride});
-  const int m_blocks = (pr.seq_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  // The scheduler walks query blocks, or query-block pairs with a cluster (kernel get_tile).
+  const int m_blocks = (pr.seq_q + kBlockM - 1) / kBlockM;
   params.scheduler = Scheduler::make_params(
       m_blocks, pr.heads, pr.batch,
       2ll * pr.seq_kv * kHeadDim * static_cast<long long>(sizeof(Element)));
@@ -46,15 +50,50 @@ cudaError_t launch_attention(const Problem& pr, const Launch& l,
     e = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
     if (e != cudaSuccess) return e;
   }
-  const int grid = Scheduler::grid_size(params.scheduler, sm_count);
-  if (grid <= 0) return cudaSuccess;
-
   auto kernel = attention_fwd_kernel<Kernel>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        Kernel::kSmemBytes);
   if (e != cudaSuccess) return e;
-  kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, l.stream>>>(params);
-  return cudaGetLastError();
+  if constexpr (kClusterM == 1) {
+    const int grid = Scheduler::grid_size(params.scheduler, sm_count);
+    if (grid <= 0) return cudaSuccess;
+    kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, l.stream>>>(params);
+    return cudaGetLastError();
+  } else {
+    // As many clusters as can be resident at once (a GPC's SM count need not be even), at
+    // most one per tile pair, at most sm_count / 2 (a caller's SM budget).
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kClusterM;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.blockDim = dim3(Kernel::kThreads, 1, 1);
+    cfg.dynamicSmemBytes = Kernel::kSmemBytes;
+    cfg.stream = l.stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    // The resident-cluster count of this kernel, per device, asked once (a host query per
+    // call would cost more than a short attention call); a benign race writes the same value.
+    static int resident_by_device[64] = {};
+    int device = 0;
+    e = cudaGetDevice(&device);
+    if (e != cudaSuccess) return e;
+    int resident = device < 64 ? resident_by_device[device] : 0;
+    if (resident <= 0) {
+      cfg.gridDim = dim3(static_cast<unsigned>(kClusterM * 64), 1, 1);
+      e = cudaOccupancyMaxActiveClusters(&resident, kernel, &cfg);
+      if (e != cudaSuccess) return e;
+      if (device < 64) resident_by_device[device] = resident;
+    }
+    int clusters = Scheduler::grid_size(params.scheduler, sm_count / kClusterM);
+    clusters = resident > 0 && resident < clusters ? resident : clusters;
+    if (clusters <= 0) return cudaSuccess;
+    cfg.gridDim = dim3(static_cast<unsigned>(clusters * kClusterM), 1, 1);
+    e = cudaLaunchKernelEx(&cfg, kernel, params);
+    if (e != cudaSuccess) return e;
+    return cudaGetLastError();
+  }
 }
 
 // The two hook policies of one (dtype, head dim, tile, causal) case.
@@ -78,6 +117,14 @@ cudaError_t launch_case(const Problem& pr, const Launch& l, const HookArgs* h) {
   hp.group = h->group;
   hp.peer = h->peer;
   return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, KvFlagHooks>(pr, l, hp);
+}
+
+// The cluster tile (kBlockM 256): plain kernel only — under a KV-wait hook one CTA's wait
+// would stall its peer's multicast loads.
+template <class Element, int kHeadDim, int kBlockM, int kBlockN, bool kCausal>
+cudaError_t launch_plain_case(const Problem& pr, const Launch& l, const HookArgs* h) {
+  if (h != nullptr && h->kv_ready != nullptr) return cudaErrorInvalidValue;
+  return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, NoHooks>(pr, l, NoHooks::Params{});
 }
 
 }  // namespace mkernel::attention

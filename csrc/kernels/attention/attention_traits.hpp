@@ -13,7 +13,8 @@
 
 namespace mkernel::attention {
 
-template <class Element_, int kHeadDim_, int kBlockN_, bool kCausal_, int kNumMmaWarpGroups_ = 2>
+template <class Element_, int kHeadDim_, int kBlockN_, bool kCausal_, int kNumMmaWarpGroups_ = 2,
+          int kClusterM_ = 1>
 struct AttnTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -41,6 +42,21 @@ struct AttnTraits {
   static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
   static_assert(kStages >= 2, "the K/V ring needs 2 stages: use a smaller kBlockN");
 
+  // CTAs per cluster along the query blocks (1 or 2): with 2, the two CTAs of a cluster own
+  // query tiles 2i and 2i + 1 of the same (batch, head), walk the same KV blocks, and each
+  // loads half of every K/V block with a TMA multicast into both (FA3's cluster for d >= 128
+  // non-causal): half the L2 -> SM traffic of K/V per FLOP. Causal: both walk the blocks of
+  // tile 2i + 1 (tile 2i's extra block, past its diagonal, is masked whole).
+  static constexpr int kClusterM = kClusterM_;
+  static_assert(kClusterM == 1 || kClusterM == 2, "cluster of 1 or 2 CTAs");
+
+  // Force the softmax of S_n ahead of the PV GEMM's wait (textbook intra-warpgroup overlap).
+  // Off: left alone, ptxas hoists that wait above the exps, so each warpgroup runs its softmax
+  // after its own PV GEMM (overlapping only the other warpgroup's GEMMs). Forcing the order
+  // measured 2-13% *slower* relative to cuDNN in session 7's device run 2 (d=128 non-causal
+  // S=8192: 0.78x vs 0.89x; benchmarks/NOTES.md), so ptxas's order stays.
+  static constexpr bool kSoftmaxAheadOfPvWait = false;
+
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
   static constexpr bool kPingPong = true;
 
@@ -60,7 +76,6 @@ struct AttnTraits {
   using SmemLayoutQ = decltype(cute::tile_to_shape(
       cute::GMMA::Layout_K_SW128_Atom<Element>{},
       cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
-  using SmemLayoutO = SmemLayoutQ;
   using SmemLayoutK = decltype(cute::tile_to_shape(
       cute::GMMA::Layout_K_SW128_Atom<Element>{},
       cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));

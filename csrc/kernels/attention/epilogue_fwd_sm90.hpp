@@ -1,10 +1,13 @@
 // The forward epilogue: the normalised O tile goes registers -> shared memory (stmatrix) ->
-// global (one TMA store, which clips the rows past seq_q), and the LSE of each row goes straight
+// global (TMA stores, which clip the rows past seq_q), and the LSE of each row goes straight
 // from registers to global (one thread of each quad owns a row).
 //
-// The O tile in shared memory is reused tile after tile: before writing it the consumers wait
-// until the previous TMA store has read it (EpilogueSmemFree), and the store starts once all
-// consumer threads have written it (EpilogueSmemFull).
+// Each consumer warpgroup stores its own 64 rows on its own: its own region of the O buffer
+// (64 x d, contiguous), its own named barrier, its own TMA store issued by its first thread.
+// No barrier spans the warpgroups, so a warpgroup that finishes its tile first (the ping-pong
+// keeps them half a KV block apart) stores and starts the next tile's first GEMM while the
+// other still runs its last PV GEMM. The region is reused tile after tile: before writing it
+// the warpgroup waits until its previous TMA store has read it.
 #pragma once
 
 #include "attention_traits.hpp"
@@ -23,9 +26,18 @@ struct EpilogueFwdSm90 {
   static constexpr int kBlockM = Traits::kBlockM;
   static constexpr int kHeadDim = Traits::kHeadDim;
   static constexpr int kNumMmaThreads = Traits::kNumMmaThreads;
-  using SmemLayoutO = typename Traits::SmemLayoutO;
+  static constexpr int kNumWG = Traits::kNumMmaWarpGroups;
   using TiledMmaPV = typename Traits::TiledMmaPV;
   using TileShapeMD = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>;
+  // One warpgroup's rows: 64 x d, the unit of a TMA store.
+  using TileShapeWG = cute::Shape<cute::_64, cute::Int<kHeadDim>>;
+  using SmemLayoutOWG = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<Element>{},
+                                                     TileShapeWG{}));
+  // The whole tile as the accumulator sees it: warpgroup g's rows [64g, 64g + 64) are the
+  // contiguous block g of SmemLayoutOWG (the swizzle only touches offset bits inside a block).
+  using SmemLayoutO = decltype(cute::tile_to_shape(SmemLayoutOWG{}, TileShapeMD{}));
+  static constexpr int kWGElems = int(cute::cosize_v<SmemLayoutOWG>);
+  static_assert(int(cute::cosize_v<SmemLayoutO>) == kNumWG * kWGElems, "one block per warpgroup");
 
   using ShapeSeqD = cute::Shape<int32_t, int32_t, cute::Shape<int32_t, int32_t>>;
   using StrideSeqD = cute::Stride<int64_t, cute::_1, cute::Stride<int64_t, int64_t>>;
@@ -33,7 +45,7 @@ struct EpilogueFwdSm90 {
       cute::SM90_TMA_STORE{},
       cute::make_tensor(cute::make_gmem_ptr(static_cast<Element*>(nullptr)), ShapeSeqD{},
                         StrideSeqD{}),
-      SmemLayoutO{}, TileShapeMD{}, cute::_1{}));
+      SmemLayoutOWG{}, TileShapeWG{}, cute::_1{}));
 
   struct TensorStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutO>, 1024> o;
@@ -63,7 +75,7 @@ struct EpilogueFwdSm90 {
         a.out_batch_stride > 0 ? a.out_batch_stride : int64_t(a.seq_q) * a.heads * d;
     StrideSeqD stride_o = make_stride(int64_t(a.heads) * d, _1{}, make_stride(d, o_bs));
     Tensor mO = make_tensor(make_gmem_ptr(a.out), make_layout(shape_o, stride_o));
-    return {make_tma_copy(SM90_TMA_STORE{}, mO, SmemLayoutO{}, TileShapeMD{}, _1{}), shape_o, a.lse,
+    return {make_tma_copy(SM90_TMA_STORE{}, mO, SmemLayoutOWG{}, TileShapeWG{}, _1{}), shape_o, a.lse,
             a.seq_q, a.heads, a.lse_head_stride > 0 ? a.lse_head_stride : int64_t(a.seq_q)};
   }
 
@@ -93,9 +105,12 @@ struct EpilogueFwdSm90 {
       }
     }
 
-    // O: wait until the previous tile's store has read the buffer.
-    if (mma_thread_idx == 0) tma_store_wait<0>();
-    cutlass::arch::NamedBarrier::sync(kNumMmaThreads, barrier_id(AttnBarrier::EpilogueSmemFree));
+    // O: this warpgroup's first thread waits until its previous store has read the region.
+    const int warp_group = mma_thread_idx / cutlass::NumThreadsPerWarpGroup;
+    const bool store_thread = mma_thread_idx % cutlass::NumThreadsPerWarpGroup == 0;
+    const uint32_t barrier = barrier_id(epilogue_barrier(warp_group));
+    if (store_thread) tma_store_wait<0>();
+    cutlass::arch::NamedBarrier::sync(cutlass::NumThreadsPerWarpGroup, barrier);
 
     Tensor sO = make_tensor(make_smem_ptr(smem.o.data()), SmemLayoutO{});
     Tensor rO = make_tensor_like<Element>(acc_o);
@@ -106,23 +121,24 @@ struct EpilogueFwdSm90 {
     cute::copy(smem_copy, thr_copy.retile_S(rO), thr_copy.partition_D(sO));
     // Generic-proxy writes of sO before the async-proxy (TMA) read of it.
     cutlass::arch::fence_view_async_shared();
-    cutlass::arch::NamedBarrier::sync(kNumMmaThreads, barrier_id(AttnBarrier::EpilogueSmemFull));
+    cutlass::arch::NamedBarrier::sync(cutlass::NumThreadsPerWarpGroup, barrier);
 
-    if (mma_thread_idx == 0) {
+    if (store_thread) {
+      Tensor sO_wg = make_tensor(make_smem_ptr(smem.o.data() + warp_group * kWGElems), SmemLayoutOWG{});
       Tensor mO = p.tma_o.get_tma_tensor(p.shape_o);
-      Tensor gO = local_tile(mO(_, _, make_coord(work.head, work.batch)), TileShapeMD{},
-                             make_coord(work.m_block, _0{}));
-      auto [tOgO, tOsO] = tma_partition(p.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sO),
+      Tensor gO = local_tile(mO(_, _, make_coord(work.head, work.batch)), TileShapeWG{},
+                             make_coord(work.m_block * kNumWG + warp_group, _0{}));
+      auto [tOgO, tOsO] = tma_partition(p.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sO_wg),
                                         group_modes<0, 2>(gO));
       copy(p.tma_o, tOsO, tOgO);
       tma_store_arrive();
     }
   }
 
-  // After the last tile: the issuing thread waits for its stores to leave shared memory before
+  // After the last tile: each issuing thread waits for its stores to leave shared memory before
   // the CTA exits.
   CUTLASS_DEVICE static void store_tail(int mma_thread_idx) {
-    if (mma_thread_idx == 0) cute::tma_store_wait<0>();
+    if (mma_thread_idx % cutlass::NumThreadsPerWarpGroup == 0) cute::tma_store_wait<0>();
   }
 };
 

@@ -6,9 +6,9 @@
 //         are the diagonal blocks). The hook may wait before each K/V pair.
 //   mma:  per KV block, S = Q·K_nᵀ (SS wgmma), mask, online softmax, O += P·V_n (RS wgmma).
 //
-// Pipelines: Q has a one-stage TMA pipeline (released after the tile's last S GEMM, so the
-// next tile's Q load overlaps the epilogue); K and V have kStages-stage pipelines each, which
-// advance together (one PipelineState).
+// Pipelines: Q has a one-stage TMA pipeline (released once the tile's last S GEMM has
+// completed, so the next tile's Q load overlaps the last PV GEMM and the epilogue); K and V
+// have kStages-stage pipelines each, which advance together (one PipelineState).
 #pragma once
 
 #include "attention_traits.hpp"
@@ -54,17 +54,21 @@ struct MainloopFwdSm90 {
       cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeSeqD{},
                         StrideSeqD{}),
       SmemLayoutQ{}, cute::select<0, 2>(TileShapeMNK{}), cute::_1{}));
+  // K and V: with a cluster of 2 each CTA loads half of a block and multicasts it to both.
+  static constexpr int kClusterM = Traits::kClusterM;
+  using ClusterM = cute::Int<kClusterM>;
+  using TmaLoadKV = std::conditional_t<kClusterM == 1, cute::SM90_TMA_LOAD, cute::SM90_TMA_LOAD_MULTICAST>;
   using TmaK = decltype(cute::make_tma_copy(
-      cute::SM90_TMA_LOAD{},
+      TmaLoadKV{},
       cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeSeqD{},
                         StrideSeqD{}),
-      cute::take<0, 2>(SmemLayoutK{}), cute::select<1, 2>(TileShapeMNK{}), cute::_1{}));
+      cute::take<0, 2>(SmemLayoutK{}), cute::select<1, 2>(TileShapeMNK{}), ClusterM{}));
   using TmaVt = decltype(cute::make_tma_copy(
-      cute::SM90_TMA_LOAD{},
+      TmaLoadKV{},
       cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeSeqD{},
                         StrideDSeq{}),
       cute::take<0, 2>(SmemLayoutVt{}),
-      cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{}, cute::_1{}));
+      cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{}, ClusterM{}));
 
   struct TensorStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
@@ -120,10 +124,10 @@ struct MainloopFwdSm90 {
     Tensor mK = make_tensor(make_gmem_ptr(a.k), make_layout(shape_kv, stride_kv));
     Tensor mVt = make_tensor(make_gmem_ptr(a.v), make_layout(shape_vt, stride_vt));
     Params p{make_tma_copy(SM90_TMA_LOAD{}, mQ, SmemLayoutQ{}, select<0, 2>(TileShapeMNK{}), _1{}),
-             make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(SmemLayoutK{}),
-                           select<1, 2>(TileShapeMNK{}), _1{}),
-             make_tma_copy(SM90_TMA_LOAD{}, mVt, take<0, 2>(SmemLayoutVt{}),
-                           Shape<Int<kHeadDim>, Int<kBlockN>>{}, _1{}),
+             make_tma_copy(TmaLoadKV{}, mK, take<0, 2>(SmemLayoutK{}),
+                           select<1, 2>(TileShapeMNK{}), ClusterM{}),
+             make_tma_copy(TmaLoadKV{}, mVt, take<0, 2>(SmemLayoutVt{}),
+                           Shape<Int<kHeadDim>, Int<kBlockN>>{}, ClusterM{}),
              shape_q,
              shape_kv,
              shape_vt,
@@ -166,7 +170,11 @@ struct MainloopFwdSm90 {
       if constexpr (kZZ) {
         if (p.zz_world > 0) return;  // every block; prev_block skips the invisible ones
       }
-      const int last_key = (m_block + 1) * kBlockM - 1 + p.seq_kv - p.seq_q;  // of the tile's last row
+      // A cluster's CTAs walk the same KV blocks (each loads half of every block for both):
+      // those of the cluster's last query block; the others see at most one more block, which
+      // apply_mask masks whole (a fully masked block leaves the softmax state unchanged).
+      const int m_last = kClusterM > 1 ? (m_block | (kClusterM - 1)) : m_block;
+      const int last_key = (m_last + 1) * kBlockM - 1 + p.seq_kv - p.seq_q;  // of the tile's last row
       const int n_causal = last_key < 0 ? 0 : last_key / kBlockN + 1;
       n_max = n_causal < n_max ? n_causal : n_max;
     }
@@ -249,10 +257,22 @@ struct MainloopFwdSm90 {
 
     auto [tQgQ, tQsQ] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
                                       group_modes<0, 2>(gQ));
-    auto [tKgK, tKsK] = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                      group_modes<0, 2>(gK));
-    auto [tVgV, tVsV] = tma_partition(p.tma_vt, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt),
-                                      group_modes<0, 2>(gVt));
+    // This CTA's share of each K/V block (all of it without a cluster).
+    const int cluster_rank = kClusterM == 1 ? 0 : static_cast<int>(cute::block_rank_in_cluster());
+    auto [tKgK, tKsK] = tma_partition(p.tma_k, cluster_rank, Layout<ClusterM>{},
+                                      group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto [tVgV, tVsV] = tma_partition(p.tma_vt, cluster_rank, Layout<ClusterM>{},
+                                      group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
+    // Multicast to every CTA of the cluster (the stage sits at the same offset in each).
+    constexpr uint16_t kMcastMask = static_cast<uint16_t>((1u << kClusterM) - 1);
+    auto tma_k = [&](auto& barrier) {
+      if constexpr (kClusterM == 1) return p.tma_k.with(barrier, 0);
+      else return p.tma_k.with(barrier, kMcastMask);
+    };
+    auto tma_v = [&](auto& barrier) {
+      if constexpr (kClusterM == 1) return p.tma_vt.with(barrier, 0);
+      else return p.tma_vt.with(barrier, kMcastMask);
+    };
 
     pipeline_q.producer_acquire(q_write);
     copy(p.tma_q.with(*pipeline_q.producer_get_barrier(q_write), 0), tQgQ, tQsQ);
@@ -263,11 +283,9 @@ struct MainloopFwdSm90 {
          n = prev_block<kZZ>(p, work.m_block, n, n_min)) {
       if constexpr (Hooks::kWaitsForKV) Hooks::wait_kv(hooks, work.batch, head_kv, n);
       pipeline_k.producer_acquire(kv_write);
-      copy(p.tma_k.with(*pipeline_k.producer_get_barrier(kv_write), 0), tKgK(_, n),
-           tKsK(_, kv_write.index()));
+      copy(tma_k(*pipeline_k.producer_get_barrier(kv_write)), tKgK(_, n), tKsK(_, kv_write.index()));
       pipeline_v.producer_acquire(kv_write);
-      copy(p.tma_vt.with(*pipeline_v.producer_get_barrier(kv_write), 0), tVgV(_, n),
-           tVsV(_, kv_write.index()));
+      copy(tma_v(*pipeline_v.producer_get_barrier(kv_write)), tVgV(_, n), tVsV(_, kv_write.index()));
       ++kv_write;
     }
   }
@@ -343,14 +361,31 @@ struct MainloopFwdSm90 {
     return out;
   }
 
+  // Keeps the softmax of S_n ahead of the wait for the PV GEMM (intra-warpgroup overlap), when
+  // Traits::kSoftmaxAheadOfPvWait (off: measured slower, see there). ptxas schedules
+  // WARPGROUP.DEPBAR (wgmma.wait_group) as early as it may, and the wait depends on none of
+  // the softmax's ALU work: left alone, it hoists the PV GEMM's wait above the exps. A branch
+  // on a value that every exp of the block feeds (the running row sums) ends the basic block
+  // there, and ptxas does not move the wait across it. The branch is never taken (sums are
+  // >= 0 or NaN).
+  template <int kRows>
+  CUTLASS_DEVICE static void softmax_done_before_wait(float const (&row_sum)[kRows]) {
+    float all = row_sum[0];
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 1; r < kRows; ++r) all += row_sum[r];
+    if (all == -1.f) __nanosleep(0);
+  }
+
   // Consumer: the threads of the consumer warpgroups run this per work tile and return
   // with the unnormalised O in acc_o (softmax.finalize normalises it).
   //
   // Intra-warpgroup overlap (FA3): iteration n issues S_n = Q·K_nᵀ, rescales O by block n+1's
   // softmax factor (while S_n runs), issues O += P_{n+1}·V_{n+1}, waits for S_n only and runs
-  // its softmax while the PV GEMM runs. P_{n+1} lives in its own registers (tOrP) until its
-  // GEMM is done; block n's factor is applied to O one iteration later, just before P_n·V_n
-  // is added (O then holds every earlier block relative to block n's running max).
+  // its softmax while the PV GEMM runs (in source order; in SASS ptxas moves the PV GEMM's
+  // wait ahead of the exps unless Traits::kSoftmaxAheadOfPvWait, which measured slower).
+  // P_{n+1} lives in its own registers (tOrP) until its GEMM is done; block n's factor is
+  // applied to O one iteration later, just before P_n·V_n is added (O then holds every earlier
+  // block relative to block n's running max).
   template <bool kZZ, class AccO, class Softmax>
   CUTLASS_DEVICE void mma(Params const& p, PipelineQ& pipeline_q, PipelineKV& pipeline_k,
                           PipelineKV& pipeline_v, StateQ& q_read, StateKV& kv_read,
@@ -445,6 +480,7 @@ struct MainloopFwdSm90 {
         pipeline_k.consumer_release(kv_read);
         apply_mask<kZZ>(p, s_rc, tScS, work.m_block, n);
         softmax.step(s_rc, factor);
+        if constexpr (Traits::kSoftmaxAheadOfPvWait) softmax_done_before_wait(softmax.row_sum);
         warpgroup_wait<0>();  // PV done: O and P's registers are ours again
         warpgroup_fence_operand(acc_o);
         warpgroup_fence_operand(tOrP);
@@ -453,6 +489,10 @@ struct MainloopFwdSm90 {
         v_read = kv_read;
         ++kv_read;
       }
+      // Every S GEMM of the tile has completed (each iteration ended with wait<0>): Q's stage
+      // goes back to the producer now, so the next tile's Q loads under the last PV GEMM and
+      // the epilogue.
+      pipeline_q.consumer_release(q_read);
       // Last PV GEMM.
       pipeline_v.consumer_wait(v_read);
       scheduler_barrier_sync(warp_group);
@@ -463,8 +503,9 @@ struct MainloopFwdSm90 {
       warpgroup_fence_operand(acc_o);
       warpgroup_fence_operand(tOrP);
       pipeline_v.consumer_release(v_read);
+    } else {
+      pipeline_q.consumer_release(q_read);  // no visible key block: nothing read Q
     }
-    pipeline_q.consumer_release(q_read);
     ++q_read;
   }
 };

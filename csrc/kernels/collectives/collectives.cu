@@ -12,6 +12,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -50,12 +52,18 @@ __host__ __device__ constexpr uint32_t reduced_slot(int src, uint32_t chunk) {
          chunk;
 }
 constexpr uint32_t kEnteredSlot = FlagSlot::kCollective;
-// Arrival flags of the inter-node path (NetDevice::arrival): a source's whole block of the call,
-// and all_reduce's reduced block.
-__host__ __device__ constexpr uint32_t net_data_slot(int src) { return static_cast<uint32_t>(src); }
-__host__ __device__ constexpr uint32_t net_reduced_slot(int src) {
-  return comm::kMaxRanks + static_cast<uint32_t>(src);
+// A block bound for another node travels in at most kNetPieces commands ("pieces", whole chunks
+// each, pushed as soon as their chunks are staged), each with its own arrival flag
+// (NetDevice::arrival): piece k of a source's block of the call, and of all_reduce's reduced block.
+constexpr uint32_t kNetPieces = 8;
+constexpr uint64_t kMinPieceBytes = 256 << 10;  // a command's fixed cost stays small beside its copy
+__host__ __device__ constexpr uint32_t net_data_slot(int src, uint32_t piece) {
+  return static_cast<uint32_t>(src) * kNetPieces + piece;
 }
+__host__ __device__ constexpr uint32_t net_reduced_slot(int src, uint32_t piece) {
+  return (comm::kMaxRanks + static_cast<uint32_t>(src)) * kNetPieces + piece;
+}
+constexpr uint32_t kNetSlots = 2 * comm::kMaxRanks * kNetPieces;
 constexpr uint64_t kNetAlign = 256;  // blocks in the net areas start at 256-byte multiples
 static_assert(reduced_slot(comm::kMaxRanks - 1, kMaxChunks - 1) < comm::kFlagWords,
               "the collectives' flags fit the op slot range");
@@ -84,7 +92,19 @@ struct Params {
   // only after its node's entry barrier, so a wait for them is a derived one (see
   // derived_timeout): when a rank dies, its node-mates' direct waits name it first.
   uint32_t shared_node;
+  // 1: every CTA stages its chunks of a block bound for other nodes and the one completing a
+  // piece (piece_chunks consecutive chunks) pushes it (net_stage_part); 0 (default): one CTA
+  // stages and pushes the whole block (net_send; one piece). MKERNEL_NET_STAGE=parallel picks 1.
+  int32_t parallel_stage;
+  uint32_t piece_chunks;
 };
+// NetDevice::stage_count words: per (destination block, piece), then all_reduce's reduced block.
+__host__ __device__ constexpr uint32_t stage_counter(uint32_t dest, uint32_t piece) {
+  return dest * kNetPieces + piece;
+}
+constexpr uint32_t kReducedDest = comm::kMaxRanks;
+static_assert(stage_counter(kReducedDest, kNetPieces - 1) < comm::kNetStageCounters,
+              "NetDevice::stage_count holds a word per (block, piece)");
 
 // --- element types --------------------------------------------------------------------------
 template <class T> struct Elem;
@@ -287,6 +307,21 @@ __device__ __forceinline__ void chunk_range(const Params& p, int d, uint32_t c, 
   *n = min(block_end, b + p.chunk) - b;
 }
 
+// Piece of chunk c, its chunk count, and its element range in block d ([begin, begin + n)).
+__device__ __forceinline__ uint32_t piece_of(const Params& p, uint32_t c) { return c / p.piece_chunks; }
+__device__ __forceinline__ uint32_t piece_parts(const Params& p, uint32_t k) {
+  return min(p.chunks, (k + 1) * p.piece_chunks) - k * p.piece_chunks;
+}
+__device__ __forceinline__ void piece_range(const Params& p, int d, uint32_t k, uint64_t* begin,
+                                            uint64_t* n) {
+  const uint64_t block_begin = min(p.count, static_cast<uint64_t>(d) * p.block);
+  const uint64_t block_end = min(p.count, block_begin + p.block);
+  const uint64_t first = static_cast<uint64_t>(k) * p.piece_chunks * p.chunk;
+  const uint64_t b = min(block_end, block_begin + first);
+  *begin = b;
+  *n = min(block_end, b + static_cast<uint64_t>(p.piece_chunks) * p.chunk) - b;
+}
+
 // --- the inter-node path ---------------------------------------------------------------------
 // The bound of a wait for rank src's inter-node block (direct: src sends it right after
 // entering the call, unless it waits for node-mates first).
@@ -294,38 +329,78 @@ __device__ __forceinline__ uint64_t net_timeout(const Params& p, int src) {
   return (p.shared_node >> src) & 1u ? derived_timeout(p.g) : p.g.timeout_ns;
 }
 
+// Rank src's inter-node arrival flag `slot` holds e (one thread; a proxy failure traps at once,
+// naming the peer the proxy lost).
+__device__ __forceinline__ void net_arrival_wait(const Params& p, int src, uint32_t slot, uint64_t e,
+                                                 uint64_t timeout_ns) {
+#if MKERNEL_NET_COLLECTIVES
+  comm::net_wait_arrival(p.g, p.g.net.arrival + slot, e, timeout_ns, src,
+                         comm::WaitSite{p.op, comm::kWaitNetArrival, src, static_cast<int32_t>(slot)});
+#endif
+}
+
 // Waits (thread 0, then the CTA) until rank src's inter-node arrival flag `slot` holds e.
 __device__ __forceinline__ void net_cta_wait(const Params& p, int src, uint32_t slot, uint64_t e,
                                              uint64_t timeout_ns) {
-  if (threadIdx.x == 0) {
-    comm::wait_geq(p.g.net.arrival + slot, e, timeout_ns, p.g.diag, p.g.group_id, p.g.rank,
-                   comm::WaitSite{p.op, comm::kWaitNetArrival, src, static_cast<int32_t>(slot)});
-  }
+  if (threadIdx.x == 0) net_arrival_wait(p, src, slot, e, timeout_ns);
   __syncthreads();
 }
 
-// The CTA copies `bytes` of src into the send area at send_off; one lane pushes it to every rank
-// of another node (to < 0) or to rank `to`, landing at remote_off of the receive area, with
-// arrival flag `slot` = e; then it waits until the transport has read it (the next call
-// rewrites the send area). Waiting for the transport never waits for a peer's GPU.
+// One lane: pushes send area [send_off, +bytes) to every rank of another node (to < 0) or to rank
+// `to`, landing at remote_off of the receive area, with arrival flag `slot` = e; then waits until
+// the transport has read it (the next call rewrites the send area). Waiting for the transport
+// never waits for a peer's GPU.
+__device__ __forceinline__ void net_push_block(const Params& p, uint64_t send_off, uint64_t remote_off,
+                                               uint64_t bytes, int to, uint32_t slot, uint64_t e) {
+#if MKERNEL_NET_COLLECTIVES
+  comm::NetCursor cursor;
+  uint64_t ticket = 0;
+  int last = -1;
+  for (int r = 0; r < p.g.world; ++r) {
+    if (p.g.data[r] != nullptr || (to >= 0 && r != to)) continue;
+    ticket = comm::net_put_signal(p.g, cursor, r, send_off, remote_off, bytes, slot, e, p.op);
+    last = r;
+  }
+  if (last >= 0) comm::net_wait_sent(p.g, ticket, last, p.op);
+#endif
+}
+
+// The CTA copies `bytes` of src into the send area at send_off, then one lane pushes it
+// (net_push_block).
 __device__ __forceinline__ void net_send(const Params& p, const uint8_t* src, uint64_t bytes,
                                          uint64_t send_off, uint64_t remote_off, int to,
                                          uint32_t slot, uint64_t e) {
 #if MKERNEL_NET_COLLECTIVES
   copy_bytes(p.g.net.send_area + send_off, src, bytes);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    comm::NetCursor cursor;
-    uint64_t ticket = 0;
-    int last = -1;
-    for (int r = 0; r < p.g.world; ++r) {
-      if (p.g.data[r] != nullptr || (to >= 0 && r != to)) continue;
-      ticket = comm::net_put_signal(p.g, cursor, r, send_off, remote_off, bytes, slot, e, p.op);
-      last = r;
-    }
-    if (last >= 0) comm::net_wait_sent(p.g, ticket, last, p.op);
-  }
+  if (threadIdx.x == 0) net_push_block(p, send_off, remote_off, bytes, to, slot, e);
   __syncthreads();
+#endif
+}
+
+// One of `parts` parts of a piece bound for other nodes, staged by whichever CTA holds it: the
+// CTA copies its part (`n` bytes of src) to the send area at part_off and counts it in
+// stage_count[counter]; the CTA that counts the last part rezeroes the word and pushes the whole
+// piece [block_off, +block_bytes). Every part's bytes are visible system-wide before the count
+// (a system fence after the CTA barrier), and the pusher fences after reading the count, so the
+// push's release orders all parts before the command. Parts never wait: a CTA stages all its
+// parts (the lowest items) before it reaches an item that waits.
+__device__ __forceinline__ void net_stage_part(const Params& p, uint32_t counter, uint32_t parts,
+                                               const uint8_t* src, uint64_t n, uint64_t part_off,
+                                               uint64_t block_off, uint64_t block_bytes,
+                                               uint64_t remote_off, int to, uint32_t slot, uint64_t e) {
+#if MKERNEL_NET_COLLECTIVES
+  if (n > 0) copy_bytes(p.g.net.send_area + part_off, src, n);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    uint32_t* count = p.g.net.stage_count + counter;
+    if (atomicAdd(count, 1u) == parts - 1) {
+      __threadfence_system();
+      *reinterpret_cast<volatile uint32_t*>(count) = 0u;  // read by the next call, after this kernel
+      net_push_block(p, block_off, remote_off, block_bytes, to, slot, e);
+    }
+  }
 #endif
 }
 
@@ -354,8 +429,15 @@ __global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_co
         copy_bytes(g.data[g.rank] + b, p.x + b, n);
         cta_release(g, stage_slot(g.rank, i), e, -1);
       }
-      if (i == 0 && p.remote > 0) {
-        net_send(p, p.x, seg, 0, net_remote_off(p, e, 0), -1, net_data_slot(g.rank), e);
+      if (p.remote > 0 && p.parallel_stage) {
+        const uint32_t k = piece_of(p, i);
+        const uint64_t pb = static_cast<uint64_t>(k) * p.piece_chunks * chunk_bytes;
+        const uint64_t pn = min(seg, pb + static_cast<uint64_t>(p.piece_chunks) * chunk_bytes) - pb;
+        net_stage_part(p, stage_counter(0, k), piece_parts(p, k), p.x + b, n, b, pb, pn,
+                       net_remote_off(p, e, 0) + pb, -1, net_data_slot(g.rank, k), e);
+        __syncthreads();
+      } else if (i == 0 && p.remote > 0) {
+        net_send(p, p.x, seg, 0, net_remote_off(p, e, 0), -1, net_data_slot(g.rank, 0), e);
       }
       continue;
     }
@@ -369,7 +451,7 @@ __global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_co
                g.timeout_ns);
       copy_bytes(p.out + src * seg + b, g.data[src] + b, n);
     } else {
-      net_cta_wait(p, src, net_data_slot(src), e, net_timeout(p, src));
+      net_cta_wait(p, src, net_data_slot(src, piece_of(p, c)), e, net_timeout(p, src));
       copy_bytes(p.out + src * seg + b, recv + static_cast<uint64_t>(src) * p.net_block + b, n);
     }
     __syncthreads();  // the CTA's threads are done with this item before the next wait
@@ -379,8 +461,11 @@ __global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_co
 
 // reduce_scatter (kAllReduce = false) and all_reduce: items
 //   [stage: (W-1) * chunks, peers rank+1.. first][reduce: chunks]
-//   [all_reduce, other nodes: 1, the reduced block out][all_reduce gather: (W-1) * chunks].
-// A block for a rank of another node travels whole (its item of chunk 0).
+//   [all_reduce, other nodes, whole staging only: 1, the reduced block out]
+//   [all_reduce gather: (W-1) * chunks].
+// A block for a rank of another node travels whole: staged in parts by the items of its chunks
+// (the last one pushes it; all_reduce's reduced block by the reduce items), or, with
+// parallel_stage 0, staged and pushed by its item of chunk 0 (the reduced block by one item).
 template <class T, bool kAllReduce>
 __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_constant__ Params p) {
   const GroupDevice& g = p.g;
@@ -389,7 +474,8 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
   const uint32_t chunks = p.chunks;
   const uint32_t peers = static_cast<uint32_t>(world - 1);
   const uint32_t stage_items = peers * chunks;
-  const uint32_t net_items = kAllReduce && p.remote > 0 ? 1u : 0u;
+  const uint32_t net_items = kAllReduce && p.remote > 0 && !p.parallel_stage ? 1u : 0u;
+  const int esize = static_cast<int>(sizeof(T));
   const uint32_t gather_base = stage_items + chunks + net_items;
   const uint32_t items = gather_base + (kAllReduce ? peers * chunks : 0u);
   T* region = reinterpret_cast<T*>(g.data[rank]);
@@ -406,12 +492,23 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
         copy_bytes(reinterpret_cast<uint8_t*>(region + begin),
                    reinterpret_cast<const uint8_t*>(x + begin), n * sizeof(T));
         cta_release(g, stage_slot(rank, c), e, d);
+      } else if (p.parallel_stage) {  // another node: this chunk of d's block, staged
+        const uint64_t b0 = min(p.count, static_cast<uint64_t>(d) * p.block);
+        const uint32_t k = piece_of(p, c);
+        uint64_t pbegin, pn;
+        piece_range(p, d, k, &pbegin, &pn);
+        chunk_range(p, d, c, &begin, &n);
+        const uint64_t area = static_cast<uint64_t>(d) * p.net_block;
+        net_stage_part(p, stage_counter(static_cast<uint32_t>(d), k), piece_parts(p, k),
+                       reinterpret_cast<const uint8_t*>(x + begin), n * esize, area + (begin - b0) * esize,
+                       area + (pbegin - b0) * esize, pn * esize, net_remote_off(p, e, 0) + (pbegin - b0) * esize,
+                       d, net_data_slot(rank, k), e);
       } else if (c == 0) {  // another node: the whole block through the inter-node path
         const uint64_t b0 = static_cast<uint64_t>(d) * p.block;
         const uint64_t b1 = min(p.count, b0 + p.block);
         net_send(p, reinterpret_cast<const uint8_t*>(x + min(b0, b1)), (b1 - min(b0, b1)) * sizeof(T),
                  static_cast<uint64_t>(d) * p.net_block, net_remote_off(p, e, 0), d,
-                 net_data_slot(rank), e);
+                 net_data_slot(rank, 0), e);
       }
     } else if (i < stage_items + chunks) {  // reduce chunk c of the own block
       const uint32_t c = i - stage_items;
@@ -423,9 +520,7 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
             comm::wait_geq(g, g.flags[rank] + stage_slot(src, c), e,
                            comm::WaitSite{p.op, comm::kWaitPeerFlag, src, static_cast<int32_t>(c)});
           } else {
-            comm::wait_geq(g.net.arrival + net_data_slot(src), e, net_timeout(p, src), g.diag, g.group_id,
-                           rank, comm::WaitSite{p.op, comm::kWaitNetArrival, src,
-                                                static_cast<int32_t>(net_data_slot(src))});
+            net_arrival_wait(p, src, net_data_slot(src, piece_of(p, c)), e, net_timeout(p, src));
           }
         }
       }
@@ -433,7 +528,21 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
       if constexpr (kAllReduce) {
         reduce_elems<T>(p, recv, begin, n, out + begin, region + begin);
         cta_release(g, reduced_slot(rank, c), e, -1);
-        if (p.remote > 0 && threadIdx.x == 0) comm::signal(g, rank, reduced_slot(rank, c), e);
+        if (p.remote > 0 && p.parallel_stage) {
+          // This chunk of the reduced block, staged for the other nodes (the CTA's writes of
+          // out are visible to it after cta_release's barrier).
+          const uint64_t b0 = min(p.count, static_cast<uint64_t>(rank) * p.block);
+          const uint32_t k = piece_of(p, c);
+          uint64_t pbegin, pn;
+          piece_range(p, rank, k, &pbegin, &pn);
+          const uint64_t area = static_cast<uint64_t>(world) * p.net_block;
+          net_stage_part(p, stage_counter(kReducedDest, k), piece_parts(p, k),
+                         reinterpret_cast<const uint8_t*>(out + begin), n * esize, area + (begin - b0) * esize,
+                         area + (pbegin - b0) * esize, pn * esize,
+                         net_remote_off(p, e, 1) + (pbegin - b0) * esize, -1, net_reduced_slot(rank, k), e);
+        } else if (p.remote > 0 && threadIdx.x == 0) {
+          comm::signal(g, rank, reduced_slot(rank, c), e);
+        }
       } else {
         reduce_elems<T>(p, recv, begin, n,
                         out + (begin - static_cast<uint64_t>(rank) * p.block), nullptr);
@@ -451,7 +560,7 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
       const uint64_t b1 = min(p.count, b0 + p.block);
       net_send(p, reinterpret_cast<const uint8_t*>(out + b0), (b1 - b0) * sizeof(T),
                static_cast<uint64_t>(world) * p.net_block, net_remote_off(p, e, 1), -1,
-               net_reduced_slot(rank), e);
+               net_reduced_slot(rank, 0), e);
     } else {  // all_reduce: a peer's reduced block into the output
       const uint32_t k = i - gather_base;
       const int src = (rank + 1 + static_cast<int>(k / chunks)) % world;
@@ -463,7 +572,7 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
                  static_cast<int32_t>(c), derived_timeout(g));
         from = reinterpret_cast<const uint8_t*>(reinterpret_cast<const T*>(g.data[src]) + begin);
       } else {
-        net_cta_wait(p, src, net_reduced_slot(src), e, derived_timeout(g));
+        net_cta_wait(p, src, net_reduced_slot(src, piece_of(p, c)), e, derived_timeout(g));
         from = recv + (static_cast<uint64_t>(world) + src) * p.net_block +
                (begin - static_cast<uint64_t>(src) * p.block) * sizeof(T);
       }
@@ -485,6 +594,18 @@ uint64_t chunk_elems(uint64_t block, int esize) {
   const uint64_t min_chunk = kMinChunkBytes / esize;
   uint64_t c = std::max(min_chunk, (block + kMaxChunks - 1) / kMaxChunks);
   return round_up(std::max<uint64_t>(c, 1), per16);
+}
+
+// MKERNEL_NET_STAGE=parallel: every CTA stages its chunks and blocks travel in pieces (device
+// run 3: 2.5x the busbw at 16 MiB, but only the demo's shapes checked on the GPU); unset or
+// anything else: one CTA stages and pushes each whole block (the protocol the GPU tests verified
+// at every node split, device run 2).
+bool parallel_stage() {
+  static const bool on = [] {
+    const char* v = std::getenv("MKERNEL_NET_STAGE");
+    return v != nullptr && std::strcmp(v, "parallel") == 0;
+  }();
+  return on;
 }
 
 uint32_t chunk_count(uint64_t block, uint64_t chunk) {
@@ -575,7 +696,7 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
   }
   int remote = 0;
   for (int r = 0; r < g.world; ++r) remote += g.data[r] == nullptr ? 1 : 0;
-  if (remote > 0 && (!MKERNEL_NET_COLLECTIVES || g.net.fifo == nullptr)) {
+  if (remote > 0 && (!MKERNEL_NET_COLLECTIVES || g.net.fifo == nullptr || g.net.stage_count == nullptr)) {
     if (reason) *reason = "a rank of the group lives on another node and there is no inter-node path";
     return cudaErrorInvalidValue;
   }
@@ -623,16 +744,23 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
     }
   }
   p.net_block = round_up(p.block * esize, kNetAlign);
+  p.parallel_stage = parallel_stage() ? 1 : 0;
   if (remote > 0) {
     const NetBytes nb = net_bytes_for(kind, a.dtype, a.count, g.world);
     if (g.net.send_bytes < nb.send || g.net.recv_bytes < nb.recv ||
-        g.net.arrival_slots < 2 * comm::kMaxRanks) {
+        g.net.arrival_slots < kNetSlots) {
       if (reason) *reason = "the group's inter-node areas are smaller than the call needs";
       return cudaErrorInvalidValue;
     }
   }
   p.chunk = chunk_elems(std::max<uint64_t>(p.block, 1), esize);
   p.chunks = chunk_count(p.block, p.chunk);
+  // Pieces: up to kNetPieces, each >= kMinPieceBytes, whole chunks; one with whole staging.
+  uint64_t pieces = 1;
+  if (p.parallel_stage) {
+    pieces = std::clamp<uint64_t>(p.block * esize / kMinPieceBytes, 1, std::min<uint64_t>(kNetPieces, p.chunks));
+  }
+  p.piece_chunks = static_cast<uint32_t>((p.chunks + pieces - 1) / pieces);
   switch (kind) {
     case Kind::kAllGather:
       items = p.chunks * (1 + world);
@@ -641,7 +769,7 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
       items = p.chunks * world;
       break;
     case Kind::kAllReduce:
-      items = p.chunks * (2 * world - 1) + (remote > 0 ? 1 : 0);
+      items = p.chunks * (2 * world - 1) + (remote > 0 && !p.parallel_stage ? 1 : 0);
       break;
   }
   void* kernel = kernel_for(kind, a.dtype);

@@ -53,7 +53,12 @@ struct NetDevice {
   uint32_t send_buf_id = 0, recv_buf_id = 0;
   uint64_t send_bytes = 0, recv_bytes = 0;
   uint32_t arrival_slots = 0;
+  // kNetStageCounters device-memory words, zero between calls: a kernel whose CTAs stage parts
+  // of one piece of a block counts them here, and the CTA staging the last part pushes the
+  // piece (and rezeroes its word).
+  uint32_t* stage_count = nullptr;
 };
+constexpr int kNetStageCounters = (kMaxRanks + 1) * 8;  // (destination block + 1) x pieces
 
 struct GroupDevice {
   int32_t rank = 0;

@@ -8,6 +8,8 @@
 //   - signal: release a flag at a peer of the same node through its IPC mapping.
 #pragma once
 
+#include <mkernel/fifo.h>
+
 #include <cstdint>
 
 #include "group_device.h"
@@ -15,17 +17,11 @@
 
 namespace mkernel::comm {
 
-__device__ __forceinline__ uint64_t globaltimer_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+// The clock and the acquire load are fifo.h's (the FIFO's device protocol uses them too): one
+// definition of each PTX helper.
+__device__ __forceinline__ uint64_t globaltimer_ns() { return mk_fifo_globaltimer(); }
 
-__device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
+__device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t* p) { return mk_fifo_ld_acquire_sys(p); }
 
 __device__ __forceinline__ void st_release_sys(uint64_t* p, uint64_t v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
@@ -70,9 +66,14 @@ __device__ __noinline__ [[noreturn]] void fail_wait(WaitDiagnostic* diag, int32_
 
 // Spins until *flag >= expected (acquire, system scope). Bounded by timeout_ns of %globaltimer;
 // on timeout records the site and traps. Returns the value seen.
+// abort_word (optional): a word some other agent sets non-zero when the wait can never complete
+// (the inter-node proxy's FIFO error: a lost peer). It is read together with every fourth poll
+// of the flag; once it is non-zero the wait returns the flag's value (< expected) at once and
+// the caller records why and traps (net_ops.cuh's net_wait_arrival).
 __device__ __forceinline__ uint64_t wait_geq(const uint64_t* flag, uint64_t expected,
                                              uint64_t timeout_ns, WaitDiagnostic* diag,
-                                             int32_t group, int32_t rank, WaitSite site);
+                                             int32_t group, int32_t rank, WaitSite site,
+                                             const uint32_t* abort_word = nullptr);
 
 // The same with the bound and the record taken from the group.
 __device__ __forceinline__ uint64_t wait_geq(const GroupDevice& g, const uint64_t* flag,

@@ -37,14 +37,17 @@ __device__ __noinline__ [[noreturn]] inline void fail_wait(WaitDiagnostic* diag,
 
 __device__ __forceinline__ uint64_t wait_geq(const uint64_t* flag, uint64_t expected,
                                              uint64_t timeout_ns, WaitDiagnostic* diag,
-                                             int32_t group, int32_t rank, WaitSite site) {
+                                             int32_t group, int32_t rank, WaitSite site,
+                                             const uint32_t* abort_word) {
   uint64_t seen = ld_acquire_sys(flag);
   if (seen >= expected) return seen;
   const uint64_t start = globaltimer_ns();
-  for (;;) {
+  for (uint32_t i = 1;; ++i) {
     __nanosleep(32);
+    // Both loads in flight at once: watching the abort word adds traffic, not latency.
+    const uint32_t abort = abort_word != nullptr && (i & 3) == 0 ? mk_fifo_ld_acquire_sys_u32(abort_word) : 0u;
     seen = ld_acquire_sys(flag);
-    if (seen >= expected) return seen;
+    if (seen >= expected || abort != 0) return seen;
     const uint64_t elapsed = globaltimer_ns() - start;
     if (elapsed > timeout_ns) fail_wait(diag, group, rank, flag, expected, seen, elapsed, site);
   }

@@ -117,6 +117,27 @@ __device__ __forceinline__ uint64_t net_put(const GroupDevice& g, NetCursor& cur
   return net_push(g, cur, cmd, op);
 }
 
+// Waits until *flag (a host-memory arrival flag of the path) >= value: `peer`'s data arrived.
+// Bounded by timeout_ns, and it also watches the FIFO's error word: when the proxy fails (a
+// peer's process or connection is gone) the kernel records kWaitFifoFailed naming the peer the
+// proxy blamed and traps at once. (A dead peer's kernel may fault on its vanished host mappings
+// and, under MPS, end every client of the GPU within a fraction of a second: the survivors must
+// record who died before that.)
+__device__ __forceinline__ uint64_t net_wait_arrival(const GroupDevice& g, const uint64_t* flag, uint64_t value,
+                                                     uint64_t timeout_ns, int peer, WaitSite site) {
+  mk_fifo_ctrl* c = net_fifo(g);
+  const uint64_t seen = wait_geq(flag, value, timeout_ns, g.diag, g.group_id, g.rank, site, &c->error);
+  if (seen < value) {
+    mk_fifo_wait_result r{};
+    r.rc = MK_FIFO_FAILED;
+    r.error = mk_fifo_ld_acquire_sys_u32(&c->error);
+    r.error_peer = *reinterpret_cast<volatile uint32_t*>(&c->error_peer);
+    r.seen = seen;
+    net_push_failed(g.diag, g.group_id, g.rank, g.world, c, g.net.fifo_capacity, r, peer, site.index, site.op);
+  }
+  return seen;
+}
+
 // Waits until peer's signal `value` has arrived in this rank's arrival flag `slot` (the data
 // sent before it is in recv_area). site.op names the op; what/peer/index are filled here.
 __device__ __forceinline__ uint64_t net_wait(const GroupDevice& g, int peer, uint32_t slot, uint64_t value,
@@ -124,7 +145,7 @@ __device__ __forceinline__ uint64_t net_wait(const GroupDevice& g, int peer, uin
   site.what = kWaitNetArrival;
   site.peer = peer;
   site.index = static_cast<int32_t>(slot);
-  return wait_geq(g, g.net.arrival + slot, value, site);
+  return net_wait_arrival(g, g.net.arrival + slot, value, g.timeout_ns, peer, site);
 }
 
 // Waits until command `ticket` and every earlier one finished (the transport is done reading

@@ -57,8 +57,33 @@ struct FusedHooks {
   // Named barrier of the side warps (user id; the kernel's ping-pong consumers use 0 and 1).
   static constexpr uint32_t kSideBarrier = 2;
 
+  CUTLASS_DEVICE static bool trigger_early(Params const& p) { return p.trigger_early != 0; }
+
   CUTLASS_DEVICE static Call call_begin(Params const& p) {
+    if (threadIdx.x == 0 && p.timeline != nullptr) {
+      stamp(p, kTlStart);
+      uint32_t sm, cluster;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(cluster));
+      uint64_t* rec = p.timeline + static_cast<int64_t>(cta_id()) * kTimelineWords;
+      rec[kTlSmid] = sm;
+      rec[kTlCluster] = cluster;
+    }
     return {comm::op_begin(p.group), false};
+  }
+
+  // The launch's timeline (fused_params.h TimelineSlot; a measurement mode, null otherwise).
+  CUTLASS_DEVICE static void stamp(Params const& p, int slot) {
+    if (p.timeline != nullptr) {
+      p.timeline[static_cast<int64_t>(cta_id()) * kTimelineWords + slot] = comm::globaltimer_ns();
+    }
+  }
+  CUTLASS_DEVICE static void add_items(Params const& p, int slot, int items) {
+    if (p.timeline != nullptr && items > 0) {
+      atomicAdd(reinterpret_cast<unsigned long long*>(
+                    p.timeline + static_cast<int64_t>(cta_id()) * kTimelineWords + slot),
+                static_cast<unsigned long long>(items));
+    }
   }
 
   CUTLASS_DEVICE static void side_sync() {
@@ -112,7 +137,10 @@ struct FusedHooks {
   // chunk c pushed to peer rank + j: this rank's own slot first) until none is left.
   CUTLASS_DEVICE static void copy_role(Params const& p, Call const& call, int t) {
     const comm::GroupDevice& g = p.group;
-    if (t == 0) comm::entry_barrier(g, call.epoch, p.op, p.signature);
+    if (t == 0) {
+      comm::entry_barrier(g, call.epoch, p.op, p.signature);
+      stamp(p, kTlEntered);
+    }
     side_sync();
     const int lane = t % 32;
     const int items = g.world * p.chunks;
@@ -135,11 +163,35 @@ struct FusedHooks {
   }
 
   // Rows [row0, row1] of G come from ranks row0 / m_local .. row1 / m_local: wait for each
-  // chunk flag covering them.
+  // chunk flag covering them. A tile's rows span up to 128 / chunk_rows flags (16 at K = 8192):
+  // one acquiring load after another costs a memory round trip each, all of it on the producer
+  // while its 4 stages (a few us of MMA work) drain, so the flags are read first with relaxed
+  // loads issued 4 at a time, and when every one has arrived (the usual case: the copy runs
+  // ahead) one acquire fence stands for them; otherwise the bounded waits below.
   CUTLASS_DEVICE static void wait_gathered_rows(Params const& p, Call const& call, int row0,
                                                 int row1) {
     const comm::GroupDevice& g = p.group;
     const uint64_t* flags = g.flags[g.rank];
+    bool all = true;
+#pragma unroll 1
+    for (int s = row0 / p.m_local; s <= row1 / p.m_local; ++s) {
+      const int first = max(row0 - s * p.m_local, 0) / p.chunk_rows;
+      const int last = min(row1 - s * p.m_local, p.m_local - 1) / p.chunk_rows;
+      const uint64_t* f = flags + p.flag_base + s * p.chunks;
+#pragma unroll 1
+      for (int c = first; c <= last; c += 4) {  // 4 at a time: the producer has 40 registers
+        uint64_t v[4];
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < 4; ++j) v[j] = c + j <= last ? comm::ld_relaxed_sys(f + c + j) : call.epoch;
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < 4; ++j) all = all && v[j] >= call.epoch;
+      }
+    }
+    if (all) {
+      asm volatile("fence.acq_rel.sys;" ::: "memory");  // the relaxed reads above acquire
+      return;
+    }
+#pragma unroll 1
     for (int s = row0 / p.m_local; s <= row1 / p.m_local; ++s) {
       const int first = max(row0 - s * p.m_local, 0) / p.chunk_rows;
       const int last = min(row1 - s * p.m_local, p.m_local - 1) / p.chunk_rows;
@@ -326,9 +378,22 @@ struct FusedHooks {
   // rows of a chunk at once), summed in rank order from shared memory and stored.
 
   static constexpr int kSideBufBytes = 16 * 1024;
+  // One round of the staged tail (tail_reduce_staged): up to kTailMaxSlabs slabs, each
+  // rows [r0, r0 + rows) x columns [c0, c0 + 8 v) of tile `tile` (slab `slab` of it), staged at
+  // vector `at` of the ring (rank s's rows at at + s * rows * v).
+  static constexpr int kTailMaxSlabs = 24;
+  struct TailRound {
+    int count;
+    int r0[kTailMaxSlabs], c0[kTailMaxSlabs], at[kTailMaxSlabs], tile[kTailMaxSlabs];
+    int shape[kTailMaxSlabs];  // rows | v << 10 | slab << 20
+    int src[kTailMaxSlabs];    // -1: reduce every rank's rows; q: copy rank q's reduced rows
+  };
   struct SideStorage {
     alignas(16) uint4 buf[kSideBufBytes / 16];
+    uint64_t bulk_bar[2];  // kSideBulk: the two halves' load barriers
     int item;
+    int item_run;  // kSidePipe: the claimed run of slabs
+    TailRound round;
   };
 
   CUTLASS_DEVICE static void cp_async_16(void* smem, const void* gmem) {
@@ -347,6 +412,7 @@ struct FusedHooks {
     const int end = min(p.reduce_row0 + p.reduce_rows, p.m);
     T* out = static_cast<T*>(p.out) - static_cast<int64_t>(p.out_row0) * p.n;
     typename Sched::Cursor cursor;
+    int done = 0;  // items reduced (thread 0's count, for the timeline)
 #pragma unroll 1
     for (;;) {
       if (t == 0) {  // claim a reduce item only: the consumers take the copy items
@@ -361,7 +427,10 @@ struct FusedHooks {
       side_sync();
       const int i = st.item;
       side_sync();  // every thread has read the item before thread 0 claims the next
-      if (i >= per_phase) break;
+      if (i >= per_phase) {
+        if (t == 0) add_items(p, kTlSideItems, done);
+        break;
+      }
       const int k = i / p.slabs, slab = i - k * p.slabs;
       const auto work = Sched::get(sp, first + k * stride, cursor);
       if (!work.valid || work.skip) continue;
@@ -371,6 +440,7 @@ struct FusedHooks {
       const int c0 = work.n_block * p.block_n, c1 = min(c0 + p.block_n, p.n);
       if (r0 >= r1 || c0 >= c1) continue;
       const int tile = work.m_block * p.tiles_n + work.n_block;
+      ++done;
       if (t < g.world) {
         comm::wait_geq(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
                        comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
@@ -420,6 +490,320 @@ struct FusedHooks {
     }
   }
 
+  // ---- kModeReduce, the consumers' tail through the mainloop's ring (kTailStaged) -----------
+  //
+  // After their last tile the 256 consumer threads reduce the CTA's remaining slabs in rounds:
+  // thread 0 claims as many reduce items as the ring holds (every rank's rows of each slab:
+  // ~190 KiB, 12 slabs at W = 2), threads < W wait for the rounds' tiles at their rank, every
+  // thread issues cp.async copies of its share into the ring (no registers held: the whole
+  // round's loads are in flight at once, where the per-warp register path keeps 32 KiB per SM),
+  // then each sums its vectors in rank order from shared memory and stores them. Two-shot: the
+  // reduced slabs' flags follow a barrier, and later rounds copy the other owners' reduced slabs
+  // the same way (staged, then stored). Whatever is left (none, normally) goes to reduce_items.
+
+  static constexpr int kTailThreads = 2 * cutlass::NumThreadsPerWarpGroup;
+  static constexpr uint32_t kTailBarrier = 3;  // named barrier (user id; the side warps use 2)
+  CUTLASS_DEVICE static void tail_sync() {
+    cutlass::arch::NamedBarrier::sync(kTailThreads, kTailBarrier);
+  }
+
+  // Thread 0: claims this round's items while the ring has room for another full item: reduce
+  // items (item < per_phase) and, two-shot, copy items (the other owners' reduced rows of a
+  // slab, one entry per owner) — never both in one round: a round waits for all its flags
+  // before moving anything, so a copy waiting for a peer's reduced slab must not hold back a
+  // reduction that peer waits for. Items with nothing for this rank are claimed and dropped.
+  template <class Sched>
+  CUTLASS_DEVICE static int claim_round(Params const& p, typename Sched::Params const& sp,
+                                        int* counter, int per_phase, int first, int stride,
+                                        int ring_vecs, TailRound& round) {
+    const comm::GroupDevice& g = p.group;
+    const int max_v = p.block_n / 8;
+    const int need_max = g.world * p.slab_rows * max_v;
+    const int end = min(p.reduce_row0 + p.reduce_rows, p.m);
+    const int limit = p.two_shot ? 2 * per_phase : per_phase;
+    typename Sched::Cursor cursor;
+    int n = 0, used = 0;
+    bool copies = false;  // this round's kind, set by its first entry
+    int c = *reinterpret_cast<volatile int*>(counter);
+#pragma unroll 1
+    while (n + g.world <= kTailMaxSlabs && used + need_max <= ring_vecs && c < limit) {
+      if (n > 0 && (c >= per_phase) != copies) break;  // one kind per round
+      const int seen = atomicCAS(counter, c, c + 1);
+      if (seen != c) {
+        c = seen;
+        continue;
+      }
+      int i = c++;
+      const bool copy = i >= per_phase;
+      if (copy) i -= per_phase;
+      const int k = i / p.slabs, slab = i - k * p.slabs;
+      const auto work = Sched::get(sp, first + k * stride, cursor);
+      if (!work.valid || work.skip) continue;
+      const int row0 = work.m_block * p.block_m + slab * p.slab_rows;
+      const int row1 = min(row0 + p.slab_rows, p.m);
+      const int c0 = work.n_block * p.block_n, c1 = min(c0 + p.block_n, p.n);
+      if (row0 >= row1 || c0 >= c1) continue;
+      const int v = (c1 - c0) / 8;
+      const int tile = work.m_block * p.tiles_n + work.n_block;
+      if (!copy) {
+        const int r0 = max(row0, p.reduce_row0), r1 = min(row1, end);
+        if (r0 >= r1) continue;
+        round.r0[n] = r0;
+        round.c0[n] = c0;
+        round.at[n] = used;
+        round.tile[n] = tile;
+        round.shape[n] = (r1 - r0) | v << 10 | slab << 20;
+        round.src[n] = -1;
+        used += g.world * (r1 - r0) * v;
+        ++n;
+      } else {
+#pragma unroll 1
+        for (int q = row0 / p.rows_per_rank; q <= (row1 - 1) / p.rows_per_rank; ++q) {
+          if (q == g.rank) continue;
+          const int r0 = max(row0, q * p.rows_per_rank);
+          const int r1 = min(row1, (q + 1) * p.rows_per_rank);
+          round.r0[n] = r0;
+          round.c0[n] = c0;
+          round.at[n] = used;
+          round.tile[n] = tile;
+          round.shape[n] = (r1 - r0) | v << 10 | slab << 20;
+          round.src[n] = q;
+          used += (r1 - r0) * v;
+          ++n;
+        }
+      }
+      copies = copy;
+    }
+    return n;
+  }
+
+  template <class Sched, class T>
+  CUTLASS_DEVICE static void tail_reduce_staged(Params const& p, typename Sched::Params const& sp,
+                                                int t, int* counter, TailRound& round,
+                                                uint4* ring, int ring_vecs) {
+    const comm::GroupDevice& g = p.group;
+    const int total_units = sp.units_m * sp.units_n * sp.batches * sp.splits;
+    const int first = Sched::first_unit(), stride = Sched::unit_stride();
+    const int units = first < total_units ? (total_units - first + stride - 1) / stride : 0;
+    const int per_phase = units * p.slabs;
+    T* out = static_cast<T*>(p.out) - static_cast<int64_t>(p.out_row0) * p.n;
+    T* reduced = reinterpret_cast<T*>(g.data[g.rank] + p.reduced_offset);
+    int done = 0;
+#pragma unroll 1
+    for (;;) {
+      tail_sync();  // the last round's reads of the ring and of `round` are over
+      if (t == 0) {
+        round.count = claim_round<Sched>(p, sp, counter, per_phase, first, stride, ring_vecs,
+                                         round);
+      }
+      tail_sync();
+      const int n = round.count;
+      if (n == 0) break;
+      done += n;
+      if (round.src[0] < 0 && t < g.world) {  // thread s waits for rank s's tiles of the round
+#pragma unroll 1
+        for (int e = 0; e < n; ++e) {
+          const int tile = round.tile[e];
+          if (e > 0 && tile == round.tile[e - 1]) continue;
+          comm::wait_geq(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
+                         comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
+        }
+      } else if (round.src[0] >= 0 && t < n) {  // thread e waits for entry e's reduced slab
+        const int q = round.src[t], tile = round.tile[t];
+        comm::wait_geq(g, g.flags[q] + p.reduced_flag_base + tile * p.slabs + (round.shape[t] >> 20),
+                       comm::op_begin(g), comm::WaitSite{p.op, comm::kWaitPeerFlag, q, tile});
+      }
+      tail_sync();  // everything the round reads is in memory
+#pragma unroll 1
+      for (int e = 0; e < n; ++e) {
+        const int rows = round.shape[e] & 1023, v = (round.shape[e] >> 10) & 1023;
+        const int per_rank = rows * v;
+        const int shift = (v & (v - 1)) == 0 ? __ffs(v) - 1 : -1;
+        const int64_t base = static_cast<int64_t>(round.r0[e]) * p.n + round.c0[e];
+        uint4* dst = ring + round.at[e];
+        const int from = round.src[e];
+#pragma unroll 1
+        for (int s = 0; s < (from < 0 ? g.world : 1); ++s, dst += per_rank) {
+          const T* src =
+              from < 0 ? reinterpret_cast<const T*>(g.data[s]) + base
+                       : reinterpret_cast<const T*>(g.data[from] + p.reduced_offset) + base;
+#pragma unroll 1
+          for (int q = t; q < per_rank; q += kTailThreads) {
+            const int row = shift >= 0 ? q >> shift : q / v;
+            cp_async_16(dst + q, src + static_cast<int64_t>(row) * p.n + (q - row * v) * 8);
+          }
+        }
+      }
+      asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+      tail_sync();  // every thread's copies are in shared memory
+#pragma unroll 1
+      for (int e = 0; e < n; ++e) {
+        const int rows = round.shape[e] & 1023, v = (round.shape[e] >> 10) & 1023;
+        const int per_rank = rows * v;
+        const int shift = (v & (v - 1)) == 0 ? __ffs(v) - 1 : -1;
+        const int64_t base = static_cast<int64_t>(round.r0[e]) * p.n + round.c0[e];
+        const uint4* src = ring + round.at[e];
+        if (round.src[e] >= 0) {  // a copy of another owner's reduced rows
+#pragma unroll 1
+          for (int q = t; q < per_rank; q += kTailThreads) {
+            const int row = shift >= 0 ? q >> shift : q / v;
+            *reinterpret_cast<uint4*>(out + base + static_cast<int64_t>(row) * p.n +
+                                      (q - row * v) * 8) = src[q];
+          }
+          continue;
+        }
+#pragma unroll 1
+        for (int q = t; q < per_rank; q += kTailThreads) {
+          float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+          for (int s = 0; s < g.world; ++s) {  // rank order
+            const uint4 x = src[s * per_rank + q];
+            const T* h = reinterpret_cast<const T*>(&x);
+            CUTLASS_PRAGMA_UNROLL
+            for (int j = 0; j < 8; ++j) acc[j] += static_cast<float>(h[j]);
+          }
+          uint4 o;
+          T* h = reinterpret_cast<T*>(&o);
+          CUTLASS_PRAGMA_UNROLL
+          for (int j = 0; j < 8; ++j) h[j] = static_cast<T>(acc[j]);
+          const int row = shift >= 0 ? q >> shift : q / v;
+          const int64_t at = base + static_cast<int64_t>(row) * p.n + (q - row * v) * 8;
+          *reinterpret_cast<uint4*>(out + at) = o;
+          if (p.two_shot) *reinterpret_cast<uint4*>(reduced + at) = o;
+        }
+      }
+      if (p.two_shot && round.src[0] < 0) {
+        tail_sync();  // every thread's reduced stores precede the flags
+        if (t == 0) {
+#pragma unroll 1
+          for (int e = 0; e < n; ++e) {
+            comm::signal(g, g.rank,
+                         p.reduced_flag_base + round.tile[e] * p.slabs + (round.shape[e] >> 20),
+                         comm::op_begin(g));
+          }
+        }
+      }
+    }
+    if (t == 0) {
+      add_items(p, kTlTailItems, done);
+      stamp(p, kTlTailDone);
+    }
+  }
+
+  // The side warps' reduce, pipelined (kSidePipe): thread 0 claims the slabs left in the tile of
+  // the next item (one run, one flag check at every rank), then the run's rows go through the
+  // two halves of the side buffer in pieces, piece j + 1's copies in flight while piece j is
+  // summed in rank order (same bits as every other path) and stored.
+  template <class Sched, class T>
+  CUTLASS_DEVICE static void side_reduce_pipe(Params const& p, typename Sched::Params const& sp,
+                                              int t, int* counter, SideStorage& st) {
+    const comm::GroupDevice& g = p.group;
+    const int total_units = sp.units_m * sp.units_n * sp.batches * sp.splits;
+    const int first = Sched::first_unit(), stride = Sched::unit_stride();
+    const int units = first < total_units ? (total_units - first + stride - 1) / stride : 0;
+    const int per_phase = units * p.slabs;
+    T* out = static_cast<T*>(p.out) - static_cast<int64_t>(p.out_row0) * p.n;
+    constexpr int kHalf = kSideBufBytes / 32;  // vectors per half
+    typename Sched::Cursor cursor;
+    int done = 0;
+#pragma unroll 1
+    for (;;) {
+      if (t == 0) {  // reduce items only, up to the end of the tile
+        int c = *reinterpret_cast<volatile int*>(counter), run = 0;
+        while (c < per_phase) {
+          run = min(p.slabs - c % p.slabs, per_phase - c);
+          const int seen = atomicCAS(counter, c, c + run);
+          if (seen == c) break;
+          c = seen;
+        }
+        st.item = c;
+        st.item_run = run;
+      }
+      side_sync();
+      const int i = st.item, run = st.item_run;
+      side_sync();  // every thread has read the claim before thread 0 makes the next
+      if (i >= per_phase) {
+        if (t == 0) add_items(p, kTlSideItems, done);
+        break;
+      }
+      const int k = i / p.slabs, slab0 = i - k * p.slabs;
+      const auto work = Sched::get(sp, first + k * stride, cursor);
+      if (!work.valid || work.skip) continue;
+      const int tile_row0 = work.m_block * p.block_m;
+      const int r0 = max(tile_row0 + slab0 * p.slab_rows, p.reduce_row0);
+      const int r1 = min(min(tile_row0 + (slab0 + run) * p.slab_rows, p.m),
+                         min(p.reduce_row0 + p.reduce_rows, p.m));
+      const int c0 = work.n_block * p.block_n;
+      const int v = (min(c0 + p.block_n, p.n) - c0) / 8;
+      if (r0 >= r1 || v <= 0) continue;
+      const int tile = work.m_block * p.tiles_n + work.n_block;
+      done += run;
+      if (t < g.world) {
+        comm::wait_geq(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
+                       comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
+      }
+      side_sync();  // every rank's tile is in memory
+      const int piece_rows = max(1, kHalf / (g.world * v));
+      // Issues the copies of the piece starting at row a into half h (every thread its share).
+      auto issue = [&](int a, int h) {
+        const int per_rank = min(piece_rows, r1 - a) * v;
+#pragma unroll 1
+        for (int j = t; j < g.world * per_rank; j += kSideThreads) {
+          const int s = j / per_rank, q = j - s * per_rank, row = q / v;
+          cp_async_16(&st.buf[h * kHalf + j],
+                      reinterpret_cast<const T*>(g.data[s]) +
+                          (static_cast<int64_t>(a + row) * p.n + c0 + (q - row * v) * 8));
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+      };
+      issue(r0, 0);
+      int h = 0;
+#pragma unroll 1
+      for (int a = r0; a < r1; a += piece_rows, h ^= 1) {
+        if (a + piece_rows < r1) {
+          issue(a + piece_rows, h ^ 1);  // its half was freed by the last piece's barrier
+        } else {
+          asm volatile("cp.async.commit_group;" ::: "memory");  // keeps the group count even
+        }
+        asm volatile("cp.async.wait_group 1;" ::: "memory");  // piece a has landed
+        side_sync();  // every thread's copies of piece a are in shared memory
+        const int per_rank = min(piece_rows, r1 - a) * v;
+#pragma unroll 1
+        for (int q = t; q < per_rank; q += kSideThreads) {
+          float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+          for (int s = 0; s < g.world; ++s) {  // rank order
+            const uint4 x = st.buf[h * kHalf + s * per_rank + q];
+            const T* hx = reinterpret_cast<const T*>(&x);
+            CUTLASS_PRAGMA_UNROLL
+            for (int e = 0; e < 8; ++e) acc[e] += static_cast<float>(hx[e]);
+          }
+          uint4 o;
+          T* ho = reinterpret_cast<T*>(&o);
+          CUTLASS_PRAGMA_UNROLL
+          for (int e = 0; e < 8; ++e) ho[e] = static_cast<T>(acc[e]);
+          const int row = q / v;
+          const int64_t at = static_cast<int64_t>(a + row) * p.n + c0 + (q - row * v) * 8;
+          *reinterpret_cast<uint4*>(out + at) = o;
+          if (p.two_shot) {
+            *reinterpret_cast<uint4*>(reinterpret_cast<T*>(g.data[g.rank] + p.reduced_offset) +
+                                      at) = o;
+          }
+        }
+        side_sync();  // half h is read before piece a + 2 is copied into it
+      }
+      if (p.two_shot && t == 0) {  // every thread's stores precede the barrier above
+#pragma unroll 1
+        for (int sl = slab0; sl < slab0 + run; ++sl) {
+          const int s0 = tile_row0 + sl * p.slab_rows;
+          if (max(s0, r0) < min(s0 + p.slab_rows, r1)) {  // a slab with rows of this rank's share
+            comm::signal(g, g.rank, p.reduced_flag_base + tile * p.slabs + sl, comm::op_begin(g));
+          }
+        }
+      }
+    }
+  }
+
   // The COPY role staged through SideStorage (kSideStaged): the 96 side threads move one item at
   // a time as a unit, 16 KiB per round by cp.async (no registers held), then store it to the
   // peer; the item's flag follows the unit's barrier.
@@ -462,6 +846,73 @@ struct FusedHooks {
     }
   }
 
+  // The COPY role by bulk copies (kSideBulk): side thread 0 alone moves each claimed item in
+  // pieces of half the side buffer, double-buffered: while piece j goes out to the peer as a
+  // bulk store, piece j + 1 comes in as a bulk load completing on its half's mbarrier; before a
+  // half is loaded again the store that read it has finished reading. The item's flag follows
+  // once its stores are written (bulk wait_group 0) and ordered for the generic proxy.
+  CUTLASS_DEVICE static void copy_role_bulk(Params const& p, Call const& call, int t,
+                                            SideStorage& st) {
+    const comm::GroupDevice& g = p.group;
+    if (t == 0) {
+      comm::entry_barrier(g, call.epoch, p.op, p.signature);
+      stamp(p, kTlEntered);
+    }
+    if (t != 0) return;  // one thread moves everything; the others have nothing to do
+    constexpr uint32_t kPiece = kSideBufBytes / 2;
+    cutlass::arch::ClusterTransactionBarrier::init(&st.bulk_bar[0], 1);
+    cutlass::arch::ClusterTransactionBarrier::init(&st.bulk_bar[1], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;" ::: "memory");
+    uint32_t phase[2] = {0, 0};
+    const uint32_t buf0 = static_cast<uint32_t>(__cvta_generic_to_shared(&st.buf[0]));
+    const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(&st.bulk_bar[0]));
+    const int items = g.world * p.chunks;
+#pragma unroll 1
+    for (;;) {
+      const int i = claim_item(p, call.epoch);
+      if (i >= items) break;
+      const int j = i / p.chunks, c = i - j * p.chunks;
+      const int peer = (g.rank + j) % g.world;
+      uint8_t* region = g.data[peer];
+      if (region == nullptr) continue;  // another node: the host never fuses that case
+      const int row0 = c * p.chunk_rows;
+      const int rows = min(p.chunk_rows, p.m_local - row0);
+      uint8_t* dst = region + (static_cast<int64_t>(g.rank) * p.m_local + row0) * p.row_bytes;
+      const uint8_t* src = p.x + static_cast<int64_t>(row0) * p.row_bytes;
+      const uint32_t bytes = static_cast<uint32_t>(rows * p.row_bytes);  // <= 128 KiB
+      const int pieces = static_cast<int>((bytes + kPiece - 1) / kPiece);
+      auto load = [&](int k) {
+        const uint32_t b = k & 1, n = min(kPiece, bytes - k * kPiece);
+        cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&st.bulk_bar[b], n);
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+            ::"r"(buf0 + b * kPiece), "l"(src + static_cast<int64_t>(k) * kPiece), "r"(n),
+            "r"(bar0 + b * 8)
+            : "memory");
+      };
+      load(0);
+#pragma unroll 1
+      for (int k = 0; k < pieces; ++k) {
+        const uint32_t b = k & 1;
+        if (k + 1 < pieces) {
+          // The other half was read by piece k - 1's store: wait until it has been read out.
+          asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+          load(k + 1);
+        }
+        cutlass::arch::ClusterTransactionBarrier::wait(&st.bulk_bar[b], phase[b]);
+        phase[b] ^= 1;
+        const uint32_t n = min(kPiece, bytes - k * kPiece);
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+                     "cp.async.bulk.commit_group;"
+                     ::"l"(dst + static_cast<int64_t>(k) * kPiece), "r"(buf0 + b * kPiece), "r"(n)
+                     : "memory");
+      }
+      comm::tma_store_wait_all_writes();  // the item's bulk stores are written
+      comm::fence_proxy_async_global();
+      comm::signal(g, peer, p.flag_base + g.rank * p.chunks + c, call.epoch);
+    }
+  }
+
   // ---- the hooks the kernel calls ---------------------------------------------------------
 
   // The producer warpgroup's three idle warps (t in [0, 96)), from the start of the call.
@@ -469,14 +920,30 @@ struct FusedHooks {
   CUTLASS_DEVICE static void side_role(Params const& p, Call const& call, int t,
                                        typename Sched::Params const& sp, int* counter,
                                        SideStorage& st) {
+    side_work<Sched>(p, call, t, sp, counter, st);
+    if (t == 0) stamp(p, kTlSideDone);
+  }
+
+  template <class Sched>
+  CUTLASS_DEVICE static void side_work(Params const& p, Call const& call, int t,
+                                       typename Sched::Params const& sp, int* counter,
+                                       SideStorage& st) {
     if (p.mode == kModeAllGather) {
-      if (p.side_mode == kSideStaged) {
+      if (p.side_mode == kSideBulk) {
+        copy_role_bulk(p, call, t, st);
+      } else if (p.side_mode == kSideStaged) {
         copy_role_staged(p, call, t, st);
       } else {
         copy_role(p, call, t);
       }
     } else if (p.side_mode == kSideIdle) {
       return;  // the consumers take every slab
+    } else if (p.side_mode == kSidePipe) {
+      if (p.bf16) {
+        side_reduce_pipe<Sched, __nv_bfloat16>(p, sp, t, counter, st);
+      } else {
+        side_reduce_pipe<Sched, __half>(p, sp, t, counter, st);
+      }
     } else if (p.side_mode == kSideRegs) {
       // Per warp from registers (the A/B alternative, kept for measuring: 40 registers hold one
       // vector of one rank at a time per lane; two ranks' loads spilled 80 bytes).
@@ -488,11 +955,28 @@ struct FusedHooks {
     }
   }
 
-  // The consumer warpgroups (t in [0, 256)) after their last tile is stored.
+  // The consumer warpgroups (t in [0, 256)) after their last tile is stored; `ring` is the
+  // mainloop's shared memory (ring_bytes), theirs from now on.
   template <class Sched>
   CUTLASS_DEVICE static void tail_role(Params const& p, Call const&, int t,
-                                       typename Sched::Params const& sp, int* counter) {
-    if (p.mode == kModeReduce) reduce_role<Sched, 4, 2>(p, sp, t % 32, counter);
+                                       typename Sched::Params const& sp, int* counter,
+                                       SideStorage& st, void* ring, int ring_bytes) {
+    if (t == 0) stamp(p, kTlGemmDone);
+    if (p.mode != kModeReduce) return;
+    const int ring_vecs = ring_bytes / 16;
+    // The staged rounds need room for one slab of every rank (W = 2..12 with the fused configs).
+    if (p.tail_mode == kTailStaged && p.group.world * p.slab_rows * (p.block_n / 8) <= ring_vecs) {
+      if (p.bf16) {
+        tail_reduce_staged<Sched, __nv_bfloat16>(p, sp, t, counter, st.round,
+                                                 static_cast<uint4*>(ring), ring_vecs);
+      } else {
+        tail_reduce_staged<Sched, __half>(p, sp, t, counter, st.round, static_cast<uint4*>(ring),
+                                          ring_vecs);
+      }
+    }
+    // The rest, per warp: every item with tail_mode kTailRegs (or a ring too small for one
+    // item), else nothing (each warp finds the counter past the last item).
+    reduce_role<Sched, 4, 2>(p, sp, t % 32, counter);
   }
 
   // Hook (a), one lane of the producer warp, before the A loads of tile row m_block.
@@ -505,6 +989,7 @@ struct FusedHooks {
     } else if (!call.entered) {
       // The first tile of this CTA: no peer may still be reading the partial we overwrite.
       comm::entry_barrier(p.group, call.epoch, p.op, p.signature);
+      stamp(p, kTlEntered);
       call.entered = true;
     }
   }
@@ -520,9 +1005,13 @@ struct FusedHooks {
       comm::tma_store_wait_all_writes();
       __syncwarp();
       if (mma_thread_idx == 0) {
+        // The tile's bulk stores are written; the proxy fence orders them before this thread's
+        // generic accesses, and the release store (MEMBAR.SYS + strong store) publishes them:
+        // no second, sequentially consistent system fence (comm::signal's) per tile.
         comm::fence_proxy_async_global();
-        comm::signal(p.group, p.group.rank, p.flag_base + m_block * p.tiles_n + n_block,
-                     comm::op_begin(p.group));
+        comm::st_release_sys(p.group.flags[p.group.rank] + p.flag_base + m_block * p.tiles_n +
+                                 n_block,
+                             comm::op_begin(p.group));
       }
     }
   }
@@ -539,6 +1028,7 @@ struct FusedHooks {
   // again (this CTA has not taken its exit ticket yet, so *epoch is still e - 1): a Call used
   // here would stay live through every role, the consumers' mainloop included.
   CUTLASS_DEVICE static void call_end(Params const& p, Call const&) {
+    stamp(p, kTlExit);
     comm::op_end(p.group, comm::op_begin(p.group));
   }
 };

@@ -8,7 +8,42 @@
 
 namespace mkernel::fused {
 
-enum SideMode : int32_t { kSideRegs = 0, kSideStaged = 1, kSideIdle = 2 };
+// kSideBulk (ag only): one side thread moves each copy item in 8 KiB pieces through two shared
+// buffers with bulk (TMA) copies: global -> shared completing on an mbarrier, shared -> peer
+// global as a bulk store; 16 KiB in flight per SM without registers.
+// kSidePipe (reduce only): the side warps claim a run of slabs up to the end of a tile (one flag
+// check per run) and move it in pieces of half the side buffer, double-buffered (piece j + 1's
+// cp.async copies in flight while piece j is summed).
+enum SideMode : int32_t {
+  kSideRegs = 0,
+  kSideStaged = 1,
+  kSideIdle = 2,
+  kSideBulk = 3,
+  kSidePipe = 4
+};
+
+// How the consumer warps reduce after their last tile: per warp from registers (kTailRegs, four
+// 16-byte vectors of two ranks in flight per lane: 32 KiB per SM), or all 256 together through
+// the mainloop's shared-memory ring, free by then (kTailStaged: rounds of up to ~190 KiB of
+// cp.async copies in flight per SM).
+enum TailMode : int32_t { kTailRegs = 0, kTailStaged = 1 };
+
+// Per-CTA timeline of a launch (MKERNEL_FUSED_TIMELINE, a measurement mode): %globaltimer
+// stamps (ns; one clock for every process on the GPU) and item counts, kTimelineWords words per
+// CTA at timeline + cta * kTimelineWords.
+enum TimelineSlot : int32_t {
+  kTlStart = 0,      // the CTA's first thread read the call number
+  kTlEntered = 1,    // past the entry barrier (reduce: the producer; ag: the copy role)
+  kTlGemmDone = 2,   // the consumers' last tile stored (tail role begins)
+  kTlTailDone = 3,   // the consumers' staged tail reduce done (thread 0)
+  kTlSideDone = 4,   // the side warps' role done
+  kTlExit = 5,       // every role of the CTA done (call_end)
+  kTlSideItems = 6,  // reduce items done by the side warps
+  kTlTailItems = 7,  // reduce items done by the consumers
+  kTlSmid = 8,       // the SM the CTA ran on (%smid): which SMs each rank's CTAs share
+  kTlCluster = 9,    // the CTA's cluster id (%clusterid.x)
+  kTimelineWords = 10,
+};
 
 enum FusedMode : int32_t {
   kModeAllGather = 0,  // ag_gemm: A = the gathered rows, pushed by the COPY role
@@ -60,7 +95,13 @@ struct FusedParams {
   // copy was slower, 858 vs 567 us at ag 1024x8192x3584); MKERNEL_FUSED_SIDE=regs|staged|idle
   // pins one for measuring (fused_common.h side_mode).
   int32_t side_mode = 1;
+  int32_t tail_mode = 1;  // TailMode (MKERNEL_FUSED_TAIL=regs|staged pins one for measuring)
   int32_t bf16 = 1;  // element type of D and out: bf16 (1) or fp16 (0)
+  uint64_t* timeline = nullptr;  // TimelineSlot records per CTA, or null (the normal case)
+  // griddepcontrol.launch_dependents at the kernel's start (1, MKERNEL_FUSED_TRIGGER=early)
+  // rather than after the consumers' mainloop (0, CUTLASS's point). Kept for measuring: session
+  // 7 tested it against the ranks' serialization under MPS (device run 3: no effect).
+  int32_t trigger_early = 0;
 };
 
 }  // namespace mkernel::fused

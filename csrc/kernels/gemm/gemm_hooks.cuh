@@ -11,8 +11,9 @@
 // three idle warps a `side_role` (the fused ops' copy / reduce roles; it gets
 // the scheduler, so it can walk its own CTA's tiles in the GEMM's order), give the
 // consumer warpgroups a `tail_role` after their last tile (both get a per-CTA
-// shared-memory work counter, zero at the start, to claim items from; the side
-// role also its own `SideStorage` in the kernel's shared memory), and end
+// shared-memory work counter, zero at the start, to claim items from, and the
+// policy's own `SideStorage` in the kernel's shared memory; the tail role also
+// the mainloop's shared-memory ring, free once the CTA's last tile is done), and end
 // the launch with `call_end` (one thread per CTA after a CTA-wide barrier).
 // NoHooks compiles all of it away, so the plain GEMM pays nothing.
 #pragma once
@@ -42,7 +43,8 @@ struct NoHooks {
                                        typename Sched::Params const&, int*, SideStorage&) {}
   template <class Sched>
   CUTLASS_DEVICE static void tail_role(Params const&, Call const&, int,
-                                       typename Sched::Params const&, int*) {}
+                                       typename Sched::Params const&, int*, SideStorage&, void*,
+                                       int) {}
   CUTLASS_DEVICE static void call_end(Params const&, Call const&) {}
 };
 
@@ -77,7 +79,8 @@ struct FlagHooks {
                                        typename Sched::Params const&, int*, SideStorage&) {}
   template <class Sched>
   CUTLASS_DEVICE static void tail_role(Params const&, Call const&, int,
-                                       typename Sched::Params const&, int*) {}
+                                       typename Sched::Params const&, int*, SideStorage&, void*,
+                                       int) {}
   CUTLASS_DEVICE static void call_end(Params const&, Call const&) {}
 
   // Called by one lane of the producer warp.

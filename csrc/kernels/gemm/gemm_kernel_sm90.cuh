@@ -181,6 +181,12 @@ class HookedGemmSm90 {
     // nothing unless CUTLASS_ENABLE_GDC_FOR_SM90 is defined, and a kernel
     // launched with PDL must never skip this wait.)
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    if constexpr (Hooks::kSideRole) {
+      // A hook policy may let dependent work be scheduled from the start instead of after
+      // the consumers' mainloop (the fused ops, for measuring: kernels/fused/README.md).
+      // Nothing reads this grid's results before griddepcontrol.wait, so it is always safe.
+      if (Hooks::trigger_early(params.hooks)) asm volatile("griddepcontrol.launch_dependents;" :::);
+    }
     // Per-launch state of the hooks (the fused ops' call number), read by
     // every thread before any CTA can reach call_end; each thread's own copy.
     typename Hooks::Call call = Hooks::call_begin(params.hooks);
@@ -334,9 +340,14 @@ class HookedGemmSm90 {
       }
       if constexpr (Hooks::kSideRole) {
         // The consumers' last tile is stored: their warps (full register budget) join the
-        // hooks' per-CTA work (the fused reduce), claiming items from hook_work.
+        // hooks' per-CTA work (the fused reduce), claiming items from hook_work. The
+        // mainloop's ring is theirs now: every stage this CTA's consumers waited for has
+        // landed (a cluster peer multicasts only stages these consumers consume) and none is
+        // loaded again.
         Hooks::template tail_role<Scheduler>(params.hooks, call, mma_thread_idx,
-                                             params.scheduler, &shared.hook_work);
+                                             params.scheduler, &shared.hook_work, shared.side,
+                                             &shared.tensors.mainloop,
+                                             static_cast<int>(sizeof(shared.tensors.mainloop)));
       }
     }
     if constexpr (Hooks::kSideRole) {

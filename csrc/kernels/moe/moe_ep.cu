@@ -21,6 +21,7 @@ using comm::GroupDevice;
 using comm::kMaxRanks;
 
 constexpr int kThreads = 512;
+constexpr int kCtasPerSm = 2;  // the launch bounds' minimum: <= 64 registers per thread
 
 // Flag slots of the MoE kernels, near the top of the flag region (clear of the collectives'
 // chunk flags and of the fused ops' counter in the last word). kCounts/kArrive/kStaged + src:
@@ -47,12 +48,21 @@ constexpr uint64_t align256(uint64_t v) { return (v + 255) & ~uint64_t{255}; }
 
 // --- small helpers ---------------------------------------------------------------------------
 
-// Waits (thread 0) for flag `slot + s` >= e from every rank s, then releases the CTA.
+// The bound of a wait that follows this rank's entry barrier (its publisher's flags: kEntered,
+// kCounts): twice the op timeout, so that when a peer is gone the publisher's entry-barrier wait
+// expires first and its record names that peer (session 7 run 2: a CTA waiting for its own
+// publisher's counts timed out first and blamed this rank itself).
+__device__ __forceinline__ uint64_t after_entry_bound(const GroupDevice& g) {
+  return 2 * g.timeout_ns;
+}
+
+// Waits (thread 0) for flag `slot + s` >= e from every rank s, bounded by `bound_ns`, then
+// releases the CTA.
 __device__ __forceinline__ void wait_all_ranks(const GroupDevice& g, uint32_t slot, uint64_t e,
-                                               int32_t op) {
+                                               int32_t op, uint64_t bound_ns) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < g.world; ++s) {
-      comm::wait_geq(g, g.flags[g.rank] + slot + s, e,
+      comm::wait_geq(g.flags[g.rank] + slot + s, e, bound_ns, g.diag, g.group_id, g.rank,
                      comm::WaitSite{op, comm::kWaitPeerFlag, s, static_cast<int32_t>(slot + s)});
     }
   }
@@ -105,8 +115,11 @@ __device__ __forceinline__ void release_empty(const GroupDevice& g, int64_t tota
   }
 }
 
-constexpr int kRowsPerItem = 4;     // expert rows per work item
-constexpr int kTokensPerItem = 4;   // tokens per work item
+// Work item sizes. A copy item moves kRowsPerItem rows with every thread's loads of all of
+// them in flight before its stores: one 14 KB row per CTA at a time left the copies latency
+// bound (run s7run1: the dispatch's expansion and combine's stage ran far below HBM speed).
+constexpr int kRowsPerItem = 8;     // rows per copy item (expansion, stage, scatter, gather)
+constexpr int kTokensPerItem = 4;   // tokens per send / sum item
 constexpr int kChoicesPerItem = kThreads * 4;
 
 // The row space of the local expert layout: packed [0, min(R, max_rows)) or padded
@@ -122,10 +135,29 @@ __device__ __forceinline__ bool row_live(const int32_t* s_count, int capacity, i
   return capacity == 0 || r % capacity < s_count[r / capacity];
 }
 
-// Copies one row of n16 16-byte vectors (all threads of the CTA); L1 bypassed on the source
-// (peers wrote it through their mappings).
-__device__ __forceinline__ void copy_row(uint4* dst, const uint4* src, int64_t n16) {
-  for (int64_t v = threadIdx.x; v < n16; v += kThreads) dst[v] = __ldcg(src + v);
+// The rows of one copy item (shared memory, filled by threads 0..kRowsPerItem-1 after the
+// claim): row i goes from src[i] to dst[i]; src nullptr: zeros; dst nullptr: no row.
+struct CopyItem {
+  const uint4* src[kRowsPerItem];
+  uint4* dst[kRowsPerItem];
+};
+
+// Copies the item's rows of n16 16-byte vectors (all threads of the CTA): each thread loads
+// its vector of every row before storing any (kRowsPerItem loads in flight per thread). L1
+// bypassed on the sources (peers wrote them through their mappings).
+__device__ __forceinline__ void copy_rows(const CopyItem& c, int64_t n16) {
+  for (int64_t v = threadIdx.x; v < n16; v += kThreads) {
+    uint4 buf[kRowsPerItem];
+#pragma unroll
+    for (int i = 0; i < kRowsPerItem; ++i) {
+      buf[i] = c.src[i] != nullptr && c.dst[i] != nullptr ? __ldcg(c.src[i] + v)
+                                                          : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < kRowsPerItem; ++i) {
+      if (c.dst[i] != nullptr) c.dst[i][v] = buf[i];
+    }
+  }
 }
 
 // --- dispatch --------------------------------------------------------------------------------
@@ -148,10 +180,12 @@ struct DispatchParams {
   uint64_t signature;
 };
 
-__global__ void __launch_bounds__(kThreads) dispatch_kernel(const DispatchParams p) {
+__global__ void __launch_bounds__(kThreads, kCtasPerSm) dispatch_kernel(const DispatchParams p) {
   __shared__ int32_t s_keep[kMaxExperts];   // rows of expert g this rank keeps at its owner
   __shared__ int32_t s_start[kMaxExperts];  // first of them in the owner's layout
   __shared__ int32_t s_total[kMaxExperts];  // rows expert g holds from every source
+  __shared__ int32_t s_slot[kTokensPerItem * kMaxRanks];  // a send item's tokens' slots
+  __shared__ CopyItem s_copy;
   __shared__ int64_t s_item;
   const GroupDevice& g = p.g;
   const int me = g.rank, W = g.world, E = p.experts, El = p.e_local;
@@ -173,7 +207,7 @@ __global__ void __launch_bounds__(kThreads) dispatch_kernel(const DispatchParams
     }
   }
   // 2. Every rank's counts: this rank's rows at every owner, and the owners' layouts.
-  wait_all_ranks(g, kCounts, e, comm::kOpMoeDispatch);
+  wait_all_ranks(g, kCounts, e, comm::kOpMoeDispatch, after_entry_bound(g));
   const auto* table = reinterpret_cast<const int32_t*>(g.data[me] + p.lay.counts);
   for (int x = threadIdx.x; x < E; x += kThreads) {
     int32_t taken = 0, mine = 0, first = 0;
@@ -207,16 +241,28 @@ __global__ void __launch_bounds__(kThreads) dispatch_kernel(const DispatchParams
     const int64_t item = claim_cta(g, kWorkSend, e, &s_item);
     if (item >= total) break;
     if (item < token_items) {
-      const int64_t t1 = min(p.tokens, (item + 1) * kTokensPerItem);
-      for (int64_t t = item * kTokensPerItem; t < t1; ++t) {
-        const uint4* src = p.x + t * p.n16;
-        for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) {
-          const uint4 val = __ldg(src + v);
-          for (int d = 0; d < W; ++d) {
-            const int32_t u = __ldg(p.slot + t * W + d);
-            if (u < 0) continue;
-            auto* area = reinterpret_cast<uint4*>(g.data[d] + p.lay.tokens);
-            area[(static_cast<int64_t>(me) * p.max_tokens + u) * p.n16 + v] = val;
+      // kTokensPerItem tokens: each thread loads its vector of every token, then stores each
+      // once per rank the token goes to (slot u >= 0 there).
+      const int64_t t0 = item * kTokensPerItem;
+      const int nt = static_cast<int>(min(static_cast<int64_t>(kTokensPerItem), p.tokens - t0));
+      for (int i = threadIdx.x; i < kTokensPerItem * W; i += kThreads) {
+        s_slot[i] = i / W < nt ? __ldg(p.slot + (t0 + i / W) * W + i % W) : -1;
+      }
+      __syncthreads();
+      for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) {
+        uint4 buf[kTokensPerItem];
+#pragma unroll
+        for (int i = 0; i < kTokensPerItem; ++i) {
+          buf[i] = i < nt ? __ldg(p.x + (t0 + i) * p.n16 + v) : make_uint4(0, 0, 0, 0);
+        }
+        for (int d = 0; d < W; ++d) {
+          if (d == me) continue;  // own tokens: the expansion reads them from x
+          uint4* area = reinterpret_cast<uint4*>(g.data[d] + p.lay.tokens) +
+                        static_cast<int64_t>(me) * p.max_tokens * p.n16 + v;
+#pragma unroll
+          for (int i = 0; i < kTokensPerItem; ++i) {
+            const int32_t u = s_slot[i * W + d];
+            if (u >= 0) area[static_cast<int64_t>(u) * p.n16] = buf[i];
           }
         }
       }
@@ -231,9 +277,12 @@ __global__ void __launch_bounds__(kThreads) dispatch_kernel(const DispatchParams
           const int32_t n = p.pos[i];
           const int64_t row = static_cast<int64_t>(s_start[x]) + n;
           if (n < s_keep[x] && row < p.rows_out) {
-            const int32_t u = p.slot[(i / p.k) * W + d];
-            reinterpret_cast<int32_t*>(g.data[d] + p.lay.row_map)[row] =
-                static_cast<int32_t>(me * p.max_tokens + u);
+            // A row from this rank's own token names the token itself (-1 - t): the
+            // expansion reads it from x (own tokens are not sent to this rank's area).
+            const int32_t slot = d == me ? -1 - static_cast<int32_t>(i / p.k)
+                                         : static_cast<int32_t>(me * p.max_tokens) +
+                                               p.slot[(i / p.k) * W + d];
+            reinterpret_cast<int32_t*>(g.data[d] + p.lay.row_map)[row] = slot;
             code = (static_cast<int64_t>(d) << 32) | row;
           }
         }
@@ -244,7 +293,7 @@ __global__ void __launch_bounds__(kThreads) dispatch_kernel(const DispatchParams
   }
 
   // 4. Receive: every rank's rows, expanded into the expert layout.
-  wait_all_ranks(g, kArrive, e, comm::kOpMoeDispatch);
+  wait_all_ranks(g, kArrive, e, comm::kOpMoeDispatch, g.timeout_ns);
   // Rows of each local expert, and where they start. Packed rows past rows_out (only reachable
   // with an expert id repeated in a token's top-k: W * max_T * min(k, E_local) bounds distinct
   // ids) were dropped by their sources (route -1): the counts leave them out too, so the GEMM
@@ -286,18 +335,42 @@ __global__ void __launch_bounds__(kThreads) dispatch_kernel(const DispatchParams
   for (;;) {
     const int64_t item = claim_cta(g, kWorkAfter, e, &s_item);
     if (item * kRowsPerItem >= rows) break;
-    const int64_t r1 = min(rows, (item + 1) * kRowsPerItem);
-    for (int64_t r = item * kRowsPerItem; r < r1; ++r) {
-      if (!row_live(s_count, p.capacity, r)) continue;
-      const int64_t q = __ldcg(row_map + r);
-      copy_row(p.recv_x + r * p.n16, area + q * p.n16, p.n16);
+    if (threadIdx.x < kRowsPerItem) {
+      const int64_t r = item * kRowsPerItem + threadIdx.x;
+      const bool live = r < rows && row_live(s_count, p.capacity, r);
+      const int32_t q = live ? __ldcg(row_map + r) : 0;
+      s_copy.src[threadIdx.x] = !live ? nullptr
+                                : q < 0 ? p.x + static_cast<int64_t>(-1 - q) * p.n16
+                                        : area + static_cast<int64_t>(q) * p.n16;
+      s_copy.dst[threadIdx.x] = live ? p.recv_x + r * p.n16 : nullptr;
     }
+    __syncthreads();
+    copy_rows(s_copy, p.n16);
   }
   __syncthreads();
   if (threadIdx.x == 0) comm::op_end(g, e);
 }
 
 // --- combine ---------------------------------------------------------------------------------
+
+// Whether layout row r came from this rank's own tokens: expert x's rows from this rank are
+// [lo[x], lo[x] + n[x]) (absolute rows; sources in rank order within each expert, so lo is
+// non-decreasing in x and the intervals are disjoint).
+__device__ __forceinline__ bool own_row(const int32_t* lo, const int32_t* n, int e_local,
+                                        int capacity, int64_t r) {
+  int x;
+  if (capacity > 0) {
+    x = static_cast<int>(r / capacity);
+  } else {  // the last expert whose own rows start at or before r
+    int a = 0, b = e_local;  // lo[a] <= r (or a == 0), lo[b] > r
+    while (b - a > 1) {
+      const int m = (a + b) / 2;
+      if (lo[m] <= r) a = m; else b = m;
+    }
+    x = a;
+  }
+  return r >= lo[x] && r < static_cast<int64_t>(lo[x]) + n[x];
+}
 
 template <class T> struct Elem;
 template <> struct Elem<float> {
@@ -330,8 +403,11 @@ struct CombineParams {
 // kGather: _moe_gather instead of the sum: out [T*k] rows = each choice's row (zero when
 // dropped), the same stage / pull protocol.
 template <class T, bool kGather>
-__global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p) {
+__global__ void __launch_bounds__(kThreads, kCtasPerSm) combine_kernel(const CombineParams p) {
   __shared__ int32_t s_count[kMaxExperts];
+  __shared__ int32_t s_own_lo[kMaxExperts];  // rows of expert x from this rank: [lo, lo + n)
+  __shared__ int32_t s_own_n[kMaxExperts];
+  __shared__ CopyItem s_copy;
   __shared__ int64_t s_item;
   constexpr int kPer = 16 / sizeof(T);
   const GroupDevice& g = p.g;
@@ -344,14 +420,29 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p
   }
   // Stage this rank's live rows into its own region (peers finished reading the last call's).
   if (threadIdx.x == 0) {
-    comm::wait_geq(g, g.flags[me] + kEntered, e,
+    comm::wait_geq(g.flags[me] + kEntered, e, after_entry_bound(g), g.diag, g.group_id, me,
                    comm::WaitSite{comm::kOpMoeCombine, comm::kWaitEntry, me, kEntered});
   }
   __syncthreads();
   for (int x = threadIdx.x; x < El; x += kThreads) {
-    int32_t n = 0;
-    for (int s = 0; s < W; ++s) n += p.recv_counts[s * El + x];
+    int32_t n = 0, before = 0, own = 0;
+    for (int s = 0; s < W; ++s) {
+      const int32_t c = p.recv_counts[s * El + x];
+      before += s < me ? c : 0;
+      own = s == me ? c : own;
+      n += c;
+    }
     s_count[x] = n;
+    s_own_lo[x] = before;  // within the expert's rows (sources in order); made absolute below
+    s_own_n[x] = own;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t base = 0;
+    for (int x = 0; x < El; ++x) {
+      s_own_lo[x] += p.capacity > 0 ? x * p.capacity : base;
+      base += s_count[x];
+    }
   }
   __syncthreads();
   auto* stage = reinterpret_cast<uint4*>(g.data[me]);
@@ -361,16 +452,19 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p
   for (;;) {
     const int64_t item = claim_cta(g, kWorkSend, e, &s_item);
     if (item >= total) break;
-    const int64_t r1 = min(rows, (item + 1) * kRowsPerItem);
-    for (int64_t r = item * kRowsPerItem; r < r1; ++r) {
-      if (!row_live(s_count, p.capacity, r)) continue;
-      for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) {
-        stage[r * p.n16 + v] = __ldg(p.y + r * p.n16 + v);
-      }
+    if (threadIdx.x < kRowsPerItem) {
+      // Only the rows peers read: this rank's own rows it reads from y itself (d == me below).
+      const int64_t r = item * kRowsPerItem + threadIdx.x;
+      const bool live = r < rows && row_live(s_count, p.capacity, r) &&
+                        !own_row(s_own_lo, s_own_n, El, p.capacity, r);
+      s_copy.src[threadIdx.x] = live ? p.y + r * p.n16 : nullptr;
+      s_copy.dst[threadIdx.x] = live ? stage + r * p.n16 : nullptr;
     }
+    __syncthreads();
+    copy_rows(s_copy, p.n16);
     item_done(g, total, kStaged, e);
   }
-  wait_all_ranks(g, kStaged, e, comm::kOpMoeCombine);
+  wait_all_ranks(g, kStaged, e, comm::kOpMoeCombine, g.timeout_ns);
 
   if constexpr (kGather) {
     // Each choice's row (zero when dropped), pulled from its owner.
@@ -378,20 +472,22 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p
     for (;;) {
       const int64_t item = claim_cta(g, kWorkAfter, e, &s_item);
       if (item * kRowsPerItem >= choices) break;
-      const int64_t i1 = min(choices, (item + 1) * kRowsPerItem);
-      for (int64_t i = item * kRowsPerItem; i < i1; ++i) {
-        const int64_t code = __ldg(p.route + i);
-        const int d = static_cast<int>(code >> 32);
-        const int64_t row = code & 0xffffffffll;
-        uint4* dst = p.out + i * p.n16;
-        if (code < 0 || d >= W || row >= p.y_rows) {
-          for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = make_uint4(0, 0, 0, 0);
-        } else if (d == me) {
-          for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = __ldg(p.y + row * p.n16 + v);
-        } else {
-          copy_row(dst, reinterpret_cast<const uint4*>(g.data[d]) + row * p.n16, p.n16);
+      if (threadIdx.x < kRowsPerItem) {
+        const int64_t i = item * kRowsPerItem + threadIdx.x;
+        const uint4* src = nullptr;  // dropped, or not a route of this group's dispatch: zeros
+        if (i < choices) {
+          const int64_t code = __ldg(p.route + i);
+          const int d = static_cast<int>(code >> 32);
+          const int64_t row = code & 0xffffffffll;
+          if (code >= 0 && d < W && row < p.y_rows) {
+            src = (d == me ? p.y : reinterpret_cast<const uint4*>(g.data[d])) + row * p.n16;
+          }
         }
+        s_copy.src[threadIdx.x] = src;
+        s_copy.dst[threadIdx.x] = i < choices ? p.out + i * p.n16 : nullptr;
       }
+      __syncthreads();
+      copy_rows(s_copy, p.n16);
     }
   } else {
     // Pull and sum, each token's choices in order (fp32; product and sum rounded separately,
@@ -455,8 +551,9 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p
 
 // rows [T*k] of this rank's choices pushed into their owners' regions at the rows their routes
 // name; then every rank writes its out in y's layout: the rows it received, zero elsewhere.
-__global__ void __launch_bounds__(kThreads) scatter_kernel(const CombineParams p) {
+__global__ void __launch_bounds__(kThreads, kCtasPerSm) scatter_kernel(const CombineParams p) {
   __shared__ int32_t s_count[kMaxExperts];
+  __shared__ CopyItem s_copy;
   __shared__ int64_t s_item;
   const GroupDevice& g = p.g;
   const int me = g.rank, W = g.world, El = p.e_local;
@@ -467,7 +564,7 @@ __global__ void __launch_bounds__(kThreads) scatter_kernel(const CombineParams p
     comm::signal(g, me, kEntered, e);
   }
   if (threadIdx.x == 0) {
-    comm::wait_geq(g, g.flags[me] + kEntered, e,
+    comm::wait_geq(g.flags[me] + kEntered, e, after_entry_bound(g), g.diag, g.group_id, me,
                    comm::WaitSite{comm::kOpMoeCombine, comm::kWaitEntry, me, kEntered});
   }
   __syncthreads();
@@ -477,18 +574,25 @@ __global__ void __launch_bounds__(kThreads) scatter_kernel(const CombineParams p
   for (;;) {
     const int64_t item = claim_cta(g, kWorkSend, e, &s_item);
     if (item >= total) break;
-    const int64_t i1 = min(choices, (item + 1) * kRowsPerItem);
-    for (int64_t i = item * kRowsPerItem; i < i1; ++i) {
-      const int64_t code = __ldg(p.route + i);
-      const int d = static_cast<int>(code >> 32);
-      const int64_t row = code & 0xffffffffll;
-      if (code < 0 || d >= W || row >= p.y_rows) continue;
-      auto* dst = reinterpret_cast<uint4*>(g.data[d]) + row * p.n16;
-      for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = __ldg(p.y + i * p.n16 + v);
+    if (threadIdx.x < kRowsPerItem) {
+      const int64_t i = item * kRowsPerItem + threadIdx.x;
+      uint4* dst = nullptr;  // dropped (or past the choices): nothing to push
+      if (i < choices) {
+        const int64_t code = __ldg(p.route + i);
+        const int d = static_cast<int>(code >> 32);
+        const int64_t row = code & 0xffffffffll;
+        if (code >= 0 && d < W && row < p.y_rows) {
+          dst = reinterpret_cast<uint4*>(g.data[d]) + row * p.n16;
+        }
+      }
+      s_copy.src[threadIdx.x] = dst != nullptr ? p.y + i * p.n16 : nullptr;
+      s_copy.dst[threadIdx.x] = dst;
     }
+    __syncthreads();
+    copy_rows(s_copy, p.n16);
     item_done(g, total, kArrive, e);
   }
-  wait_all_ranks(g, kArrive, e, comm::kOpMoeCombine);
+  wait_all_ranks(g, kArrive, e, comm::kOpMoeCombine, g.timeout_ns);
   for (int x = threadIdx.x; x < El; x += kThreads) {
     int32_t n = 0;
     for (int s = 0; s < W; ++s) n += p.recv_counts[s * El + x];
@@ -500,16 +604,15 @@ __global__ void __launch_bounds__(kThreads) scatter_kernel(const CombineParams p
   for (;;) {
     const int64_t item = claim_cta(g, kWorkAfter, e, &s_item);
     if (item * kRowsPerItem >= p.y_rows) break;
-    const int64_t r1 = min(p.y_rows, (item + 1) * kRowsPerItem);
-    for (int64_t r = item * kRowsPerItem; r < r1; ++r) {
-      const bool live = p.capacity > 0 ? row_live(s_count, p.capacity, r) : r < live_rows;
-      uint4* dst = p.out + r * p.n16;
-      if (live) {
-        copy_row(dst, stage + r * p.n16, p.n16);
-      } else {
-        for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) dst[v] = make_uint4(0, 0, 0, 0);
-      }
+    if (threadIdx.x < kRowsPerItem) {  // every row of out: the received one, or zeros
+      const int64_t r = item * kRowsPerItem + threadIdx.x;
+      const bool live = r < p.y_rows &&
+                        (p.capacity > 0 ? row_live(s_count, p.capacity, r) : r < live_rows);
+      s_copy.src[threadIdx.x] = live ? stage + r * p.n16 : nullptr;
+      s_copy.dst[threadIdx.x] = r < p.y_rows ? p.out + r * p.n16 : nullptr;
     }
+    __syncthreads();
+    copy_rows(s_copy, p.n16);
   }
   __syncthreads();
   if (threadIdx.x == 0) comm::op_end(g, e);
@@ -517,8 +620,9 @@ __global__ void __launch_bounds__(kThreads) scatter_kernel(const CombineParams p
 
 // --- launch ----------------------------------------------------------------------------------
 
-// The grid for `kernel`: one CTA per SM as this process sees the device (its MPS share),
-// cached per (device, kernel). Nothing depends on every CTA being resident: the work goes to
+// The grid for `kernel`: kCtasPerSm CTAs per SM as this process sees the device (its MPS
+// share; fewer if they do not fit), cached per (device, kernel): two CTAs of an SM keep twice
+// the copies' loads in flight. Nothing depends on every CTA being resident: the work goes to
 // the CTAs that run (claim), the publisher is the first CTA to run, and a CTA scheduled late
 // finds every flag set and no item left. (Device runs 2 and 3 ran an earlier version whose
 // grid barrier needed all of two CTAs per SM resident, and failed after exactly the op
@@ -540,7 +644,7 @@ cudaError_t resident_ctas(const void* kernel, int* out) {
   if (err != cudaSuccess) return err;
   err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
   if (err != cudaSuccess) return err;
-  *out = per_sm >= 1 ? sms : 0;
+  *out = sms * std::min(per_sm, kCtasPerSm);
   cache.emplace(std::make_pair(dev, kernel), *out);
   return cudaSuccess;
 }

@@ -8,10 +8,11 @@
 //   2. every CTA waits for every rank's counts: the whole [W][E] matrix gives, for every
 //      destination d and local expert e, the rows each source keeps (capacity drops in source
 //      order) and where they start (moe_host.h's layout): no host sync.
-//   3. send: each token goes ONCE to every rank holding one of its experts (dedup), into that
-//      rank's token area at slot [source][u] (u: the token's index among those this rank sends
-//      to d); each kept choice writes its destination row's token slot into d's row map and its
-//      route ((d << 32) | row) here.
+//   3. send: each token goes ONCE to every other rank holding one of its experts (dedup), into
+//      that rank's token area at slot [source][u] (u: the token's index among those this rank
+//      sends to d); each kept choice writes its destination row's token slot into d's row map
+//      (-1 - t for this rank's own token t: read from x, never sent) and its route
+//      ((d << 32) | row) here.
 //   Steps 3 and 5 are work items claimed by the CTAs that run (call-tagged counters in this
 //   rank's flag region), so nothing waits for a CTA that is not resident.
 //   4. the CTA finishing the last item of step 3 releases kArrive + rank = e at every rank.
@@ -20,8 +21,8 @@
 //      the publisher writes counts [E_local] and recv_counts [W, E_local].
 // The grouped GEMM runs on recv_x after the kernel (same stream).
 //
-// Combine (call e): entry barrier; each rank copies its live expert rows of y into its own data
-// region (stage, claimed items); the CTA finishing the last releases kStaged + rank = e at every
+// Combine (call e): entry barrier; each rank copies the live expert rows of y its peers read
+// (those from their tokens) into its own data region (stage, claimed items); the CTA finishing the last releases kStaged + rank = e at every
 // rank; wait for every rank's
 // stage; each token's row = sum_j w[t, j] * y_row(route[t, j]) in fp32, j in order, read from
 // the owner's data region (pull), rounded once. Every rank's region is written only by peers

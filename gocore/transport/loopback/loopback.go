@@ -27,7 +27,7 @@ const Name = "loopback"
 
 const (
 	blobMagic   = 0x424c4b4d // "MKLB"
-	blobVersion = 1
+	blobVersion = 2
 	maxRegions  = 1024
 	maxPath     = 4096
 	ctrlSize    = 4096
@@ -52,10 +52,23 @@ func (Backend) Open(ctx context.Context, cfg transport.Config) (transport.Transp
 	if err != nil {
 		return nil, fmt.Errorf("loopback: open rank %d: %w", cfg.Rank, err)
 	}
+	var opts []Option
 	if ok { // tests only (MKERNEL_NET_FAULTS)
-		return Open(ctx, cfg, WithReorder(f.Seed+uint64(cfg.Rank), f.MaxDelay))
+		opts = append(opts, WithReorder(f.Seed+uint64(cfg.Rank), f.MaxDelay))
 	}
-	return Open(ctx, cfg)
+	shape, ok, err := transport.LinkShapeFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("loopback: open rank %d: %w", cfg.Rank, err)
+	}
+	if ok {
+		opts = append(opts, WithShape(shape))
+	}
+	workers, err := copyWorkersFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("loopback: open rank %d: %w", cfg.Rank, err)
+	}
+	opts = append(opts, WithCopyWorkers(workers))
+	return Open(ctx, cfg, opts...)
 }
 
 // Option configures Open.
@@ -67,6 +80,9 @@ type options struct {
 	seed       uint64
 	maxDelay   time.Duration
 	maxPending int
+	shape      transport.LinkShape
+	workers    int
+	pieceBytes int
 }
 
 // WithQueue sets how many finished ops wait for Poll before Post pushes back.
@@ -78,6 +94,16 @@ func WithQueue(n int) Option { return func(o *options) { o.queue = n } }
 func WithReorder(seed uint64, maxDelay time.Duration) Option {
 	return func(o *options) { o.reorder, o.seed, o.maxDelay = true, seed, maxDelay }
 }
+
+// WithShape emulates a network link (transport.EnvNetEmulate): this endpoint sends at most
+// shape.BytesPerSecond bytes per second over all its peers, and each op's data and signal
+// are placed shape.Latency after its last byte left. Ops stay in order (OrderedWrites).
+func WithShape(shape transport.LinkShape) Option { return func(o *options) { o.shape = shape } }
+
+// WithCopyWorkers sets how many goroutines help the proxy thread copy large ops (at least
+// ParallelCopyMin bytes, in pieces of CopyPiece bytes); 0 copies everything on the
+// calling thread. Default DefaultCopyWorkers().
+func WithCopyWorkers(n int) Option { return func(o *options) { o.workers = n } }
 
 type region struct {
 	b    []byte
@@ -92,11 +118,22 @@ type peer struct {
 	regions map[transport.BufferID][]byte
 	segs    []*shm.Segment
 	pidfd   int
+	live    int // our connection to the peer's liveness socket, or -1
 }
 
 type pending struct {
 	op  transport.Op
 	due int64
+}
+
+// shaped is an op of the in-order queue (shaping or a parallel copy): copied (its data is
+// in the peer's memory) once left reaches 0, placed (signal, completion) once copied and due.
+type shaped struct {
+	op       transport.Op
+	due      int64
+	src, dst []byte
+	flag     *uint64
+	left     atomic.Int32 // pieces not yet copied
 }
 
 // Transport is one rank's loopback endpoint.
@@ -106,9 +143,15 @@ type Transport struct {
 	log  *zap.Logger
 	ctrl *shm.Segment
 
-	mu        sync.Mutex // control calls
-	regions   map[transport.BufferID]region
-	connected bool
+	mu      sync.Mutex // control calls
+	regions map[transport.BufferID]region
+	// listen is this endpoint's liveness socket (an abstract Unix socket nobody accepts on):
+	// peers connect to it and the kernel resets their connections the moment this process's
+	// files are released — as a tcp peer notices a dead process — which can be well before its
+	// pidfd reports the exit (a process whose GPU context is torn down exits slowly).
+	listen     int
+	listenName string
+	connected  bool
 
 	peers []*peer // by rank; nil for self and non-peers
 
@@ -121,8 +164,18 @@ type Transport struct {
 	epoch      time.Time
 	checkedErr bool
 
+	// In-order queue (shaping, parallel copies): a ring of preallocated entries; entries
+	// [qHead, qCopy) have their copies started (done once left is 0), [qCopy, qTail) not yet.
+	// linkFree is when the emulated link finishes sending what was posted.
+	q                   []shaped
+	qHead, qCopy, qTail uint64
+	linkFree            int64
+	work                chan piece // pieces of the op being copied, for the workers and Poll
+	stopWork            chan struct{}
+
 	transport.Failure // the first error (Err) and Done
 	closeOnce         sync.Once
+	workers           sync.WaitGroup
 	stopWatch         *os.File // write end; closing it stops the watcher
 	watchDone         chan struct{}
 }
@@ -131,15 +184,18 @@ var _ transport.Transport = (*Transport)(nil)
 
 // Open creates rank cfg.Rank's endpoint.
 func Open(_ context.Context, cfg transport.Config, opts ...Option) (*Transport, error) {
-	o := options{queue: DefaultQueue, maxPending: 1024}
+	o := options{queue: DefaultQueue, maxPending: 1024, workers: DefaultCopyWorkers(), pieceBytes: CopyPiece}
 	for _, f := range opts {
 		f(&o)
 	}
 	if cfg.World < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.World {
 		return nil, fmt.Errorf("loopback: open: %w: rank %d of %d", transport.ErrInvalid, cfg.Rank, cfg.World)
 	}
-	if o.queue < 1 {
-		return nil, fmt.Errorf("loopback: open: %w: queue %d", transport.ErrInvalid, o.queue)
+	if o.queue < 1 || o.workers < 0 || o.pieceBytes < 1 {
+		return nil, fmt.Errorf("loopback: open: %w: queue %d, %d copy workers, %d-byte pieces", transport.ErrInvalid, o.queue, o.workers, o.pieceBytes)
+	}
+	if o.shape.BytesPerSecond < 0 || o.shape.Latency < 0 {
+		return nil, fmt.Errorf("loopback: open: %w: link shape %v", transport.ErrInvalid, o.shape)
 	}
 	log := cfg.Log
 	if log == nil {
@@ -160,8 +216,23 @@ func Open(_ context.Context, cfg transport.Config, opts ...Option) (*Transport, 
 		rng:     rand.New(rand.NewPCG(o.seed, uint64(cfg.Rank))),
 		epoch:   time.Now(),
 	}
+	if t.listen, t.listenName, err = listenLiveness(cfg.Rank); err != nil {
+		_ = ctrl.Close()
+		return nil, fmt.Errorf("loopback: open rank %d: liveness socket: %w", cfg.Rank, err)
+	}
 	if o.reorder {
 		t.pend = make([]pending, 0, o.maxPending)
+	}
+	if o.shape.Active() || o.workers > 0 {
+		t.q = make([]shaped, o.queue)
+	}
+	if o.workers > 0 {
+		t.work = make(chan piece, maxPieces)
+		t.stopWork = make(chan struct{})
+		t.workers.Add(o.workers)
+		for range o.workers {
+			go t.copyWorker()
+		}
 	}
 	atomic.StoreUint64(t.word(ctrl.Bytes(), 1), uint64(os.Getpid()))
 	atomic.StoreUint64(t.word(ctrl.Bytes(), 0), stateOpen)
@@ -215,6 +286,7 @@ func (t *Transport) Address() ([]byte, error) {
 	w.U32(uint32(t.cfg.World))
 	w.U64(uint64(os.Getpid()))
 	w.String(t.ctrl.Path())
+	w.String(t.listenName)
 	w.U32(uint32(len(t.regions)))
 	for id, r := range t.regions {
 		w.U32(uint32(id))
@@ -238,34 +310,35 @@ type remoteRegion struct {
 	off, size uint64
 }
 
-func (t *Transport) parse(r int, blob []byte) (pid int, ctrl string, regs []remoteRegion, err error) {
+func (t *Transport) parse(r int, blob []byte) (pid int, ctrl, live string, regs []remoteRegion, err error) {
 	if len(blob) < sha256.Size || len(blob) > transport.MaxBlobSize {
-		return 0, "", nil, fmt.Errorf("%w: blob of %d bytes", transport.ErrProtocol, len(blob))
+		return 0, "", "", nil, fmt.Errorf("%w: blob of %d bytes", transport.ErrProtocol, len(blob))
 	}
 	body, sum := blob[:len(blob)-sha256.Size], blob[len(blob)-sha256.Size:]
 	if !hmac.Equal(sum, t.mac(body)) {
-		return 0, "", nil, fmt.Errorf("%w: blob not sealed with this job's key", transport.ErrAuth)
+		return 0, "", "", nil, fmt.Errorf("%w: blob not sealed with this job's key", transport.ErrAuth)
 	}
 	rd := wire.NewReader(body)
 	if rd.U32() != blobMagic || rd.U32() != blobVersion {
-		return 0, "", nil, fmt.Errorf("%w: not a loopback v%d blob", transport.ErrProtocol, blobVersion)
+		return 0, "", "", nil, fmt.Errorf("%w: not a loopback v%d blob", transport.ErrProtocol, blobVersion)
 	}
 	if rank, world := rd.U32(), rd.U32(); rd.Err() == nil && (int(rank) != r || int(world) != t.cfg.World) {
-		return 0, "", nil, fmt.Errorf("%w: blob of rank %d of %d in rank %d's place", transport.ErrProtocol, rank, world, r)
+		return 0, "", "", nil, fmt.Errorf("%w: blob of rank %d of %d in rank %d's place", transport.ErrProtocol, rank, world, r)
 	}
 	pid = int(rd.U64())
 	ctrl = rd.String(maxPath)
+	live = rd.String(maxPath)
 	n := rd.U32()
 	if n > maxRegions {
-		return 0, "", nil, fmt.Errorf("%w: %d regions", transport.ErrProtocol, n)
+		return 0, "", "", nil, fmt.Errorf("%w: %d regions", transport.ErrProtocol, n)
 	}
 	for range n {
 		regs = append(regs, remoteRegion{id: transport.BufferID(rd.U32()), path: rd.String(maxPath), off: rd.U64(), size: rd.U64()})
 	}
 	if err := rd.Done(); err != nil {
-		return 0, "", nil, fmt.Errorf("%w: %w", transport.ErrProtocol, err)
+		return 0, "", "", nil, fmt.Errorf("%w: %w", transport.ErrProtocol, err)
 	}
-	return pid, ctrl, regs, nil
+	return pid, ctrl, live, regs, nil
 }
 
 // Connect implements transport.Transport: map every peer's control segment and regions.
@@ -302,11 +375,11 @@ func (t *Transport) Connect(ctx context.Context, blobs [][]byte) error {
 }
 
 func (t *Transport) mapPeer(r int, blob []byte) (*peer, error) {
-	pid, ctrlPath, regs, err := t.parse(r, blob)
+	pid, ctrlPath, liveName, regs, err := t.parse(r, blob)
 	if err != nil {
 		return nil, err
 	}
-	p := &peer{rank: r, pid: pid, regions: map[transport.BufferID][]byte{}, pidfd: -1}
+	p := &peer{rank: r, pid: pid, regions: map[transport.BufferID][]byte{}, pidfd: -1, live: -1}
 	fail := func(err error) (*peer, error) {
 		p.unmap()
 		return nil, err
@@ -335,6 +408,13 @@ func (t *Transport) mapPeer(r int, blob []byte) (*peer, error) {
 		}
 		p.pidfd = fd
 	}
+	if p.live, err = dialLiveness(liveName); err != nil {
+		// Another network namespace (abstract sockets are per namespace): the pidfd still
+		// reports the peer's exit, only later.
+		t.log.Warn("no liveness socket to a peer; its death is noticed at its exit only",
+			zap.Int("peer", r), zap.Error(err))
+		p.live = -1
+	}
 	return p, nil
 }
 
@@ -346,6 +426,10 @@ func (p *peer) unmap() {
 	if p.pidfd >= 0 {
 		_ = unix.Close(p.pidfd)
 		p.pidfd = -1
+	}
+	if p.live >= 0 {
+		_ = unix.Close(p.live)
+		p.live = -1
 	}
 }
 
@@ -366,6 +450,10 @@ func (t *Transport) startWatch() error {
 	for _, p := range t.peers {
 		if p != nil && p.pidfd >= 0 {
 			fds = append(fds, unix.PollFd{Fd: int32(p.pidfd), Events: unix.POLLIN})
+			ranks = append(ranks, p.rank)
+		}
+		if p != nil && p.live >= 0 { // readable (EOF) or hung up: the peer's files are gone
+			fds = append(fds, unix.PollFd{Fd: int32(p.live), Events: unix.POLLIN | unix.POLLRDHUP})
 			ranks = append(ranks, p.rank)
 		}
 	}
@@ -402,7 +490,7 @@ func (t *Transport) startWatch() error {
 				p := t.peers[ranks[i]]
 				if atomic.LoadUint64(t.word(p.ctrl, 0)) != stateClosed {
 					t.fail(&transport.RankLostError{Rank: p.rank, Seen: fmt.Sprintf(
-						"loopback, seen by rank %d: its process (pid %d) exited without closing its transport", t.cfg.Rank, p.pid)})
+						"loopback, seen by rank %d: its process (pid %d) is gone without closing its transport", t.cfg.Rank, p.pid)})
 					return
 				}
 				fds[i].Fd = -1 // exited after a clean Close: ignore from now on
@@ -482,8 +570,8 @@ func (t *Transport) apply(op *transport.Op, src, dst []byte, flag *uint64) {
 	t.compHead++
 }
 
-// Post implements transport.Transport. Without reordering every op is placed before Post
-// returns.
+// Post implements transport.Transport. Without shaping, reordering or a parallel copy an
+// op is placed before Post returns.
 func (t *Transport) Post(ops []transport.Op) (int, error) {
 	if err := t.Err(); err != nil {
 		return 0, err
@@ -493,7 +581,7 @@ func (t *Transport) Post(ops []transport.Op) (int, error) {
 	}
 	for i := range ops {
 		op := &ops[i]
-		if t.compHead-t.compTail+uint64(len(t.pend)) >= uint64(len(t.comp)) {
+		if t.compHead-t.compTail+uint64(len(t.pend))+(t.qTail-t.qHead) >= uint64(len(t.comp)) {
 			return i, nil
 		}
 		p, src, dst, flag, err := t.check(op)
@@ -507,16 +595,112 @@ func (t *Transport) Post(ops []transport.Op) (int, error) {
 			if len(t.pend) == cap(t.pend) {
 				return i, nil
 			}
-			var d int64
+			d := t.shapeDelay(op.Len)
 			if t.o.maxDelay > 0 {
-				d = t.rng.Int64N(int64(t.o.maxDelay))
+				d += t.rng.Int64N(int64(t.o.maxDelay))
 			}
 			t.pend = append(t.pend, pending{op: *op, due: t.nanotime() + d})
 			continue
 		}
-		t.apply(op, src, dst, flag)
+		if t.q == nil || (!t.o.shape.Active() && t.qTail == t.qHead && !t.parallel(op.Len)) {
+			t.apply(op, src, dst, flag) // the plain path: placed now
+			continue
+		}
+		e := &t.q[t.qTail%uint64(len(t.q))]
+		e.op, e.src, e.dst, e.flag = *op, src, dst, flag
+		e.left.Store(1) // not copied yet
+		e.due = t.nanotime() + t.shapeDelay(op.Len)
+		t.qTail++
+	}
+	if t.qTail != t.qHead {
+		t.progress()
 	}
 	return len(ops), nil
+}
+
+// shapeDelay books n bytes on the emulated link and returns how long from now until they
+// are placed at the peer: queued behind what the link still sends, serialized at its rate,
+// then its latency.
+func (t *Transport) shapeDelay(n uint64) int64 {
+	s := t.o.shape
+	if !s.Active() {
+		return 0
+	}
+	now := t.nanotime()
+	start := max(now, t.linkFree)
+	t.linkFree = start + s.SerializeNanos(n)
+	return t.linkFree + int64(s.Latency) - now
+}
+
+// parallel reports whether an op of n bytes is copied in pieces by the workers.
+func (t *Transport) parallel(n uint64) bool {
+	return t.o.workers > 0 && n >= ParallelCopyMin && n > uint64(t.o.pieceBytes)
+}
+
+// maxCopyWindow bounds the queued ops whose copies may run at once (and the overlap scan).
+const maxCopyWindow = 64
+
+// progress advances the in-order queue. Copies start in order, several at once: a large op is
+// cut into pieces for the workers (this thread runs one piece per call, so Poll stays short), a
+// small one is copied here — unless its destination overlaps an op still being copied, which
+// must land first (non-overlapping writes commute, so the bytes end up as if copied in order).
+// Ops are then placed (signal, completion) strictly in order, each once copied and due: a
+// signal still covers every earlier op.
+func (t *Transport) progress() {
+	if t.work != nil {
+		select {
+		case pc := <-t.work:
+			pc.run()
+		default:
+		}
+	}
+	for t.qCopy < t.qTail && t.qCopy-t.qHead < maxCopyWindow {
+		e := &t.q[t.qCopy%uint64(len(t.q))]
+		if len(e.dst) > 0 && t.overlapsCopying(e.dst) {
+			break
+		}
+		if t.parallel(e.op.Len) {
+			if len(t.work) > maxPieces/2 {
+				break // the workers have plenty queued
+			}
+			t.split(e)
+		} else {
+			copy(e.dst, e.src)
+			e.left.Store(0)
+		}
+		t.qCopy++
+	}
+	now := t.nanotime()
+	for t.qHead < t.qCopy {
+		e := &t.q[t.qHead%uint64(len(t.q))]
+		if e.left.Load() > 0 || e.due > now {
+			break
+		}
+		if e.flag != nil {
+			storeMax(e.flag, e.op.SignalValue)
+		}
+		t.comp[t.compHead%uint64(len(t.comp))] = transport.Completion{Cookie: e.op.Cookie}
+		t.compHead++
+		e.src, e.dst, e.flag = nil, nil, nil
+		t.qHead++
+	}
+}
+
+// overlapsCopying reports whether dst overlaps the destination of a started, unfinished copy.
+func (t *Transport) overlapsCopying(dst []byte) bool {
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(dst)))
+	hi := lo + uintptr(len(dst))
+	for i := t.qHead; i < t.qCopy; i++ {
+		f := &t.q[i%uint64(len(t.q))]
+		if len(f.dst) == 0 || f.left.Load() == 0 {
+			continue
+		}
+		flo := uintptr(unsafe.Pointer(unsafe.SliceData(f.dst)))
+		if lo < flo+uintptr(len(f.dst)) && flo < hi {
+			return true
+		}
+	}
+	return false
 }
 
 // Poll implements transport.Transport.
@@ -526,6 +710,9 @@ func (t *Transport) Poll(done []transport.Completion) (int, error) {
 	}
 	if len(t.pend) > 0 {
 		t.applyDue()
+	}
+	if t.qTail != t.qHead {
+		t.progress()
 	}
 	n := 0
 	for n < len(done) && t.compTail < t.compHead {
@@ -577,12 +764,20 @@ func (t *Transport) applyDue() {
 func (t *Transport) Close() error {
 	t.closeOnce.Do(func() {
 		atomic.StoreUint64(t.word(t.ctrl.Bytes(), 0), stateClosed)
+		if t.listen >= 0 { // after the state word: peers that see the reset see a clean close
+			_ = unix.Close(t.listen)
+			t.listen = -1
+		}
 		t.fail(fmt.Errorf("loopback: rank %d: %w", t.cfg.Rank, transport.ErrClosed))
 		if t.stopWatch != nil {
 			_ = t.stopWatch.Close()
 		}
 		if t.watchDone != nil {
 			<-t.watchDone
+		}
+		if t.stopWork != nil {
+			close(t.stopWork) // workers finish the piece they hold first
+			t.workers.Wait()
 		}
 		t.mu.Lock()
 		t.unmapPeers()
@@ -591,3 +786,6 @@ func (t *Transport) Close() error {
 	})
 	return nil
 }
+
+// Shape returns the emulated link's shape (the zero value: none).
+func (t *Transport) Shape() transport.LinkShape { return t.o.shape }

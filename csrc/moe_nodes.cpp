@@ -1,0 +1,196 @@
+// The MoE ops on CUDA for a group spanning several nodes (see moe_nodes.h).
+#ifdef MKERNEL_WITH_CUDA
+
+#include "moe_nodes.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "comm/symmetric_group.h"
+#include "moe_local.h"
+
+namespace mkernel {
+namespace moe {
+namespace {
+
+constexpr int64_t kRankShift = int64_t{1} << 32;  // route = (rank << 32) | row
+
+// mkernel.all_gather through the dispatcher (the substrate's CUDA kernel: peer memory inside a
+// node, the FIFO path across nodes).
+at::Tensor all_gather(const at::Tensor& x, int64_t group, int64_t world) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("mkernel::all_gather", "")
+                       .typed<at::Tensor(const at::Tensor&, int64_t, int64_t)>();
+  return op.call(x.contiguous(), group, world);
+}
+
+// Integer tensors ride the all_gather as float32 bit patterns (it copies bytes).
+at::Tensor all_gather_bits(const at::Tensor& t, int64_t group, int64_t world) {
+  return all_gather(t.contiguous().view(at::kFloat), group, world).view(t.scalar_type());
+}
+
+// t [T, ...] -> [rows, ...]: rows past T filled with `fill` (every rank's shape the same).
+at::Tensor pad_rows(const at::Tensor& t, int64_t rows, int64_t fill) {
+  if (t.size(0) == rows) return t.contiguous();
+  std::vector<int64_t> s(t.sizes().begin(), t.sizes().end());
+  s[0] = rows;
+  at::Tensor out = at::full(s, fill, t.options());
+  out.narrow(0, 0, t.size(0)).copy_(t);
+  return out;
+}
+
+// (owner rank, row) of route codes; `kept`: a route of a group with `world` ranks and `rows`
+// layout rows.
+struct Decoded {
+  at::Tensor rank, row, kept;
+};
+Decoded decode(const at::Tensor& route, int64_t world, int64_t rows) {
+  const at::Tensor flat = route.reshape({-1});
+  Decoded d;
+  d.rank = at::div(flat, kRankShift, "floor");
+  d.row = flat - d.rank * kRankShift;
+  d.kept = flat.ge(0).logical_and(d.rank.lt(world)).logical_and(d.row.lt(rows));
+  return d;
+}
+
+}  // namespace
+
+DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Tensor& topk_idx,
+                              const at::Tensor& w1, int64_t group, int64_t world_size,
+                              int64_t num_experts, int64_t capacity, bool return_recv,
+                              int64_t max_tokens) {
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  const int64_t me = comm::SymmetricGroup::get(op, group, world_size, x.device()).rank();
+  const int64_t T = x.size(0), H = x.size(1), k = topk_idx.size(1);
+  const int64_t W = world_size, E = num_experts, El = E / W, Tm = max_tokens;
+  const int64_t rows_out = capacity > 0 ? El * capacity : W * Tm * std::min(k, El);
+  const int64_t n = W * Tm * k;  // every rank's choices, padded
+  const auto long_opts = x.options().dtype(at::kLong);
+  const auto int_opts = x.options().dtype(at::kInt);
+  DispatchResult r;
+  if (n == 0) {  // no token on any rank (every rank takes this branch: Tm is the group's)
+    r.counts = at::zeros({El}, int_opts);
+    r.recv_counts = at::zeros({W, El}, int_opts);
+    r.route = at::empty({T, k}, long_opts);
+    at::Tensor recv = at::zeros({rows_out, H}, x.options());
+    if (capacity > 0) recv = recv.view({El, capacity, H});
+    r.out = expert_gemm(recv, w1, r.counts, capacity);
+    r.recv_x = return_recv ? recv : x.new_empty({0});
+    return r;
+  }
+  // Every rank's tokens and choices (out-of-range ids as -1, padding rows choose nothing).
+  const at::Tensor idx = topk_idx.to(at::kLong);
+  const at::Tensor idx32 = at::where(idx.ge(0).logical_and(idx.lt(E)), idx, -1).to(at::kInt);
+  const at::Tensor x_all = all_gather(pad_rows(x, Tm, 0), group, W);                // [W*Tm, H]
+  const at::Tensor idx_all = all_gather_bits(pad_rows(idx32, Tm, -1), group, W);  // [W*Tm, k]
+
+  // Choices in (source, token, choice) order, stably sorted by expert: expert g's rows in the
+  // order moe_host.h lays them out, at sorted positions starts[g] .. starts[g+1] - 1.
+  const at::Tensor flat = idx_all.reshape({-1}).to(at::kLong);
+  const at::Tensor key = at::where(flat.ge(0), flat, E);  // no expert: sorts last
+  auto sorted = at::sort(key, /*stable=*/true, /*dim=*/0, /*descending=*/false);
+  const at::Tensor skey = std::get<0>(sorted), perm = std::get<1>(sorted);
+  const at::Tensor starts = at::searchsorted(skey, at::arange(E + 1, long_opts));
+  const at::Tensor i = at::arange(n, long_opts);
+  const at::Tensor pos = i - starts.index_select(0, skey);  // index among its expert's rows
+  const at::Tensor owner = at::div(skey, El, "floor");
+  const at::Tensor le = skey - owner * El;
+  at::Tensor row, keep;
+  if (capacity > 0) {  // the first C rows of each expert, at le * C
+    row = le * capacity + pos;
+    keep = skey.lt(E).logical_and(pos.lt(capacity));
+  } else {  // packed: the owner's experts back to back, rows past the static bound dropped
+    row = i - starts.index_select(0, (owner * El).clamp_max(E));
+    keep = skey.lt(E).logical_and(row.lt(rows_out));
+  }
+  const at::Tensor code = at::where(keep, owner.clamp_max(W - 1) * kRankShift + row, -1);
+  const at::Tensor route_all = at::empty({n}, long_opts).index_copy_(0, perm, code);
+  r.route = route_all.view({W, Tm, k}).select(0, me).narrow(0, 0, T).contiguous();
+
+  // This rank's experts: rows held, and from which source.
+  const at::Tensor mine = starts.narrow(0, me * El + 1, El) - starts.narrow(0, me * El, El);
+  if (capacity > 0) {
+    r.counts = mine.clamp_max(capacity).to(at::kInt);
+  } else {
+    const at::Tensor base = starts.narrow(0, me * El, El) - starts.narrow(0, me * El, 1);
+    r.counts = ((base + mine).clamp_max(rows_out) - base.clamp_max(rows_out)).to(at::kInt);
+  }
+  const at::Tensor src = at::div(perm, Tm * k, "floor");
+  const at::Tensor bin = at::where(keep.logical_and(owner.eq(me)), src * El + le, W * El);
+  r.recv_counts = at::zeros({W * El + 1}, long_opts)
+                      .index_add_(0, bin, at::ones({n}, long_opts))
+                      .narrow(0, 0, W * El)
+                      .view({W, El})
+                      .to(at::kInt);
+
+  // The received rows: row q of the layout is sorted choice starts[first expert] + q (packed)
+  // or starts[expert of q] + q % C (padded); rows past the counts get some token's row
+  // (unspecified, as on one node).
+  at::Tensor sorted_pos;
+  if (capacity > 0) {
+    const at::Tensor q = at::arange(rows_out, long_opts);
+    sorted_pos = starts.index_select(0, at::div(q, capacity, "floor") + me * El) +
+                 q.remainder(capacity);
+  } else {
+    sorted_pos = starts.narrow(0, me * El, 1) + at::arange(rows_out, long_opts);
+  }
+  const at::Tensor token = at::div(perm.index_select(0, sorted_pos.clamp_max(n - 1)), k, "floor");
+  at::Tensor recv = x_all.index_select(0, token);
+  if (capacity > 0) recv = recv.view({El, capacity, H});
+  r.out = expert_gemm(recv, w1, r.counts, capacity);
+  r.recv_x = return_recv ? recv : x.new_empty({0});
+  return r;
+}
+
+at::Tensor gather_nodes(const char* op, const at::Tensor& y, const at::Tensor& route,
+                        int64_t group, int64_t world_size) {
+  (void)op;
+  const c10::cuda::CUDAGuard device_guard(y.device());
+  const int64_t H = y.size(-1), Y = y.numel() / std::max<int64_t>(H, 1);
+  const int64_t T = route.size(0), k = route.size(1);
+  // Y is the same on every rank (the dispatch's static bound): all skip the collective alike.
+  if (Y == 0) return at::zeros({T, k, H}, y.options());
+  const at::Tensor all = all_gather(y.reshape({Y, H}), group, world_size);  // [W*Y, H]
+  const Decoded d = decode(route, world_size, Y);
+  const at::Tensor at_row = at::where(d.kept, d.rank * Y + d.row, 0);
+  return all.index_select(0, at_row)
+      .masked_fill_(d.kept.logical_not().unsqueeze(1), 0)
+      .view({T, k, H});
+}
+
+at::Tensor scatter_nodes(const char* op, const at::Tensor& rows, const at::Tensor& route,
+                         int64_t group, int64_t world_size, int64_t e_local, int64_t capacity,
+                         int64_t out_rows, int64_t max_tokens) {
+  const c10::cuda::CUDAGuard device_guard(rows.device());
+  const int64_t me = comm::SymmetricGroup::get(op, group, world_size, rows.device()).rank();
+  const int64_t k = route.size(1), H = rows.size(2), Tm = max_tokens;
+  const int64_t R = capacity > 0 ? e_local * capacity : out_rows;
+  at::Tensor out;
+  if (R == 0 || Tm == 0) {  // the same on every rank: all skip the collectives alike
+    out = at::zeros({R, H}, rows.options());
+  } else {
+    const at::Tensor rows_all = all_gather(pad_rows(rows, Tm, 0), group, world_size);
+    const at::Tensor route_all = all_gather_bits(pad_rows(route, Tm, -1), group, world_size);
+    const int64_t n = world_size * Tm * k;
+    const Decoded d = decode(route_all, world_size, R);
+    // Which choice lands in each of this rank's rows (n: none). Each kept row has exactly one;
+    // amin keeps it deterministic.
+    const auto long_opts = route.options().dtype(at::kLong);
+    const at::Tensor dest = at::where(d.kept.logical_and(d.rank.eq(me)), d.row, R);
+    const at::Tensor from = at::full({R + 1}, n, long_opts)
+                                .scatter_reduce_(0, dest, at::arange(n, long_opts), "amin")
+                                .narrow(0, 0, R);
+    out = rows_all.reshape({n, H})
+              .index_select(0, from.clamp_max(n - 1))
+              .masked_fill_(from.eq(n).unsqueeze(1), 0);
+  }
+  return capacity > 0 ? out.view({e_local, capacity, H}) : out;
+}
+
+}  // namespace moe
+}  // namespace mkernel
+
+#endif  // MKERNEL_WITH_CUDA

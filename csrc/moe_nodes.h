@@ -1,0 +1,50 @@
+// The MoE ops on CUDA when the group spans several (emulated) nodes: the rows move through the
+// substrate's all_gather, whose inter-node half is the GPU path (kernel -> NetPath FIFO -> Go
+// proxy -> transport), and every rank derives the layout (moe_host.h's, bit for bit) from every
+// rank's routing on the device: no host sync on data, so the ops capture in CUDA graphs (after
+// one eager call sized the group's areas, like the collectives).
+//
+// A correct path, not a fast one: each rank receives every rank's tokens and routing (W x the
+// rows an all-to-all would move) and, in the combine, every rank's expert outputs. The MoE
+// kernels' own inter-node half (each token once per destination node through the FIFO) is
+// still to come (kernels/moe/README.md).
+//
+// Sizes: T is padded to the group's token bound max_T (mkernel.moe.reserve_tokens, else the
+// ranks' T all-gathered on the host: a shape, not data); the packed outputs hold the same static
+// bound of rows as on one node (moe_ep.h), rows past the counts unspecified.
+#pragma once
+
+#ifdef MKERNEL_WITH_CUDA
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+#include "moe_host.h"
+
+namespace mkernel {
+namespace moe {
+
+// moe_dispatch_gemm: the rows each local expert receives (packed or [E_local, C]), then the
+// engine's grouped GEMM on them. `max_tokens`: max T over the ranks (token_bound).
+DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Tensor& topk_idx,
+                              const at::Tensor& w1, int64_t group, int64_t world_size,
+                              int64_t num_experts, int64_t capacity, bool return_recv,
+                              int64_t max_tokens);
+
+// The row each (token, choice) of this rank landed in, from y in the dispatch layout on its
+// owner: [T, k, H], zero for dropped choices (moe_combine then sums them, _moe_gather returns
+// them).
+at::Tensor gather_nodes(const char* op, const at::Tensor& y, const at::Tensor& route,
+                        int64_t group, int64_t world_size);
+
+// _moe_scatter: every kept choice's row [T, k, H] written where it was dispatched, on its owner:
+// [out_rows, H] (capacity 0) or [E_local, C, H]; other rows zero.
+at::Tensor scatter_nodes(const char* op, const at::Tensor& rows, const at::Tensor& route,
+                         int64_t group, int64_t world_size, int64_t e_local, int64_t capacity,
+                         int64_t out_rows, int64_t max_tokens);
+
+}  // namespace moe
+}  // namespace mkernel
+
+#endif  // MKERNEL_WITH_CUDA

@@ -1,0 +1,42 @@
+"""benchmarks/fused_diag.py's timeline summary (MKERNEL_FUSED_TIMELINE lines, fused_params.h
+TimelineSlot) on synthetic records: the phases come out per rank in microseconds from the first
+CTA's start on any rank, and the item counts add up over the CTAs."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_diag():
+    spec = importlib.util.spec_from_file_location("fused_diag", ROOT / "benchmarks" / "fused_diag.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def line(rank: int, ctas: list[list[int]]) -> str:
+    words = " ".join(str(w) for cta in ctas for w in cta)
+    return f"gemm_rs 4096 8192 1024 coop_128x256_c2x1 {rank} side=1 tail=1 | {words}"
+
+
+def test_timeline_summary_phases_and_counts():
+    diag = load_diag()
+    t0 = 1_000_000
+    # start, entered, gemm_done, tail_done, side_done, exit, side_items, tail_items (ns / counts),
+    # smid, cluster
+    rank0 = [[t0, t0 + 2_000, t0 + 250_000, t0 + 300_000, t0 + 240_000, t0 + 301_000, 10, 54, 4, 2],
+             [t0 + 500, t0 + 2_500, t0 + 252_000, t0 + 302_000, t0 + 241_000, t0 + 303_000, 12, 52,
+              5, 2]]
+    rank1 = [[t0 + 1_000, t0 + 2_000, t0 + 260_000, 0, t0 + 250_000, t0 + 320_000, 0, 64, 5, 0]]
+    got = diag.summarise_timeline({0: line(0, rank0), 1: line(1, rank1)})
+    r0, r1 = got["rank0"], got["rank1"]
+    assert r0["ctas"] == 2 and r1["ctas"] == 1
+    assert r0["start_us"] == 0.2 and r0["gemm_done_us"] == 251.0 and r0["gemm_done_max_us"] == 252.0
+    assert r0["side_items"] == 22 and r0["tail_items"] == 106
+    assert r1["tail_done_us"] == 0.0  # no staged tail stamp on that rank
+    assert r1["exit_us"] == 320.0 and r1["entered_us"] == 2.0
+    assert r0["sms"] == 2 and r1["sms"] == 1 and got["shared_sms"] == 1  # SM 5 ran both ranks
+    assert r0["late_ctas"] == 0
