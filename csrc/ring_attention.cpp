@@ -432,7 +432,12 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   hooks.group = view.group_id;
   hooks.peer = (rank + world - 1) % world;  // every shard arrives from rank r - 1
   const int next = (rank + 1) % world;
+  // The forwarding items' claim counter (zeroed on the caller's stream, before the engine; the
+  // caching allocator keeps it until the engine is done with it, in stream order).
+  at::Tensor fwd_counter;
   if (in_engine) {  // attention_api.h HookArgs::fwd_*
+    fwd_counter = at::zeros({1}, q.options().dtype(at::kInt));
+    hooks.fwd_counter = fwd_counter.data_ptr<int>();
     hooks.fwd_src = kv;
     hooks.fwd_dst = view.data[next];
     hooks.fwd_flags = view.flags[next] + ring_attention::whole_slot(world, geo.chunks, 0, 0, 0);

@@ -93,7 +93,8 @@ struct HookArgs {
   // chunks of ring steps 0 .. fwd_world-2 from this rank's virtual K/V (fwd_src; the layout of
   // ring_kv_api.h's whole mode, v at fwd_v_off) to the next rank's (fwd_dst), each once its
   // kv_ready flag holds the expected value, and releases the next rank's flag (fwd_flags:
-  // kv_ready's layout there). Built for the bf16 128x128 tile only (other cases:
+  // kv_ready's layout there); CTAs claim the items through fwd_counter. Built for the bf16
+  // 128x128 tile only (other cases:
   // cudaErrorNotSupported; the caller pins that tile).
   const void* fwd_src = nullptr;
   void* fwd_dst = nullptr;
@@ -102,6 +103,7 @@ struct HookArgs {
   uint64_t fwd_row_bytes = 0;
   int fwd_world = 0, fwd_rank = 0, fwd_batch = 0, fwd_seq = 0, fwd_chunk_rows = 0, fwd_chunks = 0;
   bool fwd_causal = false;
+  int* fwd_counter = nullptr;  // device int, zero at launch (stream order): the items' claim counter
 };
 
 // The default kernel's tile for a problem (block_n: for HookArgs::blocks_per_flag).

@@ -124,7 +124,9 @@ cudaError_t launch_case(const Problem& pr, const Launch& l, const HookArgs* h) {
   // The forwarding policy: compiled for the bf16 128x128 tile only (ring attention pins it).
   if constexpr (std::is_same_v<Element, cutlass::bfloat16_t> && kBlockM == 128 && kBlockN == 128) {
     if (h->fwd_world < 2 || h->fwd_row_bytes % 16 != 0 || h->fwd_chunk_rows < 1 ||
-        h->fwd_seq % h->fwd_chunk_rows != 0 || h->fwd_flags == nullptr || h->fwd_src == nullptr)
+        h->fwd_seq % h->fwd_chunk_rows != 0 || h->fwd_flags == nullptr || h->fwd_src == nullptr ||
+        h->fwd_counter == nullptr ||
+        h->fwd_row_bytes * static_cast<uint64_t>(h->fwd_chunk_rows) >= (uint64_t{1} << 31))
       return cudaErrorInvalidValue;
     KvForwardHooks::Params fp;
     static_cast<KvFlagHooks::Params&>(fp) = hp;
@@ -140,6 +142,7 @@ cudaError_t launch_case(const Problem& pr, const Launch& l, const HookArgs* h) {
     fp.fwd_chunk_rows = h->fwd_chunk_rows;
     fp.fwd_chunks = h->fwd_chunks;
     fp.fwd_causal = h->fwd_causal ? 1 : 0;
+    fp.fwd_counter = h->fwd_counter;
     return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, KvForwardHooks>(pr, l, fp);
   } else {
     return cudaErrorNotSupported;

@@ -19,11 +19,14 @@
 //   3. cp.async.bulk.wait_group 0 (the writes are complete), fence.proxy.async.global, a
 //      system fence, then st.release.sys of the next rank's flag (b, p - 1, c) = e.
 // e = kv_ready_value + kv_ready_epoch_scale * *kv_ready_epoch (the engine's expected value).
-// Items are spread over the grid (t = blockIdx.x + k * gridDim.x), in the send kernel's order:
-// steps in order, chunks last first (the receiver's engine walks key blocks from the last one
-// down), causal zigzag: the receiver's visible half first. Progress needs every CTA of the
-// grid resident (a forwarded item may be the one a peer's resident CTA waits for): the
-// persistent grid is at most the rank's SM count, one CTA per SM.
+// Items are claimed from a per-call counter (fwd_counter, zeroed by the caller in stream order),
+// in the send kernel's order: steps in order, chunks last first (the receiver's engine walks key
+// blocks from the last one down), causal zigzag: the receiver's visible half first. Claimed, not
+// assigned by blockIdx: under MPS the grid (the device's SM count) may exceed the CTAs resident
+// at once, and an item assigned to a CTA that is not yet resident could be the one a peer's
+// resident CTAs wait for (the peer's item, in turn, on ours): a deadlock. Claiming, the resident
+// CTAs forward every item in order; each item waits only for the previous rank's item of the
+// step before (claimed earlier there), so the ring progresses while any CTA is resident.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +48,7 @@ struct KvForwardHooks {
     int fwd_world = 0, fwd_rank = 0, fwd_batch = 0, fwd_seq = 0;  // seq: one shard's rows
     int fwd_chunk_rows = 0, fwd_chunks = 0;                       // per batch and shard
     int fwd_causal = 0;
+    int* fwd_counter = nullptr;  // items claimed so far in this call (zero at launch)
   };
   static constexpr bool kWaitsForKV = true;
   static constexpr bool kZigzag = true;
@@ -56,9 +60,30 @@ struct KvForwardHooks {
     KvFlagHooks::wait_kv(p, batch, head_kv, n_block);
   }
 
+  CUTLASS_DEVICE static uint32_t piece_bytes(uint32_t n, uint32_t k) {
+    const uint32_t left = n - k * kFwdPiece;
+    return static_cast<uint32_t>(left < kFwdPiece ? left : kFwdPiece);
+  }
+  // Piece i of an item (k's rows for i < pieces, then v's) into staging buffer use u (buffer
+  // u % kFwdStages): bulk load, completing on that buffer's mbarrier.
+  CUTLASS_DEVICE static void load_piece(Params const& p, const uint8_t* src, uint32_t n,
+                                        uint32_t pieces, uint32_t i, uint32_t u, uint8_t* smem,
+                                        uint64_t* bars) {
+    const uint32_t k = i < pieces ? i : i - pieces;
+    const uint64_t off = (i < pieces ? 0 : p.fwd_v_off) + static_cast<uint64_t>(k) * kFwdPiece;
+    const uint32_t bytes = piece_bytes(n, k);
+    const uint32_t s = u % kFwdStages;
+    const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(bars + s));
+    const uint32_t staged = static_cast<uint32_t>(__cvta_generic_to_shared(smem + s * kFwdPiece));
+    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bars + s, bytes);
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+        ::"r"(staged), "l"(src + off), "r"(bytes), "r"(bar) : "memory");
+  }
+
   // One lane (the caller elects it) runs the whole role. smem: kForwardSmemBytes, 128-aligned.
   CUTLASS_DEVICE static void forward(Params const& p, uint8_t* smem) {
-    if (p.fwd_dst == nullptr || p.fwd_world < 2) return;
+    if (p.fwd_dst == nullptr || p.fwd_counter == nullptr || p.fwd_world < 2) return;
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kFwdStages * kFwdPiece);
 #pragma unroll
     for (int s = 0; s < kFwdStages; ++s) cutlass::arch::ClusterTransactionBarrier::init(bars + s, 1);
@@ -71,7 +96,7 @@ struct KvForwardHooks {
     const int low = (p.fwd_seq / 2 + p.fwd_chunk_rows - 1) / p.fwd_chunk_rows;
     const int next = (p.fwd_rank + 1) % world;
     uint32_t g = 0;  // pieces issued by this warp: buffer g % kFwdStages, parity (g / kFwdStages) & 1
-    for (int t = blockIdx.x; t < items; t += gridDim.x) {
+    for (int t = atomicAdd(p.fwd_counter, 1); t < items; t = atomicAdd(p.fwd_counter, 1)) {
       const int j = t / per_step;
       const int b = (t % per_step) / chunks;
       const int u = t % chunks;
@@ -81,7 +106,8 @@ struct KvForwardHooks {
       const int pos = world - 1 - j;
       const int row0 = chunk * p.fwd_chunk_rows;
       const int rows = min(p.fwd_chunk_rows, p.fwd_seq - row0);
-      const uint64_t n = static_cast<uint64_t>(rows) * p.fwd_row_bytes;
+      // One chunk of k: < 4 GiB (the host checks chunk_rows * row_bytes).
+      const uint32_t n = static_cast<uint32_t>(rows * p.fwd_row_bytes);
       const uint64_t from = ((static_cast<uint64_t>(b) * world + pos) * p.fwd_seq + row0) * p.fwd_row_bytes;
       const uint64_t to = ((static_cast<uint64_t>(b) * world + pos - 1) * p.fwd_seq + row0) * p.fwd_row_bytes;
       const int slot = (b * world + pos) * chunks + chunk;
@@ -92,42 +118,26 @@ struct KvForwardHooks {
       site.index = slot;
       comm::wait_geq(p.kv_ready + slot, e, p.timeout_ns, p.diag, p.group, p.rank, site);
       comm::fence_proxy_async_global();  // the bulk loads below must see the chunk
-      // Pieces 0 .. 2 * pieces - 1: k's rows, then v's.
-      const uint32_t pieces = static_cast<uint32_t>((n + kFwdPiece - 1) / kFwdPiece);
+      // Pieces 0 .. 2 * pieces - 1: k's rows, then v's (v_off further on both sides).
+      const uint8_t* src = p.fwd_src + from;
+      uint8_t* dst = p.fwd_dst + to;
+      const uint32_t pieces = (n + kFwdPiece - 1) / kFwdPiece;
       const uint32_t total = 2 * pieces;
-      auto piece_at = [&](uint32_t i, uint64_t& off, uint32_t& bytes) {
-        const uint32_t k = i < pieces ? i : i - pieces;
-        off = (i < pieces ? 0 : p.fwd_v_off) + static_cast<uint64_t>(k) * kFwdPiece;
-        const uint64_t left = n - static_cast<uint64_t>(k) * kFwdPiece;
-        bytes = static_cast<uint32_t>(left < kFwdPiece ? left : kFwdPiece);
-      };
-      auto load = [&](uint32_t i) {  // piece i of this item into buffer (g + i) % kFwdStages
-        uint64_t off;
-        uint32_t bytes;
-        piece_at(i, off, bytes);
-        const uint32_t s = (g + i) % kFwdStages;
-        const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(bars + s));
-        const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem + s * kFwdPiece));
-        cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bars + s, bytes);
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-            ::"r"(dst), "l"(p.fwd_src + from + off), "r"(bytes), "r"(bar) : "memory");
-      };
-      for (uint32_t i = 0; i < total && i < kFwdStages; ++i) load(i);
+      for (uint32_t i = 0; i < total && i < kFwdStages; ++i) load_piece(p, src, n, pieces, i, g + i, smem, bars);
       for (uint32_t i = 0; i < total; ++i) {
-        uint64_t off;
-        uint32_t bytes;
-        piece_at(i, off, bytes);
         const uint32_t s = (g + i) % kFwdStages;
         cutlass::arch::ClusterTransactionBarrier::wait(bars + s, ((g + i) / kFwdStages) & 1);
-        const uint32_t src = static_cast<uint32_t>(__cvta_generic_to_shared(smem + s * kFwdPiece));
+        const uint32_t k = i < pieces ? i : i - pieces;
+        const uint64_t off = (i < pieces ? 0 : p.fwd_v_off) + static_cast<uint64_t>(k) * kFwdPiece;
+        const uint32_t bytes = piece_bytes(n, k);
+        const uint32_t staged = static_cast<uint32_t>(__cvta_generic_to_shared(smem + s * kFwdPiece));
         asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
-                     ::"l"(p.fwd_dst + to + off), "r"(src), "r"(bytes) : "memory");
+                     ::"l"(dst + off), "r"(staged), "r"(bytes) : "memory");
         asm volatile("cp.async.bulk.commit_group;" ::: "memory");
         if (i + kFwdStages < total) {
           // Buffer s is refilled only once the store above has read it.
           asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-          load(i + kFwdStages);
+          load_piece(p, src, n, pieces, i + kFwdStages, g + i + kFwdStages, smem, bars);
         }
       }
       g += total;
