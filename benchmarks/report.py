@@ -159,6 +159,7 @@ def grouped_plot(data: dict, png: Path, plt) -> None:
 RING_CANDIDATES = [("median_ms", "mkernel"), ("step_ms", "per-step pinned"),
                    ("send4_ms", "4 send CTAs"), ("send1_ms", "1 send CTA"),
                    ("send_first_ms", "engine after the send starts"),
+                   ("send_engine_ms", "forwarded by the engine"),
                    ("unfused_ms", "unfused ring"), ("compute_ms", "per-step compute alone")]
 
 
@@ -198,7 +199,8 @@ def ring_markdown(data: dict, path: Path) -> str:
 
 def ring_plot(data: dict, png: Path, plt) -> None:
     rows = data["rows"]
-    plotted = ("median_ms", "step_ms", "send4_ms", "send_first_ms", "unfused_ms")
+    plotted = ("median_ms", "step_ms", "send4_ms", "send_first_ms", "send_engine_ms",
+               "unfused_ms")
     present = [(k, name) for k, name in RING_CANDIDATES
                if k in plotted and any(k in r for r in rows)]
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4))
