@@ -38,7 +38,8 @@ namespace mkernel::attention {
 
 struct KvForwardHooks {
   static constexpr int kFwdStages = 2;
-  static constexpr int kFwdPiece = 8192;  // bytes per bulk copy
+  // 2 x 16 KiB in flight per forwarding warp (d=128 leaves ~35 KiB of the 227 KiB beside the ring).
+  static constexpr int kFwdPiece = 16384;  // bytes per bulk copy
   struct Params : KvFlagHooks::Params {
     const uint8_t* fwd_src = nullptr;  // this rank's data region (virtual k at +0, v at +v_off)
     uint8_t* fwd_dst = nullptr;        // the next rank's data region (same layout)
