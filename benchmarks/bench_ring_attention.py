@@ -7,6 +7,10 @@ CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100/W), side by side in one run with
             k/v to h heads) and the fp32 merge of the partials in torch;
   step      mkernel.ring_attention with its per-step ring pinned (MKERNEL_RING_MODE=step);
   send4/1   mkernel.ring_attention with 4 / 1 send CTAs, not 2 (MKERNEL_RING_SEND_CTAS);
+  s-first   mkernel.ring_attention, the engine started once the send CTAs run
+            (MKERNEL_RING_SEND_FIRST=1);
+  s-engine  mkernel.ring_attention with the K/V forwarded inside the engine (an idle producer
+            warp per CTA, no send kernel; MKERNEL_RING_SEND=engine, bf16, 128x128 tile);
   compute   mkernel.ring_attention's own per-step compute without communication — the same
             per-step engine calls (mkernel.attention on the local shard, with the same causal
             zigzag split) and the same fp32 merges (mkernel.ops.attention_merge_);
@@ -127,7 +131,9 @@ def rank_main() -> None:
             cands = {"mkernel": fused, "unfused": unfused, "compute": compute,
                      "step": pinned("MKERNEL_RING_MODE", "step"),
                      "send4": pinned("MKERNEL_RING_SEND_CTAS", "4"),
-                     "send1": pinned("MKERNEL_RING_SEND_CTAS", "1")}
+                     "send1": pinned("MKERNEL_RING_SEND_CTAS", "1"),
+                     "send_first": pinned("MKERNEL_RING_SEND_FIRST", "1"),
+                     "send_engine": pinned("MKERNEL_RING_SEND", "engine")}
             # The ceiling: the whole sequence's attention on this rank's SMs, divided by W (the
             # rank's share of the work, without communication or any ring overhead).
             full = [tuple(torch.cat([x] * world, dim=1) for x in st) for st in sets]
@@ -171,6 +177,8 @@ def rank_main() -> None:
                        "compute_ms": worst["compute"], "step_ms": worst["step"],
                        "vs_step": worst["step"] / worst["mkernel"],
                        "send4_ms": worst["send4"], "send1_ms": worst["send1"],
+                       "send_first_ms": worst["send_first"],
+                       "send_engine_ms": worst["send_engine"],
                        "ceiling_ms": worst["engine_full"] / world,
                        "vs_ceiling": worst["engine_full"] / world / worst["mkernel"],
                        "tflops_per_rank": flops / (worst["mkernel"] * 1e-3) / 1e12,
@@ -238,11 +246,11 @@ def main() -> None:
     for f in failed:
         print(f, file=sys.stderr)
     print(f"{'shape':<16} {'causal':>6} {'ms':>8} {'TF/s/rank':>9} {'unfused':>8} {'compute':>8} "
-          f"{'step':>8} {'send4':>8} {'send1':>8} {'ceiling':>8} {'xceil':>6} {'xunf':>6} {'xstep':>6}")
+          f"{'step':>8} {'send4':>8} {'send1':>8} {'s-first':>8} {'s-engine':>8} {'ceiling':>8} {'xceil':>6} {'xunf':>6} {'xstep':>6}")
     for r in rows:
         print(f"{r['shape']:<16} {str(r['causal']):>6} {r['median_ms']:>8.3f} {r['tflops_per_rank']:>9.1f} "
               f"{r['unfused_ms']:>8.3f} {r['compute_ms']:>8.3f} {r['step_ms']:>8.3f} "
-              f"{r['send4_ms']:>8.3f} {r['send1_ms']:>8.3f} "
+              f"{r['send4_ms']:>8.3f} {r['send1_ms']:>8.3f} {r['send_first_ms']:>8.3f} {r['send_engine_ms']:>8.3f} "
               f"{r['ceiling_ms']:>8.3f} {r['vs_ceiling']:>6.3f} {r['vs_unfused']:>6.3f} "
               f"{r['vs_step']:>6.3f}")
     write_result("ring_attention", {
@@ -258,6 +266,11 @@ def main() -> None:
                      "MKERNEL_RING_SEND_CTAS=4), the engine on 2 fewer SMs",
             "send1": "mkernel.ring_attention with 1 send CTA (MKERNEL_RING_SEND_CTAS=1), the "
                      "engine on 1 more SM",
+            "send_first": "mkernel.ring_attention with the engine started only once every send "
+                          "CTA runs (MKERNEL_RING_SEND_FIRST=1)",
+            "send_engine": "mkernel.ring_attention with the K/V forwarded inside the engine by an "
+                           "idle producer warp per CTA, no send kernel (MKERNEL_RING_SEND=engine; "
+                           "bf16, the 128x128 tile)",
             "step": "mkernel.ring_attention with the per-step ring pinned (MKERNEL_RING_MODE=step): "
                     "per ring step a hooked engine launch + fp32 merge, the send on a side stream",
             "ceiling": "one engine call over the whole sequence (W*s tokens) on the rank's SMs, "

@@ -181,6 +181,16 @@ int whole_send_ctas() {
   return n >= 1 && n <= 16 ? n : kSendCtas;
 }
 
+// MKERNEL_RING_SEND=engine (opt-in, not yet run on a GPU): the whole-sequence mode forwards the
+// K/V inside the engine (an idle producer warp per CTA, attention/kv_forward_hooks.cuh) instead
+// of the send kernel on a side stream, so no kernel waits for SMs the engine holds. bf16 only
+// (the forwarding policy is built for the bf16 128x128 tile); other dtypes keep the send kernel.
+// Either way the same bytes land in the same places under the same flags, so ranks may differ.
+bool whole_send_in_engine(const at::Tensor& q) {
+  const char* env = std::getenv("MKERNEL_RING_SEND");
+  return env != nullptr && std::strcmp(env, "engine") == 0 && q.scalar_type() == at::kBFloat16;
+}
+
 // A launch error of one of the ring's kernels, with the group's wait record when a device wait
 // failed first (the clear error names the flag and the peer).
 void check_launch(comm::SymmetricGroup& g, cudaError_t err, const char* what) {
@@ -368,10 +378,15 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   // the PEERS' send kernels deliver: a kernel enqueued after the engine could find every SM of
   // this MPS client taken by engine CTAs that wait for it (session 7 run 2: memcpys + flag
   // kernels issued after the engine deadlocked at the benchmark's shapes).
-  const int send_ctas = whole_send_ctas();
-  check(ring_attention::send_whole(view, geo, k.data_ptr(), v.data_ptr(), causal, send_ctas,
-                                   side.stream()),
-        "send");
+  // MKERNEL_RING_SEND=engine: no send kernel; the engine forwards (step 0 from position W - 1,
+  // once mark_whole below released it).
+  const bool in_engine = whole_send_in_engine(q);
+  const int send_ctas = in_engine ? 0 : whole_send_ctas();
+  if (!in_engine) {
+    check(ring_attention::send_whole(view, geo, k.data_ptr(), v.data_ptr(), causal, send_ctas,
+                                     side.stream()),
+          "send");
+  }
   sent.record(side);
   // The own shard into position W - 1 of the virtual K/V (strided per batch: 2D memcpys on the
   // caller's stream, before the engine), then its flags.
@@ -393,6 +408,15 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
     }
   }
   check(ring_attention::mark_whole(view, geo, rank, world - 1, 0, geo.batch, stream), "mark");
+  // MKERNEL_RING_SEND_FIRST=1 (opt-in, not yet measured): the engine starts only once every send
+  // CTA runs (ring_kv_api.h wait_send_started: the SMs it needs cannot go to engine CTAs).
+  const char* first = std::getenv("MKERNEL_RING_SEND_FIRST");
+  if (!in_engine && first != nullptr && std::strcmp(first, "1") == 0) {
+    check(ring_attention::wait_send_started(view, ring_attention::send_whole_grid(view, geo,
+                                                                                  send_ctas),
+                                            stream),
+          "send-start wait");
+  }
   attention::HookArgs hooks;
   hooks.kv_ready = view.flags[rank] + ring_attention::whole_slot(world, geo.chunks, 0, 0, 0);
   hooks.blocks_per_flag = geo.chunk_rows / attention::block_n(static_cast<int>(q.size(3)));
@@ -407,6 +431,26 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   hooks.rank = rank;
   hooks.group = view.group_id;
   hooks.peer = (rank + world - 1) % world;  // every shard arrives from rank r - 1
+  const int next = (rank + 1) % world;
+  // The forwarding items' claim counter (zeroed on the caller's stream, before the engine; the
+  // caching allocator keeps it until the engine is done with it, in stream order).
+  at::Tensor fwd_counter;
+  if (in_engine) {  // attention_api.h HookArgs::fwd_*
+    fwd_counter = at::zeros({1}, q.options().dtype(at::kInt));
+    hooks.fwd_counter = fwd_counter.data_ptr<int>();
+    hooks.fwd_src = kv;
+    hooks.fwd_dst = view.data[next];
+    hooks.fwd_flags = view.flags[next] + ring_attention::whole_slot(world, geo.chunks, 0, 0, 0);
+    hooks.fwd_v_off = v_off;
+    hooks.fwd_row_bytes = geo.row_bytes;
+    hooks.fwd_world = world;
+    hooks.fwd_rank = rank;
+    hooks.fwd_batch = geo.batch;
+    hooks.fwd_seq = geo.seq;
+    hooks.fwd_chunk_rows = geo.chunk_rows;
+    hooks.fwd_chunks = geo.chunks;
+    hooks.fwd_causal = causal;
+  }
   attention::Problem p{};
   p.q = q.data_ptr();
   p.k = kv;
@@ -433,6 +477,10 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
     }
   }
   p.dtype = q.scalar_type() == at::kBFloat16 ? attention::DType::kBF16 : attention::DType::kFP16;
+  if (in_engine) {  // the forwarding policy's tile
+    p.block_m = 128;
+    p.block_n = 128;
+  }
   int sms = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, q.device().index()));
   attention::Launch l;

@@ -66,18 +66,28 @@ def test_ring_attention_across_emulated_nodes(mps, world):
           f"worst rel err {max(c['rel'] for c in cases):.2e}")
 
 
-@pytest.mark.parametrize("knob", ["MKERNEL_RING_MODE=step", "MKERNEL_RING_SEND_CTAS=4"])
-def test_ring_attention_pinned_paths(mps, knob):
+@pytest.mark.parametrize("knob,ring_cases,suite",
+                         [("MKERNEL_RING_MODE=step", "0,6", "matrix"),
+                          ("MKERNEL_RING_SEND_CTAS=4", "0,6", "matrix"),
+                          ("MKERNEL_RING_SEND_FIRST=1", "0,6", "matrix"),
+                          # the forwarding inside the engine (bf16 only: case 6, fp16, checks
+                          # the fallback to the send kernel); case 5: causal, 2 blocks per flag
+                          ("MKERNEL_RING_SEND=engine", "0,5,6", "matrix,graph")])
+def test_ring_attention_pinned_paths(mps, knob, ring_cases, suite):
     """Whole-sequence shapes (non-causal, causal zigzag MQA) through the paths the benchmark
-    times beside the default: the per-step ring pinned, and 4 send CTAs — against the
-    reference."""
+    times beside the default: the per-step ring pinned, 4 send CTAs, the engine started
+    only once the send kernel runs, and the K/V forwarded by the engine itself (no send
+    kernel; with CUDA-graph replays) — against the reference."""
     world = 2
     var, value = knob.split("=")
     res = run_ranks(RING_MAIN, world, timeout=120,
-                    env=rank_env(mps, world, TEST_SUITE="matrix", RING_CASES="0,6",
+                    env=rank_env(mps, world, TEST_SUITE=suite, RING_CASES=ring_cases,
                                  MKERNEL_OP_TIMEOUT="20", **{var: value}))
     cases = check_ranks(res)
-    assert len(cases) == world * 4, len(cases)
+    matrix = [c for c in cases if c["op"] not in ("graph", "after_graph")]
+    assert len(matrix) == world * 2 * len(ring_cases.split(",")), len(matrix)
+    if "graph" in suite:
+        assert {"graph", "after_graph"} <= {c["op"] for c in cases}
 
 
 def test_killed_rank_fails_the_others_within_the_timeout(mps):

@@ -88,6 +88,22 @@ struct HookArgs {
   int rank = -1;
   int group = -1;
   int peer = -1;
+  // Forwarding inside the engine (ring attention's whole-sequence mode, MKERNEL_RING_SEND=engine;
+  // kv_forward_hooks.cuh): with fwd_dst set, an idle producer warp of every CTA copies the K/V
+  // chunks of ring steps 0 .. fwd_world-2 from this rank's virtual K/V (fwd_src; the layout of
+  // ring_kv_api.h's whole mode, v at fwd_v_off) to the next rank's (fwd_dst), each once its
+  // kv_ready flag holds the expected value, and releases the next rank's flag (fwd_flags:
+  // kv_ready's layout there); CTAs claim the items through fwd_counter. Built for the bf16
+  // 128x128 tile only (other cases:
+  // cudaErrorNotSupported; the caller pins that tile).
+  const void* fwd_src = nullptr;
+  void* fwd_dst = nullptr;
+  uint64_t* fwd_flags = nullptr;
+  uint64_t fwd_v_off = 0;
+  uint64_t fwd_row_bytes = 0;
+  int fwd_world = 0, fwd_rank = 0, fwd_batch = 0, fwd_seq = 0, fwd_chunk_rows = 0, fwd_chunks = 0;
+  bool fwd_causal = false;
+  int* fwd_counter = nullptr;  // device int, zero at launch (stream order): the items' claim counter
 };
 
 // The default kernel's tile for a problem (block_n: for HookArgs::blocks_per_flag).

@@ -17,6 +17,8 @@ struct NoHooks {
   struct Params {};
   static constexpr bool kWaitsForKV = false;
   static constexpr bool kZigzag = false;  // the zigzag ring mode (Problem::zz_*) is compiled out
+  static constexpr bool kForwardsKV = false;  // no forwarding role (kv_forward_hooks.cuh)
+  static constexpr int kForwardSmemBytes = 0;
   CUTLASS_DEVICE static void wait_kv(Params const&, int, int, int) {}
 };
 
@@ -35,6 +37,8 @@ struct KvFlagHooks {
   };
   static constexpr bool kWaitsForKV = true;
   static constexpr bool kZigzag = true;  // ring attention: the zigzag ring mode is built in
+  static constexpr bool kForwardsKV = false;
+  static constexpr int kForwardSmemBytes = 0;
 
   // Called by the producer's issuing lane before the loads of KV block n_block. Waits only
   // when the block is the first one of its flag (or the first one this tile loads: blocks are

@@ -43,7 +43,11 @@ class AttentionFwdSm90 {
     } tensors;
     typename Mainloop::PipelineStorage pipelines;
   };
-  static constexpr int kSmemBytes = sizeof(SharedStorage);
+  // A forwarding hook policy (kv_forward_hooks.cuh) takes its staging buffers past the
+  // SharedStorage (128-byte aligned); the other policies add nothing.
+  static constexpr int kForwardSmemOffset = (static_cast<int>(sizeof(SharedStorage)) + 127) / 128 * 128;
+  static constexpr int kSmemBytes =
+      Hooks::kForwardsKV ? kForwardSmemOffset + Hooks::kForwardSmemBytes : sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "shared storage exceeds the sm90 opt-in limit");
 
   struct Params {
@@ -71,7 +75,8 @@ class AttentionFwdSm90 {
   }
 
   enum class WarpGroupRole { Producer = 0, Consumer0 = 1, Consumer1 = 2 };
-  enum class ProducerWarpRole { Load = 0, Idle1 = 1, Idle2 = 2, Idle3 = 3 };
+  // Forward (warp 1): only with a forwarding hook policy (ring attention, kv_forward_hooks.cuh).
+  enum class ProducerWarpRole { Load = 0, Forward = 1, Idle2 = 2, Idle3 = 3 };
 
   CUTLASS_DEVICE void operator()(Params const& params, char* smem_buf) {
     using namespace cute;
@@ -142,6 +147,17 @@ class AttentionFwdSm90 {
     Mainloop mainloop;
     if (role == WarpGroupRole::Producer) {
       cutlass::arch::warpgroup_reg_dealloc<Traits::kLoadRegisters>();
+      if constexpr (Hooks::kForwardsKV) {
+        // Independent of the loads and the MMAs: this CTA's share of the K/V forwarding to the
+        // next rank (the CTA stays resident until it is done).
+        if (producer_role == ProducerWarpRole::Forward) {
+          if (lane_idx == 0) {
+            Hooks::forward(params.hooks, reinterpret_cast<uint8_t*>(smem_buf) + kForwardSmemOffset);
+          }
+          __syncwarp();
+          return;
+        }
+      }
       if (producer_role != ProducerWarpRole::Load) return;
       Pipelines pipes = make_pipelines();
       auto& pipeline_q = pipes.q;

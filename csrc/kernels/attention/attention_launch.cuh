@@ -5,9 +5,11 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "attention_api.h"
 #include "attention_kernel_sm90.cuh"
+#include "kv_forward_hooks.cuh"
 
 namespace mkernel::attention {
 
@@ -116,7 +118,35 @@ cudaError_t launch_case(const Problem& pr, const Launch& l, const HookArgs* h) {
   hp.rank = h->rank;
   hp.group = h->group;
   hp.peer = h->peer;
-  return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, KvFlagHooks>(pr, l, hp);
+  if (h->fwd_dst == nullptr) {
+    return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, KvFlagHooks>(pr, l, hp);
+  }
+  // The forwarding policy: compiled for the bf16 128x128 tile only (ring attention pins it).
+  if constexpr (std::is_same_v<Element, cutlass::bfloat16_t> && kBlockM == 128 && kBlockN == 128) {
+    if (h->fwd_world < 2 || h->fwd_row_bytes % 16 != 0 || h->fwd_chunk_rows < 1 ||
+        h->fwd_seq % h->fwd_chunk_rows != 0 || h->fwd_flags == nullptr || h->fwd_src == nullptr ||
+        h->fwd_counter == nullptr ||
+        h->fwd_row_bytes * static_cast<uint64_t>(h->fwd_chunk_rows) >= (uint64_t{1} << 31))
+      return cudaErrorInvalidValue;
+    KvForwardHooks::Params fp;
+    static_cast<KvFlagHooks::Params&>(fp) = hp;
+    fp.fwd_src = static_cast<const uint8_t*>(h->fwd_src);
+    fp.fwd_dst = static_cast<uint8_t*>(h->fwd_dst);
+    fp.fwd_flags = h->fwd_flags;
+    fp.fwd_v_off = h->fwd_v_off;
+    fp.fwd_row_bytes = h->fwd_row_bytes;
+    fp.fwd_world = h->fwd_world;
+    fp.fwd_rank = h->fwd_rank;
+    fp.fwd_batch = h->fwd_batch;
+    fp.fwd_seq = h->fwd_seq;
+    fp.fwd_chunk_rows = h->fwd_chunk_rows;
+    fp.fwd_chunks = h->fwd_chunks;
+    fp.fwd_causal = h->fwd_causal ? 1 : 0;
+    fp.fwd_counter = h->fwd_counter;
+    return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, KvForwardHooks>(pr, l, fp);
+  } else {
+    return cudaErrorNotSupported;
+  }
 }
 
 // The cluster tile (kBlockM 256): plain kernel only — under a KV-wait hook one CTA's wait

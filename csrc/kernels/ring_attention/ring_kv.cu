@@ -112,6 +112,9 @@ __global__ void __launch_bounds__(kSendThreads, 1)
   uint8_t* dst = g.data[next];
   const int per_step = geo.batch * geo.chunks;
   const int items = (world - 1) * per_step;
+  if (threadIdx.x == 0) {  // this CTA runs (wait_send_started)
+    comm::st_release_sys(g.flags[g.rank] + send_started_slot(static_cast<int>(blockIdx.x)), e);
+  }
   for (int t = blockIdx.x; t < items; t += gridDim.x) {
     const int j = t / per_step;
     const int b = (t % per_step) / geo.chunks;
@@ -145,6 +148,16 @@ __global__ void __launch_bounds__(kSendThreads, 1)
   }
 }
 
+__global__ void wait_send_started_kernel(comm::GroupDevice g, int grid) {
+  if (threadIdx.x != 0) return;
+  const uint64_t e = comm::op_begin(g);
+  for (int i = 0; i < grid; ++i) {
+    comm::wait_geq(g, g.flags[g.rank] + send_started_slot(i), e,
+                   comm::WaitSite{comm::kOpRingAttention, comm::kWaitPeerFlag, g.rank,
+                                  static_cast<int32_t>(send_started_slot(i))});
+  }
+}
+
 // The flags of position `pos`, batches [b0, b1), at rank `peer` (this one or the next), after
 // the stream-ordered copy of those rows there: the engine's waits for them pass.
 __global__ void mark_whole_kernel(comm::GroupDevice g, Geometry geo, int peer, int pos, int b0,
@@ -167,6 +180,18 @@ cudaError_t mark_whole(const comm::GroupDevice& g, const Geometry& geo, int peer
   return cudaGetLastError();
 }
 
+int send_whole_grid(const comm::GroupDevice& g, const Geometry& geo, int ctas) {
+  const int items = (g.world - 1) * geo.batch * geo.chunks;
+  const int grid = ctas < 1 ? 1 : (ctas < items ? ctas : items);
+  return grid < kMaxSendCtas ? grid : kMaxSendCtas;
+}
+
+cudaError_t wait_send_started(const comm::GroupDevice& g, int grid, cudaStream_t stream) {
+  if (grid < 1 || grid > kMaxSendCtas) return cudaErrorInvalidValue;
+  wait_send_started_kernel<<<1, 32, 0, stream>>>(g, grid);
+  return cudaGetLastError();
+}
+
 cudaError_t send_whole(const comm::GroupDevice& g, const Geometry& geo, const void* k,
                        const void* v, bool causal, int ctas, cudaStream_t stream) {
   const int items = (g.world - 1) * geo.batch * geo.chunks;
@@ -174,7 +199,7 @@ cudaError_t send_whole(const comm::GroupDevice& g, const Geometry& geo, const vo
       static_cast<int64_t>(geo.batch) * g.world * geo.chunks > kMaxWholeFlags ||
       geo.row_bytes % 16 != 0 || g.data[(g.rank + 1) % g.world] == nullptr)
     return cudaErrorInvalidValue;
-  const int grid = ctas < 1 ? 1 : (ctas < items ? ctas : items);
+  const int grid = send_whole_grid(g, geo, ctas);
   send_whole_kernel<<<grid, kSendThreads, 0, stream>>>(g, geo, static_cast<const uint8_t*>(k),
                                                        static_cast<const uint8_t*>(v), causal);
   return cudaGetLastError();

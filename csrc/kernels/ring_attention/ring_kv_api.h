@@ -46,7 +46,13 @@ MKERNEL_RING_HD constexpr uint32_t arrive_slot(int step, int item) {
 MKERNEL_RING_HD constexpr uint32_t consumed_slot(int step) {
   return comm::FlagSlot::kOpSlotBase + comm::kMaxRanks * kMaxItems + static_cast<uint32_t>(step);
 }
-static_assert(consumed_slot(comm::kMaxRanks - 1) < comm::kFlagWords,
+// The whole-sequence mode's "send CTA i is running" (this rank's own flags; opt-in, see
+// wait_send_started).
+constexpr int kMaxSendCtas = 16;
+MKERNEL_RING_HD constexpr uint32_t send_started_slot(int cta) {
+  return consumed_slot(comm::kMaxRanks) + static_cast<uint32_t>(cta);
+}
+static_assert(send_started_slot(kMaxSendCtas - 1) < comm::kFlagWords,
               "ring attention's flags fit the op range");
 
 // One K/V shard: k and v [batch, seq, h_kv, d] (contiguous, row_bytes = h_kv * d * element),
@@ -93,6 +99,15 @@ inline uint64_t whole_data_bytes(const Geometry& geo, int world) {
 // shards): a receiver that sees only the first half of a shard gets that half first.
 cudaError_t send_whole(const comm::GroupDevice& g, const Geometry& geo, const void* k,
                        const void* v, bool causal, int ctas, cudaStream_t stream);
+// The send kernel's grid for `ctas` requested CTAs (send_whole launches this many).
+int send_whole_grid(const comm::GroupDevice& g, const Geometry& geo, int ctas);
+// One thread waits (bounded) until each of the send kernel's `grid` CTAs of this call has
+// started (flag send_started_slot(i) = e, released by the CTA on entry). On the caller's stream
+// before the engine (MKERNEL_RING_SEND_FIRST=1): the engine's CTAs then cannot take the SMs the
+// send kernel needs — under MPS the device's SM count is not the rank's share, so leaving
+// `ctas` SMs free in the engine's grid does not guarantee it (session 7 run 3: at the GQA shape
+// one rank's send ran only after its engine, serializing the ranks).
+cudaError_t wait_send_started(const comm::GroupDevice& g, int grid, cudaStream_t stream);
 // Releases the flags of position `pos`, batches [b0, b1), at rank `peer` (this rank: its own
 // shard at W - 1), after the caller copied those rows there in stream order (a memcpy): flags
 // (b, pos, chunk) = e.
