@@ -5,14 +5,17 @@
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "comm/symmetric_group.h"
 #include "kernels/moe/moe_ep_api.h"
+#include "kernels/moe/moe_routing_api.h"
 #include "moe_local.h"
 #include "session_layout.h"
 
@@ -92,6 +95,55 @@ Routing route_on_device(const at::Tensor& topk_idx, int64_t experts, int64_t wor
   return r;
 }
 
+// MKERNEL_MOE_ROUTING=kernel: the routing from moe_routing.cu (two launches, one int32
+// allocation) instead of route_on_device's ~30 ATen ops. Same arrays entry for entry; off by
+// default until a GPU run has compared both (tests/gpu/test_moe_ranks.py, bench_moe_ranks.py).
+bool routing_kernel_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("MKERNEL_MOE_ROUTING");
+    return v != nullptr && std::string(v) == "kernel";
+  }();
+  return on;
+}
+
+// The routing of route_on_device by the routing kernels; the four arrays are views of one
+// int32 buffer (with the kernels' scratch after them).
+Routing route_by_kernel(const char* op, const at::Tensor& topk_idx, int64_t experts,
+                        int64_t world, cudaStream_t stream) {
+  const int64_t T = topk_idx.size(0), k = topk_idx.size(1), n = T * k;
+  const at::Tensor idx = topk_idx.contiguous();
+  const int64_t scratch = moe_ep::routing_scratch_ints(T, static_cast<int>(experts),
+                                                      static_cast<int>(world));
+  at::Tensor buf = at::empty({2 * n + experts + T * world + scratch},
+                             topk_idx.options().dtype(at::kInt));
+  Routing r;
+  r.expert = buf.narrow(0, 0, n);
+  r.pos = buf.narrow(0, n, n);
+  r.cnt = buf.narrow(0, 2 * n, experts);
+  r.slot = buf.narrow(0, 2 * n + experts, T * world).view({T, world});
+  moe_ep::RoutingArgs a;
+  a.topk_idx = idx.data_ptr();
+  a.idx_is_64 = idx.scalar_type() == at::kLong;
+  a.tokens = T;
+  a.k = static_cast<int>(k);
+  a.experts = static_cast<int>(experts);
+  a.world = static_cast<int>(world);
+  a.scratch = buf.data_ptr<int32_t>() + 2 * n + experts + T * world;
+  a.expert = r.expert.data_ptr<int32_t>();
+  a.pos = r.pos.data_ptr<int32_t>();
+  a.cnt = r.cnt.data_ptr<int32_t>();
+  a.slot = r.slot.data_ptr<int32_t>();
+  a.stream = stream;
+  const char* reason = nullptr;
+  const cudaError_t err = moe_ep::route(a, &reason);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    TORCH_CHECK(false, op, ": routing launch failed: ", cudaGetErrorString(err),
+                reason ? std::string(" (") + reason + ")" : std::string());
+  }
+  return r;
+}
+
 }  // namespace
 
 std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
@@ -122,7 +174,9 @@ std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
                                                              row_bytes);
   g.ensure(op, lay.total);
 
-  const Routing r = route_on_device(topk_idx, E, W);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const Routing r = routing_kernel_enabled() ? route_by_kernel(op, topk_idx, E, W, stream)
+                                             : route_on_device(topk_idx, E, W);
   const auto int_opts = x.options().dtype(at::kInt);
   at::Tensor route = at::empty({T, k}, x.options().dtype(at::kLong));
   at::Tensor counts = at::empty({El}, int_opts);
@@ -152,7 +206,7 @@ std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
   a.signature = comm::call_signature(comm::kOpMoeDispatch,
                                      {static_cast<int64_t>(x.scalar_type()), H, k, E, capacity,
                                       Tm, F});
-  a.stream = at::cuda::getCurrentCUDAStream();
+  a.stream = stream;
   const char* reason = nullptr;
   check_launch(op, moe_ep::dispatch(a, &reason), reason, g);
 
@@ -281,6 +335,32 @@ std::optional<at::Tensor> scatter_ep(const char* op, const at::Tensor& rows,
            route, recv_counts, nullptr, out);
   return out;
 }
+
+namespace {
+
+// mkernel._moe_route (tests only): this rank's routing arrays (expert, pos, cnt, slot) by the
+// ATen ops or by the routing kernels, so a GPU test can compare the two entry for entry.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> route_arrays(
+    const at::Tensor& topk_idx, int64_t num_experts, int64_t world_size, bool kernel) {
+  constexpr const char* kOp = "mkernel._moe_route";
+  TORCH_CHECK_VALUE(topk_idx.dim() == 2 && (topk_idx.scalar_type() == at::kLong ||
+                                            topk_idx.scalar_type() == at::kInt),
+                    kOp, ": topk_idx must be [T, k] int64 or int32, got ", topk_idx.sizes(),
+                    " ", topk_idx.scalar_type());
+  TORCH_CHECK_VALUE(world_size >= 1 && num_experts >= world_size &&
+                        num_experts % world_size == 0 && num_experts <= moe_ep::kMaxExperts,
+                    kOp, ": num_experts (", num_experts, ") must be a multiple of world_size (",
+                    world_size, ") and <= ", moe_ep::kMaxExperts);
+  const c10::cuda::CUDAGuard device_guard(topk_idx.device());
+  const Routing r = kernel ? route_by_kernel(kOp, topk_idx, num_experts, world_size,
+                                             at::cuda::getCurrentCUDAStream())
+                           : route_on_device(topk_idx, num_experts, world_size);
+  return {r.expert, r.pos, r.cnt, r.slot};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(mkernel, CUDA, m) { m.impl("_moe_route", &route_arrays); }
 
 }  // namespace moe
 }  // namespace mkernel

@@ -46,6 +46,11 @@ TORCH_LIBRARY(mkernel, m) {
   m.def(
       "_moe_scatter(Tensor rows, Tensor route, Tensor recv_counts, int group, int world_size, "
       "int capacity, SymInt out_rows) -> Tensor");
+  // Tests only (CUDA): moe_dispatch_gemm's routing arrays of topk_idx [T, k] -> expert [T*k],
+  // pos [T*k], cnt [num_experts], slot [T, world_size] (int32), by the ATen ops or the kernels.
+  m.def(
+      "_moe_route(Tensor topk_idx, int num_experts, int world_size, bool kernel) "
+      "-> (Tensor, Tensor, Tensor, Tensor)");
   // q [b, s, h, d], k/v [b, s_kv, h_kv, d] local sequence shards
   //   -> (out [b, s, h, d], lse [b, h, s] fp32).
   m.def(

@@ -1,0 +1,52 @@
+// Host API of the MoE routing kernels (plain C++, no torch): the per-choice routing of one
+// rank's topk_idx that the dispatch kernel reads (moe_ep_api.h DispatchArgs expert/pos/cnt/
+// slot), computed on the device in two launches instead of ~30 small ATen ops.
+//
+// The arrays equal csrc/moe_ep.cpp's ATen routing (route_on_device) entry for entry:
+//   expert[i]  = topk_idx[i] if in [0, E) else -1                            (i = t * k + j)
+//   pos[i]     = index of choice i among this rank's choices of the same id, in i order
+//                (out-of-range ids count as one extra id E, as the ATen sort puts them last)
+//   cnt[x]     = choices of expert x                                         [E]
+//   slot[t, d] = index of token t among this rank's tokens with a choice at rank d (in token
+//                order), -1 if none                                          [T, W]
+// Both kernels split the tokens into segments (one CTA each; routing_segment_tokens):
+//   1. count: each CTA's histogram over the ids (+1 out-of-range bucket) and over the
+//      destination ranks -> scratch; also writes expert[].
+//   2. rank: each CTA sums the histograms of the CTAs before it (its bases; the last CTA also
+//      writes cnt), then one warp walks its choices in order (ranks among equal ids from
+//      __match_any_sync) and another its tokens (ranks per destination from __ballot_sync).
+// Deterministic (no order-dependent atomics), no grid barrier, no spin-wait, no residency
+// assumption: every CTA of launch 2 reads only what launch 1 wrote.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace mkernel::moe_ep {
+
+// Tokens per CTA: at least 128, more when T is large so that at most 256 CTAs' histograms
+// are summed by the last CTA.
+int64_t routing_segment_tokens(int64_t tokens);
+
+struct RoutingArgs {
+  const void* topk_idx = nullptr;  // [T, k] int32 or int64 (idx_is_64)
+  bool idx_is_64 = true;
+  int64_t tokens = 0;              // T
+  int k = 1;
+  int experts = 1;                 // E (<= kMaxExperts, a multiple of world)
+  int world = 1;                   // W (<= comm::kMaxRanks)
+  int32_t* scratch = nullptr;      // routing_scratch_ints(tokens, experts, world) int32
+  int32_t* expert = nullptr;       // out [T*k]
+  int32_t* pos = nullptr;          // out [T*k]
+  int32_t* cnt = nullptr;          // out [E]
+  int32_t* slot = nullptr;         // out [T, W]
+  cudaStream_t stream = nullptr;
+};
+
+// int32 words of scratch the two launches need (the per-CTA histograms).
+int64_t routing_scratch_ints(int64_t tokens, int experts, int world);
+
+cudaError_t route(const RoutingArgs& a, const char** reason = nullptr);
+
+}  // namespace mkernel::moe_ep
