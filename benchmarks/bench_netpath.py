@@ -125,7 +125,7 @@ def host_path(ctx, args) -> dict:
     return {"bulk": {"rounds": args.bulk, "bytes": args.bulk * args.data, "seconds": bulk_s,
                      "GBps": args.bulk * args.data / bulk_s / 1e9},
             "half_round_trip_python": summary(rtt[min(n // 10, 50):]),
-            "transport": stats.get("transport")}
+            "transport": stats.get("transport"), "fifo_format": stats.get("fifo_format")}
 
 
 def main() -> int:
@@ -157,6 +157,7 @@ def main() -> int:
             "mps": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
             "net": args.net, "config": vars(args),
             "emulate": os.environ.get("MKERNEL_NET_EMULATE", ""),
+            "fifo_ll": os.environ.get("MKERNEL_FIFO_LL", ""),
             "gpu_driven": gpu, "host_driven_baseline": host,
             "ratio_bulk_gpu_over_host": (gpu["bulk"]["GBps"] / host["bulk"]["GBps"]
                                          if gpu["bulk"]["GBps"] and host["bulk"]["GBps"] else None),
