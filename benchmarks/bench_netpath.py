@@ -171,7 +171,8 @@ def main() -> int:
         ow, hr = gpu["one_way"], gpu["half_round_trip"]
         emu = payload["emulate"] or "off"
         print(f"netpath ({args.net}, link emulation {emu}, GPU buffers: "
-              f"{'GPU memory' if gpu['gpu_memory'] else 'host staging'})")
+              f"{'GPU memory' if gpu['gpu_memory'] else 'host staging'}, FIFO slots "
+              f"{host.get('fifo_format') or '?'}: MKERNEL_FIFO_LL={payload['fifo_ll'] or 'unset'})")
         print(f"  GPU enqueue -> remote flag, one way: p50 {ow['p50_us']:.2f} us  p90 {ow['p90_us']:.2f}  "
               f"p99 {ow['p99_us']:.2f}   (half RTT p50 {hr['p50_us']:.2f} us; target p50 <= 3 us)")
         print(f"  integrity: {args.rounds} x {args.data / MIB:.1f} MiB both ways: "
