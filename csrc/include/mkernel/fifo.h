@@ -510,24 +510,6 @@ static __device__ __forceinline__ void mk_fifo_fail_device(mk_fifo_ctrl* c, uint
                : "memory");
 }
 
-/* Push one command from one thread. `c` is the device pointer of the mapped
- * FIFO and `cap` its capacity (pass it in the kernel's Params: reading
- * c->capacity would cost a PCIe round trip per push); `head` the ticket
- * counter (device memory shared by the FIFO's warps, or &c->head where PCIe
- * atomics are known to work); `cached_tail` the caller's cached tail (start it
- * at 0). cmd.seq and cmd.enqueue_ns are filled here (%globaltimer: the FIFO's
- * clock must be MK_FIFO_CLOCK_GLOBALTIMER for the proxy to use it).
- *
- * Returns rc MK_FIFO_OK once the command is published. MK_FIFO_FAILED: the FIFO
- * was failed by someone else (error/error_peer say why) while this thread
- * waited for credit. MK_FIFO_TIMEOUT: no credit within timeout_ns; this
- * producer then failed the FIFO itself (MK_FIFO_ERR_PRODUCER, cmd.peer, its
- * ticket) so that the proxy reports the lost ticket. In both failure cases the
- * ticket stays unpublished and the caller must not push again: record and trap.
- * No printf, no call: safe inside a wgmma kernel. Publication (a system fence,
- * then seq) orders every earlier store of THIS thread, and of the threads of its
- * CTA when they are synchronized with it by a barrier first (see net_ops.cuh's
- * net_put_signal), before the command. */
 /* Steps 1 and 2 of both formats: a ticket, then bounded credit (see mk_fifo_push_device). */
 static __device__ __forceinline__ mk_fifo_wait_result mk_fifo_take_ticket_device(mk_fifo_ctrl* c, uint32_t cap,
                                                                                  unsigned long long* head,
@@ -561,6 +543,24 @@ static __device__ __forceinline__ mk_fifo_wait_result mk_fifo_take_ticket_device
   return r;
 }
 
+/* Push one command from one thread. `c` is the device pointer of the mapped
+ * FIFO and `cap` its capacity (pass it in the kernel's Params: reading
+ * c->capacity would cost a PCIe round trip per push); `head` the ticket
+ * counter (device memory shared by the FIFO's warps, or &c->head where PCIe
+ * atomics are known to work); `cached_tail` the caller's cached tail (start it
+ * at 0). cmd.seq and cmd.enqueue_ns are filled here (%globaltimer: the FIFO's
+ * clock must be MK_FIFO_CLOCK_GLOBALTIMER for the proxy to use it).
+ *
+ * Returns rc MK_FIFO_OK once the command is published. MK_FIFO_FAILED: the FIFO
+ * was failed by someone else (error/error_peer say why) while this thread
+ * waited for credit. MK_FIFO_TIMEOUT: no credit within timeout_ns; this
+ * producer then failed the FIFO itself (MK_FIFO_ERR_PRODUCER, cmd.peer, its
+ * ticket) so that the proxy reports the lost ticket. In both failure cases the
+ * ticket stays unpublished and the caller must not push again: record and trap.
+ * No printf, no call: safe inside a wgmma kernel. Publication (a system fence,
+ * then seq) orders every earlier store of THIS thread, and of the threads of its
+ * CTA when they are synchronized with it by a barrier first (see net_ops.cuh's
+ * net_put_signal), before the command. */
 static __device__ __forceinline__ mk_fifo_wait_result mk_fifo_push_device(mk_fifo_ctrl* c, uint32_t cap,
                                                                           unsigned long long* head,
                                                                           uint64_t* cached_tail, mk_fifo_cmd cmd,
