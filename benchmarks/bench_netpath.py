@@ -125,7 +125,7 @@ def host_path(ctx, args) -> dict:
     return {"bulk": {"rounds": args.bulk, "bytes": args.bulk * args.data, "seconds": bulk_s,
                      "GBps": args.bulk * args.data / bulk_s / 1e9},
             "half_round_trip_python": summary(rtt[min(n // 10, 50):]),
-            "transport": stats.get("transport")}
+            "transport": stats.get("transport"), "fifo_format": stats.get("fifo_format")}
 
 
 def main() -> int:
@@ -157,6 +157,7 @@ def main() -> int:
             "mps": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
             "net": args.net, "config": vars(args),
             "emulate": os.environ.get("MKERNEL_NET_EMULATE", ""),
+            "fifo_ll": os.environ.get("MKERNEL_FIFO_LL", ""),
             "gpu_driven": gpu, "host_driven_baseline": host,
             "ratio_bulk_gpu_over_host": (gpu["bulk"]["GBps"] / host["bulk"]["GBps"]
                                          if gpu["bulk"]["GBps"] and host["bulk"]["GBps"] else None),
@@ -170,7 +171,8 @@ def main() -> int:
         ow, hr = gpu["one_way"], gpu["half_round_trip"]
         emu = payload["emulate"] or "off"
         print(f"netpath ({args.net}, link emulation {emu}, GPU buffers: "
-              f"{'GPU memory' if gpu['gpu_memory'] else 'host staging'})")
+              f"{'GPU memory' if gpu['gpu_memory'] else 'host staging'}, FIFO slots "
+              f"{host.get('fifo_format') or '?'}: MKERNEL_FIFO_LL={payload['fifo_ll'] or 'unset'})")
         print(f"  GPU enqueue -> remote flag, one way: p50 {ow['p50_us']:.2f} us  p90 {ow['p90_us']:.2f}  "
               f"p99 {ow['p99_us']:.2f}   (half RTT p50 {hr['p50_us']:.2f} us; target p50 <= 3 us)")
         print(f"  integrity: {args.rounds} x {args.data / MIB:.1f} MiB both ways: "

@@ -230,8 +230,9 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
   void* fifo = nullptr;
   check_core(api.datapath_fifo(impl->dp.h, &fifo), "datapath_fifo");
   impl->fifo = static_cast<mk_fifo_ctrl*>(fifo);
-  view.fifo = impl->map<void>(op, fifo, MK_FIFO_BYTES(impl->fifo->capacity), "command FIFO");
+  view.fifo = impl->map<void>(op, fifo, mk_fifo_block_bytes(impl->fifo), "command FIFO");
   view.fifo_capacity = impl->fifo->capacity;
+  view.fifo_format = impl->fifo->format;
 
   // The ticket counter, then the staging counters (NetDevice::stage_count), all zero.
   constexpr size_t kCounterBytes = sizeof(unsigned long long) + kNetStageCounters * sizeof(uint32_t);

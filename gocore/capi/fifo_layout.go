@@ -23,6 +23,7 @@ static const size_t mk_fifo_layout_c[] = {
     MK_FIFO_ERR_PRODUCER, MK_FIFO_ERR_PROXY, MK_FIFO_ERR_CLOSED,
     MK_FIFO_MAX_CAPACITY,
     MK_FIFO_ERROR_FREE, MK_FIFO_ERROR_CLAIMED, MK_FIFO_ERROR_SET,
+    offsetof(mk_fifo_ctrl, format), sizeof(mk_fifo_ll_entry), MK_FIFO_LL_WORDS, MK_FIFO_FORMAT_LL,
 };
 static size_t mk_fifo_layout_len(void) { return sizeof(mk_fifo_layout_c) / sizeof(mk_fifo_layout_c[0]); }
 static size_t mk_fifo_layout_at(size_t i) { return mk_fifo_layout_c[i]; }

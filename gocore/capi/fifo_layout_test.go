@@ -22,34 +22,40 @@ func TestFIFOLayoutMatchesC(t *testing.T) {
 	}
 }
 
-// TestFIFOCProducerGoConsumer pushes from C's mk_fifo_push into a ring Go initialised.
+// TestFIFOCProducerGoConsumer pushes from C's mk_fifo_push into a ring Go initialised, in
+// both slot formats (C's publish follows the ring's ctrl.format).
 func TestFIFOCProducerGoConsumer(t *testing.T) {
-	mem, err := unix.Mmap(-1, 0, fifo.Bytes(4), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(mem)
-	r, err := fifo.Init(mem, 4, fifo.ClockMonotonic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 3 {
-		ticket, rc := fifoPushFromC(mem, uint16(i+1), uint64(100*i))
-		if rc != 0 || ticket != uint64(i) {
-			t.Fatalf("push %d from C: rc %d ticket %d", i, rc, ticket)
-		}
-	}
-	for pos := uint64(0); pos < 3; pos++ {
-		c := r.Published(pos)
-		if c == nil {
-			t.Fatalf("ticket %d not published", pos)
-		}
-		if c.Kind != fifo.KindWriteSignal || c.Peer != uint16(pos+1) || c.Bytes != 100*pos || c.ArrivalSlot != 7 || c.ArrivalSeq != 42 {
-			t.Fatalf("ticket %d read back as %+v", pos, *c)
-		}
-		if now := fifo.MonotonicNanos(); c.EnqueueNS == 0 || c.EnqueueNS > now {
-			t.Fatalf("C timestamp %d is not in Go's monotonic domain (now %d)", c.EnqueueNS, now)
-		}
+	for _, f := range []fifo.Format{fifo.FormatSeq, fifo.FormatLL} {
+		t.Run(f.String(), func(t *testing.T) {
+			mem, err := unix.Mmap(-1, 0, fifo.BytesFormat(4, f), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_SHARED)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Munmap(mem)
+			r, err := fifo.InitFormat(mem, 4, fifo.ClockMonotonic, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bytesOf := func(i uint64) uint64 { return 100*i + i<<40 } // both 32-bit halves
+			for i := range 3 {
+				ticket, rc := fifoPushFromC(mem, uint16(i+1), bytesOf(uint64(i)))
+				if rc != 0 || ticket != uint64(i) {
+					t.Fatalf("push %d from C: rc %d ticket %d", i, rc, ticket)
+				}
+			}
+			for pos := uint64(0); pos < 3; pos++ {
+				c := r.Published(pos)
+				if c == nil {
+					t.Fatalf("ticket %d not published", pos)
+				}
+				if c.Kind != fifo.KindWriteSignal || c.Peer != uint16(pos+1) || c.Bytes != bytesOf(pos) || c.ArrivalSlot != 7 || c.ArrivalSeq != 42 {
+					t.Fatalf("ticket %d read back as %+v", pos, *c)
+				}
+				if now := fifo.MonotonicNanos(); c.EnqueueNS == 0 || c.EnqueueNS > now {
+					t.Fatalf("C timestamp %d is not in Go's monotonic domain (now %d)", c.EnqueueNS, now)
+				}
+			}
+		})
 	}
 }
 

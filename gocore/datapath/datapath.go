@@ -77,6 +77,9 @@ type Config struct {
 	FlagSlots int
 	// FIFOSlots is the FIFO's capacity, a power of two (default DefaultFIFOSlots).
 	FIFOSlots int
+	// FIFOFormat is the FIFO's slot format; the zero value (fifo.FormatSeq) reads
+	// EnvFIFOLL ("1": fifo.FormatLL, fence-free GPU publication).
+	FIFOFormat fifo.Format
 	// Node[r] is rank r's (possibly emulated) node; nil: every rank on its own node.
 	// Only ranks of different nodes are connected unless AllPeers.
 	Node     []int
@@ -106,6 +109,26 @@ const EnvProxySpin = "MKERNEL_PROXY_SPIN"
 // between the calls of a training or inference step, so that a kernel's first command does
 // not wait for the proxy to wake up (tens of microseconds).
 const GPUIdleSpin = 20 * time.Millisecond
+
+// EnvFIFOLL selects the LL slot format for the FIFO ("1"; "" or "0": the default
+// fifo.FormatSeq). Every producer reads the format from the FIFO's header: host producers
+// (fifo.h mk_fifo_push, fifo.Ring.Push) and GPU kernels (csrc/comm/net_path.cpp passes it
+// to kernels/comm/net_ops.cuh) follow it.
+const EnvFIFOLL = "MKERNEL_FIFO_LL"
+
+func fifoFormat(f fifo.Format) (fifo.Format, error) {
+	if f != fifo.FormatSeq {
+		return f, nil
+	}
+	switch v := strings.TrimSpace(os.Getenv(EnvFIFOLL)); v {
+	case "", "0":
+		return fifo.FormatSeq, nil
+	case "1":
+		return fifo.FormatLL, nil
+	default:
+		return 0, fmt.Errorf("datapath: %w: %s=%q (want 0 or 1)", transport.ErrInvalid, EnvFIFOLL, v)
+	}
+}
 
 func idleSpin(clock fifo.Clock) (time.Duration, error) {
 	if v := strings.TrimSpace(os.Getenv(EnvProxySpin)); v != "" {
@@ -201,10 +224,13 @@ func Open(ctx context.Context, sess Session, cfg Config) (_ *Datapath, err error
 	if dp.flags, err = shm.Create("flags", cfg.FlagSlots*fifo.FlagBytes); err != nil {
 		return nil, fmt.Errorf("datapath: rank %d: flags: %w", rank, err)
 	}
-	if dp.fifoSeg, err = shm.Create("fifo", fifo.Bytes(cfg.FIFOSlots)); err != nil {
+	if cfg.FIFOFormat, err = fifoFormat(cfg.FIFOFormat); err != nil {
+		return nil, err
+	}
+	if dp.fifoSeg, err = shm.Create("fifo", fifo.BytesFormat(cfg.FIFOSlots, cfg.FIFOFormat)); err != nil {
 		return nil, fmt.Errorf("datapath: rank %d: FIFO: %w", rank, err)
 	}
-	if dp.ring, err = fifo.Init(dp.fifoSeg.Bytes(), cfg.FIFOSlots, cfg.Clock); err != nil {
+	if dp.ring, err = fifo.InitFormat(dp.fifoSeg.Bytes(), cfg.FIFOSlots, cfg.Clock, cfg.FIFOFormat); err != nil {
 		return nil, fmt.Errorf("datapath: rank %d: %w", rank, err)
 	}
 	tcfg := transport.Config{

@@ -367,3 +367,12 @@ func TestDeviceBufferFallsBackToStaging(t *testing.T) {
 		})
 	}
 }
+
+// TestEmulatedNodesLL: the same exchange through LL-format FIFOs (MKERNEL_FIFO_LL=1).
+func TestEmulatedNodesLL(t *testing.T) {
+	t.Setenv(datapath.EnvFIFOLL, "1")
+	if f := openAll(t, 2, "loopback", []int{0, 1})[0].Ring().Format(); f != fifo.FormatLL {
+		t.Fatalf("%s=1 opened a %v FIFO", datapath.EnvFIFOLL, f)
+	}
+	TestEmulatedNodes(t)
+}

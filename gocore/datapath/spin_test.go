@@ -28,3 +28,20 @@ func TestIdleSpin(t *testing.T) {
 		t.Fatalf("malformed: %v", err)
 	}
 }
+
+func TestFIFOFormatEnv(t *testing.T) {
+	for v, want := range map[string]fifo.Format{"": fifo.FormatSeq, "0": fifo.FormatSeq, "1": fifo.FormatLL} {
+		t.Setenv(EnvFIFOLL, v)
+		if f, err := fifoFormat(fifo.FormatSeq); f != want || err != nil {
+			t.Fatalf("%s=%q: %v %v", EnvFIFOLL, v, f, err)
+		}
+	}
+	t.Setenv(EnvFIFOLL, "0")
+	if f, err := fifoFormat(fifo.FormatLL); f != fifo.FormatLL || err != nil {
+		t.Fatalf("an explicit Config.FIFOFormat must win: %v %v", f, err)
+	}
+	t.Setenv(EnvFIFOLL, "yes")
+	if _, err := fifoFormat(fifo.FormatSeq); !errors.Is(err, transport.ErrInvalid) || !strings.Contains(err.Error(), EnvFIFOLL) {
+		t.Fatalf("malformed: %v", err)
+	}
+}

@@ -19,7 +19,37 @@ const (
 	FlagBytes   = 8
 	PeerAll     = 0xffff
 	MaxCapacity = 1 << 20
+	// LLEntryBytes is one command in the LL format (mk_fifo_ll_entry).
+	LLEntryBytes = 128
+	// LLWords is the number of tagged words of an LL entry (MK_FIFO_LL_WORDS).
+	LLWords = 14
 )
+
+// Format is how producers publish a slot (mk_fifo_format, Ctrl.Format).
+type Format uint32
+
+// Slot formats.
+const (
+	// FormatSeq: Cmd slots published by a store-release of Seq, written last (the default).
+	FormatSeq Format = 0
+	// FormatLL: LLEntry slots whose every word carries the ticket's tag; no publication
+	// store, so a GPU producer needs no fence between payload and publication.
+	FormatLL Format = 1
+)
+
+func (f Format) String() string {
+	switch f {
+	case FormatSeq:
+		return "seq"
+	case FormatLL:
+		return "ll"
+	}
+	return fmt.Sprintf("format(%d)", uint32(f))
+}
+
+// LLEntry is mk_fifo_ll_entry: word i < LLWords holds payload word i in its low 32 bits
+// and the tag uint32(ticket+1) in its high 32 bits; words 14 and 15 are unused.
+type LLEntry [LLEntryBytes / 8]uint64
 
 // Kind is a command's kind (mk_fifo_kind).
 type Kind uint8
@@ -94,7 +124,8 @@ type Ctrl struct {
 	CmdBytes uint16
 	Capacity uint32
 	Clock    uint32
-	_        [LineBytes - 16]byte
+	Format   uint32
+	_        [LineBytes - 20]byte
 
 	Head uint64
 	_    [LineBytes - 8]byte
@@ -114,8 +145,20 @@ type Ctrl struct {
 	_           [LineBytes - 24]byte
 }
 
-// Bytes returns the size of a FIFO of capacity slots (MK_FIFO_BYTES).
-func Bytes(capacity int) int { return int(unsafe.Sizeof(Ctrl{})) + capacity*CmdBytes }
+// Bytes returns the size of a FIFO of capacity slots in FormatSeq (MK_FIFO_BYTES).
+func Bytes(capacity int) int { return BytesFormat(capacity, FormatSeq) }
+
+// BytesFormat returns the size of a FIFO of capacity slots in format f (MK_FIFO_BYTES_FMT).
+func BytesFormat(capacity int, f Format) int {
+	return int(unsafe.Sizeof(Ctrl{})) + capacity*f.slotBytes()
+}
+
+func (f Format) slotBytes() int {
+	if f == FormatLL {
+		return LLEntryBytes
+	}
+	return CmdBytes
+}
 
 // Sentinel errors.
 var (
@@ -129,10 +172,14 @@ var (
 
 // Ring is a FIFO in memory the caller owns (mmap, shm, host-pinned).
 type Ring struct {
-	ctrl  *Ctrl
-	slots []Cmd
-	mask  uint64
-	mem   []byte
+	ctrl   *Ctrl
+	format Format
+	n      int       // capacity in commands
+	slots  []Cmd     // FormatSeq
+	ll     []LLEntry // FormatLL
+	dec    []Cmd     // FormatLL: the consumer's decoded copy of each entry
+	mask   uint64
+	mem    []byte
 }
 
 func view(mem []byte) (*Ring, error) {
@@ -146,21 +193,31 @@ func view(mem []byte) (*Ring, error) {
 }
 
 // Init formats mem (zeroed, from mmap or shm) as a FIFO of capacity slots, a power of
-// two, whose enqueue timestamps are in clock's domain.
+// two, whose enqueue timestamps are in clock's domain, in FormatSeq.
 func Init(mem []byte, capacity int, clock Clock) (*Ring, error) {
+	return InitFormat(mem, capacity, clock, FormatSeq)
+}
+
+// InitFormat is Init with the slot format chosen (mem must hold BytesFormat(capacity, f)).
+func InitFormat(mem []byte, capacity int, clock Clock, f Format) (*Ring, error) {
 	if capacity <= 0 || capacity&(capacity-1) != 0 || capacity > MaxCapacity {
 		return nil, fmt.Errorf("%w: capacity %d is not a power of two up to %d", ErrLayout, capacity, MaxCapacity)
 	}
-	if len(mem) < Bytes(capacity) {
-		return nil, fmt.Errorf("%w: %d bytes for %d slots, need %d", ErrLayout, len(mem), capacity, Bytes(capacity))
+	if f != FormatSeq && f != FormatLL {
+		return nil, fmt.Errorf("%w: unknown slot %v", ErrLayout, f)
+	}
+	need := BytesFormat(capacity, f)
+	if len(mem) < need {
+		return nil, fmt.Errorf("%w: %d bytes for %d %v slots, need %d", ErrLayout, len(mem), capacity, f, need)
 	}
 	r, err := view(mem)
 	if err != nil {
 		return nil, err
 	}
-	clear(mem[:Bytes(capacity)])
+	clear(mem[:need])
 	c := r.ctrl
-	c.Version, c.CmdBytes, c.Capacity, c.Clock = Version, CmdBytes, uint32(capacity), uint32(clock)
+	c.Version, c.CmdBytes, c.Capacity, c.Clock = Version, uint16(f.slotBytes()), uint32(capacity), uint32(clock)
+	c.Format = uint32(f)
 	atomic.StoreUint32(&c.Magic, Magic)
 	r.setSlots()
 	return r, nil
@@ -176,12 +233,15 @@ func Attach(mem []byte) (*Ring, error) {
 	switch {
 	case atomic.LoadUint32(&c.Magic) != Magic:
 		return nil, fmt.Errorf("%w: magic %#x", ErrLayout, c.Magic)
-	case c.Version != Version || c.CmdBytes != CmdBytes:
-		return nil, fmt.Errorf("%w: version %d with %d-byte commands, want %d and %d", ErrLayout, c.Version, c.CmdBytes, Version, CmdBytes)
+	case c.Format != uint32(FormatSeq) && c.Format != uint32(FormatLL):
+		return nil, fmt.Errorf("%w: unknown slot %v", ErrLayout, Format(c.Format))
+	case c.Version != Version || int(c.CmdBytes) != Format(c.Format).slotBytes():
+		return nil, fmt.Errorf("%w: version %d with %d-byte %v commands, want %d and %d", ErrLayout, c.Version, c.CmdBytes,
+			Format(c.Format), Version, Format(c.Format).slotBytes())
 	case c.Capacity == 0 || c.Capacity&(c.Capacity-1) != 0 || c.Capacity > MaxCapacity:
 		return nil, fmt.Errorf("%w: capacity %d", ErrLayout, c.Capacity)
-	case len(mem) < Bytes(int(c.Capacity)):
-		return nil, fmt.Errorf("%w: %d bytes for %d slots", ErrLayout, len(mem), c.Capacity)
+	case len(mem) < BytesFormat(int(c.Capacity), Format(c.Format)):
+		return nil, fmt.Errorf("%w: %d bytes for %d %v slots", ErrLayout, len(mem), c.Capacity, Format(c.Format))
 	}
 	r.setSlots()
 	return r, nil
@@ -189,12 +249,21 @@ func Attach(mem []byte) (*Ring, error) {
 
 func (r *Ring) setSlots() {
 	n := int(r.ctrl.Capacity)
-	r.slots = unsafe.Slice((*Cmd)(unsafe.Pointer(&r.mem[unsafe.Sizeof(Ctrl{})])), n)
-	r.mask = uint64(n - 1)
+	r.n, r.format, r.mask = n, Format(r.ctrl.Format), uint64(n-1)
+	base := unsafe.Pointer(&r.mem[unsafe.Sizeof(Ctrl{})])
+	if r.format == FormatLL {
+		r.ll = unsafe.Slice((*LLEntry)(base), n)
+		r.dec = make([]Cmd, n)
+		return
+	}
+	r.slots = unsafe.Slice((*Cmd)(base), n)
 }
 
-// Capacity returns the number of slots.
-func (r *Ring) Capacity() int { return len(r.slots) }
+// Capacity returns the number of slots (commands).
+func (r *Ring) Capacity() int { return r.n }
+
+// Format returns the slot format.
+func (r *Ring) Format() Format { return r.format }
 
 // Clock returns the domain of the enqueue timestamps.
 func (r *Ring) Clock() Clock { return Clock(r.ctrl.Clock) }
@@ -207,10 +276,19 @@ func (r *Ring) Memory() []byte { return r.mem }
 
 // ---- consumer ----
 
-// Published returns the slot of ticket pos if its command is published (an acquire load
-// of its seq word), else nil. The pointer stays valid until the consumer moves the tail
-// past pos.
+// Published returns the command of ticket pos if it is published, else nil. FormatSeq: the
+// slot itself, after an acquire load of its seq word. FormatLL: a copy decoded from the
+// entry, only when every one of its LLWords words carries pos's tag (each word loaded once,
+// its tag checked and its payload taken from that same load). The pointer stays valid until
+// the consumer moves the tail past pos. Only the consumer may call it.
 func (r *Ring) Published(pos uint64) *Cmd {
+	if r.format == FormatLL {
+		d := &r.dec[pos&r.mask]
+		if !llDecode(&r.ll[pos&r.mask], pos, d) {
+			return nil
+		}
+		return d
+	}
 	s := &r.slots[pos&r.mask]
 	if atomic.LoadUint64(&s.Seq) != pos+1 {
 		return nil
@@ -239,7 +317,7 @@ func (r *Ring) Head() uint64 { return atomic.LoadUint64(&r.ctrl.Head) }
 func (r *Ring) Depth() int {
 	t := r.Tail()
 	n := 0
-	for n < len(r.slots) && r.Published(t+uint64(n)) != nil {
+	for n < r.n && r.ready(t+uint64(n)) {
 		n++
 	}
 	return n
@@ -303,7 +381,7 @@ func (r *Ring) TryPush(cmd *Cmd) (ticket uint64, ok bool, err error) {
 			return 0, false, ErrFailed
 		}
 		h := atomic.LoadUint64(&c.Head)
-		if h-atomic.LoadUint64(&c.Tail) >= uint64(len(r.slots)) {
+		if h-atomic.LoadUint64(&c.Tail) >= uint64(r.n) {
 			return 0, false, nil
 		}
 		if atomic.CompareAndSwapUint64(&c.Head, h, h+1) {
@@ -315,7 +393,7 @@ func (r *Ring) TryPush(cmd *Cmd) (ticket uint64, ok bool, err error) {
 
 func (r *Ring) waitCredit(ticket uint64, timeout time.Duration) error {
 	return spinUntil(timeout, func() (bool, error) {
-		if ticket-atomic.LoadUint64(&r.ctrl.Tail) < uint64(len(r.slots)) {
+		if ticket-atomic.LoadUint64(&r.ctrl.Tail) < uint64(r.n) {
 			return true, nil
 		}
 		if atomic.LoadUint32(&r.ctrl.Error) != ErrNone {
@@ -326,6 +404,10 @@ func (r *Ring) waitCredit(ticket uint64, timeout time.Duration) error {
 }
 
 func (r *Ring) publish(cmd *Cmd, ticket uint64) {
+	if r.format == FormatLL {
+		llPublish(&r.ll[ticket&r.mask], ticket, cmd)
+		return
+	}
 	s := &r.slots[ticket&r.mask]
 	// Every field but Seq, then the release of Seq (the consumer reads Seq atomically).
 	s.Kind, s.Flags, s.Peer, s.ArrivalSlot = cmd.Kind, cmd.Flags, cmd.Peer, cmd.ArrivalSlot

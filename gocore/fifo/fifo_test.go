@@ -11,14 +11,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func newRing(t testing.TB, capacity int) *Ring {
+func newRing(t testing.TB, capacity int) *Ring { return newRingFormat(t, capacity, FormatSeq) }
+
+func newRingFormat(t testing.TB, capacity int, f Format) *Ring {
 	t.Helper()
-	mem, err := unix.Mmap(-1, 0, Bytes(capacity), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_SHARED)
+	mem, err := unix.Mmap(-1, 0, BytesFormat(capacity, f), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_SHARED)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Munmap(mem) })
-	r, err := Init(mem, capacity, ClockMonotonic)
+	r, err := InitFormat(mem, capacity, ClockMonotonic, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,9 +59,15 @@ func TestInitAttach(t *testing.T) {
 }
 
 // TestProducersConsumer runs 4 producers against one consumer through a small ring and
-// checks every command arrives exactly once, intact, in ticket order.
+// checks every command arrives exactly once, intact, in ticket order, in both formats.
 func TestProducersConsumer(t *testing.T) {
-	r := newRing(t, 16)
+	for _, f := range []Format{FormatSeq, FormatLL} {
+		t.Run(f.String(), func(t *testing.T) { testProducersConsumer(t, f) })
+	}
+}
+
+func testProducersConsumer(t *testing.T, f Format) {
+	r := newRingFormat(t, 16, f)
 	const producers, each = 4, 5000
 	var wg sync.WaitGroup
 	for p := range producers {
@@ -98,7 +106,13 @@ func TestProducersConsumer(t *testing.T) {
 }
 
 func TestCreditTimeoutAndResume(t *testing.T) {
-	r := newRing(t, 4)
+	for _, f := range []Format{FormatSeq, FormatLL} {
+		t.Run(f.String(), func(t *testing.T) { testCreditTimeoutAndResume(t, f) })
+	}
+}
+
+func testCreditTimeoutAndResume(t *testing.T, f Format) {
+	r := newRingFormat(t, 4, f)
 	cmd := Cmd{Kind: KindFence}
 	for range 4 {
 		if _, ok, err := r.TryPush(&cmd); !ok || err != nil {

@@ -55,5 +55,9 @@ func Layout() []Field {
 		{"MK_FIFO_ERROR_FREE", ErrorFree},
 		{"MK_FIFO_ERROR_CLAIMED", ErrorClaimed},
 		{"MK_FIFO_ERROR_SET", ErrorSet},
+		{"mk_fifo_ctrl.format", unsafe.Offsetof(k.Format)},
+		{"sizeof(mk_fifo_ll_entry)", unsafe.Sizeof(LLEntry{})},
+		{"MK_FIFO_LL_WORDS", LLWords},
+		{"MK_FIFO_FORMAT_LL", uintptr(FormatLL)},
 	}
 }

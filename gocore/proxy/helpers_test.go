@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,12 +60,16 @@ func startCluster(t *testing.T, open transporttest.OpenFunc, world int, opts ...
 	j := transporttest.StartJob(t, open, transporttest.JobOptions{World: world, DataSize: 1 << 20})
 	c := &cluster{job: j}
 	for r, rk := range j.Ranks {
-		seg, err := shm.Create(fmt.Sprintf("fifo%d", r), fifo.Bytes(fifoSlots))
+		format := fifo.FormatSeq
+		if os.Getenv("MKERNEL_FIFO_LL") == "1" { // the LL variants of the tests (ll_test.go)
+			format = fifo.FormatLL
+		}
+		seg, err := shm.Create(fmt.Sprintf("fifo%d", r), fifo.BytesFormat(fifoSlots, format))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { seg.Close() })
-		ring, err := fifo.Init(seg.Bytes(), fifoSlots, fifo.ClockMonotonic)
+		ring, err := fifo.InitFormat(seg.Bytes(), fifoSlots, fifo.ClockMonotonic, format)
 		if err != nil {
 			t.Fatal(err)
 		}

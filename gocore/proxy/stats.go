@@ -103,6 +103,8 @@ type Stats struct {
 	QueueDepth int `json:"queue_depth"`
 	// Capacity is the FIFO's size in commands.
 	Capacity int `json:"capacity"`
+	// FIFOFormat is the FIFO's slot format ("seq", or "ll": MKERNEL_FIFO_LL=1).
+	FIFOFormat string `json:"fifo_format"`
 	// InFlight counts commands consumed and not finished.
 	InFlight uint64      `json:"in_flight"`
 	Peers    []PeerStats `json:"peers"`
@@ -211,6 +213,7 @@ func (p *Proxy) Stats() Stats {
 		Finished:   p.ring.Done(),
 		QueueDepth: p.ring.Depth(),
 		Capacity:   p.ring.Capacity(),
+		FIFOFormat: p.ring.Format().String(),
 		Peers:      []PeerStats{},
 		CPUs:       []int{},
 		Oldest:     pub.oldest.read(now, p.ring.Capacity()),

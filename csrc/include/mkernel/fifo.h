@@ -61,6 +61,25 @@
  * mk_fifo_push() below. The host helpers use POSIX clock_gettime: compile with
  * the compilers' defaults (gnu11, g++, cgo) or -D_POSIX_C_SOURCE=200809L.
  *
+ * ── The LL slot format (mk_fifo_ctrl.format == MK_FIFO_FORMAT_LL) ──────────
+ * An alternative chosen when the FIFO is created (gocore/datapath: MKERNEL_FIFO_LL=1); the
+ * default stays MK_FIFO_FORMAT_SEQ above. Each command is one 128-byte mk_fifo_ll_entry
+ * (cmd_bytes = 128, capacity counts entries). Its first 14 8-byte words each carry 32 bits of
+ * the command (mk_fifo_cmd's bytes 8..63, in order: mk_fifo_ll_payload) in the low half and the
+ * tag (uint32_t)(ticket + 1) in the high half; words 14 and 15 are unused. There is no seq word
+ * and no publication store: every 8-byte store is single-copy atomic, so the consumer has the
+ * command exactly when all 14 words carry its ticket's tag, in whatever order the stores landed
+ * (a zeroed entry has tag 0 and the previous lap's stale words the tag of ticket - capacity,
+ * both different). Steps 3 and 4 become: store the 14 words (any order, relaxed).
+ *   The producer therefore needs no fence between payload and publication. It still needs
+ *   one BEFORE the entry when the command orders earlier memory accesses: a WRITE of data the
+ *   kernel stored (bytes > 0). The GPU push (mk_fifo_push_device_ll) takes `order_prior`;
+ *   kernels/comm/net_ops.cuh sets it when bytes != 0, so a pure signal (bytes == 0) is published
+ *   with no system fence at all — it orders nothing the kernel did before it. (A kernel that
+ *   would use a pure signal to hand back a buffer it read must fence itself first.)
+ *   The consumer must take every word from ONE load and check its tag there (never check the
+ *   tags, then re-read payload), and must never act on an entry with any stale word.
+ *
  * ── Consumer protocol (the proxy; one consumer per FIFO) ─────────────────────
  *   1. pos = its private copy of tail;
  *      if load_acquire(&slot[pos & mask].seq) != pos + 1: nothing new;
@@ -128,6 +147,14 @@ extern "C" {
 #define MK_FIFO_FLAG_BYTES 8u       /* one arrival flag word */
 #define MK_FIFO_PEER_ALL 0xffffu    /* FENCE on every peer */
 #define MK_FIFO_MAX_CAPACITY (1u << 20)
+#define MK_FIFO_LL_ENTRY_BYTES 128u /* one command in the LL format (mk_fifo_ll_entry) */
+#define MK_FIFO_LL_WORDS 14u        /* tagged words of an LL entry: 14 x 32 bits = mk_fifo_cmd minus seq */
+
+/* mk_fifo_ctrl.format: how a slot is published. */
+enum mk_fifo_format {
+  MK_FIFO_FORMAT_SEQ = 0, /* mk_fifo_cmd slots, published by a store-release of seq (the default) */
+  MK_FIFO_FORMAT_LL = 1,  /* mk_fifo_ll_entry slots, every word tagged with the ticket (no fence) */
+};
 
 /* Command kinds. 0 is never valid: a zeroed slot is not a command. */
 enum mk_fifo_kind {
@@ -190,7 +217,8 @@ typedef struct mk_fifo_ctrl {
   uint16_t cmd_bytes; /* MK_FIFO_CMD_BYTES */
   uint32_t capacity;  /* slots, a power of two <= MK_FIFO_MAX_CAPACITY */
   uint32_t clock;     /* mk_fifo_clock of enqueue_ns */
-  uint8_t pad0[MK_FIFO_LINE_BYTES - 16];
+  uint32_t format;    /* mk_fifo_format (0, the default, in a zeroed block) */
+  uint8_t pad0[MK_FIFO_LINE_BYTES - 20];
   /* line 1: producers */
   uint64_t head; /* next ticket (host producers; GPU producers may keep their own) */
   uint8_t pad1[MK_FIFO_LINE_BYTES - 8];
@@ -222,6 +250,7 @@ MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_cmd, arrival_slot) == 12 && offsetof(mk_f
 MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_cmd, local_off) == 24 && offsetof(mk_fifo_cmd, remote_off) == 32, "mk_fifo_cmd offsets moved");
 MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_cmd, bytes) == 40 && offsetof(mk_fifo_cmd, arrival_seq) == 48, "mk_fifo_cmd lengths moved");
 MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_cmd, enqueue_ns) == 56, "mk_fifo_cmd timestamp moved");
+MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_ctrl, format) == 16, "format follows clock in line 0");
 MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_ctrl, head) == 1 * MK_FIFO_LINE_BYTES, "head must start line 1");
 MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_ctrl, tail) == 2 * MK_FIFO_LINE_BYTES, "tail must start line 2");
 MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_ctrl, done) == 3 * MK_FIFO_LINE_BYTES, "done must start line 3");
@@ -231,8 +260,17 @@ MK_FIFO_STATIC_ASSERT(offsetof(mk_fifo_ctrl, error_ticket) == 4 * MK_FIFO_LINE_B
                       "line 4's failure record moved");
 MK_FIFO_STATIC_ASSERT(sizeof(mk_fifo_ctrl) == 5 * MK_FIFO_LINE_BYTES, "mk_fifo_ctrl is five lines");
 
-/* Bytes of a FIFO of `capacity` slots. */
+/* One command in the LL format: word i < MK_FIFO_LL_WORDS = payload u32 i | (tag << 32). */
+typedef struct mk_fifo_ll_entry {
+  uint64_t word[MK_FIFO_LL_ENTRY_BYTES / 8u];
+} mk_fifo_ll_entry;
+MK_FIFO_STATIC_ASSERT(sizeof(mk_fifo_ll_entry) == MK_FIFO_LL_ENTRY_BYTES, "an LL entry is two 64-byte lines");
+
+/* Bytes of a FIFO of `capacity` slots (MK_FIFO_BYTES: the SEQ format; _FMT: either). */
 #define MK_FIFO_BYTES(capacity) (sizeof(mk_fifo_ctrl) + (size_t)(capacity) * sizeof(mk_fifo_cmd))
+#define MK_FIFO_BYTES_FMT(capacity, format)                                                            \
+  (sizeof(mk_fifo_ctrl) +                                                                              \
+   (size_t)(capacity) * ((format) == MK_FIFO_FORMAT_LL ? sizeof(mk_fifo_ll_entry) : sizeof(mk_fifo_cmd)))
 
 /* The slots follow the control block. */
 #if defined(__CUDACC__)
@@ -244,6 +282,30 @@ MK_FIFO_STATIC_ASSERT(sizeof(mk_fifo_ctrl) == 5 * MK_FIFO_LINE_BYTES, "mk_fifo_c
 MK_FIFO_FN mk_fifo_cmd* mk_fifo_slots(mk_fifo_ctrl* c) { return (mk_fifo_cmd*)(void*)(c + 1); }
 MK_FIFO_FN mk_fifo_cmd* mk_fifo_slot(mk_fifo_ctrl* c, uint64_t ticket) {
   return mk_fifo_slots(c) + (ticket & (uint64_t)(c->capacity - 1u));
+}
+MK_FIFO_FN mk_fifo_ll_entry* mk_fifo_ll_entries(mk_fifo_ctrl* c) { return (mk_fifo_ll_entry*)(void*)(c + 1); }
+
+/* The LL tag of a ticket: never 0 for the first lap (a zeroed entry is not a command), and
+ * different from the previous lap's (ticket - capacity) for any capacity < 2^32. */
+MK_FIFO_FN uint32_t mk_fifo_ll_tag(uint64_t ticket) { return (uint32_t)(ticket + 1u); }
+
+/* The 14 payload words of a command (its bytes 8..63 as little-endian u32s, built from the
+ * fields so that a GPU keeps them in registers). Go's fifo.llPayload mirrors it. */
+MK_FIFO_FN void mk_fifo_ll_payload(const mk_fifo_cmd* m, uint32_t p[MK_FIFO_LL_WORDS]) {
+  p[0] = (uint32_t)m->kind | ((uint32_t)m->flags << 8) | ((uint32_t)m->peer << 16);
+  p[1] = m->arrival_slot;
+  p[2] = m->local_buf;
+  p[3] = m->remote_buf;
+  p[4] = (uint32_t)m->local_off;
+  p[5] = (uint32_t)(m->local_off >> 32);
+  p[6] = (uint32_t)m->remote_off;
+  p[7] = (uint32_t)(m->remote_off >> 32);
+  p[8] = (uint32_t)m->bytes;
+  p[9] = (uint32_t)(m->bytes >> 32);
+  p[10] = (uint32_t)m->arrival_seq;
+  p[11] = (uint32_t)(m->arrival_seq >> 32);
+  p[12] = (uint32_t)m->enqueue_ns;
+  p[13] = (uint32_t)(m->enqueue_ns >> 32);
 }
 
 /* ── Host side: C11 memory orders through the __atomic builtins ──────────── */
@@ -265,15 +327,23 @@ static inline void mk_fifo_pause(void) {
 
 /* Initialise a zeroed block of MK_FIFO_BYTES(capacity) bytes (capacity: a power
  * of two). Returns 0, or -1 for a bad capacity. Call before sharing it. */
-static inline int mk_fifo_init(mk_fifo_ctrl* c, uint32_t capacity, uint32_t clock) {
+static inline int mk_fifo_init_format(mk_fifo_ctrl* c, uint32_t capacity, uint32_t clock, uint32_t format) {
   if (capacity == 0 || (capacity & (capacity - 1u)) != 0 || capacity > MK_FIFO_MAX_CAPACITY) return -1;
+  if (format != MK_FIFO_FORMAT_SEQ && format != MK_FIFO_FORMAT_LL) return -1;
   c->version = MK_FIFO_VERSION;
-  c->cmd_bytes = MK_FIFO_CMD_BYTES;
+  c->cmd_bytes = (uint16_t)(format == MK_FIFO_FORMAT_LL ? MK_FIFO_LL_ENTRY_BYTES : MK_FIFO_CMD_BYTES);
   c->capacity = capacity;
   c->clock = clock;
+  c->format = format;
   __atomic_store_n(&c->magic, MK_FIFO_MAGIC, __ATOMIC_RELEASE);
   return 0;
 }
+static inline int mk_fifo_init(mk_fifo_ctrl* c, uint32_t capacity, uint32_t clock) {
+  return mk_fifo_init_format(c, capacity, clock, MK_FIFO_FORMAT_SEQ);
+}
+
+/* Bytes of an initialised FIFO's block, whatever its format. */
+static inline size_t mk_fifo_block_bytes(const mk_fifo_ctrl* c) { return MK_FIFO_BYTES_FMT(c->capacity, c->format); }
 
 /* Mark the FIFO failed (first caller wins: claim, details, publish); producers
  * and the proxy stop. Returns 1 if this call's record is the one kept. */
@@ -308,6 +378,15 @@ static inline int mk_fifo_wait_credit(const mk_fifo_ctrl* c, uint64_t ticket, ui
 
 /* Steps 3 and 4: fill the ticket's slot from *cmd (cmd->seq ignored) and publish. */
 static inline void mk_fifo_publish(mk_fifo_ctrl* c, uint64_t ticket, const mk_fifo_cmd* cmd) {
+  if (c->format == MK_FIFO_FORMAT_LL) {
+    /* Release on each word: the caller's earlier stores (the data) come first; x86 pays nothing. */
+    uint32_t p[MK_FIFO_LL_WORDS];
+    mk_fifo_ll_payload(cmd, p);
+    const uint64_t tag = (uint64_t)mk_fifo_ll_tag(ticket) << 32;
+    mk_fifo_ll_entry* e = mk_fifo_ll_entries(c) + (ticket & (uint64_t)(c->capacity - 1u));
+    for (uint32_t i = 0; i < MK_FIFO_LL_WORDS; ++i) __atomic_store_n(&e->word[i], tag | p[i], __ATOMIC_RELEASE);
+    return;
+  }
   mk_fifo_cmd* s = mk_fifo_slot(c, ticket);
   s->kind = cmd->kind;
   s->flags = cmd->flags;
@@ -431,6 +510,39 @@ static __device__ __forceinline__ void mk_fifo_fail_device(mk_fifo_ctrl* c, uint
                : "memory");
 }
 
+/* Steps 1 and 2 of both formats: a ticket, then bounded credit (see mk_fifo_push_device). */
+static __device__ __forceinline__ mk_fifo_wait_result mk_fifo_take_ticket_device(mk_fifo_ctrl* c, uint32_t cap,
+                                                                                 unsigned long long* head,
+                                                                                 uint64_t* cached_tail,
+                                                                                 uint32_t peer, uint64_t timeout_ns) {
+  mk_fifo_wait_result r = {MK_FIFO_OK, 0u, 0u, 0u, 0u, 0u, 0u};
+  r.ticket = (uint64_t)atomicAdd(head, 1ull);
+  r.seen = *cached_tail;
+  if (r.ticket - *cached_tail >= cap) {
+    const uint64_t start = mk_fifo_globaltimer();
+    for (;;) {
+      r.seen = *cached_tail = mk_fifo_ld_acquire_sys(&c->tail);
+      if (r.ticket - r.seen < cap) break;
+      const uint32_t err = mk_fifo_ld_acquire_sys_u32(&c->error);
+      if (err != MK_FIFO_ERR_NONE) {
+        r.rc = MK_FIFO_FAILED;
+        r.error = err;
+        r.error_peer = *(volatile uint32_t*)&c->error_peer;
+        r.elapsed_ns = mk_fifo_globaltimer() - start;
+        return r;
+      }
+      r.elapsed_ns = mk_fifo_globaltimer() - start;
+      if (r.elapsed_ns > timeout_ns) {
+        mk_fifo_fail_device(c, MK_FIFO_ERR_PRODUCER, peer, r.ticket);
+        r.rc = MK_FIFO_TIMEOUT;
+        return r;
+      }
+      __nanosleep(64);
+    }
+  }
+  return r;
+}
+
 /* Push one command from one thread. `c` is the device pointer of the mapped
  * FIFO and `cap` its capacity (pass it in the kernel's Params: reading
  * c->capacity would cost a PCIe round trip per push); `head` the ticket
@@ -453,31 +565,8 @@ static __device__ __forceinline__ mk_fifo_wait_result mk_fifo_push_device(mk_fif
                                                                           unsigned long long* head,
                                                                           uint64_t* cached_tail, mk_fifo_cmd cmd,
                                                                           uint64_t timeout_ns) {
-  mk_fifo_wait_result r = {MK_FIFO_OK, 0u, 0u, 0u, 0u, 0u, 0u};
-  r.ticket = (uint64_t)atomicAdd(head, 1ull);
-  r.seen = *cached_tail;
-  if (r.ticket - *cached_tail >= cap) {
-    const uint64_t start = mk_fifo_globaltimer();
-    for (;;) {
-      r.seen = *cached_tail = mk_fifo_ld_acquire_sys(&c->tail);
-      if (r.ticket - r.seen < cap) break;
-      const uint32_t err = mk_fifo_ld_acquire_sys_u32(&c->error);
-      if (err != MK_FIFO_ERR_NONE) {
-        r.rc = MK_FIFO_FAILED;
-        r.error = err;
-        r.error_peer = *(volatile uint32_t*)&c->error_peer;
-        r.elapsed_ns = mk_fifo_globaltimer() - start;
-        return r;
-      }
-      r.elapsed_ns = mk_fifo_globaltimer() - start;
-      if (r.elapsed_ns > timeout_ns) {
-        mk_fifo_fail_device(c, MK_FIFO_ERR_PRODUCER, cmd.peer, r.ticket);
-        r.rc = MK_FIFO_TIMEOUT;
-        return r;
-      }
-      __nanosleep(64);
-    }
-  }
+  const mk_fifo_wait_result r = mk_fifo_take_ticket_device(c, cap, head, cached_tail, cmd.peer, timeout_ns);
+  if (r.rc != MK_FIFO_OK) return r;
   mk_fifo_cmd* s = mk_fifo_slots(c) + (r.ticket & (uint64_t)(cap - 1u));
   cmd.enqueue_ns = mk_fifo_globaltimer();
   /* Words 1..7 of the slot (word 1 alone, then 16-byte stores: four PCIe writes, not seven),
@@ -494,6 +583,34 @@ static __device__ __forceinline__ mk_fifo_wait_result mk_fifo_push_device(mk_fif
     asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(d + i), "l"(w[i]), "l"(w[i + 1]) : "memory");
   }
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(&s->seq), "l"(r.ticket + 1u) : "memory");
+  return r;
+}
+
+/* The same push into an LL-format FIFO (mk_fifo_ctrl.format == MK_FIFO_FORMAT_LL; `cap` counts
+ * its 128-byte entries): the 14 tagged words as seven 16-byte st.relaxed.sys stores (each
+ * 8-byte half single-copy atomic), no publication store and no fence between payload and
+ * publication. order_prior != 0 puts one fence.acq_rel.sys BEFORE the entry (what
+ * st.release.sys implies in the SEQ format): required when the command depends on earlier
+ * memory accesses of this thread or, after a barrier, its CTA — a WRITE of data the kernel
+ * stored. With order_prior == 0 (a pure signal) the push issues no fence at all. Same return
+ * values and failure handling as mk_fifo_push_device. */
+static __device__ __forceinline__ mk_fifo_wait_result mk_fifo_push_device_ll(mk_fifo_ctrl* c, uint32_t cap,
+                                                                             unsigned long long* head,
+                                                                             uint64_t* cached_tail, mk_fifo_cmd cmd,
+                                                                             uint64_t timeout_ns, int order_prior) {
+  const mk_fifo_wait_result r = mk_fifo_take_ticket_device(c, cap, head, cached_tail, cmd.peer, timeout_ns);
+  if (r.rc != MK_FIFO_OK) return r;
+  cmd.enqueue_ns = mk_fifo_globaltimer();
+  uint32_t p[MK_FIFO_LL_WORDS];
+  mk_fifo_ll_payload(&cmd, p);
+  const uint64_t tag = (uint64_t)mk_fifo_ll_tag(r.ticket) << 32;
+  uint64_t* d = mk_fifo_ll_entries(c)[r.ticket & (uint64_t)(cap - 1u)].word;
+  if (order_prior) asm volatile("fence.acq_rel.sys;" ::: "memory");
+#pragma unroll
+  for (int i = 0; i < (int)MK_FIFO_LL_WORDS; i += 2) {
+    asm volatile("st.relaxed.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(d + i), "l"(tag | p[i]), "l"(tag | p[i + 1])
+                 : "memory");
+  }
   return r;
 }
 

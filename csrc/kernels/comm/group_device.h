@@ -46,6 +46,7 @@ struct FlagSlot {
 struct NetDevice {
   void* fifo = nullptr;                       // mk_fifo_ctrl* (mkernel/fifo.h), host-mapped
   uint32_t fifo_capacity = 0;                 // slots (a power of two)
+  uint32_t fifo_format = 0;                   // mk_fifo_format: MK_FIFO_FORMAT_LL = tagged words, no fence
   unsigned long long* fifo_head = nullptr;    // device-memory ticket counter shared by the warps
   uint8_t* send_area = nullptr;               // staging the GPU writes; FIFO local_buf = send_buf_id
   uint8_t* recv_area = nullptr;               // where peers' data lands; remote_buf = recv_buf_id

@@ -73,8 +73,16 @@ __device__ __forceinline__ uint64_t net_push(const GroupDevice& g, NetCursor& cu
   // mk_fifo_push_device publishes seq with a system-scope release: everything this thread (and,
   // cumulatively, its CTA after a barrier) stored to the data is visible system-wide before the
   // command's publication.
-  const mk_fifo_wait_result r = mk_fifo_push_device(net_fifo(g), g.net.fifo_capacity, g.net.fifo_head,
-                                                    &cur.cached_tail, cmd, g.timeout_ns);
+  //
+  // In the LL format (MKERNEL_FIFO_LL=1) that release becomes a fence before the entry, taken
+  // only when the command carries data (bytes != 0); a pure signal orders nothing before it and
+  // is published with no system fence (fifo.h, "The LL slot format").
+  const mk_fifo_wait_result r =
+      g.net.fifo_format == MK_FIFO_FORMAT_LL
+          ? mk_fifo_push_device_ll(net_fifo(g), g.net.fifo_capacity, g.net.fifo_head, &cur.cached_tail, cmd,
+                                   g.timeout_ns, cmd.bytes != 0)
+          : mk_fifo_push_device(net_fifo(g), g.net.fifo_capacity, g.net.fifo_head, &cur.cached_tail, cmd,
+                                g.timeout_ns);
   if (r.rc != MK_FIFO_OK) {
     net_push_failed(g.diag, g.group_id, g.rank, g.world, net_fifo(g), g.net.fifo_capacity, r, cmd.peer,
                     cmd.arrival_slot, op);
