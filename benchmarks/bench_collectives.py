@@ -190,7 +190,7 @@ def rank_main() -> None:
                     inter = len(baseline.remote) * block  # bytes rank 0 receives from other nodes
                     row.update({
                         "net": net_info.get("transport"), "emulate": os.environ.get("MKERNEL_NET_EMULATE", ""),
-                        "net_stage": "parallel" if os.environ.get("MKERNEL_NET_STAGE") == "parallel" else "whole",
+                        "net_stage": "whole" if os.environ.get("MKERNEL_NET_STAGE") == "whole" else "parallel",
                         "transport_ms": worst["transport"],
                         "transport_gbs": inter / (worst["transport"] * 1e-3) / 1e9,
                         "net_gbs": _inter_node_factor(op) * inter / (worst["mkernel"] * 1e-3) / 1e9,

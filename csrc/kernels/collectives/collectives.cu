@@ -93,8 +93,8 @@ struct Params {
   // derived_timeout): when a rank dies, its node-mates' direct waits name it first.
   uint32_t shared_node;
   // 1: every CTA stages its chunks of a block bound for other nodes and the one completing a
-  // piece (piece_chunks consecutive chunks) pushes it (net_stage_part); 0 (default): one CTA
-  // stages and pushes the whole block (net_send; one piece). MKERNEL_NET_STAGE=parallel picks 1.
+  // piece (piece_chunks consecutive chunks) pushes it (net_stage_part; the default); 0: one CTA
+  // stages and pushes the whole block (net_send; one piece): MKERNEL_NET_STAGE=whole.
   int32_t parallel_stage;
   uint32_t piece_chunks;
 };
@@ -596,16 +596,20 @@ uint64_t chunk_elems(uint64_t block, int esize) {
   return round_up(std::max<uint64_t>(c, 1), per16);
 }
 
-// MKERNEL_NET_STAGE=parallel: every CTA stages its chunks and blocks travel in pieces (device
-// run 3: 2.5x the busbw at 16 MiB, but only the demo's shapes checked on the GPU); unset or
-// anything else: one CTA stages and pushes each whole block (the protocol the GPU tests verified
-// at every node split, device run 2).
-bool parallel_stage() {
-  static const bool on = [] {
+// MKERNEL_NET_STAGE: how a block bound for another node is staged. Unset or "parallel" (the
+// default): every CTA stages its chunks and blocks travel in up to kNetPieces pieces (device run
+// s8run1: 5.3-6.6 GB/s busbw at 16 MiB over 2 nodes against 1.1-2.0 for whole staging; the
+// collectives' suite passed at [2-2] and [4-2]). "whole": one CTA stages and pushes each whole
+// block (the protocol device run s7run2 verified at every node split). Anything else: -1, an
+// error naming the variable at the first inter-node call.
+int net_stage_mode() {
+  static const int mode = [] {
     const char* v = std::getenv("MKERNEL_NET_STAGE");
-    return v != nullptr && std::strcmp(v, "parallel") == 0;
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "parallel") == 0) return 1;
+    if (std::strcmp(v, "whole") == 0) return 0;
+    return -1;
   }();
-  return on;
+  return mode;
 }
 
 uint32_t chunk_count(uint64_t block, uint64_t chunk) {
@@ -744,8 +748,12 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
     }
   }
   p.net_block = round_up(p.block * esize, kNetAlign);
-  p.parallel_stage = parallel_stage() ? 1 : 0;
+  p.parallel_stage = net_stage_mode() == 1 ? 1 : 0;
   if (remote > 0) {
+    if (net_stage_mode() < 0) {
+      if (reason) *reason = "MKERNEL_NET_STAGE must be unset, 'parallel' (the default) or 'whole'";
+      return cudaErrorInvalidValue;
+    }
     const NetBytes nb = net_bytes_for(kind, a.dtype, a.count, g.world);
     if (g.net.send_bytes < nb.send || g.net.recv_bytes < nb.recv ||
         g.net.arrival_slots < kNetSlots) {
