@@ -26,7 +26,11 @@ between the same ranks: every rank at once pushes, from the host through a data 
 transport and shaping (Go FIFO -> proxy -> transport, 4 MiB writes), one per-rank block
 (numel * 2 / W bytes) to every rank of another node and waits for theirs. transport_gbs is the
 bytes a rank receives from other nodes per second there; net_gbs is the same quantity for the
-collective (its inter-node bytes per rank over its time; all_reduce moves them twice).
+collective (its inter-node bytes per rank over its time; all_reduce moves them twice). On one
+GPU the staged path also crosses that GPU's one PCIe link twice (the kernel stores a block into
+host staging, the peer's kernel loads it from there), for every rank at once: d2h / h2d are the
+same bytes copied by the copy engine out to pinned host memory / back in, every rank at once,
+and pcie the rate of out-then-in (no overlap); net/pcie is the collective against that floor.
 
     python benchmarks/bench_collectives.py [--worlds 2,4,8] [--nodes 1] [--sizes-mib 1,16,64] [--quick]
                                            [--emulate 50GB/s,3us]
@@ -149,6 +153,17 @@ def rank_main() -> None:
                 "mkernel": lambda i: fn(xs[i % 3], group=ctx),
                 "copy_engine": lambda i: dsts[i % 3].copy_(src),
             }
+            if nodes > 1:
+                # The staged path's PCIe floor on this one GPU: the bytes this rank receives from
+                # other nodes (all_reduce: twice) copied out to pinned host memory and in again by
+                # the copy engine, every rank at once (all ranks share the GPU's one link; real
+                # nodes each have their own).
+                remote_n = sum(1 for q in range(world) if node[q] != node[rank])
+                pcie_numel = int(_inter_node_factor(op)) * remote_n * (numel // world)
+                pcie_host = torch.empty(pcie_numel, dtype=dtype, pin_memory=True)
+                pcie_dev = torch.empty(pcie_numel, device="cuda", dtype=dtype)
+                cands["pcie_d2h"] = lambda i: pcie_host.copy_(pcie_dev, non_blocking=True)
+                cands["pcie_h2d"] = lambda i: pcie_dev.copy_(pcie_host, non_blocking=True)
             for i in range(3):  # warm-up (and symmetric-memory growth)
                 for c in cands.values():
                     c(i)
@@ -179,7 +194,7 @@ def rank_main() -> None:
             dist.all_gather_object(every, med)
             if rank == 0:
                 worst = {n: max(m[n] for m in every) for n in med}
-                busbw = {n: _factor(op, world) * numel * 2 / (worst[n] * 1e-3) / 1e9 for n in cands}
+                busbw = {n: _factor(op, world) * numel * 2 / (worst[n] * 1e-3) / 1e9 for n in ("mkernel", "copy_engine")}
                 row = {
                     "world": world, "nodes": nodes, "op": op, "bytes": numel * 2, "dtype": "bf16",
                     "median_ms": worst["mkernel"], "baseline_ms": worst["copy_engine"],
@@ -194,6 +209,12 @@ def rank_main() -> None:
                         "transport_ms": worst["transport"],
                         "transport_gbs": inter / (worst["transport"] * 1e-3) / 1e9,
                         "net_gbs": _inter_node_factor(op) * inter / (worst["mkernel"] * 1e-3) / 1e9,
+                        "pcie_d2h_ms": worst["pcie_d2h"], "pcie_h2d_ms": worst["pcie_h2d"],
+                        "pcie_d2h_gbs": _inter_node_factor(op) * inter / (worst["pcie_d2h"] * 1e-3) / 1e9,
+                        "pcie_h2d_gbs": _inter_node_factor(op) * inter / (worst["pcie_h2d"] * 1e-3) / 1e9,
+                        # out then in, one after the other: the staged path with no overlap
+                        "pcie_gbs": _inter_node_factor(op) * inter
+                        / ((worst["pcie_d2h"] + worst["pcie_h2d"]) * 1e-3) / 1e9,
                         "baseline_transport": baseline.transport})
                 print("RESULT " + json.dumps(row), flush=True)
     torch.cuda.synchronize()
@@ -248,12 +269,15 @@ def main() -> None:
         print(f"inter-node transport: {rows[0].get('net')} (emulate: {args.emulate or 'off'}; "
               f"staging: {rows[0].get('net_stage')})")
     print(f"{'W':>2} {'N':>2} {'op':<15} {'MiB':>6} {'ms':>8} {'busbw GB/s':>11} {'copy-engine':>12} {'ratio':>6}"
-          + (f" {'net GB/s':>9} {'transport':>10} {'net/tr':>7}" if args.nodes > 1 else ""))
+          + (f" {'net GB/s':>9} {'transport':>10} {'net/tr':>7} {'d2h':>6} {'h2d':>6} {'pcie':>6} {'net/pcie':>8}"
+             if args.nodes > 1 else ""))
     for row in rows:
         line = (f"{row['world']:>2} {row.get('nodes', 1):>2} {row['op']:<15} {row['bytes'] / 2**20:>6.1f} {row['median_ms']:>8.3f} "
                 f"{row['busbw_gbs']:>11.1f} {row['baseline_busbw_gbs']:>12.1f} {row['ratio']:>6.2f}")
         if "transport_gbs" in row:
             line += f" {row['net_gbs']:>9.2f} {row['transport_gbs']:>10.2f} {row['net_gbs'] / row['transport_gbs']:>7.2f}"
+            line += (f" {row['pcie_d2h_gbs']:>6.1f} {row['pcie_h2d_gbs']:>6.1f} {row['pcie_gbs']:>6.1f}"
+                     f" {row['net_gbs'] / row['pcie_gbs']:>8.2f}")
         print(line, flush=True)
     write_result("collectives", {"commit": commit(), "device": device_info(), "mps": True,
                                  "nodes": args.nodes, "emulate": args.emulate,
@@ -262,6 +286,10 @@ def main() -> None:
                                                        "every rank of another node (4 MiB writes)",
                                  "baseline": "one device-to-device torch copy (copy engine) of the bytes "
                                              "the collective moves into each rank, all ranks at once",
+                                 "pcie_baseline": "copy-engine copies of the bytes a rank receives from other "
+                                                  "nodes (all_reduce: twice) to pinned host memory (d2h) and "
+                                                  "back (h2d), all ranks at once; pcie_gbs = those bytes over "
+                                                  "d2h + h2d time (the staged path's PCIe floor, no overlap)",
                                  "iters": args.iters, "reps": args.reps, "rows": rows})
 
 
