@@ -31,9 +31,11 @@ GPU the staged path also crosses that GPU's one PCIe link twice (the kernel stor
 host staging, the peer's kernel loads it from there), for every rank at once: d2h / h2d are the
 same bytes copied by the copy engine out to pinned host memory / back in, every rank at once,
 and pcie the rate of out-then-in (no overlap); net/pcie is the collective against that floor.
+--overlap-ab also times every op with MKERNEL_NET_OVERLAP=1 (stagers and readers split, see
+csrc/kernels/collectives/collectives.cu item_range), interleaved with the default in one process.
 
     python benchmarks/bench_collectives.py [--worlds 2,4,8] [--nodes 1] [--sizes-mib 1,16,64] [--quick]
-                                           [--emulate 50GB/s,3us]
+                                           [--emulate 50GB/s,3us] [--overlap-ab]
 """
 
 from __future__ import annotations
@@ -117,6 +119,19 @@ class TransportBaseline:
         self.core.DatapathDestroy(self.h)
 
 
+def _with_env(name: str, value: str, fn, *args, **kwargs):
+    """fn(*args, **kwargs) with os.environ[name] = value (putenv: C getenv sees it), then restored."""
+    prev = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        if prev is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = prev
+
+
 def rank_main() -> None:
     """One rank: time every (size, op) and print one RESULT line per case (rank 0)."""
     import torch
@@ -164,6 +179,9 @@ def rank_main() -> None:
                 pcie_dev = torch.empty(pcie_numel, device="cuda", dtype=dtype)
                 cands["pcie_d2h"] = lambda i: pcie_host.copy_(pcie_dev, non_blocking=True)
                 cands["pcie_h2d"] = lambda i: pcie_dev.copy_(pcie_host, non_blocking=True)
+                if os.environ.get("BENCH_OVERLAP_AB") == "1":
+                    # The same op with MKERNEL_NET_OVERLAP=1 (read by the op at every call).
+                    cands["overlap"] = lambda i: _with_env("MKERNEL_NET_OVERLAP", "1", fn, xs[i % 3], group=ctx)
             for i in range(3):  # warm-up (and symmetric-memory growth)
                 for c in cands.values():
                     c(i)
@@ -216,6 +234,12 @@ def rank_main() -> None:
                         "pcie_gbs": _inter_node_factor(op) * inter
                         / ((worst["pcie_d2h"] + worst["pcie_h2d"]) * 1e-3) / 1e9,
                         "baseline_transport": baseline.transport})
+                    if "overlap" in worst:
+                        row.update({
+                            "overlap_ms": worst["overlap"],
+                            "overlap_busbw_gbs": _factor(op, world) * numel * 2 / (worst["overlap"] * 1e-3) / 1e9,
+                            "overlap_net_gbs": _inter_node_factor(op) * inter / (worst["overlap"] * 1e-3) / 1e9,
+                            "overlap_speedup": worst["mkernel"] / worst["overlap"]})
                 print("RESULT " + json.dumps(row), flush=True)
     torch.cuda.synchronize()
     if baseline is not None:
@@ -241,6 +265,8 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="W=2,4 at 1 and 16 MiB, 10 samples")
+    ap.add_argument("--overlap-ab", action="store_true",
+                    help="with --nodes > 1: also time every op with MKERNEL_NET_OVERLAP=1, interleaved")
     ap.add_argument("--emulate", default=os.environ.get("MKERNEL_NET_EMULATE", ""),
                     help="shape the loopback link between emulated nodes (MKERNEL_NET_EMULATE), e.g. 50GB/s,3us")
     args = ap.parse_args()
@@ -257,6 +283,7 @@ def main() -> None:
             res = run_ranks(RANK_CODE, world, nodes=args.nodes, timeout=600, env=dict(
                 env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // world), NCCL_NVLS_ENABLE="0",
                 BENCH_NODES=str(args.nodes), MKERNEL_NET_EMULATE=args.emulate,
+                BENCH_OVERLAP_AB="1" if args.overlap_ab else "0",
                 BENCH_ITERS=str(args.iters), BENCH_REPS=str(args.reps), BENCH_SIZES_MIB=args.sizes_mib))
             for r in res:
                 if r.returncode != 0:
@@ -278,6 +305,8 @@ def main() -> None:
             line += f" {row['net_gbs']:>9.2f} {row['transport_gbs']:>10.2f} {row['net_gbs'] / row['transport_gbs']:>7.2f}"
             line += (f" {row['pcie_d2h_gbs']:>6.1f} {row['pcie_h2d_gbs']:>6.1f} {row['pcie_gbs']:>6.1f}"
                      f" {row['net_gbs'] / row['pcie_gbs']:>8.2f}")
+        if "overlap_ms" in row:
+            line += f"   overlap: {row['overlap_ms']:.3f} ms {row['overlap_busbw_gbs']:.1f} GB/s x{row['overlap_speedup']:.2f}"
         print(line, flush=True)
     write_result("collectives", {"commit": commit(), "device": device_info(), "mps": True,
                                  "nodes": args.nodes, "emulate": args.emulate,

@@ -97,6 +97,10 @@ struct Params {
   // stages and pushes the whole block (net_send; one piece): MKERNEL_NET_STAGE=whole.
   int32_t parallel_stage;
   uint32_t piece_chunks;
+  // 1 (MKERNEL_NET_OVERLAP=1; only across nodes with parallel staging): the grid splits into
+  // stagers and readers (item_range) and stagers defer their waits for the transport to the end
+  // (SentWait). 0: every CTA takes every kind of item, each push waits at once.
+  int32_t overlap;
 };
 // NetDevice::stage_count words: per (destination block, piece), then all_reduce's reduced block.
 __host__ __device__ constexpr uint32_t stage_counter(uint32_t dest, uint32_t piece) {
@@ -346,12 +350,24 @@ __device__ __forceinline__ void net_cta_wait(const Params& p, int src, uint32_t 
   __syncthreads();
 }
 
+// The last command a CTA's lane 0 pushed while its wait for the transport (net_wait_sent) is
+// deferred to the end of the CTA's items (overlap 1): a stager blocked on the proxy's copy of one
+// piece would delay every piece it has still to stage. A lane's tickets only grow and the FIFO
+// finishes commands in ticket order, so one wait for the last covers every earlier push, and the
+// kernel still ends only after the transport has read all it pushed (the next call rewrites the
+// send area). In shared memory: no register of the copy loops goes to it.
+struct SentWait {
+  uint64_t ticket;
+  int32_t peer;  // -1: nothing pushed
+};
+
 // One lane: pushes send area [send_off, +bytes) to every rank of another node (to < 0) or to rank
 // `to`, landing at remote_off of the receive area, with arrival flag `slot` = e; then waits until
-// the transport has read it (the next call rewrites the send area). Waiting for the transport
-// never waits for a peer's GPU.
+// the transport has read it (the next call rewrites the send area), or, with `defer`, records
+// the push there for net_finish_sends. Waiting for the transport never waits for a peer's GPU.
 __device__ __forceinline__ void net_push_block(const Params& p, uint64_t send_off, uint64_t remote_off,
-                                               uint64_t bytes, int to, uint32_t slot, uint64_t e) {
+                                               uint64_t bytes, int to, uint32_t slot, uint64_t e,
+                                               SentWait* defer = nullptr) {
 #if MKERNEL_NET_COLLECTIVES
   comm::NetCursor cursor;
   uint64_t ticket = 0;
@@ -361,8 +377,40 @@ __device__ __forceinline__ void net_push_block(const Params& p, uint64_t send_of
     ticket = comm::net_put_signal(p.g, cursor, r, send_off, remote_off, bytes, slot, e, p.op);
     last = r;
   }
-  if (last >= 0) comm::net_wait_sent(p.g, ticket, last, p.op);
+  if (last < 0) return;
+  if (defer != nullptr) {
+    defer->ticket = ticket;
+    defer->peer = last;
+  } else {
+    comm::net_wait_sent(p.g, ticket, last, p.op);
+  }
 #endif
+}
+
+// Lane 0, at the end of the CTA's items: the deferred wait (net_push_block's `defer`).
+__device__ __forceinline__ void net_finish_sends(const Params& p, const SentWait& sent) {
+#if MKERNEL_NET_COLLECTIVES
+  if (threadIdx.x == 0 && sent.peer >= 0) comm::net_wait_sent(p.g, sent.ticket, sent.peer, p.op);
+#endif
+}
+
+// This CTA's items: first, first + step, ... below end. overlap 0: every CTA takes every kind of
+// item (blockIdx.x, +gridDim.x, ...), so all CTAs stage first and read after. overlap 1: the
+// first half of the grid (stagers) takes only the stage items [0, stage_items), which never wait
+// for another rank, the other half (readers) the rest, which do: the GPU's stores into host
+// staging (PCIe out) then run beside its loads of other nodes' pieces (PCIe in), and a piece is
+// read as soon as it lands. No cycle of waits: readers wait for stagers (here and at peers) and
+// for all_reduce's reduced pieces, made by reduce items that wait only for stagers.
+struct ItemRange {
+  uint32_t first, end, step;
+};
+__device__ __forceinline__ ItemRange item_range(const Params& p, uint32_t stage_items, uint32_t items) {
+  if (p.overlap && gridDim.x >= 2) {
+    const uint32_t stagers = gridDim.x / 2;
+    if (blockIdx.x < stagers) return {blockIdx.x, min(stage_items, items), stagers};
+    return {stage_items + (blockIdx.x - stagers), items, gridDim.x - stagers};
+  }
+  return {blockIdx.x, items, gridDim.x};
 }
 
 // The CTA copies `bytes` of src into the send area at send_off, then one lane pushes it
@@ -384,11 +432,13 @@ __device__ __forceinline__ void net_send(const Params& p, const uint8_t* src, ui
 // piece [block_off, +block_bytes). Every part's bytes are visible system-wide before the count
 // (a system fence after the CTA barrier), and the pusher fences after reading the count, so the
 // push's release orders all parts before the command. Parts never wait: a CTA stages all its
-// parts (the lowest items) before it reaches an item that waits.
+// parts (the lowest items) before it reaches an item that waits (or, overlap 1, only stagers
+// take stage items). `defer`: net_push_block's.
 __device__ __forceinline__ void net_stage_part(const Params& p, uint32_t counter, uint32_t parts,
                                                const uint8_t* src, uint64_t n, uint64_t part_off,
                                                uint64_t block_off, uint64_t block_bytes,
-                                               uint64_t remote_off, int to, uint32_t slot, uint64_t e) {
+                                               uint64_t remote_off, int to, uint32_t slot, uint64_t e,
+                                               SentWait* defer) {
 #if MKERNEL_NET_COLLECTIVES
   if (n > 0) copy_bytes(p.g.net.send_area + part_off, src, n);
   __syncthreads();
@@ -398,7 +448,7 @@ __device__ __forceinline__ void net_stage_part(const Params& p, uint32_t counter
     if (atomicAdd(count, 1u) == parts - 1) {
       __threadfence_system();
       *reinterpret_cast<volatile uint32_t*>(count) = 0u;  // read by the next call, after this kernel
-      net_push_block(p, block_off, remote_off, block_bytes, to, slot, e);
+      net_push_block(p, block_off, remote_off, block_bytes, to, slot, e, defer);
     }
   }
 #endif
@@ -422,7 +472,11 @@ __global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_co
   const uint64_t chunk_bytes = p.chunk * sizeof(T);
   const uint32_t items = chunks + static_cast<uint32_t>(g.world) * chunks;
   const uint8_t* recv = net_recv(p, e);
-  for (uint32_t i = blockIdx.x; i < items; i += gridDim.x) {
+  __shared__ SentWait sent;
+  if (threadIdx.x == 0) sent.peer = -1;
+  SentWait* const defer = p.overlap ? &sent : nullptr;
+  const ItemRange range = item_range(p, chunks, items);
+  for (uint32_t i = range.first; i < range.end; i += range.step) {
     if (i < chunks) {  // stage (same-node peers pull it; other nodes get all of x from item 0)
       const uint64_t b = i * chunk_bytes, n = min(seg, b + chunk_bytes) - b;
       if (g.local_ranks > 1) {
@@ -434,7 +488,7 @@ __global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_co
         const uint64_t pb = static_cast<uint64_t>(k) * p.piece_chunks * chunk_bytes;
         const uint64_t pn = min(seg, pb + static_cast<uint64_t>(p.piece_chunks) * chunk_bytes) - pb;
         net_stage_part(p, stage_counter(0, k), piece_parts(p, k), p.x + b, n, b, pb, pn,
-                       net_remote_off(p, e, 0) + pb, -1, net_data_slot(g.rank, k), e);
+                       net_remote_off(p, e, 0) + pb, -1, net_data_slot(g.rank, k), e, defer);
         __syncthreads();
       } else if (i == 0 && p.remote > 0) {
         net_send(p, p.x, seg, 0, net_remote_off(p, e, 0), -1, net_data_slot(g.rank, 0), e);
@@ -456,6 +510,7 @@ __global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_co
     }
     __syncthreads();  // the CTA's threads are done with this item before the next wait
   }
+  net_finish_sends(p, sent);
   leave(p, e);
 }
 
@@ -482,7 +537,11 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
   const T* x = reinterpret_cast<const T*>(p.x);
   T* out = reinterpret_cast<T*>(p.out);
   const uint8_t* recv = net_recv(p, e);
-  for (uint32_t i = blockIdx.x; i < items; i += gridDim.x) {
+  __shared__ SentWait sent;
+  if (threadIdx.x == 0) sent.peer = -1;
+  SentWait* const defer = p.overlap ? &sent : nullptr;
+  const ItemRange range = item_range(p, stage_items, items);
+  for (uint32_t i = range.first; i < range.end; i += range.step) {
     uint64_t begin, n;
     if (i < stage_items) {  // block of rank d (!= rank): into the own region, released at d
       const int d = (rank + 1 + static_cast<int>(i / chunks)) % world;
@@ -502,7 +561,7 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
         net_stage_part(p, stage_counter(static_cast<uint32_t>(d), k), piece_parts(p, k),
                        reinterpret_cast<const uint8_t*>(x + begin), n * esize, area + (begin - b0) * esize,
                        area + (pbegin - b0) * esize, pn * esize, net_remote_off(p, e, 0) + (pbegin - b0) * esize,
-                       d, net_data_slot(rank, k), e);
+                       d, net_data_slot(rank, k), e, defer);
       } else if (c == 0) {  // another node: the whole block through the inter-node path
         const uint64_t b0 = static_cast<uint64_t>(d) * p.block;
         const uint64_t b1 = min(p.count, b0 + p.block);
@@ -539,7 +598,8 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
           net_stage_part(p, stage_counter(kReducedDest, k), piece_parts(p, k),
                          reinterpret_cast<const uint8_t*>(out + begin), n * esize, area + (begin - b0) * esize,
                          area + (pbegin - b0) * esize, pn * esize,
-                         net_remote_off(p, e, 1) + (pbegin - b0) * esize, -1, net_reduced_slot(rank, k), e);
+                         net_remote_off(p, e, 1) + (pbegin - b0) * esize, -1, net_reduced_slot(rank, k), e,
+                         defer);
         } else if (p.remote > 0 && threadIdx.x == 0) {
           comm::signal(g, rank, reduced_slot(rank, c), e);
         }
@@ -580,6 +640,7 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
     }
     __syncthreads();
   }
+  net_finish_sends(p, sent);
   leave(p, e);
 }
 
@@ -610,6 +671,17 @@ int net_stage_mode() {
     return -1;
   }();
   return mode;
+}
+
+// MKERNEL_NET_OVERLAP: "1" splits the grid into stagers and readers and defers the stagers'
+// waits for the transport (Params::overlap; across nodes with parallel staging only); unset or
+// "0": off. Read at every call, so a benchmark can time both in one process. Anything else: -1,
+// an error naming the variable at the first inter-node call.
+int net_overlap_mode() {
+  const char* v = std::getenv("MKERNEL_NET_OVERLAP");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0) return 0;
+  if (std::strcmp(v, "1") == 0) return 1;
+  return -1;
 }
 
 uint32_t chunk_count(uint64_t block, uint64_t chunk) {
@@ -749,9 +821,14 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
   }
   p.net_block = round_up(p.block * esize, kNetAlign);
   p.parallel_stage = net_stage_mode() == 1 ? 1 : 0;
+  p.overlap = remote > 0 && p.parallel_stage && net_overlap_mode() == 1 ? 1 : 0;
   if (remote > 0) {
     if (net_stage_mode() < 0) {
       if (reason) *reason = "MKERNEL_NET_STAGE must be unset, 'parallel' (the default) or 'whole'";
+      return cudaErrorInvalidValue;
+    }
+    if (net_overlap_mode() < 0) {
+      if (reason) *reason = "MKERNEL_NET_OVERLAP must be unset, '0' or '1'";
       return cudaErrorInvalidValue;
     }
     const NetBytes nb = net_bytes_for(kind, a.dtype, a.count, g.world);
