@@ -31,8 +31,10 @@ GPU the staged path also crosses that GPU's one PCIe link twice (the kernel stor
 host staging, the peer's kernel loads it from there), for every rank at once: d2h / h2d are the
 same bytes copied by the copy engine out to pinned host memory / back in, every rank at once,
 and pcie the rate of out-then-in (no overlap); net/pcie is the collective against that floor.
---overlap-ab also times every op with MKERNEL_NET_OVERLAP=1 (stagers and readers split, see
-csrc/kernels/collectives/collectives.cu item_range), interleaved with the default in one process.
+--overlap-ab also times every op under OVERLAP_VARIANTS (MKERNEL_NET_OVERLAP=1: stagers and readers
+split, see csrc/kernels/collectives/collectives.cu item_range; MKERNEL_NET_STAGERS the stagers'
+eighths of the grid, 0 = the deferred transport waits alone), interleaved with the default in one
+process, after checking each variant's outputs bit for bit against the default's.
 
     python benchmarks/bench_collectives.py [--worlds 2,4,8] [--nodes 1] [--sizes-mib 1,16,64] [--quick]
                                            [--emulate 50GB/s,3us] [--overlap-ab]
@@ -119,17 +121,29 @@ class TransportBaseline:
         self.core.DatapathDestroy(self.h)
 
 
-def _with_env(name: str, value: str, fn, *args, **kwargs):
-    """fn(*args, **kwargs) with os.environ[name] = value (putenv: C getenv sees it), then restored."""
-    prev = os.environ.get(name)
-    os.environ[name] = value
+def _with_env(env: dict[str, str], fn, *args, **kwargs):
+    """fn(*args, **kwargs) with os.environ updated by env (putenv: C getenv sees it), then restored."""
+    prev = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         return fn(*args, **kwargs)
     finally:
-        if prev is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = prev
+        for k, v in prev.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
+
+
+# --overlap-ab: the op again under each of these (MKERNEL_NET_OVERLAP / MKERNEL_NET_STAGERS, read by
+# the op at every call): the split at half, a quarter and three quarters of the grid staging, and
+# the deferred transport waits alone.
+OVERLAP_VARIANTS = {
+    "overlap": {"MKERNEL_NET_OVERLAP": "1", "MKERNEL_NET_STAGERS": "4"},
+    "overlap_s2": {"MKERNEL_NET_OVERLAP": "1", "MKERNEL_NET_STAGERS": "2"},
+    "overlap_s6": {"MKERNEL_NET_OVERLAP": "1", "MKERNEL_NET_STAGERS": "6"},
+    "defer_only": {"MKERNEL_NET_OVERLAP": "1", "MKERNEL_NET_STAGERS": "0"},
+}
 
 
 def rank_main() -> None:
@@ -180,21 +194,21 @@ def rank_main() -> None:
                 cands["pcie_d2h"] = lambda i: pcie_host.copy_(pcie_dev, non_blocking=True)
                 cands["pcie_h2d"] = lambda i: pcie_dev.copy_(pcie_host, non_blocking=True)
                 if os.environ.get("BENCH_OVERLAP_AB") == "1":
-                    # The same op with MKERNEL_NET_OVERLAP=1 (read by the op at every call).
-                    cands["overlap"] = lambda i: _with_env("MKERNEL_NET_OVERLAP", "1", fn, xs[i % 3], group=ctx)
+                    for name, venv in OVERLAP_VARIANTS.items():
+                        cands[name] = lambda i, venv=venv: _with_env(venv, fn, xs[i % 3], group=ctx)
             for i in range(3):  # warm-up (and symmetric-memory growth)
                 for c in cands.values():
                     c(i)
             torch.cuda.synchronize()
-            if "overlap" in cands:  # same inputs, same fixed-order reduction: the same bits
+            for name in (n for n in OVERLAP_VARIANTS if n in cands):  # same inputs, same order: same bits
                 for i in range(3):
                     want = cands["mkernel"](i)
                     poison = torch.full_like(want, float("nan"))
                     del poison  # the caching allocator hands this block to the next output
-                    got = cands["overlap"](i)
+                    got = cands[name](i)
                     if not torch.equal(want, got):
-                        raise SystemExit(f"rank {rank}: {op} with MKERNEL_NET_OVERLAP=1 differs from the default "
-                                         f"(input set {i}, {numel * 2} bytes)")
+                        raise SystemExit(f"rank {rank}: {op} as {name} {OVERLAP_VARIANTS[name]} differs from the "
+                                         f"default (input set {i}, {numel * 2} bytes)")
             times = {n: [] for n in cands}
             for it in range(iters):
                 for name in (list(cands) if it % 2 == 0 else list(cands)[::-1]):
@@ -243,13 +257,12 @@ def rank_main() -> None:
                         "pcie_gbs": _inter_node_factor(op) * inter
                         / ((worst["pcie_d2h"] + worst["pcie_h2d"]) * 1e-3) / 1e9,
                         "baseline_transport": baseline.transport})
-                    if "overlap" in worst:
+                    for name in (n for n in OVERLAP_VARIANTS if n in worst):
                         row.update({
-                            "overlap_ms": worst["overlap"],
-                            "overlap_busbw_gbs": _factor(op, world) * numel * 2 / (worst["overlap"] * 1e-3) / 1e9,
-                            "overlap_net_gbs": _inter_node_factor(op) * inter / (worst["overlap"] * 1e-3) / 1e9,
-                            "overlap_speedup": worst["mkernel"] / worst["overlap"],
-                            "overlap_bits_equal": True})  # checked on every rank above
+                            f"{name}_ms": worst[name],
+                            f"{name}_busbw_gbs": _factor(op, world) * numel * 2 / (worst[name] * 1e-3) / 1e9,
+                            f"{name}_speedup": worst["mkernel"] / worst[name],
+                            f"{name}_bits_equal": True})  # checked on every rank above
                 print("RESULT " + json.dumps(row), flush=True)
     torch.cuda.synchronize()
     if baseline is not None:
@@ -276,7 +289,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="W=2,4 at 1 and 16 MiB, 10 samples")
     ap.add_argument("--overlap-ab", action="store_true",
-                    help="with --nodes > 1: also time every op with MKERNEL_NET_OVERLAP=1, interleaved")
+                    help="with --nodes > 1: also time every op under OVERLAP_VARIANTS (MKERNEL_NET_OVERLAP=1 "
+                         "with MKERNEL_NET_STAGERS 4, 2, 6 and 0 eighths), interleaved, outputs checked bit for bit")
     ap.add_argument("--emulate", default=os.environ.get("MKERNEL_NET_EMULATE", ""),
                     help="shape the loopback link between emulated nodes (MKERNEL_NET_EMULATE), e.g. 50GB/s,3us")
     args = ap.parse_args()
@@ -315,8 +329,9 @@ def main() -> None:
             line += f" {row['net_gbs']:>9.2f} {row['transport_gbs']:>10.2f} {row['net_gbs'] / row['transport_gbs']:>7.2f}"
             line += (f" {row['pcie_d2h_gbs']:>6.1f} {row['pcie_h2d_gbs']:>6.1f} {row['pcie_gbs']:>6.1f}"
                      f" {row['net_gbs'] / row['pcie_gbs']:>8.2f}")
-        if "overlap_ms" in row:
-            line += f"   overlap: {row['overlap_ms']:.3f} ms {row['overlap_busbw_gbs']:.1f} GB/s x{row['overlap_speedup']:.2f}"
+        variants = [n for n in OVERLAP_VARIANTS if f"{n}_ms" in row]
+        if variants:
+            line += "   " + " ".join(f"{n} x{row[f'{n}_speedup']:.2f}" for n in variants)
         print(line, flush=True)
     write_result("collectives", {"commit": commit(), "device": device_info(), "mps": True,
                                  "nodes": args.nodes, "emulate": args.emulate,

@@ -97,10 +97,12 @@ struct Params {
   // stages and pushes the whole block (net_send; one piece): MKERNEL_NET_STAGE=whole.
   int32_t parallel_stage;
   uint32_t piece_chunks;
-  // 1 (MKERNEL_NET_OVERLAP=1; only across nodes with parallel staging): the grid splits into
-  // stagers and readers (item_range) and stagers defer their waits for the transport to the end
-  // (SentWait). 0: every CTA takes every kind of item, each push waits at once.
+  // 1 (MKERNEL_NET_OVERLAP=1; only across nodes with parallel staging): pushing CTAs defer their
+  // waits for the transport to the end of their items (SentWait), and with stager_eighths > 0 the
+  // grid splits into stagers (that many eighths of it) and readers (item_range). 0: every CTA
+  // takes every kind of item and each push waits at once.
   int32_t overlap;
+  int32_t stager_eighths;
 };
 // NetDevice::stage_count words: per (destination block, piece), then all_reduce's reduced block.
 __host__ __device__ constexpr uint32_t stage_counter(uint32_t dest, uint32_t piece) {
@@ -396,7 +398,7 @@ __device__ __forceinline__ void net_finish_sends(const Params& p, const SentWait
 
 // This CTA's items: first, first + step, ... below end. overlap 0: every CTA takes every kind of
 // item (blockIdx.x, +gridDim.x, ...), so all CTAs stage first and read after. overlap 1: the
-// first half of the grid (stagers) takes only the stage items [0, stage_items), which never wait
+// first stager_eighths of the grid (stagers; default half) takes only the stage items [0, stage_items), which never wait
 // for another rank, the other half (readers) the rest, which do: the GPU's stores into host
 // staging (PCIe out) then run beside its loads of other nodes' pieces (PCIe in), and a piece is
 // read as soon as it lands. No cycle of waits: readers wait for stagers (here and at peers) and
@@ -405,8 +407,8 @@ struct ItemRange {
   uint32_t first, end, step;
 };
 __device__ __forceinline__ ItemRange item_range(const Params& p, uint32_t stage_items, uint32_t items) {
-  if (p.overlap && gridDim.x >= 2) {
-    const uint32_t stagers = gridDim.x / 2;
+  if (p.overlap && p.stager_eighths > 0 && gridDim.x >= 2) {
+    const uint32_t stagers = min(gridDim.x - 1, max(1u, gridDim.x * p.stager_eighths / 8));
     if (blockIdx.x < stagers) return {blockIdx.x, min(stage_items, items), stagers};
     return {stage_items + (blockIdx.x - stagers), items, gridDim.x - stagers};
   }
@@ -673,14 +675,22 @@ int net_stage_mode() {
   return mode;
 }
 
-// MKERNEL_NET_OVERLAP: "1" splits the grid into stagers and readers and defers the stagers'
-// waits for the transport (Params::overlap; across nodes with parallel staging only); unset or
-// "0": off. Read at every call, so a benchmark can time both in one process. Anything else: -1,
-// an error naming the variable at the first inter-node call.
+// MKERNEL_NET_OVERLAP: "1" defers the pushing CTAs' waits for the transport and splits the grid
+// into stagers and readers (Params::overlap; across nodes with parallel staging only); unset or
+// "0": off. MKERNEL_NET_STAGERS: the stagers' share of the grid in eighths, 1..7 (default 4);
+// 0: no split (the deferred waits alone). Both read at every call, so a benchmark can time the
+// variants in one process. Anything else: -1, an error naming the variable at the first
+// inter-node call.
 int net_overlap_mode() {
   const char* v = std::getenv("MKERNEL_NET_OVERLAP");
   if (v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0) return 0;
   if (std::strcmp(v, "1") == 0) return 1;
+  return -1;
+}
+int net_stager_eighths() {
+  const char* v = std::getenv("MKERNEL_NET_STAGERS");
+  if (v == nullptr || *v == '\0') return 4;
+  if (v[0] >= '0' && v[0] <= '7' && v[1] == '\0') return v[0] - '0';
   return -1;
 }
 
@@ -822,6 +832,7 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
   p.net_block = round_up(p.block * esize, kNetAlign);
   p.parallel_stage = net_stage_mode() == 1 ? 1 : 0;
   p.overlap = remote > 0 && p.parallel_stage && net_overlap_mode() == 1 ? 1 : 0;
+  p.stager_eighths = std::max(0, net_stager_eighths());
   if (remote > 0) {
     if (net_stage_mode() < 0) {
       if (reason) *reason = "MKERNEL_NET_STAGE must be unset, 'parallel' (the default) or 'whole'";
@@ -829,6 +840,10 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
     }
     if (net_overlap_mode() < 0) {
       if (reason) *reason = "MKERNEL_NET_OVERLAP must be unset, '0' or '1'";
+      return cudaErrorInvalidValue;
+    }
+    if (net_stager_eighths() < 0) {
+      if (reason) *reason = "MKERNEL_NET_STAGERS must be unset or one digit 0..7 (eighths of the grid)";
       return cudaErrorInvalidValue;
     }
     const NetBytes nb = net_bytes_for(kind, a.dtype, a.count, g.world);
