@@ -233,7 +233,8 @@ def multinode(c: Checker) -> None:
     want_fifo = "seq" if os.environ.get("MKERNEL_FIFO_LL") == "0" else "ll"
     assert fifo == want_fifo, f"the inter-node FIFO format is {fifo}, want {want_fifo}"
     emit("CASE", {"op": "multinode", "err": 0.0, "bound": 0.0, "net": info["transport"], "fifo": fifo,
-                  "stage": os.environ.get("MKERNEL_NET_STAGE") or "parallel"})
+                  "stage": os.environ.get("MKERNEL_NET_STAGE") or "parallel",
+                  "overlap": os.environ.get("MKERNEL_NET_OVERLAP") or "0"})
 
 
 def two_groups(c: Checker) -> None:
