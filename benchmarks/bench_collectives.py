@@ -273,10 +273,14 @@ def rank_main() -> None:
 
 
 RANK_CODE = f"""
-import sys
+import os, sys
 sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
 from bench_collectives import rank_main
-rank_main()
+try:
+    rank_main()
+except BaseException as e:  # one line the parent prints whatever the rank's logs hold
+    print(f"RANKFAIL rank {{os.environ.get('RANK')}}: {{type(e).__name__}}: {{str(e)[:1500]}}", flush=True)
+    raise
 """
 
 
@@ -301,7 +305,7 @@ def main() -> None:
     from tests.launch import run_ranks  # noqa: E402
 
     env, stop = start_mps("bench_collectives")
-    rows = []
+    rows, failed = [], []
     try:
         for world in (int(w) for w in args.worlds.split(",")):
             res = run_ranks(RANK_CODE, world, nodes=args.nodes, timeout=600, env=dict(
@@ -309,11 +313,22 @@ def main() -> None:
                 BENCH_NODES=str(args.nodes), MKERNEL_NET_EMULATE=args.emulate,
                 BENCH_OVERLAP_AB="1" if args.overlap_ab else "0",
                 BENCH_ITERS=str(args.iters), BENCH_REPS=str(args.reps), BENCH_SIZES_MIB=args.sizes_mib))
-            for r in res:
-                if r.returncode != 0:
-                    raise SystemExit(f"W={world} rank {r.rank} failed (rc {r.returncode}):\n"
-                                     f"{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+            for r in res:  # rank 0 prints the rows; keep those a failing W finished
                 rows += [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
+            bad = [r for r in res if r.returncode != 0]
+            if bad:
+                # Every failing rank's own reason: under MPS one rank's fault ends the others, whose
+                # errors then only say so; the first to fail says why.
+                for r in bad:
+                    why = [line for line in r.stdout.splitlines() if line.startswith("RANKFAIL")]
+                    print(f"W={world} rank {r.rank} failed (rc {r.returncode}): {why[0] if why else '(no RANKFAIL line)'}",
+                          file=sys.stderr)
+                r = bad[0]
+                print(f"W={world} rank {r.rank}, stderr tail:\n{r.stderr[-3000:]}", file=sys.stderr)
+                failed.append({"world": world, "ranks": {r.rank: r.returncode for r in bad},
+                               "reasons": [line for r in bad for line in r.stdout.splitlines()
+                                           if line.startswith("RANKFAIL")]})
+                break  # the larger W would meet the same
     finally:
         stop()
     if args.nodes > 1 and rows:
@@ -344,7 +359,9 @@ def main() -> None:
                                                   "nodes (all_reduce: twice) to pinned host memory (d2h) and "
                                                   "back (h2d), all ranks at once; pcie_gbs = those bytes over "
                                                   "d2h + h2d time (the staged path's PCIe floor, no overlap)",
-                                 "iters": args.iters, "reps": args.reps, "rows": rows})
+                                 "iters": args.iters, "reps": args.reps, "rows": rows, "failed": failed})
+    if failed:
+        raise SystemExit(f"failed: {failed}")
 
 
 if __name__ == "__main__":
