@@ -31,10 +31,11 @@ GPU the staged path also crosses that GPU's one PCIe link twice (the kernel stor
 host staging, the peer's kernel loads it from there), for every rank at once: d2h / h2d are the
 same bytes copied by the copy engine out to pinned host memory / back in, every rank at once,
 and pcie the rate of out-then-in (no overlap); net/pcie is the collective against that floor.
---overlap-ab also times every op under OVERLAP_VARIANTS (MKERNEL_NET_OVERLAP=1: stagers and readers
-split, see csrc/kernels/collectives/collectives.cu item_range; MKERNEL_NET_STAGERS the stagers'
-eighths of the grid, 0 = the deferred transport waits alone), interleaved with the default in one
-process, after checking each variant's outputs bit for bit against the default's.
+--overlap-ab also times every op under OVERLAP_VARIANTS (the overlap mode, MKERNEL_NET_OVERLAP=1:
+stagers and readers split, see csrc/kernels/collectives/collectives.cu item_range; the stagers'
+eighths of the grid, 0 = the deferred transport waits alone; switched per call through
+torch.ops.mkernel._set_net_overlap), interleaved with the default in one process, after checking
+each variant's outputs bit for bit against the default's.
 
     python benchmarks/bench_collectives.py [--worlds 2,4,8] [--nodes 1] [--sizes-mib 1,16,64] [--quick]
                                            [--emulate 50GB/s,3us] [--overlap-ab]
@@ -121,28 +122,26 @@ class TransportBaseline:
         self.core.DatapathDestroy(self.h)
 
 
-def _with_env(env: dict[str, str], fn, *args, **kwargs):
-    """fn(*args, **kwargs) with os.environ updated by env (putenv: C getenv sees it), then restored."""
-    prev = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+def _with_overlap(setting: tuple[int, int], fn, *args, **kwargs):
+    """fn(*args, **kwargs) with the collectives' overlap mode set to (mode, stager eighths)
+    (torch.ops.mkernel._set_net_overlap: what MKERNEL_NET_OVERLAP / MKERNEL_NET_STAGERS set),
+    then back to the environment's."""
+    import torch
+
+    torch.ops.mkernel._set_net_overlap(*setting)
     try:
         return fn(*args, **kwargs)
     finally:
-        for k, v in prev.items():
-            if v is None:
-                del os.environ[k]
-            else:
-                os.environ[k] = v
+        torch.ops.mkernel._set_net_overlap(-1, -1)
 
 
-# --overlap-ab: the op again under each of these (MKERNEL_NET_OVERLAP / MKERNEL_NET_STAGERS, read by
-# the op at every call): the split at half, a quarter and three quarters of the grid staging, and
-# the deferred transport waits alone.
+# --overlap-ab: the op again under each of these (mode, stager eighths): the split at half, a
+# quarter and three quarters of the grid staging, and the deferred transport waits alone.
 OVERLAP_VARIANTS = {
-    "overlap": {"MKERNEL_NET_OVERLAP": "1", "MKERNEL_NET_STAGERS": "4"},
-    "overlap_s2": {"MKERNEL_NET_OVERLAP": "1", "MKERNEL_NET_STAGERS": "2"},
-    "overlap_s6": {"MKERNEL_NET_OVERLAP": "1", "MKERNEL_NET_STAGERS": "6"},
-    "defer_only": {"MKERNEL_NET_OVERLAP": "1", "MKERNEL_NET_STAGERS": "0"},
+    "overlap": (1, 4),
+    "overlap_s2": (1, 2),
+    "overlap_s6": (1, 6),
+    "defer_only": (1, 0),
 }
 
 
@@ -194,8 +193,8 @@ def rank_main() -> None:
                 cands["pcie_d2h"] = lambda i: pcie_host.copy_(pcie_dev, non_blocking=True)
                 cands["pcie_h2d"] = lambda i: pcie_dev.copy_(pcie_host, non_blocking=True)
                 if os.environ.get("BENCH_OVERLAP_AB") == "1":
-                    for name, venv in OVERLAP_VARIANTS.items():
-                        cands[name] = lambda i, venv=venv: _with_env(venv, fn, xs[i % 3], group=ctx)
+                    for name, setting in OVERLAP_VARIANTS.items():
+                        cands[name] = lambda i, setting=setting: _with_overlap(setting, fn, xs[i % 3], group=ctx)
             for i in range(3):  # warm-up (and symmetric-memory growth)
                 for c in cands.values():
                     c(i)
@@ -293,8 +292,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="W=2,4 at 1 and 16 MiB, 10 samples")
     ap.add_argument("--overlap-ab", action="store_true",
-                    help="with --nodes > 1: also time every op under OVERLAP_VARIANTS (MKERNEL_NET_OVERLAP=1 "
-                         "with MKERNEL_NET_STAGERS 4, 2, 6 and 0 eighths), interleaved, outputs checked bit for bit")
+                    help="with --nodes > 1: also time every op under OVERLAP_VARIANTS (the overlap mode with "
+                         "4, 2, 6 and 0 eighths of the grid staging), interleaved, outputs checked bit for bit")
     ap.add_argument("--emulate", default=os.environ.get("MKERNEL_NET_EMULATE", ""),
                     help="shape the loopback link between emulated nodes (MKERNEL_NET_EMULATE), e.g. 50GB/s,3us")
     args = ap.parse_args()

@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -678,20 +679,30 @@ int net_stage_mode() {
 // MKERNEL_NET_OVERLAP: "1" defers the pushing CTAs' waits for the transport and splits the grid
 // into stagers and readers (Params::overlap; across nodes with parallel staging only); unset or
 // "0": off. MKERNEL_NET_STAGERS: the stagers' share of the grid in eighths, 1..7 (default 4);
-// 0: no split (the deferred waits alone). Both read at every call, so a benchmark can time the
-// variants in one process. Anything else: -1, an error naming the variable at the first
-// inter-node call.
+// 0: no split (the deferred waits alone). Read once; set_net_overlap overrides both (a benchmark
+// timing the variants in one process, without setenv under other threads' getenv). Anything
+// else: -1, an error naming the variable at the first inter-node call.
+std::atomic<int> g_overlap_mode{-1};     // set_net_overlap's; -1: the environment's
+std::atomic<int> g_stager_eighths{-1};
 int net_overlap_mode() {
-  const char* v = std::getenv("MKERNEL_NET_OVERLAP");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0) return 0;
-  if (std::strcmp(v, "1") == 0) return 1;
-  return -1;
+  static const int env = [] {
+    const char* v = std::getenv("MKERNEL_NET_OVERLAP");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0) return 0;
+    if (std::strcmp(v, "1") == 0) return 1;
+    return -1;
+  }();
+  const int set = g_overlap_mode.load(std::memory_order_relaxed);
+  return set >= 0 ? set : env;
 }
 int net_stager_eighths() {
-  const char* v = std::getenv("MKERNEL_NET_STAGERS");
-  if (v == nullptr || *v == '\0') return 4;
-  if (v[0] >= '0' && v[0] <= '7' && v[1] == '\0') return v[0] - '0';
-  return -1;
+  static const int env = [] {
+    const char* v = std::getenv("MKERNEL_NET_STAGERS");
+    if (v == nullptr || *v == '\0') return 4;
+    if (v[0] >= '0' && v[0] <= '7' && v[1] == '\0') return v[0] - '0';
+    return -1;
+  }();
+  const int set = g_stager_eighths.load(std::memory_order_relaxed);
+  return set >= 0 ? set : env;
 }
 
 uint32_t chunk_count(uint64_t block, uint64_t chunk) {
@@ -893,6 +904,13 @@ uint64_t reduce_scatter_bytes(DType dtype, uint64_t count, int) {
 uint64_t all_reduce_bytes(DType dtype, uint64_t count, int) { return count * elem_size(dtype); }
 
 bool net_supported() { return MKERNEL_NET_COLLECTIVES != 0; }
+
+bool set_net_overlap(int mode, int stager_eighths) {
+  if (mode < -1 || mode > 1 || stager_eighths < -1 || stager_eighths > 7) return false;
+  g_overlap_mode.store(mode, std::memory_order_relaxed);
+  g_stager_eighths.store(stager_eighths, std::memory_order_relaxed);
+  return true;
+}
 NetBytes all_gather_net_bytes(DType dtype, uint64_t count, int world) {
   return net_bytes_for(Kind::kAllGather, dtype, count, world);
 }
