@@ -31,6 +31,8 @@ GPU the staged path also crosses that GPU's one PCIe link twice (the kernel stor
 host staging, the peer's kernel loads it from there), for every rank at once: d2h / h2d are the
 same bytes copied by the copy engine out to pinned host memory / back in, every rank at once,
 and pcie the rate of out-then-in (no overlap); net/pcie is the collective against that floor.
+cmd p50/p90 is the slowest rank's proxy over the default's timed calls: per command (a piece),
+pick-up to completion, i.e. the transport's copy (histogram bucket bounds, powers of two).
 --overlap-ab also times every op under OVERLAP_VARIANTS (the overlap mode, MKERNEL_NET_OVERLAP=1:
 stagers and readers split, see csrc/kernels/collectives/collectives.cu item_range; the stagers'
 eighths of the grid, 0 = the deferred transport waits alone; switched per call through
@@ -145,6 +147,28 @@ OVERLAP_VARIANTS = {
 }
 
 
+def _proxy_snapshot(ctx, world: int) -> tuple[list[int], list[int]]:
+    """(counts, upper_ns) of this rank's inter-node proxy latency histogram (per command, pick-up
+    to completion for a GPU-fed path: the transport's copy of a piece); empty without a path."""
+    import torch
+
+    lat = json.loads(torch.ops.mkernel._net_path_info(ctx.handle, world)).get("stats", {}).get("latency", {})
+    return list(lat.get("counts") or []), list(lat.get("upper_ns") or [])
+
+
+def _quantile_us(counts: list[int], upper_ns: list[int], q: float) -> float:
+    """Upper bound (us) of the histogram bucket holding quantile q; 0 when empty."""
+    total = sum(counts)
+    if total == 0:
+        return 0.0
+    seen = 0
+    for c, u in zip(counts, upper_ns):
+        seen += c
+        if seen >= q * total:
+            return u / 1e3
+    return upper_ns[-1] / 1e3
+
+
 def rank_main() -> None:
     """One rank: time every (size, op) and print one RESULT line per case (rank 0)."""
     import torch
@@ -209,6 +233,7 @@ def rank_main() -> None:
                         raise SystemExit(f"rank {rank}: {op} as {name} {OVERLAP_VARIANTS[name]} differs from the "
                                          f"default (input set {i}, {numel * 2} bytes)")
             times = {n: [] for n in cands}
+            proxy_counts, proxy_upper = [], []  # the default candidate's commands, pick-up -> done
             for it in range(iters):
                 for name in (list(cands) if it % 2 == 0 else list(cands)[::-1]):
                     dist.barrier()
@@ -217,12 +242,17 @@ def rank_main() -> None:
                     mkernel.all_reduce(gate, group=ctx)
                     start = torch.cuda.Event(enable_timing=True)
                     end = torch.cuda.Event(enable_timing=True)
+                    snap = _proxy_snapshot(ctx, world) if nodes > 1 and name == "mkernel" else None
                     start.record()
                     for r in range(reps):
                         cands[name](it * reps + r)
                     end.record()
                     end.synchronize()
                     times[name].append(start.elapsed_time(end) / reps)
+                    if snap is not None:  # the kernels waited for their sends: all finished
+                        after, proxy_upper = _proxy_snapshot(ctx, world)
+                        delta = [a - b for a, b in zip(after, snap[0])]
+                        proxy_counts = [x + y for x, y in zip(proxy_counts, delta)] if proxy_counts else delta
             med = {n: statistics.median(t) for n, t in times.items()}
             block = numel * 2 // world
             if nodes > 1:
@@ -230,10 +260,14 @@ def rank_main() -> None:
                     net_info = json.loads(torch.ops.mkernel._net_path_info(ctx.handle, world))
                     baseline = TransportBaseline(ctx, node, max(sizes) // world + 4096, net_info.get("transport", ""))
                 med["transport"] = baseline.time_ms(block, iters)
+                if proxy_counts:
+                    med["proxy_p50_us"] = _quantile_us(proxy_counts, proxy_upper, 0.5)
+                    med["proxy_p90_us"] = _quantile_us(proxy_counts, proxy_upper, 0.9)
+                    med["proxy_cmds_per_call"] = sum(proxy_counts) / (iters * reps)
             every = [None] * world
             dist.all_gather_object(every, med)
             if rank == 0:
-                worst = {n: max(m[n] for m in every) for n in med}
+                worst = {n: max(m[n] for m in every if n in m) for n in med}
                 busbw = {n: _factor(op, world) * numel * 2 / (worst[n] * 1e-3) / 1e9 for n in ("mkernel", "copy_engine")}
                 row = {
                     "world": world, "nodes": nodes, "op": op, "bytes": numel * 2, "dtype": "bf16",
@@ -250,6 +284,10 @@ def rank_main() -> None:
                         "transport_gbs": inter / (worst["transport"] * 1e-3) / 1e9,
                         "net_gbs": _inter_node_factor(op) * inter / (worst["mkernel"] * 1e-3) / 1e9,
                         "pcie_d2h_ms": worst["pcie_d2h"], "pcie_h2d_ms": worst["pcie_h2d"],
+                        # the slowest rank's proxy: per command (a piece, or the gate's), pick-up to
+                        # completion, bucket upper bounds (powers of two)
+                        "proxy_p50_us": worst.get("proxy_p50_us"), "proxy_p90_us": worst.get("proxy_p90_us"),
+                        "proxy_cmds_per_call": worst.get("proxy_cmds_per_call"),
                         "pcie_d2h_gbs": _inter_node_factor(op) * inter / (worst["pcie_d2h"] * 1e-3) / 1e9,
                         "pcie_h2d_gbs": _inter_node_factor(op) * inter / (worst["pcie_h2d"] * 1e-3) / 1e9,
                         # out then in, one after the other: the staged path with no overlap
@@ -335,7 +373,7 @@ def main() -> None:
               f"staging: {rows[0].get('net_stage')})")
     print(f"{'W':>2} {'N':>2} {'op':<15} {'MiB':>6} {'ms':>8} {'busbw GB/s':>11} {'copy-engine':>12} {'ratio':>6}"
           + (f" {'net GB/s':>9} {'transport':>10} {'net/tr':>7} {'d2h':>6} {'h2d':>6} {'pcie':>6} {'net/pcie':>8}"
-             if args.nodes > 1 else ""))
+             f" {'cmd p50/p90 us':>14}" if args.nodes > 1 else ""))
     for row in rows:
         line = (f"{row['world']:>2} {row.get('nodes', 1):>2} {row['op']:<15} {row['bytes'] / 2**20:>6.1f} {row['median_ms']:>8.3f} "
                 f"{row['busbw_gbs']:>11.1f} {row['baseline_busbw_gbs']:>12.1f} {row['ratio']:>6.2f}")
@@ -343,6 +381,8 @@ def main() -> None:
             line += f" {row['net_gbs']:>9.2f} {row['transport_gbs']:>10.2f} {row['net_gbs'] / row['transport_gbs']:>7.2f}"
             line += (f" {row['pcie_d2h_gbs']:>6.1f} {row['pcie_h2d_gbs']:>6.1f} {row['pcie_gbs']:>6.1f}"
                      f" {row['net_gbs'] / row['pcie_gbs']:>8.2f}")
+            if row.get("proxy_p50_us") is not None:
+                line += f" {row['proxy_p50_us']:>5.0f}/{row['proxy_p90_us']:<5.0f}"
         variants = [n for n in OVERLAP_VARIANTS if f"{n}_ms" in row]
         if variants:
             line += "   " + " ".join(f"{n} x{row[f'{n}_speedup']:.2f}" for n in variants)
