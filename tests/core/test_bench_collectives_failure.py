@@ -26,7 +26,7 @@ def _row(world: int) -> dict:
             "baseline_ms": 0.05, "busbw_gbs": 5.3, "baseline_busbw_gbs": 300.0, "ratio": 0.02,
             "net": "loopback", "net_stage": "parallel", "transport_gbs": 18.0, "net_gbs": 5.3,
             "pcie_d2h_gbs": 27.0, "pcie_h2d_gbs": 27.0, "pcie_gbs": 13.5,
-            "overlap_ms": 1.2, "overlap_speedup": 1.25}
+            "proxy_p50_us": 64.0, "proxy_p90_us": 128.0, "overlap_ms": 1.2, "overlap_speedup": 1.25}
 
 
 def test_a_failing_world_keeps_earlier_rows_and_every_rank_reason(monkeypatch, capsys):
@@ -52,7 +52,7 @@ def test_a_failing_world_keeps_earlier_rows_and_every_rank_reason(monkeypatch, c
     out, err = capsys.readouterr()
     table = [line for line in out.splitlines() if line.lstrip()[:1].isdigit()]
     assert [line.split()[0] for line in table] == ["2", "8"], out  # W=4 never ran: W=8 failed first
-    assert "overlap x1.25" in table[0], table[0]
+    assert "overlap x1.25" in table[0] and "64/128" in table[0], table[0]
     assert "rank 4 failed (rc 1): RANKFAIL rank 4: SystemExit: differs" in err, err
     assert "rank 0 failed (rc -6): (no RANKFAIL line)" in err, err
     assert [r["world"] for r in written["rows"]] == [2, 8]
