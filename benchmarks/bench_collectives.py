@@ -26,10 +26,21 @@ between the same ranks: every rank at once pushes, from the host through a data 
 transport and shaping (Go FIFO -> proxy -> transport, 4 MiB writes), one per-rank block
 (numel * 2 / W bytes) to every rank of another node and waits for theirs. transport_gbs is the
 bytes a rank receives from other nodes per second there; net_gbs is the same quantity for the
-collective (its inter-node bytes per rank over its time; all_reduce moves them twice).
+collective (its inter-node bytes per rank over its time; all_reduce moves them twice). On one
+GPU the staged path also crosses that GPU's one PCIe link twice (the kernel stores a block into
+host staging, the peer's kernel loads it from there), for every rank at once: d2h / h2d are the
+same bytes copied by the copy engine out to pinned host memory / back in, every rank at once,
+and pcie the rate of out-then-in (no overlap); net/pcie is the collective against that floor.
+cmd p50/p90 is the slowest rank's proxy over the default's timed calls: per command (a piece),
+pick-up to completion, i.e. the transport's copy (histogram bucket bounds, powers of two).
+--overlap-ab also times every op under OVERLAP_VARIANTS (the overlap mode, MKERNEL_NET_OVERLAP=1:
+stagers and readers split, see csrc/kernels/collectives/collectives.cu item_range; the stagers'
+eighths of the grid, 0 = the deferred transport waits alone; switched per call through
+torch.ops.mkernel._set_net_overlap), interleaved with the default in one process, after checking
+each variant's outputs bit for bit against the default's.
 
     python benchmarks/bench_collectives.py [--worlds 2,4,8] [--nodes 1] [--sizes-mib 1,16,64] [--quick]
-                                           [--emulate 50GB/s,3us]
+                                           [--emulate 50GB/s,3us] [--overlap-ab]
 """
 
 from __future__ import annotations
@@ -113,6 +124,51 @@ class TransportBaseline:
         self.core.DatapathDestroy(self.h)
 
 
+def _with_overlap(setting: tuple[int, int], fn, *args, **kwargs):
+    """fn(*args, **kwargs) with the collectives' overlap mode set to (mode, stager eighths)
+    (torch.ops.mkernel._set_net_overlap: what MKERNEL_NET_OVERLAP / MKERNEL_NET_STAGERS set),
+    then back to the environment's."""
+    import torch
+
+    torch.ops.mkernel._set_net_overlap(*setting)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        torch.ops.mkernel._set_net_overlap(-1, -1)
+
+
+# --overlap-ab: the op again under each of these (mode, stager eighths): the split at half, a
+# quarter and three quarters of the grid staging, and the deferred transport waits alone.
+OVERLAP_VARIANTS = {
+    "overlap": (1, 4),
+    "overlap_s2": (1, 2),
+    "overlap_s6": (1, 6),
+    "defer_only": (1, 0),
+}
+
+
+def _proxy_snapshot(ctx, world: int) -> tuple[list[int], list[int]]:
+    """(counts, upper_ns) of this rank's inter-node proxy latency histogram (per command, pick-up
+    to completion for a GPU-fed path: the transport's copy of a piece); empty without a path."""
+    import torch
+
+    lat = json.loads(torch.ops.mkernel._net_path_info(ctx.handle, world)).get("stats", {}).get("latency", {})
+    return list(lat.get("counts") or []), list(lat.get("upper_ns") or [])
+
+
+def _quantile_us(counts: list[int], upper_ns: list[int], q: float) -> float:
+    """Upper bound (us) of the histogram bucket holding quantile q; 0 when empty."""
+    total = sum(counts)
+    if total == 0:
+        return 0.0
+    seen = 0
+    for c, u in zip(counts, upper_ns):
+        seen += c
+        if seen >= q * total:
+            return u / 1e3
+    return upper_ns[-1] / 1e3
+
+
 def rank_main() -> None:
     """One rank: time every (size, op) and print one RESULT line per case (rank 0)."""
     import torch
@@ -149,11 +205,35 @@ def rank_main() -> None:
                 "mkernel": lambda i: fn(xs[i % 3], group=ctx),
                 "copy_engine": lambda i: dsts[i % 3].copy_(src),
             }
+            if nodes > 1:
+                # The staged path's PCIe floor on this one GPU: the bytes this rank receives from
+                # other nodes (all_reduce: twice) copied out to pinned host memory and in again by
+                # the copy engine, every rank at once (all ranks share the GPU's one link; real
+                # nodes each have their own).
+                remote_n = sum(1 for q in range(world) if node[q] != node[rank])
+                pcie_numel = int(_inter_node_factor(op)) * remote_n * (numel // world)
+                pcie_host = torch.empty(pcie_numel, dtype=dtype, pin_memory=True)
+                pcie_dev = torch.empty(pcie_numel, device="cuda", dtype=dtype)
+                cands["pcie_d2h"] = lambda i: pcie_host.copy_(pcie_dev, non_blocking=True)
+                cands["pcie_h2d"] = lambda i: pcie_dev.copy_(pcie_host, non_blocking=True)
+                if os.environ.get("BENCH_OVERLAP_AB") == "1":
+                    for name, setting in OVERLAP_VARIANTS.items():
+                        cands[name] = lambda i, setting=setting: _with_overlap(setting, fn, xs[i % 3], group=ctx)
             for i in range(3):  # warm-up (and symmetric-memory growth)
                 for c in cands.values():
                     c(i)
             torch.cuda.synchronize()
+            for name in (n for n in OVERLAP_VARIANTS if n in cands):  # same inputs, same order: same bits
+                for i in range(3):
+                    want = cands["mkernel"](i)
+                    poison = torch.full_like(want, float("nan"))
+                    del poison  # the caching allocator hands this block to the next output
+                    got = cands[name](i)
+                    if not torch.equal(want, got):
+                        raise SystemExit(f"rank {rank}: {op} as {name} {OVERLAP_VARIANTS[name]} differs from the "
+                                         f"default (input set {i}, {numel * 2} bytes)")
             times = {n: [] for n in cands}
+            proxy_counts, proxy_upper = [], []  # the default candidate's commands, pick-up -> done
             for it in range(iters):
                 for name in (list(cands) if it % 2 == 0 else list(cands)[::-1]):
                     dist.barrier()
@@ -162,12 +242,17 @@ def rank_main() -> None:
                     mkernel.all_reduce(gate, group=ctx)
                     start = torch.cuda.Event(enable_timing=True)
                     end = torch.cuda.Event(enable_timing=True)
+                    snap = _proxy_snapshot(ctx, world) if nodes > 1 and name == "mkernel" else None
                     start.record()
                     for r in range(reps):
                         cands[name](it * reps + r)
                     end.record()
                     end.synchronize()
                     times[name].append(start.elapsed_time(end) / reps)
+                    if snap is not None:  # the kernels waited for their sends: all finished
+                        after, proxy_upper = _proxy_snapshot(ctx, world)
+                        delta = [a - b for a, b in zip(after, snap[0])]
+                        proxy_counts = [x + y for x, y in zip(proxy_counts, delta)] if proxy_counts else delta
             med = {n: statistics.median(t) for n, t in times.items()}
             block = numel * 2 // world
             if nodes > 1:
@@ -175,11 +260,15 @@ def rank_main() -> None:
                     net_info = json.loads(torch.ops.mkernel._net_path_info(ctx.handle, world))
                     baseline = TransportBaseline(ctx, node, max(sizes) // world + 4096, net_info.get("transport", ""))
                 med["transport"] = baseline.time_ms(block, iters)
+                if proxy_counts:
+                    med["proxy_p50_us"] = _quantile_us(proxy_counts, proxy_upper, 0.5)
+                    med["proxy_p90_us"] = _quantile_us(proxy_counts, proxy_upper, 0.9)
+                    med["proxy_cmds_per_call"] = sum(proxy_counts) / (iters * reps)
             every = [None] * world
             dist.all_gather_object(every, med)
             if rank == 0:
-                worst = {n: max(m[n] for m in every) for n in med}
-                busbw = {n: _factor(op, world) * numel * 2 / (worst[n] * 1e-3) / 1e9 for n in cands}
+                worst = {n: max(m[n] for m in every if n in m) for n in med}
+                busbw = {n: _factor(op, world) * numel * 2 / (worst[n] * 1e-3) / 1e9 for n in ("mkernel", "copy_engine")}
                 row = {
                     "world": world, "nodes": nodes, "op": op, "bytes": numel * 2, "dtype": "bf16",
                     "median_ms": worst["mkernel"], "baseline_ms": worst["copy_engine"],
@@ -190,11 +279,27 @@ def rank_main() -> None:
                     inter = len(baseline.remote) * block  # bytes rank 0 receives from other nodes
                     row.update({
                         "net": net_info.get("transport"), "emulate": os.environ.get("MKERNEL_NET_EMULATE", ""),
-                        "net_stage": "parallel" if os.environ.get("MKERNEL_NET_STAGE") == "parallel" else "whole",
+                        "net_stage": "whole" if os.environ.get("MKERNEL_NET_STAGE") == "whole" else "parallel",
                         "transport_ms": worst["transport"],
                         "transport_gbs": inter / (worst["transport"] * 1e-3) / 1e9,
                         "net_gbs": _inter_node_factor(op) * inter / (worst["mkernel"] * 1e-3) / 1e9,
+                        "pcie_d2h_ms": worst["pcie_d2h"], "pcie_h2d_ms": worst["pcie_h2d"],
+                        # the slowest rank's proxy: per command (a piece, or the gate's), pick-up to
+                        # completion, bucket upper bounds (powers of two)
+                        "proxy_p50_us": worst.get("proxy_p50_us"), "proxy_p90_us": worst.get("proxy_p90_us"),
+                        "proxy_cmds_per_call": worst.get("proxy_cmds_per_call"),
+                        "pcie_d2h_gbs": _inter_node_factor(op) * inter / (worst["pcie_d2h"] * 1e-3) / 1e9,
+                        "pcie_h2d_gbs": _inter_node_factor(op) * inter / (worst["pcie_h2d"] * 1e-3) / 1e9,
+                        # out then in, one after the other: the staged path with no overlap
+                        "pcie_gbs": _inter_node_factor(op) * inter
+                        / ((worst["pcie_d2h"] + worst["pcie_h2d"]) * 1e-3) / 1e9,
                         "baseline_transport": baseline.transport})
+                    for name in (n for n in OVERLAP_VARIANTS if n in worst):
+                        row.update({
+                            f"{name}_ms": worst[name],
+                            f"{name}_busbw_gbs": _factor(op, world) * numel * 2 / (worst[name] * 1e-3) / 1e9,
+                            f"{name}_speedup": worst["mkernel"] / worst[name],
+                            f"{name}_bits_equal": True})  # checked on every rank above
                 print("RESULT " + json.dumps(row), flush=True)
     torch.cuda.synchronize()
     if baseline is not None:
@@ -205,10 +310,14 @@ def rank_main() -> None:
 
 
 RANK_CODE = f"""
-import sys
+import os, sys
 sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
 from bench_collectives import rank_main
-rank_main()
+try:
+    rank_main()
+except BaseException as e:  # one line the parent prints whatever the rank's logs hold
+    print(f"RANKFAIL rank {{os.environ.get('RANK')}}: {{type(e).__name__}}: {{str(e)[:1500]}}", flush=True)
+    raise
 """
 
 
@@ -220,6 +329,9 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="W=2,4 at 1 and 16 MiB, 10 samples")
+    ap.add_argument("--overlap-ab", action="store_true",
+                    help="with --nodes > 1: also time every op under OVERLAP_VARIANTS (the overlap mode with "
+                         "4, 2, 6 and 0 eighths of the grid staging), interleaved, outputs checked bit for bit")
     ap.add_argument("--emulate", default=os.environ.get("MKERNEL_NET_EMULATE", ""),
                     help="shape the loopback link between emulated nodes (MKERNEL_NET_EMULATE), e.g. 50GB/s,3us")
     args = ap.parse_args()
@@ -230,30 +342,50 @@ def main() -> None:
     from tests.launch import run_ranks  # noqa: E402
 
     env, stop = start_mps("bench_collectives")
-    rows = []
+    rows, failed = [], []
     try:
         for world in (int(w) for w in args.worlds.split(",")):
             res = run_ranks(RANK_CODE, world, nodes=args.nodes, timeout=600, env=dict(
                 env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // world), NCCL_NVLS_ENABLE="0",
                 BENCH_NODES=str(args.nodes), MKERNEL_NET_EMULATE=args.emulate,
+                BENCH_OVERLAP_AB="1" if args.overlap_ab else "0",
                 BENCH_ITERS=str(args.iters), BENCH_REPS=str(args.reps), BENCH_SIZES_MIB=args.sizes_mib))
-            for r in res:
-                if r.returncode != 0:
-                    raise SystemExit(f"W={world} rank {r.rank} failed (rc {r.returncode}):\n"
-                                     f"{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+            for r in res:  # rank 0 prints the rows; keep those a failing W finished
                 rows += [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
+            bad = [r for r in res if r.returncode != 0]
+            if bad:
+                # Every failing rank's own reason: under MPS one rank's fault ends the others, whose
+                # errors then only say so; the first to fail says why.
+                for r in bad:
+                    why = [line for line in r.stdout.splitlines() if line.startswith("RANKFAIL")]
+                    print(f"W={world} rank {r.rank} failed (rc {r.returncode}): {why[0] if why else '(no RANKFAIL line)'}",
+                          file=sys.stderr)
+                r = bad[0]
+                print(f"W={world} rank {r.rank}, stderr tail:\n{r.stderr[-3000:]}", file=sys.stderr)
+                failed.append({"world": world, "ranks": {r.rank: r.returncode for r in bad},
+                               "reasons": [line for r in bad for line in r.stdout.splitlines()
+                                           if line.startswith("RANKFAIL")]})
+                break  # the larger W would meet the same
     finally:
         stop()
     if args.nodes > 1 and rows:
         print(f"inter-node transport: {rows[0].get('net')} (emulate: {args.emulate or 'off'}; "
               f"staging: {rows[0].get('net_stage')})")
     print(f"{'W':>2} {'N':>2} {'op':<15} {'MiB':>6} {'ms':>8} {'busbw GB/s':>11} {'copy-engine':>12} {'ratio':>6}"
-          + (f" {'net GB/s':>9} {'transport':>10} {'net/tr':>7}" if args.nodes > 1 else ""))
+          + (f" {'net GB/s':>9} {'transport':>10} {'net/tr':>7} {'d2h':>6} {'h2d':>6} {'pcie':>6} {'net/pcie':>8}"
+             f" {'cmd p50/p90 us':>14}" if args.nodes > 1 else ""))
     for row in rows:
         line = (f"{row['world']:>2} {row.get('nodes', 1):>2} {row['op']:<15} {row['bytes'] / 2**20:>6.1f} {row['median_ms']:>8.3f} "
                 f"{row['busbw_gbs']:>11.1f} {row['baseline_busbw_gbs']:>12.1f} {row['ratio']:>6.2f}")
         if "transport_gbs" in row:
             line += f" {row['net_gbs']:>9.2f} {row['transport_gbs']:>10.2f} {row['net_gbs'] / row['transport_gbs']:>7.2f}"
+            line += (f" {row['pcie_d2h_gbs']:>6.1f} {row['pcie_h2d_gbs']:>6.1f} {row['pcie_gbs']:>6.1f}"
+                     f" {row['net_gbs'] / row['pcie_gbs']:>8.2f}")
+            if row.get("proxy_p50_us") is not None:
+                line += f" {row['proxy_p50_us']:>5.0f}/{row['proxy_p90_us']:<5.0f}"
+        variants = [n for n in OVERLAP_VARIANTS if f"{n}_ms" in row]
+        if variants:
+            line += "   " + " ".join(f"{n} x{row[f'{n}_speedup']:.2f}" for n in variants)
         print(line, flush=True)
     write_result("collectives", {"commit": commit(), "device": device_info(), "mps": True,
                                  "nodes": args.nodes, "emulate": args.emulate,
@@ -262,7 +394,13 @@ def main() -> None:
                                                        "every rank of another node (4 MiB writes)",
                                  "baseline": "one device-to-device torch copy (copy engine) of the bytes "
                                              "the collective moves into each rank, all ranks at once",
-                                 "iters": args.iters, "reps": args.reps, "rows": rows})
+                                 "pcie_baseline": "copy-engine copies of the bytes a rank receives from other "
+                                                  "nodes (all_reduce: twice) to pinned host memory (d2h) and "
+                                                  "back (h2d), all ranks at once; pcie_gbs = those bytes over "
+                                                  "d2h + h2d time (the staged path's PCIe floor, no overlap)",
+                                 "iters": args.iters, "reps": args.reps, "rows": rows, "failed": failed})
+    if failed:
+        raise SystemExit(f"failed: {failed}")
 
 
 if __name__ == "__main__":

@@ -228,6 +228,19 @@ TORCH_LIBRARY_IMPL(mkernel, CUDA, m) {
   m.impl("reduce_scatter", &reduce_scatter_cuda);
   m.impl("all_reduce", &all_reduce_cuda);
 }
+
+// torch.ops.mkernel._set_net_overlap(mode, stager_eighths): the experimental overlap mode of
+// calls across nodes (collectives_api.h set_net_overlap; -1, -1: back to MKERNEL_NET_OVERLAP /
+// MKERNEL_NET_STAGERS). For benchmarks/bench_collectives.py --overlap-ab; CUDA builds only, like
+// _net_path_info.
+static void set_net_overlap_op(int64_t mode, int64_t stager_eighths) {
+  TORCH_CHECK_VALUE(mode >= -1 && mode <= 1, "mkernel._set_net_overlap: mode must be -1, 0 or 1, got ", mode);
+  TORCH_CHECK_VALUE(stager_eighths >= -1 && stager_eighths <= 7,
+                    "mkernel._set_net_overlap: stager_eighths must be -1..7, got ", stager_eighths);
+  collectives::set_net_overlap(static_cast<int>(mode), static_cast<int>(stager_eighths));
+}
+TORCH_LIBRARY_FRAGMENT(mkernel, m) { m.def("_set_net_overlap(int mode, int stager_eighths) -> ()"); }
+TORCH_LIBRARY_IMPL(mkernel, CompositeExplicitAutograd, m) { m.impl("_set_net_overlap", &set_net_overlap_op); }
 #endif  // MKERNEL_WITH_CUDA
 TORCH_LIBRARY_IMPL(mkernel, CompositeExplicitAutograd, m) { m.impl("_reserve", &reserve_op); }
 

@@ -368,11 +368,24 @@ func TestDeviceBufferFallsBackToStaging(t *testing.T) {
 	}
 }
 
-// TestEmulatedNodesLL: the same exchange through LL-format FIFOs (MKERNEL_FIFO_LL=1).
+// TestEmulatedNodesLL: the same exchange through LL-format FIFOs, the default (EnvFIFOLL
+// unset) and MKERNEL_FIFO_LL=1.
 func TestEmulatedNodesLL(t *testing.T) {
-	t.Setenv(datapath.EnvFIFOLL, "1")
-	if f := openAll(t, 2, "loopback", []int{0, 1})[0].Ring().Format(); f != fifo.FormatLL {
-		t.Fatalf("%s=1 opened a %v FIFO", datapath.EnvFIFOLL, f)
+	for _, v := range []string{"", "1"} {
+		t.Setenv(datapath.EnvFIFOLL, v)
+		if f := openAll(t, 2, "loopback", []int{0, 1})[0].Ring().Format(); f != fifo.FormatLL {
+			t.Fatalf("%s=%q opened a %v FIFO", datapath.EnvFIFOLL, v, f)
+		}
+	}
+	TestEmulatedNodes(t)
+}
+
+// TestEmulatedNodesSeq: the opt-out, MKERNEL_FIFO_LL=0, opens seq-word FIFOs that move the
+// same data.
+func TestEmulatedNodesSeq(t *testing.T) {
+	t.Setenv(datapath.EnvFIFOLL, "0")
+	if f := openAll(t, 2, "loopback", []int{0, 1})[0].Ring().Format(); f != fifo.FormatSeq {
+		t.Fatalf("%s=0 opened a %v FIFO", datapath.EnvFIFOLL, f)
 	}
 	TestEmulatedNodes(t)
 }

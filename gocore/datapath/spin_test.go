@@ -30,7 +30,7 @@ func TestIdleSpin(t *testing.T) {
 }
 
 func TestFIFOFormatEnv(t *testing.T) {
-	for v, want := range map[string]fifo.Format{"": fifo.FormatSeq, "0": fifo.FormatSeq, "1": fifo.FormatLL} {
+	for v, want := range map[string]fifo.Format{"": fifo.FormatLL, "0": fifo.FormatSeq, "1": fifo.FormatLL} {
 		t.Setenv(EnvFIFOLL, v)
 		if f, err := fifoFormat(fifo.FormatSeq); f != want || err != nil {
 			t.Fatalf("%s=%q: %v %v", EnvFIFOLL, v, f, err)

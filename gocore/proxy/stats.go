@@ -103,7 +103,7 @@ type Stats struct {
 	QueueDepth int `json:"queue_depth"`
 	// Capacity is the FIFO's size in commands.
 	Capacity int `json:"capacity"`
-	// FIFOFormat is the FIFO's slot format ("seq", or "ll": MKERNEL_FIFO_LL=1).
+	// FIFOFormat is the FIFO's slot format ("ll", the data path's default, or "seq": MKERNEL_FIFO_LL=0).
 	FIFOFormat string `json:"fifo_format"`
 	// InFlight counts commands consumed and not finished.
 	InFlight uint64      `json:"in_flight"`

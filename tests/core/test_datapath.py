@@ -52,6 +52,8 @@ assert stats["rank"] == rank and "error" not in stats, stats
 assert stats["consumed"] == want and stats["finished"] == want and stats["queue_depth"] == 0, stats
 assert stats["latency"]["count"] <= want, stats
 assert len(stats["latency"]["counts"]) == 32, stats
+# LL slots are the default; MKERNEL_FIFO_LL=0 opts out (the ranks inherit the test's environment)
+assert stats["fifo_format"] == ("seq" if os.environ.get("MKERNEL_FIFO_LL") == "0" else "ll"), stats
 ctx.barrier()
 core.DatapathDestroy(h)
 try:

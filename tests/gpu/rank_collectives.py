@@ -209,7 +209,9 @@ def multinode(c: Checker) -> None:
             return
         raise
     w = c.world
-    for shape in [(w * 3, 7), (w * 37, 129), (w * 256, 1000)]:
+    # (w * 523, 1024): per-rank blocks of 1.07 MB (bf16) / 2.1 MB (fp32) travel in 4 / 7 pieces
+    # (the default parallel staging), the last one short.
+    for shape in [(w * 3, 7), (w * 37, 129), (w * 256, 1000), (w * 523, 1024)]:
         for dtype in ("bf16", "fp32"):
             for op in OPS:
                 c.run(op, dtype, shape)
@@ -226,7 +228,13 @@ def multinode(c: Checker) -> None:
     info = json.loads(torch.ops.mkernel._net_path_info(c.ctx.handle, w))
     want = os.environ.get("MKERNEL_NET") or "loopback"
     assert info.get("transport") == want, f"the inter-node path runs on {info.get('transport')}, want {want}"
-    emit("CASE", {"op": "multinode", "err": 0.0, "bound": 0.0, "net": info["transport"]})
+    # LL FIFO slots unless MKERNEL_FIFO_LL=0 opts out (the GPU pushes what the header says)
+    fifo = info.get("stats", {}).get("fifo_format")
+    want_fifo = "seq" if os.environ.get("MKERNEL_FIFO_LL") == "0" else "ll"
+    assert fifo == want_fifo, f"the inter-node FIFO format is {fifo}, want {want_fifo}"
+    emit("CASE", {"op": "multinode", "err": 0.0, "bound": 0.0, "net": info["transport"], "fifo": fifo,
+                  "stage": os.environ.get("MKERNEL_NET_STAGE") or "parallel",
+                  "overlap": os.environ.get("MKERNEL_NET_OVERLAP") or "0"})
 
 
 def two_groups(c: Checker) -> None:

@@ -62,8 +62,8 @@
  * the compilers' defaults (gnu11, g++, cgo) or -D_POSIX_C_SOURCE=200809L.
  *
  * ── The LL slot format (mk_fifo_ctrl.format == MK_FIFO_FORMAT_LL) ──────────
- * An alternative chosen when the FIFO is created (gocore/datapath: MKERNEL_FIFO_LL=1); the
- * default stays MK_FIFO_FORMAT_SEQ above. Each command is one 128-byte mk_fifo_ll_entry
+ * An alternative chosen when the FIFO is created: the Go data path's default (gocore/datapath;
+ * MKERNEL_FIFO_LL=0 picks MK_FIFO_FORMAT_SEQ above, which a zeroed header also means). Each command is one 128-byte mk_fifo_ll_entry
  * (cmd_bytes = 128, capacity counts entries). Its first 14 8-byte words each carry 32 bits of
  * the command (mk_fifo_cmd's bytes 8..63, in order: mk_fifo_ll_payload) in the low half and the
  * tag (uint32_t)(ticket + 1) in the high half; words 14 and 15 are unused. There is no seq word

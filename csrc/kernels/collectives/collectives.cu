@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -93,10 +94,16 @@ struct Params {
   // derived_timeout): when a rank dies, its node-mates' direct waits name it first.
   uint32_t shared_node;
   // 1: every CTA stages its chunks of a block bound for other nodes and the one completing a
-  // piece (piece_chunks consecutive chunks) pushes it (net_stage_part); 0 (default): one CTA
-  // stages and pushes the whole block (net_send; one piece). MKERNEL_NET_STAGE=parallel picks 1.
+  // piece (piece_chunks consecutive chunks) pushes it (net_stage_part; the default); 0: one CTA
+  // stages and pushes the whole block (net_send; one piece): MKERNEL_NET_STAGE=whole.
   int32_t parallel_stage;
   uint32_t piece_chunks;
+  // 1 (MKERNEL_NET_OVERLAP=1; only across nodes with parallel staging): pushing CTAs defer their
+  // waits for the transport to the end of their items (SentWait), and with stager_eighths > 0 the
+  // grid splits into stagers (that many eighths of it) and readers (item_range). 0: every CTA
+  // takes every kind of item and each push waits at once.
+  int32_t overlap;
+  int32_t stager_eighths;
 };
 // NetDevice::stage_count words: per (destination block, piece), then all_reduce's reduced block.
 __host__ __device__ constexpr uint32_t stage_counter(uint32_t dest, uint32_t piece) {
@@ -346,12 +353,24 @@ __device__ __forceinline__ void net_cta_wait(const Params& p, int src, uint32_t 
   __syncthreads();
 }
 
+// The last command a CTA's lane 0 pushed while its wait for the transport (net_wait_sent) is
+// deferred to the end of the CTA's items (overlap 1): a stager blocked on the proxy's copy of one
+// piece would delay every piece it has still to stage. A lane's tickets only grow and the FIFO
+// finishes commands in ticket order, so one wait for the last covers every earlier push, and the
+// kernel still ends only after the transport has read all it pushed (the next call rewrites the
+// send area). In shared memory: no register of the copy loops goes to it.
+struct SentWait {
+  uint64_t ticket;
+  int32_t peer;  // -1: nothing pushed
+};
+
 // One lane: pushes send area [send_off, +bytes) to every rank of another node (to < 0) or to rank
 // `to`, landing at remote_off of the receive area, with arrival flag `slot` = e; then waits until
-// the transport has read it (the next call rewrites the send area). Waiting for the transport
-// never waits for a peer's GPU.
+// the transport has read it (the next call rewrites the send area), or, with `defer`, records
+// the push there for net_finish_sends. Waiting for the transport never waits for a peer's GPU.
 __device__ __forceinline__ void net_push_block(const Params& p, uint64_t send_off, uint64_t remote_off,
-                                               uint64_t bytes, int to, uint32_t slot, uint64_t e) {
+                                               uint64_t bytes, int to, uint32_t slot, uint64_t e,
+                                               SentWait* defer = nullptr) {
 #if MKERNEL_NET_COLLECTIVES
   comm::NetCursor cursor;
   uint64_t ticket = 0;
@@ -361,8 +380,40 @@ __device__ __forceinline__ void net_push_block(const Params& p, uint64_t send_of
     ticket = comm::net_put_signal(p.g, cursor, r, send_off, remote_off, bytes, slot, e, p.op);
     last = r;
   }
-  if (last >= 0) comm::net_wait_sent(p.g, ticket, last, p.op);
+  if (last < 0) return;
+  if (defer != nullptr) {
+    defer->ticket = ticket;
+    defer->peer = last;
+  } else {
+    comm::net_wait_sent(p.g, ticket, last, p.op);
+  }
 #endif
+}
+
+// Lane 0, at the end of the CTA's items: the deferred wait (net_push_block's `defer`).
+__device__ __forceinline__ void net_finish_sends(const Params& p, const SentWait& sent) {
+#if MKERNEL_NET_COLLECTIVES
+  if (threadIdx.x == 0 && sent.peer >= 0) comm::net_wait_sent(p.g, sent.ticket, sent.peer, p.op);
+#endif
+}
+
+// This CTA's items: first, first + step, ... below end. overlap 0: every CTA takes every kind of
+// item (blockIdx.x, +gridDim.x, ...), so all CTAs stage first and read after. overlap 1: the
+// first stager_eighths of the grid (stagers; default half) takes only the stage items [0, stage_items), which never wait
+// for another rank, the other half (readers) the rest, which do: the GPU's stores into host
+// staging (PCIe out) then run beside its loads of other nodes' pieces (PCIe in), and a piece is
+// read as soon as it lands. No cycle of waits: readers wait for stagers (here and at peers) and
+// for all_reduce's reduced pieces, made by reduce items that wait only for stagers.
+struct ItemRange {
+  uint32_t first, end, step;
+};
+__device__ __forceinline__ ItemRange item_range(const Params& p, uint32_t stage_items, uint32_t items) {
+  if (p.overlap && p.stager_eighths > 0 && gridDim.x >= 2) {
+    const uint32_t stagers = min(gridDim.x - 1, max(1u, gridDim.x * p.stager_eighths / 8));
+    if (blockIdx.x < stagers) return {blockIdx.x, min(stage_items, items), stagers};
+    return {stage_items + (blockIdx.x - stagers), items, gridDim.x - stagers};
+  }
+  return {blockIdx.x, items, gridDim.x};
 }
 
 // The CTA copies `bytes` of src into the send area at send_off, then one lane pushes it
@@ -384,11 +435,13 @@ __device__ __forceinline__ void net_send(const Params& p, const uint8_t* src, ui
 // piece [block_off, +block_bytes). Every part's bytes are visible system-wide before the count
 // (a system fence after the CTA barrier), and the pusher fences after reading the count, so the
 // push's release orders all parts before the command. Parts never wait: a CTA stages all its
-// parts (the lowest items) before it reaches an item that waits.
+// parts (the lowest items) before it reaches an item that waits (or, overlap 1, only stagers
+// take stage items). `defer`: net_push_block's.
 __device__ __forceinline__ void net_stage_part(const Params& p, uint32_t counter, uint32_t parts,
                                                const uint8_t* src, uint64_t n, uint64_t part_off,
                                                uint64_t block_off, uint64_t block_bytes,
-                                               uint64_t remote_off, int to, uint32_t slot, uint64_t e) {
+                                               uint64_t remote_off, int to, uint32_t slot, uint64_t e,
+                                               SentWait* defer) {
 #if MKERNEL_NET_COLLECTIVES
   if (n > 0) copy_bytes(p.g.net.send_area + part_off, src, n);
   __syncthreads();
@@ -398,7 +451,7 @@ __device__ __forceinline__ void net_stage_part(const Params& p, uint32_t counter
     if (atomicAdd(count, 1u) == parts - 1) {
       __threadfence_system();
       *reinterpret_cast<volatile uint32_t*>(count) = 0u;  // read by the next call, after this kernel
-      net_push_block(p, block_off, remote_off, block_bytes, to, slot, e);
+      net_push_block(p, block_off, remote_off, block_bytes, to, slot, e, defer);
     }
   }
 #endif
@@ -422,7 +475,11 @@ __global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_co
   const uint64_t chunk_bytes = p.chunk * sizeof(T);
   const uint32_t items = chunks + static_cast<uint32_t>(g.world) * chunks;
   const uint8_t* recv = net_recv(p, e);
-  for (uint32_t i = blockIdx.x; i < items; i += gridDim.x) {
+  __shared__ SentWait sent;
+  if (threadIdx.x == 0) sent.peer = -1;
+  SentWait* const defer = p.overlap ? &sent : nullptr;
+  const ItemRange range = item_range(p, chunks, items);
+  for (uint32_t i = range.first; i < range.end; i += range.step) {
     if (i < chunks) {  // stage (same-node peers pull it; other nodes get all of x from item 0)
       const uint64_t b = i * chunk_bytes, n = min(seg, b + chunk_bytes) - b;
       if (g.local_ranks > 1) {
@@ -434,7 +491,7 @@ __global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_co
         const uint64_t pb = static_cast<uint64_t>(k) * p.piece_chunks * chunk_bytes;
         const uint64_t pn = min(seg, pb + static_cast<uint64_t>(p.piece_chunks) * chunk_bytes) - pb;
         net_stage_part(p, stage_counter(0, k), piece_parts(p, k), p.x + b, n, b, pb, pn,
-                       net_remote_off(p, e, 0) + pb, -1, net_data_slot(g.rank, k), e);
+                       net_remote_off(p, e, 0) + pb, -1, net_data_slot(g.rank, k), e, defer);
         __syncthreads();
       } else if (i == 0 && p.remote > 0) {
         net_send(p, p.x, seg, 0, net_remote_off(p, e, 0), -1, net_data_slot(g.rank, 0), e);
@@ -456,6 +513,7 @@ __global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_co
     }
     __syncthreads();  // the CTA's threads are done with this item before the next wait
   }
+  net_finish_sends(p, sent);
   leave(p, e);
 }
 
@@ -482,7 +540,11 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
   const T* x = reinterpret_cast<const T*>(p.x);
   T* out = reinterpret_cast<T*>(p.out);
   const uint8_t* recv = net_recv(p, e);
-  for (uint32_t i = blockIdx.x; i < items; i += gridDim.x) {
+  __shared__ SentWait sent;
+  if (threadIdx.x == 0) sent.peer = -1;
+  SentWait* const defer = p.overlap ? &sent : nullptr;
+  const ItemRange range = item_range(p, stage_items, items);
+  for (uint32_t i = range.first; i < range.end; i += range.step) {
     uint64_t begin, n;
     if (i < stage_items) {  // block of rank d (!= rank): into the own region, released at d
       const int d = (rank + 1 + static_cast<int>(i / chunks)) % world;
@@ -502,7 +564,7 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
         net_stage_part(p, stage_counter(static_cast<uint32_t>(d), k), piece_parts(p, k),
                        reinterpret_cast<const uint8_t*>(x + begin), n * esize, area + (begin - b0) * esize,
                        area + (pbegin - b0) * esize, pn * esize, net_remote_off(p, e, 0) + (pbegin - b0) * esize,
-                       d, net_data_slot(rank, k), e);
+                       d, net_data_slot(rank, k), e, defer);
       } else if (c == 0) {  // another node: the whole block through the inter-node path
         const uint64_t b0 = static_cast<uint64_t>(d) * p.block;
         const uint64_t b1 = min(p.count, b0 + p.block);
@@ -539,7 +601,8 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
           net_stage_part(p, stage_counter(kReducedDest, k), piece_parts(p, k),
                          reinterpret_cast<const uint8_t*>(out + begin), n * esize, area + (begin - b0) * esize,
                          area + (pbegin - b0) * esize, pn * esize,
-                         net_remote_off(p, e, 1) + (pbegin - b0) * esize, -1, net_reduced_slot(rank, k), e);
+                         net_remote_off(p, e, 1) + (pbegin - b0) * esize, -1, net_reduced_slot(rank, k), e,
+                         defer);
         } else if (p.remote > 0 && threadIdx.x == 0) {
           comm::signal(g, rank, reduced_slot(rank, c), e);
         }
@@ -580,6 +643,7 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
     }
     __syncthreads();
   }
+  net_finish_sends(p, sent);
   leave(p, e);
 }
 
@@ -596,16 +660,49 @@ uint64_t chunk_elems(uint64_t block, int esize) {
   return round_up(std::max<uint64_t>(c, 1), per16);
 }
 
-// MKERNEL_NET_STAGE=parallel: every CTA stages its chunks and blocks travel in pieces (device
-// run 3: 2.5x the busbw at 16 MiB, but only the demo's shapes checked on the GPU); unset or
-// anything else: one CTA stages and pushes each whole block (the protocol the GPU tests verified
-// at every node split, device run 2).
-bool parallel_stage() {
-  static const bool on = [] {
+// MKERNEL_NET_STAGE: how a block bound for another node is staged. Unset or "parallel" (the
+// default): every CTA stages its chunks and blocks travel in up to kNetPieces pieces (device run
+// s8run1: 5.3-6.6 GB/s busbw at 16 MiB over 2 nodes against 1.1-2.0 for whole staging; the
+// collectives' suite passed at [2-2] and [4-2]). "whole": one CTA stages and pushes each whole
+// block (the protocol device run s7run2 verified at every node split). Anything else: -1, an
+// error naming the variable at the first inter-node call.
+int net_stage_mode() {
+  static const int mode = [] {
     const char* v = std::getenv("MKERNEL_NET_STAGE");
-    return v != nullptr && std::strcmp(v, "parallel") == 0;
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "parallel") == 0) return 1;
+    if (std::strcmp(v, "whole") == 0) return 0;
+    return -1;
   }();
-  return on;
+  return mode;
+}
+
+// MKERNEL_NET_OVERLAP: "1" defers the pushing CTAs' waits for the transport and splits the grid
+// into stagers and readers (Params::overlap; across nodes with parallel staging only); unset or
+// "0": off. MKERNEL_NET_STAGERS: the stagers' share of the grid in eighths, 1..7 (default 4);
+// 0: no split (the deferred waits alone). Read once; set_net_overlap overrides both (a benchmark
+// timing the variants in one process, without setenv under other threads' getenv). Anything
+// else: -1, an error naming the variable at the first inter-node call.
+std::atomic<int> g_overlap_mode{-1};     // set_net_overlap's; -1: the environment's
+std::atomic<int> g_stager_eighths{-1};
+int net_overlap_mode() {
+  static const int env = [] {
+    const char* v = std::getenv("MKERNEL_NET_OVERLAP");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0) return 0;
+    if (std::strcmp(v, "1") == 0) return 1;
+    return -1;
+  }();
+  const int set = g_overlap_mode.load(std::memory_order_relaxed);
+  return set >= 0 ? set : env;
+}
+int net_stager_eighths() {
+  static const int env = [] {
+    const char* v = std::getenv("MKERNEL_NET_STAGERS");
+    if (v == nullptr || *v == '\0') return 4;
+    if (v[0] >= '0' && v[0] <= '7' && v[1] == '\0') return v[0] - '0';
+    return -1;
+  }();
+  const int set = g_stager_eighths.load(std::memory_order_relaxed);
+  return set >= 0 ? set : env;
 }
 
 uint32_t chunk_count(uint64_t block, uint64_t chunk) {
@@ -744,8 +841,22 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
     }
   }
   p.net_block = round_up(p.block * esize, kNetAlign);
-  p.parallel_stage = parallel_stage() ? 1 : 0;
+  p.parallel_stage = net_stage_mode() == 1 ? 1 : 0;
+  p.overlap = remote > 0 && p.parallel_stage && net_overlap_mode() == 1 ? 1 : 0;
+  p.stager_eighths = std::max(0, net_stager_eighths());
   if (remote > 0) {
+    if (net_stage_mode() < 0) {
+      if (reason) *reason = "MKERNEL_NET_STAGE must be unset, 'parallel' (the default) or 'whole'";
+      return cudaErrorInvalidValue;
+    }
+    if (net_overlap_mode() < 0) {
+      if (reason) *reason = "MKERNEL_NET_OVERLAP must be unset, '0' or '1'";
+      return cudaErrorInvalidValue;
+    }
+    if (net_stager_eighths() < 0) {
+      if (reason) *reason = "MKERNEL_NET_STAGERS must be unset or one digit 0..7 (eighths of the grid)";
+      return cudaErrorInvalidValue;
+    }
     const NetBytes nb = net_bytes_for(kind, a.dtype, a.count, g.world);
     if (g.net.send_bytes < nb.send || g.net.recv_bytes < nb.recv ||
         g.net.arrival_slots < kNetSlots) {
@@ -793,6 +904,13 @@ uint64_t reduce_scatter_bytes(DType dtype, uint64_t count, int) {
 uint64_t all_reduce_bytes(DType dtype, uint64_t count, int) { return count * elem_size(dtype); }
 
 bool net_supported() { return MKERNEL_NET_COLLECTIVES != 0; }
+
+bool set_net_overlap(int mode, int stager_eighths) {
+  if (mode < -1 || mode > 1 || stager_eighths < -1 || stager_eighths > 7) return false;
+  g_overlap_mode.store(mode, std::memory_order_relaxed);
+  g_stager_eighths.store(stager_eighths, std::memory_order_relaxed);
+  return true;
+}
 NetBytes all_gather_net_bytes(DType dtype, uint64_t count, int world) {
   return net_bytes_for(Kind::kAllGather, dtype, count, world);
 }

@@ -59,6 +59,12 @@ NetBytes all_reduce_net_bytes(DType dtype, uint64_t count, int world);
 // Whether these kernels were built with the inter-node path (kernels/comm/net_ops.cuh).
 bool net_supported();
 
+// The experimental overlap mode of calls across nodes (MKERNEL_NET_OVERLAP / MKERNEL_NET_STAGERS,
+// collectives.cu item_range): mode 1 on, 0 off; stager_eighths 0..7 (0: the deferred transport
+// waits alone); -1 each: back to the environment's. Applies to calls launched (or captured) after
+// it, process-wide; for benchmarks that time the variants in one process. False: out of range.
+bool set_net_overlap(int mode, int stager_eighths);
+
 // Launch the call's kernel on args.stream. reduce_scatter needs count % world == 0. Returns
 // the launch's error (cudaErrorInvalidValue with *reason set for bad arguments).
 cudaError_t all_gather(const Args& args, const char** reason = nullptr);

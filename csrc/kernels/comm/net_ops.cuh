@@ -70,13 +70,12 @@ __device__ __noinline__ inline void net_push_failed(WaitDiagnostic* diag, int32_
 // One command from one lane. Returns its ticket (for net_wait_sent).
 __device__ __forceinline__ uint64_t net_push(const GroupDevice& g, NetCursor& cur, const mk_fifo_cmd& cmd,
                                              int32_t op) {
-  // mk_fifo_push_device publishes seq with a system-scope release: everything this thread (and,
-  // cumulatively, its CTA after a barrier) stored to the data is visible system-wide before the
-  // command's publication.
-  //
-  // In the LL format (MKERNEL_FIFO_LL=1) that release becomes a fence before the entry, taken
-  // only when the command carries data (bytes != 0); a pure signal orders nothing before it and
-  // is published with no system fence (fifo.h, "The LL slot format").
+  // In the LL format (the data path's default) a system fence before the entry makes everything
+  // this thread (and, cumulatively, its CTA after a barrier) stored to the data visible
+  // system-wide first; it is taken only when the command carries data (bytes != 0): a pure
+  // signal orders nothing before it and is published with no system fence (fifo.h, "The LL slot
+  // format"). In the seq format (MKERNEL_FIFO_LL=0) mk_fifo_push_device publishes seq with a
+  // system-scope release, which orders the same stores.
   const mk_fifo_wait_result r =
       g.net.fifo_format == MK_FIFO_FORMAT_LL
           ? mk_fifo_push_device_ll(net_fifo(g), g.net.fifo_capacity, g.net.fifo_head, &cur.cached_tail, cmd,
