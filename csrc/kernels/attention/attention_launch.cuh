@@ -15,11 +15,14 @@ namespace mkernel::attention {
 
 // kBlockM: the query rows of one CTA (64 per consumer warpgroup: 128 or 192), or 256 = a
 // cluster of two 128-row CTAs sharing every K/V block by TMA multicast (non-causal).
-template <class Element, int kHeadDim, int kBlockM, int kBlockN, bool kCausal, class Hooks>
+// kVariant: AttnTraits::kVariant (mainloop variants under measurement; 0 = the default).
+template <class Element, int kHeadDim, int kBlockM, int kBlockN, bool kCausal, class Hooks,
+          int kVariant = 0>
 cudaError_t launch_attention(const Problem& pr, const Launch& l,
                              typename Hooks::Params const& hooks) {
   constexpr int kClusterM = kBlockM == 256 ? 2 : 1;
-  using Traits = AttnTraits<Element, kHeadDim, kBlockN, kCausal, kBlockM / 64 / kClusterM, kClusterM>;
+  using Traits = AttnTraits<Element, kHeadDim, kBlockN, kCausal, kBlockM / 64 / kClusterM, kClusterM,
+                            kVariant>;
   static_assert(Traits::kBlockM * kClusterM == kBlockM, "kBlockM: 64 rows per consumer warpgroup");
   using Kernel = AttentionFwdSm90<Traits, Hooks>;
   using Mainloop = typename Kernel::Mainloop;

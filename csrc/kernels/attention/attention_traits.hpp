@@ -14,7 +14,7 @@
 namespace mkernel::attention {
 
 template <class Element_, int kHeadDim_, int kBlockN_, bool kCausal_, int kNumMmaWarpGroups_ = 2,
-          int kClusterM_ = 1>
+          int kClusterM_ = 1, int kVariant_ = 0>
 struct AttnTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -56,6 +56,14 @@ struct AttnTraits {
   // measured 2-13% *slower* relative to cuDNN in session 7's device run 2 (d=128 non-causal
   // S=8192: 0.78x vs 0.89x; benchmarks/NOTES.md), so ptxas's order stays.
   static constexpr bool kSoftmaxAheadOfPvWait = false;
+
+  // Mainloop variants under measurement (session 8; bf16 d=128 128x128 plain kernels only,
+  // picked at run time by Problem::variant, benchmarks/NOTES.md): a bit set.
+  //   bit 0: the softmax's row max and row sum as 4 independent partial chains (softmax.hpp)
+  //   bits 1-2: exp2 of 2, 4 or 6 of every 8 scores on the FMA pipe instead of MUFU (exp2_fma)
+  static constexpr int kVariant = kVariant_;
+  static constexpr bool kTreeReduce = (kVariant & 1) != 0;
+  static constexpr int kExpEmuPer8 = ((kVariant >> 1) & 3) * 2;
 
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
   static constexpr bool kPingPong = true;

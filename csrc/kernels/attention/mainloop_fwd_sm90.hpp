@@ -317,8 +317,9 @@ struct MainloopFwdSm90 {
 
   // Sets the scores of S (rows, cols view) that block n must not see to -inf: keys past seq_kv
   // (ragged tail) and, under causal masking, keys right of the bottom-right diagonal.
+  // Returns whether it masked (false: the block is wholly visible, no -inf written).
   template <bool kZZ, class TensorS, class TensorC>
-  CUTLASS_DEVICE static void apply_mask(Params const& p, TensorS& s_rc, TensorC const& tScS,
+  CUTLASS_DEVICE static bool apply_mask(Params const& p, TensorS& s_rc, TensorC const& tScS,
                                         int m_block, int n) {
     using namespace cute;
     const int col0 = n * kBlockN;
@@ -329,13 +330,13 @@ struct MainloopFwdSm90 {
         if (p.zz_world > 0) {  // only diagonal chunks mask: positions from the chunks' starts
           int m_in, chunk, in;
           p.zz_n_blocks(chunk, in, n);
-          if (zz_key_chunk_of(p, chunk) != zz_query_chunk(p, m_block, m_in)) return;
+          if (zz_key_chunk_of(p, chunk) != zz_query_chunk(p, m_block, m_in)) return false;
           shift = m_in * kBlockM + chunk * p.zz_chunk;
         }
       }
       need = need || col0 + kBlockN - 1 > shift;
     }
-    if (!need) return;
+    if (!need) return false;
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < size<0>(s_rc); ++r) {
       const int row = get<0>(tScS(r, 0));
@@ -346,6 +347,26 @@ struct MainloopFwdSm90 {
         if constexpr (kCausal) masked = masked || col > row + shift;
         if (masked) s_rc(r, c) = -INFINITY;
       }
+    }
+    return true;
+  }
+
+  // Masking and the online softmax of one block. With FMA-pipe exps (Softmax::kExpEmu), a
+  // masked block takes the all-MUFU copy of the softmax (exact 0 for -inf), a visible one the
+  // mixed copy: a warp-uniform branch between two unrolled copies.
+  template <bool kZZ, class Softmax, class TensorS, class TensorC, int kRows>
+  CUTLASS_DEVICE static void mask_and_softmax(Params const& p, Softmax& softmax, TensorS& s_rc,
+                                              TensorC const& tScS, int m_block, int n,
+                                              float (&factor)[kRows]) {
+    const bool masked = apply_mask<kZZ>(p, s_rc, tScS, m_block, n);
+    if constexpr (Softmax::kExpEmu > 0) {
+      if (masked) {
+        softmax.template step<true>(s_rc, factor);
+      } else {
+        softmax.template step<false>(s_rc, factor);
+      }
+    } else {
+      softmax.step(s_rc, factor);
     }
   }
 
@@ -457,8 +478,7 @@ struct MainloopFwdSm90 {
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
       pipeline_k.consumer_release(kv_read);
-      apply_mask<kZZ>(p, s_rc, tScS, work.m_block, n);
-      softmax.step(s_rc, factor);
+      mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
       p_frag = convert_to_element(acc_s);
       StateKV v_read = kv_read;  // V of the block in p_frag
       ++kv_read;
@@ -478,8 +498,7 @@ struct MainloopFwdSm90 {
         warpgroup_wait<1>();  // S_n ready; the PV GEMM may still run
         warpgroup_fence_operand(acc_s);
         pipeline_k.consumer_release(kv_read);
-        apply_mask<kZZ>(p, s_rc, tScS, work.m_block, n);
-        softmax.step(s_rc, factor);
+        mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
         if constexpr (Traits::kSoftmaxAheadOfPvWait) softmax_done_before_wait(softmax.row_sum);
         warpgroup_wait<0>();  // PV done: O and P's registers are ours again
         warpgroup_fence_operand(acc_o);
