@@ -108,11 +108,13 @@ def main_backward(args) -> None:
     print(write_result("attention_bwd", payload))
 
 
-# What each mainloop variant changes (AttnTraits::kVariant bits; attention_variants.cu).
+# What each mainloop variant changes (AttnTraits::kVariant bits; attention_variants_*.cu).
 VARIANT_DOC = {
     1: "softmax row max/sum as 4 partial chains",
     3: "1 + exp2 of 2/8 scores on the FMA pipe",
     5: "1 + exp2 of 4/8 scores on the FMA pipe",
+    9: "1 + V one stage deeper than K (K 2, V 3 stages)",
+    13: "5 + 9",
 }
 
 
@@ -140,7 +142,7 @@ def main() -> None:
                     help="leave out every opt-in tile column (128x160 and the clusters)")
     ap.add_argument("--variants", type=str, default="",
                     help="comma-separated mainloop variants (bf16 d=128 128x128; "
-                         "MKERNEL_ATTN_VARIANT, csrc/kernels/attention/attention_variants.cu), "
+                         "MKERNEL_ATTN_VARIANT, csrc/kernels/attention/attention_variants_*.cu), "
                          "each a column mkernel_v<N> beside the default, e.g. 1,3,5")
     args = ap.parse_args()
     variants = [int(x) for x in args.variants.split(",") if x]

@@ -145,7 +145,7 @@ std::tuple<at::Tensor, at::Tensor> launch_engine(const at::Tensor& q, const at::
   p.block_m = static_cast<int>(block_m);
   p.block_n = static_cast<int>(block_n);
   // Measurement switch (benchmarks/bench_attention.py --variants): MKERNEL_ATTN_VARIANT=N runs
-  // mainloop variant N (attention_variants.cu) for the calls it is built for (plain, bf16,
+  // mainloop variant N (attention_variants_*.cu) for the calls it is built for (plain, bf16,
   // d = 128, the 128x128 tile); every other call ignores it.
   if (hooks == nullptr && p.dtype == attention::DType::kBF16 && d == 128 &&
       (block_m == 0 || block_m == 128) && (block_n == 0 || block_n == 128)) {

@@ -54,14 +54,14 @@ struct Problem {
   int zz_world = 0;
   int zz_rank = 0;
   int zz_chunk = 0;
-  // Mainloop variant under measurement (AttnTraits::kVariant, attention_variants.cu): 0 = the
+  // Mainloop variant under measurement (AttnTraits::kVariant, attention_variants_*.cu): 0 = the
   // default kernels; kVariants lists the built ones (bf16, d = 128, 128x128, plain kernels
   // only — run_hooked rejects a nonzero variant).
   int variant = 0;
 };
 
 // The built mainloop variants besides 0 (benchmarks/bench_attention.py --variants).
-inline constexpr int kVariants[] = {1, 3, 5};
+inline constexpr int kVariants[] = {1, 3, 5, 9, 13};
 
 struct Launch {
   cudaStream_t stream = nullptr;

@@ -12,8 +12,9 @@ namespace mkernel::attention {
 #include "instances.inc"
 #undef ATTN_CASE
 
-// attention_variants.cu: the bf16 d=128 128x128 plain kernel's mainloop variants.
-cudaError_t run_bf16_d128_m128_n128_variant(const Problem& p, const Launch& l);
+// attention_variants_*.cu: the bf16 d=128 128x128 plain kernel's mainloop variants.
+cudaError_t run_bf16_d128_m128_n128_variant_noncausal(const Problem& p, const Launch& l);
+cudaError_t run_bf16_d128_m128_n128_variant_causal(const Problem& p, const Launch& l);
 
 namespace {
 
@@ -119,7 +120,10 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
     if (reason != nullptr) *reason = why;
     return cudaErrorInvalidValue;
   }
-  if (p.variant != 0) return run_bf16_d128_m128_n128_variant(p, l);
+  if (p.variant != 0) {
+    return p.causal ? run_bf16_d128_m128_n128_variant_causal(p, l)
+                    : run_bf16_d128_m128_n128_variant_noncausal(p, l);
+  }
   return find_case(p, hooked)->run(p, l, h);
 }
 }  // namespace

@@ -64,6 +64,14 @@ struct AttnTraits {
   static constexpr int kVariant = kVariant_;
   static constexpr bool kTreeReduce = (kVariant & 1) != 0;
   static constexpr int kExpEmuPer8 = ((kVariant >> 1) & 3) * 2;
+  //   bit 3: V one stage deeper than K (d=128 128x128: K 2 + V 3 stages = 160 KiB, beside Q
+  //          and O): V_n's stage is released only when its PV GEMM is done, one block after
+  //          K_n's (released when S_n is done), so with equal depths V's load has about one
+  //          KV block of lead over its use, K's about two.
+  static constexpr int kStagesK = kStages;
+  static constexpr int kStagesV = (kVariant & 8) != 0 ? kStages + 1 : kStages;
+  static_assert(2 * kTileBytes + 1024 + (kStagesK + kStagesV) * (kStageBytes / 2) <= kSmemLimit,
+                "the deeper V ring does not fit beside Q, O and K");
 
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
   static constexpr bool kPingPong = true;
@@ -86,11 +94,11 @@ struct AttnTraits {
       cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
   using SmemLayoutK = decltype(cute::tile_to_shape(
       cute::GMMA::Layout_K_SW128_Atom<Element>{},
-      cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));
+      cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStagesK>>{}));
   // V^T as the PV GEMM's B operand: (d, kBlockN) with d contiguous (MN-major).
   using SmemLayoutVt = decltype(cute::tile_to_shape(
       cute::GMMA::Layout_MN_SW128_Atom<Element>{},
-      cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{}));
+      cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStagesV>>{}));
 
   static constexpr uint32_t kTmaBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);

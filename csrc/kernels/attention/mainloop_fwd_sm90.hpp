@@ -40,9 +40,39 @@ struct MainloopFwdSm90 {
   using SmemLayoutVt = typename Traits::SmemLayoutVt;
 
   using PipelineQ = cutlass::PipelineTmaAsync<1>;
-  using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
   using StateQ = cutlass::PipelineState<1>;
-  using StateKV = cutlass::PipelineState<kStages>;
+  // K and V rings: kStages deep each, or V one deeper (Traits::kStagesV, a variant). With equal
+  // depths one PipelineState walks both; otherwise a pair, advanced together.
+  static constexpr int kStagesK = Traits::kStagesK;
+  static constexpr int kStagesV = Traits::kStagesV;
+  using PipelineK = cutlass::PipelineTmaAsync<kStagesK>;
+  using PipelineV = cutlass::PipelineTmaAsync<kStagesV>;
+  using PipelineKV = PipelineK;
+  using StateK = cutlass::PipelineState<kStagesK>;
+  using StateV = cutlass::PipelineState<kStagesV>;
+  struct StatePairKV {
+    StateK k;
+    StateV v;
+    CUTLASS_DEVICE StatePairKV& operator++() {
+      ++k;
+      ++v;
+      return *this;
+    }
+  };
+  static constexpr bool kOneStateKV = kStagesK == kStagesV;
+  using StateKV = std::conditional_t<kOneStateKV, StateK, StatePairKV>;
+  CUTLASS_DEVICE static StateK& k_state(StateKV& s) {
+    if constexpr (kOneStateKV) return s;
+    else return s.k;
+  }
+  CUTLASS_DEVICE static StateV& v_state(StateKV& s) {
+    if constexpr (kOneStateKV) return s;
+    else return s.v;
+  }
+  CUTLASS_DEVICE static StateKV producer_start_kv() {
+    if constexpr (kOneStateKV) return cutlass::make_producer_start_state<PipelineK>();
+    else return {cutlass::make_producer_start_state<PipelineK>(), cutlass::make_producer_start_state<PipelineV>()};
+  }
 
   // Global tensors as TMA sees them: Q/K/O (seq, d, (head, batch)); Vᵀ (d, seq, (head, batch)).
   using ShapeSeqD = cute::Shape<int32_t, int32_t, cute::Shape<int32_t, int32_t>>;
@@ -77,8 +107,8 @@ struct MainloopFwdSm90 {
   };
   struct PipelineStorage {
     alignas(16) typename PipelineQ::SharedStorage q;
-    alignas(16) typename PipelineKV::SharedStorage k;
-    alignas(16) typename PipelineKV::SharedStorage v;
+    alignas(16) typename PipelineK::SharedStorage k;
+    alignas(16) typename PipelineV::SharedStorage v;
   };
 
   struct Arguments {
@@ -232,7 +262,7 @@ struct MainloopFwdSm90 {
   // Producer: one thread (the issuing lane of the producer warp) runs this per work tile.
   template <class Hooks>
   CUTLASS_DEVICE void load(Params const& p, typename Hooks::Params const& hooks,
-                           PipelineQ& pipeline_q, PipelineKV& pipeline_k, PipelineKV& pipeline_v,
+                           PipelineQ& pipeline_q, PipelineK& pipeline_k, PipelineV& pipeline_v,
                            StateQ& q_write, StateKV& kv_write, TensorStorage& smem,
                            WorkTile const& work) {
     using namespace cute;
@@ -282,10 +312,12 @@ struct MainloopFwdSm90 {
     for (int n = prev_block<kZZ>(p, work.m_block, n_max, n_min); n >= n_min;
          n = prev_block<kZZ>(p, work.m_block, n, n_min)) {
       if constexpr (Hooks::kWaitsForKV) Hooks::wait_kv(hooks, work.batch, head_kv, n);
-      pipeline_k.producer_acquire(kv_write);
-      copy(tma_k(*pipeline_k.producer_get_barrier(kv_write)), tKgK(_, n), tKsK(_, kv_write.index()));
-      pipeline_v.producer_acquire(kv_write);
-      copy(tma_v(*pipeline_v.producer_get_barrier(kv_write)), tVgV(_, n), tVsV(_, kv_write.index()));
+      StateK& k_write = k_state(kv_write);
+      StateV& v_write = v_state(kv_write);
+      pipeline_k.producer_acquire(k_write);
+      copy(tma_k(*pipeline_k.producer_get_barrier(k_write)), tKgK(_, n), tKsK(_, k_write.index()));
+      pipeline_v.producer_acquire(v_write);
+      copy(tma_v(*pipeline_v.producer_get_barrier(v_write)), tVgV(_, n), tVsV(_, v_write.index()));
       ++kv_write;
     }
   }
@@ -408,8 +440,8 @@ struct MainloopFwdSm90 {
   // applied to O one iteration later, just before P_n·V_n is added (O then holds every earlier
   // block relative to block n's running max).
   template <bool kZZ, class AccO, class Softmax>
-  CUTLASS_DEVICE void mma(Params const& p, PipelineQ& pipeline_q, PipelineKV& pipeline_k,
-                          PipelineKV& pipeline_v, StateQ& q_read, StateKV& kv_read,
+  CUTLASS_DEVICE void mma(Params const& p, PipelineQ& pipeline_q, PipelineK& pipeline_k,
+                          PipelineV& pipeline_v, StateQ& q_read, StateKV& kv_read,
                           TensorStorage& smem, WorkTile const& work, int mma_thread_idx,
                           AccO& acc_o, Softmax& softmax) {
     using namespace cute;
@@ -471,24 +503,24 @@ struct MainloopFwdSm90 {
     int n = prev_block<kZZ>(p, work.m_block, n_max, n_min);
     if (n >= n_min) {
       // First block: S only (O is zero, nothing to overlap).
-      pipeline_k.consumer_wait(kv_read);
+      pipeline_k.consumer_wait(k_state(kv_read));
       scheduler_barrier_sync(warp_group);
-      gemm_qk(kv_read.index());
+      gemm_qk(k_state(kv_read).index());
       scheduler_barrier_arrive(warp_group);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
-      pipeline_k.consumer_release(kv_read);
+      pipeline_k.consumer_release(k_state(kv_read));
       mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
       p_frag = convert_to_element(acc_s);
-      StateKV v_read = kv_read;  // V of the block in p_frag
+      StateV v_read = v_state(kv_read);  // V of the block in p_frag
       ++kv_read;
 
       CUTLASS_PRAGMA_NO_UNROLL
       for (n = prev_block<kZZ>(p, work.m_block, n, n_min); n >= n_min;
            n = prev_block<kZZ>(p, work.m_block, n, n_min)) {
-        pipeline_k.consumer_wait(kv_read);
+        pipeline_k.consumer_wait(k_state(kv_read));
         scheduler_barrier_sync(warp_group);
-        gemm_qk(kv_read.index());
+        gemm_qk(k_state(kv_read).index());
         // O to the running max of the block in p_frag (its softmax's factor) while the tensor
         // cores run S_n, before that block's PV GEMM accumulates into O.
         softmax.rescale(acc_o_rc, factor);
@@ -497,7 +529,7 @@ struct MainloopFwdSm90 {
         scheduler_barrier_arrive(warp_group);
         warpgroup_wait<1>();  // S_n ready; the PV GEMM may still run
         warpgroup_fence_operand(acc_s);
-        pipeline_k.consumer_release(kv_read);
+        pipeline_k.consumer_release(k_state(kv_read));
         mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
         if constexpr (Traits::kSoftmaxAheadOfPvWait) softmax_done_before_wait(softmax.row_sum);
         warpgroup_wait<0>();  // PV done: O and P's registers are ours again
@@ -505,7 +537,7 @@ struct MainloopFwdSm90 {
         warpgroup_fence_operand(tOrP);
         pipeline_v.consumer_release(v_read);
         p_frag = convert_to_element(acc_s);
-        v_read = kv_read;
+        v_read = v_state(kv_read);
         ++kv_read;
       }
       // Every S GEMM of the tile has completed (each iteration ended with wait<0>): Q's stage
