@@ -115,6 +115,8 @@ VARIANT_DOC = {
     5: "1 + exp2 of 4/8 scores on the FMA pipe",
     9: "1 + V one stage deeper than K (K 2, V 3 stages)",
     13: "5 + 9",
+    17: "1 + P to bf16 on the integer pipe (no F2FP)",
+    21: "5 + 17",
 }
 
 

@@ -68,6 +68,8 @@ struct AttnTraits {
   //          and O): V_n's stage is released only when its PV GEMM is done, one block after
   //          K_n's (released when S_n is done), so with equal depths V's load has about one
   //          KV block of lead over its use, K's about two.
+  //   bit 4: P converted to bf16 on the integer pipe (mainloop convert_to_element), not F2FP
+  static constexpr bool kIntConvertP = (kVariant & 16) != 0;
   static constexpr int kStagesK = kStages;
   static constexpr int kStagesV = (kVariant & 8) != 0 ? kStages + 1 : kStages;
   static_assert(2 * kTileBytes + 1024 + (kStagesK + kStagesV) * (kStageBytes / 2) <= kSmemLimit,

@@ -5,6 +5,8 @@
 //   5: 1 + exp2 of 4 of every 8 scores on the FMA pipe
 //   9: 1 + V one stage deeper than K (K 2, V 3)
 //   13: 5 + 9
+//   17: 1 + P converted to bf16 on the integer pipe instead of F2FP
+//   21: 5 + 17
 // The one that measures fastest becomes the default (AttnTraits), and these files go.
 #include "attention_launch.cuh"
 
@@ -19,6 +21,8 @@ cudaError_t run_bf16_d128_m128_n128_variant_causal(const Problem& p, const Launc
     case 5: return launch_attention<E, 128, 128, 128, true, NoHooks, 5>(p, l, h);
     case 9: return launch_attention<E, 128, 128, 128, true, NoHooks, 9>(p, l, h);
     case 13: return launch_attention<E, 128, 128, 128, true, NoHooks, 13>(p, l, h);
+    case 17: return launch_attention<E, 128, 128, 128, true, NoHooks, 17>(p, l, h);
+    case 21: return launch_attention<E, 128, 128, 128, true, NoHooks, 21>(p, l, h);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -402,15 +402,30 @@ struct MainloopFwdSm90 {
     }
   }
 
-  // fp32 accumulator -> Element fragment of the same layout (paired conversions).
+  // fp32 accumulator -> Element fragment of the same layout (paired conversions: F2FP, one
+  // per pair, 16 per clock per SM). Traits::kIntConvertP (bf16, a variant): on the integer pipe
+  // instead — round half up (add 0x8000 to each fp32 pattern, ties away from zero instead of
+  // to even: P is in [0, 1], no overflow) and keep the two high halves (one PRMT): 3 issue
+  // slots per pair instead of 1, none of them on the conversion unit.
   template <class Tensor>
   CUTLASS_DEVICE static auto convert_to_element(Tensor const& t) {
     using namespace cute;
     constexpr int N = decltype(size(t))::value;
     auto out = make_tensor_like<Element>(t);
-    cutlass::NumericArrayConverter<Element, float, N> conv;
-    *reinterpret_cast<cutlass::Array<Element, N>*>(out.data()) =
-        conv(*reinterpret_cast<cutlass::Array<float, N> const*>(t.data()));
+    if constexpr (Traits::kIntConvertP && std::is_same_v<Element, cutlass::bfloat16_t>) {
+      static_assert(N % 2 == 0, "pairs of P values");
+      uint32_t* dst = reinterpret_cast<uint32_t*>(out.data());
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < N / 2; ++i) {
+        const uint32_t lo = __float_as_uint(t.data()[2 * i]) + 0x8000u;
+        const uint32_t hi = __float_as_uint(t.data()[2 * i + 1]) + 0x8000u;
+        dst[i] = __byte_perm(lo, hi, 0x7632);
+      }
+    } else {
+      cutlass::NumericArrayConverter<Element, float, N> conv;
+      *reinterpret_cast<cutlass::Array<Element, N>*>(out.data()) =
+          conv(*reinterpret_cast<cutlass::Array<float, N> const*>(t.data()));
+    }
     return out;
   }
 
