@@ -15,14 +15,22 @@ namespace mkernel::attention {
 
 // kBlockM: the query rows of one CTA (64 per consumer warpgroup: 128 or 192), or 256 = a
 // cluster of two 128-row CTAs sharing every K/V block by TMA multicast (non-causal).
-// kVariant: AttnTraits::kVariant (mainloop variants under measurement; 0 = the default).
+// The mainloop variant bits (AttnTraits::kVariant) every kernel is built with unless a variant
+// is asked for (attention_variants_*.cu); set from measurements (benchmarks/NOTES.md, session
+// 8). Bit 3 (a deeper V ring) is left out where the forwarding hooks' staging buffers take
+// the shared memory it would need.
+inline constexpr int kDefaultVariant = 0;
+
+// kVariant: AttnTraits::kVariant (mainloop variants under measurement); -1: kDefaultVariant.
 template <class Element, int kHeadDim, int kBlockM, int kBlockN, bool kCausal, class Hooks,
-          int kVariant = 0>
+          int kVariant = -1>
 cudaError_t launch_attention(const Problem& pr, const Launch& l,
                              typename Hooks::Params const& hooks) {
   constexpr int kClusterM = kBlockM == 256 ? 2 : 1;
+  constexpr int kBits = kVariant >= 0 ? kVariant
+                                      : (Hooks::kForwardsKV ? kDefaultVariant & ~8 : kDefaultVariant);
   using Traits = AttnTraits<Element, kHeadDim, kBlockN, kCausal, kBlockM / 64 / kClusterM, kClusterM,
-                            kVariant>;
+                            kBits>;
   static_assert(Traits::kBlockM * kClusterM == kBlockM, "kBlockM: 64 rows per consumer warpgroup");
   using Kernel = AttentionFwdSm90<Traits, Hooks>;
   using Mainloop = typename Kernel::Mainloop;

@@ -68,12 +68,13 @@ struct AttnTraits {
   //          and O): V_n's stage is released only when its PV GEMM is done, one block after
   //          K_n's (released when S_n is done), so with equal depths V's load has about one
   //          KV block of lead over its use, K's about two.
+  //          (only where the extra stage fits beside Q, O and K, and below 4 stages).
+  static constexpr bool kDeepVFits =
+      kStages < 4 && 2 * kTileBytes + 1024 + (2 * kStages + 1) * (kStageBytes / 2) <= kSmemLimit;
+  static constexpr int kStagesK = kStages;
+  static constexpr int kStagesV = (kVariant & 8) != 0 && kDeepVFits ? kStages + 1 : kStages;
   //   bit 4: P converted to bf16 on the integer pipe (mainloop convert_to_element), not F2FP
   static constexpr bool kIntConvertP = (kVariant & 16) != 0;
-  static constexpr int kStagesK = kStages;
-  static constexpr int kStagesV = (kVariant & 8) != 0 ? kStages + 1 : kStages;
-  static_assert(2 * kTileBytes + 1024 + (kStagesK + kStagesV) * (kStageBytes / 2) <= kSmemLimit,
-                "the deeper V ring does not fit beside Q, O and K");
 
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
   static constexpr bool kPingPong = true;
