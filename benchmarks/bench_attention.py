@@ -117,6 +117,7 @@ VARIANT_DOC = {
     13: "5 + 9",
     17: "1 + P to bf16 on the integer pipe (no F2FP)",
     21: "5 + 17",
+    33: "1 + O rescaled at the end of a step (FA3's d<=128 place)",
 }
 
 

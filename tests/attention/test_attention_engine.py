@@ -221,13 +221,13 @@ VARIANT_CASES = [  # bf16, d = 128: the variants' kernels (b, s, s_kv, h, h_kv, 
 ]
 
 
-@pytest.mark.parametrize("variant", [1, 3, 5, 9, 13, 17, 21])
+@pytest.mark.parametrize("variant", [1, 3, 5, 9, 13, 17, 21, 33])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("case", VARIANT_CASES)
 def test_mainloop_variants(variant, causal, case, monkeypatch) -> None:
     """The mainloop variants under measurement (MKERNEL_ATTN_VARIANT, attention_variants_*.cu:
     partial-chain row reductions, exp2 partly on the FMA pipe, a deeper V ring, P converted on
-    the integer pipe) against the fp64 reference with
+    the integer pipe, the late O rescale) against the fp64 reference with
     the default kernel's tolerances; rows that see no key still give out 0 / lse -inf."""
     b, s, s_kv, h, h_kv, d = case
     gen = torch.Generator(device="cuda").manual_seed(hash((case, causal, variant)) % 2**31)

@@ -61,7 +61,7 @@ struct Problem {
 };
 
 // The built mainloop variants besides 0 (benchmarks/bench_attention.py --variants).
-inline constexpr int kVariants[] = {1, 3, 5, 9, 13, 17, 21};
+inline constexpr int kVariants[] = {1, 3, 5, 9, 13, 17, 21, 33};
 
 struct Launch {
   cudaStream_t stream = nullptr;

@@ -75,6 +75,9 @@ struct AttnTraits {
   static constexpr int kStagesV = (kVariant & 8) != 0 && kDeepVFits ? kStages + 1 : kStages;
   //   bit 4: P converted to bf16 on the integer pipe (mainloop convert_to_element), not F2FP
   static constexpr bool kIntConvertP = (kVariant & 16) != 0;
+  //   bit 5: O rescaled at the end of a step (after its PV GEMM's wait, beside the softmax's
+  //          tail: FA3's place for d <= 128) instead of between the S and PV GEMM issues
+  static constexpr bool kLateRescale = (kVariant & 32) != 0;
 
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
   static constexpr bool kPingPong = true;

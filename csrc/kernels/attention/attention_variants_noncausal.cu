@@ -7,6 +7,7 @@
 //   13: 5 + 9
 //   17: 1 + P converted to bf16 on the integer pipe instead of F2FP
 //   21: 5 + 17
+//   33: 1 + O rescaled at the end of a step (FA3's place for d <= 128), not between the GEMMs
 // The one that measures fastest becomes the default (AttnTraits), and these files go.
 #include "attention_launch.cuh"
 
@@ -23,6 +24,7 @@ cudaError_t run_bf16_d128_m128_n128_variant_noncausal(const Problem& p, const La
     case 13: return launch_attention<E, 128, 128, 128, false, NoHooks, 13>(p, l, h);
     case 17: return launch_attention<E, 128, 128, 128, false, NoHooks, 17>(p, l, h);
     case 21: return launch_attention<E, 128, 128, 128, false, NoHooks, 21>(p, l, h);
+    case 33: return launch_attention<E, 128, 128, 128, false, NoHooks, 33>(p, l, h);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -527,6 +527,8 @@ struct MainloopFwdSm90 {
       pipeline_k.consumer_release(k_state(kv_read));
       mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
       p_frag = convert_to_element(acc_s);
+      // Late rescale: O is still zero here, and the first block's factor is 0 (max from -inf).
+      if constexpr (Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
       StateV v_read = v_state(kv_read);  // V of the block in p_frag
       ++kv_read;
 
@@ -537,8 +539,9 @@ struct MainloopFwdSm90 {
         scheduler_barrier_sync(warp_group);
         gemm_qk(k_state(kv_read).index());
         // O to the running max of the block in p_frag (its softmax's factor) while the tensor
-        // cores run S_n, before that block's PV GEMM accumulates into O.
-        softmax.rescale(acc_o_rc, factor);
+        // cores run S_n, before that block's PV GEMM accumulates into O (Traits::kLateRescale:
+        // done at the end of the previous step instead).
+        if constexpr (!Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
         pipeline_v.consumer_wait(v_read);
         gemm_pv(v_read.index());
         scheduler_barrier_arrive(warp_group);
@@ -552,6 +555,7 @@ struct MainloopFwdSm90 {
         warpgroup_fence_operand(tOrP);
         pipeline_v.consumer_release(v_read);
         p_frag = convert_to_element(acc_s);
+        if constexpr (Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
         v_read = v_state(kv_read);
         ++kv_read;
       }
@@ -562,7 +566,7 @@ struct MainloopFwdSm90 {
       // Last PV GEMM.
       pipeline_v.consumer_wait(v_read);
       scheduler_barrier_sync(warp_group);
-      softmax.rescale(acc_o_rc, factor);
+      if constexpr (!Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
       gemm_pv(v_read.index());
       scheduler_barrier_arrive(warp_group);
       warpgroup_wait<0>();
