@@ -221,14 +221,13 @@ VARIANT_CASES = [  # bf16, d = 128: the variants' kernels (b, s, s_kv, h, h_kv, 
 ]
 
 
-@pytest.mark.parametrize("variant", [1, 3, 5, 9, 13, 17, 21, 33])
+@pytest.mark.parametrize("variant", [8, 9, 64])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("case", VARIANT_CASES)
 def test_mainloop_variants(variant, causal, case, monkeypatch) -> None:
-    """The mainloop variants under measurement (MKERNEL_ATTN_VARIANT, attention_variants_*.cu:
-    partial-chain row reductions, exp2 partly on the FMA pipe, a deeper V ring, P converted on
-    the integer pipe, the late O rescale) against the fp64 reference with
-    the default kernel's tolerances; rows that see no key still give out 0 / lse -inf."""
+    """The built mainloop variants (MKERNEL_ATTN_VARIANT, attention_variants_*.cu: the deep V
+    ring alone, the default, the pre-session-8 default) against the fp64 reference with the
+    default kernel's tolerances; rows that see no key still give out 0 / lse -inf."""
     b, s, s_kv, h, h_kv, d = case
     gen = torch.Generator(device="cuda").manual_seed(hash((case, causal, variant)) % 2**31)
     q, k, v = (torch.randn(b, n, hh, d, device="cuda", dtype=torch.bfloat16, generator=gen)
@@ -258,7 +257,7 @@ def test_mainloop_variant_switch_reaches_the_kernel(monkeypatch) -> None:
     monkeypatch.setenv("MKERNEL_ATTN_VARIANT", "2")
     with pytest.raises(ValueError, match="variant"):
         mkernel.attention(q, q, q)
-    monkeypatch.setenv("MKERNEL_ATTN_VARIANT", "5")
+    monkeypatch.setenv("MKERNEL_ATTN_VARIANT", "9")
     out, _ = mkernel.attention(q.half(), q.half(), q.half())
     ref, _ = attention_ref(q.half(), q.half(), q.half(), False)
     assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2

@@ -57,8 +57,11 @@ struct AttnTraits {
   // S=8192: 0.78x vs 0.89x; benchmarks/NOTES.md), so ptxas's order stays.
   static constexpr bool kSoftmaxAheadOfPvWait = false;
 
-  // Mainloop variants under measurement (session 8; bf16 d=128 128x128 plain kernels only,
-  // picked at run time by Problem::variant, benchmarks/NOTES.md): a bit set.
+  // Mainloop variants (session 8; a bit set): the default kernel of bf16 d=128 128x128 (no
+  // hooks) is built with 9 = bits 0 + 3 (attention_launch.cuh kDefaultVariant), every other
+  // kernel with 0; others by Problem::variant (attention_variants_*.cu). Measured in session
+  // 8's device run 2 against 0 (benchmarks/NOTES.md, Attention engine item 5): 9 +2..+9%; bit 0
+  // alone -1..-4%, bits 1-2 -15..-25%, bit 4 and bit 5 -1..-4% (code kept, off).
   //   bit 0: the softmax's row max and row sum as 4 independent partial chains (softmax.hpp)
   //   bits 1-2: exp2 of 2, 4 or 6 of every 8 scores on the FMA pipe instead of MUFU (exp2_fma)
   static constexpr int kVariant = kVariant_;

@@ -46,7 +46,8 @@ CUTE_DEVICE float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// exp2 on the FMA pipe (measurement variant, AttnTraits::kExpEmuPer8): the MUFU unit does 16
+// exp2 on the FMA pipe (AttnTraits::kExpEmuPer8; measured 15-25% SLOWER with 2 or 4 of every
+// 8 exps here, session 8 run 2: off, no kernel built with it): the MUFU unit does 16
 // exp2 per clock per SM (a warp instruction occupies it 8 cycles) and, at d = 128, one
 // warpgroup's softmax puts ~66 EX2 per thread through it in the window of the other
 // warpgroup's two GEMMs; an FMA-pipe exp2 costs ~7 issue slots but no MUFU time.
@@ -66,7 +67,8 @@ CUTE_DEVICE float exp2_fma(float x) {
   return __uint_as_float(__float_as_uint(p) + (__float_as_uint(t) << 23));
 }
 
-// kTreeReduce: each row's max and sum over this thread's columns as 4 independent partial
+// kTreeReduce (on in the bf16 d=128 default kernel, variant 9; alone it measured -1..-4%, with
+// the deep V ring +2..+9%): each row's max and sum over this thread's columns as 4 independent partial
 // chains (combined at the end) instead of one dependent chain of kBlockN / 4 FMNMX / FADD —
 // the max gates every exp of the row, so its chain latency sits on the softmax's critical
 // path. kExpEmuPer8: of every 8 columns, this many take exp2_fma instead of MUFU.EX2 (0: none).
