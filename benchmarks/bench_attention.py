@@ -18,6 +18,7 @@ issue allows), against SDPA flash and cuDNN forward + backward; FLOPs 3.5x the f
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 
@@ -107,6 +108,26 @@ def main_backward(args) -> None:
     print(write_result("attention_bwd", payload))
 
 
+# What each mainloop variant changes (AttnTraits::kVariant bits; attention_variants_*.cu).
+# Session 8's run 2 measured 1, 3, 5, 9, 13, 17, 21, 33 (benchmarks/NOTES.md); 9 is now the default.
+VARIANT_DOC = {
+    8: "V one stage deeper than K (K 2, V 3 stages)",
+    9: "8 + softmax row max/sum as 4 partial chains (the default since session 8)",
+    64: "the default before session 8 (no variant bits)",
+}
+
+
+def with_variant(var: int, fn):
+    """fn run with MKERNEL_ATTN_VARIANT=var (the engine's measurement switch), unset after."""
+    def run():
+        os.environ["MKERNEL_ATTN_VARIANT"] = str(var)
+        try:
+            return fn()
+        finally:
+            os.environ.pop("MKERNEL_ATTN_VARIANT", None)
+    return run
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="S=8192, d=128 only")
@@ -116,7 +137,14 @@ def main() -> None:
     ap.add_argument("--backward", action="store_true", help="forward + backward")
     ap.add_argument("--skip-cluster", action="store_true",
                     help="leave out the cluster tile columns (alt2 256x128, alt3 256x160)")
+    ap.add_argument("--skip-alt", action="store_true",
+                    help="leave out every opt-in tile column (128x160 and the clusters)")
+    ap.add_argument("--variants", type=str, default="",
+                    help="comma-separated mainloop variants (bf16 d=128 128x128; "
+                         "MKERNEL_ATTN_VARIANT, csrc/kernels/attention/attention_variants_*.cu), "
+                         "each a column mkernel_v<N> beside the default, e.g. 8,64")
     args = ap.parse_args()
+    variants = [int(x) for x in args.variants.split(",") if x]
     if args.backward:
         main_backward(args)
         return
@@ -143,6 +171,12 @@ def main() -> None:
                     alts = [("mkernel_alt", (128, 160))]
                     if not args.skip_cluster:
                         alts += [("mkernel_alt2", (256, 128)), ("mkernel_alt3", (256, 160))]
+                if args.skip_alt:
+                    alts = []
+                if d == 128:
+                    for var in variants:
+                        cands[f"mkernel_v{var}"] = [with_variant(var, lambda q=q, k=k, v=v, c=causal: mkernel.attention(q, k, v, causal=c))
+                                                    for q, k, v in sets]
                 for col, (bm, bn) in alts:
                     cands[col] = [lambda q=q, k=k, v=v, bm=bm, bn=bn, c=causal: mkernel.attention(q, k, v, causal=c, block_m=bm, block_n=bn)
                                   for q, k, v in sets]
@@ -157,6 +191,9 @@ def main() -> None:
                 row["ratio_vs_flash"] = row["flash_ms"] / row["mkernel_ms"]
                 rows.append(row)
                 extra = ""
+                for var in (variants if d == 128 else []):
+                    row[f"ratio_v{var}_vs_cudnn"] = row["cudnn_ms"] / row[f"mkernel_v{var}_ms"]
+                    extra += f"  v{var} {row[f'mkernel_v{var}_tflops']:6.1f}"
                 for col, (bm, bn) in alts:
                     row[col.replace("mkernel_", "") + "_tile"] = f"{bm}x{bn}"
                     extra += f"  {bm}x{bn} {row[col + '_tflops']:6.1f}"
@@ -166,6 +203,7 @@ def main() -> None:
             del sets
     payload = {"bench": "attention_fwd", "device": device_info(), "commit": commit(),
                "method": f"interleaved CUDA events, 5 warm-up, median of {args.iters}, 3 rotated input sets",
+               "variants": {str(v): VARIANT_DOC.get(v, "?") for v in variants},
                "rows": rows,
                "geomean_ratio_vs_cudnn": statistics.geometric_mean([r["ratio_vs_cudnn"] for r in rows])}
     print(write_result("attention", payload))

@@ -10,6 +10,7 @@
 // Holds the op's validator and its Meta, CPU-reference and CUDA kernels. The CUDA kernel is
 // the engine of csrc/kernels/attention/ (bf16/fp16, d 64 or 128); the CPU kernel is the fp32
 // reference the tests and the host paths use (fp32, bf16 and fp16 inputs, any d).
+#include <cstdlib>
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -143,6 +144,13 @@ std::tuple<at::Tensor, at::Tensor> launch_engine(const at::Tensor& q, const at::
   p.dtype = q.scalar_type() == at::kBFloat16 ? attention::DType::kBF16 : attention::DType::kFP16;
   p.block_m = static_cast<int>(block_m);
   p.block_n = static_cast<int>(block_n);
+  // Measurement switch (benchmarks/bench_attention.py --variants): MKERNEL_ATTN_VARIANT=N runs
+  // mainloop variant N (attention_variants_*.cu) for the calls it is built for (plain, bf16,
+  // d = 128, the 128x128 tile); every other call ignores it.
+  if (hooks == nullptr && p.dtype == attention::DType::kBF16 && d == 128 &&
+      (block_m == 0 || block_m == 128) && (block_n == 0 || block_n == 128)) {
+    if (const char* var = std::getenv("MKERNEL_ATTN_VARIANT")) p.variant = std::atoi(var);
+  }
   attention::Launch launch;
   launch.stream = at::cuda::getCurrentCUDAStream();
   const char* reason = nullptr;

@@ -54,7 +54,15 @@ struct Problem {
   int zz_world = 0;
   int zz_rank = 0;
   int zz_chunk = 0;
+  // Mainloop variant under measurement (AttnTraits::kVariant, attention_variants_*.cu): 0 = the
+  // default kernels; kVariants lists the built ones (bf16, d = 128, 128x128, plain kernels
+  // only — run_hooked rejects a nonzero variant).
+  int variant = 0;
 };
+
+// The built mainloop variants (benchmarks/bench_attention.py --variants; variant 0 = the
+// default kernel, which for bf16 d=128 128x128 is variant 9: attention_launch.cuh).
+inline constexpr int kVariants[] = {8, 9, 64};
 
 struct Launch {
   cudaStream_t stream = nullptr;

@@ -12,6 +12,10 @@ namespace mkernel::attention {
 #include "instances.inc"
 #undef ATTN_CASE
 
+// attention_variants_*.cu: the bf16 d=128 128x128 plain kernel's mainloop variants.
+cudaError_t run_bf16_d128_m128_n128_variant_noncausal(const Problem& p, const Launch& l);
+cudaError_t run_bf16_d128_m128_n128_variant_causal(const Problem& p, const Launch& l);
+
 namespace {
 
 using RunFn = cudaError_t (*)(const Problem&, const Launch&, const HookArgs*);
@@ -85,6 +89,15 @@ const char* can_implement(const Problem& p, bool hooked) {
   if (p.head_dim != 64 && p.head_dim != 128) return "head_dim must be 64 or 128";
   if (!(p.softmax_scale > 0.f) || !std::isfinite(p.softmax_scale))
     return "softmax_scale must be finite and > 0";
+  if (p.variant != 0) {
+    bool built = false;
+    for (int v : kVariants) built = built || v == p.variant;
+    if (!built) return "variant: not a built mainloop variant (attention_api.h kVariants)";
+    if (hooked) return "variant: the mainloop variants are plain kernels only (no hooks)";
+    if (p.dtype != DType::kBF16 || p.head_dim != 128 || p.zz_world > 0 ||
+        (p.block_m != 0 && p.block_m != 128) || (p.block_n != 0 && p.block_n != 128))
+      return "variant: built for bf16, head_dim 128, the 128x128 tile only";
+  }
   if (find_case(p, hooked) == nullptr)
     return "no kernel built for this block_m/block_n with this dtype, head_dim and causal mode "
            "(instances.inc)";
@@ -106,6 +119,10 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
   if (const char* why = can_implement(p, hooked)) {
     if (reason != nullptr) *reason = why;
     return cudaErrorInvalidValue;
+  }
+  if (p.variant != 0) {
+    return p.causal ? run_bf16_d128_m128_n128_variant_causal(p, l)
+                    : run_bf16_d128_m128_n128_variant_noncausal(p, l);
   }
   return find_case(p, hooked)->run(p, l, h);
 }

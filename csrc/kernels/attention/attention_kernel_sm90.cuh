@@ -25,6 +25,11 @@
 
 namespace mkernel::attention {
 
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+
 template <class Traits_, class Hooks_>
 class AttentionFwdSm90 {
  public:
@@ -92,49 +97,48 @@ class AttentionFwdSm90 {
     }
 
     using PipelineQ = typename Mainloop::PipelineQ;
-    using PipelineKV = typename Mainloop::PipelineKV;
+    using PipelineK = typename Mainloop::PipelineK;
+    using PipelineV = typename Mainloop::PipelineV;
     const bool is_loader = role == WarpGroupRole::Producer && producer_role == ProducerWarpRole::Load;
-    auto pipe_params = [&](uint32_t bytes) {
-      typename PipelineKV::Params pp;
+    // The Params of pipeline type Pipe (Q's, K's and V's differ in their stage count).
+    auto pipe_params = [&](auto pipe_tag, uint32_t bytes) {
+      using Pipe = typename decltype(pipe_tag)::type;
+      typename Pipe::Params pp;
       pp.transaction_bytes = bytes;
-      pp.role = is_loader ? PipelineKV::ThreadCategory::Producer
-                          : (role == WarpGroupRole::Producer ? PipelineKV::ThreadCategory::NonParticipant
-                                                             : PipelineKV::ThreadCategory::Consumer);
+      pp.role = is_loader ? Pipe::ThreadCategory::Producer
+                          : (role == WarpGroupRole::Producer ? Pipe::ThreadCategory::NonParticipant
+                                                             : Pipe::ThreadCategory::Consumer);
       pp.is_leader = is_loader && lane_idx == 0;
       pp.num_consumers = kNumMmaThreads;
       return pp;
     };
-    typename PipelineQ::Params q_params;
-    {
-      auto pp = pipe_params(Traits::kTmaBytesQ);
-      q_params.transaction_bytes = pp.transaction_bytes;
-      q_params.role = static_cast<typename PipelineQ::ThreadCategory>(pp.role);
-      q_params.is_leader = pp.is_leader;
-      q_params.num_consumers = pp.num_consumers;
-    }
+    constexpr TypeTag<PipelineQ> kTagQ{};
+    constexpr TypeTag<PipelineK> kTagK{};
+    constexpr TypeTag<PipelineV> kTagV{};
+    const typename PipelineQ::Params q_params = pipe_params(kTagQ, Traits::kTmaBytesQ);
     // With a cluster, a stage's empty barrier counts the releases of both CTAs' consumers
     // (each CTA's producer multicasts into both); Q is loaded by each CTA for itself, but its
     // pipeline takes the cluster shape too so that its releases follow the same protocol (the
     // CTAs run the same tile sequence, so Q's releases come in step).
     using ClusterShape = Shape<Int<Traits::kClusterM>, _1, _1>;
     PipelineQ::init_barriers(shared.pipelines.q, q_params, ClusterShape{});
-    PipelineKV::init_barriers(shared.pipelines.k, pipe_params(Traits::kTmaBytesKV), ClusterShape{});
-    PipelineKV::init_barriers(shared.pipelines.v, pipe_params(Traits::kTmaBytesKV), ClusterShape{});
+    PipelineK::init_barriers(shared.pipelines.k, pipe_params(kTagK, Traits::kTmaBytesKV), ClusterShape{});
+    PipelineV::init_barriers(shared.pipelines.v, pipe_params(kTagV, Traits::kTmaBytesKV), ClusterShape{});
     // Each role makes its pipeline handles after its register reconfiguration: a consumer's
     // release targets (which CTA of the cluster a thread signals) would otherwise be live
     // through the producer's 24-register section, and spill.
     struct Pipelines {
       PipelineQ q;
-      PipelineKV k;
-      PipelineKV v;
+      PipelineK k;
+      PipelineV v;
     };
     auto make_pipelines = [&] {
       return Pipelines{
           PipelineQ(shared.pipelines.q, q_params, ClusterShape{}, cute::false_type{}, cute::true_type{}),
-          PipelineKV(shared.pipelines.k, pipe_params(Traits::kTmaBytesKV), ClusterShape{},
-                     cute::false_type{}, cute::true_type{}),
-          PipelineKV(shared.pipelines.v, pipe_params(Traits::kTmaBytesKV), ClusterShape{},
-                     cute::false_type{}, cute::true_type{})};
+          PipelineK(shared.pipelines.k, pipe_params(kTagK, Traits::kTmaBytesKV), ClusterShape{},
+                    cute::false_type{}, cute::true_type{}),
+          PipelineV(shared.pipelines.v, pipe_params(kTagV, Traits::kTmaBytesKV), ClusterShape{},
+                    cute::false_type{}, cute::true_type{})};
     };
     // Barriers initialised before any thread (of the cluster: remote releases) uses them.
     if constexpr (Traits::kClusterM > 1) {
@@ -164,7 +168,7 @@ class AttentionFwdSm90 {
       auto& pipeline_k = pipes.k;
       auto& pipeline_v = pipes.v;
       auto q_write = cutlass::make_producer_start_state<PipelineQ>();
-      auto kv_write = cutlass::make_producer_start_state<PipelineKV>();
+      auto kv_write = Mainloop::producer_start_kv();
       if (lane_idx == 0) {
         for (int t = first_tile();; t += tile_stride()) {
           const WorkTile work = get_tile(params.scheduler, t);
@@ -174,8 +178,8 @@ class AttentionFwdSm90 {
                                         work);
         }
         // Keep the CTA alive until the consumers released every stage this warp filled.
-        pipeline_k.producer_tail(kv_write);
-        pipeline_v.producer_tail(kv_write);
+        pipeline_k.producer_tail(Mainloop::k_state(kv_write));
+        pipeline_v.producer_tail(Mainloop::v_state(kv_write));
         pipeline_q.producer_tail(q_write);
       }
       __syncwarp();
@@ -196,7 +200,7 @@ class AttentionFwdSm90 {
         if (!work.valid) break;
         Tensor acc_o = partition_fragment_C(tiled_mma_pv, select<0, 2>(typename Traits::TileShapeMNK{}));
         constexpr int kRows = decltype(size<0>(rowcol(acc_o.layout())))::value;
-        OnlineSoftmax<kRows> softmax(params.mainloop.scale_log2);
+        OnlineSoftmax<kRows, Traits::kTreeReduce, Traits::kExpEmuPer8> softmax(params.mainloop.scale_log2);
         mainloop.template mma<Hooks::kZigzag>(params.mainloop, pipeline_q, pipeline_k, pipeline_v, q_read, kv_read,
                      shared.tensors.mainloop, work, mma_thread_idx, acc_o, softmax);
         Tensor acc_o_rc = rowcol_view(acc_o);

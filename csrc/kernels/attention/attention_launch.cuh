@@ -15,11 +15,28 @@ namespace mkernel::attention {
 
 // kBlockM: the query rows of one CTA (64 per consumer warpgroup: 128 or 192), or 256 = a
 // cluster of two 128-row CTAs sharing every K/V block by TMA multicast (non-causal).
-template <class Element, int kHeadDim, int kBlockM, int kBlockN, bool kCausal, class Hooks>
+// The mainloop variant bits (AttnTraits::kVariant) the default kernel of bf16, d = 128, the
+// 128x128 tile, no hooks is built with: 9 = a V ring one stage deeper than K (+ the 4-chain
+// row reductions), measured +3..+9% over the old default at S = 2048-16384 in session 8's
+// device run 2, where its correctness tests ran too (benchmarks/NOTES.md, Attention engine
+// item 5). Every other kernel (fp16, d = 64, other tiles, the hooked ring kernels) keeps
+// variant 0 until it is measured and tested with it (the forwarding hooks' staging buffers
+// leave no room for the extra V stage anyway).
+inline constexpr int kDefaultVariant = 9;
+
+// kVariant: AttnTraits::kVariant (mainloop variants under measurement); -1: the default
+// (kDefaultVariant where it applies, else 0).
+template <class Element, int kHeadDim, int kBlockM, int kBlockN, bool kCausal, class Hooks,
+          int kVariant = -1>
 cudaError_t launch_attention(const Problem& pr, const Launch& l,
                              typename Hooks::Params const& hooks) {
   constexpr int kClusterM = kBlockM == 256 ? 2 : 1;
-  using Traits = AttnTraits<Element, kHeadDim, kBlockN, kCausal, kBlockM / 64 / kClusterM, kClusterM>;
+  constexpr bool kDefaultApplies = std::is_same_v<Hooks, NoHooks> &&
+                                   std::is_same_v<Element, cutlass::bfloat16_t> && kHeadDim == 128 &&
+                                   kBlockM == 128 && kBlockN == 128;
+  constexpr int kBits = kVariant >= 0 ? kVariant : (kDefaultApplies ? kDefaultVariant : 0);
+  using Traits = AttnTraits<Element, kHeadDim, kBlockN, kCausal, kBlockM / 64 / kClusterM, kClusterM,
+                            kBits>;
   static_assert(Traits::kBlockM * kClusterM == kBlockM, "kBlockM: 64 rows per consumer warpgroup");
   using Kernel = AttentionFwdSm90<Traits, Hooks>;
   using Mainloop = typename Kernel::Mainloop;

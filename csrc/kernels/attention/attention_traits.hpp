@@ -14,7 +14,7 @@
 namespace mkernel::attention {
 
 template <class Element_, int kHeadDim_, int kBlockN_, bool kCausal_, int kNumMmaWarpGroups_ = 2,
-          int kClusterM_ = 1>
+          int kClusterM_ = 1, int kVariant_ = 0>
 struct AttnTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -57,6 +57,31 @@ struct AttnTraits {
   // S=8192: 0.78x vs 0.89x; benchmarks/NOTES.md), so ptxas's order stays.
   static constexpr bool kSoftmaxAheadOfPvWait = false;
 
+  // Mainloop variants (session 8; a bit set): the default kernel of bf16 d=128 128x128 (no
+  // hooks) is built with 9 = bits 0 + 3 (attention_launch.cuh kDefaultVariant), every other
+  // kernel with 0; others by Problem::variant (attention_variants_*.cu). Measured in session
+  // 8's device run 2 against 0 (benchmarks/NOTES.md, Attention engine item 5): 9 +2..+9%; bit 0
+  // alone -1..-4%, bits 1-2 -15..-25%, bit 4 and bit 5 -1..-4% (code kept, off).
+  //   bit 0: the softmax's row max and row sum as 4 independent partial chains (softmax.hpp)
+  //   bits 1-2: exp2 of 2, 4 or 6 of every 8 scores on the FMA pipe instead of MUFU (exp2_fma)
+  static constexpr int kVariant = kVariant_;
+  static constexpr bool kTreeReduce = (kVariant & 1) != 0;
+  static constexpr int kExpEmuPer8 = ((kVariant >> 1) & 3) * 2;
+  //   bit 3: V one stage deeper than K (d=128 128x128: K 2 + V 3 stages = 160 KiB, beside Q
+  //          and O): V_n's stage is released only when its PV GEMM is done, one block after
+  //          K_n's (released when S_n is done), so with equal depths V's load has about one
+  //          KV block of lead over its use, K's about two.
+  //          (only where the extra stage fits beside Q, O and K, and below 4 stages).
+  static constexpr bool kDeepVFits =
+      kStages < 4 && 2 * kTileBytes + 1024 + (2 * kStages + 1) * (kStageBytes / 2) <= kSmemLimit;
+  static constexpr int kStagesK = kStages;
+  static constexpr int kStagesV = (kVariant & 8) != 0 && kDeepVFits ? kStages + 1 : kStages;
+  //   bit 4: P converted to bf16 on the integer pipe (mainloop convert_to_element), not F2FP
+  static constexpr bool kIntConvertP = (kVariant & 16) != 0;
+  //   bit 5: O rescaled at the end of a step (after its PV GEMM's wait, beside the softmax's
+  //          tail: FA3's place for d <= 128) instead of between the S and PV GEMM issues
+  static constexpr bool kLateRescale = (kVariant & 32) != 0;
+
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
   static constexpr bool kPingPong = true;
 
@@ -78,11 +103,11 @@ struct AttnTraits {
       cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
   using SmemLayoutK = decltype(cute::tile_to_shape(
       cute::GMMA::Layout_K_SW128_Atom<Element>{},
-      cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStages>>{}));
+      cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStagesK>>{}));
   // V^T as the PV GEMM's B operand: (d, kBlockN) with d contiguous (MN-major).
   using SmemLayoutVt = decltype(cute::tile_to_shape(
       cute::GMMA::Layout_MN_SW128_Atom<Element>{},
-      cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{}));
+      cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStagesV>>{}));
 
   static constexpr uint32_t kTmaBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kTmaBytesKV = kBlockN * kHeadDim * sizeof(Element);

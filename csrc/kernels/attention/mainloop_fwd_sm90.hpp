@@ -40,9 +40,39 @@ struct MainloopFwdSm90 {
   using SmemLayoutVt = typename Traits::SmemLayoutVt;
 
   using PipelineQ = cutlass::PipelineTmaAsync<1>;
-  using PipelineKV = cutlass::PipelineTmaAsync<kStages>;
   using StateQ = cutlass::PipelineState<1>;
-  using StateKV = cutlass::PipelineState<kStages>;
+  // K and V rings: kStages deep each, or V one deeper (Traits::kStagesV, a variant). With equal
+  // depths one PipelineState walks both; otherwise a pair, advanced together.
+  static constexpr int kStagesK = Traits::kStagesK;
+  static constexpr int kStagesV = Traits::kStagesV;
+  using PipelineK = cutlass::PipelineTmaAsync<kStagesK>;
+  using PipelineV = cutlass::PipelineTmaAsync<kStagesV>;
+  using PipelineKV = PipelineK;
+  using StateK = cutlass::PipelineState<kStagesK>;
+  using StateV = cutlass::PipelineState<kStagesV>;
+  struct StatePairKV {
+    StateK k;
+    StateV v;
+    CUTLASS_DEVICE StatePairKV& operator++() {
+      ++k;
+      ++v;
+      return *this;
+    }
+  };
+  static constexpr bool kOneStateKV = kStagesK == kStagesV;
+  using StateKV = std::conditional_t<kOneStateKV, StateK, StatePairKV>;
+  CUTLASS_DEVICE static StateK& k_state(StateKV& s) {
+    if constexpr (kOneStateKV) return s;
+    else return s.k;
+  }
+  CUTLASS_DEVICE static StateV& v_state(StateKV& s) {
+    if constexpr (kOneStateKV) return s;
+    else return s.v;
+  }
+  CUTLASS_DEVICE static StateKV producer_start_kv() {
+    if constexpr (kOneStateKV) return cutlass::make_producer_start_state<PipelineK>();
+    else return {cutlass::make_producer_start_state<PipelineK>(), cutlass::make_producer_start_state<PipelineV>()};
+  }
 
   // Global tensors as TMA sees them: Q/K/O (seq, d, (head, batch)); Vᵀ (d, seq, (head, batch)).
   using ShapeSeqD = cute::Shape<int32_t, int32_t, cute::Shape<int32_t, int32_t>>;
@@ -77,8 +107,8 @@ struct MainloopFwdSm90 {
   };
   struct PipelineStorage {
     alignas(16) typename PipelineQ::SharedStorage q;
-    alignas(16) typename PipelineKV::SharedStorage k;
-    alignas(16) typename PipelineKV::SharedStorage v;
+    alignas(16) typename PipelineK::SharedStorage k;
+    alignas(16) typename PipelineV::SharedStorage v;
   };
 
   struct Arguments {
@@ -232,7 +262,7 @@ struct MainloopFwdSm90 {
   // Producer: one thread (the issuing lane of the producer warp) runs this per work tile.
   template <class Hooks>
   CUTLASS_DEVICE void load(Params const& p, typename Hooks::Params const& hooks,
-                           PipelineQ& pipeline_q, PipelineKV& pipeline_k, PipelineKV& pipeline_v,
+                           PipelineQ& pipeline_q, PipelineK& pipeline_k, PipelineV& pipeline_v,
                            StateQ& q_write, StateKV& kv_write, TensorStorage& smem,
                            WorkTile const& work) {
     using namespace cute;
@@ -282,10 +312,12 @@ struct MainloopFwdSm90 {
     for (int n = prev_block<kZZ>(p, work.m_block, n_max, n_min); n >= n_min;
          n = prev_block<kZZ>(p, work.m_block, n, n_min)) {
       if constexpr (Hooks::kWaitsForKV) Hooks::wait_kv(hooks, work.batch, head_kv, n);
-      pipeline_k.producer_acquire(kv_write);
-      copy(tma_k(*pipeline_k.producer_get_barrier(kv_write)), tKgK(_, n), tKsK(_, kv_write.index()));
-      pipeline_v.producer_acquire(kv_write);
-      copy(tma_v(*pipeline_v.producer_get_barrier(kv_write)), tVgV(_, n), tVsV(_, kv_write.index()));
+      StateK& k_write = k_state(kv_write);
+      StateV& v_write = v_state(kv_write);
+      pipeline_k.producer_acquire(k_write);
+      copy(tma_k(*pipeline_k.producer_get_barrier(k_write)), tKgK(_, n), tKsK(_, k_write.index()));
+      pipeline_v.producer_acquire(v_write);
+      copy(tma_v(*pipeline_v.producer_get_barrier(v_write)), tVgV(_, n), tVsV(_, v_write.index()));
       ++kv_write;
     }
   }
@@ -317,8 +349,9 @@ struct MainloopFwdSm90 {
 
   // Sets the scores of S (rows, cols view) that block n must not see to -inf: keys past seq_kv
   // (ragged tail) and, under causal masking, keys right of the bottom-right diagonal.
+  // Returns whether it masked (false: the block is wholly visible, no -inf written).
   template <bool kZZ, class TensorS, class TensorC>
-  CUTLASS_DEVICE static void apply_mask(Params const& p, TensorS& s_rc, TensorC const& tScS,
+  CUTLASS_DEVICE static bool apply_mask(Params const& p, TensorS& s_rc, TensorC const& tScS,
                                         int m_block, int n) {
     using namespace cute;
     const int col0 = n * kBlockN;
@@ -329,13 +362,13 @@ struct MainloopFwdSm90 {
         if (p.zz_world > 0) {  // only diagonal chunks mask: positions from the chunks' starts
           int m_in, chunk, in;
           p.zz_n_blocks(chunk, in, n);
-          if (zz_key_chunk_of(p, chunk) != zz_query_chunk(p, m_block, m_in)) return;
+          if (zz_key_chunk_of(p, chunk) != zz_query_chunk(p, m_block, m_in)) return false;
           shift = m_in * kBlockM + chunk * p.zz_chunk;
         }
       }
       need = need || col0 + kBlockN - 1 > shift;
     }
-    if (!need) return;
+    if (!need) return false;
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < size<0>(s_rc); ++r) {
       const int row = get<0>(tScS(r, 0));
@@ -347,17 +380,52 @@ struct MainloopFwdSm90 {
         if (masked) s_rc(r, c) = -INFINITY;
       }
     }
+    return true;
   }
 
-  // fp32 accumulator -> Element fragment of the same layout (paired conversions).
+  // Masking and the online softmax of one block. With FMA-pipe exps (Softmax::kExpEmu), a
+  // masked block takes the all-MUFU copy of the softmax (exact 0 for -inf), a visible one the
+  // mixed copy: a warp-uniform branch between two unrolled copies.
+  template <bool kZZ, class Softmax, class TensorS, class TensorC, int kRows>
+  CUTLASS_DEVICE static void mask_and_softmax(Params const& p, Softmax& softmax, TensorS& s_rc,
+                                              TensorC const& tScS, int m_block, int n,
+                                              float (&factor)[kRows]) {
+    const bool masked = apply_mask<kZZ>(p, s_rc, tScS, m_block, n);
+    if constexpr (Softmax::kExpEmu > 0) {
+      if (masked) {
+        softmax.template step<true>(s_rc, factor);
+      } else {
+        softmax.template step<false>(s_rc, factor);
+      }
+    } else {
+      softmax.step(s_rc, factor);
+    }
+  }
+
+  // fp32 accumulator -> Element fragment of the same layout (paired conversions: F2FP, one
+  // per pair, 16 per clock per SM). Traits::kIntConvertP (bf16; measured 1-4% slower, off): on the integer pipe
+  // instead — round half up (add 0x8000 to each fp32 pattern, ties away from zero instead of
+  // to even: P is in [0, 1], no overflow) and keep the two high halves (one PRMT): 3 issue
+  // slots per pair instead of 1, none of them on the conversion unit.
   template <class Tensor>
   CUTLASS_DEVICE static auto convert_to_element(Tensor const& t) {
     using namespace cute;
     constexpr int N = decltype(size(t))::value;
     auto out = make_tensor_like<Element>(t);
-    cutlass::NumericArrayConverter<Element, float, N> conv;
-    *reinterpret_cast<cutlass::Array<Element, N>*>(out.data()) =
-        conv(*reinterpret_cast<cutlass::Array<float, N> const*>(t.data()));
+    if constexpr (Traits::kIntConvertP && std::is_same_v<Element, cutlass::bfloat16_t>) {
+      static_assert(N % 2 == 0, "pairs of P values");
+      uint32_t* dst = reinterpret_cast<uint32_t*>(out.data());
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < N / 2; ++i) {
+        const uint32_t lo = __float_as_uint(t.data()[2 * i]) + 0x8000u;
+        const uint32_t hi = __float_as_uint(t.data()[2 * i + 1]) + 0x8000u;
+        dst[i] = __byte_perm(lo, hi, 0x7632);
+      }
+    } else {
+      cutlass::NumericArrayConverter<Element, float, N> conv;
+      *reinterpret_cast<cutlass::Array<Element, N>*>(out.data()) =
+          conv(*reinterpret_cast<cutlass::Array<float, N> const*>(t.data()));
+    }
     return out;
   }
 
@@ -387,8 +455,8 @@ struct MainloopFwdSm90 {
   // applied to O one iteration later, just before P_n·V_n is added (O then holds every earlier
   // block relative to block n's running max).
   template <bool kZZ, class AccO, class Softmax>
-  CUTLASS_DEVICE void mma(Params const& p, PipelineQ& pipeline_q, PipelineKV& pipeline_k,
-                          PipelineKV& pipeline_v, StateQ& q_read, StateKV& kv_read,
+  CUTLASS_DEVICE void mma(Params const& p, PipelineQ& pipeline_q, PipelineK& pipeline_k,
+                          PipelineV& pipeline_v, StateQ& q_read, StateKV& kv_read,
                           TensorStorage& smem, WorkTile const& work, int mma_thread_idx,
                           AccO& acc_o, Softmax& softmax) {
     using namespace cute;
@@ -450,43 +518,45 @@ struct MainloopFwdSm90 {
     int n = prev_block<kZZ>(p, work.m_block, n_max, n_min);
     if (n >= n_min) {
       // First block: S only (O is zero, nothing to overlap).
-      pipeline_k.consumer_wait(kv_read);
+      pipeline_k.consumer_wait(k_state(kv_read));
       scheduler_barrier_sync(warp_group);
-      gemm_qk(kv_read.index());
+      gemm_qk(k_state(kv_read).index());
       scheduler_barrier_arrive(warp_group);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
-      pipeline_k.consumer_release(kv_read);
-      apply_mask<kZZ>(p, s_rc, tScS, work.m_block, n);
-      softmax.step(s_rc, factor);
+      pipeline_k.consumer_release(k_state(kv_read));
+      mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
       p_frag = convert_to_element(acc_s);
-      StateKV v_read = kv_read;  // V of the block in p_frag
+      // Late rescale: O is still zero here, and the first block's factor is 0 (max from -inf).
+      if constexpr (Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
+      StateV v_read = v_state(kv_read);  // V of the block in p_frag
       ++kv_read;
 
       CUTLASS_PRAGMA_NO_UNROLL
       for (n = prev_block<kZZ>(p, work.m_block, n, n_min); n >= n_min;
            n = prev_block<kZZ>(p, work.m_block, n, n_min)) {
-        pipeline_k.consumer_wait(kv_read);
+        pipeline_k.consumer_wait(k_state(kv_read));
         scheduler_barrier_sync(warp_group);
-        gemm_qk(kv_read.index());
+        gemm_qk(k_state(kv_read).index());
         // O to the running max of the block in p_frag (its softmax's factor) while the tensor
-        // cores run S_n, before that block's PV GEMM accumulates into O.
-        softmax.rescale(acc_o_rc, factor);
+        // cores run S_n, before that block's PV GEMM accumulates into O (Traits::kLateRescale:
+        // done at the end of the previous step instead, FA3's place; measured 1-4% slower, off).
+        if constexpr (!Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
         pipeline_v.consumer_wait(v_read);
         gemm_pv(v_read.index());
         scheduler_barrier_arrive(warp_group);
         warpgroup_wait<1>();  // S_n ready; the PV GEMM may still run
         warpgroup_fence_operand(acc_s);
-        pipeline_k.consumer_release(kv_read);
-        apply_mask<kZZ>(p, s_rc, tScS, work.m_block, n);
-        softmax.step(s_rc, factor);
+        pipeline_k.consumer_release(k_state(kv_read));
+        mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
         if constexpr (Traits::kSoftmaxAheadOfPvWait) softmax_done_before_wait(softmax.row_sum);
         warpgroup_wait<0>();  // PV done: O and P's registers are ours again
         warpgroup_fence_operand(acc_o);
         warpgroup_fence_operand(tOrP);
         pipeline_v.consumer_release(v_read);
         p_frag = convert_to_element(acc_s);
-        v_read = kv_read;
+        if constexpr (Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
+        v_read = v_state(kv_read);
         ++kv_read;
       }
       // Every S GEMM of the tile has completed (each iteration ended with wait<0>): Q's stage
@@ -496,7 +566,7 @@ struct MainloopFwdSm90 {
       // Last PV GEMM.
       pipeline_v.consumer_wait(v_read);
       scheduler_barrier_sync(warp_group);
-      softmax.rescale(acc_o_rc, factor);
+      if constexpr (!Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
       gemm_pv(v_read.index());
       scheduler_barrier_arrive(warp_group);
       warpgroup_wait<0>();
