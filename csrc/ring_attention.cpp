@@ -173,22 +173,50 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cpu(const at::Tensor& q, const
 // keeps them free of engine CTAs). Two move >= 100 GB/s; a shard must move in one step's
 // compute time, which needs ~20 GB/s at s = 4096 (MHA, d = 128), less with GQA.
 constexpr int kSendCtas = 2;
-// The whole-sequence mode's send CTAs: kSendCtas, or MKERNEL_RING_SEND_CTAS (1..16, a
-// measurement knob of bench_ring_attention; ranks may differ).
-int whole_send_ctas() {
-  const char* env = std::getenv("MKERNEL_RING_SEND_CTAS");
-  const int n = env != nullptr ? std::atoi(env) : 0;
-  return n >= 1 && n <= 16 ? n : kSendCtas;
+
+// How the whole-sequence mode moves the K/V to the next rank: inside the engine (an idle
+// producer warp per CTA, attention/kv_forward_hooks.cuh; no kernel and no SMs of its own) or
+// by the send kernel on a side stream with `send_ctas` CTAs (the engine's grid leaves them
+// free). Either way the same bytes land in the same places under the same flags, so ranks may
+// differ.
+struct WholeSend {
+  bool in_engine = false;
+  int send_ctas = 0;
+};
+// Default: inside the engine wherever the forwarding policy's kernel is the engine's own tile
+// (bf16, 128x128: d = 128, and d = 64 except non-causal with >= 2048 queries, whose 192x128 tile
+// is 11-17% faster), else the send kernel with kSendCtas CTAs. Measured (W = 2 under MPS,
+// benchmarks/NOTES.md, session 8 run 1): the send kernel beside the engine gets SMs only where
+// the hardware places it first, and when it does not, the partner rank waits for this rank's
+// whole engine (GQA rows: 0.94-1.27x the unfused ring); forwarded inside the engine, causal MHA
+// 2.74 ms against 3.40 (send kernel), s12k 37.1 / 21.3 against 37.8 / 21.6.
+// Pins (tests and benchmarks; ranks may differ): MKERNEL_RING_SEND=engine (bf16; else the send
+// kernel) or =kernel, MKERNEL_RING_SEND_CTAS=1..16 (the send kernel with that many CTAs),
+// MKERNEL_RING_SEND_FIRST=1 (the send kernel, the engine started once its CTAs run).
+WholeSend whole_send(const at::Tensor& q, bool causal) {
+  const bool bf16 = q.scalar_type() == at::kBFloat16;
+  const char* ctas = std::getenv("MKERNEL_RING_SEND_CTAS");
+  const int n = ctas != nullptr ? std::atoi(ctas) : 0;
+  if (n >= 1 && n <= 16) return {false, n};
+  const char* how = std::getenv("MKERNEL_RING_SEND");
+  const char* first = std::getenv("MKERNEL_RING_SEND_FIRST");  // a send-kernel knob
+  if ((how != nullptr && std::strcmp(how, "kernel") == 0) ||
+      (first != nullptr && std::strcmp(first, "1") == 0))
+    return {false, kSendCtas};
+  if (how != nullptr && std::strcmp(how, "engine") == 0) return {bf16, bf16 ? 0 : kSendCtas};
+  const int d = static_cast<int>(q.size(3));
+  const bool own_tile = attention::block_m(d, causal, static_cast<int>(q.size(1))) == 128;
+  if (bf16 && own_tile) return {true, 0};
+  return {false, kSendCtas};
 }
 
-// MKERNEL_RING_SEND=engine (opt-in, not yet run on a GPU): the whole-sequence mode forwards the
-// K/V inside the engine (an idle producer warp per CTA, attention/kv_forward_hooks.cuh) instead
-// of the send kernel on a side stream, so no kernel waits for SMs the engine holds. bf16 only
-// (the forwarding policy is built for the bf16 128x128 tile); other dtypes keep the send kernel.
-// Either way the same bytes land in the same places under the same flags, so ranks may differ.
-bool whole_send_in_engine(const at::Tensor& q) {
-  const char* env = std::getenv("MKERNEL_RING_SEND");
-  return env != nullptr && std::strcmp(env, "engine") == 0 && q.scalar_type() == at::kBFloat16;
+// Claimed tiles (attention/tile_handoff.cuh) in the whole mode's engine: the CTAs take tiles
+// from a per-call counter, so a CTA that starts late (under MPS the ranks' kernels overlap on
+// SMs) finds only what is left instead of running a static list after the others. Pin
+// MKERNEL_RING_TILES=static for the static order (benchmarks; ranks may differ).
+bool whole_claims_tiles() {
+  const char* env = std::getenv("MKERNEL_RING_TILES");
+  return env == nullptr || std::strcmp(env, "static") != 0;
 }
 
 // A launch error of one of the ring's kernels, with the group's wait record when a device wait
@@ -380,8 +408,9 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   // kernels issued after the engine deadlocked at the benchmark's shapes).
   // MKERNEL_RING_SEND=engine: no send kernel; the engine forwards (step 0 from position W - 1,
   // once mark_whole below released it).
-  const bool in_engine = whole_send_in_engine(q);
-  const int send_ctas = in_engine ? 0 : whole_send_ctas();
+  const WholeSend how = whole_send(q, causal);
+  const bool in_engine = how.in_engine;
+  const int send_ctas = how.send_ctas;
   if (!in_engine) {
     check(ring_attention::send_whole(view, geo, k.data_ptr(), v.data_ptr(), causal, send_ctas,
                                      side.stream()),
@@ -432,12 +461,15 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   hooks.group = view.group_id;
   hooks.peer = (rank + world - 1) % world;  // every shard arrives from rank r - 1
   const int next = (rank + 1) % world;
-  // The forwarding items' claim counter (zeroed on the caller's stream, before the engine; the
-  // caching allocator keeps it until the engine is done with it, in stream order).
-  at::Tensor fwd_counter;
+  // The claim counters, [0] forwarding items, [1] work tiles (zeroed on the caller's stream,
+  // before the engine; the caching allocator keeps them until the engine is done with them, in
+  // stream order; a CUDA graph captures the memset).
+  const bool claims = whole_claims_tiles();
+  at::Tensor counters;
+  if (in_engine || claims) counters = at::zeros({2}, q.options().dtype(at::kInt));
+  if (claims) hooks.tile_counter = counters.data_ptr<int>() + 1;
   if (in_engine) {  // attention_api.h HookArgs::fwd_*
-    fwd_counter = at::zeros({1}, q.options().dtype(at::kInt));
-    hooks.fwd_counter = fwd_counter.data_ptr<int>();
+    hooks.fwd_counter = counters.data_ptr<int>();
     hooks.fwd_src = kv;
     hooks.fwd_dst = view.data[next];
     hooks.fwd_flags = view.flags[next] + ring_attention::whole_slot(world, geo.chunks, 0, 0, 0);
