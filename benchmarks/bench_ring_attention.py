@@ -12,6 +12,8 @@ CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100/W), side by side in one run with
   static    the default send path with the static tile order (MKERNEL_RING_TILES=static);
   k-static  the send kernel and static tiles: session 8 run 1's default;
   engine    the forwarding inside the engine pinned (MKERNEL_RING_SEND=engine);
+  grid48    the default with a 48-CTA engine grid (MKERNEL_RING_GRID=48): whether the ranks
+            share SMs under MPS (with 36 of each rank's 66 SMs shared, 48 each is the balance);
   step      the per-step ring pinned (MKERNEL_RING_MODE=step);
   send1     the send kernel with 1 CTA; s-first: the engine started once the send CTAs run
             (MKERNEL_RING_SEND_FIRST=1);
@@ -55,11 +57,12 @@ VARIANTS = {
     "k-static": ("kernel_static", "k-static", {"MKERNEL_RING_SEND": "kernel",
                                                "MKERNEL_RING_TILES": "static"}),
     "engine": ("send_engine", "s-engine", {"MKERNEL_RING_SEND": "engine"}),
+    "grid48": ("grid48", "grid48", {"MKERNEL_RING_GRID": "48"}),
     "step": ("step", "step", {"MKERNEL_RING_MODE": "step"}),
     "send1": ("send1", "send1", {"MKERNEL_RING_SEND_CTAS": "1"}),
     "s-first": ("send_first", "s-first", {"MKERNEL_RING_SEND_FIRST": "1"}),
 }
-DEFAULT = "kernel,send4,static,k-static"
+DEFAULT = "kernel,send4,static,k-static,grid48"
 
 SHAPES = [
     ("mha_b4_h16", 4, 4096, 16, 16, 128),
@@ -288,6 +291,8 @@ def main() -> None:
                       "(MKERNEL_RING_TILES=static)",
             "kernel_static": "the send kernel (2 CTAs) and the static tile order: session 8 "
                              "run 1's default",
+            "grid48": "mkernel.ring_attention's default with a 48-CTA engine grid "
+                      "(MKERNEL_RING_GRID=48)",
             "send1": "mkernel.ring_attention with 1 send CTA (MKERNEL_RING_SEND_CTAS=1), the "
                      "engine on 1 more SM",
             "send_first": "mkernel.ring_attention with the engine started only once every send "

@@ -162,7 +162,7 @@ RING_CANDIDATES = [("median_ms", "mkernel"), ("step_ms", "per-step pinned"),
                    ("send_engine_ms", "forwarded by the engine"),
                    ("unfused_ms", "unfused ring"), ("compute_ms", "per-step compute alone"),
                    ("send_kernel_ms", "send kernel"), ("static_ms", "static tiles"),
-                   ("kernel_static_ms", "send kernel, static tiles")]
+                   ("kernel_static_ms", "send kernel, static tiles"), ("grid48_ms", "48-CTA grid")]
 
 
 def _ring_agg_inv(r: dict) -> float | None:

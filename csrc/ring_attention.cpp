@@ -518,6 +518,14 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   attention::Launch l;
   l.stream = stream;
   l.sm_count = std::max(1, sms - send_ctas);
+  // MKERNEL_RING_GRID=n (1..1024; a measurement knob, ranks may differ): the engine's grid. Under
+  // MPS the clients' SM sets can overlap (session 8 run 1's fused_diag: the later kernel got 30 of
+  // its 66 SMs, 36 only when the other's CTAs left), so a smaller grid may leave the shared SMs to
+  // both ranks instead of to the first one; with claimed tiles any grid covers every tile.
+  if (const char* grid = std::getenv("MKERNEL_RING_GRID")) {
+    const int n = std::atoi(grid);
+    if (n >= 1 && n <= 1024) l.sm_count = n;
+  }
   const char* reason = nullptr;
   const cudaError_t err = attention::run_hooked(p, l, hooks, &reason);
   TORCH_CHECK_VALUE(reason == nullptr, kOp, ": ", reason, " (dtype ", q.scalar_type(), ", d ",
