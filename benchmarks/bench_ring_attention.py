@@ -13,7 +13,7 @@ CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100/W), side by side in one run with
   k-static  the send kernel and static tiles: session 8 run 1's default;
   engine    the forwarding inside the engine pinned (MKERNEL_RING_SEND=engine);
   grid48    the default with a 48-CTA engine grid (MKERNEL_RING_GRID=48): whether the ranks
-            share SMs under MPS (with 36 of each rank's 66 SMs shared, 48 each is the balance);
+            share SMs under MPS (session 8 run 2: no, ~66/48 slower at every shape);
   step      the per-step ring pinned (MKERNEL_RING_MODE=step);
   send1     the send kernel with 1 CTA; s-first: the engine started once the send CTAs run
             (MKERNEL_RING_SEND_FIRST=1);
@@ -62,7 +62,7 @@ VARIANTS = {
     "send1": ("send1", "send1", {"MKERNEL_RING_SEND_CTAS": "1"}),
     "s-first": ("send_first", "s-first", {"MKERNEL_RING_SEND_FIRST": "1"}),
 }
-DEFAULT = "kernel,send4,static,k-static,grid48"
+DEFAULT = "kernel,send4,static,k-static"
 
 SHAPES = [
     ("mha_b4_h16", 4, 4096, 16, 16, 128),

@@ -186,10 +186,10 @@ struct WholeSend {
 // Default: inside the engine wherever the forwarding policy's kernel is the engine's own tile
 // (bf16, 128x128: d = 128, and d = 64 except non-causal with >= 2048 queries, whose 192x128 tile
 // is 11-17% faster), else the send kernel with kSendCtas CTAs. Measured (W = 2 under MPS,
-// benchmarks/NOTES.md, session 8 run 1): the send kernel beside the engine gets SMs only where
-// the hardware places it first, and when it does not, the partner rank waits for this rank's
-// whole engine (GQA rows: 0.94-1.27x the unfused ring); forwarded inside the engine, causal MHA
-// 2.74 ms against 3.40 (send kernel), s12k 37.1 / 21.3 against 37.8 / 21.6.
+// benchmarks/NOTES.md, session 8 runs 1 and 2): the send kernel beside the engine gets SMs only
+// where the hardware places it first (run 1, GQA: 0.94-1.27x the unfused ring); with claimed
+// tiles, forwarding inside the engine was the fastest path or within 1.5% of it at every bench
+// shape of run 2 (1.34-1.84x the unfused ring; 1.9x run 1's default path at GQA, 2-6% at MHA).
 // Pins (tests and benchmarks; ranks may differ): MKERNEL_RING_SEND=engine (bf16; else the send
 // kernel) or =kernel, MKERNEL_RING_SEND_CTAS=1..16 (the send kernel with that many CTAs),
 // MKERNEL_RING_SEND_FIRST=1 (the send kernel, the engine started once its CTAs run).
