@@ -437,8 +437,9 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
     }
   }
   check(ring_attention::mark_whole(view, geo, rank, world - 1, 0, geo.batch, stream), "mark");
-  // MKERNEL_RING_SEND_FIRST=1 (opt-in, not yet measured): the engine starts only once every send
-  // CTA runs (ring_kv_api.h wait_send_started: the SMs it needs cannot go to engine CTAs).
+  // MKERNEL_RING_SEND_FIRST=1 (a pin; measured slower, session 8 run 1: GQA 12.2 ms symmetric vs
+  // 8.6 with 4 send CTAs): the engine starts only once every send CTA runs (ring_kv_api.h
+  // wait_send_started: the SMs it needs cannot go to engine CTAs).
   const char* first = std::getenv("MKERNEL_RING_SEND_FIRST");
   if (!in_engine && first != nullptr && std::strcmp(first, "1") == 0) {
     check(ring_attention::wait_send_started(view, ring_attention::send_whole_grid(view, geo,
