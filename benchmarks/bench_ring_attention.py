@@ -5,12 +5,18 @@ CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100/W), side by side in one run with
             shards gathered over the substrate's peer memory (mkernel.all_gather), then one
             SDPA call per source block (the flash backend, natural-log LSE; GQA by expanding
             k/v to h heads) and the fp32 merge of the partials in torch;
-  step      mkernel.ring_attention with its per-step ring pinned (MKERNEL_RING_MODE=step);
-  send4/1   mkernel.ring_attention with 4 / 1 send CTAs, not 2 (MKERNEL_RING_SEND_CTAS);
-  s-first   mkernel.ring_attention, the engine started once the send CTAs run
+  pinned variants of mkernel.ring_attention (VARIANTS; --variants picks, default: DEFAULT):
+  kernel    the send kernel (2 CTAs) instead of the forwarding inside the engine
+            (MKERNEL_RING_SEND=kernel), tiles claimed;
+  send4     the send kernel with 4 CTAs (MKERNEL_RING_SEND_CTAS=4), tiles claimed;
+  static    the default send path with the static tile order (MKERNEL_RING_TILES=static);
+  k-static  the send kernel and static tiles: session 8 run 1's default;
+  engine    the forwarding inside the engine pinned (MKERNEL_RING_SEND=engine);
+  grid48    the default with a 48-CTA engine grid (MKERNEL_RING_GRID=48): whether the ranks
+            share SMs under MPS (session 8 run 2: no, ~66/48 slower at every shape);
+  step      the per-step ring pinned (MKERNEL_RING_MODE=step);
+  send1     the send kernel with 1 CTA; s-first: the engine started once the send CTAs run
             (MKERNEL_RING_SEND_FIRST=1);
-  s-engine  mkernel.ring_attention with the K/V forwarded inside the engine (an idle producer
-            warp per CTA, no send kernel; MKERNEL_RING_SEND=engine, bf16, 128x128 tile);
   compute   mkernel.ring_attention's own per-step compute without communication — the same
             per-step engine calls (mkernel.attention on the local shard, with the same causal
             zigzag split) and the same fp32 merges (mkernel.ops.attention_merge_);
@@ -43,6 +49,21 @@ sys.path.insert(0, str(ROOT))
 
 # (name, b, local s, h, h_kv, d): the issue's seed shape scaled to the run (B=4, H=16, d=128)
 # and a Llama-style GQA shape (32 q heads, 8 kv heads).
+# Pinned variants: (row key, column, env). Ranks pin alike.
+VARIANTS = {
+    "kernel": ("send_kernel", "kernel", {"MKERNEL_RING_SEND": "kernel"}),
+    "send4": ("send4", "send4", {"MKERNEL_RING_SEND_CTAS": "4"}),
+    "static": ("static", "static", {"MKERNEL_RING_TILES": "static"}),
+    "k-static": ("kernel_static", "k-static", {"MKERNEL_RING_SEND": "kernel",
+                                               "MKERNEL_RING_TILES": "static"}),
+    "engine": ("send_engine", "s-engine", {"MKERNEL_RING_SEND": "engine"}),
+    "grid48": ("grid48", "grid48", {"MKERNEL_RING_GRID": "48"}),
+    "step": ("step", "step", {"MKERNEL_RING_MODE": "step"}),
+    "send1": ("send1", "send1", {"MKERNEL_RING_SEND_CTAS": "1"}),
+    "s-first": ("send_first", "s-first", {"MKERNEL_RING_SEND_FIRST": "1"}),
+}
+DEFAULT = "kernel,send4,static,k-static"
+
 SHAPES = [
     ("mha_b4_h16", 4, 4096, 16, 16, 128),
     ("gqa_b1_h32_kv8", 1, 8192, 32, 8, 128),
@@ -69,6 +90,7 @@ def rank_main() -> None:
     flash = torch.ops.aten._scaled_dot_product_flash_attention
 
     pick = os.environ.get("BENCH_SHAPES")  # comma-separated names; empty: all
+    variants = [VARIANTS[v] for v in os.environ.get("BENCH_VARIANTS", DEFAULT).split(",") if v]
     for name, b, s, h, h_kv, d in SHAPES:
         if pick and name not in pick.split(","):
             continue
@@ -119,21 +141,19 @@ def rank_main() -> None:
                     la.copy_(mx + torch.log(tot))
                 return acc.transpose(1, 2).to(dtype), lse_acc
 
-            def pinned(var, value):  # the same op under a knob (every rank alike)
+            def pinned(env):  # the same op under knobs (every rank alike)
                 def call(i):
-                    os.environ[var] = value
+                    os.environ.update(env)
                     try:
                         return fused(i)
                     finally:
-                        del os.environ[var]
+                        for var in env:
+                            del os.environ[var]
                 return call
 
-            cands = {"mkernel": fused, "unfused": unfused, "compute": compute,
-                     "step": pinned("MKERNEL_RING_MODE", "step"),
-                     "send4": pinned("MKERNEL_RING_SEND_CTAS", "4"),
-                     "send1": pinned("MKERNEL_RING_SEND_CTAS", "1"),
-                     "send_first": pinned("MKERNEL_RING_SEND_FIRST", "1"),
-                     "send_engine": pinned("MKERNEL_RING_SEND", "engine")}
+            cands = {"mkernel": fused, "unfused": unfused, "compute": compute}
+            for key, _, env in variants:
+                cands[key] = pinned(env)
             # The ceiling: the whole sequence's attention on this rank's SMs, divided by W (the
             # rank's share of the work, without communication or any ring overhead).
             full = [tuple(torch.cat([x] * world, dim=1) for x in st) for st in sets]
@@ -174,11 +194,8 @@ def rank_main() -> None:
                        "mode": "whole-sequence (one engine launch)" if whole else "per-step",
                        "h": h, "h_kv": h_kv, "d": d, "causal": causal, "dtype": "bf16",
                        "median_ms": worst["mkernel"], "unfused_ms": worst["unfused"],
-                       "compute_ms": worst["compute"], "step_ms": worst["step"],
-                       "vs_step": worst["step"] / worst["mkernel"],
-                       "send4_ms": worst["send4"], "send1_ms": worst["send1"],
-                       "send_first_ms": worst["send_first"],
-                       "send_engine_ms": worst["send_engine"],
+                       "compute_ms": worst["compute"],
+                       **{f"{key}_ms": worst[key] for key, _, _ in variants},
                        "ceiling_ms": worst["engine_full"] / world,
                        "vs_ceiling": worst["engine_full"] / world / worst["mkernel"],
                        "tflops_per_rank": flops / (worst["mkernel"] * 1e-3) / 1e12,
@@ -186,7 +203,6 @@ def rank_main() -> None:
                        "vs_unfused": worst["unfused"] / worst["mkernel"],
                        "rel_vs_unfused": agree,
                        "per_rank_ms": [m["mkernel"] for m in every],
-                       "per_rank_step_ms": [m["step"] for m in every],
                        "per_rank": every}
                 print("RESULT " + json.dumps(row), flush=True)
             del sets
@@ -222,6 +238,8 @@ def main() -> None:
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--iters", type=int, default=15)
     ap.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
+    ap.add_argument("--variants", default=DEFAULT,
+                    help=f"comma-separated pinned variants of {sorted(VARIANTS)} (default: %(default)s)")
     ap.add_argument("--timeout", type=float, default=600.0,
                     help="seconds for the rank processes (the rows finished by then are kept)")
     args = ap.parse_args()
@@ -235,7 +253,7 @@ def main() -> None:
         res = run_ranks(RANK_CODE, args.world, timeout=args.timeout, env=dict(
             env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",
             MKERNEL_OP_TIMEOUT="10", BENCH_ITERS=str(args.iters),
-            BENCH_SHAPES=args.shapes))
+            BENCH_SHAPES=args.shapes, BENCH_VARIANTS=args.variants))
         # The rows finished before a failure are kept (rank 0 prints each as it completes).
         failed = [f"rank {r.rank} failed (rc {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
                   for r in res if r.returncode != 0]
@@ -245,25 +263,36 @@ def main() -> None:
         stop()
     for f in failed:
         print(f, file=sys.stderr)
+    variants = [VARIANTS[v] for v in args.variants.split(",") if v]
     print(f"{'shape':<16} {'causal':>6} {'ms':>8} {'TF/s/rank':>9} {'unfused':>8} {'compute':>8} "
-          f"{'step':>8} {'send4':>8} {'send1':>8} {'s-first':>8} {'s-engine':>8} {'ceiling':>8} {'xceil':>6} {'xunf':>6} {'xstep':>6}")
+          + "".join(f" {col:>8}" for _, col, _ in variants)
+          + f" {'ceiling':>8} {'xceil':>6} {'xunf':>6}  per-rank ms")
     for r in rows:
         print(f"{r['shape']:<16} {str(r['causal']):>6} {r['median_ms']:>8.3f} {r['tflops_per_rank']:>9.1f} "
-              f"{r['unfused_ms']:>8.3f} {r['compute_ms']:>8.3f} {r['step_ms']:>8.3f} "
-              f"{r['send4_ms']:>8.3f} {r['send1_ms']:>8.3f} {r['send_first_ms']:>8.3f} {r['send_engine_ms']:>8.3f} "
-              f"{r['ceiling_ms']:>8.3f} {r['vs_ceiling']:>6.3f} {r['vs_unfused']:>6.3f} "
-              f"{r['vs_step']:>6.3f}")
+              f"{r['unfused_ms']:>8.3f} {r['compute_ms']:>8.3f}"
+              + "".join(f" {r[key + '_ms']:>8.3f}" for key, _, _ in variants)
+              + f" {r['ceiling_ms']:>8.3f} {r['vs_ceiling']:>6.3f} {r['vs_unfused']:>6.3f}  "
+              + "/".join(f"{m:.2f}" for m in r["per_rank_ms"]))
     write_result("ring_attention", {
         "benchmark": "ring_attention", "commit": commit(), "device": device_info(), "mps": True, "world": args.world,
         "candidates": {
-            "mkernel": "mkernel.ring_attention (whole-sequence mode at these shapes: one send "
-                       "kernel + one hooked engine launch consuming K/V chunks on arrival)",
+            "mkernel": "mkernel.ring_attention, its default (whole-sequence mode at these shapes: "
+                       "one hooked engine launch consuming K/V chunks on arrival, tiles claimed "
+                       "from a counter; bf16 d=128: the K/V forwarded inside the engine)",
             "unfused": "mkernel.all_gather of k and v, then SDPA flash per source block (GQA "
                        "expanded) and a torch fp32 merge, no overlap",
             "compute": "per-step engine calls and fp32 merges on local data (the per-step ring's "
                        "compute), no communication",
-            "send4": "mkernel.ring_attention with 4 send CTAs instead of 2 (whole mode; "
-                     "MKERNEL_RING_SEND_CTAS=4), the engine on 2 fewer SMs",
+            "send_kernel": "mkernel.ring_attention with the send kernel (2 CTAs, side stream) "
+                           "instead of the forwarding inside the engine (MKERNEL_RING_SEND=kernel)",
+            "send4": "mkernel.ring_attention with the send kernel of 4 CTAs (whole mode; "
+                     "MKERNEL_RING_SEND_CTAS=4), the engine on 4 fewer SMs",
+            "static": "mkernel.ring_attention's default send path with the static tile order "
+                      "(MKERNEL_RING_TILES=static)",
+            "kernel_static": "the send kernel (2 CTAs) and the static tile order: session 8 "
+                             "run 1's default",
+            "grid48": "mkernel.ring_attention's default with a 48-CTA engine grid "
+                      "(MKERNEL_RING_GRID=48)",
             "send1": "mkernel.ring_attention with 1 send CTA (MKERNEL_RING_SEND_CTAS=1), the "
                      "engine on 1 more SM",
             "send_first": "mkernel.ring_attention with the engine started only once every send "

@@ -160,7 +160,9 @@ RING_CANDIDATES = [("median_ms", "mkernel"), ("step_ms", "per-step pinned"),
                    ("send4_ms", "4 send CTAs"), ("send1_ms", "1 send CTA"),
                    ("send_first_ms", "engine after the send starts"),
                    ("send_engine_ms", "forwarded by the engine"),
-                   ("unfused_ms", "unfused ring"), ("compute_ms", "per-step compute alone")]
+                   ("unfused_ms", "unfused ring"), ("compute_ms", "per-step compute alone"),
+                   ("send_kernel_ms", "send kernel"), ("static_ms", "static tiles"),
+                   ("kernel_static_ms", "send kernel, static tiles"), ("grid48_ms", "48-CTA grid")]
 
 
 def _ring_agg_inv(r: dict) -> float | None:
@@ -200,7 +202,7 @@ def ring_markdown(data: dict, path: Path) -> str:
 def ring_plot(data: dict, png: Path, plt) -> None:
     rows = data["rows"]
     plotted = ("median_ms", "step_ms", "send4_ms", "send_first_ms", "send_engine_ms",
-               "unfused_ms")
+               "unfused_ms", "send_kernel_ms", "static_ms", "kernel_static_ms")
     present = [(k, name) for k, name in RING_CANDIDATES
                if k in plotted and any(k in r for r in rows)]
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4))

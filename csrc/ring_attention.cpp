@@ -173,22 +173,50 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cpu(const at::Tensor& q, const
 // keeps them free of engine CTAs). Two move >= 100 GB/s; a shard must move in one step's
 // compute time, which needs ~20 GB/s at s = 4096 (MHA, d = 128), less with GQA.
 constexpr int kSendCtas = 2;
-// The whole-sequence mode's send CTAs: kSendCtas, or MKERNEL_RING_SEND_CTAS (1..16, a
-// measurement knob of bench_ring_attention; ranks may differ).
-int whole_send_ctas() {
-  const char* env = std::getenv("MKERNEL_RING_SEND_CTAS");
-  const int n = env != nullptr ? std::atoi(env) : 0;
-  return n >= 1 && n <= 16 ? n : kSendCtas;
+
+// How the whole-sequence mode moves the K/V to the next rank: inside the engine (an idle
+// producer warp per CTA, attention/kv_forward_hooks.cuh; no kernel and no SMs of its own) or
+// by the send kernel on a side stream with `send_ctas` CTAs (the engine's grid leaves them
+// free). Either way the same bytes land in the same places under the same flags, so ranks may
+// differ.
+struct WholeSend {
+  bool in_engine = false;
+  int send_ctas = 0;
+};
+// Default: inside the engine wherever the forwarding policy's kernel is the engine's own tile
+// (bf16, 128x128: d = 128, and d = 64 except non-causal with >= 2048 queries, whose 192x128 tile
+// is 11-17% faster), else the send kernel with kSendCtas CTAs. Measured (W = 2 under MPS,
+// benchmarks/NOTES.md, session 8 runs 1 and 2): the send kernel beside the engine gets SMs only
+// where the hardware places it first (run 1, GQA: 0.94-1.27x the unfused ring); with claimed
+// tiles, forwarding inside the engine was the fastest path or within 1.5% of it at every bench
+// shape of run 2 (1.34-1.84x the unfused ring; 1.9x run 1's default path at GQA, 2-6% at MHA).
+// Pins (tests and benchmarks; ranks may differ): MKERNEL_RING_SEND=engine (bf16; else the send
+// kernel) or =kernel, MKERNEL_RING_SEND_CTAS=1..16 (the send kernel with that many CTAs),
+// MKERNEL_RING_SEND_FIRST=1 (the send kernel, the engine started once its CTAs run).
+WholeSend whole_send(const at::Tensor& q, bool causal) {
+  const bool bf16 = q.scalar_type() == at::kBFloat16;
+  const char* ctas = std::getenv("MKERNEL_RING_SEND_CTAS");
+  const int n = ctas != nullptr ? std::atoi(ctas) : 0;
+  if (n >= 1 && n <= 16) return {false, n};
+  const char* how = std::getenv("MKERNEL_RING_SEND");
+  const char* first = std::getenv("MKERNEL_RING_SEND_FIRST");  // a send-kernel knob
+  if ((how != nullptr && std::strcmp(how, "kernel") == 0) ||
+      (first != nullptr && std::strcmp(first, "1") == 0))
+    return {false, kSendCtas};
+  if (how != nullptr && std::strcmp(how, "engine") == 0) return {bf16, bf16 ? 0 : kSendCtas};
+  const int d = static_cast<int>(q.size(3));
+  const bool own_tile = attention::block_m(d, causal, static_cast<int>(q.size(1))) == 128;
+  if (bf16 && own_tile) return {true, 0};
+  return {false, kSendCtas};
 }
 
-// MKERNEL_RING_SEND=engine (opt-in, not yet run on a GPU): the whole-sequence mode forwards the
-// K/V inside the engine (an idle producer warp per CTA, attention/kv_forward_hooks.cuh) instead
-// of the send kernel on a side stream, so no kernel waits for SMs the engine holds. bf16 only
-// (the forwarding policy is built for the bf16 128x128 tile); other dtypes keep the send kernel.
-// Either way the same bytes land in the same places under the same flags, so ranks may differ.
-bool whole_send_in_engine(const at::Tensor& q) {
-  const char* env = std::getenv("MKERNEL_RING_SEND");
-  return env != nullptr && std::strcmp(env, "engine") == 0 && q.scalar_type() == at::kBFloat16;
+// Claimed tiles (attention/tile_handoff.cuh) in the whole mode's engine: the CTAs take tiles
+// from a per-call counter, so a CTA that starts late (under MPS the ranks' kernels overlap on
+// SMs) finds only what is left instead of running a static list after the others. Pin
+// MKERNEL_RING_TILES=static for the static order (benchmarks; ranks may differ).
+bool whole_claims_tiles() {
+  const char* env = std::getenv("MKERNEL_RING_TILES");
+  return env == nullptr || std::strcmp(env, "static") != 0;
 }
 
 // A launch error of one of the ring's kernels, with the group's wait record when a device wait
@@ -380,8 +408,9 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   // kernels issued after the engine deadlocked at the benchmark's shapes).
   // MKERNEL_RING_SEND=engine: no send kernel; the engine forwards (step 0 from position W - 1,
   // once mark_whole below released it).
-  const bool in_engine = whole_send_in_engine(q);
-  const int send_ctas = in_engine ? 0 : whole_send_ctas();
+  const WholeSend how = whole_send(q, causal);
+  const bool in_engine = how.in_engine;
+  const int send_ctas = how.send_ctas;
   if (!in_engine) {
     check(ring_attention::send_whole(view, geo, k.data_ptr(), v.data_ptr(), causal, send_ctas,
                                      side.stream()),
@@ -408,8 +437,9 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
     }
   }
   check(ring_attention::mark_whole(view, geo, rank, world - 1, 0, geo.batch, stream), "mark");
-  // MKERNEL_RING_SEND_FIRST=1 (opt-in, not yet measured): the engine starts only once every send
-  // CTA runs (ring_kv_api.h wait_send_started: the SMs it needs cannot go to engine CTAs).
+  // MKERNEL_RING_SEND_FIRST=1 (a pin; measured slower, session 8 run 1: GQA 12.2 ms symmetric vs
+  // 8.6 with 4 send CTAs): the engine starts only once every send CTA runs (ring_kv_api.h
+  // wait_send_started: the SMs it needs cannot go to engine CTAs).
   const char* first = std::getenv("MKERNEL_RING_SEND_FIRST");
   if (!in_engine && first != nullptr && std::strcmp(first, "1") == 0) {
     check(ring_attention::wait_send_started(view, ring_attention::send_whole_grid(view, geo,
@@ -432,12 +462,15 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   hooks.group = view.group_id;
   hooks.peer = (rank + world - 1) % world;  // every shard arrives from rank r - 1
   const int next = (rank + 1) % world;
-  // The forwarding items' claim counter (zeroed on the caller's stream, before the engine; the
-  // caching allocator keeps it until the engine is done with it, in stream order).
-  at::Tensor fwd_counter;
+  // The claim counters, [0] forwarding items, [1] work tiles (zeroed on the caller's stream,
+  // before the engine; the caching allocator keeps them until the engine is done with them, in
+  // stream order; a CUDA graph captures the memset).
+  const bool claims = whole_claims_tiles();
+  at::Tensor counters;
+  if (in_engine || claims) counters = at::zeros({2}, q.options().dtype(at::kInt));
+  if (claims) hooks.tile_counter = counters.data_ptr<int>() + 1;
   if (in_engine) {  // attention_api.h HookArgs::fwd_*
-    fwd_counter = at::zeros({1}, q.options().dtype(at::kInt));
-    hooks.fwd_counter = fwd_counter.data_ptr<int>();
+    hooks.fwd_counter = counters.data_ptr<int>();
     hooks.fwd_src = kv;
     hooks.fwd_dst = view.data[next];
     hooks.fwd_flags = view.flags[next] + ring_attention::whole_slot(world, geo.chunks, 0, 0, 0);
@@ -486,6 +519,14 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   attention::Launch l;
   l.stream = stream;
   l.sm_count = std::max(1, sms - send_ctas);
+  // MKERNEL_RING_GRID=n (1..1024; a measurement knob, ranks may differ): the engine's grid. Under
+  // MPS the clients' SM sets can overlap (session 8 run 1's fused_diag: the later kernel got 30 of
+  // its 66 SMs, 36 only when the other's CTAs left), so a smaller grid may leave the shared SMs to
+  // both ranks instead of to the first one; with claimed tiles any grid covers every tile.
+  if (const char* grid = std::getenv("MKERNEL_RING_GRID")) {
+    const int n = std::atoi(grid);
+    if (n >= 1 && n <= 1024) l.sm_count = n;
+  }
   const char* reason = nullptr;
   const cudaError_t err = attention::run_hooked(p, l, hooks, &reason);
   TORCH_CHECK_VALUE(reason == nullptr, kOp, ": ", reason, " (dtype ", q.scalar_type(), ", d ",

@@ -43,6 +43,9 @@ CASES = [
     (False, 1, 2048, 4, 4, 64, torch.float16),  # fp16 d=64 non-causal >= 2048 queries
     (True, 1, 2304, 4, 2, 128, torch.bfloat16),  # 18 key blocks: 2 blocks per flag
     (True, 2, 512, 4, 1, 64, torch.float16),  # causal whole mode, MQA, 2 blocks per zigzag half
+    # bf16 d=64 non-causal >= 2048 queries: the 192x128 tile (3 consumer warpgroups) with the
+    # send kernel and claimed tiles (the forwarding policy is 128x128 only)
+    (False, 1, 2048, 4, 2, 64, torch.bfloat16),
 ]
 
 

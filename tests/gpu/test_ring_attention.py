@@ -68,16 +68,19 @@ def test_ring_attention_across_emulated_nodes(mps, world):
 
 @pytest.mark.parametrize("knob,ring_cases,suite",
                          [("MKERNEL_RING_MODE=step", "0,6", "matrix"),
+                          # the send kernel instead of the default forwarding inside the engine
+                          # (bf16 d=128; case 6, fp16, runs the send kernel either way); case 5:
+                          # causal, 2 blocks per flag, more tiles (72) than CTAs
+                          ("MKERNEL_RING_SEND=kernel", "0,5,6", "matrix,graph"),
                           ("MKERNEL_RING_SEND_CTAS=4", "0,6", "matrix"),
                           ("MKERNEL_RING_SEND_FIRST=1", "0,6", "matrix"),
-                          # the forwarding inside the engine (bf16 only: case 6, fp16, checks
-                          # the fallback to the send kernel); case 5: causal, 2 blocks per flag
-                          ("MKERNEL_RING_SEND=engine", "0,5,6", "matrix,graph")])
+                          # the static tile order instead of claimed tiles
+                          ("MKERNEL_RING_TILES=static", "0,5,6", "matrix,graph")])
 def test_ring_attention_pinned_paths(mps, knob, ring_cases, suite):
     """Whole-sequence shapes (non-causal, causal zigzag MQA) through the paths the benchmark
-    times beside the default: the per-step ring pinned, 4 send CTAs, the engine started
-    only once the send kernel runs, and the K/V forwarded by the engine itself (no send
-    kernel; with CUDA-graph replays) — against the reference."""
+    times beside the default (the K/V forwarded inside the engine, tiles claimed): the
+    per-step ring pinned, the send kernel (2 and 4 CTAs, and the engine started only once it
+    runs), and the static tile order (with CUDA-graph replays) — against the reference."""
     world = 2
     var, value = knob.split("=")
     res = run_ranks(RING_MAIN, world, timeout=120,

@@ -112,6 +112,10 @@ struct HookArgs {
   int fwd_world = 0, fwd_rank = 0, fwd_batch = 0, fwd_seq = 0, fwd_chunk_rows = 0, fwd_chunks = 0;
   bool fwd_causal = false;
   int* fwd_counter = nullptr;  // device int, zero at launch (stream order): the items' claim counter
+  // Non-null (device int, zero at launch): the persistent CTAs claim work tiles from it, longest
+  // first, instead of each running a static list (tile_handoff.cuh: a CTA that starts late, e.g.
+  // under MPS, then finds only the tiles left).
+  int* tile_counter = nullptr;
 };
 
 // The default kernel's tile for a problem (block_n: for HookArgs::blocks_per_flag).

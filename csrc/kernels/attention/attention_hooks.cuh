@@ -19,6 +19,7 @@ struct NoHooks {
   static constexpr bool kZigzag = false;  // the zigzag ring mode (Problem::zz_*) is compiled out
   static constexpr bool kForwardsKV = false;  // no forwarding role (kv_forward_hooks.cuh)
   static constexpr int kForwardSmemBytes = 0;
+  static constexpr bool kClaimsTiles = false;  // the static tile order only (tile_handoff.cuh)
   CUTLASS_DEVICE static void wait_kv(Params const&, int, int, int) {}
 };
 
@@ -34,11 +35,15 @@ struct KvFlagHooks {
     uint64_t timeout_ns = 0;
     comm::WaitDiagnostic* diag = nullptr;
     int32_t rank = -1, group = -1, peer = -1;  // for the diagnostic record
+    // Non-null: the CTAs claim work tiles from this counter (zero at launch) instead of the
+    // static order (tile_handoff.cuh; ring attention's whole-sequence mode).
+    int* tile_counter = nullptr;
   };
   static constexpr bool kWaitsForKV = true;
   static constexpr bool kZigzag = true;  // ring attention: the zigzag ring mode is built in
   static constexpr bool kForwardsKV = false;
   static constexpr int kForwardSmemBytes = 0;
+  static constexpr bool kClaimsTiles = true;  // when Params::tile_counter is set
 
   // Called by the producer's issuing lane before the loads of KV block n_block. Waits only
   // when the block is the first one of its flag (or the first one this tile loads: blocks are

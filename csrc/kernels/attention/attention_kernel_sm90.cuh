@@ -21,6 +21,7 @@
 #include "epilogue_fwd_sm90.hpp"
 #include "mainloop_fwd_sm90.hpp"
 #include "softmax.hpp"
+#include "tile_handoff.cuh"
 #include "tile_scheduler.hpp"
 
 namespace mkernel::attention {
@@ -51,8 +52,13 @@ class AttentionFwdSm90 {
   // A forwarding hook policy (kv_forward_hooks.cuh) takes its staging buffers past the
   // SharedStorage (128-byte aligned); the other policies add nothing.
   static constexpr int kForwardSmemOffset = (static_cast<int>(sizeof(SharedStorage)) + 127) / 128 * 128;
+  // A policy that may claim tiles (tile_handoff.cuh) takes the handoff ring after that.
+  using Handoff = TileHandoff<kNumMmaThreads / cutlass::NumThreadsPerWarp>;
+  static constexpr int kHandoffOffset = kForwardSmemOffset + Hooks::kForwardSmemBytes;
   static constexpr int kSmemBytes =
-      Hooks::kForwardsKV ? kForwardSmemOffset + Hooks::kForwardSmemBytes : sizeof(SharedStorage);
+      Hooks::kClaimsTiles ? kHandoffOffset + static_cast<int>(sizeof(Handoff))
+                          : (Hooks::kForwardsKV ? kForwardSmemOffset + Hooks::kForwardSmemBytes
+                                                : static_cast<int>(sizeof(SharedStorage)));
   static_assert(kSmemBytes <= 227 * 1024, "shared storage exceeds the sm90 opt-in limit");
 
   struct Params {
@@ -77,6 +83,18 @@ class AttentionFwdSm90 {
       w.m_block = w.m_block * kClusterM + static_cast<int>(cute::block_rank_in_cluster());
     }
     return w;
+  }
+
+  // Claimed tiles (hooked kernels with a tile counter): the producer's claim order is the
+  // scheduler's linear one (causal: longest tiles first; the zigzag pair order is for static
+  // lists only, the host turns it off), handed to the consumers through the Handoff ring.
+  CUTLASS_DEVICE static bool claims_tiles(Params const& params) {
+    if constexpr (Hooks::kClaimsTiles) return params.hooks.tile_counter != nullptr;
+    else return false;
+  }
+  CUTLASS_DEVICE static int claim_tile(Params const& params) {
+    if constexpr (Hooks::kClaimsTiles) return atomicAdd(params.hooks.tile_counter, 1);
+    else return 0;
   }
 
   enum class WarpGroupRole { Producer = 0, Consumer0 = 1, Consumer1 = 2 };
@@ -140,6 +158,11 @@ class AttentionFwdSm90 {
           PipelineV(shared.pipelines.v, pipe_params(kTagV, Traits::kTmaBytesKV), ClusterShape{},
                     cute::false_type{}, cute::true_type{})};
     };
+    Handoff* handoff = reinterpret_cast<Handoff*>(smem_buf + kHandoffOffset);
+    const bool claimed = claims_tiles(params);
+    if constexpr (Hooks::kClaimsTiles) {
+      if (claimed && threadIdx.x == 0) handoff->init();
+    }
     // Barriers initialised before any thread (of the cluster: remote releases) uses them.
     if constexpr (Traits::kClusterM > 1) {
       cute::cluster_arrive_relaxed();
@@ -170,12 +193,20 @@ class AttentionFwdSm90 {
       auto q_write = cutlass::make_producer_start_state<PipelineQ>();
       auto kv_write = Mainloop::producer_start_kv();
       if (lane_idx == 0) {
-        for (int t = first_tile();; t += tile_stride()) {
+        int t = claimed ? claim_tile(params) : first_tile();
+        for (uint32_t k = 0;; ++k) {
+          if constexpr (Hooks::kClaimsTiles) {
+            if (claimed) handoff->put(k, t);  // the past-the-end index too: the consumers stop
+          }
           const WorkTile work = get_tile(params.scheduler, t);
           if (!work.valid) break;
           mainloop.template load<Hooks>(params.mainloop, params.hooks, pipeline_q, pipeline_k,
                                         pipeline_v, q_write, kv_write, shared.tensors.mainloop,
                                         work);
+          // Claimed once this tile's loads are issued (the K/V ring still holds its last
+          // blocks for the consumers), so the claim's latency hides and no CTA holds a tile
+          // it cannot start.
+          t = claimed ? claim_tile(params) : t + tile_stride();
         }
         // Keep the CTA alive until the consumers released every stage this warp filled.
         pipeline_k.producer_tail(Mainloop::k_state(kv_write));
@@ -195,7 +226,11 @@ class AttentionFwdSm90 {
       Epilogue epilogue;
       typename Traits::TiledMmaPV tiled_mma_pv;
       Mainloop::scheduler_barrier_init(mma_thread_idx / cutlass::NumThreadsPerWarpGroup);
-      for (int t = first_tile();; t += tile_stride()) {
+      int t = first_tile();
+      for (uint32_t k = 0;; ++k, t += tile_stride()) {
+        if constexpr (Hooks::kClaimsTiles) {
+          if (claimed) t = handoff->take(k, lane_idx);
+        }
         const WorkTile work = get_tile(params.scheduler, t);
         if (!work.valid) break;
         Tensor acc_o = partition_fragment_C(tiled_mma_pv, select<0, 2>(typename Traits::TileShapeMNK{}));

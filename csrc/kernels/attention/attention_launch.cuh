@@ -59,6 +59,10 @@ cudaError_t launch_attention(const Problem& pr, const Launch& l,
       2ll * pr.seq_kv * kHeadDim * static_cast<long long>(sizeof(Element)));
   // Zigzag ring mode (hooked causal kernels): CTAs take whole pairs of tiles (get_zigzag).
   params.scheduler.zz_pairs = Hooks::kZigzag && kCausal && pr.zz_world > 0 && m_blocks % 2 == 0;
+  // Claimed tiles (tile_handoff.cuh) take the linear order: longest first, greedily.
+  if constexpr (Hooks::kClaimsTiles) {
+    if (hooks.tile_counter != nullptr) params.scheduler.zz_pairs = 0;
+  }
   params.hooks = hooks;
 
   int sm_count = l.sm_count;
@@ -135,6 +139,7 @@ cudaError_t launch_case(const Problem& pr, const Launch& l, const HookArgs* h) {
   hp.rank = h->rank;
   hp.group = h->group;
   hp.peer = h->peer;
+  hp.tile_counter = h->tile_counter;
   if (h->fwd_dst == nullptr) {
     return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, KvFlagHooks>(pr, l, hp);
   }

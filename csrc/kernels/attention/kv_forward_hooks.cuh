@@ -54,6 +54,7 @@ struct KvForwardHooks {
   static constexpr bool kWaitsForKV = true;
   static constexpr bool kZigzag = true;
   static constexpr bool kForwardsKV = true;
+  static constexpr bool kClaimsTiles = true;  // when Params::tile_counter is set
   // Dynamic shared memory past the kernel's SharedStorage: staging buffers, then mbarriers.
   static constexpr int kForwardSmemBytes = kFwdStages * kFwdPiece + kFwdStages * 8;
 

@@ -1,0 +1,65 @@
+// Claimed tile order of the hooked attention kernels (ring attention's whole-sequence mode; on
+// when HookArgs::tile_counter is set). The producer's load lane claims each next work tile from
+// a per-call device counter (one atomicAdd per tile) and hands its index to the consumer
+// warpgroups through a two-slot shared-memory ring guarded by mbarriers (full: the lane's
+// release arrive after writing the slot; empty: one arrive per consumer warp after all its
+// lanes read it). The index past the last tile ends both loops.
+//
+// Why: with the static order (CTA c runs tiles c, c + G, c + 2G, ...) a CTA that starts late
+// runs its whole list late. Under MPS the two ranks' kernels overlap on SMs (session 8 run 1,
+// fused_diag: 36 of one rank's 66 CTAs started only when the other rank's kernel left their SMs),
+// and in the ring benchmark one rank's time became the other rank's plus its own (GQA:
+// 15.5 vs 8.3 ms; the plain engine over the whole sequence 25.8 vs 13.8 ms, two runs alike).
+// Claimed, the CTAs that run take the tiles and a late CTA finds only what is left; on a GPU of
+// its own the order is the static one's (claims come in CTA start order) with a greedy tail.
+// Measured (session 8 run 2, W = 2): the GQA rows' ranks 11.2 / 10.4 ms claimed against 15.4 /
+// 10.5 static in the same run.
+#pragma once
+
+#include <cstdint>
+
+#include "cutlass/arch/barrier.h"
+#include "cutlass/cutlass.h"
+
+namespace mkernel::attention {
+
+template <int kConsumerWarps>
+struct TileHandoff {
+  static constexpr int kSlots = 2;
+  uint64_t full[kSlots];   // count 1: the producer's load lane
+  uint64_t empty[kSlots];  // count kConsumerWarps: lane 0 of each consumer warp
+  int tile[kSlots];
+
+  // One thread, before the CTA's first barrier sync (__syncthreads orders init before use).
+  CUTLASS_DEVICE void init() {
+    for (int s = 0; s < kSlots; ++s) {
+      cutlass::arch::ClusterBarrier::init(&full[s], 1);
+      cutlass::arch::ClusterBarrier::init(&empty[s], kConsumerWarps);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+
+  // Producer lane, handoff k = 0, 1, ...: waits until the consumers read handoff k - 2 from the
+  // slot (parity trick: the first pass over a fresh barrier does not wait), then publishes t.
+  CUTLASS_DEVICE void put(uint32_t k, int t) {
+    const uint32_t s = k % kSlots;
+    cutlass::arch::ClusterBarrier::wait(&empty[s], ((k / kSlots) & 1) ^ 1);
+    asm volatile("" ::: "memory");
+    *reinterpret_cast<volatile int*>(&tile[s]) = t;
+    asm volatile("" ::: "memory");
+    cutlass::arch::ClusterBarrier::arrive(&full[s]);  // release (CTA scope): the write above
+  }
+
+  // Every consumer thread, handoff k: the published tile index (acquire by the wait).
+  CUTLASS_DEVICE int take(uint32_t k, int lane) {
+    const uint32_t s = k % kSlots;
+    cutlass::arch::ClusterBarrier::wait(&full[s], (k / kSlots) & 1);
+    asm volatile("" ::: "memory");
+    const int t = *reinterpret_cast<volatile int const*>(&tile[s]);
+    __syncwarp();  // every lane of the warp has read the slot before lane 0 frees it
+    if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty[s]);
+    return t;
+  }
+};
+
+}  // namespace mkernel::attention
