@@ -18,6 +18,8 @@
 #include <string>
 #include <tuple>
 
+#include <unistd.h>
+
 #include "gemm_engine.h"
 #include "session_layout.h"
 
@@ -135,21 +137,69 @@ void timeline_end(const char* path, const char* op, const gemm::Problem& p,
 
 }  // namespace
 
-void launch(const char* op, const gemm::Problem& p, const FusedPlan& plan, const at::Tensor& like,
-            const fused::FusedParams& hooks, const std::vector<int>& order, int64_t rank_rows,
-            bool interleave) {
-  const gemm::ConfigId config = plan.config;
-  gemm::Launch l;
-  l.stream = at::cuda::getCurrentCUDAStream();
-  l.sm_count = device_sms();
-  l.splits = 1;
-  l.swizzle = plan.swizzle;
-  l.raster = plan.raster;
+namespace {
+
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE as this MPS client set it (1..100; 100 when unset or
+// malformed: then the driver gives the client every SM).
+int mps_limit_percent() {
+  const char* v = std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+  if (v == nullptr) return 100;
+  char* end = nullptr;
+  const double pct = std::strtod(v, &end);
+  return end != v && pct >= 1 && pct < 100 ? static_cast<int>(pct) : 100;
+}
+
+// Ranks of `group` on this process's GPU, this one included (cached per group; collective on
+// the first call).
+int gpu_sharers(const char* op, int64_t group) {
+  static std::mutex mu;
+  static std::map<int64_t, int> cache;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(group);
+    if (it != cache.end()) return it->second;
+  }
+  int dev = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp prop;
+  C10_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const std::string mine =
+      std::string(host) + "/" + std::string(prop.uuid.bytes, sizeof(prop.uuid.bytes));
+  const std::vector<std::string> all = session_allgather_blobs(
+      op, static_cast<mk_session_t>(group), mine, op_timeout_seconds(), "the ranks' GPUs");
+  const int sharers = static_cast<int>(std::count(all.begin(), all.end(), mine));
+  std::lock_guard<std::mutex> lock(mu);
+  return cache.emplace(group, std::max(1, sharers)).first->second;
+}
+
+}  // namespace
+
+int fused_grid(const char* op, int64_t group) {
+  int grid = device_sms();
+  if (mps_limit_percent() == 100) {
+    const int sharers = gpu_sharers(op, group);
+    if (sharers > 1) grid = std::max(2, grid / sharers / 2 * 2);  // whole 2-CTA clusters
+  }
   // MKERNEL_FUSED_SMS=<n> (measurement only, every rank the same): a smaller persistent grid.
   if (const char* sms = std::getenv("MKERNEL_FUSED_SMS")) {
     const int want = std::atoi(sms);
-    if (want >= 2 && want < l.sm_count) l.sm_count = want;
+    if (want >= 2 && want < grid) grid = want;
   }
+  return grid;
+}
+
+void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPlan& plan,
+            const at::Tensor& like, const fused::FusedParams& hooks, const std::vector<int>& order,
+            int64_t rank_rows, bool interleave) {
+  const gemm::ConfigId config = plan.config;
+  gemm::Launch l;
+  l.stream = at::cuda::getCurrentCUDAStream();
+  l.sm_count = fused_grid(op, group);
+  l.splits = 1;
+  l.swizzle = plan.swizzle;
+  l.raster = plan.raster;
   TORCH_CHECK(fused::fused_supported(config), op, ": config ", gemm::config_name(config),
               " has no fused kernel");
   if (const char* why = gemm::can_implement(p, config, l)) {
@@ -255,7 +305,8 @@ bool reduce_fits(const at::Tensor& x, const at::Tensor& w, const ReduceLayout& l
   return true;
 }
 
-bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, const at::Tensor& x,
+bool reduce_call(const char* op, int64_t group, int32_t wait_op, comm::SymmetricGroup& sg,
+                 const at::Tensor& x,
                  const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
                  const std::vector<int>& order, const FusedPlan& plan, const char** why) {
   if (!reduce_fits(x, w, layout, why)) return false;
@@ -303,7 +354,7 @@ bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, cons
   TORCH_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0, op,
               ": internal: the output is not 16-byte aligned");
   const gemm::Problem p = problem(op, x.data_ptr(), w, g.data[g.rank], m, n, k);
-  launch(op, p, plan, x, hp, order, layout.rows_per_rank, layout.interleave);
+  launch(op, group, p, plan, x, hp, order, layout.rows_per_rank, layout.interleave);
   return true;
 }
 

@@ -34,9 +34,20 @@ struct FusedPlan {
 // the priority of each source rank (lower = earlier) for ordering the M units by the rows' owners
 // (rank_rows rows per rank), or empty for the natural order; interleave: the owners' units
 // alternate (the same order on every rank; order is then ignored).
-void launch(const char* op, const gemm::Problem& p, const FusedPlan& plan, const at::Tensor& like,
-            const fused::FusedParams& hooks, const std::vector<int>& order, int64_t rank_rows,
-            bool interleave = false);
+void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPlan& plan,
+            const at::Tensor& like, const fused::FusedParams& hooks, const std::vector<int>& order,
+            int64_t rank_rows, bool interleave = false);
+
+// The fused kernel's persistent grid (CTAs) for a rank of `group`: this process's SMs, except
+// where several ranks of the group share this GPU with no MPS SM limit (an MPS client without
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE sees every SM): then SMs / sharers, so the ranks' grids fit
+// on the GPU together — a grid of every SM per rank would let one rank's CTAs hold every SM
+// while they wait for tiles of a rank whose CTAs cannot be placed. Why ranks run with no limit:
+// under an MPS limit of 100/W % the second rank's kernel gets ~30 of its 66 SMs while the first
+// holds 66 (benchmarks/NOTES.md, session 8). The sharers are counted once per group (host name
+// + GPU UUID all-gathered over the session: collective, at the group's first fused launch).
+// MKERNEL_FUSED_SMS=<n> (measurement) pins a smaller grid.
+int fused_grid(const char* op, int64_t group);
 
 // gemm_rs / gemm_ar on one node (kModeReduce): the GEMM x · wᵀ [M, N] into this rank's
 // symmetric data region, its tiles (by owner priority `order`, rank_rows rows per owner) flagged
@@ -55,7 +66,8 @@ struct ReduceLayout {
 // why not.
 bool reduce_fits(const at::Tensor& x, const at::Tensor& w, const ReduceLayout& layout,
                  const char** why);
-bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, const at::Tensor& x,
+bool reduce_call(const char* op, int64_t group, int32_t wait_op, comm::SymmetricGroup& sg,
+                 const at::Tensor& x,
                  const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
                  const std::vector<int>& order, const FusedPlan& plan, const char** why);
 

@@ -132,7 +132,8 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
       for (const fused_glue::FusedPlan& c :
            fused_glue::candidate_plans(x.size(0), w.size(0), x.size(1), false)) {
         paths.emplace_back([&, c] {
-          fused_glue::reduce_call(kOp, comm::kOpGemmRs, sg, x, w, layout, out, {}, c, &why);
+          fused_glue::reduce_call(kOp, group, comm::kOpGemmRs, sg, x, w, layout, out, {}, c,
+                                  &why);
         });
       }
       paths.emplace_back([&] { unfused(x, w, group, world_size); });
