@@ -27,13 +27,17 @@ def main() -> int:
     ap.add_argument("--suites", default="ag,rs,ar")
     ap.add_argument("--time-at", type=int, default=2, help="also run the timing suite at this W")
     ap.add_argument("--timeout", type=float, default=50.0)
+    ap.add_argument("--mps-limit", choices=("share", "none"), default="share",
+                    help="share: each rank an MPS client limited to 100/W %% of the SMs; none: no "
+                         "limit (the fused grids then take SMs / W: fused_common.h fused_grid)")
     args = ap.parse_args()
     code = (ROOT / "tests" / "gpu" / "fused_ranks.py").read_text()
     failed = False
     with mps_daemon("fused_smoke") as mps_env:
         for world in [int(w) for w in args.worlds.split(",")]:
             suites = args.suites + (",time" if world == args.time_at else "")
-            env = dict(mps_env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // world),
+            pct = 100 // world if args.mps_limit == "share" else 100
+            env = dict(mps_env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(pct),
                        FUSED_SUITE=suites, MKERNEL_OP_TIMEOUT=os.environ.get("MKERNEL_OP_TIMEOUT", "15"),
                        NCCL_NVLS_ENABLE="0")
             results = run_ranks(code, world, timeout=args.timeout, env=env)
