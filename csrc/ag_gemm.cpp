@@ -187,7 +187,8 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   // shared by the group (fused_common.h choose_path).
   std::vector<std::function<void()>> paths;
   // (Along N only: the rows arrive by M unit, own rows first.)
-  for (const fused_glue::FusedPlan& c : fused_glue::candidate_plans(world * m, n, k, true)) {
+  for (const fused_glue::FusedPlan& c :
+       fused_glue::candidate_plans(kOp, group, world * m, n, k, true)) {
     paths.emplace_back([&, c] {
       fused::FusedParams hc = hp;
       hc.signature = comm::call_signature(

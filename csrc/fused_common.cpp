@@ -231,7 +231,8 @@ int slab_rows_of(const gemm::TileCounts& tc) {
 }
 }  // namespace
 
-std::vector<gemm::ConfigId> candidate_configs(int64_t m, int64_t n, int64_t k) {
+std::vector<gemm::ConfigId> candidate_configs(const char* op, int64_t group, int64_t m, int64_t n,
+                                              int64_t k) {
   // MKERNEL_FUSED_CONFIG=<config name> (read per call; tests and measurements): that config
   // only, whatever the shape, if it has a fused kernel.
   if (const char* pin = std::getenv("MKERNEL_FUSED_CONFIG")) {
@@ -242,7 +243,7 @@ std::vector<gemm::ConfigId> candidate_configs(int64_t m, int64_t n, int64_t k) {
   }
   gemm::ConfigId ids[fused::kMaxFusedConfigs];
   const int count = fused::fused_configs(static_cast<int>(m), static_cast<int>(n),
-                                         static_cast<int>(k), device_sms(), ids);
+                                         static_cast<int>(k), fused_grid(op, group), ids);
   return std::vector<gemm::ConfigId>(ids, ids + count);
 }
 
@@ -261,7 +262,8 @@ bool pinned_order(int* swizzle, int* raster) {
 }
 }  // namespace
 
-std::vector<FusedPlan> candidate_plans(int64_t m, int64_t n, int64_t k, bool along_n_only) {
+std::vector<FusedPlan> candidate_plans(const char* op, int64_t group, int64_t m, int64_t n,
+                                       int64_t k, bool along_n_only) {
   std::vector<FusedPlan> plans;
   int swizzle = 0, raster = 0;
   const bool pinned = pinned_order(&swizzle, &raster);
@@ -270,7 +272,7 @@ std::vector<FusedPlan> candidate_plans(int64_t m, int64_t n, int64_t k, bool alo
   const char* orders = std::getenv("MKERNEL_FUSED_ORDERS");
   const bool long_k =
       orders != nullptr && std::strcmp(orders, "1") == 0 && 4096 * k > 12 * (int64_t{1} << 20);
-  for (const gemm::ConfigId c : candidate_configs(m, n, k)) {
+  for (const gemm::ConfigId c : candidate_configs(op, group, m, n, k)) {
     if (pinned) {
       plans.push_back({c, swizzle, raster});
       continue;
@@ -284,14 +286,14 @@ std::vector<FusedPlan> candidate_plans(int64_t m, int64_t n, int64_t k, bool alo
   return plans;
 }
 
-bool reduce_fits(const at::Tensor& x, const at::Tensor& w, const ReduceLayout& layout,
-                 const char** why) {
+bool reduce_fits(const char* op, int64_t group, const at::Tensor& x, const at::Tensor& w,
+                 const ReduceLayout& layout, const char** why) {
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
   if (n == 0 || k == 0 || k % 8 != 0 || n % 8 != 0) {
     *why = "N and K must be positive multiples of 8 for the fused kernel";
     return false;
   }
-  for (const gemm::ConfigId config : candidate_configs(m, n, k)) {
+  for (const gemm::ConfigId config : candidate_configs(op, group, m, n, k)) {
     const gemm::TileCounts tc =
         gemm::tile_counts(config, static_cast<int>(m), static_cast<int>(n));
     const int64_t tiles = static_cast<int64_t>(tc.tiles_m) * tc.tiles_n;
@@ -309,7 +311,7 @@ bool reduce_call(const char* op, int64_t group, int32_t wait_op, comm::Symmetric
                  const at::Tensor& x,
                  const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
                  const std::vector<int>& order, const FusedPlan& plan, const char** why) {
-  if (!reduce_fits(x, w, layout, why)) return false;
+  if (!reduce_fits(op, group, x, w, layout, why)) return false;
   const gemm::ConfigId config = plan.config;
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
   const gemm::TileCounts tc = gemm::tile_counts(config, static_cast<int>(m), static_cast<int>(n));

@@ -64,8 +64,8 @@ struct ReduceLayout {
 };
 // Whether reduce_call takes the shape (shapes only: the same answer on every rank); `why` says
 // why not.
-bool reduce_fits(const at::Tensor& x, const at::Tensor& w, const ReduceLayout& layout,
-                 const char** why);
+bool reduce_fits(const char* op, int64_t group, const at::Tensor& x, const at::Tensor& w,
+                 const ReduceLayout& layout, const char** why);
 bool reduce_call(const char* op, int64_t group, int32_t wait_op, comm::SymmetricGroup& sg,
                  const at::Tensor& x,
                  const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
@@ -98,8 +98,10 @@ bool capturing();
 int choose_path(const char* op, int64_t group, const std::string& key,
                 const std::vector<std::function<void()>>& paths, double flops = 0);
 
-// The fused kernel's candidate tile configs for [m, k] x [n, k]^T (fused_api.h fused_configs).
-std::vector<gemm::ConfigId> candidate_configs(int64_t m, int64_t n, int64_t k);
+// The fused kernel's candidate tile configs for [m, k] x [n, k]^T on the grid of a rank of
+// `group` (fused_grid; fused_api.h fused_configs).
+std::vector<gemm::ConfigId> candidate_configs(const char* op, int64_t group, int64_t m, int64_t n,
+                                              int64_t k);
 
 // The candidate plans choose_path measures: each candidate config in the default order (what
 // an unmeasured shape runs inside graph capture); with MKERNEL_FUSED_ORDERS=1 (measurement:
@@ -107,7 +109,8 @@ std::vector<gemm::ConfigId> candidate_configs(int64_t m, int64_t n, int64_t k);
 // (4096 K bytes) outgrows a quarter of the L2, narrower orders: 2 M units along N, and (unless
 // `along_n_only`: ag_gemm, whose rows arrive by M unit) 1 along M. Shapes and the environment
 // only: the same list on every rank. MKERNEL_FUSED_ORDER pins one order.
-std::vector<FusedPlan> candidate_plans(int64_t m, int64_t n, int64_t k, bool along_n_only);
+std::vector<FusedPlan> candidate_plans(const char* op, int64_t group, int64_t m, int64_t n,
+                                       int64_t k, bool along_n_only);
 
 // The side warps' mode of a launch (fused_params.h SideMode): `fallback` (the op's default,
 // chosen by measurement) unless MKERNEL_FUSED_SIDE=regs|staged|idle pins one (read per call;
