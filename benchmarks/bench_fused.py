@@ -207,18 +207,12 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=55,
                     help="seconds of measurement after start-up; later shapes are skipped")
     ap.add_argument("--timeout", type=float, default=85)
-    ap.add_argument("--mps-limit", choices=("share", "none"), default="share",
-                    help="share: each rank an MPS client limited to 100/W %% of the SMs (then the "
-                         "second rank's persistent kernels get ~30 of 66 SMs while the first "
-                         "holds 66: NOTES.md session 8); none: no limit, every path of every "
-                         "rank competes for the whole GPU and the fused grids take SMs / W")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from common import mps_daemon  # noqa: E402
     from tests.launch import run_ranks
 
-    env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE":
-               str(100 // args.world if args.mps_limit == "share" else 100),
+    env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(100 // args.world),
            "BENCH_FULL": "1" if args.full else "0", "BENCH_BUDGET_S": str(args.budget),
            "NCCL_NVLS_ENABLE": "0"}
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"

@@ -32,7 +32,8 @@ Sections (``--sections``, comma-separated):
    kernel's grid at the share and smaller, and on a high-priority stream, timed with the GEMM
    alone and the unfused path, plus timelines with the launch's peak of concurrent CTAs. Run
    twice: with the usual share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / W), then with no MPS
-   limit (100 %) and every fused grid capped at SMs / W (MKERNEL_FUSED_SMS).
+   limit (100 %) and every fused grid capped at SMs / W (MKERNEL_FUSED_SMS); that launch times
+   no unfused path (the substrate's collectives, grids of every SM, deadlocked there: s8run2).
 
 Rank 0 prints ``DIAG {json}`` lines and writes benchmarks/results/fused_diag_<gpu>_<time>.json
 (and a copy under $OUT).
@@ -229,7 +230,12 @@ def mps_section(rank: int, world: int, ctx, emit, timed_all, with_env) -> None:
             gemm = lambda x=x, w=w: mkernel.gemm(x, w)  # noqa: E731
         call = lambda fn=fn, x=x, w=w: fn(x, w, group=ctx)  # noqa: E731
         grids = {"share": share, "share-6": even(share - 6), "3/4 share": even(share * 3 // 4)}
-        fns = {"gemm alone": gemm, "unfused": with_env(call, MKERNEL_FUSED="off")}
+        fns = {"gemm alone": gemm}
+        # With no MPS limit the substrate's collectives (grids of every SM, spinning for their
+        # peers) can deadlock: one rank's kernel holds every SM while it waits for a rank that
+        # cannot be placed (s8run2: reduce_scatter timed out). The fused grids are capped.
+        if setting == "share":
+            fns["unfused"] = with_env(call, MKERNEL_FUSED="off")
         for gname, g in grids.items():
             fns[f"fused grid={gname}"] = with_env(call, MKERNEL_FUSED="force",
                                                   MKERNEL_FUSED_SMS=str(g))
@@ -238,7 +244,8 @@ def mps_section(rank: int, world: int, ctx, emit, timed_all, with_env) -> None:
         t = timed_all(fns, reps=2 if k >= 8192 or op == "ag_gemm" else 5, samples=5)
         for name, ms in t.items():
             emit(dict(base, what="mps fused", op=op, m=m, k=k, n=nn, kind=name, ms=ms,
-                      over_gemm=ms / t["gemm alone"], over_unfused=ms / t["unfused"]))
+                      over_gemm=ms / t["gemm alone"],
+                      over_unfused=ms / t["unfused"] if "unfused" in t else None))
         for gname in ("share", "share-6"):
             path = f"{tl_base}_{setting}_{op}_{m}_{k}_{gname}"
             run = with_env(call, MKERNEL_FUSED="force", MKERNEL_FUSED_SMS=str(grids[gname]),

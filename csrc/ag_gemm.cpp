@@ -193,7 +193,7 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
       fused::FusedParams hc = hp;
       hc.signature = comm::call_signature(
           comm::kOpAgGemm, {m, k, n, static_cast<int64_t>(x.scalar_type()),
-                            static_cast<int64_t>(c.config), c.swizzle, c.raster});
+                            static_cast<int64_t>(c.config), c.swizzle, c.raster, c.grid});
       fused_glue::launch(kOp, group, p, c, x, hc, order, m);
       if (return_gathered) {
         C10_CUDA_CHECK(cudaMemcpyAsync(gathered.data_ptr(), g.data[rank], bytes,

@@ -190,6 +190,12 @@ int fused_grid(const char* op, int64_t group) {
   return grid;
 }
 
+int co_resident_grid(int grid) {
+  if (mps_limit_percent() == 100) return 0;
+  const int g = grid * 3 / 4 / 2 * 2;
+  return g >= 2 && g < grid ? g : 0;
+}
+
 void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPlan& plan,
             const at::Tensor& like, const fused::FusedParams& hooks, const std::vector<int>& order,
             int64_t rank_rows, bool interleave) {
@@ -197,6 +203,7 @@ void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPl
   gemm::Launch l;
   l.stream = at::cuda::getCurrentCUDAStream();
   l.sm_count = fused_grid(op, group);
+  if (plan.grid > 0 && plan.grid < l.sm_count) l.sm_count = plan.grid;
   l.splits = 1;
   l.swizzle = plan.swizzle;
   l.raster = plan.raster;
@@ -283,6 +290,18 @@ std::vector<FusedPlan> candidate_plans(const char* op, int64_t group, int64_t m,
       if (!along_n_only) plans.push_back({c, 1, 1});
     }
   }
+  // Under an MPS limit, each plan also on the co-resident grid (unless MKERNEL_FUSED_SMS pins
+  // one): which grid wins depends on the shape (s8run2: gemm_rs Llama fc2 6.33 ms at 48 vs 9.09
+  // at 66; ag_gemm Llama fc1 9.23 at 48 vs 7.17 at 66), so choose_path measures both.
+  const int small = co_resident_grid(fused_grid(op, group));
+  if (small > 0 && std::getenv("MKERNEL_FUSED_SMS") == nullptr) {
+    const size_t count = plans.size();
+    for (size_t i = 0; i < count; ++i) {
+      FusedPlan p = plans[i];
+      p.grid = small;
+      plans.push_back(p);
+    }
+  }
   return plans;
 }
 
@@ -330,7 +349,7 @@ bool reduce_call(const char* op, int64_t group, int32_t wait_op, comm::Symmetric
   hp.signature = comm::call_signature(wait_op, {m, k, n, static_cast<int64_t>(x.scalar_type()),
                                                 layout.two_shot ? 1 : 0,
                                                 static_cast<int64_t>(config), plan.swizzle,
-                                                plan.raster});
+                                                plan.raster, plan.grid});
   hp.flag_base = comm::FlagSlot::kOpSlotBase;
   hp.m = static_cast<int32_t>(m);
   hp.n = static_cast<int32_t>(n);

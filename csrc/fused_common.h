@@ -28,6 +28,9 @@ struct FusedPlan {
   gemm::ConfigId config;
   int swizzle = 0;
   int raster = 0;  // 1: along M, 2: along N
+  // Persistent grid (CTAs): 0 = fused_grid; else at most this many (the co-resident grid under
+  // an MPS limit, candidate_plans).
+  int grid = 0;
 };
 
 // Launches the fused kernel on the current stream with `hooks`; errors name `op`. `order` is
@@ -48,6 +51,15 @@ void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPl
 // + GPU UUID all-gathered over the session: collective, at the group's first fused launch).
 // MKERNEL_FUSED_SMS=<n> (measurement) pins a smaller grid.
 int fused_grid(const char* op, int64_t group);
+
+// Under an MPS SM limit (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE < 100): the grid at which the ranks'
+// fused kernels all run at once, 3/4 of `grid` in whole 2-CTA clusters; 0 without a limit.
+// Measured (s8run2, W = 2, 66 SMs per rank, one CTA per SM): MPS places at most 48 2-CTA
+// clusters of the two clients at once (96 of 132 SMs: with grids of 66 one rank holds 66 and the
+// other 30, the rest waiting a whole GEMM; with 64 / 60 it holds 32 / 36), but grids of 48 both
+// run whole; without clusters 126. At the share's grid a gemm_rs runs the two ranks' GEMMs one
+// after the other (Llama fc2 W=2: 9.09 ms), at 48 together (6.33 ms, unfused 9.16).
+int co_resident_grid(int grid);
 
 // gemm_rs / gemm_ar on one node (kModeReduce): the GEMM x · wᵀ [M, N] into this rank's
 // symmetric data region, its tiles (by owner priority `order`, rank_rows rows per owner) flagged
@@ -104,7 +116,9 @@ std::vector<gemm::ConfigId> candidate_configs(const char* op, int64_t group, int
                                               int64_t k);
 
 // The candidate plans choose_path measures: each candidate config in the default order (what
-// an unmeasured shape runs inside graph capture); with MKERNEL_FUSED_ORDERS=1 (measurement:
+// an unmeasured shape runs inside graph capture); under an MPS SM limit each also with the
+// co-resident grid (co_resident_grid: the grid at which every rank's 2-CTA clusters are placed
+// at once, s8run2); with MKERNEL_FUSED_ORDERS=1 (measurement:
 // not yet timed on a device) also, where K is long enough that a band of 8 M units of A
 // (4096 K bytes) outgrows a quarter of the L2, narrower orders: 2 M units along N, and (unless
 // `along_n_only`: ag_gemm, whose rows arrive by M unit) 1 along M. Shapes and the environment
