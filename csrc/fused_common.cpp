@@ -291,10 +291,13 @@ std::vector<FusedPlan> candidate_plans(const char* op, int64_t group, int64_t m,
     }
   }
   // Under an MPS limit, each plan also on the co-resident grid (unless MKERNEL_FUSED_SMS pins
-  // one): which grid wins depends on the shape (s8run2: gemm_rs Llama fc2 6.33 ms at 48 vs 9.09
-  // at 66; ag_gemm Llama fc1 9.23 at 48 vs 7.17 at 66), so choose_path measures both.
+  // one, or MKERNEL_FUSED_GRIDS=share keeps the share's grid only): which grid wins depends on
+  // the shape (s8run2: gemm_rs Llama fc2 6.33 ms at 48 vs 9.09 at 66; ag_gemm Llama fc1 9.23 at
+  // 48 vs 7.17 at 66), so choose_path measures both.
   const int small = co_resident_grid(fused_grid(op, group));
-  if (small > 0 && std::getenv("MKERNEL_FUSED_SMS") == nullptr) {
+  const char* grids = std::getenv("MKERNEL_FUSED_GRIDS");
+  const bool share_only = grids != nullptr && std::strcmp(grids, "share") == 0;
+  if (small > 0 && !share_only && std::getenv("MKERNEL_FUSED_SMS") == nullptr) {
     const size_t count = plans.size();
     for (size_t i = 0; i < count; ++i) {
       FusedPlan p = plans[i];
