@@ -217,8 +217,8 @@ def mps_section(rank: int, world: int, ctx, emit, timed_all, with_env) -> None:
 
     # The fused kernels with the grid at the share, smaller, and on a high-priority stream.
     tl_base = Path(tempfile.gettempdir(), f"fused_tl_mps_{os.getppid()}")
-    cases = [("gemm_rs", 8192, 28672 // world, 8192), ("gemm_rs", 8192, 2048, 8192),
-             ("ag_gemm", 8192 // world, 8192, 28672 // world)]
+    cases = [("gemm_rs", 8192, 28672 // world, 8192), ("gemm_ar", 8192, 28672 // world, 8192),
+             ("gemm_rs", 8192, 2048, 8192), ("ag_gemm", 8192 // world, 8192, 28672 // world)]
     for op, m, k, nn in cases:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 64
@@ -241,13 +241,19 @@ def mps_section(rank: int, world: int, ctx, emit, timed_all, with_env) -> None:
                                                   MKERNEL_FUSED_SMS=str(g))
         fns["fused grid=share, high priority"] = on_high(
             with_env(call, MKERNEL_FUSED="force", MKERNEL_FUSED_SMS=str(share)))
+        if setting == "share":
+            # The op as users get it with the co-resident grid offered (fused_common.h
+            # candidate_plans): fused pinned (the faster grid measured), and fully automatic.
+            fns["fused, grid measured"] = with_env(call, MKERNEL_FUSED="force",
+                                                   MKERNEL_FUSED_GRIDS="co_resident")
+            fns["auto, co-resident offered"] = with_env(call, MKERNEL_FUSED_GRIDS="co_resident")
         t = timed_all(fns, reps=2 if k >= 8192 or op == "ag_gemm" else 5, samples=5)
         for name, ms in t.items():
             emit(dict(base, what="mps fused", op=op, m=m, k=k, n=nn, kind=name, ms=ms,
                       over_gemm=ms / t["gemm alone"],
                       over_unfused=ms / t["unfused"] if "unfused" in t else None))
-        for gname in ("share", "share-6"):
-            path = f"{tl_base}_{setting}_{op}_{m}_{k}_{gname}"
+        for gname in ("share", "3/4 share"):
+            path = f"{tl_base}_{setting}_{op}_{m}_{k}_{gname.replace('/', '-').replace(' ', '_')}"
             run = with_env(call, MKERNEL_FUSED="force", MKERNEL_FUSED_SMS=str(grids[gname]),
                            MKERNEL_FUSED_TIMELINE=path)
             for _ in range(3):  # the last call's line is summarised
