@@ -470,7 +470,10 @@ int choose_path(const char* op, int64_t group, const std::string& key,
                 const std::vector<std::function<void()>>& paths, double flops) {
   const int unfused = static_cast<int>(paths.size()) - 1;
   int candidates = unfused + 1;  // every path
-  std::string full = std::to_string(group) + "/" + key;
+  // The verdict is an index into `paths`: key it by the list's length too (the candidates
+  // depend on the environment, e.g. MKERNEL_FUSED_GRIDS).
+  std::string full =
+      std::to_string(group) + "/" + key + " paths=" + std::to_string(paths.size());
   if (const char* pin = std::getenv("MKERNEL_FUSED")) {
     if (std::strcmp(pin, "off") == 0) return unfused;
     if (std::strcmp(pin, "force") == 0) {  // the fused configs only
