@@ -22,6 +22,19 @@ Sections (``--sections``, comma-separated):
    (start -> past the entry barrier), GEMM (entry -> last tile stored), tail (last tile ->
    CTA exit), the side warps' end, and the reduce items done by side warps / tail.
 
+8. ``mps``: why the ranks' fused kernels run one after the other under MPS. (a) Facts: the SM
+   count the process sees, the occupancy API's resident clusters for the fused kernels' CTA
+   shape (one CTA per SM), the %nsmid the CTAs see. (b) The SM-placement probe
+   (mkernel._sm_probe: every rank launches a grid of CTAs holding one SM each for 1 ms from a
+   common GPU time, like a persistent fused kernel): how many CTAs of each rank get an SM at
+   once, by grid size, cluster size 1 / 2, shared memory (one or several CTAs per SM) and stream
+   priority; (c) gemm_rs at Llama fc2 and 8192x2048x8192 and ag_gemm at Llama fc1 with the fused
+   kernel's grid at the share and smaller, and on a high-priority stream, timed with the GEMM
+   alone and the unfused path, plus timelines with the launch's peak of concurrent CTAs. Run
+   twice: with the usual share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / W), then with no MPS
+   limit (100 %) and every fused grid capped at SMs / W (MKERNEL_FUSED_SMS); that launch times
+   no unfused path (the substrate's collectives, grids of every SM, deadlocked there: s8run2).
+
 Rank 0 prints ``DIAG {json}`` lines and writes benchmarks/results/fused_diag_<gpu>_<time>.json
 (and a copy under $OUT).
 
@@ -95,7 +108,169 @@ def summarise_timeline(lines: dict[int, str]) -> dict:
         for b in sm_sets[i + 1:]:
             shared |= a & b
     out["shared_sms"] = len(shared)
+    # Concurrency: the most CTAs of all ranks running at once (start..exit); per rank the CTAs
+    # that started within 50 us of its first one (all of them when the ranks' grids fit on the
+    # GPU together).
+    every = [r for ctas in recs.values() for r in ctas]
+    edges = sorted([(r[START], 1) for r in every] + [(r[EXIT], -1) for r in every if r[EXIT]])
+    running = peak = 0
+    for _, d in edges:
+        running += d
+        peak = max(peak, running)
+    out["peak_ctas"] = peak
+    for rank in recs:
+        out[f"rank{rank}"]["first_wave"] = (out[f"rank{rank}"]["ctas"] -
+                                            out[f"rank{rank}"]["late_ctas"])
     return out
+
+
+PROBE_SMEM_BIG = 200 * 1024  # one CTA per SM, as the fused kernels (~200 KiB of shared memory)
+PROBE_SMEM_SMALL = 16 * 1024  # several CTAs may share an SM
+PROBE_HOLD_NS = 1_000_000
+
+
+def summarise_probe(recs: dict[int, list[list[int]]], start: int) -> dict:
+    """One probe launch of every rank (rank -> per-CTA [arrive, leave, sm, cluster]): how many
+    CTAs of each rank were placed in the first wave (arrived before start + hold / 2, so they
+    held an SM at the same time as every other first-wave CTA), when the others arrived."""
+    out = {}
+    first = {}
+    for rank, ctas in sorted(recs.items()):
+        if not ctas:
+            continue
+        on_time = [c for c in ctas if c[0] < start + PROBE_HOLD_NS // 2]
+        late = sorted((c[0] - start) / 1e3 for c in ctas if c[0] >= start + PROBE_HOLD_NS // 2)
+        first[rank] = {c[2] & 0xffffffff for c in on_time}
+        out[f"rank{rank}"] = {
+            "ctas": len(ctas), "first_wave": len(on_time),
+            "late_arrive_us": round(statistics.median(late), 1) if late else None,
+            "sm_ids": len({c[2] & 0xffffffff for c in ctas}),
+            "nsmid": sorted({c[2] >> 32 for c in ctas}),
+        }
+    out["first_wave"] = sum(v["first_wave"] for k, v in out.items() if k.startswith("rank"))
+    # First-wave CTAs of two ranks reporting the same %smid at the same time: with one CTA per
+    # SM that can only mean the ids are per-client numbers, not physical SMs.
+    ranks = sorted(first)
+    out["first_wave_same_smid"] = sum(len(first[a] & first[b]) for i, a in enumerate(ranks)
+                                      for b in ranks[i + 1:])
+    return out
+
+
+def mps_section(rank: int, world: int, ctx, emit, timed_all, with_env) -> None:
+    """Section `mps` (module docstring): facts, the SM-placement probe, the fused kernel's grid."""
+    import torch
+    import torch.distributed as dist
+
+    import mkernel
+
+    mk = torch.ops.mkernel
+    setting = os.environ.get("DIAG_MPS_SETTING", "share")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    share = int(os.environ.get("MKERNEL_FUSED_SMS", sms)) if setting == "full" else sms
+    base = {"setting": setting, "world": world, "share_sms": share,
+            "mps_percent": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")}
+    emit(dict(base, what="mps facts", device_sms=sms,
+              fit_c2_big=mk._sm_probe_fit(2, PROBE_SMEM_BIG),
+              fit_c1_big=mk._sm_probe_fit(1, PROBE_SMEM_BIG),
+              fit_c2_small=mk._sm_probe_fit(2, PROBE_SMEM_SMALL)))
+    high = torch.cuda.Stream(priority=torch.cuda.Stream.priority_range()[1]
+                             if hasattr(torch.cuda.Stream, "priority_range") else -1)
+
+    def on_high(fn):
+        def run():
+            cur = torch.cuda.current_stream()
+            high.wait_stream(cur)
+            with torch.cuda.stream(high):
+                r = fn()
+            cur.wait_stream(high)
+            return r
+        return run
+
+    even = lambda v: max(2, v - v % 2)  # noqa: E731
+    # (name, grid, cluster, smem, high priority, ranks that launch)
+    probes = [("c2 big grid=share", share, 2, PROBE_SMEM_BIG, False, None),
+              ("c1 big grid=share", share, 1, PROBE_SMEM_BIG, False, None),
+              ("c2 big grid=share-2", even(share - 2), 2, PROBE_SMEM_BIG, False, None),
+              ("c2 big grid=share-6", even(share - 6), 2, PROBE_SMEM_BIG, False, None),
+              ("c2 big grid=3/4 share", even(share * 3 // 4), 2, PROBE_SMEM_BIG, False, None),
+              ("c1 big grid=share/2", share // 2, 1, PROBE_SMEM_BIG, False, None),
+              ("c2 small grid=share", share, 2, PROBE_SMEM_SMALL, False, None),
+              ("c2 big grid=share, high priority", share, 2, PROBE_SMEM_BIG, True, None),
+              ("c1 big grid=2 share", 2 * share, 1, PROBE_SMEM_BIG, False, None),
+              ("c1 big grid=2 share, rank 0 alone", 2 * share, 1, PROBE_SMEM_BIG, False, {0})]
+    for name, grid, cluster, smem, prio, who in probes:
+        for rep in range(3):
+            dist.barrier()
+            now = torch.tensor([mk._gpu_globaltimer()], dtype=torch.int64)
+            dist.all_reduce(now, op=dist.ReduceOp.MAX)
+            start = int(now.item()) + 3_000_000  # past every rank's launch
+            rec = []
+            if who is None or rank in who:
+                launch = lambda: mk._sm_probe(grid, cluster, smem, start, PROBE_HOLD_NS)  # noqa
+                rec = (on_high(launch) if prio else launch)().cpu().tolist()
+            torch.cuda.synchronize()
+            got = [None] * world
+            dist.all_gather_object(got, rec)
+            if rank == 0:
+                emit(dict(base, what="probe", kind=name, rep=rep, grid=grid, cluster=cluster,
+                          smem=smem, **summarise_probe(dict(enumerate(got)), start)))
+
+    # The fused kernels with the grid at the share, smaller, and on a high-priority stream.
+    tl_base = Path(tempfile.gettempdir(), f"fused_tl_mps_{os.getppid()}")
+    cases = [("gemm_rs", 8192, 28672 // world, 8192), ("gemm_ar", 8192, 28672 // world, 8192),
+             ("gemm_rs", 8192, 2048, 8192), ("ag_gemm", 8192 // world, 8192, 28672 // world)]
+    for op, m, k, nn in cases:
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 64
+        fn = getattr(mkernel, op)
+        if op == "ag_gemm":
+            full = torch.randn(world * m, k, device="cuda", dtype=torch.bfloat16)
+            gemm = lambda full=full, w=w: mkernel.gemm(full, w)  # noqa: E731
+        else:
+            gemm = lambda x=x, w=w: mkernel.gemm(x, w)  # noqa: E731
+        call = lambda fn=fn, x=x, w=w: fn(x, w, group=ctx)  # noqa: E731
+        grids = {"share": share, "share-6": even(share - 6), "3/4 share": even(share * 3 // 4)}
+        fns = {"gemm alone": gemm}
+        # With no MPS limit the substrate's collectives (grids of every SM, spinning for their
+        # peers) can deadlock: one rank's kernel holds every SM while it waits for a rank that
+        # cannot be placed (s8run2: reduce_scatter timed out). The fused grids are capped.
+        if setting == "share":
+            fns["unfused"] = with_env(call, MKERNEL_FUSED="off")
+        for gname, g in grids.items():
+            fns[f"fused grid={gname}"] = with_env(call, MKERNEL_FUSED="force",
+                                                  MKERNEL_FUSED_SMS=str(g))
+        fns["fused grid=share, high priority"] = on_high(
+            with_env(call, MKERNEL_FUSED="force", MKERNEL_FUSED_SMS=str(share)))
+        if setting == "share":
+            # The op as users get it with the co-resident grid offered (fused_common.h
+            # candidate_plans): fused pinned (the faster grid measured), and fully automatic.
+            fns["fused, grid measured"] = with_env(call, MKERNEL_FUSED="force",
+                                                   MKERNEL_FUSED_GRIDS="co_resident")
+            fns["auto, co-resident offered"] = with_env(call, MKERNEL_FUSED_GRIDS="co_resident")
+        t = timed_all(fns, reps=2 if k >= 8192 or op == "ag_gemm" else 5, samples=5)
+        for name, ms in t.items():
+            emit(dict(base, what="mps fused", op=op, m=m, k=k, n=nn, kind=name, ms=ms,
+                      over_gemm=ms / t["gemm alone"],
+                      over_unfused=ms / t["unfused"] if "unfused" in t else None))
+        for gname in ("share", "3/4 share"):
+            path = f"{tl_base}_{setting}_{op}_{m}_{k}_{gname.replace('/', '-').replace(' ', '_')}"
+            run = with_env(call, MKERNEL_FUSED="force", MKERNEL_FUSED_SMS=str(grids[gname]),
+                           MKERNEL_FUSED_TIMELINE=path)
+            for _ in range(3):  # the last call's line is summarised
+                run()
+            torch.cuda.synchronize()
+            dist.barrier()
+            if rank == 0:
+                lines = {r: Path(f"{path}.rank{r}").read_text().strip().splitlines()[-1]
+                         for r in range(world)}
+                tl = summarise_timeline(lines)
+                emit(dict(base, what="mps timeline", op=op, m=m, k=k, n=nn,
+                          kind=f"fused grid={gname}", peak_ctas=tl["peak_ctas"],
+                          **{f"rank{r}": {key: tl[f"rank{r}"][key] for key in
+                                          ("ctas", "first_wave", "start_us", "start_max_us",
+                                           "gemm_done_us", "exit_max_us")}
+                             for r in range(world)}))
+            dist.barrier()
 
 
 def rank_main() -> None:
@@ -337,6 +512,9 @@ def rank_main() -> None:
                 emit(dict(m=m, k=k, n=nn, world=world, what="ag", kind=name, ms=ms,
                           over_gemm=ms / t["gemm alone"]))
 
+    if "mps" in sections:
+        mps_section(rank, world, ctx, emit, timed_all, with_env)
+
     if rank == 0:
         path = write_result("fused_diag", {"bench": "fused_diag", "commit": commit(),
                                            "device": device_info(), "world": world,
@@ -353,6 +531,8 @@ def main() -> None:
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--sections", default="variants,timeline,ag,orders")
     ap.add_argument("--timeout", type=float, default=80)
+    ap.add_argument("--device-sms", type=int, default=132,
+                    help="the GPU's SMs (section mps, no-limit run: fused grids of SMs / W)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -362,14 +542,25 @@ def main() -> None:
 
     env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(100 // args.world), "NCCL_NVLS_ENABLE": "0",
            "DIAG_SECTIONS": args.sections}
+    # Section `mps` runs once more with no MPS limit and every fused grid capped at SMs / W.
+    launches = [env]
+    if "mps" in args.sections.split(","):
+        launches.append(dict(env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="100", DIAG_SECTIONS="mps",
+                             DIAG_MPS_SETTING="full",
+                             MKERNEL_FUSED_SMS=str(args.device_sms // args.world)))
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
+    worst = 0
     with mps_daemon("fused_diag") as mps_env:
-        results = run_ranks(code, args.world, timeout=args.timeout, env=dict(env, **mps_env))
-    for r in results:
-        if r.returncode != 0 or r.rank == 0:
-            sys.stdout.write(r.stdout[-60000:])
-            sys.stderr.write(r.stderr[-4000:])
-    sys.exit(max((r.returncode if r.returncode is not None else 124) for r in results))
+        for launch_env in launches:
+            results = run_ranks(code, args.world, timeout=args.timeout,
+                                env=dict(launch_env, **mps_env))
+            for r in results:
+                if r.returncode != 0 or r.rank == 0:
+                    sys.stdout.write(r.stdout[-60000:])
+                    sys.stderr.write(r.stderr[-4000:])
+            worst = max([worst] + [r.returncode if r.returncode is not None else 124
+                                   for r in results])
+    sys.exit(worst)
 
 
 if __name__ == "__main__":

@@ -187,13 +187,14 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   // shared by the group (fused_common.h choose_path).
   std::vector<std::function<void()>> paths;
   // (Along N only: the rows arrive by M unit, own rows first.)
-  for (const fused_glue::FusedPlan& c : fused_glue::candidate_plans(world * m, n, k, true)) {
+  for (const fused_glue::FusedPlan& c :
+       fused_glue::candidate_plans(kOp, group, world * m, n, k, true)) {
     paths.emplace_back([&, c] {
       fused::FusedParams hc = hp;
       hc.signature = comm::call_signature(
           comm::kOpAgGemm, {m, k, n, static_cast<int64_t>(x.scalar_type()),
-                            static_cast<int64_t>(c.config), c.swizzle, c.raster});
-      fused_glue::launch(kOp, p, c, x, hc, order, m);
+                            static_cast<int64_t>(c.config), c.swizzle, c.raster, c.grid});
+      fused_glue::launch(kOp, group, p, c, x, hc, order, m);
       if (return_gathered) {
         C10_CUDA_CHECK(cudaMemcpyAsync(gathered.data_ptr(), g.data[rank], bytes,
                                        cudaMemcpyDeviceToDevice,

@@ -18,6 +18,8 @@
 #include <string>
 #include <tuple>
 
+#include <unistd.h>
+
 #include "gemm_engine.h"
 #include "session_layout.h"
 
@@ -135,21 +137,76 @@ void timeline_end(const char* path, const char* op, const gemm::Problem& p,
 
 }  // namespace
 
-void launch(const char* op, const gemm::Problem& p, const FusedPlan& plan, const at::Tensor& like,
-            const fused::FusedParams& hooks, const std::vector<int>& order, int64_t rank_rows,
-            bool interleave) {
-  const gemm::ConfigId config = plan.config;
-  gemm::Launch l;
-  l.stream = at::cuda::getCurrentCUDAStream();
-  l.sm_count = device_sms();
-  l.splits = 1;
-  l.swizzle = plan.swizzle;
-  l.raster = plan.raster;
+namespace {
+
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE as this MPS client set it (1..100; 100 when unset or
+// malformed: then the driver gives the client every SM).
+int mps_limit_percent() {
+  const char* v = std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+  if (v == nullptr) return 100;
+  char* end = nullptr;
+  const double pct = std::strtod(v, &end);
+  return end != v && pct >= 1 && pct < 100 ? static_cast<int>(pct) : 100;
+}
+
+// Ranks of `group` on this process's GPU, this one included (cached per group; collective on
+// the first call).
+int gpu_sharers(const char* op, int64_t group) {
+  static std::mutex mu;
+  static std::map<int64_t, int> cache;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(group);
+    if (it != cache.end()) return it->second;
+  }
+  int dev = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp prop;
+  C10_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const std::string mine =
+      std::string(host) + "/" + std::string(prop.uuid.bytes, sizeof(prop.uuid.bytes));
+  const std::vector<std::string> all = session_allgather_blobs(
+      op, static_cast<mk_session_t>(group), mine, op_timeout_seconds(), "the ranks' GPUs");
+  const int sharers = static_cast<int>(std::count(all.begin(), all.end(), mine));
+  std::lock_guard<std::mutex> lock(mu);
+  return cache.emplace(group, std::max(1, sharers)).first->second;
+}
+
+}  // namespace
+
+int fused_grid(const char* op, int64_t group) {
+  int grid = device_sms();
+  if (mps_limit_percent() == 100) {
+    const int sharers = gpu_sharers(op, group);
+    if (sharers > 1) grid = std::max(2, grid / sharers / 2 * 2);  // whole 2-CTA clusters
+  }
   // MKERNEL_FUSED_SMS=<n> (measurement only, every rank the same): a smaller persistent grid.
   if (const char* sms = std::getenv("MKERNEL_FUSED_SMS")) {
     const int want = std::atoi(sms);
-    if (want >= 2 && want < l.sm_count) l.sm_count = want;
+    if (want >= 2 && want < grid) grid = want;
   }
+  return grid;
+}
+
+int co_resident_grid(int grid) {
+  if (mps_limit_percent() == 100) return 0;
+  const int g = grid * 3 / 4 / 2 * 2;
+  return g >= 2 && g < grid ? g : 0;
+}
+
+void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPlan& plan,
+            const at::Tensor& like, const fused::FusedParams& hooks, const std::vector<int>& order,
+            int64_t rank_rows, bool interleave) {
+  const gemm::ConfigId config = plan.config;
+  gemm::Launch l;
+  l.stream = at::cuda::getCurrentCUDAStream();
+  l.sm_count = fused_grid(op, group);
+  if (plan.grid > 0 && plan.grid < l.sm_count) l.sm_count = plan.grid;
+  l.splits = 1;
+  l.swizzle = plan.swizzle;
+  l.raster = plan.raster;
   TORCH_CHECK(fused::fused_supported(config), op, ": config ", gemm::config_name(config),
               " has no fused kernel");
   if (const char* why = gemm::can_implement(p, config, l)) {
@@ -181,7 +238,8 @@ int slab_rows_of(const gemm::TileCounts& tc) {
 }
 }  // namespace
 
-std::vector<gemm::ConfigId> candidate_configs(int64_t m, int64_t n, int64_t k) {
+std::vector<gemm::ConfigId> candidate_configs(const char* op, int64_t group, int64_t m, int64_t n,
+                                              int64_t k) {
   // MKERNEL_FUSED_CONFIG=<config name> (read per call; tests and measurements): that config
   // only, whatever the shape, if it has a fused kernel.
   if (const char* pin = std::getenv("MKERNEL_FUSED_CONFIG")) {
@@ -192,7 +250,7 @@ std::vector<gemm::ConfigId> candidate_configs(int64_t m, int64_t n, int64_t k) {
   }
   gemm::ConfigId ids[fused::kMaxFusedConfigs];
   const int count = fused::fused_configs(static_cast<int>(m), static_cast<int>(n),
-                                         static_cast<int>(k), device_sms(), ids);
+                                         static_cast<int>(k), fused_grid(op, group), ids);
   return std::vector<gemm::ConfigId>(ids, ids + count);
 }
 
@@ -211,7 +269,8 @@ bool pinned_order(int* swizzle, int* raster) {
 }
 }  // namespace
 
-std::vector<FusedPlan> candidate_plans(int64_t m, int64_t n, int64_t k, bool along_n_only) {
+std::vector<FusedPlan> candidate_plans(const char* op, int64_t group, int64_t m, int64_t n,
+                                       int64_t k, bool along_n_only) {
   std::vector<FusedPlan> plans;
   int swizzle = 0, raster = 0;
   const bool pinned = pinned_order(&swizzle, &raster);
@@ -220,7 +279,7 @@ std::vector<FusedPlan> candidate_plans(int64_t m, int64_t n, int64_t k, bool alo
   const char* orders = std::getenv("MKERNEL_FUSED_ORDERS");
   const bool long_k =
       orders != nullptr && std::strcmp(orders, "1") == 0 && 4096 * k > 12 * (int64_t{1} << 20);
-  for (const gemm::ConfigId c : candidate_configs(m, n, k)) {
+  for (const gemm::ConfigId c : candidate_configs(op, group, m, n, k)) {
     if (pinned) {
       plans.push_back({c, swizzle, raster});
       continue;
@@ -231,17 +290,33 @@ std::vector<FusedPlan> candidate_plans(int64_t m, int64_t n, int64_t k, bool alo
       if (!along_n_only) plans.push_back({c, 1, 1});
     }
   }
+  // Under an MPS limit, each plan also on the co-resident grid: which grid wins depends on the
+  // shape (s8run2: gemm_rs Llama fc2 6.33 ms at 48 vs 9.09 at 66; ag_gemm Llama fc1 9.23 at 48
+  // vs 7.17 at 66), so choose_path measures both. Opt-in (MKERNEL_FUSED_GRIDS=co_resident) until
+  // the fused kernels' outputs at W = 2 on that grid are checked on a GPU (test_co_resident_grid,
+  // fused_smoke.py): then the default. Never with MKERNEL_FUSED_SMS (a pinned grid).
+  const int small = co_resident_grid(fused_grid(op, group));
+  const char* grids = std::getenv("MKERNEL_FUSED_GRIDS");
+  const bool offer = grids != nullptr && std::strcmp(grids, "co_resident") == 0;
+  if (small > 0 && offer && std::getenv("MKERNEL_FUSED_SMS") == nullptr) {
+    const size_t count = plans.size();
+    for (size_t i = 0; i < count; ++i) {
+      FusedPlan p = plans[i];
+      p.grid = small;
+      plans.push_back(p);
+    }
+  }
   return plans;
 }
 
-bool reduce_fits(const at::Tensor& x, const at::Tensor& w, const ReduceLayout& layout,
-                 const char** why) {
+bool reduce_fits(const char* op, int64_t group, const at::Tensor& x, const at::Tensor& w,
+                 const ReduceLayout& layout, const char** why) {
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
   if (n == 0 || k == 0 || k % 8 != 0 || n % 8 != 0) {
     *why = "N and K must be positive multiples of 8 for the fused kernel";
     return false;
   }
-  for (const gemm::ConfigId config : candidate_configs(m, n, k)) {
+  for (const gemm::ConfigId config : candidate_configs(op, group, m, n, k)) {
     const gemm::TileCounts tc =
         gemm::tile_counts(config, static_cast<int>(m), static_cast<int>(n));
     const int64_t tiles = static_cast<int64_t>(tc.tiles_m) * tc.tiles_n;
@@ -255,10 +330,11 @@ bool reduce_fits(const at::Tensor& x, const at::Tensor& w, const ReduceLayout& l
   return true;
 }
 
-bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, const at::Tensor& x,
+bool reduce_call(const char* op, int64_t group, int32_t wait_op, comm::SymmetricGroup& sg,
+                 const at::Tensor& x,
                  const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
                  const std::vector<int>& order, const FusedPlan& plan, const char** why) {
-  if (!reduce_fits(x, w, layout, why)) return false;
+  if (!reduce_fits(op, group, x, w, layout, why)) return false;
   const gemm::ConfigId config = plan.config;
   const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
   const gemm::TileCounts tc = gemm::tile_counts(config, static_cast<int>(m), static_cast<int>(n));
@@ -277,7 +353,7 @@ bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, cons
   hp.signature = comm::call_signature(wait_op, {m, k, n, static_cast<int64_t>(x.scalar_type()),
                                                 layout.two_shot ? 1 : 0,
                                                 static_cast<int64_t>(config), plan.swizzle,
-                                                plan.raster});
+                                                plan.raster, plan.grid});
   hp.flag_base = comm::FlagSlot::kOpSlotBase;
   hp.m = static_cast<int32_t>(m);
   hp.n = static_cast<int32_t>(n);
@@ -303,7 +379,7 @@ bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, cons
   TORCH_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0, op,
               ": internal: the output is not 16-byte aligned");
   const gemm::Problem p = problem(op, x.data_ptr(), w, g.data[g.rank], m, n, k);
-  launch(op, p, plan, x, hp, order, layout.rows_per_rank, layout.interleave);
+  launch(op, group, p, plan, x, hp, order, layout.rows_per_rank, layout.interleave);
   return true;
 }
 
@@ -394,7 +470,10 @@ int choose_path(const char* op, int64_t group, const std::string& key,
                 const std::vector<std::function<void()>>& paths, double flops) {
   const int unfused = static_cast<int>(paths.size()) - 1;
   int candidates = unfused + 1;  // every path
-  std::string full = std::to_string(group) + "/" + key;
+  // The verdict is an index into `paths`: key it by the list's length too (the candidates
+  // depend on the environment, e.g. MKERNEL_FUSED_GRIDS).
+  std::string full =
+      std::to_string(group) + "/" + key + " paths=" + std::to_string(paths.size());
   if (const char* pin = std::getenv("MKERNEL_FUSED")) {
     if (std::strcmp(pin, "off") == 0) return unfused;
     if (std::strcmp(pin, "force") == 0) {  // the fused configs only

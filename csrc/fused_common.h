@@ -28,15 +28,38 @@ struct FusedPlan {
   gemm::ConfigId config;
   int swizzle = 0;
   int raster = 0;  // 1: along M, 2: along N
+  // Persistent grid (CTAs): 0 = fused_grid; else at most this many (the co-resident grid under
+  // an MPS limit, candidate_plans).
+  int grid = 0;
 };
 
 // Launches the fused kernel on the current stream with `hooks`; errors name `op`. `order` is
 // the priority of each source rank (lower = earlier) for ordering the M units by the rows' owners
 // (rank_rows rows per rank), or empty for the natural order; interleave: the owners' units
 // alternate (the same order on every rank; order is then ignored).
-void launch(const char* op, const gemm::Problem& p, const FusedPlan& plan, const at::Tensor& like,
-            const fused::FusedParams& hooks, const std::vector<int>& order, int64_t rank_rows,
-            bool interleave = false);
+void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPlan& plan,
+            const at::Tensor& like, const fused::FusedParams& hooks, const std::vector<int>& order,
+            int64_t rank_rows, bool interleave = false);
+
+// The fused kernel's persistent grid (CTAs) for a rank of `group`: this process's SMs, except
+// where several ranks of the group share this GPU with no MPS SM limit (an MPS client without
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE sees every SM): then SMs / sharers, so the ranks' grids fit
+// on the GPU together — a grid of every SM per rank would let one rank's CTAs hold every SM
+// while they wait for tiles of a rank whose CTAs cannot be placed. Why ranks run with no limit:
+// under an MPS limit of 100/W % the second rank's kernel gets ~30 of its 66 SMs while the first
+// holds 66 (benchmarks/NOTES.md, session 8). The sharers are counted once per group (host name
+// + GPU UUID all-gathered over the session: collective, at the group's first fused launch).
+// MKERNEL_FUSED_SMS=<n> (measurement) pins a smaller grid.
+int fused_grid(const char* op, int64_t group);
+
+// Under an MPS SM limit (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE < 100): the grid at which the ranks'
+// fused kernels all run at once, 3/4 of `grid` in whole 2-CTA clusters; 0 without a limit.
+// Measured (s8run2, W = 2, 66 SMs per rank, one CTA per SM): MPS places at most 48 2-CTA
+// clusters of the two clients at once (96 of 132 SMs: with grids of 66 one rank holds 66 and the
+// other 30, the rest waiting a whole GEMM; with 64 / 60 it holds 32 / 36), but grids of 48 both
+// run whole; without clusters 126. At the share's grid a gemm_rs runs the two ranks' GEMMs one
+// after the other (Llama fc2 W=2: 9.09 ms), at 48 together (6.33 ms, unfused 9.16).
+int co_resident_grid(int grid);
 
 // gemm_rs / gemm_ar on one node (kModeReduce): the GEMM x · wᵀ [M, N] into this rank's
 // symmetric data region, its tiles (by owner priority `order`, rank_rows rows per owner) flagged
@@ -53,9 +76,10 @@ struct ReduceLayout {
 };
 // Whether reduce_call takes the shape (shapes only: the same answer on every rank); `why` says
 // why not.
-bool reduce_fits(const at::Tensor& x, const at::Tensor& w, const ReduceLayout& layout,
-                 const char** why);
-bool reduce_call(const char* op, int32_t wait_op, comm::SymmetricGroup& sg, const at::Tensor& x,
+bool reduce_fits(const char* op, int64_t group, const at::Tensor& x, const at::Tensor& w,
+                 const ReduceLayout& layout, const char** why);
+bool reduce_call(const char* op, int64_t group, int32_t wait_op, comm::SymmetricGroup& sg,
+                 const at::Tensor& x,
                  const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
                  const std::vector<int>& order, const FusedPlan& plan, const char** why);
 
@@ -86,16 +110,21 @@ bool capturing();
 int choose_path(const char* op, int64_t group, const std::string& key,
                 const std::vector<std::function<void()>>& paths, double flops = 0);
 
-// The fused kernel's candidate tile configs for [m, k] x [n, k]^T (fused_api.h fused_configs).
-std::vector<gemm::ConfigId> candidate_configs(int64_t m, int64_t n, int64_t k);
+// The fused kernel's candidate tile configs for [m, k] x [n, k]^T on the grid of a rank of
+// `group` (fused_grid; fused_api.h fused_configs).
+std::vector<gemm::ConfigId> candidate_configs(const char* op, int64_t group, int64_t m, int64_t n,
+                                              int64_t k);
 
 // The candidate plans choose_path measures: each candidate config in the default order (what
-// an unmeasured shape runs inside graph capture); with MKERNEL_FUSED_ORDERS=1 (measurement:
+// an unmeasured shape runs inside graph capture); under an MPS SM limit with
+// MKERNEL_FUSED_GRIDS=co_resident (opt-in until checked on a GPU) each also on the co-resident
+// grid (co_resident_grid: every rank's 2-CTA clusters placed at once, s8run2); with MKERNEL_FUSED_ORDERS=1 (measurement:
 // not yet timed on a device) also, where K is long enough that a band of 8 M units of A
 // (4096 K bytes) outgrows a quarter of the L2, narrower orders: 2 M units along N, and (unless
 // `along_n_only`: ag_gemm, whose rows arrive by M unit) 1 along M. Shapes and the environment
 // only: the same list on every rank. MKERNEL_FUSED_ORDER pins one order.
-std::vector<FusedPlan> candidate_plans(int64_t m, int64_t n, int64_t k, bool along_n_only);
+std::vector<FusedPlan> candidate_plans(const char* op, int64_t group, int64_t m, int64_t n,
+                                       int64_t k, bool along_n_only);
 
 // The side warps' mode of a launch (fused_params.h SideMode): `fallback` (the op's default,
 // chosen by measurement) unless MKERNEL_FUSED_SIDE=regs|staged|idle pins one (read per call;

@@ -185,13 +185,14 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     }
     // The natural tile order on every rank (see gemm_rs.cpp).
     if (x.size(0) == 0) return out;  // nothing to compute or reduce on any rank
-    if (fused_glue::reduce_fits(x, w, layout, &why)) {
+    if (fused_glue::reduce_fits(kOp, group, x, w, layout, &why)) {
       // The fused kernel in each candidate plan, then the unfused path (fused_common.h).
       std::vector<std::function<void()>> paths;
       for (const fused_glue::FusedPlan& c :
-           fused_glue::candidate_plans(rows, w.size(0), x.size(1), false)) {
+           fused_glue::candidate_plans(kOp, group, rows, w.size(0), x.size(1), false)) {
         paths.emplace_back([&, c] {
-          fused_glue::reduce_call(kOp, comm::kOpGemmAr, sg, x, w, layout, out, {}, c, &why);
+          fused_glue::reduce_call(kOp, group, comm::kOpGemmAr, sg, x, w, layout, out, {}, c,
+                                  &why);
         });
       }
       paths.emplace_back([&] { unfused(x, w, group, world_size); });

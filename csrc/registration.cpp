@@ -151,4 +151,11 @@ TORCH_LIBRARY(mkernel, m) {
   // data paths (Context.close, mkernel.shutdown) and describe them as JSON (tests, diagnostics).
   m.def("_release_group(int group) -> ()");
   m.def("_group_info(int group) -> str");
+  // The SM-placement probe (csrc/sm_probe.cpp; benchmarks/fused_diag.py section `mps`): ctas
+  // CTAs in clusters of `cluster`, each holding its SM from GPU time start_ns for hold_ns
+  // -> int64 [ctas, 4] (arrival, leaving, smid | nsmid << 32, clusterid | ctarank << 32);
+  // the occupancy API's resident clusters of that shape; the GPU's %globaltimer (ns).
+  m.def("_sm_probe(int ctas, int cluster, int smem_bytes, int start_ns, int hold_ns) -> Tensor");
+  m.def("_sm_probe_fit(int cluster, int smem_bytes) -> int");
+  m.def("_gpu_globaltimer() -> int");
 }

@@ -40,3 +40,37 @@ def test_timeline_summary_phases_and_counts():
     assert r1["exit_us"] == 320.0 and r1["entered_us"] == 2.0
     assert r0["sms"] == 2 and r1["sms"] == 1 and got["shared_sms"] == 1  # SM 5 ran both ranks
     assert r0["late_ctas"] == 0
+    # Concurrency: every CTA overlaps every other here; all started within 50 us of their rank's
+    # first one.
+    assert got["peak_ctas"] == 3 and r0["first_wave"] == 2 and r1["first_wave"] == 1
+
+
+def test_timeline_concurrency_of_a_late_rank():
+    diag = load_diag()
+    t0 = 1_000_000
+    cta = lambda start, exit_: [start, start, exit_ - 10, 0, 0, exit_, 0, 0, 0, 0]  # noqa: E731
+    early = [cta(t0, t0 + 9_000_000) for _ in range(4)]
+    # two CTAs at once, two more when the first two ended (the serialization under MPS)
+    late = [cta(t0 + 100, t0 + 4_000_000), cta(t0 + 200, t0 + 4_000_000),
+            cta(t0 + 4_001_000, t0 + 9_500_000), cta(t0 + 4_002_000, t0 + 9_500_000)]
+    got = diag.summarise_timeline({0: line(0, early), 1: line(1, late)})
+    assert got["peak_ctas"] == 6
+    assert got["rank0"]["first_wave"] == 4 and got["rank1"]["first_wave"] == 2
+    assert got["rank1"]["late_ctas"] == 2
+
+
+def test_probe_summary_first_wave_and_late_arrivals():
+    diag = load_diag()
+    start, hold = 10_000_000, diag.PROBE_HOLD_NS
+    word = lambda sm: sm | (66 << 32)  # noqa: E731  (%smid | %nsmid << 32)
+    on_time = [[start - 100, start + hold, word(i), 0] for i in range(4)]
+    got = diag.summarise_probe({
+        0: on_time,
+        1: on_time[:2] + [[start + hold + 500, start + 2 * hold, word(i), 0] for i in range(2)],
+        2: [],  # a rank that did not launch
+    }, start)
+    assert got["first_wave"] == 6 and "rank2" not in got
+    assert got["rank0"]["first_wave"] == 4 and got["rank0"]["late_arrive_us"] is None
+    assert got["rank1"]["first_wave"] == 2 and got["rank1"]["late_arrive_us"] == 1000.5
+    assert got["rank1"]["nsmid"] == [66] and got["rank1"]["sm_ids"] == 2
+    assert got["first_wave_same_smid"] == 2  # ids 0 and 1 on both ranks at once: per-client ids

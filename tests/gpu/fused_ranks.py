@@ -13,6 +13,9 @@ capture and replay with the inputs changed between replays. Prints ``CASE {json}
 ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
 torch.compile(fullgraph=True), inductor / aot_eager backend).
 The fused kernels are pinned (MKERNEL_FUSED=force) unless the environment says otherwise.
+``FUSED_GRID=co_resident`` pins their persistent grid to the co-resident grid choose_path
+offers under an MPS limit (3/4 of this rank's SMs in whole 2-CTA clusters: fused_common.h
+co_resident_grid) through MKERNEL_FUSED_SMS, the same value on every rank.
 """
 
 from __future__ import annotations
@@ -337,6 +340,9 @@ def main() -> None:
     # The suites test the fused kernels themselves: pin them (choose_path would otherwise keep
     # the unfused path where it measures faster); suite "auto" tests the choice.
     os.environ.setdefault("MKERNEL_FUSED", "force")
+    if os.environ.get("FUSED_GRID") == "co_resident":
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        os.environ["MKERNEL_FUSED_SMS"] = str(sms * 3 // 4 // 2 * 2)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     ctx = mkernel.init()
     for name in suites:

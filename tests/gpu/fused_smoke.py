@@ -27,20 +27,25 @@ def main() -> int:
     ap.add_argument("--suites", default="ag,rs,ar")
     ap.add_argument("--time-at", type=int, default=2, help="also run the timing suite at this W")
     ap.add_argument("--timeout", type=float, default=50.0)
+    ap.add_argument("--grids", default="share,co_resident",
+                    help="share: the fused kernels on the grid of this rank's SMs; co_resident: "
+                         "pinned to the co-resident grid (FUSED_GRID, tests/gpu/fused_ranks.py)")
     args = ap.parse_args()
     code = (ROOT / "tests" / "gpu" / "fused_ranks.py").read_text()
     failed = False
     with mps_daemon("fused_smoke") as mps_env:
-        for world in [int(w) for w in args.worlds.split(",")]:
-            suites = args.suites + (",time" if world == args.time_at else "")
+        for world, grid in [(int(w), g) for w in args.worlds.split(",")
+                            for g in args.grids.split(",")]:
+            suites = args.suites + (",time" if world == args.time_at and grid == "share" else "")
             env = dict(mps_env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // world),
                        FUSED_SUITE=suites, MKERNEL_OP_TIMEOUT=os.environ.get("MKERNEL_OP_TIMEOUT", "15"),
-                       NCCL_NVLS_ENABLE="0")
+                       NCCL_NVLS_ENABLE="0", FUSED_GRID=grid)
             results = run_ranks(code, world, timeout=args.timeout, env=env)
             for r in sorted(results, key=lambda r: r.rank):
                 ok = r.returncode == 0 and f"OK {r.rank}" in r.stdout
                 failed |= not ok
-                print(f"=== W={world} rank {r.rank}: rc={r.returncode} {'OK' if ok else 'FAILED'}", flush=True)
+                print(f"=== W={world} grid={grid} rank {r.rank}: rc={r.returncode} "
+                      f"{'OK' if ok else 'FAILED'}", flush=True)
                 lines = r.stdout.splitlines()
                 keep = [ln for ln in lines if ln.startswith(("TIME", "SUITE", "OK"))]
                 bad = [ln for ln in lines if ln.startswith("CASE") and '"rel": ' in ln]

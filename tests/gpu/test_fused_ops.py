@@ -35,6 +35,17 @@ def test_reduce_ops(mps, op, world):
 
 
 @pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("suite", ["ag", "rs", "ar"])
+def test_co_resident_grid(mps, world, suite):
+    """The fused kernels on the co-resident grid (3/4 of the share in 2-CTA clusters), which
+    choose_path measures against the share's grid under an MPS limit: every shape, pinned."""
+    res = run_ranks(RANKS, world, timeout=240,
+                    env=rank_env(mps, world, FUSED_SUITE=suite, FUSED_GRID="co_resident"))
+    per_rank = 2 * 5 * 2 if suite == "ag" else 2 * 5
+    assert len(check_ranks(res)) == world * per_rank
+
+
+@pytest.mark.parametrize("world", [2, 4])
 def test_mlp_layers(mps, world):
     """mkernel.nn column -> GeLU -> row under sequence parallelism: outputs and gradients."""
     cases = run(mps, world, "mlp")
