@@ -312,9 +312,10 @@ def main() -> None:
                   f"({row['graph_combine_ratio_vs_unfused']:.2f}x unfused)", flush=True)
     path = write_result("moe_ranks", {"bench": "moe_ranks", "commit": commit(), "device": device_info(),
                                       "mps": True, "world": args.world, "iters": args.iters,
-                                      # MKERNEL_MOE_ROUTING=kernel: the routing kernels
-                                      # (csrc/kernels/moe/moe_routing.cu), else the ATen ops
-                                      "moe_routing": os.environ.get("MKERNEL_MOE_ROUTING", "aten"),
+                                      # the routing kernels (csrc/kernels/moe/moe_routing.cu)
+                                      # unless MKERNEL_MOE_ROUTING=aten (the ATen ops)
+                                      "moe_routing": ("aten" if os.environ.get("MKERNEL_MOE_ROUTING") == "aten"
+                                                      else "kernel"),
                                       "unfused": "mkernel.all_gather of x/topk_idx (or y) + sort + "
                                                  "index_select + torch._grouped_mm (combine: fp32 "
                                                  "weighted sum)", "rows": rows})

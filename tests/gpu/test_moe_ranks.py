@@ -39,6 +39,18 @@ def test_moe_cuda_ranks_match_reference(mps, world):
     assert max(c["err"] / c["bound"] for c in cases) <= 1
 
 
+
+def test_moe_cuda_ranks_aten_routing(mps):
+    """The opt-out MKERNEL_MOE_ROUTING=aten (route_on_device's ATen ops instead of the routing
+    kernels): the same checks at W=2."""
+    world = 2
+    res = run_ranks(RANK_MAIN, world, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="15", MKERNEL_MOE_ROUTING="aten"))
+    cases = check_ranks(res)
+    assert len(cases) == world * 8, len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_moe_cuda_graph_replay(mps, world):
     res = run_ranks(RANK_MAIN, world, timeout=150,
