@@ -127,6 +127,9 @@ struct TileCounts {
 };
 
 bool hooked_supported(ConfigId id);
+// Configs of the packed grouped GEMM (run_hooked with Problem::group_end): the packed
+// hooked ones and ping_64x256_c1x1 (packed groups only, no communication hooks).
+bool packed_supported(ConfigId id);
 TileCounts tile_counts(ConfigId id, int m, int n);
 // kAuto resolves to a hooked-capable config.
 ConfigId resolve_hooked(const Problem& p, ConfigId id, const Launch& l);

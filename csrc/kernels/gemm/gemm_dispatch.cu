@@ -145,13 +145,15 @@ int grouped_candidate_plans(int t, int n, int k, int experts, int sm_count, Plan
   // case 1.04x / 1.12x torch._grouped_mm (uniform / skewed routing) where
   // 128x256 cooperative ran 1.00x / 0.99x (benchmarks/NOTES.md, run 16).
   const Plan fixed{C::kPing128x128Cluster1x2, 1, 1};
+  // 64x256 ping-pong (1x1 clusters): an expert's last tile pads to 64 rows, not 128 (few
+  // rows per expert: the seed's 256 experts over 2 ranks at 8k tokens, ~257 rows each).
   const Plan others[] = {
       {C::kPing128x128Cluster1x2, 8, 2}, {C::kPing128x128Cluster1x2, 4, 2},
       {C::kCoop128x256Cluster2x1, 8, 2}, {C::kCoop128x256Cluster2x1, 1, 1},
-      {C::kCoop128x128Cluster2x1, 8, 2},
+      {C::kCoop128x128Cluster2x1, 8, 2}, {C::kPing64x256Cluster1x1, 8, 2},
   };
   int count = 0;
-  if (capacity > 0) out[count++] = fixed;  // (every hooked config runs 2-CTA clusters)
+  if (capacity > 0) out[count++] = fixed;
   for (const Plan& p : others) {
     bool seen = false;
     for (int i = 0; i < count; ++i) {
@@ -244,6 +246,18 @@ bool hooked_supported(ConfigId id) {
   }
 }
 
+bool packed_supported(ConfigId id) {
+  switch (id) {
+    case ConfigId::kCoop128x256Cluster2x1:
+    case ConfigId::kCoop128x128Cluster2x1:
+    case ConfigId::kPing128x128Cluster1x2:
+    case ConfigId::kPing64x256Cluster1x1:  // packed groups only (gemm_sm90.cuh kPackable)
+      return true;
+    default:
+      return false;
+  }
+}
+
 ConfigId resolve_hooked(const Problem& p, ConfigId id, const Launch& l) {
   if (id != ConfigId::kAuto) return id;
   Launch launch = complete(l);
@@ -262,8 +276,11 @@ static const detail::Entry* hooked_entry(const Problem& p, ConfigId id, Launch* 
   const ConfigId cfg = resolve_hooked(p, id, *launch);
   Launch planned = *launch;
   if (resolve(p, id, &planned) == cfg) *launch = planned;  // kAuto: the plan's tile order too
-  if (!hooked_supported(cfg)) {
-    if (reason) *reason = "the hooked kernel needs a cooperative, persistent config";
+  if (p.group_end != nullptr ? !packed_supported(cfg) : !hooked_supported(cfg)) {
+    if (reason) {
+      *reason = p.group_end != nullptr ? "config has no packed grouped kernel (packed_supported)"
+                                       : "the hooked kernel needs a cooperative, persistent config";
+    }
     return nullptr;
   }
   const detail::Entry* e = detail::find(cfg, p.dtype);

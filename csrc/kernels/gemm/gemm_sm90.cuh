@@ -186,10 +186,14 @@ struct GemmSm90 {
   using Hooked = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, FlagHooks>;
   using HookedPacked = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, FlagHooks, true>;
   // Packed groups are compiled for the configs the grouped plan uses only
-  // (each kernel is a minute of nvcc).
-  static constexpr bool kPackable = kHookable && (Id == ConfigId::kCoop128x256Cluster2x1 ||
-                                                  Id == ConfigId::kCoop128x128Cluster2x1 ||
-                                                  Id == ConfigId::kPing128x128Cluster1x2);
+  // (each kernel is a minute of nvcc). ping_64x256_c1x1 runs packed groups only (no
+  // communication hooks): an expert's last tile pads its rows to 64 instead of 128 (the
+  // seed's 8k MoE shape has ~257 rows per expert: 320 rows computed per expert, not 384).
+  static constexpr bool kPackable = (kHookable && (Id == ConfigId::kCoop128x256Cluster2x1 ||
+                                                   Id == ConfigId::kCoop128x128Cluster2x1 ||
+                                                   Id == ConfigId::kPing128x128Cluster1x2)) ||
+                                    (cute::is_same_v<typename Cfg::Scheduler, Persistent> &&
+                                     Id == ConfigId::kPing64x256Cluster1x1);
 
   // Per-kernel launch facts, queried once: the occupancy query alone costs
   // more than a small GEMM.
@@ -271,21 +275,23 @@ struct GemmSm90 {
 
   static cudaError_t run_hooked(const Problem& p, const Launch& l, const HookArgs& h,
                                 const char** reason) {
-    if constexpr (!kHookable) {
-      if (reason) *reason = "the hooked kernel needs a cooperative, persistent config";
-      return cudaErrorInvalidValue;
-    } else {
-      if (p.group_end == nullptr) return launch_hooked<Hooked>(p, l, h, reason);
-      if constexpr (kPackable) {
-        return launch_hooked<HookedPacked>(p, l, h, reason);
+    if (p.group_end == nullptr) {
+      if constexpr (kHookable) {
+        return launch_hooked<Hooked>(p, l, h, reason);
       } else {
-        if (reason) {
-          *reason =
-              "packed groups run on coop_128x256_c2x1, coop_128x128_c2x1 and ping_128x128_c1x2 "
-              "only";
-        }
+        if (reason) *reason = "the hooked kernel needs a cooperative, persistent config";
         return cudaErrorInvalidValue;
       }
+    }
+    if constexpr (kPackable) {
+      return launch_hooked<HookedPacked>(p, l, h, reason);
+    } else {
+      if (reason) {
+        *reason =
+            "packed groups run on coop_128x256_c2x1, coop_128x128_c2x1, ping_128x128_c1x2 and "
+            "ping_64x256_c1x1 only";
+      }
+      return cudaErrorInvalidValue;
     }
   }
 
