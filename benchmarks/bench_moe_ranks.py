@@ -17,7 +17,8 @@ of the SMs), side by side in one run per shape:
   the host): under MPS the ranks' persistent kernels can land on the same SMs and serialize
   (fused_diag timelines, session 8 run 1), so ``engine_gemm_solo`` / ``compute_solo`` are the
   GEMMs' own speed on a 1/W share, ``engine_gemm_solo_64`` / ``_128`` the packed GEMM pinned to
-  64-row (ping_64x256_c1x1) / 128-row (ping_128x128_c1x2) tiles.
+  64-row (ping_64x256_c1x1) / 128-row (ping_128x128_c1x2) tiles; ``engine_gemm_64`` / ``_128``
+  the pinned ones with every rank at once (1x1 vs 1x2 clusters under MPS).
 
 With ``--nodes N`` the ranks form N emulated nodes (the several-node path, csrc/moe_nodes.h;
 ``--emulate 50GB/s,3us`` shapes the loopback link like a NIC, MKERNEL_NET_EMULATE): the
@@ -136,6 +137,11 @@ def rank_main() -> None:
             "unfused_dispatch_gemm": unfused_dispatch,
             "compute_grouped_mm": lambda: torch._grouped_mm(recv, w1_t, offs=offs),
             "engine_gemm": lambda: mkernel.gemm_grouped(recv_full, w1, offs=offs),
+            # Pinned tiles, both ranks at once: 1x1 clusters (64-row) vs 1x2 (128-row) under MPS.
+            "engine_gemm_64": lambda: torch.ops.mkernel.gemm_grouped_packed(recv_full, w1, offs,
+                                                                            cfg64, 8, 2),
+            "engine_gemm_128": lambda: torch.ops.mkernel.gemm_grouped_packed(recv_full, w1, offs,
+                                                                             cfg128, 8, 2),
             # The ranks take turns (see SOLO): the GEMMs' own speed on one MPS share.
             "engine_gemm_solo": lambda: mkernel.gemm_grouped(recv_full, w1, offs=offs),
             "engine_gemm_solo_64": lambda: torch.ops.mkernel.gemm_grouped_packed(recv_full, w1, offs,
@@ -382,7 +388,9 @@ def main() -> None:
               f"{row['combine_gbs_per_rank']:.0f} GB/s/rank; solo GEMMs (one rank at a time): engine "
               f"{row['engine_gemm_solo']['median_ms']:.3f} ms (64-row {row['engine_gemm_solo_64']['median_ms']:.3f}, "
               f"128-row {row['engine_gemm_solo_128']['median_ms']:.3f}), torch._grouped_mm "
-              f"{row['compute_solo']['median_ms']:.3f} ms", flush=True)
+              f"{row['compute_solo']['median_ms']:.3f} ms; all ranks at once: 64-row "
+              f"{row['engine_gemm_64']['median_ms']:.3f}, 128-row {row['engine_gemm_128']['median_ms']:.3f}, "
+              f"torch {row['compute_grouped_mm']['median_ms']:.3f} ms; plan {row['engine_plan'][0]}", flush=True)
         if "graph_dispatch_ratio_vs_unfused" in row:
             print(f"  graphs: dispatch+gemm {row['mkernel_dispatch_gemm_graph']['median_ms']:.3f} ms "
                   f"({row['graph_dispatch_ratio_vs_unfused']:.2f}x unfused), combine "
