@@ -72,6 +72,17 @@ def test_moe_cuda_across_emulated_nodes(mps, world):
     assert max(c["err"] / c["bound"] for c in cases) <= 1
 
 
+@pytest.mark.parametrize("world", [2, 4])
+def test_moe_cuda_across_emulated_nodes_reduce_combine(mps, world):
+    """MKERNEL_MOE_NODES_COMBINE=reduce: the combine across nodes as partial sums at the owners
+    plus one reduce_scatter (csrc/moe_nodes.h combine_nodes); the same checks as above."""
+    res = run_ranks(RANK_MAIN, world, nodes=2, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_NODES_COMBINE="reduce"))
+    cases = check_ranks(res)
+    assert len(cases) == world * (8 + 4), len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+
 def test_moe_killed_rank_fails_the_others_within_the_timeout(mps):
     """The last rank dies in the middle of a dispatch: the survivor raises within the op timeout
     (+ slack), and its wait record (if its own wait expired first: under MPS the first trap ends
