@@ -399,6 +399,9 @@ def main() -> None:
     path = write_result("moe_ranks", {"bench": "moe_ranks", "commit": commit(), "device": device_info(),
                                       "mps": True, "world": args.world, "iters": args.iters,
                                       "nodes": args.nodes, "emulate": args.emulate,
+                                      # several nodes: the combine's path (csrc/moe_nodes.h)
+                                      "nodes_combine": os.environ.get("MKERNEL_MOE_NODES_COMBINE",
+                                                                      "allgather"),
                                       # the routing kernels (csrc/kernels/moe/moe_routing.cu)
                                       # unless MKERNEL_MOE_ROUTING=aten (the ATen ops)
                                       "moe_routing": ("aten" if os.environ.get("MKERNEL_MOE_ROUTING") == "aten"
