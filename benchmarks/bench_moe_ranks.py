@@ -39,7 +39,7 @@ combine the op's time; on one GPU every "link" is the GPU's own HBM. JSON under
 benchmarks/results/ (and $OUT).
 
     python benchmarks/bench_moe_ranks.py [--world 2] [--iters 20] [--shapes a,b] [--graph]
-                                         [--nodes 2 --emulate 50GB/s,3us]
+                                         [--nodes 2 --emulate 50GB/s,3us] [--table]
 """
 
 from __future__ import annotations
@@ -330,6 +330,42 @@ def kernel_profile(cands: dict, align, calls: int = 3) -> dict:
     return out
 
 
+# --table: the issue's shapes (seed 8k and the 131072-token row scaled per rank, Mixtral-like)
+# on one node, and the emulated inter-node link's bandwidth yardstick.
+TABLE_SHAPES = ("seed_e256_top8_8k", "mixtral_e8_top2_8k", "seed_e256_top8_32k")
+TABLE_NODES_SHAPE = "seed_e256_top8_8k"
+TABLE_EMULATE = "50GB/s,3us"
+
+
+def link_gbs(emulate: str) -> float | None:
+    """The rate of an MKERNEL_NET_EMULATE string ("50GB/s,3us" -> 50.0), or None."""
+    rate = emulate.split(",")[0].strip().lower()
+    return float(rate[:-4]) if rate.endswith("gb/s") else None
+
+
+def print_targets(rows: list[dict]) -> None:
+    """Issue 14's targets against this run: >= 1.0x unfused at every shape, >= 0.85x compute
+    alone at the 131072-token row (seed_e256_top8_32k at W=2), >= 0.8x the emulated link."""
+    print("issue 14 targets:", flush=True)
+    for row in rows:
+        nodes = row.get("nodes", 1)
+        where = f"{row['name']} nodes={nodes}"
+        d, c = row["dispatch_ratio_vs_unfused"], row["combine_ratio_vs_unfused"]
+        line = (f"  {where}: dispatch+GEMM {d:.2f}x unfused [{'met' if d >= 1.0 else 'MISSED'}], "
+                f"combine {c:.2f}x [{'met' if c >= 1.0 else 'MISSED'}]")
+        if row["name"] == "seed_e256_top8_32k" and nodes == 1:
+            v = row["dispatch_ratio_vs_compute"]
+            line += f", {v:.2f}x compute alone [{'met' if v >= 0.85 else 'MISSED'}]"
+        link = link_gbs(row.get("emulate", ""))
+        if nodes > 1 and link:
+            for what in ("dispatch", "combine"):
+                gbs = row.get(f"{what}_gbs_per_rank")
+                if gbs:
+                    line += (f", {what} {gbs:.1f} GB/s/rank = {gbs / link:.2f}x the {link:g} GB/s link "
+                             f"[{'met' if gbs >= 0.8 * link else 'MISSED'}]")
+        print(line, flush=True)
+
+
 RANK_CODE = f"""
 import sys
 sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
@@ -350,26 +386,39 @@ def main() -> None:
                          "e.g. 50GB/s,3us")
     ap.add_argument("--graph", action="store_true",
                     help="also time every op captured in a CUDA graph (no host issue time)")
+    ap.add_argument("--table", action="store_true",
+                    help="the issue's whole table in one run: " + ", ".join(TABLE_SHAPES) +
+                         " on one node, then " + TABLE_NODES_SHAPE + " over 2 emulated nodes "
+                         "linked at --emulate (default " + TABLE_EMULATE + "), and a summary "
+                         "against the issue's targets")
     args = ap.parse_args()
 
     from common import commit, device_info, start_mps, write_result  # noqa: E402
     from tests.launch import run_ranks  # noqa: E402
 
+    def run(nodes: int, emulate: str, shapes: str, iters: int) -> list[dict]:
+        res = run_ranks(RANK_CODE, args.world, nodes=nodes, timeout=600, env=dict(
+            env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",
+            BENCH_ITERS=str(iters), BENCH_SHAPES=shapes,
+            BENCH_GRAPH="1" if args.graph else "0", BENCH_NODES=str(nodes),
+            MKERNEL_NET_EMULATE=emulate))
+        out = []
+        for r in res:
+            if r.returncode != 0:
+                raise SystemExit(f"rank {r.rank} failed (rc {r.returncode}):\n{r.stdout[-2000:]}\n"
+                                 f"{r.stderr[-4000:]}")
+            out += [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
+        return out
+
     env, stop = start_mps("bench_moe_ranks")
     try:
-        res = run_ranks(RANK_CODE, args.world, nodes=args.nodes, timeout=600, env=dict(
-            env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",
-            BENCH_ITERS=str(args.iters), BENCH_SHAPES=args.shapes,
-            BENCH_GRAPH="1" if args.graph else "0", BENCH_NODES=str(args.nodes),
-            MKERNEL_NET_EMULATE=args.emulate))
+        if args.table:
+            rows = run(1, "", ",".join(TABLE_SHAPES), args.iters)
+            rows += run(2, args.emulate or TABLE_EMULATE, TABLE_NODES_SHAPE, min(args.iters, 5))
+        else:
+            rows = run(args.nodes, args.emulate, args.shapes, args.iters)
     finally:
         stop()
-    rows = []
-    for r in res:
-        if r.returncode != 0:
-            raise SystemExit(f"rank {r.rank} failed (rc {r.returncode}):\n{r.stdout[-2000:]}\n"
-                             f"{r.stderr[-4000:]}")
-        rows += [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
     for row in rows:
         print(f"{row['name']} W={row['world']}"
               f"{' nodes=%d' % row['nodes'] if row.get('nodes', 1) > 1 else ''}"
@@ -396,9 +445,11 @@ def main() -> None:
                   f"({row['graph_dispatch_ratio_vs_unfused']:.2f}x unfused), combine "
                   f"{row['mkernel_combine_graph']['median_ms']:.3f} ms "
                   f"({row['graph_combine_ratio_vs_unfused']:.2f}x unfused)", flush=True)
+    if args.table:
+        print_targets(rows)
     path = write_result("moe_ranks", {"bench": "moe_ranks", "commit": commit(), "device": device_info(),
                                       "mps": True, "world": args.world, "iters": args.iters,
-                                      "nodes": args.nodes, "emulate": args.emulate,
+                                      "nodes": args.nodes, "emulate": args.emulate, "table": args.table,
                                       # several nodes: the combine's path (csrc/moe_nodes.h)
                                       "nodes_combine": os.environ.get("MKERNEL_MOE_NODES_COMBINE",
                                                                       "allgather"),
