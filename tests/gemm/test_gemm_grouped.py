@@ -132,8 +132,7 @@ def test_packed_rows_of_one_expert_do_not_leak_into_the_next():
 
 # --- the packed plan: every hooked config, and the autotuner over them ------------------------
 
-# ping_64x256_c1x1: packed groups only (64-row tiles: an expert's last tile pads to 64 rows).
-PACKED_CONFIGS = ("coop_128x256_c2x1", "coop_128x128_c2x1", "ping_128x128_c1x2", "ping_64x256_c1x1")
+PACKED_CONFIGS = ("coop_128x256_c2x1", "coop_128x128_c2x1", "ping_128x128_c1x2", "coop_128x256_c1x2")
 
 
 def test_packed_plan_arguments_on_cpu():

@@ -145,12 +145,13 @@ int grouped_candidate_plans(int t, int n, int k, int experts, int sm_count, Plan
   // case 1.04x / 1.12x torch._grouped_mm (uniform / skewed routing) where
   // 128x256 cooperative ran 1.00x / 0.99x (benchmarks/NOTES.md, run 16).
   const Plan fixed{C::kPing128x128Cluster1x2, 1, 1};
-  // 64x256 ping-pong (1x1 clusters): an expert's last tile pads to 64 rows, not 128 (few
-  // rows per expert: the seed's 256 experts over 2 ranks at 8k tokens, ~257 rows each).
+  // 128x256 tiles with A multicast along N (1x2 clusters, 128-row units): fewer L2 -> SM
+  // bytes per flop, which bound the MoE GEMM at the seed's shape (s8run2).
   const Plan others[] = {
       {C::kPing128x128Cluster1x2, 8, 2}, {C::kPing128x128Cluster1x2, 4, 2},
       {C::kCoop128x256Cluster2x1, 8, 2}, {C::kCoop128x256Cluster2x1, 1, 1},
-      {C::kCoop128x128Cluster2x1, 8, 2}, {C::kPing64x256Cluster1x1, 8, 2},
+      {C::kCoop128x128Cluster2x1, 8, 2}, {C::kCoop128x256Cluster1x2, 8, 2},
+      {C::kCoop128x256Cluster1x2, 1, 1},
   };
   int count = 0;
   if (capacity > 0) out[count++] = fixed;
@@ -251,7 +252,7 @@ bool packed_supported(ConfigId id) {
     case ConfigId::kCoop128x256Cluster2x1:
     case ConfigId::kCoop128x128Cluster2x1:
     case ConfigId::kPing128x128Cluster1x2:
-    case ConfigId::kPing64x256Cluster1x1:  // packed groups only (gemm_sm90.cuh kPackable)
+    case ConfigId::kCoop128x256Cluster1x2:
       return true;
     default:
       return false;

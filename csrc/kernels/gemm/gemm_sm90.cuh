@@ -186,14 +186,15 @@ struct GemmSm90 {
   using Hooked = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, FlagHooks>;
   using HookedPacked = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, FlagHooks, true>;
   // Packed groups are compiled for the configs the grouped plan uses only
-  // (each kernel is a minute of nvcc). ping_64x256_c1x1 runs packed groups only (no
-  // communication hooks): an expert's last tile pads its rows to 64 instead of 128 (the
-  // seed's 8k MoE shape has ~257 rows per expert: 320 rows computed per expert, not 384).
-  static constexpr bool kPackable = (kHookable && (Id == ConfigId::kCoop128x256Cluster2x1 ||
-                                                   Id == ConfigId::kCoop128x128Cluster2x1 ||
-                                                   Id == ConfigId::kPing128x128Cluster1x2)) ||
-                                    (cute::is_same_v<typename Cfg::Scheduler, Persistent> &&
-                                     Id == ConfigId::kPing64x256Cluster1x1);
+  // (each kernel is a minute of nvcc). coop_128x256_c1x2: 128-row units (no padding to 256
+  // rows per expert, unlike a 2x1 cluster) with A multicast along N: 40 KB of L2 -> SM
+  // traffic per 128x256x64 k-block (105 flop/B) against 24 KB per 128x128x64 (87 flop/B);
+  // s8run2 found the MoE GEMM bound by that traffic (two ranks' GEMMs each ran at ~0.5x
+  // their solo speed, and 64x256 tiles at 52 flop/B 1.36x slower than 128x128 ones).
+  static constexpr bool kPackable = kHookable && (Id == ConfigId::kCoop128x256Cluster2x1 ||
+                                                  Id == ConfigId::kCoop128x128Cluster2x1 ||
+                                                  Id == ConfigId::kCoop128x256Cluster1x2 ||
+                                                  Id == ConfigId::kPing128x128Cluster1x2);
 
   // Per-kernel launch facts, queried once: the occupancy query alone costs
   // more than a small GEMM.
@@ -288,8 +289,8 @@ struct GemmSm90 {
     } else {
       if (reason) {
         *reason =
-            "packed groups run on coop_128x256_c2x1, coop_128x128_c2x1, ping_128x128_c1x2 and "
-            "ping_64x256_c1x1 only";
+            "packed groups run on coop_128x256_c2x1, coop_128x128_c2x1, coop_128x256_c1x2 and "
+            "ping_128x128_c1x2 only";
       }
       return cudaErrorInvalidValue;
     }
