@@ -198,5 +198,6 @@ def test_packed_bad_config_named():
     offs = torch.tensor([30, 64], dtype=torch.int32, device="cuda")
     with pytest.raises(ValueError, match="ping_64x128_c1x1 has no packed grouped kernel"):
         gemm_grouped(a, b, offs=offs, config="ping_64x128_c1x1")
-    with pytest.raises(RuntimeError, match="packed groups run on"):
+    # A hooked config without a packed kernel: refused by name before any launch.
+    with pytest.raises(ValueError, match="coop_256x128_c2x1 has no packed grouped kernel"):
         gemm_grouped(a, b, offs=offs, config="coop_256x128_c2x1")
