@@ -38,8 +38,9 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
 at::Tensor gather_nodes(const char* op, const at::Tensor& y, const at::Tensor& route,
                         int64_t group, int64_t world_size);
 
-// MKERNEL_MOE_NODES_COMBINE=reduce (opt-in until a device run): moe_combine across nodes as
-// partial sums at the owners plus one reduce_scatter, instead of gather_nodes + weighted_sum.
+// moe_combine across nodes as partial sums at the owners plus one reduce_scatter (the default
+// since s8run2 passed it at W=2 over 2 nodes), or with MKERNEL_MOE_NODES_COMBINE=allgather as
+// gather_nodes + weighted_sum (every rank's whole layout of y all-gathered).
 bool combine_by_reduce_scatter();
 
 // moe_combine across nodes, owner side: each rank sums, in fp32 and choice order, the weighted
