@@ -16,8 +16,9 @@ of the SMs), side by side in one run per shape:
 * ``*_solo``: the same GEMMs with the ranks taking turns (one rank runs while the others wait on
   the host): under MPS the ranks' persistent kernels can land on the same SMs and serialize
   (fused_diag timelines, session 8 run 1), so ``engine_gemm_solo`` / ``compute_solo`` are the
-  GEMMs' own speed on a 1/W share, ``engine_gemm_solo_256`` / ``_128`` the packed GEMM pinned
-  to coop_128x256_c1x2 / ping_128x128_c1x2; ``engine_gemm_256`` / ``_128`` the pinned ones
+  GEMMs' own speed on a 1/W share, ``engine_gemm_solo_256`` / ``_256m`` / ``_128`` the packed
+  GEMM pinned to coop_128x256_c1x2 / coop_256x128_c1x2 / ping_128x128_c1x2;
+  ``engine_gemm_256`` / ``_256m`` / ``_128`` the pinned ones
   with every rank at once (s8run2: concurrent ~2x solo for every plan and torch alike).
 
 With ``--nodes N`` the ranks form N emulated nodes (the several-node path, csrc/moe_nodes.h;
@@ -103,6 +104,7 @@ def rank_main() -> None:
         offs = res.offs
         plan = torch.ops.mkernel.gemm_grouped_plan(recv_full, w1, offs)
         cfg256, cfg128 = mkernel.ops.GEMM_CONFIGS["coop_128x256_c1x2"], mkernel.ops.GEMM_CONFIGS["ping_128x128_c1x2"]
+        cfg256m = mkernel.ops.GEMM_CONFIGS["coop_256x128_c1x2"]
         y = torch.randn(rows_out, h, device="cuda", dtype=dt, generator=gen)
         route = res.handle.route
 
@@ -142,12 +144,16 @@ def rank_main() -> None:
                                                                              cfg256, 8, 2),
             "engine_gemm_128": lambda: torch.ops.mkernel.gemm_grouped_packed(recv_full, w1, offs,
                                                                              cfg128, 8, 2),
+            "engine_gemm_256m": lambda: torch.ops.mkernel.gemm_grouped_packed(recv_full, w1, offs,
+                                                                              cfg256m, 8, 2),
             # The ranks take turns (see SOLO): the GEMMs' own speed on one MPS share.
             "engine_gemm_solo": lambda: mkernel.gemm_grouped(recv_full, w1, offs=offs),
             "engine_gemm_solo_256": lambda: torch.ops.mkernel.gemm_grouped_packed(recv_full, w1, offs,
                                                                                   cfg256, 8, 2),
             "engine_gemm_solo_128": lambda: torch.ops.mkernel.gemm_grouped_packed(recv_full, w1, offs,
                                                                                   cfg128, 8, 2),
+            "engine_gemm_solo_256m": lambda: torch.ops.mkernel.gemm_grouped_packed(recv_full, w1, offs,
+                                                                                   cfg256m, 8, 2),
             "compute_solo": lambda: torch._grouped_mm(recv, w1_t, offs=offs),
             "mkernel_combine": lambda: mkernel.moe_combine(y, res.handle, w, group=ctx),
             "unfused_combine": unfused_combine,
@@ -216,7 +222,8 @@ def rank_main() -> None:
             row["dispatch_moves_ms"] = moves
             row["dispatch_gbs_per_rank"] = (max(m["sent"] for m in every) / (moves * 1e-3) / 1e9
                                             if moves > 0 else None)
-            for solo in ("engine_gemm_solo", "engine_gemm_solo_256", "engine_gemm_solo_128"):
+            for solo in ("engine_gemm_solo", "engine_gemm_solo_256", "engine_gemm_solo_256m",
+                         "engine_gemm_solo_128"):
                 row[solo + "_vs_compute_solo"] = worst["compute_solo"] / worst[solo]
             row["gemm_kernel_ms"] = max(p.get("grouped GEMM", 0.0) for p in prof)
             row["host_issue_ms"] = max(p.get("host issue", 0.0) for p in prof)
@@ -436,9 +443,11 @@ def main() -> None:
               f"{gbs if gbs is None else round(gbs)} GB/s/rank, combine "
               f"{row['combine_gbs_per_rank']:.0f} GB/s/rank; solo GEMMs (one rank at a time): engine "
               f"{row['engine_gemm_solo']['median_ms']:.3f} ms (128x256 {row['engine_gemm_solo_256']['median_ms']:.3f}, "
+              f"256x128 {row['engine_gemm_solo_256m']['median_ms']:.3f}, "
               f"128x128 {row['engine_gemm_solo_128']['median_ms']:.3f}), torch._grouped_mm "
               f"{row['compute_solo']['median_ms']:.3f} ms; all ranks at once: 128x256 "
-              f"{row['engine_gemm_256']['median_ms']:.3f}, 128x128 {row['engine_gemm_128']['median_ms']:.3f}, "
+              f"{row['engine_gemm_256']['median_ms']:.3f}, 256x128 {row['engine_gemm_256m']['median_ms']:.3f}, "
+              f"128x128 {row['engine_gemm_128']['median_ms']:.3f}, "
               f"torch {row['compute_grouped_mm']['median_ms']:.3f} ms; plan {row['engine_plan'][0]}", flush=True)
         if "graph_dispatch_ratio_vs_unfused" in row:
             print(f"  graphs: dispatch+gemm {row['mkernel_dispatch_gemm_graph']['median_ms']:.3f} ms "

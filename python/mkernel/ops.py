@@ -269,7 +269,7 @@ def gemm_grouped(a: Tensor, b: Tensor, counts: Tensor | None = None, *,
         config: packed layout only: ``"auto"`` runs the plan the autotuner measured fastest
             for (E, T, N, K) (:func:`gemm_grouped_plan` names it); a config name of the hooked
             kernel (``coop_128x256_c2x1``, ``coop_128x128_c2x1``, ``coop_128x256_c1x2``,
-            ``ping_128x128_c1x2``) runs that one, with ``swizzle`` (1, 2, 4, 8; 0: 8) and ``raster`` (``"m"``/``"n"``) as tile order.
+            ``coop_256x128_c1x2``, ``ping_128x128_c1x2``) runs that one, with ``swizzle`` (1, 2, 4, 8; 0: 8) and ``raster`` (``"m"``/``"n"``) as tile order.
 
     Returns:
         The output in ``a``'s dtype; rows past ``counts[e]`` / ``offs[-1]`` are unspecified

@@ -132,7 +132,8 @@ def test_packed_rows_of_one_expert_do_not_leak_into_the_next():
 
 # --- the packed plan: every hooked config, and the autotuner over them ------------------------
 
-PACKED_CONFIGS = ("coop_128x256_c2x1", "coop_128x128_c2x1", "ping_128x128_c1x2", "coop_128x256_c1x2")
+PACKED_CONFIGS = ("coop_128x256_c2x1", "coop_128x128_c2x1", "ping_128x128_c1x2", "coop_128x256_c1x2",
+                  "coop_256x128_c1x2")
 
 
 def test_packed_plan_arguments_on_cpu():

@@ -151,7 +151,7 @@ int grouped_candidate_plans(int t, int n, int k, int experts, int sm_count, Plan
       {C::kPing128x128Cluster1x2, 8, 2}, {C::kPing128x128Cluster1x2, 4, 2},
       {C::kCoop128x256Cluster2x1, 8, 2}, {C::kCoop128x256Cluster2x1, 1, 1},
       {C::kCoop128x128Cluster2x1, 8, 2}, {C::kCoop128x256Cluster1x2, 8, 2},
-      {C::kCoop128x256Cluster1x2, 1, 1},
+      {C::kCoop128x256Cluster1x2, 1, 1}, {C::kCoop256x128Cluster1x2, 8, 2},
   };
   int count = 0;
   if (capacity > 0) out[count++] = fixed;
@@ -253,6 +253,7 @@ bool packed_supported(ConfigId id) {
     case ConfigId::kCoop128x128Cluster2x1:
     case ConfigId::kPing128x128Cluster1x2:
     case ConfigId::kCoop128x256Cluster1x2:
+    case ConfigId::kCoop256x128Cluster1x2:
       return true;
     default:
       return false;

@@ -191,9 +191,12 @@ struct GemmSm90 {
   // traffic per 128x256x64 k-block (105 flop/B) against 24 KB per 128x128x64 (87 flop/B);
   // s8run2 found the MoE GEMM bound by that traffic (two ranks' GEMMs each ran at ~0.5x
   // their solo speed, and 64x256 tiles at 52 flop/B 1.36x slower than 128x128 ones).
+  // coop_256x128_c1x2: 256-row units (more padding on experts of few rows) at 32 KB per
+  // 256x128x64 k-block (131 flop/B): for experts of many rows (Mixtral-like, 32k tokens).
   static constexpr bool kPackable = kHookable && (Id == ConfigId::kCoop128x256Cluster2x1 ||
                                                   Id == ConfigId::kCoop128x128Cluster2x1 ||
                                                   Id == ConfigId::kCoop128x256Cluster1x2 ||
+                                                  Id == ConfigId::kCoop256x128Cluster1x2 ||
                                                   Id == ConfigId::kPing128x128Cluster1x2);
 
   // Per-kernel launch facts, queried once: the occupancy query alone costs
@@ -289,8 +292,8 @@ struct GemmSm90 {
     } else {
       if (reason) {
         *reason =
-            "packed groups run on coop_128x256_c2x1, coop_128x128_c2x1, coop_128x256_c1x2 and "
-            "ping_128x128_c1x2 only";
+            "packed groups run on coop_128x256_c2x1, coop_128x128_c2x1, coop_128x256_c1x2, "
+            "coop_256x128_c1x2 and ping_128x128_c1x2 only";
       }
       return cudaErrorInvalidValue;
     }
