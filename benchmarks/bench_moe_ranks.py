@@ -373,6 +373,37 @@ def print_targets(rows: list[dict]) -> None:
         print(line, flush=True)
 
 
+def print_row(row: dict) -> None:
+    """The row's two (or three) lines of the report."""
+    print(f"{row['name']} W={row['world']}"
+          f"{' nodes=%d' % row['nodes'] if row.get('nodes', 1) > 1 else ''}"
+          f"{' link ' + row['emulate'] if row.get('emulate') else ''}: dispatch+gemm {row['mkernel_dispatch_gemm']['median_ms']:.3f} ms "
+          f"({row['mkernel_dispatch_gemm']['tflops_per_rank']:.0f} TF/s/rank; "
+          f"{row['dispatch_ratio_vs_unfused']:.2f}x unfused, {row['dispatch_ratio_vs_compute']:.2f}x compute "
+          f"alone; engine GEMM alone {row['engine_gemm']['median_ms']:.3f} ms; profiled per call: "
+          f"routing {row['routing_ms']:.3f} ms, other {row['other_aten_ms']:.3f} ms, dispatch kernel "
+          f"{row['dispatch_kernel_ms']:.3f} ms, all_gather {row['allgather_ms']:.3f} ms, GEMM "
+          f"{row['gemm_kernel_ms']:.3f} ms, host issue {row['host_issue_ms']:.3f} ms); combine {row['mkernel_combine']['median_ms']:.3f} ms ({row['combine_ratio_vs_unfused']:.2f}x "
+          f"unfused, {row['combine_gbs_per_rank']:.0f} GB/s/rank); err {row['rel_err_vs_unfused_dispatch']:.1e}/"
+          f"{row['rel_err_vs_unfused_combine']:.1e}", flush=True)
+    gbs = row["dispatch_gbs_per_rank"]
+    print(f"  moves: dispatch {row['dispatch_moves_ms']:.3f} ms GPU = "
+          f"{gbs if gbs is None else round(gbs)} GB/s/rank, combine "
+          f"{row['combine_gbs_per_rank']:.0f} GB/s/rank; solo GEMMs (one rank at a time): engine "
+          f"{row['engine_gemm_solo']['median_ms']:.3f} ms (128x256 {row['engine_gemm_solo_256']['median_ms']:.3f}, "
+          f"256x128 {row['engine_gemm_solo_256m']['median_ms']:.3f}, "
+          f"128x128 {row['engine_gemm_solo_128']['median_ms']:.3f}), torch._grouped_mm "
+          f"{row['compute_solo']['median_ms']:.3f} ms; all ranks at once: 128x256 "
+          f"{row['engine_gemm_256']['median_ms']:.3f}, 256x128 {row['engine_gemm_256m']['median_ms']:.3f}, "
+          f"128x128 {row['engine_gemm_128']['median_ms']:.3f}, "
+          f"torch {row['compute_grouped_mm']['median_ms']:.3f} ms; plan {row['engine_plan'][0]}", flush=True)
+    if "graph_dispatch_ratio_vs_unfused" in row:
+        print(f"  graphs: dispatch+gemm {row['mkernel_dispatch_gemm_graph']['median_ms']:.3f} ms "
+              f"({row['graph_dispatch_ratio_vs_unfused']:.2f}x unfused), combine "
+              f"{row['mkernel_combine_graph']['median_ms']:.3f} ms "
+              f"({row['graph_combine_ratio_vs_unfused']:.2f}x unfused)", flush=True)
+
+
 RANK_CODE = f"""
 import sys
 sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
@@ -418,42 +449,26 @@ def main() -> None:
         return out
 
     env, stop = start_mps("bench_moe_ranks")
+    failed = None
     try:
         if args.table:
             rows = run(1, "", args.shapes or ",".join(TABLE_SHAPES), args.iters)
-            rows += run(2, args.emulate or TABLE_EMULATE, TABLE_NODES_SHAPE, min(args.iters, 5))
+            for row in rows:  # reported before the several-node part runs
+                print_row(row)
+            try:
+                more = run(2, args.emulate or TABLE_EMULATE, TABLE_NODES_SHAPE, min(args.iters, 5))
+            except SystemExit as e:  # keep the one-node rows: write them, then fail
+                failed, more = str(e), []
+                print(f"several-node part failed: {failed[:3000]}", flush=True)
+            for row in more:
+                print_row(row)
+            rows += more
         else:
             rows = run(args.nodes, args.emulate, args.shapes, args.iters)
+            for row in rows:
+                print_row(row)
     finally:
         stop()
-    for row in rows:
-        print(f"{row['name']} W={row['world']}"
-              f"{' nodes=%d' % row['nodes'] if row.get('nodes', 1) > 1 else ''}"
-              f"{' link ' + row['emulate'] if row.get('emulate') else ''}: dispatch+gemm {row['mkernel_dispatch_gemm']['median_ms']:.3f} ms "
-              f"({row['mkernel_dispatch_gemm']['tflops_per_rank']:.0f} TF/s/rank; "
-              f"{row['dispatch_ratio_vs_unfused']:.2f}x unfused, {row['dispatch_ratio_vs_compute']:.2f}x compute "
-              f"alone; engine GEMM alone {row['engine_gemm']['median_ms']:.3f} ms; profiled per call: "
-              f"routing {row['routing_ms']:.3f} ms, other {row['other_aten_ms']:.3f} ms, dispatch kernel "
-              f"{row['dispatch_kernel_ms']:.3f} ms, all_gather {row['allgather_ms']:.3f} ms, GEMM "
-              f"{row['gemm_kernel_ms']:.3f} ms, host issue {row['host_issue_ms']:.3f} ms); combine {row['mkernel_combine']['median_ms']:.3f} ms ({row['combine_ratio_vs_unfused']:.2f}x "
-              f"unfused, {row['combine_gbs_per_rank']:.0f} GB/s/rank); err {row['rel_err_vs_unfused_dispatch']:.1e}/"
-              f"{row['rel_err_vs_unfused_combine']:.1e}", flush=True)
-        gbs = row["dispatch_gbs_per_rank"]
-        print(f"  moves: dispatch {row['dispatch_moves_ms']:.3f} ms GPU = "
-              f"{gbs if gbs is None else round(gbs)} GB/s/rank, combine "
-              f"{row['combine_gbs_per_rank']:.0f} GB/s/rank; solo GEMMs (one rank at a time): engine "
-              f"{row['engine_gemm_solo']['median_ms']:.3f} ms (128x256 {row['engine_gemm_solo_256']['median_ms']:.3f}, "
-              f"256x128 {row['engine_gemm_solo_256m']['median_ms']:.3f}, "
-              f"128x128 {row['engine_gemm_solo_128']['median_ms']:.3f}), torch._grouped_mm "
-              f"{row['compute_solo']['median_ms']:.3f} ms; all ranks at once: 128x256 "
-              f"{row['engine_gemm_256']['median_ms']:.3f}, 256x128 {row['engine_gemm_256m']['median_ms']:.3f}, "
-              f"128x128 {row['engine_gemm_128']['median_ms']:.3f}, "
-              f"torch {row['compute_grouped_mm']['median_ms']:.3f} ms; plan {row['engine_plan'][0]}", flush=True)
-        if "graph_dispatch_ratio_vs_unfused" in row:
-            print(f"  graphs: dispatch+gemm {row['mkernel_dispatch_gemm_graph']['median_ms']:.3f} ms "
-                  f"({row['graph_dispatch_ratio_vs_unfused']:.2f}x unfused), combine "
-                  f"{row['mkernel_combine_graph']['median_ms']:.3f} ms "
-                  f"({row['graph_combine_ratio_vs_unfused']:.2f}x unfused)", flush=True)
     if args.table:
         print_targets(rows)
     path = write_result("moe_ranks", {"bench": "moe_ranks", "commit": commit(), "device": device_info(),
@@ -470,6 +485,8 @@ def main() -> None:
                                                  "index_select + torch._grouped_mm (combine: fp32 "
                                                  "weighted sum)", "rows": rows})
     print(path)
+    if failed:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
