@@ -13,15 +13,34 @@ of the SMs), side by side in one run per shape:
   row bound, rows past the counts skipped): ``mkernel_dispatch_gemm - engine_gemm`` is what
   the routing and the dispatch kernel cost.
 
+* ``*_solo``: the same GEMMs with the ranks taking turns (one rank runs while the others wait on
+  the host): under MPS the ranks' persistent kernels can land on the same SMs and serialize
+  (fused_diag timelines, session 8 run 1), so ``engine_gemm_solo`` / ``compute_solo`` are the
+  GEMMs' own speed on a 1/W share, ``engine_gemm_solo_256`` / ``_256m`` / ``_128`` the packed
+  GEMM pinned to coop_128x256_c1x2 / coop_256x128_c1x2 / ping_128x128_c1x2;
+  ``engine_gemm_256`` / ``_256m`` / ``_128`` the pinned ones
+  with every rank at once (s8run2: concurrent ~2x solo for every plan and torch alike).
+
+With ``--nodes N`` the ranks form N emulated nodes (the several-node path, csrc/moe_nodes.h;
+``--emulate 50GB/s,3us`` shapes the loopback link like a NIC, MKERNEL_NET_EMULATE): the
+issue's inter-node bandwidth yardstick is ``dispatch_gbs_per_rank`` / ``combine_gbs_per_rank``
+against the emulated rate.
+
 Timing: CUDA events, a GPU-side barrier (tiny all_reduce) before each sample; the headline is
 the median over samples of the slowest rank's time in that sample (every rank has to finish;
 under MPS the ranks' kernels share SMs unevenly, so one rank's own median can be 2x another's:
 session 7 run 2), with each rank's own median beside it. A profile of a few calls splits each
-op's GPU time by kernel (routing ATen kernels, the dispatch/combine kernel, the grouped GEMM). TFLOP/s count the routed rows' GEMM of the slowest rank;
-dispatch GB/s = bytes of token rows this rank sends to other ranks / time (DeepEP's yardstick;
-on one GPU every "link" is the GPU's own HBM). JSON under benchmarks/results/ (and $OUT).
+op's GPU time by kernel (routing kernels, other ATen kernels, the dispatch/combine kernel or
+the several-node path's all_gather, the grouped GEMM), each profiled call after a host
+barrier of every rank (the first call no longer waits for a peer's profiler start).
+TFLOP/s count the routed rows' GEMM of the slowest rank. GB/s per rank (DeepEP's yardstick) =
+bytes of token rows this rank sends to other ranks (each token once per destination rank) /
+time: for the dispatch the profiled GPU time of everything but the GEMM (worst rank), for the
+combine the op's time; on one GPU every "link" is the GPU's own HBM. JSON under
+benchmarks/results/ (and $OUT).
 
     python benchmarks/bench_moe_ranks.py [--world 2] [--iters 20] [--shapes a,b] [--graph]
+                                         [--nodes 2 --emulate 50GB/s,3us] [--table]
 """
 
 from __future__ import annotations
@@ -40,7 +59,8 @@ sys.path.insert(0, str(ROOT))
 
 # Tokens over the whole group (per rank: tokens_total / W); experts over the whole group. The
 # seed's shapes ran 8192 and 131072 tokens over 8 GPUs: 1024 and 16384 tokens per rank, which at
-# W = 2 are the 2k and 32k rows below (the issue's "scaled per rank").
+# W = 2 are the 2k and 32k rows below (the issue's "scaled per rank": seed_e256_top8_32k is the
+# issue's 131072-token row, its >= 0.85x compute-alone target).
 SHAPES = [  # cheapest first: a run cut short still reports the first ones
     dict(name="seed_e256_top8_2k", experts=256, k=8, tokens_total=2048, h=7168, f=2048),
     dict(name="seed_e256_top8_8k", experts=256, k=8, tokens_total=8192, h=7168, f=2048),
@@ -83,6 +103,8 @@ def rank_main() -> None:
         recv = recv_full[:rows].contiguous()
         offs = res.offs
         plan = torch.ops.mkernel.gemm_grouped_plan(recv_full, w1, offs)
+        cfg256, cfg128 = mkernel.ops.GEMM_CONFIGS["coop_128x256_c1x2"], mkernel.ops.GEMM_CONFIGS["ping_128x128_c1x2"]
+        cfg256m = mkernel.ops.GEMM_CONFIGS["coop_256x128_c1x2"]
         y = torch.randn(rows_out, h, device="cuda", dtype=dt, generator=gen)
         route = res.handle.route
 
@@ -117,6 +139,22 @@ def rank_main() -> None:
             "unfused_dispatch_gemm": unfused_dispatch,
             "compute_grouped_mm": lambda: torch._grouped_mm(recv, w1_t, offs=offs),
             "engine_gemm": lambda: mkernel.gemm_grouped(recv_full, w1, offs=offs),
+            # Pinned plans, both ranks at once: 128x256 (A multicast) vs 128x128 tiles.
+            "engine_gemm_256": lambda: torch.ops.mkernel.gemm_grouped_packed(recv_full, w1, offs,
+                                                                             cfg256, 8, 2),
+            "engine_gemm_128": lambda: torch.ops.mkernel.gemm_grouped_packed(recv_full, w1, offs,
+                                                                             cfg128, 8, 2),
+            "engine_gemm_256m": lambda: torch.ops.mkernel.gemm_grouped_packed(recv_full, w1, offs,
+                                                                              cfg256m, 8, 2),
+            # The ranks take turns (see SOLO): the GEMMs' own speed on one MPS share.
+            "engine_gemm_solo": lambda: mkernel.gemm_grouped(recv_full, w1, offs=offs),
+            "engine_gemm_solo_256": lambda: torch.ops.mkernel.gemm_grouped_packed(recv_full, w1, offs,
+                                                                                  cfg256, 8, 2),
+            "engine_gemm_solo_128": lambda: torch.ops.mkernel.gemm_grouped_packed(recv_full, w1, offs,
+                                                                                  cfg128, 8, 2),
+            "engine_gemm_solo_256m": lambda: torch.ops.mkernel.gemm_grouped_packed(recv_full, w1, offs,
+                                                                                   cfg256m, 8, 2),
+            "compute_solo": lambda: torch._grouped_mm(recv, w1_t, offs=offs),
             "mkernel_combine": lambda: mkernel.moe_combine(y, res.handle, w, group=ctx),
             "unfused_combine": unfused_combine,
         }
@@ -130,22 +168,23 @@ def rank_main() -> None:
         names = list(cands)
         for it in range(iters):
             for name in names[it % len(names):] + names[:it % len(names)]:
+                if name.endswith(SOLO) or SOLO + "_" in name:
+                    # One rank at a time, the others waiting on the host (no GPU work).
+                    for r in range(world):
+                        dist.barrier()
+                        if r == rank:
+                            times[name].append(timed(cands[name]))
+                    continue
                 dist.barrier()
                 mkernel.all_reduce(gate, group=ctx)
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                cands[name]()
-                end.record()
-                end.synchronize()
-                times[name].append(start.elapsed_time(end))
+                times[name].append(timed(cands[name]))
         med = {n: statistics.median(v) for n, v in times.items()}
         dests = torch.zeros(t, world, dtype=torch.bool, device="cuda")
         dests.scatter_(1, idx // el, True)
         dests[:, rank] = False
         sent = int(dests.sum()) * h * 2
         mine = dict(med=med, rows=rows, sent=sent, err_d=err_d, err_c=err_c, plan=plan,
-                    samples=times, profile=kernel_profile(cands))
+                    samples=times, profile=kernel_profile(cands, dist.barrier))
         every = [None] * world
         dist.all_gather_object(every, mine)
         if rank == 0:
@@ -154,14 +193,17 @@ def rank_main() -> None:
             worst = {n: statistics.median(max(m["samples"][n][i] for m in every)
                                           for i in range(iters)) for n in cands}
             flops = 2.0 * max(m["rows"] for m in every) * h * f
-            row = dict(s, world=world, tokens_per_rank=t, rows_out_bound=rows_out,
+            row = dict(s, world=world, nodes=int(os.environ.get("BENCH_NODES", "1")),
+                       emulate=os.environ.get("MKERNEL_NET_EMULATE", ""),
+                       tokens_per_rank=t, rows_out_bound=rows_out,
+                       sent_bytes_per_rank=[m["sent"] for m in every],
                        rows_per_rank=[m["rows"] for m in every],
                        engine_plan=[m["plan"] for m in every],
                        rel_err_vs_unfused_dispatch=max(m["err_d"] for m in every),
                        rel_err_vs_unfused_combine=max(m["err_c"] for m in every))
             for n in cands:
                 row[n] = {"median_ms": worst[n], "per_rank_ms": [m["med"][n] for m in every]}
-                if "dispatch" in n or "compute" in n or "gemm" in n:
+                if "dispatch" in n or "compute" in n or "gemm" in n or "solo" in n:
                     row[n]["tflops_per_rank"] = flops / worst[n] / 1e9
             row["kernel_ms_per_call"] = [m["profile"] for m in every]
             row["dispatch_ratio_vs_unfused"] = worst["unfused_dispatch_gemm"] / worst["mkernel_dispatch_gemm"]
@@ -171,7 +213,18 @@ def rank_main() -> None:
                                               for m in every)
             prof = [m["profile"].get("mkernel_dispatch_gemm", {}) for m in every]
             row["dispatch_kernel_ms"] = max(p.get("dispatch kernel", 0.0) for p in prof)
-            row["routing_ms"] = max(p.get("routing (ATen)", 0.0) for p in prof)
+            row["routing_ms"] = max(p.get("routing", 0.0) for p in prof)
+            row["other_aten_ms"] = max(p.get("other (ATen)", 0.0) for p in prof)
+            row["allgather_ms"] = max(p.get("all_gather kernel", 0.0) for p in prof)
+            # GPU time of the dispatch's moves (everything but its GEMM), worst rank.
+            moves = max(sum(v for kk, v in p.items() if kk not in ("grouped GEMM", "host issue", "error"))
+                        for p in prof)
+            row["dispatch_moves_ms"] = moves
+            row["dispatch_gbs_per_rank"] = (max(m["sent"] for m in every) / (moves * 1e-3) / 1e9
+                                            if moves > 0 else None)
+            for solo in ("engine_gemm_solo", "engine_gemm_solo_256", "engine_gemm_solo_256m",
+                         "engine_gemm_solo_128"):
+                row[solo + "_vs_compute_solo"] = worst["compute_solo"] / worst[solo]
             row["gemm_kernel_ms"] = max(p.get("grouped GEMM", 0.0) for p in prof)
             row["host_issue_ms"] = max(p.get("host issue", 0.0) for p in prof)
             row["combine_ratio_vs_unfused"] = worst["unfused_combine"] / worst["mkernel_combine"]
@@ -191,6 +244,22 @@ def rank_main() -> None:
     ctx.barrier()
     mkernel.shutdown()
     dist.destroy_process_group()
+
+
+SOLO = "_solo"  # candidates timed one rank at a time (names ending in it or containing "_solo_")
+
+
+def timed(fn) -> float:
+    """One call's GPU time in ms (CUDA events around it, then a sync)."""
+    import torch
+
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
 
 
 def captured(cands: dict, names: tuple) -> dict:
@@ -215,10 +284,12 @@ def captured(cands: dict, names: tuple) -> dict:
     return graphs
 
 
-def kernel_profile(cands: dict, calls: int = 3) -> dict:
+def kernel_profile(cands: dict, align, calls: int = 3) -> dict:
     """GPU time per call of mkernel's two ops, by kernel kind, from torch.profiler (this rank),
-    and the host time to issue a call: {op: {"routing (ATen)" | "dispatch kernel" |
-    "grouped GEMM" | "combine kernel" | "host issue": ms}}."""
+    and the host time to issue a call: {op: {"routing" | "other (ATen)" | "dispatch kernel" |
+    "all_gather kernel" | "grouped GEMM" | "combine kernel" | "host issue": ms}}. ``align()``
+    (a host barrier: no GPU work of its own in the profile) runs before every profiled call
+    on every rank, so no call waits for a peer's profiler to start."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -234,8 +305,10 @@ def kernel_profile(cands: dict, calls: int = 3) -> dict:
         except Exception as e:  # noqa: BLE001  (a profiler problem must not lose the timings)
             prof, kinds["error"] = None, str(e)[:200]
         for _ in range(calls):
+            align()
+            torch.cuda.synchronize()
             cands[name]()
-        torch.cuda.synchronize()
+            torch.cuda.synchronize()
         if prof is not None:
             try:
                 prof.__exit__(None, None, None)
@@ -246,8 +319,10 @@ def kernel_profile(cands: dict, calls: int = 3) -> dict:
                     k = ev.key.lower()
                     kind = ("dispatch kernel" if "dispatch_kernel" in k else
                             "combine kernel" if "combine_kernel" in k else
+                            "all_gather kernel" if "all_gather_kernel" in k else
+                            "routing" if "routing_" in k else
                             "grouped GEMM" if ("cutlass" in k or "gemm" in k or "sm90" in k) else
-                            "routing (ATen)")
+                            "other (ATen)")
                     kinds[kind] = kinds.get(kind, 0.0) + ev.self_device_time_total / 1e3 / calls
             except Exception as e:  # noqa: BLE001
                 kinds["error"] = str(e)[:200]
@@ -260,6 +335,73 @@ def kernel_profile(cands: dict, calls: int = 3) -> dict:
         torch.cuda.synchronize()
         out[name] = kinds
     return out
+
+
+# --table: the issue's shapes (seed 8k and the 131072-token row scaled per rank, Mixtral-like)
+# on one node, and the emulated inter-node link's bandwidth yardstick.
+TABLE_SHAPES = ("seed_e256_top8_8k", "mixtral_e8_top2_8k", "seed_e256_top8_32k")
+TABLE_NODES_SHAPE = "seed_e256_top8_8k"
+TABLE_EMULATE = "50GB/s,3us"
+
+
+def link_gbs(emulate: str) -> float | None:
+    """The rate of an MKERNEL_NET_EMULATE string ("50GB/s,3us" -> 50.0), or None."""
+    rate = emulate.split(",")[0].strip().lower()
+    return float(rate[:-4]) if rate.endswith("gb/s") else None
+
+
+def print_targets(rows: list[dict]) -> None:
+    """Issue 14's targets against this run: >= 1.0x unfused at every shape, >= 0.85x compute
+    alone at the 131072-token row (seed_e256_top8_32k at W=2), >= 0.8x the emulated link."""
+    print("issue 14 targets:", flush=True)
+    for row in rows:
+        nodes = row.get("nodes", 1)
+        where = f"{row['name']} nodes={nodes}"
+        d, c = row["dispatch_ratio_vs_unfused"], row["combine_ratio_vs_unfused"]
+        line = (f"  {where}: dispatch+GEMM {d:.2f}x unfused [{'met' if d >= 1.0 else 'MISSED'}], "
+                f"combine {c:.2f}x [{'met' if c >= 1.0 else 'MISSED'}]")
+        if row["name"] == "seed_e256_top8_32k" and nodes == 1:
+            v = row["dispatch_ratio_vs_compute"]
+            line += f", {v:.2f}x compute alone [{'met' if v >= 0.85 else 'MISSED'}]"
+        link = link_gbs(row.get("emulate", ""))
+        if nodes > 1 and link:
+            for what in ("dispatch", "combine"):
+                gbs = row.get(f"{what}_gbs_per_rank")
+                if gbs:
+                    line += (f", {what} {gbs:.1f} GB/s/rank = {gbs / link:.2f}x the {link:g} GB/s link "
+                             f"[{'met' if gbs >= 0.8 * link else 'MISSED'}]")
+        print(line, flush=True)
+
+
+def print_row(row: dict) -> None:
+    """The row's two (or three) lines of the report."""
+    print(f"{row['name']} W={row['world']}"
+          f"{' nodes=%d' % row['nodes'] if row.get('nodes', 1) > 1 else ''}"
+          f"{' link ' + row['emulate'] if row.get('emulate') else ''}: dispatch+gemm {row['mkernel_dispatch_gemm']['median_ms']:.3f} ms "
+          f"({row['mkernel_dispatch_gemm']['tflops_per_rank']:.0f} TF/s/rank; "
+          f"{row['dispatch_ratio_vs_unfused']:.2f}x unfused, {row['dispatch_ratio_vs_compute']:.2f}x compute "
+          f"alone; engine GEMM alone {row['engine_gemm']['median_ms']:.3f} ms; profiled per call: "
+          f"routing {row['routing_ms']:.3f} ms, other {row['other_aten_ms']:.3f} ms, dispatch kernel "
+          f"{row['dispatch_kernel_ms']:.3f} ms, all_gather {row['allgather_ms']:.3f} ms, GEMM "
+          f"{row['gemm_kernel_ms']:.3f} ms, host issue {row['host_issue_ms']:.3f} ms); combine {row['mkernel_combine']['median_ms']:.3f} ms ({row['combine_ratio_vs_unfused']:.2f}x "
+          f"unfused, {row['combine_gbs_per_rank']:.0f} GB/s/rank); err {row['rel_err_vs_unfused_dispatch']:.1e}/"
+          f"{row['rel_err_vs_unfused_combine']:.1e}", flush=True)
+    gbs = row["dispatch_gbs_per_rank"]
+    print(f"  moves: dispatch {row['dispatch_moves_ms']:.3f} ms GPU = "
+          f"{gbs if gbs is None else round(gbs)} GB/s/rank, combine "
+          f"{row['combine_gbs_per_rank']:.0f} GB/s/rank; solo GEMMs (one rank at a time): engine "
+          f"{row['engine_gemm_solo']['median_ms']:.3f} ms (128x256 {row['engine_gemm_solo_256']['median_ms']:.3f}, "
+          f"256x128 {row['engine_gemm_solo_256m']['median_ms']:.3f}, "
+          f"128x128 {row['engine_gemm_solo_128']['median_ms']:.3f}), torch._grouped_mm "
+          f"{row['compute_solo']['median_ms']:.3f} ms; all ranks at once: 128x256 "
+          f"{row['engine_gemm_256']['median_ms']:.3f}, 256x128 {row['engine_gemm_256m']['median_ms']:.3f}, "
+          f"128x128 {row['engine_gemm_128']['median_ms']:.3f}, "
+          f"torch {row['compute_grouped_mm']['median_ms']:.3f} ms; plan {row['engine_plan'][0]}", flush=True)
+    if "graph_dispatch_ratio_vs_unfused" in row:
+        print(f"  graphs: dispatch+gemm {row['mkernel_dispatch_gemm_graph']['median_ms']:.3f} ms "
+              f"({row['graph_dispatch_ratio_vs_unfused']:.2f}x unfused), combine "
+              f"{row['mkernel_combine_graph']['median_ms']:.3f} ms "
+              f"({row['graph_combine_ratio_vs_unfused']:.2f}x unfused)", flush=True)
 
 
 RANK_CODE = f"""
@@ -275,50 +417,76 @@ def main() -> None:
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
+    ap.add_argument("--nodes", type=int, default=1,
+                    help="emulated nodes (W a multiple): the several-node path (csrc/moe_nodes.h)")
+    ap.add_argument("--emulate", default=os.environ.get("MKERNEL_NET_EMULATE", ""),
+                    help="shape the loopback link between emulated nodes (MKERNEL_NET_EMULATE), "
+                         "e.g. 50GB/s,3us")
     ap.add_argument("--graph", action="store_true",
                     help="also time every op captured in a CUDA graph (no host issue time)")
+    ap.add_argument("--table", action="store_true",
+                    help="the issue's whole table in one run: " + ", ".join(TABLE_SHAPES) +
+                         " on one node, then " + TABLE_NODES_SHAPE + " over 2 emulated nodes "
+                         "linked at --emulate (default " + TABLE_EMULATE + "), and a summary "
+                         "against the issue's targets (--shapes replaces the one-node shapes)")
     args = ap.parse_args()
 
     from common import commit, device_info, start_mps, write_result  # noqa: E402
     from tests.launch import run_ranks  # noqa: E402
 
-    env, stop = start_mps("bench_moe_ranks")
-    try:
-        res = run_ranks(RANK_CODE, args.world, timeout=600, env=dict(
+    def run(nodes: int, emulate: str, shapes: str, iters: int) -> list[dict]:
+        res = run_ranks(RANK_CODE, args.world, nodes=nodes, timeout=600, env=dict(
             env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",
-            BENCH_ITERS=str(args.iters), BENCH_SHAPES=args.shapes,
-            BENCH_GRAPH="1" if args.graph else "0"))
+            BENCH_ITERS=str(iters), BENCH_SHAPES=shapes,
+            BENCH_GRAPH="1" if args.graph else "0", BENCH_NODES=str(nodes),
+            MKERNEL_NET_EMULATE=emulate))
+        out = []
+        for r in res:
+            if r.returncode != 0:
+                raise SystemExit(f"rank {r.rank} failed (rc {r.returncode}):\n{r.stdout[-2000:]}\n"
+                                 f"{r.stderr[-4000:]}")
+            out += [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
+        return out
+
+    env, stop = start_mps("bench_moe_ranks")
+    failed = None
+    try:
+        if args.table:
+            rows = run(1, "", args.shapes or ",".join(TABLE_SHAPES), args.iters)
+            for row in rows:  # reported before the several-node part runs
+                print_row(row)
+            try:
+                more = run(2, args.emulate or TABLE_EMULATE, TABLE_NODES_SHAPE, min(args.iters, 5))
+            except SystemExit as e:  # keep the one-node rows: write them, then fail
+                failed, more = str(e), []
+                print(f"several-node part failed: {failed[:3000]}", flush=True)
+            for row in more:
+                print_row(row)
+            rows += more
+        else:
+            rows = run(args.nodes, args.emulate, args.shapes, args.iters)
+            for row in rows:
+                print_row(row)
     finally:
         stop()
-    rows = []
-    for r in res:
-        if r.returncode != 0:
-            raise SystemExit(f"rank {r.rank} failed (rc {r.returncode}):\n{r.stdout[-2000:]}\n"
-                             f"{r.stderr[-4000:]}")
-        rows += [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
-    for row in rows:
-        print(f"{row['name']} W={row['world']}: dispatch+gemm {row['mkernel_dispatch_gemm']['median_ms']:.3f} ms "
-              f"({row['mkernel_dispatch_gemm']['tflops_per_rank']:.0f} TF/s/rank; "
-              f"{row['dispatch_ratio_vs_unfused']:.2f}x unfused, {row['dispatch_ratio_vs_compute']:.2f}x compute "
-              f"alone; engine GEMM alone {row['engine_gemm']['median_ms']:.3f} ms; profiled per call: "
-              f"routing {row['routing_ms']:.3f} ms, dispatch kernel {row['dispatch_kernel_ms']:.3f} ms, GEMM "
-              f"{row['gemm_kernel_ms']:.3f} ms, host issue {row['host_issue_ms']:.3f} ms); combine {row['mkernel_combine']['median_ms']:.3f} ms ({row['combine_ratio_vs_unfused']:.2f}x "
-              f"unfused, {row['combine_gbs_per_rank']:.0f} GB/s/rank); err {row['rel_err_vs_unfused_dispatch']:.1e}/"
-              f"{row['rel_err_vs_unfused_combine']:.1e}", flush=True)
-        if "graph_dispatch_ratio_vs_unfused" in row:
-            print(f"  graphs: dispatch+gemm {row['mkernel_dispatch_gemm_graph']['median_ms']:.3f} ms "
-                  f"({row['graph_dispatch_ratio_vs_unfused']:.2f}x unfused), combine "
-                  f"{row['mkernel_combine_graph']['median_ms']:.3f} ms "
-                  f"({row['graph_combine_ratio_vs_unfused']:.2f}x unfused)", flush=True)
+    if args.table:
+        print_targets(rows)
     path = write_result("moe_ranks", {"bench": "moe_ranks", "commit": commit(), "device": device_info(),
                                       "mps": True, "world": args.world, "iters": args.iters,
-                                      # MKERNEL_MOE_ROUTING=kernel: the routing kernels
-                                      # (csrc/kernels/moe/moe_routing.cu), else the ATen ops
-                                      "moe_routing": os.environ.get("MKERNEL_MOE_ROUTING", "aten"),
+                                      "nodes": args.nodes, "emulate": args.emulate, "table": args.table,
+                                      # several nodes: the combine's path (csrc/moe_nodes.h)
+                                      "nodes_combine": ("allgather" if os.environ.get(
+                                          "MKERNEL_MOE_NODES_COMBINE") == "allgather" else "reduce"),
+                                      # the routing kernels (csrc/kernels/moe/moe_routing.cu)
+                                      # unless MKERNEL_MOE_ROUTING=aten (the ATen ops)
+                                      "moe_routing": ("aten" if os.environ.get("MKERNEL_MOE_ROUTING") == "aten"
+                                                      else "kernel"),
                                       "unfused": "mkernel.all_gather of x/topk_idx (or y) + sort + "
                                                  "index_select + torch._grouped_mm (combine: fp32 "
                                                  "weighted sum)", "rows": rows})
     print(path)
+    if failed:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

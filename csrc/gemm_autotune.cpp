@@ -274,7 +274,10 @@ bool capturing(cudaStream_t stream) {
 // Whether `plan` runs this problem (a plan from another M of its bucket, a
 // file or another rank is checked before it is trusted).
 bool runs(const gemm::Problem& p, const gemm::Launch& l, const gemm::Plan& plan, bool hooked) {
-  if (hooked && !gemm::hooked_supported(plan.config)) return false;
+  if (hooked && !(p.group_end != nullptr ? gemm::packed_supported(plan.config)
+                                          : gemm::hooked_supported(plan.config))) {
+    return false;
+  }
   gemm::Launch c = l;
   c.swizzle = plan.swizzle;
   c.raster = plan.raster;

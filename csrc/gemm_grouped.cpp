@@ -153,8 +153,8 @@ at::Tensor packed_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tenso
     id = packed_plan(p, a, &launch);
   } else {
     id = static_cast<gemm::ConfigId>(config);
-    TORCH_CHECK_VALUE(gemm::hooked_supported(id), op, ": config ", gemm::config_name(id),
-                      " has no hooked kernel (packed groups run on the hooked kernel)");
+    TORCH_CHECK_VALUE(gemm::packed_supported(id), op, ": config ", gemm::config_name(id),
+                      " has no packed grouped kernel (gemm::packed_supported)");
     launch.swizzle = static_cast<int>(swizzle);
     launch.raster = static_cast<int>(raster);
   }

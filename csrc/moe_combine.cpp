@@ -182,7 +182,13 @@ at::Tensor moe_combine_cuda(const at::Tensor& y, const at::Tensor& route,
                                  num_tokens)) {
     return *out;
   }
-  // Several nodes: the same fp32 sum in choice order, of the rows gathered from every rank.
+  // Several nodes: partial sums at the owners + one reduce_scatter (combine_nodes); or, with
+  // MKERNEL_MOE_NODES_COMBINE=allgather, the fp32 sum in choice order of the rows gathered
+  // from every rank.
+  if (moe::combine_by_reduce_scatter()) {
+    return moe::combine_nodes(kOp, y, route, topk_weights, group, world_size,
+                              moe::token_bound(kOp, group, route.size(0)));
+  }
   return moe::weighted_sum(moe::gather_nodes(kOp, y, route, group, world_size), route,
                            topk_weights);
 }

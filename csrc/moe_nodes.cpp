@@ -7,6 +7,8 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "comm/symmetric_group.h"
@@ -23,6 +25,15 @@ constexpr int64_t kRankShift = int64_t{1} << 32;  // route = (rank << 32) | row
 at::Tensor all_gather(const at::Tensor& x, int64_t group, int64_t world) {
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("mkernel::all_gather", "")
+                       .typed<at::Tensor(const at::Tensor&, int64_t, int64_t)>();
+  return op.call(x.contiguous(), group, world);
+}
+
+// mkernel.reduce_scatter through the dispatcher: x [W*n, ...] summed over the ranks in fp32 and
+// rank order; rank r keeps rows [r*n, (r+1)*n).
+at::Tensor reduce_scatter(const at::Tensor& x, int64_t group, int64_t world) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("mkernel::reduce_scatter", "")
                        .typed<at::Tensor(const at::Tensor&, int64_t, int64_t)>();
   return op.call(x.contiguous(), group, world);
 }
@@ -159,6 +170,44 @@ at::Tensor gather_nodes(const char* op, const at::Tensor& y, const at::Tensor& r
   return all.index_select(0, at_row)
       .masked_fill_(d.kept.logical_not().unsqueeze(1), 0)
       .view({T, k, H});
+}
+
+bool combine_by_reduce_scatter() {
+  static const bool on = [] {
+    const char* v = std::getenv("MKERNEL_MOE_NODES_COMBINE");
+    return v == nullptr || std::string(v) != "allgather";
+  }();
+  return on;
+}
+
+at::Tensor combine_nodes(const char* op, const at::Tensor& y, const at::Tensor& route,
+                         const at::Tensor& topk_weights, int64_t group, int64_t world_size,
+                         int64_t max_tokens) {
+  const c10::cuda::CUDAGuard device_guard(y.device());
+  const int64_t me = comm::SymmetricGroup::get(op, group, world_size, y.device()).rank();
+  const int64_t H = y.size(-1), Y = y.numel() / std::max<int64_t>(H, 1);
+  const int64_t T = route.size(0), k = route.size(1), W = world_size, Tm = max_tokens;
+  // Y and Tm are the group's (the dispatch's static bound, token_bound): every rank skips the
+  // collectives alike.
+  if (Y == 0 || Tm == 0) return at::zeros({T, H}, y.options());
+  // Every rank's routes and weights (small: [W*Tm, k]); padding tokens route nowhere.
+  const at::Tensor w = topk_weights.to(at::kFloat).masked_fill(route.lt(0), 0.0);
+  const at::Tensor route_all = all_gather_bits(pad_rows(route, Tm, -1), group, W);  // [W*Tm, k]
+  const at::Tensor w_all = all_gather(pad_rows(w, Tm, 0), group, W);               // [W*Tm, k]
+  const Decoded d = decode(route_all, W, Y);
+  const at::Tensor here = d.kept.logical_and(d.rank.eq(me)).view({W * Tm, k});
+  const at::Tensor row = at::where(here, d.row.view({W * Tm, k}), 0);
+  const at::Tensor y2 = y.reshape({Y, H});
+  // partial[s*Tm + t] = sum over token t of rank s's choices held here, in choice order (fp32).
+  at::Tensor partial = at::zeros({W * Tm, H}, y.options().dtype(at::kFloat));
+  for (int64_t j = 0; j < k; ++j) {
+    const at::Tensor mask = here.select(1, j).unsqueeze(1);
+    // Rows not held here read row 0 and are zeroed (a row past the counts may hold anything).
+    const at::Tensor g = y2.index_select(0, row.select(1, j)).to(at::kFloat).masked_fill_(
+        mask.logical_not(), 0.0);
+    partial.add_(g * w_all.select(1, j).unsqueeze(1));
+  }
+  return reduce_scatter(partial, group, W).narrow(0, 0, T).to(y.scalar_type());
 }
 
 at::Tensor scatter_nodes(const char* op, const at::Tensor& rows, const at::Tensor& route,

@@ -38,6 +38,21 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
 at::Tensor gather_nodes(const char* op, const at::Tensor& y, const at::Tensor& route,
                         int64_t group, int64_t world_size);
 
+// moe_combine across nodes as partial sums at the owners plus one reduce_scatter (the default
+// since s8run2 passed it at W=2 over 2 nodes), or with MKERNEL_MOE_NODES_COMBINE=allgather as
+// gather_nodes + weighted_sum (every rank's whole layout of y all-gathered).
+bool combine_by_reduce_scatter();
+
+// moe_combine across nodes, owner side: each rank sums, in fp32 and choice order, the weighted
+// rows it holds of every rank's tokens ([W*max_T, H] partials, the routes and weights
+// all-gathered: [W*max_T, k]), then the substrate's reduce_scatter adds the owners' partials in
+// fp32 and rank order and hands each rank its tokens' sums, rounded once to y's dtype: [T, H].
+// Moves W*max_T*H fp32 per rank through the collective instead of every rank's whole layout
+// (W*max_T*min(k, E_local) rows of y): 8x fewer bytes at the seed's top-8 shape in bf16.
+at::Tensor combine_nodes(const char* op, const at::Tensor& y, const at::Tensor& route,
+                         const at::Tensor& topk_weights, int64_t group, int64_t world_size,
+                         int64_t max_tokens);
+
 // _moe_scatter: every kept choice's row [T, k, H] written where it was dispatched, on its owner:
 // [out_rows, H] (capacity 0) or [E_local, C, H]; other rows zero.
 at::Tensor scatter_nodes(const char* op, const at::Tensor& rows, const at::Tensor& route,

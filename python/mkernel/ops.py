@@ -268,8 +268,8 @@ def gemm_grouped(a: Tensor, b: Tensor, counts: Tensor | None = None, *,
         offs: ``[E]`` int32 on ``a``'s device, non-decreasing row ends (packed layout).
         config: packed layout only: ``"auto"`` runs the plan the autotuner measured fastest
             for (E, T, N, K) (:func:`gemm_grouped_plan` names it); a config name of the hooked
-            kernel (``coop_128x256_c2x1``, ``coop_128x128_c2x1``, ``ping_128x128_c1x2``) runs that
-            one, with ``swizzle`` (1, 2, 4, 8; 0: 8) and ``raster`` (``"m"``/``"n"``) as tile order.
+            kernel (``coop_128x256_c2x1``, ``coop_128x128_c2x1``, ``coop_128x256_c1x2``,
+            ``coop_256x128_c1x2``, ``ping_128x128_c1x2``) runs that one, with ``swizzle`` (1, 2, 4, 8; 0: 8) and ``raster`` (``"m"``/``"n"``) as tile order.
 
     Returns:
         The output in ``a``'s dtype; rows past ``counts[e]`` / ``offs[-1]`` are unspecified
@@ -448,8 +448,9 @@ def moe_combine(
     """The reverse of :func:`moe_dispatch_gemm`: bring the experts' outputs back and sum them.
 
     ``out[t] = sum_j topk_weights[t, j] * y[the row handle.route[t, j] names]``, summed in fp32
-    over j in order and rounded once; dropped choices add nothing. Differentiable in y and
-    topk_weights (the backward of y is a dispatch).
+    over j in order and rounded once (across nodes: in fp32 over j at each owner rank, then
+    over the owners in rank order, rounded once); dropped choices add nothing. Differentiable
+    in y and topk_weights (the backward of y is a dispatch).
 
     Args:
         y: the local experts' outputs in the dispatch's layout: ``[R, H]`` (capacity 0) or

@@ -132,7 +132,8 @@ def test_packed_rows_of_one_expert_do_not_leak_into_the_next():
 
 # --- the packed plan: every hooked config, and the autotuner over them ------------------------
 
-PACKED_CONFIGS = ("coop_128x256_c2x1", "coop_128x128_c2x1", "ping_128x128_c1x2")
+PACKED_CONFIGS = ("coop_128x256_c2x1", "coop_128x128_c2x1", "ping_128x128_c1x2", "coop_128x256_c1x2",
+                  "coop_256x128_c1x2")
 
 
 def test_packed_plan_arguments_on_cpu():
@@ -196,7 +197,8 @@ def test_packed_bad_config_named():
     a = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(2, 64, 64, device="cuda", dtype=torch.bfloat16)
     offs = torch.tensor([30, 64], dtype=torch.int32, device="cuda")
-    with pytest.raises(ValueError, match="ping_64x256_c1x1 has no hooked kernel"):
-        gemm_grouped(a, b, offs=offs, config="ping_64x256_c1x1")
-    with pytest.raises(RuntimeError, match="packed groups run on"):
+    with pytest.raises(ValueError, match="ping_64x128_c1x1 has no packed grouped kernel"):
+        gemm_grouped(a, b, offs=offs, config="ping_64x128_c1x1")
+    # A hooked config without a packed kernel: refused by name before any launch.
+    with pytest.raises(ValueError, match="coop_256x128_c2x1 has no packed grouped kernel"):
         gemm_grouped(a, b, offs=offs, config="coop_256x128_c2x1")

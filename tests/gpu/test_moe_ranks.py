@@ -39,6 +39,18 @@ def test_moe_cuda_ranks_match_reference(mps, world):
     assert max(c["err"] / c["bound"] for c in cases) <= 1
 
 
+
+def test_moe_cuda_ranks_aten_routing(mps):
+    """The opt-out MKERNEL_MOE_ROUTING=aten (route_on_device's ATen ops instead of the routing
+    kernels): the same checks at W=2."""
+    world = 2
+    res = run_ranks(RANK_MAIN, world, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="15", MKERNEL_MOE_ROUTING="aten"))
+    cases = check_ranks(res)
+    assert len(cases) == world * 8, len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_moe_cuda_graph_replay(mps, world):
     res = run_ranks(RANK_MAIN, world, timeout=150,
@@ -59,6 +71,18 @@ def test_moe_cuda_across_emulated_nodes(mps, world):
     assert len(cases) == world * (8 + 4), len(cases)
     assert max(c["err"] / c["bound"] for c in cases) <= 1
 
+
+def test_moe_cuda_across_emulated_nodes_allgather_combine(mps):
+    """MKERNEL_MOE_NODES_COMBINE=allgather (the opt-out): the combine across nodes from every
+    rank's whole layout of y, all-gathered, instead of the owners' partial sums and a
+    reduce_scatter (the default, csrc/moe_nodes.h combine_nodes); the same checks at W=2."""
+    world = 2
+    res = run_ranks(RANK_MAIN, world, nodes=2, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_NODES_COMBINE="allgather"))
+    cases = check_ranks(res)
+    assert len(cases) == world * (8 + 4), len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
 
 def test_moe_killed_rank_fails_the_others_within_the_timeout(mps):
     """The last rank dies in the middle of a dispatch: the survivor raises within the op timeout

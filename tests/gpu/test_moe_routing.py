@@ -1,5 +1,6 @@
-"""The MoE routing kernels (csrc/kernels/moe/moe_routing.cu, MKERNEL_MOE_ROUTING=kernel) against
-the ATen routing of moe_dispatch_gemm's W > 1 path (csrc/moe_ep.cpp route_on_device) and an
+"""The MoE routing kernels (csrc/kernels/moe/moe_routing.cu, the default) against
+the ATen routing of moe_dispatch_gemm's W > 1 path (csrc/moe_ep.cpp route_on_device,
+MKERNEL_MOE_ROUTING=aten) and an
 independent Python loop: expert, pos, cnt and slot must be equal entry for entry (the dispatch
 kernel derives every row's place from them, so equal arrays mean a bit-identical layout).
 One process, no group: the private op mkernel._moe_route computes the arrays alone."""

@@ -127,6 +127,9 @@ struct TileCounts {
 };
 
 bool hooked_supported(ConfigId id);
+// Configs of the packed grouped GEMM (run_hooked with Problem::group_end): coop_128x256_c2x1,
+// coop_128x128_c2x1, coop_128x256_c1x2, coop_256x128_c1x2 and ping_128x128_c1x2.
+bool packed_supported(ConfigId id);
 TileCounts tile_counts(ConfigId id, int m, int n);
 // kAuto resolves to a hooked-capable config.
 ConfigId resolve_hooked(const Problem& p, ConfigId id, const Launch& l);

@@ -186,9 +186,17 @@ struct GemmSm90 {
   using Hooked = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, FlagHooks>;
   using HookedPacked = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, FlagHooks, true>;
   // Packed groups are compiled for the configs the grouped plan uses only
-  // (each kernel is a minute of nvcc).
+  // (each kernel is a minute of nvcc). coop_128x256_c1x2: 128-row units (no padding to 256
+  // rows per expert, unlike a 2x1 cluster) with A multicast along N: 40 KB of L2 -> SM
+  // traffic per 128x256x64 k-block (105 flop/B) against 24 KB per 128x128x64 (87 flop/B);
+  // s8run2 found the MoE GEMM bound by that traffic (two ranks' GEMMs each ran at ~0.5x
+  // their solo speed, and 64x256 tiles at 52 flop/B 1.36x slower than 128x128 ones).
+  // coop_256x128_c1x2: 256-row units (more padding on experts of few rows) at 32 KB per
+  // 256x128x64 k-block (131 flop/B): for experts of many rows (Mixtral-like, 32k tokens).
   static constexpr bool kPackable = kHookable && (Id == ConfigId::kCoop128x256Cluster2x1 ||
                                                   Id == ConfigId::kCoop128x128Cluster2x1 ||
+                                                  Id == ConfigId::kCoop128x256Cluster1x2 ||
+                                                  Id == ConfigId::kCoop256x128Cluster1x2 ||
                                                   Id == ConfigId::kPing128x128Cluster1x2);
 
   // Per-kernel launch facts, queried once: the occupancy query alone costs
@@ -271,21 +279,23 @@ struct GemmSm90 {
 
   static cudaError_t run_hooked(const Problem& p, const Launch& l, const HookArgs& h,
                                 const char** reason) {
-    if constexpr (!kHookable) {
-      if (reason) *reason = "the hooked kernel needs a cooperative, persistent config";
-      return cudaErrorInvalidValue;
-    } else {
-      if (p.group_end == nullptr) return launch_hooked<Hooked>(p, l, h, reason);
-      if constexpr (kPackable) {
-        return launch_hooked<HookedPacked>(p, l, h, reason);
+    if (p.group_end == nullptr) {
+      if constexpr (kHookable) {
+        return launch_hooked<Hooked>(p, l, h, reason);
       } else {
-        if (reason) {
-          *reason =
-              "packed groups run on coop_128x256_c2x1, coop_128x128_c2x1 and ping_128x128_c1x2 "
-              "only";
-        }
+        if (reason) *reason = "the hooked kernel needs a cooperative, persistent config";
         return cudaErrorInvalidValue;
       }
+    }
+    if constexpr (kPackable) {
+      return launch_hooked<HookedPacked>(p, l, h, reason);
+    } else {
+      if (reason) {
+        *reason =
+            "packed groups run on coop_128x256_c2x1, coop_128x128_c2x1, coop_128x256_c1x2, "
+            "coop_256x128_c1x2 and ping_128x128_c1x2 only";
+      }
+      return cudaErrorInvalidValue;
     }
   }
 
