@@ -475,8 +475,8 @@ def main() -> None:
                                       "mps": True, "world": args.world, "iters": args.iters,
                                       "nodes": args.nodes, "emulate": args.emulate, "table": args.table,
                                       # several nodes: the combine's path (csrc/moe_nodes.h)
-                                      "nodes_combine": ("allgather" if os.environ.get(
-                                          "MKERNEL_MOE_NODES_COMBINE") == "allgather" else "reduce"),
+                                      "nodes_combine": ("reduce" if os.environ.get(
+                                          "MKERNEL_MOE_NODES_COMBINE") == "reduce" else "allgather"),
                                       # the routing kernels (csrc/kernels/moe/moe_routing.cu)
                                       # unless MKERNEL_MOE_ROUTING=aten (the ATen ops)
                                       "moe_routing": ("aten" if os.environ.get("MKERNEL_MOE_ROUTING") == "aten"

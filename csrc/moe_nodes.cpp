@@ -175,7 +175,7 @@ at::Tensor gather_nodes(const char* op, const at::Tensor& y, const at::Tensor& r
 bool combine_by_reduce_scatter() {
   static const bool on = [] {
     const char* v = std::getenv("MKERNEL_MOE_NODES_COMBINE");
-    return v == nullptr || std::string(v) != "allgather";
+    return v != nullptr && std::string(v) == "reduce";
   }();
   return on;
 }

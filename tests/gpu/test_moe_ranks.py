@@ -72,14 +72,14 @@ def test_moe_cuda_across_emulated_nodes(mps, world):
     assert max(c["err"] / c["bound"] for c in cases) <= 1
 
 
-def test_moe_cuda_across_emulated_nodes_allgather_combine(mps):
-    """MKERNEL_MOE_NODES_COMBINE=allgather (the opt-out): the combine across nodes from every
-    rank's whole layout of y, all-gathered, instead of the owners' partial sums and a
-    reduce_scatter (the default, csrc/moe_nodes.h combine_nodes); the same checks at W=2."""
-    world = 2
+@pytest.mark.parametrize("world", [2, 4])
+def test_moe_cuda_across_emulated_nodes_reduce_combine(mps, world):
+    """MKERNEL_MOE_NODES_COMBINE=reduce (opt-in): the combine across nodes as the owners' fp32
+    partial sums and one reduce_scatter (csrc/moe_nodes.h combine_nodes) instead of every
+    rank's whole layout of y, all-gathered (the default); the same checks."""
     res = run_ranks(RANK_MAIN, world, nodes=2, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
-                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_NODES_COMBINE="allgather"))
+                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_NODES_COMBINE="reduce"))
     cases = check_ranks(res)
     assert len(cases) == world * (8 + 4), len(cases)
     assert max(c["err"] / c["bound"] for c in cases) <= 1
