@@ -39,6 +39,23 @@ def _torch_lowp(q, k, v, causal):
     return ref
 
 
+def _check_against_reference(out, lse, q, k, v, causal: bool) -> None:
+    """out / lse against the float64 reference: max error within twice torch's own low-precision
+    error, relative error < 1e-2, and the LSE's -inf rows and values."""
+    torch.cuda.synchronize()
+    ref, ref_lse = attention_ref(q, k, v, causal)
+    lowp = _torch_lowp(q, k, v, causal)
+    assert not torch.isnan(out).any(), "unwritten or NaN output"
+    err = (out.double() - ref).abs().max().item()
+    lowp_err = (lowp.double() - ref).abs().max().item()
+    assert err <= 2 * lowp_err + 1e-3, f"max err {err} vs torch low-precision {lowp_err}"
+    rel = ((out.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    assert rel < 1e-2, f"relative error {rel}"
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), finite), "LSE -inf rows differ"
+    assert torch.allclose(lse.double()[finite], ref_lse[finite], rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("case", CASES)
@@ -50,19 +67,8 @@ def test_forward_matches_reference(case, causal, dtype) -> None:
     v = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dtype, generator=gen)
     _poison_allocator()
     out, lse = mkernel.attention(q, k, v, causal=causal)
-    torch.cuda.synchronize()
-    ref, ref_lse = attention_ref(q, k, v, causal)
-    lowp = _torch_lowp(q, k, v, causal)
     assert out.dtype == dtype and lse.dtype == torch.float32
-    assert not torch.isnan(out).any(), "unwritten or NaN output"
-    err = (out.double() - ref).abs().max().item()
-    lowp_err = (lowp.double() - ref).abs().max().item()
-    assert err <= 2 * lowp_err + 1e-3, f"max err {err} vs torch low-precision {lowp_err}"
-    rel = ((out.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-    assert rel < 1e-2, f"relative error {rel}"
-    finite = torch.isfinite(ref_lse)
-    assert torch.equal(torch.isfinite(lse), finite), "LSE -inf rows differ"
-    assert torch.allclose(lse.double()[finite], ref_lse[finite], rtol=1e-3, atol=1e-3)
+    _check_against_reference(out, lse, q, k, v, causal)
 
 
 def test_output_buffers_are_reused_and_rewritten() -> None:
@@ -235,18 +241,7 @@ def test_mainloop_variants(variant, causal, case, monkeypatch) -> None:
     monkeypatch.setenv("MKERNEL_ATTN_VARIANT", str(variant))
     _poison_allocator()
     out, lse = mkernel.attention(q, k, v, causal=causal)
-    torch.cuda.synchronize()
-    ref, ref_lse = attention_ref(q, k, v, causal)
-    lowp = _torch_lowp(q, k, v, causal)
-    assert not torch.isnan(out).any(), "unwritten or NaN output"
-    err = (out.double() - ref).abs().max().item()
-    lowp_err = (lowp.double() - ref).abs().max().item()
-    assert err <= 2 * lowp_err + 1e-3, f"max err {err} vs torch low-precision {lowp_err}"
-    rel = ((out.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-    assert rel < 1e-2, f"relative error {rel}"
-    finite = torch.isfinite(ref_lse)
-    assert torch.equal(torch.isfinite(lse), finite), "LSE -inf rows differ"
-    assert torch.allclose(lse.double()[finite], ref_lse[finite], rtol=1e-3, atol=1e-3)
+    _check_against_reference(out, lse, q, k, v, causal)
     assert torch.all(out[:, :, :, :][~torch.isfinite(lse).transpose(1, 2)] == 0)
 
 
