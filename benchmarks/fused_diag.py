@@ -465,35 +465,25 @@ def rank_main() -> None:
         # The persistent tile order of the fused kernel (MKERNEL_FUSED_ORDER) at the Llama-70B
         # shapes, where K is long and a band of A rows or B columns no longer fits in L2: gemm_rs
         # fc2 (any order) and ag_gemm fc1 (along N only: its rows arrive by M unit).
-        m, k, nn = 8192, 28672 // world, 8192
-        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 64
-        fns = {"gemm alone": lambda: mkernel.gemm(x, w)}
-        for order in ("8n", "1m", "2m", "4m", "1n", "2n", "4n"):  # 8n: the scheduler's default
-            fns[f"gemm_rs order {order}"] = with_env(lambda: mkernel.gemm_rs(x, w, group=ctx),
-                                                     MKERNEL_FUSED="force",
-                                                     MKERNEL_FUSED_ORDER=order)
-        fns["gemm_rs measured choice"] = with_env(lambda: mkernel.gemm_rs(x, w, group=ctx),
-                                                  MKERNEL_FUSED="force")
-        t = timed_all(fns, reps=2, samples=5)
-        for name, ms in t.items():
-            emit(dict(m=m, k=k, n=nn, world=world, what="order", kind=name, ms=ms,
-                      over_gemm=ms / t["gemm alone"], plan=mkernel.gemm_plan(x, w)))
-        m, k, nn = 8192 // world, 8192, 28672 // world
-        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 64
-        full = torch.randn(world * m, k, device="cuda", dtype=torch.bfloat16)
-        fns = {"gemm alone": lambda: mkernel.gemm(full, w)}
-        for order in ("8n", "1n", "2n", "4n"):
-            fns[f"ag_gemm order {order}"] = with_env(lambda: mkernel.ag_gemm(x, w, group=ctx),
-                                                     MKERNEL_FUSED="force",
-                                                     MKERNEL_FUSED_ORDER=order)
-        fns["ag_gemm measured choice"] = with_env(lambda: mkernel.ag_gemm(x, w, group=ctx),
-                                                  MKERNEL_FUSED="force")
-        t = timed_all(fns, reps=2, samples=5)
-        for name, ms in t.items():
-            emit(dict(m=m, k=k, n=nn, world=world, what="order", kind=name, ms=ms,
-                      over_gemm=ms / t["gemm alone"], plan=mkernel.gemm_plan(full, w)))
+        fc2 = (8192, 28672 // world, 8192, mkernel.gemm_rs,
+               ("8n", "1m", "2m", "4m", "1n", "2n", "4n"))
+        fc1 = (8192 // world, 8192, 28672 // world, mkernel.ag_gemm, ("8n", "1n", "2n", "4n"))
+        for m, k, nn, op, orders in (fc2, fc1):  # "8n": the scheduler's default
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 64
+            # the GEMM alone on the rows the op multiplies (ag: every rank's, gathered)
+            a = x if op is mkernel.gemm_rs else torch.randn(world * m, k, device="cuda",
+                                                             dtype=torch.bfloat16)
+            call = lambda op=op, x=x, w=w: op(x, w, group=ctx)  # noqa: E731
+            fns = {"gemm alone": lambda a=a, w=w: mkernel.gemm(a, w)}
+            for order in orders:
+                fns[f"{op.__name__} order {order}"] = with_env(call, MKERNEL_FUSED="force",
+                                                               MKERNEL_FUSED_ORDER=order)
+            fns[f"{op.__name__} measured choice"] = with_env(call, MKERNEL_FUSED="force")
+            t = timed_all(fns, reps=2, samples=5)
+            for name, ms in t.items():
+                emit(dict(m=m, k=k, n=nn, world=world, what="order", kind=name, ms=ms,
+                          over_gemm=ms / t["gemm alone"], plan=mkernel.gemm_plan(a, w)))
 
     if "ag" in sections:
         # ag_gemm: the copy role from registers (the default) vs bulk copies, vs the GEMM alone on
