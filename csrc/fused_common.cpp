@@ -292,12 +292,13 @@ std::vector<FusedPlan> candidate_plans(const char* op, int64_t group, int64_t m,
   }
   // Under an MPS limit, each plan also on the co-resident grid: which grid wins depends on the
   // shape (s8run2: gemm_rs Llama fc2 6.33 ms at 48 vs 9.09 at 66; ag_gemm Llama fc1 9.23 at 48
-  // vs 7.17 at 66), so choose_path measures both. Opt-in (MKERNEL_FUSED_GRIDS=co_resident) until
-  // the fused kernels' outputs at W = 2 on that grid are checked on a GPU (test_co_resident_grid,
-  // fused_smoke.py): then the default. Never with MKERNEL_FUSED_SMS (a pinned grid).
+  // vs 7.17 at 66), so choose_path measures both. A default candidate since s9run1 checked the
+  // fused kernels' outputs on it at W = 2 and 4 (fused_smoke.py --grids share,co_resident);
+  // MKERNEL_FUSED_GRIDS=share keeps the share's grid only (measurement / opt-out). Never with
+  // MKERNEL_FUSED_SMS (a pinned grid).
   const int small = co_resident_grid(fused_grid(op, group));
   const char* grids = std::getenv("MKERNEL_FUSED_GRIDS");
-  const bool offer = grids != nullptr && std::strcmp(grids, "co_resident") == 0;
+  const bool offer = grids == nullptr || std::strcmp(grids, "share") != 0;
   if (small > 0 && offer && std::getenv("MKERNEL_FUSED_SMS") == nullptr) {
     const size_t count = plans.size();
     for (size_t i = 0; i < count; ++i) {

@@ -116,9 +116,10 @@ std::vector<gemm::ConfigId> candidate_configs(const char* op, int64_t group, int
                                               int64_t k);
 
 // The candidate plans choose_path measures: each candidate config in the default order (what
-// an unmeasured shape runs inside graph capture); under an MPS SM limit with
-// MKERNEL_FUSED_GRIDS=co_resident (opt-in until checked on a GPU) each also on the co-resident
-// grid (co_resident_grid: every rank's 2-CTA clusters placed at once, s8run2); with MKERNEL_FUSED_ORDERS=1 (measurement:
+// an unmeasured shape runs inside graph capture); under an MPS SM limit each also on the
+// co-resident grid (co_resident_grid: every rank's 2-CTA clusters placed at once, s8run2;
+// outputs checked at W = 2 / 4 in s9run1; MKERNEL_FUSED_GRIDS=share leaves it out); with
+// MKERNEL_FUSED_ORDERS=1 (measurement:
 // not yet timed on a device) also, where K is long enough that a band of 8 M units of A
 // (4096 K bytes) outgrows a quarter of the L2, narrower orders: 2 M units along N, and (unless
 // `along_n_only`: ag_gemm, whose rows arrive by M unit) 1 along M. Shapes and the environment
