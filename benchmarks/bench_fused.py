@@ -5,19 +5,26 @@
   of the overlap ideal, at the same MPS share);
 - ``comm``: the substrate's collective alone (mkernel.all_gather / reduce_scatter / all_reduce)
   on the same bytes, when the substrate has it;
-- ``unfused``: collective + engine GEMM back to back (what the fallback runs);
+- ``unfused``: collective + engine GEMM back to back, called directly (what the fallback runs);
+- ``op_unfused``: the op with its unfused path pinned (``MKERNEL_FUSED=off``): against
+  ``unfused``, what the op's fallback costs on top of the same work (host set-up);
 - ``ideal``: max(gemm, comm) — the overlap ideal.
 
 NCCL and torch's async-TP (symm_mem) cannot run several ranks on one GPU, so they are not
 anchors here (they are on a multi-GPU machine). Every figure is the max over the ranks of the
 median of CUDA-event samples (each ``reps`` calls back to back, after a barrier), the figures
-of a shape measured interleaved (round by round); inputs rotate over two sets. Rank 0 writes
-JSON to benchmarks/results/fused_<gpu>_<time>.json.
+of a shape measured interleaved (round by round); inputs rotate over two sets. Besides the
+ratio of those medians, ``unfused_over_fused_paired`` is the median over rounds of the ratio
+within a round (less exposed to a clock drift over the shape), the lower of the ranks'. ``path``
+says what the op ran (its fallback warning, if any, on the shape's first call). Rank 0 writes
+JSON to benchmarks/results/fused_w<W>_<gpu>_<time>.json; benchmarks/report.py turns it into a
+table and a PNG plot.
 
     python benchmarks/bench_fused.py --world 2 [--full] [--budget 55]
 
-(``fused`` is the op as users get it, the unfused fallback included where the model picks it;
-``fused_kernel`` forces the fused kernel, so both sides of that choice are on record.)
+(``fused`` is the op as users get it, the unfused fallback included where the measured choice
+picks it; ``fused_kernel`` forces the fused kernel and ``op_unfused`` the op's unfused path, so
+both sides of that choice are on record.)
 
 (launches the ranks itself through tests/launch.py, under the MPS daemon named by
 CUDA_MPS_PIPE_DIRECTORY or one it starts and stops itself.)
@@ -31,6 +38,7 @@ import os
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,8 +49,9 @@ RESULTS_DIR = ROOT / "benchmarks" / "results"
 #            square family M=K, N=M/16 with N per rank)
 #   gemm_rs / gemm_ar: x [M, K/W], w [N, K/W]  (row-parallel: fc2 K=28672, N=8192; seed's
 #            family M=N, K=M/16)
-# The default set fits the ~90 s device slot (the shapes of the fused-op issue's first timings,
-# one Llama-70B layer and the decode sizes); --full adds the rest.
+# The default set fits a ~60 s device slot (the shapes of the fused-op issue's first timings,
+# the Llama-70B layer at M = 8192 and 16384, one square shape and the decode sizes); --full adds
+# the rest.
 def shapes(world: int, full: bool) -> list[tuple[str, str, int, int, int]]:
     out = []
     for m, k, n in [(4096, 1024, 8192), (8192, 2048, 8192)]:  # per-rank, as fused_smoke times them
@@ -50,7 +59,7 @@ def shapes(world: int, full: bool) -> list[tuple[str, str, int, int, int]]:
         out.append(("gemm_ar", f"smoke {m}x{k}x{n}", m, k, n))
     for m, k, n in [(1024, 8192, 3584), (2048, 8192, 7168)]:
         out.append(("ag_gemm", f"smoke {m}x{k}x{n}", m, k, n))
-    for m in ([8192, 16384] if full else [8192]):
+    for m in [8192, 16384]:
         out.append(("gemm_rs", f"llama70b-fc2 M={m}", m, 28672 // world, 8192))
         out.append(("gemm_ar", f"llama70b-fc2 M={m}", m, 28672 // world, 8192))
         out.append(("ag_gemm", f"llama70b-fc1 M={m}", m // world, 8192, 28672 // world))
@@ -82,15 +91,32 @@ def rank_main() -> None:
     mk = torch.ops.mkernel
     has = {name: hasattr(mk, name) for name in ("all_gather", "reduce_scatter", "all_reduce")}
 
-    def timed_all(fns: dict, reps: int, samples: int = 9) -> dict:
-        """Max over ranks of the median ms per call of each fn in `fns`, measured interleaved:
-        each of `samples` rounds times every fn once (`reps` calls after a barrier), the order
-        rotating from round to round, so a clock or neighbour change during the shape reaches
-        every figure alike (the ratios between them are what the benchmark reports)."""
+    def with_env(fn, env: dict):
+        """Runs fn(i) for each i of an iterable with `env` set around all of them (set once per
+        sample, not per call: decode-sized calls would time the environment's edits)."""
+        def run(indices):
+            saved = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
+            try:
+                for i in indices:
+                    fn(i)
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+        return run
+
+    def timed_all(fns: dict, reps: int, samples: int = 9) -> tuple[dict, dict]:
+        """Max over ranks of the median ms per call of each fn in `fns` (name -> (fn, env)),
+        measured interleaved: each of `samples` rounds times every fn once (`reps` calls after a
+        barrier), the order rotating from round to round, so a clock or neighbour change during
+        the shape reaches every figure alike. Also the rounds' samples of this rank."""
         names = list(fns)
+        runs = {name: with_env(*fns[name]) for name in names}
         for name in names:
-            for _ in range(2):
-                fns[name](0)
+            runs[name](range(2))
         torch.cuda.synchronize()
         got = {name: [] for name in names}
         for i in range(samples):
@@ -100,25 +126,20 @@ def rank_main() -> None:
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
                 start.record()
-                for r in range(reps):
-                    fns[name](i * reps + r)
+                runs[name](range(i * reps, (i + 1) * reps))
                 end.record()
                 end.synchronize()
                 got[name].append(start.elapsed_time(end) / reps)
         t = torch.tensor([statistics.median(got[n]) for n in names], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return dict(zip(names, t.tolist()))
+        return dict(zip(names, t.tolist())), got
 
-    def fused_kernel(fn):
-        """The op with the fused kernel forced (MKERNEL_FUSED=force: read per call, measurement
-        only), so both sides of the fallback model are measured."""
-        def run(i):
-            os.environ["MKERNEL_FUSED"] = "force"
-            try:
-                return fn(i)
-            finally:
-                os.environ.pop("MKERNEL_FUSED", None)
-        return run
+    def paired(got: dict, num: str, den: str) -> float:
+        """The median over rounds of got[num] / got[den] within each round, the lowest rank's."""
+        r = torch.tensor([statistics.median(a / b for a, b in zip(got[num], got[den]))],
+                         dtype=torch.float64)
+        dist.all_reduce(r, op=dist.ReduceOp.MIN)
+        return r.item()
 
     rows = []
     for op, label, a, b, c in shapes(world, all_shapes):
@@ -158,18 +179,29 @@ def rank_main() -> None:
                                                      ctx.handle, world)
         reps = 10 if flops < 1e11 else 3
         row = {"op": op, "shape": label, "m": m, "k": k, "n": n, "world": world, "reps": reps}
-        # The op's first call (outside the timing) measures and caches its fused/unfused verdict.
-        fused(0)
-        fns = {"fused_ms": fused,  # the op as users get it (the measured choice included)
-               "fused_kernel_ms": fused_kernel(fused), "gemm_ms": gemm}
+        # The op's first call (outside the timing) measures and caches its fused/unfused verdict;
+        # a fallback says so in a warning (once per process and reason).
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fused(0)
+        notes = [str(c.message) for c in caught if "runs unfused" in str(c.message)]
+        row["path"] = ("unfused: " + notes[0].split("unfused (the substrate's collective + the "
+                                                    "engine GEMM): ")[-1]) if notes else "fused"
+        fns = {"fused_ms": (fused, {}),  # the op as users get it (the measured choice included)
+               "fused_kernel_ms": (fused, {"MKERNEL_FUSED": "force"}),  # both sides on record
+               "op_unfused_ms": (fused, {"MKERNEL_FUSED": "off"}),
+               "gemm_ms": (gemm, {})}
         if has[coll]:
-            fns.update(comm_ms=comm, unfused_ms=unfused)
-        row.update(timed_all(fns, reps))
+            fns.update(comm_ms=(comm, {}), unfused_ms=(unfused, {}))
+        times, got = timed_all(fns, reps)
+        row.update(times)
         if has[coll]:
             row["ideal_ms"] = max(row["gemm_ms"], row["comm_ms"])
             row["fused_vs_ideal"] = row["fused_ms"] / row["ideal_ms"]
             row["unfused_over_fused"] = row["unfused_ms"] / row["fused_ms"]
+            row["unfused_over_fused_paired"] = paired(got, "unfused_ms", "fused_ms")
             row["unfused_over_fused_kernel"] = row["unfused_ms"] / row["fused_kernel_ms"]
+            row["op_unfused_over_unfused"] = row["op_unfused_ms"] / row["unfused_ms"]
         row["fused_tflops_per_rank"] = flops / row["fused_ms"] / 1e9
         row["gemm_tflops_per_rank"] = flops / row["gemm_ms"] / 1e9
         row["fused_over_gemm"] = row["fused_ms"] / row["gemm_ms"]
@@ -188,8 +220,9 @@ def rank_main() -> None:
                    "elapsed_s": time.monotonic() - t_start, "full": all_shapes,
                    "method": "CUDA events; per figure 2 warm-up calls, then 9 rounds in which "
                              "every figure of the shape is timed once (`reps` calls back to back "
-                             "after a barrier, rotating order); median per rank, max over ranks; "
-                             "inputs rotate over two sets",
+                             "after a barrier, rotating order; environment pins set once per "
+                             "sample); median per rank, max over ranks; inputs rotate over two "
+                             "sets; *_paired: median of the per-round ratio, min over ranks",
                    "mps_share_percent": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
                    "anchors_missing": [c for c, ok in has.items() if not ok],
                    "note": "NCCL / async-TP cannot share one GPU between ranks: not measured here",

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -386,22 +387,73 @@ bool reduce_call(const char* op, int64_t group, int32_t wait_op, comm::Symmetric
 
 at::Tensor substrate_collective(const char* op, const char* name, const at::Tensor& x,
                                 int64_t group, int64_t world_size) {
-  const std::string full = std::string("mkernel::") + name;
-  auto schema = c10::Dispatcher::singleton().findSchema({full.c_str(), ""});
-  TORCH_CHECK_NOT_IMPLEMENTED(schema.has_value(), op, ": the substrate's mkernel.", name,
+  // The typed handle is looked up once per collective (the dispatcher's findSchema takes its
+  // lock and hashes the name: the unfused path runs at decode sizes, where every us shows).
+  using Signature = at::Tensor(const at::Tensor&, int64_t, int64_t);
+  static std::mutex mu;
+  static std::map<std::string, c10::TypedOperatorHandle<Signature>> handles;
+  std::optional<c10::TypedOperatorHandle<Signature>> handle;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = handles.find(name);
+    if (it != handles.end()) {
+      handle = it->second;
+    } else {
+      const std::string full = std::string("mkernel::") + name;
+      auto schema = c10::Dispatcher::singleton().findSchema({full.c_str(), ""});
+      if (schema.has_value()) {
+        handle = handles.emplace(name, schema->typed<Signature>()).first->second;
+      }
+    }
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(handle.has_value(), op, ": the substrate's mkernel.", name,
                               " is not registered (needed for the unfused path)");
-  return schema->typed<at::Tensor(const at::Tensor&, int64_t, int64_t)>().call(x, group,
-                                                                              world_size);
+  return handle->call(x, group, world_size);
+}
+
+namespace {
+
+// Shapes whose measured verdict is the unfused path, keyed by group, shape key and the
+// environment the candidate list depends on (choice_env): known_unfused answers from it before
+// an op sets up any fused launch.
+std::mutex unfused_mu;
+std::set<std::string> unfused_shapes;
+
+// "<group>/<key>|<MKERNEL_FUSED_GRIDS>|<..._ORDERS>|<..._ORDER>|<..._CONFIG>|<..._SMS>": these
+// variables (read per call, measurement knobs) change candidate_plans' list, so a verdict
+// taken under other values does not hold.
+std::string unfused_key(int64_t group, const std::string& key) {
+  std::string s = std::to_string(group) + "/" + key;
+  for (const char* name : {"MKERNEL_FUSED_GRIDS", "MKERNEL_FUSED_ORDERS", "MKERNEL_FUSED_ORDER",
+                           "MKERNEL_FUSED_CONFIG", "MKERNEL_FUSED_SMS"}) {
+    const char* v = std::getenv(name);
+    s += '|';
+    s += v != nullptr ? v : "-";
+  }
+  return s;
+}
+
+}  // namespace
+
+bool known_unfused(int64_t group, const std::string& key) {
+  if (const char* pin = std::getenv("MKERNEL_FUSED")) {
+    if (std::strcmp(pin, "off") == 0) return true;
+    if (std::strcmp(pin, "force") == 0) return false;
+  }
+  const std::string k = unfused_key(group, key);
+  std::lock_guard<std::mutex> lock(unfused_mu);
+  return unfused_shapes.count(k) != 0;
 }
 
 namespace {
 
 // Calls per timing sample for a path of `flops` (the same count on every rank: the paths are
-// collective calls): about 20 GFLOP per sample, so a sample of a short call (tens of us) spans
-// enough calls that a launch gap or a timer tick does not decide it; 2 to 16 calls.
+// collective calls): about 40 GFLOP per sample, so a sample of a short call (tens to a few
+// hundred us) spans enough calls that a launch gap or a timer tick does not decide it; 2 to 16
+// calls. (s9run1: at 20 GFLOP an ag_gemm of 8.6 GFLOP took 2 calls per sample.)
 int calls_per_sample(double flops) {
   if (flops <= 0) return 2;
-  const double want = 2e10 / flops;
+  const double want = 4e10 / flops;
   return want >= 16 ? 16 : want <= 2 ? 2 : static_cast<int>(want);
 }
 
@@ -411,7 +463,7 @@ int calls_per_sample(double flops) {
 // the measurement reaches every path alike. The same calls in the same order on every rank.
 std::vector<float> time_paths(const std::vector<std::function<void()>>& paths, int count,
                               int calls) {
-  constexpr int kRounds = 5;
+  constexpr int kRounds = 7;  // the median of 7: one outlier each side does not move it
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   for (int i = 0; i < count; ++i) paths[i]();
   cudaEvent_t start = nullptr, end = nullptr;
@@ -525,6 +577,11 @@ int choose_path(const char* op, int64_t group, const std::string& key,
                             std::to_string(fused_best * 1e3) + " us vs " +
                             std::to_string(worst[unfused] * 1e3) + " us, slowest rank)";
     note_fallback(op, why.c_str());
+  }
+  if (best == unfused) {
+    const std::string k = unfused_key(group, key);
+    std::lock_guard<std::mutex> lock(unfused_mu);
+    unfused_shapes.insert(k);
   }
   std::lock_guard<std::mutex> lock(mu);
   verdicts[full] = best;

@@ -97,8 +97,8 @@ bool capturing();
 // Which of `paths` runs a call: paths[0 .. size-2] are the fused kernel in each candidate
 // config (candidate_configs order), paths.back() the unfused path (substrate collective +
 // engine GEMM); the same answer on every rank of the group. The first eager call of a shape
-// (`key`: op, dims, dtype) runs each on every rank (a warm-up call each, then 5 rounds that
-// time every path in a rotating order, `flops` setting the calls per sample: ~20 GFLOP, 2-16
+// (`key`: op, dims, dtype) runs each on every rank (a warm-up call each, then 7 rounds that
+// time every path in a rotating order, `flops` setting the calls per sample: ~40 GFLOP, 2-16
 // calls), all-gathers the medians over the group's session and takes the slowest rank's figure
 // per path; the fastest fused config wins only if it beats the unfused path by more than 3%
 // (within the noise the unfused path is the safe side). The verdict is cached per process and
@@ -135,6 +135,15 @@ int32_t side_mode(int32_t fallback);
 // The consumers' tail mode of a reduce launch (fused_params.h TailMode): `fallback` unless
 // MKERNEL_FUSED_TAIL=regs|staged pins one (read per call; the same on every rank).
 int32_t tail_mode(int32_t fallback);
+
+// Whether a call of `key` (choose_path's) runs the unfused path for sure, before any fused
+// set-up: MKERNEL_FUSED=off, or choose_path measured this shape unfused in this process (under
+// the same measurement knobs). The ops check it first, so that a fallen-back shape costs its
+// unfused path plus this lookup (s9run1: a fallen-back ag_gemm of ~130 us measured 5% slower
+// than the same collective + GEMM called directly). Every rank of the group answers the same
+// (the verdict is the group's; the variables must be the same on every rank, as for
+// MKERNEL_FUSED).
+bool known_unfused(int64_t group, const std::string& key);
 
 // "M=.. N=.. K=.. <dtype> W=.." of x [M, K] · w [N, K]ᵀ at world size W (choose_path's key).
 std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world);
