@@ -186,7 +186,7 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     const std::string key = fused_glue::shape_key(x, w, world) +
                             (layout.two_shot ? " two-shot" : " one-shot");
     // A shape measured unfused runs it with no fused set-up (fused_common.h known_unfused).
-    if (fused_glue::known_unfused(group, key)) return unfused(x, w, group, world_size);
+    if (rows > 0 && fused_glue::known_unfused(group, key)) return unfused(x, w, group, world_size);
     at::Tensor out = at::empty({rows, w.size(0)}, x.options());
     if (layout.two_shot) {
       layout.rows_per_rank = (rows + world - 1) / world;

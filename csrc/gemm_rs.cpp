@@ -123,7 +123,7 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     const int rank = sg.rank();
     const std::string key = fused_glue::shape_key(x, w, world);
     // A shape measured unfused runs it with no fused set-up (fused_common.h known_unfused).
-    if (fused_glue::known_unfused(group, key)) return unfused(x, w, group, world_size);
+    if (rows > 0 && fused_glue::known_unfused(group, key)) return unfused(x, w, group, world_size);
     at::Tensor out = at::empty({rows, w.size(0)}, x.options());
     fused_glue::ReduceLayout layout;
     layout.row0 = layout.out_row0 = rank * rows;
