@@ -20,7 +20,7 @@ says what the op ran (its fallback warning, if any, on the shape's first call). 
 JSON to benchmarks/results/fused_w<W>_<gpu>_<time>.json; benchmarks/report.py turns it into a
 table and a PNG plot.
 
-    python benchmarks/bench_fused.py --world 2 [--full] [--budget 55]
+    python benchmarks/bench_fused.py --world 2 [--full] [--budget 55] [--only llama,decode]
 
 (``fused`` is the op as users get it, the unfused fallback included where the measured choice
 picks it; ``fused_kernel`` forces the fused kernel and ``op_unfused`` the op's unfused path, so
@@ -83,6 +83,7 @@ def rank_main() -> None:
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     all_shapes = os.environ.get("BENCH_FULL") == "1"
+    only = [w for w in os.environ.get("BENCH_ONLY", "").split(",") if w]
     budget = float(os.environ.get("BENCH_BUDGET_S", "70"))
     t_start = time.monotonic()
     torch.cuda.set_device(0)
@@ -143,6 +144,8 @@ def rank_main() -> None:
 
     rows = []
     for op, label, a, b, c in shapes(world, all_shapes):
+        if only and not any(w in label for w in only):
+            continue
         # Every rank stops at the same shape: rank 0's clock decides.
         stop = torch.tensor([1.0 if time.monotonic() - t_start > budget else 0.0])
         dist.broadcast(stop, 0)
@@ -185,8 +188,12 @@ def rank_main() -> None:
             warnings.simplefilter("always")
             fused(0)
         notes = [str(c.message) for c in caught if "runs unfused" in str(c.message)]
-        row["path"] = ("unfused: " + notes[0].split("unfused (the substrate's collective + the "
-                                                    "engine GEMM): ")[-1]) if notes else "fused"
+        if notes:
+            row["path"] = "unfused: " + notes[0].split("engine GEMM): ")[-1]
+        elif op == "gemm_ar" and m <= 512:  # gemm_ar.cpp's decode rule, logged once per process
+            row["path"] = "unfused: M <= 512 (gemm_ar's decode rule)"
+        else:
+            row["path"] = "fused"
         fns = {"fused_ms": (fused, {}),  # the op as users get it (the measured choice included)
                "fused_kernel_ms": (fused, {"MKERNEL_FUSED": "force"}),  # both sides on record
                "op_unfused_ms": (fused, {"MKERNEL_FUSED": "off"}),
@@ -217,7 +224,7 @@ def rank_main() -> None:
             print(f"bench_fused: {label} {op} done", file=sys.stderr, flush=True)
     if rank == 0:
         payload = {"bench": "fused", "commit": commit(), "device": device_info(), "world": world,
-                   "elapsed_s": time.monotonic() - t_start, "full": all_shapes,
+                   "elapsed_s": time.monotonic() - t_start, "full": all_shapes, "only": only,
                    "method": "CUDA events; per figure 2 warm-up calls, then 9 rounds in which "
                              "every figure of the shape is timed once (`reps` calls back to back "
                              "after a barrier, rotating order; environment pins set once per "
@@ -240,6 +247,9 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=55,
                     help="seconds of measurement after start-up; later shapes are skipped")
     ap.add_argument("--timeout", type=float, default=85)
+    ap.add_argument("--only", default="",
+                    help="comma-separated words: only the shapes whose label has one (e.g. "
+                         "llama,decode)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from common import mps_daemon  # noqa: E402
@@ -247,6 +257,7 @@ def main() -> None:
 
     env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(100 // args.world),
            "BENCH_FULL": "1" if args.full else "0", "BENCH_BUDGET_S": str(args.budget),
+           "BENCH_ONLY": args.only,
            "NCCL_NVLS_ENABLE": "0"}
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
     progress = Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_w{args.world}.jsonl")
