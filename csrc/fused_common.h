@@ -104,7 +104,7 @@ bool capturing();
 // (within the noise the unfused path is the safe side). The verdict is cached per process and
 // an unfused verdict is logged once (note_fallback). Inside CUDA-graph capture an unmeasured
 // shape runs paths[0] (no timing can happen there). MKERNEL_FUSED=off pins the unfused path,
-// MKERNEL_FUSED=force the fastest fused config (measured the same way), for measuring both
+// MKERNEL_FUSED=force the fastest fused config (from the same measurement), for measuring both
 // sides (benchmarks/bench_fused.py) and testing the kernels. The paths enqueue one call each
 // on the current stream.
 int choose_path(const char* op, int64_t group, const std::string& key,
