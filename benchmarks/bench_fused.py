@@ -21,6 +21,13 @@ JSON to benchmarks/results/fused_w<W>_<gpu>_<time>.json; benchmarks/report.py tu
 table and a PNG plot.
 
     python benchmarks/bench_fused.py --world 2 [--full] [--budget 55] [--only llama,decode]
+                                     [--nodes 2 [--emulate 50GB/s,3us]]
+
+With ``--nodes N`` the ranks are split into N emulated nodes whose link the loopback transport
+shapes (``MKERNEL_NET_EMULATE``, 50 GB/s and 3 us by default: a 400 Gb/s NIC); the fused ops
+reach same-node peers only, so across nodes they run their unfused path (``path`` says so) and
+the rows measure what that costs against the same collective + GEMM called directly. The JSON
+is then fused_w<W>_n<N>_<gpu>_<time>.json.
 
 (``fused`` is the op as users get it, the unfused fallback included where the measured choice
 picks it; ``fused_kernel`` forces the fused kernel and ``op_unfused`` the op's unfused path, so
@@ -82,6 +89,8 @@ def rank_main() -> None:
     import mkernel
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    nodes = int(os.environ.get("BENCH_NODES", "1"))
+    tag = f"w{world}" + (f"_n{nodes}" if nodes > 1 else "")
     all_shapes = os.environ.get("BENCH_FULL") == "1"
     only = [w for w in os.environ.get("BENCH_ONLY", "").split(",") if w]
     budget = float(os.environ.get("BENCH_BUDGET_S", "70"))
@@ -190,6 +199,8 @@ def rank_main() -> None:
         notes = [str(c.message) for c in caught if "runs unfused" in str(c.message)]
         if notes:
             row["path"] = "unfused: " + notes[0].split("engine GEMM): ")[-1]
+        elif nodes > 1:  # logged once per process
+            row["path"] = "unfused: the group spans several nodes"
         elif op == "gemm_ar" and m <= 512:  # gemm_ar.cpp's decode rule, logged once per process
             row["path"] = "unfused: M <= 512 (gemm_ar's decode rule)"
         else:
@@ -218,12 +229,14 @@ def rank_main() -> None:
             print("ROW " + json.dumps(row), flush=True)
             # The parent shows rank output only when the ranks end: keep each row on disk as it
             # comes (a run cut short by a timeout still leaves its rows).
-            progress = Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_w{world}.jsonl")
+            progress = Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_{tag}.jsonl")
             with open(progress, "a") as f:
                 f.write(json.dumps(row) + "\n")
             print(f"bench_fused: {label} {op} done", file=sys.stderr, flush=True)
     if rank == 0:
         payload = {"bench": "fused", "commit": commit(), "device": device_info(), "world": world,
+                   "nodes": nodes, "emulate": os.environ.get("MKERNEL_NET_EMULATE", "") if nodes > 1
+                   else "",
                    "elapsed_s": time.monotonic() - t_start, "full": all_shapes, "only": only,
                    "method": "CUDA events; per figure 2 warm-up calls, then 9 rounds in which "
                              "every figure of the shape is timed once (`reps` calls back to back "
@@ -234,7 +247,7 @@ def rank_main() -> None:
                    "anchors_missing": [c for c, ok in has.items() if not ok],
                    "note": "NCCL / async-TP cannot share one GPU between ranks: not measured here",
                    "rows": rows}
-        path = write_result(f"fused_w{world}", payload)
+        path = write_result(f"fused_{tag}", payload)
         print(f"wrote {path}", flush=True)
     mkernel.shutdown()
     dist.destroy_process_group()
@@ -247,6 +260,9 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=55,
                     help="seconds of measurement after start-up; later shapes are skipped")
     ap.add_argument("--timeout", type=float, default=85)
+    ap.add_argument("--nodes", type=int, default=1, help="emulated nodes (W a multiple)")
+    ap.add_argument("--emulate", default="50GB/s,3us",
+                    help="with --nodes > 1: the emulated link (MKERNEL_NET_EMULATE)")
     ap.add_argument("--only", default="",
                     help="comma-separated words: only the shapes whose label has one (e.g. "
                          "llama,decode)")
@@ -257,13 +273,17 @@ def main() -> None:
 
     env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(100 // args.world),
            "BENCH_FULL": "1" if args.full else "0", "BENCH_BUDGET_S": str(args.budget),
-           "BENCH_ONLY": args.only,
+           "BENCH_ONLY": args.only, "BENCH_NODES": str(args.nodes),
            "NCCL_NVLS_ENABLE": "0"}
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
-    progress = Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_w{args.world}.jsonl")
+    if args.nodes > 1:
+        env["MKERNEL_NET_EMULATE"] = args.emulate
+    tag = f"w{args.world}" + (f"_n{args.nodes}" if args.nodes > 1 else "")
+    progress = Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_{tag}.jsonl")
     progress.unlink(missing_ok=True)
     with mps_daemon("bench_fused") as mps_env:
-        results = run_ranks(code, args.world, timeout=args.timeout, env=dict(env, **mps_env))
+        results = run_ranks(code, args.world, timeout=args.timeout, nodes=args.nodes,
+                            env=dict(env, **mps_env))
     if progress.exists():  # the rows measured, even when the ranks were cut short
         print(progress.read_text(), end="", flush=True)
     for r in results:

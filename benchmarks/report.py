@@ -235,7 +235,10 @@ def _fused_label(r: dict) -> str:
 
 def fused_markdown(data: dict, path: Path) -> str:
     lines = _head(data, path)
-    lines.append(f"W = {data.get('world')} ranks on one GPU under MPS ("
+    nodes = data.get("nodes", 1)
+    where = (f" in {nodes} emulated nodes (link {data.get('emulate') or 'not shaped'})"
+             if nodes > 1 else "")
+    lines.append(f"W = {data.get('world')} ranks{where} on one GPU under MPS ("
                  f"{data.get('mps_share_percent')} % each); ms = the slowest rank's median. "
                  "fused = the op as users get it (path: what its per-shape choice ran); "
                  "x unfused = unfused / fused (> 1: the op is faster than the substrate collective + engine "
@@ -280,7 +283,10 @@ def fused_plot(data: dict, png: Path, plt) -> None:
     ax.axhline(1.05, color="gray", lw=0.8, ls="--")
     ax.set_ylabel("fused / overlap ideal (gray: ran unfused)")
     ax.set_xticks(xs, [_fused_label(r) for r in rows], fontsize=7, rotation=60, ha="right")
-    axes[0].set_title(f"mkernel fused ops, W = {data.get('world')} under MPS, commit "
+    nodes = data.get("nodes", 1)
+    axes[0].set_title(f"mkernel fused ops, W = {data.get('world')}"
+                      + (f", {nodes} emulated nodes ({data.get('emulate')})" if nodes > 1 else "")
+                      + " under MPS, commit "
                       f"{data.get('commit', '')}", fontsize=9)
     fig.tight_layout()
     fig.savefig(png, dpi=120)
