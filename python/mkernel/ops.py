@@ -149,7 +149,8 @@ def _fused_op_call(op: Any, x: Tensor, w: Tensor, *args: Any) -> Any:
     calls take tens of us in all, so it would make the op's unfused fallback slower than the
     same collective + GEMM called directly. Traced as the plain op under torch.compile."""
     if torch.compiler.is_compiling() or (
-        torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)
+        torch.is_grad_enabled()
+        and (getattr(x, "requires_grad", True) or getattr(w, "requires_grad", True))
     ):
         return op(x, w, *args)
     with torch._C._AutoDispatchBelowAutograd():
