@@ -414,7 +414,7 @@ at::Tensor substrate_collective(const char* op, const char* name, const at::Tens
 namespace {
 
 // Shapes whose measured verdict is the unfused path, keyed by group, shape key and the
-// environment the candidate list depends on (choice_env): known_unfused answers from it before
+// environment the candidate list depends on (unfused_key): known_unfused answers from it before
 // an op sets up any fused launch.
 std::mutex unfused_mu;
 std::set<std::string> unfused_shapes;
