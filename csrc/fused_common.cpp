@@ -458,9 +458,11 @@ int calls_per_sample(double flops) {
 }
 
 // Median milliseconds per call of each path: one warm-up call each (the engine's tuner and
-// allocations run there), then kRounds rounds in which every path is timed once (`calls` calls
-// between CUDA events), the order rotating from round to round so that a clock change during
-// the measurement reaches every path alike. The same calls in the same order on every rank.
+// allocations run there), then kRounds rounds in which every path is timed once (an untimed
+// lead-in call, then `calls` calls between CUDA events), the order rotating from round to round
+// (and reversed in odd rounds) so that a clock change during the measurement, or what one path
+// leaves behind for the next, reaches every path alike. The same calls in the same order on
+// every rank.
 std::vector<float> time_paths(const std::vector<std::function<void()>>& paths, int count,
                               int calls) {
   constexpr int kRounds = 7;  // the median of 7: one outlier each side does not move it
@@ -472,7 +474,14 @@ std::vector<float> time_paths(const std::vector<std::function<void()>>& paths, i
   std::vector<std::vector<float>> samples(count);
   for (int r = 0; r < kRounds; ++r) {
     for (int j = 0; j < count; ++j) {
-      const int i = (j + r) % count;
+      // Rotating, and backwards in odd rounds: a rotation alone keeps every path behind the
+      // same neighbour in every round, so whatever a path leaves behind (the ranks' phase, the
+      // L2) would always reach the same next path.
+      const int i = r % 2 == 0 ? (j + r) % count : (count - 1 - j + r) % count;
+      // One untimed lead-in call: the ranks leave the previous path at different times (a
+      // fused kernel's ranks end apart by up to a GEMM's tail), and the first call of a path
+      // absorbs that skew; timed from the second call on, a sample is the path's steady state.
+      paths[i]();
       C10_CUDA_CHECK(cudaEventRecord(start, stream));
       for (int c = 0; c < calls; ++c) paths[i]();
       C10_CUDA_CHECK(cudaEventRecord(end, stream));

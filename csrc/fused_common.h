@@ -98,9 +98,9 @@ bool capturing();
 // config (candidate_configs order), paths.back() the unfused path (substrate collective +
 // engine GEMM); the same answer on every rank of the group. The first eager call of a shape
 // (`key`: op, dims, dtype) runs each on every rank (a warm-up call each, then 7 rounds that
-// time every path in a rotating order, `flops` setting the calls per sample: ~40 GFLOP, 2-16
-// calls), all-gathers the medians over the group's session and takes the slowest rank's figure
-// per path; the fastest fused config wins only if it beats the unfused path by more than 3%
+// time every path in a rotating order, reversed in odd rounds, each sample an untimed lead-in
+// call then `flops`-set calls: ~40 GFLOP, 2-16), all-gathers the medians over the group's
+// session and takes the slowest rank's figure per path; the fastest fused config wins only if it beats the unfused path by more than 3%
 // (within the noise the unfused path is the safe side). The verdict is cached per process and
 // an unfused verdict is logged once (note_fallback). Inside CUDA-graph capture an unmeasured
 // shape runs paths[0] (no timing can happen there). MKERNEL_FUSED=off pins the unfused path,
