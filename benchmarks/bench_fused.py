@@ -12,11 +12,13 @@
 
 NCCL and torch's async-TP (symm_mem) cannot run several ranks on one GPU, so they are not
 anchors here (they are on a multi-GPU machine). Every figure is the max over the ranks of the
-median of CUDA-event samples (each ``reps`` calls back to back, after a barrier), the figures
-of a shape measured interleaved (round by round); inputs rotate over two sets. Besides the
-ratio of those medians, ``unfused_over_fused_paired`` is the median over rounds of the ratio
-within a round (less exposed to a clock drift over the shape), the lower of the ranks'. ``path``
-says what the op ran (its fallback warning, if any, on the shape's first call). Rank 0 writes
+median of CUDA-event samples (each, after a barrier and one untimed lead-in call, ``reps``
+calls back to back), the figures of a shape measured interleaved (round by round, the order
+rotating and reversed in odd rounds); inputs rotate over two sets. Besides the ratio of those
+medians, ``*_paired`` is the median over rounds of the ratio within a round (less exposed to a
+drift over the shape), the lower of the ranks'. ``unfused_b`` times the unfused sequence a
+second time: its ratio to ``unfused`` is the run's noise on identical work. ``path`` says what
+the op ran (its fallback warning, if any, on the shape's first call). Rank 0 writes
 JSON to benchmarks/results/fused_w<W>_<gpu>_<time>.json; benchmarks/report.py turns it into a
 table and a PNG plot.
 
@@ -44,8 +46,8 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
-import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,12 +131,18 @@ def rank_main() -> None:
             runs[name](range(2))
         torch.cuda.synchronize()
         got = {name: [] for name in names}
+        count = len(names)
         for i in range(samples):
-            for j in range(len(names)):
-                name = names[(i + j) % len(names)]
+            for j in range(count):
+                # Rotating, backwards in odd rounds: a rotation alone keeps each figure behind
+                # the same neighbour in every round.
+                name = names[(i + j) % count if i % 2 == 0 else (count - 1 - j + i) % count]
                 dist.barrier()
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
+                # An untimed lead-in call: timing starts with the ranks in step and the host a
+                # call ahead (not at the first launch after the barrier).
+                runs[name](range(i * reps - 1, i * reps))
                 start.record()
                 runs[name](range(i * reps, (i + 1) * reps))
                 end.record()
@@ -143,6 +151,24 @@ def rank_main() -> None:
         t = torch.tensor([statistics.median(got[n]) for n in names], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return dict(zip(names, t.tolist())), got
+
+    def stderr_of(fn) -> str:
+        """What fn() writes to file descriptor 2 (C++ warnings: TORCH_WARN from an op called
+        through torch.ops is logged there, not raised as a Python warning), written on too."""
+        sys.stderr.flush()
+        saved = os.dup(2)
+        with tempfile.TemporaryFile() as tmp:
+            os.dup2(tmp.fileno(), 2)
+            try:
+                fn()
+                torch.cuda.synchronize()
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace")
+        sys.stderr.write(text)
+        return text
 
     def paired(got: dict, num: str, den: str) -> float:
         """The median over rounds of got[num] / got[den] within each round, the lowest rank's."""
@@ -189,16 +215,13 @@ def rank_main() -> None:
             comm = lambda i, cop=cop: cop.default(parts[i % 2], ctx.handle, world)  # noqa: E731
             unfused = lambda i, cop=cop: cop.default(mkernel.gemm(xs[i % 2], ws[i % 2]),  # noqa: E731
                                                      ctx.handle, world)
-        reps = 10 if flops < 1e11 else 3
+        reps = 20 if flops < 1e10 else 10 if flops < 1e11 else 3
         row = {"op": op, "shape": label, "m": m, "k": k, "n": n, "world": world, "reps": reps}
         # The op's first call (outside the timing) measures and caches its fused/unfused verdict;
-        # a fallback says so in a warning (once per process and reason).
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            fused(0)
-        notes = [str(c.message) for c in caught if "runs unfused" in str(c.message)]
+        # a fallback says so in a C++ warning (once per process and reason) on stderr.
+        notes = [ln for ln in stderr_of(lambda: fused(0)).splitlines() if "runs unfused" in ln]
         if notes:
-            row["path"] = "unfused: " + notes[0].split("engine GEMM): ")[-1]
+            row["path"] = "unfused: " + notes[0].split("engine GEMM): ")[-1].split(" (function")[0]
         elif nodes > 1:  # logged once per process
             row["path"] = "unfused: the group spans several nodes"
         elif op == "gemm_ar" and m <= 512:  # gemm_ar.cpp's decode rule, logged once per process
@@ -210,7 +233,8 @@ def rank_main() -> None:
                "op_unfused_ms": (fused, {"MKERNEL_FUSED": "off"}),
                "gemm_ms": (gemm, {})}
         if has[coll]:
-            fns.update(comm_ms=(comm, {}), unfused_ms=(unfused, {}))
+            # unfused twice: the spread between two figures of the same work is the run's noise
+            fns.update(comm_ms=(comm, {}), unfused_ms=(unfused, {}), unfused_b_ms=(unfused, {}))
         times, got = timed_all(fns, reps)
         row.update(times)
         if has[coll]:
@@ -220,6 +244,9 @@ def rank_main() -> None:
             row["unfused_over_fused_paired"] = paired(got, "unfused_ms", "fused_ms")
             row["unfused_over_fused_kernel"] = row["unfused_ms"] / row["fused_kernel_ms"]
             row["op_unfused_over_unfused"] = row["op_unfused_ms"] / row["unfused_ms"]
+            row["unfused_b_over_unfused"] = row["unfused_b_ms"] / row["unfused_ms"]
+            row["op_unfused_over_unfused_paired"] = paired(got, "op_unfused_ms", "unfused_ms")
+            row["unfused_b_over_unfused_paired"] = paired(got, "unfused_b_ms", "unfused_ms")
         row["fused_tflops_per_rank"] = flops / row["fused_ms"] / 1e9
         row["gemm_tflops_per_rank"] = flops / row["gemm_ms"] / 1e9
         row["fused_over_gemm"] = row["fused_ms"] / row["gemm_ms"]
@@ -239,10 +266,12 @@ def rank_main() -> None:
                    else "",
                    "elapsed_s": time.monotonic() - t_start, "full": all_shapes, "only": only,
                    "method": "CUDA events; per figure 2 warm-up calls, then 9 rounds in which "
-                             "every figure of the shape is timed once (`reps` calls back to back "
-                             "after a barrier, rotating order; environment pins set once per "
+                             "every figure of the shape is timed once (after a barrier, an "
+                             "untimed lead-in call, then `reps` calls back to back; order "
+                             "rotating, reversed in odd rounds; environment pins set once per "
                              "sample); median per rank, max over ranks; inputs rotate over two "
-                             "sets; *_paired: median of the per-round ratio, min over ranks",
+                             "sets; *_paired: median of the per-round ratio, min over ranks; "
+                             "unfused_b: the unfused figure timed twice (the run's noise)",
                    "mps_share_percent": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
                    "anchors_missing": [c for c, ok in has.items() if not ok],
                    "note": "NCCL / async-TP cannot share one GPU between ranks: not measured here",
