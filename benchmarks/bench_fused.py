@@ -219,9 +219,14 @@ def rank_main() -> None:
         row = {"op": op, "shape": label, "m": m, "k": k, "n": n, "world": world, "reps": reps}
         # The op's first call (outside the timing) measures and caches its fused/unfused verdict;
         # a fallback says so in a C++ warning (once per process and reason) on stderr.
-        notes = [ln for ln in stderr_of(lambda: fused(0)).splitlines() if "runs unfused" in ln]
+        # (MKERNEL_FUSED_VERBOSE=1, set for the ranks: a fused verdict is printed with its plan.)
+        first = stderr_of(lambda: fused(0)).splitlines()
+        notes = [ln for ln in first if "runs unfused" in ln]
+        picks = [ln for ln in first if "runs fused" in ln]
         if notes:
             row["path"] = "unfused: " + notes[0].split("engine GEMM): ")[-1].split(" (function")[0]
+        elif picks:
+            row["path"] = "fused " + picks[0].split("runs fused ")[-1].split(" at M=")[0]
         elif nodes > 1:  # logged once per process
             row["path"] = "unfused: the group spans several nodes"
         elif op == "gemm_ar" and m <= 512:  # gemm_ar.cpp's decode rule, logged once per process
@@ -302,7 +307,7 @@ def main() -> None:
 
     env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(100 // args.world),
            "BENCH_FULL": "1" if args.full else "0", "BENCH_BUDGET_S": str(args.budget),
-           "BENCH_ONLY": args.only, "BENCH_NODES": str(args.nodes),
+           "BENCH_ONLY": args.only, "BENCH_NODES": str(args.nodes), "MKERNEL_FUSED_VERBOSE": "1",
            "NCCL_NVLS_ENABLE": "0"}
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
     if args.nodes > 1:

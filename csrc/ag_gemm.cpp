@@ -193,8 +193,9 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   // shared by the group (fused_common.h choose_path).
   std::vector<std::function<void()>> paths;
   // (Along N only: the rows arrive by M unit, own rows first.)
-  for (const fused_glue::FusedPlan& c :
-       fused_glue::candidate_plans(kOp, group, world * m, n, k, true)) {
+  const std::vector<fused_glue::FusedPlan> plans =
+      fused_glue::candidate_plans(kOp, group, world * m, n, k, true);
+  for (const fused_glue::FusedPlan& c : plans) {
     paths.emplace_back([&, c] {
       fused::FusedParams hc = hp;
       hc.signature = comm::call_signature(
@@ -211,7 +212,8 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   paths.emplace_back([&] {
     engine_gemm(kOp, fused_glue::substrate_collective(kOp, "all_gather", x, group, world_size), w);
   });
-  const int path = fused_glue::choose_path(kOp, group, key, paths, 2.0 * world * m * n * k);
+  const int path =
+      fused_glue::choose_path(kOp, group, key, paths, 2.0 * world * m * n * k, &plans);
   if (path + 1 == static_cast<int>(paths.size())) {
     return ag_gemm_unfused(x_in, w, group, world_size, return_gathered, nullptr);
   }

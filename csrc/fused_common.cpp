@@ -529,7 +529,8 @@ std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world) {
 }
 
 int choose_path(const char* op, int64_t group, const std::string& key,
-                const std::vector<std::function<void()>>& paths, double flops) {
+                const std::vector<std::function<void()>>& paths, double flops,
+                const std::vector<FusedPlan>* plans) {
   const int unfused = static_cast<int>(paths.size()) - 1;
   int candidates = unfused + 1;  // every path
   // The verdict is an index into `paths`: key it by the list's length too (the candidates
@@ -587,6 +588,16 @@ int choose_path(const char* op, int64_t group, const std::string& key,
     const std::string k = unfused_key(group, key);
     std::lock_guard<std::mutex> lock(unfused_mu);
     unfused_shapes.insert(k);
+  }
+  const char* verbose = std::getenv("MKERNEL_FUSED_VERBOSE");
+  if (best != unfused && plans != nullptr && best < static_cast<int>(plans->size()) &&
+      verbose != nullptr && std::strcmp(verbose, "1") == 0) {
+    const FusedPlan& p = (*plans)[best];
+    std::fprintf(stderr, "%s: runs fused %s order %d/%d grid %d%s at %s (%.1f us", op,
+                 gemm::config_name(p.config), p.swizzle, p.raster, p.grid,
+                 p.grid == 0 ? " (the share)" : "", key.c_str(), worst[best] * 1e3);
+    if (all_paths) std::fprintf(stderr, " vs unfused %.1f us", worst[unfused] * 1e3);
+    std::fprintf(stderr, ", slowest rank)\n");
   }
   std::lock_guard<std::mutex> lock(mu);
   verdicts[full] = best;

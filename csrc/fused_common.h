@@ -107,8 +107,11 @@ bool capturing();
 // MKERNEL_FUSED=force the fastest fused config (from the same measurement), for measuring both
 // sides (benchmarks/bench_fused.py) and testing the kernels. The paths enqueue one call each
 // on the current stream.
+// With MKERNEL_FUSED_VERBOSE=1 (measurement; read when a shape is measured), a fused verdict
+// is printed to stderr with its plan from `plans` (paths[i] runs plans[i]), as a fallback is.
 int choose_path(const char* op, int64_t group, const std::string& key,
-                const std::vector<std::function<void()>>& paths, double flops = 0);
+                const std::vector<std::function<void()>>& paths, double flops = 0,
+                const std::vector<FusedPlan>* plans = nullptr);
 
 // The fused kernel's candidate tile configs for [m, k] x [n, k]^T on the grid of a rank of
 // `group` (fused_grid; fused_api.h fused_configs).

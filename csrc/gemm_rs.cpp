@@ -133,8 +133,9 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     if (fused_glue::reduce_fits(kOp, group, x, w, layout, &why)) {
       // The fused kernel in each candidate plan, then the unfused path (fused_common.h).
       std::vector<std::function<void()>> paths;
-      for (const fused_glue::FusedPlan& c :
-           fused_glue::candidate_plans(kOp, group, x.size(0), w.size(0), x.size(1), false)) {
+      const std::vector<fused_glue::FusedPlan> plans =
+          fused_glue::candidate_plans(kOp, group, x.size(0), w.size(0), x.size(1), false);
+      for (const fused_glue::FusedPlan& c : plans) {
         paths.emplace_back([&, c] {
           fused_glue::reduce_call(kOp, group, comm::kOpGemmRs, sg, x, w, layout, out, {}, c,
                                   &why);
@@ -143,7 +144,7 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
       paths.emplace_back([&] { unfused(x, w, group, world_size); });
       const int path =
           fused_glue::choose_path(kOp, group, key, paths,
-                                  2.0 * x.size(0) * w.size(0) * x.size(1));
+                                  2.0 * x.size(0) * w.size(0) * x.size(1), &plans);
       if (path + 1 == static_cast<int>(paths.size())) return unfused(x, w, group, world_size);
       paths[path]();
       return out;
