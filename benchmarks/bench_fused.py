@@ -68,16 +68,18 @@ def shapes(world: int, full: bool) -> list[tuple[str, str, int, int, int]]:
         out.append(("gemm_ar", f"smoke {m}x{k}x{n}", m, k, n))
     for m, k, n in [(1024, 8192, 3584), (2048, 8192, 7168)]:
         out.append(("ag_gemm", f"smoke {m}x{k}x{n}", m, k, n))
-    for m in [8192, 16384]:
+    def llama(m: int) -> None:
         out.append(("gemm_rs", f"llama70b-fc2 M={m}", m, 28672 // world, 8192))
         out.append(("gemm_ar", f"llama70b-fc2 M={m}", m, 28672 // world, 8192))
         out.append(("ag_gemm", f"llama70b-fc1 M={m}", m // world, 8192, 28672 // world))
+    llama(8192)
     for m in ([2048, 4096, 8192, 16384] if full else [4096]):
         out.append(("gemm_rs", f"square M={m}", m, m // 16 // world, m))
         out.append(("gemm_ar", f"square M={m}", m, m // 16 // world, m))
         out.append(("ag_gemm", f"square M={m}", m // world, m, m // 16))
     for m in ([1, 16, 64, 333] if full else [1, 64, 333]):  # decode sizes (gemm_ar)
         out.append(("gemm_ar", f"decode M={m}", m, 8192 // world, 8192))
+    llama(16384)  # last: the longest rows, the first a budget cuts
     return out
 
 
