@@ -244,7 +244,9 @@ def fused_markdown(data: dict, path: Path) -> str:
                  "x unfused = unfused / fused (> 1: the op is faster than the substrate collective + engine "
                  "GEMM called back to back), paired = the median of the per-round ratio; "
                  "x ideal = fused / max(GEMM alone, collective alone) (target <= 1.05 at "
-                 "M >= 8192); op unfused = the op with its unfused path pinned.")
+                 "M >= 8192); op unfused = the op with its unfused path pinned (its ratio to "
+                 "unfused: what the op's fallback adds); noise = the unfused sequence timed "
+                 "twice, the ratio of the two (the run's floor on identical work).")
     if data.get("method"):
         lines.append(f"Method: {data['method']}.")
     lines.append("")
@@ -254,10 +256,13 @@ def fused_markdown(data: dict, path: Path) -> str:
                       r["fused_ms"], r.get("unfused_ms", "-"), r.get("op_unfused_ms", "-"),
                       r.get("fused_kernel_ms", "-"), r["gemm_ms"], r.get("comm_ms", "-"),
                       r.get("unfused_over_fused", "-"), r.get("unfused_over_fused_paired", "-"),
+                      r.get("op_unfused_over_unfused_paired", "-"),
+                      r.get("unfused_b_over_unfused_paired", "-"),
                       r.get("fused_vs_ideal", "-")])
     lines.append(_table(["op", "shape", "per rank MxKxN", "path", "fused ms", "unfused ms",
                          "op unfused ms", "fused kernel ms", "GEMM alone ms", "collective ms",
-                         "x unfused", "x unfused paired", "x ideal"], table))
+                         "x unfused", "x unfused paired", "op unfused / unfused paired",
+                         "noise: unfused twice, paired", "x ideal"], table))
     lines.append("")
     return "\n".join(lines)
 
