@@ -283,7 +283,8 @@ def fused_plot(data: dict, png: Path, plt) -> None:
     ax.legend(fontsize=7)
     ax = axes[1]
     ax.bar(xs, [r["fused_vs_ideal"] for r in rows], width=0.6,
-           color=["tab:green" if r.get("path", "fused") == "fused" else "tab:gray" for r in rows])
+           color=["tab:gray" if r.get("path", "fused").startswith("unfused") else "tab:green"
+                  for r in rows])
     ax.axhline(1.0, color="black", lw=0.8)
     ax.axhline(1.05, color="gray", lw=0.8, ls="--")
     ax.set_ylabel("fused / overlap ideal (gray: ran unfused)")
