@@ -5,19 +5,35 @@
   of the overlap ideal, at the same MPS share);
 - ``comm``: the substrate's collective alone (mkernel.all_gather / reduce_scatter / all_reduce)
   on the same bytes, when the substrate has it;
-- ``unfused``: collective + engine GEMM back to back (what the fallback runs);
+- ``unfused``: collective + engine GEMM back to back, called directly (what the fallback runs);
+- ``op_unfused``: the op with its unfused path pinned (``MKERNEL_FUSED=off``): against
+  ``unfused``, what the op's fallback costs on top of the same work (host set-up);
 - ``ideal``: max(gemm, comm) — the overlap ideal.
 
 NCCL and torch's async-TP (symm_mem) cannot run several ranks on one GPU, so they are not
 anchors here (they are on a multi-GPU machine). Every figure is the max over the ranks of the
-median of CUDA-event samples (each ``reps`` calls back to back, after a barrier), the figures
-of a shape measured interleaved (round by round); inputs rotate over two sets. Rank 0 writes
-JSON to benchmarks/results/fused_<gpu>_<time>.json.
+median of CUDA-event samples (each, after a barrier and one untimed lead-in call, ``reps``
+calls back to back), the figures of a shape measured interleaved (round by round, the order
+rotating and reversed in odd rounds); inputs rotate over two sets. Besides the ratio of those
+medians, ``*_paired`` is the median over rounds of the ratio within a round (less exposed to a
+drift over the shape), the lower of the ranks'. ``unfused_b`` times the unfused sequence a
+second time: its ratio to ``unfused`` is the run's noise on identical work. ``path`` says what
+the op ran (its fallback warning, if any, on the shape's first call). Rank 0 writes
+JSON to benchmarks/results/fused_w<W>_<gpu>_<time>.json; benchmarks/report.py turns it into a
+table and a PNG plot.
 
-    python benchmarks/bench_fused.py --world 2 [--full] [--budget 55]
+    python benchmarks/bench_fused.py --world 2 [--full] [--budget 55] [--only llama,decode]
+                                     [--nodes 2 [--emulate 50GB/s,3us]]
 
-(``fused`` is the op as users get it, the unfused fallback included where the model picks it;
-``fused_kernel`` forces the fused kernel, so both sides of that choice are on record.)
+With ``--nodes N`` the ranks are split into N emulated nodes whose link the loopback transport
+shapes (``MKERNEL_NET_EMULATE``, 50 GB/s and 3 us by default: a 400 Gb/s NIC); the fused ops
+reach same-node peers only, so across nodes they run their unfused path (``path`` says so) and
+the rows measure what that costs against the same collective + GEMM called directly. The JSON
+is then fused_w<W>_n<N>_<gpu>_<time>.json.
+
+(``fused`` is the op as users get it, the unfused fallback included where the measured choice
+picks it; ``fused_kernel`` forces the fused kernel and ``op_unfused`` the op's unfused path, so
+both sides of that choice are on record.)
 
 (launches the ranks itself through tests/launch.py, under the MPS daemon named by
 CUDA_MPS_PIPE_DIRECTORY or one it starts and stops itself.)
@@ -30,6 +46,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,8 +58,9 @@ RESULTS_DIR = ROOT / "benchmarks" / "results"
 #            square family M=K, N=M/16 with N per rank)
 #   gemm_rs / gemm_ar: x [M, K/W], w [N, K/W]  (row-parallel: fc2 K=28672, N=8192; seed's
 #            family M=N, K=M/16)
-# The default set fits the ~90 s device slot (the shapes of the fused-op issue's first timings,
-# one Llama-70B layer and the decode sizes); --full adds the rest.
+# The default set fits a ~60 s device slot (the shapes of the fused-op issue's first timings,
+# the Llama-70B layer at M = 8192 and 16384, one square shape and the decode sizes); --full adds
+# the rest.
 def shapes(world: int, full: bool) -> list[tuple[str, str, int, int, int]]:
     out = []
     for m, k, n in [(4096, 1024, 8192), (8192, 2048, 8192)]:  # per-rank, as fused_smoke times them
@@ -50,16 +68,18 @@ def shapes(world: int, full: bool) -> list[tuple[str, str, int, int, int]]:
         out.append(("gemm_ar", f"smoke {m}x{k}x{n}", m, k, n))
     for m, k, n in [(1024, 8192, 3584), (2048, 8192, 7168)]:
         out.append(("ag_gemm", f"smoke {m}x{k}x{n}", m, k, n))
-    for m in ([8192, 16384] if full else [8192]):
+    def llama(m: int) -> None:
         out.append(("gemm_rs", f"llama70b-fc2 M={m}", m, 28672 // world, 8192))
         out.append(("gemm_ar", f"llama70b-fc2 M={m}", m, 28672 // world, 8192))
         out.append(("ag_gemm", f"llama70b-fc1 M={m}", m // world, 8192, 28672 // world))
+    llama(8192)
     for m in ([2048, 4096, 8192, 16384] if full else [4096]):
         out.append(("gemm_rs", f"square M={m}", m, m // 16 // world, m))
         out.append(("gemm_ar", f"square M={m}", m, m // 16 // world, m))
         out.append(("ag_gemm", f"square M={m}", m // world, m, m // 16))
     for m in ([1, 16, 64, 333] if full else [1, 64, 333]):  # decode sizes (gemm_ar)
         out.append(("gemm_ar", f"decode M={m}", m, 8192 // world, 8192))
+    llama(16384)  # last: the longest rows, the first a budget cuts
     return out
 
 
@@ -73,7 +93,10 @@ def rank_main() -> None:
     import mkernel
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    nodes = int(os.environ.get("BENCH_NODES", "1"))
+    tag = f"w{world}" + (f"_n{nodes}" if nodes > 1 else "")
     all_shapes = os.environ.get("BENCH_FULL") == "1"
+    only = [w for w in os.environ.get("BENCH_ONLY", "").split(",") if w]
     budget = float(os.environ.get("BENCH_BUDGET_S", "70"))
     t_start = time.monotonic()
     torch.cuda.set_device(0)
@@ -82,46 +105,84 @@ def rank_main() -> None:
     mk = torch.ops.mkernel
     has = {name: hasattr(mk, name) for name in ("all_gather", "reduce_scatter", "all_reduce")}
 
-    def timed_all(fns: dict, reps: int, samples: int = 9) -> dict:
-        """Max over ranks of the median ms per call of each fn in `fns`, measured interleaved:
-        each of `samples` rounds times every fn once (`reps` calls after a barrier), the order
-        rotating from round to round, so a clock or neighbour change during the shape reaches
-        every figure alike (the ratios between them are what the benchmark reports)."""
+    def with_env(fn, env: dict):
+        """Runs fn(i) for each i of an iterable with `env` set around all of them (set once per
+        sample, not per call: decode-sized calls would time the environment's edits)."""
+        def run(indices):
+            saved = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
+            try:
+                for i in indices:
+                    fn(i)
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+        return run
+
+    def timed_all(fns: dict, reps: int, samples: int = 9) -> tuple[dict, dict]:
+        """Max over ranks of the median ms per call of each fn in `fns` (name -> (fn, env)),
+        measured interleaved: each of `samples` rounds times every fn once (`reps` calls after a
+        barrier), the order rotating from round to round, so a clock or neighbour change during
+        the shape reaches every figure alike. Also the rounds' samples of this rank."""
         names = list(fns)
+        runs = {name: with_env(*fns[name]) for name in names}
         for name in names:
-            for _ in range(2):
-                fns[name](0)
+            runs[name](range(2))
         torch.cuda.synchronize()
         got = {name: [] for name in names}
+        count = len(names)
         for i in range(samples):
-            for j in range(len(names)):
-                name = names[(i + j) % len(names)]
+            for j in range(count):
+                # Rotating, backwards in odd rounds: a rotation alone keeps each figure behind
+                # the same neighbour in every round.
+                name = names[(i + j) % count if i % 2 == 0 else (count - 1 - j + i) % count]
                 dist.barrier()
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
+                # An untimed lead-in call: timing starts with the ranks in step and the host a
+                # call ahead (not at the first launch after the barrier).
+                runs[name](range(i * reps - 1, i * reps))
                 start.record()
-                for r in range(reps):
-                    fns[name](i * reps + r)
+                runs[name](range(i * reps, (i + 1) * reps))
                 end.record()
                 end.synchronize()
                 got[name].append(start.elapsed_time(end) / reps)
         t = torch.tensor([statistics.median(got[n]) for n in names], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return dict(zip(names, t.tolist()))
+        return dict(zip(names, t.tolist())), got
 
-    def fused_kernel(fn):
-        """The op with the fused kernel forced (MKERNEL_FUSED=force: read per call, measurement
-        only), so both sides of the fallback model are measured."""
-        def run(i):
-            os.environ["MKERNEL_FUSED"] = "force"
+    def stderr_of(fn) -> str:
+        """What fn() writes to file descriptor 2 (C++ warnings: TORCH_WARN from an op called
+        through torch.ops is logged there, not raised as a Python warning), written on too."""
+        sys.stderr.flush()
+        saved = os.dup(2)
+        with tempfile.TemporaryFile() as tmp:
+            os.dup2(tmp.fileno(), 2)
             try:
-                return fn(i)
+                fn()
+                torch.cuda.synchronize()
             finally:
-                os.environ.pop("MKERNEL_FUSED", None)
-        return run
+                os.dup2(saved, 2)
+                os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace")
+        sys.stderr.write(text)
+        return text
+
+    def paired(got: dict, num: str, den: str) -> float:
+        """The median over rounds of got[num] / got[den] within each round, the lowest rank's."""
+        r = torch.tensor([statistics.median(a / b for a, b in zip(got[num], got[den]))],
+                         dtype=torch.float64)
+        dist.all_reduce(r, op=dist.ReduceOp.MIN)
+        return r.item()
 
     rows = []
     for op, label, a, b, c in shapes(world, all_shapes):
+        if only and not any(w in label for w in only):
+            continue
         # Every rank stops at the same shape: rank 0's clock decides.
         stop = torch.tensor([1.0 if time.monotonic() - t_start > budget else 0.0])
         dist.broadcast(stop, 0)
@@ -156,20 +217,43 @@ def rank_main() -> None:
             comm = lambda i, cop=cop: cop.default(parts[i % 2], ctx.handle, world)  # noqa: E731
             unfused = lambda i, cop=cop: cop.default(mkernel.gemm(xs[i % 2], ws[i % 2]),  # noqa: E731
                                                      ctx.handle, world)
-        reps = 10 if flops < 1e11 else 3
+        reps = 20 if flops < 1e10 else 10 if flops < 1e11 else 3
         row = {"op": op, "shape": label, "m": m, "k": k, "n": n, "world": world, "reps": reps}
-        # The op's first call (outside the timing) measures and caches its fused/unfused verdict.
-        fused(0)
-        fns = {"fused_ms": fused,  # the op as users get it (the measured choice included)
-               "fused_kernel_ms": fused_kernel(fused), "gemm_ms": gemm}
+        # The op's first call (outside the timing) measures and caches its fused/unfused verdict;
+        # a fallback says so in a C++ warning (once per process and reason) on stderr.
+        # (MKERNEL_FUSED_VERBOSE=1, set for the ranks: a fused verdict is printed with its plan.)
+        first = stderr_of(lambda: fused(0)).splitlines()
+        notes = [ln for ln in first if "runs unfused" in ln]
+        picks = [ln for ln in first if "runs fused" in ln]
+        if notes:
+            row["path"] = "unfused: " + notes[0].split("engine GEMM): ")[-1].split(" (function")[0]
+        elif picks:
+            row["path"] = "fused " + picks[0].split("runs fused ")[-1].split(" at M=")[0]
+        elif nodes > 1:  # logged once per process
+            row["path"] = "unfused: the group spans several nodes"
+        elif op == "gemm_ar" and m <= 512:  # gemm_ar.cpp's decode rule, logged once per process
+            row["path"] = "unfused: M <= 512 (gemm_ar's decode rule)"
+        else:
+            row["path"] = "fused"
+        fns = {"fused_ms": (fused, {}),  # the op as users get it (the measured choice included)
+               "fused_kernel_ms": (fused, {"MKERNEL_FUSED": "force"}),  # both sides on record
+               "op_unfused_ms": (fused, {"MKERNEL_FUSED": "off"}),
+               "gemm_ms": (gemm, {})}
         if has[coll]:
-            fns.update(comm_ms=comm, unfused_ms=unfused)
-        row.update(timed_all(fns, reps))
+            # unfused twice: the spread between two figures of the same work is the run's noise
+            fns.update(comm_ms=(comm, {}), unfused_ms=(unfused, {}), unfused_b_ms=(unfused, {}))
+        times, got = timed_all(fns, reps)
+        row.update(times)
         if has[coll]:
             row["ideal_ms"] = max(row["gemm_ms"], row["comm_ms"])
             row["fused_vs_ideal"] = row["fused_ms"] / row["ideal_ms"]
             row["unfused_over_fused"] = row["unfused_ms"] / row["fused_ms"]
+            row["unfused_over_fused_paired"] = paired(got, "unfused_ms", "fused_ms")
             row["unfused_over_fused_kernel"] = row["unfused_ms"] / row["fused_kernel_ms"]
+            row["op_unfused_over_unfused"] = row["op_unfused_ms"] / row["unfused_ms"]
+            row["unfused_b_over_unfused"] = row["unfused_b_ms"] / row["unfused_ms"]
+            row["op_unfused_over_unfused_paired"] = paired(got, "op_unfused_ms", "unfused_ms")
+            row["unfused_b_over_unfused_paired"] = paired(got, "unfused_b_ms", "unfused_ms")
         row["fused_tflops_per_rank"] = flops / row["fused_ms"] / 1e9
         row["gemm_tflops_per_rank"] = flops / row["gemm_ms"] / 1e9
         row["fused_over_gemm"] = row["fused_ms"] / row["gemm_ms"]
@@ -179,22 +263,27 @@ def rank_main() -> None:
             print("ROW " + json.dumps(row), flush=True)
             # The parent shows rank output only when the ranks end: keep each row on disk as it
             # comes (a run cut short by a timeout still leaves its rows).
-            progress = Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_w{world}.jsonl")
+            progress = Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_{tag}.jsonl")
             with open(progress, "a") as f:
                 f.write(json.dumps(row) + "\n")
             print(f"bench_fused: {label} {op} done", file=sys.stderr, flush=True)
     if rank == 0:
         payload = {"bench": "fused", "commit": commit(), "device": device_info(), "world": world,
-                   "elapsed_s": time.monotonic() - t_start, "full": all_shapes,
+                   "nodes": nodes, "emulate": os.environ.get("MKERNEL_NET_EMULATE", "") if nodes > 1
+                   else "",
+                   "elapsed_s": time.monotonic() - t_start, "full": all_shapes, "only": only,
                    "method": "CUDA events; per figure 2 warm-up calls, then 9 rounds in which "
-                             "every figure of the shape is timed once (`reps` calls back to back "
-                             "after a barrier, rotating order); median per rank, max over ranks; "
-                             "inputs rotate over two sets",
+                             "every figure of the shape is timed once (after a barrier, an "
+                             "untimed lead-in call, then `reps` calls back to back; order "
+                             "rotating, reversed in odd rounds; environment pins set once per "
+                             "sample); median per rank, max over ranks; inputs rotate over two "
+                             "sets; *_paired: median of the per-round ratio, min over ranks; "
+                             "unfused_b: the unfused figure timed twice (the run's noise)",
                    "mps_share_percent": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
                    "anchors_missing": [c for c, ok in has.items() if not ok],
                    "note": "NCCL / async-TP cannot share one GPU between ranks: not measured here",
                    "rows": rows}
-        path = write_result(f"fused_w{world}", payload)
+        path = write_result(f"fused_{tag}", payload)
         print(f"wrote {path}", flush=True)
     mkernel.shutdown()
     dist.destroy_process_group()
@@ -207,6 +296,12 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=55,
                     help="seconds of measurement after start-up; later shapes are skipped")
     ap.add_argument("--timeout", type=float, default=85)
+    ap.add_argument("--nodes", type=int, default=1, help="emulated nodes (W a multiple)")
+    ap.add_argument("--emulate", default="50GB/s,3us",
+                    help="with --nodes > 1: the emulated link (MKERNEL_NET_EMULATE)")
+    ap.add_argument("--only", default="",
+                    help="comma-separated words: only the shapes whose label has one (e.g. "
+                         "llama,decode)")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from common import mps_daemon  # noqa: E402
@@ -214,12 +309,17 @@ def main() -> None:
 
     env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(100 // args.world),
            "BENCH_FULL": "1" if args.full else "0", "BENCH_BUDGET_S": str(args.budget),
+           "BENCH_ONLY": args.only, "BENCH_NODES": str(args.nodes), "MKERNEL_FUSED_VERBOSE": "1",
            "NCCL_NVLS_ENABLE": "0"}
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
-    progress = Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_w{args.world}.jsonl")
+    if args.nodes > 1:
+        env["MKERNEL_NET_EMULATE"] = args.emulate
+    tag = f"w{args.world}" + (f"_n{args.nodes}" if args.nodes > 1 else "")
+    progress = Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_{tag}.jsonl")
     progress.unlink(missing_ok=True)
     with mps_daemon("bench_fused") as mps_env:
-        results = run_ranks(code, args.world, timeout=args.timeout, env=dict(env, **mps_env))
+        results = run_ranks(code, args.world, timeout=args.timeout, nodes=args.nodes,
+                            env=dict(env, **mps_env))
     if progress.exists():  # the rows measured, even when the ranks were cut short
         print(progress.read_text(), end="", flush=True)
     for r in results:

@@ -242,11 +242,11 @@ def mps_section(rank: int, world: int, ctx, emit, timed_all, with_env) -> None:
         fns["fused grid=share, high priority"] = on_high(
             with_env(call, MKERNEL_FUSED="force", MKERNEL_FUSED_SMS=str(share)))
         if setting == "share":
-            # The op as users get it with the co-resident grid offered (fused_common.h
-            # candidate_plans): fused pinned (the faster grid measured), and fully automatic.
-            fns["fused, grid measured"] = with_env(call, MKERNEL_FUSED="force",
-                                                   MKERNEL_FUSED_GRIDS="co_resident")
-            fns["auto, co-resident offered"] = with_env(call, MKERNEL_FUSED_GRIDS="co_resident")
+            # The op as users get it, the co-resident grid offered (fused_common.h
+            # candidate_plans, the default): fused pinned (the faster grid measured), and fully
+            # automatic.
+            fns["fused, grid measured"] = with_env(call, MKERNEL_FUSED="force")
+            fns["auto, co-resident offered"] = call
         t = timed_all(fns, reps=2 if k >= 8192 or op == "ag_gemm" else 5, samples=5)
         for name, ms in t.items():
             emit(dict(base, what="mps fused", op=op, m=m, k=k, n=nn, kind=name, ms=ms,

@@ -227,6 +227,78 @@ def ring_plot(data: dict, png: Path, plt) -> None:
     plt.close(fig)
 
 
+# --- fused GEMM + communication (bench_fused.py) -----------------------------------------------
+
+def _fused_label(r: dict) -> str:
+    return f"{r['op']}\n{r['shape']}"
+
+
+def fused_markdown(data: dict, path: Path) -> str:
+    lines = _head(data, path)
+    nodes = data.get("nodes", 1)
+    where = (f" in {nodes} emulated nodes (link {data.get('emulate') or 'not shaped'})"
+             if nodes > 1 else "")
+    lines.append(f"W = {data.get('world')} ranks{where} on one GPU under MPS ("
+                 f"{data.get('mps_share_percent')} % each); ms = the slowest rank's median. "
+                 "fused = the op as users get it (path: what its per-shape choice ran); "
+                 "x unfused = unfused / fused (> 1: the op is faster than the substrate collective + engine "
+                 "GEMM called back to back), paired = the median of the per-round ratio; "
+                 "x ideal = fused / max(GEMM alone, collective alone) (target <= 1.05 at "
+                 "M >= 8192); op unfused = the op with its unfused path pinned (its ratio to "
+                 "unfused: what the op's fallback adds); noise = the unfused sequence timed "
+                 "twice, the ratio of the two (the run's floor on identical work).")
+    if data.get("method"):
+        lines.append(f"Method: {data['method']}.")
+    lines.append("")
+    table = []
+    for r in data["rows"]:
+        table.append([r["op"], r["shape"], f"{r['m']}x{r['k']}x{r['n']}", r.get("path", "-"),
+                      r["fused_ms"], r.get("unfused_ms", "-"), r.get("op_unfused_ms", "-"),
+                      r.get("fused_kernel_ms", "-"), r["gemm_ms"], r.get("comm_ms", "-"),
+                      r.get("unfused_over_fused", "-"), r.get("unfused_over_fused_paired", "-"),
+                      r.get("op_unfused_over_unfused_paired", "-"),
+                      r.get("unfused_b_over_unfused_paired", "-"),
+                      r.get("fused_vs_ideal", "-")])
+    lines.append(_table(["op", "shape", "per rank MxKxN", "path", "fused ms", "unfused ms",
+                         "op unfused ms", "fused kernel ms", "GEMM alone ms", "collective ms",
+                         "x unfused", "x unfused paired", "op unfused / unfused paired",
+                         "noise: unfused twice, paired", "x ideal"], table))
+    lines.append("")
+    return "\n".join(lines)
+
+
+def fused_plot(data: dict, png: Path, plt) -> None:
+    rows = [r for r in data["rows"] if "unfused_over_fused" in r]
+    fig, axes = plt.subplots(2, 1, figsize=(max(7, 0.75 * len(rows)), 7), sharex=True)
+    xs = list(range(len(rows)))
+    width = 0.4
+    ax = axes[0]
+    ax.bar([x - width / 2 for x in xs], [r["unfused_over_fused"] for r in rows], width=width,
+           label="unfused / fused (medians)")
+    ax.bar([x + width / 2 for x in xs],
+           [r.get("unfused_over_fused_paired", r["unfused_over_fused"]) for r in rows],
+           width=width, label="paired per round")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_ylabel("x faster than unfused")
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    ax.bar(xs, [r["fused_vs_ideal"] for r in rows], width=0.6,
+           color=["tab:gray" if r.get("path", "fused").startswith("unfused") else "tab:green"
+                  for r in rows])
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.axhline(1.05, color="gray", lw=0.8, ls="--")
+    ax.set_ylabel("fused / overlap ideal (gray: ran unfused)")
+    ax.set_xticks(xs, [_fused_label(r) for r in rows], fontsize=7, rotation=60, ha="right")
+    nodes = data.get("nodes", 1)
+    axes[0].set_title(f"mkernel fused ops, W = {data.get('world')}"
+                      + (f", {nodes} emulated nodes ({data.get('emulate')})" if nodes > 1 else "")
+                      + " under MPS, commit "
+                      f"{data.get('commit', '')}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
 # --- anything else -----------------------------------------------------------------------------
 
 def _scalars(d: dict, prefix: str = "") -> dict:
@@ -260,7 +332,7 @@ def generic_markdown(data: dict, path: Path) -> str:
 
 
 RENDERERS = {"gemm": (gemm_markdown, gemm_plot), "grouped_gemm": (grouped_markdown, grouped_plot),
-             "ring_attention": (ring_markdown, ring_plot)}
+             "ring_attention": (ring_markdown, ring_plot), "fused": (fused_markdown, fused_plot)}
 
 
 def report(path: Path) -> tuple[Path, Path | None]:
@@ -269,6 +341,8 @@ def report(path: Path) -> tuple[Path, Path | None]:
     data = json.loads(path.read_text())
     kind = data.get("benchmark") or ("ring_attention" if path.name.startswith("ring_attention_")
                                      else None)  # session 6's ring JSON has no "benchmark"
+    if kind is None and data.get("bench") == "fused":  # bench_fused.py names it "bench"
+        kind = "fused"
     markdown, plot = RENDERERS.get(kind, (generic_markdown, None))
     md = path.with_suffix(".md")
     md.write_text(markdown(data, path))

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -143,6 +144,11 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
     return ag_gemm_unfused(x_in, w, group, world_size, return_gathered,
                            "N and K must be positive multiples of 8 for the fused kernel");
   }
+  const std::string key = fused_glue::shape_key(x_in, w, world);
+  // A shape measured unfused runs it with no fused set-up (fused_common.h known_unfused).
+  if (m > 0 && fused_glue::known_unfused(group, key)) {
+    return ag_gemm_unfused(x_in, w, group, world_size, return_gathered, nullptr);
+  }
   at::Tensor out = at::empty({world * m, n}, x_in.options());
   at::Tensor gathered =
       return_gathered ? at::empty({world * m, k}, x_in.options()) : x_in.new_empty({0});
@@ -187,8 +193,9 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   // shared by the group (fused_common.h choose_path).
   std::vector<std::function<void()>> paths;
   // (Along N only: the rows arrive by M unit, own rows first.)
-  for (const fused_glue::FusedPlan& c :
-       fused_glue::candidate_plans(kOp, group, world * m, n, k, true)) {
+  const std::vector<fused_glue::FusedPlan> plans =
+      fused_glue::candidate_plans(kOp, group, world * m, n, k, true);
+  for (const fused_glue::FusedPlan& c : plans) {
     paths.emplace_back([&, c] {
       fused::FusedParams hc = hp;
       hc.signature = comm::call_signature(
@@ -205,8 +212,8 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   paths.emplace_back([&] {
     engine_gemm(kOp, fused_glue::substrate_collective(kOp, "all_gather", x, group, world_size), w);
   });
-  const int path = fused_glue::choose_path(kOp, group, fused_glue::shape_key(x, w, world), paths,
-                                          2.0 * world * m * n * k);
+  const int path =
+      fused_glue::choose_path(kOp, group, key, paths, 2.0 * world * m * n * k, &plans);
   if (path + 1 == static_cast<int>(paths.size())) {
     return ag_gemm_unfused(x_in, w, group, world_size, return_gathered, nullptr);
   }

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -292,12 +293,13 @@ std::vector<FusedPlan> candidate_plans(const char* op, int64_t group, int64_t m,
   }
   // Under an MPS limit, each plan also on the co-resident grid: which grid wins depends on the
   // shape (s8run2: gemm_rs Llama fc2 6.33 ms at 48 vs 9.09 at 66; ag_gemm Llama fc1 9.23 at 48
-  // vs 7.17 at 66), so choose_path measures both. Opt-in (MKERNEL_FUSED_GRIDS=co_resident) until
-  // the fused kernels' outputs at W = 2 on that grid are checked on a GPU (test_co_resident_grid,
-  // fused_smoke.py): then the default. Never with MKERNEL_FUSED_SMS (a pinned grid).
+  // vs 7.17 at 66), so choose_path measures both. A default candidate since s9run1 checked the
+  // fused kernels' outputs on it at W = 2 and 4 (fused_smoke.py --grids share,co_resident);
+  // MKERNEL_FUSED_GRIDS=share keeps the share's grid only (measurement / opt-out). Never with
+  // MKERNEL_FUSED_SMS (a pinned grid).
   const int small = co_resident_grid(fused_grid(op, group));
   const char* grids = std::getenv("MKERNEL_FUSED_GRIDS");
-  const bool offer = grids != nullptr && std::strcmp(grids, "co_resident") == 0;
+  const bool offer = grids == nullptr || std::strcmp(grids, "share") != 0;
   if (small > 0 && offer && std::getenv("MKERNEL_FUSED_SMS") == nullptr) {
     const size_t count = plans.size();
     for (size_t i = 0; i < count; ++i) {
@@ -385,32 +387,85 @@ bool reduce_call(const char* op, int64_t group, int32_t wait_op, comm::Symmetric
 
 at::Tensor substrate_collective(const char* op, const char* name, const at::Tensor& x,
                                 int64_t group, int64_t world_size) {
-  const std::string full = std::string("mkernel::") + name;
-  auto schema = c10::Dispatcher::singleton().findSchema({full.c_str(), ""});
-  TORCH_CHECK_NOT_IMPLEMENTED(schema.has_value(), op, ": the substrate's mkernel.", name,
+  // The typed handle is looked up once per collective (the dispatcher's findSchema takes its
+  // lock and hashes the name: the unfused path runs at decode sizes, where every us shows).
+  using Signature = at::Tensor(const at::Tensor&, int64_t, int64_t);
+  static std::mutex mu;
+  static std::map<std::string, c10::TypedOperatorHandle<Signature>> handles;
+  std::optional<c10::TypedOperatorHandle<Signature>> handle;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = handles.find(name);
+    if (it != handles.end()) {
+      handle = it->second;
+    } else {
+      const std::string full = std::string("mkernel::") + name;
+      auto schema = c10::Dispatcher::singleton().findSchema({full.c_str(), ""});
+      if (schema.has_value()) {
+        handle = handles.emplace(name, schema->typed<Signature>()).first->second;
+      }
+    }
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(handle.has_value(), op, ": the substrate's mkernel.", name,
                               " is not registered (needed for the unfused path)");
-  return schema->typed<at::Tensor(const at::Tensor&, int64_t, int64_t)>().call(x, group,
-                                                                              world_size);
+  return handle->call(x, group, world_size);
+}
+
+namespace {
+
+// Shapes whose measured verdict is the unfused path, keyed by group, shape key and the
+// environment the candidate list depends on (unfused_key): known_unfused answers from it before
+// an op sets up any fused launch.
+std::mutex unfused_mu;
+std::set<std::string> unfused_shapes;
+
+// "<group>/<key>|<MKERNEL_FUSED_GRIDS>|<..._ORDERS>|<..._ORDER>|<..._CONFIG>|<..._SMS>": these
+// variables (read per call, measurement knobs) change candidate_plans' list, so a verdict
+// taken under other values does not hold.
+std::string unfused_key(int64_t group, const std::string& key) {
+  std::string s = std::to_string(group) + "/" + key;
+  for (const char* name : {"MKERNEL_FUSED_GRIDS", "MKERNEL_FUSED_ORDERS", "MKERNEL_FUSED_ORDER",
+                           "MKERNEL_FUSED_CONFIG", "MKERNEL_FUSED_SMS"}) {
+    const char* v = std::getenv(name);
+    s += '|';
+    s += v != nullptr ? v : "-";
+  }
+  return s;
+}
+
+}  // namespace
+
+bool known_unfused(int64_t group, const std::string& key) {
+  if (const char* pin = std::getenv("MKERNEL_FUSED")) {
+    if (std::strcmp(pin, "off") == 0) return true;
+    if (std::strcmp(pin, "force") == 0) return false;
+  }
+  const std::string k = unfused_key(group, key);
+  std::lock_guard<std::mutex> lock(unfused_mu);
+  return unfused_shapes.count(k) != 0;
 }
 
 namespace {
 
 // Calls per timing sample for a path of `flops` (the same count on every rank: the paths are
-// collective calls): about 20 GFLOP per sample, so a sample of a short call (tens of us) spans
-// enough calls that a launch gap or a timer tick does not decide it; 2 to 16 calls.
+// collective calls): about 40 GFLOP per sample, so a sample of a short call (tens to a few
+// hundred us) spans enough calls that a launch gap or a timer tick does not decide it; 2 to 16
+// calls. (s9run1: at 20 GFLOP an ag_gemm of 8.6 GFLOP took 2 calls per sample.)
 int calls_per_sample(double flops) {
   if (flops <= 0) return 2;
-  const double want = 2e10 / flops;
+  const double want = 4e10 / flops;
   return want >= 16 ? 16 : want <= 2 ? 2 : static_cast<int>(want);
 }
 
 // Median milliseconds per call of each path: one warm-up call each (the engine's tuner and
-// allocations run there), then kRounds rounds in which every path is timed once (`calls` calls
-// between CUDA events), the order rotating from round to round so that a clock change during
-// the measurement reaches every path alike. The same calls in the same order on every rank.
+// allocations run there), then kRounds rounds in which every path is timed once (an untimed
+// lead-in call, then `calls` calls between CUDA events), the order rotating from round to round
+// (and reversed in odd rounds) so that a clock change during the measurement, or what one path
+// leaves behind for the next, reaches every path alike. The same calls in the same order on
+// every rank.
 std::vector<float> time_paths(const std::vector<std::function<void()>>& paths, int count,
                               int calls) {
-  constexpr int kRounds = 5;
+  constexpr int kRounds = 7;  // the median of 7: one outlier each side does not move it
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   for (int i = 0; i < count; ++i) paths[i]();
   cudaEvent_t start = nullptr, end = nullptr;
@@ -419,7 +474,14 @@ std::vector<float> time_paths(const std::vector<std::function<void()>>& paths, i
   std::vector<std::vector<float>> samples(count);
   for (int r = 0; r < kRounds; ++r) {
     for (int j = 0; j < count; ++j) {
-      const int i = (j + r) % count;
+      // Rotating, and backwards in odd rounds: a rotation alone keeps every path behind the
+      // same neighbour in every round, so whatever a path leaves behind (the ranks' phase, the
+      // L2) would always reach the same next path.
+      const int i = r % 2 == 0 ? (j + r) % count : (count - 1 - j + r) % count;
+      // One untimed lead-in call: the ranks leave the previous path at different times (a
+      // fused kernel's ranks end apart by up to a GEMM's tail), and the first call of a path
+      // absorbs that skew; timed from the second call on, a sample is the path's steady state.
+      paths[i]();
       C10_CUDA_CHECK(cudaEventRecord(start, stream));
       for (int c = 0; c < calls; ++c) paths[i]();
       C10_CUDA_CHECK(cudaEventRecord(end, stream));
@@ -467,7 +529,8 @@ std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world) {
 }
 
 int choose_path(const char* op, int64_t group, const std::string& key,
-                const std::vector<std::function<void()>>& paths, double flops) {
+                const std::vector<std::function<void()>>& paths, double flops,
+                const std::vector<FusedPlan>* plans) {
   const int unfused = static_cast<int>(paths.size()) - 1;
   int candidates = unfused + 1;  // every path
   // The verdict is an index into `paths`: key it by the list's length too (the candidates
@@ -508,25 +571,39 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   // kFusedMargin: within the measurement's noise the unfused path is the safe side (a wrong
   // fused verdict costs up to the noise, a wrong unfused one nothing measurable).
   constexpr float kFusedMargin = 0.03f;
-  const int fused_count = candidates == unfused + 1 ? unfused : candidates;
-  int best = 0;
+  const bool all_paths = candidates == unfused + 1;
+  const int fused_count = all_paths ? unfused : candidates;
+  int fastest_fused = 0;
   for (int i = 1; i < fused_count; ++i) {
-    if (worst[i] < worst[best]) best = i;
+    if (worst[i] < worst[fastest_fused]) fastest_fused = i;
   }
-  if (candidates == unfused + 1 && !(worst[best] < (1.f - kFusedMargin) * worst[unfused])) {
+  int best = fastest_fused;
+  if (all_paths && !(worst[fastest_fused] < (1.f - kFusedMargin) * worst[unfused])) {
     best = unfused;
-  }
-  if (best == unfused) {
-    float fused_best = worst[0];
-    for (int i = 1; i < unfused; ++i) fused_best = std::min(fused_best, worst[i]);
     const std::string why = "measured not faster than the unfused path (by the 3% margin) at " +
-                            key + " (fused " +
-                            std::to_string(fused_best * 1e3) + " us vs " +
-                            std::to_string(worst[unfused] * 1e3) + " us, slowest rank)";
+                            key + " (fused " + std::to_string(worst[fastest_fused] * 1e3) +
+                            " us vs " + std::to_string(worst[unfused] * 1e3) +
+                            " us, slowest rank)";
     note_fallback(op, why.c_str());
+    const std::string k = unfused_key(group, key);
+    std::lock_guard<std::mutex> lock(unfused_mu);
+    unfused_shapes.insert(k);
+  }
+  const char* verbose = std::getenv("MKERNEL_FUSED_VERBOSE");
+  if (best != unfused && plans != nullptr && best < static_cast<int>(plans->size()) &&
+      verbose != nullptr && std::strcmp(verbose, "1") == 0) {
+    const FusedPlan& p = (*plans)[best];
+    std::fprintf(stderr, "%s: runs fused %s order %d/%d grid %d%s at %s (%.1f us", op,
+                 gemm::config_name(p.config), p.swizzle, p.raster, p.grid,
+                 p.grid == 0 ? " (the share)" : "", key.c_str(), worst[best] * 1e3);
+    if (all_paths) std::fprintf(stderr, " vs unfused %.1f us", worst[unfused] * 1e3);
+    std::fprintf(stderr, ", slowest rank)\n");
   }
   std::lock_guard<std::mutex> lock(mu);
   verdicts[full] = best;
+  // The same measurement answers MKERNEL_FUSED=force (benchmarks time both sides): the fastest
+  // fused candidate, with no second measurement.
+  if (all_paths) verdicts.emplace(full + " (fused forced)", fastest_fused);
   return best;
 }
 

@@ -97,18 +97,21 @@ bool capturing();
 // Which of `paths` runs a call: paths[0 .. size-2] are the fused kernel in each candidate
 // config (candidate_configs order), paths.back() the unfused path (substrate collective +
 // engine GEMM); the same answer on every rank of the group. The first eager call of a shape
-// (`key`: op, dims, dtype) runs each on every rank (a warm-up call each, then 5 rounds that
-// time every path in a rotating order, `flops` setting the calls per sample: ~20 GFLOP, 2-16
-// calls), all-gathers the medians over the group's session and takes the slowest rank's figure
-// per path; the fastest fused config wins only if it beats the unfused path by more than 3%
+// (`key`: op, dims, dtype) runs each on every rank (a warm-up call each, then 7 rounds that
+// time every path in a rotating order, reversed in odd rounds, each sample an untimed lead-in
+// call then `flops`-set calls: ~40 GFLOP, 2-16), all-gathers the medians over the group's
+// session and takes the slowest rank's figure per path; the fastest fused config wins only if it beats the unfused path by more than 3%
 // (within the noise the unfused path is the safe side). The verdict is cached per process and
 // an unfused verdict is logged once (note_fallback). Inside CUDA-graph capture an unmeasured
 // shape runs paths[0] (no timing can happen there). MKERNEL_FUSED=off pins the unfused path,
-// MKERNEL_FUSED=force the fastest fused config (measured the same way), for measuring both
+// MKERNEL_FUSED=force the fastest fused config (from the same measurement), for measuring both
 // sides (benchmarks/bench_fused.py) and testing the kernels. The paths enqueue one call each
 // on the current stream.
+// With MKERNEL_FUSED_VERBOSE=1 (measurement; read when a shape is measured), a fused verdict
+// is printed to stderr with its plan from `plans` (paths[i] runs plans[i]), as a fallback is.
 int choose_path(const char* op, int64_t group, const std::string& key,
-                const std::vector<std::function<void()>>& paths, double flops = 0);
+                const std::vector<std::function<void()>>& paths, double flops = 0,
+                const std::vector<FusedPlan>* plans = nullptr);
 
 // The fused kernel's candidate tile configs for [m, k] x [n, k]^T on the grid of a rank of
 // `group` (fused_grid; fused_api.h fused_configs).
@@ -116,9 +119,10 @@ std::vector<gemm::ConfigId> candidate_configs(const char* op, int64_t group, int
                                               int64_t k);
 
 // The candidate plans choose_path measures: each candidate config in the default order (what
-// an unmeasured shape runs inside graph capture); under an MPS SM limit with
-// MKERNEL_FUSED_GRIDS=co_resident (opt-in until checked on a GPU) each also on the co-resident
-// grid (co_resident_grid: every rank's 2-CTA clusters placed at once, s8run2); with MKERNEL_FUSED_ORDERS=1 (measurement:
+// an unmeasured shape runs inside graph capture); under an MPS SM limit each also on the
+// co-resident grid (co_resident_grid: every rank's 2-CTA clusters placed at once, s8run2;
+// outputs checked at W = 2 / 4 in s9run1; MKERNEL_FUSED_GRIDS=share leaves it out); with
+// MKERNEL_FUSED_ORDERS=1 (measurement:
 // not yet timed on a device) also, where K is long enough that a band of 8 M units of A
 // (4096 K bytes) outgrows a quarter of the L2, narrower orders: 2 M units along N, and (unless
 // `along_n_only`: ag_gemm, whose rows arrive by M unit) 1 along M. Shapes and the environment
@@ -134,6 +138,15 @@ int32_t side_mode(int32_t fallback);
 // The consumers' tail mode of a reduce launch (fused_params.h TailMode): `fallback` unless
 // MKERNEL_FUSED_TAIL=regs|staged pins one (read per call; the same on every rank).
 int32_t tail_mode(int32_t fallback);
+
+// Whether a call of `key` (choose_path's) runs the unfused path for sure, before any fused
+// set-up: MKERNEL_FUSED=off, or choose_path measured this shape unfused in this process (under
+// the same measurement knobs). The ops check it first, so that a fallen-back shape costs its
+// unfused path plus this lookup (s9run1: a fallen-back ag_gemm of ~130 us measured 5% slower
+// than the same collective + GEMM called directly). Every rank of the group answers the same
+// (the verdict is the group's; the variables must be the same on every rank, as for
+// MKERNEL_FUSED).
+bool known_unfused(int64_t group, const std::string& key);
 
 // "M=.. N=.. K=.. <dtype> W=.." of x [M, K] · w [N, K]ᵀ at world size W (choose_path's key).
 std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world);

@@ -9,9 +9,11 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <functional>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "gemm_engine.h"
@@ -163,6 +165,12 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     // the substrate (identical bits on every rank). Decided by shape alone, the same on every
     // rank, whatever each rank's tuner picked for its local GEMM. MKERNEL_GEMM_AR_ALGO (which
     // forces a fused algorithm, for measuring and testing both) keeps the fused kernel here too.
+    // Logged once per process (call_once: the decode path's host time is most of its cost).
+    static std::once_flag logged;
+    std::call_once(logged, [] {
+      fused_glue::note_fallback(kOp, "M <= 512 rows (decode sizes) run the small-M GEMM, then "
+                                     "the substrate's all_reduce");
+    });
     return fused_glue::substrate_collective(kOp, "all_reduce", engine_gemm(kOp, x, w), group,
                                             world_size);
   }
@@ -173,9 +181,13 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     // rank-order sum) and every rank copies the reduced blocks. Either way every rank holds the
     // same bits.
     const int64_t rows = x.size(0), world = world_size, rank = sg.rank();
-    at::Tensor out = at::empty({rows, w.size(0)}, x.options());
     fused_glue::ReduceLayout layout;
     layout.two_shot = two_shot(rows, w.size(0), world, x.element_size());
+    const std::string key = fused_glue::shape_key(x, w, world) +
+                            (layout.two_shot ? " two-shot" : " one-shot");
+    // A shape measured unfused runs it with no fused set-up (fused_common.h known_unfused).
+    if (rows > 0 && fused_glue::known_unfused(group, key)) return unfused(x, w, group, world_size);
+    at::Tensor out = at::empty({rows, w.size(0)}, x.options());
     if (layout.two_shot) {
       layout.rows_per_rank = (rows + world - 1) / world;
       layout.row0 = std::min(rows, rank * layout.rows_per_rank);
@@ -188,18 +200,17 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     if (fused_glue::reduce_fits(kOp, group, x, w, layout, &why)) {
       // The fused kernel in each candidate plan, then the unfused path (fused_common.h).
       std::vector<std::function<void()>> paths;
-      for (const fused_glue::FusedPlan& c :
-           fused_glue::candidate_plans(kOp, group, rows, w.size(0), x.size(1), false)) {
+      const std::vector<fused_glue::FusedPlan> plans =
+          fused_glue::candidate_plans(kOp, group, rows, w.size(0), x.size(1), false);
+      for (const fused_glue::FusedPlan& c : plans) {
         paths.emplace_back([&, c] {
           fused_glue::reduce_call(kOp, group, comm::kOpGemmAr, sg, x, w, layout, out, {}, c,
                                   &why);
         });
       }
       paths.emplace_back([&] { unfused(x, w, group, world_size); });
-      const std::string key = fused_glue::shape_key(x, w, world) +
-                              (layout.two_shot ? " two-shot" : " one-shot");
       const int path = fused_glue::choose_path(kOp, group, key, paths,
-                                                2.0 * rows * w.size(0) * x.size(1));
+                                                2.0 * rows * w.size(0) * x.size(1), &plans);
       if (path + 1 == static_cast<int>(paths.size())) return unfused(x, w, group, world_size);
       paths[path]();
       return out;

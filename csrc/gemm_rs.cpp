@@ -16,6 +16,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "fused_common.h"
@@ -120,6 +121,9 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     // on every rank, so the CTA of the same index produced them: the owners' M units
     // alternate, so every rank's share of the reduction is spread over the whole GEMM.
     const int rank = sg.rank();
+    const std::string key = fused_glue::shape_key(x, w, world);
+    // A shape measured unfused runs it with no fused set-up (fused_common.h known_unfused).
+    if (rows > 0 && fused_glue::known_unfused(group, key)) return unfused(x, w, group, world_size);
     at::Tensor out = at::empty({rows, w.size(0)}, x.options());
     fused_glue::ReduceLayout layout;
     layout.row0 = layout.out_row0 = rank * rows;
@@ -129,8 +133,9 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     if (fused_glue::reduce_fits(kOp, group, x, w, layout, &why)) {
       // The fused kernel in each candidate plan, then the unfused path (fused_common.h).
       std::vector<std::function<void()>> paths;
-      for (const fused_glue::FusedPlan& c :
-           fused_glue::candidate_plans(kOp, group, x.size(0), w.size(0), x.size(1), false)) {
+      const std::vector<fused_glue::FusedPlan> plans =
+          fused_glue::candidate_plans(kOp, group, x.size(0), w.size(0), x.size(1), false);
+      for (const fused_glue::FusedPlan& c : plans) {
         paths.emplace_back([&, c] {
           fused_glue::reduce_call(kOp, group, comm::kOpGemmRs, sg, x, w, layout, out, {}, c,
                                   &why);
@@ -138,8 +143,8 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
       }
       paths.emplace_back([&] { unfused(x, w, group, world_size); });
       const int path =
-          fused_glue::choose_path(kOp, group, fused_glue::shape_key(x, w, world), paths,
-                                  2.0 * x.size(0) * w.size(0) * x.size(1));
+          fused_glue::choose_path(kOp, group, key, paths,
+                                  2.0 * x.size(0) * w.size(0) * x.size(1), &plans);
       if (path + 1 == static_cast<int>(paths.size())) return unfused(x, w, group, world_size);
       paths[path]();
       return out;

@@ -21,7 +21,7 @@ looked up when called, and the default group is imported from :mod:`mkernel.runt
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple, Protocol, overload
+from typing import Any, Literal, NamedTuple, Protocol, overload
 
 import torch
 from torch import Tensor
@@ -141,6 +141,22 @@ def _group_args(op: str, group: Group | None) -> tuple[int, int]:
     return handle, world_size
 
 
+def _fused_op_call(op: Any, x: Tensor, w: Tensor, *args: Any) -> Any:
+    """``op(x, w, *args)`` for a fused op (ag_gemm, gemm_rs, gemm_ar: an OpOverload), below
+    autograd when neither operand needs a gradient. Those ops' autograd kernels are Python
+    (``torch.library.register_autograd``, autograd.py), which with no gradient to record only
+    redispatch below autograd, after a round trip through Python on every call: decode-sized
+    calls take tens of us in all, so it would make the op's unfused fallback slower than the
+    same collective + GEMM called directly. Traced as the plain op under torch.compile."""
+    if torch.compiler.is_compiling() or (
+        torch.is_grad_enabled()
+        and (getattr(x, "requires_grad", True) or getattr(w, "requires_grad", True))
+    ):
+        return op(x, w, *args)
+    with torch._C._AutoDispatchBelowAutograd():
+        return op(x, w, *args)
+
+
 @overload
 def ag_gemm(
     x: Tensor, w: Tensor, *, group: Group | None = None, return_gathered: Literal[False] = False
@@ -168,7 +184,8 @@ def ag_gemm(
     """
     handle, world_size = _group_args("ag_gemm", group)
     try:
-        out, gathered = torch.ops.mkernel.ag_gemm.default(x, w, handle, world_size, return_gathered)
+        out, gathered = _fused_op_call(torch.ops.mkernel.ag_gemm.default, x, w, handle, world_size,
+                                        return_gathered)
     except RuntimeError as e:  # a dead context after a trapped wait surfaces at the next call
         err = _wait_failure_error(e)
         if err is None:
@@ -363,7 +380,7 @@ def gemm_rs(x: Tensor, w: Tensor, *, group: Group | None = None) -> Tensor:
     """
     handle, world_size = _group_args("gemm_rs", group)
     try:
-        return torch.ops.mkernel.gemm_rs.default(x, w, handle, world_size)
+        return _fused_op_call(torch.ops.mkernel.gemm_rs.default, x, w, handle, world_size)
     except RuntimeError as e:  # a dead context after a trapped wait surfaces at the next call
         err = _wait_failure_error(e)
         if err is None:
@@ -386,7 +403,7 @@ def gemm_ar(x: Tensor, w: Tensor, *, group: Group | None = None) -> Tensor:
     """
     handle, world_size = _group_args("gemm_ar", group)
     try:
-        return torch.ops.mkernel.gemm_ar.default(x, w, handle, world_size)
+        return _fused_op_call(torch.ops.mkernel.gemm_ar.default, x, w, handle, world_size)
     except RuntimeError as e:  # a dead context after a trapped wait surfaces at the next call
         err = _wait_failure_error(e)
         if err is None:

@@ -87,3 +87,19 @@ def test_ring_attention_table_and_plot(tmp_path):
         assert f"| {r['vs_ceiling']:.3f} | - | {r['vs_unfused']:.3f} |" in line, line  # no agg: session 6
     assert "per-step pinned" not in text  # session 6 did not time it
     assert (png is not None) == HAVE_MPL
+
+
+def test_fused_table_and_plot(tmp_path):
+    """bench_fused's JSON (key "bench": "fused"): a row per op and shape with its ratio to the
+    unfused path and to the overlap ideal, and the PNG the fused-op issue asks for."""
+    path = copy("fused_w2_nvidia_h200_20261202-082459.json", tmp_path)
+    md, png = report.report(path)
+    text = md.read_text()
+    data = json.loads(path.read_text())
+    assert "x unfused" in text and "x ideal" in text
+    for r in data["rows"]:
+        line = next(ln for ln in text.splitlines()
+                    if ln.startswith(f"| {r['op']} | {r['shape']} |"))
+        assert f"| {r['unfused_over_fused']:.4g} |" in line, line
+        assert line.rstrip().endswith(f"| {r['fused_vs_ideal']:.4g} |"), line
+    assert (png is not None) == HAVE_MPL

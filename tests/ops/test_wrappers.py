@@ -68,6 +68,35 @@ def test_group_values_reach_the_op(ops):
         ops.gemm_ar(t((5, 16), "meta"), t((8, 16), "meta"), group=group(0))
 
 
+def test_fused_call_skips_a_python_autograd_kernel_without_gradients(ops):
+    """ops._fused_op_call (the fused ops' wrappers) calls below autograd when neither operand
+    needs a gradient, so a Python autograd kernel (what torch.library.register_autograd installs
+    for ag_gemm / gemm_rs / gemm_ar) is not entered: ~5 us per call, which decode-sized calls
+    feel. With a gradient to record the kernel runs; under no_grad it does not."""
+    lib = torch.library.Library("mkwrapprobe", "FRAGMENT")
+    lib.define("probe(Tensor x, Tensor w, int tag) -> Tensor")
+    lib.impl("probe", lambda x, w, tag: x + w + tag, "CompositeExplicitAutograd")
+    entered = []
+
+    def autograd_kernel(keyset, x, w, tag):
+        entered.append(tag)
+        below = keyset & torch._C._after_autograd_keyset
+        with torch._C._AutoDispatchBelowAutograd():
+            return torch.ops.mkwrapprobe.probe.default.redispatch(below, x, w, tag)
+
+    lib.impl("probe", autograd_kernel, "Autograd", with_keyset=True)
+    op = torch.ops.mkwrapprobe.probe.default
+    x, w = torch.ones(3), torch.full((3,), 2.0)
+    assert torch.equal(ops._fused_op_call(op, x, w, 1), torch.full((3,), 4.0))
+    assert entered == []
+    op(x, w, 2)  # the plain call enters it
+    assert entered == [2]
+    ops._fused_op_call(op, x, w.requires_grad_(), 3)  # a gradient to record: entered
+    with torch.no_grad():
+        ops._fused_op_call(op, x, w, 4)  # grad mode off: below autograd
+    assert entered == [2, 3]
+    del lib
+
 def test_moe_combine_num_tokens_defaults_to_handle(ops):
     y, handle, weights = (
         t((2, 4, 16), "meta"),
