@@ -464,8 +464,11 @@ std::vector<SmallPlan> small_candidates(const gemm::Problem& p, int sms) {
     // A rows again (as many bytes as its B rows): w4u2r1 (the by-shape plan) ran 0.83-0.98x
     // cuBLAS at M=16 (s6 run 2); w8u2r2 and w8u1r4 read A once per 32 and 64 rows; the
     // swapped 64-wide tiles and the engine's tiles once per tile of 64-128 weight rows.
-    for (const gemv::Plan g :
-         {by_shape, gemv::Plan{10, 1}, gemv::Plan{5, 1}, gemv::Plan{2, 1}, gemv::Plan{1, 1}}) {
+    // Session 9: the row-split variants (warps split B's rows, A staged once per block in shared
+    // memory, K split over a cluster), each with its by-shape split.
+    const auto rows = [&](int v) { return gemv::plan_for_variant(v, p.m, p.n, p.k, sms); };
+    for (const gemv::Plan g : {by_shape, gemv::Plan{10, 1}, gemv::Plan{5, 1}, gemv::Plan{2, 1},
+                               gemv::Plan{1, 1}, rows(11), rows(12), rows(13)}) {
       bool seen = false;
       for (const SmallPlan& o : out) {
         seen |= o.kind == SmallPlan::kGemv && o.gemv.variant == g.variant && o.gemv.splits == g.splits;
