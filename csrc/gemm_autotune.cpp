@@ -443,6 +443,18 @@ bool small_runs(const gemm::Problem& p, const SmallPlan& c, int sms) {
   return c.kind == SmallPlan::kEngine;
 }
 
+// Session 9's small-M kernels (row-split GEMV variants 11-13, swapped variants 7-10) are tuner
+// candidates once a device run has checked them; until then MKERNEL_GEMM_SMALLM_S9=1 opts in.
+bool s9_candidates() {
+  static const bool on = [] {
+    const char* v = std::getenv("MKERNEL_GEMM_SMALLM_S9");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+constexpr int kFirstS9Swap = 7;   // gemm_swap_dispatch.cu: swap_64x16_ping onwards
+constexpr int kFirstS9Gemv = 11;  // gemv_sm90.cu: rows_w8u2 onwards
+
 // The candidates of p: the engine's plan first, then the swapped variants that fit M, then
 // (9 to 16 rows) the GEMV's by-shape plan and its register variants for two groups of rows.
 std::vector<SmallPlan> small_candidates(const gemm::Problem& p, int sms) {
@@ -453,6 +465,7 @@ std::vector<SmallPlan> small_candidates(const gemm::Problem& p, int sms) {
   int variants[gemm_swap::kNumVariants];
   const int count = gemm_swap::candidates(p.m, p.n, p.k, sms, variants, gemm_swap::kNumVariants);
   for (int i = 0; i < count; ++i) {
+    if (variants[i] >= kFirstS9Swap && !s9_candidates()) continue;
     SmallPlan c;
     c.kind = SmallPlan::kSwap;
     c.swap = variants[i];
@@ -474,6 +487,7 @@ std::vector<SmallPlan> small_candidates(const gemm::Problem& p, int sms) {
         seen |= o.kind == SmallPlan::kGemv && o.gemv.variant == g.variant && o.gemv.splits == g.splits;
       }
       if (seen || gemv::can_implement(p, g) != nullptr) continue;
+      if (g.variant >= kFirstS9Gemv && !s9_candidates()) continue;
       SmallPlan c;
       c.kind = SmallPlan::kGemv;
       c.gemv = g;
