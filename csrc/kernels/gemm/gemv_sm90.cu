@@ -482,8 +482,10 @@ __global__ void __launch_bounds__(kWarps * 32, (kRowsMinBlocks<kWarps, kUnroll>)
   // This block's K slice (cluster rank blockIdx.y of gridDim.y), in 64-element steps.
   const int steps = (k + kStep - 1) / kStep;
   const int splits = static_cast<int>(gridDim.y);
-  const int first = static_cast<int>(static_cast<long>(steps) * blockIdx.y / splits);
-  const int nsteps = static_cast<int>(static_cast<long>(steps) * (blockIdx.y + 1) / splits) - first;
+  // 32-bit: steps * splits < 2^31 for any K the shared slice takes (a 64-bit division is a call)
+  const int first = static_cast<int>(static_cast<unsigned>(steps) * blockIdx.y / splits);
+  const int nsteps =
+      static_cast<int>(static_cast<unsigned>(steps) * (blockIdx.y + 1) / splits) - first;
   const int k0 = first * kStep;
 
   // Stage A's slice: 8 16-byte chunks per step and row; past K or past m: zeros.
@@ -777,7 +779,7 @@ const char* can_implement(const gemm::Problem& p, const Plan& plan) {
   const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 != 0; };
   if (misaligned(p.a) || misaligned(p.b)) return "a and b must be 16-byte aligned";
   const Variant v = kVariants[plan.variant];
-  if (p.m > 8 && v.warps == 16 && v.stages == 0) return "gemv/w16u2r1 takes at most 8 rows of A";
+  if (p.m > 8 && v.warps == 16 && v.stages == 0 && !v.rows) return "gemv/w16u2r1 takes at most 8 rows of A";
   if (plan.splits < 1 || plan.splits > 65535) return "splits must be in 1..65535";
   if (v.rows) {
     if (plan.splits > kMaxClusterSplits)
