@@ -202,7 +202,7 @@ def decode_cases(args, save) -> int:
                         fns = [decode_runner(c, a, b) for a, b in sets]
                         fns[0]()
                         cands[c] = fns
-                    except RuntimeError as e:
+                    except (RuntimeError, ValueError) as e:  # ValueError: the op's can_implement
                         errors[c] = str(e).splitlines()[0]
                 torch.cuda.synchronize()
                 per_round = [interleaved_ms(cands, iters=args.iters, reps=reps) for _ in range(args.rounds)]

@@ -443,8 +443,10 @@ bool small_runs(const gemm::Problem& p, const SmallPlan& c, int sms) {
   return c.kind == SmallPlan::kEngine;
 }
 
-// Session 9's small-M kernels (row-split GEMV variants 11-13, swapped variants 7-10) are tuner
-// candidates once a device run has checked them; until then MKERNEL_GEMM_SMALLM_S9=1 opts in.
+// Session 9's small-M kernels: the swapped variants 7-10 (64x16 ping, 128x16 stream-K, 128x112
+// stream-K, 64x176 ping) passed their tests on the GPU (s9 run 2) and are candidates; the
+// row-split GEMV variants 11-13 ran 40.7-52.4 us at 1x8192x8192 where w8u2r1 runs 35.7 (s9 run
+// 2) and were not all checked: candidates only with MKERNEL_GEMM_SMALLM_S9=1.
 bool s9_candidates() {
   static const bool on = [] {
     const char* v = std::getenv("MKERNEL_GEMM_SMALLM_S9");
@@ -452,7 +454,6 @@ bool s9_candidates() {
   }();
   return on;
 }
-constexpr int kFirstS9Swap = 7;   // gemm_swap_dispatch.cu: swap_64x16_ping onwards
 constexpr int kFirstS9Gemv = 11;  // gemv_sm90.cu: rows_w8u2 onwards
 
 // The candidates of p: the engine's plan first, then the swapped variants that fit M, then
@@ -465,7 +466,6 @@ std::vector<SmallPlan> small_candidates(const gemm::Problem& p, int sms) {
   int variants[gemm_swap::kNumVariants];
   const int count = gemm_swap::candidates(p.m, p.n, p.k, sms, variants, gemm_swap::kNumVariants);
   for (int i = 0; i < count; ++i) {
-    if (variants[i] >= kFirstS9Swap && !s9_candidates()) continue;
     SmallPlan c;
     c.kind = SmallPlan::kSwap;
     c.swap = variants[i];
