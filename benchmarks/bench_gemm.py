@@ -98,10 +98,10 @@ DECODE_NK = [  # (N, K): square 8192 weights, Llama-70B QKV unsharded, then TP=8
     (8192, 8192), (10240, 8192), (8192, 3584), (3584, 8192), (8192, 1024), (1280, 8192)]
 DECODE_M = [1, 16, 64, 333]
 GEMV_VARIANTS = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
-                 "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4", "rows_w8u2", "rows_w16u2", "rows_w8u4"]
+                 "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4", "rows_w8u2", "rows_w16u2", "rows_w8u4", "ks_w8r2", "ks_w16r2"]
 
 
-GEMV_BLOCKS_PER_SM = [8, 4, 2, 1, 2, 1, 6, 4, 2, 2, 1, 2, 1, 1]  # gemv_sm90.cu kVariants
+GEMV_BLOCKS_PER_SM = [8, 4, 2, 1, 2, 1, 6, 4, 2, 2, 1, 2, 1, 1, 2, 1]  # gemv_sm90.cu kVariants
 SWAP_VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_streamk",
                  "swap_128x128_streamk", "swap_128x176_c2x2", "swap_128x192_c2x1",
                  "swap_64x64_ping", "swap_64x16_ping", "swap_128x16_streamk", "swap_128x112_streamk",
@@ -194,7 +194,7 @@ def decode_cases(args, save) -> int:
                     names = (["cublas", "linear", "auto"] + [c for c in names[3:] if c.startswith("cutlass:")][:1]
                              + (["gemv:1", "gemv:2", "gemv:7"] if m <= 16 else [])
                              + (["gemv:5", "gemv:10"] if 8 < m <= 16 else [])
-                             + (["gemv:11", "gemv:12", "gemv:13"] if m <= 16 else [])
+                             + (["gemv:11", "gemv:12", "gemv:13", "gemv:14", "gemv:15"] if m <= 16 else [])
                              + [c for c in names if c.startswith("swap:")])
                 cands, errors = {}, {}
                 for c in names:

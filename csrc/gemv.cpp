@@ -24,7 +24,7 @@ namespace mkernel {
 namespace {
 constexpr const char* kOp = "mkernel.gemv";
 constexpr int64_t kMaxRows = 16;  // gemv::kMaxRows (the header needs CUDA)
-constexpr int64_t kNumVariants = 14;  // gemv::kNumVariants
+constexpr int64_t kNumVariants = 16;  // gemv::kNumVariants
 
 void validate_gemv(const at::Tensor& a, const at::Tensor& b, int64_t variant, int64_t splits) {
   validation::check_linear_operands(kOp, a, "[M, K]", b, "[N, K]", "K");

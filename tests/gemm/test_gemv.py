@@ -15,12 +15,12 @@ import mkernel
 
 from .test_gemm_engine import HOPPER, needs_hopper, poison_next_allocation
 
-REGISTER_VARIANTS = [0, 1, 2, 3, 4, 5, 10]  # gemv_sm90.cu kVariants: register-pipelined
+REGISTER_VARIANTS = [0, 1, 2, 3, 4, 5, 10, 14, 15]  # gemv_sm90.cu kVariants: register-pipelined
 ASYNC_VARIANTS = range(6, 10)  # cp.async: the ones that split K over blocks
-VARIANTS = range(14)
+VARIANTS = range(16)
 ROWS_VARIANTS = range(11, 14)  # row-split: K split over a cluster's blocks (<= 8)
 VARIANT_NAMES = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
-                 "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4", "rows_w8u2", "rows_w16u2", "rows_w8u4"]
+                 "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4", "rows_w8u2", "rows_w16u2", "rows_w8u4", "ks_w8r2", "ks_w16r2"]
 DTYPES = [torch.bfloat16, torch.float16]
 
 

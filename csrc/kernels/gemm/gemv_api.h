@@ -38,8 +38,11 @@ struct Variant {
   // Row-split (session 9): the warps of a block split B's rows (one 16-row tile each) and share
   // A's K slice staged in shared memory; K split over the `splits` blocks of a cluster.
   bool rows = false;
+  // K-chunked (session 9): warps split K as in the register variants, A's slice of each round
+  // of the block staged in shared memory (double-buffered, a barrier per round).
+  bool kchunk = false;
 };
-constexpr int kNumVariants = 14;
+constexpr int kNumVariants = 16;
 Variant variant(int index);
 
 // What runs: a variant, and over how many blocks each 16-row tile's K is split
@@ -50,7 +53,7 @@ struct Plan {
   int splits = 1;
 };
 // "gemv/w<warps>u<unroll>r<row_tiles>", "gemv/w<warps>s<stages>[/k<splits>]" or
-// "gemv/rows_w<warps>u<unroll>[/k<splits>]"
+// "gemv/rows_w<warps>u<unroll>[/k<splits>]" or "gemv/ks_w<warps>r<row_tiles>"
 // (what gemm_plan reports).
 std::string plan_name(const Plan& plan);
 

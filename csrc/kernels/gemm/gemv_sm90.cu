@@ -631,6 +631,136 @@ cudaError_t launch_rows(const gemm::Problem& p, int splits, cudaStream_t stream)
                             static_cast<T*>(p.d), p.m, p.n, p.k, slice_steps);
 }
 
+// The K-chunked GEMV (variants "ks_w<warps>r<row_tiles>", session 9, after run 2): the access
+// pattern of the M=1 kernel (warps split K, each row read in 1-2 KB contiguous runs per round
+// by the block: s9 run 2 measured the row-split variants, whose warps each read their own rows
+// 256-512 B at a time, at 40.7-52.4 us against 35.7 at 1x8192x8192), with A out of the
+// registers: round r of the block covers K steps [r * warps, (r + 1) * warps), and A's slice of
+// that round (<= 16 rows) is staged into shared memory by cp.async two rounds ahead (double
+// buffer, a barrier per round). Registers hold only B (16 warps per SM from 9 rows), A's L2
+// traffic is once per 16 * row_tiles rows of B.
+template <class T, int kWarps, int kRowTiles, int kGroups>
+__global__ void __launch_bounds__(kWarps * 32, (16 / kWarps > 0 ? 16 / kWarps : 1))
+    gemv_kchunk_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ d, int m,
+                       int n, int k) {
+  constexpr int kStep = 64;
+  constexpr int kRowBytes = kWarps * 128 + kRowsPad;  // one round of one A row, padded
+  constexpr int kChunkBytes = 8 * kGroups * kRowBytes;
+  extern __shared__ __align__(16) unsigned char chunk_smem[];  // [2][8 * groups rows][kRowBytes]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int n0 = blockIdx.x * 16 * kRowTiles;
+  const int steps = (k + kStep - 1) / kStep;
+  const int rounds = (steps + kWarps - 1) / kWarps;
+
+  const T* brow[kRowTiles][2];
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      brow[t][h] = b + static_cast<size_t>(min(n0 + t * 16 + h * 8 + g, n - 1)) * k;
+    }
+  }
+  // Round r's A (rows < m, k < K; zeros elsewhere) into buffer r % 2, one commit group.
+  auto stage_a = [&](int r) {
+    unsigned char* buf = chunk_smem + (r & 1) * kChunkBytes;
+    constexpr int kChunksPerRow = kWarps * 8;  // 16-byte chunks: 8 per 64-element step
+    for (int i = threadIdx.x; i < 8 * kGroups * kChunksPerRow; i += kWarps * 32) {
+      const int row = i / kChunksPerRow, c = i % kChunksPerRow;
+      const int kc = r * kWarps * kStep + c * 8;
+      const bool valid = row < m && kc < k;
+      const T* src = a + (valid ? static_cast<size_t>(row) * k + kc : 0);
+      const uint32_t dst =
+          static_cast<uint32_t>(__cvta_generic_to_shared(buf + row * kRowBytes + c * 16));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                   "r"(valid ? 16 : 0)
+                   : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
+  struct Round {
+    uint4 b[2][kRowTiles][2];  // [half][tile][row g / g+8]
+  };
+  auto load_round = [&](Round& rd, int r) {
+    const int step = r * kWarps + warp;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int kc = step * kStep + half * 32 + q * 8;
+      const bool in = r < rounds && kc < k;
+#pragma unroll
+      for (int t = 0; t < kRowTiles; ++t) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          rd.b[half][t][h] = in ? load_streamed(brow[t][h] + kc) : make_uint4(0, 0, 0, 0);
+        }
+      }
+    }
+  };
+  float acc[kRowTiles][kGroups][4];
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t) {
+#pragma unroll
+    for (int ng = 0; ng < kGroups; ++ng) acc[t][ng][0] = acc[t][ng][1] = acc[t][ng][2] = acc[t][ng][3] = 0.f;
+  }
+  auto mma_round = [&](const Round& rd, int r) {
+    const unsigned char* buf = chunk_smem + (r & 1) * kChunkBytes;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int ng = 0; ng < kGroups; ++ng) {
+        const uint4 x = *reinterpret_cast<const uint4*>(buf + (ng * 8 + g) * kRowBytes + warp * 128 +
+                                                        half * 64 + q * 16);
+#pragma unroll
+        for (int t = 0; t < kRowTiles; ++t) {
+          const uint4 lo = rd.b[half][t][0], hi = rd.b[half][t][1];
+          Mma<T>::run(acc[t][ng], lo.x, hi.x, lo.y, hi.y, x.x, x.y);
+          Mma<T>::run(acc[t][ng], lo.z, hi.z, lo.w, hi.w, x.z, x.w);
+        }
+      }
+    }
+  };
+
+  stage_a(0);
+  if (rounds > 1) stage_a(1);
+  else asm volatile("cp.async.commit_group;" ::: "memory");  // keep one group per round
+  Round cur, next;
+  load_round(cur, 0);
+  load_round(next, 1);
+  for (int r = 0; r < rounds; ++r) {
+    asm volatile("cp.async.wait_group 1;" ::: "memory");  // this thread's copies of round r
+    __syncthreads();                                       // everyone's
+    mma_round(cur, r);
+    __syncthreads();  // buffer r % 2 read by every warp: round r + 2 may take it
+    if (r + 2 < rounds) stage_a(r + 2);
+    else asm volatile("cp.async.commit_group;" ::: "memory");
+    cur = next;
+    load_round(next, r + 2);
+  }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  reduce_and_store<T, kWarps, kRowTiles, kGroups>(acc, d, m, n, n0, Slices{});
+}
+
+template <class T, int kGroups, int kWarps, int kRowTiles>
+cudaError_t launch_kchunk(const gemm::Problem& p, cudaStream_t stream) {
+  constexpr int kSmem = 2 * 8 * kGroups * (kWarps * 128 + kRowsPad);
+  auto kernel = gemv_kchunk_kernel<T, kWarps, kRowTiles, kGroups>;
+  static std::atomic<uint64_t> opted{0};  // above 48 KB a kernel opts in, once per device
+  int dev = 0;
+  cudaGetDevice(&dev);
+  const uint64_t bit = uint64_t{1} << (dev & 63);
+  if (!(opted.load(std::memory_order_relaxed) & bit)) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (err != cudaSuccess) return err;
+    opted.fetch_or(bit, std::memory_order_relaxed);
+  }
+  const unsigned blocks = static_cast<unsigned>((p.n + 16 * kRowTiles - 1) / (16 * kRowTiles));
+  kernel<<<blocks, kWarps * 32, kSmem, stream>>>(static_cast<const T*>(p.a),
+                                                 static_cast<const T*>(p.b), static_cast<T*>(p.d),
+                                                 p.m, p.n, p.k);
+  return cudaGetLastError();
+}
+
 // blocks_per_sm: register variants by registers (u2r1: 128 per thread, 16
 // warps per SM; w4u4r1 208, w8u2r2 200), cp.async variants by shared memory
 // (warps * stages * 3 KB + the reduction's partials, of 227 KB).
@@ -643,6 +773,8 @@ constexpr Variant kVariants[kNumVariants] = {
     {8, 1, 4, 0, 1},
     // row-split (gemv_rows_kernel): 16 warps per SM at 128 registers, or 8 with 4 steps in flight
     {8, 2, 1, 0, 2, true}, {16, 2, 1, 0, 1, true}, {8, 4, 1, 0, 1, true},
+    // K-chunked (gemv_kchunk_kernel): A's round staged in shared memory, 32 B rows per block
+    {8, 1, 2, 0, 2, false, true}, {16, 1, 2, 0, 1, false, true},
 };
 
 template <class T, int G>
@@ -672,6 +804,10 @@ cudaError_t run_typed(const gemm::Problem& p, int index, const Slices& slices,
       return launch_async<T, G, 8, 4>(p, slices, stream);
     case 10:
       return launch<T, G, 8, 1, 4>(p, stream);
+    case 14:
+      return launch_kchunk<T, G, 8, 2>(p, stream);
+    case 15:
+      return launch_kchunk<T, G, 16, 2>(p, stream);
     default:
       return cudaErrorInvalidValue;
   }
@@ -711,8 +847,11 @@ Variant variant(int index) {
 
 std::string plan_name(const Plan& plan) {
   const Variant v = variant(plan.variant);
-  std::string name = (v.rows ? "gemv/rows_w" : "gemv/w") + std::to_string(v.warps);
-  if (v.rows) {
+  std::string name =
+      (v.rows ? "gemv/rows_w" : v.kchunk ? "gemv/ks_w" : "gemv/w") + std::to_string(v.warps);
+  if (v.kchunk) {
+    name += "r" + std::to_string(v.row_tiles);
+  } else if (v.rows) {
     name += "u" + std::to_string(v.unroll);
   } else if (v.stages > 0) {
     name += "s" + std::to_string(v.stages);
@@ -779,7 +918,7 @@ const char* can_implement(const gemm::Problem& p, const Plan& plan) {
   const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 != 0; };
   if (misaligned(p.a) || misaligned(p.b)) return "a and b must be 16-byte aligned";
   const Variant v = kVariants[plan.variant];
-  if (p.m > 8 && v.warps == 16 && v.stages == 0 && !v.rows) return "gemv/w16u2r1 takes at most 8 rows of A";
+  if (p.m > 8 && plan.variant == 3) return "gemv/w16u2r1 takes at most 8 rows of A";
   if (plan.splits < 1 || plan.splits > 65535) return "splits must be in 1..65535";
   if (v.rows) {
     if (plan.splits > kMaxClusterSplits)
