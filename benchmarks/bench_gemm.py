@@ -98,14 +98,15 @@ DECODE_NK = [  # (N, K): square 8192 weights, Llama-70B QKV unsharded, then TP=8
     (8192, 8192), (10240, 8192), (8192, 3584), (3584, 8192), (8192, 1024), (1280, 8192)]
 DECODE_M = [1, 16, 64, 333]
 GEMV_VARIANTS = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
-                 "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4"]
+                 "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4", "rows_w8u2", "rows_w16u2", "rows_w8u4", "ks_w8r2", "ks_w16r2"]
 
 
-GEMV_BLOCKS_PER_SM = [8, 4, 2, 1, 2, 1, 6, 4, 2, 2, 1]  # gemv_sm90.cu kVariants
+GEMV_BLOCKS_PER_SM = [8, 4, 2, 1, 2, 1, 6, 4, 2, 2, 1, 2, 1, 1, 2, 1]  # gemv_sm90.cu kVariants
 SWAP_VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_streamk",
                  "swap_128x128_streamk", "swap_128x176_c2x2", "swap_128x192_c2x1",
-                 "swap_64x64_ping"]  # gemm_swap_dispatch.cu order
-SWAP_TILE_TOKENS = [176, 176, 64, 128, 176, 192, 64]
+                 "swap_64x64_ping", "swap_64x16_ping", "swap_128x16_streamk", "swap_128x112_streamk",
+                 "swap_64x176_ping"]  # gemm_swap_dispatch.cu order
+SWAP_TILE_TOKENS = [176, 176, 64, 128, 176, 192, 64, 16, 16, 112, 176]
 
 
 def decode_candidates(m: int, n: int = 8192, k: int = 8192, sms: int = 132) -> list[str]:
@@ -118,12 +119,13 @@ def decode_candidates(m: int, n: int = 8192, k: int = 8192, sms: int = 132) -> l
             splits = min(sms * GEMV_BLOCKS_PER_SM[v] // tiles, steps // 8)
             if splits > 1:
                 names.append(f"gemv:{v}/k{splits}")
-        # from 9 rows the swapped GEMM's 64-wide stream-K tile too, against the GEMV
+        # from 9 rows the swapped GEMM's 64-wide stream-K tile too, against the GEMV (and the
+        # 16-wide tiles of session 9)
         return names + ["cutlass:ping_64x128_c1x1/s1/m", "cutlass:ping_64x256_c1x1/s8/m"] + (
-            ["swap:2", "swap:6"] if m > 8 else [])
+            ["swap:2", "swap:6", "swap:7", "swap:8"] if m > 8 else [])
     # The swapped-operand GEMM (gemm_swap_api.h: A's rows on the MMA's N), every variant whose
     # token tile is no wider than 2 M (the small-M tuner's own filter is stricter).
-    swaps = [f"swap:{v}" for v, width in enumerate(SWAP_TILE_TOKENS) if width <= 2 * m]
+    swaps = [f"swap:{v}" for v, width in enumerate(SWAP_TILE_TOKENS) if 64 <= width <= 2 * m]
     if m <= 128:  # run 1: the 64-row tiles (split-K lost everywhere in run 1)
         return ["cutlass:ping_64x128_c1x1/s1/m", "cutlass:ping_64x128k128_c1x1/s1/m",
                 "cutlass:ping_64x128_c1x1/s8/n"] + swaps
@@ -192,6 +194,7 @@ def decode_cases(args, save) -> int:
                     names = (["cublas", "linear", "auto"] + [c for c in names[3:] if c.startswith("cutlass:")][:1]
                              + (["gemv:1", "gemv:2", "gemv:7"] if m <= 16 else [])
                              + (["gemv:5", "gemv:10"] if 8 < m <= 16 else [])
+                             + (["gemv:11", "gemv:12", "gemv:13", "gemv:14", "gemv:15"] if m <= 16 else [])
                              + [c for c in names if c.startswith("swap:")])
                 cands, errors = {}, {}
                 for c in names:
@@ -199,7 +202,7 @@ def decode_cases(args, save) -> int:
                         fns = [decode_runner(c, a, b) for a, b in sets]
                         fns[0]()
                         cands[c] = fns
-                    except RuntimeError as e:
+                    except (RuntimeError, ValueError) as e:  # ValueError: the op's can_implement
                         errors[c] = str(e).splitlines()[0]
                 torch.cuda.synchronize()
                 per_round = [interleaved_ms(cands, iters=args.iters, reps=reps) for _ in range(args.rounds)]

@@ -443,6 +443,20 @@ bool small_runs(const gemm::Problem& p, const SmallPlan& c, int sms) {
   return c.kind == SmallPlan::kEngine;
 }
 
+// Session 9's small-M kernels: the swapped variants 7-10 (64x16 ping, 128x16 stream-K, 128x112
+// stream-K, 64x176 ping) passed their tests on the GPU (s9 run 2) and are candidates; the
+// row-split GEMV variants 11-13 ran 40.7-52.4 us at 1x8192x8192 where w8u2r1 runs 35.7 (s9 run
+// 2) and were not all checked, and the K-chunked variants 14-15 (written after run 2) have not
+// run on a GPU: candidates only with MKERNEL_GEMM_SMALLM_S9=1.
+bool s9_candidates() {
+  static const bool on = [] {
+    const char* v = std::getenv("MKERNEL_GEMM_SMALLM_S9");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+constexpr int kFirstS9Gemv = 11;  // gemv_sm90.cu: rows_w8u2 onwards (and ks_w8r2, ks_w16r2)
+
 // The candidates of p: the engine's plan first, then the swapped variants that fit M, then
 // (9 to 16 rows) the GEMV's by-shape plan and its register variants for two groups of rows.
 std::vector<SmallPlan> small_candidates(const gemm::Problem& p, int sms) {
@@ -464,13 +478,18 @@ std::vector<SmallPlan> small_candidates(const gemm::Problem& p, int sms) {
     // A rows again (as many bytes as its B rows): w4u2r1 (the by-shape plan) ran 0.83-0.98x
     // cuBLAS at M=16 (s6 run 2); w8u2r2 and w8u1r4 read A once per 32 and 64 rows; the
     // swapped 64-wide tiles and the engine's tiles once per tile of 64-128 weight rows.
-    for (const gemv::Plan g :
-         {by_shape, gemv::Plan{10, 1}, gemv::Plan{5, 1}, gemv::Plan{2, 1}, gemv::Plan{1, 1}}) {
+    // Session 9: the row-split variants (warps split B's rows, A staged once per block in shared
+    // memory, K split over a cluster), each with its by-shape split.
+    const auto rows = [&](int v) { return gemv::plan_for_variant(v, p.m, p.n, p.k, sms); };
+    for (const gemv::Plan g : {by_shape, gemv::Plan{10, 1}, gemv::Plan{5, 1}, gemv::Plan{2, 1},
+                               gemv::Plan{1, 1}, rows(11), rows(12), rows(13), gemv::Plan{14, 1},
+                               gemv::Plan{15, 1}}) {
       bool seen = false;
       for (const SmallPlan& o : out) {
         seen |= o.kind == SmallPlan::kGemv && o.gemv.variant == g.variant && o.gemv.splits == g.splits;
       }
       if (seen || gemv::can_implement(p, g) != nullptr) continue;
+      if (g.variant >= kFirstS9Gemv && !s9_candidates()) continue;
       SmallPlan c;
       c.kind = SmallPlan::kGemv;
       c.gemv = g;

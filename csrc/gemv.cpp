@@ -24,7 +24,7 @@ namespace mkernel {
 namespace {
 constexpr const char* kOp = "mkernel.gemv";
 constexpr int64_t kMaxRows = 16;  // gemv::kMaxRows (the header needs CUDA)
-constexpr int64_t kNumVariants = 11;  // gemv::kNumVariants
+constexpr int64_t kNumVariants = 16;  // gemv::kNumVariants
 
 void validate_gemv(const at::Tensor& a, const at::Tensor& b, int64_t variant, int64_t splits) {
   validation::check_linear_operands(kOp, a, "[M, K]", b, "[N, K]", "K");
@@ -90,7 +90,11 @@ at::Tensor gemv_cuda(const at::Tensor& a, const at::Tensor& b, int64_t variant, 
   const gemm::Problem p = engine_problem(kOp, a, b, out.data_ptr(), m, n, k);
   gemv::Plan plan = gemv::select_plan(static_cast<int>(m), static_cast<int>(n),
                                       static_cast<int>(k), device_sms());
-  if (variant >= 0) plan = {static_cast<int>(variant), splits > 0 ? static_cast<int>(splits) : 1};
+  if (variant >= 0) {  // splits 0: the variant's by-shape split (row-split variants: a cluster's)
+    plan = splits > 0 ? gemv::Plan{static_cast<int>(variant), static_cast<int>(splits)}
+                      : gemv::plan_for_variant(static_cast<int>(variant), static_cast<int>(m),
+                                               static_cast<int>(n), static_cast<int>(k), device_sms());
+  }
   if (variant < 0 && splits > 0) plan.splits = static_cast<int>(splits);
   if (const char* why = gemv::can_implement(p, plan)) {
     TORCH_CHECK_VALUE(false, kOp, ": cannot run M=", m, " N=", n, " K=", k, " with ",

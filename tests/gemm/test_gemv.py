@@ -15,11 +15,12 @@ import mkernel
 
 from .test_gemm_engine import HOPPER, needs_hopper, poison_next_allocation
 
-REGISTER_VARIANTS = [0, 1, 2, 3, 4, 5, 10]  # gemv_sm90.cu kVariants: register-pipelined
+REGISTER_VARIANTS = [0, 1, 2, 3, 4, 5, 10, 14, 15]  # gemv_sm90.cu kVariants: register-pipelined
 ASYNC_VARIANTS = range(6, 10)  # cp.async: the ones that split K over blocks
-VARIANTS = range(11)
+VARIANTS = range(16)
+ROWS_VARIANTS = range(11, 14)  # row-split: K split over a cluster's blocks (<= 8)
 VARIANT_NAMES = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
-                 "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4"]
+                 "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4", "rows_w8u2", "rows_w16u2", "rows_w8u4", "ks_w8r2", "ks_w16r2"]
 DTYPES = [torch.bfloat16, torch.float16]
 
 
@@ -88,6 +89,33 @@ def test_gemv_split_k_matches_reference(variant):
                 check(out, a, b, what)
                 # slices are added in a fixed order: the same bits again
                 assert torch.equal(out, torch.ops.mkernel.gemv(a, b, variant, splits)), what
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ROWS_VARIANTS)
+def test_gemv_rows_split_k_matches_reference(variant):
+    """Row-split variants: K split over the blocks of a cluster (1 to 8; slices of uneven step
+    counts, a slice past a short K), partials added through distributed shared memory in rank
+    order: right, and the same bits again."""
+    for splits in (1, 2, 3, 5, 8):
+        for m in (1, 8, 9, 16):
+            for n, k in [(24, 1000), (1000, 4104), (136, 72), (4104, 8200)]:
+                dtype = DTYPES[(splits + m + n) % 2]
+                a, b = operands(m, n, k, dtype, seed=splits * 19 + m + n + k)
+                if splits == 1 and m > 8 and k > 6000:  # 16 rows x 8200 of A: > 227 KB of smem
+                    with pytest.raises(ValueError, match="too long for the row-split"):
+                        torch.ops.mkernel.gemv(a, b, variant, splits)
+                    continue
+                ptr = poison_next_allocation((m, n), dtype, "cuda")
+                out = torch.ops.mkernel.gemv(a, b, variant, splits)
+                assert out.data_ptr() == ptr, "poisoning is not effective"
+                what = f"variant {VARIANT_NAMES[variant]} splits={splits} m={m} n={n} k={k} {dtype}"
+                check(out, a, b, what)
+                assert torch.equal(out, torch.ops.mkernel.gemv(a, b, variant, splits)), what
+    a, b = operands(16, 64, 256, torch.bfloat16, seed=2)
+    with pytest.raises(ValueError, match="at most 8 blocks"):
+        torch.ops.mkernel.gemv(a, b, variant, 9)
 
 
 @needs_hopper

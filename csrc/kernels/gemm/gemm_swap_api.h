@@ -26,7 +26,7 @@
 
 namespace mkernel::gemm_swap {
 
-constexpr int kNumVariants = 7;
+constexpr int kNumVariants = 11;
 
 // "swap_128x176_c2x1" etc.: the tile in the swapped problem (B rows x A rows).
 const char* variant_name(int variant);

@@ -17,6 +17,10 @@ MKERNEL_GEMM_SWAP_VARIANT(swap_128x128_streamk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_c2x2)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x192_c2x1)
 MKERNEL_GEMM_SWAP_VARIANT(swap_64x64_ping)
+MKERNEL_GEMM_SWAP_VARIANT(swap_64x16_ping)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x16_streamk)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x112_streamk)
+MKERNEL_GEMM_SWAP_VARIANT(swap_64x176_ping)
 #undef MKERNEL_GEMM_SWAP_VARIANT
 
 struct Entry {
@@ -39,6 +43,12 @@ constexpr Entry kEntries[kNumVariants] = {
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_c2x2, 176, 2, 2),
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x192_c2x1, 192, 2, 1),
     MKERNEL_GEMM_SWAP_ENTRY(swap_64x64_ping, 64, 1, 1),
+    // session 9: 9-16 tokens without padding to 64; 333 tokens in 3 x 112 (0.9% padding) or
+    // ping-pong 64x176
+    MKERNEL_GEMM_SWAP_ENTRY(swap_64x16_ping, 16, 1, 1),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x16_streamk, 16, 1, 1),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x112_streamk, 112, 1, 1),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_64x176_ping, 176, 1, 1),
 };
 #undef MKERNEL_GEMM_SWAP_ENTRY
 }  // namespace detail
@@ -87,9 +97,10 @@ int candidates(int m, int n, int k, int sm_count, int* out, int capacity) {
     // Narrow token tiles past twice their width: compute-bound by then, and many narrow tiles
     // run far below a wide one's rate (s6 run 3, 333x8192x8192: 64-wide 178-208 us, 128-wide
     // 121 us, 176-wide 75 us).
-    if (m > 2 * e.tile_tokens && e.tile_tokens < 176) continue;
-    // Tokens padded past 25% of the work: another variant fits better.
+    // (Session 9: unless they pad by 2% at most: 333 tokens in 3 x 112 = 336.)
     const int tiles = (m + e.tile_tokens - 1) / e.tile_tokens;
+    if (m > 2 * e.tile_tokens && e.tile_tokens < 176 && tiles * e.tile_tokens * 50 > m * 51) continue;
+    // Tokens padded past 25% of the work: another variant fits better.
     if (m >= e.tile_tokens && tiles * e.tile_tokens * 4 > m * 5) continue;
     out[count++] = v;
   }

@@ -35,8 +35,14 @@ struct Variant {
   int row_tiles;
   int stages;
   int blocks_per_sm;
+  // Row-split (session 9): the warps of a block split B's rows (one 16-row tile each) and share
+  // A's K slice staged in shared memory; K split over the `splits` blocks of a cluster.
+  bool rows = false;
+  // K-chunked (session 9): warps split K as in the register variants, A's slice of each round
+  // of the block staged in shared memory (double-buffered, a barrier per round).
+  bool kchunk = false;
 };
-constexpr int kNumVariants = 11;
+constexpr int kNumVariants = 16;
 Variant variant(int index);
 
 // What runs: a variant, and over how many blocks each 16-row tile's K is split
@@ -46,12 +52,17 @@ struct Plan {
   int variant = 0;
   int splits = 1;
 };
-// "gemv/w<warps>u<unroll>r<row_tiles>" or "gemv/w<warps>s<stages>[/k<splits>]"
+// "gemv/w<warps>u<unroll>r<row_tiles>", "gemv/w<warps>s<stages>[/k<splits>]" or
+// "gemv/rows_w<warps>u<unroll>[/k<splits>]" or "gemv/ks_w<warps>r<row_tiles>"
 // (what gemm_plan reports).
 std::string plan_name(const Plan& plan);
 
 // The plan config "auto" runs for this shape (deterministic: no timing).
 Plan select_plan(int m, int n, int k, int sm_count);
+
+// `variant` with its by-shape K split: the row-split variants split K over the most blocks
+// (at most 8, one cluster) that still fit one wave on `sm_count` SMs; the others 1.
+Plan plan_for_variant(int variant, int m, int n, int k, int sm_count);
 
 // Why the problem can't run with this plan (nullptr if it can): M, alignment,
 // grouped problems, splits.

@@ -427,6 +427,340 @@ cudaError_t launch_async(const gemm::Problem& p, const Slices& slices, cudaStrea
   return cudaGetLastError();
 }
 
+// The row-split GEMV (variants "rows_w<warps>u<unroll>", session 9), for 9 to 16 rows of A
+// where the K-split variants above read 3.3 TB/s against M=1's 3.8: there every warp of a
+// block reads A's fragments of its own K stretch from L2 (A once per block for 16-64 B rows)
+// and the two groups of A rows take ~200 registers (8 warps per SM). Here the warps of a block
+// split B's rows instead (each warp one 16-row tile, a contiguous stretch of K for each of its
+// rows) and share A: the block's K slice of A (at most 16 rows) is staged once into shared
+// memory, so the registers hold only B in flight (128 per thread: 16 warps per SM) and A's L2
+// traffic is once per 16 * warps rows. K is split over the `splits` blocks of a cluster
+// (blockIdx.y, the cluster's rank) so that 8192 weight rows still fill every SM; rank 0 adds
+// the other blocks' fp32 partials through distributed shared memory in rank order (the same
+// bits whatever the timing; no workspace, no global traffic).
+__device__ __forceinline__ void cluster_sync_all() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::
+                   : "memory");
+}
+__device__ __forceinline__ float4 load_cluster_shared(const float4* local, uint32_t rank) {
+  uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(local)), remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(remote)
+               : "memory");
+  return v;
+}
+
+// Shared memory of the row-split GEMV: A's slice (8 * groups rows, each `row_bytes`: the
+// slice's 128-byte steps + 64 bytes, so that a quarter-warp's 16-byte reads of rows g and g+1
+// fall in distinct banks), then the partials rank 0 reads (one float4 per warp, group, lane).
+constexpr int kRowsPad = 64;
+__host__ __device__ constexpr int rows_row_bytes(int slice_steps) {
+  return slice_steps * 128 + kRowsPad;
+}
+__host__ __device__ constexpr int rows_smem_bytes(int warps, int groups, int slice_steps) {
+  return 8 * groups * rows_row_bytes(slice_steps) + warps * groups * 32 * 16;
+}
+
+template <int kWarps, int kUnroll>
+constexpr int kRowsMinBlocks = kUnroll <= 2 ? (16 / kWarps > 0 ? 16 / kWarps : 1) : 1;
+
+template <class T, int kWarps, int kUnroll, int kGroups>
+__global__ void __launch_bounds__(kWarps * 32, (kRowsMinBlocks<kWarps, kUnroll>))
+    gemv_rows_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ d, int m,
+                     int n, int k, int slice_steps) {
+  constexpr int kStep = 64;
+  extern __shared__ __align__(16) unsigned char rows_smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int row_bytes = rows_row_bytes(slice_steps);
+  unsigned char* a_smem = rows_smem;
+  float4* partials = reinterpret_cast<float4*>(rows_smem + 8 * kGroups * row_bytes);
+
+  // This block's K slice (cluster rank blockIdx.y of gridDim.y), in 64-element steps.
+  const int steps = (k + kStep - 1) / kStep;
+  const int splits = static_cast<int>(gridDim.y);
+  // 32-bit: steps * splits < 2^31 for any K the shared slice takes (a 64-bit division is a call)
+  const int first = static_cast<int>(static_cast<unsigned>(steps) * blockIdx.y / splits);
+  const int nsteps =
+      static_cast<int>(static_cast<unsigned>(steps) * (blockIdx.y + 1) / splits) - first;
+  const int k0 = first * kStep;
+
+  // Stage A's slice: 8 16-byte chunks per step and row; past K or past m: zeros.
+  {
+    const int chunks_per_row = nsteps * 8;
+    const int total = 8 * kGroups * chunks_per_row;
+    for (int i = threadIdx.x; i < total; i += kWarps * 32) {
+      const int row = i / chunks_per_row, c = i - row * chunks_per_row;
+      const int kc = k0 + c * 8;
+      const bool valid = row < m && kc < k;
+      const T* src = a + (valid ? static_cast<size_t>(row) * k + kc : 0);
+      const uint32_t dst =
+          static_cast<uint32_t>(__cvta_generic_to_shared(a_smem + row * row_bytes + c * 16));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                   "r"(valid ? 16 : 0)
+                   : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+
+  // This warp's 16 rows of B (g and g+8 per lane), clamped in bounds (never stored).
+  const int n0 = (blockIdx.x * kWarps + warp) * 16;
+  const T* brow[2] = {b + static_cast<size_t>(min(n0 + g, n - 1)) * k,
+                      b + static_cast<size_t>(min(n0 + 8 + g, n - 1)) * k};
+
+  struct Round {
+    uint4 b[kUnroll][2][2];  // [step][half][row g / g+8]
+  };
+  auto load_round = [&](Round& r, int s0) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int kc = k0 + (s0 + u) * kStep + half * 32 + q * 8;
+        const bool in = s0 + u < nsteps && kc < k;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          r.b[u][half][h] = in ? load_streamed(brow[h] + kc) : make_uint4(0, 0, 0, 0);
+        }
+      }
+    }
+  };
+  float acc[kGroups][4];
+#pragma unroll
+  for (int ng = 0; ng < kGroups; ++ng) acc[ng][0] = acc[ng][1] = acc[ng][2] = acc[ng][3] = 0.f;
+  auto mma_round = [&](const Round& r, int s0) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (s0 + u >= nsteps) break;  // B is zero there, but A's smem past the slice is not
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const uint4 lo = r.b[u][half][0], hi = r.b[u][half][1];
+#pragma unroll
+        for (int ng = 0; ng < kGroups; ++ng) {
+          const uint4 x = *reinterpret_cast<const uint4*>(
+              a_smem + (ng * 8 + g) * row_bytes + (s0 + u) * 128 + half * 64 + q * 16);
+          Mma<T>::run(acc[ng], lo.x, hi.x, lo.y, hi.y, x.x, x.y);
+          Mma<T>::run(acc[ng], lo.z, hi.z, lo.w, hi.w, x.z, x.w);
+        }
+      }
+    }
+  };
+
+  // Two rounds of B are in flight while A lands; then each round's MMAs run while the next
+  // round's loads are in flight (the registers double-buffered, as in gemv_kernel).
+  Round cur, next;
+  load_round(cur, 0);
+  load_round(next, kUnroll);
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  __syncthreads();
+  int s = 0;
+  for (; s + kUnroll < nsteps; s += kUnroll) {
+    mma_round(cur, s);
+    cur = next;
+    load_round(next, s + 2 * kUnroll);
+  }
+  mma_round(cur, s);
+
+  if (splits > 1) {
+#pragma unroll
+    for (int ng = 0; ng < kGroups; ++ng) {
+      partials[(warp * kGroups + ng) * 32 + lane] =
+          make_float4(acc[ng][0], acc[ng][1], acc[ng][2], acc[ng][3]);
+    }
+    cluster_sync_all();  // every rank's partials are in its shared memory
+    if (blockIdx.y == 0) {
+      for (int r = 1; r < splits; ++r) {
+#pragma unroll
+        for (int ng = 0; ng < kGroups; ++ng) {
+          const float4 v =
+              load_cluster_shared(partials + (warp * kGroups + ng) * 32 + lane, static_cast<uint32_t>(r));
+          acc[ng][0] += v.x, acc[ng][1] += v.y, acc[ng][2] += v.z, acc[ng][3] += v.w;
+        }
+      }
+    }
+    cluster_sync_all();  // rank 0 has read them: the other blocks may exit
+    if (blockIdx.y != 0) return;
+  }
+#pragma unroll
+  for (int ng = 0; ng < kGroups; ++ng) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int col = n0 + (j >> 1) * 8 + g;
+      const int row = ng * 8 + 2 * q + (j & 1);
+      if (row < m && col < n) d[static_cast<size_t>(row) * n + col] = Mma<T>::from_float(acc[ng][j]);
+    }
+  }
+}
+
+template <class T, int kGroups, int kWarps, int kUnroll>
+cudaError_t launch_rows(const gemm::Problem& p, int splits, cudaStream_t stream) {
+  const int steps = (p.k + 63) / 64;
+  const int slice_steps = (steps + splits - 1) / splits;
+  const int smem = rows_smem_bytes(kWarps, kGroups, slice_steps);
+  auto kernel = gemv_rows_kernel<T, kWarps, kUnroll, kGroups>;
+  static std::atomic<uint64_t> opted{0};  // above 48 KB a kernel opts in, once per device
+  int dev = 0;
+  cudaGetDevice(&dev);
+  const uint64_t bit = uint64_t{1} << (dev & 63);
+  if (!(opted.load(std::memory_order_relaxed) & bit)) {
+    int optin = 0;
+    cudaError_t err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (err == cudaSuccess) {
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    }
+    if (err != cudaSuccess) return err;
+    opted.fetch_or(bit, std::memory_order_relaxed);
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>((p.n + 16 * kWarps - 1) / (16 * kWarps)),
+                     static_cast<unsigned>(splits), 1);
+  cfg.blockDim = dim3(kWarps * 32, 1, 1);
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = static_cast<unsigned>(splits);
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<const T*>(p.a), static_cast<const T*>(p.b),
+                            static_cast<T*>(p.d), p.m, p.n, p.k, slice_steps);
+}
+
+// The K-chunked GEMV (variants "ks_w<warps>r<row_tiles>", session 9, after run 2): the access
+// pattern of the M=1 kernel (warps split K, each row read in 1-2 KB contiguous runs per round
+// by the block: s9 run 2 measured the row-split variants, whose warps each read their own rows
+// 256-512 B at a time, at 40.7-52.4 us against 35.7 at 1x8192x8192), with A out of the
+// registers: round r of the block covers K steps [r * warps, (r + 1) * warps), and A's slice of
+// that round (<= 16 rows) is staged into shared memory by cp.async two rounds ahead (double
+// buffer, a barrier per round). Registers hold only B (16 warps per SM from 9 rows), A's L2
+// traffic is once per 16 * row_tiles rows of B.
+template <class T, int kWarps, int kRowTiles, int kGroups>
+__global__ void __launch_bounds__(kWarps * 32, (16 / kWarps > 0 ? 16 / kWarps : 1))
+    gemv_kchunk_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ d, int m,
+                       int n, int k) {
+  constexpr int kStep = 64;
+  constexpr int kRowBytes = kWarps * 128 + kRowsPad;  // one round of one A row, padded
+  constexpr int kChunkBytes = 8 * kGroups * kRowBytes;
+  extern __shared__ __align__(16) unsigned char chunk_smem[];  // [2][8 * groups rows][kRowBytes]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int n0 = blockIdx.x * 16 * kRowTiles;
+  const int steps = (k + kStep - 1) / kStep;
+  const int rounds = (steps + kWarps - 1) / kWarps;
+
+  const T* brow[kRowTiles][2];
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      brow[t][h] = b + static_cast<size_t>(min(n0 + t * 16 + h * 8 + g, n - 1)) * k;
+    }
+  }
+  // Round r's A (rows < m, k < K; zeros elsewhere) into buffer r % 2, one commit group.
+  auto stage_a = [&](int r) {
+    unsigned char* buf = chunk_smem + (r & 1) * kChunkBytes;
+    constexpr int kChunksPerRow = kWarps * 8;  // 16-byte chunks: 8 per 64-element step
+    for (int i = threadIdx.x; i < 8 * kGroups * kChunksPerRow; i += kWarps * 32) {
+      const int row = i / kChunksPerRow, c = i % kChunksPerRow;
+      const int kc = r * kWarps * kStep + c * 8;
+      const bool valid = row < m && kc < k;
+      const T* src = a + (valid ? static_cast<size_t>(row) * k + kc : 0);
+      const uint32_t dst =
+          static_cast<uint32_t>(__cvta_generic_to_shared(buf + row * kRowBytes + c * 16));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                   "r"(valid ? 16 : 0)
+                   : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
+  struct Round {
+    uint4 b[2][kRowTiles][2];  // [half][tile][row g / g+8]
+  };
+  auto load_round = [&](Round& rd, int r) {
+    const int step = r * kWarps + warp;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int kc = step * kStep + half * 32 + q * 8;
+      const bool in = r < rounds && kc < k;
+#pragma unroll
+      for (int t = 0; t < kRowTiles; ++t) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          rd.b[half][t][h] = in ? load_streamed(brow[t][h] + kc) : make_uint4(0, 0, 0, 0);
+        }
+      }
+    }
+  };
+  float acc[kRowTiles][kGroups][4];
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t) {
+#pragma unroll
+    for (int ng = 0; ng < kGroups; ++ng) acc[t][ng][0] = acc[t][ng][1] = acc[t][ng][2] = acc[t][ng][3] = 0.f;
+  }
+  auto mma_round = [&](const Round& rd, int r) {
+    const unsigned char* buf = chunk_smem + (r & 1) * kChunkBytes;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int ng = 0; ng < kGroups; ++ng) {
+        const uint4 x = *reinterpret_cast<const uint4*>(buf + (ng * 8 + g) * kRowBytes + warp * 128 +
+                                                        half * 64 + q * 16);
+#pragma unroll
+        for (int t = 0; t < kRowTiles; ++t) {
+          const uint4 lo = rd.b[half][t][0], hi = rd.b[half][t][1];
+          Mma<T>::run(acc[t][ng], lo.x, hi.x, lo.y, hi.y, x.x, x.y);
+          Mma<T>::run(acc[t][ng], lo.z, hi.z, lo.w, hi.w, x.z, x.w);
+        }
+      }
+    }
+  };
+
+  stage_a(0);
+  if (rounds > 1) stage_a(1);
+  else asm volatile("cp.async.commit_group;" ::: "memory");  // keep one group per round
+  Round cur, next;
+  load_round(cur, 0);
+  load_round(next, 1);
+  for (int r = 0; r < rounds; ++r) {
+    asm volatile("cp.async.wait_group 1;" ::: "memory");  // this thread's copies of round r
+    __syncthreads();                                       // everyone's
+    mma_round(cur, r);
+    __syncthreads();  // buffer r % 2 read by every warp: round r + 2 may take it
+    if (r + 2 < rounds) stage_a(r + 2);
+    else asm volatile("cp.async.commit_group;" ::: "memory");
+    cur = next;
+    load_round(next, r + 2);
+  }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  reduce_and_store<T, kWarps, kRowTiles, kGroups>(acc, d, m, n, n0, Slices{});
+}
+
+template <class T, int kGroups, int kWarps, int kRowTiles>
+cudaError_t launch_kchunk(const gemm::Problem& p, cudaStream_t stream) {
+  constexpr int kSmem = 2 * 8 * kGroups * (kWarps * 128 + kRowsPad);
+  auto kernel = gemv_kchunk_kernel<T, kWarps, kRowTiles, kGroups>;
+  static std::atomic<uint64_t> opted{0};  // above 48 KB a kernel opts in, once per device
+  int dev = 0;
+  cudaGetDevice(&dev);
+  const uint64_t bit = uint64_t{1} << (dev & 63);
+  if (!(opted.load(std::memory_order_relaxed) & bit)) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (err != cudaSuccess) return err;
+    opted.fetch_or(bit, std::memory_order_relaxed);
+  }
+  const unsigned blocks = static_cast<unsigned>((p.n + 16 * kRowTiles - 1) / (16 * kRowTiles));
+  kernel<<<blocks, kWarps * 32, kSmem, stream>>>(static_cast<const T*>(p.a),
+                                                 static_cast<const T*>(p.b), static_cast<T*>(p.d),
+                                                 p.m, p.n, p.k);
+  return cudaGetLastError();
+}
+
 // blocks_per_sm: register variants by registers (u2r1: 128 per thread, 16
 // warps per SM; w4u4r1 208, w8u2r2 200), cp.async variants by shared memory
 // (warps * stages * 3 KB + the reduction's partials, of 227 KB).
@@ -437,6 +771,10 @@ constexpr Variant kVariants[kNumVariants] = {
     {2, 2, 1, 0, 8}, {4, 2, 1, 0, 4}, {8, 2, 1, 0, 2}, {16, 2, 1, 0, 1}, {4, 4, 1, 0, 2},
     {8, 2, 2, 0, 1}, {2, 1, 1, 6, 6}, {4, 1, 1, 4, 4}, {4, 1, 1, 8, 2},  {8, 1, 1, 4, 2},
     {8, 1, 4, 0, 1},
+    // row-split (gemv_rows_kernel): 16 warps per SM at 128 registers, or 8 with 4 steps in flight
+    {8, 2, 1, 0, 2, true}, {16, 2, 1, 0, 1, true}, {8, 4, 1, 0, 1, true},
+    // K-chunked (gemv_kchunk_kernel): A's round staged in shared memory, 32 B rows per block
+    {8, 1, 2, 0, 2, false, true}, {16, 1, 2, 0, 1, false, true},
 };
 
 template <class T, int G>
@@ -466,9 +804,35 @@ cudaError_t run_typed(const gemm::Problem& p, int index, const Slices& slices,
       return launch_async<T, G, 8, 4>(p, slices, stream);
     case 10:
       return launch<T, G, 8, 1, 4>(p, stream);
+    case 14:
+      return launch_kchunk<T, G, 8, 2>(p, stream);
+    case 15:
+      return launch_kchunk<T, G, 16, 2>(p, stream);
     default:
       return cudaErrorInvalidValue;
   }
+}
+
+template <class T, int G>
+cudaError_t run_rows_typed(const gemm::Problem& p, int index, int splits, cudaStream_t stream) {
+  switch (index) {
+    case 11:
+      return launch_rows<T, G, 8, 2>(p, splits, stream);
+    case 12:
+      return launch_rows<T, G, 16, 2>(p, splits, stream);
+    case 13:
+      return launch_rows<T, G, 8, 4>(p, splits, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+// Shared memory an SM offers one block (sm_90: 227 KB), and what the row-split GEMV needs.
+constexpr int kSmemPerBlock = 227 * 1024;
+constexpr int kMaxClusterSplits = 8;  // portable cluster size
+int rows_smem_for(const gemm::Problem& p, const Variant& v, int splits) {
+  const int steps = (p.k + 63) / 64;
+  return rows_smem_bytes(v.warps, p.m <= 8 ? 1 : 2, (steps + splits - 1) / splits);
 }
 
 int tiles_of(const gemm::Problem& p, const Variant& v) {
@@ -483,8 +847,13 @@ Variant variant(int index) {
 
 std::string plan_name(const Plan& plan) {
   const Variant v = variant(plan.variant);
-  std::string name = "gemv/w" + std::to_string(v.warps);
-  if (v.stages > 0) {
+  std::string name =
+      (v.rows ? "gemv/rows_w" : v.kchunk ? "gemv/ks_w" : "gemv/w") + std::to_string(v.warps);
+  if (v.kchunk) {
+    name += "r" + std::to_string(v.row_tiles);
+  } else if (v.rows) {
+    name += "u" + std::to_string(v.unroll);
+  } else if (v.stages > 0) {
     name += "s" + std::to_string(v.stages);
   } else {
     name += "u" + std::to_string(v.unroll) + "r" + std::to_string(v.row_tiles);
@@ -514,6 +883,31 @@ Plan select_plan(int m, int n, int k, int sm_count) {
   return {m <= 8 ? 2 : 1, 1};
 }
 
+Plan plan_for_variant(int index, int m, int n, int k, int sm_count) {
+  const Variant v = variant(index);
+  if (!v.rows) return {index, 1};
+  gemm::Problem p{};
+  p.m = m, p.n = n, p.k = k;
+  const long blocks_x = (static_cast<long>(n) + 16 * v.warps - 1) / (16 * v.warps);
+  const long slots = static_cast<long>(sm_count > 0 ? sm_count : 1);
+  const int steps = (k + 63) / 64;
+  int fits = 0;  // the fewest splits whose A slice fits in shared memory
+  for (int s = 1; s <= kMaxClusterSplits; ++s) {
+    if (s > 1 && s > steps) break;
+    const int smem = rows_smem_for(p, v, s);
+    if (smem > kSmemPerBlock) continue;
+    if (fits == 0) fits = s;
+  }
+  if (fits == 0) return {index, kMaxClusterSplits};  // can_implement says why
+  int best = fits;
+  for (int s = fits; s <= kMaxClusterSplits && (s == 1 || s <= steps); ++s) {
+    // blocks per SM: registers (v.blocks_per_sm) and shared memory (1 KB reserved per block)
+    const int per_sm = std::min(v.blocks_per_sm, kSmemPerBlock / (rows_smem_for(p, v, s) + 1024));
+    if (blocks_x * s <= slots * std::max(per_sm, 1)) best = s;
+  }
+  return {index, best};
+}
+
 const char* can_implement(const gemm::Problem& p, const Plan& plan) {
   if (plan.variant < 0 || plan.variant >= kNumVariants) return "no such GEMV variant";
   if (p.m < 1 || p.m > kMaxRows) return "the GEMV kernel takes 1 to 16 rows of A";
@@ -524,8 +918,15 @@ const char* can_implement(const gemm::Problem& p, const Plan& plan) {
   const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 != 0; };
   if (misaligned(p.a) || misaligned(p.b)) return "a and b must be 16-byte aligned";
   const Variant v = kVariants[plan.variant];
-  if (p.m > 8 && v.warps == 16 && v.stages == 0) return "gemv/w16u2r1 takes at most 8 rows of A";
+  if (p.m > 8 && plan.variant == 3) return "gemv/w16u2r1 takes at most 8 rows of A";
   if (plan.splits < 1 || plan.splits > 65535) return "splits must be in 1..65535";
+  if (v.rows) {
+    if (plan.splits > kMaxClusterSplits)
+      return "the row-split GEMV variants split K over at most 8 blocks (one cluster)";
+    if (rows_smem_for(p, v, plan.splits) > kSmemPerBlock)
+      return "K is too long for the row-split GEMV's shared slice of A: split it more";
+    return nullptr;
+  }
   if (plan.splits > 1) {
     if (v.stages == 0) return "only the cp.async GEMV variants split K over blocks";
     if (tiles_of(p, v) > kMaxSplitTiles) return "too many 16-row tiles to split K (> 16384)";
@@ -534,8 +935,8 @@ const char* can_implement(const gemm::Problem& p, const Plan& plan) {
 }
 
 size_t workspace_size(const gemm::Problem& p, const Plan& plan) {
-  if (plan.splits <= 1) return 0;
   const Variant v = variant(plan.variant);
+  if (plan.splits <= 1 || v.rows) return 0;  // row-split: partials in the cluster's smem
   const int groups = p.m <= 8 ? 1 : 2;
   return kCounterBytes + static_cast<size_t>(tiles_of(p, v)) * plan.splits * v.row_tiles * groups *
                              32 * sizeof(float4);
@@ -543,6 +944,16 @@ size_t workspace_size(const gemm::Problem& p, const Plan& plan) {
 
 cudaError_t run(const gemm::Problem& p, const Plan& plan, cudaStream_t stream, void* workspace) {
   if (can_implement(p, plan) != nullptr) return cudaErrorInvalidValue;
+  if (kVariants[plan.variant].rows) {
+    if (p.m <= 8) {
+      return p.dtype == gemm::DType::kBF16
+                 ? run_rows_typed<__nv_bfloat16, 1>(p, plan.variant, plan.splits, stream)
+                 : run_rows_typed<__half, 1>(p, plan.variant, plan.splits, stream);
+    }
+    return p.dtype == gemm::DType::kBF16
+               ? run_rows_typed<__nv_bfloat16, 2>(p, plan.variant, plan.splits, stream)
+               : run_rows_typed<__half, 2>(p, plan.variant, plan.splits, stream);
+  }
   Slices slices;
   if (plan.splits > 1) {
     if (workspace == nullptr) return cudaErrorInvalidValue;
