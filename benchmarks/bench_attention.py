@@ -114,6 +114,9 @@ VARIANT_DOC = {
     8: "V one stage deeper than K (K 2, V 3 stages)",
     9: "8 + softmax row max/sum as 4 partial chains (the default since session 8)",
     64: "the default before session 8 (no variant bits)",
+    136: "8 + O in the V stage of the tile's last block (no O buffer): K 3 + V 3 stages",
+    137: "9 + O in a V stage: K 3 + V 3 stages",
+    392: "8 + O in a V stage, the freed 32 KiB to V: K 2 + V 4 stages",
 }
 
 

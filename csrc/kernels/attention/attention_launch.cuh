@@ -23,6 +23,11 @@ namespace mkernel::attention {
 // variant 0 until it is measured and tested with it (the forwarding hooks' staging buffers
 // leave no room for the extra V stage anyway).
 inline constexpr int kDefaultVariant = 9;
+// The forwarding hook policy (ring attention's engine forwarding, KvForwardHooks) of the same
+// tile: its 32 KiB of staging buffers leave no room for variant 9's extra V stage beside an O
+// buffer, so it runs variant 9 with O in a V stage (bit 7: K 2 + V 3 stages, no O buffer), the
+// plain default's mainloop otherwise.
+inline constexpr int kForwardDefaultVariant = kDefaultVariant | 128;
 
 // kVariant: AttnTraits::kVariant (mainloop variants under measurement); -1: the default
 // (kDefaultVariant where it applies, else 0).
@@ -31,12 +36,18 @@ template <class Element, int kHeadDim, int kBlockM, int kBlockN, bool kCausal, c
 cudaError_t launch_attention(const Problem& pr, const Launch& l,
                              typename Hooks::Params const& hooks) {
   constexpr int kClusterM = kBlockM == 256 ? 2 : 1;
-  constexpr bool kDefaultApplies = std::is_same_v<Hooks, NoHooks> &&
-                                   std::is_same_v<Element, cutlass::bfloat16_t> && kHeadDim == 128 &&
+  // The KV-wait hook policy (KvFlagHooks) runs the plain default's mainloop: released flags
+  // must give the plain kernel's result bit for bit (tests/attention/test_attention_hooks.py).
+  constexpr bool kDefaultApplies = std::is_same_v<Element, cutlass::bfloat16_t> && kHeadDim == 128 &&
                                    kBlockM == 128 && kBlockN == 128;
-  constexpr int kBits = kVariant >= 0 ? kVariant : (kDefaultApplies ? kDefaultVariant : 0);
+  constexpr int kBits =
+      kVariant >= 0 ? kVariant
+                    : (!kDefaultApplies ? 0
+                                        : (Hooks::kForwardsKV ? kForwardDefaultVariant : kDefaultVariant));
+  // Bit 7 (O in a V stage) sizes the K/V rings around the hook policy's own shared memory.
+  constexpr int kReserve = (kBits & 128) != 0 ? Hooks::kForwardSmemBytes + 256 : 0;
   using Traits = AttnTraits<Element, kHeadDim, kBlockN, kCausal, kBlockM / 64 / kClusterM, kClusterM,
-                            kBits>;
+                            kBits, kReserve>;
   static_assert(Traits::kBlockM * kClusterM == kBlockM, "kBlockM: 64 rows per consumer warpgroup");
   using Kernel = AttentionFwdSm90<Traits, Hooks>;
   using Mainloop = typename Kernel::Mainloop;
