@@ -117,6 +117,7 @@ VARIANT_DOC = {
     136: "8 + O in the V stage of the tile's last block (no O buffer): K 3 + V 3 stages",
     137: "9 + O in a V stage: K 3 + V 3 stages",
     392: "8 + O in a V stage, the freed 32 KiB to V: K 2 + V 4 stages",
+    649: "9 + O in a V stage, K 2 + V 3 (ring attention's engine-forwarding kernel's mainloop)",
 }
 
 

@@ -231,13 +231,13 @@ VARIANT_CASES = [  # bf16, d = 128: the variants' kernels (b, s, s_kv, h, h_kv, 
 ]
 
 
-@pytest.mark.parametrize("variant", [8, 9, 64, 136, 137, 392])
+@pytest.mark.parametrize("variant", [8, 9, 64, 136, 137, 392, 649])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("case", VARIANT_CASES)
 def test_mainloop_variants(variant, causal, case, monkeypatch) -> None:
     """The built mainloop variants (MKERNEL_ATTN_VARIANT, attention_variants_*.cu: the deep V
     ring alone, the default, the pre-session-8 default, and O in a V stage with K 3 + V 3 or
-    K 2 + V 4 stages) against the fp64 reference with the default kernel's tolerances; rows that
+    K 2 + V 4 stages, or K 2 + V 3 as in the engine-forwarding ring kernel) against the fp64 reference with the default kernel's tolerances; rows that
     see no key still give out 0 / lse -inf (with O in a V stage: tiles that see no key store O
     from registers, the causal (1000, 300) case)."""
     b, s, s_kv, h, h_kv, d = case

@@ -19,9 +19,9 @@ namespace mkernel::attention {
 // 128x128 tile, no hooks is built with: 9 = a V ring one stage deeper than K (+ the 4-chain
 // row reductions), measured +3..+9% over the old default at S = 2048-16384 in session 8's
 // device run 2, where its correctness tests ran too (benchmarks/NOTES.md, Attention engine
-// item 5). Every other kernel (fp16, d = 64, other tiles, the hooked ring kernels) keeps
-// variant 0 until it is measured and tested with it (the forwarding hooks' staging buffers
-// leave no room for the extra V stage anyway).
+// item 5). The KV-wait hooked kernel (KvFlagHooks) of the same tile runs it too (session 9:
+// released flags must give the plain result bit for bit). Every other kernel (fp16, d = 64,
+// other tiles) keeps variant 0 until it is measured and tested with it.
 inline constexpr int kDefaultVariant = 9;
 // The forwarding hook policy (ring attention's engine forwarding, KvForwardHooks) of the same
 // tile: its 32 KiB of staging buffers leave no room for variant 9's extra V stage beside an O
@@ -44,8 +44,11 @@ cudaError_t launch_attention(const Problem& pr, const Launch& l,
       kVariant >= 0 ? kVariant
                     : (!kDefaultApplies ? 0
                                         : (Hooks::kForwardsKV ? kForwardDefaultVariant : kDefaultVariant));
-  // Bit 7 (O in a V stage) sizes the K/V rings around the hook policy's own shared memory.
-  constexpr int kReserve = (kBits & 128) != 0 ? Hooks::kForwardSmemBytes + 256 : 0;
+  // Bit 7 (O in a V stage) sizes the K/V rings around the hook policy's own shared memory;
+  // bit 9 (a measurement variant of the plain kernel) as if it were the forwarding policy's.
+  constexpr int kReserve = (kBits & 128) == 0 ? 0
+                           : ((kBits & 512) != 0 ? KvForwardHooks::kForwardSmemBytes
+                                                 : Hooks::kForwardSmemBytes) + 256;
   using Traits = AttnTraits<Element, kHeadDim, kBlockN, kCausal, kBlockM / 64 / kClusterM, kClusterM,
                             kBits, kReserve>;
   static_assert(Traits::kBlockM * kClusterM == kBlockM, "kBlockM: 64 rows per consumer warpgroup");

@@ -82,6 +82,8 @@ struct AttnTraits {
   //          shared memory (kReserveBytes: the forwarding hooks' staging buffers).
   //   bit 8 (with bit 7): the stages the smem holds split as K 2 + V rest (else V gets half,
   //          rounded up: d=128 128x128 K 3 + V 3 plain, K 2 + V 3 beside the forwarding buffers).
+  //   bit 9 (with bit 7; attention_launch.cuh): the rings sized beside the forwarding hooks'
+  //          staging buffers (K 2 + V 3): that policy's mainloop, measured as a plain kernel.
   static constexpr bool kOInV = (kVariant & 128) != 0;
   static constexpr int kReserveBytes = kReserveBytes_;
   static constexpr int kHalfStagesOInV =

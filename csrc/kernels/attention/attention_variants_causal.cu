@@ -12,6 +12,8 @@
 // 32 KiB to V instead of K; AttnTraits):
 //   136: 8 + bit 7: K 3 + V 3 stages     137: 9 + bit 7 (K 3 + V 3, 4-chain reductions)
 //   392: 8 + bits 7, 8: K 2 + V 4 stages
+//   649: 9 + bits 7, 9: K 2 + V 3 stages, 32 KiB left unused (the mainloop of ring attention's
+//        engine-forwarding kernel, KvForwardHooks, as a plain kernel)
 #include "attention_launch.cuh"
 
 namespace mkernel::attention {
@@ -26,6 +28,7 @@ cudaError_t run_bf16_d128_m128_n128_variant_causal(const Problem& p, const Launc
     case 136: return launch_attention<E, 128, 128, 128, true, NoHooks, 136>(p, l, h);
     case 137: return launch_attention<E, 128, 128, 128, true, NoHooks, 137>(p, l, h);
     case 392: return launch_attention<E, 128, 128, 128, true, NoHooks, 392>(p, l, h);
+    case 649: return launch_attention<E, 128, 128, 128, true, NoHooks, 649>(p, l, h);
     default: return cudaErrorInvalidValue;
   }
 }

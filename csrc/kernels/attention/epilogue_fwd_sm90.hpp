@@ -8,6 +8,12 @@
 // keeps them half a KV block apart) stores and starts the next tile's first GEMM while the
 // other still runs its last PV GEMM. The region is reused tile after tile: before writing it
 // the warpgroup waits until its previous TMA store has read it.
+//
+// AttnTraits::kOInV (variant bit 7): no O buffer; O goes into the V stage of the tile's last KV
+// block, which the mainloop holds. Both warpgroups read that stage in their last PV GEMMs, so
+// here they meet once per tile (OInVStageFree) before writing it; each warpgroup's store thread
+// frees the stage during the next tile, once its TMA store has read it (the kernel's
+// release_prev_o). A tile that saw no key holds no stage: its O (zeros) goes from registers.
 #pragma once
 
 #include <type_traits>
@@ -124,9 +130,12 @@ struct EpilogueFwdSm90 {
     const bool store_thread = mma_thread_idx % cutlass::NumThreadsPerWarpGroup == 0;
     const uint32_t barrier = barrier_id(epilogue_barrier(warp_group));
     Tensor rO = make_tensor_like<Element>(acc_o);
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(acc_o); ++i) rO(i) = static_cast<Element>(acc_o(i));
+    auto convert_o = [&] {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(acc_o); ++i) rO(i) = static_cast<Element>(acc_o(i));
+    };
     if constexpr (Traits::kOInV) {
+      convert_o();
       if (smem_o == nullptr) {
         // No key seen (O = 0), no V stage held: each thread stores its values (rows < seq_q).
         Tensor tOcO_all = thr_mma_pv.partition_C(cO);
@@ -145,6 +154,7 @@ struct EpilogueFwdSm90 {
       // O: this warpgroup's first thread waits until its previous store has read the region.
       if (store_thread) tma_store_wait<0>();
       cutlass::arch::NamedBarrier::sync(cutlass::NumThreadsPerWarpGroup, barrier);
+      convert_o();
     }
 
     Tensor sO = make_tensor(make_smem_ptr(smem_o), SmemLayoutO{});
