@@ -251,6 +251,23 @@ def test_mainloop_variants(variant, causal, case, monkeypatch) -> None:
     assert torch.all(out[:, :, :, :][~torch.isfinite(lse).transpose(1, 2)] == 0)
 
 
+@pytest.mark.parametrize("causal,variant,other", [(False, "136", "9"), (True, "9", "8")])
+def test_default_is_the_documented_variant(causal, variant, other, monkeypatch) -> None:
+    """The bf16 d=128 default (attention_launch.cuh: 136 non-causal, 9 causal) gives the pinned
+    variant's output bit for bit, and a variant with the other row-sum order (bit 0) does not
+    (so the comparison can fail)."""
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    q, k, v = (torch.randn(2, 700, 8, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+               for _ in range(3))
+    out, lse = mkernel.attention(q, k, v, causal=causal)
+    monkeypatch.setenv("MKERNEL_ATTN_VARIANT", variant)
+    pinned, pinned_lse = mkernel.attention(q, k, v, causal=causal)
+    monkeypatch.setenv("MKERNEL_ATTN_VARIANT", other)
+    diff, diff_lse = mkernel.attention(q, k, v, causal=causal)
+    assert torch.equal(out, pinned) and torch.equal(lse, pinned_lse)
+    assert not (torch.equal(out, diff) and torch.equal(lse, diff_lse))
+
+
 def test_mainloop_variant_switch_reaches_the_kernel(monkeypatch) -> None:
     """An unbuilt variant number is refused by the dispatcher (so the switch does reach it),
     and calls the variants are not built for (fp16) ignore the switch."""

@@ -57,9 +57,11 @@ struct AttnTraits {
   // S=8192: 0.78x vs 0.89x; benchmarks/NOTES.md), so ptxas's order stays.
   static constexpr bool kSoftmaxAheadOfPvWait = false;
 
-  // Mainloop variants (session 8; a bit set): the default kernel of bf16 d=128 128x128 (no
-  // hooks) is built with 9 = bits 0 + 3 (attention_launch.cuh kDefaultVariant), every other
-  // kernel with 0; others by Problem::variant (attention_variants_*.cu). Measured in session
+  // Mainloop variants (session 8; a bit set): the default kernels of bf16 d=128 128x128 are
+  // built with 9 = bits 0 + 3 (causal, and the KV-wait hooked ones), 136 = bits 3 + 7
+  // (non-causal plain, since session 9), 137 = bits 0 + 3 + 7 (the forwarding hooked ones;
+  // attention_launch.cuh), every other kernel with 0; others by Problem::variant
+  // (attention_variants_*.cu). Measured in session
   // 8's device run 2 against 0 (benchmarks/NOTES.md, Attention engine item 5): 9 +2..+9%; bit 0
   // alone -1..-4%, bits 1-2 -15..-25%, bit 4 and bit 5 -1..-4% (code kept, off).
   //   bit 0: the softmax's row max and row sum as 4 independent partial chains (softmax.hpp)
