@@ -70,6 +70,8 @@ class AttentionFwdSm90 {
                           : (Hooks::kForwardsKV ? kForwardSmemOffset + Hooks::kForwardSmemBytes
                                                 : static_cast<int>(sizeof(SharedStorage)));
   static_assert(kSmemBytes <= 227 * 1024, "shared storage exceeds the sm90 opt-in limit");
+  static_assert(!Traits::kOInV || Mainloop::kVStageElems >= Epilogue::kOElems,
+                "O in a V stage (variant bit 7): a V stage must hold the O tile");
 
   struct Params {
     typename Mainloop::Params mainloop;
