@@ -23,7 +23,8 @@ namespace mkernel::attention {
 // kDefaultVariantNonCausal = 136: O in the V stage of the tile's last block (no O buffer) and
 // its 32 KiB as a third K stage (K 3 + V 3), without the 4-chain reductions; session 9's run 2
 // (benchmarks/NOTES.md): +0.7% / +2.8% over 9 at S = 4096 / 8192 non-causal (0.996x / 0.995x
-// cuDNN), -2.0% / +0.2% causal (so not there); its correctness tests ran in that run. The
+// cuDNN), -2.0% / +0.2% causal (inside the bench's pinned-column handicap, NOTES run 3: causal
+// stays 9 until measured fairly); its correctness tests ran in that run. The
 // KV-wait hooked kernel (KvFlagHooks) of the same tile runs 9 in both modes (tested in that run:
 // bit for bit the plain variant 9's result, test_attention_hooks.py); 136 with hooks has not
 // run on a GPU. Every other kernel (fp16, d = 64, other tiles) keeps variant 0 until it is
