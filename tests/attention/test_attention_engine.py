@@ -224,16 +224,22 @@ VARIANT_CASES = [  # bf16, d = 128: the variants' kernels (b, s, s_kv, h, h_kv, 
     (1, 128, 1000, 8, 2, 128),
     (1, 1000, 300, 4, 4, 128),  # causal: rows < 700 see no key (masked blocks on MUFU only)
     (3, 255, 257, 6, 3, 128),
+    # 720 tiles: several per CTA (the rings wrap across tiles; with O in a V stage, each tile's
+    # stage is freed during the next one); causal: rows < 1100 see no key, empty tiles between
+    # full ones on the same CTA.
+    (2, 1800, 700, 24, 8, 128),
 ]
 
 
-@pytest.mark.parametrize("variant", [8, 9, 64])
+@pytest.mark.parametrize("variant", [8, 9, 64, 136, 137, 392, 649])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("case", VARIANT_CASES)
 def test_mainloop_variants(variant, causal, case, monkeypatch) -> None:
     """The built mainloop variants (MKERNEL_ATTN_VARIANT, attention_variants_*.cu: the deep V
-    ring alone, the default, the pre-session-8 default) against the fp64 reference with the
-    default kernel's tolerances; rows that see no key still give out 0 / lse -inf."""
+    ring alone, the default, the pre-session-8 default, and O in a V stage with K 3 + V 3 or
+    K 2 + V 4 stages, or K 2 + V 3 as in the engine-forwarding ring kernel) against the fp64 reference with the default kernel's tolerances; rows that
+    see no key still give out 0 / lse -inf (with O in a V stage: tiles that see no key store O
+    from registers, the causal (1000, 300) case)."""
     b, s, s_kv, h, h_kv, d = case
     gen = torch.Generator(device="cuda").manual_seed(hash((case, causal, variant)) % 2**31)
     q, k, v = (torch.randn(b, n, hh, d, device="cuda", dtype=torch.bfloat16, generator=gen)
@@ -243,6 +249,23 @@ def test_mainloop_variants(variant, causal, case, monkeypatch) -> None:
     out, lse = mkernel.attention(q, k, v, causal=causal)
     _check_against_reference(out, lse, q, k, v, causal)
     assert torch.all(out[:, :, :, :][~torch.isfinite(lse).transpose(1, 2)] == 0)
+
+
+@pytest.mark.parametrize("causal,variant,other", [(False, "136", "9"), (True, "9", "8")])
+def test_default_is_the_documented_variant(causal, variant, other, monkeypatch) -> None:
+    """The bf16 d=128 default (attention_launch.cuh: 136 non-causal, 9 causal) gives the pinned
+    variant's output bit for bit, and a variant with the other row-sum order (bit 0) does not
+    (so the comparison can fail)."""
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    q, k, v = (torch.randn(2, 700, 8, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+               for _ in range(3))
+    out, lse = mkernel.attention(q, k, v, causal=causal)
+    monkeypatch.setenv("MKERNEL_ATTN_VARIANT", variant)
+    pinned, pinned_lse = mkernel.attention(q, k, v, causal=causal)
+    monkeypatch.setenv("MKERNEL_ATTN_VARIANT", other)
+    diff, diff_lse = mkernel.attention(q, k, v, causal=causal)
+    assert torch.equal(out, pinned) and torch.equal(lse, pinned_lse)
+    assert not (torch.equal(out, diff) and torch.equal(lse, diff_lse))
 
 
 def test_mainloop_variant_switch_reaches_the_kernel(monkeypatch) -> None:

@@ -61,8 +61,9 @@ struct Problem {
 };
 
 // The built mainloop variants (benchmarks/bench_attention.py --variants; variant 0 = the
-// default kernel, which for bf16 d=128 128x128 is variant 9: attention_launch.cuh).
-inline constexpr int kVariants[] = {8, 9, 64};
+// default kernel, which for bf16 d=128 128x128 is variant 136 non-causal and 9 causal:
+// attention_launch.cuh).
+inline constexpr int kVariants[] = {8, 9, 64, 136, 137, 392, 649};
 
 struct Launch {
   cudaStream_t stream = nullptr;

@@ -31,6 +31,16 @@ struct TypeTag {
   using type = T;
 };
 
+// 128 arrivals (one consumer warpgroup's threads) on the empty barrier of stage `stage` of a
+// TMA pipeline without a cluster, by one thread: releases the stage for the whole warpgroup.
+template <class PipelineStorage>
+CUTLASS_DEVICE void arrive_v_empty(PipelineStorage& storage, int stage) {
+  const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&storage.empty_barrier_[stage]));
+  asm volatile(
+      "{\n\t.reg .b64 state;\n\tmbarrier.arrive.release.cta.shared::cta.b64 state, [%0], %1;\n\t}"
+      ::"r"(bar), "r"(static_cast<uint32_t>(cutlass::NumThreadsPerWarpGroup)) : "memory");
+}
+
 template <class Traits_, class Hooks_>
 class AttentionFwdSm90 {
  public:
@@ -60,6 +70,8 @@ class AttentionFwdSm90 {
                           : (Hooks::kForwardsKV ? kForwardSmemOffset + Hooks::kForwardSmemBytes
                                                 : static_cast<int>(sizeof(SharedStorage)));
   static_assert(kSmemBytes <= 227 * 1024, "shared storage exceeds the sm90 opt-in limit");
+  static_assert(!Traits::kOInV || Mainloop::kVStageElems >= Epilogue::kOElems,
+                "O in a V stage (variant bit 7): a V stage must hold the O tile");
 
   struct Params {
     typename Mainloop::Params mainloop;
@@ -226,6 +238,17 @@ class AttentionFwdSm90 {
       Epilogue epilogue;
       typename Traits::TiledMmaPV tiled_mma_pv;
       Mainloop::scheduler_barrier_init(mma_thread_idx / cutlass::NumThreadsPerWarpGroup);
+      // Traits::kOInV: the V stage holding this warpgroup's last O tile until its TMA store has
+      // read it (-1: none). Its store thread then arrives for the warpgroup's 128 threads on
+      // the stage's empty barrier (the pipeline counts every consumer thread).
+      int o_stage_held = -1;
+      auto release_prev_o = [&]() {
+        if (o_stage_held >= 0 && mma_thread_idx % cutlass::NumThreadsPerWarpGroup == 0) {
+          cute::tma_store_wait<0>();
+          arrive_v_empty(shared.pipelines.v, o_stage_held);
+        }
+        o_stage_held = -1;
+      };
       int t = first_tile();
       for (uint32_t k = 0;; ++k, t += tile_stride()) {
         if constexpr (Hooks::kClaimsTiles) {
@@ -236,13 +259,21 @@ class AttentionFwdSm90 {
         Tensor acc_o = partition_fragment_C(tiled_mma_pv, select<0, 2>(typename Traits::TileShapeMNK{}));
         constexpr int kRows = decltype(size<0>(rowcol(acc_o.layout())))::value;
         OnlineSoftmax<kRows, Traits::kTreeReduce, Traits::kExpEmuPer8> softmax(params.mainloop.scale_log2);
+        int o_stage = -1;
         mainloop.template mma<Hooks::kZigzag>(params.mainloop, pipeline_q, pipeline_k, pipeline_v, q_read, kv_read,
-                     shared.tensors.mainloop, work, mma_thread_idx, acc_o, softmax);
+                     shared.tensors.mainloop, work, mma_thread_idx, acc_o, softmax, o_stage,
+                     release_prev_o);
         Tensor acc_o_rc = rowcol_view(acc_o);
         float lse[kRows];
         softmax.finalize(acc_o_rc, lse, params.mainloop.softmax_scale);
-        epilogue.store(params.epilogue, shared.tensors.epilogue, work, mma_thread_idx, acc_o, lse);
+        typename Traits::Element* smem_o = Epilogue::o_data(shared.tensors.epilogue);
+        if constexpr (Traits::kOInV) {
+          smem_o = o_stage >= 0 ? Mainloop::v_stage_data(shared.tensors.mainloop, o_stage) : nullptr;
+          o_stage_held = o_stage;
+        }
+        epilogue.store(params.epilogue, smem_o, work, mma_thread_idx, acc_o, lse);
       }
+      if constexpr (Traits::kOInV) release_prev_o();  // the producer's tail waits for it
       Epilogue::store_tail(mma_thread_idx);
     }
   }

@@ -19,10 +19,24 @@ namespace mkernel::attention {
 // 128x128 tile, no hooks is built with: 9 = a V ring one stage deeper than K (+ the 4-chain
 // row reductions), measured +3..+9% over the old default at S = 2048-16384 in session 8's
 // device run 2, where its correctness tests ran too (benchmarks/NOTES.md, Attention engine
-// item 5). Every other kernel (fp16, d = 64, other tiles, the hooked ring kernels) keeps
-// variant 0 until it is measured and tested with it (the forwarding hooks' staging buffers
-// leave no room for the extra V stage anyway).
+// item 5). Since session 9 it stays the causal default, and the non-causal plain kernel runs
+// kDefaultVariantNonCausal = 136: O in the V stage of the tile's last block (no O buffer) and
+// its 32 KiB as a third K stage (K 3 + V 3), without the 4-chain reductions; session 9's run 2
+// (benchmarks/NOTES.md): +0.7% / +2.8% over 9 at S = 4096 / 8192 non-causal (0.996x / 0.995x
+// cuDNN), -2.0% / +0.2% causal (inside the bench's pinned-column handicap, NOTES run 3: causal
+// stays 9 until measured fairly); its correctness tests ran in that run. The
+// KV-wait hooked kernel (KvFlagHooks) of the same tile runs 9 in both modes (tested in that run:
+// bit for bit the plain variant 9's result, test_attention_hooks.py); 136 with hooks has not
+// run on a GPU. Every other kernel (fp16, d = 64, other tiles) keeps variant 0 until it is
+// measured and tested with it.
 inline constexpr int kDefaultVariant = 9;
+inline constexpr int kDefaultVariantNonCausal = 136;
+// The forwarding hook policy (ring attention's engine forwarding, KvForwardHooks) of the same
+// tile: its 32 KiB of staging buffers leave no room for variant 9's extra V stage beside an O
+// buffer, so it runs variant 9 with O in a V stage (bit 7: K 2 + V 3 stages, no O buffer).
+// Session 9 run 2: the ring tests passed with it (W = 2, 4, 8); its mainloop as a plain kernel
+// (variant 649) measured +6..+8% over the old hooked one (64) and -0.1..-1.5% against 9.
+inline constexpr int kForwardDefaultVariant = kDefaultVariant | 128;
 
 // kVariant: AttnTraits::kVariant (mainloop variants under measurement); -1: the default
 // (kDefaultVariant where it applies, else 0).
@@ -31,12 +45,24 @@ template <class Element, int kHeadDim, int kBlockM, int kBlockN, bool kCausal, c
 cudaError_t launch_attention(const Problem& pr, const Launch& l,
                              typename Hooks::Params const& hooks) {
   constexpr int kClusterM = kBlockM == 256 ? 2 : 1;
-  constexpr bool kDefaultApplies = std::is_same_v<Hooks, NoHooks> &&
-                                   std::is_same_v<Element, cutlass::bfloat16_t> && kHeadDim == 128 &&
+  // The KV-wait hook policy (KvFlagHooks) runs variant 9, the plain causal default: released
+  // flags must give the plain variant 9's result bit for bit (tests/attention/test_attention_hooks.py).
+  constexpr bool kDefaultApplies = std::is_same_v<Element, cutlass::bfloat16_t> && kHeadDim == 128 &&
                                    kBlockM == 128 && kBlockN == 128;
-  constexpr int kBits = kVariant >= 0 ? kVariant : (kDefaultApplies ? kDefaultVariant : 0);
+  constexpr bool kPlainNonCausal = std::is_same_v<Hooks, NoHooks> && !kCausal;
+  constexpr int kBits =
+      kVariant >= 0 ? kVariant
+                    : (!kDefaultApplies ? 0
+                                        : (Hooks::kForwardsKV ? kForwardDefaultVariant
+                                                              : (kPlainNonCausal ? kDefaultVariantNonCausal
+                                                                                 : kDefaultVariant)));
+  // Bit 7 (O in a V stage) sizes the K/V rings around the hook policy's own shared memory;
+  // bit 9 (a measurement variant of the plain kernel) as if it were the forwarding policy's.
+  constexpr int kReserve = (kBits & 128) == 0 ? 0
+                           : ((kBits & 512) != 0 ? KvForwardHooks::kForwardSmemBytes
+                                                 : Hooks::kForwardSmemBytes) + 256;
   using Traits = AttnTraits<Element, kHeadDim, kBlockN, kCausal, kBlockM / 64 / kClusterM, kClusterM,
-                            kBits>;
+                            kBits, kReserve>;
   static_assert(Traits::kBlockM * kClusterM == kBlockM, "kBlockM: 64 rows per consumer warpgroup");
   using Kernel = AttentionFwdSm90<Traits, Hooks>;
   using Mainloop = typename Kernel::Mainloop;

@@ -14,7 +14,7 @@
 namespace mkernel::attention {
 
 template <class Element_, int kHeadDim_, int kBlockN_, bool kCausal_, int kNumMmaWarpGroups_ = 2,
-          int kClusterM_ = 1, int kVariant_ = 0>
+          int kClusterM_ = 1, int kVariant_ = 0, int kReserveBytes_ = 0>
 struct AttnTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -57,9 +57,11 @@ struct AttnTraits {
   // S=8192: 0.78x vs 0.89x; benchmarks/NOTES.md), so ptxas's order stays.
   static constexpr bool kSoftmaxAheadOfPvWait = false;
 
-  // Mainloop variants (session 8; a bit set): the default kernel of bf16 d=128 128x128 (no
-  // hooks) is built with 9 = bits 0 + 3 (attention_launch.cuh kDefaultVariant), every other
-  // kernel with 0; others by Problem::variant (attention_variants_*.cu). Measured in session
+  // Mainloop variants (session 8; a bit set): the default kernels of bf16 d=128 128x128 are
+  // built with 9 = bits 0 + 3 (causal, and the KV-wait hooked ones), 136 = bits 3 + 7
+  // (non-causal plain, since session 9), 137 = bits 0 + 3 + 7 (the forwarding hooked ones;
+  // attention_launch.cuh), every other kernel with 0; others by Problem::variant
+  // (attention_variants_*.cu). Measured in session
   // 8's device run 2 against 0 (benchmarks/NOTES.md, Attention engine item 5): 9 +2..+9%; bit 0
   // alone -1..-4%, bits 1-2 -15..-25%, bit 4 and bit 5 -1..-4% (code kept, off).
   //   bit 0: the softmax's row max and row sum as 4 independent partial chains (softmax.hpp)
@@ -74,8 +76,29 @@ struct AttnTraits {
   //          (only where the extra stage fits beside Q, O and K, and below 4 stages).
   static constexpr bool kDeepVFits =
       kStages < 4 && 2 * kTileBytes + 1024 + (2 * kStages + 1) * (kStageBytes / 2) <= kSmemLimit;
-  static constexpr int kStagesK = kStages;
-  static constexpr int kStagesV = (kVariant & 8) != 0 && kDeepVFits ? kStages + 1 : kStages;
+  //   bit 7: no O buffer of its own: the epilogue writes O into the V stage of the tile's last
+  //          KV block (FA3 also puts O in V's shared memory), which both consumer warpgroups
+  //          hold past their last PV GEMM (a barrier across them: the other one may still read
+  //          it) until their O stores have read it; a tile with no visible key stores its zero
+  //          O from registers. The 32 KiB go to one more K/V stage, or to a hook policy's own
+  //          shared memory (kReserveBytes: the forwarding hooks' staging buffers).
+  //   bit 8 (with bit 7): the stages the smem holds split as K 2 + V rest (else V gets half,
+  //          rounded up: d=128 128x128 K 3 + V 3 plain, K 2 + V 3 beside the forwarding buffers).
+  //   bit 9 (with bit 7; attention_launch.cuh): the rings sized beside the forwarding hooks'
+  //          staging buffers (K 2 + V 3): that policy's mainloop, measured as a plain kernel.
+  static constexpr bool kOInV = (kVariant & 128) != 0;
+  static constexpr int kReserveBytes = kReserveBytes_;
+  static constexpr int kHalfStagesOInV =
+      (kSmemLimit - kTileBytes - 2048 - kReserveBytes) / (kStageBytes / 2);
+  static constexpr int kStagesK =
+      !kOInV ? kStages : ((kVariant & 256) != 0 ? 2 : kHalfStagesOInV - (kHalfStagesOInV + 1) / 2);
+  static constexpr int kStagesV =
+      kOInV ? kHalfStagesOInV - kStagesK
+            : ((kVariant & 8) != 0 && kDeepVFits ? kStages + 1 : kStages);
+  static_assert(!kOInV || (kClusterM == 1 && kNumMmaWarpGroups == 2 && kBlockN >= kBlockM &&
+                           kStagesK >= 2 && kStagesV >= 2),
+                "bit 7 (O in a V stage): no cluster, 2 consumer warpgroups, a V stage holds O, "
+                "2 K and 2 V stages at least");
   //   bit 4: P converted to bf16 on the integer pipe (mainloop convert_to_element), not F2FP
   static constexpr bool kIntConvertP = (kVariant & 16) != 0;
   //   bit 5: O rescaled at the end of a step (after its PV GEMM's wait, beside the softmax's

@@ -5,9 +5,16 @@
 // default (attention_launch.cuh kDefaultVariant); the FMA-pipe exp2 (bits 1-2) lost 15-25%,
 // the integer-pipe P conversion (bit 4), the late O rescale (bit 5) and the 4-chain reductions
 // alone (bit 0) 1-4%: their code stays (off), their kernels are no longer built.
-//   8: the deep V ring alone (not yet measured: bit 0 alone measured -1..-4%)
-//   9: the default (8 + the 4-chain row reductions)
+//   8: the deep V ring alone (session 9 run 1: -2.5..+2.5% against 9)
+//   9: 8 + the 4-chain row reductions (the causal default; the non-causal one until session 9)
 //   64: the default before session 8 (no bits; bit 6 only makes it a separate instantiation)
+// Session 9 (bit 7: O in the V stage of the tile's last block, no O buffer; bit 8: the freed
+// 32 KiB to V instead of K; AttnTraits):
+//   136: 8 + bit 7: K 3 + V 3 stages (the non-causal default since session 9's run 2)
+//   137: 9 + bit 7 (K 3 + V 3, 4-chain reductions)
+//   392: 8 + bits 7, 8: K 2 + V 4 stages
+//   649: 9 + bits 7, 9: K 2 + V 3 stages, 32 KiB left unused (the mainloop of ring attention's
+//        engine-forwarding kernel, KvForwardHooks, as a plain kernel)
 #include "attention_launch.cuh"
 
 namespace mkernel::attention {
@@ -19,6 +26,10 @@ cudaError_t run_bf16_d128_m128_n128_variant_causal(const Problem& p, const Launc
     case 8: return launch_attention<E, 128, 128, 128, true, NoHooks, 8>(p, l, h);
     case 9: return launch_attention<E, 128, 128, 128, true, NoHooks, 9>(p, l, h);
     case 64: return launch_attention<E, 128, 128, 128, true, NoHooks, 64>(p, l, h);
+    case 136: return launch_attention<E, 128, 128, 128, true, NoHooks, 136>(p, l, h);
+    case 137: return launch_attention<E, 128, 128, 128, true, NoHooks, 137>(p, l, h);
+    case 392: return launch_attention<E, 128, 128, 128, true, NoHooks, 392>(p, l, h);
+    case 649: return launch_attention<E, 128, 128, 128, true, NoHooks, 649>(p, l, h);
     default: return cudaErrorInvalidValue;
   }
 }

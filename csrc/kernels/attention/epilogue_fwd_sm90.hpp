@@ -8,7 +8,15 @@
 // keeps them half a KV block apart) stores and starts the next tile's first GEMM while the
 // other still runs its last PV GEMM. The region is reused tile after tile: before writing it
 // the warpgroup waits until its previous TMA store has read it.
+//
+// AttnTraits::kOInV (variant bit 7): no O buffer; O goes into the V stage of the tile's last KV
+// block, which the mainloop holds. Both warpgroups read that stage in their last PV GEMMs, so
+// here they meet once per tile (OInVStageFree) before writing it; each warpgroup's store thread
+// frees the stage during the next tile, once its TMA store has read it (the kernel's
+// release_prev_o). A tile that saw no key holds no stage: its O (zeros) goes from registers.
 #pragma once
+
+#include <type_traits>
 
 #include "attention_traits.hpp"
 #include "cute/tensor.hpp"
@@ -47,9 +55,17 @@ struct EpilogueFwdSm90 {
                         StrideSeqD{}),
       SmemLayoutOWG{}, TileShapeWG{}, cute::_1{}));
 
-  struct TensorStorage {
+  // Traits::kOInV: no buffer of its own (O goes into a V stage the mainloop holds).
+  struct TensorStorageO {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutO>, 1024> o;
   };
+  struct TensorStorageNone {};
+  using TensorStorage = std::conditional_t<Traits::kOInV, TensorStorageNone, TensorStorageO>;
+  static constexpr int kOElems = int(cute::cosize_v<SmemLayoutO>);
+  CUTLASS_DEVICE static Element* o_data(TensorStorage& smem) {
+    if constexpr (Traits::kOInV) return nullptr;
+    else return smem.o.data();
+  }
 
   struct Arguments {
     Element* out;
@@ -65,6 +81,8 @@ struct EpilogueFwdSm90 {
     float* lse;
     int seq_q, heads;
     int64_t lse_head_stride;
+    Element* out;             // the register path of store (kOInV, a tile that saw no key)
+    int64_t out_batch_stride;  // elements
   };
 
   static Params to_underlying_arguments(Arguments const& a) {
@@ -76,16 +94,19 @@ struct EpilogueFwdSm90 {
     StrideSeqD stride_o = make_stride(int64_t(a.heads) * d, _1{}, make_stride(d, o_bs));
     Tensor mO = make_tensor(make_gmem_ptr(a.out), make_layout(shape_o, stride_o));
     return {make_tma_copy(SM90_TMA_STORE{}, mO, SmemLayoutOWG{}, TileShapeWG{}, _1{}), shape_o, a.lse,
-            a.seq_q, a.heads, a.lse_head_stride > 0 ? a.lse_head_stride : int64_t(a.seq_q)};
+            a.seq_q, a.heads, a.lse_head_stride > 0 ? a.lse_head_stride : int64_t(a.seq_q), a.out,
+            o_bs};
   }
 
   CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& p) {
     cute::prefetch_tma_descriptor(p.tma_o.get_tma_descriptor());
   }
 
-  // All consumer threads. acc_o: normalised O (fp32); lse: this thread's rows' LSE.
+  // All consumer threads. acc_o: normalised O (fp32); lse: this thread's rows' LSE. smem_o:
+  // the O buffer (o_data, or with Traits::kOInV the V stage the mainloop holds; nullptr: the
+  // tile saw no key and O goes straight from registers to global, no stage being held).
   template <class AccO, int kRows>
-  CUTLASS_DEVICE void store(Params const& p, TensorStorage& smem, WorkTile const& work,
+  CUTLASS_DEVICE void store(Params const& p, Element* smem_o, WorkTile const& work,
                             int mma_thread_idx, AccO const& acc_o, float const (&lse)[kRows]) {
     using namespace cute;
     TiledMmaPV tiled_mma_pv;
@@ -105,17 +126,38 @@ struct EpilogueFwdSm90 {
       }
     }
 
-    // O: this warpgroup's first thread waits until its previous store has read the region.
     const int warp_group = mma_thread_idx / cutlass::NumThreadsPerWarpGroup;
     const bool store_thread = mma_thread_idx % cutlass::NumThreadsPerWarpGroup == 0;
     const uint32_t barrier = barrier_id(epilogue_barrier(warp_group));
-    if (store_thread) tma_store_wait<0>();
-    cutlass::arch::NamedBarrier::sync(cutlass::NumThreadsPerWarpGroup, barrier);
-
-    Tensor sO = make_tensor(make_smem_ptr(smem.o.data()), SmemLayoutO{});
     Tensor rO = make_tensor_like<Element>(acc_o);
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(acc_o); ++i) rO(i) = static_cast<Element>(acc_o(i));
+    auto convert_o = [&] {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(acc_o); ++i) rO(i) = static_cast<Element>(acc_o(i));
+    };
+    if constexpr (Traits::kOInV) {
+      convert_o();
+      if (smem_o == nullptr) {
+        // No key seen (O = 0), no V stage held: each thread stores its values (rows < seq_q).
+        Tensor tOcO_all = thr_mma_pv.partition_C(cO);
+        Element* o_bh = p.out + static_cast<int64_t>(work.batch) * p.out_batch_stride +
+                        static_cast<int64_t>(work.head) * kHeadDim;
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(rO); ++i) {
+          const int row = work.m_block * kBlockM + get<0>(tOcO_all(i));
+          if (row < p.seq_q) o_bh[static_cast<int64_t>(row) * p.heads * kHeadDim + get<1>(tOcO_all(i))] = rO(i);
+        }
+        return;
+      }
+      // The other warpgroup's last PV GEMM may still read this V stage.
+      cutlass::arch::NamedBarrier::sync(kNumMmaThreads, barrier_id(AttnBarrier::OInVStageFree));
+    } else {
+      // O: this warpgroup's first thread waits until its previous store has read the region.
+      if (store_thread) tma_store_wait<0>();
+      cutlass::arch::NamedBarrier::sync(cutlass::NumThreadsPerWarpGroup, barrier);
+      convert_o();
+    }
+
+    Tensor sO = make_tensor(make_smem_ptr(smem_o), SmemLayoutO{});
     auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tiled_mma_pv);
     auto thr_copy = smem_copy.get_thread_slice(mma_thread_idx);
     cute::copy(smem_copy, thr_copy.retile_S(rO), thr_copy.partition_D(sO));
@@ -124,7 +166,7 @@ struct EpilogueFwdSm90 {
     cutlass::arch::NamedBarrier::sync(cutlass::NumThreadsPerWarpGroup, barrier);
 
     if (store_thread) {
-      Tensor sO_wg = make_tensor(make_smem_ptr(smem.o.data() + warp_group * kWGElems), SmemLayoutOWG{});
+      Tensor sO_wg = make_tensor(make_smem_ptr(smem_o + warp_group * kWGElems), SmemLayoutOWG{});
       Tensor mO = p.tma_o.get_tma_tensor(p.shape_o);
       Tensor gO = local_tile(mO(_, _, make_coord(work.head, work.batch)), TileShapeWG{},
                              make_coord(work.m_block * kNumWG + warp_group, _0{}));

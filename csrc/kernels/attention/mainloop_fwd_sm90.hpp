@@ -105,6 +105,12 @@ struct MainloopFwdSm90 {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;
   };
+  // Traits::kOInV: V stage `stage` as the epilogue's O buffer (a V stage is >= the O tile).
+  static constexpr int kVStageElems = int(cute::cosize_v<SmemLayoutVt>) / kStagesV;
+  CUTLASS_DEVICE static Element* v_stage_data(TensorStorage& smem, int stage) {
+    return smem.v.data() + stage * kVStageElems;
+  }
+
   struct PipelineStorage {
     alignas(16) typename PipelineQ::SharedStorage q;
     alignas(16) typename PipelineK::SharedStorage k;
@@ -454,11 +460,17 @@ struct MainloopFwdSm90 {
   // P_{n+1} lives in its own registers (tOrP) until its GEMM is done; block n's factor is
   // applied to O one iteration later, just before P_n·V_n is added (O then holds every earlier
   // block relative to block n's running max).
-  template <bool kZZ, class AccO, class Softmax>
+  //
+  // Traits::kOInV: the V stage of the tile's last block is not released here; its index goes
+  // to o_stage (-1: the tile saw no key, nothing held) for the epilogue to write O into, and
+  // release_prev_o() (the caller's: frees the previous tile's O stage once its stores have read
+  // it) runs right after the tile's first S GEMM is issued, when that store has long been issued.
+  template <bool kZZ, class AccO, class Softmax, class ReleasePrevO>
   CUTLASS_DEVICE void mma(Params const& p, PipelineQ& pipeline_q, PipelineK& pipeline_k,
                           PipelineV& pipeline_v, StateQ& q_read, StateKV& kv_read,
                           TensorStorage& smem, WorkTile const& work, int mma_thread_idx,
-                          AccO& acc_o, Softmax& softmax) {
+                          AccO& acc_o, Softmax& softmax, int& o_stage,
+                          ReleasePrevO&& release_prev_o) {
     using namespace cute;
     int n_min, n_max;
     n_block_range<kZZ>(p, work.m_block, n_min, n_max);
@@ -522,6 +534,7 @@ struct MainloopFwdSm90 {
       scheduler_barrier_sync(warp_group);
       gemm_qk(k_state(kv_read).index());
       scheduler_barrier_arrive(warp_group);
+      if constexpr (Traits::kOInV) release_prev_o();
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_s);
       pipeline_k.consumer_release(k_state(kv_read));
@@ -572,9 +585,17 @@ struct MainloopFwdSm90 {
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_o);
       warpgroup_fence_operand(tOrP);
-      pipeline_v.consumer_release(v_read);
+      if constexpr (Traits::kOInV) {
+        o_stage = static_cast<int>(v_read.index());  // held for O (the epilogue)
+      } else {
+        pipeline_v.consumer_release(v_read);
+      }
     } else {
       pipeline_q.consumer_release(q_read);  // no visible key block: nothing read Q
+      if constexpr (Traits::kOInV) {
+        release_prev_o();
+        o_stage = -1;
+      }
     }
     ++q_read;
   }

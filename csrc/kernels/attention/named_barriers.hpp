@@ -17,6 +17,9 @@ enum class AttnBarrier : uint32_t {
   WarpSchedulerWG2 = 3,
   WarpSchedulerWG3 = 4,
   EpilogueWG3 = 5,
+  // Both consumer warpgroups (AttnTraits::kOInV): their last PV GEMMs of the tile are done, so
+  // the V stage they read may take O.
+  OInVStageFree = 6,
 };
 
 constexpr AttnBarrier epilogue_barrier(int warp_group) {
