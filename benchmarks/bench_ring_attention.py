@@ -174,6 +174,12 @@ def rank_main() -> None:
             got_out, _ = fused(0)
             unf_out, _ = unfused(0)
             agree = ((got_out.float() - unf_out.float()).norm() / unf_out.float().norm()).item()
+            # Each pinned variant's output too (a grid or send path the tests do not pin).
+            agree_by = {}
+            for key, _, _ in variants:
+                v_out, _ = cands[key](0)
+                agree_by[key] = ((v_out.float() - unf_out.float()).norm()
+                                 / unf_out.float().norm()).item()
             times = {n: [] for n in cands}
             for it in range(iters):
                 for cname in (list(cands) if it % 2 == 0 else list(cands)[::-1]):
@@ -217,6 +223,7 @@ def rank_main() -> None:
                        "vs_compute": worst["compute"] / worst["mkernel"],
                        "vs_unfused": worst["unfused"] / worst["mkernel"],
                        "rel_vs_unfused": agree,
+                       "rel_vs_unfused_by_variant": agree_by,
                        "per_rank_ms": [m["mkernel"] for m in every],
                        "per_rank": every,
                        "per_rank_samples": samples}
