@@ -14,8 +14,7 @@ CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100/W), side by side in one run with
   engine    the forwarding inside the engine pinned (MKERNEL_RING_SEND=engine);
   grid48    the default with a 48-CTA engine grid (MKERNEL_RING_GRID=48): whether the ranks
             share SMs under MPS (session 8 run 2: no, ~66/48 slower at every shape);
-  gridfit   the default with the grid fitted to the MPS share (MKERNEL_RING_GRID=fit: 63 CTAs at
-            W = 2, both ranks' grids placed whole on the 126 SMs two clients reach);
+  grid63    the default with a 63-CTA grid: both W = 2 ranks' grids placed whole (126 SMs);
   step      the per-step ring pinned (MKERNEL_RING_MODE=step);
   send1     the send kernel with 1 CTA; s-first: the engine started once the send CTAs run
             (MKERNEL_RING_SEND_FIRST=1);
@@ -60,10 +59,9 @@ VARIANTS = {
                                                "MKERNEL_RING_TILES": "static"}),
     "engine": ("send_engine", "s-engine", {"MKERNEL_RING_SEND": "engine"}),
     "grid48": ("grid48", "grid48", {"MKERNEL_RING_GRID": "48"}),
-    # MKERNEL_RING_GRID=fit (ring_attention.cpp whole_grid): 21/22 of the MPS share, 63 at W = 2:
-    # two 50 % clients' one-CTA-per-SM grids reach 126 SMs together (s8run2 probe: 66 + 60), so
-    # with 66 the later rank runs on 60 SMs the whole call.
-    "gridfit": ("gridfit", "gridfit", {"MKERNEL_RING_GRID": "fit"}),
+    # 63 per rank: at W = 2 under MPS 50 % two clients' one-CTA-per-SM grids reach 126 SMs
+    # together (s8run2 probe: 66 + 60), so with 66 the later rank runs on 60 SMs the whole call.
+    "grid63": ("grid63", "grid63", {"MKERNEL_RING_GRID": "63"}),
     "step": ("step", "step", {"MKERNEL_RING_MODE": "step"}),
     "send1": ("send1", "send1", {"MKERNEL_RING_SEND_CTAS": "1"}),
     "s-first": ("send_first", "s-first", {"MKERNEL_RING_SEND_FIRST": "1"}),
@@ -319,8 +317,8 @@ def main() -> None:
                              "run 1's default",
             "grid48": "mkernel.ring_attention's default with a 48-CTA engine grid "
                       "(MKERNEL_RING_GRID=48)",
-            "gridfit": "mkernel.ring_attention's default with the engine grid fitted to the MPS "
-                       "share (MKERNEL_RING_GRID=fit: 21/22 of it, 63 CTAs at W = 2)",
+            "grid63": "mkernel.ring_attention's default with a 63-CTA engine grid "
+                      "(MKERNEL_RING_GRID=63)",
             "send1": "mkernel.ring_attention with 1 send CTA (MKERNEL_RING_SEND_CTAS=1), the "
                      "engine on 1 more SM",
             "send_first": "mkernel.ring_attention with the engine started only once every send "

@@ -210,35 +210,6 @@ WholeSend whole_send(const at::Tensor& q, bool causal) {
   return {false, kSendCtas};
 }
 
-// Whether this process is an MPS client with an SM limit (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE in
-// [1, 100)): its device attribute then counts the SMs of its share.
-bool mps_sm_limited() {
-  const char* v = std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
-  if (v == nullptr) return false;
-  char* end = nullptr;
-  const double pct = std::strtod(v, &end);
-  return end != v && pct >= 1 && pct < 100;
-}
-
-// The whole mode's engine grid (CTAs, one per SM) beside `send_ctas` send-kernel CTAs on a
-// device attribute of `sms`: every SM but the send kernel's. MKERNEL_RING_GRID (ranks may differ)
-// pins it: n (1..1024), or `fit`: under an MPS SM limit, 21/22 of the share for the engine and
-// the send kernel together — at W = 2 and 50 % two clients' one-CTA-per-SM grids reach 126 of
-// 132 SMs together (s8run2's SM-placement probe: 66 + 60), so with 66 CTAs each the later rank
-// runs the whole call on 60 SMs (its last 6 CTAs start as the other rank's leave); with 63 both
-// grids are placed whole. With claimed tiles any grid covers every tile.
-int whole_grid(int sms, int send_ctas) {
-  int grid = std::max(1, sms - send_ctas);
-  const char* env = std::getenv("MKERNEL_RING_GRID");
-  if (env == nullptr) return grid;
-  if (std::strcmp(env, "fit") == 0) {
-    if (mps_sm_limited()) grid = std::max(1, sms - (sms + 21) / 22 - send_ctas);
-    return grid;
-  }
-  const int n = std::atoi(env);
-  return n >= 1 && n <= 1024 ? n : grid;
-}
-
 // Claimed tiles (attention/tile_handoff.cuh) in the whole mode's engine: the CTAs take tiles
 // from a per-call counter, so a CTA that starts late (under MPS the ranks' kernels overlap on
 // SMs) finds only what is left instead of running a static list after the others. Pin
@@ -547,7 +518,15 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, q.device().index()));
   attention::Launch l;
   l.stream = stream;
-  l.sm_count = whole_grid(sms, send_ctas);
+  l.sm_count = std::max(1, sms - send_ctas);
+  // MKERNEL_RING_GRID=n (1..1024; a measurement knob, ranks may differ): the engine's grid. Under
+  // MPS the clients' SM sets can overlap (session 8 run 1's fused_diag: the later kernel got 30 of
+  // its 66 SMs, 36 only when the other's CTAs left), so a smaller grid may leave the shared SMs to
+  // both ranks instead of to the first one; with claimed tiles any grid covers every tile.
+  if (const char* grid = std::getenv("MKERNEL_RING_GRID")) {
+    const int n = std::atoi(grid);
+    if (n >= 1 && n <= 1024) l.sm_count = n;
+  }
   const char* reason = nullptr;
   const cudaError_t err = attention::run_hooked(p, l, hooks, &reason);
   TORCH_CHECK_VALUE(reason == nullptr, kOp, ": ", reason, " (dtype ", q.scalar_type(), ", d ",
