@@ -14,7 +14,7 @@ CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100/W), side by side in one run with
   engine    the forwarding inside the engine pinned (MKERNEL_RING_SEND=engine);
   grid48    the default with a 48-CTA engine grid (MKERNEL_RING_GRID=48): whether the ranks
             share SMs under MPS (session 8 run 2: no, ~66/48 slower at every shape);
-  grid63    the default with a 63-CTA grid: both W = 2 ranks' grids placed whole (126 SMs);
+  grid63    the default with a 63-CTA grid (s9run2: 1-7% slower than 66 at every shape);
   step      the per-step ring pinned (MKERNEL_RING_MODE=step);
   send1     the send kernel with 1 CTA; s-first: the engine started once the send CTAs run
             (MKERNEL_RING_SEND_FIRST=1);
