@@ -14,7 +14,9 @@
 // Claimed, the CTAs that run take the tiles and a late CTA finds only what is left; on a GPU of
 // its own the order is the static one's (claims come in CTA start order) with a greedy tail.
 // Measured (session 8 run 2, W = 2): the GQA rows' ranks 11.2 / 10.4 ms claimed against 15.4 /
-// 10.5 static in the same run.
+// 10.5 static in the same run; session 9 run 2 (claims in warp 2): 9.18 / 8.57 against 17.0 / 8.6.
+// Not in the load lane: session 8 had it claim and publish in its tile loop, and ptxas then built
+// every TMA's operands with R2UR inside the issue loop (benchmarks/sass_tma_loops.py shows it).
 #pragma once
 
 #include <cstdint>
