@@ -197,6 +197,27 @@ class AttentionFwdSm90 {
           return;
         }
       }
+      if constexpr (Hooks::kClaimsTiles) {
+        // Claimed tiles: warp 2 claims them and hands each index to the load lane and the
+        // consumers (tile_handoff.cuh). Not the load lane itself: with the handoff's barrier
+        // wait and store in its tile loop, ptxas formed every TMA's operands with R2UR inside
+        // the issue loop (256 R2UR per K/V block instead of 5; the block loop 464 -> 628
+        // instructions), the cause of every hooked ring variant's 20-29% slowdown from session 8
+        // run 2 on (benchmarks/NOTES.md, session 9). The load lane only takes (compiles as the
+        // static loop does).
+        if (claimed && producer_role == ProducerWarpRole::Idle2) {
+          if (lane_idx == 0) {
+            for (uint32_t k = 0;; ++k) {
+              handoff->wait_free(k);  // every taker has handoff k - 1: the CTA is on its tile
+              const int t = claim_tile(params);
+              handoff->publish(k, t);  // the past-the-end index too: the takers stop
+              if (!get_tile(params.scheduler, t).valid) break;
+            }
+          }
+          __syncwarp();
+          return;
+        }
+      }
       if (producer_role != ProducerWarpRole::Load) return;
       Pipelines pipes = make_pipelines();
       auto& pipeline_q = pipes.q;
@@ -205,20 +226,16 @@ class AttentionFwdSm90 {
       auto q_write = cutlass::make_producer_start_state<PipelineQ>();
       auto kv_write = Mainloop::producer_start_kv();
       if (lane_idx == 0) {
-        int t = claimed ? claim_tile(params) : first_tile();
-        for (uint32_t k = 0;; ++k) {
+        int t = first_tile();
+        for (uint32_t k = 0;; ++k, t += tile_stride()) {
           if constexpr (Hooks::kClaimsTiles) {
-            if (claimed) handoff->put(k, t);  // the past-the-end index too: the consumers stop
+            if (claimed) t = handoff->take_lane(k);
           }
           const WorkTile work = get_tile(params.scheduler, t);
           if (!work.valid) break;
           mainloop.template load<Hooks>(params.mainloop, params.hooks, pipeline_q, pipeline_k,
                                         pipeline_v, q_write, kv_write, shared.tensors.mainloop,
                                         work);
-          // Claimed once this tile's loads are issued (the K/V ring still holds its last
-          // blocks for the consumers), so the claim's latency hides and no CTA holds a tile
-          // it cannot start.
-          t = claimed ? claim_tile(params) : t + tile_stride();
         }
         // Keep the CTA alive until the consumers released every stage this warp filled.
         pipeline_k.producer_tail(Mainloop::k_state(kv_write));

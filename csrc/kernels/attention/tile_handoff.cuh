@@ -1,9 +1,10 @@
 // Claimed tile order of the hooked attention kernels (ring attention's whole-sequence mode; on
-// when HookArgs::tile_counter is set). The producer's load lane claims each next work tile from
-// a per-call device counter (one atomicAdd per tile) and hands its index to the consumer
-// warpgroups through a two-slot shared-memory ring guarded by mbarriers (full: the lane's
-// release arrive after writing the slot; empty: one arrive per consumer warp after all its
-// lanes read it). The index past the last tile ends both loops.
+// when HookArgs::tile_counter is set). Lane 0 of the producer warpgroup's warp 2 claims each
+// next work tile from a per-call device counter (one atomicAdd per tile) and hands its index to
+// the load lane and the consumer warpgroups through a one-slot shared-memory mailbox guarded by
+// mbarriers (full: the claiming lane's release arrive after writing the slot; empty: one arrive
+// per consumer warp after all its lanes read it, and one by the load lane). The index past the
+// last tile ends every loop.
 //
 // Why: with the static order (CTA c runs tiles c, c + G, c + 2G, ...) a CTA that starts late
 // runs its whole list late. Under MPS the two ranks' kernels overlap on SMs (session 8 run 1,
@@ -13,7 +14,9 @@
 // Claimed, the CTAs that run take the tiles and a late CTA finds only what is left; on a GPU of
 // its own the order is the static one's (claims come in CTA start order) with a greedy tail.
 // Measured (session 8 run 2, W = 2): the GQA rows' ranks 11.2 / 10.4 ms claimed against 15.4 /
-// 10.5 static in the same run.
+// 10.5 static in the same run; session 9 run 2 (claims in warp 2): 9.18 / 8.57 against 17.0 / 8.6.
+// Not in the load lane: session 8 had it claim and publish in its tile loop, and ptxas then built
+// every TMA's operands with R2UR inside the issue loop (benchmarks/sass_tma_loops.py shows it).
 #pragma once
 
 #include <cstdint>
@@ -25,25 +28,31 @@ namespace mkernel::attention {
 
 template <int kConsumerWarps>
 struct TileHandoff {
-  static constexpr int kSlots = 2;
-  uint64_t full[kSlots];   // count 1: the producer's load lane
-  uint64_t empty[kSlots];  // count kConsumerWarps: lane 0 of each consumer warp
+  // One slot: tile k + 1 is claimed once every taker has tile k, i.e. when the consumers start
+  // tile k (the load lane is ahead of them), so a CTA holds at most one tile it has not started.
+  static constexpr int kSlots = 1;
+  static constexpr int kTakers = kConsumerWarps + 1;  // lane 0 of each consumer warp + the load lane
+  uint64_t full[kSlots];   // count 1: the claiming lane
+  uint64_t empty[kSlots];  // count kTakers
   int tile[kSlots];
 
   // One thread, before the CTA's first barrier sync (__syncthreads orders init before use).
   CUTLASS_DEVICE void init() {
     for (int s = 0; s < kSlots; ++s) {
       cutlass::arch::ClusterBarrier::init(&full[s], 1);
-      cutlass::arch::ClusterBarrier::init(&empty[s], kConsumerWarps);
+      cutlass::arch::ClusterBarrier::init(&empty[s], kTakers);
     }
     cutlass::arch::fence_barrier_init();
   }
 
-  // Producer lane, handoff k = 0, 1, ...: waits until the consumers read handoff k - 2 from the
-  // slot (parity trick: the first pass over a fresh barrier does not wait), then publishes t.
-  CUTLASS_DEVICE void put(uint32_t k, int t) {
+  // Claiming lane, handoff k = 0, 1, ...: waits until every taker read handoff k - kSlots
+  // (parity trick: the first pass over a fresh barrier does not wait).
+  CUTLASS_DEVICE void wait_free(uint32_t k) {
+    cutlass::arch::ClusterBarrier::wait(&empty[k % kSlots], ((k / kSlots) & 1) ^ 1);
+  }
+  // Claiming lane, after wait_free(k): publishes handoff k.
+  CUTLASS_DEVICE void publish(uint32_t k, int t) {
     const uint32_t s = k % kSlots;
-    cutlass::arch::ClusterBarrier::wait(&empty[s], ((k / kSlots) & 1) ^ 1);
     asm volatile("" ::: "memory");
     *reinterpret_cast<volatile int*>(&tile[s]) = t;
     asm volatile("" ::: "memory");
@@ -58,6 +67,16 @@ struct TileHandoff {
     const int t = *reinterpret_cast<volatile int const*>(&tile[s]);
     __syncwarp();  // every lane of the warp has read the slot before lane 0 frees it
     if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty[s]);
+    return t;
+  }
+  // The load lane (one thread), handoff k.
+  CUTLASS_DEVICE int take_lane(uint32_t k) {
+    const uint32_t s = k % kSlots;
+    cutlass::arch::ClusterBarrier::wait(&full[s], (k / kSlots) & 1);
+    asm volatile("" ::: "memory");
+    const int t = *reinterpret_cast<volatile int const*>(&tile[s]);
+    asm volatile("" ::: "memory");
+    cutlass::arch::ClusterBarrier::arrive(&empty[s]);
     return t;
   }
 };
