@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "comm/symmetric_group.h"
+#include "kernels/comm/wait_diagnostic.h"
 #include "moe_local.h"
+#include "moe_net.h"
 
 namespace mkernel {
 namespace moe {
@@ -95,8 +97,15 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
   // Every rank's tokens and choices (out-of-range ids as -1, padding rows choose nothing).
   const at::Tensor idx = topk_idx.to(at::kLong);
   const at::Tensor idx32 = at::where(idx.ge(0).logical_and(idx.lt(E)), idx, -1).to(at::kInt);
-  const at::Tensor x_all = all_gather(pad_rows(x, Tm, 0), group, W);                // [W*Tm, H]
   const at::Tensor idx_all = all_gather_bits(pad_rows(idx32, Tm, -1), group, W);  // [W*Tm, k]
+  // [W*Tm, H]: through the MoE's own exchange (MKERNEL_MOE_NODES_PATH=ce, one rank per node;
+  // the layout's ATen work below runs while it is in flight, joined before the rows are read)
+  // or the substrate's all_gather.
+  const bool own_path = exchange_by_copy_engine(op, group, W, x.device());
+  const at::Tensor x_all =
+      own_path ? exchange_nodes(op, comm::kOpMoeDispatch, pad_rows(x, Tm, 0), false, group, W,
+                                /*join=*/false)
+               : all_gather(pad_rows(x, Tm, 0), group, W);
 
   // Choices in (source, token, choice) order, stably sorted by expert: expert g's rows in the
   // order moe_host.h lays them out, at sorted positions starts[g] .. starts[g+1] - 1.
@@ -149,6 +158,7 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
     sorted_pos = starts.narrow(0, me * El, 1) + at::arange(rows_out, long_opts);
   }
   const at::Tensor token = at::div(perm.index_select(0, sorted_pos.clamp_max(n - 1)), k, "floor");
+  if (own_path) exchange_join();
   at::Tensor recv = x_all.index_select(0, token);
   if (capacity > 0) recv = recv.view({El, capacity, H});
   r.out = expert_gemm(recv, w1, r.counts, capacity);
@@ -173,9 +183,10 @@ at::Tensor gather_nodes(const char* op, const at::Tensor& y, const at::Tensor& r
 }
 
 bool combine_by_reduce_scatter() {
+  // The default since s9run1 passed it at W=2 and W=4 over 2 nodes; "allgather" opts out.
   static const bool on = [] {
     const char* v = std::getenv("MKERNEL_MOE_NODES_COMBINE");
-    return v != nullptr && std::string(v) == "reduce";
+    return v == nullptr || std::string(v) != "allgather";
   }();
   return on;
 }
@@ -206,6 +217,14 @@ at::Tensor combine_nodes(const char* op, const at::Tensor& y, const at::Tensor& 
     const at::Tensor g = y2.index_select(0, row.select(1, j)).to(at::kFloat).masked_fill_(
         mask.logical_not(), 0.0);
     partial.add_(g * w_all.select(1, j).unsqueeze(1));
+  }
+  if (exchange_by_copy_engine(op, group, W, y.device())) {
+    // The MoE's own exchange: every owner's partial of this rank's tokens, summed here in fp32
+    // and rank order (the reduce_scatter's order), rounded once.
+    const at::Tensor got = exchange_nodes(op, comm::kOpMoeCombine, partial, true, group, W);
+    at::Tensor sum = got.narrow(0, 0, Tm).clone();
+    for (int64_t s = 1; s < W; ++s) sum.add_(got.narrow(0, s * Tm, Tm));
+    return sum.narrow(0, 0, T).to(y.scalar_type());
   }
   return reduce_scatter(partial, group, W).narrow(0, 0, T).to(y.scalar_type());
 }

@@ -73,16 +73,31 @@ def test_moe_cuda_across_emulated_nodes(mps, world):
 
 
 @pytest.mark.parametrize("world", [2, 4])
-def test_moe_cuda_across_emulated_nodes_reduce_combine(mps, world):
-    """MKERNEL_MOE_NODES_COMBINE=reduce (opt-in): the combine across nodes as the owners' fp32
-    partial sums and one reduce_scatter (csrc/moe_nodes.h combine_nodes) instead of every
-    rank's whole layout of y, all-gathered (the default); the same checks."""
+def test_moe_cuda_across_emulated_nodes_allgather_combine(mps, world):
+    """MKERNEL_MOE_NODES_COMBINE=allgather (the opt-out): the combine across nodes from every
+    rank's whole layout of y, all-gathered, instead of the owners' fp32 partial sums and one
+    reduce_scatter (csrc/moe_nodes.h combine_nodes, the default); the same checks."""
     res = run_ranks(RANK_MAIN, world, nodes=2, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
-                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_NODES_COMBINE="reduce"))
+                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_NODES_COMBINE="allgather"))
     cases = check_ranks(res)
     assert len(cases) == world * (8 + 4), len(cases)
     assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+@pytest.mark.parametrize("world,nodes", [(2, 2), (4, 4)])
+def test_moe_cuda_across_emulated_nodes_copy_engine_exchange(mps, world, nodes):
+    """MKERNEL_MOE_NODES_PATH=ce (opt-in): every rank alone on its node, the dispatch's tokens
+    and the combine's partial sums move by the MoE's own exchange (csrc/moe_net.h: copy engines
+    into and out of the inter-node staging, pieces pushed through the FIFO) instead of the
+    substrate's all_gather / reduce_scatter; the same checks (values, gradients, bit-identical
+    repeats, graph replay)."""
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_NODES_PATH="ce"))
+    cases = check_ranks(res)
+    assert len(cases) == world * (8 + 4), len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+
 
 def test_moe_killed_rank_fails_the_others_within_the_timeout(mps):
     """The last rank dies in the middle of a dispatch: the survivor raises within the op timeout
