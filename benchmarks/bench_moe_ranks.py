@@ -172,12 +172,16 @@ def rank_main() -> None:
             # (csrc/moe_net.h: copy engines + FIFO pieces) on the same tensors.
             part = torch.randn(world * t, h, device="cuda", dtype=torch.float32, generator=gen)
             cands["link_substrate_all_gather"] = lambda: mkernel.all_gather(x, group=ctx)
+            part16 = part.to(dt)  # MKERNEL_MOE_NODES_COMBINE=reduce16's partials
             cands["link_substrate_reduce_scatter"] = lambda: mkernel.reduce_scatter(part, group=ctx)
-            if nodes == world:
+            cands["link_substrate_reduce_scatter16"] = lambda: mkernel.reduce_scatter(part16, group=ctx)
+            if nodes == world and os.environ.get("MKERNEL_NET_GDR") != "1":
                 cands["link_exchange_gather"] = lambda: torch.ops.mkernel._moe_exchange(
                     x, False, ctx.handle, world)
                 cands["link_exchange_a2a"] = lambda: torch.ops.mkernel._moe_exchange(
                     part, True, ctx.handle, world)
+                cands["link_exchange_a2a16"] = lambda: torch.ops.mkernel._moe_exchange(
+                    part16, True, ctx.handle, world)
                 # The same bits as the substrate's (checked once, before timing; reported).
                 ex_equal = bool(torch.equal(cands["link_exchange_gather"](),
                                             cands["link_substrate_all_gather"]()))
@@ -269,7 +273,9 @@ def rank_main() -> None:
                 for n, per_rank in (("link_substrate_all_gather", t * h * 2),
                                     ("link_exchange_gather", t * h * 2),
                                     ("link_substrate_reduce_scatter", t * h * 4),
-                                    ("link_exchange_a2a", t * h * 4)):
+                                    ("link_exchange_a2a", t * h * 4),
+                                    ("link_substrate_reduce_scatter16", t * h * 2),
+                                    ("link_exchange_a2a16", t * h * 2)):
                     if n in worst:
                         link[n] = {"ms": worst[n], "gbs_per_rank": remote * per_rank / (worst[n] * 1e-3) / 1e9}
                 row["link_paths"] = link

@@ -34,6 +34,14 @@ void check(const char* op, cudaError_t err, const char* what, const comm::Symmet
               wait.empty() ? std::string() : "; " + wait);
 }
 
+// net10's GPU-direct emulation (MKERNEL_NET_GDR=1): the transport moves no bytes (the sender
+// places them in the peer's GPU receive buffer itself), so a staged copy would never arrive;
+// there the substrate's collectives already move GPU to GPU at the emulated link's rate.
+bool gpu_direct_emulation() {
+  const char* v = std::getenv("MKERNEL_NET_GDR");
+  return v != nullptr && v[0] == '1';
+}
+
 }  // namespace
 
 bool exchange_by_copy_engine(const char* op, int64_t group, int64_t world_size,
@@ -43,6 +51,7 @@ bool exchange_by_copy_engine(const char* op, int64_t group, int64_t world_size,
     return v != nullptr && std::string(v) == "ce";
   }();
   if (!on) return false;
+  if (gpu_direct_emulation()) return false;
   const comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, device);
   return g.nodes() == g.world();
 }
@@ -172,6 +181,9 @@ at::Tensor exchange_op(const at::Tensor& src, bool all_to_all, int64_t group, in
   TORCH_CHECK_VALUE(g.nodes() == g.world() && g.world() > 1, kOp,
                     ": the exchange needs every rank of the group alone on its node (group has ",
                     g.world(), " ranks on ", g.nodes(), " nodes)");
+  TORCH_CHECK_VALUE(!gpu_direct_emulation(), kOp,
+                    ": the exchange stages through host memory; MKERNEL_NET_GDR=1 (GPU-direct "
+                    "emulation) moves no staged bytes: use the substrate's collectives there");
   return exchange_nodes(kOp, all_to_all ? comm::kOpMoeCombine : comm::kOpMoeDispatch, src,
                         all_to_all, group, world_size);
 }

@@ -182,12 +182,21 @@ at::Tensor gather_nodes(const char* op, const at::Tensor& y, const at::Tensor& r
       .view({T, k, H});
 }
 
+namespace {
+std::string nodes_combine_mode() {
+  const char* v = std::getenv("MKERNEL_MOE_NODES_COMBINE");
+  return v == nullptr ? std::string() : std::string(v);
+}
+}  // namespace
+
 bool combine_by_reduce_scatter() {
   // The default since s9run1 passed it at W=2 and W=4 over 2 nodes; "allgather" opts out.
-  static const bool on = [] {
-    const char* v = std::getenv("MKERNEL_MOE_NODES_COMBINE");
-    return v == nullptr || std::string(v) != "allgather";
-  }();
+  static const bool on = nodes_combine_mode() != "allgather";
+  return on;
+}
+
+bool combine_partials_narrow() {
+  static const bool on = nodes_combine_mode() == "reduce16";
   return on;
 }
 
@@ -218,15 +227,18 @@ at::Tensor combine_nodes(const char* op, const at::Tensor& y, const at::Tensor& 
         mask.logical_not(), 0.0);
     partial.add_(g * w_all.select(1, j).unsqueeze(1));
   }
+  // MKERNEL_MOE_NODES_COMBINE=reduce16: the partials travel in y's dtype (half the bytes; each
+  // owner's partial rounded once more before the fp32 sum over owners).
+  const at::Tensor sent = combine_partials_narrow() ? partial.to(y.scalar_type()) : partial;
   if (exchange_by_copy_engine(op, group, W, y.device())) {
     // The MoE's own exchange: every owner's partial of this rank's tokens, summed here in fp32
     // and rank order (the reduce_scatter's order), rounded once.
-    const at::Tensor got = exchange_nodes(op, comm::kOpMoeCombine, partial, true, group, W);
-    at::Tensor sum = got.narrow(0, 0, Tm).clone();
+    const at::Tensor got = exchange_nodes(op, comm::kOpMoeCombine, sent, true, group, W);
+    at::Tensor sum = got.narrow(0, 0, Tm).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
     for (int64_t s = 1; s < W; ++s) sum.add_(got.narrow(0, s * Tm, Tm));
     return sum.narrow(0, 0, T).to(y.scalar_type());
   }
-  return reduce_scatter(partial, group, W).narrow(0, 0, T).to(y.scalar_type());
+  return reduce_scatter(sent, group, W).narrow(0, 0, T).to(y.scalar_type());
 }
 
 at::Tensor scatter_nodes(const char* op, const at::Tensor& rows, const at::Tensor& route,

@@ -84,6 +84,18 @@ def test_moe_cuda_across_emulated_nodes_allgather_combine(mps, world):
     assert len(cases) == world * (8 + 4), len(cases)
     assert max(c["err"] / c["bound"] for c in cases) <= 1
 
+@pytest.mark.parametrize("world", [2, 4])
+def test_moe_cuda_across_emulated_nodes_narrow_partials(mps, world):
+    """MKERNEL_MOE_NODES_COMBINE=reduce16 (opt-in): the combine's partial sums travel in y's dtype
+    (half the link bytes; one more rounding per owner, inside the bf16 bound); the same checks."""
+    res = run_ranks(RANK_MAIN, world, nodes=2, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_NODES_COMBINE="reduce16"))
+    cases = check_ranks(res)
+    assert len(cases) == world * (8 + 4), len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+
 @pytest.mark.parametrize("world,nodes", [(2, 2), (4, 4)])
 def test_moe_cuda_across_emulated_nodes_copy_engine_exchange(mps, world, nodes):
     """MKERNEL_MOE_NODES_PATH=ce (opt-in): every rank alone on its node, the dispatch's tokens
