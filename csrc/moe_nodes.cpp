@@ -4,6 +4,7 @@
 #include "moe_nodes.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 
 #include "comm/symmetric_group.h"
 #include "kernels/comm/wait_diagnostic.h"
+#include "kernels/moe/moe_partial_api.h"
 #include "moe_local.h"
 #include "moe_net.h"
 
@@ -200,6 +202,23 @@ bool combine_partials_narrow() {
   return on;
 }
 
+namespace {
+// The partial-sum kernel unless MKERNEL_MOE_NODES_PARTIAL=aten (the ATen sequence it replaces).
+bool partials_by_kernel() {
+  static const bool on = [] {
+    const char* v = std::getenv("MKERNEL_MOE_NODES_PARTIAL");
+    return v == nullptr || std::string(v) != "aten";
+  }();
+  return on;
+}
+
+moe_ep::DType moe_dtype(at::ScalarType t) {
+  return t == at::kBFloat16 ? moe_ep::DType::kBF16
+         : t == at::kHalf   ? moe_ep::DType::kFP16
+                            : moe_ep::DType::kFP32;
+}
+}  // namespace
+
 at::Tensor combine_nodes(const char* op, const at::Tensor& y, const at::Tensor& route,
                          const at::Tensor& topk_weights, int64_t group, int64_t world_size,
                          int64_t max_tokens) {
@@ -217,19 +236,35 @@ at::Tensor combine_nodes(const char* op, const at::Tensor& y, const at::Tensor& 
   const Decoded d = decode(route_all, W, Y);
   const at::Tensor here = d.kept.logical_and(d.rank.eq(me)).view({W * Tm, k});
   const at::Tensor row = at::where(here, d.row.view({W * Tm, k}), 0);
-  const at::Tensor y2 = y.reshape({Y, H});
-  // partial[s*Tm + t] = sum over token t of rank s's choices held here, in choice order (fp32).
-  at::Tensor partial = at::zeros({W * Tm, H}, y.options().dtype(at::kFloat));
-  for (int64_t j = 0; j < k; ++j) {
-    const at::Tensor mask = here.select(1, j).unsqueeze(1);
-    // Rows not held here read row 0 and are zeroed (a row past the counts may hold anything).
-    const at::Tensor g = y2.index_select(0, row.select(1, j)).to(at::kFloat).masked_fill_(
-        mask.logical_not(), 0.0);
-    partial.add_(g * w_all.select(1, j).unsqueeze(1));
-  }
+  const at::Tensor y2 = y.reshape({Y, H}).contiguous();
+  // partial[s*Tm + t] = sum over token t of rank s's choices held here, in choice order (fp32);
   // MKERNEL_MOE_NODES_COMBINE=reduce16: the partials travel in y's dtype (half the bytes; each
   // owner's partial rounded once more before the fp32 sum over owners).
-  const at::Tensor sent = combine_partials_narrow() ? partial.to(y.scalar_type()) : partial;
+  const bool narrow = combine_partials_narrow();
+  at::Tensor sent;
+  if (partials_by_kernel() && k <= moe_partial::kMaxChoices) {
+    // One kernel (moe_partial.cu): reads only the held rows, the same bits as the loop below.
+    const at::Tensor held = at::where(here, d.row.view({W * Tm, k}), -1).contiguous();
+    const at::Tensor wk = w_all.contiguous();
+    sent = at::empty({W * Tm, H}, y.options().dtype(narrow ? y.scalar_type() : at::kFloat));
+    const cudaError_t err = moe_partial::launch(
+        y2.data_ptr(), moe_dtype(y.scalar_type()), held.data_ptr<int64_t>(), wk.data_ptr<float>(),
+        sent.data_ptr(), moe_dtype(sent.scalar_type()), W * Tm, static_cast<int>(k), H,
+        at::cuda::getCurrentDeviceProperties()->multiProcessorCount,
+        at::cuda::getCurrentCUDAStream());
+    TORCH_CHECK(err == cudaSuccess, op, ": the partial-sum kernel failed to launch: ",
+                cudaGetErrorString(err));
+  } else {  // MKERNEL_MOE_NODES_PARTIAL=aten: the ATen sequence
+    at::Tensor partial = at::zeros({W * Tm, H}, y.options().dtype(at::kFloat));
+    for (int64_t j = 0; j < k; ++j) {
+      const at::Tensor mask = here.select(1, j).unsqueeze(1);
+      // Rows not held here read row 0 and are zeroed (a row past the counts may hold anything).
+      const at::Tensor g = y2.index_select(0, row.select(1, j)).to(at::kFloat).masked_fill_(
+          mask.logical_not(), 0.0);
+      partial.add_(g * w_all.select(1, j).unsqueeze(1));
+    }
+    sent = narrow ? partial.to(y.scalar_type()) : partial;
+  }
   if (exchange_by_copy_engine(op, group, W, y.device())) {
     // The MoE's own exchange: every owner's partial of this rank's tokens, summed here in fp32
     // and rank order (the reduce_scatter's order), rounded once.
