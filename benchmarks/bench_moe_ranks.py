@@ -172,6 +172,12 @@ def rank_main() -> None:
             # (csrc/moe_net.h: copy engines + FIFO pieces) on the same tensors.
             part = torch.randn(world * t, h, device="cuda", dtype=torch.float32, generator=gen)
             cands["link_substrate_all_gather"] = lambda: mkernel.all_gather(x, group=ctx)
+            # The host-staged path's PCIe legs on x's bytes (copy engines, every rank at once:
+            # the one GPU's link is shared): its ceiling is min(d2h, host copy, h2d).
+            x_host = torch.empty(x.shape, dtype=x.dtype, pin_memory=True)
+            x_back = torch.empty_like(x)
+            cands["link_pcie_d2h"] = lambda: x_host.copy_(x, non_blocking=True)
+            cands["link_pcie_h2d"] = lambda: x_back.copy_(x_host, non_blocking=True)
             part16 = part.to(dt)  # MKERNEL_MOE_NODES_COMBINE=reduce16's partials
             cands["link_substrate_reduce_scatter"] = lambda: mkernel.reduce_scatter(part, group=ctx)
             cands["link_substrate_reduce_scatter16"] = lambda: mkernel.reduce_scatter(part16, group=ctx)
@@ -270,7 +276,9 @@ def rank_main() -> None:
                 # Bytes each rank receives from ranks of other nodes per path call.
                 remote = world - world // row["nodes"]
                 link = {}
-                for n, per_rank in (("link_substrate_all_gather", t * h * 2),
+                for n, per_rank in (("link_pcie_d2h", t * h * 2 / remote),
+                                    ("link_pcie_h2d", t * h * 2 / remote),
+                                    ("link_substrate_all_gather", t * h * 2),
                                     ("link_exchange_gather", t * h * 2),
                                     ("link_substrate_reduce_scatter", t * h * 4),
                                     ("link_exchange_a2a", t * h * 4),
@@ -410,6 +418,11 @@ def print_targets(rows: list[dict]) -> None:
             v = row["dispatch_ratio_vs_compute"]
             line += f", {v:.2f}x compute alone [{'met' if v >= 0.85 else 'MISSED'}]"
         link = link_gbs(row.get("emulate", ""))
+        paths = row.get("link_paths", {})
+        # The host-staged path's PCIe leg in this run (the slower copy-engine direction, every
+        # rank at once); its host copy (the loopback transport) is not timed here.
+        pcie = min((paths[n]["gbs_per_rank"] for n in ("link_pcie_d2h", "link_pcie_h2d") if n in paths),
+                   default=None)
         if nodes > 1 and link:
             for what in ("dispatch", "combine"):
                 # Across nodes the dispatch's figure is the wall-clock one (overlapping streams).
@@ -417,6 +430,8 @@ def print_targets(rows: list[dict]) -> None:
                 if gbs:
                     line += (f", {what} {gbs:.1f} GB/s/rank = {gbs / link:.2f}x the {link:g} GB/s link "
                              f"[{'met' if gbs >= 0.8 * link else 'MISSED'}]")
+                    if pcie:
+                        line += f" = {gbs / pcie:.2f}x this run's PCIe leg ({pcie:.1f})"
         print(line, flush=True)
 
 
