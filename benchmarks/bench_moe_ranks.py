@@ -548,6 +548,8 @@ def main() -> None:
                                           "MKERNEL_MOE_NODES_COMBINE") == "allgather" else "reduce"),
                                       # the ops' inter-node bytes: "ce" = csrc/moe_net.h
                                       "nodes_path": os.environ.get("MKERNEL_MOE_NODES_PATH", "substrate"),
+                                      # net10's GPU-direct emulation of the inter-node path
+                                      "net_gdr": os.environ.get("MKERNEL_NET_GDR", "0"),
                                       # the routing kernels (csrc/kernels/moe/moe_routing.cu)
                                       # unless MKERNEL_MOE_ROUTING=aten (the ATen ops)
                                       "moe_routing": ("aten" if os.environ.get("MKERNEL_MOE_ROUTING") == "aten"
