@@ -111,6 +111,26 @@ def test_moe_cuda_across_emulated_nodes_copy_engine_exchange(mps, world, nodes):
     assert max(c["err"] / c["bound"] for c in cases) <= 1
 
 
+EXCHANGE_MAIN = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from tests.gpu.moe_exchange_ranks import main
+main()
+"""
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_moe_copy_engine_exchange_alone(mps, world):
+    """mkernel._moe_exchange, every rank alone on its node: the gather equals the substrate's
+    all_gather bit for bit and the all-to-all delivers every rank's block, at 1 piece and 8 uneven
+    pieces, bf16 and fp32, twice in a row."""
+    res = run_ranks(EXCHANGE_MAIN, world, nodes=world, timeout=120,
+                    env=rank_env(mps, world, MKERNEL_OP_TIMEOUT="20"))
+    cases = check_ranks(res)
+    assert len(cases) == world * 6, len(cases)
+    assert all(c["gather"] and c["a2a"] for c in cases), cases
+
+
 def test_moe_killed_rank_fails_the_others_within_the_timeout(mps):
     """The last rank dies in the middle of a dispatch: the survivor raises within the op timeout
     (+ slack), and its wait record (if its own wait expired first: under MPS the first trap ends
