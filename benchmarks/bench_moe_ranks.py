@@ -28,8 +28,8 @@ engine GEMM alone: ``dispatch_gbs_per_rank_wall``; kernel times of overlapping s
 count twice) and ``combine_gbs_per_rank`` against the emulated rate. Those rows also time the
 inter-node paths alone on the op's bytes (``link_paths``): the substrate's all_gather of x and
 reduce_scatter of fp32 partials [W*T, H], and, with every rank alone on its node, the MoE's own
-exchange on the same tensors (``mkernel._moe_exchange``, csrc/moe_net.h; the ops take it with
-MKERNEL_MOE_NODES_PATH=ce), with a bitwise check of its gather against the all_gather.
+exchange on the same tensors (``mkernel._moe_exchange``, csrc/moe_net.h; the ops' default there,
+MKERNEL_MOE_NODES_PATH=substrate opts out), with a bitwise check of its gather against the all_gather.
 
 Timing: CUDA events, a GPU-side barrier (tiny all_reduce) before each sample; the headline is
 the median over samples of the slowest rank's time in that sample (every rank has to finish;
@@ -547,7 +547,7 @@ def main() -> None:
                                       "nodes_combine": ("allgather" if os.environ.get(
                                           "MKERNEL_MOE_NODES_COMBINE") == "allgather" else "reduce"),
                                       # the ops' inter-node bytes: "ce" = csrc/moe_net.h
-                                      "nodes_path": os.environ.get("MKERNEL_MOE_NODES_PATH", "substrate"),
+                                      "nodes_path": os.environ.get("MKERNEL_MOE_NODES_PATH", "auto"),
                                       # net10's GPU-direct emulation of the inter-node path
                                       "net_gdr": os.environ.get("MKERNEL_NET_GDR", "0"),
                                       # the routing kernels (csrc/kernels/moe/moe_routing.cu)

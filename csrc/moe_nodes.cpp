@@ -100,9 +100,9 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
   const at::Tensor idx = topk_idx.to(at::kLong);
   const at::Tensor idx32 = at::where(idx.ge(0).logical_and(idx.lt(E)), idx, -1).to(at::kInt);
   const at::Tensor idx_all = all_gather_bits(pad_rows(idx32, Tm, -1), group, W);  // [W*Tm, k]
-  // [W*Tm, H]: through the MoE's own exchange (MKERNEL_MOE_NODES_PATH=ce, one rank per node;
-  // the layout's ATen work below runs while it is in flight, joined before the rows are read)
-  // or the substrate's all_gather.
+  // [W*Tm, H]: through the MoE's own exchange (moe_net.h: one rank per node, host staging; the
+  // layout's ATen work below runs while it is in flight, joined before the rows are read) or
+  // the substrate's all_gather.
   const bool own_path = exchange_by_copy_engine(op, group, W, x.device());
   const at::Tensor x_all =
       own_path ? exchange_nodes(op, comm::kOpMoeDispatch, pad_rows(x, Tm, 0), false, group, W,
@@ -231,8 +231,12 @@ at::Tensor combine_nodes(const char* op, const at::Tensor& y, const at::Tensor& 
   if (Y == 0 || Tm == 0) return at::zeros({T, H}, y.options());
   // Every rank's routes and weights (small: [W*Tm, k]); padding tokens route nowhere.
   const at::Tensor w = topk_weights.to(at::kFloat).masked_fill(route.lt(0), 0.0);
-  const at::Tensor route_all = all_gather_bits(pad_rows(route, Tm, -1), group, W);  // [W*Tm, k]
-  const at::Tensor w_all = all_gather(pad_rows(w, Tm, 0), group, W);               // [W*Tm, k]
+  // One all_gather for both (a collective's latency, not its bytes, is their cost): the routes'
+  // int64 bits and the weights side by side as fp32 words, [Tm, 2k + k].
+  const at::Tensor both = all_gather(
+      at::cat({pad_rows(route, Tm, -1).view(at::kFloat), pad_rows(w, Tm, 0)}, 1), group, W);
+  const at::Tensor route_all = both.narrow(1, 0, 2 * k).contiguous().view(at::kLong);  // [W*Tm, k]
+  const at::Tensor w_all = both.narrow(1, 2 * k, k).contiguous();                      // [W*Tm, k]
   const Decoded d = decode(route_all, W, Y);
   const at::Tensor here = d.kept.logical_and(d.rank.eq(me)).view({W * Tm, k});
   const at::Tensor row = at::where(here, d.row.view({W * Tm, k}), 0);

@@ -6,9 +6,10 @@
 //
 // Each rank receives every rank's tokens and routing (at one rank per node with top-8 of 256
 // experts that is the deduplicated traffic; with several ranks per node it is up to W x the
-// rows an all-to-all would move). With MKERNEL_MOE_NODES_PATH=ce and every rank alone on its
-// node, the tokens and the combine's partial sums take the MoE's own exchange (moe_net.h:
-// copy engines + FIFO pieces) instead of the substrate's collectives (kernels/moe/README.md).
+// rows an all-to-all would move). With every rank alone on its (emulated) node and host staging,
+// the tokens and the combine's partial sums take the MoE's own exchange (moe_net.h: copy engines
+// + FIFO pieces; MKERNEL_MOE_NODES_PATH=substrate opts out) instead of the substrate's
+// collectives (kernels/moe/README.md).
 //
 // Sizes: T is padded to the group's token bound max_T (mkernel.moe.reserve_tokens, else the
 // ranks' T all-gathered on the host: a shape, not data); the packed outputs hold the same static

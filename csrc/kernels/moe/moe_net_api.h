@@ -26,7 +26,7 @@
 
 namespace mkernel::moe_net {
 
-constexpr uint32_t kPieces = 8;  // pieces per block (the copies and pushes pipeline over them)
+constexpr uint32_t kPieces = 16;  // pieces per block (the copies and pushes pipeline over them)
 constexpr uint32_t kSlotBase = 2048;
 constexpr uint32_t kReady = kSlotBase;                      // + src rank
 constexpr uint32_t kDone = kSlotBase + comm::kMaxRanks;     // + src rank
