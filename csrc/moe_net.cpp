@@ -36,7 +36,7 @@ void check(const char* op, cudaError_t err, const char* what, const comm::Symmet
 
 // net10's GPU-direct emulation (MKERNEL_NET_GDR=1): the transport moves no bytes (the sender
 // places them in the peer's GPU receive buffer itself), so a staged copy would never arrive;
-// there the substrate's collectives already move GPU to GPU at the emulated link's rate.
+// there the substrate's collectives store GPU to GPU themselves.
 bool gpu_direct_emulation() {
   const char* v = std::getenv("MKERNEL_NET_GDR");
   return v != nullptr && v[0] == '1';
@@ -52,6 +52,8 @@ bool exchange_by_copy_engine(const char* op, int64_t group, int64_t world_size,
   static const int mode = [] {
     const char* v = std::getenv("MKERNEL_MOE_NODES_PATH");
     const std::string m = v == nullptr ? "" : v;
+    TORCH_CHECK_VALUE(m.empty() || m == "substrate" || m == "ce",
+                      "MKERNEL_MOE_NODES_PATH must be \"substrate\" or \"ce\" (or unset), got \"", m, "\"");
     return m == "substrate" ? 0 : m == "ce" ? 2 : 1;
   }();
   static const bool emulated = std::getenv("MKERNEL_EMULATED_NODE") != nullptr;
