@@ -187,7 +187,11 @@ at::Tensor gather_nodes(const char* op, const at::Tensor& y, const at::Tensor& r
 namespace {
 std::string nodes_combine_mode() {
   const char* v = std::getenv("MKERNEL_MOE_NODES_COMBINE");
-  return v == nullptr ? std::string() : std::string(v);
+  const std::string m = v == nullptr ? std::string() : std::string(v);
+  TORCH_CHECK_VALUE(m.empty() || m == "reduce" || m == "reduce16" || m == "allgather",
+                    "MKERNEL_MOE_NODES_COMBINE must be \"reduce\" (the default), \"reduce16\" or "
+                    "\"allgather\", got \"", m, "\"");
+  return m;
 }
 }  // namespace
 
