@@ -23,8 +23,13 @@ of the SMs), side by side in one run per shape:
 
 With ``--nodes N`` the ranks form N emulated nodes (the several-node path, csrc/moe_nodes.h;
 ``--emulate 50GB/s,3us`` shapes the loopback link like a NIC, MKERNEL_NET_EMULATE): the
-issue's inter-node bandwidth yardstick is ``dispatch_gbs_per_rank`` / ``combine_gbs_per_rank``
-against the emulated rate.
+issue's inter-node bandwidth yardstick is the dispatch's GB/s by wall clock (the op minus the
+engine GEMM alone: ``dispatch_gbs_per_rank_wall``; kernel times of overlapping streams would
+count twice) and ``combine_gbs_per_rank`` against the emulated rate. Those rows also time the
+inter-node paths alone on the op's bytes (``link_paths``): the substrate's all_gather of x and
+reduce_scatter of fp32 partials [W*T, H], and, with every rank alone on its node, the MoE's own
+exchange on the same tensors (``mkernel._moe_exchange``, csrc/moe_net.h; the ops' default there,
+MKERNEL_MOE_NODES_PATH=substrate opts out), with a bitwise check of its gather against the all_gather.
 
 Timing: CUDA events, a GPU-side barrier (tiny all_reduce) before each sample; the headline is
 the median over samples of the slowest rank's time in that sample (every rank has to finish;
@@ -158,6 +163,34 @@ def rank_main() -> None:
             "mkernel_combine": lambda: mkernel.moe_combine(y, res.handle, w, group=ctx),
             "unfused_combine": unfused_combine,
         }
+        nodes = int(os.environ.get("BENCH_NODES", "1"))
+        ex_equal = None
+        if nodes > 1:
+            # The inter-node paths alone on the op's bytes (same run): the substrate's
+            # all_gather of x (the dispatch's) and reduce_scatter of fp32 partials [W*T, H] (the
+            # combine's), and, with every rank alone on its node, the MoE's own exchange
+            # (csrc/moe_net.h: copy engines + FIFO pieces) on the same tensors.
+            part = torch.randn(world * t, h, device="cuda", dtype=torch.float32, generator=gen)
+            cands["link_substrate_all_gather"] = lambda: mkernel.all_gather(x, group=ctx)
+            # The host-staged path's PCIe legs on x's bytes (copy engines, every rank at once:
+            # the one GPU's link is shared): its ceiling is min(d2h, host copy, h2d).
+            x_host = torch.empty(x.shape, dtype=x.dtype, pin_memory=True)
+            x_back = torch.empty_like(x)
+            cands["link_pcie_d2h"] = lambda: x_host.copy_(x, non_blocking=True)
+            cands["link_pcie_h2d"] = lambda: x_back.copy_(x_host, non_blocking=True)
+            part16 = part.to(dt)  # MKERNEL_MOE_NODES_COMBINE=reduce16's partials
+            cands["link_substrate_reduce_scatter"] = lambda: mkernel.reduce_scatter(part, group=ctx)
+            cands["link_substrate_reduce_scatter16"] = lambda: mkernel.reduce_scatter(part16, group=ctx)
+            if nodes == world and os.environ.get("MKERNEL_NET_GDR") != "1":
+                cands["link_exchange_gather"] = lambda: torch.ops.mkernel._moe_exchange(
+                    x, False, ctx.handle, world)
+                cands["link_exchange_a2a"] = lambda: torch.ops.mkernel._moe_exchange(
+                    part, True, ctx.handle, world)
+                cands["link_exchange_a2a16"] = lambda: torch.ops.mkernel._moe_exchange(
+                    part16, True, ctx.handle, world)
+                # The same bits as the substrate's (checked once, before timing; reported).
+                ex_equal = bool(torch.equal(cands["link_exchange_gather"](),
+                                            cands["link_substrate_all_gather"]()))
         for c in cands.values():
             c()
         torch.cuda.synchronize()
@@ -183,7 +216,7 @@ def rank_main() -> None:
         dests.scatter_(1, idx // el, True)
         dests[:, rank] = False
         sent = int(dests.sum()) * h * 2
-        mine = dict(med=med, rows=rows, sent=sent, err_d=err_d, err_c=err_c, plan=plan,
+        mine = dict(med=med, rows=rows, sent=sent, err_d=err_d, err_c=err_c, plan=plan, ex_equal=ex_equal,
                     samples=times, profile=kernel_profile(cands, dist.barrier))
         every = [None] * world
         dist.all_gather_object(every, mine)
@@ -234,6 +267,27 @@ def rank_main() -> None:
                 row["graph_combine_ratio_vs_unfused"] = (worst["unfused_combine_graph"] /
                                                          worst["mkernel_combine_graph"])
             row["combine_gbs_per_rank"] = max(m["sent"] for m in every) / (worst["mkernel_combine"] * 1e-3) / 1e9
+            if row["nodes"] > 1:
+                # Wall-clock: the fused op minus the engine GEMM alone on the same rank (the
+                # profile's sum of kernel times double-counts overlapping streams).
+                row["dispatch_gbs_per_rank_wall"] = (max(m["sent"] for m in every) /
+                                                     (row["dispatch_overhead_ms"] * 1e-3) / 1e9
+                                                     if row["dispatch_overhead_ms"] > 0 else None)
+                # Bytes each rank receives from ranks of other nodes per path call.
+                remote = world - world // row["nodes"]
+                link = {}
+                for n, per_rank in (("link_pcie_d2h", t * h * 2 / remote),
+                                    ("link_pcie_h2d", t * h * 2 / remote),
+                                    ("link_substrate_all_gather", t * h * 2),
+                                    ("link_exchange_gather", t * h * 2),
+                                    ("link_substrate_reduce_scatter", t * h * 4),
+                                    ("link_exchange_a2a", t * h * 4),
+                                    ("link_substrate_reduce_scatter16", t * h * 2),
+                                    ("link_exchange_a2a16", t * h * 2)):
+                    if n in worst:
+                        link[n] = {"ms": worst[n], "gbs_per_rank": remote * per_rank / (worst[n] * 1e-3) / 1e9}
+                row["link_paths"] = link
+                row["exchange_equals_all_gather"] = [m["ex_equal"] for m in every]
             print("RESULT " + json.dumps(row), flush=True)
             if os.environ.get("OUT"):  # kept even if a later shape fails or the job is cut short
                 with open(os.path.join(os.environ["OUT"], "moe_ranks_rows.jsonl"), "a") as fh:
@@ -364,12 +418,20 @@ def print_targets(rows: list[dict]) -> None:
             v = row["dispatch_ratio_vs_compute"]
             line += f", {v:.2f}x compute alone [{'met' if v >= 0.85 else 'MISSED'}]"
         link = link_gbs(row.get("emulate", ""))
+        paths = row.get("link_paths", {})
+        # The host-staged path's PCIe leg in this run (the slower copy-engine direction, every
+        # rank at once); its host copy (the loopback transport) is not timed here.
+        pcie = min((paths[n]["gbs_per_rank"] for n in ("link_pcie_d2h", "link_pcie_h2d") if n in paths),
+                   default=None)
         if nodes > 1 and link:
             for what in ("dispatch", "combine"):
-                gbs = row.get(f"{what}_gbs_per_rank")
+                # Across nodes the dispatch's figure is the wall-clock one (overlapping streams).
+                gbs = row.get(f"{what}_gbs_per_rank_wall", row.get(f"{what}_gbs_per_rank"))
                 if gbs:
                     line += (f", {what} {gbs:.1f} GB/s/rank = {gbs / link:.2f}x the {link:g} GB/s link "
                              f"[{'met' if gbs >= 0.8 * link else 'MISSED'}]")
+                    if pcie:
+                        line += f" = {gbs / pcie:.2f}x this run's PCIe leg ({pcie:.1f})"
         print(line, flush=True)
 
 
@@ -397,6 +459,13 @@ def print_row(row: dict) -> None:
           f"{row['engine_gemm_256']['median_ms']:.3f}, 256x128 {row['engine_gemm_256m']['median_ms']:.3f}, "
           f"128x128 {row['engine_gemm_128']['median_ms']:.3f}, "
           f"torch {row['compute_grouped_mm']['median_ms']:.3f} ms; plan {row['engine_plan'][0]}", flush=True)
+    if row.get("link_paths"):
+        wall = row.get("dispatch_gbs_per_rank_wall")
+        print("  link paths alone (GB/s/rank received from other nodes): " + ", ".join(
+            f"{n[5:]} {v['ms']:.2f} ms = {v['gbs_per_rank']:.1f}" for n, v in row["link_paths"].items())
+              + f"; dispatch by wall clock (op - GEMM alone) {wall if wall is None else round(wall, 1)} GB/s/rank"
+          + f"; exchange == all_gather: {row.get('exchange_equals_all_gather')}",
+              flush=True)
     if "graph_dispatch_ratio_vs_unfused" in row:
         print(f"  graphs: dispatch+gemm {row['mkernel_dispatch_gemm_graph']['median_ms']:.3f} ms "
               f"({row['graph_dispatch_ratio_vs_unfused']:.2f}x unfused), combine "
@@ -469,14 +538,18 @@ def main() -> None:
                 print_row(row)
     finally:
         stop()
-    if args.table:
+    if args.table or args.nodes > 1:
         print_targets(rows)
     path = write_result("moe_ranks", {"bench": "moe_ranks", "commit": commit(), "device": device_info(),
                                       "mps": True, "world": args.world, "iters": args.iters,
                                       "nodes": args.nodes, "emulate": args.emulate, "table": args.table,
                                       # several nodes: the combine's path (csrc/moe_nodes.h)
-                                      "nodes_combine": ("reduce" if os.environ.get(
-                                          "MKERNEL_MOE_NODES_COMBINE") == "reduce" else "allgather"),
+                                      "nodes_combine": ("allgather" if os.environ.get(
+                                          "MKERNEL_MOE_NODES_COMBINE") == "allgather" else "reduce"),
+                                      # the ops' inter-node bytes: "ce" = csrc/moe_net.h
+                                      "nodes_path": os.environ.get("MKERNEL_MOE_NODES_PATH", "auto"),
+                                      # net10's GPU-direct emulation of the inter-node path
+                                      "net_gdr": os.environ.get("MKERNEL_NET_GDR", "0"),
                                       # the routing kernels (csrc/kernels/moe/moe_routing.cu)
                                       # unless MKERNEL_MOE_ROUTING=aten (the ATen ops)
                                       "moe_routing": ("aten" if os.environ.get("MKERNEL_MOE_ROUTING") == "aten"

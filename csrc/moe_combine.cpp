@@ -182,9 +182,9 @@ at::Tensor moe_combine_cuda(const at::Tensor& y, const at::Tensor& route,
                                  num_tokens)) {
     return *out;
   }
-  // Several nodes: the fp32 sum in choice order of the rows gathered from every rank; or, with
-  // MKERNEL_MOE_NODES_COMBINE=reduce (opt-in until it runs at W=4 on a GPU), partial sums at
-  // the owners + one reduce_scatter (combine_nodes).
+  // Several nodes: partial sums at the owners + one reduce_scatter (combine_nodes; the default
+  // since s9run1 passed it at W=2 and 4); MKERNEL_MOE_NODES_COMBINE=allgather: the fp32 sum in
+  // choice order of the rows gathered from every rank.
   if (moe::combine_by_reduce_scatter()) {
     return moe::combine_nodes(kOp, y, route, topk_weights, group, world_size,
                               moe::token_bound(kOp, group, route.size(0)));

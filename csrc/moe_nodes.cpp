@@ -4,6 +4,7 @@
 #include "moe_nodes.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
@@ -12,7 +13,10 @@
 #include <vector>
 
 #include "comm/symmetric_group.h"
+#include "kernels/comm/wait_diagnostic.h"
+#include "kernels/moe/moe_partial_api.h"
 #include "moe_local.h"
+#include "moe_net.h"
 
 namespace mkernel {
 namespace moe {
@@ -95,8 +99,15 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
   // Every rank's tokens and choices (out-of-range ids as -1, padding rows choose nothing).
   const at::Tensor idx = topk_idx.to(at::kLong);
   const at::Tensor idx32 = at::where(idx.ge(0).logical_and(idx.lt(E)), idx, -1).to(at::kInt);
-  const at::Tensor x_all = all_gather(pad_rows(x, Tm, 0), group, W);                // [W*Tm, H]
   const at::Tensor idx_all = all_gather_bits(pad_rows(idx32, Tm, -1), group, W);  // [W*Tm, k]
+  // [W*Tm, H]: through the MoE's own exchange (moe_net.h: one rank per node, host staging; the
+  // layout's ATen work below runs while it is in flight, joined before the rows are read) or
+  // the substrate's all_gather.
+  const bool own_path = exchange_by_copy_engine(op, group, W, x.device());
+  const at::Tensor x_all =
+      own_path ? exchange_nodes(op, comm::kOpMoeDispatch, pad_rows(x, Tm, 0), false, group, W,
+                                /*join=*/false)
+               : all_gather(pad_rows(x, Tm, 0), group, W);
 
   // Choices in (source, token, choice) order, stably sorted by expert: expert g's rows in the
   // order moe_host.h lays them out, at sorted positions starts[g] .. starts[g+1] - 1.
@@ -149,6 +160,7 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
     sorted_pos = starts.narrow(0, me * El, 1) + at::arange(rows_out, long_opts);
   }
   const at::Tensor token = at::div(perm.index_select(0, sorted_pos.clamp_max(n - 1)), k, "floor");
+  if (own_path) exchange_join();
   at::Tensor recv = x_all.index_select(0, token);
   if (capacity > 0) recv = recv.view({El, capacity, H});
   r.out = expert_gemm(recv, w1, r.counts, capacity);
@@ -172,13 +184,44 @@ at::Tensor gather_nodes(const char* op, const at::Tensor& y, const at::Tensor& r
       .view({T, k, H});
 }
 
+namespace {
+std::string nodes_combine_mode() {
+  const char* v = std::getenv("MKERNEL_MOE_NODES_COMBINE");
+  const std::string m = v == nullptr ? std::string() : std::string(v);
+  TORCH_CHECK_VALUE(m.empty() || m == "reduce" || m == "reduce16" || m == "allgather",
+                    "MKERNEL_MOE_NODES_COMBINE must be \"reduce\" (the default), \"reduce16\" or "
+                    "\"allgather\", got \"", m, "\"");
+  return m;
+}
+}  // namespace
+
 bool combine_by_reduce_scatter() {
+  // The default since s9run1 passed it at W=2 and W=4 over 2 nodes; "allgather" opts out.
+  static const bool on = nodes_combine_mode() != "allgather";
+  return on;
+}
+
+bool combine_partials_narrow() {
+  static const bool on = nodes_combine_mode() == "reduce16";
+  return on;
+}
+
+namespace {
+// The partial-sum kernel unless MKERNEL_MOE_NODES_PARTIAL=aten (the ATen sequence it replaces).
+bool partials_by_kernel() {
   static const bool on = [] {
-    const char* v = std::getenv("MKERNEL_MOE_NODES_COMBINE");
-    return v != nullptr && std::string(v) == "reduce";
+    const char* v = std::getenv("MKERNEL_MOE_NODES_PARTIAL");
+    return v == nullptr || std::string(v) != "aten";
   }();
   return on;
 }
+
+moe_ep::DType moe_dtype(at::ScalarType t) {
+  return t == at::kBFloat16 ? moe_ep::DType::kBF16
+         : t == at::kHalf   ? moe_ep::DType::kFP16
+                            : moe_ep::DType::kFP32;
+}
+}  // namespace
 
 at::Tensor combine_nodes(const char* op, const at::Tensor& y, const at::Tensor& route,
                          const at::Tensor& topk_weights, int64_t group, int64_t world_size,
@@ -192,22 +235,53 @@ at::Tensor combine_nodes(const char* op, const at::Tensor& y, const at::Tensor& 
   if (Y == 0 || Tm == 0) return at::zeros({T, H}, y.options());
   // Every rank's routes and weights (small: [W*Tm, k]); padding tokens route nowhere.
   const at::Tensor w = topk_weights.to(at::kFloat).masked_fill(route.lt(0), 0.0);
-  const at::Tensor route_all = all_gather_bits(pad_rows(route, Tm, -1), group, W);  // [W*Tm, k]
-  const at::Tensor w_all = all_gather(pad_rows(w, Tm, 0), group, W);               // [W*Tm, k]
+  // One all_gather for both (a collective's latency, not its bytes, is their cost): the routes'
+  // int64 bits and the weights side by side as fp32 words, [Tm, 2k + k].
+  const at::Tensor both = all_gather(
+      at::cat({pad_rows(route, Tm, -1).view(at::kFloat), pad_rows(w, Tm, 0)}, 1), group, W);
+  const at::Tensor route_all = both.narrow(1, 0, 2 * k).contiguous().view(at::kLong);  // [W*Tm, k]
+  const at::Tensor w_all = both.narrow(1, 2 * k, k).contiguous();                      // [W*Tm, k]
   const Decoded d = decode(route_all, W, Y);
   const at::Tensor here = d.kept.logical_and(d.rank.eq(me)).view({W * Tm, k});
   const at::Tensor row = at::where(here, d.row.view({W * Tm, k}), 0);
-  const at::Tensor y2 = y.reshape({Y, H});
-  // partial[s*Tm + t] = sum over token t of rank s's choices held here, in choice order (fp32).
-  at::Tensor partial = at::zeros({W * Tm, H}, y.options().dtype(at::kFloat));
-  for (int64_t j = 0; j < k; ++j) {
-    const at::Tensor mask = here.select(1, j).unsqueeze(1);
-    // Rows not held here read row 0 and are zeroed (a row past the counts may hold anything).
-    const at::Tensor g = y2.index_select(0, row.select(1, j)).to(at::kFloat).masked_fill_(
-        mask.logical_not(), 0.0);
-    partial.add_(g * w_all.select(1, j).unsqueeze(1));
+  const at::Tensor y2 = y.reshape({Y, H}).contiguous();
+  // partial[s*Tm + t] = sum over token t of rank s's choices held here, in choice order (fp32);
+  // MKERNEL_MOE_NODES_COMBINE=reduce16: the partials travel in y's dtype (half the bytes; each
+  // owner's partial rounded once more before the fp32 sum over owners).
+  const bool narrow = combine_partials_narrow();
+  at::Tensor sent;
+  if (partials_by_kernel() && k <= moe_partial::kMaxChoices) {
+    // One kernel (moe_partial.cu): reads only the held rows, the same bits as the loop below.
+    const at::Tensor held = at::where(here, d.row.view({W * Tm, k}), -1).contiguous();
+    const at::Tensor wk = w_all.contiguous();
+    sent = at::empty({W * Tm, H}, y.options().dtype(narrow ? y.scalar_type() : at::kFloat));
+    const cudaError_t err = moe_partial::launch(
+        y2.data_ptr(), moe_dtype(y.scalar_type()), held.data_ptr<int64_t>(), wk.data_ptr<float>(),
+        sent.data_ptr(), moe_dtype(sent.scalar_type()), W * Tm, static_cast<int>(k), H,
+        at::cuda::getCurrentDeviceProperties()->multiProcessorCount,
+        at::cuda::getCurrentCUDAStream());
+    TORCH_CHECK(err == cudaSuccess, op, ": the partial-sum kernel failed to launch: ",
+                cudaGetErrorString(err));
+  } else {  // MKERNEL_MOE_NODES_PARTIAL=aten: the ATen sequence
+    at::Tensor partial = at::zeros({W * Tm, H}, y.options().dtype(at::kFloat));
+    for (int64_t j = 0; j < k; ++j) {
+      const at::Tensor mask = here.select(1, j).unsqueeze(1);
+      // Rows not held here read row 0 and are zeroed (a row past the counts may hold anything).
+      const at::Tensor g = y2.index_select(0, row.select(1, j)).to(at::kFloat).masked_fill_(
+          mask.logical_not(), 0.0);
+      partial.add_(g * w_all.select(1, j).unsqueeze(1));
+    }
+    sent = narrow ? partial.to(y.scalar_type()) : partial;
   }
-  return reduce_scatter(partial, group, W).narrow(0, 0, T).to(y.scalar_type());
+  if (exchange_by_copy_engine(op, group, W, y.device())) {
+    // The MoE's own exchange: every owner's partial of this rank's tokens, summed here in fp32
+    // and rank order (the reduce_scatter's order), rounded once.
+    const at::Tensor got = exchange_nodes(op, comm::kOpMoeCombine, sent, true, group, W);
+    at::Tensor sum = got.narrow(0, 0, Tm).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+    for (int64_t s = 1; s < W; ++s) sum.add_(got.narrow(0, s * Tm, Tm));
+    return sum.narrow(0, 0, T).to(y.scalar_type());
+  }
+  return reduce_scatter(sent, group, W).narrow(0, 0, T).to(y.scalar_type());
 }
 
 at::Tensor scatter_nodes(const char* op, const at::Tensor& rows, const at::Tensor& route,

@@ -4,10 +4,12 @@
 // rank's routing on the device: no host sync on data, so the ops capture in CUDA graphs (after
 // one eager call sized the group's areas, like the collectives).
 //
-// A correct path, not a fast one: each rank receives every rank's tokens and routing (W x the
-// rows an all-to-all would move) and, in the combine, every rank's expert outputs. The MoE
-// kernels' own inter-node half (each token once per destination node through the FIFO) is
-// still to come (kernels/moe/README.md).
+// Each rank receives every rank's tokens and routing (at one rank per node with top-8 of 256
+// experts that is the deduplicated traffic; with several ranks per node it is up to W x the
+// rows an all-to-all would move). With every rank alone on its (emulated) node and host staging,
+// the tokens and the combine's partial sums take the MoE's own exchange (moe_net.h: copy engines
+// + FIFO pieces; MKERNEL_MOE_NODES_PATH=substrate opts out) instead of the substrate's
+// collectives (kernels/moe/README.md).
 //
 // Sizes: T is padded to the group's token bound max_T (mkernel.moe.reserve_tokens, else the
 // ranks' T all-gathered on the host: a shape, not data); the packed outputs hold the same static
@@ -38,10 +40,13 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
 at::Tensor gather_nodes(const char* op, const at::Tensor& y, const at::Tensor& route,
                         int64_t group, int64_t world_size);
 
-// moe_combine across nodes as partial sums at the owners plus one reduce_scatter (the default
-// since s8run2 passed it at W=2 over 2 nodes), or with MKERNEL_MOE_NODES_COMBINE=allgather as
+// moe_combine across nodes as partial sums at the owners plus one reduce_scatter (the default:
+// s9run1 passed it at W=2 and W=4 over 2 nodes), or with MKERNEL_MOE_NODES_COMBINE=allgather as
 // gather_nodes + weighted_sum (every rank's whole layout of y all-gathered).
 bool combine_by_reduce_scatter();
+// MKERNEL_MOE_NODES_COMBINE=reduce16 (opt-in): combine_nodes' partials travel in y's dtype (bf16:
+// half the link bytes of fp32; one more rounding per owner before the fp32 sum over owners).
+bool combine_partials_narrow();
 
 // moe_combine across nodes, owner side: each rank sums, in fp32 and choice order, the weighted
 // rows it holds of every rank's tokens ([W*max_T, H] partials, the routes and weights

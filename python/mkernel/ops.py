@@ -465,8 +465,9 @@ def moe_combine(
     """The reverse of :func:`moe_dispatch_gemm`: bring the experts' outputs back and sum them.
 
     ``out[t] = sum_j topk_weights[t, j] * y[the row handle.route[t, j] names]``, summed in fp32
-    over j in order and rounded once (across nodes with ``MKERNEL_MOE_NODES_COMBINE=reduce``:
-    in fp32 over j at each owner rank, then over the owners in rank order, rounded once);
+    over j in order and rounded once (across nodes, unless ``MKERNEL_MOE_NODES_COMBINE=allgather``:
+    in fp32 over j at each owner rank, then over the owners in rank order, rounded once;
+    ``=reduce16`` rounds each owner's partial to y's dtype before that sum);
     dropped choices add nothing. Differentiable
     in y and topk_weights (the backward of y is a dispatch).
 

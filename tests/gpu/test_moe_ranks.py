@@ -63,7 +63,8 @@ def test_moe_cuda_graph_replay(mps, world):
 @pytest.mark.parametrize("world", [2, 4])
 def test_moe_cuda_across_emulated_nodes(mps, world):
     """Two emulated nodes: values, routes, counts and gradients against the float64 reference,
-    bit-identical repeats, and graph replay (with and without reserve_tokens)."""
+    bit-identical repeats, and graph replay (with and without reserve_tokens). Defaults: at W=2
+    (one rank per node) the MoE's own exchange, at W=4 the substrate's collectives."""
     res = run_ranks(RANK_MAIN, world, nodes=2, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
                                  MKERNEL_OP_TIMEOUT="20"))
@@ -73,16 +74,75 @@ def test_moe_cuda_across_emulated_nodes(mps, world):
 
 
 @pytest.mark.parametrize("world", [2, 4])
-def test_moe_cuda_across_emulated_nodes_reduce_combine(mps, world):
-    """MKERNEL_MOE_NODES_COMBINE=reduce (opt-in): the combine across nodes as the owners' fp32
-    partial sums and one reduce_scatter (csrc/moe_nodes.h combine_nodes) instead of every
-    rank's whole layout of y, all-gathered (the default); the same checks."""
+def test_moe_cuda_across_emulated_nodes_allgather_combine(mps, world):
+    """MKERNEL_MOE_NODES_COMBINE=allgather (the opt-out): the combine across nodes from every
+    rank's whole layout of y, all-gathered, instead of the owners' fp32 partial sums and one
+    reduce_scatter (csrc/moe_nodes.h combine_nodes, the default); the same checks."""
     res = run_ranks(RANK_MAIN, world, nodes=2, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
-                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_NODES_COMBINE="reduce"))
+                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_NODES_COMBINE="allgather"))
     cases = check_ranks(res)
     assert len(cases) == world * (8 + 4), len(cases)
     assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+def test_moe_cuda_across_emulated_nodes_substrate_path(mps):
+    """MKERNEL_MOE_NODES_PATH=substrate (the opt-out) at W=2 over 2 nodes, where the MoE's own
+    exchange is the default: the substrate's all_gather / reduce_scatter; the same checks."""
+    world = 2
+    res = run_ranks(RANK_MAIN, world, nodes=2, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_NODES_PATH="substrate"))
+    cases = check_ranks(res)
+    assert len(cases) == world * (8 + 4), len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_moe_cuda_across_emulated_nodes_narrow_partials(mps, world):
+    """MKERNEL_MOE_NODES_COMBINE=reduce16 (opt-in): the combine's partial sums travel in y's dtype
+    (half the link bytes; one more rounding per owner, inside the bf16 bound); the same checks."""
+    res = run_ranks(RANK_MAIN, world, nodes=2, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_NODES_COMBINE="reduce16"))
+    cases = check_ranks(res)
+    assert len(cases) == world * (8 + 4), len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+
+@pytest.mark.parametrize("world,nodes", [(2, 2), (4, 4)])
+def test_moe_cuda_across_emulated_nodes_copy_engine_exchange(mps, world, nodes):
+    """MKERNEL_MOE_NODES_PATH=ce (forced; the default where every rank is alone on its emulated
+    node): the dispatch's tokens and the combine's partial sums move by the MoE's own exchange
+    (csrc/moe_net.h: copy engines into and out of the inter-node staging, pieces pushed through
+    the FIFO) instead of the substrate's all_gather / reduce_scatter; the same checks (values,
+    gradients, bit-identical repeats, graph replay)."""
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_NODES_PATH="ce"))
+    cases = check_ranks(res)
+    assert len(cases) == world * (8 + 4), len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+
+EXCHANGE_MAIN = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from tests.gpu.moe_exchange_ranks import main
+main()
+"""
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_moe_copy_engine_exchange_alone(mps, world):
+    """mkernel._moe_exchange, every rank alone on its node: the gather equals the substrate's
+    all_gather bit for bit and the all-to-all delivers every rank's block, at 1 piece and 8 uneven
+    pieces, bf16 and fp32, twice in a row."""
+    res = run_ranks(EXCHANGE_MAIN, world, nodes=world, timeout=120,
+                    env=rank_env(mps, world, MKERNEL_OP_TIMEOUT="20"))
+    cases = check_ranks(res)
+    assert len(cases) == world * 6, len(cases)
+    assert all(c["gather"] and c["a2a"] for c in cases), cases
+
 
 def test_moe_killed_rank_fails_the_others_within_the_timeout(mps):
     """The last rank dies in the middle of a dispatch: the survivor raises within the op timeout

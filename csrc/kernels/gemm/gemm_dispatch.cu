@@ -2,6 +2,8 @@
 // the instantiation that implements it, and the shape heuristic for kAuto.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+
 #include "gemm_api.h"
 
 namespace mkernel::gemm {
@@ -149,19 +151,26 @@ int grouped_candidate_plans(int t, int n, int k, int experts, int sm_count, Plan
       {C::kPing128x128Cluster1x2, 8, 2}, {C::kPing128x128Cluster1x2, 4, 2},
       {C::kCoop128x256Cluster2x1, 8, 2}, {C::kCoop128x256Cluster2x1, 1, 1},
       {C::kCoop128x128Cluster2x1, 8, 2},
-      // coop_128x256_c1x2 / coop_256x128_c1x2 (A multicast along N: fewer L2 -> SM bytes per
-      // flop, which bound the MoE GEMM in s8run2) run packed groups when pinned by name (the
-      // bench's A/B) but join the candidates only after a GPU run has checked them: a
-      // candidate's output must be bitwise equal to every other plan's.
   };
+  // coop_128x256_c1x2 / coop_256x128_c1x2 (A multicast along N: fewer L2 -> SM bytes per flop)
+  // passed the packed tests in s9run1 (bitwise equal to every other plan) but ran 4-22% slower
+  // solo than ping_128x128_c1x2 there: candidates only with MKERNEL_GEMM_GROUPED_C1X2=1 (the A/B).
+  static const bool with_c1x2 = [] {
+    const char* v = std::getenv("MKERNEL_GEMM_GROUPED_C1X2");
+    return v != nullptr && v[0] == '1';
+  }();
+  const Plan c1x2[] = {{C::kCoop128x256Cluster1x2, 8, 2}, {C::kCoop256x128Cluster1x2, 8, 1}};
   int count = 0;
-  if (capacity > 0) out[count++] = fixed;
-  for (const Plan& p : others) {
-    bool seen = false;
+  auto add = [&](const Plan& p) {
     for (int i = 0; i < count; ++i) {
-      seen |= out[i].config == p.config && out[i].swizzle == p.swizzle && out[i].raster == p.raster;
+      if (out[i].config == p.config && out[i].swizzle == p.swizzle && out[i].raster == p.raster) return;
     }
-    if (!seen && count < capacity) out[count++] = p;
+    if (count < capacity) out[count++] = p;
+  };
+  add(fixed);
+  for (const Plan& p : others) add(p);
+  if (with_c1x2) {
+    for (const Plan& p : c1x2) add(p);
   }
   return count;
 }
