@@ -416,13 +416,48 @@ __device__ __forceinline__ ItemRange item_range(const Params& p, uint32_t stage_
   return {blockIdx.x, items, gridDim.x};
 }
 
-// The CTA copies `bytes` of src into the send area at send_off, then one lane pushes it
-// (net_push_block).
+// GPU-direct emulation: the CTA stores n bytes of src at remote_off of the receive area of every
+// rank in `dests` (a bit per rank). A lean copy (one 16-byte access per thread in flight, bytes
+// when unaligned): a second full copy_bytes inlined here would spill the kernels' registers.
+__device__ __forceinline__ void net_place(uint8_t* const* peer_recv, uint32_t dests, uint64_t remote_off,
+                                          const uint8_t* src, uint64_t n) {
+  for (; dests != 0; dests &= dests - 1) {
+    uint8_t* dst = peer_recv[__ffs(dests) - 1] + remote_off;
+    if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | n) & 15) == 0) {
+      for (uint64_t i = threadIdx.x; i < n / 16; i += kThreads) {
+        reinterpret_cast<uint4*>(dst)[i] = __ldcg(reinterpret_cast<const uint4*>(src) + i);
+      }
+    } else {
+      for (uint64_t i = threadIdx.x; i < n; i += kThreads) dst[i] = src[i];
+    }
+  }
+}
+
+// The CTA's bytes bound for other nodes: into the send area at send_off (the transport moves
+// them after the push), or, with the GPU-direct emulation (NetDevice::peer_recv), straight into
+// the receive area of every destination (every rank of another node, or `to`) at remote_off —
+// what a GPUDirect NIC would write there; the push then moves no data, only the signal.
+__device__ __forceinline__ void net_stage_bytes(const Params& p, const uint8_t* src, uint64_t n,
+                                                uint64_t send_off, uint64_t remote_off, int to) {
+#if MKERNEL_NET_COLLECTIVES
+  if (p.g.net.peer_recv == nullptr) {
+    copy_bytes(p.g.net.send_area + send_off, src, n);
+    return;
+  }
+  uint32_t dests = 0;
+  for (int r = 0; r < p.g.world; ++r) {
+    if (p.g.data[r] == nullptr && (to < 0 || r == to)) dests |= 1u << r;
+  }
+  net_place(p.g.net.peer_recv, dests, remote_off, src, n);
+#endif
+}
+
+// The CTA stages `bytes` of src (net_stage_bytes), then one lane pushes them (net_push_block).
 __device__ __forceinline__ void net_send(const Params& p, const uint8_t* src, uint64_t bytes,
                                          uint64_t send_off, uint64_t remote_off, int to,
                                          uint32_t slot, uint64_t e) {
 #if MKERNEL_NET_COLLECTIVES
-  copy_bytes(p.g.net.send_area + send_off, src, bytes);
+  net_stage_bytes(p, src, bytes, send_off, remote_off, to);
   __syncthreads();
   if (threadIdx.x == 0) net_push_block(p, send_off, remote_off, bytes, to, slot, e);
   __syncthreads();
@@ -443,7 +478,7 @@ __device__ __forceinline__ void net_stage_part(const Params& p, uint32_t counter
                                                uint64_t remote_off, int to, uint32_t slot, uint64_t e,
                                                SentWait* defer) {
 #if MKERNEL_NET_COLLECTIVES
-  if (n > 0) copy_bytes(p.g.net.send_area + part_off, src, n);
+  if (n > 0) net_stage_bytes(p, src, n, part_off, remote_off + (part_off - block_off), to);
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence_system();
