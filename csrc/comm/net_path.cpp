@@ -132,7 +132,6 @@ struct NetDatapathHandle {
   mk_datapath_t h = 0;
 };
 
-// Everything one opening of the path owns, released in the reverse order of acquisition.
 // A peer's receive buffer opened through CUDA IPC (GPU-direct emulation), closed with its owner.
 struct NetIpcMapping {
   NetIpcMapping() = default;
@@ -144,6 +143,7 @@ struct NetIpcMapping {
   void* ptr = nullptr;
 };
 
+// Everything one opening of the path owns, released in the reverse order of acquisition.
 struct NetPath::Impl {
   NetPathConfig cfg;
   NetDatapathHandle dp;
