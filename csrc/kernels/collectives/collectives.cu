@@ -417,16 +417,15 @@ __device__ __forceinline__ ItemRange item_range(const Params& p, uint32_t stage_
 }
 
 // GPU-direct emulation: the CTA stores n bytes of src at remote_off of the receive area of every
-// rank in `dests` (a bit per rank). A lean copy (one 16-byte access per thread in flight, bytes
-// when unaligned): a second full copy_bytes inlined here would spill the kernels' registers.
+// rank in `dests` (a bit per rank). 16-byte accesses (copy_as<uint4>, kUnroll in flight) when
+// aligned (the areas' blocks start at 256-byte multiples), else bytes: a second full copy_bytes
+// (four widths) inlined here would spill the kernels' registers (ptxas: 92-126, no spills).
 __device__ __forceinline__ void net_place(uint8_t* const* peer_recv, uint32_t dests, uint64_t remote_off,
                                           const uint8_t* src, uint64_t n) {
   for (; dests != 0; dests &= dests - 1) {
     uint8_t* dst = peer_recv[__ffs(dests) - 1] + remote_off;
     if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | n) & 15) == 0) {
-      for (uint64_t i = threadIdx.x; i < n / 16; i += kThreads) {
-        reinterpret_cast<uint4*>(dst)[i] = __ldcg(reinterpret_cast<const uint4*>(src) + i);
-      }
+      copy_as<uint4>(dst, src, n);
     } else {
       for (uint64_t i = threadIdx.x; i < n; i += kThreads) dst[i] = src[i];
     }
