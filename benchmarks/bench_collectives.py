@@ -42,7 +42,9 @@ each variant's outputs bit for bit against the default's.
 kernels store the other nodes' bytes straight into their GPU receive buffers through CUDA IPC and
 the transport moves no data, only charges the link and places the signals; gocore/transport/
 loopback/gpudirect.go); rows carry gpu_direct, and with --emulate net/link = net GB/s over the
-emulated link's rate.
+emulated link's rate. MKERNEL_NET_MIRROR=1 in the environment (the ranks inherit it): one poller
+per inter-node arrival flag and call, the other CTAs wait on a device-memory mirror (rows carry
+flag_mirror).
 
     python benchmarks/bench_collectives.py [--worlds 2,4,8] [--nodes 1] [--sizes-mib 1,16,64] [--quick]
                                            [--emulate 50GB/s,3us] [--overlap-ab]
@@ -286,6 +288,7 @@ def rank_main() -> None:
                         "net": net_info.get("transport"), "emulate": os.environ.get("MKERNEL_NET_EMULATE", ""),
                         "net_stage": "whole" if os.environ.get("MKERNEL_NET_STAGE") == "whole" else "parallel",
                         "gpu_direct": bool(net_info.get("gpu_direct", False)),
+                        "flag_mirror": os.environ.get("MKERNEL_NET_MIRROR") == "1",
                         "transport_ms": worst["transport"],
                         "transport_gbs": inter / (worst["transport"] * 1e-3) / 1e9,
                         "net_gbs": _inter_node_factor(op) * inter / (worst["mkernel"] * 1e-3) / 1e9,
@@ -389,7 +392,8 @@ def main() -> None:
         stop()
     if args.nodes > 1 and rows:
         print(f"inter-node transport: {rows[0].get('net')} (emulate: {args.emulate or 'off'}; "
-              f"staging: {rows[0].get('net_stage')}; gpu_direct: {rows[0].get('gpu_direct')})")
+              f"staging: {rows[0].get('net_stage')}; gpu_direct: {rows[0].get('gpu_direct')}; "
+              f"flag mirror: {rows[0].get('flag_mirror')})")
     link = _link_gbs(args.emulate)
     print(f"{'W':>2} {'N':>2} {'op':<15} {'MiB':>6} {'ms':>8} {'busbw GB/s':>11} {'copy-engine':>12} {'ratio':>6}"
           + (f" {'net GB/s':>9} {'transport':>10} {'net/tr':>7} {'d2h':>6} {'h2d':>6} {'pcie':>6} {'net/pcie':>8}"

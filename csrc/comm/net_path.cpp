@@ -158,6 +158,7 @@ struct NetPath::Impl {
   // GPU-direct emulation: the peers' receive buffers and their device table (NetDevice::peer_recv).
   std::vector<std::unique_ptr<NetIpcMapping>> peer_recv;
   void* peer_table = nullptr;
+  void* mirror = nullptr;  // NetDevice::arrival_mirror, then arrival_claim
 
   ~Impl() {
     // No kernel may still use the path: the caller synchronized; be safe at teardown anyway
@@ -173,6 +174,7 @@ struct NetPath::Impl {
     for (int fd : dmabuf_fds) close(fd);
     peer_recv.clear();
     if (peer_table != nullptr) (void)cudaFree(peer_table);
+    if (mirror != nullptr) (void)cudaFree(mirror);
     if (gpu_send != nullptr) (void)cudaFree(gpu_send);
     if (gpu_recv != nullptr) (void)cudaFree(gpu_recv);
     if (head != nullptr) (void)cudaFree(head);
@@ -330,6 +332,13 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
   check_core(api.datapath_buffer(impl->dp.h, 0, &flags, &flag_bytes), "datapath_buffer (arrival flags)");
   view.arrival = impl->map<uint64_t>(op, flags, flag_bytes, "arrival flags");
   view.arrival_slots = static_cast<uint32_t>(flag_bytes / MK_FIFO_FLAG_BYTES);
+  {
+    const size_t bytes = 2 * static_cast<size_t>(view.arrival_slots) * sizeof(uint64_t);
+    check_cuda(cudaMalloc(&impl->mirror, bytes), op, "cudaMalloc (arrival flag mirror)");
+    check_cuda(cudaMemset(impl->mirror, 0, bytes), op, "cudaMemset (arrival flag mirror)");
+    view.arrival_mirror = static_cast<uint64_t*>(impl->mirror);
+    view.arrival_claim = view.arrival_mirror + view.arrival_slots;
+  }
 
   void* fifo = nullptr;
   check_core(api.datapath_fifo(impl->dp.h, &fifo), "datapath_fifo");

@@ -104,6 +104,10 @@ struct Params {
   // takes every kind of item and each push waits at once.
   int32_t overlap;
   int32_t stager_eighths;
+  // 1 (MKERNEL_NET_MIRROR=1): waits for inter-node arrival flags poll host memory once per (slot,
+  // call) and the other waiters poll a device-memory mirror (net_arrival_wait). 0: every waiting
+  // CTA polls the host flag itself.
+  int32_t flag_mirror;
 };
 // NetDevice::stage_count words: per (destination block, piece), then all_reduce's reduced block.
 __host__ __device__ constexpr uint32_t stage_counter(uint32_t dest, uint32_t piece) {
@@ -338,11 +342,32 @@ __device__ __forceinline__ uint64_t net_timeout(const Params& p, int src) {
 
 // Rank src's inter-node arrival flag `slot` holds e (one thread; a proxy failure traps at once,
 // naming the peer the proxy lost).
+// flag_mirror: the arrival flags are host memory, read over PCIe, and with every CTA of every
+// rank polling them at once the reads queue behind each other (one poller with 4 loads in flight
+// already doubled the one-way latency, s7run2), so a flag can be seen tens of microseconds after
+// the proxy set it. The first waiter of a (slot, call) — claimed by atomicMax of the call number
+// on a device word — polls the host flag and copies what it saw into a device-memory mirror
+// (release); the other waiters poll the mirror (acquire: causality carries the data's visibility
+// from the proxy's flag store through the poller's release). A proxy failure traps the poller
+// (its wait watches the FIFO's error word), which ends the kernel; the mirror waits are bounded
+// by the derived timeout, longer than the poller's.
 __device__ __forceinline__ void net_arrival_wait(const Params& p, int src, uint32_t slot, uint64_t e,
                                                  uint64_t timeout_ns) {
 #if MKERNEL_NET_COLLECTIVES
-  comm::net_wait_arrival(p.g, p.g.net.arrival + slot, e, timeout_ns, src,
-                         comm::WaitSite{p.op, comm::kWaitNetArrival, src, static_cast<int32_t>(slot)});
+  const comm::WaitSite site{p.op, comm::kWaitNetArrival, src, static_cast<int32_t>(slot)};
+  if (p.flag_mirror) {
+    uint64_t* mirror = p.g.net.arrival_mirror + slot;
+    if (comm::ld_acquire_sys(mirror) >= e) return;
+    if (atomicMax(reinterpret_cast<unsigned long long*>(p.g.net.arrival_claim + slot),
+                  static_cast<unsigned long long>(e)) >= e) {
+      comm::wait_geq(mirror, e, derived_timeout(p.g) + timeout_ns, p.g.diag, p.g.group_id, p.g.rank, site);
+      return;
+    }
+    const uint64_t seen = comm::net_wait_arrival(p.g, p.g.net.arrival + slot, e, timeout_ns, src, site);
+    comm::st_release_sys(mirror, seen);
+    return;
+  }
+  comm::net_wait_arrival(p.g, p.g.net.arrival + slot, e, timeout_ns, src, site);
 #endif
 }
 
@@ -739,6 +764,16 @@ int net_stager_eighths() {
   return set >= 0 ? set : env;
 }
 
+// MKERNEL_NET_MIRROR: "1" polls each inter-node arrival flag from one CTA per call and lets the
+// others wait on a device-memory mirror (Params::flag_mirror); anything else: off. Read once.
+bool net_flag_mirror() {
+  static const bool on = [] {
+    const char* v = std::getenv("MKERNEL_NET_MIRROR");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
 uint32_t chunk_count(uint64_t block, uint64_t chunk) {
   return static_cast<uint32_t>(std::max<uint64_t>(1, (block + chunk - 1) / chunk));
 }
@@ -878,6 +913,7 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
   p.parallel_stage = net_stage_mode() == 1 ? 1 : 0;
   p.overlap = remote > 0 && p.parallel_stage && net_overlap_mode() == 1 ? 1 : 0;
   p.stager_eighths = std::max(0, net_stager_eighths());
+  p.flag_mirror = remote > 0 && net_flag_mirror() && g.net.arrival_mirror != nullptr ? 1 : 0;
   if (remote > 0) {
     if (net_stage_mode() < 0) {
       if (reason) *reason = "MKERNEL_NET_STAGE must be unset, 'parallel' (the default) or 'whole'";

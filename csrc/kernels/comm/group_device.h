@@ -65,6 +65,11 @@ struct NetDevice {
   // push, and the transport moves no data (it charges the emulated link and places the signal).
   // nullptr: the transport moves the bytes from send_area (host staging or RDMA).
   uint8_t* const* peer_recv = nullptr;
+  // arrival_slots device-memory words each, zero when the path opens (MKERNEL_NET_MIRROR=1, see
+  // collectives.cu net_arrival_wait): arrival_mirror[s] holds a value some CTA saw in arrival[s],
+  // arrival_claim[s] the last call number whose first waiter took the polling of arrival[s].
+  uint64_t* arrival_mirror = nullptr;
+  uint64_t* arrival_claim = nullptr;
 };
 constexpr int kNetStageCounters = (kMaxRanks + 1) * 8;  // (destination block + 1) x pieces
 
