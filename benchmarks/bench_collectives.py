@@ -38,6 +38,13 @@ stagers and readers split, see csrc/kernels/collectives/collectives.cu item_rang
 eighths of the grid, 0 = the deferred transport waits alone; switched per call through
 torch.ops.mkernel._set_net_overlap), interleaved with the default in one process, after checking
 each variant's outputs bit for bit against the default's.
+--gdr runs the ranks with MKERNEL_NET_GDR=1: the loopback transport's GPU-direct emulation (the
+kernels store the other nodes' bytes straight into their GPU receive buffers through CUDA IPC and
+the transport moves no data, only charges the link and places the signals; gocore/transport/
+loopback/gpudirect.go); rows carry gpu_direct, and with --emulate net/link = net GB/s over the
+emulated link's rate. MKERNEL_NET_MIRROR=1 in the environment (the ranks inherit it): one poller
+per inter-node arrival flag and call, the other CTAs wait on a device-memory mirror (rows carry
+flag_mirror).
 
     python benchmarks/bench_collectives.py [--worlds 2,4,8] [--nodes 1] [--sizes-mib 1,16,64] [--quick]
                                            [--emulate 50GB/s,3us] [--overlap-ab]
@@ -280,6 +287,8 @@ def rank_main() -> None:
                     row.update({
                         "net": net_info.get("transport"), "emulate": os.environ.get("MKERNEL_NET_EMULATE", ""),
                         "net_stage": "whole" if os.environ.get("MKERNEL_NET_STAGE") == "whole" else "parallel",
+                        "gpu_direct": bool(net_info.get("gpu_direct", False)),
+                        "flag_mirror": os.environ.get("MKERNEL_NET_MIRROR") == "1",
                         "transport_ms": worst["transport"],
                         "transport_gbs": inter / (worst["transport"] * 1e-3) / 1e9,
                         "net_gbs": _inter_node_factor(op) * inter / (worst["mkernel"] * 1e-3) / 1e9,
@@ -321,6 +330,17 @@ except BaseException as e:  # one line the parent prints whatever the rank's log
 """
 
 
+def _link_gbs(emulate: str) -> float | None:
+    """The emulated link's rate in GB/s from a MKERNEL_NET_EMULATE value ("50GB/s,3us"), or None."""
+    rate = emulate.split(",")[0].strip()
+    if not rate.upper().endswith("GB/S"):
+        return None
+    try:
+        return float(rate[:-4])
+    except ValueError:
+        return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worlds", default="2,4,8")
@@ -332,6 +352,8 @@ def main() -> None:
     ap.add_argument("--overlap-ab", action="store_true",
                     help="with --nodes > 1: also time every op under OVERLAP_VARIANTS (the overlap mode with "
                          "4, 2, 6 and 0 eighths of the grid staging), interleaved, outputs checked bit for bit")
+    ap.add_argument("--gdr", action="store_true",
+                    help="MKERNEL_NET_GDR=1 for the ranks: loopback's GPU-direct emulation (no host staging)")
     ap.add_argument("--emulate", default=os.environ.get("MKERNEL_NET_EMULATE", ""),
                     help="shape the loopback link between emulated nodes (MKERNEL_NET_EMULATE), e.g. 50GB/s,3us")
     args = ap.parse_args()
@@ -348,7 +370,7 @@ def main() -> None:
             res = run_ranks(RANK_CODE, world, nodes=args.nodes, timeout=600, env=dict(
                 env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // world), NCCL_NVLS_ENABLE="0",
                 BENCH_NODES=str(args.nodes), MKERNEL_NET_EMULATE=args.emulate,
-                BENCH_OVERLAP_AB="1" if args.overlap_ab else "0",
+                BENCH_OVERLAP_AB="1" if args.overlap_ab else "0", MKERNEL_NET_GDR="1" if args.gdr else "0",
                 BENCH_ITERS=str(args.iters), BENCH_REPS=str(args.reps), BENCH_SIZES_MIB=args.sizes_mib))
             for r in res:  # rank 0 prints the rows; keep those a failing W finished
                 rows += [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
@@ -370,7 +392,9 @@ def main() -> None:
         stop()
     if args.nodes > 1 and rows:
         print(f"inter-node transport: {rows[0].get('net')} (emulate: {args.emulate or 'off'}; "
-              f"staging: {rows[0].get('net_stage')})")
+              f"staging: {rows[0].get('net_stage')}; gpu_direct: {rows[0].get('gpu_direct')}; "
+              f"flag mirror: {rows[0].get('flag_mirror')})")
+    link = _link_gbs(args.emulate)
     print(f"{'W':>2} {'N':>2} {'op':<15} {'MiB':>6} {'ms':>8} {'busbw GB/s':>11} {'copy-engine':>12} {'ratio':>6}"
           + (f" {'net GB/s':>9} {'transport':>10} {'net/tr':>7} {'d2h':>6} {'h2d':>6} {'pcie':>6} {'net/pcie':>8}"
              f" {'cmd p50/p90 us':>14}" if args.nodes > 1 else ""))
@@ -383,6 +407,9 @@ def main() -> None:
                      f" {row['net_gbs'] / row['pcie_gbs']:>8.2f}")
             if row.get("proxy_p50_us") is not None:
                 line += f" {row['proxy_p50_us']:>5.0f}/{row['proxy_p90_us']:<5.0f}"
+            if link:
+                row["net_over_link"] = row["net_gbs"] / link
+                line += f"  net/link {row['net_over_link']:.2f}"
         variants = [n for n in OVERLAP_VARIANTS if f"{n}_ms" in row]
         if variants:
             line += "   " + " ".join(f"{n} x{row[f'{n}_speedup']:.2f}" for n in variants)

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "core_binding.h"
+#include "session_layout.h"
 
 namespace mkernel::comm {
 namespace {
@@ -48,20 +49,45 @@ class DeviceScope {
   int prev_ = 0;
 };
 
-// Whether to offer GPU memory for the buffers: only where an RDMA transport may be chosen (a
-// tcp / loopback data path would allocate host staging anyway). MKERNEL_NET_GPU_MEMORY=0 turns
-// it off (host staging everywhere), =1 forces the offer.
+// MKERNEL_NET_GDR=1: the loopback transport's GPU-direct emulation (gocore/transport/loopback,
+// gpudirect.go; the Go side reads the same variable): GPU buffers, and the kernels store the
+// bytes into the peers' receive buffers themselves (NetDevice::peer_recv). Opt-in.
+bool gpu_direct_env() {
+  const char* v = std::getenv("MKERNEL_NET_GDR");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+// The transport the data path will open, as far as the environment says ("" = automatic).
+std::string chosen_net(const std::string& net) {
+  std::string name = net;
+  if (name.empty()) {
+    if (const char* p = std::getenv("MKERNEL_NET_PLUGIN"); p != nullptr && *p != '\0') return "plugin";
+    if (const char* e = std::getenv("MKERNEL_NET"); e != nullptr) name = e;
+  }
+  return name;
+}
+
+// Whether to offer GPU memory for the buffers: only where an RDMA transport may be chosen, or
+// loopback with the GPU-direct emulation (a tcp / plain loopback data path would allocate host
+// staging anyway). MKERNEL_NET_GPU_MEMORY=0 turns it off (host staging everywhere), =1 forces the
+// offer.
 bool offer_gpu_memory(const std::string& net) {
   if (const char* v = std::getenv("MKERNEL_NET_GPU_MEMORY"); v != nullptr && *v != '\0') {
     return std::strcmp(v, "0") != 0;
   }
-  std::string name = net;
-  if (name.empty()) {
-    if (const char* p = std::getenv("MKERNEL_NET_PLUGIN"); p != nullptr && *p != '\0') return false;
-    if (const char* e = std::getenv("MKERNEL_NET"); e != nullptr) name = e;
-  }
+  const std::string name = chosen_net(net);
+  if (name == "loopback") return gpu_direct_env();
   return name.empty() || name == "ibverbs" || name == "efa";
 }
+
+// What a rank publishes about its GPU receive buffer (GPU-direct emulation).
+constexpr uint32_t kRecvBlobMagic = 0x4d4b4744u;  // "MKGD"
+struct RecvBlob {
+  uint32_t magic;
+  int32_t pid;
+  uint64_t bytes;
+  cudaIpcMemHandle_t handle;
+};
 
 // A DMA-BUF fd for [ptr, ptr + bytes) of GPU memory, or -1 (no driver support: the transport
 // then tries nvidia-peermem on the address). The driver entry point is looked up at run time:
@@ -106,6 +132,17 @@ struct NetDatapathHandle {
   mk_datapath_t h = 0;
 };
 
+// A peer's receive buffer opened through CUDA IPC (GPU-direct emulation), closed with its owner.
+struct NetIpcMapping {
+  NetIpcMapping() = default;
+  NetIpcMapping(const NetIpcMapping&) = delete;
+  NetIpcMapping& operator=(const NetIpcMapping&) = delete;
+  ~NetIpcMapping() {
+    if (ptr != nullptr && cudaIpcCloseMemHandle(ptr) != cudaSuccess) cudaGetLastError();
+  }
+  void* ptr = nullptr;
+};
+
 // Everything one opening of the path owns, released in the reverse order of acquisition.
 struct NetPath::Impl {
   NetPathConfig cfg;
@@ -118,6 +155,10 @@ struct NetPath::Impl {
   mk_fifo_ctrl* fifo = nullptr;        // host mapping
   bool gpu_memory = false;
   std::string transport = "?";
+  // GPU-direct emulation: the peers' receive buffers and their device table (NetDevice::peer_recv).
+  std::vector<std::unique_ptr<NetIpcMapping>> peer_recv;
+  void* peer_table = nullptr;
+  void* mirror = nullptr;  // NetDevice::arrival_mirror, then arrival_claim
 
   ~Impl() {
     // No kernel may still use the path: the caller synchronized; be safe at teardown anyway
@@ -131,6 +172,9 @@ struct NetPath::Impl {
       dp.h = 0;
     }
     for (int fd : dmabuf_fds) close(fd);
+    peer_recv.clear();
+    if (peer_table != nullptr) (void)cudaFree(peer_table);
+    if (mirror != nullptr) (void)cudaFree(mirror);
     if (gpu_send != nullptr) (void)cudaFree(gpu_send);
     if (gpu_recv != nullptr) (void)cudaFree(gpu_recv);
     if (head != nullptr) (void)cudaFree(head);
@@ -147,7 +191,66 @@ struct NetPath::Impl {
     check_cuda(cudaHostGetDevicePointer(&dev, host, 0), op, "cudaHostGetDevicePointer");
     return static_cast<T*>(dev);
   }
+
+  // GPU-direct emulation (COLLECTIVE over the session): publishes this rank's GPU receive buffer
+  // through CUDA IPC, maps every rank of another node's, and fills view.peer_recv.
+  void map_peer_recv(const char* op, mk_session_t s, NetDevice& view) {
+    const int world = static_cast<int>(cfg.node.size());
+    TORCH_CHECK(cfg.rank >= 0 && cfg.rank < world, op, ": NetPath needs this rank (", cfg.rank,
+                ") for the GPU-direct emulation");
+    RecvBlob mine{};
+    mine.magic = kRecvBlobMagic;
+    mine.pid = static_cast<int32_t>(getpid());
+    mine.bytes = cfg.recv_bytes;
+    check_cuda(cudaIpcGetMemHandle(&mine.handle, gpu_recv), op, "cudaIpcGetMemHandle (inter-node receive buffer)");
+    const std::vector<std::string> blobs = session_allgather_blobs(
+        op, s, std::string(reinterpret_cast<const char*>(&mine), sizeof mine),
+        static_cast<double>(cfg.timeout_ms) / 1000.0, "the GPU-direct receive buffers");
+    std::vector<uint8_t*> table(kMaxRanks, nullptr);
+    peer_recv.resize(world);
+    for (int r = 0; r < world; ++r) {
+      if (r == cfg.rank || cfg.node[r] == cfg.node[cfg.rank]) continue;
+      RecvBlob b{};
+      TORCH_CHECK(blobs[r].size() == sizeof b, op, ": rank ", r, " sent a malformed GPU-direct record (",
+                  blobs[r].size(), " bytes)");
+      std::memcpy(&b, blobs[r].data(), sizeof b);
+      TORCH_CHECK(b.magic == kRecvBlobMagic, op, ": rank ", r, " sent a malformed GPU-direct record");
+      TORCH_CHECK(b.bytes == cfg.recv_bytes, op, ": rank ", r, " sized its inter-node receive buffer to ", b.bytes,
+                  " bytes, this rank (", cfg.rank, ") to ", cfg.recv_bytes);
+      auto m = std::make_unique<NetIpcMapping>();
+      const cudaError_t err = cudaIpcOpenMemHandle(&m->ptr, b.handle, cudaIpcMemLazyEnablePeerAccess);
+      if (err != cudaSuccess) {
+        cudaGetLastError();
+        TORCH_CHECK(false, op, ": MKERNEL_NET_GDR=1: cannot map rank ", r, "'s inter-node receive buffer (pid ",
+                    b.pid, ") into rank ", cfg.rank, " through CUDA IPC: ", cudaGetErrorString(err),
+                    " (the GPU-direct emulation needs every rank on GPUs of one host with peer access, or MPS)");
+      }
+      table[r] = static_cast<uint8_t*>(m->ptr);
+      peer_recv[r] = std::move(m);
+    }
+    const size_t bytes = table.size() * sizeof(uint8_t*);
+    check_cuda(cudaMalloc(&peer_table, bytes), op, "cudaMalloc (GPU-direct peer table)");
+    check_cuda(cudaMemcpy(peer_table, table.data(), bytes, cudaMemcpyHostToDevice), op,
+               "cudaMemcpy (GPU-direct peer table)");
+    view.peer_recv = static_cast<uint8_t* const*>(peer_table);
+  }
 };
+
+// The transport's name from the data path's stats JSON ("?" when absent).
+static std::string transport_of(mk_datapath_t dp) {
+  const mk_api_v1& api = core_api();
+  const auto stats =
+      read_core_string([&](char* buf, size_t* len) { return api.datapath_stats_json(dp, buf, len); });
+  if (stats) {
+    const std::string pat = "\"transport\":\"";
+    const size_t at = stats->find(pat);
+    if (at != std::string::npos) {
+      const size_t from = at + pat.size();
+      return stats->substr(from, stats->find('"', from) - from);
+    }
+  }
+  return "?";
+}
 
 // Opens one path: the data path (collective), then the device mappings.
 std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, const NetPathConfig& cfg,
@@ -173,8 +276,9 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
     check_cuda(cudaMalloc(&impl->gpu_recv, sizes[0]), op, "cudaMalloc (inter-node receive buffer)");
     check_cuda(cudaMalloc(&impl->gpu_send, sizes[1]), op, "cudaMalloc (inter-node send buffer)");
     void* ptrs[2] = {impl->gpu_recv, impl->gpu_send};
+    const bool nic = chosen_net(cfg.net) != "loopback";  // loopback never reads a DMA-BUF
     for (int i = 0; i < 2; ++i) {
-      const int fd = export_dmabuf(ptrs[i], sizes[i]);
+      const int fd = nic ? export_dmabuf(ptrs[i], sizes[i]) : -1;
       if (fd >= 0) impl->dmabuf_fds.push_back(fd);
       dev[i] = mk_device_buffer{ids[i], cfg.device, reinterpret_cast<uint64_t>(ptrs[i]), sizes[i], fd, 0, 0};
     }
@@ -201,6 +305,7 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
     check_core(api.datapath_buffer_info(impl->dp.h, ids[i], &info[i]), "datapath_buffer_info");
   }
   impl->gpu_memory = info[0].kind == MK_BUFFER_DEVICE;
+  impl->transport = transport_of(impl->dp.h);
   if (!impl->gpu_memory && offer) {
     // Host staging was allocated instead: the offered GPU memory is not needed.
     for (int fd : impl->dmabuf_fds) close(fd);
@@ -220,12 +325,20 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
   view.send_bytes = info[1].bytes;
   view.recv_buf_id = kRecvBuffer;
   view.send_buf_id = kSendBuffer;
+  if (impl->gpu_memory && impl->transport == "loopback") impl->map_peer_recv(op, s, view);
 
   void* flags = nullptr;
   size_t flag_bytes = 0;
   check_core(api.datapath_buffer(impl->dp.h, 0, &flags, &flag_bytes), "datapath_buffer (arrival flags)");
   view.arrival = impl->map<uint64_t>(op, flags, flag_bytes, "arrival flags");
   view.arrival_slots = static_cast<uint32_t>(flag_bytes / MK_FIFO_FLAG_BYTES);
+  {
+    const size_t bytes = 2 * static_cast<size_t>(view.arrival_slots) * sizeof(uint64_t);
+    check_cuda(cudaMalloc(&impl->mirror, bytes), op, "cudaMalloc (arrival flag mirror)");
+    check_cuda(cudaMemset(impl->mirror, 0, bytes), op, "cudaMemset (arrival flag mirror)");
+    view.arrival_mirror = static_cast<uint64_t*>(impl->mirror);
+    view.arrival_claim = view.arrival_mirror + view.arrival_slots;
+  }
 
   void* fifo = nullptr;
   check_core(api.datapath_fifo(impl->dp.h, &fifo), "datapath_fifo");
@@ -241,17 +354,6 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
   view.stage_count = reinterpret_cast<uint32_t*>(impl->head + 1);
   check_cuda(cudaDeviceSynchronize(), op, "cudaDeviceSynchronize (after mapping the inter-node path)");
   view.fifo_head = impl->head;
-
-  const auto stats = read_core_string(
-      [&](char* buf, size_t* len) { return api.datapath_stats_json(impl->dp.h, buf, len); });
-  if (stats) {
-    const std::string pat = "\"transport\":\"";
-    const size_t at = stats->find(pat);
-    if (at != std::string::npos) {
-      const size_t from = at + pat.size();
-      impl->transport = stats->substr(from, stats->find('"', from) - from);
-    }
-  }
   return impl;
 }
 
@@ -265,6 +367,7 @@ NetPath::~NetPath() = default;
 
 const NetPathConfig& NetPath::config() const { return impl_->cfg; }
 bool NetPath::gpu_memory() const { return impl_->gpu_memory; }
+bool NetPath::gpu_direct() const { return impl_->peer_table != nullptr; }
 std::string NetPath::transport() const { return impl_->transport; }
 
 std::string NetPath::failure() const {

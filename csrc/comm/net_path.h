@@ -28,6 +28,7 @@ namespace mkernel::comm {
 
 struct NetPathConfig {
   int device = 0;                 // CUDA device of the group's kernels
+  int rank = -1;                  // this rank in the session (GPU-direct emulation's mappings)
   std::vector<int> node;          // world entries: each rank's node index (the group's layout);
                                   // only ranks of different nodes are connected
   uint64_t send_bytes = 0;        // per rank; rounded up (GPU memory: to 2 MiB)
@@ -66,6 +67,8 @@ class NetPath {
 
   // True when send/recv are GPU memory registered with the NIC, false for host staging.
   bool gpu_memory() const;
+  // True when the kernels place the bytes at the peers themselves (NetDevice::peer_recv).
+  bool gpu_direct() const;
   std::string transport() const;
 
   // "" while the data path works, else its failure (naming the peer).

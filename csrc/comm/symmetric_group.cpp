@@ -309,6 +309,7 @@ void SymmetricGroup::ensure_net(const char* op, uint64_t send_bytes, uint64_t re
   // after this rank finished the call before the previous one, whichever path that used.
   NetPathConfig cfg;
   cfg.device = impl_->device;
+  cfg.rank = view_.rank;
   cfg.node = impl_->node;
   cfg.send_bytes = std::max(send_bytes, view_.net.send_bytes);
   cfg.recv_bytes = std::max(recv_bytes, view_.net.recv_bytes);
@@ -339,7 +340,8 @@ std::string SymmetricGroup::net_info() const {
   if (!impl_->net) return "{}";
   const NetPath& n = *impl_->net;
   return std::string("{\"transport\":\"") + n.transport() + "\",\"gpu_memory\":" +
-         (n.gpu_memory() ? "true" : "false") + ",\"send_bytes\":" + std::to_string(view_.net.send_bytes) +
+         (n.gpu_memory() ? "true" : "false") + ",\"gpu_direct\":" + (n.gpu_direct() ? "true" : "false") +
+         ",\"send_bytes\":" + std::to_string(view_.net.send_bytes) +
          ",\"recv_bytes\":" + std::to_string(view_.net.recv_bytes) + ",\"stats\":" + n.stats() + "}";
 #else
   return "{}";

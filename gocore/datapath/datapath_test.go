@@ -21,6 +21,7 @@ import (
 	"github.com/mkernel/mkernel/gocore/datapath"
 	"github.com/mkernel/mkernel/gocore/fifo"
 	"github.com/mkernel/mkernel/gocore/transport"
+	"github.com/mkernel/mkernel/gocore/transport/loopback"
 	"github.com/mkernel/mkernel/gocore/transport/transporttest"
 )
 
@@ -388,4 +389,76 @@ func TestEmulatedNodesSeq(t *testing.T) {
 		t.Fatalf("%s=0 opened a %v FIFO", datapath.EnvFIFOLL, f)
 	}
 	TestEmulatedNodes(t)
+}
+
+// TestDeviceBufferGPUDirect: with the loopback GPU-direct emulation (MKERNEL_NET_GDR=1) an
+// offered GPU buffer stays GPU memory (BufferInfo says so, no host staging), a write from it
+// only places the signal (the producer stored the bytes itself), and host buffers work beside it.
+func TestDeviceBufferGPUDirect(t *testing.T) {
+	t.Setenv(loopback.EnvGPUDirect, "1")
+	g := transporttest.NewLocalGroup(2)
+	dps := make([]*datapath.Datapath, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dps[r], errs[r] = datapath.Open(context.Background(), localSession{g.Exchanger(r)}, datapath.Config{
+				Buffers: []datapath.Buffer{{ID: bufSrc, Bytes: 4096}, {ID: bufData, Bytes: 4096}},
+				Device: []datapath.DeviceBuffer{{ID: 7, Region: transport.DeviceRegion{
+					GPU: 0, Ptr: 0xdead0000, Len: 1 << 16, DMABufFD: -1}}},
+				Clock: fifo.ClockGlobaltimer,
+				Node:  []int{0, 1}, Net: transport.Selection{Name: "loopback"}, Timeout: 5 * time.Second, BindHost: "127.0.0.1",
+			})
+			if errs[r] != nil {
+				g.Fail(errs[r])
+			}
+		}()
+	}
+	wg.Wait()
+	for _, dp := range dps {
+		if dp != nil {
+			t.Cleanup(func() { dp.Close() })
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for r, dp := range dps {
+		kind, host, dev, ok := dp.BufferInfo(7)
+		if !ok || kind != datapath.BufferDevice || host != nil || dev.Len != 1<<16 {
+			t.Fatalf("rank %d: buffer 7 is kind %d (%d host bytes, device %+v, ok %v), want the GPU region", r, kind, len(host), dev, ok)
+		}
+	}
+	if _, err := dps[0].Ring().Push(&fifo.Cmd{Kind: fifo.KindWriteSignal, Peer: 1, LocalBuf: 7, LocalOff: 4096, RemoteBuf: 7,
+		RemoteOff: 8192, Bytes: 1 << 15, ArrivalSlot: 0, ArrivalSeq: 1}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := fifo.WaitFlag(dps[1].Flag(0), 1, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	copy(dps[0].Buffer(bufSrc), "host bytes")
+	if _, err := dps[0].Ring().Push(&fifo.Cmd{Kind: fifo.KindWriteSignal, Peer: 1, LocalBuf: bufSrc, RemoteBuf: bufData,
+		Bytes: 10, ArrivalSlot: 1, ArrivalSeq: 1}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := fifo.WaitFlag(dps[1].Flag(1), 1, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(dps[1].Buffer(bufData)[:10]); got != "host bytes" {
+		t.Fatalf("rank 1 got %q", got)
+	}
+	// A GPU-direct write into a host buffer is a malformed op: the proxy fails, naming the peer.
+	if _, err := dps[0].Ring().Push(&fifo.Cmd{Kind: fifo.KindWrite, Peer: 1, LocalBuf: 7, RemoteBuf: bufData, Bytes: 8}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-dps[0].Done():
+		if err := dps[0].Err(); err == nil || !strings.Contains(err.Error(), "not a GPU buffer") {
+			t.Errorf("GPU -> host write: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("a GPU -> host write did not fail the proxy")
+	}
 }

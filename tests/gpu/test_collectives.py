@@ -61,8 +61,9 @@ def test_collectives_across_emulated_nodes(mps, world, nodes):
         for r in res:
             errs = records(r, "ERR")
             assert errs and errs[0].get("names_reserve"), f"rank {r.rank}: {errs}"
-    paths = {(c["net"], c.get("fifo"), c.get("stage"), c.get("overlap")) for c in cases if c["op"] == "multinode"}
-    print(f"W={world} nodes={nodes} inter-node path (transport, FIFO format, staging, overlap): "
+    paths = {(c["net"], c.get("fifo"), c.get("stage"), c.get("overlap"), c.get("gdr")) for c in cases
+             if c["op"] == "multinode"}
+    print(f"W={world} nodes={nodes} inter-node path (transport, FIFO format, staging, overlap, gpu_direct): "
           f"{sorted(map(str, paths))}")
     for c in cases:
         if c["op"] == "back_to_back":

@@ -104,6 +104,10 @@ struct Params {
   // takes every kind of item and each push waits at once.
   int32_t overlap;
   int32_t stager_eighths;
+  // 1 (MKERNEL_NET_MIRROR=1): waits for inter-node arrival flags poll host memory once per (slot,
+  // call) and the other waiters poll a device-memory mirror (net_arrival_wait). 0: every waiting
+  // CTA polls the host flag itself.
+  int32_t flag_mirror;
 };
 // NetDevice::stage_count words: per (destination block, piece), then all_reduce's reduced block.
 __host__ __device__ constexpr uint32_t stage_counter(uint32_t dest, uint32_t piece) {
@@ -338,11 +342,32 @@ __device__ __forceinline__ uint64_t net_timeout(const Params& p, int src) {
 
 // Rank src's inter-node arrival flag `slot` holds e (one thread; a proxy failure traps at once,
 // naming the peer the proxy lost).
+// flag_mirror: the arrival flags are host memory, read over PCIe, and with every CTA of every
+// rank polling them at once the reads queue behind each other (one poller with 4 loads in flight
+// already doubled the one-way latency, s7run2), so a flag can be seen tens of microseconds after
+// the proxy set it. The first waiter of a (slot, call) — claimed by atomicMax of the call number
+// on a device word — polls the host flag and copies what it saw into a device-memory mirror
+// (release); the other waiters poll the mirror (acquire: causality carries the data's visibility
+// from the proxy's flag store through the poller's release). A proxy failure traps the poller
+// (its wait watches the FIFO's error word), which ends the kernel; the mirror waits are bounded
+// by the derived timeout, longer than the poller's.
 __device__ __forceinline__ void net_arrival_wait(const Params& p, int src, uint32_t slot, uint64_t e,
                                                  uint64_t timeout_ns) {
 #if MKERNEL_NET_COLLECTIVES
-  comm::net_wait_arrival(p.g, p.g.net.arrival + slot, e, timeout_ns, src,
-                         comm::WaitSite{p.op, comm::kWaitNetArrival, src, static_cast<int32_t>(slot)});
+  const comm::WaitSite site{p.op, comm::kWaitNetArrival, src, static_cast<int32_t>(slot)};
+  if (p.flag_mirror) {
+    uint64_t* mirror = p.g.net.arrival_mirror + slot;
+    if (comm::ld_acquire_sys(mirror) >= e) return;
+    if (atomicMax(reinterpret_cast<unsigned long long*>(p.g.net.arrival_claim + slot),
+                  static_cast<unsigned long long>(e)) >= e) {
+      comm::wait_geq(mirror, e, derived_timeout(p.g) + timeout_ns, p.g.diag, p.g.group_id, p.g.rank, site);
+      return;
+    }
+    const uint64_t seen = comm::net_wait_arrival(p.g, p.g.net.arrival + slot, e, timeout_ns, src, site);
+    comm::st_release_sys(mirror, seen);
+    return;
+  }
+  comm::net_wait_arrival(p.g, p.g.net.arrival + slot, e, timeout_ns, src, site);
 #endif
 }
 
@@ -416,13 +441,47 @@ __device__ __forceinline__ ItemRange item_range(const Params& p, uint32_t stage_
   return {blockIdx.x, items, gridDim.x};
 }
 
-// The CTA copies `bytes` of src into the send area at send_off, then one lane pushes it
-// (net_push_block).
+// GPU-direct emulation: the CTA stores n bytes of src at remote_off of the receive area of every
+// rank in `dests` (a bit per rank). 16-byte accesses (copy_as<uint4>, kUnroll in flight) when
+// aligned (the areas' blocks start at 256-byte multiples), else bytes: a second full copy_bytes
+// (four widths) inlined here would spill the kernels' registers (ptxas: 92-126, no spills).
+__device__ __forceinline__ void net_place(uint8_t* const* peer_recv, uint32_t dests, uint64_t remote_off,
+                                          const uint8_t* src, uint64_t n) {
+  for (; dests != 0; dests &= dests - 1) {
+    uint8_t* dst = peer_recv[__ffs(dests) - 1] + remote_off;
+    if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | n) & 15) == 0) {
+      copy_as<uint4>(dst, src, n);
+    } else {
+      for (uint64_t i = threadIdx.x; i < n; i += kThreads) dst[i] = src[i];
+    }
+  }
+}
+
+// The CTA's bytes bound for other nodes: into the send area at send_off (the transport moves
+// them after the push), or, with the GPU-direct emulation (NetDevice::peer_recv), straight into
+// the receive area of every destination (every rank of another node, or `to`) at remote_off —
+// what a GPUDirect NIC would write there; the push then moves no data, only the signal.
+__device__ __forceinline__ void net_stage_bytes(const Params& p, const uint8_t* src, uint64_t n,
+                                                uint64_t send_off, uint64_t remote_off, int to) {
+#if MKERNEL_NET_COLLECTIVES
+  if (p.g.net.peer_recv == nullptr) {
+    copy_bytes(p.g.net.send_area + send_off, src, n);
+    return;
+  }
+  uint32_t dests = 0;
+  for (int r = 0; r < p.g.world; ++r) {
+    if (p.g.data[r] == nullptr && (to < 0 || r == to)) dests |= 1u << r;
+  }
+  net_place(p.g.net.peer_recv, dests, remote_off, src, n);
+#endif
+}
+
+// The CTA stages `bytes` of src (net_stage_bytes), then one lane pushes them (net_push_block).
 __device__ __forceinline__ void net_send(const Params& p, const uint8_t* src, uint64_t bytes,
                                          uint64_t send_off, uint64_t remote_off, int to,
                                          uint32_t slot, uint64_t e) {
 #if MKERNEL_NET_COLLECTIVES
-  copy_bytes(p.g.net.send_area + send_off, src, bytes);
+  net_stage_bytes(p, src, bytes, send_off, remote_off, to);
   __syncthreads();
   if (threadIdx.x == 0) net_push_block(p, send_off, remote_off, bytes, to, slot, e);
   __syncthreads();
@@ -443,7 +502,7 @@ __device__ __forceinline__ void net_stage_part(const Params& p, uint32_t counter
                                                uint64_t remote_off, int to, uint32_t slot, uint64_t e,
                                                SentWait* defer) {
 #if MKERNEL_NET_COLLECTIVES
-  if (n > 0) copy_bytes(p.g.net.send_area + part_off, src, n);
+  if (n > 0) net_stage_bytes(p, src, n, part_off, remote_off + (part_off - block_off), to);
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence_system();
@@ -705,6 +764,16 @@ int net_stager_eighths() {
   return set >= 0 ? set : env;
 }
 
+// MKERNEL_NET_MIRROR: "1" polls each inter-node arrival flag from one CTA per call and lets the
+// others wait on a device-memory mirror (Params::flag_mirror); anything else: off. Read once.
+bool net_flag_mirror() {
+  static const bool on = [] {
+    const char* v = std::getenv("MKERNEL_NET_MIRROR");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
 uint32_t chunk_count(uint64_t block, uint64_t chunk) {
   return static_cast<uint32_t>(std::max<uint64_t>(1, (block + chunk - 1) / chunk));
 }
@@ -844,6 +913,7 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
   p.parallel_stage = net_stage_mode() == 1 ? 1 : 0;
   p.overlap = remote > 0 && p.parallel_stage && net_overlap_mode() == 1 ? 1 : 0;
   p.stager_eighths = std::max(0, net_stager_eighths());
+  p.flag_mirror = remote > 0 && net_flag_mirror() && g.net.arrival_mirror != nullptr ? 1 : 0;
   if (remote > 0) {
     if (net_stage_mode() < 0) {
       if (reason) *reason = "MKERNEL_NET_STAGE must be unset, 'parallel' (the default) or 'whole'";

@@ -68,6 +68,13 @@ func (Backend) Open(ctx context.Context, cfg transport.Config) (transport.Transp
 		return nil, fmt.Errorf("loopback: open rank %d: %w", cfg.Rank, err)
 	}
 	opts = append(opts, WithCopyWorkers(workers))
+	gdr, err := gpuDirectFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("loopback: open rank %d: %w", cfg.Rank, err)
+	}
+	if gdr {
+		opts = append(opts, WithGPUDirect())
+	}
 	return Open(ctx, cfg, opts...)
 }
 
@@ -83,6 +90,7 @@ type options struct {
 	shape      transport.LinkShape
 	workers    int
 	pieceBytes int
+	gdr        bool
 }
 
 // WithQueue sets how many finished ops wait for Poll before Post pushes back.
@@ -109,6 +117,8 @@ type region struct {
 	b    []byte
 	file transport.SharedFile
 	off  uint64
+	// placed > 0: a GPU region of that many bytes (WithGPUDirect); b is nil.
+	placed uint64
 }
 
 type peer struct {
@@ -116,6 +126,7 @@ type peer struct {
 	pid     int
 	ctrl    []byte // the peer's control words
 	regions map[transport.BufferID][]byte
+	placed  map[transport.BufferID]uint64 // the peer's GPU regions (WithGPUDirect): their sizes
 	segs    []*shm.Segment
 	pidfd   int
 	live    int // our connection to the peer's liveness socket, or -1
@@ -246,18 +257,21 @@ func (t *Transport) Name() string { return Name }
 
 // Caps implements transport.Transport.
 func (t *Transport) Caps() transport.Caps {
-	return transport.Caps{OrderedWrites: !t.o.reorder, NeedsFile: true, MaxInflight: t.o.queue}
+	return transport.Caps{OrderedWrites: !t.o.reorder, NeedsFile: true, MaxInflight: t.o.queue, DeviceMemory: t.o.gdr}
 }
 
 // Register implements transport.Transport.
 func (t *Transport) Register(id transport.BufferID, r transport.Region) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if r.Device != nil && t.o.gdr && !t.connected {
+		return t.registerPlaced(id, r.Device)
+	}
 	switch {
 	case t.connected:
 		return fmt.Errorf("loopback: register buffer %d: %w: after Connect", id, transport.ErrInvalid)
 	case r.Device != nil:
-		return fmt.Errorf("loopback: register buffer %d: %w: device memory", id, transport.ErrNotSupported)
+		return fmt.Errorf("loopback: register buffer %d: %w: device memory (%s=1 accepts it)", id, transport.ErrNotSupported, EnvGPUDirect)
 	case len(r.Bytes) == 0:
 		return fmt.Errorf("loopback: register buffer %d: %w: empty region", id, transport.ErrInvalid)
 	case r.File.Path == "":
@@ -290,6 +304,12 @@ func (t *Transport) Address() ([]byte, error) {
 	w.U32(uint32(len(t.regions)))
 	for id, r := range t.regions {
 		w.U32(uint32(id))
+		if r.placed > 0 { // a GPU region: no file; peers only check offsets against its size
+			w.String("")
+			w.U64(0)
+			w.U64(r.placed)
+			continue
+		}
 		w.String(r.file.Path)
 		w.U64(r.off)
 		w.U64(uint64(len(r.b)))
@@ -379,7 +399,7 @@ func (t *Transport) mapPeer(r int, blob []byte) (*peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &peer{rank: r, pid: pid, regions: map[transport.BufferID][]byte{}, pidfd: -1, live: -1}
+	p := &peer{rank: r, pid: pid, regions: map[transport.BufferID][]byte{}, placed: map[transport.BufferID]uint64{}, pidfd: -1, live: -1}
 	fail := func(err error) (*peer, error) {
 		p.unmap()
 		return nil, err
@@ -393,6 +413,16 @@ func (t *Transport) mapPeer(r int, blob []byte) (*peer, error) {
 	for _, rr := range regs {
 		if _, dup := p.regions[rr.id]; dup || rr.size == 0 || rr.off+rr.size < rr.off || rr.off+rr.size > 1<<46 {
 			return fail(fmt.Errorf("%w: bad region %d", transport.ErrProtocol, rr.id))
+		}
+		if _, dup := p.placed[rr.id]; dup {
+			return fail(fmt.Errorf("%w: bad region %d", transport.ErrProtocol, rr.id))
+		}
+		if rr.path == "" {
+			if !t.o.gdr {
+				return fail(fmt.Errorf("%w: rank %d registered GPU buffer %d, this rank runs without %s=1", transport.ErrProtocol, r, rr.id, EnvGPUDirect))
+			}
+			p.placed[rr.id] = rr.size
+			continue
 		}
 		seg, err := shm.Open(rr.path, int(rr.off+rr.size))
 		if err != nil {
@@ -422,7 +452,7 @@ func (p *peer) unmap() {
 	for _, s := range p.segs {
 		_ = s.Close()
 	}
-	p.segs, p.ctrl, p.regions = nil, nil, nil
+	p.segs, p.ctrl, p.regions, p.placed = nil, nil, nil, nil
 	if p.pidfd >= 0 {
 		_ = unix.Close(p.pidfd)
 		p.pidfd = -1
@@ -519,7 +549,12 @@ func (t *Transport) check(op *transport.Op) (p *peer, src, dst []byte, flag *uin
 	if p == nil {
 		return nil, nil, nil, nil, fmt.Errorf("loopback: rank %d: %w: rank %d is not a connected peer", t.cfg.Rank, transport.ErrInvalid, op.Peer)
 	}
-	if op.Len > 0 {
+	if l, ok := t.regions[op.Local]; op.Len > 0 && ok && l.placed > 0 {
+		if err := t.checkPlaced(op, p, l.placed); err != nil {
+			return nil, nil, nil, nil, err
+		}
+		// src and dst stay nil: the producer stored the bytes at the peer itself.
+	} else if op.Len > 0 {
 		l, ok := t.regions[op.Local]
 		if !ok || !transport.InRange(op.LocalOff, op.Len, uint64(len(l.b))) {
 			return nil, nil, nil, nil, fmt.Errorf("loopback: rank %d: %w: local buffer %d [%d, +%d)", t.cfg.Rank, transport.ErrInvalid, op.Local, op.LocalOff, op.Len)
@@ -602,7 +637,7 @@ func (t *Transport) Post(ops []transport.Op) (int, error) {
 			t.pend = append(t.pend, pending{op: *op, due: t.nanotime() + d})
 			continue
 		}
-		if t.q == nil || (!t.o.shape.Active() && t.qTail == t.qHead && !t.parallel(op.Len)) {
+		if t.q == nil || (!t.o.shape.Active() && t.qTail == t.qHead && !t.parallel(uint64(len(src)))) {
 			t.apply(op, src, dst, flag) // the plain path: placed now
 			continue
 		}
@@ -659,7 +694,7 @@ func (t *Transport) progress() {
 		if len(e.dst) > 0 && t.overlapsCopying(e.dst) {
 			break
 		}
-		if t.parallel(e.op.Len) {
+		if t.parallel(uint64(len(e.src))) {
 			if len(t.work) > maxPieces/2 {
 				break // the workers have plenty queued
 			}
