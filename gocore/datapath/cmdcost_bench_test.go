@@ -1,9 +1,6 @@
 package datapath_test
 
 import (
-	"context"
-	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,7 +8,6 @@ import (
 	"github.com/mkernel/mkernel/gocore/fifo"
 	"github.com/mkernel/mkernel/gocore/transport"
 	"github.com/mkernel/mkernel/gocore/transport/loopback"
-	"github.com/mkernel/mkernel/gocore/transport/transporttest"
 )
 
 // The proxy's cost per command on loopback, FIFO push -> proxy -> transport -> the peer's flag:
@@ -55,35 +51,14 @@ func BenchmarkCommandCost(b *testing.B) {
 }
 
 func openBench(b *testing.B, gdr bool) []*datapath.Datapath {
-	g := transporttest.NewLocalGroup(2)
-	dps := make([]*datapath.Datapath, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cfg := datapath.Config{
-				Buffers: []datapath.Buffer{{ID: bufSrc, Bytes: 1 << 20}, {ID: bufData, Bytes: 1 << 20}},
-				Node:    []int{0, 1}, Net: transport.Selection{Name: "loopback"}, Timeout: 10 * time.Second, BindHost: "127.0.0.1",
-			}
-			if gdr {
-				cfg.Device = []datapath.DeviceBuffer{{ID: 7, Region: transport.DeviceRegion{Ptr: 0xdead0000, Len: 1 << 20, DMABufFD: -1}}}
-			}
-			dps[r], errs[r] = datapath.Open(context.Background(), localSession{g.Exchanger(r)}, cfg)
-			if errs[r] != nil {
-				g.Fail(errs[r])
-			}
-		}()
-	}
-	wg.Wait()
-	for _, dp := range dps {
-		if dp != nil {
-			b.Cleanup(func() { dp.Close() })
+	return openGroup(b, 2, func(int) datapath.Config {
+		cfg := datapath.Config{
+			Buffers: []datapath.Buffer{{ID: bufSrc, Bytes: 1 << 20}, {ID: bufData, Bytes: 1 << 20}},
+			Node:    []int{0, 1}, Net: transport.Selection{Name: "loopback"}, Timeout: 10 * time.Second, BindHost: "127.0.0.1",
 		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		b.Fatal(err)
-	}
-	return dps
+		if gdr {
+			cfg.Device = []datapath.DeviceBuffer{{ID: 7, Region: transport.DeviceRegion{Ptr: 0xdead0000, Len: 1 << 20, DMABufFD: -1}}}
+		}
+		return cfg
+	})
 }

@@ -48,6 +48,18 @@ const (
 
 func openAll(t *testing.T, world int, net string, node []int) []*datapath.Datapath {
 	t.Helper()
+	return openGroup(t, world, func(int) datapath.Config {
+		return datapath.Config{
+			Buffers: []datapath.Buffer{{ID: bufData, Bytes: size}, {ID: bufSrc, Bytes: size}},
+			Node:    node, Net: transport.Selection{Name: net}, Timeout: 5 * time.Second, BindHost: "127.0.0.1",
+		}
+	})
+}
+
+// openGroup opens one datapath per rank of a local group at once (each Open waits for its
+// peers), with rank r's configuration from cfg(r); every datapath is closed at the end of tb.
+func openGroup(tb testing.TB, world int, cfg func(r int) datapath.Config) []*datapath.Datapath {
+	tb.Helper()
 	g := transporttest.NewLocalGroup(world)
 	dps := make([]*datapath.Datapath, world)
 	errs := make([]error, world)
@@ -56,10 +68,7 @@ func openAll(t *testing.T, world int, net string, node []int) []*datapath.Datapa
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			dps[r], errs[r] = datapath.Open(context.Background(), localSession{g.Exchanger(r)}, datapath.Config{
-				Buffers: []datapath.Buffer{{ID: bufData, Bytes: size}, {ID: bufSrc, Bytes: size}},
-				Node:    node, Net: transport.Selection{Name: net}, Timeout: 5 * time.Second, BindHost: "127.0.0.1",
-			})
+			dps[r], errs[r] = datapath.Open(context.Background(), localSession{g.Exchanger(r)}, cfg(r))
 			if errs[r] != nil {
 				g.Fail(errs[r])
 			}
@@ -68,11 +77,11 @@ func openAll(t *testing.T, world int, net string, node []int) []*datapath.Datapa
 	wg.Wait()
 	for _, dp := range dps {
 		if dp != nil {
-			t.Cleanup(func() { dp.Close() })
+			tb.Cleanup(func() { dp.Close() })
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return dps
 }
