@@ -325,35 +325,15 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 func TestDeviceBufferFallsBackToStaging(t *testing.T) {
 	for _, net := range []string{"loopback", "tcp"} {
 		t.Run(net, func(t *testing.T) {
-			g := transporttest.NewLocalGroup(2)
-			dps := make([]*datapath.Datapath, 2)
-			errs := make([]error, 2)
-			var wg sync.WaitGroup
-			for r := range 2 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					dps[r], errs[r] = datapath.Open(context.Background(), localSession{g.Exchanger(r)}, datapath.Config{
-						Buffers: []datapath.Buffer{{ID: bufSrc, Bytes: 4096}},
-						Device: []datapath.DeviceBuffer{{ID: 7, Region: transport.DeviceRegion{
-							GPU: 0, Ptr: 0xdead0000, Len: 1 << 16, DMABufFD: -1}}},
-						Clock: fifo.ClockGlobaltimer,
-						Node:  []int{0, 1}, Net: transport.Selection{Name: net}, Timeout: 5 * time.Second, BindHost: "127.0.0.1",
-					})
-					if errs[r] != nil {
-						g.Fail(errs[r])
-					}
-				}()
-			}
-			wg.Wait()
-			for _, dp := range dps {
-				if dp != nil {
-					t.Cleanup(func() { dp.Close() })
+			dps := openGroup(t, 2, func(int) datapath.Config {
+				return datapath.Config{
+					Buffers: []datapath.Buffer{{ID: bufSrc, Bytes: 4096}},
+					Device: []datapath.DeviceBuffer{{ID: 7, Region: transport.DeviceRegion{
+						GPU: 0, Ptr: 0xdead0000, Len: 1 << 16, DMABufFD: -1}}},
+					Clock: fifo.ClockGlobaltimer,
+					Node:  []int{0, 1}, Net: transport.Selection{Name: net}, Timeout: 5 * time.Second, BindHost: "127.0.0.1",
 				}
-			}
-			if err := errors.Join(errs...); err != nil {
-				t.Fatal(err)
-			}
+			})
 			for r, dp := range dps {
 				kind, host, _, ok := dp.BufferInfo(7)
 				if !ok || kind != datapath.BufferHost || len(host) != 1<<16 {
@@ -405,35 +385,15 @@ func TestEmulatedNodesSeq(t *testing.T) {
 // only places the signal (the producer stored the bytes itself), and host buffers work beside it.
 func TestDeviceBufferGPUDirect(t *testing.T) {
 	t.Setenv(loopback.EnvGPUDirect, "1")
-	g := transporttest.NewLocalGroup(2)
-	dps := make([]*datapath.Datapath, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			dps[r], errs[r] = datapath.Open(context.Background(), localSession{g.Exchanger(r)}, datapath.Config{
-				Buffers: []datapath.Buffer{{ID: bufSrc, Bytes: 4096}, {ID: bufData, Bytes: 4096}},
-				Device: []datapath.DeviceBuffer{{ID: 7, Region: transport.DeviceRegion{
-					GPU: 0, Ptr: 0xdead0000, Len: 1 << 16, DMABufFD: -1}}},
-				Clock: fifo.ClockGlobaltimer,
-				Node:  []int{0, 1}, Net: transport.Selection{Name: "loopback"}, Timeout: 5 * time.Second, BindHost: "127.0.0.1",
-			})
-			if errs[r] != nil {
-				g.Fail(errs[r])
-			}
-		}()
-	}
-	wg.Wait()
-	for _, dp := range dps {
-		if dp != nil {
-			t.Cleanup(func() { dp.Close() })
+	dps := openGroup(t, 2, func(int) datapath.Config {
+		return datapath.Config{
+			Buffers: []datapath.Buffer{{ID: bufSrc, Bytes: 4096}, {ID: bufData, Bytes: 4096}},
+			Device: []datapath.DeviceBuffer{{ID: 7, Region: transport.DeviceRegion{
+				GPU: 0, Ptr: 0xdead0000, Len: 1 << 16, DMABufFD: -1}}},
+			Clock: fifo.ClockGlobaltimer,
+			Node:  []int{0, 1}, Net: transport.Selection{Name: "loopback"}, Timeout: 5 * time.Second, BindHost: "127.0.0.1",
 		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+	})
 	for r, dp := range dps {
 		kind, host, dev, ok := dp.BufferInfo(7)
 		if !ok || kind != datapath.BufferDevice || host != nil || dev.Len != 1<<16 {
