@@ -10,6 +10,7 @@
 #include <mutex>
 #include <utility>
 
+#include "../comm/fp32_accum.cuh"
 #include "../comm/group_sync.cuh"
 #include "moe_ep_api.h"
 
@@ -372,19 +373,7 @@ __device__ __forceinline__ bool own_row(const int32_t* lo, const int32_t* n, int
   return r >= lo[x] && r < static_cast<int64_t>(lo[x]) + n[x];
 }
 
-template <class T> struct Elem;
-template <> struct Elem<float> {
-  __device__ static float load(float v) { return v; }
-  __device__ static float store(float v) { return v; }
-};
-template <> struct Elem<__nv_bfloat16> {
-  __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
-};
-template <> struct Elem<__half> {
-  __device__ static float load(__half v) { return __half2float(v); }
-  __device__ static __half store(float v) { return __float2half_rn(v); }
-};
+using comm::Elem;  // fp32 accumulation: one rounding rule for every reduction
 
 struct CombineParams {
   GroupDevice g;

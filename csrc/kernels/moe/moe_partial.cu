@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "../comm/fp32_accum.cuh"
 #include "moe_partial_api.h"
 
 namespace mkernel::moe_partial {
@@ -12,19 +13,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <class T> struct Elem;
-template <> struct Elem<float> {
-  __device__ static float load(float v) { return v; }
-  __device__ static float store(float v) { return v; }
-};
-template <> struct Elem<__nv_bfloat16> {
-  __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
-};
-template <> struct Elem<__half> {
-  __device__ static float load(__half v) { return __half2float(v); }
-  __device__ static __half store(float v) { return __float2half_rn(v); }
-};
+using comm::Elem;  // fp32 accumulation: one rounding rule for every reduction
 
 // V consecutive elements per thread (16-byte loads of y when V * sizeof(TIn) == 16; the launch
 // picks V = 1 unless h and the pointers allow it). Every element takes the same operations in
