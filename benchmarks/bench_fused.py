@@ -88,7 +88,7 @@ def rank_main() -> None:
     import torch.distributed as dist
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from common import commit, device_info, write_result  # noqa: E402
+    from common import commit, device_info, env_set, write_result  # noqa: E402
 
     import mkernel
 
@@ -109,17 +109,9 @@ def rank_main() -> None:
         """Runs fn(i) for each i of an iterable with `env` set around all of them (set once per
         sample, not per call: decode-sized calls would time the environment's edits)."""
         def run(indices):
-            saved = {k: os.environ.get(k) for k in env}
-            os.environ.update(env)
-            try:
+            with env_set(env):
                 for i in indices:
                     fn(i)
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
         return run
 
     def timed_all(fns: dict, reps: int, samples: int = 9) -> tuple[dict, dict]:

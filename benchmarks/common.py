@@ -42,6 +42,22 @@ def device_info() -> dict:
     return info
 
 
+@contextlib.contextmanager
+def env_set(env: dict[str, str]) -> Iterator[None]:
+    """Sets the variables of `env` for the duration of the block and restores each one (unset
+    ones are removed again) afterwards, also when the block raises."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def cuda_median_ms(fns: list[Callable[[], object]], warmup: int = 10, iters: int = 30) -> dict:
     """Median/min/p90 of CUDA-event times; fns are rotated (one per input set)
     so repeated runs don't measure a cache-resident input."""

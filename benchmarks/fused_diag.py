@@ -279,7 +279,7 @@ def rank_main() -> None:
     from torch.multiprocessing.reductions import reduce_tensor
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from common import commit, device_info, write_result  # noqa: E402
+    from common import commit, device_info, env_set, write_result  # noqa: E402
 
     import mkernel
 
@@ -320,16 +320,8 @@ def rank_main() -> None:
 
     def with_env(fn, **env):
         def run():
-            saved = {k: os.environ.get(k) for k in env}
-            os.environ.update(env)
-            try:
+            with env_set(env):
                 return fn()
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
         return run
 
     if "ipc" in sections:
