@@ -33,6 +33,15 @@ __device__ __forceinline__ void cp_async_16_zfill(void* smem, const void* gmem, 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
+// Two adjacent elements (4-byte aligned: an even column of a row with an even length) as one
+// 32-bit store.
+template <class Element>
+__device__ __forceinline__ void store_pair(Element* dst, float a, float b) {
+  static_assert(sizeof(Element) == 2, "16-bit elements");
+  struct alignas(4) Pair { Element x, y; };
+  *reinterpret_cast<Pair*>(dst) = Pair{Element(a), Element(b)};
+}
+
 // Rows [0, kRows) x cols [0, kCols) of a row-major global tile (row stride in elements) into the
 // swizzled smem tile sT; rows >= rows_valid become zeros.
 template <int kRows, int kCols, int kThreads, class SmemTensor, class Element>
@@ -230,15 +239,21 @@ __global__ void __launch_bounds__(T::kThreads, 1) attention_bwd_main(const BwdPr
     const float* lse_log2 = ss.lse_log2[stage];
     const float* delta = ss.delta[stage];
     const int diag = skv - s;  // query i sees key j iff j <= i + diag (causal)
+    // The mma.sync C fragment holds (row, col), (row, col + 1) at flat indices 2j, 2j + 1
+    // (SM80_16x8_Row's value mode): each pair goes to smem as one 32-bit store (the swizzle keeps
+    // 8-element runs contiguous).
 #pragma unroll
-    for (int i = 0; i < size(acc_s); ++i) {
-      const int r = get<0>(tScS(i));
-      const int c = get<1>(tScS(i));
+    for (int j = 0; j < size(acc_s) / 2; ++j) {
+      const int r = get<0>(tScS(2 * j));
+      const int c = get<1>(tScS(2 * j));
+      const float row_lse = lse_log2[r];
+      const float row_delta = delta[r];
+      const int last_key = T::kCausal ? min(skv - 1, m0 + r + diag) : skv - 1;
       const int key = n0 + c;
-      const bool visible = key < skv && (!T::kCausal || key <= m0 + r + diag);
-      const float pv = visible ? fast_exp2(acc_s(i) * scale_log2 - lse_log2[r]) : 0.f;
-      tSsP(i) = Element(pv);
-      tSsdS(i) = Element(pv * (acc_dp(i) - delta[r]));
+      const float p0 = key <= last_key ? fast_exp2(acc_s(2 * j) * scale_log2 - row_lse) : 0.f;
+      const float p1 = key + 1 <= last_key ? fast_exp2(acc_s(2 * j + 1) * scale_log2 - row_lse) : 0.f;
+      store_pair(&tSsP(2 * j), p0, p1);
+      store_pair(&tSsdS(2 * j), p0 * (acc_dp(2 * j) - row_delta), p1 * (acc_dp(2 * j + 1) - row_delta));
     }
     __syncthreads();  // P and dS in smem for the transposed reads
 
@@ -253,9 +268,12 @@ __global__ void __launch_bounds__(T::kThreads, 1) attention_bwd_main(const BwdPr
     Tensor tQcQ = thr_dq.partition_C(make_identity_tensor(Shape<Int<kM>, Int<kD>>{}));
     float* dqa = p.dq_accum + ((int64_t(b) * p.heads + qh) * s + m0) * kD;
 #pragma unroll
-    for (int i = 0; i < size(acc_dq); ++i) {
-      const int r = get<0>(tQcQ(i));
-      if (m0 + r < s) atomicAdd(dqa + r * kD + get<1>(tQcQ(i)), acc_dq(i));
+    for (int j = 0; j < size(acc_dq) / 2; ++j) {  // column pairs, as above: 8-byte atomics
+      const int r = get<0>(tQcQ(2 * j));
+      if (m0 + r < s) {
+        atomicAdd(reinterpret_cast<float2*>(dqa + r * kD + get<1>(tQcQ(2 * j))),
+                  make_float2(acc_dq(2 * j), acc_dq(2 * j + 1)));
+      }
     }
   }
 
@@ -265,12 +283,13 @@ __global__ void __launch_bounds__(T::kThreads, 1) attention_bwd_main(const BwdPr
   Element* dk = static_cast<Element*>(p.dk) + kv_off;
   Element* dv = static_cast<Element*>(p.dv) + kv_off;
 #pragma unroll
-  for (int i = 0; i < size(acc_dk); ++i) {
-    const int r = get<0>(tKcK(i));
-    const int c = get<1>(tKcK(i));
+  for (int j = 0; j < size(acc_dk) / 2; ++j) {  // column pairs, as above
+    const int r = get<0>(tKcK(2 * j));
+    const int c = get<1>(tKcK(2 * j));
     if (n0 + r < skv) {
-      dk[r * kv_row_stride + c] = Element(acc_dk(i) * p.softmax_scale);
-      dv[r * kv_row_stride + c] = Element(acc_dv(i));
+      store_pair(dk + r * kv_row_stride + c, acc_dk(2 * j) * p.softmax_scale,
+                 acc_dk(2 * j + 1) * p.softmax_scale);
+      store_pair(dv + r * kv_row_stride + c, acc_dv(2 * j), acc_dv(2 * j + 1));
     }
   }
 }
