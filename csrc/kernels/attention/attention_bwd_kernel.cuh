@@ -227,33 +227,37 @@ __global__ void __launch_bounds__(T::kThreads, 1) attention_bwd_main(const BwdPr
     Tensor sQt = make_tensor(make_smem_ptr(ss.q[stage]), typename T::SmemLayoutQt{});
     Tensor sdOt = make_tensor(make_smem_ptr(ss.dout[stage]), typename T::SmemLayoutQt{});
 
-    // S = Q·Kᵀ and dP = dO·Vᵀ.
-    Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kM>, Int<kN>>{});
-    Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kM>, Int<kN>>{});
-    clear(acc_s);
-    clear(acc_dp);
-    gemm_ss<typename T::LdsmN, typename T::LdsmN>(mma_sdp, acc_s, sQ, sK, tid);
-    gemm_ss<typename T::LdsmN, typename T::LdsmN>(mma_sdp, acc_dp, sdO, sV, tid);
-
-    // P = 2^(S·scale·log2 e - lse·log2 e), masked (keys past s_kv; causal); dS = P ∘ (dP - D).
+    // S = Q·Kᵀ, then P in place of S (fp32) and to smem, then dP = dO·Vᵀ and dS = P ∘ (dP - D):
+    // the two GEMMs one after the other, so their fragment loads are not all in flight together.
     const float* lse_log2 = ss.lse_log2[stage];
     const float* delta = ss.delta[stage];
     const int diag = skv - s;  // query i sees key j iff j <= i + diag (causal)
-    // The mma.sync C fragment holds (row, col), (row, col + 1) at flat indices 2j, 2j + 1
-    // (SM80_16x8_Row's value mode): each pair goes to smem as one 32-bit store (the swizzle keeps
-    // 8-element runs contiguous).
+    Tensor acc_s = partition_fragment_C(mma_sdp, Shape<Int<kM>, Int<kN>>{});
+    clear(acc_s);
+    gemm_ss<typename T::LdsmN, typename T::LdsmN>(mma_sdp, acc_s, sQ, sK, tid);
+    // P = 2^(S·scale·log2 e - lse·log2 e), masked (keys past s_kv; causal). The mma.sync C
+    // fragment holds (row, col), (row, col + 1) at flat indices 2j, 2j + 1 (SM80_16x8_Row's
+    // value mode): each pair goes to smem as one 32-bit store (the swizzle keeps 8-element runs
+    // contiguous).
 #pragma unroll
     for (int j = 0; j < size(acc_s) / 2; ++j) {
       const int r = get<0>(tScS(2 * j));
       const int c = get<1>(tScS(2 * j));
       const float row_lse = lse_log2[r];
-      const float row_delta = delta[r];
       const int last_key = T::kCausal ? min(skv - 1, m0 + r + diag) : skv - 1;
       const int key = n0 + c;
-      const float p0 = key <= last_key ? fast_exp2(acc_s(2 * j) * scale_log2 - row_lse) : 0.f;
-      const float p1 = key + 1 <= last_key ? fast_exp2(acc_s(2 * j + 1) * scale_log2 - row_lse) : 0.f;
-      store_pair(&tSsP(2 * j), p0, p1);
-      store_pair(&tSsdS(2 * j), p0 * (acc_dp(2 * j) - row_delta), p1 * (acc_dp(2 * j + 1) - row_delta));
+      acc_s(2 * j) = key <= last_key ? fast_exp2(acc_s(2 * j) * scale_log2 - row_lse) : 0.f;
+      acc_s(2 * j + 1) = key + 1 <= last_key ? fast_exp2(acc_s(2 * j + 1) * scale_log2 - row_lse) : 0.f;
+      store_pair(&tSsP(2 * j), acc_s(2 * j), acc_s(2 * j + 1));
+    }
+    Tensor acc_dp = partition_fragment_C(mma_sdp, Shape<Int<kM>, Int<kN>>{});
+    clear(acc_dp);
+    gemm_ss<typename T::LdsmN, typename T::LdsmN>(mma_sdp, acc_dp, sdO, sV, tid);
+#pragma unroll
+    for (int j = 0; j < size(acc_s) / 2; ++j) {  // dS = P ∘ (dP - D)
+      const float row_delta = delta[get<0>(tScS(2 * j))];
+      store_pair(&tSsdS(2 * j), acc_s(2 * j) * (acc_dp(2 * j) - row_delta),
+                 acc_s(2 * j + 1) * (acc_dp(2 * j + 1) - row_delta));
     }
     __syncthreads();  // P and dS in smem for the transposed reads
 
