@@ -23,11 +23,11 @@ cudaError_t launch_backward(const BwdProblem& p, cudaStream_t stream) {
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
 
-  auto* main = bwd::attention_bwd_main<T>;
-  err = cudaFuncSetAttribute(main, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+  auto* main_kernel = bwd::attention_bwd_main<T>;
+  err = cudaFuncSetAttribute(main_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
   if (err != cudaSuccess) return err;
   const dim3 grid((p.seq_kv + T::kBlockN - 1) / T::kBlockN, p.heads_kv, p.batch);
-  main<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
+  main_kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
 
