@@ -11,8 +11,9 @@ Writes JSON under results/ (device, commit, shapes, medians, TFLOP/s, ratio to c
 --backward times forward + backward instead (loss = (out * dout).sum(), grads of q, k, v):
 mkernel.attention's backward is torch's cuDNN backward kernel (FA2's where cuDNN does not
 apply; column mkernel_fa2bwd: FA2's always) fed with the engine's out/lse (the first step the
-issue allows), against SDPA flash and cuDNN forward + backward; FLOPs 3.5x the forward's
-(backward = 2.5x, FlashAttention's convention).
+issue allows), column mkernel_native the engine's own backward (MKERNEL_ATTN_BWD=native,
+opt-in), against SDPA flash and cuDNN forward + backward; FLOPs 3.5x the forward's
+(backward = 2.5x, FlashAttention's convention). --seqs picks the lengths there too.
 """
 
 from __future__ import annotations
@@ -61,6 +62,13 @@ def fwd_bwd_fn(kind, q, k, v, dout, causal):
                 return torch.autograd.grad(out, (q, k, v), dout)
             finally:
                 mkernel.ops.ATTENTION_BACKWARD = "auto"
+        if kind == "mkernel_native":  # the engine's forward and its native backward (opt-in)
+            os.environ["MKERNEL_ATTN_BWD"] = "native"
+            try:
+                out, _ = mkernel.attention(q, k, v, causal=causal)
+                return torch.autograd.grad(out, (q, k, v), dout)
+            finally:
+                os.environ.pop("MKERNEL_ATTN_BWD", None)
         if kind == "mkernel":
             out, _ = mkernel.attention(q, k, v, causal=causal)
         else:
@@ -74,7 +82,9 @@ def fwd_bwd_fn(kind, q, k, v, dout, causal):
 
 def main_backward(args) -> None:
     rows = []
-    for s in ((8192,) if args.quick else (4096, 8192)):
+    seqs = tuple(int(x) for x in args.seqs.split(",")) if args.seqs else \
+        ((8192,) if args.quick else (4096, 8192))
+    for s in seqs:
         b = max(1, TOKENS // s)
         d = 128
         sets = []
@@ -84,7 +94,7 @@ def main_backward(args) -> None:
             sets.append((q, k, v, torch.randn(b, s, HEADS, d, device="cuda", dtype=torch.bfloat16)))
         for causal in (False, True):
             cands = {kind: [fwd_bwd_fn(kind, q, k, v, g, causal) for q, k, v, g in sets]
-                     for kind in ("mkernel", "mkernel_fa2bwd", "cudnn", "flash")}
+                     for kind in ("mkernel", "mkernel_fa2bwd", "mkernel_native", "cudnn", "flash")}
             times = interleaved_ms(cands, warmup=3, iters=args.iters)
             f = 3.5 * flops(b, HEADS, s, s, d, causal)
             row = {"b": b, "s": s, "s_kv": s, "h": HEADS, "h_kv": HEADS, "d": d, "causal": causal,
@@ -94,13 +104,17 @@ def main_backward(args) -> None:
                 row[f"{name}_tflops"] = f / (t["median_ms"] * 1e-3) / 1e12
             row["ratio_vs_cudnn"] = row["cudnn_ms"] / row["mkernel_ms"]
             row["ratio_vs_flash"] = row["flash_ms"] / row["mkernel_ms"]
+            best_sdpa_ms = min(row["cudnn_ms"], row["flash_ms"])
+            row["native_ratio_vs_best_sdpa"] = best_sdpa_ms / row["mkernel_native_ms"]
             row["backward_kernel"] = mkernel.ops._attention_backward_choice(
                 sets[0][0], sets[0][1], sets[0][2], causal)
             rows.append(row)
             print(f"fwd+bwd d={d} S={s:5d} b={b:2d} causal={int(causal)}  mkernel {row['mkernel_tflops']:6.1f} "
                   f"({row['backward_kernel']} bwd)  fa2-bwd {row['mkernel_fa2bwd_tflops']:6.1f}  "
+                  f"native-bwd {row['mkernel_native_tflops']:6.1f}  "
                   f"cudnn {row['cudnn_tflops']:6.1f}  flash {row['flash_tflops']:6.1f} TF/s  "
-                  f"x{row['ratio_vs_cudnn']:.3f} cuDNN  x{row['ratio_vs_flash']:.3f} FA2", flush=True)
+                  f"x{row['ratio_vs_cudnn']:.3f} cuDNN  x{row['ratio_vs_flash']:.3f} FA2  "
+                  f"native x{row['native_ratio_vs_best_sdpa']:.3f} best SDPA", flush=True)
         del sets
     payload = {"bench": "attention_fwd_bwd", "device": device_info(), "commit": commit(),
                "method": f"interleaved CUDA events, 3 warm-up, median of {args.iters}, 2 rotated input sets",

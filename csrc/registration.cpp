@@ -140,6 +140,11 @@ TORCH_LIBRARY(mkernel, m) {
   // Ring attention's merge step, in place and in fp32: folds a partial (out_part [b, s, h, d],
   // lse_part [b, h, s]) into the running out [b, s, h, d] fp32 and lse [b, h, s] fp32.
   m.def("attention_merge_(Tensor(a!) out, Tensor(b!) lse, Tensor out_part, Tensor lse_part) -> ()");
+  // The engine's native backward (CUDA; opt-in from Python, MKERNEL_ATTN_BWD=native): from the
+  // forward's q, k, v, out, lse [b, h, s] and dout -> (dq, dk, dv). csrc/attention_backward.cpp.
+  m.def(
+      "attention_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+      "bool causal, float softmax_scale) -> (Tensor, Tensor, Tensor)");
 
   // The Go control plane's C API table (csrc/include/mkernel/core_api.h), handed over by
   // address at import; returns the table's ABI version. See core_binding.cpp.

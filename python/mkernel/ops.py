@@ -21,6 +21,7 @@ looked up when called, and the default group is imported from :mod:`mkernel.runt
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal, NamedTuple, Protocol, overload
 
 import torch
@@ -775,18 +776,43 @@ def _attention_backward_cudnn(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out
     return dq, dk, dv
 
 
-# mkernel.attention's backward on CUDA: "auto" (cuDNN where it applies, else FA2) or "flash"
-# (FA2 always: the earlier first step, kept as a benchmark baseline). Device run 1 of session
-# 7 (forward + backward, d=128, S=8192): SDPA with cuDNN 596 TF/s, with FA2 303.
+# mkernel.attention's backward on CUDA: "auto" (cuDNN where it applies, else FA2), "flash"
+# (FA2 always: the earlier first step, kept as a benchmark baseline) or "native" (the engine's
+# own backward kernels, csrc/kernels/attention/attention_bwd*: bf16/fp16, d 64/128; opt-in
+# until a device run verifies it). Device run 1 of session 7 (forward + backward, d=128,
+# S=8192): SDPA with cuDNN 596 TF/s, with FA2 303. The environment variable MKERNEL_ATTN_BWD
+# (auto | flash | native), read at each backward call, overrides it when set.
 ATTENTION_BACKWARD: str = "auto"
 
 
+def _attention_backward_mode() -> str:
+    """The backward selection in force: ``MKERNEL_ATTN_BWD`` if set, else ATTENTION_BACKWARD."""
+    mode = os.environ.get("MKERNEL_ATTN_BWD", "") or ATTENTION_BACKWARD
+    if mode not in ("auto", "flash", "native"):
+        raise ValueError(f"mkernel.attention backward: MKERNEL_ATTN_BWD / ATTENTION_BACKWARD must be "
+                         f"auto, flash or native, got {mode!r}")
+    return mode
+
+
+def _attention_backward_native(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
+                               lse: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    """The engine's native backward (``mkernel::attention_backward``): preprocess (D = rowsum(dO ∘
+    O)), one main kernel parallel over K/V blocks (dK/dV per CTA, dQ by fp32 atomics), dQ
+    conversion. Shapes as :func:`attention`; returns ``(dq [b, s, h, d], dk, dv [b, s_kv, h_kv,
+    d])`` in q's dtype, GQA gradients already summed over each kv head's query heads."""
+    return torch.ops.mkernel.attention_backward.default(dout, q, k, v, out, lse, causal, scale)
+
+
 def _attention_backward_choice(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> str:
-    """Which kernel :func:`_attention_autograd_backward` runs for these inputs: "cudnn",
+    """Which kernel :func:`_attention_autograd_backward` runs for these inputs: "native" (the
+    engine's own backward; only when opted in, :func:`_attention_backward_mode`), "cudnn",
     "flash" (torch's FA2 backward) or "math" (the fp32 reference, CPU)."""
     if not (q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and q.shape[-1] <= 256):
         return "math"
-    if ATTENTION_BACKWARD == "flash" or (causal and q.shape[1] != k.shape[1]):
+    mode = _attention_backward_mode()
+    if mode == "native" and q.shape[-1] in (64, 128):
+        return "native"
+    if mode == "flash" or (causal and q.shape[1] != k.shape[1]):
         return "flash"
     # GQA runs on k/v expanded to h heads: check that problem (uninitialised stand-ins of the
     # expanded shape; the check reads sizes, dtypes, devices and strides only).
@@ -817,6 +843,9 @@ def _attention_autograd_backward(ctx, dout: Tensor, dlse: Tensor | None):  # typ
     if choice == "cudnn":
         dq, dk, dv = _attention_backward_cudnn(dout.contiguous(), q, k, v, out, lse, ctx.causal,
                                                ctx.scale)
+    elif choice == "native":
+        dq, dk, dv = _attention_backward_native(dout.contiguous(), q, k, v, out, lse, ctx.causal,
+                                                ctx.scale)
     else:
         dq, dk, dv = _attention_backward(dout, q, k, v, out, lse, ctx.causal, ctx.scale)
     return dq, dk, dv, None, None, None, None

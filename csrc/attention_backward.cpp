@@ -1,0 +1,128 @@
+// mkernel::attention_backward: the attention engine's native backward (opt-in from Python:
+// MKERNEL_ATTN_BWD=native or mkernel.ops.ATTENTION_BACKWARD = "native"; python/mkernel/ops.py).
+//
+//   (dout, q, k, v, out, lse, causal, softmax_scale) -> (dq, dk, dv)
+//   q/out/dout [b, s, h, d], k/v [b, s_kv, h_kv, d] (GQA), lse [b, h, s] fp32 (the forward's).
+//
+// CUDA only (bf16/fp16, d 64 or 128): kernels in csrc/kernels/attention/attention_bwd*.
+// A Meta kernel gives the shapes; there is no CPU kernel (the CPU backward is the fp32 math of
+// mkernel.ops._attention_backward_math).
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <tuple>
+
+#ifdef MKERNEL_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "kernels/attention/attention_bwd_api.h"
+#endif  // MKERNEL_WITH_CUDA
+
+namespace mkernel {
+namespace {
+
+constexpr const char* kBwdOp = "mkernel.attention_backward";
+
+void validate_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
+                       const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse) {
+  TORCH_CHECK_VALUE(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, kBwdOp,
+                    ": q, k and v must be 4-D ([b, s, h, d], [b, s_kv, h_kv, d]), got q ",
+                    q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
+  TORCH_CHECK_VALUE(k.sizes() == v.sizes(), kBwdOp, ": k and v must have the same shape, got k ",
+                    k.sizes(), ", v ", v.sizes());
+  TORCH_CHECK_VALUE(k.size(0) == q.size(0) && k.size(3) == q.size(3), kBwdOp,
+                    ": k must be [b, s_kv, h_kv, d] with q's b and d, got q ", q.sizes(), ", k ",
+                    k.sizes());
+  TORCH_CHECK_VALUE(k.size(2) >= 1 && q.size(2) % k.size(2) == 0, kBwdOp,
+                    ": q's heads must be a multiple of k's (GQA), got q ", q.sizes(), ", k ",
+                    k.sizes());
+  TORCH_CHECK_VALUE(out.sizes() == q.sizes() && dout.sizes() == q.sizes(), kBwdOp,
+                    ": out and dout must have q's shape ", q.sizes(), ", got out ", out.sizes(),
+                    ", dout ", dout.sizes());
+  TORCH_CHECK_VALUE(lse.dim() == 3 && lse.size(0) == q.size(0) && lse.size(1) == q.size(2) &&
+                        lse.size(2) == q.size(1),
+                    kBwdOp, ": lse must be [b, h, s] = [", q.size(0), ", ", q.size(2), ", ",
+                    q.size(1), "], got ", lse.sizes());
+  TORCH_CHECK_VALUE(lse.scalar_type() == at::kFloat, kBwdOp, ": lse must be float32, got ",
+                    lse.scalar_type());
+  for (const at::Tensor* t : {&dout, &k, &v, &out}) {
+    TORCH_CHECK_VALUE(t->scalar_type() == q.scalar_type(), kBwdOp,
+                      ": dout, k, v and out must have q's dtype ", q.scalar_type(), ", got ",
+                      t->scalar_type());
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_meta(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& out, const at::Tensor& lse, bool /*causal*/, double /*softmax_scale*/) {
+  validate_backward(dout, q, k, v, out, lse);
+  return {at::empty_like(q), at::empty_like(k), at::empty_like(v)};
+}
+
+#ifdef MKERNEL_WITH_CUDA
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
+    const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in,
+    const at::Tensor& v_in, const at::Tensor& out_in, const at::Tensor& lse_in, bool causal,
+    double softmax_scale) {
+  validate_backward(dout_in, q_in, k_in, v_in, out_in, lse_in);
+  TORCH_CHECK_VALUE(q_in.scalar_type() == at::kBFloat16 || q_in.scalar_type() == at::kHalf, kBwdOp,
+                    ": q must be bf16 or fp16, got ", q_in.scalar_type());
+  TORCH_CHECK_VALUE(q_in.size(3) == 64 || q_in.size(3) == 128, kBwdOp,
+                    ": head dim must be 64 or 128, got ", q_in.size(3));
+  for (const at::Tensor* t : {&dout_in, &k_in, &v_in, &out_in, &lse_in}) {
+    TORCH_CHECK_VALUE(t->device() == q_in.device(), kBwdOp, ": every tensor must be on q's device ",
+                      q_in.device(), ", got ", t->device());
+  }
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  // The kernels read dense [b, s, h, d] / [b, h, s] layouts.
+  const at::Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
+  const at::Tensor out = out_in.contiguous(), dout = dout_in.contiguous(), lse = lse_in.contiguous();
+  const int64_t b = q.size(0), s = q.size(1), h = q.size(2), d = q.size(3);
+  at::Tensor dq = at::empty_like(q);
+  at::Tensor dk = at::empty_like(k);
+  at::Tensor dv = at::empty_like(v);
+  // Workspaces: dQ's fp32 accumulator [b, h, s, d] (zeroed by the preprocess kernel) and
+  // D = rowsum(dO ∘ O) [b, h, s].
+  at::Tensor dq_accum = at::empty({b, h, s, d}, q.options().dtype(at::kFloat));
+  at::Tensor delta = at::empty({b, h, s}, q.options().dtype(at::kFloat));
+
+  attention::BwdProblem p{};
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.out = out.data_ptr();
+  p.dout = dout.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  p.dq = dq.data_ptr();
+  p.dk = dk.data_ptr();
+  p.dv = dv.data_ptr();
+  p.dq_accum = dq_accum.data_ptr<float>();
+  p.delta = delta.data_ptr<float>();
+  p.batch = static_cast<int>(b);
+  p.seq_q = static_cast<int>(s);
+  p.seq_kv = static_cast<int>(k.size(1));
+  p.heads = static_cast<int>(h);
+  p.heads_kv = static_cast<int>(k.size(2));
+  p.head_dim = static_cast<int>(d);
+  p.softmax_scale = static_cast<float>(softmax_scale);
+  p.causal = causal;
+  p.dtype = q.scalar_type() == at::kBFloat16 ? attention::DType::kBF16 : attention::DType::kFP16;
+  const char* reason = nullptr;
+  const cudaError_t err =
+      attention::run_backward(p, at::cuda::getCurrentCUDAStream(), &reason);
+  TORCH_CHECK_VALUE(reason == nullptr, kBwdOp, ": ", reason, " (dtype ", q.scalar_type(), ", d ",
+                    d, ")");
+  TORCH_CHECK(err == cudaSuccess, kBwdOp, ": kernel launch failed: ", cudaGetErrorString(err));
+  return {dq, dk, dv};
+}
+#endif  // MKERNEL_WITH_CUDA
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(mkernel, Meta, m) { m.impl("attention_backward", &attention_backward_meta); }
+#ifdef MKERNEL_WITH_CUDA
+TORCH_LIBRARY_IMPL(mkernel, CUDA, m) { m.impl("attention_backward", &attention_backward_cuda); }
+#endif  // MKERNEL_WITH_CUDA
+
+}  // namespace mkernel

@@ -1,0 +1,141 @@
+"""The attention engine's native backward (``mkernel::attention_backward``, opt-in through
+``MKERNEL_ATTN_BWD=native``): dq/dk/dv against autograd of the float64 reference on ragged
+lengths, d 64/128, GQA/MQA, causal (bottom-right, s != s_kv too) and not, bf16/fp16, the caching
+allocator poisoned with NaN first and the op called twice with fresh inputs (workspaces reused).
+The selection logic and the op's Meta kernel are checked on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mkernel
+
+from .reference import attention_ref
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+CASES = [  # (b, s, s_kv, h, h_kv, d, causal)
+    (1, 1, 1, 2, 2, 128, False),
+    (2, 17, 17, 4, 4, 64, True),
+    (1, 129, 129, 8, 2, 128, False),
+    (1, 129, 129, 8, 2, 128, True),
+    (2, 200, 333, 8, 2, 64, True),       # s < s_kv
+    (1, 1000, 300, 4, 4, 128, True),     # s > s_kv: rows < 700 see no key (lse = -inf)
+    (1, 1000, 1000, 4, 1, 128, True),    # MQA
+    (3, 255, 257, 6, 3, 128, False),
+    (1, 512, 384, 4, 4, 64, False),
+    (2, 1024, 1024, 8, 2, 128, True),
+]
+
+
+def _poison_allocator() -> None:
+    """Fill the caching allocator's free blocks with NaN so an unwritten output shows up."""
+    x = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    x.fill_(0xFF)  # bf16/fp16/fp32 NaN bit patterns
+    del x
+
+
+def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((x.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", CASES)
+def test_native_backward_matches_float64_autograd(case, dtype) -> None:
+    b, s, s_kv, h, h_kv, d, causal = case
+    scale = d ** -0.5
+    for seed in (31, 32):  # a second call with fresh inputs: outputs and workspaces reused
+        _poison_allocator()
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        q = torch.randn(b, s, h, d, device="cuda", dtype=dtype, generator=gen)
+        k = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dtype, generator=gen)
+        v = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dtype, generator=gen)
+        dout = torch.randn(b, s, h, d, device="cuda", dtype=dtype, generator=gen)
+        out, lse = mkernel.attention(q, k, v, causal=causal)
+        dq, dk, dv = torch.ops.mkernel.attention_backward.default(dout, q, k, v, out, lse, causal,
+                                                                 scale)
+        torch.cuda.synchronize()
+        assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+        assert dq.dtype == dtype and dk.dtype == dtype and dv.dtype == dtype
+        q64, k64, v64 = (x.double().requires_grad_() for x in (q, k, v))
+        ref, _ = attention_ref(q64, k64, v64, causal, scale)
+        ref_grads = torch.autograd.grad(ref, (q64, k64, v64), dout.double())
+        for name, g, r in zip("qkv", (dq, dk, dv), ref_grads):
+            assert torch.isfinite(g).all(), f"d{name} has non-finite entries (unwritten?)"
+            rel = _rel(g, r)
+            assert rel < 2e-2, f"d{name} relative error {rel} (case {case}, {dtype}, seed {seed})"
+
+
+@needs_gpu
+@pytest.mark.parametrize("case", [(2, 300, 300, 8, 2, 128, True), (1, 257, 513, 4, 4, 64, False)])
+def test_autograd_through_the_native_backward(case, monkeypatch) -> None:
+    """MKERNEL_ATTN_BWD=native routes mkernel.attention's autograd to the native kernels, and
+    they agree with the default (cuDNN / FA2) backward to bf16 rounding."""
+    b, s, s_kv, h, h_kv, d, causal = case
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
+    k = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
+    v = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
+    dout = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    monkeypatch.setenv("MKERNEL_ATTN_BWD", "native")
+    assert mkernel.ops._attention_backward_choice(q, k, v, causal) == "native"
+    out, _ = mkernel.attention(q, k, v, causal=causal)
+    native = torch.autograd.grad(out, (q, k, v), dout)
+    monkeypatch.setenv("MKERNEL_ATTN_BWD", "auto")
+    out, _ = mkernel.attention(q, k, v, causal=causal)
+    default = torch.autograd.grad(out, (q, k, v), dout)
+    q32, k32, v32 = (x.detach().float().requires_grad_() for x in (q, k, v))
+    ref, _ = attention_ref(q32, k32, v32, causal, dtype=torch.float32)
+    ref_grads = torch.autograd.grad(ref, (q32, k32, v32), dout.float())
+    for name, n, dflt, r in zip("qkv", native, default, ref_grads):
+        assert _rel(n, r.double()) < 2e-2, f"native d{name}"
+        assert _rel(n, dflt.double()) < 2e-2, f"native vs default d{name}"
+
+
+# ---- CPU: selection and registration
+
+
+@pytest.mark.parametrize("mode", ["auto", "flash", "native"])
+def test_backward_mode_from_env_overrides_the_module_setting(mode, monkeypatch) -> None:
+    monkeypatch.setattr(mkernel.ops, "ATTENTION_BACKWARD", "auto")
+    monkeypatch.setenv("MKERNEL_ATTN_BWD", mode)
+    assert mkernel.ops._attention_backward_mode() == mode
+    monkeypatch.delenv("MKERNEL_ATTN_BWD")
+    monkeypatch.setattr(mkernel.ops, "ATTENTION_BACKWARD", mode)
+    assert mkernel.ops._attention_backward_mode() == mode
+
+
+def test_backward_mode_rejects_an_unknown_value(monkeypatch) -> None:
+    monkeypatch.setenv("MKERNEL_ATTN_BWD", "fastest")
+    with pytest.raises(ValueError, match="MKERNEL_ATTN_BWD"):
+        mkernel.ops._attention_backward_mode()
+
+
+def test_native_mode_on_the_cpu_is_still_the_math_backward(monkeypatch) -> None:
+    monkeypatch.setenv("MKERNEL_ATTN_BWD", "native")
+    q = torch.randn(1, 8, 4, 64, dtype=torch.bfloat16)
+    k = torch.randn(1, 8, 2, 64, dtype=torch.bfloat16)
+    for causal in (False, True):
+        assert mkernel.ops._attention_backward_choice(q, k, k, causal) == "math"
+
+
+def test_default_mode_is_not_native(monkeypatch) -> None:
+    """The native backward is opt-in until a device run verifies it."""
+    monkeypatch.delenv("MKERNEL_ATTN_BWD", raising=False)
+    assert mkernel.ops.ATTENTION_BACKWARD == "auto"
+    assert mkernel.ops._attention_backward_mode() == "auto"
+
+
+def test_op_meta_shapes_and_validation() -> None:
+    """The registered op's Meta kernel: gradient shapes = input shapes; a bad lse is refused
+    naming the argument."""
+    b, s, s_kv, h, h_kv, d = 2, 33, 65, 8, 2, 128
+    q = torch.empty(b, s, h, d, dtype=torch.bfloat16, device="meta")
+    k = torch.empty(b, s_kv, h_kv, d, dtype=torch.bfloat16, device="meta")
+    lse = torch.empty(b, h, s, dtype=torch.float32, device="meta")
+    dq, dk, dv = torch.ops.mkernel.attention_backward.default(q, q, k, k, q, lse, True, 0.1)
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == k.shape
+    with pytest.raises(ValueError, match="lse"):
+        torch.ops.mkernel.attention_backward.default(q, q, k, k, q, lse[:, :, 1:], True, 0.1)
