@@ -76,13 +76,77 @@ def mma_loops(ins: list[tuple[int, str]]) -> list[MmaLoop]:
     return loops
 
 
+def _predicated(text: str) -> bool:
+    """Whether an instruction runs under a predicate (@P0, @!P1; @PT is always true)."""
+    first = text.split()[0]
+    return first.startswith("@") and first not in ("@PT",)
+
+
+def shortest_iteration(ins: list[tuple[int, str]], loop: MmaLoop,
+                       not_taken: frozenset[int] = frozenset()) -> tuple[int, dict[str, int]] | None:
+    """The fewest instructions one trip around the loop can issue (a path from its first
+    instruction to its back branch through the kernel's control flow, out-of-line code
+    included), and that path's opcode counts: the per-block cost of the loop's cheapest block
+    (for a loop with a mask branch, the path that skips the mask code). Conditional branches
+    at the addresses in not_taken fall through (a runtime condition held fixed, e.g. the zigzag
+    mode's `zz_world > 0` test, whose taken side skips the zigzag code). None if no path."""
+    import heapq
+    index = {addr: i for i, (addr, _) in enumerate(ins)}
+
+    def succ(i: int) -> list[int]:
+        text = ins[i][1]
+        op = opcode(text)
+        out = []
+        if op.startswith("BRA"):
+            tgt = _target(text)
+            if ins[i][0] in not_taken and _predicated(text):
+                tgt = None
+            if tgt is not None and tgt in index:
+                out.append(index[tgt])
+            if not _predicated(text):
+                return out
+        elif op.startswith(("EXIT", "RET")) and not _predicated(text):
+            return out
+        if i + 1 < len(ins):
+            out.append(i + 1)
+        return out
+
+    dist = {loop.first: 1}
+    prev: dict[int, int] = {}
+    heap = [(1, loop.first)]
+    while heap:
+        d, i = heapq.heappop(heap)
+        if d > dist.get(i, 1 << 30):
+            continue
+        if i == loop.last:
+            break
+        for j in succ(i):
+            if j == loop.first:
+                continue
+            if d + 1 < dist.get(j, 1 << 30):
+                dist[j] = d + 1
+                prev[j] = i
+                heapq.heappush(heap, (d + 1, j))
+    if loop.last not in dist:
+        return None
+    path = [loop.last]
+    while path[-1] != loop.first:
+        path.append(prev[path[-1]])
+    ops = [opcode(ins[i][1]) for i in path]
+    return len(path), {c: sum(o.startswith(c) for o in ops) for c in _COUNTED}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("sass", help="cuobjdump -sass output")
     ap.add_argument("--filter", default="", help="only kernels whose mangled name contains this")
+    ap.add_argument("--not-taken", default="",
+                    help="comma-separated hex addresses of conditional branches to treat as not "
+                         "taken in the fewest-per-trip path (use with --filter: one kernel)")
     args = ap.parse_args(argv)
     with open(args.sass) as f:
         kernels = parse(f.read())
+    not_taken = frozenset(int(a, 16) for a in args.not_taken.split(",") if a)
     for name, ins in kernels.items():
         if args.filter not in name:
             continue
@@ -90,6 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         for loop in mma_loops(ins):
             mix = " ".join(f"{k} {v}" for k, v in loop.counts.items())
             print(f"  loop {loop.length:4d} instructions at [{loop.first}, {loop.last}]: {mix}")
+            best = shortest_iteration(ins, loop, not_taken)
+            if best is not None:
+                n, counts = best
+                mix = " ".join(f"{k} {v}" for k, v in counts.items())
+                print(f"       fewest per trip {n:4d} instructions: {mix}")
     return 0
 
 
