@@ -661,7 +661,7 @@ struct MainloopFwdSm90 {
              n = prev_block<kZZ>(p, work.m_block, n, n_min)) {
           kv_step(n, cute::true_type{});
         }
-        int run_lo = run_start<kZZ>(p, n, n_min);
+        int run_lo = n >= n_min ? run_start<kZZ>(p, n, n_min) : n_min;
         CUTLASS_PRAGMA_NO_UNROLL
         for (; n >= n_min; n = prev_visible_block<kZZ>(p, work.m_block, n, n_min, run_lo)) {
           kv_step(n, cute::false_type{});
