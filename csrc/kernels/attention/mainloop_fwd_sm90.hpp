@@ -613,44 +613,68 @@ struct MainloopFwdSm90 {
       StateV v_read = v_state(kv_read);  // V of the block in p_frag
       ++kv_read;
 
-      // One KV block nb after the first: S_nb, the previous block's P·V, nb's softmax. masked:
-      // through apply_mask (a block that may mask), else the softmax alone (wholly visible).
-      auto kv_step = [&](int nb, auto masked) {
-        pipeline_k.consumer_wait(k_state(kv_read));
-        scheduler_barrier_sync(warp_group);
-        gemm_qk(k_state(kv_read).index());
-        // O to the running max of the block in p_frag (its softmax's factor) while the tensor
-        // cores run S_n, before that block's PV GEMM accumulates into O (Traits::kLateRescale:
-        // done at the end of the previous step instead, FA3's place; measured 1-4% slower, off).
-        if constexpr (!Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
-        pipeline_v.consumer_wait(v_read);
-        gemm_pv(v_read.index());
-        scheduler_barrier_arrive(warp_group);
-        warpgroup_wait<1>();  // S_n ready; the PV GEMM may still run
-        warpgroup_fence_operand(acc_s);
-        pipeline_k.consumer_release(k_state(kv_read));
-        if constexpr (decltype(masked)::value) {
-          mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, nb, factor);
-        } else {
-          softmax_visible(softmax, s_rc, factor);
-        }
-        if constexpr (Traits::kSoftmaxAheadOfPvWait) softmax_done_before_wait(softmax.row_sum);
-        warpgroup_wait<0>();  // PV done: O and P's registers are ours again
-        warpgroup_fence_operand(acc_o);
-        warpgroup_fence_operand(tOrP);
-        pipeline_v.consumer_release(v_read);
-        p_frag = convert_to_element(acc_s);
-        if constexpr (Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
-        v_read = v_state(kv_read);
-        ++kv_read;
-      };
       if constexpr (!Traits::kSplitMasked) {
+        // Every block through apply_mask (the default kernels). The split below repeats this
+        // body rather than sharing it: with a shared lambda, ptxas reordered the 128x160 kernels.
         CUTLASS_PRAGMA_NO_UNROLL
         for (n = prev_block<kZZ>(p, work.m_block, n, n_min); n >= n_min;
              n = prev_block<kZZ>(p, work.m_block, n, n_min)) {
-          kv_step(n, cute::true_type{});
+          pipeline_k.consumer_wait(k_state(kv_read));
+          scheduler_barrier_sync(warp_group);
+          gemm_qk(k_state(kv_read).index());
+          // O to the running max of the block in p_frag (its softmax's factor) while the tensor
+          // cores run S_n, before that block's PV GEMM accumulates into O (Traits::kLateRescale:
+          // done at the end of the previous step instead, FA3's place; measured 1-4% slower, off).
+          if constexpr (!Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
+          pipeline_v.consumer_wait(v_read);
+          gemm_pv(v_read.index());
+          scheduler_barrier_arrive(warp_group);
+          warpgroup_wait<1>();  // S_n ready; the PV GEMM may still run
+          warpgroup_fence_operand(acc_s);
+          pipeline_k.consumer_release(k_state(kv_read));
+          mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
+          if constexpr (Traits::kSoftmaxAheadOfPvWait) softmax_done_before_wait(softmax.row_sum);
+          warpgroup_wait<0>();  // PV done: O and P's registers are ours again
+          warpgroup_fence_operand(acc_o);
+          warpgroup_fence_operand(tOrP);
+          pipeline_v.consumer_release(v_read);
+          p_frag = convert_to_element(acc_s);
+          if constexpr (Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
+          v_read = v_state(kv_read);
+          ++kv_read;
         }
       } else {
+        // One KV block nb after the first: S_nb, the previous block's P·V, nb's softmax. masked:
+        // through apply_mask (a block that may mask), else the softmax alone (wholly visible).
+        auto kv_step = [&](int nb, auto masked) {
+          pipeline_k.consumer_wait(k_state(kv_read));
+          scheduler_barrier_sync(warp_group);
+          gemm_qk(k_state(kv_read).index());
+          // O to the running max of the block in p_frag (its softmax's factor) while the tensor
+          // cores run S_n, before that block's PV GEMM accumulates into O (Traits::kLateRescale:
+          // done at the end of the previous step instead, FA3's place; measured 1-4% slower, off).
+          if constexpr (!Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
+          pipeline_v.consumer_wait(v_read);
+          gemm_pv(v_read.index());
+          scheduler_barrier_arrive(warp_group);
+          warpgroup_wait<1>();  // S_n ready; the PV GEMM may still run
+          warpgroup_fence_operand(acc_s);
+          pipeline_k.consumer_release(k_state(kv_read));
+          if constexpr (decltype(masked)::value) {
+            mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, nb, factor);
+          } else {
+            softmax_visible(softmax, s_rc, factor);
+          }
+          if constexpr (Traits::kSoftmaxAheadOfPvWait) softmax_done_before_wait(softmax.row_sum);
+          warpgroup_wait<0>();  // PV done: O and P's registers are ours again
+          warpgroup_fence_operand(acc_o);
+          warpgroup_fence_operand(tOrP);
+          pipeline_v.consumer_release(v_read);
+          p_frag = convert_to_element(acc_s);
+          if constexpr (Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
+          v_read = v_state(kv_read);
+          ++kv_read;
+        };
         // FA3's split: the blocks that may mask first (the walk's top: the diagonal block(s),
         // the ragged last block), then the wholly visible ones without mask code or divisions.
         // The same blocks in the same order as the loop above: the same result bit for bit.
