@@ -2,16 +2,19 @@
 
 Branch ring11 (session 9): the hooked zigzag causal kernel's consumer loop per K/V block was 868
 instructions against 721 for the plain causal kernel and ~620 non-causal (ring10's count): every block
-ran the mask test and the zigzag chunk walk. This lists, per kernel, each innermost loop (a backward
-branch whose span issues HGMMA and holds no shorter such loop) with its length and the instructions
-that tell the loops apart: HGMMA (the two GEMMs), MUFU.EX2 (the softmax), FSEL (masked scores set to
--inf), IMAD.HI (FastDivmod: the zigzag chunk arithmetic), BRA (branches). No GPU needed:
+ran the mask test and the zigzag chunk walk. This lists, per kernel, its block loops (backward branches
+whose span issues HGMMA, shortest first, each kept unless it overlaps a kept one) with the span's length
+and opcode mix — HGMMA (the two GEMMs), MUFU.EX2 (the softmax), FSEL (mostly masked scores set to -inf),
+IMAD.HI (FastDivmod on the vector pipe; uniform ones are UIMAD), BRA — and the fewest instructions one trip
+can issue through the kernel's control flow (out-of-line code included): for a loop that branches over
+its mask code, a wholly visible block's path. --not-taken holds chosen conditional branches not taken
+(e.g. the zigzag kernels' `zz_world > 0` tests, whose taken side skips the zigzag code). No GPU needed:
 
     nvcc ... -cubin x.cu -o x.cubin && cuobjdump -sass x.cubin > x.sass
-    python benchmarks/sass_mma_loops.py x.sass [--filter KvFlagHooks]
+    python benchmarks/sass_mma_loops.py x.sass [--filter KvFlagHooks] [--not-taken 0x64a0,0x8ca0]
 
-The span is the address range [branch target, branch]: code ptxas placed out of line (after the
-branch) is not counted, so compare kernels built alike, not absolute costs.
+The span is the address range [branch target, branch]: code ptxas placed out of line is not in it, and
+code a block skips is; the fewest-per-trip path is the closer figure for a block's cost.
 """
 
 from __future__ import annotations
