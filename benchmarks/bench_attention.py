@@ -125,6 +125,7 @@ def main_backward(args) -> None:
 # What each mainloop variant changes (AttnTraits::kVariant bits; attention_variants_*.cu).
 # Session 8's run 2 measured 1, 3, 5, 9, 13, 17, 21, 33 (benchmarks/NOTES.md); 9 became the default.
 # Session 9's run 2 measured 8, 64, 136, 137, 392, 649: 136 is the non-causal default, 9 the causal one.
+# ring11 (not yet measured): 1033, 1160, bit 10 (the masked / visible block split).
 VARIANT_DOC = {
     8: "V one stage deeper than K (K 2, V 3 stages)",
     9: "8 + softmax row max/sum as 4 partial chains (the default since session 8; causal only since session 9)",
@@ -133,6 +134,8 @@ VARIANT_DOC = {
     137: "9 + O in a V stage: K 3 + V 3 stages",
     392: "8 + O in a V stage, the freed 32 KiB to V: K 2 + V 4 stages",
     649: "9 + O in a V stage, K 2 + V 3 (ring attention's engine-forwarding kernel's mainloop)",
+    1033: "9 + masked and wholly visible KV blocks in two consumer loops (ring11; bit for bit 9)",
+    1160: "136 + masked and wholly visible KV blocks in two consumer loops (ring11; bit for bit 136)",
 }
 
 

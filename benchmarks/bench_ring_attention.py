@@ -18,6 +18,8 @@ CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100/W), side by side in one run with
   step      the per-step ring pinned (MKERNEL_RING_MODE=step);
   send1     the send kernel with 1 CTA; s-first: the engine started once the send CTAs run
             (MKERNEL_RING_SEND_FIRST=1);
+  split     the default with the causal engine kernels' masked / visible block split
+            (MKERNEL_RING_SPLIT_MASK=1); k-split: the same beside the send kernel;
   compute   mkernel.ring_attention's own per-step compute without communication — the same
             per-step engine calls (mkernel.attention on the local shard, with the same causal
             zigzag split) and the same fp32 merges (mkernel.ops.attention_merge_);
@@ -65,6 +67,11 @@ VARIANTS = {
     "step": ("step", "step", {"MKERNEL_RING_MODE": "step"}),
     "send1": ("send1", "send1", {"MKERNEL_RING_SEND_CTAS": "1"}),
     "s-first": ("send_first", "s-first", {"MKERNEL_RING_SEND_FIRST": "1"}),
+    # ring11 (opt-in, unmeasured): the causal engine kernels' masked (diagonal) and wholly
+    # visible KV blocks in two loops; non-causal calls are unchanged by the knob.
+    "split": ("split", "split", {"MKERNEL_RING_SPLIT_MASK": "1"}),
+    "k-split": ("kernel_split", "k-split", {"MKERNEL_RING_SEND": "kernel",
+                                            "MKERNEL_RING_SPLIT_MASK": "1"}),
 }
 DEFAULT = "kernel,send4,static,k-static"
 
@@ -323,6 +330,11 @@ def main() -> None:
                      "engine on 1 more SM",
             "send_first": "mkernel.ring_attention with the engine started only once every send "
                           "CTA runs (MKERNEL_RING_SEND_FIRST=1)",
+            "split": "mkernel.ring_attention's default with the causal engine kernels' masked "
+                     "(diagonal) and wholly visible KV blocks in two consumer loops "
+                     "(MKERNEL_RING_SPLIT_MASK=1; non-causal unchanged)",
+            "kernel_split": "the send kernel (2 CTAs) with the masked / visible block split "
+                            "(MKERNEL_RING_SEND=kernel MKERNEL_RING_SPLIT_MASK=1)",
             "send_engine": "mkernel.ring_attention with the K/V forwarded inside the engine by an "
                            "idle producer warp per CTA, no send kernel (MKERNEL_RING_SEND=engine; "
                            "bf16, the 128x128 tile)",

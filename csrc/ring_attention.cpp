@@ -219,6 +219,14 @@ bool whole_claims_tiles() {
   return env == nullptr || std::strcmp(env, "static") != 0;
 }
 
+// MKERNEL_RING_SPLIT_MASK=1 (opt-in until a GPU run measures it; ranks may differ): the causal
+// engine kernels run their masked (diagonal) and wholly visible KV blocks in two loops
+// (attention_api.h HookArgs::split_masked; the same result bit for bit).
+bool ring_split_masked() {
+  const char* env = std::getenv("MKERNEL_RING_SPLIT_MASK");
+  return env != nullptr && std::strcmp(env, "1") == 0;
+}
+
 // A launch error of one of the ring's kernels, with the group's wait record when a device wait
 // failed first (the clear error names the flag and the peer).
 void check_launch(comm::SymmetricGroup& g, cudaError_t err, const char* what) {
@@ -461,6 +469,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   hooks.rank = rank;
   hooks.group = view.group_id;
   hooks.peer = (rank + world - 1) % world;  // every shard arrives from rank r - 1
+  hooks.split_masked = ring_split_masked();
   const int next = (rank + 1) % world;
   // The claim counters, [0] forwarding items, [1] work tiles (zeroed on the caller's stream,
   // before the engine; the caching allocator keeps them until the engine is done with them, in
@@ -679,6 +688,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
       hooks.rank = rank;
       hooks.group = view.group_id;
       hooks.peer = (rank + world - 1) % world;  // the shard arrives from rank r - 1
+      hooks.split_masked = ring_split_masked();
     }
     const attention::HookArgs* hp = j > 0 ? &hooks : nullptr;
     const StepCall sc = step_call(q, k, rank, world, j, causal, kj, vj, part, lse_part);

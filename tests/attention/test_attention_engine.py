@@ -231,13 +231,15 @@ VARIANT_CASES = [  # bf16, d = 128: the variants' kernels (b, s, s_kv, h, h_kv, 
 ]
 
 
-@pytest.mark.parametrize("variant", [8, 9, 64, 136, 137, 392, 649])
+@pytest.mark.parametrize("variant", [8, 9, 64, 136, 137, 392, 649, 1033, 1160])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("case", VARIANT_CASES)
 def test_mainloop_variants(variant, causal, case, monkeypatch) -> None:
     """The built mainloop variants (MKERNEL_ATTN_VARIANT, attention_variants_*.cu: the deep V
     ring alone, the default, the pre-session-8 default, and O in a V stage with K 3 + V 3 or
-    K 2 + V 4 stages, or K 2 + V 3 as in the engine-forwarding ring kernel) against the fp64 reference with the default kernel's tolerances; rows that
+    K 2 + V 4 stages, or K 2 + V 3 as in the engine-forwarding ring kernel, and ring11's
+    masked / wholly visible block split of 9 and 136: 1033, 1160) against the fp64 reference
+    with the default kernel's tolerances; rows that
     see no key still give out 0 / lse -inf (with O in a V stage: tiles that see no key store O
     from registers, the causal (1000, 300) case)."""
     b, s, s_kv, h, h_kv, d = case
@@ -266,6 +268,26 @@ def test_default_is_the_documented_variant(causal, variant, other, monkeypatch) 
     diff, diff_lse = mkernel.attention(q, k, v, causal=causal)
     assert torch.equal(out, pinned) and torch.equal(lse, pinned_lse)
     assert not (torch.equal(out, diff) and torch.equal(lse, diff_lse))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("split,base", [("1033", "9"), ("1160", "136")])
+def test_split_variant_is_the_unsplit_bit_for_bit(split, base, causal, monkeypatch) -> None:
+    """Variant bit 10 (ring11: masked and wholly visible KV blocks in two consumer loops) walks
+    the same blocks in the same order with the same arithmetic: its output equals the unsplit
+    variant's bit for bit — ragged tails, rows that see no key, several tiles per CTA with empty
+    ones between (causal), bottom-right causal with s < s_kv."""
+    for seed, (b, s, s_kv, h, h_kv) in enumerate([(2, 1800, 700, 24, 8), (3, 255, 257, 6, 3),
+                                                  (1, 1000, 4097, 4, 2), (1, 4096, 4096, 8, 8)]):
+        gen = torch.Generator(device="cuda").manual_seed(100 + seed)
+        q, k, v = (torch.randn(b, n, hh, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+                   for n, hh in ((s, h), (s_kv, h_kv), (s_kv, h_kv)))
+        monkeypatch.setenv("MKERNEL_ATTN_VARIANT", base)
+        want, want_lse = mkernel.attention(q, k, v, causal=causal)
+        monkeypatch.setenv("MKERNEL_ATTN_VARIANT", split)
+        _poison_allocator()
+        out, lse = mkernel.attention(q, k, v, causal=causal)
+        assert torch.equal(out, want) and torch.equal(lse, want_lse), (b, s, s_kv, h, h_kv)
 
 
 def test_mainloop_variant_switch_reaches_the_kernel(monkeypatch) -> None:

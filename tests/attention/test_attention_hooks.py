@@ -52,6 +52,25 @@ def test_released_flags_give_the_plain_result(causal, monkeypatch) -> None:
     assert torch.allclose(lse.double()[finite], ref_lse[finite], rtol=1e-3, atol=1e-3)
 
 
+def test_split_hooked_kernel_gives_the_plain_result(monkeypatch) -> None:
+    """ring11 (opt-in, MKERNEL_RING_SPLIT_MASK=1): the causal hooked KV-wait kernel with its
+    masked and wholly visible KV blocks in two loops (variant 9 + bit 10) equals the plain
+    variant 9 and the plain split variant 1033 bit for bit, flags released before the launch."""
+    q, k, v = _inputs(2, 500, 700, 8, 2, 128, 3)
+    n_blocks = -(-700 // 128)
+    flags = torch.full((2 * 2 * n_blocks,), 3, dtype=torch.int64, device="cuda")
+    monkeypatch.setenv("MKERNEL_RING_SPLIT_MASK", "1")
+    out, lse = torch.ops.mkernel.attention_hooked(q, k, v, flags, 3, 1, True)
+    monkeypatch.delenv("MKERNEL_RING_SPLIT_MASK")
+    for variant in (HOOKED_VARIANT, "1033"):
+        monkeypatch.setenv("MKERNEL_ATTN_VARIANT", variant)
+        plain, plain_lse = mkernel.attention(q, k, v, causal=True)
+        assert torch.equal(out, plain) and torch.equal(lse, plain_lse), variant
+    monkeypatch.delenv("MKERNEL_ATTN_VARIANT")
+    ref, ref_lse = attention_ref(q, k, v, True)
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
 @isolated(timeout_s=60.0)  # gated on flags: a release that never comes ends in a trap
 def test_kernel_waits_for_late_flags() -> None:
     q, k, v = _inputs(1, 1000, 1000, 4, 4, 128, 2)

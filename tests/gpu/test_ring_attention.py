@@ -75,17 +75,23 @@ def test_ring_attention_across_emulated_nodes(mps, world):
                           ("MKERNEL_RING_SEND_CTAS=4", "0,6", "matrix"),
                           ("MKERNEL_RING_SEND_FIRST=1", "0,6", "matrix"),
                           # the static tile order instead of claimed tiles
-                          ("MKERNEL_RING_TILES=static", "0,5,6", "matrix,graph")])
+                          ("MKERNEL_RING_TILES=static", "0,5,6", "matrix,graph"),
+                          # ring11 (opt-in, unmeasured): the causal engine kernels' masked and
+                          # wholly visible KV blocks in two loops, engine forwarding (case 5:
+                          # zigzag whole mode, 9 tiles per chunk; case 2: the per-step ring) and
+                          # the KV-wait kernel beside the send kernel
+                          ("MKERNEL_RING_SPLIT_MASK=1", "0,2,5", "matrix,graph"),
+                          ("MKERNEL_RING_SPLIT_MASK=1 MKERNEL_RING_SEND=kernel", "2,5", "matrix")])
 def test_ring_attention_pinned_paths(mps, knob, ring_cases, suite):
     """Whole-sequence shapes (non-causal, causal zigzag MQA) through the paths the benchmark
     times beside the default (the K/V forwarded inside the engine, tiles claimed): the
     per-step ring pinned, the send kernel (2 and 4 CTAs, and the engine started only once it
     runs), and the static tile order (with CUDA-graph replays) — against the reference."""
     world = 2
-    var, value = knob.split("=")
+    knobs = dict(kv.split("=") for kv in knob.split())  # one or more VAR=value
     res = run_ranks(RING_MAIN, world, timeout=120,
                     env=rank_env(mps, world, TEST_SUITE=suite, RING_CASES=ring_cases,
-                                 MKERNEL_OP_TIMEOUT="20", **{var: value}))
+                                 MKERNEL_OP_TIMEOUT="20", **knobs))
     cases = check_ranks(res)
     matrix = [c for c in cases if c["op"] not in ("graph", "after_graph")]
     assert len(matrix) == world * 2 * len(ring_cases.split(",")), len(matrix)

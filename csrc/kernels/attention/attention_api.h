@@ -63,7 +63,7 @@ struct Problem {
 // The built mainloop variants (benchmarks/bench_attention.py --variants; variant 0 = the
 // default kernel, which for bf16 d=128 128x128 is variant 136 non-causal and 9 causal:
 // attention_launch.cuh).
-inline constexpr int kVariants[] = {8, 9, 64, 136, 137, 392, 649};
+inline constexpr int kVariants[] = {8, 9, 64, 136, 137, 392, 649, 1033, 1160};
 
 struct Launch {
   cudaStream_t stream = nullptr;
@@ -117,6 +117,11 @@ struct HookArgs {
   // first, instead of each running a static list (tile_handoff.cuh: a CTA that starts late, e.g.
   // under MPS, then finds only the tiles left).
   int* tile_counter = nullptr;
+  // The causal bf16 d=128 128x128 hooked kernels (both policies) with their mainloop's masked
+  // and wholly visible KV blocks in two loops (AttnTraits variant bit 10: the default variant +
+  // 1024; the same result bit for bit). Opt-in until measured (ring attention:
+  // MKERNEL_RING_SPLIT_MASK=1); other tiles, dtypes and non-causal calls ignore it.
+  bool split_masked = false;
 };
 
 // The default kernel's tile for a problem (block_n: for HookArgs::blocks_per_flag).

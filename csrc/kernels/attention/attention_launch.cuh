@@ -37,6 +37,10 @@ inline constexpr int kDefaultVariantNonCausal = 136;
 // Session 9 run 2: the ring tests passed with it (W = 2, 4, 8); its mainloop as a plain kernel
 // (variant 649) measured +6..+8% over the old hooked one (64) and -0.1..-1.5% against 9.
 inline constexpr int kForwardDefaultVariant = kDefaultVariant | 128;
+// Variant bit 10 (AttnTraits::kSplitMasked): masked and wholly visible KV blocks in two consumer
+// loops. Opt-in for the causal hooked kernels of the same tile (HookArgs::split_masked: 9 + 1024
+// KV-wait, 137 + 1024 forwarding) and as plain variants 1033 / 1160 until a GPU run measures it.
+inline constexpr int kSplitMaskedBit = 1024;
 
 // kVariant: AttnTraits::kVariant (mainloop variants under measurement); -1: the default
 // (kDefaultVariant where it applies, else 0).
@@ -166,7 +170,16 @@ cudaError_t launch_case(const Problem& pr, const Launch& l, const HookArgs* h) {
   hp.group = h->group;
   hp.peer = h->peer;
   hp.tile_counter = h->tile_counter;
+  // HookArgs::split_masked: built for the causal bf16 d=128 128x128 case only (others ignore it).
+  constexpr bool kSplitBuilt = kCausal && std::is_same_v<Element, cutlass::bfloat16_t> &&
+                               kHeadDim == 128 && kBlockM == 128 && kBlockN == 128;
   if (h->fwd_dst == nullptr) {
+    if constexpr (kSplitBuilt) {
+      if (h->split_masked) {
+        return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, KvFlagHooks,
+                                kDefaultVariant | kSplitMaskedBit>(pr, l, hp);
+      }
+    }
     return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, KvFlagHooks>(pr, l, hp);
   }
   // The forwarding policy: compiled for the bf16 128x128 tile only (ring attention pins it).
@@ -191,6 +204,12 @@ cudaError_t launch_case(const Problem& pr, const Launch& l, const HookArgs* h) {
     fp.fwd_chunks = h->fwd_chunks;
     fp.fwd_causal = h->fwd_causal ? 1 : 0;
     fp.fwd_counter = h->fwd_counter;
+    if constexpr (kSplitBuilt) {
+      if (h->split_masked) {
+        return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, KvForwardHooks,
+                                kForwardDefaultVariant | kSplitMaskedBit>(pr, l, fp);
+      }
+    }
     return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, KvForwardHooks>(pr, l, fp);
   } else {
     return cudaErrorNotSupported;

@@ -105,6 +105,18 @@ struct AttnTraits {
   //          tail: FA3's place for d <= 128) instead of between the S and PV GEMM issues
   static constexpr bool kLateRescale = (kVariant & 32) != 0;
 
+  //   bit 10: masked and wholly visible KV blocks in two consumer loops (FA3's split): the
+  //          blocks a tile walks first (the diagonal one(s) under causal masking, the ragged last
+  //          one) run apply_mask; the rest run a loop without mask code, and in the zigzag ring
+  //          mode a block walk that steps within a visible key chunk without dividing (the chunk
+  //          walk only at chunk ends). Same blocks, same order, same arithmetic as without it:
+  //          the output is bit for bit the unsplit variant's (mainloop mma). Session 9 (ring10)
+  //          counted the hooked zigzag causal kernel's consumer block loop at 868 SASS
+  //          instructions against 721 plain causal and ~620 non-causal. Not yet measured: opt-in
+  //          (variants 1033 = 9 + bit 10, 1160 = 136 + bit 10; the hooked causal kernels by
+  //          HookArgs::split_masked, MKERNEL_RING_SPLIT_MASK=1).
+  static constexpr bool kSplitMasked = (kVariant & 1024) != 0;
+
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
   static constexpr bool kPingPong = true;
 

@@ -15,6 +15,11 @@
 //   392: 8 + bits 7, 8: K 2 + V 4 stages
 //   649: 9 + bits 7, 9: K 2 + V 3 stages, 32 KiB left unused (the mainloop of ring attention's
 //        engine-forwarding kernel, KvForwardHooks, as a plain kernel)
+// Branch ring11 (bit 10: masked and wholly visible KV blocks in two consumer loops, FA3's split;
+// the same result bit for bit as without it; not yet measured on a GPU):
+//   1033: 9 + bit 10 (the causal default's mainloop; the hooked causal kernels' with
+//         HookArgs::split_masked)
+//   1160: 136 + bit 10 (the non-causal default's mainloop: only a ragged last block masks)
 #include "attention_launch.cuh"
 
 namespace mkernel::attention {
@@ -30,6 +35,8 @@ cudaError_t run_bf16_d128_m128_n128_variant_causal(const Problem& p, const Launc
     case 137: return launch_attention<E, 128, 128, 128, true, NoHooks, 137>(p, l, h);
     case 392: return launch_attention<E, 128, 128, 128, true, NoHooks, 392>(p, l, h);
     case 649: return launch_attention<E, 128, 128, 128, true, NoHooks, 649>(p, l, h);
+    case 1033: return launch_attention<E, 128, 128, 128, true, NoHooks, 1033>(p, l, h);
+    case 1160: return launch_attention<E, 128, 128, 128, true, NoHooks, 1160>(p, l, h);
     default: return cudaErrorInvalidValue;
   }
 }

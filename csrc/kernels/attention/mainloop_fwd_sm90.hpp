@@ -265,6 +265,63 @@ struct MainloopFwdSm90 {
     return n;
   }
 
+  // Traits::kSplitMasked: the lowest KV block apply_mask may mask for tile m_block. Every block
+  // below it that the walk visits is wholly visible (left of the tile's diagonal, not the
+  // ragged last block; in the zigzag mode a key chunk before the query's, or the query's own
+  // chunk left of the diagonal block), and the blocks at or above it come first in the walk
+  // (top down): the masked loop runs until the walk passes below it.
+  template <bool kZZ>
+  CUTLASS_DEVICE static int first_masked_block(Params const& p, int m_block) {
+    int lo = p.seq_kv / kBlockN;  // the ragged last block, if any, masks its tail
+    if constexpr (kCausal) {
+      if constexpr (kZZ) {
+        if (p.zz_world > 0) {
+          // Only the query's own global chunk masks (apply_mask), at its local position: the
+          // shard on top (position W - 1, this rank's: chunks 2(W-1) and 2(W-1) + 1 of the
+          // virtual K/V are global chunks zz_rank and 2W-1-zz_rank). seq_kv is whole blocks.
+          int half, m_in;
+          p.zz_m_blocks(half, m_in, m_block);
+          const int chunk = 2 * (p.zz_world - 1) + half;
+          return chunk * (p.zz_chunk / kBlockN) + (m_in * kBlockM + 1) / kBlockN;
+        }
+      }
+      // Row 0 of the tile (the one that sees least) sees the keys < reach: block n is wholly
+      // visible iff (n + 1) kBlockN <= reach (apply_mask's test).
+      const int reach = m_block * kBlockM + p.seq_kv - p.seq_q + 1;
+      const int c = reach > 0 ? reach / kBlockN : 0;
+      lo = c < lo ? c : lo;
+    }
+    return lo;
+  }
+
+  // The unmasked loop's block walk (Traits::kSplitMasked): prev_block's sequence, stepping down
+  // without a division while the next block is in the visible run [run_lo, n) (the key chunk
+  // of n in the zigzag mode: visible whole below the masked blocks), the chunk walk only at a
+  // chunk's start.
+  template <bool kZZ>
+  CUTLASS_DEVICE static int run_start(Params const& p, int n, int n_min) {
+    if constexpr (kCausal && kZZ) {
+      if (p.zz_world > 0) {
+        int chunk, in;
+        p.zz_n_blocks(chunk, in, n);
+        return n - in;
+      }
+    }
+    return n_min;
+  }
+  template <bool kZZ>
+  CUTLASS_DEVICE static int prev_visible_block(Params const& p, int m_block, int n, int n_min,
+                                               int& run_lo) {
+    if constexpr (kCausal && kZZ) {
+      if (n - 1 >= run_lo) return n - 1;
+      n = prev_block<kZZ>(p, m_block, n, n_min);
+      if (n >= n_min) run_lo = run_start<kZZ>(p, n, n_min);
+      return n;
+    } else {
+      return n - 1;  // prev_block without the zigzag mode
+    }
+  }
+
   // Producer: one thread (the issuing lane of the producer warp) runs this per work tile.
   template <class Hooks>
   CUTLASS_DEVICE void load(Params const& p, typename Hooks::Params const& hooks,
@@ -408,6 +465,17 @@ struct MainloopFwdSm90 {
     }
   }
 
+  // The online softmax of a wholly visible block (Traits::kSplitMasked's unmasked loop): what
+  // mask_and_softmax does when apply_mask finds nothing to mask.
+  template <class Softmax, class TensorS, int kRows>
+  CUTLASS_DEVICE static void softmax_visible(Softmax& softmax, TensorS& s_rc, float (&factor)[kRows]) {
+    if constexpr (Softmax::kExpEmu > 0) {
+      softmax.template step<false>(s_rc, factor);
+    } else {
+      softmax.step(s_rc, factor);
+    }
+  }
+
   // fp32 accumulator -> Element fragment of the same layout (paired conversions: F2FP, one
   // per pair, 16 per clock per SM). Traits::kIntConvertP (bf16; measured 1-4% slower, off): on the integer pipe
   // instead — round half up (add 0x8000 to each fp32 pattern, ties away from zero instead of
@@ -545,32 +613,83 @@ struct MainloopFwdSm90 {
       StateV v_read = v_state(kv_read);  // V of the block in p_frag
       ++kv_read;
 
-      CUTLASS_PRAGMA_NO_UNROLL
-      for (n = prev_block<kZZ>(p, work.m_block, n, n_min); n >= n_min;
-           n = prev_block<kZZ>(p, work.m_block, n, n_min)) {
-        pipeline_k.consumer_wait(k_state(kv_read));
-        scheduler_barrier_sync(warp_group);
-        gemm_qk(k_state(kv_read).index());
-        // O to the running max of the block in p_frag (its softmax's factor) while the tensor
-        // cores run S_n, before that block's PV GEMM accumulates into O (Traits::kLateRescale:
-        // done at the end of the previous step instead, FA3's place; measured 1-4% slower, off).
-        if constexpr (!Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
-        pipeline_v.consumer_wait(v_read);
-        gemm_pv(v_read.index());
-        scheduler_barrier_arrive(warp_group);
-        warpgroup_wait<1>();  // S_n ready; the PV GEMM may still run
-        warpgroup_fence_operand(acc_s);
-        pipeline_k.consumer_release(k_state(kv_read));
-        mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
-        if constexpr (Traits::kSoftmaxAheadOfPvWait) softmax_done_before_wait(softmax.row_sum);
-        warpgroup_wait<0>();  // PV done: O and P's registers are ours again
-        warpgroup_fence_operand(acc_o);
-        warpgroup_fence_operand(tOrP);
-        pipeline_v.consumer_release(v_read);
-        p_frag = convert_to_element(acc_s);
-        if constexpr (Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
-        v_read = v_state(kv_read);
-        ++kv_read;
+      if constexpr (!Traits::kSplitMasked) {
+        // Every block through apply_mask (the default kernels). The split below repeats this
+        // body rather than sharing it: with a shared lambda, ptxas reordered the 128x160 kernels.
+        CUTLASS_PRAGMA_NO_UNROLL
+        for (n = prev_block<kZZ>(p, work.m_block, n, n_min); n >= n_min;
+             n = prev_block<kZZ>(p, work.m_block, n, n_min)) {
+          pipeline_k.consumer_wait(k_state(kv_read));
+          scheduler_barrier_sync(warp_group);
+          gemm_qk(k_state(kv_read).index());
+          // O to the running max of the block in p_frag (its softmax's factor) while the tensor
+          // cores run S_n, before that block's PV GEMM accumulates into O (Traits::kLateRescale:
+          // done at the end of the previous step instead, FA3's place; measured 1-4% slower, off).
+          if constexpr (!Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
+          pipeline_v.consumer_wait(v_read);
+          gemm_pv(v_read.index());
+          scheduler_barrier_arrive(warp_group);
+          warpgroup_wait<1>();  // S_n ready; the PV GEMM may still run
+          warpgroup_fence_operand(acc_s);
+          pipeline_k.consumer_release(k_state(kv_read));
+          mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
+          if constexpr (Traits::kSoftmaxAheadOfPvWait) softmax_done_before_wait(softmax.row_sum);
+          warpgroup_wait<0>();  // PV done: O and P's registers are ours again
+          warpgroup_fence_operand(acc_o);
+          warpgroup_fence_operand(tOrP);
+          pipeline_v.consumer_release(v_read);
+          p_frag = convert_to_element(acc_s);
+          if constexpr (Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
+          v_read = v_state(kv_read);
+          ++kv_read;
+        }
+      } else {
+        // One KV block nb after the first: S_nb, the previous block's P·V, nb's softmax. masked:
+        // through apply_mask (a block that may mask), else the softmax alone (wholly visible).
+        auto kv_step = [&](int nb, auto masked) {
+          pipeline_k.consumer_wait(k_state(kv_read));
+          scheduler_barrier_sync(warp_group);
+          gemm_qk(k_state(kv_read).index());
+          // O to the running max of the block in p_frag (its softmax's factor) while the tensor
+          // cores run S_n, before that block's PV GEMM accumulates into O (Traits::kLateRescale:
+          // done at the end of the previous step instead, FA3's place; measured 1-4% slower, off).
+          if constexpr (!Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
+          pipeline_v.consumer_wait(v_read);
+          gemm_pv(v_read.index());
+          scheduler_barrier_arrive(warp_group);
+          warpgroup_wait<1>();  // S_n ready; the PV GEMM may still run
+          warpgroup_fence_operand(acc_s);
+          pipeline_k.consumer_release(k_state(kv_read));
+          if constexpr (decltype(masked)::value) {
+            mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, nb, factor);
+          } else {
+            softmax_visible(softmax, s_rc, factor);
+          }
+          if constexpr (Traits::kSoftmaxAheadOfPvWait) softmax_done_before_wait(softmax.row_sum);
+          warpgroup_wait<0>();  // PV done: O and P's registers are ours again
+          warpgroup_fence_operand(acc_o);
+          warpgroup_fence_operand(tOrP);
+          pipeline_v.consumer_release(v_read);
+          p_frag = convert_to_element(acc_s);
+          if constexpr (Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
+          v_read = v_state(kv_read);
+          ++kv_read;
+        };
+        // FA3's split: the blocks that may mask first (the walk's top: the diagonal block(s),
+        // the ragged last block), then the wholly visible ones without mask code or divisions.
+        // The same blocks in the same order as the loop above: the same result bit for bit.
+        int n_mask_lo = first_masked_block<kZZ>(p, work.m_block);
+        n_mask_lo = n_mask_lo > n_min ? n_mask_lo : n_min;
+        CUTLASS_PRAGMA_NO_UNROLL
+        for (n = prev_block<kZZ>(p, work.m_block, n, n_min); n >= n_mask_lo;
+             n = prev_block<kZZ>(p, work.m_block, n, n_min)) {
+          kv_step(n, cute::true_type{});
+        }
+        int run_lo = n >= n_min ? run_start<kZZ>(p, n, n_min) : n_min;
+        CUTLASS_PRAGMA_NO_UNROLL
+        for (; n >= n_min; n = prev_visible_block<kZZ>(p, work.m_block, n, n_min, run_lo)) {
+          kv_step(n, cute::false_type{});
+        }
       }
       // Every S GEMM of the tile has completed (each iteration ended with wait<0>): Q's stage
       // goes back to the producer now, so the next tile's Q loads under the last PV GEMM and
