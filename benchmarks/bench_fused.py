@@ -83,6 +83,13 @@ def shapes(world: int, full: bool) -> list[tuple[str, str, int, int, int]]:
     return out
 
 
+def align_tag() -> str:
+    """The file-name suffix "_align" when the ranks run with MKERNEL_FUSED_ALIGN=1 (choose_path
+    aligns the ranks before each timed sample: fused_common.h; opt-in, inherited by the ranks
+    from this environment), so a run with and one without it keep separate files."""
+    return "_align" if os.environ.get("MKERNEL_FUSED_ALIGN") == "1" else ""
+
+
 def rank_main() -> None:
     import torch
     import torch.distributed as dist
@@ -94,7 +101,7 @@ def rank_main() -> None:
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     nodes = int(os.environ.get("BENCH_NODES", "1"))
-    tag = f"w{world}" + (f"_n{nodes}" if nodes > 1 else "")
+    tag = f"w{world}" + (f"_n{nodes}" if nodes > 1 else "") + align_tag()
     all_shapes = os.environ.get("BENCH_FULL") == "1"
     only = [w for w in os.environ.get("BENCH_ONLY", "").split(",") if w]
     budget = float(os.environ.get("BENCH_BUDGET_S", "70"))
@@ -272,6 +279,8 @@ def rank_main() -> None:
                              "sets; *_paired: median of the per-round ratio, min over ranks; "
                              "unfused_b: the unfused figure timed twice (the run's noise)",
                    "mps_share_percent": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
+                   "fused_knobs": {k: v for k, v in sorted(os.environ.items())
+                                   if k.startswith("MKERNEL_FUSED")},
                    "anchors_missing": [c for c, ok in has.items() if not ok],
                    "note": "NCCL / async-TP cannot share one GPU between ranks: not measured here",
                    "rows": rows}
@@ -306,7 +315,7 @@ def main() -> None:
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
     if args.nodes > 1:
         env["MKERNEL_NET_EMULATE"] = args.emulate
-    tag = f"w{args.world}" + (f"_n{args.nodes}" if args.nodes > 1 else "")
+    tag = f"w{args.world}" + (f"_n{args.nodes}" if args.nodes > 1 else "") + align_tag()
     progress = Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_{tag}.jsonl")
     progress.unlink(missing_ok=True)
     with mps_daemon("bench_fused") as mps_env:

@@ -35,6 +35,15 @@ Sections (``--sections``, comma-separated):
    limit (100 %) and every fused grid capped at SMs / W (MKERNEL_FUSED_SMS); that launch times
    no unfused path (the substrate's collectives, grids of every SM, deadlocked there: s8run2).
 
+9. ``agfc1``: why ag_gemm at Llama-70B fc1 M=8192 runs 1.29x the GEMM alone (s9run3) where
+   gemm_rs / gemm_ar run 0.92-1.01x: pinned variants timed interleaved with the anchors (the
+   engine GEMM, the hooked GEMM in the fused config without waits at both grids, unfused, the
+   device barrier alone) — the co-resident grid, the copy role by bulk / staged copies, the
+   natural M order instead of own rows first, 32- and 2-row arrival chunks, every rank aligned
+   before each call — each checked against an fp32 reference, then timelines of 4 back-to-back
+   launches (MKERNEL_FUSED_TIMELINE_CALLS) at the share's and the co-resident grid
+   (summarise_pipeline). Hypotheses and predictions: benchmarks/NOTES.md "Fused ops, fused10".
+
 Rank 0 prints ``DIAG {json}`` lines and writes benchmarks/results/fused_diag_<gpu>_<time>.json
 (and a copy under $OUT).
 
@@ -273,6 +282,170 @@ def mps_section(rank: int, world: int, ctx, emit, timed_all, with_env) -> None:
             dist.barrier()
 
 
+def summarise_pipeline(lines: dict[int, list[str]], pushed_bytes: int = 0) -> dict:
+    """Back-to-back launches recorded together (MKERNEL_FUSED_TIMELINE_CALLS: rank -> its lines,
+    one per launch in launch order, no host synchronization between them): per launch and rank
+    (us from the first CTA's start on any rank) when its CTAs started (first / median, and how
+    many within 50 us of its first one), when the copy role passed the entry barrier and ended
+    (ag_gemm: side_done), when the GEMM phase and the CTAs ended; then, from launch 1 on,
+    ``overlap_prev_us``: how long before a peer's previous launch ended this rank's launch
+    started (> 0: its CTAs held SMs while a peer still ran the previous call; an ag_gemm CTA then
+    waits at the entry barrier), ``entry_wait_us`` (median start -> past the entry barrier) and
+    ``period_us`` (the group's steady time per call: last exit to last exit). ``copy_gbs``: the
+    pushed bytes per rank (``pushed_bytes``) over the copy phase (first entry -> last side end)."""
+    recs = {}
+    for rank, launch_lines in lines.items():
+        recs[rank] = []
+        for line in launch_lines:
+            words = [int(w) for w in line.split("|", 1)[1].split()]
+            recs[rank].append([words[i:i + WORDS] for i in range(0, len(words), WORDS)])
+    launches = min(len(v) for v in recs.values())
+    t0 = min(r[START] for v in recs.values() for ctas in v for r in ctas)
+    us = lambda t: round((t - t0) / 1e3, 1)  # noqa: E731
+    out = {"launches": []}
+    for i in range(launches):
+        per = {}
+        for rank in sorted(recs):
+            ctas = recs[rank][i]
+            first = min(r[START] for r in ctas)
+            entered = [r[ENTERED] for r in ctas if r[ENTERED]]
+            side = [r[SIDE_DONE] for r in ctas if r[SIDE_DONE]]
+            row = {
+                "ctas": len(ctas),
+                "first_wave": sum(1 for r in ctas if r[START] - first <= 50_000),
+                "start_min_us": us(first),
+                "start_us": us(statistics.median(r[START] for r in ctas)),
+                "entered_us": us(statistics.median(entered)) if entered else None,
+                "side_done_max_us": us(max(side)) if side else None,
+                "gemm_done_us": us(statistics.median(r[GEMM_DONE] for r in ctas)),
+                "gemm_done_max_us": us(max(r[GEMM_DONE] for r in ctas)),
+                "exit_max_us": us(max(r[EXIT] for r in ctas)),
+            }
+            if entered:
+                row["entry_wait_us"] = round(row["entered_us"] - row["start_us"], 1)
+            if entered and side and pushed_bytes:
+                span = (max(side) - min(entered)) / 1e9
+                row["copy_gbs"] = round(pushed_bytes / span / 1e9, 1) if span > 0 else None
+            per[f"rank{rank}"] = row
+        if i > 0:
+            prev = out["launches"][i - 1]
+            for rank in sorted(recs):
+                others = [prev[f"rank{q}"]["exit_max_us"] for q in recs if q != rank]
+                if others:
+                    per[f"rank{rank}"]["overlap_prev_us"] = round(
+                        max(others) - per[f"rank{rank}"]["start_min_us"], 1)
+            per["period_us"] = round(max(v["exit_max_us"] for k, v in per.items()
+                                         if k.startswith("rank")) -
+                                     max(v["exit_max_us"] for k, v in prev.items()
+                                         if k.startswith("rank")), 1)
+        out["launches"].append(per)
+    periods = [lc["period_us"] for lc in out["launches"][1:]]
+    out["period_us"] = round(statistics.median(periods), 1) if periods else None
+    every = [r for v in recs.values() for ctas in v[:launches] for r in ctas]
+    edges = sorted([(r[START], 1) for r in every] + [(r[EXIT], -1) for r in every if r[EXIT]])
+    running = peak = 0
+    for _, d in edges:
+        running += d
+        peak = max(peak, running)
+    out["peak_ctas"] = peak
+    return out
+
+
+AG_CONFIG = "coop_128x256_c2x1"  # the plan s9run3's ag_gemm fc1 ran (grid: the share)
+
+
+def agfc1_section(rank: int, world: int, ctx, emit, timed_all, with_env) -> None:
+    """Section `agfc1`: why ag_gemm at Llama-70B fc1 M=8192 (per rank x [8192/W, 8192], w
+    [28672/W, 8192]) runs 1.29x the GEMM alone (s9run3) where gemm_rs / gemm_ar run 0.92-1.01x.
+    One interleaved timing of pinned variants (config coop_128x256_c2x1, the share's grid unless
+    named; MKERNEL_FUSED=force) with the anchors, each variant's output checked against an fp32
+    reference of the gathered rows, then back-to-back timelines (4 launches recorded without a
+    host sync, MKERNEL_FUSED_TIMELINE_CALLS) at the share's grid and the co-resident one. The
+    hypotheses and predictions: benchmarks/NOTES.md "Fused ops, fused10"."""
+    import torch
+    import torch.distributed as dist
+
+    import mkernel
+
+    mk = torch.ops.mkernel
+    m, k, nn = 8192 // world, 8192, 28672 // world
+    share = torch.cuda.get_device_properties(0).multi_processor_count
+    co = share * 3 // 4 // 2 * 2
+    torch.manual_seed(1234 + rank)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    torch.manual_seed(99)  # w: the same on every rank (any w is fine; the reference uses this one)
+    w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 64
+    full = mk.all_gather.default(x, ctx.handle, world)  # every rank's rows (the substrate's)
+    torch.cuda.synchronize()
+    ref = full.float() @ w.float().t()
+    tiny = torch.zeros(8, device="cuda", dtype=torch.float32)
+    barrier = lambda: mk.all_gather.default(tiny, ctx.handle, world)  # noqa: E731  (device-side)
+    call = lambda: mkernel.ag_gemm(x, w, group=ctx)  # noqa: E731
+    base = {"MKERNEL_FUSED": "force", "MKERNEL_FUSED_CONFIG": AG_CONFIG,
+            "MKERNEL_FUSED_GRIDS": "share"}
+    # name -> (hypothesis it tests, extra environment)
+    variants = {
+        "fused grid=share (s9run3's plan)": ("baseline", {}),
+        f"fused grid={co} (co-resident)": ("H1 placement / squatting",
+                                           {"MKERNEL_FUSED_SMS": str(co)}),
+        "fused side bulk": ("H2 copy warps' share", {"MKERNEL_FUSED_SIDE": "bulk"}),
+        "fused side staged": ("H2 copy warps' share", {"MKERNEL_FUSED_SIDE": "staged"}),
+        "fused natural order": ("H3 own rows first", {"MKERNEL_FUSED_AG_ORDER": "natural"}),
+        "fused chunk 32 rows": ("H4 wait granularity", {"MKERNEL_FUSED_AG_CHUNK_ROWS": "32"}),
+        "fused chunk 2 rows": ("H4 wait granularity", {"MKERNEL_FUSED_AG_CHUNK_ROWS": "2"}),
+    }
+    fns = {"gemm alone (engine)": lambda: mkernel.gemm(full, w),
+           "hooked gemm, fused config, no waits": lambda: mk.gemm_hooked(
+               full, w, None, 128, 0, None, 1, None, 0, 0, 0, 0, 10.0, 1),
+           f"hooked gemm, fused config, grid {co}": lambda: mk.gemm_hooked(
+               full, w, None, 128, 0, None, 1, None, 0, co, 0, 0, 10.0, 1),
+           "unfused": lambda: mkernel.gemm(mk.all_gather.default(x, ctx.handle, world), w),
+           "device barrier alone": barrier}
+    for name, (_, env) in variants.items():
+        fns[name] = with_env(call, **base, **env)
+    # H1: the same kernel with every rank aligned before each call (no back-to-back overlap of
+    # one rank's next call with a peer's previous one); minus "device barrier alone".
+    aligned = with_env(call, **base)
+    fns["fused grid=share, ranks aligned per call"] = lambda: (barrier(), aligned())
+    # 4 calls per sample: 3 of them follow a call of the same kind back to back (the steady state
+    # H1 is about; the first starts after the host barrier).
+    t = timed_all(fns, reps=4, samples=5)
+    gemm = t["gemm alone (engine)"]
+    for name, ms in t.items():
+        emit(dict(what="agfc1", m=m, k=k, n=nn, world=world, kind=name, ms=ms,
+                  over_gemm=ms / gemm, over_unfused=ms / t["unfused"],
+                  hypothesis=variants.get(name, ("",))[0] or None))
+    emit(dict(what="agfc1 plan", m=m, k=k, n=nn, world=world,
+              engine_plan=mkernel.gemm_plan(full, w)))
+    # Correctness of every pinned variant (the same call as timed).
+    for name, (_, env) in variants.items():
+        out = with_env(call, **base, **env)()
+        rel = ((out.float() - ref).norm() / ref.norm()).item()
+        bad = torch.tensor([1.0 if not rel < 1e-2 else 0.0])
+        dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+        emit(dict(what="agfc1 check", kind=name, rank=rank, rel=rel, ok=bool(bad.item() == 0)))
+        del out
+    # Back-to-back timelines: 4 launches, the 4 lines written after the last.
+    tl_base = Path(tempfile.gettempdir(), f"fused_tl_agfc1_{os.getppid()}")
+    pushed = world * m * k * 2  # bytes each rank pushes (its rows to every rank, itself included)
+    for gname, env in (("share", {}), (str(co), {"MKERNEL_FUSED_SMS": str(co)})):
+        path = f"{tl_base}_{gname}"
+        run = with_env(call, **base, **env, MKERNEL_FUSED_TIMELINE=path,
+                       MKERNEL_FUSED_TIMELINE_CALLS="4")
+        torch.cuda.synchronize()
+        dist.barrier()
+        for _ in range(4):
+            run()
+        torch.cuda.synchronize()
+        dist.barrier()
+        if rank == 0:
+            lines = {r: Path(f"{path}.rank{r}").read_text().strip().splitlines()[-4:]
+                     for r in range(world)}
+            emit(dict(what="agfc1 pipeline", kind=f"fused grid={gname}", m=m, k=k, n=nn,
+                      world=world, **summarise_pipeline(lines, pushed)))
+        dist.barrier()
+
+
 def rank_main() -> None:
     import torch
     import torch.distributed as dist
@@ -496,6 +669,9 @@ def rank_main() -> None:
 
     if "mps" in sections:
         mps_section(rank, world, ctx, emit, timed_all, with_env)
+
+    if "agfc1" in sections:
+        agfc1_section(rank, world, ctx, emit, timed_all, with_env)
 
     if rank == 0:
         path = write_result("fused_diag", {"bench": "fused_diag", "commit": commit(),

@@ -123,6 +123,25 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_unfused(const at::Tensor& x, const at
   return {out, return_gathered ? gathered : x.new_empty({0})};
 }
 
+// MKERNEL_FUSED_AG_CHUNK_ROWS as a power of two in [1, 128], or 0 when unset; anything else
+// raises naming the variable (every rank reads the same environment, so every rank raises).
+int64_t pinned_ag_chunk_rows() {
+  const char* v = std::getenv("MKERNEL_FUSED_AG_CHUNK_ROWS");
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  const long rows = std::strtol(v, &end, 10);
+  TORCH_CHECK_VALUE(*end == '\0' && rows >= 1 && rows <= 128 && (rows & (rows - 1)) == 0, kOp,
+                    ": MKERNEL_FUSED_AG_CHUNK_ROWS must be a power of two in [1, 128], got '", v,
+                    "'");
+  return rows;
+}
+
+// MKERNEL_FUSED_AG_ORDER=natural: the M units in their natural order (measurement).
+bool natural_ag_order() {
+  const char* v = std::getenv("MKERNEL_FUSED_AG_ORDER");
+  return v != nullptr && std::strcmp(v, "natural") == 0;
+}
+
 // One fused launch (kernels/fused/fused_hooks.cuh, kModeAllGather): every same-node rank's x is
 // pushed into this rank's gathered buffer G (its symmetric data region, [world * m, K]) chunk by
 // chunk while the GEMM consumes G's rows as their chunks arrive, own rows first.
@@ -176,6 +195,12 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   // the first tiles start early. Wider if the flags would not fit the op's flag slots.
   int64_t chunk_rows = 128;
   while (chunk_rows > 1 && chunk_rows * row_bytes > (128 << 10)) chunk_rows /= 2;
+  // MKERNEL_FUSED_AG_CHUNK_ROWS=<1, 2, 4, ..., 128> (measurement, fused_diag.py section agfc1;
+  // not yet run on a GPU): rows per arrival flag instead (a tile of 128 rows then waits for
+  // 128 / rows flags; a copy item is rows * K * 2 bytes). Every rank the same value: it joins
+  // the call signature, so a rank with another value fails the entry barrier naming the peer.
+  const int64_t pinned_chunk = pinned_ag_chunk_rows();
+  if (pinned_chunk > 0) chunk_rows = pinned_chunk;
   const int64_t flag_room = comm::kFlagWords - comm::FlagSlot::kOpSlotBase - 1;  // - the counter
   while (world * ((m + chunk_rows - 1) / chunk_rows) > flag_room) chunk_rows *= 2;
   hp.chunk_rows = static_cast<int32_t>(chunk_rows);
@@ -187,8 +212,15 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
 
   const gemm::Problem p = fused_glue::problem(kOp, g.data[rank], w, out.data_ptr(), world * m, n, k);
   // Rank s's rows arrive (rank - s) mod world pushes after the own ones.
-  std::vector<int> order(world);
-  for (int s = 0; s < world; ++s) order[s] = static_cast<int>((rank - s + world) % world);
+  // MKERNEL_FUSED_AG_ORDER=natural (measurement, fused_diag.py section agfc1; not yet run on a
+  // GPU): the M units in their natural order on every rank instead of own rows first (any order
+  // is correct: each tile waits for its rows' flags; it only changes what waits).
+  const bool natural = natural_ag_order();
+  std::vector<int> order;
+  if (!natural) {
+    order.resize(world);
+    for (int s = 0; s < world; ++s) order[s] = static_cast<int>((rank - s + world) % world);
+  }
   // The fused kernel in each candidate config, then the unfused path, chosen by a measurement
   // shared by the group (fused_common.h choose_path).
   std::vector<std::function<void()>> paths;
@@ -201,6 +233,10 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
       hc.signature = comm::call_signature(
           comm::kOpAgGemm, {m, k, n, static_cast<int64_t>(x.scalar_type()),
                             static_cast<int64_t>(c.config), c.swizzle, c.raster, c.grid});
+      if (pinned_chunk > 0) {  // the flags' layout must be the same on every rank
+        hc.signature = comm::call_signature(
+            comm::kOpAgGemm, {static_cast<int64_t>(hc.signature), chunk_rows});
+      }
       fused_glue::launch(kOp, group, p, c, x, hc, order, m);
       if (return_gathered) {
         C10_CUDA_CHECK(cudaMemcpyAsync(gathered.data_ptr(), g.data[rank], bytes,
@@ -213,7 +249,8 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
     engine_gemm(kOp, fused_glue::substrate_collective(kOp, "all_gather", x, group, world_size), w);
   });
   const int path =
-      fused_glue::choose_path(kOp, group, key, paths, 2.0 * world * m * n * k, &plans);
+      fused_glue::choose_path(kOp, group, key, paths, 2.0 * world * m * n * k, &plans,
+                              world_size);
   if (path + 1 == static_cast<int>(paths.size())) {
     return ag_gemm_unfused(x_in, w, group, world_size, return_gathered, nullptr);
   }

@@ -97,41 +97,77 @@ const int* unit_order(const gemm::TileCounts& tc, int64_t rows, int64_t rank_row
 // (fused_params.h TimelineSlot) into a device buffer, appended after the launch as one line
 // "<op> m n k config rank | w0 w1 ... " (kTimelineWords per CTA, CTAs that ran) to
 // <path>.rank<r>. benchmarks/fused_diag.py reads them.
+// MKERNEL_FUSED_TIMELINE_CALLS=<n> (2..kTimelineSlots; measurement, not yet run on a GPU): the
+// buffer holds n launches; only the launch that fills the n-th slot synchronizes and appends the
+// n lines (in launch order), so n calls run back to back as in steady state — where one rank's
+// next call can start while a peer still runs the previous one (fused_diag.py section `agfc1`).
 constexpr int kTimelineCtas = 1024;
+constexpr int kTimelineSlots = 16;
 
-uint64_t* timeline_begin(cudaStream_t stream) {
+int timeline_calls() {
+  const char* v = std::getenv("MKERNEL_FUSED_TIMELINE_CALLS");
+  const int n = v != nullptr ? std::atoi(v) : 1;
+  return std::min(std::max(n, 1), kTimelineSlots);
+}
+
+struct TimelineRing {
+  uint64_t* buf = nullptr;         // kTimelineSlots launches' records, never freed (measurement)
+  std::vector<std::string> heads;  // the line heads of the launches recorded since the last dump
+};
+
+constexpr size_t kTimelineSlotWords = static_cast<size_t>(kTimelineCtas) * fused::kTimelineWords;
+
+TimelineRing& timeline_ring() {
   static std::mutex mu;
-  static std::map<int, uint64_t*> buffers;  // per device, never freed (a measurement mode)
+  static std::map<int, TimelineRing> rings;  // per device
   int dev = 0;
   C10_CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
-  uint64_t*& buf = buffers[dev];
-  const size_t bytes = sizeof(uint64_t) * kTimelineCtas * fused::kTimelineWords;
-  if (buf == nullptr) C10_CUDA_CHECK(cudaMalloc(&buf, bytes));
-  C10_CUDA_CHECK(cudaMemsetAsync(buf, 0, bytes, stream));
-  return buf;
+  TimelineRing& ring = rings[dev];
+  if (ring.buf == nullptr) {
+    C10_CUDA_CHECK(cudaMalloc(&ring.buf, sizeof(uint64_t) * kTimelineSlotWords * kTimelineSlots));
+  }
+  return ring;
+}
+
+// The records of the next launch (its slot cleared on `stream`).
+uint64_t* timeline_begin(cudaStream_t stream) {
+  TimelineRing& ring = timeline_ring();
+  uint64_t* slot = ring.buf + ring.heads.size() * kTimelineSlotWords;
+  C10_CUDA_CHECK(cudaMemsetAsync(slot, 0, sizeof(uint64_t) * kTimelineSlotWords, stream));
+  return slot;
 }
 
 void timeline_end(const char* path, const char* op, const gemm::Problem& p,
-                  gemm::ConfigId config, const fused::FusedParams& hooks, const uint64_t* buf,
+                  gemm::ConfigId config, const fused::FusedParams& hooks,
                   cudaStream_t stream) {
-  std::vector<uint64_t> host(static_cast<size_t>(kTimelineCtas) * fused::kTimelineWords);
-  C10_CUDA_CHECK(cudaMemcpyAsync(host.data(), buf, host.size() * sizeof(uint64_t),
+  TimelineRing& ring = timeline_ring();
+  ring.heads.push_back(std::string(op) + " " + std::to_string(p.m) + " " + std::to_string(p.n) +
+                       " " + std::to_string(p.k) + " " + gemm::config_name(config) + " " +
+                       std::to_string(hooks.group.rank) + " side=" +
+                       std::to_string(hooks.side_mode) + " tail=" +
+                       std::to_string(hooks.tail_mode) + " |");
+  const int held = static_cast<int>(ring.heads.size());
+  if (held < timeline_calls() && held < kTimelineSlots) return;  // more launches back to back
+  std::vector<uint64_t> host(kTimelineSlotWords * held);
+  C10_CUDA_CHECK(cudaMemcpyAsync(host.data(), ring.buf, host.size() * sizeof(uint64_t),
                                  cudaMemcpyDeviceToHost, stream));
   C10_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::string line = std::string(op) + " " + std::to_string(p.m) + " " + std::to_string(p.n) +
-                     " " + std::to_string(p.k) + " " + gemm::config_name(config) + " " +
-                     std::to_string(hooks.group.rank) + " side=" +
-                     std::to_string(hooks.side_mode) + " tail=" +
-                     std::to_string(hooks.tail_mode) + " |";
-  for (int c = 0; c < kTimelineCtas; ++c) {
-    const uint64_t* r = host.data() + static_cast<size_t>(c) * fused::kTimelineWords;
-    if (r[fused::kTlStart] == 0) continue;  // no such CTA
-    for (int w = 0; w < fused::kTimelineWords; ++w) line += " " + std::to_string(r[w]);
+  std::string text;
+  for (int launch = 0; launch < held; ++launch) {
+    std::string line = ring.heads[launch];
+    for (int c = 0; c < kTimelineCtas; ++c) {
+      const uint64_t* r = host.data() + launch * kTimelineSlotWords +
+                          static_cast<size_t>(c) * fused::kTimelineWords;
+      if (r[fused::kTlStart] == 0) continue;  // no such CTA
+      for (int w = 0; w < fused::kTimelineWords; ++w) line += " " + std::to_string(r[w]);
+    }
+    text += line + "\n";
   }
+  ring.heads.clear();
   const std::string file = std::string(path) + ".rank" + std::to_string(hooks.group.rank);
   if (FILE* f = std::fopen(file.c_str(), "a")) {
-    std::fputs((line + "\n").c_str(), f);
+    std::fputs(text.c_str(), f);
     std::fclose(f);
   }
 }
@@ -226,9 +262,7 @@ void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPl
   const cudaError_t err = fused::run_fused(p, config, l, m_order, h, &reason);
   TORCH_CHECK(err == cudaSuccess, op, ": the fused kernel failed to launch: ",
               cudaGetErrorString(err), reason ? std::string(" (") + reason + ")" : std::string());
-  if (timeline != nullptr) {
-    timeline_end(timeline_path, op, p, config, hooks, timeline, l.stream);
-  }
+  if (timeline != nullptr) timeline_end(timeline_path, op, p, config, hooks, l.stream);
 }
 
 namespace {
@@ -457,15 +491,36 @@ int calls_per_sample(double flops) {
   return want >= 16 ? 16 : want <= 2 ? 2 : static_cast<int>(want);
 }
 
-// Median milliseconds per call of each path: one warm-up call each (the engine's tuner and
-// allocations run there), then kRounds rounds in which every path is timed once (an untimed
-// lead-in call, then `calls` calls between CUDA events), the order rotating from round to round
-// (and reversed in odd rounds) so that a clock change during the measurement, or what one path
-// leaves behind for the next, reaches every path alike. The same calls in the same order on
-// every rank.
-std::vector<float> time_paths(const std::vector<std::function<void()>>& paths, int count,
-                              int calls) {
-  constexpr int kRounds = 7;  // the median of 7: one outlier each side does not move it
+// MKERNEL_FUSED_ALIGN=1 (opt-in until a device run has checked it; every rank of the group must
+// see the same value, as for MKERNEL_FUSED): choose_path aligns the ranks before each timed
+// sample (align_ranks) and takes the slowest rank per sample. Read when a shape is measured.
+bool align_requested() {
+  const char* v = std::getenv("MKERNEL_FUSED_ALIGN");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+// A device-side barrier of the group on the current stream: the substrate's all_gather of 8
+// floats per rank. Its kernel completes on a rank only after every same-node rank's kernel has
+// started (entry barrier) and staged its 32 bytes, i.e. after every rank's stream has finished
+// what it queued before; so the next launch on every rank starts within a few us of the others',
+// with no host synchronization. (An all_gather, not a new kernel: the collective is the
+// substrate's code that already runs between the fused calls in choose_path's unfused path.)
+void align_ranks(const char* op, int64_t group, int64_t world_size, const at::Tensor& tiny) {
+  substrate_collective(op, "all_gather", tiny, group, world_size);
+}
+
+// Milliseconds per call of each path in each round (samples[path][round], rounds in the same
+// order on every rank): one warm-up call each (the engine's tuner and allocations run there),
+// then kRounds rounds in which every path is timed once (an untimed lead-in call, then `calls`
+// calls between CUDA events), the order rotating from round to round (and reversed in odd rounds)
+// so that a clock change during the measurement, or what one path leaves behind for the next,
+// reaches every path alike. The same calls in the same order on every rank. With `align`, it runs
+// between the lead-in call and the start event (align_ranks: every rank's sample starts at the
+// same moment instead of wherever its previous path left it).
+constexpr int kRounds = 7;  // the median of 7: one outlier each side does not move it
+std::vector<std::vector<float>> time_paths(const std::vector<std::function<void()>>& paths,
+                                           int count, int calls,
+                                           const std::function<void()>& align) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   for (int i = 0; i < count; ++i) paths[i]();
   cudaEvent_t start = nullptr, end = nullptr;
@@ -482,6 +537,7 @@ std::vector<float> time_paths(const std::vector<std::function<void()>>& paths, i
       // fused kernel's ranks end apart by up to a GEMM's tail), and the first call of a path
       // absorbs that skew; timed from the second call on, a sample is the path's steady state.
       paths[i]();
+      if (align) align();
       C10_CUDA_CHECK(cudaEventRecord(start, stream));
       for (int c = 0; c < calls; ++c) paths[i]();
       C10_CUDA_CHECK(cudaEventRecord(end, stream));
@@ -493,12 +549,53 @@ std::vector<float> time_paths(const std::vector<std::function<void()>>& paths, i
   }
   C10_CUDA_CHECK(cudaEventDestroy(start));
   C10_CUDA_CHECK(cudaEventDestroy(end));
-  std::vector<float> median(count);
-  for (int i = 0; i < count; ++i) {
-    std::sort(samples[i].begin(), samples[i].end());
-    median[i] = samples[i][samples[i].size() / 2];
+  return samples;
+}
+
+float median_of(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// This rank's timing record for the group: unaligned, its median per path (count floats);
+// aligned, every sample (count x kRounds floats, path-major, rounds in the same order on every
+// rank).
+std::string timing_record(const std::vector<std::vector<float>>& samples, bool aligned) {
+  std::vector<float> words;
+  for (const std::vector<float>& s : samples) {
+    if (aligned) {
+      words.insert(words.end(), s.begin(), s.end());
+    } else {
+      words.push_back(median_of(s));
+    }
   }
-  return median;
+  return std::string(reinterpret_cast<const char*>(words.data()), words.size() * sizeof(float));
+}
+
+// The figure per path that choose_path compares, from every rank's timing_record (the same
+// bytes on every rank, so every rank computes the same figures). Unaligned: the slowest rank's
+// median. Aligned (a round's samples started together on every rank): per round the slowest
+// rank's sample — the path's wall time on the group — then the median over rounds.
+std::vector<float> group_figures(const char* op, const std::vector<std::string>& all, int count,
+                                 bool aligned) {
+  const size_t per_path = aligned ? kRounds : 1;
+  const size_t want = static_cast<size_t>(count) * per_path * sizeof(float);
+  std::vector<std::vector<float>> worst(count, std::vector<float>(per_path, 0.f));
+  for (const std::string& b : all) {
+    TORCH_CHECK(b.size() == want, op, ": a rank sent a malformed timing record (",
+                b.size(), " bytes, want ", want,
+                "; is MKERNEL_FUSED_ALIGN the same on every rank?)");
+    std::vector<float> theirs(static_cast<size_t>(count) * per_path);
+    std::memcpy(theirs.data(), b.data(), b.size());
+    for (int i = 0; i < count; ++i) {
+      for (size_t r = 0; r < per_path; ++r) {
+        worst[i][r] = std::max(worst[i][r], theirs[i * per_path + r]);
+      }
+    }
+  }
+  std::vector<float> figure(count);
+  for (int i = 0; i < count; ++i) figure[i] = median_of(worst[i]);
+  return figure;
 }
 
 }  // namespace
@@ -530,7 +627,7 @@ std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world) {
 
 int choose_path(const char* op, int64_t group, const std::string& key,
                 const std::vector<std::function<void()>>& paths, double flops,
-                const std::vector<FusedPlan>* plans) {
+                const std::vector<FusedPlan>* plans, int64_t world_size) {
   const int unfused = static_cast<int>(paths.size()) - 1;
   int candidates = unfused + 1;  // every path
   // The verdict is an index into `paths`: key it by the list's length too (the candidates
@@ -554,19 +651,21 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   }
   if (capturing()) return 0;  // no timing inside a capture: the model's fused config
   // Every rank measures the same calls in the same order (the ops' calls are collective).
-  const std::vector<float> mine = time_paths(paths, candidates, calls_per_sample(flops));
-  const std::vector<std::string> all = session_allgather_blobs(
-      op, static_cast<mk_session_t>(group),
-      std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(float)),
-      op_timeout_seconds(), "the fused / unfused timings");
-  std::vector<float> worst(candidates, 0.f);  // slowest rank per path
-  for (const std::string& b : all) {
-    TORCH_CHECK(b.size() == mine.size() * sizeof(float), op,
-                ": a rank sent a malformed timing record");
-    std::vector<float> theirs(candidates);
-    std::memcpy(theirs.data(), b.data(), b.size());
-    for (int i = 0; i < candidates; ++i) worst[i] = std::max(worst[i], theirs[i]);
+  const bool aligned = world_size > 1 && align_requested();
+  std::function<void()> align;
+  at::Tensor tiny;
+  if (aligned) {
+    tiny = at::zeros({8}, at::TensorOptions().dtype(at::kFloat).device(
+                              at::kCUDA, at::cuda::current_device()));
+    align = [&] { align_ranks(op, group, world_size, tiny); };
   }
+  const std::vector<std::vector<float>> samples =
+      time_paths(paths, candidates, calls_per_sample(flops), align);
+  const std::vector<std::string> all = session_allgather_blobs(
+      op, static_cast<mk_session_t>(group), timing_record(samples, aligned), op_timeout_seconds(),
+      "the fused / unfused timings");
+  // Slowest rank per path (every rank computes the same figures from the same records).
+  const std::vector<float> worst = group_figures(op, all, candidates, aligned);
   // The fastest fused config; then the unfused path unless the fused one beats it by more than
   // kFusedMargin: within the measurement's noise the unfused path is the safe side (a wrong
   // fused verdict costs up to the noise, a wrong unfused one nothing measurable).
@@ -583,7 +682,7 @@ int choose_path(const char* op, int64_t group, const std::string& key,
     const std::string why = "measured not faster than the unfused path (by the 3% margin) at " +
                             key + " (fused " + std::to_string(worst[fastest_fused] * 1e3) +
                             " us vs " + std::to_string(worst[unfused] * 1e3) +
-                            " us, slowest rank)";
+                            (aligned ? " us, slowest rank, aligned samples)" : " us, slowest rank)");
     note_fallback(op, why.c_str());
     const std::string k = unfused_key(group, key);
     std::lock_guard<std::mutex> lock(unfused_mu);
@@ -597,7 +696,7 @@ int choose_path(const char* op, int64_t group, const std::string& key,
                  gemm::config_name(p.config), p.swizzle, p.raster, p.grid,
                  p.grid == 0 ? " (the share)" : "", key.c_str(), worst[best] * 1e3);
     if (all_paths) std::fprintf(stderr, " vs unfused %.1f us", worst[unfused] * 1e3);
-    std::fprintf(stderr, ", slowest rank)\n");
+    std::fprintf(stderr, ", slowest rank%s)\n", aligned ? ", aligned samples" : "");
   }
   std::lock_guard<std::mutex> lock(mu);
   verdicts[full] = best;

@@ -109,9 +109,19 @@ bool capturing();
 // on the current stream.
 // With MKERNEL_FUSED_VERBOSE=1 (measurement; read when a shape is measured), a fused verdict
 // is printed to stderr with its plan from `plans` (paths[i] runs plans[i]), as a fallback is.
+// With MKERNEL_FUSED_ALIGN=1 (opt-in, not yet run on a GPU; every rank of the group must see the
+// same value — a rank without it would meet the others' barrier with another call, which the
+// entry barrier reports as a signature mismatch naming the peer) and world_size > 1, the ranks
+// are aligned before every timed sample (after its lead-in call, a device-side barrier: the
+// substrate's all_gather of 8 floats, no host synchronization) and each path's figure is the
+// median over rounds of the slowest rank's sample (every rank exchanges its samples; the same
+// records give every rank the same verdict). Why: s9run3's ag_gemm fell back at Llama fc1
+// M=16384 and 2048x8192x7168 by a 2-2.5% edge while the forced fused kernel ran 11% / 28% faster
+// in the bench's barrier-aligned samples — an ag_gemm rank waits for its peers' rows, so where
+// the ranks enter a sample decides its time.
 int choose_path(const char* op, int64_t group, const std::string& key,
                 const std::vector<std::function<void()>>& paths, double flops = 0,
-                const std::vector<FusedPlan>* plans = nullptr);
+                const std::vector<FusedPlan>* plans = nullptr, int64_t world_size = 0);
 
 // The fused kernel's candidate tile configs for [m, k] x [n, k]^T on the grid of a rank of
 // `group` (fused_grid; fused_api.h fused_configs).

@@ -210,7 +210,8 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
       }
       paths.emplace_back([&] { unfused(x, w, group, world_size); });
       const int path = fused_glue::choose_path(kOp, group, key, paths,
-                                                2.0 * rows * w.size(0) * x.size(1), &plans);
+                                                2.0 * rows * w.size(0) * x.size(1), &plans,
+                                                world_size);
       if (path + 1 == static_cast<int>(paths.size())) return unfused(x, w, group, world_size);
       paths[path]();
       return out;

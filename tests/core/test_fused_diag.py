@@ -74,3 +74,40 @@ def test_probe_summary_first_wave_and_late_arrivals():
     assert got["rank1"]["first_wave"] == 2 and got["rank1"]["late_arrive_us"] == 1000.5
     assert got["rank1"]["nsmid"] == [66] and got["rank1"]["sm_ids"] == 2
     assert got["first_wave_same_smid"] == 2  # ids 0 and 1 on both ranks at once: per-client ids
+
+
+def test_pipeline_summary_of_back_to_back_launches():
+    """Two ranks, three launches recorded together: rank 1 ends each call 1 ms after rank 0, and
+    rank 0's next call starts when its previous one ends (0.5 ms before rank 1's), so its CTAs
+    overlap the peer's previous call by 1 ms and wait at the entry barrier until rank 1 enters."""
+    diag = load_diag()
+    t0 = 5_000_000
+    ms = 1_000_000
+
+    def cta(start, entered, side, gemm, exit_):
+        return [start, entered, gemm, 0, side, exit_, 0, 0, 0, 0]
+
+    def launch(i, rank):
+        base = t0 + i * 10 * ms
+        if rank == 0:  # starts as its previous call ends (rank 0's exit at base - 1 ms)
+            start = base - 1 * ms if i else base
+            entered = base + 0  # the peer enters at base
+            return [cta(start, entered, base + 2 * ms, base + 8 * ms, base + 9 * ms)
+                    for _ in range(2)]
+        return [cta(base, base + 10, base + 2 * ms, base + 9 * ms, base + 10 * ms),
+                cta(base + 100_000, base + 10, base + 2 * ms, base + 9 * ms, base + 10 * ms)]
+
+    lines = {r: [line(r, launch(i, r)) for i in range(3)] for r in (0, 1)}
+    got = diag.summarise_pipeline(lines, pushed_bytes=4 * 10 ** 9)
+    assert len(got["launches"]) == 3
+    l0, l1 = got["launches"][0], got["launches"][1]
+    assert l0["rank0"]["start_min_us"] == 0.0 and "overlap_prev_us" not in l0["rank0"]
+    assert l1["rank0"]["start_min_us"] == 9000.0  # (10 - 1) ms after t0
+    assert l1["rank0"]["overlap_prev_us"] == 1000.0  # rank 1's call 0 ended at 10 ms
+    assert l1["rank1"]["overlap_prev_us"] == -1000.0  # started after rank 0's call 0 ended
+    assert l1["rank0"]["entry_wait_us"] == 1000.0
+    assert l1["rank1"]["first_wave"] == 1  # the second CTA started 100 us late
+    assert l1["period_us"] == 10000.0 and got["period_us"] == 10000.0
+    # 4 GB pushed between the first entry and the last copy end (2 ms - 0 or 10 ns)
+    assert l0["rank0"]["copy_gbs"] == 2000.0
+    assert got["peak_ctas"] == 4
