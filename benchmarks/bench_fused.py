@@ -86,8 +86,10 @@ def shapes(world: int, full: bool) -> list[tuple[str, str, int, int, int]]:
 def align_tag() -> str:
     """The file-name suffix "_align" when the ranks run with MKERNEL_FUSED_ALIGN=1 (choose_path
     aligns the ranks before each timed sample: fused_common.h; opt-in, inherited by the ranks
-    from this environment), so a run with and one without it keep separate files."""
-    return "_align" if os.environ.get("MKERNEL_FUSED_ALIGN") == "1" else ""
+    from this environment), "_gate" with MKERNEL_FUSED_GATE=1 (the fused launch gate,
+    fused_common.h gate_requested), so a run with and one without them keep separate files."""
+    return ("_align" if os.environ.get("MKERNEL_FUSED_ALIGN") == "1" else "") + \
+        ("_gate" if os.environ.get("MKERNEL_FUSED_GATE") == "1" else "")
 
 
 def rank_main() -> None:

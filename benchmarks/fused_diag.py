@@ -44,6 +44,18 @@ Sections (``--sections``, comma-separated):
    launches (MKERNEL_FUSED_TIMELINE_CALLS) at the share's and the co-resident grid
    (summarise_pipeline). Hypotheses and predictions: benchmarks/NOTES.md "Fused ops, fused10".
 
+10. ``gate``: the launch gate (MKERNEL_FUSED_GATE, fused_common.h gate_requested): why the
+   co-resident grid's per-call time (s10run1: 10.4 ms at ag_gemm Llama fc1 W=2) is far above its
+   aligned launches' period (6.3 ms). Interleaved timing, 6 calls back to back per sample (the
+   way a model calls), of the anchors (engine GEMM alone, the hooked GEMM on the co-resident
+   grid without waits, unfused), the fused kernel on the co-resident grid (and at W = 2 the
+   share's) with and without the gate, and the op as users get it (measured choice) with and without it; each
+   variant's output against an fp32 reference; then 8-launch back-to-back timelines on the
+   co-resident grid without and with the gate (summarise_steady: per launch the smallest first
+   wave over the ranks, the largest overlap with a peer's previous launch, the period). Shapes:
+   ag_gemm Llama fc1 M=8192, and at W >= 4 gemm_ar Llama fc2 M=16384 (s10run1 W=4: 1.29x the
+   ideal where the forced kernel ran 1.02x). Predictions: benchmarks/NOTES.md "Fused ops, fused11".
+
 Rank 0 prints ``DIAG {json}`` lines and writes benchmarks/results/fused_diag_<gpu>_<time>.json
 (and a copy under $OUT).
 
@@ -349,6 +361,119 @@ def summarise_pipeline(lines: dict[int, list[str]], pushed_bytes: int = 0) -> di
         peak = max(peak, running)
     out["peak_ctas"] = peak
     return out
+
+
+def summarise_steady(pipe: dict, grid: int) -> dict:
+    """The steady state of a summarise_pipeline result in a few numbers: per launch (from the
+    second) the smallest first wave over the ranks, the largest overlap_prev_us (a rank's launch
+    before a peer's previous one ended) and the period; how many launches placed a rank's grid
+    only in part (first wave < grid), and the median period (us)."""
+    rows = []
+    for lc in pipe["launches"]:
+        ranks = [v for k, v in lc.items() if k.startswith("rank")]
+        rows.append({"first_wave_min": min(r["first_wave"] for r in ranks),
+                     "overlap_prev_max_us": max((r.get("overlap_prev_us", 0.0) for r in ranks),
+                                                default=0.0),
+                     "period_us": lc.get("period_us")})
+    return {"launches": rows, "partial_launches": sum(1 for r in rows
+                                                      if r["first_wave_min"] < grid),
+            "period_us": pipe["period_us"], "peak_ctas": pipe["peak_ctas"]}
+
+
+def gate_section(rank: int, world: int, ctx, emit, timed_all, with_env) -> None:
+    """Section `gate` (module docstring): the fused kernels back to back with and without the
+    launch gate, against the anchors at the same SM share; timelines of 8 launches."""
+    import torch
+    import torch.distributed as dist
+
+    import mkernel
+
+    mk = torch.ops.mkernel
+    share = torch.cuda.get_device_properties(0).multi_processor_count
+    co = share * 3 // 4 // 2 * 2
+    tl_base = Path(tempfile.gettempdir(), f"fused_tl_gate_{os.getppid()}")
+    cases = [("ag_gemm", 8192 // world, 8192, 28672 // world, "llama70b-fc1 M=8192")]
+    if world >= 4:
+        cases.append(("gemm_ar", 16384, 28672 // world, 8192, "llama70b-fc2 M=16384"))
+    for op, m, k, nn, label in cases:
+        torch.manual_seed(4321 + rank)
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        torch.manual_seed(77)  # w the same on every rank
+        w = torch.randn(nn, k, device="cuda", dtype=torch.bfloat16) / 64
+        fn = getattr(mkernel, op)
+        call = lambda fn=fn, x=x, w=w: fn(x, w, group=ctx)  # noqa: E731
+        if op == "ag_gemm":
+            full = mk.all_gather.default(x, ctx.handle, world)
+            torch.cuda.synchronize()
+            ref = full.float() @ w.float().t()
+            fns = {"gemm alone (engine)": lambda full=full, w=w: mkernel.gemm(full, w),
+                   f"hooked gemm grid {co}, no waits": lambda full=full, w=w: mk.gemm_hooked(
+                       full, w, None, 128, 0, None, 1, None, 0, co, 0, 0, 10.0, 1),
+                   "unfused": lambda x=x, w=w: mkernel.gemm(
+                       mk.all_gather.default(x, ctx.handle, world), w)}
+        else:
+            # The sum over ranks of x_r @ w.T on the first 1024 rows (every rank's x from its
+            # seed: an fp32 reference without a collective).
+            ref = torch.zeros(1024, nn, device="cuda", dtype=torch.float32)
+            for r in range(world):
+                torch.manual_seed(4321 + r)
+                xr = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+                ref += xr[:1024].float() @ w.float().t()
+                del xr
+            fns = {"gemm alone (engine)": lambda x=x, w=w: mkernel.gemm(x, w),
+                   "unfused": lambda x=x, w=w: mk.all_reduce.default(mkernel.gemm(x, w),
+                                                                   ctx.handle, world)}
+        pin = {"MKERNEL_FUSED": "force", "MKERNEL_FUSED_CONFIG": AG_CONFIG}
+        variants = {}
+        if world == 2:  # (W = 4: the co-resident grid only, to fit the device slot)
+            variants["fused grid=share"] = dict(pin, MKERNEL_FUSED_GRIDS="share",
+                                                MKERNEL_FUSED_GATE="0")
+            variants["fused grid=share, gated"] = dict(pin, MKERNEL_FUSED_GRIDS="share",
+                                                       MKERNEL_FUSED_GATE="1")
+        variants.update({
+            f"fused grid={co}": dict(pin, MKERNEL_FUSED_SMS=str(co), MKERNEL_FUSED_GATE="0"),
+            f"fused grid={co}, gated": dict(pin, MKERNEL_FUSED_SMS=str(co),
+                                            MKERNEL_FUSED_GATE="1"),
+            "op (measured choice)": {"MKERNEL_FUSED_GATE": "0"},
+            "op (measured choice), gated": {"MKERNEL_FUSED_GATE": "1"},
+        })
+        for name, env in variants.items():
+            fns[name] = with_env(call, **env)
+        # 6 calls per sample: 5 follow a call of the same kind back to back (the steady state).
+        t = timed_all(fns, reps=6, samples=5)
+        for name, ms in t.items():
+            emit(dict(what="gate", op=op, shape=label, m=m, k=k, n=nn, world=world, kind=name,
+                      ms=ms, over_gemm=ms / t["gemm alone (engine)"],
+                      over_unfused=ms / t["unfused"]))
+        # Outputs of every fused variant (the same calls as timed; the exit flags run in all).
+        for name in variants:
+            out = fns[name]()
+            got = out.float() if op == "ag_gemm" else out[:1024].float()
+            rel = ((got - ref).norm() / ref.norm()).item()
+            bad = torch.tensor([1.0 if not rel < 1e-2 else 0.0])
+            dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+            emit(dict(what="gate check", op=op, kind=name, rank=rank, rel=rel,
+                      ok=bool(bad.item() == 0)))
+            del out
+        # 8 launches back to back on the co-resident grid, without and with the gate.
+        pushed = world * m * k * 2 if op == "ag_gemm" else 0
+        for gated in ("0", "1"):
+            path = f"{tl_base}_{op}_{gated}"
+            run = with_env(call, **pin, MKERNEL_FUSED_SMS=str(co), MKERNEL_FUSED_GATE=gated,
+                           MKERNEL_FUSED_TIMELINE=path, MKERNEL_FUSED_TIMELINE_CALLS="8")
+            torch.cuda.synchronize()
+            dist.barrier()
+            for _ in range(8):
+                run()
+            torch.cuda.synchronize()
+            dist.barrier()
+            if rank == 0:
+                lines = {r: Path(f"{path}.rank{r}").read_text().strip().splitlines()[-8:]
+                         for r in range(world)}
+                emit(dict(what="gate pipeline", op=op, kind=f"fused grid={co}" +
+                          (", gated" if gated == "1" else ""), world=world,
+                          **summarise_steady(summarise_pipeline(lines, pushed), co)))
+            dist.barrier()
 
 
 AG_CONFIG = "coop_128x256_c2x1"  # the plan s9run3's ag_gemm fc1 ran (grid: the share)
@@ -672,6 +797,9 @@ def rank_main() -> None:
 
     if "agfc1" in sections:
         agfc1_section(rank, world, ctx, emit, timed_all, with_env)
+
+    if "gate" in sections:
+        gate_section(rank, world, ctx, emit, timed_all, with_env)
 
     if rank == 0:
         path = write_result("fused_diag", {"bench": "fused_diag", "commit": commit(),

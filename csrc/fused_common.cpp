@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "gemm_engine.h"
+#include "kernels/fused/fused_gate_api.h"
 #include "session_layout.h"
 
 namespace mkernel::fused_glue {
@@ -227,6 +228,12 @@ int fused_grid(const char* op, int64_t group) {
   return grid;
 }
 
+bool gate_requested() {
+  const char* v = std::getenv("MKERNEL_FUSED_GATE");
+  if (v == nullptr || *v == '\0') return kGateByDefault;
+  return std::strcmp(v, "1") == 0;
+}
+
 int co_resident_grid(int grid) {
   if (mps_limit_percent() == 100) return 0;
   const int g = grid * 3 / 4 / 2 * 2;
@@ -256,6 +263,11 @@ void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPl
   fused::FusedParams h = hooks;
   const char* trigger = std::getenv("MKERNEL_FUSED_TRIGGER");  // measurement: early|late
   h.trigger_early = trigger != nullptr && std::strcmp(trigger, "early") == 0 ? 1 : 0;
+  if (gate_requested()) {  // fused_gate.cu: the peers' previous fused grids off the GPU first
+    const cudaError_t gate = fused::launch_gate(h.group, h.op, l.stream);
+    TORCH_CHECK(gate == cudaSuccess, op, ": the fused launch gate failed to launch: ",
+                cudaGetErrorString(gate));
+  }
   uint64_t* timeline = nullptr;
   if (timeline_path != nullptr && !capturing()) timeline = timeline_begin(l.stream);
   h.timeline = timeline;
@@ -453,13 +465,13 @@ namespace {
 std::mutex unfused_mu;
 std::set<std::string> unfused_shapes;
 
-// "<group>/<key>|<MKERNEL_FUSED_GRIDS>|<..._ORDERS>|<..._ORDER>|<..._CONFIG>|<..._SMS>": these
-// variables (read per call, measurement knobs) change candidate_plans' list, so a verdict
-// taken under other values does not hold.
+// "<group>/<key>|<MKERNEL_FUSED_GRIDS>|<..._ORDERS>|<..._ORDER>|<..._CONFIG>|<..._SMS>|<..._GATE>":
+// these variables (read per call, measurement knobs) change candidate_plans' list or what a
+// fused call costs (the gate), so a verdict taken under other values does not hold.
 std::string unfused_key(int64_t group, const std::string& key) {
   std::string s = std::to_string(group) + "/" + key;
   for (const char* name : {"MKERNEL_FUSED_GRIDS", "MKERNEL_FUSED_ORDERS", "MKERNEL_FUSED_ORDER",
-                           "MKERNEL_FUSED_CONFIG", "MKERNEL_FUSED_SMS"}) {
+                           "MKERNEL_FUSED_CONFIG", "MKERNEL_FUSED_SMS", "MKERNEL_FUSED_GATE"}) {
     const char* v = std::getenv(name);
     s += '|';
     s += v != nullptr ? v : "-";
@@ -632,8 +644,8 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   int candidates = unfused + 1;  // every path
   // The verdict is an index into `paths`: key it by the list's length too (the candidates
   // depend on the environment, e.g. MKERNEL_FUSED_GRIDS).
-  std::string full =
-      std::to_string(group) + "/" + key + " paths=" + std::to_string(paths.size());
+  std::string full = std::to_string(group) + "/" + key + " paths=" +
+                     std::to_string(paths.size()) + (gate_requested() ? " gated" : "");
   if (const char* pin = std::getenv("MKERNEL_FUSED")) {
     if (std::strcmp(pin, "off") == 0) return unfused;
     if (std::strcmp(pin, "force") == 0) {  // the fused configs only
@@ -696,7 +708,8 @@ int choose_path(const char* op, int64_t group, const std::string& key,
                  gemm::config_name(p.config), p.swizzle, p.raster, p.grid,
                  p.grid == 0 ? " (the share)" : "", key.c_str(), worst[best] * 1e3);
     if (all_paths) std::fprintf(stderr, " vs unfused %.1f us", worst[unfused] * 1e3);
-    std::fprintf(stderr, ", slowest rank%s)\n", aligned ? ", aligned samples" : "");
+    std::fprintf(stderr, ", slowest rank%s%s)\n", aligned ? ", aligned samples" : "",
+                 gate_requested() ? ", launch gate" : "");
   }
   std::lock_guard<std::mutex> lock(mu);
   verdicts[full] = best;

@@ -61,6 +61,20 @@ int fused_grid(const char* op, int64_t group);
 // after the other (Llama fc2 W=2: 9.09 ms), at 48 together (6.33 ms, unfused 9.16).
 int co_resident_grid(int grid);
 
+// The launch gate (kernels/fused/fused_gate_api.h): before each fused launch, one warp on the
+// stream waits until every same-node peer's previous fused kernel has exited, so that the
+// ranks' grids are placed together from a GPU their previous grids have left. Why: under MPS
+// the co-resident grids (W = 2: 48 + 48 CTAs in 2-CTA clusters, the 96 SMs MPS places for two
+// clients) fit together only when placed that way; back to back, a rank that ends first
+// launches its next grid while a peer's previous one still holds SMs, the peer's next grid is
+// then placed in part (s10run1 ag_gemm Llama fc1: 32 of 48 CTAs) and the ranks stay out of step
+// (~1.8x per call; benchmarks/NOTES.md "Fused ops, fused11"). MKERNEL_FUSED_GATE=1 turns it on,
+// =0 off; unset: kGateByDefault. Every rank should see the same value (a rank without the gate
+// is correct, only not gated). It joins choose_path's verdict key (it changes what a fused call
+// costs).
+constexpr bool kGateByDefault = false;  // opt-in until a device run has checked it
+bool gate_requested();
+
 // gemm_rs / gemm_ar on one node (kModeReduce): the GEMM x · wᵀ [M, N] into this rank's
 // symmetric data region, its tiles (by owner priority `order`, rank_rows rows per owner) flagged
 // as stored; the REDUCE role sums rows [row0, row0 + rows) over the ranks into `out` (fresh,

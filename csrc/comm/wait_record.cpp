@@ -37,6 +37,7 @@ const char* what_text(int32_t what) {
     case kWaitFifoFailed: return "the inter-node proxy, which reported a failure";
     case kWaitNetArrival: return "inter-node data";
     case kWaitNetSent: return "the transport to finish sending (the proxy's done count)";
+    case kWaitPeerExit: return "the peer's previous fused kernel to exit (launch gate)";
     default: return "a flag";
   }
 }

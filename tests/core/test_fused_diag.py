@@ -111,3 +111,25 @@ def test_pipeline_summary_of_back_to_back_launches():
     # 4 GB pushed between the first entry and the last copy end (2 ms - 0 or 10 ns)
     assert l0["rank0"]["copy_gbs"] == 2000.0
     assert got["peak_ctas"] == 4
+
+
+def test_steady_summary_counts_partly_placed_launches():
+    """The same three launches as above through summarise_steady: launch 1's smallest first
+    wave is rank 1's 1 of 2 CTAs (a partly placed grid of 2), its largest overlap rank 0's
+    1000 us; launch 0 has no predecessor (overlap 0, no period)."""
+    diag = load_diag()
+    pipe = {"launches": [
+        {"rank0": {"first_wave": 2}, "rank1": {"first_wave": 2}},
+        {"rank0": {"first_wave": 2, "overlap_prev_us": 1000.0},
+         "rank1": {"first_wave": 1, "overlap_prev_us": -1000.0}, "period_us": 10000.0},
+        {"rank0": {"first_wave": 2, "overlap_prev_us": -5.0},
+         "rank1": {"first_wave": 2, "overlap_prev_us": -8.0}, "period_us": 9000.0}],
+        "period_us": 9500.0, "peak_ctas": 4}
+    got = diag.summarise_steady(pipe, grid=2)
+    assert got["launches"][0] == {"first_wave_min": 2, "overlap_prev_max_us": 0.0,
+                                  "period_us": None}
+    assert got["launches"][1] == {"first_wave_min": 1, "overlap_prev_max_us": 1000.0,
+                                  "period_us": 10000.0}
+    assert got["launches"][2]["overlap_prev_max_us"] == -5.0
+    assert got["partial_launches"] == 1
+    assert got["period_us"] == 9500.0 and got["peak_ctas"] == 4

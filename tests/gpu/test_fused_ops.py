@@ -74,3 +74,16 @@ def test_gemm_ar_both_algorithms(mps, algo):
     res = run_ranks(RANKS, world, timeout=240,
                     env=rank_env(mps, world, FUSED_SUITE="ar", MKERNEL_GEMM_AR_ALGO=algo))
     assert len(check_ranks(res)) == world * 2 * 5
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("suite", ["ag", "rs", "ar", "graph"])
+def test_launch_gate(mps, world, suite):
+    """The fused ops with the launch gate (MKERNEL_FUSED_GATE=1: before each fused launch one
+    warp waits for every peer's previous fused kernel to exit; fused_gate.cu) on the
+    co-resident grid, back to back and captured in a graph: every output as without it."""
+    res = run_ranks(RANKS, world, timeout=240,
+                    env=rank_env(mps, world, FUSED_SUITE=suite, FUSED_GRID="co_resident",
+                                 MKERNEL_FUSED_GATE="1"))
+    per_rank = {"ag": 2 * 5 * 2, "rs": 2 * 5, "ar": 2 * 5, "graph": 3 + 2 * 2}[suite]
+    assert len(check_ranks(res)) == world * per_rank

@@ -15,6 +15,7 @@ enum WaitKind : int32_t {
   kWaitFifoFailed = 6, // the proxy reported a failure (error_peer names the peer)
   kWaitNetArrival = 7, // inter-node data (FIFO path) from a peer
   kWaitNetSent = 8,    // the transport finishing a command to a peer (the FIFO's done count)
+  kWaitPeerExit = 9,   // a peer's last fused kernel leaving the GPU (fused launch gate)
 };
 
 // Which op waited (WaitDiagnostic::op).

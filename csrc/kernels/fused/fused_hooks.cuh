@@ -1027,9 +1027,21 @@ struct FusedHooks {
   // One thread per CTA after the CTA's last access of group memory. The call number is read
   // again (this CTA has not taken its exit ticket yet, so *epoch is still e - 1): a Call used
   // here would stay live through every role, the consumers' mainloop included.
+  // Then the launch gate's exit flag (fused_gate.cu): the CTA that finds *epoch == e after
+  // op_end took the last ticket (or ran after it), so every CTA of the grid is past its group
+  // work; it releases kExit + rank = e at every same-node rank. (A non-last CTA reading e too
+  // releases the same value again: harmless.)
   CUTLASS_DEVICE static void call_end(Params const& p, Call const&) {
     stamp(p, kTlExit);
-    comm::op_end(p.group, comm::op_begin(p.group));
+    const uint64_t e = comm::op_begin(p.group);
+    comm::op_end(p.group, e);
+    if (*reinterpret_cast<volatile uint64_t*>(p.group.epoch) == e) {
+      for (int q = 0; q < p.group.world; ++q) {
+        if (p.group.flags[q] != nullptr) {
+          comm::st_release_sys(p.group.flags[q] + comm::FlagSlot::kExit + p.group.rank, e);
+        }
+      }
+    }
   }
 };
 

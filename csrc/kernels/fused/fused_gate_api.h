@@ -1,0 +1,19 @@
+// Host API of the fused kernels' launch gate (plain C++, no torch): see fused_gate.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../comm/group_device.h"
+
+namespace mkernel::fused {
+
+// Enqueues on `stream` one warp that returns once every same-node peer of `g` has finished the
+// group's last fused kernel this rank finished (FlagSlot::kExit, released by each fused
+// kernel's last CTA: fused_hooks.cuh call_end), so the fused grid launched after it is placed
+// on a GPU its peers' previous fused grids have left. Bounded: a peer that never exits is
+// reported (kWaitPeerExit naming it, `op`) and the kernel traps. Returns the launch error.
+cudaError_t launch_gate(const comm::GroupDevice& g, int32_t op, cudaStream_t stream);
+
+}  // namespace mkernel::fused
