@@ -25,8 +25,7 @@ main()
 LINK = "50GB/s,3us"  # issue 12 item 10: one 400 Gb/s NIC
 
 
-# fused_nodes_ranks.py's suites, in one launch per group: ag_gemm ("rs", gemm_rs across nodes,
-# joins once the kernels carry it: fused_params.h MKERNEL_FUSED_RS_NODES, 0 for now).
+# fused_nodes_ranks.py's suites in one launch per group (gemm_rs has its own test below).
 SUITES = "ag"
 
 
@@ -53,6 +52,23 @@ def test_fused_ops_across_nodes(mps, world, nodes, gdr):
         paths = records(r, "PATH")
         assert len(paths) == len(suites) and all(p["fused"] and p["gpu_direct"] == gdr for p in paths), \
             (r.rank, paths)
+
+
+@pytest.mark.parametrize("world, nodes", [(2, 2), (4, 2)])
+def test_gemm_rs_across_nodes(mps, world, nodes):
+    """gemm_rs as a true W-way reduce-scatter across the nodes: partial tiles of the other
+    nodes' rows through the FIFO, fp32 sums in rank order 0..W-1, against the float32
+    reference (ragged M: a tile's rows meet up to W owners). Skipped where the kernels do not
+    carry it (fused_params.h MKERNEL_FUSED_RS_NODES=0: the op logs why and runs unfused)."""
+    env = rank_env(mps, world, FUSED_NODES_SUITE="rs", MKERNEL_OP_TIMEOUT="20",
+                   MKERNEL_NET_EMULATE=LINK, MKERNEL_FUSED_NODES="1", MKERNEL_FUSED="force")
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150, env=env)
+    if any("do not carry gemm_rs across nodes" in r.stdout + r.stderr for r in res):
+        pytest.skip("this build's fused kernels do not carry gemm_rs across nodes")
+    cases = check_ranks(res)
+    assert len([c for c in cases if c.get("op") == "gemm_rs_nodes"]) == world * 2 * 2 * 5
+    for r in res:
+        assert records(r, "PATH"), r.rank
 
 
 def test_ag_gemm_across_nodes_killed_rank(mps):

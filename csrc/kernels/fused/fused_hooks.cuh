@@ -617,35 +617,60 @@ struct FusedHooks {
     }
   }
 
-  // Thread 0 of the SEND role: the push of tile (m_block, n_block), unit k of the CTA, to owner o
-  // (LL format).
+  // Thread 0 of the SEND role: the push of tile (m_block, n_block), unit k of the CTA, to owner o,
+  // in the LL FIFO format (fifo.h mk_fifo_push_device_ll's protocol). The command's 14 payload
+  // words are built in shared memory one at a time and streamed from there into the slot: the
+  // inlined push held them all in registers at once and spilled ~940 bytes in these 40.
   template <class Storage>
   CUTLASS_DEVICE static void net_push_tile(Params const& p, int m_block, int n_block, int o, int k,
                                            Storage& st) {
     const comm::GroupDevice& g = p.group;
-    const uint64_t e = comm::op_begin(g);
-    const int row0 = m_block * p.block_m;
-    const int r0 = max(row0, o * p.rows_per_rank);
-    const int r1 = min(min(row0 + p.block_m, p.m), (o + 1) * p.rows_per_rank);
-    const uint64_t at = rs_slot_offset(p, o, m_block, n_block) +
-                        static_cast<uint64_t>(r0 - row0) * p.block_n * 2;
-    mk_fifo_cmd cmd{};
-    cmd.kind = MK_FIFO_WRITE_SIGNAL;
-    cmd.peer = static_cast<uint16_t>(o);
-    cmd.arrival_slot = kRsNetSlotBase + g.rank * cta_count() + cta_id();
-    cmd.local_buf = g.net.send_buf_id;
-    cmd.remote_buf = g.net.recv_buf_id;
-    cmd.local_off = o * p.net_block + at;
-    cmd.remote_off = (e & 1) * (g.net.recv_bytes / 2) + g.rank * p.net_block + at;
-    cmd.bytes = static_cast<uint64_t>(r1 - r0) * p.block_n * 2;
-    cmd.arrival_seq = (e << kRsNetSeqBits) | static_cast<uint64_t>(k + 1);
+    uint32_t* w = st.net_words;
+    {
+      const uint64_t e = comm::op_begin(g);
+      const int row0 = m_block * p.block_m;
+      const int r0 = max(row0, o * p.rows_per_rank);
+      const int r1 = min(min(row0 + p.block_m, p.m), (o + 1) * p.rows_per_rank);
+      const uint64_t at = rs_slot_offset(p, o, m_block, n_block) +
+                          static_cast<uint64_t>(r0 - row0) * p.block_n * 2;
+      const uint64_t local_off = o * p.net_block + at;
+      const uint64_t remote_off = (e & 1) * (g.net.recv_bytes / 2) + g.rank * p.net_block + at;
+      const uint64_t bytes = static_cast<uint64_t>(r1 - r0) * p.block_n * 2;
+      const uint64_t seq = (e << kRsNetSeqBits) | static_cast<uint64_t>(k + 1);
+      w[0] = static_cast<uint32_t>(MK_FIFO_WRITE_SIGNAL) | (static_cast<uint32_t>(o) << 16);
+      w[1] = kRsNetSlotBase + g.rank * cta_count() + cta_id();
+      w[2] = g.net.send_buf_id;
+      w[3] = g.net.recv_buf_id;
+      w[4] = static_cast<uint32_t>(local_off);
+      w[5] = static_cast<uint32_t>(local_off >> 32);
+      w[6] = static_cast<uint32_t>(remote_off);
+      w[7] = static_cast<uint32_t>(remote_off >> 32);
+      w[8] = static_cast<uint32_t>(bytes);
+      w[9] = static_cast<uint32_t>(bytes >> 32);
+      w[10] = static_cast<uint32_t>(seq);
+      w[11] = static_cast<uint32_t>(seq >> 32);
+    }
     uint64_t cached_tail = 0;
-    const mk_fifo_wait_result r =
-        mk_fifo_push_device_ll(comm::net_fifo(g), g.net.fifo_capacity, g.net.fifo_head, &cached_tail,
-                               cmd, g.timeout_ns, 1);
+    const mk_fifo_wait_result r = mk_fifo_take_ticket_device(
+        comm::net_fifo(g), g.net.fifo_capacity, g.net.fifo_head, &cached_tail, static_cast<uint16_t>(o),
+        g.timeout_ns);
     if (r.rc != MK_FIFO_OK) {
       comm::net_push_failed(g.diag, g.group_id, g.rank, g.world, comm::net_fifo(g),
-                            g.net.fifo_capacity, r, o, cmd.arrival_slot, p.op);
+                            g.net.fifo_capacity, r, o, w[1], p.op);
+    }
+    const uint64_t now = mk_fifo_globaltimer();
+    w[12] = static_cast<uint32_t>(now);
+    w[13] = static_cast<uint32_t>(now >> 32);
+    const uint64_t tag = static_cast<uint64_t>(mk_fifo_ll_tag(r.ticket)) << 32;
+    uint64_t* d = mk_fifo_ll_entries(comm::net_fifo(g))[r.ticket & (g.net.fifo_capacity - 1u)].word;
+    // The tile's bytes (every side thread's stores, ordered before this thread by the named
+    // barrier) are visible system-wide before any word of the command.
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+#pragma unroll 1
+    for (int i = 0; i < static_cast<int>(MK_FIFO_LL_WORDS); i += 2) {
+      asm volatile("st.relaxed.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(d + i),
+                   "l"(tag | w[i]), "l"(tag | w[i + 1])
+                   : "memory");
     }
     st.net_ticket = r.ticket;
     st.net_peer = o;
@@ -796,6 +821,9 @@ struct FusedHooks {
     TailRound round;
     uint64_t net_ticket;  // gemm_rs across nodes: the SEND role's last push (net_peer >= 0)
     int net_peer;
+#if MKERNEL_FUSED_RS_NODES_SEND
+    uint32_t net_words[MK_FIFO_LL_WORDS];  // ... and the payload of the command it builds
+#endif
   };
 
   CUTLASS_DEVICE static void cp_async_16(void* smem, const void* gmem) {

@@ -54,11 +54,11 @@ static_assert(kNetSlotBase + comm::kMaxRanks * kNetPieces <= 2048, "below the Mo
 static_assert(kNetPieces <= comm::kNetStageCounters, "a stage counter per piece");
 
 // Whether the fused kernels carry gemm_rs across nodes (both the send and the reduce halves);
-// 0: the host keeps gemm_rs on groups spanning nodes unfused. 0 for now: the reduce half
-// (consumers' tail) compiles clean, but the send half spills in the side warps' 40 registers
-// (ptxas, session 10: 544-940 bytes of spill stores in the fused kernels) — never run on a GPU.
+// 0: the host keeps gemm_rs on groups spanning nodes unfused. ptxas (session 10): 0 spills, no
+// C7510 with it (the SEND role builds its FIFO command in shared memory: inlined, the command's
+// words spilled 544-940 bytes in the side warps' 40 registers).
 #ifndef MKERNEL_FUSED_RS_NODES
-#define MKERNEL_FUSED_RS_NODES 0
+#define MKERNEL_FUSED_RS_NODES 1
 #endif
 
 // gemm_rs across nodes: arrival flag of (source rank s, CTA j) = kRsNetSlotBase + s * grid + j
