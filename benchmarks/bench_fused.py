@@ -29,7 +29,10 @@ With ``--nodes N`` the ranks are split into N emulated nodes whose link the loop
 shapes (``MKERNEL_NET_EMULATE``, 50 GB/s and 3 us by default: a 400 Gb/s NIC); the fused ops
 reach same-node peers only, so across nodes they run their unfused path (``path`` says so) and
 the rows measure what that costs against the same collective + GEMM called directly. The JSON
-is then fused_w<W>_n<N>_<gpu>_<time>.json.
+is then fused_w<W>_n<N>_<gpu>_<time>.json. ``--fused-nodes`` sets MKERNEL_FUSED_NODES=1 for
+the ranks: ag_gemm and gemm_rs across nodes then run their fused kernel (rows / partial tiles
+pushed through the inter-node FIFO by the kernel; opt-in); ``--ops ag_gemm,gemm_rs`` keeps
+only those ops' shapes (file suffix _fn).
 
 (``fused`` is the op as users get it, the unfused fallback included where the measured choice
 picks it; ``fused_kernel`` forces the fused kernel and ``op_unfused`` the op's unfused path, so
@@ -106,6 +109,10 @@ def rank_main() -> None:
     tag = f"w{world}" + (f"_n{nodes}" if nodes > 1 else "") + align_tag()
     all_shapes = os.environ.get("BENCH_FULL") == "1"
     only = [w for w in os.environ.get("BENCH_ONLY", "").split(",") if w]
+    only_ops = [w for w in os.environ.get("BENCH_OPS", "").split(",") if w]
+    fused_nodes = os.environ.get("MKERNEL_FUSED_NODES") == "1"
+    if fused_nodes and nodes > 1:
+        tag += "_fn"
     budget = float(os.environ.get("BENCH_BUDGET_S", "70"))
     t_start = time.monotonic()
     torch.cuda.set_device(0)
@@ -184,6 +191,8 @@ def rank_main() -> None:
     for op, label, a, b, c in shapes(world, all_shapes):
         if only and not any(w in label for w in only):
             continue
+        if only_ops and op not in only_ops:
+            continue
         # Every rank stops at the same shape: rank 0's clock decides.
         stop = torch.tensor([1.0 if time.monotonic() - t_start > budget else 0.0])
         dist.broadcast(stop, 0)
@@ -230,7 +239,7 @@ def rank_main() -> None:
             row["path"] = "unfused: " + notes[0].split("engine GEMM): ")[-1].split(" (function")[0]
         elif picks:
             row["path"] = "fused " + picks[0].split("runs fused ")[-1].split(" at M=")[0]
-        elif nodes > 1:  # logged once per process
+        elif nodes > 1 and not (fused_nodes and op in ("ag_gemm", "gemm_rs")):  # logged once
             row["path"] = "unfused: the group spans several nodes"
         elif op == "gemm_ar" and m <= 512:  # gemm_ar.cpp's decode rule, logged once per process
             row["path"] = "unfused: M <= 512 (gemm_ar's decode rule)"
@@ -302,6 +311,10 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=1, help="emulated nodes (W a multiple)")
     ap.add_argument("--emulate", default="50GB/s,3us",
                     help="with --nodes > 1: the emulated link (MKERNEL_NET_EMULATE)")
+    ap.add_argument("--fused-nodes", action="store_true",
+                    help="with --nodes > 1: MKERNEL_FUSED_NODES=1 (ag_gemm's fused kernel across "
+                         "nodes, opt-in)")
+    ap.add_argument("--ops", default="", help="comma-separated ops to keep (e.g. ag_gemm)")
     ap.add_argument("--only", default="",
                     help="comma-separated words: only the shapes whose label has one (e.g. "
                          "llama,decode)")
@@ -315,9 +328,14 @@ def main() -> None:
            "BENCH_ONLY": args.only, "BENCH_NODES": str(args.nodes), "MKERNEL_FUSED_VERBOSE": "1",
            "NCCL_NVLS_ENABLE": "0"}
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
+    env["BENCH_OPS"] = args.ops
     if args.nodes > 1:
         env["MKERNEL_NET_EMULATE"] = args.emulate
+        if args.fused_nodes:
+            env["MKERNEL_FUSED_NODES"] = "1"
     tag = f"w{args.world}" + (f"_n{args.nodes}" if args.nodes > 1 else "") + align_tag()
+    if args.fused_nodes and args.nodes > 1:
+        tag += "_fn"
     progress = Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_{tag}.jsonl")
     progress.unlink(missing_ok=True)
     with mps_daemon("bench_fused") as mps_env:

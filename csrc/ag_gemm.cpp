@@ -136,6 +136,14 @@ int64_t pinned_ag_chunk_rows() {
   return rows;
 }
 
+// MKERNEL_FUSED_NODES=1: ag_gemm on a group spanning several nodes runs the fused kernel, which
+// pushes this rank's rows to the other nodes through the inter-node FIFO and consumes theirs as
+// they arrive (opt-in, not yet run on a GPU; every rank must see the same value).
+bool fused_nodes_requested() {
+  const char* v = std::getenv("MKERNEL_FUSED_NODES");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
 // MKERNEL_FUSED_AG_ORDER=natural: the M units in their natural order (measurement).
 bool natural_ag_order() {
   const char* v = std::getenv("MKERNEL_FUSED_AG_ORDER");
@@ -154,10 +162,14 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   check_engine_inputs(kOp, x_in);
   comm::SymmetricGroup& sg = comm::SymmetricGroup::get(kOp, group, world_size, x_in.device());
   const int64_t m = x_in.size(0), k = x_in.size(1), n = w.size(0), world = world_size;
-  if (!sg.single_node()) {
+  // Across nodes the fused kernel also drives the inter-node path (fused_hooks.cuh, "across
+  // nodes") with MKERNEL_FUSED_NODES=1 (opt-in until a GPU run shows it correct and faster).
+  const bool nodes = !sg.single_node();
+  if (nodes && !fused_nodes_requested()) {
     return ag_gemm_unfused(
         x_in, w, group, world_size, return_gathered,
-        "the group spans several nodes (the fused kernel reaches same-node peers)");
+        "the group spans several nodes (MKERNEL_FUSED_NODES=1: the fused kernel across nodes, "
+        "opt-in)");
   }
   if (n == 0 || k == 0 || k % 8 != 0 || n % 8 != 0) {
     return ag_gemm_unfused(x_in, w, group, world_size, return_gathered,
@@ -177,8 +189,17 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   const int64_t row_bytes = k * x.element_size();
   const uint64_t bytes = static_cast<uint64_t>(world * m * row_bytes);
   sg.ensure(kOp, bytes);
+  // Across nodes: this rank's rows once in the send area, every rank's rows in each receive
+  // half (fused_params.h net_block; collective, the same sizes on every rank).
+  const uint64_t net_block = (static_cast<uint64_t>(m * row_bytes) + 255) / 256 * 256;
+  if (nodes) sg.ensure_net(kOp, net_block, 2 * static_cast<uint64_t>(world) * net_block);
   const comm::GroupDevice& g = sg.device_view();
   const int rank = g.rank;
+  if (nodes && (g.net.fifo == nullptr || g.net.stage_count == nullptr ||
+                g.net.arrival_slots < fused::kNetSlotBase + comm::kMaxRanks * fused::kNetPieces)) {
+    return ag_gemm_unfused(x_in, w, group, world_size, return_gathered,
+                           "this build's inter-node path has no FIFO staging counters");
+  }
 
   fused::FusedParams hp;
   hp.group = g;
@@ -209,6 +230,19 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   // The copy from registers (device run 2: faster than staged; fused_params.h).
   hp.side_mode = fused_glue::side_mode(fused::kSideRegs);
   if (hp.side_mode == fused::kSideIdle) hp.side_mode = fused::kSideRegs;  // someone must copy
+  if (nodes) {
+    // Pieces of whole chunks, at most kNetPieces (one arrival flag each) and at least ~1 MiB
+    // where x has that much (a command's fixed cost in the proxy stays small beside its bytes).
+    int64_t piece_chunks = (hp.chunks + fused::kNetPieces - 1) / fused::kNetPieces;
+    const int64_t chunk_bytes = chunk_rows * row_bytes;
+    piece_chunks = std::max<int64_t>(piece_chunks, std::min<int64_t>(hp.chunks, ((1 << 20) + chunk_bytes - 1) / chunk_bytes));
+    int remote = 0;
+    for (int r = 0; r < world; ++r) remote += g.data[r] == nullptr ? 1 : 0;
+    hp.net_remote = remote;
+    hp.net_piece_chunks = static_cast<int32_t>(piece_chunks);
+    hp.net_block = net_block;
+    hp.side_mode = fused::kSideRegs;  // the only copy role with the inter-node items
+  }
 
   const gemm::Problem p = fused_glue::problem(kOp, g.data[rank], w, out.data_ptr(), world * m, n, k);
   // Rank s's rows arrive (rank - s) mod world pushes after the own ones.
@@ -220,6 +254,10 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   if (!natural) {
     order.resize(world);
     for (int s = 0; s < world; ++s) order[s] = static_cast<int>((rank - s + world) % world);
+    // Across nodes the other nodes' rows last (they arrive last), in the receive items' order.
+    for (int s = 0; s < world; ++s) {
+      if (g.data[s] == nullptr) order[s] += static_cast<int>(world);
+    }
   }
   // The fused kernel in each candidate config, then the unfused path, chosen by a measurement
   // shared by the group (fused_common.h choose_path).

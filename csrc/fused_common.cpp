@@ -25,6 +25,8 @@
 #include "kernels/fused/fused_gate_api.h"
 #include "session_layout.h"
 
+#include <mkernel/fifo.h>
+
 namespace mkernel::fused_glue {
 
 gemm::Problem problem(const char* op, const void* a, const at::Tensor& w, void* d, int64_t rows,
@@ -375,6 +377,22 @@ bool reduce_fits(const char* op, int64_t group, const at::Tensor& x, const at::T
       return false;
     }
   }
+  // Across nodes: an arrival flag per (source rank, CTA) (fused_params.h kRsNetSlotBase).
+  if (layout.nodes) {
+    if (!MKERNEL_FUSED_RS_NODES) {
+      *why = "this build's fused kernels do not carry gemm_rs across nodes (MKERNEL_FUSED_RS_NODES=0)";
+      return false;
+    }
+    if (layout.two_shot || layout.rows_per_rank <= 0) {
+      *why = "across nodes the fused kernel takes gemm_rs only";
+      return false;
+    }
+    const int64_t world = layout.rows > 0 ? m / layout.rows_per_rank : 0;
+    if (world * fused_grid(op, group) > fused::kRsNetSlotEnd - fused::kRsNetSlotBase) {
+      *why = "more ranks x CTAs than the inter-node arrival slots of gemm_rs";
+      return false;
+    }
+  }
   return true;
 }
 
@@ -393,7 +411,27 @@ bool reduce_call(const char* op, int64_t group, int32_t wait_op, comm::Symmetric
   // The partial [M, N], then (two-shot) the reduced copy, 256-byte aligned.
   const uint64_t partial = (static_cast<uint64_t>(m * n) * x.element_size() + 255) / 256 * 256;
   sg.ensure(op, layout.two_shot ? 2 * partial : partial);
+  // Across nodes: per owner a block of tile slots (block_m x block_n elements each) for the
+  // tiles meeting its rows: in the send area once per owner, in each receive half per source.
+  uint64_t net_block = 0;
+  if (layout.nodes) {
+    const int64_t world = m / layout.rows_per_rank;
+    int64_t slots = 0;
+    for (int64_t o = 0; o < world; ++o) {
+      const int64_t first = o * layout.rows_per_rank / tc.block_m;
+      const int64_t last = ((o + 1) * layout.rows_per_rank - 1) / tc.block_m;
+      slots = std::max(slots, (last - first + 1) * tc.tiles_n);
+    }
+    net_block = (static_cast<uint64_t>(slots) * tc.block_m * tc.block_n * 2 + 255) / 256 * 256;
+    sg.ensure_net(op, world * net_block, 2 * world * net_block);
+  }
   const comm::GroupDevice& g = sg.device_view();
+  TORCH_CHECK(!layout.nodes || (g.net.fifo != nullptr && g.net.recv_area != nullptr &&
+                                g.net.arrival_slots >= fused::kRsNetSlotEnd &&
+                                g.net.fifo_format == MK_FIFO_FORMAT_LL),
+              op, ": across nodes the fused kernel needs the inter-node path's FIFO in the LL "
+              "format (not MKERNEL_FIFO_LL=0), its receive area and ", fused::kRsNetSlotEnd,
+              " arrival slots (has ", g.net.arrival_slots, ")");
   fused::FusedParams hp;
   hp.group = g;
   hp.mode = fused::kModeReduce;
@@ -423,6 +461,14 @@ bool reduce_call(const char* op, int64_t group, int32_t wait_op, comm::Symmetric
   // where the register tail took 46-64 us at 4096x1024x8192); MKERNEL_FUSED_TAIL=staged for
   // measuring.
   hp.tail_mode = tail_mode(fused::kTailRegs);
+  if (layout.nodes) {
+    int remote = 0;
+    for (int r = 0; r < g.world; ++r) remote += g.data[r] == nullptr ? 1 : 0;
+    hp.net_remote = remote;
+    hp.net_block = net_block;
+    hp.side_mode = fused::kSideIdle;  // the side warps send; the consumers' tail reduces
+    hp.tail_mode = fused::kTailRegs;  // the only tail with the inter-node sources
+  }
   hp.bf16 = x.scalar_type() == at::kBFloat16 ? 1 : 0;
   TORCH_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0, op,
               ": internal: the output is not 16-byte aligned");

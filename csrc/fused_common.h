@@ -87,6 +87,10 @@ struct ReduceLayout {
   bool two_shot = false;
   int64_t rows_per_rank = 0;
   bool interleave = false;  // the owners' (rows_per_rank) M units alternate (gemm_rs)
+  // gemm_rs on a group spanning several nodes (MKERNEL_FUSED_NODES=1, opt-in): partial tiles
+  // of the other nodes' rows go through the inter-node path (fused_hooks.cuh "kModeReduce
+  // across nodes"); reduce_fits also checks the arrival slots this takes.
+  bool nodes = false;
 };
 // Whether reduce_call takes the shape (shapes only: the same answer on every rank); `why` says
 // why not.

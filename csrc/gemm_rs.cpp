@@ -15,6 +15,8 @@
 #ifdef MKERNEL_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -113,8 +115,15 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
   check_engine_inputs(kOp, x);
   comm::SymmetricGroup& sg = comm::SymmetricGroup::get(kOp, group, world_size, x.device());
   const int64_t world = world_size, rows = x.size(0) / world;
-  const char* why = "the group spans several nodes (the fused kernel reaches same-node peers)";
-  if (sg.single_node()) {
+  const char* why =
+      "the group spans several nodes (MKERNEL_FUSED_NODES=1: the fused kernel across nodes, "
+      "opt-in)";
+  // Across nodes the fused kernel sends partial tiles through the inter-node path
+  // (fused_hooks.cuh "kModeReduce across nodes") with MKERNEL_FUSED_NODES=1 (opt-in until a
+  // GPU run shows it correct and faster; every rank must see the same value).
+  const char* nodes_knob = std::getenv("MKERNEL_FUSED_NODES");
+  const bool nodes = !sg.single_node();
+  if (!nodes || (nodes_knob != nullptr && std::strcmp(nodes_knob, "1") == 0)) {
     // One fused launch (kernels/fused/fused_hooks.cuh, kModeReduce): each CTA reduces the
     // tiles of this rank's rows its own consumers computed, from every rank (its side warps
     // during the GEMM, its consumer warps after their last tile). The tile order is the same
@@ -129,6 +138,7 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     layout.row0 = layout.out_row0 = rank * rows;
     layout.rows = layout.rows_per_rank = rows;
     layout.interleave = true;
+    layout.nodes = nodes;
     if (x.size(0) == 0) return out;  // nothing to compute or reduce on any rank
     if (fused_glue::reduce_fits(kOp, group, x, w, layout, &why)) {
       // The fused kernel in each candidate plan, then the unfused path (fused_common.h).

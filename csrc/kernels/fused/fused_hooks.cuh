@@ -37,8 +37,19 @@
 #include <cstdint>
 
 #include "../comm/group_sync.cuh"
+#include "../comm/net_ops.cuh"
 #include "cutlass/arch/barrier.h"
 #include "fused_params.h"
+
+// gemm_rs across nodes, its two halves (compile-time switches for checking each half's
+// registers; fused_params.h MKERNEL_FUSED_RS_NODES turns both off and the host then keeps such
+// groups unfused).
+#ifndef MKERNEL_FUSED_RS_NODES_SEND
+#define MKERNEL_FUSED_RS_NODES_SEND MKERNEL_FUSED_RS_NODES
+#endif
+#ifndef MKERNEL_FUSED_RS_NODES_TAIL
+#define MKERNEL_FUSED_RS_NODES_TAIL MKERNEL_FUSED_RS_NODES
+#endif
 
 namespace mkernel::fused {
 
@@ -98,7 +109,18 @@ struct FusedHooks {
   // Copies `bytes` (a multiple of 16, < 32 GiB) from src to dst with the 32 lanes of one warp,
   // four 16-byte loads in flight per lane. src is read-only for the call (non-coherent loads).
   // Written for the side warps' 40 registers: 32-bit counts, pointers that step (ptxas spilled
-  // the hoisted 64-bit addresses of an indexed version).
+  // the hoisted 64-bit addresses of an indexed version). kCoherent: src is written during the
+  // call by another agent (the inter-node receive area, read after its arrival flag): loads
+  // through L2 (ld.global.cg), as the collectives read it, never the non-coherent path.
+  template <bool kCoherent = false>
+  CUTLASS_DEVICE static uint4 load16(const uint4* s) {
+    if constexpr (kCoherent) {
+      return __ldcg(s);
+    } else {
+      return __ldg(s);
+    }
+  }
+  template <bool kCoherent = false>
   CUTLASS_DEVICE static void copy_rows(uint8_t* dst, const uint8_t* src, int64_t bytes, int lane) {
     const int n = static_cast<int>(bytes / 16);
     const uint4* s = reinterpret_cast<const uint4*>(src) + lane;
@@ -106,14 +128,15 @@ struct FusedHooks {
     int i = lane;
 #pragma unroll 1
     for (; i + 96 < n; i += 128, s += 128, d += 128) {
-      const uint4 a = __ldg(s), b = __ldg(s + 32), c = __ldg(s + 64), e = __ldg(s + 96);
+      const uint4 a = load16<kCoherent>(s), b = load16<kCoherent>(s + 32),
+                  c = load16<kCoherent>(s + 64), e = load16<kCoherent>(s + 96);
       d[0] = a;
       d[32] = b;
       d[64] = c;
       d[96] = e;
     }
 #pragma unroll 1
-    for (; i < n; i += 32, s += 32, d += 32) *d = __ldg(s);
+    for (; i < n; i += 32, s += 32, d += 32) *d = load16<kCoherent>(s);
   }
 
   // The next copy item of this call: a work counter in this rank's flag region, tagged with
@@ -133,8 +156,107 @@ struct FusedHooks {
     }
   }
 
+  // ---- kModeAllGather across nodes (net_remote > 0) -------------------------------------
+  //
+  // The copy items of a call become [send: chunks][same node: world * chunks][receive:
+  // net_remote * chunks], claimed in that order from the same counter:
+  //   send c    : stage chunk c of x for the other nodes — into the send area at its offset in
+  //               x (the transport moves it), or with the GPU-direct emulation
+  //               (NetDevice::peer_recv) straight into every remote rank's receive area — then
+  //               count it in stage_count[piece]; the warp counting a piece's last chunk pushes
+  //               the piece to every rank of another node (one WRITE_SIGNAL each, arrival flag
+  //               net_slot(rank, piece) = e) and waits for the transport only at the end of its
+  //               items (the next call rewrites the send area).
+  //   same node : as on one node (items whose peer is on another node are skipped).
+  //   receive i : chunk c = i / net_remote of the (i % net_remote)-th rank of another node in
+  //               the order rank - 1, rank - 2, ... (the GEMM's M order: remote rows last): wait
+  //               for its piece's arrival flag (bounded; a lost peer's proxy failure traps at
+  //               once naming it), copy the chunk from the receive half of the call's parity
+  //               into slot s of G, release (s, c) at this rank — the flag the producer's hook
+  //               (a) waits for, as for a same-node peer's chunk.
+  // No cycle of waits: send and same-node items never wait for a peer, and every rank claims
+  // all of them before any receive item; a receive waits only for another rank's send items.
+  // Receive halves alternate by call parity: a rank of another node writes the half of call
+  // e + 2 only after finishing call e + 1, whose rows from this rank left only after this rank
+  // finished call e (every rank sends to every rank of another node in every call) — the
+  // collectives' rule (collectives_api.h net sizes).
+  CUTLASS_DEVICE static uint64_t net_half(Params const& p, uint64_t epoch) {
+    return (epoch & 1) * (p.group.net.recv_bytes / 2);
+  }
+
+  CUTLASS_DEVICE static void net_send_item(Params const& p, uint64_t epoch, int c, int lane,
+                                           uint64_t& ticket, int& last_peer) {
+    const comm::GroupDevice& g = p.group;
+    const int64_t off = static_cast<int64_t>(c) * p.chunk_rows * p.row_bytes;
+    const int64_t bytes = min(p.chunk_rows, p.m_local - c * p.chunk_rows) * p.row_bytes;
+    const uint64_t remote_block = net_half(p, epoch) + static_cast<uint64_t>(g.rank) * p.net_block;
+    if (g.net.peer_recv == nullptr) {
+      copy_rows(g.net.send_area + off, p.x + off, bytes, lane);
+    } else {
+#pragma unroll 1
+      for (int r = 0; r < g.world; ++r) {
+        if (g.data[r] == nullptr) copy_rows(g.net.peer_recv[r] + remote_block + off, p.x + off, bytes, lane);
+      }
+    }
+    __syncwarp();  // every lane's stores of the chunk precede the count (and the push)
+    if (lane != 0) return;
+    const int k = c / p.net_piece_chunks;
+    const int first = k * p.net_piece_chunks;
+    const int parts = min(p.chunks, first + p.net_piece_chunks) - first;
+    __threadfence_system();  // the chunk's bytes are visible system-wide before it is counted
+    uint32_t* count = g.net.stage_count + k;
+    if (atomicAdd(count, 1u) != static_cast<uint32_t>(parts - 1)) return;
+    __threadfence_system();  // every part's bytes before the push (read after the count)
+    *reinterpret_cast<volatile uint32_t*>(count) = 0u;  // zero between calls
+    const int64_t pb = static_cast<int64_t>(first) * p.chunk_rows * p.row_bytes;
+    const int64_t pe =
+        min(static_cast<int64_t>(first + parts) * p.chunk_rows, static_cast<int64_t>(p.m_local)) *
+        p.row_bytes;
+    comm::NetCursor cursor;
+#pragma unroll 1
+    for (int r = 0; r < g.world; ++r) {
+      if (g.data[r] != nullptr) continue;
+      ticket = comm::net_put_signal(g, cursor, r, pb, remote_block + pb, pe - pb,
+                                    kNetSlotBase + g.rank * kNetPieces + k, epoch, p.op);
+      last_peer = r;
+    }
+  }
+
+  CUTLASS_DEVICE static void net_recv_item(Params const& p, uint64_t epoch, int i, int lane) {
+    const comm::GroupDevice& g = p.group;
+    const int c = i / p.net_remote;
+    int q = i - c * p.net_remote;
+    int s = g.rank;
+#pragma unroll 1
+    for (;;) {  // the q-th rank of another node below this one (cyclically)
+      s = s == 0 ? g.world - 1 : s - 1;
+      if (g.data[s] == nullptr && q-- == 0) break;
+    }
+    if (lane == 0) {
+      // A rank with node-mates sends only after its node's entry barrier: a wait for it is a
+      // derived one, bounded longer, so that when a rank dies its node-mates' direct waits (and
+      // the waits for its own rows) name it first, not a live rank stuck behind it.
+      int mates = 0;
+#pragma unroll 1
+      for (int r = 0; r < g.world; ++r) mates += g.node_of[r] == g.node_of[s] ? 1 : 0;
+      const uint32_t slot = kNetSlotBase + s * kNetPieces + c / p.net_piece_chunks;
+      comm::net_wait_arrival(g, g.net.arrival + slot, epoch,
+                             mates > 1 ? 2 * g.timeout_ns + 1000000000ull : g.timeout_ns, s,
+                             comm::WaitSite{p.op, comm::kWaitNetArrival, s, static_cast<int32_t>(slot)});
+    }
+    __syncwarp();  // the acquire precedes every lane's loads
+    const int row0 = c * p.chunk_rows;
+    const int64_t off = static_cast<int64_t>(row0) * p.row_bytes;
+    copy_rows<true>(g.data[g.rank] + static_cast<int64_t>(s) * p.m_local * p.row_bytes + off,
+                    g.net.recv_area + net_half(p, epoch) + static_cast<uint64_t>(s) * p.net_block + off,
+                    min(p.chunk_rows, p.m_local - row0) * p.row_bytes, lane);
+    __syncwarp();  // every lane's stores of the chunk precede the flag
+    if (lane == 0) comm::signal(g, g.rank, p.flag_base + s * p.chunks + c, epoch);
+  }
+
   // The COPY role: side thread t in [0, 96) of every CTA; each warp claims items (rank j's
-  // chunk c pushed to peer rank + j: this rank's own slot first) until none is left.
+  // chunk c pushed to peer rank + j: this rank's own slot first) until none is left; across
+  // nodes also the send and receive items above.
   CUTLASS_DEVICE static void copy_role(Params const& p, Call const& call, int t) {
     const comm::GroupDevice& g = p.group;
     if (t == 0) {
@@ -143,16 +265,29 @@ struct FusedHooks {
     }
     side_sync();
     const int lane = t % 32;
-    const int items = g.world * p.chunks;
+    const int sends = p.net_remote > 0 ? p.chunks : 0;
+    const int local = sends + g.world * p.chunks;
+    const int items = local + p.net_remote * p.chunks;
+    uint64_t ticket = 0;  // lane 0: the last push of this warp (last_peer >= 0)
+    int last_peer = -1;
 #pragma unroll 1
     for (;;) {
       int i = lane == 0 ? claim_item(p, call.epoch) : 0;
       i = __shfl_sync(0xffffffffu, i, 0);
       if (i >= items) break;
+      if (i < sends) {
+        net_send_item(p, call.epoch, i, lane, ticket, last_peer);
+        continue;
+      }
+      if (i >= local) {
+        net_recv_item(p, call.epoch, i - local, lane);
+        continue;
+      }
+      i -= sends;
       const int j = i / p.chunks, c = i - j * p.chunks;
       const int peer = (g.rank + j) % g.world;
       uint8_t* region = g.data[peer];
-      if (region == nullptr) continue;  // another node: the host never fuses that case
+      if (region == nullptr) continue;  // another node: its receive items move these rows
       const int row0 = c * p.chunk_rows;
       const int rows = min(p.chunk_rows, p.m_local - row0);
       copy_rows(region + (static_cast<int64_t>(g.rank) * p.m_local + row0) * p.row_bytes,
@@ -160,6 +295,8 @@ struct FusedHooks {
       __syncwarp();  // every lane's stores of the chunk precede the flag
       if (lane == 0) comm::signal(g, peer, p.flag_base + g.rank * p.chunks + c, call.epoch);
     }
+    // The transport has read every piece this warp pushed before the kernel ends.
+    if (lane == 0 && last_peer >= 0) comm::net_wait_sent(g, ticket, last_peer, p.op);
   }
 
   // Rows [row0, row1] of G come from ranks row0 / m_local .. row1 / m_local: wait for each
@@ -362,10 +499,298 @@ struct FusedHooks {
   template <class Sched, int U, int kB>
   CUTLASS_DEVICE static void reduce_role(Params const& p, typename Sched::Params const& sp,
                                          int lane, int* counter) {
+    // Across nodes only the consumers' tail reduces (232 registers; the host pins the side
+    // warps to the sends): the inter-node variant is compiled into that instantiation only.
+#if MKERNEL_FUSED_RS_NODES_TAIL
+    if constexpr (U > 1) {
+      if (p.net_remote > 0) {
+        if (p.bf16) {
+          reduce_items_net<Sched, __nv_bfloat16, U, kB>(p, sp, lane, counter);
+        } else {
+          reduce_items_net<Sched, __half, U, kB>(p, sp, lane, counter);
+        }
+        return;
+      }
+    }
+#endif
     if (p.bf16) {
       reduce_items<Sched, __nv_bfloat16, U, kB>(p, sp, lane, counter);
     } else {
       reduce_items<Sched, __half, U, kB>(p, sp, lane, counter);
+    }
+  }
+
+  // ---- kModeReduce across nodes (gemm_rs, net_remote > 0: MKERNEL_FUSED_NODES=1) ---------
+  //
+  // Rank o owns rows [o * R, (o + 1) * R) of the output (R = rows_per_rank). A tile of this
+  // rank's partial P whose rows meet the rows of a rank of another node goes there as a
+  // partial tile through the inter-node path:
+  //   SEND (the three side warps of the CTA that computed the tile, in the CTA's unit order):
+  //     wait for the tile's flag at this rank (its TMA stores are in memory), copy the owner's
+  //     rows of it into the owner's tile slot — in the send area (its layout mirrors a receive
+  //     block per owner), or with the GPU-direct emulation straight into the owner's receive
+  //     area — and push them to the owner with arrival flag (this rank, this CTA) =
+  //     (e << 24) | (k + 1), k the tile's unit index in the CTA's sequence. A CTA's pushes to
+  //     one owner go in increasing k, and a signal lands after every earlier command to that
+  //     peer, so flag >= (e << 24) | (k + 1) means tiles 0..k of that CTA have landed.
+  //   REDUCE (the consumers' tail, per slab of the CTA's own tiles, as on one node): lane s
+  //     waits for the tile at rank s — its tile flag through the IPC mapping on this node, the
+  //     arrival flag (s, CTA) >= (e << 24) | (k + 1) for a rank of another node — then sums
+  //     the W partials in fp32 in rank order 0..W-1, a remote one read from its tile slot in
+  //     the receive half of the call's parity.
+  // Co-residency: as on one node, a CTA waits only for the CTA of the same index on other
+  // ranks (the grid and the tile order are the same on every rank), and sends never wait for
+  // a peer. Receive halves alternate by call parity (every rank sends to every rank of another
+  // node in every call: the collectives' rule).
+
+  // Byte offset of tile (m_block, n_block)'s slot in owner o's receive block.
+  CUTLASS_DEVICE static uint64_t rs_slot_offset(Params const& p, int o, int m_block, int n_block) {
+    const int m0 = o * p.rows_per_rank / p.block_m;  // the owner's first tile row
+    return (static_cast<uint64_t>(m_block - m0) * p.tiles_n + n_block) * p.block_m * p.block_n * 2;
+  }
+
+  // The SEND role (side thread t in [0, 96)). Written for the side warps' 40 registers: one
+  // flat loop over the CTA's units whose body (net_send_unit) re-derives everything from the
+  // unit index and the (constant-bank) parameters, the last push's ticket in shared memory, and
+  // pushes in the LL FIFO format only (the host checks it; net_ops.cuh's net_push inlines both
+  // formats' code).
+  template <class Sched, class Storage>
+  CUTLASS_DEVICE static void net_send_tiles(Params const& p, typename Sched::Params const& sp,
+                                            int t, Storage& st) {
+    if (t == 0) st.net_peer = -1;
+#pragma unroll 1
+    for (int k = 0;; ++k) {
+      const int unit = Sched::first_unit() + k * Sched::unit_stride();
+      if (unit >= sp.units_m * sp.units_n * sp.batches * sp.splits) break;
+      net_send_unit<Sched>(p, sp, t, k, unit, st);
+    }
+    // The transport has read every tile this CTA pushed before the kernel ends.
+    if (t == 0 && st.net_peer >= 0) comm::net_wait_sent(p.group, st.net_ticket, st.net_peer, p.op);
+  }
+
+  template <class Sched, class Storage>
+  CUTLASS_DEVICE static void net_send_unit(Params const& p, typename Sched::Params const& sp, int t,
+                                           int k, int unit, Storage& st) {
+    const comm::GroupDevice& g = p.group;
+    typename Sched::Cursor cursor;
+    const auto work = Sched::get(sp, unit, cursor);
+    if (!work.valid || work.skip) return;
+    const int row0 = work.m_block * p.block_m, row1 = min(row0 + p.block_m, p.m);
+    if (row0 >= row1 || work.n_block * p.block_n >= p.n) return;
+    const int o0 = row0 / p.rows_per_rank, o1 = (row1 - 1) / p.rows_per_rank;
+    bool remote = false;
+#pragma unroll 1
+    for (int o = o0; o <= o1; ++o) remote = remote || g.data[o] == nullptr;
+    if (!remote) return;
+    if (t == 0) {
+      const int tile = work.m_block * p.tiles_n + work.n_block;
+      comm::wait_geq(g, g.flags[g.rank] + p.flag_base + tile, comm::op_begin(g),
+                     comm::WaitSite{p.op, comm::kWaitPeerFlag, g.rank, tile});
+    }
+    side_sync();  // the tile is in memory for every side thread
+    const int c0 = work.n_block * p.block_n;
+    const int v = (min(c0 + p.block_n, p.n) - c0) / 8;
+#pragma unroll 1
+    for (int o = o0; o <= o1; ++o) {
+      if (g.data[o] != nullptr) continue;
+      const int r0 = max(row0, o * p.rows_per_rank);
+      const int n = (min(row1, (o + 1) * p.rows_per_rank) - r0) * v;
+      const uint64_t at = rs_slot_offset(p, o, work.m_block, work.n_block) +
+                          static_cast<uint64_t>(r0 - row0) * p.block_n * 2;
+      uint8_t* dst = g.net.peer_recv != nullptr
+                         ? g.net.peer_recv[o] + (comm::op_begin(g) & 1) * (g.net.recv_bytes / 2) +
+                               g.rank * p.net_block + at
+                         : g.net.send_area + o * p.net_block + at;
+      const uint8_t* src = g.data[g.rank] + (static_cast<int64_t>(r0) * p.n + c0) * 2;
+#pragma unroll 1
+      for (int i = t; i < n; i += kSideThreads) {
+        const int row = i / v, col = i - row * v;
+        *reinterpret_cast<uint4*>(dst + (row * p.block_n + col * 8) * 2) =
+            __ldcg(reinterpret_cast<const uint4*>(src + (static_cast<int64_t>(row) * p.n + col * 8) * 2));
+      }
+    }
+    side_sync();  // every thread's stores precede the pushes (their release is cumulative)
+    if (t != 0) return;
+#pragma unroll 1
+    for (int o = o0; o <= o1; ++o) {
+      if (g.data[o] == nullptr) net_push_tile(p, work.m_block, work.n_block, o, k, st);
+    }
+  }
+
+  // Thread 0 of the SEND role: the push of tile (m_block, n_block), unit k of the CTA, to owner o,
+  // in the LL FIFO format (fifo.h mk_fifo_push_device_ll's protocol). The command's 14 payload
+  // words are built in shared memory one at a time and streamed from there into the slot: the
+  // inlined push held them all in registers at once and spilled ~940 bytes in these 40.
+  template <class Storage>
+  CUTLASS_DEVICE static void net_push_tile(Params const& p, int m_block, int n_block, int o, int k,
+                                           Storage& st) {
+    const comm::GroupDevice& g = p.group;
+    uint32_t* w = st.net_words;
+    {
+      const uint64_t e = comm::op_begin(g);
+      const int row0 = m_block * p.block_m;
+      const int r0 = max(row0, o * p.rows_per_rank);
+      const int r1 = min(min(row0 + p.block_m, p.m), (o + 1) * p.rows_per_rank);
+      const uint64_t at = rs_slot_offset(p, o, m_block, n_block) +
+                          static_cast<uint64_t>(r0 - row0) * p.block_n * 2;
+      const uint64_t local_off = o * p.net_block + at;
+      const uint64_t remote_off = (e & 1) * (g.net.recv_bytes / 2) + g.rank * p.net_block + at;
+      const uint64_t bytes = static_cast<uint64_t>(r1 - r0) * p.block_n * 2;
+      const uint64_t seq = (e << kRsNetSeqBits) | static_cast<uint64_t>(k + 1);
+      w[0] = static_cast<uint32_t>(MK_FIFO_WRITE_SIGNAL) | (static_cast<uint32_t>(o) << 16);
+      w[1] = kRsNetSlotBase + g.rank * cta_count() + cta_id();
+      w[2] = g.net.send_buf_id;
+      w[3] = g.net.recv_buf_id;
+      w[4] = static_cast<uint32_t>(local_off);
+      w[5] = static_cast<uint32_t>(local_off >> 32);
+      w[6] = static_cast<uint32_t>(remote_off);
+      w[7] = static_cast<uint32_t>(remote_off >> 32);
+      w[8] = static_cast<uint32_t>(bytes);
+      w[9] = static_cast<uint32_t>(bytes >> 32);
+      w[10] = static_cast<uint32_t>(seq);
+      w[11] = static_cast<uint32_t>(seq >> 32);
+    }
+    uint64_t cached_tail = 0;
+    const mk_fifo_wait_result r = mk_fifo_take_ticket_device(
+        comm::net_fifo(g), g.net.fifo_capacity, g.net.fifo_head, &cached_tail, static_cast<uint16_t>(o),
+        g.timeout_ns);
+    if (r.rc != MK_FIFO_OK) {
+      comm::net_push_failed(g.diag, g.group_id, g.rank, g.world, comm::net_fifo(g),
+                            g.net.fifo_capacity, r, o, w[1], p.op);
+    }
+    const uint64_t now = mk_fifo_globaltimer();
+    w[12] = static_cast<uint32_t>(now);
+    w[13] = static_cast<uint32_t>(now >> 32);
+    const uint64_t tag = static_cast<uint64_t>(mk_fifo_ll_tag(r.ticket)) << 32;
+    uint64_t* d = mk_fifo_ll_entries(comm::net_fifo(g))[r.ticket & (g.net.fifo_capacity - 1u)].word;
+    // The tile's bytes (every side thread's stores, ordered before this thread by the named
+    // barrier) are visible system-wide before any word of the command.
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+#pragma unroll 1
+    for (int i = 0; i < static_cast<int>(MK_FIFO_LL_WORDS); i += 2) {
+      asm volatile("st.relaxed.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(d + i),
+                   "l"(tag | w[i]), "l"(tag | w[i + 1])
+                   : "memory");
+    }
+    st.net_ticket = r.ticket;
+    st.net_peer = o;
+  }
+
+  // reduce_slab with the ranks of other nodes read from their tile slots in the receive half:
+  // rows [r0, r1) x columns [c0, c1) of tile (m_block, n_block).
+  template <class T, int U, int kB>
+  CUTLASS_DEVICE static void reduce_slab_net(Params const& p, uint64_t e, int m_block, int n_block,
+                                             int r0, int r1, int c0, int c1, int lane) {
+    const comm::GroupDevice& g = p.group;
+    const int v = (c1 - c0) / 8;
+    const int total = (r1 - r0) * v;
+    T* out = static_cast<T*>(p.out) - static_cast<int64_t>(p.out_row0) * p.n;
+    // Source s's copy of this slab: its block s of the receive half, this tile's slot, row r0.
+    const T* remote = reinterpret_cast<const T*>(
+        g.net.recv_area + (e & 1) * (g.net.recv_bytes / 2) +
+        rs_slot_offset(p, g.rank, m_block, n_block) +
+        static_cast<uint64_t>(r0 - m_block * p.block_m) * p.block_n * 2);
+#pragma unroll 1
+    for (int base = lane; base < total; base += 32 * U) {
+      int64_t at[U];
+      int32_t rat[U];
+      float acc[U][8];
+      CUTLASS_PRAGMA_UNROLL
+      for (int u = 0; u < U; ++u) {
+        const int i = min(base + 32 * u, total - 1);
+        const int row = i / v;
+        at[u] = static_cast<int64_t>(r0 + row) * p.n + c0 + (i - row * v) * 8;
+        rat[u] = row * p.block_n + (i - row * v) * 8;
+        CUTLASS_PRAGMA_UNROLL
+        for (int h = 0; h < 8; ++h) acc[u][h] = 0.f;
+      }
+#pragma unroll 1
+      for (int s0 = 0; s0 < g.world; s0 += kB) {
+        uint4 ld[U][kB];
+        CUTLASS_PRAGMA_UNROLL
+        for (int b = 0; b < kB; ++b) {
+          if (s0 + b < g.world) {
+            const uint8_t* region = g.data[s0 + b];
+            CUTLASS_PRAGMA_UNROLL
+            for (int u = 0; u < U; ++u) {
+              const T* src = region != nullptr
+                                 ? reinterpret_cast<const T*>(region) + at[u]
+                                 : reinterpret_cast<const T*>(reinterpret_cast<const uint8_t*>(remote) +
+                                                              (s0 + b) * p.net_block) + rat[u];
+              ld[u][b] = __ldcg(reinterpret_cast<const uint4*>(src));
+            }
+          }
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int b = 0; b < kB; ++b) {  // rank order
+          if (s0 + b < g.world) {
+            CUTLASS_PRAGMA_UNROLL
+            for (int u = 0; u < U; ++u) {
+              const T* h = reinterpret_cast<const T*>(&ld[u][b]);
+              CUTLASS_PRAGMA_UNROLL
+              for (int q = 0; q < 8; ++q) acc[u][q] += static_cast<float>(h[q]);
+            }
+          }
+        }
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int u = 0; u < U; ++u) {
+        uint4 o;
+        T* h = reinterpret_cast<T*>(&o);
+        CUTLASS_PRAGMA_UNROLL
+        for (int q = 0; q < 8; ++q) h[q] = static_cast<T>(acc[u][q]);
+        *reinterpret_cast<uint4*>(out + at[u]) = o;
+      }
+    }
+  }
+
+  // reduce_items across nodes (gemm_rs: no two-shot items).
+  template <class Sched, class T, int U, int kB>
+  CUTLASS_DEVICE static void reduce_items_net(Params const& p, typename Sched::Params const& sp,
+                                              int lane, int* counter) {
+    const comm::GroupDevice& g = p.group;
+    const uint64_t e = comm::op_begin(g);
+    const int total_units = sp.units_m * sp.units_n * sp.batches * sp.splits;
+    const int first = Sched::first_unit(), stride = Sched::unit_stride();
+    const int units = first < total_units ? (total_units - first + stride - 1) / stride : 0;
+    const int items = units * p.slabs;
+    const int end = min(p.reduce_row0 + p.reduce_rows, p.m);
+    typename Sched::Cursor cursor;
+#pragma unroll 1
+    for (;;) {
+      int i = lane == 0 ? atomicAdd(counter, 1) : 0;
+      i = __shfl_sync(0xffffffffu, i, 0);
+      if (i >= items) break;
+      const int k = i / p.slabs, slab = i - k * p.slabs;
+      const auto work = Sched::get(sp, first + k * stride, cursor);
+      if (!work.valid || work.skip) continue;
+      const int row0 = work.m_block * p.block_m + slab * p.slab_rows;
+      const int row1 = min(row0 + p.slab_rows, p.m);
+      const int c0 = work.n_block * p.block_n, c1 = min(c0 + p.block_n, p.n);
+      if (row0 >= row1 || c0 >= c1) continue;
+      const int r0 = max(row0, p.reduce_row0), r1 = min(row1, end);
+      if (r0 >= r1) continue;
+      if (lane < g.world) {
+        if (g.data[lane] != nullptr) {  // lane s polls rank s's flag of the tile
+          const int tile = work.m_block * p.tiles_n + work.n_block;
+          comm::wait_geq(g, g.flags[lane] + p.flag_base + tile, e,
+                         comm::WaitSite{p.op, comm::kWaitPeerFlag, lane, tile});
+        } else {
+          // A rank with node-mates computes after its node's entry barrier: a derived wait,
+          // bounded longer (so a dead rank's node-mates name it first; net_recv_item).
+          int mates = 0;
+#pragma unroll 1
+          for (int r = 0; r < g.world; ++r) mates += g.node_of[r] == g.node_of[lane] ? 1 : 0;
+          const uint32_t slot = kRsNetSlotBase + lane * cta_count() + cta_id();
+          comm::net_wait_arrival(g, g.net.arrival + slot,
+                                 (e << kRsNetSeqBits) | static_cast<uint64_t>(k + 1),
+                                 mates > 1 ? 2 * g.timeout_ns + 1000000000ull : g.timeout_ns, lane,
+                                 comm::WaitSite{p.op, comm::kWaitNetArrival, lane,
+                                                static_cast<int32_t>(slot)});
+        }
+      }
+      __syncwarp();  // every rank's tile is in memory (the acquires precede the warp barrier)
+      reduce_slab_net<T, U, kB>(p, e, work.m_block, work.n_block, r0, r1, c0, c1, lane);
     }
   }
 
@@ -394,6 +819,11 @@ struct FusedHooks {
     int item;
     int item_run;  // kSidePipe: the claimed run of slabs
     TailRound round;
+    uint64_t net_ticket;  // gemm_rs across nodes: the SEND role's last push (net_peer >= 0)
+    int net_peer;
+#if MKERNEL_FUSED_RS_NODES_SEND
+    uint32_t net_words[MK_FIFO_LL_WORDS];  // ... and the payload of the command it builds
+#endif
   };
 
   CUTLASS_DEVICE static void cp_async_16(void* smem, const void* gmem) {
@@ -928,6 +1358,12 @@ struct FusedHooks {
   CUTLASS_DEVICE static void side_work(Params const& p, Call const& call, int t,
                                        typename Sched::Params const& sp, int* counter,
                                        SideStorage& st) {
+#if MKERNEL_FUSED_RS_NODES_SEND
+    if (p.mode == kModeReduce && p.net_remote > 0) {
+      net_send_tiles<Sched>(p, sp, t, st);  // across nodes the consumers' tail reduces everything
+      return;
+    }
+#endif
     if (p.mode == kModeAllGather) {
       if (p.side_mode == kSideBulk) {
         copy_role_bulk(p, call, t, st);

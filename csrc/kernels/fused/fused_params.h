@@ -45,6 +45,29 @@ enum TimelineSlot : int32_t {
   kTimelineWords = 10,
 };
 
+// ag_gemm across nodes: arrival flags (NetDevice::arrival) [kNetSlotBase, + kMaxRanks *
+// kNetPieces) (the collectives use [0, 512), the MoE [2048, 2624)); flag of (source rank s,
+// piece k) = kNetSlotBase + s * kNetPieces + k, holding the call number.
+constexpr uint32_t kNetSlotBase = 1024;
+constexpr int32_t kNetPieces = 16;
+static_assert(kNetSlotBase + comm::kMaxRanks * kNetPieces <= 2048, "below the MoE's slots");
+static_assert(kNetPieces <= comm::kNetStageCounters, "a stage counter per piece");
+
+// Whether the fused kernels carry gemm_rs across nodes (both the send and the reduce halves);
+// 0: the host keeps gemm_rs on groups spanning nodes unfused. ptxas (session 10): 0 spills, no
+// C7510 with it (the SEND role builds its FIFO command in shared memory: inlined, the command's
+// words spilled 544-940 bytes in the side warps' 40 registers).
+#ifndef MKERNEL_FUSED_RS_NODES
+#define MKERNEL_FUSED_RS_NODES 1
+#endif
+
+// gemm_rs across nodes: arrival flag of (source rank s, CTA j) = kRsNetSlotBase + s * grid + j
+// (the grid the same on every rank), holding (call number << 24) | (k + 1) after the source's
+// CTA j sent the tile of its k-th unit (fused_hooks.cuh "kModeReduce across nodes").
+constexpr uint32_t kRsNetSlotBase = 2624;  // past the MoE's slots
+constexpr uint32_t kRsNetSlotEnd = 4096;   // the group's arrival slots (symmetric_group.cpp)
+constexpr int kRsNetSeqBits = 24;
+
 enum FusedMode : int32_t {
   kModeAllGather = 0,  // ag_gemm: A = the gathered rows, pushed by the COPY role
   kModeReduce = 1,     // gemm_rs / gemm_ar (one-shot): D = this rank's partial, REDUCE role
@@ -67,6 +90,16 @@ struct FusedParams {
   int64_t row_bytes = 0;       // K * element size (a multiple of 16)
   int32_t chunk_rows = 128;    // rows per arrival flag
   int32_t chunks = 0;          // ceil(m_local / chunk_rows)
+  // Across nodes (net_remote > 0: MKERNEL_FUSED_NODES=1, fused_hooks.cuh "kModeAllGather
+  // across nodes"): the ranks of other nodes get this rank's x through the group's inter-node
+  // path (GroupDevice::net) in pieces of net_piece_chunks chunks (at most kNetPieces), each
+  // with its own arrival flag net_slot(rank, piece); their rows land in the receive half of the
+  // call's parity at net_block bytes per source rank and are copied into G as they arrive.
+  int32_t net_remote = 0;        // ranks on other nodes (0: the group has one node)
+  int32_t net_piece_chunks = 1;  // chunks per piece
+  uint64_t net_block = 0;        // bytes per source rank in a receive half (256-byte multiple)
+  // (gemm_rs across nodes uses net_remote and net_block: a source's block holds the partial
+  // tiles of the receiver's rows, tile-major, block_m x block_n elements per tile slot.)
 
   // kModeReduce: the GEMM's D is this rank's data region ([m, n] partial); tile (tm, tn)'s flag
   // = flag_base + tm * tiles_n + tn, released at this rank when the tile is stored. The REDUCE

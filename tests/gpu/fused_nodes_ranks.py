@@ -1,0 +1,166 @@
+"""What each rank process of tests/gpu/test_fused_nodes.py runs: the fused ag_gemm on a group
+spanning several emulated nodes (MKERNEL_FUSED_NODES=1: the kernel pushes this rank's rows to
+the other nodes through the inter-node FIFO and consumes theirs as they arrive), W ranks on one
+GPU under MPS, against a float32 reference every rank computes from every rank's inputs
+(tests/gpu/fused_ranks.py's helpers: seeded inputs, poisoned outputs, per-tile max error).
+
+``FUSED_NODES_SUITE`` (comma-separated):
+  ``ag``   ragged shapes (one row, m not a tile multiple, 16 inter-node pieces), bf16 and fp16,
+           out + gathered and out alone, every call of a dtype back to back without a host sync,
+           then the same shapes again (the receive halves of both call parities reused);
+  ``rs``   gemm_rs: ragged M (a multiple of W only: a tile's rows meet up to W owners), bf16 and
+           fp16, back to back, two rounds; the partial tiles of other nodes' rows go through the
+           FIFO and are summed in fp32 in rank order;
+  ``kill`` the last rank SIGKILLs itself while its ag_gemm runs; every other rank must raise
+           within MKERNEL_OP_TIMEOUT (+ slack), its wait record (where it has one) naming the
+           dead rank. Ends the process.
+Prints ``CASE {json}`` per checked output and ``OK <rank>`` at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+import warnings
+
+import torch
+import torch.distributed as dist
+
+import mkernel
+from tests.gpu.fused_ranks import (DTYPES, REDUCE_SHAPES, ag_reference, check, emit, inputs, poison,
+                                   reduce_reference)
+
+# (m rows per rank, K, N): one row; ragged m; m spanning several 128-row tiles with K = 4096
+# (8 KiB rows: 16-row chunks, 125 chunks in 16 pieces of 8); a 128x256-tile shape.
+AG_SHAPES = [(1, 64, 96), (37, 128, 136), (333, 512, 256), (2000, 4096, 512), (1024, 1024, 4096)]
+
+
+def suite_ag(ctx, rank: int, world: int) -> None:
+    no_fallback("ag_gemm", run_ag, ctx, rank, world)
+
+
+def suite_rs(ctx, rank: int, world: int) -> None:
+    no_fallback("gemm_rs", run_rs, ctx, rank, world)
+
+
+def run_ag(ctx, rank: int, world: int) -> None:
+    for rnd in range(2):  # the second round reuses both receive halves (call parity)
+        for dname, dtype in DTYPES.items():
+            pending = []
+            for i, (m, k, n) in enumerate(AG_SHAPES):
+                case = 1000 * i + (0 if dtype is torch.bfloat16 else 500) + 50 * rnd
+                gathered_ref, ref, x, w = ag_reference(case, world, m, k, n, dtype, rank)
+                poison(((world * m, n), dtype), ((world * m, k), dtype))
+                out, gathered = mkernel.ag_gemm(x.cuda(), w.cuda(), group=ctx, return_gathered=True)
+                out_only = mkernel.ag_gemm(x.cuda(), w.cuda(), group=ctx)
+                pending.append((dict(op="ag_gemm_nodes", dtype=dname, m=m, k=k, n=n, world=world,
+                                     rank=rank, round=rnd),
+                                out, gathered, out_only, ref, gathered_ref))
+            torch.cuda.synchronize()
+            for c, out, gathered, out_only, ref, gathered_ref in pending:
+                check("out", out, ref, c)
+                check("out_only", out_only, ref, c)
+                assert torch.equal(gathered.cpu(), gathered_ref), f"gathered differs: {c}"
+
+
+def no_fallback(op: str, fn, ctx, rank: int, world: int) -> None:
+    """Runs fn; a fallback to the unfused path warns once per process (fused_common.cpp
+    note_fallback, a C++ TORCH_WARN: logged on file descriptor 2 for ops called through
+    torch.ops, not raised as a Python warning): none may happen, or the fused kernel was not
+    what ran."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                fn(ctx, rank, world)
+                torch.cuda.synchronize()
+        finally:  # what was logged goes on to the real stderr, also when fn raised
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace")
+            sys.stderr.write(text)
+    text += "\n".join(str(c.message) for c in caught)
+    unfused = [ln for ln in text.splitlines() if "runs unfused" in ln]
+    assert not unfused, f"{op} across nodes ran unfused: {unfused}"
+    info = json.loads(torch.ops.mkernel._net_path_info(ctx.handle, world))
+    want_gdr = os.environ.get("MKERNEL_NET_GDR") == "1"
+    assert info.get("gpu_direct", False) == want_gdr, f"gpu_direct {info.get('gpu_direct')}, want {want_gdr}"
+    emit("PATH", {"op": op, "rank": rank, "fused": True, "transport": info.get("transport"),
+                  "gpu_direct": info.get("gpu_direct", False)})
+
+
+def run_rs(ctx, rank: int, world: int) -> None:
+    for rnd in range(2):
+        for dname, dtype in DTYPES.items():
+            pending = []
+            for i, (rows, k, n) in enumerate(REDUCE_SHAPES):
+                rows = (rows + world - 1) // world * world
+                case = 1000 * i + (0 if dtype is torch.bfloat16 else 500) + 100 + 50 * rnd
+                total, x, w = reduce_reference(case, world, rows, k, n, dtype, rank)
+                b = rows // world
+                ref = total[rank * b:(rank + 1) * b]
+                poison((tuple(ref.shape), dtype))
+                out = mkernel.gemm_rs(x.cuda(), w.cuda(), group=ctx)
+                pending.append((dict(op="gemm_rs_nodes", dtype=dname, m=rows, k=k, n=n, world=world,
+                                     rank=rank, round=rnd), out, ref))
+            torch.cuda.synchronize()
+            for c, out, ref in pending:
+                check("out", out, ref, c)
+
+
+def suite_kill(ctx, rank: int, world: int) -> None:
+    victim = world - 1
+    m, k, n = 4096, 1024, 4096  # 512 tiles of every rank's rows: each CTA waits on the victim's first
+    x, w = inputs(7, rank, m, k, n, torch.bfloat16)
+    x, w = x.cuda(), w.cuda()
+    for _ in range(3):  # the same shape first: the kill call grows nothing (no host collective)
+        mkernel.ag_gemm(x, w, group=ctx)
+    torch.cuda.synchronize()
+    dist.barrier()
+    if rank == victim:
+        mkernel.ag_gemm(x, w, group=ctx)
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        for _ in range(3):
+            mkernel.ag_gemm(x, w, group=ctx)
+        mkernel.synchronize()
+    except Exception as e:  # noqa: BLE001
+        emit("ERR", {"suite": "kill", "type": type(e).__name__, "s": time.monotonic() - t0,
+                     "msg": str(e)[:600], "record": mkernel.last_wait_failure()})
+        os._exit(0)
+    raise AssertionError("an ag_gemm without the killed rank succeeded")
+
+
+def main() -> None:
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.cuda.set_device(0)
+    os.environ.setdefault("MKERNEL_FUSED", "force")  # the fused kernel itself, not the choice
+    os.environ.setdefault("MKERNEL_FUSED_NODES", "1")
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    ctx = mkernel.init()
+    for name in os.environ.get("FUSED_NODES_SUITE", "ag").split(","):
+        try:
+            {"ag": suite_ag, "rs": suite_rs, "kill": suite_kill}[name](ctx, rank, world)
+        except Exception:
+            print(f"WAIT rank {rank}: {mkernel.ops.last_wait_failure()}", file=sys.stderr, flush=True)
+            raise
+        print(f"SUITE {name} done on rank {rank}", flush=True)
+    torch.cuda.synchronize()
+    print(f"OK {rank}", flush=True)
+    mkernel.shutdown()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

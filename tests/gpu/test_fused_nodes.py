@@ -1,0 +1,84 @@
+"""The fused ag_gemm on groups spanning several emulated nodes (MKERNEL_FUSED_NODES=1, opt-in):
+the kernel pushes this rank's rows to the other nodes' ranks through the inter-node FIFO (Go
+proxy -> loopback transport, link shaped like a 400 Gb/s NIC) and its GEMM consumes their rows
+as they arrive. W rank processes on one GPU under MPS; tests/gpu/fused_nodes_ranks.py holds what
+each rank checks (float32 reference, poisoned outputs, per-tile max error, back to back)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.gpu.conftest import check_killed_rank, check_ranks, needs_gpu, rank_env, records
+from tests.launch import run_ranks
+
+pytestmark = needs_gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+RANK_MAIN = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from tests.gpu.fused_nodes_ranks import main
+main()
+"""
+LINK = "50GB/s,3us"  # issue 12 item 10: one 400 Gb/s NIC
+
+
+# fused_nodes_ranks.py's suites in one launch per group (gemm_rs has its own test below).
+SUITES = "ag"
+
+
+@pytest.mark.parametrize("world, nodes, gdr", [(2, 2, False), (4, 2, False), (4, 2, True)])
+def test_fused_ops_across_nodes(mps, world, nodes, gdr):
+    """ag_gemm (this rank's rows pushed to the other nodes by the kernel, theirs consumed as
+    they arrive) [and, with "rs" in SUITES, gemm_rs: a true W-way reduce-scatter, partial tiles of
+    other nodes' rows through the FIFO, fp32 sums in rank order]: every shape against the float32 reference on
+    every rank, and the fused kernel ran (no fallback). gdr: the opt-in GPU-direct emulation
+    (the kernel stores into the peers' receive areas itself, the transport charges the link and
+    places the flag)."""
+    env = rank_env(mps, world, FUSED_NODES_SUITE=SUITES, MKERNEL_OP_TIMEOUT="20",
+                   MKERNEL_NET_EMULATE=LINK, MKERNEL_FUSED_NODES="1", MKERNEL_FUSED="force")
+    if gdr:
+        env.update(MKERNEL_NET_GDR="1", MKERNEL_NET_MIRROR="1")
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150, env=env)
+    cases = check_ranks(res)
+    suites = SUITES.split(",")
+    if "ag" in suites:  # ranks x rounds x dtypes x shapes x (out, out_only)
+        assert len([c for c in cases if c.get("op") == "ag_gemm_nodes"]) == world * 2 * 2 * 5 * 2
+    if "rs" in suites:  # ranks x rounds x dtypes x shapes
+        assert len([c for c in cases if c.get("op") == "gemm_rs_nodes"]) == world * 2 * 2 * 5
+    for r in res:
+        paths = records(r, "PATH")
+        assert len(paths) == len(suites) and all(p["fused"] and p["gpu_direct"] == gdr for p in paths), \
+            (r.rank, paths)
+
+
+@pytest.mark.parametrize("world, nodes", [(2, 2), (4, 2)])
+def test_gemm_rs_across_nodes(mps, world, nodes):
+    """gemm_rs as a true W-way reduce-scatter across the nodes: partial tiles of the other
+    nodes' rows through the FIFO, fp32 sums in rank order 0..W-1, against the float32
+    reference (ragged M: a tile's rows meet up to W owners). Skipped where the kernels do not
+    carry it (fused_params.h MKERNEL_FUSED_RS_NODES=0: the op logs why and runs unfused)."""
+    env = rank_env(mps, world, FUSED_NODES_SUITE="rs", MKERNEL_OP_TIMEOUT="20",
+                   MKERNEL_NET_EMULATE=LINK, MKERNEL_FUSED_NODES="1", MKERNEL_FUSED="force")
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150, env=env)
+    if any("do not carry gemm_rs across nodes" in r.stdout + r.stderr for r in res):
+        pytest.skip("this build's fused kernels do not carry gemm_rs across nodes")
+    cases = check_ranks(res)
+    assert len([c for c in cases if c.get("op") == "gemm_rs_nodes"]) == world * 2 * 2 * 5
+    for r in res:
+        assert records(r, "PATH"), r.rank
+
+
+def test_ag_gemm_across_nodes_killed_rank(mps):
+    """Rank 3 (node 1) dies while its ag_gemm runs: its node-mate fails at the entry barrier,
+    the other node's ranks waiting for its rows (or on their proxy's report of the lost peer);
+    every survivor raises within the timeout, and every wait record names rank 3."""
+    world, timeout_s = 4, 5
+    env = rank_env(mps, world, FUSED_NODES_SUITE="kill", MKERNEL_OP_TIMEOUT=str(timeout_s),
+                   MKERNEL_NET_EMULATE=LINK, MKERNEL_FUSED_NODES="1", MKERNEL_FUSED="force")
+    res = run_ranks(RANK_MAIN, world, nodes=2, timeout=90, env=env)
+    errs = check_killed_rank(res, world - 1, timeout_s)
+    assert all(e["type"] == "MkernelError" for e in errs), errs
+    assert sum(e["record"] is not None for e in errs) >= 1, "no survivor named the killed rank"
