@@ -78,6 +78,22 @@ def test_gemm_swap_variant_matches_reference(variant):
 
 @needs_hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", [11, 12, 13, 14])
+def test_gemm_swap_decode_shape_split_k_ways(variant):
+    """Session 10's stream-K / split-K variants at a decode shape (333 x 3584 x 8192: 28 tiles of
+    256x176, 128 k-blocks each, shared by ~4.7 stream-K units or 2/4 split-K ranges), where the
+    ragged shapes above give each tile only a few k-blocks."""
+    m, n, k = 333, 3584, 8192
+    dtype = DTYPES[variant % 2]
+    a, b = operands(m, n, k, dtype, seed=1000 + variant)
+    out = poisoned_call(lambda: torch.ops.mkernel.gemm_swap(a, b, variant), (m, n), dtype)
+    what = f"{VARIANTS[variant]} m={m} n={n} k={k} {dtype}"
+    check(out, a, b, what)
+    assert torch.equal(out, torch.ops.mkernel.gemm_swap(a, b, variant)), what
+
+
+@needs_hopper
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_auto_at_small_m_is_correct_reproducible_and_named(dtype):
     """mkernel.gemm (config auto) at the issue's decode row counts and around the GEMV's edge:
