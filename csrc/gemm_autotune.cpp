@@ -461,8 +461,9 @@ bool s9_candidates() {
 }
 constexpr int kFirstS9Gemv = 11;  // gemv_sm90.cu: rows_w8u2 onwards (and ks_w8r2, ks_w16r2)
 
-// Session 10's swapped variants 11-14 (256x176 by stream-K and by split-K in two or four,
-// epilogue stored from the registers; 128x176 with stream-K forced): candidates only with
+// Session 10's swapped variants 11-15 (256x176 by stream-K and by split-K in two or four,
+// epilogue stored from the registers; 128x176 with stream-K forced; 64x16 with 256-deep
+// k-blocks): candidates only with
 // MKERNEL_GEMM_SMALLM_S10=1 until a device run has checked them.
 bool s10_candidates() {
   static const bool on = [] {

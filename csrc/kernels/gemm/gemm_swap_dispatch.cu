@@ -23,6 +23,7 @@ MKERNEL_GEMM_SWAP_VARIANT(swap_128x16_streamk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x112_streamk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_64x176_ping)
 MKERNEL_GEMM_SWAP_VARIANT(swap_256x176_streamk)
+MKERNEL_GEMM_SWAP_VARIANT(swap_64x16k256_ping)
 #undef MKERNEL_GEMM_SWAP_VARIANT
 
 struct Entry {
@@ -68,6 +69,8 @@ constexpr Entry kEntries[kNumVariants] = {
     // partial tile shared by more than four CTAs, where stream-K's 132 units share ~4.7 each)
     MKERNEL_GEMM_SWAP_ENTRY_AS("swap_256x176_k4", swap_256x176_streamk, 176, 1, 1,
                                (Decomposition{Decomposition::kSplitK, 4})),
+    // 9-16 tokens: swap_64x16_ping with 512 B of each weight row per TMA box (256 B there)
+    MKERNEL_GEMM_SWAP_ENTRY(swap_64x16k256_ping, 16, 1, 1),
 };
 #undef MKERNEL_GEMM_SWAP_ENTRY
 #undef MKERNEL_GEMM_SWAP_ENTRY_AS
