@@ -105,8 +105,9 @@ GEMV_BLOCKS_PER_SM = [8, 4, 2, 1, 2, 1, 6, 4, 2, 2, 1, 2, 1, 1, 2, 1]  # gemv_sm
 SWAP_VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_streamk",
                  "swap_128x128_streamk", "swap_128x176_c2x2", "swap_128x192_c2x1",
                  "swap_64x64_ping", "swap_64x16_ping", "swap_128x16_streamk", "swap_128x112_streamk",
-                 "swap_64x176_ping"]  # gemm_swap_dispatch.cu order
-SWAP_TILE_TOKENS = [176, 176, 64, 128, 176, 192, 64, 16, 16, 112, 176]
+                 "swap_64x176_ping", "swap_256x176_streamk", "swap_256x176_k2", "swap_128x176_sk",
+                 "swap_256x176_k4", "swap_64x16k256_ping"]  # gemm_swap_dispatch.cu order
+SWAP_TILE_TOKENS = [176, 176, 64, 128, 176, 192, 64, 16, 16, 112, 176, 176, 176, 176, 176, 16]
 
 
 def decode_candidates(m: int, n: int = 8192, k: int = 8192, sms: int = 132) -> list[str]:
@@ -122,7 +123,7 @@ def decode_candidates(m: int, n: int = 8192, k: int = 8192, sms: int = 132) -> l
         # from 9 rows the swapped GEMM's 64-wide stream-K tile too, against the GEMV (and the
         # 16-wide tiles of session 9)
         return names + ["cutlass:ping_64x128_c1x1/s1/m", "cutlass:ping_64x256_c1x1/s8/m"] + (
-            ["swap:2", "swap:6", "swap:7", "swap:8"] if m > 8 else [])
+            ["swap:2", "swap:6", "swap:7", "swap:8", "swap:15"] if m > 8 else [])
     # The swapped-operand GEMM (gemm_swap_api.h: A's rows on the MMA's N), every variant whose
     # token tile is no wider than 2 M (the small-M tuner's own filter is stricter).
     swaps = [f"swap:{v}" for v, width in enumerate(SWAP_TILE_TOKENS) if 64 <= width <= 2 * m]

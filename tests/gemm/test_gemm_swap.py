@@ -21,7 +21,8 @@ from .test_gemm_engine import needs_hopper
 VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_streamk",
             "swap_128x128_streamk", "swap_128x176_c2x2", "swap_128x192_c2x1",
             "swap_64x64_ping", "swap_64x16_ping", "swap_128x16_streamk", "swap_128x112_streamk",
-            "swap_64x176_ping"]  # gemm_swap_dispatch.cu order
+            "swap_64x176_ping", "swap_256x176_streamk", "swap_256x176_k2", "swap_128x176_sk",
+            "swap_256x176_k4", "swap_64x16k256_ping"]  # gemm_swap_dispatch.cu order
 GEMV_NAMES = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
               "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4", "rows_w8u2", "rows_w16u2", "rows_w8u4", "ks_w8r2", "ks_w16r2"]
 DTYPES = [torch.bfloat16, torch.float16]
@@ -73,6 +74,22 @@ def test_gemm_swap_variant_matches_reference(variant):
             check(out, a, b, what)
             # stream-K adds its partials in a fixed order: the same bits again
             assert torch.equal(out, torch.ops.mkernel.gemm_swap(a, b, variant)), what
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", [11, 12, 13, 14])
+def test_gemm_swap_decode_shape_split_k_ways(variant):
+    """Session 10's stream-K / split-K variants at a decode shape (333 x 3584 x 8192: 28 tiles of
+    256x176, 128 k-blocks each, shared by ~4.7 stream-K units or 2/4 split-K ranges), where the
+    ragged shapes above give each tile only a few k-blocks."""
+    m, n, k = 333, 3584, 8192
+    dtype = DTYPES[variant % 2]
+    a, b = operands(m, n, k, dtype, seed=1000 + variant)
+    out = poisoned_call(lambda: torch.ops.mkernel.gemm_swap(a, b, variant), (m, n), dtype)
+    what = f"{VARIANTS[variant]} m={m} n={n} k={k} {dtype}"
+    check(out, a, b, what)
+    assert torch.equal(out, torch.ops.mkernel.gemm_swap(a, b, variant)), what
 
 
 @needs_hopper

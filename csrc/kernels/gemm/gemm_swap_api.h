@@ -26,7 +26,15 @@
 
 namespace mkernel::gemm_swap {
 
-constexpr int kNumVariants = 11;
+constexpr int kNumVariants = 16;
+
+// How a stream-K kernel splits the work (a launch argument: variants share a kernel). The
+// heuristic is CUTLASS's (data-parallel when the tiles fill at least half a wave).
+struct Decomposition {
+  enum Mode { kHeuristic, kDataParallel, kStreamK, kSplitK };
+  Mode mode = kHeuristic;
+  int splits = 1;  // kSplitK: K ranges per output tile
+};
 
 // "swap_128x176_c2x1" etc.: the tile in the swapped problem (B rows x A rows).
 const char* variant_name(int variant);

@@ -6,10 +6,11 @@
 
 namespace mkernel::gemm_swap {
 namespace detail {
-#define MKERNEL_GEMM_SWAP_VARIANT(SUFFIX)                             \
-  const char* can_implement_##SUFFIX(const gemm::Problem&, int);      \
-  size_t workspace_size_##SUFFIX(const gemm::Problem&, int);          \
-  cudaError_t run_##SUFFIX(const gemm::Problem&, int, void*, cudaStream_t, const char**);
+#define MKERNEL_GEMM_SWAP_VARIANT(SUFFIX)                                          \
+  const char* can_implement_##SUFFIX(const gemm::Problem&, int, Decomposition);    \
+  size_t workspace_size_##SUFFIX(const gemm::Problem&, int, Decomposition);        \
+  cudaError_t run_##SUFFIX(const gemm::Problem&, int, Decomposition, void*, cudaStream_t, \
+                           const char**);
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_c2x1)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_streamk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x64_streamk)
@@ -21,6 +22,8 @@ MKERNEL_GEMM_SWAP_VARIANT(swap_64x16_ping)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x16_streamk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x112_streamk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_64x176_ping)
+MKERNEL_GEMM_SWAP_VARIANT(swap_256x176_streamk)
+MKERNEL_GEMM_SWAP_VARIANT(swap_64x16k256_ping)
 #undef MKERNEL_GEMM_SWAP_VARIANT
 
 struct Entry {
@@ -28,13 +31,17 @@ struct Entry {
   int tile_tokens;  // the swapped tile's N: rows of A per tile
   int cluster_m;    // CTAs of a cluster along the weights rows
   int cluster_n;    // and along the tokens
-  const char* (*can_implement)(const gemm::Problem&, int);
-  size_t (*workspace_size)(const gemm::Problem&, int);
-  cudaError_t (*run)(const gemm::Problem&, int, void*, cudaStream_t, const char**);
+  Decomposition decomposition;  // a launch argument of the stream-K kernels
+  const char* (*can_implement)(const gemm::Problem&, int, Decomposition);
+  size_t (*workspace_size)(const gemm::Problem&, int, Decomposition);
+  cudaError_t (*run)(const gemm::Problem&, int, Decomposition, void*, cudaStream_t, const char**);
 };
 
+constexpr Decomposition kHeuristic{Decomposition::kHeuristic, 1};
+#define MKERNEL_GEMM_SWAP_ENTRY_AS(NAME, SUFFIX, TOKENS, CM, CN, DEC)                            \
+  {NAME, TOKENS, CM, CN, DEC, can_implement_##SUFFIX, workspace_size_##SUFFIX, run_##SUFFIX}
 #define MKERNEL_GEMM_SWAP_ENTRY(SUFFIX, TOKENS, CM, CN) \
-  {#SUFFIX, TOKENS, CM, CN, can_implement_##SUFFIX, workspace_size_##SUFFIX, run_##SUFFIX}
+  MKERNEL_GEMM_SWAP_ENTRY_AS(#SUFFIX, SUFFIX, TOKENS, CM, CN, kHeuristic)
 constexpr Entry kEntries[kNumVariants] = {
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_c2x1, 176, 2, 1),
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_streamk, 176, 1, 1),
@@ -49,8 +56,24 @@ constexpr Entry kEntries[kNumVariants] = {
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x16_streamk, 16, 1, 1),
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x112_streamk, 112, 1, 1),
     MKERNEL_GEMM_SWAP_ENTRY(swap_64x176_ping, 176, 1, 1),
+    // session 10: 256x176 (fewer shared-memory bytes per FMA than 128x176; 64 tiles at 8192
+    // weight rows) by CUTLASS's heuristic (stream-K there: the tiles fill under half a wave)
+    // and split-K in two (128 units); 128x176 with stream-K forced (the heuristic runs its 128
+    // tiles data-parallel: 132 units of ~124 k-blocks instead of 128 SMs x 128).
+    MKERNEL_GEMM_SWAP_ENTRY(swap_256x176_streamk, 176, 1, 1),
+    MKERNEL_GEMM_SWAP_ENTRY_AS("swap_256x176_k2", swap_256x176_streamk, 176, 1, 1,
+                               (Decomposition{Decomposition::kSplitK, 2})),
+    MKERNEL_GEMM_SWAP_ENTRY_AS("swap_128x176_sk", swap_128x176_streamk, 176, 1, 1,
+                               (Decomposition{Decomposition::kStreamK, 1})),
+    // 3584 weight rows: 28 tiles of 256x176, split-K in four = 112 units of 32 k-blocks (no
+    // partial tile shared by more than four CTAs, where stream-K's 132 units share ~4.7 each)
+    MKERNEL_GEMM_SWAP_ENTRY_AS("swap_256x176_k4", swap_256x176_streamk, 176, 1, 1,
+                               (Decomposition{Decomposition::kSplitK, 4})),
+    // 9-16 tokens: swap_64x16_ping with 512 B of each weight row per TMA box (256 B there)
+    MKERNEL_GEMM_SWAP_ENTRY(swap_64x16k256_ping, 16, 1, 1),
 };
 #undef MKERNEL_GEMM_SWAP_ENTRY
+#undef MKERNEL_GEMM_SWAP_ENTRY_AS
 }  // namespace detail
 
 const char* variant_name(int variant) {
@@ -65,12 +88,13 @@ const char* can_implement(const gemm::Problem& p, int variant, int sm_count) {
     return "the swapped GEMM runs plain (not grouped) problems";
   const detail::Entry& e = detail::kEntries[variant];
   if (sm_count < e.cluster_m * e.cluster_n) return "fewer SMs than the cluster needs";
-  return detail::kEntries[variant].can_implement(p, sm_count);
+  return e.can_implement(p, sm_count, e.decomposition);
 }
 
 size_t workspace_size(const gemm::Problem& p, int variant, int sm_count) {
   if (variant < 0 || variant >= kNumVariants) return 0;
-  return detail::kEntries[variant].workspace_size(p, sm_count);
+  const detail::Entry& e = detail::kEntries[variant];
+  return e.workspace_size(p, sm_count, e.decomposition);
 }
 
 cudaError_t run(const gemm::Problem& p, int variant, int sm_count, void* workspace,
@@ -79,7 +103,8 @@ cudaError_t run(const gemm::Problem& p, int variant, int sm_count, void* workspa
     if (reason) *reason = why;
     return cudaErrorInvalidValue;
   }
-  return detail::kEntries[variant].run(p, sm_count, workspace, stream, reason);
+  const detail::Entry& e = detail::kEntries[variant];
+  return e.run(p, sm_count, e.decomposition, workspace, stream, reason);
 }
 
 int candidates(int m, int n, int k, int sm_count, int* out, int capacity) {

@@ -39,8 +39,11 @@ struct ElementOf<gemm::DType::kFP16> {
 
 // Tile (weights rows x tokens x k), cluster, tile scheduler of one variant; cooperative
 // consumers (two warpgroups split a 128-row tile) unless `Pingpong` (each warpgroup its own
-// 64-row tile, taking turns at the tensor cores).
-template <class TileShape_, class ClusterShape_, class Scheduler_, bool Pingpong = false>
+// 64-row tile, taking turns at the tensor cores). `DirectStore`: the epilogue stores from the
+// registers (no shared-memory stage, no TMA store): its smem goes to one more mainloop stage
+// (a 256x176 tile's stages are 55 KB: 4 fit with it, 3 with the TMA epilogue).
+template <class TileShape_, class ClusterShape_, class Scheduler_, bool Pingpong = false,
+          bool DirectStore = false>
 struct SwapConfig {
   using TileShape = TileShape_;
   using ClusterShape = ClusterShape_;
@@ -48,8 +51,10 @@ struct SwapConfig {
   using KernelSchedule =
       cute::conditional_t<Pingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                           cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
-  using EpilogueSchedule = cute::conditional_t<Pingpong, cutlass::epilogue::TmaWarpSpecialized,
-                                               cutlass::epilogue::TmaWarpSpecializedCooperative>;
+  using EpilogueSchedule = cute::conditional_t<
+      DirectStore, cutlass::epilogue::NoSmemWarpSpecialized,
+      cute::conditional_t<Pingpong, cutlass::epilogue::TmaWarpSpecialized,
+                          cutlass::epilogue::TmaWarpSpecializedCooperative>>;
 };
 
 template <class Cfg, gemm::DType DT>
@@ -78,7 +83,11 @@ struct SwapGemm {
                                            CollectiveEpilogue, typename Cfg::Scheduler>;
   using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
-  static typename Device::Arguments arguments(const gemm::Problem& p, int sm_count) {
+  static constexpr bool kStreamK =
+      cute::is_same_v<typename Cfg::Scheduler, cutlass::gemm::StreamKScheduler>;
+
+  static typename Device::Arguments arguments(const gemm::Problem& p, int sm_count,
+                                              Decomposition dec) {
     // The swapped problem: M' = N (weights rows), N' = M (tokens).
     auto sw = cutlass::make_cute_packed_stride(typename Kernel::StrideA{}, {p.n, p.k, 1});
     auto sx = cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, {p.m, p.k, 1});
@@ -97,21 +106,36 @@ struct SwapGemm {
     using Raster = typename Kernel::TileScheduler::RasterOrderOptions;
     args.scheduler.max_swizzle_size = 1;
     args.scheduler.raster_order = Raster::AlongM;
+    if constexpr (kStreamK) {
+      // A stream-K kernel's decomposition is a launch argument: one kernel serves the
+      // heuristic, data-parallel, forced stream-K and split-K variants. Partial tiles are
+      // always summed in the turnstile order of their K ranges (same bits every run).
+      using Mode = cutlass::gemm::kernel::detail::DecompositionMode;
+      args.scheduler.reduction_mode = cutlass::gemm::kernel::detail::ReductionMode::Deterministic;
+      args.scheduler.decomposition_mode = dec.mode == Decomposition::kDataParallel ? Mode::DataParallel
+                                          : dec.mode == Decomposition::kStreamK    ? Mode::StreamK
+                                          : dec.mode == Decomposition::kSplitK     ? Mode::SplitK
+                                                                                   : Mode::Heuristic;
+      args.scheduler.splits = dec.mode == Decomposition::kSplitK ? dec.splits : 1;
+    }
     return args;
   }
 
-  static const char* can_implement(const gemm::Problem& p, int sm_count) {
-    return Device::can_implement(arguments(p, sm_count)) == cutlass::Status::kSuccess
+  static const char* can_implement(const gemm::Problem& p, int sm_count, Decomposition dec) {
+    if (!kStreamK && dec.mode != Decomposition::kHeuristic) {
+      return "only a stream-K kernel takes a decomposition";
+    }
+    return Device::can_implement(arguments(p, sm_count, dec)) == cutlass::Status::kSuccess
                ? nullptr
                : "CUTLASS can_implement failed";
   }
 
-  static size_t workspace_size(const gemm::Problem& p, int sm_count) {
-    return Device::get_workspace_size(arguments(p, sm_count));
+  static size_t workspace_size(const gemm::Problem& p, int sm_count, Decomposition dec) {
+    return Device::get_workspace_size(arguments(p, sm_count, dec));
   }
 
   // CUTLASS's adapter without its per-call cudaFuncSetAttribute (once per device).
-  static cudaError_t run(const gemm::Problem& p, int sm_count, void* workspace,
+  static cudaError_t run(const gemm::Problem& p, int sm_count, Decomposition dec, void* workspace,
                          cudaStream_t stream, const char** reason) {
     constexpr int kMaxDevices = 64;
     static std::once_flag once[kMaxDevices];
@@ -126,7 +150,7 @@ struct SwapGemm {
                                          static_cast<int>(Kernel::SharedStorageSize));
     });
     if (opt_in[dev] != cudaSuccess) return opt_in[dev];
-    auto args = arguments(p, sm_count);
+    auto args = arguments(p, sm_count, dec);
     cutlass::Status st = Kernel::initialize_workspace(args, workspace, stream, nullptr);
     if (st != cutlass::Status::kSuccess) {
       if (reason) *reason = cutlassGetStatusString(st);
@@ -150,18 +174,20 @@ struct SwapGemm {
   namespace mkernel::gemm_swap::detail {                                                         \
   template <gemm::DType DT>                                                                      \
   using SUFFIX##_t = SwapGemm<CFG, DT>;                                                          \
-  const char* can_implement_##SUFFIX(const gemm::Problem& p, int sms) {                          \
-    return p.dtype == gemm::DType::kBF16 ? SUFFIX##_t<gemm::DType::kBF16>::can_implement(p, sms)  \
-                                         : SUFFIX##_t<gemm::DType::kFP16>::can_implement(p, sms); \
-  }                                                                                              \
-  size_t workspace_size_##SUFFIX(const gemm::Problem& p, int sms) {                              \
+  const char* can_implement_##SUFFIX(const gemm::Problem& p, int sms, Decomposition d) {         \
     return p.dtype == gemm::DType::kBF16                                                         \
-               ? SUFFIX##_t<gemm::DType::kBF16>::workspace_size(p, sms)                          \
-               : SUFFIX##_t<gemm::DType::kFP16>::workspace_size(p, sms);                         \
+               ? SUFFIX##_t<gemm::DType::kBF16>::can_implement(p, sms, d)                        \
+               : SUFFIX##_t<gemm::DType::kFP16>::can_implement(p, sms, d);                       \
   }                                                                                              \
-  cudaError_t run_##SUFFIX(const gemm::Problem& p, int sms, void* ws, cudaStream_t s,            \
-                           const char** r) {                                                     \
-    return p.dtype == gemm::DType::kBF16 ? SUFFIX##_t<gemm::DType::kBF16>::run(p, sms, ws, s, r)  \
-                                         : SUFFIX##_t<gemm::DType::kFP16>::run(p, sms, ws, s, r); \
+  size_t workspace_size_##SUFFIX(const gemm::Problem& p, int sms, Decomposition d) {             \
+    return p.dtype == gemm::DType::kBF16                                                         \
+               ? SUFFIX##_t<gemm::DType::kBF16>::workspace_size(p, sms, d)                       \
+               : SUFFIX##_t<gemm::DType::kFP16>::workspace_size(p, sms, d);                      \
+  }                                                                                              \
+  cudaError_t run_##SUFFIX(const gemm::Problem& p, int sms, Decomposition d, void* ws,           \
+                           cudaStream_t s, const char** r) {                                     \
+    return p.dtype == gemm::DType::kBF16                                                         \
+               ? SUFFIX##_t<gemm::DType::kBF16>::run(p, sms, d, ws, s, r)                        \
+               : SUFFIX##_t<gemm::DType::kFP16>::run(p, sms, d, ws, s, r);                       \
   }                                                                                              \
   }
