@@ -47,3 +47,39 @@ def test_linear_order_is_a_bijection(b: int, s: int, s_kv: int, h: int) -> None:
     sec = section_bh(h, b, s_kv, 128)
     seen = {get_linear(t, m_blocks, h, b, sec) for t in range(m_blocks * h * b)}
     assert seen == {(m, hh, bb) for m in range(m_blocks) for hh in range(h) for bb in range(b)}
+
+
+def test_the_cpp_schedule_matches_the_mirror(tmp_path) -> None:
+    """tile_scheduler.hpp's make_params / set_split_tail / get_linear, compiled on the host with
+    g++, give the plans and tail tiles of the Python mirror (which the GPU test relies on)."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from .split_tail_plan import tail_tiles
+    from .test_attention_bwd_layouts import CCCL, ROOT, _cutlass_include
+
+    cutlass = _cutlass_include()
+    gxx = shutil.which("g++")
+    if cutlass is None or gxx is None or not (CCCL / "cccl").is_dir():
+        pytest.skip("needs g++, the nvidia-cutlass headers and build/cuda-toolchain's cccl")
+    exe = tmp_path / "split_tail_plan_check"
+    subprocess.run([gxx, "-std=c++17", "-O1", f"-I{cutlass}", f"-I{CCCL / 'cccl'}", f"-I{CCCL}",
+                    f"-I{ROOT / 'csrc'}", str(Path(__file__).parent / "split_tail_plan_check.cpp"),
+                    "-o", str(exe)], check=True, capture_output=True, timeout=300)
+    shapes = [(4, 4096, 4096, 32, 132), (2, 8192, 8192, 32, 132), (1, 16384, 16384, 32, 132),
+              (2, 1800, 700, 24, 132), (1, 4100, 1000, 9, 132), (1, 1000, 4097, 17, 132),
+              (1, 512, 512, 66, 132), (2, 700, 100, 24, 132), (3, 300, 5000, 7, 16), (1, 128, 128, 1, 132)]
+    run = subprocess.run([str(exe)], input="".join(f"{' '.join(map(str, x))}\n" for x in shapes),
+                         capture_output=True, text=True, timeout=60, check=True)
+    blocks = run.stdout.split("plan ")[1:]
+    assert len(blocks) == len(shapes)
+    for (b, s, s_kv, h, sms), block in zip(shapes, blocks):
+        lines = block.strip().splitlines()
+        full, splits, items = map(int, lines[0].split())
+        tiles = -(-s // 128) * h * b
+        want_full, want_splits = split_plan(tiles, min(tiles, sms), -(-s_kv // 128), sms)
+        assert (full, splits) == (want_full, want_splits), (b, s, s_kv, h, sms)
+        assert items == (full + (tiles - full) * splits if splits else tiles)
+        got = [tuple(map(int, ln.split()[1:])) for ln in lines[1:]]
+        assert got == tail_tiles(b, s, s_kv, h, 128, sms), (b, s, s_kv, h, sms)
