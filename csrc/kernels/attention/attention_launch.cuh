@@ -127,9 +127,11 @@ cudaError_t launch_attention(const Problem& pr, const Launch& l,
       const int n_blocks = (pr.seq_kv + kBlockN - 1) / kBlockN;
       pieces = Scheduler::set_split_tail(params.scheduler, grid, n_blocks,
                                          pr.split_ws != nullptr ? pr.split_ws_pieces : 0);
-      params.epilogue.split_o = pr.split_ws;
-      params.epilogue.split_lse =
-          pr.split_ws + static_cast<int64_t>(pr.split_ws_pieces) * kBlockM * kHeadDim;
+      if (pieces > 0) {
+        params.epilogue.split_o = pr.split_ws;
+        params.epilogue.split_lse =
+            pr.split_ws + static_cast<int64_t>(pr.split_ws_pieces) * kBlockM * kHeadDim;
+      }
     }
     kernel<<<grid, Kernel::kThreads, Kernel::kSmemBytes, l.stream>>>(params);
     e = cudaGetLastError();
