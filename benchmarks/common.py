@@ -78,24 +78,41 @@ def cuda_median_ms(fns: list[Callable[[], object]], warmup: int = 10, iters: int
 
 
 def interleaved_ms(cands: dict[str, list[Callable[[], object]]], warmup: int = 3,
-                   iters: int = 30, reps: int = 1) -> dict[str, dict]:
+                   iters: int = 30, reps: int = 1, lead_cycles: int = 0,
+                   shuffle_seed: int | None = None) -> dict[str, dict]:
     """CUDA-event times of several candidates measured in turn, iteration by
     iteration (the order rotates), so a clock or neighbour change during the
     run reaches every candidate alike; each candidate's fns rotate over input
     sets as in cuda_median_ms. With reps > 1 each sample is `reps` calls
     back to back divided by reps: the host runs ahead of the GPU, as in a
-    training step, so launch overhead stops counting for short kernels."""
+    training step, so launch overhead stops counting for short kernels.
+
+    lead_cycles > 0: a GPU spin of that many clock cycles (torch.cuda._sleep) is queued before
+    each sample's start event, so the host enqueues the start event and the candidate's
+    launches while the GPU is still busy: the sample is the candidate's GPU time alone, none of
+    its host-side cost (Python wrapper, op dispatch, an env switch) — which otherwise counts in
+    full, every sample being timed from an idle GPU. shuffle_seed: each iteration's order is a
+    seeded shuffle instead of a rotation (a rotation gives every candidate nearly always the same
+    predecessor, e.g. the slow FA2 kernel before the column after it)."""
+    import random
     names = list(cands)
+    rng = random.Random(shuffle_seed) if shuffle_seed is not None else None
     for i in range(warmup):
         for n in names:
             cands[n][i % len(cands[n])]()
     torch.cuda.synchronize()
     times: dict[str, list[float]] = {n: [] for n in names}
     for i in range(iters):
-        order = names[i % len(names):] + names[:i % len(names)]
+        if rng is not None:
+            order = names[:]
+            rng.shuffle(order)
+        else:
+            order = names[i % len(names):] + names[:i % len(names)]
         for n in order:
             fns = cands[n]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            if lead_cycles > 0:
+                torch.cuda._sleep(lead_cycles)
             start.record()
             for r in range(reps):
                 fns[(i * reps + r) % len(fns)]()

@@ -151,6 +151,16 @@ std::tuple<at::Tensor, at::Tensor> launch_engine(const at::Tensor& q, const at::
       (block_m == 0 || block_m == 128) && (block_n == 0 || block_n == 128)) {
     if (const char* var = std::getenv("MKERNEL_ATTN_VARIANT")) p.variant = std::atoi(var);
   }
+  // Variant bit 11 (split tail, attention_api.h kSplitTailBit): one fp32 workspace piece per
+  // CTA of the persistent grid (at most the SM count), from the caching allocator.
+  at::Tensor split_ws;
+  if (hooks == nullptr && attention::uses_split_tail(p)) {
+    const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+    split_ws = at::empty({static_cast<int64_t>(sms) * attention::split_ws_floats_per_piece(static_cast<int>(d))},
+                         q.options().dtype(at::kFloat));
+    p.split_ws = split_ws.data_ptr<float>();
+    p.split_ws_pieces = sms;
+  }
   attention::Launch launch;
   launch.stream = at::cuda::getCurrentCUDAStream();
   const char* reason = nullptr;

@@ -16,7 +16,14 @@ from .reference import attention_ref
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 CASES = [  # (b, s, s_kv, h, h_kv, d, causal)
+    # One key: softmax over a single score has zero gradient, so the exact dq and dk are 0 and
+    # the kernel's are rounding noise (dS = P (dP - D) with dP and D = rowsum(dO o O) summed in
+    # different orders: ~5e-7): checked against the error floor of _rel (session 10 run 1
+    # read this case as a 1e24 "relative" error against a zero reference).
     (1, 1, 1, 2, 2, 128, False),
+    (1, 1, 7, 2, 2, 128, False),         # one query row, several keys
+    (1, 2, 2, 2, 2, 128, False),         # a 2-row tile: rows 2..63 zero-filled
+    (1, 2, 2, 2, 1, 64, True),           # causal: row 0 sees one key (its dq row is 0)
     (2, 17, 17, 4, 4, 64, True),
     (1, 129, 129, 8, 2, 128, False),
     (1, 129, 129, 8, 2, 128, True),
@@ -37,7 +44,12 @@ def _poison_allocator() -> None:
 
 
 def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
-    return ((x.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    """||x - ref|| / max(||ref||, 1e-3 sqrt(numel)): relative error, measured against a floor
+    of 1e-3 RMS per entry where the exact gradient is (near) zero — a one-key softmax's dq and
+    dk are exactly 0, and any kernel's rounding noise divided by ||0|| would read as garbage.
+    Gradients of these unit-normal inputs have RMS ~0.1-1, far above the floor."""
+    floor = 1e-3 * float(ref.numel()) ** 0.5
+    return ((x.double() - ref).norm() / ref.norm().clamp_min(floor)).item()
 
 
 @needs_gpu

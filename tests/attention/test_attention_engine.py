@@ -231,7 +231,7 @@ VARIANT_CASES = [  # bf16, d = 128: the variants' kernels (b, s, s_kv, h, h_kv, 
 ]
 
 
-@pytest.mark.parametrize("variant", [8, 9, 64, 136, 137, 392, 649, 1033, 1160])
+@pytest.mark.parametrize("variant", [8, 9, 64, 136, 137, 392, 649, 1033, 1160, 2184])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("case", VARIANT_CASES)
 def test_mainloop_variants(variant, causal, case, monkeypatch) -> None:
@@ -288,6 +288,49 @@ def test_split_variant_is_the_unsplit_bit_for_bit(split, base, causal, monkeypat
         _poison_allocator()
         out, lse = mkernel.attention(q, k, v, causal=causal)
         assert torch.equal(out, want) and torch.equal(lse, want_lse), (b, s, s_kv, h, h_kv)
+
+
+@pytest.mark.parametrize("b,s,s_kv,h,h_kv", [
+    (2, 1800, 700, 24, 8),   # 720 tiles: 60 tail tiles x 2 pieces, ragged last KV block
+    (1, 4100, 1000, 9, 3),   # 297 tiles: 33 x 4 pieces of 2 blocks; a 4-row tail tile
+    (1, 1000, 4097, 17, 1),  # 136 tiles: 4 x 33 pieces of 1 block (the last one 1 key), MQA
+    (1, 512, 512, 66, 66),   # 264 tiles = 2 x 132: no tail, nothing split
+    (2, 700, 100, 24, 8),    # 1 KV block per tile: nothing to split
+])
+def test_split_tail_variant(b, s, s_kv, h, h_kv, monkeypatch) -> None:
+    """Variant 2184 (136 + bit 11: the last, partial round of tiles split along the KV blocks,
+    merged in fp32 by a second kernel) against the fp64 reference; the tiles that run whole give
+    variant 136's output bit for bit, the merged ones (split_tail_plan mirrors the schedule)
+    differ from it somewhere (so the split ran) and stay within 136's rounding of it; a causal
+    call with the bit runs 136."""
+    from .split_tail_plan import tail_tiles
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    gen = torch.Generator(device="cuda").manual_seed(s + s_kv + h)
+    q, k, v = (torch.randn(b, n, hh, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+               for n, hh in ((s, h), (s_kv, h_kv), (s_kv, h_kv)))
+    monkeypatch.setenv("MKERNEL_ATTN_VARIANT", "136")
+    want, want_lse = mkernel.attention(q, k, v)
+    monkeypatch.setenv("MKERNEL_ATTN_VARIANT", "2184")
+    _poison_allocator()
+    out, lse = mkernel.attention(q, k, v)
+    _check_against_reference(out, lse, q, k, v, False)
+    merged = torch.zeros(b, s, h, dtype=torch.bool, device="cuda")
+    for m, hh, bb in tail_tiles(b, s, s_kv, h, 128, sms):
+        merged[bb, m * 128:(m + 1) * 128, hh] = True
+    whole = ~merged
+    assert torch.equal(out[whole], want[whole])
+    assert torch.equal(lse.transpose(1, 2)[whole], want_lse.transpose(1, 2)[whole])
+    if merged.any():
+        assert not torch.equal(out[merged], want[merged]), "no merged row differs: did it split?"
+        diff = (out[merged].double() - want[merged].double()).norm() / want[merged].double().norm()
+        assert diff.item() < 1e-2
+        assert torch.allclose(lse.transpose(1, 2)[merged], want_lse.transpose(1, 2)[merged],
+                              rtol=1e-4, atol=1e-4)
+    monkeypatch.setenv("MKERNEL_ATTN_VARIANT", "136")
+    want_c, want_c_lse = mkernel.attention(q, k, v, causal=True)
+    monkeypatch.setenv("MKERNEL_ATTN_VARIANT", "2184")
+    out_c, lse_c = mkernel.attention(q, k, v, causal=True)
+    assert torch.equal(out_c, want_c) and torch.equal(lse_c, want_c_lse)
 
 
 def test_mainloop_variant_switch_reaches_the_kernel(monkeypatch) -> None:

@@ -58,12 +58,36 @@ struct Problem {
   // default kernels; kVariants lists the built ones (bf16, d = 128, 128x128, plain kernels
   // only — run_hooked rejects a nonzero variant).
   int variant = 0;
+  // Workspace of a kernel that splits its last, partial wave of tiles along the KV blocks
+  // (variant bit 11, kSplitTailBit; uses_split_tail): fp32, split_ws_pieces pieces of
+  // split_ws_floats_per_piece(head_dim) floats each (the caller allocates, any contents). With
+  // fewer pieces than the grid needs the kernel does not split (same result, slower tail).
+  float* split_ws = nullptr;
+  int split_ws_pieces = 0;
 };
 
 // The built mainloop variants (benchmarks/bench_attention.py --variants; variant 0 = the
-// default kernel, which for bf16 d=128 128x128 is variant 136 non-causal and 9 causal:
-// attention_launch.cuh).
-inline constexpr int kVariants[] = {8, 9, 64, 136, 137, 392, 649, 1033, 1160};
+// default kernel, which for bf16 d=128 128x128 plain kernels is kDefaultVariantNonCausal /
+// kDefaultVariantCausal below).
+inline constexpr int kVariants[] = {8, 9, 64, 136, 137, 392, 649, 1033, 1160, 2184};
+
+// The mainloop variant bits (AttnTraits::kVariant) of the bf16 d=128 128x128 plain kernels
+// (attention_launch.cuh says why; benchmarks/NOTES.md has the measurements). Flipping a default
+// is a one-line change here (and the documented variant in tests/attention/
+// test_attention_engine.py test_default_is_the_documented_variant).
+inline constexpr int kDefaultVariantNonCausal = 136;
+inline constexpr int kDefaultVariantCausal = 9;
+// Variant bit 11 (attn11): the persistent grid's last, partial round of tiles runs split along
+// the KV blocks (each tail tile in up to grid / tail pieces, one per CTA), partial O / LSE in
+// fp32 to Problem::split_ws, merged by a second kernel. Non-causal only (causal calls with the
+// bit run the variant without it: the longest-first order already leaves a light tail).
+// Built as variant 2184 = 136 + bit 11; opt-in until a device run measures it.
+inline constexpr int kSplitTailBit = 2048;
+inline constexpr int split_ws_floats_per_piece(int head_dim) { return 128 * (head_dim + 1); }
+
+// Whether run(p) launches a kernel with variant bit 11 (then it wants Problem::split_ws: one
+// piece per CTA of the grid, i.e. the SM count).
+bool uses_split_tail(const Problem& p);
 
 struct Launch {
   cudaStream_t stream = nullptr;

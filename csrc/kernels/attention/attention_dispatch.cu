@@ -80,6 +80,15 @@ int block_n(int /*head_dim*/) { return 128; }
 
 const char* can_implement(const Problem& p) { return can_implement(p, false); }
 
+bool uses_split_tail(const Problem& p) {
+  if (p.causal || p.dtype != DType::kBF16 || p.head_dim != 128 || p.zz_world > 0) return false;
+  if ((p.block_m != 0 && p.block_m != 128) || (p.block_n != 0 && p.block_n != 128)) return false;
+  if (p.block_m <= 0 && p.block_n <= 0 && kPlainD128Tile[0][0] > 0 && p.seq_q >= kPlainD128MinSeq)
+    return false;  // the default tile is another one then
+  const int v = p.variant != 0 ? p.variant : kDefaultVariantNonCausal;
+  return (v & kSplitTailBit) != 0;
+}
+
 const char* can_implement(const Problem& p, bool hooked) {
   if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.out == nullptr || p.lse == nullptr)
     return "a tensor pointer is null";

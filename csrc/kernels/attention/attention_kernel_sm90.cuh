@@ -48,7 +48,8 @@ class AttentionFwdSm90 {
   using Hooks = Hooks_;
   using Mainloop = MainloopFwdSm90<Traits>;
   using Epilogue = EpilogueFwdSm90<Traits>;
-  using Scheduler = PersistentTileScheduler<Traits::kCausal, Traits::kCausal && Hooks::kZigzag>;
+  using Scheduler = PersistentTileScheduler<Traits::kCausal, Traits::kCausal && Hooks::kZigzag,
+                                            Traits::kSplitTail>;
   static constexpr int kThreads = Traits::kNumThreads;
   static constexpr int kNumMmaThreads = Traits::kNumMmaThreads;
 

@@ -117,6 +117,16 @@ struct AttnTraits {
   //          HookArgs::split_masked, MKERNEL_RING_SPLIT_MASK=1).
   static constexpr bool kSplitMasked = (kVariant & 1024) != 0;
 
+  //   bit 11 (attn11; non-causal): the persistent grid's last, partial round of tiles split
+  //          along the KV blocks, one piece per CTA (tile_scheduler.hpp kSplitTail), the pieces'
+  //          normalised O and LSE in fp32 to a workspace (epilogue store_piece), merged by a
+  //          second kernel (split_tail_merge.cuh). The whole tiles run exactly as without it.
+  //          Variant 2184 = 136 + bit 11; opt-in until measured.
+  static constexpr bool kSplitTail = (kVariant & 2048) != 0;
+  static_assert(!kSplitTail || (!kCausal && kClusterM == 1),
+                "bit 11 (split tail): non-causal, no cluster (causal tiles differ in length and "
+                "run longest first: the tail is light already)");
+
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
   static constexpr bool kPingPong = true;
 

@@ -20,6 +20,9 @@
 //   1033: 9 + bit 10 (the causal default's mainloop; the hooked causal kernels' with
 //         HookArgs::split_masked)
 //   1160: 136 + bit 10 (the non-causal default's mainloop: only a ragged last block masks)
+// attn11 (bit 11: the last, partial round of tiles split along the KV blocks, non-causal; not
+// yet measured):
+//   2184: 136 + bit 11 (causal calls run 136: the bit is non-causal only)
 #include "attention_launch.cuh"
 
 namespace mkernel::attention {
@@ -37,6 +40,8 @@ cudaError_t run_bf16_d128_m128_n128_variant_causal(const Problem& p, const Launc
     case 649: return launch_attention<E, 128, 128, 128, true, NoHooks, 649>(p, l, h);
     case 1033: return launch_attention<E, 128, 128, 128, true, NoHooks, 1033>(p, l, h);
     case 1160: return launch_attention<E, 128, 128, 128, true, NoHooks, 1160>(p, l, h);
+    // Bit 11 (split tail) is non-causal only: causal calls run 136 (a second 136 column).
+    case 2184: return launch_attention<E, 128, 128, 128, true, NoHooks, 136>(p, l, h);
     default: return cudaErrorInvalidValue;
   }
 }

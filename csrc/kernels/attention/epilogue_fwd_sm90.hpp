@@ -73,6 +73,10 @@ struct EpilogueFwdSm90 {
     int batch, seq_q, heads;
     int64_t out_batch_stride = 0;  // elements; 0: dense (seq_q * heads * d)
     int64_t lse_head_stride = 0;   // elements between lse rows (b, h); 0: seq_q
+    // Traits::kSplitTail: the pieces' partial O (fp32, [slot][kBlockM][d]) and LSE
+    // ([slot][kBlockM]).
+    float* split_o = nullptr;
+    float* split_lse = nullptr;
   };
 
   struct Params {
@@ -83,6 +87,8 @@ struct EpilogueFwdSm90 {
     int64_t lse_head_stride;
     Element* out;             // the register path of store (kOInV, a tile that saw no key)
     int64_t out_batch_stride;  // elements
+    float* split_o;
+    float* split_lse;
   };
 
   static Params to_underlying_arguments(Arguments const& a) {
@@ -95,7 +101,7 @@ struct EpilogueFwdSm90 {
     Tensor mO = make_tensor(make_gmem_ptr(a.out), make_layout(shape_o, stride_o));
     return {make_tma_copy(SM90_TMA_STORE{}, mO, SmemLayoutOWG{}, TileShapeWG{}, _1{}), shape_o, a.lse,
             a.seq_q, a.heads, a.lse_head_stride > 0 ? a.lse_head_stride : int64_t(a.seq_q), a.out,
-            o_bs};
+            o_bs, a.split_o, a.split_lse};
   }
 
   CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& p) {
@@ -109,6 +115,12 @@ struct EpilogueFwdSm90 {
   CUTLASS_DEVICE void store(Params const& p, Element* smem_o, WorkTile const& work,
                             int mma_thread_idx, AccO const& acc_o, float const (&lse)[kRows]) {
     using namespace cute;
+    if constexpr (Traits::kSplitTail) {
+      if (work.slot >= 0) {
+        store_piece(p, work.slot, mma_thread_idx, acc_o, lse);
+        return;
+      }
+    }
     TiledMmaPV tiled_mma_pv;
     auto thr_mma_pv = tiled_mma_pv.get_thread_slice(mma_thread_idx);
 
@@ -174,6 +186,35 @@ struct EpilogueFwdSm90 {
                                         group_modes<0, 2>(gO));
       copy(p.tma_o, tOsO, tOgO);
       tma_store_arrive();
+    }
+  }
+
+  // Traits::kSplitTail: a piece's normalised O and LSE (every row of the tile, also rows past
+  // seq_q: the merge skips them) straight from registers to workspace slot `slot`, fp32. No
+  // shared memory: with kOInV the V stage the mainloop holds is freed as after a TMA store
+  // (release_prev_o; there is no store to wait for).
+  template <class AccO, int kRows>
+  CUTLASS_DEVICE static void store_piece(Params const& p, int slot, int mma_thread_idx,
+                                         AccO const& acc_o, float const (&lse)[kRows]) {
+    using namespace cute;
+    TiledMmaPV tiled_mma_pv;
+    auto thr_mma_pv = tiled_mma_pv.get_thread_slice(mma_thread_idx);
+    Tensor cO = make_identity_tensor(TileShapeMD{});
+    Tensor tOcO = thr_mma_pv.partition_C(cO);
+    float* o_ws = p.split_o + static_cast<int64_t>(slot) * kBlockM * kHeadDim;
+    // Values 2i, 2i + 1 of a wgmma accumulator are columns c, c + 1 (c even) of one row.
+    static_assert(decltype(size(acc_o))::value % 2 == 0, "column pairs");
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(acc_o); i += 2) {
+      const int row = get<0>(tOcO(i));
+      const int col = get<1>(tOcO(i));
+      *reinterpret_cast<float2*>(o_ws + row * kHeadDim + col) = make_float2(acc_o(i), acc_o(i + 1));
+    }
+    if (mma_thread_idx % 4 == 0) {
+      Tensor tOcO_rc = rowcol_view(tOcO);
+      float* lse_ws = p.split_lse + static_cast<int64_t>(slot) * kBlockM;
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kRows; ++r) lse_ws[get<0>(tOcO_rc(r, 0))] = lse[r];
     }
   }
 

@@ -216,6 +216,17 @@ struct MainloopFwdSm90 {
     }
   }
 
+  // Traits::kSplitTail: a piece of a split tail tile walks its KV blocks [n_lo, n_hi) only
+  // (non-causal: inside the tile's [0, n_max)); producer and consumers alike.
+  CUTLASS_DEVICE static void piece_range(WorkTile const& work, int& n_min, int& n_max) {
+    if constexpr (Traits::kSplitTail) {
+      if (work.slot >= 0) {
+        n_min = work.n_lo;
+        n_max = work.n_hi;
+      }
+    }
+  }
+
   // Zigzag ring mode (causal ring attention in one launch, zz_world = W > 0): the queries are a
   // zigzag shard of rank zz_rank — global chunks zz_rank and 2W-1-zz_rank, zz_chunk rows each —
   // and the keys are the W shards laid out by ring step, the shard of rank
@@ -332,6 +343,7 @@ struct MainloopFwdSm90 {
     constexpr bool kZZ = Hooks::kZigzag;
     int n_min, n_max;
     n_block_range<kZZ>(p, work.m_block, n_min, n_max);
+    piece_range(work, n_min, n_max);
     const int head_kv = work.head / p.heads_per_kv;
 
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), SmemLayoutQ{});
@@ -542,6 +554,7 @@ struct MainloopFwdSm90 {
     using namespace cute;
     int n_min, n_max;
     n_block_range<kZZ>(p, work.m_block, n_min, n_max);
+    piece_range(work, n_min, n_max);
     const int warp_group = mma_thread_idx / cutlass::NumThreadsPerWarpGroup;
 
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), SmemLayoutQ{});

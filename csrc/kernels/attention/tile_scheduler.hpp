@@ -16,11 +16,24 @@ struct WorkTile {
   int head;
   int batch;
   bool valid;
+  // A piece of a split tail tile (kSplitTail schedulers only): KV blocks [n_lo, n_hi) of the
+  // tile, partial result to workspace slot `slot`; slot -1: the whole tile.
+  int n_lo = 0;
+  int n_hi = 0;
+  int slot = -1;
 };
 
 // kZigzagPairs (the hooked causal kernels: ring attention's zigzag ring mode) builds in a second
 // order, on when Params::zz_pairs is set (see get_zigzag).
-template <bool kLongestFirst, bool kZigzagPairs = false>
+//
+// kSplitTail (variant bit 11, non-causal plain kernels): every tile costs the same, so with
+// `tiles` = R * grid + tail (0 < tail < grid) the last round runs `tail` tiles on `tail` CTAs
+// while the others idle: 4096 tiles on 132 CTAs (S = 4k/8k/16k at 16k tokens, 32 heads) take
+// 32 rounds for 31.03 rounds of work, 3% of the kernel. With set_split_tail, items
+// t >= full_tiles = R * grid are pieces: piece j of tail tile i = item full_tiles + i * splits
+// + j covers KV blocks [j n / splits, (j + 1) n / splits) of tile full_tiles + i (splits =
+// min(grid / tail, n) pieces per tile, each >= 1 block), one piece per CTA in the last round.
+template <bool kLongestFirst, bool kZigzagPairs = false, bool kSplitTail = false>
 struct PersistentTileScheduler {
   struct Params {
     int m_blocks;    // query blocks per (batch, head)
@@ -29,7 +42,37 @@ struct PersistentTileScheduler {
     int section_bh;  // (batch, head) pairs per L2 section
     int tiles;       // m_blocks * bh_total
     int zz_pairs = 0;  // zigzag ring mode, m_blocks even: the pair order of get_zigzag
+    // kSplitTail (set_split_tail): tiles below full_tiles run whole; splits <= 1: no split.
+    int full_tiles = 0;
+    int splits = 0;
+    int n_blocks = 0;  // KV blocks per tile
   };
+
+  // The split plan for a grid of `grid` CTAs and n_blocks KV blocks per tile, at most
+  // max_pieces pieces (the workspace). Returns the number of pieces (0: no split).
+  static int set_split_tail(Params& p, int grid, int n_blocks, int max_pieces) {
+    p.full_tiles = p.tiles;
+    p.splits = 0;
+    p.n_blocks = n_blocks;
+    if (grid <= 0 || p.tiles <= grid) return 0;  // one round or less: nothing idles after it
+    const int full = p.tiles / grid * grid;
+    const int tail = p.tiles - full;
+    if (tail == 0) return 0;
+    int splits = grid / tail;
+    splits = splits < n_blocks ? splits : n_blocks;
+    if (splits < 2 || tail * splits > max_pieces) return 0;
+    if (static_cast<long long>(splits) * n_blocks >= (1ll << 31)) return 0;  // get's 32-bit math
+    p.full_tiles = full;
+    p.splits = splits;
+    return tail * splits;
+  }
+  // Items the CTAs walk (whole tiles and pieces).
+  CUTLASS_HOST_DEVICE static int items(Params const& p) {
+    if constexpr (kSplitTail) {
+      if (p.splits > 1) return p.full_tiles + (p.tiles - p.full_tiles) * p.splits;
+    }
+    return p.tiles;
+  }
 
   // section_bytes_kv: K + V bytes of one (batch, head); the budget keeps a section's K/V well
   // inside the H200's 50 MiB L2.
@@ -56,6 +99,26 @@ struct PersistentTileScheduler {
     if constexpr (kZigzagPairs) {
       if (p.zz_pairs) return get_zigzag(p, t);
     }
+    if constexpr (kSplitTail) {
+      if (p.splits > 1 && t >= p.full_tiles) {
+        const int u = t - p.full_tiles;
+        const int i = u / p.splits;
+        if (p.full_tiles + i >= p.tiles) return {0, 0, 0, false};
+        const int j = u - i * p.splits;
+        WorkTile w = get_linear(p, p.full_tiles + i);
+        // 32-bit: splits <= the grid, so (j + 1) * n_blocks < 2^31 up to 16M keys per head on
+        // 132 SMs (a 64-bit division here was a subroutine with a spill in the consumers).
+        w.n_lo = j * p.n_blocks / p.splits;
+        w.n_hi = (j + 1) * p.n_blocks / p.splits;
+        w.slot = u;
+        return w;
+      }
+    }
+    return get_linear(p, t);
+  }
+
+  // Tile t of the linear order (L2 sections, longest first when kLongestFirst).
+  CUTLASS_HOST_DEVICE static WorkTile get_linear(Params const& p, int t) {
     if (t >= p.tiles) return {0, 0, 0, false};
     const int per_section = p.m_blocks * p.section_bh;
     const int section = t / per_section;
