@@ -763,7 +763,7 @@ std::tuple<at::Tensor, at::Tensor> compute_alone_cuda(const at::Tensor& q, const
   hooks.split_masked = ring_split_masked();
   hooks.skip_seen_flags = ring_flag_skip();
   if (whole_claims_tiles()) hooks.tile_counter = reinterpret_cast<int*>(words);
-  if (how.in_engine) {  // the forwarding policy's kernel with nothing to forward
+  if (how.in_engine && world >= 2) {  // the forwarding policy's kernel with nothing to forward
     hooks.fwd_counter = reinterpret_cast<int*>(words + 1);
     hooks.fwd_src = k_ring.data_ptr();
     hooks.fwd_dst = words + 1;  // never written: no items
