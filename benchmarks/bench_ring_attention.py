@@ -343,10 +343,13 @@ def ring_phases(name: str, causal: bool, rank: int, fused, ceiling, align) -> di
         del os.environ["MKERNEL_RING_PHASES"]
     cols = {"fused": ("entry", "copy", "engine", "exit"), "alone": ("engine",)}
     got: dict[str, list[list[float]]] = {}
-    with open(f"{path}.rank{rank}") as f:
-        for line in f:
-            what, _, nums = line.partition(" | ")
-            got.setdefault(what.split()[0], []).append([float(x) for x in nums.split()])
+    try:
+        with open(f"{path}.rank{rank}") as f:
+            for line in f:
+                what, _, nums = line.partition(" | ")
+                got.setdefault(what.split()[0], []).append([float(x) for x in nums.split()])
+    except OSError:  # no line written (the per-step mode times no phases)
+        return {}
     idx = {"entry": 0, "copy": 1, "engine": 2, "exit": 3}
     return {what: {c: round(statistics.median(r[idx[c]] for r in rows), 4) for c in cols[what]}
             for what, rows in got.items() if what in cols}
