@@ -207,6 +207,8 @@ std::tuple<at::Tensor, at::Tensor> attention_hooked_cuda(
   hooks.diag = nullptr;  // a timed-out wait traps without a record here (the ring op passes its group's)
   // The ring's opt-in split mainloop (HookArgs::split_masked), reachable here for its tests.
   if (const char* split = std::getenv("MKERNEL_RING_SPLIT_MASK")) hooks.split_masked = split[0] == '1';
+  // ring12's opt-in flag skip (HookArgs::skip_seen_flags), reachable here for its tests.
+  if (const char* skip = std::getenv("MKERNEL_RING_FLAG_SKIP")) hooks.skip_seen_flags = skip[0] == '1';
   return launch_engine(q, k, v, causal, softmax_scale, 0, 0, &hooks);
 }
 #endif  // MKERNEL_WITH_CUDA

@@ -56,6 +56,12 @@ TORCH_LIBRARY(mkernel, m) {
   m.def(
       "ring_attention(Tensor q, Tensor k, Tensor v, int group, int world_size, "
       "bool causal=False, float? softmax_scale=None) -> (Tensor, Tensor)");
+  // The ring's compute-alone ceiling (csrc/ring_attention.cpp): rank's shard q against the W K/V
+  // shards held locally in ring order, k_ring/v_ring [b, W*s_kv, h_kv, d] (rows p*s_kv.. = rank
+  // (rank+1+p) mod W's) -> ring_attention's (out, lse) on that rank, without communication.
+  m.def(
+      "ring_attention_compute_alone(Tensor q, Tensor k_ring, Tensor v_ring, int rank, "
+      "int world_size, bool causal=False, float? softmax_scale=None) -> (Tensor, Tensor)");
 
   // The GEMM engine on its own (world size 1): a [M, K], b [N, K] -> a @ b.T [M, N].
   // config: a tile configuration id (-1 = by shape); sm_count: persistent grid size (0 = all);

@@ -11,6 +11,8 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -151,6 +153,71 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cpu(const at::Tensor& q, const
   return ring_attention_host(q, k, v, group, world_size, causal, scale);
 }
 
+// --- the compute-alone ceiling of the ring (benchmarks/bench_ring_attention.py) ---------------
+//
+// mkernel.ring_attention_compute_alone(q, k_ring, v_ring, rank, world_size, causal): rank's
+// attention for its (zigzag, when causal) shard q [b, s, h, d] over the whole sequence, whose
+// W K/V shards the caller already holds locally, in ring order: k_ring, v_ring
+// [b, W * s_kv, h_kv, d], rows [p * s_kv, (p + 1) * s_kv) = rank (rank + 1 + p) mod W's shard
+// (the own shard last: the layout of the whole-sequence mode's virtual K/V). The same result as
+// ring_attention on that rank, with no communication: on CUDA the whole mode's own engine
+// launch — the same kernel (hook policy, mainloop, tile, zigzag mode, claimed tiles) on the
+// rank's whole SM share, its KV flags released before the launch, no send, no forwarding, no
+// own-shard copy, no entry or exit barrier. The ring's time over this one's, every rank running
+// it at once, is what its communication and overlap cost (the bench's "ceiling").
+constexpr const char* kOpAlone = "mkernel.ring_attention_compute_alone";
+
+void validate_compute_alone(const at::Tensor& q, const at::Tensor& k_ring,
+                            const at::Tensor& v_ring, int64_t rank, int64_t world_size,
+                            bool causal, std::optional<double> softmax_scale) {
+  validation::check_attention_operands(kOpAlone, q, k_ring, v_ring, softmax_scale);
+  TORCH_CHECK_VALUE(world_size >= 1 && rank >= 0 && rank < world_size, kOpAlone,
+                    ": rank must be in [0, world_size), got rank ", rank, ", world_size ",
+                    world_size);
+  TORCH_CHECK_VALUE(k_ring.size(1) % world_size == 0 && k_ring.size(1) > 0, kOpAlone,
+                    ": k_ring must hold world_size shards of equal length (k_ring: ",
+                    k_ring.sizes(), ", world_size ", world_size, ")");
+  if (causal) {
+    TORCH_CHECK_VALUE(k_ring.size(1) == world_size * q.size(1) && q.size(1) % 2 == 0, kOpAlone,
+                      ": causal takes zigzag shards: k_ring must hold world_size shards of q's "
+                      "(even) length (q: ", q.sizes(), ", k_ring: ", k_ring.sizes(), ")");
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor> compute_alone_meta(const at::Tensor& q, const at::Tensor& k_ring,
+                                                      const at::Tensor& v_ring, int64_t rank,
+                                                      int64_t world_size, bool causal,
+                                                      std::optional<double> softmax_scale) {
+  validate_compute_alone(q, k_ring, v_ring, rank, world_size, causal, softmax_scale);
+  at::Tensor out = at::empty_like(q);
+  at::Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+  return {out, lse};
+}
+
+// The fp32 reference: keys in ring order at their global (zigzag) positions.
+std::tuple<at::Tensor, at::Tensor> compute_alone_cpu(const at::Tensor& q, const at::Tensor& k_ring,
+                                                     const at::Tensor& v_ring, int64_t rank,
+                                                     int64_t world_size, bool causal,
+                                                     std::optional<double> softmax_scale) {
+  validate_compute_alone(q, k_ring, v_ring, rank, world_size, causal, softmax_scale);
+  const double scale = softmax_scale.has_value() ? *softmax_scale
+                                                 : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  const int world = static_cast<int>(world_size), r = static_cast<int>(rank);
+  const int64_t s = q.size(1), s_kv = k_ring.size(1) / world;
+  const auto opts = q.options().dtype(at::kLong);
+  at::Tensor q_pos, k_pos;
+  if (causal) {
+    q_pos = zigzag_positions(s, r, world, opts);
+    std::vector<at::Tensor> pos;
+    for (int p = 0; p < world; ++p) pos.push_back(zigzag_positions(s_kv, (r + 1 + p) % world, world, opts));
+    k_pos = at::cat(pos);
+  } else {
+    q_pos = at::zeros({s}, opts);
+    k_pos = at::zeros({k_ring.size(1)}, opts);
+  }
+  return reference_attention(q, k_ring, v_ring, causal, scale, q_pos, k_pos);
+}
+
 #ifdef MKERNEL_WITH_CUDA
 // --- the CUDA ring (W > 1, one node) ----------------------------------------------------------
 //
@@ -226,6 +293,79 @@ bool ring_split_masked() {
   const char* env = std::getenv("MKERNEL_RING_SPLIT_MASK");
   return env != nullptr && std::strcmp(env, "1") == 0;
 }
+
+// MKERNEL_RING_FLAG_SKIP=1 (ring12, opt-in until a GPU run measures it; ranks may differ): the
+// hooked engine's load lane acquires a KV flag only for the first block of each flag in a tile's
+// walk (attention_api.h HookArgs::skip_seen_flags; the blocks below it in the same flag were
+// released together), instead of one system-scope acquire + proxy fence per block.
+bool ring_flag_skip() {
+  const char* env = std::getenv("MKERNEL_RING_FLAG_SKIP");
+  return env != nullptr && std::strcmp(env, "1") == 0;
+}
+
+// MKERNEL_RING_PHASES=<path> (ring12; a measurement mode, never for timing the op itself: it
+// synchronizes at the end of each call): the whole mode's call timed phase by phase with CUDA
+// events on the caller's stream, one line appended per call to <path>.rank<r>:
+//   "<what> <causal> <b> <s> <h> | entry_ms copy_ms engine_ms exit_ms"
+// entry: the entry barrier (includes waiting for the slower peer to arrive); copy: the own
+// shard's copy into the virtual K/V, its flags and the claim counters; engine: the engine
+// launch (communication inside it: the first chunks' waits, the forwarding); exit: the exit
+// barrier. The compute-alone op logs its engine launch as "alone" (entry/copy/exit 0).
+// Nothing inside a CUDA-graph capture.
+class RingPhases {
+ public:
+  explicit RingPhases(cudaStream_t stream) : stream_(stream) {
+    path_ = std::getenv("MKERNEL_RING_PHASES");
+    if (path_ == nullptr || path_[0] == '\0') return;
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+    if (status != cudaStreamCaptureStatusNone) return;
+    on_ = true;
+    for (auto& e : events_) C10_CUDA_CHECK(cudaEventCreate(&e));
+    mark();
+  }
+  RingPhases(const RingPhases&) = delete;
+  RingPhases& operator=(const RingPhases&) = delete;
+  ~RingPhases() {
+    if (!on_) return;
+    for (auto& e : events_) cudaEventDestroy(e);
+  }
+  // The next phase boundary (in stream order).
+  void mark() {
+    if (on_ && marks_ < static_cast<int>(events_.size()))
+      C10_CUDA_CHECK(cudaEventRecord(events_[marks_++], stream_));
+  }
+  // Waits for the call, appends its line. `phases`: the names of the marks after the first.
+  void finish(const char* what, int rank, bool causal, const at::Tensor& q,
+              std::initializer_list<int> slots) {
+    if (!on_) return;
+    C10_CUDA_CHECK(cudaEventSynchronize(events_[marks_ - 1]));
+    std::array<float, 4> ms{};
+    int i = 0, prev = 0;
+    for (int slot : slots) {  // slot: the phase (0 entry, 1 copy, 2 engine, 3 exit) of mark i+1
+      ++i;
+      if (i >= marks_) break;
+      float t = 0.f;
+      C10_CUDA_CHECK(cudaEventElapsedTime(&t, events_[prev], events_[i]));
+      ms[static_cast<size_t>(slot)] = t;
+      prev = i;
+    }
+    const std::string file = std::string(path_) + ".rank" + std::to_string(rank);
+    if (FILE* f = std::fopen(file.c_str(), "a")) {
+      std::fprintf(f, "%s %d %lld %lld %lld | %.4f %.4f %.4f %.4f\n", what, causal ? 1 : 0,
+                   static_cast<long long>(q.size(0)), static_cast<long long>(q.size(1)),
+                   static_cast<long long>(q.size(2)), ms[0], ms[1], ms[2], ms[3]);
+      std::fclose(f);
+    }
+  }
+
+ private:
+  cudaStream_t stream_;
+  const char* path_ = nullptr;
+  bool on_ = false;
+  std::array<cudaEvent_t, 5> events_{};
+  int marks_ = 0;
+};
 
 // A launch error of one of the ring's kernels, with the group's wait record when a device wait
 // failed first (the clear error names the flag and the peer).
@@ -393,6 +533,73 @@ std::optional<ring_attention::Geometry> whole_geometry(const at::Tensor& k, int 
   return std::nullopt;
 }
 
+// The whole mode's KV flags as the engine reads them: one flag per (batch, ring position, key
+// chunk), shared by every head (ring_kv_api.h whole_slot).
+void set_whole_flags(attention::HookArgs& hooks, const ring_attention::Geometry& geo, int world,
+                     const at::Tensor& q) {
+  hooks.blocks_per_flag = geo.chunk_rows / attention::block_n(static_cast<int>(q.size(3)));
+  hooks.flags_per_head = world * geo.chunks;
+  hooks.flag_batch_stride = world * geo.chunks;
+  hooks.flag_head_stride = 0;
+}
+
+// The whole mode's engine problem: the local query shard q against the virtual K/V at k_virt /
+// v_virt ([b, W * s_kv, h_kv, d] each, dense: the W shards by ring position, position p holding
+// rank (rank + 1 + p) mod W's, the own shard last), causal through the engine's zigzag ring mode.
+// engine_tile: the forwarding policy's 128x128 tile (ring attention pins it with that policy).
+attention::Problem whole_problem(const at::Tensor& q, const at::Tensor& k, int world, int rank,
+                                 bool causal, float scale, bool engine_tile, const void* k_virt,
+                                 const void* v_virt, at::Tensor& out, at::Tensor& lse) {
+  attention::Problem p{};
+  p.q = q.data_ptr();
+  p.k = k_virt;
+  p.v = v_virt;
+  p.out = out.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  p.batch = static_cast<int>(q.size(0));
+  p.seq_q = static_cast<int>(q.size(1));
+  p.seq_kv = world * static_cast<int>(k.size(1));
+  p.heads = static_cast<int>(q.size(2));
+  p.heads_kv = static_cast<int>(k.size(2));
+  p.head_dim = static_cast<int>(q.size(3));
+  p.softmax_scale = scale;
+  p.causal = causal;
+  if (causal) {  // zigzag shards: the engine masks by global chunk (attention_api.h)
+    p.zz_world = world;
+    p.zz_rank = rank;
+    p.zz_chunk = static_cast<int>(q.size(1) / 2);
+    // The zigzag mode needs whole query tiles per chunk: the 128-row tile when the default
+    // causal tile does not divide the chunk.
+    if (p.zz_chunk % attention::block_m(static_cast<int>(q.size(3)), true, p.seq_q) != 0) {
+      p.block_m = 128;
+      p.block_n = attention::block_n(static_cast<int>(q.size(3)));
+    }
+  }
+  p.dtype = q.scalar_type() == at::kBFloat16 ? attention::DType::kBF16 : attention::DType::kFP16;
+  if (engine_tile) {  // the forwarding policy's tile
+    p.block_m = 128;
+    p.block_n = 128;
+  }
+  return p;
+}
+
+// The whole mode's engine grid: the device's SM count (under MPS: the client's share) less the
+// send kernel's CTAs. MKERNEL_RING_GRID=n (1..1024; a measurement knob, ranks may differ): the
+// engine's grid. Under MPS the clients' SM sets can overlap (session 8 run 1's fused_diag: the
+// later kernel got 30 of its 66 SMs, 36 only when the other's CTAs left), so a smaller grid may
+// leave the shared SMs to both ranks instead of to the first one; with claimed tiles any grid
+// covers every tile.
+int whole_grid(const at::Tensor& q, int send_ctas) {
+  int sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, q.device().index()));
+  int grid = std::max(1, sms - send_ctas);
+  if (const char* env = std::getenv("MKERNEL_RING_GRID")) {
+    const int n = std::atoi(env);
+    if (n >= 1 && n <= 1024) grid = n;
+  }
+  return grid;
+}
+
 std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::SymmetricGroup& g,
     const ring_attention::Geometry& geo, uint64_t sig, float scale, bool causal) {
@@ -404,7 +611,9 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const at::cuda::CUDAStream side = at::cuda::getStreamFromPool(true, q.device().index());
   auto check = [&](cudaError_t err, const char* what) { check_launch(g, err, what); };
+  RingPhases phases(stream);
   check(ring_attention::begin(view, sig, stream), "entry");
+  phases.mark();
   at::cuda::CUDAEvent entered, sent;
   entered.record(at::cuda::getCurrentCUDAStream());
   entered.block(side);
@@ -457,10 +666,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   }
   attention::HookArgs hooks;
   hooks.kv_ready = view.flags[rank] + ring_attention::whole_slot(world, geo.chunks, 0, 0, 0);
-  hooks.blocks_per_flag = geo.chunk_rows / attention::block_n(static_cast<int>(q.size(3)));
-  hooks.flags_per_head = world * geo.chunks;
-  hooks.flag_batch_stride = world * geo.chunks;
-  hooks.flag_head_stride = 0;
+  set_whole_flags(hooks, geo, world, q);
   hooks.kv_ready_value = 1;  // e = *epoch + 1
   hooks.kv_ready_epoch = view.epoch;
   hooks.kv_ready_epoch_scale = 1;
@@ -470,6 +676,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   hooks.group = view.group_id;
   hooks.peer = (rank + world - 1) % world;  // every shard arrives from rank r - 1
   hooks.split_masked = ring_split_masked();
+  hooks.skip_seen_flags = ring_flag_skip();
   const int next = (rank + 1) % world;
   // The claim counters, [0] forwarding items, [1] work tiles (zeroed on the caller's stream,
   // before the engine; the caching allocator keeps them until the engine is done with them, in
@@ -493,56 +700,96 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
     hooks.fwd_chunks = geo.chunks;
     hooks.fwd_causal = causal;
   }
-  attention::Problem p{};
-  p.q = q.data_ptr();
-  p.k = kv;
-  p.v = kv + v_off;
-  p.out = out.data_ptr();
-  p.lse = lse.data_ptr<float>();
-  p.batch = static_cast<int>(q.size(0));
-  p.seq_q = static_cast<int>(q.size(1));
-  p.seq_kv = world * geo.seq;
-  p.heads = static_cast<int>(q.size(2));
-  p.heads_kv = static_cast<int>(k.size(2));
-  p.head_dim = static_cast<int>(q.size(3));
-  p.softmax_scale = scale;
-  p.causal = causal;
-  if (causal) {  // zigzag shards: the engine masks by global chunk (attention_api.h)
-    p.zz_world = world;
-    p.zz_rank = rank;
-    p.zz_chunk = static_cast<int>(q.size(1) / 2);
-    // The zigzag mode needs whole query tiles per chunk: the 128-row tile when the default
-    // causal tile does not divide the chunk.
-    if (p.zz_chunk % attention::block_m(static_cast<int>(q.size(3)), true, p.seq_q) != 0) {
-      p.block_m = 128;
-      p.block_n = attention::block_n(static_cast<int>(q.size(3)));
-    }
-  }
-  p.dtype = q.scalar_type() == at::kBFloat16 ? attention::DType::kBF16 : attention::DType::kFP16;
-  if (in_engine) {  // the forwarding policy's tile
-    p.block_m = 128;
-    p.block_n = 128;
-  }
-  int sms = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, q.device().index()));
+  const attention::Problem p =
+      whole_problem(q, k, world, rank, causal, scale, in_engine, kv, kv + v_off, out, lse);
   attention::Launch l;
   l.stream = stream;
-  l.sm_count = std::max(1, sms - send_ctas);
-  // MKERNEL_RING_GRID=n (1..1024; a measurement knob, ranks may differ): the engine's grid. Under
-  // MPS the clients' SM sets can overlap (session 8 run 1's fused_diag: the later kernel got 30 of
-  // its 66 SMs, 36 only when the other's CTAs left), so a smaller grid may leave the shared SMs to
-  // both ranks instead of to the first one; with claimed tiles any grid covers every tile.
-  if (const char* grid = std::getenv("MKERNEL_RING_GRID")) {
-    const int n = std::atoi(grid);
-    if (n >= 1 && n <= 1024) l.sm_count = n;
-  }
+  l.sm_count = whole_grid(q, send_ctas);
+  phases.mark();
   const char* reason = nullptr;
   const cudaError_t err = attention::run_hooked(p, l, hooks, &reason);
   TORCH_CHECK_VALUE(reason == nullptr, kOp, ": ", reason, " (dtype ", q.scalar_type(), ", d ",
                     q.size(3), ")");
   check(err, "engine");
+  phases.mark();
   sent.block(at::cuda::getCurrentCUDAStream());
   check(ring_attention::end(view, stream), "exit");
+  phases.mark();
+  phases.finish("fused", rank, causal, q, {0, 1, 2, 3});
+  return {out, lse};
+}
+
+// The compute-alone ceiling on CUDA (see kOpAlone above): the whole mode's engine launch as
+// ring_attention_cuda_whole makes it (whole_problem, set_whole_flags, whole_send's kernel choice,
+// claimed tiles, MKERNEL_RING_SPLIT_MASK / MKERNEL_RING_FLAG_SKIP / MKERNEL_RING_GRID alike), on
+// k_ring / v_ring, with the grid of the whole SM share (no send kernel beside it) and every KV
+// flag already released: flags 0 against an expected value 0, so each of the engine's flag
+// checks is one acquire load that succeeds. Under the forwarding policy (the default kernel for
+// bf16 128x128) the forwarding role gets no items (fwd_batch 0): the same kernel, idle.
+std::tuple<at::Tensor, at::Tensor> compute_alone_cuda(const at::Tensor& q, const at::Tensor& k_ring,
+                                                      const at::Tensor& v_ring, int64_t rank,
+                                                      int64_t world_size, bool causal,
+                                                      std::optional<double> softmax_scale) {
+  validate_compute_alone(q, k_ring, v_ring, rank, world_size, causal, softmax_scale);
+  validation::check_dtype_in(kOpAlone, "q", q, {at::kBFloat16, at::kHalf}, "activations");
+  TORCH_CHECK_VALUE(q.size(3) == 64 || q.size(3) == 128, kOpAlone,
+                    ": head dims 64 and 128 (the CUDA ring's), got q: ", q.sizes());
+  const c10::cuda::CUDAGuard guard(q.device());
+  const int world = static_cast<int>(world_size), r = static_cast<int>(rank);
+  const int64_t s_kv = k_ring.size(1) / world;
+  const at::Tensor shard = k_ring.narrow(1, 0, s_kv);  // one shard's sizes (the geometry)
+  const bool aligned = !causal || (q.size(1) / 2) % 128 == 0;
+  const std::optional<ring_attention::Geometry> geo =
+      aligned ? whole_geometry(shard, world) : std::nullopt;
+  TORCH_CHECK_VALUE(geo.has_value(), kOpAlone, ": the whole-sequence mode's shapes only (shards a "
+                    "multiple of the key block, causal halves a multiple of 128; q: ", q.sizes(),
+                    ", k_ring: ", k_ring.sizes(), ")");
+  const float scale = static_cast<float>(softmax_scale.has_value()
+                                             ? *softmax_scale
+                                             : 1.0 / std::sqrt(static_cast<double>(q.size(3))));
+  at::Tensor out = at::empty_like(q);
+  at::Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+  const WholeSend how = whole_send(q, causal);
+  // int64 words: [0] the tile counter (an int), [1] the forwarding counter, then the flags.
+  const int64_t flags = static_cast<int64_t>(geo->batch) * world * geo->chunks;
+  at::Tensor scratch = at::zeros({2 + flags}, q.options().dtype(at::kLong));
+  int64_t* words = scratch.data_ptr<int64_t>();
+  attention::HookArgs hooks;
+  hooks.kv_ready = reinterpret_cast<const uint64_t*>(words + 2);
+  set_whole_flags(hooks, *geo, world, q);
+  hooks.kv_ready_value = 0;  // released: every flag >= 0
+  hooks.timeout_s = 10.0;
+  hooks.rank = r;
+  hooks.split_masked = ring_split_masked();
+  hooks.skip_seen_flags = ring_flag_skip();
+  if (whole_claims_tiles()) hooks.tile_counter = reinterpret_cast<int*>(words);
+  if (how.in_engine && world >= 2) {  // the forwarding policy's kernel with nothing to forward
+    hooks.fwd_counter = reinterpret_cast<int*>(words + 1);
+    hooks.fwd_src = k_ring.data_ptr();
+    hooks.fwd_dst = words + 1;  // never written: no items
+    hooks.fwd_flags = reinterpret_cast<uint64_t*>(words + 2);
+    hooks.fwd_row_bytes = geo->row_bytes;
+    hooks.fwd_world = world;
+    hooks.fwd_rank = r;
+    hooks.fwd_batch = 0;  // (W - 1) * 0 * chunks = 0 items
+    hooks.fwd_seq = geo->seq;
+    hooks.fwd_chunk_rows = geo->chunk_rows;
+    hooks.fwd_chunks = geo->chunks;
+    hooks.fwd_causal = causal;
+  }
+  const attention::Problem p = whole_problem(q, shard, world, r, causal, scale, how.in_engine,
+                                             k_ring.data_ptr(), v_ring.data_ptr(), out, lse);
+  attention::Launch l;
+  l.stream = at::cuda::getCurrentCUDAStream();
+  l.sm_count = whole_grid(q, 0);
+  RingPhases phases(l.stream);
+  const char* reason = nullptr;
+  const cudaError_t err = attention::run_hooked(p, l, hooks, &reason);
+  TORCH_CHECK_VALUE(reason == nullptr, kOpAlone, ": ", reason, " (dtype ", q.scalar_type(), ", d ",
+                    q.size(3), ")");
+  TORCH_CHECK(err == cudaSuccess, kOpAlone, ": engine launch failed: ", cudaGetErrorString(err));
+  phases.mark();
+  phases.finish("alone", r, causal, q, {2});
   return {out, lse};
 }
 
@@ -689,6 +936,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
       hooks.group = view.group_id;
       hooks.peer = (rank + world - 1) % world;  // the shard arrives from rank r - 1
       hooks.split_masked = ring_split_masked();
+      hooks.skip_seen_flags = ring_flag_skip();
     }
     const attention::HookArgs* hp = j > 0 ? &hooks : nullptr;
     const StepCall sc = step_call(q, k, rank, world, j, causal, kj, vj, part, lse_part);
@@ -736,10 +984,19 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda(const at::Tensor& q, cons
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(mkernel, Meta, m) { m.impl("ring_attention", &ring_attention_meta); }
-TORCH_LIBRARY_IMPL(mkernel, CPU, m) { m.impl("ring_attention", &ring_attention_cpu); }
+TORCH_LIBRARY_IMPL(mkernel, Meta, m) {
+  m.impl("ring_attention", &ring_attention_meta);
+  m.impl("ring_attention_compute_alone", &compute_alone_meta);
+}
+TORCH_LIBRARY_IMPL(mkernel, CPU, m) {
+  m.impl("ring_attention", &ring_attention_cpu);
+  m.impl("ring_attention_compute_alone", &compute_alone_cpu);
+}
 #ifdef MKERNEL_WITH_CUDA
-TORCH_LIBRARY_IMPL(mkernel, CUDA, m) { m.impl("ring_attention", &ring_attention_cuda); }
+TORCH_LIBRARY_IMPL(mkernel, CUDA, m) {
+  m.impl("ring_attention", &ring_attention_cuda);
+  m.impl("ring_attention_compute_alone", &compute_alone_cuda);
+}
 #endif  // MKERNEL_WITH_CUDA
 
 }  // namespace mkernel

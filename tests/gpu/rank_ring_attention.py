@@ -10,7 +10,7 @@ on fresh inputs (buffers and flags reused across calls without a host step).
 
 A rank prints ``CASE {json}`` per checked call, ``ERR {json}`` for an expected failure and
 ``OK <rank>`` at the end. ``TEST_SUITE`` (comma-separated) picks: ``matrix``, ``graph``,
-``grad``, ``kill`` (ends the process). Groups spanning emulated nodes run the same suites.
+``grad``, ``alone`` (ring12: the compute-alone ceiling op), ``kill`` (ends the process). Groups spanning emulated nodes run the same suites.
 """
 
 from __future__ import annotations
@@ -128,6 +128,38 @@ def matrix(c: Checker) -> None:
         for call, (q, k, v, out, lse) in enumerate(outs):
             ref, ref_lse = c.reference(causal, q, k, v)
             c.check("matrix", case, out, lse, ref, ref_lse, {"call": call})
+
+
+def whole_mode(case) -> bool:
+    """The case runs the whole-sequence mode (one engine launch; csrc/ring_attention.cpp)."""
+    causal, b, s, h, h_kv, d, dtype = case
+    return (s // 2) % 128 == 0 if causal else s % 128 == 0
+
+
+def alone(c: Checker) -> None:
+    """ring12: torch.ops.mkernel.ring_attention_compute_alone (the bench's compute-alone ceiling)
+    on this rank's shard with every rank's K/V shard in the ring's order (position p: rank
+    (rank + 1 + p) mod W's) against the reference, and bit for bit the ring's own output (the
+    same engine kernel on the same values, without the communication)."""
+    pick = os.environ.get("RING_CASES")
+    for i, case in enumerate(CASES):
+        if (pick and str(i) not in pick.split(",")) or not whole_mode(case):
+            continue
+        causal, b, s, h, h_kv, d, dtype = case
+        q, k, v = full_inputs(100 * i + 7, b, s * c.world, h, h_kv, d, dtype)
+        ql, kl, vl = (shard(x, c.rank, c.world, causal).to(c.device) for x in (q, k, v))
+        out, lse = mkernel.ring_attention(ql, kl, vl, causal=causal, group=c.ctx)
+        ring = [(c.rank + 1 + p) % c.world for p in range(c.world)]
+        k_ring, v_ring = (torch.cat([shard(x, src, c.world, causal) for src in ring], dim=1)
+                          .to(c.device) for x in (k, v))
+        poison(b, s, h, d, dtype, c.device)
+        out2, lse2 = torch.ops.mkernel.ring_attention_compute_alone(ql, k_ring, v_ring, c.rank,
+                                                                    c.world, causal)
+        torch.cuda.synchronize()
+        same = bool(torch.equal(out, out2) and torch.equal(lse, lse2))
+        ref, ref_lse = c.reference(causal, q, k, v)
+        c.check("alone", case, out2, lse2, ref, ref_lse, {"bitwise_ring": same})
+        assert same, f"compute-alone differs from the ring's output bit for bit (case {i})"
 
 
 def graph(c: Checker) -> None:

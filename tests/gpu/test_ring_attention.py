@@ -81,7 +81,11 @@ def test_ring_attention_across_emulated_nodes(mps, world):
                           # zigzag whole mode, 9 tiles per chunk; case 2: the per-step ring) and
                           # the KV-wait kernel beside the send kernel
                           ("MKERNEL_RING_SPLIT_MASK=1", "0,2,5", "matrix,graph"),
-                          ("MKERNEL_RING_SPLIT_MASK=1 MKERNEL_RING_SEND=kernel", "2,5", "matrix")])
+                          ("MKERNEL_RING_SPLIT_MASK=1 MKERNEL_RING_SEND=kernel", "2,5", "matrix"),
+                          # ring12 (opt-in, unmeasured): one KV-flag acquire per tile and flag in
+                          # the load lane (engine forwarding, case 5 with 2 blocks per flag, the
+                          # KV-wait kernel of fp16 case 6), and the compute-alone op with it
+                          ("MKERNEL_RING_FLAG_SKIP=1", "0,5,6", "matrix,graph,alone")])
 def test_ring_attention_pinned_paths(mps, knob, ring_cases, suite):
     """Whole-sequence shapes (non-causal, causal zigzag MQA) through the paths the benchmark
     times beside the default (the K/V forwarded inside the engine, tiles claimed): the
@@ -93,10 +97,22 @@ def test_ring_attention_pinned_paths(mps, knob, ring_cases, suite):
                     env=rank_env(mps, world, TEST_SUITE=suite, RING_CASES=ring_cases,
                                  MKERNEL_OP_TIMEOUT="20", **knobs))
     cases = check_ranks(res)
-    matrix = [c for c in cases if c["op"] not in ("graph", "after_graph")]
+    matrix = [c for c in cases if c["op"] not in ("graph", "after_graph", "alone")]
     assert len(matrix) == world * 2 * len(ring_cases.split(",")), len(matrix)
     if "graph" in suite:
         assert {"graph", "after_graph"} <= {c["op"] for c in cases}
+
+
+def test_compute_alone_is_the_ring_bit_for_bit(mps):
+    """ring12: the bench's compute-alone ceiling (torch.ops.mkernel.ring_attention_compute_alone
+    on every rank's K/V held locally in the ring's order) equals the ring's output bit for bit in
+    every whole-sequence case (non-causal, causal zigzag, GQA/MQA, both head dims and dtypes,
+    both hook policies), and the reference."""
+    world = 2
+    res = run_ranks(RING_MAIN, world, timeout=120,
+                    env=rank_env(mps, world, TEST_SUITE="alone", MKERNEL_OP_TIMEOUT="20"))
+    cases = check_ranks(res)
+    assert len(cases) == world * 5 and all(c["bitwise_ring"] for c in cases), cases
 
 
 def test_killed_rank_fails_the_others_within_the_timeout(mps):

@@ -146,6 +146,11 @@ struct HookArgs {
   // 1024; the same result bit for bit). Opt-in until measured (ring attention:
   // MKERNEL_RING_SPLIT_MASK=1); other tiles, dtypes and non-causal calls ignore it.
   bool split_masked = false;
+  // The load lane acquires a KV flag only for the first block of each flag it meets in a tile's
+  // walk (the blocks are walked downwards, so the next ones down to the flag's first block were
+  // released with it), instead of one system-scope acquire + proxy fence per block. The same
+  // loads of the same data. Opt-in until measured (ring attention: MKERNEL_RING_FLAG_SKIP=1).
+  bool skip_seen_flags = false;
 };
 
 // The default kernel's tile for a problem (block_n: for HookArgs::blocks_per_flag).

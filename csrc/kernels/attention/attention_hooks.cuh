@@ -20,7 +20,7 @@ struct NoHooks {
   static constexpr bool kForwardsKV = false;  // no forwarding role (kv_forward_hooks.cuh)
   static constexpr int kForwardSmemBytes = 0;
   static constexpr bool kClaimsTiles = false;  // the static tile order only (tile_handoff.cuh)
-  CUTLASS_DEVICE static void wait_kv(Params const&, int, int, int) {}
+  CUTLASS_DEVICE static int wait_kv(Params const&, int, int, int) { return 0; }
 };
 
 struct KvFlagHooks {
@@ -38,6 +38,9 @@ struct KvFlagHooks {
     // Non-null: the CTAs claim work tiles from this counter (zero at launch) instead of the
     // static order (tile_handoff.cuh; ring attention's whole-sequence mode).
     int* tile_counter = nullptr;
+    // Nonzero: the load lane skips the wait for a block whose flag it already acquired in the
+    // same tile (HookArgs::skip_seen_flags; wait_kv's return value).
+    int skip_seen = 0;
   };
   static constexpr bool kWaitsForKV = true;
   static constexpr bool kZigzag = true;  // ring attention: the zigzag ring mode is built in
@@ -45,14 +48,16 @@ struct KvFlagHooks {
   static constexpr int kForwardSmemBytes = 0;
   static constexpr bool kClaimsTiles = true;  // when Params::tile_counter is set
 
-  // Called by the producer's issuing lane before the loads of KV block n_block. Waits only
-  // when the block is the first one of its flag (or the first one this tile loads: blocks are
-  // walked last to first, so that is the block itself) — cheap either way, as a seen flag is
-  // one acquire load.
-  CUTLASS_DEVICE static void wait_kv(Params const& p, int batch, int head_kv, int n_block) {
-    if (p.kv_ready == nullptr) return;
-    const int slot = batch * p.flag_batch_stride + head_kv * p.flag_head_stride +
-                     n_block / p.blocks_per_flag;
+  // Called by the producer's issuing lane before the loads of KV block n_block: for every block
+  // (a seen flag costs one system-scope acquire load, its CCTL and a proxy fence), or with
+  // skip_seen only for the first block of each flag in a tile's walk (mainloop load()).
+  // Returns the lowest key block the caller may load without another wait: with skip_seen the
+  // first block of n_block's flag (a tile's walk goes down, so the blocks it loads after n_block
+  // down to that one were released with the same flag), else none (INT_MAX).
+  CUTLASS_DEVICE static int wait_kv(Params const& p, int batch, int head_kv, int n_block) {
+    if (p.kv_ready == nullptr) return 0;
+    const int flag = n_block / p.blocks_per_flag;
+    const int slot = batch * p.flag_batch_stride + head_kv * p.flag_head_stride + flag;
     uint64_t expected = p.kv_ready_value;
     // The counter only changes between launches (ring attention: the group's op epoch).
     if (p.kv_ready_epoch != nullptr) expected += p.kv_ready_epoch_scale * __ldg(p.kv_ready_epoch);
@@ -63,6 +68,7 @@ struct KvFlagHooks {
     site.index = slot;
     comm::wait_geq(p.kv_ready + slot, expected, p.timeout_ns, p.diag, p.group, p.rank, site);
     comm::fence_proxy_async_global();  // the TMA loads that follow must see the block
+    return p.skip_seen != 0 ? flag * p.blocks_per_flag : 0x7fffffff;
   }
 };
 

@@ -58,8 +58,8 @@ struct KvForwardHooks {
   // Dynamic shared memory past the kernel's SharedStorage: staging buffers, then mbarriers.
   static constexpr int kForwardSmemBytes = kFwdStages * kFwdPiece + kFwdStages * 8;
 
-  CUTLASS_DEVICE static void wait_kv(Params const& p, int batch, int head_kv, int n_block) {
-    KvFlagHooks::wait_kv(p, batch, head_kv, n_block);
+  CUTLASS_DEVICE static int wait_kv(Params const& p, int batch, int head_kv, int n_block) {
+    return KvFlagHooks::wait_kv(p, batch, head_kv, n_block);
   }
 
   CUTLASS_DEVICE static uint32_t piece_bytes(uint32_t n, uint32_t k) {

@@ -383,10 +383,15 @@ struct MainloopFwdSm90 {
     copy(p.tma_q.with(*pipeline_q.producer_get_barrier(q_write), 0), tQgQ, tQsQ);
     ++q_write;
 
+    // Blocks at or above seen_lo share the flag this lane acquired last in this tile (only with
+    // Hooks::Params::skip_seen; the walk goes down), so they need no second acquire.
+    [[maybe_unused]] int seen_lo = 0x7fffffff;
     CUTLASS_PRAGMA_NO_UNROLL
     for (int n = prev_block<kZZ>(p, work.m_block, n_max, n_min); n >= n_min;
          n = prev_block<kZZ>(p, work.m_block, n, n_min)) {
-      if constexpr (Hooks::kWaitsForKV) Hooks::wait_kv(hooks, work.batch, head_kv, n);
+      if constexpr (Hooks::kWaitsForKV) {
+        if (n < seen_lo) seen_lo = Hooks::wait_kv(hooks, work.batch, head_kv, n);
+      }
       StateK& k_write = k_state(kv_write);
       StateV& v_write = v_state(kv_write);
       pipeline_k.producer_acquire(k_write);
