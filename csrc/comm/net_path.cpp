@@ -199,6 +199,36 @@ struct NetCopier {
     if (stream != nullptr) (void)cudaStreamDestroy(stream);
   }
 
+  // One copy on the stream, by a copy engine: a same-device copy may otherwise run as an SM
+  // kernel, which could wait forever behind a collective kernel that fills this client's SMs
+  // while it waits for the signal this copy precedes. cudaMemcpyBatchAsync's
+  // PreferOverlapWithCompute asks for the copy engines (a hint; where the batch API refuses, a
+  // plain cudaMemcpyAsync, once noted in batch_refused).
+  cudaError_t copy(uint8_t* dst, const uint8_t* src, uint64_t bytes) {
+#if CUDART_VERSION >= 12080
+    if (!batch_refused) {
+      void* dsts[1] = {dst};
+      const void* srcs[1] = {src};
+      size_t sizes[1] = {static_cast<size_t>(bytes)};
+      cudaMemcpyAttributes attr{};
+      attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+      attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+      size_t first = 0;
+#if CUDART_VERSION >= 13000
+      const cudaError_t e = cudaMemcpyBatchAsync(dsts, srcs, sizes, 1, &attr, &first, 1, stream);
+#else
+      size_t fail = 0;
+      const cudaError_t e = cudaMemcpyBatchAsync(dsts, const_cast<void**>(srcs), sizes, 1, &attr, &first, 1, &fail, stream);
+#endif
+      if (e != cudaErrorNotSupported && e != cudaErrorInvalidValue) return e;
+      (void)cudaGetLastError();
+      batch_refused = true;
+    }
+#endif
+    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+  }
+  bool batch_refused = false;
+
   static int32_t start(void* ctx, int32_t peer, uint32_t local_buf, uint64_t local_off, uint32_t remote_buf,
                        uint64_t remote_off, uint64_t bytes, uint64_t* token) {
     auto* c = static_cast<NetCopier*>(ctx);
@@ -207,8 +237,7 @@ struct NetCopier {
       return static_cast<int32_t>(cudaErrorInvalidValue);  // not a path the kernels use
     }
     ThreadScope scope(c->device);
-    cudaError_t e = cudaMemcpyAsync(c->peer_recv[peer] + remote_off, c->send + local_off, bytes,
-                                    cudaMemcpyDeviceToDevice, c->stream);
+    cudaError_t e = c->copy(c->peer_recv[peer] + remote_off, c->send + local_off, bytes);
     if (e == cudaSuccess) e = cudaEventRecord(c->events[c->next % kEvents], c->stream);
     if (e != cudaSuccess) return static_cast<int32_t>(e);
     *token = c->next++;

@@ -33,7 +33,10 @@ import (
 // a job must agree (a peer's GPU region in the address blob of a rank without it is a protocol
 // error).
 
-// EnvGPUDirect turns the GPU-direct emulation on ("1"); unset or "0": off (host staging).
+// EnvGPUDirect turns the GPU-direct emulation on ("1"); unset or "0": off (host staging) — unless
+// the caller passes a device copier (transport.Config.DeviceCopy), which asks for it: the torch
+// extension decides (csrc/comm/net_path.cpp reads the same variable) and passes one only then, so
+// the two sides cannot disagree.
 const EnvGPUDirect = "MKERNEL_NET_GDR"
 
 // WithGPUDirect accepts GPU regions (Region.Device), whose bytes the Config's DeviceCopier

@@ -235,3 +235,24 @@ func TestGPUDirectRefusals(t *testing.T) {
 		t.Fatalf("Register of a GPU region with WithGPUDirect but no copier = %v, want ErrNotSupported naming the copier", err)
 	}
 }
+
+// Backend.Open turns the emulation on for a caller that passes a device copier, whatever
+// MKERNEL_NET_GDR says (the extension decides and passes one only then); without one it follows
+// the variable.
+func TestGPUDirectFollowsTheCopier(t *testing.T) {
+	t.Setenv(loopback.EnvGPUDirect, "")
+	for _, withCopier := range []bool{false, true} {
+		cfg := transport.Config{Rank: 0, World: 1, Key: transporttest.TestKey}
+		if withCopier {
+			cfg.DeviceCopy = &fakeCopier{g: newFakeGPU(1, 64)}
+		}
+		tr, err := loopback.Backend{}.Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tr.Caps().DeviceMemory; got != withCopier {
+			t.Errorf("copier %v: Caps.DeviceMemory = %v", withCopier, got)
+		}
+		_ = tr.Close()
+	}
+}

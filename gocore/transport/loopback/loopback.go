@@ -72,7 +72,7 @@ func (Backend) Open(ctx context.Context, cfg transport.Config) (transport.Transp
 	if err != nil {
 		return nil, fmt.Errorf("loopback: open rank %d: %w", cfg.Rank, err)
 	}
-	if gdr {
+	if gdr || cfg.DeviceCopy != nil { // a caller that passes a device copier asks for it
 		opts = append(opts, WithGPUDirect())
 	}
 	return Open(ctx, cfg, opts...)
