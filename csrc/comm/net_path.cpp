@@ -25,6 +25,9 @@ constexpr uint32_t kRecvBuffer = 1;  // buffer ids, the same on every rank
 constexpr uint32_t kSendBuffer = 2;
 constexpr uint64_t kMinBytes = 64 << 10;
 constexpr uint64_t kGpuGranule = 2 << 20;  // GPU buffers: whole 2 MiB pages (DMA-BUF export)
+// GPU-direct emulation: CTAs the collectives leave free (NetDevice::spare_ctas) in case the driver
+// runs the copier's copies as SM kernels despite the copy-engine hint.
+constexpr uint32_t kGdrSpareCtas = 2;
 
 uint64_t round_up_pow2(uint64_t need) {
   uint64_t c = kMinBytes;
@@ -461,6 +464,7 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
   view.send_bytes = info[1].bytes;
   view.recv_buf_id = kRecvBuffer;
   view.send_buf_id = kSendBuffer;
+  view.spare_ctas = gdr ? kGdrSpareCtas : 0;
 
   void* flags = nullptr;
   size_t flag_bytes = 0;

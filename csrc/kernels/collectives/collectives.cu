@@ -921,6 +921,7 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
   int ctas = 0;
   cudaError_t err = resident_ctas(kernel, &ctas);
   if (err != cudaSuccess) return err;
+  if (p.remote > 0) ctas -= static_cast<int>(std::min<uint32_t>(g.net.spare_ctas, static_cast<uint32_t>(ctas) / 4));
   if (a.ctas > 0) ctas = std::min(ctas, a.ctas);
   ctas = std::max(1, std::min<int>(ctas, static_cast<int>(items)));
   void* args[] = {&p};

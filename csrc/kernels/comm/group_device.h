@@ -63,6 +63,11 @@ struct NetDevice {
   // arrival_claim[s] the last call number whose first waiter took the polling of arrival[s].
   uint64_t* arrival_mirror = nullptr;
   uint64_t* arrival_claim = nullptr;
+  // CTAs a kernel that spins on this path leaves free of its co-resident grid: under the loopback
+  // GPU-direct emulation the transport moves the bytes with this process's CUDA copies, which the
+  // driver may run as SM kernels; a grid holding every SM of the client while it waits for them
+  // would never see them run (csrc/comm/net_path.cpp sets it; 0 elsewhere).
+  uint32_t spare_ctas = 0;
 };
 constexpr int kNetStageCounters = (kMaxRanks + 1) * 8;  // (destination block + 1) x pieces
 
