@@ -38,10 +38,11 @@ stagers and readers split, see csrc/kernels/collectives/collectives.cu item_rang
 eighths of the grid, 0 = the deferred transport waits alone; switched per call through
 torch.ops.mkernel._set_net_overlap), interleaved with the default in one process, after checking
 each variant's outputs bit for bit against the default's.
---gdr runs the ranks with MKERNEL_NET_GDR=1: the loopback transport's GPU-direct emulation (the
-kernels store the other nodes' bytes straight into their GPU receive buffers through CUDA IPC and
-the transport moves no data, only charges the link and places the signals; gocore/transport/
-loopback/gpudirect.go); rows carry gpu_direct, and with --emulate net/link = net GB/s over the
+--gdr runs the ranks with MKERNEL_NET_GDR=1: the loopback transport's GPU-direct emulation (GPU
+send/receive buffers used as over RDMA; the transport books each op on the emulated link and, once
+it is due at the peer, moves its bytes with the extension's copy engine into the peer's receive
+buffer (CUDA IPC), then places the signal: gocore/transport/loopback/gpudirect.go, csrc/comm/
+net_path.cpp NetCopier); rows carry gpu_direct, and with --emulate net/link = net GB/s over the
 emulated link's rate. MKERNEL_NET_MIRROR=1 in the environment (the ranks inherit it): one poller
 per inter-node arrival flag and call, the other CTAs wait on a device-memory mirror (rows carry
 flag_mirror).
@@ -353,7 +354,7 @@ def main() -> None:
                     help="with --nodes > 1: also time every op under OVERLAP_VARIANTS (the overlap mode with "
                          "4, 2, 6 and 0 eighths of the grid staging), interleaved, outputs checked bit for bit")
     ap.add_argument("--gdr", action="store_true",
-                    help="MKERNEL_NET_GDR=1 for the ranks: loopback's GPU-direct emulation (no host staging)")
+                    help="MKERNEL_NET_GDR=1 for the ranks: loopback's GPU-direct emulation (GPU buffers, no host staging)")
     ap.add_argument("--emulate", default=os.environ.get("MKERNEL_NET_EMULATE", ""),
                     help="shape the loopback link between emulated nodes (MKERNEL_NET_EMULATE), e.g. 50GB/s,3us")
     args = ap.parse_args()

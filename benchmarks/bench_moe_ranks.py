@@ -181,7 +181,7 @@ def rank_main() -> None:
             part16 = part.to(dt)  # MKERNEL_MOE_NODES_COMBINE=reduce16's partials
             cands["link_substrate_reduce_scatter"] = lambda: mkernel.reduce_scatter(part, group=ctx)
             cands["link_substrate_reduce_scatter16"] = lambda: mkernel.reduce_scatter(part16, group=ctx)
-            if nodes == world and os.environ.get("MKERNEL_NET_GDR") != "1":
+            if nodes == world:
                 cands["link_exchange_gather"] = lambda: torch.ops.mkernel._moe_exchange(
                     x, False, ctx.handle, world)
                 cands["link_exchange_a2a"] = lambda: torch.ops.mkernel._moe_exchange(

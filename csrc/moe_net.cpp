@@ -34,21 +34,16 @@ void check(const char* op, cudaError_t err, const char* what, const comm::Symmet
               wait.empty() ? std::string() : "; " + wait);
 }
 
-// net10's GPU-direct emulation (MKERNEL_NET_GDR=1): the transport moves no bytes (the sender
-// places them in the peer's GPU receive buffer itself), so a staged copy would never arrive;
-// there the substrate's collectives store GPU to GPU themselves.
-bool gpu_direct_emulation() {
-  const char* v = std::getenv("MKERNEL_NET_GDR");
-  return v != nullptr && v[0] == '1';
-}
-
 }  // namespace
 
 bool exchange_by_copy_engine(const char* op, int64_t group, int64_t world_size,
                              const at::Device& device) {
   // MKERNEL_MOE_NODES_PATH: "substrate" never, "ce" wherever every rank is alone on its node,
-  // unset: there too when the nodes are emulated on this host and the inter-node areas are host
-  // staging (the loopback transport: where s9run2 verified it and measured it 2x faster).
+  // unset: there too when the nodes are emulated on this host (the loopback transport) and the
+  // inter-node areas are host staging (where s9run2 verified it and measured it 2x faster than
+  // the collectives) or the GPU memory of the GPU-direct emulation (MKERNEL_NET_GDR=1: the
+  // stage and unstage copies are device copies, the transport's copy engine moves each piece
+  // when the emulated link delivers it, and no SM is held while the pieces are in flight).
   static const int mode = [] {
     const char* v = std::getenv("MKERNEL_MOE_NODES_PATH");
     const std::string m = v == nullptr ? "" : v;
@@ -57,7 +52,7 @@ bool exchange_by_copy_engine(const char* op, int64_t group, int64_t world_size,
     return m == "substrate" ? 0 : m == "ce" ? 2 : 1;
   }();
   static const bool emulated = std::getenv("MKERNEL_EMULATED_NODE") != nullptr;
-  if (mode == 0 || gpu_direct_emulation()) return false;
+  if (mode == 0) return false;
   const comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, device);
   if (g.nodes() != g.world()) return false;
   if (mode == 2) return true;
@@ -71,7 +66,7 @@ bool exchange_by_copy_engine(const char* op, int64_t group, int64_t world_size,
     cudaGetLastError();
     return false;
   }
-  return attr.type == cudaMemoryTypeHost;
+  return attr.type == cudaMemoryTypeHost || attr.type == cudaMemoryTypeDevice;
 }
 
 namespace {
@@ -199,9 +194,6 @@ at::Tensor exchange_op(const at::Tensor& src, bool all_to_all, int64_t group, in
   TORCH_CHECK_VALUE(g.nodes() == g.world() && g.world() > 1, kOp,
                     ": the exchange needs every rank of the group alone on its node (group has ",
                     g.world(), " ranks on ", g.nodes(), " nodes)");
-  TORCH_CHECK_VALUE(!gpu_direct_emulation(), kOp,
-                    ": the exchange stages through host memory; MKERNEL_NET_GDR=1 (GPU-direct "
-                    "emulation) moves no staged bytes: use the substrate's collectives there");
   return exchange_nodes(kOp, all_to_all ? comm::kOpMoeCombine : comm::kOpMoeDispatch, src,
                         all_to_all, group, world_size);
 }

@@ -1,5 +1,5 @@
-// The MoE's own inter-node exchange (the default on emulated nodes with one rank each and host
-// staging; MKERNEL_MOE_NODES_PATH=substrate opts out, =ce forces it): blocks of rows between
+// The MoE's own inter-node exchange (the default on emulated nodes with one rank each, host
+// staging or GPU-direct; MKERNEL_MOE_NODES_PATH=substrate opts out, =ce forces it): blocks of rows between
 // ranks of different nodes, moved by the copy engines into and out of the substrate's inter-node
 // staging areas and carried by its FIFO -> Go proxy -> transport path, pipelined over pieces
 // (kernels/moe/moe_net_api.h has the protocol). It replaces the substrate's all_gather /
@@ -20,7 +20,8 @@ namespace moe {
 
 // Every rank of the group is alone on its node, and: MKERNEL_MOE_NODES_PATH=ce, or (unset) the
 // nodes are emulated on this host (MKERNEL_EMULATED_NODE) and the inter-node areas are host
-// staging (never under MKERNEL_NET_GDR=1). The same answer on every rank.
+// staging or, under MKERNEL_NET_GDR=1, the GPU-direct emulation's GPU memory. The same answer on
+// every rank.
 bool exchange_by_copy_engine(const char* op, int64_t group, int64_t world_size,
                              const at::Device& device);
 

@@ -25,6 +25,9 @@ constexpr uint32_t kRecvBuffer = 1;  // buffer ids, the same on every rank
 constexpr uint32_t kSendBuffer = 2;
 constexpr uint64_t kMinBytes = 64 << 10;
 constexpr uint64_t kGpuGranule = 2 << 20;  // GPU buffers: whole 2 MiB pages (DMA-BUF export)
+// GPU-direct emulation: CTAs the collectives leave free (NetDevice::spare_ctas) in case the driver
+// runs the copier's copies as SM kernels despite the copy-engine hint.
+constexpr uint32_t kGdrSpareCtas = 2;
 
 uint64_t round_up_pow2(uint64_t need) {
   uint64_t c = kMinBytes;
@@ -50,11 +53,19 @@ class DeviceScope {
 };
 
 // MKERNEL_NET_GDR=1: the loopback transport's GPU-direct emulation (gocore/transport/loopback,
-// gpudirect.go; the Go side reads the same variable): GPU buffers, and the kernels store the
-// bytes into the peers' receive buffers themselves (NetDevice::peer_recv). Opt-in.
+// gpudirect.go; the Go side reads the same variable, with the same spelling rules): the send and
+// receive buffers are GPU memory registered with the transport, the kernels run the RDMA
+// protocol on them (store into the send area, push, wait for the completion before reuse), and
+// the transport, once an op is due at the peer after the emulated link's serialization and
+// latency, moves its bytes with this extension's copy engine (NetCopier below) and only then
+// releases the signal: what a ConnectX-7 GPUDirect RDMA write does, with the wire emulated.
 bool gpu_direct_env() {
   const char* v = std::getenv("MKERNEL_NET_GDR");
-  return v != nullptr && std::strcmp(v, "1") == 0;
+  std::string s = v != nullptr ? v : "";
+  s.erase(0, s.find_first_not_of(" \t\n"));
+  s.erase(s.find_last_not_of(" \t\n") + 1);
+  TORCH_CHECK_VALUE(s.empty() || s == "0" || s == "1", "MKERNEL_NET_GDR=\"", v, "\": want 0 or 1");
+  return s == "1";
 }
 
 // The transport the data path will open, as far as the environment says ("" = automatic).
@@ -143,6 +154,113 @@ struct NetIpcMapping {
   void* ptr = nullptr;
 };
 
+// The GPU-direct emulation's "NIC DMA" (mk_datapath_config's device copier, ABI v3): the Go
+// transport calls start() from its proxy thread when an op is due at the peer, and done() until
+// the copy finished, before it releases the op's signal. One non-blocking stream (it must never
+// wait for the legacy default stream, where a kernel spins on the very signal this copy
+// precedes) and a ring of events, one per copy in flight (the transport keeps at most
+// MK_DEVICE_COPIES_IN_FLIGHT). The proxy thread runs in relaxed capture mode: a CUDA-graph capture
+// on another thread of the process must not forbid its copies.
+struct NetCopier {
+  static constexpr uint32_t kEvents = 2 * MK_DEVICE_COPIES_IN_FLIGHT;
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  std::vector<cudaEvent_t> events;
+  uint64_t next = 0;                    // the next copy's token
+  uint8_t* send = nullptr;              // this rank's GPU send area
+  std::vector<uint8_t*> peer_recv;      // peers' receive areas (CUDA IPC), by rank
+  uint32_t send_id = 0, recv_id = 0;
+
+  // The calling thread in relaxed capture mode on the path's device, restored after.
+  struct ThreadScope {
+    explicit ThreadScope(int device) {
+      cudaThreadExchangeStreamCaptureMode(&mode);
+      cudaGetDevice(&prev);
+      if (prev != device) cudaSetDevice(device);
+    }
+    ~ThreadScope() {
+      int cur = 0;
+      cudaGetDevice(&cur);
+      if (cur != prev) cudaSetDevice(prev);
+      cudaThreadExchangeStreamCaptureMode(&mode);
+    }
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    int prev = 0;
+  };
+
+  void open(const char* op, int dev) {
+    device = dev;
+    check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), op, "cudaStreamCreateWithFlags (GPU-direct copies)");
+    events.assign(kEvents, nullptr);
+    for (auto& e : events) check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), op, "cudaEventCreate (GPU-direct copies)");
+  }
+  ~NetCopier() {
+    if (stream != nullptr) (void)cudaStreamSynchronize(stream);
+    for (cudaEvent_t e : events) {
+      if (e != nullptr) (void)cudaEventDestroy(e);
+    }
+    if (stream != nullptr) (void)cudaStreamDestroy(stream);
+  }
+
+  // One copy on the stream, by a copy engine: a same-device copy may otherwise run as an SM
+  // kernel, which could wait forever behind a collective kernel that fills this client's SMs
+  // while it waits for the signal this copy precedes. cudaMemcpyBatchAsync's
+  // PreferOverlapWithCompute asks for the copy engines (a hint; where the batch API refuses, a
+  // plain cudaMemcpyAsync, once noted in batch_refused).
+  cudaError_t copy(uint8_t* dst, const uint8_t* src, uint64_t bytes) {
+#if CUDART_VERSION >= 12080
+    if (!batch_refused) {
+      void* dsts[1] = {dst};
+      const void* srcs[1] = {src};
+      size_t sizes[1] = {static_cast<size_t>(bytes)};
+      cudaMemcpyAttributes attr{};
+      attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+      attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+      size_t first = 0;
+#if CUDART_VERSION >= 13000
+      const cudaError_t e = cudaMemcpyBatchAsync(dsts, srcs, sizes, 1, &attr, &first, 1, stream);
+#else
+      size_t fail = 0;
+      const cudaError_t e = cudaMemcpyBatchAsync(dsts, const_cast<void**>(srcs), sizes, 1, &attr, &first, 1, &fail, stream);
+#endif
+      if (e != cudaErrorNotSupported && e != cudaErrorInvalidValue) return e;
+      (void)cudaGetLastError();
+      batch_refused = true;
+    }
+#endif
+    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+  }
+  bool batch_refused = false;
+
+  static int32_t start(void* ctx, int32_t peer, uint32_t local_buf, uint64_t local_off, uint32_t remote_buf,
+                       uint64_t remote_off, uint64_t bytes, uint64_t* token) {
+    auto* c = static_cast<NetCopier*>(ctx);
+    if (local_buf != c->send_id || remote_buf != c->recv_id || peer < 0 ||
+        static_cast<size_t>(peer) >= c->peer_recv.size() || c->peer_recv[peer] == nullptr) {
+      return static_cast<int32_t>(cudaErrorInvalidValue);  // not a path the kernels use
+    }
+    ThreadScope scope(c->device);
+    cudaError_t e = c->copy(c->peer_recv[peer] + remote_off, c->send + local_off, bytes);
+    if (e == cudaSuccess) e = cudaEventRecord(c->events[c->next % kEvents], c->stream);
+    if (e != cudaSuccess) return static_cast<int32_t>(e);
+    *token = c->next++;
+    return 0;
+  }
+
+  static int32_t done(void* ctx, uint64_t token, int32_t* is_done) {
+    auto* c = static_cast<NetCopier*>(ctx);
+    ThreadScope scope(c->device);
+    const cudaError_t e = cudaEventQuery(c->events[token % kEvents]);
+    if (e == cudaErrorNotReady) {
+      (void)cudaGetLastError();  // not an error; keep this thread's last error clean
+      *is_done = 0;
+      return 0;
+    }
+    *is_done = e == cudaSuccess ? 1 : 0;
+    return e == cudaSuccess ? 0 : static_cast<int32_t>(e);
+  }
+};
+
 // Everything one opening of the path owns, released in the reverse order of acquisition.
 struct NetPath::Impl {
   NetPathConfig cfg;
@@ -155,9 +273,10 @@ struct NetPath::Impl {
   mk_fifo_ctrl* fifo = nullptr;        // host mapping
   bool gpu_memory = false;
   std::string transport = "?";
-  // GPU-direct emulation: the peers' receive buffers and their device table (NetDevice::peer_recv).
+  // GPU-direct emulation: the peers' receive buffers (CUDA IPC), which the copier writes.
   std::vector<std::unique_ptr<NetIpcMapping>> peer_recv;
-  void* peer_table = nullptr;
+  std::unique_ptr<NetCopier> copier;  // GPU-direct emulation: its copy engine (after dp in ~Impl)
+  bool gpu_direct = false;
   void* mirror = nullptr;  // NetDevice::arrival_mirror, then arrival_claim
 
   ~Impl() {
@@ -171,9 +290,9 @@ struct NetPath::Impl {
       core_api().datapath_destroy(dp.h);  // the transport deregisters the GPU buffers
       dp.h = 0;
     }
+    copier.reset();  // no copy is started after datapath_destroy; finish the last ones
     for (int fd : dmabuf_fds) close(fd);
     peer_recv.clear();
-    if (peer_table != nullptr) (void)cudaFree(peer_table);
     if (mirror != nullptr) (void)cudaFree(mirror);
     if (gpu_send != nullptr) (void)cudaFree(gpu_send);
     if (gpu_recv != nullptr) (void)cudaFree(gpu_recv);
@@ -193,8 +312,8 @@ struct NetPath::Impl {
   }
 
   // GPU-direct emulation (COLLECTIVE over the session): publishes this rank's GPU receive buffer
-  // through CUDA IPC, maps every rank of another node's, and fills view.peer_recv.
-  void map_peer_recv(const char* op, mk_session_t s, NetDevice& view) {
+  // through CUDA IPC, maps every rank of another node's, and gives them to the copier.
+  void map_peer_recv(const char* op, mk_session_t s) {
     const int world = static_cast<int>(cfg.node.size());
     TORCH_CHECK(cfg.rank >= 0 && cfg.rank < world, op, ": NetPath needs this rank (", cfg.rank,
                 ") for the GPU-direct emulation");
@@ -206,7 +325,7 @@ struct NetPath::Impl {
     const std::vector<std::string> blobs = session_allgather_blobs(
         op, s, std::string(reinterpret_cast<const char*>(&mine), sizeof mine),
         static_cast<double>(cfg.timeout_ms) / 1000.0, "the GPU-direct receive buffers");
-    std::vector<uint8_t*> table(kMaxRanks, nullptr);
+    std::vector<uint8_t*> table(world, nullptr);
     peer_recv.resize(world);
     for (int r = 0; r < world; ++r) {
       if (r == cfg.rank || cfg.node[r] == cfg.node[cfg.rank]) continue;
@@ -228,11 +347,9 @@ struct NetPath::Impl {
       table[r] = static_cast<uint8_t*>(m->ptr);
       peer_recv[r] = std::move(m);
     }
-    const size_t bytes = table.size() * sizeof(uint8_t*);
-    check_cuda(cudaMalloc(&peer_table, bytes), op, "cudaMalloc (GPU-direct peer table)");
-    check_cuda(cudaMemcpy(peer_table, table.data(), bytes, cudaMemcpyHostToDevice), op,
-               "cudaMemcpy (GPU-direct peer table)");
-    view.peer_recv = static_cast<uint8_t* const*>(peer_table);
+    copier->send = static_cast<uint8_t*>(gpu_send);
+    copier->peer_recv = std::move(table);  // before datapath_create starts the proxy thread
+    gpu_direct = true;
   }
 };
 
@@ -295,6 +412,21 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
   dc.net = cfg.net.empty() ? nullptr : cfg.net.c_str();
   dc.timeout_ms = cfg.timeout_ms;
   dc.fifo_clock = MK_FIFO_CLOCK_GLOBALTIMER;
+  // GPU-direct emulation: the copy engine the transport moves the bytes with (ABI v3 tail).
+  const bool gdr = offer && chosen_net(cfg.net) == "loopback" && gpu_direct_env();
+  if (gdr) {
+    TORCH_CHECK(api.version >= 3, op,
+                ": MKERNEL_NET_GDR=1 needs the mkernel core's device copier (C ABI v3), but the loaded core serves "
+                "ABI v", api.version, ": rebuild build/core (make core) together with the extension");
+    impl->copier = std::make_unique<NetCopier>();
+    impl->copier->open(op, cfg.device);
+    impl->copier->send_id = kSendBuffer;
+    impl->copier->recv_id = kRecvBuffer;
+    dc.device_copy_start = &NetCopier::start;
+    dc.device_copy_done = &NetCopier::done;
+    dc.device_copy_ctx = impl->copier.get();
+    impl->map_peer_recv(op, s);  // collective; complete before the proxy thread exists
+  }
   const std::string what = std::string("datapath_create (") + op + ": GPU inter-node path)";
   check_core(api.datapath_create(s, &dc, &impl->dp.h), what.c_str());
 
@@ -306,6 +438,13 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
   }
   impl->gpu_memory = info[0].kind == MK_BUFFER_DEVICE;
   impl->transport = transport_of(impl->dp.h);
+  // What was asked must be what the core delivered: a GPU-direct request that came back as host
+  // staging (a core without the emulation, another transport) is an error, never a silent fallback.
+  TORCH_CHECK(!gdr || (impl->gpu_memory && impl->transport == "loopback"), op,
+              ": MKERNEL_NET_GDR=1 asked the loopback transport for GPU-direct buffers, but the core's data path "
+              "gave ", impl->gpu_memory ? "GPU" : "host staging", " buffers on transport \"", impl->transport,
+              "\": the loaded core (", core_api().get_version(), ") lacks the GPU-direct emulation; rebuild build/core "
+              "(make core) together with the extension, or unset MKERNEL_NET_GDR");
   if (!impl->gpu_memory && offer) {
     // Host staging was allocated instead: the offered GPU memory is not needed.
     for (int fd : impl->dmabuf_fds) close(fd);
@@ -325,7 +464,7 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
   view.send_bytes = info[1].bytes;
   view.recv_buf_id = kRecvBuffer;
   view.send_buf_id = kSendBuffer;
-  if (impl->gpu_memory && impl->transport == "loopback") impl->map_peer_recv(op, s, view);
+  view.spare_ctas = gdr ? kGdrSpareCtas : 0;
 
   void* flags = nullptr;
   size_t flag_bytes = 0;
@@ -367,7 +506,7 @@ NetPath::~NetPath() = default;
 
 const NetPathConfig& NetPath::config() const { return impl_->cfg; }
 bool NetPath::gpu_memory() const { return impl_->gpu_memory; }
-bool NetPath::gpu_direct() const { return impl_->peer_table != nullptr; }
+bool NetPath::gpu_direct() const { return impl_->gpu_direct; }
 std::string NetPath::transport() const { return impl_->transport; }
 
 std::string NetPath::failure() const {

@@ -67,7 +67,8 @@ class NetPath {
 
   // True when send/recv are GPU memory registered with the NIC, false for host staging.
   bool gpu_memory() const;
-  // True when the kernels place the bytes at the peers themselves (NetDevice::peer_recv).
+  // True under the loopback GPU-direct emulation (MKERNEL_NET_GDR=1): GPU buffers whose bytes the
+  // transport moves with this extension's copy engine when an op is due (net_path.cpp NetCopier).
   bool gpu_direct() const;
   std::string transport() const;
 

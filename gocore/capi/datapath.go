@@ -2,6 +2,17 @@ package capi
 
 /*
 #include "capi_types.h"
+
+// Calls through the caller's device copier (cgo cannot call a C function pointer itself).
+typedef int32_t (*mk_capi_copy_start_fn)(void*, int32_t, uint32_t, uint64_t, uint32_t, uint64_t, uint64_t, uint64_t*);
+typedef int32_t (*mk_capi_copy_done_fn)(void*, uint64_t, int32_t*);
+static inline int32_t mk_capi_call_start(mk_capi_copy_start_fn f, void* ctx, int32_t peer, uint32_t lb, uint64_t lo,
+                                         uint32_t rb, uint64_t ro, uint64_t n, uint64_t* tok) {
+  return f(ctx, peer, lb, lo, rb, ro, n, tok);
+}
+static inline int32_t mk_capi_call_done(mk_capi_copy_done_fn f, void* ctx, uint64_t tok, int32_t* done) {
+  return f(ctx, tok, done);
+}
 */
 import "C"
 
@@ -45,12 +56,39 @@ func datapathErr(err error) error {
 	return err
 }
 
-// Sizes of the v1 and v2 layouts of mk_datapath_config: a v1 caller's struct ends
-// before the v2 tail (fifo_clock, num_device_buffers, device_buffers).
+// Sizes of the v1, v2 and v3 layouts of mk_datapath_config: a v1 caller's struct ends
+// before the v2 tail (fifo_clock, num_device_buffers, device_buffers), a v2 caller's before
+// the v3 tail (the device copier).
 var (
 	datapathConfigV1Size = C.size_t(unsafe.Offsetof(C.mk_datapath_config{}.fifo_clock))
-	datapathConfigV2Size = C.size_t(unsafe.Sizeof(C.mk_datapath_config{}))
+	datapathConfigV2Size = C.size_t(unsafe.Offsetof(C.mk_datapath_config{}.device_copy_start))
+	datapathConfigV3Size = C.size_t(unsafe.Sizeof(C.mk_datapath_config{}))
 )
+
+// cCopier is the caller's device copier (mk_datapath_config v3 tail) as a
+// transport.DeviceCopier. The function pointers and ctx are C memory, kept as given.
+type cCopier struct {
+	start C.mk_capi_copy_start_fn
+	done  C.mk_capi_copy_done_fn
+	ctx   unsafe.Pointer
+}
+
+func (c *cCopier) Start(peer int, local transport.BufferID, localOff uint64, remote transport.BufferID, remoteOff, n uint64) (uint64, error) {
+	var tok C.uint64_t
+	if rc := C.mk_capi_call_start(c.start, c.ctx, C.int32_t(peer), C.uint32_t(local), C.uint64_t(localOff),
+		C.uint32_t(remote), C.uint64_t(remoteOff), C.uint64_t(n), &tok); rc != 0 {
+		return 0, fmt.Errorf("the extension's device_copy_start failed (error %d; a cudaError_t)", int32(rc))
+	}
+	return uint64(tok), nil
+}
+
+func (c *cCopier) Done(token uint64) (bool, error) {
+	var done C.int32_t
+	if rc := C.mk_capi_call_done(c.done, c.ctx, C.uint64_t(token), &done); rc != 0 {
+		return false, fmt.Errorf("the extension's device_copy_done failed (error %d; a cudaError_t)", int32(rc))
+	}
+	return done != 0, nil
+}
 
 // datapathConfig converts the C configuration.
 func datapathConfig(cfg C.mk_cdpconfig, world int) (datapath.Config, error) {
@@ -110,6 +148,16 @@ func datapathConfig(cfg C.mk_cdpconfig, world int) (datapath.Config, error) {
 				out.Device = append(out.Device, datapath.DeviceBuffer{ID: transport.BufferID(d.id), Region: transport.DeviceRegion{
 					GPU: int(d.gpu), Ptr: uintptr(d.ptr), Len: uint64(d.bytes), DMABufFD: int(d.dmabuf_fd), DMABufOffset: uint64(d.dmabuf_offset)}})
 			}
+		}
+	}
+	// The v3 tail: the device copier (both functions or neither).
+	if cfg.size >= datapathConfigV3Size && cfg.version >= 3 {
+		switch {
+		case cfg.device_copy_start != nil && cfg.device_copy_done != nil:
+			out.DeviceCopy = &cCopier{start: C.mk_capi_copy_start_fn(cfg.device_copy_start),
+				done: C.mk_capi_copy_done_fn(cfg.device_copy_done), ctx: cfg.device_copy_ctx}
+		case cfg.device_copy_start != nil || cfg.device_copy_done != nil:
+			return out, invalid("device_copy_start and device_copy_done must both be set or both be NULL")
 		}
 	}
 	if cfg.gpu >= 0 {

@@ -96,6 +96,9 @@ type Config struct {
 	Log      *zap.Logger
 	// ProxyOptions are passed to proxy.Start after the defaults derived from this config.
 	ProxyOptions []proxy.Option
+	// DeviceCopy is the transport's device copier (transport.Config.DeviceCopy): the
+	// loopback GPU-direct emulation moves the Device buffers' bytes with it.
+	DeviceCopy transport.DeviceCopier
 }
 
 // EnvProxySpin is how long the proxy keeps spinning after its last command finished
@@ -241,6 +244,7 @@ func Open(ctx context.Context, sess Session, cfg Config) (_ *Datapath, err error
 		Rank: rank, World: world, Node: cfg.Node, AllPeers: cfg.AllPeers,
 		Key: sess.DeriveKey(KeyLabel), Placement: cfg.Placement,
 		BindHost: cfg.BindHost, RouteTo: sess.RootAddr(), Timeout: cfg.Timeout, Log: cfg.Log,
+		DeviceCopy: cfg.DeviceCopy,
 	}
 	if dp.tr, err = transport.OpenSelected(ctx, sess, tcfg, cfg.Net); err != nil {
 		return nil, fmt.Errorf("datapath: rank %d: %w", rank, err)

@@ -380,14 +380,32 @@ func TestEmulatedNodesSeq(t *testing.T) {
 	TestEmulatedNodes(t)
 }
 
+// recordCopier is a device copier that records its copies and finishes them at once.
+type recordCopier struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *recordCopier) Start(peer int, local transport.BufferID, localOff uint64, remote transport.BufferID, remoteOff, n uint64) (uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = append(c.calls, fmt.Sprintf("to %d: %d+%d -> %d+%d, %d bytes", peer, local, localOff, remote, remoteOff, n))
+	return uint64(len(c.calls) - 1), nil
+}
+
+func (c *recordCopier) Done(uint64) (bool, error) { return true, nil }
+
 // TestDeviceBufferGPUDirect: with the loopback GPU-direct emulation (MKERNEL_NET_GDR=1) an
 // offered GPU buffer stays GPU memory (BufferInfo says so, no host staging), a write from it
-// only places the signal (the producer stored the bytes itself), and host buffers work beside it.
+// is moved by the caller's device copier (and its signal placed after), and host buffers work
+// beside it. Without a device copier the GPU buffers are refused, naming the cause.
 func TestDeviceBufferGPUDirect(t *testing.T) {
 	t.Setenv(loopback.EnvGPUDirect, "1")
-	dps := openGroup(t, 2, func(int) datapath.Config {
+	copiers := []*recordCopier{{}, {}}
+	dps := openGroup(t, 2, func(r int) datapath.Config {
 		return datapath.Config{
-			Buffers: []datapath.Buffer{{ID: bufSrc, Bytes: 4096}, {ID: bufData, Bytes: 4096}},
+			DeviceCopy: copiers[r],
+			Buffers:    []datapath.Buffer{{ID: bufSrc, Bytes: 4096}, {ID: bufData, Bytes: 4096}},
 			Device: []datapath.DeviceBuffer{{ID: 7, Region: transport.DeviceRegion{
 				GPU: 0, Ptr: 0xdead0000, Len: 1 << 16, DMABufFD: -1}}},
 			Clock: fifo.ClockGlobaltimer,
@@ -407,6 +425,11 @@ func TestDeviceBufferGPUDirect(t *testing.T) {
 	if err := fifo.WaitFlag(dps[1].Flag(0), 1, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	copiers[0].mu.Lock()
+	if got := strings.Join(copiers[0].calls, "; "); got != "to 1: 7+4096 -> 7+8192, 32768 bytes" {
+		t.Errorf("rank 0's device copies: %q", got)
+	}
+	copiers[0].mu.Unlock()
 	copy(dps[0].Buffer(bufSrc), "host bytes")
 	if _, err := dps[0].Ring().Push(&fifo.Cmd{Kind: fifo.KindWriteSignal, Peer: 1, LocalBuf: bufSrc, RemoteBuf: bufData,
 		Bytes: 10, ArrivalSlot: 1, ArrivalSeq: 1}, time.Second); err != nil {
@@ -429,5 +452,38 @@ func TestDeviceBufferGPUDirect(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Error("a GPU -> host write did not fail the proxy")
+	}
+}
+
+// TestDeviceBufferGPUDirectNeedsCopier: MKERNEL_NET_GDR=1 with GPU buffers but no device copier
+// (a caller built before the C ABI v3) fails at open, naming the cause, on every rank: never a
+// path whose writes move no data.
+func TestDeviceBufferGPUDirectNeedsCopier(t *testing.T) {
+	t.Setenv(loopback.EnvGPUDirect, "1")
+	g := transporttest.NewLocalGroup(2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dp, err := datapath.Open(context.Background(), localSession{g.Exchanger(r)}, datapath.Config{
+				Device: []datapath.DeviceBuffer{{ID: 7, Region: transport.DeviceRegion{GPU: 0, Ptr: 0xdead0000, Len: 1 << 16, DMABufFD: -1}}},
+				Clock:  fifo.ClockGlobaltimer, Node: []int{0, 1}, Net: transport.Selection{Name: "loopback"},
+				Timeout: 2 * time.Second, BindHost: "127.0.0.1",
+			})
+			if err != nil {
+				g.Fail(err)
+			} else {
+				dp.Close()
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if !errors.Is(err, transport.ErrNotSupported) || !strings.Contains(err.Error(), "device copier") {
+			t.Errorf("rank %d: Open = %v, want ErrNotSupported naming the device copier", r, err)
+		}
 	}
 }

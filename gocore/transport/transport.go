@@ -281,7 +281,31 @@ type Config struct {
 	Timeout time.Duration
 	// Log receives the backend's records. Default: no logging.
 	Log *zap.Logger
+	// DeviceCopy moves bytes between GPU regions for a backend that emulates a GPUDirect
+	// NIC without one (loopback with MKERNEL_NET_GDR=1): the owner of the GPU memory
+	// (the torch extension, through the C ABI) implements it with a copy engine. Nil: no
+	// GPU-direct emulation (such a backend then refuses GPU regions).
+	DeviceCopy DeviceCopier
 }
+
+// DeviceCopier is the "NIC DMA" of an emulated GPUDirect link: it copies GPU memory of
+// this rank into a peer's GPU memory, asynchronously and in order. The backend calls it
+// from its polling thread only, when an op is due at the peer (after the emulated link's
+// serialization and latency), and releases the op's signal and completion only once
+// Done reports the copy complete — the bytes land when a real GPUDirect RDMA write's
+// would, never before.
+type DeviceCopier interface {
+	// Start begins copying n bytes from this rank's GPU buffer local at localOff to rank
+	// peer's GPU buffer remote at remoteOff (ranges already checked against both
+	// regions) and returns a token for Done. At most MaxDeviceCopies copies are started
+	// and not yet seen done.
+	Start(peer int, local BufferID, localOff uint64, remote BufferID, remoteOff, n uint64) (token uint64, err error)
+	// Done reports whether the copy of token and every copy started before it completed.
+	Done(token uint64) (bool, error)
+}
+
+// MaxDeviceCopies bounds a DeviceCopier's copies in flight (started, not yet seen done).
+const MaxDeviceCopies = 512
 
 // DefaultTimeout is Config.Timeout's default.
 const DefaultTimeout = 60 * time.Second

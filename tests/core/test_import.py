@@ -11,7 +11,7 @@ from mkernel import _native
 
 def test_versions_and_abi():
     assert mkernel.__version__ == _native.core.Version()
-    assert _native.API_VERSION == 2
+    assert _native.API_VERSION == 3
     # The torch extension reads the version through the C table it was handed.
     assert torch.ops.mkernel.core_version() == _native.core.Version()
 

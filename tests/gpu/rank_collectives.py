@@ -232,7 +232,8 @@ def multinode(c: Checker) -> None:
     fifo = info.get("stats", {}).get("fifo_format")
     want_fifo = "seq" if os.environ.get("MKERNEL_FIFO_LL") == "0" else "ll"
     assert fifo == want_fifo, f"the inter-node FIFO format is {fifo}, want {want_fifo}"
-    # MKERNEL_NET_GDR=1 on loopback: GPU buffers, the kernels place the bytes at the peers
+    # MKERNEL_NET_GDR=1 on loopback: GPU buffers the kernels use as over RDMA; the transport moves
+    # each op's bytes with the extension's copy engine once the emulated link delivered them
     want_gdr = os.environ.get("MKERNEL_NET_GDR") == "1" and want == "loopback"
     assert info.get("gpu_direct", False) == want_gdr, f"gpu_direct is {info.get('gpu_direct')}, want {want_gdr}"
     assert info.get("gpu_memory", False) == want_gdr or want != "loopback", f"gpu_memory is {info.get('gpu_memory')}"

@@ -33,7 +33,7 @@ ENTRIES = (
     "datapath_destroy",
     "datapath_buffer_info",  # ABI v2
 )
-API_VERSION = 2  # MK_API_VERSION of csrc/include/mkernel/core_api.h
+API_VERSION = 3  # MK_API_VERSION of csrc/include/mkernel/core_api.h (the table layout is v2's: v3 grew a config struct)
 VERSION_TEXT = b"9.9.9-fake"
 
 

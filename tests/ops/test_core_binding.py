@@ -36,7 +36,7 @@ def test_negative_address():
 @pytest.mark.parametrize(
     "fields, match",
     [
-        pytest.param(dict(size=0), r"the API table is empty \(size 0, version 2\)", id="size_0"),
+        pytest.param(dict(size=0), r"the API table is empty \(size 0, version 3\)", id="size_0"),
         pytest.param(
             dict(version=0), r"the API table is empty \(size \d+, version 0\)", id="version_0"
         ),
@@ -50,9 +50,17 @@ def test_negative_address():
         ),
         pytest.param(
             dict(size=16),
-            r"the mkernel core library serves ABI version 2 with a table of 16 bytes, "
-            r"but this extension needs version >= 2 with >= \d+ bytes",
+            r"the mkernel core library serves ABI version 3 with a table of 16 bytes, "
+            r"but this extension needs version >= 3 with >= \d+ bytes",
             id="size_too_small",
+        ),
+        pytest.param(
+            # A core built before the device copier (ABI v3; session 10 run 1's stale core): refused
+            # at bind, naming both versions, instead of GPU-direct paths that silently stage.
+            dict(version=2),
+            r"the mkernel core library serves ABI version 2 with a table of \d+ bytes, "
+            r"but this extension needs version >= 3 .*rebuild the extension and the core library together",
+            id="core_older_than_extension",
         ),
         pytest.param(
             dict(get_version=None),
@@ -78,7 +86,7 @@ def test_rejected_table(fields, match):
 
 
 def test_table_layout_matches_header():
-    """The stand-in mirrors mk_api_v1 (ABI v2): 3 header fields, then 20 function pointers."""
+    """The stand-in mirrors mk_api_v1 (ABI v3, the table of v2): 3 header fields, then 20 function pointers."""
     assert ctypes.sizeof(fake_core.MkApiV1) == 3 * 8 + 20 * 8
 
 

@@ -38,8 +38,8 @@
 extern "C" {
 #endif
 
-#define MK_API_VERSION 2u /* 2: datapath GPU buffers and FIFO clock (mk_datapath_config tail),
-                             datapath_buffer_info */
+#define MK_API_VERSION 3u /* 2: datapath GPU buffers and FIFO clock (mk_datapath_config tail),
+                             datapath_buffer_info; 3: the device copier (mk_datapath_config tail) */
 #define MK_API_NAME "mkernel-core"
 
 /* Status codes. Stable numbers: they cross process and language boundaries. */
@@ -131,10 +131,29 @@ typedef struct mk_datapath_config {
                                   MK_FIFO_CLOCK_GLOBALTIMER */
   uint32_t num_device_buffers; /* entries of device_buffers */
   const mk_device_buffer* device_buffers;
+  /* --- ABI v3 (read only when `size` covers them) --- */
+  /* The device copier: the "NIC DMA" of the loopback transport's GPU-direct emulation
+   * (MKERNEL_NET_GDR=1, gocore/transport/loopback/gpudirect.go). When an op between two
+   * device_buffers is due at the peer (after the emulated link's serialization and
+   * latency), the proxy thread calls device_copy_start to copy `bytes` from this rank's
+   * buffer local_buf at local_off to rank peer's buffer remote_buf at remote_off (ranges
+   * checked), and releases the op's signal and completion once device_copy_done reports the
+   * copy (and every earlier one) complete. Both return 0 on success, else a nonzero error
+   * code of the implementation (a cudaError_t); device_copy_done sets *done to 1 or 0. At
+   * most MK_DEVICE_COPIES_IN_FLIGHT copies are started and not yet seen done. Without
+   * device_copy_start the loopback transport refuses device_buffers under MKERNEL_NET_GDR=1
+   * (MK_ERR_NOT_SUPPORTED) rather than run a path that moves no data. Called from the proxy's
+   * thread only, between datapath_create and datapath_destroy. */
+  int32_t (*device_copy_start)(void* ctx, int32_t peer, uint32_t local_buf, uint64_t local_off,
+                               uint32_t remote_buf, uint64_t remote_off, uint64_t bytes, uint64_t* token);
+  int32_t (*device_copy_done)(void* ctx, uint64_t token, int32_t* done);
+  void* device_copy_ctx;
 } mk_datapath_config;
 
+#define MK_DEVICE_COPIES_IN_FLIGHT 512 /* transport.MaxDeviceCopies */
+
 #define MK_DATAPATH_CONFIG_INITIALIZER \
-  { sizeof(mk_datapath_config), MK_API_VERSION, 0, NULL, NULL, 0, 0, NULL, 0, NULL, 0, -1, 0, 0, NULL }
+  { sizeof(mk_datapath_config), MK_API_VERSION, 0, NULL, NULL, 0, 0, NULL, 0, NULL, 0, -1, 0, 0, NULL, NULL, NULL, NULL }
 
 typedef struct mk_api_v1 {
   size_t size;      /* sizeof the table the library was built with */

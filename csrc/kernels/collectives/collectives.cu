@@ -430,38 +430,13 @@ __device__ __forceinline__ ItemRange item_range(const Params& p, uint32_t stage_
   return {blockIdx.x, items, gridDim.x};
 }
 
-// GPU-direct emulation: the CTA stores n bytes of src at remote_off of the receive area of every
-// rank in `dests` (a bit per rank). 16-byte accesses (copy_as<uint4>, kUnroll in flight) when
-// aligned (the areas' blocks start at 256-byte multiples), else bytes: a second full copy_bytes
-// (four widths) inlined here would spill the kernels' registers (ptxas: 92-126, no spills).
-__device__ __forceinline__ void net_place(uint8_t* const* peer_recv, uint32_t dests, uint64_t remote_off,
-                                          const uint8_t* src, uint64_t n) {
-  for (; dests != 0; dests &= dests - 1) {
-    uint8_t* dst = peer_recv[__ffs(dests) - 1] + remote_off;
-    if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | n) & 15) == 0) {
-      copy_as<uint4>(dst, src, n);
-    } else {
-      for (uint64_t i = threadIdx.x; i < n; i += kThreads) dst[i] = src[i];
-    }
-  }
-}
-
-// The CTA's bytes bound for other nodes: into the send area at send_off (the transport moves
-// them after the push), or, with the GPU-direct emulation (NetDevice::peer_recv), straight into
-// the receive area of every destination (every rank of another node, or `to`) at remote_off —
-// what a GPUDirect NIC would write there; the push then moves no data, only the signal.
+// The CTA's bytes bound for other nodes, into the send area at send_off: the transport moves
+// them after the push (host staging, or GPU memory that an RDMA NIC — or the loopback
+// GPU-direct emulation's copy engine — reads once the op is due).
 __device__ __forceinline__ void net_stage_bytes(const Params& p, const uint8_t* src, uint64_t n,
-                                                uint64_t send_off, uint64_t remote_off, int to) {
+                                                uint64_t send_off) {
 #if MKERNEL_NET_COLLECTIVES
-  if (p.g.net.peer_recv == nullptr) {
-    copy_bytes(p.g.net.send_area + send_off, src, n);
-    return;
-  }
-  uint32_t dests = 0;
-  for (int r = 0; r < p.g.world; ++r) {
-    if (p.g.data[r] == nullptr && (to < 0 || r == to)) dests |= 1u << r;
-  }
-  net_place(p.g.net.peer_recv, dests, remote_off, src, n);
+  copy_bytes(p.g.net.send_area + send_off, src, n);
 #endif
 }
 
@@ -470,7 +445,7 @@ __device__ __forceinline__ void net_send(const Params& p, const uint8_t* src, ui
                                          uint64_t send_off, uint64_t remote_off, int to,
                                          uint32_t slot, uint64_t e) {
 #if MKERNEL_NET_COLLECTIVES
-  net_stage_bytes(p, src, bytes, send_off, remote_off, to);
+  net_stage_bytes(p, src, bytes, send_off);
   __syncthreads();
   if (threadIdx.x == 0) net_push_block(p, send_off, remote_off, bytes, to, slot, e);
   __syncthreads();
@@ -491,7 +466,7 @@ __device__ __forceinline__ void net_stage_part(const Params& p, uint32_t counter
                                                uint64_t remote_off, int to, uint32_t slot, uint64_t e,
                                                SentWait* defer) {
 #if MKERNEL_NET_COLLECTIVES
-  if (n > 0) net_stage_bytes(p, src, n, part_off, remote_off + (part_off - block_off), to);
+  if (n > 0) net_stage_bytes(p, src, n, part_off);
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence_system();
@@ -946,6 +921,7 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
   int ctas = 0;
   cudaError_t err = resident_ctas(kernel, &ctas);
   if (err != cudaSuccess) return err;
+  if (p.remote > 0) ctas -= static_cast<int>(std::min<uint32_t>(g.net.spare_ctas, static_cast<uint32_t>(ctas) / 4));
   if (a.ctas > 0) ctas = std::min(ctas, a.ctas);
   ctas = std::max(1, std::min<int>(ctas, static_cast<int>(items)));
   void* args[] = {&p};

@@ -58,18 +58,16 @@ struct NetDevice {
   // of one piece of a block counts them here, and the CTA staging the last part pushes the
   // piece (and rezeroes its word).
   uint32_t* stage_count = nullptr;
-  // GPU-direct emulation (loopback with MKERNEL_NET_GDR=1; csrc/comm/net_path.cpp): send/recv
-  // areas are GPU memory and peer_recv[r] (a device-memory table, kMaxRanks entries) is rank r's
-  // receive area mapped through CUDA IPC (nullptr for ranks of this node). A sender then stores
-  // the bytes of a command straight at remote_off of each destination's area itself before the
-  // push, and the transport moves no data (it charges the emulated link and places the signal).
-  // nullptr: the transport moves the bytes from send_area (host staging or RDMA).
-  uint8_t* const* peer_recv = nullptr;
   // arrival_slots device-memory words each, zero when the path opens (MKERNEL_NET_MIRROR=1, see
   // collectives.cu net_arrival_wait): arrival_mirror[s] holds a value some CTA saw in arrival[s],
   // arrival_claim[s] the last call number whose first waiter took the polling of arrival[s].
   uint64_t* arrival_mirror = nullptr;
   uint64_t* arrival_claim = nullptr;
+  // CTAs a kernel that spins on this path leaves free of its co-resident grid: under the loopback
+  // GPU-direct emulation the transport moves the bytes with this process's CUDA copies, which the
+  // driver may run as SM kernels; a grid holding every SM of the client while it waits for them
+  // would never see them run (csrc/comm/net_path.cpp sets it; 0 elsewhere).
+  uint32_t spare_ctas = 0;
 };
 constexpr int kNetStageCounters = (kMaxRanks + 1) * 8;  // (destination block + 1) x pieces
 

@@ -4,10 +4,13 @@
 //   abi_test <path to libmkernel_core.so> <fake sysfs root>
 // and, for the 2-rank case, as two processes sharing a job id.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "mkernel/core_api.h"
 #include "mkernel/fifo.h"
@@ -165,6 +168,114 @@ static void test_datapath(mk_session_t s, int rank, int world) {
   EXPECT(api->datapath_check(d) == MK_ERR_CLOSED, "check after destroy");
 }
 
+// ABI v3's device copier, as the torch extension's copy engine would be: every rank's "GPU
+// buffer" is its slice of one file mapped by every rank process (the transport never touches
+// those addresses), and a copy is a memcpy into the peer's slice.
+enum { kGdrSlice = 1 << 16 };
+typedef struct {
+  unsigned char* base;  // world slices of kGdrSlice bytes
+  int rank;
+  uint64_t next;        // tokens handed out
+  int calls;
+  int bad_args;
+} fake_copier;
+
+static int32_t fake_copy_start(void* ctx, int32_t peer, uint32_t local_buf, uint64_t local_off,
+                               uint32_t remote_buf, uint64_t remote_off, uint64_t bytes, uint64_t* token) {
+  fake_copier* c = (fake_copier*)ctx;
+  if (local_buf != 6 || remote_buf != 6 || local_off + bytes > kGdrSlice || remote_off + bytes > kGdrSlice) {
+    c->bad_args++;
+    return 1;
+  }
+  memcpy(c->base + (size_t)peer * kGdrSlice + remote_off, c->base + (size_t)c->rank * kGdrSlice + local_off, bytes);
+  c->calls++;
+  *token = c->next++;
+  return 0;
+}
+
+static int32_t fake_copy_done(void* ctx, uint64_t token, int32_t* done) {
+  fake_copier* c = (fake_copier*)ctx;
+  *done = token < c->next;
+  return 0;
+}
+
+// The loopback GPU-direct emulation through the C ABI: GPU buffer 6 on every rank (each rank on
+// its own node), a device copier (which turns the emulation on without MKERNEL_NET_GDR), rank r
+// writes 1000 bytes to rank r+1: the copier is called once with the command's buffers and
+// offsets, the peer's flag comes after the bytes. A copier with one of its two functions is refused.
+static void test_datapath_gdr(mk_session_t s, int rank, int world, const char* id) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a of the job id: one file name per job
+  for (const char* p = id; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/mk-abi-gdr-%016" PRIx64, h);
+  int fd = open(path, O_RDWR | O_CREAT, 0600);
+  EXPECT(fd >= 0 && ftruncate(fd, (off_t)world * kGdrSlice) == 0, "shared file %s", path);
+  if (fd < 0) return;
+  unsigned char* base = mmap(NULL, (size_t)world * kGdrSlice, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  EXPECT(base != MAP_FAILED, "mmap %s", path);
+  if (base == MAP_FAILED) return;
+  EXPECT(api->session_barrier(s, 20000) == MK_OK, "%s", last_error());  // every rank mapped it
+  fake_copier copier = {base, rank, 0, 0, 0};
+  int32_t node[64];
+  for (int i = 0; i < world && i < 64; i++) node[i] = i;
+  mk_device_buffer dev = {6, 0, (uint64_t)(uintptr_t)(base + (size_t)rank * kGdrSlice), kGdrSlice, -1, 0, 0};
+  mk_datapath_config cfg = MK_DATAPATH_CONFIG_INITIALIZER;
+  cfg.node = node;
+  cfg.net = "loopback";
+  cfg.timeout_ms = 20000;
+  cfg.num_device_buffers = 1;
+  cfg.device_buffers = &dev;
+  cfg.fifo_clock = MK_FIFO_CLOCK_GLOBALTIMER;
+  cfg.device_copy_start = fake_copy_start;
+  cfg.device_copy_ctx = &copier;
+  mk_datapath_t d = 0;
+  EXPECT(api->datapath_create(s, &cfg, &d) == MK_ERR_INVALID_ARGUMENT, "a copier without device_copy_done accepted");
+  cfg.device_copy_done = fake_copy_done;
+  if (api->datapath_create(s, &cfg, &d) != MK_OK) {
+    EXPECT(0, "datapath_create (GPU-direct): %s", last_error());
+    munmap(base, (size_t)world * kGdrSlice);
+    return;
+  }
+  mk_buffer_info info = {sizeof(mk_buffer_info), 0, 0, NULL, 0};
+  EXPECT(api->datapath_buffer_info(d, 6, &info) == MK_OK && info.kind == MK_BUFFER_DEVICE &&
+             info.bytes == kGdrSlice,
+         "buffer 6: kind %u bytes %llu: %s", info.kind, (unsigned long long)info.bytes, last_error());
+  void* flags = NULL;
+  size_t flag_bytes = 0;
+  void* fifo = NULL;
+  EXPECT(api->datapath_buffer(d, 0, &flags, &flag_bytes) == MK_OK, "%s", last_error());
+  EXPECT(api->datapath_fifo(d, &fifo) == MK_OK && fifo != NULL, "%s", last_error());
+  unsigned char* mine = base + (size_t)rank * kGdrSlice;
+  for (int i = 0; i < 1000; i++) mine[i] = (unsigned char)(rank * 13 + i);
+  mk_fifo_cmd cmd = {0};
+  cmd.kind = MK_FIFO_WRITE_SIGNAL;
+  cmd.peer = (uint16_t)((rank + 1) % world);
+  cmd.local_buf = 6;
+  cmd.remote_buf = 6;
+  cmd.remote_off = 4096;
+  cmd.bytes = 1000;
+  cmd.arrival_slot = (uint32_t)rank;
+  cmd.arrival_seq = 1;
+  cmd.enqueue_ns = mk_fifo_now_ns();
+  uint64_t ticket = 0;
+  EXPECT(mk_fifo_push((mk_fifo_ctrl*)fifo, &cmd, 5000000000ull, &ticket) == MK_FIFO_OK, "push");
+  int prev = (rank + world - 1) % world;
+  EXPECT(mk_fifo_flag_wait((const uint64_t*)flags + prev, 1, 20000000000ull) == MK_FIFO_OK, "no arrival from rank %d", prev);
+  for (int i = 0; i < 1000; i++) {
+    if (mine[4096 + i] != (unsigned char)(prev * 13 + i)) {
+      EXPECT(0, "GPU-direct byte %d from rank %d", i, prev);
+      break;
+    }
+  }
+  EXPECT(mk_fifo_wait_done((mk_fifo_ctrl*)fifo, ticket, 20000000000ull) == MK_FIFO_OK, "never done");
+  EXPECT(copier.calls == 1 && copier.bad_args == 0, "copier: %d calls, %d with bad arguments", copier.calls, copier.bad_args);
+  EXPECT(api->session_barrier(s, 20000) == MK_OK, "%s", last_error());
+  EXPECT(api->datapath_destroy(d) == MK_OK, "%s", last_error());
+  munmap(base, (size_t)world * kGdrSlice);
+  if (rank == 0) unlink(path);
+}
+
 // Runs one rank of a job; rank 0 also creates the id and prints it.
 static void run_rank(int rank, int world, const char* id_in) {
   char id[512];
@@ -213,6 +324,7 @@ static void run_rank(int rank, int world, const char* id_in) {
   }
   EXPECT(api->session_barrier(s, 20000) == MK_OK, "%s", last_error());
   test_datapath(s, rank, world);
+  if (world > 1) test_datapath_gdr(s, rank, world, id);
   EXPECT(api->session_destroy(s) == MK_OK, "%s", last_error());
   EXPECT(api->session_barrier(s, 1000) == MK_ERR_CLOSED, "barrier after destroy");
 }

@@ -72,7 +72,7 @@ func (Backend) Open(ctx context.Context, cfg transport.Config) (transport.Transp
 	if err != nil {
 		return nil, fmt.Errorf("loopback: open rank %d: %w", cfg.Rank, err)
 	}
-	if gdr {
+	if gdr || cfg.DeviceCopy != nil { // a caller that passes a device copier asks for it
 		opts = append(opts, WithGPUDirect())
 	}
 	return Open(ctx, cfg, opts...)
@@ -137,14 +137,17 @@ type pending struct {
 	due int64
 }
 
-// shaped is an op of the in-order queue (shaping or a parallel copy): copied (its data is
-// in the peer's memory) once left reaches 0, placed (signal, completion) once copied and due.
+// shaped is an op of the in-order queue (shaping, a parallel copy, a GPU-direct op): copied
+// (its data is in the peer's memory) once left reaches 0, placed (signal, completion) once
+// copied and due. A GPU-direct op (dev) is copied by the DeviceCopier, started once due.
 type shaped struct {
 	op       transport.Op
 	due      int64
 	src, dst []byte
 	flag     *uint64
 	left     atomic.Int32 // pieces not yet copied
+	dev      bool         // GPU-direct: the DeviceCopier copies it once due
+	token    uint64       // its copy (dev, once started)
 }
 
 // Transport is one rank's loopback endpoint.
@@ -180,9 +183,12 @@ type Transport struct {
 	// linkFree is when the emulated link finishes sending what was posted.
 	q                   []shaped
 	qHead, qCopy, qTail uint64
-	linkFree            int64
-	work                chan piece // pieces of the op being copied, for the workers and Poll
-	stopWork            chan struct{}
+	// qDev: entries [qHead, qDev) are due with their device copies (dev) started; only they
+	// may be placed.
+	qDev     uint64
+	linkFree int64
+	work     chan piece // pieces of the op being copied, for the workers and Poll
+	stopWork chan struct{}
 
 	transport.Failure // the first error (Err) and Done
 	closeOnce         sync.Once
@@ -234,7 +240,7 @@ func Open(_ context.Context, cfg transport.Config, opts ...Option) (*Transport, 
 	if o.reorder {
 		t.pend = make([]pending, 0, o.maxPending)
 	}
-	if o.shape.Active() || o.workers > 0 {
+	if o.shape.Active() || o.workers > 0 || o.gdr {
 		t.q = make([]shaped, o.queue)
 	}
 	if o.workers > 0 {
@@ -597,6 +603,12 @@ func storeMax(flag *uint64, v uint64) {
 }
 
 func (t *Transport) apply(op *transport.Op, src, dst []byte, flag *uint64) {
+	if t.deviceOp(op) {
+		if err := t.copyNow(op); err != nil {
+			t.fail(err)
+			return
+		}
+	}
 	copy(dst, src)
 	if flag != nil {
 		storeMax(flag, op.SignalValue)
@@ -637,12 +649,13 @@ func (t *Transport) Post(ops []transport.Op) (int, error) {
 			t.pend = append(t.pend, pending{op: *op, due: t.nanotime() + d})
 			continue
 		}
-		if t.q == nil || (!t.o.shape.Active() && t.qTail == t.qHead && !t.parallel(uint64(len(src)))) {
+		dev := t.deviceOp(op)
+		if t.q == nil || (!t.o.shape.Active() && t.qTail == t.qHead && !t.parallel(uint64(len(src))) && !dev) {
 			t.apply(op, src, dst, flag) // the plain path: placed now
 			continue
 		}
 		e := &t.q[t.qTail%uint64(len(t.q))]
-		e.op, e.src, e.dst, e.flag = *op, src, dst, flag
+		e.op, e.src, e.dst, e.flag, e.dev = *op, src, dst, flag, dev
 		e.left.Store(1) // not copied yet
 		e.due = t.nanotime() + t.shapeDelay(op.Len)
 		t.qTail++
@@ -706,17 +719,44 @@ func (t *Transport) progress() {
 		t.qCopy++
 	}
 	now := t.nanotime()
-	for t.qHead < t.qCopy {
-		e := &t.q[t.qHead%uint64(len(t.q))]
-		if e.left.Load() > 0 || e.due > now {
+	// Due ops start their device copies in order (GPU-direct: the bytes move only now), a
+	// bounded number in flight; the copier finishes them in order.
+	for t.qDev < t.qCopy && t.qDev-t.qHead < transport.MaxDeviceCopies && t.Err() == nil {
+		e := &t.q[t.qDev%uint64(len(t.q))]
+		if e.due > now {
 			break
+		}
+		if e.dev {
+			tok, err := t.startCopy(&e.op)
+			if err != nil {
+				t.fail(err)
+				return
+			}
+			e.token = tok
+		}
+		t.qDev++
+	}
+	for t.qHead < t.qDev {
+		e := &t.q[t.qHead%uint64(len(t.q))]
+		if e.left.Load() > 0 {
+			break
+		}
+		if e.dev {
+			done, err := t.copyDone(&e.op, e.token)
+			if err != nil {
+				t.fail(err)
+				return
+			}
+			if !done {
+				break
+			}
 		}
 		if e.flag != nil {
 			storeMax(e.flag, e.op.SignalValue)
 		}
 		t.comp[t.compHead%uint64(len(t.comp))] = transport.Completion{Cookie: e.op.Cookie}
 		t.compHead++
-		e.src, e.dst, e.flag = nil, nil, nil
+		e.src, e.dst, e.flag, e.dev = nil, nil, nil, false
 		t.qHead++
 	}
 }
