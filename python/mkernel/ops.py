@@ -149,7 +149,12 @@ def _fused_op_call(op: Any, x: Tensor, w: Tensor, *args: Any) -> Any:
     redispatch below autograd, after a round trip through Python on every call: decode-sized
     calls take tens of us in all, so it would make the op's unfused fallback slower than the
     same collective + GEMM called directly. Traced as the plain op under torch.compile."""
-    if torch.compiler.is_compiling() or (
+    global _launched_group_op
+    if torch.compiler.is_compiling():
+        return op(x, w, *args)
+    if args[1] > 1 and x.is_cuda:  # args: (group handle, world size, ...)
+        _launched_group_op = True  # a lost context after this call is explained (_wait_failure_error)
+    if (
         torch.is_grad_enabled()
         and (getattr(x, "requires_grad", True) or getattr(w, "requires_grad", True))
     ):
