@@ -230,11 +230,19 @@ int fused_grid(const char* op, int64_t group) {
   return grid;
 }
 
-bool gate_requested() {
+bool gate_requested(const FusedPlan& plan) {
   const char* v = std::getenv("MKERNEL_FUSED_GATE");
-  if (v == nullptr || *v == '\0') return kGateByDefault;
+  if (v == nullptr || *v == '\0') return kGateCoResidentByDefault && plan.grid > 0;
   return std::strcmp(v, "1") == 0;
 }
+
+namespace {
+// MKERNEL_FUSED_GATE as set ("-" when unset), for choose_path's verdict key.
+std::string gate_setting() {
+  const char* v = std::getenv("MKERNEL_FUSED_GATE");
+  return v != nullptr && *v != '\0' ? v : "-";
+}
+}  // namespace
 
 int co_resident_grid(int grid) {
   if (mps_limit_percent() == 100) return 0;
@@ -265,7 +273,7 @@ void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPl
   fused::FusedParams h = hooks;
   const char* trigger = std::getenv("MKERNEL_FUSED_TRIGGER");  // measurement: early|late
   h.trigger_early = trigger != nullptr && std::strcmp(trigger, "early") == 0 ? 1 : 0;
-  if (gate_requested()) {  // fused_gate.cu: the peers' previous fused grids off the GPU first
+  if (gate_requested(plan)) {  // fused_gate.cu: the peers' previous fused grids off the GPU first
     const cudaError_t gate = fused::launch_gate(h.group, h.op, l.stream);
     TORCH_CHECK(gate == cudaSuccess, op, ": the fused launch gate failed to launch: ",
                 cudaGetErrorString(gate));
@@ -691,7 +699,7 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   // The verdict is an index into `paths`: key it by the list's length too (the candidates
   // depend on the environment, e.g. MKERNEL_FUSED_GRIDS).
   std::string full = std::to_string(group) + "/" + key + " paths=" +
-                     std::to_string(paths.size()) + (gate_requested() ? " gated" : "");
+                     std::to_string(paths.size()) + " gate=" + gate_setting();
   if (const char* pin = std::getenv("MKERNEL_FUSED")) {
     if (std::strcmp(pin, "off") == 0) return unfused;
     if (std::strcmp(pin, "force") == 0) {  // the fused configs only
@@ -755,7 +763,7 @@ int choose_path(const char* op, int64_t group, const std::string& key,
                  p.grid == 0 ? " (the share)" : "", key.c_str(), worst[best] * 1e3);
     if (all_paths) std::fprintf(stderr, " vs unfused %.1f us", worst[unfused] * 1e3);
     std::fprintf(stderr, ", slowest rank%s%s)\n", aligned ? ", aligned samples" : "",
-                 gate_requested() ? ", launch gate" : "");
+                 gate_requested(p) ? ", launch gate" : "");
   }
   std::lock_guard<std::mutex> lock(mu);
   verdicts[full] = best;

@@ -68,12 +68,14 @@ int co_resident_grid(int grid);
 // clients) fit together only when placed that way; back to back, a rank that ends first
 // launches its next grid while a peer's previous one still holds SMs, the peer's next grid is
 // then placed in part (s10run1 ag_gemm Llama fc1: 32 of 48 CTAs) and the ranks stay out of step
-// (~1.8x per call; benchmarks/NOTES.md "Fused ops, fused11"). MKERNEL_FUSED_GATE=1 turns it on,
-// =0 off; unset: kGateByDefault. Every rank should see the same value (a rank without the gate
-// is correct, only not gated). It joins choose_path's verdict key (it changes what a fused call
-// costs).
-constexpr bool kGateByDefault = false;  // opt-in until a device run has checked it
-bool gate_requested();
+// (~1.8x per call; benchmarks/NOTES.md "Fused ops, fused11"). MKERNEL_FUSED_GATE=1 gates every
+// fused launch, =0 none; unset: the plans on the co-resident grid (plan.grid > 0) when
+// kGateCoResidentByDefault. s10run2 (ag_gemm Llama fc1 W=2): grid 48 gated 6.24 ms per call vs
+// 9.84 ungated (engine GEMM alone 6.58); the share's grid gated 8.82 vs 8.32 ungated, hence the
+// co-resident grid only. Every rank should see the same value (a rank without the gate is
+// correct, only not gated). It joins choose_path's verdict key (it changes what a call costs).
+constexpr bool kGateCoResidentByDefault = true;  // s10run2: correct (W=2/4, all ops, graph)
+bool gate_requested(const FusedPlan& plan);
 
 // gemm_rs / gemm_ar on one node (kModeReduce): the GEMM x · wᵀ [M, N] into this rank's
 // symmetric data region, its tiles (by owner priority `order`, rank_rows rows per owner) flagged
