@@ -161,8 +161,8 @@ struct FusedHooks {
   // The copy items of a call become [send: chunks][same node: world * chunks][receive:
   // net_remote * chunks], claimed in that order from the same counter:
   //   send c    : stage chunk c of x for the other nodes — into the send area at its offset in
-  //               x (the transport moves it), or with the GPU-direct emulation
-  //               (NetDevice::peer_recv) straight into every remote rank's receive area — then
+  //               x (the transport moves it: an RDMA write, or the copy engine under the
+  //               loopback GPU-direct emulation) — then
   //               count it in stage_count[piece]; the warp counting a piece's last chunk pushes
   //               the piece to every rank of another node (one WRITE_SIGNAL each, arrival flag
   //               net_slot(rank, piece) = e) and waits for the transport only at the end of its
@@ -190,14 +190,9 @@ struct FusedHooks {
     const int64_t off = static_cast<int64_t>(c) * p.chunk_rows * p.row_bytes;
     const int64_t bytes = min(p.chunk_rows, p.m_local - c * p.chunk_rows) * p.row_bytes;
     const uint64_t remote_block = net_half(p, epoch) + static_cast<uint64_t>(g.rank) * p.net_block;
-    if (g.net.peer_recv == nullptr) {
-      copy_rows(g.net.send_area + off, p.x + off, bytes, lane);
-    } else {
-#pragma unroll 1
-      for (int r = 0; r < g.world; ++r) {
-        if (g.data[r] == nullptr) copy_rows(g.net.peer_recv[r] + remote_block + off, p.x + off, bytes, lane);
-      }
-    }
+    // The transport moves the staged bytes to every rank of the other nodes (RDMA write from the
+    // send area; under the loopback GPU-direct emulation its copy engine does).
+    copy_rows(g.net.send_area + off, p.x + off, bytes, lane);
     __syncwarp();  // every lane's stores of the chunk precede the count (and the push)
     if (lane != 0) return;
     const int k = c / p.net_piece_chunks;
@@ -597,10 +592,7 @@ struct FusedHooks {
       const int n = (min(row1, (o + 1) * p.rows_per_rank) - r0) * v;
       const uint64_t at = rs_slot_offset(p, o, work.m_block, work.n_block) +
                           static_cast<uint64_t>(r0 - row0) * p.block_n * 2;
-      uint8_t* dst = g.net.peer_recv != nullptr
-                         ? g.net.peer_recv[o] + (comm::op_begin(g) & 1) * (g.net.recv_bytes / 2) +
-                               g.rank * p.net_block + at
-                         : g.net.send_area + o * p.net_block + at;
+      uint8_t* dst = g.net.send_area + o * p.net_block + at;
       const uint8_t* src = g.data[g.rank] + (static_cast<int64_t>(r0) * p.n + c0) * 2;
 #pragma unroll 1
       for (int i = t; i < n; i += kSideThreads) {
