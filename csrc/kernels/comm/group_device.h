@@ -37,9 +37,15 @@ struct FlagSlot {
   static constexpr uint32_t kCollective = 3 * kMaxRanks;         // 8 * kMaxRanks for the collectives
   static constexpr uint32_t kMismatch = 11 * kMaxRanks;          // + src rank: src recorded a
                                                                  // signature mismatch in call e
+  // + (e & 1) * kMaxRanks + src rank: src's call signature in call e, for kernels whose entry
+  // barrier reads it by the call's parity (entry_barrier's by_parity: the fused kernels across
+  // nodes, whose CTAs may enter a call after a peer has published the next call's signature).
+  static constexpr uint32_t kSignatureByParity = 12 * kMaxRanks;
   static constexpr uint32_t kGroupSlots = 16 * kMaxRanks;
   static constexpr uint32_t kOpSlotBase = kGroupSlots;
 };
+static_assert(FlagSlot::kSignatureByParity + 2 * kMaxRanks <= FlagSlot::kGroupSlots,
+              "the parity signature slots fit the substrate's own slots");
 
 // The inter-node half (all pointers are device pointers of host-mapped memory, or device
 // memory for fifo_head). Filled by csrc/comm/net_path.cpp.
