@@ -26,7 +26,8 @@ SPLITS_K = ("coop_128x128_streamk", "coop_128x256_c2x1_streamk")
 # The swapped-operand GEMM's variants (gemm_swap_dispatch.cu order).
 SWAP_VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_streamk", "swap_128x128_streamk",
                  "swap_128x176_c2x2", "swap_128x192_c2x1", "swap_64x64_ping", "swap_64x16_ping",
-                 "swap_128x16_streamk", "swap_128x112_streamk", "swap_64x176_ping"]
+                 "swap_128x16_streamk", "swap_128x112_streamk", "swap_64x176_ping", "swap_256x176_streamk",
+                 "swap_256x176_k2", "swap_128x176_sk", "swap_256x176_k4", "swap_64x16k256_ping"]
 
 
 def parse_plan(plan: str) -> tuple[str, int, str]:
