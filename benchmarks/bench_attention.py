@@ -130,13 +130,13 @@ VARIANT_DOC = {
     8: "V one stage deeper than K (K 2, V 3 stages)",
     9: "8 + softmax row max/sum as 4 partial chains (the default since session 8; causal only since session 9)",
     64: "the default before session 8 (no variant bits)",
-    136: "8 + O in the V stage of the tile's last block (no O buffer): K 3 + V 3 stages (the non-causal default since session 9)",
+    136: "8 + O in the V stage of the tile's last block (no O buffer): K 3 + V 3 stages (the non-causal default in sessions 9-10)",
     137: "9 + O in a V stage: K 3 + V 3 stages",
     392: "8 + O in a V stage, the freed 32 KiB to V: K 2 + V 4 stages",
     649: "9 + O in a V stage, K 2 + V 3 (ring attention's engine-forwarding kernel's mainloop)",
     1033: "9 + masked and wholly visible KV blocks in two consumer loops (ring11; bit for bit 9)",
     1160: "136 + masked and wholly visible KV blocks in two consumer loops (ring11; bit for bit 136)",
-    2184: "136 + the last partial round of tiles split along KV, merged in fp32 (attn11; non-causal; causal runs 136)",
+    2184: "136 + the last partial round of tiles split along KV, merged in fp32 (attn11; the non-causal default since s10 run 2; causal runs 136)",
 }
 
 

@@ -43,6 +43,28 @@ def _poison_allocator() -> None:
     del x
 
 
+def _backward_of_stored_out(dout, q, k, v, out, causal: bool, scale: float):
+    """dq, dk, dv in float64 from the exact softmax but D = rowsum(dO o out) of the *stored* out
+    (q's dtype): the best any backward fed that out can do. Shapes as the op's; GQA summed."""
+    b, s, h, d = q.shape
+    s_kv, h_kv = k.shape[1], k.shape[2]
+    g = h // h_kv
+    qf, kf, vf, of, dof = (x.double().transpose(1, 2) for x in (q, k, v, out, dout))
+    kf, vf = kf.repeat_interleave(g, 1), vf.repeat_interleave(g, 1)
+    scores = qf @ kf.transpose(-1, -2) * scale
+    if causal:
+        i = torch.arange(s, device=q.device)[:, None]
+        j = torch.arange(s_kv, device=q.device)[None, :]
+        scores = scores.masked_fill(j > i + (s_kv - s), float("-inf"))
+    p = torch.softmax(scores, -1).nan_to_num(0.0)  # rows that see no key: P = 0
+    dp = dof @ vf.transpose(-1, -2)
+    ds = p * (dp - (dof * of).sum(-1, keepdim=True))
+    dq = (scale * ds @ kf).transpose(1, 2)
+    dk = (scale * ds.transpose(-1, -2) @ qf).reshape(b, h_kv, g, s_kv, d).sum(2).transpose(1, 2)
+    dv = (p.transpose(-1, -2) @ dof).reshape(b, h_kv, g, s_kv, d).sum(2).transpose(1, 2)
+    return dq, dk, dv
+
+
 def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
     """||x - ref|| / max(||ref||, 1e-3 sqrt(numel)): relative error, measured against a floor
     of 1e-3 RMS per entry where the exact gradient is (near) zero — a one-key softmax's dq and
@@ -74,10 +96,18 @@ def test_native_backward_matches_float64_autograd(case, dtype) -> None:
         q64, k64, v64 = (x.double().requires_grad_() for x in (q, k, v))
         ref, _ = attention_ref(q64, k64, v64, causal, scale)
         ref_grads = torch.autograd.grad(ref, (q64, k64, v64), dout.double())
-        for name, g, r in zip("qkv", (dq, dk, dv), ref_grads):
+        stored = _backward_of_stored_out(dout, q, k, v, out, causal, scale)
+        for name, g, r, rs in zip("qkv", (dq, dk, dv), ref_grads, stored):
             assert torch.isfinite(g).all(), f"d{name} has non-finite entries (unwritten?)"
-            rel = _rel(g, r)
-            assert rel < 2e-2, f"d{name} relative error {rel} (case {case}, {dtype}, seed {seed})"
+            # Any backward fed the stored out (this one, cuDNN's, FA2's) computes D = rowsum(dO o O)
+            # from O rounded to q's dtype: with a few keys per row dS = P (dP - D) cancels and that
+            # rounding alone moves dq by up to ~1e-1 relative in bf16 (s = s_kv = 2, causal: 3.7% of
+            # random draws above 2e-2 in fp64 emulation; s10 run 2 read 2.4e-2). So: within 2e-2 of the
+            # fp64 backward of the stored out, and no farther from autograd than that one is, + 2e-2.
+            rel = _rel(g, rs)
+            assert rel < 2e-2, f"d{name} relative error {rel} vs the stored-out backward (case {case}, {dtype}, seed {seed})"
+            rel_ad = _rel(g, r)
+            assert rel_ad < 2e-2 + _rel(rs, r), f"d{name} relative error {rel_ad} vs autograd (case {case}, {dtype}, seed {seed})"
 
 
 @needs_gpu

@@ -21,7 +21,7 @@ namespace mkernel::attention {
 // row reductions), measured +3..+9% over the old default at S = 2048-16384 in session 8's
 // device run 2, where its correctness tests ran too (benchmarks/NOTES.md, Attention engine
 // item 5). Since session 9 it stays the causal default, and the non-causal plain kernel runs
-// kDefaultVariantNonCausal = 136: O in the V stage of the tile's last block (no O buffer) and
+// 136 (since s10 run 2 its split-tail form 2184, attention_api.h): O in the V stage of the tile's last block (no O buffer) and
 // its 32 KiB as a third K stage (K 3 + V 3), without the 4-chain reductions; session 9's run 2
 // (benchmarks/NOTES.md): +0.7% / +2.8% over 9 at S = 4096 / 8192 non-causal (0.996x / 0.995x
 // cuDNN), -2.0% / +0.2% causal (inside the bench's pinned-column handicap, NOTES run 3: causal
