@@ -27,8 +27,13 @@ GO_SOURCES := $(shell find gocore -name '*.go' -not -name 'zz_gopy_*' -not -name
 $(VENV)/.deps-stamp: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q torch==$(TORCH_VERSION) pybindgen==0.22.1 nvidia-cutlass==4.2.0.0 pytest==9.2.0 pytest-timeout==2.4.0 \
-	    numpy setuptools wheel ninja matplotlib==3.11.2
+	# Three attempts: a large wheel (torch's triton, ~190 MB) sometimes stops a few hundred KB short
+	# on a flaky link, and pip's own resume gives up after a few seconds.
+	for attempt in 1 2 3; do \
+	  $(PIP) install -q --resume-retries 10 torch==$(TORCH_VERSION) pybindgen==0.22.1 nvidia-cutlass==4.2.0.0 \
+	      pytest==9.2.0 pytest-timeout==2.4.0 numpy setuptools wheel ninja matplotlib==3.11.2 && break; \
+	  [ $$attempt = 3 ] && exit 1; echo "pip install failed (attempt $$attempt), retrying"; sleep 10; \
+	done
 	touch $@
 venv: $(VENV)/.deps-stamp
 
