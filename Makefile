@@ -27,8 +27,8 @@ GO_SOURCES := $(shell find gocore -name '*.go' -not -name 'zz_gopy_*' -not -name
 $(VENV)/.deps-stamp: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# Three attempts: a large wheel (torch's triton, ~190 MB) sometimes stops a few hundred KB short
-	# on a flaky link, and pip's own resume gives up after a few seconds.
+	# Three attempts: a large wheel (torch's triton, ~190 MB) that stops short (seen on a nearly
+	# full disk, and on flaky links) fails the whole step, and pip's own resume gives up quickly.
 	for attempt in 1 2 3; do \
 	  $(PIP) install -q --resume-retries 10 torch==$(TORCH_VERSION) pybindgen==0.22.1 nvidia-cutlass==4.2.0.0 \
 	      pytest==9.2.0 pytest-timeout==2.4.0 numpy setuptools wheel ninja matplotlib==3.11.2 && break; \
