@@ -152,7 +152,7 @@ def _fused_op_call(op: Any, x: Tensor, w: Tensor, *args: Any) -> Any:
     global _launched_group_op
     if torch.compiler.is_compiling():
         return op(x, w, *args)
-    if args[1] > 1 and x.is_cuda:  # args: (group handle, world size, ...)
+    if x.is_cuda and len(args) > 1 and args[1] > 1:  # args: (group handle, world size, ...)
         _launched_group_op = True  # a lost context after this call is explained (_wait_failure_error)
     if (
         torch.is_grad_enabled()
