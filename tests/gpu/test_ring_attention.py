@@ -82,10 +82,11 @@ def test_ring_attention_across_emulated_nodes(mps, world):
                           # the KV-wait kernel beside the send kernel
                           ("MKERNEL_RING_SPLIT_MASK=1", "0,2,5", "matrix,graph"),
                           ("MKERNEL_RING_SPLIT_MASK=1 MKERNEL_RING_SEND=kernel", "2,5", "matrix"),
-                          # ring12 (opt-in, unmeasured): one KV-flag acquire per tile and flag in
-                          # the load lane (engine forwarding, case 5 with 2 blocks per flag, the
-                          # KV-wait kernel of fp16 case 6), and the compute-alone op with it
-                          ("MKERNEL_RING_FLAG_SKIP=1", "0,5,6", "matrix,graph,alone")])
+                          # ring12's flag skip is the default since s11run1: this pins the old
+                          # path (one KV-flag acquire per key block in the load lane; engine
+                          # forwarding, case 5 with 2 blocks per flag, the KV-wait kernel of
+                          # fp16 case 6), and the compute-alone op with it
+                          ("MKERNEL_RING_FLAG_SKIP=0", "0,5,6", "matrix,graph,alone")])
 def test_ring_attention_pinned_paths(mps, knob, ring_cases, suite):
     """Whole-sequence shapes (non-causal, causal zigzag MQA) through the paths the benchmark
     times beside the default (the K/V forwarded inside the engine, tiles claimed): the

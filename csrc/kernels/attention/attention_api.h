@@ -152,7 +152,7 @@ struct HookArgs {
   // The load lane acquires a KV flag only for the first block of each flag it meets in a tile's
   // walk (the blocks are walked downwards, so the next ones down to the flag's first block were
   // released with it), instead of one system-scope acquire + proxy fence per block. The same
-  // loads of the same data. Opt-in until measured (ring attention: MKERNEL_RING_FLAG_SKIP=1).
+  // loads of the same data. The ring turns it on by default (MKERNEL_RING_FLAG_SKIP=0: off).
   bool skip_seen_flags = false;
 };
 
