@@ -123,6 +123,25 @@ int export_dmabuf(void* ptr, uint64_t bytes) {
   return fd;
 }
 
+// CUDA's module loading mode: "eager", "lazy", or "unknown" where the driver cannot say. The
+// driver entry point is looked up at run time, like export_dmabuf's.
+std::string module_loading_mode() {
+  using Fn = CUresult (*)(CUmoduleLoadingMode*);
+  static Fn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuModuleGetLoadingMode", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return static_cast<Fn>(nullptr);
+    }
+    return reinterpret_cast<Fn>(f);
+  }();
+  CUmoduleLoadingMode mode{};
+  if (fn == nullptr || fn(&mode) != CUDA_SUCCESS) return "unknown";
+  return mode == CU_MODULE_EAGER_LOADING ? "eager" : mode == CU_MODULE_LAZY_LOADING ? "lazy" : "unknown";
+}
+
 bool env_set(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0';
@@ -158,9 +177,17 @@ struct NetIpcMapping {
 // transport calls start() from its proxy thread when an op is due at the peer, and done() until
 // the copy finished, before it releases the op's signal. One non-blocking stream (it must never
 // wait for the legacy default stream, where a kernel spins on the very signal this copy
-// precedes) and a ring of events, one per copy in flight (the transport keeps at most
-// MK_DEVICE_COPIES_IN_FLIGHT). The proxy thread runs in relaxed capture mode: a CUDA-graph capture
-// on another thread of the process must not forbid its copies.
+// precedes) at the device's greatest priority, and a ring of events, one per copy in flight (the
+// transport keeps at most MK_DEVICE_COPIES_IN_FLIGHT). The proxy thread runs in relaxed capture
+// mode: a CUDA-graph capture on another thread of the process must not forbid its copies.
+//
+// Unlike a NIC's DMA, these copies are CUDA work of the rank's own context, submitted while its
+// kernels wait for them: anything that synchronizes the context in between (a kernel loaded for
+// the first time under lazy module loading, a cudaDeviceSynchronize or cudaFree on another
+// thread) is ordered before them and waits for the kernels that wait for them — a deadlock that
+// ends at the op timeout (s11run1's graph suite). Hence eager module loading under the emulation
+// (python/mkernel/_module_loading.py sets it at import; open() warns where it is lazy), and the
+// collectives load all their kernels before their first launch.
 struct NetCopier {
   static constexpr uint32_t kEvents = 2 * MK_DEVICE_COPIES_IN_FLIGHT;
   int device = 0;
@@ -190,7 +217,10 @@ struct NetCopier {
 
   void open(const char* op, int dev) {
     device = dev;
-    check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), op, "cudaStreamCreateWithFlags (GPU-direct copies)");
+    int least = 0, greatest = 0;
+    check_cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), op, "cudaDeviceGetStreamPriorityRange");
+    check_cuda(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest), op,
+               "cudaStreamCreateWithPriority (GPU-direct copies)");
     events.assign(kEvents, nullptr);
     for (auto& e : events) check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), op, "cudaEventCreate (GPU-direct copies)");
   }
@@ -277,6 +307,7 @@ struct NetPath::Impl {
   std::vector<std::unique_ptr<NetIpcMapping>> peer_recv;
   std::unique_ptr<NetCopier> copier;  // GPU-direct emulation: its copy engine (after dp in ~Impl)
   bool gpu_direct = false;
+  std::string module_loading = "unknown";  // CUDA's, when the path opened
   void* mirror = nullptr;  // NetDevice::arrival_mirror, then arrival_claim
 
   ~Impl() {
@@ -414,10 +445,20 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
   dc.fifo_clock = MK_FIFO_CLOCK_GLOBALTIMER;
   // GPU-direct emulation: the copy engine the transport moves the bytes with (ABI v3 tail).
   const bool gdr = offer && chosen_net(cfg.net) == "loopback" && gpu_direct_env();
+  impl->module_loading = module_loading_mode();
   if (gdr) {
     TORCH_CHECK(api.version >= 3, op,
                 ": MKERNEL_NET_GDR=1 needs the mkernel core's device copier (C ABI v3), but the loaded core serves "
                 "ABI v", api.version, ": rebuild build/core (make core) together with the extension");
+    if (impl->module_loading == "lazy") {
+      TORCH_WARN_ONCE(op, ": MKERNEL_NET_GDR=1 under lazy CUDA module loading: a kernel loaded for the first time "
+                      "while an inter-node kernel waits may synchronize the context ahead of the device copier's "
+                      "copies, a stall until MKERNEL_OP_TIMEOUT. `import mkernel` sets CUDA_MODULE_LOADING=EAGER "
+                      "under MKERNEL_NET_GDR=1, but CUDA was initialized before that import (or "
+                      "CUDA_MODULE_LOADING was set otherwise): import mkernel first, or export "
+                      "CUDA_MODULE_LOADING=EAGER. The collectives load their kernels before their first launch; "
+                      "other ops' first calls may stall.");
+    }
     impl->copier = std::make_unique<NetCopier>();
     impl->copier->open(op, cfg.device);
     impl->copier->send_id = kSendBuffer;
@@ -507,6 +548,7 @@ NetPath::~NetPath() = default;
 const NetPathConfig& NetPath::config() const { return impl_->cfg; }
 bool NetPath::gpu_memory() const { return impl_->gpu_memory; }
 bool NetPath::gpu_direct() const { return impl_->gpu_direct; }
+std::string NetPath::module_loading() const { return impl_->module_loading; }
 std::string NetPath::transport() const { return impl_->transport; }
 
 std::string NetPath::failure() const {

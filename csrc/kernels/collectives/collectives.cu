@@ -769,6 +769,33 @@ void* kernel_for(Kind k, DType t) {
   return nullptr;
 }
 
+// Loads every collective kernel into the current device's context, once per device and process,
+// before the first launch there. Under lazy module loading (CUDA_MODULE_LOADING=LAZY, CUDA's
+// default) a kernel is loaded at its first use, and a load may synchronize the whole context. The
+// first reduce_scatter<half> launched behind an all_gather<half> that waits for the inter-node
+// path would then hold back every later submission of this process, including the copies the
+// GPU-direct emulation's device copier (comm/net_path.cpp) issues for that very all_gather: a
+// deadlock (s11run1: the graph suite, the first fp16 calls, one copy unfinished after 20 s). Here
+// nothing of ours runs yet. cudaFuncGetAttributes needs the fully loaded function, so it loads it.
+cudaError_t preload_kernels() {
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  static std::mutex mu;
+  static std::map<int, bool> loaded;
+  std::lock_guard<std::mutex> guard(mu);
+  if (loaded.count(dev) != 0) return cudaSuccess;
+  for (Kind k : {Kind::kAllGather, Kind::kReduceScatter, Kind::kAllReduce}) {
+    for (DType t : {DType::kBF16, DType::kFP16, DType::kFP32}) {
+      cudaFuncAttributes attr{};
+      err = cudaFuncGetAttributes(&attr, kernel_for(k, t));
+      if (err != cudaSuccess) return err;
+    }
+  }
+  loaded.emplace(dev, true);
+  return cudaSuccess;
+}
+
 // The co-resident grid for `kernel` on the current device (the SM count as this process sees
 // it: under MPS it is the process's share), cached per (device, kernel): the queries cost more
 // than a small collective.
@@ -917,9 +944,14 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
       items = p.chunks * (2 * world - 1) + (remote > 0 && !p.parallel_stage ? 1 : 0);
       break;
   }
+  cudaError_t err = preload_kernels();
+  if (err != cudaSuccess) {
+    if (reason) *reason = "loading the collective kernels (cudaFuncGetAttributes)";
+    return err;
+  }
   void* kernel = kernel_for(kind, a.dtype);
   int ctas = 0;
-  cudaError_t err = resident_ctas(kernel, &ctas);
+  err = resident_ctas(kernel, &ctas);
   if (err != cudaSuccess) return err;
   if (p.remote > 0) ctas -= static_cast<int>(std::min<uint32_t>(g.net.spare_ctas, static_cast<uint32_t>(ctas) / 4));
   if (a.ctas > 0) ctas = std::min(ctas, a.ctas);
