@@ -506,6 +506,7 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
   view.recv_buf_id = kRecvBuffer;
   view.send_buf_id = kSendBuffer;
   view.spare_ctas = gdr ? kGdrSpareCtas : 0;
+  view.gpu_direct = gdr ? 1u : 0u;
 
   void* flags = nullptr;
   size_t flag_bytes = 0;

@@ -105,9 +105,9 @@ struct Params {
   // takes every kind of item and each push waits at once.
   int32_t overlap;
   int32_t stager_eighths;
-  // 1 (MKERNEL_NET_MIRROR=1): waits for inter-node arrival flags poll host memory once per (slot,
-  // call) and the other waiters poll a device-memory mirror (net_arrival_wait). 0: every waiting
-  // CTA polls the host flag itself.
+  // 1 (MKERNEL_NET_MIRROR=1, or unset under GPU-direct: net_flag_mirror): waits for inter-node
+  // arrival flags poll host memory once per (slot, call) and the other waiters poll a
+  // device-memory mirror (net_arrival_wait). 0: every waiting CTA polls the host flag itself.
   int32_t flag_mirror;
 };
 // NetDevice::stage_count words: per (destination block, piece), then all_reduce's reduced block.
@@ -729,13 +729,16 @@ int net_stager_eighths() {
 }
 
 // MKERNEL_NET_MIRROR: "1" polls each inter-node arrival flag from one CTA per call and lets the
-// others wait on a device-memory mirror (Params::flag_mirror); anything else: off. Read once.
-bool net_flag_mirror() {
-  static const bool on = [] {
+// others wait on a device-memory mirror (Params::flag_mirror); unset or empty: on where the path is
+// the GPU-direct emulation (NetDevice::gpu_direct; the configuration its GPU runs verified), off
+// elsewhere; anything else: off. Read once.
+bool net_flag_mirror(const comm::NetDevice& net) {
+  static const int mode = [] {
     const char* v = std::getenv("MKERNEL_NET_MIRROR");
-    return v != nullptr && std::strcmp(v, "1") == 0;
+    if (v == nullptr || *v == '\0') return -1;
+    return std::strcmp(v, "1") == 0 ? 1 : 0;
   }();
-  return on;
+  return mode == 1 || (mode < 0 && net.gpu_direct != 0);
 }
 
 uint32_t chunk_count(uint64_t block, uint64_t chunk) {
@@ -904,7 +907,7 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
   p.parallel_stage = net_stage_mode() == 1 ? 1 : 0;
   p.overlap = remote > 0 && p.parallel_stage && net_overlap_mode() == 1 ? 1 : 0;
   p.stager_eighths = std::max(0, net_stager_eighths());
-  p.flag_mirror = remote > 0 && net_flag_mirror() && g.net.arrival_mirror != nullptr ? 1 : 0;
+  p.flag_mirror = remote > 0 && net_flag_mirror(g.net) && g.net.arrival_mirror != nullptr ? 1 : 0;
   if (remote > 0) {
     if (net_stage_mode() < 0) {
       if (reason) *reason = "MKERNEL_NET_STAGE must be unset, 'parallel' (the default) or 'whole'";
