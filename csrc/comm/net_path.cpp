@@ -182,10 +182,9 @@ struct NetIpcMapping {
 // mode: a CUDA-graph capture on another thread of the process must not forbid its copies.
 //
 // Unlike a NIC's DMA, these copies are CUDA work of the rank's own context, submitted while its
-// kernels wait for them: anything that synchronizes the context in between (a kernel loaded for
-// the first time under lazy module loading, a cudaDeviceSynchronize or cudaFree on another
-// thread) is ordered before them and waits for the kernels that wait for them — a deadlock that
-// ends at the op timeout (s11run1's graph suite). Hence eager module loading under the emulation
+// kernels wait for them: a context synchronization on the GPU side in between (a kernel loaded for
+// the first time under lazy module loading) is ordered before them and waits for the kernels that
+// wait for them — a deadlock that ends at the op timeout (s11run1's graph suite). Hence eager module loading under the emulation
 // (python/mkernel/_module_loading.py sets it at import; open() warns where it is lazy), and the
 // collectives load all their kernels before their first launch.
 struct NetCopier {

@@ -780,7 +780,9 @@ void* kernel_for(Kind k, DType t) {
 // GPU-direct emulation's device copier (comm/net_path.cpp) issues for that very all_gather: a
 // deadlock (s11run1: the graph suite, the first fp16 calls, one copy unfinished after 20 s). Here
 // nothing of ours runs yet. cudaFuncGetAttributes needs the fully loaded function, so it loads it.
-cudaError_t preload_kernels() {
+// Not while `stream` is being captured (a first call inside a capture after Context.reserve): the
+// load is then left to the launch, as before, and tried again at the next launch.
+cudaError_t preload_kernels(cudaStream_t stream) {
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
   if (err != cudaSuccess) return err;
@@ -788,6 +790,12 @@ cudaError_t preload_kernels() {
   static std::map<int, bool> loaded;
   std::lock_guard<std::mutex> guard(mu);
   if (loaded.count(dev) != 0) return cudaSuccess;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+    (void)cudaGetLastError();  // e.g. the legacy stream while another captures: leave it to the launch
+    return cudaSuccess;
+  }
+  if (capture != cudaStreamCaptureStatusNone) return cudaSuccess;
   for (Kind k : {Kind::kAllGather, Kind::kReduceScatter, Kind::kAllReduce}) {
     for (DType t : {DType::kBF16, DType::kFP16, DType::kFP32}) {
       cudaFuncAttributes attr{};
@@ -947,7 +955,7 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
       items = p.chunks * (2 * world - 1) + (remote > 0 && !p.parallel_stage ? 1 : 0);
       break;
   }
-  cudaError_t err = preload_kernels();
+  cudaError_t err = preload_kernels(a.stream);
   if (err != cudaSuccess) {
     if (reason) *reason = "loading the collective kernels (cudaFuncGetAttributes)";
     return err;
