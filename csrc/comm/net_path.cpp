@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -196,6 +197,18 @@ struct NetCopier {
   uint8_t* send = nullptr;              // this rank's GPU send area
   std::vector<uint8_t*> peer_recv;      // peers' receive areas (CUDA IPC), by rank
   uint32_t send_id = 0, recv_id = 0;
+  // Diagnostics of a copy the GPU does not run (s11run1): each in-flight copy's submission time,
+  // size and peer, by event slot; one line on stderr when one stays unfinished for kStuckAfter.
+  static constexpr auto kStuckAfter = std::chrono::seconds(5);
+  struct InFlight {
+    std::chrono::steady_clock::time_point at{};
+    uint64_t bytes = 0;
+    int32_t peer = -1;
+  };
+  std::vector<InFlight> inflight = std::vector<InFlight>(kEvents);
+  uint64_t completed = 0;
+  bool reported = false;
+  std::string loading = "unknown";  // CUDA's module loading mode, for that line
 
   // The calling thread in relaxed capture mode on the path's device, restored after.
   struct ThreadScope {
@@ -272,6 +285,7 @@ struct NetCopier {
     cudaError_t e = c->copy(c->peer_recv[peer] + remote_off, c->send + local_off, bytes);
     if (e == cudaSuccess) e = cudaEventRecord(c->events[c->next % kEvents], c->stream);
     if (e != cudaSuccess) return static_cast<int32_t>(e);
+    c->inflight[c->next % kEvents] = InFlight{std::chrono::steady_clock::now(), bytes, peer};
     *token = c->next++;
     return 0;
   }
@@ -283,8 +297,22 @@ struct NetCopier {
     if (e == cudaErrorNotReady) {
       (void)cudaGetLastError();  // not an error; keep this thread's last error clean
       *is_done = 0;
+      const InFlight& f = c->inflight[token % kEvents];
+      if (!c->reported && std::chrono::steady_clock::now() - f.at > kStuckAfter) {
+        c->reported = true;  // once per path: the proxy's watchdog names the op at the timeout
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - f.at).count();
+        std::fprintf(stderr,
+                     "mkernel: GPU-direct copy %llu (%llu bytes to rank %d) submitted %.1f s ago is not done on "
+                     "the GPU (copies submitted %llu, done %llu; CUDA module loading: %s): ordered behind work that "
+                     "waits for it? (csrc/comm/net_path.cpp NetCopier)\n",
+                     static_cast<unsigned long long>(token), static_cast<unsigned long long>(f.bytes), f.peer, s,
+                     static_cast<unsigned long long>(c->next), static_cast<unsigned long long>(c->completed),
+                     c->loading.c_str());
+        std::fflush(stderr);
+      }
       return 0;
     }
+    if (e == cudaSuccess) ++c->completed;
     *is_done = e == cudaSuccess ? 1 : 0;
     return e == cudaSuccess ? 0 : static_cast<int32_t>(e);
   }
@@ -459,6 +487,7 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
                       "other ops' first calls may stall.");
     }
     impl->copier = std::make_unique<NetCopier>();
+    impl->copier->loading = impl->module_loading;
     impl->copier->open(op, cfg.device);
     impl->copier->send_id = kSendBuffer;
     impl->copier->recv_id = kRecvBuffer;
