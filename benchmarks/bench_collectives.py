@@ -43,9 +43,9 @@ send/receive buffers used as over RDMA; the transport books each op on the emula
 it is due at the peer, moves its bytes with the extension's copy engine into the peer's receive
 buffer (CUDA IPC), then places the signal: gocore/transport/loopback/gpudirect.go, csrc/comm/
 net_path.cpp NetCopier); rows carry gpu_direct, and with --emulate net/link = net GB/s over the
-emulated link's rate. MKERNEL_NET_MIRROR=1 in the environment (the ranks inherit it): one poller
-per inter-node arrival flag and call, the other CTAs wait on a device-memory mirror (rows carry
-flag_mirror).
+emulated link's rate. MKERNEL_NET_MIRROR=1 in the environment (the ranks inherit it; unset: on
+under GPU-direct, "0" off): one poller per inter-node arrival flag and call, the other CTAs wait on
+a device-memory mirror (rows carry flag_mirror).
 
     python benchmarks/bench_collectives.py [--worlds 2,4,8] [--nodes 1] [--sizes-mib 1,16,64] [--quick]
                                            [--emulate 50GB/s,3us] [--overlap-ab]
@@ -289,7 +289,9 @@ def rank_main() -> None:
                         "net": net_info.get("transport"), "emulate": os.environ.get("MKERNEL_NET_EMULATE", ""),
                         "net_stage": "whole" if os.environ.get("MKERNEL_NET_STAGE") == "whole" else "parallel",
                         "gpu_direct": bool(net_info.get("gpu_direct", False)),
-                        "flag_mirror": os.environ.get("MKERNEL_NET_MIRROR") == "1",
+                        # collectives.cu net_flag_mirror: "1" on, unset on under GPU-direct, else off
+                        "flag_mirror": os.environ.get("MKERNEL_NET_MIRROR", "") == "1" or (
+                            os.environ.get("MKERNEL_NET_MIRROR", "") == "" and bool(net_info.get("gpu_direct", False))),
                         "transport_ms": worst["transport"],
                         "transport_gbs": inter / (worst["transport"] * 1e-3) / 1e9,
                         "net_gbs": _inter_node_factor(op) * inter / (worst["mkernel"] * 1e-3) / 1e9,

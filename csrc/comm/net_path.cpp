@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -123,6 +124,25 @@ int export_dmabuf(void* ptr, uint64_t bytes) {
   return fd;
 }
 
+// CUDA's module loading mode: "eager", "lazy", or "unknown" where the driver cannot say. The
+// driver entry point is looked up at run time, like export_dmabuf's.
+std::string module_loading_mode() {
+  using Fn = CUresult (*)(CUmoduleLoadingMode*);
+  static Fn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuModuleGetLoadingMode", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return static_cast<Fn>(nullptr);
+    }
+    return reinterpret_cast<Fn>(f);
+  }();
+  CUmoduleLoadingMode mode{};
+  if (fn == nullptr || fn(&mode) != CUDA_SUCCESS) return "unknown";
+  return mode == CU_MODULE_EAGER_LOADING ? "eager" : mode == CU_MODULE_LAZY_LOADING ? "lazy" : "unknown";
+}
+
 bool env_set(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0';
@@ -158,9 +178,16 @@ struct NetIpcMapping {
 // transport calls start() from its proxy thread when an op is due at the peer, and done() until
 // the copy finished, before it releases the op's signal. One non-blocking stream (it must never
 // wait for the legacy default stream, where a kernel spins on the very signal this copy
-// precedes) and a ring of events, one per copy in flight (the transport keeps at most
-// MK_DEVICE_COPIES_IN_FLIGHT). The proxy thread runs in relaxed capture mode: a CUDA-graph capture
-// on another thread of the process must not forbid its copies.
+// precedes) at the device's greatest priority, and a ring of events, one per copy in flight (the
+// transport keeps at most MK_DEVICE_COPIES_IN_FLIGHT). The proxy thread runs in relaxed capture
+// mode: a CUDA-graph capture on another thread of the process must not forbid its copies.
+//
+// Unlike a NIC's DMA, these copies are CUDA work of the rank's own context, submitted while its
+// kernels wait for them: a context synchronization on the GPU side in between (a kernel loaded for
+// the first time under lazy module loading) is ordered before them and waits for the kernels that
+// wait for them — a deadlock that ends at the op timeout (s11run1's graph suite). Hence eager module loading under the emulation
+// (python/mkernel/_module_loading.py sets it at import; open() warns where it is lazy), and the
+// collectives load all their kernels before their first launch.
 struct NetCopier {
   static constexpr uint32_t kEvents = 2 * MK_DEVICE_COPIES_IN_FLIGHT;
   int device = 0;
@@ -170,6 +197,18 @@ struct NetCopier {
   uint8_t* send = nullptr;              // this rank's GPU send area
   std::vector<uint8_t*> peer_recv;      // peers' receive areas (CUDA IPC), by rank
   uint32_t send_id = 0, recv_id = 0;
+  // Diagnostics of a copy the GPU does not run (s11run1): each in-flight copy's submission time,
+  // size and peer, by event slot; one line on stderr when one stays unfinished for kStuckAfter.
+  static constexpr auto kStuckAfter = std::chrono::seconds(5);
+  struct InFlight {
+    std::chrono::steady_clock::time_point at{};
+    uint64_t bytes = 0;
+    int32_t peer = -1;
+  };
+  std::vector<InFlight> inflight = std::vector<InFlight>(kEvents);
+  uint64_t completed = 0;
+  bool reported = false;
+  std::string loading = "unknown";  // CUDA's module loading mode, for that line
 
   // The calling thread in relaxed capture mode on the path's device, restored after.
   struct ThreadScope {
@@ -190,7 +229,10 @@ struct NetCopier {
 
   void open(const char* op, int dev) {
     device = dev;
-    check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), op, "cudaStreamCreateWithFlags (GPU-direct copies)");
+    int least = 0, greatest = 0;
+    check_cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), op, "cudaDeviceGetStreamPriorityRange");
+    check_cuda(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest), op,
+               "cudaStreamCreateWithPriority (GPU-direct copies)");
     events.assign(kEvents, nullptr);
     for (auto& e : events) check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), op, "cudaEventCreate (GPU-direct copies)");
   }
@@ -243,6 +285,7 @@ struct NetCopier {
     cudaError_t e = c->copy(c->peer_recv[peer] + remote_off, c->send + local_off, bytes);
     if (e == cudaSuccess) e = cudaEventRecord(c->events[c->next % kEvents], c->stream);
     if (e != cudaSuccess) return static_cast<int32_t>(e);
+    c->inflight[c->next % kEvents] = InFlight{std::chrono::steady_clock::now(), bytes, peer};
     *token = c->next++;
     return 0;
   }
@@ -254,8 +297,22 @@ struct NetCopier {
     if (e == cudaErrorNotReady) {
       (void)cudaGetLastError();  // not an error; keep this thread's last error clean
       *is_done = 0;
+      const InFlight& f = c->inflight[token % kEvents];
+      if (!c->reported && std::chrono::steady_clock::now() - f.at > kStuckAfter) {
+        c->reported = true;  // once per path: the proxy's watchdog names the op at the timeout
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - f.at).count();
+        std::fprintf(stderr,
+                     "mkernel: GPU-direct copy %llu (%llu bytes to rank %d) submitted %.1f s ago is not done on "
+                     "the GPU (copies submitted %llu, done %llu; CUDA module loading: %s): ordered behind work that "
+                     "waits for it? (csrc/comm/net_path.cpp NetCopier)\n",
+                     static_cast<unsigned long long>(token), static_cast<unsigned long long>(f.bytes), f.peer, s,
+                     static_cast<unsigned long long>(c->next), static_cast<unsigned long long>(c->completed),
+                     c->loading.c_str());
+        std::fflush(stderr);
+      }
       return 0;
     }
+    if (e == cudaSuccess) ++c->completed;
     *is_done = e == cudaSuccess ? 1 : 0;
     return e == cudaSuccess ? 0 : static_cast<int32_t>(e);
   }
@@ -277,6 +334,7 @@ struct NetPath::Impl {
   std::vector<std::unique_ptr<NetIpcMapping>> peer_recv;
   std::unique_ptr<NetCopier> copier;  // GPU-direct emulation: its copy engine (after dp in ~Impl)
   bool gpu_direct = false;
+  std::string module_loading = "unknown";  // CUDA's, when the path opened
   void* mirror = nullptr;  // NetDevice::arrival_mirror, then arrival_claim
 
   ~Impl() {
@@ -414,11 +472,22 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
   dc.fifo_clock = MK_FIFO_CLOCK_GLOBALTIMER;
   // GPU-direct emulation: the copy engine the transport moves the bytes with (ABI v3 tail).
   const bool gdr = offer && chosen_net(cfg.net) == "loopback" && gpu_direct_env();
+  impl->module_loading = module_loading_mode();
   if (gdr) {
     TORCH_CHECK(api.version >= 3, op,
                 ": MKERNEL_NET_GDR=1 needs the mkernel core's device copier (C ABI v3), but the loaded core serves "
                 "ABI v", api.version, ": rebuild build/core (make core) together with the extension");
+    if (impl->module_loading == "lazy") {
+      TORCH_WARN_ONCE(op, ": MKERNEL_NET_GDR=1 under lazy CUDA module loading: a kernel loaded for the first time "
+                      "while an inter-node kernel waits may synchronize the context ahead of the device copier's "
+                      "copies, a stall until MKERNEL_OP_TIMEOUT. `import mkernel` sets CUDA_MODULE_LOADING=EAGER "
+                      "under MKERNEL_NET_GDR=1, but CUDA was initialized before that import (or "
+                      "CUDA_MODULE_LOADING was set otherwise): import mkernel first, or export "
+                      "CUDA_MODULE_LOADING=EAGER. The collectives load their kernels before their first launch; "
+                      "other ops' first calls may stall.");
+    }
     impl->copier = std::make_unique<NetCopier>();
+    impl->copier->loading = impl->module_loading;
     impl->copier->open(op, cfg.device);
     impl->copier->send_id = kSendBuffer;
     impl->copier->recv_id = kRecvBuffer;
@@ -465,6 +534,7 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
   view.recv_buf_id = kRecvBuffer;
   view.send_buf_id = kSendBuffer;
   view.spare_ctas = gdr ? kGdrSpareCtas : 0;
+  view.gpu_direct = gdr ? 1u : 0u;
 
   void* flags = nullptr;
   size_t flag_bytes = 0;
@@ -507,6 +577,7 @@ NetPath::~NetPath() = default;
 const NetPathConfig& NetPath::config() const { return impl_->cfg; }
 bool NetPath::gpu_memory() const { return impl_->gpu_memory; }
 bool NetPath::gpu_direct() const { return impl_->gpu_direct; }
+std::string NetPath::module_loading() const { return impl_->module_loading; }
 std::string NetPath::transport() const { return impl_->transport; }
 
 std::string NetPath::failure() const {

@@ -70,6 +70,8 @@ class NetPath {
   // True under the loopback GPU-direct emulation (MKERNEL_NET_GDR=1): GPU buffers whose bytes the
   // transport moves with this extension's copy engine when an op is due (net_path.cpp NetCopier).
   bool gpu_direct() const;
+  // CUDA's module loading mode when the path opened ("eager", "lazy"; else "unknown").
+  std::string module_loading() const;
   std::string transport() const;
 
   // "" while the data path works, else its failure (naming the peer).

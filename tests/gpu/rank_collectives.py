@@ -239,6 +239,9 @@ def multinode(c: Checker) -> None:
     assert info.get("gpu_memory", False) == want_gdr or want != "loopback", f"gpu_memory is {info.get('gpu_memory')}"
     emit("CASE", {"op": "multinode", "err": 0.0, "bound": 0.0, "net": info["transport"], "fifo": fifo,
                   "gdr": info.get("gpu_direct", False),
+                  # CUDA's module loading ("eager" under MKERNEL_NET_GDR=1: mkernel's import sets it,
+                  # python/mkernel/_module_loading.py)
+                  "loading": info.get("module_loading", "?"),
                   "stage": os.environ.get("MKERNEL_NET_STAGE") or "parallel",
                   "overlap": os.environ.get("MKERNEL_NET_OVERLAP") or "0"})
 

@@ -105,9 +105,9 @@ struct Params {
   // takes every kind of item and each push waits at once.
   int32_t overlap;
   int32_t stager_eighths;
-  // 1 (MKERNEL_NET_MIRROR=1): waits for inter-node arrival flags poll host memory once per (slot,
-  // call) and the other waiters poll a device-memory mirror (net_arrival_wait). 0: every waiting
-  // CTA polls the host flag itself.
+  // 1 (MKERNEL_NET_MIRROR=1, or unset under GPU-direct: net_flag_mirror): waits for inter-node
+  // arrival flags poll host memory once per (slot, call) and the other waiters poll a
+  // device-memory mirror (net_arrival_wait). 0: every waiting CTA polls the host flag itself.
   int32_t flag_mirror;
 };
 // NetDevice::stage_count words: per (destination block, piece), then all_reduce's reduced block.
@@ -729,13 +729,16 @@ int net_stager_eighths() {
 }
 
 // MKERNEL_NET_MIRROR: "1" polls each inter-node arrival flag from one CTA per call and lets the
-// others wait on a device-memory mirror (Params::flag_mirror); anything else: off. Read once.
-bool net_flag_mirror() {
-  static const bool on = [] {
+// others wait on a device-memory mirror (Params::flag_mirror); unset or empty: on where the path is
+// the GPU-direct emulation (NetDevice::gpu_direct; the configuration its GPU runs verified), off
+// elsewhere; anything else: off. Read once.
+bool net_flag_mirror(const comm::NetDevice& net) {
+  static const int mode = [] {
     const char* v = std::getenv("MKERNEL_NET_MIRROR");
-    return v != nullptr && std::strcmp(v, "1") == 0;
+    if (v == nullptr || *v == '\0') return -1;
+    return std::strcmp(v, "1") == 0 ? 1 : 0;
   }();
-  return on;
+  return mode == 1 || (mode < 0 && net.gpu_direct != 0);
 }
 
 uint32_t chunk_count(uint64_t block, uint64_t chunk) {
@@ -767,6 +770,41 @@ void* kernel_for(Kind k, DType t) {
       return Kernels<float>::get(k);
   }
   return nullptr;
+}
+
+// Loads every collective kernel into the current device's context, once per device and process,
+// before the first launch there. Under lazy module loading (CUDA_MODULE_LOADING=LAZY, CUDA's
+// default) a kernel is loaded at its first use, and a load may synchronize the whole context. The
+// first reduce_scatter<half> launched behind an all_gather<half> that waits for the inter-node
+// path would then hold back every later submission of this process, including the copies the
+// GPU-direct emulation's device copier (comm/net_path.cpp) issues for that very all_gather: a
+// deadlock (s11run1: the graph suite, the first fp16 calls, one copy unfinished after 20 s). Here
+// nothing of ours runs yet. cudaFuncGetAttributes needs the fully loaded function, so it loads it.
+// Not while `stream` is being captured (a first call inside a capture after Context.reserve): the
+// load is then left to the launch, as before, and tried again at the next launch.
+cudaError_t preload_kernels(cudaStream_t stream) {
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  static std::mutex mu;
+  static std::map<int, bool> loaded;
+  std::lock_guard<std::mutex> guard(mu);
+  if (loaded.count(dev) != 0) return cudaSuccess;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+    (void)cudaGetLastError();  // e.g. the legacy stream while another captures: leave it to the launch
+    return cudaSuccess;
+  }
+  if (capture != cudaStreamCaptureStatusNone) return cudaSuccess;
+  for (Kind k : {Kind::kAllGather, Kind::kReduceScatter, Kind::kAllReduce}) {
+    for (DType t : {DType::kBF16, DType::kFP16, DType::kFP32}) {
+      cudaFuncAttributes attr{};
+      err = cudaFuncGetAttributes(&attr, kernel_for(k, t));
+      if (err != cudaSuccess) return err;
+    }
+  }
+  loaded.emplace(dev, true);
+  return cudaSuccess;
 }
 
 // The co-resident grid for `kernel` on the current device (the SM count as this process sees
@@ -877,7 +915,7 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
   p.parallel_stage = net_stage_mode() == 1 ? 1 : 0;
   p.overlap = remote > 0 && p.parallel_stage && net_overlap_mode() == 1 ? 1 : 0;
   p.stager_eighths = std::max(0, net_stager_eighths());
-  p.flag_mirror = remote > 0 && net_flag_mirror() && g.net.arrival_mirror != nullptr ? 1 : 0;
+  p.flag_mirror = remote > 0 && net_flag_mirror(g.net) && g.net.arrival_mirror != nullptr ? 1 : 0;
   if (remote > 0) {
     if (net_stage_mode() < 0) {
       if (reason) *reason = "MKERNEL_NET_STAGE must be unset, 'parallel' (the default) or 'whole'";
@@ -917,9 +955,14 @@ cudaError_t launch(Kind kind, const Args& a, const char** reason) {
       items = p.chunks * (2 * world - 1) + (remote > 0 && !p.parallel_stage ? 1 : 0);
       break;
   }
+  cudaError_t err = preload_kernels(a.stream);
+  if (err != cudaSuccess) {
+    if (reason) *reason = "loading the collective kernels (cudaFuncGetAttributes)";
+    return err;
+  }
   void* kernel = kernel_for(kind, a.dtype);
   int ctas = 0;
-  cudaError_t err = resident_ctas(kernel, &ctas);
+  err = resident_ctas(kernel, &ctas);
   if (err != cudaSuccess) return err;
   if (p.remote > 0) ctas -= static_cast<int>(std::min<uint32_t>(g.net.spare_ctas, static_cast<uint32_t>(ctas) / 4));
   if (a.ctas > 0) ctas = std::min(ctas, a.ctas);

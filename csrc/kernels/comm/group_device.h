@@ -74,6 +74,10 @@ struct NetDevice {
   // driver may run as SM kernels; a grid holding every SM of the client while it waits for them
   // would never see them run (csrc/comm/net_path.cpp sets it; 0 elsewhere).
   uint32_t spare_ctas = 0;
+  // 1 under the loopback GPU-direct emulation (GPU send/receive areas whose bytes this process's
+  // device copier moves), else 0: picks defaults that were verified there (the collectives' flag
+  // mirror).
+  uint32_t gpu_direct = 0;
 };
 constexpr int kNetStageCounters = (kMaxRanks + 1) * 8;  // (destination block + 1) x pieces
 

@@ -1,0 +1,44 @@
+"""Eager CUDA module loading under the loopback transport's GPU-direct emulation.
+
+``MKERNEL_NET_GDR=1`` on emulated nodes moves each inter-node op's bytes with a copy that the
+Go proxy thread submits to the rank's own CUDA context when the emulated link delivers them
+(csrc/comm/net_path.cpp ``NetCopier``), while the rank's kernels wait for those bytes. Under lazy
+module loading (``CUDA_MODULE_LOADING=LAZY``, CUDA's default) a kernel is loaded at its first
+launch, and the load may synchronize the context: a first-time kernel queued behind a waiting
+one then holds back every later copy of the proxy, and the waiting kernel never finishes (a stall
+until ``MKERNEL_OP_TIMEOUT``; session 11 run 1's graph suite). A real NIC's DMA is no CUDA work,
+so only the emulation needs this. Eager loading loads every registered kernel when the context is
+created, before anything can wait.
+
+CUDA reads ``CUDA_MODULE_LOADING`` when it initializes, so ``mkernel/__init__`` calls
+:func:`eager_loading_for_gdr` before anything of mkernel touches CUDA. A value the user set is
+kept (``net_path.cpp`` warns at the path's opening when loading is lazy).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import MutableMapping
+
+ENV = "CUDA_MODULE_LOADING"
+GDR_ENV = "MKERNEL_NET_GDR"
+
+
+def gdr_requested(environ: MutableMapping[str, str]) -> bool:
+    """Whether the GPU-direct emulation is asked for (``MKERNEL_NET_GDR=1``, spaces ignored;
+    the same rule as ``net_path.cpp gpu_direct_env``)."""
+    return environ.get(GDR_ENV, "").strip() == "1"
+
+
+def eager_loading_for_gdr(environ: MutableMapping[str, str] | None = None) -> bool:
+    """Set ``CUDA_MODULE_LOADING=EAGER`` in ``environ`` (default ``os.environ``) when the
+    GPU-direct emulation is asked for and the variable is unset or empty.
+
+    Returns:
+        True when it set the variable, False when it left ``environ`` unchanged.
+    """
+    env = os.environ if environ is None else environ
+    if not gdr_requested(env) or env.get(ENV, "").strip():
+        return False
+    env[ENV] = "EAGER"
+    return True
