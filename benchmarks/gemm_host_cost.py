@@ -14,6 +14,11 @@ This measures, per path and case, three things the bench folds together:
   idle_us     event time of one call issued to an idle GPU (host latency + kernel), median;
               idle_us - gpu_us is what one sample's first call adds in the decode bench.
 
+With --profile, also each path's host time split by the torch profiler (CPU + CUDA runtime
+API activity, 20 calls): the op's own time, aten::empty, the CUDA runtime calls (launches,
+memsets); what no child claims is the op's C++ and CUTLASS host code (profiler overhead
+included: read the split, not the absolute figures).
+
 Paths: auto (mkernel.gemm), auto_op (torch.ops.mkernel.gemm.default: no Python wrapper), the
 kernel auto picked pinned (gemm_swap / gemv / the split-K call), F.linear and torch.matmul.
 Writes results/gemm_host_cost_*.json.
@@ -78,6 +83,19 @@ def measure(fn, calls: int, rounds: int, sleep_cycles: int) -> dict:
             "idle_us": round(statistics.median(idle), 2)}
 
 
+def host_split(fn, calls: int = 20, top: int = 6) -> list:
+    """The `top` host-side events of `calls` calls by self CPU time per call (us)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    rows = [(e.key, round(e.count / calls, 1), round(e.self_cpu_time_total / calls, 2),
+             round(e.cpu_time_total / calls, 2)) for e in prof.key_averages()
+            if e.self_cpu_time_total > 0 and e.key != "cudaDeviceSynchronize"]
+    return sorted(rows, key=lambda r: -r[2])[:top]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="16x8192x8192,333x8192x8192,333x3584x8192",
@@ -85,6 +103,7 @@ def main() -> int:
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--profile", action="store_true", help="also each path's host time split (torch profiler)")
     args = ap.parse_args()
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     # ~2x the calls' GPU time at ~1.8 GHz, so the host never waits for the GPU while enqueueing
@@ -112,6 +131,12 @@ def main() -> int:
         print(f"{args.dtype} {case} [{plan}]: " + " | ".join(
             f"{p} enq {r['enqueue_us']} gpu {r['gpu_us']} idle {r['idle_us']}"
             for p, r in row["paths"].items()) + " (us/call)", flush=True)
+        if args.profile:
+            for p, f in paths.items():
+                split = host_split(f)
+                row["paths"][p]["host_split"] = split
+                print(f"  {p} host split (name, calls, self us, total us per call): "
+                      + "; ".join(f"{n} {c} {s_} {t}" for n, c, s_, t in split), flush=True)
     path = write_result("gemm_host_cost", {
         "benchmark": "gemm_host_cost", "commit": commit(), "device": device_info(),
         "timing": "enqueue: host perf_counter over `calls` calls behind a GPU sleep; gpu: events "
