@@ -138,15 +138,15 @@ def test_auto_runs_a_split_k_small_m_plan_from_the_table(dtype):
     mkernel.gemm_plan(a, b)  # the shape's small-M key is in the table now (tuned or read)
     doc = json.loads(torch.ops.mkernel.gemm_plans_export())
     suffix = f"|{'bf16' if dtype == torch.bfloat16 else 'fp16'}|e0|m512|n{n}|k{k}|small"
-    keys = [key for key in doc["plans"] if key.endswith(suffix)]
-    assert len(keys) == 1, (suffix, sorted(doc["plans"]))
-    before = doc["plans"][keys[0]]
+    # (a plan file may hold this shape for other device signatures too: all of them are set)
+    before = {key: plan for key, plan in doc["plans"].items() if key.endswith(suffix)}
+    assert before, (suffix, sorted(doc["plans"]))
     forced = "split:coop_128x256_c1x2/k3"
 
-    def load(plan: str) -> None:
-        torch.ops.mkernel.gemm_plans_import(json.dumps({"format": doc["format"], "plans": {keys[0]: plan}}))
+    def load(plans: dict[str, str]) -> None:
+        torch.ops.mkernel.gemm_plans_import(json.dumps({"format": doc["format"], "plans": plans}))
 
-    load(forced)
+    load({key: forced for key in before})
     try:
         out = poisoned_call(lambda: mkernel.gemm(a, b), (m, n), dtype)
         plan = mkernel.gemm_plan(a, b)
@@ -159,7 +159,7 @@ def test_auto_runs_a_split_k_small_m_plan_from_the_table(dtype):
             assert torch.equal(again, out), plan
     finally:
         load(before)
-    assert mkernel.gemm_plan(a, b).split()[0] == before
+    assert mkernel.gemm_plan(a, b).split()[0] in before.values()
 
 
 @needs_hopper
