@@ -11,9 +11,11 @@
 // 11"). Here the lookup runs once (a function-local static), then each encode is a direct call.
 //
 // Include it before any CUTLASS/CuTe header of the translation unit: the macro is read where
-// CuTe's TMA code (cute/atom/copy_traits_sm90_tma.hpp) is parsed. Only the swapped GEMM's units
-// include it (gemm_swap_sm90.cuh); an inline CuTe template instantiated alike in another unit may
-// keep CUTLASS's lookup there (the linker keeps one copy): both encode the same descriptor.
+// CuTe's TMA code (cute/atom/copy_traits_sm90_tma.hpp) is parsed (included later, it changes
+// nothing). The GEMM engine's and the swapped GEMM's units include it first (gemm_sm90.cuh,
+// gemm_swap_sm90.cuh); an inline CuTe template instantiated alike in a unit without it (the
+// fused and attention kernels) may keep CUTLASS's lookup there, or take this one (the linker
+// keeps one copy): both encode the same descriptor.
 #pragma once
 
 #include <cuda.h>
