@@ -106,8 +106,8 @@ SWAP_VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_strea
                  "swap_128x128_streamk", "swap_128x176_c2x2", "swap_128x192_c2x1",
                  "swap_64x64_ping", "swap_64x16_ping", "swap_128x16_streamk", "swap_128x112_streamk",
                  "swap_64x176_ping", "swap_256x176_streamk", "swap_256x176_k2", "swap_128x176_sk",
-                 "swap_256x176_k4", "swap_64x16k256_ping"]  # gemm_swap_dispatch.cu order
-SWAP_TILE_TOKENS = [176, 176, 64, 128, 176, 192, 64, 16, 16, 112, 176, 176, 176, 176, 176, 16]
+                 "swap_256x176_k4", "swap_64x16k256_ping", "swap_128x176_k2"]  # gemm_swap_dispatch.cu order
+SWAP_TILE_TOKENS = [176, 176, 64, 128, 176, 192, 64, 16, 16, 112, 176, 176, 176, 176, 176, 16, 176]
 
 
 def decode_candidates(m: int, n: int = 8192, k: int = 8192, sms: int = 132) -> list[str]:
@@ -131,7 +131,18 @@ def decode_candidates(m: int, n: int = 8192, k: int = 8192, sms: int = 132) -> l
         return ["cutlass:ping_64x128_c1x1/s1/m", "cutlass:ping_64x128k128_c1x1/s1/m",
                 "cutlass:ping_64x128_c1x1/s8/n"] + swaps
     # run 1's two fastest at M=333 (the rest of its 15 ran 0.26-0.65x cuBLAS)
-    return ["cutlass:ping_64x256_c1x1/s1/m", "cutlass:coop_128x128_streamk/s1/m"] + swaps
+    return ["cutlass:ping_64x256_c1x1/s1/m", "cutlass:coop_128x128_streamk/s1/m"] + swaps + split_names(m, n, k, sms)
+
+
+def split_names(m: int, n: int, k: int, sms: int) -> list[str]:
+    """Session 11: the engine's hooked 128x256 tile (tokens on M) with K split to fill one wave,
+    where its tiles fill under half the SMs (gemm_autotune.cpp split_candidate: 333x3584x8192 ->
+    3 x 14 tiles x 3 splits = 126 CTAs), and one split fewer; 'split:<config>/k<splits>'."""
+    tiles = -(-m // 128) * -(-n // 256)
+    if m <= 128 or 2 * tiles > sms:
+        return []
+    s = min(8, sms // tiles, -(-k // 64) // 4)
+    return [f"split:coop_128x256_c1x2/k{v}" for v in (s, s - 1) if v >= 2]
 
 
 def decode_runner(name: str, a: torch.Tensor, b: torch.Tensor):
@@ -146,6 +157,9 @@ def decode_runner(name: str, a: torch.Tensor, b: torch.Tensor):
     if name.startswith("swap:"):
         v = int(name[5:])
         return lambda: torch.ops.mkernel.gemm_swap(a, b, v)
+    if name.startswith("split:"):  # what auto's kSplit plan runs (gemm.cpp engine_split)
+        cfg, _, splits = name[6:].partition("/k")
+        return lambda: mkernel.gemm(a, b, config=cfg, splits=int(splits))
     return runner(name, a, b)
 
 
@@ -196,7 +210,7 @@ def decode_cases(args, save) -> int:
                              + (["gemv:1", "gemv:2", "gemv:7"] if m <= 16 else [])
                              + (["gemv:5", "gemv:10"] if 8 < m <= 16 else [])
                              + (["gemv:11", "gemv:12", "gemv:13", "gemv:14", "gemv:15"] if m <= 16 else [])
-                             + [c for c in names if c.startswith("swap:")])
+                             + [c for c in names if c.startswith(("swap:", "split:"))])
                 cands, errors = {}, {}
                 for c in names:
                     try:  # a candidate that cannot run this shape is recorded, not timed

@@ -412,6 +412,7 @@ SmallCache& small_cache() {
 std::string small_text(const SmallPlan& c) {
   if (c.kind == SmallPlan::kSwap) return gemm_swap::variant_name(c.swap);
   if (c.kind == SmallPlan::kGemv) return gemv::plan_name(c.gemv);
+  if (c.kind == SmallPlan::kSplit) return split_plan_name(c);
   return "engine";
 }
 
@@ -430,6 +431,18 @@ std::optional<SmallPlan> parse_small(const std::string& text) {
   }
   const size_t at = text.find("/k");
   const int splits = at == std::string::npos ? 1 : std::atoi(text.c_str() + at + 2);
+  if (text.rfind("split:", 0) == 0 && at != std::string::npos) {  // "split:<config>/k<splits>"
+    const std::string name = text.substr(6, at - 6);
+    for (int id = 0; id < static_cast<int>(gemm::ConfigId::kNumConfigs); ++id) {
+      const auto cfg = static_cast<gemm::ConfigId>(id);
+      if (name != gemm::config_name(cfg) || splits < 2) continue;
+      c.kind = SmallPlan::kSplit;
+      c.split_config = cfg;
+      c.splits = splits;
+      return c;
+    }
+    return std::nullopt;
+  }
   for (int v = 0; v < gemv::kNumVariants; ++v) {
     if (text == gemv::plan_name({v, splits})) {
       c.kind = SmallPlan::kGemv;
@@ -440,10 +453,26 @@ std::optional<SmallPlan> parse_small(const std::string& text) {
   return std::nullopt;
 }
 
+// The launch of a kSplit plan (tile order by shape, as engine_split runs it).
+gemm::Launch split_launch(const gemm::Launch& l, const SmallPlan& c) {
+  gemm::Launch s = l;
+  s.swizzle = 0;
+  s.raster = 0;
+  s.splits = c.splits;
+  s.pdl = false;
+  return s;
+}
+
 // Whether `c` runs p (a choice from another M of its bucket, a file or another rank).
 bool small_runs(const gemm::Problem& p, const SmallPlan& c, int sms) {
   if (c.kind == SmallPlan::kSwap) return gemm_swap::can_implement(p, c.swap, sms) == nullptr;
   if (c.kind == SmallPlan::kGemv) return gemv::can_implement(p, c.gemv) == nullptr;
+  if (c.kind == SmallPlan::kSplit) {
+    gemm::Launch l;
+    l.sm_count = sms;
+    return c.splits >= 2 && gemm::hooked_supported(c.split_config) &&
+           gemm::can_implement(p, c.split_config, split_launch(l, c)) == nullptr;
+  }
   return c.kind == SmallPlan::kEngine;
 }
 
@@ -482,6 +511,36 @@ constexpr int kLastS10OptIn = 14;  // .. swap_256x176_k4 (15, swap_64x16k256_pin
 // call, as in the bench's rotating sets). Where both fit, only 1 is timed.
 constexpr int kSwapC2x1 = 0, kSwapStreamK176 = 1;
 
+// Session 11 (MKERNEL_GEMM_SMALLM_S11=1 until a device run checks them): for shapes whose
+// 128-row weight tiles fill under half the SMs (333 x 3584 x 8192: 56 tiles of 128x176 on 132
+// SMs; auto 43.4 us against cuBLAS's 31.7 in s11 run 1's graph replay), the swapped 128x176
+// tile split-K in two (variant 16) and the engine's hooked 128x256 tile (tokens on M) with K
+// split to fill one wave (3 x 14 tiles x 3 = 126 CTAs).
+bool s11_candidates() {
+  static const bool on = [] {
+    const char* v = std::getenv("MKERNEL_GEMM_SMALLM_S11");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+constexpr int kSwapK2_176 = 16;  // gemm_swap_dispatch.cu: swap_128x176_k2
+
+// The split-K plan for p, kNone where the 128x256 tiles already fill half the SMs or K is too
+// short to split: as many splits (2..8) as keep every CTA in one wave, >= 4 k-blocks per split.
+SmallPlan split_candidate(const gemm::Problem& p, int sms) {
+  SmallPlan c;
+  if (p.m <= 128) return c;  // a 128-row token tile would be mostly padding
+  const int64_t tiles = ((p.m + 127) / 128) * ((p.n + 255) / 256);
+  if (2 * tiles > sms) return c;
+  const int64_t k_blocks = (p.k + 63) / 64;
+  const int splits = static_cast<int>(std::min<int64_t>({8, sms / tiles, k_blocks / 4}));
+  if (splits < 2) return c;
+  c.kind = SmallPlan::kSplit;
+  c.split_config = gemm::ConfigId::kCoop128x256Cluster1x2;
+  c.splits = splits;
+  return c;
+}
+
 // The candidates of p: the engine's plan first, then the swapped variants that fit M, then
 // (9 to 16 rows) the GEMV's by-shape plan and its register variants for two groups of rows.
 std::vector<SmallPlan> small_candidates(const gemm::Problem& p, int sms) {
@@ -496,10 +555,18 @@ std::vector<SmallPlan> small_candidates(const gemm::Problem& p, int sms) {
   for (int i = 0; i < count; ++i) {
     if (variants[i] >= kFirstS10Swap && variants[i] <= kLastS10OptIn && !s10_candidates()) continue;
     if (variants[i] == kSwapC2x1 && has_streamk176) continue;
+    if (variants[i] == kSwapK2_176) {  // split-K in two: only where two waves' worth fit in one
+      const int64_t units = 2 * ((p.n + 127) / 128) * ((p.m + 175) / 176);
+      if (!s11_candidates() || units > sms) continue;
+    }
     SmallPlan c;
     c.kind = SmallPlan::kSwap;
     c.swap = variants[i];
     out.push_back(c);
+  }
+  if (s11_candidates()) {
+    const SmallPlan split = split_candidate(p, sms);
+    if (split.kind == SmallPlan::kSplit && small_runs(p, split, sms)) out.push_back(split);
   }
   gemv::Plan by_shape;
   if (gemv_planned(p.m, p.n, p.k, sms, &by_shape)) {  // up to 16 rows (MKERNEL_GEMM_GEMV=0: none)
@@ -545,6 +612,9 @@ SmallPlan tune_small(gemm::Problem p, const gemm::Launch& l, const gemm::Plan& e
       scratch_bytes = std::max(scratch_bytes, gemm_swap::workspace_size(p, c.swap, l.sm_count));
     } else if (c.kind == SmallPlan::kGemv) {
       gemv_bytes = std::max(gemv_bytes, gemv::workspace_size(p, c.gemv));
+    } else if (c.kind == SmallPlan::kSplit) {  // the same zeroed workspace (tickets) as the GEMV's
+      gemv_bytes = std::max(gemv_bytes,
+                            gemm::hooked_workspace_size(p, c.split_config, split_launch(l, c)));
     }
   }
   // CUTLASS's scratch (the engine's plan, stream-K): one for all, the launches of one stream
@@ -568,6 +638,12 @@ SmallPlan tune_small(gemm::Problem p, const gemm::Launch& l, const gemm::Plan& e
           return gemv::can_implement(p, c.gemv) == nullptr &&
                  gemv::run(p, c.gemv, l.stream, gemv_ws) == cudaSuccess;
         }
+        if (c.kind == SmallPlan::kSplit) {
+          gemm::Launch sl = split_launch(l, c);
+          sl.workspace_bytes = gemm::hooked_workspace_size(p, c.split_config, sl);
+          sl.workspace = gemv_ws;
+          return gemm::run_hooked(p, c.split_config, sl, {}, nullptr) == cudaSuccess;
+        }
         return engine_ok && gemm::run(p, engine.config, el, nullptr) == cudaSuccess;
       },
       [&](int i) {
@@ -578,6 +654,17 @@ SmallPlan tune_small(gemm::Problem p, const gemm::Launch& l, const gemm::Plan& e
   return cands[best < 0 ? 0 : best];
 }
 }  // namespace
+
+SmallPlan cached_small_plan(const gemm::Problem& p, int sms, int device) {
+  SmallPlan none;
+  if (p.m <= 8 || p.m > kSwapMaxRows || p.batches != 1 || p.group_end != nullptr) return none;
+  const Key key{device, static_cast<int>(p.dtype), -1, plans::m_bucket(p.m), p.n, p.k, sms};
+  SmallCache& c = small_cache();
+  const std::lock_guard<std::mutex> lock(c.mu);
+  if (c.generation != plans::generation()) return none;  // plans imported: the full path re-reads
+  auto it = c.choice.find(key);
+  return it != c.choice.end() ? it->second : none;
+}
 
 SmallPlan engine_small_plan(const gemm::Problem& p, const gemm::Launch& l,
                             const gemm::Plan& engine, const at::Tensor& like, bool* tuned,

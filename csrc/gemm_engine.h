@@ -60,13 +60,28 @@ gemm::Plan engine_plan(const gemm::Problem& p, const gemm::Launch& l, const at::
 // orders: the choice changes the bits, never from one call of a shape to the next.
 constexpr int64_t kSwapMaxRows = 512;
 struct SmallPlan {
-  enum Kind { kNone, kEngine, kSwap, kGemv } kind = kNone;
+  // kSplit (session 11, opt-in MKERNEL_GEMM_SMALLM_S11=1): the engine's hooked cooperative
+  // kernel with K split `splits` ways (tokens on the MMA's M), for shapes whose tiles fill
+  // under half of the SMs (333 x 3584 x 8192: 3 x 14 tiles of 128x256, x 3 = 126 CTAs).
+  enum Kind { kNone, kEngine, kSwap, kGemv, kSplit } kind = kNone;
   int swap = 0;     // kSwap: gemm_swap variant
   gemv::Plan gemv;  // kGemv
+  gemm::ConfigId split_config = gemm::ConfigId::kCoop128x256Cluster1x2;  // kSplit
+  int splits = 1;                                                         // kSplit
 };
 SmallPlan engine_small_plan(const gemm::Problem& p, const gemm::Launch& l,
                             const gemm::Plan& engine, const at::Tensor& like,
                             bool* tuned = nullptr, bool wait = false);
+// The small-M choice already in memory for p's M bucket (no tuning, no plan-table read, no
+// engine plan): what engine_gemm looks up first at 9..kSwapMaxRows rows, so that a decode call
+// costs one map lookup. kNone on a miss (then the full path: engine_plan, engine_small_plan).
+SmallPlan cached_small_plan(const gemm::Problem& p, int sms, int device);
+// "split:<config>/k<splits>": a kSplit plan's name as gemm_plan reports it.
+std::string split_plan_name(const SmallPlan& c);
+// out = a · bᵀ with a kSplit plan on the current stream; false (nothing launched) when the
+// hooked kernel cannot take these operands with it.
+bool engine_split(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,
+                  const SmallPlan& plan);
 // out [m, n] = a · bᵀ with the swapped GEMM's `variant` on the current stream; false (nothing
 // launched) when the variant cannot take these operands.
 bool engine_swap(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,

@@ -253,7 +253,9 @@ def gemm_plan(a: Tensor, b: Tensor, *, sm_count: int = 0, group: Group | None = 
     """What :func:`gemm` with ``config="auto"`` runs for ``a [M, K]`` and ``b [N, K]``.
 
     Returns ``"<config>/s<swizzle>/<m|n>"`` plus ``" (tuned)"`` when the autotuner measured it
-    (the first query of a shape on CUDA tunes it, like the first call would), or
+    (the first query of a shape on CUDA tunes it, like the first call would; at small M also
+    ``"gemv/..."``, ``"swap_..."`` or ``"split:<config>/k<splits>"``: the hooked kernel with K
+    split, a candidate with ``MKERNEL_GEMM_SMALLM_S11=1``), or
     ``"host reference"`` for CPU tensors. Plans are kept per M bucket (the next power of two)
     and persist across processes (:func:`gemm_plans_file`).
 

@@ -27,7 +27,8 @@ SPLITS_K = ("coop_128x128_streamk", "coop_128x256_c2x1_streamk")
 SWAP_VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_streamk", "swap_128x128_streamk",
                  "swap_128x176_c2x2", "swap_128x192_c2x1", "swap_64x64_ping", "swap_64x16_ping",
                  "swap_128x16_streamk", "swap_128x112_streamk", "swap_64x176_ping", "swap_256x176_streamk",
-                 "swap_256x176_k2", "swap_128x176_sk", "swap_256x176_k4", "swap_64x16k256_ping"]
+                 "swap_256x176_k2", "swap_128x176_sk", "swap_256x176_k4", "swap_64x16k256_ping",
+                 "swap_128x176_k2"]
 
 
 def parse_plan(plan: str) -> tuple[str, int, str]:
@@ -78,6 +79,11 @@ def test_autotuned_plan_is_cached_and_exact(kind, dtype):
     if plan.startswith("swap_"):  # 17..512 rows: the swapped GEMM measured faster (test_gemm_swap.py)
         assert m <= 512
         assert torch.equal(out, torch.ops.mkernel.gemm_swap(a, b, SWAP_VARIANTS.index(plan.split()[0])))
+        return
+    if plan.startswith("split:"):  # MKERNEL_GEMM_SMALLM_S11=1: the hooked kernel, K split
+        cfg, _, splits = plan.split()[0][6:].partition("/k")
+        assert m <= 512
+        assert torch.equal(out, mkernel.gemm(a, b, config=cfg, splits=int(splits)))
         return
     cfg, swz, ras = parse_plan(plan)
     assert cfg in GEMM_CONFIGS and cfg not in SPLITS_K

@@ -10,6 +10,8 @@ independent of the kernel), per element too (a wrong column hides in a norm)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -22,7 +24,7 @@ VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_streamk",
             "swap_128x128_streamk", "swap_128x176_c2x2", "swap_128x192_c2x1",
             "swap_64x64_ping", "swap_64x16_ping", "swap_128x16_streamk", "swap_128x112_streamk",
             "swap_64x176_ping", "swap_256x176_streamk", "swap_256x176_k2", "swap_128x176_sk",
-            "swap_256x176_k4", "swap_64x16k256_ping"]  # gemm_swap_dispatch.cu order
+            "swap_256x176_k4", "swap_64x16k256_ping", "swap_128x176_k2"]  # gemm_swap_dispatch.cu order
 GEMV_NAMES = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
               "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4", "rows_w8u2", "rows_w16u2", "rows_w8u4", "ks_w8r2", "ks_w16r2"]
 DTYPES = [torch.bfloat16, torch.float16]
@@ -78,11 +80,12 @@ def test_gemm_swap_variant_matches_reference(variant):
 
 @needs_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", [11, 12, 13, 14])
+@pytest.mark.parametrize("variant", [11, 12, 13, 14, 16])
 def test_gemm_swap_decode_shape_split_k_ways(variant):
     """Session 10's stream-K / split-K variants at a decode shape (333 x 3584 x 8192: 28 tiles of
     256x176, 128 k-blocks each, shared by ~4.7 stream-K units or 2/4 split-K ranges), where the
-    ragged shapes above give each tile only a few k-blocks."""
+    ragged shapes above give each tile only a few k-blocks; session 11's swap_128x176_k2 (56
+    tiles of 128x176 in two K halves of 64 k-blocks)."""
     m, n, k = 333, 3584, 8192
     dtype = DTYPES[variant % 2]
     a, b = operands(m, n, k, dtype, seed=1000 + variant)
@@ -116,6 +119,47 @@ def test_auto_at_small_m_is_correct_reproducible_and_named(dtype):
             elif plan.startswith("swap_"):
                 v = VARIANTS.index(plan.split()[0])
                 assert torch.equal(out, torch.ops.mkernel.gemm_swap(a, b, v)), plan
+            elif plan.startswith("split:"):  # MKERNEL_GEMM_SMALLM_S11=1: the hooked kernel split-K
+                cfg, _, splits = plan.split()[0][6:].partition("/k")
+                assert torch.equal(out, mkernel.gemm(a, b, config=cfg, splits=int(splits))), plan
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_auto_runs_a_split_k_small_m_plan_from_the_table(dtype):
+    """A small-M choice of session 11's split kind ("split:coop_128x256_c1x2/k3": the engine's
+    hooked 128x256 tile, tokens on M, K split three ways: 3 x 14 tiles x 3 = 126 CTAs at
+    333 x 3584 x 8192), as another rank or an earlier process would hand it over: auto runs
+    exactly that kernel (the same bits as the explicit call), right against the reference,
+    gemm_plan names it, and the next calls (the in-memory fast lookup) run it again."""
+    m, n, k = 333, 3584, 8192
+    a, b = operands(m, n, k, dtype, seed=11 + (dtype == torch.float16))
+    mkernel.gemm_plan(a, b)  # the shape's small-M key is in the table now (tuned or read)
+    doc = json.loads(torch.ops.mkernel.gemm_plans_export())
+    suffix = f"|{'bf16' if dtype == torch.bfloat16 else 'fp16'}|e0|m512|n{n}|k{k}|small"
+    # (a plan file may hold this shape for other device signatures too: all of them are set)
+    before = {key: plan for key, plan in doc["plans"].items() if key.endswith(suffix)}
+    assert before, (suffix, sorted(doc["plans"]))
+    forced = "split:coop_128x256_c1x2/k3"
+
+    def load(plans: dict[str, str]) -> None:
+        torch.ops.mkernel.gemm_plans_import(json.dumps({"format": doc["format"], "plans": plans}))
+
+    load({key: forced for key in before})
+    try:
+        out = poisoned_call(lambda: mkernel.gemm(a, b), (m, n), dtype)
+        plan = mkernel.gemm_plan(a, b)
+        assert plan.split()[0] == forced, plan
+        check(out, a, b, f"auto with {plan} {dtype}")
+        explicit = mkernel.gemm(a, b, config="coop_128x256_c1x2", splits=3)
+        assert torch.equal(out, explicit), plan
+        for _ in range(2):  # the fast lookup's calls, each into a fresh (poisoned) output
+            again = poisoned_call(lambda: mkernel.gemm(a, b), (m, n), dtype)
+            assert torch.equal(again, out), plan
+    finally:
+        load(before)
+    assert mkernel.gemm_plan(a, b).split()[0] in before.values()
 
 
 @needs_hopper

@@ -7,6 +7,7 @@
 
 #include <mutex>
 
+#include "tma_encode_cached.hpp"  // first: CuTe's TMA encodes without a per-call driver lookup
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"

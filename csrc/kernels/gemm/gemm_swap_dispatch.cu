@@ -71,6 +71,12 @@ constexpr Entry kEntries[kNumVariants] = {
                                (Decomposition{Decomposition::kSplitK, 4})),
     // 9-16 tokens: swap_64x16_ping with 512 B of each weight row per TMA box (256 B there)
     MKERNEL_GEMM_SWAP_ENTRY(swap_64x16k256_ping, 16, 1, 1),
+    // session 11: 3584 weight rows at 177-352 tokens make 28 x 2 = 56 tiles of 128x176; split-K
+    // in two gives 112 units of 64 k-blocks, each tile's two halves running side by side (one
+    // partial of 90 KB per tile), where stream-K (the heuristic there) shares each tile ~2.4 ways
+    // in a turnstile chain and ran 46.6 us against cuBLAS's 31.7 (s11 run 1, graph replay).
+    MKERNEL_GEMM_SWAP_ENTRY_AS("swap_128x176_k2", swap_128x176_streamk, 176, 1, 1,
+                               (Decomposition{Decomposition::kSplitK, 2})),
 };
 #undef MKERNEL_GEMM_SWAP_ENTRY
 #undef MKERNEL_GEMM_SWAP_ENTRY_AS

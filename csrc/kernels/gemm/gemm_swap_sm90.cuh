@@ -15,6 +15,7 @@
 
 #include <mutex>
 
+#include "tma_encode_cached.hpp"  // first: CuTe's TMA encodes without a per-call driver lookup
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
