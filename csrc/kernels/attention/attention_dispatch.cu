@@ -15,6 +15,8 @@ namespace mkernel::attention {
 // attention_variants_*.cu: the bf16 d=128 128x128 plain kernel's mainloop variants.
 cudaError_t run_bf16_d128_m128_n128_variant_noncausal(const Problem& p, const Launch& l);
 cudaError_t run_bf16_d128_m128_n128_variant_causal(const Problem& p, const Launch& l);
+// attention_variants_claimed.cu: the variants with claimed tiles (bit 12), both modes.
+cudaError_t run_bf16_d128_m128_n128_variant_claimed(const Problem& p, const Launch& l);
 
 namespace {
 
@@ -89,6 +91,12 @@ bool uses_split_tail(const Problem& p) {
   return (v & kSplitTailBit) != 0;
 }
 
+bool uses_tile_counter(const Problem& p) {
+  // Only the measurement variants carry bit 12 (no default has it): a variant call is a plain
+  // bf16 d=128 128x128 one (can_implement refuses the rest).
+  return p.variant != 0 && (p.variant & kClaimTilesBit) != 0;
+}
+
 const char* can_implement(const Problem& p, bool hooked) {
   if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.out == nullptr || p.lse == nullptr)
     return "a tensor pointer is null";
@@ -106,6 +114,8 @@ const char* can_implement(const Problem& p, bool hooked) {
     if (p.dtype != DType::kBF16 || p.head_dim != 128 || p.zz_world > 0 ||
         (p.block_m != 0 && p.block_m != 128) || (p.block_n != 0 && p.block_n != 128))
       return "variant: built for bf16, head_dim 128, the 128x128 tile only";
+    if ((p.variant & kClaimTilesBit) != 0 && p.tile_counter == nullptr)
+      return "variant: a claimed-tiles variant (bit 12) needs Problem::tile_counter";
   }
   if (find_case(p, hooked) == nullptr)
     return "no kernel built for this block_m/block_n with this dtype, head_dim and causal mode "
@@ -130,6 +140,7 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
     return cudaErrorInvalidValue;
   }
   if (p.variant != 0) {
+    if ((p.variant & kClaimTilesBit) != 0) return run_bf16_d128_m128_n128_variant_claimed(p, l);
     return p.causal ? run_bf16_d128_m128_n128_variant_causal(p, l)
                     : run_bf16_d128_m128_n128_variant_noncausal(p, l);
   }

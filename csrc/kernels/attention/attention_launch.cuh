@@ -187,6 +187,20 @@ cudaError_t launch_attention(const Problem& pr, const Launch& l,
   }
 }
 
+// Variant bit 12 (attention_api.h kClaimTilesBit): the plain kernel of mainloop variant kBase
+// with claimed tiles (ClaimTilesHooks: a late claim per tile from Problem::tile_counter, which
+// is zeroed here on the launch stream first — a memset node in a captured graph, so every
+// replay starts from zero). The tiles' arithmetic is kBase's: the same output bit for bit.
+template <class Element, int kHeadDim, int kBlockM, int kBlockN, bool kCausal, int kBase>
+cudaError_t launch_claimed(const Problem& pr, const Launch& l) {
+  if (pr.tile_counter == nullptr) return cudaErrorInvalidValue;
+  cudaError_t e = cudaMemsetAsync(pr.tile_counter, 0, sizeof(int), l.stream);
+  if (e != cudaSuccess) return e;
+  ClaimTilesHooks::Params h;
+  h.tile_counter = pr.tile_counter;
+  return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, ClaimTilesHooks, kBase>(pr, l, h);
+}
+
 // The two hook policies of one (dtype, head dim, tile, causal) case.
 template <class Element, int kHeadDim, int kBlockM, int kBlockN, bool kCausal>
 cudaError_t launch_case(const Problem& pr, const Launch& l, const HookArgs* h) {
