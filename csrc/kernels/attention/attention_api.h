@@ -73,7 +73,7 @@ struct Problem {
 // The built mainloop variants (benchmarks/bench_attention.py --variants; variant 0 = the
 // default kernel, which for bf16 d=128 128x128 plain kernels is kDefaultVariantNonCausal /
 // kDefaultVariantCausal below).
-inline constexpr int kVariants[] = {8, 9, 64, 136, 137, 392, 649, 1033, 1160, 2184, 4105, 6280};
+inline constexpr int kVariants[] = {8, 9, 64, 136, 137, 392, 649, 1033, 1160, 2184, 4105, 6280, 8201, 10376};
 
 // The mainloop variant bits (AttnTraits::kVariant) of the bf16 d=128 128x128 plain kernels
 // (attention_launch.cuh says why; benchmarks/NOTES.md has the measurements). Flipping a default
@@ -104,6 +104,11 @@ inline constexpr int split_ws_floats_per_piece(int head_dim) { return 128 * (hea
 inline constexpr int kClaimTilesBit = 4096;
 // Whether run(p) launches a kernel with variant bit 12 (then it wants Problem::tile_counter).
 bool uses_tile_counter(const Problem& p);
+// Variant bit 13 (attn12): the load lane prefetches the next static tile's Q into L2 after
+// the current tile's last K/V load (AttnTraits::kPrefetchNextQ). Built as 8201 = 9 + bit 13 and
+// 10376 = 2184 + bit 13 (a causal call runs 136 + bit 13); bit for bit the base's output.
+// Opt-in until measured.
+inline constexpr int kPrefetchNextQBit = 8192;
 
 // Whether run(p) launches a kernel with variant bit 11 (then it wants Problem::split_ws: one
 // piece per CTA of the grid, i.e. the SM count).

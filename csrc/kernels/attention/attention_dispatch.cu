@@ -17,6 +17,8 @@ cudaError_t run_bf16_d128_m128_n128_variant_noncausal(const Problem& p, const La
 cudaError_t run_bf16_d128_m128_n128_variant_causal(const Problem& p, const Launch& l);
 // attention_variants_claimed.cu: the variants with claimed tiles (bit 12), both modes.
 cudaError_t run_bf16_d128_m128_n128_variant_claimed(const Problem& p, const Launch& l);
+// attention_variants_prefetch.cu: the variants with the next tile's Q prefetched (bit 13).
+cudaError_t run_bf16_d128_m128_n128_variant_prefetch(const Problem& p, const Launch& l);
 
 namespace {
 
@@ -141,6 +143,7 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
   }
   if (p.variant != 0) {
     if ((p.variant & kClaimTilesBit) != 0) return run_bf16_d128_m128_n128_variant_claimed(p, l);
+    if ((p.variant & kPrefetchNextQBit) != 0) return run_bf16_d128_m128_n128_variant_prefetch(p, l);
     return p.causal ? run_bf16_d128_m128_n128_variant_causal(p, l)
                     : run_bf16_d128_m128_n128_variant_noncausal(p, l);
   }

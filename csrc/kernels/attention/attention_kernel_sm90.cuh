@@ -236,9 +236,17 @@ class AttentionFwdSm90 {
           }
           const WorkTile work = get_tile(params.scheduler, t);
           if (!work.valid) break;
-          mainloop.template load<Hooks>(params.mainloop, params.hooks, pipeline_q, pipeline_k,
-                                        pipeline_v, q_write, kv_write, shared.tensors.mainloop,
-                                        work);
+          if constexpr (Traits::kPrefetchNextQ && !Hooks::kClaimsTiles) {
+            // The static order's next tile (its Q goes to L2 after this tile's last K/V load).
+            const WorkTile next = get_tile(params.scheduler, t + tile_stride());
+            mainloop.template load<Hooks>(params.mainloop, params.hooks, pipeline_q, pipeline_k,
+                                          pipeline_v, q_write, kv_write, shared.tensors.mainloop,
+                                          work, next);
+          } else {
+            mainloop.template load<Hooks>(params.mainloop, params.hooks, pipeline_q, pipeline_k,
+                                          pipeline_v, q_write, kv_write, shared.tensors.mainloop,
+                                          work);
+          }
           // Late claim: this tile's loads are issued, so the next tile may be claimed now.
           if constexpr (Hooks::kClaimsTiles && Hooks::kLateClaim) {
             if (claimed) handoff->release_lane(k);
