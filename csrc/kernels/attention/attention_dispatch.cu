@@ -93,10 +93,24 @@ bool uses_split_tail(const Problem& p) {
   return (v & kSplitTailBit) != 0;
 }
 
+namespace {
+// The variant a plain call runs: p.variant, or for a default call of the bf16 d=128 128x128
+// plain kernel kDefaultVariant{Causal,NonCausal} (0 elsewhere: the instantiation's own kernel).
+int effective_variant(const Problem& p) {
+  if (p.variant != 0) return p.variant;
+  if (p.dtype != DType::kBF16 || p.head_dim != 128 || p.zz_world > 0) return 0;
+  if ((p.block_m != 0 && p.block_m != 128) || (p.block_n != 0 && p.block_n != 128)) return 0;
+  if (p.block_m <= 0 && p.block_n <= 0 && kPlainD128Tile[p.causal ? 1 : 0][0] > 0 &&
+      p.seq_q >= kPlainD128MinSeq)
+    return 0;  // the default tile is another one then
+  return p.causal ? kDefaultVariantCausal : kDefaultVariantNonCausal;
+}
+}  // namespace
+
 bool uses_tile_counter(const Problem& p) {
-  // Only the measurement variants carry bit 12 (no default has it): a variant call is a plain
-  // bf16 d=128 128x128 one (can_implement refuses the rest).
-  return p.variant != 0 && (p.variant & kClaimTilesBit) != 0;
+  // Bit 12: a measurement variant, or a default that has it (the dispatcher then runs that
+  // claimed variant for default calls, run() only: hooked calls take the hooked kernels).
+  return (effective_variant(p) & kClaimTilesBit) != 0;
 }
 
 const char* can_implement(const Problem& p, bool hooked) {
@@ -140,6 +154,16 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
   if (const char* why = can_implement(p, hooked)) {
     if (reason != nullptr) *reason = why;
     return cudaErrorInvalidValue;
+  }
+  if (!hooked && p.variant == 0 && (effective_variant(p) & kClaimTilesBit) != 0) {
+    // A default with claimed tiles (bit 12): the claimed variant's kernel.
+    if (p.tile_counter == nullptr) {
+      if (reason != nullptr) *reason = "the default kernel claims tiles: Problem::tile_counter is null";
+      return cudaErrorInvalidValue;
+    }
+    Problem pv = p;
+    pv.variant = effective_variant(p);
+    return run_bf16_d128_m128_n128_variant_claimed(pv, l);
   }
   if (p.variant != 0) {
     if ((p.variant & kClaimTilesBit) != 0) return run_bf16_d128_m128_n128_variant_claimed(p, l);
