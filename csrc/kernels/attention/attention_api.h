@@ -102,7 +102,9 @@ inline constexpr int split_ws_floats_per_piece(int head_dim) { return 128 * (hea
 // and 6280 = 2184 + bit 12 (non-causal, with the split tail; a causal call runs 136 claimed).
 // Opt-in until measured.
 inline constexpr int kClaimTilesBit = 4096;
-// Whether run(p) launches a kernel with variant bit 12 (then it wants Problem::tile_counter).
+// Whether run(p) launches a kernel with variant bit 12 (then it wants Problem::tile_counter; a
+// default call without one runs the static kernel of the same mainloop, as bit 11 without
+// split_ws).
 bool uses_tile_counter(const Problem& p);
 // Variant bit 13 (attn12): the load lane prefetches the next static tile's Q into L2 after
 // the current tile's last K/V load (AttnTraits::kPrefetchNextQ). Built as 8201 = 9 + bit 13 and
