@@ -126,6 +126,7 @@ def main_backward(args) -> None:
 # Session 8's run 2 measured 1, 3, 5, 9, 13, 17, 21, 33 (benchmarks/NOTES.md); 9 became the default.
 # Session 9's run 2 measured 8, 64, 136, 137, 392, 649: 136 is the non-causal default, 9 the causal one.
 # ring11 (s10run1): 1033, 1160, bit 10 (the masked / visible block split). attn11: 2184, bit 11.
+# attn12: 4105, 6280, bit 12 (claimed tiles).
 VARIANT_DOC = {
     8: "V one stage deeper than K (K 2, V 3 stages)",
     9: "8 + softmax row max/sum as 4 partial chains (the default since session 8; causal only since session 9)",
@@ -137,6 +138,8 @@ VARIANT_DOC = {
     1033: "9 + masked and wholly visible KV blocks in two consumer loops (ring11; bit for bit 9)",
     1160: "136 + masked and wholly visible KV blocks in two consumer loops (ring11; bit for bit 136)",
     2184: "136 + the last partial round of tiles split along KV, merged in fp32 (attn11; the non-causal default since s10 run 2; causal runs 136)",
+    4105: "9 + claimed tiles (attn12, bit 12: each CTA claims its next tile from a counter once its last load of the current one is issued; bit for bit 9)",
+    6280: "2184 + claimed tiles (attn12, bit 12; causal runs 136 claimed; bit for bit 2184 / 136)",
 }
 
 

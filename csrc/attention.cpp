@@ -161,6 +161,13 @@ std::tuple<at::Tensor, at::Tensor> launch_engine(const at::Tensor& q, const at::
     p.split_ws = split_ws.data_ptr<float>();
     p.split_ws_pieces = sms;
   }
+  // Variant bit 12 (claimed tiles, attention_api.h kClaimTilesBit): a claim counter per call
+  // (the launch zeroes it on the stream), from the caching allocator.
+  at::Tensor tile_counter;
+  if (hooks == nullptr && attention::uses_tile_counter(p)) {
+    tile_counter = at::empty({1}, q.options().dtype(at::kInt));
+    p.tile_counter = tile_counter.data_ptr<int>();
+  }
   attention::Launch launch;
   launch.stream = at::cuda::getCurrentCUDAStream();
   const char* reason = nullptr;

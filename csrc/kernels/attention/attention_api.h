@@ -64,12 +64,16 @@ struct Problem {
   // fewer pieces than the grid needs the kernel does not split (same result, slower tail).
   float* split_ws = nullptr;
   int split_ws_pieces = 0;
+  // Claim counter of a kernel with claimed tiles (variant bit 12, kClaimTilesBit;
+  // uses_tile_counter): one device int the caller allocates (any contents: the launch zeroes it
+  // on its stream first). Calls running at the same time need counters of their own.
+  int* tile_counter = nullptr;
 };
 
 // The built mainloop variants (benchmarks/bench_attention.py --variants; variant 0 = the
 // default kernel, which for bf16 d=128 128x128 plain kernels is kDefaultVariantNonCausal /
 // kDefaultVariantCausal below).
-inline constexpr int kVariants[] = {8, 9, 64, 136, 137, 392, 649, 1033, 1160, 2184};
+inline constexpr int kVariants[] = {8, 9, 64, 136, 137, 392, 649, 1033, 1160, 2184, 4105, 6280, 8201, 10376};
 
 // The mainloop variant bits (AttnTraits::kVariant) of the bf16 d=128 128x128 plain kernels
 // (attention_launch.cuh says why; benchmarks/NOTES.md has the measurements). Flipping a default
@@ -87,6 +91,26 @@ inline constexpr int kDefaultVariantCausal = 9;
 // Built as variant 2184 = 136 + bit 11: the non-causal default since s10 run 2.
 inline constexpr int kSplitTailBit = 2048;
 inline constexpr int split_ws_floats_per_piece(int head_dim) { return 128 * (head_dim + 1); }
+
+// Variant bit 12 (attn12): claimed tiles. The persistent CTAs take their work tiles from a
+// per-call counter (Problem::tile_counter) in the scheduler's order, each claiming its next tile
+// once its load lane has issued the current tile's last load (FA3's dynamic scheduler), instead
+// of each running the static list c, c + G, c + 2G, ... Causal tiles differ in length, and the
+// static list over L2 sections leaves the busiest CTA 1.6% / 2.4% above the mean at S = 8192 /
+// 16384 (b*S = 16k, 32 heads; NOTES attn12). The tiles' arithmetic is unchanged (bit for bit
+// the base variant's). Built as 4105 = 9 + bit 12 (causal; a non-causal call runs 9 claimed)
+// and 6280 = 2184 + bit 12 (non-causal, with the split tail; a causal call runs 136 claimed).
+// Opt-in until measured.
+inline constexpr int kClaimTilesBit = 4096;
+// Whether run(p) launches a kernel with variant bit 12 (then it wants Problem::tile_counter; a
+// default call without one runs the static kernel of the same mainloop, as bit 11 without
+// split_ws).
+bool uses_tile_counter(const Problem& p);
+// Variant bit 13 (attn12): the load lane prefetches the next static tile's Q into L2 after
+// the current tile's last K/V load (AttnTraits::kPrefetchNextQ). Built as 8201 = 9 + bit 13 and
+// 10376 = 2184 + bit 13 (a causal call runs 136 + bit 13); bit for bit the base's output.
+// Opt-in until measured.
+inline constexpr int kPrefetchNextQBit = 8192;
 
 // Whether run(p) launches a kernel with variant bit 11 (then it wants Problem::split_ws: one
 // piece per CTA of the grid, i.e. the SM count).

@@ -15,6 +15,10 @@ namespace mkernel::attention {
 // attention_variants_*.cu: the bf16 d=128 128x128 plain kernel's mainloop variants.
 cudaError_t run_bf16_d128_m128_n128_variant_noncausal(const Problem& p, const Launch& l);
 cudaError_t run_bf16_d128_m128_n128_variant_causal(const Problem& p, const Launch& l);
+// attention_variants_claimed.cu: the variants with claimed tiles (bit 12), both modes.
+cudaError_t run_bf16_d128_m128_n128_variant_claimed(const Problem& p, const Launch& l);
+// attention_variants_prefetch.cu: the variants with the next tile's Q prefetched (bit 13).
+cudaError_t run_bf16_d128_m128_n128_variant_prefetch(const Problem& p, const Launch& l);
 
 namespace {
 
@@ -89,6 +93,26 @@ bool uses_split_tail(const Problem& p) {
   return (v & kSplitTailBit) != 0;
 }
 
+namespace {
+// The variant a plain call runs: p.variant, or for a default call of the bf16 d=128 128x128
+// plain kernel kDefaultVariant{Causal,NonCausal} (0 elsewhere: the instantiation's own kernel).
+int effective_variant(const Problem& p) {
+  if (p.variant != 0) return p.variant;
+  if (p.dtype != DType::kBF16 || p.head_dim != 128 || p.zz_world > 0) return 0;
+  if ((p.block_m != 0 && p.block_m != 128) || (p.block_n != 0 && p.block_n != 128)) return 0;
+  if (p.block_m <= 0 && p.block_n <= 0 && kPlainD128Tile[p.causal ? 1 : 0][0] > 0 &&
+      p.seq_q >= kPlainD128MinSeq)
+    return 0;  // the default tile is another one then
+  return p.causal ? kDefaultVariantCausal : kDefaultVariantNonCausal;
+}
+}  // namespace
+
+bool uses_tile_counter(const Problem& p) {
+  // Bit 12: a measurement variant, or a default that has it (the dispatcher then runs that
+  // claimed variant for default calls, run() only: hooked calls take the hooked kernels).
+  return (effective_variant(p) & kClaimTilesBit) != 0;
+}
+
 const char* can_implement(const Problem& p, bool hooked) {
   if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.out == nullptr || p.lse == nullptr)
     return "a tensor pointer is null";
@@ -106,6 +130,8 @@ const char* can_implement(const Problem& p, bool hooked) {
     if (p.dtype != DType::kBF16 || p.head_dim != 128 || p.zz_world > 0 ||
         (p.block_m != 0 && p.block_m != 128) || (p.block_n != 0 && p.block_n != 128))
       return "variant: built for bf16, head_dim 128, the 128x128 tile only";
+    if ((p.variant & kClaimTilesBit) != 0 && p.tile_counter == nullptr)
+      return "variant: a claimed-tiles variant (bit 12) needs Problem::tile_counter";
   }
   if (find_case(p, hooked) == nullptr)
     return "no kernel built for this block_m/block_n with this dtype, head_dim and causal mode "
@@ -129,7 +155,18 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
     if (reason != nullptr) *reason = why;
     return cudaErrorInvalidValue;
   }
+  if (!hooked && p.variant == 0 && (effective_variant(p) & kClaimTilesBit) != 0 &&
+      p.tile_counter != nullptr) {
+    // A default with claimed tiles (bit 12): the claimed variant's kernel. Without a counter
+    // (a caller that allocates none, e.g. ring attention's per-step engine calls) the static
+    // kernel of the same mainloop runs below (kDefaultBits*: the same output bit for bit).
+    Problem pv = p;
+    pv.variant = effective_variant(p);
+    return run_bf16_d128_m128_n128_variant_claimed(pv, l);
+  }
   if (p.variant != 0) {
+    if ((p.variant & kClaimTilesBit) != 0) return run_bf16_d128_m128_n128_variant_claimed(p, l);
+    if ((p.variant & kPrefetchNextQBit) != 0) return run_bf16_d128_m128_n128_variant_prefetch(p, l);
     return p.causal ? run_bf16_d128_m128_n128_variant_causal(p, l)
                     : run_bf16_d128_m128_n128_variant_noncausal(p, l);
   }

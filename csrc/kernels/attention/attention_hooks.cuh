@@ -20,6 +20,31 @@ struct NoHooks {
   static constexpr bool kForwardsKV = false;  // no forwarding role (kv_forward_hooks.cuh)
   static constexpr int kForwardSmemBytes = 0;
   static constexpr bool kClaimsTiles = false;  // the static tile order only (tile_handoff.cuh)
+  static constexpr bool kLateClaim = false;
+  CUTLASS_DEVICE static int wait_kv(Params const&, int, int, int) { return 0; }
+};
+
+// The plain kernel with claimed tiles (variant bit 12, attn12; attention_api.h kClaimTilesBit):
+// no KV wait, the CTAs claim work tiles from a per-call counter (tile_handoff.cuh) in the
+// scheduler's linear order (causal: longest first), and each CTA claims its next tile only once
+// its load lane has issued the current tile's last K/V load (kLateClaim), i.e. a few KV blocks
+// before its consumers finish that tile — FA3's dynamic scheduler. Why: causal tiles differ up to
+// S/128-fold, and the static list (CTA c runs c, c + G, ...) over L2 sections left the busiest CTA
+// with 1.6% / 2.4% more work than the mean at S = 8192 / 16384 (b*S = 16k, 32 heads; a
+// simulation of the schedule, NOTES attn12), about the causal gap to cuDNN there; claimed at
+// the end of a tile, the simulated excess is 0.25-0.35%. A claim made when the previous tile
+// starts (the hooked kernels' handoff) is worse than static for unequal tiles (2.7-3.5%
+// simulated: a CTA that has just started a long tile takes the next one too).
+struct ClaimTilesHooks {
+  struct Params {
+    int* tile_counter = nullptr;  // zero at launch (launch_claimed zeroes it on the stream)
+  };
+  static constexpr bool kWaitsForKV = false;
+  static constexpr bool kZigzag = false;
+  static constexpr bool kForwardsKV = false;
+  static constexpr int kForwardSmemBytes = 0;
+  static constexpr bool kClaimsTiles = true;
+  static constexpr bool kLateClaim = true;
   CUTLASS_DEVICE static int wait_kv(Params const&, int, int, int) { return 0; }
 };
 
@@ -47,6 +72,7 @@ struct KvFlagHooks {
   static constexpr bool kForwardsKV = false;
   static constexpr int kForwardSmemBytes = 0;
   static constexpr bool kClaimsTiles = true;  // when Params::tile_counter is set
+  static constexpr bool kLateClaim = false;   // claims when the previous tile starts (ClaimTilesHooks)
 
   // Called by the producer's issuing lane before the loads of KV block n_block: for every block
   // (a seen flag costs one system-scope acquire load, its CCTL and a proxy fence), or with

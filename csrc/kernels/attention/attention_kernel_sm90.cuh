@@ -209,7 +209,9 @@ class AttentionFwdSm90 {
         if (claimed && producer_role == ProducerWarpRole::Idle2) {
           if (lane_idx == 0) {
             for (uint32_t k = 0;; ++k) {
-              handoff->wait_free(k);  // every taker has handoff k - 1: the CTA is on its tile
+              // Every taker has handoff k - 1: the CTA is on its tile (with Hooks::kLateClaim
+              // the load lane has also issued that tile's last load).
+              handoff->wait_free(k);
               const int t = claim_tile(params);
               handoff->publish(k, t);  // the past-the-end index too: the takers stop
               if (!get_tile(params.scheduler, t).valid) break;
@@ -230,13 +232,25 @@ class AttentionFwdSm90 {
         int t = first_tile();
         for (uint32_t k = 0;; ++k, t += tile_stride()) {
           if constexpr (Hooks::kClaimsTiles) {
-            if (claimed) t = handoff->take_lane(k);
+            if (claimed) t = Hooks::kLateClaim ? handoff->peek_lane(k) : handoff->take_lane(k);
           }
           const WorkTile work = get_tile(params.scheduler, t);
           if (!work.valid) break;
-          mainloop.template load<Hooks>(params.mainloop, params.hooks, pipeline_q, pipeline_k,
-                                        pipeline_v, q_write, kv_write, shared.tensors.mainloop,
-                                        work);
+          if constexpr (Traits::kPrefetchNextQ && !Hooks::kClaimsTiles) {
+            // The static order's next tile (its Q goes to L2 after this tile's last K/V load).
+            const WorkTile next = get_tile(params.scheduler, t + tile_stride());
+            mainloop.template load<Hooks>(params.mainloop, params.hooks, pipeline_q, pipeline_k,
+                                          pipeline_v, q_write, kv_write, shared.tensors.mainloop,
+                                          work, next);
+          } else {
+            mainloop.template load<Hooks>(params.mainloop, params.hooks, pipeline_q, pipeline_k,
+                                          pipeline_v, q_write, kv_write, shared.tensors.mainloop,
+                                          work);
+          }
+          // Late claim: this tile's loads are issued, so the next tile may be claimed now.
+          if constexpr (Hooks::kClaimsTiles && Hooks::kLateClaim) {
+            if (claimed) handoff->release_lane(k);
+          }
         }
         // Keep the CTA alive until the consumers released every stage this warp filled.
         pipeline_k.producer_tail(Mainloop::k_state(kv_write));

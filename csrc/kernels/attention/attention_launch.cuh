@@ -37,8 +37,19 @@ namespace mkernel::attention {
 // running the same kernel (host-side cost and a fixed predecessor counted; fixed in
 // benchmarks/bench_attention.py), so causal 136 / 1160 against 9 is measured again there.
 inline constexpr int kDefaultVariant = 9;
-static_assert(kDefaultVariantCausal == 9 || kDefaultVariantCausal == 136 || kDefaultVariantCausal == 1160,
+// Bit 12 (claimed tiles) in a plain default: the dispatcher routes default calls through the
+// claimed variants (attention_dispatch.cu default_variant); the kernel built here for the
+// default path keeps the other bits (its mainloop; bit 13, the Q prefetch, is a Traits bit).
+inline constexpr int kDefaultBitsCausal = kDefaultVariantCausal & ~kClaimTilesBit;
+inline constexpr int kDefaultBitsNonCausal = kDefaultVariantNonCausal & ~kClaimTilesBit;
+static_assert((kDefaultBitsCausal & ~kPrefetchNextQBit) == 9 ||
+                  (kDefaultBitsCausal & ~kPrefetchNextQBit) == 136 ||
+                  (kDefaultBitsCausal & ~kPrefetchNextQBit) == 1160,
               "the plain causal default: a variant the causal tests cover");
+static_assert((kDefaultVariantCausal & kClaimTilesBit) == 0 || kDefaultVariantCausal == 4105,
+              "a claimed causal default must be a built claimed variant (4105)");
+static_assert((kDefaultVariantNonCausal & kClaimTilesBit) == 0 || kDefaultVariantNonCausal == 6280,
+              "a claimed non-causal default must be a built claimed variant (6280)");
 // The forwarding hook policy (ring attention's engine forwarding, KvForwardHooks) of the same
 // tile: its 32 KiB of staging buffers leave no room for variant 9's extra V stage beside an O
 // buffer, so it runs variant 9 with O in a V stage (bit 7: K 2 + V 3 stages, no O buffer).
@@ -69,8 +80,8 @@ cudaError_t launch_attention(const Problem& pr, const Launch& l,
                            ? 0
                            : (Hooks::kForwardsKV
                                   ? kForwardDefaultVariant
-                                  : (kPlainNonCausal ? kDefaultVariantNonCausal
-                                                     : (kPlainCausal ? kDefaultVariantCausal
+                                  : (kPlainNonCausal ? kDefaultBitsNonCausal
+                                                     : (kPlainCausal ? kDefaultBitsCausal
                                                                      : kDefaultVariant))));
   // Bit 7 (O in a V stage) sizes the K/V rings around the hook policy's own shared memory;
   // bit 9 (a measurement variant of the plain kernel) as if it were the forwarding policy's.
@@ -185,6 +196,20 @@ cudaError_t launch_attention(const Problem& pr, const Launch& l,
     if (e != cudaSuccess) return e;
     return cudaGetLastError();
   }
+}
+
+// Variant bit 12 (attention_api.h kClaimTilesBit): the plain kernel of mainloop variant kBase
+// with claimed tiles (ClaimTilesHooks: a late claim per tile from Problem::tile_counter, which
+// is zeroed here on the launch stream first — a memset node in a captured graph, so every
+// replay starts from zero). The tiles' arithmetic is kBase's: the same output bit for bit.
+template <class Element, int kHeadDim, int kBlockM, int kBlockN, bool kCausal, int kBase>
+cudaError_t launch_claimed(const Problem& pr, const Launch& l) {
+  if (pr.tile_counter == nullptr) return cudaErrorInvalidValue;
+  cudaError_t e = cudaMemsetAsync(pr.tile_counter, 0, sizeof(int), l.stream);
+  if (e != cudaSuccess) return e;
+  ClaimTilesHooks::Params h;
+  h.tile_counter = pr.tile_counter;
+  return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, ClaimTilesHooks, kBase>(pr, l, h);
 }
 
 // The two hook policies of one (dtype, head dim, tile, causal) case.

@@ -127,6 +127,17 @@ struct AttnTraits {
                 "bit 11 (split tail): non-causal, no cluster (causal tiles differ in length and "
                 "run longest first: the tail is light already)");
 
+  //   bit 12 (attn12): claimed tiles — not a mainloop change: the launch picks the hook policy
+  //          ClaimTilesHooks (attention_launch.cuh launch_claimed) with the base variant's bits.
+  //   bit 13 (attn12): the load lane prefetches the next tile's Q tile into L2 (a TMA prefetch,
+  //          no shared memory) right after issuing the current tile's last K/V load. Q is read
+  //          once per tile, from HBM, and its single smem stage is free only once the tile's last
+  //          S GEMM is done: the next tile's first S GEMM then waits for Q's HBM latency unless
+  //          the last softmax, PV GEMM and epilogue cover it. Static tile order only (the next
+  //          tile is blockIdx-strided; a claimed tile is not known that early). Opt-in
+  //          (variants 8201 = 9 + bit 13, 10376 = 2184 + bit 13) until measured.
+  static constexpr bool kPrefetchNextQ = (kVariant & 8192) != 0;
+
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
   static constexpr bool kPingPong = true;
 

@@ -55,6 +55,7 @@ struct KvForwardHooks {
   static constexpr bool kZigzag = true;
   static constexpr bool kForwardsKV = true;
   static constexpr bool kClaimsTiles = true;  // when Params::tile_counter is set
+  static constexpr bool kLateClaim = false;
   // Dynamic shared memory past the kernel's SharedStorage: staging buffers, then mbarriers.
   static constexpr int kForwardSmemBytes = kFwdStages * kFwdPiece + kFwdStages * 8;
 

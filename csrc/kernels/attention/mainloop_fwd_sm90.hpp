@@ -338,7 +338,7 @@ struct MainloopFwdSm90 {
   CUTLASS_DEVICE void load(Params const& p, typename Hooks::Params const& hooks,
                            PipelineQ& pipeline_q, PipelineK& pipeline_k, PipelineV& pipeline_v,
                            StateQ& q_write, StateKV& kv_write, TensorStorage& smem,
-                           WorkTile const& work) {
+                           WorkTile const& work, WorkTile const& next = WorkTile{0, 0, 0, false}) {
     using namespace cute;
     constexpr bool kZZ = Hooks::kZigzag;
     int n_min, n_max;
@@ -399,6 +399,17 @@ struct MainloopFwdSm90 {
       pipeline_v.producer_acquire(v_write);
       copy(tma_v(*pipeline_v.producer_get_barrier(v_write)), tVgV(_, n), tVsV(_, v_write.index()));
       ++kv_write;
+    }
+    // Traits::kPrefetchNextQ: the next tile's Q into L2 now, a few KV blocks before its smem
+    // stage comes free (after this tile's last S GEMM), so that load hits L2 instead of HBM.
+    if constexpr (Traits::kPrefetchNextQ) {
+      if (next.valid) {
+        Tensor gQn = local_tile(mQ(_, _, make_coord(next.head, next.batch)),
+                                select<0, 2>(TileShapeMNK{}), make_coord(next.m_block, _0{}));
+        auto [tQgQn, tQsQn] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                            group_modes<0, 2>(gQn));
+        cute::prefetch(p.tma_q, tQgQn);
+      }
     }
   }
 

@@ -3,8 +3,9 @@
 // next work tile from a per-call device counter (one atomicAdd per tile) and hands its index to
 // the load lane and the consumer warpgroups through a one-slot shared-memory mailbox guarded by
 // mbarriers (full: the claiming lane's release arrive after writing the slot; empty: one arrive
-// per consumer warp after all its lanes read it, and one by the load lane). The index past the
-// last tile ends every loop.
+// per consumer warp after all its lanes read it, and one by the load lane — right after reading,
+// or with a late claim (ClaimTilesHooks, the plain kernel's variant bit 12) once it has issued
+// that tile's last load). The index past the last tile ends every loop.
 //
 // Why: with the static order (CTA c runs tiles c, c + G, c + 2G, ...) a CTA that starts late
 // runs its whole list late. Under MPS the two ranks' kernels overlap on SMs (session 8 run 1,
@@ -78,6 +79,23 @@ struct TileHandoff {
     asm volatile("" ::: "memory");
     cutlass::arch::ClusterBarrier::arrive(&empty[s]);
     return t;
+  }
+  // The load lane with a late claim (ClaimTilesHooks::kLateClaim): take_lane in two parts. It
+  // reads handoff k (peek_lane) and frees the slot only once it has issued tile k's last load
+  // (release_lane), so the claim of tile k + 1 waits for that point instead of for tile k's
+  // start: a CTA claims its next tile a few KV blocks before its consumers finish the current
+  // one, which is what balances tiles of unequal length (NOTES attn12).
+  CUTLASS_DEVICE int peek_lane(uint32_t k) {
+    const uint32_t s = k % kSlots;
+    cutlass::arch::ClusterBarrier::wait(&full[s], (k / kSlots) & 1);
+    asm volatile("" ::: "memory");
+    const int t = *reinterpret_cast<volatile int const*>(&tile[s]);
+    asm volatile("" ::: "memory");
+    return t;
+  }
+  CUTLASS_DEVICE void release_lane(uint32_t k) {
+    asm volatile("" ::: "memory");
+    cutlass::arch::ClusterBarrier::arrive(&empty[k % kSlots]);
   }
 };
 
