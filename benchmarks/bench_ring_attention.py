@@ -121,7 +121,18 @@ VARIANTS = {
     # Diagnostic, non-causal rows only: the plain engine (static tiles) on the ceiling's K/V,
     # i.e. the ring's blocks in one plain launch (the causal zigzag mode is hooked-only).
     "plainw": ("plain_whole", "plainw", {}, "plainw"),
+    # ring13 (with --nodes 2; opt-in, MKERNEL_RING_FUSED_NODES=1): the fused ring across nodes
+    # (one engine launch consuming each chunk on arrival, the other nodes' shards pushed through
+    # the inter-node FIFO by the send kernel; 4 send CTAs, xn8: 8) beside the default across
+    # nodes (the `fused` column there: all-gather of K/V on a side stream, then per-step launches).
+    "xnodes": ("fused_nodes", "xnodes", {"MKERNEL_RING_FUSED_NODES": "1"}),
+    "xn8": ("fused_nodes_send8", "xn8", {"MKERNEL_RING_FUSED_NODES": "1",
+                                         "MKERNEL_RING_SEND_CTAS": "8"}),
+    # Diagnostic: the communication alone, the substrate's all_gather of this rank's k and v (the
+    # unfused ring's and the default across-nodes path's transfer; no attention).
+    "gather": ("gather_kv", "gather", {}, "gather"),
 }
+NODES_VARIANTS = "xnodes,xn8,gather"  # the default variants with --nodes > 1
 DEFAULT = "base,skip,c-base,c-skip,plain,plainw"
 PHASE_CALLS = 5  # calls per candidate of the phase pass (ring_phases)
 CEILING = ("the compute-alone ceiling: each rank's own ring work (its zigzag/causal or whole "
@@ -230,7 +241,12 @@ def rank_main() -> None:
             def plainw(i):
                 return mkernel.attention(sets[i % 2][0], *rings[i % 2], causal=False)
 
-            targets = {"fused": fused, "ceiling": ceiling, "plain": plain, "plainw": plainw}
+            def gather(i):
+                _, k, v = sets[i % 2]
+                return mkernel.all_gather(k, group=ctx), mkernel.all_gather(v, group=ctx)
+
+            targets = {"fused": fused, "ceiling": ceiling, "plain": plain, "plainw": plainw,
+                       "gather": gather}
             cands = {"mkernel": fused, "unfused": unfused, "ceiling": ceiling}
             for key, _, env, *tgt in variants:
                 if causal and tgt and tgt[0] == "plainw":
@@ -254,7 +270,7 @@ def rank_main() -> None:
 
             agree = rel(got_out)
             agree_by = {key: rel(cands[key](0)[0]) for key, _, _, *tgt in variants
-                        if key in cands and (tgt[0] if tgt else "fused") != "plain"}
+                        if key in cands and (tgt[0] if tgt else "fused") not in ("plain", "gather")}
             agree_by["ceiling"] = rel(ceil_out)
             # The ceiling runs the fused op's own kernel on the same values: the same bits.
             same_bits = bool(torch.equal(ceil_out, got_out) and torch.equal(ceil_lse, got_lse))
@@ -288,7 +304,8 @@ def rank_main() -> None:
                 total = s * world
                 flops = 4.0 * b * h * d * total * total / world * (0.5 if causal else 1.0)
                 whole = (s // 2) % 128 == 0 if causal else s % 128 == 0
-                row = {"shape": name, "world": world, "b": b, "s_local": s, "s_total": total,
+                row = {"shape": name, "world": world, "nodes": int(os.environ.get("BENCH_NODES", "1")),
+                       "b": b, "s_local": s, "s_total": total,
                        "mode": "whole-sequence (one engine launch)" if whole else "per-step",
                        "h": h, "h_kv": h_kv, "d": d, "causal": causal, "dtype": "bf16",
                        "median_ms": worst["mkernel"], "unfused_ms": worst["unfused"],
@@ -397,7 +414,16 @@ def main() -> None:
                     help="skip the phase pass (MKERNEL_RING_PHASES, after the timed samples)")
     ap.add_argument("--timeout", type=float, default=600.0,
                     help="seconds for the rank processes (the rows finished by then are kept)")
+    ap.add_argument("--nodes", type=int, default=1,
+                    help="emulated nodes (W a multiple); with > 1 the variants default to "
+                         f"{NODES_VARIANTS} and the phase pass is skipped")
+    ap.add_argument("--emulate", default="50GB/s,3us",
+                    help="with --nodes > 1: the emulated link between nodes (MKERNEL_NET_EMULATE)")
     args = ap.parse_args()
+    if args.nodes > 1 and args.variants == DEFAULT:
+        args.variants = NODES_VARIANTS
+    if args.nodes > 1:
+        args.no_phases = True
 
     from common import commit, device_info, start_mps, write_result  # noqa: E402
     from tests.launch import run_ranks  # noqa: E402
@@ -406,9 +432,11 @@ def main() -> None:
     phase_dir = tempfile.mkdtemp(prefix="ring_phases_")
     rows = []
     try:
-        res = run_ranks(RANK_CODE, args.world, timeout=args.timeout, env=dict(
+        link = {"MKERNEL_NET_EMULATE": args.emulate} if args.nodes > 1 else {}
+        res = run_ranks(RANK_CODE, args.world, timeout=args.timeout, nodes=args.nodes, env=dict(
             env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",
-            MKERNEL_OP_TIMEOUT="10", BENCH_ITERS=str(args.iters),
+            MKERNEL_OP_TIMEOUT="10", BENCH_ITERS=str(args.iters), BENCH_NODES=str(args.nodes),
+            **link,
             BENCH_SHAPES=args.shapes, BENCH_VARIANTS=args.variants,
             BENCH_PHASES_PATH="" if args.no_phases else os.path.join(phase_dir, "ph")))
         # The rows finished before a failure are kept (rank 0 prints each as it completes).
@@ -441,11 +469,22 @@ def main() -> None:
                       f"{f.get('entry', 0):.3f} copy {f.get('copy', 0):.3f} engine "
                       f"{f.get('engine', 0):.3f} exit {f.get('exit', 0):.3f} | ceiling engine "
                       f"{a.get('engine', 0):.3f} ms")
+    for r in rows:  # ring13: the fused ring across nodes against the same run's columns
+        for key, col in (("fused_nodes", "xnodes"), ("fused_nodes_send8", "xn8")):
+            x = r.get(key + "_ms")
+            if x:
+                g = r.get("gather_kv_ms")
+                print(f"{col} {r['shape']:<16} causal={r['causal']!s:<5} nodes={r.get('nodes', 1)}: "
+                      f"{x:.3f} ms, x_ceil {r['ceiling_ms'] / x:.3f}, x_unf {r['unfused_ms'] / x:.3f}, "
+                      f"x_default {r['median_ms'] / x:.3f}"
+                      + (f", gather {g:.3f} ms, x_ideal {max(g, r['ceiling_ms']) / x:.3f}" if g else "")
+                      + f", rel vs unfused {r['rel_vs_unfused_by_candidate'].get(key, float('nan')):.2e}")
     print("x_ceil = ceiling / fused (fused's rate as a fraction of the compute-alone ceiling's, "
           "target >= 0.95); x_unf = unfused / fused (target >= 1.0); bits: ceiling == fused bit "
           "for bit")
     write_result("ring_attention", {
         "benchmark": "ring_attention", "commit": commit(), "device": device_info(), "mps": True, "world": args.world,
+        "nodes": args.nodes, "emulate": args.emulate if args.nodes > 1 else "",
         "ceiling_definition": CEILING,
         "candidates": {
             "mkernel": "mkernel.ring_attention, its default (whole-sequence mode at these shapes: "
@@ -490,6 +529,12 @@ def main() -> None:
             "plain_whole": "DIAGNOSTIC, non-causal rows: the plain engine (mkernel.attention, "
                            "static tiles) on the ceiling's local K/V: the ring's blocks in one "
                            "plain launch",
+            "fused_nodes": "ring13, with --nodes > 1: mkernel.ring_attention with "
+                           "MKERNEL_RING_FUSED_NODES=1 (the whole-sequence mode across nodes: one "
+                           "hooked engine launch, the other nodes' K/V pushed through the "
+                           "inter-node FIFO by a 4-CTA send kernel, node-mates over peer memory)",
+            "fused_nodes_send8": "fused_nodes with 8 send CTAs (MKERNEL_RING_SEND_CTAS=8)",
+            "gather_kv": "DIAGNOSTIC: the communication alone, mkernel.all_gather of k and of v",
             "plain_steps": "DIAGNOSTIC, not a ceiling: the plain engine's static per-step calls on "
                            "local data (W mkernel.attention calls with the ring's causal split, "
                            "slicing copies, fp32 merges; sessions 6-10's `compute`)"},

@@ -304,6 +304,27 @@ bool ring_flag_skip() {
   return env == nullptr || std::strcmp(env, "0") != 0;
 }
 
+// MKERNEL_RING_FUSED_NODES=1 (ring13; opt-in until a GPU run verifies it; every rank the same
+// value, like MKERNEL_FUSED_NODES): a group spanning several nodes runs the whole-sequence mode
+// (one hooked engine launch consuming each KV chunk on arrival) with the across-nodes send kernel
+// (ring_kv_api.h send_whole_nodes: same-node shards over peer memory, the other nodes' through
+// the inter-node FIFO, pushed by the kernel) instead of the all-gather + per-step launches.
+// Shapes outside the whole mode (ragged shards) keep the all-gather path.
+bool ring_fused_nodes() {
+  const char* env = std::getenv("MKERNEL_RING_FUSED_NODES");
+  return env != nullptr && std::strcmp(env, "1") == 0;
+}
+
+// CTAs of the across-nodes send kernel: it stages the shard into the send area, copies it to
+// the node-mates and copies the other nodes' shards out of the receive area (host memory on the
+// staged path), all beside the engine. MKERNEL_RING_SEND_CTAS=1..16 pins it.
+constexpr int kNodesSendCtas = 4;
+int nodes_send_ctas() {
+  const char* ctas = std::getenv("MKERNEL_RING_SEND_CTAS");
+  const int n = ctas != nullptr ? std::atoi(ctas) : 0;
+  return n >= 1 && n <= ring_attention::kMaxSendCtas ? n : kNodesSendCtas;
+}
+
 // MKERNEL_RING_PHASES=<path> (ring12; a measurement mode, never for timing the op itself: it
 // synchronizes at the end of each call): the whole mode's call timed phase by phase with CUDA
 // events on the caller's stream, one line appended per call to <path>.rank<r>:
@@ -605,8 +626,23 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::SymmetricGroup& g,
     const ring_attention::Geometry& geo, uint64_t sig, float scale, bool causal) {
   const int rank = g.rank(), world = g.world();
+  // Across nodes (MKERNEL_RING_FUSED_NODES=1): the other nodes' shards through the inter-node
+  // path (ring_kv_api.h send_whole_nodes; areas grown collectively: every rank the same sizes).
+  const bool nodes = !g.single_node();
   g.ensure(kOp, ring_attention::whole_data_bytes(geo, world));
+  if (nodes) {
+    g.ensure_net(kOp, ring_attention::nodes_send_bytes(geo),
+                 ring_attention::nodes_recv_bytes(geo, world));
+  }
   const comm::GroupDevice view = g.device_view();  // after ensure: the current mappings
+  TORCH_CHECK(!nodes || (view.net.fifo != nullptr && view.net.stage_count != nullptr &&
+                         view.net.arrival_slots >= ring_attention::kNetSlotBase +
+                                                       comm::kMaxRanks * ring_attention::kNetPieces),
+              kOp, ": MKERNEL_RING_FUSED_NODES=1 needs the inter-node path's FIFO, staging "
+              "counters and ", ring_attention::kNetSlotBase + comm::kMaxRanks * ring_attention::kNetPieces,
+              " arrival slots; this build's path has fifo ", view.net.fifo != nullptr ? "yes" : "no",
+              ", ", view.net.arrival_slots, " slots (unset MKERNEL_RING_FUSED_NODES: the all-gather "
+              "path)");
   at::Tensor out = at::empty_like(q);
   at::Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
@@ -626,10 +662,15 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   // kernels issued after the engine deadlocked at the benchmark's shapes).
   // MKERNEL_RING_SEND=engine: no send kernel; the engine forwards (step 0 from position W - 1,
   // once mark_whole below released it).
-  const WholeSend how = whole_send(q, causal);
+  // Across nodes always the send kernel (the engine's forwarding reaches same-node ranks only).
+  const WholeSend how = nodes ? WholeSend{false, nodes_send_ctas()} : whole_send(q, causal);
   const bool in_engine = how.in_engine;
   const int send_ctas = how.send_ctas;
-  if (!in_engine) {
+  if (nodes) {
+    check(ring_attention::send_whole_nodes(view, geo, k.data_ptr(), v.data_ptr(), send_ctas,
+                                           side.stream()),
+          "send (across nodes)");
+  } else if (!in_engine) {
     check(ring_attention::send_whole(view, geo, k.data_ptr(), v.data_ptr(), causal, send_ctas,
                                      side.stream()),
           "send");
@@ -659,7 +700,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   // 8.6 with 4 send CTAs): the engine starts only once every send CTA runs (ring_kv_api.h
   // wait_send_started: the SMs it needs cannot go to engine CTAs).
   const char* first = std::getenv("MKERNEL_RING_SEND_FIRST");
-  if (!in_engine && first != nullptr && std::strcmp(first, "1") == 0) {
+  if (!in_engine && !nodes && first != nullptr && std::strcmp(first, "1") == 0) {
     check(ring_attention::wait_send_started(view, ring_attention::send_whole_grid(view, geo,
                                                                                   send_ctas),
                                             stream),
@@ -676,6 +717,18 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   hooks.rank = rank;
   hooks.group = view.group_id;
   hooks.peer = (rank + world - 1) % world;  // every shard arrives from rank r - 1
+  if (nodes) {
+    // Every rank's shard comes straight from it: the engine's waits name a node-mate (the
+    // only direct ones; the other nodes' shards pass through the send kernel's receive
+    // copies, whose bounded waits name the source) and are bounded longer, so that the
+    // direct waits report a lost rank first.
+    hooks.peer = rank;
+    for (int r = 0; r < world; ++r) {
+      if (r != rank && view.data[r] != nullptr) hooks.peer = r;
+    }
+    if (hooks.peer == rank) hooks.peer = (rank + world - 1) % world;
+    hooks.timeout_s = 2.0 * hooks.timeout_s + 2.0;
+  }
   hooks.split_masked = ring_split_masked();
   hooks.skip_seen_flags = ring_flag_skip();
   const int next = (rank + 1) % world;
@@ -862,7 +915,8 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
   const c10::cuda::CUDAGuard guard(q.device());
   comm::SymmetricGroup& g = comm::SymmetricGroup::get(kOp, group, world_size, q.device());
   const int rank = g.rank(), world = g.world();
-  if (!g.single_node()) {
+  const bool fused_nodes = !g.single_node() && ring_fused_nodes();
+  if (!g.single_node() && !fused_nodes) {
     return ring_attention_cuda_nodes(q, k, v, group, world_size, rank, world, causal,
                                      static_cast<float>(scale_d));
   }
@@ -888,6 +942,9 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
   sig = comm::call_signature(comm::kOpRingAttention,
                              {static_cast<int64_t>(sig), scale_bits, whole ? 1 : 0});
   if (whole) return ring_attention_cuda_whole(q, k, v, g, *whole, sig, scale, causal);
+  if (fused_nodes) {  // ragged shards across nodes: the all-gather path
+    return ring_attention_cuda_nodes(q, k, v, group, world_size, rank, world, causal, scale);
+  }
   TORCH_CHECK_VALUE(b <= ring_attention::kMaxItems, kOp, ": the CUDA ring takes at most ",
                     ring_attention::kMaxItems, " sequences per call (batch), got q: ", q.sizes());
   const ring_attention::Geometry geo = ring_geometry(k);

@@ -91,8 +91,10 @@ class Checker:
         self.calls = 0
 
     def reference(self, causal, q, k, v):
+        # RING_REF=fp64 (ring13's across-nodes tests): the float64 reference
+        ref_dtype = torch.float64 if os.environ.get("RING_REF") == "fp64" else torch.float32
         ref, ref_lse = attention_ref(q.to(self.device), k.to(self.device), v.to(self.device),
-                                     causal, dtype=torch.float32)
+                                     causal, dtype=ref_dtype)
         return (shard(ref, self.rank, self.world, causal).cpu(),
                 shard(ref_lse, self.rank, self.world, causal, dim=2).cpu())
 

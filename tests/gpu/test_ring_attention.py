@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.gpu.conftest import ROOT, check_killed_rank, check_ranks, needs_gpu, rank_env
+from tests.gpu.rank_ring_attention import CASES, whole_mode
 from tests.launch import run_ranks
 
 pytestmark = needs_gpu
@@ -120,5 +121,70 @@ def test_killed_rank_fails_the_others_within_the_timeout(mps):
     world, timeout_s = 2, 5
     res = run_ranks(RING_MAIN, world, timeout=120,
                     env=rank_env(mps, world, TEST_SUITE="kill", MKERNEL_OP_TIMEOUT=str(timeout_s)))
+    errs = check_killed_rank(res, world - 1, timeout_s)
+    assert all(e["type"] == "MkernelError" for e in errs), errs
+
+
+# ring13: the fused ring across emulated nodes (MKERNEL_RING_FUSED_NODES=1, opt-in): the whole-
+# sequence mode's one engine launch consuming each KV chunk on arrival, the same-node shards over
+# peer memory and the other nodes' pushed through the inter-node FIFO by the send kernel
+# (kernels/ring_attention/ring_kv_api.h "across nodes").
+LINK = "50GB/s,3us"  # issue 12 item 10: one 400 Gb/s NIC
+FUSED_NODES_CASES = {2: "0,1,5,6", 4: "0,6"}
+FUSED_NODES_SUITES = {2: "matrix,graph", 4: "matrix"}
+
+
+def _fused_calls(phase_path, world: int) -> list[int]:
+    """Per rank, the calls that ran the whole-sequence mode (MKERNEL_RING_PHASES "fused" lines;
+    the all-gather path writes none, a CUDA-graph capture or replay neither): proof that the
+    fused path ran across nodes."""
+    counts = []
+    for r in range(world):
+        try:
+            with open(f"{phase_path}.rank{r}") as f:
+                counts.append(sum(line.startswith("fused ") for line in f))
+        except FileNotFoundError:
+            counts.append(0)
+    return counts
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_fused_ring_across_emulated_nodes(mps, world, tmp_path):
+    """W = 2 over 2 emulated nodes (every peer remote) and W = 4 over 2 (one node-mate over peer
+    memory, two remote ranks through the FIFO), link shaped 50GB/s,3us: whole-mode cases
+    (non-causal GQA in 2 pieces per shard, causal zigzag in 9 pieces, causal MQA fp16 d=64) plus
+    a ragged one at W = 2 (case 1: the all-gather path, unchanged), two calls back to back on
+    fresh inputs, outputs poisoned, against the float64 reference; at W = 2 also a CUDA graph
+    (the FIFO pushes, arrival waits and receive halves keyed by the device call counter)
+    replayed 3 times with new inputs, then an eager call. Every whole-mode eager call ran fused."""
+    phases = tmp_path / "ph"
+    picked, suite = FUSED_NODES_CASES[world], FUSED_NODES_SUITES[world]
+    res = run_ranks(RING_MAIN, world, nodes=2, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE=suite, RING_CASES=picked, RING_REF="fp64",
+                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_NET_EMULATE=LINK,
+                                 MKERNEL_RING_FUSED_NODES="1", MKERNEL_RING_PHASES=str(phases)))
+    cases = check_ranks(res)
+    idx = [int(i) for i in picked.split(",")]
+    matrix = [c for c in cases if c["op"] == "matrix"]
+    assert len(matrix) == world * 2 * len(idx), len(matrix)
+    whole = 2 * sum(whole_mode(CASES[i]) for i in idx)
+    if "graph" in suite:  # the warm-up and the eager call after the replays (graph case: whole)
+        assert {"graph", "after_graph"} <= {c["op"] for c in cases}
+        whole += 2
+    fused = _fused_calls(phases, world)
+    assert fused == [whole] * world, (fused, whole)
+    print(f"W={world} over 2 nodes, fused: {len(cases)} checked calls ({whole} fused eager calls "
+          f"per rank), worst rel err {max(c['rel'] for c in cases):.2e}")
+
+
+def test_fused_ring_across_nodes_killed_rank(mps):
+    """W = 4 over 2 emulated nodes, fused: rank 3 (node 1) dies while its call runs; every
+    survivor (its node-mate at the entry barrier or on its peer-memory chunks, the other node's
+    ranks on their FIFO arrivals or their proxy's report) raises within the timeout, and every
+    wait record present names rank 3."""
+    world, timeout_s = 4, 5
+    res = run_ranks(RING_MAIN, world, nodes=2, timeout=90,
+                    env=rank_env(mps, world, TEST_SUITE="kill", MKERNEL_OP_TIMEOUT=str(timeout_s),
+                                 MKERNEL_NET_EMULATE=LINK, MKERNEL_RING_FUSED_NODES="1"))
     errs = check_killed_rank(res, world - 1, timeout_s)
     assert all(e["type"] == "MkernelError" for e in errs), errs

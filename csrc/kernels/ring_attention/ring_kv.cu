@@ -2,6 +2,7 @@
 // the per-step send (copy one shard into the next rank's buffer, item by item, releasing each
 // item's arrival flag there) and the per-step credit release.
 #include "../comm/group_sync.cuh"
+#include "../comm/net_ops.cuh"
 #include "ring_kv_api.h"
 
 namespace mkernel::ring_attention {
@@ -18,7 +19,16 @@ constexpr int kUnrollStep = 4;
 
 // n bytes (a multiple of 16, both ends 16-byte aligned: rows are h_kv * d elements with d a
 // multiple of 64) by all the CTA's threads.
-template <int kUnroll>
+// kFresh: the source was written by another agent after an acquire (the inter-node receive
+// area: the transport's copy or an RDMA write): ld.global.cv, never a line an earlier call left
+// in a cache; else ld.global.cg.
+template <bool kFresh>
+__device__ __forceinline__ uint4 load16(const uint4* p) {
+  if constexpr (kFresh) return __ldcv(p);
+  else return __ldcg(p);
+}
+
+template <int kUnroll, bool kFresh = false>
 __device__ __forceinline__ void copy16(uint8_t* dst, const uint8_t* src, uint64_t n) {
   const uint64_t nv = n / 16;
   uint4* d = reinterpret_cast<uint4*>(dst);
@@ -27,11 +37,11 @@ __device__ __forceinline__ void copy16(uint8_t* dst, const uint8_t* src, uint64_
   for (; i + (kUnroll - 1) * kSendThreads < nv; i += kUnroll * kSendThreads) {
     uint4 v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = __ldcg(s + i + u * kSendThreads);
+    for (int u = 0; u < kUnroll; ++u) v[u] = load16<kFresh>(s + i + u * kSendThreads);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) d[i + u * kSendThreads] = v[u];
   }
-  for (; i < nv; i += kSendThreads) d[i] = __ldcg(s + i);
+  for (; i < nv; i += kSendThreads) d[i] = load16<kFresh>(s + i);
 }
 
 __global__ void begin_kernel(comm::GroupDevice g, uint64_t signature) {
@@ -148,6 +158,123 @@ __global__ void __launch_bounds__(kSendThreads, 1)
   }
 }
 
+// --- across nodes (ring_kv_api.h "the whole-sequence mode across nodes") --------------------
+
+// The n-th rank (ascending, this one excluded) of another node (remote) or of this node.
+__device__ __forceinline__ int nth_rank(const comm::GroupDevice& g, int n, bool remote) {
+#pragma unroll 1
+  for (int r = 0; r < g.world; ++r) {
+    if (r == g.rank || (g.data[r] == nullptr) != remote) continue;
+    if (n-- == 0) return r;
+  }
+  return g.rank;  // unreachable for n < the count the host passed
+}
+
+// Work items t (static, strided over the CTAs; the same order on every CTA):
+//   [0, sends)                stage item f = items - 1 - t into the send area, push its piece
+//                             when complete (sends = items when a rank of another node exists);
+//   [sends, + mates * items)  item f to same-node rank nth_rank(u % mates) (peer memory);
+//   [.., + remote * items)    item f of rank nth_rank(u % remote, remote) from the receive half.
+// Item f = (b, chunk) = (f / chunks, f % chunks) sits at byte f * chunk_bytes of a shard (whole
+// mode: seq = chunks * chunk_rows), so a piece (consecutive items) is one range of k and of v.
+__global__ void __launch_bounds__(kSendThreads, 1)
+    send_whole_nodes_kernel(comm::GroupDevice g, Geometry geo, const uint8_t* k, const uint8_t* v,
+                            int mates, int remote) {
+  const uint64_t e = comm::op_begin(g);
+  const int world = g.world, rank = g.rank;
+  const uint64_t shard = geo.shard_bytes();
+  const uint64_t v_off = static_cast<uint64_t>(world) * shard;  // v after k, virtual K/V
+  const uint64_t net_half = (e & 1) * (g.net.recv_bytes / 2);
+  const uint64_t block = (2 * shard + 255) / 256 * 256;          // nodes_net_block
+  const uint64_t chunk_bytes = static_cast<uint64_t>(geo.chunk_rows) * geo.row_bytes;
+  const int items = geo.batch * geo.chunks;
+  const int ipp = nodes_items_per_piece(geo);
+  const int sends = remote > 0 ? items : 0;
+  const int local = mates * items;
+  const int total = sends + local + remote * items;
+  comm::NetCursor cursor;  // thread 0's
+  uint64_t ticket = 0;     // thread 0: its last push (last_peer >= 0)
+  int last_peer = -1;
+#pragma unroll 1
+  for (int t = blockIdx.x; t < total; t += gridDim.x) {
+    int u = t;
+    if (u < sends) {
+      const int f = items - 1 - u;
+      const uint64_t off = static_cast<uint64_t>(f) * chunk_bytes;
+      copy16<kUnrollWhole>(g.net.send_area + off, k + off, chunk_bytes);
+      copy16<kUnrollWhole>(g.net.send_area + shard + off, v + off, chunk_bytes);
+      __syncthreads();  // every thread's stores of the item precede the count (and the push)
+      if (threadIdx.x == 0) {
+        const int piece = f / ipp;
+        const int first = piece * ipp;
+        const int parts = min(items, first + ipp) - first;
+        __threadfence_system();  // the item's bytes are visible system-wide before it is counted
+        uint32_t* count = g.net.stage_count + piece;
+        if (atomicAdd(count, 1u) == static_cast<uint32_t>(parts - 1)) {
+          __threadfence_system();  // every part's bytes before the push (read after the count)
+          *reinterpret_cast<volatile uint32_t*>(count) = 0u;  // zero between calls
+          const uint64_t pb = static_cast<uint64_t>(first) * chunk_bytes;
+          const uint64_t bytes = static_cast<uint64_t>(parts) * chunk_bytes;
+          const uint64_t at = net_half + static_cast<uint64_t>(rank) * block;
+#pragma unroll 1
+          for (int r = 0; r < world; ++r) {
+            if (g.data[r] != nullptr) continue;
+            comm::net_put(g, cursor, r, pb, at + pb, bytes, comm::kOpRingAttention);
+            ticket = comm::net_put_signal(g, cursor, r, shard + pb, at + shard + pb, bytes,
+                                          nodes_net_slot(rank, piece), e, comm::kOpRingAttention);
+            last_peer = r;
+          }
+        }
+      }
+      continue;
+    }
+    u -= sends;
+    const bool mate = u < local;
+    if (!mate) u -= local;
+    const int n = mate ? mates : remote;
+    const int f = items - 1 - u / n;
+    const int peer = nth_rank(g, u % n, !mate);
+    const int b = f / geo.chunks, chunk = f % geo.chunks;
+    const uint64_t off = static_cast<uint64_t>(f) * chunk_bytes;
+    // Position of the shard of `src` in the virtual K/V of `dst`: (src - dst - 1) mod W.
+    const int pos = mate ? (rank - peer - 1 + world) % world : (peer - rank - 1 + world) % world;
+    const uint64_t at =
+        ((static_cast<uint64_t>(b) * world + pos) * geo.seq +
+         static_cast<uint64_t>(chunk) * geo.chunk_rows) * geo.row_bytes;
+    if (mate) {
+      copy16<kUnrollWhole>(g.data[peer] + at, k + off, chunk_bytes);
+      copy16<kUnrollWhole>(g.data[peer] + v_off + at, v + off, chunk_bytes);
+      __syncthreads();  // every thread's stores of the item precede the flag
+      if (threadIdx.x == 0) comm::signal(g, peer, whole_slot(world, geo.chunks, b, pos, chunk), e);
+      continue;
+    }
+    if (threadIdx.x == 0) {
+      // A source with node-mates pushes only after its node's entry barrier: a wait for it is a
+      // derived one, bounded longer, so that when a rank dies the waits that depend on it
+      // directly name it first (the fused ag_gemm's rule).
+      int with = 0;
+#pragma unroll 1
+      for (int r = 0; r < world; ++r) with += g.node_of[r] == g.node_of[peer] ? 1 : 0;
+      const uint32_t slot = nodes_net_slot(peer, f / ipp);
+      comm::net_wait_arrival(g, g.net.arrival + slot, e,
+                             with > 1 ? 2 * g.timeout_ns + 1000000000ull : g.timeout_ns, peer,
+                             comm::WaitSite{comm::kOpRingAttention, comm::kWaitNetArrival, peer,
+                                            static_cast<int32_t>(slot)});
+    }
+    __syncthreads();  // the acquire precedes every thread's loads
+    const uint8_t* src = g.net.recv_area + net_half + static_cast<uint64_t>(peer) * block + off;
+    uint8_t* own = g.data[rank];
+    copy16<kUnrollWhole, true>(own + at, src, chunk_bytes);
+    copy16<kUnrollWhole, true>(own + v_off + at, src + shard, chunk_bytes);
+    __syncthreads();  // every thread's stores of the item precede the flag
+    if (threadIdx.x == 0) comm::signal(g, rank, whole_slot(world, geo.chunks, b, pos, chunk), e);
+  }
+  // The transport has read every piece this CTA pushed before the kernel ends (the next call
+  // rewrites the send area).
+  if (threadIdx.x == 0 && last_peer >= 0)
+    comm::net_wait_sent(g, ticket, last_peer, comm::kOpRingAttention);
+}
+
 __global__ void wait_send_started_kernel(comm::GroupDevice g, int grid) {
   if (threadIdx.x != 0) return;
   const uint64_t e = comm::op_begin(g);
@@ -202,6 +329,29 @@ cudaError_t send_whole(const comm::GroupDevice& g, const Geometry& geo, const vo
   const int grid = send_whole_grid(g, geo, ctas);
   send_whole_kernel<<<grid, kSendThreads, 0, stream>>>(g, geo, static_cast<const uint8_t*>(k),
                                                        static_cast<const uint8_t*>(v), causal);
+  return cudaGetLastError();
+}
+
+cudaError_t send_whole_nodes(const comm::GroupDevice& g, const Geometry& geo, const void* k,
+                             const void* v, int ctas, cudaStream_t stream) {
+  int mates = 0, remote = 0;
+  for (int r = 0; r < g.world && r < comm::kMaxRanks; ++r) {
+    if (r == g.rank) continue;
+    (g.data[r] == nullptr ? remote : mates) += 1;
+  }
+  const int items = geo.batch * geo.chunks;
+  if (g.world < 2 || remote < 1 || items < 1 || geo.chunk_rows < 1 ||
+      geo.seq % geo.chunk_rows != 0 ||
+      static_cast<int64_t>(geo.batch) * g.world * geo.chunks > kMaxWholeFlags ||
+      geo.row_bytes % 16 != 0 || g.net.fifo == nullptr || g.net.stage_count == nullptr ||
+      g.net.arrival_slots < kNetSlotBase + comm::kMaxRanks * kNetPieces ||
+      g.net.send_bytes < nodes_send_bytes(geo) || g.net.recv_bytes < nodes_recv_bytes(geo, g.world))
+    return cudaErrorInvalidValue;
+  const int work = (1 + mates + remote) * items;
+  int grid = ctas < 1 ? 1 : (ctas < work ? ctas : work);
+  if (grid > kMaxSendCtas) grid = kMaxSendCtas;
+  send_whole_nodes_kernel<<<grid, kSendThreads, 0, stream>>>(
+      g, geo, static_cast<const uint8_t*>(k), static_cast<const uint8_t*>(v), mates, remote);
   return cudaGetLastError();
 }
 

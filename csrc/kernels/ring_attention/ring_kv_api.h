@@ -114,6 +114,64 @@ cudaError_t wait_send_started(const comm::GroupDevice& g, int grid, cudaStream_t
 cudaError_t mark_whole(const comm::GroupDevice& g, const Geometry& geo, int peer, int pos, int b0,
                        int b1, cudaStream_t stream);
 
+// --- the whole-sequence mode across nodes (ring13; MKERNEL_RING_FUSED_NODES=1, opt-in) -------
+// The same virtual K/V, flags and engine launch as on one node; only who fills the positions
+// changes. Every rank's shard goes straight to every other rank (an all-gather, no forwarding):
+//   same node : the send kernel stores it into each node-mate's virtual K/V at the position that
+//               rank keeps for it, p = (rank - mate - 1) mod W, and releases flag (b, p, chunk)
+//               there (peer memory, as on one node);
+//   other node: the send kernel stages it into the inter-node send area (its offsets in k, then
+//               v after k: [k | v], 2 * shard_bytes) chunk by chunk, counts the chunks of each
+//               piece (GroupDevice::net.stage_count[piece]); the CTA staging a piece's last chunk
+//               pushes it through the FIFO to every rank of another node: two commands per rank
+//               (k rows, then v rows with the signal), landing in the receiver's receive half of
+//               the call's parity at block `rank` (nodes_net_block bytes per source), arrival
+//               flag nodes_net_slot(rank, piece) = e;
+//   receive   : for each rank of another node and each of its chunks: wait (bounded) for the
+//               piece's arrival flag, copy the chunk from the receive half into this rank's
+//               virtual K/V at p = (src - rank - 1) mod W, release flag (b, p, chunk) here.
+// Chunks go last first (the engine walks key blocks from the last one down). Work items of a
+// CTA: [stage][same node][receive], in that order on every CTA, so no CTA waits before all of
+// its sends are out; a receive waits only for another rank's sends (no cycle). Every rank sends
+// to every rank of another node in every call, which is what makes the receive halves' parity
+// rule hold (net_ops.cuh; the fused ag_gemm's argument). The send area is rewritten by the next
+// call only after this kernel's net_wait_sent (its last push per CTA) and the caller's stream
+// waits for this kernel before the call's end.
+constexpr uint32_t kNetSlotBase = 1536;  // arrival slots [1536, 2048): free (collectives [0, 512),
+constexpr int kNetPieces = 16;           // fused ag_gemm [1024, 1536), MoE [2048, 2624), gemm_rs above)
+MKERNEL_RING_HD constexpr uint32_t nodes_net_slot(int src, int piece) {
+  return kNetSlotBase + static_cast<uint32_t>(src * kNetPieces + piece);
+}
+static_assert(kNetSlotBase + comm::kMaxRanks * kNetPieces <= 2048, "below the MoE's arrival slots");
+static_assert(kNetPieces <= comm::kNetStageCounters, "a stage counter per piece");
+// Bytes per source rank in a receive half ([k | v] of one shard, 256-byte multiple).
+inline uint64_t nodes_net_block(const Geometry& geo) {
+  return (2 * geo.shard_bytes() + 255) / 256 * 256;
+}
+// The inter-node areas a call needs (SymmetricGroup::ensure_net): send [k | v], and two receive
+// halves of W blocks.
+inline uint64_t nodes_send_bytes(const Geometry& geo) { return 2 * geo.shard_bytes(); }
+inline uint64_t nodes_recv_bytes(const Geometry& geo, int world) {
+  return 2 * static_cast<uint64_t>(world) * nodes_net_block(geo);
+}
+// Chunks per piece: at most kNetPieces pieces per shard, at least kNodesMinPieceBytes of k + v
+// per piece where the shard has that much (a command's fixed cost in the proxy stays small).
+constexpr uint64_t kNodesMinPieceBytes = 256ull << 10;
+MKERNEL_RING_HD inline int nodes_items_per_piece(const Geometry& geo) {
+  const int items = geo.batch * geo.chunks;
+  const uint64_t item_bytes = 2 * static_cast<uint64_t>(geo.chunk_rows) * geo.row_bytes;
+  int ipp = (items + kNetPieces - 1) / kNetPieces;
+  const uint64_t by_bytes = (kNodesMinPieceBytes + item_bytes - 1) / item_bytes;
+  if (by_bytes > static_cast<uint64_t>(ipp)) ipp = static_cast<int>(by_bytes < static_cast<uint64_t>(items) ? by_bytes : items);
+  return ipp < 1 ? 1 : ipp;
+}
+// The send kernel across nodes (side stream, before the engine; the local shard's own copy into
+// position W - 1 is the caller's memcpy + mark_whole, as on one node). k, v: the op's inputs.
+// Errors (cudaErrorInvalidValue): no inter-node path, areas or arrival slots too small, shapes
+// outside the whole mode.
+cudaError_t send_whole_nodes(const comm::GroupDevice& g, const Geometry& geo, const void* k,
+                             const void* v, int ctas, cudaStream_t stream);
+
 // The call's entry: e = op counter + 1, the node's entry barrier with `signature` (every rank
 // finished its previous call of the group, so its buffers may be written). One thread.
 cudaError_t begin(const comm::GroupDevice& g, uint64_t signature, cudaStream_t stream);
