@@ -157,7 +157,7 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   // Across nodes the fused kernel also drives the inter-node path (fused_hooks.cuh, "across
   // nodes") with MKERNEL_FUSED_NODES=1 (opt-in until a GPU run shows it correct and faster).
   const bool nodes = !sg.single_node();
-  if (nodes && !fused_glue::fused_nodes_enabled()) {
+  if (nodes && !fused_glue::fused_nodes_enabled(kOp)) {
     return ag_gemm_unfused(
         x_in, w, group, world_size, return_gathered,
         "the group spans several nodes (MKERNEL_FUSED_NODES=1: the fused kernel across nodes, "

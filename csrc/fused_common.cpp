@@ -691,10 +691,13 @@ std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world) {
          " W=" + std::to_string(world);
 }
 
-bool fused_nodes_enabled() {
+bool fused_nodes_enabled(const char* op) {
   const char* v = std::getenv("MKERNEL_FUSED_NODES");
-  if (v == nullptr || *v == '\0') return kFusedNodesByDefault;
-  return std::strcmp(v, "1") == 0;
+  if (v != nullptr && *v != '\0') return std::strcmp(v, "1") == 0;
+  if (std::strcmp(op, "mkernel.ag_gemm") == 0) return kAgGemmNodesByDefault;
+  if (std::strcmp(op, "mkernel.gemm_rs") == 0) return kGemmRsNodesByDefault;
+  if (std::strcmp(op, "mkernel.gemm_ar") == 0) return kGemmArNodesByDefault;
+  return false;
 }
 
 int choose_path(const char* op, int64_t group, const std::string& key,

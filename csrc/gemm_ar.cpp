@@ -225,7 +225,7 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     return fused_glue::substrate_collective(kOp, "all_reduce", engine_gemm(kOp, x, w), group,
                                             world_size);
   }
-  if (!sg.single_node() && fused_glue::fused_nodes_enabled()) {
+  if (!sg.single_node() && fused_glue::fused_nodes_enabled(kOp)) {
     return gemm_ar_nodes(x, w, group, world_size, sg);
   }
   const char* why =
