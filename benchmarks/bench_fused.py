@@ -420,7 +420,7 @@ def main() -> None:
                BENCH_NO_B="1" if args.no_b else "0")
     if args.nodes > 1:
         env["MKERNEL_NET_EMULATE"] = args.emulate
-        # Explicit either way (fused_common.h kFusedNodesByDefault may change the default).
+        # Explicit either way (fused_common.h fused_nodes_enabled: the per-op defaults may change).
         env["MKERNEL_FUSED_NODES"] = "1" if args.fused_nodes else "0"
     tag = f"w{args.world}" + (f"_n{args.nodes}" if args.nodes > 1 else "") + align_tag()
     if args.fused_nodes and args.nodes > 1:
