@@ -30,9 +30,12 @@ shapes (``MKERNEL_NET_EMULATE``, 50 GB/s and 3 us by default: a 400 Gb/s NIC); t
 reach same-node peers only, so across nodes they run their unfused path (``path`` says so) and
 the rows measure what that costs against the same collective + GEMM called directly. The JSON
 is then fused_w<W>_n<N>_<gpu>_<time>.json. ``--fused-nodes`` sets MKERNEL_FUSED_NODES=1 for
-the ranks: ag_gemm and gemm_rs across nodes then run their fused kernel (rows / partial tiles
-pushed through the inter-node FIFO by the kernel; opt-in); ``--ops ag_gemm,gemm_rs`` keeps
-only those ops' shapes (file suffix _fn).
+the ranks (without it, 0): ag_gemm and gemm_rs across nodes then run their fused kernel (rows /
+partial tiles pushed through the inter-node FIFO by the kernel) and gemm_ar the fused gemm_rs
+across nodes + the substrate's all_gather; ``--ops ag_gemm,gemm_rs`` keeps only those ops'
+shapes (file suffix _fn). Each row also carries rank 0's samples (``SAMPLES`` lines: GPU ms per
+call, host enqueue ms per call, the figure timed before) and the op's / forced kernel's medians
+by predecessor (``fused_by_prev_r0``): whether a figure carries state from the previous one.
 
 (``fused`` is the op as users get it, the unfused fallback included where the measured choice
 picks it; ``fused_kernel`` forces the fused kernel and ``op_unfused`` the op's unfused path, so
@@ -134,13 +137,24 @@ def rank_main() -> None:
         """Max over ranks of the median ms per call of each fn in `fns` (name -> (fn, env)),
         measured interleaved: each of `samples` rounds times every fn once (`reps` calls after a
         barrier), the order rotating from round to round, so a clock or neighbour change during
-        the shape reaches every figure alike. Also the rounds' samples of this rank."""
+        the shape reaches every figure alike. Also the rounds' samples of this rank.
+
+        Per sample it also keeps (in `trace`, this rank's) the figure timed just before it in
+        the sequence (its predecessor) and the host's time to enqueue the `reps` calls: a figure
+        whose samples depend on their predecessor carries state from the previous figure across
+        the barrier and the lead-in call; an enqueue time close to the sample's GPU time means the
+        host, not the GPU, set the pace (s11run1: ag_gemm across nodes timed 66.6 ms as the op
+        and 26.8 ms forced, the same kernel; the op's figure followed an unfused figure in 6 of
+        its 9 samples, the forced one in 4)."""
         names = list(fns)
         runs = {name: with_env(*fns[name]) for name in names}
         for name in names:
             runs[name](range(2))
         torch.cuda.synchronize()
         got = {name: [] for name in names}
+        trace.clear()
+        trace.update({name: [] for name in names})
+        prev = names[-1]  # the last warm-up
         count = len(names)
         for i in range(samples):
             for j in range(count):
@@ -154,13 +168,42 @@ def rank_main() -> None:
                 # call ahead (not at the first launch after the barrier).
                 runs[name](range(i * reps - 1, i * reps))
                 start.record()
+                t0 = time.perf_counter()
                 runs[name](range(i * reps, (i + 1) * reps))
+                t1 = time.perf_counter()
                 end.record()
                 end.synchronize()
                 got[name].append(start.elapsed_time(end) / reps)
+                trace[name].append((round(got[name][-1], 3), round((t1 - t0) * 1e3 / reps, 3),
+                                    prev))
+                prev = name
         t = torch.tensor([statistics.median(got[n]) for n in names], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return dict(zip(names, t.tolist())), got
+
+    def aligned_ms(fn, env: dict, calls: int) -> float:
+        """Max over ranks of the median ms of `calls` single calls of fn, each started with
+        every rank's GPU idle and the ranks in step (synchronize, then a barrier): a call's own
+        time, with no neighbour call of this or another rank on the GPU. Against the back-to-back
+        figures it separates what one call costs from what calls in sequence cost each other
+        (the ranks' phase, grids of ranks of other emulated nodes still on the GPU: the launch
+        gate waits for same-node peers only)."""
+        got = []
+        with env_set(env):
+            fn(0)
+            for i in range(calls):
+                torch.cuda.synchronize()
+                dist.barrier()
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn(i)
+                end.record()
+                end.synchronize()
+                got.append(start.elapsed_time(end))
+        t = torch.tensor([statistics.median(got)], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.item()
 
     def stderr_of(fn) -> str:
         """What fn() writes to file descriptor 2 (C++ warnings: TORCH_WARN from an op called
@@ -186,6 +229,20 @@ def rank_main() -> None:
                          dtype=torch.float64)
         dist.all_reduce(r, op=dist.ReduceOp.MIN)
         return r.item()
+
+    trace: dict = {}  # timed_all's per-sample record of this rank: name -> [(ms, enqueue ms, prev)]
+    samples_per_figure = int(os.environ.get("BENCH_SAMPLES", "9"))
+    pinned_reps = int(os.environ.get("BENCH_REPS", "0"))
+    with_b = os.environ.get("BENCH_NO_B") != "1"
+
+    def by_predecessor(name: str) -> dict:
+        """The median of `name`'s samples (this rank) after each kind of predecessor: "fused"
+        (the op's fused kernel: fused_ms / fused_kernel_ms) or "other"."""
+        kinds: dict = {}
+        for ms, _, prev in trace.get(name, []):
+            kinds.setdefault("fused" if prev in ("fused_ms", "fused_kernel_ms") else "other",
+                             []).append(ms)
+        return {k: round(statistics.median(v), 3) for k, v in kinds.items()}
 
     rows = []
     for op, label, a, b, c in shapes(world, all_shapes):
@@ -228,6 +285,8 @@ def rank_main() -> None:
             unfused = lambda i, cop=cop: cop.default(mkernel.gemm(xs[i % 2], ws[i % 2]),  # noqa: E731
                                                      ctx.handle, world)
         reps = 20 if flops < 1e10 else 10 if flops < 1e11 else 3
+        if pinned_reps > 0:  # --reps (across nodes the calls are communication-bound: ms each)
+            reps = pinned_reps
         row = {"op": op, "shape": label, "m": m, "k": k, "n": n, "world": world, "reps": reps}
         # The op's first call (outside the timing) measures and caches its fused/unfused verdict;
         # a fallback says so in a C++ warning (once per process and reason) on stderr.
@@ -239,7 +298,7 @@ def rank_main() -> None:
             row["path"] = "unfused: " + notes[0].split("engine GEMM): ")[-1].split(" (function")[0]
         elif picks:
             row["path"] = "fused " + picks[0].split("runs fused ")[-1].split(" at M=")[0]
-        elif nodes > 1 and not (fused_nodes and op in ("ag_gemm", "gemm_rs")):  # logged once
+        elif nodes > 1 and not fused_nodes:  # logged once
             row["path"] = "unfused: the group spans several nodes"
         elif op == "gemm_ar" and m <= 512:  # gemm_ar.cpp's decode rule, logged once per process
             row["path"] = "unfused: M <= 512 (gemm_ar's decode rule)"
@@ -251,9 +310,24 @@ def rank_main() -> None:
                "gemm_ms": (gemm, {})}
         if has[coll]:
             # unfused twice: the spread between two figures of the same work is the run's noise
-            fns.update(comm_ms=(comm, {}), unfused_ms=(unfused, {}), unfused_b_ms=(unfused, {}))
-        times, got = timed_all(fns, reps)
+            fns.update(comm_ms=(comm, {}), unfused_ms=(unfused, {}))
+            if with_b:
+                fns.update(unfused_b_ms=(unfused, {}))
+        times, got = timed_all(fns, reps, samples_per_figure)
         row.update(times)
+        # This rank's samples: the op's and the forced kernel's medians by predecessor, and the
+        # host's enqueue time per call against the GPU time (see timed_all).
+        row["fused_by_prev_r0"] = by_predecessor("fused_ms")
+        row["fused_kernel_by_prev_r0"] = by_predecessor("fused_kernel_ms")
+        row["enqueue_over_gpu_r0"] = {
+            n: round(statistics.median(e / max(ms, 1e-6) for ms, e, _ in v), 3)
+            for n, v in trace.items()}
+        row["fused_paired_kernel"] = paired(got, "fused_ms", "fused_kernel_ms")
+        if nodes > 1:  # one call at a time, ranks aligned (aligned_ms)
+            row["fused_kernel_aligned_ms"] = aligned_ms(fused, {"MKERNEL_FUSED": "force"},
+                                                        samples_per_figure)
+            if has[coll]:
+                row["unfused_aligned_ms"] = aligned_ms(unfused, {}, samples_per_figure)
         if has[coll]:
             row["ideal_ms"] = max(row["gemm_ms"], row["comm_ms"])
             row["fused_vs_ideal"] = row["fused_ms"] / row["ideal_ms"]
@@ -261,9 +335,11 @@ def rank_main() -> None:
             row["unfused_over_fused_paired"] = paired(got, "unfused_ms", "fused_ms")
             row["unfused_over_fused_kernel"] = row["unfused_ms"] / row["fused_kernel_ms"]
             row["op_unfused_over_unfused"] = row["op_unfused_ms"] / row["unfused_ms"]
-            row["unfused_b_over_unfused"] = row["unfused_b_ms"] / row["unfused_ms"]
             row["op_unfused_over_unfused_paired"] = paired(got, "op_unfused_ms", "unfused_ms")
-            row["unfused_b_over_unfused_paired"] = paired(got, "unfused_b_ms", "unfused_ms")
+            row["kernel_vs_ideal"] = row["fused_kernel_ms"] / row["ideal_ms"]
+            if with_b:
+                row["unfused_b_over_unfused"] = row["unfused_b_ms"] / row["unfused_ms"]
+                row["unfused_b_over_unfused_paired"] = paired(got, "unfused_b_ms", "unfused_ms")
         row["fused_tflops_per_rank"] = flops / row["fused_ms"] / 1e9
         row["gemm_tflops_per_rank"] = flops / row["gemm_ms"] / 1e9
         row["fused_over_gemm"] = row["fused_ms"] / row["gemm_ms"]
@@ -271,6 +347,11 @@ def rank_main() -> None:
         rows.append(row)
         if rank == 0:
             print("ROW " + json.dumps(row), flush=True)
+            # Rank 0's samples, one line per figure: (GPU ms per call, host enqueue ms per call,
+            # the figure timed before it).
+            for name, v in trace.items():
+                print(f"SAMPLES {op} {label} {name} " + json.dumps(v), flush=True)
+            row["samples_r0"] = {n: list(v) for n, v in trace.items()}
             # The parent shows rank output only when the ranks end: keep each row on disk as it
             # comes (a run cut short by a timeout still leaves its rows).
             progress = Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_{tag}.jsonl")
@@ -315,6 +396,12 @@ def main() -> None:
                     help="with --nodes > 1: MKERNEL_FUSED_NODES=1 (ag_gemm's fused kernel across "
                          "nodes, opt-in)")
     ap.add_argument("--ops", default="", help="comma-separated ops to keep (e.g. ag_gemm)")
+    ap.add_argument("--samples", type=int, default=9, help="rounds per shape (samples per figure)")
+    ap.add_argument("--reps", type=int, default=0,
+                    help="calls per sample (0: by the shape's FLOPs; across nodes the calls are "
+                         "communication-bound, so a few suffice)")
+    ap.add_argument("--no-b", action="store_true",
+                    help="leave out unfused_b (the unfused figure timed twice: the run's noise)")
     ap.add_argument("--only", default="",
                     help="comma-separated words: only the shapes whose label has one (e.g. "
                          "llama,decode)")
@@ -329,10 +416,12 @@ def main() -> None:
            "NCCL_NVLS_ENABLE": "0"}
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
     env["BENCH_OPS"] = args.ops
+    env.update(BENCH_SAMPLES=str(args.samples), BENCH_REPS=str(args.reps),
+               BENCH_NO_B="1" if args.no_b else "0")
     if args.nodes > 1:
         env["MKERNEL_NET_EMULATE"] = args.emulate
-        if args.fused_nodes:
-            env["MKERNEL_FUSED_NODES"] = "1"
+        # Explicit either way (fused_common.h fused_nodes_enabled: the per-op defaults may change).
+        env["MKERNEL_FUSED_NODES"] = "1" if args.fused_nodes else "0"
     tag = f"w{args.world}" + (f"_n{args.nodes}" if args.nodes > 1 else "") + align_tag()
     if args.fused_nodes and args.nodes > 1:
         tag += "_fn"

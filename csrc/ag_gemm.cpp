@@ -136,14 +136,6 @@ int64_t pinned_ag_chunk_rows() {
   return rows;
 }
 
-// MKERNEL_FUSED_NODES=1: ag_gemm on a group spanning several nodes runs the fused kernel, which
-// pushes this rank's rows to the other nodes through the inter-node FIFO and consumes theirs as
-// they arrive (opt-in, not yet run on a GPU; every rank must see the same value).
-bool fused_nodes_requested() {
-  const char* v = std::getenv("MKERNEL_FUSED_NODES");
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
-
 // MKERNEL_FUSED_AG_ORDER=natural: the M units in their natural order (measurement).
 bool natural_ag_order() {
   const char* v = std::getenv("MKERNEL_FUSED_AG_ORDER");
@@ -165,7 +157,7 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   // Across nodes the fused kernel also drives the inter-node path (fused_hooks.cuh, "across
   // nodes") with MKERNEL_FUSED_NODES=1 (opt-in until a GPU run shows it correct and faster).
   const bool nodes = !sg.single_node();
-  if (nodes && !fused_nodes_requested()) {
+  if (nodes && !fused_glue::fused_nodes_enabled(kOp)) {
     return ag_gemm_unfused(
         x_in, w, group, world_size, return_gathered,
         "the group spans several nodes (MKERNEL_FUSED_NODES=1: the fused kernel across nodes, "

@@ -395,7 +395,7 @@ bool reduce_fits(const char* op, int64_t group, const at::Tensor& x, const at::T
       *why = "across nodes the fused kernel takes gemm_rs only";
       return false;
     }
-    const int64_t world = layout.rows > 0 ? m / layout.rows_per_rank : 0;
+    const int64_t world = layout.world > 0 ? layout.world : m / layout.rows_per_rank;
     if (world * fused_grid(op, group) > fused::kRsNetSlotEnd - fused::kRsNetSlotBase) {
       *why = "more ranks x CTAs than the inter-node arrival slots of gemm_rs";
       return false;
@@ -423,7 +423,7 @@ bool reduce_call(const char* op, int64_t group, int32_t wait_op, comm::Symmetric
   // tiles meeting its rows: in the send area once per owner, in each receive half per source.
   uint64_t net_block = 0;
   if (layout.nodes) {
-    const int64_t world = m / layout.rows_per_rank;
+    const int64_t world = layout.world > 0 ? layout.world : m / layout.rows_per_rank;
     int64_t slots = 0;
     for (int64_t o = 0; o < world; ++o) {
       const int64_t first = o * layout.rows_per_rank / tc.block_m;
@@ -689,6 +689,15 @@ std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world) {
   return "M=" + std::to_string(x.size(0)) + " N=" + std::to_string(w.size(0)) +
          " K=" + std::to_string(x.size(1)) + " " + std::string(c10::toString(x.scalar_type())) +
          " W=" + std::to_string(world);
+}
+
+bool fused_nodes_enabled(const char* op) {
+  const char* v = std::getenv("MKERNEL_FUSED_NODES");
+  if (v != nullptr && *v != '\0') return std::strcmp(v, "1") == 0;
+  if (std::strcmp(op, "mkernel.ag_gemm") == 0) return kAgGemmNodesByDefault;
+  if (std::strcmp(op, "mkernel.gemm_rs") == 0) return kGemmRsNodesByDefault;
+  if (std::strcmp(op, "mkernel.gemm_ar") == 0) return kGemmArNodesByDefault;
+  return false;
 }
 
 int choose_path(const char* op, int64_t group, const std::string& key,

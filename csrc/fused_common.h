@@ -93,6 +93,10 @@ struct ReduceLayout {
   // of the other nodes' rows go through the inter-node path (fused_hooks.cuh "kModeReduce
   // across nodes"); reduce_fits also checks the arrival slots this takes.
   bool nodes = false;
+  // Across nodes: the group's world size (0: M / rows_per_rank, gemm_rs's exact blocks). gemm_ar
+  // across nodes passes it: with ragged M (rows_per_rank = ceil(M / W)) the last owners hold
+  // fewer rows or none, but every rank still has a block in the inter-node areas.
+  int64_t world = 0;
 };
 // Whether reduce_call takes the shape (shapes only: the same answer on every rank); `why` says
 // why not.
@@ -180,6 +184,19 @@ bool known_unfused(int64_t group, const std::string& key);
 
 // "M=.. N=.. K=.. <dtype> W=.." of x [M, K] · w [N, K]ᵀ at world size W (choose_path's key).
 std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world);
+
+// Whether fused op `op` (kOp: "mkernel.ag_gemm", ...) runs its fused kernel on a group spanning
+// several nodes (MKERNEL_FUSED_NODES: "1" on, "0" off for every op; unset: the op's default
+// below). On, ag_gemm and gemm_rs drive the inter-node FIFO from the kernel and gemm_ar runs the
+// fused gemm_rs across nodes then the substrate's all_gather (RS + AG); choose_path still
+// measures each shape against the unfused path and falls back (logged once) where fusion is not
+// faster. Every rank must see the same value (the ops' calls are collective).
+// Defaults: opt-in until a GPU run shows the final code correct and the op as users get it
+// (choose_path's pick) no slower than the unfused path (benchmarks/NOTES.md "xnode2").
+constexpr bool kAgGemmNodesByDefault = false;
+constexpr bool kGemmRsNodesByDefault = false;
+constexpr bool kGemmArNodesByDefault = false;
+bool fused_nodes_enabled(const char* op);
 
 }  // namespace mkernel::fused_glue
 

@@ -150,6 +150,57 @@ at::Tensor unfused(const at::Tensor& x, const at::Tensor& w, int64_t group, int6
                                           world_size);
 }
 
+// Across nodes (fused_common.h fused_nodes_enabled): a reduce-scatter then an all-gather. Rank r
+// owns rows [r * R, (r + 1) * R) of the product (R = ceil(M / W); with ragged M the last owners
+// hold fewer rows or none). The fused kernel's gemm_rs across nodes (fused_hooks.cuh
+// "kModeReduce across nodes": partial tiles of other nodes' rows through the FIFO, fp32 sums in
+// rank order 0..W-1) reduces this rank's rows into a [R, N] shard; the substrate's all_gather
+// across nodes then gathers the W shards into [W * R, N], whose first M rows are out (a shard's
+// rows past M land past row M). Every row is rounded once, by its owner, and copied bit for bit:
+// every rank holds the same bits. choose_path measures it against the unfused path (engine GEMM
+// + the substrate's all_reduce) per shape; a shape the kernel cannot take runs unfused (logged).
+at::Tensor gemm_ar_nodes(const at::Tensor& x, const at::Tensor& w, int64_t group,
+                         int64_t world_size, comm::SymmetricGroup& sg) {
+  const int64_t rows = x.size(0), n = w.size(0), world = world_size;
+  const int64_t per = (rows + world - 1) / world;
+  fused_glue::ReduceLayout layout;
+  layout.rows_per_rank = per;
+  layout.row0 = layout.out_row0 = std::min(rows, sg.rank() * per);
+  layout.rows = std::min(rows, layout.row0 + per) - layout.row0;
+  layout.interleave = true;  // every owner's share of the reduction spread over the whole GEMM
+  layout.nodes = true;
+  layout.world = world;
+  const std::string key = fused_glue::shape_key(x, w, world) + " rs+ag";
+  // A shape measured unfused runs it with no fused set-up (fused_common.h known_unfused).
+  if (rows > 0 && fused_glue::known_unfused(group, key)) return unfused(x, w, group, world_size);
+  if (rows == 0) return at::empty({0, n}, x.options());  // the same on every rank: no call
+  const char* why = nullptr;
+  if (!fused_glue::reduce_fits(kOp, group, x, w, layout, &why)) {
+    fused_glue::note_fallback(kOp, why);
+    return unfused(x, w, group, world_size);
+  }
+  at::Tensor shard = at::empty({per, n}, x.options());
+  at::Tensor gathered;
+  // The fused kernel in each candidate plan (+ the all_gather), then the unfused path.
+  std::vector<std::function<void()>> paths;
+  const std::vector<fused_glue::FusedPlan> plans =
+      fused_glue::candidate_plans(kOp, group, rows, n, x.size(1), false);
+  for (const fused_glue::FusedPlan& c : plans) {
+    paths.emplace_back([&, c] {
+      TORCH_CHECK(fused_glue::reduce_call(kOp, group, comm::kOpGemmAr, sg, x, w, layout, shard,
+                                          {}, c, &why),
+                  kOp, ": the fused reduce-scatter across nodes refused the call: ", why);
+      gathered = fused_glue::substrate_collective(kOp, "all_gather", shard, group, world_size);
+    });
+  }
+  paths.emplace_back([&] { unfused(x, w, group, world_size); });
+  const int path = fused_glue::choose_path(kOp, group, key, paths, 2.0 * rows * n * x.size(1),
+                                           &plans, world_size);
+  if (path + 1 == static_cast<int>(paths.size())) return unfused(x, w, group, world_size);
+  paths[path]();
+  return gathered.narrow(0, 0, rows);
+}
+
 at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
                         int64_t world_size) {
   validate_gemm_ar(x, w, group, world_size);
@@ -174,7 +225,12 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     return fused_glue::substrate_collective(kOp, "all_reduce", engine_gemm(kOp, x, w), group,
                                             world_size);
   }
-  const char* why = "the group spans several nodes (the fused kernel reaches same-node peers)";
+  if (!sg.single_node() && fused_glue::fused_nodes_enabled(kOp)) {
+    return gemm_ar_nodes(x, w, group, world_size, sg);
+  }
+  const char* why =
+      "the group spans several nodes (MKERNEL_FUSED_NODES=1: the fused reduce-scatter across "
+      "nodes + all_gather)";
   if (sg.single_node()) {
     // kernels/fused/fused_hooks.cuh, kModeReduce. One-shot: every rank reduces every tile of
     // all W partials in rank order. Two-shot: rank q reduces its block of rows (the same

@@ -121,9 +121,8 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
   // Across nodes the fused kernel sends partial tiles through the inter-node path
   // (fused_hooks.cuh "kModeReduce across nodes") with MKERNEL_FUSED_NODES=1 (opt-in until a
   // GPU run shows it correct and faster; every rank must see the same value).
-  const char* nodes_knob = std::getenv("MKERNEL_FUSED_NODES");
   const bool nodes = !sg.single_node();
-  if (!nodes || (nodes_knob != nullptr && std::strcmp(nodes_knob, "1") == 0)) {
+  if (!nodes || fused_glue::fused_nodes_enabled(kOp)) {
     // One fused launch (kernels/fused/fused_hooks.cuh, kModeReduce): each CTA reduces the
     // tiles of this rank's rows its own consumers computed, from every rank (its side warps
     // during the GEMM, its consumer warps after their last tile). The tile order is the same

@@ -11,6 +11,11 @@ GPU under MPS, against a float32 reference every rank computes from every rank's
   ``rs``   gemm_rs: ragged M (a multiple of W only: a tile's rows meet up to W owners), bf16 and
            fp16, back to back, two rounds; the partial tiles of other nodes' rows go through the
            FIFO and are summed in fp32 in rank order;
+  ``ar``   gemm_ar across nodes (the fused gemm_rs across nodes into a [ceil(M/W), N] shard, then
+           the substrate's all_gather): ragged M (not a multiple of W; one row; an owner with no
+           rows), bf16 and fp16, back to back, two rounds, every M on the fused path
+           (MKERNEL_GEMM_AR_ALGO set: the decode rule would keep M <= 512 unfused); each CASE
+           carries the output's SHA-256 so the test checks identical bits on every rank;
   ``kill`` the last rank SIGKILLs itself while its ag_gemm runs; every other rank must raise
            within MKERNEL_OP_TIMEOUT (+ slack), its wait record (where it has one) naming the
            dead rank. Ends the process.
@@ -19,6 +24,7 @@ Prints ``CASE {json}`` per checked output and ``OK <rank>`` at the end.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -116,6 +122,36 @@ def run_rs(ctx, rank: int, world: int) -> None:
                 check("out", out, ref, c)
 
 
+# (M, k, N) for gemm_ar across nodes: M ragged against any W (W = 2, 4): one row (ranks past the
+# first own none), 9 rows (W = 4: the last owner holds none), rows not a tile multiple, and a
+# 128x256-tile shape with M = 4 * 513 - 2 (every owner's block crosses tile rows).
+AR_SHAPES = [(1, 64, 96), (9, 128, 136), (333, 256, 200), (1001, 512, 1024), (2050, 512, 4096)]
+
+
+def suite_ar(ctx, rank: int, world: int) -> None:
+    no_fallback("gemm_ar", run_ar, ctx, rank, world)
+
+
+def run_ar(ctx, rank: int, world: int) -> None:
+    for rnd in range(2):  # the second round reuses both receive halves (call parity)
+        for dname, dtype in DTYPES.items():
+            pending = []
+            for i, (rows, k, n) in enumerate(AR_SHAPES):
+                case = 1000 * i + (0 if dtype is torch.bfloat16 else 500) + 300 + 50 * rnd
+                total, x, w = reduce_reference(case, world, rows, k, n, dtype, rank)
+                per = (rows + world - 1) // world
+                # out is the first M rows of the gathered shards [W * per, N]; the shard [per, N]
+                poison(((world * per, n), dtype), ((per, n), dtype), ((rows, n), dtype))
+                out = mkernel.gemm_ar(x.cuda(), w.cuda(), group=ctx)
+                pending.append((dict(op="gemm_ar_nodes", dtype=dname, m=rows, k=k, n=n, world=world,
+                                     rank=rank, round=rnd), out, total))
+            torch.cuda.synchronize()
+            for c, out, ref in pending:
+                assert out.is_contiguous() and tuple(out.shape) == tuple(ref.shape), c
+                bits = out.contiguous().view(torch.int16).cpu().numpy().tobytes()
+                check("out", out, ref, dict(c, sha=hashlib.sha256(bits).hexdigest()[:16]))
+
+
 def suite_kill(ctx, rank: int, world: int) -> None:
     victim = world - 1
     m, k, n = 4096, 1024, 4096  # 512 tiles of every rank's rows: each CTA waits on the victim's first
@@ -151,7 +187,7 @@ def main() -> None:
     ctx = mkernel.init()
     for name in os.environ.get("FUSED_NODES_SUITE", "ag").split(","):
         try:
-            {"ag": suite_ag, "rs": suite_rs, "kill": suite_kill}[name](ctx, rank, world)
+            {"ag": suite_ag, "rs": suite_rs, "ar": suite_ar, "kill": suite_kill}[name](ctx, rank, world)
         except Exception:
             print(f"WAIT rank {rank}: {mkernel.ops.last_wait_failure()}", file=sys.stderr, flush=True)
             raise

@@ -71,6 +71,29 @@ def test_gemm_rs_across_nodes(mps, world, nodes):
         assert records(r, "PATH"), r.rank
 
 
+@pytest.mark.parametrize("world, nodes", [(2, 2), (4, 2)])
+def test_gemm_ar_across_nodes(mps, world, nodes):
+    """gemm_ar across nodes as the fused gemm_rs across nodes + the substrate's all_gather:
+    ragged M (one row, an owner with no rows, rows not a tile multiple), bf16 and fp16, back to
+    back, two rounds, against the float32 reference on every rank, outputs poisoned first, no
+    fallback (MKERNEL_GEMM_AR_ALGO keeps M <= 512 on the fused path too), and identical bits on
+    every rank (each rank's CASE carries its output's SHA-256)."""
+    env = rank_env(mps, world, FUSED_NODES_SUITE="ar", MKERNEL_OP_TIMEOUT="20",
+                   MKERNEL_NET_EMULATE=LINK, MKERNEL_FUSED_NODES="1", MKERNEL_FUSED="force",
+                   MKERNEL_GEMM_AR_ALGO="rsag")
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150, env=env)
+    if any("do not carry gemm_rs across nodes" in r.stdout + r.stderr for r in res):
+        pytest.skip("this build's fused kernels do not carry gemm_rs across nodes")
+    cases = [c for c in check_ranks(res) if c.get("op") == "gemm_ar_nodes"]
+    assert len(cases) == world * 2 * 2 * 5
+    shas: dict[tuple, set] = {}
+    for c in cases:
+        shas.setdefault((c["dtype"], c["m"], c["k"], c["n"], c["round"]), set()).add(c["sha"])
+    assert all(len(v) == 1 for v in shas.values()), {k: v for k, v in shas.items() if len(v) > 1}
+    for r in res:
+        assert records(r, "PATH"), r.rank
+
+
 def test_ag_gemm_across_nodes_killed_rank(mps):
     """Rank 3 (node 1) dies while its ag_gemm runs: its node-mate fails at the entry barrier,
     the other node's ranks waiting for its rows (or on their proxy's report of the lost peer);
