@@ -27,15 +27,16 @@ table and a PNG plot.
     python benchmarks/bench_fused.py --world 4 --set issue --lean [--probe --variants co,hooked]
 
 ``--set issue`` is the fused-op issue's item-11 set (Llama-70B fc1 / fc2 at M = 8192 and 16384,
-the square families at M = 4096 and 16384; --full: M = 2048 .. 32768), ``--lean`` 5 rounds and
-no ``op_unfused`` figure (a short device slot). ``--probe`` first measures how many CTAs of
+the square families at M = 4096 and 16384; --full: M = 2048 .. 32768), ``--lean`` 5 rounds, no
+``op_unfused`` figure and ``fused_kernel`` only where the op falls back (a short device slot). ``--probe`` first measures how many CTAs of
 2-CTA clusters MPS places for the W ranks at once by grid (JSON ``placement``); ``--variants``
 adds figures on the ``--variant-rows`` rows: ``co`` (the op with MKERNEL_FUSED_CO_GRID = the
 probe's largest whole grid, when it differs from the 3/4 rule's), ``barrier`` (the op with
 MKERNEL_FUSED_GATE_MODE=barrier), each with its output compared bit for bit with the default
-op's (``fused_<v>_same_bits``), and ``hooked`` (the fused config's GEMM half alone on the
+op's (``fused_<v>_same_bits``), ``hooked`` (the fused config's GEMM half alone on the
 co-resident grid: what the fused kernel costs over its own GEMM vs what its config and grid cost
-against the engine's tuned plan, ``gemm_plan``). The parent writes the table and the PNG
+against the engine's tuned plan, ``gemm_plan``) and ``timeline`` (4 calls back to back with
+per-CTA stamps: placement, GEMM phase, tail; ``timeline_of``). The parent writes the table and the PNG
 (benchmarks/report.py) beside the JSON and copies them to $OUT.
 
 With ``--nodes N`` the ranks are split into N emulated nodes whose link the loopback transport
@@ -97,9 +98,9 @@ def issue_shapes(world: int, full: bool) -> list[tuple[str, str, int, int, int]]
         out.append(("ag_gemm", f"llama70b-fc1 M={m}", m // world, 8192, 28672 // world))
         out.append(("gemm_rs", f"llama70b-fc2 M={m}", m, 28672 // world, 8192))
         out.append(("gemm_ar", f"llama70b-fc2 M={m}", m, 28672 // world, 8192))
-    llama(8192)
     for m in ([2048, 4096, 8192, 16384, 32768] if full else [4096, 16384]):
-        square(out, m, world)
+        square(out, m, world)  # first: cheap, and a budget cut keeps the family whole
+    llama(8192)
     llama(16384)
     return out
 
@@ -175,6 +176,62 @@ def probe_placement(rank: int, world: int, share: int, default_co: int) -> dict:
            "probes": probes}
     if rank == 0:
         print("PLACEMENT " + json.dumps(out), flush=True)
+    return out
+
+
+def row_falls_back(path: str) -> bool:
+    """Whether the op ran its unfused path at this shape (then --lean still times the fused
+    kernel forced, so both sides of the choice are on record; where the op runs fused, the
+    forced kernel is the same plan and --lean leaves it out)."""
+    return path.startswith("unfused")
+
+
+def timeline_of(fused, rank: int, world: int, pushed_bytes: int) -> dict | None:
+    """Four calls of the op (its measured plan) back to back with per-CTA %globaltimer stamps
+    (MKERNEL_FUSED_TIMELINE, MKERNEL_FUSED_TIMELINE_CALLS=4: one host sync after the 4th),
+    summarised per launch over the ranks (fused_diag.py summarise_pipeline): the smallest first
+    wave (CTAs started within 50 us of the rank's first: the grid placed whole or not), the GEMM
+    phase (first CTA start -> last tile stored, slowest rank), the tail after it (-> last CTA
+    exit: the reduce the side warps did not hide), ag_gemm's copy rate, the period."""
+    import torch
+    import torch.distributed as dist
+
+    from common import env_set
+    from fused_diag import summarise_pipeline
+
+    path = Path(tempfile.gettempdir(), f"bench_fused_tl_{os.getppid()}")
+    torch.cuda.synchronize()
+    dist.barrier()
+    with env_set({"MKERNEL_FUSED_TIMELINE": str(path), "MKERNEL_FUSED_TIMELINE_CALLS": "4"}):
+        for i in range(4):
+            fused(i)
+    torch.cuda.synchronize()
+    dist.barrier()
+    out = None
+    if rank == 0:
+        try:
+            lines = {r: Path(f"{path}.rank{r}").read_text().strip().splitlines()[-4:]
+                     for r in range(world)}
+            pipe = summarise_pipeline(lines, pushed_bytes)
+            launches = []
+            for lc in pipe["launches"]:
+                ranks = [v for key, v in lc.items() if key.startswith("rank")]
+                start = min(v["start_min_us"] for v in ranks)
+                gemm_end = max(v["gemm_done_max_us"] for v in ranks)
+                launches.append({
+                    "first_wave_min": min(v["first_wave"] for v in ranks),
+                    "ctas": ranks[0]["ctas"],
+                    "gemm_phase_us": round(gemm_end - start, 1),
+                    "tail_us": round(max(v["exit_max_us"] for v in ranks) - gemm_end, 1),
+                    "copy_gbs_min": min((v["copy_gbs"] for v in ranks if v.get("copy_gbs")),
+                                        default=None),
+                    "period_us": lc.get("period_us")})
+            out = {"launches": launches, "period_us": pipe["period_us"],
+                   "peak_ctas": pipe["peak_ctas"]}
+        except Exception as exc:  # noqa: BLE001 (a measurement aid: the row stands without it)
+            out = {"error": f"{type(exc).__name__}: {exc}"}
+        for r in range(world):
+            Path(f"{path}.rank{r}").unlink(missing_ok=True)
     return out
 
 
@@ -358,8 +415,9 @@ def rank_main() -> None:
         except Exception as exc:  # noqa: BLE001 (an older build without the op)
             row["gemm_plan"] = f"unknown ({type(exc).__name__})"
         fns = {"fused_ms": (fused, {}),  # the op as users get it (the measured choice included)
-               "fused_kernel_ms": (fused, {"MKERNEL_FUSED": "force"}),  # both sides on record
                "gemm_ms": (gemm, {})}
+        if not lean or row_falls_back(row["path"]):
+            fns["fused_kernel_ms"] = (fused, {"MKERNEL_FUSED": "force"})  # both sides on record
         if not lean:  # the op's own unfused path (s9run3: costs nothing measurable over unfused)
             fns["op_unfused_ms"] = (fused, {"MKERNEL_FUSED": "off"})
         on_variants = any(w in label for w in variant_rows)
@@ -393,6 +451,9 @@ def rank_main() -> None:
                 row[f"fused_{name}_rel_diff"] = rel.item()
                 del out
             del ref
+        if on_variants and "timeline" in variants and not row["path"].startswith("unfused"):
+            row["timeline"] = timeline_of(fused, rank, world,
+                                          world * m * k * 2 if op == "ag_gemm" else 0)
         if has[coll]:
             row["ideal_ms"] = max(row["gemm_ms"], row["comm_ms"])
             row["fused_vs_ideal"] = row["fused_ms"] / row["ideal_ms"]
@@ -402,7 +463,8 @@ def rank_main() -> None:
                     row[key.replace("_ms", "_vs_ideal")] = row[key] / row["ideal_ms"]
             row["unfused_over_fused"] = row["unfused_ms"] / row["fused_ms"]
             row["unfused_over_fused_paired"] = paired(got, "unfused_ms", "fused_ms")
-            row["unfused_over_fused_kernel"] = row["unfused_ms"] / row["fused_kernel_ms"]
+            if "fused_kernel_ms" in row:
+                row["unfused_over_fused_kernel"] = row["unfused_ms"] / row["fused_kernel_ms"]
             if "op_unfused_ms" in row:
                 row["op_unfused_over_unfused"] = row["op_unfused_ms"] / row["unfused_ms"]
                 row["op_unfused_over_unfused_paired"] = paired(got, "op_unfused_ms", "unfused_ms")
@@ -414,7 +476,8 @@ def rank_main() -> None:
         row["fused_tflops_per_rank"] = flops / row["fused_ms"] / 1e9
         row["gemm_tflops_per_rank"] = flops / row["gemm_ms"] / 1e9
         row["fused_over_gemm"] = row["fused_ms"] / row["gemm_ms"]
-        row["fused_kernel_over_gemm"] = row["fused_kernel_ms"] / row["gemm_ms"]
+        if "fused_kernel_ms" in row:
+            row["fused_kernel_over_gemm"] = row["fused_kernel_ms"] / row["gemm_ms"]
         rows.append(row)
         if rank == 0:
             print("ROW " + json.dumps(row), flush=True)
@@ -481,7 +544,7 @@ def main() -> None:
                     help="comma-separated extra figures on the --variant-rows rows: co "
                          "(MKERNEL_FUSED_CO_GRID = the probe's grid; needs --probe), barrier "
                          "(MKERNEL_FUSED_GATE_MODE=barrier), hooked (the fused config's GEMM "
-                         "alone on the co-resident grid)")
+                         "alone on the co-resident grid), timeline (4 calls with per-CTA stamps)")
     ap.add_argument("--variant-rows", default="llama",
                     help="comma-separated words: the rows that get the variant figures")
     args = ap.parse_args()

@@ -307,6 +307,25 @@ def fused_markdown(data: dict, path: Path) -> str:
             body.append(line)
         lines.append(_table(head, body))
         lines.append("")
+    tls = [r for r in data["rows"] if isinstance(r.get("timeline"), dict)
+           and r["timeline"].get("launches")]
+    if tls:
+        lines.append("Timelines (4 calls back to back with per-CTA stamps, the op's plan; per "
+                     "launch: the smallest first wave over the ranks / CTAs per rank, the GEMM "
+                     "phase (first start -> last tile stored), the tail after it (-> last exit), "
+                     "ag_gemm's slowest copy rate; us):")
+        lines.append("")
+        lines.append(_table(
+            ["op", "shape", "first wave / grid", "GEMM phase us", "tail us", "copy GB/s",
+             "period us"],
+            [[r["op"], r["shape"],
+              " ".join(f"{lc['first_wave_min']}/{lc['ctas']}" for lc in r["timeline"]["launches"]),
+              [lc["gemm_phase_us"] for lc in r["timeline"]["launches"]],
+              [lc["tail_us"] for lc in r["timeline"]["launches"]],
+              [lc["copy_gbs_min"] for lc in r["timeline"]["launches"]
+               if lc.get("copy_gbs_min") is not None] or "-",
+              r["timeline"].get("period_us")] for r in tls]))
+        lines.append("")
     return "\n".join(lines)
 
 
