@@ -136,6 +136,14 @@ def align_tag() -> str:
         ("_gate" if os.environ.get("MKERNEL_FUSED_GATE") == "1" else "")
 
 
+def best_whole_grid(probes: list[dict]) -> int:
+    """The largest 2-CTA-cluster grid that every rank got placed whole in every rep (probes:
+    probe_placement's records), 0 if none."""
+    return max((p["grid"] for p in probes
+                if p["cluster"] == 2 and all(w == p["grid"] for rep in p["first_wave_per_rank"]
+                                             for w in rep)), default=0)
+
+
 def probe_placement(rank: int, world: int, share: int, default_co: int) -> dict:
     """How many CTAs of 2-CTA clusters (one per SM: ~200 KiB of shared memory, as the fused
     kernels) MPS places for the W ranks at once, by grid (benchmarks/fused_diag.py's SM-placement
@@ -151,9 +159,8 @@ def probe_placement(rank: int, world: int, share: int, default_co: int) -> dict:
 
     mk = torch.ops.mkernel
     grids = [g for g in range(max(2, default_co - 4), share + 1, 2)]
-    probes, best = [], 0
+    probes = []
     for cluster, grid in [(2, g) for g in grids] + [(1, share)]:
-        whole = True
         waves = []
         for _ in range(2):
             dist.barrier()
@@ -167,13 +174,10 @@ def probe_placement(rank: int, world: int, share: int, default_co: int) -> dict:
             summ = summarise_probe(dict(enumerate(got)), start)
             per_rank = [summ.get(f"rank{r}", {}).get("first_wave", 0) for r in range(world)]
             waves.append(per_rank)
-            whole &= all(w == grid for w in per_rank)
         probes.append({"cluster": cluster, "grid": grid, "first_wave_per_rank": waves,
-                       "whole": whole})
-        if cluster == 2 and whole:
-            best = max(best, grid)
-    out = {"share_sms": share, "default_co_grid": default_co, "best_c2_grid": best,
-           "probes": probes}
+                       "whole": all(w == grid for rep in waves for w in rep)})
+    out = {"share_sms": share, "default_co_grid": default_co,
+           "best_c2_grid": best_whole_grid(probes), "probes": probes}
     if rank == 0:
         print("PLACEMENT " + json.dumps(out), flush=True)
     return out
