@@ -272,6 +272,9 @@ def rank_main() -> None:
     default_co = share * 3 // 4 // 2 * 2  # fused_common.h co_resident_grid's 3/4 rule
     placement = probe_placement(rank, world, share, default_co) \
         if os.environ.get("BENCH_PROBE") == "1" else None
+    if placement and rank == 0:  # on disk at once: the parent prints this file in full
+        with open(Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_{tag}.jsonl"), "a") as f:
+            f.write("PLACEMENT " + json.dumps(placement) + "\n")
     # Variant figures (--variants, on the rows matching --variant-rows), each the op as users
     # get it under one opt-in knob, or an anchor:
     #   co: MKERNEL_FUSED_CO_GRID = the largest 2-CTA-cluster grid the probe placed whole on
