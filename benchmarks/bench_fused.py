@@ -24,6 +24,20 @@ table and a PNG plot.
 
     python benchmarks/bench_fused.py --world 2 [--full] [--budget 55] [--only llama,decode]
                                      [--nodes 2 [--emulate 50GB/s,3us]]
+    python benchmarks/bench_fused.py --world 4 --set issue --lean [--probe --variants co,hooked]
+
+``--set issue`` is the fused-op issue's item-11 set (Llama-70B fc1 / fc2 at M = 8192 and 16384,
+the square families at M = 4096 and 16384; --full: M = 2048 .. 32768), ``--lean`` 5 rounds, no
+``op_unfused`` figure and ``fused_kernel`` only where the op falls back (a short device slot). ``--probe`` first measures how many CTAs of
+2-CTA clusters MPS places for the W ranks at once by grid (JSON ``placement``); ``--variants``
+adds figures on the ``--variant-rows`` rows: ``co`` (the op with MKERNEL_FUSED_CO_GRID = the
+probe's largest whole grid, when it differs from the 3/4 rule's), ``barrier`` (the op with
+MKERNEL_FUSED_GATE_MODE=barrier), each with its output compared bit for bit with the default
+op's (``fused_<v>_same_bits``), ``hooked`` (the fused config's GEMM half alone on the
+co-resident grid: what the fused kernel costs over its own GEMM vs what its config and grid cost
+against the engine's tuned plan, ``gemm_plan``) and ``timeline`` (4 calls back to back with
+per-CTA stamps: placement, GEMM phase, tail; ``timeline_of``). The parent writes the table and the PNG
+(benchmarks/report.py) beside the JSON and copies them to $OUT.
 
 With ``--nodes N`` the ranks are split into N emulated nodes whose link the loopback transport
 shapes (``MKERNEL_NET_EMULATE``, 50 GB/s and 3 us by default: a 400 Gb/s NIC); the fused ops
@@ -67,6 +81,33 @@ RESULTS_DIR = ROOT / "benchmarks" / "results"
 # The default set fits a ~60 s device slot (the shapes of the fused-op issue's first timings,
 # the Llama-70B layer at M = 8192 and 16384, one square shape and the decode sizes); --full adds
 # the rest.
+def square(out: list, m: int, world: int) -> None:
+    """The seed's square families at M (per rank as a W-rank job sees them): ag_gemm M=K,
+    N=M/16 (x [M/W, M], w [M/16, M]: N not sharded, the gathered GEMM is M x M/16 x M);
+    gemm_rs / gemm_ar M=N, K=M/16 (x [M, M/16/W], w [M, M/16/W])."""
+    out.append(("ag_gemm", f"square M={m}", m // world, m, m // 16))
+    out.append(("gemm_rs", f"square M={m}", m, m // 16 // world, m))
+    out.append(("gemm_ar", f"square M={m}", m, m // 16 // world, m))
+
+
+# The issue's item-11 set (--set issue): the Llama-70B rows at M = 8192 and 16384 and the square
+# families, each row fused vs the overlap ideal vs unfused in one run. Without --full the square
+# families at M = 4096 (communication-heavy: K = 256 per rank at W = 4) and 16384 (the largest
+# that keeps a W = 4 run near a minute); --full walks M = 2048 .. 32768.
+def issue_shapes(world: int, full: bool) -> list[tuple[str, str, int, int, int]]:
+    out = []
+
+    def llama(m: int) -> None:
+        out.append(("ag_gemm", f"llama70b-fc1 M={m}", m // world, 8192, 28672 // world))
+        out.append(("gemm_rs", f"llama70b-fc2 M={m}", m, 28672 // world, 8192))
+        out.append(("gemm_ar", f"llama70b-fc2 M={m}", m, 28672 // world, 8192))
+    for m in ([2048, 4096, 8192, 16384, 32768] if full else [4096, 16384]):
+        square(out, m, world)  # first: cheap, and a budget cut keeps the family whole
+    llama(8192)
+    llama(16384)
+    return out
+
+
 def shapes(world: int, full: bool) -> list[tuple[str, str, int, int, int]]:
     out = []
     for m, k, n in [(4096, 1024, 8192), (8192, 2048, 8192)]:  # per-rank, as fused_smoke times them
@@ -98,6 +139,109 @@ def align_tag() -> str:
         ("_gate" if os.environ.get("MKERNEL_FUSED_GATE") == "1" else "")
 
 
+def best_whole_grid(probes: list[dict]) -> int:
+    """The largest 2-CTA-cluster grid that every rank got placed whole in every rep (probes:
+    probe_placement's records), 0 if none."""
+    return max((p["grid"] for p in probes
+                if p["cluster"] == 2 and all(w == p["grid"] for rep in p["first_wave_per_rank"]
+                                             for w in rep)), default=0)
+
+
+def probe_placement(rank: int, world: int, share: int, default_co: int) -> dict:
+    """How many CTAs of 2-CTA clusters (one per SM: ~200 KiB of shared memory, as the fused
+    kernels) MPS places for the W ranks at once, by grid (benchmarks/fused_diag.py's SM-placement
+    probe: every rank launches its grid at a common GPU time and each CTA holds its SM for 1 ms;
+    a rank's grid is whole when every CTA arrived within the first half of the hold). s8run2
+    measured W = 2 only (96 of 132 SMs: 48 + 48 whole, hence fused_common.h's 3/4 rule, 24 at
+    W = 4). Returns the probes and best_c2_grid: the largest grid whole on every rank in every
+    rep (0 if none). Every rank computes it from the same gathered records."""
+    import torch
+    import torch.distributed as dist
+
+    from fused_diag import PROBE_HOLD_NS, PROBE_SMEM_BIG, summarise_probe
+
+    mk = torch.ops.mkernel
+    grids = [g for g in range(max(2, default_co - 4), share + 1, 2)]
+    probes = []
+    for cluster, grid in [(2, g) for g in grids] + [(1, share)]:
+        waves = []
+        for _ in range(2):
+            dist.barrier()
+            now = torch.tensor([mk._gpu_globaltimer()], dtype=torch.int64)
+            dist.all_reduce(now, op=dist.ReduceOp.MAX)
+            start = int(now.item()) + 3_000_000  # past every rank's launch
+            rec = mk._sm_probe(grid, cluster, PROBE_SMEM_BIG, start, PROBE_HOLD_NS).cpu().tolist()
+            torch.cuda.synchronize()
+            got = [None] * world
+            dist.all_gather_object(got, rec)
+            summ = summarise_probe(dict(enumerate(got)), start)
+            per_rank = [summ.get(f"rank{r}", {}).get("first_wave", 0) for r in range(world)]
+            waves.append(per_rank)
+        probes.append({"cluster": cluster, "grid": grid, "first_wave_per_rank": waves,
+                       "whole": all(w == grid for rep in waves for w in rep)})
+    out = {"share_sms": share, "default_co_grid": default_co,
+           "best_c2_grid": best_whole_grid(probes), "probes": probes}
+    if rank == 0:
+        print("PLACEMENT " + json.dumps(out), flush=True)
+    return out
+
+
+def row_falls_back(path: str) -> bool:
+    """Whether the op ran its unfused path at this shape (then --lean still times the fused
+    kernel forced, so both sides of the choice are on record; where the op runs fused, the
+    forced kernel is the same plan and --lean leaves it out)."""
+    return path.startswith("unfused")
+
+
+def timeline_of(fused, rank: int, world: int, pushed_bytes: int) -> dict | None:
+    """Four calls of the op (its measured plan) back to back with per-CTA %globaltimer stamps
+    (MKERNEL_FUSED_TIMELINE, MKERNEL_FUSED_TIMELINE_CALLS=4: one host sync after the 4th),
+    summarised per launch over the ranks (fused_diag.py summarise_pipeline): the smallest first
+    wave (CTAs started within 50 us of the rank's first: the grid placed whole or not), the GEMM
+    phase (first CTA start -> last tile stored, slowest rank), the tail after it (-> last CTA
+    exit: the reduce the side warps did not hide), ag_gemm's copy rate, the period."""
+    import torch
+    import torch.distributed as dist
+
+    from common import env_set
+    from fused_diag import summarise_pipeline
+
+    path = Path(tempfile.gettempdir(), f"bench_fused_tl_{os.getppid()}")
+    torch.cuda.synchronize()
+    dist.barrier()
+    with env_set({"MKERNEL_FUSED_TIMELINE": str(path), "MKERNEL_FUSED_TIMELINE_CALLS": "4"}):
+        for i in range(4):
+            fused(i)
+    torch.cuda.synchronize()
+    dist.barrier()
+    out = None
+    if rank == 0:
+        try:
+            lines = {r: Path(f"{path}.rank{r}").read_text().strip().splitlines()[-4:]
+                     for r in range(world)}
+            pipe = summarise_pipeline(lines, pushed_bytes)
+            launches = []
+            for lc in pipe["launches"]:
+                ranks = [v for key, v in lc.items() if key.startswith("rank")]
+                start = min(v["start_min_us"] for v in ranks)
+                gemm_end = max(v["gemm_done_max_us"] for v in ranks)
+                launches.append({
+                    "first_wave_min": min(v["first_wave"] for v in ranks),
+                    "ctas": ranks[0]["ctas"],
+                    "gemm_phase_us": round(gemm_end - start, 1),
+                    "tail_us": round(max(v["exit_max_us"] for v in ranks) - gemm_end, 1),
+                    "copy_gbs_min": min((v["copy_gbs"] for v in ranks if v.get("copy_gbs")),
+                                        default=None),
+                    "period_us": lc.get("period_us")})
+            out = {"launches": launches, "period_us": pipe["period_us"],
+                   "peak_ctas": pipe["peak_ctas"]}
+        except Exception as exc:  # noqa: BLE001 (a measurement aid: the row stands without it)
+            out = {"error": f"{type(exc).__name__}: {exc}"}
+        for r in range(world):
+            Path(f"{path}.rank{r}").unlink(missing_ok=True)
+    return out
+
+
 def rank_main() -> None:
     import torch
     import torch.distributed as dist
@@ -117,12 +261,38 @@ def rank_main() -> None:
     if fused_nodes and nodes > 1:
         tag += "_fn"
     budget = float(os.environ.get("BENCH_BUDGET_S", "70"))
+    set_name = os.environ.get("BENCH_SET", "default")
+    lean = os.environ.get("BENCH_LEAN") == "1"
+    variants = [v for v in os.environ.get("BENCH_VARIANTS", "").split(",") if v]
+    variant_rows = [w for w in os.environ.get("BENCH_VARIANT_ROWS", "llama").split(",") if w]
     t_start = time.monotonic()
     torch.cuda.set_device(0)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     ctx = mkernel.init()
     mk = torch.ops.mkernel
     has = {name: hasattr(mk, name) for name in ("all_gather", "reduce_scatter", "all_reduce")}
+    share = torch.cuda.get_device_properties(0).multi_processor_count  # this MPS client's SMs
+    default_co = share * 3 // 4 // 2 * 2  # fused_common.h co_resident_grid's 3/4 rule
+    placement = probe_placement(rank, world, share, default_co) \
+        if os.environ.get("BENCH_PROBE") == "1" else None
+    if placement and rank == 0:  # on disk at once: the parent prints this file in full
+        with open(Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_{tag}.jsonl"), "a") as f:
+            f.write("PLACEMENT " + json.dumps(placement) + "\n")
+    # Variant figures (--variants, on the rows matching --variant-rows), each the op as users
+    # get it under one opt-in knob, or an anchor:
+    #   co: MKERNEL_FUSED_CO_GRID = the largest 2-CTA-cluster grid the probe placed whole on
+    #       every rank (only when it differs from the 3/4 rule's);
+    #   barrier: MKERNEL_FUSED_GATE_MODE=barrier (the launch gate waits for every peer's gate);
+    #   hooked: the fused kernel's GEMM half alone: the hooked engine kernel in the fused config
+    #       (coop_128x256_c2x1) on the co-resident grid with no waits, each call after a device
+    #       barrier (the substrate's all_gather of 8 floats, which the figure includes) so the
+    #       ranks' grids are placed together as the gated fused kernel's are.
+    var_env = {}
+    if "co" in variants and placement and placement["best_c2_grid"] not in (0, default_co):
+        var_env["co"] = {"MKERNEL_FUSED_CO_GRID": str(placement["best_c2_grid"])}
+    if "barrier" in variants:
+        var_env["barrier"] = {"MKERNEL_FUSED_GATE_MODE": "barrier"}
+    tiny = torch.zeros(8, device="cuda", dtype=torch.float32)
 
     def with_env(fn, env: dict):
         """Runs fn(i) for each i of an iterable with `env` set around all of them (set once per
@@ -133,7 +303,7 @@ def rank_main() -> None:
                     fn(i)
         return run
 
-    def timed_all(fns: dict, reps: int, samples: int = 9) -> tuple[dict, dict]:
+    def timed_all(fns: dict, reps: int, samples: int = 5 if lean else 9) -> tuple[dict, dict]:
         """Max over ranks of the median ms per call of each fn in `fns` (name -> (fn, env)),
         measured interleaved: each of `samples` rounds times every fn once (`reps` calls after a
         barrier), the order rotating from round to round, so a clock or neighbour change during
@@ -231,7 +401,7 @@ def rank_main() -> None:
         return r.item()
 
     trace: dict = {}  # timed_all's per-sample record of this rank: name -> [(ms, enqueue ms, prev)]
-    samples_per_figure = int(os.environ.get("BENCH_SAMPLES", "9"))
+    samples_per_figure = int(os.environ.get("BENCH_SAMPLES") or (5 if lean else 9))
     pinned_reps = int(os.environ.get("BENCH_REPS", "0"))
     with_b = os.environ.get("BENCH_NO_B") != "1"
 
@@ -245,7 +415,7 @@ def rank_main() -> None:
         return {k: round(statistics.median(v), 3) for k, v in kinds.items()}
 
     rows = []
-    for op, label, a, b, c in shapes(world, all_shapes):
+    for op, label, a, b, c in (issue_shapes if set_name == "issue" else shapes)(world, all_shapes):
         if only and not any(w in label for w in only):
             continue
         if only_ops and op not in only_ops:
@@ -267,6 +437,7 @@ def rank_main() -> None:
             flops = 2.0 * world * m * n * k
             fused = lambda i: mkernel.ag_gemm(xs[i % 2], ws[i % 2], group=ctx)  # noqa: E731
             gemm = lambda i: mkernel.gemm(full[i % 2], ws[i % 2])  # noqa: E731
+            a_of = full  # the GEMM's A: the gathered rows
             coll = "all_gather"
             comm = lambda i: mk.all_gather.default(xs[i % 2], ctx.handle, world)  # noqa: E731
             unfused = lambda i: mkernel.gemm(comm(i), ws[i % 2])  # noqa: E731
@@ -279,6 +450,7 @@ def rank_main() -> None:
             fn = mkernel.gemm_rs if op == "gemm_rs" else mkernel.gemm_ar
             fused = lambda i, fn=fn: fn(xs[i % 2], ws[i % 2], group=ctx)  # noqa: E731
             gemm = lambda i: mkernel.gemm(xs[i % 2], ws[i % 2])  # noqa: E731
+            a_of = xs
             coll = "reduce_scatter" if op == "gemm_rs" else "all_reduce"
             cop = getattr(mk, coll, None)
             comm = lambda i, cop=cop: cop.default(parts[i % 2], ctx.handle, world)  # noqa: E731
@@ -304,10 +476,26 @@ def rank_main() -> None:
             row["path"] = "unfused: M <= 512 (gemm_ar's decode rule)"
         else:
             row["path"] = "fused"
+        try:  # what the GEMM-alone anchor runs (the engine's tuned plan at this share)
+            row["gemm_plan"] = mk.gemm_plan(a_of[0], ws[0], 0)
+        except Exception as exc:  # noqa: BLE001 (an older build without the op)
+            row["gemm_plan"] = f"unknown ({type(exc).__name__})"
         fns = {"fused_ms": (fused, {}),  # the op as users get it (the measured choice included)
-               "fused_kernel_ms": (fused, {"MKERNEL_FUSED": "force"}),  # both sides on record
-               "op_unfused_ms": (fused, {"MKERNEL_FUSED": "off"}),
                "gemm_ms": (gemm, {})}
+        if not lean or row_falls_back(row["path"]):
+            fns["fused_kernel_ms"] = (fused, {"MKERNEL_FUSED": "force"})  # both sides on record
+        if not lean:  # the op's own unfused path (s9run3: costs nothing measurable over unfused)
+            fns["op_unfused_ms"] = (fused, {"MKERNEL_FUSED": "off"})
+        on_variants = any(w in label for w in variant_rows)
+        if on_variants:
+            for name, env in var_env.items():
+                fns[f"fused_{name}_ms"] = (fused, env)
+            if "hooked" in variants:
+                def hooked(i, a_of=a_of):
+                    mk.all_gather.default(tiny, ctx.handle, world)
+                    mk.gemm_hooked(a_of[i % 2], ws[i % 2], None, 128, 0, None, 1, None, 0,
+                                   default_co, 0, 0, 10.0, 1)
+                fns["gemm_hooked_co_ms"] = (hooked, {})
         if has[coll]:
             # unfused twice: the spread between two figures of the same work is the run's noise
             fns.update(comm_ms=(comm, {}), unfused_ms=(unfused, {}))
@@ -322,28 +510,58 @@ def rank_main() -> None:
         row["enqueue_over_gpu_r0"] = {
             n: round(statistics.median(e / max(ms, 1e-6) for ms, e, _ in v), 3)
             for n, v in trace.items()}
-        row["fused_paired_kernel"] = paired(got, "fused_ms", "fused_kernel_ms")
+        if "fused_kernel_ms" in got:
+            row["fused_paired_kernel"] = paired(got, "fused_ms", "fused_kernel_ms")
         if nodes > 1:  # one call at a time, ranks aligned (aligned_ms)
             row["fused_kernel_aligned_ms"] = aligned_ms(fused, {"MKERNEL_FUSED": "force"},
                                                         samples_per_figure)
             if has[coll]:
                 row["unfused_aligned_ms"] = aligned_ms(unfused, {}, samples_per_figure)
+        if on_variants and var_env:
+            # Each knob's output against the default op's on the same inputs: the same config
+            # and tile order give the same bits (a grid or a gate changes only which CTA / when).
+            ref = fused(0)
+            for name, env in var_env.items():
+                with env_set(env):
+                    out = fused(0)
+                same = torch.tensor([1.0 if torch.equal(out, ref) else 0.0])
+                rel = torch.tensor([((out.float() - ref.float()).norm() /
+                                     ref.float().norm().clamp_min(1e-30)).item()])
+                dist.all_reduce(same, op=dist.ReduceOp.MIN)
+                dist.all_reduce(rel, op=dist.ReduceOp.MAX)
+                row[f"fused_{name}_same_bits"] = bool(same.item() == 1.0)
+                row[f"fused_{name}_rel_diff"] = rel.item()
+                del out
+            del ref
+        if on_variants and "timeline" in variants and not row["path"].startswith("unfused"):
+            row["timeline"] = timeline_of(fused, rank, world,
+                                          world * m * k * 2 if op == "ag_gemm" else 0)
         if has[coll]:
             row["ideal_ms"] = max(row["gemm_ms"], row["comm_ms"])
             row["fused_vs_ideal"] = row["fused_ms"] / row["ideal_ms"]
+            for name in list(var_env) + ["hooked_co"]:
+                key = f"fused_{name}_ms" if name != "hooked_co" else "gemm_hooked_co_ms"
+                if key in row:
+                    row[key.replace("_ms", "_vs_ideal")] = row[key] / row["ideal_ms"]
             row["unfused_over_fused"] = row["unfused_ms"] / row["fused_ms"]
             row["unfused_over_fused_paired"] = paired(got, "unfused_ms", "fused_ms")
-            row["unfused_over_fused_kernel"] = row["unfused_ms"] / row["fused_kernel_ms"]
-            row["op_unfused_over_unfused"] = row["op_unfused_ms"] / row["unfused_ms"]
-            row["op_unfused_over_unfused_paired"] = paired(got, "op_unfused_ms", "unfused_ms")
-            row["kernel_vs_ideal"] = row["fused_kernel_ms"] / row["ideal_ms"]
+            if "fused_kernel_ms" in row:
+                row["unfused_over_fused_kernel"] = row["unfused_ms"] / row["fused_kernel_ms"]
+                row["kernel_vs_ideal"] = row["fused_kernel_ms"] / row["ideal_ms"]
+            if "op_unfused_ms" in row:
+                row["op_unfused_over_unfused"] = row["op_unfused_ms"] / row["unfused_ms"]
+                row["op_unfused_over_unfused_paired"] = paired(got, "op_unfused_ms", "unfused_ms")
             if with_b:
                 row["unfused_b_over_unfused"] = row["unfused_b_ms"] / row["unfused_ms"]
                 row["unfused_b_over_unfused_paired"] = paired(got, "unfused_b_ms", "unfused_ms")
+            for name in var_env:  # the knob against the op as users get it, round by round
+                row[f"fused_{name}_over_fused_paired"] = paired(got, f"fused_{name}_ms",
+                                                                "fused_ms")
         row["fused_tflops_per_rank"] = flops / row["fused_ms"] / 1e9
         row["gemm_tflops_per_rank"] = flops / row["gemm_ms"] / 1e9
         row["fused_over_gemm"] = row["fused_ms"] / row["gemm_ms"]
-        row["fused_kernel_over_gemm"] = row["fused_kernel_ms"] / row["gemm_ms"]
+        if "fused_kernel_ms" in row:
+            row["fused_kernel_over_gemm"] = row["fused_kernel_ms"] / row["gemm_ms"]
         rows.append(row)
         if rank == 0:
             print("ROW " + json.dumps(row), flush=True)
@@ -363,7 +581,11 @@ def rank_main() -> None:
                    "nodes": nodes, "emulate": os.environ.get("MKERNEL_NET_EMULATE", "") if nodes > 1
                    else "",
                    "elapsed_s": time.monotonic() - t_start, "full": all_shapes, "only": only,
-                   "method": "CUDA events; per figure 2 warm-up calls, then 9 rounds in which "
+                   "set": set_name, "lean": lean, "placement": placement,
+                   "variants": {k: v for k, v in var_env.items()},
+                   "variant_rows": variant_rows if var_env or "hooked" in variants else [],
+                   "method": f"CUDA events; per figure 2 warm-up calls, then {5 if lean else 9} "
+                             "rounds in which "
                              "every figure of the shape is timed once (after a barrier, an "
                              "untimed lead-in call, then `reps` calls back to back; order "
                              "rotating, reversed in odd rounds; environment pins set once per "
@@ -396,7 +618,8 @@ def main() -> None:
                     help="with --nodes > 1: MKERNEL_FUSED_NODES=1 (ag_gemm's fused kernel across "
                          "nodes, opt-in)")
     ap.add_argument("--ops", default="", help="comma-separated ops to keep (e.g. ag_gemm)")
-    ap.add_argument("--samples", type=int, default=9, help="rounds per shape (samples per figure)")
+    ap.add_argument("--samples", type=int, default=None,
+                    help="rounds per shape (samples per figure; default 9, 5 with --lean)")
     ap.add_argument("--reps", type=int, default=0,
                     help="calls per sample (0: by the shape's FLOPs; across nodes the calls are "
                          "communication-bound, so a few suffice)")
@@ -405,6 +628,21 @@ def main() -> None:
     ap.add_argument("--only", default="",
                     help="comma-separated words: only the shapes whose label has one (e.g. "
                          "llama,decode)")
+    ap.add_argument("--set", default="default", choices=["default", "issue"],
+                    help="issue: the fused-op issue's item-11 rows (Llama-70B M=8192/16384, the "
+                         "square families; --full: M = 2048 .. 32768)")
+    ap.add_argument("--lean", action="store_true",
+                    help="5 rounds instead of 9, no op_unfused figure (fits a short device slot)")
+    ap.add_argument("--probe", action="store_true",
+                    help="first measure how many 2-CTA-cluster CTAs MPS places for the ranks "
+                         "at once, by grid (JSON 'placement'; variant 'co' uses it)")
+    ap.add_argument("--variants", default="",
+                    help="comma-separated extra figures on the --variant-rows rows: co "
+                         "(MKERNEL_FUSED_CO_GRID = the probe's grid; needs --probe), barrier "
+                         "(MKERNEL_FUSED_GATE_MODE=barrier), hooked (the fused config's GEMM "
+                         "alone on the co-resident grid), timeline (4 calls with per-CTA stamps)")
+    ap.add_argument("--variant-rows", default="llama",
+                    help="comma-separated words: the rows that get the variant figures")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     from common import mps_daemon  # noqa: E402
@@ -413,10 +651,12 @@ def main() -> None:
     env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(100 // args.world),
            "BENCH_FULL": "1" if args.full else "0", "BENCH_BUDGET_S": str(args.budget),
            "BENCH_ONLY": args.only, "BENCH_NODES": str(args.nodes), "MKERNEL_FUSED_VERBOSE": "1",
-           "NCCL_NVLS_ENABLE": "0"}
+           "NCCL_NVLS_ENABLE": "0", "BENCH_SET": args.set, "BENCH_LEAN": "1" if args.lean else "0",
+           "BENCH_PROBE": "1" if args.probe else "0", "BENCH_VARIANTS": args.variants,
+           "BENCH_VARIANT_ROWS": args.variant_rows}
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
     env["BENCH_OPS"] = args.ops
-    env.update(BENCH_SAMPLES=str(args.samples), BENCH_REPS=str(args.reps),
+    env.update(BENCH_SAMPLES=str(args.samples or ""), BENCH_REPS=str(args.reps),
                BENCH_NO_B="1" if args.no_b else "0")
     if args.nodes > 1:
         env["MKERNEL_NET_EMULATE"] = args.emulate
@@ -436,7 +676,35 @@ def main() -> None:
         if r.returncode != 0 or r.rank == 0:
             sys.stdout.write(r.stdout[-6000:])
             sys.stderr.write(r.stderr[-4000:])
+    write_report(results, progress)
     sys.exit(max((r.returncode if r.returncode is not None else 124) for r in results))
+
+
+def write_report(results, progress: Path) -> None:
+    """The table (.md) and plot (.png, when matplotlib is there) of the JSON rank 0 wrote, beside
+    it and copied to $OUT; the progress rows leave $OUT once the JSON holds them."""
+    import shutil
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    wrote = [ln.split("wrote ", 1)[1].strip() for r in results if r.rank == 0
+             for ln in r.stdout.splitlines() if ln.startswith("wrote ")]
+    if not wrote:
+        return
+    path = Path(wrote[-1])
+    try:
+        from report import report
+        md, png = report(path)
+    except Exception as exc:  # noqa: BLE001 (the figures are in the JSON; the report is a view)
+        print(f"bench_fused: no report for {path}: {type(exc).__name__}: {exc}", flush=True)
+        return
+    print(f"report: {md}" + (f", {png}" if png else " (no PNG: matplotlib missing)"), flush=True)
+    out = os.environ.get("OUT")
+    if out and Path(out).resolve() != RESULTS_DIR.resolve():
+        for f in (md, png):
+            if f:
+                shutil.copy(f, out)
+        if progress.exists() and progress.parent.resolve() == Path(out).resolve():
+            progress.unlink()
 
 
 if __name__ == "__main__":

@@ -264,6 +264,68 @@ def fused_markdown(data: dict, path: Path) -> str:
                          "x unfused", "x unfused paired", "op unfused / unfused paired",
                          "noise: unfused twice, paired", "x ideal"], table))
     lines.append("")
+    plans = [[r["op"], r["shape"], r["gemm_plan"]] for r in data["rows"] if r.get("gemm_plan")]
+    if plans:
+        lines.append("The GEMM-alone anchor's plan (the engine's tuned plan at this share):")
+        lines.append("")
+        lines.append(_table(["op", "shape", "engine plan"], plans))
+        lines.append("")
+    if data.get("placement"):
+        pl = data["placement"]
+        lines.append(f"Placement probe (2-CTA clusters, one CTA per SM, {data.get('world')} ranks "
+                     f"at once; {pl['share_sms']} SMs per rank): largest grid whole on every "
+                     f"rank = {pl['best_c2_grid']} (3/4 rule: {pl['default_co_grid']}).")
+        lines.append("")
+        lines.append(_table(["cluster", "grid", "first wave per rank (reps)", "whole"],
+                            [[p["cluster"], p["grid"], str(p["first_wave_per_rank"]), p["whole"]]
+                             for p in pl["probes"]]))
+        lines.append("")
+    names = sorted({k[len("fused_"):-len("_ms")] for r in data["rows"] for k in r
+                    if k.startswith("fused_") and k.endswith("_ms")
+                    and k not in ("fused_ms", "fused_kernel_ms")})
+    if names or any("gemm_hooked_co_ms" in r for r in data["rows"]):
+        lines.append("Variants (knobs: " + ", ".join(f"{k} = {v}" for k, v in
+                                                     (data.get("variants") or {}).items())
+                     + "; hooked = the fused config's GEMM alone on the co-resident grid, "
+                       "each call after a device barrier):")
+        lines.append("")
+        head = ["op", "shape", "fused ms", "x ideal"]
+        for n in names:
+            head += [f"{n} ms", f"{n} x ideal", f"{n} / fused paired", f"{n} same bits"]
+        head += ["hooked GEMM ms", "hooked / GEMM alone"]
+        body = []
+        for r in data["rows"]:
+            if not any(f"fused_{n}_ms" in r for n in names) and "gemm_hooked_co_ms" not in r:
+                continue
+            line = [r["op"], r["shape"], r["fused_ms"], r.get("fused_vs_ideal", "-")]
+            for n in names:
+                line += [r.get(f"fused_{n}_ms", "-"), r.get(f"fused_{n}_vs_ideal", "-"),
+                         r.get(f"fused_{n}_over_fused_paired", "-"),
+                         r.get(f"fused_{n}_same_bits", "-")]
+            hk = r.get("gemm_hooked_co_ms")
+            line += [hk if hk else "-", hk / r["gemm_ms"] if hk else "-"]
+            body.append(line)
+        lines.append(_table(head, body))
+        lines.append("")
+    tls = [r for r in data["rows"] if isinstance(r.get("timeline"), dict)
+           and r["timeline"].get("launches")]
+    if tls:
+        lines.append("Timelines (4 calls back to back with per-CTA stamps, the op's plan; per "
+                     "launch: the smallest first wave over the ranks / CTAs per rank, the GEMM "
+                     "phase (first start -> last tile stored), the tail after it (-> last exit), "
+                     "ag_gemm's slowest copy rate; us):")
+        lines.append("")
+        lines.append(_table(
+            ["op", "shape", "first wave / grid", "GEMM phase us", "tail us", "copy GB/s",
+             "period us"],
+            [[r["op"], r["shape"],
+              " ".join(f"{lc['first_wave_min']}/{lc['ctas']}" for lc in r["timeline"]["launches"]),
+              [lc["gemm_phase_us"] for lc in r["timeline"]["launches"]],
+              [lc["tail_us"] for lc in r["timeline"]["launches"]],
+              [lc["copy_gbs_min"] for lc in r["timeline"]["launches"]
+               if lc.get("copy_gbs_min") is not None] or "-",
+              r["timeline"].get("period_us")] for r in tls]))
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -282,12 +344,22 @@ def fused_plot(data: dict, png: Path, plt) -> None:
     ax.set_ylabel("x faster than unfused")
     ax.legend(fontsize=7)
     ax = axes[1]
-    ax.bar(xs, [r["fused_vs_ideal"] for r in rows], width=0.6,
+    # Side by side per shape, each over the overlap ideal max(GEMM alone, collective alone):
+    # the op (gray where it ran unfused), the unfused sequence, and the two anchors.
+    w3 = 0.2
+    ax.bar([x - 1.5 * w3 for x in xs], [r["fused_vs_ideal"] for r in rows], width=w3,
            color=["tab:gray" if r.get("path", "fused").startswith("unfused") else "tab:green"
-                  for r in rows])
+                  for r in rows], label="fused (gray: ran unfused)")
+    ax.bar([x - 0.5 * w3 for x in xs], [r["unfused_ms"] / r["ideal_ms"] for r in rows], width=w3,
+           color="tab:red", label="unfused")
+    ax.bar([x + 0.5 * w3 for x in xs], [r["gemm_ms"] / r["ideal_ms"] for r in rows], width=w3,
+           color="tab:blue", label="GEMM alone")
+    ax.bar([x + 1.5 * w3 for x in xs], [r["comm_ms"] / r["ideal_ms"] for r in rows], width=w3,
+           color="tab:orange", label="collective alone")
     ax.axhline(1.0, color="black", lw=0.8)
     ax.axhline(1.05, color="gray", lw=0.8, ls="--")
-    ax.set_ylabel("fused / overlap ideal (gray: ran unfused)")
+    ax.set_ylabel("time / overlap ideal")
+    ax.legend(fontsize=7, ncol=4)
     ax.set_xticks(xs, [_fused_label(r) for r in rows], fontsize=7, rotation=60, ha="right")
     nodes = data.get("nodes", 1)
     axes[0].set_title(f"mkernel fused ops, W = {data.get('world')}"

@@ -237,17 +237,38 @@ bool gate_requested(const FusedPlan& plan) {
 }
 
 namespace {
-// MKERNEL_FUSED_GATE as set ("-" when unset), for choose_path's verdict key.
+// MKERNEL_FUSED_GATE, _GATE_MODE and _CO_GRID as set ("-" when unset), for choose_path's
+// verdict key (they change what a fused call costs, or its grid, not the list's length).
 std::string gate_setting() {
-  const char* v = std::getenv("MKERNEL_FUSED_GATE");
-  return v != nullptr && *v != '\0' ? v : "-";
+  std::string s;
+  for (const char* name :
+       {"MKERNEL_FUSED_GATE", "MKERNEL_FUSED_GATE_MODE", "MKERNEL_FUSED_CO_GRID"}) {
+    const char* v = std::getenv(name);
+    if (!s.empty()) s += '/';
+    s += v != nullptr && *v != '\0' ? v : "-";
+  }
+  return s;
 }
 }  // namespace
 
 int co_resident_grid(int grid) {
   if (mps_limit_percent() == 100) return 0;
+  // MKERNEL_FUSED_CO_GRID=<n> (opt-in, every rank the same; an even n in [2, grid]): this grid
+  // instead of 3/4 of the share. Why: the 3/4 rule is s8run2's W = 2 measurement (two clients'
+  // 2-CTA clusters: 96 of 132 SMs); at W = 4 (33 SMs each) nobody has measured how many clusters
+  // MPS places for four clients (benchmarks/mps_place.py does), and every SM the fused grid can
+  // hold is GEMM rate (benchmarks/NOTES.md "Fused ops, fused12").
+  if (const char* v = std::getenv("MKERNEL_FUSED_CO_GRID")) {
+    const int want = std::atoi(v);
+    if (want >= 2 && want % 2 == 0 && want <= grid) return want;
+  }
   const int g = grid * 3 / 4 / 2 * 2;
   return g >= 2 && g < grid ? g : 0;
+}
+
+bool gate_barrier_requested() {
+  const char* v = std::getenv("MKERNEL_FUSED_GATE_MODE");
+  return v != nullptr && std::strcmp(v, "barrier") == 0;
 }
 
 void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPlan& plan,
@@ -273,14 +294,17 @@ void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPl
   fused::FusedParams h = hooks;
   const char* trigger = std::getenv("MKERNEL_FUSED_TRIGGER");  // measurement: early|late
   h.trigger_early = trigger != nullptr && std::strcmp(trigger, "early") == 0 ? 1 : 0;
-  if (gate_requested(plan)) {  // fused_gate.cu: the peers' previous fused grids off the GPU first
-    const cudaError_t gate = fused::launch_gate(h.group, h.op, l.stream);
-    TORCH_CHECK(gate == cudaSuccess, op, ": the fused launch gate failed to launch: ",
-                cudaGetErrorString(gate));
-  }
+  // The timeline's slot clear (a memset kernel) goes before the gate: between the gate and the
+  // grid nothing else may run on this stream (s10run2: a memset there split 4 of 8 gated launches).
   uint64_t* timeline = nullptr;
   if (timeline_path != nullptr && !capturing()) timeline = timeline_begin(l.stream);
   h.timeline = timeline;
+  if (gate_requested(plan)) {  // fused_gate.cu: the peers' previous fused grids off the GPU first
+    const cudaError_t gate =
+        fused::launch_gate(h.group, h.op, l.stream, gate_barrier_requested());
+    TORCH_CHECK(gate == cudaSuccess, op, ": the fused launch gate failed to launch: ",
+                cudaGetErrorString(gate));
+  }
   const cudaError_t err = fused::run_fused(p, config, l, m_order, h, &reason);
   TORCH_CHECK(err == cudaSuccess, op, ": the fused kernel failed to launch: ",
               cudaGetErrorString(err), reason ? std::string(" (") + reason + ")" : std::string());
@@ -519,13 +543,15 @@ namespace {
 std::mutex unfused_mu;
 std::set<std::string> unfused_shapes;
 
-// "<group>/<key>|<MKERNEL_FUSED_GRIDS>|<..._ORDERS>|<..._ORDER>|<..._CONFIG>|<..._SMS>|<..._GATE>":
+// "<group>/<key>|<MKERNEL_FUSED_GRIDS>|<..._ORDERS>|<..._ORDER>|<..._CONFIG>|<..._SMS>|<..._GATE>
+// |<..._CO_GRID>|<..._GATE_MODE>":
 // these variables (read per call, measurement knobs) change candidate_plans' list or what a
 // fused call costs (the gate), so a verdict taken under other values does not hold.
 std::string unfused_key(int64_t group, const std::string& key) {
   std::string s = std::to_string(group) + "/" + key;
   for (const char* name : {"MKERNEL_FUSED_GRIDS", "MKERNEL_FUSED_ORDERS", "MKERNEL_FUSED_ORDER",
-                           "MKERNEL_FUSED_CONFIG", "MKERNEL_FUSED_SMS", "MKERNEL_FUSED_GATE"}) {
+                           "MKERNEL_FUSED_CONFIG", "MKERNEL_FUSED_SMS", "MKERNEL_FUSED_GATE",
+                           "MKERNEL_FUSED_CO_GRID", "MKERNEL_FUSED_GATE_MODE"}) {
     const char* v = std::getenv(name);
     s += '|';
     s += v != nullptr ? v : "-";

@@ -59,6 +59,9 @@ int fused_grid(const char* op, int64_t group);
 // other 30, the rest waiting a whole GEMM; with 64 / 60 it holds 32 / 36), but grids of 48 both
 // run whole; without clusters 126. At the share's grid a gemm_rs runs the two ranks' GEMMs one
 // after the other (Llama fc2 W=2: 9.09 ms), at 48 together (6.33 ms, unfused 9.16).
+// MKERNEL_FUSED_CO_GRID=<even n <= grid> (opt-in, every rank the same) replaces the 3/4 rule:
+// it was measured at W = 2 only; how many clusters four clients get placed is what
+// benchmarks/mps_place.py measures (NOTES "Fused ops, fused12").
 int co_resident_grid(int grid);
 
 // The launch gate (kernels/fused/fused_gate_api.h): before each fused launch, one warp on the
@@ -76,6 +79,11 @@ int co_resident_grid(int grid);
 // correct, only not gated). It joins choose_path's verdict key (it changes what a call costs).
 constexpr bool kGateCoResidentByDefault = true;  // s10run2: correct (W=2/4, all ops, graph)
 bool gate_requested(const FusedPlan& plan);
+// MKERNEL_FUSED_GATE_MODE=barrier (opt-in, every rank the same; not yet run on a GPU): the gate
+// also waits until every same-node peer's gate of the same call has started (fused_gate.cu), so
+// every rank's stream has drained what precedes its fused call before any grid is placed (the
+// exit gate keeps the peers' previous fused grids off the GPU, not their other kernels).
+bool gate_barrier_requested();
 
 // gemm_rs / gemm_ar on one node (kModeReduce): the GEMM x · wᵀ [M, N] into this rank's
 // symmetric data region, its tiles (by owner priority `order`, rank_rows rows per owner) flagged

@@ -38,6 +38,9 @@ const char* what_text(int32_t what) {
     case kWaitNetArrival: return "inter-node data";
     case kWaitNetSent: return "the transport to finish sending (the proxy's done count)";
     case kWaitPeerExit: return "the peer's previous fused kernel to exit (launch gate)";
+    case kWaitPeerGate:
+      return "the peer's launch gate of the same fused call (barrier gate: "
+             "MKERNEL_FUSED_GATE_MODE=barrier must be set on every rank)";
     default: return "a flag";
   }
 }

@@ -41,11 +41,16 @@ struct FlagSlot {
   // barrier reads it by the call's parity (entry_barrier's by_parity: the fused kernels across
   // nodes, whose CTAs may enter a call after a peer has published the next call's signature).
   static constexpr uint32_t kSignatureByParity = 12 * kMaxRanks;
+  // + src rank: src's fused launch gate of call e has started (fused_gate.cu, barrier mode).
+  static constexpr uint32_t kGate = 14 * kMaxRanks;
   static constexpr uint32_t kGroupSlots = 16 * kMaxRanks;
   static constexpr uint32_t kOpSlotBase = kGroupSlots;
 };
 static_assert(FlagSlot::kSignatureByParity + 2 * kMaxRanks <= FlagSlot::kGroupSlots,
               "the parity signature slots fit the substrate's own slots");
+static_assert(FlagSlot::kSignatureByParity + 2 * kMaxRanks <= FlagSlot::kGate &&
+                  FlagSlot::kGate + kMaxRanks <= FlagSlot::kGroupSlots,
+              "the gate slots fit the substrate's own slots, after the parity signatures");
 
 // The inter-node half (all pointers are device pointers of host-mapped memory, or device
 // memory for fifo_head). Filled by csrc/comm/net_path.cpp.

@@ -16,6 +16,7 @@ enum WaitKind : int32_t {
   kWaitNetArrival = 7, // inter-node data (FIFO path) from a peer
   kWaitNetSent = 8,    // the transport finishing a command to a peer (the FIFO's done count)
   kWaitPeerExit = 9,   // a peer's last fused kernel leaving the GPU (fused launch gate)
+  kWaitPeerGate = 10,  // a peer's launch gate of the same fused call (the gate's barrier mode)
 };
 
 // Which op waited (WaitDiagnostic::op).

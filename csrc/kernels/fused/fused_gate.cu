@@ -19,6 +19,19 @@
 // without this rank doing more (this rank's part of it is done), so the wait cannot deadlock.
 // A call that signalled no exit on any rank (no such kernel) leaves older values alike on every
 // rank: the gate then passes at once.
+//
+// Barrier mode (launch_gate's `barrier`, MKERNEL_FUSED_GATE_MODE=barrier): the exit wait keeps
+// the peers' previous FUSED grids off the GPU, not their other kernels; s10run2's timeline mode
+// (a memset between gate and grid) still split 4 of 8 gated launches. In barrier mode each lane
+// also releases FlagSlot::kGate + rank = e (the call number the fused kernel after the gate
+// takes: *epoch + 1, read here after the stream's previous group op stored it) at its peer and
+// waits for kGate + q >= e from every local peer q. A peer's gate starts only once its stream
+// has finished everything queued before its fused call, so when the wait passes, no peer runs
+// an earlier kernel of that stream any more, and the grids launched right after the gates are
+// placed together. No new deadlock: every rank reaches its gate of call e without any other
+// rank's call e (its own previous work needs only calls <= e - 1, complete on every rank that
+// passed its own gate of e - 1); every rank must set the mode alike (a rank without it never
+// releases kGate: its peers' waits time out naming it, kWaitPeerGate).
 #include "fused_gate_api.h"
 
 #include "../comm/group_sync.cuh"
@@ -26,21 +39,31 @@
 namespace mkernel::fused {
 namespace {
 
-__global__ void __launch_bounds__(32) fused_gate_kernel(const comm::GroupDevice g, int32_t op) {
+__global__ void __launch_bounds__(32) fused_gate_kernel(const comm::GroupDevice g, int32_t op,
+                                                        int32_t barrier) {
   const int q = static_cast<int>(threadIdx.x);
-  if (q >= g.world || q == g.rank || g.flags[q] == nullptr) return;  // same-node peers only
+  if (q >= g.world || g.flags[q] == nullptr) return;  // same-node ranks only
+  const uint64_t e = comm::op_begin(g);
+  if (barrier) comm::signal(g, q, comm::FlagSlot::kGate + g.rank, e);  // q == rank included
+  if (q == g.rank) return;
   const uint64_t* mine = g.flags[g.rank];
   const uint64_t last = comm::ld_relaxed_sys(mine + comm::FlagSlot::kExit + g.rank);
   comm::wait_geq(g, mine + comm::FlagSlot::kExit + q, last,
                  comm::WaitSite{op, comm::kWaitPeerExit, q,
                                 static_cast<int32_t>(comm::FlagSlot::kExit) + q});
+  if (barrier) {
+    comm::wait_geq(g, mine + comm::FlagSlot::kGate + q, e,
+                   comm::WaitSite{op, comm::kWaitPeerGate, q,
+                                  static_cast<int32_t>(comm::FlagSlot::kGate) + q});
+  }
 }
 
 }  // namespace
 
-cudaError_t launch_gate(const comm::GroupDevice& g, int32_t op, cudaStream_t stream) {
+cudaError_t launch_gate(const comm::GroupDevice& g, int32_t op, cudaStream_t stream,
+                        bool barrier) {
   static_assert(comm::kMaxRanks <= 32, "one warp waits for every peer");
-  fused_gate_kernel<<<1, 32, 0, stream>>>(g, op);
+  fused_gate_kernel<<<1, 32, 0, stream>>>(g, op, barrier ? 1 : 0);
   return cudaGetLastError();
 }
 

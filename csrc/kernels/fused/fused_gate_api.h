@@ -13,7 +13,10 @@ namespace mkernel::fused {
 // group's last fused kernel this rank finished (FlagSlot::kExit, released by each fused
 // kernel's last CTA: fused_hooks.cuh call_end), so the fused grid launched after it is placed
 // on a GPU its peers' previous fused grids have left. Bounded: a peer that never exits is
-// reported (kWaitPeerExit naming it, `op`) and the kernel traps. Returns the launch error.
-cudaError_t launch_gate(const comm::GroupDevice& g, int32_t op, cudaStream_t stream);
+// reported (kWaitPeerExit naming it, `op`) and the kernel traps. `barrier` (opt-in, every rank
+// alike): also wait until every same-node peer's gate of the same call has started
+// (FlagSlot::kGate; kWaitPeerGate when one never does). Returns the launch error.
+cudaError_t launch_gate(const comm::GroupDevice& g, int32_t op, cudaStream_t stream,
+                        bool barrier = false);
 
 }  // namespace mkernel::fused

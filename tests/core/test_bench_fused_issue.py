@@ -1,0 +1,105 @@
+"""benchmarks/bench_fused.py's item-11 set and W = 4 measurement aids on a machine without a GPU:
+the per-rank shapes of `--set issue`, the placement probe's verdict (the largest 2-CTA-cluster grid
+every rank got whole), and benchmarks/report.py's tables of the probe, the variants and the
+timelines (bench_fused --probe --variants ...)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import report  # noqa: E402
+
+HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
+
+
+def bench_fused():
+    """The module without running it (its rank / parent code runs only as __main__ / __rank__)."""
+    spec = importlib.util.spec_from_file_location("bench_fused_under_test",
+                                                  ROOT / "benchmarks" / "bench_fused.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_issue_set_per_rank_shapes():
+    bf = bench_fused()
+    for world in (2, 4):
+        rows = bf.issue_shapes(world, full=False)
+        labels = [(op, label) for op, label, *_ in rows]
+        assert len(labels) == len(set(labels)) == 12
+        # the square families first (a budget cut keeps them whole), then Llama M=8192, 16384
+        assert [label for _, label in labels[:6]] == ["square M=4096"] * 3 + ["square M=16384"] * 3
+        got = {(op, label): dims for op, label, *dims in rows}
+        for m in (4096, 16384):
+            assert got[("ag_gemm", f"square M={m}")] == [m // world, m, m // 16]
+            assert got[("gemm_rs", f"square M={m}")] == [m, m // 16 // world, m]
+            assert got[("gemm_ar", f"square M={m}")] == [m, m // 16 // world, m]
+        for m in (8192, 16384):
+            assert got[("ag_gemm", f"llama70b-fc1 M={m}")] == [m // world, 8192, 28672 // world]
+            assert got[("gemm_rs", f"llama70b-fc2 M={m}")] == [m, 28672 // world, 8192]
+            assert got[("gemm_ar", f"llama70b-fc2 M={m}")] == [m, 28672 // world, 8192]
+    full = bf.issue_shapes(4, full=True)
+    assert sorted({int(label.split("=")[1]) for _, label, *_ in full if "square" in label}) == \
+        [2048, 4096, 8192, 16384, 32768]
+
+
+def test_best_whole_grid_needs_every_rank_in_every_rep():
+    bf = bench_fused()
+    probes = [{"cluster": 2, "grid": 24, "first_wave_per_rank": [[24] * 4, [24] * 4]},
+              {"cluster": 2, "grid": 26, "first_wave_per_rank": [[26] * 4, [26, 26, 26, 20]]},
+              {"cluster": 2, "grid": 28, "first_wave_per_rank": [[28] * 4, [28] * 4]},
+              {"cluster": 2, "grid": 30, "first_wave_per_rank": [[30, 30, 18, 30], [30] * 4]},
+              {"cluster": 1, "grid": 33, "first_wave_per_rank": [[33] * 4, [33] * 4]}]
+    assert bf.best_whole_grid(probes) == 28  # 1-CTA probes never count: the fused grid is 2-CTA
+    assert bf.best_whole_grid(probes[1:2]) == 0
+    assert bf.row_falls_back("unfused: measured not faster") and not bf.row_falls_back("fused x")
+
+
+def test_report_of_probe_variants_and_timelines(tmp_path):
+    path = tmp_path / "fused_w4_nvidia_h200_20991231-000000.json"
+    shutil.copy(RESULTS / "fused_w2_nvidia_h200_20261202-082459.json", path)
+    data = json.loads(path.read_text())
+    data["world"] = 4
+    data["placement"] = {"share_sms": 33, "default_co_grid": 24, "best_c2_grid": 28, "probes": [
+        {"cluster": 2, "grid": 28, "first_wave_per_rank": [[28] * 4, [28] * 4], "whole": True},
+        {"cluster": 2, "grid": 30, "first_wave_per_rank": [[30, 30, 30, 6], [30] * 4],
+         "whole": False}]}
+    data["variants"] = {"co": {"MKERNEL_FUSED_CO_GRID": "28"}}
+    llama = [r for r in data["rows"] if "llama" in r["shape"]]
+    assert llama
+    for r in data["rows"]:
+        r["gemm_plan"] = "ping_64x256_c1x1/s8/n (tuned)"
+        r.pop("fused_kernel_ms", None)  # --lean: only where the op falls back
+    for r in llama:
+        r.update(fused_co_ms=0.9 * r["fused_ms"], fused_co_vs_ideal=0.9 * r["fused_vs_ideal"],
+                 fused_co_over_fused_paired=0.9, fused_co_same_bits=True,
+                 gemm_hooked_co_ms=1.07 * r["gemm_ms"],
+                 timeline={"launches": [
+                     {"first_wave_min": 24, "ctas": 24, "gemm_phase_us": 6100.0, "tail_us": 310.5,
+                      "copy_gbs_min": 151.0, "period_us": None},
+                     {"first_wave_min": 20, "ctas": 24, "gemm_phase_us": 6200.0, "tail_us": 290.0,
+                      "copy_gbs_min": None, "period_us": 6480.0}],
+                     "period_us": 6480.0, "peak_ctas": 96})
+    path.write_text(json.dumps(data))
+    md, png = report.report(path)
+    text = md.read_text()
+    assert "largest grid whole on every rank = 28 (3/4 rule: 24)" in text
+    assert "| 2 | 30 | [[30, 30, 30, 6], [30, 30, 30, 30]] | False |" in text
+    assert "ping_64x256_c1x1/s8/n (tuned)" in text
+    for r in llama:
+        lines = [ln for ln in text.splitlines() if ln.startswith(f"| {r['op']} | {r['shape']} |")]
+        assert len(lines) == 4, lines  # the main table, the plans, the variants, the timelines
+        main, plan, variant, timeline = lines
+        assert plan.rstrip().endswith("| ping_64x256_c1x1/s8/n (tuned) |"), plan
+        assert main.rstrip().endswith(f"| {r['fused_vs_ideal']:.4g} |"), main
+        assert f"| {r['fused_co_ms']:.4g} | {r['fused_co_vs_ideal']:.4g} | 0.9 | True |" in variant
+        assert variant.rstrip().endswith("| 1.07 |"), variant  # hooked GEMM / GEMM alone
+        assert "| 24/24 20/24 |" in timeline and "| 310.5 / 290 |" in timeline, timeline
+    assert (png is not None) == HAVE_MPL
