@@ -121,18 +121,20 @@ VARIANTS = {
     # Diagnostic, non-causal rows only: the plain engine (static tiles) on the ceiling's K/V,
     # i.e. the ring's blocks in one plain launch (the causal zigzag mode is hooked-only).
     "plainw": ("plain_whole", "plainw", {}, "plainw"),
-    # ring13 (with --nodes 2; opt-in, MKERNEL_RING_FUSED_NODES=1): the fused ring across nodes
-    # (one engine launch consuming each chunk on arrival, the other nodes' shards pushed through
-    # the inter-node FIFO by the send kernel; 4 send CTAs, xn8: 8) beside the default across
-    # nodes (the `fused` column there: all-gather of K/V on a side stream, then per-step launches).
+    # ring13 (with --nodes 2): the fused ring across nodes pinned (one engine launch consuming
+    # each chunk on arrival, the other nodes' shards pushed through the inter-node FIFO by the
+    # send kernel; 4 send CTAs, xn8: 8; the default since s11run2, so `xnodes` = the `fused`
+    # column pinned) and the all-gather path it replaced (ag-path: K/V all-gathered on a side
+    # stream, then per-step launches; MKERNEL_RING_FUSED_NODES=0).
     "xnodes": ("fused_nodes", "xnodes", {"MKERNEL_RING_FUSED_NODES": "1"}),
+    "agpath": ("allgather_path", "ag-path", {"MKERNEL_RING_FUSED_NODES": "0"}),
     "xn8": ("fused_nodes_send8", "xn8", {"MKERNEL_RING_FUSED_NODES": "1",
                                          "MKERNEL_RING_SEND_CTAS": "8"}),
     # Diagnostic: the communication alone, the substrate's all_gather of this rank's k and v (the
     # unfused ring's and the default across-nodes path's transfer; no attention).
     "gather": ("gather_kv", "gather", {}, "gather"),
 }
-NODES_VARIANTS = "xnodes,xn8,gather"  # the default variants with --nodes > 1
+NODES_VARIANTS = "agpath,xnodes,gather"  # the default variants with --nodes > 1
 DEFAULT = "base,skip,c-base,c-skip,plain,plainw"
 PHASE_CALLS = 5  # calls per candidate of the phase pass (ring_phases)
 CEILING = ("the compute-alone ceiling: each rank's own ring work (its zigzag/causal or whole "
@@ -474,9 +476,11 @@ def main() -> None:
             x = r.get(key + "_ms")
             if x:
                 g = r.get("gather_kv_ms")
+                ag = r.get("allgather_path_ms")
                 print(f"{col} {r['shape']:<16} causal={r['causal']!s:<5} nodes={r.get('nodes', 1)}: "
                       f"{x:.3f} ms, x_ceil {r['ceiling_ms'] / x:.3f}, x_unf {r['unfused_ms'] / x:.3f}, "
                       f"x_default {r['median_ms'] / x:.3f}"
+                      + (f", x_agpath {ag / x:.3f}" if ag else "")
                       + (f", gather {g:.3f} ms, x_ideal {max(g, r['ceiling_ms']) / x:.3f}" if g else "")
                       + f", rel vs unfused {r['rel_vs_unfused_by_candidate'].get(key, float('nan')):.2e}")
     print("x_ceil = ceiling / fused (fused's rate as a fraction of the compute-alone ceiling's, "
@@ -530,10 +534,13 @@ def main() -> None:
                            "static tiles) on the ceiling's local K/V: the ring's blocks in one "
                            "plain launch",
             "fused_nodes": "ring13, with --nodes > 1: mkernel.ring_attention with "
-                           "MKERNEL_RING_FUSED_NODES=1 (the whole-sequence mode across nodes: one "
+                           "MKERNEL_RING_FUSED_NODES=1 pinned (the default since s11run2; the whole-sequence mode across nodes: one "
                            "hooked engine launch, the other nodes' K/V pushed through the "
                            "inter-node FIFO by a 4-CTA send kernel, node-mates over peer memory)",
             "fused_nodes_send8": "fused_nodes with 8 send CTAs (MKERNEL_RING_SEND_CTAS=8)",
+            "allgather_path": "with --nodes > 1: the all-gather path across nodes pinned "
+                              "(MKERNEL_RING_FUSED_NODES=0; the default before s11run2): K/V "
+                              "all-gathered on a side stream, then per-step launches + merges",
             "gather_kv": "DIAGNOSTIC: the communication alone, mkernel.all_gather of k and of v",
             "plain_steps": "DIAGNOSTIC, not a ceiling: the plain engine's static per-step calls on "
                            "local data (W mkernel.attention calls with the ring's causal split, "

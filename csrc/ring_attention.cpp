@@ -304,15 +304,18 @@ bool ring_flag_skip() {
   return env == nullptr || std::strcmp(env, "0") != 0;
 }
 
-// MKERNEL_RING_FUSED_NODES=1 (ring13; opt-in until a GPU run verifies it; every rank the same
-// value, like MKERNEL_FUSED_NODES): a group spanning several nodes runs the whole-sequence mode
-// (one hooked engine launch consuming each KV chunk on arrival) with the across-nodes send kernel
+// On by default since s11run2 (ring13; MKERNEL_RING_FUSED_NODES=0 pins the all-gather path;
+// every rank the same value): a group spanning several nodes runs the whole-sequence mode (one
+// hooked engine launch consuming each KV chunk on arrival) with the across-nodes send kernel
 // (ring_kv_api.h send_whole_nodes: same-node shards over peer memory, the other nodes' through
 // the inter-node FIFO, pushed by the kernel) instead of the all-gather + per-step launches.
-// Shapes outside the whole mode (ragged shards) keep the all-gather path.
+// Shapes outside the whole mode (ragged shards) keep the all-gather path. Measured (W=2 over 2
+// emulated nodes, 50GB/s,3us, benchmarks/NOTES.md ring13): 1.80-2.21x the all-gather path and
+// 1.92-2.20x the unfused ring at the 4 bench rows; W=2 (with graph replay) and W=4 over 2 nodes
+// passed against float64.
 bool ring_fused_nodes() {
   const char* env = std::getenv("MKERNEL_RING_FUSED_NODES");
-  return env != nullptr && std::strcmp(env, "1") == 0;
+  return env == nullptr || std::strcmp(env, "0") != 0;
 }
 
 // CTAs of the across-nodes send kernel: it stages the shard into the send area, copies it to
@@ -626,8 +629,9 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::SymmetricGroup& g,
     const ring_attention::Geometry& geo, uint64_t sig, float scale, bool causal) {
   const int rank = g.rank(), world = g.world();
-  // Across nodes (MKERNEL_RING_FUSED_NODES=1): the other nodes' shards through the inter-node
-  // path (ring_kv_api.h send_whole_nodes; areas grown collectively: every rank the same sizes).
+  // Across nodes (the default; MKERNEL_RING_FUSED_NODES=0 pins the all-gather path): the other
+  // nodes' shards through the inter-node path (ring_kv_api.h send_whole_nodes; areas grown
+  // collectively: every rank the same sizes).
   const bool nodes = !g.single_node();
   g.ensure(kOp, ring_attention::whole_data_bytes(geo, world));
   if (nodes) {
@@ -638,10 +642,10 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   TORCH_CHECK(!nodes || (view.net.fifo != nullptr && view.net.stage_count != nullptr &&
                          view.net.arrival_slots >= ring_attention::kNetSlotBase +
                                                        comm::kMaxRanks * ring_attention::kNetPieces),
-              kOp, ": MKERNEL_RING_FUSED_NODES=1 needs the inter-node path's FIFO, staging "
+              kOp, ": the fused ring across nodes needs the inter-node path's FIFO, staging "
               "counters and ", ring_attention::kNetSlotBase + comm::kMaxRanks * ring_attention::kNetPieces,
               " arrival slots; this build's path has fifo ", view.net.fifo != nullptr ? "yes" : "no",
-              ", ", view.net.arrival_slots, " slots (unset MKERNEL_RING_FUSED_NODES: the all-gather "
+              ", ", view.net.arrival_slots, " slots (MKERNEL_RING_FUSED_NODES=0: the all-gather "
               "path)");
   at::Tensor out = at::empty_like(q);
   at::Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
@@ -847,12 +851,12 @@ std::tuple<at::Tensor, at::Tensor> compute_alone_cuda(const at::Tensor& q, const
   return {out, lse};
 }
 
-// Groups spanning several (emulated) nodes: the K/V shards are gathered through the
-// substrate's all_gather (mkernel::all_gather: peer memory inside a node, and between nodes its
+// Groups spanning several (emulated) nodes with ragged shards (or MKERNEL_RING_FUSED_NODES=0;
+// whole-mode shapes run ring_attention_cuda_whole across nodes): the K/V shards are gathered
+// through the substrate's all_gather (mkernel::all_gather: peer memory inside a node, and between nodes its
 // inter-node half, kernel -> NetPath FIFO -> Go proxy -> transport) on a side stream, while
 // step 0 (the local shard) runs on the caller's; then the per-step ring's engine calls and
-// fp32 merges on the gathered shards in ring order (no hooks: the data is there). Not yet the
-// chunk-by-chunk consumption of the one-node ring; the same results.
+// fp32 merges on the gathered shards in ring order (no hooks: the data is there).
 std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_nodes(const at::Tensor& q,
                                                              const at::Tensor& k,
                                                              const at::Tensor& v, int64_t group,

@@ -528,8 +528,10 @@ def ring_attention(
     memory and the attention engine consumes them chunk by chunk as they arrive: in one engine
     launch per call when the shard length (causal: half of it) is a multiple of 128, else one
     launch per ring step with fp32 merges (csrc/kernels/attention/README.md). Groups spanning
-    several nodes gather K/V through the substrate's inter-node path first, then run the same
-    per-step engine calls. Differentiable (python/mkernel/_ring_backward.py).
+    several nodes run the same one-launch mode, the other nodes' shards pushed through the
+    inter-node FIFO by a send kernel (MKERNEL_RING_FUSED_NODES=0: gathered through the
+    substrate's inter-node path first, then per-step engine calls; ragged shards always so).
+    Differentiable (python/mkernel/_ring_backward.py).
     """
     global _launched_group_op
     handle, world_size = _group_args("ring_attention", group)

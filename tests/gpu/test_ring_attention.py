@@ -53,10 +53,12 @@ def test_ring_attention_at_world_eight(mps):
 
 @pytest.mark.parametrize("world", [2, 4, 8])
 def test_ring_attention_across_emulated_nodes(mps, world):
-    """Two emulated nodes: K/V cross between nodes through the substrate's inter-node path
-    (all_gather: NetPath FIFO -> Go proxy -> transport), then the per-step engine calls and
-    merges; the matrix's shorter cases (causal zigzag and not, GQA/MQA, ragged, both head
-    dims) and the gradients, against the fp32 reference."""
+    """Two emulated nodes, the default paths: whole-mode cases (0, 6) run the fused ring across
+    nodes (ring13, default since s11run2: one engine launch, the other nodes' K/V pushed through
+    the inter-node FIFO by the send kernel; not yet run at W = 8 nor under `grad`), ragged ones
+    (1, 2, 3) the all-gather path (the substrate's all_gather: NetPath FIFO -> Go proxy ->
+    transport, then the per-step engine calls and merges); causal zigzag and not, GQA/MQA, both
+    head dims, and the gradients, against the fp32 reference."""
     res = run_ranks(RING_MAIN, world, nodes=2, timeout=180,
                     env=rank_env(mps, world, TEST_SUITE="matrix,grad", RING_CASES="0,1,2,3,6",
                                  MKERNEL_OP_TIMEOUT="30"))
@@ -125,7 +127,8 @@ def test_killed_rank_fails_the_others_within_the_timeout(mps):
     assert all(e["type"] == "MkernelError" for e in errs), errs
 
 
-# ring13: the fused ring across emulated nodes (MKERNEL_RING_FUSED_NODES=1, opt-in): the whole-
+# ring13: the fused ring across emulated nodes (MKERNEL_RING_FUSED_NODES=1 pinned; the default
+# since s11run2, where these two tests passed; the killed-rank test has not run yet): the whole-
 # sequence mode's one engine launch consuming each KV chunk on arrival, the same-node shards over
 # peer memory and the other nodes' pushed through the inter-node FIFO by the send kernel
 # (kernels/ring_attention/ring_kv_api.h "across nodes").

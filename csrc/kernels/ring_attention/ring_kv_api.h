@@ -114,7 +114,7 @@ cudaError_t wait_send_started(const comm::GroupDevice& g, int grid, cudaStream_t
 cudaError_t mark_whole(const comm::GroupDevice& g, const Geometry& geo, int peer, int pos, int b0,
                        int b1, cudaStream_t stream);
 
-// --- the whole-sequence mode across nodes (ring13; MKERNEL_RING_FUSED_NODES=1, opt-in) -------
+// --- the whole-sequence mode across nodes (ring13; default since s11run2, =0 pins it off) ----
 // The same virtual K/V, flags and engine launch as on one node; only who fills the positions
 // changes. Every rank's shard goes straight to every other rank (an all-gather, no forwarding):
 //   same node : the send kernel stores it into each node-mate's virtual K/V at the position that
