@@ -568,8 +568,25 @@ std::vector<SmallPlan> small_candidates(const gemm::Problem& p, int sms) {
     const SmallPlan split = split_candidate(p, sms);
     if (split.kind == SmallPlan::kSplit && small_runs(p, split, sms)) out.push_back(split);
   }
+  // 9 to 16 rows on weights of >= 3584 rows: the swapped 16-wide tiles (variants 7, 15) ran
+  // faster than every GEMV variant in both s11 runs, both dtypes, at 16x8192x8192 and
+  // 16x3584x8192, eager and in graph replay (s11 run 2, graph, bf16: swap_64x16k256_ping 33.56 /
+  // 17.91 us, the best GEMV 37.92 / 19.43), yet the tuner kept gemv/w8u2r2 at 16x3584x8192 bf16
+  // in s11 run 2 (19.41 us graph): its back-to-back calls on one operand set keep much of a
+  // 58.7 MB weight in the 50 MB L2, which a decode step's layers (and the bench's rotating sets)
+  // do not. There the GEMV is not timed; narrower weights keep it (its K split fills the SMs
+  // where 64-row tiles cannot). MKERNEL_GEMM_SMALLM_GEMV16=1 times it again (the A/B).
+  static const bool gemv16 = [] {
+    const char* v = std::getenv("MKERNEL_GEMM_SMALLM_GEMV16");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  constexpr int kSwap64x16 = 7, kSwap64x16K256 = 15;
+  const bool swap16 = std::any_of(out.begin(), out.end(), [&](const SmallPlan& c) {
+    return c.kind == SmallPlan::kSwap && (c.swap == kSwap64x16 || c.swap == kSwap64x16K256);
+  });
+  const bool gemv_timed = gemv16 || !(swap16 && p.m > 8 && p.n >= 3584);
   gemv::Plan by_shape;
-  if (gemv_planned(p.m, p.n, p.k, sms, &by_shape)) {  // up to 16 rows (MKERNEL_GEMM_GEMV=0: none)
+  if (gemv_timed && gemv_planned(p.m, p.n, p.k, sms, &by_shape)) {  // up to 16 rows (MKERNEL_GEMM_GEMV=0: none)
     // 9 to 16 rows: a lane holds two groups of A fragments, and every 16-row block reads its
     // A rows again (as many bytes as its B rows): w4u2r1 (the by-shape plan) ran 0.83-0.98x
     // cuBLAS at M=16 (s6 run 2); w8u2r2 and w8u1r4 read A once per 32 and 64 rows; the
