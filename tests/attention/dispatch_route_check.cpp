@@ -1,0 +1,97 @@
+// Host check of attention_dispatch.cu's routing (attn12), compiled by g++ with stub kernels
+// (test_dispatch_route.py): which kernel entry a call reaches and with which variant, for the
+// defaults of attention_api.h — a claimed default (bit 12) goes to the claimed variants only with
+// a tile counter, and the glue's uses_tile_counter agrees with that.
+#include <cstdio>
+
+#include "kernels/attention/attention_api.h"
+
+namespace mkernel::attention {
+int g_entry = 0;  // 1: an instantiation, 2 / 3: variants non-causal / causal, 4: claimed, 5: prefetch
+int g_variant = -1;
+#define ATTN_CASE(tag, ctype, hdim, bm, bn, causal)                                               \
+  cudaError_t run_##tag##_d##hdim##_m##bm##_n##bn(const Problem& p, const Launch&, const HookArgs*) { \
+    g_entry = 1;                                                                                  \
+    g_variant = p.variant;                                                                        \
+    return cudaSuccess;                                                                           \
+  }
+#include "kernels/attention/instances.inc"
+#undef ATTN_CASE
+#define STUB(name, id)                                       \
+  cudaError_t name(const Problem& p, const Launch&) {        \
+    g_entry = id;                                            \
+    g_variant = p.variant;                                   \
+    return cudaSuccess;                                      \
+  }
+STUB(run_bf16_d128_m128_n128_variant_noncausal, 2)
+STUB(run_bf16_d128_m128_n128_variant_causal, 3)
+STUB(run_bf16_d128_m128_n128_variant_claimed, 4)
+STUB(run_bf16_d128_m128_n128_variant_prefetch, 5)
+#undef STUB
+}  // namespace mkernel::attention
+
+#include "kernels/attention/attention_dispatch.cu"
+
+using namespace mkernel::attention;
+
+static int failures = 0;
+static void expect(bool ok, const char* what) {
+  if (!ok) {
+    std::printf("FAIL: %s (entry %d, variant %d)\n", what, g_entry, g_variant);
+    ++failures;
+  }
+}
+
+int main() {
+  static int counter = 0;
+  Problem p{};
+  p.q = p.k = p.v = reinterpret_cast<void*>(0x10000);
+  p.out = reinterpret_cast<void*>(0x10000);
+  p.lse = reinterpret_cast<float*>(0x10000);
+  p.batch = 2; p.seq_q = p.seq_kv = 1800; p.heads = p.heads_kv = 24; p.head_dim = 128;
+  p.softmax_scale = 0.088f; p.dtype = DType::kBF16;
+  Launch l;
+  const bool claimed_causal = (kDefaultVariantCausal & kClaimTilesBit) != 0;
+  const bool claimed_noncausal = (kDefaultVariantNonCausal & kClaimTilesBit) != 0;
+  for (int causal = 0; causal < 2; ++causal) {
+    p.causal = causal != 0;
+    const bool claimed = causal ? claimed_causal : claimed_noncausal;
+    const int dflt = causal ? kDefaultVariantCausal : kDefaultVariantNonCausal;
+    p.tile_counter = nullptr;
+    expect(uses_tile_counter(p) == claimed, "uses_tile_counter of a default call");
+    expect(run(p, l) == cudaSuccess && g_entry == 1 && g_variant == 0,
+           "a default call without a counter runs the instantiation's kernel");
+    p.tile_counter = &counter;
+    expect(run(p, l) == cudaSuccess && g_entry == (claimed ? 4 : 1) &&
+               g_variant == (claimed ? dflt : 0),
+           "a default call with a counter: the claimed variant iff the default claims");
+    HookArgs h;
+    h.kv_ready = reinterpret_cast<const uint64_t*>(0x10000);
+    expect(run_hooked(p, l, h) == cudaSuccess && g_entry == 1, "hooked calls: the instantiation");
+    Problem f = p;
+    f.dtype = DType::kFP16;
+    expect(!uses_tile_counter(f) && run(f, l) == cudaSuccess && g_entry == 1, "fp16: no claim");
+    Problem d = p;
+    d.head_dim = 64;
+    expect(!uses_tile_counter(d) && run(d, l) == cudaSuccess && g_entry == 1, "d=64: no claim");
+    Problem t = p;
+    t.block_m = 256;
+    expect(!uses_tile_counter(t), "the cluster tile: no claim");
+    Problem v = p;
+    v.variant = 4105;
+    expect(uses_tile_counter(v) && run(v, l) == cudaSuccess && g_entry == 4 && g_variant == 4105,
+           "variant 4105 with a counter: the claimed entry");
+    v.tile_counter = nullptr;
+    const char* why = nullptr;
+    expect(run(v, l, &why) == cudaErrorInvalidValue && why != nullptr,
+           "variant 4105 without a counter: refused");
+    v = p;
+    v.variant = 9;
+    expect(!uses_tile_counter(v) && run(v, l) == cudaSuccess && g_entry == (causal ? 3 : 2),
+           "variant 9: the variant entry");
+    v.variant = 8201;
+    expect(run(v, l) == cudaSuccess && g_entry == 5, "variant 8201: the prefetch entry");
+  }
+  if (failures == 0) std::printf("OK\n");
+  return failures == 0 ? 0 : 1;
+}
