@@ -371,7 +371,8 @@ def rank_main() -> None:
                    "nodes": nodes, "emulate": os.environ.get("MKERNEL_NET_EMULATE", "") if nodes > 1
                    else "",
                    "elapsed_s": time.monotonic() - t_start, "full": all_shapes, "only": only,
-                   "method": "CUDA events; per figure 2 warm-up calls, then 9 rounds in which "
+                   "samples": samples_per_figure,
+                   "method": "CUDA events; per figure 2 warm-up calls, then `samples` rounds in which "
                              "every figure of the shape is timed once (after a barrier, an "
                              "untimed lead-in call, then `reps` calls back to back; order "
                              "rotating, reversed in odd rounds; environment pins set once per "
