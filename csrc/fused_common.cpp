@@ -252,9 +252,13 @@ namespace {
 // fused launches on a group spanning emulated nodes that share this GPU also wait for the other
 // nodes' ranks' previous fused grids (fused_gpu_gate.cu), besides the node-mates' (the launch
 // gate). Read per call.
+// Unset: kGpuGateByDefault; "0" off.
+constexpr bool kGpuGateByDefault = false;  // until a GPU run shows it helps (NOTES "xnode2")
 bool gpu_gate_requested(const fused::FusedParams& h) {
+  if (h.net_remote <= 0) return false;
   const char* v = std::getenv("MKERNEL_FUSED_GATE_GPU");
-  return v != nullptr && std::strcmp(v, "1") == 0 && h.net_remote > 0;
+  if (v == nullptr || *v == '\0') return kGpuGateByDefault;
+  return std::strcmp(v, "1") == 0;
 }
 
 // The group's GpuGateView (cached per group; collective on the first call: every rank
@@ -369,7 +373,7 @@ void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPl
   const cudaError_t err = fused::run_fused(p, config, l, m_order, h, &reason);
   TORCH_CHECK(err == cudaSuccess, op, ": the fused kernel failed to launch: ",
               cudaGetErrorString(err), reason ? std::string(" (") + reason + ")" : std::string());
-  if (gpu != nullptr) {
+  if (gpu != nullptr) {  // always: a mate that mapped this rank's word waits for it
     const cudaError_t pub = fused::gpu_gate_publish(*gpu, h.group.epoch, l.stream);
     TORCH_CHECK(pub == cudaSuccess, op, ": the fused GPU gate's publish failed to launch: ",
                 cudaGetErrorString(pub));
