@@ -8,12 +8,12 @@
 // partially placed grid state of fused11 (~1.8x per call, self-sustaining) can start. Real nodes
 // do not share SMs: this gate exists for the emulation (and for measuring that reading), opt-in.
 //
-// Protocol (as fused_gate.cu's, with words outside the group's flags): after each gated fused
-// launch a one-thread kernel copies the group's call counter (*epoch = the fused call just
-// finished on this stream) into this rank's exit word; before the next, a warp reads its own
-// word (e_last) and waits until every mate's word >= e_last. Every rank issues the group's calls
-// in the same order and gates the same calls (the variable is the same on every rank), so mate
-// q's call e_last is the same call, which completes without this rank doing more.
+// Protocol: right after each gated fused launch, one warp on the stream copies the group's call
+// counter (*epoch = e, stored by the grid's last CTA: the call just finished on this stream) into
+// this rank's exit word, then waits until every mate's exit word >= e. Every rank issues the
+// group's calls in the same order and gates the same calls (the variable is the same on every
+// rank), so mate q's call e is the same call; it completes without this rank doing more (this
+// rank's part is done), and q publishes e before it waits itself: no cycle.
 #include "fused_gpu_gate_api.h"
 
 #include "../comm/group_sync.cuh"
@@ -21,32 +21,21 @@
 namespace mkernel::fused {
 namespace {
 
-__global__ void __launch_bounds__(32) gpu_gate_publish_kernel(uint64_t* own, const uint64_t* epoch) {
-  if (threadIdx.x != 0) return;
-  const uint64_t e = comm::ld_relaxed_sys(epoch);
-  comm::st_release_sys(own, e);
-}
-
-__global__ void __launch_bounds__(32) gpu_gate_wait_kernel(const comm::GroupDevice g,
-                                                           const GpuGateView v, int32_t op) {
+__global__ void __launch_bounds__(32) gpu_gate_after_kernel(const comm::GroupDevice g,
+                                                            const GpuGateView v, int32_t op) {
   const int i = static_cast<int>(threadIdx.x);
+  const uint64_t e = comm::ld_relaxed_sys(g.epoch);
+  if (i == 0) comm::st_release_sys(v.own, e);
   if (i >= v.count) return;
-  const uint64_t last = comm::ld_relaxed_sys(v.own);
-  comm::wait_geq(g, v.mates[i], last,
-                 comm::WaitSite{op, comm::kWaitPeerExit, v.mate_rank[i], -1});
+  comm::wait_geq(g, v.mates[i], e, comm::WaitSite{op, comm::kWaitPeerExit, v.mate_rank[i], -1});
 }
 
 }  // namespace
 
-cudaError_t gpu_gate_publish(const GpuGateView& v, const uint64_t* epoch, cudaStream_t stream) {
-  gpu_gate_publish_kernel<<<1, 32, 0, stream>>>(v.own, epoch);
-  return cudaGetLastError();
-}
-
-cudaError_t gpu_gate_wait(const comm::GroupDevice& g, const GpuGateView& v, int32_t op,
-                          cudaStream_t stream) {
+cudaError_t gpu_gate_after(const comm::GroupDevice& g, const GpuGateView& v, int32_t op,
+                           cudaStream_t stream) {
   static_assert(comm::kMaxRanks <= 32, "one warp waits for every mate");
-  gpu_gate_wait_kernel<<<1, 32, 0, stream>>>(g, v, op);
+  gpu_gate_after_kernel<<<1, 32, 0, stream>>>(g, v, op);
   return cudaGetLastError();
 }
 

@@ -19,14 +19,12 @@ struct GpuGateView {
   int32_t count = 0;
 };
 
-// After a fused launch on `stream`: one thread stores *epoch (the call number the fused kernel's
-// last CTA stored: its call) into v.own, so the other-node ranks' gates see this grid has left.
-cudaError_t gpu_gate_publish(const GpuGateView& v, const uint64_t* epoch, cudaStream_t stream);
-
-// Before a fused launch on `stream`: one warp returns once every mate's exit word has reached
-// this rank's own (the group's last gated fused call, finished on this stream), bounded like
-// every wait (kWaitPeerExit naming the mate, `op`, then a trap).
-cudaError_t gpu_gate_wait(const comm::GroupDevice& g, const GpuGateView& v, int32_t op,
-                          cudaStream_t stream);
+// Right after a fused launch on `stream`: one warp stores the call number the grid's last CTA
+// stored (*g.epoch: its call) into v.own, then returns once every mate's word has reached it
+// (each mate's grid of the same call has left the GPU), so the stream's next grid is placed on a
+// GPU the other nodes' grids of this call have left. Bounded like every wait (kWaitPeerExit
+// naming the mate, `op`, then a trap).
+cudaError_t gpu_gate_after(const comm::GroupDevice& g, const GpuGateView& v, int32_t op,
+                           cudaStream_t stream);
 
 }  // namespace mkernel::fused
