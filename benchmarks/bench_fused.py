@@ -234,14 +234,14 @@ def rank_main() -> None:
     samples_per_figure = int(os.environ.get("BENCH_SAMPLES", "9"))
     pinned_reps = int(os.environ.get("BENCH_REPS", "0"))
     with_b = os.environ.get("BENCH_NO_B") != "1"
-    gpu_gate = os.environ.get("BENCH_GPU_GATE") == "1"
 
     def by_predecessor(name: str) -> dict:
         """The median of `name`'s samples (this rank) after each kind of predecessor: "fused"
         (the op's fused kernel: fused_ms / fused_kernel_ms) or "other"."""
         kinds: dict = {}
         for ms, _, prev in trace.get(name, []):
-            kinds.setdefault("fused" if prev.startswith("fused") else "other", []).append(ms)
+            kinds.setdefault("fused" if prev in ("fused_ms", "fused_kernel_ms") else "other",
+                             []).append(ms)
         return {k: round(statistics.median(v), 3) for k, v in kinds.items()}
 
     rows = []
@@ -308,12 +308,6 @@ def rank_main() -> None:
                "fused_kernel_ms": (fused, {"MKERNEL_FUSED": "force"}),  # both sides on record
                "op_unfused_ms": (fused, {"MKERNEL_FUSED": "off"}),
                "gemm_ms": (gemm, {})}
-        if gpu_gate and nodes > 1 and fused_nodes:
-            # The forced kernel with the launch gate across the emulated nodes sharing this GPU
-            # (MKERNEL_FUSED_GATE_GPU=1, fused_gpu_gate.cu): against fused_kernel_ms, what the
-            # other nodes' ungated grids cost a call in sequence.
-            fns["fused_kernel_gpugate_ms"] = (fused, {"MKERNEL_FUSED": "force",
-                                                      "MKERNEL_FUSED_GATE_GPU": "1"})
         if has[coll]:
             # unfused twice: the spread between two figures of the same work is the run's noise
             fns.update(comm_ms=(comm, {}), unfused_ms=(unfused, {}))
@@ -325,8 +319,6 @@ def rank_main() -> None:
         # host's enqueue time per call against the GPU time (see timed_all).
         row["fused_by_prev_r0"] = by_predecessor("fused_ms")
         row["fused_kernel_by_prev_r0"] = by_predecessor("fused_kernel_ms")
-        if "fused_kernel_gpugate_ms" in times:
-            row["gpugate_by_prev_r0"] = by_predecessor("fused_kernel_gpugate_ms")
         row["enqueue_over_gpu_r0"] = {
             n: round(statistics.median(e / max(ms, 1e-6) for ms, e, _ in v), 3)
             for n, v in trace.items()}
@@ -371,8 +363,7 @@ def rank_main() -> None:
                    "nodes": nodes, "emulate": os.environ.get("MKERNEL_NET_EMULATE", "") if nodes > 1
                    else "",
                    "elapsed_s": time.monotonic() - t_start, "full": all_shapes, "only": only,
-                   "samples": samples_per_figure,
-                   "method": "CUDA events; per figure 2 warm-up calls, then `samples` rounds in which "
+                   "method": "CUDA events; per figure 2 warm-up calls, then 9 rounds in which "
                              "every figure of the shape is timed once (after a barrier, an "
                              "untimed lead-in call, then `reps` calls back to back; order "
                              "rotating, reversed in odd rounds; environment pins set once per "
@@ -409,10 +400,6 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=0,
                     help="calls per sample (0: by the shape's FLOPs; across nodes the calls are "
                          "communication-bound, so a few suffice)")
-    ap.add_argument("--gpu-gate", action="store_true",
-                    help="with --fused-nodes: also time the forced kernel with "
-                         "MKERNEL_FUSED_GATE_GPU=1 (the launch gate across emulated nodes "
-                         "sharing the GPU; measurement)")
     ap.add_argument("--no-b", action="store_true",
                     help="leave out unfused_b (the unfused figure timed twice: the run's noise)")
     ap.add_argument("--only", default="",
@@ -430,7 +417,7 @@ def main() -> None:
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
     env["BENCH_OPS"] = args.ops
     env.update(BENCH_SAMPLES=str(args.samples), BENCH_REPS=str(args.reps),
-               BENCH_NO_B="1" if args.no_b else "0", BENCH_GPU_GATE="1" if args.gpu_gate else "0")
+               BENCH_NO_B="1" if args.no_b else "0")
     if args.nodes > 1:
         env["MKERNEL_NET_EMULATE"] = args.emulate
         # Explicit either way (fused_common.h fused_nodes_enabled: the per-op defaults may change).
