@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -23,6 +24,7 @@
 
 #include "gemm_engine.h"
 #include "kernels/fused/fused_gate_api.h"
+#include "kernels/fused/fused_gpu_gate_api.h"
 #include "session_layout.h"
 
 #include <mkernel/fifo.h>
@@ -47,6 +49,88 @@ bool capturing() {
   C10_CUDA_CHECK(cudaStreamIsCapturing(at::cuda::getCurrentCUDAStream(), &status));
   return status != cudaStreamCaptureStatusNone;
 }
+
+namespace {
+
+// MKERNEL_FUSED_GATE_GPU=1 (measurement, opt-in, not yet run on a GPU; every rank the same):
+// fused launches on a group spanning emulated nodes that share this GPU also wait for the other
+// nodes' ranks' previous fused grids (fused_gpu_gate.cu), besides the node-mates' (the launch
+// gate). Read per call.
+// Unset: kGpuGateByDefault; "0" off.
+constexpr bool kGpuGateByDefault = false;  // until a GPU run shows it helps (NOTES "xnode2")
+bool gpu_gate_requested(const fused::FusedParams& h) {
+  if (h.net_remote <= 0) return false;
+  const char* v = std::getenv("MKERNEL_FUSED_GATE_GPU");
+  if (v == nullptr || *v == '\0') return kGpuGateByDefault;
+  return std::strcmp(v, "1") == 0;
+}
+
+// The group's GpuGateView (cached per group; collective on the first call: every rank
+// all-gathers its host, GPU UUID and the IPC handle of its exit word, and maps the words of the
+// ranks of other nodes on this GPU). Null inside graph capture before it exists.
+struct GpuGate {
+  void* own = nullptr;                  // device memory, never freed (one word per group)
+  std::vector<void*> mapped;            // IPC mappings, never closed (process lifetime)
+  fused::GpuGateView view;
+};
+
+struct GpuGateBlob {
+  char where[96];  // host name + '/' + GPU UUID bytes (truncated, zero-padded)
+  cudaIpcMemHandle_t handle;
+};
+
+const fused::GpuGateView* gpu_gate(const char* op, int64_t group, const comm::GroupDevice& g) {
+  static std::mutex mu;
+  static std::map<int64_t, std::unique_ptr<GpuGate>> gates;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = gates.find(group);
+    if (it != gates.end()) return &it->second->view;
+  }
+  if (capturing()) return nullptr;
+  auto gate = std::make_unique<GpuGate>();
+  C10_CUDA_CHECK(cudaMalloc(&gate->own, 256));
+  C10_CUDA_CHECK(cudaMemset(gate->own, 0, 256));
+  C10_CUDA_CHECK(cudaDeviceSynchronize());  // zero before any mate can read it
+  int dev = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp prop;
+  C10_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  GpuGateBlob mine{};
+  char host[64] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::string where = std::string(host) + "/" + std::string(prop.uuid.bytes, sizeof(prop.uuid.bytes));
+  std::memcpy(mine.where, where.data(), std::min(where.size(), sizeof(mine.where)));
+  C10_CUDA_CHECK(cudaIpcGetMemHandle(&mine.handle, gate->own));
+  const std::vector<std::string> all = session_allgather_blobs(
+      op, static_cast<mk_session_t>(group), std::string(reinterpret_cast<const char*>(&mine), sizeof mine),
+      op_timeout_seconds(), "the fused GPU gate's exit words");
+  gate->view.own = static_cast<uint64_t*>(gate->own);
+  for (int r = 0; r < static_cast<int>(all.size()) && r < comm::kMaxRanks; ++r) {
+    if (r == g.rank || g.flags[r] != nullptr) continue;  // self, or a node-mate (the launch gate's)
+    GpuGateBlob b{};
+    TORCH_CHECK(all[r].size() == sizeof b, op, ": rank ", r, " sent a malformed GPU gate record");
+    std::memcpy(&b, all[r].data(), sizeof b);
+    if (std::memcmp(b.where, mine.where, sizeof mine.where) != 0) continue;  // another GPU
+    void* p = nullptr;
+    const cudaError_t err = cudaIpcOpenMemHandle(&p, b.handle, cudaIpcMemLazyEnablePeerAccess);
+    if (err != cudaSuccess) {  // a measurement aid: this mate stays ungated (no wait can hang)
+      cudaGetLastError();
+      TORCH_WARN(op, ": MKERNEL_FUSED_GATE_GPU: cannot map rank ", r, "'s exit word (",
+                 cudaGetErrorString(err), "); its grids stay ungated");
+      continue;
+    }
+    gate->mapped.push_back(p);
+    gate->view.mates[gate->view.count] = static_cast<const uint64_t*>(p);
+    gate->view.mate_rank[gate->view.count] = r;
+    ++gate->view.count;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  return &gates.emplace(group, std::move(gate)).first->second->view;
+}
+
+}  // namespace
+
 
 namespace {
 
@@ -308,6 +392,15 @@ void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPl
   const cudaError_t err = fused::run_fused(p, config, l, m_order, h, &reason);
   TORCH_CHECK(err == cudaSuccess, op, ": the fused kernel failed to launch: ",
               cudaGetErrorString(err), reason ? std::string(" (") + reason + ")" : std::string());
+  // fused_gpu_gate.cu (opt-in): nothing after this grid on the stream until the other emulated
+  // nodes' ranks on this GPU have finished the same call (their grids have left the GPU).
+  if (gpu_gate_requested(h)) {
+    if (const fused::GpuGateView* gpu = gpu_gate(op, group, h.group)) {
+      const cudaError_t gate = fused::gpu_gate_after(h.group, *gpu, h.op, l.stream);
+      TORCH_CHECK(gate == cudaSuccess, op, ": the fused GPU gate failed to launch: ",
+                  cudaGetErrorString(gate));
+    }
+  }
   if (timeline != nullptr) timeline_end(timeline_path, op, p, config, hooks, l.stream);
 }
 
