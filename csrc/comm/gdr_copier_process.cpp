@@ -32,6 +32,7 @@ namespace {
 // CUDA error (recorded in the block first).
 void copier_serve(int64_t fd) {
   (void)prctl(PR_SET_PDEATHSIG, SIGKILL);  // the rank's death ends the helper
+  (void)prctl(PR_SET_TIMERSLACK, 1000UL);   // its idle naps: ~5 us, not the default 50 us slack
   void* p = mmap(nullptr, sizeof(CopierBlock), PROT_READ | PROT_WRITE, MAP_SHARED, static_cast<int>(fd), 0);
   TORCH_CHECK(p != MAP_FAILED, "mkernel._gdr_copier_serve: mmap of fd ", fd, " failed: ", std::strerror(errno));
   auto* b = static_cast<CopierBlock*>(p);
@@ -66,7 +67,8 @@ void copier_serve(int64_t fd) {
   for (auto& ev : events) {
     if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess) return fail(e, "cudaEventCreate");
   }
-  b->state.store(CopierBlock::kReady, std::memory_order_release);
+  uint32_t expected = CopierBlock::kInit;  // not if the rank already gave up (kStop)
+  if (!b->state.compare_exchange_strong(expected, CopierBlock::kReady, std::memory_order_acq_rel)) return;
 
   uint64_t issued = 0, finished = 0, idle = 0;
   while (b->state.load(std::memory_order_acquire) == CopierBlock::kReady) {
@@ -125,6 +127,17 @@ std::string extension_path() {
 CopierProcess::CopierProcess(const char* op, int device, const cudaIpcMemHandle_t& send, uint64_t send_bytes,
                              const std::vector<const cudaIpcMemHandle_t*>& recv, uint64_t recv_bytes,
                              int64_t timeout_ms) {
+  try {
+    start(op, device, send, send_bytes, recv, recv_bytes, timeout_ms);
+  } catch (...) {
+    release();  // no helper outlives a failed opening
+    throw;
+  }
+}
+
+void CopierProcess::start(const char* op, int device, const cudaIpcMemHandle_t& send, uint64_t send_bytes,
+                          const std::vector<const cudaIpcMemHandle_t*>& recv, uint64_t recv_bytes,
+                          int64_t timeout_ms) {
   TORCH_CHECK(recv.size() <= static_cast<size_t>(kMaxRanks), op, ": GPU-direct copier: ", recv.size(), " ranks");
   fd_ = memfd_create("mkernel-gdr-copier", 0);  // no MFD_CLOEXEC: the helper inherits it
   TORCH_CHECK(fd_ >= 0, op, ": memfd_create (GPU-direct copier) failed: ", std::strerror(errno));
@@ -189,7 +202,9 @@ CopierProcess::CopierProcess(const char* op, int device, const cudaIpcMemHandle_
   }
 }
 
-CopierProcess::~CopierProcess() {
+CopierProcess::~CopierProcess() { release(); }
+
+void CopierProcess::release() {
   if (block_ != nullptr) block_->state.store(CopierBlock::kStop, std::memory_order_release);
   if (pid_ > 0) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -203,8 +218,11 @@ CopierProcess::~CopierProcess() {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
+  pid_ = -1;
   if (block_ != nullptr) munmap(block_, sizeof(CopierBlock));
+  block_ = nullptr;
   if (fd_ >= 0) close(fd_);
+  fd_ = -1;
 }
 
 int32_t CopierProcess::failed() {

@@ -80,6 +80,9 @@ class CopierProcess {
   int32_t done(uint64_t token, int32_t* is_done);
 
  private:
+  void start(const char* op, int device, const cudaIpcMemHandle_t& send, uint64_t send_bytes,
+             const std::vector<const cudaIpcMemHandle_t*>& recv, uint64_t recv_bytes, int64_t timeout_ms);
+  void release();  // stops and reaps the helper, unmaps the block (idempotent)
   int32_t failed();
   int fd_ = -1;
   CopierBlock* block_ = nullptr;
