@@ -168,7 +168,10 @@ void CopierProcess::start(const char* op, int device, const cudaIpcMemHandle_t& 
   TORCH_CHECK(!so.empty(), op, ": GPU-direct copier: cannot find the extension's shared object (dladdr)");
   const std::string code =
       "import sys, torch; torch.ops.load_library(sys.argv[1]); torch.ops.mkernel._gdr_copier_serve(int(sys.argv[2]))";
-  const std::string fd_arg = std::to_string(fd_);
+  // The helper gets the block as fd 3 and, where glibc can, no other descriptor of the rank (its
+  // sockets must close when the rank dies or closes them, not when the helper does).
+  constexpr int kChildFd = 3;
+  const std::string fd_arg = std::to_string(kChildFd);
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     if (std::strncmp(*e, "CUDA_MODULE_LOADING=", 20) != 0) env.emplace_back(*e);
@@ -179,7 +182,19 @@ void CopierProcess::start(const char* op, int device, const cudaIpcMemHandle_t& 
   envp.push_back(nullptr);
   std::string a0 = py, a1 = "-c", a2 = code, a3 = so, a4 = fd_arg;
   char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), a4.data(), nullptr};
-  const int rc = posix_spawn(&pid_, py, nullptr, nullptr, argv, envp.data());
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (fd_ == kChildFd) {  // dup2 onto itself would keep FD_CLOEXEC semantics as they are: fine
+    posix_spawn_file_actions_adddup2(&fa, fd_, 100);
+    posix_spawn_file_actions_adddup2(&fa, 100, kChildFd);
+  } else {
+    posix_spawn_file_actions_adddup2(&fa, fd_, kChildFd);
+  }
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+  posix_spawn_file_actions_addclosefrom_np(&fa, kChildFd + 1);
+#endif
+  const int rc = posix_spawn(&pid_, py, &fa, nullptr, argv, envp.data());
+  posix_spawn_file_actions_destroy(&fa);
   TORCH_CHECK(rc == 0, op, ": spawning the GPU-direct copier (", py, ") failed: ", std::strerror(rc));
 
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
