@@ -16,6 +16,7 @@
 #include <cstring>
 #include <thread>
 
+#include "comm/gdr_copier_process.h"
 #include "core_binding.h"
 #include "session_layout.h"
 
@@ -67,6 +68,17 @@ bool gpu_direct_env() {
   s.erase(s.find_last_not_of(" \t\n") + 1);
   TORCH_CHECK_VALUE(s.empty() || s == "0" || s == "1", "MKERNEL_NET_GDR=\"", v, "\": want 0 or 1");
   return s == "1";
+}
+
+// MKERNEL_NET_GDR_COPIER: where the GPU-direct emulation's copies are submitted. Unset or
+// "thread": the proxy thread, into this rank's context (NetCopier; what s11run2 ran); "process":
+// a helper process per rank, the emulated NIC (gdr_copier_process.h; opt-in, not yet run on a GPU).
+bool copier_process_env() {
+  const char* v = std::getenv("MKERNEL_NET_GDR_COPIER");
+  const std::string s = v != nullptr ? v : "";
+  TORCH_CHECK_VALUE(s.empty() || s == "thread" || s == "process", "MKERNEL_NET_GDR_COPIER=\"", s,
+                    "\": want thread or process");
+  return s == "process";
 }
 
 // The transport the data path will open, as far as the environment says ("" = automatic).
@@ -196,6 +208,7 @@ struct NetCopier {
   uint64_t next = 0;                    // the next copy's token
   uint8_t* send = nullptr;              // this rank's GPU send area
   std::vector<uint8_t*> peer_recv;      // peers' receive areas (CUDA IPC), by rank
+  std::unique_ptr<CopierProcess> proc;  // MKERNEL_NET_GDR_COPIER=process: the helper does the copies
   uint32_t send_id = 0, recv_id = 0;
   // Diagnostics of a copy the GPU does not run (s11run1): each in-flight copy's submission time,
   // size and peer, by event slot; one line on stderr when one stays unfinished for kStuckAfter.
@@ -237,6 +250,7 @@ struct NetCopier {
     for (auto& e : events) check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), op, "cudaEventCreate (GPU-direct copies)");
   }
   ~NetCopier() {
+    proc.reset();
     if (stream != nullptr) (void)cudaStreamSynchronize(stream);
     for (cudaEvent_t e : events) {
       if (e != nullptr) (void)cudaEventDestroy(e);
@@ -281,6 +295,15 @@ struct NetCopier {
         static_cast<size_t>(peer) >= c->peer_recv.size() || c->peer_recv[peer] == nullptr) {
       return static_cast<int32_t>(cudaErrorInvalidValue);  // not a path the kernels use
     }
+    if (c->proc) {  // no CUDA call here: the helper process submits it
+      uint64_t t = 0;
+      const int32_t rc = c->proc->post(peer, local_off, remote_off, bytes, &t);
+      if (rc != 0) return rc;
+      c->inflight[t % kEvents] = InFlight{std::chrono::steady_clock::now(), bytes, peer};
+      c->next = t + 1;
+      *token = t;
+      return 0;
+    }
     ThreadScope scope(c->device);
     cudaError_t e = c->copy(c->peer_recv[peer] + remote_off, c->send + local_off, bytes);
     if (e == cudaSuccess) e = cudaEventRecord(c->events[c->next % kEvents], c->stream);
@@ -292,29 +315,44 @@ struct NetCopier {
 
   static int32_t done(void* ctx, uint64_t token, int32_t* is_done) {
     auto* c = static_cast<NetCopier*>(ctx);
+    if (c->proc) {
+      const int32_t rc = c->proc->done(token, is_done);
+      if (rc != 0) return rc;
+      if (*is_done) {
+        ++c->completed;
+      } else {
+        c->report_if_stuck(token);
+      }
+      return 0;
+    }
     ThreadScope scope(c->device);
     const cudaError_t e = cudaEventQuery(c->events[token % kEvents]);
     if (e == cudaErrorNotReady) {
       (void)cudaGetLastError();  // not an error; keep this thread's last error clean
       *is_done = 0;
-      const InFlight& f = c->inflight[token % kEvents];
-      if (!c->reported && std::chrono::steady_clock::now() - f.at > kStuckAfter) {
-        c->reported = true;  // once per path: the proxy's watchdog names the op at the timeout
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - f.at).count();
-        std::fprintf(stderr,
-                     "mkernel: GPU-direct copy %llu (%llu bytes to rank %d) submitted %.1f s ago is not done on "
-                     "the GPU (copies submitted %llu, done %llu; CUDA module loading: %s): ordered behind work that "
-                     "waits for it? (csrc/comm/net_path.cpp NetCopier)\n",
-                     static_cast<unsigned long long>(token), static_cast<unsigned long long>(f.bytes), f.peer, s,
-                     static_cast<unsigned long long>(c->next), static_cast<unsigned long long>(c->completed),
-                     c->loading.c_str());
-        std::fflush(stderr);
-      }
+      c->report_if_stuck(token);
       return 0;
     }
     if (e == cudaSuccess) ++c->completed;
     *is_done = e == cudaSuccess ? 1 : 0;
     return e == cudaSuccess ? 0 : static_cast<int32_t>(e);
+  }
+
+  // One stderr line when copy `token` stays unfinished for kStuckAfter (once per path; the proxy's
+  // watchdog names the op at the timeout).
+  void report_if_stuck(uint64_t token) {
+    const InFlight& f = inflight[token % kEvents];
+    const auto age = std::chrono::steady_clock::now() - f.at;
+    if (reported || age <= kStuckAfter) return;
+    reported = true;
+    std::fprintf(stderr,
+                 "mkernel: GPU-direct copy %llu (%llu bytes to rank %d) submitted %.1f s ago is not done on the GPU "
+                 "(copies submitted %llu, done %llu; CUDA module loading: %s; copier: %s): ordered behind work "
+                 "that waits for it? (csrc/comm/net_path.cpp NetCopier)\n",
+                 static_cast<unsigned long long>(token), static_cast<unsigned long long>(f.bytes), f.peer,
+                 std::chrono::duration<double>(age).count(), static_cast<unsigned long long>(next),
+                 static_cast<unsigned long long>(completed), loading.c_str(), proc ? "process" : "thread");
+    std::fflush(stderr);
   }
 };
 
@@ -384,6 +422,9 @@ struct NetPath::Impl {
         op, s, std::string(reinterpret_cast<const char*>(&mine), sizeof mine),
         static_cast<double>(cfg.timeout_ms) / 1000.0, "the GPU-direct receive buffers");
     std::vector<uint8_t*> table(world, nullptr);
+    std::vector<RecvBlob> theirs(world);
+    std::vector<const cudaIpcMemHandle_t*> handles(world, nullptr);
+    const bool in_process = !copier_process_env();
     peer_recv.resize(world);
     for (int r = 0; r < world; ++r) {
       if (r == cfg.rank || cfg.node[r] == cfg.node[cfg.rank]) continue;
@@ -394,6 +435,12 @@ struct NetPath::Impl {
       TORCH_CHECK(b.magic == kRecvBlobMagic, op, ": rank ", r, " sent a malformed GPU-direct record");
       TORCH_CHECK(b.bytes == cfg.recv_bytes, op, ": rank ", r, " sized its inter-node receive buffer to ", b.bytes,
                   " bytes, this rank (", cfg.rank, ") to ", cfg.recv_bytes);
+      if (!in_process) {  // the helper maps it; mark the rank as a destination
+        theirs[r] = b;
+        handles[r] = &theirs[r].handle;
+        table[r] = static_cast<uint8_t*>(gpu_recv);  // any non-null: start() checks destinations by it
+        continue;
+      }
       auto m = std::make_unique<NetIpcMapping>();
       const cudaError_t err = cudaIpcOpenMemHandle(&m->ptr, b.handle, cudaIpcMemLazyEnablePeerAccess);
       if (err != cudaSuccess) {
@@ -407,6 +454,12 @@ struct NetPath::Impl {
     }
     copier->send = static_cast<uint8_t*>(gpu_send);
     copier->peer_recv = std::move(table);  // before datapath_create starts the proxy thread
+    if (!in_process) {
+      cudaIpcMemHandle_t send_handle{};
+      check_cuda(cudaIpcGetMemHandle(&send_handle, gpu_send), op, "cudaIpcGetMemHandle (inter-node send buffer)");
+      copier->proc = std::make_unique<CopierProcess>(op, cfg.device, send_handle, cfg.send_bytes, handles,
+                                                     cfg.recv_bytes, cfg.timeout_ms);
+    }
     gpu_direct = true;
   }
 };

@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 from . import _module_loading  # noqa: E402  (before anything initializes CUDA)
 
 _module_loading.eager_loading_for_gdr()
+_module_loading.interpreter_for_gdr()
 
 from . import _native  # noqa: E402  (loads _C before anything registers against it)
 from ._logging import get_logger, install as _install_logging, set_log_level  # noqa: E402

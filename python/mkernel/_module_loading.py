@@ -18,10 +18,12 @@ kept (``net_path.cpp`` warns at the path's opening when loading is lazy).
 from __future__ import annotations
 
 import os
+import sys
 from typing import MutableMapping
 
 ENV = "CUDA_MODULE_LOADING"
 GDR_ENV = "MKERNEL_NET_GDR"
+PYTHON_ENV = "MKERNEL_PYTHON"
 
 
 def gdr_requested(environ: MutableMapping[str, str]) -> bool:
@@ -41,4 +43,19 @@ def eager_loading_for_gdr(environ: MutableMapping[str, str] | None = None) -> bo
     if not gdr_requested(env) or env.get(ENV, "").strip():
         return False
     env[ENV] = "EAGER"
+    return True
+
+
+def interpreter_for_gdr(environ: MutableMapping[str, str] | None = None) -> bool:
+    """Export this interpreter as ``MKERNEL_PYTHON`` when the GPU-direct emulation is asked for
+    and the variable is unset: ``MKERNEL_NET_GDR_COPIER=process`` starts the copier process with
+    it (csrc/comm/gdr_copier_process.cpp; a venv's interpreter, which ``/proc/self/exe`` is not).
+
+    Returns:
+        True when it set the variable.
+    """
+    env = os.environ if environ is None else environ
+    if not gdr_requested(env) or env.get(PYTHON_ENV, "").strip() or not sys.executable:
+        return False
+    env[PYTHON_ENV] = sys.executable
     return True

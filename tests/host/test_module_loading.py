@@ -40,6 +40,19 @@ def test_eager_loading_for_gdr(gdr, user, want):
     assert {k: v for k, v in env.items() if k != ml.ENV} == {k: v for k, v in before.items() if k != ml.ENV}
 
 
+@pytest.mark.parametrize("gdr, user, want", [("1", None, sys.executable), ("1", "/x/python", "/x/python"),
+                                              ("0", None, None), (None, None, None)])
+def test_interpreter_for_gdr(gdr, user, want):
+    """MKERNEL_PYTHON (the copier process's interpreter) under the emulation; a user's value stays."""
+    env = {}
+    if gdr is not None:
+        env[ml.GDR_ENV] = gdr
+    if user is not None:
+        env[ml.PYTHON_ENV] = user
+    ml.interpreter_for_gdr(env)
+    assert env.get(ml.PYTHON_ENV) == want
+
+
 def test_init_sets_it_before_the_native_parts_load():
     """mkernel/__init__ calls eager_loading_for_gdr before importing _native (which loads the
     extension and torch's CUDA pieces): CUDA reads the variable when it initializes."""
