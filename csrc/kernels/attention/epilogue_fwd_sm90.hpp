@@ -146,7 +146,12 @@ struct EpilogueFwdSm90 {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < size(acc_o); ++i) rO(i) = static_cast<Element>(acc_o(i));
     };
-    if constexpr (Traits::kOInV) {
+    if constexpr (Traits::kODirect) {
+      // Traits::kODirect: every tile's O from registers, no shared memory, no barrier.
+      convert_o();
+      store_registers(p, work, thr_mma_pv, rO);
+      return;
+    } else if constexpr (Traits::kOInV) {
       convert_o();
       if (smem_o == nullptr) {
         // No key seen (O = 0), no V stage held: each thread stores its values (rows < seq_q).
@@ -186,6 +191,35 @@ struct EpilogueFwdSm90 {
                                         group_modes<0, 2>(gO));
       copy(p.tma_o, tOsO, tOgO);
       tma_store_arrive();
+    }
+  }
+
+  // Traits::kODirect: this thread's O values (Element, the PV accumulator's layout) straight to
+  // global, rows past seq_q skipped. Values 2i, 2i + 1 of a wgmma accumulator are columns c,
+  // c + 1 (c even) of one row: one 32-bit store per pair. A warp's store covers 8 rows x 16
+  // bytes; the row's other 16 bytes of each 32-byte sector come from the next column group's
+  // store, merged in L2 (O is 1/(2 n_blocks) of the tile's smem traffic: the sector use does not
+  // matter, the issue slots do: 32 stores per thread per tile instead of stmatrix + a barrier).
+  template <class ThrMma, class RegO>
+  CUTLASS_DEVICE static void store_registers(Params const& p, WorkTile const& work,
+                                             ThrMma const& thr_mma_pv, RegO const& rO) {
+    using namespace cute;
+    Tensor cO = make_identity_tensor(TileShapeMD{});
+    Tensor tOcO = thr_mma_pv.partition_C(cO);
+    Element* o_bh = p.out + static_cast<int64_t>(work.batch) * p.out_batch_stride +
+                    static_cast<int64_t>(work.head) * kHeadDim;
+    const int64_t row_stride = static_cast<int64_t>(p.heads) * kHeadDim;
+    const int row0 = work.m_block * kBlockM;
+    static_assert(decltype(size(rO))::value % 2 == 0, "column pairs");
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(rO); i += 2) {
+      const int row = row0 + get<0>(tOcO(i));
+      if (row < p.seq_q) {
+        uint32_t pair;
+        Element const two[2] = {rO(i), rO(i + 1)};
+        memcpy(&pair, two, sizeof(pair));
+        *reinterpret_cast<uint32_t*>(o_bh + row * row_stride + get<1>(tOcO(i))) = pair;
+      }
     }
   }
 
