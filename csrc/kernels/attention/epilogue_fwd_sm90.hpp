@@ -204,21 +204,32 @@ struct EpilogueFwdSm90 {
   CUTLASS_DEVICE static void store_registers(Params const& p, WorkTile const& work,
                                              ThrMma const& thr_mma_pv, RegO const& rO) {
     using namespace cute;
-    Tensor cO = make_identity_tensor(TileShapeMD{});
-    Tensor tOcO = thr_mma_pv.partition_C(cO);
+    // (rows, cols) views: a thread's kRows rows, each its values as column pairs (rowcol's first
+    // column mode). One row test and one row pointer per row; the columns are the thread's
+    // base column plus compile-time offsets (immediates of the stores).
+    Tensor rO_rc = make_tensor(rO.data(), rowcol(rO.layout()));
+    Tensor tOcO_rc = rowcol_view(thr_mma_pv.partition_C(make_identity_tensor(TileShapeMD{})));
+    constexpr int kRows = decltype(size<0>(rO_rc))::value;
+    constexpr int kCols = decltype(size<1>(rO_rc))::value;
+    static_assert(kCols % 2 == 0, "column pairs");
     Element* o_bh = p.out + static_cast<int64_t>(work.batch) * p.out_batch_stride +
                     static_cast<int64_t>(work.head) * kHeadDim;
     const int64_t row_stride = static_cast<int64_t>(p.heads) * kHeadDim;
-    const int row0 = work.m_block * kBlockM;
-    static_assert(decltype(size(rO))::value % 2 == 0, "column pairs");
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(rO); i += 2) {
-      const int row = row0 + get<0>(tOcO(i));
+    for (int r = 0; r < kRows; ++r) {
+      const int row = work.m_block * kBlockM + get<0>(tOcO_rc(r, 0));
       if (row < p.seq_q) {
-        uint32_t pair;
-        Element const two[2] = {rO(i), rO(i + 1)};
-        memcpy(&pair, two, sizeof(pair));
-        *reinterpret_cast<uint32_t*>(o_bh + row * row_stride + get<1>(tOcO(i))) = pair;
+        // The thread's first column in the pointer; the others as differences to it, which
+        // fold to constants (without this ptxas formed a 64-bit address per store).
+        const int col0 = get<1>(tOcO_rc(r, 0));
+        Element* o_thr = o_bh + row * row_stride + col0;
+        CUTLASS_PRAGMA_UNROLL
+        for (int c = 0; c < kCols; c += 2) {
+          uint32_t pair;
+          Element const two[2] = {rO_rc(r, c), rO_rc(r, c + 1)};
+          memcpy(&pair, two, sizeof(pair));
+          *reinterpret_cast<uint32_t*>(o_thr + (get<1>(tOcO_rc(r, c)) - col0)) = pair;
+        }
       }
     }
   }
