@@ -97,6 +97,9 @@ int main() {
     expect(!uses_tile_counter(v) && uses_split_tail(v) == !causal && run(v, l) == cudaSuccess &&
                g_entry == 6 && g_variant == 18568,
            "variant 18568: the O-from-registers entry (split tail non-causal)");
+    v.variant = 22664;
+    expect(uses_tile_counter(v) && run(v, l) == cudaSuccess && g_entry == 4 && g_variant == 22664,
+           "variant 22664 (claimed + O from registers) with a counter: the claimed entry");
   }
   if (failures == 0) std::printf("OK\n");
   return failures == 0 ? 0 : 1;

@@ -18,7 +18,9 @@ from .test_attention_engine import VARIANT_CASES, _check_against_reference, _poi
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
-O_DIRECT = [(18568, False, "2184"), (18568, True, "136")]
+# 22664 = 6280 + bit 14: claimed tiles (the causal default's mainloop, 136 claimed, with bit 14);
+# its base, 6280, is bit for bit 2184 / 136 (test_claimed_tiles.py).
+O_DIRECT = [(18568, False, "2184"), (18568, True, "136"), (22664, True, "136"), (22664, False, "2184")]
 
 
 @pytest.mark.parametrize("variant,causal,base", O_DIRECT)
