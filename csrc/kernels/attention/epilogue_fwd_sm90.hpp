@@ -14,6 +14,11 @@
 // here they meet once per tile (OInVStageFree) before writing it; each warpgroup's store thread
 // frees the stage during the next tile, once its TMA store has read it (the kernel's
 // release_prev_o). A tile that saw no key holds no stage: its O (zeros) goes from registers.
+//
+// AttnTraits::kODirect (variant bit 14, with bit 7; attn13, opt-in): every tile's O goes from
+// registers (store_registers): no meet, no stmatrix, no TMA store; the mainloop releases the
+// stage right after the last PV GEMM, so the warpgroup that finishes first goes straight on to
+// the next tile's first S GEMM.
 #pragma once
 
 #include <type_traits>
