@@ -140,6 +140,8 @@ VARIANT_DOC = {
     2184: "136 + the last partial round of tiles split along KV, merged in fp32 (attn11; the non-causal default since s10 run 2; causal runs 136)",
     4105: "9 + claimed tiles (attn12, bit 12: each CTA claims its next tile from a counter once its last load of the current one is issued; bit for bit 9)",
     6280: "2184 + claimed tiles (attn12, bit 12; causal runs 136 claimed; bit for bit 2184 / 136)",
+    22664: "6280 + O stored from registers (attn13, bits 12 + 14; causal runs 136 claimed + bit 14; bit for bit 6280)",
+    18568: "2184 + O stored from registers (attn13, bit 14: no cross-warpgroup meet, V stage freed after the last PV; causal runs 136 + bit 14; bit for bit 2184 / 136)",
 }
 
 

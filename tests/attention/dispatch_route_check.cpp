@@ -7,7 +7,8 @@
 #include "kernels/attention/attention_api.h"
 
 namespace mkernel::attention {
-int g_entry = 0;  // 1: an instantiation, 2 / 3: variants non-causal / causal, 4: claimed, 5: prefetch
+int g_entry = 0;  // 1: an instantiation, 2 / 3: variants non-causal / causal, 4: claimed, 5: prefetch,
+                  // 6: O from registers (attn13)
 int g_variant = -1;
 #define ATTN_CASE(tag, ctype, hdim, bm, bn, causal)                                               \
   cudaError_t run_##tag##_d##hdim##_m##bm##_n##bn(const Problem& p, const Launch&, const HookArgs*) { \
@@ -27,6 +28,7 @@ STUB(run_bf16_d128_m128_n128_variant_noncausal, 2)
 STUB(run_bf16_d128_m128_n128_variant_causal, 3)
 STUB(run_bf16_d128_m128_n128_variant_claimed, 4)
 STUB(run_bf16_d128_m128_n128_variant_prefetch, 5)
+STUB(run_bf16_d128_m128_n128_variant_odirect, 6)
 #undef STUB
 }  // namespace mkernel::attention
 
@@ -91,6 +93,13 @@ int main() {
            "variant 9: the variant entry");
     v.variant = 8201;
     expect(run(v, l) == cudaSuccess && g_entry == 5, "variant 8201: the prefetch entry");
+    v.variant = 18568;
+    expect(!uses_tile_counter(v) && uses_split_tail(v) == !causal && run(v, l) == cudaSuccess &&
+               g_entry == 6 && g_variant == 18568,
+           "variant 18568: the O-from-registers entry (split tail non-causal)");
+    v.variant = 22664;
+    expect(uses_tile_counter(v) && run(v, l) == cudaSuccess && g_entry == 4 && g_variant == 22664,
+           "variant 22664 (claimed + O from registers) with a counter: the claimed entry");
   }
   if (failures == 0) std::printf("OK\n");
   return failures == 0 ? 0 : 1;

@@ -73,7 +73,7 @@ struct Problem {
 // The built mainloop variants (benchmarks/bench_attention.py --variants; variant 0 = the
 // default kernel, which for bf16 d=128 128x128 plain kernels is kDefaultVariantNonCausal /
 // kDefaultVariantCausal below).
-inline constexpr int kVariants[] = {8, 9, 64, 136, 137, 392, 649, 1033, 1160, 2184, 4105, 6280, 8201, 10376};
+inline constexpr int kVariants[] = {8, 9, 64, 136, 137, 392, 649, 1033, 1160, 2184, 4105, 6280, 8201, 10376, 18568, 22664};
 
 // The mainloop variant bits (AttnTraits::kVariant) of the bf16 d=128 128x128 plain kernels
 // (attention_launch.cuh says why; benchmarks/NOTES.md has the measurements). Flipping a default
@@ -116,6 +116,12 @@ bool uses_tile_counter(const Problem& p);
 // 10376 = 2184 + bit 13 (a causal call runs 136 + bit 13); bit for bit the base's output.
 // Opt-in until measured.
 inline constexpr int kPrefetchNextQBit = 8192;
+// Variant bit 14 (attn13): O stored from registers to global (AttnTraits::kODirect) instead of
+// through the V stage of the tile's last block and a TMA store: no cross-warpgroup meet at the
+// tile boundary, the stage free right after the last PV GEMM. Built as 18568 = 2184 + bit 14 (a
+// causal call runs 136 + bit 14) and 22664 = 6280 + bit 14 (claimed tiles: causal 136 + bit 14, the
+// causal default's mainloop with it); bit for bit the base's output. Opt-in until measured.
+inline constexpr int kODirectBit = 16384;
 
 // Whether run(p) launches a kernel with variant bit 11 (then it wants Problem::split_ws: one
 // piece per CTA of the grid, i.e. the SM count).

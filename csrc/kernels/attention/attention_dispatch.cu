@@ -19,6 +19,8 @@ cudaError_t run_bf16_d128_m128_n128_variant_causal(const Problem& p, const Launc
 cudaError_t run_bf16_d128_m128_n128_variant_claimed(const Problem& p, const Launch& l);
 // attention_variants_prefetch.cu: the variants with the next tile's Q prefetched (bit 13).
 cudaError_t run_bf16_d128_m128_n128_variant_prefetch(const Problem& p, const Launch& l);
+// attention_variants_odirect.cu: the variants with O stored from registers (bit 14).
+cudaError_t run_bf16_d128_m128_n128_variant_odirect(const Problem& p, const Launch& l);
 
 namespace {
 
@@ -167,6 +169,7 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
   if (p.variant != 0) {
     if ((p.variant & kClaimTilesBit) != 0) return run_bf16_d128_m128_n128_variant_claimed(p, l);
     if ((p.variant & kPrefetchNextQBit) != 0) return run_bf16_d128_m128_n128_variant_prefetch(p, l);
+    if ((p.variant & kODirectBit) != 0) return run_bf16_d128_m128_n128_variant_odirect(p, l);
     return p.causal ? run_bf16_d128_m128_n128_variant_causal(p, l)
                     : run_bf16_d128_m128_n128_variant_noncausal(p, l);
   }

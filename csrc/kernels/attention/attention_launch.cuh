@@ -52,8 +52,9 @@ static_assert((kDefaultBitsCausal & ~kPrefetchNextQBit) == 9 ||
                   (kDefaultBitsCausal & ~kPrefetchNextQBit) == 1160,
               "the plain causal default: a variant the causal tests cover");
 static_assert((kDefaultVariantCausal & kClaimTilesBit) == 0 || kDefaultVariantCausal == 4105 ||
-                  kDefaultVariantCausal == 6280,
-              "a claimed causal default must be a built claimed variant (4105, or 6280 = 136 claimed)");
+                  kDefaultVariantCausal == 6280 || kDefaultVariantCausal == 22664,
+              "a claimed causal default must be a built claimed variant (4105, 6280 = 136 claimed, or "
+              "22664 = 6280 + bit 14)");
 static_assert((kDefaultVariantNonCausal & kClaimTilesBit) == 0 || kDefaultVariantNonCausal == 6280,
               "a claimed non-causal default must be a built claimed variant (6280)");
 // The forwarding hook policy (ring attention's engine forwarding, KvForwardHooks) of the same

@@ -137,6 +137,16 @@ struct AttnTraits {
   //          tile is blockIdx-strided; a claimed tile is not known that early). Opt-in
   //          (variants 8201 = 9 + bit 13, 10376 = 2184 + bit 13) until measured.
   static constexpr bool kPrefetchNextQ = (kVariant & 8192) != 0;
+  //   bit 14 (attn13; with bit 7): O goes from registers straight to global (paired 32-bit
+  //          stores, rows past seq_q skipped) instead of through the V stage of the tile's last
+  //          block and a TMA store. That stage is released right after the last PV GEMM (as
+  //          without bit 7), and the epilogue has no cross-warpgroup meet (OInVStageFree), no
+  //          stmatrix, no proxy fence and no TMA store wait: the warpgroup that finishes its
+  //          tile first starts the next tile's first S GEMM while the other one still runs its
+  //          last PV GEMM. Same conversion of the same values: bit for bit the base's output.
+  //          Opt-in (variant 18568 = 2184 + bit 14) until measured.
+  static constexpr bool kODirect = (kVariant & 16384) != 0;
+  static_assert(!kODirect || kOInV, "bit 14 (O from registers) is built on bit 7 (no O buffer)");
 
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
   static constexpr bool kPingPong = true;

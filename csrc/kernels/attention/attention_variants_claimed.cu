@@ -7,6 +7,8 @@
 //   4105: 9 + bit 12 (the causal default's mainloop; a non-causal call runs 9 claimed)
 //   6280: 2184 + bit 12 (the non-causal default's: split tail too; a causal call runs 136
 //         claimed, bit 11 being non-causal only)
+//   22664: 6280 + bit 14 (attn13: O stored from registers, AttnTraits::kODirect; causal runs 136 +
+//          bit 14 claimed — the causal default's mainloop with bit 14 — non-causal 18568 claimed)
 #include "attention_launch.cuh"
 
 namespace mkernel::attention {
@@ -20,6 +22,9 @@ cudaError_t run_bf16_d128_m128_n128_variant_claimed(const Problem& p, const Laun
     case 6280:
       return p.causal ? launch_claimed<E, 128, 128, 128, true, 136>(p, l)
                       : launch_claimed<E, 128, 128, 128, false, 2184>(p, l);
+    case 22664:
+      return p.causal ? launch_claimed<E, 128, 128, 128, true, 136 | 16384>(p, l)
+                      : launch_claimed<E, 128, 128, 128, false, 18568>(p, l);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -14,6 +14,11 @@
 // here they meet once per tile (OInVStageFree) before writing it; each warpgroup's store thread
 // frees the stage during the next tile, once its TMA store has read it (the kernel's
 // release_prev_o). A tile that saw no key holds no stage: its O (zeros) goes from registers.
+//
+// AttnTraits::kODirect (variant bit 14, with bit 7; attn13, opt-in): every tile's O goes from
+// registers (store_registers): no meet, no stmatrix, no TMA store; the mainloop releases the
+// stage right after the last PV GEMM, so the warpgroup that finishes first goes straight on to
+// the next tile's first S GEMM.
 #pragma once
 
 #include <type_traits>
@@ -146,7 +151,12 @@ struct EpilogueFwdSm90 {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < size(acc_o); ++i) rO(i) = static_cast<Element>(acc_o(i));
     };
-    if constexpr (Traits::kOInV) {
+    if constexpr (Traits::kODirect) {
+      // Traits::kODirect: every tile's O from registers, no shared memory, no barrier.
+      convert_o();
+      store_registers(p, work, thr_mma_pv, rO);
+      return;
+    } else if constexpr (Traits::kOInV) {
       convert_o();
       if (smem_o == nullptr) {
         // No key seen (O = 0), no V stage held: each thread stores its values (rows < seq_q).
@@ -186,6 +196,46 @@ struct EpilogueFwdSm90 {
                                         group_modes<0, 2>(gO));
       copy(p.tma_o, tOsO, tOgO);
       tma_store_arrive();
+    }
+  }
+
+  // Traits::kODirect: this thread's O values (Element, the PV accumulator's layout) straight to
+  // global, rows past seq_q skipped. Values 2i, 2i + 1 of a wgmma accumulator are columns c,
+  // c + 1 (c even) of one row: one 32-bit store per pair. A warp's store covers 8 rows x 16
+  // bytes; the row's other 16 bytes of each 32-byte sector come from the next column group's
+  // store, merged in L2 (O is 1/(2 n_blocks) of the tile's smem traffic: the sector use does not
+  // matter, the issue slots do: 32 stores per thread per tile instead of stmatrix + a barrier).
+  template <class ThrMma, class RegO>
+  CUTLASS_DEVICE static void store_registers(Params const& p, WorkTile const& work,
+                                             ThrMma const& thr_mma_pv, RegO const& rO) {
+    using namespace cute;
+    // (rows, cols) views: a thread's kRows rows, each its values as column pairs (rowcol's first
+    // column mode). One row test and one row pointer per row; the columns are the thread's
+    // base column plus compile-time offsets (immediates of the stores).
+    Tensor rO_rc = make_tensor(rO.data(), rowcol(rO.layout()));
+    Tensor tOcO_rc = rowcol_view(thr_mma_pv.partition_C(make_identity_tensor(TileShapeMD{})));
+    constexpr int kRows = decltype(size<0>(rO_rc))::value;
+    constexpr int kCols = decltype(size<1>(rO_rc))::value;
+    static_assert(kCols % 2 == 0, "column pairs");
+    Element* o_bh = p.out + static_cast<int64_t>(work.batch) * p.out_batch_stride +
+                    static_cast<int64_t>(work.head) * kHeadDim;
+    const int64_t row_stride = static_cast<int64_t>(p.heads) * kHeadDim;
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const int row = work.m_block * kBlockM + get<0>(tOcO_rc(r, 0));
+      if (row < p.seq_q) {
+        // The thread's first column in the pointer; the others as differences to it, which
+        // fold to constants (without this ptxas formed a 64-bit address per store).
+        const int col0 = get<1>(tOcO_rc(r, 0));
+        Element* o_thr = o_bh + row * row_stride + col0;
+        CUTLASS_PRAGMA_UNROLL
+        for (int c = 0; c < kCols; c += 2) {
+          uint32_t pair;
+          Element const two[2] = {rO_rc(r, c), rO_rc(r, c + 1)};
+          memcpy(&pair, two, sizeof(pair));
+          *reinterpret_cast<uint32_t*>(o_thr + (get<1>(tOcO_rc(r, c)) - col0)) = pair;
+        }
+      }
     }
   }
 

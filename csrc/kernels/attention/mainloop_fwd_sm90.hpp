@@ -733,9 +733,10 @@ struct MainloopFwdSm90 {
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_o);
       warpgroup_fence_operand(tOrP);
-      if constexpr (Traits::kOInV) {
+      if constexpr (Traits::kOInV && !Traits::kODirect) {
         o_stage = static_cast<int>(v_read.index());  // held for O (the epilogue)
       } else {
+        // Traits::kODirect: O leaves from registers (o_stage stays -1), the stage goes back now.
         pipeline_v.consumer_release(v_read);
       }
     } else {
