@@ -10,9 +10,11 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -296,6 +298,13 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
         hc.signature = comm::call_signature(comm::kOpAgGemm,
                                             {static_cast<int64_t>(hc.signature), 0x9ee7});
         fused_glue::launch(kOp, group, p, c, x, hc, order, m, false, &peer_a);
+        // Once per process, so a test can tell the peer-TMA kernel ran (tests/gpu/fused_smoke.py
+        // --suites peertma requires this line on every rank's stderr).
+        static std::once_flag logged;
+        std::call_once(logged, [&] {
+          std::fprintf(stderr, "mkernel.ag_gemm: peer-TMA kernel launched (config %s)\n",
+                       gemm::config_name(c.config));
+        });
         return;  // (no gathered output on this path)
       }
       fused_glue::launch(kOp, group, p, c, x, hc, order, m);
