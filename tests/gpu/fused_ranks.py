@@ -10,7 +10,7 @@ capture and replay with the inputs changed between replays. Prints ``CASE {json}
 
 ``FUSED_SUITE`` (comma-separated): ``ag`` (ag_gemm), ``rs`` (gemm_rs), ``ar`` (gemm_ar),
 ``graph`` (all three captured and replayed), ``auto`` (the fused/unfused and config choice), ``time``,
-``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
+``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``peergraph`` (that path captured and replayed), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
 torch.compile(fullgraph=True), inductor / aot_eager backend).
 The fused kernels are pinned (MKERNEL_FUSED=force) unless the environment says otherwise.
 ``FUSED_GRID=co_resident`` pins their persistent grid to the co-resident grid choose_path
@@ -139,6 +139,40 @@ def suite_peertma(ctx, rank: int, world: int) -> None:
                 check("peer_knob_gathered_out", out_g, ref, c)
                 assert torch.equal(gathered.cpu(), gathered_ref), f"gathered differs: {c}"
                 emit("CASE", dict(c, same_bits=bool(torch.equal(out1, out_copy))))
+    finally:
+        if prev is None:
+            os.environ.pop("MKERNEL_FUSED_AG_PEER_TMA", None)
+        else:
+            os.environ["MKERNEL_FUSED_AG_PEER_TMA"] = prev
+
+
+def suite_peergraph(ctx, rank: int, world: int) -> None:
+    """One ag_gemm on the peer-TMA path captured in a CUDA graph and replayed with new x on every
+    rank (the descriptors name x's and the peers' slots' fixed addresses; the own slot is
+    restaged by every replay after its entry barrier)."""
+    m, k, n, dtype = 256, 256, 512, torch.bfloat16
+    prev = os.environ.get("MKERNEL_FUSED_AG_PEER_TMA")
+    os.environ["MKERNEL_FUSED_AG_PEER_TMA"] = "1"
+    try:
+        x_static = torch.empty(m, k, dtype=dtype, device="cuda")
+        _, _, x0, w = ag_reference(31, world, m, k, n, dtype, rank)
+        x_static.copy_(x0)
+        w_dev = w.cuda()
+        mkernel.ag_gemm(x_static, w_dev, group=ctx)  # measured, order cached, buffer sized
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            with torch.cuda.graph(graph, stream=stream):
+                out_static = mkernel.ag_gemm(x_static, w_dev, group=ctx)
+        for case in (32, 33):
+            xs = [inputs(case, s, m, k, n, dtype)[0] for s in range(world)]
+            ref = torch.cat(xs).cuda().float() @ w.cuda().float().T
+            x_static.copy_(xs[rank].cuda())
+            graph.replay()
+            torch.cuda.synchronize()
+            check("peer_graph_out", out_static, ref,
+                  dict(op="ag_gemm_peertma", graph=True, case=case, rank=rank))
     finally:
         if prev is None:
             os.environ.pop("MKERNEL_FUSED_AG_PEER_TMA", None)
@@ -392,7 +426,7 @@ def main() -> None:
         try:
             {"ag": suite_ag, "rs": suite_rs, "ar": suite_ar, "graph": suite_graph,
              "mlp": suite_mlp, "time": suite_time, "auto": suite_auto,
-             "peertma": suite_peertma,
+             "peertma": suite_peertma, "peergraph": suite_peergraph,
              "compile": lambda c, r, w: suite_mlp(c, r, w, backend="inductor"),
              "compile_aot": lambda c, r, w: suite_mlp(c, r, w, backend="aot_eager")}[name](ctx, rank, world)
         except Exception:

@@ -100,3 +100,12 @@ def test_ag_gemm_peer_tma(mps, world):
     assert len(cases) == world * 2 * 5 * 4
     for r in res:
         assert "mkernel.ag_gemm: peer-TMA kernel launched" in r.stderr, f"rank {r.rank}"
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ag_gemm_peer_tma_graph_replay(mps, world):
+    """The peer-TMA ag_gemm captured in a CUDA graph, replayed with every rank's x changed."""
+    res = run_ranks(RANKS, world, timeout=240, env=rank_env(mps, world, FUSED_SUITE="peergraph"))
+    assert len(check_ranks(res)) == world * 2
+    for r in res:
+        assert "mkernel.ag_gemm: peer-TMA kernel launched" in r.stderr, f"rank {r.rank}"
