@@ -148,7 +148,10 @@ class HookedGemmSm90 {
       Epilogue::prefetch_tma_descriptors(params.epilogue);
       if constexpr (kPeerTmaA) {
         for (int s = 0; s < Hooks::a_sources(params.hooks); ++s) {
+          // (B too: the tiles of source s issue B through this Params' own copy of its
+          // descriptor, another address for the descriptor cache.)
           cute::prefetch_tma_descriptor(params.peer_a[s].tma_load_a.get_tma_descriptor());
+          cute::prefetch_tma_descriptor(params.peer_a[s].tma_load_b.get_tma_descriptor());
         }
       }
     }
