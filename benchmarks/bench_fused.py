@@ -296,6 +296,12 @@ def rank_main() -> None:
         var_env["co"] = {"MKERNEL_FUSED_CO_GRID": str(placement["best_c2_grid"])}
     if "barrier" in variants:
         var_env["barrier"] = {"MKERNEL_FUSED_GATE_MODE": "barrier"}
+    #   peertma (ag_gemm rows only; fused13, kernels/fused/fused_peer_tma.cuh): the fused kernel
+    #       forced (MKERNEL_FUSED=force) with MKERNEL_FUSED_AG_PEER_TMA=1 — the GEMM loads the
+    #       peers' rows by TMA, the side warps only stage x locally — beside the forced copy-path
+    #       kernel (fused_kernel_ms, added on those rows): fused_peertma_over_kernel_paired, and
+    #       its output against the copy kernel's (same config and order: same bits expected).
+    peer_env = {"MKERNEL_FUSED_AG_PEER_TMA": "1", "MKERNEL_FUSED": "force"}
     tiny = torch.zeros(8, device="cuda", dtype=torch.float32)
 
     def with_env(fn, env: dict):
@@ -497,6 +503,10 @@ def rank_main() -> None:
         if not lean:  # the op's own unfused path (s9run3: costs nothing measurable over unfused)
             fns["op_unfused_ms"] = (fused, {"MKERNEL_FUSED": "off"})
         on_variants = any(w in label for w in variant_rows)
+        peer_row = on_variants and "peertma" in variants and op == "ag_gemm"
+        if peer_row:
+            fns["fused_kernel_ms"] = (fused, {"MKERNEL_FUSED": "force"})
+            fns["fused_peertma_ms"] = (fused, peer_env)
         if on_variants:
             for name, env in var_env.items():
                 fns[f"fused_{name}_ms"] = (fused, env)
@@ -543,13 +553,32 @@ def rank_main() -> None:
                 row[f"fused_{name}_rel_diff"] = rel.item()
                 del out
             del ref
+        if peer_row:
+            # The peer-TMA kernel against the copy-path kernel on the same inputs, every rank.
+            with env_set({"MKERNEL_FUSED": "force"}):
+                ref = fused(0)
+            with env_set(peer_env):
+                out = fused(0)
+            same = torch.tensor([1.0 if torch.equal(out, ref) else 0.0])
+            rel = torch.tensor([((out.float() - ref.float()).norm() /
+                                 ref.float().norm().clamp_min(1e-30)).item()])
+            dist.all_reduce(same, op=dist.ReduceOp.MIN)
+            dist.all_reduce(rel, op=dist.ReduceOp.MAX)
+            row["fused_peertma_same_bits"] = bool(same.item() == 1.0)
+            row["fused_peertma_rel_diff"] = rel.item()
+            row["fused_peertma_over_kernel_paired"] = paired(got, "fused_peertma_ms",
+                                                             "fused_kernel_ms")
+            if "timeline" in variants:
+                with env_set(peer_env):  # stamps of the peer kernel: copy = the local staging
+                    row["timeline_peertma"] = timeline_of(fused, rank, world, m * k * 2)
+            del out, ref
         if on_variants and "timeline" in variants and not row["path"].startswith("unfused"):
             row["timeline"] = timeline_of(fused, rank, world,
                                           world * m * k * 2 if op == "ag_gemm" else 0)
         if has[coll]:
             row["ideal_ms"] = max(row["gemm_ms"], row["comm_ms"])
             row["fused_vs_ideal"] = row["fused_ms"] / row["ideal_ms"]
-            for name in list(var_env) + ["hooked_co"]:
+            for name in list(var_env) + ["hooked_co", "peertma"]:
                 key = f"fused_{name}_ms" if name != "hooked_co" else "gemm_hooked_co_ms"
                 if key in row:
                     row[key.replace("_ms", "_vs_ideal")] = row[key] / row["ideal_ms"]
@@ -652,7 +681,8 @@ def main() -> None:
     ap.add_argument("--variants", default="",
                     help="comma-separated extra figures on the --variant-rows rows: co "
                          "(MKERNEL_FUSED_CO_GRID = the probe's grid; needs --probe), barrier "
-                         "(MKERNEL_FUSED_GATE_MODE=barrier), hooked (the fused config's GEMM "
+                         "(MKERNEL_FUSED_GATE_MODE=barrier), peertma (ag_gemm rows: the forced kernel with "
+                         "MKERNEL_FUSED_AG_PEER_TMA=1 beside the forced copy kernel), hooked (the fused config's GEMM "
                          "alone on the co-resident grid), timeline (4 calls with per-CTA stamps)")
     ap.add_argument("--variant-rows", default="llama",
                     help="comma-separated words: the rows that get the variant figures")

@@ -10,9 +10,11 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -142,6 +144,15 @@ bool natural_ag_order() {
   return v != nullptr && std::strcmp(v, "natural") == 0;
 }
 
+// MKERNEL_FUSED_AG_PEER_TMA=1 (opt-in, not yet run on a GPU; kernels/fused/fused_peer_tma.cuh):
+// the GEMM loads the peers' rows by TMA from each peer's own slot of its gathered buffer (one
+// descriptor per source rank) and its own rows from x; the side warps only stage x into the own
+// slot (a local copy) instead of pushing it into every peer's buffer.
+bool ag_peer_tma_requested() {
+  const char* v = std::getenv("MKERNEL_FUSED_AG_PEER_TMA");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
 // One fused launch (kernels/fused/fused_hooks.cuh, kModeAllGather): every same-node rank's x is
 // pushed into this rank's gathered buffer G (its symmetric data region, [world * m, K]) chunk by
 // chunk while the GEMM consumes G's rows as their chunks arrive, own rows first.
@@ -167,7 +178,14 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
     return ag_gemm_unfused(x_in, w, group, world_size, return_gathered,
                            "N and K must be positive multiples of 8 for the fused kernel");
   }
-  const std::string key = fused_glue::shape_key(x_in, w, world);
+  // Peer TMA needs every tile's rows from one rank (m a multiple of the 128-row tiles), all
+  // ranks on this node, no gathered output (G then holds only the own rows) and at most 8
+  // sources (the kernel's descriptors); otherwise the copy path. Every rank decides the same
+  // from shapes and the environment; the mode joins the call signature and the verdict's key.
+  const bool peer_tma = ag_peer_tma_requested() && !return_gathered && !nodes && world <= 8 &&
+                        m > 0 && m % 128 == 0;
+  const std::string key =
+      fused_glue::shape_key(x_in, w, world) + (peer_tma ? std::string("/peertma") : std::string());
   // A shape measured unfused runs it with no fused set-up (fused_common.h known_unfused).
   if (m > 0 && fused_glue::known_unfused(group, key)) {
     return ag_gemm_unfused(x_in, w, group, world_size, return_gathered, nullptr);
@@ -251,6 +269,14 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
       if (g.data[s] == nullptr) order[s] += static_cast<int>(world);
     }
   }
+  // Peer TMA: source s's rows come from x (s == rank) or from peer s's own slot of its G.
+  std::vector<const void*> peer_a;
+  if (peer_tma) {
+    for (int s = 0; s < world; ++s) {
+      peer_a.push_back(s == rank ? static_cast<const void*>(x.data_ptr())
+                                 : static_cast<const void*>(g.data[s] + s * m * row_bytes));
+    }
+  }
   // The fused kernel in each candidate config, then the unfused path, chosen by a measurement
   // shared by the group (fused_common.h choose_path).
   std::vector<std::function<void()>> paths;
@@ -266,6 +292,20 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
       if (pinned_chunk > 0) {  // the flags' layout must be the same on every rank
         hc.signature = comm::call_signature(
             comm::kOpAgGemm, {static_cast<int64_t>(hc.signature), chunk_rows});
+      }
+      const int peer_block_m = fused::fused_peer_block_m(c.config);
+      if (peer_tma && peer_block_m > 0 && m % peer_block_m == 0) {
+        hc.signature = comm::call_signature(comm::kOpAgGemm,
+                                            {static_cast<int64_t>(hc.signature), 0x9ee7});
+        fused_glue::launch(kOp, group, p, c, x, hc, order, m, false, &peer_a);
+        // Once per process, so a test can tell the peer-TMA kernel ran (tests/gpu/fused_smoke.py
+        // --suites peertma requires this line on every rank's stderr).
+        static std::once_flag logged;
+        std::call_once(logged, [&] {
+          std::fprintf(stderr, "mkernel.ag_gemm: peer-TMA kernel launched (config %s)\n",
+                       gemm::config_name(c.config));
+        });
+        return;  // (no gathered output on this path)
       }
       fused_glue::launch(kOp, group, p, c, x, hc, order, m);
       if (return_gathered) {

@@ -357,7 +357,7 @@ bool gate_barrier_requested() {
 
 void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPlan& plan,
             const at::Tensor& like, const fused::FusedParams& hooks, const std::vector<int>& order,
-            int64_t rank_rows, bool interleave) {
+            int64_t rank_rows, bool interleave, const std::vector<const void*>* peer_a) {
   const gemm::ConfigId config = plan.config;
   gemm::Launch l;
   l.stream = at::cuda::getCurrentCUDAStream();
@@ -389,7 +389,12 @@ void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPl
     TORCH_CHECK(gate == cudaSuccess, op, ": the fused launch gate failed to launch: ",
                 cudaGetErrorString(gate));
   }
-  const cudaError_t err = fused::run_fused(p, config, l, m_order, h, &reason);
+  const cudaError_t err =
+      peer_a != nullptr
+          ? fused::run_fused_peer_a(p, config, l, m_order, h, peer_a->data(),
+                                    static_cast<int>(peer_a->size()),
+                                    static_cast<int>(rank_rows), &reason)
+          : fused::run_fused(p, config, l, m_order, h, &reason);
   TORCH_CHECK(err == cudaSuccess, op, ": the fused kernel failed to launch: ",
               cudaGetErrorString(err), reason ? std::string(" (") + reason + ")" : std::string());
   // fused_gpu_gate.cu (opt-in): nothing after this grid on the stream until the other emulated

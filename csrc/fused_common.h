@@ -39,7 +39,10 @@ struct FusedPlan {
 // alternate (the same order on every rank; order is then ignored).
 void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPlan& plan,
             const at::Tensor& like, const fused::FusedParams& hooks, const std::vector<int>& order,
-            int64_t rank_rows, bool interleave = false);
+            int64_t rank_rows, bool interleave = false,
+            const std::vector<const void*>* peer_a = nullptr);
+// (peer_a: ag_gemm's MKERNEL_FUSED_AG_PEER_TMA kernel, fused_peer_tma.cuh: source s's rows,
+// rank_rows of them, are loaded by TMA from peer_a[s]; null: the kernel's own A.)
 
 // The fused kernel's persistent grid (CTAs) for a rank of `group`: this process's SMs, except
 // where several ranks of the group share this GPU with no MPS SM limit (an MPS client without

@@ -10,7 +10,7 @@ capture and replay with the inputs changed between replays. Prints ``CASE {json}
 
 ``FUSED_SUITE`` (comma-separated): ``ag`` (ag_gemm), ``rs`` (gemm_rs), ``ar`` (gemm_ar),
 ``graph`` (all three captured and replayed), ``auto`` (the fused/unfused and config choice), ``time``,
-``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
+``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``peergraph`` (that path captured and replayed), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
 torch.compile(fullgraph=True), inductor / aot_eager backend).
 The fused kernels are pinned (MKERNEL_FUSED=force) unless the environment says otherwise.
 ``FUSED_GRID=co_resident`` pins their persistent grid to the co-resident grid choose_path
@@ -103,6 +103,81 @@ def suite_ag(ctx, rank: int, world: int) -> None:
             check("out_only", out_only, ref, c)
             assert torch.equal(gathered.cpu(), gathered_ref), f"gathered differs: {c}"
             assert gathered.data_ptr() != out.data_ptr()
+
+
+def suite_peertma(ctx, rank: int, world: int) -> None:
+    """ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1 (fused13): the GEMM loads the peers' rows by TMA
+    from their own slots (m a multiple of 128), ragged m and return_gathered=True take the copy
+    path under the same knob; every output against the fp32 reference (per tile), two calls per
+    shape back to back (the own slot rewritten in the next call), and the peer kernel's output
+    compared with the copy path's (CASE field same_bits: informative, the measured config may
+    differ). fused_smoke.py checks that the peer kernel really launched (its stderr line)."""
+    shapes = [(128, 64, 96), (256, 256, 136), (384, 512, 1024), (1024, 1024, 4096),
+              (333, 512, 1024)]  # the last: ragged, the copy path
+    prev = os.environ.get("MKERNEL_FUSED_AG_PEER_TMA")
+    try:
+        for dname, dtype in DTYPES.items():
+            pending = []
+            for i, (m, k, n) in enumerate(shapes):
+                case = 3000 + 1000 * i + (0 if dtype is torch.bfloat16 else 500)
+                gathered_ref, ref, x, w = ag_reference(case, world, m, k, n, dtype, rank)
+                xd, wd = x.cuda(), w.cuda()
+                os.environ["MKERNEL_FUSED_AG_PEER_TMA"] = "1"
+                poison(((world * m, n), dtype), ((world * m, k), dtype))
+                out1 = mkernel.ag_gemm(xd, wd, group=ctx)
+                out2 = mkernel.ag_gemm(xd, wd, group=ctx)  # no sync in between
+                out_g, gathered = mkernel.ag_gemm(xd, wd, group=ctx, return_gathered=True)
+                os.environ.pop("MKERNEL_FUSED_AG_PEER_TMA")
+                out_copy = mkernel.ag_gemm(xd, wd, group=ctx)
+                c = dict(op="ag_gemm_peertma", dtype=dname, m=m, k=k, n=n, world=world, rank=rank,
+                         peer=(m % 128 == 0))
+                pending.append((c, out1, out2, out_g, gathered, out_copy, ref, gathered_ref))
+            torch.cuda.synchronize()
+            for c, out1, out2, out_g, gathered, out_copy, ref, gathered_ref in pending:
+                check("peer_out", out1, ref, c)
+                check("peer_out_again", out2, ref, c)
+                check("peer_knob_gathered_out", out_g, ref, c)
+                assert torch.equal(gathered.cpu(), gathered_ref), f"gathered differs: {c}"
+                emit("CASE", dict(c, same_bits=bool(torch.equal(out1, out_copy))))
+    finally:
+        if prev is None:
+            os.environ.pop("MKERNEL_FUSED_AG_PEER_TMA", None)
+        else:
+            os.environ["MKERNEL_FUSED_AG_PEER_TMA"] = prev
+
+
+def suite_peergraph(ctx, rank: int, world: int) -> None:
+    """One ag_gemm on the peer-TMA path captured in a CUDA graph and replayed with new x on every
+    rank (the descriptors name x's and the peers' slots' fixed addresses; the own slot is
+    restaged by every replay after its entry barrier)."""
+    m, k, n, dtype = 256, 256, 512, torch.bfloat16
+    prev = os.environ.get("MKERNEL_FUSED_AG_PEER_TMA")
+    os.environ["MKERNEL_FUSED_AG_PEER_TMA"] = "1"
+    try:
+        x_static = torch.empty(m, k, dtype=dtype, device="cuda")
+        _, _, x0, w = ag_reference(31, world, m, k, n, dtype, rank)
+        x_static.copy_(x0)
+        w_dev = w.cuda()
+        mkernel.ag_gemm(x_static, w_dev, group=ctx)  # measured, order cached, buffer sized
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            with torch.cuda.graph(graph, stream=stream):
+                out_static = mkernel.ag_gemm(x_static, w_dev, group=ctx)
+        for case in (32, 33):
+            xs = [inputs(case, s, m, k, n, dtype)[0] for s in range(world)]
+            ref = torch.cat(xs).cuda().float() @ w.cuda().float().T
+            x_static.copy_(xs[rank].cuda())
+            graph.replay()
+            torch.cuda.synchronize()
+            check("peer_graph_out", out_static, ref,
+                  dict(op="ag_gemm_peertma", graph=True, case=case, rank=rank))
+    finally:
+        if prev is None:
+            os.environ.pop("MKERNEL_FUSED_AG_PEER_TMA", None)
+        else:
+            os.environ["MKERNEL_FUSED_AG_PEER_TMA"] = prev
 
 
 def reduce_reference(case: int, world: int, rows: int, k: int, n: int, dtype, me: int):
@@ -351,6 +426,7 @@ def main() -> None:
         try:
             {"ag": suite_ag, "rs": suite_rs, "ar": suite_ar, "graph": suite_graph,
              "mlp": suite_mlp, "time": suite_time, "auto": suite_auto,
+             "peertma": suite_peertma, "peergraph": suite_peergraph,
              "compile": lambda c, r, w: suite_mlp(c, r, w, backend="inductor"),
              "compile_aot": lambda c, r, w: suite_mlp(c, r, w, backend="aot_eager")}[name](ctx, rank, world)
         except Exception:

@@ -3,7 +3,7 @@
 each launch's rank output is printed as soon as it ends, so a later hang loses nothing.
 Exit status 1 on any failure.
 
-    python3 -u tests/gpu/fused_smoke.py [--worlds 2,4] [--suites ag,rs,ar] [--timeout 50]
+    python3 -u tests/gpu/fused_smoke.py [--worlds 2,4] [--suites ag,rs,ar,peertma] [--timeout 50]
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from common import mps_daemon  # noqa: E402  (benchmarks/common.py: the shared MPS helper)
 from tests.launch import run_ranks  # noqa: E402
+
+
+# ag_gemm.cpp's once-per-process line when the MKERNEL_FUSED_AG_PEER_TMA kernel launches.
+PEER_MARK = "mkernel.ag_gemm: peer-TMA kernel launched"
 
 
 def main() -> int:
@@ -43,6 +47,9 @@ def main() -> int:
             results = run_ranks(code, world, timeout=args.timeout, env=env)
             for r in sorted(results, key=lambda r: r.rank):
                 ok = r.returncode == 0 and f"OK {r.rank}" in r.stdout
+                if {"peertma", "peergraph"} & set(suites.split(",")) and PEER_MARK not in r.stderr:
+                    print(f"rank {r.rank}: the peer-TMA kernel never launched", flush=True)
+                    ok = False
                 failed |= not ok
                 print(f"=== W={world} grid={grid} rank {r.rank}: rc={r.returncode} "
                       f"{'OK' if ok else 'FAILED'}", flush=True)

@@ -27,4 +27,15 @@ int fused_configs(int m, int n, int k, int sm_count, gemm::ConfigId* out);
 cudaError_t run_fused(const gemm::Problem& p, gemm::ConfigId id, const gemm::Launch& l,
                       const int* m_order, const FusedParams& hooks, const char** reason);
 
+// ag_gemm with TMA loads from the peers' memory (MKERNEL_FUSED_AG_PEER_TMA; fused_peer_tma.cuh):
+// the rows of M unit block b come from source b * block_m / rows_per_source, loaded from
+// a_src[s] ([rows_per_source, K]: this rank's x for s == rank, peer s's own slot of its gathered
+// buffer otherwise). fused_peer_block_m: the config's block_m, or 0 where no such kernel exists
+// (rows_per_source must be a multiple of it).
+int fused_peer_block_m(gemm::ConfigId id);
+cudaError_t run_fused_peer_a(const gemm::Problem& p, gemm::ConfigId id, const gemm::Launch& l,
+                             const int* m_order, const FusedParams& hooks,
+                             const void* const* a_src, int sources, int rows_per_source,
+                             const char** reason);
+
 }  // namespace mkernel::fused

@@ -28,6 +28,8 @@
 // from the producer to the consumers (setmaxnreg).
 #pragma once
 
+#include <type_traits>
+
 #include "cute/tensor.hpp"
 #include "cutlass/arch/reg_reconfig.h"
 #include "cutlass/cutlass.h"
@@ -37,6 +39,14 @@
 #include "tile_scheduler.hpp"
 
 namespace mkernel::gemm {
+
+// Whether hook policy H loads some A tiles through per-source TMA descriptors (H::kPeerTmaA:
+// the fused ag_gemm's MKERNEL_FUSED_AG_PEER_TMA kernels). False for every policy without the
+// member, so their kernels and Params are exactly what they were.
+template <class H, class = void>
+struct HooksPeerTmaA : std::false_type {};
+template <class H>
+struct HooksPeerTmaA<H, std::void_t<decltype(H::kPeerTmaA)>> : std::bool_constant<H::kPeerTmaA> {};
 
 template <class Mainloop_, class Epilogue_, class Hooks_, bool kPackedGroups = false>
 class HookedGemmSm90 {
@@ -95,7 +105,7 @@ class HookedGemmSm90 {
       cute::size<0>(TileShape{}) * cute::size<1>(TileShape{}) / kMmaThreads;
   using SplitK = SplitKReduce<kMmaThreads, kFrag>;
 
-  struct Params {
+  struct ParamsBase {
     ProblemShape problem;
     typename Mainloop::Params mainloop;
     typename Epilogue::Params epilogue;
@@ -106,6 +116,17 @@ class HookedGemmSm90 {
     // ping-pong): [M, N] row-major per batch, or every expert's rows when packed.
     ElementD* direct_d = nullptr;
   };
+  // Per-source A (Hooks::kPeerTmaA): peer_a[s] is the mainloop's Params with A = source s's
+  // [rows, K] block (its own TMA descriptor; B as in `mainloop`). A tile whose rows all come
+  // from source s (Hooks::a_source) is loaded through peer_a[s] at row - Hooks::a_source_row0:
+  // one descriptor cannot span the ranks' separate IPC allocations, so one per source, kept in
+  // the grid-constant parameter space (a TMA descriptor must live in param / const / global
+  // memory; taking a __grid_constant__ member's address keeps it there).
+  static constexpr bool kPeerTmaA = HooksPeerTmaA<Hooks_>::value;
+  struct ParamsPeerA : ParamsBase {
+    typename Mainloop::Params peer_a[kPeerTmaA ? Hooks_::kPeerSources : 1];
+  };
+  using Params = std::conditional_t<kPeerTmaA, ParamsPeerA, ParamsBase>;
 
   enum class WarpGroupRole { Producer = 0, Consumer0 = 1, Consumer1 = 2 };
   enum class ProducerWarpRole { Mainloop = 0, Idle1 = 1, Idle2 = 2, Idle3 = 3 };
@@ -125,6 +146,14 @@ class HookedGemmSm90 {
     if (warp_idx == 0 && cute::elect_one_sync()) {
       Mainloop::prefetch_tma_descriptors(params.mainloop);
       Epilogue::prefetch_tma_descriptors(params.epilogue);
+      if constexpr (kPeerTmaA) {
+        for (int s = 0; s < Hooks::a_sources(params.hooks); ++s) {
+          // (B too: the tiles of source s issue B through this Params' own copy of its
+          // descriptor, another address for the descriptor cache.)
+          cute::prefetch_tma_descriptor(params.peer_a[s].tma_load_a.get_tma_descriptor());
+          cute::prefetch_tma_descriptor(params.peer_a[s].tma_load_b.get_tma_descriptor());
+        }
+      }
     }
 
     typename MainloopPipeline::Params mainloop_pipe;
@@ -220,6 +249,23 @@ class HookedGemmSm90 {
         auto blk_coord = make_coord(work.m_block, work.n_block, _, work.batch);
         auto k_tile_iter =
             cute::make_coord_iterator(idx2crd(work.k_begin, shape<3>(gA_mkl)), shape<3>(gA_mkl));
+        if constexpr (kPeerTmaA) {
+          const int src = Hooks::a_source(params.hooks, work.m_block, kBlockM);
+          if (src >= 0) {
+            // Source src's own descriptor; its rows start at a_source_row0 of the GEMM's M.
+            auto const& mp = params.peer_a[src];
+            auto [M, N, K, L] = problem_mnkl;
+            Tensor mA = mp.tma_load_a.get_tma_tensor(make_shape(M, K, L));
+            Tensor gA = local_tile(
+                domain_offset(make_coord(-Hooks::a_source_row0(params.hooks, src), 0, 0), mA),
+                TileShape{}, make_coord(_, _, _), Step<_1, cute::X, _1>{});
+            mainloop.load(mp, mainloop_pipeline, write_state,
+                          cute::make_tuple(gA, get<1>(load_inputs)), blk_coord, k_tile_iter,
+                          work.k_count, lane_idx, block_rank_in_cluster, shared.tensors.mainloop);
+            write_state.advance(work.k_count);
+            continue;
+          }
+        }
         if constexpr (kPackedGroups) {
           // A's rows of this expert start at row_offset and its batch mode is
           // unused (B's is the expert): shift the view so tile (m_block, batch)

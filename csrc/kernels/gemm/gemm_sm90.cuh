@@ -348,6 +348,46 @@ struct GemmSm90 {
     }
   }
 
+  // The hooked kernel with a per-source-A hook policy H (H::kPeerTmaA: the fused ag_gemm's
+  // MKERNEL_FUSED_AG_PEER_TMA kernels): as run_with_hooks, plus one mainloop Params per source
+  // s < sources with A = a_src[s] as [rows_per_source, K] (its own TMA descriptor; B as p.b).
+  template <class H>
+  static cudaError_t run_with_peer_a(const Problem& p, const Launch& l, const int* m_order,
+                                     typename H::Params const& hooks, const void* const* a_src,
+                                     int sources, int rows_per_source, const char** reason) {
+    if constexpr (!kHookable) {
+      if (reason) *reason = "the hooked kernel needs a cooperative, persistent config";
+      return cudaErrorInvalidValue;
+    } else {
+      using K = HookedWith<H>;
+      static_assert(K::kPeerTmaA, "run_with_peer_a needs a hook policy with kPeerTmaA");
+      if (sources < 1 || sources > H::kPeerSources || rows_per_source < 1 ||
+          (p.batches > 1)) {
+        if (reason) *reason = "per-source A: 1..kPeerSources sources of >= 1 rows, one batch";
+        return cudaErrorInvalidValue;
+      }
+      typename K::Params params;
+      cudaError_t err = prepare_hooked<K>(p, l, m_order, params, reason);
+      if (err != cudaSuccess) return err;
+      const typename K::ProblemShape shape{rows_per_source, p.n, p.k, 1};
+      auto sa = cutlass::make_cute_packed_stride(typename CollectiveMainloop::StrideA{},
+                                                 {rows_per_source, p.k, 1});
+      auto sb = cutlass::make_cute_packed_stride(typename CollectiveMainloop::StrideB{},
+                                                 {p.n, p.k, 1});
+      for (int s = 0; s < sources; ++s) {
+        if (a_src[s] == nullptr || reinterpret_cast<uintptr_t>(a_src[s]) % 16 != 0) {
+          if (reason) *reason = "per-source A: a source pointer is null or not 16-byte aligned";
+          return cudaErrorInvalidValue;
+        }
+        typename CollectiveMainloop::Arguments ma{static_cast<const Element*>(a_src[s]), sa,
+                                                  static_cast<const Element*>(p.b), sb};
+        params.peer_a[s] = CollectiveMainloop::to_underlying_arguments(shape, ma, nullptr);
+      }
+      params.hooks = hooks;
+      return launch_prepared<K>(params, l, reason);
+    }
+  }
+
   // Clusters (CTAs) the persistent grid of the kernel with hooks H takes for p under l.
   template <class H>
   static int grid_ctas_with_hooks(const Problem& p, const Launch& l) {
