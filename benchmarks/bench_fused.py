@@ -403,6 +403,15 @@ def rank_main() -> None:
         sys.stderr.write(text)
         return text
 
+    def against(out: torch.Tensor, ref: torch.Tensor) -> tuple[bool, float]:
+        """(bit-equal on every rank, max over ranks of ||out - ref|| / ||ref||)."""
+        same = torch.tensor([1.0 if torch.equal(out, ref) else 0.0])
+        rel = torch.tensor([((out.float() - ref.float()).norm() /
+                             ref.float().norm().clamp_min(1e-30)).item()])
+        dist.all_reduce(same, op=dist.ReduceOp.MIN)
+        dist.all_reduce(rel, op=dist.ReduceOp.MAX)
+        return bool(same.item() == 1.0), rel.item()
+
     def paired(got: dict, num: str, den: str) -> float:
         """The median over rounds of got[num] / got[den] within each round, the lowest rank's."""
         r = torch.tensor([statistics.median(a / b for a, b in zip(got[num], got[den]))],
@@ -544,13 +553,7 @@ def rank_main() -> None:
             for name, env in var_env.items():
                 with env_set(env):
                     out = fused(0)
-                same = torch.tensor([1.0 if torch.equal(out, ref) else 0.0])
-                rel = torch.tensor([((out.float() - ref.float()).norm() /
-                                     ref.float().norm().clamp_min(1e-30)).item()])
-                dist.all_reduce(same, op=dist.ReduceOp.MIN)
-                dist.all_reduce(rel, op=dist.ReduceOp.MAX)
-                row[f"fused_{name}_same_bits"] = bool(same.item() == 1.0)
-                row[f"fused_{name}_rel_diff"] = rel.item()
+                row[f"fused_{name}_same_bits"], row[f"fused_{name}_rel_diff"] = against(out, ref)
                 del out
             del ref
         if peer_row:
@@ -559,13 +562,7 @@ def rank_main() -> None:
                 ref = fused(0)
             with env_set(peer_env):
                 out = fused(0)
-            same = torch.tensor([1.0 if torch.equal(out, ref) else 0.0])
-            rel = torch.tensor([((out.float() - ref.float()).norm() /
-                                 ref.float().norm().clamp_min(1e-30)).item()])
-            dist.all_reduce(same, op=dist.ReduceOp.MIN)
-            dist.all_reduce(rel, op=dist.ReduceOp.MAX)
-            row["fused_peertma_same_bits"] = bool(same.item() == 1.0)
-            row["fused_peertma_rel_diff"] = rel.item()
+            row["fused_peertma_same_bits"], row["fused_peertma_rel_diff"] = against(out, ref)
             row["fused_peertma_over_kernel_paired"] = paired(got, "fused_peertma_ms",
                                                              "fused_kernel_ms")
             if "timeline" in variants:

@@ -56,6 +56,25 @@ def _check_against_reference(out, lse, q, k, v, causal: bool) -> None:
     assert torch.allclose(lse.double()[finite], ref_lse[finite], rtol=1e-3, atol=1e-3)
 
 
+def _check_variant_against_base(variant: int, base: str, causal: bool, case, monkeypatch) -> None:
+    """A pinned engine variant whose math is its base's (a schedule, prefetch or store change):
+    fresh bf16 d=128 inputs of `case` ([b, s, s_kv, h, h_kv, _]), the output written into poisoned
+    blocks, against the float64 reference where it stays small, and bit for bit the base's."""
+    b, s, s_kv, h, h_kv, _ = case
+    gen = torch.Generator(device="cuda").manual_seed(hash((case, causal, variant)) % 2**31)
+    q, k, v = (torch.randn(b, n, hh, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+               for n, hh in ((s, h), (s_kv, h_kv), (s_kv, h_kv)))
+    monkeypatch.setenv("MKERNEL_ATTN_VARIANT", base)
+    want, want_lse = mkernel.attention(q, k, v, causal=causal)
+    monkeypatch.setenv("MKERNEL_ATTN_VARIANT", str(variant))
+    _poison_allocator()
+    out, lse = mkernel.attention(q, k, v, causal=causal)
+    assert not out.isnan().any() and not lse.isnan().any(), "an unwritten (poisoned) output"
+    if s * s_kv * h * b <= 2 * 4097 * 4097:  # the fp64 reference where it stays small
+        _check_against_reference(out, lse, q, k, v, causal)
+    assert torch.equal(out, want) and torch.equal(lse, want_lse)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("case", CASES)

@@ -14,7 +14,8 @@ import torch
 
 import mkernel
 
-from .test_attention_engine import VARIANT_CASES, _check_against_reference, _poison_allocator
+from .test_attention_engine import (VARIANT_CASES, _check_against_reference,
+                                    _check_variant_against_base, _poison_allocator)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -26,19 +27,7 @@ O_DIRECT = [(18568, False, "2184"), (18568, True, "136"), (22664, True, "136"), 
 @pytest.mark.parametrize("variant,causal,base", O_DIRECT)
 @pytest.mark.parametrize("case", VARIANT_CASES + [(2, 4096, 4096, 16, 16, 128)])
 def test_o_direct_matches_reference_and_base(variant, causal, base, case, monkeypatch) -> None:
-    b, s, s_kv, h, h_kv, _ = case
-    gen = torch.Generator(device="cuda").manual_seed(hash((case, causal, variant)) % 2**31)
-    q, k, v = (torch.randn(b, n, hh, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
-               for n, hh in ((s, h), (s_kv, h_kv), (s_kv, h_kv)))
-    monkeypatch.setenv("MKERNEL_ATTN_VARIANT", base)
-    want, want_lse = mkernel.attention(q, k, v, causal=causal)
-    monkeypatch.setenv("MKERNEL_ATTN_VARIANT", str(variant))
-    _poison_allocator()
-    out, lse = mkernel.attention(q, k, v, causal=causal)
-    assert not out.isnan().any() and not lse.isnan().any(), "an unwritten (poisoned) output"
-    if s * s_kv * h * b <= 2 * 4097 * 4097:  # the fp64 reference where it stays small
-        _check_against_reference(out, lse, q, k, v, causal)
-    assert torch.equal(out, want) and torch.equal(lse, want_lse)
+    _check_variant_against_base(variant, base, causal, case, monkeypatch)
 
 
 def test_o_direct_back_to_back_reuses_outputs(monkeypatch) -> None:
