@@ -276,7 +276,8 @@ def rank_main() -> None:
     mk = torch.ops.mkernel
     has = {name: hasattr(mk, name) for name in ("all_gather", "reduce_scatter", "all_reduce")}
     share = torch.cuda.get_device_properties(0).multi_processor_count  # this MPS client's SMs
-    default_co = share * 3 // 4 // 2 * 2  # fused_common.h co_resident_grid's 3/4 rule
+    from mkernel._fused_defaults import co_resident_grid
+    default_co = co_resident_grid(share)  # fused_common.cpp co_resident_grid (no knob)
     placement = probe_placement(rank, world, share, default_co) \
         if os.environ.get("BENCH_PROBE") == "1" else None
     if placement and rank == 0:  # on disk at once: the parent prints this file in full

@@ -452,9 +452,10 @@ def main() -> None:
     os.environ.setdefault("MKERNEL_FUSED", "force")
     if os.environ.get("FUSED_GRID") == "co_resident":
         sms = torch.cuda.get_device_properties(0).multi_processor_count
-        # fused_common.h co_resident_grid: MKERNEL_FUSED_CO_GRID (opt-in) or 3/4 of the share
+        # fused_common.cpp co_resident_grid: MKERNEL_FUSED_CO_GRID (opt-in) or the default rule
+        from mkernel._fused_defaults import co_resident_grid
         co = os.environ.get("MKERNEL_FUSED_CO_GRID", "")
-        os.environ["MKERNEL_FUSED_SMS"] = co if co.isdigit() else str(sms * 3 // 4 // 2 * 2)
+        os.environ["MKERNEL_FUSED_SMS"] = co if co.isdigit() else str(co_resident_grid(sms))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     ctx = mkernel.init()
     for name in suites:
