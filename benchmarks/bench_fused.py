@@ -276,7 +276,8 @@ def rank_main() -> None:
     mk = torch.ops.mkernel
     has = {name: hasattr(mk, name) for name in ("all_gather", "reduce_scatter", "all_reduce")}
     share = torch.cuda.get_device_properties(0).multi_processor_count  # this MPS client's SMs
-    default_co = share * 3 // 4 // 2 * 2  # fused_common.h co_resident_grid's 3/4 rule
+    from mkernel._fused_defaults import co_resident_grid
+    default_co = co_resident_grid(share)  # fused_common.cpp co_resident_grid (no knob)
     placement = probe_placement(rank, world, share, default_co) \
         if os.environ.get("BENCH_PROBE") == "1" else None
     if placement and rank == 0:  # on disk at once: the parent prints this file in full
@@ -301,7 +302,10 @@ def rank_main() -> None:
     #       peers' rows by TMA, the side warps only stage x locally — beside the forced copy-path
     #       kernel (fused_kernel_ms, added on those rows): fused_peertma_over_kernel_paired, and
     #       its output against the copy kernel's (same config and order: same bits expected).
+    #       (fused14: the peer path is the default where it applies; the copy kernel is pinned
+    #       with MKERNEL_FUSED_AG_PEER_TMA=0, so the comparison holds whichever is the default.)
     peer_env = {"MKERNEL_FUSED_AG_PEER_TMA": "1", "MKERNEL_FUSED": "force"}
+    copy_env = {"MKERNEL_FUSED_AG_PEER_TMA": "0", "MKERNEL_FUSED": "force"}
     tiny = torch.zeros(8, device="cuda", dtype=torch.float32)
 
     def with_env(fn, env: dict):
@@ -513,8 +517,8 @@ def rank_main() -> None:
             fns["op_unfused_ms"] = (fused, {"MKERNEL_FUSED": "off"})
         on_variants = any(w in label for w in variant_rows)
         peer_row = on_variants and "peertma" in variants and op == "ag_gemm"
-        if peer_row:
-            fns["fused_kernel_ms"] = (fused, {"MKERNEL_FUSED": "force"})
+        if peer_row:  # the copy-path kernel (the peer path is ag_gemm's default since fused14)
+            fns["fused_kernel_ms"] = (fused, copy_env)
             fns["fused_peertma_ms"] = (fused, peer_env)
         if on_variants:
             for name, env in var_env.items():
@@ -558,7 +562,7 @@ def rank_main() -> None:
             del ref
         if peer_row:
             # The peer-TMA kernel against the copy-path kernel on the same inputs, every rank.
-            with env_set({"MKERNEL_FUSED": "force"}):
+            with env_set(copy_env):
                 ref = fused(0)
             with env_set(peer_env):
                 out = fused(0)

@@ -144,13 +144,21 @@ bool natural_ag_order() {
   return v != nullptr && std::strcmp(v, "natural") == 0;
 }
 
-// MKERNEL_FUSED_AG_PEER_TMA=1 (opt-in, not yet run on a GPU; kernels/fused/fused_peer_tma.cuh):
-// the GEMM loads the peers' rows by TMA from each peer's own slot of its gathered buffer (one
-// descriptor per source rank) and its own rows from x; the side warps only stage x into the own
-// slot (a local copy) instead of pushing it into every peer's buffer.
+// The peer-TMA path (kernels/fused/fused_peer_tma.cuh): the GEMM loads the peers' rows by TMA
+// from each peer's own slot of its gathered buffer (one descriptor per source rank) and its own
+// rows from x; the side warps only stage x into the own slot (a local copy) instead of pushing
+// it into every peer's buffer. The default where it applies (ag_gemm_cuda: m % 128 == 0, one
+// node, W <= 8, no return_gathered) since fused14: s12run1 (W = 2) measured square M=16384
+// 0.748x the copy kernel (2.04 vs 2.75 ms; 1.34x the overlap ideal vs 1.81x), Llama fc1
+// M=8192 0.957x, the same bits, and passed the smoke at W = 2, 4 and graph replay at W = 2.
+// MKERNEL_FUSED_AG_PEER_TMA=0 opts out (the copy path), =1 opts in; unset: the default below.
+// Every rank must see the same value (the mode joins the call signature: a rank with another
+// value fails the entry barrier naming the peer).
+constexpr bool kAgPeerTmaByDefault = true;  // fused14; revert: false (then opt-in again)
 bool ag_peer_tma_requested() {
   const char* v = std::getenv("MKERNEL_FUSED_AG_PEER_TMA");
-  return v != nullptr && std::strcmp(v, "1") == 0;
+  if (v == nullptr || *v == '\0') return kAgPeerTmaByDefault;
+  return std::strcmp(v, "0") != 0;
 }
 
 // One fused launch (kernels/fused/fused_hooks.cuh, kModeAllGather): every same-node rank's x is

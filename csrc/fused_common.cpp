@@ -335,6 +335,16 @@ std::string gate_setting() {
 }
 }  // namespace
 
+// The co-resident grid measured where the 3/4 rule (s8run2, W = 2) is not what MPS places: a
+// share of 32 SMs (W = 4 on an H200 at 25 %), where the placement probe (bench_fused.py --probe)
+// found 2-CTA grids of 28 whole on all four ranks in both reps, twice (s11run2, s12run1), and
+// the fused kernels' outputs on it checked (s12run1, MKERNEL_FUSED_CO_GRID=28, gated, W = 4
+// ag/rs/ar/graph); the 3/4 rule gives 24. 0: the 3/4 rule. Flip to 28 only on fused12's rule
+// (/work/requests/fused14.md: the W = 4 bench's co rows same bits and faster); the Python mirror
+// python/mkernel/_fused_defaults.py CO_GRID_AT_SHARE_32 must match (tests/core/
+// test_fused_defaults.py checks it).
+constexpr int kCoGridAtShare32 = 0;
+
 int co_resident_grid(int grid) {
   if (mps_limit_percent() == 100) return 0;
   // MKERNEL_FUSED_CO_GRID=<n> (opt-in, every rank the same; an even n in [2, grid]): this grid
@@ -346,6 +356,7 @@ int co_resident_grid(int grid) {
     const int want = std::atoi(v);
     if (want >= 2 && want % 2 == 0 && want <= grid) return want;
   }
+  if (kCoGridAtShare32 > 0 && grid == 32) return kCoGridAtShare32;
   const int g = grid * 3 / 4 / 2 * 2;
   return g >= 2 && g < grid ? g : 0;
 }

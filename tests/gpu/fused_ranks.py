@@ -10,7 +10,7 @@ capture and replay with the inputs changed between replays. Prints ``CASE {json}
 
 ``FUSED_SUITE`` (comma-separated): ``ag`` (ag_gemm), ``rs`` (gemm_rs), ``ar`` (gemm_ar),
 ``graph`` (all three captured and replayed), ``auto`` (the fused/unfused and config choice), ``time``,
-``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``peergraph`` (that path captured and replayed), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
+``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``peergraph`` (that path captured and replayed), ``agdefault`` (ag_gemm as users get it: no knob, the op's own choice), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
 torch.compile(fullgraph=True), inductor / aot_eager backend).
 The fused kernels are pinned (MKERNEL_FUSED=force) unless the environment says otherwise.
 ``FUSED_GRID=co_resident`` pins their persistent grid to the co-resident grid choose_path
@@ -106,11 +106,12 @@ def suite_ag(ctx, rank: int, world: int) -> None:
 
 
 def suite_peertma(ctx, rank: int, world: int) -> None:
-    """ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1 (fused13): the GEMM loads the peers' rows by TMA
+    """ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1 (fused13; the default since fused14, pinned here
+    so the suite tests the kernel whatever the default): the GEMM loads the peers' rows by TMA
     from their own slots (m a multiple of 128), ragged m and return_gathered=True take the copy
     path under the same knob; every output against the fp32 reference (per tile), two calls per
     shape back to back (the own slot rewritten in the next call), and the peer kernel's output
-    compared with the copy path's (CASE field same_bits: informative, the measured config may
+    compared with the copy path's (=0; CASE field same_bits: informative, the measured config may
     differ). fused_smoke.py checks that the peer kernel really launched (its stderr line)."""
     shapes = [(128, 64, 96), (256, 256, 136), (384, 512, 1024), (1024, 1024, 4096),
               (333, 512, 1024)]  # the last: ragged, the copy path
@@ -127,7 +128,7 @@ def suite_peertma(ctx, rank: int, world: int) -> None:
                 out1 = mkernel.ag_gemm(xd, wd, group=ctx)
                 out2 = mkernel.ag_gemm(xd, wd, group=ctx)  # no sync in between
                 out_g, gathered = mkernel.ag_gemm(xd, wd, group=ctx, return_gathered=True)
-                os.environ.pop("MKERNEL_FUSED_AG_PEER_TMA")
+                os.environ["MKERNEL_FUSED_AG_PEER_TMA"] = "0"  # the copy path (opt-out)
                 out_copy = mkernel.ag_gemm(xd, wd, group=ctx)
                 c = dict(op="ag_gemm_peertma", dtype=dname, m=m, k=k, n=n, world=world, rank=rank,
                          peer=(m % 128 == 0))
@@ -144,6 +145,40 @@ def suite_peertma(ctx, rank: int, world: int) -> None:
             os.environ.pop("MKERNEL_FUSED_AG_PEER_TMA", None)
         else:
             os.environ["MKERNEL_FUSED_AG_PEER_TMA"] = prev
+
+
+def suite_agdefault(ctx, rank: int, world: int) -> None:
+    """ag_gemm as users get it (fused14): MKERNEL_FUSED_AG_PEER_TMA unset, the op's own choice
+    (choose_path, not forced) — the peer-TMA kernel where it applies (m % 128 == 0, no
+    return_gathered; fused_smoke.py --expect-peer checks its launch line), the copy path for
+    ragged m and return_gathered=True, or the unfused path where measured faster. Every output
+    against the fp32 reference per tile, from poisoned memory; two calls back to back with no
+    sync (the own slot restaged while a peer may still read the previous call's)."""
+    shapes = [(256, 256, 512), (1024, 1024, 4096), (512, 2048, 1024), (333, 512, 1024)]
+    saved = {v: os.environ.pop(v, None) for v in ("MKERNEL_FUSED_AG_PEER_TMA", "MKERNEL_FUSED")}
+    try:
+        for dname, dtype in DTYPES.items():
+            pending = []
+            for i, (m, k, n) in enumerate(shapes):
+                case = 9000 + 1000 * i + (0 if dtype is torch.bfloat16 else 500)
+                gathered_ref, ref, x, w = ag_reference(case, world, m, k, n, dtype, rank)
+                xd, wd = x.cuda(), w.cuda()
+                poison(((world * m, n), dtype), ((world * m, k), dtype))
+                out1 = mkernel.ag_gemm(xd, wd, group=ctx)
+                out2 = mkernel.ag_gemm(xd, wd, group=ctx)  # no sync in between
+                out_g, gathered = mkernel.ag_gemm(xd, wd, group=ctx, return_gathered=True)
+                c = dict(op="ag_gemm_default", dtype=dname, m=m, k=k, n=n, world=world, rank=rank)
+                pending.append((c, out1, out2, out_g, gathered, ref, gathered_ref))
+            torch.cuda.synchronize()
+            for c, out1, out2, out_g, gathered, ref, gathered_ref in pending:
+                check("default_out", out1, ref, c)
+                check("default_out_again", out2, ref, c)
+                check("default_gathered_out", out_g, ref, c)
+                assert torch.equal(gathered.cpu(), gathered_ref), f"gathered differs: {c}"
+    finally:
+        for v, val in saved.items():
+            if val is not None:
+                os.environ[v] = val
 
 
 def suite_peergraph(ctx, rank: int, world: int) -> None:
@@ -417,16 +452,17 @@ def main() -> None:
     os.environ.setdefault("MKERNEL_FUSED", "force")
     if os.environ.get("FUSED_GRID") == "co_resident":
         sms = torch.cuda.get_device_properties(0).multi_processor_count
-        # fused_common.h co_resident_grid: MKERNEL_FUSED_CO_GRID (opt-in) or 3/4 of the share
+        # fused_common.cpp co_resident_grid: MKERNEL_FUSED_CO_GRID (opt-in) or the default rule
+        from mkernel._fused_defaults import co_resident_grid
         co = os.environ.get("MKERNEL_FUSED_CO_GRID", "")
-        os.environ["MKERNEL_FUSED_SMS"] = co if co.isdigit() else str(sms * 3 // 4 // 2 * 2)
+        os.environ["MKERNEL_FUSED_SMS"] = co if co.isdigit() else str(co_resident_grid(sms))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     ctx = mkernel.init()
     for name in suites:
         try:
             {"ag": suite_ag, "rs": suite_rs, "ar": suite_ar, "graph": suite_graph,
              "mlp": suite_mlp, "time": suite_time, "auto": suite_auto,
-             "peertma": suite_peertma, "peergraph": suite_peergraph,
+             "peertma": suite_peertma, "peergraph": suite_peergraph, "agdefault": suite_agdefault,
              "compile": lambda c, r, w: suite_mlp(c, r, w, backend="inductor"),
              "compile_aot": lambda c, r, w: suite_mlp(c, r, w, backend="aot_eager")}[name](ctx, rank, world)
         except Exception:

@@ -31,6 +31,9 @@ def main() -> int:
     ap.add_argument("--suites", default="ag,rs,ar")
     ap.add_argument("--time-at", type=int, default=2, help="also run the timing suite at this W")
     ap.add_argument("--timeout", type=float, default=50.0)
+    ap.add_argument("--expect-peer", action="store_true",
+                    help="require the peer-TMA kernel's launch line on every rank whatever the "
+                         "suites (e.g. agdefault: the default route, fused14)")
     ap.add_argument("--grids", default="share,co_resident",
                     help="share: the fused kernels on the grid of this rank's SMs; co_resident: "
                          "pinned to the co-resident grid (FUSED_GRID, tests/gpu/fused_ranks.py)")
@@ -47,7 +50,8 @@ def main() -> int:
             results = run_ranks(code, world, timeout=args.timeout, env=env)
             for r in sorted(results, key=lambda r: r.rank):
                 ok = r.returncode == 0 and f"OK {r.rank}" in r.stdout
-                if {"peertma", "peergraph"} & set(suites.split(",")) and PEER_MARK not in r.stderr:
+                wants_peer = args.expect_peer or {"peertma", "peergraph"} & set(suites.split(","))
+                if wants_peer and PEER_MARK not in r.stderr:
                     print(f"rank {r.rank}: the peer-TMA kernel never launched", flush=True)
                     ok = False
                 failed |= not ok

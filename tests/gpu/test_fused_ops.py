@@ -102,6 +102,23 @@ def test_ag_gemm_peer_tma(mps, world):
         assert "mkernel.ag_gemm: peer-TMA kernel launched" in r.stderr, f"rank {r.rank}"
 
 
+# ag_gemm.cpp kAgPeerTmaByDefault (fused14): whether the default route launches the peer kernel.
+AG_PEER_TMA_BY_DEFAULT = True
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ag_gemm_default_route(mps, world):
+    """ag_gemm as users get it (no knob, the op's own measured choice): the peer-TMA kernel
+    where it applies (it launches at least in the measurement), the copy path for ragged m and
+    return_gathered; every output against the fp32 reference per tile."""
+    res = run_ranks(RANKS, world, timeout=240, env=rank_env(mps, world, FUSED_SUITE="agdefault"))
+    cases = check_ranks(res)
+    assert len(cases) == world * 2 * 4 * 3  # ranks x dtypes x shapes x checked outputs
+    for r in res:
+        launched = "mkernel.ag_gemm: peer-TMA kernel launched" in r.stderr
+        assert launched == AG_PEER_TMA_BY_DEFAULT, f"rank {r.rank}"
+
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_ag_gemm_peer_tma_graph_replay(mps, world):
     """The peer-TMA ag_gemm captured in a CUDA graph, replayed with every rank's x changed."""

@@ -32,15 +32,30 @@ constexpr uint32_t kFlagWords = 1u << 16;  // 512 KiB of flags per rank
 // collectives); [kOpSlotBase, kFlagWords) are free for an op's per-chunk / per-tile flags.
 struct FlagSlot {
   static constexpr uint32_t kEntry = 0;                          // + src rank: src entered call e
-  static constexpr uint32_t kSignature = kMaxRanks;              // + src rank: src's call signature
+  // (retired, fused14: every entry barrier now reads the signature by the call's parity, below)
+  static constexpr uint32_t kSignatureRetired = kMaxRanks;
   static constexpr uint32_t kExit = 2 * kMaxRanks;               // + src rank: src finished call e
   static constexpr uint32_t kCollective = 3 * kMaxRanks;         // 8 * kMaxRanks for the collectives
   static constexpr uint32_t kMismatch = 11 * kMaxRanks;          // + src rank: src recorded a
                                                                  // signature mismatch in call e
-  // + (e & 1) * kMaxRanks + src rank: src's call signature in call e, for kernels whose entry
-  // barrier reads it by the call's parity (entry_barrier's by_parity: the fused kernels across
-  // nodes, whose CTAs may enter a call after a peer has published the next call's signature).
+  // + (e & 1) * kMaxRanks + src rank: src's call signature in call e (signature_slot).
   static constexpr uint32_t kSignatureByParity = 12 * kMaxRanks;
+  // Where rank src publishes (and every peer reads) its signature of call e: one slot per
+  // parity of e, for every kernel of every op. Why by parity: a CTA of call e can reach the
+  // entry barrier after every peer has finished call e and published call e + 1's signature
+  // (a CTA placed late — under MPS, while the peers' grids hold the SMs — in a kernel whose
+  // peers need nothing more from it: ag_gemm's copy items are claimed by the CTAs that run),
+  // but never after call e + 2's (a peer passes call e + 1's barrier only once this rank has
+  // entered call e + 1, i.e. after its call e kernel ended). So the slot of e's parity holds
+  // exactly call e's signature when it is read. One slot for every call read the next call's
+  // signature there: a false "called different ops" trap (s12run1, W = 4 ag_gemm square
+  // M=16384 on the share's grid, then the unfused path's all_gather; before that s10run2
+  // across nodes, which alone had the parity slots). Every kernel uses this one function, so
+  // no two kernels of a call can disagree on the slot (tests/comm/entry_barrier_check.cpp).
+  static constexpr uint32_t signature_slot(uint64_t e, int src) {
+    return kSignatureByParity + static_cast<uint32_t>(e & 1) * kMaxRanks +
+           static_cast<uint32_t>(src);
+  }
   // + src rank: src's fused launch gate of call e has started (fused_gate.cu, barrier mode).
   static constexpr uint32_t kGate = 14 * kMaxRanks;
   static constexpr uint32_t kGroupSlots = 16 * kMaxRanks;

@@ -103,14 +103,11 @@ __device__ __forceinline__ void op_end(const GroupDevice& g, uint64_t e);
 // peer recorded its own mismatch (each sees one: if every peer matched this rank, they would
 // match each other) or the timeout passed, because under MPS the first trap ends every client
 // of the GPU, and a peer that has not recorded yet would lose its explanation.
-// by_parity: the signature goes to (and is read from) FlagSlot::kSignatureByParity by the
-// call's parity instead of kSignature. A peer can be at most one call ahead of a CTA that enters
-// call e late (it cannot pass call e + 1's barrier before this rank enters it), so a slot per
-// parity still holds call e's signature when such a CTA reads it; kSignature may already hold
-// call e + 1's, a false mismatch (seen by the fused ag_gemm across nodes at W = 4, s10run2:
-// CTAs placed late under MPS). Every rank of a call must pass the same by_parity.
+// The signature slot is the call's parity's (FlagSlot::signature_slot, for every kernel): a CTA
+// that enters call e late may find a peer one call ahead — never two — whose call e + 1
+// signature must not be read as call e's (s12run1: a false mismatch from one shared slot).
 __device__ __forceinline__ void entry_barrier(const GroupDevice& g, uint64_t e, int32_t op,
-                                              uint64_t signature, bool by_parity = false);
+                                              uint64_t signature);
 
 }  // namespace mkernel::comm
 

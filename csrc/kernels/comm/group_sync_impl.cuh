@@ -81,14 +81,11 @@ __device__ __forceinline__ void op_end(const GroupDevice& g, uint64_t e) {
 }
 
 __device__ __forceinline__ void entry_barrier(const GroupDevice& g, uint64_t e, int32_t op,
-                                              uint64_t signature, bool by_parity) {
-  const uint32_t sig_slot =
-      by_parity ? FlagSlot::kSignatureByParity + static_cast<uint32_t>(e & 1) * kMaxRanks
-                : FlagSlot::kSignature;
+                                              uint64_t signature) {
   // Publish the signature everywhere, then the entry flags (one system fence orders the
   // signatures, and everything this thread observed, before every release).
   for (int p = 0; p < g.world; ++p) {
-    if (g.flags[p] != nullptr) g.flags[p][sig_slot + g.rank] = signature;
+    if (g.flags[p] != nullptr) g.flags[p][FlagSlot::signature_slot(e, g.rank)] = signature;
   }
   __threadfence_system();
   for (int p = 0; p < g.world; ++p) {
@@ -100,14 +97,14 @@ __device__ __forceinline__ void entry_barrier(const GroupDevice& g, uint64_t e, 
     if (g.flags[p] == nullptr || p == g.rank) continue;
     wait_geq(g, g.flags[g.rank] + FlagSlot::kEntry + p, e, WaitSite{op, kWaitEntry, p, 0});
     const uint64_t theirs =
-        *reinterpret_cast<volatile uint64_t*>(g.flags[g.rank] + sig_slot + p);
+        *reinterpret_cast<volatile uint64_t*>(g.flags[g.rank] + FlagSlot::signature_slot(e, p));
     if (theirs != signature && differs < 0) {
       differs = p;
       theirs_differing = theirs;
     }
   }
   if (differs >= 0) {
-    record_wait(g.diag, g.group_id, g.rank, g.flags[g.rank] + sig_slot + differs,
+    record_wait(g.diag, g.group_id, g.rank, g.flags[g.rank] + FlagSlot::signature_slot(e, differs),
                 signature, theirs_differing, 0, WaitSite{op, kWaitSignature, differs, 0});
     for (int p = 0; p < g.world; ++p) {
       if (g.flags[p] != nullptr) signal(g, p, FlagSlot::kMismatch + g.rank, e);

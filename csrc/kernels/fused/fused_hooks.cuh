@@ -255,7 +255,7 @@ struct FusedHooks {
   CUTLASS_DEVICE static void copy_role(Params const& p, Call const& call, int t) {
     const comm::GroupDevice& g = p.group;
     if (t == 0) {
-      comm::entry_barrier(g, call.epoch, p.op, p.signature, p.net_remote > 0);
+      comm::entry_barrier(g, call.epoch, p.op, p.signature);
       stamp(p, kTlEntered);
     }
     side_sync();
@@ -1416,7 +1416,7 @@ struct FusedHooks {
       comm::fence_proxy_async_global();  // the TMA loads that follow must see those rows
     } else if (!call.entered) {
       // The first tile of this CTA: no peer may still be reading the partial we overwrite.
-      comm::entry_barrier(p.group, call.epoch, p.op, p.signature, p.net_remote > 0);
+      comm::entry_barrier(p.group, call.epoch, p.op, p.signature);
       stamp(p, kTlEntered);
       call.entered = true;
     }

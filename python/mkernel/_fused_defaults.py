@@ -1,0 +1,18 @@
+"""Python mirrors of the fused ops' compiled-in defaults that benchmarks and rank tests need
+before any call (csrc/fused_common.cpp; tests/core/test_fused_defaults.py checks they match)."""
+
+from __future__ import annotations
+
+# fused_common.cpp kCoGridAtShare32: the co-resident grid at a 32-SM MPS share (W = 4 on an
+# H200), 0 for the 3/4 rule.
+CO_GRID_AT_SHARE_32 = 0
+
+
+def co_resident_grid(share: int) -> int:
+    """fused_common.cpp co_resident_grid for a rank of `share` SMs under an MPS SM limit (the
+    grid the ranks' 2-CTA-cluster fused grids all run at once), without MKERNEL_FUSED_CO_GRID:
+    the measured grid where there is one, else 3/4 of the share in whole clusters (0 if none)."""
+    if CO_GRID_AT_SHARE_32 > 0 and share == 32:
+        return CO_GRID_AT_SHARE_32
+    g = share * 3 // 4 // 2 * 2
+    return g if 2 <= g < share else 0
