@@ -58,11 +58,16 @@ __device__ __noinline__ void record_wait(WaitDiagnostic* diag, int32_t group, in
                                          const uint64_t* flag, uint64_t expected, uint64_t seen,
                                          uint64_t elapsed_ns, WaitSite site);
 
-// Fills *diag once (first claimant wins), then traps. Never returns ([[noreturn]]: a caller
-// saves no registers around the cold call, no spills in the 40-register side warps).
-__device__ __noinline__ [[noreturn]] void fail_wait(WaitDiagnostic* diag, int32_t group, int32_t rank,
-                                       const uint64_t* flag, uint64_t expected, uint64_t seen,
-                                       uint64_t elapsed_ns, WaitSite site);
+// Fills *diag once (first claimant wins), then traps. Inline, no call: the record's 16
+// argument words did not fit the registers ptxas gives a call's arguments in kernels that
+// setmaxnreg to 40 (the fused GEMMs): it passed 6 of them through local memory at every call
+// site (s11 build logs: 40-byte stack frames, 700 bytes of spill stores in four fused kernels,
+// all of it on this cold path). Inline, the record is stores from the registers already
+// holding the values, placed after each wait's timeout branch.
+[[noreturn]] __device__ __forceinline__ void fail_wait(WaitDiagnostic* diag, int32_t group,
+                                                       int32_t rank, const uint64_t* flag,
+                                                       uint64_t expected, uint64_t seen,
+                                                       uint64_t elapsed_ns, WaitSite site);
 
 // Spins until *flag >= expected (acquire, system scope). Bounded by timeout_ns of %globaltimer;
 // on timeout records the site and traps. Returns the value seen.

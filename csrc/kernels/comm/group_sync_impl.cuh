@@ -3,10 +3,11 @@
 
 namespace mkernel::comm {
 
-__device__ __noinline__ inline void record_wait(WaitDiagnostic* diag, int32_t group, int32_t rank,
-                                                const uint64_t* flag, uint64_t expected,
-                                                uint64_t seen, uint64_t elapsed_ns,
-                                                WaitSite site) {
+// The record itself, inlined into both entry points below.
+__device__ __forceinline__ void write_wait_record(WaitDiagnostic* diag, int32_t group, int32_t rank,
+                                                  const uint64_t* flag, uint64_t expected,
+                                                  uint64_t seen, uint64_t elapsed_ns,
+                                                  WaitSite site) {
   if (diag != nullptr && atomicCAS_system(&diag->claimed, 0u, 1u) == 0u) {
     volatile WaitDiagnostic* d = diag;
     d->expected = expected;
@@ -28,10 +29,18 @@ __device__ __noinline__ inline void record_wait(WaitDiagnostic* diag, int32_t gr
   }
 }
 
-__device__ __noinline__ [[noreturn]] inline void fail_wait(WaitDiagnostic* diag, int32_t group, int32_t rank,
-                                              const uint64_t* flag, uint64_t expected,
-                                              uint64_t seen, uint64_t elapsed_ns, WaitSite site) {
-  record_wait(diag, group, rank, flag, expected, seen, elapsed_ns, site);
+__device__ __noinline__ inline void record_wait(WaitDiagnostic* diag, int32_t group, int32_t rank,
+                                                const uint64_t* flag, uint64_t expected,
+                                                uint64_t seen, uint64_t elapsed_ns,
+                                                WaitSite site) {
+  write_wait_record(diag, group, rank, flag, expected, seen, elapsed_ns, site);
+}
+
+[[noreturn]] __device__ __forceinline__ void fail_wait(WaitDiagnostic* diag, int32_t group,
+                                                       int32_t rank, const uint64_t* flag,
+                                                       uint64_t expected, uint64_t seen,
+                                                       uint64_t elapsed_ns, WaitSite site) {
+  write_wait_record(diag, group, rank, flag, expected, seen, elapsed_ns, site);
   __trap();
 }
 

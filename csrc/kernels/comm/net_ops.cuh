@@ -24,7 +24,8 @@
 //
 // Every wait is bounded by g.timeout_ns and, on timeout or proxy failure, records a
 // WaitDiagnostic (kWaitFifoCredit / kWaitFifoFailed / kWaitNetArrival / kWaitNetSent, naming
-// the peer) and traps: no printf, and the only call is group_sync's cold fail_wait.
+// the peer) and traps: no printf; the only call is the cold net_push_failed (fail_wait is
+// inline).
 #pragma once
 
 #include <mkernel/fifo.h>
