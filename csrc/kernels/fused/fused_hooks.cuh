@@ -1285,7 +1285,9 @@ struct FusedHooks {
     cutlass::arch::ClusterTransactionBarrier::init(&st.bulk_bar[0], 1);
     cutlass::arch::ClusterTransactionBarrier::init(&st.bulk_bar[1], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;" ::: "memory");
-    uint32_t phase[2] = {0, 0};
+    // The two halves' mbarrier phases, bit b for half b: a register (a uint32_t[2] indexed by
+    // k & 1 lived in local memory, one load and one store per piece).
+    uint32_t phases = 0;
     const uint32_t buf0 = static_cast<uint32_t>(__cvta_generic_to_shared(&st.buf[0]));
     const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(&st.bulk_bar[0]));
     const int items = g.world * p.chunks;
@@ -1321,8 +1323,8 @@ struct FusedHooks {
           asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
           load(k + 1);
         }
-        cutlass::arch::ClusterTransactionBarrier::wait(&st.bulk_bar[b], phase[b]);
-        phase[b] ^= 1;
+        cutlass::arch::ClusterTransactionBarrier::wait(&st.bulk_bar[b], (phases >> b) & 1u);
+        phases ^= 1u << b;
         const uint32_t n = min(kPiece, bytes - k * kPiece);
         asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
                      "cp.async.bulk.commit_group;"
