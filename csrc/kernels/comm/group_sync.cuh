@@ -58,12 +58,12 @@ __device__ __noinline__ void record_wait(WaitDiagnostic* diag, int32_t group, in
                                          const uint64_t* flag, uint64_t expected, uint64_t seen,
                                          uint64_t elapsed_ns, WaitSite site);
 
-// Fills *diag once (first claimant wins), then traps. Inline, no call: the record's 16
-// argument words did not fit the registers ptxas gives a call's arguments in kernels that
-// setmaxnreg to 40 (the fused GEMMs): it passed 6 of them through local memory at every call
-// site (s11 build logs: 40-byte stack frames, 700 bytes of spill stores in four fused kernels,
-// all of it on this cold path). Inline, the record is stores from the registers already
-// holding the values, placed after each wait's timeout branch.
+// Fills *diag once (first claimant wins), then traps. Inline, no call: as a noinline call its 16
+// argument words did not all go in registers in some kernels (the fused 128x256 / 256x128 GEMMs,
+// producer warpgroup on 40 registers): ptxas passed 6 through local memory at each of its 29 call
+// sites (s11 builds: 40-byte frames, 700 bytes of "spill stores", all on this cold path; with 8
+// words none). Inline, the record is stores from the registers already holding the values,
+// after each wait's timeout branch (~40 instructions of cold code per wait site).
 [[noreturn]] __device__ __forceinline__ void fail_wait(WaitDiagnostic* diag, int32_t group,
                                                        int32_t rank, const uint64_t* flag,
                                                        uint64_t expected, uint64_t seen,
