@@ -58,16 +58,30 @@ __device__ __noinline__ void record_wait(WaitDiagnostic* diag, int32_t group, in
                                          const uint64_t* flag, uint64_t expected, uint64_t seen,
                                          uint64_t elapsed_ns, WaitSite site);
 
-// Fills *diag once (first claimant wins), then traps. Inline, no call: as a noinline call its 16
-// argument words did not all go in registers in some kernels (the fused 128x256 / 256x128 GEMMs,
-// producer warpgroup on 40 registers): ptxas passed 6 through local memory at each of its 29 call
-// sites (s11 builds: 40-byte frames, 700 bytes of "spill stores", all on this cold path; with 8
-// words none). Inline, the record is stores from the registers already holding the values,
-// after each wait's timeout branch (~40 instructions of cold code per wait site).
-[[noreturn]] __device__ __forceinline__ void fail_wait(WaitDiagnostic* diag, int32_t group,
-                                                       int32_t rank, const uint64_t* flag,
-                                                       uint64_t expected, uint64_t seen,
-                                                       uint64_t elapsed_ns, WaitSite site);
+// Fills *diag once (first claimant wins), then traps. Never returns ([[noreturn]]: a caller
+// saves no registers around the cold call, no spills in the 40-register side warps).
+__device__ __noinline__ [[noreturn]] void fail_wait(WaitDiagnostic* diag, int32_t group, int32_t rank,
+                                       const uint64_t* flag, uint64_t expected, uint64_t seen,
+                                       uint64_t elapsed_ns, WaitSite site);
+
+// How a bounded wait's timeout path reaches the record and the trap, chosen at compile time by
+// the kernel family (both write the same WaitDiagnostic and trap):
+//   kCall   (the default): the out-of-line fail_wait above, one copy per kernel;
+//   kInline: the record written at each wait site (~40 instructions of cold code per site).
+// Why both (ptxas 13.0, sm_90a): fail_wait's 16 argument words do not all go in registers in every
+// kernel. In the fused 128x256 / 256x128 GEMMs (producer warpgroup on 40 registers) ptxas passed 6
+// of them through local memory at each of their 29 call sites (s11 builds: 40-byte frames, 700
+// bytes of "spill stores", all on this cold path); with kInline those kernels are spill-free. In
+// the hooked attention kernels (a 24-register producer) the inline record spills inside itself
+// instead (+8 to +16 bytes, also cold), so they keep the call.
+enum class FailPath { kCall, kInline };
+
+// fail_wait by path P.
+template <FailPath P>
+[[noreturn]] __device__ __forceinline__ void fail_wait_via(WaitDiagnostic* diag, int32_t group,
+                                                           int32_t rank, const uint64_t* flag,
+                                                           uint64_t expected, uint64_t seen,
+                                                           uint64_t elapsed_ns, WaitSite site);
 
 // Spins until *flag >= expected (acquire, system scope). Bounded by timeout_ns of %globaltimer;
 // on timeout records the site and traps. Returns the value seen.
@@ -75,12 +89,15 @@ __device__ __noinline__ void record_wait(WaitDiagnostic* diag, int32_t group, in
 // (the inter-node proxy's FIFO error: a lost peer). It is read together with every fourth poll
 // of the flag; once it is non-zero the wait returns the flag's value (< expected) at once and
 // the caller records why and traps (net_ops.cuh's net_wait_arrival).
+// P: the timeout path (FailPath above).
+template <FailPath P = FailPath::kCall>
 __device__ __forceinline__ uint64_t wait_geq(const uint64_t* flag, uint64_t expected,
                                              uint64_t timeout_ns, WaitDiagnostic* diag,
                                              int32_t group, int32_t rank, WaitSite site,
                                              const uint32_t* abort_word = nullptr);
 
 // The same with the bound and the record taken from the group.
+template <FailPath P = FailPath::kCall>
 __device__ __forceinline__ uint64_t wait_geq(const GroupDevice& g, const uint64_t* flag,
                                              uint64_t expected, WaitSite site);
 
@@ -114,6 +131,8 @@ __device__ __forceinline__ void op_end(const GroupDevice& g, uint64_t e);
 // parity still holds call e's signature when such a CTA reads it; kSignature may already hold
 // call e + 1's, a false mismatch (seen by the fused ag_gemm across nodes at W = 4, s10run2:
 // CTAs placed late under MPS). Every rank of a call must pass the same by_parity.
+// P: the timeout path of its waits (FailPath above).
+template <FailPath P = FailPath::kCall>
 __device__ __forceinline__ void entry_barrier(const GroupDevice& g, uint64_t e, int32_t op,
                                               uint64_t signature, bool by_parity = false);
 

@@ -3,7 +3,7 @@
 
 namespace mkernel::comm {
 
-// The record itself, inlined into both entry points below.
+// The record itself: the body of record_wait, and of fail_wait_via<kInline> at each wait site.
 __device__ __forceinline__ void write_wait_record(WaitDiagnostic* diag, int32_t group, int32_t rank,
                                                   const uint64_t* flag, uint64_t expected,
                                                   uint64_t seen, uint64_t elapsed_ns,
@@ -36,14 +36,27 @@ __device__ __noinline__ inline void record_wait(WaitDiagnostic* diag, int32_t gr
   write_wait_record(diag, group, rank, flag, expected, seen, elapsed_ns, site);
 }
 
-[[noreturn]] __device__ __forceinline__ void fail_wait(WaitDiagnostic* diag, int32_t group,
-                                                       int32_t rank, const uint64_t* flag,
-                                                       uint64_t expected, uint64_t seen,
-                                                       uint64_t elapsed_ns, WaitSite site) {
-  write_wait_record(diag, group, rank, flag, expected, seen, elapsed_ns, site);
+__device__ __noinline__ [[noreturn]] inline void fail_wait(WaitDiagnostic* diag, int32_t group, int32_t rank,
+                                              const uint64_t* flag, uint64_t expected,
+                                              uint64_t seen, uint64_t elapsed_ns, WaitSite site) {
+  record_wait(diag, group, rank, flag, expected, seen, elapsed_ns, site);
   __trap();
 }
 
+template <FailPath P>
+[[noreturn]] __device__ __forceinline__ void fail_wait_via(WaitDiagnostic* diag, int32_t group,
+                                                           int32_t rank, const uint64_t* flag,
+                                                           uint64_t expected, uint64_t seen,
+                                                           uint64_t elapsed_ns, WaitSite site) {
+  if constexpr (P == FailPath::kInline) {
+    write_wait_record(diag, group, rank, flag, expected, seen, elapsed_ns, site);
+    __trap();
+  } else {
+    fail_wait(diag, group, rank, flag, expected, seen, elapsed_ns, site);
+  }
+}
+
+template <FailPath P>
 __device__ __forceinline__ uint64_t wait_geq(const uint64_t* flag, uint64_t expected,
                                              uint64_t timeout_ns, WaitDiagnostic* diag,
                                              int32_t group, int32_t rank, WaitSite site,
@@ -58,13 +71,14 @@ __device__ __forceinline__ uint64_t wait_geq(const uint64_t* flag, uint64_t expe
     seen = ld_acquire_sys(flag);
     if (seen >= expected || abort != 0) return seen;
     const uint64_t elapsed = globaltimer_ns() - start;
-    if (elapsed > timeout_ns) fail_wait(diag, group, rank, flag, expected, seen, elapsed, site);
+    if (elapsed > timeout_ns) fail_wait_via<P>(diag, group, rank, flag, expected, seen, elapsed, site);
   }
 }
 
+template <FailPath P>
 __device__ __forceinline__ uint64_t wait_geq(const GroupDevice& g, const uint64_t* flag,
                                              uint64_t expected, WaitSite site) {
-  return wait_geq(flag, expected, g.timeout_ns, g.diag, g.group_id, g.rank, site);
+  return wait_geq<P>(flag, expected, g.timeout_ns, g.diag, g.group_id, g.rank, site);
 }
 
 __device__ __forceinline__ void signal(const GroupDevice& g, int peer, uint32_t slot,
@@ -89,6 +103,7 @@ __device__ __forceinline__ void op_end(const GroupDevice& g, uint64_t e) {
   }
 }
 
+template <FailPath P>
 __device__ __forceinline__ void entry_barrier(const GroupDevice& g, uint64_t e, int32_t op,
                                               uint64_t signature, bool by_parity) {
   const uint32_t sig_slot =
@@ -107,7 +122,7 @@ __device__ __forceinline__ void entry_barrier(const GroupDevice& g, uint64_t e, 
   uint64_t theirs_differing = 0;
   for (int p = 0; p < g.world; ++p) {
     if (g.flags[p] == nullptr || p == g.rank) continue;
-    wait_geq(g, g.flags[g.rank] + FlagSlot::kEntry + p, e, WaitSite{op, kWaitEntry, p, 0});
+    wait_geq<P>(g, g.flags[g.rank] + FlagSlot::kEntry + p, e, WaitSite{op, kWaitEntry, p, 0});
     const uint64_t theirs =
         *reinterpret_cast<volatile uint64_t*>(g.flags[g.rank] + sig_slot + p);
     if (theirs != signature && differs < 0) {
