@@ -73,7 +73,7 @@ __device__ __noinline__ [[noreturn]] void fail_wait(WaitDiagnostic* diag, int32_
 // of them through local memory at each of their 29 call sites (s11 builds: 40-byte frames, 700
 // bytes of "spill stores", all on this cold path); with kInline those kernels are spill-free. In
 // the hooked attention kernels (a 24-register producer) the inline record spills inside itself
-// instead (+8 to +16 bytes, also cold), so they keep the call.
+// instead (+4 to +16 bytes of spill stores, also cold), so they keep the call.
 enum class FailPath { kCall, kInline };
 
 // fail_wait by path P.
