@@ -71,7 +71,9 @@ __device__ __forceinline__ uint64_t wait_geq(const uint64_t* flag, uint64_t expe
     seen = ld_acquire_sys(flag);
     if (seen >= expected || abort != 0) return seen;
     const uint64_t elapsed = globaltimer_ns() - start;
-    if (elapsed > timeout_ns) fail_wait_via<P>(diag, group, rank, flag, expected, seen, elapsed, site);
+    if (elapsed > timeout_ns) {
+      fail_wait_via<P>(diag, group, rank, flag, expected, seen, elapsed, site);
+    }
   }
 }
 

@@ -54,14 +54,15 @@ __device__ __forceinline__ mk_fifo_ctrl* net_fifo(const GroupDevice& g) {
 // whole Params struct to local memory. P: how it records and traps (group_sync.cuh FailPath).
 template <FailPath P = FailPath::kCall>
 __device__ __noinline__ void net_push_failed(WaitDiagnostic* diag, int32_t group, int32_t rank,
-                                                    int32_t world, mk_fifo_ctrl* c, uint32_t capacity,
-                                                    mk_fifo_wait_result r, int peer, uint32_t slot,
-                                                    int32_t op) {
+                                             int32_t world, mk_fifo_ctrl* c, uint32_t capacity,
+                                             mk_fifo_wait_result r, int peer, uint32_t slot,
+                                             int32_t op) {
   if (r.rc == MK_FIFO_FAILED) {
     // The proxy (or another producer) failed the FIFO: error_peer names the rank it blames.
     const int blamed = r.error_peer < static_cast<uint32_t>(world) ? static_cast<int>(r.error_peer) : peer;
-    fail_wait_via<P>(diag, group, rank, reinterpret_cast<const uint64_t*>(&c->error), MK_FIFO_ERR_NONE,
-                     r.error, r.elapsed_ns, WaitSite{op, kWaitFifoFailed, blamed, static_cast<int32_t>(slot)});
+    fail_wait_via<P>(diag, group, rank, reinterpret_cast<const uint64_t*>(&c->error),
+                     MK_FIFO_ERR_NONE, r.error, r.elapsed_ns,
+                     WaitSite{op, kWaitFifoFailed, blamed, static_cast<int32_t>(slot)});
   }
   // No credit: the proxy consumed nothing for timeout_ns. expected = the tail that frees the
   // ticket's slot, seen = the tail last read.
@@ -86,8 +87,8 @@ __device__ __forceinline__ uint64_t net_push(const GroupDevice& g, NetCursor& cu
           : mk_fifo_push_device(net_fifo(g), g.net.fifo_capacity, g.net.fifo_head, &cur.cached_tail, cmd,
                                 g.timeout_ns);
   if (r.rc != MK_FIFO_OK) {
-    net_push_failed<P>(g.diag, g.group_id, g.rank, g.world, net_fifo(g), g.net.fifo_capacity, r, cmd.peer,
-                    cmd.arrival_slot, op);
+    net_push_failed<P>(g.diag, g.group_id, g.rank, g.world, net_fifo(g), g.net.fifo_capacity, r,
+                       cmd.peer, cmd.arrival_slot, op);
   }
   return r.ticket;
 }
@@ -139,14 +140,16 @@ template <FailPath P = FailPath::kCall>
 __device__ __forceinline__ uint64_t net_wait_arrival(const GroupDevice& g, const uint64_t* flag, uint64_t value,
                                                      uint64_t timeout_ns, int peer, WaitSite site) {
   mk_fifo_ctrl* c = net_fifo(g);
-  const uint64_t seen = wait_geq<P>(flag, value, timeout_ns, g.diag, g.group_id, g.rank, site, &c->error);
+  const uint64_t seen =
+      wait_geq<P>(flag, value, timeout_ns, g.diag, g.group_id, g.rank, site, &c->error);
   if (seen < value) {
     mk_fifo_wait_result r{};
     r.rc = MK_FIFO_FAILED;
     r.error = mk_fifo_ld_acquire_sys_u32(&c->error);
     r.error_peer = *reinterpret_cast<volatile uint32_t*>(&c->error_peer);
     r.seen = seen;
-    net_push_failed<P>(g.diag, g.group_id, g.rank, g.world, c, g.net.fifo_capacity, r, peer, site.index, site.op);
+    net_push_failed<P>(g.diag, g.group_id, g.rank, g.world, c, g.net.fifo_capacity, r, peer,
+                       site.index, site.op);
   }
   return seen;
 }
@@ -186,7 +189,8 @@ __device__ __forceinline__ void net_wait_sent(const GroupDevice& g, uint64_t tic
       r.error_peer = *reinterpret_cast<volatile uint32_t*>(&c->error_peer);
       r.ticket = ticket;
       r.elapsed_ns = elapsed;
-      net_push_failed<P>(g.diag, g.group_id, g.rank, g.world, c, g.net.fifo_capacity, r, peer, 0, op);
+      net_push_failed<P>(g.diag, g.group_id, g.rank, g.world, c, g.net.fifo_capacity, r, peer, 0,
+                         op);
     }
     if (elapsed > g.timeout_ns) {
       fail_wait_via<P>(g.diag, g.group_id, g.rank, &c->done, ticket + 1, seen, elapsed,

@@ -215,7 +215,7 @@ struct FusedHooks {
     for (int r = 0; r < g.world; ++r) {
       if (g.data[r] != nullptr) continue;
       ticket = comm::net_put_signal<kFail>(g, cursor, r, pb, remote_block + pb, pe - pb,
-                                    kNetSlotBase + g.rank * kNetPieces + k, epoch, p.op);
+                                           kNetSlotBase + g.rank * kNetPieces + k, epoch, p.op);
       last_peer = r;
     }
   }
@@ -239,8 +239,9 @@ struct FusedHooks {
       for (int r = 0; r < g.world; ++r) mates += g.node_of[r] == g.node_of[s] ? 1 : 0;
       const uint32_t slot = kNetSlotBase + s * kNetPieces + c / p.net_piece_chunks;
       comm::net_wait_arrival<kFail>(g, g.net.arrival + slot, epoch,
-                             mates > 1 ? 2 * g.timeout_ns + 1000000000ull : g.timeout_ns, s,
-                             comm::WaitSite{p.op, comm::kWaitNetArrival, s, static_cast<int32_t>(slot)});
+                                    mates > 1 ? 2 * g.timeout_ns + 1000000000ull : g.timeout_ns, s,
+                                    comm::WaitSite{p.op, comm::kWaitNetArrival, s,
+                                                   static_cast<int32_t>(slot)});
     }
     __syncwarp();  // the acquire precedes every lane's loads
     const int row0 = c * p.chunk_rows;
@@ -332,7 +333,7 @@ struct FusedHooks {
       const int last = min(row1 - s * p.m_local, p.m_local - 1) / p.chunk_rows;
       for (int c = first; c <= last; ++c) {
         comm::wait_geq<kFail>(g, flags + p.flag_base + s * p.chunks + c, call.epoch,
-                       comm::WaitSite{p.op, comm::kWaitPeerFlag, s, c});
+                              comm::WaitSite{p.op, comm::kWaitPeerFlag, s, c});
       }
     }
   }
@@ -466,7 +467,7 @@ struct FusedHooks {
         if (r0 >= r1) continue;
         if (lane < g.world) {  // lane s polls rank s's flag of the tile
           comm::wait_geq<kFail>(g, g.flags[lane] + p.flag_base + tile, comm::op_begin(g),
-                         comm::WaitSite{p.op, comm::kWaitPeerFlag, lane, tile});
+                                comm::WaitSite{p.op, comm::kWaitPeerFlag, lane, tile});
         }
         __syncwarp();  // every rank's tile is in memory (the acquires precede the warp barrier)
         reduce_slab<T, U, kB>(p, r0, r1, c0, c1, lane, p.two_shot != 0);
@@ -483,8 +484,8 @@ struct FusedHooks {
           if (q == g.rank) continue;
           if (lane == 0) {
             comm::wait_geq<kFail>(g, g.flags[q] + p.reduced_flag_base + tile * p.slabs + slab,
-                           comm::op_begin(g),
-                           comm::WaitSite{p.op, comm::kWaitPeerFlag, q, tile});
+                                  comm::op_begin(g),
+                                  comm::WaitSite{p.op, comm::kWaitPeerFlag, q, tile});
           }
           __syncwarp();
           copy_slab<T, U>(p, q, max(row0, q * p.rows_per_rank),
@@ -563,7 +564,9 @@ struct FusedHooks {
       net_send_unit<Sched>(p, sp, t, k, unit, st);
     }
     // The transport has read every tile this CTA pushed before the kernel ends.
-    if (t == 0 && st.net_peer >= 0) comm::net_wait_sent<kFail>(p.group, st.net_ticket, st.net_peer, p.op);
+    if (t == 0 && st.net_peer >= 0) {
+      comm::net_wait_sent<kFail>(p.group, st.net_ticket, st.net_peer, p.op);
+    }
   }
 
   template <class Sched, class Storage>
@@ -583,7 +586,7 @@ struct FusedHooks {
     if (t == 0) {
       const int tile = work.m_block * p.tiles_n + work.n_block;
       comm::wait_geq<kFail>(g, g.flags[g.rank] + p.flag_base + tile, comm::op_begin(g),
-                     comm::WaitSite{p.op, comm::kWaitPeerFlag, g.rank, tile});
+                            comm::WaitSite{p.op, comm::kWaitPeerFlag, g.rank, tile});
     }
     side_sync();  // the tile is in memory for every side thread
     const int c0 = work.n_block * p.block_n;
@@ -651,7 +654,7 @@ struct FusedHooks {
         g.timeout_ns);
     if (r.rc != MK_FIFO_OK) {
       comm::net_push_failed<kFail>(g.diag, g.group_id, g.rank, g.world, comm::net_fifo(g),
-                            g.net.fifo_capacity, r, o, w[1], p.op);
+                                   g.net.fifo_capacity, r, o, w[1], p.op);
     }
     const uint64_t now = mk_fifo_globaltimer();
     w[12] = static_cast<uint32_t>(now);
@@ -769,7 +772,7 @@ struct FusedHooks {
         if (g.data[lane] != nullptr) {  // lane s polls rank s's flag of the tile
           const int tile = work.m_block * p.tiles_n + work.n_block;
           comm::wait_geq<kFail>(g, g.flags[lane] + p.flag_base + tile, e,
-                         comm::WaitSite{p.op, comm::kWaitPeerFlag, lane, tile});
+                                comm::WaitSite{p.op, comm::kWaitPeerFlag, lane, tile});
         } else {
           // A rank with node-mates computes after its node's entry barrier: a derived wait,
           // bounded longer (so a dead rank's node-mates name it first; net_recv_item).
@@ -778,10 +781,12 @@ struct FusedHooks {
           for (int r = 0; r < g.world; ++r) mates += g.node_of[r] == g.node_of[lane] ? 1 : 0;
           const uint32_t slot = kRsNetSlotBase + lane * cta_count() + cta_id();
           comm::net_wait_arrival<kFail>(g, g.net.arrival + slot,
-                                 (e << kRsNetSeqBits) | static_cast<uint64_t>(k + 1),
-                                 mates > 1 ? 2 * g.timeout_ns + 1000000000ull : g.timeout_ns, lane,
-                                 comm::WaitSite{p.op, comm::kWaitNetArrival, lane,
-                                                static_cast<int32_t>(slot)});
+                                        (e << kRsNetSeqBits) | static_cast<uint64_t>(k + 1),
+                                        mates > 1 ? 2 * g.timeout_ns + 1000000000ull
+                                                  : g.timeout_ns,
+                                        lane,
+                                        comm::WaitSite{p.op, comm::kWaitNetArrival, lane,
+                                                       static_cast<int32_t>(slot)});
         }
       }
       __syncwarp();  // every rank's tile is in memory (the acquires precede the warp barrier)
@@ -868,7 +873,7 @@ struct FusedHooks {
       ++done;
       if (t < g.world) {
         comm::wait_geq<kFail>(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
-                       comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
+                              comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
       }
       side_sync();  // every rank's tile is in memory
       const int v = (c1 - c0) / 8;
@@ -1031,12 +1036,13 @@ struct FusedHooks {
           const int tile = round.tile[e];
           if (e > 0 && tile == round.tile[e - 1]) continue;
           comm::wait_geq<kFail>(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
-                         comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
+                                comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
         }
       } else if (round.src[0] >= 0 && t < n) {  // thread e waits for entry e's reduced slab
         const int q = round.src[t], tile = round.tile[t];
-        comm::wait_geq<kFail>(g, g.flags[q] + p.reduced_flag_base + tile * p.slabs + (round.shape[t] >> 20),
-                       comm::op_begin(g), comm::WaitSite{p.op, comm::kWaitPeerFlag, q, tile});
+        comm::wait_geq<kFail>(
+            g, g.flags[q] + p.reduced_flag_base + tile * p.slabs + (round.shape[t] >> 20),
+            comm::op_begin(g), comm::WaitSite{p.op, comm::kWaitPeerFlag, q, tile});
       }
       tail_sync();  // everything the round reads is in memory
 #pragma unroll 1
@@ -1165,7 +1171,7 @@ struct FusedHooks {
       done += run;
       if (t < g.world) {
         comm::wait_geq<kFail>(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
-                       comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
+                              comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
       }
       side_sync();  // every rank's tile is in memory
       const int piece_rows = max(1, kHalf / (g.world * v));
