@@ -64,18 +64,40 @@ __device__ __noinline__ [[noreturn]] void fail_wait(WaitDiagnostic* diag, int32_
                                        const uint64_t* flag, uint64_t expected, uint64_t seen,
                                        uint64_t elapsed_ns, WaitSite site);
 
+// How a bounded wait's timeout path reaches the record and the trap, chosen at compile time by
+// the kernel family (both write the same WaitDiagnostic and trap):
+//   kCall   (the default): the out-of-line fail_wait above, one copy per kernel;
+//   kInline: the record written at each wait site (~40 instructions of cold code per site).
+// Why both (ptxas 13.0, sm_90a): fail_wait's 16 argument words do not all go in registers in every
+// kernel. In the fused 128x256 / 256x128 GEMMs (producer warpgroup on 40 registers) ptxas passed 6
+// of them through local memory at each of their 29 call sites (s11 builds: 40-byte frames, 700
+// bytes of "spill stores", all on this cold path); with kInline those kernels are spill-free. In
+// the hooked attention kernels (a 24-register producer) the inline record spills inside itself
+// instead (+4 to +16 bytes of spill stores, also cold), so they keep the call.
+enum class FailPath { kCall, kInline };
+
+// fail_wait by path P.
+template <FailPath P>
+[[noreturn]] __device__ __forceinline__ void fail_wait_via(WaitDiagnostic* diag, int32_t group,
+                                                           int32_t rank, const uint64_t* flag,
+                                                           uint64_t expected, uint64_t seen,
+                                                           uint64_t elapsed_ns, WaitSite site);
+
 // Spins until *flag >= expected (acquire, system scope). Bounded by timeout_ns of %globaltimer;
 // on timeout records the site and traps. Returns the value seen.
 // abort_word (optional): a word some other agent sets non-zero when the wait can never complete
 // (the inter-node proxy's FIFO error: a lost peer). It is read together with every fourth poll
 // of the flag; once it is non-zero the wait returns the flag's value (< expected) at once and
 // the caller records why and traps (net_ops.cuh's net_wait_arrival).
+// P: the timeout path (FailPath above).
+template <FailPath P = FailPath::kCall>
 __device__ __forceinline__ uint64_t wait_geq(const uint64_t* flag, uint64_t expected,
                                              uint64_t timeout_ns, WaitDiagnostic* diag,
                                              int32_t group, int32_t rank, WaitSite site,
                                              const uint32_t* abort_word = nullptr);
 
 // The same with the bound and the record taken from the group.
+template <FailPath P = FailPath::kCall>
 __device__ __forceinline__ uint64_t wait_geq(const GroupDevice& g, const uint64_t* flag,
                                              uint64_t expected, WaitSite site);
 
@@ -106,6 +128,8 @@ __device__ __forceinline__ void op_end(const GroupDevice& g, uint64_t e);
 // The signature slot is the call's parity's (FlagSlot::signature_slot, for every kernel): a CTA
 // that enters call e late may find a peer one call ahead — never two — whose call e + 1
 // signature must not be read as call e's (s12run1: a false mismatch from one shared slot).
+// P: the timeout path of its waits (FailPath above).
+template <FailPath P = FailPath::kCall>
 __device__ __forceinline__ void entry_barrier(const GroupDevice& g, uint64_t e, int32_t op,
                                               uint64_t signature);
 

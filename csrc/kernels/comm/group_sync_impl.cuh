@@ -3,10 +3,11 @@
 
 namespace mkernel::comm {
 
-__device__ __noinline__ inline void record_wait(WaitDiagnostic* diag, int32_t group, int32_t rank,
-                                                const uint64_t* flag, uint64_t expected,
-                                                uint64_t seen, uint64_t elapsed_ns,
-                                                WaitSite site) {
+// The record itself: the body of record_wait, and of fail_wait_via<kInline> at each wait site.
+__device__ __forceinline__ void write_wait_record(WaitDiagnostic* diag, int32_t group, int32_t rank,
+                                                  const uint64_t* flag, uint64_t expected,
+                                                  uint64_t seen, uint64_t elapsed_ns,
+                                                  WaitSite site) {
   if (diag != nullptr && atomicCAS_system(&diag->claimed, 0u, 1u) == 0u) {
     volatile WaitDiagnostic* d = diag;
     d->expected = expected;
@@ -28,6 +29,13 @@ __device__ __noinline__ inline void record_wait(WaitDiagnostic* diag, int32_t gr
   }
 }
 
+__device__ __noinline__ inline void record_wait(WaitDiagnostic* diag, int32_t group, int32_t rank,
+                                                const uint64_t* flag, uint64_t expected,
+                                                uint64_t seen, uint64_t elapsed_ns,
+                                                WaitSite site) {
+  write_wait_record(diag, group, rank, flag, expected, seen, elapsed_ns, site);
+}
+
 __device__ __noinline__ [[noreturn]] inline void fail_wait(WaitDiagnostic* diag, int32_t group, int32_t rank,
                                               const uint64_t* flag, uint64_t expected,
                                               uint64_t seen, uint64_t elapsed_ns, WaitSite site) {
@@ -35,6 +43,20 @@ __device__ __noinline__ [[noreturn]] inline void fail_wait(WaitDiagnostic* diag,
   __trap();
 }
 
+template <FailPath P>
+[[noreturn]] __device__ __forceinline__ void fail_wait_via(WaitDiagnostic* diag, int32_t group,
+                                                           int32_t rank, const uint64_t* flag,
+                                                           uint64_t expected, uint64_t seen,
+                                                           uint64_t elapsed_ns, WaitSite site) {
+  if constexpr (P == FailPath::kInline) {
+    write_wait_record(diag, group, rank, flag, expected, seen, elapsed_ns, site);
+    __trap();
+  } else {
+    fail_wait(diag, group, rank, flag, expected, seen, elapsed_ns, site);
+  }
+}
+
+template <FailPath P>
 __device__ __forceinline__ uint64_t wait_geq(const uint64_t* flag, uint64_t expected,
                                              uint64_t timeout_ns, WaitDiagnostic* diag,
                                              int32_t group, int32_t rank, WaitSite site,
@@ -49,13 +71,16 @@ __device__ __forceinline__ uint64_t wait_geq(const uint64_t* flag, uint64_t expe
     seen = ld_acquire_sys(flag);
     if (seen >= expected || abort != 0) return seen;
     const uint64_t elapsed = globaltimer_ns() - start;
-    if (elapsed > timeout_ns) fail_wait(diag, group, rank, flag, expected, seen, elapsed, site);
+    if (elapsed > timeout_ns) {
+      fail_wait_via<P>(diag, group, rank, flag, expected, seen, elapsed, site);
+    }
   }
 }
 
+template <FailPath P>
 __device__ __forceinline__ uint64_t wait_geq(const GroupDevice& g, const uint64_t* flag,
                                              uint64_t expected, WaitSite site) {
-  return wait_geq(flag, expected, g.timeout_ns, g.diag, g.group_id, g.rank, site);
+  return wait_geq<P>(flag, expected, g.timeout_ns, g.diag, g.group_id, g.rank, site);
 }
 
 __device__ __forceinline__ void signal(const GroupDevice& g, int peer, uint32_t slot,
@@ -80,6 +105,7 @@ __device__ __forceinline__ void op_end(const GroupDevice& g, uint64_t e) {
   }
 }
 
+template <FailPath P>
 __device__ __forceinline__ void entry_barrier(const GroupDevice& g, uint64_t e, int32_t op,
                                               uint64_t signature) {
   // Publish the signature everywhere, then the entry flags (one system fence orders the
@@ -95,7 +121,7 @@ __device__ __forceinline__ void entry_barrier(const GroupDevice& g, uint64_t e, 
   uint64_t theirs_differing = 0;
   for (int p = 0; p < g.world; ++p) {
     if (g.flags[p] == nullptr || p == g.rank) continue;
-    wait_geq(g, g.flags[g.rank] + FlagSlot::kEntry + p, e, WaitSite{op, kWaitEntry, p, 0});
+    wait_geq<P>(g, g.flags[g.rank] + FlagSlot::kEntry + p, e, WaitSite{op, kWaitEntry, p, 0});
     const uint64_t theirs =
         *reinterpret_cast<volatile uint64_t*>(g.flags[g.rank] + FlagSlot::signature_slot(e, p));
     if (theirs != signature && differs < 0) {

@@ -24,7 +24,8 @@
 //
 // Every wait is bounded by g.timeout_ns and, on timeout or proxy failure, records a
 // WaitDiagnostic (kWaitFifoCredit / kWaitFifoFailed / kWaitNetArrival / kWaitNetSent, naming
-// the peer) and traps: no printf, and the only call is group_sync's cold fail_wait.
+// the peer) and traps: no printf, and the only calls are the cold net_push_failed and (FailPath
+// kCall, the default) group_sync's fail_wait.
 #pragma once
 
 #include <mkernel/fifo.h>
@@ -50,24 +51,27 @@ __device__ __forceinline__ mk_fifo_ctrl* net_fifo(const GroupDevice& g) {
 
 // Cold path of a failed push: the FIFO's state into the group's WaitDiagnostic, then trap.
 // Takes scalars, not the GroupDevice: taking the address of a kernel parameter would copy the
-// whole Params struct to local memory.
-__device__ __noinline__ inline void net_push_failed(WaitDiagnostic* diag, int32_t group, int32_t rank,
-                                                    int32_t world, mk_fifo_ctrl* c, uint32_t capacity,
-                                                    mk_fifo_wait_result r, int peer, uint32_t slot,
-                                                    int32_t op) {
+// whole Params struct to local memory. P: how it records and traps (group_sync.cuh FailPath).
+template <FailPath P = FailPath::kCall>
+__device__ __noinline__ void net_push_failed(WaitDiagnostic* diag, int32_t group, int32_t rank,
+                                             int32_t world, mk_fifo_ctrl* c, uint32_t capacity,
+                                             mk_fifo_wait_result r, int peer, uint32_t slot,
+                                             int32_t op) {
   if (r.rc == MK_FIFO_FAILED) {
     // The proxy (or another producer) failed the FIFO: error_peer names the rank it blames.
     const int blamed = r.error_peer < static_cast<uint32_t>(world) ? static_cast<int>(r.error_peer) : peer;
-    fail_wait(diag, group, rank, reinterpret_cast<const uint64_t*>(&c->error), MK_FIFO_ERR_NONE, r.error,
-              r.elapsed_ns, WaitSite{op, kWaitFifoFailed, blamed, static_cast<int32_t>(slot)});
+    fail_wait_via<P>(diag, group, rank, reinterpret_cast<const uint64_t*>(&c->error),
+                     MK_FIFO_ERR_NONE, r.error, r.elapsed_ns,
+                     WaitSite{op, kWaitFifoFailed, blamed, static_cast<int32_t>(slot)});
   }
   // No credit: the proxy consumed nothing for timeout_ns. expected = the tail that frees the
   // ticket's slot, seen = the tail last read.
-  fail_wait(diag, group, rank, &c->tail, r.ticket - capacity + 1, r.seen, r.elapsed_ns,
-            WaitSite{op, kWaitFifoCredit, peer, static_cast<int32_t>(slot)});
+  fail_wait_via<P>(diag, group, rank, &c->tail, r.ticket - capacity + 1, r.seen, r.elapsed_ns,
+                   WaitSite{op, kWaitFifoCredit, peer, static_cast<int32_t>(slot)});
 }
 
-// One command from one lane. Returns its ticket (for net_wait_sent).
+// One command from one lane. Returns its ticket (for net_wait_sent). P: the failure path.
+template <FailPath P = FailPath::kCall>
 __device__ __forceinline__ uint64_t net_push(const GroupDevice& g, NetCursor& cur, const mk_fifo_cmd& cmd,
                                              int32_t op) {
   // In the LL format (the data path's default) a system fence before the entry makes everything
@@ -83,8 +87,8 @@ __device__ __forceinline__ uint64_t net_push(const GroupDevice& g, NetCursor& cu
           : mk_fifo_push_device(net_fifo(g), g.net.fifo_capacity, g.net.fifo_head, &cur.cached_tail, cmd,
                                 g.timeout_ns);
   if (r.rc != MK_FIFO_OK) {
-    net_push_failed(g.diag, g.group_id, g.rank, g.world, net_fifo(g), g.net.fifo_capacity, r, cmd.peer,
-                    cmd.arrival_slot, op);
+    net_push_failed<P>(g.diag, g.group_id, g.rank, g.world, net_fifo(g), g.net.fifo_capacity, r,
+                       cmd.peer, cmd.arrival_slot, op);
   }
   return r.ticket;
 }
@@ -93,6 +97,7 @@ __device__ __forceinline__ uint64_t net_push(const GroupDevice& g, NetCursor& cu
 // `value` into the peer's arrival flag `slot` once the data (and every earlier command to that
 // peer) is complete there. bytes may be 0 (a pure signal). One lane calls it, after the stores
 // it sends are complete (see the header comment).
+template <FailPath P = FailPath::kCall>
 __device__ __forceinline__ uint64_t net_put_signal(const GroupDevice& g, NetCursor& cur, int peer,
                                                    uint64_t local_off, uint64_t remote_off, uint64_t bytes,
                                                    uint32_t slot, uint64_t value, int32_t op = kOpNone) {
@@ -106,11 +111,12 @@ __device__ __forceinline__ uint64_t net_put_signal(const GroupDevice& g, NetCurs
   cmd.remote_off = remote_off;
   cmd.bytes = bytes;
   cmd.arrival_seq = value;
-  return net_push(g, cur, cmd, op);
+  return net_push<P>(g, cur, cmd, op);
 }
 
 // WRITE without a signal (a later net_put_signal to the same peer covers it: its flag is
 // released only after every earlier command to that peer is complete).
+template <FailPath P = FailPath::kCall>
 __device__ __forceinline__ uint64_t net_put(const GroupDevice& g, NetCursor& cur, int peer, uint64_t local_off,
                                             uint64_t remote_off, uint64_t bytes, int32_t op = kOpNone) {
   mk_fifo_cmd cmd{};
@@ -121,7 +127,7 @@ __device__ __forceinline__ uint64_t net_put(const GroupDevice& g, NetCursor& cur
   cmd.local_off = local_off;
   cmd.remote_off = remote_off;
   cmd.bytes = bytes;
-  return net_push(g, cur, cmd, op);
+  return net_push<P>(g, cur, cmd, op);
 }
 
 // Waits until *flag (a host-memory arrival flag of the path) >= value: `peer`'s data arrived.
@@ -130,29 +136,33 @@ __device__ __forceinline__ uint64_t net_put(const GroupDevice& g, NetCursor& cur
 // proxy blamed and traps at once. (A dead peer's kernel may fault on its vanished host mappings
 // and, under MPS, end every client of the GPU within a fraction of a second: the survivors must
 // record who died before that.)
+template <FailPath P = FailPath::kCall>
 __device__ __forceinline__ uint64_t net_wait_arrival(const GroupDevice& g, const uint64_t* flag, uint64_t value,
                                                      uint64_t timeout_ns, int peer, WaitSite site) {
   mk_fifo_ctrl* c = net_fifo(g);
-  const uint64_t seen = wait_geq(flag, value, timeout_ns, g.diag, g.group_id, g.rank, site, &c->error);
+  const uint64_t seen =
+      wait_geq<P>(flag, value, timeout_ns, g.diag, g.group_id, g.rank, site, &c->error);
   if (seen < value) {
     mk_fifo_wait_result r{};
     r.rc = MK_FIFO_FAILED;
     r.error = mk_fifo_ld_acquire_sys_u32(&c->error);
     r.error_peer = *reinterpret_cast<volatile uint32_t*>(&c->error_peer);
     r.seen = seen;
-    net_push_failed(g.diag, g.group_id, g.rank, g.world, c, g.net.fifo_capacity, r, peer, site.index, site.op);
+    net_push_failed<P>(g.diag, g.group_id, g.rank, g.world, c, g.net.fifo_capacity, r, peer,
+                       site.index, site.op);
   }
   return seen;
 }
 
 // Waits until peer's signal `value` has arrived in this rank's arrival flag `slot` (the data
 // sent before it is in recv_area). site.op names the op; what/peer/index are filled here.
+template <FailPath P = FailPath::kCall>
 __device__ __forceinline__ uint64_t net_wait(const GroupDevice& g, int peer, uint32_t slot, uint64_t value,
                                              WaitSite site) {
   site.what = kWaitNetArrival;
   site.peer = peer;
   site.index = static_cast<int32_t>(slot);
-  return net_wait_arrival(g, g.net.arrival + slot, value, g.timeout_ns, peer, site);
+  return net_wait_arrival<P>(g, g.net.arrival + slot, value, g.timeout_ns, peer, site);
 }
 
 // Waits until command `ticket` and every earlier one finished (the transport is done reading
@@ -160,6 +170,7 @@ __device__ __forceinline__ uint64_t net_wait(const GroupDevice& g, int peer, uin
 // also watches the FIFO's error word: when the proxy fails (a peer's connection is gone) the
 // record names the peer the proxy blamed (else `peer`, the command's destination) at once,
 // instead of a timeout naming whichever destination came last.
+template <FailPath P = FailPath::kCall>
 __device__ __forceinline__ void net_wait_sent(const GroupDevice& g, uint64_t ticket, int peer, int32_t op) {
   mk_fifo_ctrl* c = net_fifo(g);
   uint64_t seen = ld_acquire_sys(&c->done);
@@ -178,11 +189,12 @@ __device__ __forceinline__ void net_wait_sent(const GroupDevice& g, uint64_t tic
       r.error_peer = *reinterpret_cast<volatile uint32_t*>(&c->error_peer);
       r.ticket = ticket;
       r.elapsed_ns = elapsed;
-      net_push_failed(g.diag, g.group_id, g.rank, g.world, c, g.net.fifo_capacity, r, peer, 0, op);
+      net_push_failed<P>(g.diag, g.group_id, g.rank, g.world, c, g.net.fifo_capacity, r, peer, 0,
+                         op);
     }
     if (elapsed > g.timeout_ns) {
-      fail_wait(g.diag, g.group_id, g.rank, &c->done, ticket + 1, seen, elapsed,
-                WaitSite{op, kWaitNetSent, peer, -1});
+      fail_wait_via<P>(g.diag, g.group_id, g.rank, &c->done, ticket + 1, seen, elapsed,
+                       WaitSite{op, kWaitNetSent, peer, -1});
     }
   }
 }

@@ -67,6 +67,9 @@ struct FusedHooks {
   static constexpr int kSideThreads = 3 * 32;
   // Named barrier of the side warps (user id; the kernel's ping-pong consumers use 0 and 1).
   static constexpr uint32_t kSideBarrier = 2;
+  // Every wait's timeout path writes its record inline (group_sync.cuh FailPath): as calls of
+  // fail_wait its arguments went through local memory in the 128x256 / 256x128 kernels.
+  static constexpr comm::FailPath kFail = comm::FailPath::kInline;
 
   CUTLASS_DEVICE static bool trigger_early(Params const& p) { return p.trigger_early != 0; }
 
@@ -211,8 +214,8 @@ struct FusedHooks {
 #pragma unroll 1
     for (int r = 0; r < g.world; ++r) {
       if (g.data[r] != nullptr) continue;
-      ticket = comm::net_put_signal(g, cursor, r, pb, remote_block + pb, pe - pb,
-                                    kNetSlotBase + g.rank * kNetPieces + k, epoch, p.op);
+      ticket = comm::net_put_signal<kFail>(g, cursor, r, pb, remote_block + pb, pe - pb,
+                                           kNetSlotBase + g.rank * kNetPieces + k, epoch, p.op);
       last_peer = r;
     }
   }
@@ -235,9 +238,10 @@ struct FusedHooks {
 #pragma unroll 1
       for (int r = 0; r < g.world; ++r) mates += g.node_of[r] == g.node_of[s] ? 1 : 0;
       const uint32_t slot = kNetSlotBase + s * kNetPieces + c / p.net_piece_chunks;
-      comm::net_wait_arrival(g, g.net.arrival + slot, epoch,
-                             mates > 1 ? 2 * g.timeout_ns + 1000000000ull : g.timeout_ns, s,
-                             comm::WaitSite{p.op, comm::kWaitNetArrival, s, static_cast<int32_t>(slot)});
+      comm::net_wait_arrival<kFail>(g, g.net.arrival + slot, epoch,
+                                    mates > 1 ? 2 * g.timeout_ns + 1000000000ull : g.timeout_ns, s,
+                                    comm::WaitSite{p.op, comm::kWaitNetArrival, s,
+                                                   static_cast<int32_t>(slot)});
     }
     __syncwarp();  // the acquire precedes every lane's loads
     const int row0 = c * p.chunk_rows;
@@ -255,7 +259,7 @@ struct FusedHooks {
   CUTLASS_DEVICE static void copy_role(Params const& p, Call const& call, int t) {
     const comm::GroupDevice& g = p.group;
     if (t == 0) {
-      comm::entry_barrier(g, call.epoch, p.op, p.signature);
+      comm::entry_barrier<kFail>(g, call.epoch, p.op, p.signature);
       stamp(p, kTlEntered);
     }
     side_sync();
@@ -291,7 +295,7 @@ struct FusedHooks {
       if (lane == 0) comm::signal(g, peer, p.flag_base + g.rank * p.chunks + c, call.epoch);
     }
     // The transport has read every piece this warp pushed before the kernel ends.
-    if (lane == 0 && last_peer >= 0) comm::net_wait_sent(g, ticket, last_peer, p.op);
+    if (lane == 0 && last_peer >= 0) comm::net_wait_sent<kFail>(g, ticket, last_peer, p.op);
   }
 
   // Rows [row0, row1] of G come from ranks row0 / m_local .. row1 / m_local: wait for each
@@ -328,8 +332,8 @@ struct FusedHooks {
       const int first = max(row0 - s * p.m_local, 0) / p.chunk_rows;
       const int last = min(row1 - s * p.m_local, p.m_local - 1) / p.chunk_rows;
       for (int c = first; c <= last; ++c) {
-        comm::wait_geq(g, flags + p.flag_base + s * p.chunks + c, call.epoch,
-                       comm::WaitSite{p.op, comm::kWaitPeerFlag, s, c});
+        comm::wait_geq<kFail>(g, flags + p.flag_base + s * p.chunks + c, call.epoch,
+                              comm::WaitSite{p.op, comm::kWaitPeerFlag, s, c});
       }
     }
   }
@@ -462,8 +466,8 @@ struct FusedHooks {
         const int r0 = max(row0, p.reduce_row0), r1 = min(row1, end);
         if (r0 >= r1) continue;
         if (lane < g.world) {  // lane s polls rank s's flag of the tile
-          comm::wait_geq(g, g.flags[lane] + p.flag_base + tile, comm::op_begin(g),
-                         comm::WaitSite{p.op, comm::kWaitPeerFlag, lane, tile});
+          comm::wait_geq<kFail>(g, g.flags[lane] + p.flag_base + tile, comm::op_begin(g),
+                                comm::WaitSite{p.op, comm::kWaitPeerFlag, lane, tile});
         }
         __syncwarp();  // every rank's tile is in memory (the acquires precede the warp barrier)
         reduce_slab<T, U, kB>(p, r0, r1, c0, c1, lane, p.two_shot != 0);
@@ -479,9 +483,9 @@ struct FusedHooks {
         for (int q = row0 / p.rows_per_rank; q <= (row1 - 1) / p.rows_per_rank; ++q) {
           if (q == g.rank) continue;
           if (lane == 0) {
-            comm::wait_geq(g, g.flags[q] + p.reduced_flag_base + tile * p.slabs + slab,
-                           comm::op_begin(g),
-                           comm::WaitSite{p.op, comm::kWaitPeerFlag, q, tile});
+            comm::wait_geq<kFail>(g, g.flags[q] + p.reduced_flag_base + tile * p.slabs + slab,
+                                  comm::op_begin(g),
+                                  comm::WaitSite{p.op, comm::kWaitPeerFlag, q, tile});
           }
           __syncwarp();
           copy_slab<T, U>(p, q, max(row0, q * p.rows_per_rank),
@@ -560,7 +564,9 @@ struct FusedHooks {
       net_send_unit<Sched>(p, sp, t, k, unit, st);
     }
     // The transport has read every tile this CTA pushed before the kernel ends.
-    if (t == 0 && st.net_peer >= 0) comm::net_wait_sent(p.group, st.net_ticket, st.net_peer, p.op);
+    if (t == 0 && st.net_peer >= 0) {
+      comm::net_wait_sent<kFail>(p.group, st.net_ticket, st.net_peer, p.op);
+    }
   }
 
   template <class Sched, class Storage>
@@ -579,8 +585,8 @@ struct FusedHooks {
     if (!remote) return;
     if (t == 0) {
       const int tile = work.m_block * p.tiles_n + work.n_block;
-      comm::wait_geq(g, g.flags[g.rank] + p.flag_base + tile, comm::op_begin(g),
-                     comm::WaitSite{p.op, comm::kWaitPeerFlag, g.rank, tile});
+      comm::wait_geq<kFail>(g, g.flags[g.rank] + p.flag_base + tile, comm::op_begin(g),
+                            comm::WaitSite{p.op, comm::kWaitPeerFlag, g.rank, tile});
     }
     side_sync();  // the tile is in memory for every side thread
     const int c0 = work.n_block * p.block_n;
@@ -647,8 +653,8 @@ struct FusedHooks {
         comm::net_fifo(g), g.net.fifo_capacity, g.net.fifo_head, &cached_tail, static_cast<uint16_t>(o),
         g.timeout_ns);
     if (r.rc != MK_FIFO_OK) {
-      comm::net_push_failed(g.diag, g.group_id, g.rank, g.world, comm::net_fifo(g),
-                            g.net.fifo_capacity, r, o, w[1], p.op);
+      comm::net_push_failed<kFail>(g.diag, g.group_id, g.rank, g.world, comm::net_fifo(g),
+                                   g.net.fifo_capacity, r, o, w[1], p.op);
     }
     const uint64_t now = mk_fifo_globaltimer();
     w[12] = static_cast<uint32_t>(now);
@@ -765,8 +771,8 @@ struct FusedHooks {
       if (lane < g.world) {
         if (g.data[lane] != nullptr) {  // lane s polls rank s's flag of the tile
           const int tile = work.m_block * p.tiles_n + work.n_block;
-          comm::wait_geq(g, g.flags[lane] + p.flag_base + tile, e,
-                         comm::WaitSite{p.op, comm::kWaitPeerFlag, lane, tile});
+          comm::wait_geq<kFail>(g, g.flags[lane] + p.flag_base + tile, e,
+                                comm::WaitSite{p.op, comm::kWaitPeerFlag, lane, tile});
         } else {
           // A rank with node-mates computes after its node's entry barrier: a derived wait,
           // bounded longer (so a dead rank's node-mates name it first; net_recv_item).
@@ -774,11 +780,13 @@ struct FusedHooks {
 #pragma unroll 1
           for (int r = 0; r < g.world; ++r) mates += g.node_of[r] == g.node_of[lane] ? 1 : 0;
           const uint32_t slot = kRsNetSlotBase + lane * cta_count() + cta_id();
-          comm::net_wait_arrival(g, g.net.arrival + slot,
-                                 (e << kRsNetSeqBits) | static_cast<uint64_t>(k + 1),
-                                 mates > 1 ? 2 * g.timeout_ns + 1000000000ull : g.timeout_ns, lane,
-                                 comm::WaitSite{p.op, comm::kWaitNetArrival, lane,
-                                                static_cast<int32_t>(slot)});
+          comm::net_wait_arrival<kFail>(g, g.net.arrival + slot,
+                                        (e << kRsNetSeqBits) | static_cast<uint64_t>(k + 1),
+                                        mates > 1 ? 2 * g.timeout_ns + 1000000000ull
+                                                  : g.timeout_ns,
+                                        lane,
+                                        comm::WaitSite{p.op, comm::kWaitNetArrival, lane,
+                                                       static_cast<int32_t>(slot)});
         }
       }
       __syncwarp();  // every rank's tile is in memory (the acquires precede the warp barrier)
@@ -864,8 +872,8 @@ struct FusedHooks {
       const int tile = work.m_block * p.tiles_n + work.n_block;
       ++done;
       if (t < g.world) {
-        comm::wait_geq(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
-                       comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
+        comm::wait_geq<kFail>(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
+                              comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
       }
       side_sync();  // every rank's tile is in memory
       const int v = (c1 - c0) / 8;
@@ -1027,13 +1035,14 @@ struct FusedHooks {
         for (int e = 0; e < n; ++e) {
           const int tile = round.tile[e];
           if (e > 0 && tile == round.tile[e - 1]) continue;
-          comm::wait_geq(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
-                         comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
+          comm::wait_geq<kFail>(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
+                                comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
         }
       } else if (round.src[0] >= 0 && t < n) {  // thread e waits for entry e's reduced slab
         const int q = round.src[t], tile = round.tile[t];
-        comm::wait_geq(g, g.flags[q] + p.reduced_flag_base + tile * p.slabs + (round.shape[t] >> 20),
-                       comm::op_begin(g), comm::WaitSite{p.op, comm::kWaitPeerFlag, q, tile});
+        comm::wait_geq<kFail>(
+            g, g.flags[q] + p.reduced_flag_base + tile * p.slabs + (round.shape[t] >> 20),
+            comm::op_begin(g), comm::WaitSite{p.op, comm::kWaitPeerFlag, q, tile});
       }
       tail_sync();  // everything the round reads is in memory
 #pragma unroll 1
@@ -1161,8 +1170,8 @@ struct FusedHooks {
       const int tile = work.m_block * p.tiles_n + work.n_block;
       done += run;
       if (t < g.world) {
-        comm::wait_geq(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
-                       comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
+        comm::wait_geq<kFail>(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
+                              comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
       }
       side_sync();  // every rank's tile is in memory
       const int piece_rows = max(1, kHalf / (g.world * v));
@@ -1232,7 +1241,7 @@ struct FusedHooks {
   CUTLASS_DEVICE static void copy_role_staged(Params const& p, Call const& call, int t,
                                               SideStorage& st) {
     const comm::GroupDevice& g = p.group;
-    if (t == 0) comm::entry_barrier(g, call.epoch, p.op, p.signature);
+    if (t == 0) comm::entry_barrier<kFail>(g, call.epoch, p.op, p.signature);
     side_sync();
     const int items = g.world * p.chunks;
 #pragma unroll 1
@@ -1277,7 +1286,7 @@ struct FusedHooks {
                                             SideStorage& st) {
     const comm::GroupDevice& g = p.group;
     if (t == 0) {
-      comm::entry_barrier(g, call.epoch, p.op, p.signature);
+      comm::entry_barrier<kFail>(g, call.epoch, p.op, p.signature);
       stamp(p, kTlEntered);
     }
     if (t != 0) return;  // one thread moves everything; the others have nothing to do
@@ -1285,7 +1294,9 @@ struct FusedHooks {
     cutlass::arch::ClusterTransactionBarrier::init(&st.bulk_bar[0], 1);
     cutlass::arch::ClusterTransactionBarrier::init(&st.bulk_bar[1], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;" ::: "memory");
-    uint32_t phase[2] = {0, 0};
+    // The two halves' mbarrier phases, bit b for half b: a register (a uint32_t[2] indexed by
+    // k & 1 lived in local memory, one load and one store per piece).
+    uint32_t phases = 0;
     const uint32_t buf0 = static_cast<uint32_t>(__cvta_generic_to_shared(&st.buf[0]));
     const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(&st.bulk_bar[0]));
     const int items = g.world * p.chunks;
@@ -1321,8 +1332,8 @@ struct FusedHooks {
           asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
           load(k + 1);
         }
-        cutlass::arch::ClusterTransactionBarrier::wait(&st.bulk_bar[b], phase[b]);
-        phase[b] ^= 1;
+        cutlass::arch::ClusterTransactionBarrier::wait(&st.bulk_bar[b], (phases >> b) & 1u);
+        phases ^= 1u << b;
         const uint32_t n = min(kPiece, bytes - k * kPiece);
         asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
                      "cp.async.bulk.commit_group;"
@@ -1416,7 +1427,7 @@ struct FusedHooks {
       comm::fence_proxy_async_global();  // the TMA loads that follow must see those rows
     } else if (!call.entered) {
       // The first tile of this CTA: no peer may still be reading the partial we overwrite.
-      comm::entry_barrier(p.group, call.epoch, p.op, p.signature);
+      comm::entry_barrier<kFail>(p.group, call.epoch, p.op, p.signature);
       stamp(p, kTlEntered);
       call.entered = true;
     }

@@ -66,7 +66,7 @@ struct FusedPeerTmaHooks : FusedHooks {
   CUTLASS_DEVICE static void stage_role(Params const& p, Call const& call, int t) {
     const comm::GroupDevice& g = p.group;
     if (t == 0) {
-      comm::entry_barrier(g, call.epoch, p.op, p.signature);
+      comm::entry_barrier<kFail>(g, call.epoch, p.op, p.signature);
       stamp(p, kTlEntered);
     }
     side_sync();
