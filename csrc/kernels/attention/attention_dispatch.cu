@@ -21,6 +21,8 @@ cudaError_t run_bf16_d128_m128_n128_variant_claimed(const Problem& p, const Laun
 cudaError_t run_bf16_d128_m128_n128_variant_prefetch(const Problem& p, const Launch& l);
 // attention_variants_odirect.cu: the variants with O stored from registers (bit 14).
 cudaError_t run_bf16_d128_m128_n128_variant_odirect(const Problem& p, const Launch& l);
+// attention_variants_widekv.cu: the non-causal variants with longer KV blocks (bits 15-16).
+cudaError_t run_bf16_d128_m128_widekv_variant(const Problem& p, const Launch& l);
 
 namespace {
 
@@ -170,6 +172,12 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
     if ((p.variant & kClaimTilesBit) != 0) return run_bf16_d128_m128_n128_variant_claimed(p, l);
     if ((p.variant & kPrefetchNextQBit) != 0) return run_bf16_d128_m128_n128_variant_prefetch(p, l);
     if ((p.variant & kODirectBit) != 0) return run_bf16_d128_m128_n128_variant_odirect(p, l);
+    if ((p.variant & kWideKvMask) != 0) {
+      if (!p.causal) return run_bf16_d128_m128_widekv_variant(p, l);
+      Problem pc = p;  // causal: the 128x128 tile's 136 (bit 11 is non-causal only anyway)
+      pc.variant = 136;
+      return run_bf16_d128_m128_n128_variant_causal(pc, l);
+    }
     return p.causal ? run_bf16_d128_m128_n128_variant_causal(p, l)
                     : run_bf16_d128_m128_n128_variant_noncausal(p, l);
   }
