@@ -107,6 +107,20 @@ int main() {
                  g_entry == (causal ? 3 : 7) && g_variant == (causal ? 136 : wide),
              "a longer-KV-block variant: its entry non-causal (split tail), 136 causal");
     }
+    {
+      Problem w = p;  // a default non-causal call with many keys: 2184, or the wide default
+      w.seq_kv = kDefaultWideKvMinSeqKv;
+      w.tile_counter = nullptr;
+      const bool wide = kDefaultWideKvNonCausal != 0 && !causal;
+      expect(run(w, l) == cudaSuccess && g_entry == (wide ? 7 : 1) &&
+                 g_variant == (wide ? kDefaultWideKvNonCausal : 0),
+             "a default call from kDefaultWideKvMinSeqKv keys on: the wide default iff set");
+      w.seq_kv = kDefaultWideKvMinSeqKv - 1;
+      expect(run(w, l) == cudaSuccess && g_entry == 1, "below the threshold: the instantiation");
+      w.seq_kv = kDefaultWideKvMinSeqKv;
+      w.block_n = 128;
+      expect(run(w, l) == cudaSuccess && g_entry == 1, "a caller's block_n: no wide default");
+    }
     expect(wide_kv_block_n(34952) == 144 && wide_kv_block_n(67720) == 160 &&
                wide_kv_block_n(100488) == 176 && wide_kv_block_n(2184) == 128,
            "wide_kv_block_n");

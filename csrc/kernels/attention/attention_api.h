@@ -138,6 +138,14 @@ inline constexpr int kWideKvMask = 3 << kWideKvShift;
 inline constexpr int wide_kv_block_n(int variant) {
   return 128 + 16 * ((variant & kWideKvMask) >> kWideKvShift);
 }
+// The non-causal default on a longer KV block from kDefaultWideKvMinSeqKv keys on (a default
+// call of the bf16 d=128 plain kernel, no tile chosen by the caller): one of 34952 / 67720 /
+// 100488, or 0 (none: 2184 on 128x128 everywhere). A ragged top block costs a whole block's
+// work (4096 keys = 23.3 blocks of 176: 3.1% more; 8192: 1.0%), hence the threshold. Flipping
+// it is this line (rule in benchmarks/NOTES.md, attn14); the dispatcher routes such calls to
+// the variant's kernel (attention_dispatch.cu), the glue's split workspace is 2184's.
+inline constexpr int kDefaultWideKvNonCausal = 0;
+inline constexpr int kDefaultWideKvMinSeqKv = 8192;
 
 // Whether run(p) launches a kernel with variant bit 11 (then it wants Problem::split_ws: one
 // piece per CTA of the grid, i.e. the SM count).

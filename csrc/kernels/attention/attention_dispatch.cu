@@ -24,6 +24,10 @@ cudaError_t run_bf16_d128_m128_n128_variant_odirect(const Problem& p, const Laun
 // attention_variants_widekv.cu: the non-causal variants with longer KV blocks (bits 15-16).
 cudaError_t run_bf16_d128_m128_widekv_variant(const Problem& p, const Launch& l);
 
+static_assert(kDefaultWideKvNonCausal == 0 || kDefaultWideKvNonCausal == 34952 ||
+                  kDefaultWideKvNonCausal == 67720 || kDefaultWideKvNonCausal == 100488,
+              "kDefaultWideKvNonCausal: 0 or a built longer-KV-block variant (it keeps 2184's bits)");
+
 namespace {
 
 using RunFn = cudaError_t (*)(const Problem&, const Launch&, const HookArgs*);
@@ -167,6 +171,14 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
     Problem pv = p;
     pv.variant = effective_variant(p);
     return run_bf16_d128_m128_n128_variant_claimed(pv, l);
+  }
+  if (!hooked && p.variant == 0 && kDefaultWideKvNonCausal != 0 && !p.causal && p.block_m <= 0 &&
+      p.block_n <= 0 && p.seq_kv >= kDefaultWideKvMinSeqKv &&
+      effective_variant(p) == kDefaultVariantNonCausal) {
+    // A non-causal default on a longer KV block (attention_api.h kDefaultWideKvNonCausal).
+    Problem pv = p;
+    pv.variant = kDefaultWideKvNonCausal;
+    return run_bf16_d128_m128_widekv_variant(pv, l);
   }
   if (p.variant != 0) {
     if ((p.variant & kClaimTilesBit) != 0) return run_bf16_d128_m128_n128_variant_claimed(p, l);
