@@ -141,6 +141,9 @@ VARIANT_DOC = {
     4105: "9 + claimed tiles (attn12, bit 12: each CTA claims its next tile from a counter once its last load of the current one is issued; bit for bit 9)",
     6280: "2184 + claimed tiles (attn12, bit 12; causal runs 136 claimed; bit for bit 2184 / 136)",
     22664: "6280 + O stored from registers (attn13, bits 12 + 14; causal runs 136 claimed + bit 14; bit for bit 6280)",
+    34952: "2184's mainloop on a 128x144 tile, K 2 + V 3 stages (attn14, bits 15-16 = 1; causal runs 136)",
+    67720: "2184's mainloop on a 128x160 tile, K 2 + V 2 stages (attn14, bits 15-16 = 2; causal runs 136)",
+    100488: "2184's mainloop on a 128x176 tile, K 2 + V 2 stages, FA3's d=128 non-causal tile (attn14, bits 15-16 = 3; causal runs 136)",
     18568: "2184 + O stored from registers (attn13, bit 14: no cross-warpgroup meet, V stage freed after the last PV; causal runs 136 + bit 14; bit for bit 2184 / 136)",
 }
 

@@ -8,7 +8,7 @@
 
 namespace mkernel::attention {
 int g_entry = 0;  // 1: an instantiation, 2 / 3: variants non-causal / causal, 4: claimed, 5: prefetch,
-                  // 6: O from registers (attn13)
+                  // 6: O from registers (attn13), 7: longer KV blocks (attn14)
 int g_variant = -1;
 #define ATTN_CASE(tag, ctype, hdim, bm, bn, causal)                                               \
   cudaError_t run_##tag##_d##hdim##_m##bm##_n##bn(const Problem& p, const Launch&, const HookArgs*) { \
@@ -29,6 +29,7 @@ STUB(run_bf16_d128_m128_n128_variant_causal, 3)
 STUB(run_bf16_d128_m128_n128_variant_claimed, 4)
 STUB(run_bf16_d128_m128_n128_variant_prefetch, 5)
 STUB(run_bf16_d128_m128_n128_variant_odirect, 6)
+STUB(run_bf16_d128_m128_widekv_variant, 7)
 #undef STUB
 }  // namespace mkernel::attention
 
@@ -100,6 +101,29 @@ int main() {
     v.variant = 22664;
     expect(uses_tile_counter(v) && run(v, l) == cudaSuccess && g_entry == 4 && g_variant == 22664,
            "variant 22664 (claimed + O from registers) with a counter: the claimed entry");
+    for (int wide : {34952, 67720, 100488}) {
+      v.variant = wide;
+      expect(!uses_tile_counter(v) && uses_split_tail(v) == !causal && run(v, l) == cudaSuccess &&
+                 g_entry == (causal ? 3 : 7) && g_variant == (causal ? 136 : wide),
+             "a longer-KV-block variant: its entry non-causal (split tail), 136 causal");
+    }
+    {
+      Problem w = p;  // a default non-causal call with many keys: 2184, or the wide default
+      w.seq_kv = kDefaultWideKvMinSeqKv;
+      w.tile_counter = nullptr;
+      const bool wide = kDefaultWideKvNonCausal != 0 && !causal;
+      expect(run(w, l) == cudaSuccess && g_entry == (wide ? 7 : 1) &&
+                 g_variant == (wide ? kDefaultWideKvNonCausal : 0),
+             "a default call from kDefaultWideKvMinSeqKv keys on: the wide default iff set");
+      w.seq_kv = kDefaultWideKvMinSeqKv - 1;
+      expect(run(w, l) == cudaSuccess && g_entry == 1, "below the threshold: the instantiation");
+      w.seq_kv = kDefaultWideKvMinSeqKv;
+      w.block_n = 128;
+      expect(run(w, l) == cudaSuccess && g_entry == 1, "a caller's block_n: no wide default");
+    }
+    expect(wide_kv_block_n(34952) == 144 && wide_kv_block_n(67720) == 160 &&
+               wide_kv_block_n(100488) == 176 && wide_kv_block_n(2184) == 128,
+           "wide_kv_block_n");
   }
   if (failures == 0) std::printf("OK\n");
   return failures == 0 ? 0 : 1;

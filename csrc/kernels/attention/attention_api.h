@@ -73,7 +73,8 @@ struct Problem {
 // The built mainloop variants (benchmarks/bench_attention.py --variants; variant 0 = the
 // default kernel, which for bf16 d=128 128x128 plain kernels is kDefaultVariantNonCausal /
 // kDefaultVariantCausal below).
-inline constexpr int kVariants[] = {8, 9, 64, 136, 137, 392, 649, 1033, 1160, 2184, 4105, 6280, 8201, 10376, 18568, 22664};
+inline constexpr int kVariants[] = {8, 9, 64, 136, 137, 392, 649, 1033, 1160, 2184, 4105, 6280, 8201, 10376, 18568, 22664,
+                                     34952, 67720, 100488};
 
 // The mainloop variant bits (AttnTraits::kVariant) of the bf16 d=128 128x128 plain kernels
 // (attention_launch.cuh says why; benchmarks/NOTES.md has the measurements). Flipping a default
@@ -122,6 +123,29 @@ inline constexpr int kPrefetchNextQBit = 8192;
 // causal call runs 136 + bit 14) and 22664 = 6280 + bit 14 (claimed tiles: causal 136 + bit 14, the
 // causal default's mainloop with it); bit for bit the base's output. Opt-in until measured.
 inline constexpr int kODirectBit = 16384;
+// Variant bits 15-16 (attn14): a longer KV block for the non-causal kernel, 2184's mainloop
+// (O in a V stage, split tail) on a 128 x kBlockN tile: field 1 = 144 keys (K 2 + V 3 stages of
+// 36 KiB beside Q), 2 = 160 (K 2 + V 2 of 40 KiB), 3 = 176 (K 2 + V 2 of 44 KiB; FA3's tile for
+// d = 128 non-causal). Fewer, longer KV iterations: the per-block costs (pipeline waits,
+// warp-scheduler barriers, row-max shuffles and factor, O's 64-FMUL rescale, the wgmma issue and
+// waits) spread over more keys, and the S GEMM's wgmma reads Q's slice once per 144-176 keys.
+// Built as 34952 / 67720 / 100488 = 2184 + field << 15 (attention_variants_widekv.cu); a causal
+// call runs 136 (the 128x128 tile: causal stays on its own default). Another block partition:
+// another summation order than 2184 (tested against the fp64 reference, not bit for bit).
+// Opt-in until measured.
+inline constexpr int kWideKvShift = 15;
+inline constexpr int kWideKvMask = 3 << kWideKvShift;
+inline constexpr int wide_kv_block_n(int variant) {
+  return 128 + 16 * ((variant & kWideKvMask) >> kWideKvShift);
+}
+// The non-causal default on a longer KV block from kDefaultWideKvMinSeqKv keys on (a default
+// call of the bf16 d=128 plain kernel, no tile chosen by the caller): one of 34952 / 67720 /
+// 100488, or 0 (none: 2184 on 128x128 everywhere). A ragged top block costs a whole block's
+// work (4096 keys = 23.3 blocks of 176: 3.1% more; 8192: 1.0%), hence the threshold. Flipping
+// it is this line (rule in benchmarks/NOTES.md, attn14); the dispatcher routes such calls to
+// the variant's kernel (attention_dispatch.cu), the glue's split workspace is 2184's.
+inline constexpr int kDefaultWideKvNonCausal = 0;
+inline constexpr int kDefaultWideKvMinSeqKv = 8192;
 
 // Whether run(p) launches a kernel with variant bit 11 (then it wants Problem::split_ws: one
 // piece per CTA of the grid, i.e. the SM count).

@@ -21,6 +21,12 @@ cudaError_t run_bf16_d128_m128_n128_variant_claimed(const Problem& p, const Laun
 cudaError_t run_bf16_d128_m128_n128_variant_prefetch(const Problem& p, const Launch& l);
 // attention_variants_odirect.cu: the variants with O stored from registers (bit 14).
 cudaError_t run_bf16_d128_m128_n128_variant_odirect(const Problem& p, const Launch& l);
+// attention_variants_widekv.cu: the non-causal variants with longer KV blocks (bits 15-16).
+cudaError_t run_bf16_d128_m128_widekv_variant(const Problem& p, const Launch& l);
+
+static_assert(kDefaultWideKvNonCausal == 0 || kDefaultWideKvNonCausal == 34952 ||
+                  kDefaultWideKvNonCausal == 67720 || kDefaultWideKvNonCausal == 100488,
+              "kDefaultWideKvNonCausal: 0 or a built longer-KV-block variant (it keeps 2184's bits)");
 
 namespace {
 
@@ -166,10 +172,24 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
     pv.variant = effective_variant(p);
     return run_bf16_d128_m128_n128_variant_claimed(pv, l);
   }
+  if (!hooked && p.variant == 0 && kDefaultWideKvNonCausal != 0 && !p.causal && p.block_m <= 0 &&
+      p.block_n <= 0 && p.seq_kv >= kDefaultWideKvMinSeqKv &&
+      effective_variant(p) == kDefaultVariantNonCausal) {
+    // A non-causal default on a longer KV block (attention_api.h kDefaultWideKvNonCausal).
+    Problem pv = p;
+    pv.variant = kDefaultWideKvNonCausal;
+    return run_bf16_d128_m128_widekv_variant(pv, l);
+  }
   if (p.variant != 0) {
     if ((p.variant & kClaimTilesBit) != 0) return run_bf16_d128_m128_n128_variant_claimed(p, l);
     if ((p.variant & kPrefetchNextQBit) != 0) return run_bf16_d128_m128_n128_variant_prefetch(p, l);
     if ((p.variant & kODirectBit) != 0) return run_bf16_d128_m128_n128_variant_odirect(p, l);
+    if ((p.variant & kWideKvMask) != 0) {
+      if (!p.causal) return run_bf16_d128_m128_widekv_variant(p, l);
+      Problem pc = p;  // causal: the 128x128 tile's 136 (bit 11 is non-causal only anyway)
+      pc.variant = 136;
+      return run_bf16_d128_m128_n128_variant_causal(pc, l);
+    }
     return p.causal ? run_bf16_d128_m128_n128_variant_causal(p, l)
                     : run_bf16_d128_m128_n128_variant_noncausal(p, l);
   }

@@ -2,6 +2,17 @@
 // hooks), grid from the SM count, launch. Included by the generated instantiations only.
 #pragma once
 
+// CuTe picks a wgmma of N = kBlockN for the S GEMM only among the shapes it is built with: the
+// default set stops at 8, 16, 24, 32, 64, 96, 128, 192, 256 (and a few more), so a 144-, 160- or
+// 176-key block became 9-11 wgmmas of N = 16 or 5 of N = 32 per k-step (attn14: the 128x160
+// tile's S GEMM ran as 40 HGMMA.64x32x16 per block, 5x the A-operand reads from shared memory —
+// why it measured 5-12% slower in sessions 6-7). The extended set has every multiple of 8.
+// Every attention kernel TU includes this header first (instantiations/, attention_variants_*);
+// AttnTraits static_asserts that the S GEMM's atom covers the whole block.
+#ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#endif
+
 #include <cuda_runtime.h>
 
 #include <cmath>

@@ -40,7 +40,10 @@ struct AttnTraits {
   static constexpr int kStageBytes = 2 * kBlockN * kHeadDim * int(sizeof(Element));
   static constexpr int kStagesFit = (kSmemLimit - 2 * kTileBytes - 1024) / kStageBytes;
   static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
-  static_assert(kStages >= 2, "the K/V ring needs 2 stages: use a smaller kBlockN");
+  // (With variant bit 7 the rings are sized without the O tile: kStagesK / kStagesV below, e.g.
+  // 128x176 at d = 128: K 2 + V 2 stages of 44 KiB beside Q.)
+  static_assert(kStages >= 2 || (kVariant_ & 128) != 0,
+                "the K/V ring needs 2 stages: use a smaller kBlockN");
 
   // CTAs per cluster along the query blocks (1 or 2): with 2, the two CTAs of a cluster own
   // query tiles 2i and 2i + 1 of the same (batch, head), walk the same KV blocks, and each
@@ -170,6 +173,12 @@ struct AttnTraits {
   using SmemLayoutK = decltype(cute::tile_to_shape(
       cute::GMMA::Layout_K_SW128_Atom<Element>{},
       cute::Shape<cute::Int<kBlockN>, cute::Int<kHeadDim>, cute::Int<kStagesK>>{}));
+  // One wgmma of N = kBlockN per k-step of the S GEMM (attention_launch.cuh enables CuTe's
+  // extended shapes before any CuTe header; without them a 144/160/176-key block splits into
+  // N = 16 or 32 wgmmas, each re-reading Q's 64x16 slice from shared memory).
+  static_assert(cute::size<1>(typename TiledMmaQK::AtomShape_MNK{}) == kBlockN,
+                "S GEMM: one wgmma per k-step (define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED "
+                "before the first CuTe include)");
   // V^T as the PV GEMM's B operand: (d, kBlockN) with d contiguous (MN-major).
   using SmemLayoutVt = decltype(cute::tile_to_shape(
       cute::GMMA::Layout_MN_SW128_Atom<Element>{},
