@@ -525,6 +525,18 @@ bool s11_candidates() {
 }
 constexpr int kSwapK2_176 = 16;  // gemm_swap_dispatch.cu: swap_128x176_k2
 
+// Session 12 (MKERNEL_GEMM_SMALLM_S12=1 until a device run checks them): the ticketed swapped
+// variants 17-18 (gemm_swap_ticket_sm90.cuh: every SM an equal range of (tile, k-block)
+// iterations, split tiles summed through tickets), 128x176 and 128x112.
+bool s12_candidates() {
+  static const bool on = [] {
+    const char* v = std::getenv("MKERNEL_GEMM_SMALLM_S12");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+constexpr int kFirstS12Swap = 17;  // gemm_swap_dispatch.cu: swap_128x176_tk, swap_128x112_tk
+
 // The split-K plan for p, kNone where the 128x256 tiles already fill half the SMs or K is too
 // short to split: as many splits (2..8) as keep every CTA in one wave, >= 4 k-blocks per split.
 SmallPlan split_candidate(const gemm::Problem& p, int sms) {
@@ -555,6 +567,7 @@ std::vector<SmallPlan> small_candidates(const gemm::Problem& p, int sms) {
   for (int i = 0; i < count; ++i) {
     if (variants[i] >= kFirstS10Swap && variants[i] <= kLastS10OptIn && !s10_candidates()) continue;
     if (variants[i] == kSwapC2x1 && has_streamk176) continue;
+    if (variants[i] >= kFirstS12Swap && !s12_candidates()) continue;
     if (variants[i] == kSwapK2_176) {  // split-K in two: only where two waves' worth fit in one
       const int64_t units = 2 * ((p.n + 127) / 128) * ((p.m + 175) / 176);
       if (!s11_candidates() || units > sms) continue;
