@@ -26,6 +26,7 @@ MKERNEL_GEMM_SWAP_VARIANT(swap_256x176_streamk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_64x16k256_ping)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_tk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x112_tk)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x112k128_tk)
 #undef MKERNEL_GEMM_SWAP_VARIANT
 
 struct Entry {
@@ -89,6 +90,8 @@ constexpr Entry kEntries[kNumVariants] = {
     // tiles for 132 SMs) and 128x112 (333 tokens in 336: 0.9% padding where 2 x 176 pads 5.7%).
     MKERNEL_GEMM_SWAP_TICKET_ENTRY(swap_128x176_tk, 176),
     MKERNEL_GEMM_SWAP_TICKET_ENTRY(swap_128x112_tk, 112),
+    // the same with 128-deep k-blocks (3 stages of 61 KB): twice the MMAs per barrier round trip
+    MKERNEL_GEMM_SWAP_TICKET_ENTRY(swap_128x112k128_tk, 112),
 };
 #undef MKERNEL_GEMM_SWAP_TICKET_ENTRY
 #undef MKERNEL_GEMM_SWAP_ENTRY
