@@ -639,7 +639,9 @@ SmallPlan tune_small(gemm::Problem p, const gemm::Launch& l, const gemm::Plan& e
   el.workspace_bytes = engine_ok ? gemm::workspace_size(p, engine.config, el) : 0;
   size_t scratch_bytes = el.workspace_bytes, gemv_bytes = 0;
   for (const SmallPlan& c : cands) {
-    if (c.kind == SmallPlan::kSwap) {
+    if (c.kind == SmallPlan::kSwap && gemm_swap::zeroed_workspace(c.swap)) {  // tickets
+      gemv_bytes = std::max(gemv_bytes, gemm_swap::workspace_size(p, c.swap, l.sm_count));
+    } else if (c.kind == SmallPlan::kSwap) {
       scratch_bytes = std::max(scratch_bytes, gemm_swap::workspace_size(p, c.swap, l.sm_count));
     } else if (c.kind == SmallPlan::kGemv) {
       gemv_bytes = std::max(gemv_bytes, gemv::workspace_size(p, c.gemv));
@@ -650,7 +652,7 @@ SmallPlan tune_small(gemm::Problem p, const gemm::Launch& l, const gemm::Plan& e
   }
   // CUTLASS's scratch (the engine's plan, stream-K): one for all, the launches of one stream
   // never overlap and CUTLASS initialises what it uses. The GEMV's K split needs the engine's
-  // zeroed ticket workspace (kept zero by every launch).
+  // zeroed ticket workspace (kept zero by every launch), and so do the ticketed swapped variants.
   at::Tensor scratch;
   if (scratch_bytes) {
     scratch = at::empty({static_cast<int64_t>(scratch_bytes)}, like.options().dtype(at::kByte));
@@ -663,7 +665,8 @@ SmallPlan tune_small(gemm::Problem p, const gemm::Launch& l, const gemm::Plan& e
       [&](int i) {
         const SmallPlan& c = cands[i];
         if (c.kind == SmallPlan::kSwap) {
-          return gemm_swap::run(p, c.swap, l.sm_count, ws, l.stream) == cudaSuccess;
+          void* swap_ws = gemm_swap::zeroed_workspace(c.swap) ? gemv_ws : ws;
+          return gemm_swap::run(p, c.swap, l.sm_count, swap_ws, l.stream) == cudaSuccess;
         }
         if (c.kind == SmallPlan::kGemv) {
           return gemv::can_implement(p, c.gemv) == nullptr &&
