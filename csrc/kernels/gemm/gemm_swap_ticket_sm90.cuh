@@ -94,6 +94,9 @@ template <int kThreads, int kFrag>
 struct TicketReduce {
   static_assert(kFrag % 4 == 0, "the accumulator fragment is stored as float4");
   static constexpr int kVecs = kFrag / 4;
+  // The largest divisor of kVecs up to 12: float4 loads in flight per thread per slice.
+  static constexpr int chunk(int c) { return kVecs % c == 0 ? c : chunk(c - 1); }
+  static constexpr int kChunk = chunk(kVecs < 12 ? kVecs : 12);
   static constexpr size_t partial_floats() { return static_cast<size_t>(kThreads) * kFrag; }
   static size_t workspace_bytes(int tiles, int slots) {
     return gemm::kSplitKCounterBytes + static_cast<size_t>(tiles) * slots * partial_floats() * 4;
@@ -133,26 +136,43 @@ struct TicketReduce {
                                       cutlass::arch::ReservedNamedBarriers::StreamkBarrier0);
     if (*smem_last == 0) return false;
     // Sum in slice order; this CTA's own slice from its registers (the values it stored).
-    // ld.global.cg: other SMs wrote these, this SM's L1 may be stale.
+    // kChunk float4 loads in flight per thread per slice (one at a time would pay an L2 round
+    // trip per float4); ld.global.cg: other SMs wrote these, this SM's L1 may be stale.
     CUTLASS_PRAGMA_UNROLL
-    for (int v = 0; v < kVecs; ++v) {
-      float4 sum = slice == 0 ? make_float4(acc(4 * v), acc(4 * v + 1), acc(4 * v + 2),
-                                            acc(4 * v + 3))
-                              : __ldcg(partials + v * kThreads);
-      for (int s = 1; s < slices; ++s) {
-        const float4 part =
-            s == slice
-                ? make_float4(acc(4 * v), acc(4 * v + 1), acc(4 * v + 2), acc(4 * v + 3))
-                : __ldcg(partials + s * stride + v * kThreads);
-        sum.x += part.x;
-        sum.y += part.y;
-        sum.z += part.z;
-        sum.w += part.w;
+    for (int v0 = 0; v0 < kVecs; v0 += kChunk) {
+      float4 sum[kChunk];
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kChunk; ++j) {
+        const int v = v0 + j;
+        sum[j] = slice == 0 ? make_float4(acc(4 * v), acc(4 * v + 1), acc(4 * v + 2),
+                                          acc(4 * v + 3))
+                            : __ldcg(partials + v * kThreads);
       }
-      acc(4 * v) = sum.x;
-      acc(4 * v + 1) = sum.y;
-      acc(4 * v + 2) = sum.z;
-      acc(4 * v + 3) = sum.w;
+      for (int s = 1; s < slices; ++s) {
+        float4 part[kChunk];
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kChunk; ++j) {
+          const int v = v0 + j;
+          part[j] = s == slice ? make_float4(acc(4 * v), acc(4 * v + 1), acc(4 * v + 2),
+                                             acc(4 * v + 3))
+                               : __ldcg(partials + s * stride + v * kThreads);
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kChunk; ++j) {
+          sum[j].x += part[j].x;
+          sum[j].y += part[j].y;
+          sum[j].z += part[j].z;
+          sum[j].w += part[j].w;
+        }
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kChunk; ++j) {
+        const int v = v0 + j;
+        acc(4 * v) = sum[j].x;
+        acc(4 * v + 1) = sum[j].y;
+        acc(4 * v + 2) = sum[j].z;
+        acc(4 * v + 3) = sum[j].w;
+      }
     }
     return true;
   }
