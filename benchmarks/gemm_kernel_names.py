@@ -71,7 +71,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="333x8192x8192,333x3584x8192", help="MxNxK,...")
     ap.add_argument("--dtypes", default="bf16")
-    ap.add_argument("--swap", default="1,10,17,18,19", help="pinned swapped variants to list too")
+    ap.add_argument("--swap", default="1,10,17,18,19,20", help="pinned swapped variants to list too")
     ap.add_argument("--calls", type=int, default=30)
     ap.add_argument("--json", default="", help="also write every row here")
     args = ap.parse_args()

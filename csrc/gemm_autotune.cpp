@@ -526,9 +526,9 @@ bool s11_candidates() {
 constexpr int kSwapK2_176 = 16;  // gemm_swap_dispatch.cu: swap_128x176_k2
 
 // Session 12 (MKERNEL_GEMM_SMALLM_S12=1 until a device run checks them): the ticketed swapped
-// variants 17-19 (gemm_swap_ticket_sm90.cuh: every SM an equal range of (tile, k-block)
-// iterations, split tiles summed through tickets), 128x176, 128x112 and 128x112 with 128-deep
-// k-blocks.
+// variants 17-20 (gemm_swap_ticket_sm90.cuh: every SM an equal range of (tile, k-block)
+// iterations, split tiles summed through tickets), 128x176, 128x112, 128x112 with 128-deep
+// k-blocks and 256x112.
 bool s12_candidates() {
   static const bool on = [] {
     const char* v = std::getenv("MKERNEL_GEMM_SMALLM_S12");
@@ -536,7 +536,7 @@ bool s12_candidates() {
   }();
   return on;
 }
-constexpr int kFirstS12Swap = 17;  // gemm_swap_dispatch.cu: swap_128x176_tk .. swap_128x112k128_tk
+constexpr int kFirstS12Swap = 17;  // gemm_swap_dispatch.cu: swap_128x176_tk .. swap_256x112_tk
 
 // The split-K plan for p, kNone where the 128x256 tiles already fill half the SMs or K is too
 // short to split: as many splits (2..8) as keep every CTA in one wave, >= 4 k-blocks per split.

@@ -25,7 +25,8 @@ VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_streamk",
             "swap_64x64_ping", "swap_64x16_ping", "swap_128x16_streamk", "swap_128x112_streamk",
             "swap_64x176_ping", "swap_256x176_streamk", "swap_256x176_k2", "swap_128x176_sk",
             "swap_256x176_k4", "swap_64x16k256_ping", "swap_128x176_k2", "swap_128x176_tk",
-            "swap_128x112_tk", "swap_128x112k128_tk"]  # gemm_swap_dispatch.cu order
+            "swap_128x112_tk", "swap_128x112k128_tk",
+            "swap_256x112_tk"]  # gemm_swap_dispatch.cu order
 GEMV_NAMES = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
               "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4", "rows_w8u2", "rows_w16u2", "rows_w8u4", "ks_w8r2", "ks_w16r2"]
 DTYPES = [torch.bfloat16, torch.float16]
@@ -98,7 +99,7 @@ def test_gemm_swap_decode_shape_split_k_ways(variant):
 
 @needs_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", [17, 18, 19])
+@pytest.mark.parametrize("variant", [17, 18, 19, 20])
 def test_gemm_swap_ticketed_at_decode_shapes(variant):
     """Session 12's ticketed variants (every SM an equal range of (tile, k-block) iterations,
     split tiles summed through tickets in slice order) at the decode shapes, where a tile is

@@ -27,6 +27,7 @@ MKERNEL_GEMM_SWAP_VARIANT(swap_64x16k256_ping)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_tk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x112_tk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x112k128_tk)
+MKERNEL_GEMM_SWAP_VARIANT(swap_256x112_tk)
 #undef MKERNEL_GEMM_SWAP_VARIANT
 
 struct Entry {
@@ -92,6 +93,8 @@ constexpr Entry kEntries[kNumVariants] = {
     MKERNEL_GEMM_SWAP_TICKET_ENTRY(swap_128x112_tk, 112),
     // the same with 128-deep k-blocks (3 stages of 61 KB): twice the MMAs per barrier round trip
     MKERNEL_GEMM_SWAP_TICKET_ENTRY(swap_128x112k128_tk, 112),
+    // each warpgroup 128 weight rows: fewer TMA and L2 bytes per FMA than 128x112
+    MKERNEL_GEMM_SWAP_TICKET_ENTRY(swap_256x112_tk, 112),
 };
 #undef MKERNEL_GEMM_SWAP_TICKET_ENTRY
 #undef MKERNEL_GEMM_SWAP_ENTRY
