@@ -106,8 +106,10 @@ SWAP_VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_strea
                  "swap_128x128_streamk", "swap_128x176_c2x2", "swap_128x192_c2x1",
                  "swap_64x64_ping", "swap_64x16_ping", "swap_128x16_streamk", "swap_128x112_streamk",
                  "swap_64x176_ping", "swap_256x176_streamk", "swap_256x176_k2", "swap_128x176_sk",
-                 "swap_256x176_k4", "swap_64x16k256_ping", "swap_128x176_k2"]  # gemm_swap_dispatch.cu order
-SWAP_TILE_TOKENS = [176, 176, 64, 128, 176, 192, 64, 16, 16, 112, 176, 176, 176, 176, 176, 16, 176]
+                 "swap_256x176_k4", "swap_64x16k256_ping", "swap_128x176_k2", "swap_128x176_tk",
+                 "swap_128x112_tk", "swap_128x112k128_tk",
+                 "swap_256x112_tk"]  # gemm_swap_dispatch.cu order
+SWAP_TILE_TOKENS = [176, 176, 64, 128, 176, 192, 64, 16, 16, 112, 176, 176, 176, 176, 176, 16, 176, 176, 112, 112, 112]
 
 
 def decode_candidates(m: int, n: int = 8192, k: int = 8192, sms: int = 132) -> list[str]:
@@ -211,6 +213,9 @@ def decode_cases(args, save) -> int:
                              + (["gemv:5", "gemv:10"] if 8 < m <= 16 else [])
                              + (["gemv:11", "gemv:12", "gemv:13", "gemv:14", "gemv:15"] if m <= 16 else [])
                              + [c for c in names if c.startswith(("swap:", "split:"))])
+                if args.swaps:  # a short run: only the named swapped variants
+                    keep = {f"swap:{v}" for v in args.swaps.split(",") if v}
+                    names = [c for c in names if not c.startswith("swap:") or c in keep]
                 cands, errors = {}, {}
                 for c in names:
                     try:  # a candidate that cannot run this shape is recorded, not timed
@@ -246,6 +251,9 @@ def decode_cases(args, save) -> int:
                       f"{' '.join(f'{x:.3f}' for x in res['auto_round_ratios'])}) | "
                       + ", ".join(f"{c} {v * 1e3:.1f}" for c, v in top)
                       + graph_note + (f" | errors: {sorted(errors)}" if errors else ""), flush=True)
+                if args.swaps and gr:  # the short run's point: every candidate's graph time
+                    timed = sorted((v, c) for c, v in gr.items() if isinstance(v, (int, float)))
+                    print("    graph us: " + ", ".join(f"{c} {v}" for v, c in timed), flush=True)
                 del sets, cands
                 torch.cuda.empty_cache()
                 path = save(rows, path)  # after every case: a run cut short keeps what it measured
@@ -294,6 +302,8 @@ def main() -> int:
     ap.add_argument("--ms", default="", help="--decode: M values (default DECODE_M)")
     ap.add_argument("--lean", action="store_true",
                     help="--decode: only cuBLAS, auto, one tile-kernel plan and the swapped GEMM (a short run)")
+    ap.add_argument("--swaps", default="",
+                    help="--decode: time only these swapped variants (indices, e.g. 1,10,17), not every one that fits")
     ap.add_argument("--graph-below-us", type=float, default=20.0,
                     help="--decode: also time cases estimated under this many us from CUDA-graph replays")
     args = ap.parse_args()

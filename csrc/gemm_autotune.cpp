@@ -525,6 +525,19 @@ bool s11_candidates() {
 }
 constexpr int kSwapK2_176 = 16;  // gemm_swap_dispatch.cu: swap_128x176_k2
 
+// Session 12 (MKERNEL_GEMM_SMALLM_S12=1 until a device run checks them): the ticketed swapped
+// variants 17-20 (gemm_swap_ticket_sm90.cuh: every SM an equal range of (tile, k-block)
+// iterations, split tiles summed through tickets), 128x176, 128x112, 128x112 with 128-deep
+// k-blocks and 256x112.
+bool s12_candidates() {
+  static const bool on = [] {
+    const char* v = std::getenv("MKERNEL_GEMM_SMALLM_S12");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+constexpr int kFirstS12Swap = 17;  // gemm_swap_dispatch.cu: swap_128x176_tk .. swap_256x112_tk
+
 // The split-K plan for p, kNone where the 128x256 tiles already fill half the SMs or K is too
 // short to split: as many splits (2..8) as keep every CTA in one wave, >= 4 k-blocks per split.
 SmallPlan split_candidate(const gemm::Problem& p, int sms) {
@@ -555,6 +568,7 @@ std::vector<SmallPlan> small_candidates(const gemm::Problem& p, int sms) {
   for (int i = 0; i < count; ++i) {
     if (variants[i] >= kFirstS10Swap && variants[i] <= kLastS10OptIn && !s10_candidates()) continue;
     if (variants[i] == kSwapC2x1 && has_streamk176) continue;
+    if (variants[i] >= kFirstS12Swap && !s12_candidates()) continue;
     if (variants[i] == kSwapK2_176) {  // split-K in two: only where two waves' worth fit in one
       const int64_t units = 2 * ((p.n + 127) / 128) * ((p.m + 175) / 176);
       if (!s11_candidates() || units > sms) continue;
@@ -625,7 +639,9 @@ SmallPlan tune_small(gemm::Problem p, const gemm::Launch& l, const gemm::Plan& e
   el.workspace_bytes = engine_ok ? gemm::workspace_size(p, engine.config, el) : 0;
   size_t scratch_bytes = el.workspace_bytes, gemv_bytes = 0;
   for (const SmallPlan& c : cands) {
-    if (c.kind == SmallPlan::kSwap) {
+    if (c.kind == SmallPlan::kSwap && gemm_swap::zeroed_workspace(c.swap)) {  // tickets
+      gemv_bytes = std::max(gemv_bytes, gemm_swap::workspace_size(p, c.swap, l.sm_count));
+    } else if (c.kind == SmallPlan::kSwap) {
       scratch_bytes = std::max(scratch_bytes, gemm_swap::workspace_size(p, c.swap, l.sm_count));
     } else if (c.kind == SmallPlan::kGemv) {
       gemv_bytes = std::max(gemv_bytes, gemv::workspace_size(p, c.gemv));
@@ -636,7 +652,7 @@ SmallPlan tune_small(gemm::Problem p, const gemm::Launch& l, const gemm::Plan& e
   }
   // CUTLASS's scratch (the engine's plan, stream-K): one for all, the launches of one stream
   // never overlap and CUTLASS initialises what it uses. The GEMV's K split needs the engine's
-  // zeroed ticket workspace (kept zero by every launch).
+  // zeroed ticket workspace (kept zero by every launch), and so do the ticketed swapped variants.
   at::Tensor scratch;
   if (scratch_bytes) {
     scratch = at::empty({static_cast<int64_t>(scratch_bytes)}, like.options().dtype(at::kByte));
@@ -649,7 +665,8 @@ SmallPlan tune_small(gemm::Problem p, const gemm::Launch& l, const gemm::Plan& e
       [&](int i) {
         const SmallPlan& c = cands[i];
         if (c.kind == SmallPlan::kSwap) {
-          return gemm_swap::run(p, c.swap, l.sm_count, ws, l.stream) == cudaSuccess;
+          void* swap_ws = gemm_swap::zeroed_workspace(c.swap) ? gemv_ws : ws;
+          return gemm_swap::run(p, c.swap, l.sm_count, swap_ws, l.stream) == cudaSuccess;
         }
         if (c.kind == SmallPlan::kGemv) {
           return gemv::can_implement(p, c.gemv) == nullptr &&

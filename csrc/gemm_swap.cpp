@@ -21,7 +21,7 @@
 namespace mkernel {
 namespace {
 constexpr const char* kOp = "mkernel.gemm_swap";
-constexpr int64_t kNumVariants = 17;  // gemm_swap::kNumVariants (the header needs CUDA)
+constexpr int64_t kNumVariants = 21;  // gemm_swap::kNumVariants (the header needs CUDA)
 
 void validate_gemm_swap(const at::Tensor& a, const at::Tensor& b, int64_t variant) {
   validation::check_linear_operands(kOp, a, "[M, K]", b, "[N, K]", "K");
@@ -49,12 +49,19 @@ bool engine_swap(const char* op, const at::Tensor& a, const at::Tensor& b, const
   const int sms = device_sms();
   if (gemm_swap::can_implement(p, variant, sms) != nullptr) return false;
   // CUTLASS's scratch (stream-K partials and locks): it initialises what it uses on every
-  // launch, so a fresh block of the caching allocator per call serves.
+  // launch, so a fresh block of the caching allocator per call serves. The ticketed variants'
+  // tickets must be zero at launch (and are left zero): the engine's per-stream scratch.
   const size_t bytes = gemm_swap::workspace_size(p, variant, sms);
   at::Tensor scratch;
-  if (bytes > 0) scratch = at::empty({static_cast<int64_t>(bytes)}, a.options().dtype(at::kByte));
+  void* workspace = nullptr;
+  if (bytes > 0 && gemm_swap::zeroed_workspace(variant)) {
+    workspace = engine_workspace(bytes, a);
+  } else if (bytes > 0) {
+    scratch = at::empty({static_cast<int64_t>(bytes)}, a.options().dtype(at::kByte));
+    workspace = scratch.data_ptr();
+  }
   const char* reason = nullptr;
-  const cudaError_t err = gemm_swap::run(p, variant, sms, bytes ? scratch.data_ptr() : nullptr,
+  const cudaError_t err = gemm_swap::run(p, variant, sms, workspace,
                                          at::cuda::getCurrentCUDAStream(), &reason);
   TORCH_CHECK(err == cudaSuccess, op, ": swapped GEMM launch failed (",
               gemm_swap::variant_name(variant), "): ", cudaGetErrorString(err),

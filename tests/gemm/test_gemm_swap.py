@@ -24,7 +24,9 @@ VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_streamk",
             "swap_128x128_streamk", "swap_128x176_c2x2", "swap_128x192_c2x1",
             "swap_64x64_ping", "swap_64x16_ping", "swap_128x16_streamk", "swap_128x112_streamk",
             "swap_64x176_ping", "swap_256x176_streamk", "swap_256x176_k2", "swap_128x176_sk",
-            "swap_256x176_k4", "swap_64x16k256_ping", "swap_128x176_k2"]  # gemm_swap_dispatch.cu order
+            "swap_256x176_k4", "swap_64x16k256_ping", "swap_128x176_k2", "swap_128x176_tk",
+            "swap_128x112_tk", "swap_128x112k128_tk",
+            "swap_256x112_tk"]  # gemm_swap_dispatch.cu order
 GEMV_NAMES = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
               "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4", "rows_w8u2", "rows_w16u2", "rows_w8u4", "ks_w8r2", "ks_w16r2"]
 DTYPES = [torch.bfloat16, torch.float16]
@@ -93,6 +95,27 @@ def test_gemm_swap_decode_shape_split_k_ways(variant):
     what = f"{VARIANTS[variant]} m={m} n={n} k={k} {dtype}"
     check(out, a, b, what)
     assert torch.equal(out, torch.ops.mkernel.gemm_swap(a, b, variant)), what
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", [17, 18, 19, 20])
+def test_gemm_swap_ticketed_at_decode_shapes(variant):
+    """Session 12's ticketed variants (every SM an equal range of (tile, k-block) iterations,
+    split tiles summed through tickets in slice order) at the decode shapes, where a tile is
+    shared by 2-3 CTAs (3584 weight rows: 56 or 84 tiles for 132 SMs; 8192: 128 or 192), at
+    ragged token counts (333, 317, 177: partial token tiles), both dtypes: right against the
+    float64 reference, the same bits again (the slice order does not depend on which CTA comes
+    last), and the tickets left at zero (the next call, of another shape, on the same scratch)."""
+    # (the float64 references cost ~90 GFLOP per variant: K = 4104 where 8192 is not needed; at
+    # 8192 weight rows 65 k-blocks per tile still put every tile on two CTAs or more)
+    for m, n, k, dtype in ((333, 3584, 8192, torch.bfloat16), (317, 8192, 4104, torch.float16),
+                           (177, 3584, 4104, torch.bfloat16)):
+        a, b = operands(m, n, k, dtype, seed=1200 + variant + m + n)
+        out = poisoned_call(lambda: torch.ops.mkernel.gemm_swap(a, b, variant), (m, n), dtype)
+        what = f"{VARIANTS[variant]} m={m} n={n} k={k} {dtype}"
+        check(out, a, b, what)
+        assert torch.equal(out, torch.ops.mkernel.gemm_swap(a, b, variant)), what
 
 
 @needs_hopper

@@ -26,7 +26,7 @@
 
 namespace mkernel::gemm_swap {
 
-constexpr int kNumVariants = 17;
+constexpr int kNumVariants = 21;
 
 // How a stream-K kernel splits the work (a launch argument: variants share a kernel). The
 // heuristic is CUTLASS's (data-parallel when the tiles fill at least half a wave).
@@ -45,6 +45,11 @@ const char* can_implement(const gemm::Problem& p, int variant, int sm_count);
 // Bytes of CUTLASS workspace (stream-K partials and locks; any content: the
 // kernel initialises what it uses on the launch's stream).
 size_t workspace_size(const gemm::Problem& p, int variant, int sm_count);
+
+// Whether the variant's workspace must come zeroed, and is left zeroed by every launch (its
+// first 64 KiB are tickets, as in the engine's split-K scratch: engine_workspace serves it);
+// otherwise any content (CUTLASS initialises what it uses on the launch's stream).
+bool zeroed_workspace(int variant);
 
 // Launches on `stream`; `reason` gets CUTLASS's status text on failure.
 cudaError_t run(const gemm::Problem& p, int variant, int sm_count, void* workspace,

@@ -24,6 +24,10 @@ MKERNEL_GEMM_SWAP_VARIANT(swap_128x112_streamk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_64x176_ping)
 MKERNEL_GEMM_SWAP_VARIANT(swap_256x176_streamk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_64x16k256_ping)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_tk)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x112_tk)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x112k128_tk)
+MKERNEL_GEMM_SWAP_VARIANT(swap_256x112_tk)
 #undef MKERNEL_GEMM_SWAP_VARIANT
 
 struct Entry {
@@ -35,6 +39,7 @@ struct Entry {
   const char* (*can_implement)(const gemm::Problem&, int, Decomposition);
   size_t (*workspace_size)(const gemm::Problem&, int, Decomposition);
   cudaError_t (*run)(const gemm::Problem&, int, Decomposition, void*, cudaStream_t, const char**);
+  bool zeroed_workspace = false;  // ticketed kernels: tickets at zero before the launch
 };
 
 constexpr Decomposition kHeuristic{Decomposition::kHeuristic, 1};
@@ -42,6 +47,9 @@ constexpr Decomposition kHeuristic{Decomposition::kHeuristic, 1};
   {NAME, TOKENS, CM, CN, DEC, can_implement_##SUFFIX, workspace_size_##SUFFIX, run_##SUFFIX}
 #define MKERNEL_GEMM_SWAP_ENTRY(SUFFIX, TOKENS, CM, CN) \
   MKERNEL_GEMM_SWAP_ENTRY_AS(#SUFFIX, SUFFIX, TOKENS, CM, CN, kHeuristic)
+#define MKERNEL_GEMM_SWAP_TICKET_ENTRY(SUFFIX, TOKENS)                                              \
+  {#SUFFIX, TOKENS, 1, 1, kHeuristic, can_implement_##SUFFIX, workspace_size_##SUFFIX,          \
+   run_##SUFFIX, true}
 constexpr Entry kEntries[kNumVariants] = {
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_c2x1, 176, 2, 1),
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_streamk, 176, 1, 1),
@@ -77,7 +85,18 @@ constexpr Entry kEntries[kNumVariants] = {
     // in a turnstile chain and ran 46.6 us against cuBLAS's 31.7 (s11 run 1, graph replay).
     MKERNEL_GEMM_SWAP_ENTRY_AS("swap_128x176_k2", swap_128x176_streamk, 176, 1, 1,
                                (Decomposition{Decomposition::kSplitK, 2})),
+    // session 12 (gemm_swap_ticket_sm90.cuh): every SM takes an equal range of (tile, k-block)
+    // iterations, split tiles summed through tickets (no CTA waits for another; CUTLASS's
+    // deterministic stream-K fixup made finishing CTAs wait). 128x176 (3584 weight rows: 56
+    // tiles for 132 SMs) and 128x112 (333 tokens in 336: 0.9% padding where 2 x 176 pads 5.7%).
+    MKERNEL_GEMM_SWAP_TICKET_ENTRY(swap_128x176_tk, 176),
+    MKERNEL_GEMM_SWAP_TICKET_ENTRY(swap_128x112_tk, 112),
+    // the same with 128-deep k-blocks (3 stages of 61 KB): twice the MMAs per barrier round trip
+    MKERNEL_GEMM_SWAP_TICKET_ENTRY(swap_128x112k128_tk, 112),
+    // each warpgroup 128 weight rows: fewer TMA and L2 bytes per FMA than 128x112
+    MKERNEL_GEMM_SWAP_TICKET_ENTRY(swap_256x112_tk, 112),
 };
+#undef MKERNEL_GEMM_SWAP_TICKET_ENTRY
 #undef MKERNEL_GEMM_SWAP_ENTRY
 #undef MKERNEL_GEMM_SWAP_ENTRY_AS
 }  // namespace detail
@@ -95,6 +114,10 @@ const char* can_implement(const gemm::Problem& p, int variant, int sm_count) {
   const detail::Entry& e = detail::kEntries[variant];
   if (sm_count < e.cluster_m * e.cluster_n) return "fewer SMs than the cluster needs";
   return e.can_implement(p, sm_count, e.decomposition);
+}
+
+bool zeroed_workspace(int variant) {
+  return variant >= 0 && variant < kNumVariants && detail::kEntries[variant].zeroed_workspace;
 }
 
 size_t workspace_size(const gemm::Problem& p, int variant, int sm_count) {
