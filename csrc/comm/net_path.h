@@ -72,6 +72,9 @@ class NetPath {
   bool gpu_direct() const;
   // CUDA's module loading mode when the path opened ("eager", "lazy"; else "unknown").
   std::string module_loading() const;
+  // Who submits the GPU-direct emulation's copies: "thread" (the proxy's, in this context), the
+  // helper process's kind ("mkernel-gdr-copier" or "python helper"), "" when not GPU-direct.
+  std::string copier() const;
   std::string transport() const;
 
   // "" while the data path works, else its failure (naming the peer).

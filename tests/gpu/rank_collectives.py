@@ -239,9 +239,12 @@ def multinode(c: Checker) -> None:
     assert info.get("gpu_memory", False) == want_gdr or want != "loopback", f"gpu_memory is {info.get('gpu_memory')}"
     emit("CASE", {"op": "multinode", "err": 0.0, "bound": 0.0, "net": info["transport"], "fifo": fifo,
                   "gdr": info.get("gpu_direct", False),
-                  # CUDA's module loading ("eager" under MKERNEL_NET_GDR=1: mkernel's import sets it,
-                  # python/mkernel/_module_loading.py)
+                  # CUDA's module loading ("eager" under MKERNEL_NET_GDR=1 with the in-process copier:
+                  # mkernel's import sets it, python/mkernel/_module_loading.py)
                   "loading": info.get("module_loading", "?"),
+                  # who submits the GPU-direct copies: "thread", "mkernel-gdr-copier" (the helper
+                  # executable) or "python helper" (its fallback); "" without GPU-direct
+                  "copier": info.get("copier", "?"),
                   "stage": os.environ.get("MKERNEL_NET_STAGE") or "parallel",
                   "overlap": os.environ.get("MKERNEL_NET_OVERLAP") or "0"})
 
