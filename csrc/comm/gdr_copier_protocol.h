@@ -65,7 +65,9 @@ struct CopierChannel {
 struct CopierBlock {
   static constexpr uint32_t kMagic = 0x4d4b4350u;  // "MKCP"
   static constexpr uint32_t kVersion = 2;
-  static constexpr int kChannels = 16;  // GPU-direct paths open at once per rank and device
+  // GPU-direct paths open at once per rank and device: a group keeps every path it grew out of
+  // (power-of-two sizes from 1 MiB: about ten), and a job may hold a few groups.
+  static constexpr int kChannels = 64;
   enum State : uint32_t { kInit = 0, kReady = 1, kFailed = 2, kStop = 3 };
   // How far the helper got (for the rank's error when it is not ready in time).
   enum Stage : uint32_t {
