@@ -614,7 +614,8 @@ def main() -> None:
                                       # the ops' inter-node bytes: "ce" = csrc/moe_net.h
                                       "nodes_path": os.environ.get("MKERNEL_MOE_NODES_PATH", "auto"),
                                       # net10's GPU-direct emulation of the inter-node path
-                                      "net_gdr": os.environ.get("MKERNEL_NET_GDR", "0"),
+                                      # ("default": unset, _module_loading.GDR_BY_DEFAULT applies)
+                                      "net_gdr": os.environ.get("MKERNEL_NET_GDR", "default"),
                                       # the routing kernels (csrc/kernels/moe/moe_routing.cu)
                                       # unless MKERNEL_MOE_ROUTING=aten (the ATen ops)
                                       "moe_routing": ("aten" if os.environ.get("MKERNEL_MOE_ROUTING") == "aten"

@@ -62,24 +62,30 @@ class DeviceScope {
 // the transport, once an op is due at the peer after the emulated link's serialization and
 // latency, moves its bytes with this extension's copy engine (NetCopier below) and only then
 // releases the signal: what a ConnectX-7 GPUDirect RDMA write does, with the wire emulated.
+// Unset: kGpuDirectByDefault (python/mkernel/_module_loading.py GDR_BY_DEFAULT says the same).
+constexpr bool kGpuDirectByDefault = false;
 bool gpu_direct_env() {
   const char* v = std::getenv("MKERNEL_NET_GDR");
   std::string s = v != nullptr ? v : "";
   s.erase(0, s.find_first_not_of(" \t\n"));
   s.erase(s.find_last_not_of(" \t\n") + 1);
   TORCH_CHECK_VALUE(s.empty() || s == "0" || s == "1", "MKERNEL_NET_GDR=\"", v, "\": want 0 or 1");
-  return s == "1";
+  return s.empty() ? kGpuDirectByDefault : s == "1";
 }
 
 // MKERNEL_NET_GDR_COPIER: where the GPU-direct emulation's copies are submitted. Unset or
 // "thread": the proxy thread, into this rank's context (NetCopier; what s11run2 ran); "process":
-// a helper process per path, the emulated NIC (gdr_copier_process.h; s12run1 ran it).
+// a helper process per rank and device, the emulated NIC (gdr_copier_process.h; s12run1 ran it).
+// Spaces are ignored (python/mkernel/_module_loading.py `copier` reads it the same way).
+constexpr bool kCopierProcessByDefault = false;
 bool copier_process_env() {
   const char* v = std::getenv("MKERNEL_NET_GDR_COPIER");
-  const std::string s = v != nullptr ? v : "";
+  std::string s = v != nullptr ? v : "";
+  s.erase(0, s.find_first_not_of(" \t\n"));
+  s.erase(s.find_last_not_of(" \t\n") + 1);
   TORCH_CHECK_VALUE(s.empty() || s == "thread" || s == "process", "MKERNEL_NET_GDR_COPIER=\"", s,
                     "\": want thread or process");
-  return s == "process";
+  return s.empty() ? kCopierProcessByDefault : s == "process";
 }
 
 // How long a path's opening waits for its copier process to start (the first mapping included):

@@ -26,15 +26,18 @@ ENV = "CUDA_MODULE_LOADING"
 GDR_ENV = "MKERNEL_NET_GDR"
 COPIER_ENV = "MKERNEL_NET_GDR_COPIER"
 PYTHON_ENV = "MKERNEL_PYTHON"
-# Where the emulation's copies are submitted when MKERNEL_NET_GDR_COPIER is unset (the same rule
-# as net_path.cpp ``copier_process_env``).
+# Where the emulation's copies are submitted when MKERNEL_NET_GDR_COPIER is unset, and whether
+# the emulation is on when MKERNEL_NET_GDR is unset (net_path.cpp kCopierProcessByDefault and
+# kGpuDirectByDefault say the same).
 DEFAULT_COPIER = "thread"
+GDR_BY_DEFAULT = False
 
 
 def gdr_requested(environ: MutableMapping[str, str]) -> bool:
     """Whether the GPU-direct emulation is asked for (``MKERNEL_NET_GDR=1``, spaces ignored;
     the same rule as ``net_path.cpp gpu_direct_env``)."""
-    return environ.get(GDR_ENV, "").strip() == "1"
+    v = environ.get(GDR_ENV, "").strip()
+    return GDR_BY_DEFAULT if v == "" else v == "1"
 
 
 def copier(environ: MutableMapping[str, str]) -> str:

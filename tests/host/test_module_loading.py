@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
     ("1", "LAZY", "LAZY"),       # the user's choice stays (net_path.cpp warns)
     ("1", "EAGER", "EAGER"),
     ("0", None, None),           # no emulation: untouched
-    (None, None, None),
-    ("", None, None),
+    (None, None, "EAGER" if ml.GDR_BY_DEFAULT else None),  # unset: the default (net_path.cpp's)
+    ("", None, "EAGER" if ml.GDR_BY_DEFAULT else None),
 ])
 def test_eager_loading_for_gdr(gdr, user, want):
     env = {ml.COPIER_ENV: "thread"}
@@ -51,7 +51,8 @@ def test_no_eager_loading_for_the_copier_process(copier, want):
 
 
 @pytest.mark.parametrize("gdr, user, want", [("1", None, sys.executable), ("1", "/x/python", "/x/python"),
-                                              ("0", None, None), (None, None, None)])
+                                              ("0", None, None),
+                                              (None, None, sys.executable if ml.GDR_BY_DEFAULT else None)])
 def test_interpreter_for_gdr(gdr, user, want):
     """MKERNEL_PYTHON (the copier process's interpreter) under the emulation; a user's value stays."""
     env = {}
