@@ -116,12 +116,12 @@ std::string chosen_net(const std::string& net) {
 // loopback with the GPU-direct emulation (a tcp / plain loopback data path would allocate host
 // staging anyway). MKERNEL_NET_GPU_MEMORY=0 turns it off (host staging everywhere), =1 forces the
 // offer.
-bool offer_gpu_memory(const std::string& net) {
+bool offer_gpu_memory(const std::string& net, bool gpu_direct) {
   if (const char* v = std::getenv("MKERNEL_NET_GPU_MEMORY"); v != nullptr && *v != '\0') {
     return std::strcmp(v, "0") != 0;
   }
   const std::string name = chosen_net(net);
-  if (name == "loopback") return gpu_direct_env();
+  if (name == "loopback") return gpu_direct;
   return name.empty() || name == "ibverbs" || name == "efa";
 }
 
@@ -525,7 +525,9 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
   auto impl = std::make_unique<NetPath::Impl>();
   impl->cfg = cfg;
   DeviceScope scope(cfg.device);
-  const bool offer = offer_gpu_memory(cfg.net);
+  // GPU-direct emulation: what MKERNEL_NET_GDR (or its default) says, unless the caller opts out.
+  const bool want_gdr = cfg.gpu_direct && gpu_direct_env();
+  const bool offer = offer_gpu_memory(cfg.net, want_gdr);
   const uint64_t send_bytes = offer ? (cfg.send_bytes + kGpuGranule - 1) / kGpuGranule * kGpuGranule
                                     : round_up_pow2(cfg.send_bytes);
   const uint64_t recv_bytes = offer ? (cfg.recv_bytes + kGpuGranule - 1) / kGpuGranule * kGpuGranule
@@ -562,7 +564,7 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
   dc.timeout_ms = cfg.timeout_ms;
   dc.fifo_clock = MK_FIFO_CLOCK_GLOBALTIMER;
   // GPU-direct emulation: the copy engine the transport moves the bytes with (ABI v3 tail).
-  const bool gdr = offer && chosen_net(cfg.net) == "loopback" && gpu_direct_env();
+  const bool gdr = offer && chosen_net(cfg.net) == "loopback" && want_gdr;
   impl->module_loading = module_loading_mode();
   if (gdr) {
     TORCH_CHECK(api.version >= 3, op,
