@@ -123,7 +123,7 @@ def build_gdr_copier(ext_dir: Path) -> None:
     here only warns."""
     srcs = [ROOT / "csrc" / "tools" / "gdr_copier_main.cpp", ROOT / "csrc" / "comm" / "gdr_copier_serve.cpp"]
     out = ROOT / "build" / "mkernel-gdr-copier"
-    cxx = os.environ.get("CXX") or "c++"
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         subprocess.check_call([cxx, "-O2", "-std=c++17", f"-I{ROOT / 'csrc'}", *map(str, srcs), "-o", str(out),
