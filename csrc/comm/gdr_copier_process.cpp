@@ -252,7 +252,12 @@ void CopierProcess::map(int c, const CopierIpcHandle& send, uint64_t send_bytes,
 }
 
 std::string CopierProcess::unmap(int c, int64_t timeout_ms) {
-  if (block_ == nullptr || map_gen_[c] == 0 || !usable()) return "";
+  // Nothing to close where nothing was asked, or the helper never served (it opened nothing)
+  // or stopped serving (failed or gone: its mappings went with it).
+  if (block_ == nullptr || map_gen_[c] == 0 || !usable() ||
+      block_->state.load(std::memory_order_acquire) != CopierBlock::kReady) {
+    return "";
+  }
   CopierChannel& ch = block_->channels[c];
   if (ch.has_send == 0 && ch.map_done.load(std::memory_order_acquire) == map_gen_[c]) return "";
   ch.has_send = 0;

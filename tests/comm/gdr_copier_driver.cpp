@@ -114,11 +114,18 @@ int ready(const CopierLaunch& l, int64_t ms) {
   Area send("mkcp-rs-" + std::to_string(getpid()), 1 << 16);
   std::vector<const CopierIpcHandle*> recv(2, nullptr);
   const auto t0 = std::chrono::steady_clock::now();
+  const int ch = c.acquire();
   try {
-    c.map(c.acquire(), send.handle, 1 << 16, recv, 1 << 16, ms, ms);
+    c.map(ch, send.handle, 1 << 16, recv, 1 << 16, ms, ms);
   } catch (const std::exception& e) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("ERROR after %.2f s: %s\n", s, e.what());
+    // the path's teardown after a failed opening: nothing to close, no wait for a helper that
+    // never served
+    const auto t1 = std::chrono::steady_clock::now();
+    const std::string why = c.unmap(ch, 30000);
+    std::printf("UNMAP after failure: %.3f s %s\n",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), why.c_str());
     return 0;
   }
   std::puts("READY");

@@ -61,6 +61,8 @@ def test_a_slow_start_names_the_stage(built) -> None:
     m = re.search(r"ERROR after ([0-9.]+) s: (.*)", out)
     assert m and 0.45 < float(m.group(1)) < 2.0, out
     assert "within 500 ms" in m.group(2) and "creating its CUDA context" in m.group(2), out
+    u = re.search(r"UNMAP after failure: ([0-9.]+) s", out)  # the failed path's teardown does not wait
+    assert u and float(u.group(1)) < 0.5, out
 
 
 def test_a_cuda_failure_is_reported(built) -> None:
