@@ -118,6 +118,10 @@ class Server {
         b_->state.store(CopierBlock::kFailed, std::memory_order_release);
         return 1;
       }
+      // A plain device-to-device copy, as in s12run1 (where the MoE passed). Not the in-process
+      // copier's copy-engine hint (cudaMemcpyBatchAsync PreferOverlapWithCompute): whether an MPS
+      // client's copy-engine work can queue behind another client's stream-ordered copies (the
+      // s11run2 stall, within one context) is not known; a copy kernel has no such queue.
       int e = cu_.memcpy_async(l.recv[d.peer] + d.remote_off, l.send + d.local_off, d.bytes,
                                kCopierMemcpyDeviceToDevice, l.stream);
       if (e == kCopierCudaSuccess) e = cu_.event_record(l.events[l.issued % CopierChannel::kRing], l.stream);
