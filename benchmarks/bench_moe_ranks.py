@@ -235,8 +235,20 @@ def rank_main() -> None:
                 dist.barrier()
                 mkernel.all_reduce(gate, group=ctx)
                 times[name].append(timed(cands[name]))
-        live(rank, f"{s['name']}: timed {iters} rounds; profiling")
         med = {n: statistics.median(v) for n, v in times.items()}
+        # Rank 0's own medians at once (the row, with every rank's worst, follows the profile):
+        # the inter-node paths' GB/s received from the other nodes per rank, against the link.
+        quick = [f"{n} {med[n]:.3f} ms" for n in ("mkernel_dispatch_gemm", "engine_gemm", "mkernel_combine")]
+        if nodes > 1:
+            remote = world - world // nodes
+            rate = link_gbs(os.environ.get("MKERNEL_NET_EMULATE", ""))
+            for n, per_rank in (("link_exchange_gather", t * h * 2), ("link_substrate_all_gather", t * h * 2),
+                                ("link_exchange_a2a", t * h * 4), ("link_exchange_a2a16", t * h * 2)):
+                if n in med:
+                    gbs = remote * per_rank / (med[n] * 1e-3) / 1e9
+                    quick.append(f"{n} {med[n]:.3f} ms = {gbs:.1f} GB/s" +
+                                 (f" = {gbs / rate:.2f}x the link" if rate else ""))
+        live(rank, f"{s['name']}: timed {iters} rounds (rank 0 medians: " + "; ".join(quick) + "); profiling")
         dests = torch.zeros(t, world, dtype=torch.bool, device="cuda")
         dests.scatter_(1, idx // el, True)
         dests[:, rank] = False
