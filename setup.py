@@ -115,6 +115,27 @@ def gopy_extension() -> Extension:
     )
 
 
+def build_gdr_copier(ext_dir: Path) -> None:
+    """The GPU-direct emulation's copier helper, ``mkernel-gdr-copier``, beside ``mkernel._C``
+    (and in python/mkernel for in-place use): plain C++, no torch, no CUDA headers (it dlopens
+    the CUDA runtime the extension uses; csrc/tools/gdr_copier_main.cpp). Where it cannot be
+    built the extension falls back to a helper that imports torch (slower start), so a failure
+    here only warns."""
+    srcs = [ROOT / "csrc" / "tools" / "gdr_copier_main.cpp", ROOT / "csrc" / "comm" / "gdr_copier_serve.cpp"]
+    out = ROOT / "build" / "mkernel-gdr-copier"
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.check_call([cxx, "-O2", "-std=c++17", f"-I{ROOT / 'csrc'}", *map(str, srcs), "-o", str(out),
+                               "-ldl", "-pthread"])
+        for d in {ext_dir.resolve(), (ROOT / "python" / "mkernel").resolve()}:
+            if d.is_dir():
+                shutil.copy2(out, d / out.name)
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"mkernel: WARNING: building mkernel-gdr-copier failed ({e}); MKERNEL_NET_GDR_COPIER=process "
+              "will use the slower Python helper", file=sys.stderr)
+
+
 def cmdclass():
     from torch.utils.cpp_extension import BuildExtension
 
@@ -140,6 +161,7 @@ def cmdclass():
         def run(self) -> None:
             ensure_core_bundle()
             super().run()
+            build_gdr_copier(Path(self.get_ext_fullpath("mkernel._C")).parent)
             # The gopy module links libmkernel_core.so with rpath $ORIGIN: put
             # the library beside it wherever the extension went (wheel or in place).
             for ext in self.extensions:

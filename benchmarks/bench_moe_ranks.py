@@ -74,6 +74,19 @@ SHAPES = [  # cheapest first: a run cut short still reports the first ones
 ]
 
 
+def live(rank: int, msg: str) -> None:
+    """Rank 0's progress and rows, appended to BENCH_LIVE as they happen (the launcher prints
+    them at once: a run cut short by its timeout still shows how far it got and every row it had)."""
+    path = os.environ.get("BENCH_LIVE")
+    if rank != 0 or not path:
+        return
+    with open(path, "a") as fh:
+        fh.write(f"+{time.monotonic() - T0:.1f}s {msg}\n")
+
+
+T0 = time.monotonic()
+
+
 def rank_main() -> None:
     import torch
     import torch.distributed as dist
@@ -84,6 +97,9 @@ def rank_main() -> None:
     torch.cuda.set_device(0)
     ctx = mkernel.init()
     world, rank = ctx.world_size, ctx.rank
+    live(rank, f"ranks up (torch, CUDA, mkernel.init; CUDA_MODULE_LOADING="
+               f"{os.environ.get('CUDA_MODULE_LOADING', '')!r}, MKERNEL_NET_GDR={os.environ.get('MKERNEL_NET_GDR', '')!r}, "
+               f"copier {os.environ.get('MKERNEL_NET_GDR_COPIER', '')!r})")
     iters = int(os.environ["BENCH_ITERS"])
     dt = torch.bfloat16
     gate = torch.zeros(world * 8, device="cuda", dtype=dt)
@@ -191,9 +207,17 @@ def rank_main() -> None:
                 # The same bits as the substrate's (checked once, before timing; reported).
                 ex_equal = bool(torch.equal(cands["link_exchange_gather"](),
                                             cands["link_substrate_all_gather"]()))
+        live(rank, f"{s['name']}: inputs and layout ready; first calls of {len(cands)} candidates")
         for c in cands.values():
             c()
         torch.cuda.synchronize()
+        if nodes > 1:
+            info = json.loads(torch.ops.mkernel._net_path_info(ctx.handle, world) or "{}")
+            live(rank, f"{s['name']}: first calls done; inter-node path: transport {info.get('transport')}, "
+                       f"gpu_direct {info.get('gpu_direct')}, copier {info.get('copier')!r}, "
+                       f"send {info.get('send_bytes')} bytes")
+        else:
+            live(rank, f"{s['name']}: first calls done")
         if os.environ.get("BENCH_GRAPH") == "1":
             cands.update(captured(cands, ("mkernel_dispatch_gemm", "unfused_dispatch_gemm",
                                           "mkernel_combine", "unfused_combine")))
@@ -212,6 +236,19 @@ def rank_main() -> None:
                 mkernel.all_reduce(gate, group=ctx)
                 times[name].append(timed(cands[name]))
         med = {n: statistics.median(v) for n, v in times.items()}
+        # Rank 0's own medians at once (the row, with every rank's worst, follows the profile):
+        # the inter-node paths' GB/s received from the other nodes per rank, against the link.
+        quick = [f"{n} {med[n]:.3f} ms" for n in ("mkernel_dispatch_gemm", "engine_gemm", "mkernel_combine")]
+        if nodes > 1:
+            remote = world - world // nodes
+            rate = link_gbs(os.environ.get("MKERNEL_NET_EMULATE", ""))
+            for n, per_rank in (("link_exchange_gather", t * h * 2), ("link_substrate_all_gather", t * h * 2),
+                                ("link_exchange_a2a", t * h * 4), ("link_exchange_a2a16", t * h * 2)):
+                if n in med:
+                    gbs = remote * per_rank / (med[n] * 1e-3) / 1e9
+                    quick.append(f"{n} {med[n]:.3f} ms = {gbs:.1f} GB/s" +
+                                 (f" = {gbs / rate:.2f}x the link" if rate else ""))
+        live(rank, f"{s['name']}: timed {iters} rounds (rank 0 medians: " + "; ".join(quick) + "); profiling")
         dests = torch.zeros(t, world, dtype=torch.bool, device="cuda")
         dests.scatter_(1, idx // el, True)
         dests[:, rank] = False
@@ -289,6 +326,7 @@ def rank_main() -> None:
                 row["link_paths"] = link
                 row["exchange_equals_all_gather"] = [m["ex_equal"] for m in every]
             print("RESULT " + json.dumps(row), flush=True)
+            live(rank, "RESULT " + json.dumps(row))
             if os.environ.get("OUT"):  # kept even if a later shape fails or the job is cut short
                 with open(os.path.join(os.environ["OUT"], "moe_ranks_rows.jsonl"), "a") as fh:
                     fh.write(json.dumps(dict(row, commit=os.environ.get("MKERNEL_COMMIT"))) + "\n")
@@ -503,12 +541,48 @@ def main() -> None:
     from common import commit, device_info, start_mps, write_result  # noqa: E402
     from tests.launch import run_ranks  # noqa: E402
 
+    shown: set[str] = set()  # rows printed live (by name and nodes)
+
     def run(nodes: int, emulate: str, shapes: str, iters: int) -> list[dict]:
-        res = run_ranks(RANK_CODE, args.world, nodes=nodes, timeout=600, env=dict(
-            env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",
-            BENCH_ITERS=str(iters), BENCH_SHAPES=shapes,
-            BENCH_GRAPH="1" if args.graph else "0", BENCH_NODES=str(nodes),
-            MKERNEL_NET_EMULATE=emulate))
+        import tempfile
+        import threading
+
+        live_path = Path(tempfile.mkstemp(prefix="bench_moe_live_", suffix=".txt")[1])
+        done = threading.Event()
+
+        def follow() -> None:  # prints rank 0's progress and rows as they are written
+            with open(live_path) as fh:
+                while True:
+                    line = fh.readline()
+                    if not line:
+                        if done.is_set():
+                            return
+                        time.sleep(0.2)
+                        continue
+                    stamp, _, msg = line.rstrip("\n").partition(" ")
+                    if msg.startswith("RESULT "):
+                        row = json.loads(msg[7:])
+                        print(f"[rank 0 {stamp}] row:", flush=True)
+                        try:
+                            print_row(row)
+                            shown.add(f"{row['name']}/{row['nodes']}")
+                        except (KeyError, TypeError, ValueError) as e:  # printed again at the end
+                            print(f"  (row not printable yet: {e!r})", flush=True)
+                    else:
+                        print(f"[rank 0 {stamp}] {msg}", flush=True)
+
+        follower = threading.Thread(target=follow, daemon=True)
+        follower.start()
+        try:
+            res = run_ranks(RANK_CODE, args.world, nodes=nodes, timeout=600, env=dict(
+                env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",
+                BENCH_ITERS=str(iters), BENCH_SHAPES=shapes,
+                BENCH_GRAPH="1" if args.graph else "0", BENCH_NODES=str(nodes),
+                MKERNEL_NET_EMULATE=emulate, BENCH_LIVE=str(live_path)))
+        finally:
+            done.set()
+            follower.join(timeout=5)
+            live_path.unlink(missing_ok=True)
         out = []
         for r in res:
             if r.returncode != 0:
@@ -523,19 +597,22 @@ def main() -> None:
         if args.table:
             rows = run(1, "", args.shapes or ",".join(TABLE_SHAPES), args.iters)
             for row in rows:  # reported before the several-node part runs
-                print_row(row)
+                if f"{row['name']}/{row['nodes']}" not in shown:
+                    print_row(row)
             try:
                 more = run(2, args.emulate or TABLE_EMULATE, TABLE_NODES_SHAPE, min(args.iters, 5))
             except SystemExit as e:  # keep the one-node rows: write them, then fail
                 failed, more = str(e), []
                 print(f"several-node part failed: {failed[:3000]}", flush=True)
             for row in more:
-                print_row(row)
+                if f"{row['name']}/{row['nodes']}" not in shown:
+                    print_row(row)
             rows += more
         else:
             rows = run(args.nodes, args.emulate, args.shapes, args.iters)
             for row in rows:
-                print_row(row)
+                if f"{row['name']}/{row['nodes']}" not in shown:
+                    print_row(row)
     finally:
         stop()
     if args.table or args.nodes > 1:
@@ -549,7 +626,8 @@ def main() -> None:
                                       # the ops' inter-node bytes: "ce" = csrc/moe_net.h
                                       "nodes_path": os.environ.get("MKERNEL_MOE_NODES_PATH", "auto"),
                                       # net10's GPU-direct emulation of the inter-node path
-                                      "net_gdr": os.environ.get("MKERNEL_NET_GDR", "0"),
+                                      # ("default": unset, _module_loading.GDR_BY_DEFAULT applies)
+                                      "net_gdr": os.environ.get("MKERNEL_NET_GDR", "default"),
                                       # the routing kernels (csrc/kernels/moe/moe_routing.cu)
                                       # unless MKERNEL_MOE_ROUTING=aten (the ATen ops)
                                       "moe_routing": ("aten" if os.environ.get("MKERNEL_MOE_ROUTING") == "aten"

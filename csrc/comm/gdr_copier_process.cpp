@@ -1,26 +1,21 @@
-// CopierProcess (gdr_copier_process.h): the GPU-direct emulation's copier in a helper process,
-// and the helper's loop (torch.ops.mkernel._gdr_copier_serve). Opt-in, not yet run on a GPU.
-#ifdef MKERNEL_WITH_CUDA
-
+// CopierProcess (gdr_copier_process.h): the rank's side of the GPU-direct copier helper.
+// Torch-free and CUDA-free (see the header).
 #include "comm/gdr_copier_process.h"
 
-#include <c10/util/Exception.h>
-#include <cuda_runtime.h>
-#include <dlfcn.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
-#include <torch/library.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <new>
+#include <stdexcept>
 #include <thread>
 
 extern char** environ;
@@ -28,150 +23,93 @@ extern char** environ;
 namespace mkernel::comm {
 namespace {
 
-// The helper's loop (in the helper process). Returns when the rank stops it or dies, or after a
-// CUDA error (recorded in the block first).
-void copier_serve(int64_t fd) {
-  (void)prctl(PR_SET_PDEATHSIG, SIGKILL);  // the rank's death ends the helper
-  (void)prctl(PR_SET_TIMERSLACK, 1000UL);   // its idle naps: ~5 us, not the default 50 us slack
-  void* p = mmap(nullptr, sizeof(CopierBlock), PROT_READ | PROT_WRITE, MAP_SHARED, static_cast<int>(fd), 0);
-  TORCH_CHECK(p != MAP_FAILED, "mkernel._gdr_copier_serve: mmap of fd ", fd, " failed: ", std::strerror(errno));
-  auto* b = static_cast<CopierBlock*>(p);
-  TORCH_CHECK(b->magic == CopierBlock::kMagic && b->version == CopierBlock::kVersion,
-              "mkernel._gdr_copier_serve: fd ", fd, " is not a GPU-direct copier block of this version");
-  const pid_t rank = getppid();
-  auto fail = [b](cudaError_t e, const char* what) {
-    b->error = static_cast<int32_t>(e);
-    std::snprintf(b->message, sizeof b->message, "%s: %s", what, cudaGetErrorString(e));
-    b->state.store(CopierBlock::kFailed, std::memory_order_release);
-  };
-  cudaError_t e = cudaSetDevice(b->device);
-  if (e != cudaSuccess) return fail(e, "cudaSetDevice");
-  void* send = nullptr;
-  if ((e = cudaIpcOpenMemHandle(&send, b->send, cudaIpcMemLazyEnablePeerAccess)) != cudaSuccess) {
-    return fail(e, "cudaIpcOpenMemHandle (the rank's send area)");
-  }
-  std::vector<uint8_t*> recv(kMaxRanks, nullptr);
-  for (int r = 0; r < b->world && r < kMaxRanks; ++r) {
-    if (!b->has_recv[r]) continue;
-    void* q = nullptr;
-    if ((e = cudaIpcOpenMemHandle(&q, b->recv[r], cudaIpcMemLazyEnablePeerAccess)) != cudaSuccess) {
-      return fail(e, "cudaIpcOpenMemHandle (a peer's receive area)");
-    }
-    recv[r] = static_cast<uint8_t*>(q);
-  }
-  cudaStream_t stream = nullptr;
-  if ((e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) != cudaSuccess) {
-    return fail(e, "cudaStreamCreateWithFlags");
-  }
-  std::vector<cudaEvent_t> events(CopierBlock::kRing, nullptr);
-  for (auto& ev : events) {
-    if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess) return fail(e, "cudaEventCreate");
-  }
-  uint32_t expected = CopierBlock::kInit;  // not if the rank already gave up (kStop)
-  if (!b->state.compare_exchange_strong(expected, CopierBlock::kReady, std::memory_order_acq_rel)) return;
+std::string errno_text(int e) { return std::string(std::strerror(e)); }
 
-  uint64_t issued = 0, finished = 0, idle = 0;
-  while (b->state.load(std::memory_order_acquire) == CopierBlock::kReady) {
-    bool progress = false;
-    const uint64_t posted = b->posted.load(std::memory_order_acquire);
-    while (issued < posted && issued - finished < CopierBlock::kRing) {
-      const CopierDesc d = b->ring[issued % CopierBlock::kRing];
-      if (d.peer < 0 || d.peer >= kMaxRanks || recv[d.peer] == nullptr || d.local_off + d.bytes > b->send_bytes ||
-          d.remote_off + d.bytes > b->recv_bytes) {
-        return fail(cudaErrorInvalidValue, "a copy outside the mapped areas");
-      }
-      e = cudaMemcpyAsync(recv[d.peer] + d.remote_off, static_cast<uint8_t*>(send) + d.local_off, d.bytes,
-                          cudaMemcpyDeviceToDevice, stream);
-      if (e == cudaSuccess) e = cudaEventRecord(events[issued % CopierBlock::kRing], stream);
-      if (e != cudaSuccess) return fail(e, "cudaMemcpyAsync");
-      ++issued;
-      progress = true;
-    }
-    while (finished < issued) {
-      e = cudaEventQuery(events[finished % CopierBlock::kRing]);
-      if (e == cudaErrorNotReady) {
-        (void)cudaGetLastError();
-        break;
-      }
-      if (e != cudaSuccess) return fail(e, "a copy");
-      b->completed.store(++finished, std::memory_order_release);
-      progress = true;
-    }
-    if (progress) {
-      idle = 0;
-      continue;
-    }
-    // Idle: spin ~100 us (a link op's latency), then nap 5 us between polls; check the rank.
-    if (++idle > 2000) std::this_thread::sleep_for(std::chrono::microseconds(5));
-    if ((idle & 1023) == 0 && getppid() != rank) break;
-  }
-  (void)cudaStreamSynchronize(stream);
-  for (cudaEvent_t ev : events) (void)cudaEventDestroy(ev);
-  (void)cudaStreamDestroy(stream);
-  for (uint8_t* q : recv) {
-    if (q != nullptr) (void)cudaIpcCloseMemHandle(q);
-  }
-  (void)cudaIpcCloseMemHandle(send);
-  munmap(p, sizeof(CopierBlock));
+std::string exit_text(int status) {
+  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  return "status " + std::to_string(status);
 }
 
-// The shared object this code lives in (the helper loads it to reach _gdr_copier_serve).
-std::string extension_path() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&copier_serve), &info) == 0 || info.dli_fname == nullptr) return "";
-  return info.dli_fname;
+// A descriptor >= 10 with FD_CLOEXEC (so that dup2 onto the child's 3 / 4 never meets its source).
+int high_cloexec(int fd) {
+  const int h = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  if (h < 0) throw std::runtime_error("GPU-direct copier: fcntl(F_DUPFD_CLOEXEC) failed: " + errno_text(errno));
+  close(fd);
+  return h;
 }
 
 }  // namespace
 
-CopierProcess::CopierProcess(const char* op, int device, const cudaIpcMemHandle_t& send, uint64_t send_bytes,
-                             const std::vector<const cudaIpcMemHandle_t*>& recv, uint64_t recv_bytes,
-                             int64_t timeout_ms) {
+CopierProcess::CopierProcess(const CopierLaunch& launch, int device) : launch_(launch) {
   try {
-    start(op, device, send, send_bytes, recv, recv_bytes, timeout_ms);
+    start(device);
   } catch (...) {
-    release();  // no helper outlives a failed opening
+    stop();  // no helper outlives a failed start
     throw;
   }
 }
 
-void CopierProcess::start(const char* op, int device, const cudaIpcMemHandle_t& send, uint64_t send_bytes,
-                          const std::vector<const cudaIpcMemHandle_t*>& recv, uint64_t recv_bytes,
-                          int64_t timeout_ms) {
-  TORCH_CHECK(recv.size() <= static_cast<size_t>(kMaxRanks), op, ": GPU-direct copier: ", recv.size(), " ranks");
-  fd_ = memfd_create("mkernel-gdr-copier", 0);  // no MFD_CLOEXEC: the helper inherits it
-  TORCH_CHECK(fd_ >= 0, op, ": memfd_create (GPU-direct copier) failed: ", std::strerror(errno));
-  TORCH_CHECK(ftruncate(fd_, sizeof(CopierBlock)) == 0, op, ": ftruncate (GPU-direct copier) failed: ",
-              std::strerror(errno));
+CopierProcess::~CopierProcess() { stop(); }
+
+std::shared_ptr<CopierProcess> CopierProcess::shared(int device, const std::function<CopierLaunch()>& launch) {
+  static std::mutex mu;
+  static std::map<int, std::weak_ptr<CopierProcess>> helpers;  // by device
+  std::lock_guard<std::mutex> g(mu);
+  if (auto p = helpers[device].lock(); p && p->usable()) return p;
+  auto p = std::make_shared<CopierProcess>(launch(), device);
+  helpers[device] = p;
+  return p;
+}
+
+int CopierProcess::acquire() {
+  std::lock_guard<std::mutex> g(mu_);
+  for (int c = 0; c < CopierBlock::kChannels; ++c) {
+    if (!in_use_[c]) {
+      in_use_[c] = true;
+      return c;
+    }
+  }
+  throw std::runtime_error("the GPU-direct copier serves at most " + std::to_string(CopierBlock::kChannels) +
+                           " inter-node paths per rank and device at once (groups x growths): close groups "
+                           "that are no longer used, or reserve the largest size first (Context.reserve)");
+}
+
+void CopierProcess::release(int channel) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (channel >= 0 && channel < CopierBlock::kChannels) in_use_[channel] = false;
+}
+
+void CopierProcess::start(int device) {
+  int fd = memfd_create("mkernel-gdr-copier", MFD_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("GPU-direct copier: memfd_create failed: " + errno_text(errno));
+  fd_ = high_cloexec(fd);
+  if (ftruncate(fd_, sizeof(CopierBlock)) != 0) {
+    throw std::runtime_error("GPU-direct copier: ftruncate failed: " + errno_text(errno));
+  }
   void* p = mmap(nullptr, sizeof(CopierBlock), PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-  TORCH_CHECK(p != MAP_FAILED, op, ": mmap (GPU-direct copier) failed: ", std::strerror(errno));
+  if (p == MAP_FAILED) throw std::runtime_error("GPU-direct copier: mmap failed: " + errno_text(errno));
   block_ = new (p) CopierBlock();
   block_->magic = CopierBlock::kMagic;
   block_->version = CopierBlock::kVersion;
   block_->device = device;
-  block_->world = static_cast<int32_t>(recv.size());
-  block_->send = send;
-  block_->send_bytes = send_bytes;
-  block_->recv_bytes = recv_bytes;
-  for (size_t r = 0; r < recv.size(); ++r) {
-    if (recv[r] == nullptr) continue;
-    block_->has_recv[r] = 1;
-    block_->recv[r] = *recv[r];
-  }
+  block_->rank_pid = static_cast<int32_t>(getpid());
 
-  // The interpreter (python/mkernel/_module_loading.py exports it under MKERNEL_NET_GDR=1) loads
-  // torch and this extension only, under lazy module loading (it launches no kernel).
-  const char* py = std::getenv("MKERNEL_PYTHON");
-  TORCH_CHECK(py != nullptr && *py != '\0', op, ": MKERNEL_NET_GDR_COPIER=process needs the interpreter in "
-              "MKERNEL_PYTHON (import mkernel sets it under MKERNEL_NET_GDR=1)");
-  const std::string so = extension_path();
-  TORCH_CHECK(!so.empty(), op, ": GPU-direct copier: cannot find the extension's shared object (dladdr)");
-  const std::string code =
-      "import sys, torch; torch.ops.load_library(sys.argv[1]); torch.ops.mkernel._gdr_copier_serve(int(sys.argv[2]))";
-  // The helper gets the block as fd 3 and, where glibc can, no other descriptor of the rank (its
-  // sockets must close when the rank dies or closes them, not when the helper does).
-  constexpr int kChildFd = 3;
-  const std::string fd_arg = std::to_string(kChildFd);
+  int pipefd[2] = {-1, -1};
+  if (pipe2(pipefd, O_CLOEXEC) != 0) throw std::runtime_error("GPU-direct copier: pipe2 failed: " + errno_text(errno));
+  const int life_read = high_cloexec(pipefd[0]);
+  lifeline_ = high_cloexec(pipefd[1]);
+
+  std::vector<std::string> args = launch_.argv;
+  for (auto& a : args) {
+    if (a == "{block}") a = std::to_string(kCopierBlockFd);
+    if (a == "{lifeline}") a = std::to_string(kCopierLifelineFd);
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // The helper loads no kernel of its own; under lazy loading a fallback helper that imports
+  // torch does not load torch's kernels either.
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     if (std::strncmp(*e, "CUDA_MODULE_LOADING=", 20) != 0) env.emplace_back(*e);
@@ -180,60 +118,199 @@ void CopierProcess::start(const char* op, int device, const cudaIpcMemHandle_t& 
   std::vector<char*> envp;
   for (auto& s : env) envp.push_back(s.data());
   envp.push_back(nullptr);
-  std::string a0 = py, a1 = "-c", a2 = code, a3 = so, a4 = fd_arg;
-  char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), a4.data(), nullptr};
+
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  if (fd_ == kChildFd) {  // dup2 onto itself would keep FD_CLOEXEC semantics as they are: fine
-    posix_spawn_file_actions_adddup2(&fa, fd_, 100);
-    posix_spawn_file_actions_adddup2(&fa, 100, kChildFd);
-  } else {
-    posix_spawn_file_actions_adddup2(&fa, fd_, kChildFd);
-  }
+  posix_spawn_file_actions_adddup2(&fa, fd_, kCopierBlockFd);  // dup2 clears FD_CLOEXEC on the copy
+  posix_spawn_file_actions_adddup2(&fa, life_read, kCopierLifelineFd);
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
-  posix_spawn_file_actions_addclosefrom_np(&fa, kChildFd + 1);
+  posix_spawn_file_actions_addclosefrom_np(&fa, kCopierLifelineFd + 1);  // nothing else of the rank
 #endif
-  const int rc = posix_spawn(&pid_, py, &fa, nullptr, argv, envp.data());
+  const int rc = posix_spawn(&pid_, launch_.path.c_str(), &fa, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
-  TORCH_CHECK(rc == 0, op, ": spawning the GPU-direct copier (", py, ") failed: ", std::strerror(rc));
-
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (;;) {
-    const uint32_t st = block_->state.load(std::memory_order_acquire);
-    if (st == CopierBlock::kReady) return;
-    if (st == CopierBlock::kFailed) {
-      const std::string msg(block_->message);
-      TORCH_CHECK(false, op, ": the GPU-direct copier process (pid ", pid_, ") failed: ", msg);
-    }
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      TORCH_CHECK(false, op, ": the GPU-direct copier process exited before it was ready (status ", status,
-                  "): its stderr says why");
-    }
-    TORCH_CHECK(std::chrono::steady_clock::now() < deadline, op, ": the GPU-direct copier process (pid ", pid_,
-                ") was not ready after ", timeout_ms, " ms");
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  close(life_read);  // the helper holds the only read end
+  if (rc != 0) {
+    pid_ = -1;
+    throw std::runtime_error("spawning the GPU-direct copier (" + launch_.what + ": " + launch_.path +
+                             ") failed: " + errno_text(rc));
   }
 }
 
-CopierProcess::~CopierProcess() { release(); }
+std::string CopierProcess::stage() const {
+  if (block_ == nullptr) return "no helper";
+  const uint32_t st = block_->state.load(std::memory_order_acquire);
+  const uint32_t sg = block_->stage.load(std::memory_order_acquire);
+  const int c = block_->mapping_channel.load(std::memory_order_relaxed);
+  const CopierChannel& ch = block_->channels[c >= 0 && c < CopierBlock::kChannels ? c : 0];
+  const uint64_t want = ch.map_request.load(std::memory_order_acquire);
+  const uint64_t done = ch.map_done.load(std::memory_order_acquire);
+  std::string s;
+  switch (sg) {
+    case CopierBlock::kSpawned:
+      s = "no sign of life from it yet (process start, dynamic loading" +
+          std::string(launch_.what.find("python") != std::string::npos ? ", importing torch" : "") + ")";
+      break;
+    case CopierBlock::kRuntimeLoaded:
+      s = "it loaded the CUDA runtime and is creating its CUDA context on device " + std::to_string(block_->device) +
+          " (under MPS: a new client of the MPS server)";
+      break;
+    case CopierBlock::kContextUp:
+      s = "its CUDA context is up";
+      break;
+    case CopierBlock::kMapping:
+      s = "it is opening the CUDA IPC handles of channel " + std::to_string(c) + "'s mapping " +
+          std::to_string(want) + " (" + std::to_string(ch.opened.load(std::memory_order_acquire)) + " opened)";
+      break;
+    default:
+      s = "stage " + std::to_string(sg);
+  }
+  s += "; state " + std::string(st == CopierBlock::kReady    ? "ready"
+                                : st == CopierBlock::kFailed ? "failed"
+                                : st == CopierBlock::kStop   ? "stopped"
+                                                             : "starting");
+  if (sg == CopierBlock::kMapping) {
+    s += ", mapping " + std::to_string(done) + " in place of " + std::to_string(want) + " asked";
+  }
+  return s;
+}
 
-void CopierProcess::release() {
-  if (block_ != nullptr) block_->state.store(CopierBlock::kStop, std::memory_order_release);
-  if (pid_ > 0) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+std::string CopierProcess::failure() const {
+  if (block_ == nullptr || block_->state.load(std::memory_order_acquire) != CopierBlock::kFailed) return "";
+  return std::string(block_->message, strnlen(block_->message, sizeof block_->message));
+}
+
+bool CopierProcess::reap(int* status) {
+  if (exited_) {
+    *status = exit_status_;
+    return true;
+  }
+  if (pid_ <= 0) return false;
+  const pid_t r = waitpid(pid_, status, WNOHANG);
+  if (r == pid_ || (r < 0 && errno == ECHILD)) {  // ECHILD: reaped elsewhere (SIGCHLD ignored)
+    if (r < 0) *status = 0;
+    exit_status_ = *status;
+    exited_ = true;
+    return true;
+  }
+  return false;
+}
+
+template <typename Pred>
+void CopierProcess::wait_until(Pred ok, int64_t timeout_ms, const std::string& waiting_for) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto deadline = t0 + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    if (ok()) return;
+    const std::string why = failure();
+    if (!why.empty()) {
+      throw std::runtime_error("the GPU-direct copier process (" + launch_.what + ", pid " + std::to_string(pid_) +
+                               ") failed while " + waiting_for + ": " + why);
+    }
     int status = 0;
-    while (waitpid(pid_, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        (void)kill(pid_, SIGKILL);
-        (void)waitpid(pid_, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (reap(&status)) {
+      throw std::runtime_error("the GPU-direct copier process (" + launch_.what + ", pid " + std::to_string(pid_) +
+                               ") exited (" + exit_text(status) + ") while " + waiting_for +
+                               "; its stderr (this rank's) says why");
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw std::runtime_error("the GPU-direct copier process (" + launch_.what + ", pid " + std::to_string(pid_) +
+                               ") did not finish " + waiting_for + " within " + std::to_string(timeout_ms) +
+                               " ms: " + stage() +
+                               " (MKERNEL_NET_GDR_COPIER_START_S bounds its start; a loaded host or MPS server "
+                               "slows it)");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+void CopierProcess::map(int c, const CopierIpcHandle& send, uint64_t send_bytes,
+                        const std::vector<const CopierIpcHandle*>& recv, uint64_t recv_bytes, int64_t ready_ms,
+                        int64_t map_ms) {
+  if (recv.size() > static_cast<size_t>(kCopierMaxRanks)) {
+    throw std::runtime_error("GPU-direct copier: " + std::to_string(recv.size()) + " ranks");
+  }
+  wait_until([this] { return block_->state.load(std::memory_order_acquire) == CopierBlock::kReady; }, ready_ms,
+             "starting (its CUDA context)");
+  // The helper reads these only after it sees the new request (release below, acquire there),
+  // and only between the channel's copies; none of the previous mapping is in flight (unmap came
+  // first, or the channel is new).
+  CopierChannel& ch = block_->channels[c];
+  ch.has_send = 1;
+  ch.world = static_cast<int32_t>(recv.size());
+  ch.send = send;
+  ch.send_bytes = send_bytes;
+  ch.recv_bytes = recv_bytes;
+  for (int r = 0; r < kCopierMaxRanks; ++r) {
+    const bool has = static_cast<size_t>(r) < recv.size() && recv[r] != nullptr;
+    ch.has_recv[r] = has ? 1 : 0;
+    if (has) ch.recv[r] = *recv[r];
+  }
+  const uint64_t g = ++map_gen_[c];
+  ch.map_request.store(g, std::memory_order_release);
+  wait_until([&ch, g] { return ch.map_done.load(std::memory_order_acquire) == g; }, map_ms,
+             "opening the inter-node buffers (channel " + std::to_string(c) + ", mapping " + std::to_string(g) + ")");
+}
+
+std::string CopierProcess::unmap(int c, int64_t timeout_ms) {
+  // Nothing to close where nothing was asked, or the helper never served (it opened nothing)
+  // or stopped serving (failed or gone: its mappings went with it).
+  if (block_ == nullptr || map_gen_[c] == 0 || !usable() ||
+      block_->state.load(std::memory_order_acquire) != CopierBlock::kReady) {
+    return "";
+  }
+  CopierChannel& ch = block_->channels[c];
+  if (ch.has_send == 0 && ch.map_done.load(std::memory_order_acquire) == map_gen_[c]) return "";
+  ch.has_send = 0;
+  for (int r = 0; r < kCopierMaxRanks; ++r) ch.has_recv[r] = 0;
+  const uint64_t g = ++map_gen_[c];
+  ch.map_request.store(g, std::memory_order_release);
+  try {
+    wait_until([&ch, g] { return ch.map_done.load(std::memory_order_acquire) == g; }, timeout_ms,
+               "closing the inter-node buffers of channel " + std::to_string(c));
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool CopierProcess::usable() {
+  if (block_ == nullptr) return false;
+  if (block_->state.load(std::memory_order_acquire) == CopierBlock::kFailed) return false;
+  int status = 0;
+  return !reap(&status);
+}
+
+void CopierProcess::stop() {
+  if (block_ != nullptr) {
+    uint32_t st = block_->state.load(std::memory_order_acquire);
+    while ((st == CopierBlock::kInit || st == CopierBlock::kReady) &&
+           !block_->state.compare_exchange_weak(st, CopierBlock::kStop, std::memory_order_acq_rel)) {
     }
   }
-  pid_ = -1;
+  int status = 0;
+  if (pid_ > 0 && !exited_) {
+    // A stopped helper synchronizes its stream and closes its mappings; then the lifeline's EOF
+    // ends it wherever it is; SIGKILL last.
+    auto wait_exit = [&](std::chrono::milliseconds limit) {
+      const auto deadline = std::chrono::steady_clock::now() + limit;
+      while (!reap(&status)) {
+        if (std::chrono::steady_clock::now() > deadline) return false;
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+      }
+      return true;
+    };
+    if (!wait_exit(std::chrono::milliseconds(2000))) {
+      if (lifeline_ >= 0) close(lifeline_);
+      lifeline_ = -1;
+      if (!wait_exit(std::chrono::milliseconds(1000))) {
+        (void)kill(pid_, SIGKILL);
+        (void)waitpid(pid_, &status, 0);
+        exited_ = true;
+      }
+    }
+  }
+  if (lifeline_ >= 0) close(lifeline_);
+  lifeline_ = -1;
   if (block_ != nullptr) munmap(block_, sizeof(CopierBlock));
   block_ = nullptr;
   if (fd_ >= 0) close(fd_);
@@ -241,37 +318,39 @@ void CopierProcess::release() {
 }
 
 int32_t CopierProcess::failed() {
-  if (!reported_) {
-    reported_ = true;
-    std::fprintf(stderr, "mkernel: the GPU-direct copier process (pid %d) failed: %s\n", static_cast<int>(pid_),
-                 block_->message);
+  if (!reported_.exchange(true)) {
+    std::string why = failure();
+    int status = 0;
+    if (why.empty() && reap(&status)) why = "it exited (" + exit_text(status) + ")";
+    std::fprintf(stderr, "mkernel: the GPU-direct copier process (%s, pid %d) failed: %s\n", launch_.what.c_str(),
+                 static_cast<int>(pid_), why.c_str());
     std::fflush(stderr);
   }
-  return block_->error != 0 ? block_->error : static_cast<int32_t>(cudaErrorUnknown);
+  return block_ != nullptr && block_->error != 0 ? block_->error : kCopierCudaUnknown;
 }
 
-int32_t CopierProcess::post(int32_t peer, uint64_t local_off, uint64_t remote_off, uint64_t bytes,
+int32_t CopierProcess::post(int c, int32_t peer, uint64_t local_off, uint64_t remote_off, uint64_t bytes,
                             uint64_t* token) {
-  if (block_->state.load(std::memory_order_acquire) != CopierBlock::kReady) return failed();
-  const uint64_t n = block_->posted.load(std::memory_order_relaxed);
-  if (n - block_->completed.load(std::memory_order_acquire) >= CopierBlock::kRing) {
-    return static_cast<int32_t>(cudaErrorLaunchOutOfResources);  // the transport keeps far fewer in flight
+  if (block_ == nullptr || block_->state.load(std::memory_order_acquire) != CopierBlock::kReady) return failed();
+  CopierChannel& ch = block_->channels[c];
+  const uint64_t n = ch.posted.load(std::memory_order_relaxed);
+  if (n - ch.completed.load(std::memory_order_acquire) >= CopierChannel::kRing) {
+    return 2;  // cudaErrorMemoryAllocation: the transport keeps at most half the ring in flight
   }
-  block_->ring[n % CopierBlock::kRing] = CopierDesc{peer, 0, local_off, remote_off, bytes};
-  block_->posted.store(n + 1, std::memory_order_release);
+  ch.ring[n % CopierChannel::kRing] = CopierDesc{peer, static_cast<uint32_t>(map_gen_[c]), local_off, remote_off, bytes};
+  ch.posted.store(n + 1, std::memory_order_release);
   *token = n;
   return 0;
 }
 
-int32_t CopierProcess::done(uint64_t token, int32_t* is_done) {
-  *is_done = block_->completed.load(std::memory_order_acquire) > token ? 1 : 0;
+int32_t CopierProcess::done(int c, uint64_t token, int32_t* is_done) {
+  *is_done = block_ != nullptr && block_->channels[c].completed.load(std::memory_order_acquire) > token ? 1 : 0;
   if (*is_done) return 0;
-  if (block_->state.load(std::memory_order_acquire) != CopierBlock::kReady) return failed();
+  if (block_ == nullptr || block_->state.load(std::memory_order_acquire) != CopierBlock::kReady) return failed();
+  // A helper that died without a word (killed): noticed within ~1000 polls, not at the op timeout.
+  int status = 0;
+  if ((polls_.fetch_add(1, std::memory_order_relaxed) & 1023) == 1023 && reap(&status)) return failed();
   return 0;
 }
 
-TORCH_LIBRARY_FRAGMENT(mkernel, m) { m.def("_gdr_copier_serve(int fd) -> ()", &copier_serve); }
-
 }  // namespace mkernel::comm
-
-#endif  // MKERNEL_WITH_CUDA

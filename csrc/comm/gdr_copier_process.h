@@ -1,5 +1,5 @@
 // The GPU-direct emulation's copier as a process of its own: the emulated NIC's DMA engine
-// (MKERNEL_NET_GDR=1 with MKERNEL_NET_GDR_COPIER=process; opt-in, not yet run on a GPU).
+// (MKERNEL_NET_GDR=1 with MKERNEL_NET_GDR_COPIER=process).
 //
 // Why a process: the in-process copier (net_path.cpp NetCopier) submits its copies to the rank's
 // own CUDA context while the rank's kernels wait for them, and CUDA promises no forward progress
@@ -7,89 +7,110 @@
 // while the MoE's exchange had copy-engine work queued behind spinning kernels on other streams
 // (benchmarks/NOTES.md "Session 11, moe8"). A helper process is another CUDA client with its own
 // work queues, like a NIC is another device: nothing the rank queues can hold its copies back.
+// s12run1 ran it (MoE across 2 emulated nodes passed for the first time); there the helper was
+// Python importing torch, spawned again at every growth of the path, and four of them starting at
+// once were not ready within the op timeout (5 s). Now (session 12, moe9):
+//   - the helper is the executable mkernel-gdr-copier (csrc/tools/gdr_copier_main.cpp; no torch,
+//     the CUDA runtime by dlopen); the torch-importing helper remains the fallback where the
+//     executable is missing (CopierLaunch says which one ran);
+//   - one helper serves every GPU-direct path of the rank on a device, each path on a channel of
+//     its own (a group keeps its earlier paths after a growth, and each growth used to start a
+//     helper that then stayed, polling); it is started at the first path's opening before the
+//     session exchange, so its CUDA context comes up while the ranks meet;
+//   - readiness is bounded by its own timeout (MKERNEL_NET_GDR_COPIER_START_S, default the larger
+//     of 30 s and the op timeout) and the error names the stage it reached;
+//   - it ends with the rank: a lifeline pipe whose EOF the helper watches on a thread of its own.
 //
-// Protocol, over one shared-memory block (memfd, inherited by the helper):
-//   - the rank fills the IPC handles (its send area, every other node's receive area), spawns
-//     `<python> -c <load the extension .so> ... torch.ops.mkernel._gdr_copier_serve(fd)` and waits
-//     for state kReady (bounded);
-//   - post(): the rank writes a descriptor at ring[posted % kRing] and release-stores posted + 1;
-//     the helper copies in order on its own stream and release-stores `completed` once each
-//     copy's event completed: copy `token` is done when completed > token;
-//   - the helper exits when the rank stores kStop, when the rank dies (PR_SET_PDEATHSIG), or on a
-//     CUDA error (state kFailed, the message in the block).
+// This file and gdr_copier_process.cpp are torch-free and CUDA-free (errors are
+// std::runtime_error; the extension's glue adds the op's name), so the protocol is tested on a
+// CPU machine with a stand-in runtime (tests/comm/test_gdr_copier_process.py).
 #pragma once
 
-#ifdef MKERNEL_WITH_CUDA
-
-#include <cuda_runtime_api.h>
 #include <sys/types.h>
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
-#include "kernels/comm/group_device.h"
+#include "comm/gdr_copier_protocol.h"
 
 namespace mkernel::comm {
 
-struct CopierDesc {
-  int32_t peer;
-  uint32_t reserved;
-  uint64_t local_off, remote_off, bytes;
+// How to start the helper: `argv[0]` is run as `path`; "{block}" and "{lifeline}" in argv are
+// replaced by the child's descriptor numbers. `what` names it in errors.
+struct CopierLaunch {
+  std::string path;
+  std::vector<std::string> argv;
+  std::string what;
 };
 
-struct CopierBlock {
-  static constexpr uint32_t kMagic = 0x4d4b4350u;  // "MKCP"
-  static constexpr uint32_t kVersion = 1;
-  static constexpr uint32_t kRing = 256;  // > MK_DEVICE_COPIES_IN_FLIGHT: posting never wraps
-  enum State : uint32_t { kInit = 0, kReady = 1, kFailed = 2, kStop = 3 };
-  uint32_t magic;
-  uint32_t version;
-  int32_t device;
-  int32_t world;
-  std::atomic<uint32_t> state;
-  int32_t error;            // the helper's cudaError_t when it failed
-  char message[256];        // what failed, NUL-terminated
-  std::atomic<uint64_t> posted;
-  std::atomic<uint64_t> completed;
-  cudaIpcMemHandle_t send;  // this rank's send area
-  uint64_t send_bytes;
-  uint8_t has_recv[kMaxRanks];
-  cudaIpcMemHandle_t recv[kMaxRanks];  // other nodes' receive areas
-  uint64_t recv_bytes;
-  CopierDesc ring[kRing];
-};
-static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
-              "the copier block's atomics are shared between processes");
-
-// The rank's side: owns the block and the helper process.
+// The rank's side: owns the block, the lifeline and the helper process; shared by the rank's
+// GPU-direct paths on one device (shared()), each on a channel (acquire / release).
 class CopierProcess {
  public:
-  // Spawns the helper and waits until it opened every handle (timeout_ms; errors name `op`).
-  // `recv[r]` is set for the ranks whose receive areas the copies write.
-  CopierProcess(const char* op, int device, const cudaIpcMemHandle_t& send, uint64_t send_bytes,
-                const std::vector<const cudaIpcMemHandle_t*>& recv, uint64_t recv_bytes, int64_t timeout_ms);
-  ~CopierProcess();  // kStop, then reaps the helper (bounded; SIGKILL after)
+  // Spawns the helper and returns at once (it creates its CUDA context meanwhile). Throws
+  // std::runtime_error when the process cannot be started.
+  CopierProcess(const CopierLaunch& launch, int device);
+  ~CopierProcess();  // kStop, then reaps the helper (bounded; the lifeline closes, SIGKILL last)
   CopierProcess(const CopierProcess&) = delete;
   CopierProcess& operator=(const CopierProcess&) = delete;
 
-  // One copy: returns 0 and its token, or a cudaError_t (the helper failed).
-  int32_t post(int32_t peer, uint64_t local_off, uint64_t remote_off, uint64_t bytes, uint64_t* token);
-  // Whether copy `token` completed; a cudaError_t when the helper failed or died.
-  int32_t done(uint64_t token, int32_t* is_done);
+  // The helper of this process on `device` while some path holds it and it works; else a new
+  // one started with `launch()`.
+  static std::shared_ptr<CopierProcess> shared(int device, const std::function<CopierLaunch()>& launch);
+
+  // A free channel for one path (throws when all kChannels are taken); release() after its unmap.
+  int acquire();
+  void release(int channel);
+
+  // Gives the helper the areas of `channel`'s copies (`recv[r]` set for the ranks whose receive
+  // areas the copies write) and waits until it opened them: `ready_ms` bounds the helper's start,
+  // `map_ms` the mapping. Throws std::runtime_error naming the stage it reached.
+  void map(int channel, const CopierIpcHandle& send, uint64_t send_bytes,
+           const std::vector<const CopierIpcHandle*>& recv, uint64_t recv_bytes, int64_t ready_ms, int64_t map_ms);
+  // Closes `channel`'s mapping (its areas are about to be freed): "" or why not (bounded).
+  std::string unmap(int channel, int64_t timeout_ms);
+
+  // One copy: returns 0 and its token, or a cudaError_t value (the helper failed or died).
+  int32_t post(int channel, int32_t peer, uint64_t local_off, uint64_t remote_off, uint64_t bytes, uint64_t* token);
+  // Whether copy `token` of `channel` completed; a cudaError_t value when the helper failed or died.
+  int32_t done(int channel, uint64_t token, int32_t* is_done);
+
+  // False once the helper failed or exited.
+  bool usable();
+  pid_t pid() const { return pid_; }
+  const std::string& what() const { return launch_.what; }
+  // The helper's progress in words (errors).
+  std::string stage() const;
+  // The helper's recorded failure ("" if none).
+  std::string failure() const;
 
  private:
-  void start(const char* op, int device, const cudaIpcMemHandle_t& send, uint64_t send_bytes,
-             const std::vector<const cudaIpcMemHandle_t*>& recv, uint64_t recv_bytes, int64_t timeout_ms);
-  void release();  // stops and reaps the helper, unmaps the block (idempotent)
+  void start(int device);
+  void stop();  // stops and reaps the helper, unmaps the block (idempotent)
+  // Waits until `ok()` holds: throws on failure, exit or timeout (naming `waiting_for`).
+  template <typename Pred>
+  void wait_until(Pred ok, int64_t timeout_ms, const std::string& waiting_for);
+  bool reap(int* status);  // true when the helper has exited (reaped now or before)
   int32_t failed();
+
+  CopierLaunch launch_;
   int fd_ = -1;
+  int lifeline_ = -1;  // write end; the helper's read end sees EOF when it closes
   CopierBlock* block_ = nullptr;
   pid_t pid_ = -1;
-  bool reported_ = false;
+  // Written by whichever thread reaps the helper (a proxy's done() or the rank's calls).
+  std::atomic<int> exit_status_{0};
+  std::atomic<bool> exited_{false};
+  std::atomic<bool> reported_{false};
+  std::mutex mu_;  // channel allocation
+  bool in_use_[CopierBlock::kChannels] = {};
+  uint64_t map_gen_[CopierBlock::kChannels] = {};  // per channel: the last generation asked
+  std::atomic<uint32_t> polls_{0};
 };
 
 }  // namespace mkernel::comm
-
-#endif  // MKERNEL_WITH_CUDA

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <thread>
 
+#include "comm/gdr_copier_launch.h"
 #include "comm/gdr_copier_process.h"
 #include "core_binding.h"
 #include "session_layout.h"
@@ -61,24 +62,44 @@ class DeviceScope {
 // the transport, once an op is due at the peer after the emulated link's serialization and
 // latency, moves its bytes with this extension's copy engine (NetCopier below) and only then
 // releases the signal: what a ConnectX-7 GPUDirect RDMA write does, with the wire emulated.
+// Unset: kGpuDirectByDefault (python/mkernel/_module_loading.py GDR_BY_DEFAULT says the same).
+constexpr bool kGpuDirectByDefault = false;
 bool gpu_direct_env() {
   const char* v = std::getenv("MKERNEL_NET_GDR");
   std::string s = v != nullptr ? v : "";
   s.erase(0, s.find_first_not_of(" \t\n"));
   s.erase(s.find_last_not_of(" \t\n") + 1);
   TORCH_CHECK_VALUE(s.empty() || s == "0" || s == "1", "MKERNEL_NET_GDR=\"", v, "\": want 0 or 1");
-  return s == "1";
+  return s.empty() ? kGpuDirectByDefault : s == "1";
 }
 
 // MKERNEL_NET_GDR_COPIER: where the GPU-direct emulation's copies are submitted. Unset or
 // "thread": the proxy thread, into this rank's context (NetCopier; what s11run2 ran); "process":
-// a helper process per rank, the emulated NIC (gdr_copier_process.h; opt-in, not yet run on a GPU).
+// a helper process per rank and device, the emulated NIC (gdr_copier_process.h; s12run1 ran it).
+// Spaces are ignored (python/mkernel/_module_loading.py `copier` reads it the same way).
+constexpr bool kCopierProcessByDefault = false;
 bool copier_process_env() {
   const char* v = std::getenv("MKERNEL_NET_GDR_COPIER");
-  const std::string s = v != nullptr ? v : "";
+  std::string s = v != nullptr ? v : "";
+  s.erase(0, s.find_first_not_of(" \t\n"));
+  s.erase(s.find_last_not_of(" \t\n") + 1);
   TORCH_CHECK_VALUE(s.empty() || s == "thread" || s == "process", "MKERNEL_NET_GDR_COPIER=\"", s,
                     "\": want thread or process");
-  return s == "process";
+  return s.empty() ? kCopierProcessByDefault : s == "process";
+}
+
+// How long a path's opening waits for its copier process to start (the first mapping included):
+// MKERNEL_NET_GDR_COPIER_START_S, else the larger of 30 s and the op timeout. Not the op timeout
+// alone: s12run1's killed-rank test ran with a 5 s op timeout and four helpers starting at once.
+int64_t copier_start_ms(int64_t op_timeout_ms) {
+  if (const char* v = std::getenv("MKERNEL_NET_GDR_COPIER_START_S"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const double sec = std::strtod(v, &end);
+    TORCH_CHECK_VALUE(end != v && *end == '\0' && sec > 0, "MKERNEL_NET_GDR_COPIER_START_S=\"", v,
+                      "\": want seconds > 0");
+    return static_cast<int64_t>(sec * 1000.0);
+  }
+  return std::max<int64_t>(30000, op_timeout_ms);
 }
 
 // The transport the data path will open, as far as the environment says ("" = automatic).
@@ -95,12 +116,12 @@ std::string chosen_net(const std::string& net) {
 // loopback with the GPU-direct emulation (a tcp / plain loopback data path would allocate host
 // staging anyway). MKERNEL_NET_GPU_MEMORY=0 turns it off (host staging everywhere), =1 forces the
 // offer.
-bool offer_gpu_memory(const std::string& net) {
+bool offer_gpu_memory(const std::string& net, bool gpu_direct) {
   if (const char* v = std::getenv("MKERNEL_NET_GPU_MEMORY"); v != nullptr && *v != '\0') {
     return std::strcmp(v, "0") != 0;
   }
   const std::string name = chosen_net(net);
-  if (name == "loopback") return gpu_direct_env();
+  if (name == "loopback") return gpu_direct;
   return name.empty() || name == "ibverbs" || name == "efa";
 }
 
@@ -208,7 +229,11 @@ struct NetCopier {
   uint64_t next = 0;                    // the next copy's token
   uint8_t* send = nullptr;              // this rank's GPU send area
   std::vector<uint8_t*> peer_recv;      // peers' receive areas (CUDA IPC), by rank
-  std::unique_ptr<CopierProcess> proc;  // MKERNEL_NET_GDR_COPIER=process: the helper does the copies
+  // MKERNEL_NET_GDR_COPIER=process: the helper that does the copies (shared by the rank's paths on
+  // this device) and this path's channel of it, closed and given back in ~NetCopier.
+  std::shared_ptr<CopierProcess> proc;
+  int channel = -1;
+  int64_t unmap_ms = 0;
   uint32_t send_id = 0, recv_id = 0;
   // Diagnostics of a copy the GPU does not run (s11run1): each in-flight copy's submission time,
   // size and peer, by event slot; one line on stderr when one stays unfinished for kStuckAfter.
@@ -250,6 +275,11 @@ struct NetCopier {
     for (auto& e : events) check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), op, "cudaEventCreate (GPU-direct copies)");
   }
   ~NetCopier() {
+    if (proc && channel >= 0) {  // the helper finishes its copies and closes the areas before they are freed
+      const std::string why = proc->unmap(channel, unmap_ms);
+      if (!why.empty()) std::fprintf(stderr, "mkernel: closing the GPU-direct copier's mapping: %s\n", why.c_str());
+      proc->release(channel);
+    }
     proc.reset();
     if (stream != nullptr) (void)cudaStreamSynchronize(stream);
     for (cudaEvent_t e : events) {
@@ -297,7 +327,7 @@ struct NetCopier {
     }
     if (c->proc) {  // no CUDA call here: the helper process submits it
       uint64_t t = 0;
-      const int32_t rc = c->proc->post(peer, local_off, remote_off, bytes, &t);
+      const int32_t rc = c->proc->post(c->channel, peer, local_off, remote_off, bytes, &t);
       if (rc != 0) return rc;
       c->inflight[t % kEvents] = InFlight{std::chrono::steady_clock::now(), bytes, peer};
       c->next = t + 1;
@@ -316,7 +346,7 @@ struct NetCopier {
   static int32_t done(void* ctx, uint64_t token, int32_t* is_done) {
     auto* c = static_cast<NetCopier*>(ctx);
     if (c->proc) {
-      const int32_t rc = c->proc->done(token, is_done);
+      const int32_t rc = c->proc->done(c->channel, token, is_done);
       if (rc != 0) return rc;
       if (*is_done) {
         ++c->completed;
@@ -409,7 +439,7 @@ struct NetPath::Impl {
 
   // GPU-direct emulation (COLLECTIVE over the session): publishes this rank's GPU receive buffer
   // through CUDA IPC, maps every rank of another node's, and gives them to the copier.
-  void map_peer_recv(const char* op, mk_session_t s) {
+  void map_peer_recv(const char* op, mk_session_t s, bool in_process) {
     const int world = static_cast<int>(cfg.node.size());
     TORCH_CHECK(cfg.rank >= 0 && cfg.rank < world, op, ": NetPath needs this rank (", cfg.rank,
                 ") for the GPU-direct emulation");
@@ -423,8 +453,8 @@ struct NetPath::Impl {
         static_cast<double>(cfg.timeout_ms) / 1000.0, "the GPU-direct receive buffers");
     std::vector<uint8_t*> table(world, nullptr);
     std::vector<RecvBlob> theirs(world);
-    std::vector<const cudaIpcMemHandle_t*> handles(world, nullptr);
-    const bool in_process = !copier_process_env();
+    std::vector<CopierIpcHandle> their_handles(world);
+    std::vector<const CopierIpcHandle*> handles(world, nullptr);
     peer_recv.resize(world);
     for (int r = 0; r < world; ++r) {
       if (r == cfg.rank || cfg.node[r] == cfg.node[cfg.rank]) continue;
@@ -437,7 +467,8 @@ struct NetPath::Impl {
                   " bytes, this rank (", cfg.rank, ") to ", cfg.recv_bytes);
       if (!in_process) {  // the helper maps it; mark the rank as a destination
         theirs[r] = b;
-        handles[r] = &theirs[r].handle;
+        std::memcpy(&their_handles[r], &theirs[r].handle, sizeof(CopierIpcHandle));
+        handles[r] = &their_handles[r];
         table[r] = static_cast<uint8_t*>(gpu_recv);  // any non-null: start() checks destinations by it
         continue;
       }
@@ -457,8 +488,15 @@ struct NetPath::Impl {
     if (!in_process) {
       cudaIpcMemHandle_t send_handle{};
       check_cuda(cudaIpcGetMemHandle(&send_handle, gpu_send), op, "cudaIpcGetMemHandle (inter-node send buffer)");
-      copier->proc = std::make_unique<CopierProcess>(op, cfg.device, send_handle, cfg.send_bytes, handles,
-                                                     cfg.recv_bytes, cfg.timeout_ms);
+      CopierIpcHandle send{};
+      std::memcpy(&send, &send_handle, sizeof send);
+      const int64_t wait_ms = copier_start_ms(cfg.timeout_ms);
+      copier->unmap_ms = wait_ms;
+      try {
+        copier->proc->map(copier->channel, send, cfg.send_bytes, handles, cfg.recv_bytes, wait_ms, wait_ms);
+      } catch (const std::exception& e) {
+        TORCH_CHECK(false, op, ": rank ", cfg.rank, ": ", e.what());
+      }
     }
     gpu_direct = true;
   }
@@ -487,7 +525,9 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
   auto impl = std::make_unique<NetPath::Impl>();
   impl->cfg = cfg;
   DeviceScope scope(cfg.device);
-  const bool offer = offer_gpu_memory(cfg.net);
+  // GPU-direct emulation: what MKERNEL_NET_GDR (or its default) says, unless the caller opts out.
+  const bool want_gdr = cfg.gpu_direct && gpu_direct_env();
+  const bool offer = offer_gpu_memory(cfg.net, want_gdr);
   const uint64_t send_bytes = offer ? (cfg.send_bytes + kGpuGranule - 1) / kGpuGranule * kGpuGranule
                                     : round_up_pow2(cfg.send_bytes);
   const uint64_t recv_bytes = offer ? (cfg.recv_bytes + kGpuGranule - 1) / kGpuGranule * kGpuGranule
@@ -524,13 +564,13 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
   dc.timeout_ms = cfg.timeout_ms;
   dc.fifo_clock = MK_FIFO_CLOCK_GLOBALTIMER;
   // GPU-direct emulation: the copy engine the transport moves the bytes with (ABI v3 tail).
-  const bool gdr = offer && chosen_net(cfg.net) == "loopback" && gpu_direct_env();
+  const bool gdr = offer && chosen_net(cfg.net) == "loopback" && want_gdr;
   impl->module_loading = module_loading_mode();
   if (gdr) {
     TORCH_CHECK(api.version >= 3, op,
                 ": MKERNEL_NET_GDR=1 needs the mkernel core's device copier (C ABI v3), but the loaded core serves "
                 "ABI v", api.version, ": rebuild build/core (make core) together with the extension");
-    if (impl->module_loading == "lazy") {
+    if (impl->module_loading == "lazy" && !copier_process_env()) {  // the helper's copies are another client's
       TORCH_WARN_ONCE(op, ": MKERNEL_NET_GDR=1 under lazy CUDA module loading: a kernel loaded for the first time "
                       "while an inter-node kernel waits may synchronize the context ahead of the device copier's "
                       "copies, a stall until MKERNEL_OP_TIMEOUT. `import mkernel` sets CUDA_MODULE_LOADING=EAGER "
@@ -547,7 +587,18 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
     dc.device_copy_start = &NetCopier::start;
     dc.device_copy_done = &NetCopier::done;
     dc.device_copy_ctx = impl->copier.get();
-    impl->map_peer_recv(op, s);  // collective; complete before the proxy thread exists
+    const bool in_process = !copier_process_env();
+    if (!in_process) {
+      // One helper for the rank's paths on this device, each on a channel; the first path starts
+      // it here, before the session exchange below, so its CUDA context comes up while the ranks meet.
+      try {
+        impl->copier->proc = CopierProcess::shared(cfg.device, [op] { return copier_launch(op); });
+        impl->copier->channel = impl->copier->proc->acquire();
+      } catch (const std::exception& e) {
+        TORCH_CHECK(false, op, ": ", e.what());
+      }
+    }
+    impl->map_peer_recv(op, s, in_process);  // collective; complete before the proxy thread exists
   }
   const std::string what = std::string("datapath_create (") + op + ": GPU inter-node path)";
   check_core(api.datapath_create(s, &dc, &impl->dp.h), what.c_str());
@@ -632,6 +683,10 @@ bool NetPath::gpu_memory() const { return impl_->gpu_memory; }
 bool NetPath::gpu_direct() const { return impl_->gpu_direct; }
 std::string NetPath::module_loading() const { return impl_->module_loading; }
 std::string NetPath::transport() const { return impl_->transport; }
+std::string NetPath::copier() const {
+  if (!impl_ || !impl_->gpu_direct) return "";
+  return impl_->copier && impl_->copier->proc ? impl_->copier->proc->what() : "thread";
+}
 
 std::string NetPath::failure() const {
   if (!impl_) return "the path was closed by a failed re-creation";

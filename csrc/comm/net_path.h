@@ -36,6 +36,9 @@ struct NetPathConfig {
   uint32_t arrival_slots = 4096;  // arrival flag words
   uint32_t fifo_slots = 1024;     // FIFO capacity (a power of two)
   int64_t timeout_ms = 60000;     // data path setup and stuck-command watchdog
+  // false: never the loopback GPU-direct emulation, whatever MKERNEL_NET_GDR says (a caller whose
+  // kernels do not run its protocol, or that has no `rank`: net_pingpong)
+  bool gpu_direct = true;
   // Transport: "loopback", "tcp", "ibverbs", "efa"; empty: MKERNEL_NET / MKERNEL_NET_PLUGIN /
   // automatic (RDMA where a NIC is, else tcp).
   std::string net;
@@ -72,6 +75,9 @@ class NetPath {
   bool gpu_direct() const;
   // CUDA's module loading mode when the path opened ("eager", "lazy"; else "unknown").
   std::string module_loading() const;
+  // Who submits the GPU-direct emulation's copies: "thread" (the proxy's, in this context), the
+  // helper process's kind ("mkernel-gdr-copier" or "python helper"), "" when not GPU-direct.
+  std::string copier() const;
   std::string transport() const;
 
   // "" while the data path works, else its failure (naming the peer).

@@ -107,6 +107,7 @@ at::Tensor net_pingpong(int64_t group, int64_t iters, int64_t data_bytes, int64_
   cfg.arrival_slots = 4096;
   cfg.timeout_ms = timeout_ms;
   cfg.net = std::string(net);
+  cfg.gpu_direct = false;  // the probe's kernels run the staged protocol (and it sets no rank)
   NetPath path(kOp, s, cfg);
 
   const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(cfg.device));

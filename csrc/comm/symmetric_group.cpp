@@ -341,7 +341,7 @@ std::string SymmetricGroup::net_info() const {
   const NetPath& n = *impl_->net;
   return std::string("{\"transport\":\"") + n.transport() + "\",\"gpu_memory\":" +
          (n.gpu_memory() ? "true" : "false") + ",\"gpu_direct\":" + (n.gpu_direct() ? "true" : "false") +
-         ",\"module_loading\":\"" + n.module_loading() + "\"" +
+         ",\"module_loading\":\"" + n.module_loading() + "\",\"copier\":\"" + n.copier() + "\"" +
          ",\"send_bytes\":" + std::to_string(view_.net.send_bytes) +
          ",\"recv_bytes\":" + std::to_string(view_.net.recv_bytes) + ",\"stats\":" + n.stats() + "}";
 #else

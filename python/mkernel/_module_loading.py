@@ -1,4 +1,5 @@
-"""Eager CUDA module loading under the loopback transport's GPU-direct emulation.
+"""Eager CUDA module loading under the loopback transport's GPU-direct emulation with the
+in-process copier (``MKERNEL_NET_GDR_COPIER=thread``; the copier process needs none).
 
 ``MKERNEL_NET_GDR=1`` on emulated nodes moves each inter-node op's bytes with a copy that the
 Go proxy thread submits to the rank's own CUDA context when the emulated link delivers them
@@ -23,24 +24,44 @@ from typing import MutableMapping
 
 ENV = "CUDA_MODULE_LOADING"
 GDR_ENV = "MKERNEL_NET_GDR"
+COPIER_ENV = "MKERNEL_NET_GDR_COPIER"
 PYTHON_ENV = "MKERNEL_PYTHON"
+# Where the emulation's copies are submitted when MKERNEL_NET_GDR_COPIER is unset, and whether
+# the emulation is on when MKERNEL_NET_GDR is unset (net_path.cpp kCopierProcessByDefault and
+# kGpuDirectByDefault say the same).
+DEFAULT_COPIER = "thread"
+GDR_BY_DEFAULT = False
 
 
 def gdr_requested(environ: MutableMapping[str, str]) -> bool:
     """Whether the GPU-direct emulation is asked for (``MKERNEL_NET_GDR=1``, spaces ignored;
     the same rule as ``net_path.cpp gpu_direct_env``)."""
-    return environ.get(GDR_ENV, "").strip() == "1"
+    v = environ.get(GDR_ENV, "").strip()
+    return GDR_BY_DEFAULT if v == "" else v == "1"
+
+
+def copier(environ: MutableMapping[str, str]) -> str:
+    """Where the emulation's copies are submitted: ``"thread"`` (the proxy thread, into the rank's
+    own CUDA context) or ``"process"`` (a helper process per path, another CUDA client)."""
+    return environ.get(COPIER_ENV, "").strip() or DEFAULT_COPIER
 
 
 def eager_loading_for_gdr(environ: MutableMapping[str, str] | None = None) -> bool:
     """Set ``CUDA_MODULE_LOADING=EAGER`` in ``environ`` (default ``os.environ``) when the
-    GPU-direct emulation is asked for and the variable is unset or empty.
+    GPU-direct emulation is asked for with the in-process copier (``copier(environ) ==
+    "thread"``) and the variable is unset or empty.
+
+    The copier process needs no eager loading: its copies are work of another CUDA client, so a
+    load that synchronizes the rank's context waits for the rank's kernels, which wait for
+    copies nothing of the rank holds back; and eager loading of every torch kernel costs each
+    rank seconds at start (s11run2: the collectives across nodes took 10.2 s under it, 5.3 s
+    staged).
 
     Returns:
         True when it set the variable, False when it left ``environ`` unchanged.
     """
     env = os.environ if environ is None else environ
-    if not gdr_requested(env) or env.get(ENV, "").strip():
+    if not gdr_requested(env) or copier(env) != "thread" or env.get(ENV, "").strip():
         return False
     env[ENV] = "EAGER"
     return True

@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 
 import mkernel
+from mkernel._module_loading import gdr_requested
 from tests.gpu.fused_ranks import (DTYPES, REDUCE_SHAPES, ag_reference, check, emit, inputs, poison,
                                    reduce_reference)
 
@@ -97,7 +98,7 @@ def no_fallback(op: str, fn, ctx, rank: int, world: int) -> None:
     unfused = [ln for ln in text.splitlines() if "runs unfused" in ln]
     assert not unfused, f"{op} across nodes ran unfused: {unfused}"
     info = json.loads(torch.ops.mkernel._net_path_info(ctx.handle, world))
-    want_gdr = os.environ.get("MKERNEL_NET_GDR") == "1"
+    want_gdr = gdr_requested(os.environ)  # MKERNEL_NET_GDR, or its default
     assert info.get("gpu_direct", False) == want_gdr, f"gpu_direct {info.get('gpu_direct')}, want {want_gdr}"
     emit("PATH", {"op": op, "rank": rank, "fused": True, "transport": info.get("transport"),
                   "gpu_direct": info.get("gpu_direct", False)})

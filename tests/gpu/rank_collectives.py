@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 import mkernel
+from mkernel._module_loading import gdr_requested
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 BOUNDS = {torch.float32: 1e-6, torch.bfloat16: 1e-2, torch.float16: 1e-3}
@@ -234,14 +235,17 @@ def multinode(c: Checker) -> None:
     assert fifo == want_fifo, f"the inter-node FIFO format is {fifo}, want {want_fifo}"
     # MKERNEL_NET_GDR=1 on loopback: GPU buffers the kernels use as over RDMA; the transport moves
     # each op's bytes with the extension's copy engine once the emulated link delivered them
-    want_gdr = os.environ.get("MKERNEL_NET_GDR") == "1" and want == "loopback"
+    want_gdr = gdr_requested(os.environ) and want == "loopback"  # MKERNEL_NET_GDR, or its default
     assert info.get("gpu_direct", False) == want_gdr, f"gpu_direct is {info.get('gpu_direct')}, want {want_gdr}"
     assert info.get("gpu_memory", False) == want_gdr or want != "loopback", f"gpu_memory is {info.get('gpu_memory')}"
     emit("CASE", {"op": "multinode", "err": 0.0, "bound": 0.0, "net": info["transport"], "fifo": fifo,
                   "gdr": info.get("gpu_direct", False),
-                  # CUDA's module loading ("eager" under MKERNEL_NET_GDR=1: mkernel's import sets it,
-                  # python/mkernel/_module_loading.py)
+                  # CUDA's module loading ("eager" under MKERNEL_NET_GDR=1 with the in-process copier:
+                  # mkernel's import sets it, python/mkernel/_module_loading.py)
                   "loading": info.get("module_loading", "?"),
+                  # who submits the GPU-direct copies: "thread", "mkernel-gdr-copier" (the helper
+                  # executable) or "python helper" (its fallback); "" without GPU-direct
+                  "copier": info.get("copier", "?"),
                   "stage": os.environ.get("MKERNEL_NET_STAGE") or "parallel",
                   "overlap": os.environ.get("MKERNEL_NET_OVERLAP") or "0"})
 

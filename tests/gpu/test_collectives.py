@@ -61,9 +61,10 @@ def test_collectives_across_emulated_nodes(mps, world, nodes):
         for r in res:
             errs = records(r, "ERR")
             assert errs and errs[0].get("names_reserve"), f"rank {r.rank}: {errs}"
-    paths = {(c["net"], c.get("fifo"), c.get("stage"), c.get("overlap"), c.get("gdr")) for c in cases
-             if c["op"] == "multinode"}
-    print(f"W={world} nodes={nodes} inter-node path (transport, FIFO format, staging, overlap, gpu_direct): "
+    paths = {(c["net"], c.get("fifo"), c.get("stage"), c.get("overlap"), c.get("gdr"), c.get("copier"),
+              c.get("loading")) for c in cases if c["op"] == "multinode"}
+    print(f"W={world} nodes={nodes} inter-node path (transport, FIFO format, staging, overlap, gpu_direct, "
+          f"copier, module loading): "
           f"{sorted(map(str, paths))}")
     for c in cases:
         if c["op"] == "back_to_back":

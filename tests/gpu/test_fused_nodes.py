@@ -23,6 +23,8 @@ from tests.gpu.fused_nodes_ranks import main
 main()
 """
 LINK = "50GB/s,3us"  # issue 12 item 10: one 400 Gb/s NIC
+# The cases below pin MKERNEL_NET_GDR: staged is what verified the fused kernels across nodes,
+# whatever the default of emulated nodes is (python/mkernel/_module_loading.py GDR_BY_DEFAULT).
 
 
 # fused_nodes_ranks.py's suites in one launch per group (gemm_rs has its own test below).
@@ -39,8 +41,10 @@ def test_fused_ops_across_nodes(mps, world, nodes, gdr):
     places the flag)."""
     env = rank_env(mps, world, FUSED_NODES_SUITE=SUITES, MKERNEL_OP_TIMEOUT="20",
                    MKERNEL_NET_EMULATE=LINK, MKERNEL_FUSED_NODES="1", MKERNEL_FUSED="force")
+    # staged or GPU-direct, whatever the default (the staged cases are what verified these kernels)
+    env.update(MKERNEL_NET_GDR="1" if gdr else "0")
     if gdr:
-        env.update(MKERNEL_NET_GDR="1", MKERNEL_NET_MIRROR="1")
+        env.update(MKERNEL_NET_MIRROR="1")
     res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150, env=env)
     cases = check_ranks(res)
     suites = SUITES.split(",")
@@ -60,7 +64,7 @@ def test_gemm_rs_across_nodes(mps, world, nodes):
     nodes' rows through the FIFO, fp32 sums in rank order 0..W-1, against the float32
     reference (ragged M: a tile's rows meet up to W owners). Skipped where the kernels do not
     carry it (fused_params.h MKERNEL_FUSED_RS_NODES=0: the op logs why and runs unfused)."""
-    env = rank_env(mps, world, FUSED_NODES_SUITE="rs", MKERNEL_OP_TIMEOUT="20",
+    env = rank_env(mps, world, FUSED_NODES_SUITE="rs", MKERNEL_NET_GDR="0", MKERNEL_OP_TIMEOUT="20",
                    MKERNEL_NET_EMULATE=LINK, MKERNEL_FUSED_NODES="1", MKERNEL_FUSED="force")
     res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150, env=env)
     if any("do not carry gemm_rs across nodes" in r.stdout + r.stderr for r in res):
@@ -78,7 +82,7 @@ def test_gemm_ar_across_nodes(mps, world, nodes):
     back, two rounds, against the float32 reference on every rank, outputs poisoned first, no
     fallback (MKERNEL_GEMM_AR_ALGO keeps M <= 512 on the fused path too), and identical bits on
     every rank (each rank's CASE carries its output's SHA-256)."""
-    env = rank_env(mps, world, FUSED_NODES_SUITE="ar", MKERNEL_OP_TIMEOUT="20",
+    env = rank_env(mps, world, FUSED_NODES_SUITE="ar", MKERNEL_NET_GDR="0", MKERNEL_OP_TIMEOUT="20",
                    MKERNEL_NET_EMULATE=LINK, MKERNEL_FUSED_NODES="1", MKERNEL_FUSED="force",
                    MKERNEL_GEMM_AR_ALGO="rsag")
     res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150, env=env)
@@ -99,7 +103,7 @@ def test_ag_gemm_across_nodes_killed_rank(mps):
     the other node's ranks waiting for its rows (or on their proxy's report of the lost peer);
     every survivor raises within the timeout, and every wait record names rank 3."""
     world, timeout_s = 4, 5
-    env = rank_env(mps, world, FUSED_NODES_SUITE="kill", MKERNEL_OP_TIMEOUT=str(timeout_s),
+    env = rank_env(mps, world, FUSED_NODES_SUITE="kill", MKERNEL_NET_GDR="0", MKERNEL_OP_TIMEOUT=str(timeout_s),
                    MKERNEL_NET_EMULATE=LINK, MKERNEL_FUSED_NODES="1", MKERNEL_FUSED="force")
     res = run_ranks(RANK_MAIN, world, nodes=2, timeout=90, env=env)
     errs = check_killed_rank(res, world - 1, timeout_s)

@@ -1,6 +1,7 @@
-"""CUDA_MODULE_LOADING=EAGER under the GPU-direct emulation (python/mkernel/_module_loading.py):
-set at import when MKERNEL_NET_GDR=1 asks for the emulation, before anything initializes CUDA;
-a value the user chose is kept; nothing changes without the emulation."""
+"""CUDA_MODULE_LOADING=EAGER under the GPU-direct emulation with the in-process copier
+(python/mkernel/_module_loading.py): set at import when MKERNEL_NET_GDR=1 asks for the emulation
+and MKERNEL_NET_GDR_COPIER is thread, before anything initializes CUDA; a value the user chose is
+kept; nothing changes without the emulation or under the copier process."""
 
 from __future__ import annotations
 
@@ -24,11 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
     ("1", "LAZY", "LAZY"),       # the user's choice stays (net_path.cpp warns)
     ("1", "EAGER", "EAGER"),
     ("0", None, None),           # no emulation: untouched
-    (None, None, None),
-    ("", None, None),
+    (None, None, "EAGER" if ml.GDR_BY_DEFAULT else None),  # unset: the default (net_path.cpp's)
+    ("", None, "EAGER" if ml.GDR_BY_DEFAULT else None),
 ])
 def test_eager_loading_for_gdr(gdr, user, want):
-    env = {}
+    env = {ml.COPIER_ENV: "thread"}
     if gdr is not None:
         env[ml.GDR_ENV] = gdr
     if user is not None:
@@ -40,8 +41,18 @@ def test_eager_loading_for_gdr(gdr, user, want):
     assert {k: v for k, v in env.items() if k != ml.ENV} == {k: v for k, v in before.items() if k != ml.ENV}
 
 
+@pytest.mark.parametrize("copier, want", [("process", None), (" process ", None), ("thread", "EAGER"),
+                                           ("", "EAGER" if ml.DEFAULT_COPIER == "thread" else None)])
+def test_no_eager_loading_for_the_copier_process(copier, want):
+    """The copier process is another CUDA client: the rank keeps CUDA's (lazy) default."""
+    env = {ml.GDR_ENV: "1", ml.COPIER_ENV: copier}
+    ml.eager_loading_for_gdr(env)
+    assert env.get(ml.ENV) == want
+
+
 @pytest.mark.parametrize("gdr, user, want", [("1", None, sys.executable), ("1", "/x/python", "/x/python"),
-                                              ("0", None, None), (None, None, None)])
+                                              ("0", None, None),
+                                              (None, None, sys.executable if ml.GDR_BY_DEFAULT else None)])
 def test_interpreter_for_gdr(gdr, user, want):
     """MKERNEL_PYTHON (the copier process's interpreter) under the emulation; a user's value stays."""
     env = {}
@@ -71,11 +82,13 @@ def test_init_sets_it_before_the_native_parts_load():
     assert order.index("eager_loading_for_gdr()") < order.index("_native"), order
 
 
-@pytest.mark.parametrize("gdr, user, want", [("1", None, "EAGER"), ("1", "LAZY", "LAZY"), ("0", None, "")])
-def test_import_mkernel(gdr, user, want):
+@pytest.mark.parametrize("gdr, user, want, copier", [("1", None, "EAGER", "thread"), ("1", "LAZY", "LAZY", "thread"),
+                                                     ("0", None, "", "thread"), ("1", None, "", "process")])
+def test_import_mkernel(gdr, user, want, copier):
     """The whole import, in a fresh process, as a rank of an emulated node starts it."""
     env = {k: v for k, v in os.environ.items() if k not in (ml.ENV, ml.GDR_ENV)}
     env[ml.GDR_ENV] = gdr
+    env[ml.COPIER_ENV] = copier
     if user is not None:
         env[ml.ENV] = user
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), env.get("PYTHONPATH", "")])

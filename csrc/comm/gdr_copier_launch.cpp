@@ -1,0 +1,124 @@
+// Which GPU-direct copier helper a rank starts (copier_launch), and the fallback helper's entry
+// (torch.ops.mkernel._gdr_copier_serve): the CUDA side of gdr_copier_process.h.
+#ifdef MKERNEL_WITH_CUDA
+
+#include "comm/gdr_copier_launch.h"
+
+#include <c10/util/Exception.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <torch/library.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "comm/gdr_copier_process.h"
+#include "kernels/comm/group_device.h"
+
+namespace mkernel::comm {
+
+static_assert(sizeof(CopierIpcHandle) == sizeof(cudaIpcMemHandle_t), "cudaIpcMemHandle_t's size changed");
+static_assert(kCopierMaxRanks == kMaxRanks, "the copier block's rank table must match the group's");
+static_assert(kCopierCudaSuccess == cudaSuccess && kCopierCudaInvalidValue == cudaErrorInvalidValue &&
+                  kCopierCudaNotReady == cudaErrorNotReady && kCopierCudaUnknown == cudaErrorUnknown,
+              "cudaError_t values");
+static_assert(kCopierMemcpyDeviceToDevice == cudaMemcpyDeviceToDevice &&
+                  kCopierStreamNonBlocking == cudaStreamNonBlocking &&
+                  kCopierEventDisableTiming == cudaEventDisableTiming &&
+                  kCopierIpcLazyEnablePeerAccess == cudaIpcMemLazyEnablePeerAccess,
+              "CUDA flag values");
+
+namespace {
+
+// The shared object that holds `addr` ("" when unknown).
+std::string object_of(const void* addr) {
+  Dl_info info{};
+  if (dladdr(addr, &info) == 0 || info.dli_fname == nullptr) return "";
+  return info.dli_fname;
+}
+
+std::string dir_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+bool executable(const std::string& path) { return !path.empty() && access(path.c_str(), X_OK) == 0; }
+
+// The helper's loop with the CUDA runtime this extension links.
+CopierCuda linked_runtime() {
+  CopierCuda cu{};
+  cu.set_device = [](int d) { return static_cast<int>(cudaSetDevice(d)); };
+  cu.ipc_open = [](void** p, CopierIpcHandle h, unsigned int f) {
+    cudaIpcMemHandle_t handle;
+    static_assert(sizeof handle == sizeof h);
+    std::memcpy(&handle, &h, sizeof h);
+    return static_cast<int>(cudaIpcOpenMemHandle(p, handle, f));
+  };
+  cu.ipc_close = [](void* p) { return static_cast<int>(cudaIpcCloseMemHandle(p)); };
+  cu.stream_create = [](void** s, unsigned int f) {
+    return static_cast<int>(cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t*>(s), f));
+  };
+  cu.stream_synchronize = [](void* s) { return static_cast<int>(cudaStreamSynchronize(static_cast<cudaStream_t>(s))); };
+  cu.stream_destroy = [](void* s) { return static_cast<int>(cudaStreamDestroy(static_cast<cudaStream_t>(s))); };
+  cu.memcpy_async = [](void* d, const void* s, size_t n, int k, void* st) {
+    return static_cast<int>(cudaMemcpyAsync(d, s, n, static_cast<cudaMemcpyKind>(k), static_cast<cudaStream_t>(st)));
+  };
+  cu.event_create = [](void** e, unsigned int f) {
+    return static_cast<int>(cudaEventCreateWithFlags(reinterpret_cast<cudaEvent_t*>(e), f));
+  };
+  cu.event_record = [](void* e, void* s) {
+    return static_cast<int>(cudaEventRecord(static_cast<cudaEvent_t>(e), static_cast<cudaStream_t>(s)));
+  };
+  cu.event_query = [](void* e) { return static_cast<int>(cudaEventQuery(static_cast<cudaEvent_t>(e))); };
+  cu.event_destroy = [](void* e) { return static_cast<int>(cudaEventDestroy(static_cast<cudaEvent_t>(e))); };
+  cu.get_last_error = [] { return static_cast<int>(cudaGetLastError()); };
+  cu.get_error_string = [](int e) { return cudaGetErrorString(static_cast<cudaError_t>(e)); };
+  return cu;
+}
+
+// The fallback helper (a Python interpreter importing torch and this extension).
+void serve_op(int64_t fd, int64_t lifeline) {
+  const int rc = copier_serve(static_cast<int>(fd), static_cast<int>(lifeline), linked_runtime());
+  TORCH_CHECK(rc != 2, "mkernel._gdr_copier_serve: fd ", fd, " is not a GPU-direct copier block of this version");
+}
+
+}  // namespace
+
+CopierLaunch copier_launch(const char* op) {
+  const std::string so = object_of(reinterpret_cast<const void*>(&serve_op));
+  // The CUDA runtime this extension uses (the one torch loaded): the executable opens the same.
+  const std::string cudart = object_of(reinterpret_cast<const void*>(&cudaMemcpyAsync));
+  std::string exe;
+  if (const char* e = std::getenv("MKERNEL_NET_GDR_COPIER_EXE"); e != nullptr && *e != '\0') {
+    exe = e;
+    TORCH_CHECK(executable(exe), op, ": MKERNEL_NET_GDR_COPIER_EXE=", exe, " is not an executable file");
+  } else if (!so.empty()) {
+    exe = dir_of(so) + "/mkernel-gdr-copier";
+  }
+  const bool runtime_shared = cudart.find("libcudart") != std::string::npos;
+  if (executable(exe) && runtime_shared) {
+    return CopierLaunch{exe, {exe, cudart, "{block}", "{lifeline}"}, "mkernel-gdr-copier"};
+  }
+  const char* py = std::getenv("MKERNEL_PYTHON");
+  TORCH_CHECK(py != nullptr && *py != '\0' && !so.empty(), op, ": the GPU-direct copier executable ",
+              exe.empty() ? std::string("mkernel-gdr-copier") : exe,
+              runtime_shared ? " is missing (setup.py builds it beside the extension)"
+                             : " needs a shared CUDA runtime, but this extension's is in " + cudart,
+              ", and the Python fallback needs the interpreter in MKERNEL_PYTHON (import mkernel sets it under "
+              "MKERNEL_NET_GDR=1)");
+  TORCH_WARN_ONCE(op, ": the GPU-direct copier executable ", exe, " is ",
+                  runtime_shared ? "missing" : "unusable (static CUDA runtime)",
+                  "; starting the slower Python helper (imports torch) instead");
+  const std::string code =
+      "import sys, torch; torch.ops.load_library(sys.argv[1]); "
+      "torch.ops.mkernel._gdr_copier_serve(int(sys.argv[2]), int(sys.argv[3]))";
+  return CopierLaunch{py, {py, "-c", code, so, "{block}", "{lifeline}"}, "python helper"};
+}
+
+TORCH_LIBRARY_FRAGMENT(mkernel, m) { m.def("_gdr_copier_serve(int fd, int lifeline) -> ()", &serve_op); }
+
+}  // namespace mkernel::comm
+
+#endif  // MKERNEL_WITH_CUDA

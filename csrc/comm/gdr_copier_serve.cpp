@@ -1,0 +1,259 @@
+// copier_serve (gdr_copier_protocol.h): the GPU-direct copier helper's loop. Torch-free and
+// CUDA-header-free: linked into the helper executable (csrc/tools/gdr_copier_main.cpp) and into
+// the extension (the fallback helper torch.ops.mkernel._gdr_copier_serve).
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "comm/gdr_copier_protocol.h"
+
+namespace mkernel::comm {
+namespace {
+
+// Blocks on the lifeline pipe; its EOF means every write end closed: the rank exited, was
+// killed, or released the helper. The helper then ends at once (no orphan holds the GPU / MPS),
+// whatever its main loop is doing (even a CUDA call that never returns).
+void watch_lifeline(int fd) {
+  if (fd < 0) return;
+  std::thread([fd] {
+    char c = 0;
+    for (;;) {
+      const ssize_t n = read(fd, &c, 1);
+      if (n == 0 || (n < 0 && errno != EINTR)) _exit(0);
+    }
+  }).detach();
+}
+
+// One channel's state in the helper: its stream, events and mapping.
+struct Lane {
+  void* stream = nullptr;
+  std::vector<void*> events;
+  uint8_t* send = nullptr;
+  std::vector<uint8_t*> recv = std::vector<uint8_t*>(kCopierMaxRanks, nullptr);
+  uint64_t send_bytes = 0, recv_bytes = 0;
+  uint64_t mapped = 0;  // the mapping generation in place (0: none)
+  uint64_t issued = 0, finished = 0;
+};
+
+class Server {
+ public:
+  Server(CopierBlock* b, const CopierCuda& cu) : b_(b), cu_(cu), lanes_(CopierBlock::kChannels) {}
+
+  int run() {
+    const pid_t rank = static_cast<pid_t>(b_->rank_pid);
+    b_->stage.store(CopierBlock::kRuntimeLoaded, std::memory_order_release);
+    const int e = cu_.set_device(b_->device);  // creates the helper's context (an MPS client of its own)
+    if (e != kCopierCudaSuccess) return fail(e, "cudaSetDevice (the helper's CUDA context)");
+    b_->stage.store(CopierBlock::kContextUp, std::memory_order_release);
+    uint32_t expected = CopierBlock::kInit;  // not if the rank already gave up (kStop)
+    if (!b_->state.compare_exchange_strong(expected, CopierBlock::kReady, std::memory_order_acq_rel)) {
+      return close_all(0);
+    }
+    uint64_t idle = 0;
+    while (b_->state.load(std::memory_order_acquire) == CopierBlock::kReady) {
+      bool progress = false;
+      for (int c = 0; c < CopierBlock::kChannels; ++c) {
+        if (serve(c, &progress) != 0) return 1;
+      }
+      if (progress) {
+        idle = 0;
+        continue;
+      }
+      // Idle: spin ~100 us (a link op's latency), then nap 5 us between polls, and after ~2 s
+      // without work 100 us (an idle helper costs next to no CPU; the first copy after such a
+      // pause waits up to one nap). Every 1024 polls check that the rank still exists (the
+      // lifeline is the prompt way; this is the backstop).
+      ++idle;
+      if (idle > 2000) std::this_thread::sleep_for(std::chrono::microseconds(idle > 200000 ? 100 : 5));
+      if ((idle & 1023) == 0 && getppid() != rank) break;
+    }
+    return close_all(0);
+  }
+
+ private:
+  int fail(int e, const char* what) {
+    b_->error = e;
+    const char* s = cu_.get_error_string != nullptr ? cu_.get_error_string(e) : nullptr;
+    std::snprintf(b_->message, sizeof b_->message, "%s: %s (cudaError_t %d)", what, s != nullptr ? s : "?", e);
+    b_->state.store(CopierBlock::kFailed, std::memory_order_release);
+    return 1;
+  }
+
+  int serve(int c, bool* progress) {
+    CopierChannel& ch = b_->channels[c];
+    Lane& l = lanes_[c];
+    if (issue(c, ch, l, progress) != 0) return 1;
+    const int n = retire(ch, l);
+    if (n < 0) return 1;
+    if (n > 0) *progress = true;
+    const uint64_t want = ch.map_request.load(std::memory_order_acquire);
+    if (want != l.mapped && l.issued == ch.posted.load(std::memory_order_acquire)) {
+      if (remap(c, ch, l, want) != 0) return 1;
+      *progress = true;
+    }
+    return 0;
+  }
+
+  // Submits every posted copy of channel c (in order); fails on a descriptor outside its areas.
+  int issue(int c, CopierChannel& ch, Lane& l, bool* progress) {
+    const uint64_t posted = ch.posted.load(std::memory_order_acquire);
+    while (l.issued < posted && l.issued - l.finished < CopierChannel::kRing) {
+      const CopierDesc d = ch.ring[l.issued % CopierChannel::kRing];
+      if (d.map != l.mapped || l.send == nullptr || d.peer < 0 || d.peer >= kCopierMaxRanks ||
+          l.recv[d.peer] == nullptr || d.local_off + d.bytes > l.send_bytes || d.remote_off + d.bytes > l.recv_bytes) {
+        b_->error = kCopierCudaInvalidValue;
+        std::snprintf(b_->message, sizeof b_->message,
+                      "channel %d: copy %llu (%llu bytes to rank %d, posted under mapping %u, mapping %llu in "
+                      "place) lies outside the mapped areas",
+                      c, static_cast<unsigned long long>(l.issued), static_cast<unsigned long long>(d.bytes), d.peer,
+                      d.map, static_cast<unsigned long long>(l.mapped));
+        b_->state.store(CopierBlock::kFailed, std::memory_order_release);
+        return 1;
+      }
+      // A plain device-to-device copy, as in s12run1 (where the MoE passed). Not the in-process
+      // copier's copy-engine hint (cudaMemcpyBatchAsync PreferOverlapWithCompute): whether an MPS
+      // client's copy-engine work can queue behind another client's stream-ordered copies (the
+      // s11run2 stall, within one context) is not known; a copy kernel has no such queue.
+      int e = cu_.memcpy_async(l.recv[d.peer] + d.remote_off, l.send + d.local_off, d.bytes,
+                               kCopierMemcpyDeviceToDevice, l.stream);
+      if (e == kCopierCudaSuccess) e = cu_.event_record(l.events[l.issued % CopierChannel::kRing], l.stream);
+      if (e != kCopierCudaSuccess) return fail(e, "cudaMemcpyAsync (a GPU-direct copy)");
+      ++l.issued;
+      *progress = true;
+    }
+    return 0;
+  }
+
+  // Publishes the copies whose events completed, in order: the count, or -1 after a failure.
+  int retire(CopierChannel& ch, Lane& l) {
+    int n = 0;
+    while (l.finished < l.issued) {
+      const int e = cu_.event_query(l.events[l.finished % CopierChannel::kRing]);
+      if (e == kCopierCudaNotReady) {
+        (void)cu_.get_last_error();
+        break;
+      }
+      if (e != kCopierCudaSuccess) {
+        fail(e, "a GPU-direct copy");
+        return -1;
+      }
+      ch.completed.store(++l.finished, std::memory_order_release);
+      ++n;
+    }
+    return n;
+  }
+
+  // Between copies: finishes the channel's issued copies, closes its old mapping, opens the
+  // requested one (the channel's stream and events on its first mapping).
+  int remap(int c, CopierChannel& ch, Lane& l, uint64_t want) {
+    int e = kCopierCudaSuccess;
+    if (l.stream != nullptr && (e = cu_.stream_synchronize(l.stream)) != kCopierCudaSuccess) {
+      return fail(e, "cudaStreamSynchronize (before a new mapping)");
+    }
+    l.finished = l.issued;
+    ch.completed.store(l.finished, std::memory_order_release);
+    unmap(l);
+    if (ch.has_send != 0) {
+      b_->mapping_channel.store(c, std::memory_order_relaxed);
+      ch.opened.store(0, std::memory_order_relaxed);
+      b_->stage.store(CopierBlock::kMapping, std::memory_order_release);
+      if (l.stream == nullptr) {
+        if ((e = cu_.stream_create(&l.stream, kCopierStreamNonBlocking)) != kCopierCudaSuccess) {
+          return fail(e, "cudaStreamCreateWithFlags");
+        }
+        l.events.assign(CopierChannel::kRing, nullptr);
+        for (auto& ev : l.events) {
+          if ((e = cu_.event_create(&ev, kCopierEventDisableTiming)) != kCopierCudaSuccess) {
+            return fail(e, "cudaEventCreateWithFlags");
+          }
+        }
+      }
+      void* p = nullptr;
+      if ((e = cu_.ipc_open(&p, ch.send, kCopierIpcLazyEnablePeerAccess)) != kCopierCudaSuccess) {
+        return fail(e, "cudaIpcOpenMemHandle (the rank's send area)");
+      }
+      l.send = static_cast<uint8_t*>(p);
+      ch.opened.fetch_add(1, std::memory_order_release);
+      for (int r = 0; r < ch.world && r < kCopierMaxRanks; ++r) {
+        if (ch.has_recv[r] == 0) continue;
+        void* q = nullptr;
+        if ((e = cu_.ipc_open(&q, ch.recv[r], kCopierIpcLazyEnablePeerAccess)) != kCopierCudaSuccess) {
+          char what[96];
+          std::snprintf(what, sizeof what, "cudaIpcOpenMemHandle (rank %d's receive area)", r);
+          return fail(e, what);
+        }
+        l.recv[r] = static_cast<uint8_t*>(q);
+        ch.opened.fetch_add(1, std::memory_order_release);
+      }
+      l.send_bytes = ch.send_bytes;
+      l.recv_bytes = ch.recv_bytes;
+    }
+    l.mapped = want;
+    ch.map_done.store(want, std::memory_order_release);
+    return 0;
+  }
+
+  void unmap(Lane& l) {
+    for (auto& q : l.recv) {
+      if (q != nullptr) (void)cu_.ipc_close(q);
+      q = nullptr;
+    }
+    if (l.send != nullptr) (void)cu_.ipc_close(l.send);
+    l.send = nullptr;
+    l.send_bytes = l.recv_bytes = 0;
+  }
+
+  int close_all(int rc) {
+    for (Lane& l : lanes_) {
+      if (l.stream != nullptr) (void)cu_.stream_synchronize(l.stream);
+      for (void* ev : l.events) {
+        if (ev != nullptr) (void)cu_.event_destroy(ev);
+      }
+      l.events.clear();
+      if (l.stream != nullptr) (void)cu_.stream_destroy(l.stream);
+      l.stream = nullptr;
+      unmap(l);
+    }
+    return rc;
+  }
+
+  CopierBlock* b_;
+  const CopierCuda& cu_;
+  std::vector<Lane> lanes_;
+};
+
+}  // namespace
+
+int copier_serve(int block_fd, int lifeline_fd, const CopierCuda& cuda) {
+  watch_lifeline(lifeline_fd);
+  (void)prctl(PR_SET_TIMERSLACK, 1000UL);  // its idle naps: ~5 us, not the default 50 us slack
+  void* p = mmap(nullptr, sizeof(CopierBlock), PROT_READ | PROT_WRITE, MAP_SHARED, block_fd, 0);
+  if (p == MAP_FAILED) {
+    std::fprintf(stderr, "mkernel GPU-direct copier: mmap of fd %d failed: %s\n", block_fd, std::strerror(errno));
+    return 2;
+  }
+  auto* b = static_cast<CopierBlock*>(p);
+  if (b->magic != CopierBlock::kMagic || b->version != CopierBlock::kVersion) {
+    std::fprintf(stderr, "mkernel GPU-direct copier: fd %d is not a copier block of version %u\n", block_fd,
+                 CopierBlock::kVersion);
+    munmap(p, sizeof(CopierBlock));
+    return 2;
+  }
+  int rc = 0;
+  if (getppid() == static_cast<pid_t>(b->rank_pid)) {  // else the rank is gone already
+    Server s(b, cuda);
+    rc = s.run();
+  }
+  munmap(p, sizeof(CopierBlock));
+  return rc;
+}
+
+}  // namespace mkernel::comm
