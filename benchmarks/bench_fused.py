@@ -197,6 +197,30 @@ def row_falls_back(path: str) -> bool:
     return path.startswith("unfused")
 
 
+def select_rows(rows: list, only: list[str], only_ops: list[str],
+                by_ops_order: bool = False) -> list:
+    """The (op, label, a, b, c) rows that --only (a word of the label) and --ops keep; with
+    by_ops_order (--nodes-lean), in --ops order (ag_gemm first when asked first: a cut run
+    keeps the rows asked for first), the set's order within an op."""
+    out = [r for r in rows if (not only or any(w in r[1] for w in only))
+           and (not only_ops or r[0] in only_ops)]
+    if by_ops_order and only_ops:
+        out.sort(key=lambda r: only_ops.index(r[0]))  # stable: the set's order within an op
+    return out
+
+
+def nodes_lean_figures(has_coll: bool) -> list[str]:
+    """The figures of a --nodes-lean row (across emulated nodes, one shape in ~10-15 s): the op as
+    users get it, the fused kernel forced (the op-vs-kernel gap), the GEMM alone, and where the
+    substrate has the collective: the collective alone and collective + GEMM (unfused). No
+    op_unfused (s9run3: the op's fallback costs nothing over unfused) and no unfused_b (the
+    noise is read from the per-sample SAMPLES / ROUND lines instead)."""
+    names = ["fused_ms", "fused_kernel_ms", "gemm_ms"]
+    if has_coll:
+        names += ["comm_ms", "unfused_ms"]
+    return names
+
+
 def timeline_of(fused, rank: int, world: int, pushed_bytes: int) -> dict | None:
     """Four calls of the op (its measured plan) back to back with per-CTA %globaltimer stamps
     (MKERNEL_FUSED_TIMELINE, MKERNEL_FUSED_TIMELINE_CALLS=4: one host sync after the 4th),
@@ -269,10 +293,25 @@ def rank_main() -> None:
     lean = os.environ.get("BENCH_LEAN") == "1"
     variants = [v for v in os.environ.get("BENCH_VARIANTS", "").split(",") if v]
     variant_rows = [w for w in os.environ.get("BENCH_VARIANT_ROWS", "llama").split(",") if w]
+    # --nodes-lean: the across-nodes timing row (nodes_lean_figures), rows in --ops order, each
+    # printed the moment it is measured (with --stream, rank 0 writes straight into the log), the
+    # GPU gate's figures after the row (BENCH_GPU_GATE), phase times on stderr.
+    nodes_lean = os.environ.get("BENCH_NODES_LEAN") == "1"
+    gpu_gate_fig = os.environ.get("BENCH_GPU_GATE") == "1"
     t_start = time.monotonic()
+    t0_wall = float(os.environ.get("BENCH_T0") or time.time())  # the parent's start
+
+    def note(msg: str) -> None:
+        """Rank 0: one stderr line, seconds since the parent started (where the time goes)."""
+        if rank == 0:
+            print(f"bench_fused +{time.time() - t0_wall:.1f} s: {msg}", file=sys.stderr,
+                  flush=True)
+
+    note("rank up (python + torch + mkernel imported)")
     torch.cuda.set_device(0)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     ctx = mkernel.init()
+    note(f"mkernel.init done (W={world}, nodes={nodes})")
     mk = torch.ops.mkernel
     has = {name: hasattr(mk, name) for name in ("all_gather", "reduce_scatter", "all_reduce")}
     share = torch.cuda.get_device_properties(0).multi_processor_count  # this MPS client's SMs
@@ -357,6 +396,9 @@ def rank_main() -> None:
                 trace[name].append((round(got[name][-1], 3), round((t1 - t0) * 1e3 / reps, 3),
                                     prev))
                 prev = name
+            if nodes_lean and rank == 0:  # a cut row still leaves its rounds (rank 0's ms)
+                print(f"ROUND {i} " + json.dumps({n: round(got[n][-1], 3) for n in names
+                                                  if len(got[n]) > i}), flush=True)
         t = torch.tensor([statistics.median(got[n]) for n in names], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return dict(zip(names, t.tolist())), got
@@ -434,11 +476,9 @@ def rank_main() -> None:
         return {k: round(statistics.median(v), 3) for k, v in kinds.items()}
 
     rows = []
-    for op, label, a, b, c in (issue_shapes if set_name == "issue" else shapes)(world, all_shapes):
-        if only and not any(w in label for w in only):
-            continue
-        if only_ops and op not in only_ops:
-            continue
+    picked = select_rows((issue_shapes if set_name == "issue" else shapes)(world, all_shapes),
+                         only, only_ops, by_ops_order=nodes_lean)
+    for op, label, a, b, c in picked:
         # Every rank stops at the same shape: rank 0's clock decides. A row starts only if the
         # longest row so far would still end within the budget (s11run2: W = 4's Llama rows with
         # variant figures ran one row past the call's cap, and the cut run returned nothing).
@@ -488,7 +528,11 @@ def rank_main() -> None:
         # The op's first call (outside the timing) measures and caches its fused/unfused verdict;
         # a fallback says so in a C++ warning (once per process and reason) on stderr.
         # (MKERNEL_FUSED_VERBOSE=1, set for the ranks: a fused verdict is printed with its plan.)
+        note(f"{label} {op}: first call (the op's choose_path measurement) ...")
+        t_first = time.monotonic()
         first = stderr_of(lambda: fused(0)).splitlines()
+        row["first_call_s"] = round(time.monotonic() - t_first, 2)
+        note(f"{label} {op}: first call done in {row['first_call_s']} s")
         notes = [ln for ln in first if "runs unfused" in ln]
         picks = [ln for ln in first if "runs fused" in ln]
         if notes:
@@ -530,7 +574,14 @@ def rank_main() -> None:
             fns.update(comm_ms=(comm, {}), unfused_ms=(unfused, {}))
             if with_b:
                 fns.update(unfused_b_ms=(unfused, {}))
+        if nodes_lean:  # the across-nodes row: these figures only (nodes_lean_figures)
+            every = dict(fns, fused_kernel_ms=(fused, {"MKERNEL_FUSED": "force"}),
+                         comm_ms=(comm, {}), unfused_ms=(unfused, {}))
+            fns = {n: every[n] for n in nodes_lean_figures(has[coll])}
+        note(f"{label} {op}: timing {', '.join(fns)} ({samples_per_figure} rounds x "
+             f"(1 + {reps}) calls)")
         times, got = timed_all(fns, reps, samples_per_figure)
+        note(f"{label} {op}: timed")
         row.update(times)
         # This rank's samples: the op's and the forced kernel's medians by predecessor, and the
         # host's enqueue time per call against the GPU time (see timed_all).
@@ -546,6 +597,22 @@ def rank_main() -> None:
                                                         samples_per_figure)
             if has[coll]:
                 row["unfused_aligned_ms"] = aligned_ms(unfused, {}, samples_per_figure)
+                row["unfused_aligned_over_kernel_aligned"] = \
+                    row["unfused_aligned_ms"] / row["fused_kernel_aligned_ms"]
+            note(f"{label} {op}: aligned figures done")
+        if nodes_lean and has[coll]:
+            # The forced kernel's output against the unfused path's on the same inputs (the
+            # merged tree's correctness at the timed shape: rows are bit copies, sums fp32 in
+            # rank order; the GEMM configs may differ, so a rel diff ~1e-3, not same bits).
+            try:
+                with env_set({"MKERNEL_FUSED": "force"}):
+                    out_k = fused(0)
+                ref = unfused(0)
+                row["kernel_same_bits_as_unfused"], row["kernel_rel_vs_unfused"] = \
+                    against(out_k, ref)
+                del out_k, ref
+            except Exception as exc:  # noqa: BLE001 (a shape mismatch is a finding, not a stop)
+                row["kernel_rel_vs_unfused"] = f"{type(exc).__name__}: {exc}"[:300]
         if on_variants and var_env:
             # Each knob's output against the default op's on the same inputs: the same config
             # and tile order give the same bits (a grid or a gate changes only which CTA / when).
@@ -614,6 +681,47 @@ def rank_main() -> None:
             with open(progress, "a") as f:
                 f.write(json.dumps(row) + "\n")
             print(f"bench_fused: {label} {op} done", file=sys.stderr, flush=True)
+        if gpu_gate_fig and nodes > 1 and fused_nodes:
+            # After the row is on record (the gate has never run on a GPU: a trap here loses
+            # only this line): MKERNEL_FUSED_GATE_GPU=1 (fused_gpu_gate.cu: each fused grid
+            # across nodes waits until the other emulated nodes' ranks on this GPU finished the
+            # same call). The op's verdict under the gate is its own (the variable joins the
+            # verdict key: a fresh choose_path measurement, its figures in the verbose line),
+            # then the gated op and the gated kernel against the ungated kernel, interleaved.
+            gate = {"MKERNEL_FUSED_GATE_GPU": "1"}
+            note(f"{label} {op}: GPU gate: first gated call (choose_path under the gate) ...")
+            with env_set(gate):
+                gfirst = stderr_of(lambda: fused(0)).splitlines()
+            g = {"op": op, "shape": label, "world": world, "reps": reps}
+            gnotes = [ln for ln in gfirst if "runs unfused" in ln]
+            gpicks = [ln for ln in gfirst if "runs fused" in ln]
+            g["path_gated"] = ("unfused: " + gnotes[0].split("engine GEMM): ")[-1]) if gnotes \
+                else ("fused " + gpicks[0].split("runs fused ")[-1]) if gpicks \
+                else "same as ungated (no new verdict line)"
+            gfns = {"fused_kernel_ms": (fused, {"MKERNEL_FUSED": "force"}),
+                    "fused_gpugate_ms": (fused, gate),
+                    "fused_kernel_gpugate_ms": (fused, dict(gate, MKERNEL_FUSED="force"))}
+            gtimes, ggot = timed_all(gfns, reps, samples_per_figure)
+            g.update(gtimes)
+            g["kernel_gpugate_over_kernel_paired"] = paired(ggot, "fused_kernel_gpugate_ms",
+                                                            "fused_kernel_ms")
+            g["gpugate_over_kernel_paired"] = paired(ggot, "fused_gpugate_ms", "fused_kernel_ms")
+            if has[coll]:
+                g["unfused_ms_from_row"] = row["unfused_ms"]
+                g["unfused_over_fused_gpugate"] = row["unfused_ms"] / g["fused_gpugate_ms"]
+            with env_set({"MKERNEL_FUSED": "force"}):
+                ref = fused(0)
+            with env_set(dict(gate, MKERNEL_FUSED="force")):
+                out = fused(0)
+            g["gpugate_same_bits"], g["gpugate_rel_diff"] = against(out, ref)
+            del out, ref
+            g["by_prev_r0"] = {n: by_predecessor(n) for n in gfns}
+            row["gpu_gate"] = g
+            if rank == 0:
+                print("GATE " + json.dumps(g), flush=True)
+                for name, v in trace.items():
+                    print(f"SAMPLES {op} {label} gate:{name} " + json.dumps(v), flush=True)
+            note(f"{label} {op}: GPU gate figures done")
     if rank == 0:
         payload = {"bench": "fused", "commit": commit(), "device": device_info(), "world": world,
                    "nodes": nodes, "emulate": os.environ.get("MKERNEL_NET_EMULATE", "") if nodes > 1
@@ -643,6 +751,7 @@ def rank_main() -> None:
 
 
 def main() -> None:
+    t0 = time.time()  # the phase times (note()) count from here
     ap = argparse.ArgumentParser()
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--full", action="store_true", help="every shape (minutes, not the 90 s slot)")
@@ -683,7 +792,23 @@ def main() -> None:
                          "alone on the co-resident grid), timeline (4 calls with per-CTA stamps)")
     ap.add_argument("--variant-rows", default="llama",
                     help="comma-separated words: the rows that get the variant figures")
+    ap.add_argument("--stream", action="store_true",
+                    help="rank 0 writes straight to this process's stdout / stderr (ROW, SAMPLES, "
+                         "phase times as they happen): a run cut by an outer timeout keeps them")
+    ap.add_argument("--nodes-lean", action="store_true",
+                    help="across emulated nodes, one shape per op in ~10-15 s: the op, the "
+                         "forced kernel, GEMM, comm, unfused (5 rounds x (1 + 2) calls unless "
+                         "--samples/--reps), the aligned single calls, the kernel's output vs "
+                         "unfused; rows in --ops order; implies --stream and --no-b")
+    ap.add_argument("--gpu-gate", action="store_true",
+                    help="with --fused-nodes: after each row, MKERNEL_FUSED_GATE_GPU=1's figures "
+                         "(the op's verdict under the gate, the gated op and kernel vs the "
+                         "ungated kernel; a GATE line)")
     args = ap.parse_args()
+    if args.nodes_lean:
+        args.stream, args.no_b = True, True
+        args.samples = args.samples or 5
+        args.reps = args.reps or 2
     sys.path.insert(0, str(ROOT))
     from common import mps_daemon  # noqa: E402
     from tests.launch import run_ranks
@@ -697,7 +822,9 @@ def main() -> None:
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
     env["BENCH_OPS"] = args.ops
     env.update(BENCH_SAMPLES=str(args.samples or ""), BENCH_REPS=str(args.reps),
-               BENCH_NO_B="1" if args.no_b else "0")
+               BENCH_NO_B="1" if args.no_b else "0",
+               BENCH_NODES_LEAN="1" if args.nodes_lean else "0",
+               BENCH_GPU_GATE="1" if args.gpu_gate else "0", BENCH_T0=repr(t0))
     if args.nodes > 1:
         env["MKERNEL_NET_EMULATE"] = args.emulate
         # Explicit either way (fused_common.h fused_nodes_enabled: the per-op defaults may change).
@@ -709,9 +836,13 @@ def main() -> None:
     progress.unlink(missing_ok=True)
     with mps_daemon("bench_fused") as mps_env:
         results = run_ranks(code, args.world, timeout=args.timeout, nodes=args.nodes,
-                            env=dict(env, **mps_env))
-    if progress.exists():  # the rows measured, even when the ranks were cut short
+                            env=dict(env, **mps_env), passthrough=(0,) if args.stream else ())
+    if progress.exists() and not args.stream:  # the rows measured, even when cut short
         print(progress.read_text(), end="", flush=True)
+    cut = [r.rank for r in results if r.returncode is None]
+    if cut:
+        print(f"bench_fused: ranks {cut} still running at --timeout {args.timeout:.0f} s: killed",
+              file=sys.stderr, flush=True)
     for r in results:
         if r.returncode != 0 or r.rank == 0:
             sys.stdout.write(r.stdout[-6000:])
