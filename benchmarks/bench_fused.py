@@ -62,6 +62,7 @@ CUDA_MPS_PIPE_DIRECTORY or one it starts and stops itself.)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -221,6 +222,24 @@ def nodes_lean_figures(has_coll: bool) -> list[str]:
     return names
 
 
+class HostEvent:
+    """torch.cuda.Event's timing surface on the host clock: BENCH_DEVICE=cpu (a dry run of the
+    bench's rank code through the CPU ops on a machine without a GPU: the figures are the host
+    reference's, only the code path and the start-up are what a GPU run gets)."""
+
+    def __init__(self, enable_timing: bool = True) -> None:
+        self.t = 0.0
+
+    def record(self) -> None:
+        self.t = time.perf_counter()
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end: "HostEvent") -> float:
+        return (end.t - self.t) * 1e3
+
+
 def timeline_of(fused, rank: int, world: int, pushed_bytes: int) -> dict | None:
     """Four calls of the op (its measured plan) back to back with per-CTA %globaltimer stamps
     (MKERNEL_FUSED_TIMELINE, MKERNEL_FUSED_TIMELINE_CALLS=4: one host sync after the 4th),
@@ -297,7 +316,7 @@ def rank_main() -> None:
     # printed the moment it is measured (with --stream, rank 0 writes straight into the log), the
     # GPU gate's figures after the row (BENCH_GPU_GATE), phase times on stderr.
     nodes_lean = os.environ.get("BENCH_NODES_LEAN") == "1"
-    gpu_gate_fig = os.environ.get("BENCH_GPU_GATE") == "1"
+    gpu_gate_ops = [w for w in os.environ.get("BENCH_GPU_GATE", "").split(",") if w]
     t_start = time.monotonic()
     t0_wall = float(os.environ.get("BENCH_T0") or time.time())  # the parent's start
 
@@ -308,13 +327,20 @@ def rank_main() -> None:
                   flush=True)
 
     note("rank up (python + torch + mkernel imported)")
-    torch.cuda.set_device(0)
+    dev = os.environ.get("BENCH_DEVICE") or "cuda"  # cpu: a dry run (HostEvent)
+    on_gpu = dev == "cuda"
+    Event = torch.cuda.Event if on_gpu else HostEvent
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+    # BENCH_SCALE_DOWN=d (dry runs): every dim / d, kept a multiple of 8 (the CPU ops are slow).
+    scale = max(1, int(os.environ.get("BENCH_SCALE_DOWN") or 1))
+    if on_gpu:
+        torch.cuda.set_device(0)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     ctx = mkernel.init()
     note(f"mkernel.init done (W={world}, nodes={nodes})")
     mk = torch.ops.mkernel
     has = {name: hasattr(mk, name) for name in ("all_gather", "reduce_scatter", "all_reduce")}
-    share = torch.cuda.get_device_properties(0).multi_processor_count  # this MPS client's SMs
+    share = torch.cuda.get_device_properties(0).multi_processor_count if on_gpu else 2  # SMs
     default_co = share * 3 // 4 // 2 * 2  # fused_common.h co_resident_grid's 3/4 rule
     placement = probe_placement(rank, world, share, default_co) \
         if os.environ.get("BENCH_PROBE") == "1" else None
@@ -341,7 +367,7 @@ def rank_main() -> None:
     #       kernel (fused_kernel_ms, added on those rows): fused_peertma_over_kernel_paired, and
     #       its output against the copy kernel's (same config and order: same bits expected).
     peer_env = {"MKERNEL_FUSED_AG_PEER_TMA": "1", "MKERNEL_FUSED": "force"}
-    tiny = torch.zeros(8, device="cuda", dtype=torch.float32)
+    tiny = torch.zeros(8, device=dev, dtype=torch.float32)
 
     def with_env(fn, env: dict):
         """Runs fn(i) for each i of an iterable with `env` set around all of them (set once per
@@ -369,7 +395,7 @@ def rank_main() -> None:
         runs = {name: with_env(*fns[name]) for name in names}
         for name in names:
             runs[name](range(2))
-        torch.cuda.synchronize()
+        sync()
         got = {name: [] for name in names}
         trace.clear()
         trace.update({name: [] for name in names})
@@ -381,8 +407,8 @@ def rank_main() -> None:
                 # the same neighbour in every round.
                 name = names[(i + j) % count if i % 2 == 0 else (count - 1 - j + i) % count]
                 dist.barrier()
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
+                start = Event(enable_timing=True)
+                end = Event(enable_timing=True)
                 # An untimed lead-in call: timing starts with the ranks in step and the host a
                 # call ahead (not at the first launch after the barrier).
                 runs[name](range(i * reps - 1, i * reps))
@@ -414,10 +440,10 @@ def rank_main() -> None:
         with env_set(env):
             fn(0)
             for i in range(calls):
-                torch.cuda.synchronize()
+                sync()
                 dist.barrier()
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
+                start = Event(enable_timing=True)
+                end = Event(enable_timing=True)
                 start.record()
                 fn(i)
                 end.record()
@@ -436,7 +462,7 @@ def rank_main() -> None:
             os.dup2(tmp.fileno(), 2)
             try:
                 fn()
-                torch.cuda.synchronize()
+                sync()
             finally:
                 os.dup2(saved, 2)
                 os.close(saved)
@@ -475,10 +501,55 @@ def rank_main() -> None:
                              []).append(ms)
         return {k: round(statistics.median(v), 3) for k, v in kinds.items()}
 
+    def gate_phase(op: str, label: str, fused, row: dict, reps: int, has_coll: bool) -> None:
+        """MKERNEL_FUSED_GATE_GPU=1's figures for a measured row (--gpu-gate); see the call."""
+        # After every row is on record (the gate has never run on a GPU: a trap here loses
+        # only these lines): MKERNEL_FUSED_GATE_GPU=1 (fused_gpu_gate.cu: each fused grid
+        # across nodes waits until the other emulated nodes' ranks on this GPU finished the
+        # same call). The op's verdict under the gate is its own (the variable joins the
+        # verdict key: a fresh choose_path measurement, its figures in the verbose line),
+        # then the gated op and the gated kernel against the ungated kernel, interleaved.
+        gate = {"MKERNEL_FUSED_GATE_GPU": "1"}
+        note(f"{label} {op}: GPU gate: first gated call (choose_path under the gate) ...")
+        with env_set(gate):
+            gfirst = stderr_of(lambda: fused(0)).splitlines()
+        g = {"op": op, "shape": label, "world": world, "reps": reps}
+        gnotes = [ln for ln in gfirst if "runs unfused" in ln]
+        gpicks = [ln for ln in gfirst if "runs fused" in ln]
+        g["path_gated"] = ("unfused: " + gnotes[0].split("engine GEMM): ")[-1]) if gnotes \
+            else ("fused " + gpicks[0].split("runs fused ")[-1]) if gpicks \
+            else "same as ungated (no new verdict line)"
+        gfns = {"fused_kernel_ms": (fused, {"MKERNEL_FUSED": "force"}),
+                "fused_gpugate_ms": (fused, gate),
+                "fused_kernel_gpugate_ms": (fused, dict(gate, MKERNEL_FUSED="force"))}
+        gtimes, ggot = timed_all(gfns, reps, samples_per_figure)
+        g.update(gtimes)
+        g["kernel_gpugate_over_kernel_paired"] = paired(ggot, "fused_kernel_gpugate_ms",
+                                                        "fused_kernel_ms")
+        g["gpugate_over_kernel_paired"] = paired(ggot, "fused_gpugate_ms", "fused_kernel_ms")
+        if has_coll:
+            g["unfused_ms_from_row"] = row["unfused_ms"]
+            g["unfused_over_fused_gpugate"] = row["unfused_ms"] / g["fused_gpugate_ms"]
+        with env_set({"MKERNEL_FUSED": "force"}):
+            ref = fused(0)
+        with env_set(dict(gate, MKERNEL_FUSED="force")):
+            out = fused(0)
+        g["gpugate_same_bits"], g["gpugate_rel_diff"] = against(out, ref)
+        del out, ref
+        row["gpu_gate"] = g
+        if rank == 0:
+            print("GATE " + json.dumps(g), flush=True)
+            for name, v in trace.items():
+                print(f"SAMPLES {op} {label} gate:{name} " + json.dumps(v), flush=True)
+        note(f"{label} {op}: GPU gate figures done")
+
+    gate_todo: list = []  # (op, label, fused, row, reps, has_coll) for gate_phase
     rows = []
     picked = select_rows((issue_shapes if set_name == "issue" else shapes)(world, all_shapes),
                          only, only_ops, by_ops_order=nodes_lean)
     for op, label, a, b, c in picked:
+        if scale > 1:
+            a, b, c = (max(8, v // scale // 8 * 8) for v in (a, b, c))
         # Every rank stops at the same shape: rank 0's clock decides. A row starts only if the
         # longest row so far would still end within the budget (s11run2: W = 4's Llama rows with
         # variant figures ran one row past the call's cap, and the cut run returned nothing).
@@ -496,9 +567,9 @@ def rank_main() -> None:
         dt = torch.bfloat16
         if op == "ag_gemm":
             m, k, n = a, b, c
-            xs = [torch.randn(m, k, device="cuda", dtype=dt) for _ in range(2)]
-            ws = [torch.randn(n, k, device="cuda", dtype=dt) / 64 for _ in range(2)]
-            full = [torch.randn(world * m, k, device="cuda", dtype=dt) for _ in range(2)]
+            xs = [torch.randn(m, k, device=dev, dtype=dt) for _ in range(2)]
+            ws = [torch.randn(n, k, device=dev, dtype=dt) / 64 for _ in range(2)]
+            full = [torch.randn(world * m, k, device=dev, dtype=dt) for _ in range(2)]
             flops = 2.0 * world * m * n * k
             fused = lambda i: mkernel.ag_gemm(xs[i % 2], ws[i % 2], group=ctx)  # noqa: E731
             gemm = lambda i: mkernel.gemm(full[i % 2], ws[i % 2])  # noqa: E731
@@ -508,9 +579,9 @@ def rank_main() -> None:
             unfused = lambda i: mkernel.gemm(comm(i), ws[i % 2])  # noqa: E731
         else:
             m, k, n = a, b, c
-            xs = [torch.randn(m, k, device="cuda", dtype=dt) for _ in range(2)]
-            ws = [torch.randn(n, k, device="cuda", dtype=dt) / 64 for _ in range(2)]
-            parts = [torch.randn(m, n, device="cuda", dtype=dt) for _ in range(2)]
+            xs = [torch.randn(m, k, device=dev, dtype=dt) for _ in range(2)]
+            ws = [torch.randn(n, k, device=dev, dtype=dt) / 64 for _ in range(2)]
+            parts = [torch.randn(m, n, device=dev, dtype=dt) for _ in range(2)]
             flops = 2.0 * m * n * k
             fn = mkernel.gemm_rs if op == "gemm_rs" else mkernel.gemm_ar
             fused = lambda i, fn=fn: fn(xs[i % 2], ws[i % 2], group=ctx)  # noqa: E731
@@ -681,47 +752,13 @@ def rank_main() -> None:
             with open(progress, "a") as f:
                 f.write(json.dumps(row) + "\n")
             print(f"bench_fused: {label} {op} done", file=sys.stderr, flush=True)
-        if gpu_gate_fig and nodes > 1 and fused_nodes:
-            # After the row is on record (the gate has never run on a GPU: a trap here loses
-            # only this line): MKERNEL_FUSED_GATE_GPU=1 (fused_gpu_gate.cu: each fused grid
-            # across nodes waits until the other emulated nodes' ranks on this GPU finished the
-            # same call). The op's verdict under the gate is its own (the variable joins the
-            # verdict key: a fresh choose_path measurement, its figures in the verbose line),
-            # then the gated op and the gated kernel against the ungated kernel, interleaved.
-            gate = {"MKERNEL_FUSED_GATE_GPU": "1"}
-            note(f"{label} {op}: GPU gate: first gated call (choose_path under the gate) ...")
-            with env_set(gate):
-                gfirst = stderr_of(lambda: fused(0)).splitlines()
-            g = {"op": op, "shape": label, "world": world, "reps": reps}
-            gnotes = [ln for ln in gfirst if "runs unfused" in ln]
-            gpicks = [ln for ln in gfirst if "runs fused" in ln]
-            g["path_gated"] = ("unfused: " + gnotes[0].split("engine GEMM): ")[-1]) if gnotes \
-                else ("fused " + gpicks[0].split("runs fused ")[-1]) if gpicks \
-                else "same as ungated (no new verdict line)"
-            gfns = {"fused_kernel_ms": (fused, {"MKERNEL_FUSED": "force"}),
-                    "fused_gpugate_ms": (fused, gate),
-                    "fused_kernel_gpugate_ms": (fused, dict(gate, MKERNEL_FUSED="force"))}
-            gtimes, ggot = timed_all(gfns, reps, samples_per_figure)
-            g.update(gtimes)
-            g["kernel_gpugate_over_kernel_paired"] = paired(ggot, "fused_kernel_gpugate_ms",
-                                                            "fused_kernel_ms")
-            g["gpugate_over_kernel_paired"] = paired(ggot, "fused_gpugate_ms", "fused_kernel_ms")
-            if has[coll]:
-                g["unfused_ms_from_row"] = row["unfused_ms"]
-                g["unfused_over_fused_gpugate"] = row["unfused_ms"] / g["fused_gpugate_ms"]
-            with env_set({"MKERNEL_FUSED": "force"}):
-                ref = fused(0)
-            with env_set(dict(gate, MKERNEL_FUSED="force")):
-                out = fused(0)
-            g["gpugate_same_bits"], g["gpugate_rel_diff"] = against(out, ref)
-            del out, ref
-            g["by_prev_r0"] = {n: by_predecessor(n) for n in gfns}
-            row["gpu_gate"] = g
-            if rank == 0:
-                print("GATE " + json.dumps(g), flush=True)
-                for name, v in trace.items():
-                    print(f"SAMPLES {op} {label} gate:{name} " + json.dumps(v), flush=True)
-            note(f"{label} {op}: GPU gate figures done")
+        if op in gpu_gate_ops and nodes > 1 and fused_nodes:
+            gate_todo.append((op, label, fused, row, reps, has[coll]))
+    # The GPU gate's figures after every row (the gate has never run on a GPU: a trap there
+    # would take the context, and every later row, with it). No budget check: the rows are on
+    # record, and --timeout bounds what is left.
+    for todo in gate_todo:
+        gate_phase(*todo)
     if rank == 0:
         payload = {"bench": "fused", "commit": commit(), "device": device_info(), "world": world,
                    "nodes": nodes, "emulate": os.environ.get("MKERNEL_NET_EMULATE", "") if nodes > 1
@@ -800,10 +837,15 @@ def main() -> None:
                          "forced kernel, GEMM, comm, unfused (5 rounds x (1 + 2) calls unless "
                          "--samples/--reps), the aligned single calls, the kernel's output vs "
                          "unfused; rows in --ops order; implies --stream and --no-b")
-    ap.add_argument("--gpu-gate", action="store_true",
-                    help="with --fused-nodes: after each row, MKERNEL_FUSED_GATE_GPU=1's figures "
-                         "(the op's verdict under the gate, the gated op and kernel vs the "
-                         "ungated kernel; a GATE line)")
+    ap.add_argument("--gpu-gate", default="",
+                    help="comma-separated ops (e.g. ag_gemm): with --fused-nodes, after each of "
+                         "their rows MKERNEL_FUSED_GATE_GPU=1's figures (the op's verdict under the "
+                         "gate, the gated op and kernel vs the ungated kernel; a GATE line)")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                    help="cpu: a dry run of the rank code through the CPU ops (no MPS; host "
+                         "clock): checks the code path and times the start-up without a GPU")
+    ap.add_argument("--scale-down", type=int, default=1,
+                    help="divide every shape's dims by this (dry runs; multiples of 8 kept)")
     args = ap.parse_args()
     if args.nodes_lean:
         args.stream, args.no_b = True, True
@@ -824,7 +866,8 @@ def main() -> None:
     env.update(BENCH_SAMPLES=str(args.samples or ""), BENCH_REPS=str(args.reps),
                BENCH_NO_B="1" if args.no_b else "0",
                BENCH_NODES_LEAN="1" if args.nodes_lean else "0",
-               BENCH_GPU_GATE="1" if args.gpu_gate else "0", BENCH_T0=repr(t0))
+               BENCH_GPU_GATE=args.gpu_gate, BENCH_T0=repr(t0),
+               BENCH_DEVICE=args.device, BENCH_SCALE_DOWN=str(args.scale_down))
     if args.nodes > 1:
         env["MKERNEL_NET_EMULATE"] = args.emulate
         # Explicit either way (fused_common.h fused_nodes_enabled: the per-op defaults may change).
@@ -834,7 +877,8 @@ def main() -> None:
         tag += "_fn"
     progress = Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_{tag}.jsonl")
     progress.unlink(missing_ok=True)
-    with mps_daemon("bench_fused") as mps_env:
+    with (mps_daemon("bench_fused") if args.device == "cuda" else contextlib.nullcontext({})) \
+            as mps_env:
         results = run_ranks(code, args.world, timeout=args.timeout, nodes=args.nodes,
                             env=dict(env, **mps_env), passthrough=(0,) if args.stream else ())
     if progress.exists() and not args.stream:  # the rows measured, even when cut short
