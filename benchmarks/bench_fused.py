@@ -335,12 +335,19 @@ def rank_main() -> None:
     scale = max(1, int(os.environ.get("BENCH_SCALE_DOWN") or 1))
     if on_gpu:
         torch.cuda.set_device(0)
+    else:  # dry run: the GPU-only lines below (SM count, the hooked variant's tensor) on the host
+        import types
+        torch.cuda.get_device_properties = lambda *_: types.SimpleNamespace(
+            multi_processor_count=2)
+        host_zeros = torch.zeros
+        torch.zeros = lambda *a, device=None, **kw: host_zeros(
+            *a, device="cpu" if device == "cuda" else device, **kw)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     ctx = mkernel.init()
     note(f"mkernel.init done (W={world}, nodes={nodes})")
     mk = torch.ops.mkernel
     has = {name: hasattr(mk, name) for name in ("all_gather", "reduce_scatter", "all_reduce")}
-    share = torch.cuda.get_device_properties(0).multi_processor_count if on_gpu else 2  # SMs
+    share = torch.cuda.get_device_properties(0).multi_processor_count  # this MPS client's SMs
     default_co = share * 3 // 4 // 2 * 2  # fused_common.h co_resident_grid's 3/4 rule
     placement = probe_placement(rank, world, share, default_co) \
         if os.environ.get("BENCH_PROBE") == "1" else None
@@ -367,7 +374,7 @@ def rank_main() -> None:
     #       kernel (fused_kernel_ms, added on those rows): fused_peertma_over_kernel_paired, and
     #       its output against the copy kernel's (same config and order: same bits expected).
     peer_env = {"MKERNEL_FUSED_AG_PEER_TMA": "1", "MKERNEL_FUSED": "force"}
-    tiny = torch.zeros(8, device=dev, dtype=torch.float32)
+    tiny = torch.zeros(8, device="cuda", dtype=torch.float32)
 
     def with_env(fn, env: dict):
         """Runs fn(i) for each i of an iterable with `env` set around all of them (set once per
