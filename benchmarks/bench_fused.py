@@ -433,6 +433,12 @@ def rank_main() -> None:
                 print(f"ROUND {i} " + json.dumps({n: round(got[n][-1], 3) for n in names
                                                   if len(got[n]) > i}), flush=True)
         t = torch.tensor([statistics.median(got[n]) for n in names], dtype=torch.float64)
+        if nodes_lean:  # every rank's median (is one rank, or one node, the slow one?)
+            each = [torch.zeros_like(t) for _ in range(world)]
+            dist.all_gather(each, t)
+            per_rank.clear()
+            per_rank.update({n: [round(e[j].item(), 3) for e in each]
+                             for j, n in enumerate(names)})
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return dict(zip(names, t.tolist())), got
 
@@ -495,6 +501,7 @@ def rank_main() -> None:
         return r.item()
 
     trace: dict = {}  # timed_all's per-sample record of this rank: name -> [(ms, enqueue ms, prev)]
+    per_rank: dict = {}  # --nodes-lean: timed_all's median of every rank, name -> [ms by rank]
     samples_per_figure = int(os.environ.get("BENCH_SAMPLES") or (5 if lean else 9))
     pinned_reps = int(os.environ.get("BENCH_REPS", "0"))
     with_b = os.environ.get("BENCH_NO_B") != "1"
@@ -531,6 +538,7 @@ def rank_main() -> None:
                 "fused_kernel_gpugate_ms": (fused, dict(gate, MKERNEL_FUSED="force"))}
         gtimes, ggot = timed_all(gfns, reps, samples_per_figure)
         g.update(gtimes)
+        g["per_rank_ms"] = dict(per_rank)
         g["kernel_gpugate_over_kernel_paired"] = paired(ggot, "fused_kernel_gpugate_ms",
                                                         "fused_kernel_ms")
         g["gpugate_over_kernel_paired"] = paired(ggot, "fused_gpugate_ms", "fused_kernel_ms")
@@ -659,6 +667,8 @@ def rank_main() -> None:
         note(f"{label} {op}: timing {', '.join(fns)} ({samples_per_figure} rounds x "
              f"(1 + {reps}) calls)")
         times, got = timed_all(fns, reps, samples_per_figure)
+        if nodes_lean:
+            row["per_rank_ms"] = dict(per_rank)
         note(f"{label} {op}: timed")
         row.update(times)
         # This rank's samples: the op's and the forced kernel's medians by predecessor, and the
