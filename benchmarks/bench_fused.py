@@ -908,18 +908,25 @@ def main() -> None:
         if r.returncode != 0 or r.rank == 0:
             sys.stdout.write(r.stdout[-6000:])
             sys.stderr.write(r.stderr[-4000:])
-    write_report(results, progress)
+    fresh = None
+    if args.stream:  # rank 0's "wrote <path>" went to the log, not to a pipe: the newest JSON
+        made = [f for f in RESULTS_DIR.glob(f"fused_{tag}_*.json") if f.stat().st_mtime >= t0]
+        fresh = max(made, key=lambda f: f.stat().st_mtime) if made else None
+    write_report(results, progress, fresh)
     sys.exit(max((r.returncode if r.returncode is not None else 124) for r in results))
 
 
-def write_report(results, progress: Path) -> None:
-    """The table (.md) and plot (.png, when matplotlib is there) of the JSON rank 0 wrote, beside
-    it and copied to $OUT; the progress rows leave $OUT once the JSON holds them."""
+def write_report(results, progress: Path, json_path: Path | None = None) -> None:
+    """The table (.md) and plot (.png, when matplotlib is there) of the JSON rank 0 wrote (or
+    `json_path`: --stream, where rank 0's output is not captured), beside it and copied to $OUT;
+    the progress rows leave $OUT once the JSON holds them."""
     import shutil
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     wrote = [ln.split("wrote ", 1)[1].strip() for r in results if r.rank == 0
              for ln in r.stdout.splitlines() if ln.startswith("wrote ")]
+    if json_path is not None:
+        wrote.append(str(json_path))
     if not wrote:
         return
     path = Path(wrote[-1])
