@@ -51,6 +51,14 @@ shapes (file suffix _fn). Each row also carries rank 0's samples (``SAMPLES`` li
 call, host enqueue ms per call, the figure timed before) and the op's / forced kernel's medians
 by predecessor (``fused_by_prev_r0``): whether a figure carries state from the previous one.
 
+``--nodes-lean`` (across emulated nodes, with ``--fused-nodes``): one shape per op in ~10-15 s,
+rows in ``--ops`` order, the figures the across-nodes default rules need (the op, the forced
+kernel, GEMM, comm, unfused; aligned single calls; the kernel's output against unfused), every
+line written into the log as it is measured (``--stream``: rank 0 inherits this process's
+stdout / stderr; phase times, ``ROUND`` lines); ``--gpu-gate ag_gemm`` adds MKERNEL_FUSED_GATE_GPU's
+figures after the rows (``GATE``). ``--device cpu --scale-down 16`` runs the rank code through the
+CPU ops (a dry run of the code path without a GPU).
+
 (``fused`` is the op as users get it, the unfused fallback included where the measured choice
 picks it; ``fused_kernel`` forces the fused kernel and ``op_unfused`` the op's unfused path, so
 both sides of that choice are on record.)
