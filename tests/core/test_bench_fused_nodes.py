@@ -6,6 +6,7 @@ timeout kills the bench before its ranks end: s11run2 / s12run1 left empty logs)
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -65,3 +66,54 @@ def test_run_ranks_passthrough_writes_rank0_into_the_callers_output():
     assert "out 0" in p.stdout and "err 0" in p.stderr
     assert "out 1" not in p.stdout.replace("'out 1'", "")  # rank 1's line only in its result
     assert "captured [(0, '', 0), (1, 'out 1', 0)]" in p.stdout
+
+
+def verdict_module():
+    spec = importlib.util.spec_from_file_location("fused_nodes_verdict_under_test",
+                                                  ROOT / "benchmarks" / "fused_nodes_verdict.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _row(op, world, fused, kernel, unfused, path="fused coop_128x256_c2x1 order 0/0 grid 24",
+         rel=2e-3, k_al=None, u_al=None):
+    r = {"op": op, "world": world, "path": path, "fused_ms": fused, "fused_kernel_ms": kernel,
+         "unfused_ms": unfused, "kernel_rel_vs_unfused": rel,
+         "fused_by_prev_r0": {"fused": kernel, "other": fused}}
+    if k_al is not None:
+        r.update(fused_kernel_aligned_ms=k_al, unfused_aligned_ms=u_al)
+    return "ROW " + json.dumps(r)
+
+
+def test_verdict_rules():
+    v = verdict_module()
+    log4 = "\n".join([
+        "bench_fused +9.0 s: ...",
+        _row("ag_gemm", 4, 12.0, 11.0, 30.0),
+        _row("gemm_rs", 4, 31.0, 25.0, 30.0),               # T1 holds (1.033), no gain here
+        _row("gemm_ar", 4, 40.0, 30.0, 35.0, path="unfused: measured not faster"),  # T1 fails
+        "GATE " + json.dumps({"world": 4, "kernel_gpugate_over_kernel_paired": 0.7,
+                              "gpugate_same_bits": True, "fused_kernel_ms": 11.0,
+                              "fused_kernel_gpugate_ms": 7.0}),
+    ])
+    log2 = "\n".join([
+        _row("ag_gemm", 2, 9.0, 8.0, 10.5, k_al=6.0, u_al=9.0),  # gain only aligned
+        _row("gemm_rs", 2, 20.0, 19.0, 20.5, rel="RuntimeError: boom"),  # C fails
+        "GATE " + json.dumps({"world": 2, "kernel_gpugate_over_kernel_paired": 1.01,
+                              "gpugate_same_bits": True, "fused_kernel_ms": 8.0,
+                              "fused_kernel_gpugate_ms": 8.1}),
+    ])
+    rows, gates, wait = v.parse([log4, log2])
+    assert len(rows) == 5 and len(gates) == 2 and not wait
+    assert v.op_verdict("ag_gemm", rows)[0] is True
+    flip, why = v.op_verdict("gemm_rs", rows)
+    assert not flip and any("C fails" in w for w in why) and any("T2 fails" in w for w in why)
+    flip, why = v.op_verdict("gemm_ar", rows)
+    assert not flip and why == ["no row at W=2"]
+    assert v.gate_verdict(gates, wait)[0] is True
+    assert v.gate_verdict(gates, True)[0] is False  # a peer-exit wait record anywhere: no flip
+    assert v.gate_verdict(gates[:1], False)[0] is False  # a missing GATE line: no flip
+    _, _, wait = v.parse(["mkernel: ... waiting for the peer's previous fused kernel to exit ..."])
+    assert wait
+    assert "co-tenancy" not in v.gap_reading(json.loads(_row("ag_gemm", 4, 30, 27, 60)[4:]), None)
