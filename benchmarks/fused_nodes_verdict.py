@@ -8,7 +8,7 @@ the run:
    W=2 rows of the op are present and: (C) no error in the row and kernel_rel_vs_unfused <= 1e-2;
    (T1) fused_ms <= 1.05 x unfused_ms in every row; (T2) in at least one row the path is "fused ..."
    and fused_ms <= 0.90 x unfused_ms or fused_kernel_aligned_ms <= 0.90 x unfused_aligned_ms.
-2. The GPU gate across emulated nodes (kGpuGateByDefault) flips on iff both GATE lines (W=4, W=2) are
+2. The GPU gate across emulated nodes (kGpuGateAgGemmByDefault) flips on iff both GATE lines (W=4, W=2) are
    present, gpugate_same_bits, no kWaitPeerExit record in the logs, and in one world both
    kernel_gpugate_over_kernel_paired <= 0.95 and fused_kernel_gpugate_ms <= 0.95 x fused_kernel_ms
    (medians), the other world's paired ratio <= 1.02.
@@ -111,7 +111,7 @@ def main(paths: list[str]) -> None:
         flip, why = op_verdict(op, rows)
         print(f"{const}: {'FLIP ON' if flip else 'stay off'} — {'; '.join(why)}")
     flip, why = gate_verdict(gates, wait)
-    print(f"kGpuGateByDefault: {'FLIP ON' if flip else 'stay off'} — {'; '.join(why)}")
+    print(f"kGpuGateAgGemmByDefault: {'FLIP ON' if flip else 'stay off'} — {'; '.join(why)}")
     by_world = {g["world"]: g for g in gates}
     for r in rows:
         if r["op"] == "ag_gemm":

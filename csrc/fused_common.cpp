@@ -57,12 +57,18 @@ namespace {
 // fused launches on a group spanning emulated nodes that share this GPU also wait for the other
 // nodes' ranks' previous fused grids (fused_gpu_gate.cu), besides the node-mates' (the launch
 // gate). Read per call.
-// Unset: kGpuGateByDefault; "0" off.
-constexpr bool kGpuGateByDefault = false;  // until a GPU run shows it helps (NOTES "xnode2")
+// Unset: the op's default (ag_gemm: kGpuGateAgGemmByDefault; gemm_rs and gemm_ar's RS half:
+// kGpuGateReduceByDefault, separate because the bench times the gate on ag_gemm first:
+// benchmarks/NOTES.md "xnode3" rule 2); "0" off. Either acts only where ranks of other emulated
+// nodes share this GPU (the emulation; real nodes do not share SMs).
+constexpr bool kGpuGateAgGemmByDefault = false;  // until a GPU run shows it helps (rule 2)
+constexpr bool kGpuGateReduceByDefault = false;  // not timed on a GPU yet
 bool gpu_gate_requested(const fused::FusedParams& h) {
   if (h.net_remote <= 0) return false;
   const char* v = std::getenv("MKERNEL_FUSED_GATE_GPU");
-  if (v == nullptr || *v == '\0') return kGpuGateByDefault;
+  if (v == nullptr || *v == '\0') {
+    return h.op == comm::kOpAgGemm ? kGpuGateAgGemmByDefault : kGpuGateReduceByDefault;
+  }
   return std::strcmp(v, "1") == 0;
 }
 
