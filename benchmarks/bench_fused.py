@@ -51,6 +51,14 @@ shapes (file suffix _fn). Each row also carries rank 0's samples (``SAMPLES`` li
 call, host enqueue ms per call, the figure timed before) and the op's / forced kernel's medians
 by predecessor (``fused_by_prev_r0``): whether a figure carries state from the previous one.
 
+``--nodes-lean`` (across emulated nodes, with ``--fused-nodes``): one shape per op in ~10-15 s,
+rows in ``--ops`` order, the figures the across-nodes default rules need (the op, the forced
+kernel, GEMM, comm, unfused; aligned single calls; the kernel's output against unfused), every
+line written into the log as it is measured (``--stream``: rank 0 inherits this process's
+stdout / stderr; phase times, ``ROUND`` lines); ``--gpu-gate ag_gemm`` adds MKERNEL_FUSED_GATE_GPU's
+figures after the rows (``GATE``). ``--device cpu --scale-down 16`` runs the rank code through the
+CPU ops (a dry run of the code path without a GPU).
+
 (``fused`` is the op as users get it, the unfused fallback included where the measured choice
 picks it; ``fused_kernel`` forces the fused kernel and ``op_unfused`` the op's unfused path, so
 both sides of that choice are on record.)
@@ -62,6 +70,7 @@ CUDA_MPS_PIPE_DIRECTORY or one it starts and stops itself.)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -197,6 +206,48 @@ def row_falls_back(path: str) -> bool:
     return path.startswith("unfused")
 
 
+def select_rows(rows: list, only: list[str], only_ops: list[str],
+                by_ops_order: bool = False) -> list:
+    """The (op, label, a, b, c) rows that --only (a word of the label) and --ops keep; with
+    by_ops_order (--nodes-lean), in --ops order (ag_gemm first when asked first: a cut run
+    keeps the rows asked for first), the set's order within an op."""
+    out = [r for r in rows if (not only or any(w in r[1] for w in only))
+           and (not only_ops or r[0] in only_ops)]
+    if by_ops_order and only_ops:
+        out.sort(key=lambda r: only_ops.index(r[0]))  # stable: the set's order within an op
+    return out
+
+
+def nodes_lean_figures(has_coll: bool) -> list[str]:
+    """The figures of a --nodes-lean row (across emulated nodes, one shape in ~10-15 s): the op as
+    users get it, the fused kernel forced (the op-vs-kernel gap), the GEMM alone, and where the
+    substrate has the collective: the collective alone and collective + GEMM (unfused). No
+    op_unfused (s9run3: the op's fallback costs nothing over unfused) and no unfused_b (the
+    noise is read from the per-sample SAMPLES / ROUND lines instead)."""
+    names = ["fused_ms", "fused_kernel_ms", "gemm_ms"]
+    if has_coll:
+        names += ["comm_ms", "unfused_ms"]
+    return names
+
+
+class HostEvent:
+    """torch.cuda.Event's timing surface on the host clock: BENCH_DEVICE=cpu (a dry run of the
+    bench's rank code through the CPU ops on a machine without a GPU: the figures are the host
+    reference's, only the code path and the start-up are what a GPU run gets)."""
+
+    def __init__(self, enable_timing: bool = True) -> None:
+        self.t = 0.0
+
+    def record(self) -> None:
+        self.t = time.perf_counter()
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end: "HostEvent") -> float:
+        return (end.t - self.t) * 1e3
+
+
 def timeline_of(fused, rank: int, world: int, pushed_bytes: int) -> dict | None:
     """Four calls of the op (its measured plan) back to back with per-CTA %globaltimer stamps
     (MKERNEL_FUSED_TIMELINE, MKERNEL_FUSED_TIMELINE_CALLS=4: one host sync after the 4th),
@@ -269,10 +320,39 @@ def rank_main() -> None:
     lean = os.environ.get("BENCH_LEAN") == "1"
     variants = [v for v in os.environ.get("BENCH_VARIANTS", "").split(",") if v]
     variant_rows = [w for w in os.environ.get("BENCH_VARIANT_ROWS", "llama").split(",") if w]
+    # --nodes-lean: the across-nodes timing row (nodes_lean_figures), rows in --ops order, each
+    # printed the moment it is measured (with --stream, rank 0 writes straight into the log), the
+    # GPU gate's figures after the row (BENCH_GPU_GATE), phase times on stderr.
+    nodes_lean = os.environ.get("BENCH_NODES_LEAN") == "1"
+    gpu_gate_ops = [w for w in os.environ.get("BENCH_GPU_GATE", "").split(",") if w]
     t_start = time.monotonic()
-    torch.cuda.set_device(0)
+    t0_wall = float(os.environ.get("BENCH_T0") or time.time())  # the parent's start
+
+    def note(msg: str) -> None:
+        """Rank 0: one stderr line, seconds since the parent started (where the time goes)."""
+        if rank == 0:
+            print(f"bench_fused +{time.time() - t0_wall:.1f} s: {msg}", file=sys.stderr,
+                  flush=True)
+
+    note("rank up (python + torch + mkernel imported)")
+    dev = os.environ.get("BENCH_DEVICE") or "cuda"  # cpu: a dry run (HostEvent)
+    on_gpu = dev == "cuda"
+    Event = torch.cuda.Event if on_gpu else HostEvent
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+    # BENCH_SCALE_DOWN=d (dry runs): every dim / d, kept a multiple of 8 (the CPU ops are slow).
+    scale = max(1, int(os.environ.get("BENCH_SCALE_DOWN") or 1))
+    if on_gpu:
+        torch.cuda.set_device(0)
+    else:  # dry run: the GPU-only lines below (SM count, the hooked variant's tensor) on the host
+        import types
+        torch.cuda.get_device_properties = lambda *_: types.SimpleNamespace(
+            multi_processor_count=2)
+        host_zeros = torch.zeros
+        torch.zeros = lambda *a, device=None, **kw: host_zeros(
+            *a, device="cpu" if device == "cuda" else device, **kw)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     ctx = mkernel.init()
+    note(f"mkernel.init done (W={world}, nodes={nodes})")
     mk = torch.ops.mkernel
     has = {name: hasattr(mk, name) for name in ("all_gather", "reduce_scatter", "all_reduce")}
     share = torch.cuda.get_device_properties(0).multi_processor_count  # this MPS client's SMs
@@ -334,7 +414,7 @@ def rank_main() -> None:
         runs = {name: with_env(*fns[name]) for name in names}
         for name in names:
             runs[name](range(2))
-        torch.cuda.synchronize()
+        sync()
         got = {name: [] for name in names}
         trace.clear()
         trace.update({name: [] for name in names})
@@ -346,8 +426,8 @@ def rank_main() -> None:
                 # the same neighbour in every round.
                 name = names[(i + j) % count if i % 2 == 0 else (count - 1 - j + i) % count]
                 dist.barrier()
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
+                start = Event(enable_timing=True)
+                end = Event(enable_timing=True)
                 # An untimed lead-in call: timing starts with the ranks in step and the host a
                 # call ahead (not at the first launch after the barrier).
                 runs[name](range(i * reps - 1, i * reps))
@@ -361,7 +441,16 @@ def rank_main() -> None:
                 trace[name].append((round(got[name][-1], 3), round((t1 - t0) * 1e3 / reps, 3),
                                     prev))
                 prev = name
+            if nodes_lean and rank == 0:  # a cut row still leaves its rounds (rank 0's ms)
+                print(f"ROUND {i} " + json.dumps({n: round(got[n][-1], 3) for n in names
+                                                  if len(got[n]) > i}), flush=True)
         t = torch.tensor([statistics.median(got[n]) for n in names], dtype=torch.float64)
+        if nodes_lean:  # every rank's median (is one rank, or one node, the slow one?)
+            each = [torch.zeros_like(t) for _ in range(world)]
+            dist.all_gather(each, t)
+            per_rank.clear()
+            per_rank.update({n: [round(e[j].item(), 3) for e in each]
+                             for j, n in enumerate(names)})
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return dict(zip(names, t.tolist())), got
 
@@ -376,10 +465,10 @@ def rank_main() -> None:
         with env_set(env):
             fn(0)
             for i in range(calls):
-                torch.cuda.synchronize()
+                sync()
                 dist.barrier()
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
+                start = Event(enable_timing=True)
+                end = Event(enable_timing=True)
                 start.record()
                 fn(i)
                 end.record()
@@ -398,7 +487,7 @@ def rank_main() -> None:
             os.dup2(tmp.fileno(), 2)
             try:
                 fn()
-                torch.cuda.synchronize()
+                sync()
             finally:
                 os.dup2(saved, 2)
                 os.close(saved)
@@ -424,6 +513,7 @@ def rank_main() -> None:
         return r.item()
 
     trace: dict = {}  # timed_all's per-sample record of this rank: name -> [(ms, enqueue ms, prev)]
+    per_rank: dict = {}  # --nodes-lean: timed_all's median of every rank, name -> [ms by rank]
     samples_per_figure = int(os.environ.get("BENCH_SAMPLES") or (5 if lean else 9))
     pinned_reps = int(os.environ.get("BENCH_REPS", "0"))
     with_b = os.environ.get("BENCH_NO_B") != "1"
@@ -437,12 +527,56 @@ def rank_main() -> None:
                              []).append(ms)
         return {k: round(statistics.median(v), 3) for k, v in kinds.items()}
 
+    def gate_phase(op: str, label: str, fused, row: dict, reps: int, has_coll: bool) -> None:
+        """MKERNEL_FUSED_GATE_GPU=1's figures for a measured row (--gpu-gate); see the call."""
+        # After every row is on record (the gate has never run on a GPU: a trap here loses
+        # only these lines): MKERNEL_FUSED_GATE_GPU=1 (fused_gpu_gate.cu: each fused grid
+        # across nodes waits until the other emulated nodes' ranks on this GPU finished the
+        # same call). The op's verdict under the gate is its own (the variable joins the
+        # verdict key: a fresh choose_path measurement, its figures in the verbose line),
+        # then the gated op and the gated kernel against the ungated kernel, interleaved.
+        gate = {"MKERNEL_FUSED_GATE_GPU": "1"}
+        note(f"{label} {op}: GPU gate: first gated call (choose_path under the gate) ...")
+        with env_set(gate):
+            gfirst = stderr_of(lambda: fused(0)).splitlines()
+        g = {"op": op, "shape": label, "world": world, "reps": reps}
+        gnotes = [ln for ln in gfirst if "runs unfused" in ln]
+        gpicks = [ln for ln in gfirst if "runs fused" in ln]
+        g["path_gated"] = ("unfused: " + gnotes[0].split("engine GEMM): ")[-1]) if gnotes \
+            else ("fused " + gpicks[0].split("runs fused ")[-1]) if gpicks \
+            else "same as ungated (no new verdict line)"
+        gfns = {"fused_kernel_ms": (fused, {"MKERNEL_FUSED": "force"}),
+                "fused_gpugate_ms": (fused, gate),
+                "fused_kernel_gpugate_ms": (fused, dict(gate, MKERNEL_FUSED="force"))}
+        gtimes, ggot = timed_all(gfns, reps, samples_per_figure)
+        g.update(gtimes)
+        g["per_rank_ms"] = dict(per_rank)
+        g["kernel_gpugate_over_kernel_paired"] = paired(ggot, "fused_kernel_gpugate_ms",
+                                                        "fused_kernel_ms")
+        g["gpugate_over_kernel_paired"] = paired(ggot, "fused_gpugate_ms", "fused_kernel_ms")
+        if has_coll:
+            g["unfused_ms_from_row"] = row["unfused_ms"]
+            g["unfused_over_fused_gpugate"] = row["unfused_ms"] / g["fused_gpugate_ms"]
+        with env_set({"MKERNEL_FUSED": "force"}):
+            ref = fused(0)
+        with env_set(dict(gate, MKERNEL_FUSED="force")):
+            out = fused(0)
+        g["gpugate_same_bits"], g["gpugate_rel_diff"] = against(out, ref)
+        del out, ref
+        row["gpu_gate"] = g
+        if rank == 0:
+            print("GATE " + json.dumps(g), flush=True)
+            for name, v in trace.items():
+                print(f"SAMPLES {op} {label} gate:{name} " + json.dumps(v), flush=True)
+        note(f"{label} {op}: GPU gate figures done")
+
+    gate_todo: list = []  # (op, label, fused, row, reps, has_coll) for gate_phase
     rows = []
-    for op, label, a, b, c in (issue_shapes if set_name == "issue" else shapes)(world, all_shapes):
-        if only and not any(w in label for w in only):
-            continue
-        if only_ops and op not in only_ops:
-            continue
+    picked = select_rows((issue_shapes if set_name == "issue" else shapes)(world, all_shapes),
+                         only, only_ops, by_ops_order=nodes_lean)
+    for op, label, a, b, c in picked:
+        if scale > 1:
+            a, b, c = (max(8, v // scale // 8 * 8) for v in (a, b, c))
         # Every rank stops at the same shape: rank 0's clock decides. A row starts only if the
         # longest row so far would still end within the budget (s11run2: W = 4's Llama rows with
         # variant figures ran one row past the call's cap, and the cut run returned nothing).
@@ -460,9 +594,9 @@ def rank_main() -> None:
         dt = torch.bfloat16
         if op == "ag_gemm":
             m, k, n = a, b, c
-            xs = [torch.randn(m, k, device="cuda", dtype=dt) for _ in range(2)]
-            ws = [torch.randn(n, k, device="cuda", dtype=dt) / 64 for _ in range(2)]
-            full = [torch.randn(world * m, k, device="cuda", dtype=dt) for _ in range(2)]
+            xs = [torch.randn(m, k, device=dev, dtype=dt) for _ in range(2)]
+            ws = [torch.randn(n, k, device=dev, dtype=dt) / 64 for _ in range(2)]
+            full = [torch.randn(world * m, k, device=dev, dtype=dt) for _ in range(2)]
             flops = 2.0 * world * m * n * k
             fused = lambda i: mkernel.ag_gemm(xs[i % 2], ws[i % 2], group=ctx)  # noqa: E731
             gemm = lambda i: mkernel.gemm(full[i % 2], ws[i % 2])  # noqa: E731
@@ -472,9 +606,9 @@ def rank_main() -> None:
             unfused = lambda i: mkernel.gemm(comm(i), ws[i % 2])  # noqa: E731
         else:
             m, k, n = a, b, c
-            xs = [torch.randn(m, k, device="cuda", dtype=dt) for _ in range(2)]
-            ws = [torch.randn(n, k, device="cuda", dtype=dt) / 64 for _ in range(2)]
-            parts = [torch.randn(m, n, device="cuda", dtype=dt) for _ in range(2)]
+            xs = [torch.randn(m, k, device=dev, dtype=dt) for _ in range(2)]
+            ws = [torch.randn(n, k, device=dev, dtype=dt) / 64 for _ in range(2)]
+            parts = [torch.randn(m, n, device=dev, dtype=dt) for _ in range(2)]
             flops = 2.0 * m * n * k
             fn = mkernel.gemm_rs if op == "gemm_rs" else mkernel.gemm_ar
             fused = lambda i, fn=fn: fn(xs[i % 2], ws[i % 2], group=ctx)  # noqa: E731
@@ -492,7 +626,11 @@ def rank_main() -> None:
         # The op's first call (outside the timing) measures and caches its fused/unfused verdict;
         # a fallback says so in a C++ warning (once per process and reason) on stderr.
         # (MKERNEL_FUSED_VERBOSE=1, set for the ranks: a fused verdict is printed with its plan.)
+        note(f"{label} {op}: first call (the op's choose_path measurement) ...")
+        t_first = time.monotonic()
         first = stderr_of(lambda: fused(0)).splitlines()
+        row["first_call_s"] = round(time.monotonic() - t_first, 2)
+        note(f"{label} {op}: first call done in {row['first_call_s']} s")
         notes = [ln for ln in first if "runs unfused" in ln]
         picks = [ln for ln in first if "runs fused" in ln]
         if notes:
@@ -534,7 +672,16 @@ def rank_main() -> None:
             fns.update(comm_ms=(comm, {}), unfused_ms=(unfused, {}))
             if with_b:
                 fns.update(unfused_b_ms=(unfused, {}))
+        if nodes_lean:  # the across-nodes row: these figures only (nodes_lean_figures)
+            every = dict(fns, fused_kernel_ms=(fused, {"MKERNEL_FUSED": "force"}),
+                         comm_ms=(comm, {}), unfused_ms=(unfused, {}))
+            fns = {n: every[n] for n in nodes_lean_figures(has[coll])}
+        note(f"{label} {op}: timing {', '.join(fns)} ({samples_per_figure} rounds x "
+             f"(1 + {reps}) calls)")
         times, got = timed_all(fns, reps, samples_per_figure)
+        if nodes_lean:
+            row["per_rank_ms"] = dict(per_rank)
+        note(f"{label} {op}: timed")
         row.update(times)
         # This rank's samples: the op's and the forced kernel's medians by predecessor, and the
         # host's enqueue time per call against the GPU time (see timed_all).
@@ -550,6 +697,22 @@ def rank_main() -> None:
                                                         samples_per_figure)
             if has[coll]:
                 row["unfused_aligned_ms"] = aligned_ms(unfused, {}, samples_per_figure)
+                row["unfused_aligned_over_kernel_aligned"] = \
+                    row["unfused_aligned_ms"] / row["fused_kernel_aligned_ms"]
+            note(f"{label} {op}: aligned figures done")
+        if nodes_lean and has[coll]:
+            # The forced kernel's output against the unfused path's on the same inputs (the
+            # merged tree's correctness at the timed shape: rows are bit copies, sums fp32 in
+            # rank order; the GEMM configs may differ, so a rel diff ~1e-3, not same bits).
+            try:
+                with env_set({"MKERNEL_FUSED": "force"}):
+                    out_k = fused(0)
+                ref = unfused(0)
+                row["kernel_same_bits_as_unfused"], row["kernel_rel_vs_unfused"] = \
+                    against(out_k, ref)
+                del out_k, ref
+            except Exception as exc:  # noqa: BLE001 (a shape mismatch is a finding, not a stop)
+                row["kernel_rel_vs_unfused"] = f"{type(exc).__name__}: {exc}"[:300]
         if on_variants and var_env:
             # Each knob's output against the default op's on the same inputs: the same config
             # and tile order give the same bits (a grid or a gate changes only which CTA / when).
@@ -618,6 +781,13 @@ def rank_main() -> None:
             with open(progress, "a") as f:
                 f.write(json.dumps(row) + "\n")
             print(f"bench_fused: {label} {op} done", file=sys.stderr, flush=True)
+        if op in gpu_gate_ops and nodes > 1 and fused_nodes:
+            gate_todo.append((op, label, fused, row, reps, has[coll]))
+    # The GPU gate's figures after every row (the gate has never run on a GPU: a trap there
+    # would take the context, and every later row, with it). No budget check: the rows are on
+    # record, and --timeout bounds what is left.
+    for todo in gate_todo:
+        gate_phase(*todo)
     if rank == 0:
         payload = {"bench": "fused", "commit": commit(), "device": device_info(), "world": world,
                    "nodes": nodes, "emulate": os.environ.get("MKERNEL_NET_EMULATE", "") if nodes > 1
@@ -647,6 +817,7 @@ def rank_main() -> None:
 
 
 def main() -> None:
+    t0 = time.time()  # the phase times (note()) count from here
     ap = argparse.ArgumentParser()
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--full", action="store_true", help="every shape (minutes, not the 90 s slot)")
@@ -687,7 +858,28 @@ def main() -> None:
                          "alone on the co-resident grid), timeline (4 calls with per-CTA stamps)")
     ap.add_argument("--variant-rows", default="llama",
                     help="comma-separated words: the rows that get the variant figures")
+    ap.add_argument("--stream", action="store_true",
+                    help="rank 0 writes straight to this process's stdout / stderr (ROW, SAMPLES, "
+                         "phase times as they happen): a run cut by an outer timeout keeps them")
+    ap.add_argument("--nodes-lean", action="store_true",
+                    help="across emulated nodes, one shape per op in ~10-15 s: the op, the "
+                         "forced kernel, GEMM, comm, unfused (5 rounds x (1 + 2) calls unless "
+                         "--samples/--reps), the aligned single calls, the kernel's output vs "
+                         "unfused; rows in --ops order; implies --stream and --no-b")
+    ap.add_argument("--gpu-gate", default="",
+                    help="comma-separated ops (e.g. ag_gemm): with --fused-nodes, after each of "
+                         "their rows MKERNEL_FUSED_GATE_GPU=1's figures (the op's verdict under the "
+                         "gate, the gated op and kernel vs the ungated kernel; a GATE line)")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                    help="cpu: a dry run of the rank code through the CPU ops (no MPS; host "
+                         "clock): checks the code path and times the start-up without a GPU")
+    ap.add_argument("--scale-down", type=int, default=1,
+                    help="divide every shape's dims by this (dry runs; multiples of 8 kept)")
     args = ap.parse_args()
+    if args.nodes_lean:
+        args.stream, args.no_b = True, True
+        args.samples = args.samples or 5
+        args.reps = args.reps or 2
     sys.path.insert(0, str(ROOT))
     from common import mps_daemon  # noqa: E402
     from tests.launch import run_ranks
@@ -701,7 +893,10 @@ def main() -> None:
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
     env["BENCH_OPS"] = args.ops
     env.update(BENCH_SAMPLES=str(args.samples or ""), BENCH_REPS=str(args.reps),
-               BENCH_NO_B="1" if args.no_b else "0")
+               BENCH_NO_B="1" if args.no_b else "0",
+               BENCH_NODES_LEAN="1" if args.nodes_lean else "0",
+               BENCH_GPU_GATE=args.gpu_gate, BENCH_T0=repr(t0),
+               BENCH_DEVICE=args.device, BENCH_SCALE_DOWN=str(args.scale_down))
     if args.nodes > 1:
         env["MKERNEL_NET_EMULATE"] = args.emulate
         # Explicit either way (fused_common.h fused_nodes_enabled: the per-op defaults may change).
@@ -711,27 +906,39 @@ def main() -> None:
         tag += "_fn"
     progress = Path(os.environ.get("OUT") or RESULTS_DIR, f"fused_rows_{tag}.jsonl")
     progress.unlink(missing_ok=True)
-    with mps_daemon("bench_fused") as mps_env:
+    with (mps_daemon("bench_fused") if args.device == "cuda" else contextlib.nullcontext({})) \
+            as mps_env:
         results = run_ranks(code, args.world, timeout=args.timeout, nodes=args.nodes,
-                            env=dict(env, **mps_env))
-    if progress.exists():  # the rows measured, even when the ranks were cut short
+                            env=dict(env, **mps_env), passthrough=(0,) if args.stream else ())
+    if progress.exists() and not args.stream:  # the rows measured, even when cut short
         print(progress.read_text(), end="", flush=True)
+    cut = [r.rank for r in results if r.returncode is None]
+    if cut:
+        print(f"bench_fused: ranks {cut} still running at --timeout {args.timeout:.0f} s: killed",
+              file=sys.stderr, flush=True)
     for r in results:
         if r.returncode != 0 or r.rank == 0:
             sys.stdout.write(r.stdout[-6000:])
             sys.stderr.write(r.stderr[-4000:])
-    write_report(results, progress)
+    fresh = None
+    if args.stream:  # rank 0's "wrote <path>" went to the log, not to a pipe: the newest JSON
+        made = [f for f in RESULTS_DIR.glob(f"fused_{tag}_*.json") if f.stat().st_mtime >= t0]
+        fresh = max(made, key=lambda f: f.stat().st_mtime) if made else None
+    write_report(results, progress, fresh)
     sys.exit(max((r.returncode if r.returncode is not None else 124) for r in results))
 
 
-def write_report(results, progress: Path) -> None:
-    """The table (.md) and plot (.png, when matplotlib is there) of the JSON rank 0 wrote, beside
-    it and copied to $OUT; the progress rows leave $OUT once the JSON holds them."""
+def write_report(results, progress: Path, json_path: Path | None = None) -> None:
+    """The table (.md) and plot (.png, when matplotlib is there) of the JSON rank 0 wrote (or
+    `json_path`: --stream, where rank 0's output is not captured), beside it and copied to $OUT;
+    the progress rows leave $OUT once the JSON holds them."""
     import shutil
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     wrote = [ln.split("wrote ", 1)[1].strip() for r in results if r.rank == 0
              for ln in r.stdout.splitlines() if ln.startswith("wrote ")]
+    if json_path is not None:
+        wrote.append(str(json_path))
     if not wrote:
         return
     path = Path(wrote[-1])

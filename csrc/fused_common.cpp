@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -56,12 +57,18 @@ namespace {
 // fused launches on a group spanning emulated nodes that share this GPU also wait for the other
 // nodes' ranks' previous fused grids (fused_gpu_gate.cu), besides the node-mates' (the launch
 // gate). Read per call.
-// Unset: kGpuGateByDefault; "0" off.
-constexpr bool kGpuGateByDefault = false;  // until a GPU run shows it helps (NOTES "xnode2")
+// Unset: the op's default (ag_gemm: kGpuGateAgGemmByDefault; gemm_rs and gemm_ar's RS half:
+// kGpuGateReduceByDefault, separate because the bench times the gate on ag_gemm first:
+// benchmarks/NOTES.md "xnode3" rule 2); "0" off. Either acts only where ranks of other emulated
+// nodes share this GPU (the emulation; real nodes do not share SMs).
+constexpr bool kGpuGateAgGemmByDefault = false;  // until a GPU run shows it helps (rule 2)
+constexpr bool kGpuGateReduceByDefault = false;  // not timed on a GPU yet
 bool gpu_gate_requested(const fused::FusedParams& h) {
   if (h.net_remote <= 0) return false;
   const char* v = std::getenv("MKERNEL_FUSED_GATE_GPU");
-  if (v == nullptr || *v == '\0') return kGpuGateByDefault;
+  if (v == nullptr || *v == '\0') {
+    return h.op == comm::kOpAgGemm ? kGpuGateAgGemmByDefault : kGpuGateReduceByDefault;
+  }
   return std::strcmp(v, "1") == 0;
 }
 
@@ -321,12 +328,14 @@ bool gate_requested(const FusedPlan& plan) {
 }
 
 namespace {
-// MKERNEL_FUSED_GATE, _GATE_MODE and _CO_GRID as set ("-" when unset), for choose_path's
-// verdict key (they change what a fused call costs, or its grid, not the list's length).
+// MKERNEL_FUSED_GATE, _GATE_MODE, _CO_GRID and _GATE_GPU as set ("-" when unset), for
+// choose_path's verdict key (they change what a fused call costs, or its grid, not the list's
+// length; _GATE_GPU: a call measured under the GPU gate across emulated nodes gets its own
+// verdict, so bench_fused --gpu-gate reads the op's choice under the gate too).
 std::string gate_setting() {
   std::string s;
-  for (const char* name :
-       {"MKERNEL_FUSED_GATE", "MKERNEL_FUSED_GATE_MODE", "MKERNEL_FUSED_CO_GRID"}) {
+  for (const char* name : {"MKERNEL_FUSED_GATE", "MKERNEL_FUSED_GATE_MODE",
+                           "MKERNEL_FUSED_CO_GRID", "MKERNEL_FUSED_GATE_GPU"}) {
     const char* v = std::getenv(name);
     if (!s.empty()) s += '/';
     s += v != nullptr && *v != '\0' ? v : "-";
@@ -660,7 +669,8 @@ std::string unfused_key(int64_t group, const std::string& key) {
   std::string s = std::to_string(group) + "/" + key;
   for (const char* name : {"MKERNEL_FUSED_GRIDS", "MKERNEL_FUSED_ORDERS", "MKERNEL_FUSED_ORDER",
                            "MKERNEL_FUSED_CONFIG", "MKERNEL_FUSED_SMS", "MKERNEL_FUSED_GATE",
-                           "MKERNEL_FUSED_CO_GRID", "MKERNEL_FUSED_GATE_MODE"}) {
+                           "MKERNEL_FUSED_CO_GRID", "MKERNEL_FUSED_GATE_MODE",
+                           "MKERNEL_FUSED_GATE_GPU"}) {
     const char* v = std::getenv(name);
     s += '|';
     s += v != nullptr ? v : "-";
@@ -869,8 +879,11 @@ int choose_path(const char* op, int64_t group, const std::string& key,
                               at::kCUDA, at::cuda::current_device()));
     align = [&] { align_ranks(op, group, world_size, tiny); };
   }
+  const auto t_measure = std::chrono::steady_clock::now();
   const std::vector<std::vector<float>> samples =
       time_paths(paths, candidates, calls_per_sample(flops), align);
+  const double measure_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_measure).count();
   const std::vector<std::string> all = session_allgather_blobs(
       op, static_cast<mk_session_t>(group), timing_record(samples, aligned), op_timeout_seconds(),
       "the fused / unfused timings");
@@ -899,8 +912,33 @@ int choose_path(const char* op, int64_t group, const std::string& key,
     unfused_shapes.insert(k);
   }
   const char* verbose = std::getenv("MKERNEL_FUSED_VERBOSE");
+  const bool verbose_on = verbose != nullptr && std::strcmp(verbose, "1") == 0;
+  if (verbose_on) {
+    // Every path's figure (slowest rank) and this rank's own median, and what the measurement
+    // took: whether one candidate (e.g. an ungated grid across emulated nodes) decides the
+    // verdict or the first call's time (benchmarks/NOTES.md "xnode3").
+    std::string line = std::string(op) + ": measured " + key + " in " +
+                       std::to_string(measure_s).substr(0, 5) + " s (" +
+                       std::to_string(calls_per_sample(flops)) + " calls per sample):";
+    for (int i = 0; i < candidates; ++i) {
+      char buf[160];
+      const bool is_unfused = all_paths && i == unfused;
+      if (is_unfused || plans == nullptr || i >= static_cast<int>(plans->size())) {
+        std::snprintf(buf, sizeof buf, " %s %.1f us (own %.1f);", is_unfused ? "unfused" : "path",
+                      worst[i] * 1e3, median_of(samples[i]) * 1e3);
+      } else {
+        const FusedPlan& p = (*plans)[i];
+        std::snprintf(buf, sizeof buf, " %s grid %d%s %.1f us (own %.1f);",
+                      gemm::config_name(p.config), p.grid, gate_requested(p) ? " gated" : "",
+                      worst[i] * 1e3, median_of(samples[i]) * 1e3);
+      }
+      line += buf;
+    }
+    line += best == unfused ? " -> unfused" : " -> fused path " + std::to_string(best);
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
   if (best != unfused && plans != nullptr && best < static_cast<int>(plans->size()) &&
-      verbose != nullptr && std::strcmp(verbose, "1") == 0) {
+      verbose_on) {
     const FusedPlan& p = (*plans)[best];
     std::fprintf(stderr, "%s: runs fused %s order %d/%d grid %d%s at %s (%.1f us", op,
                  gemm::config_name(p.config), p.swizzle, p.raster, p.grid,

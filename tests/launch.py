@@ -61,9 +61,12 @@ def _rank_env(rank: int, world: int, nodes: int, port: int, env: dict[str, str] 
 
 def run_ranks(code: str, world: int, timeout: float = 120.0, nodes: int = 1,
               env: dict[str, str] | None = None, skip_ranks: tuple[int, ...] = (),
-              fork: bool = False) -> list[RankResult]:
+              fork: bool = False, passthrough: tuple[int, ...] = ()) -> list[RankResult]:
     """Start ``world`` processes running ``code`` (ranks in ``skip_ranks`` are
-    never started, to emulate a rank that never comes)."""
+    never started, to emulate a rank that never comes). Ranks in ``passthrough``
+    write straight to this process's stdout / stderr as they run (their
+    RankResult holds empty text): what they print is in the caller's log even
+    when the caller is killed before the ranks end (benchmarks' --stream)."""
     if fork:
         return _run_forked(code, world, timeout, nodes, env, skip_ranks)
     port = free_port()
@@ -74,23 +77,33 @@ def run_ranks(code: str, world: int, timeout: float = 120.0, nodes: int = 1,
             if rank in skip_ranks:
                 continue
             e = dict(os.environ, **_rank_env(rank, world, nodes, port, env))
+            pipe = None if rank in passthrough else subprocess.PIPE
+            if pipe is None:  # what is buffered here would land after the rank's own lines
+                sys.stdout.flush()
+                sys.stderr.flush()
             procs[rank] = subprocess.Popen([sys.executable, "-c", code], env=e, text=True,
-                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           stdout=pipe, stderr=pipe,
                                            preexec_fn=_die_with_parent)
         deadline = time.monotonic() + timeout
         for rank, p in procs.items():
             try:
                 out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-                results.append(RankResult(rank, p.returncode, out, err))
+                results.append(RankResult(rank, p.returncode, out or "", err or ""))
             except subprocess.TimeoutExpired:
                 p.kill()
-                out, err = p.communicate()
-                results.append(RankResult(rank, None, out, err))
+                try:  # a killed CUDA process can take seconds to exit (context teardown)
+                    out, err = p.communicate(timeout=5)
+                except subprocess.TimeoutExpired:
+                    out, err = "", f"(rank {rank}: still exiting 5 s after SIGKILL; output lost)"
+                results.append(RankResult(rank, None, out or "", err or ""))
     finally:
         for p in procs.values():
             if p.poll() is None:
                 p.kill()
-                p.wait()
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass  # SIGKILLed; the kernel reaps it once its GPU context is gone
     return results
 
 
