@@ -154,7 +154,7 @@ bool natural_ag_order() {
 // MKERNEL_FUSED_AG_PEER_TMA=0 opts out (the copy path), =1 opts in; unset: the default below.
 // Every rank must see the same value (the mode joins the call signature: a rank with another
 // value fails the entry barrier naming the peer).
-constexpr bool kAgPeerTmaByDefault = true;  // fused14; revert: false (then opt-in again)
+constexpr bool kAgPeerTmaByDefault = false;  // opt-in: s12run2 Llama fc1 M=16384 paired 1.035 (rule <= 1.01)
 bool ag_peer_tma_requested() {
   const char* v = std::getenv("MKERNEL_FUSED_AG_PEER_TMA");
   if (v == nullptr || *v == '\0') return kAgPeerTmaByDefault;

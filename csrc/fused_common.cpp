@@ -352,7 +352,7 @@ std::string gate_setting() {
 // (/work/requests/fused14.md: the W = 4 bench's co rows same bits and faster); the Python mirror
 // python/mkernel/_fused_defaults.py CO_GRID_AT_SHARE_32 must match (tests/core/
 // test_fused_defaults.py checks it).
-constexpr int kCoGridAtShare32 = 0;
+constexpr int kCoGridAtShare32 = 28;  // s12run2: placed whole, co/default paired 0.88-0.92 on the Llama M=8192 rows
 
 int co_resident_grid(int grid) {
   if (mps_limit_percent() == 100) return 0;

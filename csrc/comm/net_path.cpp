@@ -63,7 +63,7 @@ class DeviceScope {
 // latency, moves its bytes with this extension's copy engine (NetCopier below) and only then
 // releases the signal: what a ConnectX-7 GPUDirect RDMA write does, with the wire emulated.
 // Unset: kGpuDirectByDefault (python/mkernel/_module_loading.py GDR_BY_DEFAULT says the same).
-constexpr bool kGpuDirectByDefault = false;
+constexpr bool kGpuDirectByDefault = true;
 bool gpu_direct_env() {
   const char* v = std::getenv("MKERNEL_NET_GDR");
   std::string s = v != nullptr ? v : "";
@@ -77,7 +77,7 @@ bool gpu_direct_env() {
 // "thread": the proxy thread, into this rank's context (NetCopier; what s11run2 ran); "process":
 // a helper process per rank and device, the emulated NIC (gdr_copier_process.h; s12run1 ran it).
 // Spaces are ignored (python/mkernel/_module_loading.py `copier` reads it the same way).
-constexpr bool kCopierProcessByDefault = false;
+constexpr bool kCopierProcessByDefault = true;
 bool copier_process_env() {
   const char* v = std::getenv("MKERNEL_NET_GDR_COPIER");
   std::string s = v != nullptr ? v : "";

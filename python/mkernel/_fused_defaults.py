@@ -5,7 +5,7 @@ from __future__ import annotations
 
 # fused_common.cpp kCoGridAtShare32: the co-resident grid at a 32-SM MPS share (W = 4 on an
 # H200), 0 for the 3/4 rule.
-CO_GRID_AT_SHARE_32 = 0
+CO_GRID_AT_SHARE_32 = 28
 
 
 def co_resident_grid(share: int) -> int:

@@ -29,8 +29,8 @@ PYTHON_ENV = "MKERNEL_PYTHON"
 # Where the emulation's copies are submitted when MKERNEL_NET_GDR_COPIER is unset, and whether
 # the emulation is on when MKERNEL_NET_GDR is unset (net_path.cpp kCopierProcessByDefault and
 # kGpuDirectByDefault say the same).
-DEFAULT_COPIER = "thread"
-GDR_BY_DEFAULT = False
+DEFAULT_COPIER = "process"
+GDR_BY_DEFAULT = True
 
 
 def gdr_requested(environ: MutableMapping[str, str]) -> bool:

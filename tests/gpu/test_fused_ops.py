@@ -103,7 +103,7 @@ def test_ag_gemm_peer_tma(mps, world):
 
 
 # ag_gemm.cpp kAgPeerTmaByDefault (fused14): whether the default route launches the peer kernel.
-AG_PEER_TMA_BY_DEFAULT = True
+AG_PEER_TMA_BY_DEFAULT = False
 
 
 @pytest.mark.parametrize("world", [2, 4])
