@@ -525,10 +525,11 @@ bool s11_candidates() {
 }
 constexpr int kSwapK2_176 = 16;  // gemm_swap_dispatch.cu: swap_128x176_k2
 
-// Session 12 (MKERNEL_GEMM_SMALLM_S12=1 until a device run checks them): the ticketed swapped
-// variants 17-20 (gemm_swap_ticket_sm90.cuh: every SM an equal range of (tile, k-block)
-// iterations, split tiles summed through tickets), 128x176, 128x112, 128x112 with 128-deep
-// k-blocks and 256x112.
+// Session 12 (MKERNEL_GEMM_SMALLM_S12=1): the ticketed swapped variants 17-20
+// (gemm_swap_ticket_sm90.cuh: groups of CTAs, one per token tile, each an equal range of the
+// weight blocks' k-blocks; split tiles summed through tickets), 128x176, 128x112, 128x112 with
+// 128-deep k-blocks and 256x112. s12 run 2: correct, but 1.2-1.8x slower than data-parallel with
+// the first (ungrouped) schedule; the grouped one has not run on a GPU.
 bool s12_candidates() {
   static const bool on = [] {
     const char* v = std::getenv("MKERNEL_GEMM_SMALLM_S12");

@@ -101,9 +101,10 @@ def test_gemm_swap_decode_shape_split_k_ways(variant):
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", [17, 18, 19, 20])
 def test_gemm_swap_ticketed_at_decode_shapes(variant):
-    """Session 12's ticketed variants (every SM an equal range of (tile, k-block) iterations,
-    split tiles summed through tickets in slice order) at the decode shapes, where a tile is
-    shared by 2-3 CTAs (3584 weight rows: 56 or 84 tiles for 132 SMs; 8192: 128 or 192), at
+    """Session 12's ticketed variants (groups of CTAs, one per token tile, each group an equal
+    range of the weight blocks' k-blocks; split tiles summed through tickets in slice order) at
+    the decode shapes, where a tile is shared by 2-4 groups (3584 weight rows: 28 or 14 weight
+    blocks for 66 or 44 groups; 8192: 64 or 32), at
     ragged token counts (333, 317, 177: partial token tiles), both dtypes: right against the
     float64 reference, the same bits again (the slice order does not depend on which CTA comes
     last), and the tickets left at zero (the next call, of another shape, on the same scratch)."""

@@ -1,8 +1,9 @@
 // The swapped-operand GEMM (gemm_swap_api.h) on every SM with ticketed partial sums: a
-// persistent cooperative kernel whose CTAs each take an equal, contiguous range of the
-// problem's (tile, k-block) iterations ("stream-K"), with CUTLASS's sm90 collectives for the
-// TMA + wgmma mainloop and the TMA-store epilogue (the same tile types as SwapGemm). Included
-// only by the gemm_swap_*_tk.cu files.
+// persistent cooperative kernel whose CTAs come in groups, one CTA per token tile; each group
+// takes an equal, contiguous range of the weight blocks' k-blocks ("stream-K" over the weights,
+// BalancedK below), with CUTLASS's sm90 collectives for the TMA + wgmma mainloop and the
+// TMA-store epilogue (the same tile types as SwapGemm). Included only by the
+// gemm_swap_*_tk.cu files.
 //
 // Why: at 333 tokens the 128x176 tiles of 3584 weight rows are 56, of 8192 rows 128, for 132
 // SMs; data-parallel leaves 76 (4) SMs idle, and CUTLASS's stream-K (swap_128x176_sk and the
@@ -30,38 +31,44 @@
 
 namespace mkernel::gemm_swap {
 
-// Equal ranges of the (tile, k-block) iteration space over `ctas` CTAs. Tile t covers
-// iterations [t * k_tiles, (t + 1) * k_tiles); CTA g covers [total * g / ctas, total * (g + 1) /
-// ctas). A CTA's range cut at tile boundaries gives its pieces; the CTAs whose ranges meet tile
-// t are its slices, in CTA order.
+// Equal ranges of the weight blocks' (block, k-block) iteration space over groups of CTAs, one
+// CTA per token tile in each group: group q of G takes iterations [total * q / G, total * (q + 1)
+// / G) of total = tiles_m * k_tiles (weight block m covers [m * k_tiles, (m + 1) * k_tiles)), and
+// its tiles_n CTAs run that same range, each for its own token tile. So the CTAs that need a
+// weight k-block read it at the same time and all but the first find it in L2. (s12 run 2: with
+// one range per (tile, k-block) over all CTAs, the token tiles of a weight block started at
+// unrelated k offsets and the weights streamed from HBM once per token tile: 1.2-1.8x slower
+// than data-parallel.) A range cut at weight-block edges gives a CTA's pieces; the groups meeting
+// block m are the slices of each of its tiles, in group order.
 struct BalancedK {
   struct Params {
-    int tiles_n = 1;        // tiles along the tokens (the swapped problem's N)
+    int tiles_n = 1;        // token tiles (the swapped problem's N): CTAs per group
     int k_tiles = 1;        // k-blocks per tile
-    long long total = 1;    // tiles * k_tiles
-    int ctas = 1;           // the grid
+    long long total = 1;    // tiles_m * k_tiles
+    int groups = 1;         // CTA groups; the grid is groups * tiles_n CTAs
     int max_slices = 1;     // partial slots per tile in the workspace
   };
   struct Piece {
     int m_block, n_block, tile;
     int k_begin, k_count;
-    int slice, slices;  // this piece's place among the CTAs sharing the tile
+    int slice, slices;  // this piece's place among the groups sharing the tile
   };
 
-  CUTLASS_HOST_DEVICE static long long begin(Params const& p, int cta) {
-    return p.total * cta / p.ctas;
+  CUTLASS_HOST_DEVICE static long long begin(Params const& p, int group) {
+    return p.total * group / p.groups;
   }
-  // The CTA whose range holds iteration x (the largest g with begin(g) <= x).
+  // The group whose range holds iteration x (the largest q with begin(q) <= x).
   CUTLASS_HOST_DEVICE static int owner(Params const& p, long long x) {
-    return static_cast<int>(((x + 1) * p.ctas - 1) / p.total);
+    return static_cast<int>(((x + 1) * p.groups - 1) / p.total);
   }
-  // The piece of a range [x, end) that starts at x.
-  CUTLASS_HOST_DEVICE static Piece piece(Params const& p, long long x, long long end) {
+  // The piece of a range [x, end) that starts at x, for token tile n_block.
+  CUTLASS_HOST_DEVICE static Piece piece(Params const& p, long long x, long long end,
+                                         int n_block) {
     Piece w;
-    w.tile = static_cast<int>(x / p.k_tiles);
-    const long long t0 = static_cast<long long>(w.tile) * p.k_tiles, t1 = t0 + p.k_tiles;
-    w.m_block = w.tile / p.tiles_n;
-    w.n_block = w.tile - w.m_block * p.tiles_n;
+    w.m_block = static_cast<int>(x / p.k_tiles);
+    const long long t0 = static_cast<long long>(w.m_block) * p.k_tiles, t1 = t0 + p.k_tiles;
+    w.n_block = n_block;
+    w.tile = w.m_block * p.tiles_n + n_block;
     w.k_begin = static_cast<int>(x - t0);
     w.k_count = static_cast<int>((end < t1 ? end : t1) - x);
     const int first = owner(p, t0);
@@ -69,23 +76,25 @@ struct BalancedK {
     w.slices = owner(p, t1 - 1) - first + 1;
     return w;
   }
-  // Host: the schedule of a problem of tiles_m x tiles_n tiles on `ctas` CTAs (at most one
-  // CTA per iteration).
-  static Params make(int tiles_m, int tiles_n, int k_tiles, int ctas) {
+  // Host: the schedule of tiles_m x tiles_n tiles on about `sm_count` CTAs (groups of tiles_n;
+  // at least one group, at most one group per iteration).
+  static Params make(int tiles_m, int tiles_n, int k_tiles, int sm_count) {
     Params p;
     p.tiles_n = tiles_n;
     p.k_tiles = k_tiles;
-    p.total = static_cast<long long>(tiles_m) * tiles_n * k_tiles;
-    p.ctas = static_cast<int>(ctas < p.total ? ctas : p.total);
+    p.total = static_cast<long long>(tiles_m) * k_tiles;
+    const int groups = sm_count / tiles_n > 1 ? sm_count / tiles_n : 1;
+    p.groups = static_cast<int>(groups < p.total ? groups : p.total);
     int most = 1;
-    for (int t = 0; t < tiles_m * tiles_n; ++t) {
-      const long long t0 = static_cast<long long>(t) * k_tiles;
+    for (int m = 0; m < tiles_m; ++m) {
+      const long long t0 = static_cast<long long>(m) * k_tiles;
       const int s = owner(p, t0 + k_tiles - 1) - owner(p, t0) + 1;
       most = s > most ? s : most;
     }
     p.max_slices = most;
     return p;
   }
+  static int ctas(Params const& p) { return p.groups * p.tiles_n; }
 };
 
 // The ticketed, slice-ordered reduction of one split tile. Partials: [tile][slot][kFrag / 4]
@@ -281,15 +290,16 @@ class SwapTicketKernel {
     auto load_inputs = mainloop.load_init(problem_mnkl, params.mainloop);
     Tensor gA_mkl = get<0>(load_inputs);
     const BalancedK::Params& sp = params.schedule;
-    const int cta = static_cast<int>(blockIdx.x);
-    const long long first = BalancedK::begin(sp, cta), end = BalancedK::begin(sp, cta + 1);
+    const int group = static_cast<int>(blockIdx.x) / sp.tiles_n;
+    const int n_block = static_cast<int>(blockIdx.x) - group * sp.tiles_n;
+    const long long first = BalancedK::begin(sp, group), end = BalancedK::begin(sp, group + 1);
 
     if (role == WarpGroupRole::Producer) {
       cutlass::arch::warpgroup_reg_dealloc<kLoadRegisters>();
       if (warp_idx != 0) return;  // warps 1-3 of the producer warpgroup have no role
       MainloopState write_state = cutlass::make_producer_start_state<MainloopPipeline>();
       for (long long x = first; x < end;) {
-        const BalancedK::Piece w = BalancedK::piece(sp, x, end);
+        const BalancedK::Piece w = BalancedK::piece(sp, x, end, n_block);
         x += w.k_count;
         auto blk_coord = make_coord(w.m_block, w.n_block, _, 0);
         auto k_tile_iter =
@@ -308,7 +318,7 @@ class SwapTicketKernel {
       EpiStoreState epi_store_state = cutlass::make_producer_start_state<EpiStorePipeline>();
       bool stored = false;
       for (long long x = first; x < end;) {
-        const BalancedK::Piece w = BalancedK::piece(sp, x, end);
+        const BalancedK::Piece w = BalancedK::piece(sp, x, end, n_block);
         x += w.k_count;
         auto accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
         mainloop.mma(mainloop_pipeline, read_state, accumulators, w.k_count, mma_thread_idx,
@@ -416,7 +426,7 @@ struct SwapTicketGemm {
     params.counters = reinterpret_cast<int*>(base);
     params.partials = reinterpret_cast<float*>(base + gemm::kSplitKCounterBytes);
     swap_ticket_kernel<Kernel>
-        <<<params.schedule.ctas, Kernel::kThreads, Kernel::kSmemBytes, stream>>>(params);
+        <<<BalancedK::ctas(params.schedule), Kernel::kThreads, Kernel::kSmemBytes, stream>>>(params);
     err = cudaGetLastError();
     if (err != cudaSuccess && reason) *reason = "launch of the ticketed swapped GEMM failed";
     return err;
