@@ -348,11 +348,11 @@ std::string gate_setting() {
 // share of 32 SMs (W = 4 on an H200 at 25 %), where the placement probe (bench_fused.py --probe)
 // found 2-CTA grids of 28 whole on all four ranks in both reps, twice (s11run2, s12run1), and
 // the fused kernels' outputs on it checked (s12run1, MKERNEL_FUSED_CO_GRID=28, gated, W = 4
-// ag/rs/ar/graph); the 3/4 rule gives 24. 0: the 3/4 rule. Flip to 28 only on fused12's rule
-// (/work/requests/fused14.md: the W = 4 bench's co rows same bits and faster); the Python mirror
-// python/mkernel/_fused_defaults.py CO_GRID_AT_SHARE_32 must match (tests/core/
-// test_fused_defaults.py checks it).
-constexpr int kCoGridAtShare32 = 28;  // s12run2: placed whole, co/default paired 0.88-0.92 on the Llama M=8192 rows
+// ag/rs/ar/graph); the 3/4 rule gives 24. 28 since s12run2, by fused12's rule: on the W = 4
+// Llama M=8192 rows grid 28 gave the same bits and ran 0.884 / 0.914 / 0.918x grid 24 (ag / rs /
+// ar, paired). 0 restores the 3/4 rule. The Python mirror python/mkernel/_fused_defaults.py
+// CO_GRID_AT_SHARE_32 must match (tests/core/test_fused_defaults.py checks it).
+constexpr int kCoGridAtShare32 = 28;
 
 int co_resident_grid(int grid) {
   if (mps_limit_percent() == 100) return 0;
