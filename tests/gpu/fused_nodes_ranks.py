@@ -16,6 +16,8 @@ GPU under MPS, against a float32 reference every rank computes from every rank's
            rows), bf16 and fp16, back to back, two rounds, every M on the fused path
            (MKERNEL_GEMM_AR_ALGO set: the decode rule would keep M <= 512 unfused); each CASE
            carries the output's SHA-256 so the test checks identical bits on every rank;
+  ``mixed`` collectives, fused ag / rs and gemm_ar (forced and chosen) in one process across
+           nodes, the inter-node path printed around every step (the s12run2 hang; MIXED_SKIP);
   ``kill`` the last rank SIGKILLs itself while its ag_gemm runs; every other rank must raise
            within MKERNEL_OP_TIMEOUT (+ slack), its wait record (where it has one) naming the
            dead rank. Ends the process.
@@ -153,6 +155,78 @@ def run_ar(ctx, rank: int, world: int) -> None:
                 check("out", out, ref, dict(c, sha=hashlib.sha256(bits).hexdigest()[:16]))
 
 
+# The sequence that hung in s12run2 (bench_fused --nodes-lean: ag and rs rows across 2 emulated
+# nodes, then gemm_ar's first call, whose choose_path timed the substrate all_reduce across nodes:
+# "waiting for inter-node data from peer rank 0 (flag index 0: wants >= 303, saw 0)"). Each step
+# prints the rank's inter-node path before and after it (sizes, transport) and checks its values;
+# MIXED_SKIP (comma-separated step names) leaves steps out, so one launch per variant bisects it.
+MIXED_STEPS = ("ar_small", "ag", "ar_small2", "rs", "ar_small3", "ar_big", "gemm_ar_auto", "gemm_ar_forced")
+
+
+def suite_mixed(ctx, rank: int, world: int) -> None:
+    skip = set(filter(None, os.environ.get("MIXED_SKIP", "").split(",")))
+    dtype = torch.bfloat16
+
+    def all_reduce_step(rows: int, cols: int, case: int) -> None:
+        g = torch.Generator().manual_seed(case)
+        xs = [torch.randint(-8, 8, (rows, cols), generator=g).to(dtype) for _ in range(world)]
+        ref = sum(x.double() for x in xs)  # small integers: exact in bf16 and fp32
+        poison(((rows, cols), dtype))
+        out = mkernel.all_reduce(xs[rank].cuda(), group=ctx)
+        torch.cuda.synchronize()
+        assert torch.equal(out.double().cpu(), ref), f"all_reduce {rows}x{cols} wrong on rank {rank}"
+
+    def ag_step() -> None:  # bench_fused's ag smoke row per rank: 1024 x 8192, N = 3584
+        os.environ["MKERNEL_FUSED"] = "force"
+        _, ref, x, w = ag_reference(9100, world, 1024, 8192, 3584, dtype, rank)
+        for _ in range(3):
+            out = mkernel.ag_gemm(x.cuda(), w.cuda(), group=ctx)
+        torch.cuda.synchronize()
+        check("out", out, ref, dict(op="mixed_ag", rank=rank))
+
+    def rs_step() -> None:  # bench_fused's rs smoke row: 4096 x 1024 x 8192
+        os.environ["MKERNEL_FUSED"] = "force"
+        total, x, w = reduce_reference(9200, world, 4096, 1024, 8192, dtype, rank)
+        b = 4096 // world
+        for _ in range(3):
+            out = mkernel.gemm_rs(x.cuda(), w.cuda(), group=ctx)
+        torch.cuda.synchronize()
+        check("out", out, total[rank * b:(rank + 1) * b], dict(op="mixed_rs", rank=rank))
+
+    def gemm_ar_step(pin: str | None) -> None:  # the ar smoke row; pin None: choose_path
+        if pin is None:
+            os.environ.pop("MKERNEL_FUSED", None)
+        else:
+            os.environ["MKERNEL_FUSED"] = pin
+        os.environ["MKERNEL_FUSED_VERBOSE"] = "1"
+        total, x, w = reduce_reference(9300, world, 4096, 1024, 8192, dtype, rank)
+        for _ in range(3):
+            out = mkernel.gemm_ar(x.cuda(), w.cuda(), group=ctx)
+        torch.cuda.synchronize()
+        check("out", out, total, dict(op="mixed_gemm_ar", pin=pin, rank=rank))
+
+    steps = {
+        "ar_small": lambda: all_reduce_step(2048, 1024, 1),
+        "ag": ag_step,
+        "ar_small2": lambda: all_reduce_step(2048, 1024, 2),
+        "rs": rs_step,
+        "ar_small3": lambda: all_reduce_step(2048, 1024, 3),
+        "ar_big": lambda: all_reduce_step(4096, 8192, 4),
+        "gemm_ar_auto": lambda: gemm_ar_step(None),
+        "gemm_ar_forced": lambda: gemm_ar_step("force"),
+    }
+    for name in MIXED_STEPS:
+        if name in skip:
+            continue
+        before = torch.ops.mkernel._net_path_info(ctx.handle, world)
+        print(f"STEP {name} rank {rank} begins; path {before}", flush=True)
+        t0 = time.monotonic()
+        steps[name]()
+        after = torch.ops.mkernel._net_path_info(ctx.handle, world)
+        print(f"STEP {name} rank {rank} ok in {time.monotonic() - t0:.2f} s; path {after}", flush=True)
+        emit("MIXED", {"step": name, "rank": rank})
+
+
 def suite_kill(ctx, rank: int, world: int) -> None:
     victim = world - 1
     m, k, n = 4096, 1024, 4096  # 512 tiles of every rank's rows: each CTA waits on the victim's first
@@ -188,7 +262,8 @@ def main() -> None:
     ctx = mkernel.init()
     for name in os.environ.get("FUSED_NODES_SUITE", "ag").split(","):
         try:
-            {"ag": suite_ag, "rs": suite_rs, "ar": suite_ar, "kill": suite_kill}[name](ctx, rank, world)
+            {"ag": suite_ag, "rs": suite_rs, "ar": suite_ar, "kill": suite_kill,
+             "mixed": suite_mixed}[name](ctx, rank, world)
         except Exception:
             print(f"WAIT rank {rank}: {mkernel.ops.last_wait_failure()}", file=sys.stderr, flush=True)
             raise

@@ -109,3 +109,19 @@ def test_ag_gemm_across_nodes_killed_rank(mps):
     errs = check_killed_rank(res, world - 1, timeout_s)
     assert all(e["type"] == "MkernelError" for e in errs), errs
     assert sum(e["record"] is not None for e in errs) >= 1, "no survivor named the killed rank"
+
+
+@pytest.mark.parametrize("world, nodes, gdr", [(2, 2, False), (4, 2, True)])
+def test_collectives_and_gemm_ar_after_fused_ops_across_nodes(mps, world, nodes, gdr):
+    """The s12run2 hang: the substrate's all_reduce across nodes, fused ag_gemm and gemm_rs
+    across nodes, all_reduce again (a size that grows the inter-node path), then gemm_ar chosen
+    by its first-call measurement (fused vs unfused, both timed) and forced — one process per
+    rank, every step's values checked (fused_nodes_ranks.py suite_mixed)."""
+    env = rank_env(mps, world, FUSED_NODES_SUITE="mixed", MKERNEL_OP_TIMEOUT="15",
+                   MKERNEL_NET_EMULATE=LINK, MKERNEL_FUSED_NODES="1",
+                   MKERNEL_NET_GDR="1" if gdr else "0")
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=200, env=env)
+    check_ranks(res)
+    from tests.gpu.fused_nodes_ranks import MIXED_STEPS
+    for r in res:
+        assert [m["step"] for m in records(r, "MIXED")] == list(MIXED_STEPS), r.rank
