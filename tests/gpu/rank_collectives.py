@@ -216,6 +216,11 @@ def multinode(c: Checker) -> None:
         for dtype in ("bf16", "fp32"):
             for op in OPS:
                 c.run(op, dtype, shape)
+    # More items than CTAs (16 MiB of bf16 per rank: hundreds of 64 KiB chunks per block): the
+    # calls that deadlocked under MPS with a static item split (s13run1), and a growth of the
+    # inter-node path well past its first size.
+    for op in OPS:
+        c.run(op, "bf16", (w * 4096, 2048))
     shape, dt = (w * 16, 33), torch.bfloat16
     sets = [inputs(4000 + s, w, shape, dt) for s in range(3)]
     dev = [xs[c.rank].to(c.device) for xs in sets]

@@ -411,8 +411,15 @@ __device__ __forceinline__ void net_finish_sends(const Params& p, const SentWait
 #endif
 }
 
-// This CTA's items: first, first + step, ... below end. overlap 0: every CTA takes every kind of
-// item (blockIdx.x, +gridDim.x, ...), so all CTAs stage first and read after. overlap 1: the
+// This CTA's items. overlap 0 (the default): claimed one at a time, in increasing order, from
+// the call's work counter (claim_item): every item below a claimed one is held by a CTA that
+// runs, and a waiting item waits only for lower items (its own rank's or a peer's), so the call
+// completes whichever CTAs are resident. A static split (blockIdx.x, +gridDim.x, ...) deadlocked
+// once a call had more items than CTAs: under MPS a few CTAs of a rank's grid are placed only when
+// others exit (two 50 % clients' one-CTA-per-SM grids reach 126 SMs together, NOTES "fused8"),
+// and a late CTA's stage items held up the peers' resident waiters, whose peers' late CTAs held
+// up theirs (s13run1: all_reduce of 64 MiB across 2 emulated nodes, "saw 0" on both sides).
+// overlap 1 (opt-in, static: the same hazard; MKERNEL_NET_OVERLAP): the
 // first stager_eighths of the grid (stagers; default half) takes only the stage items [0, stage_items), which never wait
 // for another rank, the other half (readers) the rest, which do: the GPU's stores into host
 // staging (PCIe out) then run beside its loads of other nodes' pieces (PCIe in), and a piece is
@@ -428,6 +435,51 @@ __device__ __forceinline__ ItemRange item_range(const Params& p, uint32_t stage_
     return {stage_items + (blockIdx.x - stagers), items, gridDim.x - stagers};
   }
   return {blockIdx.x, items, gridDim.x};
+}
+
+// The collectives' work counter: a word of this rank's flag region, tagged with the call number in
+// its high half (the first claimant of a call restarts it; calls of a rank never overlap: one
+// stream). Returns the next item of call e; every thread of the CTA calls it.
+constexpr uint32_t kWorkSlot = FlagSlot::kCollective + 1;
+__device__ __forceinline__ uint32_t claim_item(const Params& p, uint64_t e) {
+  __shared__ uint32_t claimed;
+  __syncthreads();  // every thread has read the previous claim
+  if (threadIdx.x == 0) {
+    auto* counter = reinterpret_cast<unsigned long long*>(p.g.flags[p.g.rank] + kWorkSlot);
+    const unsigned long long tag = (e & 0xffffffffull) << 32;
+    for (;;) {
+      const unsigned long long seen = *reinterpret_cast<volatile unsigned long long*>(counter);
+      if ((seen & ~0xffffffffull) != tag) {  // still the previous call's count
+        if (atomicCAS(counter, seen, tag | 1ull) == seen) {
+          claimed = 0;
+          break;
+        }
+        continue;
+      }
+      claimed = static_cast<uint32_t>(atomicAdd(counter, 1ull) & 0xffffffffull);
+      break;
+    }
+  }
+  __syncthreads();
+  return claimed;
+}
+
+// The loop over this CTA's items: `for (uint32_t i = it.first(); i < it.end(); i = it.next(i))`.
+struct ItemWalk {
+  const Params& p;
+  uint64_t e;
+  ItemRange range;
+  bool claimed;
+  __device__ __forceinline__ uint32_t first() const { return claimed ? claim_item(p, e) : range.first; }
+  __device__ __forceinline__ uint32_t end() const { return range.end; }
+  __device__ __forceinline__ uint32_t next(uint32_t i) const {
+    return claimed ? claim_item(p, e) : i + range.step;
+  }
+};
+__device__ __forceinline__ ItemWalk item_walk(const Params& p, uint64_t e, uint32_t stage_items,
+                                              uint32_t items) {
+  const bool claimed = !(p.overlap && p.stager_eighths > 0 && gridDim.x >= 2);
+  return ItemWalk{p, e, item_range(p, stage_items, items), claimed};
 }
 
 // The CTA's bytes bound for other nodes, into the send area at send_off: the transport moves
@@ -501,8 +553,8 @@ __global__ void __launch_bounds__(kThreads, 1) all_gather_kernel(const __grid_co
   __shared__ SentWait sent;
   if (threadIdx.x == 0) sent.peer = -1;
   SentWait* const defer = p.overlap ? &sent : nullptr;
-  const ItemRange range = item_range(p, chunks, items);
-  for (uint32_t i = range.first; i < range.end; i += range.step) {
+  const ItemWalk walk = item_walk(p, e, chunks, items);
+  for (uint32_t i = walk.first(); i < walk.end(); i = walk.next(i)) {
     if (i < chunks) {  // stage (same-node peers pull it; other nodes get all of x from item 0)
       const uint64_t b = i * chunk_bytes, n = min(seg, b + chunk_bytes) - b;
       if (g.local_ranks > 1) {
@@ -566,8 +618,8 @@ __global__ void __launch_bounds__(kThreads, 1) reduce_kernel(const __grid_consta
   __shared__ SentWait sent;
   if (threadIdx.x == 0) sent.peer = -1;
   SentWait* const defer = p.overlap ? &sent : nullptr;
-  const ItemRange range = item_range(p, stage_items, items);
-  for (uint32_t i = range.first; i < range.end; i += range.step) {
+  const ItemWalk walk = item_walk(p, e, stage_items, items);
+  for (uint32_t i = walk.first(); i < walk.end(); i = walk.next(i)) {
     uint64_t begin, n;
     if (i < stage_items) {  // block of rank d (!= rank): into the own region, released at d
       const int d = (rank + 1 + static_cast<int>(i / chunks)) % world;
