@@ -853,13 +853,15 @@ bool verbose_requested() {
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
-// "unfused", or paths[i]'s plan ("coop_128x256_c2x1 grid 48 peer-TMA"; "fused" without plans).
-std::string path_name(int i, int unfused, const std::vector<FusedPlan>* plans) {
+// "unfused", or paths[i]'s plan ("coop_128x256_c2x1 grid 48", ag_gemm's with " peer-TMA" or
+// " copy"; "fused" without plans).
+std::string path_name(const char* op, int i, int unfused, const std::vector<FusedPlan>* plans) {
   if (i == unfused) return "unfused";
   if (plans == nullptr || i >= static_cast<int>(plans->size())) return "fused";
   const FusedPlan& p = (*plans)[i];
+  const bool ag = std::strcmp(op, "mkernel.ag_gemm") == 0;
   return std::string(gemm::config_name(p.config)) + " grid " + std::to_string(p.grid) +
-         (p.peer_tma ? " peer-TMA" : " copy");
+         (p.peer_tma ? " peer-TMA" : ag ? " copy" : "");
 }
 }  // namespace
 
@@ -896,7 +898,7 @@ int choose_path(const char* op, int64_t group, const std::string& key,
     if (verbose_requested() && capturing()) {
       std::fprintf(stderr, "%s: graph capture at %s: %s, path %d (%s)\n", op, key.c_str(),
                    cached >= 0 ? "the cached verdict" : "no verdict cached (unmeasured)", path,
-                   path_name(path, unfused, plans).c_str());
+                   path_name(op, path, unfused, plans).c_str());
     }
     return path;
   }
