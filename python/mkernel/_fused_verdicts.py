@@ -39,9 +39,10 @@ def parse_verdicts(text: str, op: str = "mkernel.ag_gemm") -> dict[str, str]:
 
 
 def parse_captures(text: str, op: str = "mkernel.ag_gemm") -> list[dict]:
-    """Every graph-capture line of `op`: {key, cached (the group's verdict was used), path, name}."""
+    """Every graph-capture line of `op`: {key, cached (the group's verdict ran), path, name}."""
     pat = re.compile(re.escape(op) + r": graph capture at " + _KEY +
-                     r": (the cached verdict|no verdict cached \(unmeasured\)), path (\d+) \((.*)\)")
+                     r": (the cached verdict|no verdict cached \(unmeasured\)), "
+                     r"path (\d+) \((.*)\)")
     out = []
     for line in text.splitlines():
         m = pat.search(line)
