@@ -30,12 +30,12 @@ static std::string show(const std::vector<Candidate>& cs) {
 }
 
 int main() {
-  // Parsing: unset / empty -> the default (auto since fused16); 0, 1, auto; nothing else.
+  // Parsing: unset / empty -> the default (auto since fused16; the Python mirror's test pins
+  // which); 0, 1, auto; nothing else.
   PeerTma m = PeerTma::kOn;
-  CHECK(r::kPeerTmaDefault == PeerTma::kAuto);
-  CHECK(r::parse_peer_tma(nullptr, &m) && m == PeerTma::kAuto);
-  m = PeerTma::kOff;
-  CHECK(r::parse_peer_tma("", &m) && m == PeerTma::kAuto);
+  CHECK(r::parse_peer_tma(nullptr, &m) && m == r::kPeerTmaDefault);
+  m = r::kPeerTmaDefault == PeerTma::kOff ? PeerTma::kOn : PeerTma::kOff;
+  CHECK(r::parse_peer_tma("", &m) && m == r::kPeerTmaDefault);
   CHECK(r::parse_peer_tma("0", &m) && m == PeerTma::kOff);
   CHECK(r::parse_peer_tma("1", &m) && m == PeerTma::kOn);
   CHECK(r::parse_peer_tma("auto", &m) && m == PeerTma::kAuto);
