@@ -206,6 +206,29 @@ def row_falls_back(path: str) -> bool:
     return path.startswith("unfused")
 
 
+def peer_choice(row: dict) -> dict:
+    """ag_gemm's route choice on a --variants peertma row (fused16): what the op as users get it
+    ran (MKERNEL_FUSED_AG_PEER_TMA=auto: its first call measured the copy kernel, the peer-TMA
+    kernel and the unfused path; `path` from its verbose line) against both kernels forced
+    (fused_kernel_ms: =0, fused_peertma_ms: =1, each MKERNEL_FUSED=force): which forced kernel is
+    faster here, whether the op's pick is that one, and the op's time over the better forced one.
+    The rule of benchmarks/NOTES.md "fused16" reads these fields."""
+    path = row.get("path", "")
+    route = "unfused" if path.startswith("unfused") else "peer-TMA" if "peer-TMA" in path \
+        else "copy"
+    copy_ms, peer_ms = row["fused_kernel_ms"], row["fused_peertma_ms"]
+    faster = "peer-TMA" if peer_ms < copy_ms else "copy"
+    best = min(copy_ms, peer_ms)
+    return {"op": row.get("op"), "shape": row.get("shape"), "route": route,
+            "forced_faster": faster, "picked_faster": route == faster,
+            "op_ms": round(row["fused_ms"], 4), "copy_ms": round(copy_ms, 4),
+            "peer_ms": round(peer_ms, 4), "peer_over_copy": round(peer_ms / copy_ms, 4),
+            "op_over_best_forced": round(row["fused_ms"] / best, 4),
+            "op_over_copy_paired": row.get("fused_paired_kernel"),
+            "op_over_peer_paired": row.get("fused_over_peertma_paired"),
+            "peer_over_copy_paired": row.get("fused_peertma_over_kernel_paired")}
+
+
 def select_rows(rows: list, only: list[str], only_ops: list[str],
                 by_ops_order: bool = False) -> list:
     """The (op, label, a, b, c) rows that --only (a word of the label) and --ops keep; with
@@ -382,8 +405,10 @@ def rank_main() -> None:
     #       peers' rows by TMA, the side warps only stage x locally — beside the forced copy-path
     #       kernel (fused_kernel_ms, added on those rows): fused_peertma_over_kernel_paired, and
     #       its output against the copy kernel's (same config and order: same bits expected).
-    #       (fused14: the peer path is the default where it applies; the copy kernel is pinned
-    #       with MKERNEL_FUSED_AG_PEER_TMA=0, so the comparison holds whichever is the default.)
+    #       (The copy kernel is pinned with MKERNEL_FUSED_AG_PEER_TMA=0, so the comparison holds
+    #       whatever the default. fused16: the op itself, fused_ms, runs the default auto — both
+    #       kernels measured per shape by its first call — and the row's `choice` (peer_choice,
+    #       a CHOICE line) says which it kept against both forced figures.)
     peer_env = {"MKERNEL_FUSED_AG_PEER_TMA": "1", "MKERNEL_FUSED": "force"}
     copy_env = {"MKERNEL_FUSED_AG_PEER_TMA": "0", "MKERNEL_FUSED": "force"}
     tiny = torch.zeros(8, device="cuda", dtype=torch.float32)
@@ -643,6 +668,8 @@ def rank_main() -> None:
             row["path"] = "unfused: M <= 512 (gemm_ar's decode rule)"
         else:
             row["path"] = "fused"
+        if op == "ag_gemm":  # fused16: the copy or the peer-TMA kernel, by the op's measurement
+            row["path_peer_tma"] = "peer-TMA" in row["path"]
         try:  # what the GEMM-alone anchor runs (the engine's tuned plan at this share)
             row["gemm_plan"] = mk.gemm_plan(a_of[0], ws[0], 0)
         except Exception as exc:  # noqa: BLE001 (an older build without the op)
@@ -732,6 +759,10 @@ def rank_main() -> None:
             row["fused_peertma_same_bits"], row["fused_peertma_rel_diff"] = against(out, ref)
             row["fused_peertma_over_kernel_paired"] = paired(got, "fused_peertma_ms",
                                                              "fused_kernel_ms")
+            row["fused_over_peertma_paired"] = paired(got, "fused_ms", "fused_peertma_ms")
+            row["choice"] = peer_choice(row)
+            if rank == 0:
+                print("CHOICE " + json.dumps(row["choice"]), flush=True)
             if "timeline" in variants:
                 with env_set(peer_env):  # stamps of the peer kernel: copy = the local staging
                     row["timeline_peertma"] = timeline_of(fused, rank, world, m * k * 2)
@@ -854,7 +885,8 @@ def main() -> None:
                     help="comma-separated extra figures on the --variant-rows rows: co "
                          "(MKERNEL_FUSED_CO_GRID = the probe's grid; needs --probe), barrier "
                          "(MKERNEL_FUSED_GATE_MODE=barrier), peertma (ag_gemm rows: the forced kernel with "
-                         "MKERNEL_FUSED_AG_PEER_TMA=1 beside the forced copy kernel), hooked (the fused config's GEMM "
+                         "MKERNEL_FUSED_AG_PEER_TMA=1 beside the forced copy kernel (=0), and "
+                         "which the op's auto route picked: a CHOICE line), hooked (the fused config's GEMM "
                          "alone on the co-resident grid), timeline (4 calls with per-CTA stamps)")
     ap.add_argument("--variant-rows", default="llama",
                     help="comma-separated words: the rows that get the variant figures")

@@ -307,6 +307,21 @@ def fused_markdown(data: dict, path: Path) -> str:
             body.append(line)
         lines.append(_table(head, body))
         lines.append("")
+    picks = [r["choice"] for r in data["rows"] if isinstance(r.get("choice"), dict)]
+    if picks:  # bench_fused peer_choice (fused16): ag_gemm's auto route vs both kernels forced
+        lines.append("ag_gemm's route (MKERNEL_FUSED_AG_PEER_TMA=auto: the op's first call "
+                     "measured both kernels and the unfused path) against each kernel forced "
+                     "(copy: =0, peer-TMA: =1); op / best forced = the op over the faster forced "
+                     "kernel:")
+        lines.append("")
+        lines.append(_table(
+            ["op", "shape", "op ran", "faster forced", "picked it", "op ms", "copy ms",
+             "peer ms", "peer / copy paired", "op / best forced"],
+            [[c["op"], c["shape"], c["route"], c["forced_faster"], c["picked_faster"],
+              c["op_ms"], c["copy_ms"], c["peer_ms"],
+              c["peer_over_copy_paired"] if c.get("peer_over_copy_paired") is not None else "-",
+              c["op_over_best_forced"]] for c in picks]))
+        lines.append("")
     tls = [r for r in data["rows"] if isinstance(r.get("timeline"), dict)
            and r["timeline"].get("launches")]
     if tls:

@@ -27,6 +27,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include "fused_ag_route.h"
 #include "fused_common.h"
 #endif
 
@@ -147,18 +148,23 @@ bool natural_ag_order() {
 // The peer-TMA path (kernels/fused/fused_peer_tma.cuh): the GEMM loads the peers' rows by TMA
 // from each peer's own slot of its gathered buffer (one descriptor per source rank) and its own
 // rows from x; the side warps only stage x into the own slot (a local copy) instead of pushing
-// it into every peer's buffer. The default where it applies (ag_gemm_cuda: m % 128 == 0, one
-// node, W <= 8, no return_gathered) since fused14: s12run1 (W = 2) measured square M=16384
-// 0.748x the copy kernel (2.04 vs 2.75 ms; 1.34x the overlap ideal vs 1.81x), Llama fc1
-// M=8192 0.957x, the same bits, and passed the smoke at W = 2, 4 and graph replay at W = 2.
-// MKERNEL_FUSED_AG_PEER_TMA=0 opts out (the copy path), =1 opts in; unset: the default below.
-// Every rank must see the same value (the mode joins the call signature: a rank with another
-// value fails the entry barrier naming the peer).
-constexpr bool kAgPeerTmaByDefault = false;  // opt-in: s12run2 Llama fc1 M=16384 paired 1.035 (rule <= 1.01)
-bool ag_peer_tma_requested() {
+// it into every peer's buffer. Where it applies (fused_ag_route.h peer_tma_fits: m % 128 == 0,
+// one node, W <= 8, no return_gathered) neither it nor the copy path wins everywhere (s12run2,
+// W = 2: square M=16384 peer / copy paired 0.714, Llama fc1 M=16384 1.035; s12run1: fc1 M=8192
+// 0.957, the same bits; smoke W = 2, 4 and graph replay W = 2 passed), so since fused16 both are
+// candidates of the shape's first-call measurement (choose_path) and the group keeps the faster.
+// MKERNEL_FUSED_AG_PEER_TMA=auto (the default: fused_ag_route.h kPeerTmaDefault), =1 the peer
+// kernel wherever it fits, =0 the copy kernel only; anything else raises naming the variable.
+// Every rank must see the same value (it shapes the candidate list and joins the verdict key;
+// the peer kernel's call signature differs, so a rank with another value fails the entry
+// barrier naming the peer).
+ag_route::PeerTma ag_peer_tma_mode() {
   const char* v = std::getenv("MKERNEL_FUSED_AG_PEER_TMA");
-  if (v == nullptr || *v == '\0') return kAgPeerTmaByDefault;
-  return std::strcmp(v, "0") != 0;
+  ag_route::PeerTma mode = ag_route::kPeerTmaDefault;
+  TORCH_CHECK_VALUE(ag_route::parse_peer_tma(v, &mode), kOp,
+                    ": MKERNEL_FUSED_AG_PEER_TMA must be 0, 1 or auto (or unset: auto), got '",
+                    v == nullptr ? "" : v, "'");
+  return mode;
 }
 
 // One fused launch (kernels/fused/fused_hooks.cuh, kModeAllGather): every same-node rank's x is
@@ -188,12 +194,13 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   }
   // Peer TMA needs every tile's rows from one rank (m a multiple of the 128-row tiles), all
   // ranks on this node, no gathered output (G then holds only the own rows) and at most 8
-  // sources (the kernel's descriptors); otherwise the copy path. Every rank decides the same
-  // from shapes and the environment; the mode joins the call signature and the verdict's key.
-  const bool peer_tma = ag_peer_tma_requested() && !return_gathered && !nodes && world <= 8 &&
-                        m > 0 && m % 128 == 0;
+  // sources (the kernel's descriptors); otherwise the copy path only. Every rank decides the
+  // same from shapes and the environment; the setting and whether it fits join the verdict's
+  // key (fused_ag_route.h key_suffix), the peer kernel's call signature its own tag.
+  const ag_route::PeerTma peer_mode = ag_peer_tma_mode();
+  const bool peer_fits = ag_route::peer_tma_fits(m, world, return_gathered, nodes);
   const std::string key =
-      fused_glue::shape_key(x_in, w, world) + (peer_tma ? std::string("/peertma") : std::string());
+      fused_glue::shape_key(x_in, w, world) + ag_route::key_suffix(peer_mode, peer_fits);
   // A shape measured unfused runs it with no fused set-up (fused_common.h known_unfused).
   if (m > 0 && fused_glue::known_unfused(group, key)) {
     return ag_gemm_unfused(x_in, w, group, world_size, return_gathered, nullptr);
@@ -277,21 +284,34 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
       if (g.data[s] == nullptr) order[s] += static_cast<int>(world);
     }
   }
+  // The fused kernel in each candidate plan — on the copy kernel, the peer-TMA kernel or both
+  // (fused_ag_route.h candidates: the copy kernel first under auto) — then the unfused path,
+  // chosen by a measurement shared by the group (fused_common.h choose_path; routes[i] names
+  // paths[i] in its verbose lines).
+  // (Along N only: the rows arrive by M unit, own rows first.)
+  const std::vector<fused_glue::FusedPlan> plans =
+      fused_glue::candidate_plans(kOp, group, world * m, n, k, true);
+  std::vector<int> peer_block_m;
+  for (const fused_glue::FusedPlan& c : plans) {
+    peer_block_m.push_back(fused::fused_peer_block_m(c.config));
+  }
+  std::vector<fused_glue::FusedPlan> routes;
+  for (const ag_route::Candidate& c : ag_route::candidates(peer_mode, peer_fits, peer_block_m, m)) {
+    fused_glue::FusedPlan r = plans[c.plan];
+    r.peer_tma = c.peer;
+    routes.push_back(r);
+  }
   // Peer TMA: source s's rows come from x (s == rank) or from peer s's own slot of its G.
   std::vector<const void*> peer_a;
-  if (peer_tma) {
+  if (std::any_of(routes.begin(), routes.end(),
+                  [](const fused_glue::FusedPlan& r) { return r.peer_tma; })) {
     for (int s = 0; s < world; ++s) {
       peer_a.push_back(s == rank ? static_cast<const void*>(x.data_ptr())
                                  : static_cast<const void*>(g.data[s] + s * m * row_bytes));
     }
   }
-  // The fused kernel in each candidate config, then the unfused path, chosen by a measurement
-  // shared by the group (fused_common.h choose_path).
   std::vector<std::function<void()>> paths;
-  // (Along N only: the rows arrive by M unit, own rows first.)
-  const std::vector<fused_glue::FusedPlan> plans =
-      fused_glue::candidate_plans(kOp, group, world * m, n, k, true);
-  for (const fused_glue::FusedPlan& c : plans) {
+  for (const fused_glue::FusedPlan& c : routes) {
     paths.emplace_back([&, c] {
       fused::FusedParams hc = hp;
       hc.signature = comm::call_signature(
@@ -301,13 +321,13 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
         hc.signature = comm::call_signature(
             comm::kOpAgGemm, {static_cast<int64_t>(hc.signature), chunk_rows});
       }
-      const int peer_block_m = fused::fused_peer_block_m(c.config);
-      if (peer_tma && peer_block_m > 0 && m % peer_block_m == 0) {
+      if (c.peer_tma) {  // (candidates: only where the kernel fits and its block_m divides m)
         hc.signature = comm::call_signature(comm::kOpAgGemm,
                                             {static_cast<int64_t>(hc.signature), 0x9ee7});
         fused_glue::launch(kOp, group, p, c, x, hc, order, m, false, &peer_a);
         // Once per process, so a test can tell the peer-TMA kernel ran (tests/gpu/fused_smoke.py
-        // --suites peertma requires this line on every rank's stderr).
+        // --suites peertma requires this line on every rank's stderr; under auto the shape's
+        // measurement runs it whatever the verdict).
         static std::once_flag logged;
         std::call_once(logged, [&] {
           std::fprintf(stderr, "mkernel.ag_gemm: peer-TMA kernel launched (config %s)\n",
@@ -327,7 +347,7 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
     engine_gemm(kOp, fused_glue::substrate_collective(kOp, "all_gather", x, group, world_size), w);
   });
   const int path =
-      fused_glue::choose_path(kOp, group, key, paths, 2.0 * world * m * n * k, &plans,
+      fused_glue::choose_path(kOp, group, key, paths, 2.0 * world * m * n * k, &routes,
                               world_size);
   if (path + 1 == static_cast<int>(paths.size())) {
     return ag_gemm_unfused(x_in, w, group, world_size, return_gathered, nullptr);

@@ -795,7 +795,8 @@ std::vector<float> group_figures(const char* op, const std::vector<std::string>&
   for (const std::string& b : all) {
     TORCH_CHECK(b.size() == want, op, ": a rank sent a malformed timing record (",
                 b.size(), " bytes, want ", want,
-                "; is MKERNEL_FUSED_ALIGN the same on every rank?)");
+                "; are MKERNEL_FUSED_ALIGN and the knobs that shape the candidate list, e.g. "
+                "MKERNEL_FUSED_AG_PEER_TMA, the same on every rank?)");
     std::vector<float> theirs(static_cast<size_t>(count) * per_path);
     std::memcpy(theirs.data(), b.data(), b.size());
     for (int i = 0; i < count; ++i) {
@@ -845,6 +846,25 @@ bool fused_nodes_enabled(const char* op) {
   return false;
 }
 
+namespace {
+// MKERNEL_FUSED_VERBOSE=1 (measurement): choose_path's verdicts and captures on stderr.
+bool verbose_requested() {
+  const char* v = std::getenv("MKERNEL_FUSED_VERBOSE");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+// "unfused", or paths[i]'s plan ("coop_128x256_c2x1 grid 48", ag_gemm's with " peer-TMA" or
+// " copy"; "fused" without plans).
+std::string path_name(const char* op, int i, int unfused, const std::vector<FusedPlan>* plans) {
+  if (i == unfused) return "unfused";
+  if (plans == nullptr || i >= static_cast<int>(plans->size())) return "fused";
+  const FusedPlan& p = (*plans)[i];
+  const bool ag = std::strcmp(op, "mkernel.ag_gemm") == 0;
+  return std::string(gemm::config_name(p.config)) + " grid " + std::to_string(p.grid) +
+         (p.peer_tma ? " peer-TMA" : ag ? " copy" : "");
+}
+}  // namespace
+
 int choose_path(const char* op, int64_t group, const std::string& key,
                 const std::vector<std::function<void()>>& paths, double flops,
                 const std::vector<FusedPlan>* plans, int64_t world_size) {
@@ -864,12 +884,24 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   if (candidates == 1) return 0;
   static std::mutex mu;
   static std::map<std::string, int> verdicts;
+  int cached = -1;
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = verdicts.find(full);
-    if (it != verdicts.end()) return it->second;
+    if (it != verdicts.end()) cached = it->second;
   }
-  if (capturing()) return 0;  // no timing inside a capture: the model's fused config
+  // Inside a capture the cached verdict runs as it would eagerly (the group's measured path);
+  // an unmeasured shape runs paths[0] (no timing can happen there: the model's fused config).
+  // MKERNEL_FUSED_VERBOSE=1 says which at each capture (tests check the cached one is used).
+  if (cached >= 0 || capturing()) {
+    const int path = cached >= 0 ? cached : 0;
+    if (verbose_requested() && capturing()) {
+      std::fprintf(stderr, "%s: graph capture at %s: %s, path %d (%s)\n", op, key.c_str(),
+                   cached >= 0 ? "the cached verdict" : "no verdict cached (unmeasured)", path,
+                   path_name(op, path, unfused, plans).c_str());
+    }
+    return path;
+  }
   // Every rank measures the same calls in the same order (the ops' calls are collective).
   const bool aligned = world_size > 1 && align_requested();
   std::function<void()> align;
@@ -911,8 +943,7 @@ int choose_path(const char* op, int64_t group, const std::string& key,
     std::lock_guard<std::mutex> lock(unfused_mu);
     unfused_shapes.insert(k);
   }
-  const char* verbose = std::getenv("MKERNEL_FUSED_VERBOSE");
-  const bool verbose_on = verbose != nullptr && std::strcmp(verbose, "1") == 0;
+  const bool verbose_on = verbose_requested();
   if (verbose_on) {
     // Every path's figure (slowest rank) and this rank's own median, and what the measurement
     // took: whether one candidate (e.g. an ungated grid across emulated nodes) decides the
@@ -928,9 +959,10 @@ int choose_path(const char* op, int64_t group, const std::string& key,
                       worst[i] * 1e3, median_of(samples[i]) * 1e3);
       } else {
         const FusedPlan& p = (*plans)[i];
-        std::snprintf(buf, sizeof buf, " %s grid %d%s %.1f us (own %.1f);",
-                      gemm::config_name(p.config), p.grid, gate_requested(p) ? " gated" : "",
-                      worst[i] * 1e3, median_of(samples[i]) * 1e3);
+        std::snprintf(buf, sizeof buf, " %s%s grid %d%s %.1f us (own %.1f);",
+                      gemm::config_name(p.config), p.peer_tma ? " peer-TMA" : "", p.grid,
+                      gate_requested(p) ? " gated" : "", worst[i] * 1e3,
+                      median_of(samples[i]) * 1e3);
       }
       line += buf;
     }
@@ -940,8 +972,9 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   if (best != unfused && plans != nullptr && best < static_cast<int>(plans->size()) &&
       verbose_on) {
     const FusedPlan& p = (*plans)[best];
-    std::fprintf(stderr, "%s: runs fused %s order %d/%d grid %d%s at %s (%.1f us", op,
-                 gemm::config_name(p.config), p.swizzle, p.raster, p.grid,
+    std::fprintf(stderr, "%s: runs fused %s%s order %d/%d grid %d%s at %s (%.1f us", op,
+                 gemm::config_name(p.config), p.peer_tma ? " peer-TMA" : "", p.swizzle,
+                 p.raster, p.grid,
                  p.grid == 0 ? " (the share)" : "", key.c_str(), worst[best] * 1e3);
     if (all_paths) std::fprintf(stderr, " vs unfused %.1f us", worst[unfused] * 1e3);
     std::fprintf(stderr, ", slowest rank%s%s)\n", aligned ? ", aligned samples" : "",

@@ -31,6 +31,10 @@ struct FusedPlan {
   // Persistent grid (CTAs): 0 = fused_grid; else at most this many (the co-resident grid under
   // an MPS limit, candidate_plans).
   int grid = 0;
+  // ag_gemm only: this plan on the peer-TMA kernel (fused_ag_route.h; the op passes `launch`
+  // its peer_a sources) rather than the copy-role kernel. candidate_plans never sets it; it
+  // names the route in choose_path's verbose lines.
+  bool peer_tma = false;
 };
 
 // Launches the fused kernel on the current stream with `hooks`; errors name `op`. `order` is
@@ -137,10 +141,12 @@ bool capturing();
 // call then `flops`-set calls: ~40 GFLOP, 2-16), all-gathers the medians over the group's
 // session and takes the slowest rank's figure per path; the fastest fused config wins only if it beats the unfused path by more than 3%
 // (within the noise the unfused path is the safe side). The verdict is cached per process and
-// an unfused verdict is logged once (note_fallback). Inside CUDA-graph capture an unmeasured
-// shape runs paths[0] (no timing can happen there). MKERNEL_FUSED=off pins the unfused path,
-// MKERNEL_FUSED=force the fastest fused config (from the same measurement), for measuring both
-// sides (benchmarks/bench_fused.py) and testing the kernels. The paths enqueue one call each
+// an unfused verdict is logged once (note_fallback). Inside CUDA-graph capture a cached verdict
+// runs as outside (a graph captures the path the group measured, never a per-rank guess) and an
+// unmeasured shape runs paths[0] (no timing can happen there); with MKERNEL_FUSED_VERBOSE=1 each
+// capture says which ("<op>: graph capture at <key>: ..."). MKERNEL_FUSED=off pins the unfused
+// path, MKERNEL_FUSED=force the fastest fused config (from the same measurement), for measuring
+// both sides (benchmarks/bench_fused.py) and testing the kernels. The paths enqueue one call each
 // on the current stream.
 // With MKERNEL_FUSED_VERBOSE=1 (measurement; read when a shape is measured), a fused verdict
 // is printed to stderr with its plan from `plans` (paths[i] runs plans[i]), as a fallback is.

@@ -16,3 +16,9 @@ def co_resident_grid(share: int) -> int:
         return CO_GRID_AT_SHARE_32
     g = share * 3 // 4 // 2 * 2
     return g if 2 <= g < share else 0
+
+
+# csrc/fused_ag_route.h kPeerTmaDefault: ag_gemm's route when MKERNEL_FUSED_AG_PEER_TMA is unset
+# ("auto": the copy-role and peer-TMA kernels both measured per shape by the op's first call, the
+# group keeps the faster; "0" copy only; "1" peer TMA wherever it fits). fused16.
+AG_PEER_TMA_DEFAULT = "auto"

@@ -103,3 +103,67 @@ def test_report_of_probe_variants_and_timelines(tmp_path):
         assert variant.rstrip().endswith("| 1.07 |"), variant  # hooked GEMM / GEMM alone
         assert "| 24/24 20/24 |" in timeline and "| 310.5 / 290 |" in timeline, timeline
     assert (png is not None) == HAVE_MPL
+
+
+def test_fused16_job_rows():
+    """The rows of fused16's device jobs (requests/fused16.md): W = 2 square ag M=16384 + Llama fc1
+    M=16384 with the peertma variant on both; W = 4 the Llama M=16384 rows of the three ops."""
+    bf = bench_fused()
+    only = ["square M=16384", "llama70b-fc1 M=16384"]
+    rows = bf.select_rows(bf.issue_shapes(2, full=False), only, ["ag_gemm"])
+    assert [(op, label, a, b, c) for op, label, a, b, c in rows] == [
+        ("ag_gemm", "square M=16384", 8192, 16384, 1024),
+        ("ag_gemm", "llama70b-fc1 M=16384", 8192, 8192, 14336)]
+    assert all(any(w in label for w in only) for _, label, *_ in rows)  # --variant-rows = --only
+    rows4 = bf.select_rows(bf.issue_shapes(4, full=False),
+                           ["llama70b-fc1 M=16384", "llama70b-fc2 M=16384"], [])
+    assert [(op, label) for op, label, *_ in rows4] == [
+        ("ag_gemm", "llama70b-fc1 M=16384"), ("gemm_rs", "llama70b-fc2 M=16384"),
+        ("gemm_ar", "llama70b-fc2 M=16384")]
+    assert [dims for _, _, *dims in rows4] == [[4096, 8192, 7168], [16384, 7168, 8192],
+                                               [16384, 7168, 8192]]
+
+
+def test_peer_choice_fields():
+    """bench_fused.peer_choice: the op's route (from its verbose path) against both forced
+    kernels — the fields fused16's rule reads."""
+    bf = bench_fused()
+    row = {"op": "ag_gemm", "shape": "square M=16384",
+           "path": "fused coop_128x256_c2x1 peer-TMA order 0/0 grid 0 (the share)",
+           "fused_ms": 2.05, "fused_kernel_ms": 2.75, "fused_peertma_ms": 2.04,
+           "fused_paired_kernel": 0.75, "fused_over_peertma_paired": 1.004,
+           "fused_peertma_over_kernel_paired": 0.714}
+    c = bf.peer_choice(row)
+    assert c["route"] == "peer-TMA" and c["forced_faster"] == "peer-TMA" and c["picked_faster"]
+    assert c["op_over_best_forced"] == round(2.05 / 2.04, 4)
+    assert c["peer_over_copy"] == round(2.04 / 2.75, 4)
+    assert c["peer_over_copy_paired"] == 0.714 and c["op_over_peer_paired"] == 1.004
+    fc1 = dict(row, shape="llama70b-fc1 M=16384",
+               path="fused coop_128x256_c2x1 order 0/0 grid 48", fused_ms=6.3,
+               fused_kernel_ms=6.25, fused_peertma_ms=6.47)
+    c = bf.peer_choice(fc1)
+    assert c["route"] == "copy" and c["forced_faster"] == "copy" and c["picked_faster"]
+    wrong = dict(fc1, path="fused coop_128x256_c2x1 peer-TMA order 0/0 grid 48")
+    assert not bf.peer_choice(wrong)["picked_faster"]
+    fell = dict(fc1, path="unfused: measured not faster ...")
+    assert bf.peer_choice(fell)["route"] == "unfused" and not bf.peer_choice(fell)["picked_faster"]
+
+
+def test_report_of_the_route_choice(tmp_path):
+    """report.py's table of the peertma rows' `choice` (fused16)."""
+    bf = bench_fused()
+    path = tmp_path / "fused_w2_nvidia_h200_20991231-000001.json"
+    shutil.copy(RESULTS / "fused_w2_nvidia_h200_20261202-082459.json", path)
+    data = json.loads(path.read_text())
+    row = next(r for r in data["rows"] if r["op"] == "ag_gemm")
+    row.update(path="fused coop_128x256_c2x1 peer-TMA order 0/0 grid 0 (the share)",
+               fused_kernel_ms=1.2 * row["fused_ms"], fused_peertma_ms=row["fused_ms"],
+               fused_peertma_over_kernel_paired=0.83, fused_over_peertma_paired=1.0)
+    row["choice"] = bf.peer_choice(row)
+    path.write_text(json.dumps(data))
+    md, _ = report.report(path)
+    text = md.read_text()
+    assert "ag_gemm's route (MKERNEL_FUSED_AG_PEER_TMA=auto" in text
+    line = [ln for ln in text.splitlines()
+            if ln.startswith(f"| ag_gemm | {row['shape']} | peer-TMA | peer-TMA | True |")]
+    assert len(line) == 1 and "| 0.83 | 1 |" in line[0], line

@@ -10,7 +10,7 @@ capture and replay with the inputs changed between replays. Prints ``CASE {json}
 
 ``FUSED_SUITE`` (comma-separated): ``ag`` (ag_gemm), ``rs`` (gemm_rs), ``ar`` (gemm_ar),
 ``graph`` (all three captured and replayed), ``auto`` (the fused/unfused and config choice), ``time``,
-``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``peergraph`` (that path captured and replayed), ``agdefault`` (ag_gemm as users get it: no knob, the op's own choice), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
+``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``peergraph`` (that path captured and replayed), ``agdefault`` (ag_gemm as users get it: no knob, the op's measured choice between the copy kernel, the peer-TMA kernel and the unfused path; then a graph of the cached verdict), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
 torch.compile(fullgraph=True), inductor / aot_eager backend).
 The fused kernels are pinned (MKERNEL_FUSED=force) unless the environment says otherwise.
 ``FUSED_GRID=co_resident`` pins their persistent grid to the co-resident grid choose_path
@@ -106,8 +106,8 @@ def suite_ag(ctx, rank: int, world: int) -> None:
 
 
 def suite_peertma(ctx, rank: int, world: int) -> None:
-    """ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1 (fused13; the default since fused14, pinned here
-    so the suite tests the kernel whatever the default): the GEMM loads the peers' rows by TMA
+    """ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1 (fused13; a measured candidate by default since
+    fused16, pinned here so the suite tests the kernel whatever the verdict): the GEMM loads the peers' rows by TMA
     from their own slots (m a multiple of 128), ragged m and return_gathered=True take the copy
     path under the same knob; every output against the fp32 reference (per tile), two calls per
     shape back to back (the own slot rewritten in the next call), and the peer kernel's output
@@ -148,12 +148,17 @@ def suite_peertma(ctx, rank: int, world: int) -> None:
 
 
 def suite_agdefault(ctx, rank: int, world: int) -> None:
-    """ag_gemm as users get it (fused14): MKERNEL_FUSED_AG_PEER_TMA unset, the op's own choice
-    (choose_path, not forced) — the peer-TMA kernel where it applies (m % 128 == 0, no
-    return_gathered; fused_smoke.py --expect-peer checks its launch line), the copy path for
-    ragged m and return_gathered=True, or the unfused path where measured faster. Every output
-    against the fp32 reference per tile, from poisoned memory; two calls back to back with no
-    sync (the own slot restaged while a peer may still read the previous call's)."""
+    """ag_gemm as users get it (fused16): MKERNEL_FUSED_AG_PEER_TMA unset (auto), the op's own
+    choice (choose_path, not forced). Where the peer-TMA kernel fits (m % 128 == 0, no
+    return_gathered) the shape's first call measures the copy kernel, the peer-TMA kernel and the
+    unfused path on every rank and the group keeps the fastest (the peer kernel launches at least
+    there: test_fused_ops.py checks its line and that every rank printed the same verdicts); the
+    copy path for ragged m and return_gathered=True. Every output against the fp32 reference per
+    tile, from poisoned memory; two calls back to back with no sync (the own slot restaged while a
+    peer may still read the previous call's). Then a CUDA graph of a measured shape with the
+    fused kernel pinned (MKERNEL_FUSED=force: its verdict is the fastest fused route of the same
+    measurement, copy or peer-TMA) captured and replayed with every rank's x changed: the capture
+    must run the cached verdict (its MKERNEL_FUSED_VERBOSE line, checked by the test)."""
     shapes = [(256, 256, 512), (1024, 1024, 4096), (512, 2048, 1024), (333, 512, 1024)]
     saved = {v: os.environ.pop(v, None) for v in ("MKERNEL_FUSED_AG_PEER_TMA", "MKERNEL_FUSED")}
     try:
@@ -175,7 +180,30 @@ def suite_agdefault(ctx, rank: int, world: int) -> None:
                 check("default_out_again", out2, ref, c)
                 check("default_gathered_out", out_g, ref, c)
                 assert torch.equal(gathered.cpu(), gathered_ref), f"gathered differs: {c}"
+        # The graph: shape (1024, 1024, 4096) bf16, measured above under auto (same key).
+        m, k, n, dtype = 1024, 1024, 4096, torch.bfloat16
+        os.environ["MKERNEL_FUSED"] = "force"
+        _, _, x0, w = ag_reference(9100, world, m, k, n, dtype, rank)
+        x_static = x0.cuda()
+        w_dev = w.cuda()
+        mkernel.ag_gemm(x_static, w_dev, group=ctx)  # the cached fused verdict, eagerly
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            with torch.cuda.graph(graph, stream=stream):
+                out_static = mkernel.ag_gemm(x_static, w_dev, group=ctx)
+        for case in (9101, 9102):
+            xs = [inputs(case, s, m, k, n, dtype)[0] for s in range(world)]
+            ref = torch.cat(xs).cuda().float() @ w.cuda().float().T
+            x_static.copy_(xs[rank].cuda())
+            out_static.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            check("default_graph_out", out_static, ref,
+                  dict(op="ag_gemm_default", graph=True, case=case, world=world, rank=rank))
     finally:
+        os.environ.pop("MKERNEL_FUSED", None)
         for v, val in saved.items():
             if val is not None:
                 os.environ[v] = val

@@ -33,7 +33,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=50.0)
     ap.add_argument("--expect-peer", action="store_true",
                     help="require the peer-TMA kernel's launch line on every rank whatever the "
-                         "suites (e.g. agdefault: the default route, fused14)")
+                         "suites (e.g. agdefault: the default auto route measures it, fused16)")
     ap.add_argument("--grids", default="share,co_resident",
                     help="share: the fused kernels on the grid of this rank's SMs; co_resident: "
                          "pinned to the co-resident grid (FUSED_GRID, tests/gpu/fused_ranks.py)")

@@ -14,6 +14,8 @@ from tests.launch import run_ranks
 pytestmark = needs_gpu
 
 RANKS = (Path(__file__).with_name("fused_ranks.py")).read_text()
+# ag_gemm.cpp's once-per-process line when the peer-TMA kernel launches (fused_smoke.py's too).
+PEER_MARK = "mkernel.ag_gemm: peer-TMA kernel launched"
 
 
 def run(mps, world: int, suite: str, timeout: float = 240.0) -> list[dict]:
@@ -99,24 +101,43 @@ def test_ag_gemm_peer_tma(mps, world):
     # ranks x dtypes x shapes x (3 checked outputs + the same_bits record)
     assert len(cases) == world * 2 * 5 * 4
     for r in res:
-        assert "mkernel.ag_gemm: peer-TMA kernel launched" in r.stderr, f"rank {r.rank}"
-
-
-# ag_gemm.cpp kAgPeerTmaByDefault (fused14): whether the default route launches the peer kernel.
-AG_PEER_TMA_BY_DEFAULT = False
+        assert PEER_MARK in r.stderr, f"rank {r.rank}"
 
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_ag_gemm_default_route(mps, world):
-    """ag_gemm as users get it (no knob, the op's own measured choice): the peer-TMA kernel
-    where it applies (it launches at least in the measurement), the copy path for ragged m and
-    return_gathered; every output against the fp32 reference per tile."""
-    res = run_ranks(RANKS, world, timeout=240, env=rank_env(mps, world, FUSED_SUITE="agdefault"))
+    """ag_gemm as users get it (no knob: MKERNEL_FUSED_AG_PEER_TMA=auto, fused16): where the
+    peer-TMA kernel fits, the shape's first call measures it beside the copy kernel and the
+    unfused path on every rank and the group keeps the fastest; the copy path for ragged m and
+    return_gathered. Every output against the fp32 reference per tile; the peer kernel launched
+    on every rank (in the measurement at least); every rank printed the same verdict for every
+    shape key (one verdict for the group); a CUDA graph of a measured shape ran the cached
+    verdict (the capture's MKERNEL_FUSED_VERBOSE line) on every rank, the same path everywhere,
+    and its replays with changed inputs are right."""
+    from mkernel._fused_defaults import AG_PEER_TMA_DEFAULT
+    from mkernel._fused_verdicts import parse_captures, parse_verdicts
+
+    setting = AG_PEER_TMA_DEFAULT  # fused_ag_route.h kPeerTmaDefault ("auto" since fused16)
+    res = run_ranks(RANKS, world, timeout=240,
+                    env=rank_env(mps, world, FUSED_SUITE="agdefault", MKERNEL_FUSED_VERBOSE="1"))
     cases = check_ranks(res)
-    assert len(cases) == world * 2 * 4 * 3  # ranks x dtypes x shapes x checked outputs
+    # ranks x (dtypes x shapes x checked outputs + the graph's 2 replays)
+    assert len(cases) == world * (2 * 4 * 3 + 2)
+    verdicts = {r.rank: parse_verdicts(r.stderr) for r in res}
+    captures = {r.rank: parse_captures(r.stderr) for r in res}
     for r in res:
-        launched = "mkernel.ag_gemm: peer-TMA kernel launched" in r.stderr
-        assert launched == AG_PEER_TMA_BY_DEFAULT, f"rank {r.rank}"
+        # auto / 1: the peer kernel runs (in the measurement at least); 0: never
+        assert (PEER_MARK in r.stderr) == (setting != "0"), f"rank {r.rank}: {setting}"
+        # the fitting shapes of both dtypes (m % 128 == 0: 3 per dtype), each with a verdict
+        fit_keys = [k for k in verdicts[r.rank] if k.endswith(f" peertma={setting}")]
+        assert len(fit_keys) == 6, (r.rank, verdicts[r.rank])
+        assert verdicts[r.rank] == verdicts[0], (r.rank, verdicts[r.rank], verdicts[0])
+        cap = captures[r.rank]
+        assert len(cap) == 1 and cap[0]["cached"], (r.rank, cap)
+        assert cap[0]["key"] == f"M=1024 N=4096 K=1024 BFloat16 W={world} peertma={setting}", cap
+        assert cap == captures[0], (r.rank, cap, captures[0])
+    print("verdicts (rank 0):", verdicts[0])
+    print("capture (rank 0):", captures[0])
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -125,4 +146,4 @@ def test_ag_gemm_peer_tma_graph_replay(mps, world):
     res = run_ranks(RANKS, world, timeout=240, env=rank_env(mps, world, FUSED_SUITE="peergraph"))
     assert len(check_ranks(res)) == world * 2
     for r in res:
-        assert "mkernel.ag_gemm: peer-TMA kernel launched" in r.stderr, f"rank {r.rank}"
+        assert PEER_MARK in r.stderr, f"rank {r.rank}"

@@ -1,0 +1,45 @@
+"""ag_gemm's copy / peer-TMA route (fused16) on the host: tests/fused/ag_route_check.cpp checks
+csrc/fused_ag_route.h — MKERNEL_FUSED_AG_PEER_TMA's parsing (unset / "" -> auto, 0, 1, auto,
+anything else refused), where the peer kernel fits, the candidate list choose_path measures per
+setting (auto: the copy kernel on every plan first, then the peer kernel; 0: copy only; 1: the
+peer kernel where it fits) and the verdict key's part (distinct per setting and fit) — and the
+Python mirror of the default matches the header. Skipped without g++ (the mirror check is not)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_route_header_on_the_host(tmp_path: Path) -> None:
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("needs g++")
+    exe = tmp_path / "ag_route_check"
+    subprocess.run([gxx, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror",
+                    f"-I{ROOT / 'csrc'}", str(Path(__file__).parent / "ag_route_check.cpp"),
+                    "-o", str(exe)], check=True, capture_output=True, timeout=300)
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stdout.strip() == "OK", run.stdout[-3000:] + run.stderr
+
+
+def test_python_mirror_of_the_default() -> None:
+    spec = importlib.util.spec_from_file_location(
+        "fused_defaults_route", ROOT / "python" / "mkernel" / "_fused_defaults.py")
+    fd = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fd)
+    src = (ROOT / "csrc" / "fused_ag_route.h").read_text()
+    found = re.findall(r"constexpr PeerTma kPeerTmaDefault = PeerTma::k(\w+);", src)
+    names = {"Off": "0", "On": "1", "Auto": "auto"}
+    assert [names[f] for f in found] == [fd.AG_PEER_TMA_DEFAULT], found
+    assert fd.AG_PEER_TMA_DEFAULT == "auto"  # fused16 (benchmarks/NOTES.md "fused16" rule)
+    # ag_gemm.cpp reads it from the header (no second constant left behind).
+    ag = (ROOT / "csrc" / "ag_gemm.cpp").read_text()
+    assert "kAgPeerTmaByDefault" not in ag and "ag_route::kPeerTmaDefault" in ag
