@@ -317,7 +317,7 @@ void gather_headed_finish(HeadedGather& x, at::cuda::CUDAEvent& after,
   uint8_t* const recv_area = x.view.net.recv_area;
   auto* res = static_cast<uint8_t*>(x.out.data_ptr());
   const uint64_t block = x.plan.block;
-  after.block(x.recv);
+  bool waited = false;  // for `after`: only the first hook needs it, the unstages do not
   for (uint64_t c = 0; c < x.plan.pieces; ++c) {
     const uint64_t off = x.plan.offset(c), n = x.plan.bytes(c);
     if (n == 0) continue;
@@ -334,6 +334,8 @@ void gather_headed_finish(HeadedGather& x, at::cuda::CUDAEvent& after,
                             cudaMemcpyDefault, x.recv.stream()),
             "unstage", g);
       if (r1 > r0 && on_rows) {
+        if (!waited) after.block(x.recv);
+        waited = true;
         on_rows(p, static_cast<int64_t>(r0), static_cast<int64_t>(r1), x.recv.stream());
       }
     }

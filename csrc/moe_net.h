@@ -52,9 +52,10 @@ void exchange_join();
 // every OTHER rank once their pieces landed; this rank's own block is not copied (the caller
 // reads its own rows from src).
 //
-// gather_headed_finish: the receive stream waits for `after` (recorded on the caller's stream,
-// e.g. after its layout), then per piece and other rank: the arrival wait, the unstage into out,
-// and on_rows(rank, row_begin, row_end, stream) for the rows of that rank the piece completed
+// gather_headed_finish: per piece and other rank, on the receive stream: the arrival wait, the
+// unstage into out, and on_rows(rank, row_begin, row_end, stream) for the rows of that rank the
+// piece completed, the first of them after waiting for `after` (recorded on the caller's stream,
+// e.g. after its layout; the unstages before it do not wait)
 // (rows straddling two pieces go with the later one; every row of every other rank exactly
 // once); then DONE. The exchange is then pending: exchange_join() before reading out or
 // issuing another op of the group, exactly as exchange_nodes(join=false).

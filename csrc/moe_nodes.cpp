@@ -252,8 +252,8 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
                       .to(at::kInt);
 
   // The received rows: row q of the layout is sorted choice starts[first expert] + q (packed)
-  // or starts[expert of q] + q % C (padded); rows past the counts get some token's row
-  // (unspecified, as on one node).
+  // or starts[expert of q] + q % C (padded); rows past the counts are unspecified, as on one
+  // node (the previous sequence copies some token's row there, the pipelined one nothing).
   at::Tensor sorted_pos;
   if (capacity > 0) {
     const at::Tensor q = at::arange(rows_out, long_opts);
@@ -289,12 +289,12 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
                   cudaGetErrorString(err));
     };
     if (headed) {
-      // This rank's rows from x now; every other rank's as its pieces land (the receive
-      // stream, after this stream's layout).
-      gather(x_pad, me * Tm, Tm, main.stream());
+      // This rank's rows from x now (this stream); every other rank's as its pieces land (the
+      // receive stream, once this stream's layout is done). Each row is written by one launch.
       at::cuda::CUDAEvent layout_done;
       layout_done.record(main);
       ph.mark("layout", main);
+      gather(x_pad, me * Tm, Tm, main.stream());  // disjoint rows from the receive stream's
       const uint8_t* all_base = static_cast<const uint8_t*>(x_all.data_ptr());
       gather_headed_finish(*headed, layout_done,
                            [&](int p, int64_t r0, int64_t r1, cudaStream_t s) {
