@@ -187,6 +187,10 @@ def rank_main() -> None:
             # static row bound), same run, same rotation: the paired figure for the default.
             cands["mkernel_dispatch_gemm_prev"] = with_env(
                 {"MKERNEL_MOE_DISPATCH_PIPELINE": "0"}, cands["mkernel_dispatch_gemm"])
+            # The pipelined dispatch in 8 pieces instead of 15 (fewer launches per call, if the
+            # host's issue bounds it; MKERNEL_MOE_NET_PIECES, every rank alike).
+            cands["mkernel_dispatch_gemm_p8"] = with_env(
+                {"MKERNEL_MOE_NET_PIECES": "8"}, cands["mkernel_dispatch_gemm"])
             # The inter-node paths alone on the op's bytes (same run): the substrate's
             # all_gather of x (the dispatch's) and reduce_scatter of fp32 partials [W*T, H] (the
             # combine's), and, with every rank alone on its node, the MoE's own exchange
@@ -422,7 +426,8 @@ def wall_clock(worst: dict, sent_bytes: int, rate: float | None) -> dict:
     previous sequence (``mkernel_dispatch_gemm_prev``) where timed, and the paired speed-up."""
     out = {}
     gemm = worst.get("engine_gemm")
-    for tag, name in (("", "mkernel_dispatch_gemm"), ("_prev", "mkernel_dispatch_gemm_prev")):
+    for tag, name in (("", "mkernel_dispatch_gemm"), ("_prev", "mkernel_dispatch_gemm_prev"),
+                      ("_p8", "mkernel_dispatch_gemm_p8")):
         if name not in worst or gemm is None:
             continue
         over = worst[name] - gemm
@@ -607,7 +612,9 @@ def print_moe10(row: dict) -> None:
           f"{fmt(row.get('dispatch_link_ratio_wall'))}x the link; previous sequence "
           f"{fmt(row.get('mkernel_dispatch_gemm_prev', {}).get('median_ms'), 3)} ms, op - GEMM "
           f"{fmt(row.get('dispatch_overhead_ms_aligned_prev'), 3)} ms = "
-          f"{fmt(row.get('dispatch_link_ratio_wall_prev'))}x; speed-up {fmt(row.get('dispatch_speedup_vs_prev'), 3)}x",
+          f"{fmt(row.get('dispatch_link_ratio_wall_prev'))}x; speed-up {fmt(row.get('dispatch_speedup_vs_prev'), 3)}x; "
+          f"8 pieces {fmt(row.get('mkernel_dispatch_gemm_p8', {}).get('median_ms'), 3)} ms = "
+          f"{fmt(row.get('dispatch_link_ratio_wall_p8'))}x",
           flush=True)
     for mode, per_rank in row.get("dispatch_phases", {}).items():
         print(f"  phases {mode} (ms from the op's start, per rank): " +

@@ -184,6 +184,21 @@ at::Tensor exchange_nodes(const char* op, int32_t op_id, const at::Tensor& src, 
   return out;
 }
 
+namespace {
+// MKERNEL_MOE_NET_PIECES (read at every call; every rank the same value): at most this many
+// pieces per block in the headed gather, 1 .. kPieces - 1 (the default).
+uint64_t headed_max_pieces(const char* op) {
+  const char* v = std::getenv("MKERNEL_MOE_NET_PIECES");
+  if (v == nullptr || *v == '\0') return moe_net::kPieces - 1;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  TORCH_CHECK_VALUE(end != v && *end == '\0' && n >= 1 && n <= static_cast<long>(moe_net::kPieces) - 1,
+                    op, ": MKERNEL_MOE_NET_PIECES must be an integer in [1, ", moe_net::kPieces - 1,
+                    "], got \"", v, "\"");
+  return static_cast<uint64_t>(n);
+}
+}  // namespace
+
 struct HeadedGather {
   const char* op = nullptr;
   int32_t op_id = 0;
@@ -229,7 +244,7 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
   TORCH_CHECK(block > 0 && head_bytes > 0, op, ": the headed gather needs rows and a head (", block,
               " and ", head_bytes, " bytes)");
   // The head takes data slot 0 of its source, the pieces slots 1 .. (moe_net_plan.h).
-  x->plan = moe_net::plan_pieces(block, moe_net::kPieces - 1);
+  x->plan = moe_net::plan_pieces(block, headed_max_pieces(op));
   x->lay = moe_net::headed_layout(block, head_bytes);
   std::vector<int64_t> shape(s.sizes().begin(), s.sizes().end());
   shape[0] = W * s.size(0);

@@ -97,21 +97,31 @@ bool dispatch_pipelined() {
 // its phase boundaries on the caller's stream (not under graph capture); mkernel._moe_phases()
 // returns the last call's as JSON, ms from the op's start on the GPU, plus the host's issue time.
 struct Phases {
+  struct Mark {
+    std::string name;
+    std::shared_ptr<at::cuda::CUDAEvent> event;
+    double host_ms;  // when the host recorded it (< 0: recorded on a side stream, no host time)
+  };
   bool on = false;
-  std::vector<std::pair<std::string, std::shared_ptr<at::cuda::CUDAEvent>>> marks;
+  std::vector<Mark> marks;
   std::chrono::steady_clock::time_point host0;
   double host_ms = 0.0;
+  double host_now() const {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host0).count();
+  }
   void mark(const char* name, const at::cuda::CUDAStream& s) {
     if (!on) return;
     auto ev = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);
     ev->record(s);
-    marks.emplace_back(name, std::move(ev));
+    marks.push_back({name, std::move(ev), host_now()});
   }
   void mark_event(const char* name, const at::cuda::CUDAEvent* ev) {
     if (!on || ev == nullptr) return;
     // Borrowed: the caller keeps the event alive until mkernel._moe_phases reads it.
-    marks.emplace_back(name, std::shared_ptr<at::cuda::CUDAEvent>(std::shared_ptr<void>(),
-                                                                  const_cast<at::cuda::CUDAEvent*>(ev)));
+    marks.push_back({name,
+                     std::shared_ptr<at::cuda::CUDAEvent>(std::shared_ptr<void>(),
+                                                          const_cast<at::cuda::CUDAEvent*>(ev)),
+                     -1.0});
   }
 };
 thread_local Phases last_phases;
@@ -128,15 +138,21 @@ bool phases_requested(const at::cuda::CUDAStream& s) {
   return capture == cudaStreamCaptureStatusNone;
 }
 
+// {"<phase>": GPU ms from the start mark, "host_<phase>": host ms from the op's host start when
+// the host recorded it (a GPU time close to its host time: the GPU waited for the host there),
+// "host_ms": the op's host time up to the GEMM's launch}.
 std::string phases_json() {
   Phases& ph = last_phases;
   if (ph.marks.empty()) return "{}";
   std::string out = "{";
-  ph.marks.front().second->synchronize();
+  ph.marks.front().event->synchronize();
   for (size_t i = 1; i < ph.marks.size(); ++i) {
-    ph.marks[i].second->synchronize();
-    const float ms = ph.marks.front().second->elapsed_time(*ph.marks[i].second);
-    out += "\"" + ph.marks[i].first + "\":" + std::to_string(ms) + ",";
+    ph.marks[i].event->synchronize();
+    const float ms = ph.marks.front().event->elapsed_time(*ph.marks[i].event);
+    out += "\"" + ph.marks[i].name + "\":" + std::to_string(ms) + ",";
+    if (ph.marks[i].host_ms >= 0) {
+      out += "\"host_" + ph.marks[i].name + "\":" + std::to_string(ph.marks[i].host_ms) + ",";
+    }
   }
   out += "\"host_ms\":" + std::to_string(ph.host_ms) + "}";
   return out;
@@ -322,7 +338,7 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
   r.out = expert_gemm(recv, w1, r.counts, capacity);
   ph.mark("gemm", main);
   if (ph.on) {
-    ph.host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - ph.host0).count();
+    ph.host_ms = ph.host_now();
     last_phases_keep = headed;  // the borrowed sent / received events live in it
     last_phases = std::move(ph);
   }

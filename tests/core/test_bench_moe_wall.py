@@ -30,7 +30,8 @@ def test_wall_clock_from_the_slowest_rank_on_both_sides():
 
 def test_wall_clock_with_the_previous_sequence_and_edge_cases():
     row = bench.wall_clock({"mkernel_dispatch_gemm": 6.5, "mkernel_dispatch_gemm_prev": 7.5,
-                            "engine_gemm": 5.0}, 30_000_000, None)
+                            "mkernel_dispatch_gemm_p8": 6.4, "engine_gemm": 5.0}, 30_000_000, None)
+    assert row["dispatch_overhead_ms_aligned_p8"] == pytest.approx(1.4)
     assert row["dispatch_overhead_ms_aligned"] == pytest.approx(1.5)
     assert row["dispatch_overhead_ms_aligned_prev"] == pytest.approx(2.5)
     assert row["dispatch_gbs_per_rank_wall_aligned_prev"] == pytest.approx(12.0)
