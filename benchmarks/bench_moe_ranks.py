@@ -191,6 +191,11 @@ def rank_main() -> None:
             # host's issue bounds it; MKERNEL_MOE_NET_PIECES, every rank alike).
             cands["mkernel_dispatch_gemm_p8"] = with_env(
                 {"MKERNEL_MOE_NET_PIECES": "8"}, cands["mkernel_dispatch_gemm"])
+            if os.environ.get("BENCH_MOE_OVERLAP") == "1":
+                # The overlapped dispatch (opt-in; the run sets BENCH_MOE_OVERLAP=1 only after its
+                # test passed): the GEMM of the own tokens' rows while the others fly.
+                cands["mkernel_dispatch_gemm_overlap"] = with_env(
+                    {"MKERNEL_MOE_DISPATCH_PIPELINE": "2"}, cands["mkernel_dispatch_gemm"])
             # The inter-node paths alone on the op's bytes (same run): the substrate's
             # all_gather of x (the dispatch's) and reduce_scatter of fp32 partials [W*T, H] (the
             # combine's), and, with every rank alone on its node, the MoE's own exchange
@@ -262,7 +267,10 @@ def rank_main() -> None:
         if nodes > 1:
             # Where the dispatch's time goes (MKERNEL_MOE_PHASES: timing events at its phase
             # boundaries, ms from its start on the GPU), the default and the previous sequence.
-            for mode, val in (("pipelined", "1"), ("prev", "0")):
+            modes = [("pipelined", "1"), ("prev", "0")]
+            if "mkernel_dispatch_gemm_overlap" in cands:
+                modes.append(("overlap", "2"))
+            for mode, val in modes:
                 phases[mode] = phase_profile(with_env({"MKERNEL_MOE_DISPATCH_PIPELINE": val},
                                                       cands["mkernel_dispatch_gemm"]),
                                              lambda: (dist.barrier(), mkernel.all_reduce(gate, group=ctx)))
@@ -350,7 +358,8 @@ def rank_main() -> None:
                 rate = link_gbs(row["emulate"])
                 row.update(wall_clock(worst, max(m["sent"] for m in every), rate))
                 row["dispatch_phases"] = {mode: [m["phases"].get(mode, {}) for m in every]
-                                          for mode in ("pipelined", "prev")}
+                                          for mode in ("pipelined", "prev", "overlap")
+                                          if any(mode in m["phases"] for m in every)}
             print("RESULT " + json.dumps(row), flush=True)
             live(rank, "RESULT " + json.dumps(row))
             if os.environ.get("OUT"):  # kept even if a later shape fails or the job is cut short
@@ -427,7 +436,7 @@ def wall_clock(worst: dict, sent_bytes: int, rate: float | None) -> dict:
     out = {}
     gemm = worst.get("engine_gemm")
     for tag, name in (("", "mkernel_dispatch_gemm"), ("_prev", "mkernel_dispatch_gemm_prev"),
-                      ("_p8", "mkernel_dispatch_gemm_p8")):
+                      ("_p8", "mkernel_dispatch_gemm_p8"), ("_overlap", "mkernel_dispatch_gemm_overlap")):
         if name not in worst or gemm is None:
             continue
         over = worst[name] - gemm
@@ -437,6 +446,9 @@ def wall_clock(worst: dict, sent_bytes: int, rate: float | None) -> dict:
         out["dispatch_link_ratio_wall" + tag] = gbs / rate if (gbs is not None and rate) else None
     if "mkernel_dispatch_gemm_prev" in worst:
         out["dispatch_speedup_vs_prev"] = worst["mkernel_dispatch_gemm_prev"] / worst["mkernel_dispatch_gemm"]
+    if "mkernel_dispatch_gemm_overlap" in worst:
+        out["dispatch_overlap_speedup_vs_default"] = (worst["mkernel_dispatch_gemm"] /
+                                                      worst["mkernel_dispatch_gemm_overlap"])
     return out
 
 
@@ -614,7 +626,10 @@ def print_moe10(row: dict) -> None:
           f"{fmt(row.get('dispatch_overhead_ms_aligned_prev'), 3)} ms = "
           f"{fmt(row.get('dispatch_link_ratio_wall_prev'))}x; speed-up {fmt(row.get('dispatch_speedup_vs_prev'), 3)}x; "
           f"8 pieces {fmt(row.get('mkernel_dispatch_gemm_p8', {}).get('median_ms'), 3)} ms = "
-          f"{fmt(row.get('dispatch_link_ratio_wall_p8'))}x",
+          f"{fmt(row.get('dispatch_link_ratio_wall_p8'))}x; overlapped "
+          f"{fmt(row.get('mkernel_dispatch_gemm_overlap', {}).get('median_ms'), 3)} ms = "
+          f"{fmt(row.get('dispatch_link_ratio_wall_overlap'))}x, "
+          f"{fmt(row.get('dispatch_overlap_speedup_vs_default'), 3)}x the default",
           flush=True)
     for mode, per_rank in row.get("dispatch_phases", {}).items():
         print(f"  phases {mode} (ms from the op's start, per rank): " +

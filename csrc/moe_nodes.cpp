@@ -84,13 +84,16 @@ namespace {
 
 // MKERNEL_MOE_DISPATCH_PIPELINE (read at every call, like a shape: every rank must see the same
 // value): unset or "1", the pipelined dispatch (below); "0", the sequence before it (the routing
-// all_gathered first, the rows joined whole, then index_select over the static row bound).
-bool dispatch_pipelined() {
+// all_gathered first, the rows joined whole, then index_select over the static row bound); "2"
+// (opt-in), the pipelined one whose GEMM starts on the rows of this rank's own tokens while the
+// other ranks' rows are on the link (where the headed gather runs and capacity is 0; else "1").
+int dispatch_mode() {
   const char* v = std::getenv("MKERNEL_MOE_DISPATCH_PIPELINE");
-  if (v == nullptr || *v == '\0') return true;
+  if (v == nullptr || *v == '\0') return 1;
   const std::string m(v);
-  TORCH_CHECK_VALUE(m == "0" || m == "1", "MKERNEL_MOE_DISPATCH_PIPELINE must be \"0\" or \"1\" (or unset), got \"", m, "\"");
-  return m == "1";
+  TORCH_CHECK_VALUE(m == "0" || m == "1" || m == "2",
+                    "MKERNEL_MOE_DISPATCH_PIPELINE must be \"0\", \"1\" or \"2\" (or unset), got \"", m, "\"");
+  return m[0] - '0';
 }
 
 // MKERNEL_MOE_PHASES=1 (measurement, read at every call): the dispatch records timing events at
@@ -192,7 +195,8 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
   // The same answers on every rank: the environment and H are the group's, and the group's
   // inter-node path is opened collectively (the first call's all_gather below opens it, where
   // no earlier op did; exchange_by_copy_engine looks at its areas).
-  const bool pipelined = dispatch_pipelined() && H > 0;
+  const int mode = dispatch_mode();
+  const bool pipelined = mode >= 1 && H > 0;
   const bool net_open = g.device_view().net.send_area != nullptr;
   bool own_path = net_open && exchange_by_copy_engine(op, group, W, x.device());
   // Every rank's tokens and choices (out-of-range ids as -1, padding rows choose nothing).
@@ -293,7 +297,6 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
             ? q.remainder(capacity).lt(r.counts.to(at::kLong).index_select(0, at::div(q, capacity, "floor")))
             : q.lt(r.counts.sum().to(at::kLong));
     const at::Tensor token_live = at::where(live, token, -1).contiguous();
-    recv = at::empty({rows_out, H}, x.options());
     const int64_t row_bytes = H * x.element_size();
     const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
     auto gather = [&](const at::Tensor& from, int64_t row0, int64_t rows, cudaStream_t s) {
@@ -304,6 +307,92 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
       TORCH_CHECK(err == cudaSuccess, op, ": the row gather failed to launch: ",
                   cudaGetErrorString(err));
     };
+    if (headed && mode == 2 && capacity == 0) {
+      // The overlapped dispatch: the packed layout split in two packed layouts, the rows of this
+      // rank's own tokens ("own") and the others ("rem"), each expert-major with the packed
+      // layout's order inside an expert (tests/host/moe_split_layout.py is this sequence's twin,
+      // checked against the reference). The own GEMM runs while the other ranks' rows are on
+      // the link; the two GEMMs' rows then go back to the packed order.
+      const int64_t bound_own = Tm * std::min(k, El), bound_rem = rows_out - bound_own;
+      const at::Tensor sp = sorted_pos.clamp_max(n - 1);
+      const at::Tensor ex = (skey.index_select(0, sp) - me * El).clamp(0, El - 1);
+      const at::Tensor j = sorted_pos - starts.index_select(0, ex + me * El);
+      const at::Tensor s_of = at::div(token, Tm, "floor");
+      const at::Tensor rc = r.recv_counts.to(at::kLong);  // [W, El]
+      const at::Tensor own_cnt = rc.select(0, me);
+      const at::Tensor before = rc.cumsum(0).select(0, me) - own_cnt;
+      const at::Tensor rem_cnt = r.counts.to(at::kLong) - own_cnt;
+      const at::Tensor own_start = own_cnt.cumsum(0) - own_cnt;
+      const at::Tensor rem_start = rem_cnt.cumsum(0) - rem_cnt;
+      const at::Tensor is_own = live.logical_and(s_of.eq(me));
+      const at::Tensor is_rem = live.logical_and(s_of.ne(me));
+      const at::Tensor oi = own_start.index_select(0, ex) + j - before.index_select(0, ex);
+      const at::Tensor ri = rem_start.index_select(0, ex) +
+                            at::where(s_of.lt(me), j, j - own_cnt.index_select(0, ex));
+      const at::Tensor map_own = at::where(is_own, oi, -1).contiguous();
+      const at::Tensor map_rem = at::where(is_rem, ri, -1).contiguous();
+      const at::Tensor tok_own = at::full({bound_own + 1}, -1, long_opts)
+                                     .scatter_(0, at::where(is_own, oi, bound_own), token)
+                                     .narrow(0, 0, bound_own)
+                                     .contiguous();
+      const at::Tensor tok_rem = at::full({bound_rem + 1}, -1, long_opts)
+                                     .scatter_(0, at::where(is_rem, ri, bound_rem), token)
+                                     .narrow(0, 0, bound_rem)
+                                     .contiguous();
+      const at::Tensor a_own = at::empty({bound_own, H}, x.options());
+      const at::Tensor a_rem = at::empty({bound_rem, H}, x.options());
+      auto gather_into = [&](const at::Tensor& dst, const at::Tensor& tok, const void* from,
+                             int64_t row0, int64_t rows, int64_t rb, cudaStream_t st) {
+        const cudaError_t err = moe_net::launch_gather_rows(
+            from, row0, rows, tok.data_ptr<int64_t>(), tok.size(0), dst.data_ptr(), rb, sms, st);
+        TORCH_CHECK(err == cudaSuccess, op, ": the row gather failed to launch: ",
+                    cudaGetErrorString(err));
+      };
+      at::cuda::CUDAEvent layout_done;  // no hook below waits for it
+      layout_done.record(main);
+      ph.mark("layout", main);
+      // Every piece's wait and unstage queued before anything here may wait on the host.
+      gather_headed_finish(*headed, layout_done, RowsLanded());
+      ph.mark_event("sent", headed_sent_event(*headed));
+      ph.mark_event("received", headed_received_event(*headed));
+      gather_into(a_own, tok_own, x_pad.data_ptr(), me * Tm, Tm, row_bytes, main.stream());
+      const at::Tensor y_own = expert_gemm(a_own, w1, own_cnt.to(at::kInt), 0);
+      ph.mark("gemm_own", main);
+      exchange_join();  // the other ranks' rows are in x_all now
+      ph.mark("joined", main);
+      const auto* all_base = static_cast<const uint8_t*>(x_all.data_ptr());
+      for (int64_t p = 0; p < W; ++p) {
+        if (p == me) continue;
+        gather_into(a_rem, tok_rem, all_base + p * Tm * row_bytes, p * Tm, Tm, row_bytes,
+                    main.stream());
+      }
+      ph.mark("gathered", main);
+      const at::Tensor y_rem = expert_gemm(a_rem, w1, rem_cnt.to(at::kInt), 0);
+      const int64_t F = w1.size(1);
+      at::Tensor out = at::empty({rows_out, F}, x.options());
+      const int64_t out_bytes = F * x.element_size();
+      if (bound_own > 0) {
+        gather_into(out, map_own, y_own.data_ptr(), 0, bound_own, out_bytes, main.stream());
+      }
+      gather_into(out, map_rem, y_rem.data_ptr(), 0, bound_rem, out_bytes, main.stream());
+      ph.mark("gemm", main);
+      if (return_recv) {  // the received rows in the packed layout (the weight gradient's)
+        recv = at::empty({rows_out, H}, x.options());
+        gather(x_pad, me * Tm, Tm, main.stream());
+        for (int64_t p = 0; p < W; ++p) {
+          if (p != me) gather(x_all.narrow(0, p * Tm, Tm), p * Tm, Tm, main.stream());
+        }
+      }
+      if (ph.on) {
+        ph.host_ms = ph.host_now();
+        last_phases_keep = headed;
+        last_phases = std::move(ph);
+      }
+      r.out = out;
+      r.recv_x = return_recv ? recv : x.new_empty({0});
+      return r;
+    }
+    recv = at::empty({rows_out, H}, x.options());
     if (headed) {
       // This rank's rows from x now (this stream); every other rank's as its pieces land (the
       // receive stream, once this stream's layout is done). Each row is written by one launch.

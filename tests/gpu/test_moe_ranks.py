@@ -89,6 +89,20 @@ def test_moe_cuda_across_emulated_nodes_previous_dispatch(mps):
 
 
 @pytest.mark.parametrize("world", [2, 4])
+def test_moe_cuda_across_emulated_nodes_overlapped_dispatch(mps, world):
+    """MKERNEL_MOE_DISPATCH_PIPELINE=2 (opt-in, moe10): every rank alone on its emulated node, the
+    dispatch's GEMM split in the rows of this rank's own tokens (run while the other ranks' rows
+    are on the link) and the rest, put back in the packed order (capacity 0; capacity > 0 runs
+    the pipelined dispatch); the same checks."""
+    res = run_ranks(RANK_MAIN, world, nodes=world, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_DISPATCH_PIPELINE="2"))
+    cases = check_ranks(res)
+    assert len(cases) == world * (8 + 4), len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+
+@pytest.mark.parametrize("world", [2, 4])
 def test_moe_cuda_across_emulated_nodes_allgather_combine(mps, world):
     """MKERNEL_MOE_NODES_COMBINE=allgather (the opt-out): the combine across nodes from every
     rank's whole layout of y, all-gathered, instead of the owners' fp32 partial sums and one
