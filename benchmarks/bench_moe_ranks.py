@@ -182,6 +182,20 @@ def rank_main() -> None:
         nodes = int(os.environ.get("BENCH_NODES", "1"))
         ex_equal = None
         if nodes > 1:
+            # The dispatch as it was before moe10 (MKERNEL_MOE_DISPATCH_PIPELINE=0: the routing
+            # all_gathered before the rows move, the rows joined whole, index_select over the
+            # static row bound), same run, same rotation: the paired figure for the default.
+            cands["mkernel_dispatch_gemm_prev"] = with_env(
+                {"MKERNEL_MOE_DISPATCH_PIPELINE": "0"}, cands["mkernel_dispatch_gemm"])
+            # The pipelined dispatch in 8 pieces instead of 15 (fewer launches per call, if the
+            # host's issue bounds it; MKERNEL_MOE_NET_PIECES, every rank alike).
+            cands["mkernel_dispatch_gemm_p8"] = with_env(
+                {"MKERNEL_MOE_NET_PIECES": "8"}, cands["mkernel_dispatch_gemm"])
+            if os.environ.get("BENCH_MOE_OVERLAP") == "1":
+                # The overlapped dispatch (opt-in; the run sets BENCH_MOE_OVERLAP=1 only after its
+                # test passed): the GEMM of the own tokens' rows while the others fly.
+                cands["mkernel_dispatch_gemm_overlap"] = with_env(
+                    {"MKERNEL_MOE_DISPATCH_PIPELINE": "2"}, cands["mkernel_dispatch_gemm"])
             # The inter-node paths alone on the op's bytes (same run): the substrate's
             # all_gather of x (the dispatch's) and reduce_scatter of fp32 partials [W*T, H] (the
             # combine's), and, with every rank alone on its node, the MoE's own exchange
@@ -249,12 +263,24 @@ def rank_main() -> None:
                     quick.append(f"{n} {med[n]:.3f} ms = {gbs:.1f} GB/s" +
                                  (f" = {gbs / rate:.2f}x the link" if rate else ""))
         live(rank, f"{s['name']}: timed {iters} rounds (rank 0 medians: " + "; ".join(quick) + "); profiling")
+        phases = {}
+        if nodes > 1:
+            # Where the dispatch's time goes (MKERNEL_MOE_PHASES: timing events at its phase
+            # boundaries, ms from its start on the GPU), the default and the previous sequence.
+            modes = [("pipelined", "1"), ("prev", "0")]
+            if "mkernel_dispatch_gemm_overlap" in cands:
+                modes.append(("overlap", "2"))
+            for mode, val in modes:
+                phases[mode] = phase_profile(with_env({"MKERNEL_MOE_DISPATCH_PIPELINE": val},
+                                                      cands["mkernel_dispatch_gemm"]),
+                                             lambda: (dist.barrier(), mkernel.all_reduce(gate, group=ctx)))
+            live(rank, f"{s['name']}: phases (rank 0, ms from the op's start): " + json.dumps(phases))
         dests = torch.zeros(t, world, dtype=torch.bool, device="cuda")
         dests.scatter_(1, idx // el, True)
         dests[:, rank] = False
         sent = int(dests.sum()) * h * 2
         mine = dict(med=med, rows=rows, sent=sent, err_d=err_d, err_c=err_c, plan=plan, ex_equal=ex_equal,
-                    samples=times, profile=kernel_profile(cands, dist.barrier))
+                    samples=times, profile=kernel_profile(cands, dist.barrier), phases=phases)
         every = [None] * world
         dist.all_gather_object(every, mine)
         if rank == 0:
@@ -325,6 +351,15 @@ def rank_main() -> None:
                         link[n] = {"ms": worst[n], "gbs_per_rank": remote * per_rank / (worst[n] * 1e-3) / 1e9}
                 row["link_paths"] = link
                 row["exchange_equals_all_gather"] = [m["ex_equal"] for m in every]
+                # moe10: the same wall-clock yardstick from the slowest rank's medians on both
+                # sides (dispatch_overhead_ms subtracts each rank's own engine_gemm median, and
+                # under MPS the ranks' concurrent GEMM medians differ up to 2x: s12run2 2.98 vs
+                # 5.44 ms, so it charged the dispatch with the other rank's GEMM turn).
+                rate = link_gbs(row["emulate"])
+                row.update(wall_clock(worst, max(m["sent"] for m in every), rate))
+                row["dispatch_phases"] = {mode: [m["phases"].get(mode, {}) for m in every]
+                                          for mode in ("pipelined", "prev", "overlap")
+                                          if any(mode in m["phases"] for m in every)}
             print("RESULT " + json.dumps(row), flush=True)
             live(rank, "RESULT " + json.dumps(row))
             if os.environ.get("OUT"):  # kept even if a later shape fails or the job is cut short
@@ -352,6 +387,69 @@ def timed(fn) -> float:
     end.record()
     end.synchronize()
     return start.elapsed_time(end)
+
+
+def with_env(env: dict, fn):
+    """fn called with os.environ updated by env (restored after): the ops read their knobs at
+    every call. Every rank must call it alike (the knobs choose the protocol)."""
+
+    def call():
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            return fn()
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    return call
+
+
+def phase_profile(fn, align, calls: int = 5) -> dict:
+    """Median over `calls` aligned calls of the dispatch's phase times (mkernel._moe_phases under
+    MKERNEL_MOE_PHASES=1: ms from the op's start on the GPU, host_ms its issue time); {} where the
+    build has no such op. Every rank makes the same calls."""
+    import torch
+
+    runs = []
+    for _ in range(calls):
+        align()
+        torch.cuda.synchronize()
+        with_env({"MKERNEL_MOE_PHASES": "1"}, fn)()
+        torch.cuda.synchronize()
+        try:
+            runs.append(json.loads(torch.ops.mkernel._moe_phases()))
+        except (AttributeError, RuntimeError):
+            pass
+    keys = sorted({k for r in runs for k in r})
+    return {k: statistics.median(r[k] for r in runs if k in r) for k in keys}
+
+
+def wall_clock(worst: dict, sent_bytes: int, rate: float | None) -> dict:
+    """The dispatch's wall-clock yardstick from the slowest rank's medians (``worst``: name ->
+    ms): op minus the engine GEMM alone (every rank at once, as inside the op), the bytes this
+    rank sends to other ranks over that time, and its ratio to the link; the same for the
+    previous sequence (``mkernel_dispatch_gemm_prev``) where timed, and the paired speed-up."""
+    out = {}
+    gemm = worst.get("engine_gemm")
+    for tag, name in (("", "mkernel_dispatch_gemm"), ("_prev", "mkernel_dispatch_gemm_prev"),
+                      ("_p8", "mkernel_dispatch_gemm_p8"), ("_overlap", "mkernel_dispatch_gemm_overlap")):
+        if name not in worst or gemm is None:
+            continue
+        over = worst[name] - gemm
+        gbs = sent_bytes / (over * 1e-3) / 1e9 if over > 0 else None
+        out["dispatch_overhead_ms_aligned" + tag] = over
+        out["dispatch_gbs_per_rank_wall_aligned" + tag] = gbs
+        out["dispatch_link_ratio_wall" + tag] = gbs / rate if (gbs is not None and rate) else None
+    if "mkernel_dispatch_gemm_prev" in worst:
+        out["dispatch_speedup_vs_prev"] = worst["mkernel_dispatch_gemm_prev"] / worst["mkernel_dispatch_gemm"]
+    if "mkernel_dispatch_gemm_overlap" in worst:
+        out["dispatch_overlap_speedup_vs_default"] = (worst["mkernel_dispatch_gemm"] /
+                                                      worst["mkernel_dispatch_gemm_overlap"])
+    return out
 
 
 def captured(cands: dict, names: tuple) -> dict:
@@ -504,11 +602,38 @@ def print_row(row: dict) -> None:
               + f"; dispatch by wall clock (op - GEMM alone) {wall if wall is None else round(wall, 1)} GB/s/rank"
           + f"; exchange == all_gather: {row.get('exchange_equals_all_gather')}",
               flush=True)
+    print_moe10(row)
     if "graph_dispatch_ratio_vs_unfused" in row:
         print(f"  graphs: dispatch+gemm {row['mkernel_dispatch_gemm_graph']['median_ms']:.3f} ms "
               f"({row['graph_dispatch_ratio_vs_unfused']:.2f}x unfused), combine "
               f"{row['mkernel_combine_graph']['median_ms']:.3f} ms "
               f"({row['graph_combine_ratio_vs_unfused']:.2f}x unfused)", flush=True)
+
+
+def print_moe10(row: dict) -> None:
+    """The across-nodes row's moe10 lines: the wall-clock yardstick (slowest rank both sides), the
+    previous sequence beside it, and the dispatch's phases per rank."""
+    if "dispatch_overhead_ms_aligned" not in row:
+        return
+
+    def fmt(v, nd=2):
+        return "n/a" if v is None else f"{v:.{nd}f}"
+
+    print(f"  dispatch by wall clock, slowest rank both sides (moe10): op - GEMM "
+          f"{fmt(row['dispatch_overhead_ms_aligned'], 3)} ms = {fmt(row['dispatch_gbs_per_rank_wall_aligned'], 1)} GB/s/rank = "
+          f"{fmt(row.get('dispatch_link_ratio_wall'))}x the link; previous sequence "
+          f"{fmt(row.get('mkernel_dispatch_gemm_prev', {}).get('median_ms'), 3)} ms, op - GEMM "
+          f"{fmt(row.get('dispatch_overhead_ms_aligned_prev'), 3)} ms = "
+          f"{fmt(row.get('dispatch_link_ratio_wall_prev'))}x; speed-up {fmt(row.get('dispatch_speedup_vs_prev'), 3)}x; "
+          f"8 pieces {fmt(row.get('mkernel_dispatch_gemm_p8', {}).get('median_ms'), 3)} ms = "
+          f"{fmt(row.get('dispatch_link_ratio_wall_p8'))}x; overlapped "
+          f"{fmt(row.get('mkernel_dispatch_gemm_overlap', {}).get('median_ms'), 3)} ms = "
+          f"{fmt(row.get('dispatch_link_ratio_wall_overlap'))}x, "
+          f"{fmt(row.get('dispatch_overlap_speedup_vs_default'), 3)}x the default",
+          flush=True)
+    for mode, per_rank in row.get("dispatch_phases", {}).items():
+        print(f"  phases {mode} (ms from the op's start, per rank): " +
+              " | ".join(", ".join(f"{k} {v:.3f}" for k, v in p.items()) for p in per_rank), flush=True)
 
 
 RANK_CODE = f"""

@@ -16,6 +16,7 @@
 #include "comm/symmetric_group.h"
 #include "kernels/comm/wait_diagnostic.h"
 #include "kernels/moe/moe_net_api.h"
+#include "kernels/moe/moe_net_plan.h"
 
 namespace mkernel {
 namespace moe {
@@ -181,6 +182,194 @@ at::Tensor exchange_nodes(const char* op, int32_t op_id, const at::Tensor& src, 
   pending.held.push_back(out);
   if (join) exchange_join();
   return out;
+}
+
+namespace {
+// MKERNEL_MOE_NET_PIECES (read at every call; every rank the same value): at most this many
+// pieces per block in the headed gather, 1 .. kPieces - 1 (the default).
+uint64_t headed_max_pieces(const char* op) {
+  const char* v = std::getenv("MKERNEL_MOE_NET_PIECES");
+  if (v == nullptr || *v == '\0') return moe_net::kPieces - 1;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  TORCH_CHECK_VALUE(end != v && *end == '\0' && n >= 1 && n <= static_cast<long>(moe_net::kPieces) - 1,
+                    op, ": MKERNEL_MOE_NET_PIECES must be an integer in [1, ", moe_net::kPieces - 1,
+                    "], got \"", v, "\"");
+  return static_cast<uint64_t>(n);
+}
+}  // namespace
+
+struct HeadedGather {
+  const char* op = nullptr;
+  int32_t op_id = 0;
+  comm::SymmetricGroup* group = nullptr;
+  comm::GroupDevice view{};
+  int world = 0, me = 0;
+  moe_net::PiecePlan plan;
+  moe_net::HeadedLayout lay;
+  uint64_t row_bytes = 0;
+  int64_t rows = 0;  // rows per rank (src's)
+  at::Tensor src, head, out, head_out, state;
+  at::cuda::CUDAStream recv;
+  at::cuda::CUDAEvent sent;
+  bool timed = false;
+  at::cuda::CUDAEvent sent_timed{cudaEventDefault}, received_timed{cudaEventDefault};
+  bool finished = false;
+  explicit HeadedGather(at::cuda::CUDAStream r) : recv(r) {}
+};
+
+std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
+                                                  const at::Tensor& src, const at::Tensor& head,
+                                                  int64_t group, int64_t world_size, bool timed) {
+  const c10::cuda::CUDAGuard device_guard(src.device());
+  comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, src.device());
+  const int W = g.world(), me = g.rank();
+  const at::cuda::CUDAStream main = at::cuda::getCurrentCUDAStream();
+  const at::cuda::CUDAStream send = at::cuda::getStreamFromPool(false, src.device().index());
+  auto x = std::make_shared<HeadedGather>(at::cuda::getStreamFromPool(false, src.device().index()));
+  x->op = op;
+  x->op_id = op_id;
+  x->group = &g;
+  x->world = W;
+  x->me = me;
+  x->timed = timed;
+  x->src = src.contiguous();
+  x->head = head.contiguous();
+  const at::Tensor& s = x->src;
+  const at::Tensor& h = x->head;
+  x->rows = s.size(0);
+  x->row_bytes = s.size(0) > 0 ? static_cast<uint64_t>(s.numel() / s.size(0)) * s.element_size() : 0;
+  const uint64_t block = static_cast<uint64_t>(s.numel()) * s.element_size();
+  const uint64_t head_bytes = static_cast<uint64_t>(h.numel()) * h.element_size();
+  TORCH_CHECK(block > 0 && head_bytes > 0, op, ": the headed gather needs rows and a head (", block,
+              " and ", head_bytes, " bytes)");
+  // The head takes data slot 0 of its source, the pieces slots 1 .. (moe_net_plan.h).
+  x->plan = moe_net::plan_pieces(block, headed_max_pieces(op));
+  x->lay = moe_net::headed_layout(block, head_bytes);
+  std::vector<int64_t> shape(s.sizes().begin(), s.sizes().end());
+  shape[0] = W * s.size(0);
+  x->out = at::empty(shape, s.options());
+  std::vector<int64_t> hshape(h.sizes().begin(), h.sizes().end());
+  hshape[0] = W * h.size(0);
+  x->head_out = at::empty(hshape, h.options());
+  g.ensure_net(op, x->lay.send_bytes(W), x->lay.recv_bytes(W));
+  x->view = g.device_view();  // after ensure_net: the current path
+  uint8_t* const send_area = x->view.net.send_area;
+  uint8_t* const recv_area = x->view.net.recv_area;
+  auto* hres = static_cast<uint8_t*>(x->head_out.data_ptr());
+  const auto* in = static_cast<const uint8_t*>(s.data_ptr());
+
+  x->state = at::empty({2}, s.options().dtype(at::kLong));
+  auto* st = reinterpret_cast<uint64_t*>(x->state.data_ptr());
+  check(op, moe_net::launch_begin(x->view, st, op_id, main.stream()), "begin", g);
+  at::cuda::CUDAEvent forked, head_ready;
+  forked.record(main);
+  forked.block(send);
+  forked.block(x->recv);
+  // This rank's head (small) on the caller's stream, beside the send.
+  check(op,
+        cudaMemcpyAsync(hres + me * head_bytes, h.data_ptr(), head_bytes, cudaMemcpyDeviceToDevice,
+                        main.stream()),
+        "own head", g);
+
+  // Send: every other node's READY, the head, then src's pieces.
+  check(op, moe_net::launch_wait(x->view, st, -1, moe_net::kReady, op_id, send.stream()), "ready", g);
+  check(op,
+        cudaMemcpyAsync(send_area + x->lay.send_head_off(), h.data_ptr(), head_bytes,
+                        cudaMemcpyDefault, send.stream()),
+        "stage head", g);
+  check(op,
+        moe_net::launch_push(x->view, st, x->lay.send_head_off(), 0, x->lay.recv_head_off(me, W),
+                             head_bytes, moe_net::data_slot(me, 0), true, op_id, send.stream()),
+        "push head", g);
+  for (uint64_t c = 0; c < x->plan.pieces; ++c) {
+    const uint64_t off = x->plan.offset(c), n = x->plan.bytes(c);
+    if (n == 0) continue;
+    check(op, cudaMemcpyAsync(send_area + off, in + off, n, cudaMemcpyDefault, send.stream()),
+          "stage", g);
+    check(op,
+          moe_net::launch_push(x->view, st, off, 0, x->lay.recv_block_off(me) + off, n,
+                               moe_net::data_slot(me, static_cast<uint32_t>(1 + c)), true, op_id,
+                               send.stream()),
+          "push", g);
+  }
+  check(op, moe_net::launch_finish(x->view, st, op_id, send.stream()), "finish", g);
+  x->sent.record(send);
+  if (timed) x->sent_timed.record(send);
+
+  // Receive: every other rank's head, then the caller's stream waits for them.
+  for (int j = 1; j < W; ++j) {
+    const int p = (me + j) % W;
+    check(op,
+          moe_net::launch_wait(x->view, st, p, moe_net::data_slot(p, 0), op_id, x->recv.stream()),
+          "head arrival", g);
+    check(op,
+          cudaMemcpyAsync(hres + p * head_bytes, recv_area + x->lay.recv_head_off(p, W), head_bytes,
+                          cudaMemcpyDefault, x->recv.stream()),
+          "unstage head", g);
+  }
+  head_ready.record(x->recv);
+  head_ready.block(main);
+  return x;
+}
+
+const at::Tensor& headed_out(const HeadedGather& x) { return x.out; }
+const at::Tensor& headed_head_out(const HeadedGather& x) { return x.head_out; }
+const at::cuda::CUDAEvent* headed_sent_event(const HeadedGather& x) {
+  return x.timed && x.finished ? &x.sent_timed : nullptr;
+}
+const at::cuda::CUDAEvent* headed_received_event(const HeadedGather& x) {
+  return x.timed && x.finished ? &x.received_timed : nullptr;
+}
+
+void gather_headed_finish(HeadedGather& x, at::cuda::CUDAEvent& after,
+                          const RowsLanded& on_rows) {
+  TORCH_CHECK(!x.finished, x.op, ": the headed gather was finished twice");
+  const c10::cuda::CUDAGuard device_guard(x.src.device());
+  comm::SymmetricGroup& g = *x.group;
+  const int W = x.world, me = x.me;
+  auto* st = reinterpret_cast<uint64_t*>(x.state.data_ptr());
+  uint8_t* const recv_area = x.view.net.recv_area;
+  auto* res = static_cast<uint8_t*>(x.out.data_ptr());
+  const uint64_t block = x.plan.block;
+  bool waited = false;  // for `after`: only the first hook needs it, the unstages do not
+  for (uint64_t c = 0; c < x.plan.pieces; ++c) {
+    const uint64_t off = x.plan.offset(c), n = x.plan.bytes(c);
+    if (n == 0) continue;
+    const uint64_t r0 = c == 0 ? 0 : x.plan.rows_landed(c - 1, x.row_bytes);
+    const uint64_t r1 = x.plan.rows_landed(c, x.row_bytes);
+    for (int j = 1; j < W; ++j) {
+      const int p = (me + j) % W;
+      check(x.op,
+            moe_net::launch_wait(x.view, st, p, moe_net::data_slot(p, static_cast<uint32_t>(1 + c)),
+                                 x.op_id, x.recv.stream()),
+            "arrival", g);
+      check(x.op,
+            cudaMemcpyAsync(res + p * block + off, recv_area + x.lay.recv_block_off(p) + off, n,
+                            cudaMemcpyDefault, x.recv.stream()),
+            "unstage", g);
+      if (r1 > r0 && on_rows) {
+        if (!waited) after.block(x.recv);
+        waited = true;
+        on_rows(p, static_cast<int64_t>(r0), static_cast<int64_t>(r1), x.recv.stream());
+      }
+    }
+  }
+  check(x.op,
+        moe_net::launch_push(x.view, st, 0, 0, 0, 0, moe_net::kDone + me, false, x.op_id,
+                             x.recv.stream()),
+        "done", g);
+  at::cuda::CUDAEvent received;
+  received.record(x.recv);
+  if (x.timed) x.received_timed.record(x.recv);
+  x.finished = true;
+  pending.events.push_back(std::move(x.sent));
+  pending.events.push_back(std::move(received));
+  pending.held.push_back(x.src);
+  pending.held.push_back(x.head);
+  pending.held.push_back(x.state);
+  pending.held.push_back(x.out);
+  pending.held.push_back(x.head_out);
 }
 
 namespace {

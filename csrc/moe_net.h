@@ -12,8 +12,12 @@
 #ifdef MKERNEL_WITH_CUDA
 
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 
 namespace mkernel {
 namespace moe {
@@ -35,6 +39,41 @@ bool exchange_by_copy_engine(const char* op, int64_t group, int64_t world_size,
 at::Tensor exchange_nodes(const char* op, int32_t op_id, const at::Tensor& src, bool all_to_all,
                           int64_t group, int64_t world_size, bool join = true);
 void exchange_join();
+
+// The dispatch's all_gather with a routing head, in two halves, so that the caller derives its
+// layout while the rows are still on the link and gathers each piece's rows as it lands (the
+// areas and slots: kernels/moe/moe_net_plan.h). src [n, ...] and head [hn, ...] from every rank.
+//
+// gather_headed_start: begin on the caller's stream, then the send stream (READY, the head
+// first, then src's pieces) and the receive stream's heads (every other rank's, unstaged into
+// head_out); this rank's head is copied into head_out on the caller's stream, which then waits
+// for the others': head_out ([W*hn, ...], rank p's at [p*hn, (p+1)*hn)) is readable on the
+// caller's stream when it returns. out ([W*n, ...]) holds rank p's rows at [p*n, (p+1)*n) for
+// every OTHER rank once their pieces landed; this rank's own block is not copied (the caller
+// reads its own rows from src).
+//
+// gather_headed_finish: per piece and other rank, on the receive stream: the arrival wait, the
+// unstage into out, and on_rows(rank, row_begin, row_end, stream) for the rows of that rank the
+// piece completed, the first of them after waiting for `after` (recorded on the caller's stream,
+// e.g. after its layout; the unstages before it do not wait)
+// (rows straddling two pieces go with the later one; every row of every other rank exactly
+// once); then DONE. The exchange is then pending: exchange_join() before reading out or
+// issuing another op of the group, exactly as exchange_nodes(join=false).
+struct HeadedGather;
+using RowsLanded = std::function<void(int src_rank, int64_t row_begin, int64_t row_end,
+                                      cudaStream_t stream)>;
+std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
+                                                  const at::Tensor& src, const at::Tensor& head,
+                                                  int64_t group, int64_t world_size,
+                                                  bool timed = false);
+const at::Tensor& headed_out(const HeadedGather& x);
+const at::Tensor& headed_head_out(const HeadedGather& x);
+void gather_headed_finish(HeadedGather& x, at::cuda::CUDAEvent& after,
+                          const RowsLanded& on_rows);
+// With `timed`: the send and receive streams' ends as timing events (after finish), for
+// MKERNEL_MOE_PHASES; nullptr otherwise.
+const at::cuda::CUDAEvent* headed_sent_event(const HeadedGather& x);
+const at::cuda::CUDAEvent* headed_received_event(const HeadedGather& x);
 
 }  // namespace moe
 }  // namespace mkernel

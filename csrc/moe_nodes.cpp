@@ -5,15 +5,22 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/symmetric_group.h"
 #include "kernels/comm/wait_diagnostic.h"
+#include "kernels/moe/moe_net_api.h"
+#include "kernels/moe/moe_net_plan.h"
 #include "kernels/moe/moe_partial_api.h"
 #include "moe_local.h"
 #include "moe_net.h"
@@ -73,6 +80,89 @@ Decoded decode(const at::Tensor& route, int64_t world, int64_t rows) {
 
 }  // namespace
 
+namespace {
+
+// MKERNEL_MOE_DISPATCH_PIPELINE (read at every call, like a shape: every rank must see the same
+// value): unset or "1", the pipelined dispatch (below); "0", the sequence before it (the routing
+// all_gathered first, the rows joined whole, then index_select over the static row bound); "2"
+// (opt-in), the pipelined one whose GEMM starts on the rows of this rank's own tokens while the
+// other ranks' rows are on the link (where the headed gather runs and capacity is 0; else "1").
+int dispatch_mode() {
+  const char* v = std::getenv("MKERNEL_MOE_DISPATCH_PIPELINE");
+  if (v == nullptr || *v == '\0') return 1;
+  const std::string m(v);
+  TORCH_CHECK_VALUE(m == "0" || m == "1" || m == "2",
+                    "MKERNEL_MOE_DISPATCH_PIPELINE must be \"0\", \"1\" or \"2\" (or unset), got \"", m, "\"");
+  return m[0] - '0';
+}
+
+// MKERNEL_MOE_PHASES=1 (measurement, read at every call): the dispatch records timing events at
+// its phase boundaries on the caller's stream (not under graph capture); mkernel._moe_phases()
+// returns the last call's as JSON, ms from the op's start on the GPU, plus the host's issue time.
+struct Phases {
+  struct Mark {
+    std::string name;
+    std::shared_ptr<at::cuda::CUDAEvent> event;
+    double host_ms;  // when the host recorded it (< 0: recorded on a side stream, no host time)
+  };
+  bool on = false;
+  std::vector<Mark> marks;
+  std::chrono::steady_clock::time_point host0;
+  double host_ms = 0.0;
+  double host_now() const {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host0).count();
+  }
+  void mark(const char* name, const at::cuda::CUDAStream& s) {
+    if (!on) return;
+    auto ev = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);
+    ev->record(s);
+    marks.push_back({name, std::move(ev), host_now()});
+  }
+  void mark_event(const char* name, const at::cuda::CUDAEvent* ev) {
+    if (!on || ev == nullptr) return;
+    // Borrowed: the caller keeps the event alive until mkernel._moe_phases reads it.
+    marks.push_back({name,
+                     std::shared_ptr<at::cuda::CUDAEvent>(std::shared_ptr<void>(),
+                                                          const_cast<at::cuda::CUDAEvent*>(ev)),
+                     -1.0});
+  }
+};
+thread_local Phases last_phases;
+thread_local std::shared_ptr<void> last_phases_keep;  // what borrowed events belong to
+
+bool phases_requested(const at::cuda::CUDAStream& s) {
+  const char* v = std::getenv("MKERNEL_MOE_PHASES");
+  if (v == nullptr || std::string(v) != "1") return false;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s.stream(), &capture) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return capture == cudaStreamCaptureStatusNone;
+}
+
+// {"<phase>": GPU ms from the start mark, "host_<phase>": host ms from the op's host start when
+// the host recorded it (a GPU time close to its host time: the GPU waited for the host there),
+// "host_ms": the op's host time up to the GEMM's launch}.
+std::string phases_json() {
+  Phases& ph = last_phases;
+  if (ph.marks.empty()) return "{}";
+  std::string out = "{";
+  ph.marks.front().event->synchronize();
+  for (size_t i = 1; i < ph.marks.size(); ++i) {
+    ph.marks[i].event->synchronize();
+    const float ms = ph.marks.front().event->elapsed_time(*ph.marks[i].event);
+    out += "\"" + ph.marks[i].name + "\":" + std::to_string(ms) + ",";
+    if (ph.marks[i].host_ms >= 0) {
+      out += "\"host_" + ph.marks[i].name + "\":" + std::to_string(ph.marks[i].host_ms) + ",";
+    }
+  }
+  out += "\"host_ms\":" + std::to_string(ph.host_ms) + "}";
+  return out;
+}
+
+}  // namespace
+
 DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Tensor& topk_idx,
                               const at::Tensor& w1, int64_t group, int64_t world_size,
                               int64_t num_experts, int64_t capacity, bool return_recv,
@@ -96,18 +186,51 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
     r.recv_x = return_recv ? recv : x.new_empty({0});
     return r;
   }
+  const at::cuda::CUDAStream main = at::cuda::getCurrentCUDAStream();
+  Phases ph;
+  ph.on = phases_requested(main);
+  ph.host0 = std::chrono::steady_clock::now();
+  ph.mark("start", main);
+  comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, x.device());
+  // The same answers on every rank: the environment and H are the group's, and the group's
+  // inter-node path is opened collectively (the first call's all_gather below opens it, where
+  // no earlier op did; exchange_by_copy_engine looks at its areas).
+  const int mode = dispatch_mode();
+  const bool pipelined = mode >= 1 && H > 0;
+  const bool net_open = g.device_view().net.send_area != nullptr;
+  bool own_path = net_open && exchange_by_copy_engine(op, group, W, x.device());
   // Every rank's tokens and choices (out-of-range ids as -1, padding rows choose nothing).
   const at::Tensor idx = topk_idx.to(at::kLong);
   const at::Tensor idx32 = at::where(idx.ge(0).logical_and(idx.lt(E)), idx, -1).to(at::kInt);
-  const at::Tensor idx_all = all_gather_bits(pad_rows(idx32, Tm, -1), group, W);  // [W*Tm, k]
-  // [W*Tm, H]: through the MoE's own exchange (moe_net.h: one rank per node, host staging; the
-  // layout's ATen work below runs while it is in flight, joined before the rows are read) or
-  // the substrate's all_gather.
-  const bool own_path = exchange_by_copy_engine(op, group, W, x.device());
-  const at::Tensor x_all =
-      own_path ? exchange_nodes(op, comm::kOpMoeDispatch, pad_rows(x, Tm, 0), false, group, W,
-                                /*join=*/false)
-               : all_gather(pad_rows(x, Tm, 0), group, W);
+  const at::Tensor x_pad = pad_rows(x, Tm, 0);
+  at::Tensor idx_all, x_all;
+  std::shared_ptr<HeadedGather> headed;
+  if (own_path && pipelined) {
+    // The routing travels ahead of the rows in the same exchange (no collective before the
+    // rows move); the caller's stream has every rank's routing when this returns.
+    headed = gather_headed_start(op, comm::kOpMoeDispatch, x_pad, pad_rows(idx32, Tm, -1), group,
+                                 W, ph.on);
+    idx_all = headed_head_out(*headed);  // [W*Tm, k]
+    x_all = headed_out(*headed);         // [W*Tm, H], other ranks' blocks as their pieces land
+  } else {
+    idx_all = all_gather_bits(pad_rows(idx32, Tm, -1), group, W);  // [W*Tm, k]
+    own_path = exchange_by_copy_engine(op, group, W, x.device());  // the path is open now
+    if (own_path && pipelined) {
+      // The group's first call: size the areas for the headed gather of the next calls too (a
+      // later capture cannot grow them).
+      const moe_net::HeadedLayout lay = moe_net::headed_layout(
+          static_cast<uint64_t>(x_pad.numel()) * x_pad.element_size(),
+          static_cast<uint64_t>(Tm * k) * sizeof(int32_t));
+      g.ensure_net(op, lay.send_bytes(static_cast<int>(W)), lay.recv_bytes(static_cast<int>(W)));
+    }
+    // [W*Tm, H]: through the MoE's own exchange (moe_net.h: one rank per node; the layout's
+    // ATen work below runs while it is in flight, joined before the rows are read) or the
+    // substrate's all_gather.
+    x_all = own_path ? exchange_nodes(op, comm::kOpMoeDispatch, x_pad, false, group, W,
+                                      /*join=*/false)
+                     : all_gather(x_pad, group, W);
+  }
+  ph.mark("routing", main);
 
   // Choices in (source, token, choice) order, stably sorted by expert: expert g's rows in the
   // order moe_host.h lays them out, at sorted positions starts[g] .. starts[g+1] - 1.
@@ -149,8 +272,8 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
                       .to(at::kInt);
 
   // The received rows: row q of the layout is sorted choice starts[first expert] + q (packed)
-  // or starts[expert of q] + q % C (padded); rows past the counts get some token's row
-  // (unspecified, as on one node).
+  // or starts[expert of q] + q % C (padded); rows past the counts are unspecified, as on one
+  // node (the previous sequence copies some token's row there, the pipelined one nothing).
   at::Tensor sorted_pos;
   if (capacity > 0) {
     const at::Tensor q = at::arange(rows_out, long_opts);
@@ -160,10 +283,154 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
     sorted_pos = starts.narrow(0, me * El, 1) + at::arange(rows_out, long_opts);
   }
   const at::Tensor token = at::div(perm.index_select(0, sorted_pos.clamp_max(n - 1)), k, "floor");
-  if (own_path) exchange_join();
-  at::Tensor recv = x_all.index_select(0, token);
+  at::Tensor recv;
+  if (!pipelined) {
+    if (own_path) exchange_join();
+    ph.mark("joined", main);
+    recv = x_all.index_select(0, token);
+  } else {
+    // Only the rows the counts cover are gathered (the static bound holds W * min(k, E_local)
+    // / k times the mean); the others stay unwritten (unspecified, as on one node): token -1.
+    const at::Tensor q = at::arange(rows_out, long_opts);
+    const at::Tensor live =
+        capacity > 0
+            ? q.remainder(capacity).lt(r.counts.to(at::kLong).index_select(0, at::div(q, capacity, "floor")))
+            : q.lt(r.counts.sum().to(at::kLong));
+    const at::Tensor token_live = at::where(live, token, -1).contiguous();
+    const int64_t row_bytes = H * x.element_size();
+    const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+    auto gather = [&](const at::Tensor& from, int64_t row0, int64_t rows, cudaStream_t s) {
+      const auto* base = static_cast<const uint8_t*>(from.data_ptr());
+      const cudaError_t err = moe_net::launch_gather_rows(
+          base, row0, rows, token_live.data_ptr<int64_t>(), rows_out, recv.data_ptr(), row_bytes,
+          sms, s);
+      TORCH_CHECK(err == cudaSuccess, op, ": the row gather failed to launch: ",
+                  cudaGetErrorString(err));
+    };
+    if (headed && mode == 2 && capacity == 0) {
+      // The overlapped dispatch: the packed layout split in two packed layouts, the rows of this
+      // rank's own tokens ("own") and the others ("rem"), each expert-major with the packed
+      // layout's order inside an expert (tests/host/moe_split_layout.py is this sequence's twin,
+      // checked against the reference). The own GEMM runs while the other ranks' rows are on
+      // the link; the two GEMMs' rows then go back to the packed order.
+      const int64_t bound_own = Tm * std::min(k, El), bound_rem = rows_out - bound_own;
+      const at::Tensor sp = sorted_pos.clamp_max(n - 1);
+      const at::Tensor ex = (skey.index_select(0, sp) - me * El).clamp(0, El - 1);
+      const at::Tensor j = sorted_pos - starts.index_select(0, ex + me * El);
+      const at::Tensor s_of = at::div(token, Tm, "floor");
+      const at::Tensor rc = r.recv_counts.to(at::kLong);  // [W, El]
+      const at::Tensor own_cnt = rc.select(0, me);
+      const at::Tensor before = rc.cumsum(0).select(0, me) - own_cnt;
+      const at::Tensor rem_cnt = r.counts.to(at::kLong) - own_cnt;
+      const at::Tensor own_start = own_cnt.cumsum(0) - own_cnt;
+      const at::Tensor rem_start = rem_cnt.cumsum(0) - rem_cnt;
+      const at::Tensor is_own = live.logical_and(s_of.eq(me));
+      const at::Tensor is_rem = live.logical_and(s_of.ne(me));
+      const at::Tensor oi = own_start.index_select(0, ex) + j - before.index_select(0, ex);
+      const at::Tensor ri = rem_start.index_select(0, ex) +
+                            at::where(s_of.lt(me), j, j - own_cnt.index_select(0, ex));
+      const at::Tensor map_own = at::where(is_own, oi, -1).contiguous();
+      const at::Tensor map_rem = at::where(is_rem, ri, -1).contiguous();
+      const at::Tensor tok_own = at::full({bound_own + 1}, -1, long_opts)
+                                     .scatter_(0, at::where(is_own, oi, bound_own), token)
+                                     .narrow(0, 0, bound_own)
+                                     .contiguous();
+      const at::Tensor tok_rem = at::full({bound_rem + 1}, -1, long_opts)
+                                     .scatter_(0, at::where(is_rem, ri, bound_rem), token)
+                                     .narrow(0, 0, bound_rem)
+                                     .contiguous();
+      const at::Tensor a_own = at::empty({bound_own, H}, x.options());
+      const at::Tensor a_rem = at::empty({bound_rem, H}, x.options());
+      auto gather_into = [&](const at::Tensor& dst, const at::Tensor& tok, const void* from,
+                             int64_t row0, int64_t rows, int64_t rb, cudaStream_t st) {
+        const cudaError_t err = moe_net::launch_gather_rows(
+            from, row0, rows, tok.data_ptr<int64_t>(), tok.size(0), dst.data_ptr(), rb, sms, st);
+        TORCH_CHECK(err == cudaSuccess, op, ": the row gather failed to launch: ",
+                    cudaGetErrorString(err));
+      };
+      at::cuda::CUDAEvent layout_done;  // no hook below waits for it
+      layout_done.record(main);
+      ph.mark("layout", main);
+      // Every piece's wait and unstage queued before anything here may wait on the host.
+      gather_headed_finish(*headed, layout_done, RowsLanded());
+      ph.mark_event("sent", headed_sent_event(*headed));
+      ph.mark_event("received", headed_received_event(*headed));
+      gather_into(a_own, tok_own, x_pad.data_ptr(), me * Tm, Tm, row_bytes, main.stream());
+      const at::Tensor y_own = expert_gemm(a_own, w1, own_cnt.to(at::kInt), 0);
+      ph.mark("gemm_own", main);
+      exchange_join();  // the other ranks' rows are in x_all now
+      ph.mark("joined", main);
+      const auto* all_base = static_cast<const uint8_t*>(x_all.data_ptr());
+      for (int64_t p = 0; p < W; ++p) {
+        if (p == me) continue;
+        gather_into(a_rem, tok_rem, all_base + p * Tm * row_bytes, p * Tm, Tm, row_bytes,
+                    main.stream());
+      }
+      ph.mark("gathered", main);
+      const at::Tensor y_rem = expert_gemm(a_rem, w1, rem_cnt.to(at::kInt), 0);
+      const int64_t F = w1.size(1);
+      at::Tensor out = at::empty({rows_out, F}, x.options());
+      const int64_t out_bytes = F * x.element_size();
+      if (bound_own > 0) {
+        gather_into(out, map_own, y_own.data_ptr(), 0, bound_own, out_bytes, main.stream());
+      }
+      gather_into(out, map_rem, y_rem.data_ptr(), 0, bound_rem, out_bytes, main.stream());
+      ph.mark("gemm", main);
+      if (return_recv) {  // the received rows in the packed layout (the weight gradient's)
+        recv = at::empty({rows_out, H}, x.options());
+        gather(x_pad, me * Tm, Tm, main.stream());
+        for (int64_t p = 0; p < W; ++p) {
+          if (p != me) gather(x_all.narrow(0, p * Tm, Tm), p * Tm, Tm, main.stream());
+        }
+      }
+      if (ph.on) {
+        ph.host_ms = ph.host_now();
+        last_phases_keep = headed;
+        last_phases = std::move(ph);
+      }
+      r.out = out;
+      r.recv_x = return_recv ? recv : x.new_empty({0});
+      return r;
+    }
+    recv = at::empty({rows_out, H}, x.options());
+    if (headed) {
+      // This rank's rows from x now (this stream); every other rank's as its pieces land (the
+      // receive stream, once this stream's layout is done). Each row is written by one launch.
+      at::cuda::CUDAEvent layout_done;
+      layout_done.record(main);
+      ph.mark("layout", main);
+      gather(x_pad, me * Tm, Tm, main.stream());  // disjoint rows from the receive stream's
+      const uint8_t* all_base = static_cast<const uint8_t*>(x_all.data_ptr());
+      gather_headed_finish(*headed, layout_done,
+                           [&](int p, int64_t r0, int64_t r1, cudaStream_t s) {
+                             const int64_t row0 = p * Tm + r0;
+                             const cudaError_t err = moe_net::launch_gather_rows(
+                                 all_base + row0 * row_bytes, row0, r1 - r0,
+                                 token_live.data_ptr<int64_t>(), rows_out, recv.data_ptr(),
+                                 row_bytes, sms, s);
+                             TORCH_CHECK(err == cudaSuccess, op,
+                                         ": the row gather failed to launch: ",
+                                         cudaGetErrorString(err));
+                           });
+      ph.mark_event("sent", headed_sent_event(*headed));
+      ph.mark_event("received", headed_received_event(*headed));
+      exchange_join();  // token_live, recv, x_all: read on the receive stream until here
+      ph.mark("joined", main);
+    } else {
+      if (own_path) exchange_join();
+      ph.mark("joined", main);
+      gather(x_all, 0, W * Tm, main.stream());
+    }
+  }
+  ph.mark("gathered", main);
   if (capacity > 0) recv = recv.view({El, capacity, H});
   r.out = expert_gemm(recv, w1, r.counts, capacity);
+  ph.mark("gemm", main);
+  if (ph.on) {
+    ph.host_ms = ph.host_now();
+    last_phases_keep = headed;  // the borrowed sent / received events live in it
+    last_phases = std::move(ph);
+  }
   r.recv_x = return_recv ? recv : x.new_empty({0});
   return r;
 }
@@ -311,6 +578,12 @@ at::Tensor scatter_nodes(const char* op, const at::Tensor& rows, const at::Tenso
               .masked_fill_(from.eq(n).unsqueeze(1), 0);
   }
   return capacity > 0 ? out.view({e_local, capacity, H}) : out;
+}
+
+// mkernel._moe_phases (measurement): the last MKERNEL_MOE_PHASES=1 dispatch's phase times on
+// this thread (waits for its events), "{}" if none.
+TORCH_LIBRARY_FRAGMENT(mkernel, m) {
+  m.def("_moe_phases() -> str", [] { return phases_json(); });
 }
 
 }  // namespace moe

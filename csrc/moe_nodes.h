@@ -11,6 +11,14 @@
 // + FIFO pieces; MKERNEL_MOE_NODES_PATH=substrate opts out) instead of the substrate's
 // collectives (kernels/moe/README.md).
 //
+// The dispatch with every rank alone on its node (the MoE's own exchange) is pipelined (moe10;
+// MKERNEL_MOE_DISPATCH_PIPELINE=0 restores the previous sequence): the routing travels as the
+// head of the rows' exchange (no collective before the rows move), the layout runs while the
+// rows are on the link, and each landed piece's rows are gathered into the layout on the
+// exchange's receive stream (moe_net.h gather_headed_*); on every path only the rows the counts
+// cover are gathered (rows past them stay unwritten). MKERNEL_MOE_PHASES=1 records its phase
+// times (mkernel._moe_phases).
+//
 // Sizes: T is padded to the group's token bound max_T (mkernel.moe.reserve_tokens, else the
 // ranks' T all-gathered on the host: a shape, not data); the packed outputs hold the same static
 // bound of rows as on one node (moe_ep.h), rows past the counts unspecified.

@@ -64,10 +64,39 @@ def test_moe_cuda_graph_replay(mps, world):
 def test_moe_cuda_across_emulated_nodes(mps, world):
     """Two emulated nodes: values, routes, counts and gradients against the float64 reference,
     bit-identical repeats, and graph replay (with and without reserve_tokens). Defaults: at W=2
-    (one rank per node) the MoE's own exchange, at W=4 the substrate's collectives."""
+    (one rank per node) the MoE's own exchange with the pipelined dispatch (moe10: the routing as
+    the exchange's head, each landed piece's rows gathered as it lands), at W=4 the substrate's
+    collectives (and the counted-rows gather)."""
     res = run_ranks(RANK_MAIN, world, nodes=2, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
                                  MKERNEL_OP_TIMEOUT="20"))
+    cases = check_ranks(res)
+    assert len(cases) == world * (8 + 4), len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+
+def test_moe_cuda_across_emulated_nodes_previous_dispatch(mps):
+    """MKERNEL_MOE_DISPATCH_PIPELINE=0 (the opt-out, moe10): the dispatch across nodes as before
+    the pipelined one (the routing all_gathered before the rows move, the rows joined whole, then
+    index_select over the static row bound); the same checks at W=2 over 2 nodes."""
+    world = 2
+    res = run_ranks(RANK_MAIN, world, nodes=2, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_DISPATCH_PIPELINE="0"))
+    cases = check_ranks(res)
+    assert len(cases) == world * (8 + 4), len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_moe_cuda_across_emulated_nodes_overlapped_dispatch(mps, world):
+    """MKERNEL_MOE_DISPATCH_PIPELINE=2 (opt-in, moe10): every rank alone on its emulated node, the
+    dispatch's GEMM split in the rows of this rank's own tokens (run while the other ranks' rows
+    are on the link) and the rest, put back in the packed order (capacity 0; capacity > 0 runs
+    the pipelined dispatch); the same checks."""
+    res = run_ranks(RANK_MAIN, world, nodes=world, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_DISPATCH_PIPELINE="2"))
     cases = check_ranks(res)
     assert len(cases) == world * (8 + 4), len(cases)
     assert max(c["err"] / c["bound"] for c in cases) <= 1

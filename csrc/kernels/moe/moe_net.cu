@@ -4,6 +4,9 @@
 #include "../comm/net_ops.cuh"
 #include "moe_net_api.h"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace mkernel::moe_net {
 namespace {
 
@@ -78,7 +81,57 @@ __global__ void __launch_bounds__(32, 1) finish_kernel(const __grid_constant__ G
   }
 }
 
+// One warp per dst row (grid-stride): lane 0's token decides, the warp copies the row with V-byte
+// accesses, 4 in flight per lane.
+template <class V>
+__global__ void __launch_bounds__(256) gather_rows_kernel(const uint8_t* __restrict__ src,
+                                                          int64_t row0, int64_t rows,
+                                                          const int64_t* __restrict__ token,
+                                                          int64_t n, uint8_t* __restrict__ dst,
+                                                          int64_t row_bytes) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5);
+  const int64_t vecs = row_bytes / static_cast<int64_t>(sizeof(V));
+  for (int64_t q = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); q < n;
+       q += warps) {
+    const int64_t t = token[q] - row0;  // the same value in every lane (one load, broadcast)
+    if (t < 0 || t >= rows) continue;
+    const V* in = reinterpret_cast<const V*>(src + t * row_bytes);
+    V* out = reinterpret_cast<V*>(dst + q * row_bytes);
+    int64_t i = lane;
+    for (; i + 96 < vecs; i += 128) {
+      const V a = in[i], b = in[i + 32], c = in[i + 64], d = in[i + 96];
+      out[i] = a;
+      out[i + 32] = b;
+      out[i + 64] = c;
+      out[i + 96] = d;
+    }
+    for (; i < vecs; i += 32) out[i] = in[i];
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_gather_rows(const void* src, int64_t row0, int64_t rows, const int64_t* token,
+                               int64_t n, void* dst, int64_t row_bytes, int sm_count,
+                               cudaStream_t s) {
+  if (n <= 0 || rows <= 0 || row_bytes <= 0) return cudaSuccess;
+  constexpr int kWarps = 8;
+  const int64_t want = (n + kWarps - 1) / kWarps;
+  const int grid = static_cast<int>(std::min<int64_t>(want, static_cast<int64_t>(std::max(sm_count, 1)) * 8));
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+  const uint64_t bits = reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) |
+                        static_cast<uint64_t>(row_bytes);
+  if (bits % 16 == 0) {
+    gather_rows_kernel<uint4><<<grid, kWarps * 32, 0, s>>>(in, row0, rows, token, n, out, row_bytes);
+  } else if (bits % 4 == 0) {
+    gather_rows_kernel<uint32_t><<<grid, kWarps * 32, 0, s>>>(in, row0, rows, token, n, out, row_bytes);
+  } else {
+    gather_rows_kernel<uint8_t><<<grid, kWarps * 32, 0, s>>>(in, row0, rows, token, n, out, row_bytes);
+  }
+  return cudaGetLastError();
+}
 
 cudaError_t launch_begin(const GroupDevice& g, uint64_t* state, int32_t op, cudaStream_t s) {
   begin_kernel<<<1, 32, 0, s>>>(g, state, op);

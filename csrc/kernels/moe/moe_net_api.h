@@ -59,4 +59,14 @@ cudaError_t launch_push(const comm::GroupDevice& g, uint64_t* state, uint64_t lo
 cudaError_t launch_finish(const comm::GroupDevice& g, const uint64_t* state, int32_t op,
                           cudaStream_t s);
 
+// The dispatch's row gather (no group memory, no wait): for every q < n whose token[q] lies in
+// [row0, row0 + rows), dst row q = src row token[q] - row0 (rows of row_bytes bytes); every
+// other row of dst is left as it is (token -1: a row past the counts, never written). Launched
+// once per landed range (a source's piece, or this rank's own rows), each dst row is written by
+// exactly the launch whose range holds its token. 16-byte accesses where row_bytes and both
+// pointers allow, else 4 or 1.
+cudaError_t launch_gather_rows(const void* src, int64_t row0, int64_t rows,
+                               const int64_t* token, int64_t n, void* dst, int64_t row_bytes,
+                               int sm_count, cudaStream_t s);
+
 }  // namespace mkernel::moe_net

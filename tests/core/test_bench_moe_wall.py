@@ -1,0 +1,81 @@
+"""bench_moe_ranks.py's moe10 helpers on the CPU: the dispatch's wall-clock yardstick from the
+slowest rank's medians on both sides (s12run2's per-rank subtraction charged the dispatch with the
+other rank's GEMM turn), and with_env's knob toggling around one call."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import bench_moe_ranks as bench  # noqa: E402
+
+
+def test_wall_clock_from_the_slowest_rank_on_both_sides():
+    # s12run2's seed 8k row: op 7.3017 ms, engine GEMM 5.4823 ms (both slowest-rank medians).
+    sent = 58505216
+    row = bench.wall_clock({"mkernel_dispatch_gemm": 7.301663875579834, "engine_gemm": 5.482272148132324},
+                           sent, 50.0)
+    over = 7.301663875579834 - 5.482272148132324
+    assert row["dispatch_overhead_ms_aligned"] == pytest.approx(over)
+    assert row["dispatch_gbs_per_rank_wall_aligned"] == pytest.approx(sent / (over * 1e-3) / 1e9)
+    assert row["dispatch_link_ratio_wall"] == pytest.approx(sent / (over * 1e-3) / 1e9 / 50.0)
+    assert 0.6 < row["dispatch_link_ratio_wall"] < 0.66  # 32.2 GB/s, not s12run2's 13.7
+    assert "dispatch_speedup_vs_prev" not in row and "dispatch_overhead_ms_aligned_prev" not in row
+
+
+def test_wall_clock_with_the_previous_sequence_and_edge_cases():
+    row = bench.wall_clock({"mkernel_dispatch_gemm": 6.5, "mkernel_dispatch_gemm_prev": 7.5,
+                            "mkernel_dispatch_gemm_p8": 6.4, "engine_gemm": 5.0}, 30_000_000, None)
+    assert row["dispatch_overhead_ms_aligned_p8"] == pytest.approx(1.4)
+    assert row["dispatch_overhead_ms_aligned"] == pytest.approx(1.5)
+    assert row["dispatch_overhead_ms_aligned_prev"] == pytest.approx(2.5)
+    assert row["dispatch_gbs_per_rank_wall_aligned_prev"] == pytest.approx(12.0)
+    assert row["dispatch_link_ratio_wall"] is None  # no emulated rate given
+    assert row["dispatch_speedup_vs_prev"] == pytest.approx(7.5 / 6.5)
+    # An op at or below the GEMM alone (everything hidden): no rate, not a division by zero.
+    row = bench.wall_clock({"mkernel_dispatch_gemm": 5.0, "engine_gemm": 5.0}, 1, 50.0)
+    assert row["dispatch_gbs_per_rank_wall_aligned"] is None and row["dispatch_link_ratio_wall"] is None
+    assert bench.wall_clock({"mkernel_dispatch_gemm": 5.0}, 1, 50.0) == {}
+    row = bench.wall_clock({"mkernel_dispatch_gemm": 6.5, "mkernel_dispatch_gemm_overlap": 6.0,
+                            "engine_gemm": 5.0}, 30_000_000, 50.0)
+    assert row["dispatch_overlap_speedup_vs_default"] == pytest.approx(6.5 / 6.0)
+    assert row["dispatch_link_ratio_wall_overlap"] == pytest.approx(0.6)
+    assert "dispatch_speedup_vs_prev" not in row
+
+
+def test_with_env_sets_and_restores(monkeypatch):
+    monkeypatch.delenv("MKERNEL_MOE_DISPATCH_PIPELINE", raising=False)
+    monkeypatch.setenv("MKERNEL_MOE_PHASES", "7")
+    seen = []
+    fn = bench.with_env({"MKERNEL_MOE_DISPATCH_PIPELINE": "0", "MKERNEL_MOE_PHASES": "1"},
+                        lambda: seen.append((os.environ["MKERNEL_MOE_DISPATCH_PIPELINE"],
+                                             os.environ["MKERNEL_MOE_PHASES"])) or 3)
+    assert fn() == 3 and seen == [("0", "1")]
+    assert "MKERNEL_MOE_DISPATCH_PIPELINE" not in os.environ and os.environ["MKERNEL_MOE_PHASES"] == "7"
+
+    def boom():
+        raise RuntimeError("x")
+
+    with pytest.raises(RuntimeError):
+        bench.with_env({"MKERNEL_MOE_DISPATCH_PIPELINE": "0"}, boom)()
+    assert "MKERNEL_MOE_DISPATCH_PIPELINE" not in os.environ
+
+
+def test_print_row_reports_the_moe10_lines(capsys):
+    phases = {"routing": 0.08, "layout": 0.3, "received": 1.3, "joined": 1.31, "gathered": 1.33,
+              "gemm": 6.7, "host_ms": 0.9}
+    row = {"dispatch_overhead_ms_aligned": 1.4, "dispatch_gbs_per_rank_wall_aligned": 41.8,
+           "dispatch_link_ratio_wall": 0.836, "mkernel_dispatch_gemm_prev": {"median_ms": 7.3},
+           "dispatch_overhead_ms_aligned_prev": 1.82, "dispatch_link_ratio_wall_prev": 0.64,
+           "dispatch_speedup_vs_prev": 1.06, "dispatch_phases": {"pipelined": [phases, {}], "prev": [{}, {}]}}
+    bench.print_moe10(row)
+    out = capsys.readouterr().out
+    assert "0.84x the link" in out and "speed-up 1.060x" in out and "received 1.300" in out
+    json.dumps(row)
+    bench.print_moe10({})  # a one-node row: nothing
+    assert capsys.readouterr().out == ""
