@@ -145,6 +145,7 @@ VARIANT_DOC = {
     67720: "2184's mainloop on a 128x160 tile, K 2 + V 2 stages (attn14, bits 15-16 = 2; causal runs 136)",
     100488: "2184's mainloop on a 128x176 tile, K 2 + V 2 stages, FA3's d=128 non-causal tile (attn14, bits 15-16 = 3; causal runs 136)",
     133256: "2184 + lazy O rescale (attn15, bit 17: FA4's conditional rescaling, a row's max moves only by > 2^8; a warp skips O's FMULs when none moved; causal runs 136)",
+    166024: "34952 + lazy O rescale (attn15, bit 17 on the 128x144 tile, K 2 + V 3; causal runs 136)",
     264328: "2184 + only consumer warpgroup 0 waits on the K/V full barriers (attn15, bit 18: FA3; bit for bit 2184; causal runs 136)",
     395400: "2184 + bits 17 + 18 (attn15: lazy O rescale, warpgroup 0 alone waits on K/V; causal runs 136)",
     18568: "2184 + O stored from registers (attn13, bit 14: no cross-warpgroup meet, V stage freed after the last PV; causal runs 136 + bit 14; bit for bit 2184 / 136)",

@@ -108,7 +108,7 @@ int main() {
                  g_entry == (causal ? 3 : 7) && g_variant == (causal ? 136 : wide),
              "a longer-KV-block variant: its entry non-causal (split tail), 136 causal");
     }
-    for (int v15 : {133256, 264328, 395400}) {
+    for (int v15 : {133256, 264328, 395400, 166024}) {
       v.variant = v15;
       expect(!uses_tile_counter(v) && uses_split_tail(v) == !causal && run(v, l) == cudaSuccess &&
                  g_entry == (causal ? 3 : 8) && g_variant == (causal ? 136 : v15),
@@ -119,7 +119,8 @@ int main() {
       w.seq_kv = kDefaultWideKvMinSeqKv;
       w.tile_counter = nullptr;
       const bool wide = kDefaultWideKvNonCausal != 0 && !causal;
-      expect(run(w, l) == cudaSuccess && g_entry == (wide ? 7 : 1) &&
+      const int wide_entry = (kDefaultWideKvNonCausal & kAttn15Mask) != 0 ? 8 : 7;
+      expect(run(w, l) == cudaSuccess && g_entry == (wide ? wide_entry : 1) &&
                  g_variant == (wide ? kDefaultWideKvNonCausal : 0),
              "a default call from kDefaultWideKvMinSeqKv keys on: the wide default iff set");
       w.seq_kv = kDefaultWideKvMinSeqKv - 1;

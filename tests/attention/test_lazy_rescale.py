@@ -1,7 +1,8 @@
 """Variant bits 17-18 (attn15) on 2184's mainloop, non-causal: 133256 = bit 17 (lazy O rescale,
 FA4's conditional rescaling: a row's running max moves only when a block raises it by more than
 2^8 in the exponent, a warp whose rows all kept theirs skips O's FMULs), 264328 = bit 18 (only
-consumer warpgroup 0 waits on the K / V full barriers, FA3), 395400 = both.
+consumer warpgroup 0 waits on the K / V full barriers, FA3), 395400 = both; 166024 = bit 17 on
+attn14's 128x144 tile (34952's mainloop).
 
 Bit 17 rounds differently from 2184 (P up to 256 instead of 1): checked against the float64
 reference (poisoned outputs, ragged KV tails, GQA / MQA, several tiles per CTA, the split tail's
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 LAZY = 133256    # 2184 + bit 17
 LEAD = 264328    # 2184 + bit 18
 BOTH = 395400    # 2184 + bits 17, 18
+WIDE = 166024    # 34952 + bit 17: the 128x144 tile (K 2 + V 3), another block partition
 # Beside VARIANT_CASES: the bench's KV length, and 288 tiles on 132 SMs (2 rounds + 24 tiles: the
 # split tail cuts each of the 24 into pieces of a 3000-key range that ends inside a block; GQA).
 EXTRA = [(1, 4096, 4096, 8, 8, 128), (1, 1024, 3000, 36, 12, 128)]
@@ -54,7 +56,7 @@ def _run(variant, q, k, v, monkeypatch, causal=False, poison=True):
     return mkernel.attention(q, k, v, causal=causal)
 
 
-@pytest.mark.parametrize("variant", [LAZY, LEAD, BOTH])
+@pytest.mark.parametrize("variant", [LAZY, LEAD, BOTH, WIDE])
 @pytest.mark.parametrize("case", VARIANT_CASES + EXTRA)
 def test_attn15_variant_matches_reference(variant, case, monkeypatch) -> None:
     q, k, v = _inputs(case, hash((case, variant)) % 2**31)
@@ -86,9 +88,11 @@ def test_lazy_rescale_with_climbing_maxima(q_gain, k_ramp, monkeypatch) -> None:
     assert torch.allclose(lse, base_lse, rtol=1e-4, atol=1e-4)
     both, both_lse = _run(BOTH, q, k, v, monkeypatch)
     assert torch.equal(both, out) and torch.equal(both_lse, lse)
+    wide, wide_lse = _run(WIDE, q, k, v, monkeypatch)  # 128x144 blocks: its own rounding
+    _check_against_reference(wide, wide_lse, q, k, v, False)
 
 
-@pytest.mark.parametrize("variant", [LAZY, LEAD, BOTH])
+@pytest.mark.parametrize("variant", [LAZY, LEAD, BOTH, WIDE])
 def test_attn15_causal_runs_136(variant, monkeypatch) -> None:
     """The bits are measured non-causal: a causal call runs 136 (128x128), bit for bit."""
     q, k, v = _inputs((2, 1800, 700, 24, 8, 128), 1600 + variant % 97)

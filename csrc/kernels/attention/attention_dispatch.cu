@@ -27,8 +27,10 @@ cudaError_t run_bf16_d128_m128_widekv_variant(const Problem& p, const Launch& l)
 cudaError_t run_bf16_d128_m128_n128_variant_attn15(const Problem& p, const Launch& l);
 
 static_assert(kDefaultWideKvNonCausal == 0 || kDefaultWideKvNonCausal == 34952 ||
-                  kDefaultWideKvNonCausal == 67720 || kDefaultWideKvNonCausal == 100488,
-              "kDefaultWideKvNonCausal: 0 or a built longer-KV-block variant (it keeps 2184's bits)");
+                  kDefaultWideKvNonCausal == 67720 || kDefaultWideKvNonCausal == 100488 ||
+                  kDefaultWideKvNonCausal == 166024,
+              "kDefaultWideKvNonCausal: 0 or a built longer-KV-block variant (it keeps 2184's bits; "
+              "166024: + attn15's bit 17)");
 
 namespace {
 
@@ -180,6 +182,7 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
     // A non-causal default on a longer KV block (attention_api.h kDefaultWideKvNonCausal).
     Problem pv = p;
     pv.variant = kDefaultWideKvNonCausal;
+    if ((pv.variant & kAttn15Mask) != 0) return run_bf16_d128_m128_n128_variant_attn15(pv, l);
     return run_bf16_d128_m128_widekv_variant(pv, l);
   }
   if (p.variant != 0) {
