@@ -144,6 +144,10 @@ VARIANT_DOC = {
     34952: "2184's mainloop on a 128x144 tile, K 2 + V 3 stages (attn14, bits 15-16 = 1; causal runs 136)",
     67720: "2184's mainloop on a 128x160 tile, K 2 + V 2 stages (attn14, bits 15-16 = 2; causal runs 136)",
     100488: "2184's mainloop on a 128x176 tile, K 2 + V 2 stages, FA3's d=128 non-causal tile (attn14, bits 15-16 = 3; causal runs 136)",
+    133256: "2184 + lazy O rescale (attn15, bit 17: FA4's conditional rescaling, a row's max moves only by > 2^8; a warp skips O's FMULs when none moved; causal runs 136)",
+    166024: "34952 + lazy O rescale (attn15, bit 17 on the 128x144 tile, K 2 + V 3; causal runs 136)",
+    264328: "2184 + only consumer warpgroup 0 waits on the K/V full barriers (attn15, bit 18: FA3; bit for bit 2184; causal runs 136)",
+    395400: "2184 + bits 17 + 18 (attn15: lazy O rescale, warpgroup 0 alone waits on K/V; causal runs 136)",
     18568: "2184 + O stored from registers (attn13, bit 14: no cross-warpgroup meet, V stage freed after the last PV; causal runs 136 + bit 14; bit for bit 2184 / 136)",
 }
 
@@ -178,8 +182,14 @@ def main() -> None:
                     help="comma-separated mainloop variants (bf16 d=128 128x128; "
                          "MKERNEL_ATTN_VARIANT, csrc/kernels/attention/attention_variants_*.cu), "
                          "each a column mkernel_v<N> beside the default, e.g. 8,64")
+    ap.add_argument("--modes", type=str, default="nc,c",
+                    help="which rows: nc (non-causal), c (causal), or both (default nc,c)")
     args = ap.parse_args()
     variants = [int(x) for x in args.variants.split(",") if x]
+    modes = [m for m in args.modes.split(",") if m]
+    if not modes or any(m not in ("nc", "c") for m in modes):
+        ap.error("--modes: a comma-separated subset of nc, c")
+    causal_modes = tuple(c for c in (False, True) if ("c" if c else "nc") in modes)
     # Session 10 (attn11): pinned variant columns read up to 3.6% slower than the default
     # column running the same kernel (s9run3, s10run1). Every sample was timed from an idle GPU,
     # so host-side cost counted, and the rotating order gave each column a fixed predecessor.
@@ -200,7 +210,7 @@ def main() -> None:
             b = max(1, TOKENS // s)
             sets = [tuple(torch.randn(b, s, HEADS, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
                     for _ in range(3)]
-            for causal in (False, True):
+            for causal in causal_modes:
                 # The default column goes through the same wrapper as the pinned ones
                 # (MKERNEL_ATTN_VARIANT=0: the default kernel), so every mkernel column pays the
                 # same host-side path; with the default timing none of it counts anyway.

@@ -74,7 +74,7 @@ struct Problem {
 // default kernel, which for bf16 d=128 128x128 plain kernels is kDefaultVariantNonCausal /
 // kDefaultVariantCausal below).
 inline constexpr int kVariants[] = {8, 9, 64, 136, 137, 392, 649, 1033, 1160, 2184, 4105, 6280, 8201, 10376, 18568, 22664,
-                                     34952, 67720, 100488};
+                                     34952, 67720, 100488, 133256, 166024, 264328, 395400};
 
 // The mainloop variant bits (AttnTraits::kVariant) of the bf16 d=128 128x128 plain kernels
 // (attention_launch.cuh says why; benchmarks/NOTES.md has the measurements). Flipping a default
@@ -138,12 +138,24 @@ inline constexpr int kWideKvMask = 3 << kWideKvShift;
 inline constexpr int wide_kv_block_n(int variant) {
   return 128 + 16 * ((variant & kWideKvMask) >> kWideKvShift);
 }
+// Variant bits 17-18 (attn15; AttnTraits kLazyRescale, kLeadWaitsOnly), non-causal, on 2184's
+// mainloop (attention_variants_lazy.cu): bit 17 = lazy O rescale (FA4's conditional rescaling:
+// a row's running max moves only when a block raises it by more than 2^8 in the exponent, and a
+// warp whose rows all kept theirs skips O's 64 FMULs per block; another rounding than 2184, P up
+// to 256), bit 18 = only consumer warpgroup 0 waits on the K / V full barriers (FA3: the
+// ping-pong orders the other's GEMM issues after its waits; bit for bit 2184). Built as
+// 133256 = 2184 + bit 17, 264328 = 2184 + bit 18, 395400 = both, and 166024 = 34952 + bit 17
+// (the lazy rescale on the 128x144 tile); a causal call runs 136. Opt-in until measured.
+inline constexpr int kLazyRescaleBit = 1 << 17;
+inline constexpr int kLeadWaitsBit = 1 << 18;
+inline constexpr int kAttn15Mask = kLazyRescaleBit | kLeadWaitsBit;
 // The non-causal default on a longer KV block from kDefaultWideKvMinSeqKv keys on (a default
 // call of the bf16 d=128 plain kernel, no tile chosen by the caller): one of 34952 / 67720 /
 // 100488, or 0 (none: 2184 on 128x128 everywhere). A ragged top block costs a whole block's
 // work (4096 keys = 23.3 blocks of 176: 3.1% more; 8192: 1.0%), hence the threshold. Flipping
 // it is this line (rule in benchmarks/NOTES.md, attn14); the dispatcher routes such calls to
-// the variant's kernel (attention_dispatch.cu), the glue's split workspace is 2184's.
+// the variant's kernel (attention_dispatch.cu), the glue's split workspace is 2184's. Also
+// 166024 (attn15: 34952 + bit 17, the lazy O rescale on the 128x144 tile).
 inline constexpr int kDefaultWideKvNonCausal = 0;
 inline constexpr int kDefaultWideKvMinSeqKv = 8192;
 

@@ -290,7 +290,8 @@ class AttentionFwdSm90 {
         if (!work.valid) break;
         Tensor acc_o = partition_fragment_C(tiled_mma_pv, select<0, 2>(typename Traits::TileShapeMNK{}));
         constexpr int kRows = decltype(size<0>(rowcol(acc_o.layout())))::value;
-        OnlineSoftmax<kRows, Traits::kTreeReduce, Traits::kExpEmuPer8> softmax(params.mainloop.scale_log2);
+        OnlineSoftmax<kRows, Traits::kTreeReduce, Traits::kExpEmuPer8, Traits::kLazyRescale> softmax(
+            params.mainloop.scale_log2);
         int o_stage = -1;
         mainloop.template mma<Hooks::kZigzag>(params.mainloop, pipeline_q, pipeline_k, pipeline_v, q_read, kv_read,
                      shared.tensors.mainloop, work, mma_thread_idx, acc_o, softmax, o_stage,

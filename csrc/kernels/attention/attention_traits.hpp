@@ -151,8 +151,28 @@ struct AttnTraits {
   static constexpr bool kODirect = (kVariant & 16384) != 0;
   static_assert(!kODirect || kOInV, "bit 14 (O from registers) is built on bit 7 (no O buffer)");
 
+  //   bit 17 (attn15): lazy O rescale (FA4's conditional rescaling; softmax.hpp kLazyRescale):
+  //          a row's running max moves only when a block raises it by more than 2^8 in the
+  //          exponent; otherwise the block's factor is exactly 1 and a warp whose rows all kept
+  //          their max skips O's 64 FMULs per thread (a warp vote). The FMULs sit between the S
+  //          and PV GEMM issues, in the window where the other warpgroup's softmax (the critical
+  //          path of the ping-pong) shares the issue slots. Another rounding than the base (P up
+  //          to 256 instead of 1): tested against the fp64 reference, not bit for bit.
+  //          Opt-in (variant 133256 = 2184 + bit 17) until measured.
+  static constexpr bool kLazyRescale = (kVariant & (1 << 17)) != 0;
+  //   bit 18 (attn15): only consumer warpgroup 0 waits on the K and V full barriers (FA3's
+  //          mainloop with its scheduler barrier): the ping-pong lets warpgroup g issue a block's
+  //          GEMMs only after warpgroup g - 1 issued the same block's, which it did after its
+  //          waits (named barrier arrive -> sync orders them), so for warpgroups >= 1 the K wait
+  //          between the softmax and the next S GEMM issue (their critical path) is dropped, and
+  //          the V wait before the PV GEMM issue. Q's wait (once per tile) stays. The same
+  //          output bit for bit. Opt-in (variant 264328 = 2184 + bit 18) until measured.
+  static constexpr bool kLeadWaitsOnly = (kVariant & (1 << 18)) != 0;
+
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
   static constexpr bool kPingPong = true;
+  static_assert(!kLeadWaitsOnly || (kPingPong && kClusterM == 1),
+                "bit 18 (only warpgroup 0 waits on K/V): needs the ping-pong's order, no cluster");
 
   using TileShapeMNK = cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>, cute::Int<kHeadDim>>;
   // Two warpgroups stacked along M; each issues its own 64-row wgmma.

@@ -623,11 +623,23 @@ struct MainloopFwdSm90 {
       warpgroup_commit_batch();
     };
 
+    // Traits::kLeadWaitsOnly (bit 18): warpgroup 0 alone waits on the K and V full barriers;
+    // the others issue after it (the ping-pong's named barriers), so the data is there.
+    // (Warp-uniform through the shuffle, as FA3 takes its warpgroup index.)
+    [[maybe_unused]] const bool waits_kv =
+        !Traits::kLeadWaitsOnly || __shfl_sync(0xffffffffu, warp_group, 0) == 0;
+    auto wait_k = [&](StateK const& s) {
+      if (waits_kv) pipeline_k.consumer_wait(s);
+    };
+    auto wait_v = [&](StateV const& s) {
+      if (waits_kv) pipeline_v.consumer_wait(s);
+    };
+
     pipeline_q.consumer_wait(q_read);
     int n = prev_block<kZZ>(p, work.m_block, n_max, n_min);
     if (n >= n_min) {
       // First block: S only (O is zero, nothing to overlap).
-      pipeline_k.consumer_wait(k_state(kv_read));
+      wait_k(k_state(kv_read));
       scheduler_barrier_sync(warp_group);
       gemm_qk(k_state(kv_read).index());
       scheduler_barrier_arrive(warp_group);
@@ -648,14 +660,14 @@ struct MainloopFwdSm90 {
         CUTLASS_PRAGMA_NO_UNROLL
         for (n = prev_block<kZZ>(p, work.m_block, n, n_min); n >= n_min;
              n = prev_block<kZZ>(p, work.m_block, n, n_min)) {
-          pipeline_k.consumer_wait(k_state(kv_read));
+          wait_k(k_state(kv_read));
           scheduler_barrier_sync(warp_group);
           gemm_qk(k_state(kv_read).index());
           // O to the running max of the block in p_frag (its softmax's factor) while the tensor
           // cores run S_n, before that block's PV GEMM accumulates into O (Traits::kLateRescale:
           // done at the end of the previous step instead, FA3's place; measured 1-4% slower, off).
           if constexpr (!Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
-          pipeline_v.consumer_wait(v_read);
+          wait_v(v_read);
           gemm_pv(v_read.index());
           scheduler_barrier_arrive(warp_group);
           warpgroup_wait<1>();  // S_n ready; the PV GEMM may still run
@@ -676,14 +688,14 @@ struct MainloopFwdSm90 {
         // One KV block nb after the first: S_nb, the previous block's P·V, nb's softmax. masked:
         // through apply_mask (a block that may mask), else the softmax alone (wholly visible).
         auto kv_step = [&](int nb, auto masked) {
-          pipeline_k.consumer_wait(k_state(kv_read));
+          wait_k(k_state(kv_read));
           scheduler_barrier_sync(warp_group);
           gemm_qk(k_state(kv_read).index());
           // O to the running max of the block in p_frag (its softmax's factor) while the tensor
           // cores run S_n, before that block's PV GEMM accumulates into O (Traits::kLateRescale:
           // done at the end of the previous step instead, FA3's place; measured 1-4% slower, off).
           if constexpr (!Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
-          pipeline_v.consumer_wait(v_read);
+          wait_v(v_read);
           gemm_pv(v_read.index());
           scheduler_barrier_arrive(warp_group);
           warpgroup_wait<1>();  // S_n ready; the PV GEMM may still run
@@ -725,7 +737,7 @@ struct MainloopFwdSm90 {
       // the epilogue.
       pipeline_q.consumer_release(q_read);
       // Last PV GEMM.
-      pipeline_v.consumer_wait(v_read);
+      wait_v(v_read);
       scheduler_barrier_sync(warp_group);
       if constexpr (!Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
       gemm_pv(v_read.index());

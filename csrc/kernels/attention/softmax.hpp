@@ -72,7 +72,19 @@ CUTE_DEVICE float exp2_fma(float x) {
 // chains (combined at the end) instead of one dependent chain of kBlockN / 4 FMNMX / FADD —
 // the max gates every exp of the row, so its chain latency sits on the softmax's critical
 // path. kExpEmuPer8: of every 8 columns, this many take exp2_fma instead of MUFU.EX2 (0: none).
-template <int kRows, bool kTreeReduce = false, int kExpEmuPer8 = 0>
+//
+// kLazyRescale (AttnTraits variant bit 17, attn15; FA4's conditional rescaling): a row's running
+// max moves only when a block raises it by more than kLazyRescaleLog2 (in log2 units of the
+// scaled scores); otherwise the row keeps its stale max, its factor is exactly 1, and the
+// block's probabilities exp2(s * scale_log2 - m_stale * scale_log2) may reach 2^kLazyRescaleLog2
+// (= 256: bf16 and fp16 hold it with the same relative precision; the fp32 sum and O carry the
+// same common factor, which finalize divides out, and the LSE is taken from the same stale max).
+// rescale() then skips O's FMULs for a warp in which no row moved (a warp vote): after a tile's
+// first blocks the max of random or real scores rarely climbs by 8 / scale_log2 (~63 raw units
+// at d = 128), so nearly every block skips them.
+inline constexpr float kLazyRescaleLog2 = 8.f;
+
+template <int kRows, bool kTreeReduce = false, int kExpEmuPer8 = 0, bool kLazyRescale = false>
 struct OnlineSoftmax {
   static_assert(kExpEmuPer8 >= 0 && kExpEmuPer8 <= 8, "kExpEmuPer8: 0..8 of every 8 columns");
   static constexpr int kExpEmu = kExpEmuPer8;
@@ -113,10 +125,17 @@ struct OnlineSoftmax {
       CUTE_UNROLL
       for (int i = 1; i < kChains; ++i) m = fmaxf(m, mc[i]);
       m = quad_max(m);
+      // kLazyRescale: keep the stale max while the block raises it by at most kLazyRescaleLog2
+      // (m >= row_max[r]; the difference is NaN or +inf while the row has seen no key: moved).
+      bool keep = false;
+      if constexpr (kLazyRescale) {
+        keep = (m - row_max[r]) * scale_log2 <= kLazyRescaleLog2;
+        m = keep ? row_max[r] : m;
+      }
       // A row that has seen only masked keys keeps max -inf: use 0 so that exp2 gives 0s
       // (never inf - inf).
       const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-      factor[r] = exp2_approx(row_max[r] * scale_log2 - m_scaled);
+      factor[r] = keep ? 1.f : exp2_approx(row_max[r] * scale_log2 - m_scaled);
       row_max[r] = m;
       float sc[kChains];
       CUTE_UNROLL
@@ -145,6 +164,14 @@ struct OnlineSoftmax {
   template <class TensorO>
   CUTE_DEVICE void rescale(TensorO& o_rc, float const (&factor)[kRows]) {
     using namespace cute;
+    if constexpr (kLazyRescale) {
+      // Every factor of the warp exactly 1 (no row moved its max): O stays as it is. A vote, so
+      // the branch is warp-uniform (the FMULs are skipped, not predicated off).
+      bool moved = false;
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) moved = moved || factor[r] != 1.f;
+      if (!__any_sync(0xffffffffu, moved)) return;
+    }
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       CUTE_UNROLL
