@@ -43,24 +43,27 @@ namespace mkernel::gemm_swap {
 // and the slices after it are added into the registers one slice at a time. The slice loops
 // stay rolled: TicketReduce's loop, unrolled by the compiler around 168 accumulators, spilled
 // 1.6 KB here.
-template <int kThreads, int kFrag, int kChunk>
+template <int kThreads, int kFrag, int kChunk, int kAddChunk>
 struct WideReduce {
-  static_assert(kFrag % (4 * kChunk) == 0, "whole chunks of float4");
+  static_assert(kFrag % (4 * kChunk) == 0 && kFrag % (4 * kAddChunk) == 0, "whole chunks of float4");
   static constexpr int kVecs = kFrag / 4;
   static constexpr size_t partial_floats() { return static_cast<size_t>(kThreads) * kFrag; }
   static size_t workspace_bytes(int tiles, int slots) {
     return gemm::kSplitKCounterBytes + static_cast<size_t>(tiles) * slots * partial_floats() * 4;
   }
 
+  // acc += one slice's partial, kAddChunk float4 loads in flight per thread (no temporary: more
+  // in flight than the chunked in-order sum below; the partial comes from L2 at the rate the
+  // loads in flight allow, ~one L2 round trip per chunk).
   template <class Accum>
   CUTLASS_DEVICE static void add_slice(Accum& acc, float4 const* part) {
     CUTLASS_PRAGMA_UNROLL
-    for (int v0 = 0; v0 < kVecs; v0 += kChunk) {
-      float4 q[kChunk];
+    for (int v0 = 0; v0 < kVecs; v0 += kAddChunk) {
+      float4 q[kAddChunk];
       CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kChunk; ++j) q[j] = __ldcg(part + (v0 + j) * kThreads);
+      for (int j = 0; j < kAddChunk; ++j) q[j] = __ldcg(part + (v0 + j) * kThreads);
       CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kChunk; ++j) {
+      for (int j = 0; j < kAddChunk; ++j) {
         const int v = v0 + j;
         acc(4 * v) += q[j].x;
         acc(4 * v + 1) += q[j].y;
@@ -79,26 +82,45 @@ struct WideReduce {
     float4* partials = reinterpret_cast<float4*>(partials_base) +
                        static_cast<size_t>(tile) * slots * stride + thread;
     float4* mine = partials + slice * stride;
-    CUTLASS_PRAGMA_UNROLL
-    for (int v = 0; v < kVecs; ++v) {
-      __stcg(mine + v * kThreads,
-             make_float4(acc(4 * v), acc(4 * v + 1), acc(4 * v + 2), acc(4 * v + 3)));
-    }
-    cutlass::arch::NamedBarrier::sync(kThreads,
-                                      cutlass::arch::ReservedNamedBarriers::StreamkBarrier0);
+    // First look: if every other slice has already arrived, this one is the last and its partial
+    // need not be stored (172 KB less on the kernel's tail: in BalancedK's order a tile's slices
+    // but its last run at the end of their CTAs' ranges, so the one finishing it is usually one
+    // of those). Nobody else takes a ticket then, so no one waits for the partial not stored.
     if (thread == 0) {
-      __threadfence();
-      const int ticket = atomicAdd(counters + tile, 1);
-      const bool last = ticket == slices - 1;
+      const bool last = *reinterpret_cast<volatile int*>(counters + tile) == slices - 1;
       if (last) {
-        counters[tile] = 0;  // every slice has arrived: zero again for the next launch
-        __threadfence();     // acquire: the partials the ticket covers are visible
+        counters[tile] = 0;  // every other slice has arrived: zero again for the next launch
+        __threadfence();     // acquire: their partials are visible
       }
       *smem_last = last;
     }
     cutlass::arch::NamedBarrier::sync(kThreads,
                                       cutlass::arch::ReservedNamedBarriers::StreamkBarrier0);
-    if (*smem_last == 0) return false;
+    if (*smem_last == 0) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int v = 0; v < kVecs; ++v) {
+        __stcg(mine + v * kThreads,
+               make_float4(acc(4 * v), acc(4 * v + 1), acc(4 * v + 2), acc(4 * v + 3)));
+      }
+      // The barrier orders every thread's stores before thread 0's fence and ticket (fences are
+      // cumulative), as split_k_reduce.cuh does; it also keeps thread 0's write of smem_last
+      // below after every thread's read of it above.
+      cutlass::arch::NamedBarrier::sync(kThreads,
+                                        cutlass::arch::ReservedNamedBarriers::StreamkBarrier0);
+      if (thread == 0) {
+        __threadfence();
+        const int ticket = atomicAdd(counters + tile, 1);
+        const bool last = ticket == slices - 1;
+        if (last) {
+          counters[tile] = 0;  // every slice has arrived: zero again for the next launch
+          __threadfence();     // acquire: the partials the ticket covers are visible
+        }
+        *smem_last = last;
+      }
+      cutlass::arch::NamedBarrier::sync(kThreads,
+                                        cutlass::arch::ReservedNamedBarriers::StreamkBarrier0);
+      if (*smem_last == 0) return false;
+    }
     if (slice > 0) {  // acc = (p0 + ... + p(slice - 1)) + acc, chunk by chunk
       CUTLASS_PRAGMA_UNROLL
       for (int v0 = 0; v0 < kVecs; v0 += kChunk) {
@@ -194,7 +216,10 @@ struct WideTileKernel {
   static constexpr int kFrag = kBlockM * kBlockN / kMmaThreads;  // accumulators per thread
   // The slice sum: 6 float4 loads in flight per thread per slice (ptxas: 254 registers, 0 spills
   // with the 168 accumulators; 2, 3 and 6 all compiled without spills).
-  using Reduce = WideReduce<kMmaThreads, kFrag, 6>;
+#ifndef MKERNEL_WIDE_ADD_CHUNK
+#define MKERNEL_WIDE_ADD_CHUNK 14
+#endif
+  using Reduce = WideReduce<kMmaThreads, kFrag, 6, MKERNEL_WIDE_ADD_CHUNK>;
 
   // TMA descriptors: weights [N, K] and tokens [M, K], K contiguous (rank 2).
   using GmemStride = cute::Stride<int64_t, cute::_1>;
