@@ -214,12 +214,10 @@ struct WideTileKernel {
   static_assert(kSmemBytes <= 227 * 1024, "shared storage exceeds the sm90 opt-in limit");
 
   static constexpr int kFrag = kBlockM * kBlockN / kMmaThreads;  // accumulators per thread
-  // The slice sum: 6 float4 loads in flight per thread per slice (ptxas: 254 registers, 0 spills
-  // with the 168 accumulators; 2, 3 and 6 all compiled without spills).
-#ifndef MKERNEL_WIDE_ADD_CHUNK
-#define MKERNEL_WIDE_ADD_CHUNK 14
-#endif
-  using Reduce = WideReduce<kMmaThreads, kFrag, 6, MKERNEL_WIDE_ADD_CHUNK>;
+  // The slice sum: 6 float4 loads in flight per thread for the slices before its own (two
+  // chunks live), 14 when adding a later slice in place (ptxas: 254 registers, 0 spills with the
+  // 168 accumulators; the SASS keeps 12-15 loads in flight there).
+  using Reduce = WideReduce<kMmaThreads, kFrag, 6, 14>;
 
   // TMA descriptors: weights [N, K] and tokens [M, K], K contiguous (rank 2).
   using GmemStride = cute::Stride<int64_t, cute::_1>;
