@@ -538,6 +538,19 @@ bool s12_candidates() {
   return on;
 }
 constexpr int kFirstS12Swap = 17;  // gemm_swap_dispatch.cu: swap_128x176_tk .. swap_256x112_tk
+constexpr int kLastS12Swap = 20;
+
+// Session 13 (MKERNEL_GEMM_SMALLM_S13=1 until a device run checks it): swap_128x336_wide
+// (gemm_swap_wide_sm90.cuh: all of 269-336 tokens in one 128x336 tile, the weights' k-blocks
+// spread over every SM, split tiles summed through tickets).
+bool s13_candidates() {
+  static const bool on = [] {
+    const char* v = std::getenv("MKERNEL_GEMM_SMALLM_S13");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+constexpr int kSwapWide336 = 21;  // gemm_swap_dispatch.cu: swap_128x336_wide
 
 // The split-K plan for p, kNone where the 128x256 tiles already fill half the SMs or K is too
 // short to split: as many splits (2..8) as keep every CTA in one wave, >= 4 k-blocks per split.
@@ -569,7 +582,8 @@ std::vector<SmallPlan> small_candidates(const gemm::Problem& p, int sms) {
   for (int i = 0; i < count; ++i) {
     if (variants[i] >= kFirstS10Swap && variants[i] <= kLastS10OptIn && !s10_candidates()) continue;
     if (variants[i] == kSwapC2x1 && has_streamk176) continue;
-    if (variants[i] >= kFirstS12Swap && !s12_candidates()) continue;
+    if (variants[i] >= kFirstS12Swap && variants[i] <= kLastS12Swap && !s12_candidates()) continue;
+    if (variants[i] == kSwapWide336 && !s13_candidates()) continue;
     if (variants[i] == kSwapK2_176) {  // split-K in two: only where two waves' worth fit in one
       const int64_t units = 2 * ((p.n + 127) / 128) * ((p.m + 175) / 176);
       if (!s11_candidates() || units > sms) continue;

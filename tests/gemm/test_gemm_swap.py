@@ -26,7 +26,7 @@ VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_streamk",
             "swap_64x176_ping", "swap_256x176_streamk", "swap_256x176_k2", "swap_128x176_sk",
             "swap_256x176_k4", "swap_64x16k256_ping", "swap_128x176_k2", "swap_128x176_tk",
             "swap_128x112_tk", "swap_128x112k128_tk",
-            "swap_256x112_tk"]  # gemm_swap_dispatch.cu order
+            "swap_256x112_tk", "swap_128x336_wide"]  # gemm_swap_dispatch.cu order
 GEMV_NAMES = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
               "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4", "rows_w8u2", "rows_w16u2", "rows_w8u4", "ks_w8r2", "ks_w16r2"]
 DTYPES = [torch.bfloat16, torch.float16]
@@ -99,12 +99,13 @@ def test_gemm_swap_decode_shape_split_k_ways(variant):
 
 @needs_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", [17, 18, 19, 20])
+@pytest.mark.parametrize("variant", [17, 18, 19, 20, 21])
 def test_gemm_swap_ticketed_at_decode_shapes(variant):
     """Session 12's ticketed variants (groups of CTAs, one per token tile, each group an equal
     range of the weight blocks' k-blocks; split tiles summed through tickets in slice order) at
     the decode shapes, where a tile is shared by 2-4 groups (3584 weight rows: 28 or 14 weight
-    blocks for 66 or 44 groups; 8192: 64 or 32), at
+    blocks for 66 or 44 groups; 8192: 64 or 32), and session 13's swap_128x336_wide (one token
+    tile, so one CTA per group: 132 groups, a 3584-row tile shared by 4-6 CTAs), at
     ragged token counts (333, 317, 177: partial token tiles), both dtypes: right against the
     float64 reference, the same bits again (the slice order does not depend on which CTA comes
     last), and the tickets left at zero (the next call, of another shape, on the same scratch)."""

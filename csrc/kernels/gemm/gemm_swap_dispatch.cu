@@ -28,6 +28,7 @@ MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_tk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x112_tk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x112k128_tk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_256x112_tk)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x336_wide)
 #undef MKERNEL_GEMM_SWAP_VARIANT
 
 struct Entry {
@@ -95,6 +96,11 @@ constexpr Entry kEntries[kNumVariants] = {
     MKERNEL_GEMM_SWAP_TICKET_ENTRY(swap_128x112k128_tk, 112),
     // each warpgroup 128 weight rows: fewer TMA and L2 bytes per FMA than 128x112
     MKERNEL_GEMM_SWAP_TICKET_ENTRY(swap_256x112_tk, 112),
+    // session 13 (gemm_swap_wide_sm90.cuh): all tokens in one tile, 128 weight rows x 336 (3 TMA
+    // boxes / wgmmas of 112): 333 tokens pad to 336, one CTA reads each weight k-block, the
+    // weight blocks' k-blocks spread over every SM (BalancedK with one CTA per group), split
+    // tiles summed through tickets; 256 threads, thread 0 issuing the loads
+    MKERNEL_GEMM_SWAP_TICKET_ENTRY(swap_128x336_wide, 336),
 };
 #undef MKERNEL_GEMM_SWAP_TICKET_ENTRY
 #undef MKERNEL_GEMM_SWAP_ENTRY
