@@ -76,7 +76,7 @@ def test_moe_cuda_across_emulated_nodes(mps, world):
 
 
 def test_moe_cuda_across_emulated_nodes_previous_dispatch(mps):
-    """MKERNEL_MOE_DISPATCH_PIPELINE=0 (the opt-out, moe10): the dispatch across nodes as before
+    """MKERNEL_MOE_DISPATCH_PIPELINE=0 (the default again after s13run2; pinned here, moe10): the dispatch across nodes as before
     the pipelined one (the routing all_gathered before the rows move, the rows joined whole, then
     index_select over the static row bound); the same checks at W=2 over 2 nodes."""
     world = 2

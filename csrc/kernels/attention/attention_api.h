@@ -156,7 +156,7 @@ inline constexpr int kAttn15Mask = kLazyRescaleBit | kLeadWaitsBit;
 // it is this line (rule in benchmarks/NOTES.md, attn14); the dispatcher routes such calls to
 // the variant's kernel (attention_dispatch.cu), the glue's split workspace is 2184's. Also
 // 166024 (attn15: 34952 + bit 17, the lazy O rescale on the 128x144 tile).
-inline constexpr int kDefaultWideKvNonCausal = 0;
+inline constexpr int kDefaultWideKvNonCausal = 166024;  // s13run2: rule B (NOTES "attn15")
 inline constexpr int kDefaultWideKvMinSeqKv = 8192;
 
 // Whether run(p) launches a kernel with variant bit 11 (then it wants Problem::split_ws: one
