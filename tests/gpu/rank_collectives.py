@@ -276,7 +276,7 @@ def two_groups(c: Checker) -> None:
 def capture_growth(c: Checker) -> None:
     """A call that needs more symmetric memory than the group holds, inside capture: a clear
     error naming the size and Context.reserve, on every rank, and the group still works."""
-    big = (c.world * 8192, 1024)  # 16 MiB per rank in fp16: beyond what the other suites grew
+    big = (c.world * 32768, 1024)  # 64 MiB per rank in fp16: beyond what the other suites grew (multinode: 16 MiB)
     x = torch.ones(big, dtype=torch.float16, device=c.device)
     g = torch.cuda.CUDAGraph()
     try:
