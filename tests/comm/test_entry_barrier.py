@@ -8,22 +8,11 @@ Skipped without g++."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.host_check import build_check, run_check
 
 
 def test_signature_slots_have_no_false_mismatch(tmp_path: Path) -> None:
-    gxx = shutil.which("g++")
-    if gxx is None:
-        pytest.skip("needs g++")
-    exe = tmp_path / "entry_barrier_check"
-    subprocess.run([gxx, "-std=c++17", "-O2", f"-I{ROOT / 'csrc'}",
-                    str(Path(__file__).parent / "entry_barrier_check.cpp"), "-o", str(exe)],
-                   check=True, capture_output=True, timeout=300)
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0 and run.stdout.strip() == "OK", run.stdout[-3000:] + run.stderr
+    exe = build_check(Path(__file__).parent / "entry_barrier_check.cpp", tmp_path, flags=("-O2",))
+    run_check(exe)

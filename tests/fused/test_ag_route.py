@@ -9,25 +9,17 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
+from tests.host_check import build_check, run_check
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_route_header_on_the_host(tmp_path: Path) -> None:
-    gxx = shutil.which("g++")
-    if gxx is None:
-        pytest.skip("needs g++")
-    exe = tmp_path / "ag_route_check"
-    subprocess.run([gxx, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror",
-                    f"-I{ROOT / 'csrc'}", str(Path(__file__).parent / "ag_route_check.cpp"),
-                    "-o", str(exe)], check=True, capture_output=True, timeout=300)
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0 and run.stdout.strip() == "OK", run.stdout[-3000:] + run.stderr
+    exe = build_check(Path(__file__).parent / "ag_route_check.cpp", tmp_path,
+                      flags=("-O1", "-Wall", "-Wextra", "-Werror"))
+    run_check(exe, timeout=60)
 
 
 def test_python_mirror_of_the_default() -> None:

@@ -4,22 +4,12 @@ gather, and the piecewise row gather built on them, checked on the host by g++
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.host_check import build_check, run_check
 
 
 def test_headed_gather_plan(tmp_path: Path) -> None:
-    gxx = shutil.which("g++")
-    if gxx is None:
-        pytest.skip("needs g++")
-    exe = tmp_path / "moe_net_plan_check"
-    subprocess.run([gxx, "-std=c++17", "-O1", "-Wall", "-Werror", f"-I{ROOT / 'csrc'}",
-                    str(Path(__file__).parent / "moe_net_plan_check.cpp"), "-o", str(exe)],
-                   check=True, capture_output=True, timeout=300)
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0 and run.stdout.strip() == "OK", run.stdout + run.stderr
+    exe = build_check(Path(__file__).parent / "moe_net_plan_check.cpp", tmp_path,
+                      flags=("-O1", "-Wall", "-Werror"))
+    run_check(exe)
