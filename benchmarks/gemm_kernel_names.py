@@ -101,9 +101,11 @@ def main() -> int:
                           f"{r['median_us']:8.2f} us x{r['count']} grid {r['grid']} block {r['block']} "
                           f"regs {r['regs']} smem {r['smem']} | {r['name'][:160]}", flush=True)
             del sets
-    if args.json:
+    if args.json:  # the results' common header (device, commit), then the rows
+        from common import commit, device_info
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump({"benchmark": "gemm_kernel_names", "device": device_info(), "commit": commit(),
+                       "rows": rows}, f, indent=1)
     return 0
 
 

@@ -426,6 +426,8 @@ def report(path: Path) -> tuple[Path, Path | None]:
     """Writes path.md (always) and path.png (when matplotlib is there and the benchmark has a
     plot); returns them."""
     data = json.loads(path.read_text())
+    if isinstance(data, list):  # a bare row list (gemm_kernel_names.py before session 13)
+        data = {"rows": data}
     kind = data.get("benchmark") or ("ring_attention" if path.name.startswith("ring_attention_")
                                      else None)  # session 6's ring JSON has no "benchmark"
     if kind is None and data.get("bench") == "fused":  # bench_fused.py names it "bench"
