@@ -21,9 +21,12 @@ main()
 def check_ranks(results, ok: bool = True) -> list[dict]:
     """Asserts every rank exited 0 (and printed OK when `ok`); returns the CASE records."""
     cases = []
+    # Every failed rank's tail, not only the first's (moe11: s13run2 showed rank 0's wait record
+    # only; the peer it waited for had its own story).
+    failed = [f"rank {r.rank}: rc={r.returncode}\n--- stdout\n{r.stdout[-3000:]}"
+              f"\n--- stderr\n{r.stderr[-5000:]}" for r in results if r.returncode != 0]
+    assert not failed, "\n=====\n".join(failed)
     for r in results:
-        assert r.returncode == 0, (f"rank {r.rank}: rc={r.returncode}\n--- stdout\n{r.stdout[-3000:]}"
-                                   f"\n--- stderr\n{r.stderr[-5000:]}")
         if ok:
             assert f"OK {r.rank}" in r.stdout, f"rank {r.rank}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
         cases += [json.loads(line[5:]) for line in r.stdout.splitlines() if line.startswith("CASE ")]
