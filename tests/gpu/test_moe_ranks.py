@@ -64,8 +64,8 @@ def test_moe_cuda_graph_replay(mps, world):
 def test_moe_cuda_across_emulated_nodes(mps, world):
     """Two emulated nodes: values, routes, counts and gradients against the float64 reference,
     bit-identical repeats, and graph replay (with and without reserve_tokens). Defaults: at W=2
-    (one rank per node) the MoE's own exchange with the pipelined dispatch (moe10: the routing as
-    the exchange's head, each landed piece's rows gathered as it lands), at W=4 the substrate's
+    (one rank per node) the MoE's own exchange with the sequenced dispatch (the pipelined one,
+    moe10, is opt-in since s13run2: MKERNEL_MOE_DISPATCH_PIPELINE=1), at W=4 the substrate's
     collectives (and the counted-rows gather)."""
     res = run_ranks(RANK_MAIN, world, nodes=2, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
