@@ -728,22 +728,40 @@ void align_ranks(const char* op, int64_t group, int64_t world_size, const at::Te
 // reaches every path alike. The same calls in the same order on every rank. With `align`, it runs
 // between the lead-in call and the start event (align_ranks: every rank's sample starts at the
 // same moment instead of wherever its previous path left it).
+//
+// With `prune` (xnode5): after round 0 it gets this rank's round-0 figure per path and returns
+// which paths to keep timing (it must return the same on every rank: the calls are collective);
+// a dropped path's later samples repeat its round-0 figure, so a 300 ms candidate costs 1 + 1 +
+// `calls` calls instead of 1 + kRounds x (1 + `calls`) (s13run2: 20 s of first call).
 constexpr int kRounds = 7;  // the median of 7: one outlier each side does not move it
-std::vector<std::vector<float>> time_paths(const std::vector<std::function<void()>>& paths,
-                                           int count, int calls,
-                                           const std::function<void()>& align) {
+std::vector<std::vector<float>> time_paths(
+    const std::vector<std::function<void()>>& paths, int count, int calls,
+    const std::function<void()>& align,
+    const std::function<std::vector<char>(const std::vector<float>&)>& prune = {}) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   for (int i = 0; i < count; ++i) paths[i]();
   cudaEvent_t start = nullptr, end = nullptr;
   C10_CUDA_CHECK(cudaEventCreate(&start));
   C10_CUDA_CHECK(cudaEventCreate(&end));
   std::vector<std::vector<float>> samples(count);
+  std::vector<char> keep(count, 1);
   for (int r = 0; r < kRounds; ++r) {
+    if (r == 1 && prune) {
+      std::vector<float> first(count);
+      for (int i = 0; i < count; ++i) first[i] = samples[i][0];
+      keep = prune(first);
+      TORCH_CHECK(static_cast<int>(keep.size()) == count, "time_paths: prune returned ", keep.size(),
+                  " flags for ", count, " paths");
+    }
     for (int j = 0; j < count; ++j) {
       // Rotating, and backwards in odd rounds: a rotation alone keeps every path behind the
       // same neighbour in every round, so whatever a path leaves behind (the ranks' phase, the
       // L2) would always reach the same next path.
       const int i = r % 2 == 0 ? (j + r) % count : (count - 1 - j + r) % count;
+      if (!keep[i]) {
+        samples[i].push_back(samples[i][0]);
+        continue;
+      }
       // One untimed lead-in call: the ranks leave the previous path at different times (a
       // fused kernel's ranks end apart by up to a GEMM's tail), and the first call of a path
       // absorbs that skew; timed from the second call on, a sample is the path's steady state.
@@ -912,8 +930,25 @@ int choose_path(const char* op, int64_t group, const std::string& key,
     align = [&] { align_ranks(op, group, world_size, tiny); };
   }
   const auto t_measure = std::chrono::steady_clock::now();
+  // xnode5: a fused candidate whose round-0 figure (slowest rank) exceeds kPruneOver x the
+  // unfused path's is timed no further (s13run2: a 300 ms kernel across nodes under the GPU-direct
+  // emulation made the first call take 20 s). The same allgathered figures on every rank, so the
+  // same paths are dropped everywhere.
+  constexpr float kPruneOver = 8.f;
+  std::function<std::vector<char>(const std::vector<float>&)> prune;
+  if (candidates == unfused + 1) {
+    prune = [&](const std::vector<float>& first) {
+      const std::string mine(reinterpret_cast<const char*>(first.data()), first.size() * sizeof(float));
+      const std::vector<std::string> got = session_allgather_blobs(
+          op, static_cast<mk_session_t>(group), mine, op_timeout_seconds(), "the round-0 timings");
+      const std::vector<float> slowest = group_figures(op, got, candidates, false);
+      std::vector<char> keep(candidates, 1);
+      for (int i = 0; i < unfused; ++i) keep[i] = slowest[i] <= kPruneOver * slowest[unfused] ? 1 : 0;
+      return keep;
+    };
+  }
   const std::vector<std::vector<float>> samples =
-      time_paths(paths, candidates, calls_per_sample(flops), align);
+      time_paths(paths, candidates, calls_per_sample(flops), align, prune);
   const double measure_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_measure).count();
   const std::vector<std::string> all = session_allgather_blobs(
