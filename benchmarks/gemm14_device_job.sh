@@ -12,7 +12,7 @@ T=tests/gemm/test_gemm_swap.py
 echo "== gemm14 1/3: variants 22-23 tests (ragged shapes; decode shapes 333/317/177/169 x {8192,3584} x 8192, both dtypes)"
 swaps=0,1,10
 for v in 22 23; do
-  timeout 30 $PY -m pytest -q --tb=short "$T::test_gemm_swap_variant_matches_reference[$v]" \
+  timeout 35 $PY -m pytest -q --tb=short "$T::test_gemm_swap_variant_matches_reference[$v]" \
     "$T::test_gemm_swap_cublas_structure_at_decode_shapes" -k "reference or v$v" 2>&1
   rc=$?
   echo "== gemm14 rc variant $v=$rc"
