@@ -552,6 +552,20 @@ bool s13_candidates() {
 }
 constexpr int kSwapWide336 = 21;  // gemm_swap_dispatch.cu: swap_128x336_wide
 
+// gemm14 (MKERNEL_GEMM_SMALLM_S14=1 until a device run checks them): the structure of cuBLAS's
+// kernels at 333 tokens as far as CUTLASS builds it (176-wide token tiles: 168 does not build):
+// 128x176 in 1x2 clusters (the weight tile multicast to both token tiles), 5 stages; 64x176 in
+// 4x2 clusters, 7 stages, non-persistent (3584 weight rows: 112 CTAs in 14 clusters of 8).
+bool s14_candidates() {
+  static const bool on = [] {
+    const char* v = std::getenv("MKERNEL_GEMM_SMALLM_S14");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+constexpr int kFirstS14Swap = 22;  // gemm_swap_dispatch.cu: swap_128x176_c1x2, swap_64x176_c4x2
+constexpr int kLastS14Swap = 23;
+
 // The split-K plan for p, kNone where the 128x256 tiles already fill half the SMs or K is too
 // short to split: as many splits (2..8) as keep every CTA in one wave, >= 4 k-blocks per split.
 SmallPlan split_candidate(const gemm::Problem& p, int sms) {
@@ -584,6 +598,7 @@ std::vector<SmallPlan> small_candidates(const gemm::Problem& p, int sms) {
     if (variants[i] == kSwapC2x1 && has_streamk176) continue;
     if (variants[i] >= kFirstS12Swap && variants[i] <= kLastS12Swap && !s12_candidates()) continue;
     if (variants[i] == kSwapWide336 && !s13_candidates()) continue;
+    if (variants[i] >= kFirstS14Swap && variants[i] <= kLastS14Swap && !s14_candidates()) continue;
     if (variants[i] == kSwapK2_176) {  // split-K in two: only where two waves' worth fit in one
       const int64_t units = 2 * ((p.n + 127) / 128) * ((p.m + 175) / 176);
       if (!s11_candidates() || units > sms) continue;

@@ -26,7 +26,8 @@ VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_streamk",
             "swap_64x176_ping", "swap_256x176_streamk", "swap_256x176_k2", "swap_128x176_sk",
             "swap_256x176_k4", "swap_64x16k256_ping", "swap_128x176_k2", "swap_128x176_tk",
             "swap_128x112_tk", "swap_128x112k128_tk",
-            "swap_256x112_tk", "swap_128x336_wide"]  # gemm_swap_dispatch.cu order
+            "swap_256x112_tk", "swap_128x336_wide",
+            "swap_128x176_c1x2", "swap_64x176_c4x2"]  # gemm_swap_dispatch.cu order
 GEMV_NAMES = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
               "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4", "rows_w8u2", "rows_w16u2", "rows_w8u4", "ks_w8r2", "ks_w16r2"]
 DTYPES = [torch.bfloat16, torch.float16]
@@ -185,6 +186,27 @@ def test_auto_runs_a_split_k_small_m_plan_from_the_table(dtype):
     finally:
         load(before)
     assert mkernel.gemm_plan(a, b).split()[0] in before.values()
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("n", [8192, 3584], ids=["n8192", "n3584"])
+@pytest.mark.parametrize("variant", [22, 23], ids=["v22", "v23"])
+def test_gemm_swap_cublas_structure_at_decode_shapes(variant, n, dtype):
+    """gemm14's copies of cuBLAS's 333-token kernels' structure (one tile per CTA; 128x176 in
+    1x2 clusters, 5 stages; 64x176 in 4x2 clusters, 7 stages, non-persistent) at the decode
+    weights (N x 8192): 333 and 317 tokens (two token tiles, the second partial), 177 (one row
+    in the second: the cluster along the tokens multicasts to a nearly empty tile) and 169 (one
+    token tile: the cluster's second CTA along the tokens has no tile): right against the
+    float64 reference in a poisoned output, and the same bits again."""
+    k = 8192
+    for m in (333, 317, 177, 169):
+        a, b = operands(m, n, k, dtype, seed=2000 + variant * 7 + m + n)
+        out = poisoned_call(lambda: torch.ops.mkernel.gemm_swap(a, b, variant), (m, n), dtype)
+        what = f"{VARIANTS[variant]} m={m} n={n} k={k} {dtype}"
+        check(out, a, b, what)
+        assert torch.equal(out, torch.ops.mkernel.gemm_swap(a, b, variant)), what
 
 
 @needs_hopper

@@ -29,6 +29,8 @@ MKERNEL_GEMM_SWAP_VARIANT(swap_128x112_tk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x112k128_tk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_256x112_tk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x336_wide)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_c1x2)
+MKERNEL_GEMM_SWAP_VARIANT(swap_64x176_c4x2)
 #undef MKERNEL_GEMM_SWAP_VARIANT
 
 struct Entry {
@@ -101,6 +103,13 @@ constexpr Entry kEntries[kNumVariants] = {
     // weight blocks' k-blocks spread over every SM (BalancedK with one CTA per group), split
     // tiles summed through tickets; 256 threads, thread 0 issuing the loads
     MKERNEL_GEMM_SWAP_TICKET_ENTRY(swap_128x336_wide, 336),
+    // gemm14: the structure of cuBLAS's kernels at 333 tokens (nvjet_sm90_tst_128x168_64x5_2x1 at
+    // 8192 weight rows, _64x168_64x7_4x2 at 3584) with 176-wide token tiles (168 does not build
+    // in CUTLASS's mainloop), one tile per CTA: 128x176 in 1x2 clusters (the two token tiles of
+    // a weight block together, the weight tile multicast), 5 stages; 64x176 in 4x2 clusters, 7
+    // stages, CUTLASS's non-persistent kernel (one consumer warpgroup).
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_c1x2, 176, 1, 2),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_64x176_c4x2, 176, 4, 2),
 };
 #undef MKERNEL_GEMM_SWAP_TICKET_ENTRY
 #undef MKERNEL_GEMM_SWAP_ENTRY

@@ -43,18 +43,24 @@ struct ElementOf<gemm::DType::kFP16> {
 // 64-row tile, taking turns at the tensor cores). `DirectStore`: the epilogue stores from the
 // registers (no shared-memory stage, no TMA store): its smem goes to one more mainloop stage
 // (a 256x176 tile's stages are 55 KB: 4 fit with it, 3 with the TMA epilogue).
+// `Stages` > 0 pins the mainloop's stage count (else as many as fit beside the epilogue).
+// `OneConsumer`: CUTLASS's non-persistent kernel (KernelTmaWarpSpecialized: one consumer
+// warpgroup, one tile per CTA, a data-parallel grid, mainloop and epilogue sharing their smem);
+// it takes 64-row tiles, which the cooperative kernel does not (gemm14: cuBLAS's 64x168 tile).
 template <class TileShape_, class ClusterShape_, class Scheduler_, bool Pingpong = false,
-          bool DirectStore = false>
+          bool DirectStore = false, int Stages = 0, bool OneConsumer = false>
 struct SwapConfig {
   using TileShape = TileShape_;
   using ClusterShape = ClusterShape_;
   using Scheduler = Scheduler_;
-  using KernelSchedule =
+  static constexpr int kStages = Stages;
+  using KernelSchedule = cute::conditional_t<
+      OneConsumer, cutlass::gemm::KernelTmaWarpSpecialized,
       cute::conditional_t<Pingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                          cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
+                          cutlass::gemm::KernelTmaWarpSpecializedCooperative>>;
   using EpilogueSchedule = cute::conditional_t<
       DirectStore, cutlass::epilogue::NoSmemWarpSpecialized,
-      cute::conditional_t<Pingpong, cutlass::epilogue::TmaWarpSpecialized,
+      cute::conditional_t<Pingpong || OneConsumer, cutlass::epilogue::TmaWarpSpecialized,
                           cutlass::epilogue::TmaWarpSpecializedCooperative>>;
 };
 
@@ -75,8 +81,10 @@ struct SwapGemm {
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutW, kAlign, Element,
       LayoutX, kAlign, float, typename Cfg::TileShape, typename Cfg::ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      cute::conditional_t<(Cfg::kStages > 0),
+                          cutlass::gemm::collective::StageCount<(Cfg::kStages > 0 ? Cfg::kStages : 1)>,
+                          cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+                              sizeof(typename CollectiveEpilogue::SharedStorage))>>,
       typename Cfg::KernelSchedule>::CollectiveOp;
 
   using Kernel =
