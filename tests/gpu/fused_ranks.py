@@ -188,25 +188,35 @@ def suite_agdefault(ctx, rank: int, world: int) -> None:
         w_dev = w.cuda()
         mkernel.ag_gemm(x_static, w_dev, group=ctx)  # the cached fused verdict, eagerly
         torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        stream = torch.cuda.Stream()
-        with torch.cuda.stream(stream):
-            with torch.cuda.graph(graph, stream=stream):
-                out_static = mkernel.ag_gemm(x_static, w_dev, group=ctx)
-        for case in (9101, 9102):
-            xs = [inputs(case, s, m, k, n, dtype)[0] for s in range(world)]
-            ref = torch.cat(xs).cuda().float() @ w.cuda().float().T
-            x_static.copy_(xs[rank].cuda())
-            out_static.fill_(float("nan"))
-            graph.replay()
-            torch.cuda.synchronize()
-            check("default_graph_out", out_static, ref,
-                  dict(op="ag_gemm_default", graph=True, case=case, world=world, rank=rank))
+        replay_ag_graph(ctx, rank, world, x_static, w_dev, (9101, 9102), "default_graph_out",
+                        dict(op="ag_gemm_default", world=world))
     finally:
         os.environ.pop("MKERNEL_FUSED", None)
         for v, val in saved.items():
             if val is not None:
                 os.environ[v] = val
+
+
+def replay_ag_graph(ctx, rank: int, world: int, x_static: torch.Tensor, w_dev: torch.Tensor,
+                    cases: tuple[int, ...], name: str, info: dict) -> None:
+    """Captures one ag_gemm(x_static, w_dev) in a CUDA graph, then per case writes that case's x
+    into x_static on every rank, poisons the captured output, replays and checks it against the
+    float32 reference of every rank's x (inputs(case, ...), the same shape and dtype as x_static)."""
+    m, k = x_static.shape
+    n = w_dev.shape[0]
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            out_static = mkernel.ag_gemm(x_static, w_dev, group=ctx)
+    for case in cases:
+        xs = [inputs(case, s, m, k, n, x_static.dtype)[0] for s in range(world)]
+        ref = torch.cat(xs).cuda().float() @ w_dev.float().T
+        x_static.copy_(xs[rank].cuda())
+        out_static.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(name, out_static, ref, dict(info, graph=True, case=case, rank=rank))
 
 
 def suite_peergraph(ctx, rank: int, world: int) -> None:
@@ -223,19 +233,8 @@ def suite_peergraph(ctx, rank: int, world: int) -> None:
         w_dev = w.cuda()
         mkernel.ag_gemm(x_static, w_dev, group=ctx)  # measured, order cached, buffer sized
         torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        stream = torch.cuda.Stream()
-        with torch.cuda.stream(stream):
-            with torch.cuda.graph(graph, stream=stream):
-                out_static = mkernel.ag_gemm(x_static, w_dev, group=ctx)
-        for case in (32, 33):
-            xs = [inputs(case, s, m, k, n, dtype)[0] for s in range(world)]
-            ref = torch.cat(xs).cuda().float() @ w.cuda().float().T
-            x_static.copy_(xs[rank].cuda())
-            graph.replay()
-            torch.cuda.synchronize()
-            check("peer_graph_out", out_static, ref,
-                  dict(op="ag_gemm_peertma", graph=True, case=case, rank=rank))
+        replay_ag_graph(ctx, rank, world, x_static, w_dev, (32, 33), "peer_graph_out",
+                        dict(op="ag_gemm_peertma"))
     finally:
         if prev is None:
             os.environ.pop("MKERNEL_FUSED_AG_PEER_TMA", None)
