@@ -696,13 +696,10 @@ namespace {
 // Calls per timing sample for a path of `flops` (the same count on every rank: the paths are
 // collective calls): about 40 GFLOP per sample, so a sample of a short call (tens to a few
 // hundred us) spans enough calls that a launch gap or a timer tick does not decide it; 2 to 16
-// calls. (s9run1: at 20 GFLOP an ag_gemm of 8.6 GFLOP took 2 calls per sample.) From 100 GFLOP
-// (>= ~0.3 ms a call under MPS) one call (fused17): the lead-in call before it keeps the GPU
-// busy at the start event, and the decision's power comes from rounds (independent paired
-// samples), not from calls averaged within a sample.
+// calls. (s9run1: at 20 GFLOP an ag_gemm of 8.6 GFLOP took 2 calls per sample.) The test rounds
+// take this many; the screen rounds half (fused17: they only tell candidates 10 % apart).
 int calls_per_sample(double flops) {
   if (flops <= 0) return 2;
-  if (flops >= 1e11) return 1;
   const double want = 4e10 / flops;
   return want >= 16 ? 16 : want <= 2 ? 2 : static_cast<int>(want);
 }
@@ -860,11 +857,13 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   }
   const auto t_measure = std::chrono::steady_clock::now();
   const bool all_paths = candidates == unfused + 1;
-  const int calls = calls_per_sample(flops);
+  const int calls = calls_per_sample(flops);  // a test round's; a screen round's half
+  const int screen_calls = std::max(1, calls / 2);
   // fused17 (fused_verdict.h): one warm-up call each (the engine's tuner and allocations run
   // there), then rounds until the group's Measurement is done: each round times every path still
   // active once — an untimed lead-in call (the ranks leave the previous path at different times,
-  // by up to a GEMM's tail: the lead-in absorbs that skew), then `calls` calls between CUDA events
+  // by up to a GEMM's tail: the lead-in absorbs that skew), then `calls` calls (the screen
+  // rounds: `screen_calls`) between CUDA events
   // — in an order rotating from round to round and reversed in odd rounds (whatever a path leaves
   // behind reaches every path alike), then the ranks exchange the round's samples; the figure of
   // a path in a round is its slowest rank's sample. The Measurement prunes, screens, plans the
@@ -886,18 +885,19 @@ int choose_path(const char* op, int64_t group, const std::string& key,
       if (meas.active()[i]) active.push_back(i);
     }
     const int count = static_cast<int>(active.size());
+    const int n_calls = meas.screening() ? screen_calls : calls;
     std::vector<float> mine(candidates, NAN);
     for (int j = 0; j < count; ++j) {
       const int i = active[r % 2 == 0 ? (j + r) % count : (count - 1 - j + r) % count];
       paths[i]();  // the lead-in call
       if (align) align();
       C10_CUDA_CHECK(cudaEventRecord(start, stream));
-      for (int c = 0; c < calls; ++c) paths[i]();
+      for (int c = 0; c < n_calls; ++c) paths[i]();
       C10_CUDA_CHECK(cudaEventRecord(end, stream));
       C10_CUDA_CHECK(cudaEventSynchronize(end));
       float ms = 0.f;
       C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start, end));
-      mine[i] = ms / calls;
+      mine[i] = ms / n_calls;
       own[i].push_back(mine[i]);
     }
     const double elapsed =

@@ -138,8 +138,8 @@ bool capturing();
 // engine GEMM); the same answer on every rank of the group. The first eager call of a shape
 // (`key`: op, dims, dtype) runs each on every rank (fused17, fused_verdict.h): a warm-up call
 // each, then rounds that time every active path once in a rotating order, reversed in odd
-// rounds (each sample an untimed lead-in call then `flops`-set calls: ~40 GFLOP, 2-16; one from
-// 100 GFLOP), the round's samples exchanged over the group's session after each round, a path's
+// rounds (each sample an untimed lead-in call then `flops`-set calls: ~40 GFLOP, 2-16; half in
+// the 2 screen rounds), the round's samples exchanged over the group's session after each round, a path's
 // figure in a round its slowest rank's sample. Round 0 drops a candidate > 8x the fastest path,
 // round 2 screens the fused candidates to at most two finalists and plans the rounds from a
 // ~0.8 s budget (5 to 15 test rounds); a finalist is kept only if it beats the unfused path by

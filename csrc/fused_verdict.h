@@ -15,20 +15,24 @@
 //     the moment, reaches both sides of a ratio alike): fused f "wins" round i when
 //     fig[f][i] < (1 - margin) x fig[unfused][i];
 //   - fused is kept only when it wins with confidence: a one-sided sign test over the planned
-//     number of rounds n — at least wins_needed(n) wins, the smallest k with
-//     P(Binomial(n, 1/2) >= k) <= alpha — i.e. the distribution-free upper confidence bound of the
-//     median ratio is below 1 - margin. Anything less: the unfused path (the safe side: a wrong
-//     unfused verdict costs at most the noise-sized edge; a wrong fused one can lose it);
+//     number of test rounds n — at least wins_needed(n) wins, the smallest k with
+//     P(Binomial(n, 1/2) >= k) <= alpha / (the number of finalists tested) — i.e. the
+//     distribution-free upper confidence bound of the median ratio is below 1 - margin. The
+//     test rounds are those after the screen wherever the op has several fused candidates (a
+//     candidate kept for its lucky screen rounds would carry that luck into its test). Anything
+//     less: the unfused path (the safe side: a wrong unfused verdict costs at most the
+//     noise-sized edge; a wrong fused one can lose it);
 //   - the route between the two best fused finalists (e.g. copy vs peer-TMA kernel) by the same
 //     paired rounds: the median ratio of the pair, with a sign test deciding when to stop early;
 //   - the cost is bounded: round 0 drops a candidate above prune_over x the round's fastest path
-//     (xnode5: a 300 ms kernel across nodes), the screen (after screen_rounds rounds) keeps at
-//     most max_finalists fused candidates (those not slower than the best fused by screen_tol in
-//     every screen round, nor slower than unfused by screen_lose in every one), the number of
-//     rounds n is planned once after the screen from the budget (the rounds' measured cost) and
-//     clamped to [min_rounds, max_rounds], and the measurement stops as soon as the outcome at n
-//     is settled (curtailed: a fused candidate that has its k wins, or that can no longer reach
-//     them, is decided — stopping early then changes no verdict, so the test's alpha holds).
+//     (xnode5: a 300 ms kernel across nodes) or first_tol behind the best fused one; the screen
+//     (after screen_rounds rounds) keeps at most max_finalists fused candidates (those not
+//     slower than the best fused by screen_tol in every screen round, nor slower than unfused by
+//     screen_lose in every one); the number of test rounds n is planned once, after the screen,
+//     from the budget (the rounds' measured cost), within [min_rounds (or the smallest n whose
+//     test can pass), max_rounds]; and the measurement stops as soon as the outcome at n is
+//     settled (curtailed: a finalist that has its k wins, or can no longer reach them, is
+//     decided — stopping early then changes no verdict, so the tests' alpha holds).
 // Every rank feeds the same gathered figures in the same order, so every rank reaches the same
 // verdict (the group's); plain C++ (no torch, no CUDA): tests/fused/verdict_check.cpp runs it on
 // the host (tests/fused/test_verdict.py), incl. noise models and s13run2's recorded samples.
@@ -44,13 +48,16 @@ namespace mkernel::fused_verdict {
 
 struct Settings {
   int screen_rounds = 2;    // rounds with every candidate before the screen
-  int min_rounds = 5;       // the test's n is at least this (5 wins of 5: p = 1/32)...
+  int min_rounds = 4;       // the test's n is at least this, and at least the smallest n whose
+                            // test can pass (4 of 4 at 1/16 with one finalist, 5 of 5 at 1/32
+                            // with two)...
   int max_rounds = 15;      // ... and at most this (small shapes: more power, cheap rounds)
   double alpha = 0.0625;    // the tests' one-sided level, shared by the finalists (Bonferroni)
   float margin = 0.01f;     // a win: fused < (1 - margin) x unfused in the round
   float screen_tol = 0.10f;   // screen: dropped if > this slower than the best fused, every round
   float screen_lose = 0.25f;  // screen: dropped if > this slower than unfused, every round
-  float prune_over = 8.f;   // round 0: dropped if > this x the round's fastest path
+  float prune_over = 8.f;   // round 0: dropped if > this x the round's fastest path...
+  float first_tol = 0.30f;  // ... or > this slower than round 0's best fused candidate
   int max_finalists = 2;    // fused candidates timed after the screen
   double budget_s = 0.8;    // the whole measurement's target (warm-up included), seconds
 };
@@ -86,8 +93,8 @@ inline float median_of(std::vector<float> v) {
   return v.size() % 2 == 1 ? v[h] : 0.5f * (v[h - 1] + v[h]);
 }
 
-// Rounds from `from` on where both a and b were timed: how many, in how many a < (1 - margin) x b, in how many
-// b < (1 - margin) x a, and the median of a / b.
+// Rounds from `from` on where both a and b were timed: how many, in how many
+// a < (1 - margin) x b, in how many b < (1 - margin) x a, and the median of a / b.
 struct Paired {
   int n = 0;
   int wins = 0;
@@ -137,10 +144,14 @@ class Measurement {
   // Rounds planned in all (0 until the screen has planned them).
   int planned() const { return n_test_ > 0 ? test_from_ + n_test_ : 0; }
   const std::vector<std::vector<float>>& figures() const { return fig_; }
+  // Whether the next round is a screen round (choose_path times those with fewer calls per
+  // sample: they only need to tell candidates 10 % apart).
+  bool screening() const { return rounds_ < s_.screen_rounds; }
 
   // One round's figures (ms per call, slowest rank; NaN or <= 0 where a path was not timed),
   // the group's elapsed seconds since the measurement began (slowest rank) and the calls per
-  // sample (the planned rounds' cost: each active path costs (1 + calls) calls a round).
+  // sample of the test rounds (the planned rounds' cost: each active path costs (1 + calls)
+  // calls a round).
   void add_round(const std::vector<float>& figs, double elapsed_s, int calls) {
     if (done_) return;
     for (int p = 0; p < count_; ++p) {
@@ -267,15 +278,19 @@ class Measurement {
     return out;
   }
 
-  // Round 0: a fused candidate above prune_over x the round's fastest path is timed no further
-  // (never the fastest path itself, so fused-only measurements keep one).
+  // Round 0: a fused candidate above prune_over x the round's fastest path (xnode5: a 300 ms
+  // kernel across nodes vs a 1 ms unfused path), or more than first_tol slower than the round's
+  // best fused candidate (the share's grid under MPS: 1.4-1.7x the co-resident grid at the Llama
+  // shapes), is timed no further; never the best fused candidate itself.
   void prune_round0() {
     std::vector<int> every(count_);
     for (int p = 0; p < count_; ++p) every[p] = p;
     const float fastest = best_in(0, every);
-    if (!(fastest > 0.f)) return;
+    const float best_fused = best_in(0, fused_active());
+    if (!(fastest > 0.f) || !(best_fused > 0.f)) return;
     for (int f : fused_active()) {
-      if (fig_[f][0] > s_.prune_over * fastest) active_[f] = 0;
+      const float v = fig_[f][0];
+      if (v > s_.prune_over * fastest || v > (1.f + s_.first_tol) * best_fused) active_[f] = 0;
     }
   }
 
@@ -304,10 +319,10 @@ class Measurement {
       done_ = true;  // unfused (fused only cannot get here: the best fused is kept)
       return;
     }
-    // The tests count the rounds after the screen when the screen chose among fused candidates
-    // (a candidate kept for its lucky screen rounds would carry that luck into its test);
-    // with one fused candidate in the running there was no choice, and every round counts.
-    test_from_ = fused.size() > 1 ? rounds_ : 0;
+    // The tests count the rounds after the screen when there was a choice among fused
+    // candidates (one kept for its lucky screen rounds would carry that luck into its test);
+    // with a single fused path from the start there was none, and every round counts.
+    test_from_ = all_fused().size() > 1 ? rounds_ : 0;
     // The test's n: what the budget leaves after the screen, at the screen's cost per round of
     // the paths still active, within [min_rounds, max_rounds].
     double round_s = 0.0;
@@ -321,8 +336,10 @@ class Measurement {
       const double left = s_.budget_s - elapsed_s;
       more = left <= 0.0 ? 0 : static_cast<int>(std::min(left / round_s, 1000.0));
     }
-    const int total = std::max(s_.min_rounds, std::min(s_.max_rounds, rounds_ - test_from_ + more));
-    n_test_ = total;
+    int floor_n = s_.min_rounds;
+    const int tests = static_cast<int>(finalists_.size());
+    while (floor_n < s_.max_rounds && wins_needed(floor_n, s_.alpha / tests) > floor_n) ++floor_n;
+    n_test_ = std::max(floor_n, std::min(s_.max_rounds, rounds_ - test_from_ + more));
   }
 
   // After each round once planned: the curtailed sign tests (stopping changes no verdict).

@@ -54,7 +54,8 @@ struct PathModel {
 struct Sim {
   std::vector<PathModel> paths;
   int unfused;          // index or -1
-  int calls = 1;        // calls per sample (choose_path: 1 at the Llama shapes)
+  int calls = 2;        // a test round's calls per sample (choose_path: 2 at the Llama shapes;
+                        // a screen round's half); a sample's noise is sigma / sqrt(calls)
   float common = 0.05f; // a per-round factor on every path (drift / the moment's MPS phase)
   double exchange_s = 0.0005;
 };
@@ -71,14 +72,15 @@ static Outcome simulate(const Sim& sim, Rng& rng, const v::Settings& s = v::Sett
   for (const PathModel& p : sim.paths) elapsed += p.ms * 1e-3;  // the warm-up calls
   while (!m.done()) {
     const double common = std::exp(sim.common * rng.normal());
+    const int calls = m.screening() ? std::max(1, sim.calls / 2) : sim.calls;
     std::vector<float> figs(count, NAN);
     for (int p = 0; p < count; ++p) {
       if (!m.active()[p]) continue;
       const PathModel& pm = sim.paths[p];
-      double x = pm.ms * common * std::exp(pm.sigma * rng.normal());
+      double x = pm.ms * common * std::exp(pm.sigma / std::sqrt(calls) * rng.normal());
       if (rng.uniform() < pm.tail_p) x *= pm.tail_x;
       figs[p] = static_cast<float>(x);
-      elapsed += (1 + sim.calls) * x * 1e-3;
+      elapsed += (1 + calls) * x * 1e-3;
     }
     elapsed += sim.exchange_s;
     m.add_round(figs, elapsed, sim.calls);
@@ -187,7 +189,7 @@ int main(int argc, char** argv) {
     const v::Result r = m.result();
     CHECK(r.path == 0 && r.confident && r.fastest_fused == 0);
     CHECK(r.test_from == 0 && r.rounds == r.needed);
-    CHECK(r.test_rounds >= 5 && r.test_rounds <= 15);
+    CHECK(r.test_rounds >= 4 && r.test_rounds <= 15);
   }
   // A clear loss (2x unfused): dropped by the screen, unfused after its 2 rounds.
   {
@@ -262,8 +264,10 @@ int main(int argc, char** argv) {
     }
   }
 
-  // Noise models (ms per call; sigma per sample; s13run2's W = 2 Llama fc1 M=16384 samples span
-  // 11.9-20.4 ms on identical work: sigma ~0.15 plus outliers). Paths as choose_path gets them
+  // Noise models (ms per call; sigma per call, a sample of c calls sigma / sqrt(c); s13run2's W = 2
+  // Llama fc1 M=16384 samples of 3 calls span 11.9-20.4 ms on identical work: sd(log) 0.17-0.27
+  // for the unfused sequence, 0.04-0.09 for the fused kernels, ratios 0.05-0.17 elsewhere).
+  // Paths as choose_path gets them
   // at ag_gemm's Llama fc1 under MPS: copy share grid, copy co grid, peer share, peer co, unfused.
   const int trials = 4000;
   // H0-like: every fused candidate exactly as fast as unfused -> fused at most alpha (1/16).
@@ -298,7 +302,7 @@ int main(int argc, char** argv) {
     CHECK(r.fused >= 0.99);
     CHECK(r.by_path[3] >= 0.75);  // the peer-TMA co-grid route
     CHECK(r.by_path[0] == 0.0 && r.by_path[2] == 0.0);
-    CHECK(r.max_s <= 1.0);
+    CHECK(r.max_s <= 1.25);  // 5 test rounds of 3 paths x 3 calls of 12-20 ms: the floor
     CHECK(r.max_rounds <= 2 + 15);
   }
   // Square ag W = 2 (peer co grid 2.0 ms, copy co 2.72, share grids 3.47 / 2.76, unfused 3.36;
@@ -321,6 +325,26 @@ int main(int argc, char** argv) {
       prev = r.fused;
     }
     CHECK(prev >= 0.95);  // a 35 % edge is kept through the noise
+  }
+  // The same with s13run2's shape of the noise at W = 2 fc1 (the fused kernels' samples spread
+  // ~5 %, the unfused sequence's ~20 %: its two kernels' MPS overlap varies): fused stays rare
+  // at no edge and grows with the edge.
+  {
+    double prev = -1.0;
+    for (float edge : {1.0f, 0.95f, 0.90f, 0.80f, 0.70f}) {
+      Sim sim{{{14.f * edge, 0.05f}, {14.f * edge, 0.05f}, {14.f, 0.20f}}, 2};
+      char name[64];
+      std::snprintf(name, sizeof name, "two routes at %.2fx unfused, sigma .05/.20", edge);
+      const Rates r = rates(sim, trials, 19, name);
+      if (verbose) {  // the same noise per 2-call sample (calls fully correlated): less power
+        Sim worst{{{14.f * edge, 0.07f}, {14.f * edge, 0.07f}, {14.f, 0.28f}}, 2};
+        std::snprintf(name, sizeof name, "  ... sigma .07/.28 per call");
+        rates(worst, trials, 20, name);
+      }
+      CHECK(r.fused >= prev);
+      if (edge == 1.0f) CHECK(r.fused <= 0.0625);
+      prev = r.fused;
+    }
   }
   // gemm_rs / gemm_ar under MPS: two plans (share grid 20.7, co grid 12.9) + unfused 21.6 (W = 4
   // fc2 M=16384): fused on the co grid always, under a second.
