@@ -129,6 +129,7 @@ struct Result {
   int rounds = 0;          // rounds measured
   Paired route;            // fastest_fused against the other finalist (n = 0 with one)
   int route_other = -1;
+  bool fused_only = false; // no unfused path measured (MKERNEL_FUSED=force)
 };
 
 // One measurement: add_round() after each round's exchange, until done(); then result().
@@ -186,6 +187,7 @@ class Measurement {
     }
     if (unfused_ < 0) {
       r.path = r.fastest_fused;
+      r.fused_only = true;
       return r;
     }
     r.path = unfused_;
@@ -384,6 +386,17 @@ class Measurement {
 // faster in 4 of 5".
 inline std::string describe(const Result& r, float margin) {
   char buf[320];
+  if (r.fused_only) {
+    if (r.route_other < 0) {
+      std::snprintf(buf, sizeof buf, "fused only: one candidate after the screen (%d rounds)",
+                    r.rounds);
+    } else {
+      std::snprintf(buf, sizeof buf,
+                    "fused only: route vs path %d: median %.3f, faster in %d of %d (%d rounds)",
+                    r.route_other, r.route.median, r.route.wins, r.route.n, r.rounds);
+    }
+    return buf;
+  }
   if (r.test_rounds == 0) {
     std::snprintf(buf, sizeof buf, "every fused candidate dropped by the screen (%d rounds)",
                   r.rounds);

@@ -252,7 +252,13 @@ int main(int argc, char** argv) {
     v::Measurement m(2, -1);
     while (!m.done()) m.add_round({13.f, 12.f}, 0.0, 1);
     const v::Result r = m.result();
-    CHECK(r.path == 1 && r.fastest_fused == 1 && r.route_other == 0);
+    CHECK(r.path == 1 && r.fastest_fused == 1 && r.route_other == 0 && r.fused_only);
+    CHECK(v::describe(r, 0.01f).rfind("fused only: route vs path 0: median 0.923", 0) == 0);
+    v::Measurement one(3, -1);  // the share's grid dropped at round 0: one candidate, 2 rounds
+    while (!one.done()) one.add_round({20.f, 12.f, NAN}, 0.0, 1);
+    CHECK(one.result().path == 1 && one.rounds() == 2);
+    CHECK(v::describe(one.result(), 0.01f) ==
+          "fused only: one candidate after the screen (2 rounds)");
   }
   // Determinism: the same figures give the same verdict (every rank feeds the same bytes).
   {
