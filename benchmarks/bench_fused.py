@@ -232,7 +232,9 @@ def peer_choice(row: dict) -> dict:
 def verdict_summary(row: dict) -> dict:
     """The row's verdict line (fused17, a VERDICT line per row): what the op's first call kept
     (path; its test from the verbose line: rounds, median fused/unfused per round, wins of the
-    test rounds, wins needed; the route against the other finalist), what it cost (first_call_s),
+    test rounds, wins needed; the route against the other finalist), what it cost (first_call_s;
+    of it warmup_s, the paths' first calls — mostly the engine tuner's for the unfused GEMM —
+    and rounds_s, the measurement's rounds),
     and the steady-state ratios the rule of benchmarks/NOTES.md "fused17" reads: unfused / op
     (>= 1.0 wanted where the op runs fused), the op / the overlap ideal, and on --variants peertma
     rows the op / the better forced kernel."""
@@ -241,6 +243,8 @@ def verdict_summary(row: dict) -> dict:
         t = {}
     out = {"op": row.get("op"), "shape": row.get("shape"), "world": row.get("world"),
            "path": row.get("path"), "first_call_s": row.get("first_call_s"),
+           "warmup_s": t.get("warmup_s"),
+           "rounds_s": round(t["seconds"] - t["warmup_s"], 3) if "seconds" in t else None,
            "rounds": t.get("rounds"), "verdict": t.get("verdict"),
            "test_median": t.get("median"), "test_wins": t.get("wins"), "test_n": t.get("n"),
            "test_needed": t.get("needed"), "screened": t.get("screened"),

@@ -871,6 +871,12 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   // the same order on every rank (the active set follows from the exchanged figures).
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   for (int i = 0; i < candidates; ++i) paths[i]();
+  // The rounds' budget starts after the warm-up: its time is mostly the engine tuner's for the
+  // unfused path's GEMM (s13run2: ~1.4 s at a Llama shape never seen before, ~0 at one already
+  // tuned), which the unfused path costs anyway; the verbose line reports both.
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const auto t_rounds = std::chrono::steady_clock::now();
+  const double warmup_s = std::chrono::duration<double>(t_rounds - t_measure).count();
   cudaEvent_t start = nullptr, end = nullptr;
   C10_CUDA_CHECK(cudaEventCreate(&start));
   C10_CUDA_CHECK(cudaEventCreate(&end));
@@ -901,7 +907,7 @@ int choose_path(const char* op, int64_t group, const std::string& key,
       own[i].push_back(mine[i]);
     }
     const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_measure).count();
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_rounds).count();
     double group_elapsed = elapsed;
     const std::vector<float> figs = exchange_round(op, group, mine, elapsed, &group_elapsed);
     meas.add_round(figs, group_elapsed, calls);
@@ -936,9 +942,10 @@ int choose_path(const char* op, int64_t group, const std::string& key,
     // rounds), this rank's own median and rounds, the test, and what the measurement took:
     // whether one candidate (e.g. an ungated grid across emulated nodes) decides the verdict or
     // the first call's time (benchmarks/NOTES.md "xnode3", "fused17").
-    std::string line = std::string(op) + ": measured " + key + " in " +
-                       std::to_string(measure_s).substr(0, 5) + " s (" + std::to_string(calls) +
-                       " calls per sample, " + std::to_string(res.rounds) + " rounds):";
+    char head[96];
+    std::snprintf(head, sizeof head, " in %.3f s (warm-up %.3f s, %d calls per sample, %d rounds):",
+                  measure_s, warmup_s, calls, res.rounds);
+    std::string line = std::string(op) + ": measured " + key + head;
     for (int i = 0; i < candidates; ++i) {
       char buf[200];
       const bool is_unfused = all_paths && i == unfused;

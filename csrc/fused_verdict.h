@@ -59,7 +59,7 @@ struct Settings {
   float prune_over = 8.f;   // round 0: dropped if > this x the round's fastest path...
   float first_tol = 0.30f;  // ... or > this slower than round 0's best fused candidate
   int max_finalists = 2;    // fused candidates timed after the screen
-  double budget_s = 0.8;    // the whole measurement's target (warm-up included), seconds
+  double budget_s = 0.8;    // the rounds' target, seconds (after the warm-up calls)
 };
 
 // The smallest k such that P(Binomial(n, 1/2) >= k) <= alpha (n + 1 if no k is: e.g. n < 5 at
@@ -150,7 +150,7 @@ class Measurement {
   bool screening() const { return rounds_ < s_.screen_rounds; }
 
   // One round's figures (ms per call, slowest rank; NaN or <= 0 where a path was not timed),
-  // the group's elapsed seconds since the measurement began (slowest rank) and the calls per
+  // the group's elapsed seconds since the rounds began (slowest rank) and the calls per
   // sample of the test rounds (the planned rounds' cost: each active path costs (1 + calls)
   // calls a round).
   void add_round(const std::vector<float>& figs, double elapsed_s, int calls) {

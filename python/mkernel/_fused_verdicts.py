@@ -8,8 +8,8 @@ The lines (op = "mkernel.ag_gemm", ...; key = "M=.. N=.. K=.. <dtype> W=..[ peer
   "<op>: runs unfused (the substrate's collective + the engine GEMM): measured not faster than
    the unfused path with confidence at <key> (<figures>; <the test's figures>)"
    (a TORCH_WARN: a log prefix first; before fused17 "... (by the 3% margin) at <key> ...")
-  "<op>: measured <key> in <s> s (<c> calls per sample, <r> rounds): <path figures>; <the test's
-   figures> -> fused path <i>|unfused"   (fused17: parse_tests)
+  "<op>: measured <key> in <s> s (warm-up <w> s, <c> calls per sample, <r> rounds): <path
+   figures>; <the test's figures> -> fused path <i>|unfused"   (fused17: parse_tests)
   "<op>: graph capture at <key>: the cached verdict, path <i> (<name>)"
   "<op>: graph capture at <key>: no verdict cached (unmeasured), path 0 (<name>)"
 """
@@ -57,14 +57,16 @@ def parse_captures(text: str, op: str = "mkernel.ag_gemm") -> list[dict]:
 
 def parse_tests(text: str, op: str = "mkernel.ag_gemm") -> dict[str, dict]:
     """{key: the first-call measurement's test} from `op`'s "measured" lines (fused17,
-    csrc/fused_verdict.h describe): seconds, calls per sample, rounds; the kept fused route
+    csrc/fused_verdict.h describe): seconds (warm-up included), warmup_s (the paths' first calls:
+    mostly the engine tuner's for the unfused GEMM), calls per sample, rounds; the kept fused route
     against the unfused path (median of the per-round ratios, wins below 1 - margin, test rounds,
     wins needed, rounds planned, the first round the test counts); the route against the other
     finalist when there were two (route_other, route_median, route_faster, route_n); the verdict
     ("unfused" or "fused path <i>"); screened: every fused candidate dropped before the test. A key
     seen twice keeps the last."""
     head = re.compile(re.escape(op) + r": measured " + _KEY +
-                      r" in ([\d.]+) s \((\d+) calls per sample, (\d+) rounds\):")
+                      r" in ([\d.]+) s \(warm-up ([\d.]+) s, (\d+) calls per sample, (\d+) "
+                      r"rounds\):")
     test = re.compile(r"fused/unfused per round: median (-?nan|[\d.]+), (\d+) of (\d+) test rounds "
                       r"below ([\d.]+) \((\d+) needed of (\d+) planned; \d+ rounds, the test from "
                       r"round (\d+)\)")
@@ -75,8 +77,8 @@ def parse_tests(text: str, op: str = "mkernel.ag_gemm") -> dict[str, dict]:
         m = head.search(line)
         if not m:
             continue
-        d: dict = {"seconds": float(m.group(2)), "calls": int(m.group(3)),
-                   "rounds": int(m.group(4))}
+        d: dict = {"seconds": float(m.group(2)), "warmup_s": float(m.group(3)),
+                   "calls": int(m.group(4)), "rounds": int(m.group(5))}
         t = test.search(line)
         if t:
             d.update(median=float(t.group(1)), wins=int(t.group(2)), n=int(t.group(3)),

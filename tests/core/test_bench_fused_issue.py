@@ -178,7 +178,7 @@ def test_verdict_summary_line():
     fv = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fv)
     key = "M=4096 N=7168 K=8192 BFloat16 W=4 peertma=auto"
-    line = (f"mkernel.ag_gemm: measured {key} in 0.905 s (1 calls per sample, 7 rounds): "
+    line = (f"mkernel.ag_gemm: measured {key} in 2.305 s (warm-up 1.400 s, 2 calls per sample, 7 rounds): "
             "coop_128x256_c2x1 grid 0 20997.1 us (own 20994.2, 2 rounds, dropped); "
             "unfused 22198.4 us (own 20933.9, 7 rounds); fused/unfused per round: median 0.612, "
             "5 of 5 test rounds below 0.99 (5 needed of 5 planned; 7 rounds, the test from round "
@@ -192,6 +192,7 @@ def test_verdict_summary_line():
                                                         "route": "peer-TMA"}}
     v = bf.verdict_summary(row)
     assert v["verdict"] == "fused path 3" and v["rounds"] == 7 and v["test_median"] == 0.612
+    assert v["rounds_s"] == 0.905 and v["warmup_s"] == 1.4
     assert (v["test_wins"], v["test_n"], v["test_needed"]) == (5, 5, 5)
     assert v["route_median"] == 0.931 and v["unfused_over_fused"] == 1.6123
     assert v["op_over_best_forced"] == 1.01 and v["route"] == "peer-TMA"

@@ -39,7 +39,7 @@ def test_parse_tests_reads_the_headers_text(tmp_path: Path) -> None:
     got = []
     for i, tail in enumerate(cases):
         key = KEY.replace("M=8192", f"M={8192 + 128 * i}")
-        line = (f"mkernel.ag_gemm: measured {key} in 0.812 s (1 calls per sample, 7 rounds): "
+        line = (f"mkernel.ag_gemm: measured {key} in 2.212 s (warm-up 1.400 s, 2 calls per sample, 7 rounds): "
                 f"coop_128x256_c2x1 grid 48 gated 13776.6 us (own 13757.3, 7 rounds); "
                 f"unfused 14272.0 us (own 13825.4, 7 rounds, dropped); {tail}")
         got.append(fv.parse_tests(line)[key])
@@ -48,7 +48,8 @@ def test_parse_tests_reads_the_headers_text(tmp_path: Path) -> None:
     assert kept["wins"] == kept["n"] == kept["needed"] and kept["planned"] >= kept["n"]
     assert kept["test_from"] == 2 and kept["below"] == 0.99
     assert kept["route_other"] == 0 and kept["route_faster"] == kept["route_n"]
-    assert kept["seconds"] == 0.812 and kept["calls"] == 1 and kept["rounds"] == 7
+    assert kept["seconds"] == 2.212 and kept["warmup_s"] == 1.4 and kept["calls"] == 2
+    assert kept["rounds"] == 7
     assert lost["verdict"] == "unfused" and lost["wins"] == 0 and lost["median"] == 1.05
     assert lost["test_from"] == 0 and "route_other" not in lost and not lost["screened"]
     assert screened["verdict"] == "unfused" and screened["screened"] and "median" not in screened

@@ -68,8 +68,7 @@ struct Outcome {
 static Outcome simulate(const Sim& sim, Rng& rng, const v::Settings& s = v::Settings()) {
   const int count = static_cast<int>(sim.paths.size());
   v::Measurement m(count, sim.unfused, s);
-  double elapsed = 0.0;
-  for (const PathModel& p : sim.paths) elapsed += p.ms * 1e-3;  // the warm-up calls
+  double elapsed = 0.0;  // the rounds' time (choose_path's budget starts after the warm-up)
   while (!m.done()) {
     const double common = std::exp(sim.common * rng.normal());
     const int calls = m.screening() ? std::max(1, sim.calls / 2) : sim.calls;
@@ -108,7 +107,7 @@ static Rates rates(const Sim& sim, int trials, uint64_t seed, const char* name) 
   if (verbose) {
     std::printf("%-44s fused %.3f paths", name, out.fused);
     for (double b : out.by_path) std::printf(" %.3f", b);
-    std::printf("  first call mean %.3f s max %.3f s, rounds max %.0f\n", out.mean_s, out.max_s,
+    std::printf("  rounds' time mean %.3f s max %.3f s, rounds max %.0f\n", out.mean_s, out.max_s,
                 out.max_rounds);
   }
   return out;
