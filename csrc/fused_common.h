@@ -139,13 +139,13 @@ bool capturing();
 // (`key`: op, dims, dtype) runs each on every rank (fused17, fused_verdict.h): a warm-up call
 // each, then rounds that time every active path once in a rotating order, reversed in odd
 // rounds (each sample an untimed lead-in call then `flops`-set calls: ~40 GFLOP, 2-16; half in
-// the 2 screen rounds), the round's samples exchanged over the group's session after each round, a path's
-// figure in a round its slowest rank's sample. Round 0 drops a candidate > 8x the fastest path,
-// round 2 screens the fused candidates to at most two finalists and plans the rounds from a
-// ~0.8 s budget (5 to 15 test rounds); a finalist is kept only if it beats the unfused path by
-// 1 % in enough paired rounds for a one-sided sign test at 1/16 (shared by the finalists), the
-// two finalists' route by their paired median; the rounds stop once the tests are settled.
-// Not confident: the unfused path
+// the 2 screen rounds), the round's samples exchanged over the group's session after each
+// round, a path's figure in a round its slowest rank's sample. Round 0 drops a fused candidate
+// > 8x the fastest path or > 1.3x the best fused one; after round 1 the screen keeps at most two
+// fused finalists and plans 4-15 test rounds from a ~0.8 s budget (after the warm-up); a
+// finalist is kept only if it beats the unfused path by 1 % in enough paired test rounds for a
+// one-sided sign test at 1/16 (shared by the finalists); between two finalists the lower paired
+// median; the rounds stop once the tests are settled. Not confident: the unfused path
 // (within the noise the unfused path is the safe side). The verdict is cached per process and
 // an unfused verdict is logged once (note_fallback). Inside CUDA-graph capture a cached verdict
 // runs as outside (a graph captures the path the group measured, never a per-rank guess) and an
