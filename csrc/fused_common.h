@@ -160,8 +160,9 @@ bool capturing();
 // same value — a rank without it would meet the others' barrier with another call, which the
 // entry barrier reports as a signature mismatch naming the peer) and world_size > 1, the ranks
 // are aligned before every timed sample (after its lead-in call, a device-side barrier: the
-// substrate's all_gather of 8 floats, no host synchronization). Why: s9run3's ag_gemm fell back at Llama fc1
-// M=16384 and 2048x8192x7168 by a 2-2.5% edge while the forced fused kernel ran 11% / 28% faster
+// substrate's all_gather of 8 floats, no host synchronization). Why: s9run3's ag_gemm fell back
+// at Llama fc1 M=16384 and 2048x8192x7168 by a 2-2.5% edge while the forced fused kernel ran 11% /
+// 28% faster
 // in the bench's barrier-aligned samples — an ag_gemm rank waits for its peers' rows, so where
 // the ranks enter a sample decides its time.
 int choose_path(const char* op, int64_t group, const std::string& key,
