@@ -229,6 +229,37 @@ def peer_choice(row: dict) -> dict:
             "peer_over_copy_paired": row.get("fused_peertma_over_kernel_paired")}
 
 
+def verdict_summary(row: dict) -> dict:
+    """The row's verdict line (fused17, a VERDICT line per row): what the op's first call kept
+    (path; its test from the verbose line: rounds, median fused/unfused per round, wins of the
+    test rounds, wins needed; the route against the other finalist), what it cost (first_call_s;
+    of it warmup_s, the paths' first calls — mostly the engine tuner's for the unfused GEMM —
+    and rounds_s, the measurement's rounds),
+    and the steady-state ratios the rule of benchmarks/NOTES.md "fused17" reads: unfused / op
+    (>= 1.0 wanted where the op runs fused), the op / the overlap ideal, and on --variants peertma
+    rows the op / the better forced kernel."""
+    t = row.get("first_call_test") or {}
+    if not isinstance(t, dict) or "verdict" not in t:
+        t = {}
+    out = {"op": row.get("op"), "shape": row.get("shape"), "world": row.get("world"),
+           "path": row.get("path"), "first_call_s": row.get("first_call_s"),
+           "warmup_s": t.get("warmup_s"),
+           "rounds_s": round(t["seconds"] - t["warmup_s"], 3) if "seconds" in t else None,
+           "rounds": t.get("rounds"), "verdict": t.get("verdict"),
+           "test_median": t.get("median"), "test_wins": t.get("wins"), "test_n": t.get("n"),
+           "test_needed": t.get("needed"), "screened": t.get("screened"),
+           "route_median": t.get("route_median")}
+    for name in ("unfused_over_fused", "unfused_over_fused_paired", "fused_vs_ideal",
+                 "unfused_b_over_unfused_paired"):
+        if name in row:
+            out[name] = round(row[name], 4)
+    if "choice" in row:
+        out["op_over_best_forced"] = row["choice"].get("op_over_best_forced")
+        out["forced_faster"] = row["choice"].get("forced_faster")
+        out["route"] = row["choice"].get("route")
+    return out
+
+
 def select_rows(rows: list, only: list[str], only_ops: list[str],
                 by_ops_order: bool = False) -> list:
     """The (op, label, a, b, c) rows that --only (a word of the label) and --ops keep; with
@@ -670,6 +701,12 @@ def rank_main() -> None:
             row["path"] = "fused"
         if op == "ag_gemm":  # fused16: the copy or the peer-TMA kernel, by the op's measurement
             row["path_peer_tma"] = "peer-TMA" in row["path"]
+        # fused17: the first call's test (csrc/fused_verdict.h, the verbose "measured" line):
+        # rounds, the kept route's median fused/unfused ratio, wins / test rounds / needed.
+        from mkernel._fused_verdicts import parse_tests
+        tests = parse_tests("\n".join(first), f"mkernel.{op}")
+        row["first_call_test"] = next(iter(tests.values()), None) if len(tests) == 1 else \
+            (tests or None)
         try:  # what the GEMM-alone anchor runs (the engine's tuned plan at this share)
             row["gemm_plan"] = mk.gemm_plan(a_of[0], ws[0], 0)
         except Exception as exc:  # noqa: BLE001 (an older build without the op)
@@ -801,6 +838,7 @@ def rank_main() -> None:
         rows.append(row)
         if rank == 0:
             print("ROW " + json.dumps(row), flush=True)
+            print("VERDICT " + json.dumps(verdict_summary(row)), flush=True)
             # Rank 0's samples, one line per figure: (GPU ms per call, host enqueue ms per call,
             # the figure timed before it).
             for name, v in trace.items():

@@ -23,6 +23,7 @@
 
 #include <unistd.h>
 
+#include "fused_verdict.h"
 #include "gemm_engine.h"
 #include "kernels/fused/fused_gate_api.h"
 #include "kernels/fused/fused_gpu_gate_api.h"
@@ -695,7 +696,8 @@ namespace {
 // Calls per timing sample for a path of `flops` (the same count on every rank: the paths are
 // collective calls): about 40 GFLOP per sample, so a sample of a short call (tens to a few
 // hundred us) spans enough calls that a launch gap or a timer tick does not decide it; 2 to 16
-// calls. (s9run1: at 20 GFLOP an ag_gemm of 8.6 GFLOP took 2 calls per sample.)
+// calls. (s9run1: at 20 GFLOP an ag_gemm of 8.6 GFLOP took 2 calls per sample.) The test rounds
+// take this many; the screen rounds half (fused17: they only tell candidates 10 % apart).
 int calls_per_sample(double flops) {
   if (flops <= 0) return 2;
   const double want = 4e10 / flops;
@@ -704,7 +706,7 @@ int calls_per_sample(double flops) {
 
 // MKERNEL_FUSED_ALIGN=1 (opt-in until a device run has checked it; every rank of the group must
 // see the same value, as for MKERNEL_FUSED): choose_path aligns the ranks before each timed
-// sample (align_ranks) and takes the slowest rank per sample. Read when a shape is measured.
+// sample (align_ranks). Read when a shape is measured.
 bool align_requested() {
   const char* v = std::getenv("MKERNEL_FUSED_ALIGN");
   return v != nullptr && std::strcmp(v, "1") == 0;
@@ -720,113 +722,37 @@ void align_ranks(const char* op, int64_t group, int64_t world_size, const at::Te
   substrate_collective(op, "all_gather", tiny, group, world_size);
 }
 
-// Milliseconds per call of each path in each round (samples[path][round], rounds in the same
-// order on every rank): one warm-up call each (the engine's tuner and allocations run there),
-// then kRounds rounds in which every path is timed once (an untimed lead-in call, then `calls`
-// calls between CUDA events), the order rotating from round to round (and reversed in odd rounds)
-// so that a clock change during the measurement, or what one path leaves behind for the next,
-// reaches every path alike. The same calls in the same order on every rank. With `align`, it runs
-// between the lead-in call and the start event (align_ranks: every rank's sample starts at the
-// same moment instead of wherever its previous path left it).
-//
-// With `prune` (xnode5): after round 0 it gets this rank's round-0 figure per path and returns
-// which paths to keep timing (it must return the same on every rank: the calls are collective);
-// a dropped path's later samples repeat its round-0 figure, so a 300 ms candidate costs 1 + 1 +
-// `calls` calls instead of 1 + kRounds x (1 + `calls`) (s13run2: 20 s of first call).
-constexpr int kRounds = 7;  // the median of 7: one outlier each side does not move it
-std::vector<std::vector<float>> time_paths(
-    const std::vector<std::function<void()>>& paths, int count, int calls,
-    const std::function<void()>& align,
-    const std::function<std::vector<char>(const std::vector<float>&)>& prune = {}) {
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  for (int i = 0; i < count; ++i) paths[i]();
-  cudaEvent_t start = nullptr, end = nullptr;
-  C10_CUDA_CHECK(cudaEventCreate(&start));
-  C10_CUDA_CHECK(cudaEventCreate(&end));
-  std::vector<std::vector<float>> samples(count);
-  std::vector<char> keep(count, 1);
-  for (int r = 0; r < kRounds; ++r) {
-    if (r == 1 && prune) {
-      std::vector<float> first(count);
-      for (int i = 0; i < count; ++i) first[i] = samples[i][0];
-      keep = prune(first);
-      TORCH_CHECK(static_cast<int>(keep.size()) == count, "time_paths: prune returned ", keep.size(),
-                  " flags for ", count, " paths");
-    }
-    for (int j = 0; j < count; ++j) {
-      // Rotating, and backwards in odd rounds: a rotation alone keeps every path behind the
-      // same neighbour in every round, so whatever a path leaves behind (the ranks' phase, the
-      // L2) would always reach the same next path.
-      const int i = r % 2 == 0 ? (j + r) % count : (count - 1 - j + r) % count;
-      if (!keep[i]) {
-        samples[i].push_back(samples[i][0]);
-        continue;
-      }
-      // One untimed lead-in call: the ranks leave the previous path at different times (a
-      // fused kernel's ranks end apart by up to a GEMM's tail), and the first call of a path
-      // absorbs that skew; timed from the second call on, a sample is the path's steady state.
-      paths[i]();
-      if (align) align();
-      C10_CUDA_CHECK(cudaEventRecord(start, stream));
-      for (int c = 0; c < calls; ++c) paths[i]();
-      C10_CUDA_CHECK(cudaEventRecord(end, stream));
-      C10_CUDA_CHECK(cudaEventSynchronize(end));
-      float ms = 0.f;
-      C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start, end));
-      samples[i].push_back(ms / calls);
-    }
-  }
-  C10_CUDA_CHECK(cudaEventDestroy(start));
-  C10_CUDA_CHECK(cudaEventDestroy(end));
-  return samples;
-}
-
-float median_of(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// This rank's timing record for the group: unaligned, its median per path (count floats);
-// aligned, every sample (count x kRounds floats, path-major, rounds in the same order on every
-// rank).
-std::string timing_record(const std::vector<std::vector<float>>& samples, bool aligned) {
-  std::vector<float> words;
-  for (const std::vector<float>& s : samples) {
-    if (aligned) {
-      words.insert(words.end(), s.begin(), s.end());
-    } else {
-      words.push_back(median_of(s));
-    }
-  }
-  return std::string(reinterpret_cast<const char*>(words.data()), words.size() * sizeof(float));
-}
-
-// The figure per path that choose_path compares, from every rank's timing_record (the same
-// bytes on every rank, so every rank computes the same figures). Unaligned: the slowest rank's
-// median. Aligned (a round's samples started together on every rank): per round the slowest
-// rank's sample — the path's wall time on the group — then the median over rounds.
-std::vector<float> group_figures(const char* op, const std::vector<std::string>& all, int count,
-                                 bool aligned) {
-  const size_t per_path = aligned ? kRounds : 1;
-  const size_t want = static_cast<size_t>(count) * per_path * sizeof(float);
-  std::vector<std::vector<float>> worst(count, std::vector<float>(per_path, 0.f));
+// One round's exchange (fused17): this rank's ms per call of every path (NaN where the round did
+// not time it) and its seconds since the measurement began go to every rank; back come the
+// group's figures — per path the slowest rank's sample (the path's wall time on the group in
+// this round), and the slowest rank's elapsed time. The same bytes on every rank, so every rank
+// feeds fused_verdict::Measurement the same figures and reaches the same verdict.
+std::vector<float> exchange_round(const char* op, int64_t group, const std::vector<float>& mine,
+                                  double elapsed_s, double* group_elapsed_s) {
+  std::vector<float> words(mine);
+  words.push_back(static_cast<float>(elapsed_s));
+  const std::string blob(reinterpret_cast<const char*>(words.data()), words.size() * sizeof(float));
+  const std::vector<std::string> all =
+      session_allgather_blobs(op, static_cast<mk_session_t>(group), blob, op_timeout_seconds(),
+                              "a round of the fused / unfused timings");
+  std::vector<float> worst(words.size(), NAN);
   for (const std::string& b : all) {
-    TORCH_CHECK(b.size() == want, op, ": a rank sent a malformed timing record (",
-                b.size(), " bytes, want ", want,
-                "; are MKERNEL_FUSED_ALIGN and the knobs that shape the candidate list, e.g. "
-                "MKERNEL_FUSED_AG_PEER_TMA, the same on every rank?)");
-    std::vector<float> theirs(static_cast<size_t>(count) * per_path);
+    TORCH_CHECK(b.size() == blob.size(), op, ": a rank sent a malformed timing record (",
+                b.size(), " bytes, want ", blob.size(),
+                "; are the knobs that shape the candidate list, e.g. MKERNEL_FUSED_AG_PEER_TMA, "
+                "MKERNEL_FUSED_GRIDS, the same on every rank?)");
+    std::vector<float> theirs(words.size());
     std::memcpy(theirs.data(), b.data(), b.size());
-    for (int i = 0; i < count; ++i) {
-      for (size_t r = 0; r < per_path; ++r) {
-        worst[i][r] = std::max(worst[i][r], theirs[i * per_path + r]);
-      }
+    for (size_t i = 0; i < words.size(); ++i) {
+      if (theirs[i] > 0.f && !(worst[i] >= theirs[i])) worst[i] = theirs[i];
     }
   }
-  std::vector<float> figure(count);
-  for (int i = 0; i < count; ++i) figure[i] = median_of(worst[i]);
-  return figure;
+  *group_elapsed_s = worst.back() > 0.f ? worst.back() : elapsed_s;
+  worst.pop_back();
+  return worst;
 }
+
+float median_of(std::vector<float> v) { return fused_verdict::median_of(std::move(v)); }
 
 }  // namespace
 
@@ -930,52 +856,81 @@ int choose_path(const char* op, int64_t group, const std::string& key,
     align = [&] { align_ranks(op, group, world_size, tiny); };
   }
   const auto t_measure = std::chrono::steady_clock::now();
-  // xnode5: a fused candidate whose round-0 figure (slowest rank) exceeds kPruneOver x the
-  // unfused path's is timed no further (s13run2: a 300 ms kernel across nodes under the GPU-direct
-  // emulation made the first call take 20 s). The same allgathered figures on every rank, so the
-  // same paths are dropped everywhere.
-  constexpr float kPruneOver = 8.f;
-  std::function<std::vector<char>(const std::vector<float>&)> prune;
-  // Opt-in (MKERNEL_FUSED_PRUNE=1, every rank the same) until a device run has checked it: it adds
-  // a host collective after round 0 of every measurement (the xnode5 job in benchmarks/NOTES.md).
-  const char* prune_env = std::getenv("MKERNEL_FUSED_PRUNE");
-  if (candidates == unfused + 1 && prune_env != nullptr && std::strcmp(prune_env, "1") == 0) {
-    prune = [&](const std::vector<float>& first) {
-      const std::string mine(reinterpret_cast<const char*>(first.data()), first.size() * sizeof(float));
-      const std::vector<std::string> got = session_allgather_blobs(
-          op, static_cast<mk_session_t>(group), mine, op_timeout_seconds(), "the round-0 timings");
-      const std::vector<float> slowest = group_figures(op, got, candidates, false);
-      std::vector<char> keep(candidates, 1);
-      for (int i = 0; i < unfused; ++i) keep[i] = slowest[i] <= kPruneOver * slowest[unfused] ? 1 : 0;
-      return keep;
-    };
+  const bool all_paths = candidates == unfused + 1;
+  const int calls = calls_per_sample(flops);  // a test round's; a screen round's half
+  const int screen_calls = std::max(1, calls / 2);
+  // fused17 (fused_verdict.h): one warm-up call each (the engine's tuner and allocations run
+  // there), then rounds until the group's Measurement is done: each round times every path still
+  // active once — an untimed lead-in call (the ranks leave the previous path at different times,
+  // by up to a GEMM's tail: the lead-in absorbs that skew), then `calls` calls (the screen
+  // rounds: `screen_calls`) between CUDA events
+  // — in an order rotating from round to round and reversed in odd rounds (whatever a path leaves
+  // behind reaches every path alike), then the ranks exchange the round's samples; the figure of
+  // a path in a round is its slowest rank's sample. The Measurement prunes, screens, plans the
+  // rounds from the budget and stops once the paired sign tests are settled. The same calls in
+  // the same order on every rank (the active set follows from the exchanged figures).
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  for (int i = 0; i < candidates; ++i) paths[i]();
+  // The rounds' budget starts after the warm-up: its time is mostly the engine tuner's for the
+  // unfused path's GEMM (s13run2: ~1.4 s at a Llama shape never seen before, ~0 at one already
+  // tuned), which the unfused path costs anyway; the verbose line reports both.
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const auto t_rounds = std::chrono::steady_clock::now();
+  const double warmup_s = std::chrono::duration<double>(t_rounds - t_measure).count();
+  cudaEvent_t start = nullptr, end = nullptr;
+  C10_CUDA_CHECK(cudaEventCreate(&start));
+  C10_CUDA_CHECK(cudaEventCreate(&end));
+  fused_verdict::Measurement meas(candidates, all_paths ? unfused : -1);
+  std::vector<std::vector<float>> own(candidates);  // this rank's samples (the verbose line)
+  constexpr int kRoundCap = 64;  // the Measurement ends by 17 rounds; a guard, not a setting
+  for (int r = 0; !meas.done(); ++r) {
+    TORCH_CHECK(r < kRoundCap, op, ": internal: the first-call measurement at ", key,
+                " did not settle within ", kRoundCap, " rounds");
+    std::vector<int> active;
+    for (int i = 0; i < candidates; ++i) {
+      if (meas.active()[i]) active.push_back(i);
+    }
+    const int count = static_cast<int>(active.size());
+    const int n_calls = meas.screening() ? screen_calls : calls;
+    std::vector<float> mine(candidates, NAN);
+    for (int j = 0; j < count; ++j) {
+      const int i = active[r % 2 == 0 ? (j + r) % count : (count - 1 - j + r) % count];
+      paths[i]();  // the lead-in call
+      if (align) align();
+      C10_CUDA_CHECK(cudaEventRecord(start, stream));
+      for (int c = 0; c < n_calls; ++c) paths[i]();
+      C10_CUDA_CHECK(cudaEventRecord(end, stream));
+      C10_CUDA_CHECK(cudaEventSynchronize(end));
+      float ms = 0.f;
+      C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start, end));
+      mine[i] = ms / n_calls;
+      own[i].push_back(mine[i]);
+    }
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_rounds).count();
+    double group_elapsed = elapsed;
+    const std::vector<float> figs = exchange_round(op, group, mine, elapsed, &group_elapsed);
+    meas.add_round(figs, group_elapsed, calls);
   }
-  const std::vector<std::vector<float>> samples =
-      time_paths(paths, candidates, calls_per_sample(flops), align, prune);
+  C10_CUDA_CHECK(cudaEventDestroy(start));
+  C10_CUDA_CHECK(cudaEventDestroy(end));
   const double measure_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_measure).count();
-  const std::vector<std::string> all = session_allgather_blobs(
-      op, static_cast<mk_session_t>(group), timing_record(samples, aligned), op_timeout_seconds(),
-      "the fused / unfused timings");
-  // Slowest rank per path (every rank computes the same figures from the same records).
-  const std::vector<float> worst = group_figures(op, all, candidates, aligned);
-  // The fastest fused config; then the unfused path unless the fused one beats it by more than
-  // kFusedMargin: within the measurement's noise the unfused path is the safe side (a wrong
-  // fused verdict costs up to the noise, a wrong unfused one nothing measurable).
-  constexpr float kFusedMargin = 0.03f;
-  const bool all_paths = candidates == unfused + 1;
-  const int fused_count = all_paths ? unfused : candidates;
-  int fastest_fused = 0;
-  for (int i = 1; i < fused_count; ++i) {
-    if (worst[i] < worst[fastest_fused]) fastest_fused = i;
-  }
-  int best = fastest_fused;
-  if (all_paths && !(worst[fastest_fused] < (1.f - kFusedMargin) * worst[unfused])) {
-    best = unfused;
-    const std::string why = "measured not faster than the unfused path (by the 3% margin) at " +
-                            key + " (fused " + std::to_string(worst[fastest_fused] * 1e3) +
-                            " us vs " + std::to_string(worst[unfused] * 1e3) +
-                            (aligned ? " us, slowest rank, aligned samples)" : " us, slowest rank)");
+  const fused_verdict::Result res = meas.result();
+  constexpr float kMargin = fused_verdict::Settings().margin;
+  const int fastest_fused = res.fastest_fused;
+  const int best = res.path;
+  // A path's figure for the lines below: the median over the rounds that timed it of its
+  // slowest rank's sample.
+  auto figure_us = [&](int i) { return meas.median_figure(i) * 1e3f; };
+  const std::string test = fused_verdict::describe(res, kMargin);
+  if (all_paths && best == unfused) {
+    // Once per shape and process (note_fallback: once per message; the key is in it).
+    char figs[120];
+    std::snprintf(figs, sizeof figs, "fused %.1f us vs unfused %.1f us, slowest rank per round",
+                  figure_us(fastest_fused), figure_us(unfused));
+    const std::string why = "measured not faster than the unfused path with confidence at " + key +
+                            " (" + figs + (aligned ? ", aligned samples" : "") + "; " + test + ")";
     note_fallback(op, why.c_str());
     const std::string k = unfused_key(group, key);
     std::lock_guard<std::mutex> lock(unfused_mu);
@@ -983,45 +938,51 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   }
   const bool verbose_on = verbose_requested();
   if (verbose_on) {
-    // Every path's figure (slowest rank) and this rank's own median, and what the measurement
-    // took: whether one candidate (e.g. an ungated grid across emulated nodes) decides the
-    // verdict or the first call's time (benchmarks/NOTES.md "xnode3").
-    std::string line = std::string(op) + ": measured " + key + " in " +
-                       std::to_string(measure_s).substr(0, 5) + " s (" +
-                       std::to_string(calls_per_sample(flops)) + " calls per sample):";
+    // Every path's figure (the median of its slowest rank's samples; dropped paths over their
+    // rounds), this rank's own median and rounds, the test, and what the measurement took:
+    // whether one candidate (e.g. an ungated grid across emulated nodes) decides the verdict or
+    // the first call's time (benchmarks/NOTES.md "xnode3", "fused17").
+    char head[96];
+    std::snprintf(head, sizeof head, " in %.3f s (warm-up %.3f s, %d calls per sample, %d rounds):",
+                  measure_s, warmup_s, calls, res.rounds);
+    std::string line = std::string(op) + ": measured " + key + head;
     for (int i = 0; i < candidates; ++i) {
-      char buf[160];
+      char buf[200];
       const bool is_unfused = all_paths && i == unfused;
+      const int timed = static_cast<int>(own[i].size());
+      const char* kept = meas.active()[i] ? "" : ", dropped";
       if (is_unfused || plans == nullptr || i >= static_cast<int>(plans->size())) {
-        std::snprintf(buf, sizeof buf, " %s %.1f us (own %.1f);", is_unfused ? "unfused" : "path",
-                      worst[i] * 1e3, median_of(samples[i]) * 1e3);
+        std::snprintf(buf, sizeof buf, " %s %.1f us (own %.1f, %d rounds%s);",
+                      is_unfused ? "unfused" : "path", figure_us(i), median_of(own[i]) * 1e3,
+                      timed, kept);
       } else {
         const FusedPlan& p = (*plans)[i];
-        std::snprintf(buf, sizeof buf, " %s%s grid %d%s %.1f us (own %.1f);",
+        std::snprintf(buf, sizeof buf, " %s%s grid %d%s %.1f us (own %.1f, %d rounds%s);",
                       gemm::config_name(p.config), p.peer_tma ? " peer-TMA" : "", p.grid,
-                      gate_requested(p) ? " gated" : "", worst[i] * 1e3,
-                      median_of(samples[i]) * 1e3);
+                      gate_requested(p) ? " gated" : "", figure_us(i), median_of(own[i]) * 1e3,
+                      timed, kept);
       }
       line += buf;
     }
-    line += best == unfused ? " -> unfused" : " -> fused path " + std::to_string(best);
+    line += " " + test;
+    line += best == unfused && all_paths ? " -> unfused" : " -> fused path " + std::to_string(best);
     std::fprintf(stderr, "%s\n", line.c_str());
   }
-  if (best != unfused && plans != nullptr && best < static_cast<int>(plans->size()) &&
-      verbose_on) {
+  if ((best != unfused || !all_paths) && plans != nullptr &&
+      best < static_cast<int>(plans->size()) && verbose_on) {
     const FusedPlan& p = (*plans)[best];
     std::fprintf(stderr, "%s: runs fused %s%s order %d/%d grid %d%s at %s (%.1f us", op,
                  gemm::config_name(p.config), p.peer_tma ? " peer-TMA" : "", p.swizzle,
                  p.raster, p.grid,
-                 p.grid == 0 ? " (the share)" : "", key.c_str(), worst[best] * 1e3);
-    if (all_paths) std::fprintf(stderr, " vs unfused %.1f us", worst[unfused] * 1e3);
-    std::fprintf(stderr, ", slowest rank%s%s)\n", aligned ? ", aligned samples" : "",
+                 p.grid == 0 ? " (the share)" : "", key.c_str(), figure_us(best));
+    if (all_paths) std::fprintf(stderr, " vs unfused %.1f us", figure_us(unfused));
+    std::fprintf(stderr, ", slowest rank per round%s%s)\n", aligned ? ", aligned samples" : "",
                  gate_requested(p) ? ", launch gate" : "");
   }
   std::lock_guard<std::mutex> lock(mu);
   verdicts[full] = best;
-  // The same measurement answers MKERNEL_FUSED=force (benchmarks time both sides): the fastest
-  // fused candidate, with no second measurement.
+  // The same measurement answers MKERNEL_FUSED=force (benchmarks time both sides): the fused
+  // route it kept, with no second measurement.
   if (all_paths) verdicts.emplace(full + " (fused forced)", fastest_fused);
   return best;
 }

@@ -136,10 +136,16 @@ bool capturing();
 // Which of `paths` runs a call: paths[0 .. size-2] are the fused kernel in each candidate
 // config (candidate_configs order), paths.back() the unfused path (substrate collective +
 // engine GEMM); the same answer on every rank of the group. The first eager call of a shape
-// (`key`: op, dims, dtype) runs each on every rank (a warm-up call each, then 7 rounds that
-// time every path in a rotating order, reversed in odd rounds, each sample an untimed lead-in
-// call then `flops`-set calls: ~40 GFLOP, 2-16), all-gathers the medians over the group's
-// session and takes the slowest rank's figure per path; the fastest fused config wins only if it beats the unfused path by more than 3%
+// (`key`: op, dims, dtype) runs each on every rank (fused17, fused_verdict.h): a warm-up call
+// each, then rounds that time every active path once in a rotating order, reversed in odd
+// rounds (each sample an untimed lead-in call then `flops`-set calls: ~40 GFLOP, 2-16; half in
+// the 2 screen rounds), the round's samples exchanged over the group's session after each
+// round, a path's figure in a round its slowest rank's sample. Round 0 drops a fused candidate
+// > 8x the fastest path or > 1.3x the best fused one; after round 1 the screen keeps at most two
+// fused finalists and plans 4-15 test rounds from a ~0.8 s budget (after the warm-up); a
+// finalist is kept only if it beats the unfused path by 1 % in enough paired test rounds for a
+// one-sided sign test at 1/16 (shared by the finalists); between two finalists the lower paired
+// median; the rounds stop once the tests are settled. Not confident: the unfused path
 // (within the noise the unfused path is the safe side). The verdict is cached per process and
 // an unfused verdict is logged once (note_fallback). Inside CUDA-graph capture a cached verdict
 // runs as outside (a graph captures the path the group measured, never a per-rank guess) and an
@@ -154,10 +160,9 @@ bool capturing();
 // same value — a rank without it would meet the others' barrier with another call, which the
 // entry barrier reports as a signature mismatch naming the peer) and world_size > 1, the ranks
 // are aligned before every timed sample (after its lead-in call, a device-side barrier: the
-// substrate's all_gather of 8 floats, no host synchronization) and each path's figure is the
-// median over rounds of the slowest rank's sample (every rank exchanges its samples; the same
-// records give every rank the same verdict). Why: s9run3's ag_gemm fell back at Llama fc1
-// M=16384 and 2048x8192x7168 by a 2-2.5% edge while the forced fused kernel ran 11% / 28% faster
+// substrate's all_gather of 8 floats, no host synchronization). Why: s9run3's ag_gemm fell back
+// at Llama fc1 M=16384 and 2048x8192x7168 by a 2-2.5% edge while the forced fused kernel ran 11% /
+// 28% faster
 // in the bench's barrier-aligned samples — an ag_gemm rank waits for its peers' rows, so where
 // the ranks enter a sample decides its time.
 int choose_path(const char* op, int64_t group, const std::string& key,

@@ -6,7 +6,10 @@ it on sample lines.
 The lines (op = "mkernel.ag_gemm", ...; key = "M=.. N=.. K=.. <dtype> W=..[ peertma=<setting>]"):
   "<op>: runs fused <config>[ peer-TMA] order <s>/<r> grid <g>[ (the share)] at <key> (<figures>)"
   "<op>: runs unfused (the substrate's collective + the engine GEMM): measured not faster than
-   the unfused path (by the 3% margin) at <key> (<figures>)"   (a TORCH_WARN: a log prefix first)
+   the unfused path with confidence at <key> (<figures>; <the test's figures>)"
+   (a TORCH_WARN: a log prefix first; before fused17 "... (by the 3% margin) at <key> ...")
+  "<op>: measured <key> in <s> s (warm-up <w> s, <c> calls per sample, <r> rounds): <path
+   figures>; <the test's figures> -> fused path <i>|unfused"   (fused17: parse_tests)
   "<op>: graph capture at <key>: the cached verdict, path <i> (<name>)"
   "<op>: graph capture at <key>: no verdict cached (unmeasured), path 0 (<name>)"
 """
@@ -49,6 +52,47 @@ def parse_captures(text: str, op: str = "mkernel.ag_gemm") -> list[dict]:
         if m:
             out.append({"key": m.group(1), "cached": m.group(2) == "the cached verdict",
                         "path": int(m.group(3)), "name": m.group(4)})
+    return out
+
+
+def parse_tests(text: str, op: str = "mkernel.ag_gemm") -> dict[str, dict]:
+    """{key: the first-call measurement's test} from `op`'s "measured" lines (fused17,
+    csrc/fused_verdict.h describe): seconds (warm-up included), warmup_s (the paths' first calls:
+    mostly the engine tuner's for the unfused GEMM), calls per sample, rounds; the kept fused route
+    against the unfused path (median of the per-round ratios, wins below 1 - margin, test rounds,
+    wins needed, rounds planned, the first round the test counts); the route against the other
+    finalist when there were two (route_other, route_median, route_faster, route_n); the verdict
+    ("unfused" or "fused path <i>"); screened: every fused candidate dropped before the test. A key
+    seen twice keeps the last."""
+    head = re.compile(re.escape(op) + r": measured " + _KEY +
+                      r" in ([\d.]+) s \(warm-up ([\d.]+) s, (\d+) calls per sample, (\d+) "
+                      r"rounds\):")
+    test = re.compile(r"fused/unfused per round: median (-?nan|[\d.]+), (\d+) of (\d+) test rounds "
+                      r"below ([\d.]+) \((\d+) needed of (\d+) planned; \d+ rounds, the test from "
+                      r"round (\d+)\)")
+    route = re.compile(r"route vs path (\d+): median (-?nan|[\d.]+), faster in (\d+) of (\d+)")
+    verdict = re.compile(r"-> (unfused|fused path \d+)\s*$")
+    out: dict[str, dict] = {}
+    for line in text.splitlines():
+        m = head.search(line)
+        if not m:
+            continue
+        d: dict = {"seconds": float(m.group(2)), "warmup_s": float(m.group(3)),
+                   "calls": int(m.group(4)), "rounds": int(m.group(5))}
+        t = test.search(line)
+        if t:
+            d.update(median=float(t.group(1)), wins=int(t.group(2)), n=int(t.group(3)),
+                     below=float(t.group(4)), needed=int(t.group(5)), planned=int(t.group(6)),
+                     test_from=int(t.group(7)), screened=False)
+        else:
+            d["screened"] = "dropped by the screen" in line
+        r = route.search(line)
+        if r:
+            d.update(route_other=int(r.group(1)), route_median=float(r.group(2)),
+                     route_faster=int(r.group(3)), route_n=int(r.group(4)))
+        v = verdict.search(line)
+        d["verdict"] = v.group(1) if v else None
+        out[m.group(1)] = d
     return out
 
 

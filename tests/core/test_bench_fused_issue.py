@@ -167,3 +167,37 @@ def test_report_of_the_route_choice(tmp_path):
     line = [ln for ln in text.splitlines()
             if ln.startswith(f"| ag_gemm | {row['shape']} | peer-TMA | peer-TMA | True |")]
     assert len(line) == 1 and "| 0.83 | 1 |" in line[0], line
+
+
+def test_verdict_summary_line():
+    """fused17: each row's VERDICT line (the first call's test, parsed from the verbose line by
+    mkernel/_fused_verdicts.py parse_tests, and the steady-state ratios the NOTES rule reads)."""
+    bf = bench_fused()
+    spec = importlib.util.spec_from_file_location(
+        "fused_verdicts_bench", ROOT / "python" / "mkernel" / "_fused_verdicts.py")
+    fv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fv)
+    key = "M=4096 N=7168 K=8192 BFloat16 W=4 peertma=auto"
+    line = (f"mkernel.ag_gemm: measured {key} in 2.305 s (warm-up 1.400 s, 2 calls per sample, 7 rounds): "
+            "coop_128x256_c2x1 grid 0 20997.1 us (own 20994.2, 2 rounds, dropped); "
+            "unfused 22198.4 us (own 20933.9, 7 rounds); fused/unfused per round: median 0.612, "
+            "5 of 5 test rounds below 0.99 (5 needed of 5 planned; 7 rounds, the test from round "
+            "2); route vs path 1: median 0.931, faster in 5 of 5 -> fused path 3")
+    tests = fv.parse_tests(line)
+    row = {"op": "ag_gemm", "shape": "llama70b-fc1 M=16384", "world": 4,
+           "path": "fused coop_128x256_c2x1 peer-TMA order 0/0 grid 28", "first_call_s": 0.93,
+           "first_call_test": tests[key], "unfused_over_fused": 1.61234, "fused_vs_ideal": 0.99,
+           "unfused_over_fused_paired": 1.5, "choice": {"op_over_best_forced": 1.01,
+                                                        "forced_faster": "peer-TMA",
+                                                        "route": "peer-TMA"}}
+    v = bf.verdict_summary(row)
+    assert v["verdict"] == "fused path 3" and v["rounds"] == 7 and v["test_median"] == 0.612
+    assert v["rounds_s"] == 0.905 and v["warmup_s"] == 1.4
+    assert (v["test_wins"], v["test_n"], v["test_needed"]) == (5, 5, 5)
+    assert v["route_median"] == 0.931 and v["unfused_over_fused"] == 1.6123
+    assert v["op_over_best_forced"] == 1.01 and v["route"] == "peer-TMA"
+    json.dumps(v)
+    # no test parsed (an older build, or the key measured before): the row's figures only
+    bare = bf.verdict_summary({"op": "gemm_rs", "shape": "x", "path": "fused",
+                               "first_call_test": None, "unfused_over_fused": 1.2})
+    assert bare["verdict"] is None and bare["unfused_over_fused"] == 1.2

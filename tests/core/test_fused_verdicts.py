@@ -53,3 +53,19 @@ def test_captures() -> None:
 
 def test_nothing_to_read() -> None:
     assert fv.parse_verdicts("") == {} and fv.parse_captures("no such line\n") == []
+
+
+def test_fused17_lines() -> None:
+    """The fallback and fused lines as fused17 writes them (csrc/fused_common.cpp: "with
+    confidence", the test's figures; "slowest rank per round")."""
+    text = (
+        "[W1203 10:01:02.123456789 fused_common.cpp:955] Warning: mkernel.ag_gemm: runs unfused "
+        "(the substrate's collective + the engine GEMM): measured not faster than the unfused "
+        f"path with confidence at {FC1} (fused 13776.6 us vs unfused 14272.0 us, slowest rank "
+        "per round; fused/unfused per round: median 0.981, 3 of 5 test rounds below 0.99 (5 "
+        "needed of 5 planned; 6 rounds, the test from round 2); route vs path 3: median 0.990, "
+        "faster in 3 of 4) (function note_fallback)\n"
+        f"mkernel.ag_gemm: runs fused coop_128x256_c2x1 peer-TMA order 0/0 grid 48 at {SQUARE} "
+        "(1996.4 us vs unfused 3359.9 us, slowest rank per round, launch gate)\n")
+    assert fv.parse_verdicts(text) == {
+        FC1: "unfused", SQUARE: "fused coop_128x256_c2x1 peer-TMA order 0/0 grid 48"}
