@@ -21,6 +21,14 @@
 
 namespace mkernel {
 namespace moe {
+
+// The wait record names the exchange's slots from moe_net_plan.h's copy of the layout.
+static_assert(moe_net::slots::kReady == moe_net::kReady && moe_net::slots::kDone == moe_net::kDone &&
+                  moe_net::slots::kData == moe_net::kData &&
+                  moe_net::slots::kPieces == moe_net::kPieces &&
+                  moe_net::slots::kEnd == moe_net::kSlotEnd,
+              "moe_net_plan.h's slots must match moe_net_api.h's");
+
 namespace {
 
 constexpr uint64_t kAlign = 256;
