@@ -103,8 +103,9 @@ def test_moe_cuda_across_emulated_nodes_overlapped_dispatch(mps, world):
 
 
 @pytest.mark.parametrize("world,nodes,mode,sync", [
-    (2, 2, "1", "0"), (2, 2, "1", "1"), (2, 2, "2", "1"), (4, 2, "1", "0"), (4, 4, "1", "0")],
-    ids=["w2n2", "w2n2-sync", "w2n2-overlap-sync", "w4n2", "w4n4"])
+    (2, 2, "1", "0"), (2, 2, "1", "1"), (2, 2, "2", "0"), (2, 2, "2", "1"), (4, 2, "1", "0"),
+    (4, 4, "1", "0")],
+    ids=["w2n2", "w2n2-sync", "w2n2-overlap", "w2n2-overlap-sync", "w4n2", "w4n4"])
 def test_moe_cuda_across_emulated_nodes_pipelined(mps, world, nodes, mode, sync):
     """MKERNEL_MOE_DISPATCH_PIPELINE=1 (2: the overlapped one), the same checks as above; the
     matrix has ranks with T = 0 beside ranks with tokens (cases 2 and 7; all empty: case 5),

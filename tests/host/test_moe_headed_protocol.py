@@ -181,7 +181,7 @@ def test_matrix_has_empty_ranks_beside_full_ones(world: int, monkeypatch) -> Non
     # itself is plain Python: load a private copy of the module beside a stand-in when the
     # extension is not installed (this CPU machine's shared venv).
     try:
-        import mkernel  # noqa: F401
+        import mkernel  # noqa: F401  (only whether it imports)
     except ImportError:
         monkeypatch.setitem(sys.modules, "mkernel", types.ModuleType("mkernel"))
     spec = importlib.util.spec_from_file_location(
