@@ -377,7 +377,7 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
       at::cuda::CUDAEvent layout_done;  // no hook below waits for it
       layout_done.record(main);
       ph.mark("layout", main);
-      // Every piece's wait and unstage queued before anything here may wait on the host.
+      // Every piece's wait and unstage, and DONE, were queued by gather_headed_start (moe12).
       headed_sync_for_test(op, main);
       gather_headed_finish(*headed, layout_done, RowsLanded());
       ph.mark_event("sent", headed_sent_event(*headed));
