@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,14 @@
 
 namespace mkernel {
 namespace moe {
+
+// The wait record names the exchange's slots from moe_net_plan.h's copy of the layout.
+static_assert(moe_net::slots::kReady == moe_net::kReady && moe_net::slots::kDone == moe_net::kDone &&
+                  moe_net::slots::kData == moe_net::kData &&
+                  moe_net::slots::kPieces == moe_net::kPieces &&
+                  moe_net::slots::kEnd == moe_net::kSlotEnd,
+              "moe_net_plan.h's slots must match moe_net_api.h's");
+
 namespace {
 
 constexpr uint64_t kAlign = 256;
@@ -211,7 +220,9 @@ struct HeadedGather {
   int64_t rows = 0;  // rows per rank (src's)
   at::Tensor src, head, out, head_out, state;
   at::cuda::CUDAStream recv;
-  at::cuda::CUDAEvent sent;
+  // One per piece, recorded on the receive stream after that piece's unstages (moe12): the
+  // row hooks wait for these on their own stream, never the receive stream for the host.
+  std::vector<at::cuda::CUDAEvent> piece_unstaged;
   bool timed = false;
   at::cuda::CUDAEvent sent_timed{cudaEventDefault}, received_timed{cudaEventDefault};
   bool finished = false;
@@ -257,6 +268,7 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
   uint8_t* const send_area = x->view.net.send_area;
   uint8_t* const recv_area = x->view.net.recv_area;
   auto* hres = static_cast<uint8_t*>(x->head_out.data_ptr());
+  auto* res = static_cast<uint8_t*>(x->out.data_ptr());
   const auto* in = static_cast<const uint8_t*>(s.data_ptr());
 
   x->state = at::empty({2}, s.options().dtype(at::kLong));
@@ -294,7 +306,8 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
           "push", g);
   }
   check(op, moe_net::launch_finish(x->view, st, op_id, send.stream()), "finish", g);
-  x->sent.record(send);
+  at::cuda::CUDAEvent sent;
+  sent.record(send);
   if (timed) x->sent_timed.record(send);
 
   // Receive: every other rank's head, then the caller's stream waits for them.
@@ -310,6 +323,50 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
   }
   head_ready.record(x->recv);
   head_ready.block(main);
+
+  // Then every piece of every other rank (arrival wait, unstage into out) and DONE, queued
+  // here, before this returns (moe12). The send stream's finish spins until every peer's DONE,
+  // and a peer's DONE used to be queued only by its gather_headed_finish, i.e. after its host
+  // had derived the layout: any host call in between that waits for the device (a lazily
+  // loaded kernel's first launch may synchronize the context, CUDA's "Lazy Loading" hazards;
+  // cudaFree; a sync) then waited for this rank's finish, which waited for the peer's host,
+  // stuck the same way: both ranks stopped at DONE (s13run2 / s14run1, matrix case 2, the
+  // group's first headed call with shapes whose ATen kernels had not run yet: NOTES "MoE,
+  // moe12"). Now nothing on the send or receive stream waits for this host again; the row
+  // hooks run on a stream of their own in gather_headed_finish, after piece_unstaged[c].
+  x->piece_unstaged.reserve(x->plan.pieces);
+  for (uint64_t c = 0; c < x->plan.pieces; ++c) {
+    const uint64_t off = x->plan.offset(c), n = x->plan.bytes(c);
+    for (int j = 1; j < W && n > 0; ++j) {
+      const int p = (me + j) % W;
+      check(op,
+            moe_net::launch_wait(x->view, st, p, moe_net::data_slot(p, static_cast<uint32_t>(1 + c)),
+                                 op_id, x->recv.stream()),
+            "arrival", g);
+      check(op,
+            cudaMemcpyAsync(res + p * block + off, recv_area + x->lay.recv_block_off(p) + off, n,
+                            cudaMemcpyDefault, x->recv.stream()),
+            "unstage", g);
+    }
+    x->piece_unstaged.emplace_back();
+    x->piece_unstaged.back().record(x->recv);
+  }
+  check(op,
+        moe_net::launch_push(x->view, st, 0, 0, 0, 0, moe_net::kDone + me, false, op_id,
+                             x->recv.stream()),
+        "done", g);
+  at::cuda::CUDAEvent received;
+  received.record(x->recv);
+  if (timed) x->received_timed.record(x->recv);
+  // Joined by the caller's exchange_join (after gather_headed_finish): held from here, so that
+  // an exception between the two halves leaves nothing the side streams still use unowned.
+  pending.events.push_back(std::move(sent));
+  pending.events.push_back(std::move(received));
+  pending.held.push_back(x->src);
+  pending.held.push_back(x->head);
+  pending.held.push_back(x->state);
+  pending.held.push_back(x->out);
+  pending.held.push_back(x->head_out);
   return x;
 }
 
@@ -326,50 +383,32 @@ void gather_headed_finish(HeadedGather& x, at::cuda::CUDAEvent& after,
                           const RowsLanded& on_rows) {
   TORCH_CHECK(!x.finished, x.op, ": the headed gather was finished twice");
   const c10::cuda::CUDAGuard device_guard(x.src.device());
-  comm::SymmetricGroup& g = *x.group;
   const int W = x.world, me = x.me;
-  auto* st = reinterpret_cast<uint64_t*>(x.state.data_ptr());
-  uint8_t* const recv_area = x.view.net.recv_area;
-  auto* res = static_cast<uint8_t*>(x.out.data_ptr());
-  const uint64_t block = x.plan.block;
-  bool waited = false;  // for `after`: only the first hook needs it, the unstages do not
-  for (uint64_t c = 0; c < x.plan.pieces; ++c) {
-    const uint64_t off = x.plan.offset(c), n = x.plan.bytes(c);
-    if (n == 0) continue;
+  // The waits, unstages and DONE are queued (gather_headed_start). Here only the row hooks: on
+  // a stream of their own, piece c's after the receive stream unstaged it (piece_unstaged[c])
+  // and the first after `after` (the caller's layout). They read `out`, never the receive
+  // area, so DONE does not wait for them.
+  std::optional<at::cuda::CUDAStream> hooks;
+  for (uint64_t c = 0; c < x.plan.pieces && on_rows; ++c) {
+    if (x.plan.bytes(c) == 0) continue;
     const uint64_t r0 = c == 0 ? 0 : x.plan.rows_landed(c - 1, x.row_bytes);
     const uint64_t r1 = x.plan.rows_landed(c, x.row_bytes);
+    if (r1 <= r0) continue;
+    if (!hooks) {
+      hooks.emplace(at::cuda::getStreamFromPool(false, x.src.device().index()));
+      after.block(*hooks);
+    }
+    x.piece_unstaged[c].block(*hooks);
     for (int j = 1; j < W; ++j) {
-      const int p = (me + j) % W;
-      check(x.op,
-            moe_net::launch_wait(x.view, st, p, moe_net::data_slot(p, static_cast<uint32_t>(1 + c)),
-                                 x.op_id, x.recv.stream()),
-            "arrival", g);
-      check(x.op,
-            cudaMemcpyAsync(res + p * block + off, recv_area + x.lay.recv_block_off(p) + off, n,
-                            cudaMemcpyDefault, x.recv.stream()),
-            "unstage", g);
-      if (r1 > r0 && on_rows) {
-        if (!waited) after.block(x.recv);
-        waited = true;
-        on_rows(p, static_cast<int64_t>(r0), static_cast<int64_t>(r1), x.recv.stream());
-      }
+      on_rows((me + j) % W, static_cast<int64_t>(r0), static_cast<int64_t>(r1), hooks->stream());
     }
   }
-  check(x.op,
-        moe_net::launch_push(x.view, st, 0, 0, 0, 0, moe_net::kDone + me, false, x.op_id,
-                             x.recv.stream()),
-        "done", g);
-  at::cuda::CUDAEvent received;
-  received.record(x.recv);
-  if (x.timed) x.received_timed.record(x.recv);
+  if (hooks) {
+    at::cuda::CUDAEvent gathered;
+    gathered.record(*hooks);
+    pending.events.push_back(std::move(gathered));
+  }
   x.finished = true;
-  pending.events.push_back(std::move(x.sent));
-  pending.events.push_back(std::move(received));
-  pending.held.push_back(x.src);
-  pending.held.push_back(x.head);
-  pending.held.push_back(x.state);
-  pending.held.push_back(x.out);
-  pending.held.push_back(x.head_out);
 }
 
 namespace {

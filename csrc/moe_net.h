@@ -45,20 +45,24 @@ void exchange_join();
 // areas and slots: kernels/moe/moe_net_plan.h). src [n, ...] and head [hn, ...] from every rank.
 //
 // gather_headed_start: begin on the caller's stream, then the send stream (READY, the head
-// first, then src's pieces) and the receive stream's heads (every other rank's, unstaged into
-// head_out); this rank's head is copied into head_out on the caller's stream, which then waits
-// for the others': head_out ([W*hn, ...], rank p's at [p*hn, (p+1)*hn)) is readable on the
-// caller's stream when it returns. out ([W*n, ...]) holds rank p's rows at [p*n, (p+1)*n) for
-// every OTHER rank once their pieces landed; this rank's own block is not copied (the caller
-// reads its own rows from src).
+// first, then src's pieces, then finish: the transport's done count and every peer's DONE) and
+// the receive stream (every other rank's head, unstaged into head_out; then per piece and
+// other rank the arrival wait and the unstage into out; then DONE); this rank's head is copied
+// into head_out on the caller's stream, which then waits for the others': head_out ([W*hn,
+// ...], rank p's at [p*hn, (p+1)*hn)) is readable on the caller's stream when it returns. out
+// ([W*n, ...]) holds rank p's rows at [p*n, (p+1)*n) for every OTHER rank once their pieces
+// landed; this rank's own block is not copied (the caller reads its own rows from src).
+// Everything the exchange's side streams do is queued before it returns: no wait of this rank
+// or of a peer depends on this host's progress afterwards (moe12: a host call that waits for
+// the device between the two halves, e.g. a lazily loaded kernel's first launch, used to
+// deadlock both ranks at DONE when DONE was queued by the second half).
 //
-// gather_headed_finish: per piece and other rank, on the receive stream: the arrival wait, the
-// unstage into out, and on_rows(rank, row_begin, row_end, stream) for the rows of that rank the
-// piece completed, the first of them after waiting for `after` (recorded on the caller's stream,
-// e.g. after its layout; the unstages before it do not wait)
-// (rows straddling two pieces go with the later one; every row of every other rank exactly
-// once); then DONE. The exchange is then pending: exchange_join() before reading out or
-// issuing another op of the group, exactly as exchange_nodes(join=false).
+// gather_headed_finish: on_rows(rank, row_begin, row_end, stream) for the rows of each other
+// rank that each piece completed (rows straddling two pieces go with the later one; every row
+// of every other rank exactly once), on a stream of their own: piece c's after the receive
+// stream unstaged piece c, the first of them after waiting for `after` (recorded on the
+// caller's stream, e.g. after its layout). The exchange is then pending: exchange_join()
+// before reading out or issuing another op of the group, exactly as exchange_nodes(join=false).
 struct HeadedGather;
 using RowsLanded = std::function<void(int src_rank, int64_t row_begin, int64_t row_end,
                                       cudaStream_t stream)>;

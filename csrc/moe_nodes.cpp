@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "comm/symmetric_group.h"
+#include "comm/wait_record.h"
 #include "kernels/comm/wait_diagnostic.h"
 #include "kernels/moe/moe_net_api.h"
 #include "kernels/moe/moe_net_plan.h"
@@ -96,6 +97,29 @@ int dispatch_mode() {
   TORCH_CHECK_VALUE(m == "0" || m == "1" || m == "2",
                     "MKERNEL_MOE_DISPATCH_PIPELINE must be \"0\", \"1\" or \"2\" (or unset), got \"", m, "\"");
   return m[0] - '0';
+}
+
+// MKERNEL_MOE_HEADED_SYNC=1 (tests only, read at every call; every rank the same): the host
+// waits for the whole device between the headed gather's two halves, the worst any host call
+// there may do (a lazily loaded kernel's first launch may synchronize the context; moe12 found
+// that both ranks then deadlocked at DONE when DONE was queued by the second half). Skipped
+// under graph capture.
+void headed_sync_for_test(const char* op, const at::cuda::CUDAStream& s) {
+  const char* v = std::getenv("MKERNEL_MOE_HEADED_SYNC");
+  if (v == nullptr || std::string(v) != "1") return;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s.stream(), &capture) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  if (capture != cudaStreamCaptureStatusNone) return;
+  const cudaError_t err = cudaDeviceSynchronize();
+  if (err == cudaSuccess) return;
+  cudaGetLastError();
+  const std::string record = comm::last_wait_failure();
+  TORCH_CHECK(false, op, ": MKERNEL_MOE_HEADED_SYNC: the device synchronization between the "
+              "headed gather's halves failed: ", cudaGetErrorString(err), "; wait record: ",
+              record.empty() ? std::string("none") : record);
 }
 
 // MKERNEL_MOE_PHASES=1 (measurement, read at every call): the dispatch records timing events at
@@ -353,7 +377,8 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
       at::cuda::CUDAEvent layout_done;  // no hook below waits for it
       layout_done.record(main);
       ph.mark("layout", main);
-      // Every piece's wait and unstage queued before anything here may wait on the host.
+      // Every piece's wait and unstage, and DONE, were queued by gather_headed_start (moe12).
+      headed_sync_for_test(op, main);
       gather_headed_finish(*headed, layout_done, RowsLanded());
       ph.mark_event("sent", headed_sent_event(*headed));
       ph.mark_event("received", headed_received_event(*headed));
@@ -397,12 +422,14 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
     recv = at::empty({rows_out, H}, x.options());
     if (headed) {
       // This rank's rows from x now (this stream); every other rank's as its pieces land (the
-      // receive stream, once this stream's layout is done). Each row is written by one launch.
+      // headed gather's hooks' stream, once this stream's layout is done and the receive stream
+      // unstaged the piece: moe_net.h). Each row is written by one launch.
       at::cuda::CUDAEvent layout_done;
       layout_done.record(main);
       ph.mark("layout", main);
-      gather(x_pad, me * Tm, Tm, main.stream());  // disjoint rows from the receive stream's
+      gather(x_pad, me * Tm, Tm, main.stream());  // disjoint rows from the hooks' stream's
       const uint8_t* all_base = static_cast<const uint8_t*>(x_all.data_ptr());
+      headed_sync_for_test(op, main);
       gather_headed_finish(*headed, layout_done,
                            [&](int p, int64_t r0, int64_t r1, cudaStream_t s) {
                              const int64_t row0 = p * Tm + r0;

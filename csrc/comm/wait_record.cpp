@@ -1,6 +1,8 @@
 // The process's wait record (see wait_record.h).
 #include "comm/wait_record.h"
 
+#include "kernels/moe/moe_net_plan.h"
+
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -75,6 +77,12 @@ std::string describe_wait(const WaitDiagnostic& d) {
                      : std::string("a kernel"))
      << " timed out after " << secs << " s waiting for " << what_text(d.what);
   if (d.peer >= 0) os << " from peer rank " << d.peer;
+  if ((d.op == kOpMoeDispatch || d.op == kOpMoeCombine) && d.what == kWaitNetArrival &&
+      d.flag_index >= 0) {
+    // The MoE exchange's slots name their signal (moe_net_plan.h).
+    const std::string slot = moe_net::describe_slot(static_cast<uint32_t>(d.flag_index));
+    if (!slot.empty()) os << ": " << slot;
+  }
   os << " (flag index " << d.flag_index << " at 0x" << std::hex << d.flag_address << std::dec
      << ": wants >= " << d.expected << ", saw " << d.seen << "; block " << d.block_x << ","
      << d.block_y << " thread " << d.thread << ")";

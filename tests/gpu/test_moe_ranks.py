@@ -102,6 +102,27 @@ def test_moe_cuda_across_emulated_nodes_overlapped_dispatch(mps, world):
     assert max(c["err"] / c["bound"] for c in cases) <= 1
 
 
+@pytest.mark.parametrize("world,nodes,mode,sync", [
+    (2, 2, "1", "0"), (2, 2, "1", "1"), (2, 2, "2", "0"), (2, 2, "2", "1"), (4, 2, "1", "0"),
+    (4, 4, "1", "0")],
+    ids=["w2n2", "w2n2-sync", "w2n2-overlap", "w2n2-overlap-sync", "w4n2", "w4n4"])
+def test_moe_cuda_across_emulated_nodes_pipelined(mps, world, nodes, mode, sync):
+    """MKERNEL_MOE_DISPATCH_PIPELINE=1 (2: the overlapped one), the same checks as above; the
+    matrix has ranks with T = 0 beside ranks with tokens (cases 2 and 7; all empty: case 5),
+    asserted on the CPU by tests/host/test_moe_headed_protocol.py. One rank per node (n = W)
+    runs the headed gather (moe_net.h), W=4 over 2 nodes the substrate's collectives and the
+    counted-rows gather. MKERNEL_MOE_HEADED_SYNC=1: each rank's host synchronizes the whole
+    device between the headed gather's two halves (what a lazily loaded kernel's first launch
+    may do there): before moe12 both ranks then deadlocked at DONE (s13run2 / s14run1)."""
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="15", MKERNEL_MOE_DISPATCH_PIPELINE=mode,
+                                 MKERNEL_MOE_HEADED_SYNC=sync))
+    cases = check_ranks(res)
+    assert len(cases) == world * (8 + 4), len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_moe_cuda_across_emulated_nodes_allgather_combine(mps, world):
     """MKERNEL_MOE_NODES_COMBINE=allgather (the opt-out): the combine across nodes from every

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/moe/moe_net_plan.h"
@@ -151,6 +152,23 @@ int main() {
         check_gather(rng, world, me, tm, rb, 9, 0.0);
       }
     }
+  }
+  // The wait record's names of the exchange's slots (moe12): s13run2's 2081 = DONE of rank 1.
+  {
+    namespace sl = mkernel::moe_net::slots;
+    auto has = [](const std::string& s, const char* part) { return s.find(part) != std::string::npos; };
+    using mkernel::moe_net::describe_slot;
+    CHECK(describe_slot(2081) .find("DONE from rank 1 ") != std::string::npos, "%s", describe_slot(2081).c_str());
+    CHECK(has(describe_slot(2048), "READY from rank 0 "), "%s", describe_slot(2048).c_str());
+    CHECK(has(describe_slot(2048 + 31), "READY from rank 31 "), "%s", describe_slot(2079).c_str());
+    CHECK(has(describe_slot(2112), "data slot 0 of rank 0's") && has(describe_slot(2112), "routing head"),
+          "%s", describe_slot(2112).c_str());
+    CHECK(has(describe_slot(2112 + 16 * 3 + 5), "data slot 5 of rank 3's"), "%s",
+          describe_slot(2112 + 16 * 3 + 5).c_str());
+    CHECK(describe_slot(2047).empty() && describe_slot(sl::kEnd).empty() && describe_slot(0).empty(),
+          "a slot outside the exchange is named");
+    CHECK(has(describe_slot(sl::kEnd - 1), "data slot 15 of rank 31's"), "%s",
+          describe_slot(sl::kEnd - 1).c_str());
   }
   if (failures) {
     std::printf("%d failures\n", failures);

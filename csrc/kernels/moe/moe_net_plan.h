@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 namespace mkernel::moe_net {
 
@@ -71,6 +72,41 @@ struct HeadedLayout {
 
 inline HeadedLayout headed_layout(uint64_t block, uint64_t head_bytes) {
   return HeadedLayout{align_up(block, kAlign), align_up(head_bytes, kAlign)};
+}
+
+// The exchange's arrival slots (moe_net_api.h defines them for the kernels; moe_net.cpp asserts
+// that both agree), named here for the wait record (comm/wait_record.cpp, moe12): a timed-out
+// wait of the MoE exchange then says which signal of which rank it waited for.
+namespace slots {
+constexpr uint32_t kBase = 2048;
+constexpr uint32_t kMaxRanks = 32;
+constexpr uint32_t kPieces = 16;
+constexpr uint32_t kReady = kBase;                   // + src rank
+constexpr uint32_t kDone = kBase + kMaxRanks;        // + src rank
+constexpr uint32_t kData = kBase + 2 * kMaxRanks;    // + src * kPieces + piece
+constexpr uint32_t kEnd = kData + kMaxRanks * kPieces;
+}  // namespace slots
+
+// What arrival slot `slot` of the MoE exchange signals, or "" outside the exchange's range.
+inline std::string describe_slot(uint32_t slot) {
+  namespace sl = slots;
+  if (slot < sl::kBase || slot >= sl::kEnd) return "";
+  if (slot < sl::kDone) {
+    const std::string p = std::to_string(slot - sl::kReady);
+    return "the MoE exchange's READY from rank " + p + " (sent when rank " + p +
+           " begins the same exchange: its earlier ops are done with its receive area)";
+  }
+  if (slot < sl::kData) {
+    const std::string p = std::to_string(slot - sl::kDone);
+    return "the MoE exchange's DONE from rank " + p + " (sent by rank " + p +
+           "'s receive stream once it unstaged every piece of this exchange: it still waits for "
+           "a piece, or its host never queued the exchange)";
+  }
+  const uint32_t d = slot - sl::kData;
+  const std::string p = std::to_string(d / sl::kPieces), c = std::to_string(d % sl::kPieces);
+  return "data slot " + c + " of rank " + p + "'s block in the MoE exchange (the dispatch's " +
+         "headed gather: slot 0 = the routing head, slot c >= 1 = rows piece c - 1; the other " +
+         "exchanges: rows piece " + c + ")";
 }
 
 }  // namespace mkernel::moe_net
