@@ -469,7 +469,7 @@ bool pinned_order(int* swizzle, int* raster) {
 }  // namespace
 
 std::vector<FusedPlan> candidate_plans(const char* op, int64_t group, int64_t m, int64_t n,
-                                       int64_t k, bool along_n_only) {
+                                       int64_t k, bool along_n_only, bool across_nodes) {
   std::vector<FusedPlan> plans;
   int swizzle = 0, raster = 0;
   const bool pinned = pinned_order(&swizzle, &raster);
@@ -499,11 +499,25 @@ std::vector<FusedPlan> candidate_plans(const char* op, int64_t group, int64_t m,
   const char* grids = std::getenv("MKERNEL_FUSED_GRIDS");
   const bool offer = grids == nullptr || std::strcmp(grids, "share") != 0;
   if (small > 0 && offer && std::getenv("MKERNEL_FUSED_SMS") == nullptr) {
+    // Across (emulated) nodes on one GPU the co-resident grid only (xnode6): the share's grid
+    // is every SM of the rank's MPS limit, and a rank's fused grid there can wait, with no SM
+    // of its client free, for copies that need one — its own in-process GPU-direct copies
+    // (MKERNEL_NET_GDR_COPIER=thread), or rows / tiles of another node's rank whose grid MPS
+    // could not place beside it (s8run2: 96 of 132 SMs for two clients' clusters). s14run1:
+    // both stalls that ended in "unspecified launch failure" (xn5_B, xn3_w2) ran the share's
+    // grid first; MKERNEL_FUSED_SMS=16 (xn5_C) and the co-resident grid never stalled.
+    // MKERNEL_FUSED_GRIDS=both keeps both grids there too (measurement: the old list).
+    const bool both = grids != nullptr && std::strcmp(grids, "both") == 0;
+    const bool co_only = across_nodes && !both;
     const size_t count = plans.size();
     for (size_t i = 0; i < count; ++i) {
       FusedPlan p = plans[i];
       p.grid = small;
-      plans.push_back(p);
+      if (co_only) {
+        plans[i] = p;
+      } else {
+        plans.push_back(p);
+      }
     }
   }
   return plans;
