@@ -148,3 +148,19 @@ def test_first_calls_across_nodes_gpu_direct(mps, copier, steps, prune):
         measured = [ln for ln in r.stderr.splitlines() if "measured M=" in ln]
         # Across nodes under the MPS limit: the co-resident grid only (fused_common.cpp).
         assert measured and all(" grid 0 " not in ln for ln in measured), measured
+
+
+@pytest.mark.parametrize("world, nodes, gdr, coalesce", [(2, 2, False, "8"), (4, 2, True, "3"),
+                                                         (2, 2, True, "1")])
+def test_gemm_rs_across_nodes_coalesced(mps, world, nodes, gdr, coalesce):
+    """gemm_rs across nodes with MKERNEL_FUSED_RS_NODES_COALESCE (xnode6, opt-in): the blocks laid
+    out by (CTA, unit) and up to n whole tiles per command — the same ragged shapes, dtypes, back
+    to back, two rounds, against the float32 reference (poisoned outputs), no fallback."""
+    env = rank_env(mps, world, FUSED_NODES_SUITE="rs", MKERNEL_NET_GDR="1" if gdr else "0",
+                   MKERNEL_OP_TIMEOUT="20", MKERNEL_NET_EMULATE=LINK, MKERNEL_FUSED_NODES="1",
+                   MKERNEL_FUSED="force", MKERNEL_FUSED_RS_NODES_COALESCE=coalesce)
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150, env=env)
+    if any("do not carry gemm_rs across nodes" in r.stdout + r.stderr for r in res):
+        pytest.skip("this build's fused kernels do not carry gemm_rs across nodes")
+    cases = check_ranks(res)
+    assert len([c for c in cases if c.get("op") == "gemm_rs_nodes"]) == world * 2 * 2 * 5
