@@ -159,7 +159,7 @@ def test_gemm_rs_across_nodes_coalesced(mps, world, nodes, gdr, coalesce):
     env = rank_env(mps, world, FUSED_NODES_SUITE="rs", MKERNEL_NET_GDR="1" if gdr else "0",
                    MKERNEL_OP_TIMEOUT="20", MKERNEL_NET_EMULATE=LINK, MKERNEL_FUSED_NODES="1",
                    MKERNEL_FUSED="force", MKERNEL_FUSED_RS_NODES_COALESCE=coalesce)
-    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150, env=env)
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=80, env=env)  # a report before 90 s
     if any("do not carry gemm_rs across nodes" in r.stdout + r.stderr for r in res):
         pytest.skip("this build's fused kernels do not carry gemm_rs across nodes")
     cases = check_ranks(res)
