@@ -351,6 +351,39 @@ def timeline_of(fused, rank: int, world: int, pushed_bytes: int) -> dict | None:
     return out
 
 
+def capture_fd2(fn, after=None, on_failure=None) -> str:
+    """Runs fn() then after() with file descriptor 2 captured; writes what they wrote on to the
+    real fd 2 and returns it. When they raise, the captured text (a stuck GPU-direct copy's line,
+    the proxy's error, the verbose measurement) and on_failure()'s text are written first, then
+    the exception propagates: s14run1's xn5_B / xn3_w2 lost exactly those lines."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            fn()
+            if after is not None:
+                after()
+        except BaseException:
+            os.dup2(saved, 2)
+            tmp.seek(0)
+            sys.stderr.write(tmp.read().decode(errors="replace"))
+            if on_failure is not None:
+                try:
+                    sys.stderr.write(on_failure())
+                except Exception as e:  # noqa: BLE001
+                    sys.stderr.write(f"(after the failure: {type(e).__name__}: {e})\n")
+            sys.stderr.flush()
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        tmp.seek(0)
+        text = tmp.read().decode(errors="replace")
+    sys.stderr.write(text)
+    return text
+
+
 def rank_main() -> None:
     import torch
     import torch.distributed as dist
@@ -537,20 +570,17 @@ def rank_main() -> None:
     def stderr_of(fn) -> str:
         """What fn() writes to file descriptor 2 (C++ warnings: TORCH_WARN from an op called
         through torch.ops is logged there, not raised as a Python warning), written on too."""
-        sys.stderr.flush()
-        saved = os.dup(2)
-        with tempfile.TemporaryFile() as tmp:
-            os.dup2(tmp.fileno(), 2)
+        def after_failure() -> str:
+            # The inter-node path's state (its proxy's oldest command, the copier's counts),
+            # readable on the host after the context is gone.
+            if nodes <= 1:
+                return ""
             try:
-                fn()
-                sync()
-            finally:
-                os.dup2(saved, 2)
-                os.close(saved)
-            tmp.seek(0)
-            text = tmp.read().decode(errors="replace")
-        sys.stderr.write(text)
-        return text
+                info = torch.ops.mkernel._net_path_info(ctx.handle, world)
+            except Exception as e:  # noqa: BLE001
+                info = f"unreadable: {type(e).__name__}: {e}"
+            return f"bench_fused: rank {rank} inter-node path after the failure: {info}\n"
+        return capture_fd2(fn, sync, after_failure)
 
     def against(out: torch.Tensor, ref: torch.Tensor) -> tuple[bool, float]:
         """(bit-equal on every rank, max over ranks of ||out - ref|| / ||ref||)."""

@@ -290,7 +290,7 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   // paths[i] in its verbose lines).
   // (Along N only: the rows arrive by M unit, own rows first.)
   const std::vector<fused_glue::FusedPlan> plans =
-      fused_glue::candidate_plans(kOp, group, world * m, n, k, true);
+      fused_glue::candidate_plans(kOp, group, world * m, n, k, true, nodes);
   std::vector<int> peer_block_m;
   for (const fused_glue::FusedPlan& c : plans) {
     peer_block_m.push_back(fused::fused_peer_block_m(c.config));

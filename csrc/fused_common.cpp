@@ -470,7 +470,7 @@ bool pinned_order(int* swizzle, int* raster) {
 }  // namespace
 
 std::vector<FusedPlan> candidate_plans(const char* op, int64_t group, int64_t m, int64_t n,
-                                       int64_t k, bool along_n_only) {
+                                       int64_t k, bool along_n_only, bool across_nodes) {
   std::vector<FusedPlan> plans;
   int swizzle = 0, raster = 0;
   const bool pinned = pinned_order(&swizzle, &raster);
@@ -500,11 +500,25 @@ std::vector<FusedPlan> candidate_plans(const char* op, int64_t group, int64_t m,
   const char* grids = std::getenv("MKERNEL_FUSED_GRIDS");
   const bool offer = grids == nullptr || std::strcmp(grids, "share") != 0;
   if (small > 0 && offer && std::getenv("MKERNEL_FUSED_SMS") == nullptr) {
+    // Across (emulated) nodes on one GPU the co-resident grid only (xnode6): the share's grid
+    // is every SM of the rank's MPS limit, and a rank's fused grid there can wait, with no SM
+    // of its client free, for copies that need one — its own in-process GPU-direct copies
+    // (MKERNEL_NET_GDR_COPIER=thread), or rows / tiles of another node's rank whose grid MPS
+    // could not place beside it (s8run2: 96 of 132 SMs for two clients' clusters). s14run1:
+    // both stalls that ended in "unspecified launch failure" (xn5_B, xn3_w2) ran the share's
+    // grid first; MKERNEL_FUSED_SMS=16 (xn5_C) and the co-resident grid never stalled.
+    // MKERNEL_FUSED_GRIDS=both keeps both grids there too (measurement: the old list).
+    const bool both = grids != nullptr && std::strcmp(grids, "both") == 0;
+    const bool co_only = across_nodes && !both;
     const size_t count = plans.size();
     for (size_t i = 0; i < count; ++i) {
       FusedPlan p = plans[i];
       p.grid = small;
-      plans.push_back(p);
+      if (co_only) {
+        plans[i] = p;
+      } else {
+        plans.push_back(p);
+      }
     }
   }
   return plans;
@@ -547,6 +561,22 @@ bool reduce_fits(const char* op, int64_t group, const at::Tensor& x, const at::T
   return true;
 }
 
+namespace {
+// MKERNEL_FUSED_RS_NODES_COALESCE=<n in [0, 64]> (xnode6, opt-in, not yet run on a GPU; every
+// rank the same — it joins the call signature): gemm_rs across nodes sends up to n whole tiles of
+// one CTA to one owner per FIFO command (fused_params.h net_coalesce); unset / 0: one command per
+// (tile, owner). Anything else raises naming the variable.
+int rs_nodes_coalesce(const char* op) {
+  const char* v = std::getenv("MKERNEL_FUSED_RS_NODES_COALESCE");
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  TORCH_CHECK_VALUE(*end == '\0' && n >= 0 && n <= 64, op,
+                    ": MKERNEL_FUSED_RS_NODES_COALESCE must be an integer in [0, 64], got '", v, "'");
+  return static_cast<int>(n);
+}
+}  // namespace
+
 bool reduce_call(const char* op, int64_t group, int32_t wait_op, comm::SymmetricGroup& sg,
                  const at::Tensor& x,
                  const at::Tensor& w, const ReduceLayout& layout, const at::Tensor& out,
@@ -565,6 +595,7 @@ bool reduce_call(const char* op, int64_t group, int32_t wait_op, comm::Symmetric
   // Across nodes: per owner a block of tile slots (block_m x block_n elements each) for the
   // tiles meeting its rows: in the send area once per owner, in each receive half per source.
   uint64_t net_block = 0;
+  const int coalesce = layout.nodes ? rs_nodes_coalesce(op) : 0;
   if (layout.nodes) {
     const int64_t world = layout.world > 0 ? layout.world : m / layout.rows_per_rank;
     int64_t slots = 0;
@@ -572,6 +603,13 @@ bool reduce_call(const char* op, int64_t group, int32_t wait_op, comm::Symmetric
       const int64_t first = o * layout.rows_per_rank / tc.block_m;
       const int64_t last = ((o + 1) * layout.rows_per_rank - 1) / tc.block_m;
       slots = std::max(slots, (last - first + 1) * tc.tiles_n);
+    }
+    if (coalesce > 0) {
+      // By (CTA, unit): grid x ceil(units / (grid / cluster_m)) slots <= cluster_m x units +
+      // grid, for any grid up to fused_grid (the kernel's own, <= plan.grid). The fused configs
+      // are 2-CTA clusters along M (c2x1; units_m = ceil(tiles_m / 2)), one tile along N.
+      const int64_t cluster_m = std::max<int64_t>(2, (tc.tiles_m + tc.units_m - 1) / tc.units_m);
+      slots = cluster_m * tc.units_m * (tc.tiles_n + 1) + fused_grid(op, group);
     }
     net_block = (static_cast<uint64_t>(slots) * tc.block_m * tc.block_n * 2 + 255) / 256 * 256;
     sg.ensure_net(op, world * net_block, 2 * world * net_block);
@@ -590,7 +628,7 @@ bool reduce_call(const char* op, int64_t group, int32_t wait_op, comm::Symmetric
   hp.signature = comm::call_signature(wait_op, {m, k, n, static_cast<int64_t>(x.scalar_type()),
                                                 layout.two_shot ? 1 : 0,
                                                 static_cast<int64_t>(config), plan.swizzle,
-                                                plan.raster, plan.grid});
+                                                plan.raster, plan.grid, coalesce});
   hp.flag_base = comm::FlagSlot::kOpSlotBase;
   hp.m = static_cast<int32_t>(m);
   hp.n = static_cast<int32_t>(n);
@@ -619,6 +657,7 @@ bool reduce_call(const char* op, int64_t group, int32_t wait_op, comm::Symmetric
     hp.net_block = net_block;
     hp.side_mode = fused::kSideIdle;  // the side warps send; the consumers' tail reduces
     hp.tail_mode = fused::kTailRegs;  // the only tail with the inter-node sources
+    hp.net_coalesce = coalesce;
   }
   hp.bf16 = x.scalar_type() == at::kBFloat16 ? 1 : 0;
   TORCH_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0, op,
@@ -671,7 +710,7 @@ std::string unfused_key(int64_t group, const std::string& key) {
   for (const char* name : {"MKERNEL_FUSED_GRIDS", "MKERNEL_FUSED_ORDERS", "MKERNEL_FUSED_ORDER",
                            "MKERNEL_FUSED_CONFIG", "MKERNEL_FUSED_SMS", "MKERNEL_FUSED_GATE",
                            "MKERNEL_FUSED_CO_GRID", "MKERNEL_FUSED_GATE_MODE",
-                           "MKERNEL_FUSED_GATE_GPU"}) {
+                           "MKERNEL_FUSED_GATE_GPU", "MKERNEL_FUSED_RS_NODES_COALESCE"}) {
     const char* v = std::getenv(name);
     s += '|';
     s += v != nullptr ? v : "-";

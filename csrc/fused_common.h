@@ -183,8 +183,14 @@ std::vector<gemm::ConfigId> candidate_configs(const char* op, int64_t group, int
 // (4096 K bytes) outgrows a quarter of the L2, narrower orders: 2 M units along N, and (unless
 // `along_n_only`: ag_gemm, whose rows arrive by M unit) 1 along M. Shapes and the environment
 // only: the same list on every rank. MKERNEL_FUSED_ORDER pins one order.
+// across_nodes (the op runs its fused kernel on a group spanning several nodes): under an MPS
+// SM limit (the one-GPU emulation of nodes) the co-resident grid only, never the share's grid
+// (fused_common.cpp: a grid of every SM of the rank's limit can wait for GPU-direct copies or
+// another node's unplaced grid that need an SM it holds; s14run1's two launch failures);
+// MKERNEL_FUSED_GRIDS=both keeps both (measurement). Without an MPS limit (real nodes) nothing
+// changes.
 std::vector<FusedPlan> candidate_plans(const char* op, int64_t group, int64_t m, int64_t n,
-                                       int64_t k, bool along_n_only);
+                                       int64_t k, bool along_n_only, bool across_nodes = false);
 
 // The side warps' mode of a launch (fused_params.h SideMode): `fallback` (the op's default,
 // chosen by measurement) unless MKERNEL_FUSED_SIDE=regs|staged|idle pins one (read per call;

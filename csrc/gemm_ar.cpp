@@ -184,7 +184,7 @@ at::Tensor gemm_ar_nodes(const at::Tensor& x, const at::Tensor& w, int64_t group
   // The fused kernel in each candidate plan (+ the all_gather), then the unfused path.
   std::vector<std::function<void()>> paths;
   const std::vector<fused_glue::FusedPlan> plans =
-      fused_glue::candidate_plans(kOp, group, rows, n, x.size(1), false);
+      fused_glue::candidate_plans(kOp, group, rows, n, x.size(1), false, true);
   for (const fused_glue::FusedPlan& c : plans) {
     paths.emplace_back([&, c] {
       TORCH_CHECK(fused_glue::reduce_call(kOp, group, comm::kOpGemmAr, sg, x, w, layout, shard,

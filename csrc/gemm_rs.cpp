@@ -143,7 +143,8 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
       // The fused kernel in each candidate plan, then the unfused path (fused_common.h).
       std::vector<std::function<void()>> paths;
       const std::vector<fused_glue::FusedPlan> plans =
-          fused_glue::candidate_plans(kOp, group, x.size(0), w.size(0), x.size(1), false);
+          fused_glue::candidate_plans(kOp, group, x.size(0), w.size(0), x.size(1), false,
+                                        nodes);
       for (const fused_glue::FusedPlan& c : plans) {
         paths.emplace_back([&, c] {
           fused_glue::reduce_call(kOp, group, comm::kOpGemmRs, sg, x, w, layout, out, {}, c,

@@ -117,3 +117,34 @@ def test_verdict_rules():
     _, _, wait = v.parse(["mkernel: ... waiting for the peer's previous fused kernel to exit ..."])
     assert wait
     assert "co-tenancy" not in v.gap_reading(json.loads(_row("ag_gemm", 4, 30, 27, 60)[4:]), None)
+
+
+def test_capture_fd2_keeps_what_a_failing_call_wrote(capfd):
+    """s14run1 (xn5_B, xn3_w2): a first call that raised took the lines it had written to fd 2
+    (a stuck GPU-direct copy, the proxy's error) with it. capture_fd2 writes them, and the
+    on_failure text, before the exception propagates; a call that succeeds returns its text."""
+    import os
+
+    import pytest
+
+    bf = bench_fused()
+
+    def failing():
+        os.write(2, b"mkernel: GPU-direct copy 7 submitted 5.0 s ago is not done\n")
+        raise RuntimeError("CUDA error: unspecified launch failure")
+
+    with pytest.raises(RuntimeError, match="unspecified launch failure"):
+        bf.capture_fd2(failing, None, lambda: "inter-node path after the failure: {}\n")
+    err = capfd.readouterr().err
+    assert "GPU-direct copy 7 submitted 5.0 s ago is not done" in err
+    assert "inter-node path after the failure" in err
+
+    def after():
+        raise RuntimeError("the sync failed")
+
+    with pytest.raises(RuntimeError, match="the sync failed"):
+        bf.capture_fd2(lambda: os.write(2, b"warn line\n"), after, None)
+    assert "warn line" in capfd.readouterr().err
+
+    text = bf.capture_fd2(lambda: os.write(2, b"fine\n"), None, None)
+    assert text == "fine\n" and "fine" in capfd.readouterr().err

@@ -18,6 +18,9 @@ GPU under MPS, against a float32 reference every rank computes from every rank's
            carries the output's SHA-256 so the test checks identical bits on every rank;
   ``mixed`` collectives, fused ag / rs and gemm_ar (forced and chosen) in one process across
            nodes, the inter-node path printed around every step (the s12run2 hang; MIXED_SKIP);
+  ``grow``  s14run1's failing sequences of first calls under the GPU-direct emulation (ag_gemm
+           smoke then 2048x8192x7168, gemm_rs smoke), choose_path measuring, values checked
+           (GROW_STEPS);
   ``kill`` the last rank SIGKILLs itself while its ag_gemm runs; every other rank must raise
            within MKERNEL_OP_TIMEOUT (+ slack), its wait record (where it has one) naming the
            dead rank. Ends the process.
@@ -227,6 +230,74 @@ def suite_mixed(ctx, rank: int, world: int) -> None:
         emit("MIXED", {"step": name, "rank": rank})
 
 
+# s14run1's two failures across 2 emulated nodes under the GPU-direct emulation, as sequences of
+# first calls (choose_path: every candidate plan and the unfused path measured): xn3_w2 ran
+# ag_gemm x [1024, 8192] w [3584, 8192], then x [2048, 8192] w [7168, 8192] (its first call never
+# returned: a 15 s stall, then "unspecified launch failure"); xn5_B ran gemm_rs 4096x1024x8192
+# (x [4096, 1024] per rank, w [8192, 1024]) as its first call with MKERNEL_NET_GDR_COPIER=thread
+# (the same). GROW_STEPS (comma-separated, default every step) picks them; a step name ending in
+# "f" runs the shape once more with MKERNEL_FUSED=force (the fused kernel's own values). Every
+# output is checked against the float32 reference; each step prints its first call's seconds
+# and the inter-node path (sizes, copier, proxy stats) before and after it, and on a failure the
+# wait record and the path's state before it raises.
+GROW_SHAPES = {"ag1": ("ag", 1024, 8192, 3584), "ag2": ("ag", 2048, 8192, 7168),
+               "rs1": ("rs", 4096, 1024, 8192)}
+GROW_STEPS = ("ag1", "ag2", "rs1")
+
+
+def suite_grow(ctx, rank: int, world: int) -> None:
+    steps = [s for s in os.environ.get("GROW_STEPS", ",".join(GROW_STEPS)).split(",") if s]
+    dtype = torch.bfloat16
+    os.environ["MKERNEL_FUSED_VERBOSE"] = "1"  # the measured candidates on stderr
+    for i, name in enumerate(steps):
+        forced = name.endswith("f") and name[:-1] in GROW_SHAPES
+        kind, m, k, n = GROW_SHAPES[name[:-1] if forced else name]
+        if forced:
+            os.environ["MKERNEL_FUSED"] = "force"
+        else:
+            os.environ.pop("MKERNEL_FUSED", None)
+        before = torch.ops.mkernel._net_path_info(ctx.handle, world)
+        print(f"STEP {name} rank {rank} begins ({kind} {m}x{k}x{n}, MKERNEL_FUSED="
+              f"{os.environ.get('MKERNEL_FUSED', '-')}); path {before}", flush=True)
+        case = 9400 + 10 * list(GROW_SHAPES).index(name[:-1] if forced else name)
+        if kind == "ag":
+            _, ref, x, w = ag_reference(case, world, m, k, n, dtype, rank)
+            out_shape = (world * m, n)
+        else:
+            total, x, w = reduce_reference(case, world, m, k, n, dtype, rank)
+            b = m // world
+            ref = total[rank * b:(rank + 1) * b]
+            out_shape = (b, n)
+        x, w = x.cuda(), w.cuda()
+        torch.cuda.synchronize()
+        try:
+            outs = []
+            t0 = time.monotonic()
+            for call in range(2):  # the first call (the measurement), then one more
+                poison((out_shape, dtype))
+                outs.append(mkernel.ag_gemm(x, w, group=ctx) if kind == "ag"
+                            else mkernel.gemm_rs(x, w, group=ctx))
+                torch.cuda.synchronize()
+                if call == 0:
+                    first_s = time.monotonic() - t0
+            for call, out in enumerate(outs):
+                check(f"out{call}", out, ref, dict(op=f"grow_{name}", rank=rank, m=m, k=k, n=n))
+        except Exception:
+            print(f"WAIT rank {rank} step {name}: {mkernel.ops.last_wait_failure()}",
+                  file=sys.stderr, flush=True)
+            try:
+                info = torch.ops.mkernel._net_path_info(ctx.handle, world)
+            except Exception as e:  # noqa: BLE001
+                info = f"unreadable: {type(e).__name__}: {e}"
+            print(f"PATH rank {rank} step {name} after the failure: {info}", file=sys.stderr,
+                  flush=True)
+            raise
+        after = torch.ops.mkernel._net_path_info(ctx.handle, world)
+        print(f"STEP {name} rank {rank} ok: first call {first_s:.2f} s; path {after}", flush=True)
+        emit("GROW", {"step": name, "rank": rank, "first_s": round(first_s, 3)})
+    os.environ["MKERNEL_FUSED"] = "force"
+
+
 def suite_kill(ctx, rank: int, world: int) -> None:
     victim = world - 1
     m, k, n = 4096, 1024, 4096  # 512 tiles of every rank's rows: each CTA waits on the victim's first
@@ -263,7 +334,7 @@ def main() -> None:
     for name in os.environ.get("FUSED_NODES_SUITE", "ag").split(","):
         try:
             {"ag": suite_ag, "rs": suite_rs, "ar": suite_ar, "kill": suite_kill,
-             "mixed": suite_mixed}[name](ctx, rank, world)
+             "mixed": suite_mixed, "grow": suite_grow}[name](ctx, rank, world)
         except Exception:
             print(f"WAIT rank {rank}: {mkernel.ops.last_wait_failure()}", file=sys.stderr, flush=True)
             raise

@@ -125,3 +125,42 @@ def test_collectives_and_gemm_ar_after_fused_ops_across_nodes(mps, world, nodes,
     from tests.gpu.fused_nodes_ranks import MIXED_STEPS
     for r in res:
         assert [m["step"] for m in records(r, "MIXED")] == list(MIXED_STEPS), r.rank
+
+
+@pytest.mark.parametrize("copier, steps, prune", [("process", "ag1,ag2,ag2f", "1"),
+                                                  ("process", "ag1,ag2", "0"),
+                                                  ("thread", "rs1", "1")])
+def test_first_calls_across_nodes_gpu_direct(mps, copier, steps, prune):
+    """s14run1's two launch failures (xnode6): across 2 emulated nodes under the GPU-direct
+    emulation, ag_gemm x [1024, 8192] N=3584 then x [2048, 8192] N=7168 (xn3_w2: the second
+    shape's first call stalled 15 s, then the context was lost), and gemm_rs 4096x1024x8192 as the
+    first call with the in-process copier (xn5_B, the same) — each a first call that measures every
+    candidate plan and the unfused path (choose_path, MKERNEL_FUSED unset; ag2f forced fused),
+    with and without MKERNEL_FUSED_PRUNE, every output against the float32 reference."""
+    from tests.gpu.run_grow import grow_env
+    world = 2
+    env = dict(mps, **grow_env(steps, copier, prune, "co", "15", world))
+    res = run_ranks(RANK_MAIN, world, nodes=2, timeout=150, env=env)
+    check_ranks(res)
+    want = [s for s in steps.split(",") if s]
+    for r in res:
+        assert [g["step"] for g in records(r, "GROW")] == want, r.rank
+        measured = [ln for ln in r.stderr.splitlines() if "measured M=" in ln]
+        # Across nodes under the MPS limit: the co-resident grid only (fused_common.cpp).
+        assert measured and all(" grid 0 " not in ln for ln in measured), measured
+
+
+@pytest.mark.parametrize("world, nodes, gdr, coalesce", [(2, 2, False, "8"), (4, 2, True, "3"),
+                                                         (2, 2, True, "1")])
+def test_gemm_rs_across_nodes_coalesced(mps, world, nodes, gdr, coalesce):
+    """gemm_rs across nodes with MKERNEL_FUSED_RS_NODES_COALESCE (xnode6, opt-in): the blocks laid
+    out by (CTA, unit) and up to n whole tiles per command — the same ragged shapes, dtypes, back
+    to back, two rounds, against the float32 reference (poisoned outputs), no fallback."""
+    env = rank_env(mps, world, FUSED_NODES_SUITE="rs", MKERNEL_NET_GDR="1" if gdr else "0",
+                   MKERNEL_OP_TIMEOUT="20", MKERNEL_NET_EMULATE=LINK, MKERNEL_FUSED_NODES="1",
+                   MKERNEL_FUSED="force", MKERNEL_FUSED_RS_NODES_COALESCE=coalesce)
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=80, env=env)  # a report before 90 s
+    if any("do not carry gemm_rs across nodes" in r.stdout + r.stderr for r in res):
+        pytest.skip("this build's fused kernels do not carry gemm_rs across nodes")
+    cases = check_ranks(res)
+    assert len([c for c in cases if c.get("op") == "gemm_rs_nodes"]) == world * 2 * 2 * 5

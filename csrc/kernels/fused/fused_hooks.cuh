@@ -548,6 +548,28 @@ struct FusedHooks {
     return (static_cast<uint64_t>(m_block - m0) * p.tiles_n + n_block) * p.block_m * p.block_n * 2;
   }
 
+  // With net_coalesce > 0 (MKERNEL_FUSED_RS_NODES_COALESCE, xnode6) an owner's block is laid out
+  // by (CTA, unit): the slot of this CTA's k-th unit is cta * upc + k (upc: the most units a CTA
+  // has), so the tiles one CTA sends to one owner in consecutive units are consecutive slots and
+  // go out as one command of up to net_coalesce tiles (its flag (e << 24) | (last k + 1) says
+  // "units 0..last of that CTA landed", as a single tile's does). The receiving CTA (the same
+  // index, the same units) finds its slot the same way. Byte offset in an owner's block:
+  template <class Sched>
+  CUTLASS_DEVICE static int rs_units_per_cta(typename Sched::Params const& sp) {
+    const int total = sp.units_m * sp.units_n * sp.batches * sp.splits;
+    const int stride = Sched::unit_stride();
+    return (total + stride - 1) / stride;
+  }
+
+  // The slot of unit k's tile (m_block, n_block) in owner o's block, in either layout (upc:
+  // rs_units_per_cta, read only with net_coalesce > 0).
+  CUTLASS_DEVICE static uint64_t rs_tile_slot(Params const& p, int upc, int o, int m_block,
+                                              int n_block, int k) {
+    return p.net_coalesce > 0
+               ? (static_cast<uint64_t>(cta_id()) * upc + k) * p.block_m * p.block_n * 2
+               : rs_slot_offset(p, o, m_block, n_block);
+  }
+
   // The SEND role (side thread t in [0, 96)). Written for the side warps' 40 registers: one
   // flat loop over the CTA's units whose body (net_send_unit) re-derives everything from the
   // unit index and the (constant-bank) parameters, the last push's ticket in shared memory, and
@@ -556,13 +578,20 @@ struct FusedHooks {
   template <class Sched, class Storage>
   CUTLASS_DEVICE static void net_send_tiles(Params const& p, typename Sched::Params const& sp,
                                             int t, Storage& st) {
-    if (t == 0) st.net_peer = -1;
+    if (t == 0) {
+      st.net_peer = -1;
+      st.run_n = 0;
+      st.run_next = 0;
+      // Read by every side thread after the named barrier of a unit with a push (net_send_unit).
+      st.run_upc = p.net_coalesce > 0 ? rs_units_per_cta<Sched>(sp) : 0;
+    }
 #pragma unroll 1
     for (int k = 0;; ++k) {
       const int unit = Sched::first_unit() + k * Sched::unit_stride();
       if (unit >= sp.units_m * sp.units_n * sp.batches * sp.splits) break;
       net_send_unit<Sched>(p, sp, t, k, unit, st);
     }
+    if (t == 0) net_flush_run(p, st);  // the last run of coalesced tiles (net_coalesce > 0)
     // The transport has read every tile this CTA pushed before the kernel ends.
     if (t == 0 && st.net_peer >= 0) {
       comm::net_wait_sent<kFail>(p.group, st.net_ticket, st.net_peer, p.op);
@@ -596,7 +625,7 @@ struct FusedHooks {
       if (g.data[o] != nullptr) continue;
       const int r0 = max(row0, o * p.rows_per_rank);
       const int n = (min(row1, (o + 1) * p.rows_per_rank) - r0) * v;
-      const uint64_t at = rs_slot_offset(p, o, work.m_block, work.n_block) +
+      const uint64_t at = rs_tile_slot(p, st.run_upc, o, work.m_block, work.n_block, k) +
                           static_cast<uint64_t>(r0 - row0) * p.block_n * 2;
       uint8_t* dst = g.net.send_area + o * p.net_block + at;
       const uint8_t* src = g.data[g.rank] + (static_cast<int64_t>(r0) * p.n + c0) * 2;
@@ -611,29 +640,85 @@ struct FusedHooks {
     if (t != 0) return;
 #pragma unroll 1
     for (int o = o0; o <= o1; ++o) {
-      if (g.data[o] == nullptr) net_push_tile(p, work.m_block, work.n_block, o, k, st);
+      if (g.data[o] != nullptr) continue;
+      const int r0 = max(row0, o * p.rows_per_rank);
+      const int r1 = min(row1, (o + 1) * p.rows_per_rank);
+      // Without coalescing: this tile's rows of o, one command. Coalescing: a whole tile of o's
+      // rows extends o's open run when it is the next unit; anything else closes the open run
+      // first (a later flag must never cover an unsent tile), then starts a run (a whole tile)
+      // or goes alone. Up to two commands, from one push site (each inlined push costs the
+      // side warps' 40 registers).
+      const bool whole = p.net_coalesce > 0 && r0 == row0 && r1 - r0 == p.block_m;
+      bool alone = p.net_coalesce <= 0;
+      if (p.net_coalesce > 0) {
+        if (whole && st.run_n > 0 && st.run_owner == o && st.run_last == k - 1) {
+          st.run_last = k;
+          ++st.run_n;
+        } else {
+          st.run_next = whole ? 1 : 0;  // after the open run: start a run, or go alone
+          alone = !whole;
+        }
+      }
+#pragma unroll 1
+      for (int step = 0; step < 2; ++step) {
+        int to = -1, last = k;
+        uint64_t at = 0, bytes = 0;
+        if (step == 0 && p.net_coalesce > 0 &&
+            st.run_n > 0 && (st.run_owner != o || st.run_last != k || st.run_n >= p.net_coalesce)) {
+          // the open run: closed by this tile (not its next unit) or full
+          to = st.run_owner;
+          last = st.run_last;
+          at = st.run_slot;
+          bytes = static_cast<uint64_t>(st.run_n) * p.block_m * p.block_n * 2;
+          st.run_n = 0;
+        } else if (step == 1 && alone) {
+          to = o;
+          at = rs_tile_slot(p, st.run_upc, o, work.m_block, work.n_block, k) +
+               static_cast<uint64_t>(r0 - row0) * p.block_n * 2;
+          bytes = static_cast<uint64_t>(r1 - r0) * p.block_n * 2;
+        }
+        if (step == 1 && whole && st.run_n == 0 && st.run_next != 0) {
+          st.run_next = 0;
+          st.run_owner = o;
+          st.run_last = k;
+          st.run_slot = rs_tile_slot(p, st.run_upc, o, work.m_block, work.n_block, k);
+          st.run_n = 1;
+          if (p.net_coalesce == 1) {  // a run of one: out at once
+            to = o;
+            at = st.run_slot;
+            bytes = static_cast<uint64_t>(p.block_m) * p.block_n * 2;
+            st.run_n = 0;
+          }
+        }
+        if (to >= 0) net_push_cmd(p, to, at, bytes, last, st);
+      }
     }
   }
 
-  // Thread 0 of the SEND role: the push of tile (m_block, n_block), unit k of the CTA, to owner o,
+  // Thread 0 of the SEND role: pushes the open run of whole tiles (net_coalesce > 0), if any.
+  template <class Storage>
+  CUTLASS_DEVICE static void net_flush_run(Params const& p, Storage& st) {
+    if (st.run_n <= 0) return;
+    const int n = st.run_n;
+    st.run_n = 0;
+    net_push_cmd(p, st.run_owner, st.run_slot,
+                 static_cast<uint64_t>(n) * p.block_m * p.block_n * 2, st.run_last, st);
+  }
+
+  // Thread 0 of the SEND role: the push of `bytes` at byte `at` of owner o's block (one tile's
+  // rows of o, or a run of whole tiles), unit k of the CTA the last of them, to owner o,
   // in the LL FIFO format (fifo.h mk_fifo_push_device_ll's protocol). The command's 14 payload
   // words are built in shared memory one at a time and streamed from there into the slot: the
   // inlined push held them all in registers at once and spilled ~940 bytes in these 40.
   template <class Storage>
-  CUTLASS_DEVICE static void net_push_tile(Params const& p, int m_block, int n_block, int o, int k,
-                                           Storage& st) {
+  CUTLASS_DEVICE static void net_push_cmd(Params const& p, int o, uint64_t at, uint64_t bytes, int k,
+                                          Storage& st) {
     const comm::GroupDevice& g = p.group;
     uint32_t* w = st.net_words;
     {
       const uint64_t e = comm::op_begin(g);
-      const int row0 = m_block * p.block_m;
-      const int r0 = max(row0, o * p.rows_per_rank);
-      const int r1 = min(min(row0 + p.block_m, p.m), (o + 1) * p.rows_per_rank);
-      const uint64_t at = rs_slot_offset(p, o, m_block, n_block) +
-                          static_cast<uint64_t>(r0 - row0) * p.block_n * 2;
       const uint64_t local_off = o * p.net_block + at;
       const uint64_t remote_off = (e & 1) * (g.net.recv_bytes / 2) + g.rank * p.net_block + at;
-      const uint64_t bytes = static_cast<uint64_t>(r1 - r0) * p.block_n * 2;
       const uint64_t seq = (e << kRsNetSeqBits) | static_cast<uint64_t>(k + 1);
       w[0] = static_cast<uint32_t>(MK_FIFO_WRITE_SIGNAL) | (static_cast<uint32_t>(o) << 16);
       w[1] = kRsNetSlotBase + g.rank * cta_count() + cta_id();
@@ -677,7 +762,7 @@ struct FusedHooks {
   // reduce_slab with the ranks of other nodes read from their tile slots in the receive half:
   // rows [r0, r1) x columns [c0, c1) of tile (m_block, n_block).
   template <class T, int U, int kB>
-  CUTLASS_DEVICE static void reduce_slab_net(Params const& p, uint64_t e, int m_block, int n_block,
+  CUTLASS_DEVICE static void reduce_slab_net(Params const& p, uint64_t e, int m_block, uint64_t slot,
                                              int r0, int r1, int c0, int c1, int lane) {
     const comm::GroupDevice& g = p.group;
     const int v = (c1 - c0) / 8;
@@ -686,7 +771,7 @@ struct FusedHooks {
     // Source s's copy of this slab: its block s of the receive half, this tile's slot, row r0.
     const T* remote = reinterpret_cast<const T*>(
         g.net.recv_area + (e & 1) * (g.net.recv_bytes / 2) +
-        rs_slot_offset(p, g.rank, m_block, n_block) +
+        slot +
         static_cast<uint64_t>(r0 - m_block * p.block_m) * p.block_n * 2);
 #pragma unroll 1
     for (int base = lane; base < total; base += 32 * U) {
@@ -753,6 +838,7 @@ struct FusedHooks {
     const int units = first < total_units ? (total_units - first + stride - 1) / stride : 0;
     const int items = units * p.slabs;
     const int end = min(p.reduce_row0 + p.reduce_rows, p.m);
+    const int upc = p.net_coalesce > 0 ? rs_units_per_cta<Sched>(sp) : 0;
     typename Sched::Cursor cursor;
 #pragma unroll 1
     for (;;) {
@@ -790,7 +876,9 @@ struct FusedHooks {
         }
       }
       __syncwarp();  // every rank's tile is in memory (the acquires precede the warp barrier)
-      reduce_slab_net<T, U, kB>(p, e, work.m_block, work.n_block, r0, r1, c0, c1, lane);
+      reduce_slab_net<T, U, kB>(
+          p, e, work.m_block,
+          rs_tile_slot(p, upc, g.rank, work.m_block, work.n_block, k), r0, r1, c0, c1, lane);
     }
   }
 
@@ -821,6 +909,12 @@ struct FusedHooks {
     TailRound round;
     uint64_t net_ticket;  // gemm_rs across nodes: the SEND role's last push (net_peer >= 0)
     int net_peer;
+    // ... the open run of whole tiles to one owner (net_coalesce > 0): the run_n units of this
+    // CTA up to run_last, from byte run_slot of owner run_owner's block
+    int run_owner, run_last, run_n;
+    int run_next;  // 1: the tile that closed the run starts the next one
+    int run_upc;  // the most units a CTA has (rs_units_per_cta), with net_coalesce > 0
+    uint64_t run_slot;
 #if MKERNEL_FUSED_RS_NODES_SEND
     uint32_t net_words[MK_FIFO_LL_WORDS];  // ... and the payload of the command it builds
 #endif

@@ -100,6 +100,10 @@ struct FusedParams {
   uint64_t net_block = 0;        // bytes per source rank in a receive half (256-byte multiple)
   // (gemm_rs across nodes uses net_remote and net_block: a source's block holds the partial
   // tiles of the receiver's rows, tile-major, block_m x block_n elements per tile slot.)
+  // gemm_rs across nodes, MKERNEL_FUSED_RS_NODES_COALESCE=<n> (xnode6, opt-in): > 0 lays the
+  // blocks out by (CTA, unit) instead and sends up to n whole tiles of one CTA to one owner per
+  // command (fused_hooks.cuh rs_unit_slot_offset); 0: one command per (tile, owner).
+  int32_t net_coalesce = 0;
 
   // kModeReduce: the GEMM's D is this rank's data region ([m, n] partial); tile (tm, tn)'s flag
   // = flag_base + tm * tiles_n + tn, released at this rank when the tile is stored. The REDUCE
