@@ -623,6 +623,67 @@ struct MainloopFwdSm90 {
       warpgroup_commit_batch();
     };
 
+    // Traits::kNarrowTop (bit 19): the GEMMs of a top block that holds at most kNarrowN keys, on
+    // those keys only. S: wgmmas of N = kNarrowN on the first kNarrowN rows of the K stage (the
+    // stage's own strides) into an accumulator of their own, waited for, then copied into the
+    // first kNarrowN columns of acc_s (the SM90 accumulator holds columns in groups of 8 in
+    // register order: its first kNarrowN / 2 values; the others keep stale values, which
+    // apply_mask overwrites: every column past seq_kv is -inf). A wgmma into a prefix of acc_s
+    // serialized every wgmma of the kernel (ptxas C7511 / C7515). The first block's whole S
+    // step: issue, the ping-pong's arrive, release_prev_o, wait, copy.
+    // PV: the first kNarrowN / 16 k-steps (the others multiply P = 0 by zero-filled V rows).
+    [[maybe_unused]] auto first_qk_narrow = [&](int stage, auto&& after_issue) {
+      if constexpr (Traits::kNarrowTop) {
+        constexpr int kNN = Traits::kNarrowN;
+        using MmaQKN = decltype(make_tiled_mma(
+            GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kNN>, Int<kHeadDim>>>(),
+            typename Traits::AtomLayoutMma{}));
+        using LayoutKN = decltype(composition(
+            SmemLayoutK{}, make_layout(Shape<Int<kNN>, Int<kHeadDim>, Int<kStagesK>>{},
+                                       Stride<_1, Int<kBlockN>, Int<kBlockN * kHeadDim>>{})));
+        static_assert(size<1>(typename MmaQKN::AtomShape_MNK{}) == kNN, "one narrow wgmma per k-step");
+        MmaQKN mma_n;
+        auto thr_n = mma_n.get_thread_slice(mma_thread_idx);
+        Tensor sKn = make_tensor(make_smem_ptr(smem.k.data()), LayoutKN{});
+        Tensor tSrQn = thr_n.make_fragment_A(thr_n.partition_A(sQ));
+        Tensor tSrKn = thr_n.make_fragment_B(thr_n.partition_B(sKn));
+        Tensor acc_n = partition_fragment_C(mma_n, Shape<Int<kBlockM>, Int<kNN>>{});
+        static_assert(decltype(size(acc_n))::value * kBlockN == decltype(size(acc_s))::value * kNN,
+                      "the narrow S fragment is a prefix of acc_s");
+        mma_n.accumulate_ = GMMA::ScaleOut::Zero;
+        warpgroup_fence_operand(acc_n);
+        warpgroup_arrive();
+        CUTLASS_PRAGMA_UNROLL
+        for (int kb = 0; kb < size<2>(tSrQn); ++kb) {
+          cute::gemm(mma_n, tSrQn(_, _, kb), tSrKn(_, _, kb, stage), acc_n);
+          mma_n.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+        after_issue();
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_n);
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(acc_n); ++i) acc_s(i) = acc_n(i);
+        // The other columns are past seq_kv (apply_mask sets them to -inf again): written here
+        // so that the previous tile's values in those registers die at the tile's end.
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = size(acc_n); i < size(acc_s); ++i) acc_s(i) = -INFINITY;
+      }
+    };
+    [[maybe_unused]] auto gemm_pv_narrow = [&](int stage) {
+      if constexpr (Traits::kNarrowTop) {
+        tiled_mma_pv.accumulate_ = GMMA::ScaleOut::One;
+        warpgroup_fence_operand(acc_o);
+        warpgroup_fence_operand(tOrP);
+        warpgroup_arrive();
+        CUTLASS_PRAGMA_UNROLL
+        for (int kb = 0; kb < Traits::kNarrowN / 16; ++kb) {
+          cute::gemm(tiled_mma_pv, tOrP(_, _, kb), tOrVt(_, _, kb, stage), acc_o);
+        }
+        warpgroup_commit_batch();
+      }
+    };
+
     // Traits::kLeadWaitsOnly (bit 18): warpgroup 0 alone waits on the K and V full barriers;
     // the others issue after it (the ping-pong's named barriers), so the data is there.
     // (Warp-uniform through the shuffle, as FA3 takes its warpgroup index.)
@@ -639,12 +700,31 @@ struct MainloopFwdSm90 {
     int n = prev_block<kZZ>(p, work.m_block, n_max, n_min);
     if (n >= n_min) {
       // First block: S only (O is zero, nothing to overlap).
+      // Traits::kNarrowTop: the top block holds at most kNarrowN keys (a tile's walk starts at
+      // the ragged last block; the same for both warpgroups: their barriers stay paired). Its
+      // P·V is the next step's PV GEMM, or the tile's last one.
+      [[maybe_unused]] bool pv_narrow = false;
+      if constexpr (Traits::kNarrowTop) pv_narrow = p.seq_kv - n * kBlockN <= Traits::kNarrowN;
       wait_k(k_state(kv_read));
       scheduler_barrier_sync(warp_group);
-      gemm_qk(k_state(kv_read).index());
-      scheduler_barrier_arrive(warp_group);
-      if constexpr (Traits::kOInV) release_prev_o();
-      warpgroup_wait<0>();
+      if constexpr (Traits::kNarrowTop) {
+        if (pv_narrow) {
+          first_qk_narrow(k_state(kv_read).index(), [&] {
+            scheduler_barrier_arrive(warp_group);
+            release_prev_o();
+          });
+        } else {
+          gemm_qk(k_state(kv_read).index());
+          scheduler_barrier_arrive(warp_group);
+          release_prev_o();
+          warpgroup_wait<0>();
+        }
+      } else {
+        gemm_qk(k_state(kv_read).index());
+        scheduler_barrier_arrive(warp_group);
+        if constexpr (Traits::kOInV) release_prev_o();
+        warpgroup_wait<0>();
+      }
       warpgroup_fence_operand(acc_s);
       pipeline_k.consumer_release(k_state(kv_read));
       mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
@@ -655,6 +735,36 @@ struct MainloopFwdSm90 {
       ++kv_read;
 
       if constexpr (!Traits::kSplitMasked) {
+        if constexpr (Traits::kNarrowTop) {
+          // The step after a narrow top block, peeled: the loop below's body with the narrow
+          // PV GEMM (the loop itself stays the base variant's code).
+          if (pv_narrow) {
+            const int nn = prev_block<kZZ>(p, work.m_block, n, n_min);
+            if (nn >= n_min) {
+              n = nn;
+              wait_k(k_state(kv_read));
+              scheduler_barrier_sync(warp_group);
+              gemm_qk(k_state(kv_read).index());
+              if constexpr (!Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
+              wait_v(v_read);
+              gemm_pv_narrow(v_read.index());
+              scheduler_barrier_arrive(warp_group);
+              warpgroup_wait<1>();
+              warpgroup_fence_operand(acc_s);
+              pipeline_k.consumer_release(k_state(kv_read));
+              mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
+              warpgroup_wait<0>();
+              warpgroup_fence_operand(acc_o);
+              warpgroup_fence_operand(tOrP);
+              pipeline_v.consumer_release(v_read);
+              p_frag = convert_to_element(acc_s);
+              if constexpr (Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
+              v_read = v_state(kv_read);
+              ++kv_read;
+              pv_narrow = false;
+            }
+          }
+        }
         // Every block through apply_mask (the default kernels). The split below repeats this
         // body rather than sharing it: with a shared lambda, ptxas reordered the 128x160 kernels.
         CUTLASS_PRAGMA_NO_UNROLL
@@ -740,7 +850,15 @@ struct MainloopFwdSm90 {
       wait_v(v_read);
       scheduler_barrier_sync(warp_group);
       if constexpr (!Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
-      gemm_pv(v_read.index());
+      if constexpr (Traits::kNarrowTop) {
+        if (pv_narrow) {  // the tile (or split piece) had the narrow top block only
+          gemm_pv_narrow(v_read.index());
+        } else {
+          gemm_pv(v_read.index());
+        }
+      } else {
+        gemm_pv(v_read.index());
+      }
       scheduler_barrier_arrive(warp_group);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_o);
