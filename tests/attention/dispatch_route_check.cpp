@@ -9,7 +9,7 @@
 namespace mkernel::attention {
 int g_entry = 0;  // 1: an instantiation, 2 / 3: variants non-causal / causal, 4: claimed, 5: prefetch,
                   // 6: O from registers (attn13), 7: longer KV blocks (attn14), 8: attn15's bits 17-18,
-                  // 9: attn16's narrow top block (bit 19)
+                  // 9: attn16's narrow top block (bits 19-20)
 int g_variant = -1;
 #define ATTN_CASE(tag, ctype, hdim, bm, bn, causal)                                               \
   cudaError_t run_##tag##_d##hdim##_m##bm##_n##bn(const Problem& p, const Launch&, const HookArgs*) { \
@@ -116,7 +116,7 @@ int main() {
                  g_entry == (causal ? 3 : 8) && g_variant == (causal ? 136 : v15),
              "an attn15 variant (bits 17-18): its entry non-causal (split tail), 136 causal");
     }
-    for (int v16 : {690312, 952456}) {
+    for (int v16 : {690312, 952456, 1738888}) {
       v.variant = v16;
       expect(!uses_tile_counter(v) && uses_split_tail(v) == !causal && run(v, l) == cudaSuccess &&
                  g_entry == (causal ? 3 : 9) && g_variant == (causal ? 136 : v16),

@@ -25,15 +25,15 @@ cudaError_t run_bf16_d128_m128_n128_variant_odirect(const Problem& p, const Laun
 cudaError_t run_bf16_d128_m128_widekv_variant(const Problem& p, const Launch& l);
 // attention_variants_lazy.cu: the non-causal variants with attn15's bits 17-18.
 cudaError_t run_bf16_d128_m128_n128_variant_attn15(const Problem& p, const Launch& l);
-// attention_variants_narrow.cu: the non-causal variants with attn16's bit 19 (128x144).
+// attention_variants_narrow.cu: the non-causal variants with attn16's bits 19-20 (128x144).
 cudaError_t run_bf16_d128_m128_narrow_variant(const Problem& p, const Launch& l);
 
 static_assert(kDefaultWideKvNonCausal == 0 || kDefaultWideKvNonCausal == 34952 ||
                   kDefaultWideKvNonCausal == 67720 || kDefaultWideKvNonCausal == 100488 ||
                   kDefaultWideKvNonCausal == 166024 || kDefaultWideKvNonCausal == 690312 ||
-                  kDefaultWideKvNonCausal == 952456,
+                  kDefaultWideKvNonCausal == 952456 || kDefaultWideKvNonCausal == 1738888,
               "kDefaultWideKvNonCausal: 0 or a built longer-KV-block variant (it keeps 2184's bits; "
-              "166024: + attn15's bit 17; 690312 / 952456: + attn16's bit 19)");
+              "166024: + attn15's bit 17; 690312 / 952456 / 1738888: + attn16's bits 19-20)");
 
 namespace {
 

@@ -1,10 +1,12 @@
-// Non-causal variants of the bf16 d=128 plain kernel with attn16's bit 19 (AttnTraits
-// kNarrowTop: the top block's GEMMs on its at most 64 keys) on attn15's 128x144 tile:
-//   690312 = 166024 + bit 19: 128x144, K 2 + V 3, the lazy O rescale, the split tail
-//   952456 = 690312 + bit 18: + only consumer warpgroup 0 waits on the K / V full barriers
+// Non-causal variants of the bf16 d=128 plain kernel with attn16's bits 19-20 (AttnTraits
+// kNarrowTop / kNarrowS: the top block's PV GEMM / also its S GEMM on its at most 64 keys) on
+// attn15's 128x144 tile (166024: K 2 + V 3, the lazy O rescale, the split tail):
+//   690312 = 166024 + bit 19 (the narrow PV GEMM)
+//   952456 = 690312 + bit 18 (only consumer warpgroup 0 waits on the K / V full barriers)
+//   1738888 = 690312 + bit 20 (the narrow S GEMM too)
 // At S = 4096 every tile's top block holds 64 of its 144 keys (4096 = 28 x 144 + 64): 166024
-// computes it whole (1.9% of its tensor work), these on 64 keys. A causal call runs 136 (the
-// dispatcher). A file of its own so that its kernels compile beside the other variant files.
+// computes it whole (1.9% of its tensor work). A causal call runs 136 (the dispatcher). A file
+// of its own so that its kernels compile beside the other variant files.
 #include "attention_launch.cuh"
 
 namespace mkernel::attention {
@@ -17,6 +19,8 @@ cudaError_t run_bf16_d128_m128_narrow_variant(const Problem& p, const Launch& l)
     case 690312: return launch_attention<E, 128, 128, 144, false, NoHooks, 2184 | (1 << 17) | (1 << 19)>(p, l, h);
     case 952456:
       return launch_attention<E, 128, 128, 144, false, NoHooks, 2184 | (1 << 17) | (1 << 18) | (1 << 19)>(p, l, h);
+    case 1738888:
+      return launch_attention<E, 128, 128, 144, false, NoHooks, 2184 | (1 << 17) | (1 << 19) | (1 << 20)>(p, l, h);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -623,30 +623,27 @@ struct MainloopFwdSm90 {
       warpgroup_commit_batch();
     };
 
-    // Traits::kNarrowTop (bit 19): the GEMMs of a top block that holds at most kNarrowN keys, on
-    // those keys only. S: wgmmas of N = kNarrowN on the first kNarrowN rows of the K stage (the
-    // stage's own strides) into an accumulator of their own, waited for, then copied into the
-    // first kNarrowN columns of acc_s (the SM90 accumulator holds columns in groups of 8 in
-    // register order: its first kNarrowN / 2 values; the others keep stale values, which
-    // apply_mask overwrites: every column past seq_kv is -inf). A wgmma into a prefix of acc_s
-    // serialized every wgmma of the kernel (ptxas C7511 / C7515). The first block's whole S
-    // step: issue, the ping-pong's arrive, release_prev_o, wait, copy.
-    // PV: the first kNarrowN / 16 k-steps (the others multiply P = 0 by zero-filled V rows).
+    // Traits::kNarrowTop (bit 19): the PV GEMM of a top block that holds at most kNarrowN keys
+    // runs its first kNarrowN / 16 k-steps only (the others multiply P = 0, exp of the masked
+    // scores, by V's zero-filled rows past seq_kv: they add exact zeros).
+    // Traits::kNarrowS (bit 20, with 19): its S GEMM too, as wgmmas of N = kNarrowN on the same
+    // descriptors (a K-major descriptor holds the start and the 8-row group stride, not N: the
+    // wgmma reads the stage's first kNarrowN rows) into an accumulator of their own, waited for,
+    // then copied into the first kNarrowN columns of acc_s (the SM90 accumulator holds columns in
+    // groups of 8 in register order: its first kNarrowN / 2 values); the other columns are past
+    // seq_kv: -inf (apply_mask writes them again). A wgmma straight into a prefix of acc_s
+    // serialized the kernel's wgmmas (ptxas C7511 / C7515); with or without descriptors of its
+    // own, the narrow S path moves the main loop's Q descriptor to vector registers (+7 SASS
+    // instructions per block, 490 -> 497 on the fewest path; bit 19 alone: 491). The first
+    // block's whole S step: issue, the ping-pong's arrive, release_prev_o, wait, copy.
     [[maybe_unused]] auto first_qk_narrow = [&](int stage, auto&& after_issue) {
-      if constexpr (Traits::kNarrowTop) {
+      if constexpr (Traits::kNarrowS) {
         constexpr int kNN = Traits::kNarrowN;
         using MmaQKN = decltype(make_tiled_mma(
             GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kNN>, Int<kHeadDim>>>(),
             typename Traits::AtomLayoutMma{}));
-        using LayoutKN = decltype(composition(
-            SmemLayoutK{}, make_layout(Shape<Int<kNN>, Int<kHeadDim>, Int<kStagesK>>{},
-                                       Stride<_1, Int<kBlockN>, Int<kBlockN * kHeadDim>>{})));
         static_assert(size<1>(typename MmaQKN::AtomShape_MNK{}) == kNN, "one narrow wgmma per k-step");
         MmaQKN mma_n;
-        auto thr_n = mma_n.get_thread_slice(mma_thread_idx);
-        Tensor sKn = make_tensor(make_smem_ptr(smem.k.data()), LayoutKN{});
-        Tensor tSrQn = thr_n.make_fragment_A(thr_n.partition_A(sQ));
-        Tensor tSrKn = thr_n.make_fragment_B(thr_n.partition_B(sKn));
         Tensor acc_n = partition_fragment_C(mma_n, Shape<Int<kBlockM>, Int<kNN>>{});
         static_assert(decltype(size(acc_n))::value * kBlockN == decltype(size(acc_s))::value * kNN,
                       "the narrow S fragment is a prefix of acc_s");
@@ -654,8 +651,8 @@ struct MainloopFwdSm90 {
         warpgroup_fence_operand(acc_n);
         warpgroup_arrive();
         CUTLASS_PRAGMA_UNROLL
-        for (int kb = 0; kb < size<2>(tSrQn); ++kb) {
-          cute::gemm(mma_n, tSrQn(_, _, kb), tSrKn(_, _, kb, stage), acc_n);
+        for (int kb = 0; kb < size<2>(tSrQ); ++kb) {
+          cute::gemm(mma_n, tSrQ(_, _, kb), tSrK(_, _, kb, stage), acc_n);
           mma_n.accumulate_ = GMMA::ScaleOut::One;
         }
         warpgroup_commit_batch();
@@ -664,8 +661,6 @@ struct MainloopFwdSm90 {
         warpgroup_fence_operand(acc_n);
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < size(acc_n); ++i) acc_s(i) = acc_n(i);
-        // The other columns are past seq_kv (apply_mask sets them to -inf again): written here
-        // so that the previous tile's values in those registers die at the tile's end.
         CUTLASS_PRAGMA_UNROLL
         for (int i = size(acc_n); i < size(acc_s); ++i) acc_s(i) = -INFINITY;
       }
@@ -702,12 +697,14 @@ struct MainloopFwdSm90 {
       // First block: S only (O is zero, nothing to overlap).
       // Traits::kNarrowTop: the top block holds at most kNarrowN keys (a tile's walk starts at
       // the ragged last block; the same for both warpgroups: their barriers stay paired). Its
-      // P·V is the next step's PV GEMM, or the tile's last one.
+      // P·V is the next step's PV GEMM, or the tile's last one (kNarrowS: its S GEMM here).
       [[maybe_unused]] bool pv_narrow = false;
-      if constexpr (Traits::kNarrowTop) pv_narrow = p.seq_kv - n * kBlockN <= Traits::kNarrowN;
+      if constexpr (Traits::kNarrowTop) {
+        pv_narrow = p.seq_kv - n * kBlockN <= Traits::kNarrowN;
+      }
       wait_k(k_state(kv_read));
       scheduler_barrier_sync(warp_group);
-      if constexpr (Traits::kNarrowTop) {
+      if constexpr (Traits::kNarrowS) {
         if (pv_narrow) {
           first_qk_narrow(k_state(kv_read).index(), [&] {
             scheduler_barrier_arrive(warp_group);
