@@ -626,17 +626,19 @@ struct MainloopFwdSm90 {
     // Traits::kNarrowTop (bit 19): the PV GEMM of a top block that holds at most kNarrowN keys
     // runs its first kNarrowN / 16 k-steps only (the others multiply P = 0, exp of the masked
     // scores, by V's zero-filled rows past seq_kv: they add exact zeros).
-    // Traits::kNarrowS (bit 20, with 19): its S GEMM too, as wgmmas of N = kNarrowN on the same
+    // Traits::kNarrowS (bit 20, with 19): the whole first step of such a block on its first
+    // kNarrowN columns (first_block_narrow): the S GEMM as wgmmas of N = kNarrowN on the same
     // descriptors (a K-major descriptor holds the start and the 8-row group stride, not N: the
-    // wgmma reads the stage's first kNarrowN rows) into an accumulator of their own, waited for,
-    // then copied into the first kNarrowN columns of acc_s (the SM90 accumulator holds columns in
-    // groups of 8 in register order: its first kNarrowN / 2 values); the other columns are past
-    // seq_kv: -inf (apply_mask writes them again). A wgmma straight into a prefix of acc_s
-    // serialized the kernel's wgmmas (ptxas C7511 / C7515); with or without descriptors of its
-    // own, the narrow S path moves the main loop's Q descriptor to vector registers (+7 SASS
-    // instructions per block, 490 -> 497 on the fewest path; bit 19 alone: 491). The first
-    // block's whole S step: issue, the ping-pong's arrive, release_prev_o, wait, copy.
-    [[maybe_unused]] auto first_qk_narrow = [&](int stage, auto&& after_issue) {
+    // wgmma reads the stage's first kNarrowN rows) into an accumulator of their own, the mask and
+    // the online softmax on those kNarrowN / 2 values per thread (the other columns are past
+    // seq_kv: their P is 0 and the PV GEMM above does not read it), and P converted into the
+    // first kNarrowN / 2 values of p_frag (the PV GEMM's first kNarrowN / 16 k-steps: the
+    // A-operand layout takes 8 values per k-step in register order, and the SM90 accumulator
+    // holds columns in groups of 8 in register order). A wgmma straight into a prefix of acc_s
+    // serialized the kernel's wgmmas (ptxas C7511 / C7515). With a narrow S GEMM anywhere in the
+    // kernel, ptxas keeps the main loop's Q descriptor in vector registers: +7 SASS instructions
+    // per block on the fewest path (490 -> 497; bit 19 alone 491).
+    [[maybe_unused]] auto first_block_narrow = [&](int stage, int nb, auto&& after_issue) {
       if constexpr (Traits::kNarrowS) {
         constexpr int kNN = Traits::kNarrowN;
         using MmaQKN = decltype(make_tiled_mma(
@@ -644,6 +646,7 @@ struct MainloopFwdSm90 {
             typename Traits::AtomLayoutMma{}));
         static_assert(size<1>(typename MmaQKN::AtomShape_MNK{}) == kNN, "one narrow wgmma per k-step");
         MmaQKN mma_n;
+        auto thr_n = mma_n.get_thread_slice(mma_thread_idx);
         Tensor acc_n = partition_fragment_C(mma_n, Shape<Int<kBlockM>, Int<kNN>>{});
         static_assert(decltype(size(acc_n))::value * kBlockN == decltype(size(acc_s))::value * kNN,
                       "the narrow S fragment is a prefix of acc_s");
@@ -659,10 +662,14 @@ struct MainloopFwdSm90 {
         after_issue();
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_n);
+        pipeline_k.consumer_release(k_state(kv_read));
+        Tensor cSn = make_identity_tensor(Shape<Int<kBlockM>, Int<kNN>>{});
+        Tensor tScSn = rowcol_view(thr_n.partition_C(cSn));
+        Tensor s_rc_n = rowcol_view(acc_n);
+        mask_and_softmax<kZZ>(p, softmax, s_rc_n, tScSn, work.m_block, nb, factor);
+        auto p_n = convert_to_element(acc_n);
         CUTLASS_PRAGMA_UNROLL
-        for (int i = 0; i < size(acc_n); ++i) acc_s(i) = acc_n(i);
-        CUTLASS_PRAGMA_UNROLL
-        for (int i = size(acc_n); i < size(acc_s); ++i) acc_s(i) = -INFINITY;
+        for (int i = 0; i < size(p_n); ++i) p_frag(i) = p_n(i);
       }
     };
     [[maybe_unused]] auto gemm_pv_narrow = [&](int stage) {
@@ -706,7 +713,7 @@ struct MainloopFwdSm90 {
       scheduler_barrier_sync(warp_group);
       if constexpr (Traits::kNarrowS) {
         if (pv_narrow) {
-          first_qk_narrow(k_state(kv_read).index(), [&] {
+          first_block_narrow(k_state(kv_read).index(), n, [&] {
             scheduler_barrier_arrive(warp_group);
             release_prev_o();
           });
@@ -715,17 +722,21 @@ struct MainloopFwdSm90 {
           scheduler_barrier_arrive(warp_group);
           release_prev_o();
           warpgroup_wait<0>();
+          warpgroup_fence_operand(acc_s);
+          pipeline_k.consumer_release(k_state(kv_read));
+          mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
+          p_frag = convert_to_element(acc_s);
         }
       } else {
         gemm_qk(k_state(kv_read).index());
         scheduler_barrier_arrive(warp_group);
         if constexpr (Traits::kOInV) release_prev_o();
         warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_s);
+        pipeline_k.consumer_release(k_state(kv_read));
+        mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
+        p_frag = convert_to_element(acc_s);
       }
-      warpgroup_fence_operand(acc_s);
-      pipeline_k.consumer_release(k_state(kv_read));
-      mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
-      p_frag = convert_to_element(acc_s);
       // Late rescale: O is still zero here, and the first block's factor is 0 (max from -inf).
       if constexpr (Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
       StateV v_read = v_state(kv_read);  // V of the block in p_frag
