@@ -148,6 +148,9 @@ VARIANT_DOC = {
     166024: "34952 + lazy O rescale (attn15, bit 17 on the 128x144 tile, K 2 + V 3; causal runs 136)",
     264328: "2184 + only consumer warpgroup 0 waits on the K/V full barriers (attn15, bit 18: FA3; bit for bit 2184; causal runs 136)",
     395400: "2184 + bits 17 + 18 (attn15: lazy O rescale, warpgroup 0 alone waits on K/V; causal runs 136)",
+    690312: "166024 + the narrow top block's PV GEMM (attn16, bit 19: a top KV block of <= 64 keys runs 4 of 9 k-steps; causal runs 136)",
+    952456: "690312 + only consumer warpgroup 0 waits on the K/V full barriers (attn16: bits 17 + 18 + 19 on 128x144; causal runs 136)",
+    1738888: "690312 + the narrow top block's S GEMM, mask and softmax on its 64 columns (attn16, bit 20; causal runs 136)",
     18568: "2184 + O stored from registers (attn13, bit 14: no cross-warpgroup meet, V stage freed after the last PV; causal runs 136 + bit 14; bit for bit 2184 / 136)",
 }
 

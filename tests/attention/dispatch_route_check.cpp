@@ -8,7 +8,8 @@
 
 namespace mkernel::attention {
 int g_entry = 0;  // 1: an instantiation, 2 / 3: variants non-causal / causal, 4: claimed, 5: prefetch,
-                  // 6: O from registers (attn13), 7: longer KV blocks (attn14), 8: attn15's bits 17-18
+                  // 6: O from registers (attn13), 7: longer KV blocks (attn14), 8: attn15's bits 17-18,
+                  // 9: attn16's narrow top block (bits 19-20)
 int g_variant = -1;
 #define ATTN_CASE(tag, ctype, hdim, bm, bn, causal)                                               \
   cudaError_t run_##tag##_d##hdim##_m##bm##_n##bn(const Problem& p, const Launch&, const HookArgs*) { \
@@ -31,6 +32,7 @@ STUB(run_bf16_d128_m128_n128_variant_prefetch, 5)
 STUB(run_bf16_d128_m128_n128_variant_odirect, 6)
 STUB(run_bf16_d128_m128_widekv_variant, 7)
 STUB(run_bf16_d128_m128_n128_variant_attn15, 8)
+STUB(run_bf16_d128_m128_narrow_variant, 9)
 #undef STUB
 }  // namespace mkernel::attention
 
@@ -114,12 +116,19 @@ int main() {
                  g_entry == (causal ? 3 : 8) && g_variant == (causal ? 136 : v15),
              "an attn15 variant (bits 17-18): its entry non-causal (split tail), 136 causal");
     }
+    for (int v16 : {690312, 952456, 1738888}) {
+      v.variant = v16;
+      expect(!uses_tile_counter(v) && uses_split_tail(v) == !causal && run(v, l) == cudaSuccess &&
+                 g_entry == (causal ? 3 : 9) && g_variant == (causal ? 136 : v16),
+             "an attn16 variant (bit 19): its entry non-causal (split tail), 136 causal");
+    }
     {
       Problem w = p;  // a default non-causal call with many keys: 2184, or the wide default
       w.seq_kv = kDefaultWideKvMinSeqKv;
       w.tile_counter = nullptr;
       const bool wide = kDefaultWideKvNonCausal != 0 && !causal;
-      const int wide_entry = (kDefaultWideKvNonCausal & kAttn15Mask) != 0 ? 8 : 7;
+      const int wide_entry = (kDefaultWideKvNonCausal & kNarrowTopBit) != 0 ? 9
+                             : (kDefaultWideKvNonCausal & kAttn15Mask) != 0 ? 8 : 7;
       expect(run(w, l) == cudaSuccess && g_entry == (wide ? wide_entry : 1) &&
                  g_variant == (wide ? kDefaultWideKvNonCausal : 0),
              "a default call from kDefaultWideKvMinSeqKv keys on: the wide default iff set");

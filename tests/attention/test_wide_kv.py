@@ -76,25 +76,38 @@ def test_wide_kv_back_to_back_reuses_outputs(monkeypatch) -> None:
     assert not torch.equal(outs[0], outs[1])
 
 
+def _wide_default() -> tuple[int, int]:
+    """(kDefaultWideKvNonCausal, kDefaultWideKvMinSeqKv) as attention_api.h sets them (a flip is
+    one line there; this test follows it)."""
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[2] / "csrc" / "kernels" / "attention" / "attention_api.h").read_text()
+    var = int(re.search(r"kDefaultWideKvNonCausal = (\d+);", text).group(1))
+    min_kv = int(re.search(r"kDefaultWideKvMinSeqKv = (\d+);", text).group(1))
+    return var, min_kv
+
+
 def test_default_route_from_8192_keys(monkeypatch) -> None:
-    """kDefaultWideKvNonCausal (166024 since s13run2, attention_api.h): a default bf16 d=128
-    non-causal call with >= kDefaultWideKvMinSeqKv keys (ragged: the top block ends inside) runs
-    that variant — the same bits as the variant forced — and matches the float64 reference; a call
-    below the threshold stays on 2184."""
-    case = (1, 640, 8192 + 40, 8, 8, 128)
+    """kDefaultWideKvNonCausal (166024 since s13run2, attention_api.h; read from the header): a
+    default bf16 d=128 non-causal call with >= kDefaultWideKvMinSeqKv keys (8192 since s13run2;
+    ragged: the top block ends inside) runs that variant — the same bits as the variant forced —
+    and matches the float64 reference; a call below the threshold stays on 2184."""
+    wide, min_kv = _wide_default()
+    assert wide != 0, "no wide default set: this test checks its route"
+    case = (1, 640, min_kv + 40, 8, 8, 128)
     q, k, v = _inputs(case, 8233)
-    monkeypatch.setenv("MKERNEL_ATTN_VARIANT", "166024")
+    monkeypatch.setenv("MKERNEL_ATTN_VARIANT", str(wide))
     forced, forced_lse = mkernel.attention(q, k, v, causal=False)
     monkeypatch.delenv("MKERNEL_ATTN_VARIANT", raising=False)
     _poison_allocator()
     out, lse = mkernel.attention(q, k, v, causal=False)
     assert not out.isnan().any() and not lse.isnan().any(), "an unwritten (poisoned) output"
     _check_against_reference(out, lse, q, k, v, False)
-    assert torch.equal(out, forced) and torch.equal(lse, forced_lse), "the default route is not 166024"
-    short = (1, 640, 4096 + 40, 8, 8, 128)  # below the threshold: 2184
+    assert torch.equal(out, forced) and torch.equal(lse, forced_lse), f"the default route is not {wide}"
+    short = (1, 640, min_kv // 2 + 40, 8, 8, 128)  # below the threshold: 2184
     q, k, v = _inputs(short, 4137)
     monkeypatch.setenv("MKERNEL_ATTN_VARIANT", "2184")
     want, want_lse = mkernel.attention(q, k, v, causal=False)
     monkeypatch.delenv("MKERNEL_ATTN_VARIANT", raising=False)
     got, got_lse = mkernel.attention(q, k, v, causal=False)
-    assert torch.equal(got, want) and torch.equal(got_lse, want_lse), "below 8192 keys the default is not 2184"
+    assert torch.equal(got, want) and torch.equal(got_lse, want_lse), f"below {min_kv} keys the default is not 2184"

@@ -74,7 +74,8 @@ struct Problem {
 // default kernel, which for bf16 d=128 128x128 plain kernels is kDefaultVariantNonCausal /
 // kDefaultVariantCausal below).
 inline constexpr int kVariants[] = {8, 9, 64, 136, 137, 392, 649, 1033, 1160, 2184, 4105, 6280, 8201, 10376, 18568, 22664,
-                                     34952, 67720, 100488, 133256, 166024, 264328, 395400};
+                                     34952, 67720, 100488, 133256, 166024, 264328, 395400, 690312, 952456,
+                                     1738888};
 
 // The mainloop variant bits (AttnTraits::kVariant) of the bf16 d=128 128x128 plain kernels
 // (attention_launch.cuh says why; benchmarks/NOTES.md has the measurements). Flipping a default
@@ -149,13 +150,22 @@ inline constexpr int wide_kv_block_n(int variant) {
 inline constexpr int kLazyRescaleBit = 1 << 17;
 inline constexpr int kLeadWaitsBit = 1 << 18;
 inline constexpr int kAttn15Mask = kLazyRescaleBit | kLeadWaitsBit;
+// Variant bits 19-20 (attn16; AttnTraits kNarrowTop / kNarrowS), non-causal, on attn15's 128x144
+// tile (attention_variants_narrow.cu): when a tile's top (ragged last) KV block holds at most 64
+// keys, its PV GEMM runs 4 k-steps instead of 9 (bit 19), and with bit 20 its S GEMM runs as
+// wgmmas of N = 64 (4096 keys = 28 x 144 + 64: 166024 computes that block whole, 1.9% of its
+// tensor work). Built as 690312 = 166024 + bit 19, 952456 = 690312 + bit 18, 1738888 = 690312 +
+// bit 20; a causal call runs 136. Opt-in until measured (rule in benchmarks/NOTES.md, attn16).
+inline constexpr int kNarrowTopBit = 1 << 19;
+inline constexpr int kNarrowSBit = 1 << 20;
 // The non-causal default on a longer KV block from kDefaultWideKvMinSeqKv keys on (a default
 // call of the bf16 d=128 plain kernel, no tile chosen by the caller): one of 34952 / 67720 /
 // 100488, or 0 (none: 2184 on 128x128 everywhere). A ragged top block costs a whole block's
 // work (4096 keys = 23.3 blocks of 176: 3.1% more; 8192: 1.0%), hence the threshold. Flipping
 // it is this line (rule in benchmarks/NOTES.md, attn14); the dispatcher routes such calls to
 // the variant's kernel (attention_dispatch.cu), the glue's split workspace is 2184's. Also
-// 166024 (attn15: 34952 + bit 17, the lazy O rescale on the 128x144 tile).
+// 166024 (attn15: 34952 + bit 17, the lazy O rescale on the 128x144 tile), 690312 / 952456 /
+// 1738888 (attn16: + the narrow top block, bits 19-20; 952456 with bit 18 too).
 inline constexpr int kDefaultWideKvNonCausal = 166024;  // s13run2: rule B (NOTES "attn15")
 inline constexpr int kDefaultWideKvMinSeqKv = 8192;
 

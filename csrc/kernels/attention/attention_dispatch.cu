@@ -25,12 +25,15 @@ cudaError_t run_bf16_d128_m128_n128_variant_odirect(const Problem& p, const Laun
 cudaError_t run_bf16_d128_m128_widekv_variant(const Problem& p, const Launch& l);
 // attention_variants_lazy.cu: the non-causal variants with attn15's bits 17-18.
 cudaError_t run_bf16_d128_m128_n128_variant_attn15(const Problem& p, const Launch& l);
+// attention_variants_narrow.cu: the non-causal variants with attn16's bits 19-20 (128x144).
+cudaError_t run_bf16_d128_m128_narrow_variant(const Problem& p, const Launch& l);
 
 static_assert(kDefaultWideKvNonCausal == 0 || kDefaultWideKvNonCausal == 34952 ||
                   kDefaultWideKvNonCausal == 67720 || kDefaultWideKvNonCausal == 100488 ||
-                  kDefaultWideKvNonCausal == 166024,
+                  kDefaultWideKvNonCausal == 166024 || kDefaultWideKvNonCausal == 690312 ||
+                  kDefaultWideKvNonCausal == 952456 || kDefaultWideKvNonCausal == 1738888,
               "kDefaultWideKvNonCausal: 0 or a built longer-KV-block variant (it keeps 2184's bits; "
-              "166024: + attn15's bit 17)");
+              "166024: + attn15's bit 17; 690312 / 952456 / 1738888: + attn16's bits 19-20)");
 
 namespace {
 
@@ -182,6 +185,7 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
     // A non-causal default on a longer KV block (attention_api.h kDefaultWideKvNonCausal).
     Problem pv = p;
     pv.variant = kDefaultWideKvNonCausal;
+    if ((pv.variant & kNarrowTopBit) != 0) return run_bf16_d128_m128_narrow_variant(pv, l);
     if ((pv.variant & kAttn15Mask) != 0) return run_bf16_d128_m128_n128_variant_attn15(pv, l);
     return run_bf16_d128_m128_widekv_variant(pv, l);
   }
@@ -189,6 +193,12 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
     if ((p.variant & kClaimTilesBit) != 0) return run_bf16_d128_m128_n128_variant_claimed(p, l);
     if ((p.variant & kPrefetchNextQBit) != 0) return run_bf16_d128_m128_n128_variant_prefetch(p, l);
     if ((p.variant & kODirectBit) != 0) return run_bf16_d128_m128_n128_variant_odirect(p, l);
+    if ((p.variant & kNarrowTopBit) != 0) {
+      if (!p.causal) return run_bf16_d128_m128_narrow_variant(p, l);
+      Problem pc = p;  // causal: 136 (bit 19 is built non-causal only)
+      pc.variant = 136;
+      return run_bf16_d128_m128_n128_variant_causal(pc, l);
+    }
     if ((p.variant & kAttn15Mask) != 0) {
       if (!p.causal) return run_bf16_d128_m128_n128_variant_attn15(p, l);
       Problem pc = p;  // causal: 136 (the bits are measured non-causal; causal has its default)

@@ -169,6 +169,25 @@ struct AttnTraits {
   //          output bit for bit. Opt-in (variant 264328 = 2184 + bit 18) until measured.
   static constexpr bool kLeadWaitsOnly = (kVariant & (1 << 18)) != 0;
 
+  //   bit 19 (attn16; non-causal, with bit 7, not with bit 10): the narrow top block. A tile's
+  //          walk starts at the ragged last KV block; when it holds at most kNarrowN keys
+  //          (seq_kv - n kBlockN <= kNarrowN), its PV GEMM runs kNarrowN / 16 k-steps instead of
+  //          kBlockN / 16 (the dropped ones multiply P = 0 by V's zero-filled rows: exact zeros).
+  //   bit 20 (with 19): its S GEMM too, as wgmmas of N = kNarrowN (mainloop first_qk_narrow).
+  //          At 4096 keys on the 128x144 tile the top block holds 64 keys: its whole-block
+  //          GEMMs are 80 / 4176 = 1.9% of the tensor work, half of it in each GEMM (NOTES
+  //          attn16). Every other block, and a top block with more keys, runs as without the
+  //          bits. Opt-in (variants 690312 = 166024 + bit 19, 952456 = 690312 + bit 18,
+  //          1738888 = 690312 + bit 20).
+  static constexpr bool kNarrowTop = (kVariant & (1 << 19)) != 0;
+  static constexpr bool kNarrowS = (kVariant & (1 << 20)) != 0;
+  static constexpr int kNarrowN = 64;
+  static_assert(!kNarrowTop || (!kCausal && kOInV && !kSplitMasked && kClusterM == 1 &&
+                                kBlockN > kNarrowN && kNarrowN % 16 == 0),
+                "bit 19 (narrow top block): non-causal, O in a V stage, no split masked loop, no "
+                "cluster, kBlockN > kNarrowN");
+  static_assert(!kNarrowS || kNarrowTop, "bit 20 (narrow top S GEMM) is built on bit 19");
+
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
   static constexpr bool kPingPong = true;
   static_assert(!kLeadWaitsOnly || (kPingPong && kClusterM == 1),

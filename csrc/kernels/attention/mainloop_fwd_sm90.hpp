@@ -623,6 +623,69 @@ struct MainloopFwdSm90 {
       warpgroup_commit_batch();
     };
 
+    // Traits::kNarrowTop (bit 19): the PV GEMM of a top block that holds at most kNarrowN keys
+    // runs its first kNarrowN / 16 k-steps only (the others multiply P = 0, exp of the masked
+    // scores, by V's zero-filled rows past seq_kv: they add exact zeros).
+    // Traits::kNarrowS (bit 20, with 19): the whole first step of such a block on its first
+    // kNarrowN columns (first_block_narrow): the S GEMM as wgmmas of N = kNarrowN on the same
+    // descriptors (a K-major descriptor holds the start and the 8-row group stride, not N: the
+    // wgmma reads the stage's first kNarrowN rows) into an accumulator of their own, the mask and
+    // the online softmax on those kNarrowN / 2 values per thread (the other columns are past
+    // seq_kv: their P is 0 and the PV GEMM above does not read it), and P converted into the
+    // first kNarrowN / 2 values of p_frag (the PV GEMM's first kNarrowN / 16 k-steps: the
+    // A-operand layout takes 8 values per k-step in register order, and the SM90 accumulator
+    // holds columns in groups of 8 in register order). A wgmma straight into a prefix of acc_s
+    // serialized the kernel's wgmmas (ptxas C7511 / C7515). With a narrow S GEMM anywhere in the
+    // kernel, ptxas keeps the main loop's Q descriptor in vector registers: +7 SASS instructions
+    // per block on the fewest path (490 -> 497; bit 19 alone 491).
+    [[maybe_unused]] auto first_block_narrow = [&](int stage, int nb, auto&& after_issue) {
+      if constexpr (Traits::kNarrowS) {
+        constexpr int kNN = Traits::kNarrowN;
+        using MmaQKN = decltype(make_tiled_mma(
+            GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kNN>, Int<kHeadDim>>>(),
+            typename Traits::AtomLayoutMma{}));
+        static_assert(size<1>(typename MmaQKN::AtomShape_MNK{}) == kNN, "one narrow wgmma per k-step");
+        MmaQKN mma_n;
+        auto thr_n = mma_n.get_thread_slice(mma_thread_idx);
+        Tensor acc_n = partition_fragment_C(mma_n, Shape<Int<kBlockM>, Int<kNN>>{});
+        static_assert(decltype(size(acc_n))::value * kBlockN == decltype(size(acc_s))::value * kNN,
+                      "the narrow S fragment is a prefix of acc_s");
+        mma_n.accumulate_ = GMMA::ScaleOut::Zero;
+        warpgroup_fence_operand(acc_n);
+        warpgroup_arrive();
+        CUTLASS_PRAGMA_UNROLL
+        for (int kb = 0; kb < size<2>(tSrQ); ++kb) {
+          cute::gemm(mma_n, tSrQ(_, _, kb), tSrK(_, _, kb, stage), acc_n);
+          mma_n.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+        after_issue();
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_n);
+        pipeline_k.consumer_release(k_state(kv_read));
+        Tensor cSn = make_identity_tensor(Shape<Int<kBlockM>, Int<kNN>>{});
+        Tensor tScSn = rowcol_view(thr_n.partition_C(cSn));
+        Tensor s_rc_n = rowcol_view(acc_n);
+        mask_and_softmax<kZZ>(p, softmax, s_rc_n, tScSn, work.m_block, nb, factor);
+        auto p_n = convert_to_element(acc_n);
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(p_n); ++i) p_frag(i) = p_n(i);
+      }
+    };
+    [[maybe_unused]] auto gemm_pv_narrow = [&](int stage) {
+      if constexpr (Traits::kNarrowTop) {
+        tiled_mma_pv.accumulate_ = GMMA::ScaleOut::One;
+        warpgroup_fence_operand(acc_o);
+        warpgroup_fence_operand(tOrP);
+        warpgroup_arrive();
+        CUTLASS_PRAGMA_UNROLL
+        for (int kb = 0; kb < Traits::kNarrowN / 16; ++kb) {
+          cute::gemm(tiled_mma_pv, tOrP(_, _, kb), tOrVt(_, _, kb, stage), acc_o);
+        }
+        warpgroup_commit_batch();
+      }
+    };
+
     // Traits::kLeadWaitsOnly (bit 18): warpgroup 0 alone waits on the K and V full barriers;
     // the others issue after it (the ping-pong's named barriers), so the data is there.
     // (Warp-uniform through the shuffle, as FA3 takes its warpgroup index.)
@@ -639,22 +702,77 @@ struct MainloopFwdSm90 {
     int n = prev_block<kZZ>(p, work.m_block, n_max, n_min);
     if (n >= n_min) {
       // First block: S only (O is zero, nothing to overlap).
+      // Traits::kNarrowTop: the top block holds at most kNarrowN keys (a tile's walk starts at
+      // the ragged last block; the same for both warpgroups: their barriers stay paired). Its
+      // P·V is the next step's PV GEMM, or the tile's last one (kNarrowS: its S GEMM here).
+      [[maybe_unused]] bool pv_narrow = false;
+      if constexpr (Traits::kNarrowTop) {
+        pv_narrow = p.seq_kv - n * kBlockN <= Traits::kNarrowN;
+      }
       wait_k(k_state(kv_read));
       scheduler_barrier_sync(warp_group);
-      gemm_qk(k_state(kv_read).index());
-      scheduler_barrier_arrive(warp_group);
-      if constexpr (Traits::kOInV) release_prev_o();
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(acc_s);
-      pipeline_k.consumer_release(k_state(kv_read));
-      mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
-      p_frag = convert_to_element(acc_s);
+      if constexpr (Traits::kNarrowS) {
+        if (pv_narrow) {
+          first_block_narrow(k_state(kv_read).index(), n, [&] {
+            scheduler_barrier_arrive(warp_group);
+            release_prev_o();
+          });
+        } else {
+          gemm_qk(k_state(kv_read).index());
+          scheduler_barrier_arrive(warp_group);
+          release_prev_o();
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(acc_s);
+          pipeline_k.consumer_release(k_state(kv_read));
+          mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
+          p_frag = convert_to_element(acc_s);
+        }
+      } else {
+        gemm_qk(k_state(kv_read).index());
+        scheduler_barrier_arrive(warp_group);
+        if constexpr (Traits::kOInV) release_prev_o();
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_s);
+        pipeline_k.consumer_release(k_state(kv_read));
+        mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
+        p_frag = convert_to_element(acc_s);
+      }
       // Late rescale: O is still zero here, and the first block's factor is 0 (max from -inf).
       if constexpr (Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
       StateV v_read = v_state(kv_read);  // V of the block in p_frag
       ++kv_read;
 
       if constexpr (!Traits::kSplitMasked) {
+        if constexpr (Traits::kNarrowTop) {
+          // The step after a narrow top block, peeled: the loop below's body with the narrow
+          // PV GEMM (the loop itself stays the base variant's code).
+          if (pv_narrow) {
+            const int nn = prev_block<kZZ>(p, work.m_block, n, n_min);
+            if (nn >= n_min) {
+              n = nn;
+              wait_k(k_state(kv_read));
+              scheduler_barrier_sync(warp_group);
+              gemm_qk(k_state(kv_read).index());
+              if constexpr (!Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
+              wait_v(v_read);
+              gemm_pv_narrow(v_read.index());
+              scheduler_barrier_arrive(warp_group);
+              warpgroup_wait<1>();
+              warpgroup_fence_operand(acc_s);
+              pipeline_k.consumer_release(k_state(kv_read));
+              mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
+              warpgroup_wait<0>();
+              warpgroup_fence_operand(acc_o);
+              warpgroup_fence_operand(tOrP);
+              pipeline_v.consumer_release(v_read);
+              p_frag = convert_to_element(acc_s);
+              if constexpr (Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
+              v_read = v_state(kv_read);
+              ++kv_read;
+              pv_narrow = false;
+            }
+          }
+        }
         // Every block through apply_mask (the default kernels). The split below repeats this
         // body rather than sharing it: with a shared lambda, ptxas reordered the 128x160 kernels.
         CUTLASS_PRAGMA_NO_UNROLL
@@ -740,7 +858,15 @@ struct MainloopFwdSm90 {
       wait_v(v_read);
       scheduler_barrier_sync(warp_group);
       if constexpr (!Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
-      gemm_pv(v_read.index());
+      if constexpr (Traits::kNarrowTop) {
+        if (pv_narrow) {  // the tile (or split piece) had the narrow top block only
+          gemm_pv_narrow(v_read.index());
+        } else {
+          gemm_pv(v_read.index());
+        }
+      } else {
+        gemm_pv(v_read.index());
+      }
       scheduler_barrier_arrive(warp_group);
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_o);
