@@ -1,4 +1,18 @@
-import re,sys
+"""Generates sm90_mma_stage2d.hpp from CUTLASS's sm90_mma_tma_gmma_ss_warpspecialized.hpp (gemm15).
+
+    python csrc/kernels/gemm/make_stage2d_mainloop.py \
+        <cutlass>/include/cutlass/gemm/collective/sm90_mma_tma_gmma_ss_warpspecialized.hpp \
+        csrc/kernels/gemm/sm90_mma_stage2d.hpp
+
+The copy is CUTLASS's collective mainloop registered for mkernel::gemm_swap::MainloopSm90Stage2D
+(so SwapConfig<..., Stage2D = true> picks it), with each TMA descriptor built from one stage's
+2-D smem layout instead of a static slice of the 3-D layout (which CuTe cannot slice at an odd
+number of 8-row swizzle atoms: 168 tokens). Every substitution must match (asserted), so a
+CUTLASS whose file changed shape fails here rather than generating something else.
+"""
+import re
+import sys
+
 src=open(sys.argv[1]).read()
 hdr='''// GENERATED from CUTLASS 4.2's cutlass/gemm/collective/sm90_mma_tma_gmma_ss_warpspecialized.hpp by
 // csrc/kernels/gemm/make_stage2d_mainloop.py (gemm15): the same collective mainloop
