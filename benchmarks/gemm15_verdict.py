@@ -4,7 +4,9 @@ figures of benchmarks/NOTES.md "Small M, gemm15").
     python benchmarks/gemm15_verdict.py --passed 24,25,26,27,28,29 RESULT.json [RESULT.json ...]
 
 Per case (dtype, M x N x K) one line: cuBLAS (the faster of matmul / F.linear), today's pick (the
-faster of swap:1 / swap:10, the default tuner's M = 333 picks), every timed gemm15 variant, auto
+fastest of swap:1 / swap:10 / swap:23, the default tuner's M = 333 picks since s14run1), every
+timed gemm15 variant (with its time over its 176-wide sibling's: 24/1, 25/22, 26/0, 27/23, and the
+controls 29/1 and 30/23: the register-stored epilogue's cost), auto
 (run with MKERNEL_GEMM_SMALLM_S15=1) and its plan. Then, per weight shape at M = 333, the rule:
 a variant whose tests passed becomes a default candidate there only if its graph time is
 <= 0.99 x the pick in bf16 AND fp16; and whether the best such variant is >= 1.0x cuBLAS in both
@@ -17,10 +19,12 @@ import argparse
 import json
 import sys
 
-NEW = [24, 25, 26, 27, 28, 29]
+NEW = [24, 25, 26, 27, 28, 29, 30]
 NAMES = {24: "swap_128x168", 25: "swap_128x168_c1x2", 26: "swap_128x168_c2x1", 27: "swap_64x168_c4x2",
-         28: "swap_64x168_c1x2", 29: "swap_128x176_ds"}
+         28: "swap_64x168_c1x2", 29: "swap_128x176_ds", 30: "swap_64x176_c4x2_ds"}
 FLIP_AT = 0.99  # graph time <= 0.99 x the pick, both dtypes
+PICKS = ("swap:1", "swap:10", "swap:23")  # the default tuner's candidates that win at 333 (s14run1)
+SIBLING = {24: 1, 25: 22, 26: 0, 27: 23, 28: 23, 29: 1, 30: 23}  # the same structure with 176-wide tiles
 
 
 def num(x):
@@ -51,7 +55,7 @@ def main() -> int:
             print(f"verdict {case}: no graph-replay figures (not timed by graph replay)")
             continue
         anchor = min(cub)
-        picks = {c: num(g.get(c)) for c in ("swap:1", "swap:10") if num(g.get(c))}
+        picks = {c: num(g.get(c)) for c in PICKS if num(g.get(c))}
         pick_name = min(picks, key=picks.get) if picks else None
         pick = picks.get(pick_name) if pick_name else None
         news = {v: num(g.get(f"swap:{v}")) for v in NEW if num(g.get(f"swap:{v}"))}
@@ -59,6 +63,8 @@ def main() -> int:
         parts.append(f"pick {pick_name} {pick:.2f} ({anchor / pick:.3f}x cuBLAS)" if pick else "pick: not timed")
         for v, t in sorted(news.items(), key=lambda kv: kv[1]):
             rel = f" {t / pick:.3f}x pick" if pick else ""
+            sib = num(g.get(f"swap:{SIBLING[v]}"))
+            rel += f" {t / sib:.3f}x swap:{SIBLING[v]}" if sib else ""
             tag = "" if v in passed else " [tests not passed]"
             parts.append(f"swap:{v} {t:.2f}{rel} {anchor / t:.3f}x cuBLAS{tag}")
         auto = num(g.get("auto"))

@@ -37,6 +37,7 @@ MKERNEL_GEMM_SWAP_VARIANT(swap_128x168_c2x1)
 MKERNEL_GEMM_SWAP_VARIANT(swap_64x168_c4x2)
 MKERNEL_GEMM_SWAP_VARIANT(swap_64x168_c1x2)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_ds)
+MKERNEL_GEMM_SWAP_VARIANT(swap_64x176_c4x2_ds)
 #undef MKERNEL_GEMM_SWAP_VARIANT
 
 struct Entry {
@@ -120,13 +121,15 @@ constexpr Entry kEntries[kNumVariants] = {
     // mainloop (sm90_mma_stage2d.hpp), epilogue stored from the registers; one tile per CTA.
     // 128x168 without a cluster, in 1x2 (weight tile multicast) and 2x1 (token tile multicast)
     // clusters; 64x168 non-persistent in 4x2 (cuBLAS's 3584-row kernel) and 1x2 clusters; and
-    // the control: swap:1's 128x176 tile with the same register-stored epilogue.
+    // the controls: swap:1's 128x176 tile and 23's 64x176 4x2 kernel with the same
+    // register-stored epilogue.
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x168, 168, 1, 1),
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x168_c1x2, 168, 1, 2),
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x168_c2x1, 168, 2, 1),
     MKERNEL_GEMM_SWAP_ENTRY(swap_64x168_c4x2, 168, 4, 2),
     MKERNEL_GEMM_SWAP_ENTRY(swap_64x168_c1x2, 168, 1, 2),
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_ds, 176, 1, 1),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_64x176_c4x2_ds, 176, 4, 2),
 };
 #undef MKERNEL_GEMM_SWAP_TICKET_ENTRY
 #undef MKERNEL_GEMM_SWAP_ENTRY
