@@ -6,7 +6,7 @@ figures of benchmarks/NOTES.md "Small M, gemm15").
 Per case (dtype, M x N x K) one line: cuBLAS (the faster of matmul / F.linear), today's pick (the
 fastest of swap:1 / swap:10 / swap:23, the default tuner's M = 333 picks since s14run1), every
 timed gemm15 variant (with its time over its 176-wide sibling's: 24/1, 25/22, 26/0, 27/23, and the
-controls 29/1 and 30/23: the register-stored epilogue's cost), auto
+controls 29/1 and 30/23: the register-stored epilogue's cost; the hinted 31/25 and 32/27), auto
 (run with MKERNEL_GEMM_SMALLM_S15=1) and its plan. Then, per weight shape at M = 333, the rule:
 a variant whose tests passed becomes a default candidate there only if its graph time is
 <= 0.99 x the pick in bf16 AND fp16; and whether the best such variant is >= 1.0x cuBLAS in both
@@ -19,12 +19,13 @@ import argparse
 import json
 import sys
 
-NEW = [24, 25, 26, 27, 28, 29, 30]
+NEW = [24, 25, 26, 27, 28, 29, 30, 31, 32]
 NAMES = {24: "swap_128x168", 25: "swap_128x168_c1x2", 26: "swap_128x168_c2x1", 27: "swap_64x168_c4x2",
-         28: "swap_64x168_c1x2", 29: "swap_128x176_ds", 30: "swap_64x176_c4x2_ds"}
+         28: "swap_64x168_c1x2", 29: "swap_128x176_ds", 30: "swap_64x176_c4x2_ds",
+         31: "swap_128x168_c1x2_h", 32: "swap_64x168_c4x2_h"}
 FLIP_AT = 0.99  # graph time <= 0.99 x the pick, both dtypes
 PICKS = ("swap:1", "swap:10", "swap:23")  # the default tuner's candidates that win at 333 (s14run1)
-SIBLING = {24: 1, 25: 22, 26: 0, 27: 23, 28: 23, 29: 1, 30: 23}  # the same structure with 176-wide tiles
+SIBLING = {24: 1, 25: 22, 26: 0, 27: 23, 28: 23, 29: 1, 30: 23, 31: 25, 32: 27}  # the same structure with 176-wide tiles
 
 
 def num(x):

@@ -29,7 +29,8 @@ VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_streamk",
             "swap_256x112_tk", "swap_128x336_wide",
             "swap_128x176_c1x2", "swap_64x176_c4x2",
             "swap_128x168", "swap_128x168_c1x2", "swap_128x168_c2x1", "swap_64x168_c4x2",
-            "swap_64x168_c1x2", "swap_128x176_ds", "swap_64x176_c4x2_ds"]  # gemm_swap_dispatch.cu order
+            "swap_64x168_c1x2", "swap_128x176_ds", "swap_64x176_c4x2_ds",
+            "swap_128x168_c1x2_h", "swap_64x168_c4x2_h"]  # gemm_swap_dispatch.cu order
 GEMV_NAMES = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
               "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4", "rows_w8u2", "rows_w16u2", "rows_w8u4", "ks_w8r2", "ks_w16r2"]
 DTYPES = [torch.bfloat16, torch.float16]
@@ -211,8 +212,9 @@ def test_gemm_swap_cublas_structure_at_decode_shapes(variant, n, dtype):
         assert torch.equal(out, torch.ops.mkernel.gemm_swap(a, b, variant)), what
 
 
-# gemm15: the 168-wide token tiles (333 tokens in 336) and the register-stored-epilogue controls
-S15_VARIANTS = [24, 25, 26, 27, 28, 29, 30]
+# gemm15: the 168-wide token tiles (333 tokens in 336), the register-stored-epilogue controls and
+# two 168-wide variants with TMA cache hints
+S15_VARIANTS = [24, 25, 26, 27, 28, 29, 30, 31, 32]
 
 
 @needs_hopper

@@ -12,6 +12,6 @@ using Cfg_swap_128x168_c2x1 =
     SwapConfig<cute::Shape<cute::_128, cute::Int<168>, cute::_64>,
                cute::Shape<cute::_2, cute::_1, cute::_1>, cutlass::gemm::PersistentScheduler,
                /*Pingpong=*/false, /*DirectStore=*/true, /*Stages=*/5, /*OneConsumer=*/false,
-               /*Stage2D=*/true>;
+               /*Stage2D=*/1>;
 }  // namespace mkernel::gemm_swap::detail
 MKERNEL_GEMM_SWAP_INSTANTIATE(Cfg_swap_128x168_c2x1, swap_128x168_c2x1)

@@ -9,6 +9,6 @@ using Cfg_swap_128x176_ds =
     SwapConfig<cute::Shape<cute::_128, cute::Int<176>, cute::_64>,
                cute::Shape<cute::_1, cute::_1, cute::_1>, cutlass::gemm::PersistentScheduler,
                /*Pingpong=*/false, /*DirectStore=*/true, /*Stages=*/0, /*OneConsumer=*/false,
-               /*Stage2D=*/false>;
+               /*Stage2D=*/0>;
 }  // namespace mkernel::gemm_swap::detail
 MKERNEL_GEMM_SWAP_INSTANTIATE(Cfg_swap_128x176_ds, swap_128x176_ds)

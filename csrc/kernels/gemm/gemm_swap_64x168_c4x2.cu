@@ -14,6 +14,6 @@ using Cfg_swap_64x168_c4x2 =
     SwapConfig<cute::Shape<cute::_64, cute::Int<168>, cute::_64>,
                cute::Shape<cute::_4, cute::_2, cute::_1>, cutlass::gemm::PersistentScheduler,
                /*Pingpong=*/false, /*DirectStore=*/true, /*Stages=*/7, /*OneConsumer=*/true,
-               /*Stage2D=*/true>;
+               /*Stage2D=*/1>;
 }  // namespace mkernel::gemm_swap::detail
 MKERNEL_GEMM_SWAP_INSTANTIATE(Cfg_swap_64x168_c4x2, swap_64x168_c4x2)

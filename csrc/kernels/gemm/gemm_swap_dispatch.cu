@@ -38,6 +38,8 @@ MKERNEL_GEMM_SWAP_VARIANT(swap_64x168_c4x2)
 MKERNEL_GEMM_SWAP_VARIANT(swap_64x168_c1x2)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_ds)
 MKERNEL_GEMM_SWAP_VARIANT(swap_64x176_c4x2_ds)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x168_c1x2_h)
+MKERNEL_GEMM_SWAP_VARIANT(swap_64x168_c4x2_h)
 #undef MKERNEL_GEMM_SWAP_VARIANT
 
 struct Entry {
@@ -130,6 +132,9 @@ constexpr Entry kEntries[kNumVariants] = {
     MKERNEL_GEMM_SWAP_ENTRY(swap_64x168_c1x2, 168, 1, 2),
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_ds, 176, 1, 1),
     MKERNEL_GEMM_SWAP_ENTRY(swap_64x176_c4x2_ds, 176, 4, 2),
+    // 25 and 27 with TMA cache hints: weights evict-first, tokens evict-last
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x168_c1x2_h, 168, 1, 2),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_64x168_c4x2_h, 168, 4, 2),
 };
 #undef MKERNEL_GEMM_SWAP_TICKET_ENTRY
 #undef MKERNEL_GEMM_SWAP_ENTRY

@@ -30,14 +30,15 @@ namespace mkernel::gemm_swap {
 
 // The builder's collective with its dispatch policy renamed to MainloopSm90Stage2D (naming the
 // builder's type does not instantiate CUTLASS's collective, whose Params would not build at 168).
-template <class Op>
+template <class Op, int Hints>
 struct RebindStage2D {
   using type = Op;  // not CUTLASS's TMA warp-specialized mainloop: SwapGemm's static_assert fires
 };
-template <int S, class C, class K, class... Rest>
+template <int Hints, int S, class C, class K, class... Rest>
 struct RebindStage2D<cutlass::gemm::collective::CollectiveMma<
-    cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized<S, C, K>, Rest...>> {
-  using type = cutlass::gemm::collective::CollectiveMma<MainloopSm90Stage2D<S, C, K>, Rest...>;
+                         cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized<S, C, K>, Rest...>,
+                     Hints> {
+  using type = cutlass::gemm::collective::CollectiveMma<MainloopSm90Stage2D<S, C, K, Hints>, Rest...>;
 };
 
 template <gemm::DType D>
@@ -60,10 +61,11 @@ struct ElementOf<gemm::DType::kFP16> {
 // `OneConsumer`: CUTLASS's non-persistent kernel (KernelTmaWarpSpecialized: one consumer
 // warpgroup, one tile per CTA, a data-parallel grid, mainloop and epilogue sharing their smem);
 // it takes 64-row tiles, which the cooperative kernel does not (gemm14: cuBLAS's 64x168 tile).
-// `Stage2D` (gemm15): CUTLASS's mainloop with each stage's TMA layout built 2-D
-// (sm90_mma_stage2d.hpp), so a token tile of an odd number of 8-row atoms builds (168 = 21).
+// `Stage2D` (gemm15): 1 = CUTLASS's mainloop with each stage's TMA layout built 2-D
+// (sm90_mma_stage2d.hpp), so a token tile of an odd number of 8-row atoms builds (168 = 21);
+// 2 = the same with TMA cache hints (weights evict-first, tokens evict-last).
 template <class TileShape_, class ClusterShape_, class Scheduler_, bool Pingpong = false,
-          bool DirectStore = false, int Stages = 0, bool OneConsumer = false, bool Stage2D = false,
+          bool DirectStore = false, int Stages = 0, bool OneConsumer = false, int Stage2D = 0,
           class EpilogueTile_ = cutlass::epilogue::collective::EpilogueTileAuto>
 struct SwapConfig {
   using EpilogueTile = EpilogueTile_;
@@ -71,7 +73,8 @@ struct SwapConfig {
   using ClusterShape = ClusterShape_;
   using Scheduler = Scheduler_;
   static constexpr int kStages = Stages;
-  static constexpr bool kStage2D = Stage2D;
+  static constexpr bool kStage2D = Stage2D > 0;
+  static constexpr int kStage2DHints = Stage2D > 1 ? 1 : 0;
   using KernelSchedule = cute::conditional_t<
       OneConsumer, cutlass::gemm::KernelTmaWarpSpecialized,
       cute::conditional_t<Pingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
@@ -105,7 +108,7 @@ struct SwapGemm {
                               sizeof(typename CollectiveEpilogue::SharedStorage))>>,
       typename Cfg::KernelSchedule>::CollectiveOp;
   using CollectiveMainloop =
-      cute::conditional_t<Cfg::kStage2D, typename RebindStage2D<BuiltMainloop>::type, BuiltMainloop>;
+      cute::conditional_t<Cfg::kStage2D, typename RebindStage2D<BuiltMainloop, Cfg::kStage2DHints>::type, BuiltMainloop>;
   static_assert(!Cfg::kStage2D || !cute::is_same_v<CollectiveMainloop, BuiltMainloop>,
                 "Stage2D needs the builder's MainloopSm90TmaGmmaWarpSpecialized collective");
 

@@ -23,7 +23,8 @@ hdr='''// GENERATED from CUTLASS 4.2's cutlass/gemm/collective/sm90_mma_tma_gmma
 // (swizzle_layout.hpp slice_and_offset) composes the swizzle's projection with the stage mode and
 // the row-atom mode, and fails "Stride/Shape Divisibility" when a tile has an odd number of 8-row
 // atoms (168 tokens = 21 atoms, stage stride 10752 elements); the hardware only needs each stage
-// 1024-byte aligned (21 x 1024 B: it is). Everything else is CUTLASS's code, unchanged.
+// 1024-byte aligned (21 x 1024 B: it is). And the policy's optional TMA cache hints (Hints = 1:
+// A evict-first, B evict-last; CUTLASS passes none). Everything else is CUTLASS's code, unchanged.
 '''
 n=0
 def sub(pat, rep, count=0):
@@ -32,7 +33,12 @@ def sub(pat, rep, count=0):
     assert k>0, pat
     n+=k; src=new
 # policy
-sub(r'MainloopSm90TmaGmmaWarpSpecialized<Stages, ClusterShape, KernelSchedule>', 'mkernel::gemm_swap::MainloopSm90Stage2D<Stages, ClusterShape, KernelSchedule>')
+sub(r'MainloopSm90TmaGmmaWarpSpecialized<Stages, ClusterShape, KernelSchedule>', 'mkernel::gemm_swap::MainloopSm90Stage2D<Stages, ClusterShape, KernelSchedule, Hints>')
+sub(r'(template <\n  int Stages,\n  class ClusterShape,\n  class KernelSchedule,\n)', r'\1  int Hints,\n', count=1)
+# the TMA loads take the policy's cache hints (a prvalue: with() binds a const&, and a reference to
+# the static member would odr-use it in device code)
+sub(r'tma_load_a\.with\(\*tma_barrier, mcast_mask_a\)', 'tma_load_a.with(*tma_barrier, mcast_mask_a, cute::TMA::CacheHintSm90(DispatchPolicy::kHintA))')
+sub(r'tma_load_b\.with\(\*tma_barrier, mcast_mask_b\)', 'tma_load_b.with(*tma_barrier, mcast_mask_b, cute::TMA::CacheHintSm90(DispatchPolicy::kHintB))')
 # the 2-D layouts after SmemLayoutB's definition
 anchor='      cute::conditional_t< ::cutlass::gemm::detail::is_major<0,StrideB>(), Step<_2,_1,_3>, Step<_1,_2,_3>>{}));\n'
 assert src.count(anchor)==1
@@ -54,9 +60,16 @@ assert src.count(inc)==1
 src=src.replace(inc, '''namespace mkernel::gemm_swap {
 // CUTLASS's MainloopSm90TmaGmmaWarpSpecialized under another name (its members inherited), so
 // that the collective below is picked instead of CUTLASS's.
-template <int Stages_, class ClusterShape_, class KernelSchedule>
+// Hints = 1 (gemm15): the TMA loads of A (the swapped GEMM's weights, streamed once) evict-first and
+// of B (its tokens, re-read by every weight block) evict-last; 0: CUTLASS's (evict-normal).
+template <int Stages_, class ClusterShape_, class KernelSchedule, int Hints = 0>
 struct MainloopSm90Stage2D
-    : cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized<Stages_, ClusterShape_, KernelSchedule> {};
+    : cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized<Stages_, ClusterShape_, KernelSchedule> {
+  static constexpr cute::TMA::CacheHintSm90 kHintA =
+      Hints ? cute::TMA::CacheHintSm90::EVICT_FIRST : cute::TMA::CacheHintSm90::EVICT_NORMAL;
+  static constexpr cute::TMA::CacheHintSm90 kHintB =
+      Hints ? cute::TMA::CacheHintSm90::EVICT_LAST : cute::TMA::CacheHintSm90::EVICT_NORMAL;
+};
 }  // namespace mkernel::gemm_swap
 
 '''+inc)

@@ -38,7 +38,8 @@
 // (swizzle_layout.hpp slice_and_offset) composes the swizzle's projection with the stage mode and
 // the row-atom mode, and fails "Stride/Shape Divisibility" when a tile has an odd number of 8-row
 // atoms (168 tokens = 21 atoms, stage stride 10752 elements); the hardware only needs each stage
-// 1024-byte aligned (21 x 1024 B: it is). Everything else is CUTLASS's code, unchanged.
+// 1024-byte aligned (21 x 1024 B: it is). And the policy's optional TMA cache hints (Hints = 1:
+// A evict-first, B evict-last; CUTLASS passes none). Everything else is CUTLASS's code, unchanged.
 
 #include "cutlass/cutlass.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
@@ -58,9 +59,16 @@
 namespace mkernel::gemm_swap {
 // CUTLASS's MainloopSm90TmaGmmaWarpSpecialized under another name (its members inherited), so
 // that the collective below is picked instead of CUTLASS's.
-template <int Stages_, class ClusterShape_, class KernelSchedule>
+// Hints = 1 (gemm15): the TMA loads of A (the swapped GEMM's weights, streamed once) evict-first and
+// of B (its tokens, re-read by every weight block) evict-last; 0: CUTLASS's (evict-normal).
+template <int Stages_, class ClusterShape_, class KernelSchedule, int Hints = 0>
 struct MainloopSm90Stage2D
-    : cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized<Stages_, ClusterShape_, KernelSchedule> {};
+    : cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized<Stages_, ClusterShape_, KernelSchedule> {
+  static constexpr cute::TMA::CacheHintSm90 kHintA =
+      Hints ? cute::TMA::CacheHintSm90::EVICT_FIRST : cute::TMA::CacheHintSm90::EVICT_NORMAL;
+  static constexpr cute::TMA::CacheHintSm90 kHintB =
+      Hints ? cute::TMA::CacheHintSm90::EVICT_LAST : cute::TMA::CacheHintSm90::EVICT_NORMAL;
+};
 }  // namespace mkernel::gemm_swap
 
 namespace cutlass::gemm::collective {
@@ -73,6 +81,7 @@ template <
   int Stages,
   class ClusterShape,
   class KernelSchedule,
+  int Hints,
   class TileShape_,
   class ElementA_,
   class StrideA_,
@@ -88,7 +97,7 @@ template <
   class SmemCopyAtomB_,
   class TransformB_>
 struct CollectiveMma<
-    mkernel::gemm_swap::MainloopSm90Stage2D<Stages, ClusterShape, KernelSchedule>,
+    mkernel::gemm_swap::MainloopSm90Stage2D<Stages, ClusterShape, KernelSchedule, Hints>,
     TileShape_,
     ElementA_,
     StrideA_,
@@ -107,7 +116,7 @@ struct CollectiveMma<
   //
   // Type Aliases
   //
-  using DispatchPolicy = mkernel::gemm_swap::MainloopSm90Stage2D<Stages, ClusterShape, KernelSchedule>;
+  using DispatchPolicy = mkernel::gemm_swap::MainloopSm90Stage2D<Stages, ClusterShape, KernelSchedule, Hints>;
   using TileShape = TileShape_;
   using ElementA = ElementA_;
   using StrideA = StrideA_;
@@ -408,8 +417,8 @@ struct CollectiveMma<
         BarrierType* tma_barrier = pipeline.producer_get_barrier(smem_pipe_write);
 
         int write_stage = smem_pipe_write.index();
-        copy(mainloop_params.tma_load_a.with(*tma_barrier, mcast_mask_a), tAgA(_,_,_,*k_tile_iter), tAsA(_,_,_,write_stage));
-        copy(mainloop_params.tma_load_b.with(*tma_barrier, mcast_mask_b), tBgB(_,_,_,*k_tile_iter), tBsB(_,_,_,write_stage));
+        copy(mainloop_params.tma_load_a.with(*tma_barrier, mcast_mask_a, cute::TMA::CacheHintSm90(DispatchPolicy::kHintA)), tAgA(_,_,_,*k_tile_iter), tAsA(_,_,_,write_stage));
+        copy(mainloop_params.tma_load_b.with(*tma_barrier, mcast_mask_b, cute::TMA::CacheHintSm90(DispatchPolicy::kHintB)), tBgB(_,_,_,*k_tile_iter), tBsB(_,_,_,write_stage));
         ++k_tile_iter;
 
         // Advance smem_pipe_write
