@@ -109,9 +109,12 @@ SWAP_VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_strea
                  "swap_256x176_k4", "swap_64x16k256_ping", "swap_128x176_k2", "swap_128x176_tk",
                  "swap_128x112_tk", "swap_128x112k128_tk",
                  "swap_256x112_tk", "swap_128x336_wide",
-                 "swap_128x176_c1x2", "swap_64x176_c4x2"]  # gemm_swap_dispatch.cu order
+                 "swap_128x176_c1x2", "swap_64x176_c4x2",
+                 "swap_128x168", "swap_128x168_c1x2", "swap_128x168_c2x1", "swap_64x168_c4x2",
+                 "swap_64x168_c1x2", "swap_128x176_ds", "swap_64x176_c4x2_ds",
+                 "swap_128x168_c1x2_h", "swap_64x168_c4x2_h"]  # gemm_swap_dispatch.cu order
 SWAP_TILE_TOKENS = [176, 176, 64, 128, 176, 192, 64, 16, 16, 112, 176, 176, 176, 176, 176, 16, 176, 176, 112, 112, 112,
-                    336, 176, 176]
+                    336, 176, 176, 168, 168, 168, 168, 168, 176, 176, 168, 168]
 
 
 def decode_candidates(m: int, n: int = 8192, k: int = 8192, sms: int = 132) -> list[str]:

@@ -566,6 +566,21 @@ bool s14_candidates() {
 constexpr int kFirstS14Swap = 22;  // gemm_swap_dispatch.cu: swap_128x176_c1x2, swap_64x176_c4x2
 constexpr int kLastS14Swap = 23;
 
+// gemm15 (MKERNEL_GEMM_SMALLM_S15=1 until a device run checks them): 168-wide token tiles (333
+// tokens in 336, cuBLAS's tile; CUTLASS's mainloop with 2-D stage layouts for the TMA,
+// sm90_mma_stage2d.hpp): 128x168 without a cluster, 1x2 and 2x1; 64x168 in 4x2 and 1x2,
+// non-persistent; the controls: swap:1's and 23's kernels with their register-stored epilogue;
+// 128x168 1x2 and 64x168 4x2 with TMA cache hints (weights evict-first, tokens evict-last).
+bool s15_candidates() {
+  static const bool on = [] {
+    const char* v = std::getenv("MKERNEL_GEMM_SMALLM_S15");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+constexpr int kFirstS15Swap = 24;  // gemm_swap_dispatch.cu: swap_128x168 .. swap_64x168_c4x2_h
+constexpr int kLastS15Swap = 32;
+
 // The split-K plan for p, kNone where the 128x256 tiles already fill half the SMs or K is too
 // short to split: as many splits (2..8) as keep every CTA in one wave, >= 4 k-blocks per split.
 SmallPlan split_candidate(const gemm::Problem& p, int sms) {
@@ -603,6 +618,7 @@ std::vector<SmallPlan> small_candidates(const gemm::Problem& p, int sms) {
     if (variants[i] >= kFirstS14Swap && variants[i] <= kLastS14Swap && !s14_candidates() &&
         !(variants[i] == 23 && p.n < 8192))
       continue;
+    if (variants[i] >= kFirstS15Swap && variants[i] <= kLastS15Swap && !s15_candidates()) continue;
     if (variants[i] == kSwapK2_176) {  // split-K in two: only where two waves' worth fit in one
       const int64_t units = 2 * ((p.n + 127) / 128) * ((p.m + 175) / 176);
       if (!s11_candidates() || units > sms) continue;

@@ -21,7 +21,7 @@
 namespace mkernel {
 namespace {
 constexpr const char* kOp = "mkernel.gemm_swap";
-constexpr int64_t kNumVariants = 24;  // gemm_swap::kNumVariants (the header needs CUDA)
+constexpr int64_t kNumVariants = 33;  // gemm_swap::kNumVariants (the header needs CUDA)
 
 void validate_gemm_swap(const at::Tensor& a, const at::Tensor& b, int64_t variant) {
   validation::check_linear_operands(kOp, a, "[M, K]", b, "[N, K]", "K");

@@ -29,7 +29,10 @@ SWAP_VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_strea
                  "swap_128x16_streamk", "swap_128x112_streamk", "swap_64x176_ping", "swap_256x176_streamk",
                  "swap_256x176_k2", "swap_128x176_sk", "swap_256x176_k4", "swap_64x16k256_ping",
                  "swap_128x176_k2", "swap_128x176_tk", "swap_128x112_tk", "swap_128x112k128_tk", "swap_256x112_tk",
-                 "swap_128x336_wide", "swap_128x176_c1x2", "swap_64x176_c4x2"]
+                 "swap_128x336_wide", "swap_128x176_c1x2", "swap_64x176_c4x2",
+                 "swap_128x168", "swap_128x168_c1x2", "swap_128x168_c2x1", "swap_64x168_c4x2",
+                 "swap_64x168_c1x2", "swap_128x176_ds", "swap_64x176_c4x2_ds",
+                 "swap_128x168_c1x2_h", "swap_64x168_c4x2_h"]
 
 
 def parse_plan(plan: str) -> tuple[str, int, str]:

@@ -17,7 +17,7 @@ import torch
 
 import mkernel
 
-from .checks import poisoned_call
+from .checks import assert_tiles_close, poisoned_call
 from .test_gemm_engine import needs_hopper
 
 VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_streamk",
@@ -27,7 +27,10 @@ VARIANTS = ["swap_128x176_c2x1", "swap_128x176_streamk", "swap_128x64_streamk",
             "swap_256x176_k4", "swap_64x16k256_ping", "swap_128x176_k2", "swap_128x176_tk",
             "swap_128x112_tk", "swap_128x112k128_tk",
             "swap_256x112_tk", "swap_128x336_wide",
-            "swap_128x176_c1x2", "swap_64x176_c4x2"]  # gemm_swap_dispatch.cu order
+            "swap_128x176_c1x2", "swap_64x176_c4x2",
+            "swap_128x168", "swap_128x168_c1x2", "swap_128x168_c2x1", "swap_64x168_c4x2",
+            "swap_64x168_c1x2", "swap_128x176_ds", "swap_64x176_c4x2_ds",
+            "swap_128x168_c1x2_h", "swap_64x168_c4x2_h"]  # gemm_swap_dispatch.cu order
 GEMV_NAMES = ["w2u2r1", "w4u2r1", "w8u2r1", "w16u2r1", "w4u4r1", "w8u2r2",  # gemv_sm90.cu order
               "w2s6", "w4s4", "w4s8", "w8s4", "w8u1r4", "rows_w8u2", "rows_w16u2", "rows_w8u4", "ks_w8r2", "ks_w16r2"]
 DTYPES = [torch.bfloat16, torch.float16]
@@ -206,6 +209,36 @@ def test_gemm_swap_cublas_structure_at_decode_shapes(variant, n, dtype):
         out = poisoned_call(lambda: torch.ops.mkernel.gemm_swap(a, b, variant), (m, n), dtype)
         what = f"{VARIANTS[variant]} m={m} n={n} k={k} {dtype}"
         check(out, a, b, what)
+        assert torch.equal(out, torch.ops.mkernel.gemm_swap(a, b, variant)), what
+
+
+# gemm15: the 168-wide token tiles (333 tokens in 336), the register-stored-epilogue controls and
+# two 168-wide variants with TMA cache hints
+S15_VARIANTS = [24, 25, 26, 27, 28, 29, 30, 31, 32]
+
+
+@needs_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("nk", [(8192, 8192), (3584, 8192), (8192, 3584)],
+                         ids=["n8192k8192", "n3584k8192", "n8192k3584"])
+@pytest.mark.parametrize("variant", S15_VARIANTS, ids=[f"v{v}" for v in S15_VARIANTS])
+def test_gemm_swap_168_at_decode_shapes(variant, nk, dtype):
+    """gemm15's 168-wide token tiles (CUTLASS's mainloop with each stage's TMA layout built 2-D:
+    21 eight-row swizzle atoms; the epilogue stored from the registers) and the 176-wide control
+    at the decode weights: 333 and 320 tokens (two token tiles, the second partial), 337 (three:
+    one row in the third, a 1x2 cluster's second CTA without a tile), 169 (one row in the
+    second). Each output poisoned first; against the float64 reference in norm, per element and
+    per 64x64 tile (within 2x torch's own error on the tile: a tile that lost a k-block or a
+    multicast slice is far outside it while its norm share is not); the same bits again."""
+    n, k = nk
+    for m in (333, 320, 337, 169):
+        a, b = operands(m, n, k, dtype, seed=3000 + m + n + k + (dtype == torch.float16))
+        out = poisoned_call(lambda: torch.ops.mkernel.gemm_swap(a, b, variant), (m, n), dtype)
+        what = f"{VARIANTS[variant]} m={m} n={n} k={k} {dtype}"
+        check(out, a, b, what)
+        assert_tiles_close(out, a.double() @ b.double().T, torch.nn.functional.linear(a, b),
+                           what=what + ": ")
         assert torch.equal(out, torch.ops.mkernel.gemm_swap(a, b, variant)), what
 
 

@@ -26,7 +26,7 @@
 
 namespace mkernel::gemm_swap {
 
-constexpr int kNumVariants = 24;
+constexpr int kNumVariants = 33;
 
 // How a stream-K kernel splits the work (a launch argument: variants share a kernel). The
 // heuristic is CUTLASS's (data-parallel when the tiles fill at least half a wave).

@@ -31,6 +31,15 @@ MKERNEL_GEMM_SWAP_VARIANT(swap_256x112_tk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x336_wide)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_c1x2)
 MKERNEL_GEMM_SWAP_VARIANT(swap_64x176_c4x2)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x168)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x168_c1x2)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x168_c2x1)
+MKERNEL_GEMM_SWAP_VARIANT(swap_64x168_c4x2)
+MKERNEL_GEMM_SWAP_VARIANT(swap_64x168_c1x2)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_ds)
+MKERNEL_GEMM_SWAP_VARIANT(swap_64x176_c4x2_ds)
+MKERNEL_GEMM_SWAP_VARIANT(swap_128x168_c1x2_h)
+MKERNEL_GEMM_SWAP_VARIANT(swap_64x168_c4x2_h)
 #undef MKERNEL_GEMM_SWAP_VARIANT
 
 struct Entry {
@@ -110,6 +119,22 @@ constexpr Entry kEntries[kNumVariants] = {
     // stages, CUTLASS's non-persistent kernel (one consumer warpgroup).
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_c1x2, 176, 1, 2),
     MKERNEL_GEMM_SWAP_ENTRY(swap_64x176_c4x2, 176, 4, 2),
+    // gemm15: 168-wide token tiles (333 tokens in 336), cuBLAS's tile, built with the Stage2D
+    // mainloop (sm90_mma_stage2d.hpp), epilogue stored from the registers; one tile per CTA.
+    // 128x168 without a cluster, in 1x2 (weight tile multicast) and 2x1 (token tile multicast)
+    // clusters; 64x168 non-persistent in 4x2 (cuBLAS's 3584-row kernel) and 1x2 clusters; and
+    // the controls: swap:1's 128x176 tile and 23's 64x176 4x2 kernel with the same
+    // register-stored epilogue.
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x168, 168, 1, 1),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x168_c1x2, 168, 1, 2),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x168_c2x1, 168, 2, 1),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_64x168_c4x2, 168, 4, 2),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_64x168_c1x2, 168, 1, 2),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_ds, 176, 1, 1),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_64x176_c4x2_ds, 176, 4, 2),
+    // 25 and 27 with TMA cache hints: weights evict-first, tokens evict-last
+    MKERNEL_GEMM_SWAP_ENTRY(swap_128x168_c1x2_h, 168, 1, 2),
+    MKERNEL_GEMM_SWAP_ENTRY(swap_64x168_c4x2_h, 168, 4, 2),
 };
 #undef MKERNEL_GEMM_SWAP_TICKET_ENTRY
 #undef MKERNEL_GEMM_SWAP_ENTRY

@@ -24,8 +24,22 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 #include "gemm_swap_api.h"
+#include "sm90_mma_stage2d.hpp"
 
 namespace mkernel::gemm_swap {
+
+// The builder's collective with its dispatch policy renamed to MainloopSm90Stage2D (naming the
+// builder's type does not instantiate CUTLASS's collective, whose Params would not build at 168).
+template <class Op, int Hints>
+struct RebindStage2D {
+  using type = Op;  // not CUTLASS's TMA warp-specialized mainloop: SwapGemm's static_assert fires
+};
+template <int Hints, int S, class C, class K, class... Rest>
+struct RebindStage2D<cutlass::gemm::collective::CollectiveMma<
+                         cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized<S, C, K>, Rest...>,
+                     Hints> {
+  using type = cutlass::gemm::collective::CollectiveMma<MainloopSm90Stage2D<S, C, K, Hints>, Rest...>;
+};
 
 template <gemm::DType D>
 struct ElementOf;
@@ -47,13 +61,20 @@ struct ElementOf<gemm::DType::kFP16> {
 // `OneConsumer`: CUTLASS's non-persistent kernel (KernelTmaWarpSpecialized: one consumer
 // warpgroup, one tile per CTA, a data-parallel grid, mainloop and epilogue sharing their smem);
 // it takes 64-row tiles, which the cooperative kernel does not (gemm14: cuBLAS's 64x168 tile).
+// `Stage2D` (gemm15): 1 = CUTLASS's mainloop with each stage's TMA layout built 2-D
+// (sm90_mma_stage2d.hpp), so a token tile of an odd number of 8-row atoms builds (168 = 21);
+// 2 = the same with TMA cache hints (weights evict-first, tokens evict-last).
 template <class TileShape_, class ClusterShape_, class Scheduler_, bool Pingpong = false,
-          bool DirectStore = false, int Stages = 0, bool OneConsumer = false>
+          bool DirectStore = false, int Stages = 0, bool OneConsumer = false, int Stage2D = 0,
+          class EpilogueTile_ = cutlass::epilogue::collective::EpilogueTileAuto>
 struct SwapConfig {
+  using EpilogueTile = EpilogueTile_;
   using TileShape = TileShape_;
   using ClusterShape = ClusterShape_;
   using Scheduler = Scheduler_;
   static constexpr int kStages = Stages;
+  static constexpr bool kStage2D = Stage2D > 0;
+  static constexpr int kStage2DHints = Stage2D > 1 ? 1 : 0;
   using KernelSchedule = cute::conditional_t<
       OneConsumer, cutlass::gemm::KernelTmaWarpSpecialized,
       cute::conditional_t<Pingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
@@ -74,11 +95,11 @@ struct SwapGemm {
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::TileShape,
-      typename Cfg::ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+      typename Cfg::ClusterShape, typename Cfg::EpilogueTile, float, float,
       void, LayoutD, kAlign,  // no C operand: D = acc
       Element, LayoutD, kAlign, typename Cfg::EpilogueSchedule>::CollectiveOp;
 
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutW, kAlign, Element,
       LayoutX, kAlign, float, typename Cfg::TileShape, typename Cfg::ClusterShape,
       cute::conditional_t<(Cfg::kStages > 0),
@@ -86,6 +107,10 @@ struct SwapGemm {
                           cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
                               sizeof(typename CollectiveEpilogue::SharedStorage))>>,
       typename Cfg::KernelSchedule>::CollectiveOp;
+  using CollectiveMainloop =
+      cute::conditional_t<Cfg::kStage2D, typename RebindStage2D<BuiltMainloop, Cfg::kStage2DHints>::type, BuiltMainloop>;
+  static_assert(!Cfg::kStage2D || !cute::is_same_v<CollectiveMainloop, BuiltMainloop>,
+                "Stage2D needs the builder's MainloopSm90TmaGmmaWarpSpecialized collective");
 
   using Kernel =
       cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
