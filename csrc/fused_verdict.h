@@ -30,7 +30,7 @@
 //     slower than the best fused by screen_tol in every screen round, nor slower than unfused by
 //     screen_lose in every one); the number of test rounds n is planned once, after the screen,
 //     from the budget (the rounds' measured cost), within [min_rounds (or the smallest n whose
-//     test can pass), max_rounds]; and the measurement stops as soon as the outcome at n is
+//     test passes with tolerated_losses lost rounds), max_rounds]; and the measurement stops as soon as the outcome at n is
 //     settled (curtailed: a finalist that has its k wins, or can no longer reach them, is
 //     decided — stopping early then changes no verdict, so the tests' alpha holds).
 // Every rank feeds the same gathered figures in the same order, so every rank reaches the same
@@ -52,6 +52,11 @@ struct Settings {
                             // test can pass (4 of 4 at 1/16 with one finalist, 5 of 5 at 1/32
                             // with two)...
   int max_rounds = 15;      // ... and at most this (small shapes: more power, cheap rounds)
+  int tolerated_losses = 1;  // ... and at least the smallest n whose test passes with this many
+                             // lost rounds (s14run2: gemm_ar W=4 fc2 M=16384, fused 0.652x unfused
+                             // by the median, lost 1 of 4 test rounds to MPS noise and ran unfused
+                             // at n = 6, which needs 6 of 6; one loss: 6 of 7, or 8 of 9 with two
+                             // finalists)
   double alpha = 0.0625;    // the tests' one-sided level, shared by the finalists (Bonferroni)
   float margin = 0.01f;     // a win: fused < (1 - margin) x unfused in the round
   float screen_tol = 0.10f;   // screen: dropped if > this slower than the best fused, every round
@@ -340,7 +345,9 @@ class Measurement {
     }
     int floor_n = s_.min_rounds;
     const int tests = static_cast<int>(finalists_.size());
-    while (floor_n < s_.max_rounds && wins_needed(floor_n, s_.alpha / tests) > floor_n) ++floor_n;
+    while (floor_n < s_.max_rounds &&
+           wins_needed(floor_n, s_.alpha / tests) > floor_n - s_.tolerated_losses)
+      ++floor_n;
     n_test_ = std::max(floor_n, std::min(s_.max_rounds, rounds_ - test_from_ + more));
   }
 

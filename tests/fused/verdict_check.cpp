@@ -280,7 +280,7 @@ int main(int argc, char** argv) {
     Sim sim{{{20.f, 0.15f}, {14.f, 0.15f}, {17.f, 0.15f}, {14.f, 0.15f}, {14.f, 0.15f}}, 4};
     const Rates r = rates(sim, trials, 11, "fc1 W=2-like, fused == unfused");
     CHECK(r.fused <= 0.0625);
-    CHECK(r.max_s <= 1.3);  // the budget (0.8 s) plus at most a round or two at the floor
+    CHECK(r.max_s <= 1.5);  // the budget (0.8 s) plus the floor's rounds (7: one loss tolerated)
   }
   // Fused 5 % slower than unfused (s13run2's bench at fc1 W=2: op 14.97 vs unfused 13.68):
   // fused rarely.
@@ -307,7 +307,8 @@ int main(int argc, char** argv) {
     CHECK(r.fused >= 0.99);
     CHECK(r.by_path[3] >= 0.75);  // the peer-TMA co-grid route
     CHECK(r.by_path[0] == 0.0 && r.by_path[2] == 0.0);
-    CHECK(r.max_s <= 1.25);  // 5 test rounds of 3 paths x 3 calls of 12-20 ms: the floor
+    CHECK(r.max_s <= 1.7);  // 9 test rounds (two finalists, one loss tolerated) of 3 paths x 3
+                            // calls of 12-20 ms: the floor
     CHECK(r.max_rounds <= 2 + 15);
   }
   // Square ag W = 2 (peer co grid 2.0 ms, copy co 2.72, share grids 3.47 / 2.76, unfused 3.36;
@@ -397,6 +398,24 @@ int main(int argc, char** argv) {
         {13.176f, 13.178f, 13.508f, 14.585f, 14.521f, 13.346f, 13.331f},
         {19.265f, 17.229f, 19.608f, 17.8f, 19.213f, 16.184f, 17.051f}};
     CHECK(replay(ar, 1, 5).path == 0);
+  }
+
+  // s14run2's gemm_ar W=4 fc2 M=16384 first call: grid 0 (dropped at round 0: 20.8 ms), the
+  // co-resident grid ~12.9 ms, unfused ~19.8 ms, one test round lost to MPS noise. With the
+  // budget's plan (6 test rounds, 6 of 6 needed) it ran unfused; the floor that tolerates one
+  // lost round keeps fused, within the first call's budget.
+  {
+    v::Measurement m(3, 2);
+    const float g28[] = {12.9f, 13.0f, 12.8f, 21.0f, 12.9f, 13.1f, 12.9f, 13.0f, 12.8f, 12.9f,
+                         13.0f, 12.9f, 13.1f, 12.8f, 12.9f, 13.0f, 12.9f};
+    int i = 0;
+    while (!m.done() && i < 17) {
+      m.add_round({20.8f, g28[i], 19.8f}, 0.1 * (i + 1), 2);
+      ++i;
+    }
+    const v::Result r = m.result();
+    CHECK(r.path == 1 && r.confident);
+    CHECK(r.rounds <= 10);
   }
 
   if (failures == 0) std::printf("OK\n");
