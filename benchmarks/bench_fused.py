@@ -464,6 +464,14 @@ def rank_main() -> None:
         var_env["co"] = {"MKERNEL_FUSED_CO_GRID": str(placement["best_c2_grid"])}
     if "barrier" in variants:
         var_env["barrier"] = {"MKERNEL_FUSED_GATE_MODE": "barrier"}
+    #   c1x1 (fused18): the fused kernel forced (MKERNEL_FUSED=force) with MKERNEL_FUSED_C1X1=1 —
+    #       the cluster-free coop_128x256_c1x1 in place of coop_128x256_c2x1, on the share's grid
+    #       or its own co-resident grid (126/132 of the share: 63 at W = 2), by the forced
+    #       measurement — beside the forced default kernel (fused_kernel_ms, added on those rows):
+    #       fused_c1x1_over_kernel_paired, fused_c1x1_vs_ideal, the plan it ran (c1x1_path) and a
+    #       C1X1 line per row.
+    if "c1x1" in variants:
+        var_env["c1x1"] = {"MKERNEL_FUSED_C1X1": "1", "MKERNEL_FUSED": "force"}
     #   peertma (ag_gemm rows only; fused13, kernels/fused/fused_peer_tma.cuh): the fused kernel
     #       forced (MKERNEL_FUSED=force) with MKERNEL_FUSED_AG_PEER_TMA=1 — the GEMM loads the
     #       peers' rows by TMA, the side warps only stage x locally — beside the forced copy-path
@@ -752,6 +760,15 @@ def rank_main() -> None:
         if peer_row:  # the copy-path kernel (the peer path is ag_gemm's default since fused14)
             fns["fused_kernel_ms"] = (fused, copy_env)
             fns["fused_peertma_ms"] = (fused, peer_env)
+        if on_variants and "c1x1" in var_env:
+            if "fused_kernel_ms" not in fns:  # the forced default kernel beside the knob's
+                fns["fused_kernel_ms"] = (fused, {"MKERNEL_FUSED": "force"})
+            # The knob's forced measurement (its first call) outside the timing, and its plan.
+            with env_set(var_env["c1x1"]):
+                c1_lines = stderr_of(lambda: fused(0)).splitlines()
+            c1_picks = [ln for ln in c1_lines if "runs fused" in ln]
+            row["c1x1_path"] = (c1_picks[0].split("runs fused ")[-1].split(" at M=")[0]
+                                if c1_picks else "no 'runs fused' line (see stderr)")
         if on_variants:
             for name, env in var_env.items():
                 fns[f"fused_{name}_ms"] = (fused, env)
@@ -860,6 +877,21 @@ def rank_main() -> None:
                     continue
                 row[f"fused_{name}_over_fused_paired"] = paired(got, f"fused_{name}_ms",
                                                                 "fused_ms")
+            if "fused_c1x1_ms" in got and "fused_kernel_ms" in got:
+                row["fused_c1x1_over_kernel_paired"] = paired(got, "fused_c1x1_ms",
+                                                              "fused_kernel_ms")
+                if rank == 0:  # the decisive figures of fused18's rule, one line per row
+                    print("C1X1 " + json.dumps({
+                        "op": op, "shape": label, "world": world, "path": row["path"],
+                        "c1x1_path": row.get("c1x1_path"), "gemm_plan": row.get("gemm_plan"),
+                        "gemm_ms": round(row["gemm_ms"], 4), "comm_ms": round(row["comm_ms"], 4),
+                        "fused_vs_ideal": round(row["fused_vs_ideal"], 3),
+                        "kernel_vs_ideal": round(row["fused_kernel_ms"] / row["ideal_ms"], 3),
+                        "c1x1_vs_ideal": round(row["fused_c1x1_ms"] / row["ideal_ms"], 3),
+                        "c1x1_over_kernel_paired": round(row["fused_c1x1_over_kernel_paired"], 3),
+                        "c1x1_over_fused_paired": round(row["fused_c1x1_over_fused_paired"], 3),
+                        "c1x1_same_bits": row.get("fused_c1x1_same_bits"),
+                        "c1x1_rel_diff": row.get("fused_c1x1_rel_diff")}), flush=True)
         row["fused_tflops_per_rank"] = flops / row["fused_ms"] / 1e9
         row["gemm_tflops_per_rank"] = flops / row["gemm_ms"] / 1e9
         row["fused_over_gemm"] = row["fused_ms"] / row["gemm_ms"]
@@ -955,7 +987,9 @@ def main() -> None:
                          "(MKERNEL_FUSED_GATE_MODE=barrier), peertma (ag_gemm rows: the forced kernel with "
                          "MKERNEL_FUSED_AG_PEER_TMA=1 beside the forced copy kernel (=0), and "
                          "which the op's auto route picked: a CHOICE line), hooked (the fused config's GEMM "
-                         "alone on the co-resident grid), timeline (4 calls with per-CTA stamps)")
+                         "alone on the co-resident grid), timeline (4 calls with per-CTA stamps), c1x1 (the forced "
+                         "kernel with MKERNEL_FUSED_C1X1=1, the cluster-free 128x256 config, beside the "
+                         "forced default kernel: a C1X1 line per row)")
     ap.add_argument("--variant-rows", default="llama",
                     help="comma-separated words: the rows that get the variant figures")
     ap.add_argument("--stream", action="store_true",

@@ -329,14 +329,15 @@ bool gate_requested(const FusedPlan& plan) {
 }
 
 namespace {
-// MKERNEL_FUSED_GATE, _GATE_MODE, _CO_GRID and _GATE_GPU as set ("-" when unset), for
+// MKERNEL_FUSED_GATE, _GATE_MODE, _CO_GRID, _GATE_GPU and _C1X1 as set ("-" when unset), for
 // choose_path's verdict key (they change what a fused call costs, or its grid, not the list's
 // length; _GATE_GPU: a call measured under the GPU gate across emulated nodes gets its own
 // verdict, so bench_fused --gpu-gate reads the op's choice under the gate too).
 std::string gate_setting() {
   std::string s;
   for (const char* name : {"MKERNEL_FUSED_GATE", "MKERNEL_FUSED_GATE_MODE",
-                           "MKERNEL_FUSED_CO_GRID", "MKERNEL_FUSED_GATE_GPU"}) {
+                           "MKERNEL_FUSED_CO_GRID", "MKERNEL_FUSED_GATE_GPU",
+                           "MKERNEL_FUSED_C1X1"}) {
     const char* v = std::getenv(name);
     if (!s.empty()) s += '/';
     s += v != nullptr && *v != '\0' ? v : "-";
@@ -369,6 +370,26 @@ int co_resident_grid(int grid) {
   if (kCoGridAtShare32 > 0 && grid == 32) return kCoGridAtShare32;
   const int g = grid * 3 / 4 / 2 * 2;
   return g >= 2 && g < grid ? g : 0;
+}
+
+bool c1x1_requested() {
+  const char* v = std::getenv("MKERNEL_FUSED_C1X1");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+// One-CTA (cluster-free) grids: s8run2's probe placed 126 of 132 SMs for two 50 % clients' grids
+// of 66 (66 + 60), where 2-CTA clusters reach 96 (48 + 48). So 126/132 of the share per rank
+// (63 at W = 2; 30 at W = 4's 32 — four clients' 1-CTA grids were never probed: 120 of 132 is a
+// guess on the safe side). MKERNEL_FUSED_C1X1_GRID=<n> (every rank the same, n in [1, grid])
+// replaces the rule. No even rounding: no clusters to keep whole.
+int co_resident_grid_c1(int grid) {
+  if (mps_limit_percent() == 100) return 0;
+  if (const char* v = std::getenv("MKERNEL_FUSED_C1X1_GRID")) {
+    const int want = std::atoi(v);
+    if (want >= 1 && want <= grid) return want;
+  }
+  const int g = grid * 126 / 132;
+  return g >= 1 && g < grid ? g : 0;
 }
 
 bool gate_barrier_requested() {
@@ -451,6 +472,16 @@ std::vector<gemm::ConfigId> candidate_configs(const char* op, int64_t group, int
   gemm::ConfigId ids[fused::kMaxFusedConfigs];
   const int count = fused::fused_configs(static_cast<int>(m), static_cast<int>(n),
                                          static_cast<int>(k), fused_grid(op, group), ids);
+  // MKERNEL_FUSED_C1X1=1 (opt-in, fused18; every rank the same: the config joins the call
+  // signature): the cluster-free 128x256 kernel where the model picks the 2x1-cluster one, so
+  // the fused grid can hold the ~126 SMs MPS places for 1-CTA grids instead of 96.
+  if (c1x1_requested()) {
+    for (int i = 0; i < count; ++i) {
+      if (ids[i] == gemm::ConfigId::kCoop128x256Cluster2x1) {
+        ids[i] = gemm::ConfigId::kCoop128x256Cluster1x1;
+      }
+    }
+  }
   return std::vector<gemm::ConfigId>(ids, ids + count);
 }
 
@@ -496,10 +527,17 @@ std::vector<FusedPlan> candidate_plans(const char* op, int64_t group, int64_t m,
   // fused kernels' outputs on it at W = 2 and 4 (fused_smoke.py --grids share,co_resident);
   // MKERNEL_FUSED_GRIDS=share keeps the share's grid only (measurement / opt-out). Never with
   // MKERNEL_FUSED_SMS (a pinned grid).
-  const int small = co_resident_grid(fused_grid(op, group));
+  const int share = fused_grid(op, group);
+  const int small = co_resident_grid(share);
+  // A cluster-free config's co-resident grid follows the 1-CTA placement (co_resident_grid_c1).
+  auto small_of = [&](gemm::ConfigId c) {
+    return c == gemm::ConfigId::kCoop128x256Cluster1x1 ? co_resident_grid_c1(share) : small;
+  };
+  bool any_small = false;
+  for (const FusedPlan& p : plans) any_small = any_small || small_of(p.config) > 0;
   const char* grids = std::getenv("MKERNEL_FUSED_GRIDS");
   const bool offer = grids == nullptr || std::strcmp(grids, "share") != 0;
-  if (small > 0 && offer && std::getenv("MKERNEL_FUSED_SMS") == nullptr) {
+  if (any_small && offer && std::getenv("MKERNEL_FUSED_SMS") == nullptr) {
     // Across (emulated) nodes on one GPU the co-resident grid only (xnode6): the share's grid
     // is every SM of the rank's MPS limit, and a rank's fused grid there can wait, with no SM
     // of its client free, for copies that need one — its own in-process GPU-direct copies
@@ -513,7 +551,8 @@ std::vector<FusedPlan> candidate_plans(const char* op, int64_t group, int64_t m,
     const size_t count = plans.size();
     for (size_t i = 0; i < count; ++i) {
       FusedPlan p = plans[i];
-      p.grid = small;
+      p.grid = small_of(p.config);
+      if (p.grid <= 0) continue;  // (no co-resident grid for this config: the share's only)
       if (co_only) {
         plans[i] = p;
       } else {
@@ -702,7 +741,7 @@ std::mutex unfused_mu;
 std::set<std::string> unfused_shapes;
 
 // "<group>/<key>|<MKERNEL_FUSED_GRIDS>|<..._ORDERS>|<..._ORDER>|<..._CONFIG>|<..._SMS>|<..._GATE>
-// |<..._CO_GRID>|<..._GATE_MODE>":
+// |<..._CO_GRID>|<..._GATE_MODE>|<..._GATE_GPU>|<..._RS_NODES_COALESCE>|<..._C1X1>":
 // these variables (read per call, measurement knobs) change candidate_plans' list or what a
 // fused call costs (the gate), so a verdict taken under other values does not hold.
 std::string unfused_key(int64_t group, const std::string& key) {
@@ -710,7 +749,8 @@ std::string unfused_key(int64_t group, const std::string& key) {
   for (const char* name : {"MKERNEL_FUSED_GRIDS", "MKERNEL_FUSED_ORDERS", "MKERNEL_FUSED_ORDER",
                            "MKERNEL_FUSED_CONFIG", "MKERNEL_FUSED_SMS", "MKERNEL_FUSED_GATE",
                            "MKERNEL_FUSED_CO_GRID", "MKERNEL_FUSED_GATE_MODE",
-                           "MKERNEL_FUSED_GATE_GPU", "MKERNEL_FUSED_RS_NODES_COALESCE"}) {
+                           "MKERNEL_FUSED_GATE_GPU", "MKERNEL_FUSED_RS_NODES_COALESCE",
+                           "MKERNEL_FUSED_C1X1"}) {
     const char* v = std::getenv(name);
     s += '|';
     s += v != nullptr ? v : "-";

@@ -71,6 +71,14 @@ int fused_grid(const char* op, int64_t group);
 // benchmarks/mps_place.py measures (NOTES "Fused ops, fused12").
 int co_resident_grid(int grid);
 
+// MKERNEL_FUSED_C1X1=1 (opt-in, fused18): candidate_configs offers the cluster-free
+// coop_128x256_c1x1 in place of coop_128x256_c2x1, and its co-resident grid is
+// co_resident_grid_c1 (126/132 of the share: 63 at W = 2, 30 at W = 4; MKERNEL_FUSED_C1X1_GRID=<n>
+// replaces the rule), where MPS places 1-CTA grids on 126 SMs for two clients, 2-CTA clusters
+// on 96 (benchmarks/NOTES.md "fused18").
+bool c1x1_requested();
+int co_resident_grid_c1(int grid);
+
 // The launch gate (kernels/fused/fused_gate_api.h): before each fused launch, one warp on the
 // stream waits until every same-node peer's previous fused kernel has exited, so that the
 // ranks' grids are placed together from a GPU their previous grids have left. Why: under MPS

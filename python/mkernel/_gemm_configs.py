@@ -16,4 +16,5 @@ GEMM_CONFIGS: dict[str, int] = {
     "ping_64x128_c1x1": 8,  # decode / small M: enough tiles that every SM streams B
     "ping_64x128k128_c1x1": 9,  # decode, 128-deep k-blocks: 256-byte row segments of B per load
     "coop_128x256_c2x1_streamk": 10,  # 128x256 tiles, stream-K evens out a thin last wave
+    "coop_128x256_c1x1": 11,  # cluster-free 128x256 (fused ops under MPS: 126 of 132 SMs placeable vs 96 for 2-CTA clusters)
 }

@@ -13,13 +13,16 @@ MKERNEL_FUSED_DECL(coop128x128cluster2x1_bf16)
 MKERNEL_FUSED_DECL(coop128x128cluster2x1_fp16)
 MKERNEL_FUSED_DECL(coop256x128cluster2x1_bf16)
 MKERNEL_FUSED_DECL(coop256x128cluster2x1_fp16)
+MKERNEL_FUSED_DECL(coop128x256cluster1x1_bf16)
+MKERNEL_FUSED_DECL(coop128x256cluster1x1_fp16)
 #undef MKERNEL_FUSED_DECL
 }  // namespace detail
 
 bool fused_supported(gemm::ConfigId id) {
   return id == gemm::ConfigId::kCoop128x256Cluster2x1 ||
          id == gemm::ConfigId::kCoop128x128Cluster2x1 ||
-         id == gemm::ConfigId::kCoop256x128Cluster2x1;
+         id == gemm::ConfigId::kCoop256x128Cluster2x1 ||
+         id == gemm::ConfigId::kCoop128x256Cluster1x1;  // MKERNEL_FUSED_C1X1=1 (fused18)
 }
 
 // 128x256 tiles when they still give every SM a tile (fewer loads of B per flop); 128x128 when
@@ -59,6 +62,9 @@ cudaError_t run_fused(const gemm::Problem& p, gemm::ConfigId id, const gemm::Lau
     case gemm::ConfigId::kCoop256x128Cluster2x1:
       return bf16 ? detail::run_fused_coop256x128cluster2x1_bf16(p, l, m_order, hooks, reason)
                   : detail::run_fused_coop256x128cluster2x1_fp16(p, l, m_order, hooks, reason);
+    case gemm::ConfigId::kCoop128x256Cluster1x1:
+      return bf16 ? detail::run_fused_coop128x256cluster1x1_bf16(p, l, m_order, hooks, reason)
+                  : detail::run_fused_coop128x256cluster1x1_fp16(p, l, m_order, hooks, reason);
     default:
       if (reason) *reason = "no fused kernel for this tile config";
       return cudaErrorInvalidValue;

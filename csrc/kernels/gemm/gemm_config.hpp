@@ -73,5 +73,11 @@ struct Config<ConfigId::kPing64x128K128Cluster1x1>
 template <>
 struct Config<ConfigId::kCoop128x256StreamK2x1>
     : ConfigTraits<Shape<_128, _256, _64>, Shape<_2, _1, _1>, Coop, CoopEpi, StreamK> {};
+// Cluster-free 128x256 (fused18): not an engine candidate (candidate_plans never lists it); the
+// fused ops take it under MKERNEL_FUSED_C1X1=1, where MPS places 1-CTA grids on 126 of 132 SMs
+// for two clients but 2-CTA clusters on 96 (NOTES "fused8", s8run2 probe).
+template <>
+struct Config<ConfigId::kCoop128x256Cluster1x1>
+    : ConfigTraits<Shape<_128, _256, _64>, Shape<_1, _1, _1>, Coop, CoopEpi, Persistent> {};
 
 }  // namespace mkernel::gemm

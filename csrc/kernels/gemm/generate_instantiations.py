@@ -52,6 +52,8 @@ CONFIGS = [
         "decode, 128-deep k-blocks: 256-byte row segments of B per load"),
     Cfg("kCoop128x256StreamK2x1", "coop_128x256_c2x1_streamk",
         "128x256 tiles, stream-K evens out a thin last wave"),
+    Cfg("kCoop128x256Cluster1x1", "coop_128x256_c1x1",
+        "cluster-free 128x256 (fused ops under MPS: 126 of 132 SMs placeable vs 96 for 2-CTA clusters)"),
 ]
 DTYPES = {"kBF16": "bf16", "kFP16": "fp16"}
 AUTO = ("kAuto", "auto", -1)  # not a config: select_plan / the autotuner pick one
