@@ -18,6 +18,14 @@ def co_resident_grid(share: int) -> int:
     return g if 2 <= g < share else 0
 
 
+def co_resident_grid_c1(share: int) -> int:
+    """fused_common.cpp co_resident_grid_c1 (fused18, MKERNEL_FUSED_C1X1=1) for a rank of `share`
+    SMs under an MPS SM limit, without MKERNEL_FUSED_C1X1_GRID: the cluster-free fused config's
+    co-resident grid, 126/132 of the share (s8run2: two 50 % clients' 1-CTA grids reach 126 SMs)."""
+    g = share * 126 // 132
+    return g if 1 <= g < share else 0
+
+
 # csrc/fused_ag_route.h kPeerTmaDefault: ag_gemm's route when MKERNEL_FUSED_AG_PEER_TMA is unset
 # ("auto": the copy-role and peer-TMA kernels both measured per shape by the op's first call, the
 # group keeps the faster; "0" copy only; "1" peer TMA wherever it fits). fused16.

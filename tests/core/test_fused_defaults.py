@@ -27,3 +27,13 @@ def test_co_resident_grid_rule() -> None:
     assert fd.co_resident_grid(32) == (fd.CO_GRID_AT_SHARE_32 or 24)  # W = 4
     assert fd.co_resident_grid(16) == 12  # W = 8: the 3/4 rule
     assert fd.co_resident_grid(2) == 0  # no smaller whole-cluster grid
+
+
+def test_co_resident_grid_c1_rule() -> None:
+    """fused18: the cluster-free config's co-resident grid (126 of 132 SMs for two clients)."""
+    src = (ROOT / "csrc" / "fused_common.cpp").read_text()
+    assert "const int g = grid * 126 / 132;" in src  # the C++ rule this mirrors
+    assert fd.co_resident_grid_c1(66) == 63  # W = 2: 126 of 132 (s8run2's 1-CTA probe)
+    assert fd.co_resident_grid_c1(32) == 30  # W = 4: 120 of 128 (never probed: the safe side)
+    assert fd.co_resident_grid_c1(16) == 15  # W = 8
+    assert fd.co_resident_grid_c1(1) == 0

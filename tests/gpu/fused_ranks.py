@@ -10,7 +10,7 @@ capture and replay with the inputs changed between replays. Prints ``CASE {json}
 
 ``FUSED_SUITE`` (comma-separated): ``ag`` (ag_gemm), ``rs`` (gemm_rs), ``ar`` (gemm_ar),
 ``graph`` (all three captured and replayed), ``auto`` (the fused/unfused and config choice), ``time``,
-``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``peergraph`` (that path captured and replayed), ``agdefault`` (ag_gemm as users get it: no knob, the op's measured choice between the copy kernel, the peer-TMA kernel and the unfused path; then a graph of the cached verdict), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
+``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``c1x1`` (the three ops with MKERNEL_FUSED_C1X1=1: the cluster-free 128x256 kernels, fused18), ``peergraph`` (that path captured and replayed), ``agdefault`` (ag_gemm as users get it: no knob, the op's measured choice between the copy kernel, the peer-TMA kernel and the unfused path; then a graph of the cached verdict), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
 torch.compile(fullgraph=True), inductor / aot_eager backend).
 The fused kernels are pinned (MKERNEL_FUSED=force) unless the environment says otherwise.
 ``FUSED_GRID=co_resident`` pins their persistent grid to the co-resident grid choose_path
@@ -293,6 +293,89 @@ def suite_ar(ctx, rank: int, world: int) -> None:
     suite_reduce(ctx, rank, world, "gemm_ar")
 
 
+# fused18: shapes whose GEMM gives the 128x256 config every SM (ceil(M/128) * ceil(N/256) >= the
+# share's SMs at W = 2, 4), so the knob's config is the one that runs. ag: (m per rank, k, n), the
+# first and last on the peer-TMA route (m % 128 == 0), the second ragged (the copy route); reduce:
+# (M, k, N), M not a multiple of 128, N / k multiples of 8.
+C1X1_AG_SHAPES = [(1024, 512, 2048), (1000, 256, 2048), (2048, 1024, 4096)]
+C1X1_REDUCE_SHAPES = [(2000, 512, 2048), (4104, 256, 4096)]
+
+
+def suite_c1x1(ctx, rank: int, world: int) -> None:
+    """MKERNEL_FUSED_C1X1=1 (fused18): the cluster-free coop_128x256_c1x1 fused kernels. Each shape
+    of ag_gemm / gemm_rs / gemm_ar twice: as the forced measurement picks (the share's grid or the
+    c1x1 co-resident grid, co_resident_grid_c1) and pinned to the c1x1 co-resident grid
+    (MKERNEL_FUSED_SMS); two ag calls back to back without a sync; outputs from poisoned memory,
+    each against the fp32 reference per tile; gemm_ar's bits equal on every rank; the knob's
+    output against the default (2x1-cluster) kernel's recorded (CASE same_bits: same tile and k
+    order, so same bits expected; informative). test_fused_ops checks the c1x1 launch lines."""
+    from mkernel._fused_defaults import co_resident_grid_c1
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    co = co_resident_grid_c1(sms)
+    saved = {v: os.environ.get(v) for v in ("MKERNEL_FUSED_C1X1", "MKERNEL_FUSED_SMS")}
+
+    def setenv(c1: bool, pin: bool) -> None:
+        os.environ["MKERNEL_FUSED_C1X1"] = "1" if c1 else "0"
+        if pin and co > 0:
+            os.environ["MKERNEL_FUSED_SMS"] = str(co)
+        elif saved["MKERNEL_FUSED_SMS"] is None:
+            os.environ.pop("MKERNEL_FUSED_SMS", None)
+        else:
+            os.environ["MKERNEL_FUSED_SMS"] = saved["MKERNEL_FUSED_SMS"]
+    try:
+        for dname, dtype in DTYPES.items():
+            pending = []
+            for i, (m, k, n) in enumerate(C1X1_AG_SHAPES):
+                case = 9000 + 100 * i + (0 if dtype is torch.bfloat16 else 50)
+                _, ref, x, w = ag_reference(case, world, m, k, n, dtype, rank)
+                xd, wd = x.cuda(), w.cuda()
+                for pin in (False, True):
+                    setenv(True, pin)
+                    poison(((world * m, n), dtype), ((world * m, k), dtype))
+                    out1 = mkernel.ag_gemm(xd, wd, group=ctx)
+                    out2 = mkernel.ag_gemm(xd, wd, group=ctx)  # no sync in between
+                    setenv(False, False)
+                    out_def = mkernel.ag_gemm(xd, wd, group=ctx)
+                    c = dict(op="ag_gemm_c1x1", dtype=dname, m=m, k=k, n=n, world=world,
+                             rank=rank, pinned_grid=co if pin else 0, peer=(m % 128 == 0))
+                    pending.append((c, [out1, out2], ref, out_def))
+            for op, fn in (("gemm_rs", mkernel.gemm_rs), ("gemm_ar", mkernel.gemm_ar)):
+                for i, (rows, k, n) in enumerate(C1X1_REDUCE_SHAPES):
+                    rows = (rows + world - 1) // world * world
+                    case = 9500 + 100 * i + (0 if dtype is torch.bfloat16 else 50) + \
+                        (10 if op == "gemm_rs" else 0)
+                    total, x, w = reduce_reference(case, world, rows, k, n, dtype, rank)
+                    b = rows // world
+                    ref = total[rank * b:(rank + 1) * b] if op == "gemm_rs" else total
+                    xd, wd = x.cuda(), w.cuda()
+                    for pin in (False, True):
+                        setenv(True, pin)
+                        poison((tuple(ref.shape), dtype))
+                        out1 = fn(xd, wd, group=ctx)
+                        setenv(False, False)
+                        out_def = fn(xd, wd, group=ctx)
+                        c = dict(op=f"{op}_c1x1", dtype=dname, m=rows, k=k, n=n, world=world,
+                                 rank=rank, pinned_grid=co if pin else 0)
+                        pending.append((c, [out1], ref, out_def))
+            torch.cuda.synchronize()
+            for c, outs, ref, out_def in pending:
+                for j, out in enumerate(outs):
+                    check(f"c1x1_out{j}", out, ref, c)
+                if c["op"] == "gemm_ar_c1x1":  # identical bits on every rank
+                    digest = torch.tensor([float(outs[0].float().sum().item()),
+                                           float(outs[0].float().abs().sum().item())])
+                    got = [torch.zeros(2, dtype=torch.float64) for _ in range(world)]
+                    dist.all_gather(got, digest.double())
+                    assert all(torch.equal(g, got[0]) for g in got), f"gemm_ar differs: {c}"
+                emit("CASE", dict(c, same_bits=bool(torch.equal(outs[0], out_def))))
+    finally:
+        for v, val in saved.items():
+            if val is None:
+                os.environ.pop(v, None)
+            else:
+                os.environ[v] = val
+
+
 def suite_graph(ctx, rank: int, world: int) -> None:
     """Capture one ag_gemm, replay it with new inputs copied in (every rank changes its x)."""
     m, k, n, dtype = 300, 256, 512, torch.bfloat16
@@ -490,6 +573,7 @@ def main() -> None:
             {"ag": suite_ag, "rs": suite_rs, "ar": suite_ar, "graph": suite_graph,
              "mlp": suite_mlp, "time": suite_time, "auto": suite_auto,
              "peertma": suite_peertma, "peergraph": suite_peergraph, "agdefault": suite_agdefault,
+             "c1x1": suite_c1x1,
              "compile": lambda c, r, w: suite_mlp(c, r, w, backend="inductor"),
              "compile_aot": lambda c, r, w: suite_mlp(c, r, w, backend="aot_eager")}[name](ctx, rank, world)
         except Exception:

@@ -48,6 +48,32 @@ def test_co_resident_grid(mps, world, suite):
 
 
 @pytest.mark.parametrize("world", [2, 4])
+def test_c1x1_kernels(mps, world):
+    """MKERNEL_FUSED_C1X1=1 (fused18, opt-in): the cluster-free coop_128x256_c1x1 fused kernels of
+    ag_gemm (peer-TMA and copy routes), gemm_rs and gemm_ar, as the forced measurement picks and
+    pinned to the c1x1 co-resident grid; every output against the fp32 reference per tile from
+    poisoned memory. The c1x1 kernel must have run on every rank, and its co-resident grid
+    (co_resident_grid_c1: 63 at W = 2, 30 at W = 4) must have been a measured candidate."""
+    import re
+
+    from mkernel._fused_defaults import co_resident_grid_c1
+
+    res = run_ranks(RANKS, world, timeout=300,
+                    env=rank_env(mps, world, FUSED_SUITE="c1x1", MKERNEL_FUSED_VERBOSE="1"))
+    cases = check_ranks(res)
+    # ranks x dtypes x (ag: 3 shapes x 2 grids x (2 outputs + same_bits) + rs/ar: 2 x 2 shapes x
+    # 2 grids x (1 output + same_bits))
+    assert len(cases) == world * 2 * (3 * 2 * 3 + 2 * 2 * 2 * 2)
+    for r in res:
+        assert "runs fused coop_128x256_c1x1" in r.stderr, f"rank {r.rank}: no c1x1 launch line"
+        assert PEER_MARK in r.stderr, f"rank {r.rank}: the peer-TMA route never ran"
+    # The MPS share's SMs on an H200: 66 at W = 2, 32 at W = 4 (NOTES "fused12": not 33).
+    co = co_resident_grid_c1(66 if world == 2 else 32)
+    assert any(re.search(rf"coop_128x256_c1x1( peer-TMA)? grid {co}\b", r.stderr) for r in res), \
+        "the c1x1 co-resident grid was never measured"
+
+
+@pytest.mark.parametrize("world", [2, 4])
 def test_mlp_layers(mps, world):
     """mkernel.nn column -> GeLU -> row under sequence parallelism: outputs and gradients."""
     cases = run(mps, world, "mlp")
