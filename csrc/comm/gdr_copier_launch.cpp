@@ -33,7 +33,8 @@ static_assert(kCopierMemcpyDeviceToDevice == cudaMemcpyDeviceToDevice &&
 static_assert(kCopierCudaNotSupported == cudaErrorNotSupported, "cudaError_t values");
 #if CUDART_VERSION >= 12080
 static_assert(sizeof(CopierMemcpyAttributes) == sizeof(cudaMemcpyAttributes) &&
-                  offsetof(CopierMemcpyAttributes, src_access_order) == offsetof(cudaMemcpyAttributes, srcAccessOrder) &&
+                  offsetof(CopierMemcpyAttributes, src_access_order) ==
+                      offsetof(cudaMemcpyAttributes, srcAccessOrder) &&
                   offsetof(CopierMemcpyAttributes, src_loc_hint) == offsetof(cudaMemcpyAttributes, srcLocHint) &&
                   offsetof(CopierMemcpyAttributes, dst_loc_hint) == offsetof(cudaMemcpyAttributes, dstLocHint) &&
                   offsetof(CopierMemcpyAttributes, flags) == offsetof(cudaMemcpyAttributes, flags) &&

@@ -188,7 +188,8 @@ std::string copier_stats_json(const CopierStats& st) {
                 "\"copies\":%llu,\"mib\":%.3f,\"latency_ms_total\":%.4f,\"service_ms_total\":%.4f,"
                 "\"latency_us_mean\":%.2f,\"latency_us_max\":%.1f,\"service_us_mean\":%.2f,\"service_us_max\":%.1f",
                 static_cast<unsigned long long>(n), st.bytes.load(std::memory_order_relaxed) / 1048576.0,
-                st.latency_ns.load(std::memory_order_relaxed) / 1e6, st.service_ns.load(std::memory_order_relaxed) / 1e6,
+                st.latency_ns.load(std::memory_order_relaxed) / 1e6,
+                st.service_ns.load(std::memory_order_relaxed) / 1e6,
                 st.latency_ns.load(std::memory_order_relaxed) / d / 1e3,
                 st.latency_max_ns.load(std::memory_order_relaxed) / 1e3,
                 st.service_ns.load(std::memory_order_relaxed) / d / 1e3,

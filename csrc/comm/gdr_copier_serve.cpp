@@ -91,8 +91,9 @@ class Server {
   }
 
  private:
-  // Once per helper, at its first plain copy: why the copies go as plain cudaMemcpyAsync although the copy engines were asked for
-  // (the rank's path info shows it; one line on the helper's stderr, which is the rank's).
+  // Once per helper, at its first plain copy: why the copies go as plain cudaMemcpyAsync although
+  // the copy engines were asked for (the rank's path info shows it; one line on the helper's
+  // stderr, which is the rank's).
   void note_fallback(int e, const char* why) {
     if (noted_) return;
     noted_ = true;
@@ -130,13 +131,15 @@ class Server {
       batch_ = false;
       char why[160];
       const char* s = cu_.get_error_string != nullptr ? cu_.get_error_string(e) : nullptr;
-      std::snprintf(why, sizeof why, "cudaMemcpyBatchAsync refused the copy: %s (cudaError_t %d)", s != nullptr ? s : "?",
-                    e);
+      std::snprintf(why, sizeof why, "cudaMemcpyBatchAsync refused the copy: %s (cudaError_t %d)",
+                    s != nullptr ? s : "?", e);
       note_fallback(e, why);
     }
     if (no_batch_api_) note_fallback(0, "the CUDA runtime has no cudaMemcpyBatchAsync (CUDA < 12.8)");
     const int e = cu_.memcpy_async(dst, src, bytes, kCopierMemcpyDeviceToDevice, stream);
-    if (e == kCopierCudaSuccess) set_path(b_->submit_asked == kCopierSubmitPlain ? kCopierSubmitPlain : kCopierSubmitPlainFallback);
+    if (e == kCopierCudaSuccess) {
+      set_path(b_->submit_asked == kCopierSubmitPlain ? kCopierSubmitPlain : kCopierSubmitPlainFallback);
+    }
     return e;
   }
 

@@ -339,7 +339,8 @@ struct NetCopier {
     if (noted.load(std::memory_order_relaxed)) return;
     std::snprintf(note, sizeof note, "%s", why);
     noted.store(true, std::memory_order_release);
-    std::fprintf(stderr, "mkernel: GPU-direct copies (in-process copier) submitted as plain cudaMemcpyAsync: %s\n", why);
+    std::fprintf(stderr, "mkernel: GPU-direct copies (in-process copier) submitted as plain cudaMemcpyAsync: %s\n",
+                 why);
     std::fflush(stderr);
   }
   CopierStats stats;                           // this path's copies (in-process copier only)
