@@ -389,7 +389,7 @@ def rank_main() -> None:
     import torch.distributed as dist
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from common import commit, device_info, env_set, write_result  # noqa: E402
+    from common import commit, copier_delta, device_info, env_set, write_result  # noqa: E402
 
     import mkernel
 
@@ -664,6 +664,26 @@ def rank_main() -> None:
                 print(f"SAMPLES {op} {label} gate:{name} " + json.dumps(v), flush=True)
         note(f"{label} {op}: GPU gate figures done")
 
+    def copier_probe(fused, unfused, calls: int = 3) -> dict:
+        """The GPU-direct copier's submission path and per-copy cost (xnode7) over `calls` forced
+        fused calls, then `calls` unfused ones (apart: the row's rounds mix both), this rank's
+        copier; {} per figure when the path is not GPU-direct. Copies: commands the proxy handed
+        to the copier (the fused ops' tiles / the collective's pieces)."""
+        out = {}
+        for name, fn, env in (("fused_kernel", fused, {"MKERNEL_FUSED": "force"}), ("unfused", unfused, {})):
+            if fn is None:
+                continue
+            before = torch.ops.mkernel._net_path_info(ctx.handle, world)
+            t = time.monotonic()
+            with env_set(env):
+                for i in range(calls):
+                    fn(i)
+                sync()
+            d = copier_delta(before, torch.ops.mkernel._net_path_info(ctx.handle, world))
+            d["calls"], d["wall_ms_per_call"] = calls, round(1e3 * (time.monotonic() - t) / calls, 3)
+            out[name] = d
+        return out
+
     gate_todo: list = []  # (op, label, fused, row, reps, has_coll) for gate_phase
     rows = []
     picked = select_rows((issue_shapes if set_name == "issue" else shapes)(world, all_shapes),
@@ -897,6 +917,10 @@ def rank_main() -> None:
         row["fused_over_gemm"] = row["fused_ms"] / row["gemm_ms"]
         if "fused_kernel_ms" in row:
             row["fused_kernel_over_gemm"] = row["fused_kernel_ms"] / row["gemm_ms"]
+        if nodes > 1 and on_gpu:
+            row["copier"] = copier_probe(fused, unfused if has[coll] else None)
+            if rank == 0:
+                print(f"COPIER {op} {label} " + json.dumps(row["copier"]), flush=True)
         rows.append(row)
         if rank == 0:
             print("ROW " + json.dumps(row), flush=True)

@@ -178,3 +178,26 @@ def mps_daemon(tool: str) -> Iterator[dict]:
         yield env
     finally:
         stop()
+
+
+def copier_delta(before: str | dict, after: str | dict) -> dict:
+    """The GPU-direct copier's work between two ``_net_path_info`` readings (xnode7): how its
+    copies were submitted ("ran": batch_ce = the copy engines, memcpy = plain cudaMemcpyAsync as
+    asked, memcpy_fallback = the batch API absent or refused, with its note), the copies and MiB
+    in between, and their mean latency (submission to completion seen) and mean service time
+    (completion minus the later of submission and the previous completion) in microseconds.
+    Empty when the path is not GPU-direct (no ``copier_submit``)."""
+    def sub(x):
+        info = json.loads(x) if isinstance(x, str) else x
+        return (info or {}).get("copier_submit") or {}
+    a, b = sub(before), sub(after)
+    if not b:
+        return {}
+    n = b.get("copies", 0) - a.get("copies", 0)
+    lat = b.get("latency_ms_total", 0.0) - a.get("latency_ms_total", 0.0)
+    svc = b.get("service_ms_total", 0.0) - a.get("service_ms_total", 0.0)
+    return {"where": b.get("where"), "asked": b.get("asked"), "ran": b.get("ran"), "note": b.get("note", ""),
+            "copies": n, "mib": round(b.get("mib", 0.0) - a.get("mib", 0.0), 3),
+            "latency_us_mean": round(1e3 * lat / n, 2) if n > 0 else None,
+            "service_us_mean": round(1e3 * svc / n, 2) if n > 0 else None,
+            "latency_us_max_so_far": b.get("latency_us_max"), "service_us_max_so_far": b.get("service_us_max")}

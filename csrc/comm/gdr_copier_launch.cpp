@@ -10,6 +10,7 @@
 #include <torch/library.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -29,6 +30,20 @@ static_assert(kCopierMemcpyDeviceToDevice == cudaMemcpyDeviceToDevice &&
                   kCopierEventDisableTiming == cudaEventDisableTiming &&
                   kCopierIpcLazyEnablePeerAccess == cudaIpcMemLazyEnablePeerAccess,
               "CUDA flag values");
+static_assert(kCopierCudaNotSupported == cudaErrorNotSupported, "cudaError_t values");
+#if CUDART_VERSION >= 12080
+static_assert(sizeof(CopierMemcpyAttributes) == sizeof(cudaMemcpyAttributes) &&
+                  offsetof(CopierMemcpyAttributes, src_access_order) ==
+                      offsetof(cudaMemcpyAttributes, srcAccessOrder) &&
+                  offsetof(CopierMemcpyAttributes, src_loc_hint) == offsetof(cudaMemcpyAttributes, srcLocHint) &&
+                  offsetof(CopierMemcpyAttributes, dst_loc_hint) == offsetof(cudaMemcpyAttributes, dstLocHint) &&
+                  offsetof(CopierMemcpyAttributes, flags) == offsetof(cudaMemcpyAttributes, flags) &&
+                  sizeof(CopierMemLocation) == sizeof(cudaMemLocation),
+              "cudaMemcpyAttributes' layout changed");
+static_assert(kCopierSrcAccessOrderStream == cudaMemcpySrcAccessOrderStream &&
+                  kCopierMemcpyFlagPreferOverlapWithCompute == cudaMemcpyFlagPreferOverlapWithCompute,
+              "cudaMemcpyAttributes values");
+#endif
 
 namespace {
 
@@ -75,6 +90,19 @@ CopierCuda linked_runtime() {
   cu.event_destroy = [](void* e) { return static_cast<int>(cudaEventDestroy(static_cast<cudaEvent_t>(e))); };
   cu.get_last_error = [] { return static_cast<int>(cudaGetLastError()); };
   cu.get_error_string = [](int e) { return cudaGetErrorString(static_cast<cudaError_t>(e)); };
+#if CUDART_VERSION >= 13000
+  cu.memcpy_batch_async = [](void* const* d, const void* const* s, const size_t* n, size_t count,
+                             CopierMemcpyAttributes* a, size_t* idx, size_t na, void* st) {
+    return static_cast<int>(cudaMemcpyBatchAsync(d, s, n, count, reinterpret_cast<cudaMemcpyAttributes*>(a), idx, na,
+                                                 static_cast<cudaStream_t>(st)));
+  };
+#elif CUDART_VERSION >= 12080
+  cu.memcpy_batch_async_v12 = [](void** d, void** s, size_t* n, size_t count, CopierMemcpyAttributes* a, size_t* idx,
+                                 size_t na, size_t* fail, void* st) {
+    return static_cast<int>(cudaMemcpyBatchAsync(d, s, n, count, reinterpret_cast<cudaMemcpyAttributes*>(a), idx, na,
+                                                 fail, static_cast<cudaStream_t>(st)));
+  };
+#endif
   return cu;
 }
 
@@ -86,7 +114,19 @@ void serve_op(int64_t fd, int64_t lifeline) {
 
 }  // namespace
 
+uint32_t copier_submit_env(const char* op) {
+  const char* v = std::getenv("MKERNEL_NET_GDR_COPIER_SUBMIT");
+  std::string s = v != nullptr ? v : "";
+  s.erase(0, s.find_first_not_of(" \t\n"));
+  s.erase(s.find_last_not_of(" \t\n") + 1);
+  TORCH_CHECK_VALUE(s.empty() || s == "ce" || s == "plain", op, ": MKERNEL_NET_GDR_COPIER_SUBMIT=\"", s,
+                    "\": want ce (the copy engines: cudaMemcpyBatchAsync, PreferOverlapWithCompute) or plain "
+                    "(cudaMemcpyAsync)");
+  return s == "plain" ? kCopierSubmitPlain : kCopierSubmitCe;
+}
+
 CopierLaunch copier_launch(const char* op) {
+  const uint32_t submit = copier_submit_env(op);
   const std::string so = object_of(reinterpret_cast<const void*>(&serve_op));
   // The CUDA runtime this extension uses (the one torch loaded): the executable opens the same.
   const std::string cudart = object_of(reinterpret_cast<const void*>(&cudaMemcpyAsync));
@@ -99,7 +139,7 @@ CopierLaunch copier_launch(const char* op) {
   }
   const bool runtime_shared = cudart.find("libcudart") != std::string::npos;
   if (executable(exe) && runtime_shared) {
-    return CopierLaunch{exe, {exe, cudart, "{block}", "{lifeline}"}, "mkernel-gdr-copier"};
+    return CopierLaunch{exe, {exe, cudart, "{block}", "{lifeline}"}, "mkernel-gdr-copier", submit};
   }
   const char* py = std::getenv("MKERNEL_PYTHON");
   TORCH_CHECK(py != nullptr && *py != '\0' && !so.empty(), op, ": the GPU-direct copier executable ",
@@ -114,7 +154,7 @@ CopierLaunch copier_launch(const char* op) {
   const std::string code =
       "import sys, torch; torch.ops.load_library(sys.argv[1]); "
       "torch.ops.mkernel._gdr_copier_serve(int(sys.argv[2]), int(sys.argv[3]))";
-  return CopierLaunch{py, {py, "-c", code, so, "{block}", "{lifeline}"}, "python helper"};
+  return CopierLaunch{py, {py, "-c", code, so, "{block}", "{lifeline}"}, "python helper", submit};
 }
 
 TORCH_LIBRARY_FRAGMENT(mkernel, m) { m.def("_gdr_copier_serve(int fd, int lifeline) -> ()", &serve_op); }

@@ -94,6 +94,7 @@ void CopierProcess::start(int device) {
   block_->version = CopierBlock::kVersion;
   block_->device = device;
   block_->rank_pid = static_cast<int32_t>(getpid());
+  block_->submit_asked = launch_.submit;
 
   int pipefd[2] = {-1, -1};
   if (pipe2(pipefd, O_CLOEXEC) != 0) throw std::runtime_error("GPU-direct copier: pipe2 failed: " + errno_text(errno));
@@ -177,6 +178,40 @@ std::string CopierProcess::stage() const {
 std::string CopierProcess::failure() const {
   if (block_ == nullptr || block_->state.load(std::memory_order_acquire) != CopierBlock::kFailed) return "";
   return std::string(block_->message, strnlen(block_->message, sizeof block_->message));
+}
+
+std::string copier_stats_json(const CopierStats& st) {
+  const uint64_t n = st.copies.load(std::memory_order_relaxed);
+  const double d = n > 0 ? static_cast<double>(n) : 1.0;
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "\"copies\":%llu,\"mib\":%.3f,\"latency_ms_total\":%.4f,\"service_ms_total\":%.4f,"
+                "\"latency_us_mean\":%.2f,\"latency_us_max\":%.1f,\"service_us_mean\":%.2f,\"service_us_max\":%.1f",
+                static_cast<unsigned long long>(n), st.bytes.load(std::memory_order_relaxed) / 1048576.0,
+                st.latency_ns.load(std::memory_order_relaxed) / 1e6,
+                st.service_ns.load(std::memory_order_relaxed) / 1e6,
+                st.latency_ns.load(std::memory_order_relaxed) / d / 1e3,
+                st.latency_max_ns.load(std::memory_order_relaxed) / 1e3,
+                st.service_ns.load(std::memory_order_relaxed) / d / 1e3,
+                st.service_max_ns.load(std::memory_order_relaxed) / 1e3);
+  return buf;
+}
+
+std::string copier_json_text(const char* s) {
+  std::string out;
+  for (const char* p = s; *p != '\0'; ++p) {
+    if (*p == '"' || *p == '\\') out += '\\';
+    if (static_cast<unsigned char>(*p) >= 0x20) out += *p;
+  }
+  return out;
+}
+
+std::string CopierProcess::submit_info() const {
+  if (block_ == nullptr) return "{}";
+  const std::string note(block_->submit_note, strnlen(block_->submit_note, sizeof block_->submit_note));
+  return std::string("{\"where\":\"process\",\"asked\":\"") + copier_submit_name(block_->submit_asked) +
+         "\",\"ran\":\"" + copier_submit_name(block_->submit_path.load(std::memory_order_acquire)) +
+         "\",\"note\":\"" + copier_json_text(note.c_str()) + "\"," + copier_stats_json(block_->stats) + "}";
 }
 
 bool CopierProcess::reap(int* status) {

@@ -40,12 +40,18 @@
 
 namespace mkernel::comm {
 
+// The stats' JSON members (no braces: "copies":..,"mib":..,latency / service us), and a string
+// made safe inside JSON quotes.
+std::string copier_stats_json(const CopierStats& stats);
+std::string copier_json_text(const char* s);
+
 // How to start the helper: `argv[0]` is run as `path`; "{block}" and "{lifeline}" in argv are
 // replaced by the child's descriptor numbers. `what` names it in errors.
 struct CopierLaunch {
   std::string path;
   std::vector<std::string> argv;
   std::string what;
+  uint32_t submit = kCopierSubmitCe;  // CopierSubmit the helper is asked for (block's submit_asked)
 };
 
 // The rank's side: owns the block, the lifeline and the helper process; shared by the rank's
@@ -88,6 +94,10 @@ class CopierProcess {
   std::string stage() const;
   // The helper's recorded failure ("" if none).
   std::string failure() const;
+  // The copies' submission and cost as a JSON object: asked / ran ("batch_ce", "memcpy",
+  // "memcpy_fallback", "none" before the first copy), the fallback's note, and the stats (copies,
+  // MiB, mean / max latency and service in us), summed over every path of the helper.
+  std::string submit_info() const;
 
  private:
   void start(int device);

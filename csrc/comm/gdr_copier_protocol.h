@@ -18,6 +18,12 @@
 //     release-stores posted + 1; the helper copies in order on the channel's stream and
 //     release-stores `completed` once a copy's event completed: copy `token` is done when
 //     completed > token;
+//   - submission (xnode7): the rank writes submit_asked before the spawn; the helper submits each
+//     copy with cudaMemcpyBatchAsync (one copy, stream order, the PreferOverlapWithCompute hint:
+//     the copy engines, not a copy kernel on the SMs that the fused ops' persistent grids hold),
+//     or with a plain cudaMemcpyAsync (asked, or the fallback where the runtime has no batch API
+//     or refuses it: noted once in submit_note); submit_path says which ran, the counters below
+//     what the copies cost;
 //   - the helper exits when the rank stores kStop, when the rank's end of the lifeline pipe
 //     (fd 4) closes (the rank exited or was killed: no orphan keeps the GPU or MPS busy), or
 //     after a CUDA error (state kFailed, cudaError_t in `error`, what failed in `message`).
@@ -35,6 +41,57 @@ struct CopierIpcHandle {
 };
 
 constexpr int kCopierMaxRanks = 32;  // == kMaxRanks (group_device.h), checked in gdr_copier_process.cpp
+
+// cudaMemcpyAttributes' layout (driver_types.h, CUDA >= 12.8; checked in gdr_copier_launch.cpp).
+struct CopierMemLocation {
+  int32_t type;
+  int32_t id;
+};
+struct CopierMemcpyAttributes {
+  int32_t src_access_order;
+  CopierMemLocation src_loc_hint;
+  CopierMemLocation dst_loc_hint;
+  uint32_t flags;
+};
+
+// How the helper submits a copy (CopierBlock::submit_asked / submit_path).
+enum CopierSubmit : uint32_t {
+  kCopierSubmitNone = 0,           // no copy submitted yet
+  kCopierSubmitCe = 1,             // cudaMemcpyBatchAsync + PreferOverlapWithCompute (the copy engines)
+  kCopierSubmitPlain = 2,          // cudaMemcpyAsync, as asked (MKERNEL_NET_GDR_COPIER_SUBMIT=plain)
+  kCopierSubmitPlainFallback = 3,  // cudaMemcpyAsync: the batch API is absent or refused (submit_note)
+};
+inline const char* copier_submit_name(uint32_t s) {
+  switch (s) {
+    case kCopierSubmitNone: return "none";
+    case kCopierSubmitCe: return "batch_ce";
+    case kCopierSubmitPlain: return "memcpy";
+    case kCopierSubmitPlainFallback: return "memcpy_fallback";
+    default: return "?";
+  }
+}
+
+// What the copies cost, summed over every copy the helper (or the in-process copier) retired:
+// latency = submission to completion seen (queueing behind the stream's earlier copies included);
+// service = completion seen minus the later of its submission and the previous copy's completion
+// on the same stream (about the copy's own time while copies queue back to back). Polling
+// granularity: the helper's loop (spins, then 5 us naps). Written by one thread, read anywhere.
+struct CopierStats {
+  std::atomic<uint64_t> copies{0};
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<uint64_t> latency_ns{0};
+  std::atomic<uint64_t> latency_max_ns{0};
+  std::atomic<uint64_t> service_ns{0};
+  std::atomic<uint64_t> service_max_ns{0};
+  void add(uint64_t b, uint64_t lat, uint64_t svc) {
+    copies.store(copies.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    bytes.store(bytes.load(std::memory_order_relaxed) + b, std::memory_order_relaxed);
+    latency_ns.store(latency_ns.load(std::memory_order_relaxed) + lat, std::memory_order_relaxed);
+    service_ns.store(service_ns.load(std::memory_order_relaxed) + svc, std::memory_order_relaxed);
+    if (lat > latency_max_ns.load(std::memory_order_relaxed)) latency_max_ns.store(lat, std::memory_order_relaxed);
+    if (svc > service_max_ns.load(std::memory_order_relaxed)) service_max_ns.store(svc, std::memory_order_relaxed);
+  }
+};
 
 struct CopierDesc {
   int32_t peer;
@@ -64,7 +121,7 @@ struct CopierChannel {
 
 struct CopierBlock {
   static constexpr uint32_t kMagic = 0x4d4b4350u;  // "MKCP"
-  static constexpr uint32_t kVersion = 2;
+  static constexpr uint32_t kVersion = 3;  // 3: submission mode and stats (xnode7)
   // GPU-direct paths open at once per rank and device: a group keeps every path it grew out of
   // (power-of-two sizes from 1 MiB: about ten), and a job may hold a few groups.
   static constexpr int kChannels = 64;
@@ -85,6 +142,11 @@ struct CopierBlock {
   std::atomic<int32_t> mapping_channel;  // the channel of the last map request the helper took
   int32_t error;                         // the helper's cudaError_t when it failed
   char message[256];                     // what failed, NUL-terminated
+  uint32_t submit_asked;                 // CopierSubmit the rank asks for (kCopierSubmitCe / Plain)
+  std::atomic<uint32_t> submit_path;     // CopierSubmit of the last copy submitted
+  int32_t submit_error;                  // the batch call's cudaError_t where it fell back (0: none)
+  char submit_note[192];                 // why it fell back, NUL-terminated (written before submit_path)
+  CopierStats stats;                     // every channel's copies
   CopierChannel channels[kChannels];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
@@ -107,6 +169,12 @@ struct CopierCuda {
   int (*event_destroy)(void* event);
   int (*get_last_error)();
   const char* (*get_error_string)(int error);
+  // Optional (nullptr where the runtime lacks it: then the plain copy, noted once): the copy-engine
+  // submission. CUDA >= 13.0's cudaMemcpyBatchAsync, or 12.8 / 12.9's (with failIdx) in _v12.
+  int (*memcpy_batch_async)(void* const* dsts, const void* const* srcs, const size_t* sizes, size_t count,
+                            CopierMemcpyAttributes* attrs, size_t* attrs_idxs, size_t num_attrs, void* stream);
+  int (*memcpy_batch_async_v12)(void** dsts, void** srcs, size_t* sizes, size_t count, CopierMemcpyAttributes* attrs,
+                                size_t* attrs_idxs, size_t num_attrs, size_t* fail_idx, void* stream);
 };
 
 // cudaError_t / flag values the loop uses (driver_types.h; checked in gdr_copier_process.cpp).
@@ -118,6 +186,9 @@ constexpr int kCopierMemcpyDeviceToDevice = 3;
 constexpr unsigned int kCopierStreamNonBlocking = 0x01;
 constexpr unsigned int kCopierEventDisableTiming = 0x02;
 constexpr unsigned int kCopierIpcLazyEnablePeerAccess = 0x01;
+constexpr int kCopierCudaNotSupported = 801;
+constexpr int32_t kCopierSrcAccessOrderStream = 1;
+constexpr uint32_t kCopierMemcpyFlagPreferOverlapWithCompute = 0x1;
 
 // Child file descriptors of the helper.
 constexpr int kCopierBlockFd = 3;

@@ -6,6 +6,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -41,11 +42,22 @@ struct Lane {
   uint64_t send_bytes = 0, recv_bytes = 0;
   uint64_t mapped = 0;  // the mapping generation in place (0: none)
   uint64_t issued = 0, finished = 0;
+  // Per ring slot: when the copy was submitted and its size (the stats); the last completion seen.
+  std::vector<std::chrono::steady_clock::time_point> at =
+      std::vector<std::chrono::steady_clock::time_point>(CopierChannel::kRing);
+  std::vector<uint64_t> bytes = std::vector<uint64_t>(CopierChannel::kRing, 0);
+  std::chrono::steady_clock::time_point last_done{};
 };
 
 class Server {
  public:
-  Server(CopierBlock* b, const CopierCuda& cu) : b_(b), cu_(cu), lanes_(CopierBlock::kChannels) {}
+  Server(CopierBlock* b, const CopierCuda& cu) : b_(b), cu_(cu), lanes_(CopierBlock::kChannels) {
+    // The copy-engine submission unless the rank asked for the plain copy; without the batch API
+    // in this runtime the plain copy, noted once (submit_note) before the first copy says so.
+    batch_ = b_->submit_asked != kCopierSubmitPlain &&
+             (cu_.memcpy_batch_async != nullptr || cu_.memcpy_batch_async_v12 != nullptr);
+    no_batch_api_ = b_->submit_asked != kCopierSubmitPlain && !batch_;
+  }
 
   int run() {
     const pid_t rank = static_cast<pid_t>(b_->rank_pid);
@@ -79,6 +91,62 @@ class Server {
   }
 
  private:
+  // Once per helper, at its first plain copy: why the copies go as plain cudaMemcpyAsync although
+  // the copy engines were asked for (the rank's path info shows it; one line on the helper's
+  // stderr, which is the rank's).
+  void note_fallback(int e, const char* why) {
+    if (noted_) return;
+    noted_ = true;
+    b_->submit_error = e;
+    std::snprintf(b_->submit_note, sizeof b_->submit_note, "%s", why);
+    std::fprintf(stderr,
+                 "mkernel GPU-direct copier: copies submitted as plain cudaMemcpyAsync (a same-device copy may "
+                 "then run as a kernel on the SMs): %s\n",
+                 why);
+    std::fflush(stderr);
+  }
+
+  // One copy on the lane's stream: cudaMemcpyBatchAsync with one copy, stream-ordered source
+  // access and the PreferOverlapWithCompute hint (the copy engines; the same submission as the
+  // in-process copier, net_path.cpp NetCopier::copy), else cudaMemcpyAsync. A batch call that
+  // refuses (cudaErrorNotSupported / InvalidValue) turns the batch path off for good, noted once.
+  int submit(void* dst, const void* src, uint64_t bytes, void* stream) {
+    if (batch_) {
+      void* dsts[1] = {dst};
+      const void* srcs[1] = {src};
+      size_t sizes[1] = {static_cast<size_t>(bytes)};
+      CopierMemcpyAttributes attr{};
+      attr.src_access_order = kCopierSrcAccessOrderStream;
+      attr.flags = kCopierMemcpyFlagPreferOverlapWithCompute;
+      size_t first = 0, fail_idx = 0;
+      const int e = cu_.memcpy_batch_async != nullptr
+                        ? cu_.memcpy_batch_async(dsts, srcs, sizes, 1, &attr, &first, 1, stream)
+                        : cu_.memcpy_batch_async_v12(dsts, const_cast<void**>(srcs), sizes, 1, &attr, &first, 1,
+                                                     &fail_idx, stream);
+      if (e != kCopierCudaNotSupported && e != kCopierCudaInvalidValue) {
+        if (e == kCopierCudaSuccess) set_path(kCopierSubmitCe);
+        return e;
+      }
+      (void)cu_.get_last_error();
+      batch_ = false;
+      char why[160];
+      const char* s = cu_.get_error_string != nullptr ? cu_.get_error_string(e) : nullptr;
+      std::snprintf(why, sizeof why, "cudaMemcpyBatchAsync refused the copy: %s (cudaError_t %d)",
+                    s != nullptr ? s : "?", e);
+      note_fallback(e, why);
+    }
+    if (no_batch_api_) note_fallback(0, "the CUDA runtime has no cudaMemcpyBatchAsync (CUDA < 12.8)");
+    const int e = cu_.memcpy_async(dst, src, bytes, kCopierMemcpyDeviceToDevice, stream);
+    if (e == kCopierCudaSuccess) {
+      set_path(b_->submit_asked == kCopierSubmitPlain ? kCopierSubmitPlain : kCopierSubmitPlainFallback);
+    }
+    return e;
+  }
+
+  void set_path(uint32_t p) {
+    if (b_->submit_path.load(std::memory_order_relaxed) != p) b_->submit_path.store(p, std::memory_order_release);
+  }
+
   int fail(int e, const char* what) {
     b_->error = e;
     const char* s = cu_.get_error_string != nullptr ? cu_.get_error_string(e) : nullptr;
@@ -118,14 +186,19 @@ class Server {
         b_->state.store(CopierBlock::kFailed, std::memory_order_release);
         return 1;
       }
-      // A plain device-to-device copy, as in s12run1 (where the MoE passed). Not the in-process
-      // copier's copy-engine hint (cudaMemcpyBatchAsync PreferOverlapWithCompute): whether an MPS
-      // client's copy-engine work can queue behind another client's stream-ordered copies (the
-      // s11run2 stall, within one context) is not known; a copy kernel has no such queue.
-      int e = cu_.memcpy_async(l.recv[d.peer] + d.remote_off, l.send + d.local_off, d.bytes,
-                               kCopierMemcpyDeviceToDevice, l.stream);
-      if (e == kCopierCudaSuccess) e = cu_.event_record(l.events[l.issued % CopierChannel::kRing], l.stream);
-      if (e != kCopierCudaSuccess) return fail(e, "cudaMemcpyAsync (a GPU-direct copy)");
+      // The copy engines by default (submit): a plain same-device D2D copy may run as a copy
+      // kernel, which needs SMs that the fused ops' persistent grids hold while they wait for
+      // these very copies (s14run1/s14run2: fused gemm_rs across nodes ~40x the unfused path
+      // under this emulation, ~1x under the staged one); a NIC's DMA needs no SM. s12run1 (the
+      // MoE passing) ran the plain copy: MKERNEL_NET_GDR_COPIER_SUBMIT=plain restores it.
+      const size_t slot = l.issued % CopierChannel::kRing;
+      l.at[slot] = std::chrono::steady_clock::now();
+      l.bytes[slot] = d.bytes;
+      int e = submit(l.recv[d.peer] + d.remote_off, l.send + d.local_off, d.bytes, l.stream);
+      if (e == kCopierCudaSuccess) e = cu_.event_record(l.events[slot], l.stream);
+      if (e != kCopierCudaSuccess) {
+        return fail(e, batch_ ? "cudaMemcpyBatchAsync (a GPU-direct copy)" : "cudaMemcpyAsync (a GPU-direct copy)");
+      }
       ++l.issued;
       *progress = true;
     }
@@ -145,6 +218,12 @@ class Server {
         fail(e, "a GPU-direct copy");
         return -1;
       }
+      const auto now = std::chrono::steady_clock::now();
+      const size_t slot = l.finished % CopierChannel::kRing;
+      const auto from = std::max(l.at[slot], l.last_done);
+      l.last_done = now;
+      b_->stats.add(l.bytes[slot], static_cast<uint64_t>(std::chrono::nanoseconds(now - l.at[slot]).count()),
+                    static_cast<uint64_t>(std::chrono::nanoseconds(now - from).count()));
       ch.completed.store(++l.finished, std::memory_order_release);
       ++n;
     }
@@ -228,6 +307,9 @@ class Server {
   CopierBlock* b_;
   const CopierCuda& cu_;
   std::vector<Lane> lanes_;
+  bool batch_ = false;  // submit with cudaMemcpyBatchAsync
+  bool no_batch_api_ = false;  // ce asked, but the runtime has no batch API (noted at the first copy)
+  bool noted_ = false;         // the fallback's note is written (once per helper)
 };
 
 }  // namespace

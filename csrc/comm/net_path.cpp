@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -267,6 +268,7 @@ struct NetCopier {
 
   void open(const char* op, int dev) {
     device = dev;
+    submit_asked = copier_submit_env(op);
     int least = 0, greatest = 0;
     check_cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), op, "cudaDeviceGetStreamPriorityRange");
     check_cuda(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest), op,
@@ -292,10 +294,11 @@ struct NetCopier {
   // kernel, which could wait forever behind a collective kernel that fills this client's SMs
   // while it waits for the signal this copy precedes. cudaMemcpyBatchAsync's
   // PreferOverlapWithCompute asks for the copy engines (a hint; where the batch API refuses, a
-  // plain cudaMemcpyAsync, once noted in batch_refused).
+  // plain cudaMemcpyAsync, noted once in `note` and on stderr). MKERNEL_NET_GDR_COPIER_SUBMIT=plain
+  // asks for the plain copy (as the copier process: gdr_copier_serve.cpp Server::submit).
   cudaError_t copy(uint8_t* dst, const uint8_t* src, uint64_t bytes) {
 #if CUDART_VERSION >= 12080
-    if (!batch_refused) {
+    if (!batch_refused && submit_asked != kCopierSubmitPlain) {
       void* dsts[1] = {dst};
       const void* srcs[1] = {src};
       size_t sizes[1] = {static_cast<size_t>(bytes)};
@@ -309,14 +312,48 @@ struct NetCopier {
       size_t fail = 0;
       const cudaError_t e = cudaMemcpyBatchAsync(dsts, const_cast<void**>(srcs), sizes, 1, &attr, &first, 1, &fail, stream);
 #endif
-      if (e != cudaErrorNotSupported && e != cudaErrorInvalidValue) return e;
+      if (e != cudaErrorNotSupported && e != cudaErrorInvalidValue) {
+        if (e == cudaSuccess) submit_path.store(kCopierSubmitCe, std::memory_order_relaxed);
+        return e;
+      }
       (void)cudaGetLastError();
       batch_refused = true;
+      set_note((std::string("cudaMemcpyBatchAsync refused the copy: ") + cudaGetErrorString(e)).c_str());
     }
+#else
+    if (submit_asked != kCopierSubmitPlain) set_note("built with CUDA < 12.8: no cudaMemcpyBatchAsync");
 #endif
-    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+    const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+    if (e == cudaSuccess) {
+      submit_path.store(submit_asked == kCopierSubmitPlain ? kCopierSubmitPlain : kCopierSubmitPlainFallback,
+                        std::memory_order_relaxed);
+    }
+    return e;
   }
   bool batch_refused = false;
+  uint32_t submit_asked = kCopierSubmitCe;  // copier_submit_env at open()
+  std::atomic<uint32_t> submit_path{kCopierSubmitNone};  // read by submit_info on another thread
+  char note[192] = {};                 // why the plain copy ran although ce was asked (once)
+  std::atomic<bool> noted{false};      // note is written
+  void set_note(const char* why) {
+    if (noted.load(std::memory_order_relaxed)) return;
+    std::snprintf(note, sizeof note, "%s", why);
+    noted.store(true, std::memory_order_release);
+    std::fprintf(stderr, "mkernel: GPU-direct copies (in-process copier) submitted as plain cudaMemcpyAsync: %s\n",
+                 why);
+    std::fflush(stderr);
+  }
+  CopierStats stats;                           // this path's copies (in-process copier only)
+  std::chrono::steady_clock::time_point last_done{};
+
+  // The submission and cost as JSON (CopierProcess::submit_info for the copier process).
+  std::string submit_info() const {
+    if (proc) return proc->submit_info();
+    return std::string("{\"where\":\"thread\",\"asked\":\"") + copier_submit_name(submit_asked) + "\",\"ran\":\"" +
+           copier_submit_name(submit_path.load(std::memory_order_relaxed)) + "\",\"note\":\"" +
+           copier_json_text(noted.load(std::memory_order_acquire) ? note : "") + "\"," +
+           copier_stats_json(stats) + "}";
+  }
 
   static int32_t start(void* ctx, int32_t peer, uint32_t local_buf, uint64_t local_off, uint32_t remote_buf,
                        uint64_t remote_off, uint64_t bytes, uint64_t* token) {
@@ -363,7 +400,15 @@ struct NetCopier {
       c->report_if_stuck(token);
       return 0;
     }
-    if (e == cudaSuccess) ++c->completed;
+    if (e == cudaSuccess) {
+      ++c->completed;
+      const InFlight& f = c->inflight[token % kEvents];
+      const auto now = std::chrono::steady_clock::now();
+      const auto from = std::max(f.at, c->last_done);
+      c->last_done = now;
+      c->stats.add(f.bytes, static_cast<uint64_t>(std::chrono::nanoseconds(now - f.at).count()),
+                   static_cast<uint64_t>(std::chrono::nanoseconds(now - from).count()));
+    }
     *is_done = e == cudaSuccess ? 1 : 0;
     return e == cudaSuccess ? 0 : static_cast<int32_t>(e);
   }
@@ -686,6 +731,11 @@ std::string NetPath::transport() const { return impl_->transport; }
 std::string NetPath::copier() const {
   if (!impl_ || !impl_->gpu_direct) return "";
   return impl_->copier && impl_->copier->proc ? impl_->copier->proc->what() : "thread";
+}
+
+std::string NetPath::copier_submit() const {
+  if (!impl_ || !impl_->copier) return "{}";
+  return impl_->copier->submit_info();
 }
 
 std::string NetPath::failure() const {

@@ -78,6 +78,9 @@ class NetPath {
   // Who submits the GPU-direct emulation's copies: "thread" (the proxy's, in this context), the
   // helper process's kind ("mkernel-gdr-copier" or "python helper"), "" when not GPU-direct.
   std::string copier() const;
+  // GPU-direct emulation: how the copies were submitted and what they cost, a JSON object
+  // (CopierProcess::submit_info; "{}" when not GPU-direct).
+  std::string copier_submit() const;
   std::string transport() const;
 
   // "" while the data path works, else its failure (naming the peer).

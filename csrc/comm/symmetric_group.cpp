@@ -342,6 +342,7 @@ std::string SymmetricGroup::net_info() const {
   return std::string("{\"transport\":\"") + n.transport() + "\",\"gpu_memory\":" +
          (n.gpu_memory() ? "true" : "false") + ",\"gpu_direct\":" + (n.gpu_direct() ? "true" : "false") +
          ",\"module_loading\":\"" + n.module_loading() + "\",\"copier\":\"" + n.copier() + "\"" +
+         ",\"copier_submit\":" + n.copier_submit() +
          ",\"send_bytes\":" + std::to_string(view_.net.send_bytes) +
          ",\"recv_bytes\":" + std::to_string(view_.net.recv_bytes) +
          ",\"paths_opened\":" + std::to_string(impl_->retired_net.size() + 1) + ",\"stats\":" + n.stats() + "}";

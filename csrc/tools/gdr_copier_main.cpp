@@ -55,5 +55,20 @@ int main(int argc, char** argv) {
                   resolve(lib, "cudaGetLastError", &cu.get_last_error) &&
                   resolve(lib, "cudaGetErrorString", &cu.get_error_string);
   if (!ok) return 3;
+  // The copy-engine submission (optional: absent before CUDA 12.8, and its signature changed in
+  // 13.0: the runtime's own version picks which one the symbol has).
+  int (*runtime_version)(int*) = nullptr;
+  int version = 0;
+  if (void* f = dlsym(lib, "cudaRuntimeGetVersion"); f != nullptr) {
+    runtime_version = reinterpret_cast<int (*)(int*)>(f);
+    if (runtime_version(&version) != kCopierCudaSuccess) version = 0;
+  }
+  if (void* f = dlsym(lib, "cudaMemcpyBatchAsync"); f != nullptr) {
+    if (version >= 13000) {
+      cu.memcpy_batch_async = reinterpret_cast<decltype(cu.memcpy_batch_async)>(f);
+    } else if (version >= 12080) {
+      cu.memcpy_batch_async_v12 = reinterpret_cast<decltype(cu.memcpy_batch_async_v12)>(f);
+    }
+  }
   return copier_serve(block_fd, lifeline_fd, cu);
 }

@@ -89,6 +89,7 @@ int copies(const CopierLaunch& l) {
   other.join();
   c2->release(b);
   std::printf("paths ok (helper pid %d, channels %d %d)\n", static_cast<int>(c->pid()), a, b);
+  std::printf("SUBMIT %s\n", c->submit_info().c_str());
   // a copy outside the mapped areas: the helper fails with a message
   Area send("mkcp-send2-" + tag, 1 << 20), r1("mkcp-r1b-" + tag, 1 << 20);
   std::vector<const CopierIpcHandle*> recv(4, nullptr);
@@ -175,7 +176,10 @@ int orphan(const CopierLaunch& l) {
 
 int main(int argc, char** argv) {
   if (argc < 4) return 2;
-  const CopierLaunch l{argv[1], {argv[1], argv[2], "{block}", "{lifeline}"}, "mkernel-gdr-copier"};
+  // DRIVER_SUBMIT=plain: the rank asks for plain cudaMemcpyAsync (MKERNEL_NET_GDR_COPIER_SUBMIT=plain).
+  const char* sub = std::getenv("DRIVER_SUBMIT");
+  const CopierLaunch l{argv[1], {argv[1], argv[2], "{block}", "{lifeline}"}, "mkernel-gdr-copier",
+                       sub != nullptr && std::string(sub) == "plain" ? kCopierSubmitPlain : kCopierSubmitCe};
   try {
     const std::string mode = argv[3];
     if (mode == "copies") return copies(l);

@@ -2,12 +2,17 @@
 // copier protocol (test_gdr_copier_process.py): "device memory" is host shared memory, an IPC
 // handle holds the path of a file under /dev/shm, copies are memcpy, events are always done.
 // MOCK_SETDEVICE_MS delays context creation; MOCK_SETDEVICE_FAIL fails it (error 100).
+// cudaRuntimeGetVersion says MOCK_RUNTIME_VERSION (default 13000); cudaMemcpyBatchAsync (CUDA 13's
+// signature) copies one pointer-to-pointer copy with stream-ordered source access and the
+// PreferOverlapWithCompute flag and refuses anything else (cudaErrorInvalidValue), or everything
+// with MOCK_BATCH_REFUSE (cudaErrorNotSupported).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -58,10 +63,29 @@ int cudaMemcpyAsync(void* d, const void* s, size_t n, int, void*) {
   std::memcpy(d, s, n);
   return 0;
 }
+int cudaRuntimeGetVersion(int* v) {
+  const char* e = std::getenv("MOCK_RUNTIME_VERSION");
+  *v = e != nullptr ? std::atoi(e) : 13000;
+  return 0;
+}
+struct Attr {
+  int32_t order;
+  int32_t src_type, src_id, dst_type, dst_id;
+  uint32_t flags;
+};
+int cudaMemcpyBatchAsync(void* const* d, const void* const* s, const size_t* n, size_t count, Attr* a, size_t* idx,
+                         size_t na, void*) {
+  if (std::getenv("MOCK_BATCH_REFUSE") != nullptr) return 801;
+  if (count != 1 || na != 1 || idx[0] != 0 || a[0].order != 1 || a[0].flags != 1) return 1;
+  std::memcpy(d[0], s[0], n[0]);
+  return 0;
+}
 int cudaEventCreateWithFlags(void** e, unsigned int) { *e = &token; return 0; }
 int cudaEventRecord(void*, void*) { return 0; }
 int cudaEventQuery(void*) { return 0; }
 int cudaEventDestroy(void*) { return 0; }
 int cudaGetLastError() { return 0; }
-const char* cudaGetErrorString(int e) { return e == 100 ? "no CUDA-capable device is detected (mock)" : "mock error"; }
+const char* cudaGetErrorString(int e) {
+  return e == 100 ? "no CUDA-capable device is detected (mock)" : e == 801 ? "operation not supported (mock)" : "mock error";
+}
 }

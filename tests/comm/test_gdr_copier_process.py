@@ -50,6 +50,38 @@ def test_paths_share_one_helper(built) -> None:
     assert "COPIES OK" in out and "lies outside the mapped areas" in out, out
 
 
+def submit_of(out: str) -> dict:
+    import json
+    m = re.search(r"^SUBMIT (\{.*\})$", out, re.M)
+    assert m, out
+    return json.loads(m.group(1))
+
+
+# The copies' submission (xnode7): the copy engines by default (cudaMemcpyBatchAsync, one copy,
+# stream order, PreferOverlapWithCompute; the mock refuses any other attributes), plain
+# cudaMemcpyAsync when asked, and the fallback (noted once, on stderr and in the path info) where
+# the runtime has no batch API or refuses it. Every case moves the same bytes (COPIES OK) and
+# counts every copy: 3 path rounds x 300 copies of 4 KiB.
+@pytest.mark.parametrize("case,env,ran,note", [
+    ("ce", {}, "batch_ce", ""),
+    ("plain", {"DRIVER_SUBMIT": "plain"}, "memcpy", ""),
+    ("old_runtime", {"MOCK_RUNTIME_VERSION": "12060"}, "memcpy_fallback", "CUDA < 12.8"),
+    ("refused", {"MOCK_BATCH_REFUSE": "1"}, "memcpy_fallback", "refused the copy: operation not supported"),
+])
+def test_the_submission_path(built, case, env, ran, note) -> None:
+    out = drive(built, "copies", env=env)
+    assert "COPIES OK" in out, out
+    s = submit_of(out)
+    assert s["where"] == "process" and s["ran"] == ran, s
+    assert s["asked"] == ("memcpy" if case == "plain" else "batch_ce"), s
+    assert (note in s["note"]) if note else s["note"] == "", s
+    assert s["copies"] == 900 and abs(s["mib"] - 900 * 4096 / 2**20) < 1e-3, s
+    assert 0 <= s["service_us_mean"] <= s["latency_us_mean"] + 1e-6, s
+    assert s["latency_us_max"] >= s["latency_us_mean"] - 1e-6, s
+    # the fallback is said once on the helper's stderr (the rank's), never when plain was asked
+    assert out.count("submitted as plain cudaMemcpyAsync") == (1 if note else 0), out
+
+
 def test_the_helper_exits_with_its_rank(built) -> None:
     out = drive(built, "orphan")
     m = re.search(r"ORPHAN GONE after ([0-9.]+) s", out)

@@ -246,6 +246,7 @@ GROW_STEPS = ("ag1", "ag2", "rs1")
 
 
 def suite_grow(ctx, rank: int, world: int) -> None:
+    from benchmarks.common import copier_delta  # the repo root is on sys.path (tests.gpu imports)
     steps = [s for s in os.environ.get("GROW_STEPS", ",".join(GROW_STEPS)).split(",") if s]
     dtype = torch.bfloat16
     os.environ["MKERNEL_FUSED_VERBOSE"] = "1"  # the measured candidates on stderr
@@ -294,6 +295,8 @@ def suite_grow(ctx, rank: int, world: int) -> None:
             raise
         after = torch.ops.mkernel._net_path_info(ctx.handle, world)
         print(f"STEP {name} rank {rank} ok: first call {first_s:.2f} s; path {after}", flush=True)
+        # xnode7: how the copier submitted this step's copies and what each cost (both calls).
+        print(f"COPIER step {name} rank {rank} " + json.dumps(copier_delta(before, after)), flush=True)
         emit("GROW", {"step": name, "rank": rank, "first_s": round(first_s, 3)})
     os.environ["MKERNEL_FUSED"] = "force"
 
