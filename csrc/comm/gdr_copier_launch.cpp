@@ -122,7 +122,9 @@ uint32_t copier_submit_env(const char* op) {
   TORCH_CHECK_VALUE(s.empty() || s == "ce" || s == "plain", op, ": MKERNEL_NET_GDR_COPIER_SUBMIT=\"", s,
                     "\": want ce (the copy engines: cudaMemcpyBatchAsync, PreferOverlapWithCompute) or plain "
                     "(cudaMemcpyAsync)");
-  return s == "plain" ? kCopierSubmitPlain : kCopierSubmitCe;
+  // Unset: plain until a device run has checked the copy-engine submission in the copier process
+  // (xnode7's jobs ask for ce explicitly; the lead flips the default by their rule).
+  return s == "ce" ? kCopierSubmitCe : kCopierSubmitPlain;
 }
 
 CopierLaunch copier_launch(const char* op) {

@@ -14,10 +14,11 @@ namespace mkernel::comm {
 CopierLaunch copier_launch(const char* op);
 
 // MKERNEL_NET_GDR_COPIER_SUBMIT: how the GPU-direct emulation's copies are submitted, by the
-// copier process and by the in-process copier alike. Unset or "ce": cudaMemcpyBatchAsync with the
+// copier process and by the in-process copier alike. "ce": cudaMemcpyBatchAsync with the
 // PreferOverlapWithCompute hint (the copy engines; plain cudaMemcpyAsync where the runtime lacks
-// or refuses it, noted once); "plain": cudaMemcpyAsync (before xnode7 the copier process's only
-// submission). Spaces are ignored; anything else is an error naming `op`.
+// or refuses it, noted once); unset or "plain": cudaMemcpyAsync (before xnode7 the copier
+// process's only submission; the default until a device run has checked "ce"). Spaces are
+// ignored; anything else is an error naming `op`.
 uint32_t copier_submit_env(const char* op);
 
 }  // namespace mkernel::comm
