@@ -74,6 +74,22 @@ def test_c1x1_kernels(mps, world):
 
 
 @pytest.mark.parametrize("world", [2, 4])
+def test_stages2_kernels(mps, world):
+    """MKERNEL_FUSED_RS_STAGES2=1 (fused19, opt-in): gemm_rs / gemm_ar forced fused on the
+    2-stage coop_128x256_c2x1 kernel (96 KiB side buffer, kSidePipe), ragged M, bf16 + fp16,
+    against the fp32 reference per tile from poisoned memory, and bit-equal to the default
+    kernel. The 2-stage kernel must have run on every rank."""
+    res = run_ranks(RANKS, world, timeout=300,
+                    env=rank_env(mps, world, FUSED_SUITE="stages2", MKERNEL_FUSED_VERBOSE="1"))
+    cases = check_ranks(res)
+    # ranks x dtypes x 2 ops x 3 shapes x (2 outputs + same_bits)
+    assert len(cases) == world * 2 * 2 * 3 * 3
+    for r in res:
+        assert "runs the 2-stage kernel coop_128x256_c2x1_s2" in r.stderr, \
+            f"rank {r.rank}: no 2-stage launch line"
+
+
+@pytest.mark.parametrize("world", [2, 4])
 def test_mlp_layers(mps, world):
     """mkernel.nn column -> GeLU -> row under sequence parallelism: outputs and gradients."""
     cases = run(mps, world, "mlp")
