@@ -221,6 +221,27 @@ def rank_main() -> None:
                 # The same bits as the substrate's (checked once, before timing; reported).
                 ex_equal = bool(torch.equal(cands["link_exchange_gather"](),
                                             cands["link_substrate_all_gather"]()))
+        lean = os.environ.get("BENCH_MOE_LEAN") == "1" and nodes > 1
+        if nodes > 1:
+            # moe13: the dispatch alone (MKERNEL_MOE_DISPATCH_ONLY=1 returns before the GEMM; DeepEP's
+            # yardstick), and the sequence's counted-rows gather (MKERNEL_MOE_DISPATCH_GATHER=counted).
+            only = {"MKERNEL_MOE_DISPATCH_ONLY": "1"}
+            counted = {"MKERNEL_MOE_DISPATCH_GATHER": "counted"}
+            cands["mkernel_dispatch_only"] = with_env(only, cands["mkernel_dispatch_gemm"])
+            cands["mkernel_dispatch_only_counted"] = with_env(dict(only, **counted), cands["mkernel_dispatch_gemm"])
+            cands["mkernel_dispatch_gemm_counted"] = with_env(counted, cands["mkernel_dispatch_gemm"])
+            # The counted gather's rows are the default's, bit for bit (rows past the counts: unspecified).
+            counted_out = cands["mkernel_dispatch_gemm_counted"]().out
+            counted_equal = bool(torch.equal(counted_out[:rows], res.out[:rows]))
+            only_equal = bool(torch.equal(cands["mkernel_dispatch_only_counted"]().out[:rows], recv))
+            del counted_out
+        else:
+            counted_equal = only_equal = None
+        if lean:  # BENCH_MOE_LEAN=1 (--lean): only what moe13's link ratios need (a short device job)
+            keep = ("mkernel_dispatch_gemm", "mkernel_dispatch_gemm_counted", "mkernel_dispatch_only",
+                    "mkernel_dispatch_only_counted", "engine_gemm", "mkernel_combine",
+                    "link_exchange_gather", "link_exchange_a2a", "link_substrate_all_gather")
+            cands = {n: c for n, c in cands.items() if n in keep}
         live(rank, f"{s['name']}: inputs and layout ready; first calls of {len(cands)} candidates")
         for c in cands.values():
             c()
@@ -267,7 +288,7 @@ def rank_main() -> None:
         if nodes > 1:
             # Where the dispatch's time goes (MKERNEL_MOE_PHASES: timing events at its phase
             # boundaries, ms from its start on the GPU), the default and the previous sequence.
-            modes = [("pipelined", "1"), ("prev", "0")]
+            modes = [("prev", "0")] if lean else [("pipelined", "1"), ("prev", "0")]
             if "mkernel_dispatch_gemm_overlap" in cands:
                 modes.append(("overlap", "2"))
             for mode, val in modes:
@@ -280,7 +301,8 @@ def rank_main() -> None:
         dests[:, rank] = False
         sent = int(dests.sum()) * h * 2
         mine = dict(med=med, rows=rows, sent=sent, err_d=err_d, err_c=err_c, plan=plan, ex_equal=ex_equal,
-                    samples=times, profile=kernel_profile(cands, dist.barrier), phases=phases)
+                    samples=times, profile={} if lean else kernel_profile(cands, dist.barrier), phases=phases,
+                    counted_equal=counted_equal, only_equal=only_equal)
         every = [None] * world
         dist.all_gather_object(every, mine)
         if rank == 0:
@@ -302,6 +324,43 @@ def rank_main() -> None:
                 if "dispatch" in n or "compute" in n or "gemm" in n or "solo" in n:
                     row[n]["tflops_per_rank"] = flops / worst[n] / 1e9
             row["kernel_ms_per_call"] = [m["profile"] for m in every]
+            if nodes > 1:  # moe13: DeepEP-style dispatch-only / combine-only figures
+                remote = world - world // nodes
+                partial = 2 if os.environ.get("MKERNEL_MOE_NODES_COMBINE") == "reduce16" else 4
+                wire = {"dispatch": remote * t * h * 2,
+                        "combine": (remote * t * h * partial
+                                    if os.environ.get("MKERNEL_MOE_NODES_COMBINE") != "allgather" else None)}
+                row.update(deepep_style(worst, [m["med"] for m in every], [m["sent"] for m in every], wire,
+                                        link_gbs(row["emulate"])))
+                row["counted_rows_equal_default"] = [m["counted_equal"] for m in every]
+                row["dispatch_only_rows_equal_recv"] = [m["only_equal"] for m in every]
+                row["copier_submit_env"] = os.environ.get("MKERNEL_NET_GDR_COPIER_SUBMIT", "")
+            if lean:
+                rate = link_gbs(row["emulate"])
+                row.update(wall_clock(worst, max(m["sent"] for m in every), rate))
+                if "mkernel_dispatch_gemm_counted" in worst and "engine_gemm" in worst:
+                    over = worst["mkernel_dispatch_gemm_counted"] - worst["engine_gemm"]
+                    row["dispatch_overhead_ms_aligned_counted"] = over
+                    row["dispatch_link_ratio_wall_counted"] = (
+                        max(m["sent"] for m in every) / (over * 1e-3) / 1e9 / rate if (over > 0 and rate) else None)
+                    row["dispatch_speedup_counted"] = (worst["mkernel_dispatch_gemm"] /
+                                                       worst["mkernel_dispatch_gemm_counted"])
+                link = {}
+                for n, per_rank in (("link_substrate_all_gather", t * h * 2), ("link_exchange_gather", t * h * 2),
+                                    ("link_exchange_a2a", t * h * 4)):
+                    if n in worst:
+                        link[n] = {"ms": worst[n], "gbs_per_rank": remote * per_rank / (worst[n] * 1e-3) / 1e9}
+                row["link_paths"] = link
+                row["dispatch_phases"] = {"prev": [m["phases"].get("prev", {}) for m in every]}
+                row["lean"] = True
+                print("RESULT " + json.dumps(row), flush=True)
+                live(rank, "RESULT " + json.dumps(row))
+                if os.environ.get("OUT"):
+                    with open(os.path.join(os.environ["OUT"], "moe_ranks_rows.jsonl"), "a") as fh:
+                        fh.write(json.dumps(dict(row, commit=os.environ.get("MKERNEL_COMMIT"))) + "\n")
+                del res, recv, y
+                torch.cuda.empty_cache()
+                continue
             row["dispatch_ratio_vs_unfused"] = worst["unfused_dispatch_gemm"] / worst["mkernel_dispatch_gemm"]
             row["dispatch_ratio_vs_compute"] = worst["compute_grouped_mm"] / worst["mkernel_dispatch_gemm"]
             # Per rank, then the worst: the routing + dispatch kernel's share of the fused op.
@@ -452,6 +511,55 @@ def wall_clock(worst: dict, sent_bytes: int, rate: float | None) -> dict:
     return out
 
 
+def deepep_style(worst: dict, own: list[dict], sent: list[int], wire: dict, rate: float | None) -> dict:
+    """moe13: the dispatch's and the combine's bandwidth as DeepEP measures it (its tests: bytes
+    over the link / the op's own time, no GEMM inside and none subtracted). ``worst``: name -> the
+    slowest rank's median (aligned samples); ``own``: per rank, name -> that rank's own median;
+    ``sent``: per rank, the bytes of token rows it sends to other ranks (each token once per
+    destination: DeepEP's "logical" bytes, the same for the dispatch and the combine); ``wire``:
+    name -> the bytes per rank the op's inter-node path actually moves (the dispatch's exchange
+    sends every padded row, the combine's reduce sends fp32 partials: 2x the logical bytes).
+    Candidates ``mkernel_dispatch_only*`` (MKERNEL_MOE_DISPATCH_ONLY=1: the dispatch returns before
+    the GEMM) and ``mkernel_combine``. Keys: ``<name>_gbs`` (max sent / worst median), ``_link_ratio``,
+    ``_gbs_per_rank_own`` (each rank's bytes / its own median: DeepEP's per-rank print),
+    ``_link_ratio_own_min``, and ``_wire_link_ratio`` (wire bytes / worst median / link)."""
+    out = {}
+    for name in sorted(n for n in worst if n.startswith("mkernel_dispatch_only") or n == "mkernel_combine"):
+        ms = worst[name]
+        if not ms or ms <= 0:
+            continue
+        gbs = max(sent) / (ms * 1e-3) / 1e9
+        own_gbs = [s / (m[name] * 1e-3) / 1e9 if m.get(name) else None for s, m in zip(sent, own)]
+        out[name + "_gbs"] = gbs
+        out[name + "_link_ratio"] = gbs / rate if rate else None
+        out[name + "_gbs_per_rank_own"] = own_gbs
+        known = [g for g in own_gbs if g is not None]
+        out[name + "_link_ratio_own_min"] = min(known) / rate if (rate and known) else None
+        key = "combine" if name == "mkernel_combine" else "dispatch"
+        if wire.get(key):
+            w = wire[key] / (ms * 1e-3) / 1e9
+            out[name + "_wire_gbs"] = w
+            out[name + "_wire_link_ratio"] = w / rate if rate else None
+    return out
+
+
+def print_deepep(row: dict) -> None:
+    """The row's moe13 line(s): DeepEP-style dispatch-only / combine-only link ratios."""
+    def fmt(v, nd=2):
+        return "n/a" if v is None else f"{v:.{nd}f}"
+
+    names = [n for n in ("mkernel_dispatch_only", "mkernel_dispatch_only_counted", "mkernel_combine")
+             if n + "_gbs" in row]
+    if not names:
+        return
+    parts = []
+    for n in names:
+        parts.append(f"{n[8:]} {fmt(row[n]['median_ms'], 3)} ms = {fmt(row[n + '_gbs'], 1)} GB/s/rank = "
+                     f"{fmt(row.get(n + '_link_ratio'))}x the link (own-rank min "
+                     f"{fmt(row.get(n + '_link_ratio_own_min'))}x; wire {fmt(row.get(n + '_wire_link_ratio'))}x)")
+    print("  DeepEP-style (bytes sent / op time, no GEMM; moe13): " + "; ".join(parts), flush=True)
+
+
 def captured(cands: dict, names: tuple) -> dict:
     """``<name>_graph``: each candidate captured in a CUDA graph (after the eager warm-up sized
     every buffer) and replayed: the same GPU work without the host's issue time (run 3: 1.35 ms
@@ -545,6 +653,15 @@ def print_targets(rows: list[dict]) -> None:
     alone at the 131072-token row (seed_e256_top8_32k at W=2), >= 0.8x the emulated link."""
     print("issue 14 targets:", flush=True)
     for row in rows:
+        if row.get("lean"):  # moe13's DeepEP-style figures against the 0.8x target
+            link = link_gbs(row.get("emulate", ""))
+            line = f"  {row['name']} nodes={row.get('nodes', 1)} (lean)"
+            for n in ("mkernel_dispatch_only", "mkernel_dispatch_only_counted", "mkernel_combine"):
+                r = row.get(n + "_link_ratio")
+                if r is not None:
+                    line += f", {n[8:]} {r:.2f}x the {link:g} GB/s link [{'met' if r >= 0.8 else 'MISSED'}]"
+            print(line, flush=True)
+            continue
         nodes = row.get("nodes", 1)
         where = f"{row['name']} nodes={nodes}"
         d, c = row["dispatch_ratio_vs_unfused"], row["combine_ratio_vs_unfused"]
@@ -571,8 +688,38 @@ def print_targets(rows: list[dict]) -> None:
         print(line, flush=True)
 
 
+def print_lean(row: dict) -> None:
+    """A --lean row (moe13's device job): the op with and without the counted gather, the GEMM alone,
+    the link paths alone, the moe10 wall-clock ratio and the DeepEP-style ones."""
+    def fmt(v, nd=2):
+        return "n/a" if v is None else f"{v:.{nd}f}"
+
+    def ms(n):
+        return fmt(row.get(n, {}).get("median_ms"), 3)
+
+    print(f"{row['name']} W={row['world']} nodes={row['nodes']} link {row.get('emulate')} (lean, copier submit "
+          f"{row.get('copier_submit_env') or 'default'}): dispatch+gemm {ms('mkernel_dispatch_gemm')} ms, counted "
+          f"{ms('mkernel_dispatch_gemm_counted')} ms (speed-up {fmt(row.get('dispatch_speedup_counted'), 3)}x); "
+          f"GEMM alone {ms('engine_gemm')} ms; dispatch only {ms('mkernel_dispatch_only')} ms, counted "
+          f"{ms('mkernel_dispatch_only_counted')} ms; combine {ms('mkernel_combine')} ms; sent/rank "
+          f"{row.get('sent_bytes_per_rank')}; counted rows == default {row.get('counted_rows_equal_default')}, "
+          f"dispatch-only rows == recv {row.get('dispatch_only_rows_equal_recv')}", flush=True)
+    print("  link paths alone: " + ", ".join(f"{n[5:]} {v['ms']:.3f} ms = {v['gbs_per_rank']:.1f} GB/s/rank"
+                                            for n, v in row.get("link_paths", {}).items()), flush=True)
+    print(f"  moe10 yardstick (op - GEMM alone, slowest rank both sides): "
+          f"{fmt(row.get('dispatch_link_ratio_wall'))}x the link, counted "
+          f"{fmt(row.get('dispatch_link_ratio_wall_counted'))}x", flush=True)
+    print_deepep(row)
+    for mode, per_rank in row.get("dispatch_phases", {}).items():
+        print(f"  phases {mode} (ms from the op's start, per rank): " +
+              " | ".join(", ".join(f"{k} {v:.3f}" for k, v in p.items()) for p in per_rank), flush=True)
+
+
 def print_row(row: dict) -> None:
     """The row's two (or three) lines of the report."""
+    if row.get("lean"):
+        print_lean(row)
+        return
     print(f"{row['name']} W={row['world']}"
           f"{' nodes=%d' % row['nodes'] if row.get('nodes', 1) > 1 else ''}"
           f"{' link ' + row['emulate'] if row.get('emulate') else ''}: dispatch+gemm {row['mkernel_dispatch_gemm']['median_ms']:.3f} ms "
@@ -603,6 +750,7 @@ def print_row(row: dict) -> None:
           + f"; exchange == all_gather: {row.get('exchange_equals_all_gather')}",
               flush=True)
     print_moe10(row)
+    print_deepep(row)
     if "graph_dispatch_ratio_vs_unfused" in row:
         print(f"  graphs: dispatch+gemm {row['mkernel_dispatch_gemm_graph']['median_ms']:.3f} ms "
               f"({row['graph_dispatch_ratio_vs_unfused']:.2f}x unfused), combine "
@@ -656,6 +804,11 @@ def main() -> None:
                          "e.g. 50GB/s,3us")
     ap.add_argument("--graph", action="store_true",
                     help="also time every op captured in a CUDA graph (no host issue time)")
+    ap.add_argument("--lean", action="store_true",
+                    help="with --nodes > 1: time only the op (with and without "
+                         "MKERNEL_MOE_DISPATCH_GATHER=counted), the dispatch alone "
+                         "(MKERNEL_MOE_DISPATCH_ONLY=1), the combine, the GEMM alone and the link paths; "
+                         "no unfused path, solo GEMMs or profile (moe13's short device job)")
     ap.add_argument("--table", action="store_true",
                     help="the issue's whole table in one run: " + ", ".join(TABLE_SHAPES) +
                          " on one node, then " + TABLE_NODES_SHAPE + " over 2 emulated nodes "
@@ -703,6 +856,7 @@ def main() -> None:
                 env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",
                 BENCH_ITERS=str(iters), BENCH_SHAPES=shapes,
                 BENCH_GRAPH="1" if args.graph else "0", BENCH_NODES=str(nodes),
+                BENCH_MOE_LEAN="1" if args.lean else "0",
                 MKERNEL_NET_EMULATE=emulate, BENCH_LIVE=str(live_path)))
         finally:
             done.set()

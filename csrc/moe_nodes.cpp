@@ -99,6 +99,32 @@ int dispatch_mode() {
   return m[0] - '0';
 }
 
+// MKERNEL_MOE_DISPATCH_GATHER (moe13; read at every call, every rank the same): unset or "bound",
+// the sequential dispatch (mode 0) reads its rows with index_select over the static row bound
+// (W * max_T * min(k, E_local) rows: 65536 at the seed's 8k over W=2, the counts cover ~32.9k, so
+// ~2x the bytes read and written after the join, none of it beside the link); "counted" (opt-in),
+// the row-gather kernel over the rows the counts cover only (the pipelined path's gather; rows past
+// the counts stay unwritten: unspecified, as on one node and on the pipelined path).
+bool gather_counted() {
+  const char* v = std::getenv("MKERNEL_MOE_DISPATCH_GATHER");
+  if (v == nullptr || *v == '\0') return false;
+  const std::string m(v);
+  TORCH_CHECK_VALUE(m == "bound" || m == "counted",
+                    "MKERNEL_MOE_DISPATCH_GATHER must be \"bound\" or \"counted\" (or unset), got \"", m,
+                    "\"");
+  return m == "counted";
+}
+
+// MKERNEL_MOE_DISPATCH_ONLY=1 (measurement only, read at every call, every rank the same): the
+// several-node dispatch returns once the received rows are in place, before the grouped GEMM, with
+// `out` = the received rows ([rows_out, H] or [E_local, C, H], NOT the GEMM's output). The bench
+// times it by CUDA events on the caller's stream: the dispatch alone, as DeepEP measures it (bytes
+// over the link / dispatch time), instead of "op minus a GEMM timed in another call".
+bool dispatch_only() {
+  const char* v = std::getenv("MKERNEL_MOE_DISPATCH_ONLY");
+  return v != nullptr && std::string(v) == "1";
+}
+
 // MKERNEL_MOE_HEADED_SYNC=1 (tests only, read at every call; every rank the same): the host
 // waits for the whole device between the headed gather's two halves, the worst any host call
 // there may do (a lazily loaded kernel's first launch may synchronize the context; moe12 found
@@ -310,7 +336,8 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
   }
   const at::Tensor token = at::div(perm.index_select(0, sorted_pos.clamp_max(n - 1)), k, "floor");
   at::Tensor recv;
-  if (!pipelined) {
+  const bool counted = !pipelined && gather_counted();
+  if (!pipelined && !counted) {
     if (own_path) exchange_join();
     ph.mark("joined", main);
     recv = x_all.index_select(0, token);
@@ -333,126 +360,143 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
       TORCH_CHECK(err == cudaSuccess, op, ": the row gather failed to launch: ",
                   cudaGetErrorString(err));
     };
-    if (headed && mode == 2 && capacity == 0) {
-      // The overlapped dispatch: the packed layout split in two packed layouts, the rows of this
-      // rank's own tokens ("own") and the others ("rem"), each expert-major with the packed
-      // layout's order inside an expert (tests/host/moe_split_layout.py is this sequence's twin,
-      // checked against the reference). The own GEMM runs while the other ranks' rows are on
-      // the link; the two GEMMs' rows then go back to the packed order.
-      const int64_t bound_own = Tm * std::min(k, El), bound_rem = rows_out - bound_own;
-      const at::Tensor sp = sorted_pos.clamp_max(n - 1);
-      const at::Tensor ex = (skey.index_select(0, sp) - me * El).clamp(0, El - 1);
-      const at::Tensor j = sorted_pos - starts.index_select(0, ex + me * El);
-      const at::Tensor s_of = at::div(token, Tm, "floor");
-      const at::Tensor rc = r.recv_counts.to(at::kLong);  // [W, El]
-      const at::Tensor own_cnt = rc.select(0, me);
-      const at::Tensor before = rc.cumsum(0).select(0, me) - own_cnt;
-      const at::Tensor rem_cnt = r.counts.to(at::kLong) - own_cnt;
-      const at::Tensor own_start = own_cnt.cumsum(0) - own_cnt;
-      const at::Tensor rem_start = rem_cnt.cumsum(0) - rem_cnt;
-      const at::Tensor is_own = live.logical_and(s_of.eq(me));
-      const at::Tensor is_rem = live.logical_and(s_of.ne(me));
-      const at::Tensor oi = own_start.index_select(0, ex) + j - before.index_select(0, ex);
-      const at::Tensor ri = rem_start.index_select(0, ex) +
-                            at::where(s_of.lt(me), j, j - own_cnt.index_select(0, ex));
-      const at::Tensor map_own = at::where(is_own, oi, -1).contiguous();
-      const at::Tensor map_rem = at::where(is_rem, ri, -1).contiguous();
-      const at::Tensor tok_own = at::full({bound_own + 1}, -1, long_opts)
-                                     .scatter_(0, at::where(is_own, oi, bound_own), token)
-                                     .narrow(0, 0, bound_own)
-                                     .contiguous();
-      const at::Tensor tok_rem = at::full({bound_rem + 1}, -1, long_opts)
-                                     .scatter_(0, at::where(is_rem, ri, bound_rem), token)
-                                     .narrow(0, 0, bound_rem)
-                                     .contiguous();
-      const at::Tensor a_own = at::empty({bound_own, H}, x.options());
-      const at::Tensor a_rem = at::empty({bound_rem, H}, x.options());
-      auto gather_into = [&](const at::Tensor& dst, const at::Tensor& tok, const void* from,
-                             int64_t row0, int64_t rows, int64_t rb, cudaStream_t st) {
-        const cudaError_t err = moe_net::launch_gather_rows(
-            from, row0, rows, tok.data_ptr<int64_t>(), tok.size(0), dst.data_ptr(), rb, sms, st);
-        TORCH_CHECK(err == cudaSuccess, op, ": the row gather failed to launch: ",
-                    cudaGetErrorString(err));
-      };
-      at::cuda::CUDAEvent layout_done;  // no hook below waits for it
-      layout_done.record(main);
-      ph.mark("layout", main);
-      // Every piece's wait and unstage, and DONE, were queued by gather_headed_start (moe12).
-      headed_sync_for_test(op, main);
-      gather_headed_finish(*headed, layout_done, RowsLanded());
-      ph.mark_event("sent", headed_sent_event(*headed));
-      ph.mark_event("received", headed_received_event(*headed));
-      gather_into(a_own, tok_own, x_pad.data_ptr(), me * Tm, Tm, row_bytes, main.stream());
-      const at::Tensor y_own = expert_gemm(a_own, w1, own_cnt.to(at::kInt), 0);
-      ph.mark("gemm_own", main);
-      exchange_join();  // the other ranks' rows are in x_all now
-      ph.mark("joined", main);
-      const auto* all_base = static_cast<const uint8_t*>(x_all.data_ptr());
-      for (int64_t p = 0; p < W; ++p) {
-        if (p == me) continue;
-        gather_into(a_rem, tok_rem, all_base + p * Tm * row_bytes, p * Tm, Tm, row_bytes,
-                    main.stream());
-      }
-      ph.mark("gathered", main);
-      const at::Tensor y_rem = expert_gemm(a_rem, w1, rem_cnt.to(at::kInt), 0);
-      const int64_t F = w1.size(1);
-      at::Tensor out = at::empty({rows_out, F}, x.options());
-      const int64_t out_bytes = F * x.element_size();
-      if (bound_own > 0) {
-        gather_into(out, map_own, y_own.data_ptr(), 0, bound_own, out_bytes, main.stream());
-      }
-      gather_into(out, map_rem, y_rem.data_ptr(), 0, bound_rem, out_bytes, main.stream());
-      ph.mark("gemm", main);
-      if (return_recv) {  // the received rows in the packed layout (the weight gradient's)
-        recv = at::empty({rows_out, H}, x.options());
-        gather(x_pad, me * Tm, Tm, main.stream());
-        for (int64_t p = 0; p < W; ++p) {
-          if (p != me) gather(x_all.narrow(0, p * Tm, Tm), p * Tm, Tm, main.stream());
-        }
-      }
-      if (ph.on) {
-        ph.host_ms = ph.host_now();
-        last_phases_keep = headed;
-        last_phases = std::move(ph);
-      }
-      r.out = out;
-      r.recv_x = return_recv ? recv : x.new_empty({0});
-      return r;
-    }
-    recv = at::empty({rows_out, H}, x.options());
-    if (headed) {
-      // This rank's rows from x now (this stream); every other rank's as its pieces land (the
-      // headed gather's hooks' stream, once this stream's layout is done and the receive stream
-      // unstaged the piece: moe_net.h). Each row is written by one launch.
-      at::cuda::CUDAEvent layout_done;
-      layout_done.record(main);
-      ph.mark("layout", main);
-      gather(x_pad, me * Tm, Tm, main.stream());  // disjoint rows from the hooks' stream's
-      const uint8_t* all_base = static_cast<const uint8_t*>(x_all.data_ptr());
-      headed_sync_for_test(op, main);
-      gather_headed_finish(*headed, layout_done,
-                           [&](int p, int64_t r0, int64_t r1, cudaStream_t s) {
-                             const int64_t row0 = p * Tm + r0;
-                             const cudaError_t err = moe_net::launch_gather_rows(
-                                 all_base + row0 * row_bytes, row0, r1 - r0,
-                                 token_live.data_ptr<int64_t>(), rows_out, recv.data_ptr(),
-                                 row_bytes, sms, s);
-                             TORCH_CHECK(err == cudaSuccess, op,
-                                         ": the row gather failed to launch: ",
-                                         cudaGetErrorString(err));
-                           });
-      ph.mark_event("sent", headed_sent_event(*headed));
-      ph.mark_event("received", headed_received_event(*headed));
-      exchange_join();  // token_live, recv, x_all: read on the receive stream until here
-      ph.mark("joined", main);
-    } else {
+    if (counted) {  // mode 0 with MKERNEL_MOE_DISPATCH_GATHER=counted: the sequence, counted rows
+      recv = at::empty({rows_out, H}, x.options());
       if (own_path) exchange_join();
       ph.mark("joined", main);
       gather(x_all, 0, W * Tm, main.stream());
-    }
+    } else {
+      if (headed && mode == 2 && capacity == 0) {
+        // The overlapped dispatch: the packed layout split in two packed layouts, the rows of this
+        // rank's own tokens ("own") and the others ("rem"), each expert-major with the packed
+        // layout's order inside an expert (tests/host/moe_split_layout.py is this sequence's twin,
+        // checked against the reference). The own GEMM runs while the other ranks' rows are on
+        // the link; the two GEMMs' rows then go back to the packed order.
+        const int64_t bound_own = Tm * std::min(k, El), bound_rem = rows_out - bound_own;
+        const at::Tensor sp = sorted_pos.clamp_max(n - 1);
+        const at::Tensor ex = (skey.index_select(0, sp) - me * El).clamp(0, El - 1);
+        const at::Tensor j = sorted_pos - starts.index_select(0, ex + me * El);
+        const at::Tensor s_of = at::div(token, Tm, "floor");
+        const at::Tensor rc = r.recv_counts.to(at::kLong);  // [W, El]
+        const at::Tensor own_cnt = rc.select(0, me);
+        const at::Tensor before = rc.cumsum(0).select(0, me) - own_cnt;
+        const at::Tensor rem_cnt = r.counts.to(at::kLong) - own_cnt;
+        const at::Tensor own_start = own_cnt.cumsum(0) - own_cnt;
+        const at::Tensor rem_start = rem_cnt.cumsum(0) - rem_cnt;
+        const at::Tensor is_own = live.logical_and(s_of.eq(me));
+        const at::Tensor is_rem = live.logical_and(s_of.ne(me));
+        const at::Tensor oi = own_start.index_select(0, ex) + j - before.index_select(0, ex);
+        const at::Tensor ri = rem_start.index_select(0, ex) +
+                              at::where(s_of.lt(me), j, j - own_cnt.index_select(0, ex));
+        const at::Tensor map_own = at::where(is_own, oi, -1).contiguous();
+        const at::Tensor map_rem = at::where(is_rem, ri, -1).contiguous();
+        const at::Tensor tok_own = at::full({bound_own + 1}, -1, long_opts)
+                                       .scatter_(0, at::where(is_own, oi, bound_own), token)
+                                       .narrow(0, 0, bound_own)
+                                       .contiguous();
+        const at::Tensor tok_rem = at::full({bound_rem + 1}, -1, long_opts)
+                                       .scatter_(0, at::where(is_rem, ri, bound_rem), token)
+                                       .narrow(0, 0, bound_rem)
+                                       .contiguous();
+        const at::Tensor a_own = at::empty({bound_own, H}, x.options());
+        const at::Tensor a_rem = at::empty({bound_rem, H}, x.options());
+        auto gather_into = [&](const at::Tensor& dst, const at::Tensor& tok, const void* from,
+                               int64_t row0, int64_t rows, int64_t rb, cudaStream_t st) {
+          const cudaError_t err = moe_net::launch_gather_rows(
+              from, row0, rows, tok.data_ptr<int64_t>(), tok.size(0), dst.data_ptr(), rb, sms, st);
+          TORCH_CHECK(err == cudaSuccess, op, ": the row gather failed to launch: ",
+                      cudaGetErrorString(err));
+        };
+        at::cuda::CUDAEvent layout_done;  // no hook below waits for it
+        layout_done.record(main);
+        ph.mark("layout", main);
+        // Every piece's wait and unstage, and DONE, were queued by gather_headed_start (moe12).
+        headed_sync_for_test(op, main);
+        gather_headed_finish(*headed, layout_done, RowsLanded());
+        ph.mark_event("sent", headed_sent_event(*headed));
+        ph.mark_event("received", headed_received_event(*headed));
+        gather_into(a_own, tok_own, x_pad.data_ptr(), me * Tm, Tm, row_bytes, main.stream());
+        const at::Tensor y_own = expert_gemm(a_own, w1, own_cnt.to(at::kInt), 0);
+        ph.mark("gemm_own", main);
+        exchange_join();  // the other ranks' rows are in x_all now
+        ph.mark("joined", main);
+        const auto* all_base = static_cast<const uint8_t*>(x_all.data_ptr());
+        for (int64_t p = 0; p < W; ++p) {
+          if (p == me) continue;
+          gather_into(a_rem, tok_rem, all_base + p * Tm * row_bytes, p * Tm, Tm, row_bytes,
+                      main.stream());
+        }
+        ph.mark("gathered", main);
+        const at::Tensor y_rem = expert_gemm(a_rem, w1, rem_cnt.to(at::kInt), 0);
+        const int64_t F = w1.size(1);
+        at::Tensor out = at::empty({rows_out, F}, x.options());
+        const int64_t out_bytes = F * x.element_size();
+        if (bound_own > 0) {
+          gather_into(out, map_own, y_own.data_ptr(), 0, bound_own, out_bytes, main.stream());
+        }
+        gather_into(out, map_rem, y_rem.data_ptr(), 0, bound_rem, out_bytes, main.stream());
+        ph.mark("gemm", main);
+        if (return_recv) {  // the received rows in the packed layout (the weight gradient's)
+          recv = at::empty({rows_out, H}, x.options());
+          gather(x_pad, me * Tm, Tm, main.stream());
+          for (int64_t p = 0; p < W; ++p) {
+            if (p != me) gather(x_all.narrow(0, p * Tm, Tm), p * Tm, Tm, main.stream());
+          }
+        }
+        if (ph.on) {
+          ph.host_ms = ph.host_now();
+          last_phases_keep = headed;
+          last_phases = std::move(ph);
+        }
+        r.out = out;
+        r.recv_x = return_recv ? recv : x.new_empty({0});
+        return r;
+      }
+      recv = at::empty({rows_out, H}, x.options());
+      if (headed) {
+        // This rank's rows from x now (this stream); every other rank's as its pieces land (the
+        // headed gather's hooks' stream, once this stream's layout is done and the receive stream
+        // unstaged the piece: moe_net.h). Each row is written by one launch.
+        at::cuda::CUDAEvent layout_done;
+        layout_done.record(main);
+        ph.mark("layout", main);
+        gather(x_pad, me * Tm, Tm, main.stream());  // disjoint rows from the hooks' stream's
+        const uint8_t* all_base = static_cast<const uint8_t*>(x_all.data_ptr());
+        headed_sync_for_test(op, main);
+        gather_headed_finish(*headed, layout_done,
+                             [&](int p, int64_t r0, int64_t r1, cudaStream_t s) {
+                               const int64_t row0 = p * Tm + r0;
+                               const cudaError_t err = moe_net::launch_gather_rows(
+                                   all_base + row0 * row_bytes, row0, r1 - r0,
+                                   token_live.data_ptr<int64_t>(), rows_out, recv.data_ptr(),
+                                   row_bytes, sms, s);
+                               TORCH_CHECK(err == cudaSuccess, op,
+                                           ": the row gather failed to launch: ",
+                                           cudaGetErrorString(err));
+                             });
+        ph.mark_event("sent", headed_sent_event(*headed));
+        ph.mark_event("received", headed_received_event(*headed));
+        exchange_join();  // token_live, recv, x_all: read on the receive stream until here
+        ph.mark("joined", main);
+      } else {
+        if (own_path) exchange_join();
+        ph.mark("joined", main);
+        gather(x_all, 0, W * Tm, main.stream());
+      }
+    }  // counted
   }
   ph.mark("gathered", main);
   if (capacity > 0) recv = recv.view({El, capacity, H});
+  if (dispatch_only()) {  // measurement only (see dispatch_only): no GEMM, out = the rows
+    if (ph.on) {
+      ph.host_ms = ph.host_now();
+      last_phases_keep = headed;
+      last_phases = std::move(ph);
+    }
+    r.out = recv;
+    r.recv_x = return_recv ? recv : x.new_empty({0});
+    return r;
+  }
   r.out = expert_gemm(recv, w1, r.counts, capacity);
   ph.mark("gemm", main);
   if (ph.on) {

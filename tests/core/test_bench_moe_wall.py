@@ -79,3 +79,45 @@ def test_print_row_reports_the_moe10_lines(capsys):
     json.dumps(row)
     bench.print_moe10({})  # a one-node row: nothing
     assert capsys.readouterr().out == ""
+
+
+def test_deepep_style_dispatch_only_and_combine():
+    # moe13: bytes sent / the op's own time (no GEMM), slowest rank and each rank's own median.
+    sent = [58_000_000, 58_500_000]
+    worst = {"mkernel_dispatch_only": 1.5, "mkernel_dispatch_only_counted": 1.3, "mkernel_combine": 2.6,
+             "mkernel_dispatch_gemm": 7.0, "engine_gemm": 5.0}
+    own = [{"mkernel_dispatch_only": 1.4, "mkernel_dispatch_only_counted": 1.2, "mkernel_combine": 2.5},
+           {"mkernel_dispatch_only": 1.5, "mkernel_dispatch_only_counted": 1.3, "mkernel_combine": 2.6}]
+    wire = {"dispatch": 58_720_256, "combine": 2 * 58_720_256}
+    row = bench.deepep_style(worst, own, sent, wire, 50.0)
+    assert row["mkernel_dispatch_only_gbs"] == pytest.approx(58.5e6 / 1.5e-3 / 1e9)
+    assert row["mkernel_dispatch_only_link_ratio"] == pytest.approx(58.5e6 / 1.5e-3 / 1e9 / 50)
+    assert row["mkernel_dispatch_only_gbs_per_rank_own"] == pytest.approx([58e6 / 1.4e-3 / 1e9, 58.5e6 / 1.5e-3 / 1e9])
+    assert row["mkernel_dispatch_only_link_ratio_own_min"] == pytest.approx(58.5e6 / 1.5e-3 / 1e9 / 50)
+    assert row["mkernel_dispatch_only_counted_wire_link_ratio"] == pytest.approx(58_720_256 / 1.3e-3 / 1e9 / 50)
+    # The combine's reduce moves fp32 partials: its wire ratio is 2x its logical one.
+    assert row["mkernel_combine_wire_gbs"] == pytest.approx(2 * 58_720_256 / 2.6e-3 / 1e9)
+    assert "mkernel_dispatch_gemm_gbs" not in row and "engine_gemm_gbs" not in row
+    # No emulated rate: bandwidths kept, ratios None; no wire bytes: no wire keys.
+    row = bench.deepep_style(worst, own, sent, {}, None)
+    assert row["mkernel_combine_link_ratio"] is None and row["mkernel_combine_gbs"] > 0
+    assert not any(k.endswith("_wire_gbs") for k in row)
+
+
+def test_print_lean_row_and_targets(capsys):
+    row = {"name": "seed_e256_top8_8k", "world": 2, "nodes": 2, "emulate": "50GB/s,3us", "lean": True,
+           "copier_submit_env": "ce", "sent_bytes_per_rank": [1, 2],
+           "mkernel_dispatch_gemm": {"median_ms": 7.0}, "mkernel_dispatch_gemm_counted": {"median_ms": 6.6},
+           "engine_gemm": {"median_ms": 5.0}, "mkernel_dispatch_only": {"median_ms": 1.8},
+           "mkernel_combine": {"median_ms": 2.5}, "dispatch_speedup_counted": 7.0 / 6.6,
+           "link_paths": {"link_exchange_gather": {"ms": 1.3, "gbs_per_rank": 45.0}},
+           "dispatch_link_ratio_wall": 0.64, "mkernel_dispatch_only_gbs": 32.0,
+           "mkernel_dispatch_only_link_ratio": 0.64, "mkernel_combine_gbs": 23.0,
+           "mkernel_combine_link_ratio": 0.46, "dispatch_phases": {"prev": [{"joined": 1.4}, {}]}}
+    bench.print_row(row)
+    bench.print_targets([row])
+    out = capsys.readouterr().out
+    assert "lean, copier submit ce" in out and "counted 6.600 ms" in out
+    assert "dispatch_only 1.800 ms = 32.0 GB/s/rank = 0.64x the link" in out
+    assert "dispatch_only 0.64x the 50 GB/s link [MISSED]" in out and "combine 0.46x" in out
+    assert "phases prev" in out and "joined 1.400" in out
