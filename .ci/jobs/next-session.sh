@@ -29,6 +29,13 @@ C)
   # moe12 (NOTES "MoE, moe12"): the pipelined dispatch's W=2 deadlock fix
   jx moe12 70 45 'bash benchmarks/moe12_device_job.sh'
   # xnode6's control (the old grid list; expected to stall as in s14run1) and the thread copier
+  # fused19 (NOTES "fused19"): 2-stage rs/ar kernel with a 96 KiB reduce buffer at short K
+  jx f19_test2 70 50 'MKERNEL_OP_TIMEOUT=15 timeout 65 python3 -m pytest -x -v -rA -p no:cacheprovider "tests/gpu/test_fused_ops.py::test_stages2_kernels[2]"'
+  jx f19_w2 60 50 'MKERNEL_OP_TIMEOUT=20 python3 benchmarks/bench_fused.py --world 2 --set issue --full --only "square M=8192,square M=16384" --ops gemm_rs,gemm_ar --variants stages2,pipe --variant-rows square --lean --no-b --stream --budget 40 --timeout 55'
+  # moe13 (NOTES "MoE, moe13"): DeepEP-style dispatch-only bandwidth, counted gather, plain vs ce copier
+  jx moe13 80 60 'bash benchmarks/moe13_device_job.sh'
+  # attn17 (branch attn17, NOT merged: it changes the default backward's seed/lse-grad handling; merge, then run
+  # `bash benchmarks/attn17_device_job.sh`, rule in its NOTES section on the branch)
   jx xn6_rs_thread 50 35 'python3 tests/gpu/run_grow.py --steps rs1 --copier thread --prune 1 --grids co --op-timeout 15 --timeout 47'
   ;;
 esac
