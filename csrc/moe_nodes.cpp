@@ -336,6 +336,18 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
   }
   const at::Tensor token = at::div(perm.index_select(0, sorted_pos.clamp_max(n - 1)), k, "floor");
   at::Tensor recv;
+  // Every exit after the layout: keep the phases (the borrowed sent / received events live in
+  // `headed`), the output and the received rows.
+  auto finish = [&](const at::Tensor& out) {
+    if (ph.on) {
+      ph.host_ms = ph.host_now();
+      last_phases_keep = headed;
+      last_phases = std::move(ph);
+    }
+    r.out = out;
+    r.recv_x = return_recv ? recv : x.new_empty({0});
+    return std::move(r);
+  };
   const bool counted = !pipelined && gather_counted();
   if (!pipelined && !counted) {
     if (own_path) exchange_join();
@@ -443,14 +455,7 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
             if (p != me) gather(x_all.narrow(0, p * Tm, Tm), p * Tm, Tm, main.stream());
           }
         }
-        if (ph.on) {
-          ph.host_ms = ph.host_now();
-          last_phases_keep = headed;
-          last_phases = std::move(ph);
-        }
-        r.out = out;
-        r.recv_x = return_recv ? recv : x.new_empty({0});
-        return r;
+        return finish(out);
       }
       recv = at::empty({rows_out, H}, x.options());
       if (headed) {
@@ -461,18 +466,11 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
         layout_done.record(main);
         ph.mark("layout", main);
         gather(x_pad, me * Tm, Tm, main.stream());  // disjoint rows from the hooks' stream's
-        const uint8_t* all_base = static_cast<const uint8_t*>(x_all.data_ptr());
         headed_sync_for_test(op, main);
         gather_headed_finish(*headed, layout_done,
                              [&](int p, int64_t r0, int64_t r1, cudaStream_t s) {
                                const int64_t row0 = p * Tm + r0;
-                               const cudaError_t err = moe_net::launch_gather_rows(
-                                   all_base + row0 * row_bytes, row0, r1 - r0,
-                                   token_live.data_ptr<int64_t>(), rows_out, recv.data_ptr(),
-                                   row_bytes, sms, s);
-                               TORCH_CHECK(err == cudaSuccess, op,
-                                           ": the row gather failed to launch: ",
-                                           cudaGetErrorString(err));
+                               gather(x_all.narrow(0, row0, r1 - r0), row0, r1 - r0, s);
                              });
         ph.mark_event("sent", headed_sent_event(*headed));
         ph.mark_event("received", headed_received_event(*headed));
@@ -488,24 +486,11 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
   ph.mark("gathered", main);
   if (capacity > 0) recv = recv.view({El, capacity, H});
   if (dispatch_only()) {  // measurement only (see dispatch_only): no GEMM, out = the rows
-    if (ph.on) {
-      ph.host_ms = ph.host_now();
-      last_phases_keep = headed;
-      last_phases = std::move(ph);
-    }
-    r.out = recv;
-    r.recv_x = return_recv ? recv : x.new_empty({0});
-    return r;
+    return finish(recv);
   }
-  r.out = expert_gemm(recv, w1, r.counts, capacity);
+  const at::Tensor out = expert_gemm(recv, w1, r.counts, capacity);
   ph.mark("gemm", main);
-  if (ph.on) {
-    ph.host_ms = ph.host_now();
-    last_phases_keep = headed;  // the borrowed sent / received events live in it
-    last_phases = std::move(ph);
-  }
-  r.recv_x = return_recv ? recv : x.new_empty({0});
-  return r;
+  return finish(out);
 }
 
 at::Tensor gather_nodes(const char* op, const at::Tensor& y, const at::Tensor& route,

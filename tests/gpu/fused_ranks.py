@@ -278,11 +278,25 @@ def suite_reduce(ctx, rank: int, world: int, op: str) -> None:
         torch.cuda.synchronize()
         for c, out, ref in pending:
             check("out", out, ref, c)
-            if op == "gemm_ar":  # identical bits on every rank
-                digest = torch.tensor([float(out.float().sum().item()), float(out.float().abs().sum().item())])
-                got = [torch.zeros(2, dtype=torch.float64) for _ in range(world)]
-                dist.all_gather(got, digest.double())
-                assert all(torch.equal(g, got[0]) for g in got), f"gemm_ar differs across ranks: {c}"
+            if op == "gemm_ar":
+                assert_same_bits_on_ranks(out, world, c)
+
+
+def assert_same_bits_on_ranks(out, world: int, c) -> None:
+    """gemm_ar's contract: identical bits on every rank (compared through a two-float digest)."""
+    digest = torch.tensor([float(out.float().sum().item()), float(out.float().abs().sum().item())])
+    got = [torch.zeros(2, dtype=torch.float64) for _ in range(world)]
+    dist.all_gather(got, digest.double())
+    assert all(torch.equal(g, got[0]) for g in got), f"gemm_ar differs across ranks: {c}"
+
+
+def restore_env(saved: dict) -> None:
+    """Put back the environment variables a suite changed (None: unset)."""
+    for v, val in saved.items():
+        if val is None:
+            os.environ.pop(v, None)
+        else:
+            os.environ[v] = val
 
 
 def suite_rs(ctx, rank: int, world: int) -> None:
@@ -361,19 +375,11 @@ def suite_c1x1(ctx, rank: int, world: int) -> None:
             for c, outs, ref, out_def in pending:
                 for j, out in enumerate(outs):
                     check(f"c1x1_out{j}", out, ref, c)
-                if c["op"] == "gemm_ar_c1x1":  # identical bits on every rank
-                    digest = torch.tensor([float(outs[0].float().sum().item()),
-                                           float(outs[0].float().abs().sum().item())])
-                    got = [torch.zeros(2, dtype=torch.float64) for _ in range(world)]
-                    dist.all_gather(got, digest.double())
-                    assert all(torch.equal(g, got[0]) for g in got), f"gemm_ar differs: {c}"
+                if c["op"] == "gemm_ar_c1x1":
+                    assert_same_bits_on_ranks(outs[0], world, c)
                 emit("CASE", dict(c, same_bits=bool(torch.equal(outs[0], out_def))))
     finally:
-        for v, val in saved.items():
-            if val is None:
-                os.environ.pop(v, None)
-            else:
-                os.environ[v] = val
+        restore_env(saved)
 
 
 # fused19: gemm_rs / gemm_ar shapes on coop_128x256_c2x1 (128x256 tiles give every SM of the
@@ -419,19 +425,11 @@ def suite_stages2(ctx, rank: int, world: int) -> None:
                     check(f"s2_out{j}", out, ref, c)
                 same = bool(torch.equal(outs[0], out_def)) and bool(torch.equal(outs[1], out_def))
                 assert same, f"the 2-stage kernel's output differs from the default kernel's: {c}"
-                if c["op"] == "gemm_ar_s2":  # identical bits on every rank
-                    digest = torch.tensor([float(outs[0].float().sum().item()),
-                                           float(outs[0].float().abs().sum().item())])
-                    got = [torch.zeros(2, dtype=torch.float64) for _ in range(world)]
-                    dist.all_gather(got, digest.double())
-                    assert all(torch.equal(g, got[0]) for g in got), f"gemm_ar differs: {c}"
+                if c["op"] == "gemm_ar_s2":
+                    assert_same_bits_on_ranks(outs[0], world, c)
                 emit("CASE", dict(c, same_bits=same))
     finally:
-        for v, val in saved.items():
-            if val is None:
-                os.environ.pop(v, None)
-            else:
-                os.environ[v] = val
+        restore_env(saved)
 
 
 def suite_graph(ctx, rank: int, world: int) -> None:
