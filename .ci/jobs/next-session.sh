@@ -8,6 +8,8 @@
 #   Budget: a cold start ~90 s + the build ~480 s of the session's 1800 s; call A's jobs get ~110 s.
 case "${CALL:-A}" in
 A)
+  # How big the build is: can a later cold call carry a prebuilt extension instead of rebuilding (~480 s)?
+  jx so_size 40 30 'ls -la python/mkernel/_C*.so; du -sh build 2>/dev/null; for f in python/mkernel/_C*.so; do echo "xz: $(xz -T16 -6 -c $f | wc -c) zstd: $(zstd -q -T16 -19 -c $f 2>/dev/null | wc -c)"; done; find build -name "*.o" | head -3; du -ch $(find build -name "*.o") 2>/dev/null | tail -1'
   # fused17 + the one-loss floor (NOTES "Session 14, device run 2"): W=4 gemm_ar fc2 M=16384 should now run fused
   jx f17_w4 55 35 'MKERNEL_OP_TIMEOUT=20 python3 benchmarks/bench_fused.py --world 4 --set issue --only "llama70b-fc1 M=16384,llama70b-fc2 M=16384" --variants peertma --variant-rows "llama70b-fc1 M=16384" --lean --samples 7 --stream --budget 40 --timeout 50'
   # xnode7 (NOTES "Fused ops across nodes, xnode7"): the GPU-direct copier on the copy engines vs plain
@@ -34,8 +36,6 @@ C)
   jx f19_w2 60 50 'MKERNEL_OP_TIMEOUT=20 python3 benchmarks/bench_fused.py --world 2 --set issue --full --only "square M=8192,square M=16384" --ops gemm_rs,gemm_ar --variants stages2,pipe --variant-rows square --lean --no-b --stream --budget 40 --timeout 55'
   # moe13 (NOTES "MoE, moe13"): DeepEP-style dispatch-only bandwidth, counted gather, plain vs ce copier
   jx moe13 80 60 'bash benchmarks/moe13_device_job.sh'
-  # attn17 (branch attn17, NOT merged: it changes the default backward's seed/lse-grad handling; merge, then run
-  # `bash benchmarks/attn17_device_job.sh`, rule in its NOTES section on the branch)
   jx xn6_rs_thread 50 35 'python3 tests/gpu/run_grow.py --steps rs1 --copier thread --prune 1 --grids co --op-timeout 15 --timeout 47'
   ;;
 esac
