@@ -618,7 +618,12 @@ std::vector<SmallPlan> small_candidates(const gemm::Problem& p, int sms) {
     if (variants[i] >= kFirstS14Swap && variants[i] <= kLastS14Swap && !s14_candidates() &&
         !(variants[i] == 23 && p.n < 8192))
       continue;
-    if (variants[i] >= kFirstS15Swap && variants[i] <= kLastS15Swap && !s15_candidates()) continue;
+    // s15run1 (gemm15's rule, NOTES "Session 16"): the best 168-wide variants beat the pick by >= 1 %
+    // in both dtypes at 333 tokens: swap:24 (128x168) at >= 8192 weight rows, swap:32 (64x168 4x2,
+    // cache hints) below; both now timed by default on their side, the rest stay opt-in.
+    if (variants[i] >= kFirstS15Swap && variants[i] <= kLastS15Swap && !s15_candidates() &&
+        !(variants[i] == 24 && p.n >= 8192) && !(variants[i] == 32 && p.n < 8192))
+      continue;
     if (variants[i] == kSwapK2_176) {  // split-K in two: only where two waves' worth fit in one
       const int64_t units = 2 * ((p.n + 127) / 128) * ((p.m + 175) / 176);
       if (!s11_candidates() || units > sms) continue;
