@@ -155,7 +155,7 @@ inline constexpr int kAttn15Mask = kLazyRescaleBit | kLeadWaitsBit;
 // keys, its PV GEMM runs 4 k-steps instead of 9 (bit 19), and with bit 20 its S GEMM runs as
 // wgmmas of N = 64 (4096 keys = 28 x 144 + 64: 166024 computes that block whole, 1.9% of its
 // tensor work). Built as 690312 = 166024 + bit 19, 952456 = 690312 + bit 18, 1738888 = 690312 +
-// bit 20; a causal call runs 136. Opt-in until measured (rule in benchmarks/NOTES.md, attn16).
+// bit 20; a causal call runs 136. 1738888 is the default from 4096 keys (session 17, attn16's rules).
 inline constexpr int kNarrowTopBit = 1 << 19;
 inline constexpr int kNarrowSBit = 1 << 20;
 // The non-causal default on a longer KV block from kDefaultWideKvMinSeqKv keys on (a default
@@ -166,8 +166,8 @@ inline constexpr int kNarrowSBit = 1 << 20;
 // the variant's kernel (attention_dispatch.cu), the glue's split workspace is 2184's. Also
 // 166024 (attn15: 34952 + bit 17, the lazy O rescale on the 128x144 tile), 690312 / 952456 /
 // 1738888 (attn16: + the narrow top block, bits 19-20; 952456 with bit 18 too).
-inline constexpr int kDefaultWideKvNonCausal = 166024;  // s13run2: rule B (NOTES "attn15")
-inline constexpr int kDefaultWideKvMinSeqKv = 8192;
+inline constexpr int kDefaultWideKvNonCausal = 1738888;  // s17 run B: attn16 rule B (NOTES "attn16")
+inline constexpr int kDefaultWideKvMinSeqKv = 4096;      // s17 run B: attn16 rule A
 
 // Whether run(p) launches a kernel with variant bit 11 (then it wants Problem::split_ws: one
 // piece per CTA of the grid, i.e. the SM count).
