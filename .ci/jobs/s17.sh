@@ -16,4 +16,11 @@ B)
   jx moe13 80 60 'bash benchmarks/moe13_device_job.sh'
   jx f19_w2 60 50 'MKERNEL_OP_TIMEOUT=20 python3 benchmarks/bench_fused.py --world 2 --set issue --full --only "square M=8192,square M=16384" --ops gemm_rs,gemm_ar --variants stages2,pipe --variant-rows square --lean --no-b --stream --budget 40 --timeout 55'
   ;;
+C)
+  # attn16's flips (NOTES "Session 17, device runs A and B"): the default route from 4096 keys, then the issue's
+  # engine table at the new default (non-causal and causal, vs cuDNN / FA2). Re-pack (attention TUs rebuilt).
+  jx a17_tests 120 60 'timeout 115 python3 -m pytest -x -q -rA --tb=short -p no:cacheprovider tests/attention/test_wide_kv.py tests/attention/test_dispatch_route.py tests/attention/test_narrow_top.py tests/attention/test_attention_engine.py'
+  jx a17_bench 60 40 'python3 benchmarks/bench_attention.py --seqs 2048,4096,6144,8192,16384 --modes nc,c --skip-alt --skip-cluster --iters 24'
+  jx demo 90 70 'python3 -m mkernel demo --world 4 --nodes 2 --require-all'
+  ;;
 esac

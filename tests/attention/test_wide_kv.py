@@ -89,7 +89,7 @@ def _wide_default() -> tuple[int, int]:
 
 def test_default_route_from_8192_keys(monkeypatch) -> None:
     """kDefaultWideKvNonCausal (1738888 since session 17, attention_api.h; read from the header): a
-    default bf16 d=128 non-causal call with >= kDefaultWideKvMinSeqKv keys (8192 since s13run2;
+    default bf16 d=128 non-causal call with >= kDefaultWideKvMinSeqKv keys (4096 since session 17;
     ragged: the top block ends inside) runs that variant — the same bits as the variant forced —
     and matches the float64 reference; a call below the threshold stays on 2184."""
     wide, min_kv = _wide_default()
