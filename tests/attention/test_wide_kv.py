@@ -87,7 +87,7 @@ def _wide_default() -> tuple[int, int]:
     return var, min_kv
 
 
-def test_default_route_from_8192_keys(monkeypatch) -> None:
+def test_default_route_from_the_threshold(monkeypatch) -> None:
     """kDefaultWideKvNonCausal (1738888 since session 17, attention_api.h; read from the header): a
     default bf16 d=128 non-causal call with >= kDefaultWideKvMinSeqKv keys (4096 since session 17;
     ragged: the top block ends inside) runs that variant — the same bits as the variant forced —
