@@ -185,7 +185,8 @@ def copier_delta(before: str | dict, after: str | dict) -> dict:
     copies were submitted ("ran": batch_ce = the copy engines, memcpy = plain cudaMemcpyAsync as
     asked, memcpy_fallback = the batch API absent or refused, with its note), the copies and MiB
     in between, and their mean latency (submission to completion seen) and mean service time
-    (completion minus the later of submission and the previous completion) in microseconds.
+    (completion minus the later of submission and the previous completion) in microseconds, and
+    the helper's submissions (batches, MKERNEL_NET_GDR_COPIER_BATCH) with their host time.
     Empty when the path is not GPU-direct (no ``copier_submit``)."""
     def sub(x):
         info = json.loads(x) if isinstance(x, str) else x
@@ -196,8 +197,14 @@ def copier_delta(before: str | dict, after: str | dict) -> dict:
     n = b.get("copies", 0) - a.get("copies", 0)
     lat = b.get("latency_ms_total", 0.0) - a.get("latency_ms_total", 0.0)
     svc = b.get("service_ms_total", 0.0) - a.get("service_ms_total", 0.0)
+    subs = b.get("submits", 0) - a.get("submits", 0)
+    sub_ms = b.get("submit_ms_total", 0.0) - a.get("submit_ms_total", 0.0)
     return {"where": b.get("where"), "asked": b.get("asked"), "ran": b.get("ran"), "note": b.get("note", ""),
             "copies": n, "mib": round(b.get("mib", 0.0) - a.get("mib", 0.0), 3),
             "latency_us_mean": round(1e3 * lat / n, 2) if n > 0 else None,
             "service_us_mean": round(1e3 * svc / n, 2) if n > 0 else None,
-            "latency_us_max_so_far": b.get("latency_us_max"), "service_us_max_so_far": b.get("service_us_max")}
+            "latency_us_max_so_far": b.get("latency_us_max"), "service_us_max_so_far": b.get("service_us_max"),
+            # the helper's submissions in between (batches of posted copies, one event each) and the
+            # host time of their CUDA calls: a slow copy's time splits into the call's and the GPU's
+            "submits": subs, "copies_per_submit": round(n / subs, 2) if subs > 0 else None,
+            "submit_us_mean": round(1e3 * sub_ms / subs, 2) if subs > 0 else None}

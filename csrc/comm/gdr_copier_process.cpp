@@ -183,17 +183,22 @@ std::string CopierProcess::failure() const {
 std::string copier_stats_json(const CopierStats& st) {
   const uint64_t n = st.copies.load(std::memory_order_relaxed);
   const double d = n > 0 ? static_cast<double>(n) : 1.0;
-  char buf[400];
+  const uint64_t subs = st.submits.load(std::memory_order_relaxed);
+  char buf[600];
   std::snprintf(buf, sizeof buf,
                 "\"copies\":%llu,\"mib\":%.3f,\"latency_ms_total\":%.4f,\"service_ms_total\":%.4f,"
-                "\"latency_us_mean\":%.2f,\"latency_us_max\":%.1f,\"service_us_mean\":%.2f,\"service_us_max\":%.1f",
+                "\"latency_us_mean\":%.2f,\"latency_us_max\":%.1f,\"service_us_mean\":%.2f,\"service_us_max\":%.1f,"
+                "\"submits\":%llu,\"submit_ms_total\":%.4f,\"submit_us_mean\":%.2f,\"submit_us_max\":%.1f",
                 static_cast<unsigned long long>(n), st.bytes.load(std::memory_order_relaxed) / 1048576.0,
                 st.latency_ns.load(std::memory_order_relaxed) / 1e6,
                 st.service_ns.load(std::memory_order_relaxed) / 1e6,
                 st.latency_ns.load(std::memory_order_relaxed) / d / 1e3,
                 st.latency_max_ns.load(std::memory_order_relaxed) / 1e3,
                 st.service_ns.load(std::memory_order_relaxed) / d / 1e3,
-                st.service_max_ns.load(std::memory_order_relaxed) / 1e3);
+                st.service_max_ns.load(std::memory_order_relaxed) / 1e3, static_cast<unsigned long long>(subs),
+                st.submit_ns.load(std::memory_order_relaxed) / 1e6,
+                st.submit_ns.load(std::memory_order_relaxed) / (subs > 0 ? static_cast<double>(subs) : 1.0) / 1e3,
+                st.submit_max_ns.load(std::memory_order_relaxed) / 1e3);
   return buf;
 }
 

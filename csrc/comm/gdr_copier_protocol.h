@@ -17,9 +17,11 @@
 //   - post (per channel): the rank writes a descriptor at ring[posted % kRing] and
 //     release-stores posted + 1; the helper copies in order on the channel's stream and
 //     release-stores `completed` once a copy's event completed: copy `token` is done when
-//     completed > token;
+//     completed > token. The helper submits what is posted in batches (up to
+//     MKERNEL_NET_GDR_COPIER_BATCH copies, default 256, and 16 MiB) with one event per batch, so
+//     `completed` may advance by a batch at once;
 //   - submission (xnode7): the rank writes submit_asked before the spawn; the helper submits each
-//     copy with cudaMemcpyBatchAsync (one copy, stream order, the PreferOverlapWithCompute hint:
+//     batch with cudaMemcpyBatchAsync (its copies, stream order, the PreferOverlapWithCompute hint:
 //     the copy engines, not a copy kernel on the SMs that the fused ops' persistent grids hold),
 //     or with a plain cudaMemcpyAsync (asked, or the fallback where the runtime has no batch API
 //     or refuses it: noted once in submit_note); submit_path says which ran, the counters below
@@ -75,7 +77,10 @@ inline const char* copier_submit_name(uint32_t s) {
 // latency = submission to completion seen (queueing behind the stream's earlier copies included);
 // service = completion seen minus the later of its submission and the previous copy's completion
 // on the same stream (about the copy's own time while copies queue back to back). Polling
-// granularity: the helper's loop (spins, then 5 us naps). Written by one thread, read anywhere.
+// granularity: the helper's loop (spins, then 5 us naps). submits / submit_ns: the helper's
+// submissions (one batch of posted copies and one event each, MKERNEL_NET_GDR_COPIER_BATCH) and
+// the host time spent in their CUDA calls, so that a slow copy's time splits into the submitting
+// call's (host, driver) and the GPU's. Written by one thread, read anywhere.
 struct CopierStats {
   std::atomic<uint64_t> copies{0};
   std::atomic<uint64_t> bytes{0};
@@ -83,6 +88,14 @@ struct CopierStats {
   std::atomic<uint64_t> latency_max_ns{0};
   std::atomic<uint64_t> service_ns{0};
   std::atomic<uint64_t> service_max_ns{0};
+  std::atomic<uint64_t> submits{0};
+  std::atomic<uint64_t> submit_ns{0};
+  std::atomic<uint64_t> submit_max_ns{0};
+  void add_submit(uint64_t ns) {
+    submits.store(submits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    submit_ns.store(submit_ns.load(std::memory_order_relaxed) + ns, std::memory_order_relaxed);
+    if (ns > submit_max_ns.load(std::memory_order_relaxed)) submit_max_ns.store(ns, std::memory_order_relaxed);
+  }
   void add(uint64_t b, uint64_t lat, uint64_t svc) {
     copies.store(copies.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     bytes.store(bytes.load(std::memory_order_relaxed) + b, std::memory_order_relaxed);
@@ -121,7 +134,7 @@ struct CopierChannel {
 
 struct CopierBlock {
   static constexpr uint32_t kMagic = 0x4d4b4350u;  // "MKCP"
-  static constexpr uint32_t kVersion = 3;  // 3: submission mode and stats (xnode7)
+  static constexpr uint32_t kVersion = 4;  // 3: submission mode and stats (xnode7); 4: batches, submit time
   // GPU-direct paths open at once per rank and device: a group keeps every path it grew out of
   // (power-of-two sizes from 1 MiB: about ten), and a job may hold a few groups.
   static constexpr int kChannels = 64;

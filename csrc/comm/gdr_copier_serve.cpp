@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -46,8 +47,26 @@ struct Lane {
   std::vector<std::chrono::steady_clock::time_point> at =
       std::vector<std::chrono::steady_clock::time_point>(CopierChannel::kRing);
   std::vector<uint64_t> bytes = std::vector<uint64_t>(CopierChannel::kRing, 0);
+  // Per ring slot: the copy number of the last copy of its submission, whose slot holds the one
+  // event recorded after that submission (Server::issue).
+  std::vector<uint64_t> batch_end = std::vector<uint64_t>(CopierChannel::kRing, 0);
   std::chrono::steady_clock::time_point last_done{};
 };
+
+// How many posted copies one submission may take (MKERNEL_NET_GDR_COPIER_BATCH, read by the helper
+// from the rank's environment it inherits): 1 = one submission and one event per copy, as before
+// (session 17). A submission never waits for more copies: it takes what the rank has posted (the
+// transport posts a copy only once the emulated link made it due), so no copy starts later than
+// before; the copies of a submission are reported done together, at its event.
+// A batch forms only while the helper is behind: the link makes a 64 KiB copy due every 1.3 us
+// (50 GB/s), so 256 of them queue only when the helper lags the link by ~335 us — exactly when a
+// fixed cost per submission dominates.
+constexpr uint32_t kDefaultBatch = 256;
+constexpr uint32_t kMaxBatch = 512;  // transport.MaxDeviceCopies: the most copies a rank has posted
+// A submission also stops at this many bytes (after its first copy): its event, the first copy's
+// completion, waits for the whole batch (16 MiB: ~0.2 ms on one copy engine at ~87 GB/s, which is
+// also what the link takes to make 16 MiB due at 50 GB/s: 0.34 ms).
+constexpr uint64_t kBatchBytes = 16ull << 20;
 
 class Server {
  public:
@@ -57,11 +76,30 @@ class Server {
     batch_ = b_->submit_asked != kCopierSubmitPlain &&
              (cu_.memcpy_batch_async != nullptr || cu_.memcpy_batch_async_v12 != nullptr);
     no_batch_api_ = b_->submit_asked != kCopierSubmitPlain && !batch_;
+    if (const char* v = std::getenv("MKERNEL_NET_GDR_COPIER_BATCH"); v != nullptr && *v != '\0') {
+      char* end = nullptr;
+      const unsigned long n = std::strtoul(v, &end, 10);
+      if (end == v || *end != '\0' || n < 1 || n > kMaxBatch) {
+        std::snprintf(bad_batch_, sizeof bad_batch_,
+                      "MKERNEL_NET_GDR_COPIER_BATCH=\"%.32s\": want 1..%u copies per submission", v, kMaxBatch);
+      } else {
+        max_batch_ = static_cast<uint32_t>(n);
+      }
+    }
+    dsts_.resize(kMaxBatch);
+    srcs_.resize(kMaxBatch);
+    sizes_.resize(kMaxBatch);
   }
 
   int run() {
     const pid_t rank = static_cast<pid_t>(b_->rank_pid);
     b_->stage.store(CopierBlock::kRuntimeLoaded, std::memory_order_release);
+    if (bad_batch_[0] != '\0') {
+      b_->error = kCopierCudaInvalidValue;
+      std::snprintf(b_->message, sizeof b_->message, "%s", bad_batch_);
+      b_->state.store(CopierBlock::kFailed, std::memory_order_release);
+      return 1;
+    }
     const int e = cu_.set_device(b_->device);  // creates the helper's context (an MPS client of its own)
     if (e != kCopierCudaSuccess) return fail(e, "cudaSetDevice (the helper's CUDA context)");
     b_->stage.store(CopierBlock::kContextUp, std::memory_order_release);
@@ -106,22 +144,21 @@ class Server {
     std::fflush(stderr);
   }
 
-  // One copy on the lane's stream: cudaMemcpyBatchAsync with one copy, stream-ordered source
-  // access and the PreferOverlapWithCompute hint (the copy engines; the same submission as the
-  // in-process copier, net_path.cpp NetCopier::copy), else cudaMemcpyAsync. A batch call that
-  // refuses (cudaErrorNotSupported / InvalidValue) turns the batch path off for good, noted once.
-  int submit(void* dst, const void* src, uint64_t bytes, void* stream) {
+  // The n copies of dsts_ / srcs_ / sizes_ on the lane's stream: one cudaMemcpyBatchAsync (stream-
+  // ordered source access and the PreferOverlapWithCompute hint for all: the copy engines; the same
+  // submission as the in-process copier, net_path.cpp NetCopier::copy), else n cudaMemcpyAsync. A
+  // batch call that refuses (cudaErrorNotSupported / InvalidValue) turns the batch path off for
+  // good, noted once.
+  int submit(size_t n, void* stream) {
     if (batch_) {
-      void* dsts[1] = {dst};
-      const void* srcs[1] = {src};
-      size_t sizes[1] = {static_cast<size_t>(bytes)};
       CopierMemcpyAttributes attr{};
       attr.src_access_order = kCopierSrcAccessOrderStream;
       attr.flags = kCopierMemcpyFlagPreferOverlapWithCompute;
       size_t first = 0, fail_idx = 0;
       const int e = cu_.memcpy_batch_async != nullptr
-                        ? cu_.memcpy_batch_async(dsts, srcs, sizes, 1, &attr, &first, 1, stream)
-                        : cu_.memcpy_batch_async_v12(dsts, const_cast<void**>(srcs), sizes, 1, &attr, &first, 1,
+                        ? cu_.memcpy_batch_async(dsts_.data(), const_cast<const void* const*>(srcs_.data()),
+                                                 sizes_.data(), n, &attr, &first, 1, stream)
+                        : cu_.memcpy_batch_async_v12(dsts_.data(), srcs_.data(), sizes_.data(), n, &attr, &first, 1,
                                                      &fail_idx, stream);
       if (e != kCopierCudaNotSupported && e != kCopierCudaInvalidValue) {
         if (e == kCopierCudaSuccess) set_path(kCopierSubmitCe);
@@ -136,11 +173,12 @@ class Server {
       note_fallback(e, why);
     }
     if (no_batch_api_) note_fallback(0, "the CUDA runtime has no cudaMemcpyBatchAsync (CUDA < 12.8)");
-    const int e = cu_.memcpy_async(dst, src, bytes, kCopierMemcpyDeviceToDevice, stream);
-    if (e == kCopierCudaSuccess) {
-      set_path(b_->submit_asked == kCopierSubmitPlain ? kCopierSubmitPlain : kCopierSubmitPlainFallback);
+    for (size_t i = 0; i < n; ++i) {
+      const int e = cu_.memcpy_async(dsts_[i], srcs_[i], sizes_[i], kCopierMemcpyDeviceToDevice, stream);
+      if (e != kCopierCudaSuccess) return e;
     }
-    return e;
+    set_path(b_->submit_asked == kCopierSubmitPlain ? kCopierSubmitPlain : kCopierSubmitPlainFallback);
+    return kCopierCudaSuccess;
   }
 
   void set_path(uint32_t p) {
@@ -170,46 +208,82 @@ class Server {
     return 0;
   }
 
-  // Submits every posted copy of channel c (in order); fails on a descriptor outside its areas.
+  // Submits every posted copy of channel c (in order), up to max_batch_ copies (and kBatchBytes) per
+  // submission with one event after each submission; fails on a descriptor outside its areas.
+  // Sessions 15/17 (fused gemm_rs across 2 emulated nodes, one copy and one event per 64 KiB tile):
+  // the copies retired at ~0.5 ms each with 15-22 ms of queueing, while this loop's own cost is
+  // ~0.2 us per copy (tests/comm burst) and the transport's host path ~1.5 us per command
+  // (gocore/datapath TestGDRBurstOf64KiBCommands): the fixed cost lies in the CUDA submission or on
+  // the GPU. Where it is per submission (the call, the work launch, the event's release), a batch
+  // pays it once; a cost per copy stays (the emulation never gets faster than its copies). The
+  // stats' submit time says whether the calls themselves block.
   int issue(int c, CopierChannel& ch, Lane& l, bool* progress) {
     const uint64_t posted = ch.posted.load(std::memory_order_acquire);
     while (l.issued < posted && l.issued - l.finished < CopierChannel::kRing) {
-      const CopierDesc d = ch.ring[l.issued % CopierChannel::kRing];
-      if (d.map != l.mapped || l.send == nullptr || d.peer < 0 || d.peer >= kCopierMaxRanks ||
-          l.recv[d.peer] == nullptr || d.local_off + d.bytes > l.send_bytes || d.remote_off + d.bytes > l.recv_bytes) {
-        b_->error = kCopierCudaInvalidValue;
-        std::snprintf(b_->message, sizeof b_->message,
-                      "channel %d: copy %llu (%llu bytes to rank %d, posted under mapping %u, mapping %llu in "
-                      "place) lies outside the mapped areas",
-                      c, static_cast<unsigned long long>(l.issued), static_cast<unsigned long long>(d.bytes), d.peer,
-                      d.map, static_cast<unsigned long long>(l.mapped));
-        b_->state.store(CopierBlock::kFailed, std::memory_order_release);
-        return 1;
+      const uint64_t room = CopierChannel::kRing - (l.issued - l.finished);
+      const uint64_t most = std::min<uint64_t>({posted - l.issued, room, max_batch_});
+      size_t n = 0;
+      uint64_t bytes = 0;
+      for (; n < most && (n == 0 || bytes < kBatchBytes); ++n) {
+        const uint64_t k = l.issued + n;
+        const CopierDesc d = ch.ring[k % CopierChannel::kRing];
+        if (d.map != l.mapped || l.send == nullptr || d.peer < 0 || d.peer >= kCopierMaxRanks ||
+            l.recv[d.peer] == nullptr || d.local_off + d.bytes > l.send_bytes ||
+            d.remote_off + d.bytes > l.recv_bytes) {
+          b_->error = kCopierCudaInvalidValue;
+          std::snprintf(b_->message, sizeof b_->message,
+                        "channel %d: copy %llu (%llu bytes to rank %d, posted under mapping %u, mapping %llu in "
+                        "place) lies outside the mapped areas",
+                        c, static_cast<unsigned long long>(k), static_cast<unsigned long long>(d.bytes), d.peer,
+                        d.map, static_cast<unsigned long long>(l.mapped));
+          b_->state.store(CopierBlock::kFailed, std::memory_order_release);
+          return 1;
+        }
+        uint8_t* dst = l.recv[d.peer] + d.remote_off;
+        // The copies of one batch call may run in any order: a copy whose destination overlaps
+        // an earlier one of the batch starts the next batch (the stream orders batches).
+        bool overlaps = false;
+        for (size_t i = 0; i < n && !overlaps; ++i) {
+          const uint8_t* o = static_cast<const uint8_t*>(dsts_[i]);
+          overlaps = dst < o + sizes_[i] && o < dst + d.bytes;
+        }
+        if (overlaps) break;
+        dsts_[n] = dst;
+        srcs_[n] = l.send + d.local_off;
+        sizes_[n] = static_cast<size_t>(d.bytes);
+        l.bytes[k % CopierChannel::kRing] = d.bytes;
+        bytes += d.bytes;
       }
       // The copy engines by default (submit): a plain same-device D2D copy may run as a copy
       // kernel, which needs SMs that the fused ops' persistent grids hold while they wait for
-      // these very copies (s14run1/s14run2: fused gemm_rs across nodes ~40x the unfused path
-      // under this emulation, ~1x under the staged one); a NIC's DMA needs no SM. s12run1 (the
-      // MoE passing) ran the plain copy: MKERNEL_NET_GDR_COPIER_SUBMIT=plain restores it.
-      const size_t slot = l.issued % CopierChannel::kRing;
-      l.at[slot] = std::chrono::steady_clock::now();
-      l.bytes[slot] = d.bytes;
-      int e = submit(l.recv[d.peer] + d.remote_off, l.send + d.local_off, d.bytes, l.stream);
-      if (e == kCopierCudaSuccess) e = cu_.event_record(l.events[slot], l.stream);
+      // these very copies (s14run1/s14run2); a NIC's DMA needs no SM. s12run1 (the MoE passing)
+      // ran the plain copy: MKERNEL_NET_GDR_COPIER_SUBMIT=plain restores it.
+      const uint64_t last = l.issued + n - 1;
+      const auto t0 = std::chrono::steady_clock::now();
+      int e = submit(n, l.stream);
+      if (e == kCopierCudaSuccess) e = cu_.event_record(l.events[last % CopierChannel::kRing], l.stream);
       if (e != kCopierCudaSuccess) {
-        return fail(e, batch_ ? "cudaMemcpyBatchAsync (a GPU-direct copy)" : "cudaMemcpyAsync (a GPU-direct copy)");
+        return fail(e, batch_ ? "cudaMemcpyBatchAsync (GPU-direct copies)" : "cudaMemcpyAsync (a GPU-direct copy)");
       }
-      ++l.issued;
+      const auto t1 = std::chrono::steady_clock::now();
+      b_->stats.add_submit(static_cast<uint64_t>(std::chrono::nanoseconds(t1 - t0).count()));
+      for (uint64_t k = l.issued; k <= last; ++k) {
+        l.at[k % CopierChannel::kRing] = t0;
+        l.batch_end[k % CopierChannel::kRing] = last;
+      }
+      l.issued = last + 1;
       *progress = true;
     }
     return 0;
   }
 
-  // Publishes the copies whose events completed, in order: the count, or -1 after a failure.
+  // Publishes the copies whose submission's event completed, in order: the count, or -1 after a
+  // failure.
   int retire(CopierChannel& ch, Lane& l) {
     int n = 0;
     while (l.finished < l.issued) {
-      const int e = cu_.event_query(l.events[l.finished % CopierChannel::kRing]);
+      const uint64_t end = l.batch_end[l.finished % CopierChannel::kRing];
+      const int e = cu_.event_query(l.events[end % CopierChannel::kRing]);
       if (e == kCopierCudaNotReady) {
         (void)cu_.get_last_error();
         break;
@@ -219,13 +293,15 @@ class Server {
         return -1;
       }
       const auto now = std::chrono::steady_clock::now();
-      const size_t slot = l.finished % CopierChannel::kRing;
-      const auto from = std::max(l.at[slot], l.last_done);
-      l.last_done = now;
-      b_->stats.add(l.bytes[slot], static_cast<uint64_t>(std::chrono::nanoseconds(now - l.at[slot]).count()),
-                    static_cast<uint64_t>(std::chrono::nanoseconds(now - from).count()));
-      ch.completed.store(++l.finished, std::memory_order_release);
-      ++n;
+      for (; l.finished <= end; ++n) {
+        const size_t slot = l.finished % CopierChannel::kRing;
+        const auto from = std::max(l.at[slot], l.last_done);
+        l.last_done = now;
+        b_->stats.add(l.bytes[slot], static_cast<uint64_t>(std::chrono::nanoseconds(now - l.at[slot]).count()),
+                      static_cast<uint64_t>(std::chrono::nanoseconds(now - from).count()));
+        ++l.finished;
+      }
+      ch.completed.store(l.finished, std::memory_order_release);
     }
     return n;
   }
@@ -310,6 +386,10 @@ class Server {
   bool batch_ = false;  // submit with cudaMemcpyBatchAsync
   bool no_batch_api_ = false;  // ce asked, but the runtime has no batch API (noted at the first copy)
   bool noted_ = false;         // the fallback's note is written (once per helper)
+  uint32_t max_batch_ = kDefaultBatch;  // copies per submission (MKERNEL_NET_GDR_COPIER_BATCH)
+  char bad_batch_[128] = {};            // why MKERNEL_NET_GDR_COPIER_BATCH was refused ("" if not)
+  std::vector<void*> dsts_, srcs_;      // one submission's copies
+  std::vector<size_t> sizes_;
 };
 
 }  // namespace

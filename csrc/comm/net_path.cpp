@@ -372,9 +372,13 @@ struct NetCopier {
       return 0;
     }
     ThreadScope scope(c->device);
+    const auto t0 = std::chrono::steady_clock::now();
     cudaError_t e = c->copy(c->peer_recv[peer] + remote_off, c->send + local_off, bytes);
     if (e == cudaSuccess) e = cudaEventRecord(c->events[c->next % kEvents], c->stream);
     if (e != cudaSuccess) return static_cast<int32_t>(e);
+    // one submission per copy here (the copier process batches: gdr_copier_serve.cpp issue)
+    c->stats.add_submit(static_cast<uint64_t>(
+        std::chrono::nanoseconds(std::chrono::steady_clock::now() - t0).count()));
     c->inflight[c->next % kEvents] = InFlight{std::chrono::steady_clock::now(), bytes, peer};
     *token = c->next++;
     return 0;

@@ -58,6 +58,7 @@ func openBench(b *testing.B, gdr bool) []*datapath.Datapath {
 		}
 		if gdr {
 			cfg.Device = []datapath.DeviceBuffer{{ID: 7, Region: transport.DeviceRegion{Ptr: 0xdead0000, Len: 1 << 20, DMABufFD: -1}}}
+			cfg.DeviceCopy = &serialCopier{} // GPU-direct needs a device copier (one that moves nothing)
 		}
 		return cfg
 	})

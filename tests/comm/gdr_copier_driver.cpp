@@ -4,12 +4,17 @@
 //                                         re-map, a refused copy, a new helper after a failure
 //   driver <exe> <mock cudart> ready_ms : map with a ready bound of ready_ms; prints the error
 //   driver <exe> <mock cudart> orphan   : a child "rank" starts a helper, prints its pid, is killed
+//   driver <exe> <mock cudart> burst    : BURST_N copies of BURST_BYTES (into BURST_SLOTS slots, reused
+//                                         in turn) posted back to back (as the
+//                                         transport posts a fused kernel's per-tile commands); prints
+//                                         "BURST <n> <bytes> <ms>" and the SUBMIT line
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +22,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/gdr_copier_process.h"
 
@@ -110,6 +116,46 @@ int copies(const CopierLaunch& l) {
   return 0;
 }
 
+// BURST_N (default 512) copies of BURST_BYTES (default 64 KiB) to one peer, each posted as soon as
+// the ring has room, then the wait for the last: the time the helper takes for a fused kernel's
+// burst of per-tile commands (the transport posts them as fast as the link makes them due).
+int burst(const CopierLaunch& l) {
+  const char* ne = std::getenv("BURST_N");
+  const char* be = std::getenv("BURST_BYTES");
+  const uint64_t n = ne != nullptr ? std::strtoull(ne, nullptr, 10) : 512;
+  const uint64_t bytes = be != nullptr ? std::strtoull(be, nullptr, 10) : 64 << 10;
+  const char* se = std::getenv("BURST_SLOTS");  // copy k goes to slot k % slots (default 64)
+  const uint64_t slots = std::max<uint64_t>(1, se != nullptr ? std::strtoull(se, nullptr, 10) : 64);
+  const size_t area = static_cast<size_t>(std::min<uint64_t>(n, slots) * bytes);
+  const std::string tag = std::to_string(getpid());
+  CopierProcess c(l, 0);
+  Area send("mkcp-bs-" + tag, area), r1("mkcp-br-" + tag, area);
+  std::vector<const CopierIpcHandle*> recv(2, nullptr);
+  recv[1] = &r1.handle;
+  const int ch = c.acquire();
+  c.map(ch, send.handle, area, recv, area, 10000, 10000);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto deadline = t0 + std::chrono::seconds(20);
+  uint64_t last = 0;
+  for (uint64_t k = 0; k < n; ++k) {
+    const uint64_t off = (k % slots) * bytes;
+    int32_t rc = 0;
+    while ((rc = c.post(ch, 1, off, off, bytes, &last)) == 2) {  // the ring is full: wait for room
+      if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("burst: the ring stayed full");
+    }
+    if (rc != 0) throw std::runtime_error("burst: post failed: " + c.failure());
+  }
+  wait_done(c, ch, last);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("BURST %llu %llu %.3f\n", static_cast<unsigned long long>(n),
+              static_cast<unsigned long long>(bytes), ms);
+  std::printf("SUBMIT %s\n", c.submit_info().c_str());
+  const std::string why = c.unmap(ch, 5000);
+  if (!why.empty()) throw std::runtime_error("unmap: " + why);
+  c.release(ch);
+  return 0;
+}
+
 int ready(const CopierLaunch& l, int64_t ms) {
   CopierProcess c(l, 0);
   Area send("mkcp-rs-" + std::to_string(getpid()), 1 << 16);
@@ -184,6 +230,7 @@ int main(int argc, char** argv) {
     const std::string mode = argv[3];
     if (mode == "copies") return copies(l);
     if (mode == "orphan") return orphan(l);
+    if (mode == "burst") return burst(l);
     return ready(l, std::atoll(argv[3]));
   } catch (const std::exception& e) {
     std::printf("FAIL exception: %s\n", e.what());
