@@ -23,4 +23,12 @@ C)
   jx a17_bench 60 40 'python3 benchmarks/bench_attention.py --seqs 2048,4096,6144,8192,16384 --modes nc,c --skip-alt --skip-cluster --iters 24'
   jx demo 90 70 'python3 -m mkernel demo --world 4 --nodes 2 --require-all'
   ;;
+D)
+  # The GDR copier's batched submission (session 17 helper; NOTES "Session 17, copier batching"): GPU-direct
+  # correctness across emulated nodes first (fused ag W=4 gdr, gemm_rs per tile and coalesced, collectives),
+  # then the per-tile gemm_rs row batched (default) and the same with one copy per submission (control).
+  jx xn8_tests 130 80 'MKERNEL_OP_TIMEOUT=20 timeout 125 python3 -m pytest -x -q -rA --tb=short -p no:cacheprovider "tests/gpu/test_fused_nodes.py::test_gemm_rs_across_nodes_coalesced[2-2-True-1]" "tests/gpu/test_fused_nodes.py::test_gemm_rs_across_nodes_coalesced[4-2-True-3]" "tests/gpu/test_fused_nodes.py::test_fused_ops_across_nodes[4-2-True]" "tests/gpu/test_collectives.py::test_collectives_across_emulated_nodes[4-2]"'
+  jx xn8_rs 45 30 'MKERNEL_OP_TIMEOUT=10 MKERNEL_NET_GDR_COPIER_SUBMIT=ce python3 benchmarks/bench_fused.py --world 2 --nodes 2 --fused-nodes --nodes-lean --ops gemm_rs --only 4096x1024x8192 --budget 15 --timeout 30'
+  jx xn8_rs_b1 45 30 'MKERNEL_OP_TIMEOUT=10 MKERNEL_NET_GDR_COPIER_SUBMIT=ce MKERNEL_NET_GDR_COPIER_BATCH=1 python3 benchmarks/bench_fused.py --world 2 --nodes 2 --fused-nodes --nodes-lean --ops gemm_rs --only 4096x1024x8192 --budget 15 --timeout 30'
+  ;;
 esac
