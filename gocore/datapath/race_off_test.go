@@ -1,0 +1,5 @@
+//go:build !race
+
+package datapath_test
+
+const raceEnabled = false
