@@ -237,10 +237,34 @@ def rank_main() -> None:
             del counted_out
         else:
             counted_equal = only_equal = None
+        moe14_equal = {}
+        if nodes > 1 and os.environ.get("BENCH_MOE14") == "1":
+            # moe14: the layout by kernels (MKERNEL_MOE_LAYOUT=kernel), the headed dispatch without
+            # per-piece hooks (MKERNEL_MOE_DISPATCH_PIPELINE=3), the pipelined one (1) with all SMs or
+            # 16 SMs' worth of CTAs for its per-piece gathers (MKERNEL_MOE_GATHER_SMS), 4 pieces, and the
+            # narrow combine (reduce16, read per call since moe14) -- each checked against the default's
+            # rows (dispatch: the counted rows; combine16: reported, not equal by design).
+            for name, env14 in moe14_variants().items():
+                base = cands["mkernel_combine"] if name.startswith("mkernel_combine") else cands["mkernel_dispatch_gemm"]
+                cands[name] = with_env(env14, base)
+                got = cands[name]()
+                if name.startswith("mkernel_dispatch_only"):
+                    moe14_equal[name] = bool(torch.equal(got.out[:rows], recv))
+                elif name.startswith("mkernel_dispatch_gemm"):
+                    moe14_equal[name] = bool(torch.equal(got.out[:rows], res.out[:rows]) and
+                                             torch.equal(got.counts, res.counts) and
+                                             torch.equal(got.handle.route, res.handle.route) and
+                                             torch.equal(got.handle.recv_counts, res.handle.recv_counts))
+                elif name == "mkernel_combine_early":  # the same bits as the default combine
+                    moe14_equal[name] = bool(torch.equal(got.float(), c_mk))
+                else:
+                    moe14_equal[name + "_max_abs_diff"] = float((got.float() - c_mk).abs().max())
+                del got
         if lean:  # BENCH_MOE_LEAN=1 (--lean): only what moe13's link ratios need (a short device job)
             keep = ("mkernel_dispatch_gemm", "mkernel_dispatch_gemm_counted", "mkernel_dispatch_only",
                     "mkernel_dispatch_only_counted", "engine_gemm", "mkernel_combine",
                     "link_exchange_gather", "link_exchange_a2a", "link_substrate_all_gather")
+            keep = keep + tuple(moe14_variants()) if os.environ.get("BENCH_MOE14") == "1" else keep
             cands = {n: c for n, c in cands.items() if n in keep}
         live(rank, f"{s['name']}: inputs and layout ready; first calls of {len(cands)} candidates")
         for c in cands.values():
@@ -256,6 +280,13 @@ def rank_main() -> None:
         if os.environ.get("BENCH_GRAPH") == "1":
             cands.update(captured(cands, ("mkernel_dispatch_gemm", "unfused_dispatch_gemm",
                                           "mkernel_combine", "unfused_combine")))
+        elif lean and os.environ.get("BENCH_MOE14") == "1":
+            # moe14: the dispatch alone and the combine replayed from CUDA graphs as well (the GPU's
+            # time without the host's issue: s17's host issued the dispatch for ~1.5 ms of its
+            # 2.4 ms), each mode captured with its knobs as set at capture time.
+            cands.update(captured(cands, tuple(n for n in (
+                "mkernel_dispatch_only", "mkernel_dispatch_only_counted", "mkernel_dispatch_only_p1_kl",
+                "mkernel_dispatch_only_p3_kl", "mkernel_combine", "mkernel_combine_early") if n in cands)))
         times = {n: [] for n in cands}
         names = list(cands)
         for it in range(iters):
@@ -291,9 +322,12 @@ def rank_main() -> None:
             modes = [("prev", "0")] if lean else [("pipelined", "1"), ("prev", "0")]
             if "mkernel_dispatch_gemm_overlap" in cands:
                 modes.append(("overlap", "2"))
-            for mode, val in modes:
-                phases[mode] = phase_profile(with_env({"MKERNEL_MOE_DISPATCH_PIPELINE": val},
-                                                      cands["mkernel_dispatch_gemm"]),
+            modes = [(m, {"MKERNEL_MOE_DISPATCH_PIPELINE": v}) for m, v in modes]
+            if os.environ.get("BENCH_MOE14") == "1":
+                modes += [(m, e14) for m, e14 in MOE14_PHASES.items() if not moe14_dropped(m)]
+            for mode, env_m in modes:
+                base = cands["mkernel_combine"] if mode.startswith("combine") else cands["mkernel_dispatch_gemm"]
+                phases[mode] = phase_profile(with_env(env_m, base),
                                              lambda: (dist.barrier(), mkernel.all_reduce(gate, group=ctx)))
             live(rank, f"{s['name']}: phases (rank 0, ms from the op's start): " + json.dumps(phases))
         dests = torch.zeros(t, world, dtype=torch.bool, device="cuda")
@@ -302,7 +336,7 @@ def rank_main() -> None:
         sent = int(dests.sum()) * h * 2
         mine = dict(med=med, rows=rows, sent=sent, err_d=err_d, err_c=err_c, plan=plan, ex_equal=ex_equal,
                     samples=times, profile={} if lean else kernel_profile(cands, dist.barrier), phases=phases,
-                    counted_equal=counted_equal, only_equal=only_equal)
+                    counted_equal=counted_equal, only_equal=only_equal, moe14_equal=moe14_equal)
         every = [None] * world
         dist.all_gather_object(every, mine)
         if rank == 0:
@@ -351,7 +385,12 @@ def rank_main() -> None:
                     if n in worst:
                         link[n] = {"ms": worst[n], "gbs_per_rank": remote * per_rank / (worst[n] * 1e-3) / 1e9}
                 row["link_paths"] = link
-                row["dispatch_phases"] = {"prev": [m["phases"].get("prev", {}) for m in every]}
+                row["dispatch_phases"] = {mode: [m["phases"].get(mode, {}) for m in every]
+                                          for mode in ["prev"] + list(MOE14_PHASES)
+                                          if any(mode in m["phases"] for m in every)}
+                if os.environ.get("BENCH_MOE14") == "1":
+                    row["moe14_equal"] = [m["moe14_equal"] for m in every]
+                    row.update(moe14_summary(worst))
                 row["lean"] = True
                 print("RESULT " + json.dumps(row), flush=True)
                 live(rank, "RESULT " + json.dumps(row))
@@ -467,20 +506,95 @@ def with_env(env: dict, fn):
     return call
 
 
+def moe14_variants() -> dict:
+    """moe14's candidates (BENCH_MOE14=1): name -> the environment it runs under (every rank alike)."""
+    only, kl = {"MKERNEL_MOE_DISPATCH_ONLY": "1"}, {"MKERNEL_MOE_LAYOUT": "kernel"}
+    p1, p3 = {"MKERNEL_MOE_DISPATCH_PIPELINE": "1"}, {"MKERNEL_MOE_DISPATCH_PIPELINE": "3"}
+    return {n: e for n, e in {
+        "mkernel_dispatch_only_counted_kl": dict(only, MKERNEL_MOE_DISPATCH_GATHER="counted", **kl),
+        "mkernel_dispatch_only_p1": dict(only, **p1),
+        "mkernel_dispatch_only_p1_kl": dict(only, **p1, **kl),
+        "mkernel_dispatch_only_p1_kl_s16": dict(only, **p1, **kl, MKERNEL_MOE_GATHER_SMS="16"),
+        "mkernel_dispatch_only_p1_kl_pc6": dict(only, **p1, **kl, MKERNEL_MOE_NET_PIECES="6"),
+        "mkernel_dispatch_only_p3_kl": dict(only, **p3, **kl),
+        "mkernel_dispatch_only_p3_kl_pc4": dict(only, **p3, **kl, MKERNEL_MOE_NET_PIECES="4"),
+        "mkernel_dispatch_gemm_p1_kl": dict(p1, **kl),
+        "mkernel_dispatch_gemm_p3_kl": dict(p3, **kl),
+        "mkernel_combine16": {"MKERNEL_MOE_NODES_COMBINE": "reduce16"},
+        "mkernel_combine_early": {"MKERNEL_MOE_COMBINE_EARLY": "1"},
+    }.items() if not moe14_dropped(n)}
+
+
+def moe14_dropped(name: str) -> bool:
+    """BENCH_MOE14_DROP=tag,...: moe14 candidates / phase modes whose name holds `_tag` are left out
+    (the device job drops a mode whose test failed in the same run)."""
+    tags = [t for t in os.environ.get("BENCH_MOE14_DROP", "").split(",") if t]
+    return any(f"_{t}" in f"_{name}" for t in tags)
+
+
+# moe14's phase profiles (lean rows too): where the kernel layout's dispatch spends its time.
+MOE14_PHASES = {
+    "p3_kl": {"MKERNEL_MOE_DISPATCH_PIPELINE": "3", "MKERNEL_MOE_LAYOUT": "kernel"},
+    "p1_kl": {"MKERNEL_MOE_DISPATCH_PIPELINE": "1", "MKERNEL_MOE_LAYOUT": "kernel"},
+    "counted_kl": {"MKERNEL_MOE_DISPATCH_GATHER": "counted", "MKERNEL_MOE_LAYOUT": "kernel"},
+    "combine": {},                                          # the combine's phases (moe14)
+    "combine_early": {"MKERNEL_MOE_COMBINE_EARLY": "1"},
+}
+
+
+def moe14_summary(worst: dict) -> dict:
+    """moe14's verdict inputs from the slowest rank's medians: each dispatch-only variant / the
+    default's dispatch-only (below 1: faster), the best variant, and each op variant / the default op."""
+    out = {}
+    base = worst.get("mkernel_dispatch_only")
+    only = {n: v for n, v in worst.items() if n.startswith("mkernel_dispatch_only") and v}
+    if base:
+        out["moe14_only_vs_default"] = {n: v / base for n, v in only.items()}
+    eager = {n: v for n, v in only.items() if not n.endswith("_graph")}
+    graph = {n: v for n, v in only.items() if n.endswith("_graph")}
+    if eager:
+        out["moe14_best_only"] = min(eager, key=eager.get)
+    if graph:
+        out["moe14_best_only_graph"] = min(graph, key=graph.get)
+    op = worst.get("mkernel_dispatch_gemm")
+    if op:
+        out["moe14_op_vs_default"] = {n: worst[n] / op for n in worst
+                                      if n.startswith("mkernel_dispatch_gemm") and worst.get(n)}
+    for n in ("mkernel_combine16", "mkernel_combine_early"):
+        if worst.get("mkernel_combine") and worst.get(n):
+            out[f"moe14_{n[8:]}_vs_default"] = worst[n] / worst["mkernel_combine"]
+    return out
+
+
 def phase_profile(fn, align, calls: int = 5) -> dict:
     """Median over `calls` aligned calls of the dispatch's phase times (mkernel._moe_phases under
     MKERNEL_MOE_PHASES=1: ms from the op's start on the GPU, host_ms its issue time); {} where the
     build has no such op. Every rank makes the same calls."""
     import torch
 
+    import time
+
     runs = []
     for _ in range(calls):
         align()
         torch.cuda.synchronize()
+        # moe14: the whole call as timed() sees it (GPU events around it) and the host's time in
+        # it, beside the op's own marks (from its start mark, inside the C++ op): call_ms minus
+        # the last mark = what the call spends outside the op's marks (Python, the dispatcher,
+        # validation, after the GEMM).
+        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        h0 = time.perf_counter()
+        ev0.record()
         with_env({"MKERNEL_MOE_PHASES": "1"}, fn)()
+        ev1.record()
+        h1 = time.perf_counter()
         torch.cuda.synchronize()
         try:
-            runs.append(json.loads(torch.ops.mkernel._moe_phases()))
+            ph = json.loads(torch.ops.mkernel._moe_phases())
+            if ph:
+                ph["call_ms"] = ev0.elapsed_time(ev1)
+                ph["host_call_ms"] = (h1 - h0) * 1e3
+            runs.append(ph)
         except (AttributeError, RuntimeError):
             pass
     keys = sorted({k for r in runs for k in r})
@@ -524,7 +638,7 @@ def deepep_style(worst: dict, own: list[dict], sent: list[int], wire: dict, rate
     ``_gbs_per_rank_own`` (each rank's bytes / its own median: DeepEP's per-rank print),
     ``_link_ratio_own_min``, and ``_wire_link_ratio`` (wire bytes / worst median / link)."""
     out = {}
-    for name in sorted(n for n in worst if n.startswith("mkernel_dispatch_only") or n == "mkernel_combine"):
+    for name in sorted(n for n in worst if n.startswith("mkernel_dispatch_only") or n.startswith("mkernel_combine")):
         ms = worst[name]
         if not ms or ms <= 0:
             continue
@@ -535,9 +649,12 @@ def deepep_style(worst: dict, own: list[dict], sent: list[int], wire: dict, rate
         out[name + "_gbs_per_rank_own"] = own_gbs
         known = [g for g in own_gbs if g is not None]
         out[name + "_link_ratio_own_min"] = min(known) / rate if (rate and known) else None
-        key = "combine" if name == "mkernel_combine" else "dispatch"
-        if wire.get(key):
-            w = wire[key] / (ms * 1e-3) / 1e9
+        key = "combine" if name.startswith("mkernel_combine") else "dispatch"
+        wire_bytes = wire.get(key)
+        if name == "mkernel_combine16" and wire_bytes:  # moe14: reduce16's partials, 2 bytes a value
+            wire_bytes = wire_bytes // 2 if os.environ.get("MKERNEL_MOE_NODES_COMBINE") != "reduce16" else wire_bytes
+        if wire_bytes:
+            w = wire_bytes / (ms * 1e-3) / 1e9
             out[name + "_wire_gbs"] = w
             out[name + "_wire_link_ratio"] = w / rate if rate else None
     return out
@@ -710,9 +827,33 @@ def print_lean(row: dict) -> None:
           f"{fmt(row.get('dispatch_link_ratio_wall'))}x the link, counted "
           f"{fmt(row.get('dispatch_link_ratio_wall_counted'))}x", flush=True)
     print_deepep(row)
+    print_moe14(row)
     for mode, per_rank in row.get("dispatch_phases", {}).items():
         print(f"  phases {mode} (ms from the op's start, per rank): " +
               " | ".join(", ".join(f"{k} {v:.3f}" for k, v in p.items()) for p in per_rank), flush=True)
+
+
+def print_moe14(row: dict) -> None:
+    """moe14's lines (rows with --moe14): each variant's ms, link ratio and ratio to the default."""
+    def fmt(v, nd=2):
+        return "n/a" if v is None else f"{v:.{nd}f}"
+
+    if "moe14_equal" not in row:
+        return
+    rel = row.get("moe14_only_vs_default", {})
+    parts = [f"{n[22:] or 'default'} {fmt(row[n]['median_ms'], 3)} ms = {fmt(row.get(n + '_link_ratio'))}x"
+             f" ({fmt(rel.get(n), 3)} of default)"
+             for n in sorted(rel) if n in row]
+    print("  moe14 dispatch only: " + "; ".join(parts) + f"; best {row.get('moe14_best_only')}, in graphs "
+          f"{row.get('moe14_best_only_graph')}", flush=True)
+    ops = row.get("moe14_op_vs_default", {})
+    print("  moe14 op: " + "; ".join(f"{n[22:] or 'default'} {fmt(row[n]['median_ms'], 3)} ms ({fmt(v, 3)})"
+                                     for n, v in sorted(ops.items()) if n in row) +
+          f"; combine16 {fmt((row.get('mkernel_combine16') or {}).get('median_ms'), 3)} ms = "
+          f"{fmt(row.get('mkernel_combine16_link_ratio'))}x ({fmt(row.get('moe14_combine16_vs_default'), 3)} of "
+          f"default); combine early {fmt((row.get('mkernel_combine_early') or {}).get('median_ms'), 3)} ms = "
+          f"{fmt(row.get('mkernel_combine_early_link_ratio'))}x ({fmt(row.get('moe14_combine_early_vs_default'), 3)}"
+          f" of default); rows equal {row.get('moe14_equal')}", flush=True)
 
 
 def print_row(row: dict) -> None:
@@ -804,6 +945,9 @@ def main() -> None:
                          "e.g. 50GB/s,3us")
     ap.add_argument("--graph", action="store_true",
                     help="also time every op captured in a CUDA graph (no host issue time)")
+    ap.add_argument("--moe14", action="store_true",
+                    help="with --nodes > 1: moe14's candidates (kernel layout, modes 1/3, gather SMs, "
+                         "4 pieces, reduce16 combine) and their phases, rows checked against the default")
     ap.add_argument("--lean", action="store_true",
                     help="with --nodes > 1: time only the op (with and without "
                          "MKERNEL_MOE_DISPATCH_GATHER=counted), the dispatch alone "
@@ -857,6 +1001,8 @@ def main() -> None:
                 BENCH_ITERS=str(iters), BENCH_SHAPES=shapes,
                 BENCH_GRAPH="1" if args.graph else "0", BENCH_NODES=str(nodes),
                 BENCH_MOE_LEAN="1" if args.lean else "0",
+                BENCH_MOE14="1" if args.moe14 else os.environ.get("BENCH_MOE14", "0"),
+                BENCH_MOE14_DROP=os.environ.get("BENCH_MOE14_DROP", ""),
                 MKERNEL_NET_EMULATE=emulate, BENCH_LIVE=str(live_path)))
         finally:
             done.set()

@@ -101,7 +101,7 @@ void exchange_join() {
 }
 
 at::Tensor exchange_nodes(const char* op, int32_t op_id, const at::Tensor& src, bool all_to_all,
-                          int64_t group, int64_t world_size, bool join) {
+                          int64_t group, int64_t world_size, bool join, bool copy_own) {
   const c10::cuda::CUDAGuard device_guard(src.device());
   comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, src.device());
   const int W = g.world(), me = g.rank();
@@ -132,11 +132,14 @@ at::Tensor exchange_nodes(const char* op, int32_t op_id, const at::Tensor& src, 
   at::Tensor state = at::empty({2}, s.options().dtype(at::kLong));
   auto* st = reinterpret_cast<uint64_t*>(state.data_ptr());
   check(op, moe_net::launch_begin(view, st, op_id, main.stream()), "begin", g);
-  // This rank's own block: a device copy on the caller's stream.
-  check(op,
-        cudaMemcpyAsync(res + me * block, in + (all_to_all ? me * block : 0), block,
-                        cudaMemcpyDeviceToDevice, main.stream()),
-        "own block", g);
+  // This rank's own block: a device copy on the caller's stream (unless the caller reads it
+  // from src: copy_own false).
+  if (copy_own) {
+    check(op,
+          cudaMemcpyAsync(res + me * block, in + (all_to_all ? me * block : 0), block,
+                          cudaMemcpyDeviceToDevice, main.stream()),
+          "own block", g);
+  }
   at::cuda::CUDAEvent forked, sent, received;
   forked.record(main);
   forked.block(send);

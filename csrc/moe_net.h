@@ -36,8 +36,11 @@ bool exchange_by_copy_engine(const char* op, int64_t group, int64_t world_size,
 // `join`: the caller's stream waits for the exchange before it returns (the default); false:
 // the caller must call exchange_join(result) before reading the result or issuing another op of
 // the group (work of its own, e.g. ATen ops on other tensors, may run in between).
+// `copy_own` false (moe14): this rank's own block of the result is left unwritten (the caller
+// reads it from src), and the side streams fork right after begin instead of after that copy.
 at::Tensor exchange_nodes(const char* op, int32_t op_id, const at::Tensor& src, bool all_to_all,
-                          int64_t group, int64_t world_size, bool join = true);
+                          int64_t group, int64_t world_size, bool join = true,
+                          bool copy_own = true);
 void exchange_join();
 
 // The dispatch's all_gather with a routing head, in two halves, so that the caller derives its

@@ -23,6 +23,8 @@
 #include "kernels/moe/moe_net_api.h"
 #include "kernels/moe/moe_net_plan.h"
 #include "kernels/moe/moe_partial_api.h"
+#include "kernels/moe/moe_ep_api.h"
+#include "kernels/moe/moe_routing_api.h"
 #include "moe_local.h"
 #include "moe_net.h"
 
@@ -90,13 +92,114 @@ namespace {
 // other ranks' rows are on the link (where the headed gather runs and capacity is 0; else "1").
 // The pipelined default was reverted by its own rule (s13run2: test_moe_cuda_across_emulated_nodes[2]
 // failed with an unspecified launch failure under it, [4] passed; NOTES "moe10").
+// "3" (opt-in, moe14): the headed gather (the routing travels ahead of the rows, no collective
+// before them) with no per-piece row hooks: this rank's own rows are gathered from x while the
+// others' are on the link, the others' rows in one counted gather after the join (nothing of
+// the dispatch's on the SMs beside the link's copies but that own-rows gather).
 int dispatch_mode() {
   const char* v = std::getenv("MKERNEL_MOE_DISPATCH_PIPELINE");
   if (v == nullptr || *v == '\0') return 0;
   const std::string m(v);
-  TORCH_CHECK_VALUE(m == "0" || m == "1" || m == "2",
-                    "MKERNEL_MOE_DISPATCH_PIPELINE must be \"0\", \"1\" or \"2\" (or unset), got \"", m, "\"");
+  TORCH_CHECK_VALUE(m == "0" || m == "1" || m == "2" || m == "3",
+                    "MKERNEL_MOE_DISPATCH_PIPELINE must be \"0\", \"1\", \"2\" or \"3\" (or unset), got \"",
+                    m, "\"");
   return m[0] - '0';
+}
+
+// MKERNEL_MOE_LAYOUT (moe14; read at every call, every rank the same): unset or "aten", the
+// packed layout by ATen ops (~30 launches: sort, searchsorted, index ops; s17's phases put the
+// host's issue of the dispatch at ~1.5 ms, ~0.8 ms of it this layout, on the critical path once
+// the rows move early); "kernel" (opt-in), the routing kernels (moe_routing_api.h route() over
+// every rank's choices) and one layout kernel (nodes_layout): the same route, counts,
+// recv_counts and counted rows, bit for bit, in 4 launches. Used where the gather is counted
+// (MKERNEL_MOE_DISPATCH_GATHER=counted, or modes 1 and 3) with capacity 0 and E <= the routing
+// kernels' table; elsewhere (the default sequence's bound gather, mode 2, capacity > 0) ATen.
+bool layout_kernel_requested() {
+  const char* v = std::getenv("MKERNEL_MOE_LAYOUT");
+  if (v == nullptr || *v == '\0') return false;
+  const std::string m(v);
+  TORCH_CHECK_VALUE(m == "aten" || m == "kernel",
+                    "MKERNEL_MOE_LAYOUT must be \"aten\" or \"kernel\" (or unset), got \"", m, "\"");
+  return m == "kernel";
+}
+
+// MKERNEL_MOE_GATHER_SMS (moe14; read at every call): the headed dispatch's row gathers that run
+// beside the link's copies (mode 1's per-piece hooks, and modes 1 / 3's own-rows gather) launch
+// at most 8 CTAs per this many SMs
+// instead of per every SM (1056 CTAs on an H200): fewer SMs taken from the copies that carry
+// the link (s17: a copy beside a full grid runs ~15x slower). Unset or 0: every SM.
+int gather_sms(int sms) {
+  const char* v = std::getenv("MKERNEL_MOE_GATHER_SMS");
+  if (v == nullptr || *v == '\0') return sms;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  TORCH_CHECK_VALUE(end != v && *end == '\0' && n >= 0, "MKERNEL_MOE_GATHER_SMS must be an integer >= 0, got \"",
+                    v, "\"");
+  return n == 0 ? sms : static_cast<int>(std::min<long>(n, sms));
+}
+
+// The layout of moe_routing_api.h nodes_layout: route() over every rank's choices, then the
+// layout kernel. idx_all [W*Tm, k] int32 (-1: no expert). Fills r.route, r.counts,
+// r.recv_counts; returns token_live [rows_out] int64 (the counted gather's rows: token or -1).
+at::Tensor layout_by_kernel(const char* op, const at::Tensor& idx_all, int64_t T, int64_t Tm,
+                            int64_t k, int64_t E, int64_t W, int64_t me, int64_t rows_out,
+                            DispatchResult& r) {
+  const at::Tensor idx = idx_all.contiguous();
+  const int64_t tokens = W * Tm, n = tokens * k, El = E / W;
+  const int64_t scratch = moe_ep::routing_scratch_ints(tokens, static_cast<int>(E), static_cast<int>(W));
+  const auto int_opts = idx.options().dtype(at::kInt);
+  const auto long_opts = idx.options().dtype(at::kLong);
+  at::Tensor buf = at::empty({2 * n + E + tokens * W + scratch}, int_opts);
+  int32_t* b = buf.data_ptr<int32_t>();
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  moe_ep::RoutingArgs a;
+  a.topk_idx = idx.data_ptr();
+  a.idx_is_64 = idx.scalar_type() == at::kLong;
+  a.tokens = tokens;
+  a.k = static_cast<int>(k);
+  a.experts = static_cast<int>(E);
+  a.world = static_cast<int>(W);
+  a.expert = b;
+  a.pos = b + n;
+  a.cnt = b + 2 * n;
+  a.slot = b + 2 * n + E;
+  a.scratch = b + 2 * n + E + tokens * W;
+  a.stream = stream;
+  const char* reason = nullptr;
+  cudaError_t err = moe_ep::route(a, &reason);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    TORCH_CHECK(false, op, ": the routing kernels failed to launch: ", cudaGetErrorString(err),
+                reason ? std::string(" (") + reason + ")" : std::string());
+  }
+  r.route = at::empty({T, k}, long_opts);
+  r.counts = at::empty({El}, int_opts);
+  r.recv_counts = at::zeros({W, El}, int_opts);
+  at::Tensor token = at::empty({rows_out}, long_opts);
+  moe_ep::NodesLayoutArgs l;
+  l.expert = a.expert;
+  l.pos = a.pos;
+  l.cnt = a.cnt;
+  l.max_tokens = Tm;
+  l.tokens = T;
+  l.k = static_cast<int>(k);
+  l.experts = static_cast<int>(E);
+  l.world = static_cast<int>(W);
+  l.me = static_cast<int>(me);
+  l.rows_out = rows_out;
+  l.route = r.route.data_ptr<int64_t>();
+  l.token = token.data_ptr<int64_t>();
+  l.counts = r.counts.data_ptr<int32_t>();
+  l.recv_counts = r.recv_counts.data_ptr<int32_t>();
+  l.stream = stream;
+  reason = nullptr;
+  err = moe_ep::nodes_layout(l, &reason);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    TORCH_CHECK(false, op, ": the layout kernel failed to launch: ", cudaGetErrorString(err),
+                reason ? std::string(" (") + reason + ")" : std::string());
+  }
+  return token;
 }
 
 // MKERNEL_MOE_DISPATCH_GATHER (moe13; read at every call, every rank the same): unset or "bound",
@@ -252,20 +355,34 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
   const bool net_open = g.device_view().net.send_area != nullptr;
   bool own_path = net_open && exchange_by_copy_engine(op, group, W, x.device());
   // Every rank's tokens and choices (out-of-range ids as -1, padding rows choose nothing).
-  const at::Tensor idx = topk_idx.to(at::kLong);
-  const at::Tensor idx32 = at::where(idx.ge(0).logical_and(idx.lt(E)), idx, -1).to(at::kInt);
+  // MKERNEL_MOE_LAYOUT=kernel (moe14): padded and checked in one launch (pad_ids) instead of six
+  // ATen ops, the same int32 values.
+  const bool layout_kernel = layout_kernel_requested();
+  at::Tensor idx_head;  // [Tm, k] int32
+  if (layout_kernel && topk_idx.is_contiguous() &&
+      (topk_idx.scalar_type() == at::kLong || topk_idx.scalar_type() == at::kInt)) {
+    idx_head = at::empty({Tm, k}, int_opts);
+    const cudaError_t err = moe_ep::pad_ids(topk_idx.data_ptr(), topk_idx.scalar_type() == at::kLong,
+                                            T, Tm, static_cast<int>(k), static_cast<int>(E),
+                                            idx_head.data_ptr<int32_t>(), main.stream());
+    TORCH_CHECK(err == cudaSuccess, op, ": the routing head kernel failed to launch: ",
+                cudaGetErrorString(err));
+  } else {
+    const at::Tensor idx = topk_idx.to(at::kLong);
+    const at::Tensor idx32 = at::where(idx.ge(0).logical_and(idx.lt(E)), idx, -1).to(at::kInt);
+    idx_head = pad_rows(idx32, Tm, -1);
+  }
   const at::Tensor x_pad = pad_rows(x, Tm, 0);
   at::Tensor idx_all, x_all;
   std::shared_ptr<HeadedGather> headed;
   if (own_path && pipelined) {
     // The routing travels ahead of the rows in the same exchange (no collective before the
     // rows move); the caller's stream has every rank's routing when this returns.
-    headed = gather_headed_start(op, comm::kOpMoeDispatch, x_pad, pad_rows(idx32, Tm, -1), group,
-                                 W, ph.on);
+    headed = gather_headed_start(op, comm::kOpMoeDispatch, x_pad, idx_head, group, W, ph.on);
     idx_all = headed_head_out(*headed);  // [W*Tm, k]
     x_all = headed_out(*headed);         // [W*Tm, H], other ranks' blocks as their pieces land
   } else {
-    idx_all = all_gather_bits(pad_rows(idx32, Tm, -1), group, W);  // [W*Tm, k]
+    idx_all = all_gather_bits(idx_head, group, W);  // [W*Tm, k]
     own_path = exchange_by_copy_engine(op, group, W, x.device());  // the path is open now
     if (own_path && pipelined) {
       // The group's first call: size the areas for the headed gather of the next calls too (a
@@ -284,57 +401,70 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
   }
   ph.mark("routing", main);
 
-  // Choices in (source, token, choice) order, stably sorted by expert: expert g's rows in the
-  // order moe_host.h lays them out, at sorted positions starts[g] .. starts[g+1] - 1.
-  const at::Tensor flat = idx_all.reshape({-1}).to(at::kLong);
-  const at::Tensor key = at::where(flat.ge(0), flat, E);  // no expert: sorts last
-  auto sorted = at::sort(key, /*stable=*/true, /*dim=*/0, /*descending=*/false);
-  const at::Tensor skey = std::get<0>(sorted), perm = std::get<1>(sorted);
-  const at::Tensor starts = at::searchsorted(skey, at::arange(E + 1, long_opts));
-  const at::Tensor i = at::arange(n, long_opts);
-  const at::Tensor pos = i - starts.index_select(0, skey);  // index among its expert's rows
-  const at::Tensor owner = at::div(skey, El, "floor");
-  const at::Tensor le = skey - owner * El;
-  at::Tensor row, keep;
-  if (capacity > 0) {  // the first C rows of each expert, at le * C
-    row = le * capacity + pos;
-    keep = skey.lt(E).logical_and(pos.lt(capacity));
-  } else {  // packed: the owner's experts back to back, rows past the static bound dropped
-    row = i - starts.index_select(0, (owner * El).clamp_max(E));
-    keep = skey.lt(E).logical_and(row.lt(rows_out));
-  }
-  const at::Tensor code = at::where(keep, owner.clamp_max(W - 1) * kRankShift + row, -1);
-  const at::Tensor route_all = at::empty({n}, long_opts).index_copy_(0, perm, code);
-  r.route = route_all.view({W, Tm, k}).select(0, me).narrow(0, 0, T).contiguous();
-
-  // This rank's experts: rows held, and from which source.
-  const at::Tensor mine = starts.narrow(0, me * El + 1, El) - starts.narrow(0, me * El, El);
-  if (capacity > 0) {
-    r.counts = mine.clamp_max(capacity).to(at::kInt);
+  const bool counted = !pipelined && gather_counted();
+  // moe14: the layout by the routing kernels + one layout kernel where the gather is counted
+  // (MKERNEL_MOE_LAYOUT=kernel; the same bits as the ATen sequence below).
+  const bool kernel_layout = layout_kernel && capacity == 0 &&
+                             (counted || (pipelined && mode != 2)) && E <= moe_ep::kMaxExperts &&
+                             W <= comm::kMaxRanks && n < (int64_t{1} << 31) &&
+                             rows_out < (int64_t{1} << 31);
+  at::Tensor skey, perm, starts, sorted_pos, token, token_kl;
+  if (kernel_layout) {
+    token_kl = layout_by_kernel(op, idx_all, T, Tm, k, E, W, me, rows_out, r);
   } else {
-    const at::Tensor base = starts.narrow(0, me * El, El) - starts.narrow(0, me * El, 1);
-    r.counts = ((base + mine).clamp_max(rows_out) - base.clamp_max(rows_out)).to(at::kInt);
-  }
-  const at::Tensor src = at::div(perm, Tm * k, "floor");
-  const at::Tensor bin = at::where(keep.logical_and(owner.eq(me)), src * El + le, W * El);
-  r.recv_counts = at::zeros({W * El + 1}, long_opts)
-                      .index_add_(0, bin, at::ones({n}, long_opts))
-                      .narrow(0, 0, W * El)
-                      .view({W, El})
-                      .to(at::kInt);
+    // Choices in (source, token, choice) order, stably sorted by expert: expert g's rows in the
+    // order moe_host.h lays them out, at sorted positions starts[g] .. starts[g+1] - 1.
+    const at::Tensor flat = idx_all.reshape({-1}).to(at::kLong);
+    const at::Tensor key = at::where(flat.ge(0), flat, E);  // no expert: sorts last
+    auto sorted = at::sort(key, /*stable=*/true, /*dim=*/0, /*descending=*/false);
+    skey = std::get<0>(sorted);
+    perm = std::get<1>(sorted);
+    starts = at::searchsorted(skey, at::arange(E + 1, long_opts));
+    const at::Tensor i = at::arange(n, long_opts);
+    const at::Tensor pos = i - starts.index_select(0, skey);  // index among its expert's rows
+    const at::Tensor owner = at::div(skey, El, "floor");
+    const at::Tensor le = skey - owner * El;
+    at::Tensor row, keep;
+    if (capacity > 0) {  // the first C rows of each expert, at le * C
+      row = le * capacity + pos;
+      keep = skey.lt(E).logical_and(pos.lt(capacity));
+    } else {  // packed: the owner's experts back to back, rows past the static bound dropped
+      row = i - starts.index_select(0, (owner * El).clamp_max(E));
+      keep = skey.lt(E).logical_and(row.lt(rows_out));
+    }
+    const at::Tensor code = at::where(keep, owner.clamp_max(W - 1) * kRankShift + row, -1);
+    const at::Tensor route_all = at::empty({n}, long_opts).index_copy_(0, perm, code);
+    r.route = route_all.view({W, Tm, k}).select(0, me).narrow(0, 0, T).contiguous();
 
-  // The received rows: row q of the layout is sorted choice starts[first expert] + q (packed)
-  // or starts[expert of q] + q % C (padded); rows past the counts are unspecified, as on one
-  // node (the previous sequence copies some token's row there, the pipelined one nothing).
-  at::Tensor sorted_pos;
-  if (capacity > 0) {
-    const at::Tensor q = at::arange(rows_out, long_opts);
-    sorted_pos = starts.index_select(0, at::div(q, capacity, "floor") + me * El) +
-                 q.remainder(capacity);
-  } else {
-    sorted_pos = starts.narrow(0, me * El, 1) + at::arange(rows_out, long_opts);
-  }
-  const at::Tensor token = at::div(perm.index_select(0, sorted_pos.clamp_max(n - 1)), k, "floor");
+    // This rank's experts: rows held, and from which source.
+    const at::Tensor mine = starts.narrow(0, me * El + 1, El) - starts.narrow(0, me * El, El);
+    if (capacity > 0) {
+      r.counts = mine.clamp_max(capacity).to(at::kInt);
+    } else {
+      const at::Tensor base = starts.narrow(0, me * El, El) - starts.narrow(0, me * El, 1);
+      r.counts = ((base + mine).clamp_max(rows_out) - base.clamp_max(rows_out)).to(at::kInt);
+    }
+    const at::Tensor src = at::div(perm, Tm * k, "floor");
+    const at::Tensor bin = at::where(keep.logical_and(owner.eq(me)), src * El + le, W * El);
+    r.recv_counts = at::zeros({W * El + 1}, long_opts)
+                        .index_add_(0, bin, at::ones({n}, long_opts))
+                        .narrow(0, 0, W * El)
+                        .view({W, El})
+                        .to(at::kInt);
+
+    // The received rows: row q of the layout is sorted choice starts[first expert] + q (packed)
+    // or starts[expert of q] + q % C (padded); rows past the counts are unspecified, as on one
+    // node (the previous sequence copies some token's row there, the pipelined one nothing).
+    if (capacity > 0) {
+      const at::Tensor q = at::arange(rows_out, long_opts);
+      sorted_pos = starts.index_select(0, at::div(q, capacity, "floor") + me * El) +
+                   q.remainder(capacity);
+    } else {
+      sorted_pos = starts.narrow(0, me * El, 1) + at::arange(rows_out, long_opts);
+    }
+    token = at::div(perm.index_select(0, sorted_pos.clamp_max(n - 1)), k, "floor");
+  }  // the ATen layout
+  if (!headed) ph.mark("layout", main);  // (the headed path marks it after its own-rows setup)
   at::Tensor recv;
   // Every exit after the layout: keep the phases (the borrowed sent / received events live in
   // `headed`), the output and the received rows.
@@ -348,7 +478,6 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
     r.recv_x = return_recv ? recv : x.new_empty({0});
     return std::move(r);
   };
-  const bool counted = !pipelined && gather_counted();
   if (!pipelined && !counted) {
     if (own_path) exchange_join();
     ph.mark("joined", main);
@@ -356,21 +485,30 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
   } else {
     // Only the rows the counts cover are gathered (the static bound holds W * min(k, E_local)
     // / k times the mean); the others stay unwritten (unspecified, as on one node): token -1.
-    const at::Tensor q = at::arange(rows_out, long_opts);
-    const at::Tensor live =
-        capacity > 0
-            ? q.remainder(capacity).lt(r.counts.to(at::kLong).index_select(0, at::div(q, capacity, "floor")))
-            : q.lt(r.counts.sum().to(at::kLong));
-    const at::Tensor token_live = at::where(live, token, -1).contiguous();
+    at::Tensor live, token_live;
+    if (kernel_layout) {
+      token_live = token_kl;  // rows past the counts already -1
+    } else {
+      const at::Tensor q = at::arange(rows_out, long_opts);
+      live = capacity > 0
+                 ? q.remainder(capacity).lt(r.counts.to(at::kLong).index_select(0, at::div(q, capacity, "floor")))
+                 : q.lt(r.counts.sum().to(at::kLong));
+      token_live = at::where(live, token, -1).contiguous();
+    }
     const int64_t row_bytes = H * x.element_size();
     const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-    auto gather = [&](const at::Tensor& from, int64_t row0, int64_t rows, cudaStream_t s) {
+    const int hook_sms = gather_sms(sms);  // mode 1's per-piece gathers (beside the link)
+    auto gather_on = [&](const at::Tensor& from, int64_t row0, int64_t rows, cudaStream_t s,
+                         int grid_sms) {
       const auto* base = static_cast<const uint8_t*>(from.data_ptr());
       const cudaError_t err = moe_net::launch_gather_rows(
           base, row0, rows, token_live.data_ptr<int64_t>(), rows_out, recv.data_ptr(), row_bytes,
-          sms, s);
+          grid_sms, s);
       TORCH_CHECK(err == cudaSuccess, op, ": the row gather failed to launch: ",
                   cudaGetErrorString(err));
+    };
+    auto gather = [&](const at::Tensor& from, int64_t row0, int64_t rows, cudaStream_t s) {
+      gather_on(from, row0, rows, s, sms);
     };
     if (counted) {  // mode 0 with MKERNEL_MOE_DISPATCH_GATHER=counted: the sequence, counted rows
       recv = at::empty({rows_out, H}, x.options());
@@ -465,17 +603,29 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
         at::cuda::CUDAEvent layout_done;
         layout_done.record(main);
         ph.mark("layout", main);
-        gather(x_pad, me * Tm, Tm, main.stream());  // disjoint rows from the hooks' stream's
+        // Disjoint rows from the hooks' stream's; beside the link, so capped like them.
+        gather_on(x_pad, me * Tm, Tm, main.stream(), hook_sms);
         headed_sync_for_test(op, main);
-        gather_headed_finish(*headed, layout_done,
-                             [&](int p, int64_t r0, int64_t r1, cudaStream_t s) {
-                               const int64_t row0 = p * Tm + r0;
-                               gather(x_all.narrow(0, row0, r1 - r0), row0, r1 - r0, s);
-                             });
+        if (mode == 3) {
+          // moe14: no row hooks beside the link; the other ranks' rows after the join.
+          gather_headed_finish(*headed, layout_done, RowsLanded());
+        } else {
+          gather_headed_finish(*headed, layout_done,
+                               [&](int p, int64_t r0, int64_t r1, cudaStream_t s) {
+                                 const int64_t row0 = p * Tm + r0;
+                                 gather_on(x_all.narrow(0, row0, r1 - r0), row0, r1 - r0, s,
+                                           hook_sms);
+                               });
+        }
         ph.mark_event("sent", headed_sent_event(*headed));
         ph.mark_event("received", headed_received_event(*headed));
         exchange_join();  // token_live, recv, x_all: read on the receive stream until here
         ph.mark("joined", main);
+        if (mode == 3) {
+          for (int64_t p = 0; p < W; ++p) {
+            if (p != me) gather(x_all.narrow(0, p * Tm, Tm), p * Tm, Tm, main.stream());
+          }
+        }
       } else {
         if (own_path) exchange_join();
         ph.mark("joined", main);
@@ -526,12 +676,23 @@ bool combine_by_reduce_scatter() {
   return on;
 }
 
-bool combine_partials_narrow() {
-  static const bool on = nodes_combine_mode() == "reduce16";
-  return on;
-}
+// Read at every call since moe14 (every rank the same), so that one bench run can time the
+// fp32 and the narrow partials side by side; "allgather" (combine_by_reduce_scatter) stays
+// process-static.
+bool combine_partials_narrow() { return nodes_combine_mode() == "reduce16"; }
 
 namespace {
+// MKERNEL_MOE_COMBINE_EARLY=1 (moe14, opt-in; read at every call, every rank the same): with the
+// MoE's own exchange and the partial-sum kernel, the partials of the other ranks' tokens are
+// computed first, the exchange starts right after them (no copy of this rank's own block: the
+// sum reads it from the partials), and this rank's own partials are computed on the caller's
+// stream while the others are on the link. The same values summed in the same order: the same
+// bits as the default.
+bool combine_early() {
+  const char* v = std::getenv("MKERNEL_MOE_COMBINE_EARLY");
+  return v != nullptr && std::string(v) == "1";
+}
+
 // The partial-sum kernel unless MKERNEL_MOE_NODES_PARTIAL=aten (the ATen sequence it replaces).
 bool partials_by_kernel() {
   static const bool on = [] {
@@ -558,6 +719,20 @@ at::Tensor combine_nodes(const char* op, const at::Tensor& y, const at::Tensor& 
   // Y and Tm are the group's (the dispatch's static bound, token_bound): every rank skips the
   // collectives alike.
   if (Y == 0 || Tm == 0) return at::zeros({T, H}, y.options());
+  const at::cuda::CUDAStream main = at::cuda::getCurrentCUDAStream();
+  Phases ph;  // MKERNEL_MOE_PHASES=1 (moe14): the combine's phases, as the dispatch's
+  ph.on = phases_requested(main);
+  ph.host0 = std::chrono::steady_clock::now();
+  ph.mark("start", main);
+  auto done = [&](const at::Tensor& out) {
+    ph.mark("summed", main);
+    if (ph.on) {
+      ph.host_ms = ph.host_now();
+      last_phases_keep.reset();
+      last_phases = std::move(ph);
+    }
+    return out;
+  };
   // Every rank's routes and weights (small: [W*Tm, k]); padding tokens route nowhere.
   const at::Tensor w = topk_weights.to(at::kFloat).masked_fill(route.lt(0), 0.0);
   // One all_gather for both (a collective's latency, not its bytes, is their cost): the routes'
@@ -566,6 +741,7 @@ at::Tensor combine_nodes(const char* op, const at::Tensor& y, const at::Tensor& 
       at::cat({pad_rows(route, Tm, -1).view(at::kFloat), pad_rows(w, Tm, 0)}, 1), group, W);
   const at::Tensor route_all = both.narrow(1, 0, 2 * k).contiguous().view(at::kLong);  // [W*Tm, k]
   const at::Tensor w_all = both.narrow(1, 2 * k, k).contiguous();                      // [W*Tm, k]
+  ph.mark("routes", main);
   const Decoded d = decode(route_all, W, Y);
   const at::Tensor here = d.kept.logical_and(d.rank.eq(me)).view({W * Tm, k});
   const at::Tensor row = at::where(here, d.row.view({W * Tm, k}), 0);
@@ -574,19 +750,33 @@ at::Tensor combine_nodes(const char* op, const at::Tensor& y, const at::Tensor& 
   // MKERNEL_MOE_NODES_COMBINE=reduce16: the partials travel in y's dtype (half the bytes; each
   // owner's partial rounded once more before the fp32 sum over owners).
   const bool narrow = combine_partials_narrow();
-  at::Tensor sent;
-  if (partials_by_kernel() && k <= moe_partial::kMaxChoices) {
-    // One kernel (moe_partial.cu): reads only the held rows, the same bits as the loop below.
-    const at::Tensor held = at::where(here, d.row.view({W * Tm, k}), -1).contiguous();
-    const at::Tensor wk = w_all.contiguous();
-    sent = at::empty({W * Tm, H}, y.options().dtype(narrow ? y.scalar_type() : at::kFloat));
+  const bool by_kernel = partials_by_kernel() && k <= moe_partial::kMaxChoices;
+  const bool own_exchange = exchange_by_copy_engine(op, group, W, y.device());
+  const bool early = by_kernel && own_exchange && combine_early();
+  at::Tensor sent, held, wk;
+  // Partials of token slots [r0, r0 + rows) (rows are independent: any split, the same bits).
+  auto partial_rows = [&](int64_t r0, int64_t rows) {
+    if (rows <= 0) return;
     const cudaError_t err = moe_partial::launch(
-        y2.data_ptr(), moe_dtype(y.scalar_type()), held.data_ptr<int64_t>(), wk.data_ptr<float>(),
-        sent.data_ptr(), moe_dtype(sent.scalar_type()), W * Tm, static_cast<int>(k), H,
-        at::cuda::getCurrentDeviceProperties()->multiProcessorCount,
-        at::cuda::getCurrentCUDAStream());
+        y2.data_ptr(), moe_dtype(y.scalar_type()), held.data_ptr<int64_t>() + r0 * k,
+        wk.data_ptr<float>() + r0 * k,
+        static_cast<uint8_t*>(sent.data_ptr()) + r0 * H * static_cast<int64_t>(sent.element_size()),
+        moe_dtype(sent.scalar_type()), rows, static_cast<int>(k), H,
+        at::cuda::getCurrentDeviceProperties()->multiProcessorCount, main.stream());
     TORCH_CHECK(err == cudaSuccess, op, ": the partial-sum kernel failed to launch: ",
                 cudaGetErrorString(err));
+  };
+  if (by_kernel) {
+    // One kernel (moe_partial.cu): reads only the held rows, the same bits as the loop below.
+    held = at::where(here, d.row.view({W * Tm, k}), -1).contiguous();
+    wk = w_all.contiguous();
+    sent = at::empty({W * Tm, H}, y.options().dtype(narrow ? y.scalar_type() : at::kFloat));
+    if (early) {  // the other ranks' token slots first (this rank's: beside the link, below)
+      partial_rows(0, me * Tm);
+      partial_rows((me + 1) * Tm, (W - me - 1) * Tm);
+    } else {
+      partial_rows(0, W * Tm);
+    }
   } else {  // MKERNEL_MOE_NODES_PARTIAL=aten: the ATen sequence
     at::Tensor partial = at::zeros({W * Tm, H}, y.options().dtype(at::kFloat));
     for (int64_t j = 0; j < k; ++j) {
@@ -598,15 +788,31 @@ at::Tensor combine_nodes(const char* op, const at::Tensor& y, const at::Tensor& 
     }
     sent = narrow ? partial.to(y.scalar_type()) : partial;
   }
-  if (exchange_by_copy_engine(op, group, W, y.device())) {
+  ph.mark("partial", main);
+  if (own_exchange) {
     // The MoE's own exchange: every owner's partial of this rank's tokens, summed here in fp32
     // and rank order (the reduce_scatter's order), rounded once.
+    if (early) {
+      const at::Tensor got = exchange_nodes(op, comm::kOpMoeCombine, sent, true, group, W,
+                                            /*join=*/false, /*copy_own=*/false);
+      partial_rows(me * Tm, Tm);  // rows the send stream does not read
+      ph.mark("own_partial", main);
+      exchange_join();
+      ph.mark("joined", main);
+      auto block = [&](int64_t s) {
+        return s == me ? sent.narrow(0, me * Tm, Tm) : got.narrow(0, s * Tm, Tm);
+      };
+      at::Tensor sum = block(0).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+      for (int64_t s = 1; s < W; ++s) sum.add_(block(s));
+      return done(sum.narrow(0, 0, T).to(y.scalar_type()));
+    }
     const at::Tensor got = exchange_nodes(op, comm::kOpMoeCombine, sent, true, group, W);
+    ph.mark("joined", main);
     at::Tensor sum = got.narrow(0, 0, Tm).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
     for (int64_t s = 1; s < W; ++s) sum.add_(got.narrow(0, s * Tm, Tm));
-    return sum.narrow(0, 0, T).to(y.scalar_type());
+    return done(sum.narrow(0, 0, T).to(y.scalar_type()));
   }
-  return reduce_scatter(sent, group, W).narrow(0, 0, T).to(y.scalar_type());
+  return done(reduce_scatter(sent, group, W).narrow(0, 0, T).to(y.scalar_type()));
 }
 
 at::Tensor scatter_nodes(const char* op, const at::Tensor& rows, const at::Tensor& route,

@@ -31,4 +31,8 @@ D)
   jx xn8_rs 45 30 'MKERNEL_OP_TIMEOUT=10 MKERNEL_NET_GDR_COPIER_SUBMIT=ce python3 benchmarks/bench_fused.py --world 2 --nodes 2 --fused-nodes --nodes-lean --ops gemm_rs --only 4096x1024x8192 --budget 15 --timeout 30'
   jx xn8_rs_b1 45 30 'MKERNEL_OP_TIMEOUT=10 MKERNEL_NET_GDR_COPIER_SUBMIT=ce MKERNEL_NET_GDR_COPIER_BATCH=1 python3 benchmarks/bench_fused.py --world 2 --nodes 2 --fused-nodes --nodes-lean --ops gemm_rs --only 4096x1024x8192 --budget 15 --timeout 30'
   ;;
+E)
+  # moe14 (NOTES "Session 17, moe14"): the kernel layout, dispatch mode 3, early combine — tests, then the bench
+  jx moe14 95 60 'bash benchmarks/moe14_device_job.sh'
+  ;;
 esac

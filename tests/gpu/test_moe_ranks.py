@@ -123,6 +123,34 @@ def test_moe_cuda_across_emulated_nodes_pipelined(mps, world, nodes, mode, sync)
     assert max(c["err"] / c["bound"] for c in cases) <= 1
 
 
+@pytest.mark.parametrize("world,nodes,mode,gather,layout,sms,sync,early", [
+    (2, 2, "3", "", "kernel", "", "0", "0"), (2, 2, "3", "", "kernel", "", "1", "0"),
+    (2, 2, "1", "", "kernel", "16", "0", "1"), (2, 2, "0", "counted", "kernel", "", "0", "0"),
+    (2, 2, "3", "", "aten", "", "0", "0"), (4, 2, "3", "", "kernel", "", "0", "0"),
+    (4, 4, "0", "", "", "", "0", "1")],
+    ids=["w2n2-p3-kl", "w2n2-p3-kl-sync", "w2n2-p1-kl-s16", "w2n2-counted-kl", "w2n2-p3", "w4n2-p3-kl",
+         "w4n4-combine-early"])
+def test_moe_cuda_across_emulated_nodes_moe14(mps, world, nodes, mode, gather, layout, sms, sync, early):
+    """moe14 (opt-in): MKERNEL_MOE_DISPATCH_PIPELINE=3 (the headed gather without per-piece row
+    hooks: the others' rows gathered once after the join), MKERNEL_MOE_LAYOUT=kernel (the packed
+    layout by the routing kernels + nodes_layout instead of ~30 ATen ops; capacity > 0 cases keep
+    ATen), MKERNEL_MOE_GATHER_SMS (mode 1's per-piece gathers on fewer CTAs),
+    MKERNEL_MOE_COMBINE_EARLY=1 (the combine's own partials beside the link, no own-block copy);
+    the same matrix, repeat and graph checks (values vs float64, bit-identical repeats, graph
+    replay). W=4 over 2 nodes takes the substrate's collectives (not headed) with the kernel
+    layout; W=4 over 4 nodes the MoE's own exchange at every rank (the early combine's W > 2
+    split: two launches for the other ranks' slots)."""
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="15", MKERNEL_MOE_DISPATCH_PIPELINE=mode,
+                                 MKERNEL_MOE_DISPATCH_GATHER=gather, MKERNEL_MOE_LAYOUT=layout,
+                                 MKERNEL_MOE_GATHER_SMS=sms, MKERNEL_MOE_HEADED_SYNC=sync,
+                                 MKERNEL_MOE_COMBINE_EARLY=early))
+    cases = check_ranks(res)
+    assert len(cases) == world * (8 + 4), len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_moe_cuda_across_emulated_nodes_allgather_combine(mps, world):
     """MKERNEL_MOE_NODES_COMBINE=allgather (the opt-out): the combine across nodes from every

@@ -139,6 +139,84 @@ __global__ void __launch_bounds__(kRouteThreads) routing_rank_kernel(const Routi
   }
 }
 
+// moe14 (nodes_layout): one thread per choice of every rank, plus the tails; each CTA first puts
+// every expert's base (choices of the owner's experts before it) in shared memory.
+struct NodesLayoutParams {
+  const int32_t* expert;
+  const int32_t* pos;
+  const int32_t* cnt;
+  int64_t max_tokens, tokens, rows_out, n;
+  int k, experts, e_local, world, me;
+  int64_t* route;
+  int64_t* token;
+  int32_t* counts;
+  int32_t* recv_counts;
+};
+
+__global__ void __launch_bounds__(kRouteThreads) nodes_layout_kernel(const NodesLayoutParams p) {
+  __shared__ int32_t s_base[kMaxExperts];
+  __shared__ int32_t s_mine;  // choices of this rank's experts (all of them, before the bound)
+  const int E = p.experts, El = p.e_local;
+  for (int g = threadIdx.x; g < E; g += kRouteThreads) {
+    const int first = (g / El) * El;
+    int32_t b = 0;
+    for (int x = first; x < g; ++x) b += p.cnt[x];
+    s_base[g] = b;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int last = p.me * El + El - 1;
+    s_mine = s_base[last] + p.cnt[last];
+  }
+  __syncthreads();
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kRouteThreads;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRouteThreads + threadIdx.x;
+  const int64_t per_rank = p.max_tokens * p.k;
+  for (int64_t c = first; c < p.n; c += stride) {
+    const int32_t g = p.expert[c];
+    int64_t code = -1;
+    if (g >= 0) {
+      const int o = g / El;
+      const int64_t row = static_cast<int64_t>(s_base[g]) + p.pos[c];
+      if (row < p.rows_out) {
+        code = (static_cast<int64_t>(o) << 32) | row;
+        if (o == p.me) {
+          p.token[row] = c / p.k;
+          atomicAdd(&p.recv_counts[(c / per_rank) * El + (g - p.me * El)], 1);
+        }
+      }
+    }
+    const int64_t s = c / per_rank, t = (c / p.k) % p.max_tokens;
+    if (s == p.me && t < p.tokens) p.route[t * p.k + c % p.k] = code;
+  }
+  // Rows past this rank's counts: no choice (the kept choices above wrote exactly the rows
+  // below min(s_mine, rows_out), one each).
+  const int64_t live = min(static_cast<int64_t>(s_mine), p.rows_out);
+  for (int64_t q = live + first; q < p.rows_out; q += stride) p.token[q] = -1;
+  if (blockIdx.x == 0) {
+    for (int e = threadIdx.x; e < El; e += kRouteThreads) {
+      const int g = p.me * El + e;
+      const int64_t b = s_base[g];
+      p.counts[e] = static_cast<int32_t>(min(b + p.cnt[g], p.rows_out) - min(b, p.rows_out));
+    }
+  }
+}
+
+template <class Idx>
+__global__ void __launch_bounds__(kRouteThreads) pad_ids_kernel(const Idx* __restrict__ idx, int64_t valid,
+                                                               int64_t total, int experts,
+                                                               int32_t* __restrict__ out) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kRouteThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kRouteThreads + threadIdx.x; i < total; i += stride) {
+    int32_t v = -1;
+    if (i < valid) {
+      const Idx id = idx[i];
+      if (id >= 0 && id < experts) v = static_cast<int32_t>(id);
+    }
+    out[i] = v;
+  }
+}
+
 }  // namespace
 
 int64_t routing_segment_tokens(int64_t tokens) {
@@ -183,6 +261,55 @@ cudaError_t route(const RoutingArgs& a, const char** reason) {
     if (err != cudaSuccess) return err;
   }
   routing_rank_kernel<<<std::max(p.ctas, 1), kRouteThreads, 0, a.stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t nodes_layout(const NodesLayoutArgs& a, const char** reason) {
+  const int64_t n = static_cast<int64_t>(a.world) * a.max_tokens * a.k;
+  if (a.experts < 1 || a.experts > kMaxExperts || a.world < 1 || a.world > comm::kMaxRanks ||
+      a.experts % a.world != 0 || a.k < 1 || a.me < 0 || a.me >= a.world || a.tokens < 0 ||
+      a.tokens > a.max_tokens || a.rows_out < 0 || n >= (int64_t{1} << 31) ||
+      a.rows_out >= (int64_t{1} << 31)) {
+    if (reason) *reason = "bad layout arguments (experts, world, rank, k, tokens or rows_out)";
+    return cudaErrorInvalidValue;
+  }
+  NodesLayoutParams p;
+  p.expert = a.expert;
+  p.pos = a.pos;
+  p.cnt = a.cnt;
+  p.max_tokens = a.max_tokens;
+  p.tokens = a.tokens;
+  p.rows_out = a.rows_out;
+  p.n = n;
+  p.k = a.k;
+  p.experts = a.experts;
+  p.e_local = a.experts / a.world;
+  p.world = a.world;
+  p.me = a.me;
+  p.route = a.route;
+  p.token = a.token;
+  p.counts = a.counts;
+  p.recv_counts = a.recv_counts;
+  const int64_t work = std::max(n, a.rows_out);
+  const int grid = static_cast<int>(std::min<int64_t>(
+      std::max<int64_t>(1, (work + kRouteThreads - 1) / kRouteThreads), 1024));
+  nodes_layout_kernel<<<grid, kRouteThreads, 0, a.stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t pad_ids(const void* topk_idx, bool idx_is_64, int64_t tokens, int64_t max_tokens, int k,
+                    int experts, int32_t* out, cudaStream_t stream) {
+  if (tokens < 0 || max_tokens < tokens || k < 1 || experts < 1) return cudaErrorInvalidValue;
+  const int64_t total = max_tokens * k, valid = tokens * k;
+  if (total == 0) return cudaSuccess;
+  const int grid = static_cast<int>(std::min<int64_t>((total + kRouteThreads - 1) / kRouteThreads, 1024));
+  if (idx_is_64) {
+    pad_ids_kernel<int64_t><<<grid, kRouteThreads, 0, stream>>>(
+        static_cast<const int64_t*>(topk_idx), valid, total, experts, out);
+  } else {
+    pad_ids_kernel<int32_t><<<grid, kRouteThreads, 0, stream>>>(
+        static_cast<const int32_t*>(topk_idx), valid, total, experts, out);
+  }
   return cudaGetLastError();
 }
 

@@ -49,4 +49,47 @@ int64_t routing_scratch_ints(int64_t tokens, int experts, int world);
 
 cudaError_t route(const RoutingArgs& a, const char** reason = nullptr);
 
+
+// moe14: the several-node dispatch's packed layout (capacity 0) from route()'s expert / pos /
+// cnt of EVERY rank's choices (route() over idx_all [W*Tm, k], choices in (source, token,
+// choice) order), in one launch instead of moe_nodes.cpp's ~30 ATen ops (sort, searchsorted,
+// index ops). Equal entry for entry to that ATen sequence (tests/host/moe_nodes_layout.py is
+// its CPU twin, checked against it):
+//   base[g]        = choices of the experts of g's owner before g (g's first packed row there)
+//   row(c)         = base[expert[c]] + pos[c]; kept iff expert[c] >= 0 and row(c) < rows_out
+//   route[t, j]    = (owner << 32) | row(c) if kept else -1, for this rank's choices
+//                    c = (me*Tm + t)*k + j, t < tokens
+//   token[q]       = c / k (a row of idx_all's [W*Tm] token space) for the kept c of this
+//                    rank's experts with row(c) = q; -1 for q >= min(sum of its counts, rows_out)
+//   counts[e]      = min(base + cnt, rows_out) - min(base, rows_out) of local expert e
+//   recv_counts[s, e] += 1 per kept c of source s and local expert e (must be zero on entry;
+//                    integer atomics: the result does not depend on their order)
+struct NodesLayoutArgs {
+  const int32_t* expert = nullptr;  // [n] route()'s (n = world * max_tokens * k)
+  const int32_t* pos = nullptr;     // [n]
+  const int32_t* cnt = nullptr;     // [experts]
+  int64_t max_tokens = 0;           // Tm (every rank's padded token count)
+  int64_t tokens = 0;               // T of this rank (<= Tm)
+  int k = 1;
+  int experts = 1;                  // E (<= kMaxExperts, a multiple of world)
+  int world = 1;
+  int me = 0;
+  int64_t rows_out = 0;             // the packed layout's static row bound
+  int64_t* route = nullptr;         // out [tokens, k]
+  int64_t* token = nullptr;         // out [rows_out]
+  int32_t* counts = nullptr;        // out [E / world]
+  int32_t* recv_counts = nullptr;   // in/out [world, E / world], zero on entry
+  cudaStream_t stream = nullptr;
+};
+
+cudaError_t nodes_layout(const NodesLayoutArgs& a, const char** reason = nullptr);
+
+
+// moe14: the several-node dispatch's routing head in one launch instead of six ATen ops (the
+// host's issue time before the rows can move): out [max_tokens, k] int32 = topk_idx [tokens, k]
+// (int32 or int64) where in [0, experts), -1 where out of range and on the padding rows
+// tokens .. max_tokens - 1.
+cudaError_t pad_ids(const void* topk_idx, bool idx_is_64, int64_t tokens, int64_t max_tokens, int k,
+                    int experts, int32_t* out, cudaStream_t stream);
+
 }  // namespace mkernel::moe_ep
