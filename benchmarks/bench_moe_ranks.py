@@ -537,7 +537,7 @@ MOE14_PHASES = {
     "p3_kl": {"MKERNEL_MOE_DISPATCH_PIPELINE": "3", "MKERNEL_MOE_LAYOUT": "kernel"},
     "p1_kl": {"MKERNEL_MOE_DISPATCH_PIPELINE": "1", "MKERNEL_MOE_LAYOUT": "kernel"},
     "counted_kl": {"MKERNEL_MOE_DISPATCH_GATHER": "counted", "MKERNEL_MOE_LAYOUT": "kernel"},
-    "combine": {},                                          # the combine's phases (moe14)
+    "combine": {"MKERNEL_MOE_COMBINE_EARLY": "0"},          # the pre-moe14 combine's phases
     "combine_early": {"MKERNEL_MOE_COMBINE_EARLY": "1"},
 }
 

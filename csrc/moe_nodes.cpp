@@ -106,17 +106,19 @@ int dispatch_mode() {
   return m[0] - '0';
 }
 
-// MKERNEL_MOE_LAYOUT (moe14; read at every call, every rank the same): unset or "aten", the
+// MKERNEL_MOE_LAYOUT (moe14; read at every call, every rank the same): "aten", the
 // packed layout by ATen ops (~30 launches: sort, searchsorted, index ops; s17's phases put the
 // host's issue of the dispatch at ~1.5 ms, ~0.8 ms of it this layout, on the critical path once
 // the rows move early); "kernel" (opt-in), the routing kernels (moe_routing_api.h route() over
 // every rank's choices) and one layout kernel (nodes_layout): the same route, counts,
-// recv_counts and counted rows, bit for bit, in 4 launches. Used where the gather is counted
+// recv_counts and counted rows, bit for bit, in 4 launches — the default (unset) since session 17
+// (moe14's rule 1: its tests at W=2 and W=4 over 2 nodes passed, rows equal, the counted dispatch
+// 2.009 vs 2.667 ms). Used where the gather is counted
 // (MKERNEL_MOE_DISPATCH_GATHER=counted, or modes 1 and 3) with capacity 0 and E <= the routing
 // kernels' table; elsewhere (the default sequence's bound gather, mode 2, capacity > 0) ATen.
 bool layout_kernel_requested() {
   const char* v = std::getenv("MKERNEL_MOE_LAYOUT");
-  if (v == nullptr || *v == '\0') return false;
+  if (v == nullptr || *v == '\0') return true;
   const std::string m(v);
   TORCH_CHECK_VALUE(m == "aten" || m == "kernel",
                     "MKERNEL_MOE_LAYOUT must be \"aten\" or \"kernel\" (or unset), got \"", m, "\"");
@@ -682,7 +684,9 @@ bool combine_by_reduce_scatter() {
 bool combine_partials_narrow() { return nodes_combine_mode() == "reduce16"; }
 
 namespace {
-// MKERNEL_MOE_COMBINE_EARLY=1 (moe14, opt-in; read at every call, every rank the same): with the
+// MKERNEL_MOE_COMBINE_EARLY (moe14; read at every call, every rank the same; on unless "0" since
+// session 17 — moe14's rule 3: tests at W=2 and W=4 over 2 and 4 nodes passed, the same bits,
+// the combine 3.837 vs 3.988 ms): with the
 // MoE's own exchange and the partial-sum kernel, the partials of the other ranks' tokens are
 // computed first, the exchange starts right after them (no copy of this rank's own block: the
 // sum reads it from the partials), and this rank's own partials are computed on the caller's
@@ -690,7 +694,10 @@ namespace {
 // bits as the default.
 bool combine_early() {
   const char* v = std::getenv("MKERNEL_MOE_COMBINE_EARLY");
-  return v != nullptr && std::string(v) == "1";
+  if (v == nullptr || *v == '\0') return true;
+  const std::string m(v);
+  TORCH_CHECK_VALUE(m == "0" || m == "1", "MKERNEL_MOE_COMBINE_EARLY must be 0 or 1 (or unset), got \"", m, "\"");
+  return m == "1";
 }
 
 // The partial-sum kernel unless MKERNEL_MOE_NODES_PARTIAL=aten (the ATen sequence it replaces).

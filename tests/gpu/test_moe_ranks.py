@@ -131,7 +131,8 @@ def test_moe_cuda_across_emulated_nodes_pipelined(mps, world, nodes, mode, sync)
     ids=["w2n2-p3-kl", "w2n2-p3-kl-sync", "w2n2-p1-kl-s16", "w2n2-counted-kl", "w2n2-p3", "w4n2-p3-kl",
          "w4n4-combine-early"])
 def test_moe_cuda_across_emulated_nodes_moe14(mps, world, nodes, mode, gather, layout, sms, sync, early):
-    """moe14 (opt-in): MKERNEL_MOE_DISPATCH_PIPELINE=3 (the headed gather without per-piece row
+    """moe14 (the kernel layout and the early combine are the defaults since session 17; modes 1 / 3
+    opt-in): MKERNEL_MOE_DISPATCH_PIPELINE=3 (the headed gather without per-piece row
     hooks: the others' rows gathered once after the join), MKERNEL_MOE_LAYOUT=kernel (the packed
     layout by the routing kernels + nodes_layout instead of ~30 ATen ops; capacity > 0 cases keep
     ATen), MKERNEL_MOE_GATHER_SMS (mode 1's per-piece gathers on fewer CTAs),
