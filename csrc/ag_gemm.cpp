@@ -247,7 +247,7 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   // the call signature, so a rank with another value fails the entry barrier naming the peer.
   const int64_t pinned_chunk = pinned_ag_chunk_rows();
   if (pinned_chunk > 0) chunk_rows = pinned_chunk;
-  const int64_t flag_room = comm::kFlagWords - comm::FlagSlot::kOpSlotBase - 1;  // - the counter
+  const int64_t flag_room = comm::kOpFlagRoom;  // [kOpSlotBase, kOpSlotEnd): group_device.h
   while (world * ((m + chunk_rows - 1) / chunk_rows) > flag_room) chunk_rows *= 2;
   hp.chunk_rows = static_cast<int32_t>(chunk_rows);
   hp.chunks = static_cast<int32_t>((m + chunk_rows - 1) / chunk_rows);

@@ -455,7 +455,7 @@ namespace {
 // Reduce items (one warp each): slabs of ~8 KiB of a tile's partial (16 rows of a 256-wide
 // tile, 32 of a 128-wide one); two-shot flags every reduced slab.
 int slab_rows_of(const gemm::TileCounts& tc) {
-  return std::max(1, std::min(tc.block_m, 4096 / tc.block_n));
+  return fused::reduce_slab_rows(tc.block_m, tc.block_n);
 }
 }  // namespace
 
@@ -575,8 +575,8 @@ bool reduce_fits(const char* op, int64_t group, const at::Tensor& x, const at::T
         gemm::tile_counts(config, static_cast<int>(m), static_cast<int>(n));
     const int64_t tiles = static_cast<int64_t>(tc.tiles_m) * tc.tiles_n;
     const int slabs = tc.block_m / slab_rows_of(tc);
-    if (tiles + (layout.two_shot ? tiles * slabs : 0) >
-        comm::kFlagWords - comm::FlagSlot::kOpSlotBase - 1) {
+    // [kOpSlotBase, kOpSlotEnd): clear of the top area's call-tagged work counters (group_device.h).
+    if (fused::reduce_flag_slots(tiles, slabs, layout.two_shot) > comm::kOpFlagRoom) {
       *why = "more output tiles than the group's flag slots";
       return false;
     }
@@ -682,6 +682,9 @@ bool reduce_call(const char* op, int64_t group, int32_t wait_op, comm::Symmetric
   hp.rows_per_rank = static_cast<int32_t>(layout.rows_per_rank);
   hp.reduced_offset = static_cast<int64_t>(partial);
   hp.reduced_flag_base = hp.flag_base + static_cast<uint32_t>(tiles);
+  TORCH_CHECK(fused::reduce_flag_slots(tiles, slabs, layout.two_shot) <= comm::kOpFlagRoom, op,
+              ": internal: config ", gemm::config_name(config), " needs more flag slots than the "
+              "op range holds (reduce_fits checks every candidate config)");
   hp.slab_rows = slab_rows;
   hp.slabs = slabs;
   hp.side_mode = side_mode(fused::kSideStaged);

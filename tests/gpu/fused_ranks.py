@@ -10,7 +10,7 @@ capture and replay with the inputs changed between replays. Prints ``CASE {json}
 
 ``FUSED_SUITE`` (comma-separated): ``ag`` (ag_gemm), ``rs`` (gemm_rs), ``ar`` (gemm_ar),
 ``graph`` (all three captured and replayed), ``auto`` (the fused/unfused and config choice), ``time``,
-``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``c1x1`` (the three ops with MKERNEL_FUSED_C1X1=1: the cluster-free 128x256 kernels, fused18), ``stages2`` (gemm_rs / gemm_ar with MKERNEL_FUSED_RS_STAGES2=1: the 2-stage, 96 KiB side-buffer kernel, fused19), ``peergraph`` (that path captured and replayed), ``agdefault`` (ag_gemm as users get it: no knob, the op's measured choice between the copy kernel, the peer-TMA kernel and the unfused path; then a graph of the cached verdict), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
+``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``c1x1`` (the three ops with MKERNEL_FUSED_C1X1=1: the cluster-free 128x256 kernels, fused18), ``stages2`` (gemm_rs / gemm_ar with MKERNEL_FUSED_RS_STAGES2=1: the 2-stage, 96 KiB side-buffer kernel, fused19), ``bigflags`` (gemm_ar two-shot at M = N ~ 16384: flag slots past the old 1 << 16-word region, issue 12), ``peergraph`` (that path captured and replayed), ``agdefault`` (ag_gemm as users get it: no knob, the op's measured choice between the copy kernel, the peer-TMA kernel and the unfused path; then a graph of the cached verdict), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
 torch.compile(fullgraph=True), inductor / aot_eager backend).
 The fused kernels are pinned (MKERNEL_FUSED=force) unless the environment says otherwise.
 ``FUSED_GRID=co_resident`` pins their persistent grid to the co-resident grid choose_path
@@ -305,6 +305,40 @@ def suite_rs(ctx, rank: int, world: int) -> None:
 
 def suite_ar(ctx, rank: int, world: int) -> None:
     suite_reduce(ctx, rank, world, "gemm_ar")
+
+
+# Issue 12's flag room: gemm_ar two-shot (forced by the test at W = 2: MKERNEL_GEMM_AR_ALGO) with
+# more flags than the old 1 << 16-word region held, so its slot indices run past word 65535 of
+# the flag region: M = N ~ 16384 (ragged M), K = 64 per rank; 128x256 tiles (the model's pick)
+# use slots up to 512 + 8192 x 9 = 74240, 128x128 tiles (pinned by MKERNEL_FUSED_CONFIG) up to
+# 512 + 16384 x 5 = 82432. Before the fix both ran unfused ("more output tiles than the group's
+# flag slots"); the test checks the fused kernel ran (MKERNEL_FUSED_VERBOSE lines). bf16 only:
+# ~10 GiB per rank for the reference and the check.
+# Distinct M per case: choose_path caches its verdict by shape, not by the pinned config.
+BIGFLAG_SHAPES = [(16376, 64, 16384, None), (16368, 64, 16384, "coop_128x128_c2x1")]
+
+
+def suite_bigflags(ctx, rank: int, world: int) -> None:
+    saved = {"MKERNEL_FUSED_CONFIG": os.environ.get("MKERNEL_FUSED_CONFIG")}
+    try:
+        for i, (rows, k, n, pin) in enumerate(BIGFLAG_SHAPES):
+            if pin is None:
+                os.environ.pop("MKERNEL_FUSED_CONFIG", None)
+            else:
+                os.environ["MKERNEL_FUSED_CONFIG"] = pin
+            case = 9000 + i
+            total, x, w = reduce_reference(case, world, rows, k, n, torch.bfloat16, rank)
+            poison(((rows, n), torch.bfloat16))
+            out = mkernel.gemm_ar(x.cuda(), w.cuda(), group=ctx)
+            torch.cuda.synchronize()
+            c = dict(op="gemm_ar", dtype="bf16", m=rows, k=k, n=n, world=world, rank=rank,
+                     config=pin or "model")
+            check("out", out, total, c)
+            assert_same_bits_on_ranks(out, world, c)
+            del out, total
+            torch.cuda.empty_cache()
+    finally:
+        restore_env(saved)
 
 
 # fused18: shapes whose GEMM gives the 128x256 config every SM (ceil(M/128) * ceil(N/256) >= the
@@ -631,6 +665,7 @@ def main() -> None:
              "peertma": suite_peertma, "peergraph": suite_peergraph, "agdefault": suite_agdefault,
              "c1x1": suite_c1x1,
              "stages2": suite_stages2,
+             "bigflags": suite_bigflags,
              "compile": lambda c, r, w: suite_mlp(c, r, w, backend="inductor"),
              "compile_aot": lambda c, r, w: suite_mlp(c, r, w, backend="aot_eager")}[name](ctx, rank, world)
         except Exception:

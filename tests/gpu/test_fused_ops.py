@@ -90,6 +90,24 @@ def test_stages2_kernels(mps, world):
 
 
 @pytest.mark.parametrize("world", [2, 4])
+def test_gemm_ar_flag_range(mps, world):
+    """Issue 12's flag room (group_device.h kFlagWords = 1 << 19): gemm_ar two-shot at M = N ~
+    16384 (square M=16384's row of bench_fused.py --set issue, which ran unfused with "more output
+    tiles than the group's flag slots" under the 1 << 16-word region) uses flag slots up to
+    74240 (128x256 tiles) and 82432 (128x128, pinned): both must run fused on every rank and
+    match the fp32 reference per tile from poisoned memory, identical bits on every rank."""
+    res = run_ranks(RANKS, world, timeout=300,
+                    env=rank_env(mps, world, FUSED_SUITE="bigflags", MKERNEL_GEMM_AR_ALGO="twoshot",
+                                 MKERNEL_FUSED_VERBOSE="1"))
+    cases = check_ranks(res)
+    assert len(cases) == world * 2  # ranks x (model's config, pinned 128x128)
+    for r in res:
+        assert "flag slots" not in r.stderr, f"rank {r.rank} ran unfused:\n{r.stderr[-2000:]}"
+        for config in ("coop_128x256_c2x1", "coop_128x128_c2x1"):
+            assert f"runs fused {config}" in r.stderr, f"rank {r.rank}: no fused {config} line"
+
+
+@pytest.mark.parametrize("world", [2, 4])
 def test_mlp_layers(mps, world):
     """mkernel.nn column -> GeLU -> row under sequence parallelism: outputs and gradients."""
     cases = run(mps, world, "mlp")

@@ -67,7 +67,7 @@ __host__ __device__ constexpr uint32_t net_reduced_slot(int src, uint32_t piece)
 }
 constexpr uint32_t kNetSlots = 2 * comm::kMaxRanks * kNetPieces;
 constexpr uint64_t kNetAlign = 256;  // blocks in the net areas start at 256-byte multiples
-static_assert(reduced_slot(comm::kMaxRanks - 1, kMaxChunks - 1) < comm::kFlagWords,
+static_assert(reduced_slot(comm::kMaxRanks - 1, kMaxChunks - 1) < FlagSlot::kOpSlotEnd,
               "the collectives' flags fit the op slot range");
 
 enum class Kind : int { kAllGather, kReduceScatter, kAllReduce };

@@ -26,10 +26,22 @@
 namespace mkernel::comm {
 
 constexpr int kMaxRanks = 32;             // ranks per group the device tables hold
-constexpr uint32_t kFlagWords = 1u << 16;  // 512 KiB of flags per rank
+// 4 MiB of flags per rank (and per generation of the group's symmetric memory, symmetric_group.cpp).
+// Sized for the fused reduce ops' largest need (fused_params.h reduce_flag_slots): gemm_ar two-shot
+// at M = N = 32768 on 128x128 tiles (the smallest fused tile; pinnable by MKERNEL_FUSED_CONFIG)
+// takes 65536 tile flags + 65536 x 4 slab flags = 327680 slots; 128x256 tiles take 294912. It was
+// 1 << 16 (512 KiB), which sent issue 12's square M=16384 gemm_ar (two-shot at W >= 4: 8192 tiles
+// x (1 + 8 slabs) = 73728 slots) to the unfused path. tests/fused/test_flag_room.py checks the
+// issue's shapes, every fused config, against it.
+constexpr uint32_t kFlagWords = 1u << 19;
 
 // Flag regions: [0, kGroupSlots) are the substrate's own (entry barrier, call signatures,
-// collectives); [kOpSlotBase, kFlagWords) are free for an op's per-chunk / per-tile flags.
+// collectives' entered flag and work counter); [kOpSlotBase, kOpSlotEnd) are free for an op's
+// per-chunk / per-tile flags (values: call numbers only); [kOpSlotEnd, kFlagWords) is the top
+// area: the MoE kernels' flags and call-tagged work counters (moe_ep.cu kBase = kOpSlotEnd) and
+// the fused ops' work counter in the last word (fused_params.h counter_slot). A work counter holds
+// (call << 32) | count, which satisfies any later wait_geq on its word: an op's flags must never
+// reach the top area.
 struct FlagSlot {
   static constexpr uint32_t kEntry = 0;                          // + src rank: src entered call e
   // (retired, fused14: every entry barrier now reads the signature by the call's parity, below)
@@ -60,7 +72,13 @@ struct FlagSlot {
   static constexpr uint32_t kGate = 14 * kMaxRanks;
   static constexpr uint32_t kGroupSlots = 16 * kMaxRanks;
   static constexpr uint32_t kOpSlotBase = kGroupSlots;
+  static constexpr uint32_t kTopSlots = 8 * kMaxRanks;  // the top area (moe_ep.cu: 8 * kMaxRanks)
+  static constexpr uint32_t kOpSlotEnd = kFlagWords - kTopSlots;
 };
+// Slots an op may use from kOpSlotBase (ag_gemm's chunk flags, gemm_rs / gemm_ar's tile and slab
+// flags, the collectives', ring attention's).
+constexpr uint32_t kOpFlagRoom = FlagSlot::kOpSlotEnd - FlagSlot::kOpSlotBase;
+static_assert(FlagSlot::kOpSlotBase < FlagSlot::kOpSlotEnd, "the op range is not empty");
 static_assert(FlagSlot::kSignatureByParity + 2 * kMaxRanks <= FlagSlot::kGroupSlots,
               "the parity signature slots fit the substrate's own slots");
 static_assert(FlagSlot::kSignatureByParity + 2 * kMaxRanks <= FlagSlot::kGate &&

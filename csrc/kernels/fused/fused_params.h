@@ -68,6 +68,19 @@ constexpr uint32_t kRsNetSlotBase = 2624;  // past the MoE's slots
 constexpr uint32_t kRsNetSlotEnd = 4096;   // the group's arrival slots (symmetric_group.cpp)
 constexpr int kRsNetSeqBits = 24;
 
+// kModeReduce's flag slots from flag_base (reduce_fits checks them against comm::kOpFlagRoom on
+// the host; tests/fused/flag_room_check.cpp against issue 12's shapes): a flag per output tile,
+// then, two-shot, a reduced flag per (tile, slab) at reduced_flag_base = flag_base + tiles.
+// Reduce items are slabs of ~8 KiB of a tile's partial: 16 rows of a 256-wide tile, 32 of a
+// 128-wide one (slab_rows; slabs = block_m / slab_rows).
+constexpr int reduce_slab_rows(int block_m, int block_n) {
+  const int rows = 4096 / block_n < block_m ? 4096 / block_n : block_m;
+  return rows > 1 ? rows : 1;
+}
+constexpr int64_t reduce_flag_slots(int64_t tiles, int slabs, bool two_shot) {
+  return tiles + (two_shot ? tiles * slabs : 0);
+}
+
 enum FusedMode : int32_t {
   kModeAllGather = 0,  // ag_gemm: A = the gathered rows, pushed by the COPY role
   kModeReduce = 1,     // gemm_rs / gemm_ar (one-shot): D = this rank's partial, REDUCE role
@@ -79,8 +92,9 @@ struct FusedParams {
   int32_t op = comm::kOpAgGemm;  // WaitOp for diagnostics and the entry barrier
   uint64_t signature = 0;        // the call's signature (entry barrier)
   uint32_t flag_base = comm::FlagSlot::kOpSlotBase;  // first flag slot of the op
-  // This rank's work counter (a slot of its own flag region past the op's flags): copy items are
-  // claimed from it (fused_hooks.cuh, claim_item).
+  // This rank's work counter (the last word of its own flag region, in the top area past every
+  // op's flags: group_device.h kOpSlotEnd): copy items are claimed from it (fused_hooks.cuh,
+  // claim_item).
   uint32_t counter_slot = comm::kFlagWords - 1;
 
   // kModeAllGather: flag of (rank s, chunk c) = flag_base + s * chunks + c.

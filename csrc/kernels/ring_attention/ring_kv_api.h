@@ -52,7 +52,7 @@ constexpr int kMaxSendCtas = 16;
 MKERNEL_RING_HD constexpr uint32_t send_started_slot(int cta) {
   return consumed_slot(comm::kMaxRanks) + static_cast<uint32_t>(cta);
 }
-static_assert(send_started_slot(kMaxSendCtas - 1) < comm::kFlagWords,
+static_assert(send_started_slot(kMaxSendCtas - 1) < comm::FlagSlot::kOpSlotEnd,
               "ring attention's flags fit the op range");
 
 // One K/V shard: k and v [batch, seq, h_kv, d] (contiguous, row_bytes = h_kv * d * element),
@@ -92,6 +92,8 @@ MKERNEL_RING_HD constexpr uint32_t whole_slot(int world, int chunks, int b, int 
          static_cast<uint32_t>((b * world + p) * chunks + chunk);
 }
 constexpr uint32_t kMaxWholeFlags = comm::kMaxRanks * kMaxItems;  // b * W * chunks
+static_assert(comm::FlagSlot::kOpSlotBase + kMaxWholeFlags <= comm::FlagSlot::kOpSlotEnd,
+              "the whole-sequence mode's flags fit the op range");
 inline uint64_t whole_data_bytes(const Geometry& geo, int world) {
   return 2 * static_cast<uint64_t>(world) * geo.shard_bytes();
 }
