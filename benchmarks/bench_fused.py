@@ -472,13 +472,10 @@ def rank_main() -> None:
     #       C1X1 line per row.
     if "c1x1" in variants:
         var_env["c1x1"] = {"MKERNEL_FUSED_C1X1": "1", "MKERNEL_FUSED": "force"}
-    #   stages2 (fused19): the fused kernel forced with MKERNEL_FUSED_RS_STAGES2=1 — gemm_rs /
-    #       gemm_ar at K <= 1024 on coop_128x256_c2x1 run the 2-stage instantiation whose side
-    #       warps reduce through 96 KiB (kSidePipe); pipe: the forced default (4-stage) kernel with
-    #       MKERNEL_FUSED_SIDE=pipe (16 KiB: the pipe alone, without the bigger buffer). Both beside
-    #       the forced default kernel (fused_kernel_ms): an S2 line per row.
-    if "stages2" in variants:
-        var_env["stages2"] = {"MKERNEL_FUSED_RS_STAGES2": "1", "MKERNEL_FUSED": "force"}
+    #   pipe: the forced default kernel with MKERNEL_FUSED_SIDE=pipe (the side warps' reduce
+    #       double-buffered in 16 KiB), beside the forced default kernel (fused_kernel_ms): an S2
+    #       line per row. (fused19's 2-stage, 96 KiB kernel measured 1.08-1.13x slower and was
+    #       dropped in session 18: NOTES "fused19".)
     if "pipe" in variants:
         var_env["pipe"] = {"MKERNEL_FUSED_SIDE": "pipe", "MKERNEL_FUSED": "force"}
     #   peertma (ag_gemm rows only; fused13, kernels/fused/fused_peer_tma.cuh): the fused kernel
@@ -789,7 +786,7 @@ def rank_main() -> None:
         if peer_row:  # the copy-path kernel (the peer path is ag_gemm's default since fused14)
             fns["fused_kernel_ms"] = (fused, copy_env)
             fns["fused_peertma_ms"] = (fused, peer_env)
-        if on_variants and ("stages2" in var_env or "pipe" in var_env) and \
+        if on_variants and "pipe" in var_env and \
                 "fused_kernel_ms" not in fns:
             fns["fused_kernel_ms"] = (fused, {"MKERNEL_FUSED": "force"})
         if on_variants and "c1x1" in var_env:
@@ -924,7 +921,7 @@ def rank_main() -> None:
                         "c1x1_over_fused_paired": round(row["fused_c1x1_over_fused_paired"], 3),
                         "c1x1_same_bits": row.get("fused_c1x1_same_bits"),
                         "c1x1_rel_diff": row.get("fused_c1x1_rel_diff")}), flush=True)
-            s2_names = [n for n in ("stages2", "pipe") if f"fused_{n}_ms" in got]
+            s2_names = [n for n in ("pipe",) if f"fused_{n}_ms" in got]
             if s2_names and "fused_kernel_ms" in got:
                 s2 = {"op": op, "shape": label, "world": world, "path": row["path"],
                       "gemm_ms": round(row["gemm_ms"], 4), "comm_ms": round(row["comm_ms"], 4),
@@ -1043,10 +1040,8 @@ def main() -> None:
                          "which the op's auto route picked: a CHOICE line), hooked (the fused config's GEMM "
                          "alone on the co-resident grid), timeline (4 calls with per-CTA stamps), c1x1 (the forced "
                          "kernel with MKERNEL_FUSED_C1X1=1, the cluster-free 128x256 config, beside the "
-                         "forced default kernel: a C1X1 line per row), stages2 (the forced kernel "
-                         "with MKERNEL_FUSED_RS_STAGES2=1: rs / ar at K <= 1024 on the 2-stage, "
-                         "96 KiB side-buffer kernel), pipe (the forced default kernel with "
-                         "MKERNEL_FUSED_SIDE=pipe); stages2 / pipe: an S2 line per row")
+                         "forced default kernel: a C1X1 line per row), pipe (the forced default kernel with "
+                         "MKERNEL_FUSED_SIDE=pipe: an S2 line per row)")
     ap.add_argument("--variant-rows", default="llama",
                     help="comma-separated words: the rows that get the variant figures")
     ap.add_argument("--stream", action="store_true",

@@ -11,5 +11,8 @@ A)
 B)
   jx moe_defaults 90 60 'timeout 88 python3 -m pytest -x -q -rA -p no:cacheprovider tests/gpu/test_moe_ranks.py -k "test_moe_cuda_across_emulated_nodes and not moe14 and not pipelined"'
   jx moe14_bench 60 40 'bash benchmarks/moe14_device_job.sh'
+  # flags17 (merged in session 18): the 4 MiB flag region's GPU test, then W=4 square M=16384 gemm_ar.
+  jx fl_gpu 200 100 'timeout 198 python3 -m pytest -q -x -rA -p no:cacheprovider tests/gpu/test_fused_ops.py::test_gemm_ar_flag_range'
+  jx fl_w4 75 60 'MKERNEL_OP_TIMEOUT=20 python3 benchmarks/bench_fused.py --world 4 --set issue --only "square M=16384" --ops gemm_ar --lean --budget 50 --timeout 70'
   ;;
 esac

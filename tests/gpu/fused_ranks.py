@@ -10,7 +10,7 @@ capture and replay with the inputs changed between replays. Prints ``CASE {json}
 
 ``FUSED_SUITE`` (comma-separated): ``ag`` (ag_gemm), ``rs`` (gemm_rs), ``ar`` (gemm_ar),
 ``graph`` (all three captured and replayed), ``auto`` (the fused/unfused and config choice), ``time``,
-``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``c1x1`` (the three ops with MKERNEL_FUSED_C1X1=1: the cluster-free 128x256 kernels, fused18), ``stages2`` (gemm_rs / gemm_ar with MKERNEL_FUSED_RS_STAGES2=1: the 2-stage, 96 KiB side-buffer kernel, fused19), ``bigflags`` (gemm_ar two-shot at M = N ~ 16384: flag slots past the old 1 << 16-word region, issue 12), ``peergraph`` (that path captured and replayed), ``agdefault`` (ag_gemm as users get it: no knob, the op's measured choice between the copy kernel, the peer-TMA kernel and the unfused path; then a graph of the cached verdict), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
+``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``c1x1`` (the three ops with MKERNEL_FUSED_C1X1=1: the cluster-free 128x256 kernels, fused18), ``bigflags`` (gemm_ar two-shot at M = N ~ 16384: flag slots past the old 1 << 16-word region, issue 12), ``peergraph`` (that path captured and replayed), ``agdefault`` (ag_gemm as users get it: no knob, the op's measured choice between the copy kernel, the peer-TMA kernel and the unfused path; then a graph of the cached verdict), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
 torch.compile(fullgraph=True), inductor / aot_eager backend).
 The fused kernels are pinned (MKERNEL_FUSED=force) unless the environment says otherwise.
 ``FUSED_GRID=co_resident`` pins their persistent grid to the co-resident grid choose_path
@@ -416,56 +416,6 @@ def suite_c1x1(ctx, rank: int, world: int) -> None:
         restore_env(saved)
 
 
-# fused19: gemm_rs / gemm_ar shapes on coop_128x256_c2x1 (128x256 tiles give every SM of the
-# share a tile) at short K (<= 1024: the 2-stage kernel's condition), M ragged (not a multiple of
-# 128), the last with N not a multiple of 256 (a partial column tile).
-S2_REDUCE_SHAPES = [(2000, 512, 2048), (4104, 256, 4096), (3000, 1024, 2560 + 64)]
-
-
-def suite_stages2(ctx, rank: int, world: int) -> None:
-    """MKERNEL_FUSED_RS_STAGES2=1 (fused19): gemm_rs / gemm_ar forced fused (MKERNEL_FUSED=force)
-    on the 2-stage kernel with the 96 KiB side buffer (kSidePipe), then the forced default
-    kernel on the same inputs. Outputs from poisoned memory against the fp32 reference per tile;
-    the knob's output must equal the default kernel's bit for bit (same tile, k order and
-    rank-order fp32 sums: only the staging differs); gemm_ar's bits equal on every rank.
-    test_fused_ops checks the 2-stage launch line."""
-    saved = {v: os.environ.get(v) for v in ("MKERNEL_FUSED_RS_STAGES2", "MKERNEL_FUSED")}
-    try:
-        os.environ["MKERNEL_FUSED"] = "force"
-        for dname, dtype in DTYPES.items():
-            pending = []
-            for op, fn in (("gemm_rs", mkernel.gemm_rs), ("gemm_ar", mkernel.gemm_ar)):
-                for i, (rows, k, n) in enumerate(S2_REDUCE_SHAPES):
-                    rows = (rows + world - 1) // world * world
-                    case = 9700 + 100 * i + (0 if dtype is torch.bfloat16 else 50) + \
-                        (10 if op == "gemm_rs" else 0)
-                    total, x, w = reduce_reference(case, world, rows, k, n, dtype, rank)
-                    b = rows // world
-                    ref = total[rank * b:(rank + 1) * b] if op == "gemm_rs" else total
-                    xd, wd = x.cuda(), w.cuda()
-                    os.environ["MKERNEL_FUSED_RS_STAGES2"] = "1"
-                    poison((tuple(ref.shape), dtype))
-                    out1 = fn(xd, wd, group=ctx)
-                    out2 = fn(xd, wd, group=ctx)  # back to back, no sync
-                    os.environ["MKERNEL_FUSED_RS_STAGES2"] = "0"
-                    poison((tuple(ref.shape), dtype))
-                    out_def = fn(xd, wd, group=ctx)
-                    c = dict(op=f"{op}_s2", dtype=dname, m=rows, k=k, n=n, world=world,
-                             rank=rank)
-                    pending.append((c, [out1, out2], ref, out_def))
-            torch.cuda.synchronize()
-            for c, outs, ref, out_def in pending:
-                for j, out in enumerate(outs):
-                    check(f"s2_out{j}", out, ref, c)
-                same = bool(torch.equal(outs[0], out_def)) and bool(torch.equal(outs[1], out_def))
-                assert same, f"the 2-stage kernel's output differs from the default kernel's: {c}"
-                if c["op"] == "gemm_ar_s2":
-                    assert_same_bits_on_ranks(outs[0], world, c)
-                emit("CASE", dict(c, same_bits=same))
-    finally:
-        restore_env(saved)
-
-
 def suite_graph(ctx, rank: int, world: int) -> None:
     """Capture one ag_gemm, replay it with new inputs copied in (every rank changes its x)."""
     m, k, n, dtype = 300, 256, 512, torch.bfloat16
@@ -664,7 +614,6 @@ def main() -> None:
              "mlp": suite_mlp, "time": suite_time, "auto": suite_auto,
              "peertma": suite_peertma, "peergraph": suite_peergraph, "agdefault": suite_agdefault,
              "c1x1": suite_c1x1,
-             "stages2": suite_stages2,
              "bigflags": suite_bigflags,
              "compile": lambda c, r, w: suite_mlp(c, r, w, backend="inductor"),
              "compile_aot": lambda c, r, w: suite_mlp(c, r, w, backend="aot_eager")}[name](ctx, rank, world)

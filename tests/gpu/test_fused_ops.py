@@ -74,22 +74,6 @@ def test_c1x1_kernels(mps, world):
 
 
 @pytest.mark.parametrize("world", [2, 4])
-def test_stages2_kernels(mps, world):
-    """MKERNEL_FUSED_RS_STAGES2=1 (fused19, opt-in): gemm_rs / gemm_ar forced fused on the
-    2-stage coop_128x256_c2x1 kernel (96 KiB side buffer, kSidePipe), ragged M, bf16 + fp16,
-    against the fp32 reference per tile from poisoned memory, and bit-equal to the default
-    kernel. The 2-stage kernel must have run on every rank."""
-    res = run_ranks(RANKS, world, timeout=300,
-                    env=rank_env(mps, world, FUSED_SUITE="stages2", MKERNEL_FUSED_VERBOSE="1"))
-    cases = check_ranks(res)
-    # ranks x dtypes x 2 ops x 3 shapes x (2 outputs + same_bits)
-    assert len(cases) == world * 2 * 2 * 3 * 3
-    for r in res:
-        assert "runs the 2-stage kernel coop_128x256_c2x1_s2" in r.stderr, \
-            f"rank {r.rank}: no 2-stage launch line"
-
-
-@pytest.mark.parametrize("world", [2, 4])
 def test_gemm_ar_flag_range(mps, world):
     """Issue 12's flag room (group_device.h kFlagWords = 1 << 19): gemm_ar two-shot at M = N ~
     16384 (square M=16384's row of bench_fused.py --set issue, which ran unfused with "more output

@@ -20,8 +20,6 @@ MKERNEL_FUSED_DECL(coop256x128cluster2x1_bf16)
 MKERNEL_FUSED_DECL(coop256x128cluster2x1_fp16)
 MKERNEL_FUSED_DECL(coop128x256cluster1x1_bf16)
 MKERNEL_FUSED_DECL(coop128x256cluster1x1_fp16)
-MKERNEL_FUSED_DECL(coop128x256cluster2x1s2_bf16)  // fused19: 2 stages, 96 KiB side buffer
-MKERNEL_FUSED_DECL(coop128x256cluster2x1s2_fp16)
 #undef MKERNEL_FUSED_DECL
 }  // namespace detail
 
@@ -59,27 +57,6 @@ int fused_configs(int m, int n, int k, int sm_count, gemm::ConfigId* out) {
 cudaError_t run_fused(const gemm::Problem& p, gemm::ConfigId id, const gemm::Launch& l,
                       const int* m_order, const FusedParams& hooks, const char** reason) {
   const bool bf16 = p.dtype == gemm::DType::kBF16;
-  // MKERNEL_FUSED_RS_STAGES2=1 (fused19, opt-in, measuring): gemm_rs / gemm_ar on
-  // coop_128x256_c2x1 at short K (<= 16 k-blocks of 64) run the 2-stage instantiation, whose
-  // side warps reduce whole tiles' slab runs through a 96 KiB buffer (kSidePipe: two 48 KiB
-  // halves, one in flight while the other is summed) instead of one 16 KiB slab at a time. Same
-  // tile, k order and rank-order sums: the same bits as the default kernel.
-  // Read per call (as the other MKERNEL_FUSED_* knobs: the bench flips it between calls).
-  const char* s2 = std::getenv("MKERNEL_FUSED_RS_STAGES2");
-  const bool stages2 = s2 != nullptr && std::strcmp(s2, "1") == 0;
-  if (stages2 && id == gemm::ConfigId::kCoop128x256Cluster2x1 && hooks.mode == kModeReduce &&
-      p.k <= 16 * 64 &&
-      (hooks.side_mode == kSideStaged || hooks.side_mode == kSidePipe)) {
-    FusedParams h = hooks;
-    h.side_mode = kSidePipe;
-    static std::atomic<bool> said{false};  // once per process: tests and benches look for it
-    if (!said.exchange(true)) {
-      std::fprintf(stderr, "mkernel: fused runs the 2-stage kernel coop_128x256_c2x1_s2 "
-                   "(MKERNEL_FUSED_RS_STAGES2=1, side pipe, 96 KiB)\n");
-    }
-    return bf16 ? detail::run_fused_coop128x256cluster2x1s2_bf16(p, l, m_order, h, reason)
-                : detail::run_fused_coop128x256cluster2x1s2_fp16(p, l, m_order, h, reason);
-  }
   switch (id) {
     case gemm::ConfigId::kCoop128x256Cluster2x1:
       return bf16 ? detail::run_fused_coop128x256cluster2x1_bf16(p, l, m_order, hooks, reason)

@@ -55,10 +55,7 @@ struct ElementOf<DType::kFP16> {
   using type = cutlass::half_t;
 };
 
-// kHookStages > 0 pins the mainloop's stage count (fused19: 2 stages for the fused gemm_rs /
-// gemm_ar kernels at short K, the freed shared memory going to the side role's staging);
-// 0: the automatic carveout (every existing instantiation).
-template <ConfigId Id, DType DT, int kHookStages = 0>
+template <ConfigId Id, DType DT>
 struct GemmSm90 {
   using Cfg = Config<Id>;
   using Element = typename ElementOf<DT>::type;
@@ -85,9 +82,8 @@ struct GemmSm90 {
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlign, Element,
       LayoutB, kAlign, float, typename Cfg::TileShape, typename Cfg::ClusterShape,
-      std::conditional_t<(kHookStages > 0), cutlass::gemm::collective::StageCount<kHookStages>,
-                         cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-                             sizeof(typename CollectiveEpilogue::SharedStorage))>>,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Cfg::KernelSchedule>::CollectiveOp;
 
   using Kernel =
