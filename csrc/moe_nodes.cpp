@@ -86,19 +86,20 @@ Decoded decode(const at::Tensor& route, int64_t world, int64_t rows) {
 namespace {
 
 // MKERNEL_MOE_DISPATCH_PIPELINE (read at every call, like a shape: every rank must see the same
-// value): unset or "0", the sequence (the routing all_gathered first, the rows joined whole, then
-// index_select over the static row bound); "1" (opt-in), the pipelined dispatch (below); "2"
-// (opt-in), the pipelined one whose GEMM starts on the rows of this rank's own tokens while the
-// other ranks' rows are on the link (where the headed gather runs and capacity is 0; else "1").
-// The pipelined default was reverted by its own rule (s13run2: test_moe_cuda_across_emulated_nodes[2]
-// failed with an unspecified launch failure under it, [4] passed; NOTES "moe10").
-// "3" (opt-in, moe14): the headed gather (the routing travels ahead of the rows, no collective
-// before them) with no per-piece row hooks: this rank's own rows are gathered from x while the
-// others' are on the link, the others' rows in one counted gather after the join (nothing of
-// the dispatch's on the SMs beside the link's copies but that own-rows gather).
+// value): unset or "3" (moe14, the default since session 18: its tests at W=2 / W=4 over 2 nodes
+// and the host-sync test passed, rows equal to the sequence's, dispatch 0.64x and the op 0.903x
+// the sequence's time), the headed gather: the routing travels ahead of the rows, no collective
+// before them; this rank's own rows are gathered from x while the others' are on the link, the
+// others' rows in one counted gather after the join. It applies where the MoE's own exchange runs
+// (one rank per node) and from a group's second call (the first sizes the areas); elsewhere the
+// sequence runs. "0", the sequence (the routing all_gathered first, the rows joined whole, then
+// index_select over the static row bound); "1" (opt-in), the pipelined dispatch with per-piece
+// row hooks (moe10; 1.25x slower in the op, moe12); "2" (opt-in), the pipelined one whose GEMM
+// starts on the rows of this rank's own tokens while the other ranks' rows are on the link (where
+// the headed gather runs and capacity is 0; else "1").
 int dispatch_mode() {
   const char* v = std::getenv("MKERNEL_MOE_DISPATCH_PIPELINE");
-  if (v == nullptr || *v == '\0') return 0;
+  if (v == nullptr || *v == '\0') return 3;
   const std::string m(v);
   TORCH_CHECK_VALUE(m == "0" || m == "1" || m == "2" || m == "3",
                     "MKERNEL_MOE_DISPATCH_PIPELINE must be \"0\", \"1\", \"2\" or \"3\" (or unset), got \"",

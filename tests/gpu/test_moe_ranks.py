@@ -64,9 +64,9 @@ def test_moe_cuda_graph_replay(mps, world):
 def test_moe_cuda_across_emulated_nodes(mps, world):
     """Two emulated nodes: values, routes, counts and gradients against the float64 reference,
     bit-identical repeats, and graph replay (with and without reserve_tokens). Defaults: at W=2
-    (one rank per node) the MoE's own exchange with the sequenced dispatch (the pipelined one,
-    moe10, is opt-in since s13run2: MKERNEL_MOE_DISPATCH_PIPELINE=1), at W=4 the substrate's
-    collectives (and the counted-rows gather)."""
+    (one rank per node) the MoE's own exchange with the routing-headed dispatch (mode 3, the
+    default since session 18; the group's first call runs the sequence while it sizes the areas),
+    the kernel layout and the early combine; at W=4 the substrate's collectives."""
     res = run_ranks(RANK_MAIN, world, nodes=2, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
                                  MKERNEL_OP_TIMEOUT="20"))
@@ -76,7 +76,7 @@ def test_moe_cuda_across_emulated_nodes(mps, world):
 
 
 def test_moe_cuda_across_emulated_nodes_previous_dispatch(mps):
-    """MKERNEL_MOE_DISPATCH_PIPELINE=0 (the default again after s13run2; pinned here, moe10): the dispatch across nodes as before
+    """MKERNEL_MOE_DISPATCH_PIPELINE=0 (the sequence, the default until session 18; pinned here): the dispatch across nodes as before
     the pipelined one (the routing all_gathered before the rows move, the rows joined whole, then
     index_select over the static row bound); the same checks at W=2 over 2 nodes."""
     world = 2
