@@ -9,7 +9,7 @@ A)
   jx moe14_sync 40 25 'timeout 38 python3 -m pytest -x -q -rA -p no:cacheprovider "tests/gpu/test_moe_ranks.py::test_moe_cuda_across_emulated_nodes_moe14[w2n2-p3-kl-sync]"'
   ;;
 B)
-  jx moe_defaults 90 60 'timeout 88 python3 -m pytest -x -q -rA -p no:cacheprovider tests/gpu/test_moe_ranks.py -k "test_moe_cuda_across_emulated_nodes and not moe14 and not pipelined"'
+  jx moe_defaults 150 60 'timeout 148 python3 -m pytest -x -q -rA -p no:cacheprovider tests/gpu/test_moe_ranks.py -k "test_moe_cuda_across_emulated_nodes and not moe14 and not pipelined"'
   jx moe14_bench 60 40 'bash benchmarks/moe14_device_job.sh'
   # flags17 (merged in session 18): the 4 MiB flag region's GPU test, then W=4 square M=16384 gemm_ar.
   jx fl_gpu 200 100 'timeout 198 python3 -m pytest -q -x -rA -p no:cacheprovider tests/gpu/test_fused_ops.py::test_gemm_ar_flag_range'
