@@ -228,10 +228,6 @@ struct HeadedGather {
   std::vector<at::cuda::CUDAEvent> piece_unstaged;
   bool timed = false;
   at::cuda::CUDAEvent sent_timed{cudaEventDefault}, received_timed{cudaEventDefault};
-  // moe15's diagnosis (timed only): the caller's stream once the send side is issued, the send
-  // stream after its last push (before the finish's spin), the receive stream after the heads.
-  at::cuda::CUDAEvent main_issued_timed{cudaEventDefault}, pushed_timed{cudaEventDefault},
-      head_timed{cudaEventDefault};
   bool finished = false;
   explicit HeadedGather(at::cuda::CUDAStream r) : recv(r) {}
 };
@@ -312,12 +308,10 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
                                send.stream()),
           "push", g);
   }
-  if (timed) x->pushed_timed.record(send);
   check(op, moe_net::launch_finish(x->view, st, op_id, send.stream()), "finish", g);
   at::cuda::CUDAEvent sent;
   sent.record(send);
   if (timed) x->sent_timed.record(send);
-  if (timed) x->main_issued_timed.record(main);
 
   // Receive: every other rank's head, then the caller's stream waits for them.
   for (int j = 1; j < W; ++j) {
@@ -331,7 +325,6 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
           "unstage head", g);
   }
   head_ready.record(x->recv);
-  if (timed) x->head_timed.record(x->recv);
   head_ready.block(main);
 
   // Then every piece of every other rank (arrival wait, unstage into out) and DONE, queued
@@ -387,10 +380,6 @@ const at::cuda::CUDAEvent* headed_sent_event(const HeadedGather& x) {
 }
 const at::cuda::CUDAEvent* headed_received_event(const HeadedGather& x) {
   return x.timed && x.finished ? &x.received_timed : nullptr;
-}
-const at::cuda::CUDAEvent* headed_diag_event(const HeadedGather& x, int which) {
-  if (!x.timed || !x.finished) return nullptr;
-  return which == 0 ? &x.main_issued_timed : which == 1 ? &x.pushed_timed : &x.head_timed;
 }
 
 void gather_headed_finish(HeadedGather& x, at::cuda::CUDAEvent& after,

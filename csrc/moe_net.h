@@ -81,9 +81,6 @@ void gather_headed_finish(HeadedGather& x, at::cuda::CUDAEvent& after,
 // MKERNEL_MOE_PHASES; nullptr otherwise.
 const at::cuda::CUDAEvent* headed_sent_event(const HeadedGather& x);
 const at::cuda::CUDAEvent* headed_received_event(const HeadedGather& x);
-// moe15's diagnosis marks (timed gathers only; null otherwise): 0 the caller's stream once the
-// send side is issued, 1 the send stream after its last push, 2 the receive stream after the heads.
-const at::cuda::CUDAEvent* headed_diag_event(const HeadedGather& x, int which);
 
 }  // namespace moe
 }  // namespace mkernel

@@ -622,9 +622,6 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
         }
         ph.mark_event("sent", headed_sent_event(*headed));
         ph.mark_event("received", headed_received_event(*headed));
-        ph.mark_event("main_issued", headed_diag_event(*headed, 0));
-        ph.mark_event("pushed", headed_diag_event(*headed, 1));
-        ph.mark_event("head", headed_diag_event(*headed, 2));
         exchange_join();  // token_live, recv, x_all: read on the receive stream until here
         ph.mark("joined", main);
         if (mode == 3) {
