@@ -95,6 +95,10 @@ def rank_main() -> None:
 
     dist.init_process_group("gloo")
     torch.cuda.set_device(0)
+    if os.environ.get("BENCH_CALLER_STREAM") == "side":
+        # moe15: every call on a stream of the rank's own instead of the legacy default stream
+        # (another hardware queue for the caller's work beside the exchange's pool streams).
+        torch.cuda.set_stream(torch.cuda.Stream())
     ctx = mkernel.init()
     world, rank = ctx.world_size, ctx.rank
     live(rank, f"ranks up (torch, CUDA, mkernel.init; CUDA_MODULE_LOADING="
