@@ -10,9 +10,11 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -321,10 +323,12 @@ std::string phases_json() {
 
 }  // namespace
 
-DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Tensor& topk_idx,
-                              const at::Tensor& w1, int64_t group, int64_t world_size,
-                              int64_t num_experts, int64_t capacity, bool return_recv,
-                              int64_t max_tokens) {
+namespace {
+// dispatch_nodes' body, on the current stream (the caller's, or the op stream: OpStreamScope).
+DispatchResult dispatch_nodes_here(const char* op, const at::Tensor& x, const at::Tensor& topk_idx,
+                                   const at::Tensor& w1, int64_t group, int64_t world_size,
+                                   int64_t num_experts, int64_t capacity, bool return_recv,
+                                   int64_t max_tokens) {
   const c10::cuda::CUDAGuard device_guard(x.device());
   const int64_t me = comm::SymmetricGroup::get(op, group, world_size, x.device()).rank();
   const int64_t T = x.size(0), H = x.size(1), k = topk_idx.size(1);
@@ -646,6 +650,8 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
   return finish(out);
 }
 
+}  // namespace
+
 at::Tensor gather_nodes(const char* op, const at::Tensor& y, const at::Tensor& route,
                         int64_t group, int64_t world_size) {
   (void)op;
@@ -717,9 +723,11 @@ moe_ep::DType moe_dtype(at::ScalarType t) {
 }
 }  // namespace
 
-at::Tensor combine_nodes(const char* op, const at::Tensor& y, const at::Tensor& route,
-                         const at::Tensor& topk_weights, int64_t group, int64_t world_size,
-                         int64_t max_tokens) {
+namespace {
+// combine_nodes' body, on the current stream (the caller's, or the op stream: OpStreamScope).
+at::Tensor combine_nodes_here(const char* op, const at::Tensor& y, const at::Tensor& route,
+                              const at::Tensor& topk_weights, int64_t group, int64_t world_size,
+                              int64_t max_tokens) {
   const c10::cuda::CUDAGuard device_guard(y.device());
   const int64_t me = comm::SymmetricGroup::get(op, group, world_size, y.device()).rank();
   const int64_t H = y.size(-1), Y = y.numel() / std::max<int64_t>(H, 1);
@@ -821,6 +829,104 @@ at::Tensor combine_nodes(const char* op, const at::Tensor& y, const at::Tensor& 
     return done(sum.narrow(0, 0, T).to(y.scalar_type()));
   }
   return done(reduce_scatter(sent, group, W).narrow(0, 0, T).to(y.scalar_type()));
+}
+
+}  // namespace
+
+namespace {
+
+// MKERNEL_MOE_OP_STREAM (moe15; read at every call, every rank the same; opt-in until its GPU
+// run): "1" runs the dispatch and the combine across nodes on a stream of mkernel's own for the
+// device, forked from the caller's stream and joined back before the op returns. Session 18 call F
+// (moe_ranks_nvidia_h200_20261204-061820 / -061829.json): the same bench with the caller's work on
+// a stream of its own instead of the legacy default stream ran the eager dispatch in 1.623 vs
+// 1.806 ms (counted 1.548 vs 1.826, combine 3.445 vs 3.695): how the op's streams meet the
+// caller's in the hardware queues costs 10-15 % (NOTES "Session 18, moe15").
+bool op_stream_requested() {
+  const char* v = std::getenv("MKERNEL_MOE_OP_STREAM");
+  if (v == nullptr || *v == '\0') return false;
+  const std::string m(v);
+  TORCH_CHECK_VALUE(m == "0" || m == "1", "MKERNEL_MOE_OP_STREAM must be 0 or 1 (or unset), got \"",
+                    m, "\"");
+  return m == "1";
+}
+
+// mkernel's op stream of a device: non-blocking, created at the first use and kept for the
+// process, as torch keeps its pool streams (destroying one at exit would race the runtime's own
+// teardown).
+at::cuda::CUDAStream op_stream(c10::DeviceIndex device) {
+  static std::mutex mu;
+  static std::array<cudaStream_t, 256> streams{};
+  TORCH_CHECK(device >= 0 && device < static_cast<int>(streams.size()),
+              "mkernel: the MoE op stream: device index ", static_cast<int>(device), " out of range");
+  const std::lock_guard<std::mutex> lock(mu);
+  if (streams[device] == nullptr) {
+    const c10::cuda::CUDAGuard on(device);
+    const cudaError_t err = cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking);
+    TORCH_CHECK(err == cudaSuccess, "mkernel: the MoE op stream of device ", static_cast<int>(device),
+                ": cudaStreamCreateWithFlags failed: ", cudaGetErrorString(err));
+  }
+  return at::cuda::getStreamFromExternal(streams[device], device);
+}
+
+// For its scope the op stream is the current stream, forked from the caller's; at its end the
+// caller's stream waits for everything the op queued there (also when the body throws). The
+// outputs handed to the caller are recorded on the caller's stream (keep), so that the caching
+// allocator does not hand their memory to the op stream while the caller still reads them.
+class OpStreamScope {
+ public:
+  explicit OpStreamScope(c10::DeviceIndex device)
+      : caller_(at::cuda::getCurrentCUDAStream(device)), ops_(op_stream(device)), on_ops_(ops_) {
+    at::cuda::CUDAEvent fork;
+    fork.record(caller_);
+    fork.block(ops_);
+  }
+  OpStreamScope(const OpStreamScope&) = delete;
+  OpStreamScope& operator=(const OpStreamScope&) = delete;
+  ~OpStreamScope() {
+    try {
+      at::cuda::CUDAEvent joined;
+      joined.record(ops_);
+      joined.block(caller_);
+    } catch (...) {  // a destructor does not throw; the op's own error is already on its way
+    }
+  }
+  void keep(const at::Tensor& t) const {
+    if (t.defined() && t.is_cuda()) t.record_stream(caller_.unwrap());
+  }
+
+ private:
+  at::cuda::CUDAStream caller_, ops_;
+  c10::cuda::CUDAStreamGuard on_ops_;
+};
+
+}  // namespace
+
+DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Tensor& topk_idx,
+                              const at::Tensor& w1, int64_t group, int64_t world_size,
+                              int64_t num_experts, int64_t capacity, bool return_recv,
+                              int64_t max_tokens) {
+  if (!op_stream_requested()) {
+    return dispatch_nodes_here(op, x, topk_idx, w1, group, world_size, num_experts, capacity,
+                               return_recv, max_tokens);
+  }
+  const OpStreamScope scope(x.device().index());
+  DispatchResult r = dispatch_nodes_here(op, x, topk_idx, w1, group, world_size, num_experts,
+                                         capacity, return_recv, max_tokens);
+  for (const at::Tensor* t : {&r.out, &r.counts, &r.route, &r.recv_counts, &r.recv_x}) scope.keep(*t);
+  return r;
+}
+
+at::Tensor combine_nodes(const char* op, const at::Tensor& y, const at::Tensor& route,
+                         const at::Tensor& topk_weights, int64_t group, int64_t world_size,
+                         int64_t max_tokens) {
+  if (!op_stream_requested()) {
+    return combine_nodes_here(op, y, route, topk_weights, group, world_size, max_tokens);
+  }
+  const OpStreamScope scope(y.device().index());
+  at::Tensor out = combine_nodes_here(op, y, route, topk_weights, group, world_size, max_tokens);
+  scope.keep(out);
+  return out;
 }
 
 at::Tensor scatter_nodes(const char* op, const at::Tensor& rows, const at::Tensor& route,
