@@ -21,7 +21,7 @@ GO_SOURCES := $(shell find gocore -name '*.go' -not -name 'zz_gopy_*' -not -name
               $(wildcard gocore/capi/*.c gocore/capi/*.h gocore/libcore/pyshim/*.h) \
               csrc/include/mkernel/core_api.h csrc/include/mkernel/fifo.h go.mod go.sum
 
-.PHONY: build venv core install test test-go test-py cuda-check demo launch bench clean fmt vet FORCE
+.PHONY: build venv core install test test-go test-py cuda-check host-check demo launch bench clean fmt vet FORCE
 
 # --- environment -------------------------------------------------------------
 $(VENV)/.deps-stamp: pyproject.toml
@@ -99,6 +99,20 @@ cuda-check: $(CUDA_TOOLS)/.stamp
 	  if grep -q C7510 build/cuda-check.log; then grep C7510 build/cuda-check.log | cut -c1-300; \
 	    echo "ptxas serialized wgmma in $$f (a call in the kernel?)"; exit 1; fi; \
 	done
+
+# The CUDA build's host TUs (csrc/**/*.cpp with MKERNEL_WITH_CUDA, which the CPU build skips):
+# g++ -fsyntax-only against torch's and the PyPI CUDA toolchain's headers, before a device call
+# spends minutes finding a typo. HOST_CHECK_FILES (default: those changed since origin's main or,
+# without one, HEAD~1): `make host-check HOST_CHECK_FILES="csrc/moe_nodes.cpp"`.
+HOST_CHECK_FILES ?= $(shell git diff --name-only $$(git merge-base HEAD origin/main 2>/dev/null || echo HEAD~1) -- 'csrc/*.cpp' 'csrc/**/*.cpp' 2>/dev/null)
+host-check: $(CUDA_TOOLS)/.stamp | $(VENV)/.deps-stamp
+	@T=$$($(PY) -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "include"))'); \
+	I=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
+	N=$$($(PY) -c 'import os, nvidia; print(os.path.join(list(nvidia.__path__)[0], "cu13", "include"))' 2>/dev/null); \
+	C=$(CUDA_TOOLS)/nvidia/cu13/include; \
+	for f in $(HOST_CHECK_FILES); do [ -f "$$f" ] || continue; echo "g++ -fsyntax-only (CUDA host): $$f"; \
+	  g++ -std=c++17 -fsyntax-only -Wno-interference-size -DMKERNEL_WITH_CUDA -I$$T -I$$T/torch/csrc/api/include \
+	    -I$$C -I$$C/cccl $${N:+-I$$N} -I$$I -Icsrc -Icsrc/include "$$f" || exit 1; done
 
 # --- tests --------------------------------------------------------------------
 test-go:
