@@ -22,10 +22,10 @@
 #include "comm/symmetric_group.h"
 #include "comm/wait_record.h"
 #include "kernels/comm/wait_diagnostic.h"
+#include "kernels/moe/moe_ep_api.h"
 #include "kernels/moe/moe_net_api.h"
 #include "kernels/moe/moe_net_plan.h"
 #include "kernels/moe/moe_partial_api.h"
-#include "kernels/moe/moe_ep_api.h"
 #include "kernels/moe/moe_routing_api.h"
 #include "moe_local.h"
 #include "moe_net.h"
@@ -858,12 +858,14 @@ at::cuda::CUDAStream op_stream(c10::DeviceIndex device) {
   static std::mutex mu;
   static std::array<cudaStream_t, 256> streams{};
   TORCH_CHECK(device >= 0 && device < static_cast<int>(streams.size()),
-              "mkernel: the MoE op stream: device index ", static_cast<int>(device), " out of range");
+              "mkernel: the MoE op stream: device index ", static_cast<int>(device),
+              " out of range");
   const std::lock_guard<std::mutex> lock(mu);
   if (streams[device] == nullptr) {
     const c10::cuda::CUDAGuard on(device);
     const cudaError_t err = cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking);
-    TORCH_CHECK(err == cudaSuccess, "mkernel: the MoE op stream of device ", static_cast<int>(device),
+    TORCH_CHECK(err == cudaSuccess, "mkernel: the MoE op stream of device ",
+                static_cast<int>(device),
                 ": cudaStreamCreateWithFlags failed: ", cudaGetErrorString(err));
   }
   return at::cuda::getStreamFromExternal(streams[device], device);
@@ -913,7 +915,8 @@ DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Ten
   const OpStreamScope scope(x.device().index());
   DispatchResult r = dispatch_nodes_here(op, x, topk_idx, w1, group, world_size, num_experts,
                                          capacity, return_recv, max_tokens);
-  for (const at::Tensor* t : {&r.out, &r.counts, &r.route, &r.recv_counts, &r.recv_x}) scope.keep(*t);
+  for (const at::Tensor* t : {&r.out, &r.counts, &r.route, &r.recv_counts, &r.recv_x})
+    scope.keep(*t);
   return r;
 }
 
