@@ -12,6 +12,10 @@ A)
 B)
   # The same-build baseline, then the default-path MoE tests with the knob (moe15's rule before a flip).
   jx opstream_base 16 12 "timeout 15 $B"
+  # Megatron-style jobs set CUDA_DEVICE_MAX_CONNECTIONS=1 (one hardware queue): does the exchange (side
+  # streams with spinning waits) pass, fail with its bounded wait's record, or does the copier refuse the IPC
+  # as it did at 32 (session 18 call C)? Informational: the answer decides an up-front check.
+  jx conn1 40 25 'CUDA_DEVICE_MAX_CONNECTIONS=1 MKERNEL_OP_TIMEOUT=10 timeout 38 python3 -m pytest -x -q -rA -p no:cacheprovider "tests/gpu/test_moe_ranks.py::test_moe_cuda_across_emulated_nodes_moe14[w2n2-p3-kl]"'
   jx opstream_defaults 150 60 'MKERNEL_MOE_OP_STREAM=1 timeout 148 python3 -m pytest -x -q -rA -p no:cacheprovider tests/gpu/test_moe_ranks.py -k "test_moe_cuda_across_emulated_nodes and not moe14 and not pipelined"'
   ;;
 esac
