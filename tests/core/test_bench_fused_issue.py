@@ -11,6 +11,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from tests import source_module
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -21,11 +23,7 @@ HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
 
 def bench_fused():
     """The module without running it (its rank / parent code runs only as __main__ / __rank__)."""
-    spec = importlib.util.spec_from_file_location("bench_fused_under_test",
-                                                  ROOT / "benchmarks" / "bench_fused.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return source_module.load("benchmarks/bench_fused.py", "bench_fused_under_test")
 
 
 def test_issue_set_per_rank_shapes():
@@ -173,10 +171,7 @@ def test_verdict_summary_line():
     """fused17: each row's VERDICT line (the first call's test, parsed from the verbose line by
     mkernel/_fused_verdicts.py parse_tests, and the steady-state ratios the NOTES rule reads)."""
     bf = bench_fused()
-    spec = importlib.util.spec_from_file_location(
-        "fused_verdicts_bench", ROOT / "python" / "mkernel" / "_fused_verdicts.py")
-    fv = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fv)
+    fv = source_module.load("python/mkernel/_fused_verdicts.py", "fused_verdicts_bench")
     key = "M=4096 N=7168 K=8192 BFloat16 W=4 peertma=auto"
     line = (f"mkernel.ag_gemm: measured {key} in 2.305 s (warm-up 1.400 s, 2 calls per sample, 7 rounds): "
             "coop_128x256_c2x1 grid 0 20997.1 us (own 20994.2, 2 rounds, dropped); "

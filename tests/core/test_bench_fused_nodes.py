@@ -5,22 +5,19 @@ timeout kills the bench before its ranks end: s11run2 / s12run1 left empty logs)
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from tests import source_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def bench_fused():
     """The module without running it (its rank / parent code runs only as __main__ / __rank__)."""
-    spec = importlib.util.spec_from_file_location("bench_fused_nodes_under_test",
-                                                  ROOT / "benchmarks" / "bench_fused.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return source_module.load("benchmarks/bench_fused.py", "bench_fused_nodes_under_test")
 
 
 def test_select_rows_keeps_the_asked_rows_in_ops_order():
@@ -69,11 +66,7 @@ def test_run_ranks_passthrough_writes_rank0_into_the_callers_output():
 
 
 def verdict_module():
-    spec = importlib.util.spec_from_file_location("fused_nodes_verdict_under_test",
-                                                  ROOT / "benchmarks" / "fused_nodes_verdict.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return source_module.load("benchmarks/fused_nodes_verdict.py", "fused_nodes_verdict_under_test")
 
 
 def _row(op, world, fused, kernel, unfused, path="fused coop_128x256_c2x1 order 0/0 grid 24",

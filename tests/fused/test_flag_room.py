@@ -13,10 +13,11 @@ would not fit) must fit without widening. Skipped without g++."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 from pathlib import Path
+
+from tests import source_module
 
 from tests.host_check import build_check
 
@@ -26,11 +27,7 @@ OLD_ROOM = (1 << 16) - 16 * 32 - 1  # the 1 << 16-word region's op room before t
 
 
 def bench_fused():
-    spec = importlib.util.spec_from_file_location("bench_fused_flag_room",
-                                                  ROOT / "benchmarks" / "bench_fused.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return source_module.load("benchmarks/bench_fused.py", "bench_fused_flag_room")
 
 
 def fused_tiles() -> dict[str, tuple[int, int]]:
