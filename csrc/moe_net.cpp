@@ -227,6 +227,11 @@ struct HeadedGather {
   // row hooks wait for these on their own stream, never the receive stream for the host.
   std::vector<at::cuda::CUDAEvent> piece_unstaged;
   bool timed = false;
+  // moe16: the pieces staged, unstaged and gathered by the launch_stage_push / launch_unstage /
+  // launch_gather_landed kernels; words (zeroed on the caller's stream before the fork) their
+  // landed words and counts (moe_net_api.h).
+  bool kernels = false;
+  at::Tensor words;
   at::cuda::CUDAEvent sent_timed{cudaEventDefault}, received_timed{cudaEventDefault};
   bool finished = false;
   explicit HeadedGather(at::cuda::CUDAStream r) : recv(r) {}
@@ -234,7 +239,8 @@ struct HeadedGather {
 
 std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
                                                   const at::Tensor& src, const at::Tensor& head,
-                                                  int64_t group, int64_t world_size, bool timed) {
+                                                  int64_t group, int64_t world_size, bool timed,
+                                                  bool kernels) {
   const c10::cuda::CUDAGuard device_guard(src.device());
   comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, src.device());
   const int W = g.world(), me = g.rank();
@@ -247,6 +253,7 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
   x->world = W;
   x->me = me;
   x->timed = timed;
+  x->kernels = kernels;
   x->src = src.contiguous();
   x->head = head.contiguous();
   const at::Tensor& s = x->src;
@@ -276,6 +283,13 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
 
   x->state = at::empty({2}, s.options().dtype(at::kLong));
   auto* st = reinterpret_cast<uint64_t*>(x->state.data_ptr());
+  const uint64_t P = x->plan.pieces;
+  unsigned long long* words = nullptr;
+  if (kernels) {  // on the caller's stream, before the fork: zero when either side's launch runs
+    x->words = at::zeros({static_cast<int64_t>(2 * W * P + 1 + P)}, s.options().dtype(at::kLong));
+    words = reinterpret_cast<unsigned long long*>(x->words.data_ptr());
+  }
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   check(op, moe_net::launch_begin(x->view, st, op_id, main.stream()), "begin", g);
   at::cuda::CUDAEvent forked, head_ready;
   forked.record(main);
@@ -297,7 +311,14 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
         moe_net::launch_push(x->view, st, x->lay.send_head_off(), 0, x->lay.recv_head_off(me, W),
                              head_bytes, moe_net::data_slot(me, 0), true, op_id, send.stream()),
         "push head", g);
-  for (uint64_t c = 0; c < x->plan.pieces; ++c) {
+  if (kernels) {
+    check(op,
+          moe_net::launch_stage_push(x->view, st, in, block, x->plan.piece, static_cast<uint32_t>(P),
+                                     x->lay.recv_block_off(me), words + 2 * W * P + 1, sms, op_id,
+                                     send.stream()),
+          "stage and push (one launch)", g);
+  }
+  for (uint64_t c = 0; c < x->plan.pieces && !kernels; ++c) {
     const uint64_t off = x->plan.offset(c), n = x->plan.bytes(c);
     if (n == 0) continue;
     check(op, cudaMemcpyAsync(send_area + off, in + off, n, cudaMemcpyDefault, send.stream()),
@@ -337,8 +358,14 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
   // group's first headed call with shapes whose ATen kernels had not run yet: NOTES "MoE,
   // moe12"). Now nothing on the send or receive stream waits for this host again; the row
   // hooks run on a stream of their own in gather_headed_finish, after piece_unstaged[c].
+  if (kernels) {  // moe16: every piece of every other rank, and DONE, in one launch
+    check(op,
+          moe_net::launch_unstage(x->view, st, res, block, x->lay.stride, x->plan.piece,
+                                  static_cast<uint32_t>(P), words, sms, op_id, x->recv.stream()),
+          "unstage (one launch)", g);
+  }
   x->piece_unstaged.reserve(x->plan.pieces);
-  for (uint64_t c = 0; c < x->plan.pieces; ++c) {
+  for (uint64_t c = 0; c < x->plan.pieces && !kernels; ++c) {
     const uint64_t off = x->plan.offset(c), n = x->plan.bytes(c);
     for (int j = 1; j < W && n > 0; ++j) {
       const int p = (me + j) % W;
@@ -354,10 +381,12 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
     x->piece_unstaged.emplace_back();
     x->piece_unstaged.back().record(x->recv);
   }
-  check(op,
-        moe_net::launch_push(x->view, st, 0, 0, 0, 0, moe_net::kDone + me, false, op_id,
-                             x->recv.stream()),
-        "done", g);
+  if (!kernels) {
+    check(op,
+          moe_net::launch_push(x->view, st, 0, 0, 0, 0, moe_net::kDone + me, false, op_id,
+                               x->recv.stream()),
+          "done", g);
+  }
   at::cuda::CUDAEvent received;
   received.record(x->recv);
   if (timed) x->received_timed.record(x->recv);
@@ -370,6 +399,7 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
   pending.held.push_back(x->state);
   pending.held.push_back(x->out);
   pending.held.push_back(x->head_out);
+  if (kernels) pending.held.push_back(x->words);
   return x;
 }
 
@@ -380,6 +410,28 @@ const at::cuda::CUDAEvent* headed_sent_event(const HeadedGather& x) {
 }
 const at::cuda::CUDAEvent* headed_received_event(const HeadedGather& x) {
   return x.timed && x.finished ? &x.received_timed : nullptr;
+}
+
+void gather_headed_rows(HeadedGather& x, const at::Tensor& token, const at::Tensor& dst) {
+  TORCH_CHECK(!x.finished, x.op, ": the headed gather was finished twice");
+  TORCH_CHECK(x.kernels, x.op, ": gather_headed_rows needs a headed gather started with kernels");
+  TORCH_CHECK(token.scalar_type() == at::kLong && token.is_contiguous() && dst.is_contiguous() &&
+                  dst.size(0) == token.size(0) && dst.numel() / std::max<int64_t>(dst.size(0), 1) ==
+                  x.src.numel() / std::max<int64_t>(x.rows, 1),
+              x.op, ": gather_headed_rows: token [n] int64 and dst [n, row] contiguous, rows as src's");
+  const c10::cuda::CUDAGuard device_guard(x.src.device());
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const uint64_t block = static_cast<uint64_t>(x.src.numel()) * x.src.element_size();
+  check(x.op,
+        moe_net::launch_gather_landed(
+            x.view, reinterpret_cast<const uint64_t*>(x.state.data_ptr()),
+            reinterpret_cast<const unsigned long long*>(x.words.data_ptr()), x.out.data_ptr(),
+            x.rows, block, x.plan.piece, static_cast<uint32_t>(x.plan.pieces),
+            token.data_ptr<int64_t>(), token.size(0), dst.data_ptr(),
+            static_cast<int64_t>(x.row_bytes), sms, x.op_id,
+            at::cuda::getCurrentCUDAStream().stream()),
+        "gather landed rows", *x.group);
+  x.finished = true;
 }
 
 void gather_headed_finish(HeadedGather& x, at::cuda::CUDAEvent& after,

@@ -72,11 +72,19 @@ using RowsLanded = std::function<void(int src_rank, int64_t row_begin, int64_t r
 std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
                                                   const at::Tensor& src, const at::Tensor& head,
                                                   int64_t group, int64_t world_size,
-                                                  bool timed = false);
+                                                  bool timed = false, bool kernels = false);
 const at::Tensor& headed_out(const HeadedGather& x);
 const at::Tensor& headed_head_out(const HeadedGather& x);
 void gather_headed_finish(HeadedGather& x, at::cuda::CUDAEvent& after,
                           const RowsLanded& on_rows);
+// moe16 (a gather started with `kernels`: the pieces staged and pushed by one launch on the send
+// stream, unstaged into out and DONE by one launch on the receive stream): instead of
+// gather_headed_finish, on the caller's stream after its layout, one launch that copies every
+// dst row q whose token[q] (into out's W*n rows) names another rank's row from out as each piece
+// lands (waits on device words the receive launch releases; bounded). token [m] int64, dst [m,
+// row] with src's row size; rows of this rank and token -1 are not touched. exchange_join()
+// afterwards, as for gather_headed_finish.
+void gather_headed_rows(HeadedGather& x, const at::Tensor& token, const at::Tensor& dst);
 // With `timed`: the send and receive streams' ends as timing events (after finish), for
 // MKERNEL_MOE_PHASES; nullptr otherwise.
 const at::cuda::CUDAEvent* headed_sent_event(const HeadedGather& x);

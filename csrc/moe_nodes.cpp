@@ -98,13 +98,18 @@ namespace {
 // index_select over the static row bound); "1" (opt-in), the pipelined dispatch with per-piece
 // row hooks (moe10; 1.25x slower in the op, moe12); "2" (opt-in), the pipelined one whose GEMM
 // starts on the rows of this rank's own tokens while the other ranks' rows are on the link (where
-// the headed gather runs and capacity is 0; else "1").
+// the headed gather runs and capacity is 0; else "1"); "4" (opt-in, moe16, not yet run on a GPU),
+// mode 3 with the pieces in one launch per side (stage + push on the send stream, unstage + DONE
+// on the receive stream: moe_net_api.h launch_stage_push / launch_unstage) and the other ranks'
+// rows gathered beside the link by one launch on this stream that follows the pieces as they land
+// (launch_gather_landed): ~60 stream operations fewer per call than mode 3 (session 18: the eager
+// dispatch ran 0.2-0.3 ms over its graph replay), mode 1's overlap of the gather with the link.
 int dispatch_mode() {
   const char* v = std::getenv("MKERNEL_MOE_DISPATCH_PIPELINE");
   if (v == nullptr || *v == '\0') return 3;
   const std::string m(v);
-  TORCH_CHECK_VALUE(m == "0" || m == "1" || m == "2" || m == "3",
-                    "MKERNEL_MOE_DISPATCH_PIPELINE must be \"0\", \"1\", \"2\" or \"3\" (or unset), got \"",
+  TORCH_CHECK_VALUE(m == "0" || m == "1" || m == "2" || m == "3" || m == "4",
+                    "MKERNEL_MOE_DISPATCH_PIPELINE must be \"0\", \"1\", \"2\", \"3\" or \"4\" (or unset), got \"",
                     m, "\"");
   return m[0] - '0';
 }
@@ -385,7 +390,8 @@ DispatchResult dispatch_nodes_here(const char* op, const at::Tensor& x, const at
   if (own_path && pipelined) {
     // The routing travels ahead of the rows in the same exchange (no collective before the
     // rows move); the caller's stream has every rank's routing when this returns.
-    headed = gather_headed_start(op, comm::kOpMoeDispatch, x_pad, idx_head, group, W, ph.on);
+    headed = gather_headed_start(op, comm::kOpMoeDispatch, x_pad, idx_head, group, W, ph.on,
+                                 /*kernels=*/mode == 4);
     idx_all = headed_head_out(*headed);  // [W*Tm, k]
     x_all = headed_out(*headed);         // [W*Tm, H], other ranks' blocks as their pieces land
   } else {
@@ -613,7 +619,10 @@ DispatchResult dispatch_nodes_here(const char* op, const at::Tensor& x, const at
         // Disjoint rows from the hooks' stream's; beside the link, so capped like them.
         gather_on(x_pad, me * Tm, Tm, main.stream(), hook_sms);
         headed_sync_for_test(op, main);
-        if (mode == 3) {
+        if (mode == 4) {
+          // moe16: the other ranks' rows by one launch here, piece by piece as they land.
+          gather_headed_rows(*headed, token_live, recv);
+        } else if (mode == 3) {
           // moe14: no row hooks beside the link; the other ranks' rows after the join.
           gather_headed_finish(*headed, layout_done, RowsLanded());
         } else {

@@ -127,12 +127,16 @@ def test_moe_cuda_across_emulated_nodes_pipelined(mps, world, nodes, mode, sync)
     (2, 2, "3", "", "kernel", "", "0", "0"), (2, 2, "3", "", "kernel", "", "1", "0"),
     (2, 2, "1", "", "kernel", "16", "0", "1"), (2, 2, "0", "counted", "kernel", "", "0", "0"),
     (2, 2, "3", "", "aten", "", "0", "0"), (4, 2, "3", "", "kernel", "", "0", "0"),
-    (4, 4, "0", "", "", "", "0", "1")],
+    (4, 4, "0", "", "", "", "0", "1"),
+    (2, 2, "4", "", "kernel", "", "0", "0"), (2, 2, "4", "", "kernel", "", "1", "0"),
+    (2, 2, "4", "", "aten", "", "0", "0"), (4, 4, "4", "", "kernel", "", "0", "0")],
     ids=["w2n2-p3-kl", "w2n2-p3-kl-sync", "w2n2-p1-kl-s16", "w2n2-counted-kl", "w2n2-p3", "w4n2-p3-kl",
-         "w4n4-combine-early"])
+         "w4n4-combine-early", "w2n2-p4-kl", "w2n2-p4-kl-sync", "w2n2-p4", "w4n4-p4-kl"])
 def test_moe_cuda_across_emulated_nodes_moe14(mps, world, nodes, mode, gather, layout, sms, sync, early):
-    """moe14 (the kernel layout and the early combine are the defaults since session 17; modes 1 / 3
-    opt-in): MKERNEL_MOE_DISPATCH_PIPELINE=3 (the headed gather without per-piece row
+    """moe14 (the kernel layout and the early combine are the defaults since session 17, mode 3 since
+    session 18; mode 1 and moe16's mode 4 opt-in): MKERNEL_MOE_DISPATCH_PIPELINE=4 (mode 3 with the
+    pieces staged, unstaged and gathered by one launch each; W=4 over 4 nodes: three sources per
+    unstage launch), MKERNEL_MOE_DISPATCH_PIPELINE=3 (the headed gather without per-piece row
     hooks: the others' rows gathered once after the join), MKERNEL_MOE_LAYOUT=kernel (the packed
     layout by the routing kernels + nodes_layout instead of ~30 ATen ops; capacity > 0 cases keep
     ATen), MKERNEL_MOE_GATHER_SMS (mode 1's per-piece gathers on fewer CTAs),

@@ -69,4 +69,33 @@ cudaError_t launch_gather_rows(const void* src, int64_t row0, int64_t rows,
                                const int64_t* token, int64_t n, void* dst, int64_t row_bytes,
                                int sm_count, cudaStream_t s);
 
+// moe16 (MKERNEL_MOE_DISPATCH_PIPELINE=4): the headed gather's pieces in one launch per side.
+// `words`: a zeroed device array of 2 * W * pieces + 1 + pieces words per call: [0, W*P) piece
+// c of rank p landed in out (= e at [p * P + c]), then the receive launch's counts, then the send
+// launch's per-piece counts (at 2 * W * P + 1). Every wait is bounded (the group's timeout) and
+// recorded like the one-warp launches'.
+//
+// Send stream, after the head's push: every piece of src staged into the send area by SM copies
+// (parts of a piece on several CTAs) and pushed by the CTA completing it (data slot 1 + c = e);
+// state[1] = the largest ticket (for launch_finish).
+cudaError_t launch_stage_push(const comm::GroupDevice& g, uint64_t* state, const void* src,
+                              uint64_t block, uint64_t piece, uint32_t pieces,
+                              uint64_t remote_base, unsigned long long* counts, int sm_count,
+                              int32_t op, cudaStream_t s);
+// Receive stream: every piece of every other rank p, as it arrives (data slot 1 + c of p), copied
+// from the receive area (p * recv_stride) into out (p * block); landed words released; then DONE
+// (kDone + me = e) to every rank of another node. Nothing in it waits for this host.
+cudaError_t launch_unstage(const comm::GroupDevice& g, const uint64_t* state, void* out,
+                           uint64_t block, uint64_t recv_stride, uint64_t piece, uint32_t pieces,
+                           unsigned long long* words, int sm_count, int32_t op, cudaStream_t s);
+// Caller's stream, after its layout: for each piece in order, once every other rank's landed
+// word holds e, the dst rows q whose token (into all: rank p's rows at p * rows_per_rank) lies in
+// the rows that piece completed are copied (as launch_gather_rows; this rank's rows and token -1
+// untouched).
+cudaError_t launch_gather_landed(const comm::GroupDevice& g, const uint64_t* state,
+                                 const unsigned long long* words, const void* all,
+                                 int64_t rows_per_rank, uint64_t block, uint64_t piece,
+                                 uint32_t pieces, const int64_t* token, int64_t n, void* dst,
+                                 int64_t row_bytes, int sm_count, int32_t op, cudaStream_t s);
+
 }  // namespace mkernel::moe_net
