@@ -82,7 +82,7 @@ CUDA_PKGS  := nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13
 CUDA_CHECK_SOURCES := csrc/kernels/gemm/gemm_dispatch.cu \
               csrc/kernels/gemm/instantiations/gemm_coop128x128cluster2x1_bf16.cu \
               csrc/kernels/gemm/instantiations/gemm_ping64x256cluster1x1_bf16.cu \
-              csrc/kernels/collectives/collectives.cu \
+              csrc/kernels/collectives/collectives.cu csrc/kernels/moe/moe_net.cu \
               tests/cuda_check/net_ops_wgmma_check.cu
 $(CUDA_TOOLS)/.stamp: | $(VENV)/.deps-stamp
 	$(PIP) install -q --no-deps --target $(CUDA_TOOLS) $(CUDA_PKGS)
