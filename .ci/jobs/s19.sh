@@ -7,18 +7,16 @@ T="tests/gpu/test_moe_ranks.py::test_moe_cuda_across_emulated_nodes_moe14"
 case "${CALL:-A}" in
 A)
   # moe16 (opt-in mode 4: one launch per side) and moe15 (opt-in MKERNEL_MOE_OP_STREAM=1): a test each
-  # (matrix vs float64, repeats, graph replay), then the lean bench with both beside the defaults; a
-  # mode whose test failed is dropped from the bench.
+  # (matrix vs float64, repeats, graph replay). The cold build leaves ~50 s.
   jx p4_test 22 14 "timeout 20 python3 -m pytest -x -q -rA -p no:cacheprovider \"$T[w2n2-p4-kl]\""
   jx opstream_test 22 14 "MKERNEL_MOE_OP_STREAM=1 timeout 20 python3 -m pytest -x -q -rA -p no:cacheprovider \"$T[w2n2-p3-kl]\""
-  drop=""; grep -q "rc=0" <(grep "job p4_test" "$summary") || drop="p4"
-  grep -q "rc=0" <(grep "job opstream_test" "$summary") || drop="${drop:+$drop,}opstream"
-  jx bench_a 22 14 "BENCH_MOE14_DROP=$drop timeout 20 $B"
   ;;
 B)
-  # moe16's remaining tests (the host sync between the halves, the ATen layout, W=4 over 4 nodes), the
+  # The lean bench with both beside the defaults (S19_DROP=p4 / opstream / "p4,opstream": what failed its
+  # test in call A), then moe16's remaining tests (the host sync between the halves, the ATen layout, W=4 over 4 nodes), the
   # default-path tests with the op stream, then CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron's setting:
   # informational, it decides an up-front check).
+  jx bench 24 14 "BENCH_MOE14_DROP=${S19_DROP:-} timeout 22 $B"
   jx p4_more 70 40 "timeout 68 python3 -m pytest -x -q -rA -p no:cacheprovider \"$T[w2n2-p4-kl-sync]\" \"$T[w2n2-p4]\" \"$T[w4n4-p4-kl]\""
   jx opstream_defaults 150 60 'MKERNEL_MOE_OP_STREAM=1 timeout 148 python3 -m pytest -x -q -rA -p no:cacheprovider tests/gpu/test_moe_ranks.py -k "test_moe_cuda_across_emulated_nodes and not moe14 and not pipelined"'
   jx conn1 40 25 "CUDA_DEVICE_MAX_CONNECTIONS=1 MKERNEL_OP_TIMEOUT=10 timeout 38 python3 -m pytest -x -q -rA -p no:cacheprovider \"$T[w2n2-p3-kl]\""
