@@ -13,7 +13,9 @@ hosts synchronize between the halves deadlock, each send stream's finish waiting
 rank's DONE, which neither host has queued (s13run2 / s14run1: rank 0 timed out on flag 2081 =
 DONE from rank 1, the first headed call of the test, whose layout ATen kernels had not run in the
 process yet). With every wait, unstage and DONE queued by the first half (``"new"``, moe12), no
-choice of syncing ranks deadlocks. This is a twin of the issue order, not the code itself: a
+choice of syncing ranks deadlocks; nor with moe16's launches (``"kernels"``: one send launch for
+every piece, one receive launch for every piece and DONE queued by the first half, one gather
+launch on the caller's stream in the second). This is a twin of the issue order, not the code itself: a
 change of the order in moe_net.cpp must be mirrored here.
 
 Also checked: the rank-check matrix that the GPU tests run has ranks with T = 0 beside ranks
@@ -51,7 +53,11 @@ def issue_order(me: int, world: int, pieces: int, order: str, sync: bool) -> lis
     for p in others:
         put("send", "wait", "ready", p, 0)
     put("send", "signal", "data", 0)                        # the head
+    if order == "kernels":  # moe16: one launch stages and pushes every piece (no waits in it)
+        put("send", "signals", [("data", 1 + c) for c in range(pieces)])
     for c in range(pieces):
+        if order == "kernels":
+            break
         put("send", "signal", "data", 1 + c)
     for p in others:                                        # finish: every peer's DONE
         put("send", "wait", "done", p, 0)
@@ -60,6 +66,12 @@ def issue_order(me: int, world: int, pieces: int, order: str, sync: bool) -> lis
         put("recv", "wait", "data", p, 0)
     put("recv", "record", "head_ready")
     put("main", "block", "head_ready")
+    if order == "kernels":
+        # moe16: one launch waits for every piece of every other rank, releases the landed words
+        # (flags of this rank) and signals DONE; it waits only on the network.
+        put("recv", "kernel", [("data", p, 1 + c) for c in range(pieces) for p in others],
+            [("landed", me, c) for c in range(pieces)], [("done", 0)])
+        put("recv", "record", "received")
     if order == "new":
         for c in range(pieces):
             for p in others:
@@ -72,7 +84,10 @@ def issue_order(me: int, world: int, pieces: int, order: str, sync: bool) -> lis
     if sync:
         prog.append(("sync",))
     # gather_headed_finish
-    if order == "old":
+    if order == "kernels":
+        # gather_headed_rows: one launch on the caller's stream, waiting on the landed words
+        put("main", "kernel", [("landed", me, c) for c in range(pieces)], [], [])
+    elif order == "old":
         put("recv", "block", "layout_done")
         for c in range(pieces):
             for p in others:
@@ -93,9 +108,11 @@ def issue_order(me: int, world: int, pieces: int, order: str, sync: bool) -> lis
     return prog
 
 
-def run(world: int, pieces: int, order: str, syncing: set[int]) -> list[str]:
-    """Runs the model; returns what is stuck ([] when every rank finished)."""
-    progs = [deque(issue_order(r, world, pieces, order, r in syncing)) for r in range(world)]
+def run(world: int, pieces: int, order: str, syncing: set[int], program=None) -> list[str]:
+    """Runs the model; returns what is stuck ([] when every rank finished). program: the host
+    program (issue_order's signature; issue_order itself by default)."""
+    program = program or issue_order
+    progs = [deque(program(r, world, pieces, order, r in syncing)) for r in range(world)]
     queues = [{s: deque() for s in STREAMS} for _ in range(world)]
     flags = [set() for _ in range(world)]     # (kind, src, idx) arrived at this rank
     events = [set() for _ in range(world)]    # recorded events of this rank
@@ -107,6 +124,17 @@ def run(world: int, pieces: int, order: str, syncing: set[int]) -> list[str]:
         op = q[0]
         if op[0] == "wait" and (op[1], op[2], op[3]) not in flags[r]:
             return False
+        if op[0] == "kernel":  # ("kernel", waits, local flags it sets, signals to the others)
+            if any(w not in flags[r] for w in op[1]):
+                return False
+            flags[r].update(op[2])
+            for p in range(world):
+                if p != r:
+                    flags[p].update((kind, r, idx) for kind, idx in op[3])
+        if op[0] == "signals":
+            for p in range(world):
+                if p != r:
+                    flags[p].update((kind, r, idx) for kind, idx in op[1])
         if op[0] == "block" and op[1] not in events[r]:
             return False
         if op[0] == "signal":
@@ -154,6 +182,33 @@ def test_new_order_never_deadlocks(world: int, pieces: int) -> None:
         for syncing in itertools.combinations(range(world), n):
             stuck = run(world, pieces, "new", set(syncing))
             assert not stuck, (world, pieces, syncing, stuck)
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("pieces", [1, 3, 15])
+def test_kernel_order_never_deadlocks(world: int, pieces: int) -> None:
+    """moe16 (MKERNEL_MOE_DISPATCH_PIPELINE=4): the pieces staged and pushed by one send launch,
+    unstaged (and DONE) by one receive launch queued in the first half, gathered by one launch on
+    the caller's stream in the second: no choice of syncing hosts deadlocks."""
+    for n in range(world + 1):
+        for syncing in itertools.combinations(range(world), n):
+            stuck = run(world, pieces, "kernels", set(syncing))
+            assert not stuck, (world, pieces, syncing, stuck)
+
+
+def test_kernel_order_would_deadlock_with_the_unstage_in_the_second_half() -> None:
+    """The model is sharp for moe16's choice: the same launches with the receive launch queued by
+    the second half (after the host's layout) deadlock when both hosts sync between the halves."""
+    def late(me: int, world: int, pieces: int, order: str, sync: bool) -> list[tuple]:
+        prog = issue_order(me, world, pieces, order, sync)
+        unstage = next(a for a in prog if a[0] == "issue" and a[2][0] == "kernel" and a[1] == "recv")
+        prog.remove(unstage)
+        at = next(i for i, a in enumerate(prog) if a[0] == "issue" and a[1] == "main" and a[2][0] == "kernel")
+        prog.insert(at, unstage)
+        return prog
+
+    assert run(2, 3, "kernels", {0, 1}, program=late)
+    assert not run(2, 3, "kernels", set(), program=late)
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])
