@@ -329,7 +329,12 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
                                send.stream()),
           "push", g);
   }
-  check(op, moe_net::launch_finish(x->view, st, op_id, send.stream()), "finish", g);
+  // moe16: the finish (the transport done with every push, every peer's DONE) ends the receive
+  // stream instead, after this rank's own unstage and DONE: then no stream holds a wait for the
+  // peers' DONE ahead of this rank's DONE, and the exchange completes even when every stream of
+  // the rank shares one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1; the deadlock model in
+  // tests/host/test_moe_headed_protocol.py). Modes 1-3 keep it here.
+  if (!kernels) check(op, moe_net::launch_finish(x->view, st, op_id, send.stream()), "finish", g);
   at::cuda::CUDAEvent sent;
   sent.record(send);
   if (timed) x->sent_timed.record(send);
@@ -386,6 +391,9 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
           moe_net::launch_push(x->view, st, 0, 0, 0, 0, moe_net::kDone + me, false, op_id,
                                x->recv.stream()),
           "done", g);
+  } else {
+    sent.block(x->recv);  // state[1] holds the last push's ticket once the send stream is here
+    check(op, moe_net::launch_finish(x->view, st, op_id, x->recv.stream()), "finish", g);
   }
   at::cuda::CUDAEvent received;
   received.record(x->recv);

@@ -19,6 +19,9 @@ B)
   jx bench 24 14 "BENCH_MOE14_DROP=${S19_DROP:-} timeout 22 $B"
   jx p4_more 70 40 "timeout 68 python3 -m pytest -x -q -rA -p no:cacheprovider \"$T[w2n2-p4-kl-sync]\" \"$T[w2n2-p4]\" \"$T[w4n4-p4-kl]\""
   jx opstream_defaults 150 60 'MKERNEL_MOE_OP_STREAM=1 timeout 148 python3 -m pytest -x -q -rA -p no:cacheprovider tests/gpu/test_moe_ranks.py -k "test_moe_cuda_across_emulated_nodes and not moe14 and not pipelined"'
-  jx conn1 40 25 "CUDA_DEVICE_MAX_CONNECTIONS=1 MKERNEL_OP_TIMEOUT=10 timeout 38 python3 -m pytest -x -q -rA -p no:cacheprovider \"$T[w2n2-p3-kl]\""
+  # The deadlock model predicts: mode 3 stalls at the send stream's finish (a bounded wait's record naming
+  # DONE, after MKERNEL_OP_TIMEOUT) and mode 4, whose finish ends the receive stream, passes.
+  jx conn1_p4 30 20 "CUDA_DEVICE_MAX_CONNECTIONS=1 MKERNEL_OP_TIMEOUT=10 timeout 28 python3 -m pytest -x -q -rA -p no:cacheprovider \"$T[w2n2-p4-kl]\""
+  jx conn1_p3 40 25 "CUDA_DEVICE_MAX_CONNECTIONS=1 MKERNEL_OP_TIMEOUT=10 timeout 38 python3 -m pytest -x -q -rA -p no:cacheprovider \"$T[w2n2-p3-kl]\""
   ;;
 esac

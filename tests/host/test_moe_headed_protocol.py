@@ -15,7 +15,8 @@ DONE from rank 1, the first headed call of the test, whose layout ATen kernels h
 process yet). With every wait, unstage and DONE queued by the first half (``"new"``, moe12), no
 choice of syncing ranks deadlocks; nor with moe16's launches (``"kernels"``: one send launch for
 every piece, one receive launch for every piece and DONE queued by the first half, one gather
-launch on the caller's stream in the second). This is a twin of the issue order, not the code itself: a
+launch on the caller's stream in the second, the finish at the end of the receive stream: also
+free of deadlock when every stream shares one hardware queue, CUDA_DEVICE_MAX_CONNECTIONS=1). This is a twin of the issue order, not the code itself: a
 change of the order in moe_net.cpp must be mirrored here.
 
 Also checked: the rank-check matrix that the GPU tests run has ranks with T = 0 beside ranks
@@ -55,12 +56,14 @@ def issue_order(me: int, world: int, pieces: int, order: str, sync: bool) -> lis
     put("send", "signal", "data", 0)                        # the head
     if order == "kernels":  # moe16: one launch stages and pushes every piece (no waits in it)
         put("send", "signals", [("data", 1 + c) for c in range(pieces)])
+        put("send", "record", "pushed")
     for c in range(pieces):
         if order == "kernels":
             break
         put("send", "signal", "data", 1 + c)
-    for p in others:                                        # finish: every peer's DONE
-        put("send", "wait", "done", p, 0)
+    if order != "kernels":  # moe16 waits for the peers' DONE at the end of the receive stream
+        for p in others:                                    # finish: every peer's DONE
+            put("send", "wait", "done", p, 0)
     put("send", "record", "sent")
     for p in others:
         put("recv", "wait", "data", p, 0)
@@ -71,6 +74,9 @@ def issue_order(me: int, world: int, pieces: int, order: str, sync: bool) -> lis
         # (flags of this rank) and signals DONE; it waits only on the network.
         put("recv", "kernel", [("data", p, 1 + c) for c in range(pieces) for p in others],
             [("landed", me, c) for c in range(pieces)], [("done", 0)])
+        put("recv", "block", "pushed")                      # the finish, after this rank's pushes
+        for p in others:
+            put("recv", "wait", "done", p, 0)
         put("recv", "record", "received")
     if order == "new":
         for c in range(pieces):
@@ -108,18 +114,24 @@ def issue_order(me: int, world: int, pieces: int, order: str, sync: bool) -> lis
     return prog
 
 
-def run(world: int, pieces: int, order: str, syncing: set[int], program=None) -> list[str]:
+def run(world: int, pieces: int, order: str, syncing: set[int], program=None,
+        one_queue: bool = False) -> list[str]:
     """Runs the model; returns what is stuck ([] when every rank finished). program: the host
-    program (issue_order's signature; issue_order itself by default)."""
+    program (issue_order's signature; issue_order itself by default). one_queue: every stream of
+    a rank feeds one hardware queue in issue order (CUDA_DEVICE_MAX_CONNECTIONS=1, Megatron's
+    setting): an op runs only once every op issued before it on any stream has."""
     program = program or issue_order
     progs = [deque(program(r, world, pieces, order, r in syncing)) for r in range(world)]
     queues = [{s: deque() for s in STREAMS} for _ in range(world)]
+    shared = [deque() for _ in range(world)]  # one_queue: (stream) in issue order
     flags = [set() for _ in range(world)]     # (kind, src, idx) arrived at this rank
     events = [set() for _ in range(world)]    # recorded events of this rank
 
     def step_stream(r: int, s: str) -> bool:
         q = queues[r][s]
         if not q:
+            return False
+        if one_queue and shared[r][0] != s:
             return False
         op = q[0]
         if op[0] == "wait" and (op[1], op[2], op[3]) not in flags[r]:
@@ -144,6 +156,8 @@ def run(world: int, pieces: int, order: str, syncing: set[int], program=None) ->
         if op[0] == "record":
             events[r].add(op[1])
         q.popleft()
+        if one_queue:
+            shared[r].popleft()
         return True
 
     def step_host(r: int) -> bool:
@@ -154,6 +168,7 @@ def run(world: int, pieces: int, order: str, syncing: set[int], program=None) ->
             return False
         if act[0] == "issue":
             queues[r][act[1]].append(act[2])
+            shared[r].append(act[1])
         progs[r].popleft()
         return True
 
@@ -196,19 +211,33 @@ def test_kernel_order_never_deadlocks(world: int, pieces: int) -> None:
             assert not stuck, (world, pieces, syncing, stuck)
 
 
-def test_kernel_order_would_deadlock_with_the_unstage_in_the_second_half() -> None:
-    """The model is sharp for moe16's choice: the same launches with the receive launch queued by
-    the second half (after the host's layout) deadlock when both hosts sync between the halves."""
-    def late(me: int, world: int, pieces: int, order: str, sync: bool) -> list[tuple]:
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_one_hardware_queue(world: int) -> None:
+    """CUDA_DEVICE_MAX_CONNECTIONS=1 (every stream of a rank in one hardware queue, in issue order):
+    mode 3's order deadlocks (the send stream's finish waits for the peers' DONE, queued behind it
+    on the receive stream); moe16's, whose finish ends the receive stream, does not."""
+    for n in range(world + 1):
+        for syncing in itertools.combinations(range(world), n):
+            assert run(world, 3, "new", set(syncing), one_queue=True)
+            stuck = run(world, 3, "kernels", set(syncing), one_queue=True)
+            assert not stuck, (world, syncing, stuck)
+
+
+def test_kernel_order_needs_its_finish_on_the_receive_stream() -> None:
+    """The model is sharp for moe16's finish placement: the same launches with the finish on the
+    send stream (mode 3's place) deadlock in one hardware queue."""
+    def finish_on_send(me: int, world: int, pieces: int, order: str, sync: bool) -> list[tuple]:
         prog = issue_order(me, world, pieces, order, sync)
-        unstage = next(a for a in prog if a[0] == "issue" and a[2][0] == "kernel" and a[1] == "recv")
-        prog.remove(unstage)
-        at = next(i for i, a in enumerate(prog) if a[0] == "issue" and a[1] == "main" and a[2][0] == "kernel")
-        prog.insert(at, unstage)
+        finish = [a for a in prog if a[0] == "issue" and a[1] == "recv" and
+                  (a[2][:2] == ("wait", "done") or a[2] == ("block", "pushed"))]
+        for a in finish:
+            prog.remove(a)
+        at = next(i for i, a in enumerate(prog) if a[0] == "issue" and a[2] == ("record", "sent"))
+        prog[at:at] = [("issue", "send", a[2]) for a in finish if a[2] != ("block", "pushed")]
         return prog
 
-    assert run(2, 3, "kernels", {0, 1}, program=late)
-    assert not run(2, 3, "kernels", set(), program=late)
+    assert run(2, 3, "kernels", set(), program=finish_on_send, one_queue=True)
+    assert not run(2, 3, "kernels", set(), program=finish_on_send)
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])
