@@ -1,5 +1,9 @@
 # Next session's device jobs (session 18 left these; NOTES "Session 18, moe15" and "moe16"):
-#   A: MKERNEL_COMMIT=<hash> JOBS=.ci/jobs/s19.sh REAL_OUT=$OUT OUT=/tmp/devout CALL=A TOTAL=588 BP_PACK=1 bash .ci/gpu-dev
+#   A, if .bp/ survived (bp.part00/01 + core.tar.xz: session 18's pack of 16542e2; since then only
+#   moe_net.cu / moe_net.cpp / moe_nodes.cpp changed, ~3 ninja steps, ~60 s instead of a 516 s cold build):
+#      tar xJf .bp/core.tar.xz && MKERNEL_COMMIT=<hash> JOBS=.ci/jobs/s19.sh REAL_OUT=$OUT OUT=/tmp/devout CALL=A TOTAL=300 bash .ci/gpu-dev
+#      (carry [".whl", ".bp"]; then fold call B's jobs into the same call: CALL=A then CALL=B back to back)
+#   A, from nothing: MKERNEL_COMMIT=<hash> JOBS=.ci/jobs/s19.sh REAL_OUT=$OUT OUT=/tmp/devout CALL=A TOTAL=588 BP_PACK=1 bash .ci/gpu-dev
 #      (cold build ~516 s: carry build/core + .whl; the pack comes back as bp.partNN — carry it in .bp/ with
 #      build/core as .bp/core.tar.xz on later calls: `tar xJf .bp/core.tar.xz && ... CALL=B ...`)
 B="python3 benchmarks/bench_moe_ranks.py --world 2 --nodes 2 --emulate 50GB/s,3us --shapes seed_e256_top8_8k --iters 8 --lean --moe14"
