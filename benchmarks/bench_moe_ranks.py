@@ -259,7 +259,7 @@ def rank_main() -> None:
                                              torch.equal(got.counts, res.counts) and
                                              torch.equal(got.handle.route, res.handle.route) and
                                              torch.equal(got.handle.recv_counts, res.handle.recv_counts))
-                elif name == "mkernel_combine_early":  # the same bits as the default combine
+                elif name in ("mkernel_combine_early", "mkernel_combine_callerstream"):  # the default's bits
                     moe14_equal[name] = bool(torch.equal(got.float(), c_mk))
                 else:
                     moe14_equal[name + "_max_abs_diff"] = float((got.float() - c_mk).abs().max())
@@ -525,13 +525,15 @@ def moe14_variants() -> dict:
         "mkernel_dispatch_only_p3_kl": dict(only, **p3, **kl),
         "mkernel_dispatch_only_p3_kl_pc4": dict(only, **p3, **kl, MKERNEL_MOE_NET_PIECES="4"),
         "mkernel_dispatch_only_p4_kl": dict(only, **p4, **kl),
-        "mkernel_dispatch_only_p4_kl_opstream": dict(only, **p4, **kl, MKERNEL_MOE_OP_STREAM="1"),
-        "mkernel_dispatch_only_p3_kl_opstream": dict(only, **p3, **kl, MKERNEL_MOE_OP_STREAM="1"),
+        # session 19: mkernel's op stream is the default; these run on the caller's stream
+        "mkernel_dispatch_only_p4_kl_callerstream": dict(only, **p4, **kl, MKERNEL_MOE_OP_STREAM="0"),
+        "mkernel_dispatch_only_p3_kl_callerstream": dict(only, **p3, **kl, MKERNEL_MOE_OP_STREAM="0"),
         "mkernel_dispatch_gemm_p1_kl": dict(p1, **kl),
         "mkernel_dispatch_gemm_p3_kl": dict(p3, **kl),
         "mkernel_dispatch_gemm_p4_kl": dict(p4, **kl),
         "mkernel_combine16": {"MKERNEL_MOE_NODES_COMBINE": "reduce16"},
         "mkernel_combine_early": {"MKERNEL_MOE_COMBINE_EARLY": "1"},
+        "mkernel_combine_callerstream": {"MKERNEL_MOE_OP_STREAM": "0"},
     }.items() if not moe14_dropped(n)}
 
 
@@ -570,7 +572,7 @@ def moe14_summary(worst: dict) -> dict:
     if op:
         out["moe14_op_vs_default"] = {n: worst[n] / op for n in worst
                                       if n.startswith("mkernel_dispatch_gemm") and worst.get(n)}
-    for n in ("mkernel_combine16", "mkernel_combine_early"):
+    for n in ("mkernel_combine16", "mkernel_combine_early", "mkernel_combine_callerstream"):
         if worst.get("mkernel_combine") and worst.get(n):
             out[f"moe14_{n[8:]}_vs_default"] = worst[n] / worst["mkernel_combine"]
     return out

@@ -286,7 +286,7 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
   const uint64_t P = x->plan.pieces;
   unsigned long long* words = nullptr;
   if (kernels) {  // on the caller's stream, before the fork: zero when either side's launch runs
-    x->words = at::zeros({static_cast<int64_t>(2 * W * P + 1 + P)}, s.options().dtype(at::kLong));
+    x->words = at::zeros({static_cast<int64_t>(3 * W * P + 2 + P)}, s.options().dtype(at::kLong));
     words = reinterpret_cast<unsigned long long*>(x->words.data_ptr());
   }
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;

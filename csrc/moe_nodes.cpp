@@ -844,16 +844,17 @@ at::Tensor combine_nodes_here(const char* op, const at::Tensor& y, const at::Ten
 
 namespace {
 
-// MKERNEL_MOE_OP_STREAM (moe15; read at every call, every rank the same; opt-in until its GPU
-// run): "1" runs the dispatch and the combine across nodes on a stream of mkernel's own for the
-// device, forked from the caller's stream and joined back before the op returns. Session 18 call F
-// (moe_ranks_nvidia_h200_20261204-061820 / -061829.json): the same bench with the caller's work on
-// a stream of its own instead of the legacy default stream ran the eager dispatch in 1.623 vs
-// 1.806 ms (counted 1.548 vs 1.826, combine 3.445 vs 3.695): how the op's streams meet the
-// caller's in the hardware queues costs 10-15 % (NOTES "Session 18, moe15").
+// MKERNEL_MOE_OP_STREAM (moe15; read at every call, every rank the same): unset or "1" runs the
+// dispatch and the combine across nodes on a stream of mkernel's own for the device, forked from
+// the caller's stream and joined back before the op returns; "0" runs them on the caller's stream.
+// Session 18 call F (moe_ranks_nvidia_h200_20261204-061820 / -061829.json): the caller's work on a
+// stream of its own instead of the legacy default stream ran the eager dispatch in 1.623 vs 1.806
+// ms: how the op's streams meet the caller's in the hardware queues costs 10-15 % (NOTES "Session
+// 18, moe15"). Session 19 call A (-080023.json): with the op stream the default-stream dispatch
+// ran 1.655 ms vs 1.869 (0.885x), and the 12 default-path MoE tests across nodes passed with it.
 bool op_stream_requested() {
   const char* v = std::getenv("MKERNEL_MOE_OP_STREAM");
-  if (v == nullptr || *v == '\0') return false;
+  if (v == nullptr || *v == '\0') return true;
   const std::string m(v);
   TORCH_CHECK_VALUE(m == "0" || m == "1", "MKERNEL_MOE_OP_STREAM must be 0 or 1 (or unset), got \"",
                     m, "\"");

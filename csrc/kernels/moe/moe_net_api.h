@@ -70,9 +70,10 @@ cudaError_t launch_gather_rows(const void* src, int64_t row0, int64_t rows,
                                int sm_count, cudaStream_t s);
 
 // moe16 (MKERNEL_MOE_DISPATCH_PIPELINE=4): the headed gather's pieces in one launch per side.
-// `words`: a zeroed device array of 2 * W * pieces + 1 + pieces words per call: [0, W*P) piece
+// `words`: a zeroed device array of 3 * W * pieces + 2 + pieces words per call: [0, W*P) piece
 // c of rank p landed in out (= e at [p * P + c]), then the receive launch's counts, then the send
-// launch's per-piece counts (at 2 * W * P + 1). Every wait is bounded (the group's timeout) and
+// launch's per-piece counts (at 2 * W * P + 1), then the receive launch's start ticket and its
+// watcher's arrived words (one CTA polls the host-mapped flags and relays them to device words). Every wait is bounded (the group's timeout) and
 // recorded like the one-warp launches'.
 //
 // Send stream, after the head's push: every piece of src staged into the send area by SM copies
