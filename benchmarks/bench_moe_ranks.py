@@ -248,6 +248,7 @@ def rank_main() -> None:
             # 16 SMs' worth of CTAs for its per-piece gathers (MKERNEL_MOE_GATHER_SMS), 4 pieces, and the
             # narrow combine (reduce16, read per call since moe14) -- each checked against the default's
             # rows (dispatch: the counted rows; combine16: reported, not equal by design).
+            fp32_pair = {}
             for name, env14 in moe14_variants().items():
                 base = cands["mkernel_combine"] if name.startswith("mkernel_combine") else cands["mkernel_dispatch_gemm"]
                 cands[name] = with_env(env14, base)
@@ -259,11 +260,17 @@ def rank_main() -> None:
                                              torch.equal(got.counts, res.counts) and
                                              torch.equal(got.handle.route, res.handle.route) and
                                              torch.equal(got.handle.recv_counts, res.handle.recv_counts))
-                elif name in ("mkernel_combine_early", "mkernel_combine_callerstream"):  # the default's bits
+                elif name in ("mkernel_combine_early", "mkernel_combine_callerstream", "mkernel_combine16",
+                              "mkernel_combine_seq16"):  # the default's bits
                     moe14_equal[name] = bool(torch.equal(got.float(), c_mk))
                 else:
                     moe14_equal[name + "_max_abs_diff"] = float((got.float() - c_mk).abs().max())
+                    if name in ("mkernel_combine_fp32", "mkernel_combine_seq32"):  # moe17: same bits?
+                        fp32_pair[name] = got
                 del got
+            if len(fp32_pair) == 2:
+                moe14_equal["mkernel_combine_fp32_equals_seq32"] = bool(torch.equal(*fp32_pair.values()))
+            fp32_pair.clear()
         if lean:  # BENCH_MOE_LEAN=1 (--lean): only what moe13's link ratios need (a short device job)
             keep = ("mkernel_dispatch_gemm", "mkernel_dispatch_gemm_counted", "mkernel_dispatch_only",
                     "mkernel_dispatch_only_counted", "engine_gemm", "mkernel_combine",
@@ -534,6 +541,11 @@ def moe14_variants() -> dict:
         "mkernel_combine16": {"MKERNEL_MOE_NODES_COMBINE": "reduce16"},
         "mkernel_combine_early": {"MKERNEL_MOE_COMBINE_EARLY": "1"},
         "mkernel_combine_callerstream": {"MKERNEL_MOE_OP_STREAM": "0"},
+        # moe17 (session 19): the pipelined combine (the default) against the sequence it replaced,
+        # with the default's narrow partials (the same bits) and with fp32 partials
+        "mkernel_combine_seq16": {"MKERNEL_MOE_COMBINE_PIPELINE": "0", "MKERNEL_MOE_NODES_COMBINE": "reduce16"},
+        "mkernel_combine_fp32": {"MKERNEL_MOE_NODES_COMBINE": "reduce"},
+        "mkernel_combine_seq32": {"MKERNEL_MOE_COMBINE_PIPELINE": "0", "MKERNEL_MOE_NODES_COMBINE": "reduce"},
     }.items() if not moe14_dropped(n)}
 
 
@@ -572,7 +584,8 @@ def moe14_summary(worst: dict) -> dict:
     if op:
         out["moe14_op_vs_default"] = {n: worst[n] / op for n in worst
                                       if n.startswith("mkernel_dispatch_gemm") and worst.get(n)}
-    for n in ("mkernel_combine16", "mkernel_combine_early", "mkernel_combine_callerstream"):
+    for n in ("mkernel_combine16", "mkernel_combine_early", "mkernel_combine_callerstream", "mkernel_combine_seq16",
+              "mkernel_combine_fp32", "mkernel_combine_seq32"):
         if worst.get("mkernel_combine") and worst.get(n):
             out[f"moe14_{n[8:]}_vs_default"] = worst[n] / worst["mkernel_combine"]
     return out
@@ -866,6 +879,12 @@ def print_moe14(row: dict) -> None:
           f"default); combine early {fmt((row.get('mkernel_combine_early') or {}).get('median_ms'), 3)} ms = "
           f"{fmt(row.get('mkernel_combine_early_link_ratio'))}x ({fmt(row.get('moe14_combine_early_vs_default'), 3)}"
           f" of default); rows equal {row.get('moe14_equal')}", flush=True)
+    combines = [n for n in ("mkernel_combine", "mkernel_combine_seq16", "mkernel_combine_fp32", "mkernel_combine_seq32",
+                            "mkernel_combine_callerstream") if n in row]
+    if len(combines) > 1:  # moe17: the pipelined combine (default) against the sequence, bf16 and fp32 partials
+        print("  moe17 combine: " + "; ".join(
+            f"{n[15:] or 'default'} {fmt(row[n]['median_ms'], 3)} ms = {fmt(row.get(n + '_link_ratio'))}x"
+            for n in combines), flush=True)
 
 
 def print_row(row: dict) -> None:

@@ -474,6 +474,120 @@ void gather_headed_finish(HeadedGather& x, at::cuda::CUDAEvent& after,
   x.finished = true;
 }
 
+bool net_areas_on_device(const char* op, int64_t group, int64_t world_size, const at::Device& device) {
+  const comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, device);
+  const comm::GroupDevice view = g.device_view();
+  for (const void* area : {static_cast<const void*>(view.net.send_area), static_cast<const void*>(view.net.recv_area)}) {
+    if (area == nullptr) return false;
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, area) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    if (attr.type != cudaMemoryTypeDevice) return false;
+  }
+  return true;
+}
+
+namespace {
+moe_net::SumType sum_type(at::ScalarType t) {
+  return t == at::kBFloat16 ? moe_net::SumType::kBF16
+         : t == at::kHalf   ? moe_net::SumType::kF16
+                            : moe_net::SumType::kF32;
+}
+}  // namespace
+
+at::Tensor reduce_nodes_pipelined(const char* op, int32_t op_id, int64_t group, int64_t world_size,
+                                  const at::Device& device, int64_t rows, int64_t cols,
+                                  at::ScalarType part_dtype, int64_t out_rows, at::ScalarType out_dtype,
+                                  const ProduceRows& produce) {
+  const c10::cuda::CUDAGuard device_guard(device);
+  comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, device);
+  const int W = g.world(), me = g.rank();
+  TORCH_CHECK(part_dtype == at::kFloat || part_dtype == out_dtype, op,
+              ": the pipelined combine sums fp32 partials or partials in the output's dtype");
+  TORCH_CHECK(out_rows >= 0 && out_rows <= rows, op, ": ", out_rows, " output rows of ", rows);
+  const auto opts = at::TensorOptions().device(device);
+  at::Tensor out = at::empty({out_rows, cols}, opts.dtype(out_dtype));
+  const uint64_t row_bytes = static_cast<uint64_t>(cols) * at::elementSize(part_dtype);
+  const uint64_t block = static_cast<uint64_t>(rows) * row_bytes;
+  if (block == 0) return out;  // the same on every rank: all skip alike
+  const uint64_t stride = align_up(block, kAlign);
+  g.ensure_net(op, W * stride, W * stride);
+  const comm::GroupDevice view = g.device_view();  // after ensure_net: the current path
+  uint8_t* const send_area = view.net.send_area;
+  uint8_t* const recv_area = view.net.recv_area;
+  // Pieces of whole rows (a piece's partials are produced by one launch and pushed at once).
+  const uint64_t pieces =
+      std::min<uint64_t>(moe_net::kPieces, std::max<uint64_t>(1, std::min<uint64_t>(block / kMinPiece, rows)));
+  const int64_t piece_rows = (rows + static_cast<int64_t>(pieces) - 1) / static_cast<int64_t>(pieces);
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+
+  const at::cuda::CUDAStream main = at::cuda::getCurrentCUDAStream();
+  const at::cuda::CUDAStream send = at::cuda::getStreamFromPool(false, device.index());
+  const at::cuda::CUDAStream recv = at::cuda::getStreamFromPool(false, device.index());
+  at::Tensor state = at::empty({2}, opts.dtype(at::kLong));
+  at::Tensor own = at::empty({rows, cols}, opts.dtype(part_dtype));
+  auto* st = reinterpret_cast<uint64_t*>(state.data_ptr());
+  check(op, moe_net::launch_begin(view, st, op_id, main.stream()), "begin", g);
+  at::cuda::CUDAEvent forked, sent, received;
+  forked.record(main);
+  forked.block(send);
+  forked.block(recv);
+
+  // Send: piece c's partials for every other rank written straight into the send area (no
+  // stage copy), pushed once every other node's READY came (its receive area is free).
+  for (uint64_t c = 0; c < pieces; ++c) {
+    const int64_t r0 = static_cast<int64_t>(c) * piece_rows, r1 = std::min(rows, r0 + piece_rows);
+    if (r1 <= r0) continue;
+    for (int p = 0; p < W; ++p) {
+      if (p != me) produce(p, r0, r1, send_area + p * stride + static_cast<uint64_t>(r0) * row_bytes, send.stream());
+    }
+    if (c == 0) check(op, moe_net::launch_wait(view, st, -1, moe_net::kReady, op_id, send.stream()), "ready", g);
+    const uint64_t off = static_cast<uint64_t>(r0) * row_bytes, n = static_cast<uint64_t>(r1 - r0) * row_bytes;
+    check(op,
+          moe_net::launch_push(view, st, off, stride, me * stride + off, n,
+                               moe_net::data_slot(me, static_cast<uint32_t>(c)), true, op_id, send.stream()),
+          "push", g);
+  }
+  check(op, moe_net::launch_finish(view, st, op_id, send.stream()), "finish", g);
+  sent.record(send);
+
+  // Receive: this rank's own partials first (beside the link), then per piece every other
+  // rank's arrival and the sum of that piece's output rows read straight from the receive area;
+  // then DONE (every read of the receive area is done).
+  produce(me, 0, rows, own.data_ptr(), recv.stream());
+  for (uint64_t c = 0; c < pieces; ++c) {
+    const int64_t r0 = static_cast<int64_t>(c) * piece_rows, r1 = std::min(rows, r0 + piece_rows);
+    if (r1 <= r0) continue;
+    for (int j = 1; j < W; ++j) {
+      const int p = (me + j) % W;
+      check(op,
+            moe_net::launch_wait(view, st, p, moe_net::data_slot(p, static_cast<uint32_t>(c)), op_id,
+                                 recv.stream()),
+            "arrival", g);
+    }
+    const int64_t o1 = std::min(out_rows, r1);
+    if (o1 > r0) {
+      check(op,
+            moe_net::launch_sum_blocks(recv_area, stride, own.data_ptr(), me, W, r0 * cols, (o1 - r0) * cols,
+                                       sum_type(part_dtype), out.data_ptr(), sum_type(out_dtype), sms,
+                                       recv.stream()),
+            "sum", g);
+    }
+  }
+  check(op, moe_net::launch_push(view, st, 0, 0, 0, 0, moe_net::kDone + me, false, op_id, recv.stream()),
+        "done", g);
+  received.record(recv);
+  pending.events.push_back(std::move(sent));
+  pending.events.push_back(std::move(received));
+  pending.held.push_back(state);
+  pending.held.push_back(own);
+  pending.held.push_back(out);
+  exchange_join();
+  return out;
+}
+
 namespace {
 
 // mkernel._moe_exchange (benchmarks and tests): the exchange alone, for a group whose every

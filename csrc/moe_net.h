@@ -43,6 +43,27 @@ at::Tensor exchange_nodes(const char* op, int32_t op_id, const at::Tensor& src, 
                           bool copy_own = true);
 void exchange_join();
 
+// Every inter-node area of the group (send and receive) is GPU memory (the GPU-direct path, or
+// its emulation under MKERNEL_NET_GDR=1): kernels may write and read them directly. The same
+// answer on every rank.
+bool net_areas_on_device(const char* op, int64_t group, int64_t world_size, const at::Device& device);
+
+// moe17: the combine's reduce across nodes with the partial sums produced inside the pieces (every
+// rank alone on its node; net_areas_on_device). produce(p, r0, r1, dst, stream) writes rows
+// [r0, r1) of the partials for rank p ([rows, cols] of part_dtype, contiguous rows) to dst on
+// `stream`: other ranks' straight into the send area, piece by piece, each piece pushed as soon
+// as its launch ends; this rank's own on the receive stream while the pieces are on the link.
+// Returns out [out_rows, cols] of out_dtype: per row, the fp32 sum over ranks s = 0..W-1 in order
+// of rank s's partial for this rank, rounded once (part_dtype is fp32 or out_dtype), each piece's
+// rows summed as they land, read from the receive area (no unstage copy). Joined on the caller's
+// stream when it returns. Every rank calls it in the same op order with the same shape.
+using ProduceRows = std::function<void(int rank, int64_t row_begin, int64_t row_end, void* dst,
+                                       cudaStream_t stream)>;
+at::Tensor reduce_nodes_pipelined(const char* op, int32_t op_id, int64_t group, int64_t world_size,
+                                  const at::Device& device, int64_t rows, int64_t cols,
+                                  at::ScalarType part_dtype, int64_t out_rows, at::ScalarType out_dtype,
+                                  const ProduceRows& produce);
+
 // The dispatch's all_gather with a routing head, in two halves, so that the caller derives its
 // layout while the rows are still on the link and gathers each piece's rows as it lands (the
 // areas and slots: kernels/moe/moe_net_plan.h). src [n, ...] and head [hn, ...] from every rank.

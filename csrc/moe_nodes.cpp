@@ -696,8 +696,13 @@ bool combine_by_reduce_scatter() {
 
 // Read at every call since moe14 (every rank the same), so that one bench run can time the
 // fp32 and the narrow partials side by side; "allgather" (combine_by_reduce_scatter) stays
-// process-static.
-bool combine_partials_narrow() { return nodes_combine_mode() == "reduce16"; }
+// process-static. Unset: narrow where the combine is pipelined (moe17, session 19: DeepEP's
+// combine also carries each rank's partial in bf16 and sums them in fp32), fp32 elsewhere;
+// "reduce": fp32 partials everywhere; "reduce16": narrow everywhere.
+bool combine_partials_narrow(bool pipelined) {
+  const std::string m = nodes_combine_mode();
+  return m == "reduce16" || (m.empty() && pipelined);
+}
 
 namespace {
 // MKERNEL_MOE_COMBINE_EARLY (moe14; read at every call, every rank the same; on unless "0" since
@@ -713,6 +718,19 @@ bool combine_early() {
   if (v == nullptr || *v == '\0') return true;
   const std::string m(v);
   TORCH_CHECK_VALUE(m == "0" || m == "1", "MKERNEL_MOE_COMBINE_EARLY must be 0 or 1 (or unset), got \"", m, "\"");
+  return m == "1";
+}
+
+// MKERNEL_MOE_COMBINE_PIPELINE (moe17; read at every call, every rank the same; unset or "1": on,
+// "0": off): where the MoE's own exchange runs over GPU-memory areas, the partials of each piece
+// are made straight into the send area and pushed piece by piece, and each piece's output rows
+// are summed from the receive area as they land (moe_net.h reduce_nodes_pipelined).
+bool combine_pipeline() {
+  const char* v = std::getenv("MKERNEL_MOE_COMBINE_PIPELINE");
+  if (v == nullptr || *v == '\0') return true;
+  const std::string m(v);
+  TORCH_CHECK_VALUE(m == "0" || m == "1", "MKERNEL_MOE_COMBINE_PIPELINE must be 0 or 1 (or unset), got \"", m,
+                    "\"");
   return m == "1";
 }
 
@@ -774,11 +792,32 @@ at::Tensor combine_nodes_here(const char* op, const at::Tensor& y, const at::Ten
   // partial[s*Tm + t] = sum over token t of rank s's choices held here, in choice order (fp32);
   // MKERNEL_MOE_NODES_COMBINE=reduce16: the partials travel in y's dtype (half the bytes; each
   // owner's partial rounded once more before the fp32 sum over owners).
-  const bool narrow = combine_partials_narrow();
   const bool by_kernel = partials_by_kernel() && k <= moe_partial::kMaxChoices;
   const bool own_exchange = exchange_by_copy_engine(op, group, W, y.device());
+  const bool pipelined =
+      by_kernel && own_exchange && combine_pipeline() && net_areas_on_device(op, group, W, y.device());
+  const bool narrow = combine_partials_narrow(pipelined);
   const bool early = by_kernel && own_exchange && combine_early();
   at::Tensor sent, held, wk;
+  if (pipelined) {
+    // moe17: every owner's partials made inside the exchange's pieces, summed as they land.
+    held = at::where(here, d.row.view({W * Tm, k}), -1).contiguous();
+    wk = w_all.contiguous();
+    const at::ScalarType pt = narrow ? y.scalar_type() : at::kFloat;
+    const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+    ph.mark("partial", main);  // (no partials yet: they are made piece by piece below)
+    const at::Tensor out = reduce_nodes_pipelined(
+        op, comm::kOpMoeCombine, group, W, y.device(), Tm, H, pt, T, y.scalar_type(),
+        [&](int p, int64_t r0, int64_t r1, void* dst, cudaStream_t stream) {
+          const int64_t s0 = static_cast<int64_t>(p) * Tm + r0;
+          const cudaError_t err = moe_partial::launch(
+              y2.data_ptr(), moe_dtype(y.scalar_type()), held.data_ptr<int64_t>() + s0 * k,
+              wk.data_ptr<float>() + s0 * k, dst, moe_dtype(pt), r1 - r0, static_cast<int>(k), H, sms, stream);
+          TORCH_CHECK(err == cudaSuccess, op, ": the partial-sum kernel failed to launch: ", cudaGetErrorString(err));
+        });
+    ph.mark("joined", main);
+    return done(out);
+  }
   // Partials of token slots [r0, r0 + rows) (rows are independent: any split, the same bits).
   auto partial_rows = [&](int64_t r0, int64_t rows) {
     if (rows <= 0) return;

@@ -52,9 +52,10 @@ at::Tensor gather_nodes(const char* op, const at::Tensor& y, const at::Tensor& r
 // s9run1 passed it at W=2 and W=4 over 2 nodes), or with MKERNEL_MOE_NODES_COMBINE=allgather as
 // gather_nodes + weighted_sum (every rank's whole layout of y all-gathered).
 bool combine_by_reduce_scatter();
-// MKERNEL_MOE_NODES_COMBINE=reduce16 (opt-in): combine_nodes' partials travel in y's dtype (bf16:
-// half the link bytes of fp32; one more rounding per owner before the fp32 sum over owners).
-bool combine_partials_narrow();
+// Whether combine_nodes' partials travel in y's dtype (bf16: half the link bytes of fp32; one more
+// rounding per owner before the fp32 sum over owners): MKERNEL_MOE_NODES_COMBINE=reduce16, or
+// unset where the combine is pipelined (moe17); "reduce" keeps fp32 partials.
+bool combine_partials_narrow(bool pipelined);
 
 // moe_combine across nodes, owner side: each rank sums, in fp32 and choice order, the weighted
 // rows it holds of every rank's tokens ([W*max_T, H] partials, the routes and weights

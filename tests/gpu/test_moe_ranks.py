@@ -182,11 +182,30 @@ def test_moe_cuda_across_emulated_nodes_substrate_path(mps):
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_moe_cuda_across_emulated_nodes_narrow_partials(mps, world):
-    """MKERNEL_MOE_NODES_COMBINE=reduce16 (opt-in): the combine's partial sums travel in y's dtype
-    (half the link bytes; one more rounding per owner, inside the bf16 bound); the same checks."""
+    """MKERNEL_MOE_NODES_COMBINE=reduce16 (the default since session 19 where the combine is
+    pipelined, forced here everywhere): the combine's partial sums travel in y's dtype (half the
+    link bytes; one more rounding per owner, inside the bf16 bound); the same checks."""
     res = run_ranks(RANK_MAIN, world, nodes=2, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
                                  MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_NODES_COMBINE="reduce16"))
+    cases = check_ranks(res)
+    assert len(cases) == world * (8 + 4), len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+
+@pytest.mark.parametrize("combine,pipeline", [("reduce", "1"), ("", "0"), ("reduce", "0")],
+                         ids=["pipelined-fp32", "sequence-default", "sequence-fp32"])
+def test_moe_cuda_across_emulated_nodes_combine_variants(mps, combine, pipeline):
+    """moe17 (session 19): the combine across nodes pipelined (the default where the areas are GPU
+    memory: partials made piece by piece straight into the send area, each piece's rows summed from
+    the receive area as it lands) with fp32 partials (MKERNEL_MOE_NODES_COMBINE=reduce), and the
+    sequence it replaced (MKERNEL_MOE_COMBINE_PIPELINE=0: all partials, one exchange, one sum) with
+    the default and the fp32 partials; W=2 over 2 nodes, the same checks."""
+    world = 2
+    res = run_ranks(RANK_MAIN, world, nodes=2, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_NODES_COMBINE=combine,
+                                 MKERNEL_MOE_COMBINE_PIPELINE=pipeline))
     cases = check_ranks(res)
     assert len(cases) == world * (8 + 4), len(cases)
     assert max(c["err"] / c["bound"] for c in cases) <= 1

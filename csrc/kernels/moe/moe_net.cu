@@ -4,6 +4,9 @@
 #include "../comm/net_ops.cuh"
 #include "moe_net_api.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <cstdint>
 
@@ -309,6 +312,72 @@ __global__ void __launch_bounds__(256) gather_landed_kernel(
   }
 }
 
+// moe17: out[e] = sum over ranks s = 0..W-1 in order of block s's element e, in fp32 (block me
+// from own, the others from the receive area at s * stride), rounded once to TOut: the bits of
+// the ATen sequence it replaces (sum = block(0).float(); sum += block(s)...; sum.to(TOut)).
+// V elements per access (16 bytes of TIn; 1 where the host found rows unaligned).
+template <class T>
+__device__ __forceinline__ float to_float(T v);
+template <>
+__device__ __forceinline__ float to_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <>
+__device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
+template <class T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+template <class TIn, class TOut, int V>
+__global__ void __launch_bounds__(256) sum_blocks_kernel(const uint8_t* __restrict__ recv, uint64_t stride,
+                                                         const TIn* __restrict__ own, int me, int W,
+                                                         int64_t e0, int64_t n, TOut* __restrict__ out) {
+  struct alignas(sizeof(TIn) * V) InVec {
+    TIn v[V];
+  };
+  struct alignas(sizeof(TOut) * V) OutVec {
+    TOut v[V];
+  };
+  const int64_t nv = n / V;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < nv;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t e = e0 + i * V;
+    float acc[V];
+    for (int s = 0; s < W; ++s) {
+      const TIn* src = s == me ? own : reinterpret_cast<const TIn*>(recv + static_cast<uint64_t>(s) * stride);
+      const InVec x = *reinterpret_cast<const InVec*>(src + e);
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc[j] = s == 0 ? to_float(x.v[j]) : acc[j] + to_float(x.v[j]);
+    }
+    OutVec o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.v[j] = from_float<TOut>(acc[j]);
+    *reinterpret_cast<OutVec*>(out + e) = o;
+  }
+}
+
+template <class TIn, class TOut>
+cudaError_t sum_blocks_as(const uint8_t* recv, uint64_t stride, const void* own, int me, int W, int64_t e0,
+                          int64_t n, void* out, bool vec, int sm_count, cudaStream_t s) {
+  constexpr int V = 16 / sizeof(TIn);
+  const int64_t threads = vec ? n / V : n;
+  const int grid = static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>((threads + 255) / 256, static_cast<int64_t>(std::max(sm_count, 1)) * 4)));
+  if (vec) {
+    sum_blocks_kernel<TIn, TOut, V><<<grid, 256, 0, s>>>(recv, stride, static_cast<const TIn*>(own), me, W, e0,
+                                                         n, static_cast<TOut*>(out));
+  } else {
+    sum_blocks_kernel<TIn, TOut, 1><<<grid, 256, 0, s>>>(recv, stride, static_cast<const TIn*>(own), me, W, e0,
+                                                         n, static_cast<TOut*>(out));
+  }
+  return cudaGetLastError();
+}
+
 // Parts per piece: enough CTAs to keep ~64 KiB per SM in flight, all resident at once beside
 // the gather (spinning CTAs must never wait for a slot the others hold).
 uint32_t copy_parts(int sm_count, uint64_t pieces_total) {
@@ -407,6 +476,29 @@ cudaError_t launch_gather_landed(const GroupDevice& g, const uint64_t* state,
                                                                piece, pieces, token, n, out, row_bytes, op);
   }
   return cudaGetLastError();
+}
+
+cudaError_t launch_sum_blocks(const void* recv, uint64_t stride, const void* own, int me, int world,
+                              int64_t e0, int64_t n, SumType in, void* out, SumType out_type,
+                              int sm_count, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  const auto* r = static_cast<const uint8_t*>(recv);
+  const uint64_t in_bytes = in == SumType::kF32 ? 4 : 2;
+  const uint64_t v = 16 / in_bytes;  // elements per vector access
+  const uint64_t bits = reinterpret_cast<uintptr_t>(recv) | reinterpret_cast<uintptr_t>(own) |
+                        reinterpret_cast<uintptr_t>(out) | stride;
+  const bool vec = bits % 16 == 0 && static_cast<uint64_t>(e0) % v == 0 && static_cast<uint64_t>(n) % v == 0;
+  if (in == SumType::kF32 && out_type == SumType::kF32)
+    return sum_blocks_as<float, float>(r, stride, own, me, world, e0, n, out, vec, sm_count, s);
+  if (in == SumType::kF32 && out_type == SumType::kBF16)
+    return sum_blocks_as<float, __nv_bfloat16>(r, stride, own, me, world, e0, n, out, vec, sm_count, s);
+  if (in == SumType::kF32 && out_type == SumType::kF16)
+    return sum_blocks_as<float, __half>(r, stride, own, me, world, e0, n, out, vec, sm_count, s);
+  if (in == SumType::kBF16 && out_type == SumType::kBF16)
+    return sum_blocks_as<__nv_bfloat16, __nv_bfloat16>(r, stride, own, me, world, e0, n, out, vec, sm_count, s);
+  if (in == SumType::kF16 && out_type == SumType::kF16)
+    return sum_blocks_as<__half, __half>(r, stride, own, me, world, e0, n, out, vec, sm_count, s);
+  return cudaErrorInvalidValue;  // narrow partials travel in out's own dtype
 }
 
 }  // namespace mkernel::moe_net

@@ -99,4 +99,13 @@ cudaError_t launch_gather_landed(const comm::GroupDevice& g, const uint64_t* sta
                                  uint32_t pieces, const int64_t* token, int64_t n, void* dst,
                                  int64_t row_bytes, int sm_count, int32_t op, cudaStream_t s);
 
+// moe17 (the combine's pipelined exchange): out[e0 + i] (out_type) = the fp32 sum over ranks
+// s = 0..world-1, in order, of block s's element e0 + i (in's type), for i < n: block me is
+// `own`, block s another rank's in the receive area at s * stride. Rounded once: the bits of
+// sum = block(0).float(); sum += block(s) ...; sum.to(out_type). in is kF32 or out_type.
+enum class SumType { kF32, kBF16, kF16 };
+cudaError_t launch_sum_blocks(const void* recv, uint64_t stride, const void* own, int me, int world,
+                              int64_t e0, int64_t n, SumType in, void* out, SumType out_type,
+                              int sm_count, cudaStream_t s);
+
 }  // namespace mkernel::moe_net
