@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -526,6 +527,13 @@ at::Tensor reduce_nodes_pipelined(const char* op, int32_t op_id, int64_t group, 
   const at::cuda::CUDAStream main = at::cuda::getCurrentCUDAStream();
   const at::cuda::CUDAStream send = at::cuda::getStreamFromPool(false, device.index());
   const at::cuda::CUDAStream recv = at::cuda::getStreamFromPool(false, device.index());
+  // Every kernel this exchange launches after its first spinning one is loaded now (a lazy load
+  // may synchronize the context; see preload_sum_blocks). The partials' kernel is launched on the
+  // send stream before its first wait.
+  static std::once_flag loaded[3][3];
+  std::call_once(loaded[static_cast<int>(sum_type(part_dtype))][static_cast<int>(sum_type(out_dtype))], [&] {
+    check(op, moe_net::preload_sum_blocks(sum_type(part_dtype), sum_type(out_dtype)), "loading the sum kernel", g);
+  });
   at::Tensor state = at::empty({2}, opts.dtype(at::kLong));
   at::Tensor own = at::empty({rows, cols}, opts.dtype(part_dtype));
   auto* st = reinterpret_cast<uint64_t*>(state.data_ptr());

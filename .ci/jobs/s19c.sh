@@ -1,4 +1,6 @@
-# Session 19 call C: moe17, the combine across nodes pipelined (partials made straight into the
+# Session 19 calls C and D: moe17, the combine across nodes pipelined (partials made straight into the
+# (call C hung at the first pipelined combine: both ranks at the peers' DONE, the sum kernel's lazy load
+# after the send stream's finish; call D preloads it.)
 # send area piece by piece, each piece's rows summed from the receive area as it lands; bf16
 # partials by default there). Prediction (NOTES "Session 19, moe17"): combine 1.55-1.85 ms
 # (0.63-0.76x the link; call B: 3.391 ms default fp32 sequence, 2.304 ms reduce16 sequence),

@@ -361,6 +361,16 @@ __global__ void __launch_bounds__(256) sum_blocks_kernel(const uint8_t* __restri
   }
 }
 
+// Loads both variants of an instantiation (CUDA's lazy loading would otherwise load it at its
+// first launch, which may synchronize the context: moe_net_api.h preload_sum_blocks).
+template <class TIn, class TOut>
+cudaError_t preload_as() {
+  cudaFuncAttributes a{};
+  cudaError_t e = cudaFuncGetAttributes(&a, sum_blocks_kernel<TIn, TOut, 16 / sizeof(TIn)>);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, sum_blocks_kernel<TIn, TOut, 1>);
+  return e;
+}
+
 template <class TIn, class TOut>
 cudaError_t sum_blocks_as(const uint8_t* recv, uint64_t stride, const void* own, int me, int W, int64_t e0,
                           int64_t n, void* out, bool vec, int sm_count, cudaStream_t s) {
@@ -476,6 +486,15 @@ cudaError_t launch_gather_landed(const GroupDevice& g, const uint64_t* state,
                                                                piece, pieces, token, n, out, row_bytes, op);
   }
   return cudaGetLastError();
+}
+
+cudaError_t preload_sum_blocks(SumType in, SumType out_type) {
+  if (in == SumType::kF32 && out_type == SumType::kF32) return preload_as<float, float>();
+  if (in == SumType::kF32 && out_type == SumType::kBF16) return preload_as<float, __nv_bfloat16>();
+  if (in == SumType::kF32 && out_type == SumType::kF16) return preload_as<float, __half>();
+  if (in == SumType::kBF16 && out_type == SumType::kBF16) return preload_as<__nv_bfloat16, __nv_bfloat16>();
+  if (in == SumType::kF16 && out_type == SumType::kF16) return preload_as<__half, __half>();
+  return cudaErrorInvalidValue;
 }
 
 cudaError_t launch_sum_blocks(const void* recv, uint64_t stride, const void* own, int me, int world,

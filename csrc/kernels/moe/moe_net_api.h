@@ -104,6 +104,12 @@ cudaError_t launch_gather_landed(const comm::GroupDevice& g, const uint64_t* sta
 // `own`, block s another rank's in the receive area at s * stride. Rounded once: the bits of
 // sum = block(0).float(); sum += block(s) ...; sum.to(out_type). in is kF32 or out_type.
 enum class SumType { kF32, kBF16, kF16 };
+// Loads launch_sum_blocks' kernels for (in, out_type) now: under CUDA's lazy loading (the default)
+// a kernel's first launch loads its module and may synchronize the context, and the receive
+// stream's first sum is issued after the send stream's finish, which spins until the peers'
+// DONE: a host stuck there never queues its own DONE (session 19 call C: both ranks timed out at
+// DONE on their first pipelined combine). Call before the exchange's first spinning launch.
+cudaError_t preload_sum_blocks(SumType in, SumType out_type);
 cudaError_t launch_sum_blocks(const void* recv, uint64_t stride, const void* own, int me, int world,
                               int64_t e0, int64_t n, SumType in, void* out, SumType out_type,
                               int sm_count, cudaStream_t s);
