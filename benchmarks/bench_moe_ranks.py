@@ -261,7 +261,8 @@ def rank_main() -> None:
                                              torch.equal(got.handle.route, res.handle.route) and
                                              torch.equal(got.handle.recv_counts, res.handle.recv_counts))
                 elif name in ("mkernel_combine_early", "mkernel_combine_callerstream", "mkernel_combine16",
-                              "mkernel_combine_seq16"):  # the default's bits
+                              "mkernel_combine_seq16", "mkernel_combine_pc8",
+                              "mkernel_combine_pc4"):  # the default's bits
                     moe14_equal[name] = bool(torch.equal(got.float(), c_mk))
                 else:
                     moe14_equal[name + "_max_abs_diff"] = float((got.float() - c_mk).abs().max())
@@ -546,6 +547,8 @@ def moe14_variants() -> dict:
         "mkernel_combine_seq16": {"MKERNEL_MOE_COMBINE_PIPELINE": "0", "MKERNEL_MOE_NODES_COMBINE": "reduce16"},
         "mkernel_combine_fp32": {"MKERNEL_MOE_NODES_COMBINE": "reduce"},
         "mkernel_combine_seq32": {"MKERNEL_MOE_COMBINE_PIPELINE": "0", "MKERNEL_MOE_NODES_COMBINE": "reduce"},
+        "mkernel_combine_pc8": {"MKERNEL_MOE_COMBINE_PIECES": "8"},
+        "mkernel_combine_pc4": {"MKERNEL_MOE_COMBINE_PIECES": "4"},
     }.items() if not moe14_dropped(n)}
 
 
@@ -585,7 +588,7 @@ def moe14_summary(worst: dict) -> dict:
         out["moe14_op_vs_default"] = {n: worst[n] / op for n in worst
                                       if n.startswith("mkernel_dispatch_gemm") and worst.get(n)}
     for n in ("mkernel_combine16", "mkernel_combine_early", "mkernel_combine_callerstream", "mkernel_combine_seq16",
-              "mkernel_combine_fp32", "mkernel_combine_seq32"):
+              "mkernel_combine_fp32", "mkernel_combine_seq32", "mkernel_combine_pc8", "mkernel_combine_pc4"):
         if worst.get("mkernel_combine") and worst.get(n):
             out[f"moe14_{n[8:]}_vs_default"] = worst[n] / worst["mkernel_combine"]
     return out
@@ -880,7 +883,8 @@ def print_moe14(row: dict) -> None:
           f"{fmt(row.get('mkernel_combine_early_link_ratio'))}x ({fmt(row.get('moe14_combine_early_vs_default'), 3)}"
           f" of default); rows equal {row.get('moe14_equal')}", flush=True)
     combines = [n for n in ("mkernel_combine", "mkernel_combine_seq16", "mkernel_combine_fp32", "mkernel_combine_seq32",
-                            "mkernel_combine_callerstream") if n in row]
+                            "mkernel_combine_callerstream", "mkernel_combine_pc8", "mkernel_combine_pc4",
+                            "mkernel_combine_graph") if n in row]
     if len(combines) > 1:  # moe17: the pipelined combine (default) against the sequence, bf16 and fp32 partials
         print("  moe17 combine: " + "; ".join(
             f"{n[15:] or 'default'} {fmt(row[n]['median_ms'], 3)} ms = {fmt(row.get(n + '_link_ratio'))}x"

@@ -475,6 +475,23 @@ void gather_headed_finish(HeadedGather& x, at::cuda::CUDAEvent& after,
   x.finished = true;
 }
 
+namespace {
+// MKERNEL_MOE_COMBINE_PIECES: at most this many pieces per block in the pipelined combine, 1 ..
+// kPieces (the default): each piece costs four launches on the host (partials, push, arrival,
+// sum), and the eager combine is issue-bound (session 19 call D: 2.03 ms eager vs 1.49 ms
+// replayed from a graph).
+uint64_t combine_max_pieces(const char* op) {
+  const char* v = std::getenv("MKERNEL_MOE_COMBINE_PIECES");
+  if (v == nullptr || *v == '\0') return moe_net::kPieces;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  TORCH_CHECK_VALUE(end != v && *end == '\0' && n >= 1 && n <= static_cast<long>(moe_net::kPieces), op,
+                    ": MKERNEL_MOE_COMBINE_PIECES must be an integer in [1, ", moe_net::kPieces, "], got \"", v,
+                    "\"");
+  return static_cast<uint64_t>(n);
+}
+}  // namespace
+
 bool net_areas_on_device(const char* op, int64_t group, int64_t world_size, const at::Device& device) {
   const comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, device);
   const comm::GroupDevice view = g.device_view();
@@ -518,9 +535,10 @@ at::Tensor reduce_nodes_pipelined(const char* op, int32_t op_id, int64_t group, 
   const comm::GroupDevice view = g.device_view();  // after ensure_net: the current path
   uint8_t* const send_area = view.net.send_area;
   uint8_t* const recv_area = view.net.recv_area;
-  // Pieces of whole rows (a piece's partials are produced by one launch and pushed at once).
-  const uint64_t pieces =
-      std::min<uint64_t>(moe_net::kPieces, std::max<uint64_t>(1, std::min<uint64_t>(block / kMinPiece, rows)));
+  // Pieces of whole rows (a piece's partials are produced by one launch and pushed at once);
+  // MKERNEL_MOE_COMBINE_PIECES caps their number (read at every call, every rank the same).
+  const uint64_t pieces = std::min<uint64_t>(
+      combine_max_pieces(op), std::max<uint64_t>(1, std::min<uint64_t>(block / kMinPiece, rows)));
   const int64_t piece_rows = (rows + static_cast<int64_t>(pieces) - 1) / static_cast<int64_t>(pieces);
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
 

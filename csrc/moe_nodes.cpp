@@ -776,6 +776,43 @@ at::Tensor combine_nodes_here(const char* op, const at::Tensor& y, const at::Ten
     }
     return out;
   };
+  const bool by_kernel = partials_by_kernel() && k <= moe_partial::kMaxChoices;
+  const bool own_exchange = exchange_by_copy_engine(op, group, W, y.device());
+  const bool pipelined =
+      by_kernel && own_exchange && combine_pipeline() && net_areas_on_device(op, group, W, y.device());
+  const bool narrow = combine_partials_narrow(pipelined);
+  const at::Tensor y2 = y.reshape({Y, H}).contiguous();
+  if (pipelined) {
+    // moe17: every rank's routes and weights packed by one launch and all-gathered (decoded by
+    // the partials' kernel itself: no decode sequence), then every owner's partials made inside
+    // the exchange's pieces and summed as they land.
+    const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+    const at::Tensor r = route.contiguous();
+    const at::Tensor wf = topk_weights.to(at::kFloat).contiguous();
+    at::Tensor words = at::empty({Tm, 3 * k}, y.options().dtype(at::kFloat));
+    TORCH_CHECK(r.scalar_type() == at::kLong && wf.sizes() == r.sizes() && T <= Tm, op,
+                ": routes [T, k] int64 and weights [T, k] with T <= ", Tm, " expected");
+    cudaError_t err = moe_partial::launch_pack_routes(r.data_ptr<int64_t>(), wf.data_ptr<float>(), T, Tm,
+                                                      static_cast<int>(k),
+                                                      static_cast<uint32_t*>(words.data_ptr()), sms, main.stream());
+    TORCH_CHECK(err == cudaSuccess, op, ": packing the routes failed to launch: ", cudaGetErrorString(err));
+    const at::Tensor words_all = all_gather(words, group, W);  // [W*Tm, 3k]
+    ph.mark("routes", main);
+    const at::ScalarType pt = narrow ? y.scalar_type() : at::kFloat;
+    ph.mark("partial", main);  // (no partials yet: they are made piece by piece below)
+    const auto* all_words = static_cast<const uint32_t*>(words_all.data_ptr());
+    const at::Tensor out = reduce_nodes_pipelined(
+        op, comm::kOpMoeCombine, group, W, y.device(), Tm, H, pt, T, y.scalar_type(),
+        [&](int p, int64_t r0, int64_t r1, void* dst, cudaStream_t stream) {
+          const int64_t s0 = static_cast<int64_t>(p) * Tm + r0;
+          const cudaError_t e = moe_partial::launch_routed(
+              y2.data_ptr(), moe_dtype(y.scalar_type()), all_words + s0 * 3 * k, static_cast<int>(me), Y, dst,
+              moe_dtype(pt), r1 - r0, static_cast<int>(k), H, sms, stream);
+          TORCH_CHECK(e == cudaSuccess, op, ": the partial-sum kernel failed to launch: ", cudaGetErrorString(e));
+        });
+    ph.mark("joined", main);
+    return done(out);
+  }
   // Every rank's routes and weights (small: [W*Tm, k]); padding tokens route nowhere.
   const at::Tensor w = topk_weights.to(at::kFloat).masked_fill(route.lt(0), 0.0);
   // One all_gather for both (a collective's latency, not its bytes, is their cost): the routes'
@@ -788,36 +825,11 @@ at::Tensor combine_nodes_here(const char* op, const at::Tensor& y, const at::Ten
   const Decoded d = decode(route_all, W, Y);
   const at::Tensor here = d.kept.logical_and(d.rank.eq(me)).view({W * Tm, k});
   const at::Tensor row = at::where(here, d.row.view({W * Tm, k}), 0);
-  const at::Tensor y2 = y.reshape({Y, H}).contiguous();
   // partial[s*Tm + t] = sum over token t of rank s's choices held here, in choice order (fp32);
-  // MKERNEL_MOE_NODES_COMBINE=reduce16: the partials travel in y's dtype (half the bytes; each
-  // owner's partial rounded once more before the fp32 sum over owners).
-  const bool by_kernel = partials_by_kernel() && k <= moe_partial::kMaxChoices;
-  const bool own_exchange = exchange_by_copy_engine(op, group, W, y.device());
-  const bool pipelined =
-      by_kernel && own_exchange && combine_pipeline() && net_areas_on_device(op, group, W, y.device());
-  const bool narrow = combine_partials_narrow(pipelined);
+  // with narrow partials (MKERNEL_MOE_NODES_COMBINE=reduce16) they travel in y's dtype (half the
+  // bytes; each owner's partial rounded once more before the fp32 sum over owners).
   const bool early = by_kernel && own_exchange && combine_early();
   at::Tensor sent, held, wk;
-  if (pipelined) {
-    // moe17: every owner's partials made inside the exchange's pieces, summed as they land.
-    held = at::where(here, d.row.view({W * Tm, k}), -1).contiguous();
-    wk = w_all.contiguous();
-    const at::ScalarType pt = narrow ? y.scalar_type() : at::kFloat;
-    const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-    ph.mark("partial", main);  // (no partials yet: they are made piece by piece below)
-    const at::Tensor out = reduce_nodes_pipelined(
-        op, comm::kOpMoeCombine, group, W, y.device(), Tm, H, pt, T, y.scalar_type(),
-        [&](int p, int64_t r0, int64_t r1, void* dst, cudaStream_t stream) {
-          const int64_t s0 = static_cast<int64_t>(p) * Tm + r0;
-          const cudaError_t err = moe_partial::launch(
-              y2.data_ptr(), moe_dtype(y.scalar_type()), held.data_ptr<int64_t>() + s0 * k,
-              wk.data_ptr<float>() + s0 * k, dst, moe_dtype(pt), r1 - r0, static_cast<int>(k), H, sms, stream);
-          TORCH_CHECK(err == cudaSuccess, op, ": the partial-sum kernel failed to launch: ", cudaGetErrorString(err));
-        });
-    ph.mark("joined", main);
-    return done(out);
-  }
   // Partials of token slots [r0, r0 + rows) (rows are independent: any split, the same bits).
   auto partial_rows = [&](int64_t r0, int64_t rows) {
     if (rows <= 0) return;

@@ -3,7 +3,7 @@
 Starts ``world`` rank processes (gloo process group; each on GPU ``rank %
 ngpus`` when GPUs are present), splits them into ``nodes`` emulated nodes,
 joins them with :func:`mkernel.init`, and has each rank report what mkernel
-sees. Then ag_gemm, gemm_rs and gemm_ar run on fresh random inputs (on CPU
+sees. Then ag_gemm, gemm_rs, gemm_ar, the MoE dispatch + combine and ring attention run on fresh random inputs (on CPU
 through the host reference backend: FIFO -> Go proxy -> loopback within an
 emulated node, tcp across) against a plain torch reference built from every
 rank's inputs; rank 0 prints a table of relative error and time.
@@ -127,6 +127,8 @@ def _try_ops(ctx, calls: int = 5) -> list[dict]:
         cases.append(("gemm_ar", f"x [{m}, {k}], w [{n}, {k}]",
                       lambda x=x, w=w: mkernel.gemm_ar(x, w, group=ctx),
                       lambda xs=xs, ws=ws: sum(xi @ wi.T for xi, wi in zip(xs, ws))))
+        cases.append(_moe_case(ctx, dev, dt, g, gather, k, n))
+        cases.append(_ring_case(ctx, dev, dt, g, gather))
         for name, shape, fn, ref in cases:
             row = {"op": name, "backend": backend, "dtype": dtype, "shape": shape, "bound": _BOUNDS[dtype]}
             status, reason = _RAN, ""
@@ -156,6 +158,64 @@ def _try_ops(ctx, calls: int = 5) -> list[dict]:
             row["ok"] = code == _RAN and row["err"] <= row["bound"]
             rows.append(row)
     return rows
+
+
+def _moe_case(ctx, dev, dt, g, gather, h: int, f: int) -> tuple:
+    """moe: moe_dispatch_gemm then moe_combine (tokens to their top-2 experts' ranks, each expert's
+    GEMM, the outputs back and summed with the routing weights): out[t] = sum_j w[t, j] *
+    (x[t] @ w1[e_j].T), ragged token counts per rank, 2 experts per rank."""
+    import torch
+
+    import mkernel
+
+    world, rank = ctx.world_size, ctx.rank
+    e_local, top = 2, 2
+    experts = e_local * world
+    t = 11 + 4 * rank  # ragged: no two ranks alike
+    x = torch.randn(t, h, generator=g, dtype=torch.float64)
+    idx = torch.stack([torch.randperm(experts, generator=g)[:top] for _ in range(t)]) if t else \
+        torch.zeros(0, top, dtype=torch.int64)
+    wts = torch.rand(t, top, generator=g, dtype=torch.float64)
+    w1 = torch.randn(e_local, f, h, generator=g, dtype=torch.float64) / h ** 0.5
+    w1_all = torch.cat(gather(w1.to(dt)))  # [experts, f, h], as every rank holds them
+    x_d, w1_d = x.to(dev, dt), w1.to(dev, dt)
+    idx_d, wts_d = idx.to(dev), wts.to(dev, torch.float32)
+
+    def run():
+        d = mkernel.moe_dispatch_gemm(x_d, idx_d, w1_d, num_experts=experts, group=ctx)
+        return mkernel.moe_combine(d.out, d.handle, wts_d, group=ctx)
+
+    def ref():
+        xr = x.to(dt).double()
+        per = torch.einsum("th,tjfh->tjf", xr, w1_all[idx])  # [t, top, f]
+        return (per * wts.to(torch.float32).double().unsqueeze(-1)).sum(1)
+
+    return "moe", f"x [{t}, {h}] top-{top} of {experts}", run, ref
+
+
+def _ring_case(ctx, dev, dt, g, gather) -> tuple:
+    """ring_att: ring_attention (non-causal, GQA 4 query heads on 2 KV heads, d 64): this rank's
+    queries over every rank's keys and values."""
+    import torch
+
+    import mkernel
+
+    b, s, h, hkv, d = 1, 24, 4, 2, 64
+    q, k, v = (torch.randn(b, s, heads, d, generator=g, dtype=torch.float64).to(dt)
+               for heads in (h, hkv, hkv))
+    ks, vs = torch.cat(gather(k), 1), torch.cat(gather(v), 1)  # [b, W*s, hkv, d]
+    qd, kd, vd = q.to(dev), k.to(dev), v.to(dev)
+
+    def run():
+        return mkernel.ring_attention(qd, kd, vd, causal=False, group=ctx)[0]
+
+    def ref():
+        rep = h // hkv
+        kk, vv = ks.repeat_interleave(rep, 2), vs.repeat_interleave(rep, 2)
+        att = torch.einsum("bqhd,bkhd->bhqk", q.double(), kk) / d ** 0.5
+        return torch.einsum("bhqk,bkhd->bqhd", att.softmax(-1), vv)
+
+    return "ring_att", f"q [{b}, {s}, {h}, {d}] x{ctx.world_size}", run, ref
 
 
 def _verdict(rows: list[dict], require_all: bool) -> tuple[bool, str]:
