@@ -36,9 +36,10 @@ struct Routed {
     const uint32_t* slot = words + t * 3 * k;
     const int64_t code = static_cast<int64_t>(static_cast<uint64_t>(slot[2 * j]) |
                                               (static_cast<uint64_t>(slot[2 * j + 1]) << 32));
-    const int64_t rank = code >> 32;  // floor(code / 2^32), as decode's at::div(.., "floor")
-    const int64_t r = code - (rank << 32);
-    row = code >= 0 && rank == me && r < y_rows ? r : -1;
+    // code >= 0: rank = floor(code / 2^32) and row = the rest, as decode's at::div(.., "floor").
+    const int64_t rank = code >= 0 ? code >> 32 : -1;
+    const int64_t r = code & 0xffffffffLL;
+    row = rank == me && r < y_rows ? r : -1;
     weight = __uint_as_float(slot[2 * k + j]);
   }
 };
