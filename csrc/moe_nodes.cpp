@@ -98,7 +98,7 @@ namespace {
 // index_select over the static row bound); "1" (opt-in), the pipelined dispatch with per-piece
 // row hooks (moe10; 1.25x slower in the op, moe12); "2" (opt-in), the pipelined one whose GEMM
 // starts on the rows of this rank's own tokens while the other ranks' rows are on the link (where
-// the headed gather runs and capacity is 0; else "1"); "4" (opt-in, moe16, not yet run on a GPU),
+// the headed gather runs and capacity is 0; else "1"); "4" (opt-in, moe16; correct on the GPU but 1.3x mode 3's time in session 19),
 // mode 3 with the pieces in one launch per side (stage + push on the send stream, unstage + DONE
 // on the receive stream: moe_net_api.h launch_stage_push / launch_unstage) and the other ranks'
 // rows gathered beside the link by one launch on this stream that follows the pieces as they land

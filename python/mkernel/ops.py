@@ -474,8 +474,10 @@ def moe_combine(
 
     ``out[t] = sum_j topk_weights[t, j] * y[the row handle.route[t, j] names]``, summed in fp32
     over j in order and rounded once (across nodes, unless ``MKERNEL_MOE_NODES_COMBINE=allgather``:
-    in fp32 over j at each owner rank, then over the owners in rank order, rounded once;
-    ``=reduce16`` rounds each owner's partial to y's dtype before that sum);
+    in fp32 over j at each owner rank, then over the owners in rank order, rounded once; where
+    the combine runs pipelined (one rank per node, GPU-memory inter-node areas: the default
+    there) each owner's partial travels in y's dtype, as DeepEP's combine, and is rounded once
+    more before that sum; ``=reduce`` keeps fp32 partials, ``=reduce16`` narrows them everywhere);
     dropped choices add nothing. Differentiable
     in y and topk_weights (the backward of y is a dispatch).
 
