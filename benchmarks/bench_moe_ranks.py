@@ -298,7 +298,8 @@ def rank_main() -> None:
             # 2.4 ms), each mode captured with its knobs as set at capture time.
             cands.update(captured(cands, tuple(n for n in (
                 "mkernel_dispatch_only", "mkernel_dispatch_only_counted", "mkernel_dispatch_only_p1_kl",
-                "mkernel_dispatch_only_p3_kl", "mkernel_dispatch_only_p4_kl", "mkernel_combine",
+                "mkernel_dispatch_only_p3_kl", "mkernel_dispatch_only_p4_kl", "mkernel_dispatch_only_p5_kl",
+                "mkernel_combine",
                 "mkernel_combine_early") if n in cands)))
         times = {n: [] for n in cands}
         names = list(cands)
@@ -524,6 +525,7 @@ def moe14_variants() -> dict:
     only, kl = {"MKERNEL_MOE_DISPATCH_ONLY": "1"}, {"MKERNEL_MOE_LAYOUT": "kernel"}
     p1, p3 = {"MKERNEL_MOE_DISPATCH_PIPELINE": "1"}, {"MKERNEL_MOE_DISPATCH_PIPELINE": "3"}
     p4 = {"MKERNEL_MOE_DISPATCH_PIPELINE": "4"}  # moe16: the pieces in one launch per side
+    p5 = {"MKERNEL_MOE_DISPATCH_PIPELINE": "5"}  # moe18: mode 3's exchange, rows gathered as they land
     return {n: e for n, e in {
         "mkernel_dispatch_only_counted_kl": dict(only, MKERNEL_MOE_DISPATCH_GATHER="counted", **kl),
         "mkernel_dispatch_only_p1": dict(only, **p1),
@@ -539,6 +541,8 @@ def moe14_variants() -> dict:
         "mkernel_dispatch_gemm_p1_kl": dict(p1, **kl),
         "mkernel_dispatch_gemm_p3_kl": dict(p3, **kl),
         "mkernel_dispatch_gemm_p4_kl": dict(p4, **kl),
+        "mkernel_dispatch_only_p5_kl": dict(only, **p5, **kl),
+        "mkernel_dispatch_gemm_p5_kl": dict(p5, **kl),
         "mkernel_combine16": {"MKERNEL_MOE_NODES_COMBINE": "reduce16"},
         "mkernel_combine_early": {"MKERNEL_MOE_COMBINE_EARLY": "1"},
         "mkernel_combine_callerstream": {"MKERNEL_MOE_OP_STREAM": "0"},

@@ -232,6 +232,7 @@ struct HeadedGather {
   // launch_gather_landed kernels; words (zeroed on the caller's stream before the fork) their
   // landed words and counts (moe_net_api.h).
   bool kernels = false;
+  bool landed = false;  // moe18: mode 3's exchange releasing landed words for gather_headed_rows
   at::Tensor words;
   at::cuda::CUDAEvent sent_timed{cudaEventDefault}, received_timed{cudaEventDefault};
   bool finished = false;
@@ -241,7 +242,7 @@ struct HeadedGather {
 std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
                                                   const at::Tensor& src, const at::Tensor& head,
                                                   int64_t group, int64_t world_size, bool timed,
-                                                  bool kernels) {
+                                                  bool kernels, bool landed) {
   const c10::cuda::CUDAGuard device_guard(src.device());
   comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, src.device());
   const int W = g.world(), me = g.rank();
@@ -268,6 +269,9 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
   // The head takes data slot 0 of its source, the pieces slots 1 .. (moe_net_plan.h).
   x->plan = moe_net::plan_pieces(block, headed_max_pieces(op));
   x->lay = moe_net::headed_layout(block, head_bytes);
+  bool every_piece = true;  // the same plan (block, pieces) on every rank: all take one branch
+  for (uint64_t c = 0; c < x->plan.pieces; ++c) every_piece = every_piece && x->plan.bytes(c) > 0;
+  x->landed = landed && !kernels && every_piece;
   std::vector<int64_t> shape(s.sizes().begin(), s.sizes().end());
   shape[0] = W * s.size(0);
   x->out = at::empty(shape, s.options());
@@ -286,7 +290,7 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
   auto* st = reinterpret_cast<uint64_t*>(x->state.data_ptr());
   const uint64_t P = x->plan.pieces;
   unsigned long long* words = nullptr;
-  if (kernels) {  // on the caller's stream, before the fork: zero when either side's launch runs
+  if (kernels || x->landed) {  // on the caller's stream, before the fork: zero when either side's launch runs
     x->words = at::zeros({static_cast<int64_t>(3 * W * P + 2 + P)}, s.options().dtype(at::kLong));
     words = reinterpret_cast<unsigned long long*>(x->words.data_ptr());
   }
@@ -371,14 +375,16 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
           "unstage (one launch)", g);
   }
   x->piece_unstaged.reserve(x->plan.pieces);
+  unsigned long long* unstaged = nullptr;  // moe18: the landed word of the copy just queued
   for (uint64_t c = 0; c < x->plan.pieces && !kernels; ++c) {
     const uint64_t off = x->plan.offset(c), n = x->plan.bytes(c);
     for (int j = 1; j < W && n > 0; ++j) {
       const int p = (me + j) % W;
       check(op,
             moe_net::launch_wait(x->view, st, p, moe_net::data_slot(p, static_cast<uint32_t>(1 + c)),
-                                 op_id, x->recv.stream()),
+                                 op_id, x->recv.stream(), unstaged),
             "arrival", g);
+      if (x->landed) unstaged = words + static_cast<uint64_t>(p) * P + c;
       check(op,
             cudaMemcpyAsync(res + p * block + off, recv_area + x->lay.recv_block_off(p) + off, n,
                             cudaMemcpyDefault, x->recv.stream()),
@@ -390,7 +396,7 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
   if (!kernels) {
     check(op,
           moe_net::launch_push(x->view, st, 0, 0, 0, 0, moe_net::kDone + me, false, op_id,
-                               x->recv.stream()),
+                               x->recv.stream(), unstaged),
           "done", g);
   } else {
     sent.block(x->recv);  // state[1] holds the last push's ticket once the send stream is here
@@ -408,9 +414,11 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
   pending.held.push_back(x->state);
   pending.held.push_back(x->out);
   pending.held.push_back(x->head_out);
-  if (kernels) pending.held.push_back(x->words);
+  if (kernels || x->landed) pending.held.push_back(x->words);
   return x;
 }
+
+bool headed_rows_ready(const HeadedGather& x) { return x.kernels || x.landed; }
 
 const at::Tensor& headed_out(const HeadedGather& x) { return x.out; }
 const at::Tensor& headed_head_out(const HeadedGather& x) { return x.head_out; }
@@ -423,7 +431,8 @@ const at::cuda::CUDAEvent* headed_received_event(const HeadedGather& x) {
 
 void gather_headed_rows(HeadedGather& x, const at::Tensor& token, const at::Tensor& dst) {
   TORCH_CHECK(!x.finished, x.op, ": the headed gather was finished twice");
-  TORCH_CHECK(x.kernels, x.op, ": gather_headed_rows needs a headed gather started with kernels");
+  TORCH_CHECK(headed_rows_ready(x), x.op,
+              ": gather_headed_rows needs a headed gather started with kernels or landed words");
   TORCH_CHECK(token.scalar_type() == at::kLong && token.is_contiguous() && dst.is_contiguous() &&
                   dst.size(0) == token.size(0) && dst.numel() / std::max<int64_t>(dst.size(0), 1) ==
                   x.src.numel() / std::max<int64_t>(x.rows, 1),

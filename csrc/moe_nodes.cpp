@@ -104,12 +104,16 @@ namespace {
 // rows gathered beside the link by one launch on this stream that follows the pieces as they land
 // (launch_gather_landed): ~60 stream operations fewer per call than mode 3 (session 18: the eager
 // dispatch ran 0.2-0.3 ms over its graph replay), mode 1's overlap of the gather with the link.
+// "5" (opt-in, moe18, session 19): mode 3's exchange whose receive stream releases a device word
+// per landed piece (its next wait launch stores it) and the other ranks' rows gathered as they
+// land by mode 4's one launch on this stream (launch_gather_landed) instead of after the join:
+// mode 1's overlap (0.92x the link in graphs) without its per-piece host work.
 int dispatch_mode() {
   const char* v = std::getenv("MKERNEL_MOE_DISPATCH_PIPELINE");
   if (v == nullptr || *v == '\0') return 3;
   const std::string m(v);
-  TORCH_CHECK_VALUE(m == "0" || m == "1" || m == "2" || m == "3" || m == "4",
-                    "MKERNEL_MOE_DISPATCH_PIPELINE must be \"0\", \"1\", \"2\", \"3\" or \"4\" (or unset), got \"",
+  TORCH_CHECK_VALUE(m == "0" || m == "1" || m == "2" || m == "3" || m == "4" || m == "5",
+                    "MKERNEL_MOE_DISPATCH_PIPELINE must be \"0\", \"1\", \"2\", \"3\", \"4\" or \"5\" (or unset), got \"",
                     m, "\"");
   return m[0] - '0';
 }
@@ -391,7 +395,7 @@ DispatchResult dispatch_nodes_here(const char* op, const at::Tensor& x, const at
     // The routing travels ahead of the rows in the same exchange (no collective before the
     // rows move); the caller's stream has every rank's routing when this returns.
     headed = gather_headed_start(op, comm::kOpMoeDispatch, x_pad, idx_head, group, W, ph.on,
-                                 /*kernels=*/mode == 4);
+                                 /*kernels=*/mode == 4, /*landed=*/mode == 5);
     idx_all = headed_head_out(*headed);  // [W*Tm, k]
     x_all = headed_out(*headed);         // [W*Tm, H], other ranks' blocks as their pieces land
   } else {
@@ -619,10 +623,11 @@ DispatchResult dispatch_nodes_here(const char* op, const at::Tensor& x, const at
         // Disjoint rows from the hooks' stream's; beside the link, so capped like them.
         gather_on(x_pad, me * Tm, Tm, main.stream(), hook_sms);
         headed_sync_for_test(op, main);
-        if (mode == 4) {
-          // moe16: the other ranks' rows by one launch here, piece by piece as they land.
+        const bool by_landed = (mode == 4 || mode == 5) && headed_rows_ready(*headed);
+        if (by_landed) {
+          // moe16 / moe18: the other ranks' rows by one launch here, piece by piece as they land.
           gather_headed_rows(*headed, token_live, recv);
-        } else if (mode == 3) {
+        } else if (mode == 3 || mode == 5) {
           // moe14: no row hooks beside the link; the other ranks' rows after the join.
           gather_headed_finish(*headed, layout_done, RowsLanded());
         } else {
@@ -637,7 +642,7 @@ DispatchResult dispatch_nodes_here(const char* op, const at::Tensor& x, const at
         ph.mark_event("received", headed_received_event(*headed));
         exchange_join();  // token_live, recv, x_all: read on the receive stream until here
         ph.mark("joined", main);
-        if (mode == 3) {
+        if (!by_landed && (mode == 3 || mode == 5)) {
           for (int64_t p = 0; p < W; ++p) {
             if (p != me) gather(x_all.narrow(0, p * Tm, Tm), p * Tm, Tm, main.stream());
           }

@@ -6,7 +6,8 @@ inputs and within bf16 rounding of the float64 reference from every rank's input
 
 Prints ``CASE {json}`` per checked replay and ``OK <rank>`` at the end; a failed check raises.
 ``TEST_SUITE``: comma-separated suites of moe_rank_checks (matrix, repeat), ``graph`` or
-``kill`` (the last rank dies mid-dispatch; the others print ``ERR {json}`` and exit).
+``kill`` (the last rank dies mid-dispatch, or mid-combine with TEST_KILL_OP=combine; the others
+print ``ERR {json}`` and exit).
 """
 
 from __future__ import annotations
@@ -97,14 +98,26 @@ def kill(ctx) -> None:
     w1 = torch.randn(e // world, f, h, device="cuda", dtype=torch.bfloat16, generator=gen)
     mkernel.moe.reserve_tokens(t, group=ctx)
 
-    def call():
+    wts = torch.rand(t, k, device="cuda", generator=gen)
+    kill_op = os.environ.get("TEST_KILL_OP", "dispatch")  # "combine": the victim dies in the combine
+
+    def dispatch():
         return mkernel.moe_dispatch_gemm(x, idx, w1, num_experts=e, group=ctx)
+
+    def call():
+        d = dispatch()
+        return mkernel.moe_combine(d.out, d.handle, wts, group=ctx) if kill_op == "combine" else d
 
     call()
     torch.cuda.synchronize()
     dist.barrier()
     if rank == victim:
-        call()
+        if kill_op == "combine":
+            d = dispatch()
+            torch.cuda.synchronize()  # the dispatch completed with every rank; the combine will not
+            mkernel.moe_combine(d.out, d.handle, wts, group=ctx)
+        else:
+            call()
         os.kill(os.getpid(), signal.SIGKILL)
     t0 = time.monotonic()
     try:

@@ -129,12 +129,16 @@ def test_moe_cuda_across_emulated_nodes_pipelined(mps, world, nodes, mode, sync)
     (2, 2, "3", "", "aten", "", "0", "0"), (4, 2, "3", "", "kernel", "", "0", "0"),
     (4, 4, "0", "", "", "", "0", "1"),
     (2, 2, "4", "", "kernel", "", "0", "0"), (2, 2, "4", "", "kernel", "", "1", "0"),
-    (2, 2, "4", "", "aten", "", "0", "0"), (4, 4, "4", "", "kernel", "", "0", "0")],
+    (2, 2, "4", "", "aten", "", "0", "0"), (4, 4, "4", "", "kernel", "", "0", "0"),
+    (2, 2, "5", "", "kernel", "", "0", "0"), (2, 2, "5", "", "kernel", "", "1", "0"),
+    (2, 2, "5", "", "aten", "", "0", "0"), (4, 4, "5", "", "kernel", "", "0", "0")],
     ids=["w2n2-p3-kl", "w2n2-p3-kl-sync", "w2n2-p1-kl-s16", "w2n2-counted-kl", "w2n2-p3", "w4n2-p3-kl",
-         "w4n4-combine-early", "w2n2-p4-kl", "w2n2-p4-kl-sync", "w2n2-p4", "w4n4-p4-kl"])
+         "w4n4-combine-early", "w2n2-p4-kl", "w2n2-p4-kl-sync", "w2n2-p4", "w4n4-p4-kl",
+         "w2n2-p5-kl", "w2n2-p5-kl-sync", "w2n2-p5", "w4n4-p5-kl"])
 def test_moe_cuda_across_emulated_nodes_moe14(mps, world, nodes, mode, gather, layout, sms, sync, early):
     """moe14 (the kernel layout and the early combine are the defaults since session 17, mode 3 since
-    session 18; mode 1 and moe16's mode 4 opt-in): MKERNEL_MOE_DISPATCH_PIPELINE=4 (mode 3 with the
+    session 18; mode 1, moe16's mode 4 and moe18's mode 5 opt-in): MKERNEL_MOE_DISPATCH_PIPELINE=5 (mode 3's
+    exchange, the other ranks' rows gathered by one launch as each piece lands), =4 (mode 3 with the
     pieces staged, unstaged and gathered by one launch each; W=4 over 4 nodes: three sources per
     unstage launch), MKERNEL_MOE_DISPATCH_PIPELINE=3 (the headed gather without per-piece row
     hooks: the others' rows gathered once after the join), MKERNEL_MOE_LAYOUT=kernel (the packed
@@ -246,14 +250,17 @@ def test_moe_copy_engine_exchange_alone(mps, world):
     assert all(c["gather"] and c["a2a"] for c in cases), cases
 
 
-def test_moe_killed_rank_fails_the_others_within_the_timeout(mps):
-    """The last rank dies in the middle of a dispatch: the survivor raises within the op timeout
-    (+ slack), and its wait record (if its own wait expired first: under MPS the first trap ends
-    every client) names the dead rank."""
+@pytest.mark.parametrize("nodes,op", [(1, "dispatch"), (2, "dispatch"), (2, "combine")],
+                         ids=["dispatch", "nodes2-dispatch", "nodes2-combine"])
+def test_moe_killed_rank_fails_the_others_within_the_timeout(mps, nodes, op):
+    """The last rank dies in the middle of a dispatch (or, across 2 emulated nodes, of the
+    pipelined combine): the survivor raises within the op timeout (+ slack), and its wait record
+    (if its own wait expired first: under MPS the first trap ends every client) names the dead
+    rank."""
     world, timeout_s = 2, 5
-    res = run_ranks(RANK_MAIN, world, timeout=90,
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=90,
                     env=rank_env(mps, world, TEST_SUITE="kill", TEST_DEVICE="cuda",
-                                 MKERNEL_OP_TIMEOUT=str(timeout_s)))
+                                 MKERNEL_OP_TIMEOUT=str(timeout_s), TEST_KILL_OP=op))
     # A lone survivor's own wait expires (no other rank can trap first): it must have a record.
     errs = check_killed_rank(res, world - 1, timeout_s)
     assert all(e["record"] is not None for e in errs), errs

@@ -36,11 +36,20 @@ __global__ void __launch_bounds__(32, 1) begin_kernel(const __grid_constant__ Gr
   comm::op_end(g, e);
 }
 
+// Stores e into *release (moe18): the launch starts after the stream's earlier work completed.
+__device__ __forceinline__ void release_word(unsigned long long* release, uint64_t e) {
+  if (release == nullptr) return;
+  __threadfence();
+  *reinterpret_cast<volatile unsigned long long*>(release) = e;
+}
+
 __global__ void __launch_bounds__(32, 1) wait_kernel(const __grid_constant__ GroupDevice g,
                                                      const uint64_t* state, int peer,
-                                                     uint32_t slot_base, int32_t op) {
+                                                     uint32_t slot_base, int32_t op,
+                                                     unsigned long long* release) {
   if (threadIdx.x != 0) return;
   const uint64_t e = *reinterpret_cast<const volatile uint64_t*>(state);
+  release_word(release, e);
   if (peer >= 0) {
     comm::net_wait(g, peer, slot_base, e, comm::WaitSite{op});
     return;
@@ -58,9 +67,10 @@ __global__ void __launch_bounds__(32, 1) push_kernel(const __grid_constant__ Gro
                                                      uint64_t* state, uint64_t local_off,
                                                      uint64_t local_stride, uint64_t remote_off,
                                                      uint64_t bytes, uint32_t slot, int record,
-                                                     int32_t op) {
+                                                     int32_t op, unsigned long long* release) {
   if (threadIdx.x != 0) return;
   const uint64_t e = *reinterpret_cast<const volatile uint64_t*>(state);
+  release_word(release, e);
   comm::NetCursor cur;
   uint64_t ticket = kNoTicket;
   for (int p = 0; p < g.world; ++p) {
@@ -424,16 +434,16 @@ cudaError_t launch_begin(const GroupDevice& g, uint64_t* state, int32_t op, cuda
 }
 
 cudaError_t launch_wait(const GroupDevice& g, const uint64_t* state, int peer, uint32_t slot_base,
-                        int32_t op, cudaStream_t s) {
-  wait_kernel<<<1, 32, 0, s>>>(g, state, peer, slot_base, op);
+                        int32_t op, cudaStream_t s, unsigned long long* release) {
+  wait_kernel<<<1, 32, 0, s>>>(g, state, peer, slot_base, op, release);
   return cudaGetLastError();
 }
 
 cudaError_t launch_push(const GroupDevice& g, uint64_t* state, uint64_t local_off,
                         uint64_t local_stride, uint64_t remote_off, uint64_t bytes, uint32_t slot,
-                        bool record, int32_t op, cudaStream_t s) {
+                        bool record, int32_t op, cudaStream_t s, unsigned long long* release) {
   push_kernel<<<1, 32, 0, s>>>(g, state, local_off, local_stride, remote_off, bytes, slot,
-                               record ? 1 : 0, op);
+                               record ? 1 : 0, op, release);
   return cudaGetLastError();
 }
 

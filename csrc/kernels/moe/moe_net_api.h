@@ -43,16 +43,20 @@ constexpr uint32_t data_slot(int src, uint32_t piece) {
 cudaError_t launch_begin(const comm::GroupDevice& g, uint64_t* state, int32_t op, cudaStream_t s);
 
 // Waits until slot_base + p holds e for every rank p of another node (peer < 0), or slot_base
-// for `peer` alone.
+// for `peer` alone. `release` (moe18, may be null): first stores e there — the stream's earlier
+// work (e.g. the copy of the previous piece) is complete when the launch starts, so the word tells
+// another stream's kernel that work landed without an event or an extra launch.
 cudaError_t launch_wait(const comm::GroupDevice& g, const uint64_t* state, int peer,
-                        uint32_t slot_base, int32_t op, cudaStream_t s);
+                        uint32_t slot_base, int32_t op, cudaStream_t s,
+                        unsigned long long* release = nullptr);
 
 // Pushes send_area[local_off + p * local_stride, +bytes) to recv_area[remote_off, +bytes) of
 // every rank p of another node with arrival slot `slot` = e (bytes 0: a pure signal). With
 // `record`, state[1] = the last push's ticket.
 cudaError_t launch_push(const comm::GroupDevice& g, uint64_t* state, uint64_t local_off,
                         uint64_t local_stride, uint64_t remote_off, uint64_t bytes,
-                        uint32_t slot, bool record, int32_t op, cudaStream_t s);
+                        uint32_t slot, bool record, int32_t op, cudaStream_t s,
+                        unsigned long long* release = nullptr);  // as launch_wait's
 
 // The send stream's end: waits until the transport finished the push state[1] names, then for
 // DONE (kDone + p = e) from every rank p of another node.
