@@ -1,6 +1,7 @@
 // The control half of the MoE's inter-node exchange (protocol: moe_net_api.h): one-warp kernels
 // whose lane 0 pushes FIFO commands or waits on the data path's arrival flags; the bytes move
 // by the copy engines between these launches, on the same streams.
+#include "../comm/fp32_accum.cuh"
 #include "../comm/net_ops.cuh"
 #include "moe_net_api.h"
 
@@ -325,24 +326,8 @@ __global__ void __launch_bounds__(256) gather_landed_kernel(
 // moe17: out[e] = sum over ranks s = 0..W-1 in order of block s's element e, in fp32 (block me
 // from own, the others from the receive area at s * stride), rounded once to TOut: the bits of
 // the ATen sequence it replaces (sum = block(0).float(); sum += block(s)...; sum.to(TOut)).
-// V elements per access (16 bytes of TIn; 1 where the host found rows unaligned).
-template <class T>
-__device__ __forceinline__ float to_float(T v);
-template <>
-__device__ __forceinline__ float to_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <>
-__device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
-template <class T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-
+// V elements per access (16 bytes of TIn; 1 where the host found rows unaligned); the conversions
+// are comm::Elem's (one rounding rule for every reduction).
 template <class TIn, class TOut, int V>
 __global__ void __launch_bounds__(256) sum_blocks_kernel(const uint8_t* __restrict__ recv, uint64_t stride,
                                                          const TIn* __restrict__ own, int me, int W,
@@ -362,11 +347,11 @@ __global__ void __launch_bounds__(256) sum_blocks_kernel(const uint8_t* __restri
       const TIn* src = s == me ? own : reinterpret_cast<const TIn*>(recv + static_cast<uint64_t>(s) * stride);
       const InVec x = *reinterpret_cast<const InVec*>(src + e);
 #pragma unroll
-      for (int j = 0; j < V; ++j) acc[j] = s == 0 ? to_float(x.v[j]) : acc[j] + to_float(x.v[j]);
+      for (int j = 0; j < V; ++j) acc[j] = s == 0 ? comm::Elem<TIn>::load(x.v[j]) : acc[j] + comm::Elem<TIn>::load(x.v[j]);
     }
     OutVec o;
 #pragma unroll
-    for (int j = 0; j < V; ++j) o.v[j] = from_float<TOut>(acc[j]);
+    for (int j = 0; j < V; ++j) o.v[j] = comm::Elem<TOut>::store(acc[j]);
     *reinterpret_cast<OutVec*>(out + e) = o;
   }
 }
