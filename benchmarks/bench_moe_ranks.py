@@ -542,6 +542,10 @@ def moe14_variants() -> dict:
         "mkernel_dispatch_gemm_p3_kl": dict(p3, **kl),
         "mkernel_dispatch_gemm_p4_kl": dict(p4, **kl),
         "mkernel_dispatch_only_p5_kl": dict(only, **p5, **kl),
+        # session 19: mode 5's landed-rows launch spins beside the unstage copies through the exchange;
+        # with fewer CTAs (s17: a copy beside a full grid ran ~15x slower)
+        "mkernel_dispatch_only_p5_kl_s16": dict(only, **p5, **kl, MKERNEL_MOE_GATHER_SMS="16"),
+        "mkernel_dispatch_only_p5_kl_s4": dict(only, **p5, **kl, MKERNEL_MOE_GATHER_SMS="4"),
         "mkernel_dispatch_gemm_p5_kl": dict(p5, **kl),
         "mkernel_combine16": {"MKERNEL_MOE_NODES_COMBINE": "reduce16"},
         "mkernel_combine_early": {"MKERNEL_MOE_COMBINE_EARLY": "1"},

@@ -429,7 +429,7 @@ const at::cuda::CUDAEvent* headed_received_event(const HeadedGather& x) {
   return x.timed && x.finished ? &x.received_timed : nullptr;
 }
 
-void gather_headed_rows(HeadedGather& x, const at::Tensor& token, const at::Tensor& dst) {
+void gather_headed_rows(HeadedGather& x, const at::Tensor& token, const at::Tensor& dst, int sm_count) {
   TORCH_CHECK(!x.finished, x.op, ": the headed gather was finished twice");
   TORCH_CHECK(headed_rows_ready(x), x.op,
               ": gather_headed_rows needs a headed gather started with kernels or landed words");
@@ -438,7 +438,8 @@ void gather_headed_rows(HeadedGather& x, const at::Tensor& token, const at::Tens
                   x.src.numel() / std::max<int64_t>(x.rows, 1),
               x.op, ": gather_headed_rows: token [n] int64 and dst [n, row] contiguous, rows as src's");
   const c10::cuda::CUDAGuard device_guard(x.src.device());
-  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int all_sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int sms = sm_count > 0 ? std::min(sm_count, all_sms) : all_sms;
   const uint64_t block = static_cast<uint64_t>(x.src.numel()) * x.src.element_size();
   check(x.op,
         moe_net::launch_gather_landed(

@@ -112,7 +112,9 @@ void gather_headed_finish(HeadedGather& x, at::cuda::CUDAEvent& after,
 // lands (waits on device words the receive launch releases; bounded). token [m] int64, dst [m,
 // row] with src's row size; rows of this rank and token -1 are not touched. exchange_join()
 // afterwards, as for gather_headed_finish.
-void gather_headed_rows(HeadedGather& x, const at::Tensor& token, const at::Tensor& dst);
+// sm_count > 0: the gather launch's CTAs (one per SM) capped at that many (its spinning CTAs sit
+// beside the copies that carry the pieces); 0: one per SM of the device.
+void gather_headed_rows(HeadedGather& x, const at::Tensor& token, const at::Tensor& dst, int sm_count = 0);
 // With `timed`: the send and receive streams' ends as timing events (after finish), for
 // MKERNEL_MOE_PHASES; nullptr otherwise.
 const at::cuda::CUDAEvent* headed_sent_event(const HeadedGather& x);

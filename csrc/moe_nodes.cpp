@@ -138,7 +138,8 @@ bool layout_kernel_requested() {
 }
 
 // MKERNEL_MOE_GATHER_SMS (moe14; read at every call): the headed dispatch's row gathers that run
-// beside the link's copies (mode 1's per-piece hooks, and modes 1 / 3's own-rows gather) launch
+// beside the link's copies (mode 1's per-piece hooks, modes 1 / 3's own-rows gather, and modes 4 /
+// 5's landed-rows launch, one CTA per SM) launch
 // at most 8 CTAs per this many SMs
 // instead of per every SM (1056 CTAs on an H200): fewer SMs taken from the copies that carry
 // the link (s17: a copy beside a full grid runs ~15x slower). Unset or 0: every SM.
@@ -626,7 +627,7 @@ DispatchResult dispatch_nodes_here(const char* op, const at::Tensor& x, const at
         const bool by_landed = (mode == 4 || mode == 5) && headed_rows_ready(*headed);
         if (by_landed) {
           // moe16 / moe18: the other ranks' rows by one launch here, piece by piece as they land.
-          gather_headed_rows(*headed, token_live, recv);
+          gather_headed_rows(*headed, token_live, recv, hook_sms);  // MKERNEL_MOE_GATHER_SMS caps it
         } else if (mode == 3 || mode == 5) {
           // moe14: no row hooks beside the link; the other ranks' rows after the join.
           gather_headed_finish(*headed, layout_done, RowsLanded());

@@ -5,7 +5,9 @@
 # 1. The pipelined combine's sum kernel now converts through comm::Elem (a refactor made after its
 #    last GPU run; the same intrinsics): its tests again. 2. The bench, to see the dispatch modes
 #    side by side once more (mode 1 won one run of three in session 19). 3. The fused core tests and
-#    the demo, which no session-19 change should touch.
+#    the demo, which no session-19 change should touch. The bench now also times mode 5 with its
+#    landed-rows launch capped at 16 and 4 CTAs (MKERNEL_MOE_GATHER_SMS): does the eager 0.5 ms come
+#    from its grid spinning beside the unstage copies?
 B="python3 benchmarks/bench_moe_ranks.py --world 2 --nodes 2 --emulate 50GB/s,3us --shapes seed_e256_top8_8k --iters 8 --lean --moe14"
 M=tests/gpu/test_moe_ranks.py
 jx combine_tests 110 50 "timeout 108 python3 -m pytest -x -q -rA -p no:cacheprovider \"$M::test_moe_cuda_across_emulated_nodes[2]\" $M::test_moe_cuda_across_emulated_nodes_combine_variants \"$M::test_moe_cuda_across_emulated_nodes_copy_engine_exchange[4-4]\""
