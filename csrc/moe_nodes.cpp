@@ -108,9 +108,20 @@ namespace {
 // per landed piece (its next wait launch stores it) and the other ranks' rows gathered as they
 // land by mode 4's one launch on this stream (launch_gather_landed) instead of after the join:
 // mode 1's overlap (0.92x the link in graphs) without its per-piece host work.
-int dispatch_mode() {
+// Unset while `stream` is being captured into a CUDA graph: "1" (session 20). Modes 1 and 3 put the
+// same bytes on the wire and write every row once from the same data (they differ only in when
+// this rank gathers the landed rows), so ranks that disagree on capturing still interoperate;
+// replayed from a graph mode 1 ran 1.275 ms = 0.92x the link against mode 3's 1.50 (0.78x) in
+// every session-19/20 run, while eagerly its per-piece host issue makes it no faster than mode 3.
+int dispatch_mode(cudaStream_t stream) {
   const char* v = std::getenv("MKERNEL_MOE_DISPATCH_PIPELINE");
-  if (v == nullptr || *v == '\0') return 3;
+  if (v == nullptr || *v == '\0') {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    const cudaError_t err = cudaStreamIsCapturing(stream, &capture);
+    TORCH_CHECK(err == cudaSuccess, "mkernel: moe dispatch: cudaStreamIsCapturing failed: ",
+                cudaGetErrorString(err));
+    return capture == cudaStreamCaptureStatusActive ? 1 : 3;
+  }
   const std::string m(v);
   TORCH_CHECK_VALUE(m == "0" || m == "1" || m == "2" || m == "3" || m == "4" || m == "5",
                     "MKERNEL_MOE_DISPATCH_PIPELINE must be \"0\", \"1\", \"2\", \"3\", \"4\" or \"5\" (or unset), got \"",
@@ -367,7 +378,7 @@ DispatchResult dispatch_nodes_here(const char* op, const at::Tensor& x, const at
   // The same answers on every rank: the environment and H are the group's, and the group's
   // inter-node path is opened collectively (the first call's all_gather below opens it, where
   // no earlier op did; exchange_by_copy_engine looks at its areas).
-  const int mode = dispatch_mode();
+  const int mode = dispatch_mode(main.stream());
   const bool pipelined = mode >= 1 && H > 0;
   const bool net_open = g.device_view().net.send_area != nullptr;
   bool own_path = net_open && exchange_by_copy_engine(op, group, W, x.device());
@@ -918,26 +929,6 @@ bool op_stream_requested() {
   return m == "1";
 }
 
-// mkernel's op stream of a device: non-blocking, created at the first use and kept for the
-// process, as torch keeps its pool streams (destroying one at exit would race the runtime's own
-// teardown).
-at::cuda::CUDAStream op_stream(c10::DeviceIndex device) {
-  static std::mutex mu;
-  static std::array<cudaStream_t, 256> streams{};
-  TORCH_CHECK(device >= 0 && device < static_cast<int>(streams.size()),
-              "mkernel: the MoE op stream: device index ", static_cast<int>(device),
-              " out of range");
-  const std::lock_guard<std::mutex> lock(mu);
-  if (streams[device] == nullptr) {
-    const c10::cuda::CUDAGuard on(device);
-    const cudaError_t err = cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking);
-    TORCH_CHECK(err == cudaSuccess, "mkernel: the MoE op stream of device ",
-                static_cast<int>(device),
-                ": cudaStreamCreateWithFlags failed: ", cudaGetErrorString(err));
-  }
-  return at::cuda::getStreamFromExternal(streams[device], device);
-}
-
 // For its scope the op stream is the current stream, forked from the caller's; at its end the
 // caller's stream waits for everything the op queued there (also when the body throws). The
 // outputs handed to the caller are recorded on the caller's stream (keep), so that the caching
@@ -945,7 +936,7 @@ at::cuda::CUDAStream op_stream(c10::DeviceIndex device) {
 class OpStreamScope {
  public:
   explicit OpStreamScope(c10::DeviceIndex device)
-      : caller_(at::cuda::getCurrentCUDAStream(device)), ops_(op_stream(device)), on_ops_(ops_) {
+      : caller_(at::cuda::getCurrentCUDAStream(device)), ops_(own_stream(StreamRole::kOp, device)), on_ops_(ops_) {
     at::cuda::CUDAEvent fork;
     fork.record(caller_);
     fork.block(ops_);

@@ -60,14 +60,15 @@ def test_moe_cuda_graph_replay(mps, world):
     assert len(cases) == world * 4, len(cases)
 
 
-@pytest.mark.parametrize("world", [2, 4])
-def test_moe_cuda_across_emulated_nodes(mps, world):
-    """Two emulated nodes: values, routes, counts and gradients against the float64 reference,
-    bit-identical repeats, and graph replay (with and without reserve_tokens). Defaults: at W=2
-    (one rank per node) the MoE's own exchange with the routing-headed dispatch (mode 3, the
-    default since session 18; the group's first call runs the sequence while it sizes the areas),
-    the kernel layout and the early combine; at W=4 the substrate's collectives."""
-    res = run_ranks(RANK_MAIN, world, nodes=2, timeout=150,
+@pytest.mark.parametrize("world,nodes", [(2, 2), (4, 2), (4, 4)], ids=["2", "4", "w4n4"])
+def test_moe_cuda_across_emulated_nodes(mps, world, nodes):
+    """Emulated nodes: values, routes, counts and gradients against the float64 reference,
+    bit-identical repeats, and graph replay (with and without reserve_tokens). Defaults: with one
+    rank per node (W=2 over 2, W=4 over 4) the MoE's own exchange with the routing-headed dispatch
+    (mode 3 eagerly, the default since session 18; mode 1 while a CUDA graph captures, since
+    session 20; the group's first call runs the sequence while it sizes the areas), the kernel
+    layout and the pipelined combine; at W=4 over 2 nodes the substrate's collectives."""
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
                                  MKERNEL_OP_TIMEOUT="20"))
     cases = check_ranks(res)
