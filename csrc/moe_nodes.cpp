@@ -929,26 +929,6 @@ bool op_stream_requested() {
   return m == "1";
 }
 
-// mkernel's op stream of a device: non-blocking, created at the first use and kept for the
-// process, as torch keeps its pool streams (destroying one at exit would race the runtime's own
-// teardown).
-at::cuda::CUDAStream op_stream(c10::DeviceIndex device) {
-  static std::mutex mu;
-  static std::array<cudaStream_t, 256> streams{};
-  TORCH_CHECK(device >= 0 && device < static_cast<int>(streams.size()),
-              "mkernel: the MoE op stream: device index ", static_cast<int>(device),
-              " out of range");
-  const std::lock_guard<std::mutex> lock(mu);
-  if (streams[device] == nullptr) {
-    const c10::cuda::CUDAGuard on(device);
-    const cudaError_t err = cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking);
-    TORCH_CHECK(err == cudaSuccess, "mkernel: the MoE op stream of device ",
-                static_cast<int>(device),
-                ": cudaStreamCreateWithFlags failed: ", cudaGetErrorString(err));
-  }
-  return at::cuda::getStreamFromExternal(streams[device], device);
-}
-
 // For its scope the op stream is the current stream, forked from the caller's; at its end the
 // caller's stream waits for everything the op queued there (also when the body throws). The
 // outputs handed to the caller are recorded on the caller's stream (keep), so that the caching
@@ -956,7 +936,7 @@ at::cuda::CUDAStream op_stream(c10::DeviceIndex device) {
 class OpStreamScope {
  public:
   explicit OpStreamScope(c10::DeviceIndex device)
-      : caller_(at::cuda::getCurrentCUDAStream(device)), ops_(op_stream(device)), on_ops_(ops_) {
+      : caller_(at::cuda::getCurrentCUDAStream(device)), ops_(own_stream(StreamRole::kOp, device)), on_ops_(ops_) {
     at::cuda::CUDAEvent fork;
     fork.record(caller_);
     fork.block(ops_);
