@@ -262,7 +262,7 @@ def rank_main() -> None:
                                              torch.equal(got.handle.recv_counts, res.handle.recv_counts))
                 elif name in ("mkernel_combine_early", "mkernel_combine_callerstream", "mkernel_combine16",
                               "mkernel_combine_seq16", "mkernel_combine_pc8",
-                              "mkernel_combine_pc4", "mkernel_combine_fixed"):  # the default's bits
+                              "mkernel_combine_pc4"):  # the default's bits
                     moe14_equal[name] = bool(torch.equal(got.float(), c_mk))
                 else:
                     moe14_equal[name + "_max_abs_diff"] = float((got.float() - c_mk).abs().max())
@@ -547,14 +547,9 @@ def moe14_variants() -> dict:
         "mkernel_dispatch_only_p5_kl_s16": dict(only, **p5, **kl, MKERNEL_MOE_GATHER_SMS="16"),
         "mkernel_dispatch_only_p5_kl_s4": dict(only, **p5, **kl, MKERNEL_MOE_GATHER_SMS="4"),
         "mkernel_dispatch_gemm_p5_kl": dict(p5, **kl),
-        # session 20: the exchange's send / receive / hooks streams from mkernel's own set, created
-        # together (distinct hardware queues) instead of torch's round-robin pool
-        "mkernel_dispatch_only_fixed": dict(only, MKERNEL_MOE_FIXED_STREAMS="1"),
-        "mkernel_dispatch_only_p1_kl_fixed": dict(only, **p1, **kl, MKERNEL_MOE_FIXED_STREAMS="1"),
-        "mkernel_dispatch_only_p1_kl_pc6_fixed": dict(only, **p1, **kl, MKERNEL_MOE_NET_PIECES="6",
-                                                      MKERNEL_MOE_FIXED_STREAMS="1"),
-        "mkernel_dispatch_only_p5_kl_fixed": dict(only, **p5, **kl, MKERNEL_MOE_FIXED_STREAMS="1"),
-        "mkernel_combine_fixed": {"MKERNEL_MOE_FIXED_STREAMS": "1"},
+        # session 20: the op stream at the device's greatest priority (the side streams at the default)
+        "mkernel_dispatch_only_hp": dict(only, MKERNEL_MOE_OP_STREAM_PRIORITY="high"),
+        "mkernel_dispatch_only_p1_kl_hp": dict(only, **p1, **kl, MKERNEL_MOE_OP_STREAM_PRIORITY="high"),
         "mkernel_combine16": {"MKERNEL_MOE_NODES_COMBINE": "reduce16"},
         "mkernel_combine_early": {"MKERNEL_MOE_COMBINE_EARLY": "1"},
         "mkernel_combine_callerstream": {"MKERNEL_MOE_OP_STREAM": "0"},
@@ -604,8 +599,7 @@ def moe14_summary(worst: dict) -> dict:
         out["moe14_op_vs_default"] = {n: worst[n] / op for n in worst
                                       if n.startswith("mkernel_dispatch_gemm") and worst.get(n)}
     for n in ("mkernel_combine16", "mkernel_combine_early", "mkernel_combine_callerstream", "mkernel_combine_seq16",
-              "mkernel_combine_fp32", "mkernel_combine_seq32", "mkernel_combine_pc8", "mkernel_combine_pc4",
-              "mkernel_combine_fixed"):
+              "mkernel_combine_fp32", "mkernel_combine_seq32", "mkernel_combine_pc8", "mkernel_combine_pc4"):
         if worst.get("mkernel_combine") and worst.get(n):
             out[f"moe14_{n[8:]}_vs_default"] = worst[n] / worst["mkernel_combine"]
     return out
@@ -901,7 +895,7 @@ def print_moe14(row: dict) -> None:
           f" of default); rows equal {row.get('moe14_equal')}", flush=True)
     combines = [n for n in ("mkernel_combine", "mkernel_combine_seq16", "mkernel_combine_fp32", "mkernel_combine_seq32",
                             "mkernel_combine_callerstream", "mkernel_combine_pc8", "mkernel_combine_pc4",
-                            "mkernel_combine_fixed", "mkernel_combine_graph") if n in row]
+                            "mkernel_combine_graph") if n in row]
     if len(combines) > 1:  # moe17: the pipelined combine (default) against the sequence, bf16 and fp32 partials
         print("  moe17 combine: " + "; ".join(
             f"{n[15:] or 'default'} {fmt(row[n]['median_ms'], 3)} ms = {fmt(row.get(n + '_link_ratio'))}x"

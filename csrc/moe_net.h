@@ -23,23 +23,9 @@
 namespace mkernel {
 namespace moe {
 
-// The streams of the MoE ops across nodes. kOp: the op's own stream (forked from the caller's and
-// joined back, moe15); kSend / kRecv: an exchange's send and receive sides (each holds spinning
-// wait launches); kHooks: mode 1's per-piece row gathers.
-enum class StreamRole : int { kOp = 0, kSend = 1, kRecv = 2, kHooks = 3 };
-// MKERNEL_MOE_FIXED_STREAMS (read at every call, every rank alike): "1" takes the send, receive
-// and hooks streams from mkernel's own set (own_stream) instead of torch's pool. Why: CUDA maps
-// streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 by default) in creation order, and an
-// op queued behind a spinning wait kernel in the same queue waits for it whatever its stream; the
-// pool hands out its 32 streams round-robin, so which of the op's streams share a queue changes
-// from call to call (NOTES "Session 20, fixed streams").
-bool fixed_streams_requested();
-// mkernel's stream for `role` on `device`: non-blocking; the four roles' streams of a device are
-// created together at the first use, one after another (so that no two share a hardware queue
-// while there are at least four), and kept for the process as torch keeps its pool.
-at::cuda::CUDAStream own_stream(StreamRole role, c10::DeviceIndex device);
-// kSend / kRecv / kHooks: own_stream when fixed_streams_requested(), else the next pool stream.
-at::cuda::CUDAStream side_stream(StreamRole role, c10::DeviceIndex device);
+// The next stream of torch's pool, for an exchange's send / receive side or mode 1's hooks (session
+// 20: a set of mkernel's own streams created together, on distinct hardware queues, measured no faster).
+at::cuda::CUDAStream side_stream(c10::DeviceIndex device);
 
 // Every rank of the group is alone on its node, and: MKERNEL_MOE_NODES_PATH=ce, or (unset) the
 // nodes are emulated on this host (MKERNEL_EMULATED_NODE) and the inter-node areas are host
