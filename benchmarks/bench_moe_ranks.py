@@ -547,9 +547,6 @@ def moe14_variants() -> dict:
         "mkernel_dispatch_only_p5_kl_s16": dict(only, **p5, **kl, MKERNEL_MOE_GATHER_SMS="16"),
         "mkernel_dispatch_only_p5_kl_s4": dict(only, **p5, **kl, MKERNEL_MOE_GATHER_SMS="4"),
         "mkernel_dispatch_gemm_p5_kl": dict(p5, **kl),
-        # session 20: the op stream at the device's greatest priority (the side streams at the default)
-        "mkernel_dispatch_only_hp": dict(only, MKERNEL_MOE_OP_STREAM_PRIORITY="high"),
-        "mkernel_dispatch_only_p1_kl_hp": dict(only, **p1, **kl, MKERNEL_MOE_OP_STREAM_PRIORITY="high"),
         "mkernel_combine16": {"MKERNEL_MOE_NODES_COMBINE": "reduce16"},
         "mkernel_combine_early": {"MKERNEL_MOE_COMBINE_EARLY": "1"},
         "mkernel_combine_callerstream": {"MKERNEL_MOE_OP_STREAM": "0"},

@@ -929,42 +929,24 @@ bool op_stream_requested() {
   return m == "1";
 }
 
-// MKERNEL_MOE_OP_STREAM_PRIORITY (read at every call; session 20, measurement): "high" runs the op on
-// a second op stream created with the device's greatest priority (the exchange's side streams keep
-// the default): does the caller-side work (layout, gathers) wait behind the exchange's streams in
-// the GPU's queues eagerly?
-bool op_stream_high_priority() {
-  const char* v = std::getenv("MKERNEL_MOE_OP_STREAM_PRIORITY");
-  if (v == nullptr || *v == '\0') return false;
-  const std::string m(v);
-  TORCH_CHECK_VALUE(m == "default" || m == "high",
-                    "MKERNEL_MOE_OP_STREAM_PRIORITY must be \"default\" or \"high\" (or unset), got \"", m, "\"");
-  return m == "high";
-}
-
 // mkernel's op stream of a device: non-blocking, created at the first use and kept for the
 // process, as torch keeps its pool streams (destroying one at exit would race the runtime's own
-// teardown). `high`: the greatest-priority one.
-at::cuda::CUDAStream op_stream(c10::DeviceIndex device, bool high) {
+// teardown).
+at::cuda::CUDAStream op_stream(c10::DeviceIndex device) {
   static std::mutex mu;
-  static std::array<std::array<cudaStream_t, 2>, 256> streams{};
+  static std::array<cudaStream_t, 256> streams{};
   TORCH_CHECK(device >= 0 && device < static_cast<int>(streams.size()),
               "mkernel: the MoE op stream: device index ", static_cast<int>(device),
               " out of range");
   const std::lock_guard<std::mutex> lock(mu);
-  cudaStream_t& s = streams[device][high ? 1 : 0];
-  if (s == nullptr) {
+  if (streams[device] == nullptr) {
     const c10::cuda::CUDAGuard on(device);
-    int least = 0, greatest = 0;
-    cudaError_t err = cudaDeviceGetStreamPriorityRange(&least, &greatest);
-    if (err == cudaSuccess) {
-      err = cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, high ? greatest : 0);
-    }
+    const cudaError_t err = cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking);
     TORCH_CHECK(err == cudaSuccess, "mkernel: the MoE op stream of device ",
                 static_cast<int>(device),
-                ": cudaStreamCreateWithPriority failed: ", cudaGetErrorString(err));
+                ": cudaStreamCreateWithFlags failed: ", cudaGetErrorString(err));
   }
-  return at::cuda::getStreamFromExternal(s, device);
+  return at::cuda::getStreamFromExternal(streams[device], device);
 }
 
 // For its scope the op stream is the current stream, forked from the caller's; at its end the
@@ -974,7 +956,7 @@ at::cuda::CUDAStream op_stream(c10::DeviceIndex device, bool high) {
 class OpStreamScope {
  public:
   explicit OpStreamScope(c10::DeviceIndex device)
-      : caller_(at::cuda::getCurrentCUDAStream(device)), ops_(op_stream(device, op_stream_high_priority())), on_ops_(ops_) {
+      : caller_(at::cuda::getCurrentCUDAStream(device)), ops_(op_stream(device)), on_ops_(ops_) {
     at::cuda::CUDAEvent fork;
     fork.record(caller_);
     fork.block(ops_);
