@@ -121,7 +121,8 @@ def build_gdr_copier(ext_dir: Path) -> None:
     the CUDA runtime the extension uses; csrc/tools/gdr_copier_main.cpp). Where it cannot be
     built the extension falls back to a helper that imports torch (slower start), so a failure
     here only warns."""
-    srcs = [ROOT / "csrc" / "tools" / "gdr_copier_main.cpp", ROOT / "csrc" / "comm" / "gdr_copier_serve.cpp"]
+    srcs = [ROOT / "csrc" / "tools" / "gdr_copier_main.cpp", ROOT / "csrc" / "comm" / "gdr_copier_serve.cpp",
+            ROOT / "csrc" / "env_knobs.cpp"]  # the serve loop reads its knob through env::get
     out = ROOT / "build" / "mkernel-gdr-copier"
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
     try:

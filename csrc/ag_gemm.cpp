@@ -19,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "env_knobs.h"
 #include "gemm_engine.h"
 #include "host_reference.h"
 #include "ops_validation.h"
@@ -129,7 +130,7 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_unfused(const at::Tensor& x, const at
 // MKERNEL_FUSED_AG_CHUNK_ROWS as a power of two in [1, 128], or 0 when unset; anything else
 // raises naming the variable (every rank reads the same environment, so every rank raises).
 int64_t pinned_ag_chunk_rows() {
-  const char* v = std::getenv("MKERNEL_FUSED_AG_CHUNK_ROWS");
+  const char* v = env::get("MKERNEL_FUSED_AG_CHUNK_ROWS");
   if (v == nullptr || *v == '\0') return 0;
   char* end = nullptr;
   const long rows = std::strtol(v, &end, 10);
@@ -141,7 +142,7 @@ int64_t pinned_ag_chunk_rows() {
 
 // MKERNEL_FUSED_AG_ORDER=natural: the M units in their natural order (measurement).
 bool natural_ag_order() {
-  const char* v = std::getenv("MKERNEL_FUSED_AG_ORDER");
+  const char* v = env::get("MKERNEL_FUSED_AG_ORDER");
   return v != nullptr && std::strcmp(v, "natural") == 0;
 }
 
@@ -159,7 +160,7 @@ bool natural_ag_order() {
 // the peer kernel's call signature differs, so a rank with another value fails the entry
 // barrier naming the peer).
 ag_route::PeerTma ag_peer_tma_mode() {
-  const char* v = std::getenv("MKERNEL_FUSED_AG_PEER_TMA");
+  const char* v = env::get("MKERNEL_FUSED_AG_PEER_TMA");
   ag_route::PeerTma mode = ag_route::kPeerTmaDefault;
   TORCH_CHECK_VALUE(ag_route::parse_peer_tma(v, &mode), kOp,
                     ": MKERNEL_FUSED_AG_PEER_TMA must be 0, 1 or auto (or unset: auto), got '",

@@ -21,6 +21,7 @@
 #include <tuple>
 
 #include "attention_reference.h"
+#include "env_knobs.h"
 #include "ops_validation.h"
 
 #ifdef MKERNEL_WITH_CUDA
@@ -149,7 +150,7 @@ std::tuple<at::Tensor, at::Tensor> launch_engine(const at::Tensor& q, const at::
   // d = 128, the 128x128 tile); every other call ignores it.
   if (hooks == nullptr && p.dtype == attention::DType::kBF16 && d == 128 &&
       (block_m == 0 || block_m == 128) && (block_n == 0 || block_n == 128)) {
-    if (const char* var = std::getenv("MKERNEL_ATTN_VARIANT")) p.variant = std::atoi(var);
+    if (const char* var = env::get("MKERNEL_ATTN_VARIANT")) p.variant = std::atoi(var);
   }
   // Variant bit 11 (split tail, attention_api.h kSplitTailBit): one fp32 workspace piece per
   // CTA of the persistent grid (at most the SM count), from the caching allocator.
@@ -213,9 +214,9 @@ std::tuple<at::Tensor, at::Tensor> attention_hooked_cuda(
   hooks.timeout_s = timeout_s;
   hooks.diag = nullptr;  // a timed-out wait traps without a record here (the ring op passes its group's)
   // The ring's opt-in split mainloop (HookArgs::split_masked), reachable here for its tests.
-  if (const char* split = std::getenv("MKERNEL_RING_SPLIT_MASK")) hooks.split_masked = split[0] == '1';
+  if (const char* split = env::get("MKERNEL_RING_SPLIT_MASK")) hooks.split_masked = split[0] == '1';
   // ring12's opt-in flag skip (HookArgs::skip_seen_flags), reachable here for its tests.
-  if (const char* skip = std::getenv("MKERNEL_RING_FLAG_SKIP")) hooks.skip_seen_flags = skip[0] == '1';
+  if (const char* skip = env::get("MKERNEL_RING_FLAG_SKIP")) hooks.skip_seen_flags = skip[0] == '1';
   return launch_engine(q, k, v, causal, softmax_scale, 0, 0, &hooks);
 }
 #endif  // MKERNEL_WITH_CUDA

@@ -23,6 +23,7 @@
 
 #include <unistd.h>
 
+#include "env_knobs.h"
 #include "fused_verdict.h"
 #include "gemm_engine.h"
 #include "kernels/fused/fused_gate_api.h"
@@ -66,7 +67,7 @@ constexpr bool kGpuGateAgGemmByDefault = false;  // until a GPU run shows it hel
 constexpr bool kGpuGateReduceByDefault = false;  // not timed on a GPU yet
 bool gpu_gate_requested(const fused::FusedParams& h) {
   if (h.net_remote <= 0) return false;
-  const char* v = std::getenv("MKERNEL_FUSED_GATE_GPU");
+  const char* v = env::get("MKERNEL_FUSED_GATE_GPU");
   if (v == nullptr || *v == '\0') {
     return h.op == comm::kOpAgGemm ? kGpuGateAgGemmByDefault : kGpuGateReduceByDefault;
   }
@@ -200,7 +201,7 @@ constexpr int kTimelineCtas = 1024;
 constexpr int kTimelineSlots = 16;
 
 int timeline_calls() {
-  const char* v = std::getenv("MKERNEL_FUSED_TIMELINE_CALLS");
+  const char* v = env::get("MKERNEL_FUSED_TIMELINE_CALLS");
   const int n = v != nullptr ? std::atoi(v) : 1;
   return std::min(std::max(n, 1), kTimelineSlots);
 }
@@ -315,7 +316,7 @@ int fused_grid(const char* op, int64_t group) {
     if (sharers > 1) grid = std::max(2, grid / sharers / 2 * 2);  // whole 2-CTA clusters
   }
   // MKERNEL_FUSED_SMS=<n> (measurement only, every rank the same): a smaller persistent grid.
-  if (const char* sms = std::getenv("MKERNEL_FUSED_SMS")) {
+  if (const char* sms = env::get("MKERNEL_FUSED_SMS")) {
     const int want = std::atoi(sms);
     if (want >= 2 && want < grid) grid = want;
   }
@@ -323,7 +324,7 @@ int fused_grid(const char* op, int64_t group) {
 }
 
 bool gate_requested(const FusedPlan& plan) {
-  const char* v = std::getenv("MKERNEL_FUSED_GATE");
+  const char* v = env::get("MKERNEL_FUSED_GATE");
   if (v == nullptr || *v == '\0') return kGateCoResidentByDefault && plan.grid > 0;
   return std::strcmp(v, "1") == 0;
 }
@@ -338,7 +339,7 @@ std::string gate_setting() {
   for (const char* name : {"MKERNEL_FUSED_GATE", "MKERNEL_FUSED_GATE_MODE",
                            "MKERNEL_FUSED_CO_GRID", "MKERNEL_FUSED_GATE_GPU",
                            "MKERNEL_FUSED_C1X1"}) {
-    const char* v = std::getenv(name);
+    const char* v = env::get(name);
     if (!s.empty()) s += '/';
     s += v != nullptr && *v != '\0' ? v : "-";
   }
@@ -363,7 +364,7 @@ int co_resident_grid(int grid) {
   // 2-CTA clusters: 96 of 132 SMs); at W = 4 (33 SMs each) nobody has measured how many clusters
   // MPS places for four clients (benchmarks/mps_place.py does), and every SM the fused grid can
   // hold is GEMM rate (benchmarks/NOTES.md "Fused ops, fused12").
-  if (const char* v = std::getenv("MKERNEL_FUSED_CO_GRID")) {
+  if (const char* v = env::get("MKERNEL_FUSED_CO_GRID")) {
     const int want = std::atoi(v);
     if (want >= 2 && want % 2 == 0 && want <= grid) return want;
   }
@@ -373,7 +374,7 @@ int co_resident_grid(int grid) {
 }
 
 bool c1x1_requested() {
-  const char* v = std::getenv("MKERNEL_FUSED_C1X1");
+  const char* v = env::get("MKERNEL_FUSED_C1X1");
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
@@ -384,7 +385,7 @@ bool c1x1_requested() {
 // replaces the rule. No even rounding: no clusters to keep whole.
 int co_resident_grid_c1(int grid) {
   if (mps_limit_percent() == 100) return 0;
-  if (const char* v = std::getenv("MKERNEL_FUSED_C1X1_GRID")) {
+  if (const char* v = env::get("MKERNEL_FUSED_C1X1_GRID")) {
     const int want = std::atoi(v);
     if (want >= 1 && want <= grid) return want;
   }
@@ -393,7 +394,7 @@ int co_resident_grid_c1(int grid) {
 }
 
 bool gate_barrier_requested() {
-  const char* v = std::getenv("MKERNEL_FUSED_GATE_MODE");
+  const char* v = env::get("MKERNEL_FUSED_GATE_MODE");
   return v != nullptr && std::strcmp(v, "barrier") == 0;
 }
 
@@ -416,9 +417,9 @@ void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPl
   const gemm::TileCounts tc = gemm::tile_counts(config, p.m, p.n);
   const int* m_order = unit_order(tc, p.m, rank_rows, order, interleave, like);
   const char* reason = nullptr;
-  const char* timeline_path = std::getenv("MKERNEL_FUSED_TIMELINE");
+  const char* timeline_path = env::get("MKERNEL_FUSED_TIMELINE");
   fused::FusedParams h = hooks;
-  const char* trigger = std::getenv("MKERNEL_FUSED_TRIGGER");  // measurement: early|late
+  const char* trigger = env::get("MKERNEL_FUSED_TRIGGER");  // measurement: early|late
   h.trigger_early = trigger != nullptr && std::strcmp(trigger, "early") == 0 ? 1 : 0;
   // The timeline's slot clear (a memset kernel) goes before the gate: between the gate and the
   // grid nothing else may run on this stream (s10run2: a memset there split 4 of 8 gated launches).
@@ -463,7 +464,7 @@ std::vector<gemm::ConfigId> candidate_configs(const char* op, int64_t group, int
                                               int64_t k) {
   // MKERNEL_FUSED_CONFIG=<config name> (read per call; tests and measurements): that config
   // only, whatever the shape, if it has a fused kernel.
-  if (const char* pin = std::getenv("MKERNEL_FUSED_CONFIG")) {
+  if (const char* pin = env::get("MKERNEL_FUSED_CONFIG")) {
     for (int id = 0; id < static_cast<int>(gemm::ConfigId::kNumConfigs); ++id) {
       const auto c = static_cast<gemm::ConfigId>(id);
       if (fused::fused_supported(c) && std::strcmp(gemm::config_name(c), pin) == 0) return {c};
@@ -488,7 +489,7 @@ std::vector<gemm::ConfigId> candidate_configs(const char* op, int64_t group, int
 namespace {
 // MKERNEL_FUSED_ORDER=<swizzle><m|n> (measurement; every rank the same), parsed; false if unset.
 bool pinned_order(int* swizzle, int* raster) {
-  const char* ord = std::getenv("MKERNEL_FUSED_ORDER");
+  const char* ord = env::get("MKERNEL_FUSED_ORDER");
   if (ord == nullptr) return false;
   const int s = std::atoi(ord);
   const char* axis = ord;
@@ -507,7 +508,7 @@ std::vector<FusedPlan> candidate_plans(const char* op, int64_t group, int64_t m,
   const bool pinned = pinned_order(&swizzle, &raster);
   // Narrower orders at long K are measured only on request (MKERNEL_FUSED_ORDERS=1): no device
   // run has timed them against the default yet, and each adds calls to a shape's first call.
-  const char* orders = std::getenv("MKERNEL_FUSED_ORDERS");
+  const char* orders = env::get("MKERNEL_FUSED_ORDERS");
   const bool long_k =
       orders != nullptr && std::strcmp(orders, "1") == 0 && 4096 * k > 12 * (int64_t{1} << 20);
   for (const gemm::ConfigId c : candidate_configs(op, group, m, n, k)) {
@@ -535,9 +536,9 @@ std::vector<FusedPlan> candidate_plans(const char* op, int64_t group, int64_t m,
   };
   bool any_small = false;
   for (const FusedPlan& p : plans) any_small = any_small || small_of(p.config) > 0;
-  const char* grids = std::getenv("MKERNEL_FUSED_GRIDS");
+  const char* grids = env::get("MKERNEL_FUSED_GRIDS");
   const bool offer = grids == nullptr || std::strcmp(grids, "share") != 0;
-  if (any_small && offer && std::getenv("MKERNEL_FUSED_SMS") == nullptr) {
+  if (any_small && offer && env::get("MKERNEL_FUSED_SMS") == nullptr) {
     // Across (emulated) nodes on one GPU the co-resident grid only (xnode6): the share's grid
     // is every SM of the rank's MPS limit, and a rank's fused grid there can wait, with no SM
     // of its client free, for copies that need one — its own in-process GPU-direct copies
@@ -606,7 +607,7 @@ namespace {
 // one CTA to one owner per FIFO command (fused_params.h net_coalesce); unset / 0: one command per
 // (tile, owner). Anything else raises naming the variable.
 int rs_nodes_coalesce(const char* op) {
-  const char* v = std::getenv("MKERNEL_FUSED_RS_NODES_COALESCE");
+  const char* v = env::get("MKERNEL_FUSED_RS_NODES_COALESCE");
   if (v == nullptr || *v == '\0') return 0;
   char* end = nullptr;
   const long n = std::strtol(v, &end, 10);
@@ -754,7 +755,7 @@ std::string unfused_key(int64_t group, const std::string& key) {
                            "MKERNEL_FUSED_CO_GRID", "MKERNEL_FUSED_GATE_MODE",
                            "MKERNEL_FUSED_GATE_GPU", "MKERNEL_FUSED_RS_NODES_COALESCE",
                            "MKERNEL_FUSED_C1X1"}) {
-    const char* v = std::getenv(name);
+    const char* v = env::get(name);
     s += '|';
     s += v != nullptr ? v : "-";
   }
@@ -764,7 +765,7 @@ std::string unfused_key(int64_t group, const std::string& key) {
 }  // namespace
 
 bool known_unfused(int64_t group, const std::string& key) {
-  if (const char* pin = std::getenv("MKERNEL_FUSED")) {
+  if (const char* pin = env::get("MKERNEL_FUSED")) {
     if (std::strcmp(pin, "off") == 0) return true;
     if (std::strcmp(pin, "force") == 0) return false;
   }
@@ -790,7 +791,7 @@ int calls_per_sample(double flops) {
 // see the same value, as for MKERNEL_FUSED): choose_path aligns the ranks before each timed
 // sample (align_ranks). Read when a shape is measured.
 bool align_requested() {
-  const char* v = std::getenv("MKERNEL_FUSED_ALIGN");
+  const char* v = env::get("MKERNEL_FUSED_ALIGN");
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
@@ -839,7 +840,7 @@ float median_of(std::vector<float> v) { return fused_verdict::median_of(std::mov
 }  // namespace
 
 int32_t side_mode(int32_t fallback) {
-  const char* v = std::getenv("MKERNEL_FUSED_SIDE");
+  const char* v = env::get("MKERNEL_FUSED_SIDE");
   if (v == nullptr) return fallback;
   if (std::strcmp(v, "regs") == 0) return fused::kSideRegs;
   if (std::strcmp(v, "staged") == 0) return fused::kSideStaged;
@@ -850,7 +851,7 @@ int32_t side_mode(int32_t fallback) {
 }
 
 int32_t tail_mode(int32_t fallback) {
-  const char* v = std::getenv("MKERNEL_FUSED_TAIL");
+  const char* v = env::get("MKERNEL_FUSED_TAIL");
   if (v == nullptr) return fallback;
   if (std::strcmp(v, "regs") == 0) return fused::kTailRegs;
   if (std::strcmp(v, "staged") == 0) return fused::kTailStaged;
@@ -864,7 +865,7 @@ std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world) {
 }
 
 bool fused_nodes_enabled(const char* op) {
-  const char* v = std::getenv("MKERNEL_FUSED_NODES");
+  const char* v = env::get("MKERNEL_FUSED_NODES");
   if (v != nullptr && *v != '\0') return std::strcmp(v, "1") == 0;
   if (std::strcmp(op, "mkernel.ag_gemm") == 0) return kAgGemmNodesByDefault;
   if (std::strcmp(op, "mkernel.gemm_rs") == 0) return kGemmRsNodesByDefault;
@@ -875,7 +876,7 @@ bool fused_nodes_enabled(const char* op) {
 namespace {
 // MKERNEL_FUSED_VERBOSE=1 (measurement): choose_path's verdicts and captures on stderr.
 bool verbose_requested() {
-  const char* v = std::getenv("MKERNEL_FUSED_VERBOSE");
+  const char* v = env::get("MKERNEL_FUSED_VERBOSE");
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
@@ -900,7 +901,7 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   // depend on the environment, e.g. MKERNEL_FUSED_GRIDS).
   std::string full = std::to_string(group) + "/" + key + " paths=" +
                      std::to_string(paths.size()) + " gate=" + gate_setting();
-  if (const char* pin = std::getenv("MKERNEL_FUSED")) {
+  if (const char* pin = env::get("MKERNEL_FUSED")) {
     if (std::strcmp(pin, "off") == 0) return unfused;
     if (std::strcmp(pin, "force") == 0) {  // the fused configs only
       candidates = unfused;

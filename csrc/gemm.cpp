@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "env_knobs.h"
 #include "gemm_engine.h"
 #include "gemv_engine.h"
 #include "ops_validation.h"
@@ -172,7 +173,7 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
   // launch (no engine plan lookup, no plan-table read). s11 run 1: auto ran 42.4 us at
   // 16x8192x8192 where the same kernel pinned ran 38.8.
   static const bool fast_lookup = [] {  // MKERNEL_GEMM_SMALLM_FASTPATH=0: the full path (A/B)
-    const char* v = std::getenv("MKERNEL_GEMM_SMALLM_FASTPATH");
+    const char* v = env::get("MKERNEL_GEMM_SMALLM_FASTPATH");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   if (fast_lookup && all_open && m > 8 && m <= kSwapMaxRows) {

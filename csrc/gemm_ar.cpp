@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "env_knobs.h"
 #include "gemm_engine.h"
 #include "host_reference.h"
 #include "ops_validation.h"
@@ -138,7 +139,7 @@ constexpr int64_t kSmallRows = kSwapMaxRows;
 // beyond. MKERNEL_GEMM_AR_ALGO=oneshot|twoshot forces one, for measuring both (every rank must
 // see the same value: the call signature includes it).
 bool two_shot(int64_t rows, int64_t n, int64_t world, int64_t element_size) {
-  static const char* forced = std::getenv("MKERNEL_GEMM_AR_ALGO");
+  static const char* forced = env::get("MKERNEL_GEMM_AR_ALGO");
   if (forced != nullptr && std::strcmp(forced, "oneshot") == 0) return false;
   if (forced != nullptr && std::strcmp(forced, "twoshot") == 0) return true;
   return world > 2 && rows * n * element_size > (4 << 20);
@@ -209,7 +210,7 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
   check_engine_inputs(kOp, x);
   // The group first, so that a closed or unknown group is reported as gemm_ar's on every path.
   comm::SymmetricGroup& sg = comm::SymmetricGroup::get(kOp, group, world_size, x.device());
-  if (x.size(0) <= kSmallRows && std::getenv("MKERNEL_GEMM_AR_ALGO") == nullptr) {
+  if (x.size(0) <= kSmallRows && env::get("MKERNEL_GEMM_AR_ALGO") == nullptr) {
     // Decode sizes: the local GEMM runs the small-M kernels (the GEMV up to 16 rows, the
     // swapped GEMM or the engine's tiles by measurement up to 512: gemm.cpp), which the fused
     // kernel's hooked tiles are not; the all-reduce of at most 512·N elements then follows on

@@ -26,6 +26,7 @@
 // kernel's configs (grouped_plan), keyed by (experts, T bucket, N, K) and
 // timed on the first call's routing.
 // MKERNEL_GEMM_AUTOTUNE=0 turns tuning off (the heuristic alone).
+#include "env_knobs.h"
 #include "gemm_engine.h"
 #include "gemm_plan_store.h"
 
@@ -110,7 +111,7 @@ std::optional<gemm::Plan> parse_plan(const std::string& text) {
 // (each candidate's median, or why it could not run).
 bool tuning_logged() {
   static const bool on = [] {
-    const char* v = std::getenv("MKERNEL_GEMM_AUTOTUNE_LOG");
+    const char* v = env::get("MKERNEL_GEMM_AUTOTUNE_LOG");
     return v != nullptr && std::strcmp(v, "0") != 0;
   }();
   return on;
@@ -118,7 +119,7 @@ bool tuning_logged() {
 
 bool tuning_enabled() {
   static const bool on = [] {
-    const char* v = std::getenv("MKERNEL_GEMM_AUTOTUNE");
+    const char* v = env::get("MKERNEL_GEMM_AUTOTUNE");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   return on;
@@ -483,7 +484,7 @@ bool small_runs(const gemm::Problem& p, const SmallPlan& c, int sms) {
 // run on a GPU: candidates only with MKERNEL_GEMM_SMALLM_S9=1.
 bool s9_candidates() {
   static const bool on = [] {
-    const char* v = std::getenv("MKERNEL_GEMM_SMALLM_S9");
+    const char* v = env::get("MKERNEL_GEMM_SMALLM_S9");
     return v != nullptr && std::strcmp(v, "1") == 0;
   }();
   return on;
@@ -497,7 +498,7 @@ constexpr int kFirstS9Gemv = 11;  // gemv_sm90.cu: rows_w8u2 onwards (and ks_w8r
 // 1-2% faster than swap_64x16_ping at 16 rows in s10 run 2) is a candidate by default.
 bool s10_candidates() {
   static const bool on = [] {
-    const char* v = std::getenv("MKERNEL_GEMM_SMALLM_S10");
+    const char* v = env::get("MKERNEL_GEMM_SMALLM_S10");
     return v != nullptr && std::strcmp(v, "1") == 0;
   }();
   return on;
@@ -518,7 +519,7 @@ constexpr int kSwapC2x1 = 0, kSwapStreamK176 = 1;
 // split to fill one wave (3 x 14 tiles x 3 = 126 CTAs).
 bool s11_candidates() {
   static const bool on = [] {
-    const char* v = std::getenv("MKERNEL_GEMM_SMALLM_S11");
+    const char* v = env::get("MKERNEL_GEMM_SMALLM_S11");
     return v != nullptr && std::strcmp(v, "1") == 0;
   }();
   return on;
@@ -532,7 +533,7 @@ constexpr int kSwapK2_176 = 16;  // gemm_swap_dispatch.cu: swap_128x176_k2
 // the first (ungrouped) schedule; the grouped one has not run on a GPU.
 bool s12_candidates() {
   static const bool on = [] {
-    const char* v = std::getenv("MKERNEL_GEMM_SMALLM_S12");
+    const char* v = env::get("MKERNEL_GEMM_SMALLM_S12");
     return v != nullptr && std::strcmp(v, "1") == 0;
   }();
   return on;
@@ -545,7 +546,7 @@ constexpr int kLastS12Swap = 20;
 // spread over every SM, split tiles summed through tickets).
 bool s13_candidates() {
   static const bool on = [] {
-    const char* v = std::getenv("MKERNEL_GEMM_SMALLM_S13");
+    const char* v = env::get("MKERNEL_GEMM_SMALLM_S13");
     return v != nullptr && std::strcmp(v, "1") == 0;
   }();
   return on;
@@ -558,7 +559,7 @@ constexpr int kSwapWide336 = 21;  // gemm_swap_dispatch.cu: swap_128x336_wide
 // 4x2 clusters, 7 stages, non-persistent (3584 weight rows: 112 CTAs in 14 clusters of 8).
 bool s14_candidates() {
   static const bool on = [] {
-    const char* v = std::getenv("MKERNEL_GEMM_SMALLM_S14");
+    const char* v = env::get("MKERNEL_GEMM_SMALLM_S14");
     return v != nullptr && std::strcmp(v, "1") == 0;
   }();
   return on;
@@ -573,7 +574,7 @@ constexpr int kLastS14Swap = 23;
 // 128x168 1x2 and 64x168 4x2 with TMA cache hints (weights evict-first, tokens evict-last).
 bool s15_candidates() {
   static const bool on = [] {
-    const char* v = std::getenv("MKERNEL_GEMM_SMALLM_S15");
+    const char* v = env::get("MKERNEL_GEMM_SMALLM_S15");
     return v != nullptr && std::strcmp(v, "1") == 0;
   }();
   return on;
@@ -646,7 +647,7 @@ std::vector<SmallPlan> small_candidates(const gemm::Problem& p, int sms) {
   // do not. There the GEMV is not timed; narrower weights keep it (its K split fills the SMs
   // where 64-row tiles cannot). MKERNEL_GEMM_SMALLM_GEMV16=1 times it again (the A/B).
   static const bool gemv16 = [] {
-    const char* v = std::getenv("MKERNEL_GEMM_SMALLM_GEMV16");
+    const char* v = env::get("MKERNEL_GEMM_SMALLM_GEMV16");
     return v != nullptr && std::strcmp(v, "1") == 0;
   }();
   constexpr int kSwap64x16 = 7, kSwap64x16K256 = 15;

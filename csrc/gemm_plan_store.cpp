@@ -21,6 +21,8 @@
 
 #include <torch/library.h>
 
+#include "env_knobs.h"
+
 namespace mkernel::plans {
 namespace {
 
@@ -42,12 +44,12 @@ void warn(const std::string& what) {
 }
 
 bool file_cache_enabled() {
-  const char* v = std::getenv("MKERNEL_GEMM_PLAN_CACHE");
+  const char* v = env::get("MKERNEL_GEMM_PLAN_CACHE");
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 std::string cache_dir() {
-  if (const char* d = std::getenv("MKERNEL_CACHE_DIR"); d != nullptr && *d) return d;
+  if (const char* d = env::get("MKERNEL_CACHE_DIR"); d != nullptr && *d) return d;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x)
     return std::string(x) + "/mkernel";
   if (const char* h = std::getenv("HOME"); h != nullptr && *h)

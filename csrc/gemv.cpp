@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "env_knobs.h"
 #include "gemm_engine.h"
 #include "gemv_engine.h"
 #include "ops_validation.h"
@@ -57,7 +58,7 @@ static_assert(kMaxRows == gemv::kMaxRows && kNumVariants == gemv::kNumVariants);
 
 bool gemv_planned(int64_t m, int64_t n, int64_t k, int sm_count, gemv::Plan* plan) {
   static const bool enabled = [] {
-    const char* v = std::getenv("MKERNEL_GEMM_GEMV");
+    const char* v = env::get("MKERNEL_GEMM_GEMV");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
   if (!enabled || m < 1 || m > gemv::kMaxRows || n % 8 || k % 8) return false;

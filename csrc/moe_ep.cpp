@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/symmetric_group.h"
+#include "env_knobs.h"
 #include "kernels/moe/moe_ep_api.h"
 #include "kernels/moe/moe_routing_api.h"
 #include "moe_local.h"
@@ -101,7 +102,7 @@ Routing route_on_device(const at::Tensor& topk_idx, int64_t experts, int64_t wor
 // time 0.36 -> 0.027 ms, host issue per call 1.60 -> 0.43 ms, dispatch+GEMM 6.77 -> 5.64 ms.
 bool routing_kernel_enabled() {
   static const bool on = [] {
-    const char* v = std::getenv("MKERNEL_MOE_ROUTING");
+    const char* v = env::get("MKERNEL_MOE_ROUTING");
     return v == nullptr || std::string(v) != "aten";
   }();
   return on;

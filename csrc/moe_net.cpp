@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "comm/symmetric_group.h"
+#include "env_knobs.h"
 #include "kernels/comm/wait_diagnostic.h"
 #include "kernels/moe/moe_net_api.h"
 #include "kernels/moe/moe_net_plan.h"
@@ -64,13 +65,13 @@ bool exchange_by_copy_engine(const char* op, int64_t group, int64_t world_size,
   // stage and unstage copies are device copies, the transport's copy engine moves each piece
   // when the emulated link delivers it, and no SM is held while the pieces are in flight).
   static const int mode = [] {
-    const char* v = std::getenv("MKERNEL_MOE_NODES_PATH");
+    const char* v = env::get("MKERNEL_MOE_NODES_PATH");
     const std::string m = v == nullptr ? "" : v;
     TORCH_CHECK_VALUE(m.empty() || m == "substrate" || m == "ce",
                       "MKERNEL_MOE_NODES_PATH must be \"substrate\" or \"ce\" (or unset), got \"", m, "\"");
     return m == "substrate" ? 0 : m == "ce" ? 2 : 1;
   }();
-  static const bool emulated = std::getenv("MKERNEL_EMULATED_NODE") != nullptr;
+  static const bool emulated = env::get("MKERNEL_EMULATED_NODE") != nullptr;
   if (mode == 0) return false;
   const comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, device);
   if (g.nodes() != g.world()) return false;
@@ -209,7 +210,7 @@ namespace {
 // An integer knob in [lo, hi] (read at every call; every rank must see the same value); unset
 // or empty: dflt.
 uint64_t env_count(const char* name, const char* op, uint64_t lo, uint64_t hi, uint64_t dflt) {
-  const char* v = std::getenv(name);
+  const char* v = env::get(name);
   if (v == nullptr || *v == '\0') return dflt;
   char* end = nullptr;
   const long n = std::strtol(v, &end, 10);

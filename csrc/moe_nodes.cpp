@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "comm/symmetric_group.h"
+#include "env_knobs.h"
 #include "comm/wait_record.h"
 #include "kernels/comm/wait_diagnostic.h"
 #include "kernels/moe/moe_ep_api.h"
@@ -114,7 +115,7 @@ namespace {
 // replayed from a graph mode 1 ran 1.275 ms = 0.92x the link against mode 3's 1.50 (0.78x) in
 // every session-19/20 run, while eagerly its per-piece host issue makes it no faster than mode 3.
 int dispatch_mode(cudaStream_t stream) {
-  const char* v = std::getenv("MKERNEL_MOE_DISPATCH_PIPELINE");
+  const char* v = env::get("MKERNEL_MOE_DISPATCH_PIPELINE");
   if (v == nullptr || *v == '\0') {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     const cudaError_t err = cudaStreamIsCapturing(stream, &capture);
@@ -140,7 +141,7 @@ int dispatch_mode(cudaStream_t stream) {
 // (MKERNEL_MOE_DISPATCH_GATHER=counted, or modes 1 and 3) with capacity 0 and E <= the routing
 // kernels' table; elsewhere (the default sequence's bound gather, mode 2, capacity > 0) ATen.
 bool layout_kernel_requested() {
-  const char* v = std::getenv("MKERNEL_MOE_LAYOUT");
+  const char* v = env::get("MKERNEL_MOE_LAYOUT");
   if (v == nullptr || *v == '\0') return true;
   const std::string m(v);
   TORCH_CHECK_VALUE(m == "aten" || m == "kernel",
@@ -155,7 +156,7 @@ bool layout_kernel_requested() {
 // instead of per every SM (1056 CTAs on an H200): fewer SMs taken from the copies that carry
 // the link (s17: a copy beside a full grid runs ~15x slower). Unset or 0: every SM.
 int gather_sms(int sms) {
-  const char* v = std::getenv("MKERNEL_MOE_GATHER_SMS");
+  const char* v = env::get("MKERNEL_MOE_GATHER_SMS");
   if (v == nullptr || *v == '\0') return sms;
   char* end = nullptr;
   const long n = std::strtol(v, &end, 10);
@@ -235,7 +236,7 @@ at::Tensor layout_by_kernel(const char* op, const at::Tensor& idx_all, int64_t T
 // the row-gather kernel over the rows the counts cover only (the pipelined path's gather; rows past
 // the counts stay unwritten: unspecified, as on one node and on the pipelined path).
 bool gather_counted() {
-  const char* v = std::getenv("MKERNEL_MOE_DISPATCH_GATHER");
+  const char* v = env::get("MKERNEL_MOE_DISPATCH_GATHER");
   if (v == nullptr || *v == '\0') return false;
   const std::string m(v);
   TORCH_CHECK_VALUE(m == "bound" || m == "counted",
@@ -250,7 +251,7 @@ bool gather_counted() {
 // times it by CUDA events on the caller's stream: the dispatch alone, as DeepEP measures it (bytes
 // over the link / dispatch time), instead of "op minus a GEMM timed in another call".
 bool dispatch_only() {
-  const char* v = std::getenv("MKERNEL_MOE_DISPATCH_ONLY");
+  const char* v = env::get("MKERNEL_MOE_DISPATCH_ONLY");
   return v != nullptr && std::string(v) == "1";
 }
 
@@ -260,7 +261,7 @@ bool dispatch_only() {
 // that both ranks then deadlocked at DONE when DONE was queued by the second half). Skipped
 // under graph capture.
 void headed_sync_for_test(const char* op, const at::cuda::CUDAStream& s) {
-  const char* v = std::getenv("MKERNEL_MOE_HEADED_SYNC");
+  const char* v = env::get("MKERNEL_MOE_HEADED_SYNC");
   if (v == nullptr || std::string(v) != "1") return;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(s.stream(), &capture) != cudaSuccess) {
@@ -312,7 +313,7 @@ thread_local Phases last_phases;
 thread_local std::shared_ptr<void> last_phases_keep;  // what borrowed events belong to
 
 bool phases_requested(const at::cuda::CUDAStream& s) {
-  const char* v = std::getenv("MKERNEL_MOE_PHASES");
+  const char* v = env::get("MKERNEL_MOE_PHASES");
   if (v == nullptr || std::string(v) != "1") return false;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(s.stream(), &capture) != cudaSuccess) {
@@ -696,7 +697,7 @@ at::Tensor gather_nodes(const char* op, const at::Tensor& y, const at::Tensor& r
 
 namespace {
 std::string nodes_combine_mode() {
-  const char* v = std::getenv("MKERNEL_MOE_NODES_COMBINE");
+  const char* v = env::get("MKERNEL_MOE_NODES_COMBINE");
   const std::string m = v == nullptr ? std::string() : std::string(v);
   TORCH_CHECK_VALUE(m.empty() || m == "reduce" || m == "reduce16" || m == "allgather",
                     "MKERNEL_MOE_NODES_COMBINE must be \"reduce\" (the default), \"reduce16\" or "
@@ -731,7 +732,7 @@ namespace {
 // stream while the others are on the link. The same values summed in the same order: the same
 // bits as the default.
 bool combine_early() {
-  const char* v = std::getenv("MKERNEL_MOE_COMBINE_EARLY");
+  const char* v = env::get("MKERNEL_MOE_COMBINE_EARLY");
   if (v == nullptr || *v == '\0') return true;
   const std::string m(v);
   TORCH_CHECK_VALUE(m == "0" || m == "1", "MKERNEL_MOE_COMBINE_EARLY must be 0 or 1 (or unset), got \"", m, "\"");
@@ -743,7 +744,7 @@ bool combine_early() {
 // are made straight into the send area and pushed piece by piece, and each piece's output rows
 // are summed from the receive area as they land (moe_net.h reduce_nodes_pipelined).
 bool combine_pipeline() {
-  const char* v = std::getenv("MKERNEL_MOE_COMBINE_PIPELINE");
+  const char* v = env::get("MKERNEL_MOE_COMBINE_PIPELINE");
   if (v == nullptr || *v == '\0') return true;
   const std::string m(v);
   TORCH_CHECK_VALUE(m == "0" || m == "1", "MKERNEL_MOE_COMBINE_PIPELINE must be 0 or 1 (or unset), got \"", m,
@@ -754,7 +755,7 @@ bool combine_pipeline() {
 // The partial-sum kernel unless MKERNEL_MOE_NODES_PARTIAL=aten (the ATen sequence it replaces).
 bool partials_by_kernel() {
   static const bool on = [] {
-    const char* v = std::getenv("MKERNEL_MOE_NODES_PARTIAL");
+    const char* v = env::get("MKERNEL_MOE_NODES_PARTIAL");
     return v == nullptr || std::string(v) != "aten";
   }();
   return on;
@@ -921,7 +922,7 @@ namespace {
 // 18, moe15"). Session 19 call A (-080023.json): with the op stream the default-stream dispatch
 // ran 1.655 ms vs 1.869 (0.885x), and the 12 default-path MoE tests across nodes passed with it.
 bool op_stream_requested() {
-  const char* v = std::getenv("MKERNEL_MOE_OP_STREAM");
+  const char* v = env::get("MKERNEL_MOE_OP_STREAM");
   if (v == nullptr || *v == '\0') return true;
   const std::string m(v);
   TORCH_CHECK_VALUE(m == "0" || m == "1", "MKERNEL_MOE_OP_STREAM must be 0 or 1 (or unset), got \"",

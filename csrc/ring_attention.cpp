@@ -24,6 +24,7 @@
 #include <tuple>
 
 #include "attention_reference.h"
+#include "env_knobs.h"
 #include "host_reference.h"
 #include "ops_validation.h"
 
@@ -262,11 +263,11 @@ struct WholeSend {
 // MKERNEL_RING_SEND_FIRST=1 (the send kernel, the engine started once its CTAs run).
 WholeSend whole_send(const at::Tensor& q, bool causal) {
   const bool bf16 = q.scalar_type() == at::kBFloat16;
-  const char* ctas = std::getenv("MKERNEL_RING_SEND_CTAS");
+  const char* ctas = env::get("MKERNEL_RING_SEND_CTAS");
   const int n = ctas != nullptr ? std::atoi(ctas) : 0;
   if (n >= 1 && n <= 16) return {false, n};
-  const char* how = std::getenv("MKERNEL_RING_SEND");
-  const char* first = std::getenv("MKERNEL_RING_SEND_FIRST");  // a send-kernel knob
+  const char* how = env::get("MKERNEL_RING_SEND");
+  const char* first = env::get("MKERNEL_RING_SEND_FIRST");  // a send-kernel knob
   if ((how != nullptr && std::strcmp(how, "kernel") == 0) ||
       (first != nullptr && std::strcmp(first, "1") == 0))
     return {false, kSendCtas};
@@ -282,16 +283,16 @@ WholeSend whole_send(const at::Tensor& q, bool causal) {
 // SMs) finds only what is left instead of running a static list after the others. Pin
 // MKERNEL_RING_TILES=static for the static order (benchmarks; ranks may differ).
 bool whole_claims_tiles() {
-  const char* env = std::getenv("MKERNEL_RING_TILES");
-  return env == nullptr || std::strcmp(env, "static") != 0;
+  const char* value = env::get("MKERNEL_RING_TILES");
+  return value == nullptr || std::strcmp(value, "static") != 0;
 }
 
 // MKERNEL_RING_SPLIT_MASK=1 (opt-in until a GPU run measures it; ranks may differ): the causal
 // engine kernels run their masked (diagonal) and wholly visible KV blocks in two loops
 // (attention_api.h HookArgs::split_masked; the same result bit for bit).
 bool ring_split_masked() {
-  const char* env = std::getenv("MKERNEL_RING_SPLIT_MASK");
-  return env != nullptr && std::strcmp(env, "1") == 0;
+  const char* value = env::get("MKERNEL_RING_SPLIT_MASK");
+  return value != nullptr && std::strcmp(value, "1") == 0;
 }
 
 // On by default since s11run1 (MKERNEL_RING_FLAG_SKIP=0 turns it off; ranks may differ): the
@@ -300,8 +301,8 @@ bool ring_split_masked() {
 // released together), instead of one system-scope acquire + proxy fence per block. Measured
 // (W=2, bench_ring_attention): 6-14% faster fused calls on all 6 shapes, the same bits.
 bool ring_flag_skip() {
-  const char* env = std::getenv("MKERNEL_RING_FLAG_SKIP");
-  return env == nullptr || std::strcmp(env, "0") != 0;
+  const char* value = env::get("MKERNEL_RING_FLAG_SKIP");
+  return value == nullptr || std::strcmp(value, "0") != 0;
 }
 
 // On by default since s11run2 (ring13; MKERNEL_RING_FUSED_NODES=0 pins the all-gather path;
@@ -314,8 +315,8 @@ bool ring_flag_skip() {
 // 1.92-2.20x the unfused ring at the 4 bench rows; W=2 (with graph replay) and W=4 over 2 nodes
 // passed against float64.
 bool ring_fused_nodes() {
-  const char* env = std::getenv("MKERNEL_RING_FUSED_NODES");
-  return env == nullptr || std::strcmp(env, "0") != 0;
+  const char* value = env::get("MKERNEL_RING_FUSED_NODES");
+  return value == nullptr || std::strcmp(value, "0") != 0;
 }
 
 // CTAs of the across-nodes send kernel: it stages the shard into the send area, copies it to
@@ -323,7 +324,7 @@ bool ring_fused_nodes() {
 // staged path), all beside the engine. MKERNEL_RING_SEND_CTAS=1..16 pins it.
 constexpr int kNodesSendCtas = 4;
 int nodes_send_ctas() {
-  const char* ctas = std::getenv("MKERNEL_RING_SEND_CTAS");
+  const char* ctas = env::get("MKERNEL_RING_SEND_CTAS");
   const int n = ctas != nullptr ? std::atoi(ctas) : 0;
   return n >= 1 && n <= ring_attention::kMaxSendCtas ? n : kNodesSendCtas;
 }
@@ -340,7 +341,7 @@ int nodes_send_ctas() {
 class RingPhases {
  public:
   explicit RingPhases(cudaStream_t stream) : stream_(stream) {
-    path_ = std::getenv("MKERNEL_RING_PHASES");
+    path_ = env::get("MKERNEL_RING_PHASES");
     if (path_ == nullptr || path_[0] == '\0') return;
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
@@ -618,8 +619,8 @@ int whole_grid(const at::Tensor& q, int send_ctas) {
   int sms = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, q.device().index()));
   int grid = std::max(1, sms - send_ctas);
-  if (const char* env = std::getenv("MKERNEL_RING_GRID")) {
-    const int n = std::atoi(env);
+  if (const char* value = env::get("MKERNEL_RING_GRID")) {
+    const int n = std::atoi(value);
     if (n >= 1 && n <= 1024) grid = n;
   }
   return grid;
@@ -703,7 +704,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   // MKERNEL_RING_SEND_FIRST=1 (a pin; measured slower, session 8 run 1: GQA 12.2 ms symmetric vs
   // 8.6 with 4 send CTAs): the engine starts only once every send CTA runs (ring_kv_api.h
   // wait_send_started: the SMs it needs cannot go to engine CTAs).
-  const char* first = std::getenv("MKERNEL_RING_SEND_FIRST");
+  const char* first = env::get("MKERNEL_RING_SEND_FIRST");
   if (!in_engine && !nodes && first != nullptr && std::strcmp(first, "1") == 0) {
     check(ring_attention::wait_send_started(view, ring_attention::send_whole_grid(view, geo,
                                                                                   send_ctas),
@@ -939,7 +940,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
   // MKERNEL_RING_MODE=step pins the per-step ring (benchmarks and tests run both modes on the
   // same shapes); the mode is part of the call's signature, so ranks that disagree get the
   // entry barrier's clear error instead of a hang.
-  const char* pin = std::getenv("MKERNEL_RING_MODE");
+  const char* pin = env::get("MKERNEL_RING_MODE");
   const bool step_pinned = pin != nullptr && std::strcmp(pin, "step") == 0;
   std::optional<ring_attention::Geometry> whole;
   if (!step_pinned && (!causal || (s == s_kv && half % 128 == 0))) whole = whole_geometry(k, world);

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core_binding.h"
+#include "env_knobs.h"
 
 namespace mkernel {
 namespace {
@@ -25,7 +26,7 @@ std::string hostname() {
 }  // namespace
 
 double op_timeout_seconds() {
-  const char* v = std::getenv(kTimeoutEnv);
+  const char* v = env::get(kTimeoutEnv);
   if (v == nullptr || *v == '\0') return kDefaultTimeoutS;
   char* end = nullptr;
   const double s = std::strtod(v, &end);
@@ -78,7 +79,7 @@ SessionLayout session_layout(const char* op, int64_t group, int64_t world_size) 
                     " has ", world, " ranks");
   SessionLayout l;
   l.timeout_s = op_timeout_seconds();
-  const char* emulated = std::getenv("MKERNEL_EMULATED_NODE");
+  const char* emulated = env::get("MKERNEL_EMULATED_NODE");
   const std::string me = hostname() + "\n" + (emulated != nullptr ? emulated : "");
   const std::vector<std::string> ids =
       session_allgather_blobs(op, s, me, l.timeout_s, "the ranks' nodes");

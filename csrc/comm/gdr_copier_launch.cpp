@@ -16,6 +16,7 @@
 #include <string>
 
 #include "comm/gdr_copier_process.h"
+#include "env_knobs.h"
 #include "kernels/comm/group_device.h"
 
 namespace mkernel::comm {
@@ -115,7 +116,7 @@ void serve_op(int64_t fd, int64_t lifeline) {
 }  // namespace
 
 uint32_t copier_submit_env(const char* op) {
-  const char* v = std::getenv("MKERNEL_NET_GDR_COPIER_SUBMIT");
+  const char* v = env::get("MKERNEL_NET_GDR_COPIER_SUBMIT");
   std::string s = v != nullptr ? v : "";
   s.erase(0, s.find_first_not_of(" \t\n"));
   s.erase(s.find_last_not_of(" \t\n") + 1);
@@ -133,7 +134,7 @@ CopierLaunch copier_launch(const char* op) {
   // The CUDA runtime this extension uses (the one torch loaded): the executable opens the same.
   const std::string cudart = object_of(reinterpret_cast<const void*>(&cudaMemcpyAsync));
   std::string exe;
-  if (const char* e = std::getenv("MKERNEL_NET_GDR_COPIER_EXE"); e != nullptr && *e != '\0') {
+  if (const char* e = env::get("MKERNEL_NET_GDR_COPIER_EXE"); e != nullptr && *e != '\0') {
     exe = e;
     TORCH_CHECK(executable(exe), op, ": MKERNEL_NET_GDR_COPIER_EXE=", exe, " is not an executable file");
   } else if (!so.empty()) {
@@ -143,7 +144,7 @@ CopierLaunch copier_launch(const char* op) {
   if (executable(exe) && runtime_shared) {
     return CopierLaunch{exe, {exe, cudart, "{block}", "{lifeline}"}, "mkernel-gdr-copier", submit};
   }
-  const char* py = std::getenv("MKERNEL_PYTHON");
+  const char* py = env::get("MKERNEL_PYTHON");
   TORCH_CHECK(py != nullptr && *py != '\0' && !so.empty(), op, ": the GPU-direct copier executable ",
               exe.empty() ? std::string("mkernel-gdr-copier") : exe,
               runtime_shared ? " is missing (setup.py builds it beside the extension)"

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "comm/gdr_copier_protocol.h"
+#include "env_knobs.h"
 
 namespace mkernel::comm {
 namespace {
@@ -76,7 +77,7 @@ class Server {
     batch_ = b_->submit_asked != kCopierSubmitPlain &&
              (cu_.memcpy_batch_async != nullptr || cu_.memcpy_batch_async_v12 != nullptr);
     no_batch_api_ = b_->submit_asked != kCopierSubmitPlain && !batch_;
-    if (const char* v = std::getenv("MKERNEL_NET_GDR_COPIER_BATCH"); v != nullptr && *v != '\0') {
+    if (const char* v = env::get("MKERNEL_NET_GDR_COPIER_BATCH"); v != nullptr && *v != '\0') {
       char* end = nullptr;
       const unsigned long n = std::strtoul(v, &end, 10);
       if (end == v || *end != '\0' || n < 1 || n > kMaxBatch) {

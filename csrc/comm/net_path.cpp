@@ -20,6 +20,7 @@
 #include "comm/gdr_copier_launch.h"
 #include "comm/gdr_copier_process.h"
 #include "core_binding.h"
+#include "env_knobs.h"
 #include "session_layout.h"
 
 namespace mkernel::comm {
@@ -66,7 +67,7 @@ class DeviceScope {
 // Unset: kGpuDirectByDefault (python/mkernel/_module_loading.py GDR_BY_DEFAULT says the same).
 constexpr bool kGpuDirectByDefault = true;
 bool gpu_direct_env() {
-  const char* v = std::getenv("MKERNEL_NET_GDR");
+  const char* v = env::get("MKERNEL_NET_GDR");
   std::string s = v != nullptr ? v : "";
   s.erase(0, s.find_first_not_of(" \t\n"));
   s.erase(s.find_last_not_of(" \t\n") + 1);
@@ -80,7 +81,7 @@ bool gpu_direct_env() {
 // Spaces are ignored (python/mkernel/_module_loading.py `copier` reads it the same way).
 constexpr bool kCopierProcessByDefault = true;
 bool copier_process_env() {
-  const char* v = std::getenv("MKERNEL_NET_GDR_COPIER");
+  const char* v = env::get("MKERNEL_NET_GDR_COPIER");
   std::string s = v != nullptr ? v : "";
   s.erase(0, s.find_first_not_of(" \t\n"));
   s.erase(s.find_last_not_of(" \t\n") + 1);
@@ -93,7 +94,7 @@ bool copier_process_env() {
 // MKERNEL_NET_GDR_COPIER_START_S, else the larger of 30 s and the op timeout. Not the op timeout
 // alone: s12run1's killed-rank test ran with a 5 s op timeout and four helpers starting at once.
 int64_t copier_start_ms(int64_t op_timeout_ms) {
-  if (const char* v = std::getenv("MKERNEL_NET_GDR_COPIER_START_S"); v != nullptr && *v != '\0') {
+  if (const char* v = env::get("MKERNEL_NET_GDR_COPIER_START_S"); v != nullptr && *v != '\0') {
     char* end = nullptr;
     const double sec = std::strtod(v, &end);
     TORCH_CHECK_VALUE(end != v && *end == '\0' && sec > 0, "MKERNEL_NET_GDR_COPIER_START_S=\"", v,
@@ -107,8 +108,8 @@ int64_t copier_start_ms(int64_t op_timeout_ms) {
 std::string chosen_net(const std::string& net) {
   std::string name = net;
   if (name.empty()) {
-    if (const char* p = std::getenv("MKERNEL_NET_PLUGIN"); p != nullptr && *p != '\0') return "plugin";
-    if (const char* e = std::getenv("MKERNEL_NET"); e != nullptr) name = e;
+    if (const char* p = env::get("MKERNEL_NET_PLUGIN"); p != nullptr && *p != '\0') return "plugin";
+    if (const char* e = env::get("MKERNEL_NET"); e != nullptr) name = e;
   }
   return name;
 }
@@ -118,7 +119,7 @@ std::string chosen_net(const std::string& net) {
 // staging anyway). MKERNEL_NET_GPU_MEMORY=0 turns it off (host staging everywhere), =1 forces the
 // offer.
 bool offer_gpu_memory(const std::string& net, bool gpu_direct) {
-  if (const char* v = std::getenv("MKERNEL_NET_GPU_MEMORY"); v != nullptr && *v != '\0') {
+  if (const char* v = env::get("MKERNEL_NET_GPU_MEMORY"); v != nullptr && *v != '\0') {
     return std::strcmp(v, "0") != 0;
   }
   const std::string name = chosen_net(net);
@@ -178,7 +179,7 @@ std::string module_loading_mode() {
 }
 
 bool env_set(const char* name) {
-  const char* v = std::getenv(name);
+  const char* v = env::get(name);
   return v != nullptr && *v != '\0';
 }
 

@@ -26,6 +26,7 @@
 
 #include "comm/net_path.h"
 #include "core_binding.h"
+#include "env_knobs.h"
 #include "kernels/comm/net_pingpong_api.h"
 #include "kernels/comm/wait_diagnostic.h"
 
@@ -35,7 +36,7 @@ namespace {
 constexpr const char* kOp = "mkernel._net_pingpong";
 
 double timeout_seconds() {
-  const char* v = std::getenv("MKERNEL_OP_TIMEOUT");
+  const char* v = env::get("MKERNEL_OP_TIMEOUT");
   if (v == nullptr || *v == '\0') return 60.0;
   char* end = nullptr;
   const double s = std::strtod(v, &end);

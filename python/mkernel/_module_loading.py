@@ -22,6 +22,8 @@ import os
 import sys
 from typing import MutableMapping
 
+from . import _env_knobs
+
 ENV = "CUDA_MODULE_LOADING"
 GDR_ENV = "MKERNEL_NET_GDR"
 COPIER_ENV = "MKERNEL_NET_GDR_COPIER"
@@ -36,14 +38,14 @@ GDR_BY_DEFAULT = True
 def gdr_requested(environ: MutableMapping[str, str]) -> bool:
     """Whether the GPU-direct emulation is asked for (``MKERNEL_NET_GDR=1``, spaces ignored;
     the same rule as ``net_path.cpp gpu_direct_env``)."""
-    v = environ.get(GDR_ENV, "").strip()
+    v = _env_knobs.get(GDR_ENV, "", environ).strip()
     return GDR_BY_DEFAULT if v == "" else v == "1"
 
 
 def copier(environ: MutableMapping[str, str]) -> str:
     """Where the emulation's copies are submitted: ``"thread"`` (the proxy thread, into the rank's
     own CUDA context) or ``"process"`` (a helper process per path, another CUDA client)."""
-    return environ.get(COPIER_ENV, "").strip() or DEFAULT_COPIER
+    return _env_knobs.get(COPIER_ENV, "", environ).strip() or DEFAULT_COPIER
 
 
 def eager_loading_for_gdr(environ: MutableMapping[str, str] | None = None) -> bool:
@@ -76,7 +78,7 @@ def interpreter_for_gdr(environ: MutableMapping[str, str] | None = None) -> bool
         True when it set the variable.
     """
     env = os.environ if environ is None else environ
-    if not gdr_requested(env) or env.get(PYTHON_ENV, "").strip() or not sys.executable:
+    if not gdr_requested(env) or _env_knobs.get(PYTHON_ENV, "", env).strip() or not sys.executable:
         return False
     env[PYTHON_ENV] = sys.executable
     return True

@@ -25,6 +25,8 @@ import socket
 import sys
 import time
 
+from . import _env_knobs
+
 
 def run_demo(world: int = 4, nodes: int = 2, timeout: float = 120.0, require_all: bool = False) -> int:
     """Launch the demo's ranks with ``python -m mkernel launch`` (mkernel/launch.py: MPS when a
@@ -266,7 +268,7 @@ def _worker() -> int:
     dist.init_process_group("gloo")
     ctx = mkernel.init()
     topo = mkernel.topology()
-    mine = {"rank": ctx.rank, "node": int(os.environ.get("MKERNEL_EMULATED_NODE", "0")),
+    mine = {"rank": ctx.rank, "node": int(_env_knobs.get("MKERNEL_EMULATED_NODE", "0")),
             "host": socket.gethostname(), "pid": os.getpid(),
             "device": f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu",
             "gpus": len(topo.get("gpus") or []), "nics": len(topo.get("nics") or [])}
@@ -287,7 +289,7 @@ def _worker() -> int:
         print(f"doctor: {'BROKEN' if report['broken'] else 'ok'}; " +
               "; ".join(f"[{f['status']}] {f['check']}" for f in bad))
         _print_ops(ops, ctx.world_size, nodes)
-    passed, summary = _verdict(ops, os.environ.get("MKERNEL_DEMO_REQUIRE_ALL") == "1")
+    passed, summary = _verdict(ops, _env_knobs.get("MKERNEL_DEMO_REQUIRE_ALL") == "1")
     if ctx.rank == 0:
         print(summary)
     mkernel.shutdown()

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from . import _env_knobs
+
 OK, WARN, ERROR = "ok", "warn", "error"
 
 
@@ -69,7 +71,7 @@ def _transports(topo: dict[str, Any], findings: list[Finding]) -> list[str]:
 
 
 def _environment(findings: list[Finding]) -> dict[str, Any]:
-    env = {k: os.environ.get(k) for k in (
+    env = {k: _env_knobs.get(k) if k.startswith("MKERNEL_") else os.environ.get(k) for k in (
         "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "MKERNEL_LOG_LEVEL", "MKERNEL_LOG_FORMAT",
         "CUDA_VISIBLE_DEVICES", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")}
     nvls = env["NCCL_NVLS_ENABLE"]

@@ -21,7 +21,6 @@ looked up when called, and the default group is imported from :mod:`mkernel.runt
 
 from __future__ import annotations
 
-import os
 from typing import Any, Literal, NamedTuple, Protocol, overload
 
 import torch
@@ -30,7 +29,9 @@ from torch import Tensor
 # Tile configurations of the Hopper GEMM engine (name -> ConfigId), generated with the C++ enum
 # from one table (csrc/kernels/gemm/generate_instantiations.py). Read from the sibling file, not
 # through the package: importing this module must not load the natives (see the docstring).
+# The same for the environment variables' registry (_env_knobs.py: plain Python, no package import).
 if __package__:
+    from . import _env_knobs
     from ._gemm_configs import GEMM_CONFIGS as _GENERATED_CONFIGS
 else:  # loaded as a lone file
     import importlib.util as _util
@@ -40,6 +41,9 @@ else:  # loaded as a lone file
     _configs = _util.module_from_spec(_spec)
     _spec.loader.exec_module(_configs)
     _GENERATED_CONFIGS = _configs.GEMM_CONFIGS
+    _spec = _util.spec_from_file_location("_env_knobs", _Path(__file__).with_name("_env_knobs.py"))
+    _env_knobs = _util.module_from_spec(_spec)
+    _spec.loader.exec_module(_env_knobs)
 # The engine's tile configurations, name -> ConfigId ("auto": -1, by shape): what gemm(config=)
 # and gemm_grouped(config=) accept; generated (csrc/kernels/gemm/generate_instantiations.py).
 GEMM_CONFIGS: dict[str, int] = _GENERATED_CONFIGS
@@ -798,7 +802,7 @@ ATTENTION_BACKWARD: str = "auto"
 
 def _attention_backward_mode() -> str:
     """The backward selection in force: ``MKERNEL_ATTN_BWD`` if set, else ATTENTION_BACKWARD."""
-    mode = os.environ.get("MKERNEL_ATTN_BWD", "") or ATTENTION_BACKWARD
+    mode = _env_knobs.get("MKERNEL_ATTN_BWD", "") or ATTENTION_BACKWARD
     if mode not in ("auto", "flash", "native"):
         raise ValueError(f"mkernel.attention backward: MKERNEL_ATTN_BWD / ATTENTION_BACKWARD must be "
                          f"auto, flash or native, got {mode!r}")

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from . import __version__
+from . import __version__, _env_knobs
 from ._logging import get_logger
 from ._native import core
 
@@ -131,7 +131,7 @@ def _rendezvous_host() -> str:
     MASTER_ADDR itself, which is the job's rank 0 and may be another node; else the address
     of this host's name; else loopback.
     """
-    host = os.environ.get("MKERNEL_BOOTSTRAP_HOST")
+    host = _env_knobs.get("MKERNEL_BOOTSTRAP_HOST")
     if host:
         try:
             return socket.gethostbyname(host)
@@ -222,7 +222,7 @@ def init(group: Any = None, *, timeout: float = DEFAULT_TIMEOUT_S) -> Context:
             handle = core.SessionCreate(job_id, rank, world, timeout_ms)
         elif group is not None:
             raise ValueError("mkernel.init: group given but torch.distributed is not initialized")
-        elif os.environ.get("MKERNEL_WORLD_SIZE"):
+        elif _env_knobs.get("MKERNEL_WORLD_SIZE"):
             pg = None
             handle = core.SessionCreateFromEnv(timeout_ms)
             rank, world = core.SessionRank(handle), core.SessionWorld(handle)

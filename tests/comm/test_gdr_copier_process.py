@@ -28,7 +28,8 @@ def built(tmp_path_factory) -> tuple[Path, Path, Path]:
     exe, mock, driver = d / "mkernel-gdr-copier", d / "libcudart_mock.so", d / "driver"
     cc = ["g++", "-O1", "-std=c++17", "-Wall", "-Werror", f"-I{ROOT / 'csrc'}"]
     subprocess.check_call(cc + [str(ROOT / "csrc/tools/gdr_copier_main.cpp"),
-                                str(ROOT / "csrc/comm/gdr_copier_serve.cpp"), "-o", str(exe), "-ldl", "-pthread"])
+                                str(ROOT / "csrc/comm/gdr_copier_serve.cpp"), str(ROOT / "csrc/env_knobs.cpp"),
+                                "-o", str(exe), "-ldl", "-pthread"])
     subprocess.check_call(cc + ["-shared", "-fPIC", str(HERE / "gdr_copier_mock_cudart.cpp"), "-o", str(mock)])
     subprocess.check_call(cc + [str(HERE / "gdr_copier_driver.cpp"), str(ROOT / "csrc/comm/gdr_copier_process.cpp"),
                                 "-o", str(driver), "-pthread"])

@@ -21,6 +21,7 @@
 
 #include "../comm/fp32_accum.cuh"
 #include "../comm/group_sync.cuh"
+#include "../../env_knobs.h"
 #include "collectives_api.h"
 
 // The inter-node half (kernels/comm/net_ops.cuh: FIFO -> Go proxy -> transport) where the tree
@@ -743,7 +744,7 @@ uint64_t chunk_elems(uint64_t block, int esize) {
 // error naming the variable at the first inter-node call.
 int net_stage_mode() {
   static const int mode = [] {
-    const char* v = std::getenv("MKERNEL_NET_STAGE");
+    const char* v = env::get("MKERNEL_NET_STAGE");
     if (v == nullptr || *v == '\0' || std::strcmp(v, "parallel") == 0) return 1;
     if (std::strcmp(v, "whole") == 0) return 0;
     return -1;
@@ -760,24 +761,24 @@ int net_stage_mode() {
 std::atomic<int> g_overlap_mode{-1};     // set_net_overlap's; -1: the environment's
 std::atomic<int> g_stager_eighths{-1};
 int net_overlap_mode() {
-  static const int env = [] {
-    const char* v = std::getenv("MKERNEL_NET_OVERLAP");
+  static const int from_env = [] {
+    const char* v = env::get("MKERNEL_NET_OVERLAP");
     if (v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0) return 0;
     if (std::strcmp(v, "1") == 0) return 1;
     return -1;
   }();
   const int set = g_overlap_mode.load(std::memory_order_relaxed);
-  return set >= 0 ? set : env;
+  return set >= 0 ? set : from_env;
 }
 int net_stager_eighths() {
-  static const int env = [] {
-    const char* v = std::getenv("MKERNEL_NET_STAGERS");
+  static const int from_env = [] {
+    const char* v = env::get("MKERNEL_NET_STAGERS");
     if (v == nullptr || *v == '\0') return 4;
     if (v[0] >= '0' && v[0] <= '7' && v[1] == '\0') return v[0] - '0';
     return -1;
   }();
   const int set = g_stager_eighths.load(std::memory_order_relaxed);
-  return set >= 0 ? set : env;
+  return set >= 0 ? set : from_env;
 }
 
 // MKERNEL_NET_MIRROR: "1" polls each inter-node arrival flag from one CTA per call and lets the
@@ -786,7 +787,7 @@ int net_stager_eighths() {
 // elsewhere; anything else: off. Read once.
 bool net_flag_mirror(const comm::NetDevice& net) {
   static const int mode = [] {
-    const char* v = std::getenv("MKERNEL_NET_MIRROR");
+    const char* v = env::get("MKERNEL_NET_MIRROR");
     if (v == nullptr || *v == '\0') return -1;
     return std::strcmp(v, "1") == 0 ? 1 : 0;
   }();

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "../../env_knobs.h"
 #include "gemm_api.h"
 
 namespace mkernel::gemm {
@@ -156,7 +157,7 @@ int grouped_candidate_plans(int t, int n, int k, int experts, int sm_count, Plan
   // passed the packed tests in s9run1 (bitwise equal to every other plan) but ran 4-22% slower
   // solo than ping_128x128_c1x2 there: candidates only with MKERNEL_GEMM_GROUPED_C1X2=1 (the A/B).
   static const bool with_c1x2 = [] {
-    const char* v = std::getenv("MKERNEL_GEMM_GROUPED_C1X2");
+    const char* v = env::get("MKERNEL_GEMM_GROUPED_C1X2");
     return v != nullptr && v[0] == '1';
   }();
   const Plan c1x2[] = {{C::kCoop128x256Cluster1x2, 8, 2}, {C::kCoop256x128Cluster1x2, 8, 1}};
