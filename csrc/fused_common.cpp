@@ -23,6 +23,7 @@
 
 #include <unistd.h>
 
+#include "comm/net_path.h"
 #include "env_knobs.h"
 #include "fused_verdict.h"
 #include "gemm_engine.h"
@@ -866,11 +867,27 @@ std::string shape_key(const at::Tensor& x, const at::Tensor& w, int64_t world) {
 
 bool fused_nodes_enabled(const char* op) {
   const char* v = env::get("MKERNEL_FUSED_NODES");
-  if (v != nullptr && *v != '\0') return std::strcmp(v, "1") == 0;
-  if (std::strcmp(op, "mkernel.ag_gemm") == 0) return kAgGemmNodesByDefault;
-  if (std::strcmp(op, "mkernel.gemm_rs") == 0) return kGemmRsNodesByDefault;
-  if (std::strcmp(op, "mkernel.gemm_ar") == 0) return kGemmArNodesByDefault;
-  return false;
+  bool on = false;
+  if (v != nullptr && *v != '\0') {
+    on = std::strcmp(v, "1") == 0;
+  } else if (std::strcmp(op, "mkernel.ag_gemm") == 0) {
+    on = kAgGemmNodesByDefault;
+  } else if (std::strcmp(op, "mkernel.gemm_rs") == 0) {
+    on = kGemmRsNodesByDefault;
+  } else if (std::strcmp(op, "mkernel.gemm_ar") == 0) {
+    on = kGemmArNodesByDefault;
+  }
+  // The in-process copier cannot carry a fused kernel's inter-node traffic: its copies are this
+  // rank's own CUDA work, queued where the fused grid's waits for them hold the GPU, and they
+  // never ran (session 20 call F, test_first_calls_across_nodes_gpu_direct[thread-rs1-1]: 0 of 64
+  // copies done on one rank, 95 of 159 on the other, then the proxies' 15 s timeout; s14run1
+  // xn5_B the same). The copier process (the default) is another client and runs beside it.
+  if (on && comm::gdr_copies_in_process()) {
+    note_fallback(op, "the GPU-direct emulation's copies run in this process (MKERNEL_NET_GDR_COPIER=thread), "
+                      "behind the fused kernel's waits for them; the copier process (the default) carries them");
+    return false;
+  }
+  return on;
 }
 
 namespace {

@@ -185,6 +185,8 @@ bool env_set(const char* name) {
 
 }  // namespace
 
+bool gdr_copies_in_process() { return gpu_direct_env() && !copier_process_env(); }
+
 std::string default_net(bool one_host) {
   if (!one_host || env_set("MKERNEL_NET") || env_set("MKERNEL_NET_PLUGIN")) return "";
   return "loopback";

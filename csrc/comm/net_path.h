@@ -49,6 +49,11 @@ struct NetPathConfig {
 // memory, shaped by MKERNEL_NET_EMULATE), else "" (automatic: RDMA where a NIC is, else tcp).
 std::string default_net(bool one_host);
 
+// The GPU-direct emulation's copies are submitted by the proxy thread into this process's own
+// CUDA context (MKERNEL_NET_GDR on, MKERNEL_NET_GDR_COPIER=thread) instead of by the copier
+// process: work that a kernel of this rank spinning on their arrival can stand in front of.
+bool gdr_copies_in_process();
+
 class NetPath {
  public:
   // COLLECTIVE over session `s`: every rank of the session calls it in the same order with the
