@@ -10,14 +10,14 @@ on its rank; a sample's figure is the slowest rank's (all_reduce MAX); the row i
 over samples. Before timing: the group's first call (mode 0), then two warm-up calls per mode
 (the GEMM plans of the split shapes are tuned at their first call). Printed, not asserted (the
 tests check values): the max abs difference of each mode's counted rows from the first mode's
-(0 expected for mode 1: the same rows through the same GEMM; mode 2's split GEMMs may pick other
+(0 expected for modes 1 and 3: the same rows through the same GEMM; the retired mode 2's split GEMMs picked other
 plans, whose accumulation order may differ).
 
 Prints one line per mode (median / min ms, ratio to mode 0) and ``VERDICT`` last; JSON under
 benchmarks/results/ (and $OUT).
 
     python benchmarks/bench_moe_dispatch_modes.py [--world 2] [--tokens 8192] [--iters 10]
-        [--emulate 50GB/s,3us] [--modes 0,1,2] [--timeout 50]
+        [--emulate 50GB/s,3us] [--modes 0,1,3] [--timeout 50]
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def main() -> None:
     ap.add_argument("--experts", type=int, default=256)
     ap.add_argument("--topk", type=int, default=8)
     ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--modes", default="0,1,2")
+    ap.add_argument("--modes", default="0,1,3")
     ap.add_argument("--emulate", default="50GB/s,3us", help="MKERNEL_NET_EMULATE of the loopback link")
     ap.add_argument("--timeout", type=float, default=50, help="seconds for the rank processes")
     args = ap.parse_args()

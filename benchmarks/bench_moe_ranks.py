@@ -298,7 +298,6 @@ def rank_main() -> None:
             # 2.4 ms), each mode captured with its knobs as set at capture time.
             cands.update(captured(cands, tuple(n for n in (
                 "mkernel_dispatch_only", "mkernel_dispatch_only_counted", "mkernel_dispatch_only_p1_kl",
-                "mkernel_dispatch_only_p3_kl", "mkernel_dispatch_only_p4_kl", "mkernel_dispatch_only_p5_kl",
                 "mkernel_combine",
                 "mkernel_combine_early") if n in cands)))
         times = {n: [] for n in cands}
@@ -524,8 +523,6 @@ def moe14_variants() -> dict:
     """moe14's candidates (BENCH_MOE14=1): name -> the environment it runs under (every rank alike)."""
     only, kl = {"MKERNEL_MOE_DISPATCH_ONLY": "1"}, {"MKERNEL_MOE_LAYOUT": "kernel"}
     p1, p3 = {"MKERNEL_MOE_DISPATCH_PIPELINE": "1"}, {"MKERNEL_MOE_DISPATCH_PIPELINE": "3"}
-    p4 = {"MKERNEL_MOE_DISPATCH_PIPELINE": "4"}  # moe16: the pieces in one launch per side
-    p5 = {"MKERNEL_MOE_DISPATCH_PIPELINE": "5"}  # moe18: mode 3's exchange, rows gathered as they land
     return {n: e for n, e in {
         "mkernel_dispatch_only_counted_kl": dict(only, MKERNEL_MOE_DISPATCH_GATHER="counted", **kl),
         "mkernel_dispatch_only_p1": dict(only, **p1),
@@ -534,19 +531,10 @@ def moe14_variants() -> dict:
         "mkernel_dispatch_only_p1_kl_pc6": dict(only, **p1, **kl, MKERNEL_MOE_NET_PIECES="6"),
         "mkernel_dispatch_only_p3_kl": dict(only, **p3, **kl),
         "mkernel_dispatch_only_p3_kl_pc4": dict(only, **p3, **kl, MKERNEL_MOE_NET_PIECES="4"),
-        "mkernel_dispatch_only_p4_kl": dict(only, **p4, **kl),
         # session 19: mkernel's op stream is the default; these run on the caller's stream
-        "mkernel_dispatch_only_p4_kl_callerstream": dict(only, **p4, **kl, MKERNEL_MOE_OP_STREAM="0"),
         "mkernel_dispatch_only_p3_kl_callerstream": dict(only, **p3, **kl, MKERNEL_MOE_OP_STREAM="0"),
         "mkernel_dispatch_gemm_p1_kl": dict(p1, **kl),
         "mkernel_dispatch_gemm_p3_kl": dict(p3, **kl),
-        "mkernel_dispatch_gemm_p4_kl": dict(p4, **kl),
-        "mkernel_dispatch_only_p5_kl": dict(only, **p5, **kl),
-        # session 19: mode 5's landed-rows launch spins beside the unstage copies through the exchange;
-        # with fewer CTAs (s17: a copy beside a full grid ran ~15x slower)
-        "mkernel_dispatch_only_p5_kl_s16": dict(only, **p5, **kl, MKERNEL_MOE_GATHER_SMS="16"),
-        "mkernel_dispatch_only_p5_kl_s4": dict(only, **p5, **kl, MKERNEL_MOE_GATHER_SMS="4"),
-        "mkernel_dispatch_gemm_p5_kl": dict(p5, **kl),
         "mkernel_combine16": {"MKERNEL_MOE_NODES_COMBINE": "reduce16"},
         "mkernel_combine_early": {"MKERNEL_MOE_COMBINE_EARLY": "1"},
         "mkernel_combine_callerstream": {"MKERNEL_MOE_OP_STREAM": "0"},

@@ -113,7 +113,7 @@ constexpr Knob kKnobs[] = {
      "the sequential dispatch's row gather over the static bound or the counted rows"},
     {"MKERNEL_MOE_DISPATCH_ONLY", kDebug, "1", "off",
      "measurement: the dispatch returns the received rows, before the grouped GEMM"},
-    {"MKERNEL_MOE_DISPATCH_PIPELINE", kDebug, "0|1|2|3|4|5", "3 (1 under graph capture)",
+    {"MKERNEL_MOE_DISPATCH_PIPELINE", kDebug, "0|1|3", "3 (1 under graph capture)",
      "the several-node dispatch's mode"},
     {"MKERNEL_MOE_GATHER_SMS", kDebug, "integer >= 0", "0: every SM",
      "the headed dispatch's row gathers launch at most 8 CTAs per this many SMs"},

@@ -242,12 +242,6 @@ struct HeadedGather {
   // row hooks wait for these on their own stream, never the receive stream for the host.
   std::vector<at::cuda::CUDAEvent> piece_unstaged;
   bool timed = false;
-  // moe16: the pieces staged, unstaged and gathered by the launch_stage_push / launch_unstage /
-  // launch_gather_landed kernels; words (zeroed on the caller's stream before the fork) their
-  // landed words and counts (moe_net_api.h).
-  bool kernels = false;
-  bool landed = false;  // moe18: mode 3's exchange releasing landed words for gather_headed_rows
-  at::Tensor words;
   at::cuda::CUDAEvent sent_timed{cudaEventDefault}, received_timed{cudaEventDefault};
   bool finished = false;
   explicit HeadedGather(at::cuda::CUDAStream r) : recv(r) {}
@@ -255,8 +249,7 @@ struct HeadedGather {
 
 std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
                                                   const at::Tensor& src, const at::Tensor& head,
-                                                  int64_t group, int64_t world_size, bool timed,
-                                                  bool kernels, bool landed) {
+                                                  int64_t group, int64_t world_size, bool timed) {
   const c10::cuda::CUDAGuard device_guard(src.device());
   comm::SymmetricGroup& g = comm::SymmetricGroup::get(op, group, world_size, src.device());
   const int W = g.world(), me = g.rank();
@@ -269,7 +262,6 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
   x->world = W;
   x->me = me;
   x->timed = timed;
-  x->kernels = kernels;
   x->src = src.contiguous();
   x->head = head.contiguous();
   const at::Tensor& s = x->src;
@@ -283,9 +275,6 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
   // The head takes data slot 0 of its source, the pieces slots 1 .. (moe_net_plan.h).
   x->plan = moe_net::plan_pieces(block, headed_max_pieces(op));
   x->lay = moe_net::headed_layout(block, head_bytes);
-  bool every_piece = true;  // the same plan (block, pieces) on every rank: all take one branch
-  for (uint64_t c = 0; c < x->plan.pieces; ++c) every_piece = every_piece && x->plan.bytes(c) > 0;
-  x->landed = landed && !kernels && every_piece;
   std::vector<int64_t> shape(s.sizes().begin(), s.sizes().end());
   shape[0] = W * s.size(0);
   x->out = at::empty(shape, s.options());
@@ -302,13 +291,6 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
 
   x->state = at::empty({2}, s.options().dtype(at::kLong));
   auto* st = reinterpret_cast<uint64_t*>(x->state.data_ptr());
-  const uint64_t P = x->plan.pieces;
-  unsigned long long* words = nullptr;
-  if (kernels || x->landed) {  // on the caller's stream, before the fork: zero when either side's launch runs
-    x->words = at::zeros({static_cast<int64_t>(3 * W * P + 2 + P)}, s.options().dtype(at::kLong));
-    words = reinterpret_cast<unsigned long long*>(x->words.data_ptr());
-  }
-  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   check(op, moe_net::launch_begin(x->view, st, op_id, main.stream()), "begin", g);
   at::cuda::CUDAEvent forked, head_ready;
   forked.record(main);
@@ -330,14 +312,7 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
         moe_net::launch_push(x->view, st, x->lay.send_head_off(), 0, x->lay.recv_head_off(me, W),
                              head_bytes, moe_net::data_slot(me, 0), true, op_id, send.stream()),
         "push head", g);
-  if (kernels) {
-    check(op,
-          moe_net::launch_stage_push(x->view, st, in, block, x->plan.piece, static_cast<uint32_t>(P),
-                                     x->lay.recv_block_off(me), words + 2 * W * P + 1, sms, op_id,
-                                     send.stream()),
-          "stage and push (one launch)", g);
-  }
-  for (uint64_t c = 0; c < x->plan.pieces && !kernels; ++c) {
+  for (uint64_t c = 0; c < x->plan.pieces; ++c) {
     const uint64_t off = x->plan.offset(c), n = x->plan.bytes(c);
     if (n == 0) continue;
     check(op, cudaMemcpyAsync(send_area + off, in + off, n, cudaMemcpyDefault, send.stream()),
@@ -348,12 +323,9 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
                                send.stream()),
           "push", g);
   }
-  // moe16: the finish (the transport done with every push, every peer's DONE) ends the receive
-  // stream instead, after this rank's own unstage and DONE: then no stream holds a wait for the
-  // peers' DONE ahead of this rank's DONE, and the exchange completes even when every stream of
-  // the rank shares one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1; the deadlock model in
-  // tests/host/test_moe_headed_protocol.py). Modes 1-3 keep it here.
-  if (!kernels) check(op, moe_net::launch_finish(x->view, st, op_id, send.stream()), "finish", g);
+  // The finish: the transport done with every push, then every peer's DONE (session 19: this
+  // order passed on the GPU with every stream in one hardware queue, CUDA_DEVICE_MAX_CONNECTIONS=1).
+  check(op, moe_net::launch_finish(x->view, st, op_id, send.stream()), "finish", g);
   at::cuda::CUDAEvent sent;
   sent.record(send);
   if (timed) x->sent_timed.record(send);
@@ -382,23 +354,15 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
   // group's first headed call with shapes whose ATen kernels had not run yet: NOTES "MoE,
   // moe12"). Now nothing on the send or receive stream waits for this host again; the row
   // hooks run on a stream of their own in gather_headed_finish, after piece_unstaged[c].
-  if (kernels) {  // moe16: every piece of every other rank, and DONE, in one launch
-    check(op,
-          moe_net::launch_unstage(x->view, st, res, block, x->lay.stride, x->plan.piece,
-                                  static_cast<uint32_t>(P), words, sms, op_id, x->recv.stream()),
-          "unstage (one launch)", g);
-  }
   x->piece_unstaged.reserve(x->plan.pieces);
-  unsigned long long* unstaged = nullptr;  // moe18: the landed word of the copy just queued
-  for (uint64_t c = 0; c < x->plan.pieces && !kernels; ++c) {
+  for (uint64_t c = 0; c < x->plan.pieces; ++c) {
     const uint64_t off = x->plan.offset(c), n = x->plan.bytes(c);
     for (int j = 1; j < W && n > 0; ++j) {
       const int p = (me + j) % W;
       check(op,
             moe_net::launch_wait(x->view, st, p, moe_net::data_slot(p, static_cast<uint32_t>(1 + c)),
-                                 op_id, x->recv.stream(), unstaged),
+                                 op_id, x->recv.stream()),
             "arrival", g);
-      if (x->landed) unstaged = words + static_cast<uint64_t>(p) * P + c;
       check(op,
             cudaMemcpyAsync(res + p * block + off, recv_area + x->lay.recv_block_off(p) + off, n,
                             cudaMemcpyDefault, x->recv.stream()),
@@ -407,15 +371,10 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
     x->piece_unstaged.emplace_back();
     x->piece_unstaged.back().record(x->recv);
   }
-  if (!kernels) {
-    check(op,
-          moe_net::launch_push(x->view, st, 0, 0, 0, 0, moe_net::kDone + me, false, op_id,
-                               x->recv.stream(), unstaged),
-          "done", g);
-  } else {
-    sent.block(x->recv);  // state[1] holds the last push's ticket once the send stream is here
-    check(op, moe_net::launch_finish(x->view, st, op_id, x->recv.stream()), "finish", g);
-  }
+  check(op,
+        moe_net::launch_push(x->view, st, 0, 0, 0, 0, moe_net::kDone + me, false, op_id,
+                             x->recv.stream()),
+        "done", g);
   at::cuda::CUDAEvent received;
   received.record(x->recv);
   if (timed) x->received_timed.record(x->recv);
@@ -428,11 +387,8 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
   pending.held.push_back(x->state);
   pending.held.push_back(x->out);
   pending.held.push_back(x->head_out);
-  if (kernels || x->landed) pending.held.push_back(x->words);
   return x;
 }
-
-bool headed_rows_ready(const HeadedGather& x) { return x.kernels || x.landed; }
 
 const at::Tensor& headed_out(const HeadedGather& x) { return x.out; }
 const at::Tensor& headed_head_out(const HeadedGather& x) { return x.head_out; }
@@ -441,30 +397,6 @@ const at::cuda::CUDAEvent* headed_sent_event(const HeadedGather& x) {
 }
 const at::cuda::CUDAEvent* headed_received_event(const HeadedGather& x) {
   return x.timed && x.finished ? &x.received_timed : nullptr;
-}
-
-void gather_headed_rows(HeadedGather& x, const at::Tensor& token, const at::Tensor& dst, int sm_count) {
-  TORCH_CHECK(!x.finished, x.op, ": the headed gather was finished twice");
-  TORCH_CHECK(headed_rows_ready(x), x.op,
-              ": gather_headed_rows needs a headed gather started with kernels or landed words");
-  TORCH_CHECK(token.scalar_type() == at::kLong && token.is_contiguous() && dst.is_contiguous() &&
-                  dst.size(0) == token.size(0) && dst.numel() / std::max<int64_t>(dst.size(0), 1) ==
-                  x.src.numel() / std::max<int64_t>(x.rows, 1),
-              x.op, ": gather_headed_rows: token [n] int64 and dst [n, row] contiguous, rows as src's");
-  const c10::cuda::CUDAGuard device_guard(x.src.device());
-  const int all_sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int sms = sm_count > 0 ? std::min(sm_count, all_sms) : all_sms;
-  const uint64_t block = static_cast<uint64_t>(x.src.numel()) * x.src.element_size();
-  check(x.op,
-        moe_net::launch_gather_landed(
-            x.view, reinterpret_cast<const uint64_t*>(x.state.data_ptr()),
-            reinterpret_cast<const unsigned long long*>(x.words.data_ptr()), x.out.data_ptr(),
-            x.rows, block, x.plan.piece, static_cast<uint32_t>(x.plan.pieces),
-            token.data_ptr<int64_t>(), token.size(0), dst.data_ptr(),
-            static_cast<int64_t>(x.row_bytes), sms, x.op_id,
-            at::cuda::getCurrentCUDAStream().stream()),
-        "gather landed rows", *x.group);
-  x.finished = true;
 }
 
 void gather_headed_finish(HeadedGather& x, at::cuda::CUDAEvent& after,

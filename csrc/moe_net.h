@@ -95,31 +95,14 @@ at::Tensor reduce_nodes_pipelined(const char* op, int32_t op_id, int64_t group, 
 struct HeadedGather;
 using RowsLanded = std::function<void(int src_rank, int64_t row_begin, int64_t row_end,
                                       cudaStream_t stream)>;
-// `landed` (moe18, MKERNEL_MOE_DISPATCH_PIPELINE=5): mode 3's exchange whose receive stream also
-// releases a device word per (source, piece) once that piece is unstaged (the next wait launch, or
-// DONE's, stores it: no extra launch), so that gather_headed_rows can follow the pieces as they
-// land; ignored (mode 3) when a piece of the plan is empty.
 std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
                                                   const at::Tensor& src, const at::Tensor& head,
                                                   int64_t group, int64_t world_size,
-                                                  bool timed = false, bool kernels = false,
-                                                  bool landed = false);
-// Whether gather_headed_rows may follow this gather (started with kernels, or with landed words).
-bool headed_rows_ready(const HeadedGather& x);
+                                                  bool timed = false);
 const at::Tensor& headed_out(const HeadedGather& x);
 const at::Tensor& headed_head_out(const HeadedGather& x);
 void gather_headed_finish(HeadedGather& x, at::cuda::CUDAEvent& after,
                           const RowsLanded& on_rows);
-// moe16 (a gather started with `kernels`: the pieces staged and pushed by one launch on the send
-// stream, unstaged into out and DONE by one launch on the receive stream; or moe18's `landed`): instead of
-// gather_headed_finish, on the caller's stream after its layout, one launch that copies every
-// dst row q whose token[q] (into out's W*n rows) names another rank's row from out as each piece
-// lands (waits on device words the receive launch releases; bounded). token [m] int64, dst [m,
-// row] with src's row size; rows of this rank and token -1 are not touched. exchange_join()
-// afterwards, as for gather_headed_finish.
-// sm_count > 0: the gather launch's CTAs (one per SM) capped at that many (its spinning CTAs sit
-// beside the copies that carry the pieces); 0: one per SM of the device.
-void gather_headed_rows(HeadedGather& x, const at::Tensor& token, const at::Tensor& dst, int sm_count = 0);
 // With `timed`: the send and receive streams' ends as timing events (after finish), for
 // MKERNEL_MOE_PHASES; nullptr otherwise.
 const at::cuda::CUDAEvent* headed_sent_event(const HeadedGather& x);

@@ -88,32 +88,22 @@ Decoded decode(const at::Tensor& route, int64_t world, int64_t rows) {
 
 namespace {
 
-// MKERNEL_MOE_DISPATCH_PIPELINE (read at every call, like a shape: every rank must see the same
-// value): unset or "3" (moe14, the default since session 18: its tests at W=2 / W=4 over 2 nodes
-// and the host-sync test passed, rows equal to the sequence's, dispatch 0.64x and the op 0.903x
-// the sequence's time), the headed gather: the routing travels ahead of the rows, no collective
-// before them; this rank's own rows are gathered from x while the others' are on the link, the
-// others' rows in one counted gather after the join. It applies where the MoE's own exchange runs
-// (one rank per node) and from a group's second call (the first sizes the areas); elsewhere the
-// sequence runs. "0", the sequence (the routing all_gathered first, the rows joined whole, then
-// index_select over the static row bound); "1" (opt-in), the pipelined dispatch with per-piece
-// row hooks (moe10; 1.25x slower in the op, moe12); "2" (opt-in), the pipelined one whose GEMM
-// starts on the rows of this rank's own tokens while the other ranks' rows are on the link (where
-// the headed gather runs and capacity is 0; else "1"); "4" (opt-in, moe16; correct on the GPU but 1.3x mode 3's time in session 19),
-// mode 3 with the pieces in one launch per side (stage + push on the send stream, unstage + DONE
-// on the receive stream: moe_net_api.h launch_stage_push / launch_unstage) and the other ranks'
-// rows gathered beside the link by one launch on this stream that follows the pieces as they land
-// (launch_gather_landed): ~60 stream operations fewer per call than mode 3 (session 18: the eager
-// dispatch ran 0.2-0.3 ms over its graph replay), mode 1's overlap of the gather with the link.
-// "5" (opt-in, moe18, session 19): mode 3's exchange whose receive stream releases a device word
-// per landed piece (its next wait launch stores it) and the other ranks' rows gathered as they
-// land by mode 4's one launch on this stream (launch_gather_landed) instead of after the join:
-// mode 1's overlap (0.92x the link in graphs) without its per-piece host work.
-// Unset while `stream` is being captured into a CUDA graph: "1" (session 20). Modes 1 and 3 put the
-// same bytes on the wire and write every row once from the same data (they differ only in when
-// this rank gathers the landed rows), so ranks that disagree on capturing still interoperate;
-// replayed from a graph mode 1 ran 1.275 ms = 0.92x the link against mode 3's 1.50 (0.78x) in
-// every session-19/20 run, while eagerly its per-piece host issue makes it no faster than mode 3.
+// MKERNEL_MOE_DISPATCH_PIPELINE (read at every call; every rank must see the same value, except
+// that "1" and "3" interoperate). Unset: "3" eagerly, "1" while `stream` is being captured into a
+// CUDA graph (session 20). Both apply where the MoE's own exchange runs (one rank per node) and
+// from a group's second call (the first sizes the areas); elsewhere the sequence runs.
+// "3" (moe14, the default since session 18), the headed gather: the routing travels ahead of the
+// rows, no collective before them; this rank's own rows are gathered from x while the others' are
+// on the link, the others' rows in one counted gather after the join. "1" (moe10), the same
+// exchange with each landed piece's rows gathered beside the link by a hook launch: replayed from
+// a graph 1.275 ms = 0.92x the link against mode 3's 1.50 (0.78x) in every session-19/20 run, but
+// eagerly no faster than mode 3. Modes 1 and 3 put the same bytes on the wire and write every row
+// once from the same data, so ranks that disagree on capturing still interoperate. "0", the
+// sequence (the routing all_gathered first, the rows joined whole, then index_select over the
+// static row bound). Retired after their measurements (session 20; the code is in git history,
+// NOTES.md has the figures): "2" (the GEMM on this rank's own tokens first: 1.25x slower), "4"
+// (stage / unstage / gather in one launch each: 1.3x mode 3), "5" (mode 3's exchange with a
+// landed-rows launch: 1.15x mode 3 eagerly, 0.82x the link in graphs against mode 1's 0.92x).
 int dispatch_mode(cudaStream_t stream) {
   const char* v = env::get("MKERNEL_MOE_DISPATCH_PIPELINE");
   if (v == nullptr || *v == '\0') {
@@ -124,9 +114,9 @@ int dispatch_mode(cudaStream_t stream) {
     return capture == cudaStreamCaptureStatusActive ? 1 : 3;
   }
   const std::string m(v);
-  TORCH_CHECK_VALUE(m == "0" || m == "1" || m == "2" || m == "3" || m == "4" || m == "5",
-                    "MKERNEL_MOE_DISPATCH_PIPELINE must be \"0\", \"1\", \"2\", \"3\", \"4\" or \"5\" (or unset), got \"",
-                    m, "\"");
+  TORCH_CHECK_VALUE(m == "0" || m == "1" || m == "3",
+                    "MKERNEL_MOE_DISPATCH_PIPELINE must be \"0\", \"1\" or \"3\" (or unset; 2, 4 and 5 were "
+                    "retired in session 20), got \"", m, "\"");
   return m[0] - '0';
 }
 
@@ -139,7 +129,7 @@ int dispatch_mode(cudaStream_t stream) {
 // (moe14's rule 1: its tests at W=2 and W=4 over 2 nodes passed, rows equal, the counted dispatch
 // 2.009 vs 2.667 ms). Used where the gather is counted
 // (MKERNEL_MOE_DISPATCH_GATHER=counted, or modes 1 and 3) with capacity 0 and E <= the routing
-// kernels' table; elsewhere (the default sequence's bound gather, mode 2, capacity > 0) ATen.
+// kernels' table; elsewhere (the default sequence's bound gather, capacity > 0) ATen.
 bool layout_kernel_requested() {
   const char* v = env::get("MKERNEL_MOE_LAYOUT");
   if (v == nullptr || *v == '\0') return true;
@@ -150,10 +140,8 @@ bool layout_kernel_requested() {
 }
 
 // MKERNEL_MOE_GATHER_SMS (moe14; read at every call): the headed dispatch's row gathers that run
-// beside the link's copies (mode 1's per-piece hooks, modes 1 / 3's own-rows gather, and modes 4 /
-// 5's landed-rows launch, one CTA per SM) launch
-// at most 8 CTAs per this many SMs
-// instead of per every SM (1056 CTAs on an H200): fewer SMs taken from the copies that carry
+// beside the link's copies (mode 1's per-piece hooks, modes 1 / 3's own-rows gather) launch at
+// most 8 CTAs per this many SMs instead of per every SM (1056 CTAs on an H200): fewer SMs taken from the copies that carry
 // the link (s17: a copy beside a full grid runs ~15x slower). Unset or 0: every SM.
 int gather_sms(int sms) {
   const char* v = env::get("MKERNEL_MOE_GATHER_SMS");
@@ -407,8 +395,7 @@ DispatchResult dispatch_nodes_here(const char* op, const at::Tensor& x, const at
   if (own_path && pipelined) {
     // The routing travels ahead of the rows in the same exchange (no collective before the
     // rows move); the caller's stream has every rank's routing when this returns.
-    headed = gather_headed_start(op, comm::kOpMoeDispatch, x_pad, idx_head, group, W, ph.on,
-                                 /*kernels=*/mode == 4, /*landed=*/mode == 5);
+    headed = gather_headed_start(op, comm::kOpMoeDispatch, x_pad, idx_head, group, W, ph.on);
     idx_all = headed_head_out(*headed);  // [W*Tm, k]
     x_all = headed_out(*headed);         // [W*Tm, H], other ranks' blocks as their pieces land
   } else {
@@ -435,10 +422,10 @@ DispatchResult dispatch_nodes_here(const char* op, const at::Tensor& x, const at
   // moe14: the layout by the routing kernels + one layout kernel where the gather is counted
   // (MKERNEL_MOE_LAYOUT=kernel; the same bits as the ATen sequence below).
   const bool kernel_layout = layout_kernel && capacity == 0 &&
-                             (counted || (pipelined && mode != 2)) && E <= moe_ep::kMaxExperts &&
+                             (counted || pipelined) && E <= moe_ep::kMaxExperts &&
                              W <= comm::kMaxRanks && n < (int64_t{1} << 31) &&
                              rows_out < (int64_t{1} << 31);
-  at::Tensor skey, perm, starts, sorted_pos, token, token_kl;
+  at::Tensor token, token_kl;
   if (kernel_layout) {
     token_kl = layout_by_kernel(op, idx_all, T, Tm, k, E, W, me, rows_out, r);
   } else {
@@ -447,9 +434,9 @@ DispatchResult dispatch_nodes_here(const char* op, const at::Tensor& x, const at
     const at::Tensor flat = idx_all.reshape({-1}).to(at::kLong);
     const at::Tensor key = at::where(flat.ge(0), flat, E);  // no expert: sorts last
     auto sorted = at::sort(key, /*stable=*/true, /*dim=*/0, /*descending=*/false);
-    skey = std::get<0>(sorted);
-    perm = std::get<1>(sorted);
-    starts = at::searchsorted(skey, at::arange(E + 1, long_opts));
+    const at::Tensor skey = std::get<0>(sorted);
+    const at::Tensor perm = std::get<1>(sorted);
+    const at::Tensor starts = at::searchsorted(skey, at::arange(E + 1, long_opts));
     const at::Tensor i = at::arange(n, long_opts);
     const at::Tensor pos = i - starts.index_select(0, skey);  // index among its expert's rows
     const at::Tensor owner = at::div(skey, El, "floor");
@@ -485,6 +472,7 @@ DispatchResult dispatch_nodes_here(const char* op, const at::Tensor& x, const at
     // The received rows: row q of the layout is sorted choice starts[first expert] + q (packed)
     // or starts[expert of q] + q % C (padded); rows past the counts are unspecified, as on one
     // node (the previous sequence copies some token's row there, the pipelined one nothing).
+    at::Tensor sorted_pos;
     if (capacity > 0) {
       const at::Tensor q = at::arange(rows_out, long_opts);
       sorted_pos = starts.index_select(0, at::div(q, capacity, "floor") + me * El) +
@@ -546,85 +534,6 @@ DispatchResult dispatch_nodes_here(const char* op, const at::Tensor& x, const at
       ph.mark("joined", main);
       gather(x_all, 0, W * Tm, main.stream());
     } else {
-      if (headed && mode == 2 && capacity == 0) {
-        // The overlapped dispatch: the packed layout split in two packed layouts, the rows of this
-        // rank's own tokens ("own") and the others ("rem"), each expert-major with the packed
-        // layout's order inside an expert (tests/host/moe_split_layout.py is this sequence's twin,
-        // checked against the reference). The own GEMM runs while the other ranks' rows are on
-        // the link; the two GEMMs' rows then go back to the packed order.
-        const int64_t bound_own = Tm * std::min(k, El), bound_rem = rows_out - bound_own;
-        const at::Tensor sp = sorted_pos.clamp_max(n - 1);
-        const at::Tensor ex = (skey.index_select(0, sp) - me * El).clamp(0, El - 1);
-        const at::Tensor j = sorted_pos - starts.index_select(0, ex + me * El);
-        const at::Tensor s_of = at::div(token, Tm, "floor");
-        const at::Tensor rc = r.recv_counts.to(at::kLong);  // [W, El]
-        const at::Tensor own_cnt = rc.select(0, me);
-        const at::Tensor before = rc.cumsum(0).select(0, me) - own_cnt;
-        const at::Tensor rem_cnt = r.counts.to(at::kLong) - own_cnt;
-        const at::Tensor own_start = own_cnt.cumsum(0) - own_cnt;
-        const at::Tensor rem_start = rem_cnt.cumsum(0) - rem_cnt;
-        const at::Tensor is_own = live.logical_and(s_of.eq(me));
-        const at::Tensor is_rem = live.logical_and(s_of.ne(me));
-        const at::Tensor oi = own_start.index_select(0, ex) + j - before.index_select(0, ex);
-        const at::Tensor ri = rem_start.index_select(0, ex) +
-                              at::where(s_of.lt(me), j, j - own_cnt.index_select(0, ex));
-        const at::Tensor map_own = at::where(is_own, oi, -1).contiguous();
-        const at::Tensor map_rem = at::where(is_rem, ri, -1).contiguous();
-        const at::Tensor tok_own = at::full({bound_own + 1}, -1, long_opts)
-                                       .scatter_(0, at::where(is_own, oi, bound_own), token)
-                                       .narrow(0, 0, bound_own)
-                                       .contiguous();
-        const at::Tensor tok_rem = at::full({bound_rem + 1}, -1, long_opts)
-                                       .scatter_(0, at::where(is_rem, ri, bound_rem), token)
-                                       .narrow(0, 0, bound_rem)
-                                       .contiguous();
-        const at::Tensor a_own = at::empty({bound_own, H}, x.options());
-        const at::Tensor a_rem = at::empty({bound_rem, H}, x.options());
-        auto gather_into = [&](const at::Tensor& dst, const at::Tensor& tok, const void* from,
-                               int64_t row0, int64_t rows, int64_t rb, cudaStream_t st) {
-          const cudaError_t err = moe_net::launch_gather_rows(
-              from, row0, rows, tok.data_ptr<int64_t>(), tok.size(0), dst.data_ptr(), rb, sms, st);
-          TORCH_CHECK(err == cudaSuccess, op, ": the row gather failed to launch: ",
-                      cudaGetErrorString(err));
-        };
-        at::cuda::CUDAEvent layout_done;  // no hook below waits for it
-        layout_done.record(main);
-        ph.mark("layout", main);
-        // Every piece's wait and unstage, and DONE, were queued by gather_headed_start (moe12).
-        headed_sync_for_test(op, main);
-        gather_headed_finish(*headed, layout_done, RowsLanded());
-        ph.mark_event("sent", headed_sent_event(*headed));
-        ph.mark_event("received", headed_received_event(*headed));
-        gather_into(a_own, tok_own, x_pad.data_ptr(), me * Tm, Tm, row_bytes, main.stream());
-        const at::Tensor y_own = expert_gemm(a_own, w1, own_cnt.to(at::kInt), 0);
-        ph.mark("gemm_own", main);
-        exchange_join();  // the other ranks' rows are in x_all now
-        ph.mark("joined", main);
-        const auto* all_base = static_cast<const uint8_t*>(x_all.data_ptr());
-        for (int64_t p = 0; p < W; ++p) {
-          if (p == me) continue;
-          gather_into(a_rem, tok_rem, all_base + p * Tm * row_bytes, p * Tm, Tm, row_bytes,
-                      main.stream());
-        }
-        ph.mark("gathered", main);
-        const at::Tensor y_rem = expert_gemm(a_rem, w1, rem_cnt.to(at::kInt), 0);
-        const int64_t F = w1.size(1);
-        at::Tensor out = at::empty({rows_out, F}, x.options());
-        const int64_t out_bytes = F * x.element_size();
-        if (bound_own > 0) {
-          gather_into(out, map_own, y_own.data_ptr(), 0, bound_own, out_bytes, main.stream());
-        }
-        gather_into(out, map_rem, y_rem.data_ptr(), 0, bound_rem, out_bytes, main.stream());
-        ph.mark("gemm", main);
-        if (return_recv) {  // the received rows in the packed layout (the weight gradient's)
-          recv = at::empty({rows_out, H}, x.options());
-          gather(x_pad, me * Tm, Tm, main.stream());
-          for (int64_t p = 0; p < W; ++p) {
-            if (p != me) gather(x_all.narrow(0, p * Tm, Tm), p * Tm, Tm, main.stream());
-          }
-        }
-        return finish(out);
-      }
       recv = at::empty({rows_out, H}, x.options());
       if (headed) {
         // This rank's rows from x now (this stream); every other rank's as its pieces land (the
@@ -636,11 +545,7 @@ DispatchResult dispatch_nodes_here(const char* op, const at::Tensor& x, const at
         // Disjoint rows from the hooks' stream's; beside the link, so capped like them.
         gather_on(x_pad, me * Tm, Tm, main.stream(), hook_sms);
         headed_sync_for_test(op, main);
-        const bool by_landed = (mode == 4 || mode == 5) && headed_rows_ready(*headed);
-        if (by_landed) {
-          // moe16 / moe18: the other ranks' rows by one launch here, piece by piece as they land.
-          gather_headed_rows(*headed, token_live, recv, hook_sms);  // MKERNEL_MOE_GATHER_SMS caps it
-        } else if (mode == 3 || mode == 5) {
+        if (mode == 3) {
           // moe14: no row hooks beside the link; the other ranks' rows after the join.
           gather_headed_finish(*headed, layout_done, RowsLanded());
         } else {
@@ -655,7 +560,7 @@ DispatchResult dispatch_nodes_here(const char* op, const at::Tensor& x, const at
         ph.mark_event("received", headed_received_event(*headed));
         exchange_join();  // token_live, recv, x_all: read on the receive stream until here
         ph.mark("joined", main);
-        if (!by_landed && (mode == 3 || mode == 5)) {
+        if (mode == 3) {
           for (int64_t p = 0; p < W; ++p) {
             if (p != me) gather(x_all.narrow(0, p * Tm, Tm), p * Tm, Tm, main.stream());
           }

@@ -43,20 +43,16 @@ constexpr uint32_t data_slot(int src, uint32_t piece) {
 cudaError_t launch_begin(const comm::GroupDevice& g, uint64_t* state, int32_t op, cudaStream_t s);
 
 // Waits until slot_base + p holds e for every rank p of another node (peer < 0), or slot_base
-// for `peer` alone. `release` (moe18, may be null): first stores e there — the stream's earlier
-// work (e.g. the copy of the previous piece) is complete when the launch starts, so the word tells
-// another stream's kernel that work landed without an event or an extra launch.
+// for `peer` alone.
 cudaError_t launch_wait(const comm::GroupDevice& g, const uint64_t* state, int peer,
-                        uint32_t slot_base, int32_t op, cudaStream_t s,
-                        unsigned long long* release = nullptr);
+                        uint32_t slot_base, int32_t op, cudaStream_t s);
 
 // Pushes send_area[local_off + p * local_stride, +bytes) to recv_area[remote_off, +bytes) of
 // every rank p of another node with arrival slot `slot` = e (bytes 0: a pure signal). With
 // `record`, state[1] = the last push's ticket.
 cudaError_t launch_push(const comm::GroupDevice& g, uint64_t* state, uint64_t local_off,
                         uint64_t local_stride, uint64_t remote_off, uint64_t bytes,
-                        uint32_t slot, bool record, int32_t op, cudaStream_t s,
-                        unsigned long long* release = nullptr);  // as launch_wait's
+                        uint32_t slot, bool record, int32_t op, cudaStream_t s);
 
 // The send stream's end: waits until the transport finished the push state[1] names, then for
 // DONE (kDone + p = e) from every rank p of another node.
@@ -72,36 +68,6 @@ cudaError_t launch_finish(const comm::GroupDevice& g, const uint64_t* state, int
 cudaError_t launch_gather_rows(const void* src, int64_t row0, int64_t rows,
                                const int64_t* token, int64_t n, void* dst, int64_t row_bytes,
                                int sm_count, cudaStream_t s);
-
-// moe16 (MKERNEL_MOE_DISPATCH_PIPELINE=4): the headed gather's pieces in one launch per side.
-// `words`: a zeroed device array of 3 * W * pieces + 2 + pieces words per call: [0, W*P) piece
-// c of rank p landed in out (= e at [p * P + c]), then the receive launch's counts, then the send
-// launch's per-piece counts (at 2 * W * P + 1), then the receive launch's start ticket and its
-// watcher's arrived words (one CTA polls the host-mapped flags and relays them to device words). Every wait is bounded (the group's timeout) and
-// recorded like the one-warp launches'.
-//
-// Send stream, after the head's push: every piece of src staged into the send area by SM copies
-// (parts of a piece on several CTAs) and pushed by the CTA completing it (data slot 1 + c = e);
-// state[1] = the largest ticket (for launch_finish).
-cudaError_t launch_stage_push(const comm::GroupDevice& g, uint64_t* state, const void* src,
-                              uint64_t block, uint64_t piece, uint32_t pieces,
-                              uint64_t remote_base, unsigned long long* counts, int sm_count,
-                              int32_t op, cudaStream_t s);
-// Receive stream: every piece of every other rank p, as it arrives (data slot 1 + c of p), copied
-// from the receive area (p * recv_stride) into out (p * block); landed words released; then DONE
-// (kDone + me = e) to every rank of another node. Nothing in it waits for this host.
-cudaError_t launch_unstage(const comm::GroupDevice& g, const uint64_t* state, void* out,
-                           uint64_t block, uint64_t recv_stride, uint64_t piece, uint32_t pieces,
-                           unsigned long long* words, int sm_count, int32_t op, cudaStream_t s);
-// Caller's stream, after its layout: for each piece in order, once every other rank's landed
-// word holds e, the dst rows q whose token (into all: rank p's rows at p * rows_per_rank) lies in
-// the rows that piece completed are copied (as launch_gather_rows; this rank's rows and token -1
-// untouched).
-cudaError_t launch_gather_landed(const comm::GroupDevice& g, const uint64_t* state,
-                                 const unsigned long long* words, const void* all,
-                                 int64_t rows_per_rank, uint64_t block, uint64_t piece,
-                                 uint32_t pieces, const int64_t* token, int64_t n, void* dst,
-                                 int64_t row_bytes, int sm_count, int32_t op, cudaStream_t s);
 
 // moe17 (the combine's pipelined exchange): out[e0 + i] (out_type) = the fp32 sum over ranks
 // s = 0..world-1, in order, of block s's element e0 + i (in's type), for i < n: block me is
