@@ -169,4 +169,7 @@ TORCH_LIBRARY(mkernel, m) {
   m.def("_sm_probe(int ctas, int cluster, int smem_bytes, int start_ns, int hold_ns) -> Tensor");
   m.def("_sm_probe_fit(int cluster, int smem_bytes) -> int");
   m.def("_gpu_globaltimer() -> int");
+  // Every MKERNEL_* variable the C++ side reads (csrc/env_knobs.cpp) as a JSON list of
+  // {name, kind, values, default, doc}: `python -m mkernel knobs` prints it.
+  m.def("_env_knobs() -> str");
 }

@@ -1,4 +1,4 @@
-"""``python -m mkernel <command>``: doctor, topology, demo, launch, version."""
+"""``python -m mkernel <command>``: doctor, topology, demo, launch, knobs, version."""
 
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="fail when an op is skipped because its kernel is not built for a backend")
     sub.add_parser("launch", help="run a script as W local ranks (emulated nodes, MPS): "
                    "launch --world W [--nodes N] [--mps] script.py args...")
+    k = sub.add_parser("knobs", help="list every MKERNEL_* environment variable mkernel reads")
+    k.add_argument("--json", action="store_true", help="print the list as JSON")
     sub.add_parser("version", help="print versions")
     args = parser.parse_args(argv)
 
@@ -45,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_demo(world=args.world, nodes=args.nodes, timeout=args.timeout,
                         require_all=args.require_all)
+    if args.cmd == "knobs":
+        return print_knobs(as_json=args.json)
     if args.cmd == "version":
         import torch
 
@@ -54,6 +58,34 @@ def main(argv: list[str] | None = None) -> int:
               f"  torch {torch.__version__}")
         return 0
     return 2
+
+
+def print_knobs(as_json: bool = False) -> int:
+    """Every MKERNEL_* variable of the C++ side (csrc/env_knobs.cpp, through the extension) and
+    of the Python side (_env_knobs.py): name, kind (config or debug), values, default, meaning."""
+    from . import _env_knobs
+
+    rows = {k.name: dict(name=k.name, kind=k.kind, values=k.values, default=k.default, doc=k.doc)
+            for k in _env_knobs.KNOBS.values()}
+    try:
+        import torch
+
+        from . import ops  # noqa: F401  (loads the extension)
+
+        for r in json.loads(torch.ops.mkernel._env_knobs()):
+            rows.setdefault(r["name"], r)
+    except Exception as e:  # noqa: BLE001  (no extension: the Python side's list alone)
+        print(f"(the C++ side's variables are not listed: {e})", file=sys.stderr)
+    listed = [rows[n] for n in sorted(rows)]
+    if as_json:
+        print(json.dumps(listed, indent=2))
+        return 0
+    for kind in ("config", "debug"):
+        print("user configuration:" if kind == "config" else "\ndebug and measurement overrides:")
+        for r in listed:
+            if r["kind"] == kind:
+                print(f"  {r['name']}={r['values']}  (default: {r['default']})\n      {r['doc']}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -218,3 +218,26 @@ def test_cpp_get_refuses_unregistered_names(tmp_path) -> None:
     assert ("mkernel: env variable MKERNEL_NOT_A_KNOB is read but not registered in csrc/env_knobs.cpp"
             in r.stdout), r.stdout
     assert f"OK {len(_cpp_table())}" in r.stdout, r.stdout
+
+
+def test_knobs_command_lists_both_sides(capsys) -> None:
+    """`python -m mkernel knobs --json`: the C++ side's table (through the extension's
+    _env_knobs op) and the Python side's, every row documented, sorted by name."""
+    import json
+
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    from mkernel import ops  # noqa: F401  (loads the extension)
+    from mkernel.__main__ import main
+
+    if not hasattr(torch.ops.mkernel, "_env_knobs"):
+        pytest.skip("the extension is not built")
+    assert main(["knobs", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    names = [r["name"] for r in rows]
+    assert names == sorted(names) and len(names) == len(set(names))
+    assert "MKERNEL_OP_TIMEOUT" in names  # C++ table
+    assert "MKERNEL_LOG_LEVEL" in names  # Python table
+    for r in rows:
+        assert r["kind"] in ("config", "debug") and r["doc"] and r["default"] and r["values"], r
