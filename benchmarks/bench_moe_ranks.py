@@ -195,11 +195,6 @@ def rank_main() -> None:
             # host's issue bounds it; MKERNEL_MOE_NET_PIECES, every rank alike).
             cands["mkernel_dispatch_gemm_p8"] = with_env(
                 {"MKERNEL_MOE_NET_PIECES": "8"}, cands["mkernel_dispatch_gemm"])
-            if os.environ.get("BENCH_MOE_OVERLAP") == "1":
-                # The overlapped dispatch (opt-in; the run sets BENCH_MOE_OVERLAP=1 only after its
-                # test passed): the GEMM of the own tokens' rows while the others fly.
-                cands["mkernel_dispatch_gemm_overlap"] = with_env(
-                    {"MKERNEL_MOE_DISPATCH_PIPELINE": "2"}, cands["mkernel_dispatch_gemm"])
             # The inter-node paths alone on the op's bytes (same run): the substrate's
             # all_gather of x (the dispatch's) and reduce_scatter of fp32 partials [W*T, H] (the
             # combine's), and, with every rank alone on its node, the MoE's own exchange
@@ -333,8 +328,6 @@ def rank_main() -> None:
             # Where the dispatch's time goes (MKERNEL_MOE_PHASES: timing events at its phase
             # boundaries, ms from its start on the GPU), the default and the previous sequence.
             modes = [("prev", "0")] if lean else [("pipelined", "1"), ("prev", "0")]
-            if "mkernel_dispatch_gemm_overlap" in cands:
-                modes.append(("overlap", "2"))
             modes = [(m, {"MKERNEL_MOE_DISPATCH_PIPELINE": v}) for m, v in modes]
             if os.environ.get("BENCH_MOE14") == "1":
                 modes += [(m, e14) for m, e14 in MOE14_PHASES.items() if not moe14_dropped(m)]
@@ -469,7 +462,7 @@ def rank_main() -> None:
                 rate = link_gbs(row["emulate"])
                 row.update(wall_clock(worst, max(m["sent"] for m in every), rate))
                 row["dispatch_phases"] = {mode: [m["phases"].get(mode, {}) for m in every]
-                                          for mode in ("pipelined", "prev", "overlap")
+                                          for mode in ("pipelined", "prev")
                                           if any(mode in m["phases"] for m in every)}
             print("RESULT " + json.dumps(row), flush=True)
             live(rank, "RESULT " + json.dumps(row))
@@ -633,7 +626,7 @@ def wall_clock(worst: dict, sent_bytes: int, rate: float | None) -> dict:
     out = {}
     gemm = worst.get("engine_gemm")
     for tag, name in (("", "mkernel_dispatch_gemm"), ("_prev", "mkernel_dispatch_gemm_prev"),
-                      ("_p8", "mkernel_dispatch_gemm_p8"), ("_overlap", "mkernel_dispatch_gemm_overlap")):
+                      ("_p8", "mkernel_dispatch_gemm_p8")):
         if name not in worst or gemm is None:
             continue
         over = worst[name] - gemm
@@ -643,9 +636,6 @@ def wall_clock(worst: dict, sent_bytes: int, rate: float | None) -> dict:
         out["dispatch_link_ratio_wall" + tag] = gbs / rate if (gbs is not None and rate) else None
     if "mkernel_dispatch_gemm_prev" in worst:
         out["dispatch_speedup_vs_prev"] = worst["mkernel_dispatch_gemm_prev"] / worst["mkernel_dispatch_gemm"]
-    if "mkernel_dispatch_gemm_overlap" in worst:
-        out["dispatch_overlap_speedup_vs_default"] = (worst["mkernel_dispatch_gemm"] /
-                                                      worst["mkernel_dispatch_gemm_overlap"])
     return out
 
 
@@ -946,11 +936,7 @@ def print_moe10(row: dict) -> None:
           f"{fmt(row.get('dispatch_overhead_ms_aligned_prev'), 3)} ms = "
           f"{fmt(row.get('dispatch_link_ratio_wall_prev'))}x; speed-up {fmt(row.get('dispatch_speedup_vs_prev'), 3)}x; "
           f"8 pieces {fmt(row.get('mkernel_dispatch_gemm_p8', {}).get('median_ms'), 3)} ms = "
-          f"{fmt(row.get('dispatch_link_ratio_wall_p8'))}x; overlapped "
-          f"{fmt(row.get('mkernel_dispatch_gemm_overlap', {}).get('median_ms'), 3)} ms = "
-          f"{fmt(row.get('dispatch_link_ratio_wall_overlap'))}x, "
-          f"{fmt(row.get('dispatch_overlap_speedup_vs_default'), 3)}x the default",
-          flush=True)
+          f"{fmt(row.get('dispatch_link_ratio_wall_p8'))}x", flush=True)
     for mode, per_rank in row.get("dispatch_phases", {}).items():
         print(f"  phases {mode} (ms from the op's start, per rank): " +
               " | ".join(", ".join(f"{k} {v:.3f}" for k, v in p.items()) for p in per_rank), flush=True)
