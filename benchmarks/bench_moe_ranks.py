@@ -229,13 +229,24 @@ def rank_main() -> None:
             cands["mkernel_dispatch_only"] = with_env(only, cands["mkernel_dispatch_gemm"])
             cands["mkernel_dispatch_only_counted"] = with_env(dict(only, **counted), cands["mkernel_dispatch_gemm"])
             cands["mkernel_dispatch_gemm_counted"] = with_env(counted, cands["mkernel_dispatch_gemm"])
+            # Session 21: mkernel.moe.MoEBuffer (eager calls replaying graphs captured once, x and
+            # topk_idx copied into its static inputs; one buffer per knob set, as graphs keep them).
+            buf_only, buf = (mkernel.moe.MoEBuffer(e, t, group=ctx) for _ in range(2))
+            cands["mkernel_dispatch_only_buffer"] = with_env(only, lambda: buf_only.dispatch_gemm(x, idx, w1))
+            cands["mkernel_dispatch_gemm_buffer"] = lambda: buf.dispatch_gemm(x, idx, w1)
+            bres = buf.dispatch_gemm(x, idx, w1)  # the miss: eager, then the capture
+            cands["mkernel_combine_buffer"] = lambda: buf.combine(y, bres.handle, w)
+            buffer_equal = {
+                "dispatch": bool(torch.equal(buf.dispatch_gemm(x, idx, w1).out[:rows], res.out[:rows])),
+                "combine": [bool(torch.equal(buf.combine(y, bres.handle, w).float(), c_mk)) for _ in range(3)],
+                "captures": buf.captures}
             # The counted gather's rows are the default's, bit for bit (rows past the counts: unspecified).
             counted_out = cands["mkernel_dispatch_gemm_counted"]().out
             counted_equal = bool(torch.equal(counted_out[:rows], res.out[:rows]))
             only_equal = bool(torch.equal(cands["mkernel_dispatch_only_counted"]().out[:rows], recv))
             del counted_out
         else:
-            counted_equal = only_equal = None
+            counted_equal = only_equal = buffer_equal = None
         moe14_equal = {}
         if nodes > 1 and os.environ.get("BENCH_MOE14") == "1":
             # moe14: the layout by kernels (MKERNEL_MOE_LAYOUT=kernel), the headed dispatch without
@@ -270,6 +281,7 @@ def rank_main() -> None:
         if lean:  # BENCH_MOE_LEAN=1 (--lean): only what moe13's link ratios need (a short device job)
             keep = ("mkernel_dispatch_gemm", "mkernel_dispatch_gemm_counted", "mkernel_dispatch_only",
                     "mkernel_dispatch_only_counted", "engine_gemm", "mkernel_combine",
+                    "mkernel_dispatch_only_buffer", "mkernel_dispatch_gemm_buffer", "mkernel_combine_buffer",
                     "link_exchange_gather", "link_exchange_a2a", "link_substrate_all_gather")
             keep = keep + tuple(moe14_variants()) if os.environ.get("BENCH_MOE14") == "1" else keep
             cands = {n: c for n, c in cands.items() if n in keep}
@@ -342,7 +354,8 @@ def rank_main() -> None:
         sent = int(dests.sum()) * h * 2
         mine = dict(med=med, rows=rows, sent=sent, err_d=err_d, err_c=err_c, plan=plan, ex_equal=ex_equal,
                     samples=times, profile={} if lean else kernel_profile(cands, dist.barrier), phases=phases,
-                    counted_equal=counted_equal, only_equal=only_equal, moe14_equal=moe14_equal)
+                    counted_equal=counted_equal, only_equal=only_equal, moe14_equal=moe14_equal,
+                    buffer_equal=buffer_equal)
         every = [None] * world
         dist.all_gather_object(every, mine)
         if rank == 0:
@@ -374,6 +387,7 @@ def rank_main() -> None:
                                         link_gbs(row["emulate"])))
                 row["counted_rows_equal_default"] = [m["counted_equal"] for m in every]
                 row["dispatch_only_rows_equal_recv"] = [m["only_equal"] for m in every]
+                row["buffer_equal_ops"] = [m["buffer_equal"] for m in every]
                 row["copier_submit_env"] = os.environ.get("MKERNEL_NET_GDR_COPIER_SUBMIT", "")
             if lean:
                 rate = link_gbs(row["emulate"])
@@ -679,7 +693,8 @@ def print_deepep(row: dict) -> None:
     def fmt(v, nd=2):
         return "n/a" if v is None else f"{v:.{nd}f}"
 
-    names = [n for n in ("mkernel_dispatch_only", "mkernel_dispatch_only_counted", "mkernel_combine")
+    names = [n for n in ("mkernel_dispatch_only", "mkernel_dispatch_only_counted", "mkernel_dispatch_only_buffer",
+                         "mkernel_combine", "mkernel_combine_buffer")
              if n + "_gbs" in row]
     if not names:
         return

@@ -6,7 +6,8 @@ the case's seed).
 A rank prints ``CASE {json}`` per checked case and ``OK <rank>`` at the end; a failed check
 raises (exit status 1) with the case in the message. ``TEST_SUITE`` (comma-separated):
 ``matrix`` (the case table), ``repeat`` (bit-identical results across calls), ``errors``
-(a mismatched H and a bad expert id raise on every rank; the group stays usable).
+(a mismatched H and a bad expert id raise on every rank; the group stays usable), ``buffer``
+(mkernel.moe.MoEBuffer against the plain ops and the reference).
 """
 
 from __future__ import annotations
@@ -274,6 +275,74 @@ def mlp(ctx) -> None:
         if not rec["err"] <= 1e-5:
             raise AssertionError(f"rank {rank}: {json.dumps(rec)}")
         print("CASE", json.dumps(rec), flush=True)
+
+
+def buffer(ctx) -> None:
+    """mkernel.moe.MoEBuffer: six calls with T changing per rank and per call (T = 0 on one rank
+    once), w1 swapped for another tensor at call 3 (a new graph on CUDA), y for the combine at a
+    fixed address (its graph from the second call). Each call's dispatch output, counts, route and
+    combine equal the plain ops' on the same inputs bit for bit, and the float64 reference within
+    the dtype's bound; then the argument errors. CUDA: the graphs were captured (2 dispatch, 1
+    combine) and later calls replayed them."""
+    rank, world = ctx.rank, ctx.world_size
+    dt = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+    h, f, k, e, max_t = 64, 32, 2, 2 * world, 40
+    el = e // world
+    buf = mkernel.moe.MoEBuffer(e, max_t, group=ctx)
+    w1_alls = [make_weights(90 + i, e, f, h, dt) for i in range(2)]
+    w1s = [w[rank * el:(rank + 1) * el].clone().to(DEVICE) for w in w1_alls]
+    ys = torch.empty(world * max_t * min(k, el), f, dtype=dt, device=DEVICE)  # combine's y, one address
+    if DEVICE == "cuda":
+        poison_allocator()
+    with torch.no_grad():
+        for call in range(6):
+            tokens = [(17 + 9 * s + 7 * call) % (max_t + 1) for s in range(world)]
+            if call == 2:
+                tokens[world - 1] = 0
+            ins = [make_inputs(100 + call, s, tokens[s], h, k, e, "skewed", dt) for s in range(world)]
+            wi = 0 if call < 3 else 1
+            w1 = w1s[wi]
+            me = ins[rank]
+            x, idx, tw = me.x.to(DEVICE), me.topk_idx.to(DEVICE), me.topk_weights.to(DEVICE)
+            res = buf.dispatch_gemm(x, idx, w1)
+            rows = int(res.counts.sum())
+            got = (res.out[:rows].clone(), res.counts.clone(), res.handle.route.clone())
+            yin = ys[:res.out.shape[0]]  # CUDA: the static row bound (= ys); CPU: the exact rows
+            yin[:rows].copy_(act(res.out[:rows]))
+            out_b = buf.combine(yin, res.handle, tw).clone()
+            checkpoint(f"MoEBuffer call {call}", {"seed": 100 + call})
+            ref = mkernel.moe_dispatch_gemm(x, idx, w1, num_experts=e, group=ctx)
+            assert torch.equal(got[0], ref.out[:rows]), f"rank {rank} call {call}: dispatch out != the op's"
+            assert torch.equal(got[1], ref.counts) and torch.equal(got[2], ref.handle.route), \
+                f"rank {rank} call {call}: counts / route != the op's"
+            out_e = mkernel.moe_combine(yin, ref.handle, tw, group=ctx)
+            assert torch.equal(out_b, out_e), f"rank {rank} call {call}: combine != the op's"
+            routes, _ = layouts([i.topk_idx for i in ins], e, 0)
+            assert torch.equal(got[2].cpu(), routes[rank]), f"rank {rank} call {call}: route != reference"
+            exp = moe_forward(me.x.double(), me.topk_idx, me.topk_weights.double(), w1_alls[wi].double(),
+                              routes[rank], act)
+            err = rel_err(out_b.cpu(), exp) if tokens[rank] else float(out_b.numel())
+            rec = dict(case=f"buffer/{call}", rank=rank, world=world, tokens=tokens[rank], err=err,
+                       bound=BOUNDS[dt], captures=buf.captures)
+            if not err <= BOUNDS[dt]:
+                raise AssertionError(f"rank {rank}: {json.dumps(rec)}")
+            print("CASE", json.dumps(rec), flush=True)
+    expect = 3 if DEVICE == "cuda" else 0  # dispatch per w1 (2), the combine at ys's address (1)
+    assert buf.captures == expect, f"rank {rank}: {buf.captures} graphs captured, expected {expect}"
+    x = torch.zeros(max_t + 1, h, dtype=dt, device=DEVICE)
+    idx = torch.zeros(max_t + 1, k, dtype=torch.int64, device=DEVICE)
+    for what, fn in (
+        ("more than the buffer's max_tokens", lambda: buf.dispatch_gemm(x, idx, w1s[0])),
+        ("forward only", lambda: buf.dispatch_gemm(x[:4], idx[:4], w1s[0].clone().requires_grad_(True))),
+        ("does not come from this buffer", lambda: buf.combine(
+            ys, mkernel.ops.MoeHandle(idx[:4].clone(), idx[:1].int()), torch.zeros(4, k, device=DEVICE))),
+    ):
+        try:
+            fn()
+        except ValueError as err:
+            assert what in str(err), str(err)
+        else:
+            raise AssertionError(f"MoEBuffer accepted a call that must raise ({what})")
 
 
 def kill(ctx) -> None:

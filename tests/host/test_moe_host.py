@@ -48,6 +48,17 @@ def test_moe_mlp_matches_dense_reference(world, nodes):
 
 
 @pytest.mark.multiproc
+@pytest.mark.parametrize("world, nodes", [(2, 1), (2, 2)])
+def test_moe_buffer_matches_the_ops(world, nodes):
+    """mkernel.moe.MoEBuffer (T changing per call and rank, T = 0 once, w1 swapped): the plain
+    ops' results bit for bit and the float64 reference; its argument errors raise."""
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=180, fork=True,
+                    env={"TEST_SUITE": "buffer"})
+    cases = check_ranks(res)
+    assert len(cases) == world * 6 and max(c["err"] / c["bound"] for c in cases) <= 1
+
+
+@pytest.mark.multiproc
 def test_moe_errors_raise_on_every_rank():
     """A mismatched H and an out-of-range expert id raise on every rank (naming the rank); the
     group then still runs a case."""
