@@ -42,16 +42,17 @@ def test_moe_cuda_ranks_match_reference(mps, world):
 
 @pytest.mark.parametrize("world,nodes", [(2, 1), (2, 2), (4, 4)], ids=["w2n1", "w2n2", "w4n4"])
 def test_moe_buffer_replays_match_the_ops(mps, world, nodes):
-    """mkernel.moe.MoEBuffer on CUDA: six calls (T per rank and per call changing, T = 0 once, w1
-    swapped at the fourth: a second dispatch graph; the combine's y at one address: its graph
-    from the second call), each bit for bit the plain ops' results on the same inputs and within
-    bf16 rounding of the float64 reference; 3 graphs captured; its argument errors raise.
-    One rank per node (w2n2, w4n4): the eager miss runs mode 3, the replays mode 1."""
+    """mkernel.moe.MoEBuffer on CUDA (tests/host/moe_rank_checks.py `buffer`): eight calls, T
+    changing then fixed, the same tensors call after call on every rank but 0 (direct graphs
+    there, the static graph and an eager combine on rank 0, in the same exchanges), w1 swapped;
+    each call bit for bit the plain ops' results and within bf16 rounding of the float64
+    reference; the graphs captured are the design's; its argument errors raise. One rank per
+    node (w2n2, w4n4): the eager misses run dispatch mode 3, the replays mode 1."""
     res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="buffer", TEST_DEVICE="cuda",
                                  MKERNEL_OP_TIMEOUT="15"))
     cases = check_ranks(res)
-    assert len(cases) == world * 6, len(cases)
+    assert len(cases) == world * 8, len(cases)
     assert max(c["err"] / c["bound"] for c in cases) <= 1
 
 
@@ -239,7 +240,7 @@ def test_moe_copy_engine_exchange_alone(mps, world):
     res = run_ranks(EXCHANGE_MAIN, world, nodes=world, timeout=120,
                     env=rank_env(mps, world, MKERNEL_OP_TIMEOUT="20"))
     cases = check_ranks(res)
-    assert len(cases) == world * 6, len(cases)
+    assert len(cases) == world * 8, len(cases)
     assert all(c["gather"] and c["a2a"] for c in cases), cases
 
 

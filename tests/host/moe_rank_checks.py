@@ -278,12 +278,16 @@ def mlp(ctx) -> None:
 
 
 def buffer(ctx) -> None:
-    """mkernel.moe.MoEBuffer: six calls with T changing per rank and per call (T = 0 on one rank
-    once), w1 swapped for another tensor at call 3 (a new graph on CUDA), y for the combine at a
-    fixed address (its graph from the second call). Each call's dispatch output, counts, route and
-    combine equal the plain ops' on the same inputs bit for bit, and the float64 reference within
-    the dtype's bound; then the argument errors. CUDA: the graphs were captured (2 dispatch, 1
-    combine) and later calls replayed them."""
+    """mkernel.moe.MoEBuffer over eight calls: T changing per rank and per call in calls 0-2 (T = 0
+    on one rank once), then fixed; from call 3 every rank but 0 passes the same tensors (x,
+    topk_idx, topk_weights, the combine's y: written in place), so those ranks move to the direct
+    graphs while rank 0, whose tensors are fresh at each call, stays on the static graph and an
+    eager combine (ranks replaying different graphs, or one eager while the others replay, in one
+    exchange); w1 swapped for another tensor at call 6 (a second static graph on every rank). Each
+    call's dispatch rows, counts, route and combine equal the plain ops' on the same inputs bit for
+    bit and the float64 reference within the dtype's bound. CUDA: the graphs captured are the ones
+    that design implies (rank 0: 2 dispatch, 0 combine; the others: 4 and 1). Then the argument
+    errors."""
     rank, world = ctx.rank, ctx.world_size
     dt = torch.bfloat16 if DEVICE == "cuda" else torch.float32
     h, f, k, e, max_t = 64, 32, 2, 2 * world, 40
@@ -291,23 +295,40 @@ def buffer(ctx) -> None:
     buf = mkernel.moe.MoEBuffer(e, max_t, group=ctx)
     w1_alls = [make_weights(90 + i, e, f, h, dt) for i in range(2)]
     w1s = [w[rank * el:(rank + 1) * el].clone().to(DEVICE) for w in w1_alls]
+    fixed = [(19 + 6 * s) % (max_t + 1) for s in range(world)]  # T from call 3
+    xp = torch.empty(fixed[rank], h, dtype=dt, device=DEVICE)  # the same tensors, call after call
+    idxp = torch.empty(fixed[rank], k, dtype=torch.int64, device=DEVICE)
+    twp = torch.empty(fixed[rank], k, dtype=torch.float32, device=DEVICE)
     ys = torch.empty(world * max_t * min(k, el), f, dtype=dt, device=DEVICE)  # combine's y, one address
+    held = []  # rank 0's (and calls 0-2's) tensors stay alive: fresh addresses each call
     if DEVICE == "cuda":
         poison_allocator()
     with torch.no_grad():
-        for call in range(6):
-            tokens = [(17 + 9 * s + 7 * call) % (max_t + 1) for s in range(world)]
-            if call == 2:
-                tokens[world - 1] = 0
+        for call in range(8):
+            if call < 3:
+                tokens = [(17 + 9 * s + 7 * call) % (max_t + 1) for s in range(world)]
+                if call == 2:
+                    tokens[world - 1] = 0
+            else:
+                tokens = fixed
             ins = [make_inputs(100 + call, s, tokens[s], h, k, e, "skewed", dt) for s in range(world)]
-            wi = 0 if call < 3 else 1
+            wi = 0 if call < 6 else 1
             w1 = w1s[wi]
             me = ins[rank]
-            x, idx, tw = me.x.to(DEVICE), me.topk_idx.to(DEVICE), me.topk_weights.to(DEVICE)
+            same = call >= 3 and rank != 0
+            if same:
+                x, idx, tw = xp.copy_(me.x), idxp.copy_(me.topk_idx), twp.copy_(me.topk_weights)
+            else:
+                x, idx, tw = me.x.to(DEVICE), me.topk_idx.to(DEVICE), me.topk_weights.to(DEVICE)
+                held.append((x, idx, tw))
             res = buf.dispatch_gemm(x, idx, w1)
             rows = int(res.counts.sum())
             got = (res.out[:rows].clone(), res.counts.clone(), res.handle.route.clone())
-            yin = ys[:res.out.shape[0]]  # CUDA: the static row bound (= ys); CPU: the exact rows
+            if same or DEVICE != "cuda":
+                yin = ys[:res.out.shape[0]]  # CUDA: the static row bound (= ys); CPU: the exact rows
+            else:
+                yin = torch.empty_like(ys)
+                held.append(yin)
             yin[:rows].copy_(act(res.out[:rows]))
             out_b = buf.combine(yin, res.handle, tw).clone()
             checkpoint(f"MoEBuffer call {call}", {"seed": 100 + call})
@@ -323,12 +344,13 @@ def buffer(ctx) -> None:
                               routes[rank], act)
             err = rel_err(out_b.cpu(), exp) if tokens[rank] else float(out_b.numel())
             rec = dict(case=f"buffer/{call}", rank=rank, world=world, tokens=tokens[rank], err=err,
-                       bound=BOUNDS[dt], captures=buf.captures)
+                       bound=BOUNDS[dt], captures=[buf._dispatch.captures, buf._combine.captures])
             if not err <= BOUNDS[dt]:
                 raise AssertionError(f"rank {rank}: {json.dumps(rec)}")
             print("CASE", json.dumps(rec), flush=True)
-    expect = 3 if DEVICE == "cuda" else 0  # dispatch per w1 (2), the combine at ys's address (1)
-    assert buf.captures == expect, f"rank {rank}: {buf.captures} graphs captured, expected {expect}"
+    expect = ([2, 0] if rank == 0 else [4, 1]) if DEVICE == "cuda" else [0, 0]
+    got_caps = [buf._dispatch.captures, buf._combine.captures]
+    assert got_caps == expect, f"rank {rank}: graphs captured (dispatch, combine) {got_caps}, expected {expect}"
     x = torch.zeros(max_t + 1, h, dtype=dt, device=DEVICE)
     idx = torch.zeros(max_t + 1, k, dtype=torch.int64, device=DEVICE)
     for what, fn in (
