@@ -155,7 +155,6 @@ class MoEBuffer:
         self.num_experts, self.max_tokens, self.capacity, self.group = num_experts, max_tokens, capacity, group
         reserve_tokens(max_tokens, group=group)
         self._inputs: dict[tuple, list] = {}  # static key -> [x, idx, rows of idx set to experts]
-        self._weights: dict[tuple, Tensor] = {}  # (device, k) -> [max_tokens, k] fp32
         self._dispatch, self._combine = _Graphs(max_graphs), _Graphs(max_graphs)
         self._views: dict[tuple, ops.MoeDispatchOutput] = {}  # (graph key, T) -> the user's view
         self._full: OrderedDict[int, ops.MoeHandle] = OrderedDict()  # route's address -> whole handle
@@ -252,43 +251,45 @@ class MoEBuffer:
         """:func:`mkernel.moe_combine` of ``y`` (the local experts' outputs in the layout of this
         buffer's dispatch) with ``handle`` from :meth:`dispatch_gemm` and ``topk_weights [T, k]``
         fp32; returns ``[T, H]``, valid until this buffer replays the same combine graph again."""
-        full = self._full.get(handle.route.data_ptr())
+        route, w = handle.route, topk_weights
+        key = (y.data_ptr(), y.shape, y.stride(), y.dtype, route.data_ptr(), route.shape,
+               handle.recv_counts.data_ptr(), w.data_ptr(), w.shape, w.stride(), w.dtype)
+        hit = self._combine.get(key)
+        if hit is not None:  # a graph of these very tensors (each entry keeps its handle alive)
+            self._no_grad("combine", y, w)
+            out, _, sw = hit[1]
+            if sw is not w:
+                sw[:w.shape[0]].copy_(w)  # its rows past T stay zero
+            hit[0].replay()
+            return out
+        full = self._full.get(route.data_ptr())
         if full is None:
             raise ValueError("mkernel.MoEBuffer.combine: handle does not come from this buffer's dispatch_gemm")
-        t, k = handle.route.shape
-        if tuple(topk_weights.shape) != (t, k):
+        t, k = route.shape
+        if tuple(w.shape) != (t, k):
             raise ValueError(f"mkernel.MoEBuffer.combine: topk_weights must be [{t}, {k}] (the dispatch's "
-                             f"tokens and choices), got {tuple(topk_weights.shape)}")
-        self._no_grad("combine", y, topk_weights)
+                             f"tokens and choices), got {tuple(w.shape)}")
+        self._no_grad("combine", y, w)
         if y.device.type != "cuda":
-            return ops.moe_combine(y, full, topk_weights, group=self.group)
-        if t == self.max_tokens and topk_weights.dtype == torch.float32 and topk_weights.is_contiguous():
-            # the weights as they are (no padding to add)
-            sw = topk_weights
+            return ops.moe_combine(y, full, w, group=self.group)
+        tf = full.route.shape[0]  # max_tokens (the static graph's, padded) or T (a direct graph's)
+        if tf == t and w.dtype == torch.float32 and w.is_contiguous():
+            sw = w  # as they are: no padding to add
         else:
-            wkey = (y.device, k)
-            if wkey not in self._weights:
-                self._weights[wkey] = torch.zeros(self.max_tokens, k, dtype=torch.float32, device=y.device)
-            sw = self._weights[wkey]
-            sw[:t].copy_(topk_weights)
-            sw[t:].zero_()
-        key = (y.data_ptr(), y.shape, y.stride(), y.dtype, full.route.data_ptr(), sw.data_ptr(), sw.dtype, k)
-        hit = self._combine.get(key)
-        if hit is not None:
-            hit[0].replay()
-            return hit[1][:t]
+            sw = torch.zeros(tf, k, dtype=torch.float32, device=y.device)
+            sw[:t].copy_(w)
 
-        def call() -> Tensor:
-            return ops.moe_combine(y, full, sw, num_tokens=self.max_tokens, group=self.group)
+        def call() -> tuple[Tensor, ops.MoeHandle, Tensor]:
+            return ops.moe_combine(y, full, sw, num_tokens=tf, group=self.group)[:t], full, sw
 
-        out = call()
+        res = call()
         if self._combine.sighted_before(key):  # the second call at these addresses: captured for the next
             self._combine.capture(key, call)
-        return out[:t]
+        return res[0]
 
     def clear(self) -> None:
         """Drop every captured graph and static tensor (the next calls capture again)."""
-        self._inputs.clear(), self._weights.clear(), self._views.clear(), self._full.clear()
+        self._inputs.clear(), self._views.clear(), self._full.clear()
         self._dispatch, self._combine = _Graphs(self._dispatch.limit), _Graphs(self._combine.limit)
 
 
@@ -331,13 +332,21 @@ class MoEMLP(torch.nn.Module):
         capacity: 0 (capacity-free, packed rows) or token slots per local expert (static
             shapes; overflow dropped deterministically, see :func:`mkernel.moe_dispatch_gemm`).
         group: the mkernel group (None: the default one).
+        inference_max_tokens: > 0: forward calls on CUDA without autograd (``torch.no_grad()``,
+            inference) run the dispatch and the combine through a :class:`MoEBuffer` of this
+            many tokens per rank, replaying CUDA graphs (the output is cloned out of the buffer:
+            it stays valid). Sets the group's :func:`reserve_tokens` at the first such call, so
+            every rank must pass the same value and no call may pass more tokens.
     """
 
     def __init__(self, hidden_size: int, ffn_hidden_size: int, num_experts: int, *,
                  gated: bool = True, capacity: int = 0, group: Any = None,
-                 dtype: torch.dtype | None = None, device: torch.device | str | None = None):
+                 dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+                 inference_max_tokens: int = 0):
         super().__init__()
         self.group = group
+        self.inference_max_tokens = inference_max_tokens
+        self._buffer: MoEBuffer | None = None
         world = (group if group is not None else ops._default_group()).world_size
         if num_experts % world:
             raise ValueError(f"mkernel.MoEMLP: num_experts ({num_experts}) must be divisible by "
@@ -356,6 +365,8 @@ class MoEMLP(torch.nn.Module):
 
     def forward(self, x: Tensor, topk_idx: Tensor, topk_weights: Tensor) -> Tensor:
         """x ``[T, H]``, topk_idx ``[T, k]`` expert ids, topk_weights ``[T, k]`` -> ``[T, H]``."""
+        if self.inference_max_tokens > 0 and x.is_cuda and not torch.is_grad_enabled():
+            return self._forward_buffered(x, topk_idx, topk_weights)
         res = ops.moe_dispatch_gemm(x, topk_idx, self.w1, num_experts=self.num_experts,
                                     capacity=self.capacity, group=self.group)
         h = res.out
@@ -365,3 +376,17 @@ class MoEMLP(torch.nn.Module):
             a = F.gelu(h)
         y = _ExpertLinear.apply(a, self.w2, res.counts, self.capacity)
         return ops.moe_combine(y, res.handle, topk_weights.float(), group=self.group)
+
+    def _forward_buffered(self, x: Tensor, topk_idx: Tensor, topk_weights: Tensor) -> Tensor:
+        """forward's inference path: the exchanges replayed from the layer's MoEBuffer."""
+        if self._buffer is None:
+            self._buffer = MoEBuffer(self.num_experts, self.inference_max_tokens, capacity=self.capacity,
+                                     group=self.group)
+        res = self._buffer.dispatch_gemm(x, topk_idx, self.w1)
+        h = res.out
+        if self.gated:
+            a = F.silu(h[..., :self.ffn_hidden_size]) * h[..., self.ffn_hidden_size:]
+        else:
+            a = F.gelu(h)
+        y = _grouped(a, self.w2, res.counts, self.capacity)
+        return self._buffer.combine(y, res.handle, topk_weights.float()).clone()

@@ -278,16 +278,16 @@ def mlp(ctx) -> None:
 
 
 def buffer(ctx) -> None:
-    """mkernel.moe.MoEBuffer over eight calls: T changing per rank and per call in calls 0-2 (T = 0
+    """mkernel.moe.MoEBuffer over ten calls: T changing per rank and per call in calls 0-2 (T = 0
     on one rank once), then fixed; from call 3 every rank but 0 passes the same tensors (x,
     topk_idx, topk_weights, the combine's y: written in place), so those ranks move to the direct
-    graphs while rank 0, whose tensors are fresh at each call, stays on the static graph and an
-    eager combine (ranks replaying different graphs, or one eager while the others replay, in one
-    exchange); w1 swapped for another tensor at call 6 (a second static graph on every rank). Each
-    call's dispatch rows, counts, route and combine equal the plain ops' on the same inputs bit for
-    bit and the float64 reference within the dtype's bound. CUDA: the graphs captured are the ones
-    that design implies (rank 0: 2 dispatch, 0 combine; the others: 4 and 1). Then the argument
-    errors."""
+    graphs (dispatch replayed from call 5, combine at call 7) while rank 0, whose tensors are fresh
+    at each call, stays on the static graph and an eager combine (ranks replaying different graphs,
+    or one eager while the others replay, in one exchange); w1 swapped for another tensor at call 8
+    (a second static graph on every rank). Each call's dispatch rows, counts, route and combine
+    equal the plain ops' on the same inputs bit for bit and the float64 reference within the
+    dtype's bound. CUDA: the graphs captured are the ones that design implies (rank 0: 2 dispatch,
+    0 combine; the others: 4 and 2). Then the argument errors."""
     rank, world = ctx.rank, ctx.world_size
     dt = torch.bfloat16 if DEVICE == "cuda" else torch.float32
     h, f, k, e, max_t = 64, 32, 2, 2 * world, 40
@@ -304,7 +304,7 @@ def buffer(ctx) -> None:
     if DEVICE == "cuda":
         poison_allocator()
     with torch.no_grad():
-        for call in range(8):
+        for call in range(10):
             if call < 3:
                 tokens = [(17 + 9 * s + 7 * call) % (max_t + 1) for s in range(world)]
                 if call == 2:
@@ -312,7 +312,7 @@ def buffer(ctx) -> None:
             else:
                 tokens = fixed
             ins = [make_inputs(100 + call, s, tokens[s], h, k, e, "skewed", dt) for s in range(world)]
-            wi = 0 if call < 6 else 1
+            wi = 0 if call < 8 else 1
             w1 = w1s[wi]
             me = ins[rank]
             same = call >= 3 and rank != 0
@@ -348,7 +348,7 @@ def buffer(ctx) -> None:
             if not err <= BOUNDS[dt]:
                 raise AssertionError(f"rank {rank}: {json.dumps(rec)}")
             print("CASE", json.dumps(rec), flush=True)
-    expect = ([2, 0] if rank == 0 else [4, 1]) if DEVICE == "cuda" else [0, 0]
+    expect = ([2, 0] if rank == 0 else [4, 2]) if DEVICE == "cuda" else [0, 0]
     got_caps = [buf._dispatch.captures, buf._combine.captures]
     assert got_caps == expect, f"rank {rank}: graphs captured (dispatch, combine) {got_caps}, expected {expect}"
     x = torch.zeros(max_t + 1, h, dtype=dt, device=DEVICE)
@@ -365,6 +365,23 @@ def buffer(ctx) -> None:
             assert what in str(err), str(err)
         else:
             raise AssertionError(f"MoEBuffer accepted a call that must raise ({what})")
+    # mkernel.nn.MoEMLP(inference_max_tokens=...) under no_grad: its buffered forward (graphs on
+    # CUDA, from the third call at the same addresses) equals its plain forward bit for bit.
+    from mkernel.nn import MoEMLP
+
+    layer = MoEMLP(h, 24, e, group=ctx, dtype=dt, device=DEVICE, inference_max_tokens=max_t)
+    xq, iq, wq = xp.clone(), idxp.clone(), twp.clone()
+    with torch.no_grad():
+        for i in range(4):
+            ins = make_inputs(200 + i, rank, fixed[rank], h, k, e, "uniform", dt)
+            xq.copy_(ins.x), iq.copy_(ins.topk_idx), wq.copy_(ins.topk_weights)
+            got = layer(xq, iq, wq)
+            layer.inference_max_tokens = 0
+            ref = layer(xq, iq, wq)
+            layer.inference_max_tokens = max_t
+            assert torch.equal(got, ref), f"rank {rank}: MoEMLP's buffered forward {i} != its plain forward"
+    if DEVICE == "cuda":
+        assert layer._buffer is not None and layer._buffer.captures >= 2, layer._buffer.captures
 
 
 def kill(ctx) -> None:
