@@ -56,6 +56,17 @@ def test_moe_buffer_replays_match_the_ops(mps, world, nodes):
     assert max(c["err"] / c["bound"] for c in cases) <= 1
 
 
+@pytest.mark.parametrize("world,nodes", [(2, 1), (2, 2)], ids=["w2n1", "w2n2"])
+def test_moe_mlp_cuda_matches_dense_reference(mps, world, nodes):
+    """mkernel.nn.MoEMLP (SwiGLU experts, bf16) on 2 ranks, one node and two emulated nodes,
+    against the dense float64 formula over every rank's tokens: output and the gradients of x,
+    w1, w2 and topk_weights, capacity-free and padded (tests/host/moe_rank_checks.py `mlp`)."""
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="mlp", TEST_DEVICE="cuda", MKERNEL_OP_TIMEOUT="15"))
+    cases = check_ranks(res)
+    assert len(cases) == world * 2 and max(c["err"] / c["bound"] for c in cases) <= 1
+
+
 def test_moe_cuda_ranks_aten_routing(mps):
     """The opt-out MKERNEL_MOE_ROUTING=aten (route_on_device's ATen ops instead of the routing
     kernels): the same checks at W=2."""
