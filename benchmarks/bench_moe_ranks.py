@@ -277,7 +277,7 @@ def rank_main() -> None:
                                              torch.equal(got.handle.recv_counts, res.handle.recv_counts))
                 elif name in ("mkernel_combine_early", "mkernel_combine_callerstream", "mkernel_combine16",
                               "mkernel_combine_seq16", "mkernel_combine_pc8",
-                              "mkernel_combine_pc4", "mkernel_combine_routesx"):  # the default's bits
+                              "mkernel_combine_pc4"):  # the default's bits
                     moe14_equal[name] = bool(torch.equal(got.float(), c_mk))
                 else:
                     moe14_equal[name + "_max_abs_diff"] = float((got.float() - c_mk).abs().max())
@@ -562,8 +562,6 @@ def moe14_variants() -> dict:
         "mkernel_combine_seq32": {"MKERNEL_MOE_COMBINE_PIPELINE": "0", "MKERNEL_MOE_NODES_COMBINE": "reduce"},
         "mkernel_combine_pc8": {"MKERNEL_MOE_COMBINE_PIECES": "8"},
         "mkernel_combine_pc4": {"MKERNEL_MOE_COMBINE_PIECES": "4"},
-        # session 21: the routes and weights through the MoE's own exchange
-        "mkernel_combine_routesx": {"MKERNEL_MOE_COMBINE_ROUTES": "exchange"},
     }.items() if not moe14_dropped(n)}
 
 
@@ -581,7 +579,6 @@ MOE14_PHASES = {
     "counted_kl": {"MKERNEL_MOE_DISPATCH_GATHER": "counted", "MKERNEL_MOE_LAYOUT": "kernel"},
     "combine": {"MKERNEL_MOE_COMBINE_EARLY": "0"},          # the pre-moe14 combine's phases
     "combine_early": {"MKERNEL_MOE_COMBINE_EARLY": "1"},
-    "combine_routesx": {"MKERNEL_MOE_COMBINE_ROUTES": "exchange"},  # session 21
 }
 
 

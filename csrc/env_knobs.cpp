@@ -109,8 +109,6 @@ constexpr Knob kKnobs[] = {
      "at most this many pieces per block in the pipelined combine"},
     {"MKERNEL_MOE_COMBINE_PIPELINE", kDebug, "0|1", "1",
      "the combine's partials pushed and summed piece by piece"},
-    {"MKERNEL_MOE_COMBINE_ROUTES", kDebug, "allgather|exchange", "allgather",
-     "the pipelined combine's routes and weights all-gathered by the substrate or the MoE's own exchange"},
     {"MKERNEL_MOE_DISPATCH_GATHER", kDebug, "bound|counted", "bound",
      "the sequential dispatch's row gather over the static bound or the counted rows"},
     {"MKERNEL_MOE_DISPATCH_ONLY", kDebug, "1", "off",

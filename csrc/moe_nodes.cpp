@@ -657,19 +657,6 @@ bool combine_pipeline() {
   return m == "1";
 }
 
-// MKERNEL_MOE_COMBINE_ROUTES (session 21; read at every call, every rank the same): how the pipelined
-// combine gathers every rank's packed routes and weights before its first partial: "allgather" (unset,
-// the substrate's all_gather: 0.10-0.18 ms of a 1.43 ms combine in session 21's phases) or "exchange"
-// (the MoE's own exchange, whose routing head reaches the peer in ~35-75 us in the dispatch).
-bool combine_routes_by_exchange() {
-  const char* v = env::get("MKERNEL_MOE_COMBINE_ROUTES");
-  if (v == nullptr || *v == '\0') return false;
-  const std::string m(v);
-  TORCH_CHECK_VALUE(m == "allgather" || m == "exchange",
-                    "MKERNEL_MOE_COMBINE_ROUTES must be allgather or exchange (or unset), got \"", m, "\"");
-  return m == "exchange";
-}
-
 // The partial-sum kernel unless MKERNEL_MOE_NODES_PARTIAL=aten (the ATen sequence it replaces).
 bool partials_by_kernel() {
   static const bool on = [] {
@@ -732,9 +719,7 @@ at::Tensor combine_nodes_here(const char* op, const at::Tensor& y, const at::Ten
                                                       static_cast<int>(k),
                                                       static_cast<uint32_t*>(words.data_ptr()), sms, main.stream());
     TORCH_CHECK(err == cudaSuccess, op, ": packing the routes failed to launch: ", cudaGetErrorString(err));
-    const at::Tensor words_all = combine_routes_by_exchange()  // [W*Tm, 3k]
-                                     ? exchange_nodes(op, comm::kOpMoeCombine, words, false, group, W)
-                                     : all_gather(words, group, W);
+    const at::Tensor words_all = all_gather(words, group, W);  // [W*Tm, 3k]
     ph.mark("routes", main);
     const at::ScalarType pt = narrow ? y.scalar_type() : at::kFloat;
     ph.mark("partial", main);  // (no partials yet: they are made piece by piece below)

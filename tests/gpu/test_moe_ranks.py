@@ -220,19 +220,6 @@ def test_moe_cuda_across_emulated_nodes_combine_variants(mps, combine, pipeline)
     assert max(c["err"] / c["bound"] for c in cases) <= 1
 
 
-@pytest.mark.parametrize("world,nodes", [(2, 2), (4, 4)], ids=["w2n2", "w4n4"])
-def test_moe_cuda_across_emulated_nodes_combine_routes_exchange(mps, world, nodes):
-    """MKERNEL_MOE_COMBINE_ROUTES=exchange (session 21): the pipelined combine gathers every rank's
-    packed routes and weights through the MoE's own exchange instead of the substrate's
-    all_gather; the same checks (values, gradients, repeats, graph replay)."""
-    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150,
-                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
-                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_COMBINE_ROUTES="exchange"))
-    cases = check_ranks(res)
-    assert len(cases) == world * (8 + 4), len(cases)
-    assert max(c["err"] / c["bound"] for c in cases) <= 1
-
-
 @pytest.mark.parametrize("world,nodes", [(2, 2), (4, 4)])
 def test_moe_cuda_across_emulated_nodes_copy_engine_exchange(mps, world, nodes):
     """MKERNEL_MOE_NODES_PATH=ce (forced; the default where every rank is alone on its emulated
