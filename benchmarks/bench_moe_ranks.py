@@ -562,6 +562,10 @@ def moe14_variants() -> dict:
         "mkernel_combine_seq32": {"MKERNEL_MOE_COMBINE_PIPELINE": "0", "MKERNEL_MOE_NODES_COMBINE": "reduce"},
         "mkernel_combine_pc8": {"MKERNEL_MOE_COMBINE_PIECES": "8"},
         "mkernel_combine_pc4": {"MKERNEL_MOE_COMBINE_PIECES": "4"},
+        # session 21: the headed gather's finish on the caller's stream at the join
+        "mkernel_dispatch_only_fj": dict(only, MKERNEL_MOE_FINISH_AT_JOIN="1"),
+        "mkernel_dispatch_only_p1_kl_fj": dict(only, **p1, **kl, MKERNEL_MOE_FINISH_AT_JOIN="1"),
+        "mkernel_dispatch_gemm_fj": {"MKERNEL_MOE_FINISH_AT_JOIN": "1"},
     }.items() if not moe14_dropped(n)}
 
 
@@ -579,6 +583,8 @@ MOE14_PHASES = {
     "counted_kl": {"MKERNEL_MOE_DISPATCH_GATHER": "counted", "MKERNEL_MOE_LAYOUT": "kernel"},
     "combine": {"MKERNEL_MOE_COMBINE_EARLY": "0"},          # the pre-moe14 combine's phases
     "combine_early": {"MKERNEL_MOE_COMBINE_EARLY": "1"},
+    "p3_kl_fj": {"MKERNEL_MOE_DISPATCH_PIPELINE": "3", "MKERNEL_MOE_LAYOUT": "kernel",
+                 "MKERNEL_MOE_FINISH_AT_JOIN": "1"},  # session 21
 }
 
 

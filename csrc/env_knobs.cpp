@@ -115,6 +115,8 @@ constexpr Knob kKnobs[] = {
      "measurement: the dispatch returns the received rows, before the grouped GEMM"},
     {"MKERNEL_MOE_DISPATCH_PIPELINE", kDebug, "0|1|3", "3 (1 under graph capture)",
      "the several-node dispatch's mode"},
+    {"MKERNEL_MOE_FINISH_AT_JOIN", kDebug, "0|1", "0",
+     "the headed dispatch's finish (its spin until every peer's DONE) on the caller's stream at the join"},
     {"MKERNEL_MOE_GATHER_SMS", kDebug, "integer >= 0", "0: every SM",
      "the headed dispatch's row gathers launch at most 8 CTAs per this many SMs"},
     {"MKERNEL_MOE_HEADED_SYNC", kDebug, "1", "off",

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -98,13 +99,33 @@ namespace {
 struct Pending {
   std::vector<at::cuda::CUDAEvent> events;
   std::vector<at::Tensor> held;
+  // Launched on the caller's stream at the join, before it waits for the events (the headed
+  // gather's finish under MKERNEL_MOE_FINISH_AT_JOIN=1).
+  std::vector<std::function<void(cudaStream_t)>> at_join;
 };
 thread_local Pending pending;
+
+// MKERNEL_MOE_FINISH_AT_JOIN=1 (session 21; read at every call, every rank the same): the headed
+// gather's finish (a one-CTA kernel spinning until the transport is done with every push and every
+// peer's DONE came, ~the whole exchange) runs on the caller's stream at the join instead of ending
+// the send stream. Session 18's reading of the eager dispatch's phases: the caller's stream wakes
+// exactly when the send stream's finish ends ("routing ~ sent" in every run), as if its layout
+// kernels were queued in the finish's hardware queue behind the spin.
+bool finish_at_join() {
+  const char* v = env::get("MKERNEL_MOE_FINISH_AT_JOIN");
+  if (v == nullptr || *v == '\0') return false;
+  const std::string m(v);
+  TORCH_CHECK_VALUE(m == "0" || m == "1", "MKERNEL_MOE_FINISH_AT_JOIN must be 0 or 1 (or unset), got \"", m, "\"");
+  return m == "1";
+}
 
 }  // namespace
 
 void exchange_join() {
   const at::cuda::CUDAStream main = at::cuda::getCurrentCUDAStream();
+  std::vector<std::function<void(cudaStream_t)>> at_join;
+  at_join.swap(pending.at_join);
+  for (auto& launch : at_join) launch(main.stream());
   for (at::cuda::CUDAEvent& ev : pending.events) ev.block(main);
   pending.events.clear();
   pending.held.clear();
@@ -325,7 +346,16 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
   }
   // The finish: the transport done with every push, then every peer's DONE (session 19: this
   // order passed on the GPU with every stream in one hardware queue, CUDA_DEVICE_MAX_CONNECTIONS=1).
-  check(op, moe_net::launch_finish(x->view, st, op_id, send.stream()), "finish", g);
+  // MKERNEL_MOE_FINISH_AT_JOIN=1: on the caller's stream at the join instead.
+  if (finish_at_join()) {
+    const comm::GroupDevice view = x->view;
+    comm::SymmetricGroup* gp = &g;
+    pending.at_join.push_back([view, st, op, op_id, gp](cudaStream_t s) {
+      check(op, moe_net::launch_finish(view, st, op_id, s), "finish", *gp);
+    });
+  } else {
+    check(op, moe_net::launch_finish(x->view, st, op_id, send.stream()), "finish", g);
+  }
   at::cuda::CUDAEvent sent;
   sent.record(send);
   if (timed) x->sent_timed.record(send);
