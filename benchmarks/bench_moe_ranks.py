@@ -566,6 +566,10 @@ def moe14_variants() -> dict:
         "mkernel_dispatch_only_fj": dict(only, MKERNEL_MOE_FINISH_AT_JOIN="1"),
         "mkernel_dispatch_only_p1_kl_fj": dict(only, **p1, **kl, MKERNEL_MOE_FINISH_AT_JOIN="1"),
         "mkernel_dispatch_gemm_fj": {"MKERNEL_MOE_FINISH_AT_JOIN": "1"},
+        "mkernel_dispatch_only_p1_kl_fj_hc": dict(only, **p1, **kl, MKERNEL_MOE_FINISH_AT_JOIN="1",
+                                                  MKERNEL_MOE_HOOKS_ON_CALLER="1"),
+        "mkernel_dispatch_gemm_p1_kl_fj_hc": dict(p1, **kl, MKERNEL_MOE_FINISH_AT_JOIN="1",
+                                                  MKERNEL_MOE_HOOKS_ON_CALLER="1"),
     }.items() if not moe14_dropped(n)}
 
 
@@ -585,6 +589,8 @@ MOE14_PHASES = {
     "combine_early": {"MKERNEL_MOE_COMBINE_EARLY": "1"},
     "p3_kl_fj": {"MKERNEL_MOE_DISPATCH_PIPELINE": "3", "MKERNEL_MOE_LAYOUT": "kernel",
                  "MKERNEL_MOE_FINISH_AT_JOIN": "1"},  # session 21
+    "p1_kl_fj_hc": {"MKERNEL_MOE_DISPATCH_PIPELINE": "1", "MKERNEL_MOE_LAYOUT": "kernel",
+                    "MKERNEL_MOE_FINISH_AT_JOIN": "1", "MKERNEL_MOE_HOOKS_ON_CALLER": "1"},
 }
 
 

@@ -121,6 +121,8 @@ constexpr Knob kKnobs[] = {
      "the headed dispatch's row gathers launch at most 8 CTAs per this many SMs"},
     {"MKERNEL_MOE_HEADED_SYNC", kDebug, "1", "off",
      "tests: the host syncs the device between the headed gather's halves"},
+    {"MKERNEL_MOE_HOOKS_ON_CALLER", kDebug, "0|1", "0",
+     "mode 1's per-piece row gathers on the caller's stream instead of a pool stream"},
     {"MKERNEL_MOE_LAYOUT", kDebug, "aten|kernel", "kernel",
      "the packed dispatch layout by ATen ops or by the routing and layout kernels"},
     {"MKERNEL_MOE_NET_PIECES", kDebug, "integer in [1, 15]", "15",

@@ -119,6 +119,14 @@ bool finish_at_join() {
   return m == "1";
 }
 
+bool hooks_on_caller() {
+  const char* v = env::get("MKERNEL_MOE_HOOKS_ON_CALLER");
+  if (v == nullptr || *v == '\0') return false;
+  const std::string m(v);
+  TORCH_CHECK_VALUE(m == "0" || m == "1", "MKERNEL_MOE_HOOKS_ON_CALLER must be 0 or 1 (or unset), got \"", m, "\"");
+  return m == "1";
+}
+
 }  // namespace
 
 void exchange_join() {
@@ -438,6 +446,9 @@ void gather_headed_finish(HeadedGather& x, at::cuda::CUDAEvent& after,
   // a stream of their own, piece c's after the receive stream unstaged it (piece_unstaged[c])
   // and the first after `after` (the caller's layout). They read `out`, never the receive
   // area, so DONE does not wait for them.
+  // MKERNEL_MOE_HOOKS_ON_CALLER=1 (session 21): on the caller's stream itself (already after
+  // `after`), never on a pool stream that may share a hardware queue with the receive stream's spins.
+  const bool on_caller = hooks_on_caller();
   std::optional<at::cuda::CUDAStream> hooks;
   for (uint64_t c = 0; c < x.plan.pieces && on_rows; ++c) {
     if (x.plan.bytes(c) == 0) continue;
@@ -445,15 +456,15 @@ void gather_headed_finish(HeadedGather& x, at::cuda::CUDAEvent& after,
     const uint64_t r1 = x.plan.rows_landed(c, x.row_bytes);
     if (r1 <= r0) continue;
     if (!hooks) {
-      hooks.emplace(side_stream(x.src.device().index()));
-      after.block(*hooks);
+      hooks.emplace(on_caller ? at::cuda::getCurrentCUDAStream() : side_stream(x.src.device().index()));
+      if (!on_caller) after.block(*hooks);
     }
     x.piece_unstaged[c].block(*hooks);
     for (int j = 1; j < W; ++j) {
       on_rows((me + j) % W, static_cast<int64_t>(r0), static_cast<int64_t>(r1), hooks->stream());
     }
   }
-  if (hooks) {
+  if (hooks && !on_caller) {
     at::cuda::CUDAEvent gathered;
     gathered.record(*hooks);
     pending.events.push_back(std::move(gathered));

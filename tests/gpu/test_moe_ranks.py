@@ -220,15 +220,18 @@ def test_moe_cuda_across_emulated_nodes_combine_variants(mps, combine, pipeline)
     assert max(c["err"] / c["bound"] for c in cases) <= 1
 
 
-@pytest.mark.parametrize("world,nodes,mode", [(2, 2, ""), (4, 4, ""), (2, 2, "1")], ids=["w2n2", "w4n4", "w2n2-p1"])
-def test_moe_cuda_across_emulated_nodes_finish_at_join(mps, world, nodes, mode):
+@pytest.mark.parametrize("world,nodes,mode,hooks", [(2, 2, "", ""), (4, 4, "", ""), (2, 2, "1", ""),
+                                                    (2, 2, "1", "1"), (4, 4, "1", "1")],
+                         ids=["w2n2", "w4n4", "w2n2-p1", "w2n2-p1-hc", "w4n4-p1-hc"])
+def test_moe_cuda_across_emulated_nodes_finish_at_join(mps, world, nodes, mode, hooks):
     """MKERNEL_MOE_FINISH_AT_JOIN=1 (session 21): the headed dispatch's finish (its spin until
     every peer's DONE) on the caller's stream at the join instead of ending the send stream; the
-    default checks (values, gradients, repeats, graph replay), mode 3 eagerly and mode 1 pinned."""
+    default checks (values, gradients, repeats, graph replay), mode 3 eagerly and mode 1 pinned,
+    the latter also with its per-piece gathers on the caller's stream (MKERNEL_MOE_HOOKS_ON_CALLER=1)."""
     res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
                                  MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_FINISH_AT_JOIN="1",
-                                 MKERNEL_MOE_DISPATCH_PIPELINE=mode))
+                                 MKERNEL_MOE_DISPATCH_PIPELINE=mode, MKERNEL_MOE_HOOKS_ON_CALLER=hooks))
     cases = check_ranks(res)
     assert len(cases) == world * (8 + 4), len(cases)
     assert max(c["err"] / c["bound"] for c in cases) <= 1
