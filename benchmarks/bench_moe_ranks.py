@@ -562,14 +562,11 @@ def moe14_variants() -> dict:
         "mkernel_combine_seq32": {"MKERNEL_MOE_COMBINE_PIPELINE": "0", "MKERNEL_MOE_NODES_COMBINE": "reduce"},
         "mkernel_combine_pc8": {"MKERNEL_MOE_COMBINE_PIECES": "8"},
         "mkernel_combine_pc4": {"MKERNEL_MOE_COMBINE_PIECES": "4"},
-        # session 21: the headed gather's finish on the caller's stream at the join
-        "mkernel_dispatch_only_fj": dict(only, MKERNEL_MOE_FINISH_AT_JOIN="1"),
-        "mkernel_dispatch_only_p1_kl_fj": dict(only, **p1, **kl, MKERNEL_MOE_FINISH_AT_JOIN="1"),
-        "mkernel_dispatch_gemm_fj": {"MKERNEL_MOE_FINISH_AT_JOIN": "1"},
-        "mkernel_dispatch_only_p1_kl_fj_hc": dict(only, **p1, **kl, MKERNEL_MOE_FINISH_AT_JOIN="1",
-                                                  MKERNEL_MOE_HOOKS_ON_CALLER="1"),
-        "mkernel_dispatch_gemm_p1_kl_fj_hc": dict(p1, **kl, MKERNEL_MOE_FINISH_AT_JOIN="1",
-                                                  MKERNEL_MOE_HOOKS_ON_CALLER="1"),
+        # session 21: the eager default of sessions 18-20 (mode 3, the finish ending the send
+        # stream, row hooks on a pool stream) beside today's (mode 1, finish at the join, hooks on
+        # the caller's stream)
+        "mkernel_dispatch_only_s20": dict(only, **p3, MKERNEL_MOE_FINISH_AT_JOIN="0", MKERNEL_MOE_HOOKS_ON_CALLER="0"),
+        "mkernel_dispatch_gemm_s20": dict(p3, MKERNEL_MOE_FINISH_AT_JOIN="0", MKERNEL_MOE_HOOKS_ON_CALLER="0"),
     }.items() if not moe14_dropped(n)}
 
 
@@ -587,10 +584,8 @@ MOE14_PHASES = {
     "counted_kl": {"MKERNEL_MOE_DISPATCH_GATHER": "counted", "MKERNEL_MOE_LAYOUT": "kernel"},
     "combine": {"MKERNEL_MOE_COMBINE_EARLY": "0"},          # the pre-moe14 combine's phases
     "combine_early": {"MKERNEL_MOE_COMBINE_EARLY": "1"},
-    "p3_kl_fj": {"MKERNEL_MOE_DISPATCH_PIPELINE": "3", "MKERNEL_MOE_LAYOUT": "kernel",
-                 "MKERNEL_MOE_FINISH_AT_JOIN": "1"},  # session 21
-    "p1_kl_fj_hc": {"MKERNEL_MOE_DISPATCH_PIPELINE": "1", "MKERNEL_MOE_LAYOUT": "kernel",
-                    "MKERNEL_MOE_FINISH_AT_JOIN": "1", "MKERNEL_MOE_HOOKS_ON_CALLER": "1"},
+    "s20": {"MKERNEL_MOE_DISPATCH_PIPELINE": "3", "MKERNEL_MOE_FINISH_AT_JOIN": "0",
+            "MKERNEL_MOE_HOOKS_ON_CALLER": "0"},  # session 21: the eager default of sessions 18-20
 }
 
 

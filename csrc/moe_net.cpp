@@ -105,23 +105,29 @@ struct Pending {
 };
 thread_local Pending pending;
 
-// MKERNEL_MOE_FINISH_AT_JOIN=1 (session 21; read at every call, every rank the same): the headed
-// gather's finish (a one-CTA kernel spinning until the transport is done with every push and every
-// peer's DONE came, ~the whole exchange) runs on the caller's stream at the join instead of ending
-// the send stream. Session 18's reading of the eager dispatch's phases: the caller's stream wakes
-// exactly when the send stream's finish ends ("routing ~ sent" in every run), as if its layout
-// kernels were queued in the finish's hardware queue behind the spin.
+// MKERNEL_MOE_FINISH_AT_JOIN (session 21; read at every call, every rank the same; unset or "1":
+// on, "0": off): the headed gather's finish (a one-CTA kernel spinning until the transport is done
+// with every push and every peer's DONE came, ~the whole exchange) runs on the caller's stream at
+// the join instead of ending the send stream. Session 18's reading of the eager dispatch's phases
+// was that the caller's stream woke exactly when the send stream's finish ended ("routing ~ sent"
+// in every run), its layout kernels queued in the finish's hardware queue behind the spin; with the
+// finish at the join the layout mark moved from ~1.43 to ~0.6-0.7 ms (session 21 call E).
 bool finish_at_join() {
   const char* v = env::get("MKERNEL_MOE_FINISH_AT_JOIN");
-  if (v == nullptr || *v == '\0') return false;
+  if (v == nullptr || *v == '\0') return true;
   const std::string m(v);
   TORCH_CHECK_VALUE(m == "0" || m == "1", "MKERNEL_MOE_FINISH_AT_JOIN must be 0 or 1 (or unset), got \"", m, "\"");
   return m == "1";
 }
 
+// MKERNEL_MOE_HOOKS_ON_CALLER (session 21; read at every call, every rank the same; unset or "1":
+// on, "0": off): gather_headed_finish's per-piece row gathers run on the caller's stream instead
+// of a pool stream, which may share a hardware queue with the receive stream's spinning arrival
+// waits. With the finish at the join, mode 1's eager dispatch went from 1.59-1.66 ms to
+// 1.38-1.45 (0.81-0.85x the link; session 21 call F).
 bool hooks_on_caller() {
   const char* v = env::get("MKERNEL_MOE_HOOKS_ON_CALLER");
-  if (v == nullptr || *v == '\0') return false;
+  if (v == nullptr || *v == '\0') return true;
   const std::string m(v);
   TORCH_CHECK_VALUE(m == "0" || m == "1", "MKERNEL_MOE_HOOKS_ON_CALLER must be 0 or 1 (or unset), got \"", m, "\"");
   return m == "1";
@@ -354,7 +360,7 @@ std::shared_ptr<HeadedGather> gather_headed_start(const char* op, int32_t op_id,
   }
   // The finish: the transport done with every push, then every peer's DONE (session 19: this
   // order passed on the GPU with every stream in one hardware queue, CUDA_DEVICE_MAX_CONNECTIONS=1).
-  // MKERNEL_MOE_FINISH_AT_JOIN=1: on the caller's stream at the join instead.
+  // MKERNEL_MOE_FINISH_AT_JOIN (the default, session 21): on the caller's stream at the join.
   if (finish_at_join()) {
     const comm::GroupDevice view = x->view;
     comm::SymmetricGroup* gp = &g;
@@ -446,8 +452,9 @@ void gather_headed_finish(HeadedGather& x, at::cuda::CUDAEvent& after,
   // a stream of their own, piece c's after the receive stream unstaged it (piece_unstaged[c])
   // and the first after `after` (the caller's layout). They read `out`, never the receive
   // area, so DONE does not wait for them.
-  // MKERNEL_MOE_HOOKS_ON_CALLER=1 (session 21): on the caller's stream itself (already after
-  // `after`), never on a pool stream that may share a hardware queue with the receive stream's spins.
+  // MKERNEL_MOE_HOOKS_ON_CALLER (the default, session 21): on the caller's stream itself (already
+  // after `after`), never on a pool stream that may share a hardware queue with the receive stream's
+  // spinning waits.
   const bool on_caller = hooks_on_caller();
   std::optional<at::cuda::CUDAStream> hooks;
   for (uint64_t c = 0; c < x.plan.pieces && on_rows; ++c) {

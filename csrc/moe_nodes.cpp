@@ -89,30 +89,22 @@ Decoded decode(const at::Tensor& route, int64_t world, int64_t rows) {
 namespace {
 
 // MKERNEL_MOE_DISPATCH_PIPELINE (read at every call; every rank must see the same value, except
-// that "1" and "3" interoperate). Unset: "3" eagerly, "1" while `stream` is being captured into a
-// CUDA graph (session 20). Both apply where the MoE's own exchange runs (one rank per node) and
-// from a group's second call (the first sizes the areas); elsewhere the sequence runs.
-// "3" (moe14, the default since session 18), the headed gather: the routing travels ahead of the
-// rows, no collective before them; this rank's own rows are gathered from x while the others' are
-// on the link, the others' rows in one counted gather after the join. "1" (moe10), the same
-// exchange with each landed piece's rows gathered beside the link by a hook launch: replayed from
-// a graph 1.275 ms = 0.92x the link against mode 3's 1.50 (0.78x) in every session-19/20 run, but
-// eagerly no faster than mode 3. Modes 1 and 3 put the same bytes on the wire and write every row
-// once from the same data, so ranks that disagree on capturing still interoperate. "0", the
-// sequence (the routing all_gathered first, the rows joined whole, then index_select over the
-// static row bound). Retired after their measurements (session 20; the code is in git history,
-// NOTES.md has the figures): "2" (the GEMM on this rank's own tokens first: 1.25x slower), "4"
-// (stage / unstage / gather in one launch each: 1.3x mode 3), "5" (mode 3's exchange with a
-// landed-rows launch: 1.15x mode 3 eagerly, 0.82x the link in graphs against mode 1's 0.92x).
-int dispatch_mode(cudaStream_t stream) {
+// that "1" and "3" interoperate). Unset: "1" (session 21; it was "3" eagerly and "1" under CUDA-graph
+// capture). Both apply where the MoE's own exchange runs (one rank per node) and from a group's
+// second call (the first sizes the areas); elsewhere the sequence runs.
+// "1" (moe10), the headed gather with each landed piece's rows gathered beside the link, on the
+// caller's stream (moe_net.h: MKERNEL_MOE_HOOKS_ON_CALLER, MKERNEL_MOE_FINISH_AT_JOIN): eagerly
+// 1.38-1.45 ms = 0.81-0.85x the link in session 21 against 1.62-1.65 for mode 3 as it was, replayed
+// from a graph 1.27 ms (0.92x). "3" (moe14, the eager default of sessions 18-20): the same exchange,
+// the other ranks' rows in one counted gather after the join. Modes 1 and 3 put the same bytes on
+// the wire and write every row once from the same data, so they interoperate. "0", the sequence (the
+// routing all_gathered first, the rows joined whole, then index_select over the static row bound).
+// Retired after their measurements (session 20; the code is in git history, NOTES.md has the
+// figures): "2" (the GEMM on this rank's own tokens first: 1.25x slower), "4" (stage / unstage /
+// gather in one launch each: 1.3x mode 3), "5" (mode 3's exchange with a landed-rows launch).
+int dispatch_mode(cudaStream_t /*stream*/) {
   const char* v = env::get("MKERNEL_MOE_DISPATCH_PIPELINE");
-  if (v == nullptr || *v == '\0') {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    const cudaError_t err = cudaStreamIsCapturing(stream, &capture);
-    TORCH_CHECK(err == cudaSuccess, "mkernel: moe dispatch: cudaStreamIsCapturing failed: ",
-                cudaGetErrorString(err));
-    return capture == cudaStreamCaptureStatusActive ? 1 : 3;
-  }
+  if (v == nullptr || *v == '\0') return 1;
   const std::string m(v);
   TORCH_CHECK_VALUE(m == "0" || m == "1" || m == "3",
                     "MKERNEL_MOE_DISPATCH_PIPELINE must be \"0\", \"1\" or \"3\" (or unset; 2, 4 and 5 were "

@@ -23,8 +23,7 @@ def test_variants_and_the_drop_filter(monkeypatch):
     kept = list(bench.moe14_variants())
     assert "mkernel_dispatch_only_p1" in kept  # mode 1 with the ATen layout stays
     assert not any("p1_kl" in n or "combine_early" in n for n in kept)
-    assert [m for m in bench.MOE14_PHASES if not bench.moe14_dropped(m)] == ["p3_kl", "counted_kl", "combine",
-                                                                           "p3_kl_fj"]  # p1_kl_fj_hc: dropped
+    assert [m for m in bench.MOE14_PHASES if not bench.moe14_dropped(m)] == ["p3_kl", "counted_kl", "combine", "s20"]
     monkeypatch.setenv("BENCH_MOE14_DROP", "p3,counted_kl")
     kept = list(bench.moe14_variants())
     assert not any("_p3" in n or "counted_kl" in n for n in kept) and "mkernel_dispatch_only_p1_kl" in kept

@@ -92,9 +92,9 @@ def test_moe_cuda_across_emulated_nodes(mps, world, nodes):
     """Emulated nodes: values, routes, counts and gradients against the float64 reference,
     bit-identical repeats, and graph replay (with and without reserve_tokens). Defaults: with one
     rank per node (W=2 over 2, W=4 over 4) the MoE's own exchange with the routing-headed dispatch
-    (mode 3 eagerly, the default since session 18; mode 1 while a CUDA graph captures, since
-    session 20; the group's first call runs the sequence while it sizes the areas), the kernel
-    layout and the pipelined combine; at W=4 over 2 nodes the substrate's collectives."""
+    (mode 1: each landed piece's rows gathered on the caller's stream, the finish at the join,
+    since session 21; the group's first call runs the sequence while it sizes the areas), the
+    kernel layout and the pipelined combine; at W=4 over 2 nodes the substrate's collectives."""
     res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
                                  MKERNEL_OP_TIMEOUT="20"))
@@ -220,18 +220,16 @@ def test_moe_cuda_across_emulated_nodes_combine_variants(mps, combine, pipeline)
     assert max(c["err"] / c["bound"] for c in cases) <= 1
 
 
-@pytest.mark.parametrize("world,nodes,mode,hooks", [(2, 2, "", ""), (4, 4, "", ""), (2, 2, "1", ""),
-                                                    (2, 2, "1", "1"), (4, 4, "1", "1")],
-                         ids=["w2n2", "w4n4", "w2n2-p1", "w2n2-p1-hc", "w4n4-p1-hc"])
-def test_moe_cuda_across_emulated_nodes_finish_at_join(mps, world, nodes, mode, hooks):
-    """MKERNEL_MOE_FINISH_AT_JOIN=1 (session 21): the headed dispatch's finish (its spin until
-    every peer's DONE) on the caller's stream at the join instead of ending the send stream; the
-    default checks (values, gradients, repeats, graph replay), mode 3 eagerly and mode 1 pinned,
-    the latter also with its per-piece gathers on the caller's stream (MKERNEL_MOE_HOOKS_ON_CALLER=1)."""
+@pytest.mark.parametrize("world,nodes,mode", [(2, 2, "3"), (4, 4, "3"), (2, 2, "1")], ids=["w2n2-p3", "w4n4-p3", "w2n2-p1"])
+def test_moe_cuda_across_emulated_nodes_previous_streams(mps, world, nodes, mode):
+    """MKERNEL_MOE_FINISH_AT_JOIN=0 and MKERNEL_MOE_HOOKS_ON_CALLER=0 (the stream placement until
+    session 21: the headed gather's finish ending the send stream, mode 1's row gathers on a pool
+    stream), mode 3 (the eager default of sessions 18-20) and mode 1; the default checks (values,
+    gradients, repeats, graph replay)."""
     res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="matrix,repeat,graph", TEST_DEVICE="cuda",
-                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_FINISH_AT_JOIN="1",
-                                 MKERNEL_MOE_DISPATCH_PIPELINE=mode, MKERNEL_MOE_HOOKS_ON_CALLER=hooks))
+                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_MOE_FINISH_AT_JOIN="0",
+                                 MKERNEL_MOE_HOOKS_ON_CALLER="0", MKERNEL_MOE_DISPATCH_PIPELINE=mode))
     cases = check_ranks(res)
     assert len(cases) == world * (8 + 4), len(cases)
     assert max(c["err"] / c["bound"] for c in cases) <= 1
