@@ -117,8 +117,9 @@ class MoEBuffer:
 
     An eager :func:`mkernel.moe_dispatch_gemm` across nodes issues ~100 stream operations per call
     (pieces, waits, copies, cross-stream events); replayed from a CUDA graph the same GPU work runs
-    ~25 % faster (session 20: 0.90x the emulated link against 0.65-0.74x eagerly). The buffer gives
-    eager callers that speed. It fixes the group's token bound (:func:`reserve_tokens`) and replays:
+    faster (session 21, W=2 over 2 emulated nodes: 0.92x the link replayed, 0.81-0.85x eagerly,
+    0.88-0.92x through a buffer). The buffer gives eager callers most of that. It fixes the
+    group's token bound (:func:`reserve_tokens`) and replays:
 
     * the **direct graph** of these very inputs (captured at the second call that passes tensors
       at the same addresses with the same shapes, w1 included: a loop whose activations the caching
