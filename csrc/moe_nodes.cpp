@@ -94,7 +94,7 @@ namespace {
 // second call (the first sizes the areas); elsewhere the sequence runs.
 // "1" (moe10), the headed gather with each landed piece's rows gathered beside the link, on the
 // caller's stream (moe_net.h: MKERNEL_MOE_HOOKS_ON_CALLER, MKERNEL_MOE_FINISH_AT_JOIN): eagerly
-// 1.38-1.45 ms = 0.81-0.85x the link in session 21 against 1.62-1.65 for mode 3 as it was, replayed
+// 1.38-1.48 ms = 0.79-0.85x the link in session 21 against 1.58-1.65 for mode 3 as it was, replayed
 // from a graph 1.27 ms (0.92x). "3" (moe14, the eager default of sessions 18-20): the same exchange,
 // the other ranks' rows in one counted gather after the join. Modes 1 and 3 put the same bytes on
 // the wire and write every row once from the same data, so they interoperate. "0", the sequence (the
