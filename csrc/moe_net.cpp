@@ -50,6 +50,14 @@ void check(const char* op, cudaError_t err, const char* what, const comm::Symmet
 
 }  // namespace
 
+bool env_flag(const char* name, bool unset) {
+  const char* v = env::get(name);
+  if (v == nullptr || *v == '\0') return unset;
+  const std::string m(v);
+  TORCH_CHECK_VALUE(m == "0" || m == "1", name, " must be 0 or 1 (or unset), got \"", m, "\"");
+  return m == "1";
+}
+
 // The exchange's side streams come from torch's pool: mkernel's own set, created together (so that
 // they sit on distinct hardware queues), measured no faster (session 20 call B: the eager dispatch
 // 1.741 vs 1.791 ms, mode 1 1.613 vs 1.600; NOTES "Session 20").
@@ -113,11 +121,7 @@ thread_local Pending pending;
 // in every run), its layout kernels queued in the finish's hardware queue behind the spin; with the
 // finish at the join the layout mark moved from ~1.43 to ~0.6-0.7 ms (session 21 call E).
 bool finish_at_join() {
-  const char* v = env::get("MKERNEL_MOE_FINISH_AT_JOIN");
-  if (v == nullptr || *v == '\0') return true;
-  const std::string m(v);
-  TORCH_CHECK_VALUE(m == "0" || m == "1", "MKERNEL_MOE_FINISH_AT_JOIN must be 0 or 1 (or unset), got \"", m, "\"");
-  return m == "1";
+  return env_flag("MKERNEL_MOE_FINISH_AT_JOIN", true);
 }
 
 // MKERNEL_MOE_HOOKS_ON_CALLER (session 21; read at every call, every rank the same; unset or "1":
@@ -126,11 +130,7 @@ bool finish_at_join() {
 // waits. With the finish at the join, mode 1's eager dispatch went from 1.59-1.66 ms to
 // 1.38-1.45 (0.81-0.85x the link; session 21 call F).
 bool hooks_on_caller() {
-  const char* v = env::get("MKERNEL_MOE_HOOKS_ON_CALLER");
-  if (v == nullptr || *v == '\0') return true;
-  const std::string m(v);
-  TORCH_CHECK_VALUE(m == "0" || m == "1", "MKERNEL_MOE_HOOKS_ON_CALLER must be 0 or 1 (or unset), got \"", m, "\"");
-  return m == "1";
+  return env_flag("MKERNEL_MOE_HOOKS_ON_CALLER", true);
 }
 
 }  // namespace

@@ -23,6 +23,9 @@
 namespace mkernel {
 namespace moe {
 
+// A 0|1 knob read at every call (registered in env_knobs.cpp): `unset` where it is unset or empty;
+// any other value raises a ValueError naming the variable.
+bool env_flag(const char* name, bool unset);
 // The next stream of torch's pool, for an exchange's send / receive side or mode 1's hooks (session
 // 20: a set of mkernel's own streams created together, on distinct hardware queues, measured no faster).
 at::cuda::CUDAStream side_stream(c10::DeviceIndex device);

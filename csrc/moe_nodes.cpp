@@ -629,11 +629,7 @@ namespace {
 // stream while the others are on the link. The same values summed in the same order: the same
 // bits as the default.
 bool combine_early() {
-  const char* v = env::get("MKERNEL_MOE_COMBINE_EARLY");
-  if (v == nullptr || *v == '\0') return true;
-  const std::string m(v);
-  TORCH_CHECK_VALUE(m == "0" || m == "1", "MKERNEL_MOE_COMBINE_EARLY must be 0 or 1 (or unset), got \"", m, "\"");
-  return m == "1";
+  return env_flag("MKERNEL_MOE_COMBINE_EARLY", true);
 }
 
 // MKERNEL_MOE_COMBINE_PIPELINE (moe17; read at every call, every rank the same; unset or "1": on,
@@ -641,12 +637,7 @@ bool combine_early() {
 // are made straight into the send area and pushed piece by piece, and each piece's output rows
 // are summed from the receive area as they land (moe_net.h reduce_nodes_pipelined).
 bool combine_pipeline() {
-  const char* v = env::get("MKERNEL_MOE_COMBINE_PIPELINE");
-  if (v == nullptr || *v == '\0') return true;
-  const std::string m(v);
-  TORCH_CHECK_VALUE(m == "0" || m == "1", "MKERNEL_MOE_COMBINE_PIPELINE must be 0 or 1 (or unset), got \"", m,
-                    "\"");
-  return m == "1";
+  return env_flag("MKERNEL_MOE_COMBINE_PIPELINE", true);
 }
 
 // The partial-sum kernel unless MKERNEL_MOE_NODES_PARTIAL=aten (the ATen sequence it replaces).
@@ -819,12 +810,7 @@ namespace {
 // 18, moe15"). Session 19 call A (-080023.json): with the op stream the default-stream dispatch
 // ran 1.655 ms vs 1.869 (0.885x), and the 12 default-path MoE tests across nodes passed with it.
 bool op_stream_requested() {
-  const char* v = env::get("MKERNEL_MOE_OP_STREAM");
-  if (v == nullptr || *v == '\0') return true;
-  const std::string m(v);
-  TORCH_CHECK_VALUE(m == "0" || m == "1", "MKERNEL_MOE_OP_STREAM must be 0 or 1 (or unset), got \"",
-                    m, "\"");
-  return m == "1";
+  return env_flag("MKERNEL_MOE_OP_STREAM", true);
 }
 
 // mkernel's op stream of a device: non-blocking, created at the first use and kept for the
