@@ -135,8 +135,8 @@ class MoEBuffer:
 
     **Outputs are the graphs' own tensors: valid until the next call of this buffer that replays
     the same graph** (as DeepEP's low-latency buffers); clone what must outlive it. Each graph keeps
-    its memory pool (the op's outputs and intermediates: ~1.3 GB per dispatch graph at 4096 tokens
-    of H = 7168, top-8 of 256 experts over 2 ranks); at most ``max_graphs`` per op are kept. No
+    its memory pool (the op's outputs and intermediates, sized by the static row bound
+    ``W * max_tokens * min(k, E_local)``); at most ``max_graphs`` per op are kept. No
     autograd: use :func:`mkernel.moe_dispatch_gemm` / :func:`mkernel.moe_combine` for training. On
     the CPU the calls run the ops directly (the host reference; no graphs, no padding).
 
