@@ -16,8 +16,10 @@ process yet). With every wait, unstage and DONE queued by the first half (``"new
 choice of syncing ranks deadlocks; nor with moe16's launches (``"kernels"``: one send launch for
 every piece, one receive launch for every piece and DONE queued by the first half, one gather
 launch on the caller's stream in the second, the finish at the end of the receive stream: also
-free of deadlock when every stream shares one hardware queue, CUDA_DEVICE_MAX_CONNECTIONS=1). This is a twin of the issue order, not the code itself: a
-change of the order in moe_net.cpp must be mirrored here.
+free of deadlock when every stream shares one hardware queue, CUDA_DEVICE_MAX_CONNECTIONS=1); nor
+with session 21's default (``"join"``: moe12's order, the finish queued on the caller's stream at
+the join, mode 1's row gathers on the caller's stream), in separate queues or one. This is a twin of
+the issue order, not the code itself: a change of the order in moe_net.cpp must be mirrored here.
 
 Also checked: the rank-check matrix that the GPU tests run has ranks with T = 0 beside ranks
 with tokens at W = 2 and 4 (the case that first exercised the headed path's deadlock).
@@ -67,7 +69,7 @@ def issue_order(me: int, world: int, pieces: int, order: str, sync: bool) -> lis
         if order == "kernels":
             break
         put("send", "signal", "data", 1 + c)
-    if order != "kernels":  # moe16 waits for the peers' DONE at the end of the receive stream
+    if order not in ("kernels", "join"):  # moe16: at the end of the receive stream; "join": at the join
         for p in others:                                    # finish: every peer's DONE
             put("send", "wait", "done", p, 0)
     put("send", "record", "sent")
@@ -84,7 +86,7 @@ def issue_order(me: int, world: int, pieces: int, order: str, sync: bool) -> lis
         for p in others:
             put("recv", "wait", "done", p, 0)
         put("recv", "record", "received")
-    if order == "new":
+    if order in ("new", "join"):
         for c in range(pieces):
             for p in others:
                 put("recv", "wait", "data", p, 1 + c)       # arrival, then the unstage
@@ -106,6 +108,9 @@ def issue_order(me: int, world: int, pieces: int, order: str, sync: bool) -> lis
                 put("recv", "wait", "data", p, 1 + c)
         put("recv", "signal", "done", 0)
         put("recv", "record", "received")
+    elif order == "join":
+        for c in range(pieces):  # session 21: mode 1's row gathers on the caller's stream itself
+            put("main", "block", f"piece{c}")
     else:
         put("hooks", "block", "layout_done")
         for c in range(pieces):
@@ -113,6 +118,9 @@ def issue_order(me: int, world: int, pieces: int, order: str, sync: bool) -> lis
         put("hooks", "record", "gathered")
         put("main", "block", "gathered")
     # exchange_join, then the GEMM (whose host side may synchronize too)
+    if order == "join":  # session 21: the finish queued on the caller's stream by exchange_join
+        for p in others:
+            put("main", "wait", "done", p, 0)
     put("main", "block", "sent")
     put("main", "block", "received")
     if sync:
@@ -215,6 +223,19 @@ def test_kernel_order_never_deadlocks(world: int, pieces: int) -> None:
         for syncing in itertools.combinations(range(world), n):
             stuck = run(world, pieces, "kernels", set(syncing))
             assert not stuck, (world, pieces, syncing, stuck)
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("pieces", [1, 3, 15])
+def test_join_order_never_deadlocks(world: int, pieces: int) -> None:
+    """Session 21's default (``"join"``): moe12's order with the finish (every peer's DONE) queued
+    on the caller's stream at the join and mode 1's row gathers on the caller's stream: no choice
+    of syncing hosts deadlocks, with the streams on separate queues or all in one."""
+    for n in range(world + 1):
+        for syncing in itertools.combinations(range(world), n):
+            for one_queue in (False, True):
+                stuck = run(world, pieces, "join", set(syncing), one_queue=one_queue)
+                assert not stuck, (world, pieces, syncing, one_queue, stuck)
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])
