@@ -290,7 +290,8 @@ class MoEBuffer:
 
     def clear(self) -> None:
         """Drop every captured graph and static tensor (the next calls capture again)."""
-        self._inputs.clear(), self._views.clear(), self._full.clear()
+        for cache in (self._inputs, self._views, self._full):
+            cache.clear()
         self._dispatch, self._combine = _Graphs(self._dispatch.limit), _Graphs(self._combine.limit)
 
 
