@@ -229,6 +229,14 @@ def rank_main() -> None:
             cands["mkernel_dispatch_only"] = with_env(only, cands["mkernel_dispatch_gemm"])
             cands["mkernel_dispatch_only_counted"] = with_env(dict(only, **counted), cands["mkernel_dispatch_gemm"])
             cands["mkernel_dispatch_gemm_counted"] = with_env(counted, cands["mkernel_dispatch_gemm"])
+            # Session 22: topk_weights carried by the dispatch (MoEMLP's way): the dispatch alone with
+            # them (a head 2x longer), and the combine using the routes it carried (no all_gather).
+            cands["mkernel_dispatch_only_weighted"] = with_env(only, lambda: mkernel.moe_dispatch_gemm(
+                x, idx, w1, num_experts=e, topk_weights=w, group=ctx))
+            cres = mkernel.moe_dispatch_gemm(x, idx, w1, num_experts=e, topk_weights=w, group=ctx)
+            cands["mkernel_combine_carried"] = lambda: mkernel.moe_combine(y, cres.handle, w, group=ctx)
+            carried_equal = {"rows": cres.handle.peer_routes.shape[0],
+                             "combine": bool(torch.equal(cands["mkernel_combine_carried"]().float(), c_mk))}
             # Session 21: mkernel.moe.MoEBuffer (eager calls replaying graphs captured once, x and
             # topk_idx copied into its static inputs; one buffer per knob set, as graphs keep them).
             # The direct graph (the same x, idx and w1 each call: no copy) and, for the
@@ -255,7 +263,7 @@ def rank_main() -> None:
             only_equal = bool(torch.equal(cands["mkernel_dispatch_only_counted"]().out[:rows], recv))
             del counted_out
         else:
-            counted_equal = only_equal = buffer_equal = None
+            counted_equal = only_equal = buffer_equal = carried_equal = None
         moe14_equal = {}
         if nodes > 1 and os.environ.get("BENCH_MOE14") == "1":
             # moe14: the layout by kernels (MKERNEL_MOE_LAYOUT=kernel), the headed dispatch without
@@ -292,6 +300,7 @@ def rank_main() -> None:
                     "mkernel_dispatch_only_counted", "engine_gemm", "mkernel_combine",
                     "mkernel_dispatch_only_buffer", "mkernel_dispatch_only_buffer_static",
                     "mkernel_dispatch_gemm_buffer", "mkernel_combine_buffer",
+                    "mkernel_dispatch_only_weighted", "mkernel_combine_carried",
                     "link_exchange_gather", "link_exchange_a2a", "link_substrate_all_gather")
             keep = keep + tuple(moe14_variants()) if os.environ.get("BENCH_MOE14") == "1" else keep
             cands = {n: c for n, c in cands.items() if n in keep}
@@ -315,7 +324,7 @@ def rank_main() -> None:
             # 2.4 ms), each mode captured with its knobs as set at capture time.
             cands.update(captured(cands, tuple(n for n in (
                 "mkernel_dispatch_only", "mkernel_dispatch_only_counted", "mkernel_dispatch_only_p1_kl",
-                "mkernel_combine",
+                "mkernel_combine", "mkernel_combine_carried",
                 "mkernel_combine_early") if n in cands)))
         times = {n: [] for n in cands}
         names = list(cands)
@@ -365,7 +374,7 @@ def rank_main() -> None:
         mine = dict(med=med, rows=rows, sent=sent, err_d=err_d, err_c=err_c, plan=plan, ex_equal=ex_equal,
                     samples=times, profile={} if lean else kernel_profile(cands, dist.barrier), phases=phases,
                     counted_equal=counted_equal, only_equal=only_equal, moe14_equal=moe14_equal,
-                    buffer_equal=buffer_equal)
+                    buffer_equal=buffer_equal, carried_equal=carried_equal)
         every = [None] * world
         dist.all_gather_object(every, mine)
         if rank == 0:
@@ -398,6 +407,7 @@ def rank_main() -> None:
                 row["counted_rows_equal_default"] = [m["counted_equal"] for m in every]
                 row["dispatch_only_rows_equal_recv"] = [m["only_equal"] for m in every]
                 row["buffer_equal_ops"] = [m["buffer_equal"] for m in every]
+                row["carried_equal"] = [m.get("carried_equal") for m in every]
                 row["copier_submit_env"] = os.environ.get("MKERNEL_NET_GDR_COPIER_SUBMIT", "")
             if lean:
                 rate = link_gbs(row["emulate"])
@@ -711,7 +721,9 @@ def print_deepep(row: dict) -> None:
         return "n/a" if v is None else f"{v:.{nd}f}"
 
     names = [n for n in ("mkernel_dispatch_only", "mkernel_dispatch_only_counted", "mkernel_dispatch_only_buffer",
-                         "mkernel_dispatch_only_buffer_static", "mkernel_combine", "mkernel_combine_buffer")
+                         "mkernel_dispatch_only_buffer_static", "mkernel_dispatch_only_weighted",
+                         "mkernel_combine", "mkernel_combine_carried", "mkernel_combine_carried_graph",
+                         "mkernel_combine_buffer")
              if n + "_gbs" in row]
     if not names:
         return

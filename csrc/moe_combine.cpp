@@ -89,18 +89,31 @@ MoeCombineSizes validate_moe_combine(const at::Tensor& y, const at::Tensor& rout
 
 namespace {
 
+// peer_routes (optional): the dispatch's carried routes, int32 words on y's device (their
+// shape is checked where they are read: moe_nodes.cpp).
+void check_peer_routes(const c10::optional<at::Tensor>& peer_routes, const at::Tensor& y) {
+  if (!peer_routes.has_value()) return;
+  validation::check_dtype_in(kOp, "peer_routes", *peer_routes, {at::kInt},
+                             "the peer_routes moe_dispatch_gemm returned");
+  validation::check_same_device(kOp, "peer_routes", *peer_routes, "y", y);
+}
+
 at::Tensor moe_combine_meta(const at::Tensor& y, const at::Tensor& route,
                             const at::Tensor& recv_counts, const at::Tensor& topk_weights,
-                            int64_t group, int64_t world_size, c10::SymInt num_tokens) {
+                            int64_t group, int64_t world_size, c10::SymInt num_tokens,
+                            const c10::optional<at::Tensor>& peer_routes) {
   const MoeCombineSizes sizes =
       validate_moe_combine(y, route, recv_counts, topk_weights, group, world_size, num_tokens);
+  check_peer_routes(peer_routes, y);
   return y.new_empty_symint({sizes.tokens, sizes.h});
 }
 
 at::Tensor moe_combine_cpu(const at::Tensor& y, const at::Tensor& route,
                            const at::Tensor& recv_counts, const at::Tensor& topk_weights,
-                           int64_t group, int64_t world_size, int64_t num_tokens) {
+                           int64_t group, int64_t world_size, int64_t num_tokens,
+                           const c10::optional<at::Tensor>& peer_routes) {
   validate_moe_combine(y, route, recv_counts, topk_weights, group, world_size, num_tokens);
+  check_peer_routes(peer_routes, y);  // (the host reference reads route and weights only)
   const at::Tensor g = world_size == 1
                            ? moe::gather_local(y, route)
                            : moe::gather(kOp, y, route, recv_counts, group, world_size);
@@ -174,8 +187,10 @@ at::Tensor scatter_cpu(const at::Tensor& rows, const at::Tensor& route,
 // nodes moves the rows through the substrate's all_gather (moe_nodes.h).
 at::Tensor moe_combine_cuda(const at::Tensor& y, const at::Tensor& route,
                             const at::Tensor& recv_counts, const at::Tensor& topk_weights,
-                            int64_t group, int64_t world_size, int64_t num_tokens) {
+                            int64_t group, int64_t world_size, int64_t num_tokens,
+                            const c10::optional<at::Tensor>& peer_routes) {
   validate_moe_combine(y, route, recv_counts, topk_weights, group, world_size, num_tokens);
+  check_peer_routes(peer_routes, y);
   if (world_size == 1) return moe::weighted_sum(moe::gather_local(y, route), route, topk_weights);
   // One node: the combine kernel (pull from the owners' peer memory, fp32 sum in choice order).
   if (auto out = moe::combine_ep(kOp, y, route, recv_counts, topk_weights, group, world_size,
@@ -187,7 +202,7 @@ at::Tensor moe_combine_cuda(const at::Tensor& y, const at::Tensor& route,
   // choice order of the rows gathered from every rank.
   if (moe::combine_by_reduce_scatter()) {
     return moe::combine_nodes(kOp, y, route, topk_weights, group, world_size,
-                              moe::token_bound(kOp, group, route.size(0)));
+                              moe::token_bound(kOp, group, route.size(0)), peer_routes);
   }
   return moe::weighted_sum(moe::gather_nodes(kOp, y, route, group, world_size), route,
                            topk_weights);

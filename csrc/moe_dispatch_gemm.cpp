@@ -12,6 +12,9 @@
 //         recv_counts [world_size, E_local] int32, rows of local expert e from each rank
 //         recv_x      the received rows (out's layout with H columns) when return_recv, else
 //                     0 elements (the weight gradient needs them)
+//         peer_routes across nodes, given topk_weights [T, k] fp32: every rank's routes and
+//                     weights as the combine reads them ([W*max_T, 3k] int32; moe_combine takes
+//                     them instead of all-gathering route and weights), else [0, 3k]
 //
 // The packed row count R: T * k at world size 1 (every choice is local); at world size > 1 it
 // depends on every rank's routing (a data-dependent size: torch.compile sees an unbacked
@@ -46,7 +49,27 @@
 namespace mkernel {
 namespace {
 constexpr const char* kOp = "mkernel.moe_dispatch_gemm";
-using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+// The optional routing weights: [T, k] fp32 like topk_idx, on x's device, contiguous.
+void check_weights(const c10::optional<at::Tensor>& topk_weights, const at::Tensor& x,
+                   const at::Tensor& topk_idx) {
+  if (!topk_weights.has_value()) return;
+  using namespace validation;
+  const at::Tensor& w = *topk_weights;
+  check_dim(kOp, "topk_weights", w, 2, "[T, k]");
+  check_dtype_in(kOp, "topk_weights", w, {at::kFloat}, "routing weights");
+  check_same_device(kOp, "topk_weights", w, "x", x);
+  TORCH_SYM_CHECK(same_sizes(w, topk_idx), kOp,
+                  ": topk_weights must have the shape of topk_idx [T, k] (topk_idx: ",
+                  topk_idx.sym_sizes(), ", topk_weights: ", w.sym_sizes(), ")");
+  check_contiguous(kOp, "topk_weights", w);
+}
+
+// No carried routes (one node, world size 1, the CPU reference): [0, 3k] int32.
+at::Tensor no_peer_routes(const at::Tensor& x, const at::Tensor& topk_idx) {
+  return x.new_empty({0, 3 * topk_idx.size(1)}, x.options().dtype(at::kInt));
+}
 }  // namespace
 
 MoeDispatchSizes validate_moe_dispatch_gemm(const at::Tensor& x, const at::Tensor& topk_idx,
@@ -136,45 +159,51 @@ void moe_reserve(int64_t group, int64_t world_size, int64_t max_tokens) {
 // dependent, so its fake kernel cannot be a C++ Meta kernel).
 at::Tensor dispatch_check(const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& w1,
                           int64_t group, int64_t world_size, int64_t num_experts,
-                          int64_t capacity) {
+                          int64_t capacity, const c10::optional<at::Tensor>& topk_weights) {
   validate_moe_dispatch_gemm(x, topk_idx, w1, group, world_size, num_experts, capacity);
+  check_weights(topk_weights, x, topk_idx);
   return x.new_empty({0});
 }
 
 Outputs moe_dispatch_gemm_cpu(const at::Tensor& x, const at::Tensor& topk_idx,
                               const at::Tensor& w1, int64_t group, int64_t world_size,
-                              int64_t num_experts, int64_t capacity, bool return_recv) {
+                              int64_t num_experts, int64_t capacity, bool return_recv,
+                              const c10::optional<at::Tensor>& topk_weights) {
   validate_moe_dispatch_gemm(x, topk_idx, w1, group, world_size, num_experts, capacity);
+  check_weights(topk_weights, x, topk_idx);
   if (world_size == 1) moe::check_expert_ids(kOp, topk_idx, num_experts);
   moe::DispatchResult r =
       world_size == 1
           ? moe::dispatch_local(x, topk_idx, w1, num_experts, capacity, return_recv)
           : moe::dispatch(kOp, x, topk_idx, w1, group, world_size, num_experts, capacity,
                           return_recv);
-  return {r.out, r.counts, r.route, r.recv_counts, r.recv_x};
+  return {r.out, r.counts, r.route, r.recv_counts, r.recv_x, no_peer_routes(x, topk_idx)};
 }
 
 #ifdef MKERNEL_WITH_CUDA
 Outputs moe_dispatch_gemm_cuda(const at::Tensor& x, const at::Tensor& topk_idx,
                                const at::Tensor& w1, int64_t group, int64_t world_size,
-                               int64_t num_experts, int64_t capacity, bool return_recv) {
+                               int64_t num_experts, int64_t capacity, bool return_recv,
+                               const c10::optional<at::Tensor>& topk_weights) {
   validate_moe_dispatch_gemm(x, topk_idx, w1, group, world_size, num_experts, capacity);
+  check_weights(topk_weights, x, topk_idx);
   if (world_size == 1) {
     moe::DispatchResult r =
         moe::dispatch_local(x, topk_idx, w1, num_experts, capacity, return_recv);
-    return {r.out, r.counts, r.route, r.recv_counts, r.recv_x};
+    return {r.out, r.counts, r.route, r.recv_counts, r.recv_x, no_peer_routes(x, topk_idx)};
   }
   // One node: the dispatch kernel on the group's peer memory, then the grouped GEMM.
   if (auto r = moe::dispatch_ep(kOp, x, topk_idx, w1, group, world_size, num_experts, capacity,
                                 return_recv, moe::reserved_tokens(group))) {
-    return {r->out, r->counts, r->route, r->recv_counts, r->recv_x};
+    return {r->out, r->counts, r->route, r->recv_counts, r->recv_x, no_peer_routes(x, topk_idx)};
   }
   // Several nodes: every rank's tokens and routing through the substrate's all_gather (its
   // inter-node half on the GPU), the layout derived on the device (moe_nodes.h).
   moe::DispatchResult r =
       moe::dispatch_nodes(kOp, x, topk_idx, w1, group, world_size, num_experts, capacity,
-                          return_recv, moe::token_bound(kOp, group, x.size(0)));
-  return {r.out, r.counts, r.route, r.recv_counts, r.recv_x};
+                          return_recv, moe::token_bound(kOp, group, x.size(0)), topk_weights);
+  return {r.out, r.counts, r.route, r.recv_counts, r.recv_x,
+          r.peer_routes.defined() ? r.peer_routes : no_peer_routes(x, topk_idx)};
 }
 #endif  // MKERNEL_WITH_CUDA
 

@@ -32,6 +32,9 @@ struct DispatchResult {
   at::Tensor route;        // [T, k] int64
   at::Tensor recv_counts;  // [W, E_local] int32
   at::Tensor recv_x;       // the received rows [R, H] / [E_local, C, H], or 0 elements
+  // Across nodes, when the dispatch was given topk_weights: every rank's routes and weights as
+  // the combine's words [W*max_T, 3k] int32 (moe_nodes.h), else 0 elements.
+  at::Tensor peer_routes;
 };
 
 // Routes x's tokens to their experts' ranks (each token once per destination rank), then

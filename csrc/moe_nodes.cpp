@@ -152,6 +152,9 @@ at::Tensor layout_by_kernel(const char* op, const at::Tensor& idx_all, int64_t T
                             int64_t k, int64_t E, int64_t W, int64_t me, int64_t rows_out,
                             DispatchResult& r) {
   const at::Tensor idx = idx_all.contiguous();
+  // pad_ids_weighted's words (int64: weight bits above the id): read as int32 pairs, and the
+  // combine's words of every rank written beside the layout.
+  const bool packed = idx.scalar_type() == at::kLong;
   const int64_t tokens = W * Tm, n = tokens * k, El = E / W;
   const int64_t scratch = moe_ep::routing_scratch_ints(tokens, static_cast<int>(E), static_cast<int>(W));
   const auto int_opts = idx.options().dtype(at::kInt);
@@ -161,7 +164,8 @@ at::Tensor layout_by_kernel(const char* op, const at::Tensor& idx_all, int64_t T
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   moe_ep::RoutingArgs a;
   a.topk_idx = idx.data_ptr();
-  a.idx_is_64 = idx.scalar_type() == at::kLong;
+  a.idx_is_64 = false;
+  a.idx_stride = packed ? 2 : 1;
   a.tokens = tokens;
   a.k = static_cast<int>(k);
   a.experts = static_cast<int>(E);
@@ -198,6 +202,11 @@ at::Tensor layout_by_kernel(const char* op, const at::Tensor& idx_all, int64_t T
   l.token = token.data_ptr<int64_t>();
   l.counts = r.counts.data_ptr<int32_t>();
   l.recv_counts = r.recv_counts.data_ptr<int32_t>();
+  if (packed) {
+    r.peer_routes = at::empty({tokens, 3 * k}, int_opts);
+    l.packed = static_cast<const int32_t*>(idx.data_ptr());
+    l.words = reinterpret_cast<uint32_t*>(r.peer_routes.data_ptr<int32_t>());
+  }
   l.stream = stream;
   reason = nullptr;
   err = moe_ep::nodes_layout(l, &reason);
@@ -330,7 +339,7 @@ namespace {
 DispatchResult dispatch_nodes_here(const char* op, const at::Tensor& x, const at::Tensor& topk_idx,
                                    const at::Tensor& w1, int64_t group, int64_t world_size,
                                    int64_t num_experts, int64_t capacity, bool return_recv,
-                                   int64_t max_tokens) {
+                                   int64_t max_tokens, const c10::optional<at::Tensor>& topk_weights) {
   const c10::cuda::CUDAGuard device_guard(x.device());
   const int64_t me = comm::SymmetricGroup::get(op, group, world_size, x.device()).rank();
   const int64_t T = x.size(0), H = x.size(1), k = topk_idx.size(1);
@@ -367,8 +376,22 @@ DispatchResult dispatch_nodes_here(const char* op, const at::Tensor& x, const at
   // MKERNEL_MOE_LAYOUT=kernel (moe14): padded and checked in one launch (pad_ids) instead of six
   // ATen ops, the same int32 values.
   const bool layout_kernel = layout_kernel_requested();
-  at::Tensor idx_head;  // [Tm, k] int32
-  if (layout_kernel && topk_idx.is_contiguous() &&
+  // Session 22: with the routing weights, the head is pad_ids_weighted's [Tm, k] int64 words
+  // (weight bits above the id) and the layout kernel also writes every rank's combine words
+  // (r.peer_routes). Only where the layout kernel runs (the same answer on every rank).
+  const bool carry_weights = topk_weights.has_value() && layout_kernel && capacity == 0 &&
+                             topk_idx.is_contiguous() && E <= moe_ep::kMaxExperts &&
+                             (topk_idx.scalar_type() == at::kLong || topk_idx.scalar_type() == at::kInt);
+  at::Tensor idx_head;  // [Tm, k] int32, or int64 words with the weights
+  if (carry_weights) {
+    const at::Tensor& w = *topk_weights;
+    idx_head = at::empty({Tm, k}, long_opts);
+    const cudaError_t err = moe_ep::pad_ids_weighted(
+        topk_idx.data_ptr(), topk_idx.scalar_type() == at::kLong, w.data_ptr<float>(), T, Tm,
+        static_cast<int>(k), static_cast<int>(E), idx_head.data_ptr<int64_t>(), main.stream());
+    TORCH_CHECK(err == cudaSuccess, op, ": the routing head kernel failed to launch: ",
+                cudaGetErrorString(err));
+  } else if (layout_kernel && topk_idx.is_contiguous() &&
       (topk_idx.scalar_type() == at::kLong || topk_idx.scalar_type() == at::kInt)) {
     idx_head = at::empty({Tm, k}, int_opts);
     const cudaError_t err = moe_ep::pad_ids(topk_idx.data_ptr(), topk_idx.scalar_type() == at::kLong,
@@ -396,9 +419,10 @@ DispatchResult dispatch_nodes_here(const char* op, const at::Tensor& x, const at
     if (own_path && pipelined) {
       // The group's first call: size the areas for the headed gather of the next calls too (a
       // later capture cannot grow them).
+      // (The head's int64 size, with or without the weights: a later call may carry them.)
       const moe_net::HeadedLayout lay = moe_net::headed_layout(
           static_cast<uint64_t>(x_pad.numel()) * x_pad.element_size(),
-          static_cast<uint64_t>(Tm * k) * sizeof(int32_t));
+          static_cast<uint64_t>(Tm * k) * sizeof(int64_t));
       g.ensure_net(op, lay.send_bytes(static_cast<int>(W)), lay.recv_bytes(static_cast<int>(W)));
     }
     // [W*Tm, H]: through the MoE's own exchange (moe_net.h: one rank per node; the layout's
@@ -423,7 +447,10 @@ DispatchResult dispatch_nodes_here(const char* op, const at::Tensor& x, const at
   } else {
     // Choices in (source, token, choice) order, stably sorted by expert: expert g's rows in the
     // order moe_host.h lays them out, at sorted positions starts[g] .. starts[g+1] - 1.
-    const at::Tensor flat = idx_all.reshape({-1}).to(at::kLong);
+    // (The weighted head's ids are the low words of its int64 words; no combine words here.)
+    const at::Tensor ids =
+        idx_all.scalar_type() == at::kLong ? idx_all.view(at::kInt).reshape({-1, 2}).select(1, 0) : idx_all;
+    const at::Tensor flat = ids.reshape({-1}).to(at::kLong);
     const at::Tensor key = at::where(flat.ge(0), flat, E);  // no expert: sorts last
     auto sorted = at::sort(key, /*stable=*/true, /*dim=*/0, /*descending=*/false);
     const at::Tensor skey = std::get<0>(sorted);
@@ -660,7 +687,7 @@ namespace {
 // combine_nodes' body, on the current stream (the caller's, or the op stream: OpStreamScope).
 at::Tensor combine_nodes_here(const char* op, const at::Tensor& y, const at::Tensor& route,
                               const at::Tensor& topk_weights, int64_t group, int64_t world_size,
-                              int64_t max_tokens) {
+                              int64_t max_tokens, const c10::optional<at::Tensor>& peer_routes) {
   const c10::cuda::CUDAGuard device_guard(y.device());
   const int64_t me = comm::SymmetricGroup::get(op, group, world_size, y.device()).rank();
   const int64_t H = y.size(-1), Y = y.numel() / std::max<int64_t>(H, 1);
@@ -693,16 +720,28 @@ at::Tensor combine_nodes_here(const char* op, const at::Tensor& y, const at::Ten
     // the partials' kernel itself: no decode sequence), then every owner's partials made inside
     // the exchange's pieces and summed as they land.
     const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-    const at::Tensor r = route.contiguous();
-    const at::Tensor wf = topk_weights.to(at::kFloat).contiguous();
-    at::Tensor words = at::empty({Tm, 3 * k}, y.options().dtype(at::kFloat));
-    TORCH_CHECK(r.scalar_type() == at::kLong && wf.sizes() == r.sizes() && T <= Tm, op,
-                ": routes [T, k] int64 and weights [T, k] with T <= ", Tm, " expected");
-    cudaError_t err = moe_partial::launch_pack_routes(r.data_ptr<int64_t>(), wf.data_ptr<float>(), T, Tm,
-                                                      static_cast<int>(k),
-                                                      static_cast<uint32_t*>(words.data_ptr()), sms, main.stream());
-    TORCH_CHECK(err == cudaSuccess, op, ": packing the routes failed to launch: ", cudaGetErrorString(err));
-    const at::Tensor words_all = all_gather(words, group, W);  // [W*Tm, 3k]
+    at::Tensor words_all;  // [W*Tm, 3k]
+    if (peer_routes.has_value() && peer_routes->numel() > 0) {
+      // Session 22: the dispatch carried every rank's routes and weights (no round trip here).
+      const at::Tensor& pr = *peer_routes;
+      TORCH_CHECK(pr.dim() == 2 && pr.size(0) == W * Tm && pr.size(1) == 3 * k &&
+                      pr.scalar_type() == at::kInt && pr.is_contiguous() && pr.device() == y.device(),
+                  op, ": peer_routes must be the dispatch's [world_size * max_tokens, 3k] = [", W * Tm,
+                  ", ", 3 * k, "] int32 words on y's device, got ", pr.sizes(), " ", pr.scalar_type(),
+                  " on ", pr.device());
+      words_all = pr;
+    } else {
+      const at::Tensor r = route.contiguous();
+      const at::Tensor wf = topk_weights.to(at::kFloat).contiguous();
+      at::Tensor words = at::empty({Tm, 3 * k}, y.options().dtype(at::kFloat));
+      TORCH_CHECK(r.scalar_type() == at::kLong && wf.sizes() == r.sizes() && T <= Tm, op,
+                  ": routes [T, k] int64 and weights [T, k] with T <= ", Tm, " expected");
+      cudaError_t err = moe_partial::launch_pack_routes(r.data_ptr<int64_t>(), wf.data_ptr<float>(), T, Tm,
+                                                        static_cast<int>(k),
+                                                        static_cast<uint32_t*>(words.data_ptr()), sms, main.stream());
+      TORCH_CHECK(err == cudaSuccess, op, ": packing the routes failed to launch: ", cudaGetErrorString(err));
+      words_all = all_gather(words, group, W);
+    }
     ph.mark("routes", main);
     const at::ScalarType pt = narrow ? y.scalar_type() : at::kFloat;
     ph.mark("partial", main);  // (no partials yet: they are made piece by piece below)
@@ -869,27 +908,28 @@ class OpStreamScope {
 DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Tensor& topk_idx,
                               const at::Tensor& w1, int64_t group, int64_t world_size,
                               int64_t num_experts, int64_t capacity, bool return_recv,
-                              int64_t max_tokens) {
+                              int64_t max_tokens, const c10::optional<at::Tensor>& topk_weights) {
   if (!op_stream_requested()) {
     return dispatch_nodes_here(op, x, topk_idx, w1, group, world_size, num_experts, capacity,
-                               return_recv, max_tokens);
+                               return_recv, max_tokens, topk_weights);
   }
   const OpStreamScope scope(x.device().index());
   DispatchResult r = dispatch_nodes_here(op, x, topk_idx, w1, group, world_size, num_experts,
-                                         capacity, return_recv, max_tokens);
-  for (const at::Tensor* t : {&r.out, &r.counts, &r.route, &r.recv_counts, &r.recv_x})
+                                         capacity, return_recv, max_tokens, topk_weights);
+  for (const at::Tensor* t : {&r.out, &r.counts, &r.route, &r.recv_counts, &r.recv_x, &r.peer_routes})
     scope.keep(*t);
   return r;
 }
 
 at::Tensor combine_nodes(const char* op, const at::Tensor& y, const at::Tensor& route,
                          const at::Tensor& topk_weights, int64_t group, int64_t world_size,
-                         int64_t max_tokens) {
+                         int64_t max_tokens, const c10::optional<at::Tensor>& peer_routes) {
   if (!op_stream_requested()) {
-    return combine_nodes_here(op, y, route, topk_weights, group, world_size, max_tokens);
+    return combine_nodes_here(op, y, route, topk_weights, group, world_size, max_tokens, peer_routes);
   }
   const OpStreamScope scope(y.device().index());
-  at::Tensor out = combine_nodes_here(op, y, route, topk_weights, group, world_size, max_tokens);
+  at::Tensor out =
+      combine_nodes_here(op, y, route, topk_weights, group, world_size, max_tokens, peer_routes);
   scope.keep(out);
   return out;
 }

@@ -37,10 +37,15 @@ namespace moe {
 
 // moe_dispatch_gemm: the rows each local expert receives (packed or [E_local, C]), then the
 // engine's grouped GEMM on them. `max_tokens`: max T over the ranks (token_bound).
+// `topk_weights` ([T, k] fp32, optional; every rank gives them or none does): they travel beside
+// the ids in the routing head, and r.peer_routes holds every rank's routes and weights as the
+// pipelined combine reads them ([W*max_T, 3k] int32 words: moe_partial::launch_pack_routes'
+// layout), so combine_nodes given them skips its all_gather of (route, topk_weights). Only where
+// the layout kernel runs (capacity 0); elsewhere r.peer_routes has 0 elements.
 DispatchResult dispatch_nodes(const char* op, const at::Tensor& x, const at::Tensor& topk_idx,
                               const at::Tensor& w1, int64_t group, int64_t world_size,
                               int64_t num_experts, int64_t capacity, bool return_recv,
-                              int64_t max_tokens);
+                              int64_t max_tokens, const c10::optional<at::Tensor>& topk_weights);
 
 // The row each (token, choice) of this rank landed in, from y in the dispatch layout on its
 // owner: [T, k, H], zero for dropped choices (moe_combine then sums them, _moe_gather returns
@@ -63,9 +68,13 @@ bool combine_partials_narrow(bool pipelined);
 // fp32 and rank order and hands each rank its tokens' sums, rounded once to y's dtype: [T, H].
 // Moves W*max_T*H fp32 per rank through the collective instead of every rank's whole layout
 // (W*max_T*min(k, E_local) rows of y): 8x fewer bytes at the seed's top-8 shape in bf16.
+// `peer_routes`: a dispatch's r.peer_routes of these (route, topk_weights) (the caller vouches
+// for it: python/mkernel/ops.py passes them only for the very weights tensor the dispatch was
+// given, unchanged since), used by the pipelined combine instead of its all_gather; every rank
+// passes them or none does (else the ranks' collectives no longer pair: a timeout naming the peer).
 at::Tensor combine_nodes(const char* op, const at::Tensor& y, const at::Tensor& route,
                          const at::Tensor& topk_weights, int64_t group, int64_t world_size,
-                         int64_t max_tokens);
+                         int64_t max_tokens, const c10::optional<at::Tensor>& peer_routes);
 
 // _moe_scatter: every kept choice's row [T, k, H] written where it was dispatched, on its owner:
 // [out_rows, H] (capacity 0) or [E_local, C, H]; other rows zero.

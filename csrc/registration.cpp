@@ -24,21 +24,25 @@ TORCH_LIBRARY(mkernel, m) {
   // x [T, H], topk_idx [T, k] expert ids, w1 [E_local, F, H]; capacity 0: capacity-free
   //   -> (out [R, F] packed or [E_local, capacity, F], counts [E_local] int32,
   //       route [T, k] int64, recv_counts [world_size, E_local] int32,
-  //       recv_x (out's layout with H columns) or a 0-element tensor). See moe_host.h.
+  //       recv_x (out's layout with H columns) or a 0-element tensor,
+  //       peer_routes [W*max_T, 3k] int32 across nodes given topk_weights [T, k] fp32, else a
+  //       0-element tensor: moe_combine's optional last argument). See moe_host.h.
   m.def(
       "moe_dispatch_gemm(Tensor x, Tensor topk_idx, Tensor w1, int group, int world_size, "
-      "int num_experts, int capacity=0, bool return_recv=False) "
-      "-> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+      "int num_experts, int capacity=0, bool return_recv=False, Tensor? topk_weights=None) "
+      "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   // moe_dispatch_gemm's validator alone (its Python fake kernel calls it) -> 0-element tensor.
   m.def(
       "_moe_dispatch_check(Tensor x, Tensor topk_idx, Tensor w1, int group, int world_size, "
-      "int num_experts, int capacity) -> Tensor");
+      "int num_experts, int capacity, Tensor? topk_weights=None) -> Tensor");
   // y [R, H] or [E_local, capacity, H], route [T, k] int64, recv_counts [world_size, E_local]
   // int32, topk_weights [T, k] fp32 -> out [T, H]. num_tokens is a SymInt so that a dynamic
-  // token count stays symbolic under torch.compile.
+  // token count stays symbolic under torch.compile. peer_routes: the dispatch's, when these
+  // topk_weights are the ones it was given (the pipelined combine across nodes then skips its
+  // all_gather of route and weights; ignored elsewhere).
   m.def(
       "moe_combine(Tensor y, Tensor route, Tensor recv_counts, Tensor topk_weights, int group, "
-      "int world_size, SymInt num_tokens) -> Tensor");
+      "int world_size, SymInt num_tokens, Tensor? peer_routes=None) -> Tensor");
   // The moves of the MoE backward passes: every choice's row -> [T, k, H], and back.
   m.def(
       "_moe_gather(Tensor y, Tensor route, Tensor recv_counts, int group, int world_size) "

@@ -30,8 +30,8 @@ _OPS = torch.ops.mkernel
 
 
 def _dispatch_fake(x, topk_idx, w1, group, world_size, num_experts, capacity=0,
-                   return_recv=False):
-    _OPS._moe_dispatch_check(x, topk_idx, w1, group, world_size, num_experts, capacity)
+                   return_recv=False, topk_weights=None):
+    _OPS._moe_dispatch_check(x, topk_idx, w1, group, world_size, num_experts, capacity, topk_weights)
     e_local = num_experts // world_size
     tokens, k = topk_idx.shape
     if capacity > 0:
@@ -45,7 +45,11 @@ def _dispatch_fake(x, topk_idx, w1, group, world_size, num_experts, capacity=0,
     route = x.new_empty((tokens, k), dtype=torch.int64)
     recv_counts = x.new_empty((world_size, e_local), dtype=torch.int32)
     recv_x = x.new_empty((*lead, x.shape[1])) if return_recv else x.new_empty((0,))
-    return out, counts, route, recv_counts, recv_x
+    # Carried routes: [W*max_T, 3k] across nodes with weights (max_T is the group's), else [0, 3k].
+    carried = topk_weights is not None and world_size > 1 and capacity == 0
+    peer_rows = torch.library.get_ctx().new_dynamic_size() if carried else 0
+    peer_routes = x.new_empty((peer_rows, 3 * k), dtype=torch.int32)
+    return out, counts, route, recv_counts, recv_x, peer_routes
 
 
 _WARNED: set[str] = set()
@@ -113,15 +117,16 @@ def _grouped_wgrad(grad_out: Tensor, recv_x: Tensor, counts: Tensor, capacity: i
 
 
 def _dispatch_setup(ctx, inputs, output):
-    x, topk_idx, w1, group, world_size, num_experts, capacity, return_recv = inputs
-    _, counts, route, recv_counts, recv_x = output
+    x, topk_idx, w1, group, world_size, num_experts, capacity, return_recv, _weights = inputs
+    _, counts, route, recv_counts, recv_x, _peer_routes = output
     ctx.group, ctx.world_size, ctx.capacity = group, world_size, capacity
     ctx.has_recv = return_recv
     ctx.x_meta = (x.shape[0], x.dtype)
     ctx.save_for_backward(w1, counts, route, recv_counts, recv_x)
 
 
-def _dispatch_backward(ctx, grad_out, _grad_counts, _grad_route, _grad_recv_counts, grad_recv_x):
+def _dispatch_backward(ctx, grad_out, _grad_counts, _grad_route, _grad_recv_counts, grad_recv_x,
+                       _grad_peer_routes):
     w1, counts, route, recv_counts, recv_x = ctx.saved_tensors
     grad_x = grad_w1 = None
     if ctx.needs_input_grad[0]:
@@ -137,11 +142,12 @@ def _dispatch_backward(ctx, grad_out, _grad_counts, _grad_route, _grad_recv_coun
                 "mkernel.moe_dispatch_gemm: the gradient of w1 needs the received rows: call the "
                 "op with return_recv=True (mkernel.moe_dispatch_gemm does when w1 requires grad)")
         grad_w1 = _grouped_wgrad(grad_out, recv_x, counts, ctx.capacity)
-    return grad_x, None, grad_w1, None, None, None, None, None
+    # (topk_weights only ride along to the combine: their gradient is the combine's.)
+    return grad_x, None, grad_w1, None, None, None, None, None, None
 
 
 def _combine_setup(ctx, inputs, output):
-    y, route, recv_counts, topk_weights, group, world_size, num_tokens = inputs
+    y, route, recv_counts, topk_weights, group, world_size, num_tokens, _peer_routes = inputs
     ctx.group, ctx.world_size = group, world_size
     ctx.capacity = y.shape[1] if y.dim() == 3 else 0
     ctx.save_for_backward(y, route, recv_counts, topk_weights)
@@ -159,7 +165,7 @@ def _combine_backward(ctx, grad_out):
     if ctx.needs_input_grad[3]:
         rows = _OPS._moe_gather(y, route, recv_counts, ctx.group, ctx.world_size)
         grad_w = (rows.float() * grad_out.float().unsqueeze(1)).sum(-1).masked_fill(~kept[..., 0], 0)
-    return grad_y, None, None, grad_w, None, None, None
+    return grad_y, None, None, grad_w, None, None, None, None
 
 
 torch.library.register_fake("mkernel::moe_dispatch_gemm")(_dispatch_fake)

@@ -369,15 +369,18 @@ class MoEMLP(torch.nn.Module):
         """x ``[T, H]``, topk_idx ``[T, k]`` expert ids, topk_weights ``[T, k]`` -> ``[T, H]``."""
         if self.inference_max_tokens > 0 and x.is_cuda and not torch.is_grad_enabled():
             return self._forward_buffered(x, topk_idx, topk_weights)
+        # The weights travel with the dispatch (across nodes the combine then needs no exchange of
+        # its own before its first partial sum): the same tensor goes to both ops.
+        w = topk_weights.float().contiguous()
         res = ops.moe_dispatch_gemm(x, topk_idx, self.w1, num_experts=self.num_experts,
-                                    capacity=self.capacity, group=self.group)
+                                    capacity=self.capacity, topk_weights=w, group=self.group)
         h = res.out
         if self.gated:
             a = F.silu(h[..., :self.ffn_hidden_size]) * h[..., self.ffn_hidden_size:]
         else:
             a = F.gelu(h)
         y = _ExpertLinear.apply(a, self.w2, res.counts, self.capacity)
-        return ops.moe_combine(y, res.handle, topk_weights.float(), group=self.group)
+        return ops.moe_combine(y, res.handle, w, group=self.group)
 
     def _forward_buffered(self, x: Tensor, topk_idx: Tensor, topk_weights: Tensor) -> Tensor:
         """forward's inference path: the exchanges replayed from the layer's MoEBuffer."""

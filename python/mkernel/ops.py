@@ -100,6 +100,14 @@ class MoeHandle(NamedTuple):
     recv_counts: Tensor
     """``[W, E_local]`` int32 on this (destination) rank: rows local expert ``e`` holds from
     each source rank."""
+    peer_routes: Tensor | None = None
+    """Across nodes, when the dispatch was given ``topk_weights``: every rank's routes and
+    weights as the combine reads them (``[W*max_T, 3k]`` int32), so that :func:`moe_combine`
+    with those same weights need not all-gather them; else None or 0 rows."""
+    routed_weights: Tensor | None = None
+    """The ``topk_weights`` the dispatch carried (``peer_routes`` holds their values)."""
+    weights_version: int = 0
+    """``routed_weights._version`` at the dispatch: an in-place change since voids ``peer_routes``."""
 
 
 class MoeDispatchOutput(NamedTuple):
@@ -431,6 +439,7 @@ def moe_dispatch_gemm(
     num_experts: int,
     capacity: int = 0,
     return_recv: bool = False,
+    topk_weights: Tensor | None = None,
     group: Group | None = None,
 ) -> MoeDispatchOutput:
     """Expert-parallel MoE dispatch fused with each local expert's first GEMM.
@@ -452,6 +461,10 @@ def moe_dispatch_gemm(
             ``capacity`` in (source rank, token, choice) order are dropped, which
             ``handle.route == -1`` reports on the token's rank.
         return_recv: also return the received rows (for the weight gradient).
+        topk_weights: optional ``[T, k]`` fp32 routing weights, the ones the matching
+            :func:`moe_combine` will take. Across nodes they travel beside the expert ids (a few
+            bytes per token), so that combine skips its own exchange of routes and weights
+            before the first partial sum. Every rank of the group must pass them, or none.
         group: the mkernel group; None for the default one.
 
     Returns:
@@ -459,11 +472,24 @@ def moe_dispatch_gemm(
     """
     handle, world_size = _group_args("moe_dispatch_gemm", group)
     need_recv = return_recv or (torch.is_grad_enabled() and w1.requires_grad)
-    out, counts, route, recv_counts, recv_x = torch.ops.mkernel.moe_dispatch_gemm.default(
-        x, topk_idx, w1, handle, world_size, num_experts, capacity, need_recv
+    out, counts, route, recv_counts, recv_x, peer_routes = torch.ops.mkernel.moe_dispatch_gemm.default(
+        x, topk_idx, w1, handle, world_size, num_experts, capacity, need_recv, topk_weights
     )
     offs = torch.cumsum(counts, 0, dtype=torch.int32)
-    return MoeDispatchOutput(out, counts, offs, MoeHandle(route, recv_counts), recv_x)
+    if topk_weights is None:
+        moe_handle = MoeHandle(route, recv_counts)
+    else:
+        moe_handle = MoeHandle(route, recv_counts, peer_routes, topk_weights, topk_weights._version)
+    return MoeDispatchOutput(out, counts, offs, moe_handle, recv_x)
+
+
+def _carried_routes(handle: MoeHandle, topk_weights: Tensor) -> Tensor | None:
+    """The dispatch's peer_routes when the combine is given the very weights it carried, unchanged."""
+    if handle.peer_routes is None or handle.routed_weights is None:
+        return None
+    if topk_weights is not handle.routed_weights or topk_weights._version != handle.weights_version:
+        return None
+    return handle.peer_routes if handle.peer_routes.numel() else None
 
 
 def moe_combine(
@@ -483,7 +509,8 @@ def moe_combine(
     there) each owner's partial travels in y's dtype, as DeepEP's combine, and is rounded once
     more before that sum; ``=reduce`` keeps fp32 partials, ``=reduce16`` narrows them everywhere);
     dropped choices add nothing. Differentiable
-    in y and topk_weights (the backward of y is a dispatch).
+    in y and topk_weights (the backward of y is a dispatch). When ``topk_weights`` is the very
+    tensor the dispatch was given (and unchanged since), the routes it carried are used.
 
     Args:
         y: the local experts' outputs in the dispatch's layout: ``[R, H]`` (capacity 0) or
@@ -500,7 +527,8 @@ def moe_combine(
     if num_tokens is None:
         num_tokens = handle.route.shape[0]
     return torch.ops.mkernel.moe_combine.default(
-        y, handle.route, handle.recv_counts, topk_weights, group_handle, world_size, num_tokens
+        y, handle.route, handle.recv_counts, topk_weights, group_handle, world_size, num_tokens,
+        _carried_routes(handle, topk_weights),
     )
 
 

@@ -189,6 +189,21 @@ def test_moe_cuda_across_emulated_nodes_substrate_path(mps):
     assert max(c["err"] / c["bound"] for c in cases) <= 1
 
 
+@pytest.mark.parametrize("world,nodes", [(2, 2), (4, 4), (4, 2), (2, 1)], ids=["w2n2", "w4n4", "w4n2", "w2n1"])
+def test_moe_cuda_carried_weights(mps, world, nodes):
+    """Session 22: topk_weights given to the dispatch (MoEMLP's way) travel in its routing head;
+    across nodes with capacity 0 the dispatch returns every rank's routes and weights as the
+    combine reads them (checked against the reference's routes and weights), and the combine given
+    the same weights uses them instead of its all_gather: bit for bit the combine given a copy,
+    and the float64 reference (w4n2: the substrate's path; w2n1: one node, nothing carried)."""
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="carried", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="20"))
+    cases = check_ranks(res)
+    assert len(cases) == world * 7, len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_moe_cuda_across_emulated_nodes_narrow_partials(mps, world):
     """MKERNEL_MOE_NODES_COMBINE=reduce16 (the default since session 19 where the combine is

@@ -5,7 +5,9 @@ the case's seed).
 
 A rank prints ``CASE {json}`` per checked case and ``OK <rank>`` at the end; a failed check
 raises (exit status 1) with the case in the message. ``TEST_SUITE`` (comma-separated):
-``matrix`` (the case table), ``repeat`` (bit-identical results across calls), ``errors``
+``matrix`` (the case table), ``carried`` (the table with topk_weights given to the dispatch:
+its carried routes checked, the combine using them bit for bit the combine exchanging them),
+``repeat`` (bit-identical results across calls), ``errors``
 (a mismatched H and a bad expert id raise on every rank; the group stays usable), ``buffer``
 (mkernel.moe.MoEBuffer against the plain ops and the reference).
 """
@@ -90,9 +92,13 @@ def run_case(ctx, c: dict) -> dict:
     w = me.topk_weights.clone().to(DEVICE).requires_grad_(True)
     if DEVICE == "cuda":
         poison_allocator()
+    carry = bool(c.get("carry"))  # the weights travel with the dispatch (the `carried` suite)
     res = mkernel.moe_dispatch_gemm(x, me.topk_idx.to(DEVICE), w1, num_experts=e,
-                                    capacity=c["capacity"], group=ctx)
+                                    capacity=c["capacity"], topk_weights=w if carry else None,
+                                    group=ctx)
     checkpoint("moe_dispatch_gemm", c)
+    if carry:
+        check_peer_routes(ctx, c, res.handle, routes, ins)
     route = res.handle.route.cpu()
     assert torch.equal(route, routes[rank]), (c, route, routes[rank])
     assert torch.equal(res.handle.recv_counts.cpu(), my.recv_counts), (c, res.handle.recv_counts)
@@ -116,6 +122,9 @@ def run_case(ctx, c: dict) -> dict:
     y = act(res.out)
     out = mkernel.moe_combine(y, res.handle, w, group=ctx)
     checkpoint("moe_combine", c)
+    if carry:  # the carried routes give the bits of the combine's own exchange of them
+        plain = mkernel.moe_combine(y.detach(), res.handle, w.detach().clone(), group=ctx)
+        assert torch.equal(out.detach(), plain), (c, rel_err(out.detach().cpu(), plain.cpu()))
     gen = torch.Generator().manual_seed(c["seed"] * 31 + rank)
     g = torch.randn(out.shape, generator=gen, dtype=torch.float64)
     (out.double() * g.to(DEVICE)).sum().backward()
@@ -153,6 +162,40 @@ def run_case(ctx, c: dict) -> dict:
         raise AssertionError(f"rank {rank}: case {json.dumps(rec)} exceeds its bound")
     print("CASE", json.dumps(rec), flush=True)
     return rec
+
+
+def check_peer_routes(ctx, c: dict, handle, routes: list[torch.Tensor], ins: list) -> None:
+    """The dispatch's carried routes against every rank's reference routes and weights: slot
+    s*Tm + t holds (code low, code high) per choice, then the weights' bits (0 where the choice
+    was dropped or the token is padding), Tm = the largest T. They exist exactly where the
+    pipelined combine can use them: CUDA, several nodes, capacity 0."""
+    world, k = ctx.world_size, c["k"]
+    nodes = world // int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    pr = handle.peer_routes
+    assert pr is not None and pr.dtype == torch.int32 and pr.shape[1] == 3 * k, (c, pr)
+    if not (DEVICE == "cuda" and nodes > 1 and c["capacity"] == 0):
+        assert pr.shape[0] == 0, (c, pr.shape)
+        return
+    tm = max(c["tokens"])
+    want = torch.zeros(world * tm, 3 * k, dtype=torch.int32)
+    for s in range(world):
+        t = c["tokens"][s]
+        codes = torch.full((tm, k), -1, dtype=torch.int64)
+        codes[:t] = routes[s]
+        wts = torch.zeros(tm, k, dtype=torch.float32)
+        wts[:t] = ins[s].topk_weights.float()
+        wts = wts.masked_fill(codes < 0, 0.0)
+        want[s * tm:(s + 1) * tm, :2 * k] = codes.view(torch.int32)
+        want[s * tm:(s + 1) * tm, 2 * k:] = wts.view(torch.int32)
+    assert torch.equal(pr.cpu(), want), (c, (pr.cpu() != want).nonzero()[:8])
+
+
+def carried(ctx) -> None:
+    """The matrix with topk_weights given to the dispatch (MoEMLP's way): the routes it carries
+    equal the reference's, the combine that uses them equals the combine that exchanges them, bit
+    for bit, and both the float64 reference."""
+    for c in cases(ctx.world_size):
+        run_case(ctx, dict(c, carry=True))
 
 
 def poison_allocator() -> None:

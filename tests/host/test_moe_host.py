@@ -37,6 +37,19 @@ def test_moe_matches_reference(world, nodes):
 
 
 @pytest.mark.multiproc
+@pytest.mark.parametrize("world, nodes", [(2, 2), (3, 1)])
+def test_moe_carried_weights_match_reference(world, nodes):
+    """topk_weights given to the dispatch (as MoEMLP does): the host reference carries no routes
+    ([0, 3k]), and the case table still matches the float64 reference, the combine bit for bit
+    the one given a copy of the weights."""
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=240, fork=True,
+                    env={"TEST_SUITE": "carried"})
+    cases = check_ranks(res)
+    assert len(cases) == world * 7, len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+
+@pytest.mark.multiproc
 @pytest.mark.parametrize("world, nodes", [(2, 1), (2, 2)])
 def test_moe_mlp_matches_dense_reference(world, nodes):
     """mkernel.moe.MoEMLP on 2 ranks (one node, two emulated nodes) against a dense torch

@@ -64,7 +64,7 @@ def expected_lead(tokens, k, e_local, capacity):
 def test_fake_shapes(device, dtype, idx_dtype, tokens, h, k, f, num_experts, capacity, world):
     with fake_mode():
         x, idx, w1 = inputs(device, tokens, h, k, f, num_experts, world, dtype, idx_dtype)
-        out, counts, route, recv_counts, recv_x = op()(
+        out, counts, route, recv_counts, recv_x, peer_routes = op()(
             x, idx, w1, 1, world, num_experts, capacity, True
         )
     e_local = num_experts // world
@@ -74,13 +74,45 @@ def test_fake_shapes(device, dtype, idx_dtype, tokens, h, k, f, num_experts, cap
     assert_tensor(route, (tokens, k), torch.int64, device)
     assert_tensor(recv_counts, (world, e_local), torch.int32, device)
     assert_tensor(recv_x, (*lead, h), dtype, device)
+    assert_tensor(peer_routes, (0, 3 * k), torch.int32, device)  # no topk_weights: nothing carried
+
+
+@pytest.mark.parametrize("world, capacity", [(4, 0), (4, 20), (1, 0)])
+def test_fake_peer_routes(world, capacity):
+    """With topk_weights, capacity 0 at W > 1: the carried routes' rows ([W*max_T, 3k]) are the
+    group's bound, unknown to the fake kernel (unbacked); else none ([0, 3k])."""
+    with FakeTensorMode(shape_env=ShapeEnv()):
+        x, idx, w1 = inputs("cpu", 37, 64, 2, 96, 8, world)
+        w = t((37, 2), "cpu", torch.float32)
+        *_, peer_routes = op()(x, idx, w1, 1, world, 8, capacity, False, w)
+    assert peer_routes.dtype == torch.int32 and peer_routes.shape[1] == 6
+    rows = peer_routes.shape[0]
+    if world > 1 and capacity == 0:
+        assert isinstance(rows, torch.SymInt) and rows.node.expr.free_symbols, rows
+    else:
+        assert rows == 0
+
+
+def test_cpu_carries_no_routes(ops):
+    """The host reference takes topk_weights (validated) and carries nothing: [0, 3k]."""
+    g = torch.Generator().manual_seed(22)
+    x, w1 = torch.randn(9, 16, generator=g), torch.randn(4, 8, 16, generator=g)
+    idx = torch.rand(9, 4, generator=g).argsort(dim=1)[:, :2].contiguous()
+    w = torch.rand(9, 2, generator=g)
+    res = ops.moe_dispatch_gemm(x, idx, w1, num_experts=4, topk_weights=w, group=group(1))
+    assert res.handle.peer_routes.shape == (0, 6) and res.handle.routed_weights is w
+    plain = ops.moe_dispatch_gemm(x, idx, w1, num_experts=4, group=group(1))
+    assert plain.handle.peer_routes is None and torch.equal(res.out, plain.out)
+    y = torch.randn(res.out.shape[0], 16, dtype=x.dtype)
+    assert torch.equal(ops.moe_combine(y, res.handle, w, group=group(1)),
+                       ops.moe_combine(y, plain.handle, w, group=group(1)))
 
 
 def test_fake_capacity_free_multi_rank_is_unbacked():
     """Capacity-free at W > 1: the packed row count depends on every rank's routing."""
     with FakeTensorMode(shape_env=ShapeEnv()):
         x, idx, w1 = inputs("cpu", 37, 64, 2, 96, 8, 4)
-        out, *_, recv_x = op()(x, idx, w1, 1, 4, 8, 0, True)
+        out, _, _, _, recv_x, _ = op()(x, idx, w1, 1, 4, 8, 0, True)
     rows = out.shape[0]
     assert isinstance(rows, torch.SymInt) and rows.node.expr.free_symbols, rows
     assert out.shape[1] == 96 and recv_x.shape[0] is rows or recv_x.shape[0] == rows
@@ -238,8 +270,11 @@ def _args(
     x_fn=t,
     idx_fn=t,
     w1_fn=t,
+    weights=None,
+    weights_dtype=torch.float32,
+    weights_fn=t,
 ):
-    return (
+    args = (
         x_fn(x, d, dtype),
         idx_fn(idx, d, idx_dtype),
         w1_fn(w1, d, w1_dtype or dtype),
@@ -249,6 +284,7 @@ def _args(
         capacity,
         False,
     )
+    return args if weights is None else (*args, weights_fn(weights, d, weights_dtype))
 
 
 OP = r"mkernel\.moe_dispatch_gemm"
@@ -342,6 +378,27 @@ BAD_INPUTS = [
         idx_fn=strided,
     ),
     bad("w1_strided", RuntimeError, rf"{OP}: w1 must be row-major contiguous", w1_fn=strided),
+    bad(
+        "topk_weights_dtype",
+        RuntimeError,
+        rf"{OP}: topk_weights must be fp32 \(routing weights\), got bf16",
+        weights=(6, 2),
+        weights_dtype=torch.bfloat16,
+    ),
+    bad(
+        "topk_weights_shape",
+        RuntimeError,
+        rf"{OP}: topk_weights must have the shape of topk_idx \[T, k\] \(topk_idx: \[6, 2\], "
+        rf"topk_weights: \[6, 3\]\)",
+        weights=(6, 3),
+    ),
+    bad(
+        "topk_weights_strided",
+        RuntimeError,
+        rf"{OP}: topk_weights must be row-major contiguous",
+        weights=(6, 2),
+        weights_fn=strided,
+    ),
 ]
 
 

@@ -243,7 +243,7 @@ def world_one_cases(device: str) -> dict[str, tuple]:
     idx = idx.contiguous().to(device)
     weights = torch.rand(tokens, choices, generator=g).to(device)
     dispatch = (x, idx, w1, WORLD_ONE, 1, experts, 0, False)
-    y, _, route, recv_counts, _ = torch.ops.mkernel.moe_dispatch_gemm.default(*dispatch)
+    y, _, route, recv_counts, _, _ = torch.ops.mkernel.moe_dispatch_gemm.default(*dispatch)
     return {
         "gemv": (r(5, 200), r(136, 200)),
         "attention": (q, k, v, True, None, 0, 0),

@@ -16,10 +16,11 @@ SCHEMAS = {
     "gemm_rs": "mkernel::gemm_rs(Tensor x, Tensor w, int group, int world_size) -> Tensor",
     "gemm_ar": "mkernel::gemm_ar(Tensor x, Tensor w, int group, int world_size) -> Tensor",
     "moe_dispatch_gemm": "mkernel::moe_dispatch_gemm(Tensor x, Tensor topk_idx, Tensor w1, "
-    "int group, int world_size, int num_experts, int capacity=0, bool return_recv=False) "
-    "-> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+    "int group, int world_size, int num_experts, int capacity=0, bool return_recv=False, "
+    "Tensor? topk_weights=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
     "moe_combine": "mkernel::moe_combine(Tensor y, Tensor route, Tensor recv_counts, "
-    "Tensor topk_weights, int group, int world_size, SymInt num_tokens) -> Tensor",
+    "Tensor topk_weights, int group, int world_size, SymInt num_tokens, "
+    "Tensor? peer_routes=None) -> Tensor",
     "ring_attention": "mkernel::ring_attention(Tensor q, Tensor k, Tensor v, int group, "
     "int world_size, bool causal=False, float? softmax_scale=None) "
     "-> (Tensor, Tensor)",

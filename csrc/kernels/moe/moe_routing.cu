@@ -15,6 +15,7 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 struct RoutingParams {
   const void* idx;
+  int idx_stride;  // elements of Idx from one choice to the next (RoutingArgs::idx_stride)
   int64_t tokens;
   int64_t seg;     // tokens per CTA
   int ctas;        // segments (CTAs of the count launch; 0 when T == 0)
@@ -34,11 +35,11 @@ __device__ __forceinline__ int bucket_of(Idx id, int experts) {
 
 // Bit d set: token's choices include an expert of rank d (valid ids only; W <= 32).
 template <class Idx>
-__device__ __forceinline__ uint32_t dest_mask(const Idx* choices, int k, int experts,
+__device__ __forceinline__ uint32_t dest_mask(const Idx* choices, int k, int stride, int experts,
                                               int e_local) {
   uint32_t mask = 0;
   for (int j = 0; j < k; ++j) {
-    const Idx id = choices[j];
+    const Idx id = choices[j * stride];
     if (id >= 0 && id < experts) mask |= 1u << static_cast<int>(id / e_local);
   }
   return mask;
@@ -56,12 +57,12 @@ __global__ void __launch_bounds__(kRouteThreads) routing_count_kernel(const Rout
   const auto* idx = static_cast<const Idx*>(p.idx);
   const int64_t t0 = blockIdx.x * p.seg, t1 = min(p.tokens, t0 + p.seg);
   for (int64_t i = t0 * p.k + threadIdx.x; i < t1 * p.k; i += kRouteThreads) {
-    const int b = bucket_of(idx[i], p.experts);
+    const int b = bucket_of(idx[i * p.idx_stride], p.experts);
     atomicAdd(&s_hist[b], 1);
     p.expert[i] = b < p.experts ? b : -1;
   }
   for (int64_t t = t0 + threadIdx.x; t < t1; t += kRouteThreads) {
-    uint32_t mask = dest_mask(idx + t * p.k, p.k, p.experts, p.e_local);
+    uint32_t mask = dest_mask(idx + t * p.k * p.idx_stride, p.k, p.idx_stride, p.experts, p.e_local);
     while (mask != 0) {
       atomicAdd(&s_dest[__ffs(mask) - 1], 1);
       mask &= mask - 1;
@@ -151,6 +152,8 @@ struct NodesLayoutParams {
   int64_t* token;
   int32_t* counts;
   int32_t* recv_counts;
+  const int32_t* packed;  // optional: pad_ids_weighted's words of every rank, as int32 pairs
+  uint32_t* words;        // optional: the combine's routes [n / k, 3k]
 };
 
 __global__ void __launch_bounds__(kRouteThreads) nodes_layout_kernel(const NodesLayoutParams p) {
@@ -188,6 +191,13 @@ __global__ void __launch_bounds__(kRouteThreads) nodes_layout_kernel(const Nodes
     }
     const int64_t s = c / per_rank, t = (c / p.k) % p.max_tokens;
     if (s == p.me && t < p.tokens) p.route[t * p.k + c % p.k] = code;
+    if (p.words != nullptr) {  // launch_pack_routes' words for slot c / k, as its source packs them
+      const int j = static_cast<int>(c % p.k);
+      uint32_t* slot = p.words + (c / p.k) * 3 * p.k;
+      slot[2 * j] = static_cast<uint32_t>(static_cast<uint64_t>(code));
+      slot[2 * j + 1] = static_cast<uint32_t>(static_cast<uint64_t>(code) >> 32);
+      slot[2 * p.k + j] = code >= 0 ? static_cast<uint32_t>(p.packed[2 * c + 1]) : 0u;
+    }
   }
   // Rows past this rank's counts: no choice (the kept choices above wrote exactly the rows
   // below min(s_mine, rows_out), one each).
@@ -199,6 +209,25 @@ __global__ void __launch_bounds__(kRouteThreads) nodes_layout_kernel(const Nodes
       const int64_t b = s_base[g];
       p.counts[e] = static_cast<int32_t>(min(b + p.cnt[g], p.rows_out) - min(b, p.rows_out));
     }
+  }
+}
+
+// pad_ids_weighted: the id as pad_ids_kernel writes it in the low word, the weight's bits above.
+template <class Idx>
+__global__ void __launch_bounds__(kRouteThreads) pad_ids_weighted_kernel(const Idx* __restrict__ idx,
+                                                                        const float* __restrict__ w,
+                                                                        int64_t valid, int64_t total,
+                                                                        int experts, int64_t* __restrict__ out) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kRouteThreads;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kRouteThreads + threadIdx.x; i < total; i += stride) {
+    int32_t v = -1;
+    uint32_t bits = 0;
+    if (i < valid) {
+      const Idx id = idx[i];
+      if (id >= 0 && id < experts) v = static_cast<int32_t>(id);
+      bits = __float_as_uint(w[i]);
+    }
+    out[i] = static_cast<int64_t>((static_cast<uint64_t>(bits) << 32) | static_cast<uint32_t>(v));
   }
 }
 
@@ -237,8 +266,13 @@ cudaError_t route(const RoutingArgs& a, const char** reason) {
     if (reason) *reason = "bad routing arguments (experts, world, k or tokens)";
     return cudaErrorInvalidValue;
   }
+  if (a.idx_stride != 1 && (a.idx_stride != 2 || a.idx_is_64)) {
+    if (reason) *reason = "bad routing arguments (idx_stride: 1, or 2 over int32 pairs)";
+    return cudaErrorInvalidValue;
+  }
   RoutingParams p;
   p.idx = a.topk_idx;
+  p.idx_stride = a.idx_stride;
   p.tokens = a.tokens;
   p.seg = routing_segment_tokens(a.tokens);
   p.ctas = static_cast<int>((a.tokens + p.seg - 1) / p.seg);
@@ -290,6 +324,12 @@ cudaError_t nodes_layout(const NodesLayoutArgs& a, const char** reason) {
   p.token = a.token;
   p.counts = a.counts;
   p.recv_counts = a.recv_counts;
+  if ((a.packed == nullptr) != (a.words == nullptr)) {
+    if (reason) *reason = "bad layout arguments (the packed ids and the words go together)";
+    return cudaErrorInvalidValue;
+  }
+  p.packed = a.packed;
+  p.words = a.words;
   const int64_t work = std::max(n, a.rows_out);
   const int grid = static_cast<int>(std::min<int64_t>(
       std::max<int64_t>(1, (work + kRouteThreads - 1) / kRouteThreads), 1024));
@@ -309,6 +349,23 @@ cudaError_t pad_ids(const void* topk_idx, bool idx_is_64, int64_t tokens, int64_
   } else {
     pad_ids_kernel<int32_t><<<grid, kRouteThreads, 0, stream>>>(
         static_cast<const int32_t*>(topk_idx), valid, total, experts, out);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t pad_ids_weighted(const void* topk_idx, bool idx_is_64, const float* topk_weights,
+                             int64_t tokens, int64_t max_tokens, int k, int experts, int64_t* out,
+                             cudaStream_t stream) {
+  if (tokens < 0 || max_tokens < tokens || k < 1 || experts < 1) return cudaErrorInvalidValue;
+  const int64_t total = max_tokens * k, valid = tokens * k;
+  if (total == 0) return cudaSuccess;
+  const int grid = static_cast<int>(std::min<int64_t>((total + kRouteThreads - 1) / kRouteThreads, 1024));
+  if (idx_is_64) {
+    pad_ids_weighted_kernel<int64_t><<<grid, kRouteThreads, 0, stream>>>(
+        static_cast<const int64_t*>(topk_idx), topk_weights, valid, total, experts, out);
+  } else {
+    pad_ids_weighted_kernel<int32_t><<<grid, kRouteThreads, 0, stream>>>(
+        static_cast<const int32_t*>(topk_idx), topk_weights, valid, total, experts, out);
   }
   return cudaGetLastError();
 }

@@ -32,6 +32,9 @@ int64_t routing_segment_tokens(int64_t tokens);
 struct RoutingArgs {
   const void* topk_idx = nullptr;  // [T, k] int32 or int64 (idx_is_64)
   bool idx_is_64 = true;
+  // Elements of topk_idx's type from one choice to the next: 1, or 2 for pad_ids' packed words
+  // ([T, k] int64 read as int32 pairs: the id is the low word; idx_is_64 false).
+  int idx_stride = 1;
   int64_t tokens = 0;              // T
   int k = 1;
   int experts = 1;                 // E (<= kMaxExperts, a multiple of world)
@@ -79,6 +82,13 @@ struct NodesLayoutArgs {
   int64_t* token = nullptr;         // out [rows_out]
   int32_t* counts = nullptr;        // out [E / world]
   int32_t* recv_counts = nullptr;   // in/out [world, E / world], zero on entry
+  // Optional (both or neither): every rank's choices as pad_ids' packed words ([n] int64 as
+  // int32 pairs: id, weight bits) in, and the combine's routes out: words [world * max_tokens,
+  // 3k] uint32, slot s*Tm + t = (code(c) low, high) for j < k, then the k weights' bits (0 where
+  // code(c) = -1), c = (s*Tm + t)*k + j — what moe_partial::launch_pack_routes writes for each
+  // rank's (route, topk_weights), so the combine need not all-gather them.
+  const int32_t* packed = nullptr;
+  uint32_t* words = nullptr;
   cudaStream_t stream = nullptr;
 };
 
@@ -91,5 +101,12 @@ cudaError_t nodes_layout(const NodesLayoutArgs& a, const char** reason = nullptr
 // tokens .. max_tokens - 1.
 cudaError_t pad_ids(const void* topk_idx, bool idx_is_64, int64_t tokens, int64_t max_tokens, int k,
                     int experts, int32_t* out, cudaStream_t stream);
+
+// The same head with the routing weights beside the ids (session 22: the combine's routes travel
+// with the dispatch): out [max_tokens, k] int64 = (bits(topk_weights[t, j]) << 32) | uint32(id),
+// the id as pad_ids writes it, the weight 0 on the padding rows.
+cudaError_t pad_ids_weighted(const void* topk_idx, bool idx_is_64, const float* topk_weights,
+                             int64_t tokens, int64_t max_tokens, int k, int experts, int64_t* out,
+                             cudaStream_t stream);
 
 }  // namespace mkernel::moe_ep
