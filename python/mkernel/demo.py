@@ -184,7 +184,10 @@ def _moe_case(ctx, dev, dt, g, gather, h: int, f: int) -> tuple:
     idx_d, wts_d = idx.to(dev), wts.to(dev, torch.float32)
 
     def run():
-        d = mkernel.moe_dispatch_gemm(x_d, idx_d, w1_d, num_experts=experts, group=ctx)
+        # The weights ride with the dispatch: across nodes the combine then needs no exchange of
+        # its own before its first partial sum.
+        d = mkernel.moe_dispatch_gemm(x_d, idx_d, w1_d, num_experts=experts, topk_weights=wts_d,
+                                      group=ctx)
         return mkernel.moe_combine(d.out, d.handle, wts_d, group=ctx)
 
     def ref():
