@@ -94,7 +94,9 @@ def rank_main() -> None:
     import mkernel
 
     dist.init_process_group("gloo")
-    torch.cuda.set_device(0)
+    # A GPU per rank where the host has enough (no MPS then: main()), else every rank on GPU 0.
+    gpus = torch.cuda.device_count()
+    torch.cuda.set_device(int(os.environ["RANK"]) % gpus if gpus >= int(os.environ["WORLD_SIZE"]) else 0)
     if os.environ.get("BENCH_CALLER_STREAM") == "side":
         # moe15: every call on a stream of the rank's own instead of the legacy default stream
         # (another hardware queue for the caller's work beside the exchange's pool streams).
@@ -1058,7 +1060,8 @@ def main() -> None:
         follower.start()
         try:
             res = run_ranks(RANK_CODE, args.world, nodes=nodes, timeout=600, env=dict(
-                env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",
+                env, **({"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(100 // args.world)} if env else {}),
+                NCCL_NVLS_ENABLE="0",
                 BENCH_ITERS=str(iters), BENCH_SHAPES=shapes,
                 BENCH_GRAPH="1" if args.graph else "0", BENCH_NODES=str(nodes),
                 BENCH_MOE_LEAN="1" if args.lean else "0",
@@ -1077,7 +1080,12 @@ def main() -> None:
             out += [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
         return out
 
-    env, stop = start_mps("bench_moe_ranks")
+    import torch
+
+    if torch.cuda.device_count() >= args.world:  # a GPU per rank: no MPS, every rank its whole GPU
+        env, stop = {}, (lambda: None)
+    else:
+        env, stop = start_mps("bench_moe_ranks")
     failed = None
     try:
         if args.table:

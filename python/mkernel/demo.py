@@ -40,7 +40,9 @@ def run_demo(world: int = 4, nodes: int = 2, timeout: float = 120.0, require_all
     if world < 1 or nodes < 1 or world % nodes:
         print(f"demo: --world ({world}) must be a positive multiple of --nodes ({nodes})", file=sys.stderr)
         return 2
-    mps = world > 1 and shutil.which("nvidia-cuda-mps-control") is not None and _has_gpu()
+    # MPS only where ranks must share a GPU (more ranks than GPUs); with a GPU per rank each
+    # rank has its device to itself (worker: rank % device_count).
+    mps = world > _gpus() and _gpus() > 0 and shutil.which("nvidia-cuda-mps-control") is not None
     try:
         rc = launch(["-m", "mkernel.demo", "--worker"], world, nodes, mps=mps, timeout=timeout,
                     env={"MKERNEL_DEMO_REQUIRE_ALL": str(int(require_all))})
@@ -50,10 +52,10 @@ def run_demo(world: int = 4, nodes: int = 2, timeout: float = 120.0, require_all
     return 0 if rc == 0 else 1
 
 
-def _has_gpu() -> bool:
+def _gpus() -> int:
     import torch
 
-    return torch.cuda.is_available()
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 # Relative error bounds (||out - ref|| / ||ref||) by dtype; the demo fails above them.
