@@ -251,14 +251,21 @@ def rank_main() -> None:
             cands["mkernel_dispatch_gemm_buffer"] = lambda: buf.dispatch_gemm(x, idx, w1)
             bres = buf.dispatch_gemm(x, idx, w1)  # the miss: eager, then the capture
             cands["mkernel_combine_buffer"] = lambda: buf.combine(y, bres.handle, w)
+            # Session 22: a buffer whose dispatch carries the weights (its combine skips the routes' exchange).
+            buf_w = mkernel.moe.MoEBuffer(e, t, group=ctx)
+            bres_w = buf_w.dispatch_gemm(x, idx, w1, w)
+            cands["mkernel_dispatch_gemm_buffer_weighted"] = lambda: buf_w.dispatch_gemm(x, idx, w1, w)
+            cands["mkernel_combine_buffer_carried"] = lambda: buf_w.combine(y, bres_w.handle, w)
             buffer_equal = {
                 "dispatch": bool(torch.equal(buf.dispatch_gemm(x, idx, w1).out[:rows], res.out[:rows])),
                 "combine": [bool(torch.equal(buf.combine(y, bres.handle, w).float(), c_mk)) for _ in range(3)],
                 "captures": buf.captures}
             for _ in range(3):  # past every buffer's captures before the timed rounds
                 for n in ("mkernel_dispatch_only_buffer", "mkernel_dispatch_only_buffer_static",
-                          "mkernel_dispatch_gemm_buffer", "mkernel_combine_buffer"):
+                          "mkernel_dispatch_gemm_buffer", "mkernel_combine_buffer",
+                          "mkernel_dispatch_gemm_buffer_weighted", "mkernel_combine_buffer_carried"):
                     cands[n]()
+            buffer_equal["combine_carried"] = bool(torch.equal(cands["mkernel_combine_buffer_carried"]().float(), c_mk))
             # The counted gather's rows are the default's, bit for bit (rows past the counts: unspecified).
             counted_out = cands["mkernel_dispatch_gemm_counted"]().out
             counted_equal = bool(torch.equal(counted_out[:rows], res.out[:rows]))
@@ -303,6 +310,7 @@ def rank_main() -> None:
                     "mkernel_dispatch_only_buffer", "mkernel_dispatch_only_buffer_static",
                     "mkernel_dispatch_gemm_buffer", "mkernel_combine_buffer",
                     "mkernel_dispatch_only_weighted", "mkernel_combine_carried",
+                    "mkernel_dispatch_gemm_buffer_weighted", "mkernel_combine_buffer_carried",
                     "link_exchange_gather", "link_exchange_a2a", "link_substrate_all_gather")
             keep = keep + tuple(moe14_variants()) if os.environ.get("BENCH_MOE14") == "1" else keep
             cands = {n: c for n, c in cands.items() if n in keep}
@@ -725,7 +733,7 @@ def print_deepep(row: dict) -> None:
     names = [n for n in ("mkernel_dispatch_only", "mkernel_dispatch_only_counted", "mkernel_dispatch_only_buffer",
                          "mkernel_dispatch_only_buffer_static", "mkernel_dispatch_only_weighted",
                          "mkernel_combine", "mkernel_combine_carried", "mkernel_combine_carried_graph",
-                         "mkernel_combine_buffer")
+                         "mkernel_combine_buffer", "mkernel_combine_buffer_carried")
              if n + "_gbs" in row]
     if not names:
         return

@@ -166,10 +166,16 @@ class MoEBuffer:
         """Graphs captured so far, both ops (tests and benchmarks read it)."""
         return self._dispatch.captures + self._combine.captures
 
-    def _check(self, x: Tensor, topk_idx: Tensor) -> None:
+    def _check(self, x: Tensor, topk_idx: Tensor, topk_weights: Tensor | None) -> None:
         if x.dim() != 2 or topk_idx.dim() != 2 or topk_idx.shape[0] != x.shape[0]:
             raise ValueError(f"mkernel.MoEBuffer.dispatch_gemm: x must be [T, H] and topk_idx [T, k], got "
                              f"{tuple(x.shape)} and {tuple(topk_idx.shape)}")
+        if topk_weights is not None and (topk_weights.shape != topk_idx.shape or
+                                         topk_weights.dtype != torch.float32 or
+                                         topk_weights.device != x.device):
+            raise ValueError(f"mkernel.MoEBuffer.dispatch_gemm: topk_weights must be fp32 [T, k] on x's device "
+                             f"like topk_idx {tuple(topk_idx.shape)}, got {topk_weights.dtype} "
+                             f"{tuple(topk_weights.shape)} on {topk_weights.device}")
         if x.shape[0] > self.max_tokens:
             raise ValueError(f"mkernel.MoEBuffer.dispatch_gemm: x has {x.shape[0]} tokens, more than the "
                              f"buffer's max_tokens ({self.max_tokens})")
@@ -183,9 +189,16 @@ class MoEBuffer:
             raise ValueError(f"mkernel.MoEBuffer.{name} is forward only (its outputs are reused by later "
                              "calls); under autograd use mkernel.moe_dispatch_gemm / mkernel.moe_combine")
 
-    def _keep(self, res: ops.MoeDispatchOutput, t: int) -> ops.MoeDispatchOutput:
+    @staticmethod
+    def _carry(handle: ops.MoeHandle, full: ops.MoeHandle, tw: Tensor | None) -> ops.MoeHandle:
+        """The user's handle carries the user's weights (the combine checks them against its own)."""
+        if tw is None or full.peer_routes is None:
+            return handle
+        return handle._replace(peer_routes=full.peer_routes, routed_weights=tw, weights_version=tw._version)
+
+    def _keep(self, res: ops.MoeDispatchOutput, t: int, tw: Tensor | None = None) -> ops.MoeDispatchOutput:
         """The user's view of a dispatch's outputs (route cut to T rows); remembers the whole handle."""
-        handle = ops.MoeHandle(res.handle.route[:t], res.handle.recv_counts)
+        handle = self._carry(ops.MoeHandle(res.handle.route[:t], res.handle.recv_counts), res.handle, tw)
         ptr = handle.route.data_ptr()
         self._full.pop(ptr, None)
         self._full[ptr] = res.handle
@@ -193,7 +206,7 @@ class MoEBuffer:
             self._full.popitem(last=False)
         return res._replace(handle=handle)
 
-    def _replayed(self, key: tuple, t: int, hit) -> ops.MoeDispatchOutput:
+    def _replayed(self, key: tuple, t: int, hit, tw: Tensor | None = None) -> ops.MoeDispatchOutput:
         hit[0].replay()
         view = self._views.get((key, t))
         if view is None:
@@ -203,49 +216,63 @@ class MoEBuffer:
         else:
             self._full[view.handle.route.data_ptr()] = hit[1].handle
             self._full.move_to_end(view.handle.route.data_ptr())
+        if tw is not None:  # this call's weights (the view is shared by the calls of this graph)
+            view = view._replace(handle=self._carry(view.handle, hit[1].handle, tw))
         return view
 
-    def _dispatch_call(self, x: Tensor, topk_idx: Tensor, w1: Tensor) -> ops.MoeDispatchOutput:
+    def _dispatch_call(self, x: Tensor, topk_idx: Tensor, w1: Tensor,
+                       tw: Tensor | None = None) -> ops.MoeDispatchOutput:
         return ops.moe_dispatch_gemm(x, topk_idx, w1, num_experts=self.num_experts, capacity=self.capacity,
-                                     group=self.group)
+                                     topk_weights=tw, group=self.group)
 
-    def dispatch_gemm(self, x: Tensor, topk_idx: Tensor, w1: Tensor) -> ops.MoeDispatchOutput:
+    def dispatch_gemm(self, x: Tensor, topk_idx: Tensor, w1: Tensor,
+                      topk_weights: Tensor | None = None) -> ops.MoeDispatchOutput:
         """:func:`mkernel.moe_dispatch_gemm` of ``x [T, H]`` (T <= max_tokens), ``topk_idx [T, k]``,
         ``w1 [E_local, F, H]``; the outputs as the op's (``handle.route`` ``[T, k]``), valid until
-        this buffer replays the same graph again."""
+        this buffer replays the same graph again. ``topk_weights`` (``[T, k]`` fp32, optional; every
+        rank gives them or none does): carried with the dispatch, so that :meth:`combine` given the
+        same tensor, unchanged, needs no exchange of routes before its first partial sum."""
         t = x.shape[0]
+        tw = topk_weights
         wkey = (w1.data_ptr(), w1.shape, w1.stride(), w1.dtype)
+        twkey = None if tw is None else (tw.data_ptr(), tw.shape, tw.stride(), tw.dtype)
         direct = ("direct", x.data_ptr(), x.shape, x.stride(), x.dtype, topk_idx.data_ptr(),
-                  topk_idx.shape, topk_idx.stride(), topk_idx.dtype) + wkey
+                  topk_idx.shape, topk_idx.stride(), topk_idx.dtype, twkey) + wkey
         hit = self._dispatch.get(direct)
         if hit is not None:  # these very tensors, replayed (checked when captured)
             self._no_grad("dispatch_gemm", x, w1)
-            return self._replayed(direct, t, hit)
-        self._check(x, topk_idx)
+            return self._replayed(direct, t, hit, tw)
+        self._check(x, topk_idx, tw)
         self._no_grad("dispatch_gemm", x, w1)
         if x.device.type != "cuda":  # the host reference: no graphs, no padding (it rejects id -1)
-            return self._keep(self._dispatch_call(x, topk_idx, w1), t)
-        skey = (x.device, x.dtype, x.shape[1], topk_idx.shape[1], topk_idx.dtype)
+            return self._keep(self._dispatch_call(x, topk_idx, w1, tw), t, tw)
+        skey = (x.device, x.dtype, x.shape[1], topk_idx.shape[1], topk_idx.dtype, tw is not None)
         if skey not in self._inputs:
+            k = topk_idx.shape[1]
             self._inputs[skey] = [torch.zeros(self.max_tokens, x.shape[1], dtype=x.dtype, device=x.device),
-                                  torch.full((self.max_tokens, topk_idx.shape[1]), -1, dtype=topk_idx.dtype,
-                                             device=x.device), 0]
+                                  torch.full((self.max_tokens, k), -1, dtype=topk_idx.dtype, device=x.device), 0,
+                                  torch.zeros(self.max_tokens, k, dtype=torch.float32, device=x.device)
+                                  if tw is not None else None]
         static = self._inputs[skey]
-        sx, sidx, live = static
+        sx, sidx, live, sw = static
         sx[:t].copy_(x)
         sidx[:t].copy_(topk_idx)
+        if sw is not None:
+            sw[:t].copy_(tw)
         if live > t:
             sidx[t:live].fill_(-1)  # rows past T choose no expert (their x rows stay as they were)
+            if sw is not None:
+                sw[t:live].zero_()
         static[2] = t
         key = ("static",) + skey + wkey
         hit = self._dispatch.get(key)
         if hit is None:
-            res = self._keep(self._dispatch_call(sx, sidx, w1), t)  # this call's exchange; the warm-up
-            self._dispatch.capture(key, lambda: self._dispatch_call(sx, sidx, w1))
+            res = self._keep(self._dispatch_call(sx, sidx, w1, sw), t, tw)  # this call's exchange; the warm-up
+            self._dispatch.capture(key, lambda: self._dispatch_call(sx, sidx, w1, sw))
         else:
-            res = self._replayed(key, t, hit)
+            res = self._replayed(key, t, hit, tw)
         if self._direct_graphs and self._dispatch.sighted_before(direct):  # the same tensors again: a graph of their own
-            self._dispatch.capture(direct, lambda: self._dispatch_call(x, topk_idx, w1))
+            self._dispatch.capture(direct, lambda: self._dispatch_call(x, topk_idx, w1, tw))
         return res
 
     def combine(self, y: Tensor, handle: ops.MoeHandle, topk_weights: Tensor) -> Tensor:
@@ -253,8 +280,10 @@ class MoEBuffer:
         buffer's dispatch) with ``handle`` from :meth:`dispatch_gemm` and ``topk_weights [T, k]``
         fp32; returns ``[T, H]``, valid until this buffer replays the same combine graph again."""
         route, w = handle.route, topk_weights
+        # The routes the dispatch carried, when these are the weights it was given, unchanged.
+        carried = ops._carried_routes(handle, w) is not None
         key = (y.data_ptr(), y.shape, y.stride(), y.dtype, route.data_ptr(), route.shape,
-               handle.recv_counts.data_ptr(), w.data_ptr(), w.shape, w.stride(), w.dtype)
+               handle.recv_counts.data_ptr(), w.data_ptr(), w.shape, w.stride(), w.dtype, carried)
         hit = self._combine.get(key)
         if hit is not None:  # a graph of these very tensors (each entry keeps its handle alive)
             self._no_grad("combine", y, w)
@@ -274,8 +303,14 @@ class MoEBuffer:
         if y.device.type != "cuda":
             return ops.moe_combine(y, full, w, group=self.group)
         tf = full.route.shape[0]  # max_tokens (the static graph's, padded) or T (a direct graph's)
-        if tf == t and w.dtype == torch.float32 and w.is_contiguous():
+        if carried and full.routed_weights is not None:
+            # The weights the dispatch read (the caller's own, or the static graph's padded copy of
+            # them): the combine uses the routes it carried.
+            sw = full.routed_weights
+            full = full._replace(weights_version=sw._version)
+        elif tf == t and w.dtype == torch.float32 and w.is_contiguous():
             sw = w  # as they are: no padding to add
+            full = full._replace(peer_routes=None)  # (other weights than the dispatch's, if any)
         else:
             sw = torch.zeros(tf, k, dtype=torch.float32, device=y.device)
             sw[:t].copy_(w)
@@ -387,11 +422,12 @@ class MoEMLP(torch.nn.Module):
         if self._buffer is None:
             self._buffer = MoEBuffer(self.num_experts, self.inference_max_tokens, capacity=self.capacity,
                                      group=self.group)
-        res = self._buffer.dispatch_gemm(x, topk_idx, self.w1)
+        w = topk_weights.float().contiguous()  # carried with the dispatch, as in forward
+        res = self._buffer.dispatch_gemm(x, topk_idx, self.w1, w)
         h = res.out
         if self.gated:
             a = F.silu(h[..., :self.ffn_hidden_size]) * h[..., self.ffn_hidden_size:]
         else:
             a = F.gelu(h)
         y = _grouped(a, self.w2, res.counts, self.capacity)
-        return self._buffer.combine(y, res.handle, topk_weights.float()).clone()
+        return self._buffer.combine(y, res.handle, w).clone()

@@ -40,17 +40,19 @@ def test_moe_cuda_ranks_match_reference(mps, world):
 
 
 
-@pytest.mark.parametrize("world,nodes", [(2, 1), (2, 2), (4, 4)], ids=["w2n1", "w2n2", "w4n4"])
-def test_moe_buffer_replays_match_the_ops(mps, world, nodes):
+@pytest.mark.parametrize("world,nodes,weights", [(2, 1, "0"), (2, 2, "0"), (4, 4, "0"), (2, 2, "1"), (4, 4, "1")],
+                         ids=["w2n1", "w2n2", "w4n4", "w2n2-carried", "w4n4-carried"])
+def test_moe_buffer_replays_match_the_ops(mps, world, nodes, weights):
     """mkernel.moe.MoEBuffer on CUDA (tests/host/moe_rank_checks.py `buffer`): ten calls, T
     changing then fixed, the same tensors call after call on every rank but 0 (direct graphs
     there, the static graph and an eager combine on rank 0, in the same exchanges), w1 swapped;
     each call bit for bit the plain ops' results and within bf16 rounding of the float64
     reference; the graphs captured are the design's; its argument errors raise. One rank per
-    node (w2n2, w4n4): the eager misses run dispatch mode 3, the replays mode 1."""
+    node (w2n2, w4n4): the eager misses run dispatch mode 3, the replays mode 1. `-carried`: the
+    weights go to the dispatch too (session 22: its combine then uses the carried routes)."""
     res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="buffer", TEST_DEVICE="cuda",
-                                 MKERNEL_OP_TIMEOUT="15"))
+                                 MKERNEL_OP_TIMEOUT="15", TEST_BUFFER_WEIGHTS=weights))
     cases = check_ranks(res)
     assert len(cases) == world * 10, len(cases)
     assert max(c["err"] / c["bound"] for c in cases) <= 1

@@ -337,6 +337,8 @@ def buffer(ctx) -> None:
     dtype's bound. CUDA: the graphs captured are the ones that design implies (rank 0: 2 dispatch,
     0 combine; the others: 4 and 2). Then the argument errors."""
     rank, world = ctx.rank, ctx.world_size
+    # TEST_BUFFER_WEIGHTS=1: the weights go to the dispatch too (carried routes across nodes).
+    weighted = os.environ.get("TEST_BUFFER_WEIGHTS") == "1"
     dt = torch.bfloat16 if DEVICE == "cuda" else torch.float32
     h, f, k, e, max_t = 64, 32, 2, 2 * world, 40
     el = e // world
@@ -369,7 +371,7 @@ def buffer(ctx) -> None:
             else:
                 x, idx, tw = me.x.to(DEVICE), me.topk_idx.to(DEVICE), me.topk_weights.to(DEVICE)
                 held.append((x, idx, tw))
-            res = buf.dispatch_gemm(x, idx, w1)
+            res = buf.dispatch_gemm(x, idx, w1, tw if weighted else None)
             rows = int(res.counts.sum())
             got = (res.out[:rows].clone(), res.counts.clone(), res.handle.route.clone())
             if same or DEVICE != "cuda":

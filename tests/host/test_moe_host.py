@@ -61,13 +61,13 @@ def test_moe_mlp_matches_dense_reference(world, nodes):
 
 
 @pytest.mark.multiproc
-@pytest.mark.parametrize("world, nodes", [(2, 1), (2, 2)])
-def test_moe_buffer_matches_the_ops(world, nodes):
+@pytest.mark.parametrize("world, nodes, weights", [(2, 1, "0"), (2, 2, "0"), (2, 2, "1")])
+def test_moe_buffer_matches_the_ops(world, nodes, weights):
     """mkernel.moe.MoEBuffer (T changing per call and rank, T = 0 once, the same tensors call after
     call on some ranks, w1 swapped): the plain ops' results bit for bit and the float64
     reference; its argument errors raise."""
     res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=180, fork=True,
-                    env={"TEST_SUITE": "buffer"})
+                    env={"TEST_SUITE": "buffer", "TEST_BUFFER_WEIGHTS": weights})
     cases = check_ranks(res)
     assert len(cases) == world * 10 and max(c["err"] / c["bound"] for c in cases) <= 1
 
