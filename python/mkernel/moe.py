@@ -130,7 +130,8 @@ class MoEBuffer:
       an eager one (the warm-up that sizes the group's areas and tunes the GEMM).
 
     Every call is one exchange on every rank whichever way it goes, so ranks may differ in what
-    they replay. :meth:`combine` replays a graph per (y, handle, topk_weights) addresses from the
+    they replay. Weights given to :meth:`dispatch_gemm` ride with it (as with the op): a
+    :meth:`combine` given the same tensor, unchanged, uses the routes the dispatch carried. :meth:`combine` replays a graph per (y, handle, topk_weights) addresses from the
     second call that sees them (eager until then: y is too large to copy in).
 
     **Outputs are the graphs' own tensors: valid until the next call of this buffer that replays
@@ -288,7 +289,7 @@ class MoEBuffer:
         if hit is not None:  # a graph of these very tensors (each entry keeps its handle alive)
             self._no_grad("combine", y, w)
             out, _, sw = hit[1]
-            if sw is not w:
+            if sw is not w and not carried:  # (carried: sw is what the dispatch read, w's values)
                 sw[:w.shape[0]].copy_(w)  # its rows past T stay zero
             hit[0].replay()
             return out
