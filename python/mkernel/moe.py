@@ -131,7 +131,8 @@ class MoEBuffer:
 
     Every call is one exchange on every rank whichever way it goes, so ranks may differ in what
     they replay. Weights given to :meth:`dispatch_gemm` ride with it (as with the op): a
-    :meth:`combine` given the same tensor, unchanged, uses the routes the dispatch carried. :meth:`combine` replays a graph per (y, handle, topk_weights) addresses from the
+    :meth:`combine` given the same tensor, unchanged, uses the routes the dispatch carried.
+    :meth:`combine` replays a graph per (y, handle, topk_weights) addresses from the
     second call that sees them (eager until then: y is too large to copy in).
 
     **Outputs are the graphs' own tensors: valid until the next call of this buffer that replays
