@@ -117,6 +117,8 @@ constexpr Knob kKnobs[] = {
      "the several-node dispatch's mode"},
     {"MKERNEL_MOE_FINISH_AT_JOIN", kDebug, "0|1", "1",
      "the headed dispatch's finish (its spin until every peer's DONE) on the caller's stream at the join"},
+    {"MKERNEL_MOE_GATHER_A", kDebug, "0|1", "1",
+     "0: the one-node dispatch expands the received rows before the grouped GEMM (no gather)"},
     {"MKERNEL_MOE_GATHER_SMS", kDebug, "integer >= 0", "0: every SM",
      "the headed dispatch's row gathers launch at most 8 CTAs per this many SMs"},
     {"MKERNEL_MOE_HEADED_SYNC", kDebug, "1", "off",

@@ -90,6 +90,15 @@ bool engine_swap(const char* op, const at::Tensor& a, const at::Tensor& b, const
 // p.batches experts) on the hooked kernel; tuned on the first call's routing.
 gemm::Plan grouped_plan(const gemm::Problem& p, const gemm::Launch& l, const at::Tensor& like,
                         bool* tuned = nullptr, bool wait = false);
+// The packed grouped GEMM (gemm_grouped_packed's tuned plan) with its A rows gathered where
+// they lie (gemm::Problem::a_row_map): out [rows, N] holds, for each expert e of offs (its rows
+// [offs[e-1], offs[e])), A_e · b[e]ᵀ, where packed row r of A is row row_map[r] of a_pos when
+// row_map[r] >= 0, else row -1 - row_map[r] of a_neg. a_neg [*, K] gives the dtype and the
+// device; a_pos holds rows of K elements on that device (16-byte aligned). Rows past
+// offs[E-1] are not written.
+at::Tensor grouped_packed_gathered(const char* op, const void* a_pos, const at::Tensor& a_neg,
+                                   const int32_t* row_map, int64_t rows, const at::Tensor& b,
+                                   const at::Tensor& offs);
 #endif
 
 // The host reference: a · bᵀ accumulated in float32, returned in a's dtype.

@@ -168,6 +168,38 @@ at::Tensor packed_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tenso
   return out;
 }
 
+}  // namespace
+
+at::Tensor grouped_packed_gathered(const char* op, const void* a_pos, const at::Tensor& a_neg,
+                                   const int32_t* row_map, int64_t rows, const at::Tensor& b,
+                                   const at::Tensor& offs) {
+  const c10::cuda::CUDAGuard device_guard(a_neg.device());
+  check_engine_inputs(op, a_neg);
+  const int64_t k = a_neg.size(1), e = b.size(0), n = b.size(1);
+  auto out = at::empty({rows, n}, a_neg.options());
+  if (rows == 0 || e == 0 || n == 0) return out;
+  gemm::Problem p = engine_problem(op, a_neg, b, out.data_ptr(), rows, n, k);
+  p.a = a_pos;
+  p.a_neg = a_neg.data_ptr();
+  p.a_row_map = row_map;
+  p.batches = static_cast<int>(e);
+  p.group_end = offs.data_ptr<int>();
+  gemm::Launch launch = packed_launch();
+  const gemm::ConfigId id = packed_plan(p, a_neg, &launch);
+  if (const char* why = gemm::can_implement(p, id, launch)) {
+    TORCH_CHECK(false, op, ": cannot run the gathered grouped GEMM T=", rows, " E=", e, " N=", n,
+                " K=", k, ": ", why);
+  }
+  const char* reason = nullptr;
+  const cudaError_t err = gemm::run_hooked(p, id, launch, gemm::HookArgs{}, &reason);
+  TORCH_CHECK(err == cudaSuccess, op, ": gathered grouped GEMM launch failed (",
+              gemm::config_name(id), "): ", cudaGetErrorString(err),
+              reason ? std::string(" / ") + reason : std::string());
+  return out;
+}
+
+namespace {
+
 // What the packed op runs for these operands ("<config>/s<swizzle>/<m|n> (tuned)").
 std::string packed_plan_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& offs) {
   validate_packed(a, b, offs);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/symmetric_group.h"
+#include "gemm_engine.h"
 #include "env_knobs.h"
 #include "kernels/moe/moe_ep_api.h"
 #include "kernels/moe/moe_routing_api.h"
@@ -146,6 +147,17 @@ Routing route_by_kernel(const char* op, const at::Tensor& topk_idx, int64_t expe
   return r;
 }
 
+// The grouped GEMM reads the received rows where they landed (gemm::Problem::a_row_map)
+// instead of the dispatch kernel expanding them into a packed copy first (capacity 0, no
+// recv_x asked for). MKERNEL_MOE_GATHER_A=0 opts out.
+bool gather_enabled() {
+  static const bool on = [] {
+    const char* v = env::get("MKERNEL_MOE_GATHER_A");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
 }  // namespace
 
 std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
@@ -183,7 +195,10 @@ std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
   at::Tensor route = at::empty({T, k}, x.options().dtype(at::kLong));
   at::Tensor counts = at::empty({El}, int_opts);
   at::Tensor recv_counts = at::empty({W, El}, int_opts);
-  at::Tensor recv = at::empty({rows_out, H}, x.options());
+  // Gathered rows: no recv_x; the GEMM reads row r from the token area at row_map[r] or from
+  // x (this rank's own tokens).
+  const bool gather = capacity == 0 && !return_recv && gather_enabled();
+  at::Tensor recv = gather ? at::Tensor() : at::empty({rows_out, H}, x.options());
   at::Tensor xc = x.contiguous();
 
   moe_ep::DispatchArgs a;
@@ -203,7 +218,7 @@ std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
   a.route = route.data_ptr<int64_t>();
   a.counts = counts.data_ptr<int32_t>();
   a.recv_counts = recv_counts.data_ptr<int32_t>();
-  a.recv_x = recv.data_ptr();
+  a.recv_x = gather ? nullptr : recv.data_ptr();
   // Every rank must agree on these (T may differ between ranks).
   a.signature = comm::call_signature(comm::kOpMoeDispatch,
                                      {static_cast<int64_t>(x.scalar_type()), H, k, E, capacity,
@@ -215,7 +230,14 @@ std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
   if (capacity > 0) recv = recv.view({El, capacity, H});
   at::Tensor out;
   try {
-    out = expert_gemm(recv, w1, counts, capacity);
+    if (gather) {
+      const uint8_t* region = a.group.data[a.group.rank];
+      out = grouped_packed_gathered(op, region + lay.tokens, xc, reinterpret_cast<const int32_t*>(
+                                        region + lay.row_map),
+                                    rows_out, w1, at::cumsum(counts, 0, at::kInt));
+    } else {
+      out = expert_gemm(recv, w1, counts, capacity);
+    }
   } catch (const c10::Error& e) {
     // A trapped wait of the dispatch kernel surfaces at the GEMM's launch (a dead context):
     // name the kernel's wait record (op, peer, flag) instead of the GEMM alone.

@@ -97,6 +97,20 @@ def run_case(ctx, c: dict) -> dict:
                                     capacity=c["capacity"], topk_weights=w if carry else None,
                                     group=ctx)
     checkpoint("moe_dispatch_gemm", c)
+    if c["capacity"] == 0:
+        # Without a weight gradient the received rows are not returned: the CUDA dispatch on one
+        # node then skips its expansion copy and the grouped GEMM gathers each row where it
+        # landed (gemm::Problem::a_row_map). The same rows, bit for bit, as the expanded path.
+        if DEVICE == "cuda":
+            poison_allocator()
+        with torch.no_grad():
+            lean = mkernel.moe_dispatch_gemm(x.detach(), me.topk_idx.to(DEVICE), w1.detach(),
+                                             num_experts=e, capacity=0, group=ctx)
+        checkpoint("moe_dispatch_gemm without recv_x", c)
+        live_rows = int(res.counts.sum())
+        assert torch.equal(lean.counts, res.counts), c
+        assert torch.equal(lean.out[:live_rows], res.out.detach()[:live_rows]), (
+            c, rel_err(lean.out[:live_rows].cpu(), res.out.detach()[:live_rows].cpu()))
     if carry:
         check_peer_routes(ctx, c, res.handle, routes, ins)
     route = res.handle.route.cpu()

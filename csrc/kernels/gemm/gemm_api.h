@@ -48,6 +48,12 @@ struct Problem {
   // group_end[i] (device, non-decreasing) ends group i's rows. Rows past
   // group_end[batches - 1] are not written.
   const int* group_end = nullptr;
+  // Packed groups with gathered A rows (the MoE dispatch's receive layout): row r of the
+  // packed A is read from a + i * k if i = a_row_map[r] >= 0, else from a_neg + (-1 - i) * k
+  // (both row-major with row stride k); a is then the base of the i >= 0 rows and m only
+  // bounds the rows. Rows past group_end[batches - 1] are not read.
+  const int* a_row_map = nullptr;
+  const void* a_neg = nullptr;
 };
 
 struct Launch {

@@ -48,8 +48,23 @@ struct HooksPeerTmaA : std::false_type {};
 template <class H>
 struct HooksPeerTmaA<H, std::void_t<decltype(H::kPeerTmaA)>> : std::bool_constant<H::kPeerTmaA> {};
 
-template <class Mainloop_, class Epilogue_, class Hooks_, bool kPackedGroups = false>
+// Gathered A (kGatherA, packed groups only): row r of the packed A is not read from A but from
+// the row its index names, row_map[r] = i: pos + i * row_bytes for i >= 0, neg + (-1 - i) *
+// row_bytes for i < 0 (the MoE dispatch's layout: a received token in the receive area, or one
+// of this rank's own tokens in x). The dispatch then never expands the received tokens into
+// a packed copy; the GEMM reads each row where it landed.
+struct GatherArgs {
+  const int32_t* row_map = nullptr;  // [M] index of each packed row's source row
+  const char* pos = nullptr;
+  const char* neg = nullptr;
+  int64_t row_bytes = 0;  // K * element size (a multiple of 16)
+};
+
+template <class Mainloop_, class Epilogue_, class Hooks_, bool kPackedGroups = false,
+          bool kGatherA = false>
 class HookedGemmSm90 {
+  static_assert(!kGatherA || kPackedGroups, "gathered A rows are a packed-groups mode");
+
  public:
   using Mainloop = Mainloop_;
   using Epilogue = Epilogue_;
@@ -126,7 +141,12 @@ class HookedGemmSm90 {
   struct ParamsPeerA : ParamsBase {
     typename Mainloop::Params peer_a[kPeerTmaA ? Hooks_::kPeerSources : 1];
   };
-  using Params = std::conditional_t<kPeerTmaA, ParamsPeerA, ParamsBase>;
+  static constexpr bool kGathersA = kGatherA;
+  struct ParamsGatherA : ParamsBase {
+    GatherArgs gather;
+  };
+  using Params = std::conditional_t<kPeerTmaA, ParamsPeerA,
+                                    std::conditional_t<kGatherA, ParamsGatherA, ParamsBase>>;
 
   enum class WarpGroupRole { Producer = 0, Consumer0 = 1, Consumer1 = 2 };
   enum class ProducerWarpRole { Mainloop = 0, Idle1 = 1, Idle2 = 2, Idle3 = 3 };
@@ -166,6 +186,12 @@ class HookedGemmSm90 {
     mainloop_pipe.is_leader = warp_group_thread_idx == 0;
     mainloop_pipe.num_consumers = kMmaThreads;
     mainloop_pipe.transaction_bytes = params.mainloop.tma_transaction_bytes;
+    if constexpr (kGatherA) {
+      // A stage fills by B's TMA bytes and, for A, one cp.async arrival per producer lane
+      // (load_gathered) besides the leader's arrive-and-expect.
+      mainloop_pipe.transaction_bytes = params.mainloop.tma_transaction_bytes_nk;
+      mainloop_pipe.num_producers = 1 + cutlass::NumThreadsPerWarp;
+    }
     MainloopPipeline mainloop_pipeline(shared.pipelines.mainloop, mainloop_pipe, ClusterShape{});
 
     // No C operand is loaded (D = A·Bᵀ), but the epilogue's interface takes a
@@ -246,6 +272,12 @@ class HookedGemmSm90 {
           if (lane_idx == 0) Hooks::producer_wait(params.hooks, call, work.m_block, kBlockM);
           __syncwarp();
         }
+        if constexpr (kGatherA) {
+          load_gathered(params, mainloop_pipeline, write_state, get<1>(load_inputs), work,
+                        lane_idx, block_rank_in_cluster, shared);
+          write_state.advance(work.k_count);
+          continue;
+        }
         auto blk_coord = make_coord(work.m_block, work.n_block, _, work.batch);
         auto k_tile_iter =
             cute::make_coord_iterator(idx2crd(work.k_begin, shape<3>(gA_mkl)), shape<3>(gA_mkl));
@@ -284,6 +316,7 @@ class HookedGemmSm90 {
         }
         write_state.advance(work.k_count);
       }
+      if constexpr (kGatherA) asm volatile("cp.async.wait_all;" ::: "memory");
       mainloop.load_tail(mainloop_pipeline, write_state);
       }
     } else if constexpr (kPingpong) {
@@ -406,6 +439,92 @@ class HookedGemmSm90 {
 
   // Named barriers (user ids) of the ping-pong consumers, one per warpgroup.
   static constexpr uint32_t kTileStoredBarrier = 0;
+
+  // The producer warp's loads of one work unit with gathered A rows (kGatherA): B by TMA as
+  // the collective issues it (its cluster multicast included), A by cp.async, 16 bytes per
+  // lane, into the very smem layout the TMA would write (the swizzled SmemLayoutA, addressed
+  // through CuTe). Eight lanes cover one row's 128 bytes of a k-block, so every warp-wide
+  // cp.async reads four whole rows' segments. Rows past the expert's end are not loaded: their
+  // accumulator rows are never stored (store_clipped), and each output row depends on its own
+  // A row only. The stage's full barrier counts the leader's arrive-and-expect (B's bytes) and
+  // one cp.async arrival per lane (.noinc: counted in num_producers), so the consumers see the
+  // stage only once both have landed.
+  template <class TensorB>
+  CUTLASS_DEVICE static void load_gathered(Params const& params, MainloopPipeline& pipeline,
+                                           MainloopState write_state, TensorB const& gB_nkl,
+                                           typename Scheduler::Work const& work, int lane_idx,
+                                           uint32_t block_rank_in_cluster,
+                                           SharedStorage& shared) {
+    using namespace cute;
+    using ElementA = typename Mainloop::ElementA;
+    constexpr int kBlockM = size<0>(TileShape{});
+    constexpr int kBlockK = size<2>(TileShape{});
+    constexpr int kChunk = 16 / static_cast<int>(sizeof(ElementA));  // elements per cp.async
+    constexpr int kChunksPerRow = kBlockK / kChunk;
+    static_assert(kBlockK % kChunk == 0, "a k-block row must be whole 16-byte chunks");
+    // The tile's source rows, in the epilogue's shared memory (packed groups store from
+    // registers and never use it).
+    static_assert(sizeof(typename Epilogue::TensorStorage) >= kBlockM * sizeof(const char*),
+                  "the gathered rows' pointers must fit the unused epilogue storage");
+    const char** rows = reinterpret_cast<const char**>(&shared.tensors.epilogue);
+    const GatherArgs& g = params.gather;
+    __syncwarp();  // every lane issued the previous unit's copies (read its pointers)
+    for (int r = lane_idx; r < kBlockM; r += cutlass::NumThreadsPerWarp) {
+      const int local = work.m_block * kBlockM + r;
+      const char* src = nullptr;
+      if (local < work.rows) {
+        const int64_t i = __ldg(g.row_map + work.row_offset + local);
+        src = i >= 0 ? g.pos + i * g.row_bytes : g.neg + (-1 - i) * g.row_bytes;
+      }
+      rows[r] = src;
+    }
+    __syncwarp();
+
+    Tensor sA = make_tensor(make_smem_ptr(shared.tensors.mainloop.smem_A.data()),
+                            typename Mainloop::SmemLayoutA{});  // (BLK_M, BLK_K, PIPE)
+    Tensor sB = make_tensor(make_smem_ptr(shared.tensors.mainloop.smem_B.data()),
+                            typename Mainloop::SmemLayoutB{});  // (BLK_N, BLK_K, PIPE)
+    constexpr uint32_t kClusterX = size<0>(ClusterShape{});
+    const uint32_t cta_m = block_rank_in_cluster % kClusterX;
+    const uint32_t cta_n = block_rank_in_cluster / kClusterX;
+    auto block_tma_b = params.mainloop.tma_load_b.get_slice(cta_m);
+    Tensor gB = gB_nkl(_, _, work.n_block, _, work.batch);  // (BLK_N, BLK_K, k)
+    Tensor tBgB = block_tma_b.partition_S(gB);
+    Tensor tBsB = block_tma_b.partition_D(sB);
+    uint16_t mcast_mask_b = 0;
+    if constexpr (cute::is_same_v<typename Mainloop::GmemTiledCopyB, SM90_TMA_LOAD_MULTICAST>) {
+      auto block_layout = Layout<ClusterShape>{};  // (m, n) -> block id
+      for (int m = 0; m < size<0>(block_layout); ++m) {
+        mcast_mask_b |= static_cast<uint16_t>(1u << block_layout(m, cta_n, Int<0>{}));
+      }
+    }
+    for (int kt = work.k_begin; kt < work.k_begin + work.k_count; ++kt) {
+      if (lane_idx == 0) pipeline.producer_acquire(write_state);
+      __syncwarp();  // the stage is free for every lane's copies
+      const int stage = write_state.index();
+      const int64_t col = static_cast<int64_t>(kt) * kBlockK * sizeof(ElementA);
+#pragma unroll 4
+      for (int c = lane_idx; c < kBlockM * kChunksPerRow; c += cutlass::NumThreadsPerWarp) {
+        const int r = c / kChunksPerRow, q = c % kChunksPerRow;
+        const char* src = rows[r];
+        if (src != nullptr) {
+          const uint32_t dst = cute::cast_smem_ptr_to_uint(&sA(r, q * kChunk, stage));
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst),
+                       "l"(src + col + q * 16)
+                       : "memory");
+        }
+      }
+      auto* full = pipeline.producer_get_barrier(write_state);
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
+                       cute::cast_smem_ptr_to_uint(full))
+                   : "memory");
+      if (lane_idx == 0) {
+        copy(params.mainloop.tma_load_b.with(*full, mcast_mask_b), tBgB(_, _, _, kt),
+             tBsB(_, _, _, stage));
+      }
+      ++write_state;
+    }
+  }
 
   // Register -> global stores of one tile, rows clipped at M (packed groups:
   // at the expert's end), columns at N. Every thread of the tile's MMA calls it.

@@ -187,6 +187,8 @@ struct GemmSm90 {
                                      Id == ConfigId::kPing128x128Cluster1x2);
   using Hooked = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, FlagHooks>;
   using HookedPacked = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, FlagHooks, true>;
+  using HookedPackedGather =
+      HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, FlagHooks, true, true>;
   // Packed groups are compiled for the configs the grouped plan uses only
   // (each kernel is a minute of nvcc). coop_128x256_c1x2: 128-row units (no padding to 256
   // rows per expert, unlike a 2x1 cluster) with A multicast along N: 40 KB of L2 -> SM
@@ -290,6 +292,7 @@ struct GemmSm90 {
       }
     }
     if constexpr (kPackable) {
+      if (p.a_row_map != nullptr) return launch_hooked<HookedPackedGather>(p, l, h, reason);
       return launch_hooked<HookedPacked>(p, l, h, reason);
     } else {
       if (reason) {
@@ -325,6 +328,16 @@ struct GemmSm90 {
     params.hooks.m = p.m;
     params.hooks.tiles_n = (p.n + K::Scheduler::kBlockN - 1) / K::Scheduler::kBlockN;
     params.hooks.timeout_ns = static_cast<uint64_t>(h.timeout_s * 1e9);
+    if constexpr (K::kGathersA) {
+      if (p.a_neg == nullptr || (reinterpret_cast<uintptr_t>(p.a) |
+                                 reinterpret_cast<uintptr_t>(p.a_neg)) % 16 != 0) {
+        if (reason) *reason = "gathered A: a and a_neg must be non-null and 16-byte aligned";
+        return cudaErrorInvalidValue;
+      }
+      const int64_t row_bytes = static_cast<int64_t>(p.k) * sizeof(Element);
+      params.gather = GatherArgs{p.a_row_map, static_cast<const char*>(p.a),
+                                 static_cast<const char*>(p.a_neg), row_bytes};
+    }
     return launch_prepared<K>(params, l, reason);
   }
 

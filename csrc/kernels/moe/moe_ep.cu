@@ -332,7 +332,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) dispatch_kernel(const Di
   }
   const auto* row_map = reinterpret_cast<const int32_t*>(g.data[me] + p.lay.row_map);
   const auto* area = reinterpret_cast<const uint4*>(g.data[me] + p.lay.tokens);
-  const int64_t rows = row_space(s_count, El, p.capacity, p.rows_out);
+  // No recv_x: the grouped GEMM gathers each row where it landed (row_map, the token area, x).
+  const int64_t rows = p.recv_x == nullptr ? 0 : row_space(s_count, El, p.capacity, p.rows_out);
   for (;;) {
     const int64_t item = claim_cta(g, kWorkAfter, e, &s_item);
     if (item * kRowsPerItem >= rows) break;

@@ -70,7 +70,10 @@ struct DispatchArgs {
   int64_t* route = nullptr;        // out [T*k]
   int32_t* counts = nullptr;       // out [E_local]
   int32_t* recv_counts = nullptr;  // out [W, E_local]
-  void* recv_x = nullptr;          // out [rows_out, row_bytes]; rows past the counts untouched
+  void* recv_x = nullptr;          // out [rows_out, row_bytes]; rows past the counts untouched.
+                                   // Null: no expansion (step 5 writes the counts only); the
+                                   // caller's grouped GEMM reads row r from the token area at
+                                   // row_map[r] (>= 0) or from x at -1 - row_map[r]
   uint64_t signature = 0;
   cudaStream_t stream = nullptr;
 };
