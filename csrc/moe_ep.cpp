@@ -232,8 +232,12 @@ std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
   try {
     if (gather) {
       const uint8_t* region = a.group.data[a.group.rank];
-      out = grouped_packed_gathered(op, region + lay.tokens, xc, reinterpret_cast<const int32_t*>(
-                                        region + lay.row_map),
+      // x may be empty (T = 0 here, rows from peers only): no row names it then, but the
+      // GEMM wants a valid base; the token area stands in.
+      const at::Tensor own = T > 0 ? xc : at::from_blob(const_cast<uint8_t*>(region + lay.tokens),
+                                                        {1, H}, x.options());
+      out = grouped_packed_gathered(op, region + lay.tokens, own,
+                                    reinterpret_cast<const int32_t*>(region + lay.row_map),
                                     rows_out, w1, at::cumsum(counts, 0, at::kInt));
     } else {
       out = expert_gemm(recv, w1, counts, capacity);

@@ -142,6 +142,15 @@ class HookedGemmSm90 {
     typename Mainloop::Params peer_a[kPeerTmaA ? Hooks_::kPeerSources : 1];
   };
   static constexpr bool kGathersA = kGatherA;
+  // Producer warps that load (kGatherA: they share the gather of A's rows; warp 0 also
+  // issues B), of the producer warpgroup's four.
+#ifndef MKERNEL_GATHER_WARPS
+#define MKERNEL_GATHER_WARPS 4
+#endif
+  static constexpr int kGatherWarps = MKERNEL_GATHER_WARPS;
+  static constexpr int kLoadWarps = kGatherA ? kGatherWarps : 1;
+  static_assert(!kGatherA || !Hooks_::kSideRole, "gathering A takes the idle producer warps");
+  static_assert(kGatherWarps >= 1 && kGatherWarps <= 4, "1..4 producer warps gather");
   struct ParamsGatherA : ParamsBase {
     GatherArgs gather;
   };
@@ -190,7 +199,11 @@ class HookedGemmSm90 {
       // A stage fills by B's TMA bytes and, for A, one cp.async arrival per producer lane
       // (load_gathered) besides the leader's arrive-and-expect.
       mainloop_pipe.transaction_bytes = params.mainloop.tma_transaction_bytes_nk;
-      mainloop_pipe.num_producers = 1 + cutlass::NumThreadsPerWarp;
+      // (the leader's arrive comes from warp 0 lane 0, the producer warpgroup's thread 0)
+      mainloop_pipe.num_producers = 1 + kGatherWarps * cutlass::NumThreadsPerWarp;
+      if (role == WarpGroupRole::Producer && producer_role < ProducerWarpRole(kGatherWarps)) {
+        mainloop_pipe.role = MainloopPipeline::ThreadCategory::Producer;
+      }
     }
     MainloopPipeline mainloop_pipeline(shared.pipelines.mainloop, mainloop_pipe, ClusterShape{});
 
@@ -254,9 +267,8 @@ class HookedGemmSm90 {
 
     if (role == WarpGroupRole::Producer) {
       cutlass::arch::warpgroup_reg_dealloc<kLoadRegisters>();
-      if (producer_role != ProducerWarpRole::Mainloop) {
-        // The three idle producer warps: the hooks' side role (copy / reduce),
-        // or nothing.
+      if (producer_role >= ProducerWarpRole(kLoadWarps)) {
+        // The idle producer warps: the hooks' side role (copy / reduce), or nothing.
         if constexpr (!Hooks::kSideRole) return;
         Hooks::template side_role<Scheduler>(params.hooks, call,
                                              warp_group_thread_idx - cutlass::NumThreadsPerWarp,
@@ -274,7 +286,8 @@ class HookedGemmSm90 {
         }
         if constexpr (kGatherA) {
           load_gathered(params, mainloop_pipeline, write_state, get<1>(load_inputs), work,
-                        lane_idx, block_rank_in_cluster, shared);
+                        warp_idx % cutlass::NumWarpsPerWarpGroup, lane_idx,
+                        block_rank_in_cluster, shared);
           write_state.advance(work.k_count);
           continue;
         }
@@ -316,7 +329,10 @@ class HookedGemmSm90 {
         }
         write_state.advance(work.k_count);
       }
-      if constexpr (kGatherA) asm volatile("cp.async.wait_all;" ::: "memory");
+      if constexpr (kGatherA) {
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        if (producer_role != ProducerWarpRole::Mainloop) return;
+      }
       mainloop.load_tail(mainloop_pipeline, write_state);
       }
     } else if constexpr (kPingpong) {
@@ -452,8 +468,8 @@ class HookedGemmSm90 {
   template <class TensorB>
   CUTLASS_DEVICE static void load_gathered(Params const& params, MainloopPipeline& pipeline,
                                            MainloopState write_state, TensorB const& gB_nkl,
-                                           typename Scheduler::Work const& work, int lane_idx,
-                                           uint32_t block_rank_in_cluster,
+                                           typename Scheduler::Work const& work, int warp,
+                                           int lane_idx, uint32_t block_rank_in_cluster,
                                            SharedStorage& shared) {
     using namespace cute;
     using ElementA = typename Mainloop::ElementA;
@@ -466,10 +482,15 @@ class HookedGemmSm90 {
     // registers and never use it).
     static_assert(sizeof(typename Epilogue::TensorStorage) >= kBlockM * sizeof(const char*),
                   "the gathered rows' pointers must fit the unused epilogue storage");
+    // Warp w gathers rows [w * kRowsPerWarp, (w + 1) * kRowsPerWarp) of every tile and keeps
+    // their pointers (its own part of the table: no barrier across the warps).
+    constexpr int kRowsPerWarp = kBlockM / kGatherWarps;
+    static_assert(kBlockM % kGatherWarps == 0, "the gathering warps split a tile's rows");
     const char** rows = reinterpret_cast<const char**>(&shared.tensors.epilogue);
     const GatherArgs& g = params.gather;
+    const int row0 = warp * kRowsPerWarp;
     __syncwarp();  // every lane issued the previous unit's copies (read its pointers)
-    for (int r = lane_idx; r < kBlockM; r += cutlass::NumThreadsPerWarp) {
+    for (int r = row0 + lane_idx; r < row0 + kRowsPerWarp; r += cutlass::NumThreadsPerWarp) {
       const int local = work.m_block * kBlockM + r;
       const char* src = nullptr;
       if (local < work.rows) {
@@ -498,14 +519,16 @@ class HookedGemmSm90 {
         mcast_mask_b |= static_cast<uint16_t>(1u << block_layout(m, cta_n, Int<0>{}));
       }
     }
+    const bool leader = warp == 0 && lane_idx == 0;
     for (int kt = work.k_begin; kt < work.k_begin + work.k_count; ++kt) {
-      if (lane_idx == 0) pipeline.producer_acquire(write_state);
-      __syncwarp();  // the stage is free for every lane's copies
+      // Every gathering thread waits for the stage to be free; the leader also arrives with
+      // B's expected bytes.
+      pipeline.producer_acquire(write_state);
       const int stage = write_state.index();
       const int64_t col = static_cast<int64_t>(kt) * kBlockK * sizeof(ElementA);
 #pragma unroll 4
-      for (int c = lane_idx; c < kBlockM * kChunksPerRow; c += cutlass::NumThreadsPerWarp) {
-        const int r = c / kChunksPerRow, q = c % kChunksPerRow;
+      for (int c = lane_idx; c < kRowsPerWarp * kChunksPerRow; c += cutlass::NumThreadsPerWarp) {
+        const int r = row0 + c / kChunksPerRow, q = c % kChunksPerRow;
         const char* src = rows[r];
         if (src != nullptr) {
           const uint32_t dst = cute::cast_smem_ptr_to_uint(&sA(r, q * kChunk, stage));
@@ -518,7 +541,7 @@ class HookedGemmSm90 {
       asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
                        cute::cast_smem_ptr_to_uint(full))
                    : "memory");
-      if (lane_idx == 0) {
+      if (leader) {
         copy(params.mainloop.tma_load_b.with(*full, mcast_mask_b), tBgB(_, _, _, kt),
              tBsB(_, _, _, stage));
       }
