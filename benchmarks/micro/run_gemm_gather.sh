@@ -24,7 +24,7 @@ echo "built in $(( $(date +%s) - s )) s" >>"$log"
 for v in $VARIANTS; do
   cfg=${v%%:*}; w=${v##*:}
   [ -x /tmp/gg_${cfg}_$w ] || { echo "BUILD FAILED $v"; grep -i error /tmp/gg_${cfg}_$w.build | head; } >>"$log"
-  for args in ${ARGS:-"128 256 2048 7168 0" "128 256 2048 7168 66" "128 256 2048 7168 0 seq"}; do
+  for args in "128 256 2048 7168 0" "128 256 2048 7168 66" "128 256 2048 7168 0 seq"; do
     timeout 60 /tmp/gg_${cfg}_$w $args >>"$log" 2>&1 || echo "rc=$? $v $args" >>"$log"
   done
 done
