@@ -53,11 +53,22 @@ struct HooksPeerTmaA<H, std::void_t<decltype(H::kPeerTmaA)>> : std::bool_constan
 // row_bytes for i < 0 (the MoE dispatch's layout: a received token in the receive area, or one
 // of this rank's own tokens in x). The dispatch then never expands the received tokens into
 // a packed copy; the GEMM reads each row where it landed.
+// How the producer warps gather (MKERNEL_GATHER_MODE, measured in benchmarks/micro/gemm_gather.cu):
+//   0: cp.async, 16 bytes per lane, rows' pointers from shared memory, CuTe's swizzled address;
+//   1: the same with the SW128 K-major address computed by hand, no compiler barriers, unrolled;
+//   2: one TMA per row (a [1, BLOCK_K] box of a 2-D tensor map over pos / neg, SWIZZLE_128B at
+//      the row's own address in the stage), each thread's bytes expected on the stage barrier.
+#ifndef MKERNEL_GATHER_MODE
+#define MKERNEL_GATHER_MODE 0
+#endif
 struct GatherArgs {
   const int32_t* row_map = nullptr;  // [M] index of each packed row's source row
   const char* pos = nullptr;
   const char* neg = nullptr;
   int64_t row_bytes = 0;  // K * element size (a multiple of 16)
+#if MKERNEL_GATHER_MODE == 2
+  CUtensorMap tmap[2];  // [0]: pos rows, [1]: neg rows ([rows, K], box [1, BLOCK_K])
+#endif
 };
 
 template <class Mainloop_, class Epilogue_, class Hooks_, bool kPackedGroups = false,
@@ -520,6 +531,81 @@ class HookedGemmSm90 {
       }
     }
     const bool leader = warp == 0 && lane_idx == 0;
+#if MKERNEL_GATHER_MODE == 1
+    static_assert(kBlockK * sizeof(ElementA) == 128, "mode 1 addresses one SW128 atom per row");
+    constexpr int kStageBytes = kBlockM * 128;
+    const uint32_t smem_a = cute::cast_smem_ptr_to_uint(shared.tensors.mainloop.smem_A.data());
+    constexpr int kPerLane = kRowsPerWarp * kChunksPerRow / cutlass::NumThreadsPerWarp;
+    const int q = lane_idx % kChunksPerRow;
+    for (int kt = work.k_begin; kt < work.k_begin + work.k_count; ++kt) {
+      pipeline.producer_acquire(write_state);
+      const uint32_t stage_base = smem_a + write_state.index() * kStageBytes;
+      const int64_t col = static_cast<int64_t>(kt) * 128 + q * 16;
+      const char* src[kPerLane];
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) src[i] = rows[row0 + lane_idx / kChunksPerRow + i * 4];
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int r = row0 + lane_idx / kChunksPerRow + i * 4;
+        const uint32_t dst = stage_base + r * 128 + ((q ^ (r & 7)) << 4);
+        if (src[i] != nullptr) {
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src[i] + col));
+        }
+      }
+      auto* full = pipeline.producer_get_barrier(write_state);
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
+                       cute::cast_smem_ptr_to_uint(full))
+                   : "memory");
+      if (leader) {
+        copy(params.mainloop.tma_load_b.with(*full, mcast_mask_b), tBgB(_, _, _, kt),
+             tBsB(_, _, _, write_state.index()));
+      }
+      ++write_state;
+    }
+    return;
+#elif MKERNEL_GATHER_MODE == 2
+    static_assert(kBlockK * sizeof(ElementA) == 128, "mode 2 loads one SW128 atom row per TMA");
+    constexpr int kStageBytes = kBlockM * 128;
+    const uint32_t smem_a = cute::cast_smem_ptr_to_uint(shared.tensors.mainloop.smem_A.data());
+    constexpr int kRowsPerLane = kRowsPerWarp / cutlass::NumThreadsPerWarp;
+    static_assert(kRowsPerWarp % cutlass::NumThreadsPerWarp == 0, "whole rows per lane");
+    int32_t idx[kRowsPerLane];
+    int live = 0;
+#pragma unroll
+    for (int j = 0; j < kRowsPerLane; ++j) {
+      const int r = row0 + lane_idx + j * cutlass::NumThreadsPerWarp;
+      const int local = work.m_block * kBlockM + r;
+      idx[j] = local < work.rows ? __ldg(g.row_map + work.row_offset + local) : INT32_MIN;
+      live += idx[j] != INT32_MIN;
+    }
+    for (int kt = work.k_begin; kt < work.k_begin + work.k_count; ++kt) {
+      pipeline.producer_acquire(write_state);
+      const uint32_t stage_base = smem_a + write_state.index() * kStageBytes;
+      auto* full = pipeline.producer_get_barrier(write_state);
+      const uint32_t bar = cute::cast_smem_ptr_to_uint(full);
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                   "r"(live * 128)
+                   : "memory");
+#pragma unroll
+      for (int j = 0; j < kRowsPerLane; ++j) {
+        if (idx[j] == INT32_MIN) continue;
+        const int r = row0 + lane_idx + j * cutlass::NumThreadsPerWarp;
+        const CUtensorMap* map = &g.tmap[idx[j] >= 0 ? 0 : 1];
+        const int32_t row = idx[j] >= 0 ? idx[j] : -1 - idx[j];
+        asm volatile(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+            " [%0], [%1, {%2, %3}], [%4];" ::"r"(stage_base + r * 128),
+            "l"(reinterpret_cast<uint64_t>(map)), "r"(kt * kBlockK), "r"(row), "r"(bar)
+            : "memory");
+      }
+      if (leader) {
+        copy(params.mainloop.tma_load_b.with(*full, mcast_mask_b), tBgB(_, _, _, kt),
+             tBsB(_, _, _, write_state.index()));
+      }
+      ++write_state;
+    }
+    return;
+#endif
     for (int kt = work.k_begin; kt < work.k_begin + work.k_count; ++kt) {
       // Every gathering thread waits for the stage to be free; the leader also arrives with
       // B's expected bytes.
