@@ -9,25 +9,25 @@ whl=$(ls .whl/nvidia_cutlass-4.2.0.0-*.whl | head -1)
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/mkernel-site "$whl"
 C=/tmp/mkernel-site/cutlass_library/source
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-# config:gather warps:MKERNEL_GATHER_MODE
-VARIANTS=${VARIANTS:-"kCoop128x256Cluster2x1:4:0 kCoop128x256Cluster2x1:4:1 kCoop128x256Cluster2x1:4:2 kCoop128x256Cluster1x2:4:1 kCoop128x256Cluster1x2:4:2 kCoop256x128Cluster1x2:4:1 kCoop256x128Cluster1x2:4:2"}
+# config:gather warps:MKERNEL_GATHER_MODE:MKERNEL_GATHER_L2
+VARIANTS=${VARIANTS:-"kCoop128x256Cluster2x1:4:1:0 kCoop128x256Cluster2x1:4:1:128 kCoop128x256Cluster2x1:4:1:256 kCoop128x256Cluster1x2:4:1:128 kCoop128x256Cluster1x2:4:1:256 kCoop128x128Cluster2x1:4:1:0 kCoop128x128Cluster2x1:4:1:256"}
 log=$OUT/gemm_gather.log
 : >"$log"
 s=$(date +%s)
 for v in $VARIANTS; do
-  IFS=: read -r cfg w m <<<"$v"
+  IFS=: read -r cfg w m l2 <<<"$v"; l2=${l2:-0}
   $NVCC -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Icsrc -Icsrc/include \
-    -I$C/include -I$C/tools/util/include -DCFG=$cfg -DMKERNEL_GATHER_WARPS=$w -DMKERNEL_GATHER_MODE=$m benchmarks/micro/gemm_gather.cu \
-    -o /tmp/gg_${cfg}_${w}_$m -lcuda >/tmp/gg_${cfg}_${w}_$m.build 2>&1 &
+    -I$C/include -I$C/tools/util/include -DCFG=$cfg -DMKERNEL_GATHER_WARPS=$w -DMKERNEL_GATHER_MODE=$m -DMKERNEL_GATHER_L2=$l2 benchmarks/micro/gemm_gather.cu \
+    -o /tmp/gg_${cfg}_${w}_${m}_$l2 -lcuda >/tmp/gg_${cfg}_${w}_${m}_$l2.build 2>&1 &
 done
 wait
 echo "built in $(( $(date +%s) - s )) s" >>"$log"
 for v in $VARIANTS; do
-  IFS=: read -r cfg w m <<<"$v"
-  [ -x /tmp/gg_${cfg}_${w}_$m ] || { echo "BUILD FAILED $v"; grep -i error /tmp/gg_${cfg}_${w}_$m.build | head; } >>"$log"
-  echo "-- mode $m" >>"$log"
+  IFS=: read -r cfg w m l2 <<<"$v"; l2=${l2:-0}
+  [ -x /tmp/gg_${cfg}_${w}_${m}_$l2 ] || { echo "BUILD FAILED $v"; grep -i error /tmp/gg_${cfg}_${w}_${m}_$l2.build | head; } >>"$log"
+  echo "-- mode $m l2 $l2" >>"$log"
   for args in "128 256 2048 7168 0" "128 256 2048 7168 66" "128 256 2048 7168 0 seq"; do
-    timeout 60 /tmp/gg_${cfg}_${w}_$m $args >>"$log" 2>&1 || echo "rc=$? $v $args" >>"$log"
+    timeout 60 /tmp/gg_${cfg}_${w}_${m}_$l2 $args >>"$log" 2>&1 || echo "rc=$? $v $args" >>"$log"
   done
 done
 cat "$log"

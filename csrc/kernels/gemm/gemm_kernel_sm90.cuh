@@ -61,6 +61,9 @@ struct HooksPeerTmaA<H, std::void_t<decltype(H::kPeerTmaA)>> : std::bool_constan
 #ifndef MKERNEL_GATHER_MODE
 #define MKERNEL_GATHER_MODE 0
 #endif
+#ifndef MKERNEL_GATHER_L2
+#define MKERNEL_GATHER_L2 0  // mode 1's L2 prefetch size hint (0, 128 or 256 bytes)
+#endif
 struct GatherArgs {
   const int32_t* row_map = nullptr;  // [M] index of each packed row's source row
   const char* pos = nullptr;
@@ -549,7 +552,15 @@ class HookedGemmSm90 {
         const int r = row0 + lane_idx / kChunksPerRow + i * 4;
         const uint32_t dst = stage_base + r * 128 + ((q ^ (r & 7)) << 4);
         if (src[i] != nullptr) {
+#if MKERNEL_GATHER_L2 == 128
+          asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" ::"r"(dst),
+                       "l"(src[i] + col));
+#elif MKERNEL_GATHER_L2 == 256
+          asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(dst),
+                       "l"(src[i] + col));
+#else
           asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src[i] + col));
+#endif
         }
       }
       auto* full = pipeline.producer_get_barrier(write_state);
