@@ -8,6 +8,7 @@
 //   /tmp/gemm_gather [experts rows_per_expert N K sm_count [seq]]  (seq: row r reads source row r)
 //
 // Checks the two outputs bit for bit (same K order) and prints the medians of 20 runs each.
+// Session 23 measured the gather's variants with it (NOTES.md; load_gathered's comment).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -148,9 +149,9 @@ int main(int argc, char** argv) {
   int64_t diff = 0;
   for (size_t i = 0; i < h1.size(); ++i) diff += h1[i] != h2[i];
   const double flop = 2.0 * M * N * double(K);
-  std::printf("%s E=%d rows=%d N=%d K=%d sms=%d gather_warps=%d mode=%d%s: packed %.3f ms (%.0f TF/s), "
+  std::printf("%s E=%d rows=%d N=%d K=%d sms=%d %s: packed %.3f ms (%.0f TF/s), "
               "gathered %.3f ms (%.0f TF/s), ratio %.3f, differing outputs %lld of %zu\n",
-              CFG_NAME, E, M, N, K, l.sm_count, MKERNEL_GATHER_WARPS, MKERNEL_GATHER_MODE, seq ? " seq" : "", t_plain,
+              CFG_NAME, E, M, N, K, l.sm_count, seq ? " seq" : "", t_plain,
               flop / t_plain / 1e9, t_gath, flop / t_gath / 1e9, t_plain / t_gath,
               static_cast<long long>(diff), h1.size());
   return diff == 0 ? 0 : 2;

@@ -53,25 +53,11 @@ struct HooksPeerTmaA<H, std::void_t<decltype(H::kPeerTmaA)>> : std::bool_constan
 // row_bytes for i < 0 (the MoE dispatch's layout: a received token in the receive area, or one
 // of this rank's own tokens in x). The dispatch then never expands the received tokens into
 // a packed copy; the GEMM reads each row where it landed.
-// How the producer warps gather (MKERNEL_GATHER_MODE, measured in benchmarks/micro/gemm_gather.cu):
-//   0: cp.async, 16 bytes per lane, rows' pointers from shared memory, CuTe's swizzled address;
-//   1: the same with the SW128 K-major address computed by hand, no compiler barriers, unrolled;
-//   2: one TMA per row (a [1, BLOCK_K] box of a 2-D tensor map over pos / neg, SWIZZLE_128B at
-//      the row's own address in the stage), each thread's bytes expected on the stage barrier.
-#ifndef MKERNEL_GATHER_MODE
-#define MKERNEL_GATHER_MODE 0
-#endif
-#ifndef MKERNEL_GATHER_L2
-#define MKERNEL_GATHER_L2 0  // mode 1's L2 prefetch size hint (0, 128 or 256 bytes)
-#endif
 struct GatherArgs {
   const int32_t* row_map = nullptr;  // [M] index of each packed row's source row
   const char* pos = nullptr;
   const char* neg = nullptr;
   int64_t row_bytes = 0;  // K * element size (a multiple of 16)
-#if MKERNEL_GATHER_MODE == 2
-  CUtensorMap tmap[2];  // [0]: pos rows, [1]: neg rows ([rows, K], box [1, BLOCK_K])
-#endif
 };
 
 template <class Mainloop_, class Epilogue_, class Hooks_, bool kPackedGroups = false,
@@ -156,15 +142,11 @@ class HookedGemmSm90 {
     typename Mainloop::Params peer_a[kPeerTmaA ? Hooks_::kPeerSources : 1];
   };
   static constexpr bool kGathersA = kGatherA;
-  // Producer warps that load (kGatherA: they share the gather of A's rows; warp 0 also
-  // issues B), of the producer warpgroup's four.
-#ifndef MKERNEL_GATHER_WARPS
-#define MKERNEL_GATHER_WARPS 4
-#endif
-  static constexpr int kGatherWarps = MKERNEL_GATHER_WARPS;
+  // Producer warps that load (kGatherA: all four share the gather of A's rows, warp 0 also
+  // issues B; one warp alone was instruction-bound at 0.24x the TMA kernel).
+  static constexpr int kGatherWarps = 4;
   static constexpr int kLoadWarps = kGatherA ? kGatherWarps : 1;
   static_assert(!kGatherA || !Hooks_::kSideRole, "gathering A takes the idle producer warps");
-  static_assert(kGatherWarps >= 1 && kGatherWarps <= 4, "1..4 producer warps gather");
   struct ParamsGatherA : ParamsBase {
     GatherArgs gather;
   };
@@ -470,15 +452,22 @@ class HookedGemmSm90 {
   // Named barriers (user ids) of the ping-pong consumers, one per warpgroup.
   static constexpr uint32_t kTileStoredBarrier = 0;
 
-  // The producer warp's loads of one work unit with gathered A rows (kGatherA): B by TMA as
+  // The producer warps' loads of one work unit with gathered A rows (kGatherA): B by TMA as
   // the collective issues it (its cluster multicast included), A by cp.async, 16 bytes per
-  // lane, into the very smem layout the TMA would write (the swizzled SmemLayoutA, addressed
-  // through CuTe). Eight lanes cover one row's 128 bytes of a k-block, so every warp-wide
-  // cp.async reads four whole rows' segments. Rows past the expert's end are not loaded: their
+  // lane, into the very layout the TMA would write (SW128 K-major: row r of a stage at r * 128
+  // bytes, its 16-byte chunk q at (q ^ (r % 8)) * 16). Warp w gathers rows [w, w + 1) * BM / 4
+  // of the tile; eight lanes cover one row's 128 bytes of a k-block, so each warp-wide cp.async
+  // reads four whole row segments. Rows past the expert's end are not loaded: their
   // accumulator rows are never stored (store_clipped), and each output row depends on its own
   // A row only. The stage's full barrier counts the leader's arrive-and-expect (B's bytes) and
-  // one cp.async arrival per lane (.noinc: counted in num_producers), so the consumers see the
-  // stage only once both have landed.
+  // one cp.async arrival per gathering thread (.noinc: counted in num_producers), so the
+  // consumers see the stage only once both have landed.
+  //
+  // Measured on one H200 (benchmarks/micro/gemm_gather.cu, seed shape 32768 x 2048 x 7168 over
+  // 128 experts, NOTES.md session 23): one warp with CuTe-addressed copies ran at 0.24x the
+  // TMA kernel on a packed copy, four warps 0.57-0.64x, the hand-addressed copies without
+  // compiler barriers 0.85-0.98x, with the L2::128B prefetch hint 0.97x on coop_128x256_c1x2
+  // (0.89x on _c2x1); one TMA per row ([1, 64] boxes) 0.35-0.60x.
   template <class TensorB>
   CUTLASS_DEVICE static void load_gathered(Params const& params, MainloopPipeline& pipeline,
                                            MainloopState write_state, TensorB const& gB_nkl,
@@ -489,17 +478,21 @@ class HookedGemmSm90 {
     using ElementA = typename Mainloop::ElementA;
     constexpr int kBlockM = size<0>(TileShape{});
     constexpr int kBlockK = size<2>(TileShape{});
-    constexpr int kChunk = 16 / static_cast<int>(sizeof(ElementA));  // elements per cp.async
-    constexpr int kChunksPerRow = kBlockK / kChunk;
-    static_assert(kBlockK % kChunk == 0, "a k-block row must be whole 16-byte chunks");
+    constexpr int kRowBytes = kBlockK * static_cast<int>(sizeof(ElementA));
+    static_assert(kRowBytes == 128, "a k-block row is one 128-byte swizzle atom row");
+    static_assert(cute::is_same_v<typename Mainloop::SmemLayoutAtomA,
+                                  decltype(GMMA::Layout_K_SW128_Atom<ElementA>{})>,
+                  "the gather writes the SW128 K-major layout");
+    constexpr int kChunks = kRowBytes / 16;  // cp.async chunks per row
+    constexpr int kRowsPerWarp = kBlockM / kGatherWarps;
+    constexpr int kPerLane = kRowsPerWarp * kChunks / cutlass::NumThreadsPerWarp;
+    constexpr int kRowStep = cutlass::NumThreadsPerWarp / kChunks;  // rows per warp-wide copy
+    static_assert(kRowsPerWarp % kRowStep == 0, "the gathering warps split a tile's rows");
+    constexpr int kStageBytes = kBlockM * kRowBytes;
     // The tile's source rows, in the epilogue's shared memory (packed groups store from
-    // registers and never use it).
+    // registers and never use it); each warp its own part: no barrier across the warps.
     static_assert(sizeof(typename Epilogue::TensorStorage) >= kBlockM * sizeof(const char*),
                   "the gathered rows' pointers must fit the unused epilogue storage");
-    // Warp w gathers rows [w * kRowsPerWarp, (w + 1) * kRowsPerWarp) of every tile and keeps
-    // their pointers (its own part of the table: no barrier across the warps).
-    constexpr int kRowsPerWarp = kBlockM / kGatherWarps;
-    static_assert(kBlockM % kGatherWarps == 0, "the gathering warps split a tile's rows");
     const char** rows = reinterpret_cast<const char**>(&shared.tensors.epilogue);
     const GatherArgs& g = params.gather;
     const int row0 = warp * kRowsPerWarp;
@@ -515,8 +508,6 @@ class HookedGemmSm90 {
     }
     __syncwarp();
 
-    Tensor sA = make_tensor(make_smem_ptr(shared.tensors.mainloop.smem_A.data()),
-                            typename Mainloop::SmemLayoutA{});  // (BLK_M, BLK_K, PIPE)
     Tensor sB = make_tensor(make_smem_ptr(shared.tensors.mainloop.smem_B.data()),
                             typename Mainloop::SmemLayoutB{});  // (BLK_N, BLK_K, PIPE)
     constexpr uint32_t kClusterX = size<0>(ClusterShape{});
@@ -534,104 +525,27 @@ class HookedGemmSm90 {
       }
     }
     const bool leader = warp == 0 && lane_idx == 0;
-#if MKERNEL_GATHER_MODE == 1
-    static_assert(kBlockK * sizeof(ElementA) == 128, "mode 1 addresses one SW128 atom per row");
-    constexpr int kStageBytes = kBlockM * 128;
     const uint32_t smem_a = cute::cast_smem_ptr_to_uint(shared.tensors.mainloop.smem_A.data());
-    constexpr int kPerLane = kRowsPerWarp * kChunksPerRow / cutlass::NumThreadsPerWarp;
-    const int q = lane_idx % kChunksPerRow;
-    for (int kt = work.k_begin; kt < work.k_begin + work.k_count; ++kt) {
-      pipeline.producer_acquire(write_state);
-      const uint32_t stage_base = smem_a + write_state.index() * kStageBytes;
-      const int64_t col = static_cast<int64_t>(kt) * 128 + q * 16;
-      const char* src[kPerLane];
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) src[i] = rows[row0 + lane_idx / kChunksPerRow + i * 4];
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        const int r = row0 + lane_idx / kChunksPerRow + i * 4;
-        const uint32_t dst = stage_base + r * 128 + ((q ^ (r & 7)) << 4);
-        if (src[i] != nullptr) {
-#if MKERNEL_GATHER_L2 == 128
-          asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" ::"r"(dst),
-                       "l"(src[i] + col));
-#elif MKERNEL_GATHER_L2 == 256
-          asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(dst),
-                       "l"(src[i] + col));
-#else
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src[i] + col));
-#endif
-        }
-      }
-      auto* full = pipeline.producer_get_barrier(write_state);
-      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
-                       cute::cast_smem_ptr_to_uint(full))
-                   : "memory");
-      if (leader) {
-        copy(params.mainloop.tma_load_b.with(*full, mcast_mask_b), tBgB(_, _, _, kt),
-             tBsB(_, _, _, write_state.index()));
-      }
-      ++write_state;
-    }
-    return;
-#elif MKERNEL_GATHER_MODE == 2
-    static_assert(kBlockK * sizeof(ElementA) == 128, "mode 2 loads one SW128 atom row per TMA");
-    constexpr int kStageBytes = kBlockM * 128;
-    const uint32_t smem_a = cute::cast_smem_ptr_to_uint(shared.tensors.mainloop.smem_A.data());
-    constexpr int kRowsPerLane = kRowsPerWarp / cutlass::NumThreadsPerWarp;
-    static_assert(kRowsPerWarp % cutlass::NumThreadsPerWarp == 0, "whole rows per lane");
-    int32_t idx[kRowsPerLane];
-    int live = 0;
-#pragma unroll
-    for (int j = 0; j < kRowsPerLane; ++j) {
-      const int r = row0 + lane_idx + j * cutlass::NumThreadsPerWarp;
-      const int local = work.m_block * kBlockM + r;
-      idx[j] = local < work.rows ? __ldg(g.row_map + work.row_offset + local) : INT32_MIN;
-      live += idx[j] != INT32_MIN;
-    }
-    for (int kt = work.k_begin; kt < work.k_begin + work.k_count; ++kt) {
-      pipeline.producer_acquire(write_state);
-      const uint32_t stage_base = smem_a + write_state.index() * kStageBytes;
-      auto* full = pipeline.producer_get_barrier(write_state);
-      const uint32_t bar = cute::cast_smem_ptr_to_uint(full);
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-                   "r"(live * 128)
-                   : "memory");
-#pragma unroll
-      for (int j = 0; j < kRowsPerLane; ++j) {
-        if (idx[j] == INT32_MIN) continue;
-        const int r = row0 + lane_idx + j * cutlass::NumThreadsPerWarp;
-        const CUtensorMap* map = &g.tmap[idx[j] >= 0 ? 0 : 1];
-        const int32_t row = idx[j] >= 0 ? idx[j] : -1 - idx[j];
-        asm volatile(
-            "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-            " [%0], [%1, {%2, %3}], [%4];" ::"r"(stage_base + r * 128),
-            "l"(reinterpret_cast<uint64_t>(map)), "r"(kt * kBlockK), "r"(row), "r"(bar)
-            : "memory");
-      }
-      if (leader) {
-        copy(params.mainloop.tma_load_b.with(*full, mcast_mask_b), tBgB(_, _, _, kt),
-             tBsB(_, _, _, write_state.index()));
-      }
-      ++write_state;
-    }
-    return;
-#endif
+    const int q = lane_idx % kChunks;
     for (int kt = work.k_begin; kt < work.k_begin + work.k_count; ++kt) {
       // Every gathering thread waits for the stage to be free; the leader also arrives with
       // B's expected bytes.
       pipeline.producer_acquire(write_state);
       const int stage = write_state.index();
-      const int64_t col = static_cast<int64_t>(kt) * kBlockK * sizeof(ElementA);
-#pragma unroll 4
-      for (int c = lane_idx; c < kRowsPerWarp * kChunksPerRow; c += cutlass::NumThreadsPerWarp) {
-        const int r = row0 + c / kChunksPerRow, q = c % kChunksPerRow;
-        const char* src = rows[r];
-        if (src != nullptr) {
-          const uint32_t dst = cute::cast_smem_ptr_to_uint(&sA(r, q * kChunk, stage));
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst),
-                       "l"(src + col + q * 16)
-                       : "memory");
+      const uint32_t stage_base = smem_a + stage * kStageBytes;
+      const int64_t col = static_cast<int64_t>(kt) * kRowBytes + q * 16;
+      // All pointers first, then all copies: no compiler barrier between them (the copies'
+      // asm has no memory clobber), so the shared loads are not serialised behind the copies.
+      const char* src[kPerLane];
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) src[i] = rows[row0 + lane_idx / kChunks + i * kRowStep];
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int r = row0 + lane_idx / kChunks + i * kRowStep;
+        const uint32_t dst = stage_base + r * kRowBytes + ((q ^ (r & 7)) << 4);
+        if (src[i] != nullptr) {
+          asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" ::"r"(dst),
+                       "l"(src[i] + col));
         }
       }
       auto* full = pipeline.producer_get_barrier(write_state);
@@ -645,6 +559,7 @@ class HookedGemmSm90 {
       ++write_state;
     }
   }
+
 
   // Register -> global stores of one tile, rows clipped at M (packed groups:
   // at the expert's end), columns at N. Every thread of the tile's MMA calls it.

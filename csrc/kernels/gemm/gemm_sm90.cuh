@@ -339,25 +339,6 @@ struct GemmSm90 {
       params.gather.pos = static_cast<const char*>(p.a);
       params.gather.neg = static_cast<const char*>(p.a_neg);
       params.gather.row_bytes = row_bytes;
-#if MKERNEL_GATHER_MODE == 2
-      // One [1, BLOCK_K] box per row over pos and neg; the row bound is only an extent (no row
-      // past the caller's data is named), kept well inside the descriptor's limits.
-      for (int i = 0; i < 2; ++i) {
-        const cuuint64_t dims[2] = {static_cast<cuuint64_t>(p.k), cuuint64_t{1} << 24};
-        const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_bytes)};
-        const cuuint32_t box[2] = {static_cast<cuuint32_t>(K::Scheduler::kBlockK), 1};
-        const cuuint32_t elem[2] = {1, 1};
-        const CUresult r = driver::cached_cuTensorMapEncodeTiled(
-            &params.gather.tmap[i], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
-            const_cast<void*>(i == 0 ? p.a : p.a_neg), dims, strides, box, elem,
-            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-        if (r != CUDA_SUCCESS) {
-          if (reason) *reason = "gathered A: cuTensorMapEncodeTiled failed";
-          return cudaErrorInvalidValue;
-        }
-      }
-#endif
     }
     return launch_prepared<K>(params, l, reason);
   }
