@@ -147,13 +147,16 @@ Routing route_by_kernel(const char* op, const at::Tensor& topk_idx, int64_t expe
   return r;
 }
 
-// The grouped GEMM reads the received rows where they landed (gemm::Problem::a_row_map)
-// instead of the dispatch kernel expanding them into a packed copy first (capacity 0, no
-// recv_x asked for). MKERNEL_MOE_GATHER_A=0 opts out.
+// MKERNEL_MOE_GATHER_A=1: the grouped GEMM reads the received rows where they landed
+// (gemm::Problem::a_row_map) instead of the dispatch kernel expanding them into a packed copy
+// first (capacity 0, no recv_x asked for). Off by default: the gathered GEMM ran at 0.87-0.97x
+// the TMA kernel on a whole H200 and two ranks under MPS measured slower with it (session 23,
+// benchmarks/NOTES.md); a GPU per rank is where it should pay (it removes ~2 bytes moved per
+// received byte) and is not measured yet.
 bool gather_enabled() {
   static const bool on = [] {
     const char* v = env::get("MKERNEL_MOE_GATHER_A");
-    return v == nullptr || std::string(v) != "0";
+    return v != nullptr && std::string(v) == "1";
   }();
   return on;
 }

@@ -98,9 +98,10 @@ def run_case(ctx, c: dict) -> dict:
                                     group=ctx)
     checkpoint("moe_dispatch_gemm", c)
     if c["capacity"] == 0:
-        # Without a weight gradient the received rows are not returned: the CUDA dispatch on one
-        # node then skips its expansion copy and the grouped GEMM gathers each row where it
-        # landed (gemm::Problem::a_row_map). The same rows, bit for bit, as the expanded path.
+        # Without a weight gradient the received rows are not returned: with
+        # MKERNEL_MOE_GATHER_A=1 the CUDA dispatch on one node then skips its expansion copy and
+        # the grouped GEMM gathers each row where it landed (gemm::Problem::a_row_map). The
+        # same rows, bit for bit, as the expanded path.
         if DEVICE == "cuda":
             poison_allocator()
         with torch.no_grad():

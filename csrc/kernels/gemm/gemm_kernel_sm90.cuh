@@ -534,6 +534,10 @@ class HookedGemmSm90 {
       const int stage = write_state.index();
       const uint32_t stage_base = smem_a + stage * kStageBytes;
       const int64_t col = static_cast<int64_t>(kt) * kRowBytes + q * 16;
+      // A chunk past K (the last k-block when K is not a multiple of BLOCK_K) is zero-filled
+      // (src-size 0: nothing is read), as the TMA fills its out-of-bounds columns: B's are
+      // zero there too, but A's must be finite.
+      const uint32_t bytes = col < g.row_bytes ? 16u : 0u;
       // All pointers first, then all copies: no compiler barrier between them (the copies'
       // asm has no memory clobber), so the shared loads are not serialised behind the copies.
       const char* src[kPerLane];
@@ -544,8 +548,8 @@ class HookedGemmSm90 {
         const int r = row0 + lane_idx / kChunks + i * kRowStep;
         const uint32_t dst = stage_base + r * kRowBytes + ((q ^ (r & 7)) << 4);
         if (src[i] != nullptr) {
-          asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" ::"r"(dst),
-                       "l"(src[i] + col));
+          asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst),
+                       "l"(src[i] + (bytes ? col : 0)), "r"(bytes));
         }
       }
       auto* full = pipeline.producer_get_barrier(write_state);
