@@ -1134,6 +1134,9 @@ def main() -> None:
                                       # unless MKERNEL_MOE_ROUTING=aten (the ATen ops)
                                       "moe_routing": ("aten" if os.environ.get("MKERNEL_MOE_ROUTING") == "aten"
                                                       else "kernel"),
+                                      # the one-node grouped GEMM gathers its rows where they
+                                      # landed (1) or the dispatch expands them first (0)
+                                      "moe_gather_a": os.environ.get("MKERNEL_MOE_GATHER_A", "0"),
                                       "unfused": "mkernel.all_gather of x/topk_idx (or y) + sort + "
                                                  "index_select + torch._grouped_mm (combine: fp32 "
                                                  "weighted sum)", "rows": rows})
