@@ -29,14 +29,20 @@ main()
 """
 
 
-@pytest.mark.parametrize("world", [2, 4, 8])
-def test_moe_cuda_ranks_match_reference(mps, world):
+def check_matrix_and_repeat(mps, world: int, **env: str) -> None:
+    """The `matrix` and `repeat` suites on `world` CUDA ranks (8 cases per rank) with `env`
+    added: every case within its float64 bound."""
     res = run_ranks(RANK_MAIN, world, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="matrix,repeat", TEST_DEVICE="cuda",
-                                 MKERNEL_OP_TIMEOUT="15"))
+                                 MKERNEL_OP_TIMEOUT="15", **env))
     cases = check_ranks(res)
     assert len(cases) == world * 8, len(cases)
     assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_moe_cuda_ranks_match_reference(mps, world):
+    check_matrix_and_repeat(mps, world)
 
 
 
@@ -47,12 +53,7 @@ def test_moe_cuda_ranks_gathered_rows(mps, world):
     a_row_map). The matrix (ragged and empty experts, T = 0 ranks, H below one k-block) checks the
     gathered output bit for bit against the expanded one of the same call and the float64
     reference; three repeated calls give the same bits."""
-    res = run_ranks(RANK_MAIN, world, timeout=150,
-                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat", TEST_DEVICE="cuda",
-                                 MKERNEL_OP_TIMEOUT="15", MKERNEL_MOE_GATHER_A="1"))
-    cases = check_ranks(res)
-    assert len(cases) == world * 8, len(cases)
-    assert max(c["err"] / c["bound"] for c in cases) <= 1
+    check_matrix_and_repeat(mps, world, MKERNEL_MOE_GATHER_A="1")
 
 
 @pytest.mark.parametrize("world,nodes,weights", [(2, 1, "0"), (2, 2, "0"), (4, 4, "0"), (2, 2, "1"), (4, 4, "1")],
@@ -87,13 +88,7 @@ def test_moe_mlp_cuda_matches_dense_reference(mps, world, nodes):
 def test_moe_cuda_ranks_aten_routing(mps):
     """The opt-out MKERNEL_MOE_ROUTING=aten (route_on_device's ATen ops instead of the routing
     kernels): the same checks at W=2."""
-    world = 2
-    res = run_ranks(RANK_MAIN, world, timeout=150,
-                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat", TEST_DEVICE="cuda",
-                                 MKERNEL_OP_TIMEOUT="15", MKERNEL_MOE_ROUTING="aten"))
-    cases = check_ranks(res)
-    assert len(cases) == world * 8, len(cases)
-    assert max(c["err"] / c["bound"] for c in cases) <= 1
+    check_matrix_and_repeat(mps, 2, MKERNEL_MOE_ROUTING="aten")
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_moe_cuda_graph_replay(mps, world):
