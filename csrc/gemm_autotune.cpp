@@ -383,11 +383,16 @@ gemm::Plan grouped_plan(const gemm::Problem& p, const gemm::Launch& l, const at:
     return first;
   }
   // Keyed by the rows of all experts together (bucketed), not by the routing:
-  // the split of T over the experts changes every step, the shapes do not.
+  // the split of T over the experts changes every step, the shapes do not. Gathered A rows
+  // (p.a_row_map) are a problem of their own: their best config differs (session 23:
+  // coop_128x256_c1x2 gathered at 0.97x its TMA twin, _c2x1 at 0.87x).
   const int dev = like.get_device();
-  const Key key{dev, static_cast<int>(p.dtype), p.batches, plans::m_bucket(p.m), p.n, p.k, sms};
+  const bool gathered = p.a_row_map != nullptr;
+  const Key key{dev, static_cast<int>(p.dtype) + (gathered ? 16 : 0), p.batches,
+                plans::m_bucket(p.m), p.n, p.k, sms};
   auto table_key = [&] {
-    return plans::key(device_signature(dev, sms), dtype_name(p.dtype), p.batches, p.m, p.n, p.k);
+    const std::string dtype = std::string(dtype_name(p.dtype)) + (gathered ? "+gather" : "");
+    return plans::key(device_signature(dev, sms), dtype.c_str(), p.batches, p.m, p.n, p.k);
   };
   return cached_plan(key, table_key, p, l, like, /*hooked=*/true, wait, tuned, candidates);
 }
