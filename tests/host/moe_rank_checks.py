@@ -97,7 +97,8 @@ def run_case(ctx, c: dict) -> dict:
                                     capacity=c["capacity"], topk_weights=w if carry else None,
                                     group=ctx)
     checkpoint("moe_dispatch_gemm", c)
-    if c["capacity"] == 0:
+    one_node = world == int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if c["capacity"] == 0 and one_node:
         # Without a weight gradient the received rows are not returned: with
         # MKERNEL_MOE_GATHER_A=1 the CUDA dispatch on one node then skips its expansion copy and
         # the grouped GEMM gathers each row where it landed (gemm::Problem::a_row_map). The
