@@ -19,6 +19,10 @@
 // the expert's last row (a TMA store cannot stop mid-tile, and the rows past
 // it belong to the next expert).
 //
+// Packed groups with gathered A (kGatherA, the MoE dispatch's receive layout): every packed row
+// names where it lies (GatherArgs); all four producer warps load, each cp.async-ing a quarter of
+// the tile's rows into the swizzled stage, warp 0 also issuing B's TMA (load_gathered).
+//
 // With split-K (scheduler splits > 1) a work unit covers one K slice of a
 // tile; the consumers hand their partial sums to SplitKReduce and only the
 // slice that completes the tile runs the epilogue and the tile_done hook.
