@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "comm/symmetric_group.h"
-#include "gemm_engine.h"
 #include "env_knobs.h"
+#include "gemm_engine.h"
 #include "kernels/moe/moe_ep_api.h"
 #include "kernels/moe/moe_routing_api.h"
 #include "moe_local.h"
