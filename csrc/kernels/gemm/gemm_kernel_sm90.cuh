@@ -542,18 +542,27 @@ class HookedGemmSm90 {
       // (src-size 0: nothing is read), as the TMA fills its out-of-bounds columns: B's are
       // zero there too, but A's must be finite.
       const uint32_t bytes = col < g.row_bytes ? 16u : 0u;
-      // All pointers first, then all copies: no compiler barrier between them (the copies'
-      // asm has no memory clobber), so the shared loads are not serialised behind the copies.
-      const char* src[kPerLane];
+      // A batch of pointers first, then its copies: no compiler barrier between them (the
+      // copies' asm has no memory clobber), so the shared loads are not serialised behind the
+      // copies; batches of 4 keep 8 registers of pointers in the 40-register producer (16
+      // pointers per lane at 256-row tiles spilled).
+      constexpr int kBatch = kPerLane < 4 ? kPerLane : 4;
+      static_assert(kPerLane % kBatch == 0, "whole batches of copies per lane");
 #pragma unroll
-      for (int i = 0; i < kPerLane; ++i) src[i] = rows[row0 + lane_idx / kChunks + i * kRowStep];
+      for (int b = 0; b < kPerLane; b += kBatch) {
+        const char* src[kBatch];
 #pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        const int r = row0 + lane_idx / kChunks + i * kRowStep;
-        const uint32_t dst = stage_base + r * kRowBytes + ((q ^ (r & 7)) << 4);
-        if (src[i] != nullptr) {
-          asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst),
-                       "l"(src[i] + (bytes ? col : 0)), "r"(bytes));
+        for (int i = 0; i < kBatch; ++i) {
+          src[i] = rows[row0 + lane_idx / kChunks + (b + i) * kRowStep];
+        }
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) {
+          const int r = row0 + lane_idx / kChunks + (b + i) * kRowStep;
+          const uint32_t dst = stage_base + r * kRowBytes + ((q ^ (r & 7)) << 4);
+          if (src[i] != nullptr) {
+            asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst),
+                         "l"(src[i] + (bytes ? col : 0)), "r"(bytes));
+          }
         }
       }
       auto* full = pipeline.producer_get_barrier(write_state);
