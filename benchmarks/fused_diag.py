@@ -518,6 +518,9 @@ def agfc1_section(rank: int, world: int, ctx, emit, timed_all, with_env) -> None
         "fused natural order": ("H3 own rows first", {"MKERNEL_FUSED_AG_ORDER": "natural"}),
         "fused chunk 32 rows": ("H4 wait granularity", {"MKERNEL_FUSED_AG_CHUNK_ROWS": "32"}),
         "fused chunk 2 rows": ("H4 wait granularity", {"MKERNEL_FUSED_AG_CHUNK_ROWS": "2"}),
+        "fused peer TMA": ("H5 the route", {"MKERNEL_FUSED_AG_PEER_TMA": "1"}),
+        "fused copy role": ("H5 the route", {"MKERNEL_FUSED_AG_PEER_TMA": "0"}),
+        "fused measured plan": ("H6 the pins", {"MKERNEL_FUSED_CONFIG": "", "MKERNEL_FUSED_GRIDS": ""}),
     }
     fns = {"gemm alone (engine)": lambda: mkernel.gemm(full, w),
            "hooked gemm, fused config, no waits": lambda: mk.gemm_hooked(
@@ -583,7 +586,9 @@ def rank_main() -> None:
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     sections = os.environ.get("DIAG_SECTIONS", "variants,timeline,ag,orders").split(",")
-    torch.cuda.set_device(0)
+    gpus = torch.cuda.device_count()
+    # A GPU per rank where there are enough (nvidia-h200-x2), else every rank on GPU 0 under MPS.
+    torch.cuda.set_device(rank % gpus if gpus >= world else 0)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     ctx = mkernel.init()
     rows = []
@@ -822,12 +827,18 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "benchmarks"))
+    import contextlib
+
+    import torch
     from common import mps_daemon
 
     from tests.launch import run_ranks
 
+    per_gpu = torch.cuda.device_count() >= args.world  # a GPU per rank: no MPS, whole GPUs
     env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(100 // args.world), "NCCL_NVLS_ENABLE": "0",
            "DIAG_SECTIONS": args.sections}
+    if per_gpu:
+        del env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]
     # Section `mps` runs once more with no MPS limit and every fused grid capped at SMs / W.
     launches = [env]
     if "mps" in args.sections.split(","):
@@ -836,7 +847,7 @@ def main() -> None:
                              MKERNEL_FUSED_SMS=str(args.device_sms // args.world)))
     code = f"import runpy; runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')"
     worst = 0
-    with mps_daemon("fused_diag") as mps_env:
+    with (contextlib.nullcontext({}) if per_gpu else mps_daemon("fused_diag")) as mps_env:
         for launch_env in launches:
             results = run_ranks(code, args.world, timeout=args.timeout,
                                 env=dict(launch_env, **mps_env))
