@@ -1136,7 +1136,7 @@ def main() -> None:
                                                       else "kernel"),
                                       # the one-node grouped GEMM gathers its rows where they
                                       # landed (1) or the dispatch expands them first (0)
-                                      "moe_gather_a": os.environ.get("MKERNEL_MOE_GATHER_A", "0"),
+                                      "moe_gather_a": os.environ.get("MKERNEL_MOE_GATHER_A", "auto"),
                                       "unfused": "mkernel.all_gather of x/topk_idx (or y) + sort + "
                                                  "index_select + torch._grouped_mm (combine: fp32 "
                                                  "weighted sum)", "rows": rows})

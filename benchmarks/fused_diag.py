@@ -476,7 +476,23 @@ def gate_section(rank: int, world: int, ctx, emit, timed_all, with_env) -> None:
             dist.barrier()
 
 
-AG_CONFIG = "coop_128x256_c2x1"  # the plan s9run3's ag_gemm fc1 ran (grid: the share)
+AG_CONFIG = "coop_128x256_c2x1"
+# The hooked kernel's configs with an id (configs.inc) worth timing beside the fused ops on a whole GPU: the
+# fused kernels exist for coop c2x1 / c1x1 only, the engine's tuned plans at the Llama shapes are ping_128x128_c1x2.
+HOOKED_CONFIGS = {"coop_128x256_c2x1": 0, "coop_128x256_c1x2": 2, "ping_128x128_c1x2": 5,
+                  "coop_256x128_c2x1": 6}
+
+
+def hooked_rows(mk, a, w) -> dict:
+    """cuBLAS and the hooked GEMM without waits or flags in each of HOOKED_CONFIGS on a [M, K] x [N, K]^T:
+    what the fused kernel would cost with no communication, per config."""
+    import torch
+
+    rows = {"cublas (torch.matmul)": lambda: torch.matmul(a, w.t())}
+    for name, cfg in HOOKED_CONFIGS.items():
+        rows[f"hooked {name}, no waits"] = lambda cfg=cfg: mk.gemm_hooked(
+            a, w, None, 128, 0, None, 1, None, cfg, 0, 0, 0, 10.0, 1)
+    return rows  # the plan s9run3's ag_gemm fc1 ran (grid: the share)
 
 
 def agfc1_section(rank: int, world: int, ctx, emit, timed_all, with_env) -> None:
@@ -529,8 +545,9 @@ def agfc1_section(rank: int, world: int, ctx, emit, timed_all, with_env) -> None
                full, w, None, 128, 0, None, 1, None, 0, co, 0, 0, 10.0, 1),
            "unfused": lambda: mkernel.gemm(mk.all_gather.default(x, ctx.handle, world), w),
            "device barrier alone": barrier}
+    fns.update(hooked_rows(mk, full, w))
     for name, (_, env) in variants.items():
-        fns[name] = with_env(call, **base, **env)
+        fns[name] = with_env(call, **{**base, **env})
     # H1: the same kernel with every rank aligned before each call (no back-to-back overlap of
     # one rank's next call with a peer's previous one); minus "device barrier alone".
     aligned = with_env(call, **base)
@@ -547,7 +564,7 @@ def agfc1_section(rank: int, world: int, ctx, emit, timed_all, with_env) -> None
               engine_plan=mkernel.gemm_plan(full, w)))
     # Correctness of every pinned variant (the same call as timed).
     for name, (_, env) in variants.items():
-        out = with_env(call, **base, **env)()
+        out = with_env(call, **{**base, **env})()
         rel = ((out.float() - ref).norm() / ref.norm()).item()
         bad = torch.tensor([1.0 if not rel < 1e-2 else 0.0])
         dist.all_reduce(bad, op=dist.ReduceOp.MAX)
@@ -771,6 +788,7 @@ def rank_main() -> None:
                                                              dtype=torch.bfloat16)
             call = lambda op=op, x=x, w=w: op(x, w, group=ctx)  # noqa: E731
             fns = {"gemm alone": lambda a=a, w=w: mkernel.gemm(a, w)}
+            fns.update(hooked_rows(torch.ops.mkernel, a, w))
             for order in orders:
                 fns[f"{op.__name__} order {order}"] = with_env(call, MKERNEL_FUSED="force",
                                                                MKERNEL_FUSED_ORDER=order)

@@ -117,7 +117,7 @@ constexpr Knob kKnobs[] = {
      "the several-node dispatch's mode"},
     {"MKERNEL_MOE_FINISH_AT_JOIN", kDebug, "0|1", "1",
      "the headed dispatch's finish (its spin until every peer's DONE) on the caller's stream at the join"},
-    {"MKERNEL_MOE_GATHER_A", kDebug, "0|1", "0",
+    {"MKERNEL_MOE_GATHER_A", kDebug, "0|1|auto", "auto: on where a rank has its GPU to itself",
      "1: the one-node grouped GEMM gathers the received rows where they landed (no expansion)"},
     {"MKERNEL_MOE_GATHER_SMS", kDebug, "integer >= 0", "0: every SM",
      "the headed dispatch's row gathers launch at most 8 CTAs per this many SMs"},

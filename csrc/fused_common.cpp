@@ -283,8 +283,8 @@ int mps_limit_percent() {
   return end != v && pct >= 1 && pct < 100 ? static_cast<int>(pct) : 100;
 }
 
-// Ranks of `group` on this process's GPU, this one included (cached per group; collective on
-// the first call).
+}  // namespace
+
 int gpu_sharers(const char* op, int64_t group) {
   static std::mutex mu;
   static std::map<int64_t, int> cache;
@@ -307,8 +307,6 @@ int gpu_sharers(const char* op, int64_t group) {
   std::lock_guard<std::mutex> lock(mu);
   return cache.emplace(group, std::max(1, sharers)).first->second;
 }
-
-}  // namespace
 
 int fused_grid(const char* op, int64_t group) {
   int grid = device_sms();

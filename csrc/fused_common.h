@@ -59,6 +59,10 @@ void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPl
 // MKERNEL_FUSED_SMS=<n> (measurement) pins a smaller grid.
 int fused_grid(const char* op, int64_t group);
 
+// Ranks of `group` on this process's GPU, this one included: host name + GPU UUID all-gathered
+// over the session (collective at the group's first call, cached per group after it).
+int gpu_sharers(const char* op, int64_t group);
+
 // Under an MPS SM limit (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE < 100): the grid at which the ranks'
 // fused kernels all run at once, 3/4 of `grid` in whole 2-CTA clusters; 0 without a limit.
 // Measured (s8run2, W = 2, 66 SMs per rank, one CTA per SM): MPS places at most 48 2-CTA

@@ -15,6 +15,7 @@
 
 #include "comm/symmetric_group.h"
 #include "env_knobs.h"
+#include "fused_common.h"
 #include "gemm_engine.h"
 #include "kernels/moe/moe_ep_api.h"
 #include "kernels/moe/moe_routing_api.h"
@@ -147,18 +148,23 @@ Routing route_by_kernel(const char* op, const at::Tensor& topk_idx, int64_t expe
   return r;
 }
 
-// MKERNEL_MOE_GATHER_A=1: the grouped GEMM reads the received rows where they landed
+// Whether the one-node grouped GEMM reads the received rows where they landed
 // (gemm::Problem::a_row_map) instead of the dispatch kernel expanding them into a packed copy
-// first (capacity 0, no recv_x asked for). Off by default: the gathered GEMM ran at 0.87-0.97x
-// the TMA kernel on a whole H200 and two ranks under MPS measured slower with it (session 23,
-// benchmarks/NOTES.md); a GPU per rank is where it should pay (it removes ~2 bytes moved per
-// received byte) and is not measured yet.
-bool gather_enabled() {
-  static const bool on = [] {
+// first (capacity 0, no recv_x asked for). MKERNEL_MOE_GATHER_A=1 / 0 forces it; unset (auto):
+// on where this rank has its GPU to itself. Two real H200s (session 24, one rank each):
+// 0.80 / 0.82 / 0.84x compute alone at seed 8k / Mixtral / seed 32k against 0.78 / 0.84 / 0.73x
+// with the expansion in the same call; ranks sharing one GPU under MPS measured slower with it
+// (session 23: their GEMMs then run all at once instead of staggered behind the expansion).
+// `sharers` (fused_common.h gpu_sharers) is the same on every rank of a one-node group only if
+// every GPU holds as many ranks; the choice is local (each rank's GEMM reads its own rows), so
+// ranks may differ.
+bool gather_enabled(int sharers) {
+  static const int forced = [] {
     const char* v = env::get("MKERNEL_MOE_GATHER_A");
-    return v != nullptr && std::string(v) == "1";
+    if (v == nullptr || *v == '\0' || std::string(v) == "auto") return -1;
+    return std::string(v) == "1" ? 1 : 0;
   }();
-  return on;
+  return forced >= 0 ? forced == 1 : sharers == 1;
 }
 
 }  // namespace
@@ -200,7 +206,9 @@ std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
   at::Tensor recv_counts = at::empty({W, El}, int_opts);
   // Gathered rows: no recv_x; the GEMM reads row r from the token area at row_map[r] or from
   // x (this rank's own tokens).
-  const bool gather = capacity == 0 && !return_recv && gather_enabled();
+  // Collective at the group's first call: every rank gets here once the inputs are validated.
+  const int sharers = fused_glue::gpu_sharers(op, group);
+  const bool gather = capacity == 0 && !return_recv && gather_enabled(sharers);
   at::Tensor recv = gather ? at::Tensor() : at::empty({rows_out, H}, x.options());
   at::Tensor xc = x.contiguous();
 
