@@ -4,4 +4,4 @@
 #   MKERNEL_COMMIT=<hash> BP_MAX_STEPS=200 JOBS=.ci/jobs/s24c.sh REAL_OUT=$OUT OUT=/tmp/devout TOTAL=590 bash .ci/gpu-dev
 mps_stop
 jx diag 60 30 "timeout 58 python3 benchmarks/fused_diag.py --world 2 --sections agfc1 --timeout 55"
-jx multigpu 240 100 "timeout 238 python3 benchmarks/multigpu.py --world 2 --iters 10 --only ag_gemm,gemm_rs,gemm_ar --timeout 230"
+jx multigpu 330 100 "timeout 328 python3 benchmarks/multigpu.py --world 2 --iters 10 --only ag_gemm,gemm_rs,gemm_ar --timeout 320"
