@@ -430,13 +430,18 @@ def main() -> None:
     from common import commit, device_info, start_mps, write_result  # noqa: E402
     from tests.launch import run_ranks  # noqa: E402
 
-    env, stop = start_mps("bench_ring_attention")
+    import torch
+
+    # A GPU per rank where there are enough (nvidia-h200-x2): no MPS, whole GPUs; else the ranks share GPU 0's SMs.
+    per_gpu = torch.cuda.device_count() >= args.world
+    env, stop = ({}, lambda: None) if per_gpu else start_mps("bench_ring_attention")
+    share = {} if per_gpu else {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(100 // args.world)}
     phase_dir = tempfile.mkdtemp(prefix="ring_phases_")
     rows = []
     try:
         link = {"MKERNEL_NET_EMULATE": args.emulate} if args.nodes > 1 else {}
         res = run_ranks(RANK_CODE, args.world, timeout=args.timeout, nodes=args.nodes, env=dict(
-            env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world), NCCL_NVLS_ENABLE="0",
+            env, **share, NCCL_NVLS_ENABLE="0",
             MKERNEL_OP_TIMEOUT="10", BENCH_ITERS=str(args.iters), BENCH_NODES=str(args.nodes),
             **link,
             BENCH_SHAPES=args.shapes, BENCH_VARIANTS=args.variants,
@@ -487,7 +492,7 @@ def main() -> None:
           "target >= 0.95); x_unf = unfused / fused (target >= 1.0); bits: ceiling == fused bit "
           "for bit")
     write_result("ring_attention", {
-        "benchmark": "ring_attention", "commit": commit(), "device": device_info(), "mps": True, "world": args.world,
+        "benchmark": "ring_attention", "commit": commit(), "device": device_info(), "mps": not per_gpu, "world": args.world,
         "nodes": args.nodes, "emulate": args.emulate if args.nodes > 1 else "",
         "ceiling_definition": CEILING,
         "candidates": {
