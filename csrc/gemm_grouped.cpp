@@ -134,6 +134,20 @@ gemm::ConfigId packed_plan(const gemm::Problem& p, const at::Tensor& a, gemm::La
   return plan.config;
 }
 
+// Checks that the engine takes the packed problem p in config id and launches it; `what` names
+// the problem in the errors ("" for the plain packed GEMM).
+void launch_packed(const char* op, const char* what, const gemm::Problem& p, gemm::ConfigId id,
+                   const gemm::Launch& launch) {
+  if (const char* why = gemm::can_implement(p, id, launch)) {
+    TORCH_CHECK(false, op, ": cannot run ", what, "T=", p.m, " E=", p.batches, " N=", p.n, " K=",
+                p.k, ": ", why);
+  }
+  const char* reason = nullptr;
+  const cudaError_t err = gemm::run_hooked(p, id, launch, gemm::HookArgs{}, &reason);
+  TORCH_CHECK(err == cudaSuccess, op, ": ", what, "launch failed (", gemm::config_name(id), "): ",
+              cudaGetErrorString(err), reason ? std::string(" / ") + reason : std::string());
+}
+
 at::Tensor packed_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& offs,
                        int64_t config, int64_t swizzle, int64_t raster) {
   constexpr const char* op = kPackedOp;
@@ -158,13 +172,7 @@ at::Tensor packed_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tenso
     launch.swizzle = static_cast<int>(swizzle);
     launch.raster = static_cast<int>(raster);
   }
-  if (const char* why = gemm::can_implement(p, id, launch)) {
-    TORCH_CHECK(false, op, ": cannot run T=", t, " E=", e, " N=", n, " K=", k, ": ", why);
-  }
-  const char* reason = nullptr;
-  const cudaError_t err = gemm::run_hooked(p, id, launch, gemm::HookArgs{}, &reason);
-  TORCH_CHECK(err == cudaSuccess, op, ": launch failed (", gemm::config_name(id),
-              "): ", cudaGetErrorString(err), reason ? std::string(" / ") + reason : std::string());
+  launch_packed(op, "", p, id, launch);
   return out;
 }
 
@@ -186,15 +194,7 @@ at::Tensor grouped_packed_gathered(const char* op, const void* a_pos, const at::
   p.group_end = offs.data_ptr<int>();
   gemm::Launch launch = packed_launch();
   const gemm::ConfigId id = packed_plan(p, a_neg, &launch);
-  if (const char* why = gemm::can_implement(p, id, launch)) {
-    TORCH_CHECK(false, op, ": cannot run the gathered grouped GEMM T=", rows, " E=", e, " N=", n,
-                " K=", k, ": ", why);
-  }
-  const char* reason = nullptr;
-  const cudaError_t err = gemm::run_hooked(p, id, launch, gemm::HookArgs{}, &reason);
-  TORCH_CHECK(err == cudaSuccess, op, ": gathered grouped GEMM launch failed (",
-              gemm::config_name(id), "): ", cudaGetErrorString(err),
-              reason ? std::string(" / ") + reason : std::string());
+  launch_packed(op, "the gathered grouped GEMM ", p, id, launch);
   return out;
 }
 
