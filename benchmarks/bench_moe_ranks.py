@@ -1090,7 +1090,8 @@ def main() -> None:
 
     import torch
 
-    if torch.cuda.device_count() >= args.world:  # a GPU per rank: no MPS, every rank its whole GPU
+    per_gpu = torch.cuda.device_count() >= args.world
+    if per_gpu:  # a GPU per rank: no MPS, every rank its whole GPU
         env, stop = {}, (lambda: None)
     else:
         env, stop = start_mps("bench_moe_ranks")
@@ -1120,7 +1121,7 @@ def main() -> None:
     if args.table or args.nodes > 1:
         print_targets(rows)
     path = write_result("moe_ranks", {"bench": "moe_ranks", "commit": commit(), "device": device_info(),
-                                      "mps": True, "world": args.world, "iters": args.iters,
+                                      "mps": not per_gpu, "world": args.world, "iters": args.iters,
                                       "nodes": args.nodes, "emulate": args.emulate, "table": args.table,
                                       # several nodes: the combine's path (csrc/moe_nodes.h)
                                       "nodes_combine": ("allgather" if os.environ.get(
@@ -1137,6 +1138,10 @@ def main() -> None:
                                       # the one-node grouped GEMM gathers its rows where they
                                       # landed (1) or the dispatch expands them first (0)
                                       "moe_gather_a": os.environ.get("MKERNEL_MOE_GATHER_A", "auto"),
+                                      # what auto means in this run (csrc/moe_ep.cpp gather_enabled: on
+                                      # where a rank has its GPU to itself), for the one-node rows
+                                      "moe_gather_a_one_node": {"1": True, "0": False}.get(
+                                          os.environ.get("MKERNEL_MOE_GATHER_A", ""), per_gpu),
                                       "unfused": "mkernel.all_gather of x/topk_idx (or y) + sort + "
                                                  "index_select + torch._grouped_mm (combine: fp32 "
                                                  "weighted sum)", "rows": rows})
