@@ -1142,6 +1142,8 @@ def main() -> None:
                                       # where a rank has its GPU to itself), for the one-node rows
                                       "moe_gather_a_one_node": {"1": True, "0": False}.get(
                                           os.environ.get("MKERNEL_MOE_GATHER_A", ""), per_gpu),
+                                      # the gathered path in two launches each (csrc/moe_ep.cpp)
+                                      "moe_overlap": os.environ.get("MKERNEL_MOE_OVERLAP", "0"),
                                       "unfused": "mkernel.all_gather of x/topk_idx (or y) + sort + "
                                                  "index_select + torch._grouped_mm (combine: fp32 "
                                                  "weighted sum)", "rows": rows})

@@ -137,6 +137,10 @@ constexpr Knob kKnobs[] = {
      "the MoE exchange by the copy engines or by the substrate's collectives"},
     {"MKERNEL_MOE_OP_STREAM", kDebug, "0|1", "1",
      "the dispatch and combine across nodes on mkernel's own stream"},
+    {"MKERNEL_MOE_OVERLAP", kDebug, "0|1", "0",
+     "1: the gathered dispatch + grouped GEMM in two launches each, the own rows' GEMM beside the sends"},
+    {"MKERNEL_MOE_OVERLAP_SEND_CTAS", kDebug, "integer >= 1", "16",
+     "MKERNEL_MOE_OVERLAP=1: CTAs of the send launch (two per SM); the own rows' GEMM takes the other SMs"},
     {"MKERNEL_MOE_PHASES", kDebug, "1", "off",
      "measurement: the MoE op's phases timed by CUDA events"},
     // moe_ep.cpp

@@ -99,6 +99,15 @@ gemm::Plan grouped_plan(const gemm::Problem& p, const gemm::Launch& l, const at:
 at::Tensor grouped_packed_gathered(const char* op, const void* a_pos, const at::Tensor& a_neg,
                                    const int32_t* row_map, int64_t rows, const at::Tensor& b,
                                    const at::Tensor& offs);
+// The same GEMM over row segments into out [rows, N] (allocated by the caller; other rows
+// untouched): b.size(0) * groups_per_b groups, group i the rows [group_begin[i], group_end[i])
+// (device int32 arrays) times b[i / groups_per_b]ᵀ, on the current stream with a persistent
+// grid of every SM but `leave_sms` (the MoE dispatch's sends run beside it there). The plan is
+// the tuned one of the problem's shape (the same key as grouped_packed_gathered's).
+void grouped_packed_gathered_segments(const char* op, const void* a_pos, const at::Tensor& a_neg,
+                                      const int32_t* row_map, const at::Tensor& b,
+                                      const int32_t* group_begin, const int32_t* group_end,
+                                      int groups_per_b, at::Tensor& out, int leave_sms);
 #endif
 
 // The host reference: a · bᵀ accumulated in float32, returned in a's dtype.

@@ -198,6 +198,28 @@ at::Tensor grouped_packed_gathered(const char* op, const void* a_pos, const at::
   return out;
 }
 
+void grouped_packed_gathered_segments(const char* op, const void* a_pos, const at::Tensor& a_neg,
+                                      const int32_t* row_map, const at::Tensor& b,
+                                      const int32_t* group_begin, const int32_t* group_end,
+                                      int groups_per_b, at::Tensor& out, int leave_sms) {
+  const c10::cuda::CUDAGuard device_guard(a_neg.device());
+  check_engine_inputs(op, a_neg);
+  const int64_t rows = out.size(0), k = a_neg.size(1), e = b.size(0), n = b.size(1);
+  if (rows == 0 || e == 0 || n == 0) return;
+  gemm::Problem p = engine_problem(op, a_neg, b, out.data_ptr(), rows, n, k);
+  p.a = a_pos;
+  p.a_neg = a_neg.data_ptr();
+  p.a_row_map = row_map;
+  p.batches = static_cast<int>(e);
+  p.group_end = group_end;
+  p.group_begin = group_begin;
+  p.groups_per_b = groups_per_b;
+  gemm::Launch launch = packed_launch();
+  const gemm::ConfigId id = packed_plan(p, a_neg, &launch);
+  launch.sm_count = std::max(1, launch.sm_count - std::max(0, leave_sms));
+  launch_packed(op, "the gathered grouped GEMM over row segments ", p, id, launch);
+}
+
 namespace {
 
 // What the packed op runs for these operands ("<config>/s<swizzle>/<m|n> (tuned)").

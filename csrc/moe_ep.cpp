@@ -4,6 +4,7 @@
 #include "moe_ep.h"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -167,6 +168,86 @@ bool gather_enabled(int sharers) {
   return forced >= 0 ? forced == 1 : sharers == 1;
 }
 
+// MKERNEL_MOE_OVERLAP=1 (opt-in, session 24; measurement until a GPU per rank has timed it): the
+// gathered path in two dispatch launches and two GEMM launches, so that the grouped GEMM runs
+// on this rank's own rows while its tokens travel (kernels/moe/README.md "Overlap"):
+//   stream S: dispatch kLayout (entry barrier, counts, every row's place, own row maps)
+//             -> GEMM over the own-row segments on all SMs but the sends' -> [wait: sends done]
+//             -> GEMM over the peers' row segments (every SM);
+//   side stream: [after kLayout] dispatch kSend (the tokens, the arrival flags, the wait for
+//             every rank's) on MKERNEL_MOE_OVERLAP_SEND_CTAS CTAs (default 16: 8 SMs).
+// No kernel waits for another launch of the same rank: the GEMMs read only rows their stream
+// order has made visible, so neither order of placement on the SMs can deadlock.
+bool overlap_enabled() {
+  static const bool on = [] {
+    const char* v = env::get("MKERNEL_MOE_OVERLAP");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on;
+}
+
+int overlap_send_ctas() {
+  static const int n = [] {
+    const char* v = env::get("MKERNEL_MOE_OVERLAP_SEND_CTAS");
+    const int c = v != nullptr ? std::atoi(v) : 0;
+    return c >= 1 ? c : 16;
+  }();
+  return n;
+}
+
+}  // namespace
+
+namespace {
+
+// The gathered dispatch + grouped GEMM in four launches (overlap_enabled): see there.
+DispatchResult dispatch_overlapped(const char* op, comm::SymmetricGroup& g, moe_ep::DispatchArgs a,
+                                   const moe_ep::DispatchLayout& lay, const at::Tensor& xc,
+                                   const at::Tensor& w1, int64_t rows_out, const at::Tensor& counts,
+                                   const at::Tensor& route, const at::Tensor& recv_counts) {
+  const int64_t El = counts.size(0), T = xc.size(0), H = xc.size(1), F = w1.size(1);
+  at::Tensor seg = at::empty({6 * El}, counts.options());
+  a.phase = moe_ep::DispatchArgs::Phase::kLayout;
+  a.segments = seg.data_ptr<int32_t>();
+  const char* reason = nullptr;
+  check_launch(op, moe_ep::dispatch(a, &reason), reason, g);
+
+  // The sends on a side stream, after the layout launch (the same call number).
+  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, xc.get_device());
+  at::cuda::CUDAEvent laid;
+  laid.record(c10::cuda::getCurrentCUDAStream());
+  laid.block(side);
+  moe_ep::DispatchArgs send = a;
+  send.phase = moe_ep::DispatchArgs::Phase::kSend;
+  send.segments = nullptr;
+  send.stream = side.stream();
+  send.max_ctas = overlap_send_ctas();
+  check_launch(op, moe_ep::dispatch(send, &reason), reason, g);
+
+  const uint8_t* region = a.group.data[a.group.rank];
+  const at::Tensor own = T > 0 ? xc : at::from_blob(const_cast<uint8_t*>(region + lay.tokens),
+                                                    {1, H}, xc.options());
+  const auto* row_map = reinterpret_cast<const int32_t*>(region + lay.row_map);
+  at::Tensor out = at::empty({rows_out, F}, xc.options());
+  const int32_t* s = seg.data_ptr<int32_t>();
+  try {
+    // Own rows first, on the SMs the sends leave (two send CTAs per SM).
+    grouped_packed_gathered_segments(op, region + lay.tokens, own, row_map, w1, s, s + El, 1, out,
+                                     (send.max_ctas + 1) / 2);
+    at::cuda::CUDAEvent sent;
+    sent.record(side);
+    sent.block(c10::cuda::getCurrentCUDAStream());
+    // The peers' rows, once every rank's tokens have landed (the send launch waited for them).
+    grouped_packed_gathered_segments(op, region + lay.tokens, own, row_map, w1, s + 2 * El,
+                                     s + 4 * El, 2, out, 0);
+  } catch (const c10::Error& e) {
+    const std::string wait = g.diagnostic();
+    TORCH_CHECK(wait.empty(), op, ": the dispatch kernel failed (", wait,
+                "); the grouped GEMM after it reported: ", e.what_without_backtrace());
+    throw;
+  }
+  return DispatchResult{out, counts, route, recv_counts, xc.new_empty({0})};
+}
+
 }  // namespace
 
 std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
@@ -236,6 +317,9 @@ std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
                                       Tm, F});
   a.stream = stream;
   const char* reason = nullptr;
+  if (gather && overlap_enabled()) {
+    return dispatch_overlapped(op, g, a, lay, xc, w1, rows_out, counts, route, recv_counts);
+  }
   check_launch(op, moe_ep::dispatch(a, &reason), reason, g);
 
   if (capacity > 0) recv = recv.view({El, capacity, H});

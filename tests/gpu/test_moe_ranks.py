@@ -56,6 +56,16 @@ def test_moe_cuda_ranks_gathered_rows(mps, world):
     check_matrix_and_repeat(mps, world, MKERNEL_MOE_GATHER_A="1")
 
 
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_moe_cuda_ranks_overlapped_rows(mps, world):
+    """MKERNEL_MOE_OVERLAP=1 (with the gather): the dispatch in two launches (layout, then the
+    sends on a side stream of 16 CTAs) and the grouped GEMM in two (this rank's own rows beside
+    the sends, then the peers' rows: gemm::Problem::group_begin segments). The same matrix and
+    repeat checks: the output bit for bit the expanded path's of the same call, the float64
+    bound, repeated calls bit-identical."""
+    check_matrix_and_repeat(mps, world, MKERNEL_MOE_GATHER_A="1", MKERNEL_MOE_OVERLAP="1")
+
+
 @pytest.mark.parametrize("world,nodes,weights", [(2, 1, "0"), (2, 2, "0"), (4, 4, "0"), (2, 2, "1"), (4, 4, "1")],
                          ids=["w2n1", "w2n2", "w4n4", "w2n2-carried", "w4n4-carried"])
 def test_moe_buffer_replays_match_the_ops(mps, world, nodes, weights):
@@ -97,6 +107,17 @@ def test_moe_cuda_graph_replay(mps, world):
                                  MKERNEL_OP_TIMEOUT="15"))
     cases = check_ranks(res)
     assert len(cases) == world * 4, len(cases)
+
+
+def test_moe_cuda_graph_replay_overlapped(mps):
+    """The graph suite with the overlapped dispatch (MKERNEL_MOE_OVERLAP=1, the gather on): the
+    side stream's send launch forks from and joins the captured stream."""
+    res = run_ranks(RANK_MAIN, 2, timeout=150,
+                    env=rank_env(mps, 2, TEST_SUITE="graph", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="15", MKERNEL_MOE_GATHER_A="1",
+                                 MKERNEL_MOE_OVERLAP="1"))
+    cases = check_ranks(res)
+    assert len(cases) == 2 * 4, len(cases)
 
 
 @pytest.mark.parametrize("world,nodes", [(2, 2), (4, 2), (4, 4)], ids=["2", "4", "w4n4"])

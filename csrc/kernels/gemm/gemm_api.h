@@ -54,6 +54,12 @@ struct Problem {
   // bounds the rows. Rows past group_end[batches - 1] are not read.
   const int* a_row_map = nullptr;
   const void* a_neg = nullptr;
+  // Packed groups as row segments (the MoE dispatch's overlapped launches: one rank's own rows,
+  // then the peers'): batches * groups_per_b groups, group i the rows [group_begin[i],
+  // group_end[i]) of A and D (device; ranges may leave gaps, any order, none overlapping) with
+  // B matrix i / groups_per_b. Null: group i starts where group i - 1 ends (groups_per_b 1).
+  const int* group_begin = nullptr;
+  int groups_per_b = 1;
 };
 
 struct Launch {

@@ -437,9 +437,12 @@ struct GemmSm90 {
     params.mainloop = CollectiveMainloop::to_underlying_arguments(params.problem, ma, nullptr);
     params.epilogue = CollectiveEpilogue::to_underlying_arguments(params.problem, ea, nullptr);
     if constexpr (kPacked) {
+      // (Row segments: batches * groups_per_b groups over the batches B matrices.)
+      const int per_b = p.group_begin != nullptr && p.groups_per_b > 1 ? p.groups_per_b : 1;
       params.scheduler =
           K::Scheduler::make_params(p.m, p.n, p.k, l.swizzle > 0 ? l.swizzle : 8, l.raster != 1,
-                                    nullptr, batches, nullptr, 1, p.group_end);
+                                    nullptr, batches * per_b, nullptr, 1, p.group_end,
+                                    p.group_begin, per_b);
     } else {
       params.scheduler = hooked_schedule<K>(p, l, m_order);
     }

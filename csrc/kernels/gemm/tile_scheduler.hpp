@@ -50,6 +50,10 @@ struct PersistentTileScheduler {
     int splits = 1;                  // K slices per tile (split-K)
     int k_tiles = 1;                 // k-blocks of the whole K loop
     const int* group_end = nullptr;  // kPacked: [batches] cumulative row ends of the experts
+    // kPacked row segments (gemm::Problem::group_begin): group i = rows [group_begin[i],
+    // group_end[i]) with B matrix i / group_b_div; null: the groups lie back to back.
+    const int* group_begin = nullptr;
+    int group_b_div = 1;
   };
 
   // kPacked: where the walk over the experts stands (one per thread, moves forward only).
@@ -78,7 +82,8 @@ struct PersistentTileScheduler {
   // total_units() is then an upper bound (every expert may end in a partial unit).
   static Params make_params(int m, int n, int k, int swizzle, bool along_n, const int* m_order,
                             int batches = 1, const int* batch_rows = nullptr, int splits = 1,
-                            const int* group_end = nullptr) {
+                            const int* group_end = nullptr, const int* group_begin = nullptr,
+                            int group_b_div = 1) {
     Params p;
     const int tiles_m = (m + kBlockM - 1) / kBlockM;
     const int tiles_n = (n + kBlockN - 1) / kBlockN;
@@ -92,6 +97,8 @@ struct PersistentTileScheduler {
     p.k_tiles = (k + kBlockK - 1) / kBlockK;
     p.splits = splits < 1 ? 1 : (splits > p.k_tiles ? p.k_tiles : splits);
     p.group_end = group_end;
+    p.group_begin = group_begin;
+    p.group_b_div = group_b_div < 1 ? 1 : group_b_div;
     if (kPacked) p.splits = 1;
     return p;
   }
@@ -125,10 +132,14 @@ struct PersistentTileScheduler {
     const int rank_m = static_cast<int>(blockIdx.x) % kClusterM;
     const int rank_n = static_cast<int>(blockIdx.y) % kClusterN;
     if constexpr (kPacked) {
-      // Experts with no rows have no units; the loop passes them by.
+      // Experts with no rows have no units; the loop passes them by. (Row segments: each
+      // group's first row from group_begin, read L2-coherent like group_end: the MoE dispatch
+      // writes both in the kernel before this one.)
       int rows = 0;
       while (cursor.expert < p.batches) {
-        rows = __ldg(p.group_end + cursor.expert) - cursor.row_begin;
+        if (p.group_begin != nullptr) cursor.row_begin = __ldcg(p.group_begin + cursor.expert);
+        rows = __ldcg(p.group_end + cursor.expert) - cursor.row_begin;
+        rows = rows > 0 ? rows : 0;
         const int units = (rows + kUnitRows - 1) / kUnitRows * p.units_n;
         if (unit_index < cursor.first_unit + units) break;
         cursor.first_unit += units;
@@ -139,8 +150,8 @@ struct PersistentTileScheduler {
       int um, un;
       band_coord(p, unit_index - cursor.first_unit, (rows + kUnitRows - 1) / kUnitRows, &um, &un);
       const int m_block = um * kClusterM + rank_m, n_block = un * kClusterN + rank_n;
-      return {m_block, n_block, cursor.expert, unit_index, true, false, 0, 0, p.k_tiles, 0,
-              cursor.row_begin, rows};
+      return {m_block, n_block, cursor.expert / p.group_b_div, unit_index, true, false, 0, 0,
+              p.k_tiles, 0, cursor.row_begin, rows};
     } else {
       const int per_batch = p.units_m * p.units_n;
       if (unit_index >= per_batch * p.batches * p.splits) {

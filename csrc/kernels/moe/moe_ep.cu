@@ -179,7 +179,55 @@ struct DispatchParams {
   int32_t* recv_counts;
   uint4* recv_x;
   uint64_t signature;
+  int phase;           // DispatchArgs::Phase
+  int32_t* segments;   // kLayout: [6 E_local] (DispatchArgs::segments)
 };
+
+constexpr int kPhaseWhole = 0, kPhaseLayout = 1, kPhaseSend = 2;
+
+// The overlapped dispatch's second launch (DispatchArgs::Phase::kSend): this rank's tokens to
+// the other ranks (each token once per destination), the arrival flag, the wait for every rank's.
+// The first launch (kLayout) ran the entry barrier of the same call number and placed every
+// row; the token items need no layout (slot[] comes from the routing).
+__device__ void dispatch_send(const DispatchParams& p, uint64_t e) {
+  __shared__ int32_t s_slot[kTokensPerItem * kMaxRanks];
+  __shared__ int64_t s_item;
+  const GroupDevice& g = p.g;
+  const int me = g.rank, W = g.world;
+  const int64_t total = (p.tokens + kTokensPerItem - 1) / kTokensPerItem;
+  if (blockIdx.x == 0) release_empty(g, total, kArrive, e);
+  for (;;) {
+    const int64_t item = claim_cta(g, kWorkAfter, e, &s_item);
+    if (item >= total) break;
+    const int64_t t0 = item * kTokensPerItem;
+    const int nt = static_cast<int>(min(static_cast<int64_t>(kTokensPerItem), p.tokens - t0));
+    for (int i = threadIdx.x; i < kTokensPerItem * W; i += kThreads) {
+      s_slot[i] = i / W < nt ? __ldg(p.slot + (t0 + i / W) * W + i % W) : -1;
+    }
+    __syncthreads();
+    for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) {
+      uint4 buf[kTokensPerItem];
+#pragma unroll
+      for (int i = 0; i < kTokensPerItem; ++i) {
+        buf[i] = i < nt ? __ldg(p.x + (t0 + i) * p.n16 + v) : make_uint4(0, 0, 0, 0);
+      }
+      for (int d = 0; d < W; ++d) {
+        if (d == me) continue;
+        uint4* area = reinterpret_cast<uint4*>(g.data[d] + p.lay.tokens) +
+                      static_cast<int64_t>(me) * p.max_tokens * p.n16 + v;
+#pragma unroll
+        for (int i = 0; i < kTokensPerItem; ++i) {
+          const int32_t u = s_slot[i * W + d];
+          if (u >= 0) area[static_cast<int64_t>(u) * p.n16] = buf[i];
+        }
+      }
+    }
+    item_done(g, total, kArrive, e);
+  }
+  wait_all_ranks(g, kArrive, e, comm::kOpMoeDispatch, g.timeout_ns);
+  __syncthreads();
+  if (threadIdx.x == 0) comm::op_end(g, e);
+}
 
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) dispatch_kernel(const DispatchParams p) {
   __shared__ int32_t s_keep[kMaxExperts];   // rows of expert g this rank keeps at its owner
@@ -191,6 +239,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) dispatch_kernel(const Di
   const GroupDevice& g = p.g;
   const int me = g.rank, W = g.world, E = p.experts, El = p.e_local;
   const uint64_t e = comm::op_begin(g);
+  if (p.phase == kPhaseSend) {
+    dispatch_send(p, e);
+    return;
+  }
   // The first CTA to run publishes (none waits for a CTA that is not resident).
   const bool publisher = claim_cta(g, kWorkRole, e, &s_item) == 0;
 
@@ -234,8 +286,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) dispatch_kernel(const Di
 
   // 3. Items: token blocks (each token once per destination rank), then choice blocks (routes
   //    and the owners' row maps); the CTA finishing the last one releases the arrival flag.
+  //    The layout launch (kLayout) takes the choice blocks only; its second launch the tokens.
   const int64_t choices = p.tokens * p.k;
-  const int64_t token_items = (p.tokens + kTokensPerItem - 1) / kTokensPerItem;
+  const int64_t token_items =
+      p.phase == kPhaseLayout ? 0 : (p.tokens + kTokensPerItem - 1) / kTokensPerItem;
   const int64_t total = token_items + (choices + kChoicesPerItem - 1) / kChoicesPerItem;
   if (publisher) release_empty(g, total, kArrive, e);
   for (;;) {
@@ -290,11 +344,16 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) dispatch_kernel(const Di
         p.route[i] = code;
       }
     }
+    if (p.phase == kPhaseLayout) {
+      __syncthreads();  // (the item's stores precede the kernel's end; no flag: kSend follows)
+      continue;
+    }
     item_done(g, total, kArrive, e);
   }
 
-  // 4. Receive: every rank's rows, expanded into the expert layout.
-  wait_all_ranks(g, kArrive, e, comm::kOpMoeDispatch, g.timeout_ns);
+  // 4. Receive: every rank's rows, expanded into the expert layout. (kLayout: no wait — its
+  //    counts and segments derive from the count table alone.)
+  if (p.phase != kPhaseLayout) wait_all_ranks(g, kArrive, e, comm::kOpMoeDispatch, g.timeout_ns);
   // Rows of each local expert, and where they start. Packed rows past rows_out (only reachable
   // with an expert id repeated in a token's top-k: W * max_T * min(k, E_local) bounds distinct
   // ids) were dropped by their sources (route -1): the counts leave them out too, so the GEMM
@@ -329,6 +388,28 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) dispatch_kernel(const Di
       p.recv_counts[x] = n;
     }
     for (int x = threadIdx.x; x < El; x += kThreads) p.counts[x] = s_count[x];
+  }
+  if (p.phase == kPhaseLayout) {
+    // The two GEMMs' row segments of each local expert: this rank's own rows (the sources
+    // before it come first in the expert's rows), and the rows from the ranks before / after
+    // it — from recv_counts as just written (this CTA's own stores).
+    if (publisher) {
+      __syncthreads();
+      for (int le = threadIdx.x; le < El; le += kThreads) {
+        int32_t pre = 0;
+        for (int q = 0; q < me; ++q) pre += p.recv_counts[q * El + le];
+        const int32_t base = s_base[le], end = base + s_count[le];
+        const int32_t own_b = min(base + pre, end);
+        const int32_t own_e = min(own_b + p.recv_counts[me * El + le], end);
+        p.segments[le] = own_b;
+        p.segments[El + le] = own_e;
+        p.segments[2 * El + 2 * le] = base;
+        p.segments[2 * El + 2 * le + 1] = own_e;
+        p.segments[4 * El + 2 * le] = own_b;
+        p.segments[4 * El + 2 * le + 1] = end;
+      }
+    }
+    return;  // the call goes on in the kSend launch (same call number, no op_end here)
   }
   const auto* row_map = reinterpret_cast<const int32_t*>(g.data[me] + p.lay.row_map);
   const auto* area = reinterpret_cast<const uint4*>(g.data[me] + p.lay.tokens);
@@ -708,10 +789,19 @@ cudaError_t dispatch(const DispatchArgs& a, const char** reason) {
   p.recv_counts = a.recv_counts;
   p.recv_x = static_cast<uint4*>(a.recv_x);
   p.signature = a.signature;
+  p.phase = static_cast<int>(a.phase);
+  p.segments = a.segments;
+  if (a.phase != DispatchArgs::Phase::kWhole &&
+      (a.capacity != 0 || a.recv_x != nullptr ||
+       (a.phase == DispatchArgs::Phase::kLayout && a.segments == nullptr))) {
+    if (reason) *reason = "the two-launch dispatch runs at capacity 0 without recv_x (segments set)";
+    return cudaErrorInvalidValue;
+  }
   const void* kernel = reinterpret_cast<const void*>(&dispatch_kernel);
   int ctas = 0;
   cudaError_t err = resident_ctas(kernel, &ctas);
   if (err != cudaSuccess) return err;
+  if (a.max_ctas > 0) ctas = std::min(ctas, a.max_ctas);
   void* args[] = {&p};
   return cudaLaunchKernel(kernel, dim3(std::max(ctas, 1)), dim3(kThreads), args, 0, a.stream);
 }
