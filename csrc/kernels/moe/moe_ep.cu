@@ -291,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) dispatch_kernel(const Di
   const int64_t token_items =
       p.phase == kPhaseLayout ? 0 : (p.tokens + kTokensPerItem - 1) / kTokensPerItem;
   const int64_t total = token_items + (choices + kChoicesPerItem - 1) / kChoicesPerItem;
-  if (publisher) release_empty(g, total, kArrive, e);
+  if (publisher && p.phase != kPhaseLayout) release_empty(g, total, kArrive, e);
   for (;;) {
     const int64_t item = claim_cta(g, kWorkSend, e, &s_item);
     if (item >= total) break;
@@ -641,7 +641,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) scatter_kernel(const Com
   __syncthreads();
   const int64_t choices = p.tokens * p.k;
   const int64_t total = (choices + kRowsPerItem - 1) / kRowsPerItem;
-  if (publisher) release_empty(g, total, kArrive, e);
+  if (publisher && p.phase != kPhaseLayout) release_empty(g, total, kArrive, e);
   for (;;) {
     const int64_t item = claim_cta(g, kWorkSend, e, &s_item);
     if (item >= total) break;
