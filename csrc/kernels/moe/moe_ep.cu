@@ -641,7 +641,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) scatter_kernel(const Com
   __syncthreads();
   const int64_t choices = p.tokens * p.k;
   const int64_t total = (choices + kRowsPerItem - 1) / kRowsPerItem;
-  if (publisher && p.phase != kPhaseLayout) release_empty(g, total, kArrive, e);
+  if (publisher) release_empty(g, total, kArrive, e);
   for (;;) {
     const int64_t item = claim_cta(g, kWorkSend, e, &s_item);
     if (item >= total) break;
