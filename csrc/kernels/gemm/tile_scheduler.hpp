@@ -133,12 +133,12 @@ struct PersistentTileScheduler {
     const int rank_n = static_cast<int>(blockIdx.y) % kClusterN;
     if constexpr (kPacked) {
       // Experts with no rows have no units; the loop passes them by. (Row segments: each
-      // group's first row from group_begin, read L2-coherent like group_end: the MoE dispatch
-      // writes both in the kernel before this one.)
+      // group's first row from group_begin; the MoE dispatch writes both arrays in a kernel
+      // that completes before this one starts, on the same stream.)
       int rows = 0;
       while (cursor.expert < p.batches) {
-        if (p.group_begin != nullptr) cursor.row_begin = __ldcg(p.group_begin + cursor.expert);
-        rows = __ldcg(p.group_end + cursor.expert) - cursor.row_begin;
+        if (p.group_begin != nullptr) cursor.row_begin = __ldg(p.group_begin + cursor.expert);
+        rows = __ldg(p.group_end + cursor.expert) - cursor.row_begin;
         rows = rows > 0 ? rows : 0;
         const int units = (rows + kUnitRows - 1) / kUnitRows * p.units_n;
         if (unit_index < cursor.first_unit + units) break;
