@@ -33,14 +33,19 @@ SHAPES = {  # name: (b, s_local, h, h_kv), d = 128, W = 2 (bench_ring_attention.
     "s12k": (4, 12288, 16, 16),
 }
 HOOKED = {  # the ring's knobs, read per call (csrc/ring_attention.cpp)
-    "ring_default": {},  # the forwarding policy's kernel (variant 137), claimed tiles, flag skip
-    "ring_flagwait": {"MKERNEL_RING_SEND": "kernel"},  # the KV-wait policy (variant 9), claimed
+    # the forwarding policy's kernel (variant 137), claimed tiles, flag skip, and (session 25) the
+    # flag cache across tiles and the late claim
+    "ring_default": {},
+    "ring_nocache": {"MKERNEL_RING_FLAG_CACHE": "0"},
+    "ring_early_claim": {"MKERNEL_RING_LATE_CLAIM": "0"},
+    "ring_s24": {"MKERNEL_RING_FLAG_CACHE": "0", "MKERNEL_RING_LATE_CLAIM": "0"},  # session 24's default
     "ring_static": {"MKERNEL_RING_TILES": "static"},
+    "ring_flagwait": {"MKERNEL_RING_SEND": "kernel"},  # the KV-wait policy (variant 9), claimed
     "ring_flagwait_static": {"MKERNEL_RING_SEND": "kernel", "MKERNEL_RING_TILES": "static"},
-    "ring_noskip": {"MKERNEL_RING_FLAG_SKIP": "0"},
+    "ring_noskip": {"MKERNEL_RING_FLAG_SKIP": "0", "MKERNEL_RING_FLAG_CACHE": "0"},
 }
-PLAIN_NONCAUSAL = [0, 9, 137, 649, 136, 2184, 6280, 166024, 1738888]
-PLAIN_CAUSAL = [0, 9, 137, 649, 136, 4105, 6280]
+PLAIN_NONCAUSAL = [0, 9, 649, 2184]
+PLAIN_CAUSAL = [0, 9, 649]
 
 
 def main() -> None:

@@ -305,6 +305,26 @@ bool ring_flag_skip() {
   return value == nullptr || std::strcmp(value, "0") != 0;
 }
 
+// The ring's KV-wait options of the hooked engine (every launch: whole mode, its ceiling, the
+// per-step ring; ranks may differ, the same data loaded either way):
+//  - split_masked, skip_seen_flags: above;
+//  - remember_flags (MKERNEL_RING_FLAG_CACHE=0 turns it off): the load lane acquires each flag
+//    once per launch instead of once per tile (attention_hooks.cuh SeenFlags). Session 25
+//    (ring_hooked_gap.py, one H200, no communication): the 32 acquires per tile left by the skip
+//    cost 4-12 % of the hooked launch, as the 32 the skip removed had;
+//  - late_claim (MKERNEL_RING_LATE_CLAIM=0 turns it off): with claimed tiles a CTA claims its
+//    next tile once its load lane issued the current tile's last load, as the plain engine's
+//    claimed variants do; claimed at the current tile's start, the whole mode's causal launch
+//    ran 3-7 % behind its static order on a whole GPU (session 25, same script).
+void set_ring_wait_options(attention::HookArgs& hooks) {
+  hooks.split_masked = ring_split_masked();
+  hooks.skip_seen_flags = ring_flag_skip();
+  const char* cache = env::get("MKERNEL_RING_FLAG_CACHE");
+  hooks.remember_flags = cache == nullptr || std::strcmp(cache, "0") != 0;
+  const char* late = env::get("MKERNEL_RING_LATE_CLAIM");
+  hooks.late_claim = late == nullptr || std::strcmp(late, "0") != 0;
+}
+
 // On by default since s11run2 (ring13; MKERNEL_RING_FUSED_NODES=0 pins the all-gather path;
 // every rank the same value): a group spanning several nodes runs the whole-sequence mode (one
 // hooked engine launch consuming each KV chunk on arrival) with the across-nodes send kernel
@@ -734,8 +754,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
     if (hooks.peer == rank) hooks.peer = (rank + world - 1) % world;
     hooks.timeout_s = 2.0 * hooks.timeout_s + 2.0;
   }
-  hooks.split_masked = ring_split_masked();
-  hooks.skip_seen_flags = ring_flag_skip();
+  set_ring_wait_options(hooks);
   const int next = (rank + 1) % world;
   // The claim counters, [0] forwarding items, [1] work tiles (zeroed on the caller's stream,
   // before the engine; the caching allocator keeps them until the engine is done with them, in
@@ -819,8 +838,7 @@ std::tuple<at::Tensor, at::Tensor> compute_alone_cuda(const at::Tensor& q, const
   hooks.kv_ready_value = 0;  // released: every flag >= 0
   hooks.timeout_s = 10.0;
   hooks.rank = r;
-  hooks.split_masked = ring_split_masked();
-  hooks.skip_seen_flags = ring_flag_skip();
+  set_ring_wait_options(hooks);
   if (whole_claims_tiles()) hooks.tile_counter = reinterpret_cast<int*>(words);
   if (how.in_engine && world >= 2) {  // the forwarding policy's kernel with nothing to forward
     hooks.fwd_counter = reinterpret_cast<int*>(words + 1);
@@ -998,8 +1016,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
       hooks.rank = rank;
       hooks.group = view.group_id;
       hooks.peer = (rank + world - 1) % world;  // the shard arrives from rank r - 1
-      hooks.split_masked = ring_split_masked();
-      hooks.skip_seen_flags = ring_flag_skip();
+      set_ring_wait_options(hooks);
     }
     const attention::HookArgs* hp = j > 0 ? &hooks : nullptr;
     const StepCall sc = step_call(q, k, rank, world, j, causal, kj, vj, part, lse_part);

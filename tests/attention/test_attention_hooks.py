@@ -5,6 +5,8 @@ every SM, so no kernel could release them)."""
 
 from __future__ import annotations
 
+import os
+
 import time
 
 import pytest
@@ -71,8 +73,12 @@ def test_split_hooked_kernel_gives_the_plain_result(monkeypatch) -> None:
     assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
 
 
+@pytest.mark.parametrize("flag_cache", ["0", "1"])
 @isolated(timeout_s=60.0)  # gated on flags: a release that never comes ends in a trap
-def test_kernel_waits_for_late_flags() -> None:
+def test_kernel_waits_for_late_flags(flag_cache: str) -> None:
+    # flag_cache "1": the load lane remembers acquired flags across tiles (HookArgs::
+    # remember_flags) and still waits for each one the first time.
+    os.environ["MKERNEL_RING_FLAG_CACHE"] = flag_cache
     q, k, v = _inputs(1, 1000, 1000, 4, 4, 128, 2)
     flags = torch.zeros(4 * 2, dtype=torch.int64, device="cuda")  # 8 blocks, 4 per flag
     release = torch.full_like(flags, 7, device="cpu").pin_memory()

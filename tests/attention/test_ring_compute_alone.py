@@ -8,8 +8,8 @@ standard bottom-right causal mask), its rows picked at the rank's zigzag positio
 op's ring order and zigzag positions are tested, not assumed. The CPU tests run the op's fp32
 reference kernel; the CUDA tests the whole-sequence mode's own engine launch (both hook
 policies: bf16 d=128 runs the forwarding policy's kernel with nothing to forward, fp16 the
-KV-wait kernel), outputs poisoned first, and ring12's opt-in MKERNEL_RING_FLAG_SKIP=1 (one flag
-acquire per tile and flag) bit for bit equal to the default.
+KV-wait kernel), outputs poisoned first, and the KV-wait options (the flag skip, the flag cache
+across tiles, the late claim, the static order) bit for bit equal to the default.
 """
 
 from __future__ import annotations
@@ -102,6 +102,14 @@ def test_cuda_matches_the_whole_sequence(world, causal, dtype, h_kv, s, monkeypa
         out2, lse2 = getattr(torch.ops.mkernel, OP)(qs, k_ring, v_ring, r, world, causal)
         monkeypatch.delenv("MKERNEL_RING_FLAG_SKIP")
         assert torch.equal(out, out2) and torch.equal(lse, lse2)
+        # Session 25's defaults off one by one (the flag cache across tiles, the late claim) and
+        # the static order: the same tiles' arithmetic, the same bits.
+        for knob, value in [("MKERNEL_RING_FLAG_CACHE", "0"), ("MKERNEL_RING_LATE_CLAIM", "0"),
+                            ("MKERNEL_RING_TILES", "static")]:
+            monkeypatch.setenv(knob, value)
+            out3, lse3 = getattr(torch.ops.mkernel, OP)(qs, k_ring, v_ring, r, world, causal)
+            monkeypatch.delenv(knob)
+            assert torch.equal(out, out3) and torch.equal(lse, lse3), knob
 
 
 @needs_gpu
@@ -118,5 +126,13 @@ def test_hooked_flag_skip_is_bit_for_bit(causal, monkeypatch):
     monkeypatch.setenv("MKERNEL_RING_FLAG_SKIP", "1")
     out2, lse2 = torch.ops.mkernel.attention_hooked(q, k, v, flags, 5, 3, causal)
     assert torch.equal(out, out2) and torch.equal(lse, lse2)
+    # ... and with the flags remembered across tiles (8 query heads over 2 flag rows per batch:
+    # tiles revisit rows), alone and with the skip.
+    monkeypatch.setenv("MKERNEL_RING_FLAG_CACHE", "1")
+    out3, lse3 = torch.ops.mkernel.attention_hooked(q, k, v, flags, 5, 3, causal)
+    monkeypatch.setenv("MKERNEL_RING_FLAG_SKIP", "0")
+    out4, lse4 = torch.ops.mkernel.attention_hooked(q, k, v, flags, 5, 3, causal)
+    assert torch.equal(out, out3) and torch.equal(lse, lse3)
+    assert torch.equal(out, out4) and torch.equal(lse, lse4)
     ref, _ = attention_ref(q, k, v, causal)
     assert ((out2.double() - ref).norm() / ref.norm()).item() < 1e-2

@@ -89,7 +89,11 @@ def test_ring_attention_across_emulated_nodes(mps, world):
                           # path (one KV-flag acquire per key block in the load lane; engine
                           # forwarding, case 5 with 2 blocks per flag, the KV-wait kernel of
                           # fp16 case 6), and the compute-alone op with it
-                          ("MKERNEL_RING_FLAG_SKIP=0", "0,5,6", "matrix,graph,alone")])
+                          ("MKERNEL_RING_FLAG_SKIP=0", "0,5,6", "matrix,graph,alone"),
+                          # session 25's defaults off: the flags acquired once per tile, not
+                          # once per launch, and the claim at the tile's start
+                          ("MKERNEL_RING_FLAG_CACHE=0 MKERNEL_RING_LATE_CLAIM=0", "0,5,6",
+                           "matrix,graph")])
 def test_ring_attention_pinned_paths(mps, knob, ring_cases, suite):
     """Whole-sequence shapes (non-causal, causal zigzag MQA) through the paths the benchmark
     times beside the default (the K/V forwarded inside the engine, tiles claimed): the

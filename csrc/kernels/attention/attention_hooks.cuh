@@ -13,6 +13,18 @@
 
 namespace mkernel::attention {
 
+// The KV flags the producer's load lane has acquired so far in this launch, for one flag row
+// (batch * flag_batch_stride + head_kv * flag_head_stride): in shared memory (the producer
+// warpgroup runs on 24 registers), written and read by that lane only. Flags only move up
+// within a launch, and an acquire + proxy fence by this lane orders every later TMA load it
+// issues, so a flag seen once needs no second acquire in any later tile of the same row
+// (KvFlagHooks::Params::remember).
+struct SeenFlags {
+  static constexpr int kFlags = 128;  // flags per row remembered (ring attention: W * chunks)
+  int row;                            // -1: none yet
+  uint32_t bits[kFlags / 32];
+};
+
 struct NoHooks {
   struct Params {};
   static constexpr bool kWaitsForKV = false;
@@ -20,14 +32,14 @@ struct NoHooks {
   static constexpr bool kForwardsKV = false;  // no forwarding role (kv_forward_hooks.cuh)
   static constexpr int kForwardSmemBytes = 0;
   static constexpr bool kClaimsTiles = false;  // the static tile order only (tile_handoff.cuh)
-  static constexpr bool kLateClaim = false;
-  CUTLASS_DEVICE static int wait_kv(Params const&, int, int, int) { return 0; }
+  CUTLASS_DEVICE static bool late_claim(Params const&) { return false; }
+  CUTLASS_DEVICE static int wait_kv(Params const&, SeenFlags*, int, int, int) { return 0; }
 };
 
 // The plain kernel with claimed tiles (variant bit 12, attn12; attention_api.h kClaimTilesBit):
 // no KV wait, the CTAs claim work tiles from a per-call counter (tile_handoff.cuh) in the
 // scheduler's linear order (causal: longest first), and each CTA claims its next tile only once
-// its load lane has issued the current tile's last K/V load (kLateClaim), i.e. a few KV blocks
+// its load lane has issued the current tile's last K/V load (late_claim), i.e. a few KV blocks
 // before its consumers finish that tile — FA3's dynamic scheduler. Why: causal tiles differ up to
 // S/128-fold, and the static list (CTA c runs c, c + G, ...) over L2 sections left the busiest CTA
 // with 1.6% / 2.4% more work than the mean at S = 8192 / 16384 (b*S = 16k, 32 heads; a
@@ -44,8 +56,8 @@ struct ClaimTilesHooks {
   static constexpr bool kForwardsKV = false;
   static constexpr int kForwardSmemBytes = 0;
   static constexpr bool kClaimsTiles = true;
-  static constexpr bool kLateClaim = true;
-  CUTLASS_DEVICE static int wait_kv(Params const&, int, int, int) { return 0; }
+  CUTLASS_DEVICE static bool late_claim(Params const&) { return true; }
+  CUTLASS_DEVICE static int wait_kv(Params const&, SeenFlags*, int, int, int) { return 0; }
 };
 
 struct KvFlagHooks {
@@ -66,24 +78,45 @@ struct KvFlagHooks {
     // Nonzero: the load lane skips the wait for a block whose flag it already acquired in the
     // same tile (HookArgs::skip_seen_flags; wait_kv's return value).
     int skip_seen = 0;
+    // Nonzero: ... or in an earlier tile of this launch (SeenFlags; HookArgs::remember_flags).
+    int remember = 0;
+    // Nonzero (with tile_counter): the load lane frees the handoff slot only once it has issued
+    // the tile's last load (ClaimTilesHooks' late claim; HookArgs::late_claim).
+    int late_claim = 0;
   };
   static constexpr bool kWaitsForKV = true;
   static constexpr bool kZigzag = true;  // ring attention: the zigzag ring mode is built in
   static constexpr bool kForwardsKV = false;
   static constexpr int kForwardSmemBytes = 0;
   static constexpr bool kClaimsTiles = true;  // when Params::tile_counter is set
-  static constexpr bool kLateClaim = false;   // claims when the previous tile starts (ClaimTilesHooks)
+  // Late (ClaimTilesHooks) or when the previous tile starts (the hooked kernels' first handoff).
+  CUTLASS_DEVICE static bool late_claim(Params const& p) { return p.late_claim != 0; }
 
   // Called by the producer's issuing lane before the loads of KV block n_block: for every block
   // (a seen flag costs one system-scope acquire load, its CCTL and a proxy fence), or with
-  // skip_seen only for the first block of each flag in a tile's walk (mainloop load()).
-  // Returns the lowest key block the caller may load without another wait: with skip_seen the
-  // first block of n_block's flag (a tile's walk goes down, so the blocks it loads after n_block
-  // down to that one were released with the same flag), else none (INT_MAX).
-  CUTLASS_DEVICE static int wait_kv(Params const& p, int batch, int head_kv, int n_block) {
+  // skip_seen only for the first block of each flag in a tile's walk (mainloop load()); with
+  // remember, a flag this lane acquired in an earlier tile costs a shared-memory bit test
+  // (session 25: the 32 acquires per tile left by skip_seen cost the ring's hooked kernel about
+  // what the 32 it removed did, 4-12 %). Returns the lowest key block the caller may load
+  // without another wait: with skip_seen the first block of n_block's flag (a tile's walk goes
+  // down, so the blocks it loads after n_block down to that one were released with the same
+  // flag), else none (INT_MAX).
+  CUTLASS_DEVICE static int wait_kv(Params const& p, SeenFlags* seen, int batch, int head_kv,
+                                    int n_block) {
     if (p.kv_ready == nullptr) return 0;
+    // Only flag stays live across the wait below (the load lane has 24 registers; the params
+    // are reloaded from the constant bank).
     const int flag = n_block / p.blocks_per_flag;
-    const int slot = batch * p.flag_batch_stride + head_kv * p.flag_head_stride + flag;
+    const int row = batch * p.flag_batch_stride + head_kv * p.flag_head_stride;
+    if (p.remember != 0 && flag < SeenFlags::kFlags) {
+      if (seen->row != row) {
+        seen->row = row;
+        for (int i = 0; i < SeenFlags::kFlags / 32; ++i) seen->bits[i] = 0;
+      }
+      if (((seen->bits[flag >> 5] >> (flag & 31)) & 1u) != 0)
+        return p.skip_seen != 0 ? flag * p.blocks_per_flag : 0x7fffffff;
+    }
+    const int slot = row + flag;
     uint64_t expected = p.kv_ready_value;
     // The counter only changes between launches (ring attention: the group's op epoch).
     if (p.kv_ready_epoch != nullptr) expected += p.kv_ready_epoch_scale * __ldg(p.kv_ready_epoch);
@@ -94,6 +127,7 @@ struct KvFlagHooks {
     site.index = slot;
     comm::wait_geq(p.kv_ready + slot, expected, p.timeout_ns, p.diag, p.group, p.rank, site);
     comm::fence_proxy_async_global();  // the TMA loads that follow must see the block
+    if (p.remember != 0 && flag < SeenFlags::kFlags) seen->bits[flag >> 5] |= 1u << (flag & 31);
     return p.skip_seen != 0 ? flag * p.blocks_per_flag : 0x7fffffff;
   }
 };

@@ -66,10 +66,14 @@ class AttentionFwdSm90 {
   // A policy that may claim tiles (tile_handoff.cuh) takes the handoff ring after that.
   using Handoff = TileHandoff<kNumMmaThreads / cutlass::NumThreadsPerWarp>;
   static constexpr int kHandoffOffset = kForwardSmemOffset + Hooks::kForwardSmemBytes;
-  static constexpr int kSmemBytes =
+  static constexpr int kHandoffEnd =
       Hooks::kClaimsTiles ? kHandoffOffset + static_cast<int>(sizeof(Handoff))
                           : (Hooks::kForwardsKV ? kForwardSmemOffset + Hooks::kForwardSmemBytes
                                                 : static_cast<int>(sizeof(SharedStorage)));
+  // A policy that waits for KV flags: the load lane's SeenFlags (8-byte aligned) last.
+  static constexpr int kSeenOffset = (kHandoffEnd + 7) / 8 * 8;
+  static constexpr int kSmemBytes =
+      Hooks::kWaitsForKV ? kSeenOffset + static_cast<int>(sizeof(SeenFlags)) : kHandoffEnd;
   static_assert(kSmemBytes <= 227 * 1024, "shared storage exceeds the sm90 opt-in limit");
   static_assert(!Traits::kOInV || Mainloop::kVStageElems >= Epilogue::kOElems,
                 "O in a V stage (variant bit 7): a V stage must hold the O tile");
@@ -209,7 +213,7 @@ class AttentionFwdSm90 {
         if (claimed && producer_role == ProducerWarpRole::Idle2) {
           if (lane_idx == 0) {
             for (uint32_t k = 0;; ++k) {
-              // Every taker has handoff k - 1: the CTA is on its tile (with Hooks::kLateClaim
+              // Every taker has handoff k - 1: the CTA is on its tile (with Hooks::late_claim
               // the load lane has also issued that tile's last load).
               handoff->wait_free(k);
               const int t = claim_tile(params);
@@ -229,10 +233,14 @@ class AttentionFwdSm90 {
       auto q_write = cutlass::make_producer_start_state<PipelineQ>();
       auto kv_write = Mainloop::producer_start_kv();
       if (lane_idx == 0) {
+        SeenFlags* seen = reinterpret_cast<SeenFlags*>(smem_buf + kSeenOffset);
+        if constexpr (Hooks::kWaitsForKV) seen->row = -1;
         int t = first_tile();
         for (uint32_t k = 0;; ++k, t += tile_stride()) {
           if constexpr (Hooks::kClaimsTiles) {
-            if (claimed) t = Hooks::kLateClaim ? handoff->peek_lane(k) : handoff->take_lane(k);
+            if (claimed) {
+              t = Hooks::late_claim(params.hooks) ? handoff->peek_lane(k) : handoff->take_lane(k);
+            }
           }
           const WorkTile work = get_tile(params.scheduler, t);
           if (!work.valid) break;
@@ -241,15 +249,15 @@ class AttentionFwdSm90 {
             const WorkTile next = get_tile(params.scheduler, t + tile_stride());
             mainloop.template load<Hooks>(params.mainloop, params.hooks, pipeline_q, pipeline_k,
                                           pipeline_v, q_write, kv_write, shared.tensors.mainloop,
-                                          work, next);
+                                          work, seen, next);
           } else {
             mainloop.template load<Hooks>(params.mainloop, params.hooks, pipeline_q, pipeline_k,
                                           pipeline_v, q_write, kv_write, shared.tensors.mainloop,
-                                          work);
+                                          work, seen);
           }
           // Late claim: this tile's loads are issued, so the next tile may be claimed now.
-          if constexpr (Hooks::kClaimsTiles && Hooks::kLateClaim) {
-            if (claimed) handoff->release_lane(k);
+          if constexpr (Hooks::kClaimsTiles) {
+            if (claimed && Hooks::late_claim(params.hooks)) handoff->release_lane(k);
           }
         }
         // Keep the CTA alive until the consumers released every stage this warp filled.

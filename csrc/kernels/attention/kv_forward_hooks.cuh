@@ -55,12 +55,13 @@ struct KvForwardHooks {
   static constexpr bool kZigzag = true;
   static constexpr bool kForwardsKV = true;
   static constexpr bool kClaimsTiles = true;  // when Params::tile_counter is set
-  static constexpr bool kLateClaim = false;
+  CUTLASS_DEVICE static bool late_claim(Params const& p) { return KvFlagHooks::late_claim(p); }
   // Dynamic shared memory past the kernel's SharedStorage: staging buffers, then mbarriers.
   static constexpr int kForwardSmemBytes = kFwdStages * kFwdPiece + kFwdStages * 8;
 
-  CUTLASS_DEVICE static int wait_kv(Params const& p, int batch, int head_kv, int n_block) {
-    return KvFlagHooks::wait_kv(p, batch, head_kv, n_block);
+  CUTLASS_DEVICE static int wait_kv(Params const& p, SeenFlags* seen, int batch, int head_kv,
+                                    int n_block) {
+    return KvFlagHooks::wait_kv(p, seen, batch, head_kv, n_block);
   }
 
   CUTLASS_DEVICE static uint32_t piece_bytes(uint32_t n, uint32_t k) {

@@ -11,6 +11,7 @@
 // have kStages-stage pipelines each, which advance together (one PipelineState).
 #pragma once
 
+#include "attention_hooks.cuh"
 #include "attention_traits.hpp"
 #include "cute/tensor.hpp"
 #include "cutlass/arch/barrier.h"
@@ -338,7 +339,8 @@ struct MainloopFwdSm90 {
   CUTLASS_DEVICE void load(Params const& p, typename Hooks::Params const& hooks,
                            PipelineQ& pipeline_q, PipelineK& pipeline_k, PipelineV& pipeline_v,
                            StateQ& q_write, StateKV& kv_write, TensorStorage& smem,
-                           WorkTile const& work, WorkTile const& next = WorkTile{0, 0, 0, false}) {
+                           WorkTile const& work, SeenFlags* seen,
+                           WorkTile const& next = WorkTile{0, 0, 0, false}) {
     using namespace cute;
     constexpr bool kZZ = Hooks::kZigzag;
     int n_min, n_max;
@@ -390,7 +392,7 @@ struct MainloopFwdSm90 {
     for (int n = prev_block<kZZ>(p, work.m_block, n_max, n_min); n >= n_min;
          n = prev_block<kZZ>(p, work.m_block, n, n_min)) {
       if constexpr (Hooks::kWaitsForKV) {
-        if (n < seen_lo) seen_lo = Hooks::wait_kv(hooks, work.batch, head_kv, n);
+        if (n < seen_lo) seen_lo = Hooks::wait_kv(hooks, seen, work.batch, head_kv, n);
       }
       StateK& k_write = k_state(kv_write);
       StateV& v_write = v_state(kv_write);

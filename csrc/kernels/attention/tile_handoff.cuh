@@ -80,7 +80,7 @@ struct TileHandoff {
     cutlass::arch::ClusterBarrier::arrive(&empty[s]);
     return t;
   }
-  // The load lane with a late claim (ClaimTilesHooks::kLateClaim): take_lane in two parts. It
+  // The load lane with a late claim (ClaimTilesHooks::late_claim): take_lane in two parts. It
   // reads handoff k (peek_lane) and frees the slot only once it has issued tile k's last load
   // (release_lane), so the claim of tile k + 1 waits for that point instead of for tile k's
   // start: a CTA claims its next tile a few KV blocks before its consumers finish the current
