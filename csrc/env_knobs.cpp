@@ -197,6 +197,8 @@ constexpr Knob kKnobs[] = {
      "the whole mode's engine grid"},
     {"MKERNEL_RING_LATE_CLAIM", kDebug, "0|1", "1",
      "claimed tiles: a CTA claims its next tile after its last load of the current one"},
+    {"MKERNEL_RING_MEASURE_NO_WAIT", kDebug, "1", "off",
+     "the compute-alone ceiling's hooked launch skips its KV waits (measurement)"},
     {"MKERNEL_RING_MODE", kDebug, "step", "the whole-sequence mode where it fits",
      "step pins the per-step ring"},
     {"MKERNEL_RING_PHASES", kDebug, "path", "off",

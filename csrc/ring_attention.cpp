@@ -836,6 +836,10 @@ std::tuple<at::Tensor, at::Tensor> compute_alone_cuda(const at::Tensor& q, const
   hooks.kv_ready = reinterpret_cast<const uint64_t*>(words + 2);
   set_whole_flags(hooks, *geo, world, q);
   hooks.kv_ready_value = 0;  // released: every flag >= 0
+  // Measurement (ring_hooked_gap.py): the same kernel with its KV waits skipped (safe here only:
+  // every flag is released before the launch).
+  const char* no_wait = env::get("MKERNEL_RING_MEASURE_NO_WAIT");
+  hooks.measure_no_wait = no_wait != nullptr && std::strcmp(no_wait, "1") == 0;
   hooks.timeout_s = 10.0;
   hooks.rank = r;
   set_ring_wait_options(hooks);

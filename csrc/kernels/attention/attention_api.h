@@ -236,13 +236,17 @@ struct HookArgs {
   // loads of the same data. The ring turns it on by default (MKERNEL_RING_FLAG_SKIP=0: off).
   bool skip_seen_flags = false;
   // ... and not again in any later tile of the launch: the load lane remembers the flags it
-  // acquired (up to 128 per flag row, in shared memory; attention_hooks.cuh SeenFlags). The ring
+  // acquired (flag slots below 512, in shared memory; attention_hooks.cuh SeenFlags). The ring
   // turns it on by default (MKERNEL_RING_FLAG_CACHE=0: off).
   bool remember_flags = false;
   // With tile_counter: each CTA claims its next tile only once its load lane has issued the
   // current tile's last load (the plain kernels' claimed variants do so), not when the consumers
   // start the current tile. The ring turns it on by default (MKERNEL_RING_LATE_CLAIM=0: off).
   bool late_claim = false;
+  // Measurement only, for launches whose flags are all released before the launch (the ring's
+  // compute-alone ceiling under MKERNEL_RING_MEASURE_NO_WAIT=1): the hooked kernel with its KV
+  // waits skipped, to tell their cost from the rest of the hooked kernel's.
+  bool measure_no_wait = false;
 };
 
 // The default kernel's tile for a problem (block_n: for HookArgs::blocks_per_flag).

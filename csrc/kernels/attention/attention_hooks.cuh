@@ -13,16 +13,19 @@
 
 namespace mkernel::attention {
 
-// The KV flags the producer's load lane has acquired so far in this launch, for one flag row
-// (batch * flag_batch_stride + head_kv * flag_head_stride): in shared memory (the producer
-// warpgroup runs on 24 registers), written and read by that lane only. Flags only move up
-// within a launch, and an acquire + proxy fence by this lane orders every later TMA load it
-// issues, so a flag seen once needs no second acquire in any later tile of the same row
-// (KvFlagHooks::Params::remember).
+// The KV flags the producer's load lane has acquired so far in this launch, one bit per flag
+// slot (batch * flag_batch_stride + head_kv * flag_head_stride + flag) below kSlots: in shared
+// memory (the producer warpgroup runs on 24 registers), written and read by that lane only.
+// Flags only move up within a launch, and an acquire + proxy fence by this lane orders every
+// later TMA load it issues, so a flag seen once needs no second acquire in any later tile
+// (KvFlagHooks::Params::remember). Ring attention's whole mode has batch * W * chunks flags
+// (<= 16 chunks per shard): every slot up to b * W = 32.
 struct SeenFlags {
-  static constexpr int kFlags = 128;  // flags per row remembered (ring attention: W * chunks)
-  int row;                            // -1: none yet
-  uint32_t bits[kFlags / 32];
+  static constexpr int kSlots = 512;
+  uint32_t bits[kSlots / 32];
+  CUTLASS_DEVICE void clear() {
+    for (int i = 0; i < kSlots / 32; ++i) bits[i] = 0;
+  }
 };
 
 struct NoHooks {
@@ -83,6 +86,8 @@ struct KvFlagHooks {
     // Nonzero (with tile_counter): the load lane frees the handoff slot only once it has issued
     // the tile's last load (ClaimTilesHooks' late claim; HookArgs::late_claim).
     int late_claim = 0;
+    // Nonzero: no wait at all (HookArgs::measure_no_wait; flags released before the launch).
+    int no_wait = 0;
   };
   static constexpr bool kWaitsForKV = true;
   static constexpr bool kZigzag = true;  // ring attention: the zigzag ring mode is built in
@@ -95,28 +100,20 @@ struct KvFlagHooks {
   // Called by the producer's issuing lane before the loads of KV block n_block: for every block
   // (a seen flag costs one system-scope acquire load, its CCTL and a proxy fence), or with
   // skip_seen only for the first block of each flag in a tile's walk (mainloop load()); with
-  // remember, a flag this lane acquired in an earlier tile costs a shared-memory bit test
-  // (session 25: the 32 acquires per tile left by skip_seen cost the ring's hooked kernel about
-  // what the 32 it removed did, 4-12 %). Returns the lowest key block the caller may load
+  // remember, a flag this lane acquired in an earlier tile costs a shared-memory bit test. Returns the lowest key block the caller may load
   // without another wait: with skip_seen the first block of n_block's flag (a tile's walk goes
   // down, so the blocks it loads after n_block down to that one were released with the same
   // flag), else none (INT_MAX).
   CUTLASS_DEVICE static int wait_kv(Params const& p, SeenFlags* seen, int batch, int head_kv,
                                     int n_block) {
-    if (p.kv_ready == nullptr) return 0;
-    // Only flag stays live across the wait below (the load lane has 24 registers; the params
-    // are reloaded from the constant bank).
+    if (p.kv_ready == nullptr || p.no_wait != 0) return 0;
+    // Only flag and slot stay live across the wait below (the load lane has 24 registers; the
+    // params are reloaded from the constant bank).
     const int flag = n_block / p.blocks_per_flag;
-    const int row = batch * p.flag_batch_stride + head_kv * p.flag_head_stride;
-    if (p.remember != 0 && flag < SeenFlags::kFlags) {
-      if (seen->row != row) {
-        seen->row = row;
-        for (int i = 0; i < SeenFlags::kFlags / 32; ++i) seen->bits[i] = 0;
-      }
-      if (((seen->bits[flag >> 5] >> (flag & 31)) & 1u) != 0)
-        return p.skip_seen != 0 ? flag * p.blocks_per_flag : 0x7fffffff;
-    }
-    const int slot = row + flag;
+    const int slot = batch * p.flag_batch_stride + head_kv * p.flag_head_stride + flag;
+    if (p.remember != 0 && slot < SeenFlags::kSlots &&
+        ((seen->bits[slot >> 5] >> (slot & 31)) & 1u) != 0)
+      return p.skip_seen != 0 ? flag * p.blocks_per_flag : 0x7fffffff;
     uint64_t expected = p.kv_ready_value;
     // The counter only changes between launches (ring attention: the group's op epoch).
     if (p.kv_ready_epoch != nullptr) expected += p.kv_ready_epoch_scale * __ldg(p.kv_ready_epoch);
@@ -127,7 +124,7 @@ struct KvFlagHooks {
     site.index = slot;
     comm::wait_geq(p.kv_ready + slot, expected, p.timeout_ns, p.diag, p.group, p.rank, site);
     comm::fence_proxy_async_global();  // the TMA loads that follow must see the block
-    if (p.remember != 0 && flag < SeenFlags::kFlags) seen->bits[flag >> 5] |= 1u << (flag & 31);
+    if (p.remember != 0 && slot < SeenFlags::kSlots) seen->bits[slot >> 5] |= 1u << (slot & 31);
     return p.skip_seen != 0 ? flag * p.blocks_per_flag : 0x7fffffff;
   }
 };

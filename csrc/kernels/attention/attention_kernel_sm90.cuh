@@ -234,7 +234,7 @@ class AttentionFwdSm90 {
       auto kv_write = Mainloop::producer_start_kv();
       if (lane_idx == 0) {
         SeenFlags* seen = reinterpret_cast<SeenFlags*>(smem_buf + kSeenOffset);
-        if constexpr (Hooks::kWaitsForKV) seen->row = -1;
+        if constexpr (Hooks::kWaitsForKV) seen->clear();
         int t = first_tile();
         for (uint32_t k = 0;; ++k, t += tile_stride()) {
           if constexpr (Hooks::kClaimsTiles) {

@@ -254,6 +254,7 @@ cudaError_t launch_case(const Problem& pr, const Launch& l, const HookArgs* h) {
   hp.skip_seen = h->skip_seen_flags ? 1 : 0;
   hp.remember = h->remember_flags ? 1 : 0;
   hp.late_claim = h->late_claim ? 1 : 0;
+  hp.no_wait = h->measure_no_wait ? 1 : 0;
   // HookArgs::split_masked: built for the causal bf16 d=128 128x128 case only (others ignore it).
   constexpr bool kSplitBuilt = kCausal && std::is_same_v<Element, cutlass::bfloat16_t> &&
                                kHeadDim == 128 && kBlockM == 128 && kBlockN == 128;
