@@ -187,6 +187,8 @@ constexpr Knob kKnobs[] = {
     {"MKERNEL_PYTHON", kConfig, "path", "unset",
      "the interpreter of the Python fallback copier helper"},
     // ring_attention.cpp, attention.cpp (pins for tests and benchmarks)
+    {"MKERNEL_RING_CHUNKS", kDebug, "integer in [1, 16]", "16",
+     "the whole mode's most key chunks (KV flags) per shard; every rank the same"},
     {"MKERNEL_RING_FLAG_CACHE", kDebug, "0|1", "1",
      "the hooked engine acquires a KV flag once per launch, not once per tile"},
     {"MKERNEL_RING_FLAG_SKIP", kDebug, "0|1", "1",

@@ -559,6 +559,19 @@ ring_attention::Geometry ring_geometry(const at::Tensor& k) {
 // rank does the same work and skips what it must not see). The engine's
 // grid leaves kSendCtas SMs free: the send kernel must run beside it (the engine waits on the
 // shards it forwards).
+//
+// At most kWholeChunks key chunks (flags) per shard: each is one acquire + proxy fence per CTA
+// that loads from it (attention_hooks.cuh SeenFlags: once per launch), and those stall the
+// engine's load lane. Session 25 (ring_hooked_gap.py, one H200, no communication): with 16 per
+// shard the remaining acquires cost the hooked launch 3-9 % non-causal (no waits at all vs the
+// cached ones). MKERNEL_RING_CHUNKS=n (1..16; every rank the same value) pins it.
+constexpr int kWholeChunks = 16;
+int whole_chunks() {
+  const char* value = env::get("MKERNEL_RING_CHUNKS");
+  const int n = value != nullptr ? std::atoi(value) : 0;
+  return n >= 1 && n <= 16 ? n : kWholeChunks;
+}
+
 std::optional<ring_attention::Geometry> whole_geometry(const at::Tensor& k, int world) {
   const int block_n = attention::block_n(static_cast<int>(k.size(3)));
   if (k.size(1) % block_n != 0) return std::nullopt;
@@ -567,7 +580,9 @@ std::optional<ring_attention::Geometry> whole_geometry(const at::Tensor& k, int 
   geo.seq = static_cast<int>(k.size(1));
   geo.row_bytes = static_cast<uint64_t>(k.size(2) * k.size(3) * k.element_size());
   const int blocks = geo.seq / block_n;
-  for (int per_flag = std::max(1, (blocks + 15) / 16); per_flag <= blocks; ++per_flag) {
+  const int max_chunks = whole_chunks();
+  for (int per_flag = std::max(1, (blocks + max_chunks - 1) / max_chunks); per_flag <= blocks;
+       ++per_flag) {
     if (blocks % per_flag != 0) continue;
     if (static_cast<int64_t>(geo.batch) * world * (blocks / per_flag) >
         ring_attention::kMaxWholeFlags)

@@ -93,7 +93,9 @@ def test_ring_attention_across_emulated_nodes(mps, world):
                           # session 25's defaults off: the flags acquired once per tile, not
                           # once per launch, and the claim at the tile's start
                           ("MKERNEL_RING_FLAG_CACHE=0 MKERNEL_RING_LATE_CLAIM=0", "0,5,6",
-                           "matrix,graph")])
+                           "matrix,graph"),
+                          # fewer, longer key chunks per shard in the whole mode
+                          ("MKERNEL_RING_CHUNKS=4", "0,5,6", "matrix,graph,alone")])
 def test_ring_attention_pinned_paths(mps, knob, ring_cases, suite):
     """Whole-sequence shapes (non-causal, causal zigzag MQA) through the paths the benchmark
     times beside the default (the K/V forwarded inside the engine, tiles claimed): the
