@@ -12,8 +12,10 @@ Writes JSON under results/ (device, commit, shapes, medians, TFLOP/s, ratio to c
 mkernel.attention's backward is torch's cuDNN backward kernel (FA2's where cuDNN does not
 apply; column mkernel_fa2bwd: FA2's always) fed with the engine's out/lse (the first step the
 issue allows), column mkernel_native the engine's own backward (MKERNEL_ATTN_BWD=native,
-opt-in), against SDPA flash and cuDNN forward + backward; FLOPs 3.5x the forward's
-(backward = 2.5x, FlashAttention's convention). --seqs picks the lengths there too.
+opt-in; mkernel_native_bulk_dq / _ws / _mma_sync: its other main kernels), against SDPA flash and
+cuDNN forward + backward; FLOPs 3.5x the forward's (backward = 2.5x, FlashAttention's
+convention). Columns bwd_* time the backward alone (through a retained graph). --seqs picks the
+lengths there too.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from common import commit, device_info, interleaved_ms, write_result  # noqa: E402
+from common import add_timing, commit, device_info, env_set, interleaved_ms, write_result  # noqa: E402
 
 import mkernel  # noqa: E402
 
@@ -52,6 +54,41 @@ def sdpa_fn(backend, q, k, v, causal):
     return run
 
 
+# Columns of the native backward: its main kernel (MKERNEL_ATTN_BWD_KERNEL).
+NATIVE_KERNELS = {"mkernel_native": "wgmma", "mkernel_native_bulk_dq": "wgmma_bulk_dq",
+                  "mkernel_native_ws": "wgmma_ws", "mkernel_native_mma_sync": "mma_sync"}
+
+
+def native_backward(kernel: str):
+    """MKERNEL_ATTN_BWD=native with main kernel `kernel` for the backward calls inside."""
+    return env_set({"MKERNEL_ATTN_BWD": "native", "MKERNEL_ATTN_BWD_KERNEL": kernel})
+
+
+def forward_out(kind, q, k, v, causal):
+    """The attention output of column `kind`: the engine's (mkernel, the native kernels) or
+    SDPA's cuDNN / flash backend."""
+    if kind == "mkernel" or kind in NATIVE_KERNELS:
+        return mkernel.attention(q, k, v, causal=causal)[0]
+    backend = SDPBackend.CUDNN_ATTENTION if kind == "cudnn" else SDPBackend.FLASH_ATTENTION
+    with sdpa_kernel(backend):
+        return sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                    is_causal=causal).transpose(1, 2)
+
+
+def bwd_only_fn(kind, q, k, v, dout, causal):
+    """The backward alone: the forward runs once here, each call replays the gradients of q, k,
+    v through the retained graph. kind: mkernel (its default backward: cuDNN's kernel on the
+    engine's lse), a native kernel's column (NATIVE_KERNELS), cudnn, flash."""
+    out = forward_out(kind, q, k, v, causal)
+
+    def run():
+        if kind in NATIVE_KERNELS:
+            with native_backward(NATIVE_KERNELS[kind]):
+                return torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+        return torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+    return run
+
+
 def fwd_bwd_fn(kind, q, k, v, dout, causal):
     """One training step of attention: forward, then the gradients of q, k, v."""
     def run():
@@ -62,26 +99,22 @@ def fwd_bwd_fn(kind, q, k, v, dout, causal):
                 return torch.autograd.grad(out, (q, k, v), dout)
             finally:
                 mkernel.ops.ATTENTION_BACKWARD = "auto"
-        if kind == "mkernel_native":  # the engine's forward and its native backward (opt-in)
-            os.environ["MKERNEL_ATTN_BWD"] = "native"
-            try:
+        if kind in NATIVE_KERNELS:  # the engine's forward and its native backward (opt-in)
+            with native_backward(NATIVE_KERNELS[kind]):
                 out, _ = mkernel.attention(q, k, v, causal=causal)
                 return torch.autograd.grad(out, (q, k, v), dout)
-            finally:
-                os.environ.pop("MKERNEL_ATTN_BWD", None)
-        if kind == "mkernel":
-            out, _ = mkernel.attention(q, k, v, causal=causal)
-        else:
-            backend = SDPBackend.CUDNN_ATTENTION if kind == "cudnn" else SDPBackend.FLASH_ATTENTION
-            with sdpa_kernel(backend):
-                out = sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                           is_causal=causal).transpose(1, 2)
+        out = forward_out(kind, q, k, v, causal)
         return torch.autograd.grad(out, (q, k, v), dout)
     return run
 
 
 def main_backward(args) -> None:
     rows = []
+    kernels = [k for k in args.native_kernels.split(",") if k]
+    natives = [kind for kind, kernel in NATIVE_KERNELS.items() if kernel in kernels]
+    if "mkernel_native" not in natives or len(natives) != len(kernels):
+        raise SystemExit(f"--native-kernels: wgmma and any of {sorted(NATIVE_KERNELS.values())}, "
+                         f"got {args.native_kernels!r}")
     seqs = tuple(int(x) for x in args.seqs.split(",")) if args.seqs else \
         ((8192,) if args.quick else (4096, 8192))
     for s in seqs:
@@ -94,18 +127,26 @@ def main_backward(args) -> None:
             sets.append((q, k, v, torch.randn(b, s, HEADS, d, device="cuda", dtype=torch.bfloat16)))
         for causal in (False, True):
             cands = {kind: [fwd_bwd_fn(kind, q, k, v, g, causal) for q, k, v, g in sets]
-                     for kind in ("mkernel", "mkernel_fa2bwd", "mkernel_native", "cudnn", "flash")}
+                     for kind in ("mkernel", "mkernel_fa2bwd", *natives, "cudnn", "flash")}
             times = interleaved_ms(cands, warmup=3, iters=args.iters)
             f = 3.5 * flops(b, HEADS, s, s, d, causal)
             row = {"b": b, "s": s, "s_kv": s, "h": HEADS, "h_kv": HEADS, "d": d, "causal": causal,
-                   "dtype": "bf16", "what": "forward+backward"}
-            for name, t in times.items():
-                row[f"{name}_ms"] = t["median_ms"]
-                row[f"{name}_tflops"] = f / (t["median_ms"] * 1e-3) / 1e12
+                   "dtype": "bf16", "what": "forward+backward; bwd_*: the backward alone"}
+            add_timing(row, times, f)
             row["ratio_vs_cudnn"] = row["cudnn_ms"] / row["mkernel_ms"]
             row["ratio_vs_flash"] = row["flash_ms"] / row["mkernel_ms"]
             best_sdpa_ms = min(row["cudnn_ms"], row["flash_ms"])
             row["native_ratio_vs_best_sdpa"] = best_sdpa_ms / row["mkernel_native_ms"]
+            # The backward alone (2.5x the forward's FLOPs), the issue's target: >= 1.0x the best
+            # SDPA backend's.
+            cands = {f"bwd_{kind}": [bwd_only_fn(kind, q, k, v, g, causal) for q, k, v, g in sets]
+                     for kind in ("mkernel", *natives, "cudnn", "flash")}
+            times = interleaved_ms(cands, warmup=3, iters=args.iters)
+            del cands
+            add_timing(row, times, 2.5 * flops(b, HEADS, s, s, d, causal))
+            best_bwd_ms = min(row["bwd_cudnn_ms"], row["bwd_flash_ms"])
+            for kind in natives:
+                row[f"bwd_{kind}_ratio_vs_best_sdpa"] = best_bwd_ms / row[f"bwd_{kind}_ms"]
             row["backward_kernel"] = mkernel.ops._attention_backward_choice(
                 sets[0][0], sets[0][1], sets[0][2], causal)
             rows.append(row)
@@ -115,6 +156,12 @@ def main_backward(args) -> None:
                   f"cudnn {row['cudnn_tflops']:6.1f}  flash {row['flash_tflops']:6.1f} TF/s  "
                   f"x{row['ratio_vs_cudnn']:.3f} cuDNN  x{row['ratio_vs_flash']:.3f} FA2  "
                   f"native x{row['native_ratio_vs_best_sdpa']:.3f} best SDPA", flush=True)
+            natives_txt = "  ".join(
+                f"{NATIVE_KERNELS[kind]} {row[f'bwd_{kind}_tflops']:6.1f} "
+                f"(x{row[f'bwd_{kind}_ratio_vs_best_sdpa']:.3f})" for kind in natives)
+            print(f"   bwd alone, TF/s (x best SDPA): {natives_txt}  default "
+                  f"{row['bwd_mkernel_tflops']:6.1f}  cudnn {row['bwd_cudnn_tflops']:6.1f}  "
+                  f"flash {row['bwd_flash_tflops']:6.1f}", flush=True)
         del sets
     payload = {"bench": "attention_fwd_bwd", "device": device_info(), "commit": commit(),
                "method": f"interleaved CUDA events, 3 warm-up, median of {args.iters}, 2 rotated input sets",
@@ -173,6 +220,9 @@ def main() -> None:
                     help="comma-separated sequence lengths (d=128 only), e.g. 4096,8192")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--backward", action="store_true", help="forward + backward")
+    ap.add_argument("--native-kernels", type=str, default="wgmma,wgmma_bulk_dq,wgmma_ws,mma_sync",
+                    help="--backward: the native backward's main kernels to time "
+                         "(MKERNEL_ATTN_BWD_KERNEL values; wgmma always)")
     ap.add_argument("--skip-cluster", action="store_true",
                     help="leave out the cluster tile columns (alt2 256x128, alt3 256x160)")
     ap.add_argument("--skip-alt", action="store_true",

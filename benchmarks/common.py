@@ -127,6 +127,14 @@ def interleaved_ms(cands: dict[str, list[Callable[[], object]]], warmup: int = 3
     return out
 
 
+def add_timing(row: dict, times: dict, flops: float) -> None:
+    """Each candidate's median of `times` (interleaved_ms) into `row` as ``<name>_ms`` and, for
+    `flops` floating-point operations a call, ``<name>_tflops``."""
+    for name, t in times.items():
+        row[f"{name}_ms"] = t["median_ms"]
+        row[f"{name}_tflops"] = flops / (t["median_ms"] * 1e-3) / 1e12
+
+
 def write_result(name: str, payload: dict) -> Path:
     """results/<name>_<gpu>_<time>.json (and a copy in $OUT where the device machine sets it)."""
     RESULTS.mkdir(parents=True, exist_ok=True)

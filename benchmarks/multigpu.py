@@ -64,12 +64,26 @@ def rank_flops(op: str, m: int, k: int, n: int, world: int) -> float:
     return 2.0 * (world * m if op == "ag_gemm" else m) * n * k
 
 
+# --ag-routes: ag_gemm rows also time the op with one route forced (MKERNEL_FUSED=force, the
+# fastest fused plan of that route by the op's own first-call measurement): "copy" the SM copy
+# role's kernel, "peer" the peer-TMA kernel, "ce" the copy-engine route (session 27) — columns
+# mkernel_<route>_ms, <route>_speedup_vs_best_anchor, and ce_over_copy / ce_over_gemm_alone.
+AG_ROUTE_ENV = {
+    "copy": {"MKERNEL_FUSED": "force", "MKERNEL_FUSED_AG_PEER_TMA": "0",
+             "MKERNEL_FUSED_AG_COPY_ENGINE": "0"},
+    "peer": {"MKERNEL_FUSED": "force", "MKERNEL_FUSED_AG_PEER_TMA": "1",
+             "MKERNEL_FUSED_AG_COPY_ENGINE": "0"},
+    "ce": {"MKERNEL_FUSED": "force", "MKERNEL_FUSED_AG_COPY_ENGINE": "1"},
+}
+AG_ROUTES_HELP = "comma-separated ag_gemm routes also timed forced: copy, peer, ce"
+
+
 def rank_main(argv: list[str]) -> None:
     import torch
     import torch.distributed as dist
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from common import commit, device_info, write_result  # noqa: E402
+    from common import commit, device_info, env_set, write_result  # noqa: E402
 
     import mkernel
 
@@ -77,7 +91,12 @@ def rank_main(argv: list[str]) -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--iters", type=int, default=15)
     ap.add_argument("--only", default="", help="comma-separated ops (ag_gemm,gemm_rs,gemm_ar)")
+    ap.add_argument("--ag-routes", default="", help=AG_ROUTES_HELP)
     args, _ = ap.parse_known_args(argv)
+    ag_routes = [r for r in args.ag_routes.split(",") if r]
+    unknown = set(ag_routes) - set(AG_ROUTE_ENV)
+    if unknown:
+        raise SystemExit(f"--ag-routes: unknown {sorted(unknown)} (known: {sorted(AG_ROUTE_ENV)})")
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     gpus = torch.cuda.device_count()
     shared = gpus < world  # several ranks on one GPU (MPS): no NCCL, no async-TP
@@ -142,6 +161,8 @@ def rank_main(argv: list[str]) -> None:
                     return gathered
                 cands["nccl_comm_alone"] = nccl_ag
                 cands["nccl_cublas"] = lambda i: torch.matmul(nccl_ag(i), ws[i % 2].t())
+            for route in ag_routes:  # the op with one route forced (AG_ROUTE_ENV)
+                cands[f"mkernel_{route}"] = cands["mkernel"]
             if tp_group:
                 cands["async_tp"] = lambda i: torch.ops.symm_mem.fused_all_gather_matmul(
                     xs[i % 2], [ws[i % 2].t()], gather_dim=0, group_name=tp_group)
@@ -184,7 +205,9 @@ def rank_main(argv: list[str]) -> None:
                 row[f"{name}_note"] = fn
                 continue
             try:
-                row[f"{name}_ms"] = timed(fn, reps)
+                route = name[len("mkernel_"):] if name.startswith("mkernel_") else ""
+                with env_set(AG_ROUTE_ENV.get(route, {})):
+                    row[f"{name}_ms"] = timed(fn, reps)
             except Exception as e:  # noqa: BLE001  (an anchor that fails is recorded, not fatal)
                 row[f"{name}_ms"] = None
                 row[f"{name}_note"] = f"failed: {type(e).__name__}: {str(e)[:200]}"
@@ -197,6 +220,14 @@ def rank_main(argv: list[str]) -> None:
         if best:
             row["best_anchor_ms"] = min(best)
             row["speedup_vs_best_anchor"] = row["best_anchor_ms"] / row["mkernel_ms"]
+            for route in ag_routes:
+                if row.get(f"mkernel_{route}_ms"):
+                    row[f"{route}_speedup_vs_best_anchor"] = (row["best_anchor_ms"] /
+                                                              row[f"mkernel_{route}_ms"])
+        if row.get("mkernel_ce_ms") and row.get("mkernel_copy_ms"):
+            row["ce_over_copy"] = row["mkernel_ce_ms"] / row["mkernel_copy_ms"]
+        if row.get("mkernel_ce_ms") and row.get("gemm_alone_ms"):
+            row["ce_over_gemm_alone"] = row["mkernel_ce_ms"] / row["gemm_alone_ms"]
         for name in cands:
             t = row.get(f"{name}_ms")
             if t and name not in ("mkernel_comm_alone", "nccl_comm_alone"):
@@ -288,6 +319,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--iters", type=int, default=15)
     ap.add_argument("--only", default="")
+    ap.add_argument("--ag-routes", default="", help=AG_ROUTES_HELP)
     ap.add_argument("--timeout", type=float, default=600)
     args = ap.parse_args()
     import torch
@@ -304,7 +336,8 @@ def main() -> None:
         extra, stop = start_mps("multigpu")
         env.update(extra, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world))
     flags = ["--iters", str(args.iters)] + (["--quick"] if args.quick else []) \
-        + (["--only", args.only] if args.only else [])
+        + (["--only", args.only] if args.only else []) \
+        + (["--ag-routes", args.ag_routes] if args.ag_routes else [])
     code = (f"import sys, runpy; sys.argv = [{str(Path(__file__).resolve())!r}] + {flags!r}; "
             f"runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')")
     try:

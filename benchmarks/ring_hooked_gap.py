@@ -43,10 +43,14 @@ HOOKED = {  # the ring's knobs, read per call (csrc/ring_attention.cpp)
     "ring_flagwait": {"MKERNEL_RING_SEND": "kernel"},  # the KV-wait policy (variant 9), claimed
     "ring_flagwait_static": {"MKERNEL_RING_SEND": "kernel", "MKERNEL_RING_TILES": "static"},
     "ring_noskip": {"MKERNEL_RING_FLAG_SKIP": "0", "MKERNEL_RING_FLAG_CACHE": "0"},
-    # fewer, longer key chunks per shard (fewer flags to acquire; the default 16)
+    # key chunks per shard (the flags to acquire; the default 4 since session 26)
+    "ring_chunks16": {"MKERNEL_RING_CHUNKS": "16"},
     "ring_chunks8": {"MKERNEL_RING_CHUNKS": "8"},
-    "ring_chunks4": {"MKERNEL_RING_CHUNKS": "4"},
     "ring_chunks2": {"MKERNEL_RING_CHUNKS": "2"},
+    # the causal kernels' masked and visible blocks in two loops (non-causal unchanged)
+    "ring_split": {"MKERNEL_RING_SPLIT_MASK": "1"},
+    # the non-causal engine on the 128x144 tile (flags by keys; the KV-wait policy)
+    "ring_n144": {"MKERNEL_RING_BLOCK_N": "144"},
     # the same kernels with no KV wait at all (flags released: safe in this op only)
     "ring_nowait": {"MKERNEL_RING_MEASURE_NO_WAIT": "1"},
     "ring_flagwait_static_nowait": {"MKERNEL_RING_SEND": "kernel", "MKERNEL_RING_TILES": "static",

@@ -28,6 +28,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include "fused_ag_copy_engine.h"
 #include "fused_ag_route.h"
 #include "fused_common.h"
 #endif
@@ -146,6 +147,17 @@ bool natural_ag_order() {
   return v != nullptr && std::strcmp(v, "natural") == 0;
 }
 
+// A route setting's variable: unset or empty the default, else what `parse` accepts (0, 1 or
+// auto); anything else raises naming the variable.
+template <class Mode>
+Mode route_setting(const char* var, bool (*parse)(const char*, Mode*), const char* unset) {
+  const char* v = env::get(var);
+  Mode mode{};
+  TORCH_CHECK_VALUE(parse(v, &mode), kOp, ": ", var, " must be 0, 1 or auto (or unset: ", unset,
+                    "), got '", v == nullptr ? "" : v, "'");
+  return mode;
+}
+
 // The peer-TMA path (kernels/fused/fused_peer_tma.cuh): the GEMM loads the peers' rows by TMA
 // from each peer's own slot of its gathered buffer (one descriptor per source rank) and its own
 // rows from x; the side warps only stage x into the own slot (a local copy) instead of pushing
@@ -160,12 +172,33 @@ bool natural_ag_order() {
 // the peer kernel's call signature differs, so a rank with another value fails the entry
 // barrier naming the peer).
 ag_route::PeerTma ag_peer_tma_mode() {
-  const char* v = env::get("MKERNEL_FUSED_AG_PEER_TMA");
-  ag_route::PeerTma mode = ag_route::kPeerTmaDefault;
-  TORCH_CHECK_VALUE(ag_route::parse_peer_tma(v, &mode), kOp,
-                    ": MKERNEL_FUSED_AG_PEER_TMA must be 0, 1 or auto (or unset: auto), got '",
-                    v == nullptr ? "" : v, "'");
-  return mode;
+  return route_setting("MKERNEL_FUSED_AG_PEER_TMA", &ag_route::parse_peer_tma,
+                       ag_route::peer_tma_name(ag_route::kPeerTmaDefault));
+}
+
+// MKERNEL_FUSED_AG_COPY_ENGINE (fused_ag_route.h CopyEngine): 0 (the default), 1 or auto.
+// Every rank must see the same value.
+ag_route::CopyEngine ag_copy_engine_mode() {
+  return route_setting("MKERNEL_FUSED_AG_COPY_ENGINE", &ag_route::parse_copy_engine,
+                       ag_route::copy_engine_name(ag_route::kCopyEngineDefault));
+}
+
+// Whether this process has the copy-engine submission (fused_ag_copy_engine.h); where asked for
+// and missing, noted once (the route is then not offered: every rank of a machine answers alike).
+bool copy_engine_available(ag_route::CopyEngine mode) {
+  if (mode == ag_route::CopyEngine::kOff) return false;
+  // (The probe allocates: not inside capture, where the route's plan runs on the copy kernel.)
+  if (fused_glue::capturing() && !fused_glue::copy_engine_probed()) return true;
+  const std::string& why = fused_glue::copy_engine_unavailable();
+  if (!why.empty()) {
+    static std::once_flag noted;
+    std::call_once(noted, [&] {
+      std::fprintf(stderr,
+                   "%s: MKERNEL_FUSED_AG_COPY_ENGINE set, but the route is not available: %s\n",
+                   kOp, why.c_str());
+    });
+  }
+  return why.empty();
 }
 
 // One fused launch (kernels/fused/fused_hooks.cuh, kModeAllGather): every same-node rank's x is
@@ -200,8 +233,14 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   // key (fused_ag_route.h key_suffix), the peer kernel's call signature its own tag.
   const ag_route::PeerTma peer_mode = ag_peer_tma_mode();
   const bool peer_fits = ag_route::peer_tma_fits(m, world, return_gathered, nodes);
-  const std::string key =
-      fused_glue::shape_key(x_in, w, world) + ag_route::key_suffix(peer_mode, peer_fits);
+  // The copy-engine route (opt-in): any m, one node, the runtime's copy-engine submission.
+  const ag_route::CopyEngine ce_mode = ag_copy_engine_mode();
+  const int64_t ce_chunks =
+      (m + fused_glue::kCopyEngineChunkRows - 1) / fused_glue::kCopyEngineChunkRows;
+  const bool ce_fits = ag_route::copy_engine_fits(world, nodes, copy_engine_available(ce_mode)) &&
+                       world * ce_chunks <= static_cast<int64_t>(comm::kOpFlagRoom);
+  const std::string key = fused_glue::shape_key(x_in, w, world) +
+                          ag_route::key_suffix(peer_mode, peer_fits, ce_mode, ce_fits);
   // A shape measured unfused runs it with no fused set-up (fused_common.h known_unfused).
   if (m > 0 && fused_glue::known_unfused(group, key)) {
     return ag_gemm_unfused(x_in, w, group, world_size, return_gathered, nullptr);
@@ -297,11 +336,22 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
     peer_block_m.push_back(fused::fused_peer_block_m(c.config));
   }
   std::vector<fused_glue::FusedPlan> routes;
-  for (const ag_route::Candidate& c : ag_route::candidates(peer_mode, peer_fits, peer_block_m, m)) {
+  for (const ag_route::Candidate& c :
+       ag_route::candidates(peer_mode, peer_fits, peer_block_m, m, ce_mode, ce_fits)) {
     fused_glue::FusedPlan r = plans[c.plan];
     r.peer_tma = c.peer;
+    r.copy_engine = c.ce;
     routes.push_back(r);
   }
+  // The copy-engine route's flags: one per 128-row tile of each source's rows, set to 1 by the
+  // side streams (fused_params.h kSideCopyEngine), from the same flag_base.
+  fused_glue::AgCopyEngineCall ce_call;
+  ce_call.group = &g;
+  ce_call.x = static_cast<const uint8_t*>(x.data_ptr());
+  ce_call.m_local = m;
+  ce_call.row_bytes = row_bytes;
+  ce_call.chunks = static_cast<int32_t>(ce_chunks);
+  ce_call.flag_base = hp.flag_base;
   // Peer TMA: source s's rows come from x (s == rank) or from peer s's own slot of its G.
   std::vector<const void*> peer_a;
   if (std::any_of(routes.begin(), routes.end(),
@@ -322,7 +372,22 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
         hc.signature = comm::call_signature(
             comm::kOpAgGemm, {static_cast<int64_t>(hc.signature), chunk_rows});
       }
-      if (c.peer_tma) {  // (candidates: only where the kernel fits and its block_m divides m)
+      // Inside graph capture the copy-engine route runs its plan on the copy kernel: the batch
+      // copies have no graph node (so a captured call never depends on the route's verdict).
+      if (c.copy_engine && !fused_glue::capturing()) {
+        hc.side_mode = fused::kSideCopyEngine;
+        hc.chunk_rows = static_cast<int32_t>(fused_glue::kCopyEngineChunkRows);
+        hc.chunks = ce_call.chunks;
+        hc.signature =
+            comm::call_signature(comm::kOpAgGemm, {static_cast<int64_t>(hc.signature), 0xce});
+        fused_glue::launch(kOp, group, p, c, x, hc, order, m, false, nullptr, &ce_call);
+        static std::once_flag logged;
+        std::call_once(logged, [&] {
+          std::fprintf(stderr, "mkernel.ag_gemm: copy-engine route launched (config %s)\n",
+                       gemm::config_name(c.config));
+        });
+      } else if (c.peer_tma) {  // (candidates: only where the kernel fits and its block_m divides
+                                // m)
         hc.signature = comm::call_signature(comm::kOpAgGemm,
                                             {static_cast<int64_t>(hc.signature), 0x9ee7});
         fused_glue::launch(kOp, group, p, c, x, hc, order, m, false, &peer_a);
@@ -335,8 +400,9 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
                        gemm::config_name(c.config));
         });
         return;  // (no gathered output on this path)
+      } else {
+        fused_glue::launch(kOp, group, p, c, x, hc, order, m);
       }
-      fused_glue::launch(kOp, group, p, c, x, hc, order, m);
       if (return_gathered) {
         C10_CUDA_CHECK(cudaMemcpyAsync(gathered.data_ptr(), g.data[rank], bytes,
                                        cudaMemcpyDeviceToDevice,

@@ -218,7 +218,8 @@ std::tuple<at::Tensor, at::Tensor> attention_hooked_cuda(
   // ring12's opt-in flag skip (HookArgs::skip_seen_flags), reachable here for its tests.
   if (const char* skip = env::get("MKERNEL_RING_FLAG_SKIP")) hooks.skip_seen_flags = skip[0] == '1';
   // The ring's flag cache (HookArgs::remember_flags), likewise opt-in here.
-  if (const char* cache = env::get("MKERNEL_RING_FLAG_CACHE")) hooks.remember_flags = cache[0] == '1';
+  if (const char* cache = env::get("MKERNEL_RING_FLAG_CACHE"))
+    hooks.remember_flags = cache[0] == '1';
   return launch_engine(q, k, v, causal, softmax_scale, 0, 0, &hooks);
 }
 #endif  // MKERNEL_WITH_CUDA

@@ -4,6 +4,13 @@
 //   (dout, q, k, v, out, lse, causal, softmax_scale) -> (dq, dk, dv)
 //   q/out/dout [b, s, h, d], k/v [b, s_kv, h_kv, d] (GQA), lse [b, h, s] fp32 (the forward's).
 //
+// mkernel::attention_backward_ring: the same over the K/V shards all-gathered from a ring of
+// ring_world ranks (python/mkernel/_ring_backward.py), in one launch:
+//   (dout, q, k_all, v_all, out, lse, causal, softmax_scale, ring_world, ring_rank)
+//     -> (dq, dk_all, dv_all), k_all / dk_all [ring_world * b, s, h_kv, d] (dk_all, dv_all fp32:
+//   partials the caller sums over the ranks), each source's visibility as ring attention's
+//   zigzag layout has it (attention_bwd_api.h).
+//
 // CUDA only (bf16/fp16, d 64 or 128): kernels in csrc/kernels/attention/attention_bwd*.
 // A Meta kernel gives the shapes; there is no CPU kernel (the CPU backward is the fp32 math of
 // mkernel.ops._attention_backward_math).
@@ -16,6 +23,9 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <cstring>
+
+#include "env_knobs.h"
 #include "kernels/attention/attention_bwd_api.h"
 #endif  // MKERNEL_WITH_CUDA
 
@@ -24,16 +34,36 @@ namespace {
 
 constexpr const char* kBwdOp = "mkernel.attention_backward";
 
+// The ring mode (attention_backward_ring): k / v all-gathered from `world` ranks, [world * b,
+// s, h_kv, d] (attention_bwd_api.h); `on` false: the plain op.
+struct Ring {
+  bool on = false;
+  int64_t world = 0, rank = 0;
+};
+
 void validate_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
-                       const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse) {
+                       const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                       Ring ring = {}) {
   TORCH_CHECK_VALUE(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, kBwdOp,
                     ": q, k and v must be 4-D ([b, s, h, d], [b, s_kv, h_kv, d]), got q ",
                     q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
   TORCH_CHECK_VALUE(k.sizes() == v.sizes(), kBwdOp, ": k and v must have the same shape, got k ",
                     k.sizes(), ", v ", v.sizes());
-  TORCH_CHECK_VALUE(k.size(0) == q.size(0) && k.size(3) == q.size(3), kBwdOp,
-                    ": k must be [b, s_kv, h_kv, d] with q's b and d, got q ", q.sizes(), ", k ",
-                    k.sizes());
+  if (!ring.on) {
+    TORCH_CHECK_VALUE(k.size(0) == q.size(0) && k.size(3) == q.size(3), kBwdOp,
+                      ": k must be [b, s_kv, h_kv, d] with q's b and d, got q ", q.sizes(), ", k ",
+                      k.sizes());
+  } else {
+    TORCH_CHECK_VALUE(ring.world >= 1 && ring.rank >= 0 && ring.rank < ring.world, kBwdOp,
+                      "_ring: ring_rank must be in [0, ring_world), got ", ring.rank, " of ",
+                      ring.world);
+    TORCH_CHECK_VALUE(
+        k.size(0) == ring.world * q.size(0) && k.size(1) == q.size(1) && k.size(3) == q.size(3),
+        kBwdOp,
+        "_ring: k must be the all-gathered shards [ring_world * b, s, h_kv, d] "
+        "with q's b, s and d, got q ",
+        q.sizes(), ", k ", k.sizes(), ", ring_world ", ring.world);
+  }
   TORCH_CHECK_VALUE(k.size(2) >= 1 && q.size(2) % k.size(2) == 0, kBwdOp,
                     ": q's heads must be a multiple of k's (GQA), got q ", q.sizes(), ", k ",
                     k.sizes());
@@ -60,12 +90,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_meta(
   return {at::empty_like(q), at::empty_like(k), at::empty_like(v)};
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_ring_meta(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& out, const at::Tensor& lse, bool /*causal*/, double /*softmax_scale*/,
+    int64_t ring_world, int64_t ring_rank) {
+  validate_backward(dout, q, k, v, out, lse, Ring{true, ring_world, ring_rank});
+  return {at::empty_like(q), at::empty_like(k, k.options().dtype(at::kFloat)),
+          at::empty_like(v, v.options().dtype(at::kFloat))};
+}
+
 #ifdef MKERNEL_WITH_CUDA
-std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
+std::tuple<at::Tensor, at::Tensor, at::Tensor> run_native_backward(
     const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in,
     const at::Tensor& v_in, const at::Tensor& out_in, const at::Tensor& lse_in, bool causal,
-    double softmax_scale) {
-  validate_backward(dout_in, q_in, k_in, v_in, out_in, lse_in);
+    double softmax_scale, Ring ring) {
+  validate_backward(dout_in, q_in, k_in, v_in, out_in, lse_in, ring);
   TORCH_CHECK_VALUE(q_in.scalar_type() == at::kBFloat16 || q_in.scalar_type() == at::kHalf, kBwdOp,
                     ": q must be bf16 or fp16, got ", q_in.scalar_type());
   TORCH_CHECK_VALUE(q_in.size(3) == 64 || q_in.size(3) == 128, kBwdOp,
@@ -77,14 +116,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
   const c10::cuda::CUDAGuard guard(q_in.device());
   // The kernels read dense [b, s, h, d] / [b, h, s] layouts.
   const at::Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
-  const at::Tensor out = out_in.contiguous(), dout = dout_in.contiguous(), lse = lse_in.contiguous();
+  const at::Tensor out = out_in.contiguous(), dout = dout_in.contiguous(),
+                   lse = lse_in.contiguous();
   const int64_t b = q.size(0), s = q.size(1), h = q.size(2), d = q.size(3);
   at::Tensor dq = at::empty_like(q);
-  at::Tensor dk = at::empty_like(k);
-  at::Tensor dv = at::empty_like(v);
-  // Workspaces: dQ's fp32 accumulator [b, h, s, d] (zeroed by the preprocess kernel) and
+  // The ring mode's dk / dv are fp32 partials (summed over the ranks next).
+  at::Tensor dk = ring.on ? at::empty_like(k, k.options().dtype(at::kFloat)) : at::empty_like(k);
+  at::Tensor dv = ring.on ? at::empty_like(v, v.options().dtype(at::kFloat)) : at::empty_like(v);
+  // Workspaces: dQ's fp32 accumulator (rows padded to 64; zeroed by the preprocess kernel) and
   // D = rowsum(dO ∘ O) [b, h, s].
-  at::Tensor dq_accum = at::empty({b, h, s, d}, q.options().dtype(at::kFloat));
+  at::Tensor dq_accum =
+      at::empty({attention::dq_accum_floats(b, h, s, d)}, q.options().dtype(at::kFloat));
   at::Tensor delta = at::empty({b, h, s}, q.options().dtype(at::kFloat));
 
   attention::BwdProblem p{};
@@ -100,6 +142,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
   p.dq_accum = dq_accum.data_ptr<float>();
   p.delta = delta.data_ptr<float>();
   p.batch = static_cast<int>(b);
+  p.kv_batch = static_cast<int>(k.size(0));
+  p.ring_world = ring.on ? static_cast<int>(ring.world) : 0;
+  p.ring_rank = ring.on ? static_cast<int>(ring.rank) : 0;
   p.seq_q = static_cast<int>(s);
   p.seq_kv = static_cast<int>(k.size(1));
   p.heads = static_cast<int>(h);
@@ -108,21 +153,61 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
   p.softmax_scale = static_cast<float>(softmax_scale);
   p.causal = causal;
   p.dtype = q.scalar_type() == at::kBFloat16 ? attention::DType::kBF16 : attention::DType::kFP16;
+  p.kernel = attention::BwdKernel::kWgmma;
+  if (const char* kernel = env::get("MKERNEL_ATTN_BWD_KERNEL")) {
+    if (std::strcmp(kernel, "mma_sync") == 0) {
+      p.kernel = attention::BwdKernel::kMmaSync;
+    } else if (std::strcmp(kernel, "wgmma_bulk_dq") == 0) {
+      p.kernel = attention::BwdKernel::kWgmmaBulkDq;
+    } else if (std::strcmp(kernel, "wgmma_ws") == 0) {
+      p.kernel = attention::BwdKernel::kWgmmaWs;
+    } else {
+      TORCH_CHECK_VALUE(std::strcmp(kernel, "wgmma") == 0, kBwdOp,
+                        ": MKERNEL_ATTN_BWD_KERNEL must be wgmma, wgmma_bulk_dq, wgmma_ws or "
+                        "mma_sync, got '",
+                        kernel, "'");
+    }
+  }
+  at::Tensor padded;  // the warp-specialized kernel's lse·log2 e and D rows, s padded to 64
+  if (p.kernel == attention::BwdKernel::kWgmmaWs) {
+    padded = at::empty({2, b, h, (s + 63) / 64 * 64}, q.options().dtype(at::kFloat));
+    p.lse_log2_pad = padded[0].data_ptr<float>();
+    p.delta_pad = padded[1].data_ptr<float>();
+  }
   const char* reason = nullptr;
-  const cudaError_t err =
-      attention::run_backward(p, at::cuda::getCurrentCUDAStream(), &reason);
-  TORCH_CHECK_VALUE(reason == nullptr, kBwdOp, ": ", reason, " (dtype ", q.scalar_type(), ", d ",
-                    d, ")");
+  const cudaError_t err = attention::run_backward(p, at::cuda::getCurrentCUDAStream(), &reason);
+  TORCH_CHECK_VALUE(reason == nullptr, kBwdOp, ": ", reason, " (dtype ", q.scalar_type(), ", d ", d,
+                    ")");
   TORCH_CHECK(err == cudaSuccess, kBwdOp, ": kernel launch failed: ", cudaGetErrorString(err));
   return {dq, dk, dv};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& out, const at::Tensor& lse, bool causal, double softmax_scale) {
+  return run_native_backward(dout, q, k, v, out, lse, causal, softmax_scale, Ring{});
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_ring_cuda(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& out, const at::Tensor& lse, bool causal, double softmax_scale,
+    int64_t ring_world, int64_t ring_rank) {
+  return run_native_backward(dout, q, k, v, out, lse, causal, softmax_scale,
+                             Ring{true, ring_world, ring_rank});
 }
 #endif  // MKERNEL_WITH_CUDA
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(mkernel, Meta, m) { m.impl("attention_backward", &attention_backward_meta); }
+TORCH_LIBRARY_IMPL(mkernel, Meta, m) {
+  m.impl("attention_backward", &attention_backward_meta);
+  m.impl("attention_backward_ring", &attention_backward_ring_meta);
+}
 #ifdef MKERNEL_WITH_CUDA
-TORCH_LIBRARY_IMPL(mkernel, CUDA, m) { m.impl("attention_backward", &attention_backward_cuda); }
+TORCH_LIBRARY_IMPL(mkernel, CUDA, m) {
+  m.impl("attention_backward", &attention_backward_cuda);
+  m.impl("attention_backward_ring", &attention_backward_ring_cuda);
+}
 #endif  // MKERNEL_WITH_CUDA
 
 }  // namespace mkernel

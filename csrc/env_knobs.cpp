@@ -19,6 +19,10 @@ constexpr Kind kDebug = Kind::kDebug;
 constexpr Kind kConfig = Kind::kConfig;
 
 constexpr Knob kKnobs[] = {
+    // attention_backward.cpp
+    {"MKERNEL_ATTN_BWD_KERNEL", kDebug, "wgmma | wgmma_bulk_dq | wgmma_ws | mma_sync", "wgmma",
+     "measurement: the native attention backward's main kernel (dQ by bulk reduce-add; warp-"
+     "specialized TMA loads; the mma.sync first version)"},
     // attention.cpp
     {"MKERNEL_ATTN_VARIANT", kDebug, "integer N", "the default mainloop",
      "measurement: mainloop variant N for plain bf16 d=128 128x128 attention calls"},
@@ -33,6 +37,9 @@ constexpr Knob kKnobs[] = {
      "off pins the unfused path, force the fastest fused config"},
     {"MKERNEL_FUSED_AG_CHUNK_ROWS", kDebug, "power of two in [1, 128]", "~128 KiB chunks",
      "ag_gemm: rows per arrival flag of the fused all-gather"},
+    {"MKERNEL_FUSED_AG_COPY_ENGINE", kDebug, "0|1|auto", "0",
+     "ag_gemm: the rows moved by the copy engines (1: that route only where it fits, auto: "
+     "measured)"},
     {"MKERNEL_FUSED_AG_ORDER", kDebug, "natural", "unset: the default unit order",
      "ag_gemm: the M units in their natural order"},
     {"MKERNEL_FUSED_AG_PEER_TMA", kDebug, "0|1|auto", "auto",
@@ -113,10 +120,13 @@ constexpr Knob kKnobs[] = {
      "the sequential dispatch's row gather over the static bound or the counted rows"},
     {"MKERNEL_MOE_DISPATCH_ONLY", kDebug, "1", "off",
      "measurement: the dispatch returns the received rows, before the grouped GEMM"},
-    {"MKERNEL_MOE_DISPATCH_PIPELINE", kDebug, "0|1|3", "1",
-     "the several-node dispatch's mode"},
+    {"MKERNEL_MOE_DISPATCH_PIPELINE", kDebug, "0|1|3", "1", "the several-node dispatch's mode"},
     {"MKERNEL_MOE_FINISH_AT_JOIN", kDebug, "0|1", "1",
-     "the headed dispatch's finish (its spin until every peer's DONE) on the caller's stream at the join"},
+     "the headed dispatch's finish (its spin until every peer's DONE) on the caller's stream at "
+     "the join"},
+    {"MKERNEL_MOE_FUSED", kDebug, "0|1", "0",
+     "1: the one-node dispatch's sends and the grouped GEMM in one persistent kernel after the "
+     "layout launch (capacity 0)"},
     {"MKERNEL_MOE_GATHER_A", kDebug, "0|1|auto", "auto: on where a rank has its GPU to itself",
      "1: the one-node grouped GEMM gathers the received rows where they landed (no expansion)"},
     {"MKERNEL_MOE_GATHER_SMS", kDebug, "integer >= 0", "0: every SM",
@@ -138,9 +148,11 @@ constexpr Knob kKnobs[] = {
     {"MKERNEL_MOE_OP_STREAM", kDebug, "0|1", "1",
      "the dispatch and combine across nodes on mkernel's own stream"},
     {"MKERNEL_MOE_OVERLAP", kDebug, "0|1", "0",
-     "1: the gathered dispatch + grouped GEMM in two launches each, the own rows' GEMM beside the sends"},
+     "1: the gathered dispatch + grouped GEMM in two launches each, the own rows' GEMM beside the "
+     "sends"},
     {"MKERNEL_MOE_OVERLAP_SEND_CTAS", kDebug, "integer >= 1", "16",
-     "MKERNEL_MOE_OVERLAP=1: CTAs of the send launch (two per SM); the own rows' GEMM takes the other SMs"},
+     "MKERNEL_MOE_OVERLAP=1: CTAs of the send launch (two per SM); the own rows' GEMM takes the "
+     "other SMs"},
     {"MKERNEL_MOE_PHASES", kDebug, "1", "off",
      "measurement: the MoE op's phases timed by CUDA events"},
     // moe_ep.cpp
@@ -187,7 +199,9 @@ constexpr Knob kKnobs[] = {
     {"MKERNEL_PYTHON", kConfig, "path", "unset",
      "the interpreter of the Python fallback copier helper"},
     // ring_attention.cpp, attention.cpp (pins for tests and benchmarks)
-    {"MKERNEL_RING_CHUNKS", kDebug, "integer in [1, 16]", "16",
+    {"MKERNEL_RING_BLOCK_N", kDebug, "144", "the 128x128 tile",
+     "144: the whole mode's non-causal bf16 d=128 engine on the 128x144 tile; every rank the same"},
+    {"MKERNEL_RING_CHUNKS", kDebug, "integer in [1, 16]", "4",
      "the whole mode's most key chunks (KV flags) per shard; every rank the same"},
     {"MKERNEL_RING_FLAG_CACHE", kDebug, "0|1", "1",
      "the hooked engine acquires a KV flag once per launch, not once per tile"},

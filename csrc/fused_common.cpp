@@ -3,10 +3,12 @@
 
 #include "fused_common.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
+#include <mkernel/fifo.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -21,17 +23,14 @@
 #include <string>
 #include <tuple>
 
-#include <unistd.h>
-
 #include "comm/net_path.h"
 #include "env_knobs.h"
+#include "fused_ag_copy_engine.h"
 #include "fused_verdict.h"
 #include "gemm_engine.h"
 #include "kernels/fused/fused_gate_api.h"
 #include "kernels/fused/fused_gpu_gate_api.h"
 #include "session_layout.h"
-
-#include <mkernel/fifo.h>
 
 namespace mkernel::fused_glue {
 
@@ -399,7 +398,8 @@ bool gate_barrier_requested() {
 
 void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPlan& plan,
             const at::Tensor& like, const fused::FusedParams& hooks, const std::vector<int>& order,
-            int64_t rank_rows, bool interleave, const std::vector<const void*>* peer_a) {
+            int64_t rank_rows, bool interleave, const std::vector<const void*>* peer_a,
+            const AgCopyEngineCall* copy_engine) {
   const gemm::ConfigId config = plan.config;
   gemm::Launch l;
   l.stream = at::cuda::getCurrentCUDAStream();
@@ -425,7 +425,18 @@ void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPl
   uint64_t* timeline = nullptr;
   if (timeline_path != nullptr && !capturing()) timeline = timeline_begin(l.stream);
   h.timeline = timeline;
-  if (gate_requested(plan)) {  // fused_gate.cu: the peers' previous fused grids off the GPU first
+  if (copy_engine != nullptr) {
+    // The copy-engine route (fused_ag_copy_engine.h): the gate's barrier is the route's entry
+    // barrier (no peer still reads the G slots and flags the copies write), after it resets this
+    // rank's route flags; then the side streams' copies, forked after the gate.
+    const cudaError_t gate =
+        fused::launch_gate(h.group, h.op, l.stream, true, h.flag_base,
+                           static_cast<uint32_t>(h.group.world) * static_cast<uint32_t>(h.chunks));
+    TORCH_CHECK(gate == cudaSuccess, op,
+                ": the fused launch gate failed to launch: ", cudaGetErrorString(gate));
+    copy_engine_fork(op, *copy_engine, l.stream);
+  } else if (gate_requested(
+                 plan)) {  // fused_gate.cu: the peers' previous fused grids off the GPU first
     const cudaError_t gate =
         fused::launch_gate(h.group, h.op, l.stream, gate_barrier_requested());
     TORCH_CHECK(gate == cudaSuccess, op, ": the fused launch gate failed to launch: ",
@@ -437,6 +448,7 @@ void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPl
                                     static_cast<int>(peer_a->size()),
                                     static_cast<int>(rank_rows), &reason)
           : fused::run_fused(p, config, l, m_order, h, &reason);
+  if (copy_engine != nullptr) copy_engine_join(op, l.stream);  // (also when the launch failed)
   TORCH_CHECK(err == cudaSuccess, op, ": the fused kernel failed to launch: ",
               cudaGetErrorString(err), reason ? std::string(" (") + reason + ")" : std::string());
   // fused_gpu_gate.cu (opt-in): nothing after this grid on the stream until the other emulated
@@ -895,15 +907,24 @@ bool verbose_requested() {
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
-// "unfused", or paths[i]'s plan ("coop_128x256_c2x1 grid 48", ag_gemm's with " peer-TMA" or
-// " copy"; "fused" without plans).
+// ag_gemm's route of a plan: " peer-TMA", " copy-engine" or " copy".
+const char* route_name(const FusedPlan& p) {
+  return p.peer_tma ? " peer-TMA" : p.copy_engine ? " copy-engine" : " copy";
+}
+// The same where only the other routes than the copy kernel are named ("" for it and for rs/ar).
+const char* route_tag(const FusedPlan& p) {
+  return p.peer_tma ? " peer-TMA" : p.copy_engine ? " copy-engine" : "";
+}
+
+// "unfused", or paths[i]'s plan ("coop_128x256_c2x1 grid 48", ag_gemm's with " peer-TMA",
+// " copy-engine" or " copy"; "fused" without plans).
 std::string path_name(const char* op, int i, int unfused, const std::vector<FusedPlan>* plans) {
   if (i == unfused) return "unfused";
   if (plans == nullptr || i >= static_cast<int>(plans->size())) return "fused";
   const FusedPlan& p = (*plans)[i];
   const bool ag = std::strcmp(op, "mkernel.ag_gemm") == 0;
   return std::string(gemm::config_name(p.config)) + " grid " + std::to_string(p.grid) +
-         (p.peer_tma ? " peer-TMA" : ag ? " copy" : "");
+         (ag ? route_name(p) : "");
 }
 }  // namespace
 
@@ -1056,7 +1077,7 @@ int choose_path(const char* op, int64_t group, const std::string& key,
       } else {
         const FusedPlan& p = (*plans)[i];
         std::snprintf(buf, sizeof buf, " %s%s grid %d%s %.1f us (own %.1f, %d rounds%s);",
-                      gemm::config_name(p.config), p.peer_tma ? " peer-TMA" : "", p.grid,
+                      gemm::config_name(p.config), route_tag(p), p.grid,
                       gate_requested(p) ? " gated" : "", figure_us(i), median_of(own[i]) * 1e3,
                       timed, kept);
       }
@@ -1070,8 +1091,7 @@ int choose_path(const char* op, int64_t group, const std::string& key,
       best < static_cast<int>(plans->size()) && verbose_on) {
     const FusedPlan& p = (*plans)[best];
     std::fprintf(stderr, "%s: runs fused %s%s order %d/%d grid %d%s at %s (%.1f us", op,
-                 gemm::config_name(p.config), p.peer_tma ? " peer-TMA" : "", p.swizzle,
-                 p.raster, p.grid,
+                 gemm::config_name(p.config), route_tag(p), p.swizzle, p.raster, p.grid,
                  p.grid == 0 ? " (the share)" : "", key.c_str(), figure_us(best));
     if (all_paths) std::fprintf(stderr, " vs unfused %.1f us", figure_us(unfused));
     std::fprintf(stderr, ", slowest rank per round%s%s)\n", aligned ? ", aligned samples" : "",

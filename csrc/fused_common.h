@@ -35,7 +35,12 @@ struct FusedPlan {
   // its peer_a sources) rather than the copy-role kernel. candidate_plans never sets it; it
   // names the route in choose_path's verbose lines.
   bool peer_tma = false;
+  // ag_gemm only: this plan on the copy kernel with the copy engines moving the rows
+  // (fused_ag_copy_engine.h; the op passes `launch` the call's copies). Names the route too.
+  bool copy_engine = false;
 };
+
+struct AgCopyEngineCall;  // fused_ag_copy_engine.h
 
 // Launches the fused kernel on the current stream with `hooks`; errors name `op`. `order` is
 // the priority of each source rank (lower = earlier) for ordering the M units by the rows' owners
@@ -44,9 +49,12 @@ struct FusedPlan {
 void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPlan& plan,
             const at::Tensor& like, const fused::FusedParams& hooks, const std::vector<int>& order,
             int64_t rank_rows, bool interleave = false,
-            const std::vector<const void*>* peer_a = nullptr);
+            const std::vector<const void*>* peer_a = nullptr,
+            const AgCopyEngineCall* copy_engine = nullptr);
 // (peer_a: ag_gemm's MKERNEL_FUSED_AG_PEER_TMA kernel, fused_peer_tma.cuh: source s's rows,
-// rank_rows of them, are loaded by TMA from peer_a[s]; null: the kernel's own A.)
+// rank_rows of them, are loaded by TMA from peer_a[s]; null: the kernel's own A.
+// copy_engine: ag_gemm's copy-engine route: the launch gate in barrier mode resetting the route's
+// flags, the side streams' copies forked after it, the kernel, then the join.)
 
 // The fused kernel's persistent grid (CTAs) for a rank of `group`: this process's SMs, except
 // where several ranks of the group share this GPU with no MPS SM limit (an MPS client without

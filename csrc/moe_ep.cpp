@@ -19,6 +19,7 @@
 #include "fused_common.h"
 #include "gemm_engine.h"
 #include "kernels/moe/moe_ep_api.h"
+#include "kernels/moe/moe_fused_api.h"
 #include "kernels/moe/moe_routing_api.h"
 #include "moe_local.h"
 #include "session_layout.h"
@@ -195,9 +196,98 @@ int overlap_send_ctas() {
   return n;
 }
 
+// MKERNEL_MOE_FUSED=1 (opt-in, session 28; written without a GPU, not yet run on one): the
+// dispatch's sends and the grouped GEMM in one persistent kernel after the layout launch
+// (kernels/moe/moe_fused_api.h), one node, capacity 0, at most 32 ranks.
+bool fused_enabled() {
+  static const bool on = [] {
+    const char* v = env::get("MKERNEL_MOE_FUSED");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on;
+}
+
 }  // namespace
 
 namespace {
+
+// The dispatch + grouped GEMM as one persistent kernel (fused_enabled): the layout launch, then
+// the packed GEMM over this rank's own rows of every expert first and the peers' rows after, its
+// side warps sending the tokens and expanding each M tile's rows into recv_x before the tile's
+// TMA loads (moe_fused_hooks.cuh). recv_x is returned when asked for (return_recv).
+DispatchResult dispatch_fused(const char* op, int64_t group, comm::SymmetricGroup& g,
+                              moe_ep::DispatchArgs a, const moe_ep::DispatchLayout& lay,
+                              const at::Tensor& xc, const at::Tensor& w1, int64_t rows_out,
+                              const at::Tensor& counts, const at::Tensor& route,
+                              const at::Tensor& recv_counts, bool return_recv) {
+  const int64_t El = counts.size(0), H = xc.size(1), F = w1.size(1);
+  const int64_t flags = moe_fused::tile_flags(rows_out, static_cast<int>(El));
+  TORCH_CHECK(flags <= comm::kOpFlagRoom, op, ": the fused dispatch needs ", flags,
+              " tile flags for ", rows_out, " rows, more than the ", comm::kOpFlagRoom,
+              " the flag region holds (unset MKERNEL_MOE_FUSED)");
+  at::Tensor seg = at::empty({6 * El}, counts.options());
+  at::Tensor recv = at::empty({rows_out, H}, xc.options());
+  at::Tensor out = at::empty({rows_out, F}, xc.options());
+  const bool gemm_work = rows_out > 0 && F > 0;
+  const int32_t* s3 = seg.data_ptr<int32_t>();
+  gemm::Problem p = engine_problem(op, recv, w1, out.data_ptr(), std::max<int64_t>(rows_out, 1),
+                                   F, H);
+  p.batches = static_cast<int>(El);
+  p.group_begin = s3;
+  p.group_end = s3 + 3 * El;
+  p.groups_per_b = 2;
+  p.group_b_head = static_cast<int>(El);
+  // The grid of the fused GEMM ops (fused_common.h): this rank's CTAs wait for its peers' side
+  // warps, so on a GPU the ranks share their grids must all be placed at once.
+  gemm::Launch launch;
+  launch.stream = a.stream;
+  const int grid = fused_glue::fused_grid(op, group);
+  const int co = fused_glue::co_resident_grid(grid);
+  launch.sm_count = co > 0 ? co : grid;
+  launch.splits = 1;
+  // Everything that can refuse the GEMM is asked before the layout launch begins the call (a
+  // refusal after it would leave the call open here and the peers waiting).
+  if (gemm_work) {
+    const char* why = gemm::can_implement(p, gemm::ConfigId::kPing128x128Cluster1x2, launch);
+    TORCH_CHECK(why == nullptr, op, ": the fused dispatch's grouped GEMM cannot run (",
+                why ? why : "", "); unset MKERNEL_MOE_FUSED");
+  }
+  a.phase = moe_ep::DispatchArgs::Phase::kLayout;
+  a.segments = nullptr;
+  a.segments3 = seg.data_ptr<int32_t>();
+  a.recv_x = nullptr;
+  const char* reason = nullptr;
+  check_launch(op, moe_ep::dispatch(a, &reason), reason, g);
+
+  if (gemm_work) {
+    moe_fused::MoeFusedParams h;
+    h.group = a.group;
+    // x may be empty (T = 0: no own rows, no sends); the token area stands in as a valid base.
+    h.x = xc.size(0) > 0 ? static_cast<const uint8_t*>(xc.data_ptr())
+                         : a.group.data[a.group.rank] + lay.tokens;
+    h.tokens = xc.size(0);
+    h.row_bytes = a.row_bytes;
+    h.max_tokens = a.max_tokens;
+    h.tokens_area = lay.tokens;
+    h.row_map = lay.row_map;
+    h.slot = a.slot;
+    h.recv_counts = a.recv_counts;
+    h.recv_x = static_cast<uint8_t*>(recv.data_ptr());
+    h.tile_flag_base = comm::FlagSlot::kOpSlotBase;
+    h.e_local = static_cast<int>(El);
+    // The first wave's own tiles are expanded before any token leaves (a CTA pair per tile).
+    h.first_wave = std::max(1, moe_fused::grid_ctas(p.dtype, launch) / 2);
+    check_launch(op, moe_fused::run(p, launch, h, &reason), reason, g);
+  } else {
+    // No GEMM work: the layout launch began the call; an empty kSend launch ends it (every
+    // rank's arrival flags, op_end).
+    moe_ep::DispatchArgs send = a;
+    send.phase = moe_ep::DispatchArgs::Phase::kSend;
+    send.segments3 = nullptr;
+    check_launch(op, moe_ep::dispatch(send, &reason), reason, g);
+  }
+  return DispatchResult{out, counts, route, recv_counts, return_recv ? recv : xc.new_empty({0})};
+}
 
 // The gathered dispatch + grouped GEMM in four launches (overlap_enabled): see there.
 DispatchResult dispatch_overlapped(const char* op, comm::SymmetricGroup& g, moe_ep::DispatchArgs a,
@@ -224,8 +314,8 @@ DispatchResult dispatch_overlapped(const char* op, comm::SymmetricGroup& g, moe_
   check_launch(op, moe_ep::dispatch(send, &reason), reason, g);
 
   const uint8_t* region = a.group.data[a.group.rank];
-  const at::Tensor own = T > 0 ? xc : at::from_blob(const_cast<uint8_t*>(region + lay.tokens),
-                                                    {1, H}, xc.options());
+  const at::Tensor own =
+      T > 0 ? xc : at::from_blob(const_cast<uint8_t*>(region + lay.tokens), {1, H}, xc.options());
   const auto* row_map = reinterpret_cast<const int32_t*>(region + lay.row_map);
   at::Tensor out = at::empty({rows_out, F}, xc.options());
   const int32_t* s = seg.data_ptr<int32_t>();
@@ -289,8 +379,10 @@ std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
   // x (this rank's own tokens).
   // Collective at the group's first call: every rank gets here once the inputs are validated.
   const int sharers = fused_glue::gpu_sharers(op, group);
-  const bool gather = capacity == 0 && !return_recv && gather_enabled(sharers);
-  at::Tensor recv = gather ? at::Tensor() : at::empty({rows_out, H}, x.options());
+  // (F a multiple of 8: the packed GEMM's 16-byte row stores; the same on every rank, as W)
+  const bool fused = capacity == 0 && fused_enabled() && W <= 32 && F % 8 == 0;
+  const bool gather = !fused && capacity == 0 && !return_recv && gather_enabled(sharers);
+  at::Tensor recv = gather || fused ? at::Tensor() : at::empty({rows_out, H}, x.options());
   at::Tensor xc = x.contiguous();
 
   moe_ep::DispatchArgs a;
@@ -310,13 +402,19 @@ std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
   a.route = route.data_ptr<int64_t>();
   a.counts = counts.data_ptr<int32_t>();
   a.recv_counts = recv_counts.data_ptr<int32_t>();
-  a.recv_x = gather ? nullptr : recv.data_ptr();
+  a.recv_x = gather || fused ? nullptr : recv.data_ptr();
   // Every rank must agree on these (T may differ between ranks).
+  // (and on the fused path: its launches pair with no other path's; MKERNEL_MOE_FUSED set on
+  // some ranks only is named at the entry barrier)
   a.signature = comm::call_signature(comm::kOpMoeDispatch,
                                      {static_cast<int64_t>(x.scalar_type()), H, k, E, capacity,
-                                      Tm, F});
+                                      Tm, F, fused ? 1 : 0});
   a.stream = stream;
   const char* reason = nullptr;
+  if (fused) {
+    return dispatch_fused(op, group, g, a, lay, xc, w1, rows_out, counts, route, recv_counts,
+                          return_recv);
+  }
   if (gather && overlap_enabled()) {
     return dispatch_overlapped(op, g, a, lay, xc, w1, rows_out, counts, route, recv_counts);
   }

@@ -155,6 +155,13 @@ TORCH_LIBRARY(mkernel, m) {
   m.def(
       "attention_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
       "bool causal, float softmax_scale) -> (Tensor, Tensor, Tensor)");
+  // The same over K/V all-gathered from a ring of ring_world ranks (k [ring_world * b, s, h_kv,
+  // d]), ring attention's zigzag visibility, one launch; dk / dv fp32 partials
+  // (python/mkernel/_ring_backward.py).
+  m.def(
+      "attention_backward_ring(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+      "bool causal, float softmax_scale, int ring_world, int ring_rank) -> (Tensor, Tensor, "
+      "Tensor)");
 
   // The Go control plane's C API table (csrc/include/mkernel/core_api.h), handed over by
   // address at import; returns the table's ABI version. See core_binding.cpp.

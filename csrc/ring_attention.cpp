@@ -261,7 +261,19 @@ struct WholeSend {
 // Pins (tests and benchmarks; ranks may differ): MKERNEL_RING_SEND=engine (bf16; else the send
 // kernel) or =kernel, MKERNEL_RING_SEND_CTAS=1..16 (the send kernel with that many CTAs),
 // MKERNEL_RING_SEND_FIRST=1 (the send kernel, the engine started once its CTAs run).
+// MKERNEL_RING_BLOCK_N=144 (opt-in until measured on whole GPUs; every rank the same value): the
+// whole mode's non-causal bf16 d=128 engine on the plain engine's 128x144 tile (attention_api.h
+// HookArgs::keys_per_flag: flags by keys, a block may wait for two), with the send kernel (the
+// forwarding policy is built for 128x128 only). Session 25 (ring_hooked_gap.py, one H200): the
+// plain 128x144 kernel 5-8 % ahead of the 128x128 one the hooked ring runs.
+bool ring_wide_tile(const at::Tensor& q, bool causal) {
+  const char* value = env::get("MKERNEL_RING_BLOCK_N");
+  return value != nullptr && std::strcmp(value, "144") == 0 && !causal &&
+         q.scalar_type() == at::kBFloat16 && q.size(3) == 128;
+}
+
 WholeSend whole_send(const at::Tensor& q, bool causal) {
+  if (ring_wide_tile(q, causal)) return {false, kSendCtas};  // no forwarding policy on 128x144
   const bool bf16 = q.scalar_type() == at::kBFloat16;
   const char* ctas = env::get("MKERNEL_RING_SEND_CTAS");
   const int n = ctas != nullptr ? std::atoi(ctas) : 0;
@@ -563,8 +575,11 @@ ring_attention::Geometry ring_geometry(const at::Tensor& k) {
 // that loads from it (attention_hooks.cuh SeenFlags: once per launch), and those stall the
 // engine's load lane. Session 25 (ring_hooked_gap.py, one H200, no communication): with 16 per
 // shard the remaining acquires cost the hooked launch 3-9 % non-causal (no waits at all vs the
-// cached ones). MKERNEL_RING_CHUNKS=n (1..16; every rank the same value) pins it.
-constexpr int kWholeChunks = 16;
+// cached ones); 4 per shard left it within 1.6 % of no waits at all and 5-13 % faster than
+// session 24's default, the fused ring under MPS within +-1.6 % (the first peer chunk is a
+// quarter shard: it lands while the engine walks the own shard, consumed first).
+// MKERNEL_RING_CHUNKS=n (1..16; every rank the same value) pins it.
+constexpr int kWholeChunks = 4;
 int whole_chunks() {
   const char* value = env::get("MKERNEL_RING_CHUNKS");
   const int n = value != nullptr ? std::atoi(value) : 0;
@@ -601,6 +616,7 @@ void set_whole_flags(attention::HookArgs& hooks, const ring_attention::Geometry&
   hooks.flags_per_head = world * geo.chunks;
   hooks.flag_batch_stride = world * geo.chunks;
   hooks.flag_head_stride = 0;
+  hooks.keys_per_flag = geo.chunk_rows;  // read by the 128x144 kernel only (flags by keys)
 }
 
 // The whole mode's engine problem: the local query shard q against the virtual K/V at k_virt /
@@ -639,6 +655,9 @@ attention::Problem whole_problem(const at::Tensor& q, const at::Tensor& k, int w
   if (engine_tile) {  // the forwarding policy's tile
     p.block_m = 128;
     p.block_n = 128;
+  } else if (ring_wide_tile(q, causal)) {
+    p.block_m = 128;
+    p.block_n = 144;
   }
   return p;
 }

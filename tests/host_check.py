@@ -11,6 +11,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# The CUDA toolchain's headers (cccl) that CuTe includes, where `make cuda-check` unpacked them.
+CCCL = ROOT / "build" / "cuda-toolchain" / "nvidia" / "cu13" / "include"
+
+
+def cutlass_include() -> Path | None:
+    """The nvidia-cutlass wheel's include folder (CuTe), or None where it is not installed."""
+    try:
+        import cutlass_library
+    except ImportError:
+        return None
+    inc = Path(cutlass_library.__file__).parent / "source" / "include"
+    return inc if (inc / "cute" / "tensor.hpp").exists() else None
 
 
 def build_check(source: Path, out_dir: Path, *, includes: tuple[Path, ...] = (),

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <thread>
 
+#include "comm/ce_copy.h"
 #include "comm/gdr_copier_launch.h"
 #include "comm/gdr_copier_process.h"
 #include "core_binding.h"
@@ -302,19 +303,7 @@ struct NetCopier {
   cudaError_t copy(uint8_t* dst, const uint8_t* src, uint64_t bytes) {
 #if CUDART_VERSION >= 12080
     if (!batch_refused && submit_asked != kCopierSubmitPlain) {
-      void* dsts[1] = {dst};
-      const void* srcs[1] = {src};
-      size_t sizes[1] = {static_cast<size_t>(bytes)};
-      cudaMemcpyAttributes attr{};
-      attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-      attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
-      size_t first = 0;
-#if CUDART_VERSION >= 13000
-      const cudaError_t e = cudaMemcpyBatchAsync(dsts, srcs, sizes, 1, &attr, &first, 1, stream);
-#else
-      size_t fail = 0;
-      const cudaError_t e = cudaMemcpyBatchAsync(dsts, const_cast<void**>(srcs), sizes, 1, &attr, &first, 1, &fail, stream);
-#endif
+      const cudaError_t e = ce_copy_async(dst, src, static_cast<size_t>(bytes), stream);
       if (e != cudaErrorNotSupported && e != cudaErrorInvalidValue) {
         if (e == cudaSuccess) submit_path.store(kCopierSubmitCe, std::memory_order_relaxed);
         return e;

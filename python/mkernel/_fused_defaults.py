@@ -30,3 +30,8 @@ def co_resident_grid_c1(share: int) -> int:
 # ("auto": the copy-role and peer-TMA kernels both measured per shape by the op's first call, the
 # group keeps the faster; "0" copy only; "1" peer TMA wherever it fits). fused16.
 AG_PEER_TMA_DEFAULT = "auto"
+
+# csrc/fused_ag_route.h kCopyEngineDefault: ag_gemm's copy-engine route when
+# MKERNEL_FUSED_AG_COPY_ENGINE is unset ("0": off until a GPU run has checked and timed it;
+# session 27).
+AG_COPY_ENGINE_DEFAULT = "0"

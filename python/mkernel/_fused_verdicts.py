@@ -3,8 +3,8 @@ for tests and benchmarks: which path the group's measurement kept per shape key,
 graph capture ran. Pure Python (no torch, no extension): tests/core/test_fused_verdicts.py checks
 it on sample lines.
 
-The lines (op = "mkernel.ag_gemm", ...; key = "M=.. N=.. K=.. <dtype> W=..[ peertma=<setting>]"):
-  "<op>: runs fused <config>[ peer-TMA] order <s>/<r> grid <g>[ (the share)] at <key> (<figures>)"
+The lines (op = "mkernel.ag_gemm", ...; key = "M=.. N=.. K=.. <dtype> W=..[ peertma=<setting>[ ce=<setting>]]"):
+  "<op>: runs fused <config>[ peer-TMA| copy-engine] order <s>/<r> grid <g>[ (the share)] at <key> (<figures>)"
   "<op>: runs unfused (the substrate's collective + the engine GEMM): measured not faster than
    the unfused path with confidence at <key> (<figures>; <the test's figures>)"
    (a TORCH_WARN: a log prefix first; before fused17 "... (by the 3% margin) at <key> ...")

@@ -9,6 +9,10 @@ CPU the fp32 math backward: ``mkernel.ops._attention_backward``) for the same bl
 zigzag split as the forward, sums dQ locally in fp32, and returns each block's dK/dV partial to
 its owner with an fp32 ``reduce_scatter``. The gradient of ``lse`` itself is not propagated
 (as for :func:`mkernel.attention`).
+
+With the native backward opted in (``MKERNEL_ATTN_BWD=native``, CUDA), the per-block calls are
+one launch of its ring mode (``mkernel::attention_backward_ring``: every source's blocks, each
+with its zigzag visibility, :func:`ring_visible`), between the same all-gather and reduce-scatter.
 """
 
 from __future__ import annotations
@@ -37,6 +41,28 @@ def ring_steps(rank: int, world: int, causal: bool, s: int) -> Iterator[tuple[in
             yield src, slice(c, s), slice(0, s), False
 
 
+def ring_visible(rank: int, world: int, s: int, causal: bool) -> Tensor:
+    """Which keys of the all-gathered shards (``[s, world * s]``: query row, source * s + key
+    row) this rank's queries see — the rule the native backward's ring mode applies per CTA
+    (csrc/kernels/attention/attention_bwd_api.h): non-causal all; causal, for source ``src``:
+    ``j <= i`` when ``src == rank``, ``j < s/2`` when ``src < rank``, ``i >= s/2`` when
+    ``src > rank``."""
+    if not causal:
+        return torch.ones(s, world * s, dtype=torch.bool)
+    c = s // 2
+    i = torch.arange(s)[:, None]
+    j = torch.arange(s)[None, :]
+    blocks = []
+    for src in range(world):
+        if src == rank:
+            blocks.append(j <= i)
+        elif src < rank:
+            blocks.append((j < c).expand(s, s))
+        else:
+            blocks.append((i >= c).expand(s, s))
+    return torch.cat(blocks, dim=1)
+
+
 def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
     q, k, v, group, world_size, causal, softmax_scale = inputs
     out, lse = output
@@ -47,7 +73,7 @@ def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
 
 def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
     from . import runtime
-    from .ops import _attention_backward
+    from .ops import _attention_backward, _attention_backward_choice
 
     q, k, v, out, lse = ctx.saved_tensors
     if dout is None:
@@ -59,6 +85,13 @@ def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
     rank, world, b = runtime._contexts[ctx.group].rank, ctx.world, q.shape[0]
     k_all = torch.ops.mkernel.all_gather.default(k.contiguous(), ctx.group, world)  # [W*b, ...]
     v_all = torch.ops.mkernel.all_gather.default(v.contiguous(), ctx.group, world)
+    if _attention_backward_choice(q, k, v, ctx.causal) == "native":
+        # The engine's native backward over every source in one launch (its ring mode).
+        dq, dk_all, dv_all = torch.ops.mkernel.attention_backward_ring.default(
+            dout, q, k_all, v_all, out, lse, ctx.causal, ctx.scale, world, rank)
+        dk = torch.ops.mkernel.reduce_scatter.default(dk_all, ctx.group, world).to(k.dtype)  # fp32
+        dv = torch.ops.mkernel.reduce_scatter.default(dv_all, ctx.group, world).to(v.dtype)
+        return dq, dk, dv, None, None, None, None
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dk_all = torch.zeros(k_all.shape, dtype=torch.float32, device=q.device)
     dv_all = torch.zeros_like(dk_all)

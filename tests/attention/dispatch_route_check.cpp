@@ -9,7 +9,7 @@
 namespace mkernel::attention {
 int g_entry = 0;  // 1: an instantiation, 2 / 3: variants non-causal / causal, 4: claimed, 5: prefetch,
                   // 6: O from registers (attn13), 7: longer KV blocks (attn14), 8: attn15's bits 17-18,
-                  // 9: attn16's narrow top block (bits 19-20)
+                  // 9: attn16's narrow top block (bits 19-20), 10: the ring's 128x144 hooked kernel
 int g_variant = -1;
 #define ATTN_CASE(tag, ctype, hdim, bm, bn, causal)                                               \
   cudaError_t run_##tag##_d##hdim##_m##bm##_n##bn(const Problem& p, const Launch&, const HookArgs*) { \
@@ -34,6 +34,12 @@ STUB(run_bf16_d128_m128_widekv_variant, 7)
 STUB(run_bf16_d128_m128_n128_variant_attn15, 8)
 STUB(run_bf16_d128_m128_narrow_variant, 9)
 #undef STUB
+// The ring's opt-in 128x144 hooked kernel (MKERNEL_RING_BLOCK_N=144; session 26).
+cudaError_t run_bf16_d128_m128_n144_hooked(const Problem& p, const Launch&, const HookArgs&) {
+  g_entry = 10;
+  g_variant = p.variant;
+  return cudaSuccess;
+}
 }  // namespace mkernel::attention
 
 #include "kernels/attention/attention_dispatch.cu"

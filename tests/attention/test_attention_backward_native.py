@@ -33,7 +33,19 @@ CASES = [  # (b, s, s_kv, h, h_kv, d, causal)
     (3, 255, 257, 6, 3, 128, False),
     (1, 512, 384, 4, 4, 64, False),
     (2, 1024, 1024, 8, 2, 128, True),
+    # The wgmma kernel's 128-key CTA: warpgroup 1's half partly past s_kv (65, 130 keys), the
+    # causal diagonal inside either half, one key in the last CTA (129).
+    (1, 64, 130, 2, 2, 128, True),
+    (1, 190, 65, 2, 1, 128, False),
+    (2, 100, 200, 4, 2, 64, True),
+    (1, 129, 129, 2, 2, 64, False),
 ]
+
+# The main kernel (MKERNEL_ATTN_BWD_KERNEL): wgmma (the default; dQ by float2 atomics),
+# wgmma_bulk_dq (dQ staged in shared memory, one bulk reduce-add per tile, dq_accum tiled),
+# wgmma_ws (the same, warp-specialized: a TMA producer warpgroup and an mbarrier pipeline) and the
+# first mma.sync version (last: the others are compared with it).
+KERNELS = ["wgmma", "wgmma_bulk_dq", "wgmma_ws", "mma_sync"]
 
 
 def _poison_allocator() -> None:
@@ -75,9 +87,11 @@ def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 @needs_gpu
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("case", CASES)
-def test_native_backward_matches_float64_autograd(case, dtype) -> None:
+def test_native_backward_matches_float64_autograd(case, dtype, kernel, monkeypatch) -> None:
+    monkeypatch.setenv("MKERNEL_ATTN_BWD_KERNEL", kernel)
     b, s, s_kv, h, h_kv, d, causal = case
     scale = d ** -0.5
     for seed in (31, 32):  # a second call with fresh inputs: outputs and workspaces reused
@@ -105,9 +119,118 @@ def test_native_backward_matches_float64_autograd(case, dtype) -> None:
             # random draws above 2e-2 in fp64 emulation; s10 run 2 read 2.4e-2). So: within 2e-2 of the
             # fp64 backward of the stored out, and no farther from autograd than that one is, + 2e-2.
             rel = _rel(g, rs)
-            assert rel < 2e-2, f"d{name} relative error {rel} vs the stored-out backward (case {case}, {dtype}, seed {seed})"
+            assert rel < 2e-2, f"d{name} relative error {rel} vs the stored-out backward (case {case}, {dtype}, {kernel}, seed {seed})"
             rel_ad = _rel(g, r)
-            assert rel_ad < 2e-2 + _rel(rs, r), f"d{name} relative error {rel_ad} vs autograd (case {case}, {dtype}, seed {seed})"
+            assert rel_ad < 2e-2 + _rel(rs, r), f"d{name} relative error {rel_ad} vs autograd (case {case}, {dtype}, {kernel}, seed {seed})"
+
+
+@needs_gpu
+@pytest.mark.parametrize("kernel", KERNELS[:-1])
+def test_native_backward_kernel_repeats_bit_for_bit_and_agrees_with_mma_sync(kernel, monkeypatch) -> None:
+    """Each main kernel on one input: dk and dv repeat bit for bit (dq is summed by fp32 atomics
+    or bulk reduce-adds in any order), and agree with the mma.sync kernel's to rounding."""
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    b, s, s_kv, h, h_kv, d = 2, 777, 777, 8, 2, 128
+    q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    v = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    dout = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    out, lse = mkernel.attention(q, k, v, causal=True)
+    grads = {}
+    for name in (kernel, "mma_sync"):
+        monkeypatch.setenv("MKERNEL_ATTN_BWD_KERNEL", name)
+        runs = [torch.ops.mkernel.attention_backward.default(dout, q, k, v, out, lse, True, d ** -0.5)
+                for _ in range(2)]
+        assert torch.equal(runs[0][1], runs[1][1]) and torch.equal(runs[0][2], runs[1][2]), name
+        grads[name] = runs[0]
+    for name, a, c in zip("qkv", grads[kernel], grads["mma_sync"]):
+        assert _rel(a, c.double()) < 1e-2, f"d{name}: {kernel} and mma_sync disagree"
+
+
+def _masked_backward_of_stored_out(dout, q, k, v, out, visible, scale: float):
+    """dq, dk, dv in float64 of attention under an explicit [s, s_kv] mask, D = rowsum(dO o out)
+    of the stored out: the best any backward fed that out can do (GQA summed)."""
+    b, s, h, d = q.shape
+    h_kv = k.shape[2]
+    g = h // h_kv
+    qf, kf, vf, of, dof = (x.double().transpose(1, 2) for x in (q, k, v, out, dout))
+    kf, vf = kf.repeat_interleave(g, 1), vf.repeat_interleave(g, 1)
+    scores = (qf @ kf.transpose(-1, -2) * scale).masked_fill(~visible.to(q.device), float("-inf"))
+    p = torch.softmax(scores, -1).nan_to_num(0.0)
+    dp = dof @ vf.transpose(-1, -2)
+    ds = p * (dp - (dof * of).sum(-1, keepdim=True))
+    dq = (scale * ds @ kf).transpose(1, 2)
+    dk = (scale * ds.transpose(-1, -2) @ qf).reshape(b, h_kv, g, -1, d).sum(2).transpose(1, 2)
+    dv = (p.transpose(-1, -2) @ dof).reshape(b, h_kv, g, -1, d).sum(2).transpose(1, 2)
+    return dq, dk, dv
+
+
+@needs_gpu
+@pytest.mark.parametrize("kernel", KERNELS[:-1])
+@pytest.mark.parametrize("world,rank", [(2, 0), (2, 1), (3, 1), (4, 3)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_ring_mode_matches_the_masked_float64_backward(kernel, world, rank, causal,
+                                                       monkeypatch) -> None:
+    """mkernel::attention_backward_ring (the ring backward's one launch) for one rank of an
+    emulated ring, in one process: q this rank's shard, k/v every rank's (all-gathered, [W * b,
+    ...]); out/lse from the float64 attention under the zigzag rule (ring_visible); dq, dk_all,
+    dv_all against the float64 backward under the same rule. s = 130: the zigzag chunk (65) is
+    not a multiple of the 64-row blocks, nor the shard of the 128-key CTAs."""
+    from mkernel._ring_backward import ring_visible
+
+    monkeypatch.setenv("MKERNEL_ATTN_BWD_KERNEL", kernel)
+    b, s, h, h_kv, d = 2, 130, 4, 2, 128
+    scale = d ** -0.5
+    _poison_allocator()
+    gen = torch.Generator(device="cuda").manual_seed(11 + 7 * world + rank)
+    q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k_all = torch.randn(world * b, s, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    v_all = torch.randn(world * b, s, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    dout = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    # Every source's keys side by side per batch row: [b, W * s, h_kv, d].
+    k_cat = torch.cat(k_all.chunk(world, 0), 1)
+    v_cat = torch.cat(v_all.chunk(world, 0), 1)
+    visible = ring_visible(rank, world, s, causal).cuda()
+    g = h // h_kv
+    scores = (q.double().transpose(1, 2) @ k_cat.double().transpose(1, 2).repeat_interleave(g, 1)
+              .transpose(-1, -2) * scale).masked_fill(~visible, float("-inf"))
+    lse = torch.logsumexp(scores, -1).float().contiguous()  # [b, h, s]
+    out = (torch.softmax(scores, -1) @ v_cat.double().transpose(1, 2).repeat_interleave(g, 1))
+    out = out.transpose(1, 2).to(torch.bfloat16).contiguous()
+    dq, dk_all, dv_all = torch.ops.mkernel.attention_backward_ring.default(
+        dout, q, k_all, v_all, out, lse, causal, scale, world, rank)
+    torch.cuda.synchronize()
+    assert dk_all.shape == k_all.shape and dv_all.shape == v_all.shape and dq.shape == q.shape
+    assert dk_all.dtype == dv_all.dtype == torch.float32 and dq.dtype == q.dtype
+    rdq, rdk, rdv = _masked_backward_of_stored_out(dout, q, k_cat, v_cat, out, visible, scale)
+    rdk_all = torch.cat(rdk.chunk(world, 1), 0)  # back to [W * b, s, h_kv, d]
+    rdv_all = torch.cat(rdv.chunk(world, 1), 0)
+    for name, got, ref in (("dq", dq, rdq), ("dk", dk_all, rdk_all), ("dv", dv_all, rdv_all)):
+        assert torch.isfinite(got).all(), f"{name} has non-finite entries (unwritten?)"
+        rel = _rel(got, ref)
+        assert rel < 2e-2, f"{name} relative error {rel} ({kernel}, W={world}, rank {rank}, causal {causal})"
+
+
+@needs_gpu
+def test_ring_mode_refuses_a_wrong_gather(monkeypatch) -> None:
+    q = torch.randn(2, 64, 2, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(3, 64, 2, 64, device="cuda", dtype=torch.bfloat16)  # not W * b
+    lse = torch.zeros(2, 2, 64, device="cuda")
+    with pytest.raises(ValueError, match="all-gathered"):
+        torch.ops.mkernel.attention_backward_ring.default(q, q, k, k, q, lse, True, 0.125, 2, 0)
+    monkeypatch.setenv("MKERNEL_ATTN_BWD_KERNEL", "mma_sync")
+    k = torch.randn(4, 64, 2, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="wgmma kernels only"):
+        torch.ops.mkernel.attention_backward_ring.default(q, q, k, k, q, lse, True, 0.125, 2, 0)
+
+
+@needs_gpu
+def test_unknown_backward_kernel_is_refused(monkeypatch) -> None:
+    monkeypatch.setenv("MKERNEL_ATTN_BWD_KERNEL", "fastest")
+    q = torch.randn(1, 64, 2, 64, device="cuda", dtype=torch.bfloat16)
+    out, lse = mkernel.attention(q, q, q)
+    with pytest.raises(ValueError, match="MKERNEL_ATTN_BWD_KERNEL"):
+        torch.ops.mkernel.attention_backward.default(q, q, q, q, out, lse, False, 0.125)
 
 
 @needs_gpu
@@ -168,6 +291,23 @@ def test_default_mode_is_not_native(monkeypatch) -> None:
     monkeypatch.delenv("MKERNEL_ATTN_BWD", raising=False)
     assert mkernel.ops.ATTENTION_BACKWARD == "auto"
     assert mkernel.ops._attention_backward_mode() == "auto"
+
+
+def test_ring_op_meta_shapes_and_validation() -> None:
+    """attention_backward_ring's Meta kernel: dk/dv have the gathered k's shape; a k that is not
+    ring_world shards of q's batch, or a rank outside the ring, is refused naming it."""
+    b, s, h, h_kv, d, world = 2, 64, 4, 2, 128, 3
+    q = torch.empty(b, s, h, d, dtype=torch.bfloat16, device="meta")
+    k = torch.empty(world * b, s, h_kv, d, dtype=torch.bfloat16, device="meta")
+    lse = torch.empty(b, h, s, dtype=torch.float32, device="meta")
+    dq, dk, dv = torch.ops.mkernel.attention_backward_ring.default(q, q, k, k, q, lse, True, 0.1,
+                                                                   world, 1)
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == k.shape
+    assert dk.dtype == dv.dtype == torch.float32  # the ring's partials, summed in fp32 next
+    with pytest.raises(ValueError, match="all-gathered"):
+        torch.ops.mkernel.attention_backward_ring.default(q, q, k, k, q, lse, True, 0.1, 2, 1)
+    with pytest.raises(ValueError, match="ring_rank"):
+        torch.ops.mkernel.attention_backward_ring.default(q, q, k, k, q, lse, True, 0.1, world, 3)
 
 
 def test_op_meta_shapes_and_validation() -> None:

@@ -96,3 +96,20 @@ def test_ring_steps_cover_the_zigzag_causal_mask_once(world) -> None:
                 block = torch.ones_like(block).tril(kr.stop - kr.start - (qr.stop - qr.start))
             got[qr, src * s + kr.start:src * s + kr.stop] += block
         assert got.max() <= 1 and torch.equal(got.bool(), want), (rank, got, want)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("s", [2, 6, 130])
+def test_ring_visible_is_the_zigzag_causal_mask(world, s) -> None:
+    """The native backward's ring-mode rule (mkernel._ring_backward.ring_visible, as its kernels
+    apply it per source): exactly the pairs whose global zigzag positions are causal; all pairs
+    when not causal."""
+    from mkernel._ring_backward import ring_visible
+
+    pos = torch.arange(world * s)
+    shards = [zigzag_shard(pos.unsqueeze(0), r, world)[0] for r in range(world)]
+    for rank in range(world):
+        want = torch.cat([shards[src].unsqueeze(0) <= shards[rank].unsqueeze(1)
+                          for src in range(world)], 1)
+        assert torch.equal(ring_visible(rank, world, s, True), want), (world, s, rank)
+        assert ring_visible(rank, world, s, False).all()

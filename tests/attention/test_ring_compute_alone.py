@@ -136,3 +136,31 @@ def test_hooked_flag_skip_is_bit_for_bit(causal, monkeypatch):
     assert torch.equal(out, out4) and torch.equal(lse, lse4)
     ref, _ = attention_ref(q, k, v, causal)
     assert ((out2.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@needs_gpu
+@pytest.mark.parametrize("world,s,h_kv", [
+    (2, 384, 2),   # 768 keys = 5 x 144 + 48: the narrow top block; 128-key flags straddled
+    (3, 256, 4),   # 768 keys again, 3 shards of 256
+    (2, 1024, 1),  # MQA, 2048 keys: several blocks per flag
+])
+def test_cuda_wide_tile_matches_the_whole_sequence(world, s, h_kv, monkeypatch):
+    """MKERNEL_RING_BLOCK_N=144: the whole mode's non-causal bf16 engine on the 128x144 tile, its
+    KV flags counted by keys (a block may wait for two), against float64; with the flag skip and
+    cache off as well (the same loads, the same bits)."""
+    (q, k, v), per_rank = case(2, s, 4, h_kv, 128, world, False, torch.bfloat16, "cuda", 23 + world)
+    ref, ref_lse = attention_ref(q.double(), k.double(), v.double(), False)
+    monkeypatch.setenv("MKERNEL_RING_BLOCK_N", "144")
+    for r, (qs, k_ring, v_ring, rows) in enumerate(per_rank):
+        poison = [torch.full_like(qs, float("nan")),
+                  torch.full((qs.shape[0], qs.shape[2], qs.shape[1]), float("nan"), device="cuda")]
+        del poison
+        out, lse = getattr(torch.ops.mkernel, OP)(qs, k_ring, v_ring, r, world, False)
+        check(out, lse, ref, ref_lse, rows, 1e-2)
+        monkeypatch.setenv("MKERNEL_RING_FLAG_SKIP", "0")
+        monkeypatch.setenv("MKERNEL_RING_FLAG_CACHE", "0")
+        out2, lse2 = getattr(torch.ops.mkernel, OP)(qs, k_ring, v_ring, r, world, False)
+        monkeypatch.delenv("MKERNEL_RING_FLAG_SKIP")
+        monkeypatch.delenv("MKERNEL_RING_FLAG_CACHE")
+        assert torch.equal(out, out2) and torch.equal(lse, lse2)
+

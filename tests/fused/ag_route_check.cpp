@@ -24,7 +24,7 @@ static int failures = 0;
 static std::string show(const std::vector<Candidate>& cs) {
   std::string s;
   for (const Candidate& c : cs) {
-    s += std::to_string(c.plan) + (c.peer ? "p" : "c") + " ";
+    s += std::to_string(c.plan) + (c.ce ? "e" : c.peer ? "p" : "c") + " ";
   }
   return s;
 }
@@ -117,6 +117,55 @@ int main() {
   CHECK(r::key_suffix(PeerTma::kAuto, true) == " peertma=auto");
   CHECK(r::key_suffix(PeerTma::kOff, true) == " peertma=0");
   CHECK(r::key_suffix(PeerTma::kOn, false) == " peertma=1/copy-only");
+
+  // The copy-engine route (MKERNEL_FUSED_AG_COPY_ENGINE): the same spellings, off by default.
+  using r::CopyEngine;
+  CopyEngine ce = CopyEngine::kAuto;
+  CHECK(r::parse_copy_engine(nullptr, &ce) && ce == r::kCopyEngineDefault);
+  CHECK(r::kCopyEngineDefault == CopyEngine::kOff);
+  CHECK(r::parse_copy_engine("1", &ce) && ce == CopyEngine::kOn);
+  CHECK(r::parse_copy_engine("auto", &ce) && ce == CopyEngine::kAuto);
+  CHECK(r::parse_copy_engine("0", &ce) && ce == CopyEngine::kOff);
+  CHECK(!r::parse_copy_engine("ce", &ce) && ce == CopyEngine::kOff);
+  CHECK(r::copy_engine_fits(2, false, true));
+  CHECK(!r::copy_engine_fits(2, true, true));    // across nodes: the FIFO needs the copy role
+  CHECK(!r::copy_engine_fits(1, false, true));   // nothing to gather
+  CHECK(!r::copy_engine_fits(8, false, false));  // no copy-engine submission in this runtime
+  // on: every plan on the route, nothing else; auto: appended after the other routes; a route
+  // that does not fit or is off leaves the lists above unchanged.
+  CHECK(show(r::candidates(PeerTma::kAuto, true, two, 4096, CopyEngine::kOn, true)) == "0e 1e ");
+  CHECK(show(r::candidates(PeerTma::kAuto, true, two, 4096, CopyEngine::kAuto, true)) ==
+        "0c 1c 0p 1p 0e 1e ");
+  CHECK(show(r::candidates(PeerTma::kOff, true, two, 4096, CopyEngine::kAuto, true)) ==
+        "0c 1c 0e 1e ");
+  CHECK(show(r::candidates(PeerTma::kAuto, true, two, 4096, CopyEngine::kOn, false)) ==
+        "0c 1c 0p 1p ");
+  CHECK(show(r::candidates(PeerTma::kAuto, true, two, 4096, CopyEngine::kOff, true)) ==
+        "0c 1c 0p 1p ");
+  // Keys: unchanged while the route is off; distinct per setting and fit otherwise.
+  CHECK(r::key_suffix(PeerTma::kAuto, true, CopyEngine::kOff, true) == " peertma=auto");
+  CHECK(r::key_suffix(PeerTma::kAuto, true, CopyEngine::kAuto, true) == " peertma=auto ce=auto");
+  CHECK(r::key_suffix(PeerTma::kAuto, true, CopyEngine::kOn, false) == " peertma=auto ce=1/none");
+  for (CopyEngine mode : {CopyEngine::kOn, CopyEngine::kAuto}) {
+    for (bool fits : {false, true}) keys.insert(r::key_suffix(PeerTma::kAuto, true, mode, fits));
+  }
+  CHECK(keys.size() == 10);
+  // Pieces: 1, 1, 2, 4, 8, 8, ... chunks, the last what is left; they tile [0, chunks).
+  auto pieces = [](int32_t chunks) {
+    std::string s;
+    for (int32_t b : r::copy_engine_pieces(chunks)) s += std::to_string(b) + " ";
+    return s;
+  };
+  CHECK(pieces(0) == "0 ");
+  CHECK(pieces(1) == "0 1 ");
+  CHECK(pieces(3) == "0 1 2 3 ");
+  CHECK(pieces(32) == "0 1 2 4 8 16 24 32 ");
+  CHECK(pieces(20) == "0 1 2 4 8 16 20 ");
+  for (int32_t chunks = 0; chunks < 300; ++chunks) {
+    const std::vector<int32_t> b = r::copy_engine_pieces(chunks, 8);
+    CHECK(b.front() == 0 && b.back() == chunks);
+    for (size_t i = 1; i < b.size(); ++i) CHECK(b[i] > b[i - 1] && b[i] - b[i - 1] <= 8);
+  }
 
   if (failures == 0) std::printf("OK\n");
   return failures == 0 ? 0 : 1;

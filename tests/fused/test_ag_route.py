@@ -32,6 +32,8 @@ def test_python_mirror_of_the_default() -> None:
     names = {"Off": "0", "On": "1", "Auto": "auto"}
     assert [names[f] for f in found] == [fd.AG_PEER_TMA_DEFAULT], found
     assert fd.AG_PEER_TMA_DEFAULT == "auto"  # fused16 (benchmarks/NOTES.md "fused16" rule)
+    found = re.findall(r"constexpr CopyEngine kCopyEngineDefault = CopyEngine::k(\w+);", src)
+    assert [names[f] for f in found] == [fd.AG_COPY_ENGINE_DEFAULT], found
     # ag_gemm.cpp reads it from the header (no second constant left behind).
     ag = (ROOT / "csrc" / "ag_gemm.cpp").read_text()
     assert "kAgPeerTmaByDefault" not in ag and "ag_route::kPeerTmaDefault" in ag

@@ -10,7 +10,7 @@ capture and replay with the inputs changed between replays. Prints ``CASE {json}
 
 ``FUSED_SUITE`` (comma-separated): ``ag`` (ag_gemm), ``rs`` (gemm_rs), ``ar`` (gemm_ar),
 ``graph`` (all three captured and replayed), ``auto`` (the fused/unfused and config choice), ``time``,
-``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``c1x1`` (the three ops with MKERNEL_FUSED_C1X1=1: the cluster-free 128x256 kernels, fused18), ``bigflags`` (gemm_ar two-shot at M = N ~ 16384: flag slots past the old 1 << 16-word region, issue 12), ``peergraph`` (that path captured and replayed), ``agdefault`` (ag_gemm as users get it: no knob, the op's measured choice between the copy kernel, the peer-TMA kernel and the unfused path; then a graph of the cached verdict), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
+``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``copyengine`` (ag_gemm with MKERNEL_FUSED_AG_COPY_ENGINE=1: the rows moved by the copy engines, then a graph), ``cekill`` (that route with a rank killed), ``c1x1`` (the three ops with MKERNEL_FUSED_C1X1=1: the cluster-free 128x256 kernels, fused18), ``bigflags`` (gemm_ar two-shot at M = N ~ 16384: flag slots past the old 1 << 16-word region, issue 12), ``peergraph`` (that path captured and replayed), ``agdefault`` (ag_gemm as users get it: no knob, the op's measured choice between the copy kernel, the peer-TMA kernel and the unfused path; then a graph of the cached verdict), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
 torch.compile(fullgraph=True), inductor / aot_eager backend).
 The fused kernels are pinned (MKERNEL_FUSED=force) unless the environment says otherwise.
 ``FUSED_GRID=co_resident`` pins their persistent grid to the co-resident grid choose_path
@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
 import time
 
@@ -105,6 +106,43 @@ def suite_ag(ctx, rank: int, world: int) -> None:
             assert gathered.data_ptr() != out.data_ptr()
 
 
+def route_calls(ctx, rank: int, world: int, var: str, shapes: list, case0: int, op: str,
+                prefix: str, extra=lambda m: {}) -> None:
+    """ag_gemm with the route knob `var`=1 against the fp32 reference, per shape and dtype: two
+    calls back to back with no sync, a third with return_gathered=True (outputs per tile from
+    poisoned memory, the gathered rows exactly), then `var`=0 (the copy kernel) for a same_bits
+    record (informative: the measured config may differ). `var` is restored afterwards."""
+    prev = os.environ.get(var)
+    try:
+        for dname, dtype in DTYPES.items():
+            pending = []
+            for i, (m, k, n) in enumerate(shapes):
+                case = case0 + 1000 * i + (0 if dtype is torch.bfloat16 else 500)
+                gathered_ref, ref, x, w = ag_reference(case, world, m, k, n, dtype, rank)
+                xd, wd = x.cuda(), w.cuda()
+                os.environ[var] = "1"
+                poison(((world * m, n), dtype), ((world * m, k), dtype))
+                out1 = mkernel.ag_gemm(xd, wd, group=ctx)
+                out2 = mkernel.ag_gemm(xd, wd, group=ctx)  # no sync in between
+                out_g, gathered = mkernel.ag_gemm(xd, wd, group=ctx, return_gathered=True)
+                os.environ[var] = "0"  # the copy path
+                out_copy = mkernel.ag_gemm(xd, wd, group=ctx)
+                c = dict(op=op, dtype=dname, m=m, k=k, n=n, world=world, rank=rank, **extra(m))
+                pending.append((c, out1, out2, out_g, gathered, out_copy, ref, gathered_ref))
+            torch.cuda.synchronize()
+            for c, out1, out2, out_g, gathered, out_copy, ref, gathered_ref in pending:
+                check(f"{prefix}_out", out1, ref, c)
+                check(f"{prefix}_out_again", out2, ref, c)
+                check(f"{prefix}_gathered_out", out_g, ref, c)
+                assert torch.equal(gathered.cpu(), gathered_ref), f"gathered differs: {c}"
+                emit("CASE", dict(c, same_bits=bool(torch.equal(out1, out_copy))))
+    finally:
+        if prev is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = prev
+
+
 def suite_peertma(ctx, rank: int, world: int) -> None:
     """ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1 (fused13; a measured candidate by default since
     fused16, pinned here so the suite tests the kernel whatever the verdict): the GEMM loads the peers' rows by TMA
@@ -115,36 +153,8 @@ def suite_peertma(ctx, rank: int, world: int) -> None:
     differ). fused_smoke.py checks that the peer kernel really launched (its stderr line)."""
     shapes = [(128, 64, 96), (256, 256, 136), (384, 512, 1024), (1024, 1024, 4096),
               (333, 512, 1024)]  # the last: ragged, the copy path
-    prev = os.environ.get("MKERNEL_FUSED_AG_PEER_TMA")
-    try:
-        for dname, dtype in DTYPES.items():
-            pending = []
-            for i, (m, k, n) in enumerate(shapes):
-                case = 3000 + 1000 * i + (0 if dtype is torch.bfloat16 else 500)
-                gathered_ref, ref, x, w = ag_reference(case, world, m, k, n, dtype, rank)
-                xd, wd = x.cuda(), w.cuda()
-                os.environ["MKERNEL_FUSED_AG_PEER_TMA"] = "1"
-                poison(((world * m, n), dtype), ((world * m, k), dtype))
-                out1 = mkernel.ag_gemm(xd, wd, group=ctx)
-                out2 = mkernel.ag_gemm(xd, wd, group=ctx)  # no sync in between
-                out_g, gathered = mkernel.ag_gemm(xd, wd, group=ctx, return_gathered=True)
-                os.environ["MKERNEL_FUSED_AG_PEER_TMA"] = "0"  # the copy path (opt-out)
-                out_copy = mkernel.ag_gemm(xd, wd, group=ctx)
-                c = dict(op="ag_gemm_peertma", dtype=dname, m=m, k=k, n=n, world=world, rank=rank,
-                         peer=(m % 128 == 0))
-                pending.append((c, out1, out2, out_g, gathered, out_copy, ref, gathered_ref))
-            torch.cuda.synchronize()
-            for c, out1, out2, out_g, gathered, out_copy, ref, gathered_ref in pending:
-                check("peer_out", out1, ref, c)
-                check("peer_out_again", out2, ref, c)
-                check("peer_knob_gathered_out", out_g, ref, c)
-                assert torch.equal(gathered.cpu(), gathered_ref), f"gathered differs: {c}"
-                emit("CASE", dict(c, same_bits=bool(torch.equal(out1, out_copy))))
-    finally:
-        if prev is None:
-            os.environ.pop("MKERNEL_FUSED_AG_PEER_TMA", None)
-        else:
-            os.environ["MKERNEL_FUSED_AG_PEER_TMA"] = prev
+    route_calls(ctx, rank, world, "MKERNEL_FUSED_AG_PEER_TMA", shapes, 3000, "ag_gemm_peertma",
+                "peer", extra=lambda m: dict(peer=(m % 128 == 0)))
 
 
 def suite_agdefault(ctx, rank: int, world: int) -> None:
@@ -240,6 +250,96 @@ def suite_peergraph(ctx, rank: int, world: int) -> None:
             os.environ.pop("MKERNEL_FUSED_AG_PEER_TMA", None)
         else:
             os.environ["MKERNEL_FUSED_AG_PEER_TMA"] = prev
+
+
+def suite_copyengine(ctx, rank: int, world: int) -> None:
+    """ag_gemm with MKERNEL_FUSED_AG_COPY_ENGINE=1 (session 27, opt-in): the rows move by the
+    copy engines on side streams, the copy kernel's GEMM waits for their flags (set to 1 after
+    the launch gate reset them). Ragged m (a 128-row flag chunk straddling the source's end, one
+    row, m < 128), return_gathered, three calls per shape back to back with no sync (the gate's
+    reset and the next call's copies racing a slow peer's kernel would show here), every output
+    against the fp32 reference per tile from poisoned memory, and a same_bits record against the
+    copy kernel (=0; informative: the measured config may differ). Then the route alternating
+    with gemm_rs (six of each, no sync: the gate's reset beside gemm_rs's tile flags). Then a
+    CUDA graph: inside capture the route runs its plan on the copy kernel; its replays with
+    changed x must be right.
+    test_fused_ops.py checks that the route launched on every rank (its stderr line)."""
+    shapes = [(37, 64, 96), (1, 128, 256), (200, 256, 136), (333, 512, 1024), (1024, 1024, 4096),
+              (1280, 2048, 512)]
+    route_calls(ctx, rank, world, "MKERNEL_FUSED_AG_COPY_ENGINE", shapes, 21000,
+                "ag_gemm_copyengine", "ce")
+    prev = os.environ.get("MKERNEL_FUSED_AG_COPY_ENGINE")
+    try:
+        # fc1 / fc2 of a tensor-parallel MLP: the route's calls and gemm_rs alternating with no
+        # sync. The route's gate resets flag slots of the op range, where gemm_rs keeps the tile
+        # flags a lagging peer polls at this rank until its own gemm_rs ends (fused_gate.cu
+        # "Reset": the reset waits for every peer's exit; a reset before it trapped that peer).
+        os.environ["MKERNEL_FUSED_AG_COPY_ENGINE"] = "1"
+        m, k, n, dtype = 512, 512, 1024, torch.bfloat16
+        _, ag_ref, xa, wa = ag_reference(21800, world, m, k, n, dtype, rank)
+        rows = 256 * world
+        total, xr, wr = reduce_reference(21801, world, rows, 1024, 512, dtype, rank)
+        b = rows // world
+        xa, wa, xr, wr = xa.cuda(), wa.cuda(), xr.cuda(), wr.cuda()
+        pending = []
+        for _ in range(6):
+            pending.append(("ce_mlp_ag_out", mkernel.ag_gemm(xa, wa, group=ctx), ag_ref))
+            pending.append(("ce_mlp_rs_out", mkernel.gemm_rs(xr, wr, group=ctx),
+                            total[rank * b:(rank + 1) * b]))
+        torch.cuda.synchronize()
+        for name, out, ref in pending:
+            check(name, out, ref, dict(op="ag_gemm_copyengine+gemm_rs", world=world, rank=rank))
+        # The graph (the route's plan on the copy kernel inside capture), then eager calls again.
+        m, k, n, dtype = 256, 256, 512, torch.bfloat16
+        os.environ["MKERNEL_FUSED_AG_COPY_ENGINE"] = "1"
+        x_static = torch.empty(m, k, dtype=dtype, device="cuda")
+        _, _, x0, w = ag_reference(21900, world, m, k, n, dtype, rank)
+        x_static.copy_(x0)
+        w_dev = w.cuda()
+        mkernel.ag_gemm(x_static, w_dev, group=ctx)  # eager on the route: measured, sized
+        torch.cuda.synchronize()
+        replay_ag_graph(ctx, rank, world, x_static, w_dev, (21901, 21902), "ce_graph_out",
+                        dict(op="ag_gemm_copyengine"))
+        gathered_ref, ref, x, _ = ag_reference(21903, world, m, k, n, dtype, rank)
+        poison(((world * m, n), dtype))
+        out = mkernel.ag_gemm(x.cuda(), w_dev, group=ctx)  # eager after the graph's copy kernel
+        torch.cuda.synchronize()
+        check("ce_after_graph_out", out, ref, dict(op="ag_gemm_copyengine", world=world, rank=rank))
+    finally:
+        if prev is None:
+            os.environ.pop("MKERNEL_FUSED_AG_COPY_ENGINE", None)
+        else:
+            os.environ["MKERNEL_FUSED_AG_COPY_ENGINE"] = prev
+
+
+def suite_cekill(ctx, rank: int, world: int) -> None:
+    """The copy-engine route with a dead peer: the last rank SIGKILLs itself right after an
+    ag_gemm; every other rank's next calls must raise within the op timeout (MKERNEL_OP_TIMEOUT)
+    — the launch gate's barrier waiting for the dead rank's gate (kWaitPeerGate) or the kernel
+    for its rows (kWaitPeerFlag) — naming it, never hang. Prints ``ERR {json}`` and exits 0."""
+    os.environ["MKERNEL_FUSED_AG_COPY_ENGINE"] = "1"
+    victim = world - 1
+    m, k, n = 1024, 1024, 2048
+    _, _, x, w = ag_reference(23000, world, m, k, n, torch.bfloat16, rank)
+    x, w = x.cuda(), w.cuda()
+    for _ in range(3):  # measured and sized: the kill call grows nothing (no host collective)
+        mkernel.ag_gemm(x, w, group=ctx)
+    torch.cuda.synchronize()
+    dist.barrier()
+    if rank == victim:
+        mkernel.ag_gemm(x, w, group=ctx)
+        torch.cuda.synchronize()
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        for _ in range(3):
+            mkernel.ag_gemm(x, w, group=ctx)
+        mkernel.synchronize()
+    except Exception as e:  # noqa: BLE001
+        emit("ERR", {"suite": "cekill", "type": type(e).__name__, "s": time.monotonic() - t0,
+                     "msg": str(e)[:600], "record": mkernel.last_wait_failure()})
+        os._exit(0)
+    raise AssertionError("an ag_gemm without the killed rank succeeded")
 
 
 def reduce_reference(case: int, world: int, rows: int, k: int, n: int, dtype, me: int):
@@ -613,7 +713,7 @@ def main() -> None:
             {"ag": suite_ag, "rs": suite_rs, "ar": suite_ar, "graph": suite_graph,
              "mlp": suite_mlp, "time": suite_time, "auto": suite_auto,
              "peertma": suite_peertma, "peergraph": suite_peergraph, "agdefault": suite_agdefault,
-             "c1x1": suite_c1x1,
+             "c1x1": suite_c1x1, "copyengine": suite_copyengine, "cekill": suite_cekill,
              "bigflags": suite_bigflags,
              "compile": lambda c, r, w: suite_mlp(c, r, w, backend="inductor"),
              "compile_aot": lambda c, r, w: suite_mlp(c, r, w, backend="aot_eager")}[name](ctx, rank, world)

@@ -46,6 +46,9 @@ CASES = [
     # bf16 d=64 non-causal >= 2048 queries: the 192x128 tile (3 consumer warpgroups) with the
     # send kernel and claimed tiles (the forwarding policy is 128x128 only)
     (False, 1, 2048, 4, 2, 64, torch.bfloat16),
+    # 384-key shards: with MKERNEL_RING_BLOCK_N=144 (W = 2: 768 keys = 5 x 144 + 48) the 128x144
+    # kernel's blocks straddle the 128-key chunks' flags and its top block is narrow
+    (False, 2, 384, 8, 2, 128, torch.bfloat16),
 ]
 
 
@@ -195,9 +198,10 @@ def graph(c: Checker) -> None:
 
 
 def grad(c: Checker) -> None:
-    """dq/dk/dv of the local shards (the ring backward: K/V gathered, the per-block FA2
-    backward with the forward's LSE, dK/dV reduce-scattered in fp32) against fp32 autograd
-    through the reference of the whole sequence."""
+    """dq/dk/dv of the local shards (the ring backward: K/V gathered, the per-block backward
+    with the forward's LSE — or, with MKERNEL_ATTN_BWD=native, one launch of the native
+    backward's ring mode —, dK/dV reduce-scattered in fp32) against fp32 autograd through the
+    reference of the whole sequence."""
     for i, case in enumerate([(True, 1, 512, 8, 2, 128, torch.bfloat16),
                               (False, 2, 333, 4, 4, 64, torch.bfloat16)]):
         causal, b, s, h, h_kv, d, dtype = case

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gpu.conftest import check_ranks, needs_gpu, rank_env
+from tests.gpu.conftest import check_killed_rank, check_ranks, needs_gpu, rank_env
 from tests.launch import run_ranks
 
 pytestmark = needs_gpu
@@ -182,6 +182,38 @@ def test_ag_gemm_default_route(mps, world):
         assert cap == captures[0], (r.rank, cap, captures[0])
     print("verdicts (rank 0):", verdicts[0])
     print("capture (rank 0):", captures[0])
+
+
+CE_MARK = "mkernel.ag_gemm: copy-engine route launched"
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_ag_gemm_copy_engine(mps, world):
+    """ag_gemm with MKERNEL_FUSED_AG_COPY_ENGINE=1 (session 27, opt-in): the rows moved by the
+    copy engines while the copy kernel's GEMM waits for their flags; ragged m, return_gathered,
+    back-to-back calls, the same bits as the copy kernel, calls alternating with gemm_rs (the
+    launch gate's reset beside gemm_rs's tile flags), then a CUDA graph (the plan on the copy
+    kernel inside capture) and an eager call after it. The route must have launched everywhere."""
+    res = run_ranks(RANKS, world, timeout=300,
+                    env=rank_env(mps, world, FUSED_SUITE="copyengine"))
+    cases = check_ranks(res)
+    # ranks x (dtypes x shapes x (3 checked outputs + same_bits) + 6 x (ag_gemm + gemm_rs)
+    # alternating + 2 replays + 1 eager after)
+    assert len(cases) == world * (2 * 6 * 4 + 12 + 3)
+    for r in res:
+        assert CE_MARK in r.stderr, f"rank {r.rank}"
+    same = [c for c in cases if "same_bits" in c]
+    print("same bits as the copy kernel:", sum(c["same_bits"] for c in same), "of", len(same))
+
+
+def test_ag_gemm_copy_engine_killed_rank(mps):
+    """The copy-engine route at W = 4 with rank 3 SIGKILLed after a call: every survivor raises
+    within the op timeout (its gate's barrier or its kernel's flag wait), naming rank 3."""
+    world, timeout_s = 4, 5
+    res = run_ranks(RANKS, world, timeout=90,
+                    env=rank_env(mps, world, FUSED_SUITE="cekill", MKERNEL_OP_TIMEOUT=str(timeout_s)))
+    errs = check_killed_rank(res, world - 1, timeout_s)
+    assert sum(e["record"] is not None for e in errs) >= 1, "no survivor named the killed rank"
 
 
 @pytest.mark.parametrize("world", [2, 4])

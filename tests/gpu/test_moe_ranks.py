@@ -66,6 +66,39 @@ def test_moe_cuda_ranks_overlapped_rows(mps, world):
     check_matrix_and_repeat(mps, world, MKERNEL_MOE_GATHER_A="1", MKERNEL_MOE_OVERLAP="1")
 
 
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_moe_cuda_ranks_fused(mps, world):
+    """MKERNEL_MOE_FUSED=1: the dispatch and the grouped GEMM as one persistent kernel after the
+    layout launch (kernels/moe/moe_fused_api.h: its side warps send the tokens and expand each M
+    tile's rows, own rows first, its producer waits for each tile's flag). The same matrix and
+    repeat checks (ragged T with empty ranks, empty experts, top-k 1-8, H below one k-block,
+    poisoned outputs, gradients through the returned rows): every case within its float64 bound,
+    the fused output without recv_x bit for bit the one with it, repeated calls bit-identical."""
+    check_matrix_and_repeat(mps, world, MKERNEL_MOE_FUSED="1")
+
+
+def test_moe_cuda_graph_replay_fused(mps):
+    """The graph suite with the fused dispatch (MKERNEL_MOE_FUSED=1): its two launches captured
+    and replayed with changed inputs."""
+    res = run_ranks(RANK_MAIN, 2, timeout=150,
+                    env=rank_env(mps, 2, TEST_SUITE="graph", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="15", MKERNEL_MOE_FUSED="1"))
+    cases = check_ranks(res)
+    assert len(cases) == 2 * 4, len(cases)
+
+
+def test_moe_fused_killed_rank_fails_the_others_within_the_timeout(mps):
+    """The last rank dies in the middle of a fused dispatch: the survivor raises within the op
+    timeout (+ slack) with a wait record naming the dead rank."""
+    world, timeout_s = 2, 5
+    res = run_ranks(RANK_MAIN, world, timeout=90,
+                    env=rank_env(mps, world, TEST_SUITE="kill", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT=str(timeout_s), TEST_KILL_OP="dispatch",
+                                 MKERNEL_MOE_FUSED="1"))
+    errs = check_killed_rank(res, world - 1, timeout_s)
+    assert all(e["record"] is not None for e in errs), errs
+
+
 @pytest.mark.parametrize("world,nodes,weights", [(2, 1, "0"), (2, 2, "0"), (4, 4, "0"), (2, 2, "1"), (4, 4, "1")],
                          ids=["w2n1", "w2n2", "w4n4", "w2n2-carried", "w4n4-carried"])
 def test_moe_buffer_replays_match_the_ops(mps, world, nodes, weights):

@@ -94,8 +94,16 @@ def test_ring_attention_across_emulated_nodes(mps, world):
                           # once per launch, and the claim at the tile's start
                           ("MKERNEL_RING_FLAG_CACHE=0 MKERNEL_RING_LATE_CLAIM=0", "0,5,6",
                            "matrix,graph"),
-                          # fewer, longer key chunks per shard in the whole mode
-                          ("MKERNEL_RING_CHUNKS=4", "0,5,6", "matrix,graph,alone")])
+                          # the whole mode's key chunks per shard: session 25's 16 (the default
+                          # is 4 since session 26)
+                          ("MKERNEL_RING_CHUNKS=16", "0,5,6", "matrix,graph,alone"),
+                          # the non-causal bf16 engine on the 128x144 tile (flags by keys) with
+                          # the send kernel; cases 5 / 6 (causal, fp16) keep 128x128
+                          ("MKERNEL_RING_BLOCK_N=144", "0,8,5,6", "matrix,graph,alone"),
+                          # the ring backward on the native backward's ring mode (one launch
+                          # over the gathered K/V; session 26): the grad suite's two cases per
+                          # rank, against fp32 autograd of the whole sequence
+                          ("MKERNEL_ATTN_BWD=native", "0", "grad")])
 def test_ring_attention_pinned_paths(mps, knob, ring_cases, suite):
     """Whole-sequence shapes (non-causal, causal zigzag MQA) through the paths the benchmark
     times beside the default (the K/V forwarded inside the engine, tiles claimed): the
@@ -122,7 +130,7 @@ def test_compute_alone_is_the_ring_bit_for_bit(mps):
     res = run_ranks(RING_MAIN, world, timeout=120,
                     env=rank_env(mps, world, TEST_SUITE="alone", MKERNEL_OP_TIMEOUT="20"))
     cases = check_ranks(res)
-    assert len(cases) == world * 5 and all(c["bitwise_ring"] for c in cases), cases
+    assert len(cases) == world * 6 and all(c["bitwise_ring"] for c in cases), cases
 
 
 def test_killed_rank_fails_the_others_within_the_timeout(mps):

@@ -247,6 +247,12 @@ struct HookArgs {
   // compute-alone ceiling under MKERNEL_RING_MEASURE_NO_WAIT=1): the hooked kernel with its KV
   // waits skipped, to tell their cost from the rest of the hooked kernel's.
   bool measure_no_wait = false;
+  // The 128x144 hooked kernel (bf16, d = 128, non-causal, KV-wait policy only; Problem::block_n =
+  // 144): its 144-key blocks do not line up with flags of whole 128-key blocks, so it counts
+  // flags by keys: flag i of a row covers keys [i * keys_per_flag, (i + 1) * keys_per_flag),
+  // flags_per_head of them per row; a block may wait for two. Required (> 0) there, unused by
+  // the other kernels.
+  int keys_per_flag = 0;
 };
 
 // The default kernel's tile for a problem (block_n: for HookArgs::blocks_per_flag).

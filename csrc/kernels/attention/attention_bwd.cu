@@ -1,37 +1,61 @@
 // The native backward's host entry points (attention_bwd_api.h): checks, then the runtime ->
-// template switch over (dtype, head dim, causal) and the three launches.
+// template switch over (dtype, head dim, causal) and the three launches. The wgmma kernels'
+// launches are instantiated in attention_bwd_sm90_{bf16,fp16}{,_ring}.cu (their compile time,
+// ~40 s each, then runs in parallel with this file's).
 #include <cstdint>
 
 #include "attention_bwd_kernel.cuh"
+#include "attention_bwd_sm90_launch.h"
 
 namespace mkernel::attention {
 
 namespace {
 
-// 64 query rows x 64 keys per step, 8 warps (4 x 2 over every GEMM's output): dK + dV take 64
-// fp32 registers per thread at d = 128, S and dP 32, dQ 32 (transient).
+// The mma.sync kernel: 64 query rows x 64 keys per step, 8 warps (4 x 2 over every GEMM's output):
+// dK + dV take 64 fp32 registers per thread at d = 128, S and dP 32, dQ 32 (transient).
 constexpr int kBwdBlockM = 64;
 constexpr int kBwdBlockN = 64;
 constexpr int kBwdWarps = 8;
 
+// One CTA per (block of T::kBlockN keys, kv head, batch); heavy causal blocks (low keys, seen by
+// the most query blocks) first, in blockIdx.x order.
+template <class T>
+cudaError_t launch_main(void (*kernel)(BwdProblem), const BwdProblem& p, cudaStream_t stream) {
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+  if (err != cudaSuccess) return err;
+  const dim3 grid((p.seq_kv + T::kBlockN - 1) / T::kBlockN, p.heads_kv, p.kv_batch);
+  kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
 template <class Element, int kHeadDim, bool kCausal>
 cudaError_t launch_backward(const BwdProblem& p, cudaStream_t stream) {
-  using T = bwd::BwdTraits<Element, kHeadDim, kBwdBlockM, kBwdBlockN, kBwdWarps, kCausal>;
-  const int64_t rows = int64_t(p.batch) * p.seq_q * p.heads;
-  const unsigned row_blocks = static_cast<unsigned>((rows + 7) / 8);  // a warp per row
-  bwd::attention_bwd_preprocess<Element, kHeadDim><<<row_blocks, 256, 0, stream>>>(p);
+  const int64_t pre_rows = int64_t(p.batch) * bwd::preprocess_seq(p) * p.heads;
+  bwd::attention_bwd_preprocess<Element, kHeadDim>
+      <<<static_cast<unsigned>((pre_rows + 7) / 8), 256, 0, stream>>>(p);  // a warp per row
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
 
-  auto* main_kernel = bwd::attention_bwd_main<T>;
-  err = cudaFuncSetAttribute(main_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
-  if (err != cudaSuccess) return err;
-  const dim3 grid((p.seq_kv + T::kBlockN - 1) / T::kBlockN, p.heads_kv, p.batch);
-  main_kernel<<<grid, T::kThreads, T::kSmemBytes, stream>>>(p);
-  err = cudaGetLastError();
+  const bool ring = p.ring_world > 0;
+  if (p.kernel == BwdKernel::kWgmma) {
+    err = ring ? bwd::launch_main_sm90<Element, kHeadDim, kCausal, false, false, true>(p, stream)
+               : bwd::launch_main_sm90<Element, kHeadDim, kCausal, false, false, false>(p, stream);
+  } else if (p.kernel == BwdKernel::kWgmmaBulkDq) {
+    err = ring ? bwd::launch_main_sm90<Element, kHeadDim, kCausal, true, false, true>(p, stream)
+               : bwd::launch_main_sm90<Element, kHeadDim, kCausal, true, false, false>(p, stream);
+  } else if (p.kernel == BwdKernel::kWgmmaWs) {
+    err = ring ? bwd::launch_main_sm90<Element, kHeadDim, kCausal, true, true, true>(p, stream)
+               : bwd::launch_main_sm90<Element, kHeadDim, kCausal, true, true, false>(p, stream);
+  } else {
+    using T = bwd::BwdTraits<Element, kHeadDim, kBwdBlockM, kBwdBlockN, kBwdWarps, kCausal>;
+    err = launch_main<T>(bwd::attention_bwd_main<T>, p, stream);
+  }
   if (err != cudaSuccess) return err;
 
-  bwd::attention_bwd_convert_dq<Element, kHeadDim><<<row_blocks, 256, 0, stream>>>(p);
+  const int64_t rows = int64_t(p.batch) * p.seq_q * p.heads;
+  bwd::attention_bwd_convert_dq<Element, kHeadDim>
+      <<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -51,7 +75,24 @@ const char* can_implement_backward(const BwdProblem& p) {
   if (p.batch < 1 || p.seq_q < 1 || p.seq_kv < 1 || p.heads < 1 || p.heads_kv < 1)
     return "batch, seq_q, seq_kv, heads and heads_kv must be >= 1";
   if (p.heads % p.heads_kv != 0) return "heads must be a multiple of heads_kv";
-  if (p.batch > 65535 || p.heads_kv > 65535) return "batch and heads_kv must be <= 65535 (grid)";
+  if (p.kv_batch > 65535 || p.heads_kv > 65535)
+    return "k's batch and heads_kv must be <= 65535 (grid)";
+  if (p.ring_world == 0 && p.kv_batch != p.batch) return "k and q must have the same batch";
+  if (p.ring_world > 0) {
+    if (p.ring_rank < 0 || p.ring_rank >= p.ring_world) return "ring_rank must be in [0, ring_world)";
+    if (p.kv_batch != p.ring_world * p.batch)
+      return "ring mode: k and v must hold ring_world x q's batch (all-gathered shards)";
+    if (p.seq_kv != p.seq_q) return "ring mode: k's shard must have q's length";
+    if (p.causal && p.seq_q % 2 != 0) return "ring mode, causal: the shard length must be even";
+    if (p.kernel == BwdKernel::kMmaSync) return "ring mode: the wgmma kernels only";
+  }
+  if (p.kernel != BwdKernel::kWgmma && p.kernel != BwdKernel::kMmaSync &&
+      p.kernel != BwdKernel::kWgmmaBulkDq && p.kernel != BwdKernel::kWgmmaWs)
+    return "unknown kernel";
+  if ((p.kernel == BwdKernel::kWgmmaWs) != (p.lse_log2_pad != nullptr && p.delta_pad != nullptr))
+    return "lse_log2_pad and delta_pad: given exactly for the warp-specialized kernel";
+  if (p.kernel == BwdKernel::kWgmmaWs && (!aligned16(p.lse_log2_pad) || !aligned16(p.delta_pad)))
+    return "lse_log2_pad and delta_pad must be 16-byte aligned";
   const void* ptrs[] = {p.q, p.k, p.v, p.out, p.dout, p.lse, p.dq, p.dk, p.dv, p.dq_accum, p.delta};
   for (const void* ptr : ptrs)
     if (ptr == nullptr || !aligned16(ptr)) return "every tensor must be non-null and 16-byte aligned";

@@ -89,29 +89,80 @@ __device__ __forceinline__ void gemm_ss(const TiledMma& mma, Acc& acc, const SA&
   }
 }
 
-// ---- preprocess: delta[b, h, i] = Σ_c dO·O (fp32); dq_accum[b, h, i, :] = 0. A warp per row.
+// dq_accum's element (b * heads + h, row i, column c): [b, h, s, d], or 64 x 64 tiles for the
+// bulk reduce-add kernel (attention_bwd_api.h).
+__device__ __forceinline__ int64_t dq_accum_offset(const BwdProblem& p, int64_t bh, int i, int c) {
+  if (p.kernel == BwdKernel::kWgmmaBulkDq || p.kernel == BwdKernel::kWgmmaWs)
+    return dq_tiled_offset(bh, i, c, p.seq_q, p.head_dim);
+  return (bh * p.seq_q + i) * p.head_dim + c;
+}
+
+// Rows the preprocess walks: s padded to 64 where the padded workspaces are written.
+__host__ __device__ inline int preprocess_seq(const BwdProblem& p) {
+  return p.lse_log2_pad != nullptr ? (p.seq_q + 63) / 64 * 64 : p.seq_q;
+}
+
+// lse·log2 e and D of query rows [m0, m0 + kRows) of head qh into shared memory (plain loads
+// and stores by kThreads threads): lse·log2 e = +inf where the row is past s or sees no key
+// (lse = -inf), so P = 2^(x - inf) = 0 there; D = 0 past s.
+template <int kRows, int kThreads>
+__device__ __forceinline__ void load_row_stats(const BwdProblem& p, int b, int qh, int m0,
+                                               float* lse_log2, float* delta, int tid) {
+  const int64_t row0 = (int64_t(b) * p.heads + qh) * p.seq_q + m0;
+  for (int r = tid; r < kRows; r += kThreads) {
+    float l = __int_as_float(0x7f800000);  // +inf
+    float dl = 0.f;
+    if (m0 + r < p.seq_q) {
+      const float lse = p.lse[row0 + r];
+      if (lse != -__int_as_float(0x7f800000)) l = lse * kLog2e;
+      dl = p.delta[row0 + r];
+    }
+    lse_log2[r] = l;
+    delta[r] = dl;
+  }
+}
+
+// ---- preprocess: delta[b, h, i] = Σ_c dO·O (fp32); dq_accum[b, h, i, :] = 0; with the padded
+// workspaces also lse·log2 e and D in [b, h, s_pad] (+inf / 0 on rows past s and lse·log2 e
+// +inf where lse is -inf). A warp per row, rows in q's (b, i, h) order.
 template <class Element, int kHeadDim>
 __global__ void __launch_bounds__(256) attention_bwd_preprocess(const BwdProblem p) {
-  const int64_t rows = int64_t(p.batch) * p.seq_q * p.heads;
-  const int64_t row = int64_t(blockIdx.x) * 8 + threadIdx.x / 32;  // (b, i, h) in q's order
+  const int seq = preprocess_seq(p);
+  const int64_t rows = int64_t(p.batch) * seq * p.heads;
+  const int64_t row = int64_t(blockIdx.x) * 8 + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
   const int hh = int(row % p.heads);
   const int64_t bi = row / p.heads;
-  const int i = int(bi % p.seq_q);
-  const int b = int(bi / p.seq_q);
-  const Element* o = static_cast<const Element*>(p.out) + row * kHeadDim;
-  const Element* dout = static_cast<const Element*>(p.dout) + row * kHeadDim;
+  const int i = int(bi % seq);
+  const int b = int(bi / seq);
+  const int64_t bh = int64_t(b) * p.heads + hh;
+  const float inf = __int_as_float(0x7f800000);
+  if (i >= p.seq_q) {  // a padding row of the padded workspaces
+    if (lane == 0) {
+      p.lse_log2_pad[bh * seq + i] = inf;
+      p.delta_pad[bh * seq + i] = 0.f;
+    }
+    return;
+  }
+  const int64_t q_row = (int64_t(b) * p.seq_q + i) * p.heads + hh;
+  const Element* o = static_cast<const Element*>(p.out) + q_row * kHeadDim;
+  const Element* dout = static_cast<const Element*>(p.dout) + q_row * kHeadDim;
   float acc = 0.f;
 #pragma unroll
   for (int c = lane; c < kHeadDim; c += 32) acc += float(o[c]) * float(dout[c]);
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  const int64_t bh_row = (int64_t(b) * p.heads + hh) * p.seq_q + i;
-  if (lane == 0) p.delta[bh_row] = acc;
-  float* dqa = p.dq_accum + bh_row * kHeadDim;
+  if (lane == 0) {
+    p.delta[bh * p.seq_q + i] = acc;
+    if (p.lse_log2_pad != nullptr) {
+      const float lse = p.lse[bh * p.seq_q + i];
+      p.lse_log2_pad[bh * seq + i] = lse == -inf ? inf : lse * kLog2e;
+      p.delta_pad[bh * seq + i] = acc;
+    }
+  }
 #pragma unroll
-  for (int c = lane; c < kHeadDim; c += 32) dqa[c] = 0.f;
+  for (int c = lane; c < kHeadDim; c += 32) p.dq_accum[dq_accum_offset(p, bh, i, c)] = 0.f;
 }
 
 // ---- dQ conversion: dq[b, i, h, :] = scale * dq_accum[b, h, i, :] in q's dtype.
@@ -125,10 +176,11 @@ __global__ void __launch_bounds__(256) attention_bwd_convert_dq(const BwdProblem
   const int64_t bi = row / p.heads;
   const int i = int(bi % p.seq_q);
   const int b = int(bi / p.seq_q);
-  const float* dqa = p.dq_accum + ((int64_t(b) * p.heads + hh) * p.seq_q + i) * kHeadDim;
+  const int64_t bh = int64_t(b) * p.heads + hh;
   Element* dq = static_cast<Element*>(p.dq) + row * kHeadDim;
 #pragma unroll
-  for (int c = lane; c < kHeadDim; c += 32) dq[c] = Element(dqa[c] * p.softmax_scale);
+  for (int c = lane; c < kHeadDim; c += 32)
+    dq[c] = Element(p.dq_accum[dq_accum_offset(p, bh, i, c)] * p.softmax_scale);
 }
 
 // ---- main: CTA (key block n, kv head, batch). Roles of one step (query block m of query head
@@ -184,18 +236,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) attention_bwd_main(const BwdPr
         make_tensor(make_smem_ptr(ss.dout[stage]), typename T::SmemLayoutQ{}),
         static_cast<const Element*>(p.dout) + q_off, q_row_stride, s - m0, tid);
     cp_async_commit();
-    const int64_t row0 = (int64_t(b) * p.heads + qh) * s + m0;
-    for (int r = tid; r < kM; r += T::kThreads) {
-      float l = __int_as_float(0x7f800000);  // +inf
-      float dl = 0.f;
-      if (m0 + r < s) {
-        const float lse = p.lse[row0 + r];
-        if (lse != -__int_as_float(0x7f800000)) l = lse * kLog2e;
-        dl = p.delta[row0 + r];
-      }
-      ss.lse_log2[stage][r] = l;
-      ss.delta[stage][r] = dl;
-    }
+    load_row_stats<kM, T::kThreads>(p, b, qh, m0, ss.lse_log2[stage], ss.delta[stage], tid);
   };
 
   typename T::TiledMmaSdP mma_sdp;

@@ -25,8 +25,10 @@ cudaError_t run_bf16_d128_m128_n128_variant_odirect(const Problem& p, const Laun
 cudaError_t run_bf16_d128_m128_widekv_variant(const Problem& p, const Launch& l);
 // attention_variants_lazy.cu: the non-causal variants with attn15's bits 17-18.
 cudaError_t run_bf16_d128_m128_n128_variant_attn15(const Problem& p, const Launch& l);
-// attention_variants_narrow.cu: the non-causal variants with attn16's bits 19-20 (128x144).
+// attention_variants_narrow.cu: the non-causal variants with attn16's bits 19-20 (128x144),
+// and their hooked kernel (the KV-wait policy, flags by keys).
 cudaError_t run_bf16_d128_m128_narrow_variant(const Problem& p, const Launch& l);
+cudaError_t run_bf16_d128_m128_n144_hooked(const Problem& p, const Launch& l, const HookArgs& h);
 
 static_assert(kDefaultWideKvNonCausal == 0 || kDefaultWideKvNonCausal == 34952 ||
                   kDefaultWideKvNonCausal == 67720 || kDefaultWideKvNonCausal == 100488 ||
@@ -148,7 +150,11 @@ const char* can_implement(const Problem& p, bool hooked) {
     if ((p.variant & kClaimTilesBit) != 0 && p.tile_counter == nullptr)
       return "variant: a claimed-tiles variant (bit 12) needs Problem::tile_counter";
   }
-  if (find_case(p, hooked) == nullptr)
+  const bool hooked_144 = hooked && p.block_n == 144;
+  if (hooked_144 && (p.dtype != DType::kBF16 || p.head_dim != 128 || p.causal ||
+                     (p.block_m != 0 && p.block_m != 128)))
+    return "the hooked 128x144 kernel is built for bf16, head_dim 128, non-causal only";
+  if (!hooked_144 && find_case(p, hooked) == nullptr)
     return "no kernel built for this block_m/block_n with this dtype, head_dim and causal mode "
            "(instances.inc)";
   if (p.causal && p.zz_world > 0) {
@@ -169,6 +175,16 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
   if (const char* why = can_implement(p, hooked)) {
     if (reason != nullptr) *reason = why;
     return cudaErrorInvalidValue;
+  }
+  if (hooked && p.block_n == 144) {
+    if (h->keys_per_flag <= 0 || h->fwd_dst != nullptr) {
+      if (reason != nullptr)
+        *reason =
+            "the hooked 128x144 kernel counts flags by keys (HookArgs::keys_per_flag > 0) "
+            "and has no forwarding policy";
+      return cudaErrorInvalidValue;
+    }
+    return run_bf16_d128_m128_n144_hooked(p, l, *h);
   }
   if (!hooked && p.variant == 0 && (effective_variant(p) & kClaimTilesBit) != 0 &&
       p.tile_counter != nullptr) {

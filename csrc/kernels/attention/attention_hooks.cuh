@@ -36,7 +36,10 @@ struct NoHooks {
   static constexpr int kForwardSmemBytes = 0;
   static constexpr bool kClaimsTiles = false;  // the static tile order only (tile_handoff.cuh)
   CUTLASS_DEVICE static bool late_claim(Params const&) { return false; }
-  CUTLASS_DEVICE static int wait_kv(Params const&, SeenFlags*, int, int, int) { return 0; }
+  template <int kBlockN>
+  CUTLASS_DEVICE static int wait_kv(Params const&, SeenFlags*, int, int, int) {
+    return 0;
+  }
 };
 
 // The plain kernel with claimed tiles (variant bit 12, attn12; attention_api.h kClaimTilesBit):
@@ -60,7 +63,10 @@ struct ClaimTilesHooks {
   static constexpr int kForwardSmemBytes = 0;
   static constexpr bool kClaimsTiles = true;
   CUTLASS_DEVICE static bool late_claim(Params const&) { return true; }
-  CUTLASS_DEVICE static int wait_kv(Params const&, SeenFlags*, int, int, int) { return 0; }
+  template <int kBlockN>
+  CUTLASS_DEVICE static int wait_kv(Params const&, SeenFlags*, int, int, int) {
+    return 0;
+  }
 };
 
 struct KvFlagHooks {
@@ -88,6 +94,11 @@ struct KvFlagHooks {
     int late_claim = 0;
     // Nonzero: no wait at all (HookArgs::measure_no_wait; flags released before the launch).
     int no_wait = 0;
+    // Kernels whose key block is not a multiple of 128 keys (the 128x144 tile): flags count
+    // keys_per_flag keys each, flags_per_row per row (HookArgs::keys_per_flag, flags_per_head);
+    // a block may straddle two flags.
+    int keys_per_flag = 0;
+    int flags_per_row = 0;
   };
   static constexpr bool kWaitsForKV = true;
   static constexpr bool kZigzag = true;  // ring attention: the zigzag ring mode is built in
@@ -97,23 +108,13 @@ struct KvFlagHooks {
   // Late (ClaimTilesHooks) or when the previous tile starts (the hooked kernels' first handoff).
   CUTLASS_DEVICE static bool late_claim(Params const& p) { return p.late_claim != 0; }
 
-  // Called by the producer's issuing lane before the loads of KV block n_block: for every block
-  // (a seen flag costs one system-scope acquire load, its CCTL and a proxy fence), or with
-  // skip_seen only for the first block of each flag in a tile's walk (mainloop load()); with
-  // remember, a flag this lane acquired in an earlier tile costs a shared-memory bit test. Returns the lowest key block the caller may load
-  // without another wait: with skip_seen the first block of n_block's flag (a tile's walk goes
-  // down, so the blocks it loads after n_block down to that one were released with the same
-  // flag), else none (INT_MAX).
-  CUTLASS_DEVICE static int wait_kv(Params const& p, SeenFlags* seen, int batch, int head_kv,
-                                    int n_block) {
-    if (p.kv_ready == nullptr || p.no_wait != 0) return 0;
-    // Only flag and slot stay live across the wait below (the load lane has 24 registers; the
-    // params are reloaded from the constant bank).
-    const int flag = n_block / p.blocks_per_flag;
-    const int slot = batch * p.flag_batch_stride + head_kv * p.flag_head_stride + flag;
+  // One flag slot: a remembered one costs a shared-memory bit test, else the bounded wait, the
+  // proxy fence, and (remember) its bit. Only slot stays live across the wait (the load lane
+  // has 24 registers; the params are reloaded from the constant bank).
+  CUTLASS_DEVICE static void acquire(Params const& p, SeenFlags* seen, int slot) {
     if (p.remember != 0 && slot < SeenFlags::kSlots &&
         ((seen->bits[slot >> 5] >> (slot & 31)) & 1u) != 0)
-      return p.skip_seen != 0 ? flag * p.blocks_per_flag : 0x7fffffff;
+      return;
     uint64_t expected = p.kv_ready_value;
     // The counter only changes between launches (ring attention: the group's op epoch).
     if (p.kv_ready_epoch != nullptr) expected += p.kv_ready_epoch_scale * __ldg(p.kv_ready_epoch);
@@ -125,7 +126,33 @@ struct KvFlagHooks {
     comm::wait_geq(p.kv_ready + slot, expected, p.timeout_ns, p.diag, p.group, p.rank, site);
     comm::fence_proxy_async_global();  // the TMA loads that follow must see the block
     if (p.remember != 0 && slot < SeenFlags::kSlots) seen->bits[slot >> 5] |= 1u << (slot & 31);
-    return p.skip_seen != 0 ? flag * p.blocks_per_flag : 0x7fffffff;
+  }
+
+  // Called by the producer's issuing lane before the loads of KV block n_block (kBlockN keys):
+  // for every block (a flag costs one system-scope acquire load, its CCTL and a proxy fence),
+  // or with skip_seen only for the first block of each flag in a tile's walk (mainloop
+  // load()); with remember, a flag this lane acquired in an earlier tile costs a shared-memory
+  // bit test. Returns the lowest key block the caller may load without another wait: with
+  // skip_seen the lowest block wholly inside the flags just acquired (a tile's walk goes down,
+  // so the blocks it loads after n_block down to that one were released with them), else none
+  // (INT_MAX). Blocks of 128-multiples: blocks_per_flag whole blocks per flag; other blocks
+  // (128x144): flags by key range, one block under at most two.
+  template <int kBlockN>
+  CUTLASS_DEVICE static int wait_kv(Params const& p, SeenFlags* seen, int batch, int head_kv,
+                                    int n_block) {
+    if (p.kv_ready == nullptr || p.no_wait != 0) return 0;
+    const int row = batch * p.flag_batch_stride + head_kv * p.flag_head_stride;
+    if constexpr (kBlockN % 128 == 0) {
+      const int flag = n_block / p.blocks_per_flag;
+      acquire(p, seen, row + flag);
+      return p.skip_seen != 0 ? flag * p.blocks_per_flag : 0x7fffffff;
+    } else {
+      const int key0 = n_block * kBlockN;
+      const int f0 = key0 / p.keys_per_flag;
+      const int f1 = min((key0 + kBlockN - 1) / p.keys_per_flag, p.flags_per_row - 1);
+      for (int f = f1; f >= f0; --f) acquire(p, seen, row + f);
+      return p.skip_seen != 0 ? (f0 * p.keys_per_flag + kBlockN - 1) / kBlockN : 0x7fffffff;
+    }
   }
 };
 

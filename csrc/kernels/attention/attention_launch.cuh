@@ -230,12 +230,8 @@ cudaError_t launch_claimed(const Problem& pr, const Launch& l) {
   return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, ClaimTilesHooks, kBase>(pr, l, h);
 }
 
-// The two hook policies of one (dtype, head dim, tile, causal) case.
-template <class Element, int kHeadDim, int kBlockM, int kBlockN, bool kCausal>
-cudaError_t launch_case(const Problem& pr, const Launch& l, const HookArgs* h) {
-  if (h == nullptr || h->kv_ready == nullptr) {
-    return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, NoHooks>(pr, l, NoHooks::Params{});
-  }
+// The KV-wait policy's device parameters from the host's HookArgs.
+inline KvFlagHooks::Params flag_params(const Problem& pr, const HookArgs* h) {
   KvFlagHooks::Params hp;
   hp.kv_ready = h->kv_ready;
   hp.blocks_per_flag = h->blocks_per_flag;
@@ -255,6 +251,19 @@ cudaError_t launch_case(const Problem& pr, const Launch& l, const HookArgs* h) {
   hp.remember = h->remember_flags ? 1 : 0;
   hp.late_claim = h->late_claim ? 1 : 0;
   hp.no_wait = h->measure_no_wait ? 1 : 0;
+  hp.keys_per_flag = h->keys_per_flag;
+  hp.flags_per_row = h->flags_per_head;
+  return hp;
+}
+
+// The two hook policies of one (dtype, head dim, tile, causal) case.
+template <class Element, int kHeadDim, int kBlockM, int kBlockN, bool kCausal>
+cudaError_t launch_case(const Problem& pr, const Launch& l, const HookArgs* h) {
+  if (h == nullptr || h->kv_ready == nullptr) {
+    return launch_attention<Element, kHeadDim, kBlockM, kBlockN, kCausal, NoHooks>(
+        pr, l, NoHooks::Params{});
+  }
+  const KvFlagHooks::Params hp = flag_params(pr, h);
   // HookArgs::split_masked: built for the causal bf16 d=128 128x128 case only (others ignore it).
   constexpr bool kSplitBuilt = kCausal && std::is_same_v<Element, cutlass::bfloat16_t> &&
                                kHeadDim == 128 && kBlockM == 128 && kBlockN == 128;

@@ -25,4 +25,17 @@ cudaError_t run_bf16_d128_m128_narrow_variant(const Problem& p, const Launch& l)
   }
 }
 
+// The ring's 128x144 hooked kernel (HookArgs::keys_per_flag): the plain non-causal default's
+// mainloop (1738888: the 144-key block, lazy rescale, narrow top block; bit 11's split tail
+// stays off without a workspace) under the KV-wait policy. Session 25 measured the plain
+// 128x144 kernel 5-8 % ahead of the 128x128 one the hooked ring runs (ring_hooked_gap.py).
+// No forwarding policy: its staging buffers do not fit beside this tile's K 2 + V 3 stages.
+cudaError_t run_bf16_d128_m128_n144_hooked(const Problem& p, const Launch& l, const HookArgs& h) {
+  using E = cutlass::bfloat16_t;
+  if (p.causal || h.fwd_dst != nullptr || h.keys_per_flag <= 0 || h.flags_per_head <= 0)
+    return cudaErrorInvalidValue;
+  return launch_attention < E, 128, 128, 144, false, KvFlagHooks,
+         2184 | (1 << 17) | (1 << 19) | (1 << 20) > (p, l, flag_params(p, &h));
+}
+
 }  // namespace mkernel::attention

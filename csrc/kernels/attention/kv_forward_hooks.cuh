@@ -59,9 +59,10 @@ struct KvForwardHooks {
   // Dynamic shared memory past the kernel's SharedStorage: staging buffers, then mbarriers.
   static constexpr int kForwardSmemBytes = kFwdStages * kFwdPiece + kFwdStages * 8;
 
+  template <int kBlockN>
   CUTLASS_DEVICE static int wait_kv(Params const& p, SeenFlags* seen, int batch, int head_kv,
                                     int n_block) {
-    return KvFlagHooks::wait_kv(p, seen, batch, head_kv, n_block);
+    return KvFlagHooks::wait_kv<kBlockN>(p, seen, batch, head_kv, n_block);
   }
 
   CUTLASS_DEVICE static uint32_t piece_bytes(uint32_t n, uint32_t k) {

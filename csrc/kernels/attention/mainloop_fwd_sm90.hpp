@@ -392,7 +392,8 @@ struct MainloopFwdSm90 {
     for (int n = prev_block<kZZ>(p, work.m_block, n_max, n_min); n >= n_min;
          n = prev_block<kZZ>(p, work.m_block, n, n_min)) {
       if constexpr (Hooks::kWaitsForKV) {
-        if (n < seen_lo) seen_lo = Hooks::wait_kv(hooks, seen, work.batch, head_kv, n);
+        if (n < seen_lo)
+          seen_lo = Hooks::template wait_kv<kBlockN>(hooks, seen, work.batch, head_kv, n);
       }
       StateK& k_write = k_state(kv_write);
       StateV& v_write = v_state(kv_write);

@@ -32,6 +32,19 @@
 // rank's call e (its own previous work needs only calls <= e - 1, complete on every rank that
 // passed its own gate of e - 1); every rank must set the mode alike (a rank without it never
 // releases kGate: its peers' waits time out naming it, kWaitPeerGate).
+//
+// Reset (ag_gemm's copy-engine route, ag_gemm.cpp): the route's arrival flags are set by stream
+// writes of a constant (1), not the call number, so before the barrier the gate stores 0 into
+// them at this rank. Every peer writes them only after its own gate has passed, i.e. after this
+// rank's kGate release, which follows the stores. So a flag holding 1 in the kernel after this
+// gate was set in this call. The stores wait for every peer's exit (kExit, above) first: the
+// slots are the op range's, where gemm_rs / gemm_ar's tile flags live, and a peer's reduce polls
+// this rank's tile flags through the IPC mapping until its own kernel ends, which may be after
+// this rank's kernel of that call ended. A 0 stored while a lagging peer still waits for a tile
+// flag holding the call number would never satisfy that wait: its bounded wait would trap,
+// naming this rank. Past the exit wait no peer's fused kernel of an earlier call runs (the
+// collectives and ring attention read only their own flags; the copy role's and the stream
+// writes' flags at this rank are read only by this rank, whose previous kernel waited for all).
 #include "fused_gate_api.h"
 
 #include "../comm/group_sync.cuh"
@@ -39,18 +52,34 @@
 namespace mkernel::fused {
 namespace {
 
-__global__ void __launch_bounds__(32) fused_gate_kernel(const comm::GroupDevice g, int32_t op,
-                                                        int32_t barrier) {
+__global__ void __launch_bounds__(32)
+    fused_gate_kernel(const comm::GroupDevice g, int32_t op, int32_t barrier, uint32_t reset_base,
+                      uint32_t reset_count) {
   const int q = static_cast<int>(threadIdx.x);
-  if (q >= g.world || g.flags[q] == nullptr) return;  // same-node ranks only
+  const bool peer = q < g.world && g.flags[q] != nullptr;  // same-node ranks only
+  const uint64_t* mine = g.flags[g.rank];
+  auto wait_exit = [&] {
+    const uint64_t last = comm::ld_relaxed_sys(mine + comm::FlagSlot::kExit + g.rank);
+    comm::wait_geq(g, mine + comm::FlagSlot::kExit + q, last,
+                   comm::WaitSite{op, comm::kWaitPeerExit, q,
+                                  static_cast<int32_t>(comm::FlagSlot::kExit) + q});
+  };
+  if (reset_count > 0) {
+    // The copy-engine route's arrival flags at this rank back to 0 before any peer may set them
+    // (a peer's copy engines start once its gate has seen this rank's kGate, released below with
+    // a system-scope fence after these stores), and only once every peer's previous fused kernel
+    // has ended (its exit, acquired): a lagging peer's gemm_rs / gemm_ar may still poll its tile
+    // flags in these slots at this rank (see "Reset" above).
+    if (peer && q != g.rank) wait_exit();
+    __syncwarp();
+    for (uint32_t i = threadIdx.x; i < reset_count; i += 32) g.flags[g.rank][reset_base + i] = 0;
+    __syncwarp();
+  }
+  if (!peer) return;
   const uint64_t e = comm::op_begin(g);
   if (barrier) comm::signal(g, q, comm::FlagSlot::kGate + g.rank, e);  // q == rank included
   if (q == g.rank) return;
-  const uint64_t* mine = g.flags[g.rank];
-  const uint64_t last = comm::ld_relaxed_sys(mine + comm::FlagSlot::kExit + g.rank);
-  comm::wait_geq(g, mine + comm::FlagSlot::kExit + q, last,
-                 comm::WaitSite{op, comm::kWaitPeerExit, q,
-                                static_cast<int32_t>(comm::FlagSlot::kExit) + q});
+  if (reset_count == 0) wait_exit();  // (with a reset: done above)
   if (barrier) {
     comm::wait_geq(g, mine + comm::FlagSlot::kGate + q, e,
                    comm::WaitSite{op, comm::kWaitPeerGate, q,
@@ -60,10 +89,11 @@ __global__ void __launch_bounds__(32) fused_gate_kernel(const comm::GroupDevice 
 
 }  // namespace
 
-cudaError_t launch_gate(const comm::GroupDevice& g, int32_t op, cudaStream_t stream,
-                        bool barrier) {
+cudaError_t launch_gate(const comm::GroupDevice& g, int32_t op, cudaStream_t stream, bool barrier,
+                        uint32_t reset_base, uint32_t reset_count) {
   static_assert(comm::kMaxRanks <= 32, "one warp waits for every peer");
-  fused_gate_kernel<<<1, 32, 0, stream>>>(g, op, barrier ? 1 : 0);
+  if (reset_count > 0 && !barrier) return cudaErrorInvalidValue;  // the reset needs the barrier
+  fused_gate_kernel<<<1, 32, 0, stream>>>(g, op, barrier ? 1 : 0, reset_base, reset_count);
   return cudaGetLastError();
 }
 

@@ -14,7 +14,10 @@
 //   every same-node peer's G (this rank's own first, then rank+1, rank+2, ...: the ranks' first
 //   pushes go to distinct peers), releasing arrival flag (rank, chunk) = e at that peer after
 //   each chunk. Hook (a) producer_wait: before loading the A rows of a tile, wait for the
-//   (source rank, chunk) flags covering those rows in this rank's own flag region.
+//   (source rank, chunk) flags covering those rows in this rank's own flag region. With
+//   side_mode kSideCopyEngine (ag_gemm's copy-engine route) the copy engines push the rows and
+//   set the flags to 1 (reset to 0 by the call's launch gate): the side warps only pass the entry
+//   barrier and hook (a) waits for 1.
 //
 // kModeReduce (gemm_rs, gemm_ar one- and two-shot):
 //   the GEMM's D is this rank's partial P = data[rank] as [m, n]. Before its first load the
@@ -38,6 +41,7 @@
 
 #include "../comm/group_sync.cuh"
 #include "../comm/net_ops.cuh"
+#include "../comm/warp_copy.cuh"
 #include "cutlass/arch/barrier.h"
 #include "fused_params.h"
 
@@ -109,37 +113,17 @@ struct FusedHooks {
 
   // ---- kModeAllGather -------------------------------------------------------------------
 
-  // Copies `bytes` (a multiple of 16, < 32 GiB) from src to dst with the 32 lanes of one warp,
-  // four 16-byte loads in flight per lane. src is read-only for the call (non-coherent loads).
-  // Written for the side warps' 40 registers: 32-bit counts, pointers that step (ptxas spilled
-  // the hoisted 64-bit addresses of an indexed version). kCoherent: src is written during the
-  // call by another agent (the inter-node receive area, read after its arrival flag): loads
-  // through L2 (ld.global.cg), as the collectives read it, never the non-coherent path.
+  // One warp's copy (comm/warp_copy.cuh: four 16-byte loads in flight per lane, written for the
+  // side warps' 40 registers). kCoherent: src is written during the call by another agent (the
+  // inter-node receive area, read after its arrival flag): loads through L2 (ld.global.cg), as
+  // the collectives read it, never the non-coherent path.
   template <bool kCoherent = false>
   CUTLASS_DEVICE static uint4 load16(const uint4* s) {
-    if constexpr (kCoherent) {
-      return __ldcg(s);
-    } else {
-      return __ldg(s);
-    }
+    return comm::load16<kCoherent>(s);
   }
   template <bool kCoherent = false>
   CUTLASS_DEVICE static void copy_rows(uint8_t* dst, const uint8_t* src, int64_t bytes, int lane) {
-    const int n = static_cast<int>(bytes / 16);
-    const uint4* s = reinterpret_cast<const uint4*>(src) + lane;
-    uint4* d = reinterpret_cast<uint4*>(dst) + lane;
-    int i = lane;
-#pragma unroll 1
-    for (; i + 96 < n; i += 128, s += 128, d += 128) {
-      const uint4 a = load16<kCoherent>(s), b = load16<kCoherent>(s + 32),
-                  c = load16<kCoherent>(s + 64), e = load16<kCoherent>(s + 96);
-      d[0] = a;
-      d[32] = b;
-      d[64] = c;
-      d[96] = e;
-    }
-#pragma unroll 1
-    for (; i < n; i += 32, s += 32, d += 32) *d = load16<kCoherent>(s);
+    comm::warp_copy<kCoherent>(dst, src, bytes, lane);
   }
 
   // The next copy item of this call: a work counter in this rank's flag region, tagged with
@@ -308,6 +292,9 @@ struct FusedHooks {
                                                 int row1) {
     const comm::GroupDevice& g = p.group;
     const uint64_t* flags = g.flags[g.rank];
+    // The copy engines' stream writes set 1 (reset by this call's launch gate), the copy role's
+    // signals the call number.
+    const uint64_t want = p.side_mode == kSideCopyEngine ? 1ull : call.epoch;
     bool all = true;
 #pragma unroll 1
     for (int s = row0 / p.m_local; s <= row1 / p.m_local; ++s) {
@@ -318,9 +305,9 @@ struct FusedHooks {
       for (int c = first; c <= last; c += 4) {  // 4 at a time: the producer has 40 registers
         uint64_t v[4];
         CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < 4; ++j) v[j] = c + j <= last ? comm::ld_relaxed_sys(f + c + j) : call.epoch;
+        for (int j = 0; j < 4; ++j) v[j] = c + j <= last ? comm::ld_relaxed_sys(f + c + j) : want;
         CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < 4; ++j) all = all && v[j] >= call.epoch;
+        for (int j = 0; j < 4; ++j) all = all && v[j] >= want;
       }
     }
     if (all) {
@@ -332,7 +319,7 @@ struct FusedHooks {
       const int first = max(row0 - s * p.m_local, 0) / p.chunk_rows;
       const int last = min(row1 - s * p.m_local, p.m_local - 1) / p.chunk_rows;
       for (int c = first; c <= last; ++c) {
-        comm::wait_geq<kFail>(g, flags + p.flag_base + s * p.chunks + c, call.epoch,
+        comm::wait_geq<kFail>(g, flags + p.flag_base + s * p.chunks + c, want,
                               comm::WaitSite{p.op, comm::kWaitPeerFlag, s, c});
       }
     }
@@ -1464,7 +1451,12 @@ struct FusedHooks {
     }
 #endif
     if (p.mode == kModeAllGather) {
-      if (p.side_mode == kSideBulk) {
+      if (p.side_mode == kSideCopyEngine) {  // the copy engines move the rows
+        if (t == 0) {
+          comm::entry_barrier<kFail>(p.group, call.epoch, p.op, p.signature);
+          stamp(p, kTlEntered);
+        }
+      } else if (p.side_mode == kSideBulk) {
         copy_role_bulk(p, call, t, st);
       } else if (p.side_mode == kSideStaged) {
         copy_role_staged(p, call, t, st);

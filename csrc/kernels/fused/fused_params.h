@@ -14,12 +14,19 @@ namespace mkernel::fused {
 // kSidePipe (reduce only): the side warps claim a run of slabs up to the end of a tile (one flag
 // check per run) and move it in pieces of half the side buffer, double-buffered (piece j + 1's
 // cp.async copies in flight while piece j is summed).
+// kSideCopyEngine (ag only, one node): the copy engines move the rows (ag_gemm.cpp's copy-engine
+// route: cudaMemcpyAsync into every same-node peer's G on a side stream, each chunk's arrival
+// flag then set to 1 by a stream write), so the side warps only pass the entry barrier (the
+// call's signature check) and the producer waits for flags holding 1 instead of the call
+// number: a stream write takes a constant, which the launch gate's reset to 0 right before
+// makes mean "arrived in this call" (fused_gate.cu).
 enum SideMode : int32_t {
   kSideRegs = 0,
   kSideStaged = 1,
   kSideIdle = 2,
   kSideBulk = 3,
-  kSidePipe = 4
+  kSidePipe = 4,
+  kSideCopyEngine = 5
 };
 
 // How the consumer warps reduce after their last tile: per warp from registers (kTailRegs, four

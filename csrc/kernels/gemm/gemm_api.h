@@ -60,6 +60,10 @@ struct Problem {
   // B matrix i / groups_per_b. Null: group i starts where group i - 1 ends (groups_per_b 1).
   const int* group_begin = nullptr;
   int groups_per_b = 1;
+  // Row segments with a head (the MoE fused dispatch: every expert's own rows first, then the
+  // peers' rows of each expert in two segments): group_b_head + batches * groups_per_b groups,
+  // groups i < group_b_head taking B matrix i, the others (i - group_b_head) / groups_per_b.
+  int group_b_head = 0;
 };
 
 struct Launch {

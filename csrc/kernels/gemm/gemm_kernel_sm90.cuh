@@ -52,6 +52,15 @@ struct HooksPeerTmaA : std::false_type {};
 template <class H>
 struct HooksPeerTmaA<H, std::void_t<decltype(H::kPeerTmaA)>> : std::bool_constant<H::kPeerTmaA> {};
 
+// Whether hook policy H waits for a tile's A rows given the whole work unit (H::kWaitsForWork:
+// producer_wait_work(params, call, work, block_m), for packed groups whose rows are located by the
+// unit's group, not by m_block alone — the MoE fused dispatch). False for every policy without it.
+template <class H, class = void>
+struct HooksWaitForWork : std::false_type {};
+template <class H>
+struct HooksWaitForWork<H, std::void_t<decltype(H::kWaitsForWork)>>
+    : std::bool_constant<H::kWaitsForWork> {};
+
 // Gathered A (kGatherA, packed groups only): row r of the packed A is not read from A but from
 // the row its index names, row_map[r] = i: pos + i * row_bytes for i >= 0, neg + (-1 - i) *
 // row_bytes for i < 0 (the MoE dispatch's layout: a received token in the receive area, or one
@@ -280,7 +289,10 @@ class HookedGemmSm90 {
         const auto work = Scheduler::get(params.scheduler, unit, cursor);
         if (!work.valid) break;
         if (work.skip) continue;
-        if constexpr (Hooks::kWaitsForA) {
+        if constexpr (HooksWaitForWork<Hooks>::value) {
+          if (lane_idx == 0) Hooks::producer_wait_work(params.hooks, call, work, kBlockM);
+          __syncwarp();
+        } else if constexpr (Hooks::kWaitsForA) {
           if (lane_idx == 0) Hooks::producer_wait(params.hooks, call, work.m_block, kBlockM);
           __syncwarp();
         }

@@ -364,6 +364,39 @@ struct GemmSm90 {
     }
   }
 
+  // The packed-groups hooked kernel with another hook policy H (the MoE fused dispatch,
+  // kernels/moe/moe_fused_hooks.cuh): p's packed groups / row segments as run_hooked takes them,
+  // the hooks' Params from the caller. Instantiated only by the .cu files that name H.
+  template <class H>
+  using HookedPackedWith = HookedGemmSm90<CollectiveMainloop, CollectiveEpilogue, H, true>;
+
+  template <class H>
+  static cudaError_t run_packed_with_hooks(const Problem& p, const Launch& l,
+                                           typename H::Params const& hooks, const char** reason) {
+    if constexpr (!kPackable) {
+      if (reason) *reason = "packed groups need a packable config (run_hooked's list)";
+      return cudaErrorInvalidValue;
+    } else {
+      if (p.group_end == nullptr || p.a_row_map != nullptr) {
+        if (reason) *reason = "run_packed_with_hooks: packed groups (group_end), A not gathered";
+        return cudaErrorInvalidValue;
+      }
+      using K = HookedPackedWith<H>;
+      typename K::Params params;
+      cudaError_t err = prepare_hooked<K>(p, l, nullptr, params, reason);
+      if (err != cudaSuccess) return err;
+      params.hooks = hooks;
+      return launch_prepared<K>(params, l, reason);
+    }
+  }
+
+  // Clusters (CTAs) the persistent grid of the packed kernel with hooks H takes on l.sm_count.
+  template <class H>
+  static int packed_grid_ctas_with_hooks(const Launch& l) {
+    using K = HookedPackedWith<H>;
+    return hooked_clusters<K>(l) * K::Scheduler::kClusterM * K::Scheduler::kClusterN;
+  }
+
   // The hooked kernel with a per-source-A hook policy H (H::kPeerTmaA: the fused ag_gemm's
   // MKERNEL_FUSED_AG_PEER_TMA kernels): as run_with_hooks, plus one mainloop Params per source
   // s < sources with A = a_src[s] as [rows_per_source, K] (its own TMA descriptor; B as p.b).
@@ -439,10 +472,11 @@ struct GemmSm90 {
     if constexpr (kPacked) {
       // (Row segments: batches * groups_per_b groups over the batches B matrices.)
       const int per_b = p.group_begin != nullptr && p.groups_per_b > 1 ? p.groups_per_b : 1;
+      const int head = p.group_begin != nullptr && p.group_b_head > 0 ? p.group_b_head : 0;
       params.scheduler =
           K::Scheduler::make_params(p.m, p.n, p.k, l.swizzle > 0 ? l.swizzle : 8, l.raster != 1,
-                                    nullptr, batches * per_b, nullptr, 1, p.group_end,
-                                    p.group_begin, per_b);
+                                    nullptr, head + batches * per_b, nullptr, 1, p.group_end,
+                                    p.group_begin, per_b, head);
     } else {
       params.scheduler = hooked_schedule<K>(p, l, m_order);
     }

@@ -51,10 +51,16 @@ struct PersistentTileScheduler {
     int k_tiles = 1;                 // k-blocks of the whole K loop
     const int* group_end = nullptr;  // kPacked: [batches] cumulative row ends of the experts
     // kPacked row segments (gemm::Problem::group_begin): group i = rows [group_begin[i],
-    // group_end[i]) with B matrix i / group_b_div; null: the groups lie back to back.
+    // group_end[i]) with B matrix b_of(i); null: the groups lie back to back.
     const int* group_begin = nullptr;
     int group_b_div = 1;
+    int group_b_head = 0;  // groups [0, head) take B matrix i (gemm::Problem::group_b_head)
   };
+
+  // kPacked: the B matrix (expert) of group i.
+  CUTLASS_HOST_DEVICE static int b_of(Params const& p, int i) {
+    return i < p.group_b_head ? i : (i - p.group_b_head) / p.group_b_div;
+  }
 
   // kPacked: where the walk over the experts stands (one per thread, moves forward only).
   struct Cursor {
@@ -64,7 +70,7 @@ struct PersistentTileScheduler {
   };
 
   struct Work {
-    int m_block;  // tile coordinates
+    int m_block;  // tile coordinates (kPacked: m_block counts from the group's first row)
     int n_block;
     int batch;
     int unit;
@@ -73,7 +79,9 @@ struct PersistentTileScheduler {
     int split;    // K slice of this work, in [0, splits)
     int k_begin;  // first k-block of the slice
     int k_count;  // k-blocks of the slice (>= 1)
-    int tile;     // this CTA's tile, numbered over the padded grid (split-K counters)
+    int tile;     // this CTA's tile, numbered over the padded grid (split-K counters); kPacked:
+                  // the M tile's index over every group's M tiles (groups in order, each padded
+                  // to whole cluster units): a per-M-tile flag index (the MoE fused dispatch)
     int row_offset;  // kPacked: first row of the batch (expert) in A and D; else 0
     int rows;        // kPacked: rows of the expert (else the padded M, unused)
   };
@@ -83,7 +91,7 @@ struct PersistentTileScheduler {
   static Params make_params(int m, int n, int k, int swizzle, bool along_n, const int* m_order,
                             int batches = 1, const int* batch_rows = nullptr, int splits = 1,
                             const int* group_end = nullptr, const int* group_begin = nullptr,
-                            int group_b_div = 1) {
+                            int group_b_div = 1, int group_b_head = 0) {
     Params p;
     const int tiles_m = (m + kBlockM - 1) / kBlockM;
     const int tiles_n = (n + kBlockN - 1) / kBlockN;
@@ -99,6 +107,7 @@ struct PersistentTileScheduler {
     p.group_end = group_end;
     p.group_begin = group_begin;
     p.group_b_div = group_b_div < 1 ? 1 : group_b_div;
+    p.group_b_head = group_b_head < 0 ? 0 : group_b_head;
     if (kPacked) p.splits = 1;
     return p;
   }
@@ -150,8 +159,10 @@ struct PersistentTileScheduler {
       int um, un;
       band_coord(p, unit_index - cursor.first_unit, (rows + kUnitRows - 1) / kUnitRows, &um, &un);
       const int m_block = um * kClusterM + rank_m, n_block = un * kClusterN + rank_n;
-      return {m_block, n_block, cursor.expert / p.group_b_div, unit_index, true, false, 0, 0,
-              p.k_tiles, 0, cursor.row_begin, rows};
+      // (The groups before this one hold first_unit / units_n cluster rows of M tiles.)
+      const int tile_m = cursor.first_unit / p.units_n * kClusterM + m_block;
+      return {m_block, n_block, b_of(p, cursor.expert), unit_index, true, false, 0, 0,
+              p.k_tiles, tile_m, cursor.row_begin, rows};
     } else {
       const int per_batch = p.units_m * p.units_n;
       if (unit_index >= per_batch * p.batches * p.splits) {

@@ -12,7 +12,9 @@
 
 #include "../comm/fp32_accum.cuh"
 #include "../comm/group_sync.cuh"
+#include "../comm/work_counter.cuh"
 #include "moe_ep_api.h"
+#include "moe_slots.h"
 
 namespace mkernel::moe_ep {
 namespace {
@@ -24,26 +26,7 @@ using comm::kMaxRanks;
 constexpr int kThreads = 512;
 constexpr int kCtasPerSm = 2;  // the launch bounds' minimum: <= 64 registers per thread
 
-// Flag slots of the MoE kernels, near the top of the flag region (clear of the collectives'
-// chunk flags and of the fused ops' counter in the last word). kCounts/kArrive/kStaged + src:
-// written by src at the reader; kEntered: the publisher tells this rank's other CTAs that the entry
-// barrier passed. Every value is a call number (flags only grow): a slot another op used in an
-// earlier call never satisfies this call's wait.
-constexpr uint32_t kBase = comm::kFlagWords - 8 * kMaxRanks;
-constexpr uint32_t kCounts = kBase;
-constexpr uint32_t kArrive = kBase + kMaxRanks;
-constexpr uint32_t kStaged = kBase + 2 * kMaxRanks;
-constexpr uint32_t kEntered = kBase + 3 * kMaxRanks;
-// Work counters of this rank's CTAs (local atomics, tagged with the call number in their high
-// half: the first claimant of a call restarts them): the publisher role, the items of the
-// phase before the arrival flag, the finished ones, and the items after it.
-constexpr uint32_t kWorkRole = kEntered + 1;
-constexpr uint32_t kWorkSend = kEntered + 2;
-constexpr uint32_t kWorkDone = kEntered + 3;
-constexpr uint32_t kWorkAfter = kEntered + 4;
-static_assert(kBase >= FlagSlot::kOpSlotBase + 2 * kMaxRanks * 512,
-              "the MoE flags stay clear of the collectives' chunk flags");
-static_assert(kWorkAfter < comm::kFlagWords - 1, "the MoE flags stay clear of the last word");
+// Flag slots and work counters: moe_slots.h.
 
 constexpr uint64_t align256(uint64_t v) { return (v + 255) & ~uint64_t{255}; }
 
@@ -73,16 +56,7 @@ __device__ __forceinline__ void wait_all_ranks(const GroupDevice& g, uint32_t sl
 // The next item of counter `slot` in this call (one thread). Items go to the CTAs that run:
 // none waits for a CTA that is not resident (under MPS the ranks' grids share SMs).
 __device__ __forceinline__ int64_t claim(const GroupDevice& g, uint32_t slot, uint64_t e) {
-  auto* counter = reinterpret_cast<unsigned long long*>(g.flags[g.rank] + slot);
-  const unsigned long long tag = (e & 0xffffffffull) << 32;
-  for (;;) {
-    const unsigned long long seen = *reinterpret_cast<volatile unsigned long long*>(counter);
-    if ((seen & ~0xffffffffull) != tag) {  // an earlier call's count (or another op's flag)
-      if (atomicCAS(counter, seen, tag | 1ull) == seen) return 0;
-      continue;
-    }
-    return static_cast<int64_t>(atomicAdd(counter, 1ull) & 0xffffffffull);
-  }
+  return comm::claim_tagged(g.flags[g.rank] + slot, e);
 }
 
 // claim() by thread 0, handed to the whole CTA.
@@ -180,10 +154,46 @@ struct DispatchParams {
   uint4* recv_x;
   uint64_t signature;
   int phase;           // DispatchArgs::Phase
-  int32_t* segments;   // kLayout: [6 E_local] (DispatchArgs::segments)
+  int32_t* segments;   // kLayout: [6 E_local] (DispatchArgs::segments), or null
+  int32_t* segments3;  // kLayout: [6 E_local] (DispatchArgs::segments3), or null
 };
 
 constexpr int kPhaseWhole = 0, kPhaseLayout = 1, kPhaseSend = 2;
+static_assert(kPhaseWhole == static_cast<int>(DispatchArgs::Phase::kWhole) &&
+                  kPhaseLayout == static_cast<int>(DispatchArgs::Phase::kLayout) &&
+                  kPhaseSend == static_cast<int>(DispatchArgs::Phase::kSend),
+              "DispatchParams::phase carries DispatchArgs::Phase");
+
+// Token item `item` (kTokensPerItem tokens): each thread loads its vector of every token, then
+// stores it once per other rank the token goes to (slot u >= 0 there; own tokens: the expansion
+// or the gathered GEMM reads them from x). s_slot: the CTA's [kTokensPerItem * W] slot buffer.
+__device__ void send_token_item(const DispatchParams& p, int64_t item, int32_t* s_slot) {
+  const GroupDevice& g = p.g;
+  const int me = g.rank, W = g.world;
+  const int64_t t0 = item * kTokensPerItem;
+  const int nt = static_cast<int>(min(static_cast<int64_t>(kTokensPerItem), p.tokens - t0));
+  for (int i = threadIdx.x; i < kTokensPerItem * W; i += kThreads) {
+    s_slot[i] = i / W < nt ? __ldg(p.slot + (t0 + i / W) * W + i % W) : -1;
+  }
+  __syncthreads();
+  for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) {
+    uint4 buf[kTokensPerItem];
+#pragma unroll
+    for (int i = 0; i < kTokensPerItem; ++i) {
+      buf[i] = i < nt ? __ldg(p.x + (t0 + i) * p.n16 + v) : make_uint4(0, 0, 0, 0);
+    }
+    for (int d = 0; d < W; ++d) {
+      if (d == me) continue;
+      uint4* area = reinterpret_cast<uint4*>(g.data[d] + p.lay.tokens) +
+                    static_cast<int64_t>(me) * p.max_tokens * p.n16 + v;
+#pragma unroll
+      for (int i = 0; i < kTokensPerItem; ++i) {
+        const int32_t u = s_slot[i * W + d];
+        if (u >= 0) area[static_cast<int64_t>(u) * p.n16] = buf[i];
+      }
+    }
+  }
+}
 
 // The overlapped dispatch's second launch (DispatchArgs::Phase::kSend): this rank's tokens to
 // the other ranks (each token once per destination), the arrival flag, the wait for every rank's.
@@ -193,35 +203,12 @@ __device__ void dispatch_send(const DispatchParams& p, uint64_t e) {
   __shared__ int32_t s_slot[kTokensPerItem * kMaxRanks];
   __shared__ int64_t s_item;
   const GroupDevice& g = p.g;
-  const int me = g.rank, W = g.world;
   const int64_t total = (p.tokens + kTokensPerItem - 1) / kTokensPerItem;
   if (blockIdx.x == 0) release_empty(g, total, kArrive, e);
   for (;;) {
     const int64_t item = claim_cta(g, kWorkAfter, e, &s_item);
     if (item >= total) break;
-    const int64_t t0 = item * kTokensPerItem;
-    const int nt = static_cast<int>(min(static_cast<int64_t>(kTokensPerItem), p.tokens - t0));
-    for (int i = threadIdx.x; i < kTokensPerItem * W; i += kThreads) {
-      s_slot[i] = i / W < nt ? __ldg(p.slot + (t0 + i / W) * W + i % W) : -1;
-    }
-    __syncthreads();
-    for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) {
-      uint4 buf[kTokensPerItem];
-#pragma unroll
-      for (int i = 0; i < kTokensPerItem; ++i) {
-        buf[i] = i < nt ? __ldg(p.x + (t0 + i) * p.n16 + v) : make_uint4(0, 0, 0, 0);
-      }
-      for (int d = 0; d < W; ++d) {
-        if (d == me) continue;
-        uint4* area = reinterpret_cast<uint4*>(g.data[d] + p.lay.tokens) +
-                      static_cast<int64_t>(me) * p.max_tokens * p.n16 + v;
-#pragma unroll
-        for (int i = 0; i < kTokensPerItem; ++i) {
-          const int32_t u = s_slot[i * W + d];
-          if (u >= 0) area[static_cast<int64_t>(u) * p.n16] = buf[i];
-        }
-      }
-    }
+    send_token_item(p, item, s_slot);
     item_done(g, total, kArrive, e);
   }
   wait_all_ranks(g, kArrive, e, comm::kOpMoeDispatch, g.timeout_ns);
@@ -296,31 +283,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) dispatch_kernel(const Di
     const int64_t item = claim_cta(g, kWorkSend, e, &s_item);
     if (item >= total) break;
     if (item < token_items) {
-      // kTokensPerItem tokens: each thread loads its vector of every token, then stores each
-      // once per rank the token goes to (slot u >= 0 there).
-      const int64_t t0 = item * kTokensPerItem;
-      const int nt = static_cast<int>(min(static_cast<int64_t>(kTokensPerItem), p.tokens - t0));
-      for (int i = threadIdx.x; i < kTokensPerItem * W; i += kThreads) {
-        s_slot[i] = i / W < nt ? __ldg(p.slot + (t0 + i / W) * W + i % W) : -1;
-      }
-      __syncthreads();
-      for (int64_t v = threadIdx.x; v < p.n16; v += kThreads) {
-        uint4 buf[kTokensPerItem];
-#pragma unroll
-        for (int i = 0; i < kTokensPerItem; ++i) {
-          buf[i] = i < nt ? __ldg(p.x + (t0 + i) * p.n16 + v) : make_uint4(0, 0, 0, 0);
-        }
-        for (int d = 0; d < W; ++d) {
-          if (d == me) continue;  // own tokens: the expansion reads them from x
-          uint4* area = reinterpret_cast<uint4*>(g.data[d] + p.lay.tokens) +
-                        static_cast<int64_t>(me) * p.max_tokens * p.n16 + v;
-#pragma unroll
-          for (int i = 0; i < kTokensPerItem; ++i) {
-            const int32_t u = s_slot[i * W + d];
-            if (u >= 0) area[static_cast<int64_t>(u) * p.n16] = buf[i];
-          }
-        }
-      }
+      send_token_item(p, item, s_slot);
     } else {
       const int64_t c0 = (item - token_items) * kChoicesPerItem;
       const int64_t c1 = min(choices, c0 + kChoicesPerItem);
@@ -401,12 +364,24 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) dispatch_kernel(const Di
         const int32_t base = s_base[le], end = base + s_count[le];
         const int32_t own_b = min(base + pre, end);
         const int32_t own_e = min(own_b + p.recv_counts[me * El + le], end);
-        p.segments[le] = own_b;
-        p.segments[El + le] = own_e;
-        p.segments[2 * El + 2 * le] = base;
-        p.segments[2 * El + 2 * le + 1] = own_e;
-        p.segments[4 * El + 2 * le] = own_b;
-        p.segments[4 * El + 2 * le + 1] = end;
+        if (p.segments != nullptr) {
+          p.segments[le] = own_b;
+          p.segments[El + le] = own_e;
+          p.segments[2 * El + 2 * le] = base;
+          p.segments[2 * El + 2 * le + 1] = own_e;
+          p.segments[4 * El + 2 * le] = own_b;
+          p.segments[4 * El + 2 * le + 1] = end;
+        }
+        if (p.segments3 != nullptr) {  // begin [3 E_l], then end [3 E_l]
+          int32_t* b3 = p.segments3;
+          int32_t* e3 = p.segments3 + 3 * El;
+          b3[le] = own_b;
+          e3[le] = own_e;
+          b3[El + 2 * le] = base;
+          e3[El + 2 * le] = own_b;
+          b3[El + 2 * le + 1] = own_e;
+          e3[El + 2 * le + 1] = end;
+        }
       }
     }
     return;  // the call goes on in the kSend launch (same call number, no op_end here)
@@ -791,10 +766,13 @@ cudaError_t dispatch(const DispatchArgs& a, const char** reason) {
   p.signature = a.signature;
   p.phase = static_cast<int>(a.phase);
   p.segments = a.segments;
+  p.segments3 = a.segments3;
   if (a.phase != DispatchArgs::Phase::kWhole &&
       (a.capacity != 0 || a.recv_x != nullptr ||
-       (a.phase == DispatchArgs::Phase::kLayout && a.segments == nullptr))) {
-    if (reason) *reason = "the two-launch dispatch runs at capacity 0 without recv_x (segments set)";
+       (a.phase == DispatchArgs::Phase::kLayout && a.segments == nullptr &&
+        a.segments3 == nullptr))) {
+    if (reason)
+      *reason = "the two-launch dispatch runs at capacity 0 without recv_x (segments set)";
     return cudaErrorInvalidValue;
   }
   const void* kernel = reinterpret_cast<const void*>(&dispatch_kernel);

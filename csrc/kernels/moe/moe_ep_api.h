@@ -89,6 +89,10 @@ struct DispatchArgs {
   enum class Phase : int { kWhole = 0, kLayout = 1, kSend = 2 };
   Phase phase = Phase::kWhole;
   int32_t* segments = nullptr;  // out (kLayout)
+  // out (kLayout), the fused dispatch's groups (moe_fused_api.h): begin [3 E_l] then end [3 E_l];
+  // group le < E_l this rank's own rows of local expert le, groups E_l + 2 le and E_l + 2 le + 1
+  // its rows from the ranks before / after this one. Either pointer may be null (not both).
+  int32_t* segments3 = nullptr;
   int max_ctas = 0;             // grid cap (0: every resident CTA); kSend runs beside a GEMM
 };
 
@@ -113,20 +117,6 @@ struct CombineArgs {
   void* out = nullptr;                   // [T, hidden]
   uint64_t signature = 0;
   cudaStream_t stream = nullptr;
-  // The dispatch in two launches (the overlapped path, capacity 0 and recv_x null only; both
-  // halves share the call number, the second ends it):
-  //   kLayout: entry barrier, counts, layout, the choices' routes and row maps (every rank's
-  //            rows get their places), counts / recv_counts, and `segments` [6 E_local] for
-  //            the two grouped GEMMs: own_begin[E_l], own_end[E_l] (this rank's own rows of
-  //            each local expert), then peer_begin[2 E_l], peer_end[2 E_l] (the rows from
-  //            ranks before it and after it); after it a GEMM may read this rank's own rows;
-  //   kSend:   the tokens to the other ranks, the arrival flags, the wait for every rank's;
-  //            after it the peers' rows have landed.
-  // kWhole: both in one launch (the expansion included when recv_x is given).
-  enum class Phase : int { kWhole = 0, kLayout = 1, kSend = 2 };
-  Phase phase = Phase::kWhole;
-  int32_t* segments = nullptr;  // out (kLayout)
-  int max_ctas = 0;             // grid cap (0: every resident CTA); kSend runs beside a GEMM
 };
 
 cudaError_t combine(const CombineArgs& a, const char** reason = nullptr);

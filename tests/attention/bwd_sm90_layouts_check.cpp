@@ -1,0 +1,198 @@
+// Host-side check of the wgmma backward's shared-memory views and fragment assumptions
+// (csrc/kernels/attention/attention_bwd_sm90_traits.hpp), run by test_attention_bwd_layouts.py
+// on the CPU:
+//  - the transposed views (Q^T, dO^T, K-block^T, dS^T) address the bytes of the stored layouts
+//    with the coordinates swapped;
+//  - column block c of a 64 x d K half is the 64 x 64 K-block layout 64 * 64 * c elements in;
+//  - stage s of the staged Q / dO layout is the 64 x d rows layout s * 64 * d elements in;
+//  - 8-element runs stay contiguous under the swizzle (cp.async chunks; dS pair stores);
+//  - the S^T accumulator's flat values 2j, 2j + 1 are (key, query), (key, query + 1), every
+//    (key, query) of the 64 x 64 tile held by exactly one thread of the warpgroup, and the
+//    accumulator reread through a_operand_layout() holds, value for value, the (key, query)
+//    coordinates the RS GEMM's A fragment expects (dV += P^T dO, dK += dS^T Q);
+//  - dQ's and dK/dV's accumulators hold column pairs too (float2 atomics, pair stores);
+//  - the bulk kernel's tiled dq_accum layout covers the padded workspace exactly once;
+//  - the ring mode's ring_rule is the zigzag layout's causal mask.
+// Prints "BAD n" per failed check and exits nonzero if any.
+#include <cstdio>
+#include <vector>
+
+#include "kernels/attention/attention_bwd_api.h"
+#include "kernels/attention/attention_bwd_sm90_traits.hpp"
+using namespace cute;
+
+// dq_tiled_offset: a bijection of (bh, row < s padded to 64, col < d) onto dq_accum_floats, and
+// each 64 x 64 tile's start is 16-byte aligned (the bulk reduce-add's requirement).
+int check_dq_tiles() {
+  int bad = 0;
+  for (int d : {64, 128})
+    for (int s : {1, 63, 64, 65, 200}) {
+      const int bhs = 3;
+      const long long n = mkernel::attention::dq_accum_floats(1, bhs, s, d);
+      std::vector<int> seen(n, 0);
+      const int s_pad = (s + 63) / 64 * 64;
+      for (int bh = 0; bh < bhs; ++bh)
+        for (int r = 0; r < s_pad; ++r)
+          for (int c = 0; c < d; ++c) {
+            const long long o = mkernel::attention::dq_tiled_offset(bh, r, c, s, d);
+            if (o < 0 || o >= n) {
+              ++bad;
+              continue;
+            }
+            ++seen[o];
+            if (r % 64 == 0 && c % 64 == 0 && o % 4) ++bad;
+          }
+      for (int v : seen)
+        if (v != 1) ++bad;
+    }
+  printf("dq tiles %d\n", bad);
+  return bad;
+}
+
+template <class A, class At>
+int transposed(int R, int C, int off = 0) {
+  A a{};
+  At at{};
+  int bad = 0;
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c)
+      if (a(r, c) + off != at(c, r)) ++bad;
+  return bad;
+}
+
+template <class A>
+int runs8(int R, int C) {
+  A a{};
+  int bad = 0;
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; c += 8)
+      for (int k = 1; k < 8; ++k)
+        if (a(r, c + k) != a(r, c) + k) ++bad;
+  return bad;
+}
+
+template <class Mma, int M, int N>
+int pairs(const Mma& mma) {
+  int bad = 0;
+  for (int t = 0; t < 128; ++t) {
+    auto cs = mma.get_slice(t).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+    for (int j = 0; j < size(cs) / 2; ++j)
+      if (get<0>(cs(2 * j + 1)) != get<0>(cs(2 * j)) ||
+          get<1>(cs(2 * j + 1)) != get<1>(cs(2 * j)) + 1 || get<1>(cs(2 * j)) % 2)
+        ++bad;
+  }
+  return bad;
+}
+
+template <int kHeadDim>
+int check_traits() {
+  using T = mkernel::attention::bwd::BwdTraitsSm90<cutlass::bfloat16_t, kHeadDim, true>;
+  int bad = 0;
+  // Q^T per stage.
+  {
+    typename T::SmemLayoutQ q{};
+    typename T::SmemLayoutQt qt{};
+    int b = 0;
+    for (int s = 0; s < T::kStages; ++s)
+      for (int r = 0; r < T::kBlockM; ++r)
+        for (int c = 0; c < kHeadDim; ++c)
+          if (q(r, c, s) != qt(c, r, s)) ++b;
+    // Stage s of the staged layout is the 64 x d rows layout s * kQElems in (the warp-
+    // specialized producer writes the K / V halves, ss.k[h], through the staged layout).
+    typename T::SmemLayoutRows rows{};
+    for (int st = 0; st < T::kStages; ++st)
+      for (int r = 0; r < T::kBlockM; ++r)
+        for (int c = 0; c < kHeadDim; ++c)
+          if (q(r, c, st) != st * T::kQElems + rows(r, c)) ++b;
+    printf("d=%d Qt %d\n", kHeadDim, b);
+    bad += b;
+  }
+  // K half column blocks vs the K-block layout; its transpose.
+  {
+    typename T::SmemLayoutRows rows{};
+    typename T::SmemLayoutKBlock blk{};
+    int b = 0;
+    for (int c = 0; c < kHeadDim / 64; ++c)
+      for (int r = 0; r < 64; ++r)
+        for (int j = 0; j < 64; ++j)
+          if (rows(r, 64 * c + j) != T::kKBlockElems * c + blk(r, j)) ++b;
+    b += transposed<typename T::SmemLayoutKBlock, typename T::SmemLayoutKBlockT>(64, 64);
+    b += runs8<typename T::SmemLayoutRows>(64, kHeadDim);
+    printf("d=%d K blocks %d\n", kHeadDim, b);
+    bad += b;
+  }
+  // dS: the (key, query) store view vs the (query, key) operand layout; query pairs adjacent.
+  {
+    int b = transposed<typename T::SmemLayoutdS, typename T::SmemLayoutdSt>(T::kBlockM, 64);
+    typename T::SmemLayoutdSt st{};
+    for (int r = 0; r < 64; ++r)
+      for (int c = 0; c < T::kBlockM; c += 8)
+        for (int k = 1; k < 8; ++k)
+          if (st(r, c + k) != st(r, c) + k) ++b;
+    printf("d=%d dS %d\n", kHeadDim, b);
+    bad += b;
+  }
+  // S^T accumulator: pairs, cover, and the A-operand reread.
+  {
+    typename T::TiledMmaSdP sdp;
+    typename T::TiledMmadKV dkv;
+    typename T::TiledMmadQ dq;
+    int b = pairs<decltype(sdp), 64, T::kBlockM>(sdp);
+    b += pairs<decltype(dkv), 64, kHeadDim>(dkv);
+    b += pairs<decltype(dq), T::kBlockM, T::kDqCols>(dq);
+    int cover[64][T::kBlockM] = {};
+    auto a_layout = T::a_operand_layout();
+    for (int t = 0; t < 128; ++t) {
+      auto cs = sdp.get_slice(t).partition_C(make_identity_tensor(Shape<_64, Int<T::kBlockM>>{}));
+      for (int i = 0; i < size(cs); ++i) cover[get<0>(cs(i))][get<1>(cs(i))]++;
+      auto ca = dkv.get_slice(t).partition_A(make_identity_tensor(Shape<_64, Int<T::kBlockM>>{}));
+      if (size(ca) != size(cs) || size(a_layout) != size(cs)) ++b;
+      for (int v = 0; v < size<0>(ca); ++v)
+        for (int kb = 0; kb < size<2>(ca); ++kb) {
+          const auto want = ca(v, 0, kb);
+          const auto have = cs(a_layout(v, 0, kb));
+          if (get<0>(want) != get<0>(have) || get<1>(want) != get<1>(have)) ++b;
+        }
+    }
+    for (auto& row : cover)
+      for (int v : row)
+        if (v != 1) ++b;
+    printf("d=%d fragments %d\n", kHeadDim, b);
+    bad += b;
+  }
+  return bad;
+}
+
+// ring_rule (the ring mode's per-source visibility): exactly the pairs whose zigzag global
+// positions are causal (a shard of s rows: chunk rank then chunk 2W - 1 - rank, s / 2 rows
+// each), and every pair when not causal.
+int check_ring_rule() {
+  int bad = 0;
+  for (int world = 1; world <= 8; ++world)
+    for (int s : {2, 6, 130})
+      for (int rank = 0; rank < world; ++rank)
+        for (int src = 0; src < world; ++src)
+          for (int causal = 0; causal < 2; ++causal) {
+            const mkernel::attention::RingRule rule =
+                mkernel::attention::ring_rule(src, rank, causal != 0, s);
+            const int c = s / 2;
+            auto pos = [&](int shard, int row) {
+              return row < c ? shard * c + row : (2 * world - 1 - shard) * c + row - c;
+            };
+            for (int i = 0; i < s; ++i)
+              for (int j = 0; j < s; ++j) {
+                const bool want = !causal || pos(src, j) <= pos(rank, i);
+                const bool got =
+                    j < rule.key_end && i >= rule.query_begin && (!rule.causal || j <= i);
+                if (want != got) ++bad;
+              }
+          }
+  printf("ring rule %d\n", bad);
+  return bad;
+}
+
+int main() {
+  const int bad = check_traits<128>() + check_traits<64>() + check_dq_tiles() + check_ring_rule();
+  if (bad) printf("BAD %d\n", bad);
+  return bad ? 1 : 0;
+}
