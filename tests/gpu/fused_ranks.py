@@ -300,9 +300,11 @@ def suite_copyengine(ctx, rank: int, world: int) -> None:
         torch.cuda.synchronize()
         replay_ag_graph(ctx, rank, world, x_static, w_dev, (21901, 21902), "ce_graph_out",
                         dict(op="ag_gemm_copyengine"))
-        gathered_ref, ref, x, _ = ag_reference(21903, world, m, k, n, dtype, rank)
+        # ag_reference draws w from the case too: the eager call takes this case's w (session 29:
+        # it took the graph's, and its reference was another product, rel = sqrt(2)).
+        _, ref, x, w_eager = ag_reference(21903, world, m, k, n, dtype, rank)
         poison(((world * m, n), dtype))
-        out = mkernel.ag_gemm(x.cuda(), w_dev, group=ctx)  # eager after the graph's copy kernel
+        out = mkernel.ag_gemm(x.cuda(), w_eager.cuda(), group=ctx)  # eager after the graph's copy kernel
         torch.cuda.synchronize()
         check("ce_after_graph_out", out, ref, dict(op="ag_gemm_copyengine", world=world, rank=rank))
     finally:
