@@ -82,7 +82,15 @@ def torch_extension() -> Extension:
     cxx_flags = ["-O2", "-std=c++17", "-DPy_LIMITED_API=0x030A0000"]
     with_cuda = cpp_extension.CUDA_HOME is not None and os.environ.get("MKERNEL_NO_CUDA") != "1"
     if with_cuda:
-        sources += sorted(glob.glob("csrc/kernels/**/*.cu", recursive=True))
+        kernels = sorted(glob.glob("csrc/kernels/**/*.cu", recursive=True))
+        if os.environ.get("MKERNEL_DEV_BUILD") == "1":
+            # A development build for the GPU machine's short calls: without the swapped-operand
+            # GEMM variants (30 translation units, a third of a full build's compile time; the
+            # small-M path's alternatives: the engine's own plan runs every shape without them).
+            # Their dispatch entries are weak (gemm_swap_dispatch.cu): "not built" there.
+            kernels = [s for s in kernels if not (Path(s).name.startswith("gemm_swap_")
+                                                 and Path(s).name != "gemm_swap_dispatch.cu")]
+        sources += kernels
         include_dirs += cutlass_include_dirs()
         nvcc_flags = ["-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a",
                       "--expt-relaxed-constexpr", "-lineinfo",

@@ -6,11 +6,15 @@
 
 namespace mkernel::gemm_swap {
 namespace detail {
-#define MKERNEL_GEMM_SWAP_VARIANT(SUFFIX)                                          \
-  const char* can_implement_##SUFFIX(const gemm::Problem&, int, Decomposition);    \
-  size_t workspace_size_##SUFFIX(const gemm::Problem&, int, Decomposition);        \
-  cudaError_t run_##SUFFIX(const gemm::Problem&, int, Decomposition, void*, cudaStream_t, \
-                           const char**);
+// Weak: a dev build (setup.py, MKERNEL_DEV_BUILD=1) leaves the variants' translation units out
+// (a third of a full build's compile time) and their entries resolve to null: such a variant
+// is "not built", never a candidate, and the engine's own plan covers every shape.
+#define MKERNEL_GEMM_SWAP_VARIANT(SUFFIX)                                                        \
+  __attribute__((weak)) const char* can_implement_##SUFFIX(const gemm::Problem&, int,            \
+                                                           Decomposition);                      \
+  __attribute__((weak)) size_t workspace_size_##SUFFIX(const gemm::Problem&, int, Decomposition); \
+  __attribute__((weak)) cudaError_t run_##SUFFIX(const gemm::Problem&, int, Decomposition, void*, \
+                                                 cudaStream_t, const char**);
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_c2x1)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x176_streamk)
 MKERNEL_GEMM_SWAP_VARIANT(swap_128x64_streamk)
@@ -62,7 +66,8 @@ constexpr Decomposition kHeuristic{Decomposition::kHeuristic, 1};
 #define MKERNEL_GEMM_SWAP_TICKET_ENTRY(SUFFIX, TOKENS)                                              \
   {#SUFFIX, TOKENS, 1, 1, kHeuristic, can_implement_##SUFFIX, workspace_size_##SUFFIX,          \
    run_##SUFFIX, true}
-constexpr Entry kEntries[kNumVariants] = {
+// const, not constexpr: a weak function's address is only known at load time.
+const Entry kEntries[kNumVariants] = {
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_c2x1, 176, 2, 1),
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x176_streamk, 176, 1, 1),
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x64_streamk, 64, 1, 1),
@@ -136,6 +141,10 @@ constexpr Entry kEntries[kNumVariants] = {
     MKERNEL_GEMM_SWAP_ENTRY(swap_128x168_c1x2_h, 168, 1, 2),
     MKERNEL_GEMM_SWAP_ENTRY(swap_64x168_c4x2_h, 168, 4, 2),
 };
+
+inline bool built(const Entry& e) {
+  return e.can_implement != nullptr && e.workspace_size != nullptr && e.run != nullptr;
+}
 #undef MKERNEL_GEMM_SWAP_TICKET_ENTRY
 #undef MKERNEL_GEMM_SWAP_ENTRY
 #undef MKERNEL_GEMM_SWAP_ENTRY_AS
@@ -152,6 +161,7 @@ const char* can_implement(const gemm::Problem& p, int variant, int sm_count) {
   if (p.batches != 1 || p.batch_rows != nullptr || p.group_end != nullptr)
     return "the swapped GEMM runs plain (not grouped) problems";
   const detail::Entry& e = detail::kEntries[variant];
+  if (!detail::built(e)) return "not built (a dev build: MKERNEL_DEV_BUILD=1 leaves it out)";
   if (sm_count < e.cluster_m * e.cluster_n) return "fewer SMs than the cluster needs";
   return e.can_implement(p, sm_count, e.decomposition);
 }
@@ -163,7 +173,7 @@ bool zeroed_workspace(int variant) {
 size_t workspace_size(const gemm::Problem& p, int variant, int sm_count) {
   if (variant < 0 || variant >= kNumVariants) return 0;
   const detail::Entry& e = detail::kEntries[variant];
-  return e.workspace_size(p, sm_count, e.decomposition);
+  return detail::built(e) ? e.workspace_size(p, sm_count, e.decomposition) : 0;
 }
 
 cudaError_t run(const gemm::Problem& p, int variant, int sm_count, void* workspace,
@@ -182,6 +192,7 @@ int candidates(int m, int n, int k, int sm_count, int* out, int capacity) {
   if (m < 1 || m > 512) return 0;
   for (int v = 0; v < kNumVariants && count < capacity; ++v) {
     const detail::Entry& e = detail::kEntries[v];
+    if (!detail::built(e)) continue;
     if (sm_count < e.cluster_m * e.cluster_n) continue;
     // A cluster along the tokens needs as many token tiles (else half of it idles).
     if ((m + e.tile_tokens - 1) / e.tile_tokens < e.cluster_n) continue;
