@@ -9,6 +9,7 @@ B="python3 benchmarks/bench_moe_ranks.py --world 2 --shapes seed_e256_top8_8k,se
 jx ce_tests 40 20 "timeout 38 $P $F -k 'copy_engine and 2'"
 jx grouped 40 20 "timeout 38 $P tests/gemm/test_gemm_grouped.py"
 jx hooks 40 20 "timeout 38 $P -x tests/gemm/test_gemm_hooks.py"
-jx ag_regress 150 60 "timeout 148 $P $F -k 'test_ag_gemm[2] or peer_tma[2] or default_route[2] or (test_reduce_ops and 2)'"
 jx table_fused 45 30 "MKERNEL_MOE_FUSED=1 timeout 43 $B"
 jx table_gather 45 30 "MKERNEL_MOE_GATHER_A=1 timeout 43 $B"
+jx bwd_bench 80 50 "timeout 78 python3 benchmarks/bench_attention.py --backward --seqs 8192 --iters 10 --native-kernels wgmma,wgmma_bulk_dq,mma_sync,wgmma_ws"
+jx ag_regress 150 60 "timeout 148 $P $F -k 'test_ag_gemm[2] or peer_tma[2] or default_route[2] or (test_reduce_ops and 2)'"
