@@ -230,8 +230,8 @@ DispatchResult dispatch_fused(const char* op, int64_t group, comm::SymmetricGrou
   at::Tensor out = at::empty({rows_out, F}, xc.options());
   const bool gemm_work = rows_out > 0 && F > 0;
   const int32_t* s3 = seg.data_ptr<int32_t>();
-  gemm::Problem p = engine_problem(op, recv, w1, out.data_ptr(), std::max<int64_t>(rows_out, 1),
-                                   F, H);
+  gemm::Problem p =
+      engine_problem(op, recv, w1, out.data_ptr(), std::max<int64_t>(rows_out, 1), F, H);
   p.batches = static_cast<int>(El);
   p.group_begin = s3;
   p.group_end = s3 + 3 * El;
@@ -406,9 +406,9 @@ std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
   // Every rank must agree on these (T may differ between ranks).
   // (and on the fused path: its launches pair with no other path's; MKERNEL_MOE_FUSED set on
   // some ranks only is named at the entry barrier)
-  a.signature = comm::call_signature(comm::kOpMoeDispatch,
-                                     {static_cast<int64_t>(x.scalar_type()), H, k, E, capacity,
-                                      Tm, F, fused ? 1 : 0});
+  a.signature = comm::call_signature(
+      comm::kOpMoeDispatch,
+      {static_cast<int64_t>(x.scalar_type()), H, k, E, capacity, Tm, F, fused ? 1 : 0});
   a.stream = stream;
   const char* reason = nullptr;
   if (fused) {

@@ -7,9 +7,10 @@
 #include "kernels/attention/attention_api.h"
 
 namespace mkernel::attention {
-int g_entry = 0;  // 1: an instantiation, 2 / 3: variants non-causal / causal, 4: claimed, 5: prefetch,
-                  // 6: O from registers (attn13), 7: longer KV blocks (attn14), 8: attn15's bits 17-18,
-                  // 9: attn16's narrow top block (bits 19-20), 10: the ring's 128x144 hooked kernel
+int g_entry =
+    0;  // 1: an instantiation, 2 / 3: variants non-causal / causal, 4: claimed, 5: prefetch,
+        // 6: O from registers (attn13), 7: longer KV blocks (attn14), 8: attn15's bits 17-18,
+        // 9: attn16's narrow top block (bits 19-20), 10: the ring's 128x144 hooked kernel
 int g_variant = -1;
 #define ATTN_CASE(tag, ctype, hdim, bm, bn, causal)                                               \
   cudaError_t run_##tag##_d##hdim##_m##bm##_n##bn(const Problem& p, const Launch&, const HookArgs*) { \

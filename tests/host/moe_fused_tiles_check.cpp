@@ -73,7 +73,8 @@ int check(std::mt19937& rng, int el, int units_n, int rows_out) {
     }
     total += n;
   }
-  if (total > mkernel::moe_fused::tile_flags(m, el, kCM)) return fail("tiles above the bound", total, 0);
+  if (total > mkernel::moe_fused::tile_flags(m, el, kCM))
+    return fail("tiles above the bound", total, 0);
   std::map<int, int> seen;  // tile -> N units that waited for it
   for (unsigned rank_m = 0; rank_m < kCM; ++rank_m) {
     for (unsigned rank_n = 0; rank_n < kCN; ++rank_n) {
@@ -86,9 +87,12 @@ int check(std::mt19937& rng, int el, int units_n, int rows_out) {
         if (!work.valid) break;
         if (work.m_block * 128 >= work.rows) continue;  // no rows: the producer does not wait
         mkernel::moe_fused::seek<128, kCM>(w, work.tile, rows_of);
-        if (begin[w.group] != work.row_offset) return fail("row_offset", begin[w.group], work.row_offset);
-        if (Sched::b_of(sp, w.group) != work.batch) return fail("batch", Sched::b_of(sp, w.group), work.batch);
-        if (work.tile - w.first != work.m_block) return fail("m_block", work.tile - w.first, work.m_block);
+        if (begin[w.group] != work.row_offset)
+          return fail("row_offset", begin[w.group], work.row_offset);
+        if (Sched::b_of(sp, w.group) != work.batch)
+          return fail("batch", Sched::b_of(sp, w.group), work.batch);
+        if (work.tile - w.first != work.m_block)
+          return fail("m_block", work.tile - w.first, work.m_block);
         if (rows_of(w.group) != work.rows) return fail("rows", rows_of(w.group), work.rows);
         const int b_expect = w.group < el ? w.group : (w.group - el) / 2;
         if (work.batch != b_expect) return fail("expert", work.batch, b_expect);
@@ -97,7 +101,8 @@ int check(std::mt19937& rng, int el, int units_n, int rows_out) {
     }
   }
   if (seen.size() != walk_tiles.size()) {
-    return fail("tiles with rows", static_cast<int>(seen.size()), static_cast<int>(walk_tiles.size()));
+    return fail("tiles with rows", static_cast<int>(seen.size()),
+                static_cast<int>(walk_tiles.size()));
   }
   for (const auto& [tile, n] : seen) {
     if (!walk_tiles.count(tile)) return fail("a waited tile the walk has no rows for", tile, 0);

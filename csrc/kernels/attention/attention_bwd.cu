@@ -79,7 +79,8 @@ const char* can_implement_backward(const BwdProblem& p) {
     return "k's batch and heads_kv must be <= 65535 (grid)";
   if (p.ring_world == 0 && p.kv_batch != p.batch) return "k and q must have the same batch";
   if (p.ring_world > 0) {
-    if (p.ring_rank < 0 || p.ring_rank >= p.ring_world) return "ring_rank must be in [0, ring_world)";
+    if (p.ring_rank < 0 || p.ring_rank >= p.ring_world)
+      return "ring_rank must be in [0, ring_world)";
     if (p.kv_batch != p.ring_world * p.batch)
       return "ring mode: k and v must hold ring_world x q's batch (all-gathered shards)";
     if (p.seq_kv != p.seq_q) return "ring mode: k's shard must have q's length";

@@ -641,8 +641,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     pipeline.consumer_wait(read);
     const int qh = hkv * group + step / range.m_count;
     const int m0 = (range.m_begin + step % range.m_count) * kM;
-    backward_step<T>(p, view, ss, operands, grads, wg, wg_tid, step, read.index(), step & 1, qh,
-                     m0, nw0);
+    backward_step<T>(p, view, ss, operands, grads, wg, wg_tid, step, read.index(), step & 1, qh, m0,
+                     nw0);
     pipeline.consumer_release(read);
     ++read;
   }

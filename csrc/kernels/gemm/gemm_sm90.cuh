@@ -473,10 +473,9 @@ struct GemmSm90 {
       // (Row segments: batches * groups_per_b groups over the batches B matrices.)
       const int per_b = p.group_begin != nullptr && p.groups_per_b > 1 ? p.groups_per_b : 1;
       const int head = p.group_begin != nullptr && p.group_b_head > 0 ? p.group_b_head : 0;
-      params.scheduler =
-          K::Scheduler::make_params(p.m, p.n, p.k, l.swizzle > 0 ? l.swizzle : 8, l.raster != 1,
-                                    nullptr, head + batches * per_b, nullptr, 1, p.group_end,
-                                    p.group_begin, per_b, head);
+      params.scheduler = K::Scheduler::make_params(
+          p.m, p.n, p.k, l.swizzle > 0 ? l.swizzle : 8, l.raster != 1, nullptr,
+          head + batches * per_b, nullptr, 1, p.group_end, p.group_begin, per_b, head);
     } else {
       params.scheduler = hooked_schedule<K>(p, l, m_order);
     }

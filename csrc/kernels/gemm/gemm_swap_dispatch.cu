@@ -9,9 +9,9 @@ namespace detail {
 // Weak: a dev build (setup.py, MKERNEL_DEV_BUILD=1) leaves the variants' translation units out
 // (a third of a full build's compile time) and their entries resolve to null: such a variant
 // is "not built", never a candidate, and the engine's own plan covers every shape.
-#define MKERNEL_GEMM_SWAP_VARIANT(SUFFIX)                                                        \
-  __attribute__((weak)) const char* can_implement_##SUFFIX(const gemm::Problem&, int,            \
-                                                           Decomposition);                      \
+#define MKERNEL_GEMM_SWAP_VARIANT(SUFFIX)                                                         \
+  __attribute__((weak))                                                                           \
+  const char* can_implement_##SUFFIX(const gemm::Problem&, int, Decomposition);                   \
   __attribute__((weak)) size_t workspace_size_##SUFFIX(const gemm::Problem&, int, Decomposition); \
   __attribute__((weak)) cudaError_t run_##SUFFIX(const gemm::Problem&, int, Decomposition, void*, \
                                                  cudaStream_t, const char**);

@@ -161,8 +161,8 @@ struct PersistentTileScheduler {
       const int m_block = um * kClusterM + rank_m, n_block = un * kClusterN + rank_n;
       // (The groups before this one hold first_unit / units_n cluster rows of M tiles.)
       const int tile_m = cursor.first_unit / p.units_n * kClusterM + m_block;
-      return {m_block, n_block, b_of(p, cursor.expert), unit_index, true, false, 0, 0,
-              p.k_tiles, tile_m, cursor.row_begin, rows};
+      return {m_block,   n_block, b_of(p, cursor.expert), unit_index, true, false, 0, 0,
+              p.k_tiles, tile_m,  cursor.row_begin,       rows};
     } else {
       const int per_batch = p.units_m * p.units_n;
       if (unit_index >= per_batch * p.batches * p.splits) {

@@ -39,18 +39,18 @@ namespace mkernel::moe_fused {
 
 struct MoeFusedParams {
   comm::GroupDevice group;
-  const uint8_t* x = nullptr;    // [tokens, row_bytes] this rank's tokens
-  int64_t tokens = 0;            // T of this rank
-  int64_t row_bytes = 0;         // H * element size (a multiple of 16)
-  int64_t max_tokens = 0;        // the token areas' rows per source
-  uint64_t tokens_area = 0;      // moe_ep::DispatchLayout::tokens (every rank's data region)
-  uint64_t row_map = 0;          // moe_ep::DispatchLayout::row_map
-  const int32_t* slot = nullptr; // [T, W] u of token t at rank d, -1 if not sent there
+  const uint8_t* x = nullptr;     // [tokens, row_bytes] this rank's tokens
+  int64_t tokens = 0;             // T of this rank
+  int64_t row_bytes = 0;          // H * element size (a multiple of 16)
+  int64_t max_tokens = 0;         // the token areas' rows per source
+  uint64_t tokens_area = 0;       // moe_ep::DispatchLayout::tokens (every rank's data region)
+  uint64_t row_map = 0;           // moe_ep::DispatchLayout::row_map
+  const int32_t* slot = nullptr;  // [T, W] u of token t at rank d, -1 if not sent there
   const int32_t* recv_counts = nullptr;  // [W, E_l] rows of each source per local expert (kLayout)
-  uint8_t* recv_x = nullptr;     // [rows_out, row_bytes] the packed A (the GEMM's input)
-  uint32_t tile_flag_base = 0;   // per-M-tile flags in this rank's flag region (op slots)
-  int e_local = 1;               // E_l: the groups are 3 E_l
-  int first_wave = 0;            // own M tiles expanded before the sends (item order)
+  uint8_t* recv_x = nullptr;             // [rows_out, row_bytes] the packed A (the GEMM's input)
+  uint32_t tile_flag_base = 0;           // per-M-tile flags in this rank's flag region (op slots)
+  int e_local = 1;                       // E_l: the groups are 3 E_l
+  int first_wave = 0;                    // own M tiles expanded before the sends (item order)
 };
 
 // The CTAs of the fused kernel's persistent grid on l.sm_count SMs (the first wave's size).

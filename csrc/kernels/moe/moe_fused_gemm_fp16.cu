@@ -6,7 +6,7 @@
 namespace mkernel::moe_fused::detail {
 using GemmFP16 = gemm::GemmSm90<gemm::ConfigId::kPing128x128Cluster1x2, gemm::DType::kFP16>;
 cudaError_t run_fp16(const gemm::Problem& p, const gemm::Launch& l, const MoeFusedParams& hooks,
-                    const char** reason) {
+                     const char** reason) {
   return GemmFP16::run_packed_with_hooks<MoeFusedHooks>(p, l, hooks, reason);
 }
 int grid_ctas_fp16(const gemm::Launch& l) {

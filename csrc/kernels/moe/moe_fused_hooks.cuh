@@ -90,8 +90,8 @@ struct MoeFusedHooks {
     for (uint32_t m = dests; m != 0; m &= m - 1) {
       const int d = __ffs(m) - 1;
       const int32_t u = __shfl_sync(0xffffffffu, u_lane, d);
-      copy_row<false>(g.data[d] + p.tokens_area + (slot_base + u) * p.row_bytes, src,
-                      p.row_bytes, lane);
+      copy_row<false>(g.data[d] + p.tokens_area + (slot_base + u) * p.row_bytes, src, p.row_bytes,
+                      lane);
     }
   }
 
