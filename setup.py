@@ -83,7 +83,12 @@ def torch_extension() -> Extension:
     with_cuda = cpp_extension.CUDA_HOME is not None and os.environ.get("MKERNEL_NO_CUDA") != "1"
     if with_cuda:
         kernels = sorted(glob.glob("csrc/kernels/**/*.cu", recursive=True))
+        # The marker tells benchmarks/common.py (device_info: "dev_build") that the small-M path lacks
+        # its variants, so that no figure from such a build is read as the full engine's.
+        marker = ROOT / "python" / "mkernel" / "_dev_build"
+        marker.unlink(missing_ok=True)
         if os.environ.get("MKERNEL_DEV_BUILD") == "1":
+            marker.write_text("MKERNEL_DEV_BUILD=1: no swapped-operand GEMM variants\n")
             # A development build for the GPU machine's short calls: without the swapped-operand
             # GEMM variants (30 translation units, a third of a full build's compile time; the
             # small-M path's alternatives: the engine's own plan runs every shape without them).

@@ -39,6 +39,10 @@ def device_info() -> dict:
         # gpus: the host's GPU count (runs on a 1-GPU and a 2-GPU H200 host differed: NOTES.md).
         info.update(gpu=p.name, sm_count=p.multi_processor_count, capability=f"{p.major}.{p.minor}",
                     gpus=torch.cuda.device_count())
+    # A dev build (setup.py, MKERNEL_DEV_BUILD=1) has no swapped-operand GEMM variants: its small-M
+    # figures are not the engine's.
+    import mkernel
+    info["dev_build"] = (Path(mkernel.__file__).parent / "_dev_build").exists()
     return info
 
 
