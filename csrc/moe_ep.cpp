@@ -196,8 +196,8 @@ int overlap_send_ctas() {
   return n;
 }
 
-// MKERNEL_MOE_FUSED=1 (opt-in, session 28; written without a GPU, not yet run on one): the
-// dispatch's sends and the grouped GEMM in one persistent kernel after the layout launch
+// MKERNEL_MOE_FUSED=1 (opt-in, session 28; its tests pass on the GPU since session 29, not timed
+// yet): the dispatch's sends and the grouped GEMM in one persistent kernel after the layout launch
 // (kernels/moe/moe_fused_api.h), one node, capacity 0, at most 32 ranks.
 bool fused_enabled() {
   static const bool on = [] {
