@@ -124,9 +124,10 @@ constexpr Knob kKnobs[] = {
     {"MKERNEL_MOE_FINISH_AT_JOIN", kDebug, "0|1", "1",
      "the headed dispatch's finish (its spin until every peer's DONE) on the caller's stream at "
      "the join"},
-    {"MKERNEL_MOE_FUSED", kDebug, "0|1", "0",
+    {"MKERNEL_MOE_FUSED", kDebug, "0|1|auto", "0",
      "1: the one-node dispatch's sends and the grouped GEMM in one persistent kernel after the "
-     "layout launch (capacity 0)"},
+     "layout launch (capacity 0); auto: the group's first eager call of a shape times it against "
+     "the default path and keeps the faster (choose_path)"},
     {"MKERNEL_MOE_GATHER_A", kDebug, "0|1|auto", "auto: on where a rank has its GPU to itself",
      "1: the one-node grouped GEMM gathers the received rows where they landed (no expansion)"},
     {"MKERNEL_MOE_GATHER_SMS", kDebug, "integer >= 0", "0: every SM",

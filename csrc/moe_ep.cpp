@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -196,15 +197,22 @@ int overlap_send_ctas() {
   return n;
 }
 
-// MKERNEL_MOE_FUSED=1 (opt-in, session 28; its tests pass on the GPU since session 29, not timed
+// MKERNEL_MOE_FUSED (opt-in, session 28; its tests pass on the GPU since session 29, not timed
 // yet): the dispatch's sends and the grouped GEMM in one persistent kernel after the layout launch
-// (kernels/moe/moe_fused_api.h), one node, capacity 0, at most 32 ranks.
-bool fused_enabled() {
-  static const bool on = [] {
+// (kernels/moe/moe_fused_api.h), one node, capacity 0, at most 32 ranks. "1" runs it wherever it
+// applies; "auto" lets the group's first eager call of a shape time it against the default path
+// (fused_common.h choose_path: kept only if it beats the default in enough paired rounds, the
+// same verdict on every rank, a fallback logged once); unset or "0": the default path.
+enum class FusedMode { kOff, kOn, kAuto };
+FusedMode fused_mode() {
+  static const FusedMode mode = [] {
     const char* v = env::get("MKERNEL_MOE_FUSED");
-    return v != nullptr && std::string(v) == "1";
+    if (v == nullptr) return FusedMode::kOff;
+    if (std::strcmp(v, "1") == 0) return FusedMode::kOn;
+    if (std::strcmp(v, "auto") == 0) return FusedMode::kAuto;
+    return FusedMode::kOff;
   }();
-  return on;
+  return mode;
 }
 
 }  // namespace
@@ -340,6 +348,14 @@ DispatchResult dispatch_overlapped(const char* op, comm::SymmetricGroup& g, moe_
 
 }  // namespace
 
+namespace {
+DispatchResult dispatch_call(const char* op, int64_t group, comm::SymmetricGroup& g,
+                             const Routing& r, const moe_ep::DispatchLayout& lay,
+                             const at::Tensor& xc, const at::Tensor& topk_idx, const at::Tensor& w1,
+                             int64_t E, int64_t capacity, int64_t Tm, int64_t rows_out, int sharers,
+                             bool return_recv, bool fused);
+}  // namespace
+
 std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
                                           const at::Tensor& topk_idx, const at::Tensor& w1,
                                           int64_t group, int64_t world_size, int64_t num_experts,
@@ -371,19 +387,55 @@ std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const Routing r = routing_kernel_enabled() ? route_by_kernel(op, topk_idx, E, W, stream)
                                              : route_on_device(topk_idx, E, W);
+  // Collective at the group's first call: every rank gets here once the inputs are validated.
+  const int sharers = fused_glue::gpu_sharers(op, group);
+  // (F a multiple of 8: the packed GEMM's 16-byte row stores; the same on every rank, as W)
+  const bool fusable = capacity == 0 && W <= 32 && F % 8 == 0;
+  const FusedMode mode = fusable ? fused_mode() : FusedMode::kOff;
+  at::Tensor xc = x.contiguous();
+  // One whole call (after the routing, which every path reads) on the fused path or the default.
+  auto call = [&](bool fused) -> DispatchResult {
+    return dispatch_call(op, group, g, r, lay, xc, topk_idx, w1, E, capacity, Tm, rows_out, sharers,
+                         return_recv, fused);
+  };
+  if (mode != FusedMode::kAuto) return call(mode == FusedMode::kOn);
+  // The verdict's key: what every rank shares (T may differ between ranks; Tm does not).
+  const std::string key =
+      "E=" + std::to_string(E) + " k=" + std::to_string(k) + " H=" + std::to_string(H) +
+      " F=" + std::to_string(F) + " Tm=" + std::to_string(Tm) + " " +
+      std::string(c10::toString(x.scalar_type())) + (return_recv ? " recv" : "");
+  if (fused_glue::known_unfused(group, key)) return call(false);
+  DispatchResult result;
+  const std::vector<std::function<void()>> paths{[&] { result = call(true); },
+                                                 [&] { result = call(false); }};
+  // A call's GEMM work, about the same on every rank: its Tm tokens' k rows through [F, H].
+  const double flops = 2.0 * static_cast<double>(Tm) * k * F * H;
+  paths[fused_glue::choose_path(op, group, key, paths, flops, nullptr, world_size)]();
+  return result;
+}
+
+namespace {
+
+// One dispatch call after the routing: the fused kernel (dispatch_fused) or the default path
+// (the dispatch kernel, then the grouped GEMM over the expanded or the gathered rows).
+DispatchResult dispatch_call(const char* op, int64_t group, comm::SymmetricGroup& g,
+                             const Routing& r, const moe_ep::DispatchLayout& lay,
+                             const at::Tensor& xc, const at::Tensor& topk_idx, const at::Tensor& w1,
+                             int64_t E, int64_t capacity, int64_t Tm, int64_t rows_out, int sharers,
+                             bool return_recv, bool fused) {
+  const int64_t T = xc.size(0), H = xc.size(1), k = topk_idx.size(1), F = w1.size(1);
+  const int64_t W = g.world(), El = E / W;
+  const int64_t row_bytes = H * xc.element_size();
+  const at::Tensor& x = xc;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const auto int_opts = x.options().dtype(at::kInt);
   at::Tensor route = at::empty({T, k}, x.options().dtype(at::kLong));
   at::Tensor counts = at::empty({El}, int_opts);
   at::Tensor recv_counts = at::empty({W, El}, int_opts);
   // Gathered rows: no recv_x; the GEMM reads row r from the token area at row_map[r] or from
   // x (this rank's own tokens).
-  // Collective at the group's first call: every rank gets here once the inputs are validated.
-  const int sharers = fused_glue::gpu_sharers(op, group);
-  // (F a multiple of 8: the packed GEMM's 16-byte row stores; the same on every rank, as W)
-  const bool fused = capacity == 0 && fused_enabled() && W <= 32 && F % 8 == 0;
   const bool gather = !fused && capacity == 0 && !return_recv && gather_enabled(sharers);
   at::Tensor recv = gather || fused ? at::Tensor() : at::empty({rows_out, H}, x.options());
-  at::Tensor xc = x.contiguous();
 
   moe_ep::DispatchArgs a;
   a.group = g.device_view();
@@ -445,6 +497,8 @@ std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
   }
   return DispatchResult{out, counts, route, recv_counts, return_recv ? recv : x.new_empty({0})};
 }
+
+}  // namespace
 
 namespace {
 

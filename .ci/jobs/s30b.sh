@@ -12,3 +12,7 @@ jx mixtral_gather 50 30 "MKERNEL_MOE_GATHER_A=1 timeout 48 python3 benchmarks/be
 jx bench_ring 60 35 "timeout 58 python3 benchmarks/bench_ring_attention.py --world 2 --iters 10 --timeout 45"
 jx gap 40 25 "timeout 38 python3 benchmarks/ring_hooked_gap.py --iters 15"
 jx ce_tests4 50 25 "timeout 48 $P $F -k 'copy_engine and (4 or 8)'"
+# MKERNEL_MOE_FUSED=auto (session 29: choose_path between the fused kernel and the default path): its test, then the
+# table under it (the bench's first call of a shape measures; the table's rows then run the verdict).
+jx fused_auto 120 60 "timeout 118 $P tests/gpu/test_moe_ranks.py -k 'fused_auto'"
+jx table_auto 60 40 "MKERNEL_MOE_FUSED=auto MKERNEL_FUSED_VERBOSE=1 timeout 58 python3 benchmarks/bench_moe_ranks.py --world 2 --shapes seed_e256_top8_8k,seed_e256_top8_32k --iters 10"

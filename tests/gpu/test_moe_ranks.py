@@ -77,6 +77,24 @@ def test_moe_cuda_ranks_fused(mps, world):
     check_matrix_and_repeat(mps, world, MKERNEL_MOE_FUSED="1")
 
 
+@pytest.mark.parametrize("world", [2, 4])
+def test_moe_cuda_ranks_fused_auto(mps, world):
+    """MKERNEL_MOE_FUSED=auto: the first eager call of each shape times the fused kernel against
+    the default path on every rank (fused_common.h choose_path) and the group keeps one. The same
+    matrix and repeat checks (measured calls included: every case within its float64 bound,
+    repeated calls bit-identical), and every rank's stderr holds the dispatch's measurement
+    (MKERNEL_FUSED_VERBOSE=1) — whichever path won, the choice was measured, not assumed."""
+    res = run_ranks(RANK_MAIN, world, timeout=240,
+                    env=rank_env(mps, world, TEST_SUITE="matrix,repeat", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="15", MKERNEL_MOE_FUSED="auto",
+                                 MKERNEL_FUSED_VERBOSE="1"))
+    cases = check_ranks(res)
+    assert len(cases) == world * 8, len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+    for r in res:
+        assert "moe_dispatch_gemm: measured" in r.stderr, f"rank {r.rank}: no measurement line"
+
+
 def test_moe_cuda_graph_replay_fused(mps):
     """The graph suite with the fused dispatch (MKERNEL_MOE_FUSED=1): its two launches captured
     and replayed with changed inputs."""
