@@ -219,6 +219,38 @@ FusedMode fused_mode() {
 
 namespace {
 
+// The fused grouped GEMM's launch shape for a call of this group (dispatch_fused): its CTAs wait
+// for the peers' side warps, so on a GPU the ranks share their grids must all be placed at once.
+gemm::Launch fused_launch(const char* op, int64_t group, cudaStream_t stream) {
+  gemm::Launch launch;
+  launch.stream = stream;
+  const int grid = fused_glue::fused_grid(op, group);
+  const int co = fused_glue::co_resident_grid(grid);
+  launch.sm_count = co > 0 ? co : grid;
+  launch.splits = 1;
+  return launch;
+}
+
+// Why the fused dispatch cannot run a call (nullptr: it can). Asked before any launch of the call
+// (a refusal after the layout launch would leave the call open and the peers waiting) and from
+// what every rank of the group shares (rows_out, E_local, F, H, dtype, the grid), so every rank
+// gets the same answer and takes the same path.
+const char* fused_refusal(const char* op, int64_t group, const at::Tensor& xc,
+                          const at::Tensor& w1, int64_t rows_out, int64_t El,
+                          cudaStream_t stream) {
+  if (moe_fused::tile_flags(rows_out, static_cast<int>(El)) > comm::kOpFlagRoom)
+    return "more M tiles than the tile-flag region holds";
+  if (rows_out == 0 || w1.size(1) == 0) return nullptr;
+  gemm::Problem p{nullptr, nullptr, nullptr, static_cast<int>(rows_out),
+                  static_cast<int>(w1.size(1)), static_cast<int>(xc.size(1)),
+                  xc.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
+  p.batches = static_cast<int>(El);
+  p.groups_per_b = 2;
+  p.group_b_head = static_cast<int>(El);
+  return gemm::can_implement(p, gemm::ConfigId::kPing128x128Cluster1x2,
+                             fused_launch(op, group, stream));
+}
+
 // The dispatch + grouped GEMM as one persistent kernel (fused_enabled): the layout launch, then
 // the packed GEMM over this rank's own rows of every expert first and the peers' rows after, its
 // side warps sending the tokens and expanding each M tile's rows into recv_x before the tile's
@@ -229,10 +261,6 @@ DispatchResult dispatch_fused(const char* op, int64_t group, comm::SymmetricGrou
                               const at::Tensor& counts, const at::Tensor& route,
                               const at::Tensor& recv_counts, bool return_recv) {
   const int64_t El = counts.size(0), H = xc.size(1), F = w1.size(1);
-  const int64_t flags = moe_fused::tile_flags(rows_out, static_cast<int>(El));
-  TORCH_CHECK(flags <= comm::kOpFlagRoom, op, ": the fused dispatch needs ", flags,
-              " tile flags for ", rows_out, " rows, more than the ", comm::kOpFlagRoom,
-              " the flag region holds (unset MKERNEL_MOE_FUSED)");
   at::Tensor seg = at::empty({6 * El}, counts.options());
   at::Tensor recv = at::empty({rows_out, H}, xc.options());
   at::Tensor out = at::empty({rows_out, F}, xc.options());
@@ -245,21 +273,8 @@ DispatchResult dispatch_fused(const char* op, int64_t group, comm::SymmetricGrou
   p.group_end = s3 + 3 * El;
   p.groups_per_b = 2;
   p.group_b_head = static_cast<int>(El);
-  // The grid of the fused GEMM ops (fused_common.h): this rank's CTAs wait for its peers' side
-  // warps, so on a GPU the ranks share their grids must all be placed at once.
-  gemm::Launch launch;
-  launch.stream = a.stream;
-  const int grid = fused_glue::fused_grid(op, group);
-  const int co = fused_glue::co_resident_grid(grid);
-  launch.sm_count = co > 0 ? co : grid;
-  launch.splits = 1;
-  // Everything that can refuse the GEMM is asked before the layout launch begins the call (a
-  // refusal after it would leave the call open here and the peers waiting).
-  if (gemm_work) {
-    const char* why = gemm::can_implement(p, gemm::ConfigId::kPing128x128Cluster1x2, launch);
-    TORCH_CHECK(why == nullptr, op, ": the fused dispatch's grouped GEMM cannot run (",
-                why ? why : "", "); unset MKERNEL_MOE_FUSED");
-  }
+  // The caller asked fused_refusal first: nothing here refuses the call.
+  const gemm::Launch launch = fused_launch(op, group, a.stream);
   a.phase = moe_ep::DispatchArgs::Phase::kLayout;
   a.segments = nullptr;
   a.segments3 = seg.data_ptr<int32_t>();
@@ -391,8 +406,16 @@ std::optional<DispatchResult> dispatch_ep(const char* op, const at::Tensor& x,
   const int sharers = fused_glue::gpu_sharers(op, group);
   // (F a multiple of 8: the packed GEMM's 16-byte row stores; the same on every rank, as W)
   const bool fusable = capacity == 0 && W <= 32 && F % 8 == 0;
-  const FusedMode mode = fusable ? fused_mode() : FusedMode::kOff;
+  FusedMode mode = fusable ? fused_mode() : FusedMode::kOff;
   at::Tensor xc = x.contiguous();
+  if (mode != FusedMode::kOff) {
+    // A shape the fused kernel refuses runs the default path (logged once), as an unmeasured
+    // fallback would: the same on every rank (fused_refusal reads only what they share).
+    if (const char* why = fused_refusal(op, group, xc, w1, rows_out, E / W, stream)) {
+      fused_glue::note_fallback(op, (std::string("the fused dispatch cannot run: ") + why).c_str());
+      mode = FusedMode::kOff;
+    }
+  }
   // One whole call (after the routing, which every path reads) on the fused path or the default.
   auto call = [&](bool fused) -> DispatchResult {
     return dispatch_call(op, group, g, r, lay, xc, topk_idx, w1, E, capacity, Tm, rows_out, sharers,

@@ -90,19 +90,34 @@ def run_case(ctx, c: dict) -> dict:
     x = me.x.clone().to(DEVICE).requires_grad_(True)
     w1 = w1_all[rank * el:(rank + 1) * el].clone().to(DEVICE).requires_grad_(True)
     w = me.topk_weights.clone().to(DEVICE).requires_grad_(True)
+    carry = bool(c.get("carry"))  # the weights travel with the dispatch (the `carried` suite)
+    one_node = world == int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    # MKERNEL_MOE_FUSED=auto: a shape's first call times the fused and the default path
+    # (choose_path) and returns a later call's output, in memory the allocator recycled from the
+    # timed calls: settle both verdicts (with and without recv_x) first, so that the checked calls
+    # below start from poisoned memory. The two verdicts may differ (the keys differ).
+    auto = DEVICE == "cuda" and os.environ.get("MKERNEL_MOE_FUSED") == "auto"
+    if auto:
+        mkernel.moe_dispatch_gemm(x, me.topk_idx.to(DEVICE), w1, num_experts=e,
+                                  capacity=c["capacity"], topk_weights=w if carry else None,
+                                  group=ctx)
+        if c["capacity"] == 0 and one_node:
+            with torch.no_grad():
+                mkernel.moe_dispatch_gemm(x.detach(), me.topk_idx.to(DEVICE), w1.detach(),
+                                          num_experts=e, capacity=0, group=ctx)
+        checkpoint("moe_dispatch_gemm's measured first calls (MKERNEL_MOE_FUSED=auto)", c)
     if DEVICE == "cuda":
         poison_allocator()
-    carry = bool(c.get("carry"))  # the weights travel with the dispatch (the `carried` suite)
     res = mkernel.moe_dispatch_gemm(x, me.topk_idx.to(DEVICE), w1, num_experts=e,
                                     capacity=c["capacity"], topk_weights=w if carry else None,
                                     group=ctx)
     checkpoint("moe_dispatch_gemm", c)
-    one_node = world == int(os.environ.get("LOCAL_WORLD_SIZE", world))
     if c["capacity"] == 0 and one_node:
         # Without a weight gradient the received rows are not returned: with
         # MKERNEL_MOE_GATHER_A=1 the CUDA dispatch on one node then skips its expansion copy and
         # the grouped GEMM gathers each row where it landed (gemm::Problem::a_row_map). The
-        # same rows, bit for bit, as the expanded path.
+        # same rows, bit for bit, as the expanded path (under MKERNEL_MOE_FUSED=auto one call may
+        # run fused and the other not: within the bound of each other then).
         if DEVICE == "cuda":
             poison_allocator()
         with torch.no_grad():
@@ -111,8 +126,12 @@ def run_case(ctx, c: dict) -> dict:
         checkpoint("moe_dispatch_gemm without recv_x", c)
         live_rows = int(res.counts.sum())
         assert torch.equal(lean.counts, res.counts), c
-        assert torch.equal(lean.out[:live_rows], res.out.detach()[:live_rows]), (
-            c, rel_err(lean.out[:live_rows].cpu(), res.out.detach()[:live_rows].cpu()))
+        if auto:
+            diff = rel_err(lean.out[:live_rows].cpu(), res.out.detach()[:live_rows].cpu().double())
+            assert diff <= bound, (c, diff, bound)
+        else:
+            assert torch.equal(lean.out[:live_rows], res.out.detach()[:live_rows]), (
+                c, rel_err(lean.out[:live_rows].cpu(), res.out.detach()[:live_rows].cpu()))
     if carry:
         check_peer_routes(ctx, c, res.handle, routes, ins)
     route = res.handle.route.cpu()
