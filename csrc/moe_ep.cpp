@@ -235,14 +235,17 @@ gemm::Launch fused_launch(const char* op, int64_t group, cudaStream_t stream) {
 // (a refusal after the layout launch would leave the call open and the peers waiting) and from
 // what every rank of the group shares (rows_out, E_local, F, H, dtype, the grid), so every rank
 // gets the same answer and takes the same path.
-const char* fused_refusal(const char* op, int64_t group, const at::Tensor& xc,
-                          const at::Tensor& w1, int64_t rows_out, int64_t El,
-                          cudaStream_t stream) {
+const char* fused_refusal(const char* op, int64_t group, const at::Tensor& xc, const at::Tensor& w1,
+                          int64_t rows_out, int64_t El, cudaStream_t stream) {
   if (moe_fused::tile_flags(rows_out, static_cast<int>(El)) > comm::kOpFlagRoom)
     return "more M tiles than the tile-flag region holds";
   if (rows_out == 0 || w1.size(1) == 0) return nullptr;
-  gemm::Problem p{nullptr, nullptr, nullptr, static_cast<int>(rows_out),
-                  static_cast<int>(w1.size(1)), static_cast<int>(xc.size(1)),
+  gemm::Problem p{nullptr,
+                  nullptr,
+                  nullptr,
+                  static_cast<int>(rows_out),
+                  static_cast<int>(w1.size(1)),
+                  static_cast<int>(xc.size(1)),
                   xc.scalar_type() == at::kBFloat16 ? gemm::DType::kBF16 : gemm::DType::kFP16};
   p.batches = static_cast<int>(El);
   p.groups_per_b = 2;
