@@ -1144,6 +1144,9 @@ def main() -> None:
                                           os.environ.get("MKERNEL_MOE_GATHER_A", ""), per_gpu),
                                       # the gathered path in two launches each (csrc/moe_ep.cpp)
                                       "moe_overlap": os.environ.get("MKERNEL_MOE_OVERLAP", "0"),
+                                      # the dispatch + grouped GEMM as one kernel (1), measured
+                                      # against the default per shape (auto), or not (0)
+                                      "moe_fused": os.environ.get("MKERNEL_MOE_FUSED", "0"),
                                       "unfused": "mkernel.all_gather of x/topk_idx (or y) + sort + "
                                                  "index_select + torch._grouped_mm (combine: fp32 "
                                                  "weighted sum)", "rows": rows})
