@@ -4,8 +4,9 @@ ring with dK/dV travelling beside K/V).
 With the forward's final ``out`` and ``lse``, the gradient splits exactly over the key blocks of
 the ring (P_block = exp(scale·Q·K_blockᵀ − lse), delta = rowsum(dO ∘ out)): every rank gathers
 the K/V shards over the substrate (``all_gather`` on the batch dimension), runs the per-block
-attention backward (on CUDA torch's FlashAttention-2 backward kernel fed with our LSE, on the
-CPU the fp32 math backward: ``mkernel.ops._attention_backward``) for the same blocks and causal
+attention backward (on CUDA the kernel :func:`mkernel.ops._attention_backward_choice` picks for
+the block — cuDNN's SDPA backward where it applies, else FlashAttention-2's — fed with our LSE; on
+the CPU the fp32 math backward: ``mkernel.ops._attention_backward_auto``) for the same blocks and causal
 zigzag split as the forward, sums dQ locally in fp32, and returns each block's dK/dV partial to
 its owner with an fp32 ``reduce_scatter``. The gradient of ``lse`` itself is not propagated
 (as for :func:`mkernel.attention`).
@@ -73,14 +74,14 @@ def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
 
 def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
     from . import runtime
-    from .ops import _attention_backward, _attention_backward_choice
+    from .ops import _attention_backward_auto, _attention_backward_choice
 
     q, k, v, out, lse = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros_like(out)
     dout = dout.contiguous()
     if ctx.world == 1:
-        dq, dk, dv = _attention_backward(dout, q, k, v, out, lse, ctx.causal, ctx.scale)
+        dq, dk, dv = _attention_backward_auto(dout, q, k, v, out, lse, ctx.causal, ctx.scale)
         return dq, dk, dv, None, None, None, None
     rank, world, b = runtime._contexts[ctx.group].rank, ctx.world, q.shape[0]
     k_all = torch.ops.mkernel.all_gather.default(k.contiguous(), ctx.group, world)  # [W*b, ...]
@@ -97,7 +98,7 @@ def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
     dv_all = torch.zeros_like(dk_all)
     for src, qr, kr, causal in ring_steps(rank, world, ctx.causal, q.shape[1]):
         blk = slice(src * b, (src + 1) * b)
-        dq_p, dk_p, dv_p = _attention_backward(
+        dq_p, dk_p, dv_p = _attention_backward_auto(
             dout[:, qr].contiguous(), q[:, qr].contiguous(), k_all[blk, kr].contiguous(),
             v_all[blk, kr].contiguous(), out[:, qr].contiguous(), lse[:, :, qr].contiguous(),
             causal, ctx.scale)

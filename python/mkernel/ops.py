@@ -882,16 +882,22 @@ def _attention_autograd_backward(ctx, dout: Tensor, dlse: Tensor | None):  # typ
     q, k, v, out, lse = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros_like(out)
-    choice = _attention_backward_choice(q, k, v, ctx.causal)
-    if choice == "cudnn":
-        dq, dk, dv = _attention_backward_cudnn(dout.contiguous(), q, k, v, out, lse, ctx.causal,
-                                               ctx.scale)
-    elif choice == "native":
-        dq, dk, dv = _attention_backward_native(dout.contiguous(), q, k, v, out, lse, ctx.causal,
-                                                ctx.scale)
-    else:
-        dq, dk, dv = _attention_backward(dout, q, k, v, out, lse, ctx.causal, ctx.scale)
+    dq, dk, dv = _attention_backward_auto(dout, q, k, v, out, lse, ctx.causal, ctx.scale)
     return dq, dk, dv, None, None, None, None
+
+
+def _attention_backward_auto(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
+                             lse: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    """The backward of one attention call through the kernel :func:`_attention_backward_choice`
+    picks (cuDNN's where it applies, FA2's, the native one when opted in, the fp32 math on the
+    CPU). Shapes as :func:`attention`; gradients in the inputs' dtypes and layouts. Ring
+    attention's per-block backward (``_ring_backward.py``) calls it per key block."""
+    choice = _attention_backward_choice(q, k, v, causal)
+    if choice == "cudnn":
+        return _attention_backward_cudnn(dout.contiguous(), q, k, v, out, lse, causal, scale)
+    if choice == "native":
+        return _attention_backward_native(dout.contiguous(), q, k, v, out, lse, causal, scale)
+    return _attention_backward(dout, q, k, v, out, lse, causal, scale)
 
 
 # Registered by mkernel.autograd (after the extension has defined the op): importing this

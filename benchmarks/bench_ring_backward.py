@@ -1,0 +1,157 @@
+"""mkernel.ring_attention forward + backward on the GPU, W rank processes sharing one GPU under MPS
+(each gets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100/W), the backward's kernel choices side by side
+in one run. The ring backward gathers K/V, runs the attention backward per key block with the
+forward's LSE, sums dQ locally and reduce-scatters dK/dV in fp32 (python/mkernel/_ring_backward.py).
+Columns (each the forward + backward of the same shards, loss = (out * dout).sum()):
+
+  auto     the default: per block the kernel mkernel.ops._attention_backward_choice picks —
+           cuDNN's SDPA backward where it applies (every block of the zigzag split is square-causal
+           or non-causal), else FlashAttention-2's (MKERNEL_ATTN_BWD unset);
+  fa2      every block through FA2's backward kernel (MKERNEL_ATTN_BWD=flash): the per-block path
+           before session 31, the ring-flash-attention recipe's backward;
+  native   the engine's native backward, its ring mode: every source's blocks in one launch
+           (MKERNEL_ATTN_BWD=native; opt-in);
+  fwd      the forward alone (the fused ring), for the backward's share.
+
+Timing: CUDA events, the candidates interleaved iteration by iteration (the order rotates alike on
+every rank; the ops' collectives keep the ranks in step), median over --iters; the figure per case
+is the slowest rank's median. Writes JSON under results/ (commit from MKERNEL_COMMIT).
+
+    python benchmarks/bench_ring_backward.py [--world 2] [--iters 10] [--shapes a,b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
+
+# (name, b, local s, h, h_kv, d): bench_ring_attention's seed-scaled MHA shape and its GQA one.
+SHAPES = [
+    ("mha_b4_h16", 4, 4096, 16, 16, 128),
+    ("gqa_b1_h32_kv8", 1, 8192, 32, 8, 128),
+]
+CANDIDATES = {"auto": "", "fa2": "flash", "native": "native"}  # column: MKERNEL_ATTN_BWD
+
+
+def rank_main() -> None:
+    import torch
+    import torch.distributed as dist
+
+    import mkernel
+    from common import interleaved_ms
+
+    dist.init_process_group("gloo")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local % torch.cuda.device_count())
+    ctx = mkernel.init()
+    world, rank = ctx.world_size, ctx.rank
+    iters = int(os.environ["BENCH_ITERS"])
+    pick = os.environ.get("BENCH_SHAPES")
+    for name, b, s, h, h_kv, d in SHAPES:
+        if pick and name not in pick.split(","):
+            continue
+        for causal in (False, True):
+            sets = []
+            for _ in range(2):
+                q, k, v = (torch.randn(b, s, hh, d, device="cuda", dtype=torch.bfloat16,
+                                       requires_grad=True) for hh in (h, h_kv, h_kv))
+                sets.append((q, k, v, torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)))
+
+            def fwd_bwd(mode: str):
+                def run(i: int):
+                    q, k, v, dout = sets[i % 2]
+                    os.environ["MKERNEL_ATTN_BWD"] = mode  # read at each backward call
+                    try:
+                        out, _ = mkernel.ring_attention(q, k, v, causal=causal, group=ctx)
+                        return torch.autograd.grad(out, (q, k, v), dout)
+                    finally:
+                        os.environ.pop("MKERNEL_ATTN_BWD", None)
+                return run
+
+            def fwd(i: int):
+                q, k, v, _ = sets[i % 2]
+                with torch.no_grad():
+                    return mkernel.ring_attention(q, k, v, causal=causal, group=ctx)
+
+            cands = {col: [fwd_bwd(mode)] for col, mode in CANDIDATES.items()}
+            cands["fwd"] = [fwd]
+            times = interleaved_ms(cands, warmup=3, iters=iters)
+            row = {"shape": name, "b": b, "s_local": s, "h": h, "h_kv": h_kv, "d": d, "causal": causal,
+                   "world": world, "rank": rank}
+            row.update({f"{col}_ms": t["median_ms"] for col, t in times.items()})
+            gathered = [None] * world
+            dist.all_gather_object(gathered, row)
+            if rank == 0:
+                slow = {col: max(r[f"{col}_ms"] for r in gathered) for col in cands}
+                res = {k: row[k] for k in ("shape", "b", "s_local", "h", "h_kv", "d", "causal", "world")}
+                res.update({f"{col}_ms": ms for col, ms in slow.items()})
+                res["per_rank_ms"] = {col: [r[f"{col}_ms"] for r in gathered] for col in cands}
+                res["auto_vs_fa2"] = slow["fa2"] / slow["auto"]
+                res["native_vs_auto"] = slow["auto"] / slow["native"]
+                print("RESULT " + json.dumps(res), flush=True)
+    dist.barrier()
+
+
+RANK_CODE = f"""
+import sys
+sys.path.insert(0, {str(ROOT / 'benchmarks')!r})
+from bench_ring_backward import rank_main
+rank_main()
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
+    ap.add_argument("--timeout", type=float, default=300.0)
+    args = ap.parse_args()
+
+    from common import commit, device_info, start_mps, write_result  # noqa: E402
+    from tests.launch import run_ranks  # noqa: E402
+
+    import torch
+
+    per_gpu = torch.cuda.device_count() >= args.world
+    env, stop = ({}, lambda: None) if per_gpu else start_mps("bench_ring_backward")
+    share = {} if per_gpu else {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(100 // args.world)}
+    rows, failed = [], []
+    try:
+        res = run_ranks(RANK_CODE, args.world, timeout=args.timeout, env=dict(
+            env, **share, NCCL_NVLS_ENABLE="0", MKERNEL_OP_TIMEOUT="20",
+            BENCH_ITERS=str(args.iters), BENCH_SHAPES=args.shapes))
+        failed = [f"rank {r.rank} failed (rc {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+                  for r in res if r.returncode != 0]
+        for r in res:
+            rows += [json.loads(line[7:]) for line in r.stdout.splitlines() if line.startswith("RESULT ")]
+    finally:
+        stop()
+    for f in failed:
+        print(f, file=sys.stderr)
+    print(f"{'shape':<16} {'causal':>6} {'auto':>8} {'fa2':>8} {'native':>8} {'fwd':>8} "
+          f"{'auto/fa2':>8} {'nat/auto':>8}   (ms, fwd+bwd, slowest rank)")
+    for r in rows:
+        print(f"{r['shape']:<16} {str(r['causal']):>6} {r['auto_ms']:>8.3f} {r['fa2_ms']:>8.3f} "
+              f"{r['native_ms']:>8.3f} {r['fwd_ms']:>8.3f} {r['auto_vs_fa2']:>8.3f} "
+              f"{r['native_vs_auto']:>8.3f}")
+    payload = {"benchmark": "ring_attention_backward", "commit": commit(), "device": device_info(),
+               "mps": not per_gpu, "world": args.world, "iters": args.iters,
+               "method": "interleaved CUDA events, 3 warm-up, median of iters, 2 rotated input sets, "
+                         "slowest rank", "columns": {k: f"MKERNEL_ATTN_BWD={v or '(unset)'}"
+                                                     for k, v in CANDIDATES.items()},
+               "rows": rows}
+    print(write_result("ring_backward", payload))
+    if failed or not rows:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
