@@ -80,8 +80,10 @@ def rank_main() -> None:
                 with torch.no_grad():
                     return mkernel.ring_attention(q, k, v, causal=causal, group=ctx)
 
-            cands = {col: [fwd_bwd(mode)] for col, mode in CANDIDATES.items()}
-            cands["fwd"] = [fwd]
+            # interleaved_ms calls each candidate's fns in turn with no argument: one per input set.
+            cands = {col: [lambda i=i, f=fwd_bwd(mode): f(i) for i in range(2)]
+                     for col, mode in CANDIDATES.items()}
+            cands["fwd"] = [lambda i=i: fwd(i) for i in range(2)]
             times = interleaved_ms(cands, warmup=3, iters=iters)
             row = {"shape": name, "b": b, "s_local": s, "h": h, "h_kv": h_kv, "d": d, "causal": causal,
                    "world": world, "rank": rank}
