@@ -153,6 +153,28 @@ def test_gradients_match_autograd(case, backend, monkeypatch) -> None:
         assert rel < 2e-2, f"d{name} relative error {rel} ({choice} backward)"
 
 
+def test_backward_choice_cache_follows_the_problem() -> None:
+    """The cuDNN applicability check is cached per (shapes, strides, dtype, device, cuDNN SDPA
+    enabled): a second call gives the same answer, disabling cuDNN SDPA moves the same problem
+    to FA2, and a layout cuDNN's check refuses is asked anew, not served the cached answer."""
+    q, k, v = (torch.randn(1, 256, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    mkernel.ops._CUDNN_BACKWARD_OK.clear()
+    first = mkernel.ops._attention_backward_choice(q, k, v, True)
+    assert first == "cudnn"
+    assert len(mkernel.ops._CUDNN_BACKWARD_OK) == 1
+    assert mkernel.ops._attention_backward_choice(q, k, v, True) == first
+    assert len(mkernel.ops._CUDNN_BACKWARD_OK) == 1
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert mkernel.ops._attention_backward_choice(q, k, v, True) == "flash"
+    # A head-dim stride of 2 (every other element): not a layout cuDNN's check accepts.
+    wide = torch.randn(1, 256, 4, 256, device="cuda", dtype=torch.bfloat16)[..., ::2]
+    want = "cudnn" if mkernel.ops._cudnn_backward_applies(wide, k, v, True) else "flash"
+    assert mkernel.ops._attention_backward_choice(wide, k, v, True) == want
+    assert len(mkernel.ops._CUDNN_BACKWARD_OK) == 3
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_merge_kernel_matches_full_attention(dtype) -> None:
     gen = torch.Generator(device="cuda").manual_seed(21)
