@@ -761,6 +761,24 @@ def _attention_backward_math(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out:
             dv.transpose(1, 2).to(v.dtype))
 
 
+# One int64 scalar per device, passed as the philox seed / offset of torch's SDPA backward kernels,
+# which read them only with dropout (never here): a fresh torch.zeros per call cost a fill kernel
+# and ~20 us of host time (session 31: the backward's host enqueue 837 vs SDPA's own 551 us).
+_PHILOX_PLACEHOLDER: dict[torch.device, Tensor] = {}
+
+
+def _philox_placeholder(q: Tensor) -> Tensor:
+    """An int64 scalar on q's device for the unread philox arguments: the cached one for a plain
+    eager tensor; a fresh one while tracing (fake / functional tensors) or capturing a CUDA
+    graph (memory allocated in capture belongs to the graph's pool)."""
+    if type(q) is not torch.Tensor or (q.is_cuda and torch.cuda.is_current_stream_capturing()):
+        return torch.zeros((), dtype=torch.int64, device=q.device)
+    seed = _PHILOX_PLACEHOLDER.get(q.device)
+    if seed is None:
+        seed = _PHILOX_PLACEHOLDER[q.device] = torch.zeros((), dtype=torch.int64, device=q.device)
+    return seed
+
+
 def _attention_backward_flash(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
                               lse: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor, Tensor]:
     """Attention backward through torch's FlashAttention-2 backward kernel, fed with our
@@ -772,7 +790,7 @@ def _attention_backward_flash(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out
     ke, ve = (k.repeat_interleave(g, dim=2), v.repeat_interleave(g, dim=2)) if g > 1 else (k, v)
     # cum_seq_q/k None (an undefined tensor): the dense, not varlen, kernel; philox seed and
     # offset are read only with dropout.
-    seed = torch.zeros((), dtype=torch.int64, device=q.device)
+    seed = _philox_placeholder(q)
     dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward.default(
         dout.transpose(1, 2), q.transpose(1, 2), ke.transpose(1, 2), ve.transpose(1, 2),
         out.transpose(1, 2), lse.contiguous(), None, None, s, s_kv, 0.0, causal, seed, seed,
@@ -807,7 +825,7 @@ def _attention_backward_cudnn(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out
     ke, ve = (k.repeat_interleave(g, dim=2), v.repeat_interleave(g, dim=2)) if g > 1 else (k, v)
     # No dropout: the philox seed/offset are not read; no bias; cum_seq None = dense (not
     # nested) problem. dout has out's strides, as cuDNN wants.
-    seed = torch.zeros((), dtype=torch.int64, device=q.device)
+    seed = _philox_placeholder(q)
     dq, dk, dv = torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default(
         dout.transpose(1, 2), q.transpose(1, 2), ke.transpose(1, 2), ve.transpose(1, 2),
         out.transpose(1, 2), lse.contiguous().unsqueeze(-1), seed, seed, None, None, None, s,
@@ -897,6 +915,9 @@ def _attention_setup_context(ctx, inputs, output) -> None:  # type: ignore[no-un
     out, lse = output
     ctx.causal = causal
     ctx.scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
+    # lse's gradient is not propagated: no zeros tensor materialized for it (nor for an unused
+    # out; the backward handles dout None).
+    ctx.set_materialize_grads(False)
     ctx.save_for_backward(q, k, v, out, lse)
 
 
