@@ -45,12 +45,9 @@ def rank_main() -> None:
     import torch.distributed as dist
 
     import mkernel
-    from common import interleaved_ms
+    from common import init_rank, interleaved_ms
 
-    dist.init_process_group("gloo")
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local % torch.cuda.device_count())
-    ctx = mkernel.init()
+    ctx = init_rank()
     world, rank = ctx.world_size, ctx.rank
     iters = int(os.environ["BENCH_ITERS"])
     pick = os.environ.get("BENCH_SHAPES")

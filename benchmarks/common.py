@@ -81,6 +81,19 @@ def cuda_median_ms(fns: list[Callable[[], object]], warmup: int = 10, iters: int
             "p90_ms": times[int(0.9 * (len(times) - 1))], "iters": iters}
 
 
+def init_rank():  # -> mkernel's group context
+    """A benchmark rank process's set-up: the gloo process group (torchrun / tests.launch
+    variables), its GPU (LOCAL_RANK modulo the visible GPUs: under MPS every rank shares GPU 0)
+    and ``mkernel.init()``; returns the group context (``world_size``, ``rank``)."""
+    import torch.distributed as dist
+
+    import mkernel
+
+    dist.init_process_group("gloo")
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    return mkernel.init()
+
+
 def interleaved_ms(cands: dict[str, list[Callable[[], object]]], warmup: int = 3,
                    iters: int = 30, reps: int = 1, lead_cycles: int = 0,
                    shuffle_seed: int | None = None) -> dict[str, dict]:
