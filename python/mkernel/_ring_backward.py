@@ -3,11 +3,13 @@ ring with dK/dV travelling beside K/V).
 
 With the forward's final ``out`` and ``lse``, the gradient splits exactly over the key blocks of
 the ring (P_block = exp(scale·Q·K_blockᵀ − lse), delta = rowsum(dO ∘ out)): every rank gathers
-the K/V shards over the substrate (``all_gather`` on the batch dimension), runs the per-block
-attention backward (on CUDA the kernel :func:`mkernel.ops._attention_backward_choice` picks for
-the block — cuDNN's SDPA backward where it applies, else FlashAttention-2's — fed with our LSE; on
-the CPU the fp32 math backward: ``mkernel.ops._attention_backward_auto``) for the same blocks and causal
-zigzag split as the forward, sums dQ locally in fp32, and returns each block's dK/dV partial to
+the K/V shards over the substrate (``all_gather`` on the batch dimension), runs the attention
+backward for the same blocks and causal zigzag split as the forward — the blocks that share
+their query rows and mask as one call over their keys concatenated (:func:`ring_groups`: one
+call non-causal, at most three causal, at any W) — on CUDA through the kernel
+:func:`mkernel.ops._attention_backward_choice` picks (cuDNN's SDPA backward where it applies, else
+FlashAttention-2's) fed with our LSE, on the CPU the fp32 math backward
+(``mkernel.ops._attention_backward_auto``); sums the calls' dQ in fp32 and returns each block's dK/dV partial to
 its owner with an fp32 ``reduce_scatter``. The gradient of ``lse`` itself is not propagated
 (as for :func:`mkernel.attention`).
 
@@ -40,6 +42,23 @@ def ring_steps(rank: int, world: int, causal: bool, s: int) -> Iterator[tuple[in
             yield src, slice(0, s), slice(0, c), False
         else:
             yield src, slice(c, s), slice(0, s), False
+
+
+def ring_groups(rank: int, world: int, causal: bool,
+                s: int) -> list[tuple[slice, list[tuple[int, slice]], bool]]:
+    """The blocks of :func:`ring_steps` grouped into backward calls: ``(query rows, [(src, key
+    rows of src's shard)], causal)``. Non-causal: one call, every source's keys. Causal zigzag:
+    the own shard (causal), every lower source's first half against all queries, every higher
+    source whole against the second query half — at most three calls at any W."""
+    if not causal:
+        return [(slice(0, s), [(src, slice(0, s)) for src in range(world)], False)]
+    c = s // 2
+    groups = [(slice(0, s), [(rank, slice(0, s))], True)]
+    if rank > 0:
+        groups.append((slice(0, s), [(src, slice(0, c)) for src in range(rank)], False))
+    if rank < world - 1:
+        groups.append((slice(c, s), [(src, slice(0, s)) for src in range(rank + 1, world)], False))
+    return groups
 
 
 def ring_visible(rank: int, world: int, s: int, causal: bool) -> Tensor:
@@ -93,18 +112,32 @@ def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
         dk = torch.ops.mkernel.reduce_scatter.default(dk_all, ctx.group, world).to(k.dtype)  # fp32
         dv = torch.ops.mkernel.reduce_scatter.default(dv_all, ctx.group, world).to(v.dtype)
         return dq, dk, dv, None, None, None, None
-    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    # The ring's blocks in at most three backward calls (ring_groups): blocks that share their
+    # query rows and mask run as one call over their keys concatenated, which is exact (each
+    # block's P uses the forward's global lse) and costs fewer launches and fp32 partial sums.
+    groups = ring_groups(rank, world, ctx.causal, q.shape[1])
+    # One group (non-causal): its dq is the whole dq; else the groups' partials summed in fp32.
+    dq = None if len(groups) == 1 else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dk_all = torch.zeros(k_all.shape, dtype=torch.float32, device=q.device)
     dv_all = torch.zeros_like(dk_all)
-    for src, qr, kr, causal in ring_steps(rank, world, ctx.causal, q.shape[1]):
-        blk = slice(src * b, (src + 1) * b)
+    for qr, keys, causal in groups:
+        kcat = torch.cat([k_all[src * b:(src + 1) * b, kr] for src, kr in keys], dim=1)
+        vcat = torch.cat([v_all[src * b:(src + 1) * b, kr] for src, kr in keys], dim=1)
+        whole = qr.stop - qr.start == q.shape[1]
         dq_p, dk_p, dv_p = _attention_backward_auto(
-            dout[:, qr].contiguous(), q[:, qr].contiguous(), k_all[blk, kr].contiguous(),
-            v_all[blk, kr].contiguous(), out[:, qr].contiguous(), lse[:, :, qr].contiguous(),
-            causal, ctx.scale)
-        dq[:, qr] += dq_p.float()
-        dk_all[blk, kr] += dk_p.float()
-        dv_all[blk, kr] += dv_p.float()
+            dout if whole else dout[:, qr].contiguous(), q if whole else q[:, qr].contiguous(),
+            kcat, vcat, out if whole else out[:, qr].contiguous(),
+            lse if whole else lse[:, :, qr].contiguous(), causal, ctx.scale)
+        if dq is None:
+            dq = dq_p
+        else:
+            dq[:, qr] += dq_p.float()
+        at = 0
+        for src, kr in keys:
+            n = kr.stop - kr.start
+            dk_all[src * b:(src + 1) * b, kr] += dk_p[:, at:at + n].float()
+            dv_all[src * b:(src + 1) * b, kr] += dv_p[:, at:at + n].float()
+            at += n
     dk = torch.ops.mkernel.reduce_scatter.default(dk_all, ctx.group, world).to(k.dtype)
     dv = torch.ops.mkernel.reduce_scatter.default(dv_all, ctx.group, world).to(v.dtype)
     return dq.to(q.dtype), dk, dv, None, None, None, None
