@@ -7,6 +7,9 @@ Columns (each the forward + backward of the same shards, loss = (out * dout).sum
   auto     the default: per block the kernel mkernel.ops._attention_backward_choice picks —
            cuDNN's SDPA backward where it applies (every block of the zigzag split is square-causal
            or non-causal), else FlashAttention-2's (MKERNEL_ATTN_BWD unset);
+  blocks   auto with one call per (query, key) block (MKERNEL_RING_BWD_GROUPS=0): the ring backward
+           before session 32 (the default groups the blocks sharing query rows and mask into at
+           most three calls over concatenated keys);
   fa2      every block through FA2's backward kernel (MKERNEL_ATTN_BWD=flash): the per-block path
            before session 31, the ring-flash-attention recipe's backward;
   native   the engine's native backward, its ring mode: every source's blocks in one launch
@@ -37,7 +40,8 @@ SHAPES = [
     ("mha_b4_h16", 4, 4096, 16, 16, 128),
     ("gqa_b1_h32_kv8", 1, 8192, 32, 8, 128),
 ]
-CANDIDATES = {"auto": "", "fa2": "flash", "native": "native"}  # column: MKERNEL_ATTN_BWD
+# column: (MKERNEL_ATTN_BWD, MKERNEL_RING_BWD_GROUPS)
+CANDIDATES = {"auto": ("", "1"), "blocks": ("", "0"), "fa2": ("flash", "1"), "native": ("native", "1")}
 
 
 def rank_main() -> None:
@@ -61,15 +65,17 @@ def rank_main() -> None:
                                        requires_grad=True) for hh in (h, h_kv, h_kv))
                 sets.append((q, k, v, torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)))
 
-            def fwd_bwd(mode: str):
+            def fwd_bwd(mode: tuple[str, str]):
                 def run(i: int):
                     q, k, v, dout = sets[i % 2]
-                    os.environ["MKERNEL_ATTN_BWD"] = mode  # read at each backward call
+                    # read at each backward call
+                    os.environ["MKERNEL_ATTN_BWD"], os.environ["MKERNEL_RING_BWD_GROUPS"] = mode
                     try:
                         out, _ = mkernel.ring_attention(q, k, v, causal=causal, group=ctx)
                         return torch.autograd.grad(out, (q, k, v), dout)
                     finally:
                         os.environ.pop("MKERNEL_ATTN_BWD", None)
+                        os.environ.pop("MKERNEL_RING_BWD_GROUPS", None)
                 return run
 
             def fwd(i: int):
@@ -93,6 +99,7 @@ def rank_main() -> None:
                 res.update({f"{col}_ms": ms for col, ms in slow.items()})
                 res["per_rank_ms"] = {col: [r[f"{col}_ms"] for r in gathered] for col in cands}
                 res["auto_vs_fa2"] = slow["fa2"] / slow["auto"]
+                res["groups_vs_blocks"] = slow["blocks"] / slow["auto"]
                 res["native_vs_auto"] = slow["auto"] / slow["native"]
                 print("RESULT " + json.dumps(res), flush=True)
     dist.barrier()
@@ -135,17 +142,17 @@ def main() -> None:
         stop()
     for f in failed:
         print(f, file=sys.stderr)
-    print(f"{'shape':<16} {'causal':>6} {'auto':>8} {'fa2':>8} {'native':>8} {'fwd':>8} "
-          f"{'auto/fa2':>8} {'nat/auto':>8}   (ms, fwd+bwd, slowest rank)")
+    print(f"{'shape':<16} {'causal':>6} {'auto':>8} {'blocks':>8} {'fa2':>8} {'native':>8} {'fwd':>8} "
+          f"{'blk/auto':>8} {'auto/fa2':>8} {'nat/auto':>8}   (ms, fwd+bwd, slowest rank)")
     for r in rows:
-        print(f"{r['shape']:<16} {str(r['causal']):>6} {r['auto_ms']:>8.3f} {r['fa2_ms']:>8.3f} "
-              f"{r['native_ms']:>8.3f} {r['fwd_ms']:>8.3f} {r['auto_vs_fa2']:>8.3f} "
-              f"{r['native_vs_auto']:>8.3f}")
+        print(f"{r['shape']:<16} {str(r['causal']):>6} {r['auto_ms']:>8.3f} {r['blocks_ms']:>8.3f} "
+              f"{r['fa2_ms']:>8.3f} {r['native_ms']:>8.3f} {r['fwd_ms']:>8.3f} "
+              f"{r['groups_vs_blocks']:>8.3f} {r['auto_vs_fa2']:>8.3f} {r['native_vs_auto']:>8.3f}")
     payload = {"benchmark": "ring_attention_backward", "commit": commit(), "device": device_info(),
                "mps": not per_gpu, "world": args.world, "iters": args.iters,
                "method": "interleaved CUDA events, 3 warm-up, median of iters, 2 rotated input sets, "
-                         "slowest rank", "columns": {k: f"MKERNEL_ATTN_BWD={v or '(unset)'}"
-                                                     for k, v in CANDIDATES.items()},
+                         "slowest rank", "columns": {k: f"MKERNEL_ATTN_BWD={v or '(unset)'} MKERNEL_RING_BWD_GROUPS={g}"
+                                                     for k, (v, g) in CANDIDATES.items()},
                "rows": rows}
     print(write_result("ring_backward", payload))
     if failed or not rows:

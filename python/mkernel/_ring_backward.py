@@ -92,7 +92,7 @@ def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
 
 
 def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
-    from . import runtime
+    from . import _env_knobs, runtime
     from .ops import _attention_backward_auto, _attention_backward_choice
 
     q, k, v, out, lse = ctx.saved_tensors
@@ -116,6 +116,9 @@ def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
     # query rows and mask run as one call over their keys concatenated, which is exact (each
     # block's P uses the forward's global lse) and costs fewer launches and fp32 partial sums.
     groups = ring_groups(rank, world, ctx.causal, q.shape[1])
+    if _env_knobs.get("MKERNEL_RING_BWD_GROUPS", "1") == "0":  # pinned: one call per block
+        groups = [(qr, [(src, kr)], causal) for src, qr, kr, causal in
+                  ring_steps(rank, world, ctx.causal, q.shape[1])]
     # One group (non-causal): its dq is the whole dq; else the groups' partials summed in fp32.
     dq = None if len(groups) == 1 else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dk_all = torch.zeros(k_all.shape, dtype=torch.float32, device=q.device)
