@@ -435,7 +435,7 @@ def report(path: Path) -> tuple[Path, Path | None]:
     markdown, plot = RENDERERS.get(kind, (generic_markdown, None))
     md = path.with_suffix(".md")
     md.write_text(markdown(data, path))
-    if plot is None:
+    if plot is None or data.get("rows") == []:  # a run that failed before its first row: no plot
         return md, None
     try:
         import matplotlib
