@@ -5,6 +5,8 @@ sequence, sharded the same way."""
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.distributed as dist
 
@@ -73,6 +75,14 @@ def main() -> None:
         assert torch.allclose(lse.double(), ref_lse, rtol=1e-5, atol=1e-5), i
     for i, (causal, b, s, h, h_kv, d) in enumerate(GRAD_CASES):
         check_gradients(ctx, rank, world, i, causal, b, s, h, h_kv, d)
+    # The per-block backward pinned (MKERNEL_RING_BWD_GROUPS=0, read at each backward call): the
+    # same gradients through one call per (query, key) block instead of the grouped calls.
+    os.environ["MKERNEL_RING_BWD_GROUPS"] = "0"
+    try:
+        for i, (causal, b, s, h, h_kv, d) in enumerate(GRAD_CASES):
+            check_gradients(ctx, rank, world, i, causal, b, s, h, h_kv, d)
+    finally:
+        del os.environ["MKERNEL_RING_BWD_GROUPS"]
     ctx.barrier()
     mkernel.shutdown()
     dist.destroy_process_group()
