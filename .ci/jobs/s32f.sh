@@ -1,4 +1,4 @@
-# Session 32, call F (csrc changed: symmetric_group.h, ring_attention.cpp, ring_kv.cu; BP_PACK=1): the fused ring
+# Session 32, call F (csrc changed: symmetric_group.h, ring_attention.cpp, ring_kv.cu, net_path.cpp; BP_PACK=1): the fused ring
 # across nodes (a) leaves 2 SMs a rank to the GPU-direct emulation's copies (call D's stall at 62 + 4 CTAs on an
 # H100) and (b) sends batch 0 first (the engine's first tiles' batch; was the last batch first: call E's rows took
 # the ceiling plus the whole all-gather). Tests across nodes and the single-node ring's core cases, then the bench
