@@ -128,6 +128,9 @@ VARIANTS = {
     # stream, then per-step launches; MKERNEL_RING_FUSED_NODES=0).
     "xnodes": ("fused_nodes", "xnodes", {"MKERNEL_RING_FUSED_NODES": "1"}),
     "agpath": ("allgather_path", "ag-path", {"MKERNEL_RING_FUSED_NODES": "0"}),
+    # session 32: the across-nodes send order pinned to session 31's (the last batch's chunks
+    # first; the default sends batch 0 first, the engine's first tiles' batch).
+    "xlast": ("fused_nodes_last", "xlast", {"MKERNEL_RING_NODES_ORDER": "last"}),
     "xn8": ("fused_nodes_send8", "xn8", {"MKERNEL_RING_FUSED_NODES": "1",
                                          "MKERNEL_RING_SEND_CTAS": "8"}),
     # Diagnostic: the communication alone, the substrate's all_gather of this rank's k and v (the

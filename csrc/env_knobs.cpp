@@ -218,6 +218,8 @@ constexpr Knob kKnobs[] = {
      "the compute-alone ceiling's hooked launch skips its KV waits (measurement)"},
     {"MKERNEL_RING_MODE", kDebug, "step", "the whole-sequence mode where it fits",
      "step pins the per-step ring"},
+    {"MKERNEL_RING_NODES_ORDER", kDebug, "last", "batch 0 first",
+     "last pins the across-nodes send order of session 31 (the last batch's chunks first)"},
     {"MKERNEL_RING_PHASES", kDebug, "path", "off",
      "the whole mode timed phase by phase, appended to <path>.rank<r> (synchronizes)"},
     {"MKERNEL_RING_SEND", kDebug, "engine|kernel", "by dtype and tile",

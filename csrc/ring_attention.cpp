@@ -668,10 +668,16 @@ attention::Problem whole_problem(const at::Tensor& q, const at::Tensor& k, int w
 // later kernel got 30 of its 66 SMs, 36 only when the other's CTAs left), so a smaller grid may
 // leave the shared SMs to both ranks instead of to the first one; with claimed tiles any grid
 // covers every tile.
-int whole_grid(const at::Tensor& q, int send_ctas) {
+// Across emulated nodes (the loopback transport's GPU-direct emulation) the link's copies are
+// submitted to this same GPU and may run as SM kernels: with every SM of the ranks' shares held
+// by engine and send CTAs that wait for those copies, they never ran (session 32, H100, W = 2
+// over 2 nodes: a stall at the op timeout in every run). kCopierSms per rank stay free for them
+// (grids 60 / 58 / 54 of 62 measured alike on an H200, +-3 %); real NICs' DMA needs none.
+constexpr int kCopierSms = 2;
+int whole_grid(const at::Tensor& q, int send_ctas, bool copier_sms) {
   int sms = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, q.device().index()));
-  int grid = std::max(1, sms - send_ctas);
+  int grid = std::max(1, sms - send_ctas - (copier_sms ? kCopierSms : 0));
   if (const char* value = env::get("MKERNEL_RING_GRID")) {
     const int n = std::atoi(value);
     if (n >= 1 && n <= 1024) grid = n;
@@ -815,7 +821,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
       whole_problem(q, k, world, rank, causal, scale, in_engine, kv, kv + v_off, out, lse);
   attention::Launch l;
   l.stream = stream;
-  l.sm_count = whole_grid(q, send_ctas);
+  l.sm_count = whole_grid(q, send_ctas, nodes && g.net_copies_on_this_gpu());
   phases.mark();
   const char* reason = nullptr;
   const cudaError_t err = attention::run_hooked(p, l, hooks, &reason);
@@ -895,7 +901,7 @@ std::tuple<at::Tensor, at::Tensor> compute_alone_cuda(const at::Tensor& q, const
                                              k_ring.data_ptr(), v_ring.data_ptr(), out, lse);
   attention::Launch l;
   l.stream = at::cuda::getCurrentCUDAStream();
-  l.sm_count = whole_grid(q, 0);
+  l.sm_count = whole_grid(q, 0, false);
   RingPhases phases(l.stream);
   const char* reason = nullptr;
   const cudaError_t err = attention::run_hooked(p, l, hooks, &reason);

@@ -417,12 +417,17 @@ struct NetCopier {
     if (reported || age <= kStuckAfter) return;
     reported = true;
     std::fprintf(stderr,
-                 "mkernel: GPU-direct copy %llu (%llu bytes to rank %d) submitted %.1f s ago is not done on the GPU "
-                 "(copies submitted %llu, done %llu; CUDA module loading: %s; copier: %s): ordered behind work "
-                 "that waits for it? (csrc/comm/net_path.cpp NetCopier)\n",
-                 static_cast<unsigned long long>(token), static_cast<unsigned long long>(f.bytes), f.peer,
-                 std::chrono::duration<double>(age).count(), static_cast<unsigned long long>(next),
-                 static_cast<unsigned long long>(completed), loading.c_str(), proc ? "process" : "thread");
+                 "mkernel: GPU-direct copy %llu (%llu bytes to rank %d) submitted %.1f s ago is "
+                 "not done on the GPU (copies submitted %llu, done %llu; CUDA module loading: %s; "
+                 "copier: %s): ordered behind work that waits for it, or starved of SMs? Same-GPU "
+                 "copies may run as SM kernels, and under MPS the ranks' persistent grids waiting "
+                 "for them can hold every SM (session 32: the fused ring across emulated nodes; "
+                 "a smaller MKERNEL_RING_GRID / MKERNEL_FUSED_SMS, or MKERNEL_NET_GDR=0) "
+                 "(csrc/comm/net_path.cpp NetCopier)\n",
+                 static_cast<unsigned long long>(token), static_cast<unsigned long long>(f.bytes),
+                 f.peer, std::chrono::duration<double>(age).count(),
+                 static_cast<unsigned long long>(next), static_cast<unsigned long long>(completed),
+                 loading.c_str(), proc ? "process" : "thread");
     std::fflush(stderr);
   }
 };

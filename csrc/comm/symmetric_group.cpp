@@ -335,6 +335,14 @@ void SymmetricGroup::ensure_net(const char* op, uint64_t send_bytes, uint64_t re
 #endif
 }
 
+bool SymmetricGroup::net_copies_on_this_gpu() const {
+#if MKERNEL_HAS_NET_PATH
+  return impl_->net != nullptr && impl_->net->gpu_direct();
+#else
+  return false;
+#endif
+}
+
 std::string SymmetricGroup::net_info() const {
 #if MKERNEL_HAS_NET_PATH
   if (!impl_->net) return "{}";

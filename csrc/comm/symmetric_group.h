@@ -52,6 +52,12 @@ class SymmetricGroup {
   // The inter-node path as JSON ({"transport", "gpu_memory", "send_bytes", "recv_bytes",
   // "stats"}), or "{}" while the group has none (one node, or no inter-node call yet).
   std::string net_info() const;
+  // True when the inter-node path is the loopback transport's GPU-direct emulation: its bytes
+  // are moved by copies submitted to this same GPU (a copier process or the proxy thread), which
+  // may need SMs: a persistent grid that fills this client's share while it waits for their
+  // data can starve them (session 32: the fused ring across 2 emulated nodes, W = 2, stalled
+  // with 62 + 4 CTAs on 66 SMs). False with one node or before the path opened.
+  bool net_copies_on_this_gpu() const;
 
   // After a kernel of this group failed (a trapped wait): "<op>: rank r waited <elapsed> for
   // <what> from peer p (slot s, want >= x, saw y)" or "" when no wait failed.

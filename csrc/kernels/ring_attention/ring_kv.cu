@@ -1,6 +1,9 @@
 // Ring attention's K/V rotation kernels (protocol: ring_kv_api.h): the call's entry and end,
 // the per-step send (copy one shard into the next rank's buffer, item by item, releasing each
 // item's arrival flag there) and the per-step credit release.
+#include <cstring>
+
+#include "../../env_knobs.h"
 #include "../comm/group_sync.cuh"
 #include "../comm/net_ops.cuh"
 #include "ring_kv_api.h"
@@ -170,8 +173,20 @@ __device__ __forceinline__ int nth_rank(const comm::GroupDevice& g, int n, bool 
   return g.rank;  // unreachable for n < the count the host passed
 }
 
+// The u-th item of a shard in the across-nodes order: batch 0 first (the engine's linear tile
+// order starts there: each tile needs every key of its batch), within a batch the chunks last
+// first (the engine's key walk). Session 32: the order was items - 1 - u, batch B - 1 first, so
+// the engine's first tiles waited for the whole shard's transfer (W = 2 over 2 nodes, b = 4: the
+// call took the compute-alone time plus the all-gather's, 6.9 vs 3.9 + 2.85 ms).
+// batch_last (MKERNEL_RING_NODES_ORDER=last, a measurement pin): the old order.
+__device__ __forceinline__ int nodes_item(const Geometry& geo, int u, bool batch_last) {
+  if (batch_last) return geo.batch * geo.chunks - 1 - u;
+  const int b = u / geo.chunks;
+  return b * geo.chunks + geo.chunks - 1 - (u - b * geo.chunks);
+}
+
 // Work items t (static, strided over the CTAs; the same order on every CTA):
-//   [0, sends)                stage item f = items - 1 - t into the send area, push its piece
+//   [0, sends)                stage item f = nodes_item(t) into the send area, push its piece
 //                             when complete (sends = items when a rank of another node exists);
 //   [sends, + mates * items)  item f to same-node rank nth_rank(u % mates) (peer memory);
 //   [.., + remote * items)    item f of rank nth_rank(u % remote, remote) from the receive half.
@@ -179,7 +194,7 @@ __device__ __forceinline__ int nth_rank(const comm::GroupDevice& g, int n, bool 
 // mode: seq = chunks * chunk_rows), so a piece (consecutive items) is one range of k and of v.
 __global__ void __launch_bounds__(kSendThreads, 1)
     send_whole_nodes_kernel(comm::GroupDevice g, Geometry geo, const uint8_t* k, const uint8_t* v,
-                            int mates, int remote) {
+                            int mates, int remote, bool batch_last) {
   const uint64_t e = comm::op_begin(g);
   const int world = g.world, rank = g.rank;
   const uint64_t shard = geo.shard_bytes();
@@ -199,7 +214,7 @@ __global__ void __launch_bounds__(kSendThreads, 1)
   for (int t = blockIdx.x; t < total; t += gridDim.x) {
     int u = t;
     if (u < sends) {
-      const int f = items - 1 - u;
+      const int f = nodes_item(geo, u, batch_last);
       const uint64_t off = static_cast<uint64_t>(f) * chunk_bytes;
       copy16<kUnrollWhole>(g.net.send_area + off, k + off, chunk_bytes);
       copy16<kUnrollWhole>(g.net.send_area + shard + off, v + off, chunk_bytes);
@@ -232,7 +247,7 @@ __global__ void __launch_bounds__(kSendThreads, 1)
     const bool mate = u < local;
     if (!mate) u -= local;
     const int n = mate ? mates : remote;
-    const int f = items - 1 - u / n;
+    const int f = nodes_item(geo, u / n, batch_last);
     const int peer = nth_rank(g, u % n, !mate);
     const int b = f / geo.chunks, chunk = f % geo.chunks;
     const uint64_t off = static_cast<uint64_t>(f) * chunk_bytes;
@@ -347,11 +362,14 @@ cudaError_t send_whole_nodes(const comm::GroupDevice& g, const Geometry& geo, co
       g.net.arrival_slots < kNetSlotBase + comm::kMaxRanks * kNetPieces ||
       g.net.send_bytes < nodes_send_bytes(geo) || g.net.recv_bytes < nodes_recv_bytes(geo, g.world))
     return cudaErrorInvalidValue;
+  const char* order = env::get("MKERNEL_RING_NODES_ORDER");
+  const bool batch_last = order != nullptr && std::strcmp(order, "last") == 0;
   const int work = (1 + mates + remote) * items;
   int grid = ctas < 1 ? 1 : (ctas < work ? ctas : work);
   if (grid > kMaxSendCtas) grid = kMaxSendCtas;
-  send_whole_nodes_kernel<<<grid, kSendThreads, 0, stream>>>(
-      g, geo, static_cast<const uint8_t*>(k), static_cast<const uint8_t*>(v), mates, remote);
+  send_whole_nodes_kernel<<<grid, kSendThreads, 0, stream>>>(g, geo, static_cast<const uint8_t*>(k),
+                                                             static_cast<const uint8_t*>(v), mates,
+                                                             remote, batch_last);
   return cudaGetLastError();
 }
 
