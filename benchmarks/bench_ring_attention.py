@@ -131,6 +131,11 @@ VARIANTS = {
     # session 32: the across-nodes send order pinned to session 31's (the last batch's chunks
     # first; the default sends batch 0 first, the engine's first tiles' batch).
     "xlast": ("fused_nodes_last", "xlast", {"MKERNEL_RING_NODES_ORDER": "last"}),
+    # session 33: the whole mode's own-shard-first split (every tile's own-shard keys as a
+    # first item, claimed for all tiles before any peer key; the default across nodes) pinned
+    # off (xown0) and on inside a node (own1).
+    "xown0": ("own_first_off", "xown0", {"MKERNEL_RING_OWN_FIRST": "0"}),
+    "own1": ("own_first_on", "own1", {"MKERNEL_RING_OWN_FIRST": "1"}),
     "xn8": ("fused_nodes_send8", "xn8", {"MKERNEL_RING_FUSED_NODES": "1",
                                          "MKERNEL_RING_SEND_CTAS": "8"}),
     # Diagnostic: the communication alone, the substrate's all_gather of this rank's k and v (the
@@ -546,6 +551,14 @@ def main() -> None:
                            "hooked engine launch, the other nodes' K/V pushed through the "
                            "inter-node FIFO by a 4-CTA send kernel, node-mates over peer memory)",
             "fused_nodes_send8": "fused_nodes with 8 send CTAs (MKERNEL_RING_SEND_CTAS=8)",
+            "fused_nodes_last": "across nodes, the send order of session 31 pinned (the last "
+                                "batch's chunks first; MKERNEL_RING_NODES_ORDER=last)",
+            "own_first_off": "the own-shard-first split pinned off (MKERNEL_RING_OWN_FIRST=0; "
+                             "the default across nodes since session 33): one item per tile",
+            "own_first_on": "the own-shard-first split pinned on (MKERNEL_RING_OWN_FIRST=1; "
+                            "inside a node off by default): every tile's own-shard keys first, "
+                            "claimed for all tiles before any peer key, the peers' keys resumed "
+                            "from the saved softmax state (the same bits)",
             "allgather_path": "with --nodes > 1: the all-gather path across nodes pinned "
                               "(MKERNEL_RING_FUSED_NODES=0; the default before s11run2): K/V "
                               "all-gathered on a side stream, then per-step launches + merges",

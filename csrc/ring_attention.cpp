@@ -336,6 +336,22 @@ void set_ring_wait_options(attention::HookArgs& hooks) {
   hooks.late_claim = late == nullptr || std::strcmp(late, "0") != 0;
 }
 
+// The own-shard-first split of the whole mode's engine (attention_api.h
+// HookArgs::phase_split_keys): every query tile's keys of the rank's own shard (the top of the
+// walk) as a first item, claimed for all tiles before any tile's peer keys. Without it the first
+// wave of tiles waits for the first peer chunks of its batch — across nodes the inter-node
+// transfer of a whole batch (session 32: every row the ceiling plus the all-gather at batch 1).
+// The same output bit for bit; costs a workspace of ~(d + 8) floats per query row and head.
+// Default: on across nodes; MKERNEL_RING_OWN_FIRST=1 on inside a node too, =0 off (ranks may
+// differ). Not with the 128x144 tile (the split must be whole key blocks of 144).
+bool ring_own_first(bool nodes, const at::Tensor& q, bool causal) {
+  if (ring_wide_tile(q, causal)) return false;
+  const char* value = env::get("MKERNEL_RING_OWN_FIRST");
+  if (value != nullptr && std::strcmp(value, "1") == 0) return true;
+  if (value != nullptr && std::strcmp(value, "0") == 0) return false;
+  return nodes;
+}
+
 // On by default since s11run2 (ring13; MKERNEL_RING_FUSED_NODES=0 pins the all-gather path;
 // every rank the same value): a group spanning several nodes runs the whole-sequence mode (one
 // hooked engine launch consuming each KV chunk on arrival) with the across-nodes send kernel
@@ -819,6 +835,15 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   }
   const attention::Problem p =
       whole_problem(q, k, world, rank, causal, scale, in_engine, kv, kv + v_off, out, lse);
+  // The own-shard-first split's workspace (stream-ordered like the counters).
+  at::Tensor phase_ws, phase_flags;
+  if (claims && ring_own_first(nodes, q, causal)) {
+    phase_ws = at::empty({attention::phase_ws_floats(p)}, q.options().dtype(at::kFloat));
+    phase_flags = at::empty({attention::phase_flag_words(p)}, q.options().dtype(at::kLong));
+    hooks.phase_split_keys = (world - 1) * geo.seq;  // position W - 1: the own shard
+    hooks.phase_ws = phase_ws.data_ptr<float>();
+    hooks.phase_flags = reinterpret_cast<uint64_t*>(phase_flags.data_ptr<int64_t>());
+  }
   attention::Launch l;
   l.stream = stream;
   l.sm_count = whole_grid(q, send_ctas, nodes && g.net_copies_on_this_gpu());

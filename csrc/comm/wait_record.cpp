@@ -43,6 +43,9 @@ const char* what_text(int32_t what) {
     case kWaitPeerGate:
       return "the peer's launch gate of the same fused call (barrier gate: "
              "MKERNEL_FUSED_GATE_MODE=barrier must be set on every rank)";
+    case kWaitTilePhase:
+      return "the first phase of the same query tile (the engine's own-shard-first split, "
+             "another CTA of this rank's engine: MKERNEL_RING_OWN_FIRST=0 turns it off)";
     default: return "a flag";
   }
 }

@@ -100,6 +100,14 @@ def test_ring_attention_across_emulated_nodes(mps, world):
                           # the non-causal bf16 engine on the 128x144 tile (flags by keys) with
                           # the send kernel; cases 5 / 6 (causal, fp16) keep 128x128
                           ("MKERNEL_RING_BLOCK_N=144", "0,8,5,6", "matrix,graph,alone"),
+                          # the own-shard-first split inside a node (the default across nodes):
+                          # every tile's own-shard keys as a first item, its peers' keys resumed
+                          # from the saved softmax state by a second — bit for bit the ceiling
+                          # (alone), with graph replays (the flags zeroed per launch); case 5:
+                          # causal zigzag, 72 tiles > CTAs, the second phases of the early
+                          # chunk's tiles see no peer key (skipped)
+                          ("MKERNEL_RING_OWN_FIRST=1", "0,5,6", "matrix,graph,alone"),
+                          ("MKERNEL_RING_OWN_FIRST=1 MKERNEL_RING_SEND=kernel", "0,5", "matrix,alone"),
                           # the ring backward on the native backward's ring mode (one launch
                           # over the gathered K/V; session 26): the grad suite's two cases per
                           # rank, against fp32 autograd of the whole sequence
@@ -192,6 +200,22 @@ def test_fused_ring_across_emulated_nodes(mps, world, tmp_path):
     assert fused == [whole] * world, (fused, whole)
     print(f"W={world} over 2 nodes, fused: {len(cases)} checked calls ({whole} fused eager calls "
           f"per rank), worst rel err {max(c['rel'] for c in cases):.2e}")
+
+
+def test_fused_ring_across_nodes_own_first_off(mps, tmp_path):
+    """W = 2 over 2 emulated nodes with the own-shard-first split pinned off
+    (MKERNEL_RING_OWN_FIRST=0; on by default across nodes): the single-item tiles still pass
+    against the float64 reference and run fused."""
+    world, picked = 2, "0,5"
+    phases = tmp_path / "ph"
+    res = run_ranks(RING_MAIN, world, nodes=2, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="matrix", RING_CASES=picked, RING_REF="fp64",
+                                 MKERNEL_OP_TIMEOUT="20", MKERNEL_NET_EMULATE=LINK,
+                                 MKERNEL_RING_OWN_FIRST="0", MKERNEL_RING_PHASES=str(phases)))
+    cases = check_ranks(res)
+    assert len([c for c in cases if c["op"] == "matrix"]) == world * 2 * 2, cases
+    whole = 2 * sum(whole_mode(CASES[int(i)]) for i in picked.split(","))
+    assert _fused_calls(phases, world) == [whole] * world
 
 
 def test_fused_ring_across_nodes_killed_rank(mps):

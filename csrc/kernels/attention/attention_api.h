@@ -253,7 +253,28 @@ struct HookArgs {
   // flags_per_head of them per row; a block may wait for two. Required (> 0) there, unused by
   // the other kernels.
   int keys_per_flag = 0;
+  // The own-shard-first split (ring attention's whole mode; needs tile_counter; KV-wait
+  // policies): > 0, a multiple of the kernel's key block: every tile runs as two items, its
+  // keys [phase_split_keys, seq_kv) first (the top of the walk: the rank's own shard), all
+  // tiles' first phases claimed before any second phase ([0, phase_split_keys), the peers'
+  // shards), which resumes its first phase's unrounded softmax state from phase_ws (the same
+  // output bit for bit). phase_ws: phase_ws_floats(p) floats, phase_flags: phase_flag_words(p)
+  // words (any contents: the launch zeroes them on its stream).
+  int phase_split_keys = 0;
+  float* phase_ws = nullptr;
+  uint64_t* phase_flags = nullptr;
 };
+
+// Workspace of HookArgs::phase_split_keys for problem p, any tile the dispatch may pick (query
+// tiles of 64 rows per consumer warpgroup, up to 192 rows): per tile kBlockM * (d + 8) floats
+// (each consumer thread's O accumulator, d / 2 floats, and its two rows' max and sum) and one
+// flag word.
+inline int64_t phase_ws_floats(const Problem& p) {
+  return static_cast<int64_t>(p.seq_q + 191) * (p.head_dim + 8) * p.heads * p.batch;
+}
+inline int64_t phase_flag_words(const Problem& p) {
+  return static_cast<int64_t>(p.seq_q + 63) / 64 * p.heads * p.batch;
+}
 
 // The default kernel's tile for a problem (block_n: for HookArgs::blocks_per_flag).
 int block_m(int head_dim, bool causal, int seq_q);

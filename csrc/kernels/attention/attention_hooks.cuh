@@ -99,6 +99,12 @@ struct KvFlagHooks {
     // a block may straddle two flags.
     int keys_per_flag = 0;
     int flags_per_row = 0;
+    // The own-shard-first split (HookArgs::phase_split_keys; attention_kernel_sm90.cuh
+    // save_state / restore_state): the first phases' running state, and per tile one release
+    // count per consumer thread, zeroed by the launch.
+    int phase_split_keys = 0;
+    float* phase_ws = nullptr;
+    uint64_t* phase_flags = nullptr;
   };
   static constexpr bool kWaitsForKV = true;
   static constexpr bool kZigzag = true;  // ring attention: the zigzag ring mode is built in

@@ -48,8 +48,12 @@ class AttentionFwdSm90 {
   using Hooks = Hooks_;
   using Mainloop = MainloopFwdSm90<Traits>;
   using Epilogue = EpilogueFwdSm90<Traits>;
+  // The own-shard-first split (tile_scheduler.hpp kPhases) is built into the KV-wait policies
+  // with claimed tiles (ring attention's whole mode), on per launch by the scheduler's
+  // phase_split.
+  static constexpr bool kPhases = Hooks::kWaitsForKV && Hooks::kClaimsTiles;
   using Scheduler = PersistentTileScheduler<Traits::kCausal, Traits::kCausal && Hooks::kZigzag,
-                                            Traits::kSplitTail>;
+                                            Traits::kSplitTail, kPhases>;
   static constexpr int kThreads = Traits::kNumThreads;
   static constexpr int kNumMmaThreads = Traits::kNumMmaThreads;
 
@@ -112,6 +116,72 @@ class AttentionFwdSm90 {
   CUTLASS_DEVICE static int claim_tile(Params const& params) {
     if constexpr (Hooks::kClaimsTiles) return atomicAdd(params.hooks.tile_counter, 1);
     else return 0;
+  }
+
+  // A second phase (WorkTile::phase 2) that meets no KV block: nothing to do (its first phase
+  // ended the tile). The producer and the consumers skip it alike.
+  CUTLASS_DEVICE static bool idle_phase(Params const& params, WorkTile const& work) {
+    if constexpr (kPhases) {
+      return work.phase == 2 && !Mainloop::template walks_any<Hooks::kZigzag>(params.mainloop, work);
+    } else {
+      return false;
+    }
+  }
+
+  // The running state of a first phase in workspace slot `slot` (Hooks::Params::phase_ws,
+  // kStateFloats floats per slot, value-major: value i of consumer thread j at i * kNumMmaThreads
+  // + j, so each warp's store is one 128-byte line), then one release count per consumer thread
+  // on the tile's flag (phase_flags[slot]).
+  template <class AccO, class Softmax>
+  CUTLASS_DEVICE static void save_state(Params const& params, int slot, int mma_thread_idx,
+                                        AccO const& acc_o, Softmax const& softmax) {
+    constexpr int kO = decltype(cute::size(acc_o))::value;
+    constexpr int kRows = decltype(cute::size<0>(rowcol(acc_o.layout())))::value;
+    float* ws = params.hooks.phase_ws + static_cast<int64_t>(slot) * state_floats(kO, kRows) +
+                mma_thread_idx;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kO; ++i) __stcg(ws + i * kNumMmaThreads, acc_o(i));
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      __stcg(ws + (kO + r) * kNumMmaThreads, softmax.row_max[r]);
+      __stcg(ws + (kO + kRows + r) * kNumMmaThreads, softmax.row_sum[r]);
+    }
+    uint64_t* flag = params.hooks.phase_flags + slot;
+    asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(flag) : "memory");
+  }
+  // The load lane, before a second phase's Q load: waits (bounded, comm::wait_geq) until every
+  // consumer thread of the first phase saved. Its acquire, then its release-arrive on Q's full
+  // barrier, which the consumers acquire before restore_state, order the state before their
+  // loads (the consumers hold no wait and no failure call: no registers saved around one).
+  CUTLASS_DEVICE static void wait_first_phase(Params const& params, int slot) {
+    comm::WaitSite site;
+    site.op = comm::kOpRingAttention;
+    site.what = comm::kWaitTilePhase;
+    site.peer = -1;  // this rank's own engine
+    site.index = slot;
+    comm::wait_geq(params.hooks.phase_flags + slot, kNumMmaThreads, params.hooks.timeout_ns,
+                   params.hooks.diag, params.hooks.group, params.hooks.rank, site);
+  }
+  // A second phase's consumers, once Q's stage is full: the first phase's state.
+  template <class AccO, class Softmax>
+  CUTLASS_DEVICE static void restore_state(Params const& params, int slot, int mma_thread_idx,
+                                           AccO& acc_o, Softmax& softmax) {
+    constexpr int kO = decltype(cute::size(acc_o))::value;
+    constexpr int kRows = decltype(cute::size<0>(rowcol(acc_o.layout())))::value;
+    const float* ws = params.hooks.phase_ws + static_cast<int64_t>(slot) * state_floats(kO, kRows) +
+                      mma_thread_idx;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kO; ++i) acc_o(i) = __ldcg(ws + i * kNumMmaThreads);
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      softmax.row_max[r] = __ldcg(ws + (kO + r) * kNumMmaThreads);
+      softmax.row_sum[r] = __ldcg(ws + (kO + kRows + r) * kNumMmaThreads);
+    }
+  }
+  // Floats per workspace slot: per consumer thread its O accumulator and two floats per row it
+  // holds (attention_api.h phase_ws_floats: kBlockM * (d + 8) for 64-row warpgroups).
+  CUTLASS_HOST_DEVICE static constexpr int state_floats(int acc_values, int rows) {
+    return kNumMmaThreads * (acc_values + 2 * rows);
   }
 
   enum class WarpGroupRole { Producer = 0, Consumer0 = 1, Consumer1 = 2 };
@@ -244,6 +314,15 @@ class AttentionFwdSm90 {
           }
           const WorkTile work = get_tile(params.scheduler, t);
           if (!work.valid) break;
+          if (idle_phase(params, work)) {
+            if constexpr (Hooks::kClaimsTiles) {
+              if (claimed && Hooks::late_claim(params.hooks)) handoff->release_lane(k);
+            }
+            continue;
+          }
+          if constexpr (kPhases) {
+            if (work.phase == 2) wait_first_phase(params, work.slot);
+          }
           if constexpr (Traits::kPrefetchNextQ && !Hooks::kClaimsTiles) {
             // The static order's next tile (its Q goes to L2 after this tile's last K/V load).
             const WorkTile next = get_tile(params.scheduler, t + tile_stride());
@@ -296,14 +375,33 @@ class AttentionFwdSm90 {
         }
         const WorkTile work = get_tile(params.scheduler, t);
         if (!work.valid) break;
+        if (idle_phase(params, work)) continue;
         Tensor acc_o = partition_fragment_C(tiled_mma_pv, select<0, 2>(typename Traits::TileShapeMNK{}));
         constexpr int kRows = decltype(size<0>(rowcol(acc_o.layout())))::value;
         OnlineSoftmax<kRows, Traits::kTreeReduce, Traits::kExpEmuPer8, Traits::kLazyRescale> softmax(
             params.mainloop.scale_log2);
+        // A second phase resumes its first's state (once Q's stage is full: see wait_first_phase).
+        auto resume = [&](auto& o, auto& sm) {
+          if constexpr (kPhases) {
+            if (work.phase == 2) restore_state(params, work.slot, mma_thread_idx, o, sm);
+          }
+        };
         int o_stage = -1;
         mainloop.template mma<Hooks::kZigzag>(params.mainloop, pipeline_q, pipeline_k, pipeline_v, q_read, kv_read,
                      shared.tensors.mainloop, work, mma_thread_idx, acc_o, softmax, o_stage,
-                     release_prev_o);
+                     release_prev_o, resume);
+        if constexpr (kPhases) {
+          // A first phase whose second walks blocks: the state goes to the workspace, no O.
+          // (The item is rebuilt from t: fewer registers live across the main loop.)
+          const WorkTile item = get_tile(params.scheduler, t);
+          if (item.phase == 1 &&
+              Mainloop::template walks_any<Hooks::kZigzag>(params.mainloop,
+                                                           Mainloop::second_phase(item))) {
+            save_state(params, item.slot, mma_thread_idx, acc_o, softmax);
+            if constexpr (Traits::kOInV) o_stage_held = o_stage;  // freed as after a store
+            continue;
+          }
+        }
         Tensor acc_o_rc = rowcol_view(acc_o);
         float lse[kRows];
         softmax.finalize(acc_o_rc, lse, params.mainloop.softmax_scale);

@@ -135,6 +135,21 @@ cudaError_t launch_attention(const Problem& pr, const Launch& l,
     if (hooks.tile_counter != nullptr) params.scheduler.zz_pairs = 0;
   }
   params.hooks = hooks;
+  // The own-shard-first split (HookArgs::phase_split_keys): claimed tiles only; the flags
+  // zeroed on the launch stream (a memset node in a captured graph).
+  if constexpr (Kernel::kPhases) {
+    if (hooks.phase_ws != nullptr) {
+      if (hooks.tile_counter == nullptr || hooks.phase_flags == nullptr ||
+          hooks.phase_split_keys <= 0 || hooks.phase_split_keys % kBlockN != 0 || kClusterM != 1)
+        return cudaErrorInvalidValue;
+      static_assert(Kernel::kNumMmaThreads == 2 * Traits::kBlockM,
+                    "phase_ws_floats assumes 128 consumer threads per 64 query rows");
+      params.scheduler.phase_split = hooks.phase_split_keys / kBlockN;
+      const int64_t words = params.scheduler.tiles;  // one flag per tile
+      const cudaError_t z = cudaMemsetAsync(hooks.phase_flags, 0, words * sizeof(uint64_t), l.stream);
+      if (z != cudaSuccess) return z;
+    }
+  }
 
   int sm_count = l.sm_count;
   if (sm_count <= 0) {
@@ -253,6 +268,9 @@ inline KvFlagHooks::Params flag_params(const Problem& pr, const HookArgs* h) {
   hp.no_wait = h->measure_no_wait ? 1 : 0;
   hp.keys_per_flag = h->keys_per_flag;
   hp.flags_per_row = h->flags_per_head;
+  hp.phase_split_keys = h->phase_split_keys;
+  hp.phase_ws = h->phase_split_keys > 0 ? h->phase_ws : nullptr;
+  hp.phase_flags = h->phase_split_keys > 0 ? h->phase_flags : nullptr;
   return hp;
 }
 

@@ -219,6 +219,8 @@ struct MainloopFwdSm90 {
 
   // Traits::kSplitTail: a piece of a split tail tile walks its KV blocks [n_lo, n_hi) only
   // (non-causal: inside the tile's [0, n_max)); producer and consumers alike.
+  // A phase of an own-shard-first tile (WorkTile::phase, kPhases schedulers) clips the tile's
+  // range to its [n_lo, n_hi) (get() sets no phase elsewhere: the branch folds away).
   CUTLASS_DEVICE static void piece_range(WorkTile const& work, int& n_min, int& n_max) {
     if constexpr (Traits::kSplitTail) {
       if (work.slot >= 0) {
@@ -226,6 +228,28 @@ struct MainloopFwdSm90 {
         n_max = work.n_hi;
       }
     }
+    if (work.phase != 0) {
+      n_min = n_min > work.n_lo ? n_min : work.n_lo;
+      n_max = n_max < work.n_hi ? n_max : work.n_hi;
+    }
+  }
+
+  // Whether the walk of `work` (a tile, piece or phase) meets any KV block: the producer and
+  // the consumers skip a second phase that meets none alike, and its first phase then ends the
+  // tile itself.
+  template <bool kZZ>
+  CUTLASS_DEVICE static bool walks_any(Params const& p, WorkTile const& work) {
+    int n_min, n_max;
+    n_block_range<kZZ>(p, work.m_block, n_min, n_max);
+    piece_range(work, n_min, n_max);
+    return prev_block<kZZ>(p, work.m_block, n_max, n_min) >= n_min;
+  }
+  // The second phase of first phase `work`.
+  CUTLASS_DEVICE static WorkTile second_phase(WorkTile work) {
+    work.phase = 2;
+    work.n_hi = work.n_lo;
+    work.n_lo = 0;
+    return work;
   }
 
   // Zigzag ring mode (causal ring attention in one launch, zz_world = W > 0): the queries are a
@@ -564,12 +588,16 @@ struct MainloopFwdSm90 {
   // to o_stage (-1: the tile saw no key, nothing held) for the epilogue to write O into, and
   // release_prev_o() (the caller's: frees the previous tile's O stage once its stores have read
   // it) runs right after the tile's first S GEMM is issued, when that store has long been issued.
-  template <bool kZZ, class AccO, class Softmax, class ReleasePrevO>
+  //
+  // resume(acc_o, softmax) runs once Q's stage is full (its barrier's acquire orders what the
+  // load lane waited for before the Q load): an own-shard-first second phase loads its first
+  // phase's state there (attention_kernel_sm90.cuh restore_state); otherwise a no-op.
+  template <bool kZZ, class AccO, class Softmax, class ReleasePrevO, class Resume>
   CUTLASS_DEVICE void mma(Params const& p, PipelineQ& pipeline_q, PipelineK& pipeline_k,
                           PipelineV& pipeline_v, StateQ& q_read, StateKV& kv_read,
                           TensorStorage& smem, WorkTile const& work, int mma_thread_idx,
                           AccO& acc_o, Softmax& softmax, int& o_stage,
-                          ReleasePrevO&& release_prev_o) {
+                          ReleasePrevO&& release_prev_o, Resume&& resume) {
     using namespace cute;
     int n_min, n_max;
     n_block_range<kZZ>(p, work.m_block, n_min, n_max);
@@ -702,6 +730,7 @@ struct MainloopFwdSm90 {
     };
 
     pipeline_q.consumer_wait(q_read);
+    resume(acc_o, softmax);
     int n = prev_block<kZZ>(p, work.m_block, n_max, n_min);
     if (n >= n_min) {
       // First block: S only (O is zero, nothing to overlap).

@@ -21,8 +21,22 @@ struct WorkTile {
   int n_lo = 0;
   int n_hi = 0;
   int slot = -1;
+  // The own-shard-first split (kPhases schedulers only): 0 the whole tile; 1 its first phase,
+  // KV blocks [n_lo, n_hi) = [phase_split, end), which leaves its running softmax state to
+  // workspace slot `slot` (unless the second phase walks no block: then it ends the tile as a
+  // whole one); 2 its second phase, blocks [0, phase_split), which resumes from that state.
+  int phase = 0;
 };
 
+// kPhases (the hooked kernels with claimed tiles: ring attention's whole mode), on when
+// Params::phase_split > 0: items t < tiles are the first phases of the linear order's tiles,
+// items tiles + t their second phases (WorkTile::phase). The engine walks key blocks last to
+// first and the ring puts the rank's own shard on top, so the first phases need only the own
+// shard: every tile's share of it is computed before any tile waits for a peer's (the whole
+// mode's first wave otherwise waits for the first remote chunks of its batch, the whole remote
+// shard at batch 1). A second phase continues its first's walk bit for bit (the state saved and
+// restored unrounded); it waits for that first phase, claimed `tiles` items earlier.
+//
 // kZigzagPairs (the hooked causal kernels: ring attention's zigzag ring mode) builds in a second
 // order, on when Params::zz_pairs is set (see get_zigzag).
 //
@@ -33,7 +47,8 @@ struct WorkTile {
 // t >= full_tiles = R * grid are pieces: piece j of tail tile i = item full_tiles + i * splits
 // + j covers KV blocks [j n / splits, (j + 1) n / splits) of tile full_tiles + i (splits =
 // min(grid / tail, n) pieces per tile, each >= 1 block), one piece per CTA in the last round.
-template <bool kLongestFirst, bool kZigzagPairs = false, bool kSplitTail = false>
+template <bool kLongestFirst, bool kZigzagPairs = false, bool kSplitTail = false,
+          bool kPhases = false>
 struct PersistentTileScheduler {
   struct Params {
     int m_blocks;    // query blocks per (batch, head)
@@ -46,6 +61,8 @@ struct PersistentTileScheduler {
     int full_tiles = 0;
     int splits = 0;
     int n_blocks = 0;  // KV blocks per tile
+    // kPhases: the first KV block of a tile's first phase (0: no split, whole tiles).
+    int phase_split = 0;
   };
 
   // The split plan for a grid of `grid` CTAs and n_blocks KV blocks per tile, at most
@@ -68,6 +85,9 @@ struct PersistentTileScheduler {
   }
   // Items the CTAs walk (whole tiles and pieces).
   CUTLASS_HOST_DEVICE static int items(Params const& p) {
+    if constexpr (kPhases) {
+      if (p.phase_split > 0) return 2 * p.tiles;
+    }
     if constexpr (kSplitTail) {
       if (p.splits > 1) return p.full_tiles + (p.tiles - p.full_tiles) * p.splits;
     }
@@ -96,6 +116,18 @@ struct PersistentTileScheduler {
   CUTLASS_DEVICE static int tile_stride() { return static_cast<int>(gridDim.x); }
 
   CUTLASS_DEVICE static WorkTile get(Params const& p, int t) {
+    if constexpr (kPhases) {
+      if (p.phase_split > 0) {
+        const bool second = t >= p.tiles;
+        const int tile = second ? t - p.tiles : t;
+        WorkTile w = get_linear(p, tile);  // invalid past 2 * tiles
+        w.phase = second ? 2 : 1;
+        w.slot = tile;
+        w.n_lo = second ? 0 : p.phase_split;
+        w.n_hi = second ? p.phase_split : 0x7fffffff;
+        return w;
+      }
+    }
     if constexpr (kZigzagPairs) {
       if (p.zz_pairs) return get_zigzag(p, t);
     }

@@ -17,6 +17,7 @@ enum WaitKind : int32_t {
   kWaitNetSent = 8,    // the transport finishing a command to a peer (the FIFO's done count)
   kWaitPeerExit = 9,   // a peer's last fused kernel leaving the GPU (fused launch gate)
   kWaitPeerGate = 10,  // a peer's launch gate of the same fused call (the gate's barrier mode)
+  kWaitTilePhase = 11, // the first phase of the same query tile (another CTA of this engine)
 };
 
 // Which op waited (WaitDiagnostic::op).
