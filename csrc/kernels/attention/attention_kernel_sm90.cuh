@@ -122,7 +122,8 @@ class AttentionFwdSm90 {
   // ended the tile). The producer and the consumers skip it alike.
   CUTLASS_DEVICE static bool idle_phase(Params const& params, WorkTile const& work) {
     if constexpr (kPhases) {
-      return work.phase == 2 && !Mainloop::template walks_any<Hooks::kZigzag>(params.mainloop, work);
+      return work.phase == 2 &&
+             !Mainloop::template walks_any<Hooks::kZigzag>(params.mainloop, work);
     } else {
       return false;
     }
@@ -387,16 +388,16 @@ class AttentionFwdSm90 {
           }
         };
         int o_stage = -1;
-        mainloop.template mma<Hooks::kZigzag>(params.mainloop, pipeline_q, pipeline_k, pipeline_v, q_read, kv_read,
-                     shared.tensors.mainloop, work, mma_thread_idx, acc_o, softmax, o_stage,
-                     release_prev_o, resume);
+        mainloop.template mma<Hooks::kZigzag>(params.mainloop, pipeline_q, pipeline_k, pipeline_v,
+                                              q_read, kv_read, shared.tensors.mainloop, work,
+                                              mma_thread_idx, acc_o, softmax, o_stage,
+                                              release_prev_o, resume);
         if constexpr (kPhases) {
           // A first phase whose second walks blocks: the state goes to the workspace, no O.
           // (The item is rebuilt from t: fewer registers live across the main loop.)
           const WorkTile item = get_tile(params.scheduler, t);
-          if (item.phase == 1 &&
-              Mainloop::template walks_any<Hooks::kZigzag>(params.mainloop,
-                                                           Mainloop::second_phase(item))) {
+          if (item.phase == 1 && Mainloop::template walks_any<Hooks::kZigzag>(
+                                     params.mainloop, Mainloop::second_phase(item))) {
             save_state(params, item.slot, mma_thread_idx, acc_o, softmax);
             if constexpr (Traits::kOInV) o_stage_held = o_stage;  // freed as after a store
             continue;

@@ -146,7 +146,8 @@ cudaError_t launch_attention(const Problem& pr, const Launch& l,
                     "phase_ws_floats assumes 128 consumer threads per 64 query rows");
       params.scheduler.phase_split = hooks.phase_split_keys / kBlockN;
       const int64_t words = params.scheduler.tiles;  // one flag per tile
-      const cudaError_t z = cudaMemsetAsync(hooks.phase_flags, 0, words * sizeof(uint64_t), l.stream);
+      const cudaError_t z =
+          cudaMemsetAsync(hooks.phase_flags, 0, words * sizeof(uint64_t), l.stream);
       if (z != cudaSuccess) return z;
     }
   }
