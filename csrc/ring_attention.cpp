@@ -343,13 +343,17 @@ void set_ring_wait_options(attention::HookArgs& hooks) {
 // transfer of a whole batch (session 32: every row the ceiling plus the all-gather at batch 1).
 // The same output bit for bit; costs a workspace of ~(d + 8) floats per query row and head.
 // Default: on across nodes; MKERNEL_RING_OWN_FIRST=1 on inside a node too, =0 off (ranks may
-// differ). Not with the 128x144 tile (the split must be whole key blocks of 144).
-bool ring_own_first(bool nodes, const at::Tensor& q, bool causal) {
+// differ). Not with the 128x144 tile (the split must be whole key blocks of 144). By default
+// not where the workspace would pass kOwnFirstMaxBytes (~2.1x the bf16 output: 0.43 GB at the
+// seed's s12k rows): the split's gain is the first wave's wait, one chunk's transfer, a
+// shrinking share of a call as the sequence grows, while the workspace grows with it.
+constexpr int64_t kOwnFirstMaxBytes = int64_t{2} << 30;
+bool ring_own_first(bool nodes, const attention::Problem& p, const at::Tensor& q, bool causal) {
   if (ring_wide_tile(q, causal)) return false;
   const char* value = env::get("MKERNEL_RING_OWN_FIRST");
   if (value != nullptr && std::strcmp(value, "1") == 0) return true;
   if (value != nullptr && std::strcmp(value, "0") == 0) return false;
-  return nodes;
+  return nodes && attention::phase_ws_floats(p) * int64_t{4} <= kOwnFirstMaxBytes;
 }
 
 // On by default since s11run2 (ring13; MKERNEL_RING_FUSED_NODES=0 pins the all-gather path;
@@ -837,7 +841,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
       whole_problem(q, k, world, rank, causal, scale, in_engine, kv, kv + v_off, out, lse);
   // The own-shard-first split's workspace (stream-ordered like the counters).
   at::Tensor phase_ws, phase_flags;
-  if (claims && ring_own_first(nodes, q, causal)) {
+  if (claims && ring_own_first(nodes, p, q, causal)) {
     phase_ws = at::empty({attention::phase_ws_floats(p)}, q.options().dtype(at::kFloat));
     phase_flags = at::empty({attention::phase_flag_words(p)}, q.options().dtype(at::kLong));
     hooks.phase_split_keys = (world - 1) * geo.seq;  // position W - 1: the own shard
