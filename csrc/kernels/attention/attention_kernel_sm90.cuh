@@ -130,7 +130,7 @@ class AttentionFwdSm90 {
   }
 
   // The running state of a first phase in workspace slot `slot` (Hooks::Params::phase_ws,
-  // kStateFloats floats per slot, value-major: value i of consumer thread j at i * kNumMmaThreads
+  // state_floats() floats per slot, value-major: value i of consumer thread j at i * kNumMmaThreads
   // + j, so each warp's store is one 128-byte line), then one release count per consumer thread
   // on the tile's flag (phase_flags[slot]).
   template <class AccO, class Softmax>
