@@ -139,6 +139,9 @@ VARIANTS = {
     # across nodes with 2 send CTAs: at W = 4 under MPS the 4 send CTAs + 2 copier SMs are 6 of a
     # rank's 33 SMs (the engine on 27, the ceiling on 33).
     "xn2": ("fused_nodes_send2", "xn2", {"MKERNEL_RING_SEND_CTAS": "2"}),
+    # session 33 (branch ring-refill): the refill pinned off (no engine CTAs on the send kernel's
+    # SMs once it ended; the default across nodes on the branch).
+    "xrefill0": ("refill_off", "xrefill0", {"MKERNEL_RING_REFILL": "0"}),
     "xn8": ("fused_nodes_send8", "xn8", {"MKERNEL_RING_FUSED_NODES": "1",
                                          "MKERNEL_RING_SEND_CTAS": "8"}),
     # Diagnostic: the communication alone, the substrate's all_gather of this rank's k and v (the
@@ -556,6 +559,8 @@ def main() -> None:
             "fused_nodes_send8": "fused_nodes with 8 send CTAs (MKERNEL_RING_SEND_CTAS=8)",
             "fused_nodes_send2": "across nodes with 2 send CTAs (MKERNEL_RING_SEND_CTAS=2; the "
                                  "default 4): the engine on 2 more SMs",
+            "refill_off": "across nodes, the refill pinned off (MKERNEL_RING_REFILL=0): the "
+                          "send kernel's SMs idle once it ended",
             "fused_nodes_last": "across nodes, the send order of session 31 pinned (the last "
                                 "batch's chunks first; MKERNEL_RING_NODES_ORDER=last)",
             "own_first_off": "the own-shard-first split pinned off (MKERNEL_RING_OWN_FIRST=0; "

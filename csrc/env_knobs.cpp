@@ -224,6 +224,8 @@ constexpr Knob kKnobs[] = {
      "the whole mode's engine computes every tile's own-shard keys before any peer's"},
     {"MKERNEL_RING_PHASES", kDebug, "path", "off",
      "the whole mode timed phase by phase, appended to <path>.rank<r> (synchronizes)"},
+    {"MKERNEL_RING_REFILL", kDebug, "0|1", "1",
+     "across nodes: engine CTAs on the send kernel's SMs once it ended"},
     {"MKERNEL_RING_SEND", kDebug, "engine|kernel", "by dtype and tile",
      "pins who forwards the KV shards: the engine or the send kernel"},
     {"MKERNEL_RING_SEND_CTAS", kDebug, "integer in [1, 16]", "by mode",

@@ -356,6 +356,19 @@ bool ring_own_first(bool nodes, const attention::Problem& p, const at::Tensor& q
   return nodes && attention::phase_ws_floats(p) * int64_t{4} <= kOwnFirstMaxBytes;
 }
 
+// The refill of the whole mode across nodes (MKERNEL_RING_REFILL=0 turns it off; ranks may
+// differ): the engine's grid leaves the send kernel's CTAs their SMs, which idle once it ended
+// (its shard pushed, the other nodes' shards copied in: ~1/8 of a GQA call, ~2/3 of mha s4096's
+// at W = 2 over 2 nodes), and the engine runs on 60 of a rank's 66 SMs (27 of 33 at W = 4)
+// where the ceiling has all of them. A second launch of the same engine with send_ctas CTAs
+// goes on the side stream behind the send kernel: its CTAs start on those SMs when it ends and
+// claim the items left from the same counter (attention_api.h, shared counters). The SMs left to
+// the emulated link's copies stay free (session 32's stall).
+bool ring_refill() {
+  const char* value = env::get("MKERNEL_RING_REFILL");
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
 // On by default since s11run2 (ring13; MKERNEL_RING_FUSED_NODES=0 pins the all-gather path;
 // every rank the same value): a group spanning several nodes runs the whole-sequence mode (one
 // hooked engine launch consuming each KV chunk on arrival) with the across-nodes send kernel
@@ -843,7 +856,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   at::Tensor phase_ws, phase_flags;
   if (claims && ring_own_first(nodes, p, q, causal)) {
     phase_ws = at::empty({attention::phase_ws_floats(p)}, q.options().dtype(at::kFloat));
-    phase_flags = at::empty({attention::phase_flag_words(p)}, q.options().dtype(at::kLong));
+    phase_flags = at::zeros({attention::phase_flag_words(p)}, q.options().dtype(at::kLong));
     hooks.phase_split_keys = (world - 1) * geo.seq;  // position W - 1: the own shard
     hooks.phase_ws = phase_ws.data_ptr<float>();
     hooks.phase_flags = reinterpret_cast<uint64_t*>(phase_flags.data_ptr<int64_t>());
@@ -851,12 +864,25 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   attention::Launch l;
   l.stream = stream;
   l.sm_count = whole_grid(q, send_ctas, nodes && g.net_copies_on_this_gpu());
+  // The refill (across nodes; claimed tiles): send_ctas more engine CTAs on the side stream
+  // behind the send kernel, so they take its SMs once it ended and join the engine's claims.
+  const bool refill = nodes && claims && ring_refill();
+  at::cuda::CUDAEvent zeroed;
+  if (refill) zeroed.record(at::cuda::getCurrentCUDAStream());  // counters and flags are zero
   phases.mark();
   const char* reason = nullptr;
   const cudaError_t err = attention::run_hooked(p, l, hooks, &reason);
   TORCH_CHECK_VALUE(reason == nullptr, kOp, ": ", reason, " (dtype ", q.scalar_type(), ", d ",
                     q.size(3), ")");
   check(err, "engine");
+  if (refill) {
+    zeroed.block(side);
+    attention::Launch more;
+    more.stream = side.stream();
+    more.sm_count = send_ctas;
+    check(attention::run_hooked(p, more, hooks, &reason), "engine (refill)");
+    sent.record(side);
+  }
   phases.mark();
   sent.block(at::cuda::getCurrentCUDAStream());
   check(ring_attention::end(view, stream), "exit");

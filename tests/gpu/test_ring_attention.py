@@ -202,16 +202,17 @@ def test_fused_ring_across_emulated_nodes(mps, world, tmp_path):
           f"per rank), worst rel err {max(c['rel'] for c in cases):.2e}")
 
 
-def test_fused_ring_across_nodes_own_first_off(mps, tmp_path):
-    """W = 2 over 2 emulated nodes with the own-shard-first split pinned off
-    (MKERNEL_RING_OWN_FIRST=0; on by default across nodes): the single-item tiles still pass
-    against the float64 reference and run fused."""
+@pytest.mark.parametrize("knob", ["MKERNEL_RING_OWN_FIRST", "MKERNEL_RING_REFILL"])
+def test_fused_ring_across_nodes_pinned_off(mps, tmp_path, knob):
+    """W = 2 over 2 emulated nodes with a default of the fused path across nodes pinned off: the
+    own-shard-first split (single-item tiles) or the refill (no engine CTAs on the send
+    kernel's SMs once it ended). Still against the float64 reference, and fused."""
     world, picked = 2, "0,5"
     phases = tmp_path / "ph"
     res = run_ranks(RING_MAIN, world, nodes=2, timeout=150,
                     env=rank_env(mps, world, TEST_SUITE="matrix", RING_CASES=picked, RING_REF="fp64",
                                  MKERNEL_OP_TIMEOUT="20", MKERNEL_NET_EMULATE=LINK,
-                                 MKERNEL_RING_OWN_FIRST="0", MKERNEL_RING_PHASES=str(phases)))
+                                 MKERNEL_RING_PHASES=str(phases), **{knob: "0"}))
     cases = check_ranks(res)
     assert len([c for c in cases if c["op"] == "matrix"]) == world * 2 * 2, cases
     whole = 2 * sum(whole_mode(CASES[int(i)]) for i in picked.split(","))

@@ -258,8 +258,14 @@ struct HookArgs {
   // keys [phase_split_keys, seq_kv) first (the top of the walk: the rank's own shard), all
   // tiles' first phases claimed before any second phase ([0, phase_split_keys), the peers'
   // shards), which resumes its first phase's unrounded softmax state from phase_ws (the same
-  // output bit for bit). phase_ws: phase_ws_floats(p) floats, phase_flags: phase_flag_words(p)
-  // words (any contents: the launch zeroes them on its stream).
+  // output bit for bit). phase_ws: phase_ws_floats(p) floats (any contents), phase_flags:
+  // phase_flag_words(p) words, zero at launch (stream order; the caller zeroes them, as it does
+  // tile_counter).
+  //
+  // Launches of the same problem and hooks that share tile_counter (and the split's workspace and
+  // flags) share the work: every CTA of either claims items from the one counter, so a second
+  // launch on another stream (the ring's refill: a few CTAs on the SMs a send kernel held, once it
+  // ended) joins the first wherever it has got to.
   int phase_split_keys = 0;
   float* phase_ws = nullptr;
   uint64_t* phase_flags = nullptr;

@@ -135,8 +135,8 @@ cudaError_t launch_attention(const Problem& pr, const Launch& l,
     if (hooks.tile_counter != nullptr) params.scheduler.zz_pairs = 0;
   }
   params.hooks = hooks;
-  // The own-shard-first split (HookArgs::phase_split_keys): claimed tiles only; the flags
-  // zeroed on the launch stream (a memset node in a captured graph).
+  // The own-shard-first split (HookArgs::phase_split_keys): claimed tiles only; the flags are
+  // the caller's to zero (like the tile counter: launches may share them).
   if constexpr (Kernel::kPhases) {
     if (hooks.phase_ws != nullptr) {
       if (hooks.tile_counter == nullptr || hooks.phase_flags == nullptr ||
@@ -145,10 +145,6 @@ cudaError_t launch_attention(const Problem& pr, const Launch& l,
       static_assert(Kernel::kNumMmaThreads == 2 * Traits::kBlockM,
                     "phase_ws_floats assumes 128 consumer threads per 64 query rows");
       params.scheduler.phase_split = hooks.phase_split_keys / kBlockN;
-      const int64_t words = params.scheduler.tiles;  // one flag per tile
-      const cudaError_t z =
-          cudaMemsetAsync(hooks.phase_flags, 0, words * sizeof(uint64_t), l.stream);
-      if (z != cudaSuccess) return z;
     }
   }
 
