@@ -139,6 +139,10 @@ VARIANTS = {
     # across nodes with 2 send CTAs: at W = 4 under MPS the 4 send CTAs + 2 copier SMs are 6 of a
     # rank's 33 SMs (the engine on 27, the ceiling on 33).
     "xn2": ("fused_nodes_send2", "xn2", {"MKERNEL_RING_SEND_CTAS": "2"}),
+    # session 34: 1 and 3 send CTAs (with the refill, the engine takes the send CTAs' SMs once
+    # the send kernel ends).
+    "xn1": ("fused_nodes_send1", "xn1", {"MKERNEL_RING_SEND_CTAS": "1"}),
+    "xn3": ("fused_nodes_send3", "xn3", {"MKERNEL_RING_SEND_CTAS": "3"}),
     # session 33 (branch ring-refill): the refill pinned off (no engine CTAs on the send kernel's
     # SMs once it ended; the default across nodes on the branch).
     "xrefill0": ("refill_off", "xrefill0", {"MKERNEL_RING_REFILL": "0"}),
