@@ -385,12 +385,19 @@ bool ring_fused_nodes() {
 
 // CTAs of the across-nodes send kernel: it stages the shard into the send area, copies it to
 // the node-mates and copies the other nodes' shards out of the receive area (host memory on the
-// staged path), all beside the engine. MKERNEL_RING_SEND_CTAS=1..16 pins it.
-constexpr int kNodesSendCtas = 4;
-int nodes_send_ctas() {
+// staged path), all beside the engine, whose refill takes their SMs once it ended. At most a
+// sixteenth of the rank's SMs, 2 to 4: session 34 (H100, MPS, the refill on;
+// bench_ring_attention xn1/xn2/xn3): at W = 4 over 2 nodes (33 SMs a rank) 2 CTAs were 1-4 %
+// faster than 4 on five of six rows over three runs, 1 up to 1.8x slower (link-bound mha); at
+// W = 2 over 2 (66 SMs) 2 and 4 within the noise (0.97-1.09x). MKERNEL_RING_SEND_CTAS=1..16
+// pins it.
+int nodes_send_ctas(const at::Tensor& q) {
   const char* ctas = env::get("MKERNEL_RING_SEND_CTAS");
   const int n = ctas != nullptr ? std::atoi(ctas) : 0;
-  return n >= 1 && n <= ring_attention::kMaxSendCtas ? n : kNodesSendCtas;
+  if (n >= 1 && n <= ring_attention::kMaxSendCtas) return n;
+  int sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, q.device().index()));
+  return std::clamp(sms / 16, 2, 4);
 }
 
 // MKERNEL_RING_PHASES=<path> (ring12; a measurement mode, never for timing the op itself: it
@@ -760,7 +767,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   // MKERNEL_RING_SEND=engine: no send kernel; the engine forwards (step 0 from position W - 1,
   // once mark_whole below released it).
   // Across nodes always the send kernel (the engine's forwarding reaches same-node ranks only).
-  const WholeSend how = nodes ? WholeSend{false, nodes_send_ctas()} : whole_send(q, causal);
+  const WholeSend how = nodes ? WholeSend{false, nodes_send_ctas(q)} : whole_send(q, causal);
   const bool in_engine = how.in_engine;
   const int send_ctas = how.send_ctas;
   if (nodes) {
