@@ -132,8 +132,9 @@ VARIANTS = {
     # first; the default sends batch 0 first, the engine's first tiles' batch).
     "xlast": ("fused_nodes_last", "xlast", {"MKERNEL_RING_NODES_ORDER": "last"}),
     # session 33: the whole mode's own-shard-first split (every tile's own-shard keys as a
-    # first item, claimed for all tiles before any peer key; the default across nodes) pinned
-    # off (xown0) and on inside a node (own1).
+    # first item, claimed for all tiles before any peer key; the default across nodes, and
+    # inside a node for shards of at most 8192 keys since session 34) pinned off (xown0) and
+    # on (own1).
     "xown0": ("own_first_off", "xown0", {"MKERNEL_RING_OWN_FIRST": "0"}),
     "own1": ("own_first_on", "own1", {"MKERNEL_RING_OWN_FIRST": "1"}),
     # across nodes with 2 send CTAs: at W = 4 under MPS the 4 send CTAs + 2 copier SMs are 6 of a
@@ -568,9 +569,11 @@ def main() -> None:
             "fused_nodes_last": "across nodes, the send order of session 31 pinned (the last "
                                 "batch's chunks first; MKERNEL_RING_NODES_ORDER=last)",
             "own_first_off": "the own-shard-first split pinned off (MKERNEL_RING_OWN_FIRST=0; "
-                             "the default across nodes since session 33): one item per tile",
+                             "the default across nodes since session 33, inside a node for "
+                             "shards of at most 8192 keys since session 34): one item per tile",
             "own_first_on": "the own-shard-first split pinned on (MKERNEL_RING_OWN_FIRST=1; "
-                            "inside a node off by default): every tile's own-shard keys first, "
+                            "inside a node off by default above 8192 keys a shard): every "
+                            "tile's own-shard keys first, "
                             "claimed for all tiles before any peer key, the peers' keys resumed "
                             "from the saved softmax state (the same bits)",
             "allgather_path": "with --nodes > 1: the all-gather path across nodes pinned "

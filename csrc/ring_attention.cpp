@@ -342,18 +342,25 @@ void set_ring_wait_options(attention::HookArgs& hooks) {
 // wave of tiles waits for the first peer chunks of its batch — across nodes the inter-node
 // transfer of a whole batch (session 32: every row the ceiling plus the all-gather at batch 1).
 // The same output bit for bit; costs a workspace of ~(d + 8) floats per query row and head.
-// Default: on across nodes; MKERNEL_RING_OWN_FIRST=1 on inside a node too, =0 off (ranks may
+// Default: on across nodes; inside a node on where the rank's shard has at most
+// kOwnFirstMaxKeysInNode keys; MKERNEL_RING_OWN_FIRST=1 on everywhere, =0 off (ranks may
 // differ). Not with the 128x144 tile (the split must be whole key blocks of 144). By default
 // not where the workspace would pass kOwnFirstMaxBytes (~2.1x the bf16 output: 0.43 GB at the
 // seed's s12k rows): the split's gain is the first wave's wait, one chunk's transfer, a
 // shrinking share of a call as the sequence grows, while the workspace grows with it.
+// Inside a node (H100, MPS, bench_ring_attention own1; sessions 33-34): shards of 4096 and
+// 8192 keys 1.01-1.08x the unsplit engine at W = 4 in two 20-iteration runs (per-rank spread
+// under 3 %; the shorter runs, spread wider, read 0.78-1.11x) and 1.01-1.06x at W = 2 (three
+// runs); the seed's 12288-key shards 0.97-1.01x (W = 2, three runs).
 constexpr int64_t kOwnFirstMaxBytes = int64_t{2} << 30;
+constexpr int64_t kOwnFirstMaxKeysInNode = 8192;
 bool ring_own_first(bool nodes, const attention::Problem& p, const at::Tensor& q, bool causal) {
   if (ring_wide_tile(q, causal)) return false;
   const char* value = env::get("MKERNEL_RING_OWN_FIRST");
   if (value != nullptr && std::strcmp(value, "1") == 0) return true;
   if (value != nullptr && std::strcmp(value, "0") == 0) return false;
-  return nodes && attention::phase_ws_floats(p) * int64_t{4} <= kOwnFirstMaxBytes;
+  if (!nodes && q.size(1) > kOwnFirstMaxKeysInNode) return false;
+  return attention::phase_ws_floats(p) * int64_t{4} <= kOwnFirstMaxBytes;
 }
 
 // The refill of the whole mode across nodes (MKERNEL_RING_REFILL=0 turns it off; ranks may

@@ -565,10 +565,11 @@ def ring_attention(
     several nodes run the same one-launch mode, the other nodes' shards pushed through the
     inter-node FIFO by a send kernel (MKERNEL_RING_FUSED_NODES=0: gathered through the
     substrate's inter-node path first, then per-step engine calls; ragged shards always so).
-    Across nodes the engine computes every query tile's keys of the rank's own shard before
-    any peer's, so the transfer hides behind them; that holds a temporary fp32 workspace of
-    about ``b * (s + 191) * h * (d + 8)`` floats (~2.1x the output; off above 2 GiB;
-    MKERNEL_RING_OWN_FIRST=0 off, =1 on inside a node too). Differentiable
+    Across nodes, and inside a node for shards of at most 8192 keys, the engine computes every
+    query tile's keys of the rank's own shard before any peer's, so the transfer hides behind
+    them; that holds a temporary fp32 workspace of about ``b * (s + 191) * h * (d + 8)`` floats
+    (~2.1x the output; off above 2 GiB; MKERNEL_RING_OWN_FIRST=0 off, =1 on for every shard
+    length). Differentiable
     (python/mkernel/_ring_backward.py).
     """
     global _launched_group_op

@@ -100,13 +100,15 @@ def test_ring_attention_across_emulated_nodes(mps, world):
                           # the non-causal bf16 engine on the 128x144 tile (flags by keys) with
                           # the send kernel; cases 5 / 6 (causal, fp16) keep 128x128
                           ("MKERNEL_RING_BLOCK_N=144", "0,8,5,6", "matrix,graph,alone"),
-                          # the own-shard-first split inside a node (the default across nodes):
-                          # every tile's own-shard keys as a first item, its peers' keys resumed
-                          # from the saved softmax state by a second — bit for bit the ceiling
-                          # (alone), with graph replays (the flags zeroed per launch); case 5:
-                          # causal zigzag, 72 tiles > CTAs, the second phases of the early
-                          # chunk's tiles see no peer key (skipped)
-                          ("MKERNEL_RING_OWN_FIRST=1", "0,5,6", "matrix,graph,alone"),
+                          # the own-shard-first split (every tile's own-shard keys as a first
+                          # item, its peers' keys resumed from the saved softmax state by a
+                          # second; the default at these shards' lengths since session 34)
+                          # pinned off: the unsplit engine, the default inside a node for
+                          # shards of more than 8192 keys; and pinned on everywhere with the
+                          # send kernel — bit for bit the ceiling (alone), graph replays (the
+                          # flags zeroed per launch); case 5: causal zigzag, 72 tiles > CTAs,
+                          # the second phases of the early chunk's tiles see no peer key
+                          ("MKERNEL_RING_OWN_FIRST=0", "0,5,6", "matrix,graph,alone"),
                           ("MKERNEL_RING_OWN_FIRST=1 MKERNEL_RING_SEND=kernel", "0,5", "matrix,alone"),
                           # the ring backward on the native backward's ring mode (one launch
                           # over the gathered K/V; session 26): the grad suite's two cases per
