@@ -1,4 +1,5 @@
-"""Drop-in tensor-parallel linear layers on the fused ops, with Megatron-core's layouts.
+"""Drop-in layers on the fused ops, with Megatron-core's layouts: the tensor-parallel linear layers
+below, :class:`MoEMLP` (expert parallel) and :class:`ContextParallelAttention` (context parallel).
 
 - :class:`ColumnParallelLinear`: weight ``[out/tp, in]``. With ``sequence_parallel`` the input is
   the sequence shard ``[s/tp, b, in]`` and the forward is one :func:`mkernel.ag_gemm` (its
@@ -238,7 +239,9 @@ class RowParallelLinear(_ParallelLinear):
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear"]
 
-# The expert-parallel MoE layer lives in mkernel/moe.py (dispatch + grouped GEMMs + combine).
+# The expert-parallel MoE layer lives in mkernel/moe.py (dispatch + grouped GEMMs + combine), the
+# context-parallel core attention in mkernel/context_parallel.py (the fused ring attention).
+from .context_parallel import ContextParallelAttention  # noqa: E402
 from .moe import MoEMLP  # noqa: E402
 
-__all__ += ["MoEMLP"]
+__all__ += ["ContextParallelAttention", "MoEMLP"]

@@ -31,6 +31,62 @@ def test_ring_attention_matches_reference(world, nodes) -> None:
     check_ranks(res)
 
 
+CP_MAIN = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from tests.attention.cp_attention_rank import main
+main()
+"""
+
+
+@pytest.mark.multiproc
+@pytest.mark.parametrize("world, nodes", [(2, 1), (4, 2)])
+def test_context_parallel_attention_layer(world, nodes) -> None:
+    """mkernel.nn.ContextParallelAttention (Megatron's core-attention call, [s, b, h, d] in,
+    [s, b, h * d] out) on every rank: output and input gradients against float64 autograd."""
+    res = run_ranks(CP_MAIN, world, nodes=nodes, timeout=150, fork=True)
+    check_ranks(res)
+
+
+def test_context_parallel_attention_refuses_what_it_cannot_do() -> None:
+    from mkernel import runtime
+    from mkernel.nn import ContextParallelAttention
+
+    had_default = runtime._default is not None and not runtime._default.closed
+    ctx = mkernel.init()
+    try:
+        class Config:
+            attention_dropout = 0.1
+
+        with pytest.raises(ValueError, match="attention_dropout"):
+            ContextParallelAttention(Config(), group=ctx)
+        with pytest.raises(ValueError, match="attn_mask_type 'padding'"):
+            ContextParallelAttention(attn_mask_type="padding", group=ctx)
+        with pytest.raises(ValueError, match="self-attention only"):
+            ContextParallelAttention(attention_type="cross", group=ctx)
+        layer = ContextParallelAttention(group=ctx)
+        q, kv = torch.randn(4, 1, 4, 8), torch.randn(4, 1, 2, 8)
+        with pytest.raises(ValueError, match="attention_mask must be None"):
+            layer(q, kv, kv, torch.ones(1, 1, 4, 4, dtype=torch.bool))
+        with pytest.raises(ValueError, match="packed_seq_params"):
+            layer(q, kv, kv, packed_seq_params=object())
+        with pytest.raises(ValueError, match=r"key \(4, 1, 2, 4\)"):
+            layer(q, torch.randn(4, 1, 2, 4), torch.randn(4, 1, 2, 4))
+        with pytest.raises(ValueError, match="not a multiple of key's 3"):
+            layer(q, torch.randn(4, 1, 3, 8), torch.randn(4, 1, 3, 8))
+        with pytest.raises(ValueError, match=r"query must be \[s, b, heads"):
+            layer(q[0], kv, kv)
+        # World 1: plain attention, [s, b, h * d], the module's no-mask override per call.
+        out = layer(q, kv, kv, attn_mask_type="no_mask")
+        ref, _ = attention_ref(q.transpose(0, 1), kv.transpose(0, 1), kv.transpose(0, 1), False)
+        ref = ref.transpose(0, 1).reshape(4, 1, 32)
+        assert out.shape == (4, 1, 32)
+        assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-5
+    finally:
+        if not had_default:
+            ctx.close()
+
+
 def test_zigzag_roundtrip_and_balance() -> None:
     x = torch.arange(2 * 16).reshape(2, 16)
     shards = [zigzag_shard(x, r, 4) for r in range(4)]
