@@ -10,7 +10,8 @@ on fresh inputs (buffers and flags reused across calls without a host step).
 
 A rank prints ``CASE {json}`` per checked call, ``ERR {json}`` for an expected failure and
 ``OK <rank>`` at the end. ``TEST_SUITE`` (comma-separated) picks: ``matrix``, ``graph``,
-``grad``, ``alone`` (ring12: the compute-alone ceiling op), ``kill`` (ends the process). Groups spanning emulated nodes run the same suites.
+``grad``, ``alone`` (ring12: the compute-alone ceiling op), ``layer`` (mkernel.nn.ContextParallelAttention),
+``kill`` (ends the process). Groups spanning emulated nodes run the same suites.
 """
 
 from __future__ import annotations
@@ -221,6 +222,45 @@ def grad(c: Checker) -> None:
             rels[name] = rel_err(x.grad.cpu(), want)
         rec = {"op": "grad", "causal": causal, "shape": [b, s, h, h_kv, d], "rel": max(rels.values()),
                "rels": rels, "world": c.world}
+        emit("CASE", rec)
+        assert all(r <= BOUND for r in rels.values()), rec
+        c.calls += 1
+
+
+def layer(c: Checker) -> None:
+    """mkernel.nn.ContextParallelAttention (Megatron's core-attention call: [s, b, h, d] shards
+    in, [s, b, h * d] out) on the fused ring: output and dq/dk/dv against fp32 autograd of the
+    whole sequence, outputs poisoned first; causal (zigzag, the whole mode) and non-causal
+    (ragged shards: the per-step ring)."""
+    from mkernel.nn import ContextParallelAttention
+
+    for i, case in enumerate([(True, 2, 512, 8, 2, 128, torch.bfloat16),
+                              (False, 1, 333, 4, 4, 64, torch.float16)]):
+        causal, b, s, h, h_kv, d, dtype = case
+        q, k, v = full_inputs(9500 + i, b, s * c.world, h, h_kv, d, dtype)  # [b, S, h, d]
+        gen = torch.Generator().manual_seed(9600 + i)
+        dout = torch.randn(b, s * c.world, h, d, generator=gen).to(dtype)
+        refs = [x.to(c.device).float().requires_grad_() for x in (q, k, v)]
+        ref_out, _ = attention_ref(*refs, causal, dtype=torch.float32)
+        (ref_out * dout.to(c.device).float()).sum().backward()
+        # Megatron's layout: [s, b, heads, head_dim], the sequence shard along s.
+        mine = [shard(x, c.rank, c.world, causal).transpose(0, 1).contiguous().to(c.device)
+                .requires_grad_() for x in (q, k, v)]
+        core = ContextParallelAttention(attn_mask_type="causal" if causal else "no_mask",
+                                        group=c.ctx)
+        poison(b, s, h, d, dtype, c.device)
+        out = core(*mine, None)  # [s, b, h * d]
+        assert out.shape == (s, b, h * d) and out.dtype == dtype, out.shape
+        out.backward(shard(dout, c.rank, c.world, causal).transpose(0, 1).reshape(s, b, h * d)
+                     .to(c.device))
+        torch.cuda.synchronize()
+        want = shard(ref_out.detach(), c.rank, c.world, causal).transpose(0, 1).reshape(s, b, h * d)
+        rels = {"out": rel_err(out.detach().cpu(), want.cpu())}
+        for name, x, r in zip("qkv", mine, refs):
+            rels[name] = rel_err(x.grad.cpu(), shard(r.grad, c.rank, c.world, causal)
+                                 .transpose(0, 1).cpu())
+        rec = {"op": "layer", "causal": causal, "shape": [b, s, h, h_kv, d],
+               "rel": max(rels.values()), "rels": rels, "world": c.world}
         emit("CASE", rec)
         assert all(r <= BOUND for r in rels.values()), rec
         c.calls += 1

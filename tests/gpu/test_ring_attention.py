@@ -131,6 +131,16 @@ def test_ring_attention_pinned_paths(mps, knob, ring_cases, suite):
         assert {"graph", "after_graph"} <= {c["op"] for c in cases}
 
 
+def test_context_parallel_attention_layer(mps):
+    """mkernel.nn.ContextParallelAttention at W = 2: Megatron's core-attention call on the fused
+    ring, output and input gradients against fp32 autograd of the whole sequence."""
+    world = 2
+    res = run_ranks(RING_MAIN, world, timeout=120,
+                    env=rank_env(mps, world, TEST_SUITE="layer", MKERNEL_OP_TIMEOUT="20"))
+    cases = check_ranks(res)
+    assert len([c for c in cases if c["op"] == "layer"]) == world * 2, cases
+
+
 def test_compute_alone_is_the_ring_bit_for_bit(mps):
     """ring12: the bench's compute-alone ceiling (torch.ops.mkernel.ring_attention_compute_alone
     on every rank's K/V held locally in the ring's order) equals the ring's output bit for bit in
