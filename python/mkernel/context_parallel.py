@@ -106,7 +106,8 @@ class ContextParallelAttention(torch.nn.Module):
         if h % key.shape[2]:
             raise ValueError(f"ContextParallelAttention: query's {h} heads are not a multiple of "
                              f"key's {key.shape[2]}")
-        # [s, b, h, d] -> [b, s, h, d], the op's layout (a copy: the op reads dense rows).
+        # [s, b, h, d] -> [b, s, h, d], the op's dense layout: views at b = 1 (the usual
+        # micro-batch under CP), else a copy each way.
         q, k, v = (t.transpose(0, 1).contiguous() for t in (query, key, value))
         out, _ = ops.ring_attention(q, k, v, causal=causal, softmax_scale=self.softmax_scale,
                                     group=self.group)
