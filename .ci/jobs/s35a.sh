@@ -9,11 +9,12 @@ jx ring_w 150 30 "timeout 148 $P tests/gpu/test_ring_attention.py -k 'matches_re
 # beside cuDNN at S = 4096 non-causal (0.98x on H200): where each kernel's time goes (speed of light, warp stalls,
 # pipes). ncu profiles no MPS client: the daemon stopped for these jobs. Reports as text in the logs.
 mps_stop
-NCU="ncu --profile-from-start off --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats --section InstructionStats"
+NCU_BIN=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+NCU="$NCU_BIN --profile-from-start off --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats --section InstructionStats"
 for w in native_bwd cudnn_bwd; do
-  jx prof_$w 120 60 "$NCU -f -o /tmp/prof_$w python3 benchmarks/profile_attention.py --what $w --seq 8192 && ncu --import /tmp/prof_$w.ncu-rep --page details --print-units base > \$LOGS/prof_$w.txt"
+  jx prof_$w 120 60 "$NCU -f -o /tmp/prof_$w python3 benchmarks/profile_attention.py --what $w --seq 8192 && $NCU_BIN --import /tmp/prof_$w.ncu-rep --page details --print-units base > \$LOGS/prof_$w.txt"
 done
 for w in engine_fwd cudnn_fwd; do
-  jx prof_$w 90 50 "$NCU -f -o /tmp/prof_$w python3 benchmarks/profile_attention.py --what $w --seq 4096 && ncu --import /tmp/prof_$w.ncu-rep --page details --print-units base > \$LOGS/prof_$w.txt"
+  jx prof_$w 90 50 "$NCU -f -o /tmp/prof_$w python3 benchmarks/profile_attention.py --what $w --seq 4096 && $NCU_BIN --import /tmp/prof_$w.ncu-rep --page details --print-units base > \$LOGS/prof_$w.txt"
 done
 mps_start
