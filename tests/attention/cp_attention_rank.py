@@ -13,8 +13,8 @@ import torch.distributed as dist
 
 import mkernel
 from mkernel.nn import ContextParallelAttention
-from mkernel.ops import zigzag_shard
 from tests.attention.reference import attention_ref
+from tests.attention.ring_rank import _shard as shard_sequence
 
 
 class AttnMaskType(enum.Enum):  # Megatron-core's enum, by name
@@ -36,9 +36,7 @@ CASES = [  # (mask type, b, local s, h, h_kv, d, softmax_scale)
 
 
 def _shard(x: torch.Tensor, rank: int, world: int, causal: bool) -> torch.Tensor:
-    if causal:
-        return zigzag_shard(x, rank, world, dim=0)
-    return x.chunk(world, dim=0)[rank].contiguous()
+    return shard_sequence(x, rank, world, causal, dim=0)  # Megatron's layout: s first
 
 
 def main() -> None:
