@@ -354,12 +354,13 @@ void set_ring_wait_options(attention::HookArgs& hooks) {
 // runs); the seed's 12288-key shards 0.97-1.01x (W = 2, three runs).
 constexpr int64_t kOwnFirstMaxBytes = int64_t{2} << 30;
 constexpr int64_t kOwnFirstMaxKeysInNode = 8192;
-bool ring_own_first(bool nodes, const attention::Problem& p, const at::Tensor& q, bool causal) {
+bool ring_own_first(bool nodes, const attention::Problem& p, const at::Tensor& q, bool causal,
+                    int64_t shard_keys) {
   if (ring_wide_tile(q, causal)) return false;
   const char* value = env::get("MKERNEL_RING_OWN_FIRST");
   if (value != nullptr && std::strcmp(value, "1") == 0) return true;
   if (value != nullptr && std::strcmp(value, "0") == 0) return false;
-  if (!nodes && q.size(1) > kOwnFirstMaxKeysInNode) return false;
+  if (!nodes && shard_keys > kOwnFirstMaxKeysInNode) return false;
   return attention::phase_ws_floats(p) * int64_t{4} <= kOwnFirstMaxBytes;
 }
 
@@ -868,7 +869,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
       whole_problem(q, k, world, rank, causal, scale, in_engine, kv, kv + v_off, out, lse);
   // The own-shard-first split's workspace (stream-ordered like the counters).
   at::Tensor phase_ws, phase_flags;
-  if (claims && ring_own_first(nodes, p, q, causal)) {
+  if (claims && ring_own_first(nodes, p, q, causal, geo.seq)) {
     phase_ws = at::empty({attention::phase_ws_floats(p)}, q.options().dtype(at::kFloat));
     phase_flags = at::zeros({attention::phase_flag_words(p)}, q.options().dtype(at::kLong));
     hooks.phase_split_keys = (world - 1) * geo.seq;  // position W - 1: the own shard
