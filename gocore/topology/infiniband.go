@@ -148,3 +148,26 @@ func ParseRate(s string) (float64, error) {
 	}
 	return gbps, nil
 }
+
+// NICsOfKind lists the RDMA devices of kind in the sysfs tree mounted at
+// root, by name: those with an ACTIVE port, and the others.
+func NICsOfKind(root string, kind NICKind) (active, inactive []string, err error) {
+	f, err := NewFS(root)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read sysfs: %w", err)
+	}
+	nics, err := f.NICs()
+	if err != nil {
+		return nil, nil, fmt.Errorf("list RDMA NICs: %w", err)
+	}
+	for _, n := range nics {
+		switch {
+		case n.Kind != kind:
+		case n.Active():
+			active = append(active, n.Name)
+		default:
+			inactive = append(inactive, n.Name)
+		}
+	}
+	return active, inactive, nil
+}

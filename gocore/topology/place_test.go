@@ -1,6 +1,8 @@
 package topology_test
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -312,5 +314,46 @@ func TestPlaceErrors(t *testing.T) {
 	ps, err := topology.Place(&topology.Topology{})
 	if err != nil || len(ps) != 0 {
 		t.Errorf("Place(empty) = %v, %v", ps, err)
+	}
+}
+
+func TestFirstNIC(t *testing.T) {
+	var none *topology.Placement
+	if _, ok := none.FirstNIC(topology.KindEFA); ok {
+		t.Error("a nil placement has a NIC")
+	}
+	p := &topology.Placement{NICs: []topology.NICChoice{
+		{Name: "mlx5_0", Kind: topology.KindIBVerbs}, {Name: "rdmap0", Port: 1, Kind: topology.KindEFA}, {Name: "rdmap1", Kind: topology.KindEFA},
+	}}
+	if n, ok := p.FirstNIC(topology.KindEFA); !ok || n.Name != "rdmap0" {
+		t.Errorf("FirstNIC(efa) = %+v, %v", n, ok)
+	}
+	if n, ok := p.FirstNIC(topology.KindIBVerbs); !ok || n.Name != "mlx5_0" {
+		t.Errorf("FirstNIC(ibverbs) = %+v, %v", n, ok)
+	}
+	p.NICs = p.NICs[1:]
+	if _, ok := p.FirstNIC(topology.KindIBVerbs); ok {
+		t.Error("FirstNIC(ibverbs) found one among EFA NICs")
+	}
+}
+
+func TestNICsOfKind(t *testing.T) {
+	active, down, err := topology.NICsOfKind(sysfsRoot("p5-efa"), topology.KindEFA)
+	if err != nil || len(active) != 16 || len(down) != 0 || active[0] != "rdmap79s0" {
+		t.Errorf("p5 EFA devices: %v, %v, %v", active, down, err)
+	}
+	if active, down, err := topology.NICsOfKind(sysfsRoot("p5-efa"), topology.KindIBVerbs); err != nil || len(active)+len(down) != 0 {
+		t.Errorf("p5 ibverbs NICs: %v, %v, %v", active, down, err)
+	}
+	root := copyTree(t, "dgx-h200")
+	if err := os.WriteFile(filepath.Join(root, "class/infiniband/mlx5_3/ports/1/state"), []byte("1: DOWN\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	active, down, err = topology.NICsOfKind(root, topology.KindIBVerbs)
+	if err != nil || len(active) != 7 || !slices.Equal(down, []string{"mlx5_3"}) {
+		t.Errorf("DGX with mlx5_3 down: %v, %v, %v", active, down, err)
+	}
+	if _, _, err := topology.NICsOfKind(filepath.Join(root, "absent"), topology.KindIBVerbs); err == nil || !strings.Contains(err.Error(), "read sysfs") {
+		t.Errorf("no sysfs: %v", err)
 	}
 }

@@ -153,6 +153,20 @@ type Placement struct {
 	Reason string `json:"reason"`
 }
 
+// FirstNIC returns the best chosen NIC of kind (the first in NICs), false
+// when there is none or p is nil.
+func (p *Placement) FirstNIC(kind NICKind) (NICChoice, bool) {
+	if p == nil {
+		return NICChoice{}, false
+	}
+	for _, n := range p.NICs {
+		if n.Kind == kind {
+			return n, true
+		}
+	}
+	return NICChoice{}, false
+}
+
 // NICChoice is one NIC chosen for a GPU.
 type NICChoice struct {
 	Name string `json:"name"`

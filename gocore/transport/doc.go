@@ -10,6 +10,10 @@
 //	plugin    any backend in a separate process through hashicorp/go-plugin
 //	          (gocore/transport/plugin, MKERNEL_NET_PLUGIN=/path/to/binary)
 //
+// ibverbs and efa share what is the same in both under gocore/transport/rdma: the
+// connection blob's envelope (rdma/connblob), registered memory (rdma/memreg) and the
+// endpoint's life from Connect to Close (rdma/session).
+//
 // Connection setup follows NCCL's net plugins: each endpoint describes itself in an opaque
 // blob (Transport.Address), the blobs travel over the bootstrap session (Connect does the
 // AllGather), and Transport.Connect dials the peers. Backends never see the bootstrap.

@@ -3,7 +3,6 @@ package efa
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 
@@ -68,19 +67,9 @@ func available(sysfsRoot string) (bool, string) {
 	if err := librariesLoad(); err != nil {
 		return false, err.Error()
 	}
-	fs, err := topology.NewFS(sysfsRoot)
+	found, _, err := topology.NICsOfKind(sysfsRoot, topology.KindEFA)
 	if err != nil {
-		return false, fmt.Sprintf("read sysfs: %v", err)
-	}
-	nics, err := fs.NICs()
-	if err != nil {
-		return false, fmt.Sprintf("list RDMA NICs: %v", err)
-	}
-	var found []string
-	for _, n := range nics {
-		if n.Kind == topology.KindEFA && n.Active() {
-			found = append(found, n.Name)
-		}
+		return false, err.Error()
 	}
 	if len(found) == 0 {
 		return false, "no EFA device with an ACTIVE port under " + sysfsRoot + "/class/infiniband"
@@ -91,7 +80,7 @@ func available(sysfsRoot string) (bool, string) {
 // AvailableFor is Available for one placement: it chose an EFA NIC and the
 // libraries load. It opens no device.
 func AvailableFor(p *topology.Placement) (bool, string) {
-	nic, ok := placementNIC(p)
+	nic, ok := p.FirstNIC(topology.KindEFA)
 	if !ok {
 		return false, "the placement chose no EFA NIC"
 	}
@@ -99,15 +88,4 @@ func AvailableFor(p *topology.Placement) (bool, string) {
 		return false, err.Error()
 	}
 	return true, fmt.Sprintf("%s port %d", nic.Name, nic.Port)
-}
-
-func placementNIC(p *topology.Placement) (topology.NICChoice, bool) {
-	if p == nil {
-		return topology.NICChoice{}, false
-	}
-	i := slices.IndexFunc(p.NICs, func(n topology.NICChoice) bool { return n.Kind == topology.KindEFA })
-	if i < 0 {
-		return topology.NICChoice{}, false
-	}
-	return p.NICs[i], true
 }

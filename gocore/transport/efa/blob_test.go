@@ -1,7 +1,6 @@
 package efa
 
 import (
-	"bytes"
 	"errors"
 	"testing"
 
@@ -9,15 +8,19 @@ import (
 
 	"github.com/mkernel/mkernel/gocore/transport"
 	"github.com/mkernel/mkernel/gocore/transport/ibverbs/verbs"
+	"github.com/mkernel/mkernel/gocore/transport/rdma/memreg"
 )
+
+// The envelope (magic, version, MAC, sizes, rank and region checks) is
+// connblob's and tested there; these are the efa fields.
 
 var testKey = []byte("0123456789abcdef0123456789abcdef")
 
 func sampleBlob() blob {
 	g, _ := verbs.ParseGID("fe80::4b2:c4ff:fe5d:1f4b")
 	return blob{Rank: 1, World: 3, GID: g, QPN: 0x1a2b3c, QKey: 0x11223344, Regions: []blobRegion{
-		{ID: 1, Addr: 0x7f0000000000, Len: 1 << 20, RKey: 7, Kind: kindHost},
-		{ID: 9, Addr: 0x7e0000000000, Len: 64, RKey: 8, Kind: kindDevice},
+		{ID: 1, Addr: 0x7f0000000000, Len: 1 << 20, RKey: 7, Kind: memreg.Host},
+		{ID: 9, Addr: 0x7e0000000000, Len: 64, RKey: 8, Kind: memreg.Device},
 	}}
 }
 
@@ -35,30 +38,15 @@ func TestBlobRoundTrip(t *testing.T) {
 		if d := cmp.Diff(&b, got); d != "" {
 			t.Errorf("(-want +got):\n%s", d)
 		}
+		for n := range len(data) {
+			if _, err := decodeBlob(data[:n], key); !errors.Is(err, transport.ErrProtocol) {
+				t.Fatalf("cut to %d bytes: %v", n, err)
+			}
+		}
 	}
 }
 
 func TestBlobMalformed(t *testing.T) {
-	b := sampleBlob()
-	good, err := b.encode(testKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for n := range len(good) {
-		if _, err := decodeBlob(good[:n], testKey); !errors.Is(err, transport.ErrProtocol) {
-			t.Fatalf("cut to %d bytes: %v", n, err)
-		}
-	}
-	for i := range len(good) - 36 {
-		bad := bytes.Clone(good)
-		bad[i] ^= 0x04
-		if _, err := decodeBlob(bad, testKey); !errors.Is(err, transport.ErrAuth) && !errors.Is(err, transport.ErrProtocol) {
-			t.Fatalf("bit flip at %d accepted: %v", i, err)
-		}
-	}
-	if _, err := decodeBlob(good, []byte("a different job key, 32 bytes!!!")); !errors.Is(err, transport.ErrAuth) {
-		t.Errorf("other key: %v", err)
-	}
 	ibBlob := []byte{0x4d, 0x4b, 0x49, 0x42, 1} // the ibverbs magic
 	if _, err := decodeBlob(ibBlob, testKey); !errors.Is(err, transport.ErrProtocol) {
 		t.Errorf("an ibverbs blob: %v", err)

@@ -15,28 +15,11 @@ import (
 // No machine available to this project has one, so here it skips, saying
 // why.
 func TestConformance(t *testing.T) {
-	ok, reason := efa.Available()
-	if !ok {
-		t.Skipf("no usable EFA device on this host: %s", reason)
-	}
-	fs, err := topology.NewFS("/sys")
-	if err != nil {
-		t.Fatal(err)
-	}
-	nics, err := fs.NICs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nics {
-		if n.Kind == topology.KindEFA && n.Active() {
-			open := func(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
-				return efa.Open(ctx, cfg, efa.WithDevice(n.Name, 1))
-			}
-			transporttest.Run(t, transporttest.Suite{Open: open})
-			return
+	verbstest.RunOnDevice(t, topology.KindEFA, efa.Available, func(dev string, port int) transporttest.OpenFunc {
+		return func(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
+			return efa.Open(ctx, cfg, efa.WithDevice(dev, port))
 		}
-	}
-	t.Skip("Available found an EFA device but no ACTIVE port remains")
+	})
 }
 
 // fakeOpen opens endpoints on the fake provider's EFA device (verbstest),

@@ -62,9 +62,9 @@
 //
 // # Memory, failure, Close
 //
-// Registration is the ibverbs backend's: ibv_reg_dmabuf_mr for GPU memory
-// with a DMA-BUF fd, ibv_reg_mr on the device pointer (nvidia-peermem)
-// otherwise, ibv_reg_mr for host memory. A failed completion fails its peer
+// Registration is the ibverbs backend's (package memreg, shared by both):
+// ibv_reg_dmabuf_mr for GPU memory with a DMA-BUF fd, ibv_reg_mr on the
+// device pointer (nvidia-peermem) otherwise, ibv_reg_mr for host memory. A failed completion fails its peer
 // and the transport with an error naming the peer rank and device
 // (transport.ErrPeerGone for retry/RNR/timeout statuses, ErrProtocol
 // otherwise); since the one QP serves every peer it is not moved to the

@@ -1,15 +1,13 @@
 package efa_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/mkernel/mkernel/gocore/topology"
 	"github.com/mkernel/mkernel/gocore/transport"
@@ -106,26 +104,9 @@ func TestReorderedArrivals(t *testing.T) {
 // in for it) as a data destination, and checks that a flag in a peer's GPU
 // memory is refused: on EFA the receiver stores flags with the CPU.
 func TestDeviceMemory(t *testing.T) {
-	const size = 1 << 16
-	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(mem)
-	fd, err := unix.MemfdCreate("fake-dmabuf", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
+	gpu := verbstest.NewGPUMemory(t, 1<<16)
 	const bufGPU transport.BufferID = 40
-	open := fakeOpen(t)
-	j := transporttest.StartJob(t, func(ctx context.Context, c transport.Config) (transport.Transport, error) {
-		tr, err := open(ctx, c)
-		if err != nil || c.Rank != 1 {
-			return tr, err
-		}
-		return tr, tr.Register(bufGPU, transport.Region{Device: &transport.DeviceRegion{Ptr: uintptr(unsafe.Pointer(&mem[0])), Len: size, DMABufFD: fd}})
-	}, transporttest.JobOptions{World: 2, DataSize: 1 << 16})
+	j := transporttest.StartJob(t, verbstest.RegisterOn(fakeOpen(t), 1, bufGPU, gpu.Region(gpu.FD)), transporttest.JobOptions{World: 2, DataSize: 1 << 16})
 	src := j.Ranks[0].Src.Bytes()
 	for i := range 1000 {
 		src[i] = byte(i + 7)
@@ -138,13 +119,11 @@ func TestDeviceMemory(t *testing.T) {
 	if err := transporttest.WaitFlag(j.Ranks[1].Flag(9), 1, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 1000 {
-		if mem[64+i] != src[i] {
-			t.Fatalf("byte %d: %d, want %d", i, mem[64+i], src[i])
-		}
+	if !bytes.Equal(gpu.Mem[64:64+1000], src[:1000]) {
+		t.Fatal("the GPU region does not hold the data written")
 	}
 	ds[0].Stop()
-	_, err = j.Ranks[0].T.Post([]transport.Op{{Kind: transport.OpWriteSignal, Peer: 1, SignalBuf: bufGPU, SignalOff: 0, SignalValue: 1}})
+	_, err := j.Ranks[0].T.Post([]transport.Op{{Kind: transport.OpWriteSignal, Peer: 1, SignalBuf: bufGPU, SignalOff: 0, SignalValue: 1}})
 	if !errors.Is(err, transport.ErrNotSupported) || !strings.Contains(err.Error(), "GPU memory") {
 		t.Errorf("a flag in the peer's GPU memory: %v, want ErrNotSupported", err)
 	}
@@ -154,12 +133,7 @@ func TestDeviceMemory(t *testing.T) {
 }
 
 func TestPeerGoneNamesEverything(t *testing.T) {
-	j := transporttest.StartJob(t, fakeOpen(t), transporttest.JobOptions{World: 2, DataSize: 1 << 16, Timeout: time.Second})
-	if err := j.Ranks[1].T.Close(); err != nil {
-		t.Fatal(err)
-	}
-	tr := j.Ranks[0].T
-	err := transporttest.RunOps(tr, []transport.Op{{Kind: transport.OpWrite, Peer: 1, Local: transporttest.BufSrc, Remote: transporttest.BufData, Len: 8}}, 10*time.Second)
+	tr, err := verbstest.WriteToClosedPeer(t, fakeOpen(t))
 	if !errors.Is(err, transport.ErrPeerGone) {
 		t.Fatalf("write to a closed peer: %v, want ErrPeerGone", err)
 	}

@@ -7,18 +7,18 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"sort"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
+	"github.com/mkernel/mkernel/gocore/topology"
 	"github.com/mkernel/mkernel/gocore/transport"
 	"github.com/mkernel/mkernel/gocore/transport/ibverbs/verbs"
+	"github.com/mkernel/mkernel/gocore/transport/rdma/connblob"
+	"github.com/mkernel/mkernel/gocore/transport/rdma/memreg"
+	"github.com/mkernel/mkernel/gocore/transport/rdma/session"
 )
 
 const (
@@ -62,20 +62,17 @@ type Transport struct {
 	maxSendWR int    // send queue entries
 	winSize   int
 
-	ctl       sync.Mutex
-	regions   map[transport.BufferID]*region
+	gate      session.Gate  // the control and data path locks, Close
+	mem       *memreg.Table // under gate.Ctl
 	blob      []byte
 	connected bool
 
-	peers   []*peer
-	recvMem []byte // recvN buffers of recvSlot bytes
-	recvMR  *verbs.MR
-	recvN   int
-	descMem []byte // send descriptors: World*queue op slots, then World hello slots
-	descMR  *verbs.MR
+	peers []*peer
+	recv  memreg.Scratch // recvN buffers of recvSlot bytes
+	recvN int
+	desc  memreg.Scratch // send descriptors: World*queue op slots, then World hello slots
 
-	// The data path, held by Post, Poll, Connect's handshake and Close.
-	dp          sync.Mutex
+	// The data path, under gate.DP.
 	wrs         []verbs.SendWR
 	batch       []batchRef
 	wcs         []verbs.WC
@@ -84,7 +81,6 @@ type Transport struct {
 	synth       []transport.Completion // ops failed without a completion
 	polls       uint64
 	epoch       time.Time
-	closing     bool
 
 	// Arrivals of signals with data, by which half came first; SRD
 	// reorders, so on a busy fabric both grow (diagnostics, and the tests'
@@ -92,26 +88,9 @@ type Transport struct {
 	dataFirst, descFirst atomic.Uint64
 
 	transport.Failure // the first error (Err) and Done
-	closeOnce         sync.Once
-	closeErr          error
 }
 
 var _ transport.Transport = (*Transport)(nil)
-
-type region struct {
-	id   transport.BufferID
-	mem  []byte // host memory (flags are stored through it); nil for GPU memory
-	addr uint64
-	len  uint64
-	kind uint8
-	mr   *verbs.MR
-}
-
-type remoteRegion struct {
-	addr, len uint64
-	rkey      uint32
-	kind      uint8
-}
 
 type slot struct {
 	busy   bool
@@ -130,7 +109,7 @@ type peer struct {
 	rank      int
 	ah        *verbs.AH
 	qpn, qkey uint32
-	remote    map[transport.BufferID]remoteRegion
+	remote    map[transport.BufferID]memreg.Remote
 	ring      []slot
 	seq       uint64 // next op
 	win       window
@@ -138,6 +117,9 @@ type peer struct {
 
 	helloSent, helloRecv bool
 }
+
+// Handshake implements session.Handshaker.
+func (p *peer) Handshake() (int, bool) { return p.rank, p.helloSent && p.helloRecv }
 
 // Open creates rank cfg.Rank's endpoint on the placement's first EFA device
 // (or WithDevice's). It fails with ErrNotSupported when libibverbs or libefa
@@ -158,7 +140,7 @@ func Open(_ context.Context, cfg transport.Config, opts ...Option) (*Transport, 
 	}
 	dev, port := o.device, o.port
 	if dev == "" {
-		nic, ok := placementNIC(cfg.Placement)
+		nic, ok := cfg.Placement.FirstNIC(topology.KindEFA)
 		if !ok {
 			return nil, fmt.Errorf("efa: open rank %d: %w: the placement chose no EFA NIC", cfg.Rank, transport.ErrNotSupported)
 		}
@@ -177,7 +159,6 @@ func Open(_ context.Context, cfg transport.Config, opts ...Option) (*Transport, 
 		log:     log.With(zap.String("transport", Name), zap.Int("rank", cfg.Rank), zap.String("device", dev)),
 		dev:     dev,
 		port:    uint8(port),
-		regions: map[transport.BufferID]*region{},
 		peers:   make([]*peer, cfg.World),
 		wrs:     make([]verbs.SendWR, 0, 2*maxBatch),
 		batch:   make([]batchRef, 0, maxBatch),
@@ -266,6 +247,7 @@ func (t *Transport) open() error {
 	if t.pd, err = t.ctx.AllocPD(); err != nil {
 		return err
 	}
+	t.mem = memreg.NewTable(t.pd, connblob.MaxRegions, false, t.log)
 	if t.cq, err = t.ctx.CreateCQ(t.maxSendWR + t.recvN); err != nil {
 		return err
 	}
@@ -281,10 +263,10 @@ func (t *Transport) open() error {
 			return err
 		}
 	}
-	if t.recvMem, t.recvMR, err = t.mapRegistered(t.recvN*recvSlot, verbs.AccessLocalWrite); err != nil {
+	if t.recv, err = memreg.MapScratch(t.pd, t.recvN*recvSlot, verbs.AccessLocalWrite); err != nil {
 		return fmt.Errorf("receive buffers: %w", err)
 	}
-	if t.descMem, t.descMR, err = t.mapRegistered((t.cfg.World*t.queue+t.cfg.World)*descSize, verbs.AccessLocalWrite); err != nil {
+	if t.desc, err = memreg.MapScratch(t.pd, (t.cfg.World*t.queue+t.cfg.World)*descSize, verbs.AccessLocalWrite); err != nil {
 		return fmt.Errorf("descriptor buffers: %w", err)
 	}
 	wrs := make([]verbs.RecvWR, t.recvN)
@@ -319,75 +301,30 @@ func srdStates(qkey uint32, rnr bool) []srdState {
 	}
 }
 
-func (t *Transport) mapRegistered(n int, access verbs.Access) ([]byte, *verbs.MR, error) {
-	size := (n + unix.Getpagesize() - 1) &^ (unix.Getpagesize() - 1)
-	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		return nil, nil, err
-	}
-	mr, err := t.pd.RegMR(uintptr(unsafe.Pointer(&mem[0])), uint64(size), access)
-	if err != nil {
-		_ = unix.Munmap(mem)
-		return nil, nil, err
-	}
-	return mem, mr, nil
-}
-
 func (t *Transport) recvWR(i int) verbs.RecvWR {
-	return verbs.RecvWR{WRID: wrRecv | uint64(i), Addr: uint64(uintptr(unsafe.Pointer(&t.recvMem[i*recvSlot]))), Length: recvSlot, LKey: t.recvMR.LKey()}
+	return verbs.RecvWR{WRID: wrRecv | uint64(i), Addr: t.recv.Addr(i * recvSlot), Length: recvSlot, LKey: t.recv.MR.LKey()}
 }
 
 // release destroys every verbs object in reverse order of creation: address
 // handles, the QP, MRs, the CQ, the PD and the device.
 func (t *Transport) release() error {
-	var errs []error
-	note := func(what string, err error) {
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", what, err))
-		}
-	}
+	var d session.Teardown
 	for _, p := range t.peers {
 		if p != nil && p.ah != nil {
-			note(fmt.Sprintf("destroy address handle of rank %d", p.rank), p.ah.Close())
+			d.Note(fmt.Sprintf("destroy address handle of rank %d", p.rank), p.ah.Close())
 		}
 	}
 	if t.qp != nil {
-		note("destroy QP", t.qp.Close())
+		d.Note("destroy QP", t.qp.Close())
 	}
-	ids := make([]int, 0, len(t.regions))
-	for id := range t.regions {
-		ids = append(ids, int(id))
+	d.Add(t.mem.Release())
+	d.Note("receive buffers", t.recv.Release())
+	d.Note("descriptor buffers", t.desc.Release())
+	d.Device(t.cq, t.pd, t.ctx)
+	if err := d.Err(); err != nil {
+		return fmt.Errorf("efa: release %s: %w", t.dev, err)
 	}
-	sort.Ints(ids)
-	for _, id := range ids {
-		note(fmt.Sprintf("deregister buffer %d", id), t.regions[transport.BufferID(id)].mr.Close())
-	}
-	for _, m := range []struct {
-		what string
-		mr   *verbs.MR
-		mem  *[]byte
-	}{{"receive buffers", t.recvMR, &t.recvMem}, {"descriptor buffers", t.descMR, &t.descMem}} {
-		if m.mr != nil {
-			note("deregister "+m.what, m.mr.Close())
-		}
-		if *m.mem != nil {
-			note("unmap "+m.what, unix.Munmap(*m.mem))
-			*m.mem = nil
-		}
-	}
-	if t.cq != nil {
-		note("destroy CQ", t.cq.Close())
-	}
-	if t.pd != nil {
-		note("deallocate PD", t.pd.Close())
-	}
-	if t.ctx != nil {
-		note("close device", t.ctx.Close())
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("efa: release %s: %w", t.dev, errors.Join(errs...))
+	return nil
 }
 
 // Name implements transport.Transport.
@@ -410,62 +347,31 @@ func (t *Transport) Arrivals() (descriptorFirst, dataFirst uint64) {
 // DeviceCaps returns efadv_query_device's device_caps.
 func (t *Transport) DeviceCaps() uint32 { return t.caps.DeviceCaps }
 
-func (t *Transport) access() verbs.Access {
-	return verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
-}
-
-// Register implements transport.Transport; see the ibverbs backend for the
-// DMA-BUF and nvidia-peermem paths, which are the same here. Only host
-// regions can hold flag words: the receiver stores flags with the CPU.
+// Register implements transport.Transport; see memreg for the DMA-BUF and
+// nvidia-peermem paths of GPU memory. Only host regions can hold flag
+// words: the receiver stores flags with the CPU.
 func (t *Transport) Register(id transport.BufferID, r transport.Region) error {
-	t.ctl.Lock()
-	defer t.ctl.Unlock()
-	fail := func(err error) error { return fmt.Errorf("efa: register buffer %d on %s: %w", id, t.dev, err) }
+	t.gate.Ctl.Lock()
+	defer t.gate.Ctl.Unlock()
+	var err error
 	switch {
 	case t.Closed():
-		return fail(t.Err())
+		err = t.Err()
 	case t.blob != nil:
-		return fail(fmt.Errorf("%w: after Address", transport.ErrInvalid))
-	case t.regions[id] != nil:
-		return fail(fmt.Errorf("%w: already registered", transport.ErrInvalid))
-	case len(t.regions) >= maxRegions:
-		return fail(fmt.Errorf("%w: more than %d regions", transport.ErrInvalid, maxRegions))
-	case r.Device == nil && len(r.Bytes) == 0:
-		return fail(fmt.Errorf("%w: empty region", transport.ErrInvalid))
-	case r.Device != nil && (r.Device.Len == 0 || r.Device.Ptr == 0):
-		return fail(fmt.Errorf("%w: empty device region", transport.ErrInvalid))
+		err = fmt.Errorf("%w: after Address", transport.ErrInvalid)
+	default:
+		err = t.mem.Register(id, r)
 	}
-	reg := &region{id: id}
-	if d := r.Device; d != nil {
-		reg.kind, reg.addr, reg.len = kindDevice, uint64(d.Ptr), d.Len
-		var dmaErr error = errors.New("no DMA-BUF fd")
-		if d.DMABufFD >= 0 {
-			reg.mr, dmaErr = t.pd.RegDMABufMR(d.DMABufOffset, d.Len, uint64(d.Ptr), d.DMABufFD, t.access())
-		}
-		if reg.mr == nil {
-			var err error
-			if reg.mr, err = t.pd.RegMR(d.Ptr, d.Len, t.access()); err != nil {
-				return fail(fmt.Errorf("GPU %d memory at %#x (+%d): DMA-BUF: %v; ibv_reg_mr (nvidia-peermem): %w: %w",
-					d.GPU, d.Ptr, d.Len, dmaErr, err, transport.ErrNotSupported))
-			}
-			t.log.Info("GPU memory registered through nvidia-peermem", zap.Int("gpu", d.GPU), zap.Uint32("buffer", uint32(id)), zap.NamedError("dmabuf", dmaErr))
-		}
-	} else {
-		reg.mem, reg.kind = r.Bytes, kindHost
-		reg.addr, reg.len = uint64(uintptr(unsafe.Pointer(&r.Bytes[0]))), uint64(len(r.Bytes))
-		var err error
-		if reg.mr, err = t.pd.RegMR(uintptr(reg.addr), reg.len, t.access()); err != nil {
-			return fail(err)
-		}
+	if err != nil {
+		return fmt.Errorf("efa: register buffer %d on %s: %w", id, t.dev, err)
 	}
-	t.regions[id] = reg
 	return nil
 }
 
 // Address implements transport.Transport.
 func (t *Transport) Address() ([]byte, error) {
-	t.ctl.Lock()
-	defer t.ctl.Unlock()
+	t.gate.Ctl.Lock()
+	defer t.gate.Ctl.Unlock()
 	if t.Closed() {
 		return nil, fmt.Errorf("efa: address: %w", t.Err())
 	}
@@ -473,10 +379,9 @@ func (t *Transport) Address() ([]byte, error) {
 		return t.blob, nil
 	}
 	b := blob{Rank: t.cfg.Rank, World: t.cfg.World, GID: t.gid, QPN: t.qp.Num(), QKey: t.qkey}
-	for _, r := range t.regions {
-		b.Regions = append(b.Regions, blobRegion{ID: r.id, Addr: r.addr, Len: r.len, RKey: r.mr.RKey(), Kind: r.kind})
+	for _, r := range t.mem.Sorted() {
+		b.Regions = append(b.Regions, blobRegion{ID: r.ID, Addr: r.Addr, Len: r.Len, RKey: r.MR.RKey(), Kind: r.Kind})
 	}
-	sort.Slice(b.Regions, func(i, j int) bool { return b.Regions[i].ID < b.Regions[j].ID })
 	data, err := b.encode(t.cfg.Key)
 	if err != nil {
 		return nil, fmt.Errorf("efa: address of rank %d: %w", t.cfg.Rank, err)
@@ -489,19 +394,12 @@ func (t *Transport) Address() ([]byte, error) {
 // an address handle per peer, then exchange a handshake descriptor with
 // every peer so that each is known reachable before Connect returns.
 func (t *Transport) Connect(ctx context.Context, blobs [][]byte) error {
-	t.ctl.Lock()
-	defer t.ctl.Unlock()
-	t.dp.Lock()
-	defer t.dp.Unlock()
-	switch {
-	case t.Closed():
-		return fmt.Errorf("efa: connect: %w", t.Err())
-	case t.connected:
-		return fmt.Errorf("efa: connect: %w: called twice", transport.ErrInvalid)
-	case t.blob == nil:
-		return fmt.Errorf("efa: connect: %w: Address was not called", transport.ErrInvalid)
-	case len(blobs) != t.cfg.World:
-		return fmt.Errorf("efa: connect: %w: %d blobs for %d ranks", transport.ErrInvalid, len(blobs), t.cfg.World)
+	t.gate.Ctl.Lock()
+	defer t.gate.Ctl.Unlock()
+	t.gate.DP.Lock()
+	defer t.gate.DP.Unlock()
+	if err := session.CheckConnect(&t.Failure, t.connected, t.blob != nil, len(blobs), t.cfg.World); err != nil {
+		return fmt.Errorf("efa: connect: %w", err)
 	}
 	decoded := make([]*blob, t.cfg.World)
 	for r := range t.cfg.World {
@@ -509,8 +407,8 @@ func (t *Transport) Connect(ctx context.Context, blobs [][]byte) error {
 			continue
 		}
 		b, err := decodeBlob(blobs[r], t.cfg.Key)
-		if err == nil && (b.Rank != r || b.World != t.cfg.World) {
-			err = fmt.Errorf("%w: blob is rank %d of %d, want rank %d of %d", transport.ErrProtocol, b.Rank, b.World, r, t.cfg.World)
+		if err == nil {
+			err = connblob.CheckPeer(connblob.Header{Rank: b.Rank, World: b.World}, r, t.cfg.World)
 		}
 		if err != nil {
 			return fmt.Errorf("efa: connect rank %d to rank %d via %s: %w", t.cfg.Rank, r, t.dev, err)
@@ -526,9 +424,9 @@ func (t *Transport) Connect(ctx context.Context, blobs [][]byte) error {
 			return fmt.Errorf("efa: connect rank %d to rank %d via %s: address handle for GID %s: %w", t.cfg.Rank, r, t.dev, b.GID, err)
 		}
 		p := &peer{rank: r, ah: ah, qpn: b.QPN, qkey: b.QKey, ring: make([]slot, t.queue), win: newWindow(t.winSize),
-			remote: make(map[transport.BufferID]remoteRegion, len(b.Regions))}
+			remote: make(map[transport.BufferID]memreg.Remote, len(b.Regions))}
 		for _, rr := range b.Regions {
-			p.remote[rr.ID] = remoteRegion{addr: rr.Addr, len: rr.Len, rkey: rr.RKey, kind: rr.Kind}
+			p.remote[rr.ID] = memreg.Remote{Addr: rr.Addr, Len: rr.Len, RKey: rr.RKey, SignalKey: rr.RKey, Kind: rr.Kind}
 		}
 		t.peers[r] = p
 	}
@@ -547,10 +445,10 @@ func (t *Transport) handshake(ctx context.Context) error {
 		}
 		off := (t.cfg.World*t.queue + p.rank) * descSize
 		d := descriptor{kind: descHello, rank: uint32(t.cfg.Rank)}
-		d.put(t.descMem[off:])
+		d.put(t.desc.Mem[off:])
 		wrs = append(wrs, verbs.SendWR{
 			WRID: wrHello | uint64(p.rank), Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
-			LocalAddr: uint64(uintptr(unsafe.Pointer(&t.descMem[off]))), Length: descSize, LKey: t.descMR.LKey(),
+			LocalAddr: t.desc.Addr(off), Length: descSize, LKey: t.desc.MR.LKey(),
 			AH: p.ah.Handle(), RemoteQPN: p.qpn, RemoteQKey: p.qkey,
 		})
 		if len(wrs) == cap(wrs) {
@@ -565,38 +463,9 @@ func (t *Transport) handshake(ctx context.Context) error {
 		return fmt.Errorf("handshake: %w", err)
 	}
 	t.outstanding += len(wrs)
-	deadline := time.Now().Add(t.cfg.Timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	for {
-		n, err := t.poll(nil)
-		if err != nil {
-			return err
-		}
-		var missing []string
-		for _, p := range t.peers {
-			if p != nil && !(p.helloSent && p.helloRecv) {
-				missing = append(missing, fmt.Sprint(p.rank))
-			}
-		}
-		if len(missing) == 0 {
-			return nil
-		}
-		if err := t.Err(); err != nil {
-			return err
-		}
-		if n > 0 {
-			continue
-		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("handshake with rank %s: %w", strings.Join(missing, ", "), err)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: no handshake from rank %s within %v", transport.ErrTimeout, strings.Join(missing, ", "), t.cfg.Timeout)
-		}
-		time.Sleep(50 * time.Microsecond)
-	}
+	return session.WaitHandshake(ctx, t.cfg.Timeout, func() (int, error) { return t.poll(nil) }, func() ([]int, error) {
+		return session.Unheard(t.peers), t.Err()
+	})
 }
 
 // Post implements transport.Transport. A write is one RDMA WRITE; a
@@ -604,8 +473,8 @@ func (t *Transport) handshake(ctx context.Context) error {
 // descriptor SEND (or the SEND alone without data), see signal.go. All WRs
 // of a call go to the device in ibv_wr_start/ibv_wr_complete batches.
 func (t *Transport) Post(ops []transport.Op) (int, error) {
-	t.dp.Lock()
-	defer t.dp.Unlock()
+	t.gate.DP.Lock()
+	defer t.gate.DP.Unlock()
 	if err := t.Err(); err != nil {
 		return 0, err
 	}
@@ -655,12 +524,12 @@ func (t *Transport) appendWRs(p *peer, op *transport.Op, need int) {
 	t.batch = append(t.batch, batchRef{p: p, seq: seq})
 	id := uint64(p.rank)<<40 | (seq&wrSeqMask)<<2
 	if op.Len > 0 {
-		lr := t.regions[op.Local]
+		lr := t.mem.Lookup(op.Local)
 		rr := p.remote[op.Remote]
 		w := verbs.SendWR{
 			WRID: id, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
-			LocalAddr: lr.addr + op.LocalOff, Length: uint32(op.Len), LKey: lr.mr.LKey(),
-			RemoteAddr: rr.addr + op.RemoteOff, RKey: rr.rkey, AH: p.ah.Handle(), RemoteQPN: p.qpn, RemoteQKey: p.qkey,
+			LocalAddr: lr.Addr + op.LocalOff, Length: uint32(op.Len), LKey: lr.MR.LKey(),
+			RemoteAddr: rr.Addr + op.RemoteOff, RKey: rr.RKey, AH: p.ah.Handle(), RemoteQPN: p.qpn, RemoteQKey: p.qkey,
 		}
 		if op.Kind == transport.OpWriteSignal {
 			w.Opcode = verbs.OpRDMAWriteWithImm
@@ -672,10 +541,10 @@ func (t *Transport) appendWRs(p *peer, op *transport.Op, need int) {
 		off := (p.rank*t.queue + int(seq%uint64(t.queue))) * descSize
 		d := descriptor{kind: descSignal, hasData: op.Len > 0, seq: uint16(seq), rank: uint32(t.cfg.Rank),
 			buf: uint32(op.SignalBuf), off: op.SignalOff, value: op.SignalValue}
-		d.put(t.descMem[off:])
+		d.put(t.desc.Mem[off:])
 		t.wrs = append(t.wrs, verbs.SendWR{
 			WRID: id | partDesc, Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
-			LocalAddr: uint64(uintptr(unsafe.Pointer(&t.descMem[off]))), Length: descSize, LKey: t.descMR.LKey(),
+			LocalAddr: t.desc.Addr(off), Length: descSize, LKey: t.desc.MR.LKey(),
 			AH: p.ah.Handle(), RemoteQPN: p.qpn, RemoteQKey: p.qkey,
 		})
 	}
@@ -707,58 +576,28 @@ func (t *Transport) flush() error {
 // check validates op; errors match ErrInvalid (ErrNotSupported for a flag
 // in a peer's GPU memory) and leave the transport working.
 func (t *Transport) check(op *transport.Op) (*peer, error) {
-	bad := func(sentinel error, format string, args ...any) error {
-		return fmt.Errorf("efa: %s op to rank %d: %w: %s", op.Kind, op.Peer, sentinel, fmt.Sprintf(format, args...))
-	}
-	if op.Kind != transport.OpWrite && op.Kind != transport.OpWriteSignal {
-		return nil, bad(transport.ErrInvalid, "unknown kind %d", op.Kind)
+	bad := func(err error) error {
+		return fmt.Errorf("efa: %s op to rank %d: %w", op.Kind, op.Peer, err)
 	}
 	if op.Peer < 0 || int(op.Peer) >= len(t.peers) || t.peers[op.Peer] == nil {
-		return nil, bad(transport.ErrInvalid, "not a peer of rank %d", t.cfg.Rank)
+		return nil, bad(fmt.Errorf("%w: not a peer of rank %d", transport.ErrInvalid, t.cfg.Rank))
 	}
 	p := t.peers[op.Peer]
-	if op.Len == 0 && op.Kind == transport.OpWrite {
-		return nil, bad(transport.ErrInvalid, "zero-length write")
+	sr, err := memreg.CheckOp(op, t.mem, p.remote, t.maxOp)
+	if err != nil {
+		return nil, bad(err)
 	}
-	if op.Len > t.maxOp {
-		return nil, bad(transport.ErrInvalid, "%d bytes exceed the %d-byte limit", op.Len, t.maxOp)
-	}
-	if op.Len > 0 {
-		lr := t.regions[op.Local]
-		if lr == nil {
-			return nil, bad(transport.ErrInvalid, "unknown local buffer %d", op.Local)
-		}
-		if !transport.InRange(op.LocalOff, op.Len, lr.len) {
-			return nil, bad(transport.ErrInvalid, "local [%d, +%d) outside buffer %d of %d bytes", op.LocalOff, op.Len, op.Local, lr.len)
-		}
-		rr, ok := p.remote[op.Remote]
-		if !ok {
-			return nil, bad(transport.ErrInvalid, "unknown remote buffer %d", op.Remote)
-		}
-		if !transport.InRange(op.RemoteOff, op.Len, rr.len) {
-			return nil, bad(transport.ErrInvalid, "remote [%d, +%d) outside buffer %d of %d bytes", op.RemoteOff, op.Len, op.Remote, rr.len)
-		}
-	}
-	if op.Kind == transport.OpWriteSignal {
-		sr, ok := p.remote[op.SignalBuf]
-		if !ok {
-			return nil, bad(transport.ErrInvalid, "unknown flag buffer %d", op.SignalBuf)
-		}
-		if op.SignalOff%8 != 0 || !transport.InRange(op.SignalOff, 8, sr.len) || (sr.addr+op.SignalOff)%8 != 0 {
-			return nil, bad(transport.ErrInvalid, "flag at %d of buffer %d (%d bytes) is not an aligned 8-byte word in it", op.SignalOff, op.SignalBuf, sr.len)
-		}
-		if sr.kind != kindHost {
-			return nil, bad(transport.ErrNotSupported, "flag buffer %d is GPU memory; on EFA the receiver stores flags with the CPU, so flags must be in host memory", op.SignalBuf)
-		}
+	if op.Kind == transport.OpWriteSignal && sr.Kind != memreg.Host {
+		return nil, bad(fmt.Errorf("%w: flag buffer %d is GPU memory; on EFA the receiver stores flags with the CPU, so flags must be in host memory", transport.ErrNotSupported, op.SignalBuf))
 	}
 	return p, nil
 }
 
 // Poll implements transport.Transport.
 func (t *Transport) Poll(done []transport.Completion) (int, error) {
-	t.dp.Lock()
-	defer t.dp.Unlock()
-	if t.closing || len(done) == 0 || !t.connected {
+	t.gate.DP.Lock()
+	defer t.gate.DP.Unlock()
+	if t.gate.Closing || len(done) == 0 || !t.connected {
 		return 0, t.Err()
 	}
 	k := 0
@@ -896,7 +735,7 @@ func (t *Transport) onRecv(wc *verbs.WC) {
 		}
 		return
 	}
-	d, ok := parseDescriptor(t.recvMem[i*recvSlot:(i+1)*recvSlot], wc.ByteLen)
+	d, ok := parseDescriptor(t.recv.Mem[i*recvSlot:(i+1)*recvSlot], wc.ByteLen)
 	p := t.peerOf(int(d.rank))
 	if !ok || p == nil {
 		t.fail(fmt.Errorf("efa: %w: malformed message of %d bytes from QP %d on %s", transport.ErrProtocol, wc.ByteLen, wc.SrcQP, t.dev))
@@ -922,13 +761,13 @@ func (t *Transport) onRecv(wc *verbs.WC) {
 
 // apply stores a signal's value into the local flag word.
 func (t *Transport) apply(p *peer, d *descriptor) {
-	r := t.regions[transport.BufferID(d.buf)]
-	if r == nil || r.mem == nil || d.off%8 != 0 || !transport.InRange(d.off, 8, r.len) {
+	r := t.mem.Lookup(transport.BufferID(d.buf))
+	if r == nil || r.Mem == nil || d.off%8 != 0 || !transport.InRange(d.off, 8, r.Len) {
 		t.failPeer(p, fmt.Errorf("efa: signal from rank %d via %s names flag %d of buffer %d, not a host flag word here: %w",
 			p.rank, t.dev, d.off, d.buf, transport.ErrProtocol))
 		return
 	}
-	storeMax((*uint64)(unsafe.Pointer(&r.mem[d.off])), d.value)
+	storeMax((*uint64)(unsafe.Pointer(&r.Mem[d.off])), d.value)
 }
 
 // wcError turns a failed completion into an error naming the peer and the
@@ -988,19 +827,5 @@ func (t *Transport) fail(err error) {
 // and destroys address handles, the QP, MRs, the CQ, the PD and the device
 // context, in that order. Later calls return nil.
 func (t *Transport) Close() error {
-	first := false
-	t.closeOnce.Do(func() {
-		first = true
-		t.fail(fmt.Errorf("efa: rank %d: %w", t.cfg.Rank, transport.ErrClosed))
-		t.dp.Lock()
-		t.closing = true
-		t.dp.Unlock()
-		t.ctl.Lock()
-		defer t.ctl.Unlock()
-		t.closeErr = t.release()
-	})
-	if !first {
-		return nil
-	}
-	return t.closeErr
+	return t.gate.Close(func() { t.fail(fmt.Errorf("efa: rank %d: %w", t.cfg.Rank, transport.ErrClosed)) }, t.release)
 }

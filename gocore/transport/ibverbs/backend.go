@@ -3,7 +3,6 @@ package ibverbs
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 
@@ -59,24 +58,9 @@ func available(sysfsRoot string) (bool, string) {
 	if err := libraryLoads(); err != nil {
 		return false, err.Error()
 	}
-	fs, err := topology.NewFS(sysfsRoot)
+	found, down, err := topology.NICsOfKind(sysfsRoot, topology.KindIBVerbs)
 	if err != nil {
-		return false, fmt.Sprintf("read sysfs: %v", err)
-	}
-	nics, err := fs.NICs()
-	if err != nil {
-		return false, fmt.Sprintf("list RDMA NICs: %v", err)
-	}
-	var found, down []string
-	for _, n := range nics {
-		if n.Kind != topology.KindIBVerbs {
-			continue
-		}
-		if n.Active() {
-			found = append(found, n.Name)
-		} else {
-			down = append(down, n.Name)
-		}
+		return false, err.Error()
 	}
 	switch {
 	case len(found) > 0:
@@ -90,7 +74,7 @@ func available(sysfsRoot string) (bool, string) {
 // AvailableFor is Available for one placement: the placement chose an
 // ibverbs NIC and libibverbs loads. It opens no device.
 func AvailableFor(p *topology.Placement) (bool, string) {
-	nic, ok := placementNIC(p)
+	nic, ok := p.FirstNIC(topology.KindIBVerbs)
 	if !ok {
 		return false, "the placement chose no ibverbs NIC"
 	}
@@ -98,16 +82,4 @@ func AvailableFor(p *topology.Placement) (bool, string) {
 		return false, err.Error()
 	}
 	return true, fmt.Sprintf("%s port %d", nic.Name, nic.Port)
-}
-
-// placementNIC is the placement's best ibverbs NIC.
-func placementNIC(p *topology.Placement) (topology.NICChoice, bool) {
-	if p == nil {
-		return topology.NICChoice{}, false
-	}
-	i := slices.IndexFunc(p.NICs, func(n topology.NICChoice) bool { return n.Kind == topology.KindIBVerbs })
-	if i < 0 {
-		return topology.NICChoice{}, false
-	}
-	return p.NICs[i], true
 }

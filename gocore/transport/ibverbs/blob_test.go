@@ -1,7 +1,6 @@
 package ibverbs
 
 import (
-	"bytes"
 	"errors"
 	"testing"
 
@@ -9,6 +8,8 @@ import (
 
 	"github.com/mkernel/mkernel/gocore/transport"
 	"github.com/mkernel/mkernel/gocore/transport/ibverbs/verbs"
+	"github.com/mkernel/mkernel/gocore/transport/rdma/connblob"
+	"github.com/mkernel/mkernel/gocore/transport/rdma/memreg"
 )
 
 var testKey = []byte("0123456789abcdef0123456789abcdef")
@@ -18,8 +19,8 @@ func sampleBlob() blob {
 	return blob{
 		Rank: 2, World: 4, LinkLayer: verbs.LinkLayerEthernet, Port: 1, LID: 0, GID: g, GIDType: verbs.GIDTypeRoCEv2, MTU: 3,
 		Regions: []blobRegion{
-			{ID: 1, Addr: 0x7f0000001000, Len: 4 << 20, RKey: 0x1234, SignalRKey: 0x1234, Kind: kindHost},
-			{ID: 3, Addr: 0x7f2000000000, Len: 4096, RKey: 0x99, SignalRKey: 0x9a, Kind: kindDevice},
+			{ID: 1, Addr: 0x7f0000001000, Len: 4 << 20, RKey: 0x1234, SignalRKey: 0x1234, Kind: memreg.Host},
+			{ID: 3, Addr: 0x7f2000000000, Len: 4096, RKey: 0x99, SignalRKey: 0x9a, Kind: memreg.Device},
 		},
 		QPs: []blobQP{{Peer: 0, QPN: 0x101, PSN: 0xabcdef}, {Peer: 1, QPN: 0x102, PSN: 1}, {Peer: 3, QPN: 0xffffff, PSN: 0}},
 	}
@@ -63,33 +64,12 @@ func TestBlobMalformed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every truncation is refused as a protocol error, without panicking.
+	// The envelope is connblob's (tested there); the ibverbs fields parse
+	// without panicking however the blob is cut.
 	for n := range len(good) {
 		if _, err := decodeBlob(good[:n], testKey); !errors.Is(err, transport.ErrProtocol) {
 			t.Fatalf("blob cut to %d of %d bytes: %v, want ErrProtocol", n, len(good), err)
 		}
-	}
-	if _, err := decodeBlob(append(bytes.Clone(good), 0), testKey); !errors.Is(err, transport.ErrProtocol) {
-		t.Errorf("trailing byte: %v", err)
-	}
-	// Any flipped bit in the body breaks the MAC (or the structure).
-	for i := range len(good) - 36 {
-		bad := bytes.Clone(good)
-		bad[i] ^= 0x10
-		_, err := decodeBlob(bad, testKey)
-		if !errors.Is(err, transport.ErrAuth) && !errors.Is(err, transport.ErrProtocol) {
-			t.Fatalf("bit flip at byte %d accepted: %v", i, err)
-		}
-	}
-	if _, err := decodeBlob(good, []byte("another job's key, 32 bytes long")); !errors.Is(err, transport.ErrAuth) {
-		t.Errorf("other key: %v, want ErrAuth", err)
-	}
-	unsigned, _ := b.encode(nil)
-	if _, err := decodeBlob(unsigned, testKey); !errors.Is(err, transport.ErrAuth) {
-		t.Errorf("a blob without MAC where a key is set: %v, want ErrAuth", err)
-	}
-	if _, err := decodeBlob(bytes.Repeat([]byte{0}, transport.MaxBlobSize+1), nil); !errors.Is(err, transport.ErrProtocol) {
-		t.Errorf("oversized blob: %v", err)
 	}
 
 	// Well-formed encodings of impossible contents.
@@ -120,24 +100,12 @@ func TestBlobMalformed(t *testing.T) {
 			t.Errorf("%s: %v, want ErrProtocol", name, err)
 		}
 	}
-
-	// Wrong magic and version are named.
-	bad := bytes.Clone(good)
-	bad[0] ^= 0xff
-	if _, err := decodeBlob(bad, testKey); !errors.Is(err, transport.ErrProtocol) || !bytes.Contains([]byte(err.Error()), []byte("magic")) {
-		t.Errorf("bad magic: %v", err)
-	}
-	bad = bytes.Clone(good)
-	bad[4] = 9
-	if _, err := decodeBlob(bad, testKey); !errors.Is(err, transport.ErrProtocol) || !bytes.Contains([]byte(err.Error()), []byte("version 9")) {
-		t.Errorf("bad version: %v", err)
-	}
 }
 
 func TestBlobTooLarge(t *testing.T) {
 	b := sampleBlob()
 	b.Regions = nil
-	for i := range maxRegions {
+	for i := range connblob.MaxRegions {
 		b.Regions = append(b.Regions, blobRegion{ID: transport.BufferID(i), Addr: 1, Len: 1})
 	}
 	if _, err := b.encode(testKey); !errors.Is(err, transport.ErrInvalid) {

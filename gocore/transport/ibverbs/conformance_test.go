@@ -15,30 +15,11 @@ import (
 // with an ACTIVE port. No machine available to this project has one (and
 // none has soft-RoCE), so here it skips, saying why.
 func TestConformance(t *testing.T) {
-	ok, reason := ibverbs.Available()
-	if !ok {
-		t.Skipf("no usable ibverbs device on this host: %s", reason)
-	}
-	fs, err := topology.NewFS("/sys")
-	if err != nil {
-		t.Fatal(err)
-	}
-	nics, err := fs.NICs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nics {
-		for _, p := range n.Ports {
-			if n.Kind == topology.KindIBVerbs && p.Active() {
-				open := func(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
-					return ibverbs.Open(ctx, cfg, ibverbs.WithDevice(n.Name, p.Port))
-				}
-				transporttest.Run(t, transporttest.Suite{Open: open})
-				return
-			}
+	verbstest.RunOnDevice(t, topology.KindIBVerbs, ibverbs.Available, func(dev string, port int) transporttest.OpenFunc {
+		return func(ctx context.Context, cfg transport.Config) (transport.Transport, error) {
+			return ibverbs.Open(ctx, cfg, ibverbs.WithDevice(dev, port))
 		}
-	}
-	t.Skip("Available found a NIC but no ACTIVE port remains")
+	})
 }
 
 // fakeOpen opens endpoints on the fake provider's device (verbstest), every

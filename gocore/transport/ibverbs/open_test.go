@@ -1,19 +1,18 @@
 package ibverbs_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/mkernel/mkernel/gocore/topology"
 	"github.com/mkernel/mkernel/gocore/transport"
 	"github.com/mkernel/mkernel/gocore/transport/ibverbs"
+	"github.com/mkernel/mkernel/gocore/transport/ibverbs/verbs/verbstest"
 	"github.com/mkernel/mkernel/gocore/transport/transporttest"
 )
 
@@ -115,35 +114,16 @@ func TestDeviceRegions(t *testing.T) {
 			if mode == "fail" {
 				t.Setenv("FAKEVERBS_DMABUF", "fail")
 			}
-			open := fakeOpen(t, "mlx5_0:roce", "mlx5_0")
-			const size = 1 << 16
-			mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer unix.Munmap(mem)
-			fd, err := unix.MemfdCreate("fake-dmabuf", 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer unix.Close(fd)
+			gpu := verbstest.NewGPUMemory(t, 1<<16)
+			fd := gpu.FD
 			if mode == "nofd" {
 				fd = -1
 			}
 			const bufGPU transport.BufferID = 40
-			j := transporttest.StartJob(t, func(ctx context.Context, c transport.Config) (transport.Transport, error) {
-				tr, err := open(ctx, c)
-				if err != nil || c.Rank != 1 {
-					return tr, err
-				}
-				dev := &transport.DeviceRegion{GPU: 0, Ptr: uintptr(unsafe.Pointer(&mem[0])), Len: size, DMABufFD: fd}
-				if err := tr.Register(bufGPU, transport.Region{Device: dev}); err != nil {
-					return tr, err
-				}
-				return tr, nil
-			}, transporttest.JobOptions{World: 2, DataSize: 1 << 16})
 			// Rank 0 registers no buffer 40, but peers only need the
 			// remote side's.
+			open := verbstest.RegisterOn(fakeOpen(t, "mlx5_0:roce", "mlx5_0"), 1, bufGPU, gpu.Region(fd))
+			j := transporttest.StartJob(t, open, transporttest.JobOptions{World: 2, DataSize: 1 << 16})
 			src := j.Ranks[0].Src.Bytes()
 			for i := range 4096 {
 				src[i] = byte(i*3 + 1)
@@ -154,13 +134,11 @@ func TestDeviceRegions(t *testing.T) {
 			if err := ds[0].Do(op); err != nil {
 				t.Fatal(err)
 			}
-			if err := transporttest.WaitFlag((*uint64)(unsafe.Pointer(&mem[8])), 77, 5*time.Second); err != nil {
+			if err := transporttest.WaitFlag(gpu.Word(8), 77, 5*time.Second); err != nil {
 				t.Fatal(err)
 			}
-			for i := range 4096 {
-				if mem[512+i] != src[i] {
-					t.Fatalf("byte %d of the device region: %d, want %d", i, mem[512+i], src[i])
-				}
+			if !bytes.Equal(gpu.Mem[512:512+4096], src[:4096]) {
+				t.Fatal("the device region does not hold the data written")
 			}
 		})
 	}
@@ -169,12 +147,7 @@ func TestDeviceRegions(t *testing.T) {
 // TestPeerGoneNamesEverything: the error of a write to a dead peer names
 // the peer's rank, the device and the port, and matches ErrPeerGone.
 func TestPeerGoneNamesEverything(t *testing.T) {
-	j := transporttest.StartJob(t, fakeOpen(t, "mlx5_0:roce", "mlx5_0"), transporttest.JobOptions{World: 2, DataSize: 1 << 16, Timeout: time.Second})
-	if err := j.Ranks[1].T.Close(); err != nil {
-		t.Fatal(err)
-	}
-	tr := j.Ranks[0].T
-	err := transporttest.RunOps(tr, []transport.Op{{Kind: transport.OpWrite, Peer: 1, Local: transporttest.BufSrc, Remote: transporttest.BufData, Len: 8}}, 10*time.Second)
+	tr, err := verbstest.WriteToClosedPeer(t, fakeOpen(t, "mlx5_0:roce", "mlx5_0"))
 	if !errors.Is(err, transport.ErrPeerGone) {
 		t.Fatalf("write to a closed peer: %v, want ErrPeerGone", err)
 	}

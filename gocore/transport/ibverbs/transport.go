@@ -5,17 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sort"
-	"strings"
-	"sync"
 	"time"
 	"unsafe"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
+	"github.com/mkernel/mkernel/gocore/topology"
 	"github.com/mkernel/mkernel/gocore/transport"
 	"github.com/mkernel/mkernel/gocore/transport/ibverbs/verbs"
+	"github.com/mkernel/mkernel/gocore/transport/rdma/connblob"
+	"github.com/mkernel/mkernel/gocore/transport/rdma/memreg"
+	"github.com/mkernel/mkernel/gocore/transport/rdma/session"
 )
 
 const (
@@ -53,45 +53,25 @@ type Transport struct {
 	queue int    // ops in flight per peer
 	maxOp uint64 // bytes per op (port max_msg_sz)
 
-	ctl       sync.Mutex // control calls
-	regions   map[transport.BufferID]*region
-	blob      []byte // Address, once built
+	gate      session.Gate  // the control and data path locks, Close
+	mem       *memreg.Table // under gate.Ctl
+	blob      []byte        // Address, once built
 	connected bool
 
-	peers   []*peer // by rank; nil for self and non-peers
-	byQPN   map[uint32]*peer
-	flagMem []byte // 8-byte flag sources when a QP has no inline data
-	flagMR  *verbs.MR
+	peers []*peer // by rank; nil for self and non-peers
+	byQPN map[uint32]*peer
+	flags memreg.Scratch // 8-byte flag sources when a QP has no inline data
 
-	// The data path, held by Post and Poll (one goroutine) and by Close.
-	dp      sync.Mutex
-	wrs     []verbs.SendWR
-	wcs     []verbs.WC
-	polls   uint64
-	epoch   time.Time
-	closing bool
+	// The data path, under gate.DP: Post and Poll (one goroutine).
+	wrs   []verbs.SendWR
+	wcs   []verbs.WC
+	polls uint64
+	epoch time.Time
 
 	transport.Failure // the first error (Err) and Done
-	closeOnce         sync.Once
-	closeErr          error
 }
 
 var _ transport.Transport = (*Transport)(nil)
-
-type region struct {
-	id    transport.BufferID
-	mem   []byte // host memory, kept reachable
-	addr  uint64
-	len   uint64
-	kind  uint8
-	mr    *verbs.MR // data writes
-	sigMR *verbs.MR // flag writes: no relaxed ordering; == mr unless WithRelaxedOrdering
-}
-
-type remoteRegion struct {
-	addr, len       uint64
-	rkey, signalKey uint32
-}
 
 type slot struct {
 	cookie uint64
@@ -104,7 +84,7 @@ type peer struct {
 	qp     *verbs.QP
 	psn    uint32
 	inline bool // the QP sends 8-byte flags inline
-	remote map[transport.BufferID]remoteRegion
+	remote map[transport.BufferID]memreg.Remote
 
 	ring       []slot
 	head, tail uint64 // oldest unfinished op, next op
@@ -112,6 +92,9 @@ type peer struct {
 
 	helloSent, helloRecv bool
 }
+
+// Handshake implements session.Handshaker.
+func (p *peer) Handshake() (int, bool) { return p.rank, p.helloSent && p.helloRecv }
 
 // Open creates rank cfg.Rank's endpoint on the placement's first ibverbs NIC
 // (or WithDevice's). It fails with ErrNotSupported when libibverbs, the
@@ -132,7 +115,7 @@ func Open(_ context.Context, cfg transport.Config, opts ...Option) (*Transport, 
 	}
 	dev, port := o.device, o.port
 	if dev == "" {
-		nic, ok := placementNIC(cfg.Placement)
+		nic, ok := cfg.Placement.FirstNIC(topology.KindIBVerbs)
 		if !ok {
 			return nil, fmt.Errorf("ibverbs: open rank %d: %w: the placement chose no ibverbs NIC", cfg.Rank, transport.ErrNotSupported)
 		}
@@ -146,17 +129,16 @@ func Open(_ context.Context, cfg transport.Config, opts ...Option) (*Transport, 
 		log = zap.NewNop()
 	}
 	t := &Transport{
-		cfg:     cfg,
-		o:       o,
-		log:     log.With(zap.String("transport", Name), zap.Int("rank", cfg.Rank), zap.String("device", dev), zap.Int("port", port)),
-		dev:     dev,
-		port:    uint8(port),
-		regions: map[transport.BufferID]*region{},
-		peers:   make([]*peer, cfg.World),
-		byQPN:   map[uint32]*peer{},
-		wrs:     make([]verbs.SendWR, 0, 2*maxBatch),
-		wcs:     make([]verbs.WC, maxPoll),
-		epoch:   time.Now(),
+		cfg:   cfg,
+		o:     o,
+		log:   log.With(zap.String("transport", Name), zap.Int("rank", cfg.Rank), zap.String("device", dev), zap.Int("port", port)),
+		dev:   dev,
+		port:  uint8(port),
+		peers: make([]*peer, cfg.World),
+		byQPN: map[uint32]*peer{},
+		wrs:   make([]verbs.SendWR, 0, 2*maxBatch),
+		wcs:   make([]verbs.WC, maxPoll),
+		epoch: time.Now(),
 	}
 	if err := t.open(); err != nil {
 		cerr := t.release()
@@ -236,6 +218,7 @@ func (t *Transport) open() error {
 	if t.pd, err = t.ctx.AllocPD(); err != nil {
 		return err
 	}
+	t.mem = memreg.NewTable(t.pd, connblob.MaxRegions, t.o.relaxed, t.log)
 	if t.cq, err = t.ctx.CreateCQ(max(1, npeers*(2*t.queue+2))); err != nil {
 		return err
 	}
@@ -245,51 +228,19 @@ func (t *Transport) open() error {
 // release destroys every verbs object in reverse order of creation: QPs,
 // MRs, CQ, PD, device. It is called once, by Close or a failed Open.
 func (t *Transport) release() error {
-	var errs []error
-	note := func(what string, err error) {
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", what, err))
-		}
-	}
+	var d session.Teardown
 	for _, p := range t.peers {
 		if p != nil && p.qp != nil {
-			note(fmt.Sprintf("destroy QP %d (rank %d)", p.qp.Num(), p.rank), p.qp.Close())
+			d.Note(fmt.Sprintf("destroy QP %d (rank %d)", p.qp.Num(), p.rank), p.qp.Close())
 		}
 	}
-	ids := make([]int, 0, len(t.regions))
-	for id := range t.regions {
-		ids = append(ids, int(id))
+	d.Add(t.mem.Release())
+	d.Note("flag sources", t.flags.Release())
+	d.Device(t.cq, t.pd, t.ctx)
+	if err := d.Err(); err != nil {
+		return fmt.Errorf("ibverbs: release %s port %d: %w", t.dev, t.port, err)
 	}
-	sort.Ints(ids)
-	for _, id := range ids {
-		r := t.regions[transport.BufferID(id)]
-		if r.sigMR != nil && r.sigMR != r.mr {
-			note(fmt.Sprintf("deregister buffer %d (flag MR)", id), r.sigMR.Close())
-		}
-		if r.mr != nil {
-			note(fmt.Sprintf("deregister buffer %d", id), r.mr.Close())
-		}
-	}
-	if t.flagMR != nil {
-		note("deregister flag sources", t.flagMR.Close())
-	}
-	if t.flagMem != nil {
-		note("unmap flag sources", unix.Munmap(t.flagMem))
-		t.flagMem = nil
-	}
-	if t.cq != nil {
-		note("destroy CQ", t.cq.Close())
-	}
-	if t.pd != nil {
-		note("deallocate PD", t.pd.Close())
-	}
-	if t.ctx != nil {
-		note("close device", t.ctx.Close())
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("ibverbs: release %s port %d: %w", t.dev, t.port, errors.Join(errs...))
+	return nil
 }
 
 // Name implements transport.Transport.
@@ -309,101 +260,26 @@ func (t *Transport) GID() (verbs.GID, int, verbs.GIDType) {
 	return t.local.GID, int(t.local.GIDIndex), t.local.GIDType
 }
 
-func (t *Transport) access(relaxed bool) verbs.Access {
-	a := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
-	if relaxed {
-		a |= verbs.AccessRelaxedOrdering
-	}
-	return a
-}
-
 // Register implements transport.Transport. Host memory is registered with
 // ibv_reg_mr. GPU memory with ibv_reg_dmabuf_mr when the caller exported a
 // DMA-BUF fd for it (cuMemGetHandleForAddressRange) and the library has the
 // call, else (or if that fails) with ibv_reg_mr on the device pointer, which
-// works where nvidia-peermem is loaded.
+// works where nvidia-peermem is loaded (see memreg).
 func (t *Transport) Register(id transport.BufferID, r transport.Region) error {
-	t.ctl.Lock()
-	defer t.ctl.Unlock()
-	fail := func(err error) error {
-		return fmt.Errorf("ibverbs: register buffer %d on %s port %d: %w", id, t.dev, t.port, err)
-	}
+	t.gate.Ctl.Lock()
+	defer t.gate.Ctl.Unlock()
+	var err error
 	switch {
 	case t.Closed():
-		return fail(t.Err())
+		err = t.Err()
 	case t.blob != nil:
-		return fail(fmt.Errorf("%w: after Address", transport.ErrInvalid))
-	case t.regions[id] != nil:
-		return fail(fmt.Errorf("%w: already registered", transport.ErrInvalid))
-	case len(t.regions) >= maxRegions:
-		return fail(fmt.Errorf("%w: more than %d regions", transport.ErrInvalid, maxRegions))
-	case r.Device == nil && len(r.Bytes) == 0:
-		return fail(fmt.Errorf("%w: empty region", transport.ErrInvalid))
-	case r.Device != nil && (r.Device.Len == 0 || r.Device.Ptr == 0):
-		return fail(fmt.Errorf("%w: empty device region", transport.ErrInvalid))
-	}
-	reg := &region{id: id}
-	var err error
-	if r.Device != nil {
-		err = t.registerDevice(reg, r.Device)
-	} else {
-		reg.mem, reg.kind = r.Bytes, kindHost
-		reg.addr, reg.len = uint64(uintptr(unsafe.Pointer(&r.Bytes[0]))), uint64(len(r.Bytes))
-		err = t.registerHost(reg)
+		err = fmt.Errorf("%w: after Address", transport.ErrInvalid)
+	default:
+		err = t.mem.Register(id, r)
 	}
 	if err != nil {
-		return fail(err)
+		return fmt.Errorf("ibverbs: register buffer %d on %s port %d: %w", id, t.dev, t.port, err)
 	}
-	t.regions[id] = reg
-	return nil
-}
-
-// registerHost registers reg (addr, len set) once, or twice with relaxed
-// ordering (a relaxed MR for data, a strict one for flags).
-func (t *Transport) registerHost(reg *region) error {
-	mr, err := t.pd.RegMR(uintptr(reg.addr), reg.len, t.access(t.o.relaxed))
-	if err != nil {
-		return err
-	}
-	reg.mr, reg.sigMR = mr, mr
-	if t.o.relaxed {
-		if reg.sigMR, err = t.pd.RegMR(uintptr(reg.addr), reg.len, t.access(false)); err != nil {
-			_ = mr.Close()
-			return fmt.Errorf("strict MR for flags: %w", err)
-		}
-	}
-	return nil
-}
-
-func (t *Transport) registerDevice(reg *region, d *transport.DeviceRegion) error {
-	reg.kind, reg.addr, reg.len = kindDevice, uint64(d.Ptr), d.Len
-	var dmaErr error
-	if d.DMABufFD >= 0 {
-		reg.mr, dmaErr = t.pd.RegDMABufMR(d.DMABufOffset, d.Len, uint64(d.Ptr), d.DMABufFD, t.access(t.o.relaxed))
-		if dmaErr == nil {
-			reg.sigMR = reg.mr
-			if !t.o.relaxed {
-				return nil
-			}
-			var err error
-			if reg.sigMR, err = t.pd.RegDMABufMR(d.DMABufOffset, d.Len, uint64(d.Ptr), d.DMABufFD, t.access(false)); err == nil {
-				return nil
-			}
-			_ = reg.mr.Close()
-			reg.mr, reg.sigMR = nil, nil
-			return fmt.Errorf("GPU %d memory: strict DMA-BUF MR for flags: %w", d.GPU, err)
-		}
-	} else {
-		dmaErr = errors.New("no DMA-BUF fd")
-	}
-	// nvidia-peermem: the HCA driver pins the GPU pages through the
-	// peer-memory client given the device virtual address.
-	if err := t.registerHost(reg); err != nil {
-		reg.mr, reg.sigMR = nil, nil
-		return fmt.Errorf("GPU %d memory at %#x (+%d): DMA-BUF: %v; ibv_reg_mr (nvidia-peermem): %w: %w",
-			d.GPU, d.Ptr, d.Len, dmaErr, err, transport.ErrNotSupported)
-	}
-	t.log.Info("GPU memory registered through nvidia-peermem", zap.Int("gpu", d.GPU), zap.Uint32("buffer", uint32(reg.id)), zap.NamedError("dmabuf", dmaErr))
 	return nil
 }
 
@@ -411,8 +287,8 @@ func (t *Transport) registerDevice(reg *region, d *transport.DeviceRegion) error
 // per peer, moves it to INIT and posts the receive for the connect
 // handshake, then describes all of it in the blob.
 func (t *Transport) Address() ([]byte, error) {
-	t.ctl.Lock()
-	defer t.ctl.Unlock()
+	t.gate.Ctl.Lock()
+	defer t.gate.Ctl.Unlock()
 	if t.Closed() {
 		return nil, fmt.Errorf("ibverbs: address: %w", t.Err())
 	}
@@ -426,10 +302,9 @@ func (t *Transport) Address() ([]byte, error) {
 		Rank: t.cfg.Rank, World: t.cfg.World, LinkLayer: t.local.LinkLayer, Port: t.port, LID: t.local.LID,
 		GID: t.local.GID, GIDType: t.local.GIDType, MTU: t.local.MTU,
 	}
-	for _, r := range t.regions {
-		b.Regions = append(b.Regions, blobRegion{ID: r.id, Addr: r.addr, Len: r.len, RKey: r.mr.RKey(), SignalRKey: r.sigMR.RKey(), Kind: r.kind})
+	for _, r := range t.mem.Sorted() {
+		b.Regions = append(b.Regions, blobRegion{ID: r.ID, Addr: r.Addr, Len: r.Len, RKey: r.MR.RKey(), SignalRKey: r.SignalMR.RKey(), Kind: r.Kind})
 	}
-	sort.Slice(b.Regions, func(i, j int) bool { return b.Regions[i].ID < b.Regions[j].ID })
 	for _, p := range t.peers {
 		if p != nil {
 			b.QPs = append(b.QPs, blobQP{Peer: p.rank, QPN: p.qp.Num(), PSN: p.psn})
@@ -476,22 +351,10 @@ func (t *Transport) createQPs() error {
 		}
 	}
 	if needFlagMem {
-		return t.createFlagMem()
-	}
-	return nil
-}
-
-// createFlagMem maps and registers one 8-byte flag source per op slot of
-// every peer, for QPs that cannot send the flag inline.
-func (t *Transport) createFlagMem() error {
-	size := (t.cfg.World*t.queue*8 + unix.Getpagesize() - 1) &^ (unix.Getpagesize() - 1)
-	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		return fmt.Errorf("map flag sources: %w", err)
-	}
-	t.flagMem = mem
-	if t.flagMR, err = t.pd.RegMR(uintptr(unsafe.Pointer(&mem[0])), uint64(size), verbs.AccessLocalWrite); err != nil {
-		return fmt.Errorf("register flag sources: %w", err)
+		var err error
+		if t.flags, err = memreg.MapScratch(t.pd, t.cfg.World*t.queue*8, verbs.AccessLocalWrite); err != nil {
+			return fmt.Errorf("flag sources: %w", err)
+		}
 	}
 	return nil
 }
@@ -501,19 +364,12 @@ func (t *Transport) createFlagMem() error {
 // immediate, each way) so that every QP is known to reach its peer before
 // Connect returns.
 func (t *Transport) Connect(ctx context.Context, blobs [][]byte) error {
-	t.ctl.Lock()
-	defer t.ctl.Unlock()
-	t.dp.Lock()
-	defer t.dp.Unlock()
-	switch {
-	case t.Closed():
-		return fmt.Errorf("ibverbs: connect: %w", t.Err())
-	case t.connected:
-		return fmt.Errorf("ibverbs: connect: %w: called twice", transport.ErrInvalid)
-	case t.blob == nil:
-		return fmt.Errorf("ibverbs: connect: %w: Address was not called", transport.ErrInvalid)
-	case len(blobs) != t.cfg.World:
-		return fmt.Errorf("ibverbs: connect: %w: %d blobs for %d ranks", transport.ErrInvalid, len(blobs), t.cfg.World)
+	t.gate.Ctl.Lock()
+	defer t.gate.Ctl.Unlock()
+	t.gate.DP.Lock()
+	defer t.gate.DP.Unlock()
+	if err := session.CheckConnect(&t.Failure, t.connected, t.blob != nil, len(blobs), t.cfg.World); err != nil {
+		return fmt.Errorf("ibverbs: connect: %w", err)
 	}
 	peers := make([]*blob, t.cfg.World)
 	for _, p := range t.peers {
@@ -547,10 +403,10 @@ func (t *Transport) checkBlob(r int, data []byte) (*blob, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case b.Rank != r || b.World != t.cfg.World:
-		return nil, fmt.Errorf("%w: blob is rank %d of %d, want rank %d of %d", transport.ErrProtocol, b.Rank, b.World, r, t.cfg.World)
-	case b.LinkLayer != t.local.LinkLayer:
+	if err := connblob.CheckPeer(connblob.Header{Rank: b.Rank, World: b.World}, r, t.cfg.World); err != nil {
+		return nil, err
+	}
+	if b.LinkLayer != t.local.LinkLayer {
 		return nil, fmt.Errorf("%w: link layers differ: local %v, remote %v", transport.ErrNotSupported, t.local.LinkLayer, b.LinkLayer)
 	}
 	if _, ok := b.qpFor(t.cfg.Rank); !ok {
@@ -567,9 +423,9 @@ func (t *Transport) checkBlob(r int, data []byte) (*blob, error) {
 func (t *Transport) connectPeer(p *peer, b *blob) error {
 	q, _ := b.qpFor(t.cfg.Rank)
 	remote := endpoint{LinkLayer: b.LinkLayer, Port: b.Port, LID: b.LID, GID: b.GID, GIDType: b.GIDType, MTU: b.MTU}
-	p.remote = make(map[transport.BufferID]remoteRegion, len(b.Regions))
+	p.remote = make(map[transport.BufferID]memreg.Remote, len(b.Regions))
 	for _, r := range b.Regions {
-		p.remote[r.ID] = remoteRegion{addr: r.Addr, len: r.Len, rkey: r.RKey, signalKey: r.SignalRKey}
+		p.remote[r.ID] = memreg.Remote{Addr: r.Addr, Len: r.Len, RKey: r.RKey, SignalKey: r.SignalRKey, Kind: r.Kind}
 	}
 	attr, mask := rcRTR(t.local, remote, q.QPN, q.PSN, t.path)
 	if err := p.qp.Modify(attr, mask); err != nil {
@@ -592,40 +448,21 @@ func (t *Transport) handshake(ctx context.Context) error {
 			return fmt.Errorf("handshake with rank %d: %w", p.rank, err)
 		}
 	}
-	deadline := time.Now().Add(t.cfg.Timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	for {
+	poll := func() (int, error) {
 		n, err := t.cq.Poll(t.wcs)
 		if err != nil {
-			return fmt.Errorf("handshake: %w", err)
+			return 0, fmt.Errorf("handshake: %w", err)
 		}
 		for i := range t.wcs[:n] {
 			if err := t.helloCompletion(&t.wcs[i]); err != nil {
-				return err
+				return 0, err
 			}
 		}
-		var missing []string
-		for _, p := range t.peers {
-			if p != nil && !(p.helloSent && p.helloRecv) {
-				missing = append(missing, fmt.Sprint(p.rank))
-			}
-		}
-		if len(missing) == 0 {
-			return nil
-		}
-		if n > 0 {
-			continue
-		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("handshake with rank %s: %w", strings.Join(missing, ", "), err)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: no handshake from rank %s within %v", transport.ErrTimeout, strings.Join(missing, ", "), t.cfg.Timeout)
-		}
-		time.Sleep(50 * time.Microsecond)
+		return n, nil
 	}
+	return session.WaitHandshake(ctx, t.cfg.Timeout, poll, func() ([]int, error) {
+		return session.Unheard(t.peers), nil
+	})
 }
 
 func (t *Transport) helloCompletion(wc *verbs.WC) error {
@@ -675,8 +512,8 @@ func (t *Transport) wcError(p *peer, wc *verbs.WC, what string) error {
 // (unsignaled) followed by an 8-byte RDMA WRITE of the flag value (inline
 // where the QP allows), which RC places after the data.
 func (t *Transport) Post(ops []transport.Op) (int, error) {
-	t.dp.Lock()
-	defer t.dp.Unlock()
+	t.gate.DP.Lock()
+	defer t.gate.DP.Unlock()
 	if err := t.Err(); err != nil {
 		return 0, err
 	}
@@ -727,11 +564,11 @@ func (t *Transport) appendWRs(wrs []verbs.SendWR, p *peer, op *transport.Op) []v
 	*s = slot{cookie: op.Cookie, posted: int64(time.Since(t.epoch))}
 	id := uint64(p.rank)<<40 | (seq&wrSeqMask)<<1
 	if op.Len > 0 {
-		lr := t.regions[op.Local]
+		lr := t.mem.Lookup(op.Local)
 		rr := p.remote[op.Remote]
 		w := verbs.SendWR{
-			WRID: id, Opcode: verbs.OpRDMAWrite, LocalAddr: lr.addr + op.LocalOff, Length: uint32(op.Len), LKey: lr.mr.LKey(),
-			RemoteAddr: rr.addr + op.RemoteOff, RKey: rr.rkey,
+			WRID: id, Opcode: verbs.OpRDMAWrite, LocalAddr: lr.Addr + op.LocalOff, Length: uint32(op.Len), LKey: lr.MR.LKey(),
+			RemoteAddr: rr.Addr + op.RemoteOff, RKey: rr.RKey,
 		}
 		if op.Kind == transport.OpWrite {
 			w.WRID |= partLast
@@ -743,16 +580,16 @@ func (t *Transport) appendWRs(wrs []verbs.SendWR, p *peer, op *transport.Op) []v
 		sr := p.remote[op.SignalBuf]
 		w := verbs.SendWR{
 			WRID: id | partLast, Opcode: verbs.OpRDMAWrite, Length: 8, Flags: verbs.SendSignaled,
-			RemoteAddr: sr.addr + op.SignalOff, RKey: sr.signalKey,
+			RemoteAddr: sr.Addr + op.SignalOff, RKey: sr.SignalKey,
 		}
 		if p.inline {
 			w.Flags |= verbs.SendInline
 			w.InlineValue = op.SignalValue
 		} else {
 			off := (p.rank*t.queue + int(seq%uint64(t.queue))) * 8
-			*(*uint64)(unsafe.Pointer(&t.flagMem[off])) = op.SignalValue
-			w.LocalAddr = uint64(uintptr(unsafe.Pointer(&t.flagMem[off])))
-			w.LKey = t.flagMR.LKey()
+			*(*uint64)(unsafe.Pointer(&t.flags.Mem[off])) = op.SignalValue
+			w.LocalAddr = t.flags.Addr(off)
+			w.LKey = t.flags.MR.LKey()
 		}
 		wrs = append(wrs, w)
 	}
@@ -786,55 +623,21 @@ func (t *Transport) flush(p *peer, wrs []verbs.SendWR, first, end int) (int, err
 // check validates op and returns its peer; errors match ErrInvalid and leave
 // the transport working.
 func (t *Transport) check(op *transport.Op) (*peer, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("ibverbs: %s op to rank %d: %w: %s", op.Kind, op.Peer, transport.ErrInvalid, fmt.Sprintf(format, args...))
-	}
-	if op.Kind != transport.OpWrite && op.Kind != transport.OpWriteSignal {
-		return nil, bad("unknown kind %d", op.Kind)
-	}
 	if op.Peer < 0 || int(op.Peer) >= len(t.peers) || t.peers[op.Peer] == nil {
-		return nil, bad("not a peer of rank %d", t.cfg.Rank)
+		return nil, fmt.Errorf("ibverbs: %s op to rank %d: %w: not a peer of rank %d", op.Kind, op.Peer, transport.ErrInvalid, t.cfg.Rank)
 	}
 	p := t.peers[op.Peer]
-	if op.Len == 0 && op.Kind == transport.OpWrite {
-		return nil, bad("zero-length write")
-	}
-	if op.Len > t.maxOp {
-		return nil, bad("%d bytes exceed the %d-byte limit", op.Len, t.maxOp)
-	}
-	if op.Len > 0 {
-		lr := t.regions[op.Local]
-		if lr == nil {
-			return nil, bad("unknown local buffer %d", op.Local)
-		}
-		if !transport.InRange(op.LocalOff, op.Len, lr.len) {
-			return nil, bad("local [%d, +%d) outside buffer %d of %d bytes", op.LocalOff, op.Len, op.Local, lr.len)
-		}
-		rr, ok := p.remote[op.Remote]
-		if !ok {
-			return nil, bad("unknown remote buffer %d", op.Remote)
-		}
-		if !transport.InRange(op.RemoteOff, op.Len, rr.len) {
-			return nil, bad("remote [%d, +%d) outside buffer %d of %d bytes", op.RemoteOff, op.Len, op.Remote, rr.len)
-		}
-	}
-	if op.Kind == transport.OpWriteSignal {
-		sr, ok := p.remote[op.SignalBuf]
-		if !ok {
-			return nil, bad("unknown flag buffer %d", op.SignalBuf)
-		}
-		if op.SignalOff%8 != 0 || !transport.InRange(op.SignalOff, 8, sr.len) || (sr.addr+op.SignalOff)%8 != 0 {
-			return nil, bad("flag at %d of buffer %d (%d bytes) is not an aligned 8-byte word in it", op.SignalOff, op.SignalBuf, sr.len)
-		}
+	if _, err := memreg.CheckOp(op, t.mem, p.remote, t.maxOp); err != nil {
+		return nil, fmt.Errorf("ibverbs: %s op to rank %d: %w", op.Kind, op.Peer, err)
 	}
 	return p, nil
 }
 
 // Poll implements transport.Transport.
 func (t *Transport) Poll(done []transport.Completion) (int, error) {
-	t.dp.Lock()
-	defer t.dp.Unlock()
-	if t.closing {
+	t.gate.DP.Lock()
+	defer t.gate.DP.Unlock()
+	if t.gate.Closing {
 		return 0, t.Err()
 	}
 	if len(done) == 0 || !t.connected {
@@ -950,19 +753,5 @@ func (t *Transport) fail(err error) {
 // return, and destroys QPs, MRs, the CQ, the PD and the device context, in
 // that order. Ops in flight are abandoned. Later calls return nil.
 func (t *Transport) Close() error {
-	first := false
-	t.closeOnce.Do(func() {
-		first = true
-		t.fail(fmt.Errorf("ibverbs: rank %d: %w", t.cfg.Rank, transport.ErrClosed))
-		t.dp.Lock()
-		t.closing = true
-		t.dp.Unlock()
-		t.ctl.Lock()
-		defer t.ctl.Unlock()
-		t.closeErr = t.release()
-	})
-	if !first {
-		return nil
-	}
-	return t.closeErr
+	return t.gate.Close(func() { t.fail(fmt.Errorf("ibverbs: rank %d: %w", t.cfg.Rank, transport.ErrClosed)) }, t.release)
 }

@@ -1,8 +1,11 @@
-// Package verbstest builds the fake rdma-core provider (testdata/
-// fake_provider.c) that the verbs, ibverbs and efa tests load in place of
-// libibverbs.so.1 and libefa.so.1 on machines without an RDMA device. The
-// fake emulates devices and an RC/SRD fabric inside the test process; see
-// the C file's header for what it models and what it does not.
+// Package verbstest is the test support of the verbs backends (ibverbs,
+// efa). It builds the fake rdma-core provider (testdata/fake_provider.c)
+// that the verbs, ibverbs and efa tests load in place of libibverbs.so.1 and
+// libefa.so.1 on machines without an RDMA device. The fake emulates devices
+// and an RC/SRD fabric inside the test process; see the C file's header for
+// what it models and what it does not. It also holds the tests both
+// backends run: the suite on a real device (RunOnDevice), host memory
+// standing in for GPU memory (GPUMemory), a write to a closed peer.
 package verbstest
 
 import (
