@@ -6,9 +6,13 @@ import pytest
 import torch
 
 from .helpers import (
+    NO_SESSION,
     VALIDATION_MODES,
+    assert_bad_input_raises,
+    assert_compiled_linear_needs_open_group,
+    assert_fake_cuda_rejects_fp32,
+    assert_linear_needs_open_group,
     assert_tensor,
-    call_in_mode,
     compile_and_run,
     fake_mode,
     group,
@@ -19,14 +23,6 @@ from .helpers import (
 
 # (m, K, N, W): ragged m (not a multiple of any tile), a single row, an empty shard.
 SHAPES = [(37, 64, 96, 4), (1, 128, 256, 8), (129, 72, 130, 3), (100, 48, 200, 1), (0, 64, 32, 2)]
-
-
-# A group handle that is no open mkernel session in this process.
-NO_SESSION = 987654321
-NEEDS_GROUP = (
-    rf"mkernel\.ag_gemm: (group {NO_SESSION} is not an open mkernel group"
-    r"|the mkernel core is not loaded)"
-)
 
 
 def op():
@@ -84,35 +80,19 @@ def test_compile_static_shapes(ops):
 
 
 def test_compile_traces_then_cpu_kernel_raises(ops):
-    """Tracing (fake kernel) succeeds; running calls the CPU kernel, which needs an open group."""
-    g = group(2, handle=NO_SESSION)
-    compiled = torch.compile(
-        lambda x, w: ops.ag_gemm(x, w, group=g), fullgraph=True, backend="eager"
-    )
-    torch._dynamo.reset()
-    with pytest.raises((ValueError, RuntimeError), match=NEEDS_GROUP):
-        compiled(torch.randn(8, 64), torch.randn(32, 64))
+    assert_compiled_linear_needs_open_group("ag_gemm", ops.ag_gemm)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_cpu_needs_an_open_group(ops, dtype):
-    """At world_size > 1 the CPU reference kernel moves data through the group's data paths
-    (tests/host/ runs it across processes); a handle that is no open group is an error."""
-    x, w = torch.randn(8, 64, dtype=dtype), torch.randn(32, 64, dtype=dtype)
-    with pytest.raises((ValueError, RuntimeError), match=NEEDS_GROUP):
-        op()(x, w, NO_SESSION, 2, True)
-    with pytest.raises((ValueError, RuntimeError), match=NEEDS_GROUP):
-        ops.ag_gemm(x, w, group=group(2, handle=NO_SESSION))
+    assert_linear_needs_open_group(
+        "ag_gemm", ops.ag_gemm, "cpu", dtype, raw_call=lambda x, w: op()(x, w, NO_SESSION, 2, True)
+    )
 
 
 @requires_cuda
 def test_cuda_needs_an_open_group(ops):
-    """At world size > 1 the CUDA kernel runs over the group's symmetric memory (tests/gpu runs
-    it across ranks against a reference); a handle that is no open group is a clear error."""
-    x = torch.randn(8, 64, dtype=torch.bfloat16, device="cuda")
-    w = torch.randn(32, 64, dtype=torch.bfloat16, device="cuda")
-    with pytest.raises((ValueError, RuntimeError), match=NEEDS_GROUP):
-        ops.ag_gemm(x, w, group=group(2, handle=NO_SESSION))
+    assert_linear_needs_open_group("ag_gemm", ops.ag_gemm, "cuda", torch.bfloat16)
 
 
 @requires_cuda
@@ -128,8 +108,7 @@ BAD_INPUTS = linear_bad_inputs("ag_gemm", "[m, K]", "[N, K]", "K")
 @pytest.mark.parametrize("mode", VALIDATION_MODES)
 @pytest.mark.parametrize("make_args, exc, match", BAD_INPUTS)
 def test_bad_input(mode, make_args, exc, match):
-    with pytest.raises(exc, match=match):
-        call_in_mode(mode, op(), make_args)
+    assert_bad_input_raises(mode, op(), make_args, exc, match)
 
 
 def test_bad_device():
@@ -141,11 +120,11 @@ def test_bad_device():
 
 def test_fake_cuda_rejects_fp32():
     """The dtype rule of the CUDA kernel already holds while tracing for CUDA."""
-    with (
-        fake_mode(),
-        pytest.raises(RuntimeError, match=r"x must be bf16 or fp16 on CUDA, got fp32"),
-    ):
-        op()(t((8, 64), "cuda", torch.float32), t((32, 64), "cuda", torch.float32), 1, 2)
+    assert_fake_cuda_rejects_fp32(
+        op(),
+        lambda: (t((8, 64), "cuda", torch.float32), t((32, 64), "cuda", torch.float32), 1, 2),
+        r"x must be bf16 or fp16 on CUDA, got fp32",
+    )
 
 
 def test_bad_input_while_compiling(ops):

@@ -6,12 +6,15 @@ import pytest
 import torch
 
 from .helpers import (
+    NO_SESSION,
     VALIDATION_MODES,
+    assert_bad_input_raises,
+    assert_compiled_linear_needs_open_group,
+    assert_fake_cuda_rejects_fp32,
+    assert_linear_compiles_once,
+    assert_linear_needs_open_group,
     assert_tensor,
-    call_in_mode,
-    compile_and_run,
     fake_mode,
-    group,
     linear_bad_inputs,
     requires_cuda,
     t,
@@ -19,14 +22,6 @@ from .helpers import (
 
 # (M, k, N, W): ragged M (no multiple of W or of a tile), one row, world of one, no rows at all.
 SHAPES = [(37, 64, 96, 4), (1, 128, 256, 8), (129, 72, 130, 3), (100, 48, 200, 1), (0, 64, 32, 2)]
-
-
-# A group handle that is no open mkernel session in this process.
-NO_SESSION = 987654321
-NEEDS_GROUP = (
-    rf"mkernel\.gemm_ar: (group {NO_SESSION} is not an open mkernel group"
-    r"|the mkernel core is not loaded)"
-)
 
 
 def op():
@@ -44,46 +39,23 @@ def test_fake_shapes(device, dtype, m, k, n, world):
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_compile_dynamic(ops, backend):
-    g = group(4)
-    inputs = [(t((m, 64), "meta"), t((96, 64), "meta")) for m in (37, 100, 129)]
-    outs, frames = compile_and_run(
-        lambda x, w: ops.gemm_ar(x, w, group=g), inputs, backend=backend, dynamic=True
-    )
-    assert frames == 1, "ragged M must not recompile under dynamic shapes"
-    for (x, _), out in zip(inputs, outs, strict=True):
-        assert_tensor(out, (x.shape[0], 96), torch.bfloat16, "meta")
+    assert_linear_compiles_once(ops.gemm_ar, (37, 100, 129), lambda m: m, backend)
 
 
 def test_compile_traces_then_cpu_kernel_raises(ops):
-    """Tracing (fake kernel) succeeds; running calls the CPU kernel, which needs an open group."""
-    g = group(2, handle=NO_SESSION)
-    compiled = torch.compile(
-        lambda x, w: ops.gemm_ar(x, w, group=g), fullgraph=True, backend="eager"
-    )
-    torch._dynamo.reset()
-    with pytest.raises((ValueError, RuntimeError), match=NEEDS_GROUP):
-        compiled(torch.randn(8, 64), torch.randn(32, 64))
+    assert_compiled_linear_needs_open_group("gemm_ar", ops.gemm_ar)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_cpu_needs_an_open_group(ops, dtype):
-    """At world_size > 1 the CPU reference kernel moves data through the group's data paths
-    (tests/host/ runs it across processes); a handle that is no open group is an error."""
-    x, w = torch.randn(8, 64, dtype=dtype), torch.randn(32, 64, dtype=dtype)
-    with pytest.raises((ValueError, RuntimeError), match=NEEDS_GROUP):
-        op()(x, w, NO_SESSION, 2)
-    with pytest.raises((ValueError, RuntimeError), match=NEEDS_GROUP):
-        ops.gemm_ar(x, w, group=group(2, handle=NO_SESSION))
+    assert_linear_needs_open_group(
+        "gemm_ar", ops.gemm_ar, "cpu", dtype, raw_call=lambda x, w: op()(x, w, NO_SESSION, 2)
+    )
 
 
 @requires_cuda
 def test_cuda_needs_an_open_group(ops):
-    """At world size > 1 the CUDA kernel runs over the group's symmetric memory (tests/gpu runs
-    it across ranks against a reference); a handle that is no open group is a clear error."""
-    x = torch.randn(8, 64, dtype=torch.bfloat16, device="cuda")
-    w = torch.randn(32, 64, dtype=torch.bfloat16, device="cuda")
-    with pytest.raises((ValueError, RuntimeError), match=NEEDS_GROUP):
-        ops.gemm_ar(x, w, group=group(2, handle=NO_SESSION))
+    assert_linear_needs_open_group("gemm_ar", ops.gemm_ar, "cuda", torch.bfloat16)
 
 
 BAD_INPUTS = linear_bad_inputs("gemm_ar", "[M, k]", "[N, k]", "k")
@@ -92,8 +64,7 @@ BAD_INPUTS = linear_bad_inputs("gemm_ar", "[M, k]", "[N, k]", "k")
 @pytest.mark.parametrize("mode", VALIDATION_MODES)
 @pytest.mark.parametrize("make_args, exc, match", BAD_INPUTS)
 def test_bad_input(mode, make_args, exc, match):
-    with pytest.raises(exc, match=match):
-        call_in_mode(mode, op(), make_args)
+    assert_bad_input_raises(mode, op(), make_args, exc, match)
 
 
 def test_bad_device():
@@ -102,10 +73,8 @@ def test_bad_device():
 
 
 def test_fake_cuda_rejects_fp32():
-    with (
-        fake_mode(),
-        pytest.raises(
-            RuntimeError, match=r"mkernel\.gemm_ar: x must be bf16 or fp16 on CUDA, got fp32"
-        ),
-    ):
-        op()(t((8, 64), "cuda", torch.float32), t((32, 64), "cuda", torch.float32), 1, 2)
+    assert_fake_cuda_rejects_fp32(
+        op(),
+        lambda: (t((8, 64), "cuda", torch.float32), t((32, 64), "cuda", torch.float32), 1, 2),
+        r"mkernel\.gemm_ar: x must be bf16 or fp16 on CUDA, got fp32",
+    )

@@ -11,13 +11,15 @@ from tests.moe_reference import rel_err
 from .helpers import (
     OPCHECK_UTILS,
     VALIDATION_MODES,
+    assert_bad_input_raises,
+    assert_fake_cuda_rejects_fp32,
+    assert_rejects_input_on_other_device,
     assert_tensor,
     bad,
-    call_in_mode,
+    bad_world_size_and_group,
     compile_and_run,
     fake_mode,
     group,
-    requires_cuda,
     strided,
     t,
 )
@@ -166,10 +168,7 @@ def _args(
 
 OP = r"mkernel\.moe_combine"
 BAD_INPUTS = [
-    bad("world_size", ValueError, rf"{OP}: world_size must be >= 1, got 0", world=0),
-    bad(
-        "group", ValueError, rf"{OP}: group must be an mkernel group handle >= 0 .*got -1", group=-1
-    ),
+    *bad_world_size_and_group(OP),
     bad(
         "y_dim",
         RuntimeError,
@@ -255,26 +254,19 @@ BAD_INPUTS = [
 @pytest.mark.parametrize("mode", VALIDATION_MODES)
 @pytest.mark.parametrize("overrides, exc, match", BAD_INPUTS)
 def test_bad_input(mode, overrides, exc, match):
-    with pytest.raises(exc, match=match):
-        call_in_mode(mode, op(), lambda d: _args(d, **overrides))
+    assert_bad_input_raises(mode, op(), lambda d: _args(d, **overrides), exc, match)
 
 
 @pytest.mark.parametrize("arg", ["route", "topk_weights"])
 def test_bad_device(arg):
-    y, route, counts, weights, *rest = _args("cpu")
-    if arg == "route":
-        route = route.to("meta")
-    else:
-        weights = weights.to("meta")
-    with pytest.raises(
-        RuntimeError, match=rf"{OP}: {arg} must be on the device of y \(y: cpu, {arg}: meta\)"
-    ):
-        op()(y, route, counts, weights, *rest)
+    assert_rejects_input_on_other_device(
+        op(), _args("cpu"), ("y", "route", "recv_counts", "topk_weights"), arg, OP
+    )
 
 
 def test_fake_cuda_rejects_fp32():
-    with (
-        fake_mode(),
-        pytest.raises(RuntimeError, match=rf"{OP}: y must be bf16 or fp16 on CUDA, got fp32"),
-    ):
-        op()(*_args("cuda", dtype=torch.float32))
+    assert_fake_cuda_rejects_fp32(
+        op(),
+        lambda: _args("cuda", dtype=torch.float32),
+        rf"{OP}: y must be bf16 or fp16 on CUDA, got fp32",
+    )

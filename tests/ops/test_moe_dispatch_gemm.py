@@ -16,9 +16,12 @@ from tests.moe_reference import dispatch_out, layouts, make_inputs, make_weights
 
 from .helpers import (
     VALIDATION_MODES,
+    assert_bad_input_raises,
+    assert_fake_cuda_rejects_fp32,
+    assert_rejects_input_on_other_device,
     assert_tensor,
     bad,
-    call_in_mode,
+    bad_world_size_and_group,
     compile_and_run,
     fake_mode,
     group,
@@ -289,10 +292,7 @@ def _args(
 
 OP = r"mkernel\.moe_dispatch_gemm"
 BAD_INPUTS = [
-    bad("world_size", ValueError, rf"{OP}: world_size must be >= 1, got 0", world=0),
-    bad(
-        "group", ValueError, rf"{OP}: group must be an mkernel group handle >= 0 .*got -3", group=-3
-    ),
+    *bad_world_size_and_group(OP, bad_group=-3),
     bad("num_experts", ValueError, rf"{OP}: num_experts must be >= 1, got 0", experts=0),
     bad(
         "num_experts_divisible",
@@ -405,32 +405,20 @@ BAD_INPUTS = [
 @pytest.mark.parametrize("mode", VALIDATION_MODES)
 @pytest.mark.parametrize("overrides, exc, match", BAD_INPUTS)
 def test_bad_input(mode, overrides, exc, match):
-    with pytest.raises(exc, match=match):
-        call_in_mode(mode, op(), lambda d: _args(d, **overrides))
+    assert_bad_input_raises(mode, op(), lambda d: _args(d, **overrides), exc, match)
 
 
 @pytest.mark.parametrize("arg", ["topk_idx", "w1"])
 def test_bad_device(arg):
-    def make(d):
-        x, idx, w1, *rest = _args("cpu")
-        if arg == "topk_idx":
-            idx = idx.to("meta")
-        else:
-            w1 = w1.to("meta")
-        return (x, idx, w1, *rest)
-
-    with pytest.raises(
-        RuntimeError, match=rf"{OP}: {arg} must be on the device of x \(x: cpu, {arg}: meta\)"
-    ):
-        op()(*make("cpu"))
+    assert_rejects_input_on_other_device(op(), _args("cpu"), ("x", "topk_idx", "w1"), arg, OP)
 
 
 def test_fake_cuda_rejects_fp32():
-    with (
-        fake_mode(),
-        pytest.raises(RuntimeError, match=rf"{OP}: x must be bf16 or fp16 on CUDA, got fp32"),
-    ):
-        op()(*_args("cuda", dtype=torch.float32))
+    assert_fake_cuda_rejects_fp32(
+        op(),
+        lambda: _args("cuda", dtype=torch.float32),
+        rf"{OP}: x must be bf16 or fp16 on CUDA, got fp32",
+    )
 
 
 def test_get_dispatch_layout_matches_the_dispatch(ops):

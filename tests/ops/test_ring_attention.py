@@ -8,9 +8,12 @@ import torch
 
 from .helpers import (
     VALIDATION_MODES,
+    assert_bad_input_raises,
+    assert_fake_cuda_rejects_fp32,
+    assert_rejects_input_on_other_device,
     assert_tensor,
     bad,
-    call_in_mode,
+    bad_world_size_and_group,
     compile_and_run,
     fake_mode,
     group,
@@ -141,10 +144,7 @@ def _args(
 
 OP = r"mkernel\.ring_attention"
 BAD_INPUTS = [
-    bad("world_size", ValueError, rf"{OP}: world_size must be >= 1, got 0", world=0),
-    bad(
-        "group", ValueError, rf"{OP}: group must be an mkernel group handle >= 0 .*got -1", group=-1
-    ),
+    *bad_world_size_and_group(OP),
     bad(
         "softmax_scale_zero",
         ValueError,
@@ -229,26 +229,17 @@ BAD_INPUTS = [
 @pytest.mark.parametrize("mode", VALIDATION_MODES)
 @pytest.mark.parametrize("overrides, exc, match", BAD_INPUTS)
 def test_bad_input(mode, overrides, exc, match):
-    with pytest.raises(exc, match=match):
-        call_in_mode(mode, op(), lambda d: _args(d, **overrides))
+    assert_bad_input_raises(mode, op(), lambda d: _args(d, **overrides), exc, match)
 
 
 @pytest.mark.parametrize("arg", ["k", "v"])
 def test_bad_device(arg):
-    q, k, v, *rest = _args("cpu")
-    if arg == "k":
-        k = k.to("meta")
-    else:
-        v = v.to("meta")
-    with pytest.raises(
-        RuntimeError, match=rf"{OP}: {arg} must be on the device of q \(q: cpu, {arg}: meta\)"
-    ):
-        op()(q, k, v, *rest)
+    assert_rejects_input_on_other_device(op(), _args("cpu"), ("q", "k", "v"), arg, OP)
 
 
 def test_fake_cuda_rejects_fp32():
-    with (
-        fake_mode(),
-        pytest.raises(RuntimeError, match=rf"{OP}: q must be bf16 or fp16 on CUDA, got fp32"),
-    ):
-        op()(*_args("cuda", dtype=torch.float32))
+    assert_fake_cuda_rejects_fp32(
+        op(),
+        lambda: _args("cuda", dtype=torch.float32),
+        rf"{OP}: q must be bf16 or fp16 on CUDA, got fp32",
+    )
