@@ -108,7 +108,9 @@ struct FusedHooks {
     cutlass::arch::NamedBarrier::sync(kSideThreads, kSideBarrier);
   }
 
-  CUTLASS_DEVICE static int cta_id() { return static_cast<int>(blockIdx.x + blockIdx.y * gridDim.x); }
+  CUTLASS_DEVICE static int cta_id() {
+    return static_cast<int>(blockIdx.x + blockIdx.y * gridDim.x);
+  }
   CUTLASS_DEVICE static int cta_count() { return static_cast<int>(gridDim.x * gridDim.y); }
 
   // ---- kModeAllGather -------------------------------------------------------------------
@@ -130,8 +132,8 @@ struct FusedHooks {
   // the call number in its high half (the first claimant of a call restarts it), so items go
   // to the warps that run — none waits for a CTA that is not resident yet.
   CUTLASS_DEVICE static int claim_item(Params const& p, uint64_t epoch) {
-    auto* counter = reinterpret_cast<unsigned long long*>(p.group.flags[p.group.rank] +
-                                                          p.counter_slot);
+    auto* counter =
+        reinterpret_cast<unsigned long long*>(p.group.flags[p.group.rank] + p.counter_slot);
     const unsigned long long tag = (epoch & 0xffffffffull) << 32;
     for (;;) {
       const unsigned long long seen = *reinterpret_cast<volatile unsigned long long*>(counter);
@@ -222,17 +224,18 @@ struct FusedHooks {
 #pragma unroll 1
       for (int r = 0; r < g.world; ++r) mates += g.node_of[r] == g.node_of[s] ? 1 : 0;
       const uint32_t slot = kNetSlotBase + s * kNetPieces + c / p.net_piece_chunks;
-      comm::net_wait_arrival<kFail>(g, g.net.arrival + slot, epoch,
-                                    mates > 1 ? 2 * g.timeout_ns + 1000000000ull : g.timeout_ns, s,
-                                    comm::WaitSite{p.op, comm::kWaitNetArrival, s,
-                                                   static_cast<int32_t>(slot)});
+      comm::net_wait_arrival<kFail>(
+          g, g.net.arrival + slot, epoch,
+          mates > 1 ? 2 * g.timeout_ns + 1000000000ull : g.timeout_ns, s,
+          comm::WaitSite{p.op, comm::kWaitNetArrival, s, static_cast<int32_t>(slot)});
     }
     __syncwarp();  // the acquire precedes every lane's loads
     const int row0 = c * p.chunk_rows;
     const int64_t off = static_cast<int64_t>(row0) * p.row_bytes;
-    copy_rows<true>(g.data[g.rank] + static_cast<int64_t>(s) * p.m_local * p.row_bytes + off,
-                    g.net.recv_area + net_half(p, epoch) + static_cast<uint64_t>(s) * p.net_block + off,
-                    min(p.chunk_rows, p.m_local - row0) * p.row_bytes, lane);
+    copy_rows<true>(
+        g.data[g.rank] + static_cast<int64_t>(s) * p.m_local * p.row_bytes + off,
+        g.net.recv_area + net_half(p, epoch) + static_cast<uint64_t>(s) * p.net_block + off,
+        min(p.chunk_rows, p.m_local - row0) * p.row_bytes, lane);
     __syncwarp();  // every lane's stores of the chunk precede the flag
     if (lane == 0) comm::signal(g, g.rank, p.flag_base + s * p.chunks + c, epoch);
   }
@@ -339,12 +342,70 @@ struct FusedHooks {
   // index on other ranks (co-residency, README), and never for its own side warps: every item
   // left when the consumers finish is theirs.
 
+  // Every reduce path's arithmetic, shared so that they give the same bits: one 16-byte vector
+  // of 8 T elements added into fp32 accumulators (the caller runs the ranks in order 0..W-1) ...
+  template <class T>
+  CUTLASS_DEVICE static void add8(float (&acc)[8], uint4 const& x) {
+    const T* h = reinterpret_cast<const T*>(&x);
+    CUTLASS_PRAGMA_UNROLL
+    for (int e = 0; e < 8; ++e) acc[e] += static_cast<float>(h[e]);
+  }
+
+  // ... and the accumulators rounded back to one vector of T.
+  template <class T>
+  CUTLASS_DEVICE static uint4 pack8(float const (&acc)[8]) {
+    uint4 o;
+    T* h = reinterpret_cast<T*>(&o);
+    CUTLASS_PRAGMA_UNROLL
+    for (int e = 0; e < 8; ++e) h[e] = static_cast<T>(acc[e]);
+    return o;
+  }
+
+  // The staged paths (side warps, consumers' tail): vector q of the W ranks' copies staged in
+  // shared memory, rank s's at buf[s * per_rank + q], summed in rank order and rounded.
+  template <class T>
+  CUTLASS_DEVICE static uint4 sum_staged(const uint4* buf, int per_rank, int q, int world) {
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+    for (int s = 0; s < world; ++s) {  // rank order
+      const uint4 x = buf[s * per_rank + q];
+      add8<T>(acc, x);
+    }
+    return pack8<T>(acc);
+  }
+
+  // The staged paths' store of a reduced vector at element `at`: to out and, two-shot, to this
+  // rank's reduced area (the other owners copy it from there).
+  template <class T>
+  CUTLASS_DEVICE static void store_reduced(Params const& p, T* out, int64_t at, uint4 o) {
+    *reinterpret_cast<uint4*>(out + at) = o;
+    if (p.two_shot) {
+      *reinterpret_cast<uint4*>(
+          reinterpret_cast<T*>(p.group.data[p.group.rank] + p.reduced_offset) + at) = o;
+    }
+  }
+
+  // Waits (one thread) for tile flag `tile` of call op_begin at rank s: its partial of the tile
+  // is in memory.
+  CUTLASS_DEVICE static void wait_tile(Params const& p, int s, int tile) {
+    const comm::GroupDevice& g = p.group;
+    comm::wait_geq<kFail>(g, g.flags[s] + p.flag_base + tile, comm::op_begin(g),
+                          comm::WaitSite{p.op, comm::kWaitPeerFlag, s, tile});
+  }
+
+  // Element offset (in out / a rank's partial, row stride n) of vector i of the rows from r0 x
+  // columns [c0, c0 + 8 v), the vectors numbered row by row.
+  CUTLASS_DEVICE static int64_t slab_at(Params const& p, int r0, int c0, int v, int i) {
+    const int row = i / v;
+    return static_cast<int64_t>(r0 + row) * p.n + c0 + (i - row * v) * 8;
+  }
+
   // Sums the rank partials of rows [r0, r1) x columns [c0, c1) (a multiple of 8 columns) in
   // fp32, rank order 0..W-1 (the same bits on every rank), into out (and `reduced`). One warp;
   // U vectors of 8 elements per lane per step, the loads of two ranks in flight together.
   template <class T, int U, int kB>
-  CUTLASS_DEVICE static void reduce_slab(Params const& p, int r0, int r1, int c0, int c1,
-                                         int lane, bool two_shot) {
+  CUTLASS_DEVICE static void reduce_slab(Params const& p, int r0, int r1, int c0, int c1, int lane,
+                                         bool two_shot) {
     const comm::GroupDevice& g = p.group;
     const int v = (c1 - c0) / 8;
     const int total = (r1 - r0) * v;
@@ -356,9 +417,7 @@ struct FusedHooks {
       CUTLASS_PRAGMA_UNROLL
       for (int u = 0; u < U; ++u) {
         // Past the end a lane redoes the last vector: the same bits to the same place.
-        const int i = min(base + 32 * u, total - 1);
-        const int row = i / v;
-        at[u] = static_cast<int64_t>(r0 + row) * p.n + c0 + (i - row * v) * 8;
+        at[u] = slab_at(p, r0, c0, v, min(base + 32 * u, total - 1));
         CUTLASS_PRAGMA_UNROLL
         for (int e = 0; e < 8; ++e) acc[u][e] = 0.f;
       }
@@ -370,28 +429,22 @@ struct FusedHooks {
           if (s0 + b < g.world) {
             const T* src = reinterpret_cast<const T*>(g.data[s0 + b]);
             CUTLASS_PRAGMA_UNROLL
-            for (int u = 0; u < U; ++u) ld[u][b] = __ldcg(reinterpret_cast<const uint4*>(src + at[u]));
+            for (int u = 0; u < U; ++u)
+              ld[u][b] = __ldcg(reinterpret_cast<const uint4*>(src + at[u]));
           }
         }
         CUTLASS_PRAGMA_UNROLL
         for (int b = 0; b < kB; ++b) {  // rank order
           if (s0 + b < g.world) {
             CUTLASS_PRAGMA_UNROLL
-            for (int u = 0; u < U; ++u) {
-              const T* h = reinterpret_cast<const T*>(&ld[u][b]);
-              CUTLASS_PRAGMA_UNROLL
-              for (int e = 0; e < 8; ++e) acc[u][e] += static_cast<float>(h[e]);
-            }
+            for (int u = 0; u < U; ++u) add8<T>(acc[u], ld[u][b]);
           }
         }
       }
       T* reduced = two_shot ? reinterpret_cast<T*>(g.data[g.rank] + p.reduced_offset) : nullptr;
       CUTLASS_PRAGMA_UNROLL
       for (int u = 0; u < U; ++u) {
-        uint4 o;
-        T* h = reinterpret_cast<T*>(&o);
-        CUTLASS_PRAGMA_UNROLL
-        for (int e = 0; e < 8; ++e) h[e] = static_cast<T>(acc[u][e]);
+        const uint4 o = pack8<T>(acc[u]);
         *reinterpret_cast<uint4*>(out + at[u]) = o;
         if (two_shot) *reinterpret_cast<uint4*>(reduced + at[u]) = o;
       }
@@ -412,9 +465,7 @@ struct FusedHooks {
       uint4 ld[U];
       CUTLASS_PRAGMA_UNROLL
       for (int u = 0; u < U; ++u) {
-        const int i = min(base + 32 * u, total - 1);
-        const int row = i / v;
-        at[u] = static_cast<int64_t>(r0 + row) * p.n + c0 + (i - row * v) * 8;
+        at[u] = slab_at(p, r0, c0, v, min(base + 32 * u, total - 1));
         ld[u] = __ldcg(reinterpret_cast<const uint4*>(from + at[u]));
       }
       CUTLASS_PRAGMA_UNROLL
@@ -452,17 +503,13 @@ struct FusedHooks {
       if (!copy) {
         const int r0 = max(row0, p.reduce_row0), r1 = min(row1, end);
         if (r0 >= r1) continue;
-        if (lane < g.world) {  // lane s polls rank s's flag of the tile
-          comm::wait_geq<kFail>(g, g.flags[lane] + p.flag_base + tile, comm::op_begin(g),
-                                comm::WaitSite{p.op, comm::kWaitPeerFlag, lane, tile});
-        }
+        if (lane < g.world) wait_tile(p, lane, tile);  // lane s polls rank s's flag of the tile
         __syncwarp();  // every rank's tile is in memory (the acquires precede the warp barrier)
         reduce_slab<T, U, kB>(p, r0, r1, c0, c1, lane, p.two_shot != 0);
         if (p.two_shot) {
           __syncwarp();  // every lane's reduced stores precede the flag
           if (lane == 0) {
-            comm::signal(g, g.rank, p.reduced_flag_base + tile * p.slabs + slab,
-                         comm::op_begin(g));
+            comm::signal(g, g.rank, p.reduced_flag_base + tile * p.slabs + slab, comm::op_begin(g));
           }
         }
       } else {
@@ -599,11 +646,7 @@ struct FusedHooks {
 #pragma unroll 1
     for (int o = o0; o <= o1; ++o) remote = remote || g.data[o] == nullptr;
     if (!remote) return;
-    if (t == 0) {
-      const int tile = work.m_block * p.tiles_n + work.n_block;
-      comm::wait_geq<kFail>(g, g.flags[g.rank] + p.flag_base + tile, comm::op_begin(g),
-                            comm::WaitSite{p.op, comm::kWaitPeerFlag, g.rank, tile});
-    }
+    if (t == 0) wait_tile(p, g.rank, work.m_block * p.tiles_n + work.n_block);
     side_sync();  // the tile is in memory for every side thread
     const int c0 = work.n_block * p.block_n;
     const int v = (min(c0 + p.block_n, p.n) - c0) / 8;
@@ -619,8 +662,8 @@ struct FusedHooks {
 #pragma unroll 1
       for (int i = t; i < n; i += kSideThreads) {
         const int row = i / v, col = i - row * v;
-        *reinterpret_cast<uint4*>(dst + (row * p.block_n + col * 8) * 2) =
-            __ldcg(reinterpret_cast<const uint4*>(src + (static_cast<int64_t>(row) * p.n + col * 8) * 2));
+        *reinterpret_cast<uint4*>(dst + (row * p.block_n + col * 8) * 2) = __ldcg(
+            reinterpret_cast<const uint4*>(src + (static_cast<int64_t>(row) * p.n + col * 8) * 2));
       }
     }
     side_sync();  // every thread's stores precede the pushes (their release is cumulative)
@@ -650,8 +693,8 @@ struct FusedHooks {
       for (int step = 0; step < 2; ++step) {
         int to = -1, last = k;
         uint64_t at = 0, bytes = 0;
-        if (step == 0 && p.net_coalesce > 0 &&
-            st.run_n > 0 && (st.run_owner != o || st.run_last != k || st.run_n >= p.net_coalesce)) {
+        if (step == 0 && p.net_coalesce > 0 && st.run_n > 0 &&
+            (st.run_owner != o || st.run_last != k || st.run_n >= p.net_coalesce)) {
           // the open run: closed by this tile (not its next unit) or full
           to = st.run_owner;
           last = st.run_last;
@@ -688,8 +731,8 @@ struct FusedHooks {
     if (st.run_n <= 0) return;
     const int n = st.run_n;
     st.run_n = 0;
-    net_push_cmd(p, st.run_owner, st.run_slot,
-                 static_cast<uint64_t>(n) * p.block_m * p.block_n * 2, st.run_last, st);
+    net_push_cmd(p, st.run_owner, st.run_slot, static_cast<uint64_t>(n) * p.block_m * p.block_n * 2,
+                 st.run_last, st);
   }
 
   // Thread 0 of the SEND role: the push of `bytes` at byte `at` of owner o's block (one tile's
@@ -698,8 +741,8 @@ struct FusedHooks {
   // words are built in shared memory one at a time and streamed from there into the slot: the
   // inlined push held them all in registers at once and spilled ~940 bytes in these 40.
   template <class Storage>
-  CUTLASS_DEVICE static void net_push_cmd(Params const& p, int o, uint64_t at, uint64_t bytes, int k,
-                                          Storage& st) {
+  CUTLASS_DEVICE static void net_push_cmd(Params const& p, int o, uint64_t at, uint64_t bytes,
+                                          int k, Storage& st) {
     const comm::GroupDevice& g = p.group;
     uint32_t* w = st.net_words;
     {
@@ -721,9 +764,9 @@ struct FusedHooks {
       w[11] = static_cast<uint32_t>(seq >> 32);
     }
     uint64_t cached_tail = 0;
-    const mk_fifo_wait_result r = mk_fifo_take_ticket_device(
-        comm::net_fifo(g), g.net.fifo_capacity, g.net.fifo_head, &cached_tail, static_cast<uint16_t>(o),
-        g.timeout_ns);
+    const mk_fifo_wait_result r =
+        mk_fifo_take_ticket_device(comm::net_fifo(g), g.net.fifo_capacity, g.net.fifo_head,
+                                   &cached_tail, static_cast<uint16_t>(o), g.timeout_ns);
     if (r.rc != MK_FIFO_OK) {
       comm::net_push_failed<kFail>(g.diag, g.group_id, g.rank, g.world, comm::net_fifo(g),
                                    g.net.fifo_capacity, r, o, w[1], p.op);
@@ -738,8 +781,8 @@ struct FusedHooks {
     asm volatile("fence.acq_rel.sys;" ::: "memory");
 #pragma unroll 1
     for (int i = 0; i < static_cast<int>(MK_FIFO_LL_WORDS); i += 2) {
-      asm volatile("st.relaxed.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(d + i),
-                   "l"(tag | w[i]), "l"(tag | w[i + 1])
+      asm volatile("st.relaxed.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(d + i), "l"(tag | w[i]),
+                   "l"(tag | w[i + 1])
                    : "memory");
     }
     st.net_ticket = r.ticket;
@@ -749,17 +792,17 @@ struct FusedHooks {
   // reduce_slab with the ranks of other nodes read from their tile slots in the receive half:
   // rows [r0, r1) x columns [c0, c1) of tile (m_block, n_block).
   template <class T, int U, int kB>
-  CUTLASS_DEVICE static void reduce_slab_net(Params const& p, uint64_t e, int m_block, uint64_t slot,
-                                             int r0, int r1, int c0, int c1, int lane) {
+  CUTLASS_DEVICE static void reduce_slab_net(Params const& p, uint64_t e, int m_block,
+                                             uint64_t slot, int r0, int r1, int c0, int c1,
+                                             int lane) {
     const comm::GroupDevice& g = p.group;
     const int v = (c1 - c0) / 8;
     const int total = (r1 - r0) * v;
     T* out = static_cast<T*>(p.out) - static_cast<int64_t>(p.out_row0) * p.n;
     // Source s's copy of this slab: its block s of the receive half, this tile's slot, row r0.
-    const T* remote = reinterpret_cast<const T*>(
-        g.net.recv_area + (e & 1) * (g.net.recv_bytes / 2) +
-        slot +
-        static_cast<uint64_t>(r0 - m_block * p.block_m) * p.block_n * 2);
+    const T* remote =
+        reinterpret_cast<const T*>(g.net.recv_area + (e & 1) * (g.net.recv_bytes / 2) + slot +
+                                   static_cast<uint64_t>(r0 - m_block * p.block_m) * p.block_n * 2);
 #pragma unroll 1
     for (int base = lane; base < total; base += 32 * U) {
       int64_t at[U];
@@ -769,7 +812,7 @@ struct FusedHooks {
       for (int u = 0; u < U; ++u) {
         const int i = min(base + 32 * u, total - 1);
         const int row = i / v;
-        at[u] = static_cast<int64_t>(r0 + row) * p.n + c0 + (i - row * v) * 8;
+        at[u] = slab_at(p, r0, c0, v, i);
         rat[u] = row * p.block_n + (i - row * v) * 8;
         CUTLASS_PRAGMA_UNROLL
         for (int h = 0; h < 8; ++h) acc[u][h] = 0.f;
@@ -783,10 +826,12 @@ struct FusedHooks {
             const uint8_t* region = g.data[s0 + b];
             CUTLASS_PRAGMA_UNROLL
             for (int u = 0; u < U; ++u) {
-              const T* src = region != nullptr
-                                 ? reinterpret_cast<const T*>(region) + at[u]
-                                 : reinterpret_cast<const T*>(reinterpret_cast<const uint8_t*>(remote) +
-                                                              (s0 + b) * p.net_block) + rat[u];
+              const T* src =
+                  region != nullptr
+                      ? reinterpret_cast<const T*>(region) + at[u]
+                      : reinterpret_cast<const T*>(reinterpret_cast<const uint8_t*>(remote) +
+                                                   (s0 + b) * p.net_block) +
+                            rat[u];
               ld[u][b] = __ldcg(reinterpret_cast<const uint4*>(src));
             }
           }
@@ -795,22 +840,12 @@ struct FusedHooks {
         for (int b = 0; b < kB; ++b) {  // rank order
           if (s0 + b < g.world) {
             CUTLASS_PRAGMA_UNROLL
-            for (int u = 0; u < U; ++u) {
-              const T* h = reinterpret_cast<const T*>(&ld[u][b]);
-              CUTLASS_PRAGMA_UNROLL
-              for (int q = 0; q < 8; ++q) acc[u][q] += static_cast<float>(h[q]);
-            }
+            for (int u = 0; u < U; ++u) add8<T>(acc[u], ld[u][b]);
           }
         }
       }
       CUTLASS_PRAGMA_UNROLL
-      for (int u = 0; u < U; ++u) {
-        uint4 o;
-        T* h = reinterpret_cast<T*>(&o);
-        CUTLASS_PRAGMA_UNROLL
-        for (int q = 0; q < 8; ++q) h[q] = static_cast<T>(acc[u][q]);
-        *reinterpret_cast<uint4*>(out + at[u]) = o;
-      }
+      for (int u = 0; u < U; ++u) *reinterpret_cast<uint4*>(out + at[u]) = pack8<T>(acc[u]);
     }
   }
 
@@ -853,19 +888,16 @@ struct FusedHooks {
 #pragma unroll 1
           for (int r = 0; r < g.world; ++r) mates += g.node_of[r] == g.node_of[lane] ? 1 : 0;
           const uint32_t slot = kRsNetSlotBase + lane * cta_count() + cta_id();
-          comm::net_wait_arrival<kFail>(g, g.net.arrival + slot,
-                                        (e << kRsNetSeqBits) | static_cast<uint64_t>(k + 1),
-                                        mates > 1 ? 2 * g.timeout_ns + 1000000000ull
-                                                  : g.timeout_ns,
-                                        lane,
-                                        comm::WaitSite{p.op, comm::kWaitNetArrival, lane,
-                                                       static_cast<int32_t>(slot)});
+          comm::net_wait_arrival<kFail>(
+              g, g.net.arrival + slot, (e << kRsNetSeqBits) | static_cast<uint64_t>(k + 1),
+              mates > 1 ? 2 * g.timeout_ns + 1000000000ull : g.timeout_ns, lane,
+              comm::WaitSite{p.op, comm::kWaitNetArrival, lane, static_cast<int32_t>(slot)});
         }
       }
       __syncwarp();  // every rank's tile is in memory (the acquires precede the warp barrier)
-      reduce_slab_net<T, U, kB>(
-          p, e, work.m_block,
-          rs_tile_slot(p, upc, g.rank, work.m_block, work.n_block, k), r0, r1, c0, c1, lane);
+      reduce_slab_net<T, U, kB>(p, e, work.m_block,
+                                rs_tile_slot(p, upc, g.rank, work.m_block, work.n_block, k), r0, r1,
+                                c0, c1, lane);
     }
   }
 
@@ -902,7 +934,7 @@ struct FusedHooks {
     // CTA up to run_last, from byte run_slot of owner run_owner's block
     int run_owner, run_last, run_n;
     int run_next;  // 1: the tile that closed the run starts the next one
-    int run_upc;  // the most units a CTA has (rs_units_per_cta), with net_coalesce > 0
+    int run_upc;   // the most units a CTA has (rs_units_per_cta), with net_coalesce > 0
     uint64_t run_slot;
 #if MKERNEL_FUSED_RS_NODES_SEND
     uint32_t net_words[MK_FIFO_LL_WORDS];  // ... and the payload of the command it builds
@@ -954,10 +986,7 @@ struct FusedHooks {
       if (r0 >= r1 || c0 >= c1) continue;
       const int tile = work.m_block * p.tiles_n + work.n_block;
       ++done;
-      if (t < g.world) {
-        comm::wait_geq<kFail>(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
-                              comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
-      }
+      if (t < g.world) wait_tile(p, t, tile);
       side_sync();  // every rank's tile is in memory
       const int v = (c1 - c0) / 8;
       const int chunk_rows = max(1, kSideBufBytes / 16 / (g.world * v));
@@ -968,32 +997,16 @@ struct FusedHooks {
 #pragma unroll 1
         for (int j = t; j < g.world * per_rank; j += kSideThreads) {
           const int s = j / per_rank, q = j - s * per_rank, row = q / v;
-          cp_async_16(&st.buf[j], reinterpret_cast<const T*>(g.data[s]) +
-                                      (static_cast<int64_t>(a + row) * p.n + c0 + (q - row * v) * 8));
+          cp_async_16(&st.buf[j],
+                      reinterpret_cast<const T*>(g.data[s]) +
+                          (static_cast<int64_t>(a + row) * p.n + c0 + (q - row * v) * 8));
         }
         asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
         side_sync();  // every thread's copies are in shared memory
 #pragma unroll 1
         for (int q = t; q < per_rank; q += kSideThreads) {
-          float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-#pragma unroll 1
-          for (int s = 0; s < g.world; ++s) {  // rank order
-            const uint4 x = st.buf[s * per_rank + q];
-            const T* h = reinterpret_cast<const T*>(&x);
-            CUTLASS_PRAGMA_UNROLL
-            for (int e = 0; e < 8; ++e) acc[e] += static_cast<float>(h[e]);
-          }
-          uint4 o;
-          T* h = reinterpret_cast<T*>(&o);
-          CUTLASS_PRAGMA_UNROLL
-          for (int e = 0; e < 8; ++e) h[e] = static_cast<T>(acc[e]);
-          const int row = q / v;
-          const int64_t at = static_cast<int64_t>(a + row) * p.n + c0 + (q - row * v) * 8;
-          *reinterpret_cast<uint4*>(out + at) = o;
-          if (p.two_shot) {
-            *reinterpret_cast<uint4*>(reinterpret_cast<T*>(g.data[g.rank] + p.reduced_offset) +
-                                      at) = o;
-          }
+          const uint4 o = sum_staged<T>(st.buf, per_rank, q, g.world);
+          store_reduced<T>(p, out, slab_at(p, a, c0, v, q), o);
         }
         side_sync();  // the buffer is read before the next chunk's copies overwrite it
       }
@@ -1092,8 +1105,8 @@ struct FusedHooks {
 
   template <class Sched, class T>
   CUTLASS_DEVICE static void tail_reduce_staged(Params const& p, typename Sched::Params const& sp,
-                                                int t, int* counter, TailRound& round,
-                                                uint4* ring, int ring_vecs) {
+                                                int t, int* counter, TailRound& round, uint4* ring,
+                                                int ring_vecs) {
     const comm::GroupDevice& g = p.group;
     const int total_units = sp.units_m * sp.units_n * sp.batches * sp.splits;
     const int first = Sched::first_unit(), stride = Sched::unit_stride();
@@ -1106,8 +1119,8 @@ struct FusedHooks {
     for (;;) {
       tail_sync();  // the last round's reads of the ring and of `round` are over
       if (t == 0) {
-        round.count = claim_round<Sched>(p, sp, counter, per_phase, first, stride, ring_vecs,
-                                         round);
+        round.count =
+            claim_round<Sched>(p, sp, counter, per_phase, first, stride, ring_vecs, round);
       }
       tail_sync();
       const int n = round.count;
@@ -1118,8 +1131,7 @@ struct FusedHooks {
         for (int e = 0; e < n; ++e) {
           const int tile = round.tile[e];
           if (e > 0 && tile == round.tile[e - 1]) continue;
-          comm::wait_geq<kFail>(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
-                                comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
+          wait_tile(p, t, tile);
         }
       } else if (round.src[0] >= 0 && t < n) {  // thread e waits for entry e's reduced slab
         const int q = round.src[t], tile = round.tile[t];
@@ -1138,9 +1150,9 @@ struct FusedHooks {
         const int from = round.src[e];
 #pragma unroll 1
         for (int s = 0; s < (from < 0 ? g.world : 1); ++s, dst += per_rank) {
-          const T* src =
-              from < 0 ? reinterpret_cast<const T*>(g.data[s]) + base
-                       : reinterpret_cast<const T*>(g.data[from] + p.reduced_offset) + base;
+          const T* src = from < 0
+                             ? reinterpret_cast<const T*>(g.data[s]) + base
+                             : reinterpret_cast<const T*>(g.data[from] + p.reduced_offset) + base;
 #pragma unroll 1
           for (int q = t; q < per_rank; q += kTailThreads) {
             const int row = shift >= 0 ? q >> shift : q / v;
@@ -1168,18 +1180,7 @@ struct FusedHooks {
         }
 #pragma unroll 1
         for (int q = t; q < per_rank; q += kTailThreads) {
-          float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-#pragma unroll 1
-          for (int s = 0; s < g.world; ++s) {  // rank order
-            const uint4 x = src[s * per_rank + q];
-            const T* h = reinterpret_cast<const T*>(&x);
-            CUTLASS_PRAGMA_UNROLL
-            for (int j = 0; j < 8; ++j) acc[j] += static_cast<float>(h[j]);
-          }
-          uint4 o;
-          T* h = reinterpret_cast<T*>(&o);
-          CUTLASS_PRAGMA_UNROLL
-          for (int j = 0; j < 8; ++j) h[j] = static_cast<T>(acc[j]);
+          const uint4 o = sum_staged<T>(src, per_rank, q, g.world);
           const int row = shift >= 0 ? q >> shift : q / v;
           const int64_t at = base + static_cast<int64_t>(row) * p.n + (q - row * v) * 8;
           *reinterpret_cast<uint4*>(out + at) = o;
@@ -1252,10 +1253,7 @@ struct FusedHooks {
       if (r0 >= r1 || v <= 0) continue;
       const int tile = work.m_block * p.tiles_n + work.n_block;
       done += run;
-      if (t < g.world) {
-        comm::wait_geq<kFail>(g, g.flags[t] + p.flag_base + tile, comm::op_begin(g),
-                              comm::WaitSite{p.op, comm::kWaitPeerFlag, t, tile});
-      }
+      if (t < g.world) wait_tile(p, t, tile);
       side_sync();  // every rank's tile is in memory
       const int piece_rows = max(1, kHalf / (g.world * v));
       // Issues the copies of the piece starting at row a into half h (every thread its share).
@@ -1284,25 +1282,8 @@ struct FusedHooks {
         const int per_rank = min(piece_rows, r1 - a) * v;
 #pragma unroll 1
         for (int q = t; q < per_rank; q += kSideThreads) {
-          float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-#pragma unroll 1
-          for (int s = 0; s < g.world; ++s) {  // rank order
-            const uint4 x = st.buf[h * kHalf + s * per_rank + q];
-            const T* hx = reinterpret_cast<const T*>(&x);
-            CUTLASS_PRAGMA_UNROLL
-            for (int e = 0; e < 8; ++e) acc[e] += static_cast<float>(hx[e]);
-          }
-          uint4 o;
-          T* ho = reinterpret_cast<T*>(&o);
-          CUTLASS_PRAGMA_UNROLL
-          for (int e = 0; e < 8; ++e) ho[e] = static_cast<T>(acc[e]);
-          const int row = q / v;
-          const int64_t at = static_cast<int64_t>(a + row) * p.n + c0 + (q - row * v) * 8;
-          *reinterpret_cast<uint4*>(out + at) = o;
-          if (p.two_shot) {
-            *reinterpret_cast<uint4*>(reinterpret_cast<T*>(g.data[g.rank] + p.reduced_offset) +
-                                      at) = o;
-          }
+          const uint4 o = sum_staged<T>(st.buf + h * kHalf, per_rank, q, g.world);
+          store_reduced<T>(p, out, slab_at(p, a, c0, v, q), o);
         }
         side_sync();  // half h is read before piece a + 2 is copied into it
       }
@@ -1376,7 +1357,8 @@ struct FusedHooks {
     constexpr uint32_t kPiece = kSideBufBytes / 2;
     cutlass::arch::ClusterTransactionBarrier::init(&st.bulk_bar[0], 1);
     cutlass::arch::ClusterTransactionBarrier::init(&st.bulk_bar[1], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;" ::
+                     : "memory");
     // The two halves' mbarrier phases, bit b for half b: a register (a uint32_t[2] indexed by
     // k & 1 lived in local memory, one load and one store per piece).
     uint32_t phases = 0;
@@ -1401,9 +1383,9 @@ struct FusedHooks {
         const uint32_t b = k & 1, n = min(kPiece, bytes - k * kPiece);
         cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&st.bulk_bar[b], n);
         asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-            ::"r"(buf0 + b * kPiece), "l"(src + static_cast<int64_t>(k) * kPiece), "r"(n),
-            "r"(bar0 + b * 8)
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+            "[%3];" ::"r"(buf0 + b * kPiece),
+            "l"(src + static_cast<int64_t>(k) * kPiece), "r"(n), "r"(bar0 + b * 8)
             : "memory");
       };
       load(0);
@@ -1418,10 +1400,11 @@ struct FusedHooks {
         cutlass::arch::ClusterTransactionBarrier::wait(&st.bulk_bar[b], (phases >> b) & 1u);
         phases ^= 1u << b;
         const uint32_t n = min(kPiece, bytes - k * kPiece);
-        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
-                     "cp.async.bulk.commit_group;"
-                     ::"l"(dst + static_cast<int64_t>(k) * kPiece), "r"(buf0 + b * kPiece), "r"(n)
-                     : "memory");
+        asm volatile(
+            "cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+            "cp.async.bulk.commit_group;" ::"l"(dst + static_cast<int64_t>(k) * kPiece),
+            "r"(buf0 + b * kPiece), "r"(n)
+            : "memory");
       }
       comm::tma_store_wait_all_writes();  // the item's bulk stores are written
       comm::fence_proxy_async_global();
@@ -1536,9 +1519,9 @@ struct FusedHooks {
         // generic accesses, and the release store (MEMBAR.SYS + strong store) publishes them:
         // no second, sequentially consistent system fence (comm::signal's) per tile.
         comm::fence_proxy_async_global();
-        comm::st_release_sys(p.group.flags[p.group.rank] + p.flag_base + m_block * p.tiles_n +
-                                 n_block,
-                             comm::op_begin(p.group));
+        comm::st_release_sys(
+            p.group.flags[p.group.rank] + p.flag_base + m_block * p.tiles_n + n_block,
+            comm::op_begin(p.group));
       }
     }
   }

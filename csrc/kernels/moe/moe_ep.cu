@@ -93,8 +93,8 @@ __device__ __forceinline__ void release_empty(const GroupDevice& g, int64_t tota
 // Work item sizes. A copy item moves kRowsPerItem rows with every thread's loads of all of
 // them in flight before its stores: one 14 KB row per CTA at a time left the copies latency
 // bound (run s7run1: the dispatch's expansion and combine's stage ran far below HBM speed).
-constexpr int kRowsPerItem = 8;     // rows per copy item (expansion, stage, scatter, gather)
-constexpr int kTokensPerItem = 4;   // tokens per send / sum item
+constexpr int kRowsPerItem = 8;    // rows per copy item (expansion, stage, scatter, gather)
+constexpr int kTokensPerItem = 4;  // tokens per send / sum item
 constexpr int kChoicesPerItem = kThreads * 4;
 
 // The row space of the local expert layout: packed [0, min(R, max_rows)) or padded
@@ -297,9 +297,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) dispatch_kernel(const Di
           if (n < s_keep[x] && row < p.rows_out) {
             // A row from this rank's own token names the token itself (-1 - t): the
             // expansion reads it from x (own tokens are not sent to this rank's area).
-            const int32_t slot = d == me ? -1 - static_cast<int32_t>(i / p.k)
-                                         : static_cast<int32_t>(me * p.max_tokens) +
-                                               p.slot[(i / p.k) * W + d];
+            const int32_t slot =
+                d == me ? -1 - static_cast<int32_t>(i / p.k)
+                        : static_cast<int32_t>(me * p.max_tokens) + p.slot[(i / p.k) * W + d];
             reinterpret_cast<int32_t*>(g.data[d] + p.lay.row_map)[row] = slot;
             code = (static_cast<int64_t>(d) << 32) | row;
           }
@@ -328,7 +328,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) dispatch_kernel(const Di
     int64_t base = 0;
     for (int x = 0; x < El; ++x) {
       const int64_t n = s_total[me * El + x];
-      s_base[x] = static_cast<int32_t>(p.capacity > 0 ? static_cast<int64_t>(x) * p.capacity : base);
+      s_base[x] =
+          static_cast<int32_t>(p.capacity > 0 ? static_cast<int64_t>(x) * p.capacity : base);
       s_count[x] = static_cast<int32_t>(
           p.capacity > 0 ? n : min(base + n, p.rows_out) - min(base, p.rows_out));
       base += n;
@@ -397,7 +398,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) dispatch_kernel(const Di
       const int64_t r = item * kRowsPerItem + threadIdx.x;
       const bool live = r < rows && row_live(s_count, p.capacity, r);
       const int32_t q = live ? __ldcg(row_map + r) : 0;
-      s_copy.src[threadIdx.x] = !live ? nullptr
+      s_copy.src[threadIdx.x] = !live   ? nullptr
                                 : q < 0 ? p.x + static_cast<int64_t>(-1 - q) * p.n16
                                         : area + static_cast<int64_t>(q) * p.n16;
       s_copy.dst[threadIdx.x] = live ? p.recv_x + r * p.n16 : nullptr;
@@ -419,11 +420,14 @@ __device__ __forceinline__ bool own_row(const int32_t* lo, const int32_t* n, int
   int x;
   if (capacity > 0) {
     x = static_cast<int>(r / capacity);
-  } else {  // the last expert whose own rows start at or before r
+  } else {                   // the last expert whose own rows start at or before r
     int a = 0, b = e_local;  // lo[a] <= r (or a == 0), lo[b] > r
     while (b - a > 1) {
       const int m = (a + b) / 2;
-      if (lo[m] <= r) a = m; else b = m;
+      if (lo[m] <= r)
+        a = m;
+      else
+        b = m;
     }
     x = a;
   }
@@ -431,6 +435,34 @@ __device__ __forceinline__ bool own_row(const int32_t* lo, const int32_t* n, int
 }
 
 using comm::Elem;  // fp32 accumulation: one rounding rule for every reduction
+
+// The entry of the combine-side kernels (combine, gather, scatter): the first CTA to run
+// publishes (entry barrier, then kEntered at this rank) and every CTA waits for kEntered, so no
+// peer still reads this rank's region for its previous call. Returns whether this CTA publishes.
+__device__ __forceinline__ bool combine_entry(const GroupDevice& g, int me, uint64_t e,
+                                              uint64_t signature, int64_t* s_item) {
+  const bool publisher = claim_cta(g, kWorkRole, e, s_item) == 0;
+  if (publisher && threadIdx.x == 0) {
+    comm::entry_barrier(g, e, comm::kOpMoeCombine, signature);
+    comm::signal(g, me, kEntered, e);
+  }
+  if (threadIdx.x == 0) {
+    comm::wait_geq(g.flags[me] + kEntered, e, after_entry_bound(g), g.diag, g.group_id, me,
+                   comm::WaitSite{comm::kOpMoeCombine, comm::kWaitEntry, me, kEntered});
+  }
+  __syncthreads();
+  return publisher;
+}
+
+// A choice's route (dispatch: (owner rank << 32) | row in the owner's layout, or -1): its owner
+// d and row; false when the choice was dropped or the code is not a route of this group's
+// dispatch (it moves and adds nothing).
+__device__ __forceinline__ bool route_of(int64_t code, int world, int64_t y_rows, int& d,
+                                         int64_t& row) {
+  d = static_cast<int>(code >> 32);
+  row = code & 0xffffffffll;
+  return code >= 0 && d < world && row < y_rows;
+}
 
 struct CombineParams {
   GroupDevice g;
@@ -459,17 +491,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) combine_kernel(const Com
   const GroupDevice& g = p.g;
   const int me = g.rank, W = g.world, El = p.e_local;
   const uint64_t e = comm::op_begin(g);
-  const bool publisher = claim_cta(g, kWorkRole, e, &s_item) == 0;
-  if (publisher && threadIdx.x == 0) {
-    comm::entry_barrier(g, e, comm::kOpMoeCombine, p.signature);
-    comm::signal(g, me, kEntered, e);
-  }
+  const bool publisher = combine_entry(g, me, e, p.signature, &s_item);
   // Stage this rank's live rows into its own region (peers finished reading the last call's).
-  if (threadIdx.x == 0) {
-    comm::wait_geq(g.flags[me] + kEntered, e, after_entry_bound(g), g.diag, g.group_id, me,
-                   comm::WaitSite{comm::kOpMoeCombine, comm::kWaitEntry, me, kEntered});
-  }
-  __syncthreads();
   for (int x = threadIdx.x; x < El; x += kThreads) {
     int32_t n = 0, before = 0, own = 0;
     for (int s = 0; s < W; ++s) {
@@ -522,10 +545,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) combine_kernel(const Com
         const int64_t i = item * kRowsPerItem + threadIdx.x;
         const uint4* src = nullptr;  // dropped, or not a route of this group's dispatch: zeros
         if (i < choices) {
-          const int64_t code = __ldg(p.route + i);
-          const int d = static_cast<int>(code >> 32);
-          const int64_t row = code & 0xffffffffll;
-          if (code >= 0 && d < W && row < p.y_rows) {
+          int d;
+          int64_t row;
+          if (route_of(__ldg(p.route + i), W, p.y_rows, d, row)) {
             src = (d == me ? p.y : reinterpret_cast<const uint4*>(g.data[d])) + row * p.n16;
           }
         }
@@ -560,15 +582,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) combine_kernel(const Com
               w[u] = 0.f;
               raw[u] = make_uint4(0, 0, 0, 0);
               if (j >= p.k) continue;
-              const int64_t code = __ldg(p.route + t * p.k + j);
-              const int d = static_cast<int>(code >> 32);
-              const int64_t row = code & 0xffffffffll;
+              int d;
+              int64_t row;
               // Dropped, or not a route of this group's dispatch: adds nothing.
-              if (code < 0 || d >= W || row >= p.y_rows) continue;
+              if (!route_of(__ldg(p.route + t * p.k + j), W, p.y_rows, d, row)) continue;
               loaded |= 1u << u;
               w[u] = __ldg(p.weights + t * p.k + j);
-              raw[u] = d == me ? __ldg(p.y + row * p.n16 + v)
-                               : __ldcg(reinterpret_cast<const uint4*>(g.data[d]) + row * p.n16 + v);
+              raw[u] = d == me
+                           ? __ldg(p.y + row * p.n16 + v)
+                           : __ldcg(reinterpret_cast<const uint4*>(g.data[d]) + row * p.n16 + v);
             }
 #pragma unroll
             for (int u = 0; u < kBatch; ++u) {
@@ -604,16 +626,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) scatter_kernel(const Com
   const GroupDevice& g = p.g;
   const int me = g.rank, W = g.world, El = p.e_local;
   const uint64_t e = comm::op_begin(g);
-  const bool publisher = claim_cta(g, kWorkRole, e, &s_item) == 0;
-  if (publisher && threadIdx.x == 0) {
-    comm::entry_barrier(g, e, comm::kOpMoeCombine, p.signature);
-    comm::signal(g, me, kEntered, e);
-  }
-  if (threadIdx.x == 0) {
-    comm::wait_geq(g.flags[me] + kEntered, e, after_entry_bound(g), g.diag, g.group_id, me,
-                   comm::WaitSite{comm::kOpMoeCombine, comm::kWaitEntry, me, kEntered});
-  }
-  __syncthreads();
+  const bool publisher = combine_entry(g, me, e, p.signature, &s_item);
   const int64_t choices = p.tokens * p.k;
   const int64_t total = (choices + kRowsPerItem - 1) / kRowsPerItem;
   if (publisher) release_empty(g, total, kArrive, e);
@@ -652,8 +665,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) scatter_kernel(const Com
     if (item * kRowsPerItem >= p.y_rows) break;
     if (threadIdx.x < kRowsPerItem) {  // every row of out: the received one, or zeros
       const int64_t r = item * kRowsPerItem + threadIdx.x;
-      const bool live = r < p.y_rows &&
-                        (p.capacity > 0 ? row_live(s_count, p.capacity, r) : r < live_rows);
+      const bool live =
+          r < p.y_rows && (p.capacity > 0 ? row_live(s_count, p.capacity, r) : r < live_rows);
       s_copy.src[threadIdx.x] = live ? stage + r * p.n16 : nullptr;
       s_copy.dst[threadIdx.x] = r < p.y_rows ? p.out + r * p.n16 : nullptr;
     }
