@@ -208,6 +208,8 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
                                                 int64_t group, int64_t world_size,
                                                 bool return_gathered) {
   validate_ag_gemm(x_in, w, group, world_size);
+  validation::check_aligned16(kOp, "x", x_in);
+  validation::check_aligned16(kOp, "w", w);
   if (world_size == 1) return world_one(engine_gemm(kOp, x_in, w), x_in, return_gathered);
   const c10::cuda::CUDAGuard device_guard(x_in.device());
   check_engine_inputs(kOp, x_in);

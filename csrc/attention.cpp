@@ -185,6 +185,9 @@ std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at:
                                                   std::optional<double> softmax_scale,
                                                   int64_t block_m, int64_t block_n) {
   validate_attention(q, k, v, softmax_scale);
+  for (const auto& [name, t] :
+       {std::pair<const char*, const at::Tensor&>{"q", q}, {"k", k}, {"v", v}})
+    validation::check_aligned16(kOp, name, t);
   return launch_engine(q, k, v, causal, softmax_scale, block_m, block_n, nullptr);
 }
 

@@ -155,6 +155,7 @@ void run_collective(const char* op, int32_t op_id, const at::Tensor& x, at::Tens
 
 at::Tensor all_gather_cuda(const at::Tensor& x, int64_t group, int64_t world_size) {
   validate_all_gather(x, group, world_size);
+  validation::check_aligned16(kAllGather, "x", x);
   std::vector<int64_t> s(x.sizes().begin(), x.sizes().end());
   s[0] *= world_size;
   auto out = at::empty(s, x.options());
@@ -167,6 +168,7 @@ at::Tensor all_gather_cuda(const at::Tensor& x, int64_t group, int64_t world_siz
 
 at::Tensor reduce_scatter_cuda(const at::Tensor& x, int64_t group, int64_t world_size) {
   validate_reduce_scatter(x, group, world_size);
+  validation::check_aligned16(kReduceScatter, "x", x);
   std::vector<int64_t> s(x.sizes().begin(), x.sizes().end());
   s[0] /= world_size;
   auto out = at::empty(s, x.options());
@@ -179,6 +181,7 @@ at::Tensor reduce_scatter_cuda(const at::Tensor& x, int64_t group, int64_t world
 
 at::Tensor all_reduce_cuda(const at::Tensor& x, int64_t group, int64_t world_size) {
   validate_all_reduce(x, group, world_size);
+  validation::check_aligned16(kAllReduce, "x", x);
   auto out = at::empty(x.sizes(), x.options());
   if (world_size == 1) return out.copy_(x);
   run_collective(kAllReduce, comm::kOpAllReduce, x, out, group, world_size,

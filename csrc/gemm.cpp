@@ -281,6 +281,8 @@ at::Tensor gemm_cpu(const at::Tensor& a, const at::Tensor& b, int64_t config, in
 at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, int64_t config, int64_t sm_count,
                      int64_t swizzle, int64_t raster, int64_t splits, bool pdl) {
   validate_gemm(a, b, config, sm_count, swizzle, raster, splits);
+  validation::check_aligned16(kOp, "a", a);
+  validation::check_aligned16(kOp, "b", b);
   return engine_gemm(kOp, a, b, config, sm_count, swizzle, raster, splits, pdl);
 }
 

@@ -205,6 +205,8 @@ at::Tensor gemm_ar_nodes(const at::Tensor& x, const at::Tensor& w, int64_t group
 at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
                         int64_t world_size) {
   validate_gemm_ar(x, w, group, world_size);
+  validation::check_aligned16(kOp, "x", x);
+  validation::check_aligned16(kOp, "w", w);
   if (world_size == 1) return engine_gemm(kOp, x, w);  // nothing to reduce
   const c10::cuda::CUDAGuard device_guard(x.device());
   check_engine_inputs(kOp, x);

@@ -191,6 +191,7 @@ at::Tensor moe_combine_cuda(const at::Tensor& y, const at::Tensor& route,
                             const c10::optional<at::Tensor>& peer_routes) {
   validate_moe_combine(y, route, recv_counts, topk_weights, group, world_size, num_tokens);
   check_peer_routes(peer_routes, y);
+  validation::check_aligned16(kOp, "y", y);
   if (world_size == 1) return moe::weighted_sum(moe::gather_local(y, route), route, topk_weights);
   // One node: the combine kernel (pull from the owners' peer memory, fp32 sum in choice order).
   if (auto out = moe::combine_ep(kOp, y, route, recv_counts, topk_weights, group, world_size,

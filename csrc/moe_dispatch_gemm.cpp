@@ -187,6 +187,8 @@ Outputs moe_dispatch_gemm_cuda(const at::Tensor& x, const at::Tensor& topk_idx,
                                const c10::optional<at::Tensor>& topk_weights) {
   validate_moe_dispatch_gemm(x, topk_idx, w1, group, world_size, num_experts, capacity);
   check_weights(topk_weights, x, topk_idx);
+  validation::check_aligned16(kOp, "x", x);
+  validation::check_aligned16(kOp, "w1", w1);
   if (world_size == 1) {
     moe::DispatchResult r =
         moe::dispatch_local(x, topk_idx, w1, num_experts, capacity, return_recv);

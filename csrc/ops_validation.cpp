@@ -105,6 +105,15 @@ void check_same_device(const char* op, const char* arg, const at::Tensor& t, con
               " (", ref_arg, ": ", ref.device(), ", ", arg, ": ", t.device(), ")");
 }
 
+void check_aligned16(const char* op, const char* arg, const at::Tensor& t) {
+  if (t.numel() == 0) return;  // nothing is read
+  const auto offset = reinterpret_cast<uintptr_t>(t.data_ptr()) % 16;
+  TORCH_CHECK_VALUE(offset == 0, op, ": ", arg,
+                    " must start at a 16-byte aligned address (the CUDA kernels read it by TMA and "
+                    "16-byte loads), got one ",
+                    offset, " bytes past it (a view at an odd element offset? .clone() realigns)");
+}
+
 void check_contiguous(const char* op, const char* arg, const at::Tensor& t) {
   TORCH_CHECK(t.is_contiguous(), op, ": ", arg,
               " must be row-major contiguous (no copy is made; call .contiguous() first), got "

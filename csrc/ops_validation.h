@@ -109,6 +109,12 @@ bool targets_cuda(const at::Tensor& t);
 // world_size >= 1 and group >= 0 (ValueError).
 void check_group(const char* op, int64_t group, int64_t world_size);
 
+// The CUDA kernels' inputs are read by TMA and 16-byte vector loads: `t`'s data must start at a
+// 16-byte aligned address. A contiguous view at an odd element offset (a slice of a flat
+// parameter buffer, say) is not, and would fault inside the kernel. ValueError naming `arg`. Call
+// it from the CUDA kernels only: a FakeTensor has no address.
+void check_aligned16(const char* op, const char* arg, const at::Tensor& t);
+
 // `t` has `dim` dimensions; `layout` names them for the message, e.g. "[m, K]".
 void check_dim(const char* op, const char* arg, const at::Tensor& t, int64_t dim,
                const char* layout);

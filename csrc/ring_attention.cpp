@@ -1154,6 +1154,9 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda(const at::Tensor& q, cons
                                                        int64_t world_size, bool causal,
                                                        std::optional<double> softmax_scale) {
   validate_ring_attention(q, k, v, group, world_size, softmax_scale);
+  for (const auto& [name, t] :
+       {std::pair<const char*, const at::Tensor&>{"q", q}, {"k", k}, {"v", v}})
+    validation::check_aligned16(kOp, name, t);
   if (world_size == 1) {  // the whole sequence is local: the attention engine
     static const auto engine =
         c10::Dispatcher::singleton()
