@@ -8,8 +8,10 @@
 // j <= i + s_kv - s; a query that sees no key gets out = 0 and lse = -inf.
 //
 // Holds the op's validator and its Meta, CPU-reference and CUDA kernels. The CUDA kernel is
-// the engine of csrc/kernels/attention/ (bf16/fp16, d 64 or 128); the CPU kernel is the fp32
-// reference the tests and the host paths use (fp32, bf16 and fp16 inputs, any d).
+// the engine of csrc/kernels/attention/ (bf16/fp16, d 64 or 128); other head dims (multiples of
+// 8 up to 256) run torch's FlashAttention-2 kernel instead (same conventions, one warning); the
+// CPU kernel is the fp32 reference the tests and the host paths use (fp32, bf16 and fp16
+// inputs, any d).
 #include <cstdlib>
 #include <ATen/ATen.h>
 #include <torch/library.h>
@@ -49,8 +51,10 @@ AttentionSizes validate_attention(const at::Tensor& q, const at::Tensor& k, cons
   TORCH_SYM_CHECK(k.sym_size(1).sym_ge(1), kOp, ": k must have at least one key (s_kv >= 1), got k: ",
                   k.sym_sizes());
   if (targets_cuda(q)) {
-    TORCH_SYM_CHECK(q.sym_size(3).sym_eq(64).sym_or(q.sym_size(3).sym_eq(128)), kOp,
-                    ": the CUDA kernel supports head dims 64 and 128, got q: ", q.sym_sizes());
+    TORCH_SYM_CHECK((q.sym_size(3) % 8).sym_eq(0).sym_and(q.sym_size(3).sym_le(256)), kOp,
+                    ": on CUDA the head dim must be a multiple of 8 up to 256 (the engine's 64 and "
+                    "128; the others through torch's FlashAttention-2 kernel), got q: ",
+                    q.sym_sizes());
   }
   return {q.sym_size(0), q.sym_size(1), q.sym_size(2), q.sym_size(3)};
 }
@@ -180,6 +184,40 @@ std::tuple<at::Tensor, at::Tensor> launch_engine(const at::Tensor& q, const at::
   return {out, lse};
 }
 
+// Head dims the engine is not built for (validate_attention: multiples of 8 up to 256 other than
+// 64 and 128): torch's FlashAttention-2 forward, which keeps the op's conventions — bottom-right
+// causal, the natural-log lse [b, h, s] the backward reads (mkernel.ops._attention_backward_*
+// take d <= 256) — but for a row that sees no key, where FA2 writes lse = +inf and the op's
+// contract (the engine's, the reference's) says -inf. GQA: k / v expanded to h heads.
+std::tuple<at::Tensor, at::Tensor> attention_fa2(const at::Tensor& q, const at::Tensor& k,
+                                                 const at::Tensor& v, bool causal,
+                                                 std::optional<double> softmax_scale,
+                                                 int64_t block_m, int64_t block_n) {
+  const int64_t b = q.size(0), s = q.size(1), h = q.size(2), d = q.size(3);
+  TORCH_CHECK_VALUE(block_m == 0 && block_n == 0, kOp,
+                    ": block_m / block_n choose the engine's tile, built for head dims 64 and 128; "
+                    "d = ",
+                    d, " runs torch's FlashAttention-2 kernel: leave them 0, got ", block_m, "x",
+                    block_n);
+  TORCH_WARN_ONCE(kOp, ": head dim ", d,
+                  " runs torch's FlashAttention-2 kernel (the engine is built for 64 and 128)");
+  validation::check_dtype_in(kOp, "q", q, {at::kBFloat16, at::kHalf}, "activations");
+  const c10::cuda::CUDAGuard guard(q.device());
+  const int64_t g = h / k.size(2);
+  const at::Tensor ke = g > 1 ? k.repeat_interleave(g, 2) : k;
+  const at::Tensor ve = g > 1 ? v.repeat_interleave(g, 2) : v;
+  auto res = at::_scaled_dot_product_flash_attention(q.transpose(1, 2), ke.transpose(1, 2),
+                                                     ve.transpose(1, 2), 0.0, causal, false,
+                                                     resolve_scale(softmax_scale, d));
+  at::Tensor out = std::get<0>(res).transpose(1, 2).contiguous();
+  at::Tensor lse = std::get<1>(res).narrow(2, 0, s).contiguous();
+  lse.masked_fill_(lse.isposinf(), -std::numeric_limits<float>::infinity());
+  TORCH_CHECK(out.sizes() == q.sizes() && lse.size(0) == b && lse.size(1) == h, kOp,
+              ": torch's FlashAttention-2 kernel returned out ", out.sizes(), ", lse ", lse.sizes(),
+              " for q ", q.sizes());
+  return {out, lse};
+}
+
 std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at::Tensor& k,
                                                   const at::Tensor& v, bool causal,
                                                   std::optional<double> softmax_scale,
@@ -188,6 +226,9 @@ std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at:
   for (const auto& [name, t] :
        {std::pair<const char*, const at::Tensor&>{"q", q}, {"k", k}, {"v", v}})
     validation::check_aligned16(kOp, name, t);
+  if (q.size(3) != 64 && q.size(3) != 128) {
+    return attention_fa2(q, k, v, causal, softmax_scale, block_m, block_n);
+  }
   return launch_engine(q, k, v, causal, softmax_scale, block_m, block_n, nullptr);
 }
 

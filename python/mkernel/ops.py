@@ -713,7 +713,9 @@ def attention(
     ``g = h // h_kv`` (grouped-query / multi-query attention).
 
     Args:
-        q: ``[b, s, h, d]`` bf16/fp16 (CUDA, d 64 or 128) or fp32/bf16/fp16 (CPU reference).
+        q: ``[b, s, h, d]`` bf16/fp16 on CUDA (d 64 or 128 on the engine; the other multiples of
+            8 up to 256 through torch's FlashAttention-2 kernel, same conventions, warned once)
+            or fp32/bf16/fp16 on the CPU (the reference, any d).
         k: ``[b, s_kv, h_kv, d]``; ``h`` a multiple of ``h_kv``.
         v: ``[b, s_kv, h_kv, d]``.
         causal: query ``i`` sees keys ``j <= i + s_kv - s`` (bottom-right aligned, as

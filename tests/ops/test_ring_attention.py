@@ -107,11 +107,21 @@ def test_cuda_world_one_matches_reference(ops, causal, head_dim):
 
 @requires_cuda
 def test_cuda_rejects_a_head_dim_it_has_no_kernel_for(ops):
-    """d = 16 runs on the CPU (above) but has no CUDA kernel: a clear error naming q's shape."""
-    q = torch.randn(1, 8, 4, 16, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(1, 8, 2, 16, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match=r"supports head dims 64 and 128, got q: \[1, 8, 4, 16\]"):
+    """d = 20 runs on the CPU but has no CUDA kernel (the engine's 64 / 128, torch's FA2 kernel
+    for the other multiples of 8 up to 256): a clear error naming q's shape."""
+    q = torch.randn(1, 8, 4, 20, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, 8, 2, 20, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match=r"multiple of 8 up to 256 .*got q: \[1, 8, 4, 20\]"):
         ops.ring_attention(q, k, k.clone(), causal=False, group=WORLD_ONE)
+
+
+@requires_cuda
+@pytest.mark.parametrize("causal", [False, True])
+def test_cuda_world_one_other_head_dims_match_reference(ops, causal):
+    """At world size 1 the ring is the attention op, whose head dims other than 64 / 128 run
+    torch's FA2 kernel: d = 16 and 96 against the reference."""
+    for head_dim in (16, 96):
+        check_ring_attention_world_one(ops, "cuda", torch.bfloat16, causal, head_dim)
 
 
 def _args(
