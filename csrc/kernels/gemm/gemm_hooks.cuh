@@ -26,26 +26,35 @@ namespace mkernel::gemm {
 
 struct NoCall {};
 
-struct NoHooks {
-  struct Params {};
+// The per-launch part of hooks that have none: no call state, no side or tail role, nothing at
+// the launch's end (NoHooks and FlagHooks derive it; Params is the derived hooks' own).
+struct NoCallRoles {
   using Call = NoCall;
-  static constexpr bool kWaitsForA = false;
-  static constexpr bool kSignalsTiles = false;
-  static constexpr bool kDeferTileDone = false;  // see FlagHooks
   static constexpr bool kSideRole = false;  // side_role + call_end (and the final barrier)
-  CUTLASS_DEVICE static Call call_begin(Params const&) { return {}; }
-  CUTLASS_DEVICE static void producer_wait(Params const&, Call const&, int, int) {}
-  CUTLASS_DEVICE static void tile_done(Params const&, Call const&, int, int, int, int) {}
-  CUTLASS_DEVICE static void tile_stored(Params const&, Call const&, int, int, int, int) {}
+  template <class Params>
+  CUTLASS_DEVICE static Call call_begin(Params const&) {
+    return {};
+  }
   struct SideStorage {};
-  template <class Sched>
+  template <class Sched, class Params>
   CUTLASS_DEVICE static void side_role(Params const&, Call const&, int,
                                        typename Sched::Params const&, int*, SideStorage&) {}
-  template <class Sched>
+  template <class Sched, class Params>
   CUTLASS_DEVICE static void tail_role(Params const&, Call const&, int,
                                        typename Sched::Params const&, int*, SideStorage&, void*,
                                        int) {}
+  template <class Params>
   CUTLASS_DEVICE static void call_end(Params const&, Call const&) {}
+};
+
+struct NoHooks : NoCallRoles {
+  struct Params {};
+  static constexpr bool kWaitsForA = false;
+  static constexpr bool kSignalsTiles = false;
+  static constexpr bool kDeferTileDone = false;  // see FlagHooks
+  CUTLASS_DEVICE static void producer_wait(Params const&, Call const&, int, int) {}
+  CUTLASS_DEVICE static void tile_done(Params const&, Call const&, int, int, int, int) {}
+  CUTLASS_DEVICE static void tile_stored(Params const&, Call const&, int, int, int, int) {}
 };
 
 // The host-facing description of the flag hooks (also in gemm_api.h).
@@ -59,29 +68,17 @@ struct FlagHookArgs {
   comm::WaitDiagnostic* diag = nullptr;  // host-mapped; filled on a timeout
 };
 
-struct FlagHooks {
+struct FlagHooks : NoCallRoles {
   struct Params : FlagHookArgs {
     int m = 0;        // problem rows (tiles past M wait for and signal nothing)
     int tiles_n = 0;  // for tile_done's index
   };
-  using Call = NoCall;
   static constexpr bool kWaitsForA = true;
   static constexpr bool kSignalsTiles = true;
   // Cooperative consumers: release a tile's flag right after its epilogue (false), or after the
   // next tile's mainloop, when its stores are written anyway (true: no stall per tile, the
   // flag comes one tile later).
   static constexpr bool kDeferTileDone = false;
-  static constexpr bool kSideRole = false;
-  CUTLASS_DEVICE static Call call_begin(Params const&) { return {}; }
-  struct SideStorage {};
-  template <class Sched>
-  CUTLASS_DEVICE static void side_role(Params const&, Call const&, int,
-                                       typename Sched::Params const&, int*, SideStorage&) {}
-  template <class Sched>
-  CUTLASS_DEVICE static void tail_role(Params const&, Call const&, int,
-                                       typename Sched::Params const&, int*, SideStorage&, void*,
-                                       int) {}
-  CUTLASS_DEVICE static void call_end(Params const&, Call const&) {}
 
   // Called by one lane of the producer warp.
   CUTLASS_DEVICE static void producer_wait(Params const& p, Call const&, int m_block,

@@ -85,6 +85,24 @@ struct SwapConfig {
                           cutlass::epilogue::TmaWarpSpecializedCooperative>>;
 };
 
+// Opts `kKernel` in to `smem_bytes` of dynamic shared memory once per device (not per call, as
+// CUTLASS's adapter does); later calls return the first call's result on that device.
+template <auto kKernel>
+cudaError_t opt_in_smem_once(int smem_bytes) {
+  constexpr int kMaxDevices = 64;
+  static std::once_flag once[kMaxDevices];
+  static cudaError_t opt_in[kMaxDevices];
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  if (dev >= kMaxDevices) return cudaErrorInvalidDevice;
+  std::call_once(once[dev], [&] {
+    opt_in[dev] =
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  });
+  return opt_in[dev];
+}
+
 template <class Cfg, gemm::DType DT>
 struct SwapGemm {
   using Element = typename ElementOf<DT>::type;
@@ -171,19 +189,9 @@ struct SwapGemm {
   // CUTLASS's adapter without its per-call cudaFuncSetAttribute (once per device).
   static cudaError_t run(const gemm::Problem& p, int sm_count, Decomposition dec, void* workspace,
                          cudaStream_t stream, const char** reason) {
-    constexpr int kMaxDevices = 64;
-    static std::once_flag once[kMaxDevices];
-    static cudaError_t opt_in[kMaxDevices];
-    int dev = 0;
-    cudaError_t err = cudaGetDevice(&dev);
+    const cudaError_t err = opt_in_smem_once<cutlass::device_kernel<Kernel>>(
+        static_cast<int>(Kernel::SharedStorageSize));
     if (err != cudaSuccess) return err;
-    if (dev >= kMaxDevices) return cudaErrorInvalidDevice;
-    std::call_once(once[dev], [&] {
-      opt_in[dev] = cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(Kernel::SharedStorageSize));
-    });
-    if (opt_in[dev] != cudaSuccess) return opt_in[dev];
     auto args = arguments(p, sm_count, dec);
     cutlass::Status st = Kernel::initialize_workspace(args, workspace, stream, nullptr);
     if (st != cutlass::Status::kSuccess) {
@@ -203,25 +211,30 @@ struct SwapGemm {
 
 }  // namespace mkernel::gemm_swap
 
+// The entry points gemm_swap_dispatch.cu declares for one variant (both dtypes), given the
+// alias template SUFFIX##_t<DT> of its host side (SwapGemm, SwapTicketGemm or SwapWideGemm).
+#define MKERNEL_GEMM_SWAP_ENTRY_POINTS(SUFFIX)                                           \
+  const char* can_implement_##SUFFIX(const gemm::Problem& p, int sms, Decomposition d) { \
+    return p.dtype == gemm::DType::kBF16                                                 \
+               ? SUFFIX##_t<gemm::DType::kBF16>::can_implement(p, sms, d)                \
+               : SUFFIX##_t<gemm::DType::kFP16>::can_implement(p, sms, d);               \
+  }                                                                                      \
+  size_t workspace_size_##SUFFIX(const gemm::Problem& p, int sms, Decomposition d) {     \
+    return p.dtype == gemm::DType::kBF16                                                 \
+               ? SUFFIX##_t<gemm::DType::kBF16>::workspace_size(p, sms, d)               \
+               : SUFFIX##_t<gemm::DType::kFP16>::workspace_size(p, sms, d);              \
+  }                                                                                      \
+  cudaError_t run_##SUFFIX(const gemm::Problem& p, int sms, Decomposition d, void* ws,   \
+                           cudaStream_t s, const char** r) {                             \
+    return p.dtype == gemm::DType::kBF16                                                 \
+               ? SUFFIX##_t<gemm::DType::kBF16>::run(p, sms, d, ws, s, r)                \
+               : SUFFIX##_t<gemm::DType::kFP16>::run(p, sms, d, ws, s, r);               \
+  }
+
 // One variant (both dtypes) per .cu: defines the entry points gemm_swap_dispatch.cu declares.
-#define MKERNEL_GEMM_SWAP_INSTANTIATE(CFG, SUFFIX)                                               \
-  namespace mkernel::gemm_swap::detail {                                                         \
-  template <gemm::DType DT>                                                                      \
-  using SUFFIX##_t = SwapGemm<CFG, DT>;                                                          \
-  const char* can_implement_##SUFFIX(const gemm::Problem& p, int sms, Decomposition d) {         \
-    return p.dtype == gemm::DType::kBF16                                                         \
-               ? SUFFIX##_t<gemm::DType::kBF16>::can_implement(p, sms, d)                        \
-               : SUFFIX##_t<gemm::DType::kFP16>::can_implement(p, sms, d);                       \
-  }                                                                                              \
-  size_t workspace_size_##SUFFIX(const gemm::Problem& p, int sms, Decomposition d) {             \
-    return p.dtype == gemm::DType::kBF16                                                         \
-               ? SUFFIX##_t<gemm::DType::kBF16>::workspace_size(p, sms, d)                       \
-               : SUFFIX##_t<gemm::DType::kFP16>::workspace_size(p, sms, d);                      \
-  }                                                                                              \
-  cudaError_t run_##SUFFIX(const gemm::Problem& p, int sms, Decomposition d, void* ws,           \
-                           cudaStream_t s, const char** r) {                                     \
-    return p.dtype == gemm::DType::kBF16                                                         \
-               ? SUFFIX##_t<gemm::DType::kBF16>::run(p, sms, d, ws, s, r)                        \
-               : SUFFIX##_t<gemm::DType::kFP16>::run(p, sms, d, ws, s, r);                       \
-  }                                                                                              \
+#define MKERNEL_GEMM_SWAP_INSTANTIATE(CFG, SUFFIX) \
+  namespace mkernel::gemm_swap::detail {           \
+  template <gemm::DType DT>                        \
+  using SUFFIX##_t = SwapGemm<CFG, DT>;            \
+  MKERNEL_GEMM_SWAP_ENTRY_POINTS(SUFFIX)           \
   }

@@ -122,28 +122,8 @@ struct TicketReduce {
     float4* partials = reinterpret_cast<float4*>(partials_base) +
                        static_cast<size_t>(tile) * slots * stride + thread;
     float4* mine = partials + slice * stride;
-    CUTLASS_PRAGMA_UNROLL
-    for (int v = 0; v < kVecs; ++v) {
-      __stcg(mine + v * kThreads,
-             make_float4(acc(4 * v), acc(4 * v + 1), acc(4 * v + 2), acc(4 * v + 3)));
-    }
-    // The barrier orders every thread's stores before thread 0's fence and ticket (fences are
-    // cumulative), as split_k_reduce.cuh does.
-    cutlass::arch::NamedBarrier::sync(kThreads,
-                                      cutlass::arch::ReservedNamedBarriers::StreamkBarrier0);
-    if (thread == 0) {
-      __threadfence();
-      const int ticket = atomicAdd(counters + tile, 1);
-      const bool last = ticket == slices - 1;
-      if (last) {
-        counters[tile] = 0;  // every slice has arrived: zero again for the next launch
-        __threadfence();     // acquire: the partials the ticket covers are visible
-      }
-      *smem_last = last;
-    }
-    cutlass::arch::NamedBarrier::sync(kThreads,
-                                      cutlass::arch::ReservedNamedBarriers::StreamkBarrier0);
-    if (*smem_last == 0) return false;
+    gemm::store_partial<kThreads, kVecs>(mine, acc);
+    if (!gemm::take_ticket<kThreads>(counters, tile, slices, thread, smem_last)) return false;
     // Sum in slice order; this CTA's own slice from its registers (the values it stored).
     // kChunk float4 loads in flight per thread per slice (one at a time would pay an L2 round
     // trip per float4); ld.global.cg: other SMs wrote these, this SM's L1 may be stale.
@@ -153,35 +133,20 @@ struct TicketReduce {
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kChunk; ++j) {
         const int v = v0 + j;
-        sum[j] = slice == 0 ? make_float4(acc(4 * v), acc(4 * v + 1), acc(4 * v + 2),
-                                          acc(4 * v + 3))
-                            : __ldcg(partials + v * kThreads);
+        sum[j] = slice == 0 ? gemm::fragment_vec(acc, v) : __ldcg(partials + v * kThreads);
       }
       for (int s = 1; s < slices; ++s) {
         float4 part[kChunk];
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < kChunk; ++j) {
           const int v = v0 + j;
-          part[j] = s == slice ? make_float4(acc(4 * v), acc(4 * v + 1), acc(4 * v + 2),
-                                             acc(4 * v + 3))
+          part[j] = s == slice ? gemm::fragment_vec(acc, v)
                                : __ldcg(partials + s * stride + v * kThreads);
         }
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < kChunk; ++j) {
-          sum[j].x += part[j].x;
-          sum[j].y += part[j].y;
-          sum[j].z += part[j].z;
-          sum[j].w += part[j].w;
-        }
+        gemm::add_chunk(sum, part);
       }
       CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kChunk; ++j) {
-        const int v = v0 + j;
-        acc(4 * v) = sum[j].x;
-        acc(4 * v + 1) = sum[j].y;
-        acc(4 * v + 2) = sum[j].z;
-        acc(4 * v + 3) = sum[j].w;
-      }
+      for (int j = 0; j < kChunk; ++j) gemm::set_fragment_vec(acc, v0 + j, sum[j]);
     }
     return true;
   }
@@ -397,19 +362,8 @@ struct SwapTicketGemm {
       if (reason) *reason = "the ticketed swapped GEMM needs a zero-initialised workspace";
       return cudaErrorInvalidValue;
     }
-    constexpr int kMaxDevices = 64;
-    static std::once_flag once[kMaxDevices];
-    static cudaError_t opt_in[kMaxDevices];
-    int dev = 0;
-    cudaError_t err = cudaGetDevice(&dev);
+    cudaError_t err = opt_in_smem_once<swap_ticket_kernel<Kernel>>(Kernel::kSmemBytes);
     if (err != cudaSuccess) return err;
-    if (dev >= kMaxDevices) return cudaErrorInvalidDevice;
-    std::call_once(once[dev], [&] {
-      opt_in[dev] = cudaFuncSetAttribute(swap_ticket_kernel<Kernel>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Kernel::kSmemBytes);
-    });
-    if (opt_in[dev] != cudaSuccess) return opt_in[dev];
 
     typename Kernel::Params params;
     params.problem = {p.n, p.m, p.k, 1};
@@ -436,24 +390,9 @@ struct SwapTicketGemm {
 }  // namespace mkernel::gemm_swap
 
 // One ticketed variant (both dtypes) per .cu: the entry points gemm_swap_dispatch.cu declares.
-#define MKERNEL_GEMM_SWAP_TICKET_INSTANTIATE(CFG, SUFFIX)                                        \
-  namespace mkernel::gemm_swap::detail {                                                         \
-  template <gemm::DType DT>                                                                      \
-  using SUFFIX##_t = SwapTicketGemm<CFG, DT>;                                                    \
-  const char* can_implement_##SUFFIX(const gemm::Problem& p, int sms, Decomposition d) {         \
-    return p.dtype == gemm::DType::kBF16                                                         \
-               ? SUFFIX##_t<gemm::DType::kBF16>::can_implement(p, sms, d)                        \
-               : SUFFIX##_t<gemm::DType::kFP16>::can_implement(p, sms, d);                       \
-  }                                                                                              \
-  size_t workspace_size_##SUFFIX(const gemm::Problem& p, int sms, Decomposition d) {             \
-    return p.dtype == gemm::DType::kBF16                                                         \
-               ? SUFFIX##_t<gemm::DType::kBF16>::workspace_size(p, sms, d)                       \
-               : SUFFIX##_t<gemm::DType::kFP16>::workspace_size(p, sms, d);                      \
-  }                                                                                              \
-  cudaError_t run_##SUFFIX(const gemm::Problem& p, int sms, Decomposition d, void* ws,           \
-                           cudaStream_t s, const char** r) {                                     \
-    return p.dtype == gemm::DType::kBF16                                                         \
-               ? SUFFIX##_t<gemm::DType::kBF16>::run(p, sms, d, ws, s, r)                        \
-               : SUFFIX##_t<gemm::DType::kFP16>::run(p, sms, d, ws, s, r);                       \
-  }                                                                                              \
+#define MKERNEL_GEMM_SWAP_TICKET_INSTANTIATE(CFG, SUFFIX) \
+  namespace mkernel::gemm_swap::detail {                  \
+  template <gemm::DType DT>                               \
+  using SUFFIX##_t = SwapTicketGemm<CFG, DT>;             \
+  MKERNEL_GEMM_SWAP_ENTRY_POINTS(SUFFIX)                  \
   }

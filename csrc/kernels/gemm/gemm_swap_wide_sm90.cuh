@@ -97,29 +97,10 @@ struct WideReduce {
     cutlass::arch::NamedBarrier::sync(kThreads,
                                       cutlass::arch::ReservedNamedBarriers::StreamkBarrier0);
     if (*smem_last == 0) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int v = 0; v < kVecs; ++v) {
-        __stcg(mine + v * kThreads,
-               make_float4(acc(4 * v), acc(4 * v + 1), acc(4 * v + 2), acc(4 * v + 3)));
-      }
-      // The barrier orders every thread's stores before thread 0's fence and ticket (fences are
-      // cumulative), as split_k_reduce.cuh does; it also keeps thread 0's write of smem_last
-      // below after every thread's read of it above.
-      cutlass::arch::NamedBarrier::sync(kThreads,
-                                        cutlass::arch::ReservedNamedBarriers::StreamkBarrier0);
-      if (thread == 0) {
-        __threadfence();
-        const int ticket = atomicAdd(counters + tile, 1);
-        const bool last = ticket == slices - 1;
-        if (last) {
-          counters[tile] = 0;  // every slice has arrived: zero again for the next launch
-          __threadfence();     // acquire: the partials the ticket covers are visible
-        }
-        *smem_last = last;
-      }
-      cutlass::arch::NamedBarrier::sync(kThreads,
-                                        cutlass::arch::ReservedNamedBarriers::StreamkBarrier0);
-      if (*smem_last == 0) return false;
+      gemm::store_partial<kThreads, kVecs>(mine, acc);
+      // take_ticket's first barrier also keeps thread 0's write of smem_last after every
+      // thread's read of it above.
+      if (!gemm::take_ticket<kThreads>(counters, tile, slices, thread, smem_last)) return false;
     }
     if (slice > 0) {  // acc = (p0 + ... + p(slice - 1)) + acc, chunk by chunk
       CUTLASS_PRAGMA_UNROLL
@@ -132,13 +113,7 @@ struct WideReduce {
           float4 q[kChunk];
           CUTLASS_PRAGMA_UNROLL
           for (int j = 0; j < kChunk; ++j) q[j] = __ldcg(partials + s * stride + (v0 + j) * kThreads);
-          CUTLASS_PRAGMA_UNROLL
-          for (int j = 0; j < kChunk; ++j) {
-            t[j].x += q[j].x;
-            t[j].y += q[j].y;
-            t[j].z += q[j].z;
-            t[j].w += q[j].w;
-          }
+          gemm::add_chunk(t, q);
         }
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < kChunk; ++j) {
@@ -475,19 +450,8 @@ struct SwapWideGemm {
       if (reason) *reason = "the wide-tile swapped GEMM needs a zero-initialised workspace";
       return cudaErrorInvalidValue;
     }
-    constexpr int kMaxDevices = 64;
-    static std::once_flag once[kMaxDevices];
-    static cudaError_t opt_in[kMaxDevices];
-    int dev = 0;
-    cudaError_t err = cudaGetDevice(&dev);
+    cudaError_t err = opt_in_smem_once<swap_wide_kernel<Kernel>>(Kernel::kSmemBytes);
     if (err != cudaSuccess) return err;
-    if (dev >= kMaxDevices) return cudaErrorInvalidDevice;
-    std::call_once(once[dev], [&] {
-      opt_in[dev] = cudaFuncSetAttribute(swap_wide_kernel<Kernel>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Kernel::kSmemBytes);
-    });
-    if (opt_in[dev] != cudaSuccess) return opt_in[dev];
 
     typename Kernel::Params params;
     params.tma_w = Kernel::make_tma_w(static_cast<const Element*>(p.b), p.n, p.k);
@@ -511,24 +475,9 @@ struct SwapWideGemm {
 }  // namespace mkernel::gemm_swap
 
 // One wide-tile variant (both dtypes) per .cu: the entry points gemm_swap_dispatch.cu declares.
-#define MKERNEL_GEMM_SWAP_WIDE_INSTANTIATE(BOX, BOXES, STAGES, SUFFIX)                         \
-  namespace mkernel::gemm_swap::detail {                                                         \
-  template <gemm::DType DT>                                                                      \
-  using SUFFIX##_t = SwapWideGemm<DT, BOX, BOXES, STAGES>;                                       \
-  const char* can_implement_##SUFFIX(const gemm::Problem& p, int sms, Decomposition d) {         \
-    return p.dtype == gemm::DType::kBF16                                                         \
-               ? SUFFIX##_t<gemm::DType::kBF16>::can_implement(p, sms, d)                        \
-               : SUFFIX##_t<gemm::DType::kFP16>::can_implement(p, sms, d);                       \
-  }                                                                                              \
-  size_t workspace_size_##SUFFIX(const gemm::Problem& p, int sms, Decomposition d) {             \
-    return p.dtype == gemm::DType::kBF16                                                         \
-               ? SUFFIX##_t<gemm::DType::kBF16>::workspace_size(p, sms, d)                       \
-               : SUFFIX##_t<gemm::DType::kFP16>::workspace_size(p, sms, d);                      \
-  }                                                                                              \
-  cudaError_t run_##SUFFIX(const gemm::Problem& p, int sms, Decomposition d, void* ws,           \
-                           cudaStream_t s, const char** r) {                                     \
-    return p.dtype == gemm::DType::kBF16                                                         \
-               ? SUFFIX##_t<gemm::DType::kBF16>::run(p, sms, d, ws, s, r)                        \
-               : SUFFIX##_t<gemm::DType::kFP16>::run(p, sms, d, ws, s, r);                       \
-  }                                                                                              \
+#define MKERNEL_GEMM_SWAP_WIDE_INSTANTIATE(BOX, BOXES, STAGES, SUFFIX) \
+  namespace mkernel::gemm_swap::detail {                               \
+  template <gemm::DType DT>                                            \
+  using SUFFIX##_t = SwapWideGemm<DT, BOX, BOXES, STAGES>;             \
+  MKERNEL_GEMM_SWAP_ENTRY_POINTS(SUFFIX)                               \
   }

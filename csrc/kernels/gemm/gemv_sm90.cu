@@ -316,6 +316,13 @@ __device__ __forceinline__ void copy_async_cached(void* smem, const void* gmem, 
                "r"(valid ? 16 : 0)
                : "memory");
 }
+// The same without L2's 256-byte prefetch: A's slices, staged once per block, read by every warp.
+__device__ __forceinline__ void copy_async_global(void* smem, const void* gmem, bool valid) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
 __device__ __forceinline__ void copy_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
@@ -406,20 +413,30 @@ __global__ void __launch_bounds__(kWarps * 32)
   reduce_and_store<T, kWarps, 1, kGroups>(acc, d, m, n, n0, slices);
 }
 
-template <class T, int kGroups, int kWarps, int kStages>
-cudaError_t launch_async(const gemm::Problem& p, const Slices& slices, cudaStream_t stream) {
-  constexpr int kSmem = kWarps * kStages * kAsyncSlots<kGroups> * 32 * 16;
-  // Above 48 KB of dynamic shared memory a kernel must opt in, once per device.
-  static std::atomic<uint64_t> opted{0};
+// Above 48 KB of dynamic shared memory a kernel must opt in, once per device: `opt_in(dev)` does
+// it the first time a device launches the kernel whose `opted` (one bit per device) this is.
+template <class OptIn>
+cudaError_t opt_in_once_per_device(std::atomic<uint64_t>& opted, OptIn&& opt_in) {
   int dev = 0;
   cudaGetDevice(&dev);
   const uint64_t bit = uint64_t{1} << (dev & 63);
   if (!(opted.load(std::memory_order_relaxed) & bit)) {
-    const cudaError_t err = cudaFuncSetAttribute(gemv_async_kernel<T, kWarps, kStages, kGroups>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    const cudaError_t err = opt_in(dev);
     if (err != cudaSuccess) return err;
     opted.fetch_or(bit, std::memory_order_relaxed);
   }
+  return cudaSuccess;
+}
+
+template <class T, int kGroups, int kWarps, int kStages>
+cudaError_t launch_async(const gemm::Problem& p, const Slices& slices, cudaStream_t stream) {
+  constexpr int kSmem = kWarps * kStages * kAsyncSlots<kGroups> * 32 * 16;
+  static std::atomic<uint64_t> opted{0};
+  const cudaError_t err = opt_in_once_per_device(opted, [](int) {
+    return cudaFuncSetAttribute(gemv_async_kernel<T, kWarps, kStages, kGroups>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  });
+  if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>((p.n + 15) / 16), static_cast<unsigned>(slices.count));
   gemv_async_kernel<T, kWarps, kStages, kGroups><<<grid, kWarps * 32, kSmem, stream>>>(
       static_cast<const T*>(p.a), static_cast<const T*>(p.b), static_cast<T*>(p.d), p.m, p.n, p.k,
@@ -497,13 +514,9 @@ __global__ void __launch_bounds__(kWarps * 32, (kRowsMinBlocks<kWarps, kUnroll>)
       const int kc = k0 + c * 8;
       const bool valid = row < m && kc < k;
       const T* src = a + (valid ? static_cast<size_t>(row) * k + kc : 0);
-      const uint32_t dst =
-          static_cast<uint32_t>(__cvta_generic_to_shared(a_smem + row * row_bytes + c * 16));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-                   "r"(valid ? 16 : 0)
-                   : "memory");
+      copy_async_global(a_smem + row * row_bytes + c * 16, src, valid);
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    copy_async_commit();
   }
 
   // This warp's 16 rows of B (g and g+8 per lane), clamped in bounds (never stored).
@@ -554,7 +567,7 @@ __global__ void __launch_bounds__(kWarps * 32, (kRowsMinBlocks<kWarps, kUnroll>)
   Round cur, next;
   load_round(cur, 0);
   load_round(next, kUnroll);
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  copy_async_wait<0>();
   __syncthreads();
   int s = 0;
   for (; s + kUnroll < nsteps; s += kUnroll) {
@@ -601,19 +614,16 @@ cudaError_t launch_rows(const gemm::Problem& p, int splits, cudaStream_t stream)
   const int slice_steps = (steps + splits - 1) / splits;
   const int smem = rows_smem_bytes(kWarps, kGroups, slice_steps);
   auto kernel = gemv_rows_kernel<T, kWarps, kUnroll, kGroups>;
-  static std::atomic<uint64_t> opted{0};  // above 48 KB a kernel opts in, once per device
-  int dev = 0;
-  cudaGetDevice(&dev);
-  const uint64_t bit = uint64_t{1} << (dev & 63);
-  if (!(opted.load(std::memory_order_relaxed) & bit)) {
+  static std::atomic<uint64_t> opted{0};
+  const cudaError_t err = opt_in_once_per_device(opted, [&](int dev) {
     int optin = 0;
-    cudaError_t err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (err == cudaSuccess) {
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+    cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (e == cudaSuccess) {
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
     }
-    if (err != cudaSuccess) return err;
-    opted.fetch_or(bit, std::memory_order_relaxed);
-  }
+    return e;
+  });
+  if (err != cudaSuccess) return err;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>((p.n + 16 * kWarps - 1) / (16 * kWarps)),
                      static_cast<unsigned>(splits), 1);
@@ -670,13 +680,9 @@ __global__ void __launch_bounds__(kWarps * 32, (16 / kWarps > 0 ? 16 / kWarps : 
       const int kc = r * kWarps * kStep + c * 8;
       const bool valid = row < m && kc < k;
       const T* src = a + (valid ? static_cast<size_t>(row) * k + kc : 0);
-      const uint32_t dst =
-          static_cast<uint32_t>(__cvta_generic_to_shared(buf + row * kRowBytes + c * 16));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-                   "r"(valid ? 16 : 0)
-                   : "memory");
+      copy_async_global(buf + row * kRowBytes + c * 16, src, valid);
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    copy_async_commit();
   };
   struct Round {
     uint4 b[2][kRowTiles][2];  // [half][tile][row g / g+8]
@@ -722,21 +728,23 @@ __global__ void __launch_bounds__(kWarps * 32, (16 / kWarps > 0 ? 16 / kWarps : 
 
   stage_a(0);
   if (rounds > 1) stage_a(1);
-  else asm volatile("cp.async.commit_group;" ::: "memory");  // keep one group per round
+  else
+    copy_async_commit();  // keep one group per round
   Round cur, next;
   load_round(cur, 0);
   load_round(next, 1);
   for (int r = 0; r < rounds; ++r) {
-    asm volatile("cp.async.wait_group 1;" ::: "memory");  // this thread's copies of round r
-    __syncthreads();                                       // everyone's
+    copy_async_wait<1>();  // this thread's copies of round r
+    __syncthreads();       // everyone's
     mma_round(cur, r);
     __syncthreads();  // buffer r % 2 read by every warp: round r + 2 may take it
     if (r + 2 < rounds) stage_a(r + 2);
-    else asm volatile("cp.async.commit_group;" ::: "memory");
+    else
+      copy_async_commit();
     cur = next;
     load_round(next, r + 2);
   }
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  copy_async_wait<0>();
   reduce_and_store<T, kWarps, kRowTiles, kGroups>(acc, d, m, n, n0, Slices{});
 }
 
@@ -744,16 +752,11 @@ template <class T, int kGroups, int kWarps, int kRowTiles>
 cudaError_t launch_kchunk(const gemm::Problem& p, cudaStream_t stream) {
   constexpr int kSmem = 2 * 8 * kGroups * (kWarps * 128 + kRowsPad);
   auto kernel = gemv_kchunk_kernel<T, kWarps, kRowTiles, kGroups>;
-  static std::atomic<uint64_t> opted{0};  // above 48 KB a kernel opts in, once per device
-  int dev = 0;
-  cudaGetDevice(&dev);
-  const uint64_t bit = uint64_t{1} << (dev & 63);
-  if (!(opted.load(std::memory_order_relaxed) & bit)) {
-    const cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (err != cudaSuccess) return err;
-    opted.fetch_or(bit, std::memory_order_relaxed);
-  }
+  static std::atomic<uint64_t> opted{0};
+  const cudaError_t err = opt_in_once_per_device(opted, [&](int) {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  });
+  if (err != cudaSuccess) return err;
   const unsigned blocks = static_cast<unsigned>((p.n + 16 * kRowTiles - 1) / (16 * kRowTiles));
   kernel<<<blocks, kWarps * 32, kSmem, stream>>>(static_cast<const T*>(p.a),
                                                  static_cast<const T*>(p.b), static_cast<T*>(p.d),

@@ -33,6 +33,67 @@ struct SplitKWorkspace {
   float* partials = nullptr;  // [tiles * splits * kThreads * kFrag] floats
 };
 
+// The steps of the split-K protocol that SplitKReduce and the swapped kernels' TicketReduce /
+// WideReduce (gemm_swap_ticket_sm90.cuh, gemm_swap_wide_sm90.cuh) share, so the three keep the
+// same ordering: partials stored to L2, one ticket per slice, the last slice sums.
+
+// Float4 v of a thread's accumulator fragment (values 4v .. 4v + 3): the partials' unit.
+template <class Accum>
+CUTLASS_DEVICE float4 fragment_vec(Accum& acc, int v) {
+  return make_float4(acc(4 * v), acc(4 * v + 1), acc(4 * v + 2), acc(4 * v + 3));
+}
+template <class Accum>
+CUTLASS_DEVICE void set_fragment_vec(Accum& acc, int v, float4 x) {
+  acc(4 * v) = x.x;
+  acc(4 * v + 1) = x.y;
+  acc(4 * v + 2) = x.z;
+  acc(4 * v + 3) = x.w;
+}
+
+// This thread's partial, float4 v at mine[v * kThreads] (a warp stores 512 contiguous bytes per
+// instruction); st.global.cg: the slice that sums it may run on another SM.
+template <int kThreads, int kVecs, class Accum>
+CUTLASS_DEVICE void store_partial(float4* mine, Accum& acc) {
+  CUTLASS_PRAGMA_UNROLL
+  for (int v = 0; v < kVecs; ++v) __stcg(mine + v * kThreads, fragment_vec(acc, v));
+}
+
+// Called by all kThreads consumer threads once their partial is stored; true in the one CTA
+// whose ticket is the tile's last (it zeroes the counter again for the next launch). Release the
+// partial with the ticket: the first barrier orders every thread's stores before thread 0's
+// fence (fences are cumulative), as CUTLASS's split-K semaphore does; one fence instead of one
+// per thread. The second barrier hands thread 0's verdict to every thread.
+template <int kThreads>
+CUTLASS_DEVICE bool take_ticket(int* counters, int tile, int slices, int thread, int* smem_last) {
+  cutlass::arch::NamedBarrier::sync(kThreads,
+                                    cutlass::arch::ReservedNamedBarriers::StreamkBarrier0);
+  if (thread == 0) {
+    __threadfence();
+    const int ticket = atomicAdd(counters + tile, 1);
+    const bool last = ticket == slices - 1;
+    if (last) {
+      counters[tile] = 0;  // every slice has arrived: reset for the next launch
+      __threadfence();     // acquire: the partials the ticket covers are visible
+    }
+    *smem_last = last;
+  }
+  cutlass::arch::NamedBarrier::sync(kThreads,
+                                    cutlass::arch::ReservedNamedBarriers::StreamkBarrier0);
+  return *smem_last != 0;
+}
+
+// sum[j] += part[j], component by component: one step of the in-order slice sum.
+template <int kChunk>
+CUTLASS_DEVICE void add_chunk(float4 (&sum)[kChunk], float4 const (&part)[kChunk]) {
+  CUTLASS_PRAGMA_UNROLL
+  for (int j = 0; j < kChunk; ++j) {
+    sum[j].x += part[j].x;
+    sum[j].y += part[j].y;
+    sum[j].z += part[j].z;
+    sum[j].w += part[j].w;
+  }
+}
+
 template <int kThreads, int kFrag>
 struct SplitKReduce {
   static_assert(kFrag % 4 == 0, "the accumulator fragment is stored as float4");
@@ -60,27 +121,8 @@ struct SplitKReduce {
     float4* partials = reinterpret_cast<float4*>(ws.partials) +
                        static_cast<size_t>(tile) * splits * stride + thread;
     float4* mine = partials + split * stride;
-    CUTLASS_PRAGMA_UNROLL
-    for (int v = 0; v < kVecs; ++v) {
-      __stcg(mine + v * kThreads,
-             make_float4(accum(4 * v), accum(4 * v + 1), accum(4 * v + 2), accum(4 * v + 3)));
-    }
-    // Release the partial with the ticket: the barrier orders every thread's
-    // stores before thread 0's fence (fences are cumulative), as CUTLASS's
-    // split-K semaphore does; one fence instead of one per thread.
-    cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::StreamkBarrier0);
-    if (thread == 0) {
-      __threadfence();
-      const int ticket = atomicAdd(ws.counters + tile, 1);
-      const bool last = ticket == splits - 1;
-      if (last) {
-        ws.counters[tile] = 0;  // every slice has arrived: reset for the next launch
-        __threadfence();        // acquire: the partials the ticket covers are visible
-      }
-      *smem_last = last;
-    }
-    cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::StreamkBarrier0);
-    const bool last = *smem_last != 0;
+    store_partial<kThreads, kVecs>(mine, accum);
+    const bool last = take_ticket<kThreads>(ws.counters, tile, splits, thread, smem_last);
     // The flag is read by every thread before any thread of a later unit can
     // write it again (that needs two more barriers), so no third barrier here.
     if (!last) return false;
@@ -100,21 +142,10 @@ struct SplitKReduce {
         float4 part[kChunk];
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < kChunk; ++j) part[j] = __ldcg(partials + s * stride + (v0 + j) * kThreads);
-        CUTLASS_PRAGMA_UNROLL
-        for (int j = 0; j < kChunk; ++j) {
-          sum[j].x += part[j].x;
-          sum[j].y += part[j].y;
-          sum[j].z += part[j].z;
-          sum[j].w += part[j].w;
-        }
+        add_chunk(sum, part);
       }
       CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kChunk; ++j) {
-        accum(4 * (v0 + j)) = sum[j].x;
-        accum(4 * (v0 + j) + 1) = sum[j].y;
-        accum(4 * (v0 + j) + 2) = sum[j].z;
-        accum(4 * (v0 + j) + 3) = sum[j].w;
-      }
+      for (int j = 0; j < kChunk; ++j) set_fragment_vec(accum, v0 + j, sum[j]);
     }
     return true;
   }
