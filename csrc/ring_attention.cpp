@@ -983,17 +983,38 @@ std::tuple<at::Tensor, at::Tensor> compute_alone_cuda(const at::Tensor& q, const
   return {out, lse};
 }
 
+// Ring step sc's attention through mkernel::attention — for the head dims the engine is not
+// built for, torch's FlashAttention-2 kernel (attention.cpp, attention_fa2) — on the step's query
+// rows and key rows of the source shard (kj / vj: [b, s_kv, h_kv, d]), written into the same
+// rows of (part, lse_part) that the engine's step call writes, for merge_rows.
+void fa2_step(const at::Tensor& q, const at::Tensor& kj, const at::Tensor& vj, const StepCall& sc,
+              double scale, at::Tensor& part, at::Tensor& lse_part) {
+  static const auto attention = c10::Dispatcher::singleton()
+                                    .findSchemaOrThrow("mkernel::attention", "")
+                                    .typed<std::tuple<at::Tensor, at::Tensor>(
+                                        const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                        bool, std::optional<double>, int64_t, int64_t)>();
+  const bool all_rows = sc.row0 == 0 && sc.rows == q.size(1);
+  const at::Tensor qs = all_rows ? q : q.narrow(1, sc.row0, sc.rows).contiguous();
+  const bool all_keys = sc.c.seq_kv == kj.size(1);
+  const at::Tensor ks = all_keys ? kj : kj.narrow(1, 0, sc.c.seq_kv).contiguous();
+  const at::Tensor vs = all_keys ? vj : vj.narrow(1, 0, sc.c.seq_kv).contiguous();
+  const auto [o, l] = attention.call(qs, ks, vs, sc.c.causal, scale, 0, 0);
+  part.narrow(1, sc.row0, sc.rows).copy_(o);
+  lse_part.narrow(2, sc.row0, sc.rows).copy_(l);
+}
+
 // Groups spanning several (emulated) nodes with ragged shards (or MKERNEL_RING_FUSED_NODES=0;
-// whole-mode shapes run ring_attention_cuda_whole across nodes): the K/V shards are gathered
-// through the substrate's all_gather (mkernel::all_gather: peer memory inside a node, and between nodes its
-// inter-node half, kernel -> NetPath FIFO -> Go proxy -> transport) on a side stream, while
-// step 0 (the local shard) runs on the caller's; then the per-step ring's engine calls and
-// fp32 merges on the gathered shards in ring order (no hooks: the data is there).
-std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_nodes(const at::Tensor& q,
-                                                             const at::Tensor& k,
-                                                             const at::Tensor& v, int64_t group,
-                                                             int64_t world_size, int rank,
-                                                             int world, bool causal, float scale) {
+// whole-mode shapes run ring_attention_cuda_whole across nodes), and head dims the engine is
+// not built for at any W (on_engine false; every step through fa2_step): the K/V shards are
+// gathered through the substrate's all_gather (mkernel::all_gather: peer memory inside a node,
+// and between nodes its inter-node half, kernel -> NetPath FIFO -> Go proxy -> transport) on a
+// side stream, while step 0 (the local shard) runs on the caller's; then the per-step ring's
+// attention calls and fp32 merges on the gathered shards in ring order (no hooks: the data is
+// there).
+std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_nodes(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t group,
+    int64_t world_size, int rank, int world, bool causal, float scale, bool on_engine = true) {
   static const auto all_gather =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("mkernel::all_gather", "")
@@ -1032,7 +1053,12 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_nodes(const at::Tensor& q
     const void* vj = j == 0 ? v.data_ptr()
                             : static_cast<const uint8_t*>(v_all.data_ptr()) + src * shard;
     const StepCall sc = step_call(q, k, rank, world, j, causal, kj, vj, part, lse_part);
-    launch_step_engine(q, k, sc.c, scale, nullptr, stream);
+    if (on_engine) {
+      launch_step_engine(q, k, sc.c, scale, nullptr, stream);
+    } else {
+      fa2_step(q, j == 0 ? k : k_all.narrow(0, src * b, b),
+               j == 0 ? v : v_all.narrow(0, src * b, b), sc, scale, part, lse_part);
+    }
     merge_rows(out_acc, lse_acc, part, lse_part, sc.row0, sc.rows, stream);
   }
   return {out_acc.to(q.scalar_type()), lse_acc};
@@ -1044,13 +1070,21 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_ring(const at::Tensor& q,
                                                             int64_t world_size, bool causal,
                                                             double scale_d) {
   validation::check_dtype_in(kOp, "q", q, {at::kBFloat16, at::kHalf}, "activations");
-  TORCH_CHECK_VALUE(q.size(3) == 64 || q.size(3) == 128, kOp,
-                    ": the CUDA ring supports head dims 64 and 128, got q: ", q.sizes());
   TORCH_CHECK_VALUE(q.size(1) >= 1 && k.size(1) >= 1, kOp, ": empty shards (q: ", q.sizes(),
                     ", k: ", k.sizes(), ")");
   const c10::cuda::CUDAGuard guard(q.device());
   comm::SymmetricGroup& g = comm::SymmetricGroup::get(kOp, group, world_size, q.device());
   const int rank = g.rank(), world = g.world();
+  if (q.size(3) != 64 && q.size(3) != 128) {
+    // The engine's head dims are 64 and 128 (validate_ring_attention: the others multiples of
+    // 8 up to 256): the all-gather path, every step through torch's FA2 kernel, at any W.
+    TORCH_WARN_ONCE(kOp, ": head dim ", q.size(3),
+                    " gathers the K/V shards first and runs "
+                    "torch's FlashAttention-2 kernel per ring step (the fused ring is built for "
+                    "64 and 128)");
+    return ring_attention_cuda_nodes(q, k, v, group, world_size, rank, world, causal,
+                                     static_cast<float>(scale_d), /*on_engine=*/false);
+  }
   const bool fused_nodes = !g.single_node() && ring_fused_nodes();
   if (!g.single_node() && !fused_nodes) {
     return ring_attention_cuda_nodes(q, k, v, group, world_size, rank, world, causal,
@@ -1157,6 +1191,10 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda(const at::Tensor& q, cons
   for (const auto& [name, t] :
        {std::pair<const char*, const at::Tensor&>{"q", q}, {"k", k}, {"v", v}})
     validation::check_aligned16(kOp, name, t);
+  TORCH_CHECK_VALUE(q.size(3) % 8 == 0 && q.size(3) <= 256, kOp,
+                    ": on CUDA the head dim must be a multiple of 8 up to 256 (the engine's 64 and "
+                    "128; the others through torch's FlashAttention-2 kernel), got q: ",
+                    q.sizes());
   if (world_size == 1) {  // the whole sequence is local: the attention engine
     static const auto engine =
         c10::Dispatcher::singleton()

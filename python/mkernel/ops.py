@@ -569,7 +569,9 @@ def ring_attention(
     query tile's keys of the rank's own shard before any peer's, so the transfer hides behind
     them; that holds a temporary fp32 workspace of about ``b * (s + 191) * h * (d + 8)`` floats
     (~2.1x the output; off above 2 GiB; MKERNEL_RING_OWN_FIRST=0 off, =1 on for every shard
-    length). Differentiable
+    length). Head dims other than 64 / 128 (multiples of 8 up to 256 on CUDA): the K/V shards
+    all-gathered over the substrate, then torch's FlashAttention-2 kernel per ring step with the
+    same fp32 merges (not fused; one warning). Differentiable
     (python/mkernel/_ring_backward.py).
     """
     global _launched_group_op

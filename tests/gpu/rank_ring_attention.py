@@ -11,7 +11,7 @@ on fresh inputs (buffers and flags reused across calls without a host step).
 A rank prints ``CASE {json}`` per checked call, ``ERR {json}`` for an expected failure and
 ``OK <rank>`` at the end. ``TEST_SUITE`` (comma-separated) picks: ``matrix``, ``graph``,
 ``grad``, ``alone`` (ring12: the compute-alone ceiling op), ``layer`` (mkernel.nn.ContextParallelAttention),
-``kill`` (ends the process). Groups spanning emulated nodes run the same suites.
+``other_dims`` (head dims other than 64 / 128), ``kill`` (ends the process). Groups spanning emulated nodes run the same suites.
 """
 
 from __future__ import annotations
@@ -222,6 +222,52 @@ def grad(c: Checker) -> None:
             rels[name] = rel_err(x.grad.cpu(), want)
         rec = {"op": "grad", "causal": causal, "shape": [b, s, h, h_kv, d], "rel": max(rels.values()),
                "rels": rels, "world": c.world}
+        emit("CASE", rec)
+        assert all(r <= BOUND for r in rels.values()), rec
+        c.calls += 1
+
+
+# Head dims the engine is not built for (the all-gather path, torch's FA2 kernel per ring step):
+# ragged and block-aligned shards, causal zigzag and not, GQA / MQA, bf16 and fp16.
+OTHER_DIM_CASES = [
+    (False, 2, 333, 4, 2, 96, torch.bfloat16),
+    (True, 1, 256, 8, 1, 256, torch.float16),
+    (True, 2, 90, 4, 4, 32, torch.bfloat16),
+    (False, 1, 512, 8, 8, 80, torch.float16),
+]
+
+
+def other_dims(c: Checker) -> None:
+    """Head dims other than 64 / 128 at W > 1 (OTHER_DIM_CASES): the forward, twice back to back
+    on fresh inputs with outputs poisoned, and dq / dk / dv through the ring backward, against
+    the fp32 reference of the whole sequence."""
+    for i, case in enumerate(OTHER_DIM_CASES):
+        causal, b, s, h, h_kv, d, dtype = case
+        outs = []
+        for call in range(2):
+            q, k, v = full_inputs(8000 + 10 * i + call, b, s * c.world, h, h_kv, d, dtype)
+            ql, kl, vl = (shard(x, c.rank, c.world, causal).to(c.device) for x in (q, k, v))
+            poison(b, s, h, d, dtype, c.device)
+            out, lse = mkernel.ring_attention(ql, kl, vl, causal=causal, group=c.ctx)
+            outs.append((q, k, v, out, lse))
+        torch.cuda.synchronize()
+        for call, (q, k, v, out, lse) in enumerate(outs):
+            ref, ref_lse = c.reference(causal, q, k, v)
+            c.check("other_dims", case, out, lse, ref, ref_lse, {"call": call})
+        q, k, v = full_inputs(8500 + i, b, s * c.world, h, h_kv, d, dtype)
+        gen = torch.Generator().manual_seed(8600 + i)
+        dout = torch.randn(b, s * c.world, h, d, generator=gen).to(dtype)
+        refs = [x.to(c.device).float().requires_grad_() for x in (q, k, v)]
+        ref_out, _ = attention_ref(*refs, causal, dtype=torch.float32)
+        (ref_out * dout.to(c.device).float()).sum().backward()
+        mine = [shard(x, c.rank, c.world, causal).to(c.device).requires_grad_() for x in (q, k, v)]
+        out, _ = mkernel.ring_attention(*mine, causal=causal, group=c.ctx)
+        out.backward(shard(dout, c.rank, c.world, causal).to(c.device))
+        torch.cuda.synchronize()
+        rels = {name: rel_err(x.grad.cpu(), shard(r.grad, c.rank, c.world, causal).cpu())
+                for name, x, r in zip("qkv", mine, refs)}
+        rec = {"op": "other_dims_grad", "causal": causal, "shape": [b, s, h, h_kv, d],
+               "rel": max(rels.values()), "rels": rels, "world": c.world}
         emit("CASE", rec)
         assert all(r <= BOUND for r in rels.values()), rec
         c.calls += 1

@@ -131,6 +131,19 @@ def test_ring_attention_pinned_paths(mps, knob, ring_cases, suite):
         assert {"graph", "after_graph"} <= {c["op"] for c in cases}
 
 
+@pytest.mark.parametrize("world,nodes", [(2, 1), (4, 2)])
+def test_ring_attention_other_head_dims(mps, world, nodes):
+    """Head dims the engine is not built for (32, 80, 96, 256) at W > 1, inside a node and across
+    emulated nodes: the K/V shards all-gathered over the substrate, torch's FA2 kernel per ring
+    step, fp32 merges; forward (twice, poisoned) and gradients against the fp32 reference."""
+    res = run_ranks(RING_MAIN, world, nodes=nodes, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="other_dims", MKERNEL_OP_TIMEOUT="30"))
+    cases = check_ranks(res)
+    assert len([c for c in cases if c["op"] == "other_dims"]) == world * 8, cases
+    assert len([c for c in cases if c["op"] == "other_dims_grad"]) == world * 4, cases
+    assert {c["shape"][-1] for c in cases} == {32, 80, 96, 256}
+
+
 def test_context_parallel_attention_layer(mps):
     """mkernel.nn.ContextParallelAttention at W = 2: Megatron's core-attention call on the fused
     ring, output and input gradients against fp32 autograd of the whole sequence."""
