@@ -56,6 +56,19 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* sm
       : "memory");
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
+// The same with an L2 evict-last hint (the dQ warp's: a head's dq_accum rows take every one of its
+// key blocks' partials and should stay in L2 between them, as FA3's dQ writer keeps them).
+__device__ __forceinline__ void bulk_reduce_add_f32_keep(float* gmem, const float* smem,
+                                                         int bytes) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  constexpr uint64_t kEvictLast = 0x14F0000000000000ull;  // cute::TMA::CacheHintSm90::EVICT_LAST
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.L2::cache_hint.add.f32 [%0], [%1], %2, "
+      "%3;" ::"l"(gmem),
+      "r"(s), "r"(bytes), "l"(kEvictLast)
+      : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
 template <int kPending>
 __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
@@ -654,8 +667,8 @@ __device__ __forceinline__ void dq_warp(const BwdProblem& p, const View& view,
       dq_barrier<kDqFull, true>(wg, buf);
       if (leader) {
         const int col0 = T::kDqSplitKeys ? 0 : wg * T::kDqCols;
-        bulk_reduce_add_f32(p.dq_accum + dq_tiled_offset(bh, m0, col0, p.seq_q, T::kHeadDim),
-                            ss.dq[2 * wg + buf], T::kBlockM * T::kDqCols * int(sizeof(float)));
+        bulk_reduce_add_f32_keep(p.dq_accum + dq_tiled_offset(bh, m0, col0, p.seq_q, T::kHeadDim),
+                                 ss.dq[2 * wg + buf], T::kBlockM * T::kDqCols * int(sizeof(float)));
       }
       __syncwarp();
     }
