@@ -153,9 +153,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_native_backward(
   p.softmax_scale = static_cast<float>(softmax_scale);
   p.causal = causal;
   p.dtype = q.scalar_type() == at::kBFloat16 ? attention::DType::kBF16 : attention::DType::kFP16;
-  // wgmma_ws by default: 1.33-1.40x the plain wgmma kernel (benchmarks/results/
-  // attention_bwd_nvidia_h100_80gb_hbm3_20261205-153014.json, S = 8192, d = 128).
-  p.kernel = attention::BwdKernel::kWgmmaWs;
+  // wgmma_ws_dqwarp by default: 1.12x / 1.15x wgmma_ws (non-causal / causal), itself 1.33-1.40x
+  // the plain wgmma kernel (benchmarks/results/attention_bwd_nvidia_h100_80gb_hbm3_20261206-
+  // 022151.json and ..._20261205-153014.json; H100, S = 8192, d = 128).
+  p.kernel = attention::BwdKernel::kWgmmaWsDqWarp;
   if (const char* kernel = env::get("MKERNEL_ATTN_BWD_KERNEL")) {
     if (std::strcmp(kernel, "wgmma") == 0) {
       p.kernel = attention::BwdKernel::kWgmma;

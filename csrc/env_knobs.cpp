@@ -21,7 +21,7 @@ constexpr Kind kConfig = Kind::kConfig;
 constexpr Knob kKnobs[] = {
     // attention_backward.cpp
     {"MKERNEL_ATTN_BWD_KERNEL", kDebug,
-     "wgmma | wgmma_bulk_dq | wgmma_ws | wgmma_ws_dqwarp | mma_sync", "wgmma_ws",
+     "wgmma | wgmma_bulk_dq | wgmma_ws | wgmma_ws_dqwarp | mma_sync", "wgmma_ws_dqwarp",
      "measurement: the native attention backward's main kernel (dQ by bulk reduce-add; warp-"
      "specialized TMA loads; that with FA3's step order and a dQ warp; the mma.sync first "
      "version)"},
