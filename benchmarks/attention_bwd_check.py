@@ -5,7 +5,7 @@ kernels vs torch's cuDNN and FA2 backward kernels fed with the same out/lse (iss
 backward >= 1.0x the best SDPA backend).
 
     python benchmarks/attention_bwd_check.py [--seqs 4096,8192] [--iters 10]
-        [--kernels wgmma,wgmma_bulk_dq,wgmma_ws,mma_sync] [--ring 2,4]
+        [--kernels wgmma,wgmma_bulk_dq,wgmma_ws,wgmma_ws_dqwarp,mma_sync] [--ring 2,4]
 
 --kernels: the native backward's main kernels (MKERNEL_ATTN_BWD_KERNEL), each checked on the
 ladder and timed as a column native_<kernel>; a kernel that fails its ladder is left out of the
@@ -179,7 +179,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seqs", type=str, default="4096,8192")
     ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--kernels", type=str, default="wgmma,wgmma_bulk_dq,wgmma_ws,mma_sync",
+    ap.add_argument("--kernels", type=str,
+                    default="wgmma,wgmma_bulk_dq,wgmma_ws,wgmma_ws_dqwarp,mma_sync",
                     help="MKERNEL_ATTN_BWD_KERNEL values, checked then timed")
     ap.add_argument("--ring", type=str, default="2,4",
                     help="ring sizes for the ring backward's timing (one rank, 4096 rows a shard); "

@@ -54,14 +54,23 @@ def sdpa_fn(backend, q, k, v, causal):
     return run
 
 
-# Columns of the native backward: its main kernel (MKERNEL_ATTN_BWD_KERNEL).
+# Columns of the native backward: its main kernel (MKERNEL_ATTN_BWD_KERNEL), ":grid" with the
+# causal CTAs in the plain grid order (MKERNEL_ATTN_BWD_TILE_ORDER=grid; wgmma_ws_dqwarp's
+# default is longest first).
 NATIVE_KERNELS = {"mkernel_native": "wgmma", "mkernel_native_bulk_dq": "wgmma_bulk_dq",
-                  "mkernel_native_ws": "wgmma_ws", "mkernel_native_mma_sync": "mma_sync"}
+                  "mkernel_native_ws": "wgmma_ws", "mkernel_native_ws_dqwarp": "wgmma_ws_dqwarp",
+                  "mkernel_native_ws_dqwarp_grid": "wgmma_ws_dqwarp:grid",
+                  "mkernel_native_mma_sync": "mma_sync"}
 
 
 def native_backward(kernel: str):
-    """MKERNEL_ATTN_BWD=native with main kernel `kernel` for the backward calls inside."""
-    return env_set({"MKERNEL_ATTN_BWD": "native", "MKERNEL_ATTN_BWD_KERNEL": kernel})
+    """MKERNEL_ATTN_BWD=native with main kernel `kernel` (name[:tile order]) for the backward
+    calls inside."""
+    name, _, order = kernel.partition(":")
+    env = {"MKERNEL_ATTN_BWD": "native", "MKERNEL_ATTN_BWD_KERNEL": name}
+    if order:
+        env["MKERNEL_ATTN_BWD_TILE_ORDER"] = order
+    return env_set(env)
 
 
 def forward_out(kind, q, k, v, causal):
@@ -238,7 +247,8 @@ def main() -> None:
                     help="comma-separated sequence lengths (d=128 only), e.g. 4096,8192")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--backward", action="store_true", help="forward + backward")
-    ap.add_argument("--native-kernels", type=str, default="wgmma,wgmma_bulk_dq,wgmma_ws,mma_sync",
+    ap.add_argument("--native-kernels", type=str,
+                    default="wgmma,wgmma_bulk_dq,wgmma_ws,wgmma_ws_dqwarp,wgmma_ws_dqwarp:grid,mma_sync",
                     help="--backward: the native backward's main kernels to time "
                          "(MKERNEL_ATTN_BWD_KERNEL values; wgmma always)")
     ap.add_argument("--skip-cluster", action="store_true",

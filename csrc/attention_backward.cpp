@@ -153,23 +153,43 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_native_backward(
   p.softmax_scale = static_cast<float>(softmax_scale);
   p.causal = causal;
   p.dtype = q.scalar_type() == at::kBFloat16 ? attention::DType::kBF16 : attention::DType::kFP16;
-  p.kernel = attention::BwdKernel::kWgmma;
+  // wgmma_ws_dqwarp by default: 1.12x / 1.15x wgmma_ws (non-causal / causal), itself 1.33-1.40x
+  // the plain wgmma kernel (benchmarks/results/attention_bwd_nvidia_h100_80gb_hbm3_20261206-
+  // 022151.json and ..._20261205-153014.json; H100, S = 8192, d = 128).
+  p.kernel = attention::BwdKernel::kWgmmaWsDqWarp;
   if (const char* kernel = env::get("MKERNEL_ATTN_BWD_KERNEL")) {
-    if (std::strcmp(kernel, "mma_sync") == 0) {
+    if (std::strcmp(kernel, "wgmma") == 0) {
+      p.kernel = attention::BwdKernel::kWgmma;
+    } else if (std::strcmp(kernel, "mma_sync") == 0) {
       p.kernel = attention::BwdKernel::kMmaSync;
     } else if (std::strcmp(kernel, "wgmma_bulk_dq") == 0) {
       p.kernel = attention::BwdKernel::kWgmmaBulkDq;
     } else if (std::strcmp(kernel, "wgmma_ws") == 0) {
       p.kernel = attention::BwdKernel::kWgmmaWs;
+    } else if (std::strcmp(kernel, "wgmma_ws_dqwarp") == 0) {
+      p.kernel = attention::BwdKernel::kWgmmaWsDqWarp;
     } else {
-      TORCH_CHECK_VALUE(std::strcmp(kernel, "wgmma") == 0, kBwdOp,
-                        ": MKERNEL_ATTN_BWD_KERNEL must be wgmma, wgmma_bulk_dq, wgmma_ws or "
-                        "mma_sync, got '",
+      TORCH_CHECK_VALUE(false, kBwdOp,
+                        ": MKERNEL_ATTN_BWD_KERNEL must be wgmma, wgmma_bulk_dq, wgmma_ws, "
+                        "wgmma_ws_dqwarp or mma_sync, got '",
                         kernel, "'");
     }
   }
-  at::Tensor padded;  // the warp-specialized kernel's lse·log2 e and D rows, s padded to 64
-  if (p.kernel == attention::BwdKernel::kWgmmaWs) {
+  // The dQ-warp kernel's causal CTAs longest first, in sections of (kv head, batch) pairs whose
+  // rows fit in L2 (MKERNEL_ATTN_BWD_TILE_ORDER=grid: the plain grid order, for measurement).
+  if (p.kernel == attention::BwdKernel::kWgmmaWsDqWarp && causal) {
+    const char* order = env::get("MKERNEL_ATTN_BWD_TILE_ORDER");
+    TORCH_CHECK_VALUE(
+        order == nullptr || std::strcmp(order, "lpt") == 0 || std::strcmp(order, "grid") == 0,
+        kBwdOp, ": MKERNEL_ATTN_BWD_TILE_ORDER must be lpt or grid, got '", order, "'");
+    if (order == nullptr || std::strcmp(order, "lpt") == 0) {
+      p.tile_sections =
+          attention::bwd_tile_sections(s, static_cast<int>(d), static_cast<int>(h / k.size(2)),
+                                       static_cast<int>(q.element_size()), p.heads_kv * p.kv_batch);
+    }
+  }
+  at::Tensor padded;  // the warp-specialized kernels' lse·log2 e and D rows, s padded to 64
+  if (attention::bwd_kernel_warp_specialized(p.kernel)) {
     padded = at::empty({2, b, h, (s + 63) / 64 * 64}, q.options().dtype(at::kFloat));
     p.lse_log2_pad = padded[0].data_ptr<float>();
     p.delta_pad = padded[1].data_ptr<float>();

@@ -20,9 +20,14 @@ constexpr Kind kConfig = Kind::kConfig;
 
 constexpr Knob kKnobs[] = {
     // attention_backward.cpp
-    {"MKERNEL_ATTN_BWD_KERNEL", kDebug, "wgmma | wgmma_bulk_dq | wgmma_ws | mma_sync", "wgmma",
+    {"MKERNEL_ATTN_BWD_KERNEL", kDebug,
+     "wgmma | wgmma_bulk_dq | wgmma_ws | wgmma_ws_dqwarp | mma_sync", "wgmma_ws_dqwarp",
      "measurement: the native attention backward's main kernel (dQ by bulk reduce-add; warp-"
-     "specialized TMA loads; the mma.sync first version)"},
+     "specialized TMA loads; that with FA3's step order and a dQ warp; the mma.sync first "
+     "version)"},
+    {"MKERNEL_ATTN_BWD_TILE_ORDER", kDebug, "lpt | grid", "lpt",
+     "measurement: the wgmma_ws_dqwarp backward's causal CTA order (longest first in L2-sized "
+     "sections of heads; the plain grid order)"},
     // attention.cpp
     {"MKERNEL_ATTN_VARIANT", kDebug, "integer N", "the default mainloop",
      "measurement: mainloop variant N for plain bf16 d=128 128x128 attention calls"},

@@ -12,7 +12,10 @@
 //    coordinates the RS GEMM's A fragment expects (dV += P^T dO, dK += dS^T Q);
 //  - dQ's and dK/dV's accumulators hold column pairs too (float2 atomics, pair stores);
 //  - the bulk kernel's tiled dq_accum layout covers the padded workspace exactly once;
-//  - the ring mode's ring_rule is the zigzag layout's causal mask.
+//  - the ring mode's ring_rule is the zigzag layout's causal mask;
+//  - bwd_tile_coord (the dQ-warp kernel's causal CTA order) visits every (key block, kv head x
+//    batch) pair once, a section's pairs together, key blocks in ascending order (the longest
+//    CTAs first) inside a section; bwd_tile_sections is a power of 2 within the pairs and L2.
 // Prints "BAD n" per failed check and exits nonzero if any.
 #include <cstdio>
 #include <vector>
@@ -191,8 +194,47 @@ int check_ring_rule() {
   return bad;
 }
 
+int check_tile_order() {
+  int bad = 0;
+  for (int n_blocks : {1, 3, 64})
+    for (int hb_count : {1, 3, 5, 64})
+      for (int sections = 1; sections <= hb_count; sections *= 2) {
+        std::vector<int> seen(n_blocks * hb_count, 0);
+        int last_section = 0, last_n = 0;
+        for (int lin = 0; lin < n_blocks * hb_count; ++lin) {
+          const mkernel::attention::BwdTileCoord c =
+              mkernel::attention::bwd_tile_coord(lin, n_blocks, hb_count, sections);
+          if (c.n_block < 0 || c.n_block >= n_blocks || c.hb < 0 || c.hb >= hb_count) {
+            ++bad;
+            continue;
+          }
+          ++seen[c.n_block * hb_count + c.hb];
+          const int section = c.hb / sections;
+          if (section < last_section) ++bad;  // sections in order, each one whole
+          if (section == last_section && c.n_block < last_n) ++bad;  // longest first
+          if (section != last_section) last_n = 0;
+          last_section = section;
+          last_n = c.n_block;
+        }
+        for (int v : seen)
+          if (v != 1) ++bad;
+      }
+  for (long long s : {1024LL, 8192LL, 131072LL})
+    for (int group : {1, 4})
+      for (int hb : {1, 7, 64}) {
+        const int sec = mkernel::attention::bwd_tile_sections(s, 128, group, 2, hb);
+        const long long bytes = s * 128 * (2 * 2 + 4) * group;
+        if (sec < 1 || (sec & (sec - 1)) != 0 || sec > hb) ++bad;
+        if (sec > 1 && sec * bytes > 40LL * 1024 * 1024) ++bad;
+        if (2 * sec <= hb && 2 * sec * bytes <= 40LL * 1024 * 1024) ++bad;  // the largest
+      }
+  printf("tile order %d\n", bad);
+  return bad;
+}
+
 int main() {
-  const int bad = check_traits<128>() + check_traits<64>() + check_dq_tiles() + check_ring_rule();
+  const int bad = check_traits<128>() + check_traits<64>() + check_dq_tiles() + check_ring_rule() +
+                  check_tile_order();
   if (bad) printf("BAD %d\n", bad);
   return bad ? 1 : 0;
 }

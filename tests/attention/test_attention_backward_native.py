@@ -41,11 +41,12 @@ CASES = [  # (b, s, s_kv, h, h_kv, d, causal)
     (1, 129, 129, 2, 2, 64, False),
 ]
 
-# The main kernel (MKERNEL_ATTN_BWD_KERNEL): wgmma (the default; dQ by float2 atomics),
-# wgmma_bulk_dq (dQ staged in shared memory, one bulk reduce-add per tile, dq_accum tiled),
-# wgmma_ws (the same, warp-specialized: a TMA producer warpgroup and an mbarrier pipeline) and the
-# first mma.sync version (last: the others are compared with it).
-KERNELS = ["wgmma", "wgmma_bulk_dq", "wgmma_ws", "mma_sync"]
+# The main kernel (MKERNEL_ATTN_BWD_KERNEL): wgmma (dQ by float2 atomics), wgmma_bulk_dq (dQ
+# staged in shared memory, one bulk reduce-add per tile, dq_accum tiled), wgmma_ws (the default:
+# the same, warp-specialized: a TMA producer warpgroup and an mbarrier pipeline),
+# wgmma_ws_dqwarp (that in FA3's step order, a producer warp issuing dQ's reduce-adds, causal CTAs
+# longest first) and the first mma.sync version (last: the others are compared with it).
+KERNELS = ["wgmma", "wgmma_bulk_dq", "wgmma_ws", "wgmma_ws_dqwarp", "mma_sync"]
 
 
 def _poison_allocator() -> None:
@@ -145,6 +146,37 @@ def test_native_backward_kernel_repeats_bit_for_bit_and_agrees_with_mma_sync(ker
         grads[name] = runs[0]
     for name, a, c in zip("qkv", grads[kernel], grads["mma_sync"]):
         assert _rel(a, c.double()) < 1e-2, f"d{name}: {kernel} and mma_sync disagree"
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_dqwarp_tile_order_changes_no_key_gradient(dtype, monkeypatch) -> None:
+    """wgmma_ws_dqwarp's causal CTA orders (longest first in L2 sections, bwd_tile_coord; the
+    plain grid): dk and dv bit for bit (a CTA computes the same whatever its place), dq to fp32
+    summation order, both against float64. b = 3, h_kv = 2, s = 2048, d = 128, 4 query heads a kv
+    head: sections of 4 (kv head, batch) pairs over 6, the last one a remainder of 2."""
+    monkeypatch.setenv("MKERNEL_ATTN_BWD_KERNEL", "wgmma_ws_dqwarp")
+    b, s, h, h_kv, d = 3, 2048, 8, 2, 128
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    q, dout = (torch.randn(b, s, h, d, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
+    k, v = (torch.randn(b, s, h_kv, d, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
+    out, lse = mkernel.attention(q, k, v, causal=True)
+    grads = {}
+    for order in ("lpt", "grid"):
+        monkeypatch.setenv("MKERNEL_ATTN_BWD_TILE_ORDER", order)
+        _poison_allocator()
+        grads[order] = torch.ops.mkernel.attention_backward.default(dout, q, k, v, out, lse, True,
+                                                                   d ** -0.5)
+    torch.cuda.synchronize()
+    assert torch.equal(grads["lpt"][1], grads["grid"][1]), "dk differs between CTA orders"
+    assert torch.equal(grads["lpt"][2], grads["grid"][2]), "dv differs between CTA orders"
+    assert _rel(grads["lpt"][0], grads["grid"][0].double()) < 1e-3, "dq differs between CTA orders"
+    stored = _backward_of_stored_out(dout, q, k, v, out, True, d ** -0.5)
+    for name, g, r in zip("qkv", grads["lpt"], stored):
+        assert _rel(g, r) < 2e-2, f"d{name} vs the float64 backward of the stored out"
+    monkeypatch.setenv("MKERNEL_ATTN_BWD_TILE_ORDER", "sorted")
+    with pytest.raises(ValueError, match="MKERNEL_ATTN_BWD_TILE_ORDER"):
+        torch.ops.mkernel.attention_backward.default(dout, q, k, v, out, lse, True, d ** -0.5)
 
 
 def _masked_backward_of_stored_out(dout, q, k, v, out, visible, scale: float):

@@ -3,6 +3,7 @@
 // launches are instantiated in attention_bwd_sm90_{bf16,fp16}{,_ring}.cu (their compile time,
 // ~40 s each, then runs in parallel with this file's).
 #include <cstdint>
+#include <type_traits>
 
 #include "attention_bwd_kernel.cuh"
 #include "attention_bwd_sm90_launch.h"
@@ -38,15 +39,23 @@ cudaError_t launch_backward(const BwdProblem& p, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
 
   const bool ring = p.ring_world > 0;
+  // (kBulkDq, kWarpSpecialized, kDqWarp) of each wgmma kernel, then the ring mode's or not.
+  auto sm90 = [&](auto bulk, auto ws, auto dq_warp) {
+    return ring ? bwd::launch_main_sm90<Element, kHeadDim, kCausal, bulk(), ws(), dq_warp(), true>(
+                      p, stream)
+                : bwd::launch_main_sm90<Element, kHeadDim, kCausal, bulk(), ws(), dq_warp(), false>(
+                      p, stream);
+  };
+  using No = std::false_type;
+  using Yes = std::true_type;
   if (p.kernel == BwdKernel::kWgmma) {
-    err = ring ? bwd::launch_main_sm90<Element, kHeadDim, kCausal, false, false, true>(p, stream)
-               : bwd::launch_main_sm90<Element, kHeadDim, kCausal, false, false, false>(p, stream);
+    err = sm90(No{}, No{}, No{});
   } else if (p.kernel == BwdKernel::kWgmmaBulkDq) {
-    err = ring ? bwd::launch_main_sm90<Element, kHeadDim, kCausal, true, false, true>(p, stream)
-               : bwd::launch_main_sm90<Element, kHeadDim, kCausal, true, false, false>(p, stream);
+    err = sm90(Yes{}, No{}, No{});
   } else if (p.kernel == BwdKernel::kWgmmaWs) {
-    err = ring ? bwd::launch_main_sm90<Element, kHeadDim, kCausal, true, true, true>(p, stream)
-               : bwd::launch_main_sm90<Element, kHeadDim, kCausal, true, true, false>(p, stream);
+    err = sm90(Yes{}, Yes{}, No{});
+  } else if (p.kernel == BwdKernel::kWgmmaWsDqWarp) {
+    err = sm90(Yes{}, Yes{}, Yes{});
   } else {
     using T = bwd::BwdTraits<Element, kHeadDim, kBwdBlockM, kBwdBlockN, kBwdWarps, kCausal>;
     err = launch_main<T>(bwd::attention_bwd_main<T>, p, stream);
@@ -88,12 +97,19 @@ const char* can_implement_backward(const BwdProblem& p) {
     if (p.kernel == BwdKernel::kMmaSync) return "ring mode: the wgmma kernels only";
   }
   if (p.kernel != BwdKernel::kWgmma && p.kernel != BwdKernel::kMmaSync &&
-      p.kernel != BwdKernel::kWgmmaBulkDq && p.kernel != BwdKernel::kWgmmaWs)
+      p.kernel != BwdKernel::kWgmmaBulkDq && p.kernel != BwdKernel::kWgmmaWs &&
+      p.kernel != BwdKernel::kWgmmaWsDqWarp)
     return "unknown kernel";
-  if ((p.kernel == BwdKernel::kWgmmaWs) != (p.lse_log2_pad != nullptr && p.delta_pad != nullptr))
-    return "lse_log2_pad and delta_pad: given exactly for the warp-specialized kernel";
-  if (p.kernel == BwdKernel::kWgmmaWs && (!aligned16(p.lse_log2_pad) || !aligned16(p.delta_pad)))
+  const bool ws = bwd_kernel_warp_specialized(p.kernel);
+  if (ws != (p.lse_log2_pad != nullptr && p.delta_pad != nullptr))
+    return "lse_log2_pad and delta_pad: given exactly for the warp-specialized kernels";
+  if (ws && (!aligned16(p.lse_log2_pad) || !aligned16(p.delta_pad)))
     return "lse_log2_pad and delta_pad must be 16-byte aligned";
+  if (p.tile_sections < 0 || (p.tile_sections > 0 && p.kernel != BwdKernel::kWgmmaWsDqWarp))
+    return "tile_sections: 0, or > 0 with the kWgmmaWsDqWarp kernel only";
+  if (p.tile_sections > 0 &&
+      (long long)((p.seq_kv + 127) / 128) * p.heads_kv * p.kv_batch > 0x7fffffffLL)
+    return "tile_sections: the 1-D grid must hold < 2^31 CTAs";
   const void* ptrs[] = {p.q, p.k, p.v, p.out, p.dout, p.lse, p.dq, p.dk, p.dv, p.dq_accum, p.delta};
   for (const void* ptr : ptrs)
     if (ptr == nullptr || !aligned16(ptr)) return "every tensor must be non-null and 16-byte aligned";

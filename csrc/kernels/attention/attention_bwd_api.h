@@ -34,7 +34,23 @@ namespace mkernel::attention {
 // float2 atomics.
 // kWgmmaWs: warp-specialized (a TMA producer warpgroup, an mbarrier pipeline) with the bulk
 // reduce-add dQ; needs the padded lse_log2_pad / delta_pad workspaces.
-enum class BwdKernel { kWgmma = 0, kMmaSync = 1, kWgmmaBulkDq = 2, kWgmmaWs = 3 };
+// kWgmmaWsDqWarp: kWgmmaWs with FA3's step order and dQ path: a warp of the producer warpgroup
+// issues dQ's bulk reduce-adds (the consumers store the partial and go on), and dK's GEMM is
+// issued after dQ's so that it runs while dQ's partial is stored; the same workspaces. Causal
+// problems take their CTAs in the longest-first order of bwd_tile_coord (BwdProblem::
+// tile_sections).
+enum class BwdKernel {
+  kWgmma = 0,
+  kMmaSync = 1,
+  kWgmmaBulkDq = 2,
+  kWgmmaWs = 3,
+  kWgmmaWsDqWarp = 4
+};
+
+// True for the kernels that read the padded lse·log2 e / D workspaces (a TMA producer).
+__host__ __device__ inline bool bwd_kernel_warp_specialized(BwdKernel k) {
+  return k == BwdKernel::kWgmmaWs || k == BwdKernel::kWgmmaWsDqWarp;
+}
 
 // The ring mode's rule for the keys of source `src` seen by the queries of `rank` (shard length
 // s): keys below key_end, queries from query_begin, and (causal) key j <= query i — the zigzag
@@ -65,6 +81,39 @@ __host__ __device__ inline long long dq_tiled_offset(long long bh, int row, int 
   return tile * 4096 + r * 64 + ((col % 64) ^ ((r % 8) * 8));
 }
 
+// The CTA order of a causal problem (BwdProblem::tile_sections > 0, a 1-D grid of n_blocks x
+// hb_count CTAs, hb = kv head + heads_kv x (grid z's index)): the (kv head, batch) pairs in
+// sections of `sections` pairs, and inside a section every pair's key block 0 (the heaviest: all
+// query blocks see it) before any pair's block 1, and so on — the longest CTAs start first, and a
+// section's Q / dO / dq_accum rows stay in L2 while its CTAs run (FA3's backward LPT order). The
+// last section holds the remainder. Returns {key block, hb} of CTA `lin`.
+struct BwdTileCoord {
+  int n_block, hb;
+};
+__host__ __device__ inline BwdTileCoord bwd_tile_coord(int lin, int n_blocks, int hb_count,
+                                                       int sections) {
+  const int per_section = sections * n_blocks;
+  const int section = lin / per_section;
+  const int in_section = lin - section * per_section;
+  const int first = section * sections;
+  const int width = hb_count - first < sections ? hb_count - first : sections;
+  const int n_block = in_section / width;
+  return {n_block, first + (in_section - n_block * width)};
+}
+
+// The section size of bwd_tile_coord: as many (kv head, batch) pairs as keep their query heads'
+// Q, dO (element_bytes each) and fp32 dq_accum rows within ~40 MB of L2, rounded down to a power
+// of 2, at least 1.
+inline int bwd_tile_sections(long long seq_q, int head_dim, int group, int element_bytes,
+                             int hb_count) {
+  const long long per_pair =
+      seq_q * head_dim * (2LL * element_bytes + 4LL) * (group > 0 ? group : 1);
+  const long long budget = 40LL * 1024 * 1024;
+  int sections = 1;
+  while (2LL * sections * per_pair <= budget && 2 * sections <= hb_count) sections *= 2;
+  return sections;
+}
+
 struct BwdProblem {
   const void* q;
   const void* k;
@@ -92,6 +141,10 @@ struct BwdProblem {
   // dq sums every source; dk and dv are fp32 (each source's partial, summed over the ranks in
   // fp32 next).
   int ring_world, ring_rank;
+  // kWgmmaWsDqWarp: 0, the grid (key block, kv head, z) order; > 0, a 1-D grid in
+  // bwd_tile_coord's order with sections of this many (kv head, z) pairs (run_native_backward
+  // sets it for causal problems, bwd_tile_sections; MKERNEL_ATTN_BWD_TILE_ORDER=grid pins 0).
+  int tile_sections;
   int batch, seq_q, seq_kv, heads, heads_kv, head_dim;
   float softmax_scale;
   bool causal;

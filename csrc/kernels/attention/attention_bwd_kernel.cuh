@@ -90,9 +90,9 @@ __device__ __forceinline__ void gemm_ss(const TiledMma& mma, Acc& acc, const SA&
 }
 
 // dq_accum's element (b * heads + h, row i, column c): [b, h, s, d], or 64 x 64 tiles for the
-// bulk reduce-add kernel (attention_bwd_api.h).
+// bulk reduce-add kernels (attention_bwd_api.h).
 __device__ __forceinline__ int64_t dq_accum_offset(const BwdProblem& p, int64_t bh, int i, int c) {
-  if (p.kernel == BwdKernel::kWgmmaBulkDq || p.kernel == BwdKernel::kWgmmaWs)
+  if (p.kernel == BwdKernel::kWgmmaBulkDq || bwd_kernel_warp_specialized(p.kernel))
     return dq_tiled_offset(bh, i, c, p.seq_q, p.head_dim);
   return (bh * p.seq_q + i) * p.head_dim + c;
 }

@@ -15,7 +15,10 @@
 //      both key halves) or its own is (d = 64: split by keys), dQ = dS·K;
 //   4. dQ's 64 x 64 fp32 partial added to dq_accum by float2 atomics (red.global.add), or
 //      (Traits::kBulkDq) staged in shared memory and added by one bulk reduce-add.
-// Next steps (FA3's backward): the two warpgroups' GEMMs interleaved, register pressure at d = 128.
+// Traits::kDqWarp (the warp-specialized kernel only) takes FA3's order instead: dV's GEMM, then
+// dQ's (once both dS are in shared memory), then dK's, and dQ's partial is stored while dK's
+// GEMM runs; a warp of the producer warpgroup issues the bulk reduce-adds, so the consumers
+// never wait on one. Its causal CTAs run longest first (bwd_tile_coord).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -53,6 +56,19 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, const float* sm
       : "memory");
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
+// The same with an L2 evict-last hint (the dQ warp's: a head's dq_accum rows take every one of its
+// key blocks' partials and should stay in L2 between them, as FA3's dQ writer keeps them).
+__device__ __forceinline__ void bulk_reduce_add_f32_keep(float* gmem, const float* smem,
+                                                         int bytes) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  constexpr uint64_t kEvictLast = 0x14F0000000000000ull;  // cute::TMA::CacheHintSm90::EVICT_LAST
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.L2::cache_hint.add.f32 [%0], [%1], %2, "
+      "%3;" ::"l"(gmem),
+      "r"(s), "r"(bytes), "l"(kEvictLast)
+      : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
 template <int kPending>
 __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
@@ -75,6 +91,51 @@ __device__ __forceinline__ void consumers_barrier() {
   asm volatile("bar.sync 3, 256;" ::: "memory");
 }
 
+// dQ's staging handshake (Traits::kDqWarp), between a consumer warpgroup (128 threads) and the
+// dQ warp (32): barrier kDqFull + 2 wg + buf says staging buffer buf of warpgroup wg holds a
+// partial (the warpgroup arrives, the dQ warp waits), kDqEmpty + 2 wg + buf that the bulk
+// reduce-add has read it (the dQ warp arrives, the warpgroup waits before its next store there).
+constexpr int kDqFull = 4;   // ids 4..7
+constexpr int kDqEmpty = 8;  // ids 8..11
+template <int kId, bool kSync>
+__device__ __forceinline__ void dq_barrier_id() {
+  if constexpr (kSync) {
+    asm volatile("bar.sync %0, 160;" ::"n"(kId) : "memory");
+  } else {
+    asm volatile("bar.arrive %0, 160;" ::"n"(kId) : "memory");
+  }
+}
+template <int kBase, bool kSync>
+__device__ __forceinline__ void dq_barrier(int wg, int buf) {
+  if (wg == 0) {
+    if (buf == 0) {
+      dq_barrier_id<kBase, kSync>();
+    } else {
+      dq_barrier_id<kBase + 1, kSync>();
+    }
+  } else {
+    if (buf == 0) {
+      dq_barrier_id<kBase + 2, kSync>();
+    } else {
+      dq_barrier_id<kBase + 3, kSync>();
+    }
+  }
+}
+
+// dQ's staging store: the 64 x 64 fp32 partial into `buf` in dq_tiled_offset's tile layout
+// (column pairs; 8-float chunks XOR-swizzled by row % 8), rows past s too (their dS is 0 and the
+// convert kernel never reads them).
+template <class Acc, class Coord>
+__device__ __forceinline__ void stage_dq(float* buf, const Acc& acc_dq, const Coord& tQcQ) {
+#pragma unroll
+  for (int j = 0; j < size(acc_dq) / 2; ++j) {
+    const int r = get<0>(tQcQ(2 * j));
+    const int c = get<1>(tQcQ(2 * j));
+    *reinterpret_cast<float2*>(buf + r * 64 + (c ^ ((r % 8) * 8))) =
+        make_float2(acc_dq(2 * j), acc_dq(2 * j + 1));
+  }
+}
+
 // One bulk copy of `bytes` (a multiple of 16) from global to shared memory, completing on the
 // transaction count of `mbar` (the warp-specialized kernel's lse·log2 e and D rows).
 __device__ __forceinline__ void bulk_load(void* smem, const void* gmem, int bytes, uint64_t* mbar) {
@@ -95,11 +156,30 @@ struct KeyGrads {
   Acc dk, dv;
 };
 
+// The CTA's block of keys, kv head and K/V batch index z (in the ring mode source * batch + the
+// queries' batch): blockIdx, or (Traits::kDqWarp with BwdProblem::tile_sections > 0) decoded from
+// the 1-D grid's longest-first order.
+struct CtaTile {
+  int n_block, hkv, z;
+};
+template <class T>
+__device__ __forceinline__ CtaTile cta_tile(const BwdProblem& p) {
+  if constexpr (T::kDqWarp) {
+    if (p.tile_sections > 0) {
+      const int n_blocks = (p.seq_kv + T::kBlockN - 1) / T::kBlockN;
+      const BwdTileCoord c =
+          bwd_tile_coord(int(blockIdx.x), n_blocks, p.heads_kv * p.kv_batch, p.tile_sections);
+      return {c.n_block, c.hb % p.heads_kv, c.hb / p.heads_kv};
+    }
+  }
+  return {int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
+}
+
 // Which (query, key) pairs of its problem a CTA computes: keys below key_end, queries from
 // query_begin, and (kCausal && causal()) key <= query + diag; b_q: the batch of its queries
-// (blockIdx.z is its K/V's batch: in the ring mode source * batch + b_q). Every value is
-// recomputed from the parameters where used, not held: the step's registers are at the limit at
-// d = 128 (a view held in registers cost 50-200 bytes of spills).
+// (z is its K/V's batch: in the ring mode source * batch + b_q). Every value is recomputed from
+// the parameters where used, not held: the step's registers are at the limit at d = 128 (a view
+// held in registers cost 50-200 bytes of spills).
 template <bool kRing>
 struct CtaView;
 
@@ -107,7 +187,8 @@ template <>
 struct CtaView<false> {  // the plain problem
   static constexpr bool kRing = false;
   const BwdProblem& p;
-  __device__ int b_q() const { return blockIdx.z; }
+  int z;
+  __device__ int b_q() const { return z; }
   __device__ int key_end() const { return p.seq_kv; }
   __device__ int query_begin() const { return 0; }
   __device__ bool causal() const { return true; }
@@ -115,15 +196,16 @@ struct CtaView<false> {  // the plain problem
 };
 
 // The ring mode (BwdProblem::ring_world > 0; attention_bwd_api.h's ring_rule): source src =
-// blockIdx.z / batch.
+// z / batch.
 template <>
 struct CtaView<true> {
   static constexpr bool kRing = true;
   const BwdProblem& p;
+  int z;
   __device__ RingRule rule() const {
-    return ring_rule(int(blockIdx.z) / p.batch, p.ring_rank, p.causal, p.seq_q);
+    return ring_rule(z / p.batch, p.ring_rank, p.causal, p.seq_q);
   }
-  __device__ int b_q() const { return int(blockIdx.z) % p.batch; }
+  __device__ int b_q() const { return z % p.batch; }
   __device__ int key_end() const { return rule().key_end; }
   __device__ int query_begin() const { return rule().query_begin; }
   __device__ bool causal() const { return rule().causal; }
@@ -164,6 +246,75 @@ __device__ __forceinline__ auto make_operands(typename T::SharedStorage& ss, int
     decltype(tScS) coord_s;
   };
   return Operands{tSrK, tSrV, tSrQ, tSrdO, tKVrQt, tKVrdOt, tScS};
+}
+
+// Traits::kDqWarp's end of a step (backward_step's 2-4 in FA3's order): dV += P^T·dO issued;
+// once both warpgroups' dS is in shared memory, dQ = dS·K, then dK += dS^T·Q; dQ's partial is
+// staged for the dQ warp while dK's GEMM runs. Every GEMM is complete on return.
+template <class T, class Operands, class TP, class TdS>
+__device__ __forceinline__ void dq_step_fa3_order(typename T::SharedStorage& ss, const Operands& op,
+                                                  KeyGrads<T>& grads, TP& tPa, TdS& tdSa, int wg,
+                                                  int wg_tid, int step, int stage, int ds_buf) {
+  constexpr int kM = T::kBlockM;
+  typename T::TiledMmadKV mma_dkv;
+  typename T::TiledMmadQ mma_dq;
+  auto thr_dq = mma_dq.get_thread_slice(wg_tid);
+  mma_dkv.accumulate_ = GMMA::ScaleOut::One;
+  warpgroup_fence_operand(grads.dv);
+  warpgroup_fence_operand(tPa);
+  warpgroup_arrive();
+#pragma unroll
+  for (int kb = 0; kb < size<2>(tPa); ++kb) {
+    cute::gemm(mma_dkv, tPa(_, _, kb), op.doutt(_, _, kb, stage), grads.dv);
+  }
+  warpgroup_commit_batch();
+
+  if constexpr (T::kDqSplitKeys) {
+    warpgroup_barrier(wg);
+  } else {
+    consumers_barrier();  // both key halves' dS (the producer warpgroup is not in it)
+  }
+  Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kM>, Int<T::kDqCols>>{});
+  warpgroup_fence_operand(acc_dq);
+  warpgroup_arrive();
+  mma_dq.accumulate_ = GMMA::ScaleOut::Zero;
+  constexpr int kDqHalves = T::kDqSplitKeys ? 1 : T::kWarpGroups;
+#pragma unroll
+  for (int hh = 0; hh < kDqHalves; ++hh) {
+    const int h = T::kDqSplitKeys ? wg : hh;
+    const int col_block = T::kDqSplitKeys ? 0 : wg;
+    Tensor tQrdS = thr_dq.make_fragment_A(thr_dq.partition_A(
+        make_tensor(make_smem_ptr(ss.ds[ds_buf][h]), typename T::SmemLayoutdS{})));
+    Tensor tQrKt = thr_dq.make_fragment_B(thr_dq.partition_B(make_tensor(
+        make_smem_ptr(ss.k[h] + col_block * T::kKBlockElems), typename T::SmemLayoutKBlockT{})));
+#pragma unroll
+    for (int kb = 0; kb < size<2>(tQrdS); ++kb) {
+      cute::gemm(mma_dq, tQrdS(_, _, kb), tQrKt(_, _, kb), acc_dq);
+      mma_dq.accumulate_ = GMMA::ScaleOut::One;
+    }
+  }
+  warpgroup_commit_batch();
+
+  warpgroup_fence_operand(grads.dk);
+  warpgroup_fence_operand(tdSa);
+  warpgroup_arrive();
+#pragma unroll
+  for (int kb = 0; kb < size<2>(tdSa); ++kb) {
+    cute::gemm(mma_dkv, tdSa(_, _, kb), op.qt(_, _, kb, stage), grads.dk);
+  }
+  warpgroup_commit_batch();
+
+  warpgroup_wait<1>();  // dV and dQ; dK still runs
+  warpgroup_fence_operand(acc_dq);
+  warpgroup_fence_operand(grads.dv);
+  const int buf = step & 1;
+  Tensor tQcQ = thr_dq.partition_C(make_identity_tensor(Shape<Int<kM>, Int<T::kDqCols>>{}));
+  dq_barrier<kDqEmpty, true>(wg, buf);  // the bulk reduce-add of step - 2 has read it
+  stage_dq(ss.dq[2 * wg + buf], acc_dq, tQcQ);
+  cutlass::arch::fence_view_async_shared();  // the bulk copy reads through the async proxy
+  dq_barrier<kDqFull, false>(wg, buf);
+  warpgroup_wait<0>();
+  warpgroup_fence_operand(grads.dk);
 }
 
 // One step of one consumer warpgroup: query block m0 of query head qh against this warpgroup's
@@ -270,6 +421,10 @@ __device__ __forceinline__ void backward_step(const BwdProblem& p, const View& v
   // 2. dV += P^T·dO, dK += dS^T·Q with A from registers.
   Tensor tPa = make_tensor(p_elems.data(), kALayout);
   Tensor tdSa = make_tensor(ds_elems.data(), kALayout);
+  if constexpr (T::kDqWarp) {
+    dq_step_fa3_order<T>(ss, op, grads, tPa, tdSa, wg, wg_tid, step, stage, ds_buf);
+    return;
+  }
   warpgroup_fence_operand(grads.dv);
   warpgroup_fence_operand(grads.dk);
   warpgroup_fence_operand(tPa);
@@ -332,13 +487,7 @@ __device__ __forceinline__ void backward_step(const BwdProblem& p, const View& v
     float* buf = ss.dq[2 * wg + (step & 1)];
     if (wg_tid == 0) bulk_wait_read<1>();
     warpgroup_barrier(wg);
-#pragma unroll
-    for (int j = 0; j < size(acc_dq) / 2; ++j) {
-      const int r = get<0>(tQcQ(2 * j));
-      const int c = get<1>(tQcQ(2 * j));
-      *reinterpret_cast<float2*>(buf + r * 64 + (c ^ ((r % 8) * 8))) =
-          make_float2(acc_dq(2 * j), acc_dq(2 * j + 1));
-    }
+    stage_dq(buf, acc_dq, tQcQ);
     cutlass::arch::fence_view_async_shared();  // the bulk copy reads through the async proxy
     warpgroup_barrier(wg);
     if (wg_tid == 0) {
@@ -371,7 +520,7 @@ __device__ __forceinline__ void store_grad_pair(Out* dst, float a, float b) {
 }
 template <class T, class Out>
 __device__ __forceinline__ void store_key_grads(const BwdProblem& p, const KeyGrads<T>& grads,
-                                                int wg_tid, int nw0) {
+                                                const CtaTile& tile, int wg_tid, int nw0) {
   constexpr int kD = T::kHeadDim;
   if constexpr (T::kBulkDq) {
     if (wg_tid == 0) bulk_wait_all();
@@ -381,7 +530,7 @@ __device__ __forceinline__ void store_key_grads(const BwdProblem& p, const KeyGr
       make_identity_tensor(Shape<Int<T::kHalfN>, Int<kD>>{}));
   const int64_t kv_row_stride = int64_t(p.heads_kv) * kD;
   const int64_t kv_off =
-      (int64_t(blockIdx.z) * p.seq_kv + nw0) * kv_row_stride + int64_t(blockIdx.y) * kD;
+      (int64_t(tile.z) * p.seq_kv + nw0) * kv_row_stride + int64_t(tile.hkv) * kD;
   Out* dk = static_cast<Out*>(p.dk) + kv_off;
   Out* dv = static_cast<Out*>(p.dv) + kv_off;
 #pragma unroll
@@ -429,13 +578,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int tid = threadIdx.x;
   const int wg = tid / 128;
   const int wg_tid = tid % 128;
-  const int n0 = blockIdx.x * kN, hkv = blockIdx.y, b_kv = blockIdx.z;
+  const CtaTile tile = cta_tile<T>(p);
+  const int n0 = tile.n_block * kN, hkv = tile.hkv, b_kv = tile.z;
   const int nw0 = n0 + wg * kHalf;  // this warpgroup's first key
   const int s = p.seq_q, skv = p.seq_kv;
   const int group = p.heads / p.heads_kv;
   const int64_t q_row_stride = int64_t(p.heads) * kD;
   const int64_t kv_row_stride = int64_t(p.heads_kv) * kD;
-  const CtaView<kRing> view{p};
+  const CtaView<kRing> view{p, tile.z};
   const int b = view.b_q();
   const StepRange range = step_range<T>(p, view, n0);
 
@@ -488,7 +638,49 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   // wait_group waits for committed groups only.
   cp_async_commit();
   cp_async_wait_all();
-  store_key_grads<T, std::conditional_t<kRing, float, typename T::Element>>(p, grads, wg_tid, nw0);
+  store_key_grads<T, std::conditional_t<kRing, float, typename T::Element>>(p, grads, tile, wg_tid,
+                                                                            nw0);
+}
+
+// Traits::kDqWarp: warp 1 of the producer warpgroup. Per step, as each consumer warpgroup's dQ
+// partial lands in its staging buffer (kDqFull), one bulk reduce-add of the 64 x 64 fp32 tile
+// into dq_accum; once both are read, the buffers go back to the warpgroups for step + 2
+// (kDqEmpty). Both buffers start free. At d = 64 both warpgroups' partials (their key halves)
+// add into the same tile.
+template <class T, class View>
+__device__ __forceinline__ void dq_warp(const BwdProblem& p, const View& view,
+                                        typename T::SharedStorage& ss, const StepRange& range,
+                                        int hkv) {
+  const bool leader = threadIdx.x % 32 == 0;
+  const int group = p.heads / p.heads_kv;
+  for (int buf = 0; buf < 2 && buf < range.steps; ++buf) {
+    dq_barrier<kDqEmpty, false>(0, buf);
+    dq_barrier<kDqEmpty, false>(1, buf);
+  }
+  for (int step = 0; step < range.steps; ++step) {
+    const int buf = step & 1;
+    const int qh = hkv * group + step / range.m_count;
+    const int m0 = (range.m_begin + step % range.m_count) * T::kBlockM;
+    const int64_t bh = int64_t(view.b_q()) * p.heads + qh;
+#pragma unroll
+    for (int wg = 0; wg < T::kWarpGroups; ++wg) {
+      dq_barrier<kDqFull, true>(wg, buf);
+      if (leader) {
+        const int col0 = T::kDqSplitKeys ? 0 : wg * T::kDqCols;
+        bulk_reduce_add_f32_keep(p.dq_accum + dq_tiled_offset(bh, m0, col0, p.seq_q, T::kHeadDim),
+                                 ss.dq[2 * wg + buf], T::kBlockM * T::kDqCols * int(sizeof(float)));
+      }
+      __syncwarp();
+    }
+    if (step + 2 < range.steps) {
+      if (leader) bulk_wait_read<0>();
+      __syncwarp();
+      dq_barrier<kDqEmpty, false>(0, buf);
+      dq_barrier<kDqEmpty, false>(1, buf);
+    }
+  }
+  if (leader) bulk_wait_all();  // before the CTA's shared memory goes
+  __syncwarp();
 }
 
 // ---- Warp-specialized kernel: the TMA descriptors beside the problem.
@@ -552,10 +744,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   auto& ss = *reinterpret_cast<typename T::SharedStorage*>(smem_sm90);
   const BwdProblem& p = params.p;
   const int warp_group = threadIdx.x / 128;
-  const int n0 = blockIdx.x * kN, hkv = blockIdx.y, b_kv = blockIdx.z;
+  const CtaTile tile = cta_tile<T>(p);
+  const int n0 = tile.n_block * kN, hkv = tile.hkv, b_kv = tile.z;
   const int group = p.heads / p.heads_kv;
   const int s_pad = (p.seq_q + kM - 1) / kM * kM;
-  const CtaView<kRing> view{p};
+  const CtaView<kRing> view{p, tile.z};
   const int b = view.b_q();
   const StepRange range = step_range<T>(p, view, n0);
   const bool is_loader = warp_group == 0 && threadIdx.x % 128 == 0;
@@ -578,6 +771,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<T::kProducerRegisters>();
+    if constexpr (T::kDqWarp) {
+      if (threadIdx.x / 32 == 1) {
+        dq_warp<T>(p, view, ss, range, hkv);
+        return;
+      }
+    }
     if (!is_loader) return;
     // K and V halves once; then per step Q, dO (TMA boxes) and the lse·log2 e / D rows (bulk).
     Tensor mQ = params.tma_q.get_tma_tensor(params.shape_q);
@@ -646,14 +845,19 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     pipeline.consumer_release(read);
     ++read;
   }
-  store_key_grads<T, std::conditional_t<kRing, float, typename T::Element>>(p, grads, wg_tid, nw0);
+  store_key_grads<T, std::conditional_t<kRing, float, typename T::Element>>(p, grads, tile, wg_tid,
+                                                                            nw0);
 }
 
 template <class Element, int kHeadDim, bool kCausal, bool kBulkDq, bool kWarpSpecialized,
-          bool kRing>
+          bool kDqWarp, bool kRing>
 cudaError_t launch_main_sm90(const BwdProblem& p, cudaStream_t stream) {
-  using T = BwdTraitsSm90<Element, kHeadDim, kCausal, kBulkDq, kWarpSpecialized>;
-  const dim3 grid((p.seq_kv + T::kBlockN - 1) / T::kBlockN, p.heads_kv, p.kv_batch);
+  using T = BwdTraitsSm90<Element, kHeadDim, kCausal, kBulkDq, kWarpSpecialized, kDqWarp>;
+  const int n_blocks = (p.seq_kv + T::kBlockN - 1) / T::kBlockN;
+  // tile_sections > 0 (kDqWarp only, can_implement_backward): bwd_tile_coord's 1-D order.
+  const dim3 grid = p.tile_sections > 0
+                        ? dim3(unsigned(n_blocks) * unsigned(p.heads_kv) * unsigned(p.kv_batch))
+                        : dim3(n_blocks, p.heads_kv, p.kv_batch);
   cudaError_t err;
   if constexpr (kWarpSpecialized) {
     auto* kernel = attention_bwd_main_sm90_ws<T, kRing>;

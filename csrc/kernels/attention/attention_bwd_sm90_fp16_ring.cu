@@ -5,29 +5,37 @@
 
 namespace mkernel::attention::bwd {
 
-template cudaError_t launch_main_sm90<cutlass::half_t, 64, false, false, false, true>(
+template cudaError_t launch_main_sm90<cutlass::half_t, 64, false, false, false, false, true>(
     const BwdProblem&, cudaStream_t);
-template cudaError_t launch_main_sm90<cutlass::half_t, 64, false, true, false, true>(
+template cudaError_t launch_main_sm90<cutlass::half_t, 64, false, true, false, false, true>(
     const BwdProblem&, cudaStream_t);
-template cudaError_t launch_main_sm90<cutlass::half_t, 64, false, true, true, true>(
+template cudaError_t launch_main_sm90<cutlass::half_t, 64, false, true, true, false, true>(
     const BwdProblem&, cudaStream_t);
-template cudaError_t launch_main_sm90<cutlass::half_t, 64, true, false, false, true>(
+template cudaError_t launch_main_sm90<cutlass::half_t, 64, false, true, true, true, true>(
     const BwdProblem&, cudaStream_t);
-template cudaError_t launch_main_sm90<cutlass::half_t, 64, true, true, false, true>(
+template cudaError_t launch_main_sm90<cutlass::half_t, 64, true, false, false, false, true>(
     const BwdProblem&, cudaStream_t);
-template cudaError_t launch_main_sm90<cutlass::half_t, 64, true, true, true, true>(
+template cudaError_t launch_main_sm90<cutlass::half_t, 64, true, true, false, false, true>(
     const BwdProblem&, cudaStream_t);
-template cudaError_t launch_main_sm90<cutlass::half_t, 128, false, false, false, true>(
+template cudaError_t launch_main_sm90<cutlass::half_t, 64, true, true, true, false, true>(
     const BwdProblem&, cudaStream_t);
-template cudaError_t launch_main_sm90<cutlass::half_t, 128, false, true, false, true>(
+template cudaError_t launch_main_sm90<cutlass::half_t, 64, true, true, true, true, true>(
     const BwdProblem&, cudaStream_t);
-template cudaError_t launch_main_sm90<cutlass::half_t, 128, false, true, true, true>(
+template cudaError_t launch_main_sm90<cutlass::half_t, 128, false, false, false, false, true>(
     const BwdProblem&, cudaStream_t);
-template cudaError_t launch_main_sm90<cutlass::half_t, 128, true, false, false, true>(
+template cudaError_t launch_main_sm90<cutlass::half_t, 128, false, true, false, false, true>(
     const BwdProblem&, cudaStream_t);
-template cudaError_t launch_main_sm90<cutlass::half_t, 128, true, true, false, true>(
+template cudaError_t launch_main_sm90<cutlass::half_t, 128, false, true, true, false, true>(
     const BwdProblem&, cudaStream_t);
-template cudaError_t launch_main_sm90<cutlass::half_t, 128, true, true, true, true>(
+template cudaError_t launch_main_sm90<cutlass::half_t, 128, false, true, true, true, true>(
+    const BwdProblem&, cudaStream_t);
+template cudaError_t launch_main_sm90<cutlass::half_t, 128, true, false, false, false, true>(
+    const BwdProblem&, cudaStream_t);
+template cudaError_t launch_main_sm90<cutlass::half_t, 128, true, true, false, false, true>(
+    const BwdProblem&, cudaStream_t);
+template cudaError_t launch_main_sm90<cutlass::half_t, 128, true, true, true, false, true>(
+    const BwdProblem&, cudaStream_t);
+template cudaError_t launch_main_sm90<cutlass::half_t, 128, true, true, true, true, true>(
     const BwdProblem&, cudaStream_t);
 
 }  // namespace mkernel::attention::bwd

@@ -38,12 +38,19 @@ using namespace cute;
 // kWarpSpecialized: a producer warpgroup loads K/V once and Q, dO, lse·log2 e and D per step by
 // TMA into a kStages pipeline (mbarriers); the two consumer warpgroups run unsynchronised except
 // where one reads the other's dS (d = 128), with dS double-buffered by step parity.
+// kDqWarp (with both): FA3's step order and dQ path — the consumers issue dV, then (once both
+// dS are in shared memory) dQ, then dK, store dQ's partial while dK runs and go on; warp 1 of the
+// producer warpgroup issues its bulk reduce-add (named barriers kDqFull / kDqEmpty per
+// warpgroup and buffer hand the staging buffers back and forth).
 template <class Element_, int kHeadDim_, bool kCausal_, bool kBulkDq_ = false,
-          bool kWarpSpecialized_ = false>
+          bool kWarpSpecialized_ = false, bool kDqWarp_ = false>
 struct BwdTraitsSm90 {
   using Element = Element_;
   static constexpr bool kBulkDq = kBulkDq_;
   static constexpr bool kWarpSpecialized = kWarpSpecialized_;
+  static constexpr bool kDqWarp = kDqWarp_;
+  static_assert(!kDqWarp || (kBulkDq && kWarpSpecialized),
+                "the dQ warp: warp-specialized, bulk dQ");
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 64;  // query rows per step
   static constexpr int kHalfN = 64;   // keys per warpgroup
