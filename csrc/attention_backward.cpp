@@ -114,10 +114,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_native_backward(
                       q_in.device(), ", got ", t->device());
   }
   const c10::cuda::CUDAGuard guard(q_in.device());
-  // The kernels read dense [b, s, h, d] / [b, h, s] layouts.
-  const at::Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
-  const at::Tensor out = out_in.contiguous(), dout = dout_in.contiguous(),
-                   lse = lse_in.contiguous();
+  // The kernels read dense [b, s, h, d] / [b, h, s] layouts from 16-byte aligned starts (TMA
+  // boxes, the preprocess's vector loads): a view off a 16-byte boundary — autograd may pass one
+  // as dout, and the caller cannot choose — is copied to fresh memory instead of faulting.
+  const auto dense = [](const at::Tensor& t) {
+    at::Tensor c = t.contiguous();
+    return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone();
+  };
+  const at::Tensor q = dense(q_in), k = dense(k_in), v = dense(v_in);
+  const at::Tensor out = dense(out_in), dout = dense(dout_in), lse = dense(lse_in);
   const int64_t b = q.size(0), s = q.size(1), h = q.size(2), d = q.size(3);
   at::Tensor dq = at::empty_like(q);
   // The ring mode's dk / dv are fp32 partials (summed over the ranks next).

@@ -126,6 +126,31 @@ def test_native_backward_matches_float64_autograd(case, dtype, kernel, monkeypat
 
 
 @needs_gpu
+@pytest.mark.parametrize("misaligned", ["dout", "out", "q"])
+def test_native_backward_takes_views_off_a_16_byte_boundary(misaligned) -> None:
+    """A contiguous view at an odd element offset (autograd may pass dout so; Megatron-style flat
+    buffers make such q) runs the default kernel on an aligned copy: no fault, dk / dv the same
+    bits as the aligned call's (dq is summed by bulk reduce-adds in any order: to rounding)."""
+    b, s, h, d = 2, 200, 4, 128
+    gen = torch.Generator(device="cuda").manual_seed(41)
+    t = {n: torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+         for n in ("q", "k", "v", "dout")}
+    t["out"], lse = mkernel.attention(t["q"], t["k"], t["v"], causal=True)
+    want = torch.ops.mkernel.attention_backward.default(t["dout"], t["q"], t["k"], t["v"],
+                                                       t["out"], lse, True, d ** -0.5)
+    flat = torch.empty(t[misaligned].numel() + 1, device="cuda", dtype=torch.bfloat16)
+    view = flat[1:].view(t[misaligned].shape)  # 2 bytes past a 16-byte boundary
+    view.copy_(t[misaligned])
+    assert view.data_ptr() % 16 == 2
+    t[misaligned] = view
+    got = torch.ops.mkernel.attention_backward.default(t["dout"], t["q"], t["k"], t["v"],
+                                                      t["out"], lse, True, d ** -0.5)
+    torch.cuda.synchronize()
+    assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2]), misaligned
+    assert _rel(got[0], want[0].double()) < 1e-3, f"dq differs with {misaligned} misaligned"
+
+
+@needs_gpu
 @pytest.mark.parametrize("kernel", KERNELS[:-1])
 def test_native_backward_kernel_repeats_bit_for_bit_and_agrees_with_mma_sync(kernel, monkeypatch) -> None:
     """Each main kernel on one input: dk and dv repeat bit for bit (dq is summed by fp32 atomics
