@@ -372,10 +372,16 @@ bool ring_own_first(bool nodes, const attention::Problem& p, const at::Tensor& q
 // ceiling lacks. Session 32 moved that copy into the forwarding warps instead: 5-11 % slower.
 // The send kernels already read step 0 from k / v; nothing else reads position W - 1. Needs
 // whole key blocks below the own shard: (W - 1) * s a multiple of the kernel's kBlockN (always
-// with 128-key blocks in the whole mode; the 128x144 tile mostly not: it keeps the copy).
-bool ring_own_direct(const attention::Problem& p, const ring_attention::Geometry& geo, int world) {
+// with 128-key blocks in the whole mode; the 128x144 tile mostly not: it keeps the copy), and
+// k / v 16-byte aligned (TMA and bulk-copy sources; a contiguous view at an odd offset keeps
+// the copy).
+bool ring_own_direct(const attention::Problem& p, const ring_attention::Geometry& geo, int world,
+                     const at::Tensor& k, const at::Tensor& v) {
   const char* value = env::get("MKERNEL_RING_OWN_COPY");
   if (value != nullptr && std::strcmp(value, "1") == 0) return false;
+  if (reinterpret_cast<uintptr_t>(k.data_ptr()) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(v.data_ptr()) % 16 != 0)
+    return false;
   const int bn = p.block_n > 0 ? p.block_n : attention::block_n(p.head_dim);
   return (static_cast<int64_t>(world - 1) * geo.seq) % bn == 0;
 }
@@ -813,7 +819,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   const uint64_t v_off = static_cast<uint64_t>(world) * geo.shard_bytes();
   attention::Problem p =
       whole_problem(q, k, world, rank, causal, scale, in_engine, kv, kv + v_off, out, lse);
-  const bool own_direct = ring_own_direct(p, geo, world);
+  const bool own_direct = ring_own_direct(p, geo, world, k, v);
   if (own_direct) {
     p.k_own = k.data_ptr();
     p.v_own = v.data_ptr();

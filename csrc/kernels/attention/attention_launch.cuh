@@ -306,6 +306,11 @@ cudaError_t launch_case(const Problem& pr, const Launch& l, const HookArgs* h) {
     KvForwardHooks::Params fp;
     static_cast<KvFlagHooks::Params&>(fp) = hp;
     fp.fwd_src = static_cast<const uint8_t*>(h->fwd_src);
+    // Step 0 from the op's input: bulk copies need 16-byte aligned sources (the rows are).
+    if ((h->fwd_own_k == nullptr) != (h->fwd_own_v == nullptr) ||
+        reinterpret_cast<uintptr_t>(h->fwd_own_k) % 16 != 0 ||
+        reinterpret_cast<uintptr_t>(h->fwd_own_v) % 16 != 0)
+      return cudaErrorInvalidValue;
     fp.fwd_own_k = static_cast<const uint8_t*>(h->fwd_own_k);
     fp.fwd_own_v_off = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(h->fwd_own_v) -
                                              reinterpret_cast<uintptr_t>(h->fwd_own_k));
