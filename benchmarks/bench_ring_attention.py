@@ -135,6 +135,9 @@ VARIANTS = {
     # first item, claimed for all tiles before any peer key; the default across nodes, and
     # inside a node for shards of at most 8192 keys since session 34) pinned off (xown0) and
     # on (own1).
+    # session 34 (branch ring-own-direct): the own shard copied into the virtual K/V before the
+    # engine (session 33's way; the engine now reads it in place from the op's k / v).
+    "owncopy": ("own_copy", "owncopy", {"MKERNEL_RING_OWN_COPY": "1"}),
     "xown0": ("own_first_off", "xown0", {"MKERNEL_RING_OWN_FIRST": "0"}),
     "own1": ("own_first_on", "own1", {"MKERNEL_RING_OWN_FIRST": "1"}),
     # across nodes with 2 send CTAs: at W = 4 under MPS the 4 send CTAs + 2 copier SMs are 6 of a
@@ -568,6 +571,8 @@ def main() -> None:
                           "send kernel's SMs idle once it ended",
             "fused_nodes_last": "across nodes, the send order of session 31 pinned (the last "
                                 "batch's chunks first; MKERNEL_RING_NODES_ORDER=last)",
+            "own_copy": "the own shard copied into position W - 1 of the virtual K/V before "
+                        "the engine (MKERNEL_RING_OWN_COPY=1; the default reads it in place)",
             "own_first_off": "the own-shard-first split pinned off (MKERNEL_RING_OWN_FIRST=0; "
                              "the default across nodes since session 33, inside a node for "
                              "shards of at most 8192 keys since session 34): one item per tile",

@@ -225,6 +225,8 @@ constexpr Knob kKnobs[] = {
      "step pins the per-step ring"},
     {"MKERNEL_RING_NODES_ORDER", kDebug, "last", "batch 0 first",
      "last pins the across-nodes send order of session 31 (the last batch's chunks first)"},
+    {"MKERNEL_RING_OWN_COPY", kDebug, "1", "off (the engine reads the own shard in place)",
+     "the whole mode copies the own shard into its virtual K/V before the engine"},
     {"MKERNEL_RING_OWN_FIRST", kDebug, "0|1", "on across nodes (workspace <= 2 GiB)",
      "the whole mode's engine computes every tile's own-shard keys before any peer's"},
     {"MKERNEL_RING_PHASES", kDebug, "path", "off",

@@ -364,6 +364,29 @@ bool ring_own_first(bool nodes, const attention::Problem& p, const at::Tensor& q
   return attention::phase_ws_floats(p) * int64_t{4} <= kOwnFirstMaxBytes;
 }
 
+// The own shard read in place (MKERNEL_RING_OWN_COPY=1 pins the copy; ranks may differ): the
+// engine loads the keys of position W - 1 of the virtual K/V — the rank's own shard — from the
+// op's k / v through TMA descriptors of their own (attention_api.h Problem::k_own), and the
+// engine's forwarding reads step 0 from them too (HookArgs::fwd_own_k), so the call skips the
+// stream-ordered copy of the shard into that position ahead of the engine: at W = 2 on an H100
+// 0.25 ms of mha s4096's 4.2 ms (session 31's phase log), the one phase the compute-alone
+// ceiling lacks. Session 32 moved that copy into the forwarding warps instead: 5-11 % slower.
+// The send kernels already read step 0 from k / v; nothing else reads position W - 1. Needs
+// whole key blocks below the own shard: (W - 1) * s a multiple of the kernel's kBlockN (always
+// with 128-key blocks in the whole mode; the 128x144 tile mostly not: it keeps the copy), and
+// k / v 16-byte aligned (TMA and bulk-copy sources; a contiguous view at an odd offset keeps
+// the copy).
+bool ring_own_direct(const attention::Problem& p, const ring_attention::Geometry& geo, int world,
+                     const at::Tensor& k, const at::Tensor& v) {
+  const char* value = env::get("MKERNEL_RING_OWN_COPY");
+  if (value != nullptr && std::strcmp(value, "1") == 0) return false;
+  if (reinterpret_cast<uintptr_t>(k.data_ptr()) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(v.data_ptr()) % 16 != 0)
+    return false;
+  const int bn = p.block_n > 0 ? p.block_n : attention::block_n(p.head_dim);
+  return (static_cast<int64_t>(world - 1) * geo.seq) % bn == 0;
+}
+
 // The refill of the whole mode across nodes (MKERNEL_RING_REFILL=0 turns it off; ranks may
 // differ): the engine's grid leaves the send kernel's CTAs their SMs, which idle once it ended
 // (its shard pushed, the other nodes' shards copied in: ~1/8 of a GQA call, ~2/3 of mha s4096's
@@ -413,7 +436,8 @@ int nodes_send_ctas(const at::Tensor& q) {
 // events on the caller's stream, one line appended per call to <path>.rank<r>:
 //   "<what> <causal> <b> <s> <h> | entry_ms copy_ms engine_ms exit_ms"
 // entry: the entry barrier (includes waiting for the slower peer to arrive); copy: the own
-// shard's copy into the virtual K/V, its flags and the claim counters; engine: the engine
+// shard's copy into the virtual K/V (none where the engine reads it in place,
+// ring_own_direct), its flags and the claim counters; engine: the engine
 // launch (communication inside it: the first chunks' waits, the forwarding); exit: the exit
 // barrier. The compute-alone op logs its engine launch as "alone" (entry/copy/exit 0).
 // Nothing inside a CUDA-graph capture.
@@ -789,12 +813,23 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   }
   sent.record(side);
   // The own shard into position W - 1 of the virtual K/V (strided per batch: 2D memcpys on the
-  // caller's stream, before the engine), then its flags.
+  // caller's stream, before the engine) unless the engine reads it in place (ring_own_direct),
+  // then its flags.
   uint8_t* kv = view.data[rank];
   const uint64_t row = static_cast<uint64_t>(geo.seq) * geo.row_bytes;  // one batch's shard
   const uint64_t v_off = static_cast<uint64_t>(world) * geo.shard_bytes();
-  for (const auto& [src, dst] : {std::pair<const void*, uint8_t*>{k.data_ptr(), kv},
-                                 std::pair<const void*, uint8_t*>{v.data_ptr(), kv + v_off}}) {
+  attention::Problem p =
+      whole_problem(q, k, world, rank, causal, scale, in_engine, kv, kv + v_off, out, lse);
+  const bool own_direct = ring_own_direct(p, geo, world, k, v);
+  if (own_direct) {
+    p.k_own = k.data_ptr();
+    p.v_own = v.data_ptr();
+    p.own_key_start = (world - 1) * geo.seq;
+  }
+  const auto copies = own_direct ? std::vector<std::pair<const void*, uint8_t*>>{}
+                                 : std::vector<std::pair<const void*, uint8_t*>>{
+                                       {k.data_ptr(), kv}, {v.data_ptr(), kv + v_off}};
+  for (const auto& [src, dst] : copies) {
     uint8_t* at = dst + static_cast<uint64_t>(world - 1) * row;
     if (world * row < (uint64_t{1} << 31)) {  // within the 2D copy's pitch limit
       C10_CUDA_CHECK(cudaMemcpy2DAsync(at, world * row, src, row, row, geo.batch,
@@ -853,6 +888,10 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   if (in_engine) {  // attention_api.h HookArgs::fwd_*
     hooks.fwd_counter = counters.data_ptr<int>();
     hooks.fwd_src = kv;
+    if (own_direct) {
+      hooks.fwd_own_k = k.data_ptr();
+      hooks.fwd_own_v = v.data_ptr();
+    }
     hooks.fwd_dst = view.data[next];
     hooks.fwd_flags = view.flags[next] + ring_attention::whole_slot(world, geo.chunks, 0, 0, 0);
     hooks.fwd_v_off = v_off;
@@ -865,8 +904,6 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
     hooks.fwd_chunks = geo.chunks;
     hooks.fwd_causal = causal;
   }
-  const attention::Problem p =
-      whole_problem(q, k, world, rank, causal, scale, in_engine, kv, kv + v_off, out, lse);
   // The own-shard-first split's workspace (stream-ordered like the counters).
   at::Tensor phase_ws, phase_flags;
   if (claims && ring_own_first(nodes, p, q, causal, geo.seq)) {

@@ -109,6 +109,11 @@ def test_ring_attention_across_emulated_nodes(mps, world):
                           # flags zeroed per launch); case 5: causal zigzag, 72 tiles > CTAs,
                           # the second phases of the early chunk's tiles see no peer key
                           ("MKERNEL_RING_OWN_FIRST=0", "0,5,6", "matrix,graph,alone"),
+                          # the own shard copied into the virtual K/V before the engine (the
+                          # default reads it in place: the engine's own TMA descriptors, the
+                          # forwarding's step 0 from the inputs), engine and send kernel
+                          ("MKERNEL_RING_OWN_COPY=1", "0,5,6", "matrix,graph,alone"),
+                          ("MKERNEL_RING_OWN_COPY=1 MKERNEL_RING_SEND=kernel", "0,5", "matrix"),
                           ("MKERNEL_RING_OWN_FIRST=1 MKERNEL_RING_SEND=kernel", "0,5", "matrix,alone"),
                           # the ring backward on the native backward's ring mode (one launch
                           # over the gathered K/V; session 26): the grad suite's two cases per

@@ -54,6 +54,14 @@ struct Problem {
   int zz_world = 0;
   int zz_rank = 0;
   int zz_chunk = 0;
+  // The keys from own_key_start on read from k_own / v_own ([batch, seq_kv - own_key_start,
+  // heads_kv, d], dense) instead of k / v: ring attention's whole mode passes the rank's own
+  // shard (the top of its virtual K/V) in place, so it need not copy it there first.
+  // own_key_start: a multiple of the kernel's kBlockN (else the launch refuses). Null: k / v
+  // only.
+  const void* k_own = nullptr;
+  const void* v_own = nullptr;
+  int own_key_start = 0;
   // Mainloop variant under measurement (AttnTraits::kVariant, attention_variants_*.cu): 0 = the
   // default kernels; kVariants lists the built ones (bf16, d = 128, 128x128, plain kernels
   // only — run_hooked rejects a nonzero variant).
@@ -214,6 +222,11 @@ struct HookArgs {
   // 128x128 tile only (other cases:
   // cudaErrorNotSupported; the caller pins that tile).
   const void* fwd_src = nullptr;
+  // Non-null: step 0's chunks (the own shard, position fwd_world - 1) come from here instead
+  // ([fwd_batch, fwd_seq] rows of fwd_row_bytes, dense; v at fwd_own_v), the op's inputs that
+  // Problem::k_own / v_own name.
+  const void* fwd_own_k = nullptr;
+  const void* fwd_own_v = nullptr;
   void* fwd_dst = nullptr;
   uint64_t* fwd_flags = nullptr;
   uint64_t fwd_v_off = 0;

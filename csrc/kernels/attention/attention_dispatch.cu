@@ -166,6 +166,11 @@ const char* can_implement(const Problem& p, bool hooked) {
   for (const void* ptr : {p.q, p.k, p.v, static_cast<const void*>(p.out)}) {
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return "q, k, v and out must be 16-byte aligned";
   }
+  // k_own / v_own: TMA descriptors of their own (the mainloop's Params::tma_k[1]).
+  if ((p.k_own == nullptr) != (p.v_own == nullptr)) return "k_own and v_own: both or neither";
+  if (p.k_own != nullptr && (reinterpret_cast<uintptr_t>(p.k_own) % 16 != 0 ||
+                             reinterpret_cast<uintptr_t>(p.v_own) % 16 != 0))
+    return "k_own and v_own must be 16-byte aligned";
   return nullptr;
 }
 

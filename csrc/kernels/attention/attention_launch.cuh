@@ -86,6 +86,10 @@ template <class Element, int kHeadDim, int kBlockM, int kBlockN, bool kCausal, c
 cudaError_t launch_attention(const Problem& pr, const Launch& l,
                              typename Hooks::Params const& hooks) {
   constexpr int kClusterM = kBlockM == 256 ? 2 : 1;
+  // Problem::k_own: whole KV blocks from own_key_start on, inside seq_kv.
+  if (pr.k_own != nullptr && (pr.v_own == nullptr || pr.own_key_start <= 0 ||
+                              pr.own_key_start % kBlockN != 0 || pr.own_key_start >= pr.seq_kv))
+    return cudaErrorInvalidValue;
   // The KV-wait hook policy (KvFlagHooks) runs variant 9, the plain causal default: released
   // flags must give the plain variant 9's result bit for bit (tests/attention/test_attention_hooks.py).
   constexpr bool kDefaultApplies = std::is_same_v<Element, cutlass::bfloat16_t> && kHeadDim == 128 &&
@@ -119,7 +123,8 @@ cudaError_t launch_attention(const Problem& pr, const Launch& l,
       static_cast<const Element*>(pr.q), static_cast<const Element*>(pr.k),
       static_cast<const Element*>(pr.v), pr.batch, pr.seq_q, pr.seq_kv, pr.heads, pr.heads_kv,
       pr.softmax_scale, pr.q_batch_stride, pr.kv_batch_stride, pr.causal ? pr.zz_world : 0,
-      pr.zz_rank, pr.zz_chunk});
+      pr.zz_rank, pr.zz_chunk, static_cast<const Element*>(pr.k_own),
+      static_cast<const Element*>(pr.v_own), pr.own_key_start});
   params.epilogue = Epilogue::to_underlying_arguments(typename Epilogue::Arguments{
       static_cast<Element*>(pr.out), pr.lse, pr.batch, pr.seq_q, pr.heads, pr.out_batch_stride,
       pr.lse_head_stride});
@@ -301,6 +306,14 @@ cudaError_t launch_case(const Problem& pr, const Launch& l, const HookArgs* h) {
     KvForwardHooks::Params fp;
     static_cast<KvFlagHooks::Params&>(fp) = hp;
     fp.fwd_src = static_cast<const uint8_t*>(h->fwd_src);
+    // Step 0 from the op's input: bulk copies need 16-byte aligned sources (the rows are).
+    if ((h->fwd_own_k == nullptr) != (h->fwd_own_v == nullptr) ||
+        reinterpret_cast<uintptr_t>(h->fwd_own_k) % 16 != 0 ||
+        reinterpret_cast<uintptr_t>(h->fwd_own_v) % 16 != 0)
+      return cudaErrorInvalidValue;
+    fp.fwd_own_k = static_cast<const uint8_t*>(h->fwd_own_k);
+    fp.fwd_own_v_off = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(h->fwd_own_v) -
+                                             reinterpret_cast<uintptr_t>(h->fwd_own_k));
     fp.fwd_dst = static_cast<uint8_t*>(h->fwd_dst);
     fp.fwd_flags = h->fwd_flags;
     fp.fwd_v_off = h->fwd_v_off;

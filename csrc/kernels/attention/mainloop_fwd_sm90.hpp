@@ -127,12 +127,19 @@ struct MainloopFwdSm90 {
     int64_t q_batch_stride = 0;   // elements; 0: dense (seq_q * heads * d)
     int64_t kv_batch_stride = 0;  // elements; 0: dense (seq_kv * heads_kv * d)
     int zz_world = 0, zz_rank = 0, zz_chunk = 0;  // zigzag ring mode (causal only; see below)
+    // Keys from own_key_start on (a multiple of kBlockN) from k_own / v_own, dense [batch,
+    // seq_kv - own_key_start, heads_kv, d] (attention_api.h Problem::k_own); null: none.
+    const Element* k_own = nullptr;
+    const Element* v_own = nullptr;
+    int own_key_start = 0;
   };
 
   struct Params {
     TmaQ tma_q;
-    TmaK tma_k;
-    TmaVt tma_vt;
+    // [0]: k / v; [1]: Arguments::k_own / v_own, loaded from own_block on (block n - own_block
+    // there), else a copy of [0] (no second descriptor encoded) with own_block past every block.
+    TmaK tma_k[2];
+    TmaVt tma_vt[2];
     ShapeSeqD shape_q;
     ShapeSeqD shape_kv;
     ShapeSeqD shape_vt;
@@ -143,6 +150,7 @@ struct MainloopFwdSm90 {
     // Zigzag ring mode: query / key blocks per chunk (zz_chunk / kBlockM, zz_chunk / kBlockN),
     // as multiply-shift divisors: the block walk and the mask divide by them per block.
     cutlass::FastDivmod zz_m_blocks, zz_n_blocks;
+    int own_block;
   };
 
   static Params to_underlying_arguments(Arguments const& a) {
@@ -160,11 +168,36 @@ struct MainloopFwdSm90 {
     Tensor mQ = make_tensor(make_gmem_ptr(a.q), make_layout(shape_q, stride_q));
     Tensor mK = make_tensor(make_gmem_ptr(a.k), make_layout(shape_kv, stride_kv));
     Tensor mVt = make_tensor(make_gmem_ptr(a.v), make_layout(shape_vt, stride_vt));
+    TmaK tma_k = make_tma_copy(TmaLoadKV{}, mK, take<0, 2>(SmemLayoutK{}),
+                               select<1, 2>(TileShapeMNK{}), ClusterM{});
+    TmaVt tma_vt = make_tma_copy(TmaLoadKV{}, mVt, take<0, 2>(SmemLayoutVt{}),
+                                 Shape<Int<kHeadDim>, Int<kBlockN>>{}, ClusterM{});
+    // The own K/V (Arguments::k_own): descriptors of their own, else copies of the above.
+    TmaK tma_k_own = tma_k;
+    TmaVt tma_vt_own = tma_vt;
+    int own_block = 0x7fffffff;
+    if (a.k_own != nullptr && a.v_own != nullptr) {
+      const int own_seq = a.seq_kv - a.own_key_start;
+      const int64_t own_bs = int64_t(own_seq) * a.heads_kv * d;
+      const ShapeSeqD shape_kv_own =
+          make_shape(own_seq, int32_t(kHeadDim), make_shape(a.heads_kv, a.batch));
+      const ShapeSeqD shape_vt_own =
+          make_shape(int32_t(kHeadDim), own_seq, make_shape(a.heads_kv, a.batch));
+      Tensor mKo = make_tensor(make_gmem_ptr(a.k_own),
+                               make_layout(shape_kv_own, make_stride(int64_t(a.heads_kv) * d, _1{},
+                                                                     make_stride(d, own_bs))));
+      Tensor mVto = make_tensor(make_gmem_ptr(a.v_own),
+                                make_layout(shape_vt_own, make_stride(_1{}, int64_t(a.heads_kv) * d,
+                                                                      make_stride(d, own_bs))));
+      tma_k_own = make_tma_copy(TmaLoadKV{}, mKo, take<0, 2>(SmemLayoutK{}),
+                                select<1, 2>(TileShapeMNK{}), ClusterM{});
+      tma_vt_own = make_tma_copy(TmaLoadKV{}, mVto, take<0, 2>(SmemLayoutVt{}),
+                                 Shape<Int<kHeadDim>, Int<kBlockN>>{}, ClusterM{});
+      own_block = a.own_key_start / kBlockN;
+    }
     Params p{make_tma_copy(SM90_TMA_LOAD{}, mQ, SmemLayoutQ{}, select<0, 2>(TileShapeMNK{}), _1{}),
-             make_tma_copy(TmaLoadKV{}, mK, take<0, 2>(SmemLayoutK{}),
-                           select<1, 2>(TileShapeMNK{}), ClusterM{}),
-             make_tma_copy(TmaLoadKV{}, mVt, take<0, 2>(SmemLayoutVt{}),
-                           Shape<Int<kHeadDim>, Int<kBlockN>>{}, ClusterM{}),
+             {tma_k, tma_k_own},
+             {tma_vt, tma_vt_own},
              shape_q,
              shape_kv,
              shape_vt,
@@ -177,7 +210,8 @@ struct MainloopFwdSm90 {
              a.zz_rank,
              a.zz_chunk,
              cutlass::FastDivmod(a.zz_world > 0 ? a.zz_chunk / kBlockM : 1),
-             cutlass::FastDivmod(a.zz_world > 0 ? a.zz_chunk / kBlockN : 1)};
+             cutlass::FastDivmod(a.zz_world > 0 ? a.zz_chunk / kBlockN : 1),
+             own_block};
     return p;
   }
 
@@ -193,8 +227,12 @@ struct MainloopFwdSm90 {
 
   CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& p) {
     cute::prefetch_tma_descriptor(p.tma_q.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(p.tma_vt.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.tma_k[0].get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.tma_vt[0].get_tma_descriptor());
+    if (p.own_block != 0x7fffffff) {
+      cute::prefetch_tma_descriptor(p.tma_k[1].get_tma_descriptor());
+      cute::prefetch_tma_descriptor(p.tma_vt[1].get_tma_descriptor());
+    }
   }
 
   // KV blocks [n_min, n_max) that tile m_block sees. Causal (bottom-right aligned): query i
@@ -377,8 +415,8 @@ struct MainloopFwdSm90 {
     Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), SmemLayoutVt{});
 
     Tensor mQ = p.tma_q.get_tma_tensor(p.shape_q);
-    Tensor mK = p.tma_k.get_tma_tensor(p.shape_kv);
-    Tensor mVt = p.tma_vt.get_tma_tensor(p.shape_vt);
+    Tensor mK = p.tma_k[0].get_tma_tensor(p.shape_kv);
+    Tensor mVt = p.tma_vt[0].get_tma_tensor(p.shape_vt);
     Tensor gQ = local_tile(mQ(_, _, make_coord(work.head, work.batch)), select<0, 2>(TileShapeMNK{}),
                            make_coord(work.m_block, _0{}));  // (M, d)
     Tensor gK = local_tile(mK(_, _, make_coord(head_kv, work.batch)), select<1, 2>(TileShapeMNK{}),
@@ -390,19 +428,17 @@ struct MainloopFwdSm90 {
                                       group_modes<0, 2>(gQ));
     // This CTA's share of each K/V block (all of it without a cluster).
     const int cluster_rank = kClusterM == 1 ? 0 : static_cast<int>(cute::block_rank_in_cluster());
-    auto [tKgK, tKsK] = tma_partition(p.tma_k, cluster_rank, Layout<ClusterM>{},
+    auto [tKgK, tKsK] = tma_partition(p.tma_k[0], cluster_rank, Layout<ClusterM>{},
                                       group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-    auto [tVgV, tVsV] = tma_partition(p.tma_vt, cluster_rank, Layout<ClusterM>{},
+    auto [tVgV, tVsV] = tma_partition(p.tma_vt[0], cluster_rank, Layout<ClusterM>{},
                                       group_modes<0, 2>(sVt), group_modes<0, 2>(gVt));
     // Multicast to every CTA of the cluster (the stage sits at the same offset in each).
     constexpr uint16_t kMcastMask = static_cast<uint16_t>((1u << kClusterM) - 1);
-    auto tma_k = [&](auto& barrier) {
-      if constexpr (kClusterM == 1) return p.tma_k.with(barrier, 0);
-      else return p.tma_k.with(barrier, kMcastMask);
-    };
-    auto tma_v = [&](auto& barrier) {
-      if constexpr (kClusterM == 1) return p.tma_vt.with(barrier, 0);
-      else return p.tma_vt.with(barrier, kMcastMask);
+    auto tma_with = [&](auto const& tma, auto& barrier) {
+      if constexpr (kClusterM == 1)
+        return tma.with(barrier, 0);
+      else
+        return tma.with(barrier, kMcastMask);
     };
 
     pipeline_q.producer_acquire(q_write);
@@ -421,10 +457,17 @@ struct MainloopFwdSm90 {
       }
       StateK& k_write = k_state(kv_write);
       StateV& v_write = v_state(kv_write);
+      // Blocks from own_block on come from the own K/V (Params::tma_k[1]), block n - own_block
+      // there: the same coordinates in another descriptor (a TMA coordinate tensor's extent
+      // only bounds its indexing; the descriptor bounds the load).
+      const int own = n >= p.own_block ? 1 : 0;
+      const int nb = own ? n - p.own_block : n;
       pipeline_k.producer_acquire(k_write);
-      copy(tma_k(*pipeline_k.producer_get_barrier(k_write)), tKgK(_, n), tKsK(_, k_write.index()));
+      copy(tma_with(p.tma_k[own], *pipeline_k.producer_get_barrier(k_write)), tKgK(_, nb),
+           tKsK(_, k_write.index()));
       pipeline_v.producer_acquire(v_write);
-      copy(tma_v(*pipeline_v.producer_get_barrier(v_write)), tVgV(_, n), tVsV(_, v_write.index()));
+      copy(tma_with(p.tma_vt[own], *pipeline_v.producer_get_barrier(v_write)), tVgV(_, nb),
+           tVsV(_, v_write.index()));
       ++kv_write;
     }
     // Traits::kPrefetchNextQ: the next tile's Q into L2 now, a few KV blocks before its smem
