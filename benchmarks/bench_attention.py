@@ -79,6 +79,9 @@ def forward_out(kind, q, k, v, causal):
     if kind == "mkernel" or kind in NATIVE_KERNELS:
         return mkernel.attention(q, k, v, causal=causal)[0]
     backend = SDPBackend.CUDNN_ATTENTION if kind == "cudnn" else SDPBackend.FLASH_ATTENTION
+    g = q.shape[2] // k.shape[2]
+    if g > 1:  # GQA: SDPA's cuDNN / FA2 backends on k / v expanded to h heads (in the graph)
+        k, v = k.repeat_interleave(g, dim=2), v.repeat_interleave(g, dim=2)
     with sdpa_kernel(backend):
         return sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                     is_causal=causal).transpose(1, 2)
@@ -128,19 +131,22 @@ def main_backward(args) -> None:
         ((8192,) if args.quick else (4096, 8192))
     for s in seqs:
         b = max(1, TOKENS // s)
-        d = 128
+        d, h_kv = args.head_dim, args.kv_heads or HEADS
         sets = []
         for _ in range(2):
-            q, k, v = (torch.randn(b, s, HEADS, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-                       for _ in range(3))
+            q = torch.randn(b, s, HEADS, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            k, v = (torch.randn(b, s, h_kv, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                    for _ in range(2))
             sets.append((q, k, v, torch.randn(b, s, HEADS, d, device="cuda", dtype=torch.bfloat16)))
-        for causal in (False, True):
+        for causal in (c for c in (False, True) if ("c" if c else "nc") in args.modes.split(",")):
             cands = {kind: [fwd_bwd_fn(kind, q, k, v, g, causal) for q, k, v, g in sets]
                      for kind in ("mkernel", "mkernel_fa2bwd", *natives, "cudnn", "flash")}
             times = interleaved_ms(cands, warmup=3, iters=args.iters)
             f = 3.5 * flops(b, HEADS, s, s, d, causal)
-            row = {"b": b, "s": s, "s_kv": s, "h": HEADS, "h_kv": HEADS, "d": d, "causal": causal,
-                   "dtype": "bf16", "what": "forward+backward; bwd_*: the backward alone"}
+            row = {"b": b, "s": s, "s_kv": s, "h": HEADS, "h_kv": h_kv, "d": d, "causal": causal,
+                   "dtype": "bf16", "what": "forward+backward; bwd_*: the backward alone",
+                   "sdpa_gqa": "k / v expanded to h heads (repeat_interleave in the graph)"
+                   if h_kv != HEADS else None}
             add_timing(row, times, f)
             row["ratio_vs_cudnn"] = row["cudnn_ms"] / row["mkernel_ms"]
             row["ratio_vs_flash"] = row["flash_ms"] / row["mkernel_ms"]
@@ -170,7 +176,7 @@ def main_backward(args) -> None:
             row["backward_kernel"] = mkernel.ops._attention_backward_choice(
                 sets[0][0], sets[0][1], sets[0][2], causal)
             rows.append(row)
-            print(f"fwd+bwd d={d} S={s:5d} b={b:2d} causal={int(causal)}  mkernel {row['mkernel_tflops']:6.1f} "
+            print(f"fwd+bwd d={d} h_kv={h_kv} S={s:5d} b={b:2d} causal={int(causal)}  mkernel {row['mkernel_tflops']:6.1f} "
                   f"({row['backward_kernel']} bwd)  fa2-bwd {row['mkernel_fa2bwd_tflops']:6.1f}  "
                   f"native-bwd {row['mkernel_native_tflops']:6.1f}  "
                   f"cudnn {row['cudnn_tflops']:6.1f}  flash {row['flash_tflops']:6.1f} TF/s  "
@@ -251,6 +257,11 @@ def main() -> None:
                     default="wgmma,wgmma_bulk_dq,wgmma_ws,wgmma_ws_dqwarp,wgmma_ws_dqwarp:grid,mma_sync",
                     help="--backward: the native backward's main kernels to time "
                          "(MKERNEL_ATTN_BWD_KERNEL values; wgmma always)")
+    ap.add_argument("--head-dim", type=int, default=128, choices=(64, 128),
+                    help="--backward: the head dim (the native backward's 64 or 128)")
+    ap.add_argument("--kv-heads", type=int, default=0,
+                    help=f"--backward: kv heads (GQA; a divisor of {HEADS}; 0: {HEADS}, MHA); "
+                         "SDPA's columns run on k / v expanded to h heads")
     ap.add_argument("--skip-cluster", action="store_true",
                     help="leave out the cluster tile columns (alt2 256x128, alt3 256x160)")
     ap.add_argument("--skip-alt", action="store_true",
@@ -271,6 +282,8 @@ def main() -> None:
     if not modes or any(m not in ("nc", "c") for m in modes):
         ap.error("--modes: a comma-separated subset of nc, c")
     causal_modes = tuple(c for c in (False, True) if ("c" if c else "nc") in modes)
+    if args.kv_heads and (args.kv_heads < 0 or HEADS % args.kv_heads):
+        ap.error(f"--kv-heads: a divisor of {HEADS}")
     # Session 10 (attn11): pinned variant columns read up to 3.6% slower than the default
     # column running the same kernel (s9run3, s10run1). Every sample was timed from an idle GPU,
     # so host-side cost counted, and the rotating order gave each column a fixed predecessor.
