@@ -122,18 +122,24 @@ def matrix(c: Checker) -> None:
     for i, case in enumerate(CASES):
         if pick and str(i) not in pick.split(","):
             continue
-        causal, b, s, h, h_kv, d, dtype = case
-        outs = []
-        for call in range(2):  # back to back on fresh inputs: buffers and flags reused
-            q, k, v = full_inputs(100 * i + call, b, s * c.world, h, h_kv, d, dtype)
-            ql, kl, vl = (shard(x, c.rank, c.world, causal).to(c.device) for x in (q, k, v))
-            poison(b, s, h, d, dtype, c.device)
-            out, lse = mkernel.ring_attention(ql, kl, vl, causal=causal, group=c.ctx)
-            outs.append((q, k, v, out, lse))
-        torch.cuda.synchronize()
-        for call, (q, k, v, out, lse) in enumerate(outs):
-            ref, ref_lse = c.reference(causal, q, k, v)
-            c.check("matrix", case, out, lse, ref, ref_lse, {"call": call})
+        check_twice(c, "matrix", case, 100 * i)
+
+
+def check_twice(c: Checker, op: str, case, seed: int) -> None:
+    """The case's forward twice back to back on fresh inputs (seeds seed, seed + 1; buffers
+    and flags reused), outputs poisoned first, each against the reference."""
+    causal, b, s, h, h_kv, d, dtype = case
+    outs = []
+    for call in range(2):
+        q, k, v = full_inputs(seed + call, b, s * c.world, h, h_kv, d, dtype)
+        ql, kl, vl = (shard(x, c.rank, c.world, causal).to(c.device) for x in (q, k, v))
+        poison(b, s, h, d, dtype, c.device)
+        out, lse = mkernel.ring_attention(ql, kl, vl, causal=causal, group=c.ctx)
+        outs.append((q, k, v, out, lse))
+    torch.cuda.synchronize()
+    for call, (q, k, v, out, lse) in enumerate(outs):
+        ref, ref_lse = c.reference(causal, q, k, v)
+        c.check(op, case, out, lse, ref, ref_lse, {"call": call})
 
 
 def whole_mode(case) -> bool:
@@ -205,26 +211,30 @@ def grad(c: Checker) -> None:
     reference of the whole sequence."""
     for i, case in enumerate([(True, 1, 512, 8, 2, 128, torch.bfloat16),
                               (False, 2, 333, 4, 4, 64, torch.bfloat16)]):
-        causal, b, s, h, h_kv, d, dtype = case
-        q, k, v = full_inputs(9000 + i, b, s * c.world, h, h_kv, d, dtype)
-        gen = torch.Generator().manual_seed(9100 + i)
-        dout = torch.randn(b, s * c.world, h, d, generator=gen).to(dtype)
-        refs = [x.to(c.device).float().requires_grad_() for x in (q, k, v)]
-        ref_out, _ = attention_ref(*refs, causal, dtype=torch.float32)
-        (ref_out * dout.to(c.device).float()).sum().backward()
-        mine = [shard(x, c.rank, c.world, causal).to(c.device).requires_grad_() for x in (q, k, v)]
-        out, _ = mkernel.ring_attention(*mine, causal=causal, group=c.ctx)
-        out.backward(shard(dout, c.rank, c.world, causal).to(c.device))
-        torch.cuda.synchronize()
-        rels = {}
-        for name, x, r in zip("qkv", mine, refs):
-            want = shard(r.grad, c.rank, c.world, causal).cpu()
-            rels[name] = rel_err(x.grad.cpu(), want)
-        rec = {"op": "grad", "causal": causal, "shape": [b, s, h, h_kv, d], "rel": max(rels.values()),
-               "rels": rels, "world": c.world}
-        emit("CASE", rec)
-        assert all(r <= BOUND for r in rels.values()), rec
-        c.calls += 1
+        check_grads(c, "grad", case, 9000 + i, 9100 + i)
+
+
+def check_grads(c: Checker, op: str, case, seed: int, dout_seed: int) -> None:
+    """dq / dk / dv of the case's local shards through ring_attention's backward against fp32
+    autograd through the reference of the whole sequence."""
+    causal, b, s, h, h_kv, d, dtype = case
+    q, k, v = full_inputs(seed, b, s * c.world, h, h_kv, d, dtype)
+    gen = torch.Generator().manual_seed(dout_seed)
+    dout = torch.randn(b, s * c.world, h, d, generator=gen).to(dtype)
+    refs = [x.to(c.device).float().requires_grad_() for x in (q, k, v)]
+    ref_out, _ = attention_ref(*refs, causal, dtype=torch.float32)
+    (ref_out * dout.to(c.device).float()).sum().backward()
+    mine = [shard(x, c.rank, c.world, causal).to(c.device).requires_grad_() for x in (q, k, v)]
+    out, _ = mkernel.ring_attention(*mine, causal=causal, group=c.ctx)
+    out.backward(shard(dout, c.rank, c.world, causal).to(c.device))
+    torch.cuda.synchronize()
+    rels = {name: rel_err(x.grad.cpu(), shard(r.grad, c.rank, c.world, causal).cpu())
+            for name, x, r in zip("qkv", mine, refs)}
+    rec = {"op": op, "causal": causal, "shape": [b, s, h, h_kv, d], "rel": max(rels.values()),
+           "rels": rels, "world": c.world}
+    emit("CASE", rec)
+    assert all(r <= BOUND for r in rels.values()), rec
+    c.calls += 1
 
 
 # Head dims the engine is not built for (the all-gather path, torch's FA2 kernel per ring step):
@@ -242,35 +252,8 @@ def other_dims(c: Checker) -> None:
     on fresh inputs with outputs poisoned, and dq / dk / dv through the ring backward, against
     the fp32 reference of the whole sequence."""
     for i, case in enumerate(OTHER_DIM_CASES):
-        causal, b, s, h, h_kv, d, dtype = case
-        outs = []
-        for call in range(2):
-            q, k, v = full_inputs(8000 + 10 * i + call, b, s * c.world, h, h_kv, d, dtype)
-            ql, kl, vl = (shard(x, c.rank, c.world, causal).to(c.device) for x in (q, k, v))
-            poison(b, s, h, d, dtype, c.device)
-            out, lse = mkernel.ring_attention(ql, kl, vl, causal=causal, group=c.ctx)
-            outs.append((q, k, v, out, lse))
-        torch.cuda.synchronize()
-        for call, (q, k, v, out, lse) in enumerate(outs):
-            ref, ref_lse = c.reference(causal, q, k, v)
-            c.check("other_dims", case, out, lse, ref, ref_lse, {"call": call})
-        q, k, v = full_inputs(8500 + i, b, s * c.world, h, h_kv, d, dtype)
-        gen = torch.Generator().manual_seed(8600 + i)
-        dout = torch.randn(b, s * c.world, h, d, generator=gen).to(dtype)
-        refs = [x.to(c.device).float().requires_grad_() for x in (q, k, v)]
-        ref_out, _ = attention_ref(*refs, causal, dtype=torch.float32)
-        (ref_out * dout.to(c.device).float()).sum().backward()
-        mine = [shard(x, c.rank, c.world, causal).to(c.device).requires_grad_() for x in (q, k, v)]
-        out, _ = mkernel.ring_attention(*mine, causal=causal, group=c.ctx)
-        out.backward(shard(dout, c.rank, c.world, causal).to(c.device))
-        torch.cuda.synchronize()
-        rels = {name: rel_err(x.grad.cpu(), shard(r.grad, c.rank, c.world, causal).cpu())
-                for name, x, r in zip("qkv", mine, refs)}
-        rec = {"op": "other_dims_grad", "causal": causal, "shape": [b, s, h, h_kv, d],
-               "rel": max(rels.values()), "rels": rels, "world": c.world}
-        emit("CASE", rec)
-        assert all(r <= BOUND for r in rels.values()), rec
-        c.calls += 1
+        check_twice(c, "other_dims", case, 8000 + 10 * i)
+        check_grads(c, "other_dims_grad", case, 8500 + i, 8600 + i)
 
 
 def layer(c: Checker) -> None:
