@@ -248,6 +248,38 @@ __device__ __forceinline__ auto make_operands(typename T::SharedStorage& ss, int
   return Operands{tSrK, tSrV, tSrQ, tSrdO, tKVrQt, tKVrdOt, tScS};
 }
 
+// dQ (unscaled) = dS·K issued as one wgmma batch (committed, not waited for): d = 128, columns
+// [64 wg, 64 wg + 64) over both key halves' dS; d = 64, all columns over this warpgroup's half.
+// Both step orders (backward_step, dq_step_fa3_order) issue it once both dS are in shared memory.
+template <class T>
+__device__ __forceinline__ auto issue_dq_gemm(typename T::SharedStorage& ss,
+                                              typename T::TiledMmadQ& mma_dq, int wg, int wg_tid,
+                                              int ds_buf) {
+  constexpr int kM = T::kBlockM;
+  auto thr_dq = mma_dq.get_thread_slice(wg_tid);
+  Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kM>, Int<T::kDqCols>>{});
+  warpgroup_fence_operand(acc_dq);
+  warpgroup_arrive();
+  mma_dq.accumulate_ = GMMA::ScaleOut::Zero;
+  constexpr int kDqHalves = T::kDqSplitKeys ? 1 : T::kWarpGroups;
+#pragma unroll
+  for (int hh = 0; hh < kDqHalves; ++hh) {
+    const int h = T::kDqSplitKeys ? wg : hh;
+    const int col_block = T::kDqSplitKeys ? 0 : wg;
+    Tensor tQrdS = thr_dq.make_fragment_A(thr_dq.partition_A(
+        make_tensor(make_smem_ptr(ss.ds[ds_buf][h]), typename T::SmemLayoutdS{})));
+    Tensor tQrKt = thr_dq.make_fragment_B(thr_dq.partition_B(make_tensor(
+        make_smem_ptr(ss.k[h] + col_block * T::kKBlockElems), typename T::SmemLayoutKBlockT{})));
+#pragma unroll
+    for (int kb = 0; kb < size<2>(tQrdS); ++kb) {
+      cute::gemm(mma_dq, tQrdS(_, _, kb), tQrKt(_, _, kb), acc_dq);
+      mma_dq.accumulate_ = GMMA::ScaleOut::One;
+    }
+  }
+  warpgroup_commit_batch();
+  return acc_dq;
+}
+
 // Traits::kDqWarp's end of a step (backward_step's 2-4 in FA3's order): dV += P^T·dO issued;
 // once both warpgroups' dS is in shared memory, dQ = dS·K, then dK += dS^T·Q; dQ's partial is
 // staged for the dQ warp while dK's GEMM runs. Every GEMM is complete on return.
@@ -274,26 +306,7 @@ __device__ __forceinline__ void dq_step_fa3_order(typename T::SharedStorage& ss,
   } else {
     consumers_barrier();  // both key halves' dS (the producer warpgroup is not in it)
   }
-  Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kM>, Int<T::kDqCols>>{});
-  warpgroup_fence_operand(acc_dq);
-  warpgroup_arrive();
-  mma_dq.accumulate_ = GMMA::ScaleOut::Zero;
-  constexpr int kDqHalves = T::kDqSplitKeys ? 1 : T::kWarpGroups;
-#pragma unroll
-  for (int hh = 0; hh < kDqHalves; ++hh) {
-    const int h = T::kDqSplitKeys ? wg : hh;
-    const int col_block = T::kDqSplitKeys ? 0 : wg;
-    Tensor tQrdS = thr_dq.make_fragment_A(thr_dq.partition_A(
-        make_tensor(make_smem_ptr(ss.ds[ds_buf][h]), typename T::SmemLayoutdS{})));
-    Tensor tQrKt = thr_dq.make_fragment_B(thr_dq.partition_B(make_tensor(
-        make_smem_ptr(ss.k[h] + col_block * T::kKBlockElems), typename T::SmemLayoutKBlockT{})));
-#pragma unroll
-    for (int kb = 0; kb < size<2>(tQrdS); ++kb) {
-      cute::gemm(mma_dq, tQrdS(_, _, kb), tQrKt(_, _, kb), acc_dq);
-      mma_dq.accumulate_ = GMMA::ScaleOut::One;
-    }
-  }
-  warpgroup_commit_batch();
+  Tensor acc_dq = issue_dq_gemm<T>(ss, mma_dq, wg, wg_tid, ds_buf);
 
   warpgroup_fence_operand(grads.dk);
   warpgroup_fence_operand(tdSa);
@@ -449,28 +462,7 @@ __device__ __forceinline__ void backward_step(const BwdProblem& p, const View& v
     __syncthreads();  // both key halves' dS
   }
 
-  // dQ (unscaled) = dS·K: d = 128, columns [64 wg, 64 wg + 64) over both key halves; d = 64,
-  // all columns over this warpgroup's half.
-  Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kM>, Int<T::kDqCols>>{});
-  warpgroup_fence_operand(acc_dq);
-  warpgroup_arrive();
-  mma_dq.accumulate_ = GMMA::ScaleOut::Zero;
-  constexpr int kDqHalves = T::kDqSplitKeys ? 1 : T::kWarpGroups;
-#pragma unroll
-  for (int hh = 0; hh < kDqHalves; ++hh) {
-    const int h = T::kDqSplitKeys ? wg : hh;
-    const int col_block = T::kDqSplitKeys ? 0 : wg;
-    Tensor tQrdS = thr_dq.make_fragment_A(thr_dq.partition_A(
-        make_tensor(make_smem_ptr(ss.ds[ds_buf][h]), typename T::SmemLayoutdS{})));
-    Tensor tQrKt = thr_dq.make_fragment_B(thr_dq.partition_B(make_tensor(
-        make_smem_ptr(ss.k[h] + col_block * T::kKBlockElems), typename T::SmemLayoutKBlockT{})));
-#pragma unroll
-    for (int kb = 0; kb < size<2>(tQrdS); ++kb) {
-      cute::gemm(mma_dq, tQrdS(_, _, kb), tQrKt(_, _, kb), acc_dq);
-      mma_dq.accumulate_ = GMMA::ScaleOut::One;
-    }
-  }
-  warpgroup_commit_batch();
+  Tensor acc_dq = issue_dq_gemm<T>(ss, mma_dq, wg, wg_tid, ds_buf);
   warpgroup_wait<0>();  // dQ, and the dV / dK GEMMs before it
   warpgroup_fence_operand(acc_dq);
   warpgroup_fence_operand(grads.dv);
