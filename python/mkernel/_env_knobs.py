@@ -27,7 +27,7 @@ class Knob(NamedTuple):
 
 
 KNOBS: dict[str, Knob] = {k.name: k for k in (
-    Knob("MKERNEL_ATTN_BWD", DEBUG, "auto|flash|native", "ops.ATTENTION_BACKWARD (auto)",
+    Knob("MKERNEL_ATTN_BWD", DEBUG, "auto|torch|flash|native", "ops.ATTENTION_BACKWARD (auto)",
          "mkernel.attention's backward on CUDA (ops.py, read at each backward call)"),
     Knob("MKERNEL_RING_BWD_GROUPS", DEBUG, "0|1", "1",
          "0: the ring backward runs one call per (query, key) block, not per group (_ring_backward.py)"),

@@ -7,8 +7,8 @@ the K/V shards over the substrate (``all_gather`` on the batch dimension), runs 
 backward for the same blocks and causal zigzag split as the forward — the blocks that share
 their query rows and mask as one call over their keys concatenated (:func:`ring_groups`: one
 call non-causal, at most three causal, at any W) — on CUDA through the kernel
-:func:`mkernel.ops._attention_backward_choice` picks (cuDNN's SDPA backward where it applies, else
-FlashAttention-2's) fed with our LSE, on the CPU the fp32 math backward
+:func:`mkernel.ops._attention_backward_choice` picks (the native one on its measured rows, else
+cuDNN's SDPA backward where it applies, else FlashAttention-2's) fed with our LSE, on the CPU the fp32 math backward
 (``mkernel.ops._attention_backward_auto``); sums the calls' dQ in fp32 and returns each block's dK/dV partial to
 its owner with an fp32 ``reduce_scatter``. The gradient of ``lse`` itself is not propagated
 (as for :func:`mkernel.attention`).
@@ -93,7 +93,7 @@ def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
 
 def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
     from . import _env_knobs, runtime
-    from .ops import _attention_backward_auto, _attention_backward_choice
+    from .ops import _attention_backward_auto, _attention_backward_choice, _attention_backward_mode
 
     q, k, v, out, lse = ctx.saved_tensors
     if dout is None:
@@ -105,7 +105,10 @@ def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
     rank, world, b = runtime._contexts[ctx.group].rank, ctx.world, q.shape[0]
     k_all = torch.ops.mkernel.all_gather.default(k.contiguous(), ctx.group, world)  # [W*b, ...]
     v_all = torch.ops.mkernel.all_gather.default(v.contiguous(), ctx.group, world)
-    if _attention_backward_choice(q, k, v, ctx.causal) == "native":
+    # The ring mode is taken only when the native backward is opted in: auto's native rows
+    # (_native_backward_wins) were measured for single calls, not for this launch.
+    if _attention_backward_mode() == "native" and _attention_backward_choice(
+            q, k, v, ctx.causal) == "native":
         # The engine's native backward over every source in one launch (its ring mode).
         dq, dk_all, dv_all = torch.ops.mkernel.attention_backward_ring.default(
             dout, q, k_all, v_all, out, lse, ctx.causal, ctx.scale, world, rank)

@@ -731,9 +731,10 @@ def attention(
 
     Returns:
         ``(out [b, s, h, d]`` in q's dtype, ``lse [b, h, s]`` fp32 natural-log log-sum-exp of
-        the scaled scores). Differentiable in q, k and v: on CUDA through torch's cuDNN
-        (or, where cuDNN does not apply, FA2) backward kernel fed with this ``out`` and ``lse``
-        (:func:`_attention_backward_choice`).
+        the scaled scores). Differentiable in q, k and v: on CUDA through the engine's own
+        backward kernels where they measured faster (non-causal, d = 128, long sequences), else
+        torch's cuDNN (or, where cuDNN does not apply, FA2) backward kernel fed with this
+        ``out`` and ``lse`` (:func:`_attention_backward_choice`).
     """
     return torch.ops.mkernel.attention.default(q, k, v, causal, softmax_scale, block_m, block_n)
 
@@ -846,22 +847,39 @@ def _attention_backward_cudnn(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out
     return dq, dk, dv
 
 
-# mkernel.attention's backward on CUDA: "auto" (cuDNN where it applies, else FA2), "flash"
-# (FA2 always: the earlier first step, kept as a benchmark baseline) or "native" (the engine's
-# own backward kernels, csrc/kernels/attention/attention_bwd*: bf16/fp16, d 64/128; opt-in
-# until a device run verifies it). Device run 1 of session 7 (forward + backward, d=128,
-# S=8192): SDPA with cuDNN 596 TF/s, with FA2 303. The environment variable MKERNEL_ATTN_BWD
-# (auto | flash | native), read at each backward call, overrides it when set.
+# mkernel.attention's backward on CUDA: "auto" (the engine's own backward kernels where they
+# measured faster than cuDNN's, :func:`_native_backward_wins`; else cuDNN's where it applies,
+# else FA2's), "torch" (cuDNN's / FA2's always: auto before session 38, kept as a pin and a
+# baseline), "flash" (FA2 always: the earliest first step, a benchmark baseline) or "native"
+# (the engine's own backward kernels, csrc/kernels/attention/attention_bwd*, wherever they run:
+# bf16/fp16, d 64/128). The environment variable MKERNEL_ATTN_BWD (auto | torch | flash |
+# native), read at each backward call, overrides it when set.
 ATTENTION_BACKWARD: str = "auto"
+_BACKWARD_MODES = ("auto", "torch", "flash", "native")
+
+# auto's native rows: non-causal, d = 128, at least this many queries and keys. Measured on an
+# H100 (benchmarks/results/attention_bwd_*, the backward alone, b * S = 16384 tokens, 32 query
+# heads): the native kernel (wgmma_ws_dqwarp) against cuDNN's on the engine's lse, wall time,
+# MHA S = 4096 / 8192 / 16384 1.05x / 1.03x / 1.03x (GPU time against SDPA's own cuDNN 1.00x /
+# 1.01x / 1.09x), GQA 32/8 S = 8192 1.07x. It loses causal (0.95-0.97x GPU time) and at d = 64
+# (0.85x), where cuDNN's stays.
+NATIVE_AUTO_MIN_SEQ: int = 4096
 
 
 def _attention_backward_mode() -> str:
     """The backward selection in force: ``MKERNEL_ATTN_BWD`` if set, else ATTENTION_BACKWARD."""
     mode = _env_knobs.get("MKERNEL_ATTN_BWD", "") or ATTENTION_BACKWARD
-    if mode not in ("auto", "flash", "native"):
+    if mode not in _BACKWARD_MODES:
         raise ValueError(f"mkernel.attention backward: MKERNEL_ATTN_BWD / ATTENTION_BACKWARD must be "
-                         f"auto, flash or native, got {mode!r}")
+                         f"one of {', '.join(_BACKWARD_MODES)}, got {mode!r}")
     return mode
+
+
+def _native_backward_wins(q: Tensor, k: Tensor, causal: bool) -> bool:
+    """Whether auto takes the native backward for this problem (NATIVE_AUTO_MIN_SEQ says where it
+    measured faster than cuDNN's): non-causal, d = 128, long enough queries and keys."""
+    return (not causal and q.shape[-1] == 128
+            and min(q.shape[1], k.shape[1]) >= NATIVE_AUTO_MIN_SEQ)
 
 
 def _attention_backward_native(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
@@ -875,12 +893,15 @@ def _attention_backward_native(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, ou
 
 def _attention_backward_choice(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> str:
     """Which kernel :func:`_attention_autograd_backward` runs for these inputs: "native" (the
-    engine's own backward; only when opted in, :func:`_attention_backward_mode`), "cudnn",
+    engine's own backward: opted in, :func:`_attention_backward_mode`, or where auto's
+    :func:`_native_backward_wins`), "cudnn",
     "flash" (torch's FA2 backward) or "math" (the fp32 reference, CPU)."""
     if not (q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and q.shape[-1] <= 256):
         return "math"
     mode = _attention_backward_mode()
     if mode == "native" and q.shape[-1] in (64, 128):
+        return "native"
+    if mode == "auto" and _native_backward_wins(q, k, causal):
         return "native"
     if mode == "flash" or (causal and q.shape[1] != k.shape[1]):
         return "flash"

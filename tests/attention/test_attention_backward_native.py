@@ -319,7 +319,7 @@ def test_autograd_through_the_native_backward(case, monkeypatch) -> None:
 # ---- CPU: selection and registration
 
 
-@pytest.mark.parametrize("mode", ["auto", "flash", "native"])
+@pytest.mark.parametrize("mode", ["auto", "torch", "flash", "native"])
 def test_backward_mode_from_env_overrides_the_module_setting(mode, monkeypatch) -> None:
     monkeypatch.setattr(mkernel.ops, "ATTENTION_BACKWARD", "auto")
     monkeypatch.setenv("MKERNEL_ATTN_BWD", mode)
@@ -343,11 +343,48 @@ def test_native_mode_on_the_cpu_is_still_the_math_backward(monkeypatch) -> None:
         assert mkernel.ops._attention_backward_choice(q, k, k, causal) == "math"
 
 
-def test_default_mode_is_not_native(monkeypatch) -> None:
-    """The native backward is opt-in until a device run verifies it."""
+def test_default_mode_is_auto(monkeypatch) -> None:
     monkeypatch.delenv("MKERNEL_ATTN_BWD", raising=False)
     assert mkernel.ops.ATTENTION_BACKWARD == "auto"
     assert mkernel.ops._attention_backward_mode() == "auto"
+
+
+@pytest.mark.parametrize("s,s_kv,d,causal,wins", [
+    (4096, 4096, 128, False, True), (8192, 4100, 128, False, True), (4095, 8192, 128, False, False),
+    (8192, 8192, 128, True, False), (8192, 8192, 64, False, False), (8192, 4000, 128, False, False)])
+def test_auto_takes_the_native_backward_only_on_its_measured_rows(s, s_kv, d, causal, wins) -> None:
+    """auto's native rows (NATIVE_AUTO_MIN_SEQ): non-causal, d = 128, long queries and keys; the
+    rule reads shapes only (meta tensors: no memory)."""
+    q = torch.empty(1, s, 4, d, device="meta")
+    k = torch.empty(1, s_kv, 2, d, device="meta")
+    assert mkernel.ops._native_backward_wins(q, k, causal) is wins
+
+
+@needs_gpu
+@pytest.mark.parametrize("mode,want", [("auto", "native"), ("torch", "cudnn")])
+def test_auto_native_rows_and_the_torch_pin(mode, want, monkeypatch) -> None:
+    """On a row auto gives the native backward (non-causal, d = 128, ragged 4100 queries / 4164
+    keys, GQA 4/2) and MKERNEL_ATTN_BWD=torch pins torch's kernels: both match autograd of the
+    fp32 reference."""
+    monkeypatch.setenv("MKERNEL_ATTN_BWD", mode)
+    gen = torch.Generator(device="cuda").manual_seed(38)
+    shape_q, shape_kv = (1, 4100, 4, 128), (1, 4164, 2, 128)
+    q = torch.randn(*shape_q, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
+    k = torch.randn(*shape_kv, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
+    v = torch.randn(*shape_kv, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
+    dout = torch.randn(*shape_q, device="cuda", dtype=torch.bfloat16, generator=gen)
+    choice = mkernel.ops._attention_backward_choice(q, k, v, False)
+    assert choice == want or (mode == "torch" and choice == "flash")
+    # Other data first: its gradients free blocks the second call's may reuse (stale values show).
+    out, _ = mkernel.attention(q * 3, k, v, causal=False)
+    torch.autograd.grad(out, (q, k, v), dout)
+    out, _ = mkernel.attention(q, k, v, causal=False)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    q32, k32, v32 = (x.detach().float().requires_grad_() for x in (q, k, v))
+    ref, _ = attention_ref(q32, k32, v32, False, dtype=torch.float32)
+    ref_grads = torch.autograd.grad(ref, (q32, k32, v32), dout.float())
+    for name, g, r in zip("qkv", grads, ref_grads):
+        assert _rel(g, r.double()) < 2e-2, f"{mode} ({choice}) d{name}"
 
 
 def test_ring_op_meta_shapes_and_validation() -> None:

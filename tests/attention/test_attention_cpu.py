@@ -89,10 +89,10 @@ def test_cpu_gradients_match_autograd(causal) -> None:
         assert _rel(g, r) < 1e-5
 
 
-@pytest.mark.parametrize("setting", ["auto", "flash"])
+@pytest.mark.parametrize("setting", ["auto", "torch", "flash"])
 def test_backward_choice_on_the_cpu_is_the_math_backward(setting, monkeypatch) -> None:
     """CPU tensors differentiate through the fp32 math backward whatever the CUDA backward
-    setting (mkernel.ops.ATTENTION_BACKWARD picks among torch's CUDA kernels only)."""
+    setting (mkernel.ops.ATTENTION_BACKWARD picks among CUDA kernels only)."""
     monkeypatch.setattr(mkernel.ops, "ATTENTION_BACKWARD", setting)
     q = torch.randn(1, 8, 4, 64, dtype=torch.bfloat16)
     k = torch.randn(1, 8, 2, 64, dtype=torch.bfloat16)
