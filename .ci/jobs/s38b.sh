@@ -6,7 +6,7 @@
 #   tar xJf .bp/core.tar.xz && MKERNEL_COMMIT=<hash> JOBS=.ci/jobs/s38b.sh REAL_OUT=$OUT OUT=/tmp/devout TOTAL=560 bash .ci/gpu-dev
 P="python3 -m pytest -q -rfE --tb=short -p no:cacheprovider --durations=3"
 A=tests/attention
-jx attn_tests 120 40 "timeout 118 $P $A/test_attention_backward_native.py $A/test_attention_engine.py -k 'auto or torch or mode or autograd or gradients or choice'"
+jx attn_tests 150 40 "timeout 148 $P $A/test_attention_backward_native.py $A/test_attention_engine.py -k 'auto or torch or mode or autograd or gradients or choice'"
 jx bwd_short 90 40 "timeout 88 python3 benchmarks/bench_attention.py --backward --seqs 1024,2048 --iters 10 --modes nc --native-kernels wgmma,wgmma_ws_dqwarp"
 mps_stop
 NCU_BIN=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
