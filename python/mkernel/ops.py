@@ -877,9 +877,13 @@ def _attention_backward_mode() -> str:
 
 def _native_backward_wins(q: Tensor, k: Tensor, causal: bool) -> bool:
     """Whether auto takes the native backward for this problem (NATIVE_AUTO_MIN_SEQ says where it
-    measured faster than cuDNN's): non-causal, d = 128, long enough queries and keys."""
+    measured faster than cuDNN's): non-causal, d = 128, long enough queries and keys — and not
+    under ``torch.use_deterministic_algorithms``: its dq is summed by reduce-adds in arrival order
+    (dk and dv repeat bit for bit), so there auto keeps torch's kernels, whose own checks pick a
+    deterministic one."""
     return (not causal and q.shape[-1] == 128
-            and min(q.shape[1], k.shape[1]) >= NATIVE_AUTO_MIN_SEQ)
+            and min(q.shape[1], k.shape[1]) >= NATIVE_AUTO_MIN_SEQ
+            and not torch.are_deterministic_algorithms_enabled())
 
 
 def _attention_backward_native(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
@@ -912,7 +916,8 @@ def _attention_backward_choice(q: Tensor, k: Tensor, v: Tensor, causal: bool) ->
     dims = (*q.shape, *q.stride(), *k.shape, *k.stride(), *v.stride())
     if not all(type(x) is int for x in dims):  # symbolic sizes (torch.compile): no cache
         return "cudnn" if _cudnn_backward_applies(q, k, v, causal) else "flash"
-    key = (q.device, q.dtype, dims, causal, torch.backends.cuda.cudnn_sdp_enabled())
+    key = (q.device, q.dtype, dims, causal, torch.backends.cuda.cudnn_sdp_enabled(),
+           torch.are_deterministic_algorithms_enabled())
     hit = _CUDNN_BACKWARD_OK.get(key)
     if hit is None:
         if len(_CUDNN_BACKWARD_OK) >= 1024:
@@ -921,7 +926,8 @@ def _attention_backward_choice(q: Tensor, k: Tensor, v: Tensor, causal: bool) ->
     return "cudnn" if hit else "flash"
 
 
-# _attention_backward_choice's cache of _cudnn_backward_applies, by shapes, strides, dtype, device.
+# _attention_backward_choice's cache of _cudnn_backward_applies, by shapes, strides, dtype, device,
+# cuDNN SDPA enabled and deterministic algorithms (torch's check refuses cuDNN under those).
 _CUDNN_BACKWARD_OK: dict[tuple, bool] = {}
 
 

@@ -360,6 +360,21 @@ def test_auto_takes_the_native_backward_only_on_its_measured_rows(s, s_kv, d, ca
     assert mkernel.ops._native_backward_wins(q, k, causal) is wins
 
 
+def test_auto_keeps_torch_kernels_under_deterministic_algorithms() -> None:
+    """The native backward sums dq in arrival order: with torch.use_deterministic_algorithms on,
+    auto does not take it even on its rows (and takes it again once off)."""
+    q = torch.empty(1, 8192, 4, 128, device="meta")
+    was, warn_only = (torch.are_deterministic_algorithms_enabled(),
+                      torch.is_deterministic_algorithms_warn_only_enabled())
+    try:
+        torch.use_deterministic_algorithms(True)
+        assert mkernel.ops._native_backward_wins(q, q, False) is False
+        torch.use_deterministic_algorithms(False)
+        assert mkernel.ops._native_backward_wins(q, q, False) is True
+    finally:
+        torch.use_deterministic_algorithms(was, warn_only=warn_only)
+
+
 @needs_gpu
 @pytest.mark.parametrize("mode,want", [("auto", "native"), ("torch", "cudnn")])
 def test_auto_native_rows_and_the_torch_pin(mode, want, monkeypatch) -> None:
