@@ -9,10 +9,12 @@ Writes JSON under results/ (device, commit, shapes, medians, TFLOP/s, ratio to c
     python benchmarks/bench_attention.py [--quick] [--iters N] [--backward] [--skip-cluster]
 
 --backward times forward + backward instead (loss = (out * dout).sum(), grads of q, k, v):
-mkernel.attention's backward is torch's cuDNN backward kernel (FA2's where cuDNN does not
-apply; column mkernel_fa2bwd: FA2's always) fed with the engine's out/lse (the first step the
-issue allows), column mkernel_native the engine's own backward (MKERNEL_ATTN_BWD=native,
-opt-in; mkernel_native_bulk_dq / _ws / _mma_sync: its other main kernels), against SDPA flash and
+column mkernel is mkernel.attention's default backward (auto: the engine's own kernel on its
+measured rows — non-causal, d = 128, S >= 4096 — else torch's cuDNN backward kernel, FA2's where
+cuDNN does not apply, fed with the engine's out/lse; the row's backward_kernel says which; column
+mkernel_fa2bwd: FA2's always), the mkernel_native* columns the engine's own backward forced
+(MKERNEL_ATTN_BWD=native; mkernel_native: the plain wgmma kernel, the others by NATIVE_KERNELS,
+--native-kernels), against SDPA flash and
 cuDNN forward + backward; FLOPs 3.5x the forward's (backward = 2.5x, FlashAttention's
 convention). Columns bwd_* time the backward alone (through a retained graph). --seqs picks the
 lengths there too.
@@ -89,8 +91,8 @@ def forward_out(kind, q, k, v, causal):
 
 def bwd_only_fn(kind, q, k, v, dout, causal):
     """The backward alone: the forward runs once here, each call replays the gradients of q, k,
-    v through the retained graph. kind: mkernel (its default backward: cuDNN's kernel on the
-    engine's lse), a native kernel's column (NATIVE_KERNELS), cudnn, flash."""
+    v through the retained graph. kind: mkernel (its default backward, auto), a native kernel's
+    column (NATIVE_KERNELS), cudnn, flash."""
     out = forward_out(kind, q, k, v, causal)
 
     def run():
