@@ -10,7 +10,7 @@ on fresh inputs (buffers and flags reused across calls without a host step).
 
 A rank prints ``CASE {json}`` per checked call, ``ERR {json}`` for an expected failure and
 ``OK <rank>`` at the end. ``TEST_SUITE`` (comma-separated) picks: ``matrix``, ``graph``,
-``grad``, ``alone`` (ring12: the compute-alone ceiling op), ``layer`` (mkernel.nn.ContextParallelAttention),
+``grad``, ``grad_auto_native``, ``alone`` (ring12: the compute-alone ceiling op), ``layer`` (mkernel.nn.ContextParallelAttention),
 ``other_dims`` (head dims other than 64 / 128), ``kill`` (ends the process). Groups spanning emulated nodes run the same suites.
 """
 
@@ -212,6 +212,16 @@ def grad(c: Checker) -> None:
     for i, case in enumerate([(True, 1, 512, 8, 2, 128, torch.bfloat16),
                               (False, 2, 333, 4, 4, 64, torch.bfloat16)]):
         check_grads(c, "grad", case, 9000 + i, 9100 + i)
+
+
+def grad_auto_native(c: Checker) -> None:
+    """dq/dk/dv through the ring backward on one of auto's native rows (non-causal, d = 128,
+    4096-key shards: mkernel.ops.NATIVE_AUTO_MIN_SEQ), where the group's call runs the engine's
+    own backward kernel, against fp32 autograd of the whole sequence. Its own suite: every rank
+    builds the reference of the whole sequence, W x 4096 keys."""
+    case = (False, 1, 4096, 2, 1, 128, torch.bfloat16)
+    assert min(case[2], case[2] * c.world) >= mkernel.ops.NATIVE_AUTO_MIN_SEQ
+    check_grads(c, "grad_auto_native", case, 9200, 9300)
 
 
 def check_grads(c: Checker, op: str, case, seed: int, dout_seed: int) -> None:

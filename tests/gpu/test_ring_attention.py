@@ -38,6 +38,18 @@ def test_ring_attention_matches_reference(mps, world):
               f"rel {c['rel']:.2e} lse_rel {c.get('lse_rel', float('nan')):.2e}")
 
 
+def test_ring_backward_on_auto_native_rows(mps):
+    """W = 2, non-causal d = 128 shards of 4096 keys: the ring backward's group call takes the
+    engine's own backward (auto's native rows), dq / dk / dv against fp32 autograd of the whole
+    sequence on every rank."""
+    world = 2
+    res = run_ranks(RING_MAIN, world, timeout=180,
+                    env=rank_env(mps, world, TEST_SUITE="grad_auto_native", MKERNEL_OP_TIMEOUT="30"))
+    cases = check_ranks(res)
+    assert [c["op"] for c in cases] == ["grad_auto_native"] * world, cases
+    print(f"W=2 auto's native rows: worst rel err {max(c['rel'] for c in cases):.2e}")
+
+
 def test_ring_attention_at_world_eight(mps):
     """W = 8 (each rank 12% of the SMs): the matrix's shorter cases (both modes, causal zigzag
     and not, GQA/MQA, ragged), each called twice (the reference of the whole sequence is
