@@ -75,7 +75,8 @@ build: install
 # --- CUDA compile check (no GPU needed) ----------------------------------------
 # nvcc 13.0 from PyPI compiles the GEMM dispatcher and one full instantiation
 # (CUTLASS collectives + the hooked kernel) for sm_90a, and fails if ptxas
-# serializes wgmma (C7510): machines without a GPU still catch kernel breakage.
+# serializes wgmma (C7510): machines without a GPU still catch kernel breakage. Then it builds and
+# runs one host program: the native backward mask's layout assumption (tests/cuda_check/).
 CUDA_TOOLS := build/cuda-toolchain
 CUDA_PKGS  := nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 \
               nvidia-cuda-cccl==13.0.85 nvidia-cuda-runtime==13.0.96
@@ -98,7 +99,13 @@ cuda-check: $(CUDA_TOOLS)/.stamp
 	    > build/cuda-check.log 2>&1 || { cat build/cuda-check.log; exit 1; }; \
 	  if grep -q C7510 build/cuda-check.log; then grep C7510 build/cuda-check.log | cut -c1-300; \
 	    echo "ptxas serialized wgmma in $$f (a call in the kernel?)"; exit 1; fi; \
-	done
+	done; \
+	echo "nvcc + run on the host: tests/cuda_check/bwd_mask_layout_check.cu"; \
+	$$T/bin/nvcc -std=c++17 -O1 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+	  -I$$cut/include -I$$cut/tools/util/include -I$$T/include/cccl -I$$T/include -Icsrc -Icsrc/include \
+	  -L$$T/lib tests/cuda_check/bwd_mask_layout_check.cu -o build/bwd_mask_layout_check \
+	  > build/cuda-check.log 2>&1 || { cat build/cuda-check.log; exit 1; }; \
+	build/bwd_mask_layout_check
 
 # The CUDA build's host TUs (csrc/**/*.cpp with MKERNEL_WITH_CUDA, which the CPU build skips):
 # g++ -fsyntax-only against torch's and the PyPI CUDA toolchain's headers, so that a machine
