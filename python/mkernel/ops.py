@@ -861,8 +861,8 @@ _BACKWARD_MODES = ("auto", "torch", "flash", "native")
 # H100 (benchmarks/results/attention_bwd_*, the backward alone, b * S = 16384 tokens, 32 query
 # heads): the native kernel (wgmma_ws_dqwarp) against cuDNN's on the engine's lse, wall time,
 # MHA S = 4096 / 8192 / 16384 1.05x / 1.03x / 1.03x (GPU time against SDPA's own cuDNN 1.00x /
-# 1.01x / 1.09x), GQA 32/8 S = 8192 1.07x. It loses causal (0.95-0.97x GPU time) and at d = 64
-# (0.85x), where cuDNN's stays.
+# 1.01x / 1.09x), GQA 32/8 S = 8192 1.07x. Causal it is at parity since session 39 (0.975-1.005x
+# GPU time, S = 4k-16k, GQA), not ahead, and at d = 64 it loses (0.87-0.90x): cuDNN's stays there.
 NATIVE_AUTO_MIN_SEQ: int = 4096
 
 
