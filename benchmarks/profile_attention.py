@@ -13,7 +13,7 @@ the kernels of that call. What:
         -o /tmp/prof python benchmarks/profile_attention.py --what native_bwd --seq 8192
 
 Not under MPS (ncu profiles no MPS client): stop the daemon first (.ci/gpu-dev's mps_stop).
-bf16, d = 128, 32 heads, b * S = 16384 tokens (bench_attention.py's shapes).
+bf16, d = 128 (--head-dim 64 too), 32 heads, b * S = 16384 tokens (bench_attention.py's shapes).
 """
 
 from __future__ import annotations
@@ -37,12 +37,13 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=8192)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--head-dim", type=int, default=128, choices=(64, 128))
     ap.add_argument("--kernel", default="wgmma_ws", help="native_bwd: MKERNEL_ATTN_BWD_KERNEL")
     args = ap.parse_args()
     if args.what == "native_bwd":  # read at each backward call
         os.environ["MKERNEL_ATTN_BWD"] = "native"
         os.environ["MKERNEL_ATTN_BWD_KERNEL"] = args.kernel
-    b, s, h, d = max(1, TOKENS // args.seq), args.seq, args.heads, 128
+    b, s, h, d = max(1, TOKENS // args.seq), args.seq, args.heads, args.head_dim
     gen = torch.Generator(device="cuda").manual_seed(0)
     q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
                      for _ in range(4))
