@@ -204,6 +204,49 @@ def test_dqwarp_tile_order_changes_no_key_gradient(dtype, monkeypatch) -> None:
         torch.ops.mkernel.attention_backward.default(dout, q, k, v, out, lse, True, d ** -0.5)
 
 
+@needs_gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_dqwarp_dq_sum_at_d64_matches_two_reduces(causal, monkeypatch) -> None:
+    """MKERNEL_ATTN_BWD_DQ_SUM=1 (wgmma_ws_dqwarp, d = 64: the key halves' dQ partials summed in
+    shared memory, one bulk reduce-add a step): dk and dv bit for bit (untouched), dq to fp32
+    summation order against the two-reduce default, all three against float64. Ragged s (not a
+    multiple of 64) and GQA 8/2; at d = 128 the knob changes nothing; a bad value is refused."""
+    monkeypatch.setenv("MKERNEL_ATTN_BWD_KERNEL", "wgmma_ws_dqwarp")
+    b, s, h, h_kv, d = 2, 1000, 8, 2, 64
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    q, dout = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+               for _ in range(2))
+    k, v = (torch.randn(b, s, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+            for _ in range(2))
+    out, lse = mkernel.attention(q, k, v, causal=causal)
+    grads = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv("MKERNEL_ATTN_BWD_DQ_SUM", flag)
+        _poison_allocator()
+        grads[flag] = torch.ops.mkernel.attention_backward.default(dout, q, k, v, out, lse, causal,
+                                                                  d ** -0.5)
+    torch.cuda.synchronize()
+    assert torch.equal(grads["0"][1], grads["1"][1]), "dk differs with the dQ sum"
+    assert torch.equal(grads["0"][2], grads["1"][2]), "dv differs with the dQ sum"
+    assert _rel(grads["1"][0], grads["0"][0].double()) < 1e-3, "dq differs with the dQ sum"
+    stored = _backward_of_stored_out(dout, q, k, v, out, causal, d ** -0.5)
+    for name, g, r in zip("qkv", grads["1"], stored):
+        assert _rel(g, r) < 2e-2, f"d{name} (dQ sum) vs the float64 backward of the stored out"
+    # d = 128: the knob is not for its kernel (dQ split by columns) and changes nothing.
+    q2, k2, v2, dout2 = (torch.randn(1, 256, 2, 128, device="cuda", dtype=torch.bfloat16,
+                                     generator=gen) for _ in range(4))
+    out2, lse2 = mkernel.attention(q2, k2, v2, causal=causal)
+    g2 = torch.ops.mkernel.attention_backward.default(dout2, q2, k2, v2, out2, lse2, causal, 128 ** -0.5)
+    monkeypatch.setenv("MKERNEL_ATTN_BWD_DQ_SUM", "0")
+    g2_ref = torch.ops.mkernel.attention_backward.default(dout2, q2, k2, v2, out2, lse2, causal,
+                                                         128 ** -0.5)
+    for a, r in zip(g2[1:], g2_ref[1:]):
+        assert torch.equal(a, r), "the dQ sum knob changed a d = 128 key gradient"
+    monkeypatch.setenv("MKERNEL_ATTN_BWD_DQ_SUM", "yes")
+    with pytest.raises(ValueError, match="MKERNEL_ATTN_BWD_DQ_SUM"):
+        torch.ops.mkernel.attention_backward.default(dout, q, k, v, out, lse, causal, d ** -0.5)
+
+
 def _masked_backward_of_stored_out(dout, q, k, v, out, visible, scale: float):
     """dq, dk, dv in float64 of attention under an explicit [s, s_kv] mask, D = rowsum(dO o out)
     of the stored out: the best any backward fed that out can do (GQA summed)."""
