@@ -173,6 +173,34 @@ def test_native_backward_kernel_repeats_bit_for_bit_and_agrees_with_mma_sync(ker
         assert _rel(a, c.double()) < 1e-2, f"d{name}: {kernel} and mma_sync disagree"
 
 
+def _dqwarp_knob_keeps_key_grads(monkeypatch, knob: str, base: str, other: str, shape, dtype,
+                                 causal: bool, seed: int, what: str):
+    """wgmma_ws_dqwarp's gradients for fresh inputs of ``shape = (b, s, h, h_kv, d)`` under
+    ``knob = base`` and ``knob = other`` (allocator poisoned before each): dk and dv bit for bit,
+    dq to fp32 summation order, ``other``'s three against float64 of the stored out. Returns the
+    call's arguments (for a refusal check)."""
+    monkeypatch.setenv("MKERNEL_ATTN_BWD_KERNEL", "wgmma_ws_dqwarp")
+    b, s, h, h_kv, d = shape
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q, dout = (torch.randn(b, s, h, d, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
+    k, v = (torch.randn(b, s, h_kv, d, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
+    out, lse = mkernel.attention(q, k, v, causal=causal)
+    args = (dout, q, k, v, out, lse, causal, d ** -0.5)
+    grads = {}
+    for value in (base, other):
+        monkeypatch.setenv(knob, value)
+        _poison_allocator()
+        grads[value] = torch.ops.mkernel.attention_backward.default(*args)
+    torch.cuda.synchronize()
+    assert torch.equal(grads[base][1], grads[other][1]), f"dk differs {what}"
+    assert torch.equal(grads[base][2], grads[other][2]), f"dv differs {what}"
+    assert _rel(grads[other][0], grads[base][0].double()) < 1e-3, f"dq differs {what}"
+    stored = _backward_of_stored_out(dout, q, k, v, out, causal, d ** -0.5)
+    for name, g, r in zip("qkv", grads[other], stored):
+        assert _rel(g, r) < 2e-2, f"d{name} ({knob}={other}) vs the float64 backward of the stored out"
+    return args
+
+
 @needs_gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_dqwarp_tile_order_changes_no_key_gradient(dtype, monkeypatch) -> None:
@@ -180,28 +208,12 @@ def test_dqwarp_tile_order_changes_no_key_gradient(dtype, monkeypatch) -> None:
     plain grid): dk and dv bit for bit (a CTA computes the same whatever its place), dq to fp32
     summation order, both against float64. b = 3, h_kv = 2, s = 2048, d = 128, 4 query heads a kv
     head: sections of 4 (kv head, batch) pairs over 6, the last one a remainder of 2."""
-    monkeypatch.setenv("MKERNEL_ATTN_BWD_KERNEL", "wgmma_ws_dqwarp")
-    b, s, h, h_kv, d = 3, 2048, 8, 2, 128
-    gen = torch.Generator(device="cuda").manual_seed(5)
-    q, dout = (torch.randn(b, s, h, d, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
-    k, v = (torch.randn(b, s, h_kv, d, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
-    out, lse = mkernel.attention(q, k, v, causal=True)
-    grads = {}
-    for order in ("lpt", "grid"):
-        monkeypatch.setenv("MKERNEL_ATTN_BWD_TILE_ORDER", order)
-        _poison_allocator()
-        grads[order] = torch.ops.mkernel.attention_backward.default(dout, q, k, v, out, lse, True,
-                                                                   d ** -0.5)
-    torch.cuda.synchronize()
-    assert torch.equal(grads["lpt"][1], grads["grid"][1]), "dk differs between CTA orders"
-    assert torch.equal(grads["lpt"][2], grads["grid"][2]), "dv differs between CTA orders"
-    assert _rel(grads["lpt"][0], grads["grid"][0].double()) < 1e-3, "dq differs between CTA orders"
-    stored = _backward_of_stored_out(dout, q, k, v, out, True, d ** -0.5)
-    for name, g, r in zip("qkv", grads["lpt"], stored):
-        assert _rel(g, r) < 2e-2, f"d{name} vs the float64 backward of the stored out"
+    args = _dqwarp_knob_keeps_key_grads(monkeypatch, "MKERNEL_ATTN_BWD_TILE_ORDER", "grid", "lpt",
+                                        (3, 2048, 8, 2, 128), dtype, True, 5,
+                                        "between CTA orders")
     monkeypatch.setenv("MKERNEL_ATTN_BWD_TILE_ORDER", "sorted")
     with pytest.raises(ValueError, match="MKERNEL_ATTN_BWD_TILE_ORDER"):
-        torch.ops.mkernel.attention_backward.default(dout, q, k, v, out, lse, True, d ** -0.5)
+        torch.ops.mkernel.attention_backward.default(*args)
 
 
 @needs_gpu
@@ -211,40 +223,24 @@ def test_dqwarp_dq_sum_at_d64_matches_two_reduces(causal, monkeypatch) -> None:
     shared memory, one bulk reduce-add a step): dk and dv bit for bit (untouched), dq to fp32
     summation order against the two-reduce default, all three against float64. Ragged s (not a
     multiple of 64) and GQA 8/2; at d = 128 the knob changes nothing; a bad value is refused."""
-    monkeypatch.setenv("MKERNEL_ATTN_BWD_KERNEL", "wgmma_ws_dqwarp")
-    b, s, h, h_kv, d = 2, 1000, 8, 2, 64
-    gen = torch.Generator(device="cuda").manual_seed(11)
-    q, dout = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-               for _ in range(2))
-    k, v = (torch.randn(b, s, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-            for _ in range(2))
-    out, lse = mkernel.attention(q, k, v, causal=causal)
-    grads = {}
-    for flag in ("0", "1"):
-        monkeypatch.setenv("MKERNEL_ATTN_BWD_DQ_SUM", flag)
-        _poison_allocator()
-        grads[flag] = torch.ops.mkernel.attention_backward.default(dout, q, k, v, out, lse, causal,
-                                                                  d ** -0.5)
-    torch.cuda.synchronize()
-    assert torch.equal(grads["0"][1], grads["1"][1]), "dk differs with the dQ sum"
-    assert torch.equal(grads["0"][2], grads["1"][2]), "dv differs with the dQ sum"
-    assert _rel(grads["1"][0], grads["0"][0].double()) < 1e-3, "dq differs with the dQ sum"
-    stored = _backward_of_stored_out(dout, q, k, v, out, causal, d ** -0.5)
-    for name, g, r in zip("qkv", grads["1"], stored):
-        assert _rel(g, r) < 2e-2, f"d{name} (dQ sum) vs the float64 backward of the stored out"
-    # d = 128: the knob is not for its kernel (dQ split by columns) and changes nothing.
+    args = _dqwarp_knob_keeps_key_grads(monkeypatch, "MKERNEL_ATTN_BWD_DQ_SUM", "0", "1",
+                                        (2, 1000, 8, 2, 64), torch.bfloat16, causal, 11,
+                                        "with the dQ sum")
+    # d = 128: the knob is not for its kernel (dQ split by columns) and changes nothing: dk and dv
+    # repeat bit for bit (dq is summed in arrival order either way).
+    gen = torch.Generator(device="cuda").manual_seed(12)
     q2, k2, v2, dout2 = (torch.randn(1, 256, 2, 128, device="cuda", dtype=torch.bfloat16,
                                      generator=gen) for _ in range(4))
     out2, lse2 = mkernel.attention(q2, k2, v2, causal=causal)
-    g2 = torch.ops.mkernel.attention_backward.default(dout2, q2, k2, v2, out2, lse2, causal, 128 ** -0.5)
+    args2 = (dout2, q2, k2, v2, out2, lse2, causal, 128 ** -0.5)
+    g2 = torch.ops.mkernel.attention_backward.default(*args2)  # the knob is "1" here
     monkeypatch.setenv("MKERNEL_ATTN_BWD_DQ_SUM", "0")
-    g2_ref = torch.ops.mkernel.attention_backward.default(dout2, q2, k2, v2, out2, lse2, causal,
-                                                         128 ** -0.5)
+    g2_ref = torch.ops.mkernel.attention_backward.default(*args2)
     for a, r in zip(g2[1:], g2_ref[1:]):
         assert torch.equal(a, r), "the dQ sum knob changed a d = 128 key gradient"
     monkeypatch.setenv("MKERNEL_ATTN_BWD_DQ_SUM", "yes")
     with pytest.raises(ValueError, match="MKERNEL_ATTN_BWD_DQ_SUM"):
-        torch.ops.mkernel.attention_backward.default(dout, q, k, v, out, lse, causal, d ** -0.5)
+        torch.ops.mkernel.attention_backward.default(*args)
 
 
 def _masked_backward_of_stored_out(dout, q, k, v, out, visible, scale: float):
