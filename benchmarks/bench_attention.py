@@ -58,24 +58,20 @@ def sdpa_fn(backend, q, k, v, causal):
 
 # Columns of the native backward: its main kernel (MKERNEL_ATTN_BWD_KERNEL), ":grid" with the
 # causal CTAs in the plain grid order (MKERNEL_ATTN_BWD_TILE_ORDER=grid; wgmma_ws_dqwarp's
-# default is longest first), ":dqsum" with d = 64's two dQ partials summed in shared memory
-# before one reduce-add (MKERNEL_ATTN_BWD_DQ_SUM=1; the same kernel as the plain column at d = 128).
+# default is longest first).
 NATIVE_KERNELS = {"mkernel_native": "wgmma", "mkernel_native_bulk_dq": "wgmma_bulk_dq",
                   "mkernel_native_ws": "wgmma_ws", "mkernel_native_ws_dqwarp": "wgmma_ws_dqwarp",
                   "mkernel_native_ws_dqwarp_grid": "wgmma_ws_dqwarp:grid",
-                  "mkernel_native_ws_dqwarp_dqsum": "wgmma_ws_dqwarp:dqsum",
                   "mkernel_native_mma_sync": "mma_sync"}
 
 
 def native_backward(kernel: str):
-    """MKERNEL_ATTN_BWD=native with main kernel `kernel` (name[:grid | :dqsum]) for the backward
+    """MKERNEL_ATTN_BWD=native with main kernel `kernel` (name[:tile order]) for the backward
     calls inside."""
-    name, _, option = kernel.partition(":")
+    name, _, order = kernel.partition(":")
     env = {"MKERNEL_ATTN_BWD": "native", "MKERNEL_ATTN_BWD_KERNEL": name}
-    if option == "dqsum":
-        env["MKERNEL_ATTN_BWD_DQ_SUM"] = "1"
-    elif option:
-        env["MKERNEL_ATTN_BWD_TILE_ORDER"] = option
+    if order:
+        env["MKERNEL_ATTN_BWD_TILE_ORDER"] = order
     return env_set(env)
 
 

@@ -193,13 +193,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_native_backward(
                                        static_cast<int>(q.element_size()), p.heads_kv * p.kv_batch);
     }
   }
-  // The dQ-warp kernel at d = 64 (its dQ split by keys): both key halves' partials summed in
-  // shared memory before one bulk reduce-add (MKERNEL_ATTN_BWD_DQ_SUM=1, measurement).
-  if (const char* sum = env::get("MKERNEL_ATTN_BWD_DQ_SUM")) {
-    TORCH_CHECK_VALUE(std::strcmp(sum, "0") == 0 || std::strcmp(sum, "1") == 0, kBwdOp,
-                      ": MKERNEL_ATTN_BWD_DQ_SUM must be 0 or 1, got '", sum, "'");
-    p.dq_sum_halves = sum[0] == '1' && p.kernel == attention::BwdKernel::kWgmmaWsDqWarp && d == 64;
-  }
   at::Tensor padded;  // the warp-specialized kernels' lse·log2 e and D rows, s padded to 64
   if (attention::bwd_kernel_warp_specialized(p.kernel)) {
     padded = at::empty({2, b, h, (s + 63) / 64 * 64}, q.options().dtype(at::kFloat));

@@ -20,9 +20,6 @@ constexpr Kind kConfig = Kind::kConfig;
 
 constexpr Knob kKnobs[] = {
     // attention_backward.cpp
-    {"MKERNEL_ATTN_BWD_DQ_SUM", kDebug, "0 | 1", "0",
-     "measurement: the wgmma_ws_dqwarp backward at d = 64 sums its two key halves' dQ partials "
-     "in shared memory before one bulk reduce-add a step (half the L2 reduce traffic)"},
     {"MKERNEL_ATTN_BWD_KERNEL", kDebug,
      "wgmma | wgmma_bulk_dq | wgmma_ws | wgmma_ws_dqwarp | mma_sync", "wgmma_ws_dqwarp",
      "measurement: the native attention backward's main kernel (dQ by bulk reduce-add; warp-"

@@ -216,33 +216,6 @@ def test_dqwarp_tile_order_changes_no_key_gradient(dtype, monkeypatch) -> None:
         torch.ops.mkernel.attention_backward.default(*args)
 
 
-@needs_gpu
-@pytest.mark.parametrize("causal", [False, True])
-def test_dqwarp_dq_sum_at_d64_matches_two_reduces(causal, monkeypatch) -> None:
-    """MKERNEL_ATTN_BWD_DQ_SUM=1 (wgmma_ws_dqwarp, d = 64: the key halves' dQ partials summed in
-    shared memory, one bulk reduce-add a step): dk and dv bit for bit (untouched), dq to fp32
-    summation order against the two-reduce default, all three against float64. Ragged s (not a
-    multiple of 64) and GQA 8/2; at d = 128 the knob changes nothing; a bad value is refused."""
-    args = _dqwarp_knob_keeps_key_grads(monkeypatch, "MKERNEL_ATTN_BWD_DQ_SUM", "0", "1",
-                                        (2, 1000, 8, 2, 64), torch.bfloat16, causal, 11,
-                                        "with the dQ sum")
-    # d = 128: the knob is not for its kernel (dQ split by columns) and changes nothing: dk and dv
-    # repeat bit for bit (dq is summed in arrival order either way).
-    gen = torch.Generator(device="cuda").manual_seed(12)
-    q2, k2, v2, dout2 = (torch.randn(1, 256, 2, 128, device="cuda", dtype=torch.bfloat16,
-                                     generator=gen) for _ in range(4))
-    out2, lse2 = mkernel.attention(q2, k2, v2, causal=causal)
-    args2 = (dout2, q2, k2, v2, out2, lse2, causal, 128 ** -0.5)
-    g2 = torch.ops.mkernel.attention_backward.default(*args2)  # the knob is "1" here
-    monkeypatch.setenv("MKERNEL_ATTN_BWD_DQ_SUM", "0")
-    g2_ref = torch.ops.mkernel.attention_backward.default(*args2)
-    for a, r in zip(g2[1:], g2_ref[1:]):
-        assert torch.equal(a, r), "the dQ sum knob changed a d = 128 key gradient"
-    monkeypatch.setenv("MKERNEL_ATTN_BWD_DQ_SUM", "yes")
-    with pytest.raises(ValueError, match="MKERNEL_ATTN_BWD_DQ_SUM"):
-        torch.ops.mkernel.attention_backward.default(*args)
-
-
 def _masked_backward_of_stored_out(dout, q, k, v, out, visible, scale: float):
     """dq, dk, dv in float64 of attention under an explicit [s, s_kv] mask, D = rowsum(dO o out)
     of the stored out: the best any backward fed that out can do (GQA summed)."""

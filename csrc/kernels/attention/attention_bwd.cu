@@ -110,12 +110,9 @@ const char* can_implement_backward(const BwdProblem& p) {
   if (p.tile_sections > 0 &&
       (long long)((p.seq_kv + 127) / 128) * p.heads_kv * p.kv_batch > 0x7fffffffLL)
     return "tile_sections: the 1-D grid must hold < 2^31 CTAs";
-  if (p.dq_sum_halves && (p.kernel != BwdKernel::kWgmmaWsDqWarp || p.head_dim != 64))
-    return "dq_sum_halves: the kWgmmaWsDqWarp kernel at d = 64 only";
   const void* ptrs[] = {p.q, p.k, p.v, p.out, p.dout, p.lse, p.dq, p.dk, p.dv, p.dq_accum, p.delta};
   for (const void* ptr : ptrs)
-    if (ptr == nullptr || !aligned16(ptr))
-      return "every tensor must be non-null and 16-byte aligned";
+    if (ptr == nullptr || !aligned16(ptr)) return "every tensor must be non-null and 16-byte aligned";
   return nullptr;
 }
 

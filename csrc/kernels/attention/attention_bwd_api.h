@@ -150,11 +150,6 @@ struct BwdProblem {
   bool causal;
   DType dtype;
   BwdKernel kernel;
-  // kWgmmaWsDqWarp at d = 64 (dQ split by keys): the dQ warp sums the two key halves' partials
-  // in shared memory and issues one bulk reduce-add a step instead of two
-  // (MKERNEL_ATTN_BWD_DQ_SUM=1; a measurement knob until measured). Last, so that the fields
-  // above keep their offsets (and the kernels that ignore it their SASS).
-  bool dq_sum_halves;
 };
 
 // Why a backward problem can't run (nullptr if it can): dtype, head dim (64, 128), shapes,

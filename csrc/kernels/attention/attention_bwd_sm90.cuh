@@ -670,39 +670,15 @@ __device__ __forceinline__ void dq_warp(const BwdProblem& p, const View& view,
     const int qh = hkv * group + step / range.m_count;
     const int m0 = (range.m_begin + step % range.m_count) * T::kBlockM;
     const int64_t bh = int64_t(view.b_q()) * p.heads + qh;
-    constexpr int kTileBytes = T::kBlockM * T::kDqCols * int(sizeof(float));
-    if (T::kDqSplitKeys && p.dq_sum_halves) {
-      // d = 64: both key halves' partials cover the same 64 x 64 tile. Summed here first, one
-      // bulk reduce-add a step instead of two: half the L2 reduce traffic, which at d = 64 is
-      // twice d = 128's per FLOP (MKERNEL_ATTN_BWD_DQ_SUM=1, measurement). Unrolled by 2 only:
-      // this warp runs at the producer's 24 registers.
-      dq_barrier<kDqFull, true>(0, buf);
-      dq_barrier<kDqFull, true>(1, buf);
-      float4* sum = reinterpret_cast<float4*>(ss.dq[buf]);
-      const float4* other = reinterpret_cast<const float4*>(ss.dq[2 + buf]);
-#pragma unroll 2
-      for (int i = threadIdx.x % 32; i < kTileBytes / 16; i += 32) {
-        const float4 a = sum[i], b = other[i];
-        sum[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-      }
-      cutlass::arch::fence_view_async_shared();  // the bulk copy reads through the async proxy
-      __syncwarp();
-      if (leader) {
-        bulk_reduce_add_f32_keep(p.dq_accum + dq_tiled_offset(bh, m0, 0, p.seq_q, T::kHeadDim),
-                                 ss.dq[buf], kTileBytes);
-      }
-      __syncwarp();
-    } else {
 #pragma unroll
-      for (int wg = 0; wg < T::kWarpGroups; ++wg) {
-        dq_barrier<kDqFull, true>(wg, buf);
-        if (leader) {
-          const int col0 = T::kDqSplitKeys ? 0 : wg * T::kDqCols;
-          bulk_reduce_add_f32_keep(p.dq_accum + dq_tiled_offset(bh, m0, col0, p.seq_q, T::kHeadDim),
-                                   ss.dq[2 * wg + buf], kTileBytes);
-        }
-        __syncwarp();
+    for (int wg = 0; wg < T::kWarpGroups; ++wg) {
+      dq_barrier<kDqFull, true>(wg, buf);
+      if (leader) {
+        const int col0 = T::kDqSplitKeys ? 0 : wg * T::kDqCols;
+        bulk_reduce_add_f32_keep(p.dq_accum + dq_tiled_offset(bh, m0, col0, p.seq_q, T::kHeadDim),
+                                 ss.dq[2 * wg + buf], T::kBlockM * T::kDqCols * int(sizeof(float)));
       }
+      __syncwarp();
     }
     if (step + 2 < range.steps) {
       if (leader) bulk_wait_read<0>();
