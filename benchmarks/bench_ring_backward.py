@@ -13,7 +13,9 @@ Columns (each the forward + backward of the same shards, loss = (out * dout).sum
   fa2      every block through FA2's backward kernel (MKERNEL_ATTN_BWD=flash): the per-block path
            before session 31, the ring-flash-attention recipe's backward;
   native   the engine's native backward, its ring mode: every source's blocks in one launch
-           (MKERNEL_ATTN_BWD=native; opt-in);
+           (MKERNEL_ATTN_BWD=native; opt-in), consuming the K/V shards as the ring's send kernel
+           delivers them (the default of that mode on one node);
+  native_gather  the same launch after an all-gather of the shards (MKERNEL_RING_BWD_ARRIVAL=0);
   fwd      the forward alone (the fused ring), for the backward's share.
 
 Timing: CUDA events, the candidates interleaved iteration by iteration (the order rotates alike on
@@ -40,8 +42,10 @@ SHAPES = [
     ("mha_b4_h16", 4, 4096, 16, 16, 128),
     ("gqa_b1_h32_kv8", 1, 8192, 32, 8, 128),
 ]
-# column: (MKERNEL_ATTN_BWD, MKERNEL_RING_BWD_GROUPS)
-CANDIDATES = {"auto": ("", "1"), "blocks": ("", "0"), "fa2": ("flash", "1"), "native": ("native", "1")}
+# column: (MKERNEL_ATTN_BWD, MKERNEL_RING_BWD_GROUPS, MKERNEL_RING_BWD_ARRIVAL)
+CANDIDATES = {"auto": ("", "1", "1"), "blocks": ("", "0", "1"), "fa2": ("flash", "1", "1"),
+              "native": ("native", "1", "1"), "native_gather": ("native", "1", "0")}
+KNOBS = ("MKERNEL_ATTN_BWD", "MKERNEL_RING_BWD_GROUPS", "MKERNEL_RING_BWD_ARRIVAL")
 
 
 def rank_main() -> None:
@@ -65,17 +69,16 @@ def rank_main() -> None:
                                        requires_grad=True) for hh in (h, h_kv, h_kv))
                 sets.append((q, k, v, torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)))
 
-            def fwd_bwd(mode: tuple[str, str]):
+            def fwd_bwd(mode: tuple[str, str, str]):
                 def run(i: int):
                     q, k, v, dout = sets[i % 2]
-                    # read at each backward call
-                    os.environ["MKERNEL_ATTN_BWD"], os.environ["MKERNEL_RING_BWD_GROUPS"] = mode
+                    os.environ.update(zip(KNOBS, mode))  # read at each backward call
                     try:
                         out, _ = mkernel.ring_attention(q, k, v, causal=causal, group=ctx)
                         return torch.autograd.grad(out, (q, k, v), dout)
                     finally:
-                        os.environ.pop("MKERNEL_ATTN_BWD", None)
-                        os.environ.pop("MKERNEL_RING_BWD_GROUPS", None)
+                        for knob in KNOBS:
+                            os.environ.pop(knob, None)
                 return run
 
             def fwd(i: int):
@@ -101,6 +104,7 @@ def rank_main() -> None:
                 res["auto_vs_fa2"] = slow["fa2"] / slow["auto"]
                 res["groups_vs_blocks"] = slow["blocks"] / slow["auto"]
                 res["native_vs_auto"] = slow["auto"] / slow["native"]
+                res["arrival_vs_gather"] = slow["native_gather"] / slow["native"]
                 print("RESULT " + json.dumps(res), flush=True)
     dist.barrier()
 
@@ -142,17 +146,19 @@ def main() -> None:
         stop()
     for f in failed:
         print(f, file=sys.stderr)
-    print(f"{'shape':<16} {'causal':>6} {'auto':>8} {'blocks':>8} {'fa2':>8} {'native':>8} {'fwd':>8} "
-          f"{'blk/auto':>8} {'auto/fa2':>8} {'nat/auto':>8}   (ms, fwd+bwd, slowest rank)")
+    print(f"{'shape':<16} {'causal':>6} {'auto':>8} {'blocks':>8} {'fa2':>8} {'native':>8} {'nat_gath':>8} "
+          f"{'fwd':>8} {'blk/auto':>8} {'auto/fa2':>8} {'nat/auto':>8} {'arr/gath':>8}"
+          f"   (ms, fwd+bwd, slowest rank)")
     for r in rows:
         print(f"{r['shape']:<16} {str(r['causal']):>6} {r['auto_ms']:>8.3f} {r['blocks_ms']:>8.3f} "
-              f"{r['fa2_ms']:>8.3f} {r['native_ms']:>8.3f} {r['fwd_ms']:>8.3f} "
-              f"{r['groups_vs_blocks']:>8.3f} {r['auto_vs_fa2']:>8.3f} {r['native_vs_auto']:>8.3f}")
+              f"{r['fa2_ms']:>8.3f} {r['native_ms']:>8.3f} {r['native_gather_ms']:>8.3f} "
+              f"{r['fwd_ms']:>8.3f} {r['groups_vs_blocks']:>8.3f} {r['auto_vs_fa2']:>8.3f} "
+              f"{r['native_vs_auto']:>8.3f} {r['arrival_vs_gather']:>8.3f}")
     payload = {"benchmark": "ring_attention_backward", "commit": commit(), "device": device_info(),
                "mps": not per_gpu, "world": args.world, "iters": args.iters,
                "method": "interleaved CUDA events, 3 warm-up, median of iters, 2 rotated input sets, "
-                         "slowest rank", "columns": {k: f"MKERNEL_ATTN_BWD={v or '(unset)'} MKERNEL_RING_BWD_GROUPS={g}"
-                                                     for k, (v, g) in CANDIDATES.items()},
+                         "slowest rank", "columns": {k: " ".join(f"{n}={x or '(unset)'}" for n, x in zip(KNOBS, mode))
+                                                     for k, mode in CANDIDATES.items()},
                "rows": rows}
     print(write_result("ring_backward", payload))
     if failed or not rows:

@@ -19,6 +19,8 @@
 
 #include <tuple>
 
+#include "attention_backward.h"
+
 #ifdef MKERNEL_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -34,12 +36,7 @@ namespace {
 
 constexpr const char* kBwdOp = "mkernel.attention_backward";
 
-// The ring mode (attention_backward_ring): k / v all-gathered from `world` ranks, [world * b,
-// s, h_kv, d] (attention_bwd_api.h); `on` false: the plain op.
-struct Ring {
-  bool on = false;
-  int64_t world = 0, rank = 0;
-};
+using Ring = BackwardRing;
 
 void validate_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
                        const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
@@ -99,11 +96,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_ring_meta(
           at::empty_like(v, v.options().dtype(at::kFloat))};
 }
 
+}  // namespace
+
 #ifdef MKERNEL_WITH_CUDA
 std::tuple<at::Tensor, at::Tensor, at::Tensor> run_native_backward(
     const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in,
     const at::Tensor& v_in, const at::Tensor& out_in, const at::Tensor& lse_in, bool causal,
-    double softmax_scale, Ring ring) {
+    double softmax_scale, const Ring& ring) {
   validate_backward(dout_in, q_in, k_in, v_in, out_in, lse_in, ring);
   TORCH_CHECK_VALUE(q_in.scalar_type() == at::kBFloat16 || q_in.scalar_type() == at::kHalf, kBwdOp,
                     ": q must be bf16 or fp16, got ", q_in.scalar_type());
@@ -158,6 +157,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_native_backward(
   p.softmax_scale = static_cast<float>(softmax_scale);
   p.causal = causal;
   p.dtype = q.scalar_type() == at::kBFloat16 ? attention::DType::kBF16 : attention::DType::kFP16;
+  p.ring_kv_ready = ring.arrival_flags;
+  p.ring_kv_epoch = ring.arrival_epoch;
+  p.ring_chunk_rows = ring.arrival_chunk_rows;
+  p.ring_chunks = ring.arrival_chunks;
+  p.ring_timeout_ns = ring.arrival_timeout_ns;
+  p.ring_diag = ring.arrival_diag;
+  p.ring_group = ring.arrival_group;
+  p.ring_peer = ring.arrival_peer;
   // wgmma_ws_dqwarp by default: 1.12x / 1.15x wgmma_ws (non-causal / causal), itself 1.33-1.40x
   // the plain wgmma kernel (benchmarks/results/attention_bwd_nvidia_h100_80gb_hbm3_20261206-
   // 022151.json and ..._20261205-153014.json; H100, S = 8192, d = 128).
@@ -206,7 +213,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_native_backward(
   TORCH_CHECK(err == cudaSuccess, kBwdOp, ": kernel launch failed: ", cudaGetErrorString(err));
   return {dq, dk, dv};
 }
+#endif  // MKERNEL_WITH_CUDA
 
+namespace {
+
+#ifdef MKERNEL_WITH_CUDA
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
     const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const at::Tensor& out, const at::Tensor& lse, bool causal, double softmax_scale) {

@@ -162,6 +162,13 @@ TORCH_LIBRARY(mkernel, m) {
       "attention_backward_ring(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
       "bool causal, float softmax_scale, int ring_world, int ring_rank) -> (Tensor, Tensor, "
       "Tensor)");
+  // Ring attention's backward on CUDA with the native kernel (csrc/ring_attention.cpp): this
+  // rank's shard (k, v [b, s, h_kv, d]) -> (dq, dk_all, dv_all), dk_all / dv_all fp32 [W * b, s,
+  // h_kv, d] partials by source for the caller's reduce-scatter; on one node the K/V shards are
+  // consumed as they arrive (one launch beside the ring's send kernel).
+  m.def(
+      "ring_attention_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+      "int group, int world_size, bool causal, float softmax_scale) -> (Tensor, Tensor, Tensor)");
 
   // The Go control plane's C API table (csrc/include/mkernel/core_api.h), handed over by
   // address at import; returns the table's ABI version. See core_binding.cpp.

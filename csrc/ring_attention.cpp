@@ -23,6 +23,7 @@
 #include <string>
 #include <tuple>
 
+#include "attention_backward.h"
 #include "attention_reference.h"
 #include "env_knobs.h"
 #include "host_reference.h"
@@ -757,6 +758,28 @@ int whole_grid(const at::Tensor& q, int send_ctas, bool copier_sms) {
   return grid;
 }
 
+// The own shard into position W - 1 of the whole mode's virtual K/V at `kv` (k, then v after
+// W shards): strided per batch, 2D memcpys on `stream`.
+void copy_own_shard(const at::Tensor& k, const at::Tensor& v, uint8_t* kv,
+                    const ring_attention::Geometry& geo, int world, cudaStream_t stream) {
+  const uint64_t row = static_cast<uint64_t>(geo.seq) * geo.row_bytes;  // one batch's shard
+  const uint64_t v_off = static_cast<uint64_t>(world) * geo.shard_bytes();
+  for (const auto& [src, dst] : {std::pair<const void*, uint8_t*>{k.data_ptr(), kv},
+                                 std::pair<const void*, uint8_t*>{v.data_ptr(), kv + v_off}}) {
+    uint8_t* at = dst + static_cast<uint64_t>(world - 1) * row;
+    if (world * row < (uint64_t{1} << 31)) {  // within the 2D copy's pitch limit
+      C10_CUDA_CHECK(cudaMemcpy2DAsync(at, world * row, src, row, row, geo.batch,
+                                       cudaMemcpyDeviceToDevice, stream));
+    } else {
+      for (int bi = 0; bi < geo.batch; ++bi) {
+        C10_CUDA_CHECK(cudaMemcpyAsync(at + bi * world * row,
+                                       static_cast<const uint8_t*>(src) + bi * row, row,
+                                       cudaMemcpyDeviceToDevice, stream));
+      }
+    }
+  }
+}
+
 std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, comm::SymmetricGroup& g,
     const ring_attention::Geometry& geo, uint64_t sig, float scale, bool causal) {
@@ -816,7 +839,6 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
   // caller's stream, before the engine) unless the engine reads it in place (ring_own_direct),
   // then its flags.
   uint8_t* kv = view.data[rank];
-  const uint64_t row = static_cast<uint64_t>(geo.seq) * geo.row_bytes;  // one batch's shard
   const uint64_t v_off = static_cast<uint64_t>(world) * geo.shard_bytes();
   attention::Problem p =
       whole_problem(q, k, world, rank, causal, scale, in_engine, kv, kv + v_off, out, lse);
@@ -826,22 +848,7 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda_whole(
     p.v_own = v.data_ptr();
     p.own_key_start = (world - 1) * geo.seq;
   }
-  const auto copies = own_direct ? std::vector<std::pair<const void*, uint8_t*>>{}
-                                 : std::vector<std::pair<const void*, uint8_t*>>{
-                                       {k.data_ptr(), kv}, {v.data_ptr(), kv + v_off}};
-  for (const auto& [src, dst] : copies) {
-    uint8_t* at = dst + static_cast<uint64_t>(world - 1) * row;
-    if (world * row < (uint64_t{1} << 31)) {  // within the 2D copy's pitch limit
-      C10_CUDA_CHECK(cudaMemcpy2DAsync(at, world * row, src, row, row, geo.batch,
-                                       cudaMemcpyDeviceToDevice, stream));
-    } else {
-      for (int bi = 0; bi < geo.batch; ++bi) {
-        C10_CUDA_CHECK(cudaMemcpyAsync(at + bi * world * row,
-                                       static_cast<const uint8_t*>(src) + bi * row, row,
-                                       cudaMemcpyDeviceToDevice, stream));
-      }
-    }
-  }
+  if (!own_direct) copy_own_shard(k, v, kv, geo, world, stream);
   check(ring_attention::mark_whole(view, geo, rank, world - 1, 0, geo.batch, stream), "mark");
   // MKERNEL_RING_SEND_FIRST=1 (a pin; measured slower, session 8 run 1: GQA 12.2 ms symmetric vs
   // 8.6 with 4 send CTAs): the engine starts only once every send CTA runs (ring_kv_api.h
@@ -1253,11 +1260,123 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda(const at::Tensor& q, cons
 
 #endif  // MKERNEL_WITH_CUDA
 
+// mkernel::ring_attention_backward (python/mkernel/_ring_backward.py, the native backward's ring
+// mode): (dout, q, k, v, out, lse) of this rank's shard -> (dq, dk_all, dv_all), dk_all / dv_all
+// fp32 [W * b, s, h_kv, d] partials by source (src * b + bi) for the caller's reduce-scatter.
+// On one node with the whole mode's geometry (block-aligned shards; causal: zigzag halves a
+// multiple of 128) the K/V shards are consumed as they arrive: the forward's send kernel
+// (ring_kv_api.h send_whole, side stream) forwards them around the ring into this rank's
+// virtual K/V while ONE launch of the backward's ring mode runs, each CTA waiting for its key
+// chunks' arrival flags, sources in arrival order (BwdProblem::ring_kv_ready). Elsewhere (across
+// nodes, ragged shards; MKERNEL_RING_BWD_ARRIVAL=0 pins it) the shards are all-gathered first.
+constexpr const char* kBwdOp = "mkernel.ring_attention_backward";
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_meta(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& out, const at::Tensor& lse, int64_t /*group*/, int64_t world_size,
+    bool /*causal*/, double /*softmax_scale*/) {
+  TORCH_CHECK_VALUE(k.dim() == 4 && world_size >= 1, kBwdOp, ": k must be [b, s, h_kv, d], got ",
+                    k.sizes());
+  const auto fp32 = k.options().dtype(at::kFloat);
+  return {at::empty_like(q), at::empty({world_size * k.size(0), k.size(1), k.size(2), k.size(3)}, fp32),
+          at::empty({world_size * k.size(0), k.size(1), k.size(2), k.size(3)}, fp32)};
+}
+
+#ifdef MKERNEL_WITH_CUDA
+bool ring_backward_on_arrival() {
+  const char* value = env::get("MKERNEL_RING_BWD_ARRIVAL");
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_cuda(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k_in, const at::Tensor& v_in,
+    const at::Tensor& out, const at::Tensor& lse, int64_t group, int64_t world_size, bool causal,
+    double softmax_scale) {
+  TORCH_CHECK_VALUE(q.dim() == 4 && k_in.dim() == 4 && k_in.sizes() == v_in.sizes(), kBwdOp,
+                    ": q, k and v must be 4-D, k and v alike, got q ", q.sizes(), ", k ",
+                    k_in.sizes(), ", v ", v_in.sizes());
+  TORCH_CHECK_VALUE(k_in.scalar_type() == q.scalar_type() && v_in.scalar_type() == q.scalar_type(),
+                    kBwdOp, ": k and v must have q's dtype ", q.scalar_type());
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"k", k_in}, {"v", v_in}}) {
+    TORCH_CHECK_VALUE(t.device() == q.device(), kBwdOp, ": ", name, " must be on q's device ",
+                      q.device(), ", got ", t.device());
+  }
+  const c10::cuda::CUDAGuard guard(q.device());
+  const at::Tensor k = k_in.contiguous(), v = v_in.contiguous();
+  comm::SymmetricGroup& g = comm::SymmetricGroup::get(kBwdOp, group, world_size, q.device());
+  const int rank = g.rank(), world = g.world();
+  const int64_t b = q.size(0), s = q.size(1), h = q.size(2), d = q.size(3);
+  std::optional<ring_attention::Geometry> geo;
+  if (ring_backward_on_arrival() && g.single_node() && world > 1 && (d == 64 || d == 128) &&
+      k.size(1) == s && (!causal || (s % 2 == 0 && (s / 2) % 128 == 0)) &&
+      reinterpret_cast<uintptr_t>(k.data_ptr()) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(v.data_ptr()) % 16 == 0) {
+    geo = whole_geometry(k, world);
+  }
+  BackwardRing ring{true, world, rank};
+  if (!geo) {  // the shards all-gathered first (collectives.cpp), then one launch over them
+    static const auto gather =
+        c10::Dispatcher::singleton()
+            .findSchemaOrThrow("mkernel::all_gather", "")
+            .typed<at::Tensor(const at::Tensor&, int64_t, int64_t)>();
+    return run_native_backward(dout, q, gather.call(k, group, world_size),
+                               gather.call(v, group, world_size), out, lse, causal,
+                               softmax_scale, ring);
+  }
+  int64_t scale_bits = 0;
+  std::memcpy(&scale_bits, &softmax_scale, sizeof(scale_bits));
+  // Every rank must agree on the call (the entry barrier checks it); 2: the backward.
+  const uint64_t sig = comm::call_signature(
+      comm::kOpRingAttention, {static_cast<int64_t>(q.scalar_type()), b, s, h, d, k.size(2),
+                               causal ? 1 : 0, scale_bits, 2});
+  g.ensure(kBwdOp, ring_attention::whole_data_bytes(*geo, world));
+  const comm::GroupDevice view = g.device_view();  // after ensure: the current mappings
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const at::cuda::CUDAStream side = at::cuda::getStreamFromPool(true, q.device().index());
+  auto check = [&](cudaError_t err, const char* what) { check_launch(g, err, what); };
+  check(ring_attention::begin(view, sig, stream), "entry (backward)");
+  at::cuda::CUDAEvent entered, sent;
+  entered.record(at::cuda::getCurrentCUDAStream());
+  entered.block(side);
+  // The send kernel first, on the side stream, and the backward only once every send CTA runs
+  // (wait_send_started): the backward's CTAs wait for the shards the peers' send kernels
+  // forward, so none of them may hold the SMs a send kernel needs.
+  check(ring_attention::send_whole(view, *geo, k.data_ptr(), v.data_ptr(), causal, kSendCtas,
+                                   side.stream()),
+        "send (backward)");
+  sent.record(side);
+  uint8_t* kv = view.data[rank];
+  copy_own_shard(k, v, kv, *geo, world, stream);
+  check(ring_attention::mark_whole(view, *geo, rank, world - 1, 0, geo->batch, stream),
+        "mark (backward)");
+  check(ring_attention::wait_send_started(
+            view, ring_attention::send_whole_grid(view, *geo, kSendCtas), stream),
+        "send-start wait (backward)");
+  const uint64_t v_off = static_cast<uint64_t>(world) * geo->shard_bytes();
+  const at::IntArrayRef virt{world * b, s, k.size(2), d};
+  const at::Tensor k_virt = at::from_blob(kv, virt, k.options());
+  const at::Tensor v_virt = at::from_blob(kv + v_off, virt, k.options());
+  ring.arrival_flags = view.flags[rank] + ring_attention::whole_slot(world, geo->chunks, 0, 0, 0);
+  ring.arrival_epoch = view.epoch;
+  ring.arrival_chunk_rows = geo->chunk_rows;
+  ring.arrival_chunks = geo->chunks;
+  ring.arrival_timeout_ns = view.timeout_ns;
+  ring.arrival_diag = view.diag;
+  ring.arrival_group = view.group_id;
+  ring.arrival_peer = (rank + world - 1) % world;  // every shard arrives from rank r - 1
+  auto grads = run_native_backward(dout, q, k_virt, v_virt, out, lse, causal, softmax_scale, ring);
+  sent.block(at::cuda::getCurrentCUDAStream());
+  check(ring_attention::end(view, stream), "exit (backward)");
+  return grads;
+}
+#endif  // MKERNEL_WITH_CUDA
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(mkernel, Meta, m) {
   m.impl("ring_attention", &ring_attention_meta);
   m.impl("ring_attention_compute_alone", &compute_alone_meta);
+  m.impl("ring_attention_backward", &ring_attention_backward_meta);
 }
 TORCH_LIBRARY_IMPL(mkernel, CPU, m) {
   m.impl("ring_attention", &ring_attention_cpu);
@@ -1267,6 +1386,7 @@ TORCH_LIBRARY_IMPL(mkernel, CPU, m) {
 TORCH_LIBRARY_IMPL(mkernel, CUDA, m) {
   m.impl("ring_attention", &ring_attention_cuda);
   m.impl("ring_attention_compute_alone", &compute_alone_cuda);
+  m.impl("ring_attention_backward", &ring_attention_backward_cuda);
 }
 #endif  // MKERNEL_WITH_CUDA
 

@@ -14,8 +14,12 @@ its owner with an fp32 ``reduce_scatter``. The gradient of ``lse`` itself is not
 (as for :func:`mkernel.attention`).
 
 With the native backward opted in (``MKERNEL_ATTN_BWD=native``, CUDA), the per-block calls are
-one launch of its ring mode (``mkernel::attention_backward_ring``: every source's blocks, each
-with its zigzag visibility, :func:`ring_visible`), between the same all-gather and reduce-scatter.
+one launch of its ring mode (every source's blocks, each with its zigzag visibility,
+:func:`ring_visible`) through ``mkernel::ring_attention_backward``: on one node with block-aligned
+shards that launch consumes the K/V shards as they arrive — the forward ring's send kernel
+forwards them around the ring beside it and each CTA waits for its keys' arrival flags, the own
+shard first — and elsewhere (``MKERNEL_RING_BWD_ARRIVAL=0`` pins it) runs after an all-gather;
+then the same fp32 reduce-scatter of dK/dV.
 """
 
 from __future__ import annotations
@@ -103,18 +107,20 @@ def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
         dq, dk, dv = _attention_backward_auto(dout, q, k, v, out, lse, ctx.causal, ctx.scale)
         return dq, dk, dv, None, None, None, None
     rank, world, b = runtime._contexts[ctx.group].rank, ctx.world, q.shape[0]
-    k_all = torch.ops.mkernel.all_gather.default(k.contiguous(), ctx.group, world)  # [W*b, ...]
-    v_all = torch.ops.mkernel.all_gather.default(v.contiguous(), ctx.group, world)
     # The ring mode is taken only when the native backward is opted in: auto's native rows
     # (_native_backward_wins) were measured for single calls, not for this launch.
     if _attention_backward_mode() == "native" and _attention_backward_choice(
             q, k, v, ctx.causal) == "native":
-        # The engine's native backward over every source in one launch (its ring mode).
-        dq, dk_all, dv_all = torch.ops.mkernel.attention_backward_ring.default(
-            dout, q, k_all, v_all, out, lse, ctx.causal, ctx.scale, world, rank)
-        dk = torch.ops.mkernel.reduce_scatter.default(dk_all, ctx.group, world).to(k.dtype)  # fp32
+        # The engine's native backward over every source in one launch (its ring mode), on one
+        # node consuming the K/V shards as the ring's send kernel delivers them
+        # (csrc/ring_attention.cpp, mkernel::ring_attention_backward); dk / dv partials fp32.
+        dq, dk_all, dv_all = torch.ops.mkernel.ring_attention_backward.default(
+            dout, q, k, v, out, lse, ctx.group, world, ctx.causal, ctx.scale)
+        dk = torch.ops.mkernel.reduce_scatter.default(dk_all, ctx.group, world).to(k.dtype)
         dv = torch.ops.mkernel.reduce_scatter.default(dv_all, ctx.group, world).to(v.dtype)
         return dq, dk, dv, None, None, None, None
+    k_all = torch.ops.mkernel.all_gather.default(k.contiguous(), ctx.group, world)  # [W*b, ...]
+    v_all = torch.ops.mkernel.all_gather.default(v.contiguous(), ctx.group, world)
     # The ring's blocks in at most three backward calls (ring_groups): blocks that share their
     # query rows and mask run as one call over their keys concatenated, which is exact (each
     # block's P uses the forward's global lse) and costs fewer launches and fp32 partial sums.

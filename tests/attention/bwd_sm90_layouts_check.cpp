@@ -12,7 +12,8 @@
 //    coordinates the RS GEMM's A fragment expects (dV += P^T dO, dK += dS^T Q);
 //  - dQ's and dK/dV's accumulators hold column pairs too (float2 atomics, pair stores);
 //  - the bulk kernel's tiled dq_accum layout covers the padded workspace exactly once;
-//  - the ring mode's ring_rule is the zigzag layout's causal mask;
+//  - the ring mode's ring_rule is the zigzag layout's causal mask; on arrival, its CTA order
+//    (ring_arrival_z) and virtual K/V index (ring_kv_index) match the whole mode's layout;
 //  - bwd_tile_coord (the dQ-warp kernel's causal CTA order) visits every (key block, kv head x
 //    batch) pair once, a section's pairs together, key blocks in ascending order (the longest
 //    CTAs first) inside a section; bwd_tile_sections is a power of 2 within the pairs and L2.
@@ -194,6 +195,39 @@ int check_ring_rule() {
   return bad;
 }
 
+// The ring mode on arrival: ring_arrival_z maps the CTA order onto every (source, batch) pair
+// once, the own source's batches first and then the sources in the order the whole mode's send
+// kernel delivers them (rank - 1, rank - 2, ...); ring_kv_index puts source src's batch bi at
+// position pos of the virtual K/V, the position whose shard is src's (ring_kv_api.h: position p
+// holds rank (rank + 1 + p) mod W's), and leaves z alone off arrival.
+int check_ring_arrival() {
+  int bad = 0;
+  for (int world = 2; world <= 8; ++world)
+    for (int batch : {1, 3})
+      for (int rank = 0; rank < world; ++rank) {
+        std::vector<int> seen(world * batch, 0);
+        for (int zo = 0; zo < world * batch; ++zo) {
+          const int z = mkernel::attention::ring_arrival_z(zo, batch, world, rank);
+          if (z < 0 || z >= world * batch) {
+            ++bad;
+            continue;
+          }
+          ++seen[z];
+          const int src = z / batch, bi = z % batch;
+          if (bi != zo % batch) ++bad;
+          if (src != ((rank - zo / batch) % world + world) % world) ++bad;  // arrival order
+          const int kv = mkernel::attention::ring_kv_index(z, batch, world, rank, true);
+          const int pos = kv % world;
+          if (kv / world != bi || (rank + 1 + pos) % world != src) ++bad;
+          if (mkernel::attention::ring_kv_index(z, batch, world, rank, false) != z) ++bad;
+        }
+        for (int v : seen)
+          if (v != 1) ++bad;
+      }
+  printf("ring arrival %d\n", bad);
+  return bad;
+}
+
 int check_tile_order() {
   int bad = 0;
   for (int n_blocks : {1, 3, 64})
@@ -234,7 +268,7 @@ int check_tile_order() {
 
 int main() {
   const int bad = check_traits<128>() + check_traits<64>() + check_dq_tiles() + check_ring_rule() +
-                  check_tile_order();
+                  check_ring_arrival() + check_tile_order();
   if (bad) printf("BAD %d\n", bad);
   return bad ? 1 : 0;
 }

@@ -10,7 +10,7 @@ on fresh inputs (buffers and flags reused across calls without a host step).
 
 A rank prints ``CASE {json}`` per checked call, ``ERR {json}`` for an expected failure and
 ``OK <rank>`` at the end. ``TEST_SUITE`` (comma-separated) picks: ``matrix``, ``graph``,
-``grad``, ``grad_auto_native``, ``alone`` (ring12: the compute-alone ceiling op), ``layer`` (mkernel.nn.ContextParallelAttention),
+``grad``, ``grad_auto_native``, ``grad_arrival``, ``alone`` (ring12: the compute-alone ceiling op), ``layer`` (mkernel.nn.ContextParallelAttention),
 ``other_dims`` (head dims other than 64 / 128), ``kill`` (ends the process). Groups spanning emulated nodes run the same suites.
 """
 
@@ -224,7 +224,43 @@ def grad_auto_native(c: Checker) -> None:
     check_grads(c, "grad_auto_native", case, 9200, 9300)
 
 
-def check_grads(c: Checker, op: str, case, seed: int, dout_seed: int) -> None:
+# The native ring backward's K/V on arrival (one node, block-aligned shards; causal: zigzag
+# halves a multiple of 128): non-causal GQA, causal zigzag, MQA fp16 d = 64 with 2 key blocks a
+# zigzag half, non-causal d = 64 with a partial chunk flag (384 keys: 3 blocks of 128).
+ARRIVAL_CASES = [
+    (False, 2, 256, 8, 2, 128, torch.bfloat16),
+    (True, 1, 512, 8, 2, 128, torch.bfloat16),
+    (True, 2, 512, 4, 1, 64, torch.float16),
+    (False, 1, 384, 4, 4, 64, torch.bfloat16),
+]
+
+
+def grad_arrival(c: Checker) -> None:
+    """The native ring backward (MKERNEL_ATTN_BWD=native) consuming the K/V shards as the send
+    kernel forwards them (MKERNEL_RING_BWD_ARRIVAL=1, the default) and after an all-gather (=0),
+    on fresh inputs, gradients poisoned between: dq / dk / dv of each against fp32 autograd of
+    the whole sequence, and dk / dv bit for bit between the two (the same CTAs on the same
+    values, in another order; dq is summed in arrival order either way). Twice back to back."""
+    os.environ["MKERNEL_ATTN_BWD"] = "native"
+    try:
+        for i, case in enumerate(ARRIVAL_CASES):
+            grads = {}
+            for arrival in ("1", "0", "1"):
+                os.environ["MKERNEL_RING_BWD_ARRIVAL"] = arrival
+                poison(case[1], case[2], case[3], case[5], case[6], c.device)
+                grads.setdefault(arrival, []).append(
+                    check_grads(c, f"grad_arrival{arrival}", case, 9400 + i, 9500 + i))
+            for name, a, g in zip("qkv", grads["1"][0], grads["0"][0]):
+                if name != "q":
+                    assert torch.equal(a, g), f"d{name}: on arrival and gathered differ (case {i})"
+            for a, g in zip(grads["1"][0][1:], grads["1"][1][1:]):
+                assert torch.equal(a, g), f"dk / dv differ between two calls on arrival (case {i})"
+    finally:
+        os.environ.pop("MKERNEL_ATTN_BWD", None)
+        os.environ.pop("MKERNEL_RING_BWD_ARRIVAL", None)
+
+
+def check_grads(c: Checker, op: str, case, seed: int, dout_seed: int) -> list:
     """dq / dk / dv of the case's local shards through ring_attention's backward against fp32
     autograd through the reference of the whole sequence."""
     causal, b, s, h, h_kv, d, dtype = case
@@ -245,6 +281,7 @@ def check_grads(c: Checker, op: str, case, seed: int, dout_seed: int) -> None:
     emit("CASE", rec)
     assert all(r <= BOUND for r in rels.values()), rec
     c.calls += 1
+    return [x.grad for x in mine]
 
 
 # Head dims the engine is not built for (the all-gather path, torch's FA2 kernel per ring step):

@@ -50,6 +50,20 @@ def test_ring_backward_on_auto_native_rows(mps):
     print(f"W=2 auto's native rows: worst rel err {max(c['rel'] for c in cases):.2e}")
 
 
+@pytest.mark.parametrize("world", [2, 4])
+def test_native_ring_backward_on_arrival(mps, world):
+    """The native ring backward consuming K/V as the send kernel forwards it (one launch beside
+    it) and after an all-gather: gradients against fp32 autograd of the whole sequence, dk / dv
+    bit for bit between the two paths and between calls (rank_ring_attention.grad_arrival)."""
+    res = run_ranks(RING_MAIN, world, timeout=240,
+                    env=rank_env(mps, world, TEST_SUITE="grad_arrival", MKERNEL_OP_TIMEOUT="30"))
+    cases = check_ranks(res)
+    per_rank = len(cases) // world
+    assert per_rank == 3 * 4, [c["op"] for c in cases]
+    assert {c["op"] for c in cases} == {"grad_arrival1", "grad_arrival0"}
+    print(f"W={world} on arrival / gathered: worst rel err {max(c['rel'] for c in cases):.2e}")
+
+
 def test_ring_attention_at_world_eight(mps):
     """W = 8 (each rank 12% of the SMs): the matrix's shorter cases (both modes, causal zigzag
     and not, GQA/MQA, ragged), each called twice (the reference of the whole sequence is

@@ -96,6 +96,13 @@ const char* can_implement_backward(const BwdProblem& p) {
     if (p.causal && p.seq_q % 2 != 0) return "ring mode, causal: the shard length must be even";
     if (p.kernel == BwdKernel::kMmaSync) return "ring mode: the wgmma kernels only";
   }
+  if (p.ring_kv_ready != nullptr) {
+    if (p.ring_world == 0 || p.kernel != BwdKernel::kWgmmaWsDqWarp)
+      return "ring_kv_ready (K/V on arrival): the ring mode of the kWgmmaWsDqWarp kernel only";
+    if (p.ring_kv_epoch == nullptr || p.ring_chunk_rows < 1 || p.ring_chunks < 1 ||
+        (long long)p.ring_chunk_rows * p.ring_chunks < p.seq_kv)
+      return "ring_kv_ready: ring_kv_epoch and ring_chunks x ring_chunk_rows >= s needed";
+  }
   if (p.kernel != BwdKernel::kWgmma && p.kernel != BwdKernel::kMmaSync &&
       p.kernel != BwdKernel::kWgmmaBulkDq && p.kernel != BwdKernel::kWgmmaWs &&
       p.kernel != BwdKernel::kWgmmaWsDqWarp)

@@ -150,7 +150,39 @@ struct BwdProblem {
   bool causal;
   DType dtype;
   BwdKernel kernel;
+  // Ring mode, K/V consumed on arrival (ring_kv_ready non-null: the fused ring backward,
+  // csrc/ring_attention.cpp; kWgmmaWsDqWarp only). k / v are ring attention's whole-mode virtual
+  // K/V (ring_kv_api.h: [batch][ring_world positions][s][h_kv][d], position pos holding source
+  // (ring_rank + 1 + pos) mod ring_world, the own shard last), so the K/V batch index of source
+  // src and batch bi is bi * ring_world + pos (ring_kv_index); dk / dv keep src * batch + bi.
+  // Before its K/V loads a CTA waits (bounded by ring_timeout_ns; a timeout records into
+  // ring_diag, a comm::WaitDiagnostic*, naming ring_peer, and traps) until the arrival flag of
+  // every key chunk it reads is >= *ring_kv_epoch + 1: ring_kv_ready[(bi * ring_world + pos) *
+  // ring_chunks + key / ring_chunk_rows] (ring_kv_api.h whole_slot). CTAs take the positions
+  // from the last (the own shard) down — the order the shards arrive in (ring_arrival_z).
+  const uint64_t* ring_kv_ready;
+  const uint64_t* ring_kv_epoch;
+  int ring_chunk_rows, ring_chunks;
+  unsigned long long ring_timeout_ns;
+  void* ring_diag;
+  int ring_group, ring_peer;
 };
+
+// The K/V batch index a ring-mode CTA of batch index z = src * batch + bi loads from: z, or on
+// arrival (BwdProblem::ring_kv_ready) its whole-mode virtual K/V's bi * world + pos.
+__host__ __device__ inline int ring_kv_index(int z, int batch, int world, int rank, bool arrival) {
+  if (!arrival) return z;
+  const int src = z / batch, bi = z - src * batch;
+  return bi * world + (src - rank - 1 + 2 * world) % world;
+}
+
+// On arrival: the CTA order's z (the grid's, or bwd_tile_coord's) mapped to the source order the
+// shards arrive in — position world - 1 (the own shard) first, then world - 2, ... — as
+// src * batch + bi.
+__host__ __device__ inline int ring_arrival_z(int z_order, int batch, int world, int rank) {
+  const int pos = world - 1 - z_order / batch, bi = z_order % batch;
+  return ((rank + 1 + pos) % world) * batch + bi;
+}
 
 // Why a backward problem can't run (nullptr if it can): dtype, head dim (64, 128), shapes,
 // 16-byte alignment of every pointer.

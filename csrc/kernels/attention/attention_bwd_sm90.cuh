@@ -29,6 +29,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/pipeline/pipeline.hpp>
 
+#include "../comm/group_sync.cuh"
 #include "attention_bwd_kernel.cuh"
 #include "attention_bwd_sm90_traits.hpp"
 
@@ -691,6 +692,28 @@ __device__ __forceinline__ void dq_warp(const BwdProblem& p, const View& view,
   __syncwarp();
 }
 
+// The ring mode on arrival (BwdProblem::ring_kv_ready): the loader waits, before its K/V loads,
+// for the arrival flag of every key chunk in [key0, key_end) of K/V batch index kv_z (a CTA
+// whose keys no query sees has none to wait for), then fences the async proxy: the peers' send
+// kernels wrote the rows with generic stores, and the TMA reads them. Out of line: the loader
+// runs at 24 registers.
+static __device__ __noinline__ void wait_ring_kv(const BwdProblem& p, int kv_z, int key0, int key_end) {
+  if (key0 >= key_end) return;
+  const uint64_t expected = __ldg(p.ring_kv_epoch) + 1;  // the call's epoch (ring_kv_api.h)
+  for (int c = key0 / p.ring_chunk_rows; c <= (key_end - 1) / p.ring_chunk_rows; ++c) {
+    const int slot = kv_z * p.ring_chunks + c;
+    comm::WaitSite site;
+    site.op = comm::kOpRingAttention;
+    site.what = comm::kWaitPeerFlag;
+    site.peer = p.ring_peer;
+    site.index = slot;
+    comm::wait_geq(p.ring_kv_ready + slot, expected, p.ring_timeout_ns,
+                   static_cast<comm::WaitDiagnostic*>(p.ring_diag), p.ring_group, p.ring_rank,
+                   site);
+  }
+  comm::fence_proxy_async_global();
+}
+
 // ---- Warp-specialized kernel: the TMA descriptors beside the problem.
 template <class T>
 struct WsParams {
@@ -752,8 +775,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   auto& ss = *reinterpret_cast<typename T::SharedStorage*>(smem_sm90);
   const BwdProblem& p = params.p;
   const int warp_group = threadIdx.x / 128;
-  const CtaTile tile = cta_tile<T>(p);
-  const int n0 = tile.n_block * kN, hkv = tile.hkv, b_kv = tile.z;
+  CtaTile tile = cta_tile<T>(p);
+  if constexpr (kRing) {  // on arrival: the shards in the order they arrive, the own one first
+    if (p.ring_kv_ready != nullptr)
+      tile.z = ring_arrival_z(tile.z, p.batch, p.ring_world, p.ring_rank);
+  }
+  const int n0 = tile.n_block * kN, hkv = tile.hkv;
   const int group = p.heads / p.heads_kv;
   const int s_pad = (p.seq_q + kM - 1) / kM * kM;
   const CtaView<kRing> view{p, tile.z};
@@ -797,6 +824,12 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     Tensor sQ = make_tensor(make_smem_ptr(ss.q), typename T::SmemLayoutQ{});
     Tensor sdO = make_tensor(make_smem_ptr(ss.dout), typename T::SmemLayoutQ{});
     auto rows_tile = Shape<_64, Int<T::kHeadDim>>{};
+    const int b_kv = kRing ? ring_kv_index(tile.z, p.batch, p.ring_world, p.ring_rank,
+                                           p.ring_kv_ready != nullptr)
+                           : tile.z;
+    if constexpr (kRing) {
+      if (p.ring_kv_ready != nullptr) wait_ring_kv(p, b_kv, n0, min(n0 + kN, view.key_end()));
+    }
     Tensor gK = local_tile(mK(_, _, make_coord(hkv, b_kv)), rows_tile, make_coord(_, _0{}));
     Tensor gV = local_tile(mV(_, _, make_coord(hkv, b_kv)), rows_tile, make_coord(_, _0{}));
     auto [tKgK, tKsK] = tma_partition(params.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
