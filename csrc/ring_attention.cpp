@@ -1353,7 +1353,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_cuda(
             view, ring_attention::send_whole_grid(view, *geo, kSendCtas), stream),
         "send-start wait (backward)");
   const uint64_t v_off = static_cast<uint64_t>(world) * geo->shard_bytes();
-  const at::IntArrayRef virt{world * b, s, k.size(2), d};
+  const std::array<int64_t, 4> virt{world * b, s, k.size(2), d};
   const at::Tensor k_virt = at::from_blob(kv, virt, k.options());
   const at::Tensor v_virt = at::from_blob(kv + v_off, virt, k.options());
   ring.arrival_flags = view.flags[rank] + ring_attention::whole_slot(world, geo->chunks, 0, 0, 0);
