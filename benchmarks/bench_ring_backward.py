@@ -4,12 +4,16 @@ in one run. The ring backward gathers K/V, runs the attention backward per key b
 forward's LSE, sums dQ locally and reduce-scatters dK/dV in fp32 (python/mkernel/_ring_backward.py).
 Columns (each the forward + backward of the same shards, loss = (out * dout).sum()):
 
-  auto     the default: per block the kernel mkernel.ops._attention_backward_choice picks —
-           cuDNN's SDPA backward where it applies (every block of the zigzag split is square-causal
-           or non-causal), else FlashAttention-2's (MKERNEL_ATTN_BWD unset);
-  blocks   auto with one call per (query, key) block (MKERNEL_RING_BWD_GROUPS=0): the ring backward
-           before session 32 (the default groups the blocks sharing query rows and mask into at
-           most three calls over concatenated keys);
+  auto     the default (MKERNEL_ATTN_BWD unset): the native ring mode on its rows
+           (_ring_backward.native_ring_wins: d = 128, shards >= 4096 queries; session 40), else
+           the torch column's calls;
+  torch    the grouped calls (MKERNEL_ATTN_BWD=torch): per group of blocks the kernel
+           mkernel.ops._attention_backward_choice picks — cuDNN's SDPA backward where it applies
+           (every block of the zigzag split is square-causal or non-causal), else
+           FlashAttention-2's; auto before session 40;
+  blocks   torch with one call per (query, key) block (MKERNEL_RING_BWD_GROUPS=0): the ring
+           backward before session 32 (the grouped calls take the blocks sharing query rows and
+           mask in at most three calls over concatenated keys);
   fa2      every block through FA2's backward kernel (MKERNEL_ATTN_BWD=flash): the per-block path
            before session 31, the ring-flash-attention recipe's backward;
   native   the engine's native backward, its ring mode: every source's blocks in one launch
@@ -43,7 +47,8 @@ SHAPES = [
     ("gqa_b1_h32_kv8", 1, 8192, 32, 8, 128),
 ]
 # column: (MKERNEL_ATTN_BWD, MKERNEL_RING_BWD_GROUPS, MKERNEL_RING_BWD_ARRIVAL)
-CANDIDATES = {"auto": ("", "1", "1"), "blocks": ("", "0", "1"), "fa2": ("flash", "1", "1"),
+CANDIDATES = {"auto": ("", "1", "1"), "torch": ("torch", "1", "1"), "blocks": ("torch", "0", "1"),
+              "fa2": ("flash", "1", "1"),
               "native": ("native", "1", "1"), "native_gather": ("native", "1", "0")}
 KNOBS = ("MKERNEL_ATTN_BWD", "MKERNEL_RING_BWD_GROUPS", "MKERNEL_RING_BWD_ARRIVAL")
 
@@ -101,9 +106,10 @@ def rank_main() -> None:
                 res = {k: row[k] for k in ("shape", "b", "s_local", "h", "h_kv", "d", "causal", "world")}
                 res.update({f"{col}_ms": ms for col, ms in slow.items()})
                 res["per_rank_ms"] = {col: [r[f"{col}_ms"] for r in gathered] for col in cands}
-                res["auto_vs_fa2"] = slow["fa2"] / slow["auto"]
-                res["groups_vs_blocks"] = slow["blocks"] / slow["auto"]
-                res["native_vs_auto"] = slow["auto"] / slow["native"]
+                res["torch_vs_fa2"] = slow["fa2"] / slow["torch"]
+                res["groups_vs_blocks"] = slow["blocks"] / slow["torch"]
+                res["native_vs_torch"] = slow["torch"] / slow["native"]
+                res["auto_vs_torch"] = slow["torch"] / slow["auto"]
                 res["arrival_vs_gather"] = slow["native_gather"] / slow["native"]
                 print("RESULT " + json.dumps(res), flush=True)
     dist.barrier()
@@ -146,14 +152,15 @@ def main() -> None:
         stop()
     for f in failed:
         print(f, file=sys.stderr)
-    print(f"{'shape':<16} {'causal':>6} {'auto':>8} {'blocks':>8} {'fa2':>8} {'native':>8} {'nat_gath':>8} "
-          f"{'fwd':>8} {'blk/auto':>8} {'auto/fa2':>8} {'nat/auto':>8} {'arr/gath':>8}"
-          f"   (ms, fwd+bwd, slowest rank)")
+    print(f"{'shape':<16} {'causal':>6} {'auto':>8} {'torch':>8} {'blocks':>8} {'fa2':>8} {'native':>8} "
+          f"{'nat_gath':>8} {'fwd':>8} {'blk/trch':>8} {'trch/fa2':>8} {'nat/trch':>8} {'auto/trch':>9} "
+          f"{'arr/gath':>8}   (ms, fwd+bwd, slowest rank)")
     for r in rows:
-        print(f"{r['shape']:<16} {str(r['causal']):>6} {r['auto_ms']:>8.3f} {r['blocks_ms']:>8.3f} "
-              f"{r['fa2_ms']:>8.3f} {r['native_ms']:>8.3f} {r['native_gather_ms']:>8.3f} "
-              f"{r['fwd_ms']:>8.3f} {r['groups_vs_blocks']:>8.3f} {r['auto_vs_fa2']:>8.3f} "
-              f"{r['native_vs_auto']:>8.3f} {r['arrival_vs_gather']:>8.3f}")
+        print(f"{r['shape']:<16} {str(r['causal']):>6} {r['auto_ms']:>8.3f} {r['torch_ms']:>8.3f} "
+              f"{r['blocks_ms']:>8.3f} {r['fa2_ms']:>8.3f} {r['native_ms']:>8.3f} "
+              f"{r['native_gather_ms']:>8.3f} {r['fwd_ms']:>8.3f} {r['groups_vs_blocks']:>8.3f} "
+              f"{r['torch_vs_fa2']:>8.3f} {r['native_vs_torch']:>8.3f} {r['auto_vs_torch']:>9.3f} "
+              f"{r['arrival_vs_gather']:>8.3f}")
     payload = {"benchmark": "ring_attention_backward", "commit": commit(), "device": device_info(),
                "mps": not per_gpu, "world": args.world, "iters": args.iters,
                "method": "interleaved CUDA events, 3 warm-up, median of iters, 2 rotated input sets, "

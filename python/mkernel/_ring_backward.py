@@ -13,7 +13,8 @@ cuDNN's SDPA backward where it applies, else FlashAttention-2's) fed with our LS
 its owner with an fp32 ``reduce_scatter``. The gradient of ``lse`` itself is not propagated
 (as for :func:`mkernel.attention`).
 
-With the native backward opted in (``MKERNEL_ATTN_BWD=native``, CUDA), the per-block calls are
+With the native backward opted in (``MKERNEL_ATTN_BWD=native``, CUDA) or on auto's rows
+(:func:`native_ring_wins`: d = 128, shards of at least 4096 queries), the per-block calls are
 one launch of its ring mode (every source's blocks, each with its zigzag visibility,
 :func:`ring_visible`) through ``mkernel::ring_attention_backward``: on one node with block-aligned
 shards that launch consumes the K/V shards as they arrive — the forward ring's send kernel
@@ -87,6 +88,24 @@ def ring_visible(rank: int, world: int, s: int, causal: bool) -> Tensor:
     return torch.cat(blocks, dim=1)
 
 
+# auto's rows for the native ring mode: CUDA, bf16 / fp16, d = 128, local shards of at least
+# this many queries (causal and not, MHA and GQA). Measured on an H100 under MPS (session 40,
+# benchmarks/results/ring_backward_nvidia_h100_80gb_hbm3_20261206-082825.json / -082844.json,
+# forward + backward, slowest rank): the native ring mode against the grouped cuDNN calls 1.07-1.32x
+# at W = 2 (MHA b 4 s 4096 h 16, GQA b 1 s 8192 32/8) and 1.20 / 1.23x at W = 4 (MHA). Not
+# measured: d = 64 (the single-call native backward is 0.87-0.90x cuDNN's there) and shorter
+# shards — those keep the grouped calls.
+NATIVE_RING_MIN_SEQ: int = 4096
+
+
+def native_ring_wins(q: Tensor) -> bool:
+    """Whether auto runs the ring backward on the native backward's ring mode (one launch on the
+    K/V as it arrives): :data:`NATIVE_RING_MIN_SEQ` — and not under
+    ``torch.use_deterministic_algorithms`` (its dq is summed by reduce-adds in arrival order)."""
+    return (q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and q.shape[-1] == 128
+            and q.shape[1] >= NATIVE_RING_MIN_SEQ and not torch.are_deterministic_algorithms_enabled())
+
+
 def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
     q, k, v, group, world_size, causal, softmax_scale = inputs
     out, lse = output
@@ -107,10 +126,9 @@ def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
         dq, dk, dv = _attention_backward_auto(dout, q, k, v, out, lse, ctx.causal, ctx.scale)
         return dq, dk, dv, None, None, None, None
     rank, world, b = runtime._contexts[ctx.group].rank, ctx.world, q.shape[0]
-    # The ring mode is taken only when the native backward is opted in: auto's native rows
-    # (_native_backward_wins) were measured for single calls, not for this launch.
-    if _attention_backward_mode() == "native" and _attention_backward_choice(
-            q, k, v, ctx.causal) == "native":
+    mode = _attention_backward_mode()
+    if (mode == "native" and _attention_backward_choice(q, k, v, ctx.causal) == "native") or (
+            mode == "auto" and native_ring_wins(q)):
         # The engine's native backward over every source in one launch (its ring mode), on one
         # node consuming the K/V shards as the ring's send kernel delivers them
         # (csrc/ring_attention.cpp, mkernel::ring_attention_backward); dk / dv partials fp32.

@@ -10,7 +10,7 @@ on fresh inputs (buffers and flags reused across calls without a host step).
 
 A rank prints ``CASE {json}`` per checked call, ``ERR {json}`` for an expected failure and
 ``OK <rank>`` at the end. ``TEST_SUITE`` (comma-separated) picks: ``matrix``, ``graph``,
-``grad``, ``grad_auto_native``, ``grad_arrival``, ``alone`` (ring12: the compute-alone ceiling op), ``layer`` (mkernel.nn.ContextParallelAttention),
+``grad``, ``grad_auto_native``, ``grad_arrival``, ``kill_backward``, ``alone`` (ring12: the compute-alone ceiling op), ``layer`` (mkernel.nn.ContextParallelAttention),
 ``other_dims`` (head dims other than 64 / 128), ``kill`` (ends the process). Groups spanning emulated nodes run the same suites.
 """
 
@@ -216,11 +216,12 @@ def grad(c: Checker) -> None:
 
 def grad_auto_native(c: Checker) -> None:
     """dq/dk/dv through the ring backward on one of auto's native rows (non-causal, d = 128,
-    4096-key shards: mkernel.ops.NATIVE_AUTO_MIN_SEQ), where the group's call runs the engine's
-    own backward kernel, against fp32 autograd of the whole sequence. Its own suite: every rank
+    4096-key shards: _ring_backward.native_ring_wins), where auto runs the native backward's ring
+    mode on the K/V as it arrives, against fp32 autograd of the whole sequence. Its own suite: every rank
     builds the reference of the whole sequence, W x 4096 keys."""
     case = (False, 1, 4096, 2, 1, 128, torch.bfloat16)
-    assert min(case[2], case[2] * c.world) >= mkernel.ops.NATIVE_AUTO_MIN_SEQ
+    from mkernel._ring_backward import NATIVE_RING_MIN_SEQ
+    assert case[2] >= NATIVE_RING_MIN_SEQ
     check_grads(c, "grad_auto_native", case, 9200, 9300)
 
 
@@ -366,6 +367,41 @@ def kill(c: Checker) -> None:
                      "msg": str(e)[:600], "record": mkernel.last_wait_failure()})
         os._exit(0)
     raise AssertionError("a ring_attention call without the killed rank succeeded")
+
+
+def kill_backward(c: Checker) -> None:
+    """The native ring backward (MKERNEL_ATTN_BWD=native: K/V on arrival) with a dead peer: after
+    good forward + backward calls every rank runs a forward, then the victim (last rank)
+    SIGKILLs itself; the others' backward must raise within MKERNEL_OP_TIMEOUT (+ slack) naming
+    a peer, not hang. Ends the process."""
+    os.environ["MKERNEL_ATTN_BWD"] = "native"
+    victim = c.world - 1
+    shape = (1, 1024, 8, 128)
+    dout = torch.randn(shape, dtype=torch.bfloat16, device=c.device)
+
+    def forward():
+        q = torch.randn(shape, dtype=torch.bfloat16, device=c.device, requires_grad=True)
+        out, _ = mkernel.ring_attention(q, q, q, causal=True, group=c.ctx)
+        return q, out
+
+    for _ in range(2):
+        q, out = forward()
+        torch.autograd.grad(out, q, dout)
+    mkernel.synchronize()
+    dist.barrier()
+    q, out = forward()
+    mkernel.synchronize()
+    if c.rank == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        torch.autograd.grad(out, q, dout)
+        mkernel.synchronize()
+    except Exception as e:  # noqa: BLE001
+        emit("ERR", {"suite": "kill_backward", "type": type(e).__name__, "s": time.monotonic() - t0,
+                     "msg": str(e)[:600], "record": mkernel.last_wait_failure()})
+        os._exit(0)
+    raise AssertionError("a ring backward without the killed rank succeeded")
 
 
 def main() -> None:

@@ -39,9 +39,9 @@ def test_ring_attention_matches_reference(mps, world):
 
 
 def test_ring_backward_on_auto_native_rows(mps):
-    """W = 2, non-causal d = 128 shards of 4096 keys: the ring backward's group call takes the
-    engine's own backward (auto's native rows), dq / dk / dv against fp32 autograd of the whole
-    sequence on every rank."""
+    """W = 2, non-causal d = 128 shards of 4096 keys: auto runs the ring backward on the native
+    backward's ring mode (_ring_backward.native_ring_wins; one launch on the K/V as it arrives),
+    dq / dk / dv against fp32 autograd of the whole sequence on every rank."""
     world = 2
     res = run_ranks(RING_MAIN, world, timeout=180,
                     env=rank_env(mps, world, TEST_SUITE="grad_auto_native", MKERNEL_OP_TIMEOUT="30"))
@@ -203,6 +203,17 @@ def test_killed_rank_fails_the_others_within_the_timeout(mps):
                     env=rank_env(mps, world, TEST_SUITE="kill", MKERNEL_OP_TIMEOUT=str(timeout_s)))
     errs = check_killed_rank(res, world - 1, timeout_s)
     assert all(e["type"] == "MkernelError" for e in errs), errs
+
+
+def test_killed_rank_fails_the_native_ring_backward(mps):
+    """The native ring backward (K/V on arrival) with a peer killed between its forward and its
+    backward: the survivor raises within the timeout, naming the peer where a wait record is
+    left (rank_ring_attention.kill_backward)."""
+    world, timeout_s = 2, 5
+    res = run_ranks(RING_MAIN, world, timeout=120,
+                    env=rank_env(mps, world, TEST_SUITE="kill_backward",
+                                 MKERNEL_OP_TIMEOUT=str(timeout_s)))
+    check_killed_rank(res, world - 1, timeout_s)
 
 
 # ring13: the fused ring across emulated nodes (MKERNEL_RING_FUSED_NODES=1 pinned; the default
