@@ -4,9 +4,9 @@ in one run. The ring backward gathers K/V, runs the attention backward per key b
 forward's LSE, sums dQ locally and reduce-scatters dK/dV in fp32 (python/mkernel/_ring_backward.py).
 Columns (each the forward + backward of the same shards, loss = (out * dout).sum()):
 
-  auto     the default (MKERNEL_ATTN_BWD unset): the native ring mode on its rows
-           (_ring_backward.native_ring_wins: d = 128, shards >= 4096 queries; session 40), else
-           the torch column's calls;
+  auto     the default (MKERNEL_ATTN_BWD unset): the native ring mode after the all-gather on its
+           rows (_ring_backward.native_ring_wins: d = 128, shards >= 4096 queries; session 40),
+           else the torch column's calls;
   torch    the grouped calls (MKERNEL_ATTN_BWD=torch): per group of blocks the kernel
            mkernel.ops._attention_backward_choice picks — cuDNN's SDPA backward where it applies
            (every block of the zigzag split is square-causal or non-causal), else
@@ -17,9 +17,10 @@ Columns (each the forward + backward of the same shards, loss = (out * dout).sum
   fa2      every block through FA2's backward kernel (MKERNEL_ATTN_BWD=flash): the per-block path
            before session 31, the ring-flash-attention recipe's backward;
   native   the engine's native backward, its ring mode: every source's blocks in one launch
-           (MKERNEL_ATTN_BWD=native; opt-in), consuming the K/V shards as the ring's send kernel
-           delivers them (the default of that mode on one node);
-  native_gather  the same launch after an all-gather of the shards (MKERNEL_RING_BWD_ARRIVAL=0);
+           (MKERNEL_ATTN_BWD=native), consuming the K/V shards as the ring's send kernel
+           delivers them (MKERNEL_RING_BWD_ARRIVAL=1, opt-in);
+  native_gather  the same launch after an all-gather of the shards (MKERNEL_RING_BWD_ARRIVAL=0,
+           the default: auto's path on its rows);
   fwd      the forward alone (the fused ring), for the backward's share.
 
 Timing: CUDA events, the candidates interleaved iteration by iteration (the order rotates alike on
@@ -47,8 +48,8 @@ SHAPES = [
     ("gqa_b1_h32_kv8", 1, 8192, 32, 8, 128),
 ]
 # column: (MKERNEL_ATTN_BWD, MKERNEL_RING_BWD_GROUPS, MKERNEL_RING_BWD_ARRIVAL)
-CANDIDATES = {"auto": ("", "1", "1"), "torch": ("torch", "1", "1"), "blocks": ("torch", "0", "1"),
-              "fa2": ("flash", "1", "1"),
+CANDIDATES = {"auto": ("", "1", ""), "torch": ("torch", "1", ""), "blocks": ("torch", "0", ""),
+              "fa2": ("flash", "1", ""),
               "native": ("native", "1", "1"), "native_gather": ("native", "1", "0")}
 KNOBS = ("MKERNEL_ATTN_BWD", "MKERNEL_RING_BWD_GROUPS", "MKERNEL_RING_BWD_ARRIVAL")
 

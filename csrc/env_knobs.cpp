@@ -207,9 +207,9 @@ constexpr Knob kKnobs[] = {
     // ring_attention.cpp, attention.cpp (pins for tests and benchmarks)
     {"MKERNEL_RING_BLOCK_N", kDebug, "144", "the 128x128 tile",
      "144: the whole mode's non-causal bf16 d=128 engine on the 128x144 tile; every rank the same"},
-    {"MKERNEL_RING_BWD_ARRIVAL", kDebug, "0|1", "1",
-     "0: the native ring backward all-gathers the K/V shards first instead of consuming them "
-     "as they arrive (ring_attention.cpp)"},
+    {"MKERNEL_RING_BWD_ARRIVAL", kDebug, "0|1", "0",
+     "1: the native ring backward consumes the K/V shards as they arrive (one node, "
+     "block-aligned shards) instead of all-gathering them first (ring_attention.cpp)"},
     {"MKERNEL_RING_CHUNKS", kDebug, "integer in [1, 16]", "4",
      "the whole mode's most key chunks (KV flags) per shard; every rank the same"},
     {"MKERNEL_RING_FLAG_CACHE", kDebug, "0|1", "1",

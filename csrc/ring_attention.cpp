@@ -1263,12 +1263,13 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda(const at::Tensor& q, cons
 // mkernel::ring_attention_backward (python/mkernel/_ring_backward.py, the native backward's ring
 // mode): (dout, q, k, v, out, lse) of this rank's shard -> (dq, dk_all, dv_all), dk_all / dv_all
 // fp32 [W * b, s, h_kv, d] partials by source (src * b + bi) for the caller's reduce-scatter.
-// On one node with the whole mode's geometry (block-aligned shards; causal: zigzag halves a
-// multiple of 128) the K/V shards are consumed as they arrive: the forward's send kernel
+// With MKERNEL_RING_BWD_ARRIVAL=1 (opt-in, below), on one node with the whole mode's geometry
+// (block-aligned shards; causal: zigzag halves a multiple of 128) the K/V shards are consumed as
+// they arrive: the forward's send kernel
 // (ring_kv_api.h send_whole, side stream) forwards them around the ring into this rank's
 // virtual K/V while ONE launch of the backward's ring mode runs, each CTA waiting for its key
-// chunks' arrival flags, sources in arrival order (BwdProblem::ring_kv_ready). Elsewhere (across
-// nodes, ragged shards; MKERNEL_RING_BWD_ARRIVAL=0 pins it) the shards are all-gathered first.
+// chunks' arrival flags, sources in arrival order (BwdProblem::ring_kv_ready). Otherwise (the
+// default; across nodes; ragged shards) the shards are all-gathered first.
 constexpr const char* kBwdOp = "mkernel.ring_attention_backward";
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_meta(
@@ -1283,9 +1284,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_meta(
 }
 
 #ifdef MKERNEL_WITH_CUDA
+// Opt-in (MKERNEL_RING_BWD_ARRIVAL=1): on one H100 under MPS (session 40, bench_ring_backward,
+// ring_backward_nvidia_h100_80gb_hbm3_20261206-082825 / -082844 / -083228 / -083247.json) the
+// launch on arrival ran 0.93-1.035x the launch after the all-gather (median 0.99): there the
+// shards move through the same HBM the kernel reads and the gather costs ~1-3 % of the backward,
+// while the send kernel holds SMs and the first CTAs wait. Over real links (NVLink, the FIFO) the
+// gather is the part arrival hides — to be measured on a multi-GPU machine.
 bool ring_backward_on_arrival() {
   const char* value = env::get("MKERNEL_RING_BWD_ARRIVAL");
-  return value == nullptr || std::strcmp(value, "0") != 0;
+  return value != nullptr && std::strcmp(value, "1") == 0;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_cuda(

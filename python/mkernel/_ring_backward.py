@@ -16,11 +16,12 @@ its owner with an fp32 ``reduce_scatter``. The gradient of ``lse`` itself is not
 With the native backward opted in (``MKERNEL_ATTN_BWD=native``, CUDA) or on auto's rows
 (:func:`native_ring_wins`: d = 128, shards of at least 4096 queries), the per-block calls are
 one launch of its ring mode (every source's blocks, each with its zigzag visibility,
-:func:`ring_visible`) through ``mkernel::ring_attention_backward``: on one node with block-aligned
-shards that launch consumes the K/V shards as they arrive — the forward ring's send kernel
-forwards them around the ring beside it and each CTA waits for its keys' arrival flags, the own
-shard first — and elsewhere (``MKERNEL_RING_BWD_ARRIVAL=0`` pins it) runs after an all-gather;
-then the same fp32 reduce-scatter of dK/dV.
+:func:`ring_visible`) through ``mkernel::ring_attention_backward``, after an all-gather of the
+shards — or, opted in with ``MKERNEL_RING_BWD_ARRIVAL=1`` (one node, block-aligned shards),
+consuming the K/V shards as they arrive: the forward ring's send kernel forwards them around the
+ring beside the launch and each CTA waits for its keys' arrival flags, the own shard first
+(on one GPU under MPS 0.93-1.035x the gathered launch, session 40) — then the same fp32
+reduce-scatter of dK/dV.
 """
 
 from __future__ import annotations
@@ -91,8 +92,9 @@ def ring_visible(rank: int, world: int, s: int, causal: bool) -> Tensor:
 # auto's rows for the native ring mode: CUDA, bf16 / fp16, d = 128, local shards of at least
 # this many queries (causal and not, MHA and GQA). Measured on an H100 under MPS (session 40,
 # benchmarks/results/ring_backward_nvidia_h100_80gb_hbm3_20261206-082825.json / -082844.json,
-# forward + backward, slowest rank): the native ring mode against the grouped cuDNN calls 1.07-1.32x
-# at W = 2 (MHA b 4 s 4096 h 16, GQA b 1 s 8192 32/8) and 1.20 / 1.23x at W = 4 (MHA). Not
+# -083228.json / -083247.json, forward + backward, slowest rank): the native ring mode against the
+# grouped cuDNN calls (MKERNEL_ATTN_BWD=torch) 1.05-1.32x at W = 2 (MHA b 4 s 4096 h 16, GQA b 1
+# s 8192 32/8; after the all-gather 1.04-1.30x) and 1.06-1.23x at W = 4 (MHA). Not
 # measured: d = 64 (the single-call native backward is 0.87-0.90x cuDNN's there) and shorter
 # shards — those keep the grouped calls.
 NATIVE_RING_MIN_SEQ: int = 4096
@@ -129,9 +131,9 @@ def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
     mode = _attention_backward_mode()
     if (mode == "native" and _attention_backward_choice(q, k, v, ctx.causal) == "native") or (
             mode == "auto" and native_ring_wins(q)):
-        # The engine's native backward over every source in one launch (its ring mode), on one
-        # node consuming the K/V shards as the ring's send kernel delivers them
-        # (csrc/ring_attention.cpp, mkernel::ring_attention_backward); dk / dv partials fp32.
+        # The engine's native backward over every source in one launch (its ring mode) after an
+        # all-gather, or on the K/V as it arrives (MKERNEL_RING_BWD_ARRIVAL=1;
+        # csrc/ring_attention.cpp, mkernel::ring_attention_backward); dk / dv partials fp32.
         dq, dk_all, dv_all = torch.ops.mkernel.ring_attention_backward.default(
             dout, q, k, v, out, lse, ctx.group, world, ctx.causal, ctx.scale)
         dk = torch.ops.mkernel.reduce_scatter.default(dk_all, ctx.group, world).to(k.dtype)

@@ -238,7 +238,7 @@ ARRIVAL_CASES = [
 
 def grad_arrival(c: Checker) -> None:
     """The native ring backward (MKERNEL_ATTN_BWD=native) consuming the K/V shards as the send
-    kernel forwards them (MKERNEL_RING_BWD_ARRIVAL=1, the default) and after an all-gather (=0),
+    kernel forwards them (MKERNEL_RING_BWD_ARRIVAL=1, opt-in) and after an all-gather (=0),
     on fresh inputs, gradients poisoned between: dq / dk / dv of each against fp32 autograd of
     the whole sequence, and dk / dv bit for bit between the two (the same CTAs on the same
     values, in another order; dq is summed in arrival order either way). Twice back to back."""
@@ -370,11 +370,13 @@ def kill(c: Checker) -> None:
 
 
 def kill_backward(c: Checker) -> None:
-    """The native ring backward (MKERNEL_ATTN_BWD=native: K/V on arrival) with a dead peer: after
+    """The native ring backward on arrival (MKERNEL_ATTN_BWD=native, MKERNEL_RING_BWD_ARRIVAL=1)
+    with a dead peer: after
     good forward + backward calls every rank runs a forward, then the victim (last rank)
     SIGKILLs itself; the others' backward must raise within MKERNEL_OP_TIMEOUT (+ slack) naming
     a peer, not hang. Ends the process."""
     os.environ["MKERNEL_ATTN_BWD"] = "native"
+    os.environ["MKERNEL_RING_BWD_ARRIVAL"] = "1"
     victim = c.world - 1
     shape = (1, 1024, 8, 128)
     dout = torch.randn(shape, dtype=torch.bfloat16, device=c.device)
