@@ -46,6 +46,10 @@ sys.path.insert(0, str(ROOT))
 SHAPES = [
     ("mha_b4_h16", 4, 4096, 16, 16, 128),
     ("gqa_b1_h32_kv8", 1, 8192, 32, 8, 128),
+    # off auto's native ring rows (session 40): d = 64, and shorter shards
+    ("mha_b4_h16_d64", 4, 4096, 16, 16, 64),
+    ("gqa_b1_h32_kv8_d64", 1, 8192, 32, 8, 64),
+    ("mha_b4_h16_s2048", 4, 2048, 16, 16, 128),
 ]
 # column: (MKERNEL_ATTN_BWD, MKERNEL_RING_BWD_GROUPS, MKERNEL_RING_BWD_ARRIVAL)
 CANDIDATES = {"auto": ("", "1", ""), "torch": ("torch", "1", ""), "blocks": ("torch", "0", ""),
