@@ -14,7 +14,7 @@ its owner with an fp32 ``reduce_scatter``. The gradient of ``lse`` itself is not
 (as for :func:`mkernel.attention`).
 
 With the native backward opted in (``MKERNEL_ATTN_BWD=native``, CUDA) or on auto's rows
-(:func:`native_ring_wins`: d = 128, shards of at least 4096 queries), the per-block calls are
+(:func:`native_ring_wins`: d = 128, shards of at least 2048 queries), the per-block calls are
 one launch of its ring mode (every source's blocks, each with its zigzag visibility,
 :func:`ring_visible`) through ``mkernel::ring_attention_backward``, after an all-gather of the
 shards — or, opted in with ``MKERNEL_RING_BWD_ARRIVAL=1`` (one node, block-aligned shards),
@@ -91,13 +91,12 @@ def ring_visible(rank: int, world: int, s: int, causal: bool) -> Tensor:
 
 # auto's rows for the native ring mode: CUDA, bf16 / fp16, d = 128, local shards of at least
 # this many queries (causal and not, MHA and GQA). Measured on an H100 under MPS (session 40,
-# benchmarks/results/ring_backward_nvidia_h100_80gb_hbm3_20261206-082825.json / -082844.json,
-# -083228.json / -083247.json, forward + backward, slowest rank): the native ring mode against the
-# grouped cuDNN calls (MKERNEL_ATTN_BWD=torch) 1.05-1.32x at W = 2 (MHA b 4 s 4096 h 16, GQA b 1
-# s 8192 32/8; after the all-gather 1.04-1.30x) and 1.06-1.23x at W = 4 (MHA). Not
-# measured: d = 64 (the single-call native backward is 0.87-0.90x cuDNN's there) and shorter
-# shards — those keep the grouped calls.
-NATIVE_RING_MIN_SEQ: int = 4096
+# benchmarks/results/ring_backward_nvidia_h100_80gb_hbm3_20261206-08*.json, forward + backward,
+# slowest rank): the native ring mode against the grouped cuDNN calls (MKERNEL_ATTN_BWD=torch)
+# 1.04-1.31x at W = 2 (MHA b 4 s 4096 h 16, GQA b 1 s 8192 32/8) and 1.06-1.24x at W = 4 (MHA);
+# with 2048-query shards 1.23 / 1.48x (W = 2) and 1.19 / 1.14x (W = 4). At d = 64 it is mixed
+# (0.94-1.15x, losing non-causal): the grouped calls stay there, and below 2048 (unmeasured).
+NATIVE_RING_MIN_SEQ: int = 2048
 
 
 def native_ring_wins(q: Tensor) -> bool:
