@@ -92,10 +92,11 @@ def ring_visible(rank: int, world: int, s: int, causal: bool) -> Tensor:
 # auto's rows for the native ring mode: CUDA, bf16 / fp16, d = 128, local shards of at least
 # this many queries (causal and not, MHA and GQA). Measured on an H100 under MPS (session 40,
 # benchmarks/results/ring_backward_nvidia_h100_80gb_hbm3_20261206-08*.json, forward + backward,
-# slowest rank): the native ring mode against the grouped cuDNN calls (MKERNEL_ATTN_BWD=torch)
-# 1.04-1.31x at W = 2 (MHA b 4 s 4096 h 16, GQA b 1 s 8192 32/8) and 1.06-1.24x at W = 4 (MHA);
-# with 2048-query shards 1.23 / 1.48x (W = 2) and 1.19 / 1.14x (W = 4). At d = 64 it is mixed
-# (0.94-1.15x, losing non-causal): the grouped calls stay there, and below 2048 (unmeasured).
+# slowest rank): the native ring mode after the all-gather against the grouped cuDNN calls
+# (MKERNEL_ATTN_BWD=torch) 1.03-1.31x at W = 2 (MHA b 4 s 4096 h 16, GQA b 1 s 8192 32/8) and
+# 1.08-1.25x at W = 4 (MHA); with 2048-query shards 1.22 / 1.45x (W = 2, non-causal / causal) and
+# 1.19 / 1.13x (W = 4). At d = 64 it is mixed (0.94-1.15x, losing non-causal): the grouped calls
+# stay there, and below 2048 (unmeasured).
 NATIVE_RING_MIN_SEQ: int = 2048
 
 
