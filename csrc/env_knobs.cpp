@@ -209,7 +209,8 @@ constexpr Knob kKnobs[] = {
      "144: the whole mode's non-causal bf16 d=128 engine on the 128x144 tile; every rank the same"},
     {"MKERNEL_RING_BWD_ARRIVAL", kDebug, "0|1", "0",
      "1: the native ring backward consumes the K/V shards as they arrive (one node, "
-     "block-aligned shards) instead of all-gathering them first (ring_attention.cpp)"},
+     "block-aligned shards) instead of all-gathering them first (ring_attention.cpp); every rank "
+     "the same value"},
     {"MKERNEL_RING_CHUNKS", kDebug, "integer in [1, 16]", "4",
      "the whole mode's most key chunks (KV flags) per shard; every rank the same"},
     {"MKERNEL_RING_FLAG_CACHE", kDebug, "0|1", "1",
