@@ -14,12 +14,12 @@
 // CUDA only (bf16/fp16, d 64 or 128): kernels in csrc/kernels/attention/attention_bwd*.
 // A Meta kernel gives the shapes; there is no CPU kernel (the CPU backward is the fp32 math of
 // mkernel.ops._attention_backward_math).
+#include "attention_backward.h"
+
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
 #include <tuple>
-
-#include "attention_backward.h"
 
 #ifdef MKERNEL_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>

@@ -1265,11 +1265,11 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda(const at::Tensor& q, cons
 // fp32 [W * b, s, h_kv, d] partials by source (src * b + bi) for the caller's reduce-scatter.
 // With MKERNEL_RING_BWD_ARRIVAL=1 (opt-in, below), on one node with the whole mode's geometry
 // (block-aligned shards; causal: zigzag halves a multiple of 128) the K/V shards are consumed as
-// they arrive: the forward's send kernel
-// (ring_kv_api.h send_whole, side stream) forwards them around the ring into this rank's
-// virtual K/V while ONE launch of the backward's ring mode runs, each CTA waiting for its key
-// chunks' arrival flags, sources in arrival order (BwdProblem::ring_kv_ready). Otherwise (the
-// default; across nodes; ragged shards) the shards are all-gathered first.
+// they arrive: the forward's send kernel (ring_kv_api.h send_whole, side stream) forwards them
+// around the ring into this rank's virtual K/V while ONE launch of the backward's ring mode runs,
+// each CTA waiting for its key chunks' arrival flags, sources in arrival order
+// (BwdProblem::ring_kv_ready). Otherwise (the default; across nodes; ragged shards) the shards are
+// all-gathered first.
 constexpr const char* kBwdOp = "mkernel.ring_attention_backward";
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_meta(
@@ -1279,7 +1279,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_meta(
   TORCH_CHECK_VALUE(k.dim() == 4 && world_size >= 1, kBwdOp, ": k must be [b, s, h_kv, d], got ",
                     k.sizes());
   const auto fp32 = k.options().dtype(at::kFloat);
-  return {at::empty_like(q), at::empty({world_size * k.size(0), k.size(1), k.size(2), k.size(3)}, fp32),
+  return {at::empty_like(q),
+          at::empty({world_size * k.size(0), k.size(1), k.size(2), k.size(3)}, fp32),
           at::empty({world_size * k.size(0), k.size(1), k.size(2), k.size(3)}, fp32)};
 }
 
@@ -1304,7 +1305,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_cuda(
                     k_in.sizes(), ", v ", v_in.sizes());
   TORCH_CHECK_VALUE(k_in.scalar_type() == q.scalar_type() && v_in.scalar_type() == q.scalar_type(),
                     kBwdOp, ": k and v must have q's dtype ", q.scalar_type());
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"k", k_in}, {"v", v_in}}) {
+  for (const auto& [name, t] :
+       {std::pair<const char*, const at::Tensor&>{"k", k_in}, {"v", v_in}}) {
     TORCH_CHECK_VALUE(t.device() == q.device(), kBwdOp, ": ", name, " must be on q's device ",
                       q.device(), ", got ", t.device());
   }
@@ -1322,20 +1324,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_cuda(
   }
   BackwardRing ring{true, world, rank};
   if (!geo) {  // the shards all-gathered first (collectives.cpp), then one launch over them
-    static const auto gather =
-        c10::Dispatcher::singleton()
-            .findSchemaOrThrow("mkernel::all_gather", "")
-            .typed<at::Tensor(const at::Tensor&, int64_t, int64_t)>();
+    static const auto gather = c10::Dispatcher::singleton()
+                                   .findSchemaOrThrow("mkernel::all_gather", "")
+                                   .typed<at::Tensor(const at::Tensor&, int64_t, int64_t)>();
     return run_native_backward(dout, q, gather.call(k, group, world_size),
-                               gather.call(v, group, world_size), out, lse, causal,
-                               softmax_scale, ring);
+                               gather.call(v, group, world_size), out, lse, causal, softmax_scale,
+                               ring);
   }
   int64_t scale_bits = 0;
   std::memcpy(&scale_bits, &softmax_scale, sizeof(scale_bits));
   // Every rank must agree on the call (the entry barrier checks it); 2: the backward.
-  const uint64_t sig = comm::call_signature(
-      comm::kOpRingAttention, {static_cast<int64_t>(q.scalar_type()), b, s, h, d, k.size(2),
-                               causal ? 1 : 0, scale_bits, 2});
+  const uint64_t sig =
+      comm::call_signature(comm::kOpRingAttention, {static_cast<int64_t>(q.scalar_type()), b, s, h,
+                                                    d, k.size(2), causal ? 1 : 0, scale_bits, 2});
   g.ensure(kBwdOp, ring_attention::whole_data_bytes(*geo, world));
   const comm::GroupDevice view = g.device_view();  // after ensure: the current mappings
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();

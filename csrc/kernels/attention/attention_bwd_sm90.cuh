@@ -697,7 +697,8 @@ __device__ __forceinline__ void dq_warp(const BwdProblem& p, const View& view,
 // whose keys no query sees has none to wait for), then fences the async proxy: the peers' send
 // kernels wrote the rows with generic stores, and the TMA reads them. Out of line: the loader
 // runs at 24 registers.
-static __device__ __noinline__ void wait_ring_kv(const BwdProblem& p, int kv_z, int key0, int key_end) {
+static __device__ __noinline__ void wait_ring_kv(const BwdProblem& p, int kv_z, int key0,
+                                                 int key_end) {
   if (key0 >= key_end) return;
   const uint64_t expected = __ldg(p.ring_kv_epoch) + 1;  // the call's epoch (ring_kv_api.h)
   for (int c = key0 / p.ring_chunk_rows; c <= (key_end - 1) / p.ring_chunk_rows; ++c) {
