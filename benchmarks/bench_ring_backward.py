@@ -16,18 +16,21 @@ Columns (each the forward + backward of the same shards, loss = (out * dout).sum
            mask in at most three calls over concatenated keys);
   fa2      every block through FA2's backward kernel (MKERNEL_ATTN_BWD=flash): the per-block path
            before session 31, the ring-flash-attention recipe's backward;
-  native   the engine's native backward, its ring mode: every source's blocks in one launch
-           (MKERNEL_ATTN_BWD=native), consuming the K/V shards as the ring's send kernel
-           delivers them (MKERNEL_RING_BWD_ARRIVAL=1, opt-in);
-  native_gather  the same launch after an all-gather of the shards (MKERNEL_RING_BWD_ARRIVAL=0,
-           the default: auto's path on its rows);
+  native   the fused ring backward (MKERNEL_ATTN_BWD=native, MKERNEL_RING_BWD_ARRIVAL=1,
+           opt-in): the engine's native backward in its ring mode, every source's blocks in one
+           launch consuming the K/V shards as the ring's send kernel delivers them, dK/dV
+           travelling back to their owners inside it (session 41);
+  native_scatter  the same launch on arrival with the fp32 dK/dV partials reduce-scattered after
+           it (MKERNEL_RING_BWD_TRAVEL=0; session 40's arrival column);
+  native_gather  the launch after an all-gather of the shards, then the reduce-scatter
+           (MKERNEL_RING_BWD_ARRIVAL=0, the default: auto's path on its rows);
   fwd      the forward alone (the fused ring), for the backward's share.
 
 Timing: CUDA events, the candidates interleaved iteration by iteration (the order rotates alike on
 every rank; the ops' collectives keep the ranks in step), median over --iters; the figure per case
 is the slowest rank's median. Writes JSON under results/ (commit from MKERNEL_COMMIT).
 
-    python benchmarks/bench_ring_backward.py [--world 2] [--iters 10] [--shapes a,b]
+    python benchmarks/bench_ring_backward.py [--world 2] [--iters 10] [--shapes a,b] [--columns a,b]
 """
 
 from __future__ import annotations
@@ -51,11 +54,20 @@ SHAPES = [
     ("gqa_b1_h32_kv8_d64", 1, 8192, 32, 8, 64),
     ("mha_b4_h16_s2048", 4, 2048, 16, 16, 128),
 ]
-# column: (MKERNEL_ATTN_BWD, MKERNEL_RING_BWD_GROUPS, MKERNEL_RING_BWD_ARRIVAL)
-CANDIDATES = {"auto": ("", "1", ""), "torch": ("torch", "1", ""), "blocks": ("torch", "0", ""),
-              "fa2": ("flash", "1", ""),
-              "native": ("native", "1", "1"), "native_gather": ("native", "1", "0")}
-KNOBS = ("MKERNEL_ATTN_BWD", "MKERNEL_RING_BWD_GROUPS", "MKERNEL_RING_BWD_ARRIVAL")
+# column: (MKERNEL_ATTN_BWD, MKERNEL_RING_BWD_GROUPS, MKERNEL_RING_BWD_ARRIVAL,
+# MKERNEL_RING_BWD_TRAVEL)
+CANDIDATES = {"auto": ("", "1", "", ""), "torch": ("torch", "1", "", ""),
+              "blocks": ("torch", "0", "", ""), "fa2": ("flash", "1", "", ""),
+              "native": ("native", "1", "1", "1"), "native_scatter": ("native", "1", "1", "0"),
+              "native_gather": ("native", "1", "0", "")}
+KNOBS = ("MKERNEL_ATTN_BWD", "MKERNEL_RING_BWD_GROUPS", "MKERNEL_RING_BWD_ARRIVAL",
+         "MKERNEL_RING_BWD_TRAVEL")
+# Ratios (numerator column / denominator column: > 1 means the denominator's path is faster).
+RATIOS = {"groups_vs_blocks": ("blocks", "torch"), "torch_vs_fa2": ("fa2", "torch"),
+          "native_vs_torch": ("torch", "native"), "auto_vs_torch": ("torch", "auto"),
+          "arrival_vs_gather": ("native_gather", "native_scatter"),
+          "travel_vs_scatter": ("native_scatter", "native"),
+          "fused_vs_gather": ("native_gather", "native")}
 
 
 def rank_main() -> None:
@@ -69,6 +81,7 @@ def rank_main() -> None:
     world, rank = ctx.world_size, ctx.rank
     iters = int(os.environ["BENCH_ITERS"])
     pick = os.environ.get("BENCH_SHAPES")
+    columns = [c for c in os.environ.get("BENCH_COLUMNS", "").split(",") if c] or list(CANDIDATES)
     for name, b, s, h, h_kv, d in SHAPES:
         if pick and name not in pick.split(","):
             continue
@@ -79,7 +92,7 @@ def rank_main() -> None:
                                        requires_grad=True) for hh in (h, h_kv, h_kv))
                 sets.append((q, k, v, torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)))
 
-            def fwd_bwd(mode: tuple[str, str, str]):
+            def fwd_bwd(mode: tuple[str, ...]):
                 def run(i: int):
                     q, k, v, dout = sets[i % 2]
                     os.environ.update(zip(KNOBS, mode))  # read at each backward call
@@ -97,8 +110,8 @@ def rank_main() -> None:
                     return mkernel.ring_attention(q, k, v, causal=causal, group=ctx)
 
             # interleaved_ms calls each candidate's fns in turn with no argument: one per input set.
-            cands = {col: [lambda i=i, f=fwd_bwd(mode): f(i) for i in range(2)]
-                     for col, mode in CANDIDATES.items()}
+            cands = {col: [lambda i=i, f=fwd_bwd(CANDIDATES[col]): f(i) for i in range(2)]
+                     for col in columns}
             cands["fwd"] = [lambda i=i: fwd(i) for i in range(2)]
             times = interleaved_ms(cands, warmup=3, iters=iters)
             row = {"shape": name, "b": b, "s_local": s, "h": h, "h_kv": h_kv, "d": d, "causal": causal,
@@ -111,11 +124,8 @@ def rank_main() -> None:
                 res = {k: row[k] for k in ("shape", "b", "s_local", "h", "h_kv", "d", "causal", "world")}
                 res.update({f"{col}_ms": ms for col, ms in slow.items()})
                 res["per_rank_ms"] = {col: [r[f"{col}_ms"] for r in gathered] for col in cands}
-                res["torch_vs_fa2"] = slow["fa2"] / slow["torch"]
-                res["groups_vs_blocks"] = slow["blocks"] / slow["torch"]
-                res["native_vs_torch"] = slow["torch"] / slow["native"]
-                res["auto_vs_torch"] = slow["torch"] / slow["auto"]
-                res["arrival_vs_gather"] = slow["native_gather"] / slow["native"]
+                res.update({ratio: slow[a] / slow[b] for ratio, (a, b) in RATIOS.items()
+                            if a in slow and b in slow})
                 print("RESULT " + json.dumps(res), flush=True)
     dist.barrier()
 
@@ -133,6 +143,7 @@ def main() -> None:
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
+    ap.add_argument("--columns", default="", help="comma-separated columns (default: all)")
     ap.add_argument("--timeout", type=float, default=300.0)
     args = ap.parse_args()
 
@@ -148,7 +159,7 @@ def main() -> None:
     try:
         res = run_ranks(RANK_CODE, args.world, timeout=args.timeout, env=dict(
             env, **share, NCCL_NVLS_ENABLE="0", MKERNEL_OP_TIMEOUT="20",
-            BENCH_ITERS=str(args.iters), BENCH_SHAPES=args.shapes))
+            BENCH_ITERS=str(args.iters), BENCH_SHAPES=args.shapes, BENCH_COLUMNS=args.columns))
         failed = [f"rank {r.rank} failed (rc {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
                   for r in res if r.returncode != 0]
         for r in res:
@@ -157,20 +168,20 @@ def main() -> None:
         stop()
     for f in failed:
         print(f, file=sys.stderr)
-    print(f"{'shape':<16} {'causal':>6} {'auto':>8} {'torch':>8} {'blocks':>8} {'fa2':>8} {'native':>8} "
-          f"{'nat_gath':>8} {'fwd':>8} {'blk/trch':>8} {'trch/fa2':>8} {'nat/trch':>8} {'auto/trch':>9} "
-          f"{'arr/gath':>8}   (ms, fwd+bwd, slowest rank)")
+    cols = [c for c in list(CANDIDATES) + ["fwd"] if rows and f"{c}_ms" in rows[0]]
+    ratios = [r for r in RATIOS if rows and r in rows[0]]
+    print(f"{'shape':<20} {'causal':>6} " + " ".join(f"{c[:9]:>9}" for c in cols) + " " +
+          " ".join(f"{r[:17]:>17}" for r in ratios) + "   (ms, fwd+bwd, slowest rank)")
     for r in rows:
-        print(f"{r['shape']:<16} {str(r['causal']):>6} {r['auto_ms']:>8.3f} {r['torch_ms']:>8.3f} "
-              f"{r['blocks_ms']:>8.3f} {r['fa2_ms']:>8.3f} {r['native_ms']:>8.3f} "
-              f"{r['native_gather_ms']:>8.3f} {r['fwd_ms']:>8.3f} {r['groups_vs_blocks']:>8.3f} "
-              f"{r['torch_vs_fa2']:>8.3f} {r['native_vs_torch']:>8.3f} {r['auto_vs_torch']:>9.3f} "
-              f"{r['arrival_vs_gather']:>8.3f}")
+        print(f"{r['shape']:<20} {str(r['causal']):>6} " +
+              " ".join(f"{r[f'{c}_ms']:>9.3f}" for c in cols) + " " +
+              " ".join(f"{r[x]:>17.3f}" for x in ratios))
     payload = {"benchmark": "ring_attention_backward", "commit": commit(), "device": device_info(),
                "mps": not per_gpu, "world": args.world, "iters": args.iters,
                "method": "interleaved CUDA events, 3 warm-up, median of iters, 2 rotated input sets, "
                          "slowest rank", "columns": {k: " ".join(f"{n}={x or '(unset)'}" for n, x in zip(KNOBS, mode))
-                                                     for k, mode in CANDIDATES.items()},
+                                                     for k, mode in CANDIDATES.items()
+                                                     if not rows or f"{k}_ms" in rows[0]},
                "rows": rows}
     print(write_result("ring_backward", payload))
     if failed or not rows:

@@ -124,9 +124,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_native_backward(
   const at::Tensor out = dense(out_in), dout = dense(dout_in), lse = dense(lse_in);
   const int64_t b = q.size(0), s = q.size(1), h = q.size(2), d = q.size(3);
   at::Tensor dq = at::empty_like(q);
-  // The ring mode's dk / dv are fp32 partials (summed over the ranks next).
-  at::Tensor dk = ring.on ? at::empty_like(k, k.options().dtype(at::kFloat)) : at::empty_like(k);
-  at::Tensor dv = ring.on ? at::empty_like(v, v.options().dtype(at::kFloat)) : at::empty_like(v);
+  // The ring mode's dk / dv are fp32 partials (summed over the ranks next); travelling, they go
+  // to the sources' receive areas instead.
+  const auto fp32 = k.options().dtype(at::kFloat);
+  at::Tensor dk = ring.travel() ? at::empty({0}, fp32)
+                  : ring.on     ? at::empty_like(k, fp32)
+                                : at::empty_like(k);
+  at::Tensor dv = ring.travel() ? at::empty({0}, fp32)
+                  : ring.on     ? at::empty_like(v, fp32)
+                                : at::empty_like(v);
   // Workspaces: dQ's fp32 accumulator (rows padded to 64; zeroed by the preprocess kernel) and
   // D = rowsum(dO ∘ O) [b, h, s].
   at::Tensor dq_accum =
@@ -141,8 +147,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_native_backward(
   p.dout = dout.data_ptr();
   p.lse = lse.data_ptr<float>();
   p.dq = dq.data_ptr();
-  p.dk = dk.data_ptr();
-  p.dv = dv.data_ptr();
+  p.dk = ring.travel() ? nullptr : dk.data_ptr();
+  p.dv = ring.travel() ? nullptr : dv.data_ptr();
   p.dq_accum = dq_accum.data_ptr<float>();
   p.delta = delta.data_ptr<float>();
   p.batch = static_cast<int>(b);
@@ -165,6 +171,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_native_backward(
   p.ring_diag = ring.arrival_diag;
   p.ring_group = ring.arrival_group;
   p.ring_peer = ring.arrival_peer;
+  static_assert(std::tuple_size_v<decltype(ring.travel_dk)> == attention::kRingTravelMaxWorld);
+  for (int r = 0; r < attention::kRingTravelMaxWorld; ++r) {
+    p.ring_dk_dst[r] = ring.travel_dk[static_cast<size_t>(r)];
+    p.ring_dkv_flag[r] = ring.travel_flags[static_cast<size_t>(r)];
+  }
+  p.ring_dv_offset = ring.travel_dv_offset;
   // wgmma_ws_dqwarp by default: 1.12x / 1.15x wgmma_ws (non-causal / causal), itself 1.33-1.40x
   // the plain wgmma kernel (benchmarks/results/attention_bwd_nvidia_h100_80gb_hbm3_20261206-
   // 022151.json and ..._20261205-153014.json; H100, S = 8192, d = 128).

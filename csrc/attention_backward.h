@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
 #include <cstdint>
 #include <tuple>
 
@@ -22,11 +23,19 @@ struct BackwardRing {
   uint64_t arrival_timeout_ns = 0;
   void* arrival_diag = nullptr;
   int arrival_group = -1, arrival_peer = -1;
+  // dK/dV travelling (on arrival; BwdProblem::ring_dk_dst): per source rank, this rank's fp32 dK
+  // slot in that rank's receive area (dV at + travel_dv_offset floats) and its flags there.
+  // Then dk / dv come back empty: the caller's ring_attention::sum_key_grads writes them.
+  std::array<float*, 8> travel_dk{};
+  std::array<uint64_t*, 8> travel_flags{};
+  long long travel_dv_offset = 0;
+  bool travel() const { return travel_dk[0] != nullptr; }
 };
 
 #ifdef MKERNEL_WITH_CUDA
 // (dq, dk, dv) of mkernel.attention's native backward; in the ring mode dk / dv are fp32
-// [W * b, s, h_kv, d] partials by source (src * b + bi), whatever the K/V layout.
+// [W * b, s, h_kv, d] partials by source (src * b + bi), whatever the K/V layout — or, with dK/dV
+// travelling, empty (the partials went to the sources' receive areas).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> run_native_backward(
     const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const at::Tensor& out, const at::Tensor& lse, bool causal, double softmax_scale,

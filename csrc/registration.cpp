@@ -163,9 +163,10 @@ TORCH_LIBRARY(mkernel, m) {
       "bool causal, float softmax_scale, int ring_world, int ring_rank) -> (Tensor, Tensor, "
       "Tensor)");
   // Ring attention's backward on CUDA with the native kernel (csrc/ring_attention.cpp): this
-  // rank's shard (k, v [b, s, h_kv, d]) -> (dq, dk_all, dv_all), dk_all / dv_all fp32 [W * b, s,
-  // h_kv, d] partials by source for the caller's reduce-scatter; on one node the K/V shards are
-  // consumed as they arrive (one launch beside the ring's send kernel).
+  // rank's shard (q, out, dout [b, s, h, d], k, v [b, s, h_kv, d], lse [b, h, s]) -> (dq, dk,
+  // dv) of it in q's dtype: one launch over every source's K/V (all-gathered, or opted in on one
+  // node: consumed as it arrives, dK/dV travelling back to their owners in the kernel), the
+  // fp32 dK/dV partials summed over the ranks.
   m.def(
       "ring_attention_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
       "int group, int world_size, bool causal, float softmax_scale) -> (Tensor, Tensor, Tensor)");

@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "attention_backward.h"
 #include "attention_reference.h"
@@ -1261,15 +1262,18 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda(const at::Tensor& q, cons
 #endif  // MKERNEL_WITH_CUDA
 
 // mkernel::ring_attention_backward (python/mkernel/_ring_backward.py, the native backward's ring
-// mode): (dout, q, k, v, out, lse) of this rank's shard -> (dq, dk_all, dv_all), dk_all / dv_all
-// fp32 [W * b, s, h_kv, d] partials by source (src * b + bi) for the caller's reduce-scatter.
-// With MKERNEL_RING_BWD_ARRIVAL=1 (opt-in, below), on one node with the whole mode's geometry
-// (block-aligned shards; causal: zigzag halves a multiple of 128) the K/V shards are consumed as
-// they arrive: the forward's send kernel (ring_kv_api.h send_whole, side stream) forwards them
-// around the ring into this rank's virtual K/V while ONE launch of the backward's ring mode runs,
-// each CTA waiting for its key chunks' arrival flags, sources in arrival order
-// (BwdProblem::ring_kv_ready). Otherwise (the default; across nodes; ragged shards) the shards are
-// all-gathered first.
+// mode): (dout, q, k, v, out, lse) of this rank's shard -> (dq, dk, dv) of it, in q's dtype.
+// The default: the K/V shards all-gathered, ONE launch of the backward's ring mode over them
+// (fp32 dK/dV partials by source), the partials reduce-scattered to their owners in fp32.
+// The fused ring backward (opt-in, MKERNEL_RING_BWD_ARRIVAL=1; one node, the whole mode's
+// geometry: block-aligned shards, causal zigzag halves a multiple of 128): the forward's send
+// kernel (ring_kv_api.h send_whole, side stream) forwards the shards around the ring into this
+// rank's virtual K/V while the launch runs, each CTA waiting for its key chunks' arrival flags,
+// sources in arrival order (BwdProblem::ring_kv_ready); and dK/dV travel back the same way they
+// came, in the kernel: each CTA stores its fp32 partial straight into the source rank's receive
+// area and releases a flag there (BwdProblem::ring_dk_dst), and the owner sums the W slots per
+// 64-row tile as their flags come up (ring_kv_api.h sum_key_grads) — no reduce-scatter launch
+// (MKERNEL_RING_BWD_TRAVEL=0 keeps it, for measurement; so do shapes whose flags don't fit).
 constexpr const char* kBwdOp = "mkernel.ring_attention_backward";
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_meta(
@@ -1278,10 +1282,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_meta(
     bool /*causal*/, double /*softmax_scale*/) {
   TORCH_CHECK_VALUE(k.dim() == 4 && world_size >= 1, kBwdOp, ": k must be [b, s, h_kv, d], got ",
                     k.sizes());
-  const auto fp32 = k.options().dtype(at::kFloat);
-  return {at::empty_like(q),
-          at::empty({world_size * k.size(0), k.size(1), k.size(2), k.size(3)}, fp32),
-          at::empty({world_size * k.size(0), k.size(1), k.size(2), k.size(3)}, fp32)};
+  return {at::empty_like(q), at::empty_like(k), at::empty_like(v)};
 }
 
 #ifdef MKERNEL_WITH_CUDA
@@ -1294,6 +1295,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_meta(
 bool ring_backward_on_arrival() {
   const char* value = env::get("MKERNEL_RING_BWD_ARRIVAL");
   return value != nullptr && std::strcmp(value, "1") == 0;
+}
+// On arrival, dK/dV travel unless MKERNEL_RING_BWD_TRAVEL=0 (the reduce-scatter after instead).
+bool ring_backward_travel() {
+  const char* value = env::get("MKERNEL_RING_BWD_TRAVEL");
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+// The fp32 partials by source [W * b, s, h_kv, d] summed at their owners, in k's dtype.
+std::pair<at::Tensor, at::Tensor> scatter_key_grads(const at::Tensor& dk_all,
+                                                    const at::Tensor& dv_all, int64_t group,
+                                                    int64_t world_size, at::ScalarType dtype) {
+  static const auto scatter = c10::Dispatcher::singleton()
+                                  .findSchemaOrThrow("mkernel::reduce_scatter", "")
+                                  .typed<at::Tensor(const at::Tensor&, int64_t, int64_t)>();
+  return {scatter.call(dk_all, group, world_size).to(dtype),
+          scatter.call(dv_all, group, world_size).to(dtype)};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_cuda(
@@ -1314,7 +1331,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_cuda(
   const at::Tensor k = k_in.contiguous(), v = v_in.contiguous();
   comm::SymmetricGroup& g = comm::SymmetricGroup::get(kBwdOp, group, world_size, q.device());
   const int rank = g.rank(), world = g.world();
-  const int64_t b = q.size(0), s = q.size(1), h = q.size(2), d = q.size(3);
+  const int64_t b = q.size(0), s = q.size(1), h = q.size(2), d = q.size(3), h_kv = k.size(2);
   std::optional<ring_attention::Geometry> geo;
   if (ring_backward_on_arrival() && g.single_node() && world > 1 && (d == 64 || d == 128) &&
       k.size(1) == s && (!causal || (s % 2 == 0 && (s / 2) % 128 == 0)) &&
@@ -1327,17 +1344,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_cuda(
     static const auto gather = c10::Dispatcher::singleton()
                                    .findSchemaOrThrow("mkernel::all_gather", "")
                                    .typed<at::Tensor(const at::Tensor&, int64_t, int64_t)>();
-    return run_native_backward(dout, q, gather.call(k, group, world_size),
-                               gather.call(v, group, world_size), out, lse, causal, softmax_scale,
-                               ring);
+    auto [dq, dk_all, dv_all] =
+        run_native_backward(dout, q, gather.call(k, group, world_size),
+                            gather.call(v, group, world_size), out, lse, causal, softmax_scale, ring);
+    auto [dk, dv] = scatter_key_grads(dk_all, dv_all, group, world_size, k.scalar_type());
+    return {dq, dk, dv};
   }
+  const ring_attention::KeyGradShape grads_shape{static_cast<int>(b), static_cast<int>(s),
+                                                 static_cast<int>(h_kv), static_cast<int>(d)};
+  const bool travel = ring_backward_travel() && ring_attention::key_grads_fit(grads_shape, world);
   int64_t scale_bits = 0;
   std::memcpy(&scale_bits, &softmax_scale, sizeof(scale_bits));
-  // Every rank must agree on the call (the entry barrier checks it); 2: the backward.
-  const uint64_t sig =
-      comm::call_signature(comm::kOpRingAttention, {static_cast<int64_t>(q.scalar_type()), b, s, h,
-                                                    d, k.size(2), causal ? 1 : 0, scale_bits, 2});
-  g.ensure(kBwdOp, ring_attention::whole_data_bytes(*geo, world));
+  // Every rank must agree on the call (the entry barrier checks it); 2: the backward, 3: with
+  // dK/dV travelling (a rank without it would wait for flags nobody releases).
+  const uint64_t sig = comm::call_signature(
+      comm::kOpRingAttention, {static_cast<int64_t>(q.scalar_type()), b, s, h, d, h_kv,
+                               causal ? 1 : 0, scale_bits, travel ? 3 : 2});
+  const uint64_t grads_offset = ring_attention::key_grads_offset(*geo, world);
+  g.ensure(kBwdOp, grads_offset + (travel ? ring_attention::key_grads_bytes(grads_shape, world) : 0));
   const comm::GroupDevice view = g.device_view();  // after ensure: the current mappings
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const at::cuda::CUDAStream side = at::cuda::getStreamFromPool(true, q.device().index());
@@ -1361,7 +1385,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_cuda(
             view, ring_attention::send_whole_grid(view, *geo, kSendCtas), stream),
         "send-start wait (backward)");
   const uint64_t v_off = static_cast<uint64_t>(world) * geo->shard_bytes();
-  const std::array<int64_t, 4> virt{world * b, s, k.size(2), d};
+  const std::array<int64_t, 4> virt{world * b, s, h_kv, d};
   const at::Tensor k_virt = at::from_blob(kv, virt, k.options());
   const at::Tensor v_virt = at::from_blob(kv + v_off, virt, k.options());
   ring.arrival_flags = view.flags[rank] + ring_attention::whole_slot(world, geo->chunks, 0, 0, 0);
@@ -1372,10 +1396,33 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_cuda(
   ring.arrival_diag = view.diag;
   ring.arrival_group = view.group_id;
   ring.arrival_peer = (rank + world - 1) % world;  // every shard arrives from rank r - 1
-  auto grads = run_native_backward(dout, q, k_virt, v_virt, out, lse, causal, softmax_scale, ring);
+  if (travel) {  // this rank's slot and flags in every source's receive area
+    for (int src = 0; src < world; ++src) {
+      ring.travel_dk[static_cast<size_t>(src)] =
+          reinterpret_cast<float*>(view.data[src] + grads_offset) +
+          attention::ring_travel_offset(rank, grads_shape.batch, grads_shape.seq,
+                                        grads_shape.heads_kv, grads_shape.head_dim);
+      ring.travel_flags[static_cast<size_t>(src)] =
+          view.flags[src] + ring_attention::key_grads_slot(grads_shape, rank);
+    }
+    ring.travel_dv_offset = attention::ring_travel_offset(
+        world, grads_shape.batch, grads_shape.seq, grads_shape.heads_kv, grads_shape.head_dim);
+  }
+  auto [dq, dk_all, dv_all] =
+      run_native_backward(dout, q, k_virt, v_virt, out, lse, causal, softmax_scale, ring);
+  at::Tensor dk, dv;
+  if (travel) {
+    dk = at::empty_like(k);
+    dv = at::empty_like(v);
+    check(ring_attention::sum_key_grads(view, grads_shape, grads_offset,
+                                        q.scalar_type() == at::kBFloat16, dk.data_ptr(),
+                                        dv.data_ptr(), stream),
+          "dK/dV sum (backward)");
+  }
   sent.block(at::cuda::getCurrentCUDAStream());
   check(ring_attention::end(view, stream), "exit (backward)");
-  return grads;
+  if (!travel) std::tie(dk, dv) = scatter_key_grads(dk_all, dv_all, group, world_size, k.scalar_type());
+  return {dq, dk, dv};
 }
 #endif  // MKERNEL_WITH_CUDA
 

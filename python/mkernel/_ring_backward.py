@@ -1,5 +1,4 @@
-"""Backward of :func:`mkernel.ring_attention` (issue 13, first step — not the fused backward
-ring with dK/dV travelling beside K/V).
+"""Backward of :func:`mkernel.ring_attention`.
 
 With the forward's final ``out`` and ``lse``, the gradient splits exactly over the key blocks of
 the ring (P_block = exp(scale·Q·K_blockᵀ − lse), delta = rowsum(dO ∘ out)): every rank gathers
@@ -17,11 +16,13 @@ With the native backward opted in (``MKERNEL_ATTN_BWD=native``, CUDA) or on auto
 (:func:`native_ring_wins`: d = 128, shards of at least 2048 queries), the per-block calls are
 one launch of its ring mode (every source's blocks, each with its zigzag visibility,
 :func:`ring_visible`) through ``mkernel::ring_attention_backward``, after an all-gather of the
-shards — or, opted in with ``MKERNEL_RING_BWD_ARRIVAL=1`` (one node, block-aligned shards),
-consuming the K/V shards as they arrive: the forward ring's send kernel forwards them around the
-ring beside the launch and each CTA waits for its keys' arrival flags, the own shard first
-(on one GPU under MPS 0.93-1.035x the gathered launch, session 40) — then the same fp32
-reduce-scatter of dK/dV.
+shards, then the same fp32 reduce-scatter of dK/dV — or, opted in with
+``MKERNEL_RING_BWD_ARRIVAL=1`` (one node, block-aligned shards), the fused backward ring:
+the launch consumes the K/V shards as they arrive (the forward ring's send kernel forwards them
+around the ring beside it, each CTA waits for its keys' arrival flags, the own shard first) and
+dK/dV travel back inside it (each CTA stores its fp32 partial into the owner's receive area and
+releases a flag there; the owner sums the ranks' slots tile by tile as the flags come up). On
+one GPU under MPS the arrival half ran 0.93-1.035x the gathered launch (session 40).
 """
 
 from __future__ import annotations
@@ -132,12 +133,12 @@ def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
     if (mode == "native" and _attention_backward_choice(q, k, v, ctx.causal) == "native") or (
             mode == "auto" and native_ring_wins(q)):
         # The engine's native backward over every source in one launch (its ring mode) after an
-        # all-gather, or on the K/V as it arrives (MKERNEL_RING_BWD_ARRIVAL=1;
-        # csrc/ring_attention.cpp, mkernel::ring_attention_backward); dk / dv partials fp32.
-        dq, dk_all, dv_all = torch.ops.mkernel.ring_attention_backward.default(
+        # all-gather, its fp32 dK/dV partials reduce-scattered; or the fused ring backward
+        # (MKERNEL_RING_BWD_ARRIVAL=1): the launch on the K/V as it arrives, dK/dV travelling
+        # back to their owners in the kernel (csrc/ring_attention.cpp,
+        # mkernel::ring_attention_backward).
+        dq, dk, dv = torch.ops.mkernel.ring_attention_backward.default(
             dout, q, k, v, out, lse, ctx.group, world, ctx.causal, ctx.scale)
-        dk = torch.ops.mkernel.reduce_scatter.default(dk_all, ctx.group, world).to(k.dtype)
-        dv = torch.ops.mkernel.reduce_scatter.default(dv_all, ctx.group, world).to(v.dtype)
         return dq, dk, dv, None, None, None, None
     k_all = torch.ops.mkernel.all_gather.default(k.contiguous(), ctx.group, world)  # [W*b, ...]
     v_all = torch.ops.mkernel.all_gather.default(v.contiguous(), ctx.group, world)

@@ -23,6 +23,7 @@
 
 #include "kernels/attention/attention_bwd_api.h"
 #include "kernels/attention/attention_bwd_sm90_traits.hpp"
+#include "kernels/ring_attention/ring_kv_api.h"
 using namespace cute;
 
 // dq_tiled_offset: a bijection of (bh, row < s padded to 64, col < d) onto dq_accum_floats, and
@@ -228,6 +229,56 @@ int check_ring_arrival() {
   return bad;
 }
 
+// dK/dV travelling (ring_kv_api.h): the writers' flags tile the owner's slot range exactly,
+// after the whole mode's arrival and send-start flags and inside the op range where
+// key_grads_fit says so; the sum kernel's tile of each flag (ring_travel_tile) is the one the
+// writer's warpgroup released it for; the writers' fp32 slots are disjoint, dV after every dK.
+int check_ring_travel() {
+  namespace ra = mkernel::ring_attention;
+  namespace at = mkernel::attention;
+  int bad = 0;
+  if (ra::kKeyGradSlotBase <= ra::send_started_slot(ra::kMaxSendCtas - 1) ||
+      ra::kKeyGradSlotBase < mkernel::comm::FlagSlot::kOpSlotBase + ra::kMaxWholeFlags)
+    ++bad;
+  for (int world = 2; world <= 8; ++world)
+    for (int batch : {1, 3})
+      for (int heads_kv : {1, 4})
+        for (int seq : {64, 100, 384, 4096}) {
+          const ra::KeyGradShape shape{batch, seq, heads_kv, 128};
+          const long long per = at::ring_travel_flags(batch, heads_kv, seq);
+          if (!ra::key_grads_fit(shape, world)) ++bad;
+          std::vector<int> seen(static_cast<size_t>(world * per), 0);
+          for (int w = 0; w < world; ++w)
+            for (int bi = 0; bi < batch; ++bi)
+              for (int h = 0; h < heads_kv; ++h)
+                for (int key = 0; key < seq; key += at::kRingTravelRows) {
+                  const long long t = at::ring_travel_flag(bi, h, key, heads_kv, seq);
+                  const long long slot = static_cast<long long>(ra::key_grads_slot(shape, w)) + t;
+                  const long long i = slot - ra::kKeyGradSlotBase;
+                  if (t < 0 || t >= per || i < 0 || i >= world * per) {
+                    ++bad;
+                    continue;
+                  }
+                  ++seen[static_cast<size_t>(i)];
+                  const at::RingTravelTile tile = at::ring_travel_tile(t, heads_kv, seq);
+                  if (tile.bi != bi || tile.hkv != h || tile.key0 != key) ++bad;
+                }
+          for (int v : seen)
+            if (v != 1) ++bad;
+          if (ra::key_grads_slot(shape, world) > mkernel::comm::FlagSlot::kOpSlotEnd) ++bad;
+          const long long slot = shape.slot_floats();
+          for (int w = 0; w <= world; ++w)
+            if (at::ring_travel_offset(w, batch, seq, heads_kv, 128) != w * slot) ++bad;
+          if (ra::key_grads_bytes(shape, world) != static_cast<uint64_t>(2 * world * slot * 4))
+            ++bad;
+        }
+  // Too many flags for the op range: the caller reduce-scatters instead.
+  if (ra::key_grads_fit(ra::KeyGradShape{64, 65536, 64, 128}, 8)) ++bad;
+  if (ra::key_grads_fit(ra::KeyGradShape{1, 256, 1, 128}, 9)) ++bad;  // more ranks than slots
+  printf("ring travel %d\n", bad);
+  return bad;
+}
+
 int check_tile_order() {
   int bad = 0;
   for (int n_blocks : {1, 3, 64})
@@ -268,7 +319,7 @@ int check_tile_order() {
 
 int main() {
   const int bad = check_traits<128>() + check_traits<64>() + check_dq_tiles() + check_ring_rule() +
-                  check_ring_arrival() + check_tile_order();
+                  check_ring_arrival() + check_ring_travel() + check_tile_order();
   if (bad) printf("BAD %d\n", bad);
   return bad ? 1 : 0;
 }

@@ -431,8 +431,9 @@ def test_ring_op_meta_shapes_and_validation() -> None:
 
 def test_ring_attention_backward_meta_shapes() -> None:
     """ring_attention_backward's Meta kernel (the native ring backward from this rank's shard):
-    dq has q's shape, dk / dv are fp32 partials for every source, [W * b, s, h_kv, d]; a k that
-    is not 4-D is refused naming it."""
+    dq has q's shape, dk / dv k's — this rank's own gradients in its dtype, the ranks' partials
+    already summed (by a reduce-scatter, or travelling in the kernel); a k that is not 4-D is
+    refused naming it."""
     b, s, h, h_kv, d, world = 2, 256, 8, 2, 64, 4
     q = torch.empty(b, s, h, d, dtype=torch.float16, device="meta")
     k = torch.empty(b, s, h_kv, d, dtype=torch.float16, device="meta")
@@ -440,8 +441,8 @@ def test_ring_attention_backward_meta_shapes() -> None:
     dq, dk, dv = torch.ops.mkernel.ring_attention_backward.default(q, q, k, k, q, lse, 0, world,
                                                                    True, 0.125)
     assert dq.shape == q.shape and dq.dtype == q.dtype
-    assert dk.shape == dv.shape == (world * b, s, h_kv, d)
-    assert dk.dtype == dv.dtype == torch.float32
+    assert dk.shape == dv.shape == (b, s, h_kv, d)
+    assert dk.dtype == dv.dtype == torch.float16
     with pytest.raises(ValueError, match="k must be"):
         torch.ops.mkernel.ring_attention_backward.default(q, q, k[0], k[0], q, lse, 0, world,
                                                           True, 0.125)

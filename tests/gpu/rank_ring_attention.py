@@ -10,7 +10,7 @@ on fresh inputs (buffers and flags reused across calls without a host step).
 
 A rank prints ``CASE {json}`` per checked call, ``ERR {json}`` for an expected failure and
 ``OK <rank>`` at the end. ``TEST_SUITE`` (comma-separated) picks: ``matrix``, ``graph``,
-``grad``, ``grad_auto_native``, ``grad_arrival``, ``kill_backward``, ``alone`` (ring12: the compute-alone ceiling op), ``layer`` (mkernel.nn.ContextParallelAttention),
+``grad``, ``grad_auto_native``, ``grad_arrival``, ``grad_graph``, ``kill_backward``, ``alone`` (ring12: the compute-alone ceiling op), ``layer`` (mkernel.nn.ContextParallelAttention),
 ``other_dims`` (head dims other than 64 / 128), ``kill`` (ends the process). Groups spanning emulated nodes run the same suites.
 """
 
@@ -236,29 +236,104 @@ ARRIVAL_CASES = [
 ]
 
 
+# (MKERNEL_RING_BWD_ARRIVAL, MKERNEL_RING_BWD_TRAVEL) of grad_arrival's paths, by name: the
+# fused ring backward (K/V on arrival, dK/dV travelling in the kernel), the gathered launch with
+# its reduce-scatter, arrival with the reduce-scatter, and the fused one again.
+ARRIVAL_PATHS = [("travel", "1", "1"), ("gathered", "0", "1"), ("scatter", "1", "0"),
+                 ("travel", "1", "1")]
+
+
 def grad_arrival(c: Checker) -> None:
-    """The native ring backward (MKERNEL_ATTN_BWD=native) consuming the K/V shards as the send
-    kernel forwards them (MKERNEL_RING_BWD_ARRIVAL=1, opt-in) and after an all-gather (=0),
-    on fresh inputs, gradients poisoned between: dq / dk / dv of each against fp32 autograd of
-    the whole sequence, and dk / dv bit for bit between the two (the same CTAs on the same
-    values, in another order; dq is summed in arrival order either way). Twice back to back."""
+    """The native ring backward (MKERNEL_ATTN_BWD=native) by each of ARRIVAL_PATHS, on fresh
+    inputs, gradients poisoned between: dq / dk / dv of each against fp32 autograd of the whole
+    sequence, and dk / dv bit for bit across the paths (the same CTAs on the same values, in
+    another order, summed over the ranks in rank order from 0 by the reduce-scatter and by the
+    travelling sum alike; dq is summed in arrival order either way) and between two fused
+    calls."""
     os.environ["MKERNEL_ATTN_BWD"] = "native"
     try:
         for i, case in enumerate(ARRIVAL_CASES):
             grads = {}
-            for arrival in ("1", "0", "1"):
+            for name, arrival, travel in ARRIVAL_PATHS:
                 os.environ["MKERNEL_RING_BWD_ARRIVAL"] = arrival
+                os.environ["MKERNEL_RING_BWD_TRAVEL"] = travel
                 poison(case[1], case[2], case[3], case[5], case[6], c.device)
-                grads.setdefault(arrival, []).append(
-                    check_grads(c, f"grad_arrival{arrival}", case, 9400 + i, 9500 + i))
-            for name, a, g in zip("qkv", grads["1"][0], grads["0"][0]):
-                if name != "q":
-                    assert torch.equal(a, g), f"d{name}: on arrival and gathered differ (case {i})"
-            for a, g in zip(grads["1"][0][1:], grads["1"][1][1:]):
-                assert torch.equal(a, g), f"dk / dv differ between two calls on arrival (case {i})"
+                grads.setdefault(name, []).append(
+                    check_grads(c, f"grad_{name}", case, 9400 + i, 9500 + i))
+            for other in ("gathered", "scatter"):
+                for name, a, g in zip("kv", grads["travel"][0][1:], grads[other][0][1:]):
+                    assert torch.equal(a, g), f"d{name}: travelling and {other} differ (case {i})"
+            for a, g in zip(grads["travel"][0][1:], grads["travel"][1][1:]):
+                assert torch.equal(a, g), f"dk / dv differ between two fused calls (case {i})"
     finally:
-        os.environ.pop("MKERNEL_ATTN_BWD", None)
+        for knob in ("MKERNEL_ATTN_BWD", "MKERNEL_RING_BWD_ARRIVAL", "MKERNEL_RING_BWD_TRAVEL"):
+            os.environ.pop(knob, None)
+
+
+def grad_graph(c: Checker) -> None:
+    """The fused ring backward (MKERNEL_RING_BWD_ARRIVAL=1: K/V on arrival, dK/dV travelling)
+    captured once in a CUDA graph and replayed on new inputs (outputs poisoned before each
+    replay): dq / dk / dv against fp32 autograd of the whole sequence, and dk / dv bit for bit
+    an eager call's on the same inputs. Every wait's expected value comes from the group's
+    device op counter, so a replay waits for its own call's data, and an eager call after it
+    still agrees with the ranks' counters."""
+    from mkernel.ops import _group_args
+    os.environ["MKERNEL_RING_BWD_ARRIVAL"] = "1"
+    try:
+        case = (True, 1, 512, 8, 2, 128, torch.bfloat16)
+        causal, b, s, h, h_kv, d, dtype = case
+        handle, world = _group_args("ring_attention", c.ctx)
+        scale = d ** -0.5
+        q_s, k_s, v_s = (torch.zeros(b, s, hh, d, dtype=dtype, device=c.device)
+                         for hh in (h, h_kv, h_kv))
+        dout_s = torch.zeros(b, s, h, d, dtype=dtype, device=c.device)
+        out_s, lse_s = torch.ops.mkernel.ring_attention.default(q_s, k_s, v_s, handle, world,
+                                                                causal, scale)
+
+        def backward():
+            return torch.ops.mkernel.ring_attention_backward.default(
+                dout_s, q_s, k_s, v_s, out_s, lse_s, handle, world, causal, scale)
+
+        backward()  # warm-up: the symmetric memory sized outside the capture
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            captured = backward()
+        for replay in range(2):
+            q, k, v = full_inputs(9600 + replay, b, s * c.world, h, h_kv, d, dtype)
+            gen = torch.Generator().manual_seed(9700 + replay)
+            dout = torch.randn(b, s * c.world, h, d, generator=gen).to(dtype)
+            for dst, x in zip((q_s, k_s, v_s, dout_s), (q, k, v, dout)):
+                dst.copy_(shard(x, c.rank, c.world, causal))
+            out, lse = torch.ops.mkernel.ring_attention.default(q_s, k_s, v_s, handle, world,
+                                                                causal, scale)
+            out_s.copy_(out)
+            lse_s.copy_(lse)
+            for t in captured:
+                t.fill_(float("nan"))
+            g.replay()
+            eager = backward()
+            torch.cuda.synchronize()
+            refs = reference_grads(c, causal, q, k, v, dout)
+            rels = {name: rel_err(x.cpu(), r) for name, x, r in zip("qkv", captured, refs)}
+            rec = {"op": "grad_graph", "causal": causal, "shape": [b, s, h, h_kv, d],
+                   "rel": max(rels.values()), "rels": rels, "world": c.world, "replay": replay}
+            emit("CASE", rec)
+            assert all(r <= BOUND for r in rels.values()), rec
+            for name, a, e in zip("kv", captured[1:], eager[1:]):
+                assert torch.equal(a, e), f"d{name}: replay and eager call differ ({replay})"
+            c.calls += 1
+    finally:
         os.environ.pop("MKERNEL_RING_BWD_ARRIVAL", None)
+
+
+def reference_grads(c: Checker, causal: bool, q, k, v, dout) -> list:
+    """This rank's shards of dq / dk / dv by fp32 autograd through the reference of the whole
+    sequence (CPU tensors)."""
+    refs = [x.to(c.device).float().requires_grad_() for x in (q, k, v)]
+    ref_out, _ = attention_ref(*refs, causal, dtype=torch.float32)
+    (ref_out * dout.to(c.device).float()).sum().backward()
+    return [shard(r.grad, c.rank, c.world, causal).cpu() for r in refs]
 
 
 def check_grads(c: Checker, op: str, case, seed: int, dout_seed: int) -> list:
@@ -268,15 +343,12 @@ def check_grads(c: Checker, op: str, case, seed: int, dout_seed: int) -> list:
     q, k, v = full_inputs(seed, b, s * c.world, h, h_kv, d, dtype)
     gen = torch.Generator().manual_seed(dout_seed)
     dout = torch.randn(b, s * c.world, h, d, generator=gen).to(dtype)
-    refs = [x.to(c.device).float().requires_grad_() for x in (q, k, v)]
-    ref_out, _ = attention_ref(*refs, causal, dtype=torch.float32)
-    (ref_out * dout.to(c.device).float()).sum().backward()
+    refs = reference_grads(c, causal, q, k, v, dout)
     mine = [shard(x, c.rank, c.world, causal).to(c.device).requires_grad_() for x in (q, k, v)]
     out, _ = mkernel.ring_attention(*mine, causal=causal, group=c.ctx)
     out.backward(shard(dout, c.rank, c.world, causal).to(c.device))
     torch.cuda.synchronize()
-    rels = {name: rel_err(x.grad.cpu(), shard(r.grad, c.rank, c.world, causal).cpu())
-            for name, x, r in zip("qkv", mine, refs)}
+    rels = {name: rel_err(x.grad.cpu(), r) for name, x, r in zip("qkv", mine, refs)}
     rec = {"op": op, "causal": causal, "shape": [b, s, h, h_kv, d], "rel": max(rels.values()),
            "rels": rels, "world": c.world}
     emit("CASE", rec)
@@ -370,11 +442,12 @@ def kill(c: Checker) -> None:
 
 
 def kill_backward(c: Checker) -> None:
-    """The native ring backward on arrival (MKERNEL_ATTN_BWD=native, MKERNEL_RING_BWD_ARRIVAL=1)
-    with a dead peer: after
-    good forward + backward calls every rank runs a forward, then the victim (last rank)
-    SIGKILLs itself; the others' backward must raise within MKERNEL_OP_TIMEOUT (+ slack) naming
-    a peer, not hang. Ends the process."""
+    """The fused ring backward (MKERNEL_ATTN_BWD=native, MKERNEL_RING_BWD_ARRIVAL=1: K/V on
+    arrival, dK/dV travelling) with a dead peer: after good forward + backward calls every rank
+    runs a forward, then the victim (last rank) SIGKILLs itself — before its backward, or with
+    KILL_MID=1 right after launching it (the others may then be inside the launch, waiting for
+    K/V or for its dK/dV partials); the others' backward must raise within MKERNEL_OP_TIMEOUT
+    (+ slack) naming a peer, not hang. Ends the process."""
     os.environ["MKERNEL_ATTN_BWD"] = "native"
     os.environ["MKERNEL_RING_BWD_ARRIVAL"] = "1"
     victim = c.world - 1
@@ -394,6 +467,8 @@ def kill_backward(c: Checker) -> None:
     q, out = forward()
     mkernel.synchronize()
     if c.rank == victim:
+        if os.environ.get("KILL_MID") == "1":
+            torch.autograd.grad(out, q, dout)  # launched, not waited for
         os.kill(os.getpid(), signal.SIGKILL)
     t0 = time.monotonic()
     try:

@@ -52,16 +52,21 @@ def test_ring_backward_on_auto_native_rows(mps):
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_native_ring_backward_on_arrival(mps, world):
-    """The native ring backward consuming K/V as the send kernel forwards it (one launch beside
-    it) and after an all-gather: gradients against fp32 autograd of the whole sequence, dk / dv
-    bit for bit between the two paths and between calls (rank_ring_attention.grad_arrival)."""
-    res = run_ranks(RING_MAIN, world, timeout=240,
-                    env=rank_env(mps, world, TEST_SUITE="grad_arrival", MKERNEL_OP_TIMEOUT="30"))
+    """The fused ring backward (K/V consumed as the send kernel forwards it, dK/dV travelling
+    back to their owners in the kernel), the same launch with the reduce-scatter after, and the
+    launch after an all-gather: gradients against fp32 autograd of the whole sequence, dk / dv
+    bit for bit across the paths and between calls (rank_ring_attention.grad_arrival); then the
+    fused backward captured in a CUDA graph and replayed on new inputs (grad_graph)."""
+    res = run_ranks(RING_MAIN, world, timeout=300,
+                    env=rank_env(mps, world, TEST_SUITE="grad_arrival,grad_graph",
+                                 MKERNEL_OP_TIMEOUT="30"))
     cases = check_ranks(res)
     per_rank = len(cases) // world
-    assert per_rank == 3 * 4, [c["op"] for c in cases]
-    assert {c["op"] for c in cases} == {"grad_arrival1", "grad_arrival0"}
-    print(f"W={world} on arrival / gathered: worst rel err {max(c['rel'] for c in cases):.2e}")
+    assert per_rank == 4 * 4 + 2, [c["op"] for c in cases]
+    assert {c["op"] for c in cases} == {"grad_travel", "grad_gathered", "grad_scatter",
+                                        "grad_graph"}
+    print(f"W={world} fused / scatter / gathered / graph: worst rel err "
+          f"{max(c['rel'] for c in cases):.2e}")
 
 
 def test_ring_attention_at_world_eight(mps):
@@ -205,13 +210,15 @@ def test_killed_rank_fails_the_others_within_the_timeout(mps):
     assert all(e["type"] == "MkernelError" for e in errs), errs
 
 
-def test_killed_rank_fails_the_native_ring_backward(mps):
-    """The native ring backward (K/V on arrival) with a peer killed between its forward and its
-    backward: the survivor raises within the timeout, naming the peer where a wait record is
-    left (rank_ring_attention.kill_backward)."""
+@pytest.mark.parametrize("mid", ["0", "1"])
+def test_killed_rank_fails_the_native_ring_backward(mps, mid):
+    """The fused ring backward (K/V on arrival, dK/dV travelling) with a peer killed between its
+    forward and its backward (mid 0) or right after launching it (mid 1): the survivor raises
+    within the timeout, naming the peer where a wait record is left
+    (rank_ring_attention.kill_backward)."""
     world, timeout_s = 2, 5
     res = run_ranks(RING_MAIN, world, timeout=120,
-                    env=rank_env(mps, world, TEST_SUITE="kill_backward",
+                    env=rank_env(mps, world, TEST_SUITE="kill_backward", KILL_MID=mid,
                                  MKERNEL_OP_TIMEOUT=str(timeout_s)))
     check_killed_rank(res, world - 1, timeout_s)
 

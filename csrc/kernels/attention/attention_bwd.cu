@@ -103,6 +103,20 @@ const char* can_implement_backward(const BwdProblem& p) {
         (long long)p.ring_chunk_rows * p.ring_chunks < p.seq_kv)
       return "ring_kv_ready: ring_kv_epoch and ring_chunks x ring_chunk_rows >= s needed";
   }
+  if (p.ring_dk_dst[0] != nullptr) {
+    if (p.ring_kv_ready == nullptr)
+      return "ring_dk_dst (dK/dV travelling): on arrival (ring_kv_ready) only";
+    if (p.ring_world > kRingTravelMaxWorld) return "ring_dk_dst: ring_world must be <= 8";
+    for (int r = 0; r < p.ring_world; ++r) {
+      if (p.ring_dk_dst[r] == nullptr || !aligned16(p.ring_dk_dst[r]) ||
+          p.ring_dkv_flag[r] == nullptr)
+        return "ring_dk_dst / ring_dkv_flag: one 16-byte aligned slot and flag array per rank";
+    }
+    if (p.ring_dv_offset < ring_travel_offset(p.ring_world, p.batch, p.seq_kv, p.heads_kv,
+                                              p.head_dim) ||
+        p.ring_dv_offset % 4 != 0)
+      return "ring_dv_offset: past every writer's dK slot, a multiple of 4 floats";
+  }
   if (p.kernel != BwdKernel::kWgmma && p.kernel != BwdKernel::kMmaSync &&
       p.kernel != BwdKernel::kWgmmaBulkDq && p.kernel != BwdKernel::kWgmmaWs &&
       p.kernel != BwdKernel::kWgmmaWsDqWarp)
@@ -117,9 +131,13 @@ const char* can_implement_backward(const BwdProblem& p) {
   if (p.tile_sections > 0 &&
       (long long)((p.seq_kv + 127) / 128) * p.heads_kv * p.kv_batch > 0x7fffffffLL)
     return "tile_sections: the 1-D grid must hold < 2^31 CTAs";
-  const void* ptrs[] = {p.q, p.k, p.v, p.out, p.dout, p.lse, p.dq, p.dk, p.dv, p.dq_accum, p.delta};
+  const void* ptrs[] = {p.q, p.k, p.v, p.out, p.dout, p.lse, p.dq, p.dq_accum, p.delta};
   for (const void* ptr : ptrs)
     if (ptr == nullptr || !aligned16(ptr)) return "every tensor must be non-null and 16-byte aligned";
+  // dK/dV travelling: the partials go to the receive areas, not to dk / dv.
+  if (p.ring_dk_dst[0] == nullptr &&
+      (p.dk == nullptr || p.dv == nullptr || !aligned16(p.dk) || !aligned16(p.dv)))
+    return "dk and dv must be non-null and 16-byte aligned";
   return nullptr;
 }
 

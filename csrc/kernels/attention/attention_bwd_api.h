@@ -114,6 +114,37 @@ inline int bwd_tile_sections(long long seq_q, int head_dim, int group, int eleme
   return sections;
 }
 
+// dK/dV travelling (BwdProblem::ring_dk_dst): ring sizes it serves, and the key rows one flag
+// covers — a consumer warpgroup's half of a 128-key block.
+constexpr int kRingTravelMaxWorld = 8;
+constexpr int kRingTravelRows = 64;
+
+// Per writing rank, the flags of one source's receive area: one per (batch, kv head, 64 keys).
+__host__ __device__ inline long long ring_travel_flags(int batch, int heads_kv, int seq_kv) {
+  return (long long)batch * heads_kv * ((seq_kv + kRingTravelRows - 1) / kRingTravelRows);
+}
+// The flag of the tile holding key `key` of (bi, hkv) among one writer's.
+__host__ __device__ inline long long ring_travel_flag(int bi, int hkv, int key, int heads_kv,
+                                                      int seq_kv) {
+  return ((long long)bi * heads_kv + hkv) * ((seq_kv + kRingTravelRows - 1) / kRingTravelRows) +
+         key / kRingTravelRows;
+}
+// The inverse of ring_travel_flag over one writer's flags: flag t's (bi, hkv, first key).
+struct RingTravelTile {
+  int bi, hkv, key0;
+};
+__host__ __device__ inline RingTravelTile ring_travel_tile(long long t, int heads_kv, int seq_kv) {
+  const int tiles = (seq_kv + kRingTravelRows - 1) / kRingTravelRows;
+  const long long bh = t / tiles;
+  return {int(bh / heads_kv), int(bh % heads_kv), int(t - bh * tiles) * kRingTravelRows};
+}
+// Floats from a receive area's start to writer w's slot ([w][batch][s][h_kv][d]); the dV slots
+// follow every writer's dK slots (world x one slot further).
+__host__ __device__ inline long long ring_travel_offset(int writer, int batch, int seq_kv,
+                                                        int heads_kv, int head_dim) {
+  return (long long)writer * batch * seq_kv * heads_kv * head_dim;
+}
+
 struct BwdProblem {
   const void* q;
   const void* k;
@@ -166,6 +197,15 @@ struct BwdProblem {
   unsigned long long ring_timeout_ns;
   void* ring_diag;
   int ring_group, ring_peer;
+  // dK/dV travelling (ring_dk_dst[0] non-null; on arrival only: the fused ring backward). A
+  // consumer warpgroup stores its fp32 dK/dV partial of source src's rows not into dk / dv but
+  // straight into src's receive area (peer memory): ring_dk_dst[src] is this rank's slot there,
+  // [batch][s][h_kv][d] (ring_travel_offset), dV at + ring_dv_offset floats; then it releases
+  // ring_dkv_flag[src][ring_travel_flag(...)] = *ring_kv_epoch + 1. The owner sums the ranks'
+  // slots once every flag of a 64-row tile is up (ring_kv_api.h sum_key_grads).
+  float* ring_dk_dst[kRingTravelMaxWorld];
+  uint64_t* ring_dkv_flag[kRingTravelMaxWorld];
+  long long ring_dv_offset;
 };
 
 // The K/V batch index a ring-mode CTA of batch index z = src * batch + bi loads from: z, or on

@@ -538,10 +538,20 @@ __device__ __forceinline__ void store_key_grads(const BwdProblem& p, const KeyGr
   Tensor tKcK = mma_dkv.get_thread_slice(wg_tid).partition_C(
       make_identity_tensor(Shape<Int<T::kHalfN>, Int<kD>>{}));
   const int64_t kv_row_stride = int64_t(p.heads_kv) * kD;
-  const int64_t kv_off =
-      (int64_t(tile.z) * p.seq_kv + nw0) * kv_row_stride + int64_t(tile.hkv) * kD;
-  Out* dk = static_cast<Out*>(p.dk) + kv_off;
-  Out* dv = static_cast<Out*>(p.dv) + kv_off;
+  int64_t z = tile.z;
+  Out* dk = static_cast<Out*>(p.dk);
+  Out* dv = static_cast<Out*>(p.dv);
+  if constexpr (std::is_same_v<Out, float>) {
+    if (p.ring_dk_dst[0] != nullptr) {  // dK/dV travelling: this rank's slot at the source
+      const int src = tile.z / p.batch;
+      z = tile.z - src * p.batch;
+      dk = p.ring_dk_dst[src];
+      dv = dk + p.ring_dv_offset;
+    }
+  }
+  const int64_t kv_off = (z * p.seq_kv + nw0) * kv_row_stride + int64_t(tile.hkv) * kD;
+  dk += kv_off;
+  dv += kv_off;
 #pragma unroll
   for (int j = 0; j < size(grads.dk) / 2; ++j) {
     const int r = get<0>(tKcK(2 * j));
@@ -551,6 +561,22 @@ __device__ __forceinline__ void store_key_grads(const BwdProblem& p, const KeyGr
                       grads.dk(2 * j + 1) * p.softmax_scale);
       store_grad_pair(dv + r * kv_row_stride + c, grads.dv(2 * j), grads.dv(2 * j + 1));
     }
+  }
+}
+
+// dK/dV travelling (BwdProblem::ring_dk_dst): once every thread of the warpgroup has stored its
+// part of the 64-row partial at the source, one thread releases the tile's flag there — after
+// a system-scope fence, since the owner may be another GPU's process reading through NVLink.
+__device__ __forceinline__ void release_key_grads(const BwdProblem& p, const CtaTile& tile, int wg,
+                                                  int wg_tid, int nw0) {
+  if (nw0 >= p.seq_kv) return;  // a half past the shard: no rows, no flag (the owner's count)
+  warpgroup_barrier(wg);
+  if (wg_tid == 0) {
+    const int src = tile.z / p.batch, bi = tile.z - src * p.batch;
+    const uint64_t e = __ldg(p.ring_kv_epoch) + 1;  // the call's number (ring_kv_api.h)
+    __threadfence_system();
+    comm::st_release_sys(
+        p.ring_dkv_flag[src] + ring_travel_flag(bi, tile.hkv, nw0, p.heads_kv, p.seq_kv), e);
   }
 }
 
@@ -889,6 +915,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   }
   store_key_grads<T, std::conditional_t<kRing, float, typename T::Element>>(p, grads, tile, wg_tid,
                                                                             nw0);
+  if constexpr (kRing) {
+    if (p.ring_dk_dst[0] != nullptr) release_key_grads(p, tile, wg, wg_tid, nw0);
+  }
 }
 
 template <class Element, int kHeadDim, bool kCausal, bool kBulkDq, bool kWarpSpecialized,

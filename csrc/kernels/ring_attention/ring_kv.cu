@@ -1,6 +1,9 @@
 // Ring attention's K/V rotation kernels (protocol: ring_kv_api.h): the call's entry and end,
 // the per-step send (copy one shard into the next rank's buffer, item by item, releasing each
 // item's arrival flag there) and the per-step credit release.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstring>
 
 #include "../../env_knobs.h"
@@ -311,7 +314,90 @@ __global__ void mark_whole_kernel(comm::GroupDevice g, Geometry geo, int peer, i
   }
 }
 
+// dK/dV travelling: CTA t sums tile t (ring_travel_flag's order: (batch, kv head, 64 keys)) of
+// the W writers' slots once their flags are up.
+constexpr int kSumThreads = 256;
+struct KeyGradSum {
+  const float* area;  // this rank's receive area
+  void* dk;
+  void* dv;
+  KeyGradShape shape;
+};
+
+__device__ __forceinline__ void store4(__nv_bfloat16* dst, float4 v) {
+  __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+  uint2 raw;
+  raw.x = *reinterpret_cast<uint32_t*>(&lo);
+  raw.y = *reinterpret_cast<uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(dst) = raw;
+}
+__device__ __forceinline__ void store4(__half* dst, float4 v) {
+  __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+  uint2 raw;
+  raw.x = *reinterpret_cast<uint32_t*>(&lo);
+  raw.y = *reinterpret_cast<uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(dst) = raw;
+}
+
+template <class Out>
+__global__ void __launch_bounds__(kSumThreads) sum_key_grads_kernel(comm::GroupDevice g,
+                                                                    KeyGradSum a) {
+  const uint64_t e = comm::op_begin(g);
+  const KeyGradShape& sh = a.shape;
+  const int t = static_cast<int>(blockIdx.x);
+  const attention::RingTravelTile tile = attention::ring_travel_tile(t, sh.heads_kv, sh.seq);
+  if (static_cast<int>(threadIdx.x) < g.world) {  // one waiter per writer
+    const int w = static_cast<int>(threadIdx.x);
+    const uint64_t slot = key_grads_slot(sh, w) + t;
+    comm::wait_geq(g, g.flags[g.rank] + slot, e,
+                   comm::WaitSite{comm::kOpRingAttention, comm::kWaitPeerFlag, w,
+                                  static_cast<int32_t>(slot)});
+  }
+  __syncthreads();  // the waiters' acquires order the CTA's reads below
+  const int row0 = tile.key0;
+  const int rows = min(attention::kRingTravelRows, sh.seq - row0);
+  const int vecs = sh.head_dim / 4;  // float4 per row
+  const long long row_stride = static_cast<long long>(sh.heads_kv) * sh.head_dim;
+  const long long base = (static_cast<long long>(tile.bi) * sh.seq + row0) * row_stride +
+                         static_cast<long long>(tile.hkv) * sh.head_dim;
+  const long long slot_floats = sh.slot_floats();
+  const int per = rows * vecs;
+  for (int i = static_cast<int>(threadIdx.x); i < 2 * per; i += kSumThreads) {
+    const int which = i / per;  // 0: dk, 1: dv
+    const int j = i - which * per;
+    const long long off = base + (j / vecs) * row_stride + (j % vecs) * 4;
+    const float* src = a.area + which * g.world * slot_floats + off;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 2
+    for (int w = 0; w < g.world; ++w) {
+      const float4 x = __ldcg(reinterpret_cast<const float4*>(src + w * slot_floats));
+      acc.x += x.x;
+      acc.y += x.y;
+      acc.z += x.z;
+      acc.w += x.w;
+    }
+    store4(static_cast<Out*>(which == 0 ? a.dk : a.dv) + off, acc);
+  }
+}
+
 }  // namespace
+
+cudaError_t sum_key_grads(const comm::GroupDevice& g, const KeyGradShape& shape, uint64_t offset,
+                          bool bf16, void* dk, void* dv, cudaStream_t stream) {
+  if (shape.batch < 1 || shape.seq < 1 || shape.heads_kv < 1 || shape.head_dim % 4 != 0 ||
+      !key_grads_fit(shape, g.world) || g.data[g.rank] == nullptr || offset % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(dk) % 8 != 0 || reinterpret_cast<uintptr_t>(dv) % 8 != 0)
+    return cudaErrorInvalidValue;
+  const KeyGradSum a{reinterpret_cast<const float*>(g.data[g.rank] + offset), dk, dv, shape};
+  const auto grid =
+      static_cast<unsigned>(attention::ring_travel_flags(shape.batch, shape.heads_kv, shape.seq));
+  if (bf16) {
+    sum_key_grads_kernel<__nv_bfloat16><<<grid, kSumThreads, 0, stream>>>(g, a);
+  } else {
+    sum_key_grads_kernel<__half><<<grid, kSumThreads, 0, stream>>>(g, a);
+  }
+  return cudaGetLastError();
+}
 
 cudaError_t mark_whole(const comm::GroupDevice& g, const Geometry& geo, int peer, int pos, int b0,
                        int b1, cudaStream_t stream) {

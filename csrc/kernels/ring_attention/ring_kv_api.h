@@ -24,6 +24,7 @@
 
 #include <cstdint>
 
+#include "../attention/attention_bwd_api.h"
 #include "../comm/group_device.h"
 
 #if defined(__CUDACC__)
@@ -115,6 +116,45 @@ cudaError_t wait_send_started(const comm::GroupDevice& g, int grid, cudaStream_t
 // (b, pos, chunk) = e.
 cudaError_t mark_whole(const comm::GroupDevice& g, const Geometry& geo, int peer, int pos, int b0,
                        int b1, cudaStream_t stream);
+
+// --- dK/dV travelling (the fused ring backward, csrc/ring_attention.cpp; one node) -----------
+// The backward's dQ-warp kernel on arrival (attention_bwd_api.h BwdProblem::ring_dk_dst) stores
+// each source's fp32 dK/dV partial straight into that source's receive area — the data region
+// after the whole mode's virtual K/V (key_grads_offset): fp32 [dk: W writers][b][s][h_kv][d],
+// then dv alike (ring_travel_offset) — and releases one flag there per (writer, batch, kv head,
+// 64 keys) (key_grads_slot + ring_travel_flag). sum_key_grads, on the owner's stream after its
+// own backward, waits (bounded, naming the writer) for the W flags of each tile and sums the
+// slots in rank order from 0.f — the reduce_scatter's order (collectives.cu reduce_elems), so
+// dk / dv are bit for bit what the reduce-scatter path gives — into dk / dv in the input dtype.
+// The receive area is rewritten only by the next call's writers, which pass its entry barrier
+// after this rank has entered it, i.e. after this call's sum.
+struct KeyGradShape {
+  int batch = 0, seq = 0, heads_kv = 0, head_dim = 0;
+  MKERNEL_RING_HD long long slot_floats() const {
+    return static_cast<long long>(batch) * seq * heads_kv * head_dim;
+  }
+};
+inline uint64_t key_grads_offset(const Geometry& geo, int world) {
+  return whole_data_bytes(geo, world);
+}
+inline uint64_t key_grads_bytes(const KeyGradShape& shape, int world) {
+  return 2ull * static_cast<uint64_t>(world) * static_cast<uint64_t>(shape.slot_floats()) * 4;
+}
+constexpr uint32_t kKeyGradSlotBase = send_started_slot(kMaxSendCtas);
+// The first flag of writer `writer` in an owner's flag region (ring_travel_flag indexes from it).
+MKERNEL_RING_HD inline uint64_t key_grads_slot(const KeyGradShape& shape, int writer) {
+  return kKeyGradSlotBase + static_cast<uint64_t>(writer) *
+                                attention::ring_travel_flags(shape.batch, shape.heads_kv, shape.seq);
+}
+// Whether W writers' flags fit the op range (else the caller reduce-scatters).
+inline bool key_grads_fit(const KeyGradShape& shape, int world) {
+  return world <= attention::kRingTravelMaxWorld &&
+         key_grads_slot(shape, world) <= comm::FlagSlot::kOpSlotEnd;
+}
+// dk, dv: [b, s, h_kv, d] of bf16 (else fp16), 8-byte aligned. cudaErrorInvalidValue when the
+// shape's flags don't fit, d is not a multiple of 4 or this rank has no data region.
+cudaError_t sum_key_grads(const comm::GroupDevice& g, const KeyGradShape& shape, uint64_t offset,
+                          bool bf16, void* dk, void* dv, cudaStream_t stream);
 
 // --- the whole-sequence mode across nodes (ring13; default since s11run2, =0 pins it off) ----
 // The same virtual K/V, flags and engine launch as on one node; only who fills the positions
