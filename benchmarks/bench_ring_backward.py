@@ -23,7 +23,10 @@ Columns (each the forward + backward of the same shards, loss = (out * dout).sum
   native_scatter  the same launch on arrival with the fp32 dK/dV partials reduce-scattered after
            it (MKERNEL_RING_BWD_TRAVEL=0; session 40's arrival column);
   native_gather  the launch after an all-gather of the shards, then the reduce-scatter
-           (MKERNEL_RING_BWD_ARRIVAL=0, the default: auto's path on its rows);
+           (MKERNEL_RING_BWD_ARRIVAL=0, MKERNEL_RING_BWD_TRAVEL=0: auto's path on its rows in
+           session 40);
+  native_gt  the launch after an all-gather with dK/dV travelling (MKERNEL_RING_BWD_ARRIVAL=0,
+           MKERNEL_RING_BWD_TRAVEL=1; session 41);
   fwd      the forward alone (the fused ring), for the backward's share.
 
 Timing: CUDA events, the candidates interleaved iteration by iteration (the order rotates alike on
@@ -59,7 +62,7 @@ SHAPES = [
 CANDIDATES = {"auto": ("", "1", "", ""), "torch": ("torch", "1", "", ""),
               "blocks": ("torch", "0", "", ""), "fa2": ("flash", "1", "", ""),
               "native": ("native", "1", "1", "1"), "native_scatter": ("native", "1", "1", "0"),
-              "native_gather": ("native", "1", "0", "")}
+              "native_gather": ("native", "1", "0", "0"), "native_gt": ("native", "1", "0", "1")}
 KNOBS = ("MKERNEL_ATTN_BWD", "MKERNEL_RING_BWD_GROUPS", "MKERNEL_RING_BWD_ARRIVAL",
          "MKERNEL_RING_BWD_TRAVEL")
 # Ratios (numerator column / denominator column: > 1 means the denominator's path is faster).
@@ -67,7 +70,9 @@ RATIOS = {"groups_vs_blocks": ("blocks", "torch"), "torch_vs_fa2": ("fa2", "torc
           "native_vs_torch": ("torch", "native"), "auto_vs_torch": ("torch", "auto"),
           "arrival_vs_gather": ("native_gather", "native_scatter"),
           "travel_vs_scatter": ("native_scatter", "native"),
-          "fused_vs_gather": ("native_gather", "native")}
+          "gather_travel_vs_scatter": ("native_gather", "native_gt"),
+          "fused_vs_gather": ("native_gather", "native"),
+          "fused_vs_gather_travel": ("native_gt", "native")}
 
 
 def rank_main() -> None:

@@ -23,9 +23,9 @@ struct BackwardRing {
   uint64_t arrival_timeout_ns = 0;
   void* arrival_diag = nullptr;
   int arrival_group = -1, arrival_peer = -1;
-  // dK/dV travelling (on arrival; BwdProblem::ring_dk_dst): per source rank, this rank's fp32 dK
-  // slot in that rank's receive area (dV at + travel_dv_offset floats) and its flags there.
-  // Then dk / dv come back empty: the caller's ring_attention::sum_key_grads writes them.
+  // dK/dV travelling (BwdProblem::ring_dk_dst; arrival_epoch set): per source rank, this rank's
+  // fp32 dK slot in that rank's receive area (dV at + travel_dv_offset floats) and its flags
+  // there. Then dk / dv come back empty: the caller's ring_attention::sum_key_grads writes them.
   std::array<float*, 8> travel_dk{};
   std::array<uint64_t*, 8> travel_flags{};
   long long travel_dv_offset = 0;

@@ -212,9 +212,9 @@ constexpr Knob kKnobs[] = {
      "block-aligned shards) instead of all-gathering them first (ring_attention.cpp); every rank "
      "the same value"},
     {"MKERNEL_RING_BWD_TRAVEL", kDebug, "0|1", "1",
-     "0: with MKERNEL_RING_BWD_ARRIVAL=1, the fp32 dK/dV partials are reduce-scattered after the "
-     "launch instead of travelling to their owners inside it (ring_attention.cpp); every rank the "
-     "same value"},
+     "0: the native ring backward's fp32 dK/dV partials are reduce-scattered after its launch "
+     "instead of travelling to their owners inside it (one node; ring_attention.cpp); every rank "
+     "the same value"},
     {"MKERNEL_RING_CHUNKS", kDebug, "integer in [1, 16]", "4",
      "the whole mode's most key chunks (KV flags) per shard; every rank the same"},
     {"MKERNEL_RING_FLAG_CACHE", kDebug, "0|1", "1",

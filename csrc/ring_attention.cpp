@@ -1263,17 +1263,18 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda(const at::Tensor& q, cons
 
 // mkernel::ring_attention_backward (python/mkernel/_ring_backward.py, the native backward's ring
 // mode): (dout, q, k, v, out, lse) of this rank's shard -> (dq, dk, dv) of it, in q's dtype.
-// The default: the K/V shards all-gathered, ONE launch of the backward's ring mode over them
-// (fp32 dK/dV partials by source), the partials reduce-scattered to their owners in fp32.
-// The fused ring backward (opt-in, MKERNEL_RING_BWD_ARRIVAL=1; one node, the whole mode's
-// geometry: block-aligned shards, causal zigzag halves a multiple of 128): the forward's send
-// kernel (ring_kv_api.h send_whole, side stream) forwards the shards around the ring into this
-// rank's virtual K/V while the launch runs, each CTA waiting for its key chunks' arrival flags,
-// sources in arrival order (BwdProblem::ring_kv_ready); and dK/dV travel back the same way they
-// came, in the kernel: each CTA stores its fp32 partial straight into the source rank's receive
-// area and releases a flag there (BwdProblem::ring_dk_dst), and the owner sums the W slots per
-// 64-row tile as their flags come up (ring_kv_api.h sum_key_grads) — no reduce-scatter launch
-// (MKERNEL_RING_BWD_TRAVEL=0 keeps it, for measurement; so do shapes whose flags don't fit).
+// ONE launch of the backward's ring mode over every source's K/V, fp32 dK/dV partials by source:
+//  - K/V: all-gathered first (the default), or (opt-in, MKERNEL_RING_BWD_ARRIVAL=1; one node,
+//    the whole mode's geometry: block-aligned shards, causal zigzag halves a multiple of 128)
+//    consumed as they arrive: the forward's send kernel (ring_kv_api.h send_whole, side stream)
+//    forwards the shards around the ring into this rank's virtual K/V while the launch runs,
+//    each CTA waiting for its key chunks' arrival flags, sources in arrival order
+//    (BwdProblem::ring_kv_ready);
+//  - dK/dV: on one node they travel to their owners inside the launch (the default;
+//    MKERNEL_RING_BWD_TRAVEL=0 pins it off): each CTA stores its fp32 partial straight into the
+//    source rank's receive area and releases a flag there (BwdProblem::ring_dk_dst), and the
+//    owner sums the W slots per 64-row tile as their flags come up (ring_kv_api.h
+//    sum_key_grads); else (across nodes, flags that don't fit) they are reduce-scattered after.
 constexpr const char* kBwdOp = "mkernel.ring_attention_backward";
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_meta(
@@ -1332,70 +1333,86 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_cuda(
   comm::SymmetricGroup& g = comm::SymmetricGroup::get(kBwdOp, group, world_size, q.device());
   const int rank = g.rank(), world = g.world();
   const int64_t b = q.size(0), s = q.size(1), h = q.size(2), d = q.size(3), h_kv = k.size(2);
-  std::optional<ring_attention::Geometry> geo;
-  if (ring_backward_on_arrival() && g.single_node() && world > 1 && (d == 64 || d == 128) &&
-      k.size(1) == s && (!causal || (s % 2 == 0 && (s / 2) % 128 == 0)) &&
+  // Arrival and travel take the dQ-warp kernel (the default; MKERNEL_ATTN_BWD_KERNEL may pin
+  // another for measurement) on one node, where the ranks' data regions are peer memory.
+  const char* kernel = env::get("MKERNEL_ATTN_BWD_KERNEL");
+  const bool fused = g.single_node() && world > 1 && (d == 64 || d == 128) &&
+                     (kernel == nullptr || std::strcmp(kernel, "wgmma_ws_dqwarp") == 0);
+  std::optional<ring_attention::Geometry> geo;  // set: K/V consumed on arrival
+  if (fused && ring_backward_on_arrival() && k.size(1) == s &&
+      (!causal || (s % 2 == 0 && (s / 2) % 128 == 0)) &&
       reinterpret_cast<uintptr_t>(k.data_ptr()) % 16 == 0 &&
       reinterpret_cast<uintptr_t>(v.data_ptr()) % 16 == 0) {
     geo = whole_geometry(k, world);
   }
+  const ring_attention::KeyGradShape grads_shape{static_cast<int>(b), static_cast<int>(s),
+                                                 static_cast<int>(h_kv), static_cast<int>(d)};
+  const bool travel =
+      fused && ring_backward_travel() && ring_attention::key_grads_fit(grads_shape, world);
   BackwardRing ring{true, world, rank};
+  at::Tensor k_all, v_all;
   if (!geo) {  // the shards all-gathered first (collectives.cpp), then one launch over them
     static const auto gather = c10::Dispatcher::singleton()
                                    .findSchemaOrThrow("mkernel::all_gather", "")
                                    .typed<at::Tensor(const at::Tensor&, int64_t, int64_t)>();
-    auto [dq, dk_all, dv_all] =
-        run_native_backward(dout, q, gather.call(k, group, world_size),
-                            gather.call(v, group, world_size), out, lse, causal, softmax_scale, ring);
-    auto [dk, dv] = scatter_key_grads(dk_all, dv_all, group, world_size, k.scalar_type());
-    return {dq, dk, dv};
+    k_all = gather.call(k, group, world_size);
+    v_all = gather.call(v, group, world_size);
+    if (!travel) {
+      auto [dq, dk_all, dv_all] =
+          run_native_backward(dout, q, k_all, v_all, out, lse, causal, softmax_scale, ring);
+      auto [dk, dv] = scatter_key_grads(dk_all, dv_all, group, world_size, k.scalar_type());
+      return {dq, dk, dv};
+    }
   }
-  const ring_attention::KeyGradShape grads_shape{static_cast<int>(b), static_cast<int>(s),
-                                                 static_cast<int>(h_kv), static_cast<int>(d)};
-  const bool travel = ring_backward_travel() && ring_attention::key_grads_fit(grads_shape, world);
   int64_t scale_bits = 0;
   std::memcpy(&scale_bits, &softmax_scale, sizeof(scale_bits));
-  // Every rank must agree on the call (the entry barrier checks it); 2: the backward, 3: with
-  // dK/dV travelling (a rank without it would wait for flags nobody releases).
+  // Every rank must agree on the call (the entry barrier checks it): 2, the backward, with
+  // whether K/V arrive and dK/dV travel (a rank without travel would wait for flags nobody
+  // releases).
   const uint64_t sig = comm::call_signature(
       comm::kOpRingAttention, {static_cast<int64_t>(q.scalar_type()), b, s, h, d, h_kv,
-                               causal ? 1 : 0, scale_bits, travel ? 3 : 2});
-  const uint64_t grads_offset = ring_attention::key_grads_offset(*geo, world);
+                               causal ? 1 : 0, scale_bits, 2, geo ? 1 : 0, travel ? 1 : 0});
+  // The data region: the virtual K/V on arrival, then the dK/dV receive area when travelling.
+  const uint64_t grads_offset = geo ? ring_attention::key_grads_offset(*geo, world) : 0;
   g.ensure(kBwdOp, grads_offset + (travel ? ring_attention::key_grads_bytes(grads_shape, world) : 0));
   const comm::GroupDevice view = g.device_view();  // after ensure: the current mappings
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const at::cuda::CUDAStream side = at::cuda::getStreamFromPool(true, q.device().index());
   auto check = [&](cudaError_t err, const char* what) { check_launch(g, err, what); };
   check(ring_attention::begin(view, sig, stream), "entry (backward)");
-  at::cuda::CUDAEvent entered, sent;
-  entered.record(at::cuda::getCurrentCUDAStream());
-  entered.block(side);
-  // The send kernel first, on the side stream, and the backward only once every send CTA runs
-  // (wait_send_started): the backward's CTAs wait for the shards the peers' send kernels
-  // forward, so none of them may hold the SMs a send kernel needs.
-  check(ring_attention::send_whole(view, *geo, k.data_ptr(), v.data_ptr(), causal, kSendCtas,
-                                   side.stream()),
-        "send (backward)");
-  sent.record(side);
-  uint8_t* kv = view.data[rank];
-  copy_own_shard(k, v, kv, *geo, world, stream);
-  check(ring_attention::mark_whole(view, *geo, rank, world - 1, 0, geo->batch, stream),
-        "mark (backward)");
-  check(ring_attention::wait_send_started(
-            view, ring_attention::send_whole_grid(view, *geo, kSendCtas), stream),
-        "send-start wait (backward)");
-  const uint64_t v_off = static_cast<uint64_t>(world) * geo->shard_bytes();
-  const std::array<int64_t, 4> virt{world * b, s, h_kv, d};
-  const at::Tensor k_virt = at::from_blob(kv, virt, k.options());
-  const at::Tensor v_virt = at::from_blob(kv + v_off, virt, k.options());
-  ring.arrival_flags = view.flags[rank] + ring_attention::whole_slot(world, geo->chunks, 0, 0, 0);
-  ring.arrival_epoch = view.epoch;
-  ring.arrival_chunk_rows = geo->chunk_rows;
-  ring.arrival_chunks = geo->chunks;
-  ring.arrival_timeout_ns = view.timeout_ns;
-  ring.arrival_diag = view.diag;
-  ring.arrival_group = view.group_id;
-  ring.arrival_peer = (rank + world - 1) % world;  // every shard arrives from rank r - 1
+  ring.arrival_epoch = view.epoch;  // the call's number, for the arrival and travel flags
+  std::optional<at::cuda::CUDAEvent> sent;
+  if (geo) {
+    const at::cuda::CUDAStream side = at::cuda::getStreamFromPool(true, q.device().index());
+    at::cuda::CUDAEvent entered;
+    entered.record(at::cuda::getCurrentCUDAStream());
+    entered.block(side);
+    // The send kernel first, on the side stream, and the backward only once every send CTA
+    // runs (wait_send_started): the backward's CTAs wait for the shards the peers' send
+    // kernels forward, so none of them may hold the SMs a send kernel needs.
+    check(ring_attention::send_whole(view, *geo, k.data_ptr(), v.data_ptr(), causal, kSendCtas,
+                                     side.stream()),
+          "send (backward)");
+    sent.emplace();
+    sent->record(side);
+    uint8_t* kv = view.data[rank];
+    copy_own_shard(k, v, kv, *geo, world, stream);
+    check(ring_attention::mark_whole(view, *geo, rank, world - 1, 0, geo->batch, stream),
+          "mark (backward)");
+    check(ring_attention::wait_send_started(
+              view, ring_attention::send_whole_grid(view, *geo, kSendCtas), stream),
+          "send-start wait (backward)");
+    const uint64_t v_off = static_cast<uint64_t>(world) * geo->shard_bytes();
+    const std::array<int64_t, 4> virt{world * b, s, h_kv, d};
+    k_all = at::from_blob(kv, virt, k.options());
+    v_all = at::from_blob(kv + v_off, virt, k.options());
+    ring.arrival_flags = view.flags[rank] + ring_attention::whole_slot(world, geo->chunks, 0, 0, 0);
+    ring.arrival_chunk_rows = geo->chunk_rows;
+    ring.arrival_chunks = geo->chunks;
+    ring.arrival_timeout_ns = view.timeout_ns;
+    ring.arrival_diag = view.diag;
+    ring.arrival_group = view.group_id;
+    ring.arrival_peer = (rank + world - 1) % world;  // every shard arrives from rank r - 1
+  }
   if (travel) {  // this rank's slot and flags in every source's receive area
     for (int src = 0; src < world; ++src) {
       ring.travel_dk[static_cast<size_t>(src)] =
@@ -1409,7 +1426,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_cuda(
         world, grads_shape.batch, grads_shape.seq, grads_shape.heads_kv, grads_shape.head_dim);
   }
   auto [dq, dk_all, dv_all] =
-      run_native_backward(dout, q, k_virt, v_virt, out, lse, causal, softmax_scale, ring);
+      run_native_backward(dout, q, k_all, v_all, out, lse, causal, softmax_scale, ring);
   at::Tensor dk, dv;
   if (travel) {
     dk = at::empty_like(k);
@@ -1419,7 +1436,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_cuda(
                                         dv.data_ptr(), stream),
           "dK/dV sum (backward)");
   }
-  sent.block(at::cuda::getCurrentCUDAStream());
+  if (sent) sent->block(at::cuda::getCurrentCUDAStream());
   check(ring_attention::end(view, stream), "exit (backward)");
   if (!travel) std::tie(dk, dv) = scatter_key_grads(dk_all, dv_all, group, world_size, k.scalar_type());
   return {dq, dk, dv};

@@ -16,13 +16,13 @@ With the native backward opted in (``MKERNEL_ATTN_BWD=native``, CUDA) or on auto
 (:func:`native_ring_wins`: d = 128, shards of at least 2048 queries), the per-block calls are
 one launch of its ring mode (every source's blocks, each with its zigzag visibility,
 :func:`ring_visible`) through ``mkernel::ring_attention_backward``, after an all-gather of the
-shards, then the same fp32 reduce-scatter of dK/dV — or, opted in with
-``MKERNEL_RING_BWD_ARRIVAL=1`` (one node, block-aligned shards), the fused backward ring:
-the launch consumes the K/V shards as they arrive (the forward ring's send kernel forwards them
-around the ring beside it, each CTA waits for its keys' arrival flags, the own shard first) and
-dK/dV travel back inside it (each CTA stores its fp32 partial into the owner's receive area and
-releases a flag there; the owner sums the ranks' slots tile by tile as the flags come up). On
-one GPU under MPS the arrival half ran 0.93-1.035x the gathered launch (session 40).
+shards — or, opted in with ``MKERNEL_RING_BWD_ARRIVAL=1`` (one node, block-aligned shards),
+consuming the K/V shards as they arrive (the forward ring's send kernel forwards them around the
+ring beside it, each CTA waits for its keys' arrival flags, the own shard first). On one node
+dK/dV travel back to their owners inside the launch (each CTA stores its fp32 partial into the
+owner's receive area and releases a flag there; the owner sums the ranks' slots tile by tile as
+the flags come up; ``MKERNEL_RING_BWD_TRAVEL=0`` pins the fp32 reduce-scatter after it instead,
+which groups across nodes take).
 """
 
 from __future__ import annotations
@@ -133,9 +133,8 @@ def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
     if (mode == "native" and _attention_backward_choice(q, k, v, ctx.causal) == "native") or (
             mode == "auto" and native_ring_wins(q)):
         # The engine's native backward over every source in one launch (its ring mode) after an
-        # all-gather, its fp32 dK/dV partials reduce-scattered; or the fused ring backward
-        # (MKERNEL_RING_BWD_ARRIVAL=1): the launch on the K/V as it arrives, dK/dV travelling
-        # back to their owners in the kernel (csrc/ring_attention.cpp,
+        # all-gather or on the K/V as it arrives (MKERNEL_RING_BWD_ARRIVAL=1), dK/dV travelling
+        # back to their owners inside it on one node (csrc/ring_attention.cpp,
         # mkernel::ring_attention_backward).
         dq, dk, dv = torch.ops.mkernel.ring_attention_backward.default(
             dout, q, k, v, out, lse, ctx.group, world, ctx.causal, ctx.scale)

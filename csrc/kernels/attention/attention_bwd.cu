@@ -104,8 +104,9 @@ const char* can_implement_backward(const BwdProblem& p) {
       return "ring_kv_ready: ring_kv_epoch and ring_chunks x ring_chunk_rows >= s needed";
   }
   if (p.ring_dk_dst[0] != nullptr) {
-    if (p.ring_kv_ready == nullptr)
-      return "ring_dk_dst (dK/dV travelling): on arrival (ring_kv_ready) only";
+    if (p.ring_world == 0 || p.kernel != BwdKernel::kWgmmaWsDqWarp || p.ring_kv_epoch == nullptr)
+      return "ring_dk_dst (dK/dV travelling): the ring mode of the kWgmmaWsDqWarp kernel, with "
+             "ring_kv_epoch";
     if (p.ring_world > kRingTravelMaxWorld) return "ring_dk_dst: ring_world must be <= 8";
     for (int r = 0; r < p.ring_world; ++r) {
       if (p.ring_dk_dst[r] == nullptr || !aligned16(p.ring_dk_dst[r]) ||
