@@ -1374,7 +1374,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_cuda(
                                causal ? 1 : 0, scale_bits, 2, geo ? 1 : 0, travel ? 1 : 0});
   // The data region: the virtual K/V on arrival, then the dK/dV receive area when travelling.
   const uint64_t grads_offset = geo ? ring_attention::key_grads_offset(*geo, world) : 0;
-  g.ensure(kBwdOp, grads_offset + (travel ? ring_attention::key_grads_bytes(grads_shape, world) : 0));
+  g.ensure(kBwdOp,
+           grads_offset + (travel ? ring_attention::key_grads_bytes(grads_shape, world) : 0));
   const comm::GroupDevice view = g.device_view();  // after ensure: the current mappings
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   auto check = [&](cudaError_t err, const char* what) { check_launch(g, err, what); };
@@ -1438,7 +1439,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_cuda(
   }
   if (sent) sent->block(at::cuda::getCurrentCUDAStream());
   check(ring_attention::end(view, stream), "exit (backward)");
-  if (!travel) std::tie(dk, dv) = scatter_key_grads(dk_all, dv_all, group, world_size, k.scalar_type());
+  if (!travel)
+    std::tie(dk, dv) = scatter_key_grads(dk_all, dv_all, group, world_size, k.scalar_type());
   return {dq, dk, dv};
 }
 #endif  // MKERNEL_WITH_CUDA

@@ -113,8 +113,8 @@ const char* can_implement_backward(const BwdProblem& p) {
           p.ring_dkv_flag[r] == nullptr)
         return "ring_dk_dst / ring_dkv_flag: one 16-byte aligned slot and flag array per rank";
     }
-    if (p.ring_dv_offset < ring_travel_offset(p.ring_world, p.batch, p.seq_kv, p.heads_kv,
-                                              p.head_dim) ||
+    if (p.ring_dv_offset <
+            ring_travel_offset(p.ring_world, p.batch, p.seq_kv, p.heads_kv, p.head_dim) ||
         p.ring_dv_offset % 4 != 0)
       return "ring_dv_offset: past every writer's dK slot, a multiple of 4 floats";
   }

@@ -198,11 +198,12 @@ struct BwdProblem {
   void* ring_diag;
   int ring_group, ring_peer;
   // dK/dV travelling (ring_dk_dst[0] non-null; the ring mode of kWgmmaWsDqWarp, on arrival or
-  // not; ring_kv_epoch the group's op counter). A consumer warpgroup stores its fp32 dK/dV partial of source src's rows not into dk / dv but
-  // straight into src's receive area (peer memory): ring_dk_dst[src] is this rank's slot there,
-  // [batch][s][h_kv][d] (ring_travel_offset), dV at + ring_dv_offset floats; then it releases
-  // ring_dkv_flag[src][ring_travel_flag(...)] = *ring_kv_epoch + 1. The owner sums the ranks'
-  // slots once every flag of a 64-row tile is up (ring_kv_api.h sum_key_grads).
+  // not; ring_kv_epoch the group's op counter). A consumer warpgroup stores its fp32 dK/dV partial
+  // of source src's rows not into dk / dv but straight into src's receive area (peer memory):
+  // ring_dk_dst[src] is this rank's slot there, [batch][s][h_kv][d] (ring_travel_offset), dV at +
+  // ring_dv_offset floats; then it releases ring_dkv_flag[src][ring_travel_flag(...)] =
+  // *ring_kv_epoch + 1. The owner sums the ranks' slots once every flag of a 64-row tile is up
+  // (ring_kv_api.h sum_key_grads).
   float* ring_dk_dst[kRingTravelMaxWorld];
   uint64_t* ring_dkv_flag[kRingTravelMaxWorld];
   long long ring_dv_offset;

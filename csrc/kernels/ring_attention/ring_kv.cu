@@ -340,8 +340,8 @@ __device__ __forceinline__ void store4(__half* dst, float4 v) {
 }
 
 template <class Out>
-__global__ void __launch_bounds__(kSumThreads) sum_key_grads_kernel(comm::GroupDevice g,
-                                                                    KeyGradSum a) {
+__global__ void __launch_bounds__(kSumThreads)
+    sum_key_grads_kernel(comm::GroupDevice g, KeyGradSum a) {
   const uint64_t e = comm::op_begin(g);
   const KeyGradShape& sh = a.shape;
   const int t = static_cast<int>(blockIdx.x);
@@ -349,9 +349,9 @@ __global__ void __launch_bounds__(kSumThreads) sum_key_grads_kernel(comm::GroupD
   if (static_cast<int>(threadIdx.x) < g.world) {  // one waiter per writer
     const int w = static_cast<int>(threadIdx.x);
     const uint64_t slot = key_grads_slot(sh, w) + t;
-    comm::wait_geq(g, g.flags[g.rank] + slot, e,
-                   comm::WaitSite{comm::kOpRingAttention, comm::kWaitPeerFlag, w,
-                                  static_cast<int32_t>(slot)});
+    comm::wait_geq(
+        g, g.flags[g.rank] + slot, e,
+        comm::WaitSite{comm::kOpRingAttention, comm::kWaitPeerFlag, w, static_cast<int32_t>(slot)});
   }
   __syncthreads();  // the waiters' acquires order the CTA's reads below
   const int row0 = tile.key0;

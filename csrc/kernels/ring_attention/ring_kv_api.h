@@ -143,8 +143,9 @@ inline uint64_t key_grads_bytes(const KeyGradShape& shape, int world) {
 constexpr uint32_t kKeyGradSlotBase = send_started_slot(kMaxSendCtas);
 // The first flag of writer `writer` in an owner's flag region (ring_travel_flag indexes from it).
 MKERNEL_RING_HD inline uint64_t key_grads_slot(const KeyGradShape& shape, int writer) {
-  return kKeyGradSlotBase + static_cast<uint64_t>(writer) *
-                                attention::ring_travel_flags(shape.batch, shape.heads_kv, shape.seq);
+  return kKeyGradSlotBase +
+         static_cast<uint64_t>(writer) *
+             attention::ring_travel_flags(shape.batch, shape.heads_kv, shape.seq);
 }
 // Whether W writers' flags fit the op range (else the caller reduce-scatters).
 inline bool key_grads_fit(const KeyGradShape& shape, int world) {
