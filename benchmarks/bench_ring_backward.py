@@ -56,6 +56,7 @@ SHAPES = [
     ("mha_b4_h16_d64", 4, 4096, 16, 16, 64),
     ("gqa_b1_h32_kv8_d64", 1, 8192, 32, 8, 64),
     ("mha_b4_h16_s2048", 4, 2048, 16, 16, 128),
+    ("mha_b4_h16_s1024", 4, 1024, 16, 16, 128),
 ]
 # column: (MKERNEL_ATTN_BWD, MKERNEL_RING_BWD_GROUPS, MKERNEL_RING_BWD_ARRIVAL,
 # MKERNEL_RING_BWD_TRAVEL)
@@ -68,6 +69,7 @@ KNOBS = ("MKERNEL_ATTN_BWD", "MKERNEL_RING_BWD_GROUPS", "MKERNEL_RING_BWD_ARRIVA
 # Ratios (numerator column / denominator column: > 1 means the denominator's path is faster).
 RATIOS = {"groups_vs_blocks": ("blocks", "torch"), "torch_vs_fa2": ("fa2", "torch"),
           "native_vs_torch": ("torch", "native"), "auto_vs_torch": ("torch", "auto"),
+          "gather_travel_vs_torch": ("torch", "native_gt"),
           "arrival_vs_gather": ("native_gather", "native_scatter"),
           "travel_vs_scatter": ("native_scatter", "native"),
           "gather_travel_vs_scatter": ("native_gather", "native_gt"),
