@@ -5,7 +5,8 @@ forward's LSE, sums dQ locally and reduce-scatters dK/dV in fp32 (python/mkernel
 Columns (each the forward + backward of the same shards, loss = (out * dout).sum()):
 
   auto     the default (MKERNEL_ATTN_BWD unset): the native ring mode after the all-gather on its
-           rows (_ring_backward.native_ring_wins: d = 128, shards >= 2048 queries; session 40),
+           rows (_ring_backward.native_ring_wins: d = 128 from 1024-query shards, d = 64 causal
+           from 4096; sessions 40-41), with dK/dV travelling on one node,
            else the torch column's calls;
   torch    the grouped calls (MKERNEL_ATTN_BWD=torch): per group of blocks the kernel
            mkernel.ops._attention_backward_choice picks — cuDNN's SDPA backward where it applies

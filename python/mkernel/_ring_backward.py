@@ -13,8 +13,8 @@ its owner with an fp32 ``reduce_scatter``. The gradient of ``lse`` itself is not
 (as for :func:`mkernel.attention`).
 
 With the native backward opted in (``MKERNEL_ATTN_BWD=native``, CUDA) or on auto's rows
-(:func:`native_ring_wins`: d = 128, shards of at least 2048 queries), the per-block calls are
-one launch of its ring mode (every source's blocks, each with its zigzag visibility,
+(:func:`native_ring_wins`: d = 128 from 1024-query shards, d = 64 causal from 4096), the
+per-block calls are one launch of its ring mode (every source's blocks, each with its zigzag visibility,
 :func:`ring_visible`) through ``mkernel::ring_attention_backward``, after an all-gather of the
 shards — or, opted in with ``MKERNEL_RING_BWD_ARRIVAL=1`` (one node, block-aligned shards),
 consuming the K/V shards as they arrive (the forward ring's send kernel forwards them around the
@@ -90,23 +90,34 @@ def ring_visible(rank: int, world: int, s: int, causal: bool) -> Tensor:
     return torch.cat(blocks, dim=1)
 
 
-# auto's rows for the native ring mode: CUDA, bf16 / fp16, d = 128, local shards of at least
-# this many queries (causal and not, MHA and GQA). Measured on an H100 under MPS (session 40,
-# benchmarks/results/ring_backward_nvidia_h100_80gb_hbm3_20261206-08*.json, forward + backward,
-# slowest rank): the native ring mode after the all-gather against the grouped cuDNN calls
-# (MKERNEL_ATTN_BWD=torch) 1.03-1.31x at W = 2 (MHA b 4 s 4096 h 16, GQA b 1 s 8192 32/8) and
-# 1.08-1.25x at W = 4 (MHA); with 2048-query shards 1.22 / 1.45x (W = 2, non-causal / causal) and
-# 1.19 / 1.13x (W = 4). At d = 64 it is mixed (0.94-1.15x, losing non-causal): the grouped calls
-# stay there, and below 2048 (unmeasured).
-NATIVE_RING_MIN_SEQ: int = 2048
+# auto's rows for the native ring mode: CUDA, bf16 / fp16, d = 128 with local shards of at least
+# NATIVE_RING_MIN_SEQ queries (causal and not, MHA and GQA), and d = 64 causal with shards of at
+# least NATIVE_RING_MIN_SEQ_D64. Measured on an H100 under MPS, forward + backward, slowest rank,
+# the native ring mode after the all-gather against the grouped cuDNN calls
+# (MKERNEL_ATTN_BWD=torch):
+#  - session 40 (benchmarks/results/ring_backward_nvidia_h100_80gb_hbm3_20261206-08*.json, dK/dV
+#    reduce-scattered): d = 128 1.03-1.31x at W = 2 (MHA b 4 s 4096 h 16, GQA b 1 s 8192 32/8),
+#    1.08-1.25x at W = 4 (MHA); 2048-query shards 1.22 / 1.45x (W = 2, non-causal / causal),
+#    1.19 / 1.13x (W = 4);
+#  - session 41 (-094759.json, -094814.json, -094830.json, dK/dV travelling, the default on one
+#    node since then): 1024-query shards 1.40-1.41 / 1.65-1.75x at W = 2, 1.47 / 1.51x at W = 4;
+#    d = 64 causal 1.20-1.22x (MHA s 4096) and 1.05-1.06x (GQA s 8192) at W = 2, 1.04x at W = 4;
+#    d = 64 non-causal mixed (MHA 1.01-1.03x at W = 2, 0.96x at W = 4; GQA 0.92-0.93x): the grouped
+#    calls stay there, and on the shorter shards (unmeasured).
+NATIVE_RING_MIN_SEQ: int = 1024
+NATIVE_RING_MIN_SEQ_D64: int = 4096
 
 
-def native_ring_wins(q: Tensor) -> bool:
-    """Whether auto runs the ring backward on the native backward's ring mode (one launch on the
-    K/V as it arrives): :data:`NATIVE_RING_MIN_SEQ` — and not under
-    ``torch.use_deterministic_algorithms`` (its dq is summed by reduce-adds in arrival order)."""
-    return (q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and q.shape[-1] == 128
-            and q.shape[1] >= NATIVE_RING_MIN_SEQ and not torch.are_deterministic_algorithms_enabled())
+def native_ring_wins(q: Tensor, causal: bool) -> bool:
+    """Whether auto runs the ring backward on the native backward's ring mode (one launch over
+    every source's blocks): the rows above — and not under ``torch.use_deterministic_algorithms``
+    (its dq is summed by reduce-adds in arrival order)."""
+    if not (q.is_cuda and q.dtype in (torch.bfloat16, torch.float16)
+            and not torch.are_deterministic_algorithms_enabled()):
+        return False
+    d, s = q.shape[-1], q.shape[1]
+    return ((d == 128 and s >= NATIVE_RING_MIN_SEQ)
+            or (d == 64 and causal and s >= NATIVE_RING_MIN_SEQ_D64))
 
 
 def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
@@ -131,7 +142,7 @@ def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
     rank, world, b = runtime._contexts[ctx.group].rank, ctx.world, q.shape[0]
     mode = _attention_backward_mode()
     if (mode == "native" and _attention_backward_choice(q, k, v, ctx.causal) == "native") or (
-            mode == "auto" and native_ring_wins(q)):
+            mode == "auto" and native_ring_wins(q, ctx.causal)):
         # The engine's native backward over every source in one launch (its ring mode) after an
         # all-gather or on the K/V as it arrives (MKERNEL_RING_BWD_ARRIVAL=1), dK/dV travelling
         # back to their owners inside it on one node (csrc/ring_attention.cpp,

@@ -215,14 +215,17 @@ def grad(c: Checker) -> None:
 
 
 def grad_auto_native(c: Checker) -> None:
-    """dq/dk/dv through the ring backward on one of auto's native rows (non-causal, d = 128,
-    4096-key shards: _ring_backward.native_ring_wins), where auto runs the native backward's ring
-    mode on the K/V as it arrives, against fp32 autograd of the whole sequence. Its own suite: every rank
-    builds the reference of the whole sequence, W x 4096 keys."""
-    case = (False, 1, 4096, 2, 1, 128, torch.bfloat16)
-    from mkernel._ring_backward import NATIVE_RING_MIN_SEQ
-    assert case[2] >= NATIVE_RING_MIN_SEQ
-    check_grads(c, "grad_auto_native", case, 9200, 9300)
+    """dq/dk/dv through the ring backward on auto's native rows (_ring_backward.native_ring_wins:
+    non-causal d = 128 on 4096-key shards, causal d = 64 on 4096-key shards), where auto runs the
+    native backward's ring mode (after the all-gather, dK/dV travelling), against fp32 autograd
+    of the whole sequence. Its own suite: every rank builds the reference of the whole sequence,
+    W x 4096 keys."""
+    from mkernel._ring_backward import native_ring_wins
+    for i, case in enumerate([(False, 1, 4096, 2, 1, 128, torch.bfloat16),
+                              (True, 1, 4096, 2, 2, 64, torch.float16)]):
+        causal, b, s, h, h_kv, d, dtype = case
+        assert native_ring_wins(torch.empty(b, s, h, d, dtype=dtype, device=c.device), causal)
+        check_grads(c, "grad_auto_native", case, 9200 + i, 9300 + i)
 
 
 # The native ring backward's K/V on arrival (one node, block-aligned shards; causal: zigzag
