@@ -141,8 +141,10 @@ def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
         return dq, dk, dv, None, None, None, None
     rank, world, b = runtime._contexts[ctx.group].rank, ctx.world, q.shape[0]
     mode = _attention_backward_mode()
-    if (mode == "native" and _attention_backward_choice(q, k, v, ctx.causal) == "native") or (
-            mode == "auto" and native_ring_wins(q, ctx.causal)):
+    # The native ring mode takes shards of one length (k's as q's); others take the calls below.
+    if k.shape[1] == q.shape[1] and (
+            (mode == "native" and _attention_backward_choice(q, k, v, ctx.causal) == "native")
+            or (mode == "auto" and native_ring_wins(q, ctx.causal))):
         # The engine's native backward over every source in one launch (its ring mode) after an
         # all-gather or on the K/V as it arrives (MKERNEL_RING_BWD_ARRIVAL=1), dK/dV travelling
         # back to their owners inside it on one node (csrc/ring_attention.cpp,

@@ -10,7 +10,7 @@ on fresh inputs (buffers and flags reused across calls without a host step).
 
 A rank prints ``CASE {json}`` per checked call, ``ERR {json}`` for an expected failure and
 ``OK <rank>`` at the end. ``TEST_SUITE`` (comma-separated) picks: ``matrix``, ``graph``,
-``grad``, ``grad_auto_native``, ``grad_arrival``, ``grad_graph``, ``kill_backward``, ``alone`` (ring12: the compute-alone ceiling op), ``layer`` (mkernel.nn.ContextParallelAttention),
+``grad``, ``grad_auto_native``, ``grad_uneven``, ``grad_arrival``, ``grad_graph``, ``kill_backward``, ``alone`` (ring12: the compute-alone ceiling op), ``layer`` (mkernel.nn.ContextParallelAttention),
 ``other_dims`` (head dims other than 64 / 128), ``kill`` (ends the process). Groups spanning emulated nodes run the same suites.
 """
 
@@ -226,6 +226,29 @@ def grad_auto_native(c: Checker) -> None:
         causal, b, s, h, h_kv, d, dtype = case
         assert native_ring_wins(torch.empty(b, s, h, d, dtype=dtype, device=c.device), causal)
         check_grads(c, "grad_auto_native", case, 9200 + i, 9300 + i)
+
+
+def grad_uneven(c: Checker) -> None:
+    """Non-causal shards whose K/V are longer than their queries (1024 queries, 1100 keys a
+    rank, d = 128: q's length is on auto's native rows, but the native ring mode takes shards of
+    one length): the backward takes the grouped calls, and dq / dk / dv match fp32 autograd of
+    the whole sequence."""
+    b, s_q, s_kv, h, h_kv, d, dtype = 1, 1024, 1100, 4, 2, 128, torch.bfloat16
+    gen = torch.Generator().manual_seed(9800)
+    q = torch.randn(b, s_q * c.world, h, d, generator=gen).to(dtype)
+    k, v = (torch.randn(b, s_kv * c.world, h_kv, d, generator=gen).to(dtype) for _ in range(2))
+    dout = torch.randn(b, s_q * c.world, h, d, generator=gen).to(dtype)
+    refs = reference_grads(c, False, q, k, v, dout)
+    mine = [shard(x, c.rank, c.world, False).to(c.device).requires_grad_() for x in (q, k, v)]
+    out, _ = mkernel.ring_attention(*mine, causal=False, group=c.ctx)
+    out.backward(shard(dout, c.rank, c.world, False).to(c.device))
+    torch.cuda.synchronize()
+    rels = {name: rel_err(x.grad.cpu(), r) for name, x, r in zip("qkv", mine, refs)}
+    rec = {"op": "grad_uneven", "causal": False, "shape": [b, s_q, h, h_kv, d], "s_kv": s_kv,
+           "rel": max(rels.values()), "rels": rels, "world": c.world}
+    emit("CASE", rec)
+    assert all(r <= BOUND for r in rels.values()), rec
+    c.calls += 1
 
 
 # The native ring backward's K/V on arrival (one node, block-aligned shards; causal: zigzag

@@ -42,12 +42,15 @@ def test_ring_backward_on_auto_native_rows(mps):
     """W = 2, non-causal d = 128 and causal d = 64 shards of 4096 keys: auto runs the ring
     backward on the native backward's ring mode (_ring_backward.native_ring_wins; one launch over
     the gathered K/V, dK/dV travelling), dq / dk / dv against fp32 autograd of the whole sequence
-    on every rank."""
+    on every rank; and K/V shards longer than the queries' (grad_uneven), which the native ring
+    mode does not take."""
     world = 2
     res = run_ranks(RING_MAIN, world, timeout=180,
-                    env=rank_env(mps, world, TEST_SUITE="grad_auto_native", MKERNEL_OP_TIMEOUT="30"))
+                    env=rank_env(mps, world, TEST_SUITE="grad_auto_native,grad_uneven",
+                                 MKERNEL_OP_TIMEOUT="30"))
     cases = check_ranks(res)
-    assert [c["op"] for c in cases] == ["grad_auto_native"] * 2 * world, cases
+    assert sorted(c["op"] for c in cases) == sorted(
+        ["grad_auto_native"] * 2 * world + ["grad_uneven"] * world), cases
     print(f"W=2 auto's native rows: worst rel err {max(c['rel'] for c in cases):.2e}")
 
 
