@@ -1324,10 +1324,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_cuda(
   TORCH_CHECK_VALUE(k_in.scalar_type() == q.scalar_type() && v_in.scalar_type() == q.scalar_type(),
                     kBwdOp, ": k and v must have q's dtype ", q.scalar_type());
   // The ring mode's shapes, checked before any of the call's kernels is queued.
-  TORCH_CHECK_VALUE(k_in.size(0) == q.size(0) && k_in.size(1) == q.size(1) &&
-                        k_in.size(3) == q.size(3),
-                    kBwdOp, ": the native ring mode takes k / v shards of q's batch, length and head "
-                    "dim, got q ", q.sizes(), ", k ", k_in.sizes());
+  TORCH_CHECK_VALUE(
+      k_in.size(0) == q.size(0) && k_in.size(1) == q.size(1) && k_in.size(3) == q.size(3), kBwdOp,
+      ": the native ring mode takes k / v shards of q's batch, length and head dim, got q ",
+      q.sizes(), ", k ", k_in.sizes());
   for (const auto& [name, t] :
        {std::pair<const char*, const at::Tensor&>{"k", k_in}, {"v", v_in}}) {
     TORCH_CHECK_VALUE(t.device() == q.device(), kBwdOp, ": ", name, " must be on q's device ",
