@@ -33,16 +33,18 @@ import torch
 from torch import Tensor
 
 
-def ring_steps(rank: int, world: int, causal: bool, s: int) -> Iterator[tuple[int, slice, slice, bool]]:
+def ring_steps(rank: int, world: int, causal: bool, s: int,
+               s_kv: int | None = None) -> Iterator[tuple[int, slice, slice, bool]]:
     """Per ring step: ``(src, query rows, key rows of src's shard, causal)`` — the work split of
-    the CUDA ring (csrc/ring_attention.cpp). Causal shards are zigzag (``s`` even): step 0 is
-    causal on the local shard; a lower source's first half is seen by every query, a higher
-    source is seen whole by the second query half only."""
+    the CUDA ring (csrc/ring_attention.cpp). ``s`` queries and ``s_kv`` keys a shard (``s`` when
+    None; non-causal shards may differ). Causal shards are zigzag (``s`` even, keys as many):
+    step 0 is causal on the local shard; a lower source's first half is seen by every query, a
+    higher source is seen whole by the second query half only."""
     c = s // 2
     for j in range(world):
         src = (rank - j) % world
         if not causal:
-            yield src, slice(0, s), slice(0, s), False
+            yield src, slice(0, s), slice(0, s if s_kv is None else s_kv), False
         elif j == 0:
             yield src, slice(0, s), slice(0, s), True
         elif src < rank:
@@ -51,14 +53,16 @@ def ring_steps(rank: int, world: int, causal: bool, s: int) -> Iterator[tuple[in
             yield src, slice(c, s), slice(0, s), False
 
 
-def ring_groups(rank: int, world: int, causal: bool,
-                s: int) -> list[tuple[slice, list[tuple[int, slice]], bool]]:
+def ring_groups(rank: int, world: int, causal: bool, s: int,
+                s_kv: int | None = None) -> list[tuple[slice, list[tuple[int, slice]], bool]]:
     """The blocks of :func:`ring_steps` grouped into backward calls: ``(query rows, [(src, key
-    rows of src's shard)], causal)``. Non-causal: one call, every source's keys. Causal zigzag:
-    the own shard (causal), every lower source's first half against all queries, every higher
-    source whole against the second query half — at most three calls at any W."""
+    rows of src's shard)], causal)``. Non-causal: one call, every source's keys (``s_kv`` a
+    shard, ``s`` when None). Causal zigzag: the own shard (causal), every lower source's first
+    half against all queries, every higher source whole against the second query half — at most
+    three calls at any W."""
     if not causal:
-        return [(slice(0, s), [(src, slice(0, s)) for src in range(world)], False)]
+        keys = slice(0, s if s_kv is None else s_kv)
+        return [(slice(0, s), [(src, keys) for src in range(world)], False)]
     c = s // 2
     groups = [(slice(0, s), [(rank, slice(0, s))], True)]
     if rank > 0:
@@ -157,10 +161,10 @@ def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
     # The ring's blocks in at most three backward calls (ring_groups): blocks that share their
     # query rows and mask run as one call over their keys concatenated, which is exact (each
     # block's P uses the forward's global lse) and costs fewer launches and fp32 partial sums.
-    groups = ring_groups(rank, world, ctx.causal, q.shape[1])
+    groups = ring_groups(rank, world, ctx.causal, q.shape[1], k.shape[1])
     if _env_knobs.get("MKERNEL_RING_BWD_GROUPS", "1") == "0":  # pinned: one call per block
         groups = [(qr, [(src, kr)], causal) for src, qr, kr, causal in
-                  ring_steps(rank, world, ctx.causal, q.shape[1])]
+                  ring_steps(rank, world, ctx.causal, q.shape[1], k.shape[1])]
     # One group (non-causal): its dq is the whole dq; else the groups' partials summed in fp32.
     dq = None if len(groups) == 1 else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dk_all = torch.zeros(k_all.shape, dtype=torch.float32, device=q.device)

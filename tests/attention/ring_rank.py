@@ -28,19 +28,23 @@ def _shard(x: torch.Tensor, rank: int, world: int, causal: bool, dim: int = 1) -
     return x.chunk(world, dim=dim)[rank].contiguous()
 
 
-GRAD_CASES = [  # (causal, b, local s, h, h_kv, d), fp32
+GRAD_CASES = [  # (causal, b, local s, h, h_kv, d[, local s_kv]), fp32
     (True, 2, 6, 4, 2, 8),
     (False, 1, 5, 2, 1, 8),
+    # non-causal K/V shards longer and shorter than the queries'
+    (False, 2, 4, 2, 2, 8, 7),
+    (False, 1, 6, 4, 2, 8, 3),
 ]
 
 
 def check_gradients(ctx, rank: int, world: int, i: int, causal: bool, b: int, s: int, h: int,
-                    h_kv: int, d: int) -> None:
+                    h_kv: int, d: int, s_kv: int | None = None) -> None:
     """dq/dk/dv of the local shards against float64 autograd through the full-sequence
     reference, sharded the same way (the backward gathers K/V and reduce-scatters dK/dV)."""
     gen = torch.Generator().manual_seed(2000 + i)
-    full = [torch.randn(b, s * world, hh, d, generator=gen, dtype=torch.float64)
-            for hh in (h, h_kv, h_kv)]
+    s_kv = s if s_kv is None else s_kv
+    full = [torch.randn(b, n * world, hh, d, generator=gen, dtype=torch.float64)
+            for n, hh in ((s, h), (s_kv, h_kv), (s_kv, h_kv))]
     grad = torch.randn(b, s * world, h, d, generator=gen, dtype=torch.float64)
     refs = [x.clone().requires_grad_() for x in full]
     ref_out, _ = attention_ref(*refs, causal)
@@ -73,14 +77,14 @@ def main() -> None:
         bound = 1e-5 if dtype == torch.float32 else 1e-2
         assert out.dtype == dtype and rel <= bound, (i, rel)
         assert torch.allclose(lse.double(), ref_lse, rtol=1e-5, atol=1e-5), i
-    for i, (causal, b, s, h, h_kv, d) in enumerate(GRAD_CASES):
-        check_gradients(ctx, rank, world, i, causal, b, s, h, h_kv, d)
+    for i, case in enumerate(GRAD_CASES):
+        check_gradients(ctx, rank, world, i, *case)
     # The per-block backward pinned (MKERNEL_RING_BWD_GROUPS=0, read at each backward call): the
     # same gradients through one call per (query, key) block instead of the grouped calls.
     os.environ["MKERNEL_RING_BWD_GROUPS"] = "0"
     try:
-        for i, (causal, b, s, h, h_kv, d) in enumerate(GRAD_CASES):
-            check_gradients(ctx, rank, world, i, causal, b, s, h, h_kv, d)
+        for i, case in enumerate(GRAD_CASES):
+            check_gradients(ctx, rank, world, i, *case)
     finally:
         del os.environ["MKERNEL_RING_BWD_GROUPS"]
     ctx.barrier()

@@ -154,28 +154,35 @@ def test_ring_steps_cover_the_zigzag_causal_mask_once(world) -> None:
         assert got.max() <= 1 and torch.equal(got.bool(), want), (rank, got, want)
 
 
+@pytest.mark.parametrize("s_kv", [None, 4, 9])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
-def test_ring_groups_are_the_ring_steps_blocks(world, causal) -> None:
+def test_ring_groups_are_the_ring_steps_blocks(world, causal, s_kv) -> None:
     """The backward's grouped calls (mkernel._ring_backward.ring_groups) attend exactly the
     (query, key) pairs of the ring's steps, each once, with one causal group at most (the own
-    shard, square) and at most three groups at any W."""
+    shard, square) and at most three groups at any W; non-causal, every key of every source's
+    shard — also where K/V shards are shorter or longer than the queries' (s_kv)."""
     from mkernel._ring_backward import ring_groups, ring_steps
 
+    if causal and s_kv is not None:
+        pytest.skip("causal zigzag shards have as many keys as queries")
     s = 6
+    n = s if s_kv is None else s_kv  # keys a shard
     for rank in range(world):
-        want = torch.zeros(s, world * s, dtype=torch.int64)
-        for src, qr, kr, cz in ring_steps(rank, world, causal, s):
+        want = torch.zeros(s, world * n, dtype=torch.int64)
+        for src, qr, kr, cz in ring_steps(rank, world, causal, s, s_kv):
             block = torch.ones(qr.stop - qr.start, kr.stop - kr.start, dtype=torch.int64)
-            want[qr, src * s + kr.start:src * s + kr.stop] += block.tril() if cz else block
+            want[qr, src * n + kr.start:src * n + kr.stop] += block.tril() if cz else block
+        if not causal:
+            assert torch.equal(want, torch.ones_like(want)), (rank, want)
         got = torch.zeros_like(want)
-        groups = ring_groups(rank, world, causal, s)
+        groups = ring_groups(rank, world, causal, s, s_kv)
         assert len(groups) <= (3 if causal else 1)
         for qr, keys, cz in groups:
             assert not cz or (len(keys) == 1 and qr == slice(0, s) and keys[0][1] == slice(0, s))
             for src, kr in keys:
                 block = torch.ones(qr.stop - qr.start, kr.stop - kr.start, dtype=torch.int64)
-                got[qr, src * s + kr.start:src * s + kr.stop] += block.tril() if cz else block
+                got[qr, src * n + kr.start:src * n + kr.stop] += block.tril() if cz else block
         assert torch.equal(got, want), (rank, got, want)
 
 

@@ -231,8 +231,9 @@ def grad_auto_native(c: Checker) -> None:
 def grad_uneven(c: Checker) -> None:
     """Non-causal shards whose K/V are longer than their queries (1024 queries, 1100 keys a
     rank, d = 128: q's length is on auto's native rows, but the native ring mode takes shards of
-    one length): the backward takes the grouped calls, and dq / dk / dv match fp32 autograd of
-    the whole sequence."""
+    one length): the output against the fp32 reference, and the backward — the grouped calls
+    over each source's whole shard (session 41: they took only q's length of keys) — against
+    fp32 autograd of the whole sequence."""
     b, s_q, s_kv, h, h_kv, d, dtype = 1, 1024, 1100, 4, 2, 128, torch.bfloat16
     gen = torch.Generator().manual_seed(9800)
     q = torch.randn(b, s_q * c.world, h, d, generator=gen).to(dtype)
@@ -241,9 +242,12 @@ def grad_uneven(c: Checker) -> None:
     refs = reference_grads(c, False, q, k, v, dout)
     mine = [shard(x, c.rank, c.world, False).to(c.device).requires_grad_() for x in (q, k, v)]
     out, _ = mkernel.ring_attention(*mine, causal=False, group=c.ctx)
+    ref, _ = c.reference(False, q, k, v)
+    out_rel = rel_err(out.detach().cpu(), ref)
     out.backward(shard(dout, c.rank, c.world, False).to(c.device))
     torch.cuda.synchronize()
     rels = {name: rel_err(x.grad.cpu(), r) for name, x, r in zip("qkv", mine, refs)}
+    rels["out"] = out_rel
     rec = {"op": "grad_uneven", "causal": False, "shape": [b, s_q, h, h_kv, d], "s_kv": s_kv,
            "rel": max(rels.values()), "rels": rels, "world": c.world}
     emit("CASE", rec)
