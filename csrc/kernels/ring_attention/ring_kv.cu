@@ -1,6 +1,7 @@
 // Ring attention's K/V rotation kernels (protocol: ring_kv_api.h): the call's entry and end,
 // the per-step send (copy one shard into the next rank's buffer, item by item, releasing each
-// item's arrival flag there) and the per-step credit release.
+// item's arrival flag there) and the per-step credit release; the whole mode's send kernels;
+// and the ring backward's sum of the dK/dV partials that travelled to this rank (sum_key_grads).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
