@@ -215,6 +215,10 @@ constexpr Knob kKnobs[] = {
      "0: the native ring backward's fp32 dK/dV partials are reduce-scattered after its launch "
      "instead of travelling to their owners inside it (one node; ring_attention.cpp); every rank "
      "the same value"},
+    {"MKERNEL_RING_BWD_TRAVEL_MAX_MB", kConfig, "integer >= 0", "2048",
+     "the most MiB a rank's dK/dV receive area may take for the ring backward's partials to travel "
+     "(it stays in the group's symmetric memory: 2 x W x b x s x h_kv x d fp32); above it they are "
+     "reduce-scattered; every rank the same value"},
     {"MKERNEL_RING_CHUNKS", kDebug, "integer in [1, 16]", "4",
      "the whole mode's most key chunks (KV flags) per shard; every rank the same"},
     {"MKERNEL_RING_FLAG_CACHE", kDebug, "0|1", "1",

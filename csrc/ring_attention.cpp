@@ -1274,7 +1274,8 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda(const at::Tensor& q, cons
 //    MKERNEL_RING_BWD_TRAVEL=0 pins it off): each CTA stores its fp32 partial straight into the
 //    source rank's receive area and releases a flag there (BwdProblem::ring_dk_dst), and the
 //    owner sums the W slots per 64-row tile as their flags come up (ring_kv_api.h
-//    sum_key_grads); else (across nodes, flags that don't fit) they are reduce-scattered after.
+//    sum_key_grads); else (across nodes, flags that don't fit, a receive area above
+//    MKERNEL_RING_BWD_TRAVEL_MAX_MB) they are reduce-scattered after.
 constexpr const char* kBwdOp = "mkernel.ring_attention_backward";
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_meta(
@@ -1301,6 +1302,21 @@ bool ring_backward_on_arrival() {
 bool ring_backward_travel() {
   const char* value = env::get("MKERNEL_RING_BWD_TRAVEL");
   return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+// The receive area dK/dV travel into stays in the group's symmetric memory after the call
+// (2 x W x b s h_kv d fp32 a rank; the reduce-scatter's partials of that size are transient):
+// above MKERNEL_RING_BWD_TRAVEL_MAX_MB a rank (default 2048; the measured rows of session 41 took
+// up to 1024) the partials are reduce-scattered instead.
+uint64_t ring_backward_travel_max_bytes() {
+  const char* value = env::get("MKERNEL_RING_BWD_TRAVEL_MAX_MB");
+  if (value == nullptr) return uint64_t{2048} << 20;
+  char* end = nullptr;
+  const long long mb = std::strtoll(value, &end, 10);
+  TORCH_CHECK_VALUE(end != value && *end == '\0' && mb >= 0 && mb < (1LL << 40), kBwdOp,
+                    ": MKERNEL_RING_BWD_TRAVEL_MAX_MB must be a whole number of MiB >= 0, got '",
+                    value, "'");
+  return static_cast<uint64_t>(mb) << 20;
 }
 
 // The fp32 partials by source [W * b, s, h_kv, d] summed at their owners, in k's dtype.
@@ -1354,7 +1370,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ring_attention_backward_cuda(
   const ring_attention::KeyGradShape grads_shape{static_cast<int>(b), static_cast<int>(s),
                                                  static_cast<int>(h_kv), static_cast<int>(d)};
   const bool travel =
-      fused && ring_backward_travel() && ring_attention::key_grads_fit(grads_shape, world);
+      fused && ring_backward_travel() && ring_attention::key_grads_fit(grads_shape, world) &&
+      ring_attention::key_grads_bytes(grads_shape, world) <= ring_backward_travel_max_bytes();
   BackwardRing ring{true, world, rank};
   at::Tensor k_all, v_all;
   if (!geo) {  // the shards all-gathered first (collectives.cpp), then one launch over them

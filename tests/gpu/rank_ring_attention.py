@@ -266,12 +266,16 @@ ARRIVAL_CASES = [
 ]
 
 
-# (MKERNEL_RING_BWD_ARRIVAL, MKERNEL_RING_BWD_TRAVEL) of grad_arrival's paths, by name: the
-# fused ring backward (K/V on arrival, dK/dV travelling in the kernel), the gathered launch with
-# its reduce-scatter, arrival with the reduce-scatter, the gathered launch with dK/dV travelling,
-# and the fused one again.
-ARRIVAL_PATHS = [("travel", "1", "1"), ("gathered", "0", "0"), ("scatter", "1", "0"),
-                 ("gathered_travel", "0", "1"), ("travel", "1", "1")]
+# (MKERNEL_RING_BWD_ARRIVAL, MKERNEL_RING_BWD_TRAVEL, MKERNEL_RING_BWD_TRAVEL_MAX_MB) of
+# grad_arrival's paths, by name: the fused ring backward (K/V on arrival, dK/dV travelling in the
+# kernel), the gathered launch with its reduce-scatter, arrival with the reduce-scatter, the
+# gathered launch with dK/dV travelling, the same with a receive-area cap of 0 MiB (so the
+# reduce-scatter), and the fused one again.
+ARRIVAL_PATHS = [("travel", "1", "1", ""), ("gathered", "0", "0", ""), ("scatter", "1", "0", ""),
+                 ("gathered_travel", "0", "1", ""), ("capped", "0", "1", "0"),
+                 ("travel", "1", "1", "")]
+ARRIVAL_KNOBS = ("MKERNEL_RING_BWD_ARRIVAL", "MKERNEL_RING_BWD_TRAVEL",
+                 "MKERNEL_RING_BWD_TRAVEL_MAX_MB")
 
 
 def grad_arrival(c: Checker) -> None:
@@ -285,19 +289,22 @@ def grad_arrival(c: Checker) -> None:
     try:
         for i, case in enumerate(ARRIVAL_CASES):
             grads = {}
-            for name, arrival, travel in ARRIVAL_PATHS:
-                os.environ["MKERNEL_RING_BWD_ARRIVAL"] = arrival
-                os.environ["MKERNEL_RING_BWD_TRAVEL"] = travel
+            for name, *values in ARRIVAL_PATHS:
+                for knob, value in zip(ARRIVAL_KNOBS, values):
+                    if value:
+                        os.environ[knob] = value
+                    else:
+                        os.environ.pop(knob, None)
                 poison(case[1], case[2], case[3], case[5], case[6], c.device)
                 grads.setdefault(name, []).append(
                     check_grads(c, f"grad_{name}", case, 9400 + i, 9500 + i))
-            for other in ("gathered", "scatter", "gathered_travel"):
+            for other in ("gathered", "scatter", "gathered_travel", "capped"):
                 for name, a, g in zip("kv", grads["travel"][0][1:], grads[other][0][1:]):
                     assert torch.equal(a, g), f"d{name}: travelling and {other} differ (case {i})"
             for a, g in zip(grads["travel"][0][1:], grads["travel"][1][1:]):
                 assert torch.equal(a, g), f"dk / dv differ between two fused calls (case {i})"
     finally:
-        for knob in ("MKERNEL_ATTN_BWD", "MKERNEL_RING_BWD_ARRIVAL", "MKERNEL_RING_BWD_TRAVEL"):
+        for knob in ("MKERNEL_ATTN_BWD",) + ARRIVAL_KNOBS:
             os.environ.pop(knob, None)
 
 

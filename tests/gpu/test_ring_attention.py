@@ -66,9 +66,9 @@ def test_native_ring_backward_on_arrival(mps, world):
                                  MKERNEL_OP_TIMEOUT="30"))
     cases = check_ranks(res)
     per_rank = len(cases) // world
-    assert per_rank == 5 * 4 + 2 * 2, [c["op"] for c in cases]
+    assert per_rank == 6 * 4 + 2 * 2, [c["op"] for c in cases]
     assert {c["op"] for c in cases} == {"grad_travel", "grad_gathered", "grad_scatter",
-                                        "grad_gathered_travel", "grad_graph"}
+                                        "grad_gathered_travel", "grad_capped", "grad_graph"}
     print(f"W={world} fused / scatter / gathered / graph: worst rel err "
           f"{max(c['rel'] for c in cases):.2e}")
 
