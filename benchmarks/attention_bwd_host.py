@@ -8,7 +8,7 @@ perf_counter time of torch.autograd.grad(...) is the enqueue cost (the kernels q
 spin), median over --iters calls; then a torch.profiler table of one call of each (the top host
 ops by self CPU time). Diagnostic only: no JSON.
 
-    python benchmarks/attention_bwd_host.py [--s 4096] [--b 4] [--iters 50]
+    python benchmarks/attention_bwd_host.py [--s 4096] [--b 4] [--iters 50] [--causal 1]
 """
 
 from __future__ import annotations
@@ -30,14 +30,15 @@ def main() -> None:
     ap.add_argument("--b", type=int, default=4)
     ap.add_argument("--h", type=int, default=32)
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--causal", type=int, default=1, choices=(0, 1))
     args = ap.parse_args()
     q, k, v = (torch.randn(args.b, args.s, args.h, 128, device="cuda", dtype=torch.bfloat16,
                            requires_grad=True) for _ in range(3))
     dout = torch.randn(args.b, args.s, args.h, 128, device="cuda", dtype=torch.bfloat16)
-    outs = {"mkernel": mkernel.attention(q, k, v, causal=True)[0]}
+    outs = {"mkernel": mkernel.attention(q, k, v, causal=bool(args.causal))[0]}
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
         outs["cudnn"] = sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                             is_causal=True).transpose(1, 2)
+                             is_causal=bool(args.causal)).transpose(1, 2)
     for name, out in outs.items():
         for _ in range(3):
             torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
