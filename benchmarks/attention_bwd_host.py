@@ -1,14 +1,21 @@
-"""Host cost of one attention backward call: mkernel.attention's (cuDNN's kernel on the engine's LSE,
-through the op's Python autograd backward) vs SDPA's own cuDNN backward (C++ autograd).
+"""Host cost of one attention call: mkernel.attention's (forward, and a backward on cuDNN's or the
+engine's own kernel, through the op's autograd) vs SDPA's own cuDNN attention (C++ autograd).
 
 Session 31's bench_attention --backward read the two backwards at GPU-time parity (0.998-0.999x)
 but 0.95-0.97x in wall time from an idle GPU: the gap is host time before the first kernel. This
 times the host side alone: with the GPU held busy by a long spin (torch.cuda._sleep), the
-perf_counter time of torch.autograd.grad(...) is the enqueue cost (the kernels queue behind the
-spin), median over --iters calls; then a torch.profiler table of one call of each (the top host
-ops by self CPU time). Diagnostic only: no JSON.
+perf_counter time of a call is its enqueue cost (the kernels queue behind the spin), median over
+--iters rounds, every part timed once a round in turn. Parts:
+  fwd_*       the forward call (mkernel.attention / SDPA on the cuDNN backend);
+  bwd_*       torch.autograd.grad of the forward's output (the whole backward as training sees it);
+  body        mkernel's backward body called directly (ops._attention_backward_auto: the choice
+              and the kernel call, no autograd);
+  kernel_op   the kernel op alone with its arguments prepared (aten's cuDNN backward on the
+              transposed views, or mkernel::attention_backward);
+  grad_empty  torch.autograd.grad of a one-op graph (the engine's own fixed cost).
+Then, with --profile, a torch.profiler table of one backward of each. Diagnostic only: no JSON.
 
-    python benchmarks/attention_bwd_host.py [--s 4096] [--b 4] [--iters 50] [--causal 1]
+    python benchmarks/attention_bwd_host.py [--s 4096] [--b 4] [--iters 50] [--causal 1] [--profile]
 """
 
 from __future__ import annotations
@@ -16,12 +23,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 import mkernel
+from mkernel import ops
 
 
 def main() -> None:
@@ -31,34 +40,71 @@ def main() -> None:
     ap.add_argument("--h", type=int, default=32)
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--causal", type=int, default=1, choices=(0, 1))
+    ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
+    causal = bool(args.causal)
     q, k, v = (torch.randn(args.b, args.s, args.h, 128, device="cuda", dtype=torch.bfloat16,
                            requires_grad=True) for _ in range(3))
     dout = torch.randn(args.b, args.s, args.h, 128, device="cuda", dtype=torch.bfloat16)
-    outs = {"mkernel": mkernel.attention(q, k, v, causal=bool(args.causal))[0]}
-    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        outs["cudnn"] = sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                             is_causal=bool(args.causal)).transpose(1, 2)
-    for name, out in outs.items():
+    scale = 128 ** -0.5
+
+    def fwd_mkernel() -> torch.Tensor:
+        return mkernel.attention(q, k, v, causal=causal)[0]
+
+    def fwd_sdpa() -> torch.Tensor:
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                        is_causal=causal).transpose(1, 2)
+
+    outs = {"mkernel": fwd_mkernel(), "sdpa": fwd_sdpa()}
+    out_d, lse_d = (t.detach() for t in mkernel.attention(q, k, v, causal=causal))
+    qd, kd, vd = (t.detach() for t in (q, k, v))
+    choice = ops._attention_backward_choice(qd, kd, vd, causal)
+    if choice == "cudnn":
+        seed = ops._philox_placeholder(qd)
+        args_t = (dout.transpose(1, 2), qd.transpose(1, 2), kd.transpose(1, 2), vd.transpose(1, 2),
+                  out_d.transpose(1, 2), lse_d.unsqueeze(-1), seed, seed, None, None, None,
+                  args.s, args.s, 0.0, causal)
+
+        def kernel_op() -> object:
+            return torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default(*args_t, scale=scale)
+    else:
+        def kernel_op() -> object:
+            return torch.ops.mkernel.attention_backward.default(dout, qd, kd, vd, out_d, lse_d, causal, scale)
+    x = torch.ones(8, device="cuda", requires_grad=True)
+    y = x * 2.0
+    parts: dict[str, Callable[[], object]] = {
+        "fwd_mkernel": fwd_mkernel,
+        "fwd_sdpa": fwd_sdpa,
+        "bwd_mkernel": lambda: torch.autograd.grad(outs["mkernel"], (q, k, v), dout, retain_graph=True),
+        "bwd_sdpa": lambda: torch.autograd.grad(outs["sdpa"], (q, k, v), dout, retain_graph=True),
+        "body": lambda: ops._attention_backward_auto(dout, qd, kd, vd, out_d, lse_d, causal, scale),
+        "kernel_op": kernel_op,
+        "grad_empty": lambda: torch.autograd.grad(y, (x,), torch.ones_like(y), retain_graph=True),
+    }
+    for fn in parts.values():
         for _ in range(3):
-            torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+            fn()
     torch.cuda.synchronize()
-    host = {n: [] for n in outs}
+    host: dict[str, list[float]] = {n: [] for n in parts}
     for _ in range(args.iters):
-        for name, out in outs.items():
-            torch.cuda._sleep(20_000_000)  # ~10 ms of GPU spin: the backward queues behind it
+        for name, fn in parts.items():
+            torch.cuda._sleep(20_000_000)  # ~10 ms of GPU spin: the call queues behind it
             t = time.perf_counter()
-            torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+            fn()
             host[name].append((time.perf_counter() - t) * 1e6)
             torch.cuda.synchronize()
+    print(f"S = {args.s}, b = {args.b}, h = {args.h}, d = 128, causal = {causal}; mkernel's backward "
+          f"kernel: {choice}")
     for name, ts in host.items():
-        print(f"{name:>8}: host enqueue of one backward: median {statistics.median(ts):7.1f} us, "
-              f"min {min(ts):7.1f} us")
+        print(f"{name:>12}: host enqueue median {statistics.median(ts):7.1f} us, min {min(ts):7.1f} us")
+    if not args.profile:
+        return
     from torch.profiler import ProfilerActivity, profile
-    for name, out in outs.items():
+    for name in ("bwd_mkernel", "bwd_sdpa"):
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+            parts[name]()
             torch.cuda.synchronize()
         print(f"----- {name}: top host ops by self CPU time")
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=60))
