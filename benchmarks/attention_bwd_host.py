@@ -15,7 +15,7 @@ perf_counter time of a call is its enqueue cost (the kernels queue behind the sp
   grad_empty  torch.autograd.grad of a one-op graph (the engine's own fixed cost).
 Then, with --profile, a torch.profiler table of one backward of each. Diagnostic only: no JSON.
 
-    python benchmarks/attention_bwd_host.py [--s 4096] [--b 4] [--iters 50] [--causal 1] [--profile]
+    python benchmarks/attention_bwd_host.py [--s 4096] [--b 4] [--iters 50] [--causal 1] [--profile] [--pieces]
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--causal", type=int, default=1, choices=(0, 1))
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--pieces", action="store_true", help="also time the backward body's steps")
     args = ap.parse_args()
     causal = bool(args.causal)
     q, k, v = (torch.randn(args.b, args.s, args.h, 128, device="cuda", dtype=torch.bfloat16,
@@ -82,6 +83,16 @@ def main() -> None:
         "kernel_op": kernel_op,
         "grad_empty": lambda: torch.autograd.grad(y, (x,), torch.ones_like(y), retain_graph=True),
     }
+    if args.pieces:  # the body's steps one by one
+        parts.update({
+            "choice": lambda: ops._attention_backward_choice(qd, kd, vd, causal),
+            "philox": lambda: ops._philox_placeholder(qd),
+            "capturing": torch.cuda.is_current_stream_capturing,
+            "transposes": lambda: [t.transpose(1, 2) for t in (dout, qd, kd, vd, out_d)],
+            "cudnn_fn": lambda: ops._attention_backward_cudnn(dout, qd, kd, vd, out_d, lse_d, causal, scale),
+            "native_fn": lambda: ops._attention_backward_native(dout, qd, kd, vd, out_d, lse_d, causal, scale),
+            "nothing": lambda: None,
+        })
     for fn in parts.values():
         for _ in range(3):
             fn()
