@@ -10,7 +10,6 @@ perf_counter time of a call is its enqueue cost (the kernels queue behind the sp
   bwd_*       torch.autograd.grad of the forward's output (the whole backward as training sees it);
   body        mkernel's backward body called directly (ops._attention_backward_auto: the choice
               and the kernel call, no autograd);
-  py_body     (cuDNN rows) session 41's body, in Python: the A side of the C++ op's A/B;
   kernel_op   the kernel op alone with its arguments prepared (aten's cuDNN backward on the
               transposed views, or mkernel::attention_backward);
   grad_empty  torch.autograd.grad of a one-op graph (the engine's own fixed cost).
@@ -32,27 +31,6 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 import mkernel
 from mkernel import ops
-
-
-_SEED: dict[torch.device, torch.Tensor] = {}
-
-
-def py_body_cudnn(dout, q, k, v, out, lse, causal, scale):  # type: ignore[no-untyped-def]
-    """Session 41's backward body in Python (choice with its cached check, a cached philox
-    placeholder, the transposes around aten's cuDNN backward), MHA only: what
-    mkernel::attention_backward_sdpa replaced, kept here as the A side of the comparison."""
-    assert ops._attention_backward_choice(q, k, v, causal) == "cudnn"
-    if q.is_cuda and torch.cuda.is_current_stream_capturing():
-        raise RuntimeError("not under capture")
-    seed = _SEED.get(q.device)
-    if seed is None:
-        seed = _SEED[q.device] = torch.zeros((), dtype=torch.int64, device=q.device)
-    dout = dout.contiguous()
-    dq, dk, dv = torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default(
-        dout.transpose(1, 2), q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-        out.transpose(1, 2), lse.contiguous().unsqueeze(-1), seed, seed, None, None, None,
-        q.shape[1], k.shape[1], 0.0, causal, scale=scale)
-    return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
 
 
 def main() -> None:
@@ -105,8 +83,6 @@ def main() -> None:
         "kernel_op": kernel_op,
         "grad_empty": lambda: torch.autograd.grad(y, (x,), torch.ones_like(y), retain_graph=True),
     }
-    if choice == "cudnn":  # the same body as session 41's Python (the A side of an A/B in one run)
-        parts["py_body"] = lambda: py_body_cudnn(dout, qd, kd, vd, out_d, lse_d, causal, scale)
     if args.pieces:  # the body's steps one by one
         parts.update({
             "choice": lambda: ops._attention_backward_choice(qd, kd, vd, causal),
