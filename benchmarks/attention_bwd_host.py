@@ -62,7 +62,7 @@ def main() -> None:
     qd, kd, vd = (t.detach() for t in (q, k, v))
     choice = ops._attention_backward_choice(qd, kd, vd, causal)
     if choice == "cudnn":
-        seed = torch.zeros((), dtype=torch.int64, device="cuda")  # read only with dropout
+        seed = ops._philox_placeholder(qd)
         args_t = (dout.transpose(1, 2), qd.transpose(1, 2), kd.transpose(1, 2), vd.transpose(1, 2),
                   out_d.transpose(1, 2), lse_d.unsqueeze(-1), seed, seed, None, None, None,
                   args.s, args.s, 0.0, causal)
@@ -86,6 +86,7 @@ def main() -> None:
     if args.pieces:  # the body's steps one by one
         parts.update({
             "choice": lambda: ops._attention_backward_choice(qd, kd, vd, causal),
+            "philox": lambda: ops._philox_placeholder(qd),
             "capturing": torch.cuda.is_current_stream_capturing,
             "transposes": lambda: [t.transpose(1, 2) for t in (dout, qd, kd, vd, out_d)],
             "cudnn_fn": lambda: ops._attention_backward_cudnn(dout, qd, kd, vd, out_d, lse_d, causal, scale),

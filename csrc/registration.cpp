@@ -155,13 +155,6 @@ TORCH_LIBRARY(mkernel, m) {
   m.def(
       "attention_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
       "bool causal, float softmax_scale) -> (Tensor, Tensor, Tensor)");
-  // mkernel.attention's backward on torch's SDPA backward kernels, fed with the engine's out and
-  // lse (csrc/attention_backward_sdpa.cpp): kernel 0 cuDNN's where it applies, else FA2's; 1
-  // FA2's; 2 cuDNN's. attention_backward_sdpa_kernel: the choice kernel 0 makes (0 cuDNN, 1 FA2).
-  m.def(
-      "attention_backward_sdpa(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
-      "bool causal, float softmax_scale, int kernel=0) -> (Tensor, Tensor, Tensor)");
-  m.def("attention_backward_sdpa_kernel(Tensor q, Tensor k, Tensor v, bool causal) -> int");
   // The same over K/V all-gathered from a ring of ring_world ranks (k [ring_world * b, s, h_kv,
   // d]), ring attention's zigzag visibility, one launch; dk / dv fp32 partials
   // (python/mkernel/_ring_backward.py).

@@ -771,21 +771,53 @@ def _attention_backward_math(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out:
             dv.transpose(1, 2).to(v.dtype))
 
 
+# One int64 scalar per device, passed as the philox seed / offset of torch's SDPA backward kernels,
+# which read them only with dropout (never here): a fresh torch.zeros per call cost a fill kernel
+# and ~20 us of host time (session 31: the backward's host enqueue 837 vs SDPA's own 551 us).
+_PHILOX_PLACEHOLDER: dict[torch.device, Tensor] = {}
+
+
+def _philox_placeholder(q: Tensor) -> Tensor:
+    """An int64 scalar on q's device for the unread philox arguments: the cached one for a plain
+    eager tensor; a fresh one while tracing (fake / functional tensors) or capturing a CUDA
+    graph (memory allocated in capture belongs to the graph's pool)."""
+    if type(q) is not torch.Tensor or (q.is_cuda and torch.cuda.is_current_stream_capturing()):
+        return torch.zeros((), dtype=torch.int64, device=q.device)
+    seed = _PHILOX_PLACEHOLDER.get(q.device)
+    if seed is None:
+        seed = _PHILOX_PLACEHOLDER[q.device] = torch.zeros((), dtype=torch.int64, device=q.device)
+    return seed
+
+
 def _attention_backward_flash(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
                               lse: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor, Tensor]:
     """Attention backward through torch's FlashAttention-2 backward kernel, fed with our
     forward's out and lse (natural log, [b, h, s] fp32, which is what FA2 saves). FA2 is
-    bottom-right causal like the engine. GQA: k/v expanded to h heads, gradients summed back
-    (``mkernel::attention_backward_sdpa``, csrc/attention_backward_sdpa.cpp)."""
-    return torch.ops.mkernel.attention_backward_sdpa.default(dout, q, k, v, out, lse, causal, scale, 1)
+    bottom-right causal like the engine. GQA: k/v expanded to h heads, gradients summed back."""
+    b, s, h, d = q.shape
+    s_kv, h_kv = k.shape[1], k.shape[2]
+    g = h // h_kv
+    ke, ve = (k.repeat_interleave(g, dim=2), v.repeat_interleave(g, dim=2)) if g > 1 else (k, v)
+    # cum_seq_q/k None (an undefined tensor): the dense, not varlen, kernel; philox seed and
+    # offset are read only with dropout.
+    seed = _philox_placeholder(q)
+    dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward.default(
+        dout.transpose(1, 2), q.transpose(1, 2), ke.transpose(1, 2), ve.transpose(1, 2),
+        out.transpose(1, 2), lse.contiguous(), None, None, s, s_kv, 0.0, causal, seed, seed,
+        scale=scale)
+    dq, dk, dv = dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
+    if g > 1:
+        dk = dk.unflatten(2, (h_kv, g)).sum(3)
+        dv = dv.unflatten(2, (h_kv, g)).sum(3)
+    return dq, dk, dv
 
 
 def _attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
                         causal: bool, scale: float) -> tuple[Tensor, Tensor, Tensor]:
-    """Backward of :func:`attention` on torch's FA2 backward kernel on CUDA (bf16/fp16, d <= 256),
-    the fp32 math backward elsewhere."""
+    """Backward of :func:`attention`: torch's FA2 backward kernel on CUDA (first step; a fused
+    engine backward is future work), the fp32 math backward on the CPU."""
     if q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and q.shape[-1] <= 256:
-        return _attention_backward_flash(dout, q, k, v, out, lse, causal, scale)
+        return _attention_backward_flash(dout.contiguous(), q, k, v, out, lse, causal, scale)
     return _attention_backward_math(dout, q, k, v, out, lse, causal, scale)
 
 
@@ -795,10 +827,24 @@ def _attention_backward_cudnn(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out
     out and lse (cuDNN's softmax stats are the same natural-log LSE, ``[b, h, s, 1]`` fp32;
     torch's context-parallel merge treats them as FA2's). cuDNN's causal mask is top-left
     aligned, the engine's bottom-right: the same only when ``s == s_kv``
-    (:func:`_attention_backward_choice` sends the others to FA2); the caller vouches that cuDNN
-    takes the problem (:func:`_cudnn_backward_applies`). GQA: k/v expanded to h heads, gradients
-    summed back. Shapes as :func:`attention` (``mkernel::attention_backward_sdpa``)."""
-    return torch.ops.mkernel.attention_backward_sdpa.default(dout, q, k, v, out, lse, causal, scale, 2)
+    (:func:`_attention_backward_choice` sends the others to FA2). GQA: k/v expanded to h heads,
+    gradients summed back. Shapes as :func:`attention`; dout ``[b, s, h, d]`` contiguous."""
+    b, s, h, d = q.shape
+    s_kv, h_kv = k.shape[1], k.shape[2]
+    g = h // h_kv
+    ke, ve = (k.repeat_interleave(g, dim=2), v.repeat_interleave(g, dim=2)) if g > 1 else (k, v)
+    # No dropout: the philox seed/offset are not read; no bias; cum_seq None = dense (not
+    # nested) problem. dout has out's strides, as cuDNN wants.
+    seed = _philox_placeholder(q)
+    dq, dk, dv = torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default(
+        dout.transpose(1, 2), q.transpose(1, 2), ke.transpose(1, 2), ve.transpose(1, 2),
+        out.transpose(1, 2), lse.contiguous().unsqueeze(-1), seed, seed, None, None, None, s,
+        s_kv, 0.0, causal, scale=scale)
+    dq, dk, dv = dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
+    if g > 1:
+        dk = dk.unflatten(2, (h_kv, g)).sum(3)
+        dv = dv.unflatten(2, (h_kv, g)).sum(3)
+    return dq, dk, dv
 
 
 # mkernel.attention's backward on CUDA: "auto" (the engine's own backward kernels where they
@@ -922,21 +968,15 @@ def _attention_autograd_backward(ctx, dout: Tensor, dlse: Tensor | None):  # typ
 def _attention_backward_auto(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
                              lse: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor, Tensor]:
     """The backward of one attention call through the kernel :func:`_attention_backward_choice`
-    picks (the native one on its rows or when opted in, cuDNN's where it applies, FA2's, the
-    fp32 math on the CPU). Shapes as :func:`attention`; gradients in the inputs' dtypes and
-    layouts. Ring attention's per-block backward (``_ring_backward.py``) calls it per key block.
-
-    The same decision as :func:`_attention_backward_choice`, with cuDNN-or-FA2 taken inside
-    ``mkernel::attention_backward_sdpa`` (its own cached copy of torch's check): one call from
-    Python where the choice's key and the kernel call's dozen tensor ops cost 110-210 us of host
-    time a backward on the device's host (session 42)."""
-    if not (q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and q.shape[-1] <= 256):
-        return _attention_backward_math(dout, q, k, v, out, lse, causal, scale)
-    mode = _attention_backward_mode()
-    if (mode == "native" and q.shape[-1] in (64, 128)) or (mode == "auto" and _native_backward_wins(q, k, causal)):
+    picks (cuDNN's where it applies, FA2's, the native one when opted in, the fp32 math on the
+    CPU). Shapes as :func:`attention`; gradients in the inputs' dtypes and layouts. Ring
+    attention's per-block backward (``_ring_backward.py``) calls it per key block."""
+    choice = _attention_backward_choice(q, k, v, causal)
+    if choice == "cudnn":
+        return _attention_backward_cudnn(dout.contiguous(), q, k, v, out, lse, causal, scale)
+    if choice == "native":
         return _attention_backward_native(dout.contiguous(), q, k, v, out, lse, causal, scale)
-    return torch.ops.mkernel.attention_backward_sdpa.default(dout, q, k, v, out, lse, causal, scale,
-                                                             1 if mode == "flash" else 0)
+    return _attention_backward(dout, q, k, v, out, lse, causal, scale)
 
 
 # Registered by mkernel.autograd (after the extension has defined the op): importing this

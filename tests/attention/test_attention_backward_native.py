@@ -429,24 +429,6 @@ def test_ring_op_meta_shapes_and_validation() -> None:
         torch.ops.mkernel.attention_backward_ring.default(q, q, k, k, q, lse, True, 0.1, world, 3)
 
 
-def test_sdpa_backward_op_meta_shapes_and_validation() -> None:
-    """attention_backward_sdpa's Meta kernel (the backward on torch's SDPA kernels): dq / dk / dv
-    in q's / k's / v's shapes and dtypes (GQA summed back to h_kv heads); a bad lse or k is
-    refused naming it."""
-    q = torch.empty(2, 96, 8, 64, dtype=torch.float16, device="meta")
-    k = torch.empty(2, 80, 2, 64, dtype=torch.float16, device="meta")
-    lse = torch.empty(2, 8, 96, dtype=torch.float32, device="meta")
-    dq, dk, dv = torch.ops.mkernel.attention_backward_sdpa.default(q, q, k, k, q, lse, False, 0.1)
-    assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, k.shape)
-    assert dq.dtype == dk.dtype == dv.dtype == torch.float16
-    with pytest.raises(ValueError, match="lse must be float32"):
-        torch.ops.mkernel.attention_backward_sdpa.default(q, q, k, k, q, lse[:, :4], False, 0.1)
-    with pytest.raises(ValueError, match="divisor of its heads"):
-        torch.ops.mkernel.attention_backward_sdpa.default(q, q, k[:, :, :1].expand(2, 80, 3, 64),
-                                                          k[:, :, :1].expand(2, 80, 3, 64), q, lse,
-                                                          False, 0.1)
-
-
 def test_ring_attention_backward_meta_shapes() -> None:
     """ring_attention_backward's Meta kernel (the native ring backward from this rank's shard):
     dq has q's shape, dk / dv k's — this rank's own gradients in its dtype, the ranks' partials

@@ -144,9 +144,6 @@ def test_gradients_match_autograd(case, backend, monkeypatch) -> None:
         assert choice == "flash"  # cuDNN's causal mask is top-left aligned
     elif s % 128 == 0 and s_kv % 128 == 0:
         assert choice == "cudnn", "cuDNN's backward should apply to this problem"
-    if backend == "auto":  # the C++ op's own choice (its cached check) agrees with the Python one
-        assert torch.ops.mkernel.attention_backward_sdpa_kernel(q, k, v, causal) == \
-            (0 if choice == "cudnn" else 1)
     grads = torch.autograd.grad(out, (q, k, v), dout)
     q32, k32, v32 = (x.detach().float().requires_grad_() for x in (q, k, v))
     ref, _ = attention_ref(q32, k32, v32, causal, dtype=torch.float32)
@@ -176,62 +173,6 @@ def test_backward_choice_cache_follows_the_problem() -> None:
     want = "cudnn" if mkernel.ops._cudnn_backward_applies(wide, k, v, True) else "flash"
     assert mkernel.ops._attention_backward_choice(wide, k, v, True) == want
     assert len(mkernel.ops._CUDNN_BACKWARD_OK) == 3
-
-
-def test_sdpa_backward_op_choice_follows_the_problem() -> None:
-    """mkernel::attention_backward_sdpa's own cached check (csrc/attention_backward_sdpa.cpp):
-    cuDNN's for a square causal problem, FA2's once cuDNN SDPA is disabled (the same problem,
-    asked again), for causal s != s_kv (cuDNN's mask is top-left aligned) and wherever torch's
-    check refuses the layout; each the Python choice's answer."""
-    def cpp(q, k, v, causal):
-        return torch.ops.mkernel.attention_backward_sdpa_kernel(q, k, v, causal)
-    q, k, v = (torch.randn(1, 256, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    assert cpp(q, k, v, True) == 0 and cpp(q, k, v, True) == 0
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
-        assert cpp(q, k, v, True) == 1
-    assert cpp(q, k, v, True) == 0
-    assert cpp(q, k[:, :128], v[:, :128], True) == 1
-    wide = torch.randn(1, 256, 4, 256, device="cuda", dtype=torch.bfloat16)[..., ::2]
-    want = 0 if mkernel.ops._cudnn_backward_applies(wide, k, v, True) else 1
-    assert cpp(wide, k, v, True) == want
-
-
-@pytest.mark.parametrize("kernel", [0, 1, 2])
-def test_sdpa_backward_op_strided_dout_and_gqa(kernel) -> None:
-    """The op on each kernel (auto, FA2, cuDNN) with GQA 8/2 and a dout that is a transposed view
-    (made dense inside), against autograd of the fp32 reference; gradients come back in k's
-    shape (the query heads' sums), fresh (outputs poisoned first, then freed, are not reused
-    silently)."""
-    gen = torch.Generator(device="cuda").manual_seed(31)
-    b, s, h, h_kv, d = 2, 384, 8, 2, 128
-    q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-    k, v = (torch.randn(b, s, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
-    dout = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
-    assert not dout.is_contiguous()
-    out, lse = mkernel.attention(q, k, v, causal=True)
-    poison = [torch.full_like(x, float("nan")) for x in (q, k, v)]
-    del poison
-    dq, dk, dv = torch.ops.mkernel.attention_backward_sdpa(dout, q, k, v, out, lse, True, d ** -0.5, kernel)
-    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
-    q32, k32, v32 = (x.float().requires_grad_() for x in (q, k, v))
-    ref, _ = attention_ref(q32, k32, v32, True, dtype=torch.float32)
-    ref_grads = torch.autograd.grad(ref, (q32, k32, v32), dout.float())
-    for name, g, r in zip("qkv", (dq, dk, dv), ref_grads):
-        assert not torch.isnan(g).any()
-        rel = ((g.float() - r).norm() / r.norm()).item()
-        assert rel < 2e-2, f"d{name} relative error {rel} (kernel {kernel})"
-
-
-def test_sdpa_backward_op_names_bad_arguments() -> None:
-    q, k, v = (torch.randn(1, 128, 4, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    out, lse = mkernel.attention(q, k, v)
-    with pytest.raises(ValueError, match="lse must be float32"):
-        torch.ops.mkernel.attention_backward_sdpa(out, q, k, v, out, lse.half(), False, 0.125)
-    with pytest.raises(ValueError, match="kernel must be 0"):
-        torch.ops.mkernel.attention_backward_sdpa(out, q, k, v, out, lse, False, 0.125, 3)
-    with pytest.raises(ValueError, match="a divisor of its heads"):
-        torch.ops.mkernel.attention_backward_sdpa(out, q, k[:, :, :3], v[:, :, :3], out, lse, False, 0.125)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
