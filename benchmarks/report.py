@@ -227,6 +227,92 @@ def ring_plot(data: dict, png: Path, plt) -> None:
     plt.close(fig)
 
 
+# --- attention engine (bench_attention.py) ---------------------------------------------------
+
+def _attn_get(r: dict, key: str, fmt: str = "") -> Any:
+    """r[key] (formatted when fmt is given), "-" where an older run did not record it."""
+    if key not in r:
+        return "-"
+    return fmt.format(r[key]) if fmt else r[key]
+
+
+def _attn_label(r: dict) -> str:
+    kv = f" h_kv {r['h_kv']}" if r.get("h_kv", r.get("h")) != r.get("h") else ""
+    return f"S {r.get('s', '?')} b {r.get('b', '?')}{kv} {'causal' if r.get('causal') else 'non-causal'}"
+
+
+def attention_markdown(data: dict, path: Path) -> str:
+    """bench_attention.py's forward rows (attention_fwd) or forward + backward rows
+    (attention_fwd_bwd): TFLOP/s per column and the ratios to SDPA's backends in the same run."""
+    lines = _head(data, path)
+    lines += [f"- timing: {data.get('method', '')}", ""]
+    rows = data["rows"]
+    if data.get("bench") == "attention_fwd_bwd":
+        lines.append("Forward + backward (mkernel: its default backward, the row's `kernel`), the "
+                     "backward alone from an idle GPU (wall: host cost counts) and the backward "
+                     "alone in GPU time; TFLOP/s (backward = 2.5x the forward's FLOPs), x = the "
+                     "ratio to the best SDPA backend's (> 1: faster).")
+        lines.append("")
+        table = [[_attn_label(r), r.get("d", "-"), r.get("backward_kernel", "-")]
+                 + [_attn_get(r, k) for k in ("mkernel_tflops", "cudnn_tflops", "flash_tflops")]
+                 + [_attn_get(r, k, "{:.3f}") for k in ("ratio_vs_cudnn", "ratio_vs_flash")]
+                 + [_attn_get(r, "bwd_mkernel_tflops"),
+                    _attn_get(r, "bwd_mkernel_ratio_vs_best_sdpa", "{:.3f}"),
+                    _attn_get(r, "gpu_bwd_mkernel_tflops"),
+                    _attn_get(r, "gpu_bwd_mkernel_ratio_vs_best_sdpa", "{:.3f}")] for r in rows]
+        lines.append(_table(["problem", "d", "kernel", "fwd+bwd TF/s", "cuDNN", "FA2", "x cuDNN",
+                             "x FA2", "bwd wall TF/s", "x best", "bwd GPU TF/s", "x best"], table))
+    else:
+        lines.append("Forward, GPU time (TFLOP/s = 4 b h S S_kv d, halved causal); x = SDPA's "
+                     "backend time / mkernel's (> 1: faster).")
+        lines.append("")
+        # Opt-in tile / variant columns where the run timed them (mkernel_alt*, mkernel_v*).
+        alts = sorted({k[:-len("_tflops")] for r in rows for k in r
+                       if k.startswith("mkernel_") and k.endswith("_tflops") and k != "mkernel_tflops"})
+        table = [[_attn_label(r), r.get("d", "-")]
+                 + [_attn_get(r, k) for k in ("mkernel_tflops", "cudnn_tflops", "flash_tflops")]
+                 + [_attn_get(r, k, "{:.3f}") for k in ("ratio_vs_cudnn", "ratio_vs_flash")]
+                 + [_attn_get(r, f"{a}_tflops") for a in alts] for r in rows]
+        lines.append(_table(["problem", "d", "mkernel TF/s", "cuDNN TF/s", "FA2 TF/s", "x cuDNN",
+                             "x FA2"] + [f"{a} TF/s" for a in alts], table))
+    lines.append("")
+    return "\n".join(lines)
+
+
+def attention_plot(data: dict, png: Path, plt) -> None:
+    """TFLOP/s per problem, one bar per column (mkernel, SDPA cuDNN, SDPA FA2); for forward +
+    backward runs a second panel with the backward alone in GPU time."""
+    rows = data["rows"]
+    both = data.get("bench") == "attention_fwd_bwd"
+    panels = [("mkernel_tflops", "cudnn_tflops", "flash_tflops",
+               "forward + backward" if both else "forward")]
+    if both:
+        panels.append(("gpu_bwd_mkernel_tflops", "gpu_bwd_cudnn_tflops", "gpu_bwd_flash_tflops",
+                       "backward alone, GPU time"))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(max(7, 1.1 * len(rows)), 3.6 * len(panels)),
+                             squeeze=False)
+    for ax, (ours, cudnn, flash, title) in zip(axes[:, 0], panels):
+        cols = [(ours, "mkernel"), (cudnn, "SDPA cuDNN"), (flash, "SDPA FA2")]
+        width = 0.8 / len(cols)
+        for i, (key, name) in enumerate(cols):
+            xs = [x + (i - (len(cols) - 1) / 2) * width for x in range(len(rows))]
+            ax.bar(xs, [r.get(key, 0.0) for r in rows], width=width, label=name)
+        for x, r in enumerate(rows):
+            if r.get(cudnn) and r.get(ours):
+                ax.annotate(f"x{r[ours] / r[cudnn]:.3f}", (x - 0.4 + width / 2, r[ours]),
+                            fontsize=6, ha="center", va="bottom")
+        ax.set_xticks(list(range(len(rows))), [_attn_label(r).replace(" non-causal", "\nnon-causal")
+                                               .replace(" causal", "\ncausal") for r in rows], fontsize=7)
+        ax.set_ylabel("TFLOP/s")
+        ax.set_title(f"{title}: mkernel.attention vs SDPA, d = {rows[0].get('d', '?') if rows else ''}, "
+                     f"{data.get('device', {}).get('gpu', '')}, commit {data.get('commit', '')}",
+                     fontsize=9)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
 # --- fused GEMM + communication (bench_fused.py) -----------------------------------------------
 
 def _fused_label(r: dict) -> str:
@@ -419,7 +505,8 @@ def generic_markdown(data: dict, path: Path) -> str:
 
 
 RENDERERS = {"gemm": (gemm_markdown, gemm_plot), "grouped_gemm": (grouped_markdown, grouped_plot),
-             "ring_attention": (ring_markdown, ring_plot), "fused": (fused_markdown, fused_plot)}
+             "ring_attention": (ring_markdown, ring_plot), "fused": (fused_markdown, fused_plot),
+             "attention": (attention_markdown, attention_plot)}
 
 
 def report(path: Path) -> tuple[Path, Path | None]:
@@ -430,8 +517,8 @@ def report(path: Path) -> tuple[Path, Path | None]:
         data = {"rows": data}
     kind = data.get("benchmark") or ("ring_attention" if path.name.startswith("ring_attention_")
                                      else None)  # session 6's ring JSON has no "benchmark"
-    if kind is None and data.get("bench") == "fused":  # bench_fused.py names it "bench"
-        kind = "fused"
+    if kind is None and data.get("bench") in ("fused", "attention_fwd", "attention_fwd_bwd"):
+        kind = "attention" if data["bench"].startswith("attention") else "fused"  # named "bench"
     markdown, plot = RENDERERS.get(kind, (generic_markdown, None))
     md = path.with_suffix(".md")
     md.write_text(markdown(data, path))

@@ -103,3 +103,21 @@ def test_fused_table_and_plot(tmp_path):
         assert f"| {r['unfused_over_fused']:.4g} |" in line, line
         assert line.rstrip().endswith(f"| {r['fused_vs_ideal']:.4g} |"), line
     assert (png is not None) == HAVE_MPL
+
+
+@pytest.mark.parametrize("name", ["attention_nvidia_h100_80gb_hbm3_20261206-113800.json",
+                                  "attention_bwd_nvidia_h100_80gb_hbm3_20261206-114038.json"])
+def test_attention_table_and_plot(tmp_path, name):
+    """bench_attention's JSON (key "bench": "attention_fwd" / "attention_fwd_bwd"): a row per
+    problem with its TFLOP/s and ratios to SDPA's backends, and the PNG issue 13 asks for."""
+    path = copy(name, tmp_path)
+    md, png = report.report(path)
+    text = md.read_text()
+    data = json.loads(path.read_text())
+    for r in data["rows"]:
+        label = f"S {r['s']} b {r['b']} {'causal' if r['causal'] else 'non-causal'}"
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"| {label} |"))
+        assert f"| {r['ratio_vs_cudnn']:.3f} | {r['ratio_vs_flash']:.3f} |" in line, line
+        if data["bench"] == "attention_fwd_bwd":
+            assert line.rstrip().endswith(f"| {r['gpu_bwd_mkernel_ratio_vs_best_sdpa']:.3f} |"), line
+    assert (png is not None) == HAVE_MPL
