@@ -1,0 +1,12 @@
+# Session 42, call G: why the causal forward falls to 0.96x cuDNN at S = 32768 (0.995x at 16k; s42f): Nsight Compute's
+# L2 hit rate, DRAM bytes and SM throughput of the engine's causal forward at 16k and 32k beside cuDNN's at 32k.
+# Prediction (L2 hypothesis): our L2 hit rate drops and DRAM bytes per FLOP rise from 16k to 32k, cuDNN's stays up.
+#   tar xJf .bp/core.tar.xz && MKERNEL_DEV_BUILD=1 MKERNEL_COMMIT=<hash> JOBS=.ci/jobs/s42g.sh REAL_OUT=$OUT OUT=/tmp/devout TOTAL=200 bash .ci/gpu-dev
+mps_stop
+NCU_BIN=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+M=gpu__time_duration.sum,lts__t_sector_hit_rate.pct,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed
+NCU="$NCU_BIN --profile-from-start off --clock-control none --metrics $M --csv --print-units base"
+jx ncu_ours16 60 20 "$NCU python3 benchmarks/profile_attention.py --what engine_fwd --causal --seq 16384"
+jx ncu_ours32 60 20 "$NCU python3 benchmarks/profile_attention.py --what engine_fwd --causal --seq 32768"
+jx ncu_cudnn32 60 20 "$NCU python3 benchmarks/profile_attention.py --what cudnn_fwd --causal --seq 32768"
+jx ncu_cudnn16 60 20 "$NCU python3 benchmarks/profile_attention.py --what cudnn_fwd --causal --seq 16384"
