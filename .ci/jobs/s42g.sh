@@ -10,3 +10,4 @@ jx ncu_ours16 60 20 "$NCU python3 benchmarks/profile_attention.py --what engine_
 jx ncu_ours32 60 20 "$NCU python3 benchmarks/profile_attention.py --what engine_fwd --causal --seq 32768"
 jx ncu_cudnn32 60 20 "$NCU python3 benchmarks/profile_attention.py --what cudnn_fwd --causal --seq 32768"
 jx ncu_cudnn16 60 20 "$NCU python3 benchmarks/profile_attention.py --what cudnn_fwd --causal --seq 16384"
+jx fwd32c 60 20 "timeout 58 python3 benchmarks/bench_attention.py --seqs 16384,32768 --modes c --iters 10 --skip-alt"
