@@ -1,6 +1,7 @@
 # Session 42, call G: why the causal forward falls to 0.96x cuDNN at S = 32768 (0.995x at 16k; s42f): Nsight Compute's
 # L2 hit rate, DRAM bytes and SM throughput of the engine's causal forward at 16k and 32k beside cuDNN's at 32k.
-# Prediction (L2 hypothesis): our L2 hit rate drops and DRAM bytes per FLOP rise from 16k to 32k, cuDNN's stays up.
+# Prediction (benchmarks/attention_l2_model.py: the schedule reuses K/V better at 32k): our L2 hit rate does not fall
+# from 16k to 32k; if it does, the hardware L2 is not the model's; if not, the cause is in the step (SASS source counters next).
 #   tar xJf .bp/core.tar.xz && MKERNEL_DEV_BUILD=1 MKERNEL_COMMIT=<hash> JOBS=.ci/jobs/s42g.sh REAL_OUT=$OUT OUT=/tmp/devout TOTAL=200 bash .ci/gpu-dev
 mps_stop
 NCU_BIN=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
