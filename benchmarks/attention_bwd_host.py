@@ -5,7 +5,7 @@ Session 31's bench_attention --backward read the two backwards at GPU-time parit
 but 0.95-0.97x in wall time from an idle GPU: the gap is host time before the first kernel. This
 times the host side alone: with the GPU held busy by a long spin (torch.cuda._sleep), the
 perf_counter time of a call is its enqueue cost (the kernels queue behind the spin), median over
---iters rounds, every part timed once a round in turn. Parts:
+--iters rounds, every part timed once a round, the parts in a seeded random order each round. Parts:
   fwd_*       the forward call (mkernel.attention / SDPA on the cuDNN backend);
   bwd_*       torch.autograd.grad of the forward's output (the whole backward as training sees it);
   body        mkernel's backward body called directly (ops._attention_backward_auto: the choice
@@ -21,6 +21,7 @@ Then, with --profile, a torch.profiler table of one backward of each. Diagnostic
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -98,8 +99,15 @@ def main() -> None:
             fn()
     torch.cuda.synchronize()
     host: dict[str, list[float]] = {n: [] for n in parts}
+    # Each round in its own seeded order: session 42 read the backward body ~110 µs above the
+    # bare kernel op even where the two do the same work (the native path), with every round in
+    # one fixed order — a part may pay for what the one before it left (allocator, engine thread).
+    order = list(parts)
+    rng = random.Random(0)
     for _ in range(args.iters):
-        for name, fn in parts.items():
+        rng.shuffle(order)
+        for name in order:
+            fn = parts[name]
             torch.cuda._sleep(20_000_000)  # ~10 ms of GPU spin: the call queues behind it
             t = time.perf_counter()
             fn()
