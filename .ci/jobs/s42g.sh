@@ -12,3 +12,7 @@ jx ncu_ours32 60 20 "$NCU python3 benchmarks/profile_attention.py --what engine_
 jx ncu_cudnn32 60 20 "$NCU python3 benchmarks/profile_attention.py --what cudnn_fwd --causal --seq 32768"
 jx ncu_cudnn16 60 20 "$NCU python3 benchmarks/profile_attention.py --what cudnn_fwd --causal --seq 16384"
 jx fwd32c 60 20 "timeout 58 python3 benchmarks/bench_attention.py --seqs 16384,32768 --modes c --iters 10 --skip-alt"
+# The backward's host breakdown again with the parts in a shuffled order each round: does the body's ~110 µs over the
+# bare kernel op (s42b-e, a fixed order) survive? If not, the wall gap left is the autograd engine's, as SDPA's.
+jx host_c 60 20 "timeout 58 python3 benchmarks/attention_bwd_host.py --iters 40 --causal 1"
+jx host_nc 60 20 "timeout 58 python3 benchmarks/attention_bwd_host.py --iters 40 --causal 0"
