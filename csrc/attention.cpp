@@ -226,6 +226,10 @@ std::tuple<at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at:
   for (const auto& [name, t] :
        {std::pair<const char*, const at::Tensor&>{"q", q}, {"k", k}, {"v", v}})
     validation::check_aligned16(kOp, name, t);
+  if (q.size(0) == 0) {  // an empty batch: empty results, as the CPU reference and SDPA give
+    validation::check_dtype_in(kOp, "q", q, {at::kBFloat16, at::kHalf}, "activations");
+    return {at::empty_like(q), at::empty({0, q.size(2), q.size(1)}, q.options().dtype(at::kFloat))};
+  }
   if (q.size(3) != 64 && q.size(3) != 128) {
     return attention_fa2(q, k, v, causal, softmax_scale, block_m, block_n);
   }

@@ -16,3 +16,6 @@ jx fwd32c 60 20 "timeout 58 python3 benchmarks/bench_attention.py --seqs 16384,3
 # bare kernel op (s42b-e, a fixed order) survive? If not, the wall gap left is the autograd engine's, as SDPA's.
 jx host_c 60 20 "timeout 58 python3 benchmarks/attention_bwd_host.py --iters 40 --causal 1"
 jx host_nc 60 20 "timeout 58 python3 benchmarks/attention_bwd_host.py --iters 40 --causal 0"
+# Written after s42f, not yet run: an empty batch (b = 0) on CUDA gives empty results and gradients (was an error).
+P="python3 -m pytest -q -rfE --tb=short -p no:cacheprovider --durations=3"
+jx empty_batch 60 20 "timeout 58 $P tests/attention/test_attention_engine.py -k 'empty_batch or gradients_match'"

@@ -971,6 +971,8 @@ def _attention_backward_auto(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out:
     picks (cuDNN's where it applies, FA2's, the native one when opted in, the fp32 math on the
     CPU). Shapes as :func:`attention`; gradients in the inputs' dtypes and layouts. Ring
     attention's per-block backward (``_ring_backward.py``) calls it per key block."""
+    if q.shape[0] == 0:  # an empty batch (the forward's results are empty too): no kernel to run
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     choice = _attention_backward_choice(q, k, v, causal)
     if choice == "cudnn":
         return _attention_backward_cudnn(dout.contiguous(), q, k, v, out, lse, causal, scale)

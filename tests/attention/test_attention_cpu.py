@@ -141,3 +141,16 @@ def test_torch_compile_fullgraph() -> None:
     got = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
     want = f(q, k, v)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_empty_batch_gives_empty_results(causal) -> None:
+    """b = 0: empty out [0, s, h, d] and lse [0, h, s], empty gradients (the CUDA path the same,
+    tests/attention/test_attention_engine.py)."""
+    q = torch.randn(0, 5, 4, 16, requires_grad=True)
+    k = torch.randn(0, 7, 2, 16, requires_grad=True)
+    v = torch.randn(0, 7, 2, 16, requires_grad=True)
+    out, lse = mkernel.attention(q, k, v, causal=causal)
+    assert out.shape == (0, 5, 4, 16) and lse.shape == (0, 4, 5)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape

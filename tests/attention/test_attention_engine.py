@@ -386,3 +386,20 @@ def test_mainloop_variant_switch_reaches_the_kernel(monkeypatch) -> None:
     out, _ = mkernel.attention(q.half(), q.half(), q.half())
     ref, _ = attention_ref(q.half(), q.half(), q.half(), False)
     assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@pytest.mark.parametrize("d", [64, 128, 96])
+@pytest.mark.parametrize("causal", [False, True])
+def test_empty_batch_gives_empty_results(d, causal) -> None:
+    """b = 0 on CUDA: empty out [0, s, h, d] and lse [0, h, s] and empty gradients, as the CPU
+    reference gives (was an error naming a null pointer); an fp32 q is still refused."""
+    q = torch.randn(0, 300, 8, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(0, 200, 2, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(0, 200, 2, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    out, lse = mkernel.attention(q, k, v, causal=causal)
+    assert out.shape == (0, 300, 8, d) and out.dtype == torch.bfloat16
+    assert lse.shape == (0, 8, 300) and lse.dtype == torch.float32
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+    with pytest.raises(RuntimeError, match="q must be"):  # the engine's dtype check, as for b > 0
+        mkernel.attention(q.detach().float(), k.detach().float(), v.detach().float())
