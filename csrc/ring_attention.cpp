@@ -1254,6 +1254,10 @@ std::tuple<at::Tensor, at::Tensor> ring_attention_cuda(const at::Tensor& q, cons
                       ": causal ring attention takes zigzag shards: q and k must have the same "
                       "even local length (q: ", q.sizes(), ", k: ", k.sizes(), ")");
   }
+  if (q.size(0) == 0) {  // an empty batch (every rank's, as the call's shapes agree): no exchange
+    validation::check_dtype_in(kOp, "q", q, {at::kBFloat16, at::kHalf}, "activations");
+    return {at::empty_like(q), at::empty({0, q.size(2), q.size(1)}, q.options().dtype(at::kFloat))};
+  }
   const double scale = softmax_scale.has_value() ? *softmax_scale
                                                  : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   return ring_attention_cuda_ring(q, k, v, group, world_size, causal, scale);

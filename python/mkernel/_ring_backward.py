@@ -143,6 +143,8 @@ def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
     if ctx.world == 1:
         dq, dk, dv = _attention_backward_auto(dout, q, k, v, out, lse, ctx.causal, ctx.scale)
         return dq, dk, dv, None, None, None, None
+    if q.shape[0] == 0:  # an empty batch on every rank (the forward exchanged nothing either)
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), None, None, None, None
     rank, world, b = runtime._contexts[ctx.group].rank, ctx.world, q.shape[0]
     mode = _attention_backward_mode()
     # The native ring mode takes shards of one length (k's as q's); others take the calls below.

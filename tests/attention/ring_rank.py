@@ -58,6 +58,17 @@ def check_gradients(ctx, rank: int, world: int, i: int, causal: bool, b: int, s:
         assert rel <= 1e-5, ("grad", i, name, rel)
 
 
+def check_empty_batch(ctx) -> None:
+    """b = 0 on every rank: empty out [0, s, h, d] / lse [0, h, s] and empty gradients, in the
+    forward and the backward of both masks (no collective is needed, none may hang)."""
+    for causal in (False, True):
+        q, k, v = (torch.randn(0, 4, h, 8, requires_grad=True) for h in (4, 2, 2))
+        out, lse = mkernel.ring_attention(q, k, v, causal=causal, group=ctx)
+        assert out.shape == (0, 4, 4, 8) and lse.shape == (0, 4, 4), (out.shape, lse.shape)
+        dq, dk, dv = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+        assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
+
+
 def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -79,6 +90,7 @@ def main() -> None:
         assert torch.allclose(lse.double(), ref_lse, rtol=1e-5, atol=1e-5), i
     for i, case in enumerate(GRAD_CASES):
         check_gradients(ctx, rank, world, i, *case)
+    check_empty_batch(ctx)
     # The per-block backward pinned (MKERNEL_RING_BWD_GROUPS=0, read at each backward call): the
     # same gradients through one call per (query, key) block instead of the grouped calls.
     os.environ["MKERNEL_RING_BWD_GROUPS"] = "0"

@@ -255,6 +255,23 @@ def grad_uneven(c: Checker) -> None:
     c.calls += 1
 
 
+def empty_batch(c: Checker) -> None:
+    """b = 0 on every rank, causal and not, d = 128 and 96: empty out / lse and gradients with
+    no exchange (was an error inside the ring's launch), then a normal call still matches."""
+    for causal in (False, True):
+        for d in (128, 96):
+            q, k, v = (torch.randn(0, 256, h, d, dtype=torch.bfloat16, device=c.device,
+                                   requires_grad=True) for h in (4, 2, 2))
+            out, lse = mkernel.ring_attention(q, k, v, causal=causal, group=c.ctx)
+            assert out.shape == (0, 256, 4, d) and lse.shape == (0, 4, 256), (out.shape, lse.shape)
+            grads = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+            assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+    emit("CASE", {"op": "empty_batch", "causal": True, "shape": [0, 256, 4, 2, 128], "rel": 0.0,
+                  "world": c.world})
+    c.calls += 1
+    check_twice(c, "empty_batch_after", CASES[0], 9900)
+
+
 # The native ring backward's K/V on arrival (one node, block-aligned shards; causal: zigzag
 # halves a multiple of 128): non-causal GQA, causal zigzag, MQA fp16 d = 64 with 2 key blocks a
 # zigzag half, non-causal d = 64 with a partial chunk flag (384 keys: 3 blocks of 128).

@@ -24,6 +24,17 @@ main()
 """
 
 
+def test_ring_attention_empty_batch(mps):
+    """W = 2, b = 0 on every rank (causal and not, d = 128 and 96): empty out / lse and
+    gradients without an exchange, then a normal call on the same group still matches."""
+    world = 2
+    res = run_ranks(RING_MAIN, world, timeout=120,
+                    env=rank_env(mps, world, TEST_SUITE="empty_batch", MKERNEL_OP_TIMEOUT="30"))
+    cases = check_ranks(res)
+    assert sorted(c["op"] for c in cases) == sorted(
+        ["empty_batch"] * world + ["empty_batch_after"] * 2 * world), cases
+
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_ring_attention_matches_reference(mps, world):
     res = run_ranks(RING_MAIN, world, timeout=180,
