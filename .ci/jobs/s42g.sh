@@ -12,6 +12,10 @@ jx ncu_ours32 60 20 "$NCU python3 benchmarks/profile_attention.py --what engine_
 jx ncu_cudnn32 60 20 "$NCU python3 benchmarks/profile_attention.py --what cudnn_fwd --causal --seq 32768"
 jx ncu_cudnn16 60 20 "$NCU python3 benchmarks/profile_attention.py --what cudnn_fwd --causal --seq 16384"
 jx fwd32c 60 20 "timeout 58 python3 benchmarks/bench_attention.py --seqs 16384,32768 --modes c --iters 10 --skip-alt"
+# The causal mainloop variants beside the default (6280 = 136 claimed): 136 static tiles (no claims), 9 / 4105 (the
+# causal default before s11: V one stage deeper, unclaimed / claimed), 1160 (masked and visible blocks in two loops),
+# 22664 (O from registers): does any of them hold its 16k rate at 32k?
+jx fwd32v 90 20 "timeout 88 python3 benchmarks/bench_attention.py --seqs 16384,32768 --modes c --iters 10 --skip-alt --variants 136,9,4105,1160,22664"
 # The backward's host breakdown again with the parts in a shuffled order each round: does the body's ~110 µs over the
 # bare kernel op (s42b-e, a fixed order) survive? If not, the wall gap left is the autograd engine's, as SDPA's.
 jx host_c 60 20 "timeout 58 python3 benchmarks/attention_bwd_host.py --iters 40 --causal 1"
