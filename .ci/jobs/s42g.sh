@@ -2,7 +2,7 @@
 # L2 hit rate, DRAM bytes and SM throughput of the engine's causal forward at 16k and 32k beside cuDNN's at 32k.
 # Prediction (benchmarks/attention_l2_model.py: the schedule reuses K/V better at 32k): our L2 hit rate does not fall
 # from 16k to 32k; if it does, the hardware L2 is not the model's; if not, the cause is in the step (SASS source counters next).
-#   tar xJf .bp/core.tar.xz && MKERNEL_DEV_BUILD=1 MKERNEL_COMMIT=<hash> JOBS=.ci/jobs/s42g.sh REAL_OUT=$OUT OUT=/tmp/devout TOTAL=200 bash .ci/gpu-dev
+#   tar xJf .bp/core.tar.xz && MKERNEL_DEV_BUILD=1 MKERNEL_COMMIT=<hash> JOBS=.ci/jobs/s42g.sh REAL_OUT=$OUT OUT=/tmp/devout TOTAL=380 bash .ci/gpu-dev
 mps_stop
 NCU_BIN=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 M=gpu__time_duration.sum,lts__t_sector_hit_rate.pct,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed
