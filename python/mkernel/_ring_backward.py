@@ -129,22 +129,44 @@ def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
     out, lse = output
     ctx.group, ctx.world, ctx.causal = group, world_size, causal
     ctx.scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
+    # A gradient the loss does not produce stays None (no zeros tensor; lse's is rare).
+    ctx.set_materialize_grads(False)
     ctx.save_for_backward(q, k, v, out, lse)
 
 
 def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
+    from .ops import _attention_backward_full
+
+    q, k, v, out, lse = ctx.saved_tensors
+    if ctx.world == 1:
+        dq, dk, dv = _attention_backward_full(dout, dlse, q, k, v, out, lse, ctx.causal, ctx.scale)
+        return dq, dk, dv, None, None, None, None
+    # Every rank runs the same loss (SPMD), so dout / dlse are None on all ranks or on none: the
+    # exchanges below pair up.
+    if q.shape[0] == 0 or dout is None and dlse is None:  # nothing to send: an empty batch on every rank
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), None, None, None, None
+    if dout is None:
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    else:
+        dq, dk, dv = _out_backward(ctx, dout.contiguous(), q, k, v, out, lse)
+    if dlse is not None:
+        # lse's gradient, as ops._attention_lse_backward over the whole sequence: dq from the ring
+        # forward with v := k, dk from the dV of this backward fed dO := dlse·q.
+        w = torch.nan_to_num(dlse.float(), posinf=0.0, neginf=0.0).masked_fill(torch.isneginf(lse), 0.0)
+        w = w.transpose(1, 2).unsqueeze(-1)
+        pk, _ = torch.ops.mkernel.ring_attention.default(q, k, k, ctx.group, ctx.world, ctx.causal, ctx.scale)
+        _, _, dk_l = _out_backward(ctx, (q.float() * w).to(q.dtype), q, k, v, out, lse)
+        dq = (dq.float() + pk.float() * w * ctx.scale).to(q.dtype)
+        dk = (dk.float() + dk_l.float() * ctx.scale).to(k.dtype)
+    return dq, dk, dv, None, None, None, None
+
+
+def _out_backward(ctx: Any, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
+                  lse: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The gradient through the ring's out (world > 1, dout contiguous): (dq, dk, dv) of this rank."""
     from . import _env_knobs, runtime
     from .ops import _attention_backward_auto, _attention_backward_choice, _attention_backward_mode
 
-    q, k, v, out, lse = ctx.saved_tensors
-    if dout is None:
-        dout = torch.zeros_like(out)
-    dout = dout.contiguous()
-    if ctx.world == 1:
-        dq, dk, dv = _attention_backward_auto(dout, q, k, v, out, lse, ctx.causal, ctx.scale)
-        return dq, dk, dv, None, None, None, None
-    if q.shape[0] == 0:  # an empty batch on every rank (the forward exchanged nothing either)
-        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), None, None, None, None
     rank, world, b = runtime._contexts[ctx.group].rank, ctx.world, q.shape[0]
     mode = _attention_backward_mode()
     # The native ring mode takes shards of one length (k's as q's); others take the calls below.
@@ -155,9 +177,8 @@ def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
         # all-gather or on the K/V as it arrives (MKERNEL_RING_BWD_ARRIVAL=1), dK/dV travelling
         # back to their owners inside it on one node (csrc/ring_attention.cpp,
         # mkernel::ring_attention_backward).
-        dq, dk, dv = torch.ops.mkernel.ring_attention_backward.default(
+        return torch.ops.mkernel.ring_attention_backward.default(
             dout, q, k, v, out, lse, ctx.group, world, ctx.causal, ctx.scale)
-        return dq, dk, dv, None, None, None, None
     k_all = torch.ops.mkernel.all_gather.default(k.contiguous(), ctx.group, world)  # [W*b, ...]
     v_all = torch.ops.mkernel.all_gather.default(v.contiguous(), ctx.group, world)
     # The ring's blocks in at most three backward calls (ring_groups): blocks that share their
@@ -191,4 +212,4 @@ def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
             at += n
     dk = torch.ops.mkernel.reduce_scatter.default(dk_all, ctx.group, world).to(k.dtype)
     dv = torch.ops.mkernel.reduce_scatter.default(dv_all, ctx.group, world).to(v.dtype)
-    return dq.to(q.dtype), dk, dv, None, None, None, None
+    return dq.to(q.dtype), dk, dv

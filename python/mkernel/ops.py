@@ -571,8 +571,9 @@ def ring_attention(
     (~2.1x the output; off above 2 GiB; MKERNEL_RING_OWN_FIRST=0 off, =1 on for every shard
     length). Head dims other than 64 / 128 (multiples of 8 up to 256 on CUDA): the K/V shards
     all-gathered over the substrate, then torch's FlashAttention-2 kernel per ring step with the
-    same fp32 merges (not fused; one warning). Differentiable
-    (python/mkernel/_ring_backward.py).
+    same fp32 merges (not fused; one warning). Differentiable through out and lse
+    (python/mkernel/_ring_backward.py; lse's gradient, rarely needed, costs one ring forward and
+    one ring backward more, on every rank: the ranks' losses must all read lse or all not).
     """
     global _launched_group_op
     handle, world_size = _group_args("ring_attention", group)
@@ -734,16 +735,20 @@ def attention(
         the scaled scores). Differentiable in q, k and v: on CUDA through the engine's own
         backward kernels where they measured faster (non-causal, d = 128, long sequences), else
         torch's cuDNN (or, where cuDNN does not apply, FA2) backward kernel fed with this
-        ``out`` and ``lse`` (:func:`_attention_backward_choice`).
+        ``out`` and ``lse`` (:func:`_attention_backward_choice`). A loss may read ``lse`` too
+        (merging partial attentions in torch): its gradient costs one forward and one backward
+        more (:func:`_attention_lse_backward`).
     """
     return torch.ops.mkernel.attention.default(q, k, v, causal, softmax_scale, block_m, block_n)
 
 
 def _attention_backward_math(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
-                             lse: Tensor, causal: bool, scale: float) -> tuple[Tensor, Tensor, Tensor]:
+                             lse: Tensor, causal: bool, scale: float,
+                             dlse: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """Attention backward in fp32 from the forward's (out, lse): P = exp(scale·QKᵀ − lse),
-    dV = Pᵀ·dO, dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O)), dQ = scale·dS·K, dK = scale·dSᵀ·Q.
-    Shapes as :func:`attention`; GQA gradients are summed over each kv head's query heads."""
+    dV = Pᵀ·dO, dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O) + dlse), dQ = scale·dS·K, dK = scale·dSᵀ·Q
+    (``∂lse_i / ∂S_ij = P_ij``; dlse ``[b, h, s]`` or None). Shapes as :func:`attention`; GQA
+    gradients are summed over each kv head's query heads."""
     b, s, h, d = q.shape
     s_kv, h_kv = k.shape[1], k.shape[2]
     g = h // h_kv
@@ -761,6 +766,8 @@ def _attention_backward_math(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out:
     dv = torch.matmul(p.transpose(-2, -1), dof)
     dp = torch.matmul(dof, vf.transpose(-2, -1))
     delta = (dof * of).sum(-1, keepdim=True)
+    if dlse is not None:  # rows that see no key have P = 0: whatever dlse holds there adds nothing
+        delta = delta - torch.nan_to_num(dlse.float().unsqueeze(-1), posinf=0.0, neginf=0.0)
     ds = p * (dp - delta)
     dq = torch.matmul(ds, kf) * scale
     dk = torch.matmul(ds.transpose(-2, -1), qf) * scale
@@ -819,6 +826,23 @@ def _attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tens
     if q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and q.shape[-1] <= 256:
         return _attention_backward_flash(dout.contiguous(), q, k, v, out, lse, causal, scale)
     return _attention_backward_math(dout, q, k, v, out, lse, causal, scale)
+
+
+def _attention_lse_backward(dlse: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                            causal: bool, scale: float) -> tuple[Tensor, Tensor]:
+    """The gradient that reaches q and k through ``lse`` (v gets none), through the kernels:
+    ``∂lse_i / ∂S_ij = P_ij`` with ``S = scale·QKᵀ``, so ``dq_i = scale·dlse_i·Σ_j P_ij k_j`` —
+    the forward with ``v := k`` — and ``dk_j = scale·Σ_i P_ij dlse_i q_i`` — the dV of a backward fed
+    ``dO := dlse·q`` (``dV = Pᵀ·dO`` reads neither V nor the row term ``rowsum(dO ∘ O)``). GQA sums
+    over each kv head's query heads as the kernels do. Returns fp32 ``(dq [b, s, h, d], dk [b,
+    s_kv, h_kv, d])``. One forward and one backward more: the price of a loss that reads lse."""
+    # [b, h, s] -> [b, s, h, 1]; rows that see no key (lse = -inf) have P = 0 and get nothing.
+    w = torch.nan_to_num(dlse.float(), posinf=0.0, neginf=0.0).masked_fill(torch.isneginf(lse), 0.0)
+    w = w.transpose(1, 2).unsqueeze(-1)
+    pk, _ = torch.ops.mkernel.attention.default(q, k, k, causal, scale, 0, 0)
+    dq = pk.float() * w * scale
+    _, _, dk = _attention_backward_auto((q.float() * w).to(q.dtype), q, k, v, out, lse, causal, scale)
+    return dq, dk.float() * scale
 
 
 def _attention_backward_cudnn(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
@@ -957,12 +981,31 @@ def _attention_setup_context(ctx, inputs, output) -> None:  # type: ignore[no-un
     ctx.save_for_backward(q, k, v, out, lse)
 
 
-def _attention_autograd_backward(ctx, dout: Tensor, dlse: Tensor | None):  # type: ignore[no-untyped-def]
+def _attention_autograd_backward(ctx, dout: Tensor | None, dlse: Tensor | None):  # type: ignore[no-untyped-def]
     q, k, v, out, lse = ctx.saved_tensors
-    if dout is None:
-        dout = torch.zeros_like(out)
-    dq, dk, dv = _attention_backward_auto(dout, q, k, v, out, lse, ctx.causal, ctx.scale)
+    dq, dk, dv = _attention_backward_full(dout, dlse, q, k, v, out, lse, ctx.causal, ctx.scale)
     return dq, dk, dv, None, None, None, None
+
+
+def _attention_backward_full(dout: Tensor | None, dlse: Tensor | None, q: Tensor, k: Tensor, v: Tensor,
+                             out: Tensor, lse: Tensor, causal: bool,
+                             scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    """The backward of one attention call for the gradients of both outputs (either None when the
+    loss does not read it): out's through :func:`_attention_backward_auto`, lse's through
+    :func:`_attention_lse_backward` (in the fp32 math directly where that runs)."""
+    if dout is None and dlse is None or q.shape[0] == 0:
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    if dlse is not None and _attention_backward_choice(q, k, v, causal) == "math":
+        dout = torch.zeros_like(out) if dout is None else dout
+        return _attention_backward_math(dout, q, k, v, out, lse, causal, scale, dlse)
+    if dout is None:
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    else:
+        dq, dk, dv = _attention_backward_auto(dout, q, k, v, out, lse, causal, scale)
+    if dlse is not None:
+        dq_l, dk_l = _attention_lse_backward(dlse, q, k, v, out, lse, causal, scale)
+        dq, dk = (dq.float() + dq_l).to(q.dtype), (dk.float() + dk_l).to(k.dtype)
+    return dq, dk, dv
 
 
 def _attention_backward_auto(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
@@ -970,7 +1013,8 @@ def _attention_backward_auto(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out:
     """The backward of one attention call through the kernel :func:`_attention_backward_choice`
     picks (cuDNN's where it applies, FA2's, the native one when opted in, the fp32 math on the
     CPU). Shapes as :func:`attention`; gradients in the inputs' dtypes and layouts. Ring
-    attention's per-block backward (``_ring_backward.py``) calls it per key block."""
+    attention's per-block backward (``_ring_backward.py``) calls it per key block. out's gradient
+    only: :func:`_attention_backward_full` adds lse's."""
     if q.shape[0] == 0:  # an empty batch (the forward's results are empty too): no kernel to run
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     choice = _attention_backward_choice(q, k, v, causal)

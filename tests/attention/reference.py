@@ -33,3 +33,21 @@ def attention_ref(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | 
     lse = torch.where(z.squeeze(-1) > 0, (m_safe + torch.log(z)).squeeze(-1),
                       torch.full_like(z.squeeze(-1), float("-inf")))
     return out, lse
+
+
+def lse_ref(q: Tensor, k: Tensor, causal: bool) -> Tensor:
+    """lse [b, h, s] in q's dtype whose gradient is finite everywhere (attention_ref's is NaN on
+    rows that see no key): those rows get a stand-in, which the tests weigh 0 (the op's lse
+    there is -inf and has no gradient)."""
+    b, s, h, d = q.shape
+    s_kv, h_kv = k.shape[1], k.shape[2]
+    qd = q.permute(0, 2, 1, 3)
+    kd = k.permute(0, 2, 1, 3).repeat_interleave(h // h_kv, dim=1)
+    scores = qd @ kd.transpose(-2, -1) * d ** -0.5
+    if causal:
+        i = torch.arange(s, device=q.device).unsqueeze(1)
+        j = torch.arange(s_kv, device=q.device).unsqueeze(0)
+        seen = (j <= i + (s_kv - s)).expand_as(scores)
+        scores = torch.where(seen.any(-1, keepdim=True), scores.masked_fill(~seen, float("-inf")),
+                             torch.zeros_like(scores))
+    return torch.logsumexp(scores, -1)

@@ -38,24 +38,32 @@ GRAD_CASES = [  # (causal, b, local s, h, h_kv, d[, local s_kv]), fp32
 
 
 def check_gradients(ctx, rank: int, world: int, i: int, causal: bool, b: int, s: int, h: int,
-                    h_kv: int, d: int, s_kv: int | None = None) -> None:
+                    h_kv: int, d: int, s_kv: int | None = None, loss: str = "out") -> None:
     """dq/dk/dv of the local shards against float64 autograd through the full-sequence
-    reference, sharded the same way (the backward gathers K/V and reduce-scatters dK/dV)."""
+    reference, sharded the same way (the backward gathers K/V and reduce-scatters dK/dV), for a
+    loss that reads out ("out"), out and lse ("out+lse") or lse alone ("lse")."""
     gen = torch.Generator().manual_seed(2000 + i)
     s_kv = s if s_kv is None else s_kv
     full = [torch.randn(b, n * world, hh, d, generator=gen, dtype=torch.float64)
             for n, hh in ((s, h), (s_kv, h_kv), (s_kv, h_kv))]
     grad = torch.randn(b, s * world, h, d, generator=gen, dtype=torch.float64)
+    grad_lse = torch.randn(b, h, s * world, generator=gen, dtype=torch.float64)
     refs = [x.clone().requires_grad_() for x in full]
-    ref_out, _ = attention_ref(*refs, causal)
-    (ref_out * grad).sum().backward()
+    ref_out, ref_lse = attention_ref(*refs, causal)
+    terms = {"out": [(ref_out, grad)], "out+lse": [(ref_out, grad), (ref_lse, grad_lse)],
+             "lse": [(ref_lse, grad_lse)]}[loss]
+    sum((t * g).sum() for t, g in terms).backward()
     mine = [_shard(x, rank, world, causal).float().requires_grad_() for x in full]
-    out, _ = mkernel.ring_attention(*mine, causal=causal, group=ctx)
-    out.backward(_shard(grad, rank, world, causal).float())
+    out, lse = mkernel.ring_attention(*mine, causal=causal, group=ctx)
+    terms = {"out": [(out, grad)], "out+lse": [(out, grad), (lse, grad_lse)], "lse": [(lse, grad_lse)]}[loss]
+    sum((t * _shard(g, rank, world, causal, dim=1 if g is grad else 2).float()).sum() for t, g in terms).backward()
     for name, x, r in zip("qkv", mine, refs):
+        if loss == "lse" and name == "v":  # lse does not depend on v
+            assert r.grad is None and torch.count_nonzero(x.grad) == 0, ("grad", i, loss)
+            continue
         want = _shard(r.grad, rank, world, causal)
         rel = ((x.grad.double() - want).norm() / want.norm()).item()
-        assert rel <= 1e-5, ("grad", i, name, rel)
+        assert rel <= 1e-5, ("grad", i, loss, name, rel)
 
 
 def check_empty_batch(ctx) -> None:
@@ -90,6 +98,11 @@ def main() -> None:
         assert torch.allclose(lse.double(), ref_lse, rtol=1e-5, atol=1e-5), i
     for i, case in enumerate(GRAD_CASES):
         check_gradients(ctx, rank, world, i, *case)
+    # A loss that reads lse too (ring-attention recipes that merge in torch): its gradient runs a
+    # ring forward with v := k and a second backward; alone, no gradient through out at all.
+    check_gradients(ctx, rank, world, 0, *GRAD_CASES[0], loss="out+lse")
+    check_gradients(ctx, rank, world, 2, *GRAD_CASES[2], loss="out+lse")
+    check_gradients(ctx, rank, world, 1, *GRAD_CASES[1], loss="lse")
     check_empty_batch(ctx)
     # The per-block backward pinned (MKERNEL_RING_BWD_GROUPS=0, read at each backward call): the
     # same gradients through one call per (query, key) block instead of the grouped calls.

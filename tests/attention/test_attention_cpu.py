@@ -8,7 +8,7 @@ import torch
 
 import mkernel
 
-from .reference import attention_ref
+from .reference import attention_ref, lse_ref
 
 SHAPES = [  # (b, s, s_kv, h, h_kv, d)
     (1, 1, 1, 1, 1, 64),
@@ -154,3 +154,53 @@ def test_empty_batch_gives_empty_results(causal) -> None:
     assert out.shape == (0, 5, 4, 16) and lse.shape == (0, 4, 5)
     dq, dk, dv = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
     assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+
+
+@pytest.mark.parametrize("loss", ["out+lse", "lse"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES[1:])
+def test_cpu_gradients_through_lse(shape, causal, loss) -> None:
+    """A loss that reads lse (merging partial attentions in torch, as ring-attention recipes
+    do): dq / dk against float64 autograd, dv from out's term only; rows that see no key weigh
+    nothing (their lse is -inf)."""
+    b, s, s_kv, h, h_kv, d = shape
+    gen = torch.Generator().manual_seed(hash((shape, causal, loss)) % 2**31)
+    q = torch.randn(b, s, h, d, generator=gen).requires_grad_()
+    k = torch.randn(b, s_kv, h_kv, d, generator=gen).requires_grad_()
+    v = torch.randn(b, s_kv, h_kv, d, generator=gen).requires_grad_()
+    dout = torch.randn(b, s, h, d, generator=gen) if loss == "out+lse" else None
+    dlse = torch.randn(b, h, s, generator=gen)
+    out, lse = mkernel.attention(q, k, v, causal=causal)
+    dlse = dlse.masked_fill(torch.isneginf(lse.detach()), 0.0)
+    total = (lse * dlse).sum() + (0 if dout is None else (out * dout).sum())
+    grads = torch.autograd.grad(total, (q, k, v), allow_unused=True)
+    q64, k64, v64 = (x.detach().double().requires_grad_() for x in (q, k, v))
+    ref_total = (lse_ref(q64, k64, causal) * dlse.double()).sum()
+    if dout is not None:
+        ref_total = ref_total + (attention_ref(q64, k64, v64, causal)[0] * dout.double()).sum()
+    ref_grads = torch.autograd.grad(ref_total, (q64, k64, v64), allow_unused=True)
+    for name, g, r in zip("qkv", grads, ref_grads):
+        if r is None:  # lse alone: v gets no gradient
+            assert g is None or torch.count_nonzero(g) == 0, name
+            continue
+        assert _rel(g, r) < 1e-5, (name, _rel(g, r))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES[1:])
+def test_lse_gradient_through_the_kernels_route(shape, causal) -> None:
+    """The route CUDA takes for lse's gradient (ops._attention_lse_backward: dq from a forward
+    with v := k, dk from the dV of a backward fed dO := dlse·q), run here on the CPU ops: the
+    same dq / dk as float64 autograd of lse."""
+    b, s, s_kv, h, h_kv, d = shape
+    gen = torch.Generator().manual_seed(hash((shape, causal, "route")) % 2**31)
+    q = torch.randn(b, s, h, d, generator=gen)
+    k = torch.randn(b, s_kv, h_kv, d, generator=gen)
+    v = torch.randn(b, s_kv, h_kv, d, generator=gen)
+    out, lse = mkernel.attention(q, k, v, causal=causal)
+    dlse = torch.randn(b, h, s, generator=gen).masked_fill(torch.isneginf(lse), 0.0)
+    dq, dk = mkernel.ops._attention_lse_backward(dlse, q, k, v, out, lse, causal, d ** -0.5)
+    q64, k64 = (x.double().requires_grad_() for x in (q, k))
+    ref_dq, ref_dk = torch.autograd.grad((lse_ref(q64, k64, causal) * dlse.double()).sum(), (q64, k64))
+    assert dq.dtype == dk.dtype == torch.float32
+    assert _rel(dq, ref_dq) < 1e-5 and _rel(dk, ref_dk) < 1e-5

@@ -10,7 +10,7 @@ import torch
 
 import mkernel
 
-from .reference import attention_ref
+from .reference import attention_ref, lse_ref
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -151,6 +151,39 @@ def test_gradients_match_autograd(case, backend, monkeypatch) -> None:
     for name, g, r in zip("qkv", grads, ref_grads):
         rel = ((g.float() - r).norm() / r.norm()).item()
         assert rel < 2e-2, f"d{name} relative error {rel} ({choice} backward)"
+
+
+@pytest.mark.parametrize("backend", ["auto", "flash", "native"])
+@pytest.mark.parametrize("case", [(1, 129, 129, 4, 4, 128, False), (2, 200, 333, 8, 2, 64, True),
+                                  (1, 384, 384, 4, 2, 128, True), (1, 4096, 4096, 2, 2, 128, False)])
+def test_gradients_through_lse(case, backend, monkeypatch) -> None:
+    """A loss that reads out and lse: the lse term's gradient (ops._attention_lse_backward: a
+    forward with v := k, a backward fed dO := dlse·q) on top of out's through each backward
+    kernel, against autograd of the fp32 reference; and lse alone (no out gradient at all)."""
+    b, s, s_kv, h, h_kv, d, causal = case
+    monkeypatch.setattr(mkernel.ops, "ATTENTION_BACKWARD", backend)
+    gen = torch.Generator(device="cuda").manual_seed(17)
+    q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
+    k = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
+    v = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()
+    dout = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    dlse = torch.randn(b, h, s, device="cuda", generator=gen)
+    q32, k32, v32 = (x.detach().float().requires_grad_() for x in (q, k, v))
+    ref_out, _ = attention_ref(q32, k32, v32, causal, dtype=torch.float32)
+    ref_lse = lse_ref(q32, k32, causal)
+    for with_out in (True, False):
+        out, lse = mkernel.attention(q, k, v, causal=causal)
+        w = dlse.masked_fill(torch.isneginf(lse.detach()), 0.0)
+        total = (lse * w).sum() + ((out.float() * dout.float()).sum() if with_out else 0)
+        grads = torch.autograd.grad(total, (q, k, v), allow_unused=True)
+        ref_total = (ref_lse * w).sum() + ((ref_out * dout.float()).sum() if with_out else 0)
+        ref_grads = torch.autograd.grad(ref_total, (q32, k32, v32), allow_unused=True, retain_graph=True)
+        for name, g, r in zip("qkv", grads, ref_grads):
+            if r is None:
+                assert g is None or torch.count_nonzero(g) == 0, name
+                continue
+            rel = ((g.float() - r).norm() / r.norm()).item()
+            assert rel < 2e-2, f"d{name} relative error {rel} (out term {with_out}, {backend})"
 
 
 def test_backward_choice_cache_follows_the_problem() -> None:
