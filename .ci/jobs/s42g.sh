@@ -12,6 +12,9 @@ jx ncu_ours32 60 20 "$NCU python3 benchmarks/profile_attention.py --what engine_
 jx ncu_cudnn32 60 20 "$NCU python3 benchmarks/profile_attention.py --what cudnn_fwd --causal --seq 32768"
 jx ncu_cudnn16 60 20 "$NCU python3 benchmarks/profile_attention.py --what cudnn_fwd --causal --seq 16384"
 jx fwd32c 60 20 "timeout 58 python3 benchmarks/bench_attention.py --seqs 16384,32768 --modes c --iters 10 --skip-alt"
+# Between them: K + V of a head is 10 / 12 / 14 MiB at 20k / 24k / 28k keys, so an L2 section (24 MiB budget,
+# tile_scheduler.hpp) holds 2 / 2 / 1 heads: a ratio that falls only where a section is one head points at the sections.
+jx fwd_mid 60 20 "timeout 58 python3 benchmarks/bench_attention.py --seqs 20480,24576,28672 --modes c --iters 10 --skip-alt"
 # The causal mainloop variants beside the default (6280 = 136 claimed): 136 static tiles (no claims), 9 / 4105 (the
 # causal default before s11: V one stage deeper, unclaimed / claimed), 1160 (masked and visible blocks in two loops),
 # 22664 (O from registers): does any of them hold its 16k rate at 32k?
