@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 import mkernel
 from mkernel.ops import zigzag_shard
-from tests.attention.reference import attention_ref
+from tests.attention.reference import attention_ref, lse_ref
 
 BOUND = 1e-2  # ‖out − ref‖ / ‖ref‖ for bf16/fp16 outputs
 LSE_BOUND = 1e-3
@@ -214,6 +214,16 @@ def grad(c: Checker) -> None:
         check_grads(c, "grad", case, 9000 + i, 9100 + i)
 
 
+def grad_lse(c: Checker) -> None:
+    """A loss that reads lse too (ring recipes that merge in torch): its gradient (a ring forward
+    with v := k, a second ring backward fed dO := dlse·q) on top of out's, through the grouped
+    calls and on auto's native ring rows, against fp32 autograd of the whole sequence."""
+    for i, case in enumerate([(True, 1, 512, 8, 2, 128, torch.bfloat16),
+                              (False, 2, 333, 4, 4, 64, torch.bfloat16),
+                              (False, 1, 2048, 4, 2, 128, torch.bfloat16)]):
+        check_grads(c, "grad_lse", case, 9400 + i, 9500 + i, with_lse=True)
+
+
 def grad_auto_native(c: Checker) -> None:
     """dq/dk/dv through the ring backward on auto's native rows (_ring_backward.native_ring_wins:
     non-causal d = 128 on 4096-key shards, causal d = 64 on 4096-key shards), where auto runs the
@@ -388,26 +398,33 @@ def graph_backward_case(c: Checker, handle: int, arrival: str) -> None:
         c.calls += 1
 
 
-def reference_grads(c: Checker, causal: bool, q, k, v, dout) -> list:
+def reference_grads(c: Checker, causal: bool, q, k, v, dout, dlse=None) -> list:
     """This rank's shards of dq / dk / dv by fp32 autograd through the reference of the whole
-    sequence (CPU tensors)."""
+    sequence (CPU tensors), for the loss <out, dout> (+ <lse, dlse> when dlse is given)."""
     refs = [x.to(c.device).float().requires_grad_() for x in (q, k, v)]
     ref_out, _ = attention_ref(*refs, causal, dtype=torch.float32)
-    (ref_out * dout.to(c.device).float()).sum().backward()
+    total = (ref_out * dout.to(c.device).float()).sum()
+    if dlse is not None:
+        total = total + (lse_ref(refs[0], refs[1], causal) * dlse.to(c.device)).sum()
+    total.backward()
     return [shard(r.grad, c.rank, c.world, causal).cpu() for r in refs]
 
 
-def check_grads(c: Checker, op: str, case, seed: int, dout_seed: int) -> list:
+def check_grads(c: Checker, op: str, case, seed: int, dout_seed: int, with_lse: bool = False) -> list:
     """dq / dk / dv of the case's local shards through ring_attention's backward against fp32
-    autograd through the reference of the whole sequence."""
+    autograd through the reference of the whole sequence (with_lse: the loss reads lse too)."""
     causal, b, s, h, h_kv, d, dtype = case
     q, k, v = full_inputs(seed, b, s * c.world, h, h_kv, d, dtype)
     gen = torch.Generator().manual_seed(dout_seed)
     dout = torch.randn(b, s * c.world, h, d, generator=gen).to(dtype)
-    refs = reference_grads(c, causal, q, k, v, dout)
+    dlse = torch.randn(b, h, s * c.world, generator=gen) if with_lse else None
+    refs = reference_grads(c, causal, q, k, v, dout, dlse)
     mine = [shard(x, c.rank, c.world, causal).to(c.device).requires_grad_() for x in (q, k, v)]
-    out, _ = mkernel.ring_attention(*mine, causal=causal, group=c.ctx)
-    out.backward(shard(dout, c.rank, c.world, causal).to(c.device))
+    out, lse = mkernel.ring_attention(*mine, causal=causal, group=c.ctx)
+    total = (out.float() * shard(dout, c.rank, c.world, causal).to(c.device).float()).sum()
+    if dlse is not None:
+        total = total + (lse * shard(dlse, c.rank, c.world, causal, dim=2).to(c.device)).sum()
+    total.backward()
     torch.cuda.synchronize()
     rels = {name: rel_err(x.grad.cpu(), r) for name, x, r in zip("qkv", mine, refs)}
     rec = {"op": op, "causal": causal, "shape": [b, s, h, h_kv, d], "rel": max(rels.values()),

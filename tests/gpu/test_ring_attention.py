@@ -35,6 +35,16 @@ def test_ring_attention_empty_batch(mps):
         ["empty_batch"] * world + ["empty_batch_after"] * 2 * world), cases
 
 
+def test_ring_attention_lse_gradient(mps):
+    """W = 2: a loss that reads out and lse; dq / dk / dv against fp32 autograd of the whole
+    sequence through the grouped calls and the native ring mode (grad_lse)."""
+    world = 2
+    res = run_ranks(RING_MAIN, world, timeout=180,
+                    env=rank_env(mps, world, TEST_SUITE="grad_lse", MKERNEL_OP_TIMEOUT="30"))
+    cases = check_ranks(res)
+    assert [c["op"] for c in cases] == ["grad_lse"] * 3 * world, cases
+
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_ring_attention_matches_reference(mps, world):
     res = run_ranks(RING_MAIN, world, timeout=180,
