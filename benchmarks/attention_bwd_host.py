@@ -44,7 +44,8 @@ class _LeanAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal, scale):  # type: ignore[no-untyped-def]
-        out, lse = torch.ops.mkernel.attention.default(q, k, v, causal, scale, 0, 0)
+        with torch._C._AutoDispatchBelowAutograd():  # not through the registration's kernel again
+            out, lse = torch.ops.mkernel.attention.default(q, k, v, causal, scale, 0, 0)
         ctx.causal, ctx.scale = causal, scale if scale is not None else q.shape[-1] ** -0.5
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(q, k, v, out, lse)
