@@ -27,4 +27,4 @@ jx host_nc 60 20 "timeout 58 python3 benchmarks/attention_bwd_host.py --iters 40
 P="python3 -m pytest -q -rfE --tb=short -p no:cacheprovider --durations=3"
 jx empty_batch 60 20 "timeout 58 $P tests/attention/test_attention_engine.py -k 'empty_batch or gradients_match or through_lse'"
 mps_start  # the multi-rank test shares the GPU through MPS again
-jx ring_empty 150 30 "timeout 148 $P tests/gpu/test_ring_attention.py -k 'empty_batch or matches_reference or lse_gradient'"
+jx ring_empty 100 30 "timeout 98 $P tests/gpu/test_ring_attention.py -k 'empty_batch or lse_gradient'"
