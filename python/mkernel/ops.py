@@ -739,7 +739,31 @@ def attention(
         (merging partial attentions in torch): its gradient costs one forward and one backward
         more (:func:`_attention_lse_backward`).
     """
+    if (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+            and not torch.compiler.is_compiling()):
+        return _AttentionFunction.apply(q, k, v, causal, softmax_scale, block_m, block_n)
     return torch.ops.mkernel.attention.default(q, k, v, causal, softmax_scale, block_m, block_n)
+
+
+class _AttentionFunction(torch.autograd.Function):
+    """mkernel.attention's eager autograd: the op (below autograd) and the same backward as its
+    registration (mkernel/autograd.py) through a plain autograd.Function, whose host cost per
+    call is a fraction of the registration's generated wrapper (pytree, redispatch): <measured>.
+    Traced calls (torch.compile) and direct ``torch.ops.mkernel.attention`` calls take the
+    registration."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, causal: bool,  # type: ignore[no-untyped-def]
+                softmax_scale: float | None, block_m: int, block_n: int) -> tuple[Tensor, Tensor]:
+        # Below the Autograd key: the registration's Python kernel is not entered again.
+        with torch._C._AutoDispatchBelowAutograd():
+            out, lse = torch.ops.mkernel.attention.default(q, k, v, causal, softmax_scale, block_m, block_n)
+        _attention_setup_context(ctx, (q, k, v, causal, softmax_scale, block_m, block_n), (out, lse))
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout: Tensor | None, dlse: Tensor | None):  # type: ignore[no-untyped-def]
+        return _attention_autograd_backward(ctx, dout, dlse)
 
 
 def _attention_backward_math(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
