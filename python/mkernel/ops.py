@@ -747,10 +747,12 @@ def attention(
 
 class _AttentionFunction(torch.autograd.Function):
     """mkernel.attention's eager autograd: the op (below autograd) and the same backward as its
-    registration (mkernel/autograd.py) through a plain autograd.Function, whose host cost per
-    call is a fraction of the registration's generated wrapper (pytree, redispatch): <measured>.
-    Traced calls (torch.compile) and direct ``torch.ops.mkernel.attention`` calls take the
-    registration."""
+    registration (mkernel/autograd.py) through a plain autograd.Function, the op called below
+    the Autograd key: the registration's generated wrapper (pytree flattening, a Function of its
+    own, a Python redispatch) cost ~60 µs of host time per forward on the GPU machine (session 43,
+    benchmarks/attention_bwd_host.py, S = 4096: forward enqueue 150-158 µs this way vs 204-221 µs,
+    SDPA's own 235-255 µs). Traced calls (torch.compile) and direct ``torch.ops.mkernel.attention``
+    calls take the registration; the backward is the same function either way."""
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, causal: bool,  # type: ignore[no-untyped-def]
