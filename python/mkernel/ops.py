@@ -739,7 +739,33 @@ def attention(
         (merging partial attentions in torch): its gradient costs one forward and one backward
         more (:func:`_attention_lse_backward`).
     """
+    if (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+            and not torch.compiler.is_compiling()):
+        return _AttentionFunction.apply(q, k, v, causal, softmax_scale, block_m, block_n)
     return torch.ops.mkernel.attention.default(q, k, v, causal, softmax_scale, block_m, block_n)
+
+
+class _AttentionFunction(torch.autograd.Function):
+    """mkernel.attention's eager autograd: the op (below autograd) and the same backward as its
+    registration (mkernel/autograd.py) through a plain autograd.Function, the op called below
+    the Autograd key: the registration's generated wrapper (pytree flattening, a Function of its
+    own, a Python redispatch) cost ~60 µs of host time per forward on the GPU machine (session 43,
+    benchmarks/attention_bwd_host.py, S = 4096: forward enqueue 150-158 µs this way vs 204-221 µs,
+    SDPA's own 235-255 µs). Traced calls (torch.compile) and direct ``torch.ops.mkernel.attention``
+    calls take the registration; the backward is the same function either way."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, causal: bool,  # type: ignore[no-untyped-def]
+                softmax_scale: float | None, block_m: int, block_n: int) -> tuple[Tensor, Tensor]:
+        # Below the Autograd key: the registration's Python kernel is not entered again.
+        with torch._C._AutoDispatchBelowAutograd():
+            out, lse = torch.ops.mkernel.attention.default(q, k, v, causal, softmax_scale, block_m, block_n)
+        _attention_setup_context(ctx, (q, k, v, causal, softmax_scale, block_m, block_n), (out, lse))
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout: Tensor | None, dlse: Tensor | None):  # type: ignore[no-untyped-def]
+        return _attention_autograd_backward(ctx, dout, dlse)
 
 
 def _attention_backward_math(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,

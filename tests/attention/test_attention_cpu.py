@@ -204,3 +204,27 @@ def test_lse_gradient_through_the_kernels_route(shape, causal) -> None:
     ref_dq, ref_dk = torch.autograd.grad((lse_ref(q64, k64, causal) * dlse.double()).sum(), (q64, k64))
     assert dq.dtype == dk.dtype == torch.float32
     assert _rel(dq, ref_dq) < 1e-5 and _rel(dk, ref_dk) < 1e-5
+
+
+@pytest.mark.parametrize("loss", ["out", "out+lse"])
+def test_eager_autograd_is_the_registered_one(loss) -> None:
+    """mkernel.attention's eager autograd (ops._AttentionFunction, the lighter host path) and the
+    op's registration (a direct torch.ops call, as traced code runs it) give the same outputs and
+    gradients bit for bit."""
+    gen = torch.Generator().manual_seed(23)
+    q = torch.randn(2, 9, 4, 16, generator=gen)
+    k = torch.randn(2, 11, 2, 16, generator=gen)
+    v = torch.randn(2, 11, 2, 16, generator=gen)
+    dout, dlse = torch.randn(2, 9, 4, 16, generator=gen), torch.randn(2, 4, 9, generator=gen)
+    results = []
+    for call in (lambda *a: mkernel.attention(*a, causal=True),
+                 lambda *a: torch.ops.mkernel.attention.default(*a, True, None, 0, 0)):
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        out, lse = call(*leaves)
+        assert out.grad_fn is not None and lse.grad_fn is not None
+        total = (out * dout).sum() + ((lse * dlse).sum() if loss == "out+lse" else 0)
+        results.append([out.detach(), lse.detach(), *torch.autograd.grad(total, leaves)])
+    assert type(mkernel.attention(*[x.requires_grad_() for x in (q, k, v)])[0].grad_fn).__name__.startswith(
+        "_AttentionFunction")
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
