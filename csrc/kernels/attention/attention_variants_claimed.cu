@@ -13,6 +13,9 @@
 
 namespace mkernel::attention {
 
+// attention_variants_claimed_lazy.cu: 137352 / 268424 / 399496 (6280 + attn15's bits 17 / 18).
+cudaError_t run_bf16_d128_m128_n128_variant_claimed_attn15(const Problem& p, const Launch& l);
+
 cudaError_t run_bf16_d128_m128_n128_variant_claimed(const Problem& p, const Launch& l) {
   using E = cutlass::bfloat16_t;
   switch (p.variant) {
@@ -25,6 +28,10 @@ cudaError_t run_bf16_d128_m128_n128_variant_claimed(const Problem& p, const Laun
     case 22664:
       return p.causal ? launch_claimed<E, 128, 128, 128, true, 136 | 16384>(p, l)
                       : launch_claimed<E, 128, 128, 128, false, 18568>(p, l);
+    case 137352:
+    case 268424:
+    case 399496:
+      return run_bf16_d128_m128_n128_variant_claimed_attn15(p, l);
     default: return cudaErrorInvalidValue;
   }
 }
