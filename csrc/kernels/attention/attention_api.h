@@ -82,8 +82,8 @@ struct Problem {
 // default kernel, which for bf16 d=128 128x128 plain kernels is kDefaultVariantNonCausal /
 // kDefaultVariantCausal below).
 inline constexpr int kVariants[] = {8, 9, 64, 136, 137, 392, 649, 1033, 1160, 2184, 4105, 6280, 8201, 10376, 18568, 22664,
-                                     34952, 67720, 100488, 133256, 166024, 264328, 395400, 690312, 952456,
-                                     1738888};
+                                     34952, 67720, 100488, 133256, 137352, 166024, 264328, 268424, 395400, 399496,
+                                     690312, 952456, 1738888};
 
 // The mainloop variant bits (AttnTraits::kVariant) of the bf16 d=128 128x128 plain kernels
 // (attention_launch.cuh says why; benchmarks/NOTES.md has the measurements). Flipping a default
@@ -98,7 +98,11 @@ inline constexpr int kDefaultVariantNonCausal = 2184;
 // time; 1.014 / 1.015 / 1.004x cuDNN in that run; its fp64-reference and bit-for-bit-136 tests
 // passed there). Default calls need Problem::tile_counter (the torch glue allocates it); without
 // one they run 9 statically (attention_launch.cuh kDefaultBitsCausal). Back to 9 is this line.
-inline constexpr int kDefaultVariantCausal = 6280;
+// Since session 43 (s43b, H100, pinned, GPU time): 137352 = 6280 + bit 17 (the lazy O rescale,
+// attention_variants_claimed_lazy.cu), +2.5 / +2.0 / +2.3 / +3.2% over 6280 at S = 4k / 8k /
+// 16k / 32k (1.020 / 1.020 / 1.014 / 0.984x cuDNN in that run; its fp64-reference tests passed
+// there). Back to 6280 is this line.
+inline constexpr int kDefaultVariantCausal = 137352;
 // Variant bit 11 (attn11): the persistent grid's last, partial round of tiles runs split along
 // the KV blocks (each tail tile in up to grid / tail pieces, one per CTA), partial O / LSE in
 // fp32 to Problem::split_ws, merged by a second kernel. Non-causal only (causal calls with the

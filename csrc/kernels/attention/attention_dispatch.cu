@@ -111,11 +111,6 @@ bool uses_split_tail(const Problem& p) {
 }
 
 namespace {
-// Built in attention_variants_claimed_lazy.cu (session 43: the causal default's claimed mainloop
-// with attn15's bits 17 / 18), under measurement beside attention_api.h kVariants; kept here
-// until one is adopted, so that measuring them recompiles no other kernel.
-constexpr int kVariantsClaimedAttn15[] = {137352, 268424, 399496};
-
 // The variant a plain call runs: p.variant, or for a default call of the bf16 d=128 128x128
 // plain kernel kDefaultVariant{Causal,NonCausal} (0 elsewhere: the instantiation's own kernel).
 int effective_variant(const Problem& p) {
@@ -147,7 +142,6 @@ const char* can_implement(const Problem& p, bool hooked) {
   if (p.variant != 0) {
     bool built = false;
     for (int v : kVariants) built = built || v == p.variant;
-    for (int v : kVariantsClaimedAttn15) built = built || v == p.variant;
     if (!built) return "variant: not a built mainloop variant (attention_api.h kVariants)";
     if (hooked) return "variant: the mainloop variants are plain kernels only (no hooks)";
     if (p.dtype != DType::kBF16 || p.head_dim != 128 || p.zz_world > 0 ||

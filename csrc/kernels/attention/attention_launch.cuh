@@ -41,8 +41,9 @@ namespace mkernel::attention {
 // bit for bit the plain variant 9's result, test_attention_hooks.py); 136 with hooks has not
 // run on a GPU. Every other kernel (fp16, d = 64, other tiles) keeps variant 0 until it is
 // measured and tested with it.
-// The plain kernels' defaults, kDefaultVariantNonCausal (2184) and kDefaultVariantCausal (6280 =
-// 136 with claimed tiles since s11 run 2; 9 before), are
+// The plain kernels' defaults, kDefaultVariantNonCausal (2184) and kDefaultVariantCausal (137352
+// = 136 with claimed tiles and the lazy O rescale since session 43; 6280, without the lazy
+// rescale, since s11 run 2; 9 before), are
 // in attention_api.h (the glue asks uses_split_tail whether the default wants a workspace);
 // kDefaultVariant is the KV-wait hooked kernels' (and the forwarding one's base).
 // Session 10 (attn11): the bench's pinned columns read up to 3.6% below the default column
@@ -63,9 +64,10 @@ static_assert((kDefaultBitsCausal & ~kPrefetchNextQBit) == 9 ||
                   (kDefaultBitsCausal & ~kPrefetchNextQBit) == 1160,
               "the plain causal default: a variant the causal tests cover");
 static_assert((kDefaultVariantCausal & kClaimTilesBit) == 0 || kDefaultVariantCausal == 4105 ||
-                  kDefaultVariantCausal == 6280 || kDefaultVariantCausal == 22664,
-              "a claimed causal default must be a built claimed variant (4105, 6280 = 136 claimed, or "
-              "22664 = 6280 + bit 14)");
+                  kDefaultVariantCausal == 6280 || kDefaultVariantCausal == 22664 ||
+                  kDefaultVariantCausal == 137352 || kDefaultVariantCausal == 399496,
+              "a claimed causal default must be a built claimed variant (4105, 6280 = 136 claimed, "
+              "22664 = 6280 + bit 14, 137352 / 399496 = 6280 + bit 17 / bits 17 + 18)");
 static_assert((kDefaultVariantNonCausal & kClaimTilesBit) == 0 || kDefaultVariantNonCausal == 6280,
               "a claimed non-causal default must be a built claimed variant (6280)");
 // The forwarding hook policy (ring attention's engine forwarding, KvForwardHooks) of the same
