@@ -114,7 +114,7 @@ def test_attn15_back_to_back_reuses_outputs(monkeypatch) -> None:
     assert not torch.equal(outs[0], outs[1])
 
 
-# Session 43: the causal default's claimed mainloop (6280 causal = 136 claimed) with the bits.
+# Session 43: 6280's claimed causal mainloop (136 claimed) with the bits; 137352 is the causal default since.
 C_LAZY = 137352  # 6280 + bit 17
 C_LEAD = 268424  # 6280 + bit 18
 C_BOTH = 399496  # 6280 + bits 17, 18

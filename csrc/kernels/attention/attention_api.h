@@ -81,9 +81,10 @@ struct Problem {
 // The built mainloop variants (benchmarks/bench_attention.py --variants; variant 0 = the
 // default kernel, which for bf16 d=128 128x128 plain kernels is kDefaultVariantNonCausal /
 // kDefaultVariantCausal below).
-inline constexpr int kVariants[] = {8, 9, 64, 136, 137, 392, 649, 1033, 1160, 2184, 4105, 6280, 8201, 10376, 18568, 22664,
-                                     34952, 67720, 100488, 133256, 137352, 166024, 264328, 268424, 395400, 399496,
-                                     690312, 952456, 1738888};
+inline constexpr int kVariants[] = {8,      9,      64,     136,    137,    392,    649,    1033,
+                                    1160,   2184,   4105,   6280,   8201,   10376,  18568,  22664,
+                                    34952,  67720,  100488, 133256, 137352, 166024, 264328, 268424,
+                                    395400, 399496, 690312, 952456, 1738888};
 
 // The mainloop variant bits (AttnTraits::kVariant) of the bf16 d=128 128x128 plain kernels
 // (attention_launch.cuh says why; benchmarks/NOTES.md has the measurements). Flipping a default

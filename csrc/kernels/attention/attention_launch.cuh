@@ -32,14 +32,14 @@ namespace mkernel::attention {
 // row reductions), measured +3..+9% over the old default at S = 2048-16384 in session 8's
 // device run 2, where its correctness tests ran too (benchmarks/NOTES.md, Attention engine
 // item 5). Since session 9 it stays the causal default, and the non-causal plain kernel runs
-// 136 (since s10 run 2 its split-tail form 2184, attention_api.h): O in the V stage of the tile's last block (no O buffer) and
-// its 32 KiB as a third K stage (K 3 + V 3), without the 4-chain reductions; session 9's run 2
-// (benchmarks/NOTES.md): +0.7% / +2.8% over 9 at S = 4096 / 8192 non-causal (0.996x / 0.995x
-// cuDNN), -2.0% / +0.2% causal (inside the bench's pinned-column handicap, NOTES run 3: causal
-// stays 9 until measured fairly); its correctness tests ran in that run. The
-// KV-wait hooked kernel (KvFlagHooks) of the same tile runs 9 in both modes (tested in that run:
-// bit for bit the plain variant 9's result, test_attention_hooks.py); 136 with hooks has not
-// run on a GPU. Every other kernel (fp16, d = 64, other tiles) keeps variant 0 until it is
+// 136 (since s10 run 2 its split-tail form 2184, attention_api.h): O in the V stage of the tile's
+// last block (no O buffer) and its 32 KiB as a third K stage (K 3 + V 3), without the 4-chain
+// reductions; session 9's run 2 (benchmarks/NOTES.md): +0.7% / +2.8% over 9 at S = 4096 / 8192
+// non-causal (0.996x / 0.995x cuDNN), -2.0% / +0.2% causal (inside the bench's pinned-column
+// handicap, NOTES run 3: causal stays 9 until measured fairly); its correctness tests ran in that
+// run. The KV-wait hooked kernel (KvFlagHooks) of the same tile runs 9 in both modes (tested in
+// that run: bit for bit the plain variant 9's result, test_attention_hooks.py); 136 with hooks has
+// not run on a GPU. Every other kernel (fp16, d = 64, other tiles) keeps variant 0 until it is
 // measured and tested with it.
 // The plain kernels' defaults, kDefaultVariantNonCausal (2184) and kDefaultVariantCausal (137352
 // = 136 with claimed tiles and the lazy O rescale since session 43; 6280, without the lazy

@@ -1,5 +1,6 @@
 // Causal variants of the bf16 d=128 128x128 plain kernel with claimed tiles (bit 12) and attn15's
-// bits (session 43), on the causal default's mainloop (6280 causal = 136 claimed):
+// bits (session 43), on the mainloop of 6280 causal (136 claimed; the causal default until session
+// 43, when 137352 became it):
 //   137352 = 6280 + bit 17 (lazy O rescale: a row's max moves only by more than 2^8 in the
 //            exponent; a warp whose rows all kept theirs skips O's FMULs)
 //   268424 = 6280 + bit 18 (only consumer warpgroup 0 waits on the K / V full barriers)
@@ -24,10 +25,14 @@ cudaError_t run_bf16_d128_m128_n128_variant_claimed_attn15(const Problem& p, con
     return run_bf16_d128_m128_n128_variant_attn15(pn, l);
   }
   switch (p.variant) {
-    case 137352: return launch_claimed<E, 128, 128, 128, true, 136 | kLazyRescaleBit>(p, l);
-    case 268424: return launch_claimed<E, 128, 128, 128, true, 136 | kLeadWaitsBit>(p, l);
-    case 399496: return launch_claimed<E, 128, 128, 128, true, 136 | kAttn15Mask>(p, l);
-    default: return cudaErrorInvalidValue;
+    case 137352:
+      return launch_claimed<E, 128, 128, 128, true, 136 | kLazyRescaleBit>(p, l);
+    case 268424:
+      return launch_claimed<E, 128, 128, 128, true, 136 | kLeadWaitsBit>(p, l);
+    case 399496:
+      return launch_claimed<E, 128, 128, 128, true, 136 | kAttn15Mask>(p, l);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
