@@ -135,7 +135,7 @@ def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
 
 
 def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
-    from .ops import _attention_backward_full
+    from .ops import _attention_backward_full, _lse_row_weights
 
     q, k, v, out, lse = ctx.saved_tensors
     if ctx.world == 1:
@@ -152,8 +152,7 @@ def backward(ctx: Any, dout: Tensor | None, dlse: Tensor | None):
     if dlse is not None:
         # lse's gradient, as ops._attention_lse_backward over the whole sequence: dq from the ring
         # forward with v := k, dk from the dV of this backward fed dO := dlse·q.
-        w = torch.nan_to_num(dlse.float(), posinf=0.0, neginf=0.0).masked_fill(torch.isneginf(lse), 0.0)
-        w = w.transpose(1, 2).unsqueeze(-1)
+        w = _lse_row_weights(dlse, lse)
         pk, _ = torch.ops.mkernel.ring_attention.default(q, k, k, ctx.group, ctx.world, ctx.causal, ctx.scale)
         _, _, dk_l = _out_backward(ctx, (q.float() * w).to(q.dtype), q, k, v, out, lse)
         dq = (dq.float() + pk.float() * w * ctx.scale).to(q.dtype)

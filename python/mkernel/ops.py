@@ -854,6 +854,13 @@ def _attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tens
     return _attention_backward_math(dout, q, k, v, out, lse, causal, scale)
 
 
+def _lse_row_weights(dlse: Tensor, lse: Tensor) -> Tensor:
+    """dlse ``[b, h, s]`` as fp32 row weights ``[b, s, h, 1]`` over out's layout; rows that see no
+    key (lse = -inf) have P = 0 and get nothing, whatever dlse holds there."""
+    w = torch.nan_to_num(dlse.float(), posinf=0.0, neginf=0.0).masked_fill(torch.isneginf(lse), 0.0)
+    return w.transpose(1, 2).unsqueeze(-1)
+
+
 def _attention_lse_backward(dlse: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
                             causal: bool, scale: float) -> tuple[Tensor, Tensor]:
     """The gradient that reaches q and k through ``lse`` (v gets none), through the kernels:
@@ -862,9 +869,7 @@ def _attention_lse_backward(dlse: Tensor, q: Tensor, k: Tensor, v: Tensor, out: 
     ``dO := dlse·q`` (``dV = Pᵀ·dO`` reads neither V nor the row term ``rowsum(dO ∘ O)``). GQA sums
     over each kv head's query heads as the kernels do. Returns fp32 ``(dq [b, s, h, d], dk [b,
     s_kv, h_kv, d])``. One forward and one backward more: the price of a loss that reads lse."""
-    # [b, h, s] -> [b, s, h, 1]; rows that see no key (lse = -inf) have P = 0 and get nothing.
-    w = torch.nan_to_num(dlse.float(), posinf=0.0, neginf=0.0).masked_fill(torch.isneginf(lse), 0.0)
-    w = w.transpose(1, 2).unsqueeze(-1)
+    w = _lse_row_weights(dlse, lse)
     pk, _ = torch.ops.mkernel.attention.default(q, k, k, causal, scale, 0, 0)
     dq = pk.float() * w * scale
     _, _, dk = _attention_backward_auto((q.float() * w).to(q.dtype), q, k, v, out, lse, causal, scale)
