@@ -13,11 +13,10 @@ perf_counter time of a call is its enqueue cost (the kernels queue behind the sp
   kernel_op   the kernel op alone with its arguments prepared (aten's cuDNN backward on the
               transposed views, or mkernel::attention_backward);
   grad_empty  torch.autograd.grad of a one-op graph (the engine's own fixed cost);
-  *_lean      the forward / backward through a plain torch.autograd.Function around the same op
-              and body (this file's _LeanAttention) instead of the op's torch.library autograd
-              registration (register_autograd: pytree flattening, a generated Function, a
-              redispatch), whose wrapper measured ~17 us of forward and ~30 us a round trip on a
-              2-core x86 host (session 43): does it close the wall gap on the GPU machine's host?
+  *_registered the forward / backward through the op's torch.library autograd registration (a
+              direct torch.ops call, as traced code runs it) beside mkernel.attention's eager
+              autograd.Function (ops._AttentionFunction; session 43: ~60 µs less per forward on the
+              GPU machine's host, the backward the same).
 Then, with --profile, a torch.profiler table of one backward of each. Diagnostic only: no JSON.
 
     python benchmarks/attention_bwd_host.py [--s 4096] [--b 4] [--iters 50] [--causal 1] [--profile] [--pieces]
@@ -37,25 +36,6 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 import mkernel
 from mkernel import ops
-
-
-class _LeanAttention(torch.autograd.Function):
-    """mkernel.attention's forward and backward with a plain autograd.Function (measurement only)."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, causal, scale):  # type: ignore[no-untyped-def]
-        with torch._C._AutoDispatchBelowAutograd():  # not through the registration's kernel again
-            out, lse = torch.ops.mkernel.attention.default(q, k, v, causal, scale, 0, 0)
-        ctx.causal, ctx.scale = causal, scale if scale is not None else q.shape[-1] ** -0.5
-        ctx.set_materialize_grads(False)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.mark_non_differentiable(lse)
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, dout, _dlse):  # type: ignore[no-untyped-def]
-        q, k, v, out, lse = ctx.saved_tensors
-        return (*ops._attention_backward_auto(dout, q, k, v, out, lse, ctx.causal, ctx.scale), None, None)
 
 
 def main() -> None:
@@ -82,10 +62,10 @@ def main() -> None:
             return sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                         is_causal=causal).transpose(1, 2)
 
-    def fwd_lean() -> torch.Tensor:
-        return _LeanAttention.apply(q, k, v, causal, None)[0]
+    def fwd_registered() -> torch.Tensor:
+        return torch.ops.mkernel.attention.default(q, k, v, causal, None, 0, 0)[0]
 
-    outs = {"mkernel": fwd_mkernel(), "sdpa": fwd_sdpa(), "lean": fwd_lean()}
+    outs = {"mkernel": fwd_mkernel(), "sdpa": fwd_sdpa(), "registered": fwd_registered()}
     out_d, lse_d = (t.detach() for t in mkernel.attention(q, k, v, causal=causal))
     qd, kd, vd = (t.detach() for t in (q, k, v))
     choice = ops._attention_backward_choice(qd, kd, vd, causal)
@@ -105,10 +85,10 @@ def main() -> None:
     parts: dict[str, Callable[[], object]] = {
         "fwd_mkernel": fwd_mkernel,
         "fwd_sdpa": fwd_sdpa,
-        "fwd_lean": fwd_lean,
+        "fwd_registered": fwd_registered,
         "bwd_mkernel": lambda: torch.autograd.grad(outs["mkernel"], (q, k, v), dout, retain_graph=True),
         "bwd_sdpa": lambda: torch.autograd.grad(outs["sdpa"], (q, k, v), dout, retain_graph=True),
-        "bwd_lean": lambda: torch.autograd.grad(outs["lean"], (q, k, v), dout, retain_graph=True),
+        "bwd_registered": lambda: torch.autograd.grad(outs["registered"], (q, k, v), dout, retain_graph=True),
         "body": lambda: ops._attention_backward_auto(dout, qd, kd, vd, out_d, lse_d, causal, scale),
         "kernel_op": kernel_op,
         "grad_empty": lambda: torch.autograd.grad(y, (x,), torch.ones_like(y), retain_graph=True),
