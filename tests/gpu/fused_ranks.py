@@ -11,7 +11,9 @@ capture and replay with the inputs changed between replays. Prints ``CASE {json}
 ``FUSED_SUITE`` (comma-separated): ``ag`` (ag_gemm), ``rs`` (gemm_rs), ``ar`` (gemm_ar),
 ``graph`` (all three captured and replayed), ``auto`` (the fused/unfused and config choice), ``time``,
 ``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``copyengine`` (ag_gemm with MKERNEL_FUSED_AG_COPY_ENGINE=1: the rows moved by the copy engines, then a graph), ``cekill`` (that route with a rank killed), ``c1x1`` (the three ops with MKERNEL_FUSED_C1X1=1: the cluster-free 128x256 kernels, fused18), ``bigflags`` (gemm_ar two-shot at M = N ~ 16384: flag slots past the old 1 << 16-word region, issue 12), ``peergraph`` (that path captured and replayed), ``agdefault`` (ag_gemm as users get it: no knob, the op's measured choice between the copy kernel, the peer-TMA kernel and the unfused path; then a graph of the cached verdict), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
-torch.compile(fullgraph=True), inductor / aot_eager backend).
+torch.compile(fullgraph=True), inductor / aot_eager backend), ``fuzz`` (FUZZ_CASES random calls of
+the three ops drawn from FUZZ_SEED: ragged and tile-edge M, K / N multiples of 8 from 8 to
+thousands, both dtypes; the same draw on every rank).
 The fused kernels are pinned (MKERNEL_FUSED=force) unless the environment says otherwise.
 ``FUSED_GRID=co_resident`` pins their persistent grid to the co-resident grid choose_path
 offers under an MPS limit (3/4 of this rank's SMs in whole 2-CTA clusters: fused_common.h
@@ -23,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import signal
 import sys
 import time
@@ -693,6 +696,52 @@ def suite_time(ctx, rank: int, world: int) -> None:
                           gemm_alone_us=gemm))
 
 
+def fuzz_problems(world: int) -> list[tuple[str, str, int, int, int]]:
+    """FUZZ_CASES (op, dtype, m, k, n) drawn from FUZZ_SEED, the same on every rank: m rows a rank
+    (ag_gemm: its shard; gemm_rs: its output rows; gemm_ar: the rows), a tile-edge length a third
+    of the time, K and N multiples of 8 log-uniform, the gathered problem capped at ~4 GFMA."""
+    r = random.Random(f"fused-{os.environ.get('FUZZ_SEED', '0')}-{world}")
+
+    def mult8(hi: int) -> int:
+        return max(8, min(hi, (int(2 ** r.uniform(3, hi.bit_length())) + 7) // 8 * 8))
+
+    out = []
+    while len(out) < int(os.environ.get("FUZZ_CASES", "24")):
+        op = r.choice(("ag_gemm", "gemm_rs", "gemm_ar"))
+        m = r.choice((1, 2, 7, 63, 64, 65, 127, 128, 129, 333)) if r.random() < 0.33 \
+            else int(2 ** r.uniform(0, 12))
+        k, n = mult8(4096), mult8(8192)
+        if m * world * k * n <= 4e9:
+            out.append((op, r.choice(tuple(DTYPES)), m, k, n))
+    return out
+
+
+def suite_fuzz(ctx, rank: int, world: int) -> None:
+    for i, (op, dname, m, k, n) in enumerate(fuzz_problems(world)):
+        dtype = DTYPES[dname]
+        case = 70000 + 10 * i
+        c = dict(op=op, dtype=dname, m=m, k=k, n=n, world=world, rank=rank, fuzz=i,
+                 seed=os.environ.get("FUZZ_SEED", "0"))
+        emit("FUZZ", c)  # before the call: a hang or crash names its case
+        if op == "ag_gemm":
+            gathered_ref, ref, x, w = ag_reference(case, world, m, k, n, dtype, rank)
+            poison(((world * m, n), dtype), ((world * m, k), dtype))
+            out, gathered = mkernel.ag_gemm(x.cuda(), w.cuda(), group=ctx, return_gathered=True)
+            torch.cuda.synchronize()
+            check("out", out, ref, c)
+            assert torch.equal(gathered.cpu(), gathered_ref), f"gathered differs: {c}"
+            continue
+        rows = m * world if op == "gemm_rs" else m
+        total, x, w = reduce_reference(case, world, rows, k, n, dtype, rank)
+        ref = total[rank * m:(rank + 1) * m] if op == "gemm_rs" else total
+        poison((tuple(ref.shape), dtype))
+        out = (mkernel.gemm_rs if op == "gemm_rs" else mkernel.gemm_ar)(x.cuda(), w.cuda(), group=ctx)
+        torch.cuda.synchronize()
+        check("out", out, ref, c)
+        if op == "gemm_ar":
+            assert_same_bits_on_ranks(out, world, c)
+
+
 def main() -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
@@ -716,7 +765,7 @@ def main() -> None:
              "mlp": suite_mlp, "time": suite_time, "auto": suite_auto,
              "peertma": suite_peertma, "peergraph": suite_peergraph, "agdefault": suite_agdefault,
              "c1x1": suite_c1x1, "copyengine": suite_copyengine, "cekill": suite_cekill,
-             "bigflags": suite_bigflags,
+             "bigflags": suite_bigflags, "fuzz": suite_fuzz,
              "compile": lambda c, r, w: suite_mlp(c, r, w, backend="inductor"),
              "compile_aot": lambda c, r, w: suite_mlp(c, r, w, backend="aot_eager")}[name](ctx, rank, world)
         except Exception:

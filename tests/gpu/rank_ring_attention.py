@@ -11,13 +11,15 @@ on fresh inputs (buffers and flags reused across calls without a host step).
 A rank prints ``CASE {json}`` per checked call, ``ERR {json}`` for an expected failure and
 ``OK <rank>`` at the end. ``TEST_SUITE`` (comma-separated) picks: ``matrix``, ``graph``,
 ``grad``, ``grad_auto_native``, ``grad_uneven``, ``grad_arrival``, ``grad_graph``, ``kill_backward``, ``alone`` (ring12: the compute-alone ceiling op), ``layer`` (mkernel.nn.ContextParallelAttention),
-``other_dims`` (head dims other than 64 / 128), ``kill`` (ends the process). Groups spanning emulated nodes run the same suites.
+``other_dims`` (head dims other than 64 / 128), ``fuzz`` (FUZZ_CASES random cases from FUZZ_SEED:
+forward twice and, for half of them, the gradients), ``kill`` (ends the process). Groups spanning emulated nodes run the same suites.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import sys
 import time
@@ -452,6 +454,38 @@ def other_dims(c: Checker) -> None:
     for i, case in enumerate(OTHER_DIM_CASES):
         check_twice(c, "other_dims", case, 8000 + 10 * i)
         check_grads(c, "other_dims_grad", case, 8500 + i, 8600 + i)
+
+
+def fuzz_cases(world: int) -> list[tuple]:
+    """FUZZ_CASES ring cases (causal, b, local s, h, h_kv, d, dtype) and a with-gradients flag,
+    drawn from FUZZ_SEED (the same on every rank): local lengths at a block edge a third of the
+    time, else log-uniform to 2500 (even when causal: two zigzag halves), GQA / MQA, head dims
+    64 / 128 and a fifth of the time another multiple of 8; the whole sequence's reference capped."""
+    r = random.Random(f"ring-{os.environ.get('FUZZ_SEED', '0')}-{world}")
+    out = []
+    while len(out) < int(os.environ.get("FUZZ_CASES", "12")):
+        causal = r.random() < 0.5
+        s = r.choice((1, 2, 63, 64, 65, 127, 128, 129, 144, 256, 333)) if r.random() < 0.33 \
+            else int(2 ** r.uniform(0, 11.3))
+        if causal:
+            s += s % 2
+        h_kv = r.choice((1, 2, 4))
+        h = h_kv * r.choice((1, 2, 4))
+        d = r.choice((64, 128)) if r.random() < 0.8 else r.choice((32, 80, 96, 256))
+        b = r.choice((1, 2))
+        if b * h * (s * world) ** 2 > 40_000_000:
+            continue
+        out.append(((causal, b, s, h, h_kv, d, r.choice((torch.bfloat16, torch.float16))),
+                    r.random() < 0.5))
+    return out
+
+
+def fuzz(c: Checker) -> None:
+    for i, (case, grads) in enumerate(fuzz_cases(c.world)):
+        emit("FUZZ", {"i": i, "case": str(case), "grads": grads, "seed": os.environ.get("FUZZ_SEED", "0")})
+        check_twice(c, "fuzz", case, 20000 + 10 * i)
+        if grads:
+            check_grads(c, "fuzz_grad", case, 30000 + i, 40000 + i)
 
 
 def layer(c: Checker) -> None:

@@ -223,3 +223,19 @@ def test_ag_gemm_peer_tma_graph_replay(mps, world):
     assert len(check_ranks(res)) == world * 2
     for r in res:
         assert PEER_MARK in r.stderr, f"rank {r.rank}"
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_fused_ops_fuzz(mps, world):
+    """Random calls of ag_gemm / gemm_rs / gemm_ar (fused_ranks.py suite ``fuzz``: FUZZ_CASES
+    problems from FUZZ_SEED, the MKERNEL_FUZZ_* values of tests/fuzz when set), the fused kernels
+    pinned, each output per tile against the fp32 reference from poisoned memory; an odd world
+    size too."""
+    import os
+
+    from tests.fuzz.problems import fuzz_seed
+
+    env = rank_env(mps, world, FUSED_SUITE="fuzz", FUZZ_SEED=str(fuzz_seed()),
+                   FUZZ_CASES=os.environ.get("MKERNEL_FUZZ_CASES", "12"))
+    res = run_ranks(RANKS, world, timeout=600, env=env)
+    assert len(check_ranks(res)) == world * int(env["FUZZ_CASES"])

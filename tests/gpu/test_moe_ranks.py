@@ -40,6 +40,24 @@ def check_matrix_and_repeat(mps, world: int, **env: str) -> None:
     assert max(c["err"] / c["bound"] for c in cases) <= 1
 
 
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_moe_cuda_ranks_fuzz(mps, world):
+    """Random MoE cases (moe_rank_checks.py suite ``fuzz``: FUZZ_CASES from FUZZ_SEED, the
+    MKERNEL_FUZZ_* values of tests/fuzz when set), forward and backward, each within its float64
+    bound from poisoned memory; an odd world size too."""
+    import os
+
+    from tests.fuzz.problems import fuzz_seed
+
+    n = os.environ.get("MKERNEL_FUZZ_CASES", "8")
+    res = run_ranks(RANK_MAIN, world, timeout=600,
+                    env=rank_env(mps, world, TEST_SUITE="fuzz", TEST_DEVICE="cuda", FUZZ_SEED=str(fuzz_seed()),
+                                 FUZZ_CASES=n, MKERNEL_OP_TIMEOUT="15"))
+    cases = check_ranks(res)
+    assert len(cases) == world * int(n), len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+
 @pytest.mark.parametrize("world", [2, 4, 8])
 def test_moe_cuda_ranks_match_reference(mps, world):
     check_matrix_and_repeat(mps, world)

@@ -45,6 +45,23 @@ def test_ring_attention_lse_gradient(mps):
     assert [c["op"] for c in cases] == ["grad_lse"] * 3 * world, cases
 
 
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_ring_attention_fuzz(mps, world):
+    """Random ring cases (rank_ring_attention.py suite ``fuzz``: FUZZ_CASES from FUZZ_SEED, the
+    MKERNEL_FUZZ_* values of tests/fuzz when set): the forward twice and half of them the
+    gradients, against the fp32 reference of the whole sequence; an odd world size too."""
+    import os
+
+    from tests.fuzz.problems import fuzz_seed
+
+    n = int(os.environ.get("MKERNEL_FUZZ_CASES", "8"))
+    res = run_ranks(RING_MAIN, world, timeout=600,
+                    env=rank_env(mps, world, TEST_SUITE="fuzz", FUZZ_SEED=str(fuzz_seed()),
+                                 FUZZ_CASES=str(n), MKERNEL_OP_TIMEOUT="30"))
+    cases = check_ranks(res)
+    assert sum(c["op"] == "fuzz" for c in cases) == 2 * n * world, cases
+
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_ring_attention_matches_reference(mps, world):
     res = run_ranks(RING_MAIN, world, timeout=180,

@@ -9,13 +9,16 @@ raises (exit status 1) with the case in the message. ``TEST_SUITE`` (comma-separ
 its carried routes checked, the combine using them bit for bit the combine exchanging them),
 ``repeat`` (bit-identical results across calls), ``errors``
 (a mismatched H and a bad expert id raise on every rank; the group stays usable), ``buffer``
-(mkernel.moe.MoEBuffer against the plain ops and the reference).
+(mkernel.moe.MoEBuffer against the plain ops and the reference), ``fuzz`` (FUZZ_CASES random cases
+from FUZZ_SEED: tokens per rank 0-300, H / F multiples of 8, top-k 1-8, 1-4 experts a rank,
+uniform / skewed / empty routing, capacity drops; the same draw on every rank).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 
 import torch
@@ -239,6 +242,28 @@ def poison_allocator() -> None:
     blocks = [torch.full((1 << n,), float("nan"), device="cuda") for n in range(8, 22, 2)]
     torch.cuda.synchronize()
     del blocks
+
+
+def fuzz_cases(world: int) -> list[dict]:
+    """FUZZ_CASES random cases for run_case, drawn from FUZZ_SEED (the same list on every rank)."""
+    r = random.Random(f"moe-{os.environ.get('FUZZ_SEED', '0')}-{world}")
+    out = []
+    for i in range(int(os.environ.get("FUZZ_CASES", "8"))):
+        k = r.choice((1, 2, 2, 4, 8))
+        el = max(r.choice((1, 2, 3, 4)), -(-k // world))  # k distinct experts need E >= k
+        tokens = [0 if r.random() < 0.15 else r.choice((1, 7, 64, 129, r.randint(1, 300)))
+                  for _ in range(world)]
+        cap = 0 if r.random() < 0.7 else r.randint(1, 40)
+        out.append(dict(seed=500 + i, tokens=tokens, h=8 * r.randint(1, 64), f=8 * r.randint(1, 64),
+                        k=k, e=el * world, capacity=cap, kind=r.choice(("uniform", "skewed", "empty")),
+                        dtype=r.choice(("bf16", "fp16", "fp32"))))
+    return out
+
+
+def fuzz(ctx) -> None:
+    for c in fuzz_cases(ctx.world_size):
+        print("FUZZ", json.dumps(dict(c, fuzz_seed=os.environ.get("FUZZ_SEED", "0"))), flush=True)
+        run_case(ctx, c)
 
 
 def matrix(ctx) -> None:

@@ -37,6 +37,23 @@ def test_moe_matches_reference(world, nodes):
 
 
 @pytest.mark.multiproc
+@pytest.mark.parametrize("world, nodes", [(2, 1), (3, 2)])
+def test_moe_fuzz_matches_reference(world, nodes):
+    """Random cases (the ``fuzz`` suite: MKERNEL_FUZZ_CASES from MKERNEL_FUZZ_SEED, 6 by default)
+    through the host path, forward and backward, against the float64 reference."""
+    import os
+
+    from tests.fuzz.problems import fuzz_seed
+
+    n = os.environ.get("MKERNEL_FUZZ_CASES", "6")
+    res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=240, fork=True,
+                    env={"TEST_SUITE": "fuzz", "FUZZ_SEED": str(fuzz_seed()), "FUZZ_CASES": n})
+    cases = check_ranks(res)
+    assert len(cases) == world * int(n), len(cases)
+    assert max(c["err"] / c["bound"] for c in cases) <= 1
+
+
+@pytest.mark.multiproc
 @pytest.mark.parametrize("world, nodes", [(2, 2), (3, 1)])
 def test_moe_carried_weights_match_reference(world, nodes):
     """topk_weights given to the dispatch (as MoEMLP does): the host reference carries no routes
