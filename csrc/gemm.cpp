@@ -214,8 +214,20 @@ at::Tensor engine_gemm(const char* op, const at::Tensor& a, const at::Tensor& b,
   }
   // An explicit split count runs the hooked kernel (split-K lives there).
   const bool hooked = splits > 1;  // validate_gemm: only with an explicit config
-  TORCH_CHECK_VALUE(!hooked || gemm::hooked_supported(id), op, ": splits > 1 needs a cooperative ",
-                    "config (the hooked kernel); ", gemm::config_name(id), " is not one");
+  // Split-K lives in the hooked kernel's cooperative configs; its ping-pong config
+  // (ping_128x128_c1x2, hooked for the fused ops) takes none (gemm_sm90.cuh refuses it at launch,
+  // which would surface as a launch failure rather than a bad argument).
+  const bool split_k_config =
+      gemm::hooked_supported(id) && id != gemm::ConfigId::kPing128x128Cluster1x2;
+  TORCH_CHECK_VALUE(!hooked || split_k_config, op, ": splits > 1 needs a cooperative config (the ",
+                    "hooked kernel's split-K); ", gemm::config_name(id), " is not one");
+  if (hooked) {
+    const gemm::TileCounts tc = gemm::tile_counts(id, static_cast<int>(m), static_cast<int>(n));
+    TORCH_CHECK_VALUE(static_cast<int64_t>(tc.tiles_m) * tc.tiles_n <= 16384, op,
+                      ": splits > 1 runs on at most 16384 output tiles (kSplitKMaxTiles); M=", m,
+                      " N=", n, " with ", gemm::config_name(id), " makes ",
+                      static_cast<int64_t>(tc.tiles_m) * tc.tiles_n, " (use splits=1)");
+  }
   // Two kinds of scratch: the hooked kernel's (split-K tickets, kept zero by
   // the kernel: cached per stream) and CUTLASS's (which initialises its own
   // and leaves arbitrary bytes: fresh from the caching allocator each call).

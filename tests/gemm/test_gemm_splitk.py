@@ -88,6 +88,14 @@ def test_split_k_rejected_on_a_non_cooperative_config():
     a = torch.randn(128, 512, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="splits > 1 needs a cooperative"):
         mkernel.gemm(a, a, config="ping_64x256_c1x1", splits=2)
+    # The hooked kernel's ping-pong config takes no split-K either (session 44's fuzz: it was a
+    # launch failure, a RuntimeError, not a refusal of the argument).
+    with pytest.raises(ValueError, match="ping_128x128_c1x2 is not one"):
+        mkernel.gemm(a, a, config="ping_128x128_c1x2", splits=3)
+    # More output tiles than split-K's ticket area holds: named before any launch.
+    big = torch.randn(16512, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="at most 16384 output tiles"):
+        mkernel.gemm(big, big, config="coop_128x128_c2x1", splits=2)
 
 
 @pytest.mark.gpu
