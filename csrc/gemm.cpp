@@ -47,7 +47,7 @@ GemmSizes validate_gemm(const at::Tensor& a, const at::Tensor& b, int64_t config
   // would otherwise pick a config and silently drop the request.
   TORCH_CHECK_VALUE(splits <= 1 || config >= 0, kOp,
                     ": splits > 1 needs an explicit cooperative config (e.g. coop_128x256_c1x2)");
-  validation::check_linear_operands(kOp, a, "[M, K]", b, "[N, K]", "K");
+  validation::check_linear_operands(kOp, "a", a, "[M, K]", "b", b, "[N, K]", "K");
   TORCH_CHECK_VALUE(config >= -1 && config < kGemmConfigs, kOp,
                     ": config must be -1 (by shape) or a config id in [0, ", kGemmConfigs,
                     ") (mkernel.GEMM_CONFIGS names them), got ", config);

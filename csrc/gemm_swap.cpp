@@ -24,7 +24,7 @@ constexpr const char* kOp = "mkernel.gemm_swap";
 constexpr int64_t kNumVariants = 33;  // gemm_swap::kNumVariants (the header needs CUDA)
 
 void validate_gemm_swap(const at::Tensor& a, const at::Tensor& b, int64_t variant) {
-  validation::check_linear_operands(kOp, a, "[M, K]", b, "[N, K]", "K");
+  validation::check_linear_operands(kOp, "a", a, "[M, K]", "b", b, "[N, K]", "K");
   TORCH_CHECK_VALUE(variant >= 0 && variant < kNumVariants, kOp, ": variant must be in 0..",
                     kNumVariants - 1, ", got ", variant);
 }

@@ -28,7 +28,7 @@ constexpr int64_t kMaxRows = 16;  // gemv::kMaxRows (the header needs CUDA)
 constexpr int64_t kNumVariants = 16;  // gemv::kNumVariants
 
 void validate_gemv(const at::Tensor& a, const at::Tensor& b, int64_t variant, int64_t splits) {
-  validation::check_linear_operands(kOp, a, "[M, K]", b, "[N, K]", "K");
+  validation::check_linear_operands(kOp, "a", a, "[M, K]", "b", b, "[N, K]", "K");
   TORCH_CHECK_VALUE(variant >= -1 && variant < kNumVariants, kOp,
                     ": variant must be -1 (by shape) or 0..", kNumVariants - 1, ", got ", variant);
   TORCH_CHECK_VALUE(splits >= 0 && splits <= 65535, kOp,

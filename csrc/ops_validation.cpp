@@ -131,15 +131,22 @@ c10::SymBool same_sizes(const at::Tensor& a, const at::Tensor& b) {
 
 void check_linear_operands(const char* op, const at::Tensor& x, const char* x_layout,
                            const at::Tensor& w, const char* w_layout, const char* k_name) {
-  check_dim(op, "x", x, 2, x_layout);
-  check_dim(op, "w", w, 2, w_layout);
-  check_float_dtype(op, "x", x);
-  check_same_dtype(op, "w", w, "x", x);
-  check_same_device(op, "w", w, "x", x);
-  TORCH_SYM_CHECK(w.sym_size(1).sym_eq(x.sym_size(1)), op, ": w must have the same ", k_name,
-                  " as x (x: ", x.sym_sizes(), ", w: ", w.sym_sizes(), ")");
-  check_contiguous(op, "x", x);
-  check_contiguous(op, "w", w);
+  check_linear_operands(op, "x", x, x_layout, "w", w, w_layout, k_name);
+}
+
+void check_linear_operands(const char* op, const char* x_name, const at::Tensor& x,
+                           const char* x_layout, const char* w_name, const at::Tensor& w,
+                           const char* w_layout, const char* k_name) {
+  check_dim(op, x_name, x, 2, x_layout);
+  check_dim(op, w_name, w, 2, w_layout);
+  check_float_dtype(op, x_name, x);
+  check_same_dtype(op, w_name, w, x_name, x);
+  check_same_device(op, w_name, w, x_name, x);
+  TORCH_SYM_CHECK(w.sym_size(1).sym_eq(x.sym_size(1)), op, ": ", w_name, " must have the same ",
+                  k_name, " as ", x_name, " (", x_name, ": ", x.sym_sizes(), ", ", w_name, ": ",
+                  w.sym_sizes(), ")");
+  check_contiguous(op, x_name, x);
+  check_contiguous(op, w_name, w);
 }
 
 void check_attention_operands(const char* op, const at::Tensor& q, const at::Tensor& k,

@@ -146,6 +146,10 @@ c10::SymBool same_sizes(const at::Tensor& a, const at::Tensor& b);
 // Checks rank, activation dtype, same dtype and device, matching K, and contiguity.
 void check_linear_operands(const char* op, const at::Tensor& x, const char* x_layout,
                            const at::Tensor& w, const char* w_layout, const char* k_name);
+// The same with the operands' names as the caller's API spells them (mkernel.gemm: "a", "b").
+void check_linear_operands(const char* op, const char* x_name, const at::Tensor& x,
+                           const char* x_layout, const char* w_name, const at::Tensor& w,
+                           const char* w_layout, const char* k_name);
 
 // The operands of attention: q [b, s, h, d], k and v [b, s_kv, h_kv, d] (h a multiple of h_kv)
 // and an optional softmax scale (finite, > 0). Checks rank, activation dtype, same dtype and
