@@ -98,6 +98,8 @@ def attention_problems(seed: int, n: int, device: str) -> list[AttentionProblem]
         h_kv = r.choice((1, 1, 2, 4))
         h = h_kv * r.choice((1, 1, 2, 3, 4, 8))
         d = r.choice(ENGINE_DIMS) if r.random() < 0.8 else r.choice(OTHER_DIMS)
+        if long:  # the native backward's rows (non-causal, d = 128, >= 4096 queries and keys)
+            d = r.choice((64, 128, 128))
         b = r.choice((1, 1, 2, 3))
         while b * h * s * s_kv > cap and (b > 1 or h > 1):
             if b > 1:
