@@ -6,9 +6,9 @@
 P="python3 -m pytest -q -rfEx --tb=short -p no:cacheprovider --durations=5"
 jx splitk 60 20 "timeout 58 $P tests/gemm/test_gemm_splitk.py -k rejected"
 jx fuzz_bad 60 20 "MKERNEL_FUZZ_SEED=4401 MKERNEL_FUZZ_CASES=150 timeout 58 $P tests/fuzz/test_fuzz_bad_inputs.py tests/gpu/test_aligned_inputs.py"
-jx fuzz_gemm2 100 40 "MKERNEL_FUZZ_SEED=4402 MKERNEL_FUZZ_CASES=100 timeout 98 $P --maxfail=20 tests/fuzz/test_fuzz_gemm.py"
-jx fuzz_attn2 60 30 "MKERNEL_FUZZ_SEED=4402 MKERNEL_FUZZ_CASES=150 timeout 58 $P --maxfail=20 tests/fuzz/test_fuzz_attention.py"
 export MKERNEL_FUZZ_SEED=4401
 jx fuzz_fused 150 60 "MKERNEL_FUZZ_CASES=14 timeout 148 $P tests/gpu/test_fused_ops.py -k fuzz"
 jx fuzz_ring 170 60 "MKERNEL_FUZZ_CASES=8 timeout 168 $P tests/gpu/test_ring_attention.py -k fuzz"
 jx fuzz_moe 120 40 "MKERNEL_FUZZ_CASES=10 timeout 118 $P tests/gpu/test_moe_ranks.py -k fuzz"
+jx fuzz_gemm2 100 40 "MKERNEL_FUZZ_SEED=4402 MKERNEL_FUZZ_CASES=100 timeout 98 $P --maxfail=20 tests/fuzz/test_fuzz_gemm.py"
+jx fuzz_attn2 60 30 "MKERNEL_FUZZ_SEED=4402 MKERNEL_FUZZ_CASES=150 timeout 58 $P --maxfail=20 tests/fuzz/test_fuzz_attention.py"
