@@ -15,12 +15,14 @@
 #include <string>
 
 #include "gemm_engine.h"
+#include "ops_validation.h"
 
 #ifdef MKERNEL_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/gemm/gemm_api.h"
+#include "kernels/gemm/grouped_offs_check.h"
 #endif
 
 namespace mkernel {
@@ -155,9 +157,19 @@ at::Tensor packed_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tenso
   validate_packed_plan(config, swizzle, raster);
   const c10::cuda::CUDAGuard device_guard(a.device());
   check_engine_inputs(op, a);
+  // TMA reads a and b from their starts: a view at an odd element offset would fail the
+  // descriptor's set-up on the device (an illegal instruction, a dead context: session 44's fuzz).
+  validation::check_aligned16(op, "a", a);
+  validation::check_aligned16(op, "b", b);
   const int64_t t = a.size(0), k = a.size(1), e = b.size(0), n = b.size(1);
   auto out = at::empty({t, n}, a.options());
   if (t == 0 || e == 0 || n == 0) return out;
+  // Before any kernel reads offs (the tuner's timed candidates included).
+  const cudaError_t checked =
+      gemm::check_group_ends(offs.data_ptr<int>(), static_cast<int>(e), static_cast<int>(t),
+                             at::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(checked == cudaSuccess, op,
+              ": offs check launch failed: ", cudaGetErrorString(checked));
   gemm::Problem p = engine_problem(op, a, b, out.data_ptr(), t, n, k);
   p.batches = static_cast<int>(e);
   p.group_end = offs.data_ptr<int>();
@@ -242,14 +254,20 @@ at::Tensor grouped_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tens
   validate(a, b, counts);
   const c10::cuda::CUDAGuard device_guard(a.device());
   check_engine_inputs(kOp, a);
+  validation::check_aligned16(kOp, "a", a);  // TMA reads both from their starts
+  validation::check_aligned16(kOp, "b", b);
   const int64_t e = a.size(0), c = a.size(1), k = a.size(2), n = b.size(1);
   auto out = at::empty({e, c, n}, a.options());
   if (e == 0 || c == 0 || n == 0) return out;
+  gemm::Launch launch;
+  launch.stream = at::cuda::getCurrentCUDAStream();
+  const cudaError_t checked = gemm::check_group_counts(counts.data_ptr<int>(), static_cast<int>(e),
+                                                       static_cast<int>(c), launch.stream);
+  TORCH_CHECK(checked == cudaSuccess, kOp,
+              ": counts check launch failed: ", cudaGetErrorString(checked));
   gemm::Problem p = engine_problem(kOp, a, b, out.data_ptr(), c, n, k);
   p.batches = static_cast<int>(e);
   p.batch_rows = counts.data_ptr<int>();
-  gemm::Launch launch;
-  launch.stream = at::cuda::getCurrentCUDAStream();
   const gemm::ConfigId id = gemm::resolve_hooked(p, gemm::ConfigId::kAuto, launch);
   if (const char* why = gemm::can_implement(p, id, launch)) {
     TORCH_CHECK(false, kOp, ": cannot run E=", e, " C=", c, " N=", n, " K=", k, ": ", why);

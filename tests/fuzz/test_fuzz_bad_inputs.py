@@ -7,12 +7,17 @@ Pass: the op raises ValueError / TypeError / RuntimeError whose message names th
 changed argument, and the GPU is still usable afterwards (no sticky CUDA error, no fault); or,
 where the change is one the op may take (a strided view, an offset, another float dtype), the
 result equals the float64 reference of the changed inputs. A wrong result or a silently
-accepted malformed call fails."""
+accepted malformed call fails. Values the host cannot read without a sync (gemm_grouped's offs on
+the GPU) are checked on the device, as PyTorch's index asserts are: a message naming the entry,
+then a trap that ends the process's CUDA context; those calls run in a child process, which must
+die saying so."""
 
 from __future__ import annotations
 
 import random
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -128,11 +133,8 @@ def _reference(call: BadCall, t: dict) -> torch.Tensor:
     return out
 
 
-@pytest.mark.parametrize("idx", range(len(CALLS)), ids=[c.id for c in CALLS])
-def test_bad_input_fuzz(idx: int) -> None:
+def _inputs(idx: int) -> tuple[BadCall, dict]:
     call = CALLS[idx]
-    if call.mutation == "device" and DEVICE != "cuda":
-        pytest.skip("one device only")
     gen = torch.Generator(device=DEVICE).manual_seed(SEED * 7 + idx)
     t = _valid(call, gen)
     if call.mutation == "offs_order":
@@ -141,6 +143,38 @@ def test_bad_input_fuzz(idx: int) -> None:
         t["offs"] = t["offs"] + 50
     else:
         t[call.arg] = _mutate(t[call.arg], call.mutation, gen)
+    return call, t
+
+
+DEVICE_CHECKED = ("offs_order", "offs_range")  # on CUDA: a device-side check, a trap
+
+
+def child_call(idx: int) -> None:
+    """The body of the child process of a device-checked call: the call, then a sync."""
+    call, t = _inputs(idx)
+    _run(call, t)
+    torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("idx", range(len(CALLS)), ids=[c.id for c in CALLS])
+def test_bad_input_fuzz(idx: int) -> None:
+    call = CALLS[idx]
+    if call.mutation == "device" and DEVICE != "cuda":
+        pytest.skip("one device only")
+    if DEVICE == "cuda" and call.mutation in DEVICE_CHECKED:
+        from tests.isolated import ROOT, trap_safe_env
+        code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
+                f"from tests.fuzz.test_fuzz_bad_inputs import child_call; child_call({idx})")
+        with trap_safe_env({"MKERNEL_FUZZ_SEED": str(SEED),
+                            "MKERNEL_FUZZ_CASES": str(len(CALLS))}) as env:
+            r = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
+                               text=True, timeout=120)
+        out = r.stdout + r.stderr
+        assert r.returncode != 0, f"{call.mutation} of offs ran to the end:\n{out[-2000:]}"
+        assert re.search(r"mkernel\.gemm_grouped_packed: offs\[\d+\] = -?\d+ is", out), \
+            f"the child did not die naming offs:\n{out[-3000:]}"
+        return
+    _, t = _inputs(idx)
     try:
         out = _run(call, t)
         if DEVICE == "cuda":

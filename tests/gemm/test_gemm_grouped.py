@@ -202,3 +202,58 @@ def test_packed_bad_config_named():
     # A hooked config without a packed kernel: refused by name before any launch.
     with pytest.raises(ValueError, match="coop_256x128_c2x1 has no packed grouped kernel"):
         gemm_grouped(a, b, offs=offs, config="coop_256x128_c2x1")
+
+
+# A child process per malformed call: the device-side check traps, which ends the child's CUDA
+# context (csrc/kernels/gemm/grouped_offs_check.h).
+_CHILD = """
+import sys, torch
+sys.path.insert(0, {root!r})
+from mkernel.ops import gemm_grouped
+a = torch.randn(3, 40, 64, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(3, 32, 64, device="cuda", dtype=torch.bfloat16)
+case = {case!r}
+if case == "counts":
+    gemm_grouped(a, b, torch.tensor([40, 41, 0], dtype=torch.int32, device="cuda"))
+elif case == "negative":
+    gemm_grouped(a, b, torch.tensor([3, -1, 0], dtype=torch.int32, device="cuda"))
+elif case == "offs_past":
+    gemm_grouped(a[0], b, offs=torch.tensor([10, 20, 41], dtype=torch.int32, device="cuda"))
+elif case == "offs_down":
+    gemm_grouped(a[0], b, offs=torch.tensor([10, 5, 40], dtype=torch.int32, device="cuda"))
+else:  # a valid call: the child must live
+    gemm_grouped(a[0], b, offs=torch.tensor([10, 10, 40], dtype=torch.int32, device="cuda"))
+    gemm_grouped(a, b, torch.tensor([40, 0, 7], dtype=torch.int32, device="cuda"))
+torch.cuda.synchronize()
+print("CHILD-OK")
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="needs a Hopper (sm_90) GPU")
+@pytest.mark.parametrize("case, message", [
+    ("counts", r"mkernel\.gemm_grouped: counts\[1\] = 41 is outside \[0, 40\]"),
+    ("negative", r"mkernel\.gemm_grouped: counts\[1\] = -1 is outside \[0, 40\]"),
+    ("offs_past", r"mkernel\.gemm_grouped_packed: offs\[2\] = 41 is past a's rows"),
+    ("offs_down", r"mkernel\.gemm_grouped_packed: offs\[1\] = 5 is below the entry before it"),
+    ("valid", None),
+])
+def test_row_bounds_on_the_gpu_are_checked_on_the_device(case, message):
+    """counts / offs live on the GPU (no host read): a bad entry stops the call on the device
+    with a message naming it (then the context is lost, as with PyTorch's index asserts), never
+    rows computed from it in silence; valid ones (equal ends, empty experts) pass."""
+    import re
+    import subprocess
+    import sys
+
+    from tests.isolated import ROOT, trap_safe_env
+
+    with trap_safe_env() as env:
+        r = subprocess.run([sys.executable, "-c", _CHILD.format(root=str(ROOT), case=case)],
+                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = r.stdout + r.stderr
+    if message is None:
+        assert r.returncode == 0 and "CHILD-OK" in out, out[-3000:]
+    else:
+        assert r.returncode != 0 and "CHILD-OK" not in out, out[-3000:]
+        assert re.search(message, out), out[-3000:]
