@@ -192,7 +192,8 @@ def run_case(ctx, c: dict) -> dict:
         "combine": rel_err(out.detach(), ref_mine.detach()),
         "grad_x": rel_err(x.grad.cpu(), xs[rank].grad) if c["tokens"][rank] else 0.0,
         "grad_w1": rel_err(w1.grad.cpu(), w1r.grad[rank * el:(rank + 1) * el]),
-        "grad_w": rel_err(w.grad.cpu(), ws[rank].grad) if c["tokens"][rank] else 0.0,
+        "grad_w": _weight_grad_err(w.grad.cpu(), ws[rank].grad, xs[rank].detach(), ins[rank].topk_idx,
+                                   w1_all, routes[rank], c, rank, dt) if c["tokens"][rank] else 0.0,
     }
     if c["tokens"][rank]:
         assert x.grad.shape == x.shape and w.grad.shape == w.shape
@@ -248,6 +249,28 @@ def poison_allocator() -> None:
     blocks = [torch.full((1 << n,), float("nan"), device="cuda") for n in range(8, 22, 2)]
     torch.cuda.synchronize()
     del blocks
+
+
+def _weight_grad_err(got, ref, x, idx, w1_all, route, c: dict, rank: int, dt) -> float:
+    """The routing weights' gradient error on the scale of rel_err: each element is one dot
+    product <act(z), g> over F, which can cancel to near 0 (a rank with one token: session 44's
+    fuzz), so each is held to bound x |ref| plus two units of rounding of its terms' magnitude
+    sum |act(z)| . |g| (what rounding act(z) to the input dtype alone may move it by)."""
+    bound = BOUNDS[dt]
+    if got.numel() == 0:
+        return 0.0
+    g = torch.randn(c["tokens"][rank], c["f"], generator=torch.Generator().manual_seed(c["seed"] * 31 + rank),
+                    dtype=torch.float64)
+    mags = []
+    for j in range(idx.shape[1]):
+        z = torch.einsum("th,tfh->tf", x.double(), w1_all.double()[idx[:, j]])
+        mags.append((act(z).abs() * g.abs()).sum(-1) * (route[:, j] >= 0).double())
+    mag = torch.stack(mags, 1)
+    # two roundings of act(z) to the dtype, and a float32 sum over F terms
+    unit, unit32 = torch.finfo(dt).eps / 2, torch.finfo(torch.float32).eps / 2
+    allowed = bound * ref.double().abs() + (2 * unit + c["f"] * unit32) * mag
+    excess = (got.double() - ref.double()).abs() / allowed.clamp_min(1e-300)
+    return float(excess.max()) * bound  # <= bound exactly when every element is within its own
 
 
 def _diagnose(c: dict, rank: int, el: int, ins, w1_all, my, res, grad_rows) -> dict:
