@@ -324,6 +324,44 @@ def fuzz(ctx) -> None:
         run_case(ctx, c)
 
 
+def wgrad_probe(ctx) -> None:
+    """A diagnosis (session 44): the fuzz case whose w1 gradient came out NaN on CUDA at W = 3
+    with capacity drops, run with the weight-gradient step instrumented: each of its inputs and
+    its output checked for non-finite values and against float64, printed as PROBE lines."""
+    from mkernel import _moe_registry as reg
+    real = reg._grouped_wgrad
+
+    def probed(grad_out, recv_x, counts, capacity):
+        out = real(grad_out, recv_x, counts, capacity)
+        torch.cuda.synchronize() if DEVICE == "cuda" else None
+        live = torch.arange(capacity, device=counts.device).unsqueeze(0) < counts.unsqueeze(1) \
+            if capacity > 0 else None
+        g64 = grad_out.double().masked_fill(~live.unsqueeze(-1), 0) if live is not None else grad_out.double()
+        x64 = recv_x.double().masked_fill(~live.unsqueeze(-1), 0) if live is not None else recv_x.double()
+        want = torch.bmm(g64.transpose(1, 2), x64) if capacity > 0 else None
+        rec = {"rank": ctx.rank, "capacity": capacity, "counts": counts.tolist(),
+               "grad_out": [list(grad_out.shape), list(grad_out.stride()), str(grad_out.dtype),
+                            bool(torch.isfinite(grad_out).all())],
+               "grad_out_live_finite": bool(torch.isfinite(g64).all()),
+               "recv_x": [list(recv_x.shape), list(recv_x.stride()), bool(torch.isfinite(recv_x).all())],
+               "recv_x_live_finite": bool(torch.isfinite(x64).all()),
+               "out": [list(out.shape), str(out.dtype), bool(torch.isfinite(out).all())],
+               "rel_vs_fp64": None if want is None or not torch.isfinite(out).all() else
+               float((out.double() - want).norm() / want.norm().clamp_min(1e-30))}
+        print("PROBE", json.dumps(rec), flush=True)
+        return out
+
+    reg._grouped_wgrad = probed
+    try:
+        case = fuzz_cases(ctx.world_size)[2]
+        try:
+            run_case(ctx, case)
+        except AssertionError as e:
+            print("PROBE-FAIL", str(e)[:1500], flush=True)
+    finally:
+        reg._grouped_wgrad = real
+
+
 def matrix(ctx) -> None:
     for c in cases(ctx.world_size):
         run_case(ctx, c)
