@@ -13,6 +13,15 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 SEED = fuzz_seed()  # drawn once per session: collection and the header agree
 
 
+def poison() -> None:
+    """Fill the caching allocator's free memory (256 MiB of it) with NaN bit patterns, so an
+    output element a kernel never writes shows up (on CUDA; nothing to do on the CPU)."""
+    if DEVICE == "cuda":
+        x = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        x.fill_(0xFF)  # NaN in bf16 / fp16 / fp32
+        del x
+
+
 def pytest_report_header(config):  # noqa: ARG001
     return f"mkernel fuzz: MKERNEL_FUZZ_SEED={SEED} on {DEVICE}"
 

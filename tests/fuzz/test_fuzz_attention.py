@@ -20,20 +20,13 @@ import pytest
 import torch
 
 import mkernel
-from tests.attention.reference import attention_ref
+from tests.attention.reference import attention_ref, lse_ref, softmax_ref
 
-from .conftest import DEVICE, SEED
+from .conftest import DEVICE, SEED, poison as _poison
 from .problems import AttentionProblem, attention_problems, fuzz_count
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 PROBLEMS = attention_problems(SEED, fuzz_count(DEVICE, 48, 6), DEVICE)
-
-
-def _poison() -> None:
-    if DEVICE == "cuda":
-        x = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-        x.fill_(0xFF)  # NaN in bf16 / fp16 / fp32
-        del x
 
 
 def _inputs(p: AttentionProblem, idx: int):
@@ -47,21 +40,6 @@ def _inputs(p: AttentionProblem, idx: int):
     dout = torch.randn(p.b, p.s, p.h, p.d, device=DEVICE, generator=gen).to(dt)
     dlse = torch.randn(p.b, p.h, p.s, device=DEVICE, generator=gen) if p.lse_grad else None
     return q, k, v, dout, dlse
-
-
-def _lse64(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float) -> torch.Tensor:
-    """lse [b, h, s] with a gradient finite everywhere: rows that see no key get a stand-in (the
-    loss weighs them 0; the op's lse there is -inf)."""
-    s, s_kv, g = q.shape[1], k.shape[1], q.shape[2] // k.shape[2]
-    qd, kd = q.permute(0, 2, 1, 3), k.permute(0, 2, 1, 3).repeat_interleave(g, dim=1)
-    scores = qd @ kd.transpose(-2, -1) * scale
-    if causal:
-        i = torch.arange(s, device=q.device).unsqueeze(1)
-        j = torch.arange(s_kv, device=q.device).unsqueeze(0)
-        seen = (j <= i + (s_kv - s)).expand_as(scores)
-        scores = torch.where(seen.any(-1, keepdim=True), scores.masked_fill(~seen, float("-inf")),
-                             torch.zeros_like(scores))
-    return torch.logsumexp(scores, -1)
 
 
 def _slice_rel(err: torch.Tensor, ref: torch.Tensor, heads_dim: int) -> tuple[float, tuple]:
@@ -152,21 +130,11 @@ def _grads64(q, k, v, dout, w, causal: bool, scale: float, o_used: torch.Tensor,
     dK = scale·dSᵀ·Q (``∂lse/∂S = P``); GQA gradients summed over each kv head's query heads.
     With o_used the exact output these are the exact gradients (test_grads64_is_autograd).
     ``absolute``: every operand and term by its absolute value (no cancellation)."""
-    b, s, h, d = q.shape
-    s_kv, h_kv = k.shape[1], k.shape[2]
+    h, h_kv = q.shape[2], k.shape[2]
     g = h // h_kv
+    pm, _ = softmax_ref(q, k, causal, scale)
     qd, kd, vd = (x.double().permute(0, 2, 1, 3) for x in (q, k, v))
     kd, vd = kd.repeat_interleave(g, dim=1), vd.repeat_interleave(g, dim=1)
-    scores = qd @ kd.transpose(-2, -1) * scale
-    if causal:
-        i = torch.arange(s, device=q.device).unsqueeze(1)
-        j = torch.arange(s_kv, device=q.device).unsqueeze(0)
-        scores = scores.masked_fill(j > i + (s_kv - s), float("-inf"))
-    m = scores.amax(-1, keepdim=True)
-    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
-    e = torch.exp(scores - m)
-    z = e.sum(-1, keepdim=True)
-    pm = torch.where(z > 0, e / z, torch.zeros_like(e))
     do, od = dout.double().permute(0, 2, 1, 3), o_used.double().permute(0, 2, 1, 3)
     if absolute:
         qd, kd, vd, do, od = (x.abs() for x in (qd, kd, vd, do, od))
@@ -191,7 +159,7 @@ def test_grads64_is_autograd() -> None:
     q64, k64, v64 = (x.double().requires_grad_() for x in (q, k, v))
     out, lse = attention_ref(q64, k64, v64, True, 0.3)
     w = w.masked_fill(torch.isneginf(lse.detach()), 0.0)
-    total = (out * dout.double()).sum() + (_lse64(q64, k64, True, 0.3) * w.double()).sum()
+    total = (out * dout.double()).sum() + (lse_ref(q64, k64, True, 0.3) * w.double()).sum()
     want = torch.autograd.grad(total, (q64, k64, v64))
     got = _grads64(q, k, v, dout, w, True, 0.3, out.detach())
     for a, b in zip(got, want):

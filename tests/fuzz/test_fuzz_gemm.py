@@ -17,19 +17,12 @@ import mkernel
 from mkernel.ops import GEMM_CONFIGS
 from tests.gemm.checks import assert_tiles_close, rel_err
 
-from .conftest import DEVICE, SEED
+from .conftest import DEVICE, SEED, poison as _poison
 from .problems import fuzz_count, gemm_problems, grouped_problems
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 PROBLEMS = gemm_problems(SEED, fuzz_count(DEVICE, 64, 8), DEVICE, list(GEMM_CONFIGS))
 GROUPED = grouped_problems(SEED, fuzz_count(DEVICE, 32, 6), DEVICE)
-
-
-def _poison() -> None:
-    if DEVICE == "cuda":
-        x = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-        x.fill_(0xFF)  # NaN in bf16 / fp16 / fp32
-        del x
 
 
 def _randn(gen: torch.Generator, *shape: int, dtype: torch.dtype, scale: float = 1.0) -> torch.Tensor:
