@@ -6,6 +6,7 @@ sequence, sharded the same way."""
 from __future__ import annotations
 
 import os
+import random
 
 import torch
 import torch.distributed as dist
@@ -77,25 +78,57 @@ def check_empty_batch(ctx) -> None:
         assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
 
 
+def fuzz(ctx, rank: int, world: int) -> None:
+    """FUZZ_CASES random cases from FUZZ_SEED (the same on every rank; tests/fuzz's variables):
+    the forward against the float64 reference (fp32, bf16, fp16) and, in fp32, dq / dk / dv
+    (non-causal shards with K/V lengths of their own too)."""
+    r = random.Random(f"ring-host-{os.environ.get('FUZZ_SEED', '0')}-{world}")
+    for i in range(int(os.environ.get("FUZZ_CASES", "6"))):
+        causal = r.random() < 0.5
+        s = r.randint(1, 12)
+        s += s % 2 if causal else 0
+        h_kv = r.choice((1, 2))
+        h, d, b = h_kv * r.choice((1, 2, 3)), r.choice((8, 16, 24)), r.choice((1, 2))
+        dtype = r.choice((torch.float32, torch.float32, torch.bfloat16, torch.float16))
+        case = (causal, b, s, h, h_kv, d, dtype)
+        print("FUZZ", i, case, flush=True)
+        _check_forward(ctx, rank, world, 3000 + i, case)
+        if dtype == torch.float32:
+            s_kv = s if causal or r.random() < 0.6 else r.randint(1, 12)
+            check_gradients(ctx, rank, world, 3000 + i, causal, b, s, h, h_kv, d, s_kv)
+
+
+def _check_forward(ctx, rank: int, world: int, seed: int, case) -> None:
+    causal, b, s, h, h_kv, d, dtype = case
+    gen = torch.Generator().manual_seed(seed)
+    full_s = s * world
+    q = torch.randn(b, full_s, h, d, generator=gen).to(dtype)
+    k = torch.randn(b, full_s, h_kv, d, generator=gen).to(dtype)
+    v = torch.randn(b, full_s, h_kv, d, generator=gen).to(dtype)
+    out, lse = mkernel.ring_attention(_shard(q, rank, world, causal), _shard(k, rank, world, causal),
+                                      _shard(v, rank, world, causal), causal=causal, group=ctx)
+    ref, ref_lse = attention_ref(q, k, v, causal)
+    ref, ref_lse = _shard(ref, rank, world, causal), _shard(ref_lse, rank, world, causal, dim=2)
+    rel = ((out.double() - ref).norm() / ref.norm()).item()
+    bound = 1e-5 if dtype == torch.float32 else 1e-2
+    assert out.dtype == dtype and rel <= bound, (seed, case, rel)
+    assert torch.allclose(lse.double(), ref_lse, rtol=1e-5, atol=1e-5), (seed, case)
+
+
 def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     ctx = mkernel.init()
     rank, world = dist.get_rank(), dist.get_world_size()
-    for i, (causal, b, s, h, h_kv, d, dtype) in enumerate(CASES):
-        gen = torch.Generator().manual_seed(1000 + i)
-        full_s = s * world
-        q = torch.randn(b, full_s, h, d, generator=gen).to(dtype)
-        k = torch.randn(b, full_s, h_kv, d, generator=gen).to(dtype)
-        v = torch.randn(b, full_s, h_kv, d, generator=gen).to(dtype)
-        out, lse = mkernel.ring_attention(_shard(q, rank, world, causal), _shard(k, rank, world, causal),
-                                          _shard(v, rank, world, causal), causal=causal, group=ctx)
-        ref, ref_lse = attention_ref(q, k, v, causal)
-        ref, ref_lse = _shard(ref, rank, world, causal), _shard(ref_lse, rank, world, causal, dim=2)
-        rel = ((out.double() - ref).norm() / ref.norm()).item()
-        bound = 1e-5 if dtype == torch.float32 else 1e-2
-        assert out.dtype == dtype and rel <= bound, (i, rel)
-        assert torch.allclose(lse.double(), ref_lse, rtol=1e-5, atol=1e-5), i
+    if os.environ.get("RING_SUITE") == "fuzz":
+        fuzz(ctx, rank, world)
+        ctx.barrier()
+        mkernel.shutdown()
+        dist.destroy_process_group()
+        print("OK", rank, flush=True)
+        return
+    for i, case in enumerate(CASES):
+        _check_forward(ctx, rank, world, 1000 + i, case)
     for i, case in enumerate(GRAD_CASES):
         check_gradients(ctx, rank, world, i, *case)
     # A loss that reads lse too (ring-attention recipes that merge in torch): its gradient runs a

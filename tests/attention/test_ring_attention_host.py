@@ -31,6 +31,22 @@ def test_ring_attention_matches_reference(world, nodes) -> None:
     check_ranks(res)
 
 
+@pytest.mark.multiproc
+@pytest.mark.parametrize("world, nodes", [(2, 1), (3, 2)])
+def test_ring_attention_host_fuzz(world, nodes) -> None:
+    """Random cases (ring_rank.fuzz: MKERNEL_FUZZ_CASES from MKERNEL_FUZZ_SEED, 6 by default), the
+    forward and the fp32 gradients, an odd world size across two emulated nodes too."""
+    import os
+
+    from tests.fuzz.problems import fuzz_seed
+
+    env = {"RING_SUITE": "fuzz", "FUZZ_SEED": str(fuzz_seed()),
+           "FUZZ_CASES": os.environ.get("MKERNEL_FUZZ_CASES", "6")}
+    res = run_ranks(RING_MAIN, world, nodes=nodes, timeout=240, fork=True, env=env)
+    check_ranks(res)
+    assert all(r.stdout.count("FUZZ ") == int(env["FUZZ_CASES"]) for r in res)
+
+
 CP_MAIN = f"""
 import sys
 sys.path.insert(0, {str(ROOT)!r})
