@@ -329,9 +329,20 @@ def wgrad_probe(ctx) -> None:
     with capacity drops, run with the weight-gradient step instrumented: each of its inputs and
     its output checked for non-finite values and against float64, printed as PROBE lines."""
     from mkernel import _moe_registry as reg
-    real = reg._grouped_wgrad
+    real, real_dgrad = reg._grouped_wgrad, reg._grouped_dgrad
+    before = {}
+
+    def dgrad_probed(grad_out, w1, counts, capacity):
+        # grad_out as the dispatch's backward received it, before the dgrad GEMM and the combine
+        # that sends dx home run: the weight gradient reads it after both.
+        before["grad_out"], before["recv_x"] = grad_out.detach().clone(), None
+        return real_dgrad(grad_out, w1, counts, capacity)
 
     def probed(grad_out, recv_x, counts, capacity):
+        changed = None
+        if "grad_out" in before:
+            changed = not torch.equal(torch.nan_to_num(before["grad_out"], nan=1e30),
+                                      torch.nan_to_num(grad_out.detach(), nan=1e30))
         out = real(grad_out, recv_x, counts, capacity)
         torch.cuda.synchronize() if DEVICE == "cuda" else None
         live = torch.arange(capacity, device=counts.device).unsqueeze(0) < counts.unsqueeze(1) \
@@ -340,6 +351,7 @@ def wgrad_probe(ctx) -> None:
         x64 = recv_x.double().masked_fill(~live.unsqueeze(-1), 0) if live is not None else recv_x.double()
         want = torch.bmm(g64.transpose(1, 2), x64) if capacity > 0 else None
         rec = {"rank": ctx.rank, "capacity": capacity, "counts": counts.tolist(),
+               "grad_out_changed_since_dgrad": changed,
                "grad_out": [list(grad_out.shape), list(grad_out.stride()), str(grad_out.dtype),
                             bool(torch.isfinite(grad_out).all())],
                "grad_out_live_finite": bool(torch.isfinite(g64).all()),
@@ -351,7 +363,7 @@ def wgrad_probe(ctx) -> None:
         print("PROBE", json.dumps(rec), flush=True)
         return out
 
-    reg._grouped_wgrad = probed
+    reg._grouped_wgrad, reg._grouped_dgrad = probed, dgrad_probed
     try:
         case = fuzz_cases(ctx.world_size)[2]
         try:
@@ -359,7 +371,7 @@ def wgrad_probe(ctx) -> None:
         except AssertionError as e:
             print("PROBE-FAIL", str(e)[:1500], flush=True)
     finally:
-        reg._grouped_wgrad = real
+        reg._grouped_wgrad, reg._grouped_dgrad = real, real_dgrad
 
 
 def matrix(ctx) -> None:
