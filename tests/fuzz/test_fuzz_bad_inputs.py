@@ -30,7 +30,7 @@ from .problems import fuzz_count
 
 # Mutations that may be accepted (the result must then be right) and those that must raise.
 MAY_ACCEPT = ("float32", "strided", "offset")
-MUST_RAISE = ("int32", "extra_dim", "missing_dim", "size", "device", "offs_order", "offs_range")
+MUST_RAISE = ("int32", "int64", "extra_dim", "missing_dim", "size", "device", "offs_order", "offs_range")
 
 
 @dataclass(frozen=True)
@@ -54,13 +54,12 @@ def bad_calls(seed: int, n: int) -> list[BadCall]:
     while len(out) < n:
         op = r.choice(tuple(ARGS))
         arg = r.choice(ARGS[op])
-        muts = list(MAY_ACCEPT + MUST_RAISE[:4])
-        if arg == "offs":
-            muts = ["int32", "extra_dim", "offs_order", "offs_range", "strided", "device"]
-            muts.remove("int32")  # offs is int32 already: int64 is its wrong dtype (below)
-            muts.append("int64")
-        elif DEVICE == "cuda":
-            muts.append("device")
+        if arg == "offs":  # offs is int32 already: int64 is its wrong dtype
+            muts = ["extra_dim", "offs_order", "offs_range", "strided", "device", "int64"]
+        else:
+            muts = list(MAY_ACCEPT + ("int32", "extra_dim", "missing_dim", "size"))
+            if DEVICE == "cuda":
+                muts.append("device")
         out.append(BadCall(op, arg, r.choice(muts), r.random() < 0.5))
     return out
 
