@@ -36,12 +36,9 @@ def test_ring_attention_matches_reference(world, nodes) -> None:
 def test_ring_attention_host_fuzz(world, nodes) -> None:
     """Random cases (ring_rank.fuzz: MKERNEL_FUZZ_CASES from MKERNEL_FUZZ_SEED, 6 by default), the
     forward and the fp32 gradients, an odd world size across two emulated nodes too."""
-    import os
+    from tests.fuzz.problems import rank_env
 
-    from tests.fuzz.problems import fuzz_seed
-
-    env = {"RING_SUITE": "fuzz", "FUZZ_SEED": str(fuzz_seed()),
-           "FUZZ_CASES": os.environ.get("MKERNEL_FUZZ_CASES", "6")}
+    env = {"RING_SUITE": "fuzz", **rank_env(6)}
     res = run_ranks(RING_MAIN, world, nodes=nodes, timeout=240, fork=True, env=env)
     check_ranks(res)
     assert all(r.stdout.count("FUZZ ") == int(env["FUZZ_CASES"]) for r in res)

@@ -37,6 +37,13 @@ def fuzz_count(device: str, default_gpu: int, default_cpu: int) -> int:
     return default_gpu if device == "cuda" else default_cpu
 
 
+def rank_env(default_cases: int) -> dict[str, str]:
+    """The environment of a multi-rank fuzz suite's ranks: FUZZ_SEED (drawn once here, so every
+    rank gets the same one) and FUZZ_CASES (MKERNEL_FUZZ_CASES, else `default_cases`)."""
+    return {"FUZZ_SEED": str(fuzz_seed()),
+            "FUZZ_CASES": os.environ.get("MKERNEL_FUZZ_CASES", str(default_cases))}
+
+
 def _length(r: random.Random, hi: int) -> int:
     """A sequence length in [1, hi]: a tile-edge length a quarter of the time, else log-uniform."""
     if r.random() < 0.25:

@@ -231,11 +231,8 @@ def test_fused_ops_fuzz(mps, world):
     problems from FUZZ_SEED, the MKERNEL_FUZZ_* values of tests/fuzz when set), the fused kernels
     pinned, each output per tile against the fp32 reference from poisoned memory; an odd world
     size too."""
-    import os
+    from tests.fuzz.problems import rank_env as fuzz_env
 
-    from tests.fuzz.problems import fuzz_seed
-
-    env = rank_env(mps, world, FUSED_SUITE="fuzz", FUZZ_SEED=str(fuzz_seed()),
-                   FUZZ_CASES=os.environ.get("MKERNEL_FUZZ_CASES", "12"))
+    env = rank_env(mps, world, FUSED_SUITE="fuzz", **fuzz_env(12))
     res = run_ranks(RANKS, world, timeout=600, env=env)
     assert len(check_ranks(res)) == world * int(env["FUZZ_CASES"])

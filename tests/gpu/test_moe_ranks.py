@@ -45,14 +45,13 @@ def test_moe_cuda_ranks_fuzz(mps, world):
     """Random MoE cases (moe_rank_checks.py suite ``fuzz``: FUZZ_CASES from FUZZ_SEED, the
     MKERNEL_FUZZ_* values of tests/fuzz when set), forward and backward, each within its float64
     bound from poisoned memory; an odd world size too."""
-    import os
+    from tests.fuzz.problems import rank_env as fuzz_env
 
-    from tests.fuzz.problems import fuzz_seed
-
-    n = os.environ.get("MKERNEL_FUZZ_CASES", "8")
+    fuzz = fuzz_env(8)
+    n = fuzz["FUZZ_CASES"]
     res = run_ranks(RANK_MAIN, world, timeout=600,
-                    env=rank_env(mps, world, TEST_SUITE="fuzz", TEST_DEVICE="cuda", FUZZ_SEED=str(fuzz_seed()),
-                                 FUZZ_CASES=n, MKERNEL_OP_TIMEOUT="15"))
+                    env=rank_env(mps, world, TEST_SUITE="fuzz", TEST_DEVICE="cuda",
+                                 MKERNEL_OP_TIMEOUT="15", **fuzz))
     cases = check_ranks(res)
     assert len(cases) == world * int(n), len(cases)
     assert max(c["err"] / c["bound"] for c in cases) <= 1

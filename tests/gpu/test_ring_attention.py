@@ -50,14 +50,12 @@ def test_ring_attention_fuzz(mps, world):
     """Random ring cases (rank_ring_attention.py suite ``fuzz``: FUZZ_CASES from FUZZ_SEED, the
     MKERNEL_FUZZ_* values of tests/fuzz when set): the forward twice and half of them the
     gradients, against the fp32 reference of the whole sequence; an odd world size too."""
-    import os
+    from tests.fuzz.problems import rank_env as fuzz_env
 
-    from tests.fuzz.problems import fuzz_seed
-
-    n = int(os.environ.get("MKERNEL_FUZZ_CASES", "8"))
+    fuzz = fuzz_env(8)
+    n = int(fuzz["FUZZ_CASES"])
     res = run_ranks(RING_MAIN, world, timeout=600,
-                    env=rank_env(mps, world, TEST_SUITE="fuzz", FUZZ_SEED=str(fuzz_seed()),
-                                 FUZZ_CASES=str(n), MKERNEL_OP_TIMEOUT="30"))
+                    env=rank_env(mps, world, TEST_SUITE="fuzz", MKERNEL_OP_TIMEOUT="30", **fuzz))
     cases = check_ranks(res)
     assert sum(c["op"] == "fuzz" for c in cases) == 2 * n * world, cases
 

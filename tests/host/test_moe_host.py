@@ -41,13 +41,12 @@ def test_moe_matches_reference(world, nodes):
 def test_moe_fuzz_matches_reference(world, nodes):
     """Random cases (the ``fuzz`` suite: MKERNEL_FUZZ_CASES from MKERNEL_FUZZ_SEED, 6 by default)
     through the host path, forward and backward, against the float64 reference."""
-    import os
+    from tests.fuzz.problems import rank_env
 
-    from tests.fuzz.problems import fuzz_seed
-
-    n = os.environ.get("MKERNEL_FUZZ_CASES", "6")
+    fuzz = rank_env(6)
+    n = fuzz["FUZZ_CASES"]
     res = run_ranks(RANK_MAIN, world, nodes=nodes, timeout=240, fork=True,
-                    env={"TEST_SUITE": "fuzz", "FUZZ_SEED": str(fuzz_seed()), "FUZZ_CASES": n})
+                    env={"TEST_SUITE": "fuzz", **fuzz})
     cases = check_ranks(res)
     assert len(cases) == world * int(n), len(cases)
     assert max(c["err"] / c["bound"] for c in cases) <= 1
