@@ -360,6 +360,12 @@ def wgrad_probe(ctx) -> None:
                "out": [list(out.shape), str(out.dtype), bool(torch.isfinite(out).all())],
                "rel_vs_fp64": None if want is None or not torch.isfinite(out).all() else
                float((out.double() - want).norm() / want.norm().clamp_min(1e-30))}
+        if want is not None:  # the same product with g^T made contiguous first, and in float32
+            for name, alt in (("contiguous", lambda a, b: torch.bmm(a.transpose(1, 2).contiguous(), b)),
+                              ("fp32", lambda a, b: torch.bmm(a.float().transpose(1, 2), b.float()))):
+                o = alt(g64.to(grad_out.dtype), x64.to(recv_x.dtype))
+                rec["rel_" + name] = float((o.double() - want).norm() / want.norm().clamp_min(1e-30)) \
+                    if torch.isfinite(o).all() else "nonfinite"
         print("PROBE", json.dumps(rec), flush=True)
         return out
 
