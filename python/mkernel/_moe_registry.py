@@ -93,8 +93,10 @@ def _grouped_wgrad(grad_out: Tensor, recv_x: Tensor, counts: Tensor, capacity: i
     if capacity > 0:
         live = torch.arange(capacity, device=counts.device).unsqueeze(0) < counts.unsqueeze(1)
         # g^T made contiguous: torch 2.11 (cu130)'s bmm of a transposed half-precision view with
-        # one batch (one local expert) returned wrong values on an H100 share (MPS, a third of
-        # the SMs): 0.26 to 2e6 relative error, a NaN weight gradient at W = 3 (session 45).
+        # one batch (one local expert) returned wrong values on an H100 share (MPS, 42 of 132
+        # SMs): 0.26 to 2e6 relative error, a NaN weight gradient at W = 3 (session 45). Still
+        # wrong there at C = 32 even contiguous (right on the whole GPU): open, issue 14; the
+        # branch s45-wgrad-engine runs the engine's grouped GEMM instead (not yet on the GPU).
         g = grad_out.masked_fill(~live.unsqueeze(-1), 0).transpose(1, 2).contiguous()
         x = recv_x.masked_fill(~live.unsqueeze(-1), 0)
         return torch.bmm(g, x)

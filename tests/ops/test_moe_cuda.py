@@ -173,7 +173,9 @@ def test_world_one_moe_mlp(ops, capacity):
 def test_weight_gradient_matches_float64(ops, dtype, e_local, capacity, counts):
     """The dispatch's weight gradient (grad_out_e^T @ x_e per local expert) against float64, one
     local expert included: session 45 found torch's bmm of a transposed half-precision view with
-    one batch wrong (0.26 off at C = 27) on a share of an H100; rows past the counts are NaN."""
+    one batch wrong (0.26 off at C = 27) on a share of an H100; rows past the counts are NaN.
+    Passes on the whole GPU; at a third of it (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=33) the padded
+    (1, 32, [32]) case still fails (cuBLAS, session 45: open in issue 14)."""
     from mkernel._moe_registry import _grouped_wgrad
 
     f, h = 368, 496
