@@ -85,21 +85,19 @@ def _grouped_dgrad(grad_out: Tensor, w1: Tensor, counts: Tensor, capacity: int) 
 def _grouped_wgrad(grad_out: Tensor, recv_x: Tensor, counts: Tensor, capacity: int) -> Tensor:
     """grad_out_e.T @ x_e per local expert -> [E_local, F, H] (fp32 accumulation).
 
-    Padded layout: one masked bmm. Packed layout: ``torch._grouped_mm`` with the groups along
+    Padded layout: the dead rows zeroed, then the engine's grouped GEMM on CUDA
+    (:func:`_padded_wgrad_cuda`), one bmm on CPU. Packed layout: ``torch._grouped_mm`` with the groups along
     the reduction (``offs``), where its rules hold (bf16, rows 16-byte aligned);
     else a per-expert loop, which reads the counts on the host.
     """
     f, h = grad_out.shape[-1], recv_x.shape[-1]
     if capacity > 0:
         live = torch.arange(capacity, device=counts.device).unsqueeze(0) < counts.unsqueeze(1)
-        # g^T made contiguous: torch 2.11 (cu130)'s bmm of a transposed half-precision view with
-        # one batch (one local expert) returned wrong values on an H100 share (MPS, 42 of 132
-        # SMs): 0.26 to 2e6 relative error, a NaN weight gradient at W = 3 (session 45). Still
-        # wrong there at C = 32 even contiguous (right on the whole GPU): open, issue 14; the
-        # branch s45-wgrad-engine runs the engine's grouped GEMM instead (not yet on the GPU).
-        g = grad_out.masked_fill(~live.unsqueeze(-1), 0).transpose(1, 2).contiguous()
+        g = grad_out.masked_fill(~live.unsqueeze(-1), 0)
         x = recv_x.masked_fill(~live.unsqueeze(-1), 0)
-        return torch.bmm(g, x)
+        if g.is_cuda:
+            return _padded_wgrad_cuda(g, x)
+        return torch.bmm(g.transpose(1, 2), x)
     g2, x2 = grad_out.reshape(-1, f).contiguous(), recv_x.reshape(-1, h).contiguous()
     offs = torch.cumsum(counts, 0, dtype=torch.int32)
     if g2.shape[0] and offs.numel():
@@ -119,6 +117,30 @@ def _grouped_wgrad(grad_out: Tensor, recv_x: Tensor, counts: Tensor, capacity: i
         if n:
             out[e] = g2[first:first + n].float().T @ x2[first:first + n].float()
     return out.to(grad_out.dtype)
+
+
+def _padded_wgrad_cuda(g: Tensor, x: Tensor) -> Tensor:
+    """sum_c g[e, c]^T x[e, c] -> [E, F, H] for the padded layout on CUDA, dead rows zeroed.
+
+    Not torch.bmm: torch 2.11 (cu130)'s bmm of one batch (one local expert) in half precision
+    returned wrong values on a share of an H100 (MPS, 42 of 132 SMs; session 45): 0.26 to 2e6
+    relative error for C = 9 to 32 rows, transposed view or not (a NaN weight gradient at W = 3),
+    right at the full GPU. The engine's padded grouped GEMM instead (fuzz-checked at every
+    share): a = g^T [E, F, C8], b = x^T [E, H, C8], every expert's F rows live, the reduction C
+    zero-padded to a multiple of 8 for TMA's 16-byte row strides. Outputs whose rows TMA cannot
+    store (H * 2 bytes not a multiple of 16) take float32 bmm (right at C = 27 on that share).
+    """
+    e, c, f = g.shape
+    h = x.shape[-1]
+    if (h * x.element_size()) % 16 or g.dtype not in (torch.bfloat16, torch.float16):
+        return torch.bmm(g.float().transpose(1, 2), x.float()).to(g.dtype)
+    c8 = -(-c // 8) * 8
+    gt = g.new_zeros(e, f, c8)
+    gt[:, :, :c] = g.transpose(1, 2)
+    xt = x.new_zeros(e, h, c8)
+    xt[:, :, :c] = x.transpose(1, 2)
+    rows = torch.full((e,), f, dtype=torch.int32, device=g.device)
+    return _OPS.gemm_grouped(gt, xt, rows)
 
 
 def _dispatch_setup(ctx, inputs, output):

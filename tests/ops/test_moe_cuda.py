@@ -166,19 +166,20 @@ def test_world_one_moe_mlp(ops, capacity):
 
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("e_local, capacity, counts", [
-    (1, 27, [27]), (1, 9, [5]), (1, 32, [32]), (2, 27, [27, 0]), (3, 40, [1, 40, 17]),  # padded
-    (1, 0, [27]), (1, 0, [9]), (3, 0, [5, 0, 31]),  # packed
+@pytest.mark.parametrize("e_local, capacity, counts, h", [
+    (1, 27, [27], 496), (1, 9, [5], 496), (1, 32, [32], 496), (2, 27, [27, 0], 496),  # padded
+    (3, 40, [1, 40, 17], 496), (1, 64, [64], 500), (2, 128, [128, 77], 1024),
+    (1, 0, [27], 496), (1, 0, [9], 496), (3, 0, [5, 0, 31], 496),  # packed
 ])
-def test_weight_gradient_matches_float64(ops, dtype, e_local, capacity, counts):
+def test_weight_gradient_matches_float64(ops, dtype, e_local, capacity, counts, h):
     """The dispatch's weight gradient (grad_out_e^T @ x_e per local expert) against float64, one
     local expert included: session 45 found torch's bmm of a transposed half-precision view with
-    one batch wrong (0.26 off at C = 27) on a share of an H100; rows past the counts are NaN.
-    Passes on the whole GPU; at a third of it (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=33) the padded
-    (1, 32, [32]) case still fails (cuBLAS, session 45: open in issue 14)."""
+    one batch wrong (0.26 off at C = 27, also at C = 32 with g^T contiguous) on a third of an H100
+    and right on all of it: run it under MPS with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=33 as well.
+    Rows past the counts are NaN; H = 500 takes the float32 fallback (rows TMA cannot store)."""
     from mkernel._moe_registry import _grouped_wgrad
 
-    f, h = 368, 496
+    f = 368
     gen = torch.Generator().manual_seed(45 + sum(counts))
     rows = e_local * capacity if capacity else sum(counts)
     g = torch.randn(rows, f, generator=gen, dtype=torch.float64)
