@@ -52,3 +52,26 @@ def test_fake_machines(machine, gpus, nics):
     assert r.returncode == (1 if missing_lib else 0), r.stdout
     if missing_lib:
         assert any(f["check"].startswith("transport.") and f["status"] == "error" for f in rep["findings"])
+
+
+def test_half_gemm_check_catches_a_wrong_matmul():
+    """The torch.half_gemm finding's measure: right (bf16 rounding) for torch's own CPU matmul,
+    far past the tolerance for a matmul that is wrong the way cuBLAS was on an MPS share (one
+    row of the reduction dropped), and inf where it returns non-finite values."""
+    import torch
+
+    from mkernel.doctor import _HALF_GEMM_TOL, half_gemm_errors
+
+    right = half_gemm_errors("cpu")
+    assert len(right) == 12 and max(right.values()) < _HALF_GEMM_TOL / 4, right
+    assert min(right.values()) > 0  # half-precision rounding, not a float64 product
+
+    dropped = half_gemm_errors("cpu", lambda a, b: torch.matmul(a[:, 1:], b[1:]))
+    assert all(v > 2 * _HALF_GEMM_TOL for v in dropped.values()), dropped  # ~1/sqrt(C)
+
+    def nan_corner(a, b):
+        out = torch.matmul(a, b)
+        out[0, 0] = float("nan")
+        return out
+
+    assert all(v == float("inf") for v in half_gemm_errors("cpu", nan_corner).values())
