@@ -11,10 +11,10 @@ probe() {  # probe SHARE LIB [WS]: one process
   echo "== share $1 lib $2 ws ${3:--}"; eval "$env timeout 40 python3 .ci/jobs/s46_blas_probe.py" 2>&1 | tail -40
 }
 export -f probe
-jx blas_shares 80 30 "for s in 33 50 100; do probe \$s default; done"
-jx blas_libs 60 20 "probe 33 cublas; probe 33 default :0:0"
-jx doctor 40 15 "for s in 33 100; do echo == share \$s; CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=\$s NCCL_NVLS_ENABLE=0 timeout 18 python3 -m mkernel doctor | grep -E 'half_gemm|result'; echo rc \${PIPESTATUS[0]}; done"
+jx blas_shares 50 25 "for s in 33 100; do probe \$s default; done"
+jx blas_libs 50 20 "probe 33 cublas; probe 33 default :0:0"
+jx doctor 30 15 "for s in 33 100; do echo == share \$s; CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=\$s NCCL_NVLS_ENABLE=0 timeout 18 python3 -m mkernel doctor | grep -E 'half_gemm|result'; echo rc \${PIPESTATUS[0]}; done"
 T="CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=33 MKERNEL_FUZZ_SEED=4601"
-jx fuzz_gemm_third 80 30 "$T MKERNEL_FUZZ_CASES=60 timeout 78 $P tests/fuzz/test_fuzz_gemm.py"
-jx fuzz_attn_third 80 30 "$T MKERNEL_FUZZ_CASES=60 timeout 78 $P tests/fuzz/test_fuzz_attention.py"
-jx moe_rest 220 80 "timeout 218 $P \$(cat .ci/jobs/s46_moe_rest.txt)"
+jx fuzz_gemm_third 60 30 "$T MKERNEL_FUZZ_CASES=40 timeout 58 $P tests/fuzz/test_fuzz_gemm.py"
+jx fuzz_attn_third 60 30 "$T MKERNEL_FUZZ_CASES=40 timeout 58 $P tests/fuzz/test_fuzz_attention.py"
+jx moe_rest 220 60 "timeout 218 $P \$(cat .ci/jobs/s46_moe_rest.txt)"
