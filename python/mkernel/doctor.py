@@ -142,7 +142,11 @@ def _half_gemm(findings: list[Finding]) -> dict[str, float]:
     are torch's; session 46 found them silently wrong on an MPS share of an H100."""
     if not torch.cuda.is_available():
         return {}
-    errors = half_gemm_errors("cuda")
+    try:
+        errors = half_gemm_errors("cuda")
+    except RuntimeError as e:  # a GPU that cannot run a matmul is what doctor must report
+        findings.append(Finding("torch.half_gemm", ERROR, f"torch's half-precision matmul failed on GPU 0: {e}"))
+        return {}
     bad = {k: v for k, v in errors.items() if not v <= _HALF_GEMM_TOL}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     share = os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
