@@ -122,11 +122,11 @@ def _grouped_wgrad(grad_out: Tensor, recv_x: Tensor, counts: Tensor, capacity: i
 def _padded_wgrad_cuda(g: Tensor, x: Tensor) -> Tensor:
     """sum_c g[e, c]^T x[e, c] -> [E, F, H] for the padded layout on CUDA, dead rows zeroed.
 
-    Not torch.bmm: torch 2.11 (cu130)'s bmm of one batch (one local expert) in half precision
-    returned wrong values on a share of an H100 (MPS, 42 of 132 SMs; session 45): 0.26 to 2e6
-    relative error for C = 9 to 32 rows, transposed view or not (a NaN weight gradient at W = 3),
-    right at the full GPU. The engine's padded grouped GEMM instead (fuzz-checked at every
-    share): a = g^T [E, F, C8], b = x^T [E, H, C8], every expert's F rows live, the reduction C
+    Not torch.bmm: torch 2.11 (cu130)'s half-precision GEMMs returned wrong values on a share of
+    an H100 (MPS, 42 of 132 SMs; sessions 45-46): the one-batch bmm here 0.26 to 2e6 relative
+    error for C = 9 to 32 rows, transposed view or not (a NaN weight gradient at W = 3), and
+    torch.mm too (16 of 48 probed shapes), all right at the full GPU and in float32. The engine's
+    padded grouped GEMM instead (fuzz-checked at every share): a = g^T [E, F, C8], b = x^T [E, H, C8], every expert's F rows live, the reduction C
     zero-padded to a multiple of 8 for TMA's 16-byte row strides. Outputs whose rows TMA cannot
     store (H * 2 bytes not a multiple of 16) take float32 bmm (right at C = 27 on that share).
     """
