@@ -29,6 +29,9 @@ class Knob(NamedTuple):
 KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("MKERNEL_ATTN_BWD", DEBUG, "auto|torch|flash|native", "ops.ATTENTION_BACKWARD (auto)",
          "mkernel.attention's backward on CUDA (ops.py, read at each backward call)"),
+    Knob("MKERNEL_LOCAL_GEMM", DEBUG, "auto|torch|engine", "auto",
+         "the fused ops' backward GEMMs: torch.matmul, or the engine where torch's half GEMM is wrong "
+         "on this GPU share (_local_gemm.py)"),
     Knob("MKERNEL_RING_BWD_GROUPS", DEBUG, "0|1", "1",
          "0: the ring backward runs one call per (query, key) block, not per group (_ring_backward.py)"),
     Knob("MKERNEL_BOOTSTRAP_HOST", CONFIG, "host name or address",

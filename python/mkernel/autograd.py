@@ -12,7 +12,8 @@ them (Megatron's column-/row-parallel rules under sequence parallelism):
   rank (the all-reduce's backward is the identity): dgrad ``grad @ w`` and wgrad ``grad.T @ x``
   are local, no communication.
 
-The local GEMMs of the backward are ``torch.matmul`` (cuBLAS on CUDA, any dtype on CPU).
+The local GEMMs of the backward are ``torch.matmul`` (cuBLAS on CUDA, any dtype on CPU), or the
+engine where torch's half-precision GEMM is wrong on this GPU share (``_local_gemm.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+from ._local_gemm import dgrad, wgrad
 
 _ops = torch.ops.mkernel
 
@@ -55,7 +58,7 @@ def _ag_backward(ctx: Any, grad_out: Tensor | None, grad_gathered: Tensor | None
                 else:
                     probe = w.new_zeros(8, w.shape[1])  # the cheapest GEMM that gathers x
                     gathered = _ops.ag_gemm.default(x, probe, group, world, True)[1]
-            grad_w = grad_out.t().matmul(gathered)
+            grad_w = wgrad(grad_out, gathered)
     if grad_gathered is not None and ctx.needs_input_grad[0] and grad_gathered.numel():
         # d(allgather(x)) / dx: the reduce-scatter of the gathered input's gradient (an exact
         # GEMM with the identity: every product is one term).
@@ -80,7 +83,7 @@ def _rs_backward(ctx: Any, grad_out: Tensor):
     grad_out = grad_out.contiguous()
     # allgather(grad) [M, N] @ w [N, k] -> [M, k]; the gathered grad gives wgrad.
     grad_x, gathered = _ops.ag_gemm.default(grad_out, _t(w), ctx.group, ctx.world_size, True)
-    grad_w = gathered.t().matmul(x) if ctx.needs_input_grad[1] else None
+    grad_w = wgrad(gathered, x) if ctx.needs_input_grad[1] else None
     return (grad_x if ctx.needs_input_grad[0] else None), grad_w, None, None
 
 
@@ -95,8 +98,8 @@ def _ar_backward(ctx: Any, grad_out: Tensor):
     x, w = ctx.saved_tensors
     if grad_out is None:
         return None, None, None, None
-    grad_x = grad_out.matmul(w) if ctx.needs_input_grad[0] else None
-    grad_w = grad_out.t().matmul(x) if ctx.needs_input_grad[1] else None
+    grad_x = dgrad(grad_out, w) if ctx.needs_input_grad[0] else None
+    grad_w = wgrad(grad_out, x) if ctx.needs_input_grad[1] else None
     return grad_x, grad_w, None, None
 
 

@@ -111,43 +111,20 @@ def _mps(findings: list[Finding]) -> dict[str, Any]:
     return state
 
 
-# torch's half-precision GEMM on operands where a reduced MPS share of an H100 broke it (torch 2.11+cu130,
-# 42 of 132 SMs, sessions 45-46): the weight-gradient form g^T x with few reduction rows, as a transposed view
-# and contiguous, and a square one that came back non-finite. Small enough for a float64 host reference.
-_HALF_GEMM_CASES = ((27, 368, 496), (32, 368, 496), (128, 1024, 1024))
-_HALF_GEMM_TOL = 2e-2  # bf16 rounding gives ~2e-3 on these; the defect gave 0.26 to 1e17 or NaN
-
-
-def half_gemm_errors(device: str | torch.device, matmul: Any = torch.matmul) -> dict[str, float]:
-    """Relative error (Frobenius, inf if non-finite) of ``matmul`` in bf16 / fp16 on ``device``
-    against float64 on the host, per case: ``"bf16 g^T x [C, F]^T [C, H] view"`` etc."""
-    gen = torch.Generator().manual_seed(46)
-    errors: dict[str, float] = {}
-    for dt, name in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
-        for c, f, h in _HALF_GEMM_CASES:
-            g = torch.randn(c, f, generator=gen).to(dt)
-            x = torch.randn(c, h, generator=gen).to(dt)
-            want = g.double().t() @ x.double()
-            gd, xd = g.to(device), x.to(device)
-            for form, a in (("view", gd.t()), ("contiguous", gd.t().contiguous())):
-                out = matmul(a, xd).double().cpu()
-                rel = float((out - want).norm() / want.norm()) if bool(torch.isfinite(out).all()) else float("inf")
-                errors[f"{name} g^T x [{c}, {f}]^T [{c}, {h}] {form}"] = rel
-    return errors
-
-
 def _half_gemm(findings: list[Finding]) -> dict[str, float]:
     """torch's half-precision GEMM (cuBLAS) checked on this process's GPU share: mkernel's forward
     ops run their own kernels, but the backward's local GEMMs and every torch layer around them
     are torch's; session 46 found them silently wrong on an MPS share of an H100."""
     if not torch.cuda.is_available():
         return {}
+    from ._local_gemm import HALF_GEMM_TOL, half_gemm_errors
+
     try:
         errors = half_gemm_errors("cuda")
     except RuntimeError as e:  # a GPU that cannot run a matmul is what doctor must report
         findings.append(Finding("torch.half_gemm", ERROR, f"torch's half-precision matmul failed on GPU 0: {e}"))
         return {}
-    bad = {k: v for k, v in errors.items() if not v <= _HALF_GEMM_TOL}
+    bad = {k: v for k, v in errors.items() if not v <= HALF_GEMM_TOL}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     share = os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
     where = f"GPU 0 as this process sees it ({sms} SMs" + (f", MPS share {share}%)" if share else ")")
@@ -155,9 +132,10 @@ def _half_gemm(findings: list[Finding]) -> dict[str, float]:
         worst = max(bad, key=lambda k: bad[k])
         findings.append(Finding("torch.half_gemm", ERROR,
                                 f"torch {torch.__version__}'s half-precision matmul is wrong on {where}: "
-                                f"{len(bad)} of {len(errors)} cases past {_HALF_GEMM_TOL}, worst {worst}: "
+                                f"{len(bad)} of {len(errors)} cases past {HALF_GEMM_TOL}, worst {worst}: "
                                 f"{bad[worst]:.3g} vs float64. Gradients through torch layers and mkernel's "
-                                "backward GEMMs would be wrong; run on a whole GPU or another torch/CUDA build"))
+                                "backward GEMMs move to its engine (MKERNEL_LOCAL_GEMM=auto), but torch layers stay wrong; "
+                                "run on a whole GPU or another torch/CUDA build"))
     else:
         findings.append(Finding("torch.half_gemm", OK,
                                 f"bf16/fp16 matmul right on {where} (worst {max(errors.values()):.2g})"))

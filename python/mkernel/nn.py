@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from . import ops
+from ._local_gemm import linear, wgrad
 
 _mk = torch.ops.mkernel
 
@@ -82,7 +83,7 @@ class _ReplicatedColumnLinear(torch.autograd.Function):
     def forward(ctx: Any, x: Tensor, w: Tensor, handle: int, world: int) -> Tensor:
         ctx.save_for_backward(x, w)
         ctx.handle, ctx.world = handle, world
-        return x.matmul(w.t())
+        return linear(x, w)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor):
@@ -92,7 +93,7 @@ class _ReplicatedColumnLinear(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             grad_x = _mk.gemm_ar.default(grad, w.t().contiguous(), ctx.handle, ctx.world)
         if ctx.needs_input_grad[1]:
-            grad_w = grad.t().matmul(x)
+            grad_w = wgrad(grad, x)
         return grad_x, grad_w, None, None
 
 

@@ -60,7 +60,7 @@ def test_half_gemm_check_catches_a_wrong_matmul():
     row of the reduction dropped), and inf where it returns non-finite values."""
     import torch
 
-    from mkernel.doctor import _HALF_GEMM_TOL, half_gemm_errors
+    from mkernel._local_gemm import HALF_GEMM_TOL as _HALF_GEMM_TOL, half_gemm_errors
 
     right = half_gemm_errors("cpu")
     assert len(right) == 12 and max(right.values()) < _HALF_GEMM_TOL / 4, right
