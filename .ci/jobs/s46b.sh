@@ -9,6 +9,6 @@ P="python3 -m pytest -q -rfEx --tb=short -p no:cacheprovider --durations=3"
 jx local_full 40 15 "timeout 38 $P tests/ops/test_local_gemm.py"
 jx local_third 40 15 "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=33 timeout 38 $P -o log_cli=true tests/ops/test_local_gemm.py"
 jx mlp 120 40 "timeout 118 $P tests/gpu/test_fused_ops.py -k 'mlp_layers or mlp_compiled'"
-jx exchange_alone 80 30 "timeout 78 $P tests/gpu/test_moe_ranks.py -k exchange_alone"
+jx exchange_alone 80 30 "timeout 70 $P -v tests/gpu/test_moe_ranks.py -k exchange_alone"  # -v: the names even if cut
 jx fuzz_fused 120 40 "MKERNEL_FUZZ_CASES=10 timeout 118 $P tests/gpu/test_fused_ops.py -k fuzz"
 jx wgrad_cost 40 15 "timeout 38 python3 .ci/jobs/s46_wgrad_cost.py"
