@@ -62,12 +62,12 @@ def half_gemm_errors(device: str | torch.device, matmul: Callable[[Tensor, Tenso
 
 def torch_half_gemm_ok(device: torch.device) -> bool:
     """Whether torch's bf16/fp16 matmul is right on ``device`` as this process sees it (cached per
-    device; unknown while torch.compile traces: then assumed right, so call it eagerly first:
-    ``mkernel.init`` does on CUDA)."""
+    device; unknown while torch.compile traces or a CUDA graph is captured: then assumed right,
+    so make the first call eager: a warm-up step, or this function)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _torch_ok:
-        if torch.compiler.is_compiling():
-            return True
+        if torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing():
+            return True  # no values to read while tracing or capturing a graph: decide eagerly
         try:
             with torch.cuda.device(index):
                 errors = half_gemm_errors(torch.device("cuda", index), reference="device")
