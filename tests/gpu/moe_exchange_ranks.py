@@ -13,6 +13,11 @@ import torch.distributed as dist
 
 import mkernel
 
+# rows x cols: 1 piece (tiny), 8 pieces of ~1.1 MiB with a ragged tail, bf16 and fp32; each twice.
+SHAPES = ((5, 24, torch.bfloat16), (1234, 3581, torch.bfloat16), (777, 2051, torch.float32))
+REPEATS = 2
+CASES_PER_RANK = len(SHAPES) * REPEATS
+
 
 def main() -> None:
     torch.set_num_threads(1)
@@ -21,12 +26,10 @@ def main() -> None:
     rank, world = ctx.rank, ctx.world_size
     torch.cuda.set_device(0)
     gen = torch.Generator(device="cuda").manual_seed(100 + rank)
-    # rows x cols: 1 piece (tiny), 8 pieces of ~1.1 MiB with a ragged tail, bf16 and fp32.
-    for rows, cols, dt in ((5, 24, torch.bfloat16), (1234, 3581, torch.bfloat16),
-                           (777, 2051, torch.float32)):
+    for rows, cols, dt in SHAPES:
         x = torch.randn(rows, cols, device="cuda", generator=gen).to(dt)
         a2a = torch.randn(world * rows, cols, device="cuda", generator=gen).to(dt)
-        for rep in range(2):  # repeated: the READY / DONE fences between calls
+        for rep in range(REPEATS):  # repeated: the READY / DONE fences between calls
             want = mkernel.all_gather(x, group=ctx)
             got = torch.ops.mkernel._moe_exchange(x, False, ctx.handle, world)
             ok_gather = bool(torch.equal(got, want))
