@@ -79,3 +79,30 @@ def test_auto_decision_agrees_with_the_float64_probe():
     device = torch.device("cuda", torch.cuda.current_device())
     errors = lg.half_gemm_errors(device)
     assert lg.torch_half_gemm_ok(device) == all(v <= lg.HALF_GEMM_TOL for v in errors.values()), errors
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["torch", "engine"])
+def test_replicated_column_linear_matches_float64(ops, monkeypatch, device, mode):
+    """mkernel.nn.ColumnParallelLinear without sequence parallelism (its forward and weight
+    gradient through _local_gemm, dx through gemm_ar) at world size one, bf16, ragged sizes,
+    against float64."""
+    from types import SimpleNamespace
+
+    from mkernel.nn import ColumnParallelLinear
+
+    monkeypatch.setenv("MKERNEL_LOCAL_GEMM", mode)
+    g = torch.Generator().manual_seed(47 + (mode == "engine"))
+    t, k, n = 19, 72, 40
+    layer = ColumnParallelLinear(k, n, bias=False, group=SimpleNamespace(handle=WORLD_ONE, world_size=1),
+                                 params_dtype=torch.bfloat16, device=device)
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(n, k, generator=g))
+    x = torch.randn(t, k, generator=g).to(device, torch.bfloat16).requires_grad_(True)
+    grad = torch.randn(t, n, generator=g)
+    y = layer(x)[0]
+    wd, xd, gd = layer.weight.detach().double().cpu(), x.detach().double().cpu(), grad.double()
+    assert rel(y.detach().cpu(), xd @ wd.t()) < 1e-2
+    (y.float() * grad.to(device)).sum().backward()
+    assert rel(x.grad.cpu(), gd @ wd) < 1e-2
+    assert rel(layer.weight.grad.cpu(), gd.t() @ xd) < 1e-2
