@@ -113,9 +113,9 @@ def _grouped_wgrad(grad_out: Tensor, recv_x: Tensor, counts: Tensor, capacity: i
             _warn_once(f"mkernel.moe_dispatch_gemm backward: torch._grouped_mm refused the weight "
                        f"gradient ({e}); using a per-expert loop (one host read of the counts)")
     out = torch.zeros((counts.shape[0], f, h), dtype=torch.float32, device=grad_out.device)
-    for e, (first, n) in enumerate(_expert_rows(counts, capacity)):
+    for expert, (first, n) in enumerate(_expert_rows(counts, capacity)):
         if n:
-            out[e] = g2[first:first + n].float().T @ x2[first:first + n].float()
+            out[expert] = g2[first:first + n].float().T @ x2[first:first + n].float()
     return out.to(grad_out.dtype)
 
 

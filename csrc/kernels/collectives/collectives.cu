@@ -21,6 +21,7 @@
 
 #include "../comm/fp32_accum.cuh"
 #include "../comm/group_sync.cuh"
+#include "../comm/resident_grid.h"
 #include "../../env_knobs.h"
 #include "collectives_api.h"
 
@@ -860,29 +861,9 @@ cudaError_t preload_kernels(cudaStream_t stream) {
   return cudaSuccess;
 }
 
-// The co-resident grid for `kernel` on the current device (the SM count as this process sees
-// it: under MPS it is the process's share), cached per (device, kernel): the queries cost more
-// than a small collective.
+// The co-resident grid for `kernel`: up to two CTAs per SM (comm/resident_grid.h).
 cudaError_t resident_ctas(const void* kernel, int* out) {
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err != cudaSuccess) return err;
-  static std::mutex mu;
-  static std::map<std::pair<int, const void*>, int> cache;
-  std::lock_guard<std::mutex> guard(mu);
-  auto it = cache.find({dev, kernel});
-  if (it != cache.end()) {
-    *out = it->second;
-    return cudaSuccess;
-  }
-  int sms = 0, per_sm = 0;
-  err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (err != cudaSuccess) return err;
-  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
-  if (err != cudaSuccess) return err;
-  *out = sms * std::max(1, std::min(per_sm, 2));
-  cache.emplace(std::make_pair(dev, kernel), *out);
-  return cudaSuccess;
+  return comm::resident_grid(kernel, kThreads, 2, out);
 }
 
 // Block of one rank in the net areas (the padded all_reduce block, reduce_scatter's M/W rows,

@@ -6,12 +6,11 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <utility>
 
 #include "../comm/fp32_accum.cuh"
 #include "../comm/group_sync.cuh"
+#include "../comm/resident_grid.h"
 #include "../comm/work_counter.cuh"
 #include "moe_ep_api.h"
 #include "moe_slots.h"
@@ -687,25 +686,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) scatter_kernel(const Com
 // grid barrier needed all of two CTAs per SM resident, and failed after exactly the op
 // timeout: under MPS the ranks' grids may share SMs.)
 cudaError_t resident_ctas(const void* kernel, int* out) {
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err != cudaSuccess) return err;
-  static std::mutex mu;
-  static std::map<std::pair<int, const void*>, int> cache;
-  std::lock_guard<std::mutex> guard(mu);
-  auto it = cache.find({dev, kernel});
-  if (it != cache.end()) {
-    *out = it->second;
-    return cudaSuccess;
-  }
-  int sms = 0, per_sm = 0;
-  err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (err != cudaSuccess) return err;
-  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0);
-  if (err != cudaSuccess) return err;
-  *out = sms * std::min(per_sm, kCtasPerSm);
-  cache.emplace(std::make_pair(dev, kernel), *out);
-  return cudaSuccess;
+  return comm::resident_grid(kernel, kThreads, kCtasPerSm, out);
 }
 
 bool group_ok(const GroupDevice& g, const char** reason) {
