@@ -117,11 +117,12 @@ int main() {
                  g_entry == (causal ? 3 : 7) && g_variant == (causal ? 136 : wide),
              "a longer-KV-block variant: its entry non-causal (split tail), 136 causal");
     }
-    for (int v15 : {133256, 264328, 395400, 166024}) {
+    for (int v15 : {133256, 264328, 395400, 166024, 2492552}) {
       v.variant = v15;
       expect(!uses_tile_counter(v) && uses_split_tail(v) == !causal && run(v, l) == cudaSuccess &&
                  g_entry == (causal ? 3 : 8) && g_variant == (causal ? 136 : v15),
-             "an attn15 variant (bits 17-18): its entry non-causal (split tail), 136 causal");
+             "an attn15 variant (bits 17-18; 2492552 + bit 21): its entry non-causal (split "
+             "tail), 136 causal");
     }
     for (int v16 : {690312, 952456, 1738888}) {
       v.variant = v16;
