@@ -93,8 +93,12 @@ struct AttnTraits {
   static constexpr int kReserveBytes = kReserveBytes_;
   //   bit 21 (with bit 7; non-causal plain kernels): cross-tile overlap, Q double-buffered (see
   //          kCrossTile below): the second Q stage comes out of the K/V rings' budget.
+  //   bit 22 (with 21): one Q stage (K 3 + V 3 kept): the tile's Q is released as soon as its
+  //          last S GEMM is done, inside its last block's step, and the boundary turn waits for
+  //          the next Q's load (latency exposed, no K stage given up).
   static constexpr bool kCrossTile = (kVariant & (1 << 21)) != 0;
-  static constexpr int kStagesQ = kCrossTile ? 2 : 1;
+  static constexpr bool kCrossTileOneQ = (kVariant & (1 << 22)) != 0;
+  static constexpr int kStagesQ = kCrossTile && !kCrossTileOneQ ? 2 : 1;
   static constexpr int kHalfStagesOInV =
       (kSmemLimit - kStagesQ * kTileBytes - 2048 - kReserveBytes) / (kStageBytes / 2);
   static constexpr int kStagesK =
@@ -206,6 +210,7 @@ struct AttnTraits {
                                 kClusterM == 1 && !kPrefetchNextQ && !kLateRescale),
                 "bit 21 (cross-tile overlap): non-causal, O in a V stage (bit 7), not with bits 5, "
                 "10, 13, 14 or 19, no cluster");
+  static_assert(!kCrossTileOneQ || kCrossTile, "bit 22 (one Q stage) is built on bit 21");
 
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
   static constexpr bool kPingPong = true;

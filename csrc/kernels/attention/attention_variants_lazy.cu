@@ -6,8 +6,7 @@
 // on 2184's mainloop (O in the V stage of the tile's last block, K 3 + V 3, the split tail):
 //   133256 = 2184 + bit 17, 264328 = 2184 + bit 18, 395400 = 2184 + bits 17 + 18,
 //   166024 = 34952 + bit 17: the lazy rescale on attn14's 128x144 tile (K 2 + V 3 stages of
-//            36 KiB; +1.75% over 2184 at S = 8192 in s12run2 without it),
-//   2492552 = 395400 + bit 21: cross-tile overlap (attn17; Q double-buffered, K 2 + V 3).
+//            36 KiB; +1.75% over 2184 at S = 8192 in s12run2 without it).
 // A causal call with one of them runs 136 (the dispatcher, as for the attn14 bits: causal has
 // its own default). A file of its own so that its kernels compile beside the other variant files.
 #include "attention_launch.cuh"
@@ -23,7 +22,6 @@ cudaError_t run_bf16_d128_m128_n128_variant_attn15(const Problem& p, const Launc
     case 264328: return launch_attention<E, 128, 128, 128, false, NoHooks, 264328>(p, l, h);
     case 395400: return launch_attention<E, 128, 128, 128, false, NoHooks, 395400>(p, l, h);
     case 166024: return launch_attention<E, 128, 128, 144, false, NoHooks, 2184 | (1 << 17)>(p, l, h);
-    case 2492552: return launch_attention<E, 128, 128, 128, false, NoHooks, 2492552>(p, l, h);
     default: return cudaErrorInvalidValue;
   }
 }

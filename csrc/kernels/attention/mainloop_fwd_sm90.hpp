@@ -992,6 +992,8 @@ struct MainloopFwdSm90 {
                                  ReleasePrevO&& release_prev_o) {
     using namespace cute;
     static_assert(Traits::kCrossTile && !kCausal, "mma_stream: the cross-tile variants (bit 21)");
+    // The walk's blocks are n_max - 1 down to n_min (non-causal: prev_block is n - 1), which the
+    // Q release of bit 22 (kStagesQ == 1) relies on.
     static_assert(int(cosize_v<SmemLayoutQs>) == kStagesQ * kQStageElems, "Q stages back to back");
     constexpr bool kZZ = false;
     const int warp_group = mma_thread_idx / cutlass::NumThreadsPerWarpGroup;
@@ -1025,7 +1027,7 @@ struct MainloopFwdSm90 {
     Softmax softmax(p.scale_log2);       // the tile's running state
     Softmax softmax_next(p.scale_log2);  // the next tile's, from its first block on
 
-    auto gemm_qk = [&](int q_stage, int k_stage) {
+    auto gemm_qk = [&](auto q_stage, int k_stage) CUTLASS_LAMBDA_FUNC_INLINE {  // an int or cute::Int
       tiled_mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
       warpgroup_fence_operand(acc_s);
       warpgroup_arrive();
@@ -1036,7 +1038,7 @@ struct MainloopFwdSm90 {
       }
       warpgroup_commit_batch();
     };
-    auto gemm_pv = [&](int stage) {
+    auto gemm_pv = [&](int stage) CUTLASS_LAMBDA_FUNC_INLINE {
       tiled_mma_pv.accumulate_ = GMMA::ScaleOut::One;
       warpgroup_fence_operand(acc_o);
       warpgroup_fence_operand(tOrP);
@@ -1061,6 +1063,9 @@ struct MainloopFwdSm90 {
       piece_range(w, n_min, n_max);
     };
 
+    // K 2 + V 3 stages (Q's second stage took K's third): two pipeline states advance per block,
+    // +10 SASS instructions in the block loop against 395400's one (641 vs 631, uniform-pipe
+    // index and phase updates; a compile-time Q stage changes nothing there).
     StateQ q_read;
     StateKV kv_read;
     StateV v_read = v_state(kv_read);  // V of the block in p_frag
@@ -1102,10 +1107,10 @@ struct MainloopFwdSm90 {
       // One KV block nb after the first: S_nb, the previous block's P·V, nb's softmax. With
       // release_o, the turn after an epilogue: the previous tile's O stage is freed after the
       // issues (mma frees it after the tile's first S GEMM issue: the same point in time).
-      auto kv_step = [&](int nb, auto release_o) {
+      auto kv_step = [&](int nb, auto release_o, auto qs) CUTLASS_LAMBDA_FUNC_INLINE {
         wait_k(k_state(kv_read));
         scheduler_barrier_sync(warp_group);
-        gemm_qk(q_read.index(), k_state(kv_read).index());
+        gemm_qk(qs, k_state(kv_read).index());
         softmax.rescale(acc_o_rc, factor);
         wait_v(v_read);
         gemm_pv(v_read.index());
@@ -1114,6 +1119,9 @@ struct MainloopFwdSm90 {
         warpgroup_wait<1>();  // S_nb ready; the PV GEMM may still run
         warpgroup_fence_operand(acc_s);
         pipeline_k.consumer_release(k_state(kv_read));
+        if constexpr (kStagesQ == 1) {  // bit 22: the tile's last S GEMM is done: Q's stage back
+          if (nb == n_min) pipeline_q.consumer_release(q_read);
+        }
         mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, nb, factor);
         warpgroup_wait<0>();  // PV done: O and P's registers are ours again
         warpgroup_fence_operand(acc_o);
@@ -1123,16 +1131,35 @@ struct MainloopFwdSm90 {
         v_read = v_state(kv_read);
         ++kv_read;
       };
-      n = n - 1;
-      if (n >= n_min) {
-        kv_step(n, cute::true_type{});
-        --n;
+      // The walk below the first block, on Q stage qs as a compile-time index (a runtime one
+      // rebuilds Q's descriptors in every S GEMM). The lambdas called more than once are forced
+      // inline: left to the inliner, this one stayed a call and its captures went to the stack.
+      auto walk = [&](auto qs) CUTLASS_LAMBDA_FUNC_INLINE {
+        n = n - 1;
+        if (n >= n_min) {
+          kv_step(n, cute::true_type{}, qs);
+          --n;
+        }
+        CUTLASS_PRAGMA_NO_UNROLL
+        for (; n >= n_min; --n) kv_step(n, cute::false_type{}, qs);
+      };
+      if constexpr (kStagesQ == 1) {
+        walk(cute::Int<0>{});
+      } else {
+        if (q_read.index() == 0) {
+          walk(cute::Int<0>{});
+        } else {
+          walk(cute::Int<1>{});
+        }
       }
-      CUTLASS_PRAGMA_NO_UNROLL
-      for (; n >= n_min; --n) kv_step(n, cute::false_type{});
 
-      // Every S GEMM of the tile is done: Q's stage goes back to the producer.
-      pipeline_q.consumer_release(q_read);
+      // Every S GEMM of the tile is done: Q's stage goes back to the producer (bit 22: already,
+      // in the last block's step, unless the tile walked one block).
+      if constexpr (kStagesQ == 1) {
+        if (n_max - 1 == n_min) pipeline_q.consumer_release(q_read);
+      } else {
+        pipeline_q.consumer_release(q_read);
+      }
       ++q_read;
       // The next tile's first block, if it has one, rides in this tile's last turn.
       const WorkTile next = tile_at(t + stride);
