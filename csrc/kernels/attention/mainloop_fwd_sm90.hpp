@@ -627,6 +627,37 @@ struct MainloopFwdSm90 {
     if (all == -1.f) __nanosleep(0);
   }
 
+  // The two GEMMs of a KV block, shared by mma and mma_stream: S = Q·Kᵀ (SS wgmmas over the head
+  // dim into acc_s, overwritten) and O += P·V (RS wgmmas over the block's first kSteps k-steps),
+  // each one commit group. tSrQ / tSrK / tOrVt: one stage of the fragments. (The SASS of the
+  // kernels built before them is unchanged, instruction for instruction.)
+  template <class TiledMma, class TQ, class TK, class AccS>
+  CUTLASS_DEVICE static void issue_qk(TiledMma& mma, TQ const& tSrQ, TK const& tSrK, AccS& acc_s) {
+    using namespace cute;
+    mma.accumulate_ = GMMA::ScaleOut::Zero;
+    warpgroup_fence_operand(acc_s);
+    warpgroup_arrive();
+    CUTLASS_PRAGMA_UNROLL
+    for (int kb = 0; kb < size<2>(tSrQ); ++kb) {
+      cute::gemm(mma, tSrQ(_, _, kb), tSrK(_, _, kb), acc_s);
+      mma.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+  }
+  template <int kSteps = kBlockN / 16, class TiledMma, class TP, class TVt, class AccO>
+  CUTLASS_DEVICE static void issue_pv(TiledMma& mma, TP& tOrP, TVt const& tOrVt, AccO& acc_o) {
+    using namespace cute;
+    mma.accumulate_ = GMMA::ScaleOut::One;
+    warpgroup_fence_operand(acc_o);
+    warpgroup_fence_operand(tOrP);
+    warpgroup_arrive();
+    CUTLASS_PRAGMA_UNROLL
+    for (int kb = 0; kb < kSteps; ++kb) {
+      cute::gemm(mma, tOrP(_, _, kb), tOrVt(_, _, kb), acc_o);
+    }
+    warpgroup_commit_batch();
+  }
+
   // Consumer: the threads of the consumer warpgroups run this per work tile and return
   // with the unnormalised O in acc_o (softmax.finalize normalises it).
   //
@@ -685,28 +716,8 @@ struct MainloopFwdSm90 {
     Tensor tOrP = make_tensor(p_frag.data(), p_operand_layout());
     float factor[decltype(size<0>(s_rc))::value];
 
-    auto gemm_qk = [&](int stage) {
-      tiled_mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
-      warpgroup_fence_operand(acc_s);
-      warpgroup_arrive();
-      CUTLASS_PRAGMA_UNROLL
-      for (int kb = 0; kb < size<2>(tSrQ); ++kb) {
-        cute::gemm(tiled_mma_qk, tSrQ(_, _, kb), tSrK(_, _, kb, stage), acc_s);
-        tiled_mma_qk.accumulate_ = GMMA::ScaleOut::One;
-      }
-      warpgroup_commit_batch();
-    };
-    auto gemm_pv = [&](int stage) {
-      tiled_mma_pv.accumulate_ = GMMA::ScaleOut::One;
-      warpgroup_fence_operand(acc_o);
-      warpgroup_fence_operand(tOrP);
-      warpgroup_arrive();
-      CUTLASS_PRAGMA_UNROLL
-      for (int kb = 0; kb < size<2>(tOrP); ++kb) {
-        cute::gemm(tiled_mma_pv, tOrP(_, _, kb), tOrVt(_, _, kb, stage), acc_o);
-      }
-      warpgroup_commit_batch();
-    };
+    auto gemm_qk = [&](int stage) { issue_qk(tiled_mma_qk, tSrQ, tSrK(_, _, _, stage), acc_s); };
+    auto gemm_pv = [&](int stage) { issue_pv(tiled_mma_pv, tOrP, tOrVt(_, _, _, stage), acc_o); };
 
     // Traits::kNarrowTop (bit 19): the PV GEMM of a top block that holds at most kNarrowN keys
     // runs its first kNarrowN / 16 k-steps only (the others multiply P = 0, exp of the masked
@@ -757,6 +768,7 @@ struct MainloopFwdSm90 {
         for (int i = 0; i < size(p_n); ++i) p_frag(i) = p_n(i);
       }
     };
+    // (Not through issue_pv: that moved one uniform add across a wgmma in 1738888's SASS.)
     [[maybe_unused]] auto gemm_pv_narrow = [&](int stage) {
       if constexpr (Traits::kNarrowTop) {
         tiled_mma_pv.accumulate_ = GMMA::ScaleOut::One;
@@ -1028,26 +1040,10 @@ struct MainloopFwdSm90 {
     Softmax softmax_next(p.scale_log2);  // the next tile's, from its first block on
 
     auto gemm_qk = [&](auto q_stage, int k_stage) CUTLASS_LAMBDA_FUNC_INLINE {  // an int or cute::Int
-      tiled_mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
-      warpgroup_fence_operand(acc_s);
-      warpgroup_arrive();
-      CUTLASS_PRAGMA_UNROLL
-      for (int kb = 0; kb < size<2>(tSrQ); ++kb) {
-        cute::gemm(tiled_mma_qk, tSrQ(_, _, kb, q_stage), tSrK(_, _, kb, k_stage), acc_s);
-        tiled_mma_qk.accumulate_ = GMMA::ScaleOut::One;
-      }
-      warpgroup_commit_batch();
+      issue_qk(tiled_mma_qk, tSrQ(_, _, _, q_stage), tSrK(_, _, _, k_stage), acc_s);
     };
     auto gemm_pv = [&](int stage) CUTLASS_LAMBDA_FUNC_INLINE {
-      tiled_mma_pv.accumulate_ = GMMA::ScaleOut::One;
-      warpgroup_fence_operand(acc_o);
-      warpgroup_fence_operand(tOrP);
-      warpgroup_arrive();
-      CUTLASS_PRAGMA_UNROLL
-      for (int kb = 0; kb < size<2>(tOrP); ++kb) {
-        cute::gemm(tiled_mma_pv, tOrP(_, _, kb), tOrVt(_, _, kb, stage), acc_o);
-      }
-      warpgroup_commit_batch();
+      issue_pv(tiled_mma_pv, tOrP, tOrVt(_, _, _, stage), acc_o);
     };
     [[maybe_unused]] const bool waits_kv =
         !Traits::kLeadWaitsOnly || __shfl_sync(0xffffffffu, warp_group, 0) == 0;
