@@ -26,9 +26,10 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 CROSS = 2492552  # 395400 + bit 21
 CROSS_ONE_Q = 6686856  # CROSS + bit 22
 BASE = 395400
-# Beside VARIANT_CASES: 4096 keys (32 KV blocks a tile; the bench's b = 4, h = 32 needs a 16 GiB
-# float64 reference), one KV block per tile over many tiles per CTA (every turn a boundary), a ragged one-block
-# walk, the split tail's pieces of a 3000-key range, and MQA with a 1-key tail block.
+# Beside VARIANT_CASES: 4096 keys (32 KV blocks a tile; the bench's b = 4, h = 32 would need a
+# 16 GiB float64 reference), one KV block per tile over many tiles per CTA (every turn a
+# boundary), a ragged one-block walk, the split tail's pieces of a 3000-key range, and MQA with a
+# 1-key tail block.
 EXTRA = [(1, 4096, 4096, 8, 8, 128), (2, 2000, 128, 64, 8, 128), (3, 1500, 77, 40, 40, 128),
          (1, 1024, 3000, 36, 12, 128), (1, 1000, 4097, 17, 1, 128)]
 
