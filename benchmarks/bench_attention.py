@@ -236,6 +236,8 @@ VARIANT_DOC = {
     690312: "166024 + the narrow top block's PV GEMM (attn16, bit 19: a top KV block of <= 64 keys runs 4 of 9 k-steps; causal runs 136)",
     952456: "690312 + only consumer warpgroup 0 waits on the K/V full barriers (attn16: bits 17 + 18 + 19 on 128x144; causal runs 136)",
     1738888: "690312 + the narrow top block's S GEMM, mask and softmax on its 64 columns (attn16, bit 20; causal runs 136)",
+    2492552: "395400 + cross-tile overlap (attn17, bit 21: a tile's last PV GEMM shares its turn with the next tile's first S GEMM, Q double-buffered, K 2 + V 3; bit for bit 395400; causal runs 136)",
+    6686856: "2492552 + one Q stage (attn17, bit 22: released in the tile's last block step; K 3 + V 3; bit for bit 395400; causal runs 136)",
     18568: "2184 + O stored from registers (attn13, bit 14: no cross-warpgroup meet, V stage freed after the last PV; causal runs 136 + bit 14; bit for bit 2184 / 136)",
 }
 

@@ -955,6 +955,33 @@ def _attention_backward_choice(q: Tensor, k: Tensor, v: Tensor, causal: bool) ->
     engine's own backward: opted in, :func:`_attention_backward_mode`, or where auto's
     :func:`_native_backward_wins`), "cudnn",
     "flash" (torch's FA2 backward) or "math" (the fp32 reference, CPU)."""
+    # Asked on every backward call, whose host time counts wherever the GPU waits on the host
+    # (session 48: 48 µs of the body's 317 on an H100's host). The answer depends only on this
+    # key, so it is cached whole: one tuple of the tensors' own size / stride tuples and the
+    # settings read raw (the mode is validated on a miss; a bad one raises and is not cached).
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, q.device,
+           causal, torch.backends.cuda.cudnn_sdp_enabled(),
+           torch.are_deterministic_algorithms_enabled(), _env_knobs.get("MKERNEL_ATTN_BWD", ""),
+           ATTENTION_BACKWARD, NATIVE_AUTO_MIN_SEQ)
+    try:
+        choice = _BACKWARD_CHOICES.get(key)
+    except TypeError:  # symbolic sizes (torch.compile) are not hashable: no cache
+        return _attention_backward_choice_uncached(q, k, v, causal)
+    if choice is None:
+        if len(_BACKWARD_CHOICES) >= 1024:
+            _BACKWARD_CHOICES.clear()
+        choice = _BACKWARD_CHOICES[key] = _attention_backward_choice_uncached(q, k, v, causal)
+    return choice
+
+
+# _attention_backward_choice's answers, by its key (shapes, strides, dtype, device, causal, the
+# torch flags and the mkernel settings that decide it).
+_BACKWARD_CHOICES: dict[tuple, str] = {}
+
+
+def _attention_backward_choice_uncached(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> str:
+    """:func:`_attention_backward_choice` worked out: the settings, then cuDNN's applicability
+    (itself cached per problem, :data:`_CUDNN_BACKWARD_OK`)."""
     if not (q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and q.shape[-1] <= 256):
         return "math"
     mode = _attention_backward_mode()
@@ -964,10 +991,8 @@ def _attention_backward_choice(q: Tensor, k: Tensor, v: Tensor, causal: bool) ->
         return "native"
     if mode == "flash" or (causal and q.shape[1] != k.shape[1]):
         return "flash"
-    # The check builds SDPAParams and stand-in tensors: tens of microseconds of host time per
-    # backward call, which count wherever the GPU waits on the host (session 31: the backward
-    # alone read 0.976-0.982x SDPA's own cuDNN backward with the same kernel). Its answer depends
-    # only on these keys (and cuDNN SDPA being enabled), so it is asked once per key.
+    # The check builds SDPAParams and stand-in tensors: tens of microseconds of host time, so it
+    # is asked once per key (the answer depends only on these and cuDNN SDPA being enabled).
     dims = (*q.shape, *q.stride(), *k.shape, *k.stride(), *v.stride())
     if not all(type(x) is int for x in dims):  # symbolic sizes (torch.compile): no cache
         return "cudnn" if _cudnn_backward_applies(q, k, v, causal) else "flash"
@@ -981,8 +1006,9 @@ def _attention_backward_choice(q: Tensor, k: Tensor, v: Tensor, causal: bool) ->
     return "cudnn" if hit else "flash"
 
 
-# _attention_backward_choice's cache of _cudnn_backward_applies, by shapes, strides, dtype, device,
-# cuDNN SDPA enabled and deterministic algorithms (torch's check refuses cuDNN under those).
+# _attention_backward_choice_uncached's cache of _cudnn_backward_applies, by shapes, strides,
+# dtype, device, cuDNN SDPA enabled and deterministic algorithms (torch's check refuses cuDNN
+# under those).
 _CUDNN_BACKWARD_OK: dict[tuple, bool] = {}
 
 

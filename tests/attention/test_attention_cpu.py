@@ -100,6 +100,50 @@ def test_backward_choice_on_the_cpu_is_the_math_backward(setting, monkeypatch) -
         assert mkernel.ops._attention_backward_choice(q, k, k, causal) == "math"
 
 
+def test_backward_choice_is_worked_out_once_per_key(monkeypatch) -> None:
+    """The choice is cached whole: the same problem asks the uncached choice once; another
+    shape, stride, causal flag, setting (module or environment) or torch flag asks anew; an
+    unhashable (symbolic) size bypasses the cache."""
+    calls = []
+    real = mkernel.ops._attention_backward_choice_uncached
+
+    def counting(q, k, v, causal):
+        calls.append((tuple(q.shape), causal))
+        return real(q, k, v, causal)
+
+    monkeypatch.setattr(mkernel.ops, "_attention_backward_choice_uncached", counting)
+    mkernel.ops._BACKWARD_CHOICES.clear()
+    q = torch.randn(1, 8, 4, 64, dtype=torch.bfloat16)
+    k = torch.randn(1, 8, 2, 64, dtype=torch.bfloat16)
+    choose = mkernel.ops._attention_backward_choice
+    assert choose(q, k, k, True) == "math" and choose(q, k, k, True) == "math"
+    assert len(calls) == 1
+    choose(q.transpose(1, 2).contiguous().transpose(1, 2), k, k, True)  # other strides
+    choose(q[:, :7], k, k, True)  # another shape
+    choose(q, k, k, False)  # not causal
+    assert len(calls) == 4
+    monkeypatch.setattr(mkernel.ops, "ATTENTION_BACKWARD", "flash")
+    choose(q, k, k, True)
+    monkeypatch.setenv("MKERNEL_ATTN_BWD", "torch")
+    choose(q, k, k, True)
+    assert len(calls) == 6
+    choose(q, k, k, True)
+    assert len(calls) == 6
+
+    class Unhashable(tuple):
+        __hash__ = None  # type: ignore[assignment]
+
+    class Symbolic:  # stands for a tensor whose sizes are symbolic (torch.compile)
+        shape = Unhashable(q.shape)
+        is_cuda, dtype, device = False, q.dtype, q.device
+
+        def stride(self):
+            return q.stride()
+
+    assert choose(Symbolic(), k, k, True) == "math"  # type: ignore[arg-type]
+    assert len(calls) == 7 and len(mkernel.ops._BACKWARD_CHOICES) == 6
+
+
 @pytest.mark.parametrize("split", [1, 40, 99])
 def test_merge_of_kv_blocks_equals_full_attention(split) -> None:
     """attention(q, [k1; k2]) == merge(attention(q, k1), attention(q, k2)) (the ring step)."""

@@ -186,17 +186,27 @@ def test_gradients_through_lse(case, backend, monkeypatch) -> None:
             assert rel < 2e-2, f"d{name} relative error {rel} (out term {with_out}, {backend})"
 
 
-def test_backward_choice_cache_follows_the_problem() -> None:
-    """The cuDNN applicability check is cached per (shapes, strides, dtype, device, cuDNN SDPA
-    enabled): a second call gives the same answer, disabling cuDNN SDPA moves the same problem
-    to FA2, and a layout cuDNN's check refuses is asked anew, not served the cached answer."""
+def test_backward_choice_cache_follows_the_problem(monkeypatch) -> None:
+    """The choice and the cuDNN applicability check are cached per (shapes, strides, dtype,
+    device, cuDNN SDPA enabled, settings): a second call gives the same answer from the choice's
+    cache, disabling cuDNN SDPA moves the same problem to FA2, a setting change is a new key, and
+    a layout cuDNN's check refuses is asked anew, not served the cached answer."""
     q, k, v = (torch.randn(1, 256, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     mkernel.ops._CUDNN_BACKWARD_OK.clear()
+    mkernel.ops._BACKWARD_CHOICES.clear()
     first = mkernel.ops._attention_backward_choice(q, k, v, True)
     assert first == "cudnn"
-    assert len(mkernel.ops._CUDNN_BACKWARD_OK) == 1
+    assert len(mkernel.ops._CUDNN_BACKWARD_OK) == 1 and len(mkernel.ops._BACKWARD_CHOICES) == 1
     assert mkernel.ops._attention_backward_choice(q, k, v, True) == first
-    assert len(mkernel.ops._CUDNN_BACKWARD_OK) == 1
+    assert len(mkernel.ops._CUDNN_BACKWARD_OK) == 1 and len(mkernel.ops._BACKWARD_CHOICES) == 1
+    monkeypatch.setenv("MKERNEL_ATTN_BWD", "native")
+    assert mkernel.ops._attention_backward_choice(q, k, v, True) == "native"
+    monkeypatch.setenv("MKERNEL_ATTN_BWD", "bogus")
+    for _ in range(2):  # a bad setting raises on every call: never cached
+        with pytest.raises(ValueError, match="MKERNEL_ATTN_BWD"):
+            mkernel.ops._attention_backward_choice(q, k, v, True)
+    monkeypatch.delenv("MKERNEL_ATTN_BWD")
+    assert mkernel.ops._attention_backward_choice(q, k, v, True) == first
     from torch.nn.attention import SDPBackend, sdpa_kernel
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
         assert not torch.backends.cuda.cudnn_sdp_enabled()

@@ -28,6 +28,9 @@ cudaError_t run_bf16_d128_m128_n128_variant_attn15(const Problem& p, const Launc
 // attention_variants_narrow.cu: the non-causal variants with attn16's bits 19-20 (128x144),
 // and their hooked kernel (the KV-wait policy, flags by keys).
 cudaError_t run_bf16_d128_m128_narrow_variant(const Problem& p, const Launch& l);
+// attention_variants_cross.cu: the non-causal variants with attn17's cross-tile overlap (bits
+// 21-22, on 395400).
+cudaError_t run_bf16_d128_m128_n128_variant_cross(const Problem& p, const Launch& l);
 cudaError_t run_bf16_d128_m128_n144_hooked(const Problem& p, const Launch& l, const HookArgs& h);
 
 static_assert(kDefaultWideKvNonCausal == 0 || kDefaultWideKvNonCausal == 34952 ||
@@ -217,6 +220,12 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
     if ((p.variant & kNarrowTopBit) != 0) {
       if (!p.causal) return run_bf16_d128_m128_narrow_variant(p, l);
       Problem pc = p;  // causal: 136 (bit 19 is built non-causal only)
+      pc.variant = 136;
+      return run_bf16_d128_m128_n128_variant_causal(pc, l);
+    }
+    if ((p.variant & kCrossTileBit) != 0) {
+      if (!p.causal) return run_bf16_d128_m128_n128_variant_cross(p, l);
+      Problem pc = p;  // causal: 136 (the bits are built non-causal; causal has its default)
       pc.variant = 136;
       return run_bf16_d128_m128_n128_variant_causal(pc, l);
     }

@@ -369,6 +369,29 @@ class AttentionFwdSm90 {
         }
         o_stage_held = -1;
       };
+      if constexpr (Traits::kCrossTile) {
+        // The cross-tile overlap (variant bit 21): the mainloop walks the CTA's whole static tile
+        // sequence and hands each finished tile here (O held in V stage o_stage; -1: none).
+        static_assert(!Hooks::kClaimsTiles && !Hooks::kWaitsForKV && !Hooks::kForwardsKV && !kPhases,
+                      "bit 21 (cross-tile overlap): plain kernels only");
+        auto on_tile_end = [&](WorkTile const& work, auto& acc_o, auto& softmax, int o_stage) {
+          constexpr int kRows = decltype(size<0>(rowcol(acc_o.layout())))::value;
+          Tensor acc_o_rc = rowcol_view(acc_o);
+          float lse[kRows];
+          softmax.finalize(acc_o_rc, lse, params.mainloop.softmax_scale);
+          typename Traits::Element* smem_o =
+              o_stage >= 0 ? Mainloop::v_stage_data(shared.tensors.mainloop, o_stage) : nullptr;
+          o_stage_held = o_stage;
+          epilogue.store(params.epilogue, smem_o, work, mma_thread_idx, acc_o, lse);
+        };
+        mainloop.mma_stream(params.mainloop, pipeline_q, pipeline_k, pipeline_v, shared.tensors.mainloop,
+                            mma_thread_idx, first_tile(), tile_stride(),
+                            [&](int t) { return get_tile(params.scheduler, t); }, on_tile_end,
+                            release_prev_o);
+        release_prev_o();  // the producer's tail waits for it
+        Epilogue::store_tail(mma_thread_idx);
+        return;
+      }
       int t = first_tile();
       for (uint32_t k = 0;; ++k, t += tile_stride()) {
         if constexpr (Hooks::kClaimsTiles) {

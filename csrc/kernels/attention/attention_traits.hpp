@@ -91,8 +91,16 @@ struct AttnTraits {
   //          staging buffers (K 2 + V 3): that policy's mainloop, measured as a plain kernel.
   static constexpr bool kOInV = (kVariant & 128) != 0;
   static constexpr int kReserveBytes = kReserveBytes_;
+  //   bit 21 (with bit 7; non-causal plain kernels): cross-tile overlap, Q double-buffered (see
+  //          kCrossTile below): the second Q stage comes out of the K/V rings' budget.
+  //   bit 22 (with 21): one Q stage (K 3 + V 3 kept): the tile's Q is released as soon as its
+  //          last S GEMM is done, inside its last block's step, and the boundary turn waits for
+  //          the next Q's load (latency exposed, no K stage given up).
+  static constexpr bool kCrossTile = (kVariant & (1 << 21)) != 0;
+  static constexpr bool kCrossTileOneQ = (kVariant & (1 << 22)) != 0;
+  static constexpr int kStagesQ = kCrossTile && !kCrossTileOneQ ? 2 : 1;
   static constexpr int kHalfStagesOInV =
-      (kSmemLimit - kTileBytes - 2048 - kReserveBytes) / (kStageBytes / 2);
+      (kSmemLimit - kStagesQ * kTileBytes - 2048 - kReserveBytes) / (kStageBytes / 2);
   static constexpr int kStagesK =
       !kOInV ? kStages : ((kVariant & 256) != 0 ? 2 : kHalfStagesOInV - (kHalfStagesOInV + 1) / 2);
   static constexpr int kStagesV =
@@ -187,6 +195,22 @@ struct AttnTraits {
                 "bit 19 (narrow top block): non-causal, O in a V stage, no split masked loop, no "
                 "cluster, kBlockN > kNarrowN");
   static_assert(!kNarrowS || kNarrowTop, "bit 20 (narrow top S GEMM) is built on bit 19");
+
+  //   bit 21 (attn17; non-causal, with bit 7): cross-tile overlap. At a tile's end the next
+  //          tile's first S GEMM is issued in the same turn as this tile's last PV GEMM, and its
+  //          softmax runs while that PV GEMM does (FA3's intra-warpgroup pairing carried across
+  //          the tile boundary, two softmax states); the epilogue follows. Without it the last PV
+  //          GEMM and the next first S GEMM each run with nothing beside them: about one KV
+  //          block's period per tile with the tensor cores half idle (NOTES attn16: c_t ~1.9 us
+  //          = 1.05 blocks per tile at 4096 keys). Q is double-buffered (kStagesQ) so the next
+  //          tile's Q is resident before this tile's last S GEMM is done. The consumers walk the
+  //          static tile sequence in one call (mainloop mma_stream); the tiles' outputs are the
+  //          same sums in the same order as the base's: bit for bit.
+  static_assert(!kCrossTile || (!kCausal && kOInV && !kODirect && !kNarrowTop && !kSplitMasked &&
+                                kClusterM == 1 && !kPrefetchNextQ && !kLateRescale),
+                "bit 21 (cross-tile overlap): non-causal, O in a V stage (bit 7), not with bits 5, "
+                "10, 13, 14 or 19, no cluster");
+  static_assert(!kCrossTileOneQ || kCrossTile, "bit 22 (one Q stage) is built on bit 21");
 
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
   static constexpr bool kPingPong = true;

@@ -40,8 +40,16 @@ struct MainloopFwdSm90 {
   using SmemLayoutK = typename Traits::SmemLayoutK;
   using SmemLayoutVt = typename Traits::SmemLayoutVt;
 
-  using PipelineQ = cutlass::PipelineTmaAsync<1>;
-  using StateQ = cutlass::PipelineState<1>;
+  // Q: one stage per tile, two with the cross-tile overlap (Traits::kCrossTile: the next tile's Q
+  // is resident while this tile's last S GEMM still reads its own).
+  static constexpr int kStagesQ = Traits::kStagesQ;
+  using PipelineQ = cutlass::PipelineTmaAsync<kStagesQ>;
+  using StateQ = cutlass::PipelineState<kStagesQ>;
+  // Q's stages as one tensor (M, d, stage), for the consumers of mma_stream.
+  using SmemLayoutQs = decltype(cute::tile_to_shape(
+      cute::GMMA::Layout_K_SW128_Atom<Element>{},
+      cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>, cute::Int<kStagesQ>>{}));
+  static constexpr int kQStageElems = int(cute::cosize_v<SmemLayoutQ>);
   // K and V rings: kStages deep each, or V one deeper (Traits::kStagesV, a variant). With equal
   // depths one PipelineState walks both; otherwise a pair, advanced together.
   static constexpr int kStagesK = Traits::kStagesK;
@@ -102,7 +110,7 @@ struct MainloopFwdSm90 {
       cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>>{}, ClusterM{}));
 
   struct TensorStorage {
-    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQs>, 1024> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>, 1024> v;
   };
@@ -410,7 +418,10 @@ struct MainloopFwdSm90 {
     piece_range(work, n_min, n_max);
     const int head_kv = work.head / p.heads_per_kv;
 
-    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), SmemLayoutQ{});
+    // Q's stage of this tile (stage 0 when Q has one).
+    Element* q_stage_data = smem.q.data();
+    if constexpr (kStagesQ > 1) q_stage_data += q_write.index() * kQStageElems;
+    Tensor sQ = make_tensor(make_smem_ptr(q_stage_data), SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), SmemLayoutK{});
     Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), SmemLayoutVt{});
 
@@ -616,6 +627,37 @@ struct MainloopFwdSm90 {
     if (all == -1.f) __nanosleep(0);
   }
 
+  // The two GEMMs of a KV block, shared by mma and mma_stream: S = Q·Kᵀ (SS wgmmas over the head
+  // dim into acc_s, overwritten) and O += P·V (RS wgmmas over the block's first kSteps k-steps),
+  // each one commit group. tSrQ / tSrK / tOrVt: one stage of the fragments. (The SASS of the
+  // kernels built before them is unchanged, instruction for instruction.)
+  template <class TiledMma, class TQ, class TK, class AccS>
+  CUTLASS_DEVICE static void issue_qk(TiledMma& mma, TQ const& tSrQ, TK const& tSrK, AccS& acc_s) {
+    using namespace cute;
+    mma.accumulate_ = GMMA::ScaleOut::Zero;
+    warpgroup_fence_operand(acc_s);
+    warpgroup_arrive();
+    CUTLASS_PRAGMA_UNROLL
+    for (int kb = 0; kb < size<2>(tSrQ); ++kb) {
+      cute::gemm(mma, tSrQ(_, _, kb), tSrK(_, _, kb), acc_s);
+      mma.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+  }
+  template <int kSteps = kBlockN / 16, class TiledMma, class TP, class TVt, class AccO>
+  CUTLASS_DEVICE static void issue_pv(TiledMma& mma, TP& tOrP, TVt const& tOrVt, AccO& acc_o) {
+    using namespace cute;
+    mma.accumulate_ = GMMA::ScaleOut::One;
+    warpgroup_fence_operand(acc_o);
+    warpgroup_fence_operand(tOrP);
+    warpgroup_arrive();
+    CUTLASS_PRAGMA_UNROLL
+    for (int kb = 0; kb < kSteps; ++kb) {
+      cute::gemm(mma, tOrP(_, _, kb), tOrVt(_, _, kb), acc_o);
+    }
+    warpgroup_commit_batch();
+  }
+
   // Consumer: the threads of the consumer warpgroups run this per work tile and return
   // with the unnormalised O in acc_o (softmax.finalize normalises it).
   //
@@ -674,28 +716,8 @@ struct MainloopFwdSm90 {
     Tensor tOrP = make_tensor(p_frag.data(), p_operand_layout());
     float factor[decltype(size<0>(s_rc))::value];
 
-    auto gemm_qk = [&](int stage) {
-      tiled_mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
-      warpgroup_fence_operand(acc_s);
-      warpgroup_arrive();
-      CUTLASS_PRAGMA_UNROLL
-      for (int kb = 0; kb < size<2>(tSrQ); ++kb) {
-        cute::gemm(tiled_mma_qk, tSrQ(_, _, kb), tSrK(_, _, kb, stage), acc_s);
-        tiled_mma_qk.accumulate_ = GMMA::ScaleOut::One;
-      }
-      warpgroup_commit_batch();
-    };
-    auto gemm_pv = [&](int stage) {
-      tiled_mma_pv.accumulate_ = GMMA::ScaleOut::One;
-      warpgroup_fence_operand(acc_o);
-      warpgroup_fence_operand(tOrP);
-      warpgroup_arrive();
-      CUTLASS_PRAGMA_UNROLL
-      for (int kb = 0; kb < size<2>(tOrP); ++kb) {
-        cute::gemm(tiled_mma_pv, tOrP(_, _, kb), tOrVt(_, _, kb, stage), acc_o);
-      }
-      warpgroup_commit_batch();
-    };
+    auto gemm_qk = [&](int stage) { issue_qk(tiled_mma_qk, tSrQ, tSrK(_, _, _, stage), acc_s); };
+    auto gemm_pv = [&](int stage) { issue_pv(tiled_mma_pv, tOrP, tOrVt(_, _, _, stage), acc_o); };
 
     // Traits::kNarrowTop (bit 19): the PV GEMM of a top block that holds at most kNarrowN keys
     // runs its first kNarrowN / 16 k-steps only (the others multiply P = 0, exp of the masked
@@ -746,6 +768,7 @@ struct MainloopFwdSm90 {
         for (int i = 0; i < size(p_n); ++i) p_frag(i) = p_n(i);
       }
     };
+    // (Not through issue_pv: that moved one uniform add across a wgmma in 1738888's SASS.)
     [[maybe_unused]] auto gemm_pv_narrow = [&](int stage) {
       if constexpr (Traits::kNarrowTop) {
         tiled_mma_pv.accumulate_ = GMMA::ScaleOut::One;
@@ -960,6 +983,228 @@ struct MainloopFwdSm90 {
       }
     }
     ++q_read;
+  }
+
+  // Consumer with the cross-tile overlap (Traits::kCrossTile): the threads of the consumer
+  // warpgroups run this once per CTA over its whole static tile sequence t0, t0 + stride, ...
+  // (tile_at(t): the scheduler's WorkTile; the load lane walks the same one). A tile's steps are
+  // mma's, except at its end: the turn that issues its last PV GEMM first issues the next tile's
+  // first S GEMM (on the next Q stage), and that block's softmax (a second softmax state) runs
+  // while the PV GEMM does. Then on_tile_end(work, acc_o, softmax, o_stage) finalises and stores
+  // the tile (o_stage: the V stage holding O, as mma's), and the next tile goes on from its
+  // second block. The turns per tile are the same for every warpgroup (the ping-pong stays
+  // paired): its first tile n_blocks + 1, every carried one n_blocks. release_prev_o (the
+  // kernel's: frees the previous tile's O stage once its store has read it) runs in the first
+  // turn after each epilogue, as in mma. The same blocks in the same order with the same
+  // arithmetic as mma: the base variant's output bit for bit.
+  template <class TileAt, class OnTileEnd, class ReleasePrevO>
+  CUTLASS_DEVICE void mma_stream(Params const& p, PipelineQ& pipeline_q, PipelineK& pipeline_k,
+                                 PipelineV& pipeline_v, TensorStorage& smem, int mma_thread_idx,
+                                 int t0, int stride, TileAt&& tile_at, OnTileEnd&& on_tile_end,
+                                 ReleasePrevO&& release_prev_o) {
+    using namespace cute;
+    static_assert(Traits::kCrossTile && !kCausal, "mma_stream: the cross-tile variants (bit 21)");
+    // The walk's blocks are n_max - 1 down to n_min (non-causal: prev_block is n - 1), which the
+    // Q release of bit 22 (kStagesQ == 1) relies on.
+    static_assert(int(cosize_v<SmemLayoutQs>) == kStagesQ * kQStageElems, "Q stages back to back");
+    constexpr bool kZZ = false;
+    const int warp_group = mma_thread_idx / cutlass::NumThreadsPerWarpGroup;
+
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), SmemLayoutQs{});
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), SmemLayoutK{});
+    Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), SmemLayoutVt{});
+
+    TiledMmaQK tiled_mma_qk;
+    TiledMmaPV tiled_mma_pv;
+    auto thr_mma_qk = tiled_mma_qk.get_thread_slice(mma_thread_idx);
+    auto thr_mma_pv = tiled_mma_pv.get_thread_slice(mma_thread_idx);
+    Tensor tSrQ = thr_mma_qk.make_fragment_A(thr_mma_qk.partition_A(sQ));    // (MMA, M, K, stage)
+    Tensor tSrK = thr_mma_qk.make_fragment_B(thr_mma_qk.partition_B(sK));    // (MMA, N, K, stage)
+    Tensor tOrVt = thr_mma_pv.make_fragment_B(thr_mma_pv.partition_B(sVt));  // (MMA, d, N, stage)
+
+    Tensor cS = make_identity_tensor(select<0, 1>(TileShapeMNK{}));
+    Tensor tScS = rowcol_view(thr_mma_qk.partition_C(cS));
+
+    Tensor acc_o = partition_fragment_C(tiled_mma_pv, select<0, 2>(TileShapeMNK{}));
+    Tensor acc_o_rc = rowcol_view(acc_o);
+    Tensor acc_s = partition_fragment_C(tiled_mma_qk, select<0, 1>(TileShapeMNK{}));
+    Tensor s_rc = rowcol_view(acc_s);
+    static_assert(decltype(size(acc_s))::value == decltype(size(p_operand_layout()))::value,
+                  "P must reuse the S accumulator's registers one to one");
+    auto p_frag = make_tensor_like<Element>(acc_s);
+    Tensor tOrP = make_tensor(p_frag.data(), p_operand_layout());
+    constexpr int kRows = decltype(size<0>(s_rc))::value;
+    float factor[kRows];
+    using Softmax = OnlineSoftmax<kRows, Traits::kTreeReduce, Traits::kExpEmuPer8, Traits::kLazyRescale>;
+    Softmax softmax(p.scale_log2);       // the tile's running state
+    Softmax softmax_next(p.scale_log2);  // the next tile's, from its first block on
+
+    auto gemm_qk = [&](auto q_stage, int k_stage) CUTLASS_LAMBDA_FUNC_INLINE {  // an int or cute::Int
+      issue_qk(tiled_mma_qk, tSrQ(_, _, _, q_stage), tSrK(_, _, _, k_stage), acc_s);
+    };
+    auto gemm_pv = [&](int stage) CUTLASS_LAMBDA_FUNC_INLINE {
+      issue_pv(tiled_mma_pv, tOrP, tOrVt(_, _, _, stage), acc_o);
+    };
+    [[maybe_unused]] const bool waits_kv =
+        !Traits::kLeadWaitsOnly || __shfl_sync(0xffffffffu, warp_group, 0) == 0;
+    auto wait_k = [&](StateK const& st) {
+      if (waits_kv) pipeline_k.consumer_wait(st);
+    };
+    auto wait_v = [&](StateV const& st) {
+      if (waits_kv) pipeline_v.consumer_wait(st);
+    };
+    // The walk of tile w: [n_min, n_max), from the top.
+    auto block_range = [&](WorkTile const& w, int& n_min, int& n_max) {
+      n_block_range<kZZ>(p, w.m_block, n_min, n_max);
+      piece_range(w, n_min, n_max);
+    };
+
+    // K 2 + V 3 stages (Q's second stage took K's third): two pipeline states advance per block,
+    // +10 SASS instructions in the block loop against 395400's one (641 vs 631, uniform-pipe
+    // index and phase updates; a compile-time Q stage changes nothing there).
+    StateQ q_read;
+    StateKV kv_read;
+    StateV v_read = v_state(kv_read);  // V of the block in p_frag
+    clear(acc_o);
+    bool carried = false;  // this tile's first block was done by the previous tile's last turn
+    int t = t0;
+    WorkTile work = tile_at(t);
+    CUTLASS_PRAGMA_NO_UNROLL
+    while (work.valid) {
+      int n_min, n_max;
+      block_range(work, n_min, n_max);
+      int n = n_max - 1;  // non-causal: the walk's first block (done already when carried)
+      if (!carried) {
+        pipeline_q.consumer_wait(q_read);
+        if (n < n_min) {  // no key block (an empty piece): O = 0, no stage held
+          pipeline_q.consumer_release(q_read);
+          ++q_read;
+          release_prev_o();
+          on_tile_end(work, acc_o, softmax, -1);
+          softmax = Softmax(p.scale_log2);
+          t += stride;
+          work = tile_at(t);
+          continue;
+        }
+        // First block: S only (O is zero, nothing to overlap).
+        wait_k(k_state(kv_read));
+        scheduler_barrier_sync(warp_group);
+        gemm_qk(q_read.index(), k_state(kv_read).index());
+        scheduler_barrier_arrive(warp_group);
+        release_prev_o();
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_s);
+        pipeline_k.consumer_release(k_state(kv_read));
+        mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, n, factor);
+        p_frag = convert_to_element(acc_s);
+        v_read = v_state(kv_read);
+        ++kv_read;
+      }
+      // One KV block nb after the first: S_nb, the previous block's P·V, nb's softmax. With
+      // release_o, the turn after an epilogue: the previous tile's O stage is freed after the
+      // issues (mma frees it after the tile's first S GEMM issue: the same point in time).
+      auto kv_step = [&](int nb, auto release_o, auto qs) CUTLASS_LAMBDA_FUNC_INLINE {
+        wait_k(k_state(kv_read));
+        scheduler_barrier_sync(warp_group);
+        gemm_qk(qs, k_state(kv_read).index());
+        softmax.rescale(acc_o_rc, factor);
+        wait_v(v_read);
+        gemm_pv(v_read.index());
+        scheduler_barrier_arrive(warp_group);
+        if constexpr (decltype(release_o)::value) release_prev_o();
+        warpgroup_wait<1>();  // S_nb ready; the PV GEMM may still run
+        warpgroup_fence_operand(acc_s);
+        pipeline_k.consumer_release(k_state(kv_read));
+        if constexpr (kStagesQ == 1) {  // bit 22: the tile's last S GEMM is done: Q's stage back
+          if (nb == n_min) pipeline_q.consumer_release(q_read);
+        }
+        mask_and_softmax<kZZ>(p, softmax, s_rc, tScS, work.m_block, nb, factor);
+        warpgroup_wait<0>();  // PV done: O and P's registers are ours again
+        warpgroup_fence_operand(acc_o);
+        warpgroup_fence_operand(tOrP);
+        pipeline_v.consumer_release(v_read);
+        p_frag = convert_to_element(acc_s);
+        v_read = v_state(kv_read);
+        ++kv_read;
+      };
+      // The walk below the first block, on Q stage qs as a compile-time index (a runtime one
+      // rebuilds Q's descriptors in every S GEMM). The lambdas called more than once are forced
+      // inline: left to the inliner, this one stayed a call and its captures went to the stack.
+      auto walk = [&](auto qs) CUTLASS_LAMBDA_FUNC_INLINE {
+        n = n - 1;
+        if (n >= n_min) {
+          kv_step(n, cute::true_type{}, qs);
+          --n;
+        }
+        CUTLASS_PRAGMA_NO_UNROLL
+        for (; n >= n_min; --n) kv_step(n, cute::false_type{}, qs);
+      };
+      if constexpr (kStagesQ == 1) {
+        walk(cute::Int<0>{});
+      } else {
+        if (q_read.index() == 0) {
+          walk(cute::Int<0>{});
+        } else {
+          walk(cute::Int<1>{});
+        }
+      }
+
+      // Every S GEMM of the tile is done: Q's stage goes back to the producer (bit 22: already,
+      // in the last block's step, unless the tile walked one block).
+      if constexpr (kStagesQ == 1) {
+        if (n_max - 1 == n_min) pipeline_q.consumer_release(q_read);
+      } else {
+        pipeline_q.consumer_release(q_read);
+      }
+      ++q_read;
+      // The next tile's first block, if it has one, rides in this tile's last turn.
+      const WorkTile next = tile_at(t + stride);
+      int nn_min = 0, nn_max = 0;
+      if (next.valid) block_range(next, nn_min, nn_max);
+      const int nn = nn_max - 1;
+      carried = next.valid && nn >= nn_min;
+      int o_stage;
+      if (carried) {
+        pipeline_q.consumer_wait(q_read);
+        wait_k(k_state(kv_read));
+        scheduler_barrier_sync(warp_group);
+        gemm_qk(q_read.index(), k_state(kv_read).index());
+        softmax.rescale(acc_o_rc, factor);
+        wait_v(v_read);
+        gemm_pv(v_read.index());
+        scheduler_barrier_arrive(warp_group);
+        release_prev_o();  // a tile of one block: its epilogue's first turn is this one
+        warpgroup_wait<1>();  // the next tile's S ready; this tile's last PV GEMM may still run
+        warpgroup_fence_operand(acc_s);
+        pipeline_k.consumer_release(k_state(kv_read));
+        softmax_next = Softmax(p.scale_log2);
+        mask_and_softmax<kZZ>(p, softmax_next, s_rc, tScS, next.m_block, nn, factor);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_o);
+        warpgroup_fence_operand(tOrP);
+        o_stage = static_cast<int>(v_read.index());  // held for O (the epilogue)
+        p_frag = convert_to_element(acc_s);
+        v_read = v_state(kv_read);
+        ++kv_read;
+      } else {
+        // Last PV GEMM alone (the CTA's last tile, or a next one with no key block).
+        wait_v(v_read);
+        scheduler_barrier_sync(warp_group);
+        softmax.rescale(acc_o_rc, factor);
+        gemm_pv(v_read.index());
+        scheduler_barrier_arrive(warp_group);
+        release_prev_o();
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc_o);
+        warpgroup_fence_operand(tOrP);
+        o_stage = static_cast<int>(v_read.index());
+      }
+      on_tile_end(work, acc_o, softmax, o_stage);
+      softmax = carried ? softmax_next : Softmax(p.scale_log2);
+      clear(acc_o);
+      t += stride;
+      work = next;
+    }
   }
 };
 
