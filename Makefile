@@ -21,7 +21,7 @@ GO_SOURCES := $(shell find gocore -name '*.go' -not -name 'zz_gopy_*' -not -name
               $(wildcard gocore/capi/*.c gocore/capi/*.h gocore/libcore/pyshim/*.h) \
               csrc/include/mkernel/core_api.h csrc/include/mkernel/fifo.h go.mod go.sum
 
-.PHONY: build venv core install test test-go test-py cuda-check host-check demo launch bench clean fmt vet FORCE
+.PHONY: build venv core install test test-go test-py cuda-check host-check sass demo launch bench clean fmt vet FORCE
 
 # --- environment -------------------------------------------------------------
 $(VENV)/.deps-stamp: pyproject.toml
@@ -106,6 +106,27 @@ cuda-check: $(CUDA_TOOLS)/.stamp
 	  -L$$T/lib tests/cuda_check/bwd_mask_layout_check.cu -o build/bwd_mask_layout_check \
 	  > build/cuda-check.log 2>&1 || { cat build/cuda-check.log; exit 1; }; \
 	build/bwd_mask_layout_check
+
+# SASS of one kernel TU without a GPU (the device build's flags: -O3, sm_90a): build/sass/<name>.sass
+# (cuobjdump) and <name>.ptxas (registers, spills per kernel). For counting a kernel's loop
+# instructions before a device call: `make sass SASS_SOURCE=csrc/kernels/attention/attention_variants_cross.cu`.
+# cuobjdump / nvdisasm: the oldest PyPI wheels are 13.2; 13.5 reads nvcc 13.0's sm_90a cubins.
+SASS_TOOLS := build/sass-tools
+SASS_PKGS  := nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37
+$(SASS_TOOLS)/.stamp: | $(VENV)/.deps-stamp
+	$(PIP) install -q --no-deps --target $(SASS_TOOLS) $(SASS_PKGS)
+	chmod +x $(SASS_TOOLS)/nvidia/cu13/bin/*
+	touch $@
+sass: $(CUDA_TOOLS)/.stamp $(SASS_TOOLS)/.stamp
+	@[ -n "$(SASS_SOURCE)" ] || { echo "make sass SASS_SOURCE=<a .cu file>"; exit 1; }
+	@cut=$$($(PY) -c 'import importlib.util as u, os; print(os.path.join(list(u.find_spec("cutlass_library").submodule_search_locations)[0], "source"))'); \
+	T=$(CUDA_TOOLS)/nvidia/cu13; n=$$(basename $(SASS_SOURCE) .cu); mkdir -p build/sass; \
+	$$T/bin/nvcc -std=c++17 -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+	  -Xptxas -v -I$$cut/include -I$$cut/tools/util/include -I$$T/include/cccl -I$$T/include -Icsrc \
+	  -Icsrc/include -c $(SASS_SOURCE) -o build/sass/$$n.o > build/sass/$$n.ptxas 2>&1 \
+	  || { cat build/sass/$$n.ptxas; exit 1; }; \
+	PATH=$(CURDIR)/$(SASS_TOOLS)/nvidia/cu13/bin:$$PATH cuobjdump -sass build/sass/$$n.o > build/sass/$$n.sass; \
+	echo "build/sass/$$n.sass ($$(grep -c 'Function :' build/sass/$$n.sass) kernels), build/sass/$$n.ptxas"
 
 # The CUDA build's host TUs (csrc/**/*.cpp with MKERNEL_WITH_CUDA, which the CPU build skips):
 # g++ -fsyntax-only against torch's and the PyPI CUDA toolchain's headers, so that a machine
