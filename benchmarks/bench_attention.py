@@ -238,6 +238,8 @@ VARIANT_DOC = {
     1738888: "690312 + the narrow top block's S GEMM, mask and softmax on its 64 columns (attn16, bit 20; causal runs 136)",
     2492552: "395400 + cross-tile overlap (attn17, bit 21: a tile's last PV GEMM shares its turn with the next tile's first S GEMM, Q double-buffered, K 2 + V 3; bit for bit 395400; causal runs 136)",
     6686856: "2492552 + one Q stage (attn17, bit 22: released in the tile's last block step; K 3 + V 3; bit for bit 395400; causal runs 136)",
+    2508936: "2492552 + O from registers (bit 14: no meet in the epilogue, the warpgroups' epilogues stagger; bit for bit 395400; causal runs 136)",
+    6703240: "6686856 + O from registers (bit 14; one Q stage; bit for bit 395400; causal runs 136)",
     18568: "2184 + O stored from registers (attn13, bit 14: no cross-warpgroup meet, V stage freed after the last PV; causal runs 136 + bit 14; bit for bit 2184 / 136)",
 }
 

@@ -125,7 +125,7 @@ int main() {
                  g_entry == (causal ? 3 : 8) && g_variant == (causal ? 136 : v15),
              "an attn15 variant (bits 17-18): its entry non-causal (split tail), 136 causal");
     }
-    for (int v17 : {2492552, 6686856}) {
+    for (int v17 : {2492552, 6686856, 2508936, 6703240}) {
       v.variant = v17;
       expect(!uses_tile_counter(v) && uses_split_tail(v) == !causal && run(v, l) == cudaSuccess &&
                  g_entry == (causal ? 3 : 11) && g_variant == (causal ? 136 : v17),

@@ -1,6 +1,7 @@
 """Variant bits 21-22 (attn17): cross-tile overlap on 395400's mainloop (128x128, O in a V stage,
 the split tail, bits 17-18), non-causal: 2492552 (Q double-buffered: K 2 + V 3 stages) and 6686856
-(+ bit 22: one Q stage, released in the tile's last block step; K 3 + V 3). At a tile's end the
+(+ bit 22: one Q stage, released in the tile's last block step; K 3 + V 3), and both with bit 14
+(O from registers, no meet in the epilogue): 2508936, 6703240. At a tile's end the
 next tile's first S GEMM is issued in the turn of this tile's last PV GEMM and its softmax runs
 under it (a second softmax state); the consumers walk the CTA's whole static tile sequence in one
 call (mainloop mma_stream).
@@ -25,6 +26,9 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 CROSS = 2492552  # 395400 + bit 21
 CROSS_ONE_Q = 6686856  # CROSS + bit 22
+CROSS_ODIRECT = 2508936  # CROSS + bit 14 (O from registers)
+CROSS_ONE_Q_ODIRECT = 6703240  # CROSS_ONE_Q + bit 14
+CROSS_ALL = [CROSS, CROSS_ONE_Q, CROSS_ODIRECT, CROSS_ONE_Q_ODIRECT]
 BASE = 395400
 # Beside VARIANT_CASES: 4096 keys (32 KV blocks a tile; the bench's b = 4, h = 32 would need a
 # 16 GiB float64 reference), one KV block per tile over many tiles per CTA (every turn a
@@ -47,7 +51,7 @@ def _run(variant, q, k, v, monkeypatch, causal=False):
     return mkernel.attention(q, k, v, causal=causal)
 
 
-@pytest.mark.parametrize("variant", [CROSS, CROSS_ONE_Q])
+@pytest.mark.parametrize("variant", CROSS_ALL)
 @pytest.mark.parametrize("case", VARIANT_CASES + EXTRA)
 def test_cross_tile_is_the_base_bit_for_bit(case, variant, monkeypatch) -> None:
     q, k, v = _inputs(case, hash(case) % 2**31)
@@ -63,12 +67,12 @@ def test_cross_tile_back_to_back_and_after_other_kernels(monkeypatch) -> None:
     with another variant's launch between them: the same output each time."""
     q, k, v = _inputs((2, 1800, 700, 24, 8, 128), 5)
     first, first_lse = _run(CROSS, q, k, v, monkeypatch)
-    for variant in (BASE, CROSS, CROSS_ONE_Q, CROSS, CROSS_ONE_Q):
+    for variant in (BASE, *CROSS_ALL, BASE, *reversed(CROSS_ALL)):
         out, lse = _run(variant, q, k, v, monkeypatch)
         assert torch.equal(out, first) and torch.equal(lse, first_lse), variant
 
 
-@pytest.mark.parametrize("variant", [CROSS, CROSS_ONE_Q])
+@pytest.mark.parametrize("variant", CROSS_ALL)
 def test_cross_tile_causal_runs_136(variant, monkeypatch) -> None:
     q, k, v = _inputs((1, 1000, 300, 4, 4, 128), 11)
     want, want_lse = _run(136, q, k, v, monkeypatch, causal=True)

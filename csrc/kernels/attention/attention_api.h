@@ -85,7 +85,7 @@ inline constexpr int kVariants[] = {8,      9,      64,     136,    137,    392,
                                     1160,   2184,   4105,   6280,   8201,   10376,  18568,  22664,
                                     34952,  67720,  100488, 133256, 137352, 166024, 264328, 268424,
                                     395400, 399496, 690312, 952456, 1738888, 2492552,
-                                    6686856};
+                                    2508936, 6686856, 6703240};
 
 // The mainloop variant bits (AttnTraits::kVariant) of the bf16 d=128 128x128 plain kernels
 // (attention_launch.cuh says why; benchmarks/NOTES.md has the measurements). Flipping a default
@@ -176,9 +176,9 @@ inline constexpr int kNarrowSBit = 1 << 20;
 // cross-tile overlap — a tile's last PV GEMM shares its turn with the next tile's first S GEMM,
 // whose softmax runs under it. Bit 21 alone double-buffers Q (K 2 + V 3 stages beside it at
 // 128x128); with bit 22 Q keeps one stage (K 3 + V 3), released in the tile's last block step.
-// Built as 2492552 = 395400 + bit 21 and 6686856 = 2492552 + bit 22
-// (attention_variants_cross.cu); bit for bit 395400's output; a causal call runs 136. Opt-in
-// until measured.
+// Built as 2492552 = 395400 + bit 21 and 6686856 = 2492552 + bit 22, and both with bit 14 (O
+// from registers: no meet in the epilogue), 2508936 and 6703240 (attention_variants_cross.cu);
+// bit for bit 395400's output; a causal call runs 136. Opt-in until measured.
 inline constexpr int kCrossTileBit = 1 << 21;
 inline constexpr int kCrossTileOneQBit = 1 << 22;
 // The non-causal default on a longer KV block from kDefaultWideKvMinSeqKv keys on (a default

@@ -214,18 +214,18 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
     return run_bf16_d128_m128_widekv_variant(pv, l);
   }
   if (p.variant != 0) {
+    if ((p.variant & kCrossTileBit) != 0) {  // first: 2508936 / 6703240 carry bit 14 too
+      if (!p.causal) return run_bf16_d128_m128_n128_variant_cross(p, l);
+      Problem pc = p;  // causal: 136 (the bits are built non-causal; causal has its default)
+      pc.variant = 136;
+      return run_bf16_d128_m128_n128_variant_causal(pc, l);
+    }
     if ((p.variant & kClaimTilesBit) != 0) return run_bf16_d128_m128_n128_variant_claimed(p, l);
     if ((p.variant & kPrefetchNextQBit) != 0) return run_bf16_d128_m128_n128_variant_prefetch(p, l);
     if ((p.variant & kODirectBit) != 0) return run_bf16_d128_m128_n128_variant_odirect(p, l);
     if ((p.variant & kNarrowTopBit) != 0) {
       if (!p.causal) return run_bf16_d128_m128_narrow_variant(p, l);
       Problem pc = p;  // causal: 136 (bit 19 is built non-causal only)
-      pc.variant = 136;
-      return run_bf16_d128_m128_n128_variant_causal(pc, l);
-    }
-    if ((p.variant & kCrossTileBit) != 0) {
-      if (!p.causal) return run_bf16_d128_m128_n128_variant_cross(p, l);
-      Problem pc = p;  // causal: 136 (the bits are built non-causal; causal has its default)
       pc.variant = 136;
       return run_bf16_d128_m128_n128_variant_causal(pc, l);
     }

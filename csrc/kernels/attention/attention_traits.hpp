@@ -206,10 +206,13 @@ struct AttnTraits {
   //          tile's Q is resident before this tile's last S GEMM is done. The consumers walk the
   //          static tile sequence in one call (mainloop mma_stream); the tiles' outputs are the
   //          same sums in the same order as the base's: bit for bit.
-  static_assert(!kCrossTile || (!kCausal && kOInV && !kODirect && !kNarrowTop && !kSplitMasked &&
+  //          With bit 14 (O from registers) the epilogue has no cross-warpgroup meet: the V
+  //          stage goes back after the last PV GEMM, and a warpgroup's epilogue runs under the
+  //          other's next GEMMs (the staggered epilogues; the next Q is resident already).
+  static_assert(!kCrossTile || (!kCausal && kOInV && !kNarrowTop && !kSplitMasked &&
                                 kClusterM == 1 && !kPrefetchNextQ && !kLateRescale),
-                "bit 21 (cross-tile overlap): non-causal, O in a V stage (bit 7), not with bits 5, "
-                "10, 13, 14 or 19, no cluster");
+                "bit 21 (cross-tile overlap): non-causal, O in a V stage (bit 7) or from registers "
+                "(bit 14), not with bits 5, 10, 13 or 19, no cluster");
   static_assert(!kCrossTileOneQ || kCrossTile, "bit 22 (one Q stage) is built on bit 21");
 
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).

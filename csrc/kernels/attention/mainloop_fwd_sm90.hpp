@@ -1059,6 +1059,16 @@ struct MainloopFwdSm90 {
       piece_range(w, n_min, n_max);
     };
 
+    // The V stage of the tile's last block: held for O (bit 7: the epilogue's buffer), or with
+    // bit 14 (O from registers) back to the producer at once (-1: no stage held).
+    auto hold_for_o = [](PipelineV& pipe_v, StateV const& st) CUTLASS_LAMBDA_FUNC_INLINE {
+      if constexpr (Traits::kODirect) {
+        pipe_v.consumer_release(st);
+        return -1;
+      } else {
+        return static_cast<int>(st.index());
+      }
+    };
     // K 2 + V 3 stages (Q's second stage took K's third): two pipeline states advance per block,
     // +10 SASS instructions in the block loop against 395400's one (641 vs 631, uniform-pipe
     // index and phase updates; a compile-time Q stage changes nothing there).
@@ -1184,7 +1194,7 @@ struct MainloopFwdSm90 {
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_o);
         warpgroup_fence_operand(tOrP);
-        o_stage = static_cast<int>(v_read.index());  // held for O (the epilogue)
+        o_stage = hold_for_o(pipeline_v, v_read);
         p_frag = convert_to_element(acc_s);
         v_read = v_state(kv_read);
         ++kv_read;
@@ -1199,7 +1209,7 @@ struct MainloopFwdSm90 {
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc_o);
         warpgroup_fence_operand(tOrP);
-        o_stage = static_cast<int>(v_read.index());
+        o_stage = hold_for_o(pipeline_v, v_read);
       }
       on_tile_end(work, acc_o, softmax, o_stage);
       softmax = carried ? softmax_next : Softmax(p.scale_log2);
