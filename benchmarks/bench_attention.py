@@ -283,6 +283,10 @@ def main() -> None:
                     help="comma-separated mainloop variants (bf16 d=128 128x128; "
                          "MKERNEL_ATTN_VARIANT, csrc/kernels/attention/attention_variants_*.cu), "
                          "each a column mkernel_v<N> beside the default, e.g. 8,64")
+    ap.add_argument("--kv-lens", type=str, default="",
+                    help="comma-separated key lengths S_kv per query length (d=128; default: "
+                         "S_kv = S): the tile-boundary fit's rows, time = fixed + S_kv x per-key "
+                         "at a fixed tile count")
     ap.add_argument("--modes", type=str, default="nc,c",
                     help="which rows: nc (non-causal), c (causal), or both (default nc,c)")
     args = ap.parse_args()
@@ -308,10 +312,15 @@ def main() -> None:
         return
     rows = []
     seqs = tuple(int(x) for x in args.seqs.split(",")) if args.seqs else ((8192,) if args.quick else SEQS)
+    kv_lens = [int(x) for x in args.kv_lens.split(",") if x]
+    if kv_lens and (not args.seqs or args.quick):
+        ap.error("--kv-lens needs --seqs (d = 128 rows)")
+    if kv_lens and True in causal_modes:
+        ap.error("--kv-lens: non-causal rows only (--modes nc; causal masks align differently)")
     for d in (HEAD_DIMS[:1] if args.quick or args.seqs else HEAD_DIMS):
-        for s in seqs:
+        for s, s_kv in [(s, n) for s in seqs for n in (kv_lens or [s])]:
             b = max(1, TOKENS // s)
-            sets = [tuple(torch.randn(b, s, HEADS, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            sets = [tuple(torch.randn(b, n, HEADS, d, device="cuda", dtype=torch.bfloat16) for n in (s, s_kv, s_kv))
                     for _ in range(3)]
             for causal in causal_modes:
                 # The default column goes through the same wrapper as the pinned ones
@@ -343,8 +352,8 @@ def main() -> None:
                     cands[col] = [lambda q=q, k=k, v=v, bm=bm, bn=bn, c=causal: mkernel.attention(q, k, v, causal=c, block_m=bm, block_n=bn)
                                   for q, k, v in sets]
                 times = interleaved_ms(cands, warmup=5, iters=args.iters, **timing)
-                f = flops(b, HEADS, s, s, d, causal)
-                row = {"b": b, "s": s, "s_kv": s, "h": HEADS, "h_kv": HEADS, "d": d, "causal": causal,
+                f = flops(b, HEADS, s, s_kv, d, causal)
+                row = {"b": b, "s": s, "s_kv": s_kv, "h": HEADS, "h_kv": HEADS, "d": d, "causal": causal,
                        "dtype": "bf16"}
                 for name, t in times.items():
                     row[f"{name}_ms"] = t["median_ms"]
@@ -361,7 +370,7 @@ def main() -> None:
                 for col, (bm, bn) in alts:
                     row[col.replace("mkernel_", "") + "_tile"] = f"{bm}x{bn}"
                     extra += f"  {bm}x{bn} {row[col + '_tflops']:6.1f}"
-                print(f"d={d} S={s:5d} b={b:2d} causal={int(causal)}  mkernel {row['mkernel_tflops']:6.1f}{extra}  "
+                print(f"d={d} S={s:5d} S_kv={s_kv:5d} b={b:2d} causal={int(causal)}  mkernel {row['mkernel_tflops']:6.1f}{extra}  "
                       f"cudnn {row['cudnn_tflops']:6.1f}  flash {row['flash_tflops']:6.1f} TF/s  "
                       f"x{row['ratio_vs_cudnn']:.3f} cuDNN  x{row['ratio_vs_flash']:.3f} FA2", flush=True)
             del sets
