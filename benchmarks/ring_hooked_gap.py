@@ -5,7 +5,7 @@ ran 2.024 ms against 1.741 ms for the plain engine on the same blocks at mha_b4_
 One GPU, one process, no communication: rank 0's ring work for W = 2 on K/V held locally
 (``torch.ops.mkernel.ring_attention_compute_alone``, the whole mode's hooked launch with every flag
 released) under the ring's knobs, against the plain engine (``mkernel.attention``) on the same K/V
-under mainloop variants (``MKERNEL_ATTN_VARIANT``; attention_api.h kVariants), all interleaved in one
+under mainloop variants (``MKERNEL_ATTN_VARIANT``; attention_dispatch.cu kVariants), all interleaved in one
 timing loop (GPU time: a spin ahead of each sample hides the host side). Non-causal the two compute
 exactly the same blocks; causal the ring's zigzag work has no one-launch plain twin, so its rows compare
 the hooked configurations among themselves, and the plain variants on a causal square of the same

@@ -1,5 +1,7 @@
-# Session 50, call P (main): the checkout came back without .bp/ (and without session 49's branch), so this call
-# builds the dev build (MKERNEL_DEV_BUILD=1) from nothing and writes a new build pack (BP_PACK=1) for the next calls,
-# then, if time is left, a baseline for the cross-tile work: 395400, the default and cuDNN at S = 4096 non-causal.
+# Session 50, call P (branch s50-cross-odirect): the checkout came back without .bp/ (and without session 49's
+# branch, rewritten here), so this call builds the dev build (MKERNEL_DEV_BUILD=1) from nothing and writes a new build
+# pack (BP_PACK=1) for the next calls; if time is left, the cross-tile tests (no result files: the call's commit
+# label is the one it was started with).
 #   tar xJf .bp/core.tar.xz && MKERNEL_DEV_BUILD=1 BP_PACK=1 MKERNEL_COMMIT=<hash> JOBS=.ci/jobs/s50p.sh REAL_OUT=$OUT OUT=/tmp/devout TOTAL=585 TAIL_LINES=12 bash .ci/gpu-dev
-jx base_4096 70 45 "timeout 65 python3 benchmarks/bench_attention.py --variants 395400 --seqs 4096 --modes nc --skip-alt --iters 20"
+P="python3 -m pytest -q -rfEx --tb=short -p no:cacheprovider --durations=3"
+jx cross_tests 150 60 "timeout 145 $P -x tests/attention/test_cross_tile.py"

@@ -63,8 +63,8 @@ struct Problem {
   const void* v_own = nullptr;
   int own_key_start = 0;
   // Mainloop variant under measurement (AttnTraits::kVariant, attention_variants_*.cu): 0 = the
-  // default kernels; kVariants lists the built ones (bf16, d = 128, 128x128, plain kernels
-  // only — run_hooked rejects a nonzero variant).
+  // default kernels; attention_dispatch.cu kVariants lists the built ones (bf16, d = 128,
+  // 128x128, plain kernels only — run_hooked rejects a nonzero variant).
   int variant = 0;
   // Workspace of a kernel that splits its last, partial wave of tiles along the KV blocks
   // (variant bit 11, kSplitTailBit; uses_split_tail): fp32, split_ws_pieces pieces of
@@ -78,14 +78,8 @@ struct Problem {
   int* tile_counter = nullptr;
 };
 
-// The built mainloop variants (benchmarks/bench_attention.py --variants; variant 0 = the
-// default kernel, which for bf16 d=128 128x128 plain kernels is kDefaultVariantNonCausal /
-// kDefaultVariantCausal below).
-inline constexpr int kVariants[] = {8,      9,      64,     136,    137,    392,    649,    1033,
-                                    1160,   2184,   4105,   6280,   8201,   10376,  18568,  22664,
-                                    34952,  67720,  100488, 133256, 137352, 166024, 264328, 268424,
-                                    395400, 399496, 690312, 952456, 1738888, 2492552,
-                                    2508936, 6686856, 6703240};
+// The built mainloop variants: attention_dispatch.cu kVariants (there, not here: a new variant
+// then rebuilds the dispatcher alone, not every kernel TU that includes this header).
 
 // The mainloop variant bits (AttnTraits::kVariant) of the bf16 d=128 128x128 plain kernels
 // (attention_launch.cuh says why; benchmarks/NOTES.md has the measurements). Flipping a default

@@ -12,6 +12,15 @@ namespace mkernel::attention {
 #include "instances.inc"
 #undef ATTN_CASE
 
+// The built mainloop variants (benchmarks/bench_attention.py --variants; variant 0 = the default
+// kernel, which for bf16 d=128 128x128 plain kernels is attention_api.h kDefaultVariantNonCausal /
+// kDefaultVariantCausal; the bits are documented there, the kernels are attention_variants_*.cu).
+constexpr int kVariants[] = {8,      9,      64,     136,    137,    392,    649,    1033,
+                             1160,   2184,   4105,   6280,   8201,   10376,  18568,  22664,
+                             34952,  67720,  100488, 133256, 137352, 166024, 264328, 268424,
+                             395400, 399496, 690312, 952456, 1738888, 2492552,
+                             2508936, 6686856, 6703240};
+
 // attention_variants_*.cu: the bf16 d=128 128x128 plain kernel's mainloop variants.
 cudaError_t run_bf16_d128_m128_n128_variant_noncausal(const Problem& p, const Launch& l);
 cudaError_t run_bf16_d128_m128_n128_variant_causal(const Problem& p, const Launch& l);
@@ -145,7 +154,7 @@ const char* can_implement(const Problem& p, bool hooked) {
   if (p.variant != 0) {
     bool built = false;
     for (int v : kVariants) built = built || v == p.variant;
-    if (!built) return "variant: not a built mainloop variant (attention_api.h kVariants)";
+    if (!built) return "variant: not a built mainloop variant (attention_dispatch.cu kVariants)";
     if (hooked) return "variant: the mainloop variants are plain kernels only (no hooks)";
     if (p.dtype != DType::kBF16 || p.head_dim != 128 || p.zz_world > 0 ||
         (p.block_m != 0 && p.block_m != 128) || (p.block_n != 0 && p.block_n != 128))
