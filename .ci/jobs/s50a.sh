@@ -13,7 +13,7 @@
 #    is not, and the per-key rate at short rows is the suspect.
 #   tar xJf .bp/core.tar.xz && MKERNEL_COMMIT=<hash> BP_MAX_STEPS=200 JOBS=.ci/jobs/s50a.sh REAL_OUT=$OUT OUT=/tmp/devout TOTAL=<s> TAIL_LINES=12 bash .ci/gpu-dev
 P="python3 -m pytest -q -rfEx --tb=short -p no:cacheprovider --durations=3"
-jx cross_tests 150 60 "timeout 145 $P -x tests/attention/test_cross_tile.py"
+# The cross-tile tests ran in s50p on this tree (53 passed: all four variants bit for bit 395400).
 jx bench_cross 130 70 "timeout 125 python3 benchmarks/bench_attention.py --variants 2508936,6703240,2492552,6686856,395400 --seqs 4096,8192 --modes nc --skip-alt --iters 15"
 jx tile_fit 110 60 "timeout 105 python3 benchmarks/bench_attention.py --variants 395400,1738888,2508936 --seqs 4096 --kv-lens 2304,4608,9216 --modes nc --skip-alt --iters 15"
 jx bench_4096 70 40 "timeout 65 python3 benchmarks/bench_attention.py --variants 2508936,395400 --seqs 4096 --modes nc --skip-alt --iters 30"
