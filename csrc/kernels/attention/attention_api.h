@@ -175,6 +175,10 @@ inline constexpr int kNarrowSBit = 1 << 20;
 // bit for bit 395400's output; a causal call runs 136. Opt-in until measured.
 inline constexpr int kCrossTileBit = 1 << 21;
 inline constexpr int kCrossTileOneQBit = 1 << 22;
+// Variant bit 23 (AttnTraits kTimeline; attention_variants_timeline.cu): a measurement build —
+// the kernel prints its per-tile phase cycle sums (benchmarks/attention_timeline.py). Built as
+// 8784008 = 395400 + bit 23 and 10127496 = 1738888 + bit 23; non-causal (a causal call runs 136).
+inline constexpr int kTimelineBit = 1 << 23;
 // The non-causal default on a longer KV block from kDefaultWideKvMinSeqKv keys on (a default
 // call of the bf16 d=128 plain kernel, no tile chosen by the caller): one of 34952 / 67720 /
 // 100488, or 0 (none: 2184 on 128x128 everywhere). A ragged top block costs a whole block's

@@ -392,6 +392,7 @@ class AttentionFwdSm90 {
         Epilogue::store_tail(mma_thread_idx);
         return;
       }
+      if constexpr (Traits::kTimeline) mainloop.timeline.last = static_cast<uint32_t>(clock());
       int t = first_tile();
       for (uint32_t k = 0;; ++k, t += tile_stride()) {
         if constexpr (Hooks::kClaimsTiles) {
@@ -435,6 +436,15 @@ class AttentionFwdSm90 {
           o_stage_held = o_stage;
         }
         epilogue.store(params.epilogue, smem_o, work, mma_thread_idx, acc_o, lse);
+        mainloop.template mark<Mainloop::kPhaseEpilogue>();
+      }
+      if constexpr (Traits::kTimeline) {
+        const int wg = mma_thread_idx / cutlass::NumThreadsPerWarpGroup;
+        if (blockIdx.x < kTimelineCtas && mma_thread_idx % cutlass::NumThreadsPerWarpGroup == 0) {
+          uint32_t* row = timeline_buffer<Traits::kVariant>() + (blockIdx.x * 2 + wg) * kTimelineSlots;
+          CUTLASS_PRAGMA_UNROLL
+          for (int i = 0; i < kTimelineSlots; ++i) row[i] = mainloop.timeline.sum[i];
+        }
       }
       if constexpr (Traits::kOInV) release_prev_o();  // the producer's tail waits for it
       Epilogue::store_tail(mma_thread_idx);

@@ -214,6 +214,15 @@ struct AttnTraits {
                 "bit 21 (cross-tile overlap): non-causal, O in a V stage (bit 7) or from registers "
                 "(bit 14), not with bits 5, 10, 13 or 19, no cluster");
   static_assert(!kCrossTileOneQ || kCrossTile, "bit 22 (one Q stage) is built on bit 21");
+  //   bit 23 (a measurement build, not a kernel to run): the consumer threads sum the SM cycles
+  //          (clock) each tile spends in its phases — the gap since the previous tile's end, the
+  //          Q wait, the first KV block, the block loop, the last PV GEMM, the epilogue — and the
+  //          first warp of each consumer warpgroup of CTAs 0-7 prints the sums once at the end
+  //          (device printf; benchmarks/attention_timeline.py reads them). Same output bits as
+  //          the variant without it. Where a tile's c_t (NOTES attn13, session 50) is spent.
+  static constexpr bool kTimeline = (kVariant & (1 << 23)) != 0;
+  static_assert(!kTimeline || (!kCausal && !kCrossTile && kClusterM == 1),
+                "bit 23 (timeline): non-causal, the per-tile mainloop (not bit 21), no cluster");
 
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
   static constexpr bool kPingPong = true;

@@ -25,6 +25,18 @@
 
 namespace mkernel::attention {
 
+// Traits::kTimeline (bit 23): the sums of CTAs 0-7 (two consumer warpgroups each, TimelineSlot
+// order), one buffer per variant; attention_variants_timeline.cu prints it after each launch
+// from a kernel of its own (a printf in the attention kernel is a call: ptxas then serializes
+// every wgmma, C7510).
+inline constexpr int kTimelineCtas = 8;
+inline constexpr int kTimelineSlots = 8;
+template <int kVariant>
+CUTLASS_DEVICE uint32_t* timeline_buffer() {
+  static uint32_t buf[kTimelineCtas * 2 * kTimelineSlots];
+  return buf;
+}
+
 template <class Traits>
 struct MainloopFwdSm90 {
   using Element = typename Traits::Element;
@@ -658,6 +670,35 @@ struct MainloopFwdSm90 {
     warpgroup_commit_batch();
   }
 
+  // Traits::kTimeline (bit 23): this thread's cycle sums per tile phase (kPhase*), the tiles and
+  // KV blocks it walked. mark<kPhase>() closes phase kPhase at the current cycle. The sums live
+  // in local memory (an index the compiler cannot see through): only `last` stays in a register
+  // across the block loop, whose SASS then stays the base's (9 live sums cost it 28
+  // instructions).
+  enum TimelineSlot { kPhaseGap, kPhaseQWait, kPhaseFirst, kPhaseLoop, kPhaseLastPv, kPhaseEpilogue,
+                      kSlotTiles, kSlotBlocks, kNumSlots };
+  static_assert(kNumSlots == kTimelineSlots, "timeline_buffer's row");
+  struct TimelineOn {
+    uint32_t last = 0;
+    uint32_t sum[kNumSlots] = {};
+    template <int kSlot>
+    CUTLASS_DEVICE void add(uint32_t v) {
+      int i;
+      asm volatile("mov.b32 %0, %1;" : "=r"(i) : "n"(kSlot));
+      sum[i] += v;
+    }
+  };
+  struct TimelineOff {};
+  std::conditional_t<Traits::kTimeline, TimelineOn, TimelineOff> timeline;
+  template <int kPhase>
+  CUTLASS_DEVICE void mark() {
+    if constexpr (Traits::kTimeline) {
+      const uint32_t now = static_cast<uint32_t>(clock());
+      timeline.template add<kPhase>(now - timeline.last);
+      timeline.last = now;
+    }
+  }
+
   // Consumer: the threads of the consumer warpgroups run this per work tile and return
   // with the unnormalised O in acc_o (softmax.finalize normalises it).
   //
@@ -795,7 +836,13 @@ struct MainloopFwdSm90 {
       if (waits_kv) pipeline_v.consumer_wait(s);
     };
 
+    mark<kPhaseGap>();
+    if constexpr (Traits::kTimeline) {
+      timeline.template add<kSlotTiles>(1);
+      timeline.template add<kSlotBlocks>(n_max > n_min ? n_max - n_min : 0);
+    }
     pipeline_q.consumer_wait(q_read);
+    mark<kPhaseQWait>();
     resume(acc_o, softmax);
     int n = prev_block<kZZ>(p, work.m_block, n_max, n_min);
     if (n >= n_min) {
@@ -839,6 +886,7 @@ struct MainloopFwdSm90 {
       if constexpr (Traits::kLateRescale) softmax.rescale(acc_o_rc, factor);
       StateV v_read = v_state(kv_read);  // V of the block in p_frag
       ++kv_read;
+      mark<kPhaseFirst>();
 
       if constexpr (!Traits::kSplitMasked) {
         if constexpr (Traits::kNarrowTop) {
@@ -951,6 +999,7 @@ struct MainloopFwdSm90 {
       // Every S GEMM of the tile has completed (each iteration ended with wait<0>): Q's stage
       // goes back to the producer now, so the next tile's Q loads under the last PV GEMM and
       // the epilogue.
+      mark<kPhaseLoop>();
       pipeline_q.consumer_release(q_read);
       // Last PV GEMM.
       wait_v(v_read);
@@ -969,6 +1018,7 @@ struct MainloopFwdSm90 {
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc_o);
       warpgroup_fence_operand(tOrP);
+      mark<kPhaseLastPv>();
       if constexpr (Traits::kOInV && !Traits::kODirect) {
         o_stage = static_cast<int>(v_read.index());  // held for O (the epilogue)
       } else {

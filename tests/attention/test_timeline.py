@@ -1,0 +1,53 @@
+"""Variant bit 23 (AttnTraits kTimeline, a measurement build): the per-tile phase cycle sums
+(benchmarks/attention_timeline.py reads the lines its print kernel writes). The sums are taken
+with clock reads and local-memory adds outside the block loop: the output must stay the base
+variant's bit for bit — 8784008 = 395400 + bit 23 (128x128), 10127496 = 1738888 + bit 23 (the
+128x144 default mainloop with the narrow top block) — on ragged shapes, GQA and split tails, and
+against the float64 reference with poisoned outputs. A causal call with the bit runs 136."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mkernel
+
+from .test_attention_engine import VARIANT_CASES, _check_against_reference, _poison_allocator
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+PAIRS = [(8784008, 395400), (10127496, 1738888)]
+# Beside VARIANT_CASES: 4096 keys (the narrow top block of 64 keys on the 144-key tile), a
+# one-block tile walk, and the split tail's pieces of a 3000-key range with GQA.
+EXTRA = [(1, 4096, 4096, 8, 8, 128), (2, 1500, 77, 40, 40, 128), (1, 1024, 3000, 36, 12, 128)]
+
+
+def _run(variant, q, k, v, monkeypatch, causal=False):
+    monkeypatch.setenv("MKERNEL_ATTN_VARIANT", str(variant))
+    _poison_allocator()
+    return mkernel.attention(q, k, v, causal=causal)
+
+
+@pytest.mark.parametrize("variant,base", PAIRS)
+@pytest.mark.parametrize("case", VARIANT_CASES + EXTRA)
+def test_timeline_build_is_its_base_bit_for_bit(case, variant, base, monkeypatch) -> None:
+    b, s, s_kv, h, h_kv, d = case
+    gen = torch.Generator(device="cuda").manual_seed(hash(case) % 2**31)
+    q, k, v = (torch.randn(b, n, hh, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+               for n, hh in ((s, h), (s_kv, h_kv), (s_kv, h_kv)))
+    want, want_lse = _run(base, q, k, v, monkeypatch)
+    out, lse = _run(variant, q, k, v, monkeypatch)
+    torch.cuda.synchronize()
+    assert not out.isnan().any() and not lse.isnan().any(), "an unwritten (poisoned) output"
+    _check_against_reference(out, lse, q, k, v, False)
+    assert torch.equal(out, want) and torch.equal(lse, want_lse), case
+
+
+@pytest.mark.parametrize("variant", [8784008, 10127496])
+def test_timeline_causal_runs_136(variant, monkeypatch) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    q, k, v = (torch.randn(1, n, 4, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+               for n in (1000, 300, 300))
+    want, want_lse = _run(136, q, k, v, monkeypatch, causal=True)
+    out, lse = _run(variant, q, k, v, monkeypatch, causal=True)
+    assert torch.equal(out, want) and torch.equal(lse, want_lse)
