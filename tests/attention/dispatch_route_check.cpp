@@ -132,7 +132,7 @@ int main() {
                  g_entry == (causal ? 3 : 11) && g_variant == (causal ? 136 : v17),
              "an attn17 variant (bit 21, cross-tile): its entry non-causal (split tail), 136 causal");
     }
-    for (int v23 : {8784008, 10127496}) {
+    for (int v23 : {8784008, 10127496, 10897544, 15075464}) {
       v.variant = v23;
       expect(!uses_tile_counter(v) && uses_split_tail(v) == !causal && run(v, l) == cudaSuccess &&
                  g_entry == (causal ? 3 : 12) && g_variant == (causal ? 136 : v23),

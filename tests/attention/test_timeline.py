@@ -2,7 +2,8 @@
 (benchmarks/attention_timeline.py reads the lines its print kernel writes). The sums are taken
 with clock reads and local-memory adds outside the block loop: the output must stay the base
 variant's bit for bit — 8784008 = 395400 + bit 23 (128x128), 10127496 = 1738888 + bit 23 (the
-128x144 default mainloop with the narrow top block) — on ragged shapes, GQA and split tails, and
+128x144 default mainloop with the narrow top block), and the cross-tile walks 10897544 =
+2508936 + bit 23, 15075464 = 6686856 + bit 23 (both bit for bit 395400) — on ragged shapes, GQA and split tails, and
 against the float64 reference with poisoned outputs. A causal call with the bit runs 136."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from .test_attention_engine import VARIANT_CASES, _check_against_reference, _poi
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
-PAIRS = [(8784008, 395400), (10127496, 1738888)]
+PAIRS = [(8784008, 395400), (10127496, 1738888), (10897544, 395400), (15075464, 395400)]
 # Beside VARIANT_CASES: 4096 keys (the narrow top block of 64 keys on the 144-key tile), a
 # one-block tile walk, and the split tail's pieces of a 3000-key range with GQA.
 EXTRA = [(1, 4096, 4096, 8, 8, 128), (2, 1500, 77, 40, 40, 128), (1, 1024, 3000, 36, 12, 128)]
@@ -43,7 +44,7 @@ def test_timeline_build_is_its_base_bit_for_bit(case, variant, base, monkeypatch
     assert torch.equal(out, want) and torch.equal(lse, want_lse), case
 
 
-@pytest.mark.parametrize("variant", [8784008, 10127496])
+@pytest.mark.parametrize("variant", [v for v, _ in PAIRS])
 def test_timeline_causal_runs_136(variant, monkeypatch) -> None:
     gen = torch.Generator(device="cuda").manual_seed(3)
     q, k, v = (torch.randn(1, n, 4, 128, device="cuda", dtype=torch.bfloat16, generator=gen)

@@ -177,7 +177,8 @@ inline constexpr int kCrossTileBit = 1 << 21;
 inline constexpr int kCrossTileOneQBit = 1 << 22;
 // Variant bit 23 (AttnTraits kTimeline; attention_variants_timeline.cu): a measurement build —
 // the kernel prints its per-tile phase cycle sums (benchmarks/attention_timeline.py). Built as
-// 8784008 = 395400 + bit 23 and 10127496 = 1738888 + bit 23; non-causal (a causal call runs 136).
+// 8784008 = 395400 + bit 23, 10127496 = 1738888 + bit 23, and on the cross-tile walks 10897544 =
+// 2508936 + bit 23 and 15075464 = 6686856 + bit 23; non-causal (a causal call runs 136).
 inline constexpr int kTimelineBit = 1 << 23;
 // The non-causal default on a longer KV block from kDefaultWideKvMinSeqKv keys on (a default
 // call of the bf16 d=128 plain kernel, no tile chosen by the caller): one of 34952 / 67720 /

@@ -362,6 +362,19 @@ class AttentionFwdSm90 {
       // read it (-1: none). Its store thread then arrives for the warpgroup's 128 threads on
       // the stage's empty barrier (the pipeline counts every consumer thread).
       int o_stage_held = -1;
+      // Traits::kTimeline: the phase sums of CTAs 0-7 to timeline_buffer (first thread of each
+      // consumer warpgroup), once at the end.
+      auto store_timeline = [&]() {
+        if constexpr (Traits::kTimeline) {
+          const int wg = mma_thread_idx / cutlass::NumThreadsPerWarpGroup;
+          if (blockIdx.x < kTimelineCtas && mma_thread_idx % cutlass::NumThreadsPerWarpGroup == 0) {
+            uint32_t* row = timeline_buffer<Traits::kVariant>() + (blockIdx.x * 2 + wg) * kTimelineSlots;
+            CUTLASS_PRAGMA_UNROLL
+            for (int i = 0; i < kTimelineSlots; ++i) row[i] = mainloop.timeline.sum[i];
+          }
+        }
+      };
+      if constexpr (Traits::kTimeline) mainloop.timeline.last = static_cast<uint32_t>(clock());
       auto release_prev_o = [&]() {
         if (o_stage_held >= 0 && mma_thread_idx % cutlass::NumThreadsPerWarpGroup == 0) {
           cute::tma_store_wait<0>();
@@ -389,10 +402,10 @@ class AttentionFwdSm90 {
                             [&](int t) { return get_tile(params.scheduler, t); }, on_tile_end,
                             release_prev_o);
         release_prev_o();  // the producer's tail waits for it
+        store_timeline();
         Epilogue::store_tail(mma_thread_idx);
         return;
       }
-      if constexpr (Traits::kTimeline) mainloop.timeline.last = static_cast<uint32_t>(clock());
       int t = first_tile();
       for (uint32_t k = 0;; ++k, t += tile_stride()) {
         if constexpr (Hooks::kClaimsTiles) {
@@ -438,14 +451,7 @@ class AttentionFwdSm90 {
         epilogue.store(params.epilogue, smem_o, work, mma_thread_idx, acc_o, lse);
         mainloop.template mark<Mainloop::kPhaseEpilogue>();
       }
-      if constexpr (Traits::kTimeline) {
-        const int wg = mma_thread_idx / cutlass::NumThreadsPerWarpGroup;
-        if (blockIdx.x < kTimelineCtas && mma_thread_idx % cutlass::NumThreadsPerWarpGroup == 0) {
-          uint32_t* row = timeline_buffer<Traits::kVariant>() + (blockIdx.x * 2 + wg) * kTimelineSlots;
-          CUTLASS_PRAGMA_UNROLL
-          for (int i = 0; i < kTimelineSlots; ++i) row[i] = mainloop.timeline.sum[i];
-        }
-      }
+      store_timeline();
       if constexpr (Traits::kOInV) release_prev_o();  // the producer's tail waits for it
       Epilogue::store_tail(mma_thread_idx);
     }

@@ -219,10 +219,12 @@ struct AttnTraits {
   //          Q wait, the first KV block, the block loop, the last PV GEMM, the epilogue — and the
   //          first warp of each consumer warpgroup of CTAs 0-7 prints the sums once at the end
   //          (device printf; benchmarks/attention_timeline.py reads them). Same output bits as
-  //          the variant without it. Where a tile's c_t (NOTES attn13, session 50) is spent.
+  //          the variant without it. Where a tile's c_t (NOTES attn13, session 50) is spent. On
+  //          the cross-tile walk (bit 21) "lastpv" is the carried turn (the next tile's first S
+  //          GEMM and softmax with this tile's last PV GEMM) and a carried tile has no "first".
   static constexpr bool kTimeline = (kVariant & (1 << 23)) != 0;
-  static_assert(!kTimeline || (!kCausal && !kCrossTile && kClusterM == 1),
-                "bit 23 (timeline): non-causal, the per-tile mainloop (not bit 21), no cluster");
+  static_assert(!kTimeline || (!kCausal && kClusterM == 1),
+                "bit 23 (timeline): non-causal, no cluster");
 
   // Inter-warpgroup ping-pong of the GEMM issue (named barriers WarpSchedulerWG1/2).
   static constexpr bool kPingPong = true;

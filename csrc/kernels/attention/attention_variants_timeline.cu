@@ -2,7 +2,9 @@
 // the kernel (benchmarks/attention_timeline.py), of two non-causal mainloops:
 //   8784008 = 395400 + bit 23 (128x128: O in a V stage, the split tail, bits 17-18),
 //   10127496 = 1738888 + bit 23 (the non-causal default from 4096 keys: 128x144, lazy rescale,
-//              the narrow top block, the split tail).
+//              the narrow top block, the split tail),
+//   10897544 = 2508936 + bit 23 and 15075464 = 6686856 + bit 23 (the cross-tile walks: O from
+//              registers with Q double-buffered; O in a V stage with one Q stage).
 // The same output bits as the variants without it. A causal call runs 136 (the dispatcher).
 #include "attention_launch.cuh"
 
@@ -39,6 +41,8 @@ cudaError_t run_bf16_d128_m128_variant_timeline(const Problem& p, const Launch& 
   switch (p.variant) {
     case 8784008: return run_and_print<395400 | kTimelineBit, 128>(p, l);
     case 10127496: return run_and_print<2184 | (1 << 17) | (1 << 19) | (1 << 20) | kTimelineBit, 144>(p, l);
+    case 10897544: return run_and_print<2508936 | kTimelineBit, 128>(p, l);
+    case 15075464: return run_and_print<6686856 | kTimelineBit, 128>(p, l);
     default: return cudaErrorInvalidValue;
   }
 }

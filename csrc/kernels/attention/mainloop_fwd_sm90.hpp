@@ -1133,14 +1133,21 @@ struct MainloopFwdSm90 {
     while (work.valid) {
       int n_min, n_max;
       block_range(work, n_min, n_max);
+      mark<kPhaseGap>();
+      if constexpr (Traits::kTimeline) {
+        timeline.template add<kSlotTiles>(1);
+        timeline.template add<kSlotBlocks>(n_max > n_min ? n_max - n_min : 0);
+      }
       int n = n_max - 1;  // non-causal: the walk's first block (done already when carried)
       if (!carried) {
         pipeline_q.consumer_wait(q_read);
+        mark<kPhaseQWait>();
         if (n < n_min) {  // no key block (an empty piece): O = 0, no stage held
           pipeline_q.consumer_release(q_read);
           ++q_read;
           release_prev_o();
           on_tile_end(work, acc_o, softmax, -1);
+          mark<kPhaseEpilogue>();
           softmax = Softmax(p.scale_log2);
           t += stride;
           work = tile_at(t);
@@ -1159,6 +1166,7 @@ struct MainloopFwdSm90 {
         p_frag = convert_to_element(acc_s);
         v_read = v_state(kv_read);
         ++kv_read;
+        mark<kPhaseFirst>();
       }
       // One KV block nb after the first: S_nb, the previous block's P·V, nb's softmax. With
       // release_o, the turn after an epilogue: the previous tile's O stage is freed after the
@@ -1211,6 +1219,7 @@ struct MainloopFwdSm90 {
         }
       }
 
+      mark<kPhaseLoop>();
       // Every S GEMM of the tile is done: Q's stage goes back to the producer (bit 22: already,
       // in the last block's step, unless the tile walked one block).
       if constexpr (kStagesQ == 1) {
@@ -1261,7 +1270,9 @@ struct MainloopFwdSm90 {
         warpgroup_fence_operand(tOrP);
         o_stage = hold_for_o(pipeline_v, v_read);
       }
+      mark<kPhaseLastPv>();
       on_tile_end(work, acc_o, softmax, o_stage);
+      mark<kPhaseEpilogue>();
       softmax = carried ? softmax_next : Softmax(p.scale_log2);
       clear(acc_o);
       t += stride;
