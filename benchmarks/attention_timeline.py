@@ -29,7 +29,8 @@ from common import commit, device_info, write_result  # noqa: E402
 
 import mkernel  # noqa: E402
 
-BASE = {8784008: 395400, 10127496: 1738888, 10897544: 395400, 15075464: 395400}
+BASE = {8784008: 395400, 10127496: 1738888, 10897544: 395400, 15075464: 395400,
+        25561224: 395400, 26904712: 1738888}
 PHASES = ("gap", "qwait", "first", "loop", "lastpv", "epilogue")
 LINE = re.compile(r"mkernel-timeline variant (\d+) cta (\d+) wg (\d+) tiles (\d+) blocks (\d+) "
                   r"gap (\d+) qwait (\d+) first (\d+) loop (\d+) lastpv (\d+) epilogue (\d+)")

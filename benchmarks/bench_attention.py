@@ -240,6 +240,8 @@ VARIANT_DOC = {
     6686856: "2492552 + one Q stage (attn17, bit 22: released in the tile's last block step; K 3 + V 3; bit for bit 395400; causal runs 136)",
     2508936: "2492552 + O from registers (bit 14: no meet in the epilogue, the warpgroups' epilogues stagger; bit for bit 395400; causal runs 136)",
     6703240: "6686856 + O from registers (bit 14; one Q stage; bit for bit 395400; causal runs 136)",
+    17172616: "395400 + the next tile's coordinates before the epilogue (bit 24; bit for bit 395400; causal runs 136)",
+    18516104: "1738888 + the next tile's coordinates before the epilogue (bit 24; bit for bit 1738888; causal runs 136)",
     18568: "2184 + O stored from registers (attn13, bit 14: no cross-warpgroup meet, V stage freed after the last PV; causal runs 136 + bit 14; bit for bit 2184 / 136)",
 }
 

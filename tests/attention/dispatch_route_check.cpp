@@ -11,7 +11,8 @@ int g_entry =
     0;  // 1: an instantiation, 2 / 3: variants non-causal / causal, 4: claimed, 5: prefetch,
         // 6: O from registers (attn13), 7: longer KV blocks (attn14), 8: attn15's bits 17-18,
         // 9: attn16's narrow top block (bits 19-20), 10: the ring's 128x144 hooked kernel,
-        // 11: attn17's cross-tile overlap (bits 21-22), 12: the timeline builds (bit 23)
+        // 11: attn17's cross-tile overlap (bits 21-22), 12: the timeline builds (bit 23),
+        // 13: the next tile early (bit 24)
 int g_variant = -1;
 #define ATTN_CASE(tag, ctype, hdim, bm, bn, causal)                                               \
   cudaError_t run_##tag##_d##hdim##_m##bm##_n##bn(const Problem& p, const Launch&, const HookArgs*) { \
@@ -37,6 +38,7 @@ STUB(run_bf16_d128_m128_n128_variant_attn15, 8)
 STUB(run_bf16_d128_m128_narrow_variant, 9)
 STUB(run_bf16_d128_m128_n128_variant_cross, 11)
 STUB(run_bf16_d128_m128_variant_timeline, 12)
+STUB(run_bf16_d128_m128_variant_early, 13)
 #undef STUB
 // The ring's opt-in 128x144 hooked kernel (MKERNEL_RING_BLOCK_N=144; session 26).
 cudaError_t run_bf16_d128_m128_n144_hooked(const Problem& p, const Launch&, const HookArgs&) {
@@ -132,11 +134,17 @@ int main() {
                  g_entry == (causal ? 3 : 11) && g_variant == (causal ? 136 : v17),
              "an attn17 variant (bit 21, cross-tile): its entry non-causal (split tail), 136 causal");
     }
-    for (int v23 : {8784008, 10127496, 10897544, 15075464}) {
+    for (int v23 : {8784008, 10127496, 10897544, 15075464, 25561224, 26904712}) {
       v.variant = v23;
       expect(!uses_tile_counter(v) && uses_split_tail(v) == !causal && run(v, l) == cudaSuccess &&
                  g_entry == (causal ? 3 : 12) && g_variant == (causal ? 136 : v23),
              "a timeline build (bit 23): its entry non-causal (split tail), 136 causal");
+    }
+    for (int v24 : {17172616, 18516104}) {
+      v.variant = v24;
+      expect(!uses_tile_counter(v) && uses_split_tail(v) == !causal && run(v, l) == cudaSuccess &&
+                 g_entry == (causal ? 3 : 13) && g_variant == (causal ? 136 : v24),
+             "a bit-24 variant (the next tile early): its entry non-causal (split tail), 136 causal");
     }
     for (int v16 : {690312, 952456, 1738888}) {
       v.variant = v16;

@@ -3,7 +3,9 @@
 with clock reads and local-memory adds outside the block loop: the output must stay the base
 variant's bit for bit — 8784008 = 395400 + bit 23 (128x128), 10127496 = 1738888 + bit 23 (the
 128x144 default mainloop with the narrow top block), and the cross-tile walks 10897544 =
-2508936 + bit 23, 15075464 = 6686856 + bit 23 (both bit for bit 395400) — on ragged shapes, GQA and split tails, and
+2508936 + bit 23, 15075464 = 6686856 + bit 23 (both bit for bit 395400); and bit 24 (the next
+tile's coordinates before the epilogue: 17172616, 18516104, and with bit 23 25561224, 26904712) —
+on ragged shapes, GQA and split tails, and
 against the float64 reference with poisoned outputs. A causal call with the bit runs 136."""
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from .test_attention_engine import VARIANT_CASES, _check_against_reference, _poi
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
-PAIRS = [(8784008, 395400), (10127496, 1738888), (10897544, 395400), (15075464, 395400)]
+PAIRS = [(8784008, 395400), (10127496, 1738888), (10897544, 395400), (15075464, 395400),
+         (17172616, 395400), (18516104, 1738888), (25561224, 395400), (26904712, 1738888)]
 # Beside VARIANT_CASES: 4096 keys (the narrow top block of 64 keys on the 144-key tile), a
 # one-block tile walk, and the split tail's pieces of a 3000-key range with GQA.
 EXTRA = [(1, 4096, 4096, 8, 8, 128), (2, 1500, 77, 40, 40, 128), (1, 1024, 3000, 36, 12, 128)]

@@ -180,6 +180,12 @@ inline constexpr int kCrossTileOneQBit = 1 << 22;
 // 8784008 = 395400 + bit 23, 10127496 = 1738888 + bit 23, and on the cross-tile walks 10897544 =
 // 2508936 + bit 23 and 15075464 = 6686856 + bit 23; non-causal (a causal call runs 136).
 inline constexpr int kTimelineBit = 1 << 23;
+// Variant bit 24 (AttnTraits kEarlyNextTile; attention_variants_early.cu): the next static
+// tile's coordinates worked out right after a tile's last PV GEMM, not after its epilogue. Built
+// as 17172616 = 395400 + bit 24 and 18516104 = 1738888 + bit 24 (timeline builds: + bit 23,
+// 25561224 and 26904712); bit for bit the bases; non-causal (a causal call runs 136). Opt-in
+// until measured.
+inline constexpr int kEarlyNextTileBit = 1 << 24;
 // The non-causal default on a longer KV block from kDefaultWideKvMinSeqKv keys on (a default
 // call of the bf16 d=128 plain kernel, no tile chosen by the caller): one of 34952 / 67720 /
 // 100488, or 0 (none: 2184 on 128x128 everywhere). A ragged top block costs a whole block's

@@ -20,13 +20,15 @@ constexpr int kVariants[] = {8,      9,      64,     136,    137,    392,    649
                              34952,  67720,  100488, 133256, 137352, 166024, 264328, 268424,
                              395400, 399496, 690312, 952456, 1738888, 2492552,
                              2508936, 6686856, 6703240, 8784008, 10127496,
-                             10897544, 15075464};
+                             10897544, 15075464, 17172616, 18516104, 25561224, 26904712};
 
 // attention_variants_*.cu: the bf16 d=128 128x128 plain kernel's mainloop variants.
 cudaError_t run_bf16_d128_m128_n128_variant_noncausal(const Problem& p, const Launch& l);
 cudaError_t run_bf16_d128_m128_n128_variant_causal(const Problem& p, const Launch& l);
 // attention_variants_claimed.cu: the variants with claimed tiles (bit 12), both modes.
 cudaError_t run_bf16_d128_m128_n128_variant_claimed(const Problem& p, const Launch& l);
+// attention_variants_early.cu: the next tile's coordinates before the epilogue (bit 24).
+cudaError_t run_bf16_d128_m128_variant_early(const Problem& p, const Launch& l);
 // attention_variants_timeline.cu: the measurement builds (bit 23), non-causal.
 cudaError_t run_bf16_d128_m128_variant_timeline(const Problem& p, const Launch& l);
 // attention_variants_prefetch.cu: the variants with the next tile's Q prefetched (bit 13).
@@ -228,6 +230,12 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
   if (p.variant != 0) {
     if ((p.variant & kTimelineBit) != 0) {  // first: the measurement builds carry other bits
       if (!p.causal) return run_bf16_d128_m128_variant_timeline(p, l);
+      Problem pc = p;
+      pc.variant = 136;
+      return run_bf16_d128_m128_n128_variant_causal(pc, l);
+    }
+    if ((p.variant & kEarlyNextTileBit) != 0) {
+      if (!p.causal) return run_bf16_d128_m128_variant_early(p, l);
       Problem pc = p;
       pc.variant = 136;
       return run_bf16_d128_m128_n128_variant_causal(pc, l);

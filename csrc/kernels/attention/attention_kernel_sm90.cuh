@@ -407,11 +407,16 @@ class AttentionFwdSm90 {
         return;
       }
       int t = first_tile();
+      // Traits::kEarlyNextTile: the next static tile, worked out before this one's epilogue.
+      static_assert(!Traits::kEarlyNextTile || (!Hooks::kClaimsTiles && !kPhases),
+                    "bit 24 (the next tile early): static tiles, one phase");
+      [[maybe_unused]] WorkTile next_work{};
+      if constexpr (Traits::kEarlyNextTile) next_work = get_tile(params.scheduler, t);
       for (uint32_t k = 0;; ++k, t += tile_stride()) {
         if constexpr (Hooks::kClaimsTiles) {
           if (claimed) t = handoff->take(k, lane_idx);
         }
-        const WorkTile work = get_tile(params.scheduler, t);
+        const WorkTile work = Traits::kEarlyNextTile ? next_work : get_tile(params.scheduler, t);
         if (!work.valid) break;
         if (idle_phase(params, work)) continue;
         Tensor acc_o = partition_fragment_C(tiled_mma_pv, select<0, 2>(typename Traits::TileShapeMNK{}));
@@ -429,6 +434,7 @@ class AttentionFwdSm90 {
                                               q_read, kv_read, shared.tensors.mainloop, work,
                                               mma_thread_idx, acc_o, softmax, o_stage,
                                               release_prev_o, resume);
+        if constexpr (Traits::kEarlyNextTile) next_work = get_tile(params.scheduler, t + tile_stride());
         if constexpr (kPhases) {
           // A first phase whose second walks blocks: the state goes to the workspace, no O.
           // (The item is rebuilt from t: fewer registers live across the main loop.)

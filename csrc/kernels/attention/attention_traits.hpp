@@ -222,6 +222,11 @@ struct AttnTraits {
   //          the variant without it. Where a tile's c_t (NOTES attn13, session 50) is spent. On
   //          the cross-tile walk (bit 21) "lastpv" is the carried turn (the next tile's first S
   //          GEMM and softmax with this tile's last PV GEMM) and a carried tile has no "first".
+  //   bit 24 (session 50): the consumers work out the next tile's coordinates (the scheduler's
+  //          runtime divisions: ~300 instructions, s50b's "gap" of 730 cycles a tile, on the
+  //          path from the epilogue to the next first S GEMM) right after the tile's last PV GEMM,
+  //          where warpgroup 0 waits at the epilogue's meet anyway. Same tiles, same output bits.
+  static constexpr bool kEarlyNextTile = (kVariant & (1 << 24)) != 0;
   static constexpr bool kTimeline = (kVariant & (1 << 23)) != 0;
   static_assert(!kTimeline || (!kCausal && kClusterM == 1),
                 "bit 23 (timeline): non-causal, no cluster");

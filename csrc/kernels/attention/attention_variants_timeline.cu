@@ -4,7 +4,9 @@
 //   10127496 = 1738888 + bit 23 (the non-causal default from 4096 keys: 128x144, lazy rescale,
 //              the narrow top block, the split tail),
 //   10897544 = 2508936 + bit 23 and 15075464 = 6686856 + bit 23 (the cross-tile walks: O from
-//              registers with Q double-buffered; O in a V stage with one Q stage).
+//              registers with Q double-buffered; O in a V stage with one Q stage),
+//   25561224 = 17172616 + bit 23 and 26904712 = 18516104 + bit 23 (bit 24: the next tile's
+//              coordinates before the epilogue).
 // The same output bits as the variants without it. A causal call runs 136 (the dispatcher).
 #include "attention_launch.cuh"
 
@@ -43,6 +45,9 @@ cudaError_t run_bf16_d128_m128_variant_timeline(const Problem& p, const Launch& 
     case 10127496: return run_and_print<2184 | (1 << 17) | (1 << 19) | (1 << 20) | kTimelineBit, 144>(p, l);
     case 10897544: return run_and_print<2508936 | kTimelineBit, 128>(p, l);
     case 15075464: return run_and_print<6686856 | kTimelineBit, 128>(p, l);
+    case 25561224: return run_and_print<395400 | kEarlyNextTileBit | kTimelineBit, 128>(p, l);
+    case 26904712:
+      return run_and_print<2184 | (1 << 17) | (1 << 19) | (1 << 20) | kEarlyNextTileBit | kTimelineBit, 144>(p, l);
     default: return cudaErrorInvalidValue;
   }
 }
