@@ -9,6 +9,13 @@
 # the base's 1.28 blocks for either, the boundary's idle time moved into the loop (a wait per block) rather than
 # away: the per-block loop figures say which.
 #   tar xJf .bp/core.tar.xz && MKERNEL_DEV_BUILD=1 MKERNEL_COMMIT=<hash> BP_MAX_STEPS=200 JOBS=.ci/jobs/s50c.sh REAL_OUT=$OUT OUT=/tmp/devout TOTAL=<s> TAIL_LINES=20 bash .ci/gpu-dev
+# This call's tree: the code of 2be1134 (the call was started with the label of the commit before it, 84859f0,
+# whose timeline builds it also holds; only this job file differs from 2be1134).
+export MKERNEL_COMMIT=2be1134
+# Bit 24 (17172616 / 18516104, timeline 25561224 / 26904712): predicted gap 730 -> <150 cycles a tile and the
+# total per tile down by ~400-600 (the divisions run while warpgroup 0 waits at the epilogue's meet); the bench
+# columns within noise of the bases (+0.3..+0.7% at 4096).
 P="python3 -m pytest -q -rfEx --tb=short -p no:cacheprovider --durations=3"
 jx timeline_tests 90 40 "timeout 85 $P -x tests/attention/test_timeline.py"
-jx timeline 60 25 "timeout 55 python3 benchmarks/attention_timeline.py --variants 8784008,15075464,10897544,10127496"
+jx timeline 60 25 "timeout 55 python3 benchmarks/attention_timeline.py --variants 8784008,25561224,15075464,10897544,10127496,26904712"
+jx bench_early 60 30 "timeout 55 python3 benchmarks/bench_attention.py --variants 17172616,395400,18516104,1738888 --seqs 4096,8192 --modes nc --skip-alt --iters 20"
