@@ -13,9 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import mkernel
-
-from .test_attention_engine import VARIANT_CASES, _check_against_reference, _poison_allocator
+from .test_attention_engine import VARIANT_CASES, _check_against_reference
+from .test_cross_tile import _inputs, _run
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -26,19 +25,10 @@ PAIRS = [(8784008, 395400), (10127496, 1738888), (10897544, 395400), (15075464, 
 EXTRA = [(1, 4096, 4096, 8, 8, 128), (2, 1500, 77, 40, 40, 128), (1, 1024, 3000, 36, 12, 128)]
 
 
-def _run(variant, q, k, v, monkeypatch, causal=False):
-    monkeypatch.setenv("MKERNEL_ATTN_VARIANT", str(variant))
-    _poison_allocator()
-    return mkernel.attention(q, k, v, causal=causal)
-
-
 @pytest.mark.parametrize("variant,base", PAIRS)
 @pytest.mark.parametrize("case", VARIANT_CASES + EXTRA)
 def test_timeline_build_is_its_base_bit_for_bit(case, variant, base, monkeypatch) -> None:
-    b, s, s_kv, h, h_kv, d = case
-    gen = torch.Generator(device="cuda").manual_seed(hash(case) % 2**31)
-    q, k, v = (torch.randn(b, n, hh, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-               for n, hh in ((s, h), (s_kv, h_kv), (s_kv, h_kv)))
+    q, k, v = _inputs(case, hash(case) % 2**31)
     want, want_lse = _run(base, q, k, v, monkeypatch)
     out, lse = _run(variant, q, k, v, monkeypatch)
     torch.cuda.synchronize()
@@ -49,9 +39,7 @@ def test_timeline_build_is_its_base_bit_for_bit(case, variant, base, monkeypatch
 
 @pytest.mark.parametrize("variant", [v for v, _ in PAIRS])
 def test_timeline_causal_runs_136(variant, monkeypatch) -> None:
-    gen = torch.Generator(device="cuda").manual_seed(3)
-    q, k, v = (torch.randn(1, n, 4, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
-               for n in (1000, 300, 300))
+    q, k, v = _inputs((1, 1000, 300, 4, 4, 128), 3)
     want, want_lse = _run(136, q, k, v, monkeypatch, causal=True)
     out, lse = _run(variant, q, k, v, monkeypatch, causal=True)
     assert torch.equal(out, want) and torch.equal(lse, want_lse)
