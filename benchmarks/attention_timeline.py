@@ -8,7 +8,9 @@ Rows at S = 4096 queries (b = 4, h = 32, d = 128, bf16: 4096 tiles, as bench_att
 4096 row) over key lengths; per row the mean over the 16 warpgroups of cycles per tile in each
 phase, the loop's cycles per block, and the per-tile cost outside the loop in units of that
 block (c_t: NOTES attn13 estimated it from two sequence lengths). Also checks each measurement
-build against its base variant bit for bit. Writes JSON under results/.
+build against its base variant bit for bit. Writes JSON under results/. (The print kernel prints
+all 16 rows: a launch of fewer than 8 CTAs leaves the others' rows from an earlier call, so the
+shapes here keep the grid full.)
 
     python benchmarks/attention_timeline.py [--kv-lens 2304,4096,4608,9216] [--variants 8784008,10127496]
 """

@@ -698,6 +698,14 @@ struct MainloopFwdSm90 {
       timeline.last = now;
     }
   }
+  // A tile's walk [n_min, n_max) begins: the gap closes, the tile and its blocks are counted.
+  CUTLASS_DEVICE void mark_tile_start(int n_min, int n_max) {
+    mark<kPhaseGap>();
+    if constexpr (Traits::kTimeline) {
+      timeline.template add<kSlotTiles>(1);
+      timeline.template add<kSlotBlocks>(n_max > n_min ? n_max - n_min : 0);
+    }
+  }
 
   // Consumer: the threads of the consumer warpgroups run this per work tile and return
   // with the unnormalised O in acc_o (softmax.finalize normalises it).
@@ -836,11 +844,7 @@ struct MainloopFwdSm90 {
       if (waits_kv) pipeline_v.consumer_wait(s);
     };
 
-    mark<kPhaseGap>();
-    if constexpr (Traits::kTimeline) {
-      timeline.template add<kSlotTiles>(1);
-      timeline.template add<kSlotBlocks>(n_max > n_min ? n_max - n_min : 0);
-    }
+    mark_tile_start(n_min, n_max);
     pipeline_q.consumer_wait(q_read);
     mark<kPhaseQWait>();
     resume(acc_o, softmax);
@@ -1133,11 +1137,7 @@ struct MainloopFwdSm90 {
     while (work.valid) {
       int n_min, n_max;
       block_range(work, n_min, n_max);
-      mark<kPhaseGap>();
-      if constexpr (Traits::kTimeline) {
-        timeline.template add<kSlotTiles>(1);
-        timeline.template add<kSlotBlocks>(n_max > n_min ? n_max - n_min : 0);
-      }
+      mark_tile_start(n_min, n_max);
       int n = n_max - 1;  // non-causal: the walk's first block (done already when carried)
       if (!carried) {
         pipeline_q.consumer_wait(q_read);
