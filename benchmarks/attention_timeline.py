@@ -32,10 +32,17 @@ from common import commit, device_info, write_result  # noqa: E402
 import mkernel  # noqa: E402
 
 BASE = {8784008: 395400, 10127496: 1738888, 10897544: 395400, 15075464: 395400,
-        25561224: 395400, 26904712: 1738888}
-PHASES = ("gap", "qwait", "first", "loop", "lastpv", "epilogue")
+        25561224: 395400, 26904712: 1738888, 42338440: 395400, 43681928: 1738888}
+# The epilogue in pieces (session 51): finalize (row sums, LSE, O normalised), the LSE's stores,
+# the meet (O in a V stage: both warpgroups' last PV GEMMs done), then "epilogue" = the rest
+# (conversion, stmatrix, fence, barrier, TMA store; a split piece's or register path's stores).
+PHASES = ("gap", "qwait", "first", "loop", "lastpv", "finalize", "lse", "meet", "epilogue")
 LINE = re.compile(r"mkernel-timeline variant (\d+) cta (\d+) wg (\d+) tiles (\d+) blocks (\d+) "
-                  r"gap (\d+) qwait (\d+) first (\d+) loop (\d+) lastpv (\d+) epilogue (\d+)")
+                  r"gap (\d+) qwait (\d+) first (\d+) loop (\d+) lastpv (\d+) epilogue (\d+) "
+                  r"finalize (\d+) lse (\d+) meet (\d+)")
+# Field of each phase in a parsed line (variant, cta, wg, tiles, blocks come first).
+FIELD = {"gap": 5, "qwait": 6, "first": 7, "loop": 8, "lastpv": 9, "epilogue": 10,
+         "finalize": 11, "lse": 12, "meet": 13}
 
 
 def run(variant: int, q, k, v):
@@ -93,8 +100,13 @@ def main() -> None:
             blocks = [r[4] for r in per_wg]
             row["tiles_per_wg_mean"] = statistics.mean(tiles)
             row["blocks_per_tile"] = sum(blocks) / sum(tiles)
-            for i, ph in enumerate(PHASES):
-                row[f"{ph}_cycles_per_tile"] = statistics.mean(r[5 + i] / r[3] for r in per_wg)
+            for ph in PHASES:
+                row[f"{ph}_cycles_per_tile"] = statistics.mean(r[FIELD[ph]] / r[3] for r in per_wg)
+            # Per warpgroup (0 leads the ping-pong, 1 follows): where the meet's wait falls.
+            for wg in (0, 1):
+                mine = [r for r in per_wg if r[2] == wg]
+                row[f"wg{wg}_cycles_per_tile"] = {ph: statistics.mean(r[FIELD[ph]] / r[3] for r in mine)
+                                                  for ph in PHASES}
             total = sum(row[f"{ph}_cycles_per_tile"] for ph in PHASES)
             row["total_cycles_per_tile"] = total
             # The loop walks every block but the first (the last PV GEMM is its own phase).
@@ -103,12 +115,15 @@ def main() -> None:
             row["outside_loop_cycles_per_tile"] = total - row["loop_cycles_per_tile"]
             # c_t: what a tile costs beyond blocks_per_tile loop blocks, in loop blocks.
             row["c_t_blocks"] = (total - row["blocks_per_tile"] * row["loop_cycles_per_block"]) / row["loop_cycles_per_block"]
-            row["spread_total_cycles"] = [min(sum(r[5:11]) for r in per_wg), max(sum(r[5:11]) for r in per_wg)]
+            row["spread_total_cycles"] = [min(sum(r[5:14]) for r in per_wg), max(sum(r[5:14]) for r in per_wg)]
             rows.append(row)
             print(f"S_kv={s_kv:5d} v{var}: bit-for-bit {same}  blocks/tile {row['blocks_per_tile']:.2f}  "
                   f"per tile: " + "  ".join(f"{ph} {row[f'{ph}_cycles_per_tile']:.0f}" for ph in PHASES)
                   + f"  | loop/block {row['loop_cycles_per_block']:.0f}  c_t {row['c_t_blocks']:.2f} blocks",
                   flush=True)
+            for wg in (0, 1):
+                print(f"    wg{wg}: " + "  ".join(f"{ph} {row[f'wg{wg}_cycles_per_tile'][ph]:.0f}" for ph in PHASES),
+                      flush=True)
     payload = {"bench": "attention_timeline", "device": device_info(), "commit": commit(),
                "method": "variant bit 23 cycle sums (clock) per tile phase, consumer warpgroups of "
                          "CTAs 0-7, the third call of each row (two warm-up calls)",

@@ -242,6 +242,8 @@ VARIANT_DOC = {
     6703240: "6686856 + O from registers (bit 14; one Q stage; bit for bit 395400; causal runs 136)",
     17172616: "395400 + the next tile's coordinates before the epilogue (bit 24; bit for bit 395400; causal runs 136)",
     18516104: "1738888 + the next tile's coordinates before the epilogue (bit 24; bit for bit 1738888; causal runs 136)",
+    33949832: "395400 + the tile mailbox (bit 25: the static tiles decoded by the producer's warp 2; bit for bit 395400; causal runs 136)",
+    35293320: "1738888 + the tile mailbox (bit 25: the static tiles decoded by the producer's warp 2; bit for bit 1738888; causal runs 136)",
     18568: "2184 + O stored from registers (attn13, bit 14: no cross-warpgroup meet, V stage freed after the last PV; causal runs 136 + bit 14; bit for bit 2184 / 136)",
 }
 

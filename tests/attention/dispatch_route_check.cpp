@@ -12,7 +12,7 @@ int g_entry =
         // 6: O from registers (attn13), 7: longer KV blocks (attn14), 8: attn15's bits 17-18,
         // 9: attn16's narrow top block (bits 19-20), 10: the ring's 128x144 hooked kernel,
         // 11: attn17's cross-tile overlap (bits 21-22), 12: the timeline builds (bit 23),
-        // 13: the next tile early (bit 24)
+        // 13: the next tile early (bit 24), 14: the tile mailbox (bit 25)
 int g_variant = -1;
 #define ATTN_CASE(tag, ctype, hdim, bm, bn, causal)                                               \
   cudaError_t run_##tag##_d##hdim##_m##bm##_n##bn(const Problem& p, const Launch&, const HookArgs*) { \
@@ -39,6 +39,7 @@ STUB(run_bf16_d128_m128_narrow_variant, 9)
 STUB(run_bf16_d128_m128_n128_variant_cross, 11)
 STUB(run_bf16_d128_m128_variant_timeline, 12)
 STUB(run_bf16_d128_m128_variant_early, 13)
+STUB(run_bf16_d128_m128_variant_mailbox, 14)
 #undef STUB
 // The ring's opt-in 128x144 hooked kernel (MKERNEL_RING_BLOCK_N=144; session 26).
 cudaError_t run_bf16_d128_m128_n144_hooked(const Problem& p, const Launch&, const HookArgs&) {
@@ -134,7 +135,7 @@ int main() {
                  g_entry == (causal ? 3 : 11) && g_variant == (causal ? 136 : v17),
              "an attn17 variant (bit 21, cross-tile): its entry non-causal (split tail), 136 causal");
     }
-    for (int v23 : {8784008, 10127496, 10897544, 15075464, 25561224, 26904712}) {
+    for (int v23 : {8784008, 10127496, 10897544, 15075464, 25561224, 26904712, 42338440, 43681928}) {
       v.variant = v23;
       expect(!uses_tile_counter(v) && uses_split_tail(v) == !causal && run(v, l) == cudaSuccess &&
                  g_entry == (causal ? 3 : 12) && g_variant == (causal ? 136 : v23),
@@ -145,6 +146,12 @@ int main() {
       expect(!uses_tile_counter(v) && uses_split_tail(v) == !causal && run(v, l) == cudaSuccess &&
                  g_entry == (causal ? 3 : 13) && g_variant == (causal ? 136 : v24),
              "a bit-24 variant (the next tile early): its entry non-causal (split tail), 136 causal");
+    }
+    for (int v25 : {33949832, 35293320}) {
+      v.variant = v25;
+      expect(!uses_tile_counter(v) && uses_split_tail(v) == !causal && run(v, l) == cudaSuccess &&
+                 g_entry == (causal ? 3 : 14) && g_variant == (causal ? 136 : v25),
+             "a bit-25 variant (the tile mailbox): its entry non-causal (split tail), 136 causal");
     }
     for (int v16 : {690312, 952456, 1738888}) {
       v.variant = v16;

@@ -186,6 +186,13 @@ inline constexpr int kTimelineBit = 1 << 23;
 // 25561224 and 26904712); bit for bit the bases; non-causal (a causal call runs 136). Opt-in
 // until measured.
 inline constexpr int kEarlyNextTileBit = 1 << 24;
+// Variant bit 25 (AttnTraits kTileMailbox; attention_variants_mailbox.cu): the producer
+// warpgroup's warp 2 decodes the static tile sequence and hands each tile to the consumers
+// through shared memory (tile_handoff.cuh TileMailbox): the scheduler's divisions leave the
+// consumers' path. Built as 33949832 = 395400 + bit 25 and 35293320 = 1738888 + bit 25
+// (timeline builds: + bit 23, 42338440 and 43681928); bit for bit the bases; non-causal (a causal
+// call runs 136). Opt-in until measured.
+inline constexpr int kTileMailboxBit = 1 << 25;
 // The non-causal default on a longer KV block from kDefaultWideKvMinSeqKv keys on (a default
 // call of the bf16 d=128 plain kernel, no tile chosen by the caller): one of 34952 / 67720 /
 // 100488, or 0 (none: 2184 on 128x128 everywhere). A ragged top block costs a whole block's

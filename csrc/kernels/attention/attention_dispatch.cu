@@ -20,7 +20,8 @@ constexpr int kVariants[] = {8,      9,      64,     136,    137,    392,    649
                              34952,  67720,  100488, 133256, 137352, 166024, 264328, 268424,
                              395400, 399496, 690312, 952456, 1738888, 2492552,
                              2508936, 6686856, 6703240, 8784008, 10127496,
-                             10897544, 15075464, 17172616, 18516104, 25561224, 26904712};
+                             10897544, 15075464, 17172616, 18516104, 25561224, 26904712,
+                            33949832, 35293320, 42338440, 43681928};
 
 // attention_variants_*.cu: the bf16 d=128 128x128 plain kernel's mainloop variants.
 cudaError_t run_bf16_d128_m128_n128_variant_noncausal(const Problem& p, const Launch& l);
@@ -29,6 +30,8 @@ cudaError_t run_bf16_d128_m128_n128_variant_causal(const Problem& p, const Launc
 cudaError_t run_bf16_d128_m128_n128_variant_claimed(const Problem& p, const Launch& l);
 // attention_variants_early.cu: the next tile's coordinates before the epilogue (bit 24).
 cudaError_t run_bf16_d128_m128_variant_early(const Problem& p, const Launch& l);
+// attention_variants_mailbox.cu: the static tiles handed to the consumers decoded (bit 25).
+cudaError_t run_bf16_d128_m128_variant_mailbox(const Problem& p, const Launch& l);
 // attention_variants_timeline.cu: the measurement builds (bit 23), non-causal.
 cudaError_t run_bf16_d128_m128_variant_timeline(const Problem& p, const Launch& l);
 // attention_variants_prefetch.cu: the variants with the next tile's Q prefetched (bit 13).
@@ -230,6 +233,12 @@ cudaError_t dispatch(const Problem& p, const Launch& l, const HookArgs* h, const
   if (p.variant != 0) {
     if ((p.variant & kTimelineBit) != 0) {  // first: the measurement builds carry other bits
       if (!p.causal) return run_bf16_d128_m128_variant_timeline(p, l);
+      Problem pc = p;
+      pc.variant = 136;
+      return run_bf16_d128_m128_n128_variant_causal(pc, l);
+    }
+    if ((p.variant & kTileMailboxBit) != 0) {
+      if (!p.causal) return run_bf16_d128_m128_variant_mailbox(p, l);
       Problem pc = p;
       pc.variant = 136;
       return run_bf16_d128_m128_n128_variant_causal(pc, l);

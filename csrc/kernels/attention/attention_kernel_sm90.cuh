@@ -70,10 +70,20 @@ class AttentionFwdSm90 {
   // A policy that may claim tiles (tile_handoff.cuh) takes the handoff ring after that.
   using Handoff = TileHandoff<kNumMmaThreads / cutlass::NumThreadsPerWarp>;
   static constexpr int kHandoffOffset = kForwardSmemOffset + Hooks::kForwardSmemBytes;
+  // The static order's tile mailbox (Traits::kTileMailbox, plain kernels) takes the same place.
+  using Mailbox = TileMailbox<kNumMmaThreads / cutlass::NumThreadsPerWarp>;
+  static_assert(!Traits::kTileMailbox ||
+                    (!Hooks::kClaimsTiles && !Hooks::kForwardsKV && !Hooks::kWaitsForKV && !kPhases &&
+                     !Traits::kCrossTile && Traits::kClusterM == 1),
+                "bit 25 (the tile mailbox): plain kernels, static tiles, no cluster, not the "
+                "cross-tile walk");
   static constexpr int kHandoffEnd =
-      Hooks::kClaimsTiles ? kHandoffOffset + static_cast<int>(sizeof(Handoff))
-                          : (Hooks::kForwardsKV ? kForwardSmemOffset + Hooks::kForwardSmemBytes
-                                                : static_cast<int>(sizeof(SharedStorage)));
+      Hooks::kClaimsTiles
+          ? kHandoffOffset + static_cast<int>(sizeof(Handoff))
+          : (Traits::kTileMailbox
+                 ? kHandoffOffset + static_cast<int>(sizeof(Mailbox))
+                 : (Hooks::kForwardsKV ? kForwardSmemOffset + Hooks::kForwardSmemBytes
+                                       : static_cast<int>(sizeof(SharedStorage))));
   // A policy that waits for KV flags: the load lane's SeenFlags (8-byte aligned) last.
   static constexpr int kSeenOffset = (kHandoffEnd + 7) / 8 * 8;
   static constexpr int kSmemBytes =
@@ -251,6 +261,10 @@ class AttentionFwdSm90 {
     if constexpr (Hooks::kClaimsTiles) {
       if (claimed && threadIdx.x == 0) handoff->init();
     }
+    [[maybe_unused]] Mailbox* mailbox = reinterpret_cast<Mailbox*>(smem_buf + kHandoffOffset);
+    if constexpr (Traits::kTileMailbox) {
+      if (threadIdx.x == 0) mailbox->init();
+    }
     // Barriers initialised before any thread (of the cluster: remote releases) uses them.
     if constexpr (Traits::kClusterM > 1) {
       cute::cluster_arrive_relaxed();
@@ -290,6 +304,22 @@ class AttentionFwdSm90 {
               const int t = claim_tile(params);
               handoff->publish(k, t);  // the past-the-end index too: the takers stop
               if (!get_tile(params.scheduler, t).valid) break;
+            }
+          }
+          __syncwarp();
+          return;
+        }
+      }
+      if constexpr (Traits::kTileMailbox) {
+        // The static tile sequence, decoded here and handed to the consumers (tile_handoff.cuh
+        // TileMailbox); the load lane decodes it for itself as before (it runs ahead).
+        if (producer_role == ProducerWarpRole::Idle2) {
+          if (lane_idx == 0) {
+            int t = first_tile();
+            for (uint32_t k = 0;; ++k, t += tile_stride()) {
+              const WorkTile w = get_tile(params.scheduler, t);
+              mailbox->publish(k, w);  // the past-the-end tile too: the takers stop
+              if (!w.valid) break;
             }
           }
           __syncwarp();
@@ -375,6 +405,14 @@ class AttentionFwdSm90 {
         }
       };
       if constexpr (Traits::kTimeline) mainloop.timeline.last = static_cast<uint32_t>(clock());
+      // The epilogue's points as timeline phases (no-ops without Traits::kTimeline).
+      auto store_marks = [&](auto point) {
+        if constexpr (decltype(point)::value == kStoreAfterLse) {
+          mainloop.template mark<Mainloop::kPhaseLse>();
+        } else {
+          mainloop.template mark<Mainloop::kPhaseMeet>();
+        }
+      };
       auto release_prev_o = [&]() {
         if (o_stage_held >= 0 && mma_thread_idx % cutlass::NumThreadsPerWarpGroup == 0) {
           cute::tma_store_wait<0>();
@@ -392,10 +430,11 @@ class AttentionFwdSm90 {
           Tensor acc_o_rc = rowcol_view(acc_o);
           float lse[kRows];
           softmax.finalize(acc_o_rc, lse, params.mainloop.softmax_scale);
+          mainloop.template mark<Mainloop::kPhaseFinalize>();
           typename Traits::Element* smem_o =
               o_stage >= 0 ? Mainloop::v_stage_data(shared.tensors.mainloop, o_stage) : nullptr;
           o_stage_held = o_stage;
-          epilogue.store(params.epilogue, smem_o, work, mma_thread_idx, acc_o, lse);
+          epilogue.store(params.epilogue, smem_o, work, mma_thread_idx, acc_o, lse, store_marks);
         };
         mainloop.mma_stream(params.mainloop, pipeline_q, pipeline_k, pipeline_v, shared.tensors.mainloop,
                             mma_thread_idx, first_tile(), tile_stride(),
@@ -416,7 +455,11 @@ class AttentionFwdSm90 {
         if constexpr (Hooks::kClaimsTiles) {
           if (claimed) t = handoff->take(k, lane_idx);
         }
-        const WorkTile work = Traits::kEarlyNextTile ? next_work : get_tile(params.scheduler, t);
+        const WorkTile work = [&] {
+          if constexpr (Traits::kTileMailbox) return mailbox->take(k, lane_idx);
+          else if constexpr (Traits::kEarlyNextTile) return next_work;
+          else return get_tile(params.scheduler, t);
+        }();
         if (!work.valid) break;
         if (idle_phase(params, work)) continue;
         Tensor acc_o = partition_fragment_C(tiled_mma_pv, select<0, 2>(typename Traits::TileShapeMNK{}));
@@ -449,12 +492,13 @@ class AttentionFwdSm90 {
         Tensor acc_o_rc = rowcol_view(acc_o);
         float lse[kRows];
         softmax.finalize(acc_o_rc, lse, params.mainloop.softmax_scale);
+        mainloop.template mark<Mainloop::kPhaseFinalize>();
         typename Traits::Element* smem_o = Epilogue::o_data(shared.tensors.epilogue);
         if constexpr (Traits::kOInV) {
           smem_o = o_stage >= 0 ? Mainloop::v_stage_data(shared.tensors.mainloop, o_stage) : nullptr;
           o_stage_held = o_stage;
         }
-        epilogue.store(params.epilogue, smem_o, work, mma_thread_idx, acc_o, lse);
+        epilogue.store(params.epilogue, smem_o, work, mma_thread_idx, acc_o, lse, store_marks);
         mainloop.template mark<Mainloop::kPhaseEpilogue>();
       }
       store_timeline();

@@ -227,6 +227,15 @@ struct AttnTraits {
   //          path from the epilogue to the next first S GEMM) right after the tile's last PV GEMM,
   //          where warpgroup 0 waits at the epilogue's meet anyway. Same tiles, same output bits.
   static constexpr bool kEarlyNextTile = (kVariant & (1 << 24)) != 0;
+  //   bit 25 (session 51; static tile order): the producer warpgroup's warp 2 walks the CTA's
+  //          static tile sequence ahead of the consumers and hands each decoded WorkTile to them
+  //          through a two-slot shared-memory mailbox (tile_handoff.cuh TileMailbox). The
+  //          scheduler's runtime divisions then leave the consumers' path altogether (bit 24 only
+  //          moved them onto the epilogue's: the gap fell 730 -> 136 cycles, the epilogue grew
+  //          600); a consumer takes a tile with one barrier wait and eight shared loads. Same
+  //          tiles, same output bits.
+  static constexpr bool kTileMailbox = (kVariant & (1 << 25)) != 0;
+  static_assert(!kTileMailbox || !kEarlyNextTile, "bit 25 (the tile mailbox) replaces bit 24");
   static constexpr bool kTimeline = (kVariant & (1 << 23)) != 0;
   static_assert(!kTimeline || (!kCausal && kClusterM == 1),
                 "bit 23 (timeline): non-causal, no cluster");

@@ -6,7 +6,8 @@
 //   10897544 = 2508936 + bit 23 and 15075464 = 6686856 + bit 23 (the cross-tile walks: O from
 //              registers with Q double-buffered; O in a V stage with one Q stage),
 //   25561224 = 17172616 + bit 23 and 26904712 = 18516104 + bit 23 (bit 24: the next tile's
-//              coordinates before the epilogue).
+//              coordinates before the epilogue),
+//   42338440 = 33949832 + bit 23 and 43681928 = 35293320 + bit 23 (bit 25: the tile mailbox).
 // The same output bits as the variants without it. A causal call runs 136 (the dispatcher).
 #include "attention_launch.cuh"
 
@@ -21,8 +22,8 @@ __global__ void timeline_print_kernel(int variant) {
   const uint32_t* b = timeline_buffer<kTraitsVariant>();
   for (int r = 0; r < kTimelineCtas * 2; ++r, b += kTimelineSlots) {
     printf("mkernel-timeline variant %d cta %d wg %d tiles %u blocks %u gap %u qwait %u first %u "
-           "loop %u lastpv %u epilogue %u\n",
-           variant, r / 2, r % 2, b[6], b[7], b[0], b[1], b[2], b[3], b[4], b[5]);
+           "loop %u lastpv %u epilogue %u finalize %u lse %u meet %u\n",
+           variant, r / 2, r % 2, b[6], b[7], b[0], b[1], b[2], b[3], b[4], b[5], b[8], b[9], b[10]);
   }
 }
 
@@ -48,6 +49,9 @@ cudaError_t run_bf16_d128_m128_variant_timeline(const Problem& p, const Launch& 
     case 25561224: return run_and_print<395400 | kEarlyNextTileBit | kTimelineBit, 128>(p, l);
     case 26904712:
       return run_and_print<2184 | (1 << 17) | (1 << 19) | (1 << 20) | kEarlyNextTileBit | kTimelineBit, 144>(p, l);
+    case 42338440: return run_and_print<395400 | kTileMailboxBit | kTimelineBit, 128>(p, l);
+    case 43681928:
+      return run_and_print<2184 | (1 << 17) | (1 << 19) | (1 << 20) | kTileMailboxBit | kTimelineBit, 144>(p, l);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -33,6 +33,14 @@
 
 namespace mkernel::attention {
 
+// store's points for the timeline builds (AttnTraits bit 23): on_mark(StorePoint constant) after
+// the LSE's stores and after the meet (the wait before O may be written).
+enum StorePoint : int { kStoreAfterLse = 0, kStoreAfterMeet = 1 };
+struct NoStoreMarks {
+  template <class Point>
+  CUTLASS_DEVICE void operator()(Point) const {}
+};
+
 template <class Traits>
 struct EpilogueFwdSm90 {
   using Element = typename Traits::Element;
@@ -116,9 +124,10 @@ struct EpilogueFwdSm90 {
   // All consumer threads. acc_o: normalised O (fp32); lse: this thread's rows' LSE. smem_o:
   // the O buffer (o_data, or with Traits::kOInV the V stage the mainloop holds; nullptr: the
   // tile saw no key and O goes straight from registers to global, no stage being held).
-  template <class AccO, int kRows>
+  template <class AccO, int kRows, class OnMark = NoStoreMarks>
   CUTLASS_DEVICE void store(Params const& p, Element* smem_o, WorkTile const& work,
-                            int mma_thread_idx, AccO const& acc_o, float const (&lse)[kRows]) {
+                            int mma_thread_idx, AccO const& acc_o, float const (&lse)[kRows],
+                            OnMark const& on_mark = OnMark{}) {
     using namespace cute;
     if constexpr (Traits::kSplitTail) {
       if (work.slot >= 0) {
@@ -142,6 +151,7 @@ struct EpilogueFwdSm90 {
         if (row < p.seq_q) lse_bh[row] = lse[r];
       }
     }
+    on_mark(std::integral_constant<int, kStoreAfterLse>{});
 
     const int warp_group = mma_thread_idx / cutlass::NumThreadsPerWarpGroup;
     const bool store_thread = mma_thread_idx % cutlass::NumThreadsPerWarpGroup == 0;
@@ -178,6 +188,7 @@ struct EpilogueFwdSm90 {
       cutlass::arch::NamedBarrier::sync(cutlass::NumThreadsPerWarpGroup, barrier);
       convert_o();
     }
+    on_mark(std::integral_constant<int, kStoreAfterMeet>{});
 
     Tensor sO = make_tensor(make_smem_ptr(smem_o), SmemLayoutO{});
     auto smem_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, tiled_mma_pv);

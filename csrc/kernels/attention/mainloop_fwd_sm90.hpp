@@ -30,7 +30,7 @@ namespace mkernel::attention {
 // from a kernel of its own (a printf in the attention kernel is a call: ptxas then serializes
 // every wgmma, C7510).
 inline constexpr int kTimelineCtas = 8;
-inline constexpr int kTimelineSlots = 8;
+inline constexpr int kTimelineSlots = 11;
 template <int kVariant>
 CUTLASS_DEVICE uint32_t* timeline_buffer() {
   static uint32_t buf[kTimelineCtas * 2 * kTimelineSlots];
@@ -675,8 +675,11 @@ struct MainloopFwdSm90 {
   // in local memory (an index the compiler cannot see through): only `last` stays in a register
   // across the block loop, whose SASS then stays the base's (9 live sums cost it 28
   // instructions).
+  // The epilogue's pieces (session 51): finalize (row sums, LSE, O's normalisation), the LSE's
+  // stores, the meet (kOInV: both warpgroups' last PV GEMMs done; else the previous store's
+  // wait), and kPhaseEpilogue the rest (conversion, stmatrix, fence, barrier, the TMA store).
   enum TimelineSlot { kPhaseGap, kPhaseQWait, kPhaseFirst, kPhaseLoop, kPhaseLastPv, kPhaseEpilogue,
-                      kSlotTiles, kSlotBlocks, kNumSlots };
+                      kSlotTiles, kSlotBlocks, kPhaseFinalize, kPhaseLse, kPhaseMeet, kNumSlots };
   static_assert(kNumSlots == kTimelineSlots, "timeline_buffer's row");
   struct TimelineOn {
     uint32_t last = 0;

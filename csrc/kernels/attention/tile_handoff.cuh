@@ -24,6 +24,7 @@
 
 #include "cutlass/arch/barrier.h"
 #include "cutlass/cutlass.h"
+#include "tile_scheduler.hpp"
 
 namespace mkernel::attention {
 
@@ -96,6 +97,68 @@ struct TileHandoff {
   CUTLASS_DEVICE void release_lane(uint32_t k) {
     asm volatile("" ::: "memory");
     cutlass::arch::ClusterBarrier::arrive(&empty[k % kSlots]);
+  }
+};
+
+// Static tile order with the decoded tiles handed over (AttnTraits bit 25, kTileMailbox): lane 0
+// of the producer warpgroup's warp 2 works out WorkTile k of the CTA's static sequence (the
+// scheduler's divisions) and publishes it in slot k % 2; every consumer warp takes it at the
+// start of its tile k. Two slots: tile k + 1 is published as soon as tile k - 1's slot is free,
+// i.e. while the consumers still run tile k, so a consumer finds its next tile waiting. The
+// past-the-end tile (valid false) is published too: it ends every taker's loop.
+template <int kConsumerWarps>
+struct TileMailbox {
+  static constexpr int kSlots = 2;
+  static constexpr int kFields = 8;  // WorkTile as ints (field order: pack / unpack)
+  uint64_t full[kSlots];   // count 1: the publishing lane
+  uint64_t empty[kSlots];  // count kConsumerWarps: lane 0 of each consumer warp
+  int tile[kSlots][kFields];
+
+  // One thread, before the CTA's first barrier sync.
+  CUTLASS_DEVICE void init() {
+    for (int s = 0; s < kSlots; ++s) {
+      cutlass::arch::ClusterBarrier::init(&full[s], 1);
+      cutlass::arch::ClusterBarrier::init(&empty[s], kConsumerWarps);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+
+  // Publishing lane, tile k = 0, 1, ...: waits until every consumer warp took tile k - kSlots
+  // (the first pass over a fresh barrier does not wait), writes the slot, arrives (release).
+  CUTLASS_DEVICE void publish(uint32_t k, WorkTile const& w) {
+    const uint32_t s = k % kSlots;
+    cutlass::arch::ClusterBarrier::wait(&empty[s], ((k / kSlots) & 1) ^ 1);
+    volatile int* f = tile[s];
+    f[0] = w.m_block;
+    f[1] = w.head;
+    f[2] = w.batch;
+    f[3] = w.valid ? 1 : 0;
+    f[4] = w.n_lo;
+    f[5] = w.n_hi;
+    f[6] = w.slot;
+    f[7] = w.phase;
+    asm volatile("" ::: "memory");
+    cutlass::arch::ClusterBarrier::arrive(&full[s]);
+  }
+
+  // Every consumer thread, tile k: the published tile (acquire by the wait).
+  CUTLASS_DEVICE WorkTile take(uint32_t k, int lane) {
+    const uint32_t s = k % kSlots;
+    cutlass::arch::ClusterBarrier::wait(&full[s], (k / kSlots) & 1);
+    asm volatile("" ::: "memory");
+    volatile int const* f = tile[s];
+    WorkTile w;
+    w.m_block = f[0];
+    w.head = f[1];
+    w.batch = f[2];
+    w.valid = f[3] != 0;
+    w.n_lo = f[4];
+    w.n_hi = f[5];
+    w.slot = f[6];
+    w.phase = f[7];
+    __syncwarp();  // every lane of the warp has read the slot before lane 0 frees it
+    if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty[s]);
+    return w;
   }
 };
 
