@@ -6,6 +6,5 @@
 # the SM clock ~1.55-1.70 GHz; cuDNN's clock within 2% of ours; per cycle cuDNN ahead at 4096 by about the bench's gap
 # (~3%), per joule likewise; 35293320 a higher per-cycle figure than 1738888 by ~0.6% and the same per joule. If
 # instead the clocks differ by more than the time ratio, the race is per joule, and the per-tile cycle work is moot.
-export MKERNEL_COMMIT=2349334
 jx power_4096 110 40 "timeout 105 python3 benchmarks/attention_power.py --seq 4096 --variants 0,35293320,395400 --backends cudnn,flash --window 2 --rounds 3"
 jx power_8192 110 40 "timeout 105 python3 benchmarks/attention_power.py --seq 8192 --variants 0,35293320 --backends cudnn --window 2 --rounds 3"
