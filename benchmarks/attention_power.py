@@ -10,7 +10,7 @@ Session 51's question: the timeline builds say bit 25 (the tile mailbox) saves 0
 cycles, the bench saw ~0; a kernel at the board's power cap trades saved cycles for a lower clock,
 and then what decides the race with cuDNN is work per joule, not per cycle.
 
-    python benchmarks/attention_power.py [--seq 4096] [--variants 0,1738888,35293320] [--window 2]
+    python benchmarks/attention_power.py [--seq 4096] [--variants 0,1738888,35293320,0:8] [--window 2]
 """
 
 from __future__ import annotations
@@ -66,19 +66,27 @@ def parse_smi(path: Path, fields: list[str]) -> list[dict]:
     return rows
 
 
-def candidates(variants: list[int], q, k, v, backends: list[str]):
+def candidates(specs: list[str], q, k, v, backends: list[str]):
+    """specs: "N" (mainloop variant N, 0 the default) or "N:MB" (with an L2 section budget of MB
+    MiB, MKERNEL_ATTN_L2_SECTION_MB)."""
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     out = {}
-    for var in variants:
-        name = "mkernel" if var == 0 else f"v{var}"
+    for spec in specs:
+        var, _, mb = spec.partition(":")
+        name = ("mkernel" if int(var) == 0 else f"v{var}") + (f"@l2={mb}" if mb else "")
+        env = {}
+        if int(var):
+            env["MKERNEL_ATTN_VARIANT"] = var
+        if mb:
+            env["MKERNEL_ATTN_L2_SECTION_MB"] = mb
 
-        def run(var=var):
-            if var:
-                os.environ["MKERNEL_ATTN_VARIANT"] = str(var)
+        def run(env=env):
+            os.environ.update(env)
             try:
                 return mkernel.attention(q, k, v, causal=False)
             finally:
-                os.environ.pop("MKERNEL_ATTN_VARIANT", None)
+                for key in env:
+                    os.environ.pop(key, None)
         out[name] = run
     for be in backends:
         backend = SDPBackend.CUDNN_ATTENTION if be == "cudnn" else SDPBackend.FLASH_ATTENTION
@@ -93,17 +101,19 @@ def candidates(variants: list[int], q, k, v, backends: list[str]):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seq", type=int, default=4096)
-    ap.add_argument("--variants", type=str, default="0,1738888,35293320")
+    ap.add_argument("--variants", type=str, default="0,1738888,35293320",
+                    help="N (mainloop variant, 0 the default) or N:MB (an L2 section budget of MB MiB)")
     ap.add_argument("--backends", type=str, default="cudnn")
     ap.add_argument("--window", type=float, default=2.0, help="seconds per candidate window")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=16384, help="b * S")
     args = ap.parse_args()
     s, h, d = args.seq, 32, 128
-    b = max(1, 16384 // s)
+    b = max(1, args.tokens // s)
     gen = torch.Generator(device="cuda").manual_seed(51)
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
     flop = 4.0 * b * h * s * s * d
-    cands = candidates([int(x) for x in args.variants.split(",")], q, k, v,
+    cands = candidates([x for x in args.variants.split(",") if x], q, k, v,
                        [x for x in args.backends.split(",") if x])
     # Calls per window from a short timing of each.
     per_call = {}

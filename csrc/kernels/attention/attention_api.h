@@ -66,6 +66,9 @@ struct Problem {
   // default kernels; attention_dispatch.cu kVariants lists the built ones (bf16, d = 128,
   // 128x128, plain kernels only — run_hooked rejects a nonzero variant).
   int variant = 0;
+  // L2 section budget of the tile order (tile_scheduler.hpp make_params): the K/V bytes of the
+  // (batch, head) pairs whose tiles the grid runs together, in MiB; 0: the default (24).
+  int l2_section_mb = 0;
   // Workspace of a kernel that splits its last, partial wave of tiles along the KV blocks
   // (variant bit 11, kSplitTailBit; uses_split_tail): fp32, split_ws_pieces pieces of
   // split_ws_floats_per_piece(head_dim) floats each (the caller allocates, any contents). With

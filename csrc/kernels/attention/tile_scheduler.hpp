@@ -11,6 +11,9 @@
 
 namespace mkernel::attention {
 
+// The default L2 section budget (PersistentTileScheduler::make_params).
+inline constexpr long long kL2SectionBytes = 24ll << 20;
+
 struct WorkTile {
   int m_block;
   int head;
@@ -94,10 +97,11 @@ struct PersistentTileScheduler {
     return p.tiles;
   }
 
-  // section_bytes_kv: K + V bytes of one (batch, head); the budget keeps a section's K/V well
-  // inside the H200's 50 MiB L2.
-  static Params make_params(int m_blocks, int heads, int batch, long long bytes_kv_per_head) {
-    constexpr long long kL2Budget = 24ll << 20;
+  // bytes_kv_per_head: K + V bytes of one (batch, head); l2_budget: the bytes of K/V a section
+  // may hold (kL2SectionBytes by default, well inside the 50 MiB L2; Problem::l2_section_mb).
+  static Params make_params(int m_blocks, int heads, int batch, long long bytes_kv_per_head,
+                            long long l2_budget = kL2SectionBytes) {
+    const long long kL2Budget = l2_budget;
     Params p;
     p.m_blocks = m_blocks;
     p.heads = heads;
