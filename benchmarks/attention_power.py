@@ -66,7 +66,7 @@ def parse_smi(path: Path, fields: list[str]) -> list[dict]:
     return rows
 
 
-def candidates(specs: list[str], q, k, v, backends: list[str]):
+def candidates(specs: list[str], q, k, v, backends: list[str], causal: bool):
     """specs: "N" (mainloop variant N, 0 the default) or "N:MB" (with an L2 section budget of MB
     MiB, MKERNEL_ATTN_L2_SECTION_MB)."""
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
@@ -83,7 +83,7 @@ def candidates(specs: list[str], q, k, v, backends: list[str]):
         def run(env=env):
             os.environ.update(env)
             try:
-                return mkernel.attention(q, k, v, causal=False)
+                return mkernel.attention(q, k, v, causal=causal)
             finally:
                 for key in env:
                     os.environ.pop(key, None)
@@ -93,7 +93,7 @@ def candidates(specs: list[str], q, k, v, backends: list[str]):
 
         def run_sdpa(backend=backend):
             with sdpa_kernel(backend):
-                return sdpa(qt, kt, vt, is_causal=False)
+                return sdpa(qt, kt, vt, is_causal=causal)
         out[be] = run_sdpa
     return out
 
@@ -107,14 +107,15 @@ def main() -> None:
     ap.add_argument("--window", type=float, default=2.0, help="seconds per candidate window")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=16384, help="b * S")
+    ap.add_argument("--causal", action="store_true")
     args = ap.parse_args()
     s, h, d = args.seq, 32, 128
     b = max(1, args.tokens // s)
     gen = torch.Generator(device="cuda").manual_seed(51)
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
-    flop = 4.0 * b * h * s * s * d
+    flop = 4.0 * b * h * s * s * d / (2 if args.causal else 1)
     cands = candidates([x for x in args.variants.split(",") if x], q, k, v,
-                       [x for x in args.backends.split(",") if x])
+                       [x for x in args.backends.split(",") if x], args.causal)
     # Calls per window from a short timing of each.
     per_call = {}
     for name, fn in cands.items():
@@ -173,7 +174,7 @@ def main() -> None:
                         "tflops_per_ghz": tflops / (mhz / 1e3), "tflops_per_w": tflops / watts,
                         "reasons": sorted({x.get("reasons", "") for x in ws})})
         rows.append(row)
-        print(f"S={s} {name:>10s}: {ms:.4f} ms  {tflops:6.1f} TF/s  "
+        print(f"S={s}{' causal' if args.causal else ''} {name:>10s}: {ms:.4f} ms  {tflops:6.1f} TF/s  "
               + (f"SM {row['sm_mhz_median']:.0f} MHz ({row['sm_mhz_range'][0]:.0f}-{row['sm_mhz_range'][1]:.0f})  "
                  f"{row['power_w_median']:.0f} W  {row['tflops_per_ghz']:.1f} TF/s per GHz  "
                  f"{row['tflops_per_w']:.3f} TF/s per W  reasons {row['reasons']}" if ws else "no samples"),
@@ -190,7 +191,7 @@ def main() -> None:
                       f"per cycle x{r['vs_cudnn']['per_cycle']:.3f}  per joule x{r['vs_cudnn']['per_joule']:.3f}  "
                       f"clock x{r['vs_cudnn']['clock']:.3f}", flush=True)
     payload = {"bench": "attention_power", "device": device_info(), "commit": commit(),
-               "shape": {"b": b, "s": s, "h": h, "d": d, "causal": False, "dtype": "bf16"},
+               "shape": {"b": b, "s": s, "h": h, "d": d, "causal": args.causal, "dtype": "bf16"},
                "method": f"round-robin windows of ~{args.window} s per candidate, {args.rounds} rounds; "
                          f"nvidia-smi every 20 ms ({', '.join(fields[1:])}), each window's first {SETTLE_S} s "
                          "dropped; medians",

@@ -67,7 +67,8 @@ struct Problem {
   // 128x128, plain kernels only — run_hooked rejects a nonzero variant).
   int variant = 0;
   // L2 section budget of the tile order (tile_scheduler.hpp make_params): the K/V bytes of the
-  // (batch, head) pairs whose tiles the grid runs together, in MiB; 0: the default (24).
+  // (batch, head) pairs whose tiles the grid runs together, in MiB; 0: the default
+  // (tile_scheduler.hpp kL2SectionBytes: 4 MiB; the hooked kernels 24).
   int l2_section_mb = 0;
   // Workspace of a kernel that splits its last, partial wave of tiles along the KV blocks
   // (variant bit 11, kSplitTailBit; uses_split_tail): fp32, split_ws_pieces pieces of

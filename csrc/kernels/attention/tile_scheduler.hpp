@@ -11,8 +11,18 @@
 
 namespace mkernel::attention {
 
-// The default L2 section budget (PersistentTileScheduler::make_params).
-inline constexpr long long kL2SectionBytes = 24ll << 20;
+// The default L2 section budget (PersistentTileScheduler::make_params): the K/V bytes of the
+// (batch, head) pairs whose tiles the grid runs together. Session 51 (H100, S = 4096, b = 4, h =
+// 32, non-causal; results/ncu/h100_20261207_engine_fwd_l2_*.txt): with 24 MiB (12 heads' K/V,
+// every one read by the 132 CTAs at once) the L2 hit rate was 77% and the kernel read 1.06 GB
+// from DRAM for 0.54 GB of Q, K and V (cuDNN: 91%, 0.40 GB); 8 MiB: 88%, 0.48 GB. At the board's
+// power cap every DRAM byte is power the SMs' clock gives up: sustained, 4 MiB ran 1.04x the 24
+// MiB order at 4096 and 8192 keys (attention_power.py). A budget below one head's K/V makes
+// one-head sections, so the grid's working set is then the heads its ~132 concurrent tiles span.
+inline constexpr long long kL2SectionBytes = 4ll << 20;
+// The hooked kernels (ring attention: K/V arriving per source, claimed tiles with the
+// own-shard-first phases) keep the budget they were measured with.
+inline constexpr long long kL2SectionBytesHooked = 24ll << 20;
 
 struct WorkTile {
   int m_block;
