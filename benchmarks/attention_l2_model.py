@@ -22,7 +22,7 @@ import numpy as np
 
 BLOCK = 128  # query rows and keys per block
 BLOCK_BYTES = BLOCK * 128 * 2 * 2  # K + V of one KV block, d = 128, bf16
-L2_BUDGET = 24 << 20  # tile_scheduler.hpp make_params
+L2_BUDGET = 24 << 20  # tile_scheduler.hpp kL2SectionBytesWide (the causal kernels)
 CTAS = 132
 HEADS = 32
 TOKENS = 16384

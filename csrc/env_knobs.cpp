@@ -29,7 +29,7 @@ constexpr Knob kKnobs[] = {
      "measurement: the wgmma_ws_dqwarp backward's causal CTA order (longest first in L2-sized "
      "sections of heads; the plain grid order)"},
     // attention.cpp
-    {"MKERNEL_ATTN_L2_SECTION_MB", kDebug, "integer MiB", "4 (hooked kernels 24)",
+    {"MKERNEL_ATTN_L2_SECTION_MB", kDebug, "integer MiB", "4 non-causal, 24 causal / hooked",
      "measurement: the forward's L2 section budget (the K/V bytes of the (batch, head) pairs "
      "whose tiles run together)"},
     {"MKERNEL_ATTN_VARIANT", kDebug, "integer N", "the default mainloop",

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import heapq
 
-from .split_tail_plan import get_linear, section_bh
+from .split_tail_plan import L2_BUDGET_WIDE, get_linear, section_bh
 
 
 def causal_costs(b: int, s: int, h: int, d: int = 128, overhead: float = 0.0) -> list[float]:
     """Cost (in KV blocks) of each tile of the linear longest-first order."""
     m_blocks = -(-s // 128)
-    sec = section_bh(h, b, s, d)
+    sec = section_bh(h, b, s, d, budget=L2_BUDGET_WIDE)  # causal: the wide sections
     costs = []
     for t in range(m_blocks * h * b):
         m, _, _ = get_linear(t, m_blocks, h, b, sec)

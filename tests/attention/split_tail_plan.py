@@ -5,15 +5,19 @@ to know which output rows the merged pieces wrote. Keep it in step with the C++.
 
 from __future__ import annotations
 
-L2_BUDGET = 24 << 20
+# tile_scheduler.hpp kL2SectionBytes (the non-causal plain kernels, the split tail's) and
+# kL2SectionBytesWide (causal and hooked kernels).
+L2_BUDGET = 4 << 20
+L2_BUDGET_WIDE = 24 << 20
 BLOCK_M = 128
 BLOCK_N = 128
 
 
-def section_bh(heads: int, batch: int, s_kv: int, d: int, elem_bytes: int = 2) -> int:
-    """(batch, head) pairs per L2 section (make_params)."""
+def section_bh(heads: int, batch: int, s_kv: int, d: int, elem_bytes: int = 2,
+               budget: int = L2_BUDGET) -> int:
+    """(batch, head) pairs per L2 section (make_params with the given budget)."""
     bh_total = heads * batch
-    per = L2_BUDGET // (2 * s_kv * d * elem_bytes)
+    per = budget // (2 * s_kv * d * elem_bytes)
     return max(1, min(per, bh_total))
 
 

@@ -17,12 +17,13 @@ namespace mkernel::attention {
 // every one read by the 132 CTAs at once) the L2 hit rate was 77% and the kernel read 1.06 GB
 // from DRAM for 0.54 GB of Q, K and V (cuDNN: 91%, 0.40 GB); 8 MiB: 88%, 0.48 GB. At the board's
 // power cap every DRAM byte is power the SMs' clock gives up: sustained, 4 MiB ran 1.04x the 24
-// MiB order at 4096 and 8192 keys (attention_power.py). A budget below one head's K/V makes
-// one-head sections, so the grid's working set is then the heads its ~132 concurrent tiles span.
+// MiB order at 4096 and 8192 keys non-causal (attention_power.py). A budget below one head's K/V
+// makes one-head sections, so the grid's working set is then the heads its ~132 concurrent tiles
+// span. Causal kernels keep kL2SectionBytesWide: their claimed longest-first order measured 1.8%
+// slower at 8192 keys with 4 MiB sections (the same at 16384), and the hooked kernels (ring
+// attention: K/V arriving per source, the own-shard-first phases) were measured with it.
 inline constexpr long long kL2SectionBytes = 4ll << 20;
-// The hooked kernels (ring attention: K/V arriving per source, claimed tiles with the
-// own-shard-first phases) keep the budget they were measured with.
-inline constexpr long long kL2SectionBytesHooked = 24ll << 20;
+inline constexpr long long kL2SectionBytesWide = 24ll << 20;
 
 struct WorkTile {
   int m_block;
