@@ -108,11 +108,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=16384, help="b * S")
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--head-dim", type=int, default=128, choices=(64, 128))
+    ap.add_argument("--heads-kv", type=int, default=0, help="K/V heads (GQA); 0: 32, as q")
     args = ap.parse_args()
-    s, h, d = args.seq, 32, 128
+    s, h, d, h_kv = args.seq, 32, args.head_dim, args.heads_kv or 32
     b = max(1, args.tokens // s)
     gen = torch.Generator(device="cuda").manual_seed(51)
-    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
+    q, k, v = (torch.randn(b, s, hh, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+               for hh in (h, h_kv, h_kv))
     flop = 4.0 * b * h * s * s * d / (2 if args.causal else 1)
     cands = candidates([x for x in args.variants.split(",") if x], q, k, v,
                        [x for x in args.backends.split(",") if x], args.causal)
@@ -174,7 +177,7 @@ def main() -> None:
                         "tflops_per_ghz": tflops / (mhz / 1e3), "tflops_per_w": tflops / watts,
                         "reasons": sorted({x.get("reasons", "") for x in ws})})
         rows.append(row)
-        print(f"S={s}{' causal' if args.causal else ''} {name:>10s}: {ms:.4f} ms  {tflops:6.1f} TF/s  "
+        print(f"S={s} d={d} h_kv={h_kv}{' causal' if args.causal else ''} {name:>10s}: {ms:.4f} ms  {tflops:6.1f} TF/s  "
               + (f"SM {row['sm_mhz_median']:.0f} MHz ({row['sm_mhz_range'][0]:.0f}-{row['sm_mhz_range'][1]:.0f})  "
                  f"{row['power_w_median']:.0f} W  {row['tflops_per_ghz']:.1f} TF/s per GHz  "
                  f"{row['tflops_per_w']:.3f} TF/s per W  reasons {row['reasons']}" if ws else "no samples"),
@@ -191,7 +194,8 @@ def main() -> None:
                       f"per cycle x{r['vs_cudnn']['per_cycle']:.3f}  per joule x{r['vs_cudnn']['per_joule']:.3f}  "
                       f"clock x{r['vs_cudnn']['clock']:.3f}", flush=True)
     payload = {"bench": "attention_power", "device": device_info(), "commit": commit(),
-               "shape": {"b": b, "s": s, "h": h, "d": d, "causal": args.causal, "dtype": "bf16"},
+               "shape": {"b": b, "s": s, "h": h, "h_kv": h_kv, "d": d, "causal": args.causal,
+                         "dtype": "bf16"},
                "method": f"round-robin windows of ~{args.window} s per candidate, {args.rounds} rounds; "
                          f"nvidia-smi every 20 ms ({', '.join(fields[1:])}), each window's first {SETTLE_S} s "
                          "dropped; medians",
