@@ -6,5 +6,5 @@
 # (No cuDNN column for GQA: SDPA would need K/V expanded to 32 heads.)
 #   tar xJf .bp/core.tar.xz && MKERNEL_DEV_BUILD=1 MKERNEL_COMMIT=<hash> BP_MAX_STEPS=200 JOBS=.ci/jobs/s51f.sh REAL_OUT=$OUT OUT=/tmp/devout TOTAL=<s> TAIL_LINES=30 bash .ci/gpu-dev
 jx power_d64 45 30 "timeout 43 python3 benchmarks/attention_power.py --seq 4096 --head-dim 64 --variants 0,0:24 --backends cudnn --window 1.5 --rounds 3"
-jx power_gqa 45 30 "timeout 43 python3 benchmarks/attention_power.py --seq 4096 --heads-kv 8 --variants 0,0:24 --backends "" --window 1.5 --rounds 3"
+jx power_gqa 45 30 "timeout 43 python3 benchmarks/attention_power.py --seq 4096 --heads-kv 8 --variants 0,0:24 --backends= --window 1.5 --rounds 3"
 jx power_d64_8k 45 30 "timeout 43 python3 benchmarks/attention_power.py --seq 8192 --head-dim 64 --variants 0,0:24 --backends cudnn --window 1.5 --rounds 3"
