@@ -10,6 +10,10 @@ Session 51's question: the timeline builds say bit 25 (the tile mailbox) saves 0
 cycles, the bench saw ~0; a kernel at the board's power cap trades saved cycles for a lower clock,
 and then what decides the race with cuDNN is work per joule, not per cycle.
 
+--causal, --head-dim 64, --heads-kv (GQA; give --backends= then: SDPA would need K/V expanded)
+and --backward (the backward alone, each candidate's own: the engine's default choice, SDPA's
+backend's) pick the problem.
+
     python benchmarks/attention_power.py [--seq 4096] [--variants 0,1738888,35293320,0:8] [--window 2]
 """
 
@@ -98,6 +102,22 @@ def candidates(specs: list[str], q, k, v, backends: list[str], causal: bool):
     return out
 
 
+def backward_candidates(fwd: dict, q, k, v, dout) -> dict:
+    """The backward alone of each forward candidate: its forward runs once here (grad enabled),
+    each call then takes the gradients of q, k, v through the retained graph (the engine's
+    default backward choice, or SDPA's backend's own)."""
+    out = {}
+    for name, fn in fwd.items():
+        res = fn()
+        o = res[0] if isinstance(res, tuple) else res
+        g = dout if o.shape == dout.shape else dout.transpose(1, 2)  # SDPA's (b, h, s, d)
+
+        def run(o=o, g=g):
+            return torch.autograd.grad(o, (q, k, v), g, retain_graph=True)
+        out[name] = run
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seq", type=int, default=4096)
@@ -108,17 +128,23 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=16384, help="b * S")
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--backward", action="store_true",
+                    help="time the backward alone (2.5x the forward's FLOPs) through a retained graph")
     ap.add_argument("--head-dim", type=int, default=128, choices=(64, 128))
     ap.add_argument("--heads-kv", type=int, default=0, help="K/V heads (GQA); 0: 32, as q")
     args = ap.parse_args()
     s, h, d, h_kv = args.seq, 32, args.head_dim, args.heads_kv or 32
     b = max(1, args.tokens // s)
     gen = torch.Generator(device="cuda").manual_seed(51)
-    q, k, v = (torch.randn(b, s, hh, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    q, k, v = (torch.randn(b, s, hh, d, device="cuda", dtype=torch.bfloat16, generator=gen,
+                           requires_grad=args.backward)
                for hh in (h, h_kv, h_kv))
-    flop = 4.0 * b * h * s * s * d / (2 if args.causal else 1)
+    flop = 4.0 * b * h * s * s * d / (2 if args.causal else 1) * (2.5 if args.backward else 1.0)
     cands = candidates([x for x in args.variants.split(",") if x], q, k, v,
                        [x for x in args.backends.split(",") if x], args.causal)
+    if args.backward:
+        dout = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+        cands = backward_candidates(cands, q, k, v, dout)
     # Calls per window from a short timing of each.
     per_call = {}
     for name, fn in cands.items():
@@ -177,7 +203,7 @@ def main() -> None:
                         "tflops_per_ghz": tflops / (mhz / 1e3), "tflops_per_w": tflops / watts,
                         "reasons": sorted({x.get("reasons", "") for x in ws})})
         rows.append(row)
-        print(f"S={s} d={d} h_kv={h_kv}{' causal' if args.causal else ''} {name:>10s}: {ms:.4f} ms  {tflops:6.1f} TF/s  "
+        print(f"S={s} d={d} h_kv={h_kv}{' causal' if args.causal else ''}{' bwd' if args.backward else ''} {name:>10s}: {ms:.4f} ms  {tflops:6.1f} TF/s  "
               + (f"SM {row['sm_mhz_median']:.0f} MHz ({row['sm_mhz_range'][0]:.0f}-{row['sm_mhz_range'][1]:.0f})  "
                  f"{row['power_w_median']:.0f} W  {row['tflops_per_ghz']:.1f} TF/s per GHz  "
                  f"{row['tflops_per_w']:.3f} TF/s per W  reasons {row['reasons']}" if ws else "no samples"),
@@ -196,6 +222,8 @@ def main() -> None:
     payload = {"bench": "attention_power", "device": device_info(), "commit": commit(),
                "shape": {"b": b, "s": s, "h": h, "h_kv": h_kv, "d": d, "causal": args.causal,
                          "dtype": "bf16"},
+               "what": "the backward alone (dq, dk, dv through a retained graph)" if args.backward
+               else "the forward",
                "method": f"round-robin windows of ~{args.window} s per candidate, {args.rounds} rounds; "
                          f"nvidia-smi every 20 ms ({', '.join(fields[1:])}), each window's first {SETTLE_S} s "
                          "dropped; medians",
