@@ -73,8 +73,8 @@ class AttentionFwdSm90 {
   // The static order's tile mailbox (Traits::kTileMailbox, plain kernels) takes the same place.
   using Mailbox = TileMailbox<kNumMmaThreads / cutlass::NumThreadsPerWarp>;
   static_assert(!Traits::kTileMailbox ||
-                    (!Hooks::kClaimsTiles && !Hooks::kForwardsKV && !Hooks::kWaitsForKV && !kPhases &&
-                     !Traits::kCrossTile && Traits::kClusterM == 1),
+                    (!Hooks::kClaimsTiles && !Hooks::kForwardsKV && !Hooks::kWaitsForKV &&
+                     !kPhases && !Traits::kCrossTile && Traits::kClusterM == 1),
                 "bit 25 (the tile mailbox): plain kernels, static tiles, no cluster, not the "
                 "cross-tile walk");
   static constexpr int kHandoffEnd =

@@ -110,8 +110,8 @@ template <int kConsumerWarps>
 struct TileMailbox {
   static constexpr int kSlots = 2;
   static constexpr int kFields = 8;  // WorkTile as ints (field order: pack / unpack)
-  uint64_t full[kSlots];   // count 1: the publishing lane
-  uint64_t empty[kSlots];  // count kConsumerWarps: lane 0 of each consumer warp
+  uint64_t full[kSlots];             // count 1: the publishing lane
+  uint64_t empty[kSlots];            // count kConsumerWarps: lane 0 of each consumer warp
   int tile[kSlots][kFields];
 
   // One thread, before the CTA's first barrier sync.
