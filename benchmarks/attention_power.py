@@ -102,18 +102,42 @@ def candidates(specs: list[str], q, k, v, backends: list[str], causal: bool):
     return out
 
 
-def backward_candidates(fwd: dict, q, k, v, dout) -> dict:
+def bwd_env(spec: str) -> dict[str, str]:
+    """--bwd-specs entry -> the backward's environment: auto (the engine's choice), native (its
+    own kernel, wgmma_ws_dqwarp), native:MB (with an L2 section budget of MB MiB for the causal
+    order, MKERNEL_ATTN_BWD_L2_SECTION_MB), native:grid (the plain grid order)."""
+    if spec == "auto":
+        return {}
+    kind, _, opt = spec.partition(":")
+    if kind != "native":
+        raise SystemExit(f"--bwd-specs: auto, native, native:MB or native:grid, got {spec!r}")
+    env = {"MKERNEL_ATTN_BWD": "native", "MKERNEL_ATTN_BWD_KERNEL": "wgmma_ws_dqwarp"}
+    if opt == "grid":
+        env["MKERNEL_ATTN_BWD_TILE_ORDER"] = "grid"
+    elif opt:
+        env["MKERNEL_ATTN_BWD_L2_SECTION_MB"] = str(int(opt))
+    return env
+
+
+def backward_candidates(fwd: dict, q, k, v, dout, envs: dict[str, dict] | None = None) -> dict:
     """The backward alone of each forward candidate: its forward runs once here (grad enabled),
     each call then takes the gradients of q, k, v through the retained graph (the engine's
-    default backward choice, or SDPA's backend's own)."""
+    default backward choice, or SDPA's backend's own). envs: name -> the environment of that
+    candidate's backward calls (bwd_env)."""
     out = {}
     for name, fn in fwd.items():
         res = fn()
         o = res[0] if isinstance(res, tuple) else res
         g = dout if o.shape == dout.shape else dout.transpose(1, 2)  # SDPA's (b, h, s, d)
+        env = (envs or {}).get(name, {})
 
-        def run(o=o, g=g):
-            return torch.autograd.grad(o, (q, k, v), g, retain_graph=True)
+        def run(o=o, g=g, env=env):
+            os.environ.update(env)
+            try:
+                return torch.autograd.grad(o, (q, k, v), g, retain_graph=True)
+            finally:
+                for key in env:
+                    os.environ.pop(key, None)
         out[name] = run
     return out
 
@@ -130,6 +154,9 @@ def main() -> None:
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--backward", action="store_true",
                     help="time the backward alone (2.5x the forward's FLOPs) through a retained graph")
+    ap.add_argument("--bwd-specs", type=str, default="",
+                    help="--backward: the engine's candidates as backward choices instead of forward "
+                         "variants: auto, native, native:MB, native:grid (bwd_env)")
     ap.add_argument("--head-dim", type=int, default=128, choices=(64, 128))
     ap.add_argument("--heads-kv", type=int, default=0, help="K/V heads (GQA); 0: 32, as q")
     args = ap.parse_args()
@@ -144,7 +171,14 @@ def main() -> None:
                        [x for x in args.backends.split(",") if x], args.causal)
     if args.backward:
         dout = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-        cands = backward_candidates(cands, q, k, v, dout)
+        envs = None
+        if args.bwd_specs:
+            specs = [x for x in args.bwd_specs.split(",") if x]
+            base = candidates(["0"], q, k, v, [], args.causal)["mkernel"]
+            sdpa_cands = {n: f for n, f in cands.items() if n in ("cudnn", "flash")}
+            cands = {f"mkernel@bwd={x}": base for x in specs} | sdpa_cands
+            envs = {f"mkernel@bwd={x}": bwd_env(x) for x in specs}
+        cands = backward_candidates(cands, q, k, v, dout, envs)
     # Calls per window from a short timing of each.
     per_call = {}
     for name, fn in cands.items():

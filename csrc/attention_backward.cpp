@@ -25,6 +25,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "env_knobs.h"
@@ -207,9 +208,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> run_native_backward(
         order == nullptr || std::strcmp(order, "lpt") == 0 || std::strcmp(order, "grid") == 0,
         kBwdOp, ": MKERNEL_ATTN_BWD_TILE_ORDER must be lpt or grid, got '", order, "'");
     if (order == nullptr || std::strcmp(order, "lpt") == 0) {
-      p.tile_sections =
-          attention::bwd_tile_sections(s, static_cast<int>(d), static_cast<int>(h / k.size(2)),
-                                       static_cast<int>(q.element_size()), p.heads_kv * p.kv_batch);
+      long long budget = attention::kBwdL2SectionBytes;
+      if (const char* mb = env::get("MKERNEL_ATTN_BWD_L2_SECTION_MB")) {
+        budget = static_cast<long long>(std::atoi(mb)) << 20;
+        TORCH_CHECK_VALUE(budget > 0, kBwdOp,
+                          ": MKERNEL_ATTN_BWD_L2_SECTION_MB must be a positive integer, got '", mb,
+                          "'");
+      }
+      p.tile_sections = attention::bwd_tile_sections(
+          s, static_cast<int>(d), static_cast<int>(h / k.size(2)),
+          static_cast<int>(q.element_size()), p.heads_kv * p.kv_batch, budget);
     }
   }
   at::Tensor padded;  // the warp-specialized kernels' lse·log2 e and D rows, s padded to 64

@@ -25,6 +25,9 @@ constexpr Knob kKnobs[] = {
      "measurement: the native attention backward's main kernel (dQ by bulk reduce-add; warp-"
      "specialized TMA loads; that with FA3's step order and a dQ warp; the mma.sync first "
      "version)"},
+    {"MKERNEL_ATTN_BWD_L2_SECTION_MB", kDebug, "integer MiB", "40",
+     "measurement: the native causal backward's L2 section budget (the Q, dO and dq_accum bytes "
+     "of the (kv head, batch) pairs whose CTAs run together)"},
     {"MKERNEL_ATTN_BWD_TILE_ORDER", kDebug, "lpt | grid", "lpt",
      "measurement: the wgmma_ws_dqwarp backward's causal CTA order (longest first in L2-sized "
      "sections of heads; the plain grid order)"},

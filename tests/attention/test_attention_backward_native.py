@@ -216,6 +216,22 @@ def test_dqwarp_tile_order_changes_no_key_gradient(dtype, monkeypatch) -> None:
         torch.ops.mkernel.attention_backward.default(*args)
 
 
+@needs_gpu
+@pytest.mark.parametrize("budget_mb", ["1", "16"])
+def test_dqwarp_l2_section_budget_changes_no_key_gradient(budget_mb, monkeypatch) -> None:
+    """MKERNEL_ATTN_BWD_L2_SECTION_MB (session 51, a measurement switch) resizes the causal order's
+    sections: a (kv head, batch) pair's Q, dO and dq_accum rows are 8 MiB here, so 1 MiB gives
+    sections of 1 pair, 16 MiB of 2, the default 40 MB of 4 (of 6 pairs). dk and dv bit for bit,
+    dq to fp32 summation order, both against float64; a budget that is not a positive integer is
+    refused by name."""
+    args = _dqwarp_knob_keeps_key_grads(monkeypatch, "MKERNEL_ATTN_BWD_L2_SECTION_MB", "40",
+                                        budget_mb, (3, 2048, 8, 2, 128), torch.bfloat16, True, 6,
+                                        "between L2 section budgets")
+    monkeypatch.setenv("MKERNEL_ATTN_BWD_L2_SECTION_MB", "0")
+    with pytest.raises(ValueError, match="MKERNEL_ATTN_BWD_L2_SECTION_MB"):
+        torch.ops.mkernel.attention_backward.default(*args)
+
+
 def _masked_backward_of_stored_out(dout, q, k, v, out, visible, scale: float):
     """dq, dk, dv in float64 of attention under an explicit [s, s_kv] mask, D = rowsum(dO o out)
     of the stored out: the best any backward fed that out can do (GQA summed)."""

@@ -102,13 +102,14 @@ __host__ __device__ inline BwdTileCoord bwd_tile_coord(int lin, int n_blocks, in
 }
 
 // The section size of bwd_tile_coord: as many (kv head, batch) pairs as keep their query heads'
-// Q, dO (element_bytes each) and fp32 dq_accum rows within ~40 MB of L2, rounded down to a power
-// of 2, at least 1.
+// Q, dO (element_bytes each) and fp32 dq_accum rows within `budget` bytes of L2 (~40 MB by
+// default; MKERNEL_ATTN_BWD_L2_SECTION_MB for measurement: the forward's sections measured
+// faster at 4 than at 24 MiB, session 51), rounded down to a power of 2, at least 1.
+inline constexpr long long kBwdL2SectionBytes = 40LL * 1024 * 1024;
 inline int bwd_tile_sections(long long seq_q, int head_dim, int group, int element_bytes,
-                             int hb_count) {
+                             int hb_count, long long budget = kBwdL2SectionBytes) {
   const long long per_pair =
       seq_q * head_dim * (2LL * element_bytes + 4LL) * (group > 0 ? group : 1);
-  const long long budget = 40LL * 1024 * 1024;
   int sections = 1;
   while (2LL * sections * per_pair <= budget && 2 * sections <= hb_count) sections *= 2;
   return sections;
