@@ -18,3 +18,8 @@ jx bwd_c16384 70 35 "timeout 68 python3 benchmarks/attention_power.py --backward
 jx fwd_c8192 45 30 "timeout 43 python3 benchmarks/attention_power.py --causal --seq 8192 --variants 0,0:12,0:8 --backends cudnn --window 1.5 --rounds 3"
 jx fwd_c32768 60 30 "timeout 58 python3 benchmarks/attention_power.py --causal --seq 32768 --variants 0,0:12,0:8 --backends cudnn --window 1.5 --rounds 3"
 jx fwd_nc2048 45 30 "timeout 43 python3 benchmarks/attention_power.py --seq 2048 --variants 0,133256,395400 --backends cudnn --window 1.5 --rounds 3"
+# 4. GEMM at the cap (benchmarks/gemm_power.py, new, same harness): the engine's held-out misses at M = 333 (0.94-0.98x
+#    cuBLAS in short graph-replay samples, session 16) and a square row. Prediction: every row at the 700 W cap except
+#    perhaps M = 333 (a weight-streaming GEMM: DRAM-bound, below the cap); at M = 333 the per-cycle and per-joule
+#    ratios equal the time ratio (same clock), i.e. the miss is in the kernel, not the power.
+jx gemm_power 100 40 "timeout 98 python3 benchmarks/gemm_power.py --shapes '333,8192,8192;333,8192,3584;333,3584,8192;8192,8192,8192' --window 1.5 --rounds 3"

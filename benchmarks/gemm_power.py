@@ -1,0 +1,59 @@
+"""The GEMM engine against cuBLAS in sustained windows beside the SM clock and the board power
+(benchmarks/power_windows.py): is a GEMM at the board's power cap, and does the engine lose per
+cycle or per joule where it loses? Session 51 found the attention kernels at the H100's 700 W cap,
+where a kernel's DRAM bytes cost clock; bench_gemm.py's short samples cannot show that.
+
+Candidates: `mkernel` (mkernel.gemm(a, b), the tuned plan), `cublas` (torch.matmul(a, b.T)) and
+`linear` (F.linear(a, b)); a = [M, K], b = [N, K] (the engine's layout), bf16. Shapes as
+M,N,K triples; the default holds the held-out rows the engine misses (M = 333) and a square one.
+
+    python benchmarks/gemm_power.py [--shapes 333,8192,8192;8192,8192,8192] [--window 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from common import commit, device_info, write_result  # noqa: E402
+from power_windows import sustained  # noqa: E402
+
+import mkernel  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", type=str, default="333,8192,8192;333,8192,3584;8192,8192,8192",
+                    help="M,N,K triples separated by ';'")
+    ap.add_argument("--window", type=float, default=2.0, help="seconds per candidate window")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    rows = []
+    for spec in (x for x in args.shapes.split(";") if x):
+        m, n, k = (int(v) for v in spec.split(","))
+        gen = torch.Generator(device="cuda").manual_seed(m + n + k)
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+        want = torch.matmul(a.float(), b.float().T)
+        got = mkernel.gemm(a, b).float()
+        err = ((got - want).norm() / want.norm()).item()
+        if not err < 1e-2:
+            raise SystemExit(f"M,N,K = {spec}: the engine's result is off (relative error {err:.3g})")
+        cands = {"mkernel": lambda: mkernel.gemm(a, b), "cublas": lambda: torch.matmul(a, b.T),
+                 "linear": lambda: F.linear(a, b)}
+        res = sustained(cands, 2.0 * m * n * k, args.window, args.rounds, label=f"M,N,K={spec}",
+                        anchor="cublas")
+        rows.append({"m": m, "n": n, "k": k, "dtype": "bf16", "plan": mkernel.gemm_plan(a, b),
+                     "rel_err_vs_fp32": err, "method": res["method"], "idle": res["idle"],
+                     "candidates": res["rows"], "windows": res["windows"]})
+    payload = {"bench": "gemm_power", "device": device_info(), "commit": commit(),
+               "anchor": "cuBLAS: torch.matmul(a, b.T) (and F.linear(a, b) beside it)", "rows": rows}
+    print(write_result("gemm_power", payload))
+
+
+if __name__ == "__main__":
+    main()
