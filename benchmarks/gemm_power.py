@@ -7,7 +7,7 @@ Candidates: `mkernel` (mkernel.gemm(a, b), the tuned plan), `cublas` (torch.matm
 `linear` (F.linear(a, b)); a = [M, K], b = [N, K] (the engine's layout), bf16. Shapes as
 M,N,K triples; the default holds the held-out rows the engine misses (M = 333) and a square one.
 
-    python benchmarks/gemm_power.py [--shapes 333,8192,8192;8192,8192,8192] [--window 2]
+    python benchmarks/gemm_power.py [--shapes 333,8192,8192;8192,8192,8192] [--window 2] [--swizzles 1,8]
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ def main() -> None:
                     help="M,N,K triples separated by ';'")
     ap.add_argument("--window", type=float, default=2.0, help="seconds per candidate window")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--swizzles", type=str, default="",
+                    help="extra engine columns: the tuned plan's config and raster with these tile-order "
+                         "swizzles (1, 2, 4, 8), e.g. 1,8: does a wider band (more L2 reuse, fewer DRAM "
+                         "bytes) pay at the power cap?")
     args = ap.parse_args()
     rows = []
     for spec in (x for x in args.shapes.split(";") if x):
@@ -43,11 +47,19 @@ def main() -> None:
         err = ((got - want).norm() / want.norm()).item()
         if not err < 1e-2:
             raise SystemExit(f"M,N,K = {spec}: the engine's result is off (relative error {err:.3g})")
+        plan = mkernel.gemm_plan(a, b)
         cands = {"mkernel": lambda: mkernel.gemm(a, b), "cublas": lambda: torch.matmul(a, b.T),
                  "linear": lambda: F.linear(a, b)}
+        # "<config>/s<swizzle>/<m|n>" for the engine's own kernel (not gemv / swap / split plans).
+        parts = plan.split(" ")[0].split("/")
+        if args.swizzles and len(parts) == 3 and parts[1].startswith("s") and ":" not in parts[0] \
+                and not parts[0].startswith(("gemv", "swap")):
+            for swz in (int(x) for x in args.swizzles.split(",") if x):
+                cands[f"mkernel@swz={swz}"] = (lambda swz=swz: mkernel.gemm(
+                    a, b, config=parts[0], swizzle=swz, raster=parts[2]))
         res = sustained(cands, 2.0 * m * n * k, args.window, args.rounds, label=f"M,N,K={spec}",
                         anchor="cublas")
-        rows.append({"m": m, "n": n, "k": k, "dtype": "bf16", "plan": mkernel.gemm_plan(a, b),
+        rows.append({"m": m, "n": n, "k": k, "dtype": "bf16", "plan": plan,
                      "rel_err_vs_fp32": err, "method": res["method"], "idle": res["idle"],
                      "candidates": res["rows"], "windows": res["windows"]})
     payload = {"bench": "gemm_power", "device": device_info(), "commit": commit(),

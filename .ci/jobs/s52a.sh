@@ -21,5 +21,7 @@ jx fwd_nc2048 45 30 "timeout 43 python3 benchmarks/attention_power.py --seq 2048
 # 4. GEMM at the cap (benchmarks/gemm_power.py, new, same harness): the engine's held-out misses at M = 333 (0.94-0.98x
 #    cuBLAS in short graph-replay samples, session 16) and a square row. Prediction: every row at the 700 W cap except
 #    perhaps M = 333 (a weight-streaming GEMM: DRAM-bound, below the cap); at M = 333 the per-cycle and per-joule
-#    ratios equal the time ratio (same clock), i.e. the miss is in the kernel, not the power.
-jx gemm_power 100 40 "timeout 98 python3 benchmarks/gemm_power.py --shapes '333,8192,8192;333,8192,3584;333,3584,8192;8192,8192,8192' --window 1.5 --rounds 3"
+#    ratios equal the time ratio (same clock), i.e. the miss is in the kernel, not the power. The swizzle columns
+#    (the tuned plan's config at tile-order bands of 1 and 8): at 8192^3 the wider band within +-1% of the tuned one
+#    in the short bench's choice, and ahead by >= 1% sustained only if the narrow band's DRAM bytes push the clock.
+jx gemm_power 120 40 "timeout 118 python3 benchmarks/gemm_power.py --shapes '333,8192,8192;333,8192,3584;333,3584,8192;8192,8192,8192' --swizzles 1,8 --window 1.5 --rounds 3"
