@@ -157,7 +157,11 @@ std::tuple<at::Tensor, at::Tensor> launch_engine(const at::Tensor& q, const at::
     if (const char* var = env::get("MKERNEL_ATTN_VARIANT")) p.variant = std::atoi(var);
   }
   // Measurement switch (benchmarks/attention_power.py): the forward's L2 section budget.
-  if (const char* mb = env::get("MKERNEL_ATTN_L2_SECTION_MB")) p.l2_section_mb = std::atoi(mb);
+  if (const char* mb = env::get("MKERNEL_ATTN_L2_SECTION_MB")) {
+    p.l2_section_mb = std::atoi(mb);
+    TORCH_CHECK_VALUE(p.l2_section_mb > 0, kOp,
+                      ": MKERNEL_ATTN_L2_SECTION_MB must be a positive integer (MiB), got '", mb, "'");
+  }
   // Variant bit 11 (split tail, attention_api.h kSplitTailBit): one fp32 workspace piece per
   // CTA of the persistent grid (at most the SM count), from the caching allocator.
   at::Tensor split_ws;

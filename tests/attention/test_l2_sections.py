@@ -29,3 +29,11 @@ def test_l2_section_budget_keeps_the_result(case, budget_mb, causal, monkeypatch
     torch.cuda.synchronize()
     assert not out.isnan().any(), "an unwritten (poisoned) output"
     _check_against_reference(out, lse, q, k, v, causal)
+
+
+@pytest.mark.parametrize("value", ["0", "-4", "lots"])
+def test_l2_section_budget_refuses_a_bad_value(value, monkeypatch) -> None:
+    q, k, v = _inputs((1, 256, 256, 2, 2, 128), 1)
+    monkeypatch.setenv("MKERNEL_ATTN_L2_SECTION_MB", value)
+    with pytest.raises(ValueError, match="MKERNEL_ATTN_L2_SECTION_MB"):
+        _run(0, q, k, v, monkeypatch)

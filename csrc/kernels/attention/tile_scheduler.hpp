@@ -112,12 +112,11 @@ struct PersistentTileScheduler {
   // may hold (kL2SectionBytes by default, well inside the 50 MiB L2; Problem::l2_section_mb).
   static Params make_params(int m_blocks, int heads, int batch, long long bytes_kv_per_head,
                             long long l2_budget = kL2SectionBytes) {
-    const long long kL2Budget = l2_budget;
     Params p;
     p.m_blocks = m_blocks;
     p.heads = heads;
     p.bh_total = heads * batch;
-    long long per = bytes_kv_per_head > 0 ? kL2Budget / bytes_kv_per_head : p.bh_total;
+    long long per = bytes_kv_per_head > 0 ? l2_budget / bytes_kv_per_head : p.bh_total;
     p.section_bh = static_cast<int>(per < 1 ? 1 : (per > p.bh_total ? p.bh_total : per));
     p.tiles = m_blocks * p.bh_total;
     return p;
