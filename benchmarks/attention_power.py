@@ -18,7 +18,6 @@ backend's) pick the problem.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import torch
@@ -26,7 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from common import commit, device_info, write_result  # noqa: E402
+from common import commit, device_info, env_set, write_result  # noqa: E402
 from power_windows import sustained  # noqa: E402
 
 import mkernel  # noqa: E402
@@ -47,12 +46,8 @@ def candidates(specs: list[str], q, k, v, backends: list[str], causal: bool):
             env["MKERNEL_ATTN_L2_SECTION_MB"] = mb
 
         def run(env=env):
-            os.environ.update(env)
-            try:
+            with env_set(env):
                 return mkernel.attention(q, k, v, causal=causal)
-            finally:
-                for key in env:
-                    os.environ.pop(key, None)
         out[name] = run
     for be in backends:
         backend = SDPBackend.CUDNN_ATTENTION if be == "cudnn" else SDPBackend.FLASH_ATTENTION
@@ -94,12 +89,8 @@ def backward_candidates(fwd: dict, q, k, v, dout, envs: dict[str, dict] | None =
         env = (envs or {}).get(name, {})
 
         def run(o=o, g=g, env=env):
-            os.environ.update(env)
-            try:
+            with env_set(env):
                 return torch.autograd.grad(o, (q, k, v), g, retain_graph=True)
-            finally:
-                for key in env:
-                    os.environ.pop(key, None)
         out[name] = run
     return out
 
