@@ -153,7 +153,7 @@ VARIANTS = {
     "xn8": ("fused_nodes_send8", "xn8", {"MKERNEL_RING_FUSED_NODES": "1",
                                          "MKERNEL_RING_SEND_CTAS": "8"}),
     # session 51: the hooked kernels' tile order at the plain non-causal default's 4 MiB L2 sections
-    # (MKERNEL_ATTN_L2_SECTION_MB overrides the hooked kernels' 24 MiB), fused and ceiling.
+    # (MKERNEL_ATTN_L2_SECTION_MB; the non-causal default since session 52), fused and ceiling.
     "l2s4": ("l2_sections_4", "l2s4", {"MKERNEL_ATTN_L2_SECTION_MB": "4"}),
     "c-l2s4": ("ceiling_l2s4", "c-l2s4", {"MKERNEL_ATTN_L2_SECTION_MB": "4"}, "ceiling"),
     # Diagnostic: the communication alone, the substrate's all_gather of this rank's k and v (the

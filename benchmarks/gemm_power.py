@@ -8,6 +8,10 @@ Candidates: `mkernel` (mkernel.gemm(a, b), the tuned plan), `cublas` (torch.matm
 M,N,K triples; the default holds the held-out rows the engine misses (M = 333) and a square one.
 
     python benchmarks/gemm_power.py [--shapes 333,8192,8192;8192,8192,8192] [--window 2] [--swizzles 1,8]
+        [--plans coop_128x256_c2x1/s4/m,coop_256x128_c1x2/s4/n]
+
+A dev build (MKERNEL_DEV_BUILD=1) has no swapped-operand kernels: its small-M plans are not the
+shipped engine's (session 52's M = 333 rows ran ping_64x256 at 0.72x cuBLAS for that reason).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from common import commit, device_info, write_result  # noqa: E402
 from power_windows import sustained  # noqa: E402
 
 import mkernel  # noqa: E402
+from mkernel.ops import GEMM_CONFIGS  # noqa: E402
 
 
 def main() -> None:
@@ -35,7 +40,15 @@ def main() -> None:
                     help="extra engine columns: the tuned plan's config and raster with these tile-order "
                          "swizzles (1, 2, 4, 8), e.g. 1,8: does a wider band (more L2 reuse, fewer DRAM "
                          "bytes) pay at the power cap?")
+    ap.add_argument("--plans", type=str, default="",
+                    help="extra engine columns, each '<config>/s<swizzle>/<m|n>' (gemm_plan's form), e.g. "
+                         "coop_128x256_c2x1/s4/m: at the cap a larger tile reads fewer L2 bytes per flop")
     args = ap.parse_args()
+    extra = [p.split("/") for p in args.plans.split(",") if p]
+    for p in extra:
+        if len(p) != 3 or not p[1].startswith("s") or p[2] not in ("m", "n") or p[0] not in GEMM_CONFIGS:
+            raise SystemExit(f"--plans: {'/'.join(p)!r} is not '<config>/s<swizzle>/<m|n>' with a config "
+                             f"from mkernel.ops.GEMM_CONFIGS")
     rows = []
     for spec in (x for x in args.shapes.split(";") if x):
         m, n, k = (int(v) for v in spec.split(","))
@@ -57,6 +70,9 @@ def main() -> None:
             for swz in (int(x) for x in args.swizzles.split(",") if x):
                 cands[f"mkernel@swz={swz}"] = (lambda swz=swz: mkernel.gemm(
                     a, b, config=parts[0], swizzle=swz, raster=parts[2]))
+        for cfg, swz, ras in extra:
+            cands[f"mkernel@{cfg}/{swz}/{ras}"] = (lambda cfg=cfg, swz=int(swz[1:]), ras=ras: mkernel.gemm(
+                a, b, config=cfg, swizzle=swz, raster=ras))
         res = sustained(cands, 2.0 * m * n * k, args.window, args.rounds, label=f"M,N,K={spec}",
                         anchor="cublas")
         rows.append({"m": m, "n": n, "k": k, "dtype": "bf16", "plan": plan,

@@ -6,7 +6,7 @@ to know which output rows the merged pieces wrote. Keep it in step with the C++.
 from __future__ import annotations
 
 # tile_scheduler.hpp kL2SectionBytes (the non-causal plain kernels, the split tail's) and
-# kL2SectionBytesWide (causal and hooked kernels).
+# kL2SectionBytesWide (causal kernels, plain and hooked).
 L2_BUDGET = 4 << 20
 L2_BUDGET_WIDE = 24 << 20
 BLOCK_M = 128

@@ -68,7 +68,7 @@ struct Problem {
   int variant = 0;
   // L2 section budget of the tile order (tile_scheduler.hpp make_params): the K/V bytes of the
   // (batch, head) pairs whose tiles the grid runs together, in MiB; 0: the default
-  // (tile_scheduler.hpp: 4 MiB non-causal plain, 24 causal and hooked).
+  // (tile_scheduler.hpp: 4 MiB non-causal, 24 causal).
   int l2_section_mb = 0;
   // Workspace of a kernel that splits its last, partial wave of tiles along the KV blocks
   // (variant bit 11, kSplitTailBit; uses_split_tail): fp32, split_ws_pieces pieces of

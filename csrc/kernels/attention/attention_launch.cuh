@@ -136,9 +136,7 @@ cudaError_t launch_attention(const Problem& pr, const Launch& l,
       m_blocks, pr.heads, pr.batch,
       2ll * pr.seq_kv * kHeadDim * static_cast<long long>(sizeof(Element)),
       pr.l2_section_mb > 0 ? static_cast<long long>(pr.l2_section_mb) << 20
-                           : (kCausal || Hooks::kWaitsForKV || Hooks::kForwardsKV
-                                  ? kL2SectionBytesWide
-                                  : kL2SectionBytes));
+                           : (kCausal ? kL2SectionBytesWide : kL2SectionBytes));
   // Zigzag ring mode (hooked causal kernels): CTAs take whole pairs of tiles (get_zigzag).
   params.scheduler.zz_pairs = Hooks::kZigzag && kCausal && pr.zz_world > 0 && m_blocks % 2 == 0;
   // Claimed tiles (tile_handoff.cuh) take the linear order: longest first, greedily.

@@ -20,8 +20,10 @@ namespace mkernel::attention {
 // MiB order at 4096 and 8192 keys non-causal (attention_power.py). A budget below one head's K/V
 // makes one-head sections, so the grid's working set is then the heads its ~132 concurrent tiles
 // span. Causal kernels keep kL2SectionBytesWide: their claimed longest-first order measured 1.8%
-// slower at 8192 keys with 4 MiB sections (the same at 16384), and the hooked kernels (ring
-// attention: K/V arriving per source, the own-shard-first phases) were measured with it.
+// slower at 8192 keys with 4 MiB sections (the same at 16384; 8 MiB level with 24, session 52).
+// The hooked non-causal kernels (ring attention) follow the plain ones since session 52: 4 MiB
+// ran 1.07-1.16x the 24 MiB order in the fused ring and its ceiling (W = 2 / 4 ranks under MPS,
+// where the ranks share one L2, so part of that is the sharing; bench_ring_attention.py l2s4).
 inline constexpr long long kL2SectionBytes = 4ll << 20;
 inline constexpr long long kL2SectionBytesWide = 24ll << 20;
 
