@@ -32,7 +32,7 @@ constexpr Knob kKnobs[] = {
      "measurement: the wgmma_ws_dqwarp backward's causal CTA order (longest first in L2-sized "
      "sections of heads; the plain grid order)"},
     // attention.cpp
-    {"MKERNEL_ATTN_L2_SECTION_MB", kDebug, "integer MiB", "4 non-causal, 24 causal / hooked",
+    {"MKERNEL_ATTN_L2_SECTION_MB", kDebug, "integer MiB", "4 non-causal, 24 causal",
      "measurement: the forward's L2 section budget (the K/V bytes of the (batch, head) pairs "
      "whose tiles run together)"},
     {"MKERNEL_ATTN_VARIANT", kDebug, "integer N", "the default mainloop",
@@ -99,6 +99,9 @@ constexpr Knob kKnobs[] = {
     // gemm_autotune.cpp, gemm.cpp, gemv.cpp, kernels/gemm/gemm_dispatch.cu
     {"MKERNEL_GEMM_AUTOTUNE", kDebug, "0", "on", "0 turns the GEMM autotuner off"},
     {"MKERNEL_GEMM_AUTOTUNE_LOG", kDebug, "1", "off", "one stderr line per tuned shape and stage"},
+    {"MKERNEL_GEMM_AUTOTUNE_WARM_MS", kDebug, "integer ms", "until the call time settles (<= 1500)",
+     "measurement: the tuner's warm-up before its timed rounds, fixed at N ms (100: before session "
+     "52)"},
     {"MKERNEL_GEMM_GEMV", kDebug, "0", "on", "0 keeps GEMMs of M <= 8 off the GEMV kernels"},
     {"MKERNEL_GEMM_GROUPED_C1X2", kDebug, "1", "off",
      "the grouped GEMM also times the 1x2-cluster configs"},
