@@ -76,13 +76,16 @@ std::mutex& tuner_mutex(int device) {
 }
 
 // What the timings depend on, for the plan table's key: model, compute
-// capability, SMs of the launch, driver and runtime versions.
+// capability, SMs of the launch, driver and runtime versions, and the tuner's
+// method (";tune2": the warm-up to the power cap of session 52; plans a file
+// holds from the old 100 ms warm-up are not reused: that tuner picked plans up
+// to 15% slower at the cap).
 std::string device_signature(int device, int sms) {
   static const std::string versions = [] {
     int driver = 0, runtime = 0;
     cudaDriverGetVersion(&driver);
     cudaRuntimeGetVersion(&runtime);
-    return ";drv" + std::to_string(driver) + ";rt" + std::to_string(runtime);
+    return ";drv" + std::to_string(driver) + ";rt" + std::to_string(runtime) + ";tune2";
   }();
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device);
   return std::string(prop->name) + ";sm" + std::to_string(prop->major) +

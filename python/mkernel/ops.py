@@ -233,6 +233,9 @@ def gemm(a: Tensor, b: Tensor, *, config: str | int = "auto", sm_count: int = 0,
     With ``config="auto"`` and the tile order left open, the first call of a shape times the
     shape heuristic's plan and a few alternates on these operands and caches the fastest
     (:func:`gemm_plan` says which); ``MKERNEL_GEMM_AUTOTUNE=0`` keeps the heuristic alone.
+    The timing runs as a training step does, at the board's power cap: about 0.3 s of warm-up
+    until the call time settles (at most 1.5 s), then ~0.3 s of candidates, once per shape per
+    machine (the plan file persists them).
     No candidate splits K, so the result does not depend on which one wins. Small M runs other
     kernels: the GEMV at M <= 16 (by shape), and at 17 <= M <= 512 the swapped-operand GEMM
     (``torch.ops.mkernel.gemm_swap``) where the first call of the M bucket measured it faster than

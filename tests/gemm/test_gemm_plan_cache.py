@@ -16,7 +16,7 @@ import torch
 
 import mkernel
 
-DEV = "NVIDIA H200;sm90;sms132;drv13000;rt13000"
+DEV = "NVIDIA H200;sm90;sms132;drv13000;rt13000;tune2"
 
 
 def table(plans: dict[str, str]) -> str:
