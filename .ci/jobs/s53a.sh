@@ -1,0 +1,13 @@
+# Next session, first call (prepared in session 52, not run): the small-M GEMM at the power cap with the full engine.
+# Session 52's M = 333 rows (0.72-0.81x cuBLAS sustained) came from a dev build, which has no swapped-operand kernels:
+# run this one WITHOUT MKERNEL_DEV_BUILD (from the dev pack ninja compiles the ~30 gemm_swap_*.cu units on top: ~150-250
+# s on 16 cores; BP_MAX_STEPS=60). The tuner now warms to the cap before it ranks (session 52), small M included.
+# Predictions: (1) M = 333 (8192x8192, 8192x3584, 3584x8192 weights) 0.95-0.99x cuBLAS sustained, the tuned plan a
+# swapped 128x168 / 64x168 variant (cuBLAS: nvjet 128x168 2x1); where below 0.97x, per cycle below 0.97x too (the miss
+# is the kernel's, not the power's). (2) The held-out short bench (bench_gemm.py heldout, auto vs cuBLAS) with the new
+# tuner: 8192x7168x8192 / 16384x7168x8192 within +-2% of session 16's 0.95-0.98x (the short bench runs partly above the
+# cap's clock, where the old pick was ~1% faster).
+#   tar xJf .bp/core.tar.xz && BP_PACK=1 MKERNEL_COMMIT=<hash> BP_MAX_STEPS=60 JOBS=.ci/jobs/s53a.sh REAL_OUT=$OUT OUT=/tmp/devout TOTAL=<s> bash .ci/gpu-dev
+# (BP_PACK=1 packs the full build: check that .bp/ plus .whl/ stay under the 64 MiB carry limit; else drop BP_PACK.)
+jx gemm_power_333 100 50 "timeout 98 env MKERNEL_GEMM_AUTOTUNE_LOG=1 python3 benchmarks/gemm_power.py --shapes '333,8192,8192;333,8192,3584;333,3584,8192' --window 1.5 --rounds 3"
+jx heldout 120 50 "timeout 118 python3 benchmarks/bench_gemm.py --shapes heldout --no-sweep"
