@@ -11,3 +11,7 @@
 # (BP_PACK=1 packs the full build: check that .bp/ plus .whl/ stay under the 64 MiB carry limit; else drop BP_PACK.)
 jx gemm_power_333 100 50 "timeout 98 env MKERNEL_GEMM_AUTOTUNE_LOG=1 python3 benchmarks/gemm_power.py --shapes '333,8192,8192;333,8192,3584;333,3584,8192' --window 1.5 --rounds 3"
 jx heldout 120 50 "timeout 118 python3 benchmarks/bench_gemm.py --shapes heldout --no-sweep"
+# (3) The grouped (MoE) GEMM at the cap (benchmarks/grouped_gemm_power.py, new in session 52, not yet run): the short
+# bench has it 1.05x / 1.12x torch._grouped_mm (uniform / skewed, H200). Prediction: 1.00-1.08x sustained on the H100,
+# the tuned plan a 128x256 cooperative one (tuned at the cap now), ping_128x128 >= 3% behind it per joule.
+jx grouped_power 80 40 "timeout 78 python3 benchmarks/grouped_gemm_power.py --window 1.5 --rounds 3"
