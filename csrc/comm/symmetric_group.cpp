@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/device_alloc.h"
 #include "comm/wait_record.h"
 #include "core_binding.h"
 #include "session_layout.h"
@@ -148,7 +149,7 @@ std::unique_ptr<Generation> make_generation(const char* op, const SymmetricGroup
                                             int rank, int world, uint64_t data_bytes) {
   auto gen = std::make_unique<Generation>();
   gen->data_bytes = data_bytes;
-  check_cuda(cudaMalloc(&gen->own.ptr, kFlagBytes + data_bytes), op,
+  check_cuda(malloc_after_torch_cache(&gen->own.ptr, kFlagBytes + data_bytes), op,
              ("cudaMalloc of the group's symmetric memory (" + std::to_string(data_bytes) +
               " data bytes)")
                  .c_str());

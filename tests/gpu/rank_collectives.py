@@ -10,7 +10,8 @@ size is freed just before the call, so the caching allocator hands it to the op)
 
 A rank prints ``CASE {json}`` per checked call, ``ERR {json}`` for an expected failure, and
 ``OK <rank>`` at the end. ``TEST_SUITE`` (comma-separated) picks: ``matrix``, ``back_to_back``,
-``graph``, ``two_groups``, ``capture_growth``, ``multinode``, ``mismatch``, ``kill`` (the last two end the process).
+``graph``, ``two_groups``, ``capture_growth``, ``multinode``, ``cached_memory``, ``mismatch``, ``kill`` (the last two end
+the process).
 """
 
 from __future__ import annotations
@@ -292,6 +293,39 @@ def capture_growth(c: Checker) -> None:
         raise AssertionError("capture of a growing call did not raise")
     torch.cuda.synchronize()
     c.run("all_reduce", "bf16", (c.world * 4, 9))  # still usable
+
+
+def cached_memory(c: Checker) -> None:
+    """The device full but for what torch's caching allocator holds freed: the group's symmetric
+    memory must still come (the library gives torch's cache back before a cudaMalloc gives up;
+    session 52's W = 8 ring test ran out there on an 80 GB H100). Run first in a fresh process:
+    the call grows the group's memory past the 128 MiB it needs. The freed blocks are NaN bytes,
+    so an output the op takes from the cache starts poisoned."""
+    shape = (65536, 1024)  # fp16: 128 MiB per rank, 128 MiB x W gathered
+    xs = inputs(4000, c.world, shape, torch.float16)
+    x = xs[c.rank].to(c.device)
+    dist.barrier()
+    held = []
+    for mib in (1024, 64, 4):  # what torch can hand out, in blocks the output fits in
+        while True:
+            try:
+                held.append(torch.full((mib << 20,), 0xFF, dtype=torch.uint8, device=c.device))
+            except torch.cuda.OutOfMemoryError:
+                break
+    torch.cuda.synchronize()
+    dist.barrier()  # every rank holds its share
+    free = torch.cuda.mem_get_info(c.device)[0]
+    assert free < shape[0] * shape[1] * 2, (
+        f"rank {c.rank}: {free >> 20} MiB still free after the fill: the case would not test the cache")
+    cached = sum(t.numel() for t in held)
+    del held  # to torch's cache, not to the device
+    out = mkernel.all_gather(x, group=c.ctx)
+    mkernel.synchronize()
+    c.check("all_gather", out, xs, {"op": "all_gather", "dtype": "fp16", "shape": list(shape),
+                                     "world": c.world, "suite": "cached_memory",
+                                     "cached_mib": cached >> 20, "free_mib": free >> 20})
+    del out
+    torch.cuda.empty_cache()
 
 
 def mismatch(c: Checker) -> None:

@@ -71,6 +71,20 @@ def test_collectives_across_emulated_nodes(mps, world, nodes):
             print(f"W={world} nodes={nodes} back_to_back: {c['us_per_call']:.1f} us per call")
 
 
+def test_symmetric_memory_takes_back_torch_cache(mps):
+    """Each rank fills the device with torch tensors and frees them (cached by torch, not given
+    back), then calls all_gather, which must grow the group's symmetric memory: it succeeds,
+    exact, on every rank (comm/symmetric_group.cpp, comm/device_alloc.h)."""
+    world = 2
+    res = run_ranks(RANK_MAIN, world, timeout=150,
+                    env=rank_env(mps, world, TEST_SUITE="cached_memory", MKERNEL_OP_TIMEOUT="20"))
+    cases = check_ranks(res)
+    got = [c for c in cases if c.get("suite") == "cached_memory"]
+    assert len(got) == world, cases
+    for c in got:
+        print(f"cached_memory: {c['cached_mib']} MiB cached, {c['free_mib']} MiB free before the call")
+
+
 def test_mismatched_shapes_fail_on_every_rank(mps):
     world = 4
     res = run_ranks(RANK_MAIN, world, timeout=120,
