@@ -24,10 +24,22 @@ import torch.nn.functional as F
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from common import commit, device_info, write_result  # noqa: E402
-from power_windows import sustained  # noqa: E402
+from power_windows import row_fields, sustained  # noqa: E402
 
 import mkernel  # noqa: E402
 from mkernel.ops import GEMM_CONFIGS  # noqa: E402
+
+
+def parse_plans(text: str) -> list[tuple[str, int, str]]:
+    """'<config>/s<swizzle>/<m|n>,...' (gemm_plan's form) as (config, swizzle, raster) triples."""
+    out = []
+    for p in (x.split("/") for x in text.split(",") if x):
+        if len(p) != 3 or not p[1][1:].isdigit() or p[1][0] != "s" or p[2] not in ("m", "n") \
+                or p[0] not in GEMM_CONFIGS:
+            raise SystemExit(f"--plans: {'/'.join(p)!r} is not '<config>/s<swizzle>/<m|n>' with a config "
+                             f"from mkernel.ops.GEMM_CONFIGS")
+        out.append((p[0], int(p[1][1:]), p[2]))
+    return out
 
 
 def main() -> None:
@@ -44,11 +56,7 @@ def main() -> None:
                     help="extra engine columns, each '<config>/s<swizzle>/<m|n>' (gemm_plan's form), e.g. "
                          "coop_128x256_c2x1/s4/m: at the cap a larger tile reads fewer L2 bytes per flop")
     args = ap.parse_args()
-    extra = [p.split("/") for p in args.plans.split(",") if p]
-    for p in extra:
-        if len(p) != 3 or not p[1].startswith("s") or p[2] not in ("m", "n") or p[0] not in GEMM_CONFIGS:
-            raise SystemExit(f"--plans: {'/'.join(p)!r} is not '<config>/s<swizzle>/<m|n>' with a config "
-                             f"from mkernel.ops.GEMM_CONFIGS")
+    extra = parse_plans(args.plans)
     rows = []
     for spec in (x for x in args.shapes.split(";") if x):
         m, n, k = (int(v) for v in spec.split(","))
@@ -71,13 +79,12 @@ def main() -> None:
                 cands[f"mkernel@swz={swz}"] = (lambda swz=swz: mkernel.gemm(
                     a, b, config=parts[0], swizzle=swz, raster=parts[2]))
         for cfg, swz, ras in extra:
-            cands[f"mkernel@{cfg}/{swz}/{ras}"] = (lambda cfg=cfg, swz=int(swz[1:]), ras=ras: mkernel.gemm(
+            cands[f"mkernel@{cfg}/s{swz}/{ras}"] = (lambda cfg=cfg, swz=swz, ras=ras: mkernel.gemm(
                 a, b, config=cfg, swizzle=swz, raster=ras))
         res = sustained(cands, 2.0 * m * n * k, args.window, args.rounds, label=f"M,N,K={spec}",
                         anchor="cublas")
-        rows.append({"m": m, "n": n, "k": k, "dtype": "bf16", "plan": plan,
-                     "rel_err_vs_fp32": err, "method": res["method"], "idle": res["idle"],
-                     "candidates": res["rows"], "windows": res["windows"]})
+        rows.append({"m": m, "n": n, "k": k, "dtype": "bf16", "plan": plan, "rel_err_vs_fp32": err,
+                     **row_fields(res)})
     payload = {"bench": "gemm_power", "device": device_info(), "commit": commit(),
                "anchor": "cuBLAS: torch.matmul(a, b.T) (and F.linear(a, b) beside it)", "rows": rows}
     print(write_result("gemm_power", payload))

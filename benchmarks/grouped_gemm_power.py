@@ -21,9 +21,10 @@ import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from common import commit, device_info, write_result  # noqa: E402
-from power_windows import sustained  # noqa: E402
+from gemm_power import parse_plans  # noqa: E402
+from power_windows import row_fields, sustained  # noqa: E402
 
-from mkernel.ops import GEMM_CONFIGS, gemm_grouped, gemm_grouped_plan  # noqa: E402
+from mkernel.ops import gemm_grouped, gemm_grouped_plan  # noqa: E402
 
 
 def routing_counts(kind: str, experts: int, tokens: int) -> torch.Tensor:
@@ -43,11 +44,7 @@ def main() -> None:
     ap.add_argument("--plans", type=str, default="coop_128x256_c2x1/s8/n,ping_128x128_c1x2/s8/n",
                     help="the packed kernel pinned to these '<config>/s<swizzle>/<m|n>' plans, as columns")
     args = ap.parse_args()
-    plans = [p.split("/") for p in args.plans.split(",") if p]
-    for p in plans:
-        if len(p) != 3 or not p[1].startswith("s") or p[2] not in ("m", "n") or p[0] not in GEMM_CONFIGS:
-            raise SystemExit(f"--plans: {'/'.join(p)!r} is not '<config>/s<swizzle>/<m|n>' with a config "
-                             f"from mkernel.ops.GEMM_CONFIGS")
+    plans = parse_plans(args.plans)
     experts, tokens, h, f = 32, 32768, 7168, 2048
     torch.manual_seed(52)
     gen = torch.Generator(device="cuda").manual_seed(52)
@@ -71,13 +68,12 @@ def main() -> None:
         cands = {"mkernel": lambda: gemm_grouped(x, b, offs=offs),
                  "grouped_mm": lambda: torch._grouped_mm(x, bt, offs=offs)}
         for cfg, swz, ras in plans:
-            cands[f"mkernel@{cfg}/{swz}/{ras}"] = (lambda cfg=cfg, swz=int(swz[1:]), ras=ras: gemm_grouped(
+            cands[f"mkernel@{cfg}/s{swz}/{ras}"] = (lambda cfg=cfg, swz=swz, ras=ras: gemm_grouped(
                 x, b, offs=offs, config=cfg, swizzle=swz, raster=ras))
         res = sustained(cands, 2.0 * tokens * h * f, args.window, args.rounds,
                         label=f"{kind} E={experts} T={tokens} H={h} F={f}", anchor="grouped_mm")
         rows.append({"routing": kind, "experts": experts, "tokens": tokens, "h": h, "f": f, "plan": plan,
-                     "counts": counts.tolist(), "method": res["method"], "idle": res["idle"],
-                     "candidates": res["rows"], "windows": res["windows"]})
+                     "counts": counts.tolist(), **row_fields(res)})
     payload = {"bench": "grouped_gemm_power", "device": device_info(), "commit": commit(),
                "anchor": "torch._grouped_mm(x, b^T, offs) on the same packed rows", "rows": rows}
     print(write_result("grouped_gemm_power", payload))

@@ -146,3 +146,8 @@ def sustained(cands: dict[str, Callable[[], object]], flop: float, window: float
             "method": f"round-robin windows of ~{window} s per candidate, {rounds} rounds; nvidia-smi "
                       f"every {SAMPLE_MS} ms ({', '.join(fields[1:])}), each window's first {SETTLE_S} s "
                       "dropped; medians"}
+
+
+def row_fields(res: dict) -> dict:
+    """sustained()'s result as a JSON row's fields: method, idle clock / power, candidates, windows."""
+    return {"method": res["method"], "idle": res["idle"], "candidates": res["rows"], "windows": res["windows"]}
