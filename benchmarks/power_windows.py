@@ -70,18 +70,26 @@ def _per_call_s(fn: Callable[[], object]) -> float:
 
 
 def sustained(cands: dict[str, Callable[[], object]], flop: float, window: float, rounds: int,
-              label: str = "", anchor: str | None = None) -> dict:
+              label: str = "", anchor: str | None = None, agree: Callable[[float], float] | None = None,
+              gpu: int | None = None, sample: bool = True) -> dict:
     """Times `cands` in sustained windows (module docstring). flop: one call's work. anchor: the
     candidate the others are compared with (time, per cycle, per joule, clock), if present.
+    Collective candidates (every rank of a group calls them, benchmarks/fused_power.py): `agree`
+    returns the largest of the ranks' values (so every rank runs the same number of calls a
+    window, and a window's time is its slowest rank's); `gpu` the nvidia-smi index to sample;
+    `sample` False on the ranks that share a sampled GPU (MPS) or need no samples.
     Returns {"rows", "windows", "idle", "method"} for the result JSON; prints a line a candidate."""
-    per_call = {name: _per_call_s(fn) for name, fn in cands.items()}
-    fields = smi_fields()
+    agree = agree or (lambda v: v)
+    per_call = {name: agree(_per_call_s(fn)) for name, fn in cands.items()}
+    fields = smi_fields() if sample else ["timestamp"]
     names = list(cands)
     windows = []
     with tempfile.TemporaryDirectory() as tmp:
         smi_path = Path(tmp) / "smi.csv"
+        smi_path.touch()
         smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader",
-                                "-lms", str(SAMPLE_MS), "-f", str(smi_path)])
+                                "-lms", str(SAMPLE_MS), "-f", str(smi_path)]
+                               + (["-i", str(gpu)] if gpu is not None else [])) if sample else None
         try:
             time.sleep(1.0)  # the GPU idles: its clock and power at rest
             idle_end = time.time()
@@ -99,12 +107,13 @@ def sustained(cands: dict[str, Callable[[], object]], flop: float, window: float
                     e1.record()
                     e1.synchronize()
                     windows.append({"name": name, "round": r, "calls": n, "t0": t0, "t1": time.time(),
-                                    "ms_per_call": e0.elapsed_time(e1) / n})
+                                    "ms_per_call": agree(e0.elapsed_time(e1) / n)})
             time.sleep(0.3)
         finally:
-            smi.terminate()
-            smi.wait()
-        samples = parse_smi(smi_path, fields)
+            if smi is not None:
+                smi.terminate()
+                smi.wait()
+        samples = parse_smi(smi_path, fields) if sample else []
     idle = [x for x in samples if x["t"] < idle_end]
     rows = []
     for name in names:
