@@ -12,8 +12,9 @@
 # (0) Tests first: the substrate's cudaMalloc gives torch's cache back before it fails (comm/device_alloc.h, session 52,
 # host-compiled only): the new case (the device filled with freed torch blocks, then a growing all_gather) and the
 # collectives' matrix at W = 2 3 4 8, then the ring cases that ran out of memory in s52d (W = 8 over emulated nodes).
+# And the GEMM tuner's warm-up tests (session 52: the rule's bounds, its knob refusing bad values by name).
 P="python3 -m pytest -q -rfEx --tb=short -p no:cacheprovider --durations=3"
-jx tests 150 40 "timeout 148 $P tests/gpu/test_collectives.py tests/gpu/test_ring_attention.py -k 'takes_back_torch_cache or test_collectives_match_reference or test_ring_attention_across_emulated_nodes'"
+jx tests 210 60 "timeout 205 $P tests/gpu/test_collectives.py tests/gpu/test_ring_attention.py tests/gemm/test_gemm_autotune.py -k 'warm_up or takes_back_torch_cache or test_collectives_match_reference or test_ring_attention_across_emulated_nodes'"
 jx gemm_power_333 100 50 "timeout 98 env MKERNEL_GEMM_AUTOTUNE_LOG=1 python3 benchmarks/gemm_power.py --shapes '333,8192,8192;333,8192,3584;333,3584,8192' --window 1.5 --rounds 3"
 jx heldout 120 50 "timeout 118 python3 benchmarks/bench_gemm.py --shapes heldout --no-sweep"
 # (3) The grouped (MoE) GEMM at the cap (benchmarks/grouped_gemm_power.py, new in session 52, not yet run): the short

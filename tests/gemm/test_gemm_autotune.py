@@ -142,3 +142,52 @@ def test_pdl_chain_reads_each_previous_output(how):
     for w in ws:  # round to fp16 after every step, as the chain does
         ref = (ref @ w.double().cpu().T).half().double()
     assert rel_err(t, ref) < 2e-2
+
+
+# A fresh process per case: the warm-up knob is read once per process.
+_TUNE_ONE = """
+import torch, mkernel
+a = torch.randn(1000, 1032, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(2056, 1032, device="cuda", dtype=torch.bfloat16)
+print("PLAN", mkernel.gemm_plan(a, b), flush=True)
+"""
+
+
+def _tune_in_fresh_process(env: dict[str, str]):
+    import os
+    import subprocess
+    import sys
+
+    full = {**os.environ, "MKERNEL_GEMM_PLAN_CACHE": "0", "MKERNEL_GEMM_AUTOTUNE_LOG": "1", **env}
+    return subprocess.run([sys.executable, "-c", _TUNE_ONE], env=full, capture_output=True, text=True,
+                          timeout=180)
+
+
+@needs_hopper
+def test_warm_up_runs_until_the_call_time_settles():
+    """The tuner's warm-up (gemm_autotune.cpp warm_up): at least 300 ms, at most ~1.5 s (plus the
+    last block), before the timed rounds; the log names how it ended."""
+    import re
+
+    r = _tune_in_fresh_process({})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "(tuned)" in r.stdout, r.stdout
+    m = re.search(r"mkernel autotune: warm-up (\d+) ms \((settled|the limit)\)", r.stderr)
+    assert m, r.stderr[-3000:]
+    assert 300 <= int(m.group(1)) <= 1600, m.group(0)
+
+
+@needs_hopper
+@pytest.mark.parametrize("value", ["soon", "-5", "1e3"])
+def test_warm_up_knob_refuses_a_bad_value(value):
+    r = _tune_in_fresh_process({"MKERNEL_GEMM_AUTOTUNE_WARM_MS": value})
+    assert r.returncode != 0, r.stdout
+    assert "MKERNEL_GEMM_AUTOTUNE_WARM_MS" in r.stderr and value in r.stderr, r.stderr[-3000:]
+
+
+@needs_hopper
+def test_warm_up_knob_fixes_it():
+    """MKERNEL_GEMM_AUTOTUNE_WARM_MS=0: no warm-up (and no warm-up line); the plan is still tuned."""
+    r = _tune_in_fresh_process({"MKERNEL_GEMM_AUTOTUNE_WARM_MS": "0"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "(tuned)" in r.stdout and "warm-up" not in r.stderr, (r.stdout, r.stderr[-3000:])
