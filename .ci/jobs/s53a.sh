@@ -9,6 +9,8 @@
 # cap's clock, where the old pick was ~1% faster).
 #   tar xJf .bp/core.tar.xz && BP_PACK=1 MKERNEL_COMMIT=<hash> BP_MAX_STEPS=60 JOBS=.ci/jobs/s53a.sh REAL_OUT=$OUT OUT=/tmp/devout TOTAL=<s> bash .ci/gpu-dev
 # (BP_PACK=1 packs the full build: check that .bp/ plus .whl/ stay under the 64 MiB carry limit; else drop BP_PACK.)
+# The jobs need ~500 s after the build: with TOTAL=580 the call skips the last ones (named in its summary); run those
+# next with REUSE_BUILD=1 and a job file of the rest within the 30 s the machine stays warm.
 # (0) Tests first: the substrate's cudaMalloc gives torch's cache back before it fails (comm/device_alloc.h, session 52,
 # host-compiled only): the new case (the device filled with freed torch blocks, then a growing all_gather) and the
 # collectives' matrix at W = 2 3 4 8, then the ring cases that ran out of memory in s52d (W = 8 over emulated nodes).
