@@ -144,19 +144,6 @@ struct EventPair {
   EventPair& operator=(const EventPair&) = delete;
 };
 
-// The fastest of `count` candidates (launch(i) runs candidate i; false: it
-// cannot run), as they run in a training step: back to back on a loaded GPU.
-// Timing each call alone on an idle GPU ranks them differently — measured on
-// the H200 (run 16): the packed MoE GEMM's 128x256 cooperative and 128x128
-// ping-pong plans both took 1.34 ms one call at a time, but 1.52 and 1.46 ms
-// in a sustained loop (the GPU at its power limit clocks lower, and the
-// plans do not slow down alike). So the GPU is first brought to that state
-// (warm_up below), then every sample is a block of ~4 ms of one candidate's
-// calls, the blocks of a round queued back to back with one stream sync per
-// round and the order rotating between rounds. Two stages: every candidate for
-// 3 rounds, then the three fastest for 7 more; the lowest median wins. About
-// 0.3 s once per shape after the warm-up.
-// Returns the winner's index, or -1 when none ran.
 // MKERNEL_GEMM_AUTOTUNE_WARM_MS=N: a fixed warm-up of N ms (0: none); unset, warm_up's own rule.
 int fixed_warm_ms() {
   static const int ms = [] {
@@ -214,6 +201,19 @@ void warm_up(cudaStream_t stream, float call_ms, LaunchFn&& launch) {
   }
 }
 
+// The fastest of `count` candidates (launch(i) runs candidate i; false: it
+// cannot run), as they run in a training step: back to back on a loaded GPU.
+// Timing each call alone on an idle GPU ranks them differently — measured on
+// the H200 (run 16): the packed MoE GEMM's 128x256 cooperative and 128x128
+// ping-pong plans both took 1.34 ms one call at a time, but 1.52 and 1.46 ms
+// in a sustained loop (the GPU at its power limit clocks lower, and the
+// plans do not slow down alike). So the GPU is first brought to that state
+// (warm_up below), then every sample is a block of ~4 ms of one candidate's
+// calls, the blocks of a round queued back to back with one stream sync per
+// round and the order rotating between rounds. Two stages: every candidate for
+// 3 rounds, then the three fastest for 7 more; the lowest median wins. About
+// 0.3 s once per shape after the warm-up.
+// Returns the winner's index, or -1 when none ran.
 template <class LaunchFn, class NameFn>
 int fastest(int count, cudaStream_t stream, LaunchFn&& launch, NameFn&& name) {
   std::vector<int> ok;
