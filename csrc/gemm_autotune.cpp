@@ -152,7 +152,8 @@ int fixed_warm_ms() {
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);
     TORCH_CHECK(*end == '\0' && n >= 0 && n <= 60000,
-                "MKERNEL_GEMM_AUTOTUNE_WARM_MS must be an integer number of milliseconds in [0, 60000], got '",
+                "MKERNEL_GEMM_AUTOTUNE_WARM_MS must be an integer number of milliseconds in [0, "
+                "60000], got '",
                 v, "'");
     return static_cast<int>(n);
   }();
@@ -196,8 +197,8 @@ void warm_up(cudaStream_t stream, float call_ms, LaunchFn&& launch) {
     if (steady >= 3 && spent >= kMinMs) break;
   }
   if (tuning_logged()) {
-    std::fprintf(stderr, "mkernel autotune: warm-up %.0f ms (%s), ms per call by block:%s\n",
-                 spent, steady >= 3 ? "settled" : "the limit", trace.c_str());
+    std::fprintf(stderr, "mkernel autotune: warm-up %.0f ms (%s), ms per call by block:%s\n", spent,
+                 steady >= 3 ? "settled" : "the limit", trace.c_str());
   }
 }
 

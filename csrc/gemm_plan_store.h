@@ -6,8 +6,8 @@
 // Key: one line of text, "<device>|<dtype>|e<experts>|m<M bucket>|n<N>|k<K>"
 // where <device> names what the timings depend on ("NVIDIA H200;sm90;sms132;
 // drv13000;rt13000;tune2": model, compute capability, SMs of the launch,
-// driver and runtime versions, the tuner's timing method). Plan: "<config name>/s<swizzle>/<m|n>". Both are
-// strings so a plan travels unchanged through the file, between ranks
+// driver and runtime versions, the tuner's timing method). Plan: "<config name>/s<swizzle>/<m|n>".
+// Both are strings so a plan travels unchanged through the file, between ranks
 // (mkernel.share_gemm_plans) and across builds that renumber configs.
 //
 // The file ($MKERNEL_CACHE_DIR, else $XDG_CACHE_HOME/mkernel, else

@@ -588,8 +588,10 @@ std::unique_ptr<NetPath::Impl> NetPath::open(const char* op, mk_session_t s, con
   std::vector<int32_t> node(cfg.node.begin(), cfg.node.end());
   mk_datapath_config dc = MK_DATAPATH_CONFIG_INITIALIZER;
   if (offer) {
-    check_cuda(malloc_after_torch_cache(&impl->gpu_recv, sizes[0]), op, "cudaMalloc (inter-node receive buffer)");
-    check_cuda(malloc_after_torch_cache(&impl->gpu_send, sizes[1]), op, "cudaMalloc (inter-node send buffer)");
+    check_cuda(malloc_after_torch_cache(&impl->gpu_recv, sizes[0]), op,
+               "cudaMalloc (inter-node receive buffer)");
+    check_cuda(malloc_after_torch_cache(&impl->gpu_send, sizes[1]), op,
+               "cudaMalloc (inter-node send buffer)");
     void* ptrs[2] = {impl->gpu_recv, impl->gpu_send};
     const bool nic = chosen_net(cfg.net) != "loopback";  // loopback never reads a DMA-BUF
     for (int i = 0; i < 2; ++i) {

@@ -149,10 +149,10 @@ std::unique_ptr<Generation> make_generation(const char* op, const SymmetricGroup
                                             int rank, int world, uint64_t data_bytes) {
   auto gen = std::make_unique<Generation>();
   gen->data_bytes = data_bytes;
-  check_cuda(malloc_after_torch_cache(&gen->own.ptr, kFlagBytes + data_bytes), op,
-             ("cudaMalloc of the group's symmetric memory (" + std::to_string(data_bytes) +
-              " data bytes)")
-                 .c_str());
+  check_cuda(
+      malloc_after_torch_cache(&gen->own.ptr, kFlagBytes + data_bytes), op,
+      ("cudaMalloc of the group's symmetric memory (" + std::to_string(data_bytes) + " data bytes)")
+          .c_str());
   check_cuda(cudaMemset(gen->own.ptr, 0, kFlagBytes), op, "zeroing the flags");
   // Peers write into the flags as soon as they hold the handle: zeroed before it is published.
   check_cuda(cudaDeviceSynchronize(), op, "cudaDeviceSynchronize");
