@@ -29,13 +29,13 @@
 #include "env_knobs.h"
 #include "gemm_engine.h"
 #include "gemm_plan_store.h"
+#include "gemm_warm_up.h"
 
 #ifdef MKERNEL_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -160,14 +160,9 @@ int fixed_warm_ms() {
   return ms;
 }
 
-// Brings the GPU to the state the timed rounds should see: the board's power cap. A big GEMM
-// draws the H100's 700 W within a fraction of a second and the SM clock then falls from 1980 to
-// ~1350 MHz, and the plans do not slow down alike: session 52 (gemm_power.py, sustained) measured
-// the 128x128 ping-pong plan 0.90x cuBLAS at 8192x7168x8192 and the 128x256 cooperative one 0.98x,
-// while a tuning that had warmed for 100 ms, still near the boost clock, had picked the former.
-// So blocks of ~25 ms of `launch` run until the call time settles (three blocks within 0.5% of the
-// one before them, at least 300 ms in) or 1500 ms have passed; a GPU already at the cap (a
-// training step's next shape) settles at the minimum.
+// Brings the GPU to the state the timed rounds should see, the board's power cap: blocks of ~25
+// ms of `launch` until gemm_warm_up.h's rule says the call time settled (a GPU already at the cap,
+// a training step's next shape, settles at the rule's minimum).
 template <class LaunchFn>
 void warm_up(cudaStream_t stream, float call_ms, LaunchFn&& launch) {
   auto calls_for = [&](float ms) {
@@ -177,28 +172,23 @@ void warm_up(cudaStream_t stream, float call_ms, LaunchFn&& launch) {
     for (int rep = fixed > 0 ? calls_for(static_cast<float>(fixed)) : 0; rep > 0; --rep) launch();
     return;
   }
-  constexpr float kBlockMs = 25.f, kMinMs = 300.f, kMaxMs = 1500.f, kSettled = 0.005f;
-  const int reps = calls_for(kBlockMs);
+  const int reps = calls_for(gemm::WarmUpRule::kBlockMs);
+  gemm::WarmUpRule rule;
   EventPair ev;
-  float spent = 0.f, previous = 0.f;
-  int steady = 0;
   std::string trace;  // the blocks' per-call times, for MKERNEL_GEMM_AUTOTUNE_LOG
-  while (spent < kMaxMs) {
+  for (bool over = false; !over;) {
     C10_CUDA_CHECK(cudaEventRecord(ev.start, stream));
     for (int rep = 0; rep < reps; ++rep) launch();
     C10_CUDA_CHECK(cudaEventRecord(ev.stop, stream));
     C10_CUDA_CHECK(cudaEventSynchronize(ev.stop));
     float ms = 0.f;
     C10_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start, ev.stop));
-    spent += ms;
     if (tuning_logged()) trace += " " + std::to_string(ms / reps);
-    steady = previous > 0.f && std::abs(ms - previous) <= kSettled * previous ? steady + 1 : 0;
-    previous = ms;
-    if (steady >= 3 && spent >= kMinMs) break;
+    over = rule.add(ms);
   }
   if (tuning_logged()) {
-    std::fprintf(stderr, "mkernel autotune: warm-up %.0f ms (%s), ms per call by block:%s\n", spent,
-                 steady >= 3 ? "settled" : "the limit", trace.c_str());
+    std::fprintf(stderr, "mkernel autotune: warm-up %.0f ms (%s), ms per call by block:%s\n",
+                 rule.spent_ms(), rule.settled() ? "settled" : "the limit", trace.c_str());
   }
 }
 
@@ -209,7 +199,7 @@ void warm_up(cudaStream_t stream, float call_ms, LaunchFn&& launch) {
 // ping-pong plans both took 1.34 ms one call at a time, but 1.52 and 1.46 ms
 // in a sustained loop (the GPU at its power limit clocks lower, and the
 // plans do not slow down alike). So the GPU is first brought to that state
-// (warm_up below), then every sample is a block of ~4 ms of one candidate's
+// (warm_up above), then every sample is a block of ~4 ms of one candidate's
 // calls, the blocks of a round queued back to back with one stream sync per
 // round and the order rotating between rounds. Two stages: every candidate for
 // 3 rounds, then the three fastest for 7 more; the lowest median wins. About
