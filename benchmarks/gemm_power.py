@@ -57,6 +57,7 @@ def main() -> None:
                          "coop_128x256_c2x1/s4/m: at the cap a larger tile reads fewer L2 bytes per flop")
     args = ap.parse_args()
     extra = parse_plans(args.plans)
+    dev_build = device_info().get("dev_build", False)
     rows = []
     for spec in (x for x in args.shapes.split(";") if x):
         m, n, k = (int(v) for v in spec.split(","))
@@ -69,6 +70,10 @@ def main() -> None:
         if not err < 1e-2:
             raise SystemExit(f"M,N,K = {spec}: the engine's result is off (relative error {err:.3g})")
         plan = mkernel.gemm_plan(a, b)
+        if dev_build and m <= 512:  # the small-M path's swapped kernels are not in a dev build
+            print(f"gemm_power: M,N,K = {spec} in a dev build (MKERNEL_DEV_BUILD=1): no swapped-operand "
+                  f"kernels, so the plan ({plan}) is not the shipped engine's", file=sys.stderr, flush=True)
+            plan += " [dev build: no swapped-operand kernels]"
         cands = {"mkernel": lambda: mkernel.gemm(a, b), "cublas": lambda: torch.matmul(a, b.T),
                  "linear": lambda: F.linear(a, b)}
         # "<config>/s<swizzle>/<m|n>" for the engine's own kernel (not gemv / swap / split plans).
