@@ -23,17 +23,22 @@ from common import commit, device_info, interleaved_ms, write_result  # noqa: E4
 from mkernel.ops import gemm_grouped, gemm_grouped_plan  # noqa: E402
 
 
+def routing_counts(kind: str, experts: int, tokens: int) -> torch.Tensor:
+    """Rows per expert: uniform, or Dirichlet(2) shares of the same total ("skewed")."""
+    if kind == "uniform":
+        return torch.full((experts,), tokens // experts, dtype=torch.int32)
+    w = torch.distributions.Dirichlet(torch.full((experts,), 2.0)).sample()
+    counts = (w * tokens).floor().to(torch.int32)
+    counts[0] += tokens - int(counts.sum())
+    return counts
+
+
 def main() -> int:
     e, tokens, h, f = 32, 32768, 7168, 2048
     dt = torch.bfloat16
     rows = []
     for routing in ("uniform", "skewed"):
-        if routing == "uniform":
-            counts = torch.full((e,), tokens // e, dtype=torch.int32)
-        else:
-            w = torch.distributions.Dirichlet(torch.full((e,), 2.0)).sample()
-            counts = (w * tokens).floor().to(torch.int32)
-            counts[0] += tokens - int(counts.sum())
+        counts = routing_counts(routing, e, tokens)
         cap = int(counts.max())
         cap = (cap + 127) // 128 * 128
         a = torch.randn(e, cap, h, device="cuda", dtype=dt)

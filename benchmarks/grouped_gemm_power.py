@@ -21,20 +21,11 @@ import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from common import commit, device_info, write_result  # noqa: E402
+from bench_grouped_gemm import routing_counts  # noqa: E402
 from gemm_power import parse_plans  # noqa: E402
 from power_windows import row_fields, sustained  # noqa: E402
 
 from mkernel.ops import gemm_grouped, gemm_grouped_plan  # noqa: E402
-
-
-def routing_counts(kind: str, experts: int, tokens: int) -> torch.Tensor:
-    """Rows per expert: uniform, or Dirichlet(2) shares of the same total ("skewed")."""
-    if kind == "uniform":
-        return torch.full((experts,), tokens // experts, dtype=torch.int32)
-    w = torch.distributions.Dirichlet(torch.full((experts,), 2.0)).sample()
-    counts = (w * tokens).floor().to(torch.int32)
-    counts[0] += tokens - int(counts.sum())
-    return counts
 
 
 def main() -> None:
