@@ -80,6 +80,8 @@ constexpr Knob kKnobs[] = {
     {"MKERNEL_FUSED_ORDERS", kDebug, "1", "off", "also measure narrower tile orders at long K"},
     {"MKERNEL_FUSED_RS_NODES_COALESCE", kDebug, "integer in [0, 64]", "0",
      "gemm_rs across nodes: up to n tiles per FIFO command to one owner"},
+    {"MKERNEL_FUSED_SAMPLE_CALLS", kDebug, "integer in [1, 64]", "~40 GFLOP's worth, 2 to 16",
+     "measurement: choose_path's calls per timed sample (a screen round's: half)"},
     {"MKERNEL_FUSED_SIDE", kDebug, "regs|staged|idle|bulk|pipe", "the op's measured mode",
      "pins the side warps' mode"},
     {"MKERNEL_FUSED_SMS", kDebug, "integer n >= 2", "the share's grid",

@@ -1,0 +1,16 @@
+# Session 53, third call: how long must the first-call measurement's samples be? s53b (fused_power, H100 under MPS) had
+# the unfused path 1.3-1.5x slower in sustained windows than in choose_path's samples (2 calls after a lead-in at the
+# Llama shapes) while the fused path took the same time in both, so the op kept unfused where fused ran 1.11x (ag W=2)
+# / 1.39x (gemm_ar W=4) faster sustained.
+# Predictions: (1) fused_sample_length: the unfused path's ms per call grows with the calls per sample (2 -> 32) toward
+# its sustained figure (W=2 ag 8.0 ms, W=4 ar 10.2 ms), the fused path's stays within 5% of its sustained one (7.2 /
+# 7.3 ms) at every n; fused/unfused crosses below 0.99 by n = 8. (2) With MKERNEL_FUSED_SAMPLE_CALLS=8 the op's verdict
+# at W=4 gemm_ar and W=2 ag_gemm is fused ("runs fused" in the verbose line) and the op's sustained time within 3% of
+# the forced fused one. If (1) holds but (2) does not, the test's rounds are the next suspect; if (1) fails (samples
+# stay short of the steady state at every n), the steady state needs the host running ahead (a full queue), not length.
+#   tar xJf .bp/core.tar.xz && MKERNEL_COMMIT=<hash> BP_MAX_STEPS=60 JOBS=.ci/jobs/s53c.sh REAL_OUT=$OUT OUT=/tmp/devout TOTAL=<s> bash .ci/gpu-dev
+L="python3 -m mkernel launch --mps --timeout 100"
+jx len_w4 110 50 "timeout 108 $L --world 4 benchmarks/fused_sample_length.py --ops gemm_ar,ag_gemm"
+jx len_w2 110 50 "timeout 108 $L --world 2 benchmarks/fused_sample_length.py --ops ag_gemm,gemm_ar"
+jx knob_w4 100 50 "timeout 98 env MKERNEL_FUSED_SAMPLE_CALLS=8 MKERNEL_FUSED_VERBOSE=1 $L --world 4 benchmarks/fused_power.py --ops gemm_ar --window 1.0 --rounds 2"
+jx knob_w2 100 50 "timeout 98 env MKERNEL_FUSED_SAMPLE_CALLS=8 MKERNEL_FUSED_VERBOSE=1 $L --world 2 benchmarks/fused_power.py --ops ag_gemm --window 1.0 --rounds 2"

@@ -1,0 +1,128 @@
+"""How long must a timed sample be before it shows a fused op's steady state? (session 53)
+
+fused_power.py (session 53, H100 under MPS) found the unfused path of ag_gemm (W=2) and gemm_ar
+(W=4) at Llama shapes 1.3-1.5x slower in sustained windows (back-to-back calls, 1.5 s) than in
+the first-call measurement's samples (choose_path, csrc/fused_common.cpp: an untimed lead-in call,
+then 2 calls between CUDA events at these shapes, the host synchronized after each sample), while
+the fused path took the same time in both; so the measurement kept the unfused path where the
+fused one ran 1.11x / 1.39x faster sustained. This times each path in samples of n back-to-back
+calls, the way choose_path does (every rank: a gloo barrier, the lead-in call, n calls between
+events, then a synchronize; a sample's figure is the slowest rank's ms per call), for several n,
+interleaved over repetitions, to see at which n the samples reach the sustained figures.
+
+    python -m mkernel launch --world 4 --mps benchmarks/fused_sample_length.py --ops gemm_ar
+    python -m mkernel launch --world 2 --mps benchmarks/fused_sample_length.py --ops ag_gemm
+
+Shapes as fused_power.py's (Llama-70B, per rank): ag_gemm x [M/W, 8192], w [28672/W, 8192];
+gemm_rs / gemm_ar x [M, 28672/W], w [8192, 28672/W]; M = 8192.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from common import commit, device_info, env_set, write_result  # noqa: E402
+
+import mkernel  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ops", default="ag_gemm,gemm_ar")
+    ap.add_argument("--m", type=int, default=8192)
+    ap.add_argument("--calls", default="1,2,4,8,16,32", help="calls per sample, comma-separated")
+    ap.add_argument("--reps", type=int, default=5, help="samples per (path, calls)")
+    args = ap.parse_args()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local % torch.cuda.device_count())
+    dist.init_process_group("gloo")
+    ctx = mkernel.init()
+    mk = torch.ops.mkernel
+    counts = [int(c) for c in args.calls.split(",") if c]
+
+    def slowest(v: float) -> float:
+        t = torch.tensor([v], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
+    def sample(fn, n: int) -> float:
+        """ms per call of n back-to-back calls after a lead-in call, the slowest rank's."""
+        torch.cuda.synchronize()
+        dist.barrier()
+        fn()  # the lead-in (absorbs the ranks' skew, as choose_path's)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(n):
+            fn()
+        end.record()
+        end.synchronize()
+        return slowest(start.elapsed_time(end) / n)
+
+    m, h, f = args.m, 8192, 28672
+    gen = torch.Generator(device="cuda").manual_seed(53 + rank)
+    dt = torch.bfloat16
+    rows = []
+    for op in (o for o in args.ops.split(",") if o):
+        if op == "ag_gemm":
+            x = torch.randn(m // world, h, device="cuda", dtype=dt, generator=gen)
+            w = torch.randn(f // world, h, device="cuda", dtype=dt, generator=gen) / 64
+            gathered = torch.randn(m, h, device="cuda", dtype=dt, generator=gen)
+            run = lambda: mkernel.ag_gemm(x, w, group=ctx)  # noqa: E731
+            gemm = lambda: mkernel.gemm(gathered, w)  # noqa: E731
+        elif op in ("gemm_rs", "gemm_ar"):
+            x = torch.randn(m, f // world, device="cuda", dtype=dt, generator=gen)
+            w = torch.randn(h, f // world, device="cuda", dtype=dt, generator=gen) / 64
+            fn = mkernel.gemm_rs if op == "gemm_rs" else mkernel.gemm_ar
+            run = lambda fn=fn: fn(x, w, group=ctx)  # noqa: E731
+            gemm = lambda: mkernel.gemm(x, w)  # noqa: E731
+        else:
+            raise SystemExit(f"--ops: unknown op {op!r} (ag_gemm, gemm_rs, gemm_ar)")
+
+        def pinned(value: str):
+            def call():
+                with env_set({"MKERNEL_FUSED": value}):
+                    return run()
+            return call
+
+        paths = {"fused": pinned("force"), "unfused": pinned("off"), "gemm": gemm}
+        for fn in paths.values():  # the verdict, the tuner and the allocations, untimed
+            fn()
+            fn()
+        torch.cuda.synchronize()
+        samples: dict[str, dict[int, list[float]]] = {p: {n: [] for n in counts} for p in paths}
+        names = list(paths)
+        for r in range(args.reps):
+            for j, n in enumerate(counts):
+                for k in range(len(names)):  # the order rotates, as choose_path's rounds
+                    name = names[(r + j + k) % len(names)]
+                    samples[name][n].append(sample(paths[name], n))
+        med = {p: {n: statistics.median(v) for n, v in by_n.items()} for p, by_n in samples.items()}
+        for n in counts:
+            line = (f"W={world} {op} M={m} calls {n:3d}: " + "  ".join(f"{p} {med[p][n]:.3f} ms" for p in names)
+                    + f"  fused/unfused {med['fused'][n] / med['unfused'][n]:.3f}")
+            if rank == 0:
+                print(line, flush=True)
+        rows.append({"op": op, "m": m, "h": h, "f": f, "world": world,
+                     "ms_per_call_median": {p: {str(n): v for n, v in by_n.items()} for p, by_n in med.items()},
+                     "samples": {p: {str(n): v for n, v in by_n.items()} for p, by_n in samples.items()}})
+    if rank == 0:
+        payload = {"bench": "fused_sample_length", "device": device_info(), "commit": commit(), "world": world,
+                   "method": "per (path, calls): barrier, a lead-in call, n calls between CUDA events, synchronize; "
+                             f"the slowest rank's ms per call; {args.reps} samples interleaved, medians",
+                   "rows": rows}
+        print(write_result(f"fused_sample_length_w{world}", payload))
+    ctx.barrier()
+    mkernel.shutdown()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
