@@ -1053,10 +1053,13 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   auto figure_us = [&](int i) { return meas.median_figure(i) * 1e3f; };
   const std::string test = fused_verdict::describe(res, kMargin);
   if (all_paths && best == unfused) {
-    // Once per shape and process (note_fallback: once per message; the key is in it).
-    char figs[120];
-    std::snprintf(figs, sizeof figs, "fused %.1f us vs unfused %.1f us, slowest rank per round",
-                  figure_us(fastest_fused), figure_us(unfused));
+    // Once per shape and process (note_fallback: once per message; the key is in it). The
+    // figures are the medians over the rounds the test counted (those the line's test names).
+    auto test_us = [&](int i) { return meas.median_figure(i, res.test_from) * 1e3f; };
+    char figs[160];
+    std::snprintf(figs, sizeof figs,
+                  "fused %.1f us vs unfused %.1f us over the test's rounds, slowest rank per round",
+                  test_us(fastest_fused), test_us(unfused));
     const std::string why = "measured not faster than the unfused path with confidence at " + key +
                             " (" + figs + (aligned ? ", aligned samples" : "") + "; " + test + ")";
     note_fallback(op, why.c_str());

@@ -213,6 +213,21 @@ int main(int argc, char** argv) {
           std::string::npos);
     if (verbose) std::printf("small loss: %s\n", d.c_str());
   }
+  // The figures over the test's rounds (the fallback warning's): screen rounds where unfused ran
+  // 1.5x slow do not make the fused path look faster than the test found it (s53b's W = 4
+  // gemm_ar warning quoted fused 6577 vs unfused 9232 us beside a test median of 1.036).
+  {
+    v::Measurement m(3, 2);
+    m.add_round({10.f, 10.5f, 15.f}, 0.1, 1);
+    m.add_round({10.f, 10.5f, 15.f}, 0.2, 1);
+    while (!m.done()) m.add_round({10.4f, 10.9f, 10.f}, 0.0, 1);
+    const v::Result r = m.result();
+    CHECK(r.path == 2 && r.test_from == 2 && r.fastest_fused == 0);
+    CHECK(m.median_figure(2) > m.median_figure(0));  // all rounds: unfused looks slower...
+    CHECK(std::fabs(m.median_figure(2, r.test_from) - 10.f) < 1e-6f);  // ... not in the test's
+    CHECK(std::fabs(m.median_figure(0, r.test_from) - 10.4f) < 1e-6f);
+    CHECK(std::isnan(m.median_figure(0, 99)));
+  }
   // Round 0 drops a candidate > 8x the fastest path (xnode5: 300 ms vs 1 ms): one round only.
   {
     v::Measurement m(3, 2);
