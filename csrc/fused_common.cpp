@@ -793,13 +793,14 @@ namespace {
 // calls. (s9run1: at 20 GFLOP an ag_gemm of 8.6 GFLOP took 2 calls per sample.) The test rounds
 // take this many; the screen rounds half (fused17: they only tell candidates 10 % apart).
 // MKERNEL_FUSED_SAMPLE_CALLS=n (a measurement knob, session 53) fixes the count: whether longer
-// samples reach the steady state that back-to-back calls run at (benchmarks/fused_sample_length.py).
+// samples reach the steady state that back-to-back calls run at
+// (benchmarks/fused_sample_length.py).
 int calls_per_sample(double flops) {
   if (const char* v = env::get("MKERNEL_FUSED_SAMPLE_CALLS")) {
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);
-    TORCH_CHECK(end != v && *end == '\0' && n >= 1 && n <= 64,
-                "MKERNEL_FUSED_SAMPLE_CALLS=\"", v, "\": want an integer in [1, 64] (calls per timed sample)");
+    TORCH_CHECK(end != v && *end == '\0' && n >= 1 && n <= 64, "MKERNEL_FUSED_SAMPLE_CALLS=\"", v,
+                "\": want an integer in [1, 64] (calls per timed sample)");
     return static_cast<int>(n);
   }
   if (flops <= 0) return 2;
