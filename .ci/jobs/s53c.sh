@@ -9,8 +9,8 @@
 # the forced fused one. If (1) holds but (2) does not, the test's rounds are the next suspect; if (1) fails (samples
 # stay short of the steady state at every n), the steady state needs the host running ahead (a full queue), not length.
 #   tar xJf .bp/core.tar.xz && MKERNEL_COMMIT=<hash> BP_MAX_STEPS=60 JOBS=.ci/jobs/s53c.sh REAL_OUT=$OUT OUT=/tmp/devout TOTAL=<s> bash .ci/gpu-dev
-L="python3 -m mkernel launch --mps --timeout 75"
-jx len_w4 80 40 "timeout 78 $L --world 4 benchmarks/fused_sample_length.py --ops gemm_ar,ag_gemm --calls 2,4,8,32 --reps 4"
-jx knob_w4 75 40 "timeout 73 env MKERNEL_FUSED_SAMPLE_CALLS=8 MKERNEL_FUSED_VERBOSE=1 $L --world 4 benchmarks/fused_power.py --ops gemm_ar --window 1.0 --rounds 2"
-jx len_w2 70 40 "timeout 68 $L --world 2 benchmarks/fused_sample_length.py --ops ag_gemm --calls 2,4,8,32 --reps 4"
-jx knob_w2 70 40 "timeout 68 env MKERNEL_FUSED_SAMPLE_CALLS=8 MKERNEL_FUSED_VERBOSE=1 $L --world 2 benchmarks/fused_power.py --ops ag_gemm --window 1.0 --rounds 2"
+# (Session 53: three refused starts left 333 s of device time: the W = 4 rows only, the W = 2 ones in s54.)
+L="python3 -m mkernel launch --mps --timeout 55"
+jx len_w4 60 30 "timeout 58 $L --world 4 benchmarks/fused_sample_length.py --ops gemm_ar,ag_gemm --calls 2,8,32 --reps 3"
+jx knob_w4 60 40 "timeout 58 env MKERNEL_FUSED_SAMPLE_CALLS=8 MKERNEL_FUSED_VERBOSE=1 $L --world 4 benchmarks/fused_power.py --ops gemm_ar --window 1.0 --rounds 1"
+jx len_w2 60 30 "timeout 58 $L --world 2 benchmarks/fused_sample_length.py --ops ag_gemm --calls 2,8,32 --reps 3"
