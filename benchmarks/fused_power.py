@@ -43,6 +43,31 @@ def with_env(fn, env: dict[str, str]):
     return call
 
 
+def llama_case(op: str, m: int, world: int, ctx, gen: torch.Generator):
+    """One op at the Llama-70B shape (module docstring), this rank's share: (run, gemm, comm, flop) —
+    the op as users call it, the engine GEMM alone on this rank's work, the substrate's collective
+    alone on the op's bytes, and one call's FLOPs. Also used by fused_sample_length.py."""
+    h, f, dt = 8192, 28672, torch.bfloat16
+    if m % world or f % world:
+        raise SystemExit(f"--m {m} and {f} must be multiples of the world size {world}")
+    mk = torch.ops.mkernel
+    if op == "ag_gemm":
+        x = torch.randn(m // world, h, device="cuda", dtype=dt, generator=gen)
+        w = torch.randn(f // world, h, device="cuda", dtype=dt, generator=gen) / 64
+        gathered = torch.randn(m, h, device="cuda", dtype=dt, generator=gen)
+        return (lambda: mkernel.ag_gemm(x, w, group=ctx), lambda: mkernel.gemm(gathered, w),
+                lambda: mk.all_gather.default(x, ctx.handle, world), 2.0 * m * (f // world) * h)
+    if op in ("gemm_rs", "gemm_ar"):
+        x = torch.randn(m, f // world, device="cuda", dtype=dt, generator=gen)
+        w = torch.randn(h, f // world, device="cuda", dtype=dt, generator=gen) / 64
+        part = torch.randn(m, h, device="cuda", dtype=dt, generator=gen)
+        fn = mkernel.gemm_rs if op == "gemm_rs" else mkernel.gemm_ar
+        coll = mk.reduce_scatter if op == "gemm_rs" else mk.all_reduce
+        return (lambda: fn(x, w, group=ctx), lambda: mkernel.gemm(x, w),
+                lambda: coll.default(part, ctx.handle, world), 2.0 * m * h * (f // world))
+    raise SystemExit(f"--ops: unknown op {op!r} (ag_gemm, gemm_rs, gemm_ar)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ops", default="ag_gemm,gemm_rs,gemm_ar")
@@ -59,40 +84,17 @@ def main() -> None:
         sys.stdout = open(os.devnull, "w")
     dist.init_process_group("gloo")
     ctx = mkernel.init()
-    mk = torch.ops.mkernel
 
     def agree(v: float) -> float:
         t = torch.tensor([v], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return float(t.item())
 
-    m, h, f = args.m, 8192, 28672
-    if m % world or f % world:
-        raise SystemExit(f"--m {m} and 28672 must be multiples of the world size {world}")
+    m = args.m
     gen = torch.Generator(device="cuda").manual_seed(52 + rank)
     rows = []
     for op in (o for o in args.ops.split(",") if o):
-        dt = torch.bfloat16
-        if op == "ag_gemm":
-            x = torch.randn(m // world, h, device="cuda", dtype=dt, generator=gen)
-            w = torch.randn(f // world, h, device="cuda", dtype=dt, generator=gen) / 64
-            gathered = torch.randn(m, h, device="cuda", dtype=dt, generator=gen)
-            flop = 2.0 * m * (f // world) * h
-            run = lambda: mkernel.ag_gemm(x, w, group=ctx)  # noqa: E731
-            gemm = lambda: mkernel.gemm(gathered, w)  # noqa: E731
-            comm = lambda: mk.all_gather.default(x, ctx.handle, world)  # noqa: E731
-        elif op in ("gemm_rs", "gemm_ar"):
-            x = torch.randn(m, f // world, device="cuda", dtype=dt, generator=gen)
-            w = torch.randn(h, f // world, device="cuda", dtype=dt, generator=gen) / 64
-            part = torch.randn(m, h, device="cuda", dtype=dt, generator=gen)
-            flop = 2.0 * m * h * (f // world)
-            fn = mkernel.gemm_rs if op == "gemm_rs" else mkernel.gemm_ar
-            coll = mk.reduce_scatter if op == "gemm_rs" else mk.all_reduce
-            run = lambda fn=fn: fn(x, w, group=ctx)  # noqa: E731
-            gemm = lambda: mkernel.gemm(x, w)  # noqa: E731
-            comm = lambda coll=coll: coll.default(part, ctx.handle, world)  # noqa: E731
-        else:
-            raise SystemExit(f"--ops: unknown op {op!r} (ag_gemm, gemm_rs, gemm_ar)")
+        run, gemm, comm, flop = llama_case(op, m, world, ctx, gen)
         run()  # the first call: the op's fused / unfused verdict, outside the timing
         torch.cuda.synchronize()
         cands = {"op": run, "fused": with_env(run, {"MKERNEL_FUSED": "force"}),
@@ -100,7 +102,7 @@ def main() -> None:
         res = sustained(cands, flop, args.window, args.rounds, label=f"W={world} {op} M={m}",
                         anchor="unfused", agree=agree, gpu=None if one_gpu else local % gpus,
                         sample=rank == 0 if one_gpu else True)
-        rows.append({"op": op, "m": m, "h": h, "f": f, "world": world, "rank": rank, **row_fields(res)})
+        rows.append({"op": op, "m": m, "h": 8192, "f": 28672, "world": world, "rank": rank, **row_fields(res)})
     if rank == 0:
         payload = {"bench": "fused_power", "device": device_info(), "commit": commit(), "world": world,
                    "one_gpu": one_gpu, "anchor": "the op unfused (MKERNEL_FUSED=off), in the same run",

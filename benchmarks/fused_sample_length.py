@@ -13,8 +13,7 @@ interleaved over repetitions, to see at which n the samples reach the sustained 
     python -m mkernel launch --world 4 --mps benchmarks/fused_sample_length.py --ops gemm_ar
     python -m mkernel launch --world 2 --mps benchmarks/fused_sample_length.py --ops ag_gemm
 
-Shapes as fused_power.py's (Llama-70B, per rank): ag_gemm x [M/W, 8192], w [28672/W, 8192];
-gemm_rs / gemm_ar x [M, 28672/W], w [8192, 28672/W]; M = 8192.
+Shapes as fused_power.py's (its llama_case: Llama-70B, per rank).
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from common import commit, device_info, env_set, write_result  # noqa: E402
+from fused_power import llama_case  # noqa: E402
 
 import mkernel  # noqa: E402
 
@@ -45,7 +45,6 @@ def main() -> None:
     torch.cuda.set_device(local % torch.cuda.device_count())
     dist.init_process_group("gloo")
     ctx = mkernel.init()
-    mk = torch.ops.mkernel
     counts = [int(c) for c in args.calls.split(",") if c]
 
     def slowest(v: float) -> float:
@@ -66,25 +65,11 @@ def main() -> None:
         end.synchronize()
         return slowest(start.elapsed_time(end) / n)
 
-    m, h, f = args.m, 8192, 28672
+    m = args.m
     gen = torch.Generator(device="cuda").manual_seed(53 + rank)
-    dt = torch.bfloat16
     rows = []
     for op in (o for o in args.ops.split(",") if o):
-        if op == "ag_gemm":
-            x = torch.randn(m // world, h, device="cuda", dtype=dt, generator=gen)
-            w = torch.randn(f // world, h, device="cuda", dtype=dt, generator=gen) / 64
-            gathered = torch.randn(m, h, device="cuda", dtype=dt, generator=gen)
-            run = lambda: mkernel.ag_gemm(x, w, group=ctx)  # noqa: E731
-            gemm = lambda: mkernel.gemm(gathered, w)  # noqa: E731
-        elif op in ("gemm_rs", "gemm_ar"):
-            x = torch.randn(m, f // world, device="cuda", dtype=dt, generator=gen)
-            w = torch.randn(h, f // world, device="cuda", dtype=dt, generator=gen) / 64
-            fn = mkernel.gemm_rs if op == "gemm_rs" else mkernel.gemm_ar
-            run = lambda fn=fn: fn(x, w, group=ctx)  # noqa: E731
-            gemm = lambda: mkernel.gemm(x, w)  # noqa: E731
-        else:
-            raise SystemExit(f"--ops: unknown op {op!r} (ag_gemm, gemm_rs, gemm_ar)")
+        run, gemm, _, _ = llama_case(op, m, world, ctx, gen)
 
         def pinned(value: str):
             def call():
@@ -110,7 +95,7 @@ def main() -> None:
                     + f"  fused/unfused {med['fused'][n] / med['unfused'][n]:.3f}")
             if rank == 0:
                 print(line, flush=True)
-        rows.append({"op": op, "m": m, "h": h, "f": f, "world": world,
+        rows.append({"op": op, "m": m, "h": 8192, "f": 28672, "world": world,
                      "ms_per_call_median": {p: {str(n): v for n, v in by_n.items()} for p, by_n in med.items()},
                      "samples": {p: {str(n): v for n, v in by_n.items()} for p, by_n in samples.items()}})
     if rank == 0:
