@@ -8,7 +8,9 @@ the fused path took the same time in both; so the measurement kept the unfused p
 fused one ran 1.11x / 1.39x faster sustained. This times each path in samples of n back-to-back
 calls, the way choose_path does (every rank: a gloo barrier, the lead-in call, n calls between
 events, then a synchronize; a sample's figure is the slowest rank's ms per call), for several n,
-interleaved over repetitions, to see at which n the samples reach the sustained figures.
+interleaved over repetitions, to see at which n the samples reach the sustained figures; then one
+sample of the longest n per path with an event between calls (every rank's per-call times: growing
+or alternating times say the ranks drift out of step).
 
     python -m mkernel launch --world 4 --mps benchmarks/fused_sample_length.py --ops gemm_ar
     python -m mkernel launch --world 2 --mps benchmarks/fused_sample_length.py --ops ag_gemm
@@ -65,6 +67,23 @@ def main() -> None:
         end.synchronize()
         return slowest(start.elapsed_time(end) / n)
 
+    def trace(fn, n: int) -> list[list[float]]:
+        """Every rank's ms of each of n back-to-back calls (an event between calls), as sample():
+        a drift of the ranks out of step shows as per-call times that grow or alternate."""
+        torch.cuda.synchronize()
+        dist.barrier()
+        fn()
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
+        events[0].record()
+        for i in range(n):
+            fn()
+            events[i + 1].record()
+        events[-1].synchronize()
+        mine = [events[i].elapsed_time(events[i + 1]) for i in range(n)]
+        every: list[list[float]] = [[] for _ in range(world)]
+        dist.all_gather_object(every, mine)
+        return every
+
     m = args.m
     gen = torch.Generator(device="cuda").manual_seed(53 + rank)
     rows = []
@@ -89,15 +108,25 @@ def main() -> None:
                 for k in range(len(names)):  # the order rotates, as choose_path's rounds
                     name = names[(r + j + k) % len(names)]
                     samples[name][n].append(sample(paths[name], n))
+        longest = max(counts)
+        traces = {name: trace(paths[name], longest) for name in names}
         med = {p: {n: statistics.median(v) for n, v in by_n.items()} for p, by_n in samples.items()}
         for n in counts:
             line = (f"W={world} {op} M={m} calls {n:3d}: " + "  ".join(f"{p} {med[p][n]:.3f} ms" for p in names)
                     + f"  fused/unfused {med['fused'][n] / med['unfused'][n]:.3f}")
             if rank == 0:
                 print(line, flush=True)
+        if rank == 0:
+            for name, per_rank in traces.items():
+                for r_, calls in enumerate(per_rank):
+                    print(f"W={world} {op} {name} rank {r_} per call (ms, {longest} back to back): first "
+                          + " ".join(f"{c:.2f}" for c in calls[:4]) + "  last "
+                          + " ".join(f"{c:.2f}" for c in calls[-4:])
+                          + f"  median {statistics.median(calls):.3f}", flush=True)
         rows.append({"op": op, "m": m, "h": 8192, "f": 28672, "world": world,
                      "ms_per_call_median": {p: {str(n): v for n, v in by_n.items()} for p, by_n in med.items()},
-                     "samples": {p: {str(n): v for n, v in by_n.items()} for p, by_n in samples.items()}})
+                     "samples": {p: {str(n): v for n, v in by_n.items()} for p, by_n in samples.items()},
+                     "per_call_trace": {"calls": longest, "ms_by_rank": traces}})
     if rank == 0:
         payload = {"bench": "fused_sample_length", "device": device_info(), "commit": commit(), "world": world,
                    "method": "per (path, calls): barrier, a lead-in call, n calls between CUDA events, synchronize; "
