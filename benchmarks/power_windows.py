@@ -28,13 +28,25 @@ SETTLE_S = 0.3
 SAMPLE_MS = 20
 
 
+def _smi_knows(field: str, numeric: bool = False) -> bool:
+    """Whether nvidia-smi answers `field` (an unknown name fails; an unsupported one prints [N/A]
+    or [Not Supported], which `numeric` refuses)."""
+    r = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
+                       capture_output=True, text=True)
+    value = r.stdout.strip().splitlines()[0] if r.stdout.strip() else ""
+    return r.returncode == 0 and (not numeric or value[:1].isdigit())
+
+
 def smi_fields() -> list[str]:
-    """The query fields this nvidia-smi knows (the throttle reasons were renamed clock events)."""
-    base = ["timestamp", "clocks.sm", "power.draw", "temperature.gpu"]
+    """The query fields this nvidia-smi knows (the throttle reasons were renamed clock events).
+    The power is the instantaneous draw where the driver has it: on recent drivers `power.draw` is
+    a 1 s average, so a window's samples up to 1 s after its start (and the idle second after a
+    calibration) read partly the previous work's power (session 53: "idle" read 380-455 W after
+    the calibration calls, against 74 W at rest)."""
+    power = "power.draw.instant" if _smi_knows("power.draw.instant", numeric=True) else "power.draw"
+    base = ["timestamp", "clocks.sm", power, "temperature.gpu"]
     for reasons in ("clocks_event_reasons.active", "clocks_throttle_reasons.active"):
-        r = subprocess.run(["nvidia-smi", f"--query-gpu={reasons}", "--format=csv,noheader"],
-                           capture_output=True, text=True)
-        if r.returncode == 0:
+        if _smi_knows(reasons):
             return base + [reasons]
     return base
 
