@@ -12,7 +12,7 @@ collective), `gemm` (the engine GEMM alone on this rank's share of the work) and
 collective alone). The anchor is `unfused`. One rank per sampled GPU runs nvidia-smi: local rank 0
 under MPS (all ranks on one GPU), every rank on its own GPU otherwise.
 
-    python -m mkernel launch --world 2 --mps benchmarks/fused_power.py [--shapes llama] [--window 1.5]
+    python -m mkernel launch --world 2 --mps benchmarks/fused_power.py [--ops gemm_ar] [--window 1.5]
     python -m mkernel launch --world 8 benchmarks/fused_power.py          # a GPU per rank
 
 Shapes (per rank, as bench_fused.py's Llama-70B rows): ag_gemm x [M/W, 8192], w [28672/W, 8192];

@@ -29,8 +29,8 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from common import commit, device_info, env_set, write_result  # noqa: E402
-from fused_power import llama_case  # noqa: E402
+from common import commit, device_info, write_result  # noqa: E402
+from fused_power import llama_case, with_env  # noqa: E402
 
 import mkernel  # noqa: E402
 
@@ -90,13 +90,8 @@ def main() -> None:
     for op in (o for o in args.ops.split(",") if o):
         run, gemm, _, _ = llama_case(op, m, world, ctx, gen)
 
-        def pinned(value: str):
-            def call():
-                with env_set({"MKERNEL_FUSED": value}):
-                    return run()
-            return call
-
-        paths = {"fused": pinned("force"), "unfused": pinned("off"), "gemm": gemm}
+        paths = {"fused": with_env(run, {"MKERNEL_FUSED": "force"}),
+                 "unfused": with_env(run, {"MKERNEL_FUSED": "off"}), "gemm": gemm}
         for fn in paths.values():  # the verdict, the tuner and the allocations, untimed
             fn()
             fn()
