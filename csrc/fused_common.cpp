@@ -790,17 +790,20 @@ namespace {
 // Calls per timing sample for a path of `flops` (the same count on every rank: the paths are
 // collective calls): about 40 GFLOP per sample, so a sample of a short call (tens to a few
 // hundred us) spans enough calls that a launch gap or a timer tick does not decide it; 2 to 16
-// calls. (s9run1: at 20 GFLOP an ag_gemm of 8.6 GFLOP took 2 calls per sample.) The test rounds
-// take this many; the screen rounds half (fused17: they only tell candidates 10 % apart).
-// MKERNEL_FUSED_SAMPLE_CALLS=n (a measurement knob, session 53) fixes the count: whether longer
-// samples reach the steady state that back-to-back calls run at
-// (benchmarks/fused_sample_length.py).
-int calls_per_sample(double flops) {
+// calls. (s9run1: at 20 GFLOP an ag_gemm of 8.6 GFLOP took 2 calls per sample.) The screen
+// rounds take half (fused17: they only tell candidates 10 % apart); the test rounds this count
+// or more: fused_verdict::Measurement::test_calls lengthens them to ~50 ms of the fastest path
+// (s54: 2-call samples of the Llama shapes left the unfused path's MPS interleaving noise in
+// them). MKERNEL_FUSED_SAMPLE_CALLS=n (a measurement knob, session 53) fixes the test rounds'
+// count (*fixed: true); benchmarks/fused_sample_length.py times the paths per sample length.
+int calls_per_sample(double flops, bool* fixed) {
+  *fixed = false;
   if (const char* v = env::get("MKERNEL_FUSED_SAMPLE_CALLS")) {
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);
     TORCH_CHECK(end != v && *end == '\0' && n >= 1 && n <= 64, "MKERNEL_FUSED_SAMPLE_CALLS=\"", v,
                 "\": want an integer in [1, 64] (calls per timed sample)");
+    *fixed = true;
     return static_cast<int>(n);
   }
   if (flops <= 0) return 2;
@@ -986,7 +989,8 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   }
   const auto t_measure = std::chrono::steady_clock::now();
   const bool all_paths = candidates == unfused + 1;
-  const int calls = calls_per_sample(flops);  // a test round's; a screen round's half
+  bool calls_fixed = false;
+  const int calls = calls_per_sample(flops, &calls_fixed);  // the test rounds' floor
   const int screen_calls = std::max(1, calls / 2);
   // fused17 (fused_verdict.h): one warm-up call each (the engine's tuner and allocations run
   // there), then rounds until the group's Measurement is done: each round times every path still
@@ -1009,7 +1013,9 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   cudaEvent_t start = nullptr, end = nullptr;
   C10_CUDA_CHECK(cudaEventCreate(&start));
   C10_CUDA_CHECK(cudaEventCreate(&end));
-  fused_verdict::Measurement meas(candidates, all_paths ? unfused : -1);
+  fused_verdict::Settings settings;
+  if (calls_fixed) settings.sample_ms = 0.0;  // the knob's count, as given
+  fused_verdict::Measurement meas(candidates, all_paths ? unfused : -1, settings);
   std::vector<std::vector<float>> own(candidates);  // this rank's samples (the verbose line)
   constexpr int kRoundCap = 64;  // the Measurement ends by 17 rounds; a guard, not a setting
   for (int r = 0; !meas.done(); ++r) {
@@ -1020,7 +1026,7 @@ int choose_path(const char* op, int64_t group, const std::string& key,
       if (meas.active()[i]) active.push_back(i);
     }
     const int count = static_cast<int>(active.size());
-    const int n_calls = meas.screening() ? screen_calls : calls;
+    const int n_calls = meas.screening() ? screen_calls : meas.test_calls(calls);
     std::vector<float> mine(candidates, NAN);
     for (int j = 0; j < count; ++j) {
       const int i = active[r % 2 == 0 ? (j + r) % count : (count - 1 - j + r) % count];
@@ -1076,7 +1082,7 @@ int choose_path(const char* op, int64_t group, const std::string& key,
     // the first call's time (benchmarks/NOTES.md "xnode3", "fused17").
     char head[96];
     std::snprintf(head, sizeof head, " in %.3f s (warm-up %.3f s, %d calls per sample, %d rounds):",
-                  measure_s, warmup_s, calls, res.rounds);
+                  measure_s, warmup_s, meas.test_calls(calls), res.rounds);
     std::string line = std::string(op) + ": measured " + key + head;
     for (int i = 0; i < candidates; ++i) {
       char buf[200];

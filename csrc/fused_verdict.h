@@ -65,6 +65,15 @@ struct Settings {
   float first_tol = 0.30f;  // ... or > this slower than round 0's best fused candidate
   int max_finalists = 2;    // fused candidates timed after the screen
   double budget_s = 0.8;    // the rounds' target, seconds (after the warm-up calls)
+  // A test round's sample spans at least sample_ms of the fastest path still active (from its
+  // median over the screen rounds), in at most max_calls calls; 0: the caller's count as given.
+  // s54 (benchmarks/fused_sample_length.py, H100 under MPS, Llama shapes ~7 ms a call): the
+  // unfused path's per-call times are bimodal (5 / 9 / 14 ms as the ranks' kernels interleave),
+  // its samples' spread (cv) 0.12-0.21 at 2 calls, 0.04-0.075 at 8; at 2 calls the W=2 ag_gemm
+  // test won 6 of 8 rounds at a median 0.90 and the op ran unfused, 1.15x slower sustained; at
+  // 8 calls it won 8 of 9 and kept fused.
+  double sample_ms = 50.0;
+  int max_calls = 16;
 };
 
 // The smallest k such that P(Binomial(n, 1/2) >= k) <= alpha (n + 1 if no k is: e.g. n < 5 at
@@ -153,11 +162,21 @@ class Measurement {
   // Whether the next round is a screen round (choose_path times those with fewer calls per
   // sample: they only need to tell candidates 10 % apart).
   bool screening() const { return rounds_ < s_.screen_rounds; }
+  // A test round's calls per sample, given the caller's count `floor` (choose_path: ~40 GFLOP's
+  // worth): enough calls of the fastest active path's screen median for sample_ms, within
+  // [floor, max(floor, max_calls)]; `floor` before the screen or where sample_ms is 0. The same
+  // on every rank (from the gathered figures).
+  int test_calls(int floor) const {
+    if (!(s_.sample_ms > 0.0) || !(sample_base_ms_ > 0.f)) return floor;
+    const double want = std::ceil(s_.sample_ms / sample_base_ms_ - 1e-9);
+    const int cap = std::max(floor, s_.max_calls);
+    return want >= cap ? cap : std::max(floor, static_cast<int>(want));
+  }
 
   // One round's figures (ms per call, slowest rank; NaN or <= 0 where a path was not timed),
-  // the group's elapsed seconds since the rounds began (slowest rank) and the calls per
-  // sample of the test rounds (the planned rounds' cost: each active path costs (1 + calls)
-  // calls a round).
+  // the group's elapsed seconds since the rounds began (slowest rank) and the caller's calls per
+  // sample (test_calls' floor; the planned rounds' cost: each active path costs
+  // (1 + test_calls(calls)) calls a round).
   void add_round(const std::vector<float>& figs, double elapsed_s, int calls) {
     if (done_) return;
     for (int p = 0; p < count_; ++p) {
@@ -334,13 +353,19 @@ class Measurement {
     // candidates (one kept for its lucky screen rounds would carry that luck into its test);
     // with a single fused path from the start there was none, and every round counts.
     test_from_ = all_fused().size() > 1 ? rounds_ : 0;
+    // The test rounds' sample length: from the fastest path still active.
+    for (int p = 0; p < count_; ++p) {
+      const float m = active_[p] ? median_figure(p) : NAN;
+      if (m > 0.f && !(sample_base_ms_ <= m)) sample_base_ms_ = m;
+    }
     // The test's n: what the budget leaves after the screen, at the screen's cost per round of
     // the paths still active, within [min_rounds, max_rounds].
+    const int test_c = test_calls(calls);
     double round_s = 0.0;
     for (int p = 0; p < count_; ++p) {
       if (!active_[p]) continue;
       const float m = median_figure(p);
-      if (m > 0.f) round_s += (1.0 + calls) * m * 1e-3;
+      if (m > 0.f) round_s += (1.0 + test_c) * m * 1e-3;
     }
     int more = s_.max_rounds;
     if (round_s > 0.0) {
@@ -389,6 +414,7 @@ class Measurement {
   int rounds_ = 0;
   int test_from_ = 0;
   int n_test_ = 0;
+  float sample_base_ms_ = NAN;  // the fastest active path's median at the screen
   bool done_ = false;
 };
 

@@ -71,7 +71,7 @@ static Outcome simulate(const Sim& sim, Rng& rng, const v::Settings& s = v::Sett
   double elapsed = 0.0;  // the rounds' time (choose_path's budget starts after the warm-up)
   while (!m.done()) {
     const double common = std::exp(sim.common * rng.normal());
-    const int calls = m.screening() ? std::max(1, sim.calls / 2) : sim.calls;
+    const int calls = m.screening() ? std::max(1, sim.calls / 2) : m.test_calls(sim.calls);
     std::vector<float> figs(count, NAN);
     for (int p = 0; p < count; ++p) {
       if (!m.active()[p]) continue;
@@ -295,7 +295,7 @@ int main(int argc, char** argv) {
     Sim sim{{{20.f, 0.15f}, {14.f, 0.15f}, {17.f, 0.15f}, {14.f, 0.15f}, {14.f, 0.15f}}, 4};
     const Rates r = rates(sim, trials, 11, "fc1 W=2-like, fused == unfused");
     CHECK(r.fused <= 0.0625);
-    CHECK(r.max_s <= 1.5);  // the budget (0.8 s) plus the floor's rounds (7: one loss tolerated)
+    CHECK(r.max_s <= 3.0);  // the floor's rounds (one loss tolerated) of ~50 ms samples (s54)
   }
   // Fused 5 % slower than unfused (s13run2's bench at fc1 W=2: op 14.97 vs unfused 13.68):
   // fused rarely.
@@ -322,8 +322,8 @@ int main(int argc, char** argv) {
     CHECK(r.fused >= 0.99);
     CHECK(r.by_path[3] >= 0.75);  // the peer-TMA co-grid route
     CHECK(r.by_path[0] == 0.0 && r.by_path[2] == 0.0);
-    CHECK(r.max_s <= 1.7);  // 9 test rounds (two finalists, one loss tolerated) of 3 paths x 3
-                            // calls of 12-20 ms: the floor
+    CHECK(r.max_s <= 3.2);  // 9 test rounds (two finalists, one loss tolerated) of 3 paths x 6
+                            // calls (5 for ~50 ms of the 12 ms route + the lead-in) of 12-20 ms
     CHECK(r.max_rounds <= 2 + 15);
   }
   // Square ag W = 2 (peer co grid 2.0 ms, copy co 2.72, share grids 3.47 / 2.76, unfused 3.36;
@@ -332,7 +332,7 @@ int main(int argc, char** argv) {
     Sim sim{{{3.47f, 0.05f}, {2.72f, 0.05f}, {2.76f, 0.05f}, {2.0f, 0.05f}, {3.36f, 0.05f}}, 4, 2};
     const Rates r = rates(sim, trials, 15, "square ag W=2-like");
     CHECK(r.by_path[3] >= 0.999);
-    CHECK(r.max_s <= 0.5);
+    CHECK(r.max_s <= 1.3);  // 16 calls (the cap) a sample
   }
   // Power grows with the edge at fc1 W=2-like noise (sigma 0.15): 0.97 < 0.90 < 0.80 rates.
   {
@@ -367,12 +367,54 @@ int main(int argc, char** argv) {
       prev = r.fused;
     }
   }
+  // s54's W = 2 ag_gemm at the Llama fc1 shape (H100 under MPS, fused_sample_length.py): the
+  // kernels ~6.95 ms a call, spread 0.029 over 2-call samples (sigma ~0.04 a call); the unfused
+  // path ~8.05 ms sustained, spread 0.075 over 8-call samples (sigma ~0.21 a call here; its
+  // 2-call samples spread 0.206, wider than independent calls would: its kernels interleave
+  // with the other rank's in phases of a few calls). At 2 calls a sample the op kept unfused (6
+  // of 8 test rounds won at a median 0.90) and ran 1.15x slower; samples of ~50 ms (8 calls)
+  // keep fused nearly always; the old 2-call samples (sample_ms 0) far less often.
+  {
+    Sim sim{{{6.95f, 0.04f}, {6.95f, 0.04f}, {8.05f, 0.21f}}, 2, 2};
+    const Rates r = rates(sim, trials, 21, "s54 W=2 ag-like, ~50 ms samples");
+    CHECK(r.fused >= 0.95 && r.max_s <= 2.8);
+    Rng rng(22);
+    v::Settings fixed;
+    fixed.sample_ms = 0.0;
+    double kept = 0.0;
+    for (int t = 0; t < trials; ++t) kept += simulate(sim, rng, fixed).r.path != 2 ? 1.0 : 0.0;
+    if (verbose) std::printf("%-44s fused %.3f\n", "  ... 2-call samples (sample_ms 0)", kept / trials);
+    CHECK(kept / trials < r.fused - 0.2);
+  }
+  // test_calls: ~50 ms of the fastest active path's screen median, within [floor, 16]; the
+  // caller's count before the screen and where sample_ms is 0.
+  {
+    v::Measurement m(2, 1);
+    CHECK(m.test_calls(2) == 2);  // before the screen
+    m.add_round({7.f, 8.f}, 0.01, 2);
+    m.add_round({7.f, 9.f}, 0.02, 2);
+    CHECK(m.test_calls(2) == 8 && m.test_calls(12) == 12);
+    v::Measurement tiny(2, 1);
+    tiny.add_round({0.1f, 0.2f}, 0.001, 16);
+    tiny.add_round({0.1f, 0.2f}, 0.002, 16);
+    CHECK(tiny.test_calls(16) == 16 && tiny.test_calls(2) == 16);
+    v::Measurement big(2, 1);
+    big.add_round({60.f, 70.f}, 0.1, 2);
+    big.add_round({60.f, 70.f}, 0.2, 2);
+    CHECK(big.test_calls(2) == 2);
+    v::Settings off;
+    off.sample_ms = 0.0;
+    v::Measurement fixed(2, 1, off);
+    fixed.add_round({7.f, 8.f}, 0.01, 2);
+    fixed.add_round({7.f, 9.f}, 0.02, 2);
+    CHECK(fixed.test_calls(2) == 2);
+  }
   // gemm_rs / gemm_ar under MPS: two plans (share grid 20.7, co grid 12.9) + unfused 21.6 (W = 4
   // fc2 M=16384): fused on the co grid always, under a second.
   {
     Sim sim{{{20.7f, 0.05f}, {12.9f, 0.05f}, {21.6f, 0.08f}}, 2};
     const Rates r = rates(sim, trials, 17, "rs W=4 fc2-like");
-    CHECK(r.by_path[1] >= 0.999 && r.max_s <= 1.0);
+    CHECK(r.by_path[1] >= 0.999 && r.max_s <= 1.8);
   }
   // Small shapes (0.12 ms, 16 calls per sample): the test runs to max_rounds at most, cheaply.
   {
