@@ -10,6 +10,10 @@ dropped: the clock settles) the median clock and power, and from them the work p
 (TF/s per GHz) and per joule (TF/s per W). Session 51 found the attention kernels at the H100's
 700 W cap in such windows: there a kernel's saved cycles come back as a lower clock unless its
 energy falls too, and short samples (a few dozen calls) run partly above the sustained clock.
+An untimed lead-in window (the first candidate's) follows the idle second: the first timed window
+after the idle GPU ran 3-6 % slower than the same candidate's round-1 window (session 54,
+fused_power, 8 of 8 rows: the op 1.6-2.7 % above the same path forced over two rounds, within
+0.5 % in round 1), the clock swinging as the board power climbs to its cap.
 """
 
 from __future__ import annotations
@@ -105,6 +109,10 @@ def sustained(cands: dict[str, Callable[[], object]], flop: float, window: float
         try:
             time.sleep(1.0)  # the GPU idles: its clock and power at rest
             idle_end = time.time()
+            lead = cands[names[0]]  # the lead-in window: untimed, outside `windows`
+            for _ in range(max(10, int(window / per_call[names[0]]))):
+                lead()
+            torch.cuda.synchronize()
             for r in range(rounds):
                 for j in range(len(names)):
                     name = names[(r + j) % len(names)]
@@ -164,7 +172,8 @@ def sustained(cands: dict[str, Callable[[], object]], flop: float, window: float
     return {"rows": rows, "windows": windows,
             "idle": {"sm_mhz_median": statistics.median(x["mhz"] for x in idle) if idle else None,
                      "power_w_median": statistics.median(x["w"] for x in idle) if idle else None},
-            "method": f"round-robin windows of ~{window} s per candidate, {rounds} rounds; nvidia-smi "
+            "method": f"an untimed lead-in window of {names[0]}, then round-robin windows of ~{window} s "
+                      f"per candidate, {rounds} rounds; nvidia-smi "
                       f"every {SAMPLE_MS} ms ({', '.join(fields[1:])}), each window's first {SETTLE_S} s "
                       "dropped; medians"}
 
