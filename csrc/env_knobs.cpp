@@ -57,6 +57,8 @@ constexpr Knob kKnobs[] = {
      "ag_gemm: 1 the peer-TMA kernel wherever it fits, 0 the copy kernel only"},
     {"MKERNEL_FUSED_ALIGN", kDebug, "1", "off",
      "choose_path aligns the ranks before each timed sample"},
+    {"MKERNEL_FUSED_BUCKET", kDebug, "0", "on",
+     "0: choose_path measures every M; by default a shape reuses its M bucket's verdict"},
     {"MKERNEL_FUSED_C1X1", kDebug, "1", "off",
      "the cluster-free 128x256 fused kernel where the model picks the 2x1-cluster one"},
     {"MKERNEL_FUSED_C1X1_GRID", kDebug, "integer in [1, grid]", "126/132 of the MPS share",

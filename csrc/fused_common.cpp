@@ -920,6 +920,13 @@ bool verbose_requested() {
   return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
+// MKERNEL_FUSED_BUCKET=0 (measurement): every M measured on its own; by default a shape reuses
+// its M bucket's verdict (fused_verdict.h bucket_key). Every rank must see the same value.
+bool bucket_requested() {
+  const char* v = env::get("MKERNEL_FUSED_BUCKET");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 // ag_gemm's route of a plan: " peer-TMA", " copy-engine" or " copy".
 const char* route_name(const FusedPlan& p) {
   return p.peer_tma ? " peer-TMA" : p.copy_engine ? " copy-engine" : " copy";
@@ -950,25 +957,71 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   // depend on the environment, e.g. MKERNEL_FUSED_GRIDS).
   std::string full = std::to_string(group) + "/" + key + " paths=" +
                      std::to_string(paths.size()) + " gate=" + gate_setting();
+  // Another M of the same bucket (fused_verdict.h bucket_key) with the same candidate paths by
+  // name reuses the bucket's verdict: the key names every path, so an index means the same plan.
+  std::string bucket;
+  if (bucket_requested()) {
+    bucket = std::to_string(group) + "/" + fused_verdict::bucket_key(key) + " paths=";
+    for (int i = 0; i <= unfused; ++i) {
+      bucket += (i > 0 ? "; " : "") + path_name(op, i, unfused, plans);
+      if (plans != nullptr && i < static_cast<int>(plans->size())) {
+        const FusedPlan& p = (*plans)[i];
+        bucket += " order " + std::to_string(p.swizzle) + "/" + std::to_string(p.raster);
+      }
+    }
+    bucket += " gate=" + gate_setting();
+  }
   if (const char* pin = env::get("MKERNEL_FUSED")) {
     if (std::strcmp(pin, "off") == 0) return unfused;
     if (std::strcmp(pin, "force") == 0) {  // the fused configs only
       candidates = unfused;
       full += " (fused forced)";
+      if (!bucket.empty()) bucket += " (fused forced)";
     }
   }
   if (candidates == 1) return 0;
   static std::mutex mu;
   static std::map<std::string, int> verdicts;
+  // A bucket's verdict and the shape key that measured it.
+  static std::map<std::string, std::pair<int, std::string>> bucket_verdicts;
   int cached = -1;
+  std::string measured_at;  // set where the verdict is the bucket's, not this shape's
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = verdicts.find(full);
-    if (it != verdicts.end()) cached = it->second;
+    if (it != verdicts.end()) {
+      cached = it->second;
+    } else if (!bucket.empty()) {
+      auto b = bucket_verdicts.find(bucket);
+      if (b != bucket_verdicts.end()) {
+        cached = b->second.first;
+        measured_at = b->second.second;
+        verdicts[full] = cached;  // this shape's from now on
+      }
+    }
   }
-  // Inside a capture the cached verdict runs as it would eagerly (the group's measured path);
-  // an unmeasured shape runs paths[0] (no timing can happen there: the model's fused config).
-  // MKERNEL_FUSED_VERBOSE=1 says which at each capture (tests check the cached one is used).
+  if (!measured_at.empty()) {
+    // The same on every rank (every rank's maps hold the same measured verdicts). A shape whose
+    // bucket runs unfused skips the fused set-up on its later calls, as a measured one does.
+    if (cached == unfused && candidates == unfused + 1) {
+      std::lock_guard<std::mutex> lock(unfused_mu);
+      unfused_shapes.insert(unfused_key(group, key));
+    }
+    if (verbose_requested()) {
+      if (cached == unfused && candidates == unfused + 1) {
+        std::fprintf(stderr, "%s: runs unfused (its M bucket's verdict) at %s (measured at %s)\n",
+                     op, key.c_str(), measured_at.c_str());
+      } else {
+        std::fprintf(stderr, "%s: runs fused %s at %s (its M bucket's verdict, measured at %s)\n",
+                     op, path_name(op, cached, unfused, plans).c_str(), key.c_str(),
+                     measured_at.c_str());
+      }
+    }
+  }
+  // Inside a capture the cached verdict runs as it would eagerly (the group's measured path, or
+  // its M bucket's); an unmeasured bucket runs paths[0] (no timing can happen there: the model's
+  // fused config). MKERNEL_FUSED_VERBOSE=1 says which at each capture (tests check the cached
+  // one is used).
   if (cached >= 0 || capturing()) {
     const int path = cached >= 0 ? cached : 0;
     if (verbose_requested() && capturing()) {
@@ -1118,9 +1171,15 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   }
   std::lock_guard<std::mutex> lock(mu);
   verdicts[full] = best;
+  if (!bucket.empty()) bucket_verdicts.emplace(bucket, std::make_pair(best, key));
   // The same measurement answers MKERNEL_FUSED=force (benchmarks time both sides): the fused
   // route it kept, with no second measurement.
-  if (all_paths) verdicts.emplace(full + " (fused forced)", fastest_fused);
+  if (all_paths) {
+    verdicts.emplace(full + " (fused forced)", fastest_fused);
+    if (!bucket.empty()) {
+      bucket_verdicts.emplace(bucket + " (fused forced)", std::make_pair(fastest_fused, key));
+    }
+  }
   return best;
 }
 

@@ -40,6 +40,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -417,6 +418,43 @@ class Measurement {
   float sample_base_ms_ = NAN;  // the fastest active path's median at the screen
   bool done_ = false;
 };
+
+// The M bucket a verdict holds for (choose_path): the next power of two >= m (m >= 1), as the
+// GEMM tuner's plans (gemm_plan_store.h m_bucket). A new token count (a prompt's length, a packed
+// batch) reuses the verdict its bucket's first shape measured with the same candidate paths,
+// instead of stalling its first call on a 1-4 s measurement (s54b: 2.7-4.0 s at the Llama shapes,
+// warm-up included); the cost of a reuse across a crossover inside the bucket is at most the
+// edge there (either path is correct).
+inline int64_t m_bucket(int64_t m) {
+  int64_t b = 1;
+  while (b < m) b <<= 1;
+  return b;
+}
+
+// `key` with its token count bucketed: the first space-separated field "M=<m>" (fused_common.h
+// shape_key: the GEMM ops) or "Tm=<t>" (the MoE ops' tokens) as "M~<m_bucket(m)>" /
+// "Tm~<...>"; a key with neither (or a malformed count) unchanged.
+inline std::string bucket_key(const std::string& key) {
+  size_t at = 0;
+  while (at < key.size()) {
+    const size_t stop = std::min(key.find(' ', at), key.size());
+    const std::string field = key.substr(at, stop - at);
+    const size_t name = field.compare(0, 2, "M=") == 0 ? 1 : field.compare(0, 3, "Tm=") == 0 ? 2 : 0;
+    if (name > 0) {
+      const std::string digits = field.substr(name + 1);
+      if (digits.empty() || digits.size() > 12 ||
+          digits.find_first_not_of("0123456789") != std::string::npos) {
+        return key;
+      }
+      const int64_t m = std::stoll(digits);
+      if (m < 1) return key;
+      return key.substr(0, at) + field.substr(0, name) + "~" + std::to_string(m_bucket(m)) +
+             key.substr(stop);
+    }
+    at = stop + 1;
+  }
+  return key;
+}
 
 // The test's figures for the verbose line and the fallback warning, e.g. "fused/unfused per
 // round: median 0.931, 5 of 5 test rounds below 0.99 (5 needed); route vs path 2: median 0.952,

@@ -10,6 +10,9 @@ The lines (op = "mkernel.ag_gemm", ...; key = "M=.. N=.. K=.. <dtype> W=..[ peer
    (a TORCH_WARN: a log prefix first; before fused17 "... (by the 3% margin) at <key> ...")
   "<op>: measured <key> in <s> s (warm-up <w> s, <c> calls per sample, <r> rounds): <path
    figures>; <the test's figures> -> fused path <i>|unfused"   (fused17: parse_tests)
+  "<op>: runs fused <plan name> at <key> (its M bucket's verdict, measured at <key0>)"
+  "<op>: runs unfused (its M bucket's verdict) at <key> (measured at <key0>)"
+   (session 54: a shape reusing the verdict another M of its bucket measured)
   "<op>: graph capture at <key>: the cached verdict, path <i> (<name>)"
   "<op>: graph capture at <key>: no verdict cached (unmeasured), path 0 (<name>)"
 """

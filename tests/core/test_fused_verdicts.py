@@ -69,3 +69,18 @@ def test_fused17_lines() -> None:
         "(1996.4 us vs unfused 3359.9 us, slowest rank per round, launch gate)\n")
     assert fv.parse_verdicts(text) == {
         FC1: "unfused", SQUARE: "fused coop_128x256_c2x1 peer-TMA order 0/0 grid 48"}
+
+
+def test_bucket_reuse_lines() -> None:
+    """A shape that reuses its M bucket's verdict (session 54, csrc/fused_common.cpp choose_path)
+    reads as that shape's verdict, fused or unfused, not as the measured shape's."""
+    k0 = "M=4096 N=14336 K=8192 BFloat16 W=2 peertma=auto"
+    k1 = "M=3000 N=14336 K=8192 BFloat16 W=2 peertma=auto"
+    r0 = "M=8192 N=8192 K=7168 BFloat16 W=2 one-shot"
+    r1 = "M=6000 N=8192 K=7168 BFloat16 W=2 one-shot"
+    text = (f"mkernel.ag_gemm: runs fused coop_128x256_c2x1 grid 48 peer-TMA at {k1} (its M bucket's "
+            f"verdict, measured at {k0})\n"
+            f"mkernel.gemm_ar: runs unfused (its M bucket's verdict) at {r1} (measured at {r0})\n")
+    v = fv.parse_verdicts(text)
+    assert v == {k1: "fused coop_128x256_c2x1 grid 48 peer-TMA"} and fv.route_is_peer(v[k1])
+    assert fv.parse_verdicts(text, "mkernel.gemm_ar") == {r1: "unfused"}

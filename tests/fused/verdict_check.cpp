@@ -386,6 +386,24 @@ int main(int argc, char** argv) {
     if (verbose) std::printf("%-44s fused %.3f\n", "  ... 2-call samples (sample_ms 0)", kept / trials);
     CHECK(kept / trials < r.fused - 0.2);
   }
+  // The verdict's M bucket: the next power of two, of the key's first "M=" or "Tm=" field.
+  {
+    CHECK(v::m_bucket(1) == 1 && v::m_bucket(2) == 2 && v::m_bucket(3) == 4);
+    CHECK(v::m_bucket(4096) == 4096 && v::m_bucket(4097) == 8192 && v::m_bucket(333) == 512);
+    CHECK(v::bucket_key("M=5000 N=14336 K=8192 BFloat16 W=2 peertma=auto") ==
+          "M~8192 N=14336 K=8192 BFloat16 W=2 peertma=auto");
+    CHECK(v::bucket_key("M=8192 N=8192 K=7168 BFloat16 W=4 two-shot") ==
+          "M~8192 N=8192 K=7168 BFloat16 W=4 two-shot");
+    // Two M of one bucket share the key; the bucket's edges do not.
+    CHECK(v::bucket_key("M=4097 N=1 K=1 Half W=2") == v::bucket_key("M=8192 N=1 K=1 Half W=2"));
+    CHECK(v::bucket_key("M=4096 N=1 K=1 Half W=2") != v::bucket_key("M=4097 N=1 K=1 Half W=2"));
+    // The MoE ops' token count; keys with neither, or a malformed count, as they are.
+    CHECK(v::bucket_key("E=8 k=2 H=1024 F=512 Tm=96 BFloat16 recv") ==
+          "E=8 k=2 H=1024 F=512 Tm~128 BFloat16 recv");
+    CHECK(v::bucket_key("E=8 k=2 H=1024 BFloat16") == "E=8 k=2 H=1024 BFloat16");
+    CHECK(v::bucket_key("M= N=1") == "M= N=1" && v::bucket_key("M=12x N=1") == "M=12x N=1");
+    CHECK(v::bucket_key("M=0 N=1") == "M=0 N=1" && v::bucket_key("M=7") == "M~8");
+  }
   // test_calls: ~50 ms of the fastest active path's screen median, within [floor, 16]; the
   // caller's count before the screen and where sample_ms is 0.
   {

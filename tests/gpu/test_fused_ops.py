@@ -4,6 +4,7 @@ in every rank against a float64 reference built from every rank's inputs."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -182,6 +183,49 @@ def test_ag_gemm_default_route(mps, world):
         assert cap == captures[0], (r.rank, cap, captures[0])
     print("verdicts (rank 0):", verdicts[0])
     print("capture (rank 0):", captures[0])
+
+
+def _route(verdict: str) -> tuple:
+    """A verdict of parse_verdicts as (config, grid, peer-TMA) or ("unfused",): the measured line
+    and a bucket reuse's line name a fused route in different orders."""
+    if verdict == "unfused":
+        return ("unfused",)
+    grid = re.search(r"grid (\d+)", verdict)
+    return (verdict.split()[1], grid.group(1) if grid else None, "peer-TMA" in verdict)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_verdict_bucket_reuse(mps, world):
+    """A shape reuses its M bucket's verdict (session 54, choose_path): per op the first M of the
+    bucket is measured ("measured" line), two more M with the same N, K and candidate paths run
+    that verdict with no measurement (their "its M bucket's verdict" line names the first key),
+    and an M under MKERNEL_FUSED_BUCKET=0 gets its own measurement; every rank the same verdicts;
+    every output right per tile (fused_ranks.py suite_bucket)."""
+    from mkernel._fused_verdicts import parse_tests, parse_verdicts
+    from tests.gpu.fused_ranks import BUCKET_CASES, BUCKET_N
+
+    res = run_ranks(RANKS, world, timeout=240,
+                    env=rank_env(mps, world, FUSED_SUITE="bucket", MKERNEL_FUSED_VERBOSE="1"))
+    cases = check_ranks(res)
+    assert len(cases) == world * sum(2 + len(reused) for _, _, reused, _, _ in BUCKET_CASES)
+    for op, m0, reused, own, k in BUCKET_CASES:
+        tag = " peertma=auto" if op == "ag_gemm" else ""
+
+        def key(m: int) -> str:
+            return f"M={m} N={BUCKET_N} K={k} BFloat16 W={world}{tag}"
+
+        name = f"mkernel.{op}"
+        per_rank = []
+        for r in res:
+            measured = parse_tests(r.stderr, name)
+            verdicts = parse_verdicts(r.stderr, name)
+            assert key(m0) in measured and key(own) in measured, (r.rank, op, sorted(measured))
+            for m in reused:
+                assert key(m) not in measured, (r.rank, op, m, "measured despite its bucket's verdict")
+                assert f"measured at {key(m0)})" in r.stderr, (r.rank, op, m)
+                assert _route(verdicts[key(m)]) == _route(verdicts[key(m0)]), (r.rank, op, m, verdicts)
+            per_rank.append({m: verdicts[key(m)] for m in (m0, *reused, own)})
+        assert all(v == per_rank[0] for v in per_rank), (op, per_rank)
 
 
 CE_MARK = "mkernel.ag_gemm: copy-engine route launched"
