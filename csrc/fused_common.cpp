@@ -1134,8 +1134,9 @@ int choose_path(const char* op, int64_t group, const std::string& key,
     // whether one candidate (e.g. an ungated grid across emulated nodes) decides the verdict or
     // the first call's time (benchmarks/NOTES.md "xnode3", "fused17").
     char head[96];
-    std::snprintf(head, sizeof head, " in %.3f s (warm-up %.3f s, %d calls per sample, %d rounds):",
-                  measure_s, warmup_s, meas.test_calls(calls), res.rounds);
+    std::snprintf(head, sizeof head,
+                  " in %.3f s (warm-up %.3f s, %d calls per sample, %d rounds):", measure_s,
+                  warmup_s, meas.test_calls(calls), res.rounds);
     std::string line = std::string(op) + ": measured " + key + head;
     for (int i = 0; i < candidates; ++i) {
       char buf[200];

@@ -439,7 +439,9 @@ inline std::string bucket_key(const std::string& key) {
   while (at < key.size()) {
     const size_t stop = std::min(key.find(' ', at), key.size());
     const std::string field = key.substr(at, stop - at);
-    const size_t name = field.compare(0, 2, "M=") == 0 ? 1 : field.compare(0, 3, "Tm=") == 0 ? 2 : 0;
+    const size_t name = field.compare(0, 2, "M=") == 0    ? 1
+                        : field.compare(0, 3, "Tm=") == 0 ? 2
+                                                          : 0;
     if (name > 0) {
       const std::string digits = field.substr(name + 1);
       if (digits.empty() || digits.size() > 12 ||

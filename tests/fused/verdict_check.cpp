@@ -383,7 +383,8 @@ int main(int argc, char** argv) {
     fixed.sample_ms = 0.0;
     double kept = 0.0;
     for (int t = 0; t < trials; ++t) kept += simulate(sim, rng, fixed).r.path != 2 ? 1.0 : 0.0;
-    if (verbose) std::printf("%-44s fused %.3f\n", "  ... 2-call samples (sample_ms 0)", kept / trials);
+    if (verbose)
+      std::printf("%-44s fused %.3f\n", "  ... 2-call samples (sample_ms 0)", kept / trials);
     CHECK(kept / trials < r.fused - 0.2);
   }
   // The verdict's M bucket: the next power of two, of the key's first "M=" or "Tm=" field.
