@@ -957,10 +957,32 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   // depend on the environment, e.g. MKERNEL_FUSED_GRIDS).
   std::string full = std::to_string(group) + "/" + key + " paths=" +
                      std::to_string(paths.size()) + " gate=" + gate_setting();
-  // Another M of the same bucket (fused_verdict.h bucket_key) with the same candidate paths by
-  // name reuses the bucket's verdict: the key names every path, so an index means the same plan.
+  bool forced = false;
+  if (const char* pin = env::get("MKERNEL_FUSED")) {
+    if (std::strcmp(pin, "off") == 0) return unfused;
+    if (std::strcmp(pin, "force") == 0) {  // the fused configs only
+      candidates = unfused;
+      full += " (fused forced)";
+      forced = true;
+    }
+  }
+  if (candidates == 1) return 0;
+  static std::mutex mu;
+  static std::map<std::string, int> verdicts;
+  // A bucket's verdict and the shape key that measured it.
+  static std::map<std::string, std::pair<int, std::string>> bucket_verdicts;
+  int cached = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = verdicts.find(full);
+    if (it != verdicts.end()) cached = it->second;
+  }
+  // A shape not yet decided: another M of its bucket (fused_verdict.h bucket_key) with the same
+  // candidate paths by name may have been (the key names every path, so an index means the same
+  // plan). Built only here, off the cached calls' path.
   std::string bucket;
-  if (bucket_requested()) {
+  std::string measured_at;  // set where the verdict is the bucket's, not this shape's
+  if (cached < 0 && bucket_requested()) {
     bucket = std::to_string(group) + "/" + fused_verdict::bucket_key(key) + " paths=";
     for (int i = 0; i <= unfused; ++i) {
       bucket += (i > 0 ? "; " : "") + path_name(op, i, unfused, plans);
@@ -970,34 +992,13 @@ int choose_path(const char* op, int64_t group, const std::string& key,
       }
     }
     bucket += " gate=" + gate_setting();
-  }
-  if (const char* pin = env::get("MKERNEL_FUSED")) {
-    if (std::strcmp(pin, "off") == 0) return unfused;
-    if (std::strcmp(pin, "force") == 0) {  // the fused configs only
-      candidates = unfused;
-      full += " (fused forced)";
-      if (!bucket.empty()) bucket += " (fused forced)";
-    }
-  }
-  if (candidates == 1) return 0;
-  static std::mutex mu;
-  static std::map<std::string, int> verdicts;
-  // A bucket's verdict and the shape key that measured it.
-  static std::map<std::string, std::pair<int, std::string>> bucket_verdicts;
-  int cached = -1;
-  std::string measured_at;  // set where the verdict is the bucket's, not this shape's
-  {
+    if (forced) bucket += " (fused forced)";
     std::lock_guard<std::mutex> lock(mu);
-    auto it = verdicts.find(full);
-    if (it != verdicts.end()) {
-      cached = it->second;
-    } else if (!bucket.empty()) {
-      auto b = bucket_verdicts.find(bucket);
-      if (b != bucket_verdicts.end()) {
-        cached = b->second.first;
-        measured_at = b->second.second;
-        verdicts[full] = cached;  // this shape's from now on
-      }
+    auto b = bucket_verdicts.find(bucket);
+    if (b != bucket_verdicts.end()) {
+      cached = b->second.first;
+      measured_at = b->second.second;
+      verdicts[full] = cached;  // this shape's from now on
     }
   }
   if (!measured_at.empty()) {
