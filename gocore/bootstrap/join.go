@@ -116,7 +116,13 @@ func (p *peer) dial(ctx context.Context, deadline time.Time) (net.Conn, error) {
 		if err == nil {
 			return c, nil
 		}
-		if last == nil || dctx.Err() == nil {
+		// An attempt the deadline cut short says less than the one before it (e.g. "connection
+		// refused"): keep that. The dialer's socket deadline can fire just before dctx reports
+		// done, so a deadline error counts as cut short whatever dctx.Err() says yet.
+		var ne net.Error
+		cut := dctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) ||
+			(errors.As(err, &ne) && ne.Timeout())
+		if last == nil || !cut {
 			last = err
 		}
 		if dctx.Err() == nil {
