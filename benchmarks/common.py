@@ -19,6 +19,11 @@ import torch
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
+# The fused ops' verdict cache (csrc/fused_verdict_store.h) lets a verdict stored by an earlier run
+# stand in for the first call's measurement: the benchmarks time that first call as a fresh job
+# meets it, and read its "measured" lines, unless the caller sets the variable.
+os.environ.setdefault("MKERNEL_FUSED_VERDICT_CACHE", "0")
+
 
 def commit() -> str:
     # The GPU machine gets a copy of the working tree whose git metadata may be

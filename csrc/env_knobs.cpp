@@ -37,9 +37,9 @@ constexpr Knob kKnobs[] = {
      "whose tiles run together)"},
     {"MKERNEL_ATTN_VARIANT", kDebug, "integer N", "the default mainloop",
      "measurement: mainloop variant N for plain bf16 d=128 128x128 attention calls"},
-    // gemm_plan_store.cpp
+    // cache_file.cpp
     {"MKERNEL_CACHE_DIR", kConfig, "directory", "$XDG_CACHE_HOME/mkernel, else ~/.cache/mkernel",
-     "where the GEMM plan cache file lives"},
+     "where mkernel's cache files live (the GEMM plans, the fused ops' verdicts)"},
     // session_layout.cpp, moe_net.cpp (set per rank by `mkernel launch`)
     {"MKERNEL_EMULATED_NODE", kConfig, "node id", "unset: one node per host",
      "this rank's emulated node: ranks of one host with other values are other nodes"},
@@ -98,6 +98,9 @@ constexpr Knob kKnobs[] = {
     {"MKERNEL_FUSED_TRIGGER", kDebug, "early|late", "late",
      "where the fused kernel triggers its dependents' launch"},
     {"MKERNEL_FUSED_VERBOSE", kDebug, "1", "off", "choose_path's verdicts and captures on stderr"},
+    // fused_verdict_store.cpp
+    {"MKERNEL_FUSED_VERDICT_CACHE", kConfig, "0", "on",
+     "0 keeps the fused ops' first-call verdicts in memory: every process measures again"},
     // gemm_ar.cpp
     {"MKERNEL_GEMM_AR_ALGO", kDebug, "oneshot|twoshot", "by shape",
      "forces gemm_ar's fused algorithm (also at decode sizes)"},

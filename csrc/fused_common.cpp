@@ -7,7 +7,9 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
+#include <dlfcn.h>
 #include <mkernel/fifo.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,6 +29,7 @@
 #include "env_knobs.h"
 #include "fused_ag_copy_engine.h"
 #include "fused_verdict.h"
+#include "fused_verdict_store.h"
 #include "gemm_engine.h"
 #include "kernels/fused/fused_gate_api.h"
 #include "kernels/fused/fused_gpu_gate_api.h"
@@ -946,6 +949,69 @@ std::string path_name(const char* op, int i, int unfused, const std::vector<Fuse
   return std::string(gemm::config_name(p.config)) + " grid " + std::to_string(p.grid) +
          (ag ? route_name(p) : "");
 }
+
+// path_name with the plan's tile order: what a bucket's or a stored verdict names a path by.
+std::string path_label(const char* op, int i, int unfused, const std::vector<FusedPlan>* plans) {
+  std::string label = path_name(op, i, unfused, plans);
+  if (plans != nullptr && i != unfused && i < static_cast<int>(plans->size())) {
+    const FusedPlan& p = (*plans)[i];
+    label += " order " + std::to_string(p.swizzle) + "/" + std::to_string(p.raster);
+  }
+  return label;
+}
+
+// The extension binary's identity for the verdict cache's keys: the size and modification time
+// of the shared object holding this code (a rebuilt or reinstalled extension measures again);
+// "" where it cannot be read (then nothing is stored or reused).
+const std::string& build_stamp() {
+  static const std::string stamp = [] {
+    Dl_info info{};
+    struct stat st {};
+    if (dladdr(reinterpret_cast<void*>(&note_fallback), &info) == 0 || info.dli_fname == nullptr ||
+        ::stat(info.dli_fname, &st) != 0) {
+      return std::string();
+    }
+    return "so" + std::to_string(st.st_size) + "." + std::to_string(st.st_mtime);
+  }();
+  return stamp;
+}
+
+// The verdict cache's key (fused_verdict_store.h) of a shape or its bucket (`shape`) with the
+// candidates `paths_text`; "" where the group or the build is unknown (nothing stored).
+std::string store_key(const char* op, int64_t group, const std::string& shape,
+                      const std::string& paths_text) {
+  if (build_stamp().empty()) return "";
+  const int dev = c10::cuda::current_device();
+  const comm::SymmetricGroup* sg = comm::SymmetricGroup::find(group, dev);
+  if (sg == nullptr) return "";
+  const int sms = at::cuda::getDeviceProperties(dev)->multiProcessorCount;
+  return gemm_device_signature(dev, sms) + "|" + build_stamp() + "|" + op + "|" +
+         sg->layout_text() + "|" + shape + " paths=" + paths_text;
+}
+
+// Across processes: the verdict this rank's cache file holds for `skey`, all-gathered; the
+// index of its path in the candidate list where every rank found the same one, else -1 (the
+// group measures). Every rank calls it at the same point (a collective), whatever it found.
+int agreed_stored_verdict(const char* op, int64_t group, const std::string& skey,
+                          const std::vector<std::string>& labels, fused_store::Verdict* verdict) {
+  std::optional<fused_store::Verdict> mine;
+  if (!skey.empty()) mine = fused_store::find(skey);
+  const std::string blob = mine ? fused_store::encode(*mine) : std::string();
+  const std::vector<std::string> all =
+      session_allgather_blobs(op, static_cast<mk_session_t>(group), blob, op_timeout_seconds(),
+                              "the ranks' stored fused verdicts");
+  if (blob.empty()) return -1;
+  for (const std::string& b : all) {
+    if (b != blob) return -1;
+  }
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] == mine->path) {
+      *verdict = *mine;
+      return static_cast<int>(i);
+    }
+  }
+  return -1;  // a path this build's list does not name (the key names the list: not expected)
+}
 }  // namespace
 
 int choose_path(const char* op, int64_t group, const std::string& key,
@@ -982,17 +1048,19 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   // plan). Built only here, off the cached calls' path.
   std::string bucket;
   std::string measured_at;  // set where the verdict is the bucket's, not this shape's
-  if (cached < 0 && bucket_requested()) {
-    bucket = std::to_string(group) + "/" + fused_verdict::bucket_key(key) + " paths=";
+  std::vector<std::string> labels;  // every path by name (path_label), where undecided
+  std::string paths_text;           // the labels, the gate and the pin: half of a verdict's key
+  const bool by_bucket = bucket_requested();
+  if (cached < 0) {
     for (int i = 0; i <= unfused; ++i) {
-      bucket += (i > 0 ? "; " : "") + path_name(op, i, unfused, plans);
-      if (plans != nullptr && i < static_cast<int>(plans->size())) {
-        const FusedPlan& p = (*plans)[i];
-        bucket += " order " + std::to_string(p.swizzle) + "/" + std::to_string(p.raster);
-      }
+      labels.push_back(path_label(op, i, unfused, plans));
+      paths_text += (i > 0 ? "; " : "") + labels.back();
     }
-    bucket += " gate=" + gate_setting();
-    if (forced) bucket += " (fused forced)";
+    paths_text += " gate=" + gate_setting();
+    if (forced) paths_text += " (fused forced)";
+  }
+  if (cached < 0 && by_bucket) {
+    bucket = std::to_string(group) + "/" + fused_verdict::bucket_key(key) + " paths=" + paths_text;
     std::lock_guard<std::mutex> lock(mu);
     auto b = bucket_verdicts.find(bucket);
     if (b != bucket_verdicts.end()) {
@@ -1016,6 +1084,47 @@ int choose_path(const char* op, int64_t group, const std::string& key,
         std::fprintf(stderr, "%s: runs fused %s at %s (its M bucket's verdict, measured at %s)\n",
                      op, path_name(op, cached, unfused, plans).c_str(), key.c_str(),
                      measured_at.c_str());
+      }
+    }
+  }
+  // Across processes (fused_verdict_store.h): an earlier run's verdict for this shape's bucket
+  // (or the shape, with MKERNEL_FUSED_BUCKET=0), used where every rank's file holds the same
+  // one. Not inside a capture (the group's exchange is eager work; the capture runs paths[0]).
+  const std::string skey =
+      cached < 0 && !capturing()
+          ? store_key(op, group, by_bucket ? fused_verdict::bucket_key(key) : key, paths_text)
+          : std::string();
+  const std::string skey_forced = skey.empty() || forced ? std::string() : skey + " (fused forced)";
+  if (cached < 0 && !capturing()) {
+    fused_store::Verdict stored;
+    const int found = agreed_stored_verdict(op, group, skey, labels, &stored);
+    if (found >= 0 && found < candidates) {
+      cached = found;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        verdicts[full] = cached;
+        if (!bucket.empty())
+          bucket_verdicts.emplace(bucket, std::make_pair(cached, stored.measured_at));
+      }
+      if (cached == unfused && candidates == unfused + 1) {
+        {
+          std::lock_guard<std::mutex> lock(unfused_mu);
+          unfused_shapes.insert(unfused_key(group, key));
+        }
+        const std::string why = "a stored verdict (measured at " + stored.measured_at +
+                                " by an earlier process; " + fused_store::file_path() +
+                                ", MKERNEL_FUSED_VERDICT_CACHE=0 measures again) at " + key;
+        note_fallback(op, why.c_str());
+      }
+      if (verbose_requested()) {
+        if (cached == unfused && candidates == unfused + 1) {
+          std::fprintf(stderr, "%s: runs unfused (a stored verdict) at %s (measured at %s)\n", op,
+                       key.c_str(), stored.measured_at.c_str());
+        } else {
+          std::fprintf(stderr, "%s: runs fused %s at %s (a stored verdict, measured at %s)\n", op,
+                       path_name(op, cached, unfused, plans).c_str(), key.c_str(),
+                       stored.measured_at.c_str());
+        }
       }
     }
   }
@@ -1170,6 +1279,12 @@ int choose_path(const char* op, int64_t group, const std::string& key,
     if (all_paths) std::fprintf(stderr, " vs unfused %.1f us", figure_us(unfused));
     std::fprintf(stderr, ", slowest rank per round%s%s)\n", aligned ? ", aligned samples" : "",
                  gate_requested(p) ? ", launch gate" : "");
+  }
+  // For the next process (fused_verdict_store.h; every rank writes the same verdict).
+  if (!skey.empty()) {
+    fused_store::insert(skey, {labels[best], key});
+    if (!skey_forced.empty() && all_paths)
+      fused_store::insert(skey_forced, {labels[fastest_fused], key});
   }
   std::lock_guard<std::mutex> lock(mu);
   verdicts[full] = best;

@@ -406,6 +406,8 @@ const char* dtype_name(gemm::DType dt) { return dt == gemm::DType::kBF16 ? "bf16
 
 }  // namespace
 
+std::string gemm_device_signature(int device, int sms) { return device_signature(device, sms); }
+
 gemm::Plan engine_plan(const gemm::Problem& p, const gemm::Launch& l, const at::Tensor& like,
                        bool* tuned, bool wait) {
   const int sms = l.sm_count;  // completed by the caller

@@ -42,6 +42,11 @@ void check_engine_inputs(const char* op, const at::Tensor& a);
 gemm::Problem engine_problem(const char* op, const at::Tensor& a, const at::Tensor& b, void* d,
                              int64_t rows, int64_t n, int64_t k);
 
+// What the engine's timings depend on, as the plan table's keys hold it: "NVIDIA H200;sm90;
+// sms132;drv13000;rt13000;tune2" (model, compute capability, `sms` of the launch, driver and
+// runtime, the tuner's method). The fused verdict cache keys its entries by it too.
+std::string gemm_device_signature(int device, int sms);
+
 // What config "auto" runs for problem p under launch l (sm_count filled in):
 // the plan the autotuner measured fastest for this shape's M bucket (timed on
 // the first call, cached in memory and in the plan file: gemm_autotune.cpp),

@@ -202,6 +202,21 @@ std::unique_ptr<Generation> make_generation(const char* op, const SymmetricGroup
 
 }  // namespace
 
+SymmetricGroup* SymmetricGroup::find(int64_t group, int device) {
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> guard(reg.mu);
+  auto it = reg.groups.find({group, device});
+  return it == reg.groups.end() ? nullptr : it->second.get();
+}
+
+std::string SymmetricGroup::layout_text() const {
+  std::string out = "nodes ";
+  for (size_t r = 0; r < impl_->node.size(); ++r) {
+    out += (r > 0 ? "," : "") + std::to_string(impl_->node[r]);
+  }
+  return out;
+}
+
 SymmetricGroup& SymmetricGroup::get(const char* op, int64_t group, int64_t world_size,
                                     const at::Device& device) {
   TORCH_CHECK(device.is_cuda(), op, ": symmetric memory lives on a CUDA device, got ", device);

@@ -31,6 +31,9 @@ class SymmetricGroup {
   static SymmetricGroup& get(const char* op, int64_t group, int64_t world_size,
                              const at::Device& device);
 
+  // The group's state on `device` where it exists (no collective: nullptr otherwise).
+  static SymmetricGroup* find(int64_t group, int device);
+
   // Every rank's data region holds >= data_bytes afterwards. Grows to the next power of two
   // (a collective: re-allocates and re-exchanges the IPC handles after a device sync). Inside
   // CUDA-graph capture growth is impossible: throws naming the size needed and
@@ -48,6 +51,9 @@ class SymmetricGroup {
   int world() const { return view_.world; }
   int nodes() const { return nodes_; }
   bool single_node() const { return nodes_ == 1; }
+  // Where the ranks live, rank by rank: "nodes 0,0,1,1" (dense node indices; the same text on
+  // every rank). Keys what depends on the layout (the fused verdict cache).
+  std::string layout_text() const;
 
   // The inter-node path as JSON ({"transport", "gpu_memory", "send_bytes", "recv_bytes",
   // "stats"}), or "{}" while the group has none (one node, or no inter-node call yet).

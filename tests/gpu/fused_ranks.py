@@ -10,7 +10,7 @@ capture and replay with the inputs changed between replays. Prints ``CASE {json}
 
 ``FUSED_SUITE`` (comma-separated): ``ag`` (ag_gemm), ``rs`` (gemm_rs), ``ar`` (gemm_ar),
 ``graph`` (all three captured and replayed), ``auto`` (the fused/unfused and config choice), ``time``,
-``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``copyengine`` (ag_gemm with MKERNEL_FUSED_AG_COPY_ENGINE=1: the rows moved by the copy engines, then a graph), ``cekill`` (that route with a rank killed), ``c1x1`` (the three ops with MKERNEL_FUSED_C1X1=1: the cluster-free 128x256 kernels, fused18), ``bigflags`` (gemm_ar two-shot at M = N ~ 16384: flag slots past the old 1 << 16-word region, issue 12), ``peergraph`` (that path captured and replayed), ``bucket`` (a shape reusing its M bucket's verdict), ``agdefault`` (ag_gemm as users get it: no knob, the op's measured choice between the copy kernel, the peer-TMA kernel and the unfused path; then a graph of the cached verdict), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
+``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``copyengine`` (ag_gemm with MKERNEL_FUSED_AG_COPY_ENGINE=1: the rows moved by the copy engines, then a graph), ``cekill`` (that route with a rank killed), ``c1x1`` (the three ops with MKERNEL_FUSED_C1X1=1: the cluster-free 128x256 kernels, fused18), ``bigflags`` (gemm_ar two-shot at M = N ~ 16384: flag slots past the old 1 << 16-word region, issue 12), ``peergraph`` (that path captured and replayed), ``bucket`` (a shape reusing its M bucket's verdict), ``store`` (a verdict stored by an earlier process group, STORE_PHASE), ``agdefault`` (ag_gemm as users get it: no knob, the op's measured choice between the copy kernel, the peer-TMA kernel and the unfused path; then a graph of the cached verdict), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
 torch.compile(fullgraph=True), inductor / aot_eager backend), ``fuzz`` (FUZZ_CASES random calls of
 the three ops drawn from FUZZ_SEED: ragged and tile-edge M, K / N multiples of 8 from 8 to
 thousands, both dtypes; the same draw on every rank).
@@ -219,6 +219,27 @@ BUCKET_CASES = [("ag_gemm", 1024, (768, 896), 640, 1024), ("gemm_rs", 2048, (153
 BUCKET_N = 4096
 
 
+def bucket_case(ctx, rank: int, world: int, i: int, j: int, m: int) -> None:
+    """One call of BUCKET_CASES[i]'s op at M = m (case seed by i, j), checked per tile against
+    the fp32 reference from poisoned memory."""
+    op, _, _, _, k = BUCKET_CASES[i]
+    dtype = torch.bfloat16
+    case = 12000 + 100 * i + j
+    c = dict(op=f"{op}_bucket", dtype="bf16", m=m, k=k, n=BUCKET_N, world=world, rank=rank)
+    if op == "ag_gemm":
+        _, ref, x, w = ag_reference(case, world, m, k, BUCKET_N, dtype, rank)
+        poison(((world * m, BUCKET_N), dtype))
+        out = mkernel.ag_gemm(x.cuda(), w.cuda(), group=ctx)
+    else:
+        total, x, w = reduce_reference(case, world, m, k, BUCKET_N, dtype, rank)
+        b = m // world
+        ref = total[rank * b:(rank + 1) * b]
+        poison((tuple(ref.shape), dtype))
+        out = mkernel.gemm_rs(x.cuda(), w.cuda(), group=ctx)
+    torch.cuda.synchronize()
+    check("bucket_out", out, ref, c)
+
+
 def suite_bucket(ctx, rank: int, world: int) -> None:
     """A shape reuses the verdict its M bucket's first shape measured (choose_path, session 54):
     per op, the first M is measured, two more M of its bucket (same N, K, candidate paths) run its
@@ -226,27 +247,32 @@ def suite_bucket(ctx, rank: int, world: int) -> None:
     every output against the fp32 reference per tile, from poisoned memory. The op's own choice
     (MKERNEL_FUSED unset); test_fused_ops.py reads the MKERNEL_FUSED_VERBOSE lines."""
     saved = {v: os.environ.pop(v, None) for v in ("MKERNEL_FUSED", "MKERNEL_FUSED_BUCKET")}
-    dtype = torch.bfloat16
     try:
         for i, (op, m0, reused, own, k) in enumerate(BUCKET_CASES):
             for j, m in enumerate((m0, *reused, own)):
                 if m == own:
                     os.environ["MKERNEL_FUSED_BUCKET"] = "0"
-                case = 12000 + 100 * i + j
-                c = dict(op=f"{op}_bucket", dtype="bf16", m=m, k=k, n=BUCKET_N, world=world, rank=rank)
-                if op == "ag_gemm":
-                    _, ref, x, w = ag_reference(case, world, m, k, BUCKET_N, dtype, rank)
-                    poison(((world * m, BUCKET_N), dtype))
-                    out = mkernel.ag_gemm(x.cuda(), w.cuda(), group=ctx)
-                else:
-                    total, x, w = reduce_reference(case, world, m, k, BUCKET_N, dtype, rank)
-                    b = m // world
-                    ref = total[rank * b:(rank + 1) * b]
-                    poison((tuple(ref.shape), dtype))
-                    out = mkernel.gemm_rs(x.cuda(), w.cuda(), group=ctx)
-                torch.cuda.synchronize()
-                check("bucket_out", out, ref, c)
+                bucket_case(ctx, rank, world, i, j, m)
             os.environ.pop("MKERNEL_FUSED_BUCKET", None)
+    finally:
+        restore_env(saved)
+
+
+def suite_store(ctx, rank: int, world: int) -> None:
+    """The verdict cache across processes (session 55, fused_verdict_store.h), one phase per
+    process group (STORE_PHASE): "first" measures each BUCKET_CASES op at its first M and stores
+    the verdict; "second" (a new group on the same cache directory) runs another M of the bucket
+    on the stored verdict with no measurement; "split" gives the ranks but 0 an empty directory:
+    they find nothing, so the group measures again (the ranks agree before using a stored
+    verdict). Every output per tile against fp32; test_fused_ops.py reads the verbose lines."""
+    phase = os.environ["STORE_PHASE"]
+    if phase == "split" and rank > 0:
+        os.environ["MKERNEL_CACHE_DIR"] += f"-empty-{rank}"
+    saved = {v: os.environ.pop(v, None) for v in ("MKERNEL_FUSED", "MKERNEL_FUSED_BUCKET")}
+    try:
+        for i, (_, m0, reused, _, _) in enumerate(BUCKET_CASES):
+            j = {"first": 0, "second": 1, "split": 2}[phase]
+            bucket_case(ctx, rank, world, i, j, (m0, *reused)[j])
     finally:
         restore_env(saved)
 
@@ -806,7 +832,7 @@ def main() -> None:
              "mlp": suite_mlp, "time": suite_time, "auto": suite_auto,
              "peertma": suite_peertma, "peergraph": suite_peergraph, "agdefault": suite_agdefault,
              "c1x1": suite_c1x1, "copyengine": suite_copyengine, "cekill": suite_cekill,
-             "bigflags": suite_bigflags, "fuzz": suite_fuzz, "bucket": suite_bucket,
+             "bigflags": suite_bigflags, "fuzz": suite_fuzz, "bucket": suite_bucket, "store": suite_store,
              "compile": lambda c, r, w: suite_mlp(c, r, w, backend="inductor"),
              "compile_aot": lambda c, r, w: suite_mlp(c, r, w, backend="aot_eager")}[name](ctx, rank, world)
         except Exception:

@@ -4,6 +4,7 @@ in every rank against a float64 reference built from every rank's inputs."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -226,6 +227,50 @@ def test_verdict_bucket_reuse(mps, world):
                 assert _route(verdicts[key(m)]) == _route(verdicts[key(m0)]), (r.rank, op, m, verdicts)
             per_rank.append({m: verdicts[key(m)] for m in (m0, *reused, own)})
         assert all(v == per_rank[0] for v in per_rank), (op, per_rank)
+
+
+@pytest.mark.parametrize("world", [2])
+def test_verdict_cache_across_processes(mps, world, tmp_path):
+    """A verdict measured by one process group is reused by the next (session 55,
+    fused_verdict_store.h): group 1 measures ag_gemm and gemm_rs at their bucket's first M and
+    stores the verdicts in MKERNEL_CACHE_DIR; group 2 (new processes, same directory) runs another
+    M of each bucket on the stored verdict ("a stored verdict, measured at" the first key, no
+    "measured" line), the same route as group 1's; group 3 gives every rank but 0 an empty
+    directory, so the ranks disagree and the group measures again. Outputs right per tile in every
+    group (fused_ranks.py suite_store)."""
+    from mkernel._fused_verdicts import parse_tests, parse_verdicts
+    from tests.gpu.fused_ranks import BUCKET_CASES, BUCKET_N
+
+    cache = tmp_path / "cache"
+    runs = {}
+    for phase in ("first", "second", "split"):
+        res = run_ranks(RANKS, world, timeout=240,
+                        env=rank_env(mps, world, FUSED_SUITE="store", STORE_PHASE=phase,
+                                     MKERNEL_FUSED_VERBOSE="1", MKERNEL_FUSED_VERDICT_CACHE="1",
+                                     MKERNEL_CACHE_DIR=str(cache)))
+        assert len(check_ranks(res)) == world * len(BUCKET_CASES), phase
+        runs[phase] = res
+    entries = json.loads((cache / "fused_verdicts.json").read_text())["verdicts"]
+    for i, (op, m0, reused, _, k) in enumerate(BUCKET_CASES):
+        tag = " peertma=auto" if op == "ag_gemm" else ""
+
+        def key(m: int) -> str:
+            return f"M={m} N={BUCKET_N} K={k} BFloat16 W={world}{tag}"
+
+        name = f"mkernel.{op}"
+        stored = [v for k_, v in entries.items() if f"|{name}|" in k_ and "(fused forced)" not in k_]
+        assert stored and all(v.endswith("@" + key(m0)) for v in stored), (op, stored)
+        for r in runs["first"]:
+            assert key(m0) in parse_tests(r.stderr, name), (r.rank, op, "not measured first")
+        first = parse_verdicts(runs["first"][0].stderr, name)[key(m0)]
+        for r in runs["second"]:
+            assert not parse_tests(r.stderr, name), (r.rank, op, "measured despite a stored verdict")
+            assert f"(a stored verdict, measured at {key(m0)})" in r.stderr or \
+                f"runs unfused (a stored verdict) at {key(reused[0])} (measured at {key(m0)})" in r.stderr, \
+                (r.rank, op, r.stderr[-2000:])
+            assert _route(parse_verdicts(r.stderr, name)[key(reused[0])]) == _route(first), (r.rank, op)
+        for r in runs["split"]:
+            assert key(reused[1]) in parse_tests(r.stderr, name), (r.rank, op, "the ranks disagreed: not measured")
 
 
 CE_MARK = "mkernel.ag_gemm: copy-engine route launched"
