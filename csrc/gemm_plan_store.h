@@ -10,11 +10,9 @@
 // Both are strings so a plan travels unchanged through the file, between ranks
 // (mkernel.share_gemm_plans) and across builds that renumber configs.
 //
-// The file ($MKERNEL_CACHE_DIR, else $XDG_CACHE_HOME/mkernel, else
-// ~/.cache/mkernel; gemm_plans.json) is read once per process, merged and
-// replaced atomically (write to a temporary file, rename) under an advisory
-// lock, so concurrent processes never see half a file; an unreadable or
-// corrupt file counts as empty (one warning) and is rewritten on the next
+// The file: gemm_plans.json in cache_file.h's directory, read once per process,
+// merged and replaced atomically under its lock (cache_file::merge); an
+// unreadable or corrupt file counts as empty (one warning) and is rewritten on the next
 // store. MKERNEL_GEMM_PLAN_CACHE=0 keeps plans in memory only.
 #pragma once
 
