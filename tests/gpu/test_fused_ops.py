@@ -250,7 +250,8 @@ def test_verdict_cache_across_processes(mps, world, tmp_path):
                                      MKERNEL_CACHE_DIR=str(cache)))
         assert len(check_ranks(res)) == world * len(BUCKET_CASES), phase
         runs[phase] = res
-    entries = json.loads((cache / "fused_verdicts.json").read_text())["verdicts"]
+        if phase == "first":  # group 3 overwrites rank 0's entries with its own measurement
+            entries = json.loads((cache / "fused_verdicts.json").read_text())["verdicts"]
     for i, (op, m0, reused, _, k) in enumerate(BUCKET_CASES):
         tag = " peertma=auto" if op == "ag_gemm" else ""
 
