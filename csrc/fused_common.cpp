@@ -814,6 +814,29 @@ int calls_per_sample(double flops, bool* fixed) {
   return want >= 16 ? 16 : want <= 2 ? 2 : static_cast<int>(want);
 }
 
+// A measurement knob holding a number in [lo, hi] (`what` says what it is), else `dflt`; a
+// malformed value raises naming the variable.
+double number_knob(const char* name, double dflt, double lo, double hi, const char* what) {
+  const char* v = env::get(name);
+  if (v == nullptr) return dflt;
+  char* end = nullptr;
+  const double x = std::strtod(v, &end);
+  TORCH_CHECK(end != v && *end == '\0' && x >= lo && x <= hi, name, "=\"", v,
+              "\": want a number in [", lo, ", ", hi, "] (", what, ")");
+  return x;
+}
+
+// MKERNEL_FUSED_BUDGET_S / MKERNEL_FUSED_SAMPLE_MS (measurement, session 55; every rank the
+// same): the first-call measurement's rounds budget and its test samples' span
+// (fused_verdict::Settings budget_s, sample_ms), to weigh a longer measurement's verdicts now that
+// the verdict cache pays it once per job configuration.
+void measurement_knobs(fused_verdict::Settings* s) {
+  s->budget_s = number_knob("MKERNEL_FUSED_BUDGET_S", s->budget_s, 0.1, 30.0,
+                            "seconds of paired rounds after the warm-up");
+  s->sample_ms = number_knob("MKERNEL_FUSED_SAMPLE_MS", s->sample_ms, 1.0, 1000.0,
+                             "ms of the fastest path per test sample");
+}
+
 // MKERNEL_FUSED_ALIGN=1 (opt-in until a device run has checked it; every rank of the group must
 // see the same value, as for MKERNEL_FUSED): choose_path aligns the ranks before each timed
 // sample (align_ranks). Read when a shape is measured.
@@ -1177,6 +1200,7 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   C10_CUDA_CHECK(cudaEventCreate(&start));
   C10_CUDA_CHECK(cudaEventCreate(&end));
   fused_verdict::Settings settings;
+  measurement_knobs(&settings);
   if (calls_fixed) settings.sample_ms = 0.0;  // the knob's count, as given
   fused_verdict::Measurement meas(candidates, all_paths ? unfused : -1, settings);
   std::vector<std::vector<float>> own(candidates);  // this rank's samples (the verbose line)
