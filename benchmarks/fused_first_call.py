@@ -33,7 +33,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from common import commit, device_info, write_result  # noqa: E402
-from fused_power import llama_case  # noqa: E402
+from fused_power import llama_case, slowest_rank  # noqa: E402
 
 import mkernel  # noqa: E402
 
@@ -53,11 +53,6 @@ def main() -> None:
     store = Path(cache, "fused_verdicts.json") if cache else None
     stored_before = bool(store and store.exists())
 
-    def slowest(v: float) -> float:
-        t = torch.tensor([v], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return float(t.item())
-
     def wall(fn) -> float:
         """ms of one call from a barrier to its end on this rank, the slowest rank's."""
         torch.cuda.synchronize()
@@ -65,7 +60,7 @@ def main() -> None:
         t0 = time.perf_counter()
         fn()
         torch.cuda.synchronize()
-        return slowest((time.perf_counter() - t0) * 1e3)
+        return slowest_rank((time.perf_counter() - t0) * 1e3)
 
     gen = torch.Generator(device="cuda").manual_seed(55 + rank)
     rows = []

@@ -43,6 +43,14 @@ def with_env(fn, env: dict[str, str]):
     return call
 
 
+def slowest_rank(v: float) -> float:
+    """The largest of every rank's v (torch.distributed's process group): a group's wall time
+    is its slowest rank's. Also used by fused_sample_length.py and fused_first_call.py."""
+    t = torch.tensor([v], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
 def llama_case(op: str, m: int, world: int, ctx, gen: torch.Generator):
     """One op at the Llama-70B shape (module docstring), this rank's share: (run, gemm, comm, flop) —
     the op as users call it, the engine GEMM alone on this rank's work, the substrate's collective
@@ -85,11 +93,6 @@ def main() -> None:
     dist.init_process_group("gloo")
     ctx = mkernel.init()
 
-    def agree(v: float) -> float:
-        t = torch.tensor([v], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return float(t.item())
-
     m = args.m
     gen = torch.Generator(device="cuda").manual_seed(52 + rank)
     rows = []
@@ -100,7 +103,7 @@ def main() -> None:
         cands = {"op": run, "fused": with_env(run, {"MKERNEL_FUSED": "force"}),
                  "unfused": with_env(run, {"MKERNEL_FUSED": "off"}), "gemm": gemm, "comm": comm}
         res = sustained(cands, flop, args.window, args.rounds, label=f"W={world} {op} M={m}",
-                        anchor="unfused", agree=agree, gpu=None if one_gpu else local % gpus,
+                        anchor="unfused", agree=slowest_rank, gpu=None if one_gpu else local % gpus,
                         sample=rank == 0 if one_gpu else True)
         rows.append({"op": op, "m": m, "h": 8192, "f": 28672, "world": world, "rank": rank, **row_fields(res)})
     if rank == 0:

@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from common import commit, device_info, write_result  # noqa: E402
-from fused_power import llama_case, with_env  # noqa: E402
+from fused_power import llama_case, slowest_rank, with_env  # noqa: E402
 
 import mkernel  # noqa: E402
 
@@ -49,11 +49,6 @@ def main() -> None:
     ctx = mkernel.init()
     counts = [int(c) for c in args.calls.split(",") if c]
 
-    def slowest(v: float) -> float:
-        t = torch.tensor([v], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return float(t.item())
-
     def sample(fn, n: int) -> float:
         """ms per call of n back-to-back calls after a lead-in call, the slowest rank's."""
         torch.cuda.synchronize()
@@ -65,7 +60,7 @@ def main() -> None:
             fn()
         end.record()
         end.synchronize()
-        return slowest(start.elapsed_time(end) / n)
+        return slowest_rank(start.elapsed_time(end) / n)
 
     def trace(fn, n: int) -> list[list[float]]:
         """Every rank's ms of each of n back-to-back calls (an event between calls), as sample():
