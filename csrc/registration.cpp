@@ -112,6 +112,8 @@ TORCH_LIBRARY(mkernel, m) {
   m.def("gemm_plans_export() -> str");
   m.def("gemm_plans_import(str plans, bool persist=False) -> int");
   m.def("gemm_plans_file() -> str");
+  // The fused ops' verdict cache file (fused_verdict_store.h; "" when it is off).
+  m.def("fused_verdicts_file() -> str");
   // The record of the last timed-out device wait of this process ("" if none).
   m.def("wait_diagnostic() -> str");
   // (tiles_m, tiles_n, units_m, block_m, block_n) of a config for an [m, n] output.

@@ -30,7 +30,7 @@ from .ops import (  # noqa: E402
 )
 from . import _moe_registry  # noqa: E402,F401  (MoE fake kernel and autograd)
 from .ops import all_gather, all_reduce, last_wait_failure, reduce_scatter, synchronize  # noqa: E402
-from .ops import gemm_plans_file, share_gemm_plans  # noqa: E402
+from .ops import fused_verdicts_file, gemm_plans_file, share_gemm_plans  # noqa: E402
 from .runtime import Context, MkernelError, current_group, init, shutdown  # noqa: E402
 from .topology import topology  # noqa: E402
 from . import autograd as _autograd  # noqa: E402,F401  (backward formulas of the fused ops)
@@ -42,4 +42,4 @@ __all__ = [
     "topology", "__version__",
     "all_gather", "all_reduce", "last_wait_failure", "reduce_scatter", "synchronize",
 ]
-__all__ += ["gemm_plans_file", "share_gemm_plans"]
+__all__ += ["fused_verdicts_file", "gemm_plans_file", "share_gemm_plans"]

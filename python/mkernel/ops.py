@@ -387,6 +387,15 @@ def gemm_plans_file() -> str:
     return torch.ops.mkernel.gemm_plans_file.default()
 
 
+def fused_verdicts_file() -> str:
+    """The fused ops' verdict file ($MKERNEL_CACHE_DIR, else ~/.cache/mkernel, then
+    ``fused_verdicts.json``): the first call's fused / unfused verdicts of ag_gemm, gemm_rs,
+    gemm_ar and the MoE ops, reused by later processes where every rank of the group holds the
+    same one; ``""`` when ``MKERNEL_FUSED_VERDICT_CACHE=0`` keeps them in memory. Delete the file
+    to measure again."""
+    return torch.ops.mkernel.fused_verdicts_file.default()
+
+
 def gemm_rs(x: Tensor, w: Tensor, *, group: Group | None = None) -> Tensor:
     """A GEMM fused with a reduce-scatter of its output: ``reduce_scatter(x @ w.T)``.
 

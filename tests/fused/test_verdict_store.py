@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,14 @@ def test_the_gemm_plan_file_is_another_file(exe: Path, tmp_path: Path) -> None:
     (cache / "gemm_plans.json").write_text(plans)
     assert run(exe, cache, "write", KEY, VERDICT).returncode == 0
     assert (cache / "gemm_plans.json").read_text() == plans
+
+
+def test_python_names_the_file(tmp_path: Path) -> None:
+    """mkernel.fused_verdicts_file(): the file under MKERNEL_CACHE_DIR, "" with the cache off (the
+    installed extension, on any machine)."""
+    code = "import mkernel; print('FILE', repr(mkernel.fused_verdicts_file()))"
+    for knob, want in (("1", str(tmp_path / "c" / "fused_verdicts.json")), ("0", "")):
+        env = {**os.environ, "MKERNEL_CACHE_DIR": str(tmp_path / "c"), "MKERNEL_FUSED_VERDICT_CACHE": knob}
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert f"FILE {want!r}" in r.stdout, (knob, r.stdout)
