@@ -1070,7 +1070,6 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   // candidate paths by name may have been (the key names every path, so an index means the same
   // plan). Built only here, off the cached calls' path.
   std::string bucket;
-  std::string measured_at;  // set where the verdict is the bucket's, not this shape's
   std::vector<std::string> labels;  // every path by name (path_label), where undecided
   std::string paths_text;           // the labels, the gate and the pin: half of a verdict's key
   const bool by_bucket = bucket_requested();
@@ -1082,72 +1081,66 @@ int choose_path(const char* op, int64_t group, const std::string& key,
     paths_text += " gate=" + gate_setting();
     if (forced) paths_text += " (fused forced)";
   }
-  if (cached < 0 && by_bucket) {
-    bucket = std::to_string(group) + "/" + fused_verdict::bucket_key(key) + " paths=" + paths_text;
-    std::lock_guard<std::mutex> lock(mu);
-    auto b = bucket_verdicts.find(bucket);
-    if (b != bucket_verdicts.end()) {
-      cached = b->second.first;
-      measured_at = b->second.second;
-      verdicts[full] = cached;  // this shape's from now on
+  // A verdict taken without measuring (its M bucket's, or an earlier process's, measured at
+  // `at`): this shape's from now on, the same on every rank (every rank's maps, and an agreed
+  // file entry, hold the same verdicts). An unfused one skips the fused set-up on later calls,
+  // as a measured one does.
+  auto adopt = [&](int path, const std::string& at, const char* source) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      verdicts[full] = path;
     }
-  }
-  if (!measured_at.empty()) {
-    // The same on every rank (every rank's maps hold the same measured verdicts). A shape whose
-    // bucket runs unfused skips the fused set-up on its later calls, as a measured one does.
-    if (cached == unfused && candidates == unfused + 1) {
+    const bool runs_unfused = path == unfused && candidates == unfused + 1;
+    if (runs_unfused) {
       std::lock_guard<std::mutex> lock(unfused_mu);
       unfused_shapes.insert(unfused_key(group, key));
     }
-    if (verbose_requested()) {
-      if (cached == unfused && candidates == unfused + 1) {
-        std::fprintf(stderr, "%s: runs unfused (its M bucket's verdict) at %s (measured at %s)\n",
-                     op, key.c_str(), measured_at.c_str());
-      } else {
-        std::fprintf(stderr, "%s: runs fused %s at %s (its M bucket's verdict, measured at %s)\n",
-                     op, path_name(op, cached, unfused, plans).c_str(), key.c_str(),
-                     measured_at.c_str());
-      }
+    if (!verbose_requested()) return;
+    if (runs_unfused) {
+      std::fprintf(stderr, "%s: runs unfused (%s) at %s (measured at %s)\n", op, source,
+                   key.c_str(), at.c_str());
+    } else {
+      std::fprintf(stderr, "%s: runs fused %s at %s (%s, measured at %s)\n", op,
+                   path_name(op, path, unfused, plans).c_str(), key.c_str(), source, at.c_str());
+    }
+  };
+  if (cached < 0 && by_bucket) {
+    bucket = std::to_string(group) + "/" + fused_verdict::bucket_key(key) + " paths=" + paths_text;
+    std::pair<int, std::string> found{-1, ""};
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto b = bucket_verdicts.find(bucket);
+      if (b != bucket_verdicts.end()) found = b->second;
+    }
+    if (found.first >= 0) {
+      cached = found.first;
+      adopt(cached, found.second, "its M bucket's verdict");
     }
   }
   // Across processes (fused_verdict_store.h): an earlier run's verdict for this shape's bucket
   // (or the shape, with MKERNEL_FUSED_BUCKET=0), used where every rank's file holds the same
   // one. Not inside a capture (the group's exchange is eager work; the capture runs paths[0]).
+  const bool undecided_eager = cached < 0 && !capturing();
   const std::string skey =
-      cached < 0 && !capturing()
+      undecided_eager
           ? store_key(op, group, by_bucket ? fused_verdict::bucket_key(key) : key, paths_text)
           : std::string();
   const std::string skey_forced = skey.empty() || forced ? std::string() : skey + " (fused forced)";
-  if (cached < 0 && !capturing()) {
+  if (undecided_eager) {
     fused_store::Verdict stored;
     const int found = agreed_stored_verdict(op, group, skey, labels, &stored);
     if (found >= 0 && found < candidates) {
       cached = found;
-      {
+      adopt(cached, stored.measured_at, "a stored verdict");
+      if (!bucket.empty()) {
         std::lock_guard<std::mutex> lock(mu);
-        verdicts[full] = cached;
-        if (!bucket.empty())
-          bucket_verdicts.emplace(bucket, std::make_pair(cached, stored.measured_at));
+        bucket_verdicts.emplace(bucket, std::make_pair(cached, stored.measured_at));
       }
       if (cached == unfused && candidates == unfused + 1) {
-        {
-          std::lock_guard<std::mutex> lock(unfused_mu);
-          unfused_shapes.insert(unfused_key(group, key));
-        }
         const std::string why = "a stored verdict (measured at " + stored.measured_at +
                                 " by an earlier process; " + fused_store::file_path() +
                                 ", MKERNEL_FUSED_VERDICT_CACHE=0 measures again) at " + key;
         note_fallback(op, why.c_str());
-      }
-      if (verbose_requested()) {
-        if (cached == unfused && candidates == unfused + 1) {
-          std::fprintf(stderr, "%s: runs unfused (a stored verdict) at %s (measured at %s)\n", op,
-                       key.c_str(), stored.measured_at.c_str());
-        } else {
-          std::fprintf(stderr, "%s: runs fused %s at %s (a stored verdict, measured at %s)\n", op,
-                       path_name(op, cached, unfused, plans).c_str(), key.c_str(),
-                       stored.measured_at.c_str());
-        }
       }
     }
   }
