@@ -16,3 +16,6 @@ for i in 1 2 3 4; do
   jx v_default_$i 60 40 "timeout 58 $E $L --world 2 $F --label default$i"
   jx v_long_$i 60 40 "timeout 58 $E MKERNEL_FUSED_BUDGET_S=2.5 MKERNEL_FUSED_SAMPLE_MS=100 $L --world 2 $F --label long$i"
 done
+# The adopt() refactor (1df11e1) shares the bucket-reuse and stored-verdict path: run both tests that reach it.
+P="python3 -m pytest -q -rfEx --tb=short -p no:cacheprovider --durations=5"
+jx store 200 40 "timeout 198 $P tests/gpu/test_fused_ops.py -k 'verdict_cache_across_processes or verdict_bucket_reuse'"
