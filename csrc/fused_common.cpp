@@ -1317,6 +1317,21 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   return best;
 }
 
+at::Tensor run_kept_path(const char* op, int64_t group, const std::string& key,
+                         const std::vector<FusedPlan>& plans,
+                         const std::function<at::Tensor(const FusedPlan&)>& fused,
+                         const std::function<at::Tensor()>& unfused, double flops,
+                         int64_t world_size) {
+  std::vector<std::function<void()>> paths;
+  for (const FusedPlan& c : plans) paths.emplace_back([&fused, c] { fused(c); });
+  paths.emplace_back([&unfused] { unfused(); });
+  const int path = choose_path(op, group, key, paths, flops, &plans, world_size);
+  // The measurement's calls (if this one measured) wrote outputs nobody keeps: the kept path
+  // runs once more, as every later call of the shape does.
+  if (path + 1 == static_cast<int>(paths.size())) return unfused();
+  return fused(plans[path]);
+}
+
 void note_fallback(const char* op, const char* why) {
   static std::mutex mu;
   static std::set<std::string> seen;

@@ -189,6 +189,14 @@ int choose_path(const char* op, int64_t group, const std::string& key,
                 const std::vector<std::function<void()>>& paths, double flops = 0,
                 const std::vector<FusedPlan>* plans = nullptr, int64_t world_size = 0);
 
+// choose_path over fused(plans[i]) for each plan, then unfused(); runs the path the group keeps
+// and returns its output. For the ops whose paths differ only by plan (gemm_rs, gemm_ar).
+at::Tensor run_kept_path(const char* op, int64_t group, const std::string& key,
+                         const std::vector<FusedPlan>& plans,
+                         const std::function<at::Tensor(const FusedPlan&)>& fused,
+                         const std::function<at::Tensor()>& unfused, double flops,
+                         int64_t world_size);
+
 // The fused kernel's candidate tile configs for [m, k] x [n, k]^T on the grid of a rank of
 // `group` (fused_grid; fused_api.h fused_configs).
 std::vector<gemm::ConfigId> candidate_configs(const char* op, int64_t group, int64_t m, int64_t n,

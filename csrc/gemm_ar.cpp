@@ -181,25 +181,17 @@ at::Tensor gemm_ar_nodes(const at::Tensor& x, const at::Tensor& w, int64_t group
     return unfused(x, w, group, world_size);
   }
   at::Tensor shard = at::empty({per, n}, x.options());
-  at::Tensor gathered;
   // The fused kernel in each candidate plan (+ the all_gather), then the unfused path.
-  std::vector<std::function<void()>> paths;
-  const std::vector<fused_glue::FusedPlan> plans =
-      fused_glue::candidate_plans(kOp, group, rows, n, x.size(1), false, true);
-  for (const fused_glue::FusedPlan& c : plans) {
-    paths.emplace_back([&, c] {
-      TORCH_CHECK(fused_glue::reduce_call(kOp, group, comm::kOpGemmAr, sg, x, w, layout, shard,
-                                          {}, c, &why),
-                  kOp, ": the fused reduce-scatter across nodes refused the call: ", why);
-      gathered = fused_glue::substrate_collective(kOp, "all_gather", shard, group, world_size);
-    });
-  }
-  paths.emplace_back([&] { unfused(x, w, group, world_size); });
-  const int path = fused_glue::choose_path(kOp, group, key, paths, 2.0 * rows * n * x.size(1),
-                                           &plans, world_size);
-  if (path + 1 == static_cast<int>(paths.size())) return unfused(x, w, group, world_size);
-  paths[path]();
-  return gathered.narrow(0, 0, rows);
+  return fused_glue::run_kept_path(
+      kOp, group, key, fused_glue::candidate_plans(kOp, group, rows, n, x.size(1), false, true),
+      [&](const fused_glue::FusedPlan& c) {
+        TORCH_CHECK(fused_glue::reduce_call(kOp, group, comm::kOpGemmAr, sg, x, w, layout, shard,
+                                            {}, c, &why),
+                    kOp, ": the fused reduce-scatter across nodes refused the call: ", why);
+        return fused_glue::substrate_collective(kOp, "all_gather", shard, group, world_size)
+            .narrow(0, 0, rows);
+      },
+      [&] { return unfused(x, w, group, world_size); }, 2.0 * rows * n * x.size(1), world_size);
 }
 
 at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
@@ -258,22 +250,16 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     if (x.size(0) == 0) return out;  // nothing to compute or reduce on any rank
     if (fused_glue::reduce_fits(kOp, group, x, w, layout, &why)) {
       // The fused kernel in each candidate plan, then the unfused path (fused_common.h).
-      std::vector<std::function<void()>> paths;
-      const std::vector<fused_glue::FusedPlan> plans =
-          fused_glue::candidate_plans(kOp, group, rows, w.size(0), x.size(1), false);
-      for (const fused_glue::FusedPlan& c : plans) {
-        paths.emplace_back([&, c] {
-          fused_glue::reduce_call(kOp, group, comm::kOpGemmAr, sg, x, w, layout, out, {}, c,
-                                  &why);
-        });
-      }
-      paths.emplace_back([&] { unfused(x, w, group, world_size); });
-      const int path = fused_glue::choose_path(kOp, group, key, paths,
-                                                2.0 * rows * w.size(0) * x.size(1), &plans,
-                                                world_size);
-      if (path + 1 == static_cast<int>(paths.size())) return unfused(x, w, group, world_size);
-      paths[path]();
-      return out;
+      return fused_glue::run_kept_path(
+          kOp, group, key,
+          fused_glue::candidate_plans(kOp, group, rows, w.size(0), x.size(1), false),
+          [&](const fused_glue::FusedPlan& c) {
+            fused_glue::reduce_call(kOp, group, comm::kOpGemmAr, sg, x, w, layout, out, {}, c,
+                                    &why);
+            return out;
+          },
+          [&] { return unfused(x, w, group, world_size); },
+          2.0 * rows * w.size(0) * x.size(1), world_size);
     }
   }
   fused_glue::note_fallback(kOp, why);

@@ -143,24 +143,16 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     if (x.size(0) == 0) return out;  // nothing to compute or reduce on any rank
     if (fused_glue::reduce_fits(kOp, group, x, w, layout, &why)) {
       // The fused kernel in each candidate plan, then the unfused path (fused_common.h).
-      std::vector<std::function<void()>> paths;
-      const std::vector<fused_glue::FusedPlan> plans =
-          fused_glue::candidate_plans(kOp, group, x.size(0), w.size(0), x.size(1), false,
-                                        nodes);
-      for (const fused_glue::FusedPlan& c : plans) {
-        paths.emplace_back([&, c] {
-          fused_glue::reduce_call(kOp, group, comm::kOpGemmRs, sg, x, w, layout, out, {}, c,
-                                  &why);
-        });
-      }
-      paths.emplace_back([&] { unfused(x, w, group, world_size); });
-      const int path =
-          fused_glue::choose_path(kOp, group, key, paths,
-                                  2.0 * x.size(0) * w.size(0) * x.size(1), &plans,
-                                  world_size);
-      if (path + 1 == static_cast<int>(paths.size())) return unfused(x, w, group, world_size);
-      paths[path]();
-      return out;
+      return fused_glue::run_kept_path(
+          kOp, group, key,
+          fused_glue::candidate_plans(kOp, group, x.size(0), w.size(0), x.size(1), false, nodes),
+          [&](const fused_glue::FusedPlan& c) {
+            fused_glue::reduce_call(kOp, group, comm::kOpGemmRs, sg, x, w, layout, out, {}, c,
+                                    &why);
+            return out;
+          },
+          [&] { return unfused(x, w, group, world_size); },
+          2.0 * x.size(0) * w.size(0) * x.size(1), world_size);
     }
   }
   fused_glue::note_fallback(kOp, why);
