@@ -258,8 +258,8 @@ at::Tensor gemm_ar_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
                                     &why);
             return out;
           },
-          [&] { return unfused(x, w, group, world_size); },
-          2.0 * rows * w.size(0) * x.size(1), world_size);
+          [&] { return unfused(x, w, group, world_size); }, 2.0 * rows * w.size(0) * x.size(1),
+          world_size);
     }
   }
   fused_glue::note_fallback(kOp, why);

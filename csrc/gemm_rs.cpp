@@ -151,8 +151,8 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
                                     &why);
             return out;
           },
-          [&] { return unfused(x, w, group, world_size); },
-          2.0 * x.size(0) * w.size(0) * x.size(1), world_size);
+          [&] { return unfused(x, w, group, world_size); }, 2.0 * x.size(0) * w.size(0) * x.size(1),
+          world_size);
     }
   }
   fused_glue::note_fallback(kOp, why);
