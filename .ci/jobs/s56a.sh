@@ -19,3 +19,5 @@ done
 # The adopt() refactor (1df11e1) shares the bucket-reuse and stored-verdict path: run both tests that reach it.
 P="python3 -m pytest -q -rfEx --tb=short -p no:cacheprovider --durations=5"
 jx store 200 40 "timeout 198 $P tests/gpu/test_fused_ops.py -k 'verdict_cache_across_processes or verdict_bucket_reuse'"
+# fused_glue::run_kept_path (3d8777e): gemm_rs / gemm_ar one node and gemm_ar across (emulated) nodes.
+jx reduce 200 40 "timeout 198 $P tests/gpu/test_fused_ops.py tests/gpu/test_fused_nodes.py -k '(test_reduce_ops and not 8) or test_gemm_ar_across_nodes or (test_gemm_rs_across_nodes and not coalesced)'"
