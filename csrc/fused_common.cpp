@@ -1297,9 +1297,17 @@ int choose_path(const char* op, int64_t group, const std::string& key,
     std::fprintf(stderr, ", slowest rank per round%s%s)\n", aligned ? ", aligned samples" : "",
                  gate_requested(p) ? ", launch gate" : "");
   }
-  // For the next process (fused_verdict_store.h; every rank writes the same verdict).
+  // For the next process (fused_verdict_store.h; every rank writes the same verdict), unless an
+  // unfused verdict left a fused edge unconfirmed (fused_verdict::storable: the next process
+  // measures again).
+  const bool store = fused_verdict::storable(res, settings);
+  if (!store && !skey.empty() && verbose_on) {
+    std::fprintf(stderr, "%s: verdict at %s not stored for the next process (fused median %.3f "
+                         "of unfused, below %.2f, without the test's confidence)\n",
+                 op, key.c_str(), res.vs_unfused.median, settings.store_below);
+  }
   if (!skey.empty()) {
-    fused_store::insert(skey, {labels[best], key});
+    if (store) fused_store::insert(skey, {labels[best], key});
     if (!skey_forced.empty() && all_paths)
       fused_store::insert(skey_forced, {labels[fastest_fused], key});
   }

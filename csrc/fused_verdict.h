@@ -75,6 +75,13 @@ struct Settings {
   // 8 calls it won 8 of 9 and kept fused.
   double sample_ms = 50.0;
   int max_calls = 16;
+  // An unfused verdict is kept for the next process (fused_verdict_store.h) only when the
+  // measurement settled it: not where the fastest fused candidate's paired median ran below
+  // this x the unfused path and only the test's confidence was missing (s55a: W = 2 ag_gemm,
+  // median 0.893, 6 of 8 rounds won, 8 of 9 needed; the op then runs 1.15x slower sustained).
+  // Stored, such a verdict would hold for every later process of the job configuration; left
+  // out, the next process measures again. Within this process it stays (the safe side).
+  float store_below = 0.95f;
 };
 
 // The smallest k such that P(Binomial(n, 1/2) >= k) <= alpha (n + 1 if no k is: e.g. n < 5 at
@@ -456,6 +463,14 @@ inline std::string bucket_key(const std::string& key) {
     at = stop + 1;
   }
   return key;
+}
+
+// Whether `r` is kept for the next process (Settings::store_below): a fused verdict (it passed
+// its test), a fused-only route, an unfused one where every fused candidate was dropped before
+// the test or the fastest ran no better than store_below x unfused by its paired median.
+inline bool storable(const Result& r, const Settings& s) {
+  if (r.confident || r.fused_only || r.test_rounds == 0) return true;
+  return !(r.vs_unfused.n > 0 && r.vs_unfused.median < s.store_below);
 }
 
 // The test's figures for the verbose line and the fallback warning, e.g. "fused/unfused per

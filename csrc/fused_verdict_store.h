@@ -10,7 +10,8 @@
 // the layout the group's nodes rank by rank, the paths every candidate by name in the order
 // the op lists them (a changed candidate list is another key). Value: "<path name>@<the shape key
 // the rounds ran at>". The ranks agree before using one (choose_path all-gathers what each
-// found): a rank that finds none, or another verdict, makes the group measure.
+// found): a rank that finds none, or another verdict, makes the group measure. An unfused
+// verdict that left a fused edge unconfirmed is not stored (fused_verdict.h storable).
 //
 // The file: cache_file.h's directory, fused_verdicts.json; MKERNEL_FUSED_VERDICT_CACHE=0 keeps
 // verdicts in memory only (every process measures, as before session 55).
