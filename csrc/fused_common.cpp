@@ -1302,8 +1302,9 @@ int choose_path(const char* op, int64_t group, const std::string& key,
   // measures again).
   const bool store = fused_verdict::storable(res, settings);
   if (!store && !skey.empty() && verbose_on) {
-    std::fprintf(stderr, "%s: verdict at %s not stored for the next process (fused median %.3f "
-                         "of unfused, below %.2f, without the test's confidence)\n",
+    std::fprintf(stderr,
+                 "%s: verdict at %s not stored for the next process (fused median %.3f "
+                 "of unfused, below %.2f, without the test's confidence)\n",
                  op, key.c_str(), res.vs_unfused.median, settings.store_below);
   }
   if (!skey.empty()) {
