@@ -260,10 +260,19 @@ def test_verdict_cache_across_processes(mps, world, tmp_path):
 
         name = f"mkernel.{op}"
         stored = [v for k_, v in entries.items() if f"|{name}|" in k_ and "(fused forced)" not in k_]
-        assert stored and all(v.endswith("@" + key(m0)) for v in stored), (op, stored)
         for r in runs["first"]:
             assert key(m0) in parse_tests(r.stderr, name), (r.rank, op, "not measured first")
         first = parse_verdicts(runs["first"][0].stderr, name)[key(m0)]
+        # An unfused verdict that left a fused edge unconfirmed is not stored (session 56,
+        # fused_verdict.h storable): then the next group measures again.
+        kept_out = f"{name}: verdict at {key(m0)} not stored for the next process"
+        if any(kept_out in r.stderr for r in runs["first"]):
+            assert all(kept_out in r.stderr for r in runs["first"]), (op, "the ranks disagreed")
+            assert not stored, (op, stored)
+            for r in runs["second"]:
+                assert key(reused[0]) in parse_tests(r.stderr, name), (r.rank, op, "not measured")
+            continue
+        assert stored and all(v.endswith("@" + key(m0)) for v in stored), (op, stored)
         for r in runs["second"]:
             assert not parse_tests(r.stderr, name), (r.rank, op, "measured despite a stored verdict")
             assert f"(a stored verdict, measured at {key(m0)})" in r.stderr or \
