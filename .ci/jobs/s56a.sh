@@ -1,6 +1,7 @@
 # Prepared in session 55 (no device time left); session 56 got no machine (seven refused starts, then loans
 # paused). Does a longer first-call measurement keep the W = 2 ag_gemm overlap reliably? s54b, s54c and s55a
-# measured the Llama fc1 shape (M = 8192 gathered, N = 14336, K = 8192) from a fresh process three times: fused twice, unfused once (6 of 8 test rounds, median 0.893; 8 of 9 needed: two
+# measured the Llama fc1 shape (M = 8192 gathered, N = 14336, K = 8192) from a fresh process three times: fused
+# twice, unfused once (6 of 8 test rounds, median 0.893; 8 of 9 needed: two
 # finalists share alpha). With the verdict cache the measurement is paid once per job configuration, so it can be
 # longer. Four fresh measurements each (no stored verdict, GEMM plans kept after the first run):
 #   default (0.8 s of rounds, 50 ms samples) vs MKERNEL_FUSED_BUDGET_S=2.5 MKERNEL_FUSED_SAMPLE_MS=100.
