@@ -1,0 +1,24 @@
+# Session 57: the machine lost its build pack (a cold full build, ~520-560 s, is longer than one call's budget with
+# anything after it). Call 1: `BUILD_LIMIT_S=500 BP_PACK=1` builds what it can and packs it (.ci/gpu-dev exits 3);
+# call 2 restores it (`BP_MAX_STEPS=100000`), finishes the build, writes the whole pack (BP_PACK=1) and runs this.
+# Order: first the session-56 code that never ran on a GPU (correctness before tuning), then s56a's question.
+#   PARTS="reduce store v" (default) and V_RUNS="1 2 3 4" pick what runs; a chained warm call (REUSE_BUILD=1)
+#   runs what the previous call's budget left out, e.g. PARTS=v V_RUNS="3 4".
+P="python3 -m pytest -q -rfEx --tb=short -p no:cacheprovider --durations=5"
+for part in ${PARTS:-reduce store v}; do
+  case $part in
+  reduce)  # fused_glue::run_kept_path (3d8777e): gemm_rs / gemm_ar one node and gemm_ar across (emulated) nodes.
+    jx reduce 200 40 "timeout 198 $P tests/gpu/test_fused_ops.py tests/gpu/test_fused_nodes.py -k '(test_reduce_ops and not 8) or test_gemm_ar_across_nodes or (test_gemm_rs_across_nodes and not coalesced)'" ;;
+  store)  # the store rule (fused_verdict::storable) and the shared adopt() path of bucket reuse / stored verdicts.
+    jx store 200 40 "timeout 198 $P tests/gpu/test_fused_ops.py -k 'verdict_cache_across_processes or verdict_bucket_reuse'" ;;
+  v)  # s56a's measurement and decision rule (its header): default vs MKERNEL_FUSED_BUDGET_S=2.5 SAMPLE_MS=100.
+    L="python3 -m mkernel launch --mps --timeout 90"
+    F="benchmarks/fused_first_call.py --ops ag_gemm"
+    E="env MKERNEL_CACHE_DIR=/tmp/fcv MKERNEL_FUSED_VERDICT_CACHE=1 MKERNEL_FUSED_VERBOSE=1"
+    R="rm -f /tmp/fcv/fused_verdicts.json;"
+    for i in ${V_RUNS:-1 2 3 4}; do
+      jx v_default_$i 60 40 "$R timeout 58 $E $L --world 2 $F --label default$i; cat /tmp/fcv/fused_verdicts.json"
+      jx v_long_$i 60 40 "$R timeout 58 $E MKERNEL_FUSED_BUDGET_S=2.5 MKERNEL_FUSED_SAMPLE_MS=100 $L --world 2 $F --label long$i; cat /tmp/fcv/fused_verdicts.json"
+    done ;;
+  esac
+done
