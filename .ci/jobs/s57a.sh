@@ -1,9 +1,17 @@
-# Session 57: the machine lost its build pack (a cold full build, ~520-560 s, is longer than one call's budget with
-# anything after it). Call 1: `BUILD_LIMIT_S=500 BP_PACK=1` builds what it can and packs it (.ci/gpu-dev exits 3);
-# call 2 restores it (`BP_MAX_STEPS=100000`), finishes the build, writes the whole pack (BP_PACK=1) and runs this.
+# Session 57 got no machine (twelve refused starts, ~1456 of 1800 s charged, then too little left), and its checkout lost
+# .bp (the build pack), .venv and build/. So the next session's first call may be cold: a full build (~520-560 s
+# with MAX_JOBS=16) does not leave room for these jobs in one call. Plan:
+#   call 1: `BUILD_LIMIT_S=545 BP_PACK=1 BP_XZ=3` (.ci/gpu-dev cuts the build there and packs what ninja finished,
+#           exit 3; a build that ends in time packs and runs the jobs). It also returns gpu-build.ninja: commit it
+#           as .ci/gpu-build.ninja, so that .ci/local-pack can compile the CUDA objects on a checkout without a pack.
+#   call 2: `BP_MAX_STEPS=100000 BP_PACK=1` restores the pack, finishes the build, writes the whole pack, runs this;
+#           what its budget leaves out runs in a chained warm call (REUSE_BUILD=1, within the 30 s idle release).
+#   Short of device time: MKERNEL_DEV_BUILD=1 (no swapped-operand GEMM variants, ~65 % of the build) fits the
+#   build and the reduce job in one call; none of these jobs needs the swapped variants (M = 8192 rows).
 # Order: first the session-56 code that never ran on a GPU (correctness before tuning), then s56a's question.
-#   PARTS="reduce store v" (default) and V_RUNS="1 2 3 4" pick what runs; a chained warm call (REUSE_BUILD=1)
-#   runs what the previous call's budget left out, e.g. PARTS=v V_RUNS="3 4".
+#   PARTS="reduce store v" (default) and V_RUNS="1 2 3 4" pick what runs, e.g. PARTS=v V_RUNS="3 4".
+#   tar xJf .bp/core.tar.xz && MKERNEL_COMMIT=<hash> BUILD_LIMIT_S=545 BP_PACK=1 BP_XZ=3 JOBS=.ci/jobs/s57a.sh \
+#     REAL_OUT=$OUT OUT=/tmp/devout TOTAL=585 TAIL_LINES=30 bash .ci/gpu-dev      (carry .bp, .whl)
 P="python3 -m pytest -q -rfEx --tb=short -p no:cacheprovider --durations=5"
 for part in ${PARTS:-reduce store v}; do
   case $part in
