@@ -1,0 +1,20 @@
+# For the next multi-GPU loan (nvidia-h200-x2 / nvidia-h100-x2: a rank per GPU over NVLink), prepared in session 58.
+# On one GPU under MPS the W = 2 ag_gemm verdict at Llama-70B fc1 (M = 8192 gathered) is decided by whether the two
+# ranks' GEMMs overlap or stagger (s57a / s58a: unfused samples 5.4-10.1 ms, fused kept 1-2 of 4 fresh verdicts);
+# with a GPU per rank that noise is gone, so this asks the question for real:
+# 1. multigpu.py: the fused ops beside NCCL + cuBLAS, async-TP, the GEMM alone and the collective alone (the ideal).
+#    Prediction (session 24's two H200s: ag fc1 T = 8192/16384 1.00-1.03x the GEMM alone): ag fc1 within 1.05x the
+#    ideal and >= 0.95x the best anchor at M = 8192 and 16384.
+# 2. Four fresh first-call verdicts at fc1 (the verdict file removed before each, as in s57a).
+#    Prediction: fused 4 of 4 if (1) puts the fused op >= 5 % ahead of NCCL + cuBLAS sustained; otherwise the
+#    verdict may go either way and either costs < 5 %.
+#   tar xJf .bp/core.tar.xz && MKERNEL_DEV_BUILD=1 BP_MAX_STEPS=100000 MKERNEL_COMMIT=<hash> JOBS=.ci/jobs/s59x2.sh \
+#     REAL_OUT=$OUT OUT=/tmp/devout TOTAL=540 TAIL_LINES=30 bash .ci/gpu-dev     (kind nvidia-h100-x2; carry .bp, .whl)
+mps_stop  # a rank per GPU: no MPS (launch without --mps gives rank r GPU r)
+jx multigpu 200 90 "timeout 198 python3 benchmarks/multigpu.py --world 2 --only ag_gemm,gemm_rs,gemm_ar --iters 10 --timeout 190"
+L="python3 -m mkernel launch --timeout 90"
+F="benchmarks/fused_first_call.py --ops ag_gemm"
+E="env MKERNEL_CACHE_DIR=/tmp/fcv MKERNEL_FUSED_VERDICT_CACHE=1 MKERNEL_FUSED_VERBOSE=1"
+for i in 1 2 3 4; do
+  jx v_gpus_$i 60 40 "rm -f /tmp/fcv/fused_verdicts.json; timeout 58 $E $L --world 2 $F --label gpus$i"
+done
