@@ -18,3 +18,8 @@ E="env MKERNEL_CACHE_DIR=/tmp/fcv MKERNEL_FUSED_VERDICT_CACHE=1 MKERNEL_FUSED_VE
 for i in 1 2 3 4; do
   jx v_gpus_$i 60 40 "rm -f /tmp/fcv/fused_verdicts.json; timeout 58 $E $L --world 2 $F --label gpus$i"
 done
+# 3. (if the budget leaves it) ag_gemm's copy-engine route against the SM copy kernel on real NVLink, first time
+#    (session 27 built it for this case: session 24's copy role ran 7-9 % over the GEMM alone at the power cap,
+#    async-TP's copy engines at the GEMM alone). Prediction: ce 0.95-1.0x copy's time at fc1 T = 8192 / 16384
+#    (ce_over_copy <= 1.0); if ce_over_gemm_alone <= 1.03 it becomes the whole-GPU default candidate.
+jx ag_routes 150 90 "timeout 148 python3 benchmarks/multigpu.py --world 2 --only ag_gemm --ag-routes copy,ce --iters 10 --timeout 140"
