@@ -84,6 +84,7 @@ CUDA_CHECK_SOURCES := csrc/kernels/gemm/gemm_dispatch.cu \
               csrc/kernels/gemm/instantiations/gemm_coop128x128cluster2x1_bf16.cu \
               csrc/kernels/gemm/instantiations/gemm_ping64x256cluster1x1_bf16.cu \
               csrc/kernels/collectives/collectives.cu csrc/kernels/moe/moe_net.cu \
+              csrc/kernels/fused/rs_copy_engine.cu \
               tests/cuda_check/net_ops_wgmma_check.cu
 $(CUDA_TOOLS)/.stamp: | $(VENV)/.deps-stamp
 	$(PIP) install -q --no-deps --target $(CUDA_TOOLS) $(CUDA_PKGS)

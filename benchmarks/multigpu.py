@@ -76,6 +76,16 @@ AG_ROUTE_ENV = {
     "ce": {"MKERNEL_FUSED": "force", "MKERNEL_FUSED_AG_COPY_ENGINE": "1"},
 }
 AG_ROUTES_HELP = "comma-separated ag_gemm routes also timed forced: copy, peer, ce"
+# --rs-routes: gemm_rs rows also time the op with one route forced: "fused" the fused kernel,
+# "ce" the copy-engine route (session 59: per-owner GEMMs, the copy engines, a local reduce) —
+# columns mkernel_rs<route>_ms, rs<route>_speedup_vs_best_anchor, rsce_over_rsfused and
+# rsce_over_gemm_alone.
+RS_ROUTE_ENV = {
+    "rsfused": {"MKERNEL_FUSED": "force", "MKERNEL_FUSED_RS_COPY_ENGINE": "0"},
+    "rsce": {"MKERNEL_FUSED": "force", "MKERNEL_FUSED_RS_COPY_ENGINE": "1"},
+}
+RS_ROUTES_HELP = "comma-separated gemm_rs routes also timed forced: fused, ce"
+ROUTE_ENV = {**AG_ROUTE_ENV, **RS_ROUTE_ENV}
 
 
 def rank_main(argv: list[str]) -> None:
@@ -92,11 +102,16 @@ def rank_main(argv: list[str]) -> None:
     ap.add_argument("--iters", type=int, default=15)
     ap.add_argument("--only", default="", help="comma-separated ops (ag_gemm,gemm_rs,gemm_ar)")
     ap.add_argument("--ag-routes", default="", help=AG_ROUTES_HELP)
+    ap.add_argument("--rs-routes", default="", help=RS_ROUTES_HELP)
     args, _ = ap.parse_known_args(argv)
     ag_routes = [r for r in args.ag_routes.split(",") if r]
     unknown = set(ag_routes) - set(AG_ROUTE_ENV)
     if unknown:
         raise SystemExit(f"--ag-routes: unknown {sorted(unknown)} (known: {sorted(AG_ROUTE_ENV)})")
+    rs_routes = ["rs" + r for r in args.rs_routes.split(",") if r]
+    unknown = set(rs_routes) - set(RS_ROUTE_ENV)
+    if unknown:
+        raise SystemExit(f"--rs-routes: unknown {sorted(unknown)} (known: fused, ce)")
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     gpus = torch.cuda.device_count()
     shared = gpus < world  # several ranks on one GPU (MPS): no NCCL, no async-TP
@@ -190,6 +205,9 @@ def rank_main(argv: list[str]) -> None:
                     return y
                 cands["nccl_comm_alone"] = lambda i: nccl_ar(parts[i % 2])  # in place: timing only
                 cands["nccl_cublas"] = lambda i: nccl_ar(torch.matmul(xs[i % 2], ws[i % 2].t()))
+            if op == "gemm_rs":
+                for route in rs_routes:  # the op with one route forced (RS_ROUTE_ENV)
+                    cands[f"mkernel_{route}"] = cands["mkernel"]
             if op == "gemm_rs" and tp_group:
                 cands["async_tp"] = lambda i: torch.ops.symm_mem.fused_matmul_reduce_scatter(
                     xs[i % 2], ws[i % 2].t(), "sum", scatter_dim=0, group_name=tp_group)
@@ -206,7 +224,7 @@ def rank_main(argv: list[str]) -> None:
                 continue
             try:
                 route = name[len("mkernel_"):] if name.startswith("mkernel_") else ""
-                with env_set(AG_ROUTE_ENV.get(route, {})):
+                with env_set(ROUTE_ENV.get(route, {})):
                     row[f"{name}_ms"] = timed(fn, reps)
             except Exception as e:  # noqa: BLE001  (an anchor that fails is recorded, not fatal)
                 row[f"{name}_ms"] = None
@@ -220,7 +238,7 @@ def rank_main(argv: list[str]) -> None:
         if best:
             row["best_anchor_ms"] = min(best)
             row["speedup_vs_best_anchor"] = row["best_anchor_ms"] / row["mkernel_ms"]
-            for route in ag_routes:
+            for route in ag_routes + rs_routes:
                 if row.get(f"mkernel_{route}_ms"):
                     row[f"{route}_speedup_vs_best_anchor"] = (row["best_anchor_ms"] /
                                                               row[f"mkernel_{route}_ms"])
@@ -228,6 +246,10 @@ def rank_main(argv: list[str]) -> None:
             row["ce_over_copy"] = row["mkernel_ce_ms"] / row["mkernel_copy_ms"]
         if row.get("mkernel_ce_ms") and row.get("gemm_alone_ms"):
             row["ce_over_gemm_alone"] = row["mkernel_ce_ms"] / row["gemm_alone_ms"]
+        if row.get("mkernel_rsce_ms") and row.get("mkernel_rsfused_ms"):
+            row["rsce_over_rsfused"] = row["mkernel_rsce_ms"] / row["mkernel_rsfused_ms"]
+        if row.get("mkernel_rsce_ms") and row.get("gemm_alone_ms"):
+            row["rsce_over_gemm_alone"] = row["mkernel_rsce_ms"] / row["gemm_alone_ms"]
         for name in cands:
             t = row.get(f"{name}_ms")
             if t and name not in ("mkernel_comm_alone", "nccl_comm_alone"):
@@ -320,6 +342,7 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=15)
     ap.add_argument("--only", default="")
     ap.add_argument("--ag-routes", default="", help=AG_ROUTES_HELP)
+    ap.add_argument("--rs-routes", default="", help=RS_ROUTES_HELP)
     ap.add_argument("--timeout", type=float, default=600)
     args = ap.parse_args()
     import torch
@@ -337,7 +360,8 @@ def main() -> None:
         env.update(extra, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.world))
     flags = ["--iters", str(args.iters)] + (["--quick"] if args.quick else []) \
         + (["--only", args.only] if args.only else []) \
-        + (["--ag-routes", args.ag_routes] if args.ag_routes else [])
+        + (["--ag-routes", args.ag_routes] if args.ag_routes else []) \
+        + (["--rs-routes", args.rs_routes] if args.rs_routes else [])
     code = (f"import sys, runpy; sys.argv = [{str(Path(__file__).resolve())!r}] + {flags!r}; "
             f"runpy.run_path({str(Path(__file__).resolve())!r}, run_name='__rank__')")
     try:

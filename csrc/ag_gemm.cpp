@@ -28,7 +28,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "fused_ag_copy_engine.h"
+#include "fused_copy_engine.h"
 #include "fused_ag_route.h"
 #include "fused_common.h"
 #endif
@@ -183,7 +183,7 @@ ag_route::CopyEngine ag_copy_engine_mode() {
                        ag_route::copy_engine_name(ag_route::kCopyEngineDefault));
 }
 
-// Whether this process has the copy-engine submission (fused_ag_copy_engine.h); where asked for
+// Whether this process has the copy-engine submission (fused_copy_engine.h); where asked for
 // and missing, noted once (the route is then not offered: every rank of a machine answers alike).
 bool copy_engine_available(ag_route::CopyEngine mode) {
   if (mode == ag_route::CopyEngine::kOff) return false;

@@ -82,6 +82,9 @@ constexpr Knob kKnobs[] = {
     {"MKERNEL_FUSED_ORDER", kDebug, "<1|2|4|8><m|n>", "unset: choose_path's orders",
      "pins the tile order: swizzle and raster axis"},
     {"MKERNEL_FUSED_ORDERS", kDebug, "1", "off", "also measure narrower tile orders at long K"},
+    {"MKERNEL_FUSED_RS_COPY_ENGINE", kDebug, "0|1|auto", "0",
+     "gemm_rs: per-owner GEMMs whose partials the copy engines move, then a local reduce (1: "
+     "that route only where it fits, auto: measured)"},
     {"MKERNEL_FUSED_RS_NODES_COALESCE", kDebug, "integer in [0, 64]", "0",
      "gemm_rs across nodes: up to n tiles per FIFO command to one owner"},
     {"MKERNEL_FUSED_SAMPLE_CALLS", kDebug, "integer in [1, 64]",

@@ -5,7 +5,7 @@
 //   - the peer-TMA kernel: the GEMM's producer loads the peers' rows by TMA straight from each
 //     peer's own slot of its G, its own rows from x (kernels/fused/fused_peer_tma.cuh);
 //   - the copy-engine route (opt-in, session 27): the copy kernel's GEMM with the rows pushed
-//     by the copy engines instead of its side warps (ag_gemm.cpp, fused_ag_copy_engine.h).
+//     by the copy engines instead of its side warps (ag_gemm.cpp, fused_copy_engine.h).
 // Neither wins everywhere (s12run2, W = 2 under MPS: square ag M=16384 peer / copy paired 0.714,
 // Llama fc1 M=16384 1.035; benchmarks/NOTES.md "fused16"), so by default both are measured per
 // shape and the group keeps the faster (one verdict for every rank, as for every candidate).

@@ -27,7 +27,7 @@
 
 #include "comm/net_path.h"
 #include "env_knobs.h"
-#include "fused_ag_copy_engine.h"
+#include "fused_copy_engine.h"
 #include "fused_verdict.h"
 #include "fused_verdict_store.h"
 #include "gemm_engine.h"
@@ -429,7 +429,7 @@ void launch(const char* op, int64_t group, const gemm::Problem& p, const FusedPl
   if (timeline_path != nullptr && !capturing()) timeline = timeline_begin(l.stream);
   h.timeline = timeline;
   if (copy_engine != nullptr) {
-    // The copy-engine route (fused_ag_copy_engine.h): the gate's barrier is the route's entry
+    // The copy-engine route (fused_copy_engine.h): the gate's barrier is the route's entry
     // barrier (no peer still reads the G slots and flags the copies write), after it resets this
     // rank's route flags; then the side streams' copies, forked after the gate.
     const cudaError_t gate =

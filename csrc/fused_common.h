@@ -35,12 +35,14 @@ struct FusedPlan {
   // its peer_a sources) rather than the copy-role kernel. candidate_plans never sets it; it
   // names the route in choose_path's verbose lines.
   bool peer_tma = false;
-  // ag_gemm only: this plan on the copy kernel with the copy engines moving the rows
-  // (fused_ag_copy_engine.h; the op passes `launch` the call's copies). Names the route too.
+  // ag_gemm: this plan on the copy kernel with the copy engines moving the rows
+  // (fused_copy_engine.h; the op passes `launch` the call's copies). gemm_rs: the copy-engine
+  // route (fused_copy_engine.h RsCopyEngine) in place of the fused kernel, which runs this plan
+  // inside graph capture. Names the route too.
   bool copy_engine = false;
 };
 
-struct AgCopyEngineCall;  // fused_ag_copy_engine.h
+struct AgCopyEngineCall;  // fused_copy_engine.h
 
 // Launches the fused kernel on the current stream with `hooks`; errors name `op`. `order` is
 // the priority of each source rank (lower = earlier) for ordering the M units by the rows' owners

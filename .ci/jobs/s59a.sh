@@ -11,11 +11,19 @@ P="python3 -m pytest -q -rfEx --tb=short -p no:cacheprovider --durations=5"
 #   d: the attention forward's burst bench at S = 2048 / 4096 / 32768 (both modes): STATUS's causal 32k figure on an
 #      H100 (0.960x cuDNN, session 42) predates session 51's L2 order (sustained at the cap session 52 read 1.007x).
 #      Prediction: causal 32k 0.99-1.02x cuDNN, non-causal 4096 0.98-1.01x, 2048 0.94-0.97x.
-for part in ${PARTS:-a b c d}; do
+#   e: gemm_rs's copy-engine route (session 59, written without a GPU: MKERNEL_FUSED_RS_COPY_ENGINE, fused_copy_engine.h
+#      RsCopyEngine, kernels/fused/rs_copy_engine.cu): test_gemm_rs_copy_engine[2/4] and its killed rank; part c's
+#      test_ag_gemm_copy_engine covers the flag-write helper both routes now share.
+#   f: the route timed under MPS at W = 2 (multigpu.py on one GPU: the fused kernel, the route, the unfused op).
+#      Prediction: on one GPU the route 0.9-1.05x the fused kernel at Llama fc2 (its partials cross no link; the
+#      reduce pass reads W + 1 blocks after the last GEMM); its reason to exist is two real GPUs (s59x2).
+for part in ${PARTS:-a b c d e f}; do
   case $part in
   a) jx a 300 60 "$P tests/gpu/test_fused_ops.py -m 'not big' -k 'gemm_ar_both_algorithms or launch_gate'" ;;
   b) jx b 300 60 "$P tests/gpu/test_fused_ops.py -m 'not big' -k 'peer_tma or default_route'" ;;
   c) jx c 300 60 "$P tests/gpu/test_fused_ops.py -m 'not big' -k 'copy_engine or fused_ops_fuzz'" ;;
+  e) jx e 200 60 "$P tests/gpu/test_fused_ops.py -k 'gemm_rs_copy_engine'" ;;
+  f) jx f 150 60 "timeout 148 python3 benchmarks/multigpu.py --world 2 --only gemm_rs --rs-routes fused,ce --iters 10 --timeout 140" ;;
   d) jx d 90 40 "timeout 88 python3 benchmarks/bench_attention.py --seqs 2048,4096,32768 --modes nc,c --skip-alt --iters 20" ;;
   esac
 done

@@ -11,7 +11,10 @@
 #   tar xJf .bp/core.tar.xz && MKERNEL_DEV_BUILD=1 BP_MAX_STEPS=100000 MKERNEL_COMMIT=<hash> JOBS=.ci/jobs/s59x2.sh \
 #     REAL_OUT=$OUT OUT=/tmp/devout TOTAL=540 TAIL_LINES=30 bash .ci/gpu-dev     (kind nvidia-h100-x2; carry .bp, .whl)
 mps_stop  # a rank per GPU: no MPS (launch without --mps gives rank r GPU r)
-jx multigpu 200 90 "timeout 198 python3 benchmarks/multigpu.py --world 2 --only ag_gemm,gemm_rs,gemm_ar --iters 10 --timeout 190"
+#    With --rs-routes fused,ce: gemm_rs's copy-engine route (session 59) beside the fused kernel; prediction at Llama
+#    fc2 T = 8192 / 16384: rsce_over_gemm_alone 1.01-1.06 (async-TP's 1.01-1.05 in session 22), rsce_over_rsfused
+#    0.88-0.95 (the fused kernel 1.13-1.19x the GEMM alone there).
+jx multigpu 240 90 "timeout 238 python3 benchmarks/multigpu.py --world 2 --only ag_gemm,gemm_rs,gemm_ar --rs-routes fused,ce --iters 10 --timeout 230"
 L="python3 -m mkernel launch --timeout 90"
 F="benchmarks/fused_first_call.py --ops ag_gemm"
 E="env MKERNEL_CACHE_DIR=/tmp/fcv MKERNEL_FUSED_VERDICT_CACHE=1 MKERNEL_FUSED_VERBOSE=1"

@@ -10,7 +10,7 @@ capture and replay with the inputs changed between replays. Prints ``CASE {json}
 
 ``FUSED_SUITE`` (comma-separated): ``ag`` (ag_gemm), ``rs`` (gemm_rs), ``ar`` (gemm_ar),
 ``graph`` (all three captured and replayed), ``auto`` (the fused/unfused and config choice), ``time``,
-``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``copyengine`` (ag_gemm with MKERNEL_FUSED_AG_COPY_ENGINE=1: the rows moved by the copy engines, then a graph), ``cekill`` (that route with a rank killed), ``c1x1`` (the three ops with MKERNEL_FUSED_C1X1=1: the cluster-free 128x256 kernels, fused18), ``bigflags`` (gemm_ar two-shot at M = N ~ 16384: flag slots past the old 1 << 16-word region, issue 12), ``peergraph`` (that path captured and replayed), ``bucket`` (a shape reusing its M bucket's verdict), ``store`` (a verdict stored by an earlier process group, STORE_PHASE), ``agdefault`` (ag_gemm as users get it: no knob, the op's measured choice between the copy kernel, the peer-TMA kernel and the unfused path; then a graph of the cached verdict), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
+``peertma`` (ag_gemm with MKERNEL_FUSED_AG_PEER_TMA=1), ``copyengine`` (ag_gemm with MKERNEL_FUSED_AG_COPY_ENGINE=1: the rows moved by the copy engines, then a graph), ``cekill`` (that route with a rank killed), ``rscopyengine`` / ``rscekill`` (gemm_rs with MKERNEL_FUSED_RS_COPY_ENGINE=1: per-owner GEMMs, the copy engines, a local reduce; then a graph; and with a rank killed), ``c1x1`` (the three ops with MKERNEL_FUSED_C1X1=1: the cluster-free 128x256 kernels, fused18), ``bigflags`` (gemm_ar two-shot at M = N ~ 16384: flag slots past the old 1 << 16-word region, issue 12), ``peergraph`` (that path captured and replayed), ``bucket`` (a shape reusing its M bucket's verdict), ``store`` (a verdict stored by an earlier process group, STORE_PHASE), ``agdefault`` (ag_gemm as users get it: no knob, the op's measured choice between the copy kernel, the peer-TMA kernel and the unfused path; then a graph of the cached verdict), ``mlp`` (mkernel.nn column -> GeLU -> row), ``compile`` / ``compile_aot`` (that MLP also under
 torch.compile(fullgraph=True), inductor / aot_eager backend), ``fuzz`` (FUZZ_CASES random calls of
 the three ops drawn from FUZZ_SEED: ragged and tile-edge M, K / N multiples of 8 from 8 to
 thousands, both dtypes; the same draw on every rank).
@@ -412,6 +412,123 @@ def suite_cekill(ctx, rank: int, world: int) -> None:
                      "msg": str(e)[:600], "record": mkernel.last_wait_failure()})
         os._exit(0)
     raise AssertionError("an ag_gemm without the killed rank succeeded")
+
+
+def suite_rscopyengine(ctx, rank: int, world: int) -> None:
+    """gemm_rs with MKERNEL_FUSED_RS_COPY_ENGINE=1 (session 59, opt-in): per-owner engine GEMMs
+    whose partials the copy engines move into the owners' slots, then a reduce of local memory
+    (fused_copy_engine.h RsCopyEngine). REDUCE_SHAPES (one row per rank up, K / N multiples of 8)
+    in both dtypes, three calls per shape back to back with no sync (the launch gate's reset and
+    the next call's copies racing a slow peer's reduce would show here), every output per tile
+    against the fp32 reference from poisoned memory, and a same_bits record against the fused
+    kernel (=0; informative: the engine's block GEMMs may take another config). Then the route
+    alternating with ag_gemm and with gemm_rs on the fused kernel (no sync: the route's gate
+    resets flags in the op range the fused kernels' tile flags share). Then a CUDA graph: inside
+    capture the route's plan runs on the fused kernel; its replays with changed x must be right,
+    and an eager call after it. test_fused_ops.py checks that the route launched on every rank."""
+    var = "MKERNEL_FUSED_RS_COPY_ENGINE"
+    saved = {var: os.environ.get(var)}
+    try:
+        for dname, dtype in DTYPES.items():
+            pending = []
+            for i, (rows, k, n) in enumerate(REDUCE_SHAPES):
+                rows = (rows + world - 1) // world * world
+                case = 26000 + 1000 * i + (0 if dtype is torch.bfloat16 else 500)
+                total, x, w = reduce_reference(case, world, rows, k, n, dtype, rank)
+                b = rows // world
+                ref = total[rank * b:(rank + 1) * b]
+                xd, wd = x.cuda(), w.cuda()
+                c = dict(op="gemm_rs_copyengine", dtype=dname, m=rows, k=k, n=n, world=world, rank=rank)
+                os.environ[var] = "1"
+                poison((tuple(ref.shape), dtype))
+                outs = [mkernel.gemm_rs(xd, wd, group=ctx) for _ in range(3)]  # no sync between
+                os.environ[var] = "0"
+                fused = mkernel.gemm_rs(xd, wd, group=ctx)
+                pending.append((c, outs, fused, ref))
+            torch.cuda.synchronize()
+            for c, outs, fused, ref in pending:
+                for j, out in enumerate(outs):
+                    check(f"rsce_out{j}", out, ref, c)
+                check("rs_fused_out", fused, ref, c)
+                emit("CASE", dict(c, out="same_bits", same_bits=bool(torch.equal(outs[0], fused))))
+        # fc1 / fc2 of a tensor-parallel MLP, then the fused gemm_rs: all alternating, no sync.
+        m, k, n, dtype = 512, 512, 1024, torch.bfloat16
+        _, ag_ref, xa, wa = ag_reference(26800, world, m, k, n, dtype, rank)
+        rows = 256 * world
+        total, xr, wr = reduce_reference(26801, world, rows, 1024, 512, dtype, rank)
+        b = rows // world
+        xa, wa, xr, wr = xa.cuda(), wa.cuda(), xr.cuda(), wr.cuda()
+        pending = []
+        for i in range(6):
+            pending.append(("rsce_mlp_ag_out", mkernel.ag_gemm(xa, wa, group=ctx), ag_ref))
+            os.environ[var] = "1" if i % 2 == 0 else "0"
+            pending.append(("rsce_mlp_rs_out", mkernel.gemm_rs(xr, wr, group=ctx),
+                            total[rank * b:(rank + 1) * b]))
+        torch.cuda.synchronize()
+        for name, out, ref in pending:
+            check(name, out, ref, dict(op="gemm_rs_copyengine+ag_gemm", world=world, rank=rank))
+        # The graph (the route's plan on the fused kernel inside capture), then an eager call.
+        os.environ[var] = "1"
+        rows, k, n, dtype = 128 * world, 256, 512, torch.bfloat16
+        b = rows // world
+        _, x0, w = reduce_reference(26900, world, rows, k, n, dtype, rank)
+        x_static, w_dev = x0.cuda(), w.cuda()
+        mkernel.gemm_rs(x_static, w_dev, group=ctx)  # eager on the route: measured, sized
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            with torch.cuda.graph(graph, stream=stream):
+                out_static = mkernel.gemm_rs(x_static, w_dev, group=ctx)
+        for case in (26901, 26902):
+            # Every rank's x of this case (w stays the graph's: the reference uses it).
+            xs = [inputs(case, s, rows, k, n, dtype)[0] for s in range(world)]
+            ws = [inputs(26900, s, rows, k, n, dtype)[1] for s in range(world)]
+            ref = sum(xs[s].cuda().float() @ ws[s].cuda().float().T for s in range(world))
+            x_static.copy_(xs[rank].cuda())
+            out_static.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            check("rsce_graph_out", out_static, ref[rank * b:(rank + 1) * b],
+                  dict(op="gemm_rs_copyengine", graph=True, case=case, world=world, rank=rank))
+        total, x, w_eager = reduce_reference(26903, world, rows, k, n, dtype, rank)
+        poison(((b, n), dtype))
+        out = mkernel.gemm_rs(x.cuda(), w_eager.cuda(), group=ctx)  # eager after the graph
+        torch.cuda.synchronize()
+        check("rsce_after_graph_out", out, total[rank * b:(rank + 1) * b],
+              dict(op="gemm_rs_copyengine", world=world, rank=rank))
+    finally:
+        restore_env(saved)
+
+
+def suite_rscekill(ctx, rank: int, world: int) -> None:
+    """gemm_rs's copy-engine route with a dead peer: the last rank SIGKILLs itself right after a
+    call; every other rank's next calls must raise within the op timeout (MKERNEL_OP_TIMEOUT) —
+    the launch gate's barrier (kWaitPeerGate), the entry barrier or the reduce's flag wait
+    (kWaitPeerFlag) — naming it, never hang. Prints ``ERR {json}`` and exits 0."""
+    os.environ["MKERNEL_FUSED_RS_COPY_ENGINE"] = "1"
+    victim = world - 1
+    rows, k, n = 256 * world, 1024, 2048
+    _, x, w = reduce_reference(27000, world, rows, k, n, torch.bfloat16, rank)
+    x, w = x.cuda(), w.cuda()
+    for _ in range(3):  # measured and sized: the kill call grows nothing (no host collective)
+        mkernel.gemm_rs(x, w, group=ctx)
+    torch.cuda.synchronize()
+    dist.barrier()
+    if rank == victim:
+        mkernel.gemm_rs(x, w, group=ctx)
+        torch.cuda.synchronize()
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        for _ in range(3):
+            mkernel.gemm_rs(x, w, group=ctx)
+        mkernel.synchronize()
+    except Exception as e:  # noqa: BLE001
+        emit("ERR", {"suite": "rscekill", "type": type(e).__name__, "s": time.monotonic() - t0,
+                     "msg": str(e)[:600], "record": mkernel.last_wait_failure()})
+        os._exit(0)
+    raise AssertionError("a gemm_rs without the killed rank succeeded")
 
 
 def reduce_reference(case: int, world: int, rows: int, k: int, n: int, dtype, me: int):
@@ -832,6 +949,7 @@ def main() -> None:
              "mlp": suite_mlp, "time": suite_time, "auto": suite_auto,
              "peertma": suite_peertma, "peergraph": suite_peergraph, "agdefault": suite_agdefault,
              "c1x1": suite_c1x1, "copyengine": suite_copyengine, "cekill": suite_cekill,
+             "rscopyengine": suite_rscopyengine, "rscekill": suite_rscekill,
              "bigflags": suite_bigflags, "fuzz": suite_fuzz, "bucket": suite_bucket, "store": suite_store,
              "compile": lambda c, r, w: suite_mlp(c, r, w, backend="inductor"),
              "compile_aot": lambda c, r, w: suite_mlp(c, r, w, backend="aot_eager")}[name](ctx, rank, world)

@@ -315,6 +315,39 @@ def test_ag_gemm_copy_engine_killed_rank(mps):
     assert sum(e["record"] is not None for e in errs) >= 1, "no survivor named the killed rank"
 
 
+RS_CE_MARK = "mkernel.gemm_rs: copy-engine route launched"
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_gemm_rs_copy_engine(mps, world):
+    """gemm_rs with MKERNEL_FUSED_RS_COPY_ENGINE=1 (session 59, opt-in): per-owner engine GEMMs,
+    their partials moved into the owners' slots by the copy engines, a reduce of local memory;
+    back-to-back calls, alternating with ag_gemm and the fused gemm_rs, then a CUDA graph (the
+    route's plan on the fused kernel inside capture) and an eager call after it. The route must
+    have launched on every rank."""
+    res = run_ranks(RANKS, world, timeout=300,
+                    env=rank_env(mps, world, FUSED_SUITE="rscopyengine"))
+    cases = check_ranks(res)
+    # ranks x (dtypes x shapes x (3 route outputs + the fused one + same_bits) + 6 x (ag_gemm +
+    # gemm_rs) alternating + 2 replays + 1 eager after)
+    assert len(cases) == world * (2 * 5 * 5 + 12 + 3)
+    for r in res:
+        assert RS_CE_MARK in r.stderr, f"rank {r.rank}"
+    same = [c for c in cases if "same_bits" in c]
+    print("same bits as the fused kernel:", sum(c["same_bits"] for c in same), "of", len(same))
+
+
+def test_gemm_rs_copy_engine_killed_rank(mps):
+    """gemm_rs's copy-engine route at W = 4 with rank 3 SIGKILLed after a call: every survivor
+    raises within the op timeout (its gate's barrier, the entry barrier or the reduce's flag
+    wait), naming rank 3."""
+    world, timeout_s = 4, 5
+    res = run_ranks(RANKS, world, timeout=90,
+                    env=rank_env(mps, world, FUSED_SUITE="rscekill", MKERNEL_OP_TIMEOUT=str(timeout_s)))
+    errs = check_killed_rank(res, world - 1, timeout_s)
+    assert sum(e["record"] is not None for e in errs) >= 1, "no survivor named the killed rank"
+
+
 @pytest.mark.parametrize("world", [2, 4])
 def test_ag_gemm_peer_tma_graph_replay(mps, world):
     """The peer-TMA ag_gemm captured in a CUDA graph, replayed with every rank's x changed."""

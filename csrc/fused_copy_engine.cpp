@@ -1,7 +1,8 @@
-// ag_gemm's copy-engine route: the side streams' copies and flag writes (fused_ag_copy_engine.h).
+// The copy-engine routes of ag_gemm and gemm_rs: the side streams' copies and flag writes
+// (fused_copy_engine.h).
 #ifdef MKERNEL_WITH_CUDA
 
-#include "fused_ag_copy_engine.h"
+#include "fused_copy_engine.h"
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/util/Exception.h>
@@ -43,6 +44,8 @@ struct DeviceStreams {
   std::array<cudaStream_t, kCopyEngineStreams> streams{};
   std::array<cudaEvent_t, kCopyEngineStreams> joins{};
   cudaEvent_t fork = nullptr;
+  // gemm_rs's route: one per destination rank, recorded after that block's GEMM.
+  std::array<cudaEvent_t, comm::kMaxRanks> ready{};
   int used = 0;  // side streams the last fork on this device used (its join waits for them)
 
   DeviceStreams() {
@@ -51,10 +54,15 @@ struct DeviceStreams {
       C10_CUDA_CHECK(cudaEventCreateWithFlags(&joins[i], cudaEventDisableTiming));
     }
     C10_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    for (cudaEvent_t& e : ready)
+      C10_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
   ~DeviceStreams() {
     // At exit the context may already be gone: errors are ignored.
     for (cudaEvent_t e : joins) {
+      if (e != nullptr) (void)cudaEventDestroy(e);
+    }
+    for (cudaEvent_t e : ready) {
       if (e != nullptr) (void)cudaEventDestroy(e);
     }
     if (fork != nullptr) (void)cudaEventDestroy(fork);
@@ -108,6 +116,28 @@ std::string probe_batch_copy() {
 BatchMemOpFn writes_fn = nullptr;
 std::atomic<bool> probed{false};
 
+// Stream writes of 1 into flags[first, last) (a peer's, through its mapping) on `s`: the low
+// word of each 64-bit flag (the launch gate zeroed the whole flag), each write after the stream's
+// earlier copies and a memory fence (CU_STREAM_WRITE_VALUE_DEFAULT). At most 16 per batch (a
+// piece of ag_gemm's route has at most 8 chunks).
+void write_ones(const char* op, cudaStream_t s, uint64_t* flags, int32_t first, int32_t last,
+                int peer) {
+  std::array<CUstreamBatchMemOpParams, 16> writes{};
+  TORCH_CHECK(last - first <= static_cast<int32_t>(writes.size()), op,
+              ": too many flag writes in one batch");
+  for (int32_t c = first; c < last; ++c) {
+    CUstreamBatchMemOpParams& w = writes[c - first];
+    w.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    w.writeValue.address = reinterpret_cast<CUdeviceptr>(flags + c);
+    w.writeValue.value = 1;
+    w.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+  }
+  const CUresult r = writes_fn(reinterpret_cast<CUstream>(s),
+                               static_cast<unsigned int>(last - first), writes.data(), 0);
+  TORCH_CHECK(r == CUDA_SUCCESS, op, ": the copy-engine route's flag writes to rank ", peer,
+              " failed (CUresult ", static_cast<int>(r), ")");
+}
+
 }  // namespace
 
 bool copy_engine_probed() { return probed.load(std::memory_order_acquire); }
@@ -139,7 +169,6 @@ void copy_engine_fork(const char* op, const AgCopyEngineCall& call, cudaStream_t
   C10_CUDA_CHECK(cudaEventRecord(st.fork, op_stream));
   for (int i = 0; i < used; ++i) C10_CUDA_CHECK(cudaStreamWaitEvent(st.streams[i], st.fork, 0));
   const std::vector<int32_t> bounds = ag_route::copy_engine_pieces(call.chunks);
-  std::vector<CUstreamBatchMemOpParams> writes;
   for (int j = 0; j < g.world; ++j) {
     const int peer = (g.rank + j) % g.world;  // this rank's own slot first, then rank + 1, ...
     if (g.data[peer] == nullptr || g.flags[peer] == nullptr) continue;  // (one node: never)
@@ -154,23 +183,9 @@ void copy_engine_fork(const char* op, const AgCopyEngineCall& call, cudaStream_t
                               static_cast<size_t>((row1 - row0) * call.row_bytes), s);
       TORCH_CHECK(e == cudaSuccess, op, ": the copy-engine route's copy of rows [", row0, ", ",
                   row1, ") to rank ", peer, " failed: ", cudaGetErrorString(e));
-      // The piece's chunk flags at the destination: 1 in the low word (the gate zeroed the whole
-      // 64-bit flag), each write after the copy and its memory fence (stream order).
-      writes.clear();
-      for (int32_t c = bounds[p]; c < bounds[p + 1]; ++c) {
-        CUstreamBatchMemOpParams w{};
-        w.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
-        w.writeValue.address = reinterpret_cast<CUdeviceptr>(
-            g.flags[peer] + call.flag_base + static_cast<int64_t>(g.rank) * call.chunks + c);
-        w.writeValue.value = 1;
-        w.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
-        writes.push_back(w);
-      }
-      // (A piece has at most 8 chunks: far below the batch's 256 operations.)
-      const CUresult r = writes_fn(reinterpret_cast<CUstream>(s),
-                                   static_cast<unsigned int>(writes.size()), writes.data(), 0);
-      TORCH_CHECK(r == CUDA_SUCCESS, op, ": the copy-engine route's flag writes to rank ", peer,
-                  " failed (CUresult ", static_cast<int>(r), ")");
+      // The piece's chunk flags at the destination (a piece has at most 8 chunks).
+      write_ones(op, s, g.flags[peer] + call.flag_base + static_cast<int64_t>(g.rank) * call.chunks,
+                 bounds[p], bounds[p + 1], peer);
     }
   }
   for (int i = 0; i < used; ++i) C10_CUDA_CHECK(cudaEventRecord(st.joins[i], st.streams[i]));
@@ -182,6 +197,42 @@ void copy_engine_join(const char* op, cudaStream_t op_stream) {
   for (int i = 0; i < st.used; ++i) {
     C10_CUDA_CHECK(cudaStreamWaitEvent(op_stream, st.joins[i], 0));
   }
+}
+
+RsCopyEngine::RsCopyEngine(const char* op, const comm::GroupDevice& g, uint32_t flag_base,
+                           uint64_t slot_bytes, cudaStream_t op_stream)
+    : op_(op), g_(g), flag_base_(flag_base), slot_bytes_(slot_bytes), op_stream_(op_stream) {
+  const std::string& unavailable = copy_engine_unavailable();
+  TORCH_CHECK(unavailable.empty(), op, ": the copy-engine route is not available here (",
+              unavailable, "); set MKERNEL_FUSED_RS_COPY_ENGINE=0");
+}
+
+void RsCopyEngine::send(int dst, const void* partial, uint64_t bytes) {
+  TORCH_CHECK(dst >= 0 && dst < g_.world && dst != g_.rank && g_.data[dst] != nullptr &&
+                  g_.flags[dst] != nullptr,
+              op_, ": the copy-engine route cannot send to rank ", dst);
+  TORCH_CHECK(bytes <= slot_bytes_, op_, ": a partial of ", bytes, " bytes exceeds its slot (",
+              slot_bytes_, ")");
+  DeviceStreams& st = device_streams(op_);
+  const int j = (dst - g_.rank + g_.world) % g_.world;  // 1, 2, ...: the sends' order
+  const int used = std::min(kCopyEngineStreams, g_.world - 1);
+  const cudaStream_t s = st.streams[(j - 1) % used];
+  C10_CUDA_CHECK(cudaEventRecord(st.ready[dst], op_stream_));
+  C10_CUDA_CHECK(cudaStreamWaitEvent(s, st.ready[dst], 0));
+  uint8_t* slot = g_.data[dst] + static_cast<uint64_t>(g_.rank) * slot_bytes_;
+  const cudaError_t e = comm::ce_copy_async(slot, partial, static_cast<size_t>(bytes), s);
+  TORCH_CHECK(e == cudaSuccess, op_, ": the copy-engine route's copy of ", bytes, " bytes to rank ",
+              dst, " failed: ", cudaGetErrorString(e));
+  write_ones(op_, s, g_.flags[dst] + flag_base_ + g_.rank, 0, 1, dst);
+  st.used = used;
+  ++sends_;
+}
+
+void RsCopyEngine::join() {
+  if (sends_ == 0) return;
+  DeviceStreams& st = device_streams(op_);
+  for (int i = 0; i < st.used; ++i) C10_CUDA_CHECK(cudaEventRecord(st.joins[i], st.streams[i]));
+  copy_engine_join(op_, op_stream_);
 }
 
 }  // namespace mkernel::fused_glue

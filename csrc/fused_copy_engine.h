@@ -1,3 +1,5 @@
+// The copy-engine routes' host side: ag_gemm's (below) and gemm_rs's (RsCopyEngine, further down).
+//
 // ag_gemm's copy-engine route (fused_ag_route.h CopyEngine; MKERNEL_FUSED_AG_COPY_ENGINE): the
 // host side that moves this rank's rows into every same-node rank's gathered buffer G with the
 // copy engines while the copy kernel's GEMM (side warps idle: fused_params.h kSideCopyEngine)
@@ -70,6 +72,47 @@ void copy_engine_fork(const char* op, const AgCopyEngineCall& call, cudaStream_t
 // After the fused kernel on `op_stream`: `op_stream` waits for every side stream's work of the
 // call (so x and G are free for what follows, as with the copy kernel).
 void copy_engine_join(const char* op, cudaStream_t op_stream);
+
+// gemm_rs's copy-engine route (MKERNEL_FUSED_RS_COPY_ENGINE, gemm_rs.cpp rs_copy_engine_call):
+// async-TP's shape on the substrate, for whole GPUs where SM traffic over NVLink beside a
+// power-capped GEMM costs the fused kernel 13-19 % (kernels/fused/rs_copy_engine.cu says why).
+// One call, rows split into W owner blocks of b rows, in stream order:
+//   op stream:   launch gate (barrier mode; resets this rank's W arrival flags to 0 once every
+//                peer's previous fused kernel has exited) -> entry barrier (signatures)
+//                -> for dst = rank + 1, rank + 2, ...: the engine GEMM of dst's block into a
+//                local partial, then send(dst) -> the GEMM of the own block -> the reduce kernel
+//                (waits for the W - 1 flags, sums the W partials in rank order; its last CTA
+//                releases kExit) -> join.
+//   side streams: per dst (side stream (j - 1) mod kCopyEngineStreams), after that block's GEMM:
+//                one copy by the copy engines into slot `rank` of dst's data region, then a
+//                stream write of 1 into dst's flag flag_base + rank (after its memory fence).
+// A peer writes this rank's slots only after its gate passed, i.e. after this rank's gate saw
+// every peer's previous kernel end and reset the flags, and after the entry barrier checked that
+// both called the same shape. Every wait is bounded (the gate's, the entry barrier's, the
+// reduce's flag waits: each names the peer); the side streams wait only for this rank's own
+// events. Inside graph capture the op runs the route's plan on the fused kernel (no batch copy
+// node), as ag_gemm's route does.
+class RsCopyEngine {
+ public:
+  // flag_base: the first of the W arrival flags; slot_bytes: bytes between two slots of a data
+  // region (a multiple of 256). The forks happen in send().
+  RsCopyEngine(const char* op, const comm::GroupDevice& g, uint32_t flag_base, uint64_t slot_bytes,
+               cudaStream_t op_stream);
+  // After the GEMM of dst's block (`bytes` at `partial`, local) was enqueued on the op stream:
+  // its copy into dst's slot and the flag write, on a side stream. dst != the rank, each at
+  // most once per call.
+  void send(int dst, const void* partial, uint64_t bytes);
+  // The op stream waits for every side stream this call used (the partials are free after it).
+  void join();
+
+ private:
+  const char* op_;
+  const comm::GroupDevice& g_;
+  uint32_t flag_base_;
+  uint64_t slot_bytes_;
+  cudaStream_t op_stream_;
+  int sends_ = 0;
+};
 
 }  // namespace mkernel::fused_glue
 
