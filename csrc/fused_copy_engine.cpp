@@ -229,10 +229,19 @@ void RsCopyEngine::send(int dst, const void* partial, uint64_t bytes) {
 }
 
 void RsCopyEngine::join() {
+  joined_ = true;
   if (sends_ == 0) return;
   DeviceStreams& st = device_streams(op_);
   for (int i = 0; i < st.used; ++i) C10_CUDA_CHECK(cudaEventRecord(st.joins[i], st.streams[i]));
   copy_engine_join(op_, op_stream_);
+}
+
+RsCopyEngine::~RsCopyEngine() {
+  if (joined_ || sends_ == 0) return;
+  try {
+    join();
+  } catch (...) {  // (the error that unwound the call is the one to report)
+  }
 }
 
 }  // namespace mkernel::fused_glue

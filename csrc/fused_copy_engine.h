@@ -104,6 +104,11 @@ class RsCopyEngine {
   void send(int dst, const void* partial, uint64_t bytes);
   // The op stream waits for every side stream this call used (the partials are free after it).
   void join();
+  // Joins where join() did not run (an error between two sends): the op stream never runs ahead
+  // of copies that read the caller's partials. Errors are ignored there (a destructor).
+  ~RsCopyEngine();
+  RsCopyEngine(const RsCopyEngine&) = delete;
+  RsCopyEngine& operator=(const RsCopyEngine&) = delete;
 
  private:
   const char* op_;
@@ -112,6 +117,7 @@ class RsCopyEngine {
   uint64_t slot_bytes_;
   cudaStream_t op_stream_;
   int sends_ = 0;
+  bool joined_ = false;
 };
 
 }  // namespace mkernel::fused_glue

@@ -172,8 +172,8 @@ void rs_copy_engine_call(comm::SymmetricGroup& sg, const at::Tensor& x, const at
   err = fused::launch_route_entry(g, comm::kOpGemmRs, signature, stream);
   TORCH_CHECK(err == cudaSuccess, kOp, ": the copy-engine route's entry barrier failed to launch: ",
               cudaGetErrorString(err));
+  std::vector<at::Tensor> partials;  // alive until the join (declared first: destroyed after it)
   fused_glue::RsCopyEngine copies(kOp, g, flag_base, slot_bytes, stream);
-  std::vector<at::Tensor> partials;  // alive until the join
   for (int64_t j = 1; j < world; ++j) {
     const int64_t dst = (rank + j) % world;
     partials.push_back(engine_gemm(kOp, x.narrow(0, dst * b, b), w));

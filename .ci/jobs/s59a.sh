@@ -1,6 +1,10 @@
-# Next one-GPU call (prepared in session 58): the dev pack in .bp/ (commit 6a7ecb9's csrc) restores in seconds:
-#   tar xJf .bp/core.tar.xz && MKERNEL_DEV_BUILD=1 BP_MAX_STEPS=100000 MKERNEL_COMMIT=<hash> JOBS=.ci/jobs/s59a.sh \
-#     REAL_OUT=$OUT OUT=/tmp/devout TOTAL=540 TAIL_LINES=30 bash .ci/gpu-dev          (carry .bp, .whl)
+# Next one-GPU call (prepared in sessions 58-59). Session 59 got no machine and its checkout had no .bp/, so the
+# first call is likely cold: a dev build (~390 s on 16 jobs) that returns its pack, then part a in what is left:
+#   tar xJf .bp/core.tar.xz && MKERNEL_DEV_BUILD=1 BP_PACK=1 BP_XZ=3 MKERNEL_COMMIT=<hash> JOBS=.ci/jobs/s59a.sh \
+#     PARTS=a REAL_OUT=$OUT OUT=/tmp/devout TOTAL=565 TAIL_LINES=30 bash .ci/gpu-dev        (carry .bp, .whl)
+# then at once (within the 30 s idle release) REUSE_BUILD=1 PARTS="b c e" ..., and d f in a third warm call.
+# Or, with ~70 minutes of this machine's CPUs first: MKERNEL_DEV_BUILD=1 bash .ci/local-pack (every CUDA object
+# compiled here from .ci/gpu-build.ninja's command lines), then BP_MAX_STEPS=100000 on a cold call (host files only).
 # rest: the 23 not-big tests of test_fused_ops.py that s58a's budget cut off (s57a / s58a passed the other 30:
 # test_ag_gemm, test_co_resident_grid, test_c1x1_kernels, test_gemm_ar_flag_range, test_mlp_layers,
 # test_mlp_compiled, test_graph_replay, the reduce-op and verdict-store tests).
