@@ -183,23 +183,6 @@ ag_route::CopyEngine ag_copy_engine_mode() {
                        ag_route::copy_engine_name(ag_route::kCopyEngineDefault));
 }
 
-// Whether this process has the copy-engine submission (fused_copy_engine.h); where asked for
-// and missing, noted once (the route is then not offered: every rank of a machine answers alike).
-bool copy_engine_available(ag_route::CopyEngine mode) {
-  if (mode == ag_route::CopyEngine::kOff) return false;
-  // (The probe allocates: not inside capture, where the route's plan runs on the copy kernel.)
-  if (fused_glue::capturing() && !fused_glue::copy_engine_probed()) return true;
-  const std::string& why = fused_glue::copy_engine_unavailable();
-  if (!why.empty()) {
-    static std::once_flag noted;
-    std::call_once(noted, [&] {
-      std::fprintf(stderr,
-                   "%s: MKERNEL_FUSED_AG_COPY_ENGINE set, but the route is not available: %s\n",
-                   kOp, why.c_str());
-    });
-  }
-  return why.empty();
-}
 
 // One fused launch (kernels/fused/fused_hooks.cuh, kModeAllGather): every same-node rank's x is
 // pushed into this rank's gathered buffer G (its symmetric data region, [world * m, K]) chunk by
@@ -239,7 +222,10 @@ std::tuple<at::Tensor, at::Tensor> ag_gemm_cuda(const at::Tensor& x_in, const at
   const ag_route::CopyEngine ce_mode = ag_copy_engine_mode();
   const int64_t ce_chunks =
       (m + fused_glue::kCopyEngineChunkRows - 1) / fused_glue::kCopyEngineChunkRows;
-  const bool ce_fits = ag_route::copy_engine_fits(world, nodes, copy_engine_available(ce_mode)) &&
+  const bool ce_fits = ag_route::copy_engine_fits(world, nodes,
+                                                  fused_glue::copy_engine_offered(
+                                                      kOp, "MKERNEL_FUSED_AG_COPY_ENGINE",
+                                                      ce_mode != ag_route::CopyEngine::kOff)) &&
                        world * ce_chunks <= static_cast<int64_t>(comm::kOpFlagRoom);
   const std::string key = fused_glue::shape_key(x_in, w, world) +
                           ag_route::key_suffix(peer_mode, peer_fits, ce_mode, ce_fits);

@@ -12,12 +12,16 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "comm/ce_copy.h"
 #include "fused_ag_route.h"
+#include "fused_common.h"
 
 namespace mkernel::fused_glue {
 namespace {
@@ -141,6 +145,22 @@ void write_ones(const char* op, cudaStream_t s, uint64_t* flags, int32_t first, 
 }  // namespace
 
 bool copy_engine_probed() { return probed.load(std::memory_order_acquire); }
+
+bool copy_engine_offered(const char* op, const char* var, bool asked) {
+  if (!asked) return false;
+  if (capturing() && !copy_engine_probed()) return true;
+  const std::string& why = copy_engine_unavailable();
+  if (!why.empty()) {
+    static std::mutex noted_mu;
+    static std::set<std::string> noted;
+    std::lock_guard<std::mutex> lock(noted_mu);
+    if (noted.insert(var).second) {
+      std::fprintf(stderr, "%s: %s set, but the route is not available: %s\n", op, var,
+                   why.c_str());
+    }
+  }
+  return why.empty();
+}
 
 const std::string& copy_engine_unavailable() {
   static const std::string why = [] {

@@ -60,6 +60,11 @@ struct AgCopyEngineCall {
 // the driver gives cuStreamBatchMemOp. Decided once per process from the runtime, not per call;
 // "" when available, else why not (the op then does not list the route, noted once).
 const std::string& copy_engine_unavailable();
+// Whether an op whose copy-engine route the setting `var` asks for (`asked`) may offer it: false
+// when not asked; inside graph capture before any probe true (the probe allocates; the op runs
+// the route's plan on its fused kernel there); else whether the submission is available, noted
+// once per `var` on stderr where it is not (every rank of a machine answers alike).
+bool copy_engine_offered(const char* op, const char* var, bool asked);
 // Whether copy_engine_unavailable has run its probe (it allocates and synchronizes a private
 // stream: not inside graph capture, where the op takes the route as available until an eager
 // call probes; inside capture the route's plan runs on the copy kernel anyway).

@@ -132,22 +132,6 @@ ag_route::CopyEngine rs_copy_engine_mode() {
   return mode;
 }
 
-// Whether this process has the copy-engine submission; where asked for and missing, noted once.
-bool rs_copy_engine_available(ag_route::CopyEngine mode) {
-  if (mode == ag_route::CopyEngine::kOff) return false;
-  // (The probe allocates: not inside capture, where the route's plan runs on the fused kernel.)
-  if (fused_glue::capturing() && !fused_glue::copy_engine_probed()) return true;
-  const std::string& why = fused_glue::copy_engine_unavailable();
-  if (!why.empty()) {
-    static std::once_flag noted;
-    std::call_once(noted, [&] {
-      std::fprintf(stderr,
-                   "%s: MKERNEL_FUSED_RS_COPY_ENGINE set, but the route is not available: %s\n",
-                   kOp, why.c_str());
-    });
-  }
-  return why.empty();
-}
 
 // One call on the copy-engine route (fused_copy_engine.h RsCopyEngine has the protocol): the
 // peers' blocks first (rank + 1 first: the ranks' first copies go to distinct peers), each
@@ -227,8 +211,10 @@ at::Tensor gemm_rs_cuda(const at::Tensor& x, const at::Tensor& w, int64_t group,
     // The copy-engine route (opt-in): one node, where the fused kernel fits (its plan runs
     // inside graph capture), the runtime's copy-engine submission available.
     const ag_route::CopyEngine ce_mode = rs_copy_engine_mode();
-    const bool ce_fits =
-        ag_route::copy_engine_fits(world, nodes, rs_copy_engine_available(ce_mode));
+    const bool ce_fits = ag_route::copy_engine_fits(
+        world, nodes,
+        fused_glue::copy_engine_offered(kOp, "MKERNEL_FUSED_RS_COPY_ENGINE",
+                                        ce_mode != ag_route::CopyEngine::kOff));
     std::string key = fused_glue::shape_key(x, w, world);
     if (ce_mode != ag_route::CopyEngine::kOff) {  // (keys measured without the route stay valid)
       key += std::string(" rsce=") + ag_route::copy_engine_name(ce_mode) + (ce_fits ? "" : "/none");

@@ -25,8 +25,8 @@ for part in ${PARTS:-a b c d e f}; do
   case $part in
   a) jx a 300 60 "$P tests/gpu/test_fused_ops.py -m 'not big' -k 'gemm_ar_both_algorithms or launch_gate'" ;;
   b) jx b 300 60 "$P tests/gpu/test_fused_ops.py -m 'not big' -k 'peer_tma or default_route'" ;;
-  c) jx c 300 60 "$P tests/gpu/test_fused_ops.py -m 'not big' -k 'copy_engine or fused_ops_fuzz'" ;;
-  e) jx e 200 60 "$P tests/gpu/test_fused_ops.py -k 'gemm_rs_copy_engine'" ;;
+  c) jx c 300 60 "$P tests/gpu/test_fused_ops.py -m 'not big' -k 'ag_gemm_copy_engine or fused_ops_fuzz or (killed_rank and not rscekill)'" ;;
+  e) jx e 200 60 "$P tests/gpu/test_fused_ops.py -k 'gemm_rs_copy_engine or rscekill'" ;;
   f) jx f 150 60 "timeout 148 python3 benchmarks/multigpu.py --world 2 --only gemm_rs --rs-routes fused,ce --iters 10 --timeout 140" ;;
   d) jx d 90 40 "timeout 88 python3 benchmarks/bench_attention.py --seqs 2048,4096,32768 --modes nc,c --skip-alt --iters 20" ;;
   esac

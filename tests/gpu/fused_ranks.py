@@ -384,34 +384,39 @@ def suite_copyengine(ctx, rank: int, world: int) -> None:
             os.environ["MKERNEL_FUSED_AG_COPY_ENGINE"] = prev
 
 
-def suite_cekill(ctx, rank: int, world: int) -> None:
-    """The copy-engine route with a dead peer: the last rank SIGKILLs itself right after an
-    ag_gemm; every other rank's next calls must raise within the op timeout (MKERNEL_OP_TIMEOUT)
-    — the launch gate's barrier waiting for the dead rank's gate (kWaitPeerGate) or the kernel
-    for its rows (kWaitPeerFlag) — naming it, never hang. Prints ``ERR {json}`` and exits 0."""
-    os.environ["MKERNEL_FUSED_AG_COPY_ENGINE"] = "1"
+def killed_rank_calls(ctx, rank: int, world: int, suite: str, call) -> None:
+    """A route with a dead peer: `call()` (one op call on the route) three times to measure and
+    size, then the last rank SIGKILLs itself right after one more; every other rank's next calls
+    must raise within the op timeout (MKERNEL_OP_TIMEOUT) — the launch gate's barrier waiting for
+    the dead rank's gate (kWaitPeerGate), an entry barrier or a flag wait (kWaitPeerFlag) — naming
+    it, never hang. Prints ``ERR {json}`` and exits 0."""
     victim = world - 1
-    m, k, n = 1024, 1024, 2048
-    _, _, x, w = ag_reference(23000, world, m, k, n, torch.bfloat16, rank)
-    x, w = x.cuda(), w.cuda()
     for _ in range(3):  # measured and sized: the kill call grows nothing (no host collective)
-        mkernel.ag_gemm(x, w, group=ctx)
+        call()
     torch.cuda.synchronize()
     dist.barrier()
     if rank == victim:
-        mkernel.ag_gemm(x, w, group=ctx)
+        call()
         torch.cuda.synchronize()
         os.kill(os.getpid(), signal.SIGKILL)
     t0 = time.monotonic()
     try:
         for _ in range(3):
-            mkernel.ag_gemm(x, w, group=ctx)
+            call()
         mkernel.synchronize()
     except Exception as e:  # noqa: BLE001
-        emit("ERR", {"suite": "cekill", "type": type(e).__name__, "s": time.monotonic() - t0,
+        emit("ERR", {"suite": suite, "type": type(e).__name__, "s": time.monotonic() - t0,
                      "msg": str(e)[:600], "record": mkernel.last_wait_failure()})
         os._exit(0)
-    raise AssertionError("an ag_gemm without the killed rank succeeded")
+    raise AssertionError(f"{suite}: a call without the killed rank succeeded")
+
+
+def suite_cekill(ctx, rank: int, world: int) -> None:
+    """ag_gemm's copy-engine route with a dead peer (killed_rank_calls)."""
+    os.environ["MKERNEL_FUSED_AG_COPY_ENGINE"] = "1"
+    _, _, x, w = ag_reference(23000, world, 1024, 1024, 2048, torch.bfloat16, rank)
+    x, w = x.cuda(), w.cuda()
+    killed_rank_calls(ctx, rank, world, "cekill", lambda: mkernel.ag_gemm(x, w, group=ctx))
 
 
 def suite_rscopyengine(ctx, rank: int, world: int) -> None:
@@ -502,33 +507,12 @@ def suite_rscopyengine(ctx, rank: int, world: int) -> None:
 
 
 def suite_rscekill(ctx, rank: int, world: int) -> None:
-    """gemm_rs's copy-engine route with a dead peer: the last rank SIGKILLs itself right after a
-    call; every other rank's next calls must raise within the op timeout (MKERNEL_OP_TIMEOUT) —
-    the launch gate's barrier (kWaitPeerGate), the entry barrier or the reduce's flag wait
-    (kWaitPeerFlag) — naming it, never hang. Prints ``ERR {json}`` and exits 0."""
+    """gemm_rs's copy-engine route with a dead peer (killed_rank_calls): the gate's barrier, the
+    route's entry barrier or the reduce's flag wait names it."""
     os.environ["MKERNEL_FUSED_RS_COPY_ENGINE"] = "1"
-    victim = world - 1
-    rows, k, n = 256 * world, 1024, 2048
-    _, x, w = reduce_reference(27000, world, rows, k, n, torch.bfloat16, rank)
+    _, x, w = reduce_reference(27000, world, 256 * world, 1024, 2048, torch.bfloat16, rank)
     x, w = x.cuda(), w.cuda()
-    for _ in range(3):  # measured and sized: the kill call grows nothing (no host collective)
-        mkernel.gemm_rs(x, w, group=ctx)
-    torch.cuda.synchronize()
-    dist.barrier()
-    if rank == victim:
-        mkernel.gemm_rs(x, w, group=ctx)
-        torch.cuda.synchronize()
-        os.kill(os.getpid(), signal.SIGKILL)
-    t0 = time.monotonic()
-    try:
-        for _ in range(3):
-            mkernel.gemm_rs(x, w, group=ctx)
-        mkernel.synchronize()
-    except Exception as e:  # noqa: BLE001
-        emit("ERR", {"suite": "rscekill", "type": type(e).__name__, "s": time.monotonic() - t0,
-                     "msg": str(e)[:600], "record": mkernel.last_wait_failure()})
-        os._exit(0)
-    raise AssertionError("a gemm_rs without the killed rank succeeded")
+    killed_rank_calls(ctx, rank, world, "rscekill", lambda: mkernel.gemm_rs(x, w, group=ctx))
 
 
 def reduce_reference(case: int, world: int, rows: int, k: int, n: int, dtype, me: int):

@@ -305,12 +305,14 @@ def test_ag_gemm_copy_engine(mps, world):
     print("same bits as the copy kernel:", sum(c["same_bits"] for c in same), "of", len(same))
 
 
-def test_ag_gemm_copy_engine_killed_rank(mps):
-    """The copy-engine route at W = 4 with rank 3 SIGKILLed after a call: every survivor raises
-    within the op timeout (its gate's barrier or its kernel's flag wait), naming rank 3."""
+@pytest.mark.parametrize("suite", ["cekill", "rscekill"])
+def test_copy_engine_killed_rank(mps, suite):
+    """The copy-engine routes (cekill: ag_gemm's, rscekill: gemm_rs's) at W = 4 with rank 3
+    SIGKILLed after a call: every survivor raises within the op timeout (its gate's barrier, an
+    entry barrier or a flag wait), naming rank 3."""
     world, timeout_s = 4, 5
     res = run_ranks(RANKS, world, timeout=90,
-                    env=rank_env(mps, world, FUSED_SUITE="cekill", MKERNEL_OP_TIMEOUT=str(timeout_s)))
+                    env=rank_env(mps, world, FUSED_SUITE=suite, MKERNEL_OP_TIMEOUT=str(timeout_s)))
     errs = check_killed_rank(res, world - 1, timeout_s)
     assert sum(e["record"] is not None for e in errs) >= 1, "no survivor named the killed rank"
 
@@ -335,17 +337,6 @@ def test_gemm_rs_copy_engine(mps, world):
         assert RS_CE_MARK in r.stderr, f"rank {r.rank}"
     same = [c for c in cases if "same_bits" in c]
     print("same bits as the fused kernel:", sum(c["same_bits"] for c in same), "of", len(same))
-
-
-def test_gemm_rs_copy_engine_killed_rank(mps):
-    """gemm_rs's copy-engine route at W = 4 with rank 3 SIGKILLed after a call: every survivor
-    raises within the op timeout (its gate's barrier, the entry barrier or the reduce's flag
-    wait), naming rank 3."""
-    world, timeout_s = 4, 5
-    res = run_ranks(RANKS, world, timeout=90,
-                    env=rank_env(mps, world, FUSED_SUITE="rscekill", MKERNEL_OP_TIMEOUT=str(timeout_s)))
-    errs = check_killed_rank(res, world - 1, timeout_s)
-    assert sum(e["record"] is not None for e in errs) >= 1, "no survivor named the killed rank"
 
 
 @pytest.mark.parametrize("world", [2, 4])
