@@ -957,20 +957,22 @@ bool bucket_requested() {
 const char* route_name(const FusedPlan& p) {
   return p.peer_tma ? " peer-TMA" : p.copy_engine ? " copy-engine" : " copy";
 }
-// The same where only the other routes than the copy kernel are named ("" for it and for rs/ar).
+// The same where only the other routes than the copy kernel are named ("" for it and for the
+// reduce ops' fused kernel).
 const char* route_tag(const FusedPlan& p) {
   return p.peer_tma ? " peer-TMA" : p.copy_engine ? " copy-engine" : "";
 }
 
 // "unfused", or paths[i]'s plan ("coop_128x256_c2x1 grid 48", ag_gemm's with " peer-TMA",
-// " copy-engine" or " copy"; "fused" without plans).
+// " copy-engine" or " copy", gemm_rs's copy-engine route with " copy-engine" — a label apart
+// from the fused plan it copies; "fused" without plans).
 std::string path_name(const char* op, int i, int unfused, const std::vector<FusedPlan>* plans) {
   if (i == unfused) return "unfused";
   if (plans == nullptr || i >= static_cast<int>(plans->size())) return "fused";
   const FusedPlan& p = (*plans)[i];
   const bool ag = std::strcmp(op, "mkernel.ag_gemm") == 0;
   return std::string(gemm::config_name(p.config)) + " grid " + std::to_string(p.grid) +
-         (ag ? route_name(p) : "");
+         (ag ? route_name(p) : route_tag(p));
 }
 
 // path_name with the plan's tile order: what a bucket's or a stored verdict names a path by.
