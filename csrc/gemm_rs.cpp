@@ -132,7 +132,6 @@ ag_route::CopyEngine rs_copy_engine_mode() {
   return mode;
 }
 
-
 // One call on the copy-engine route (fused_copy_engine.h RsCopyEngine has the protocol): the
 // peers' blocks first (rank + 1 first: the ranks' first copies go to distinct peers), each
 // engine GEMM's partial copied into its owner's slot while the next GEMM runs, the own block
