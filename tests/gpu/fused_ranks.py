@@ -322,6 +322,28 @@ def suite_peergraph(ctx, rank: int, world: int) -> None:
             os.environ["MKERNEL_FUSED_AG_PEER_TMA"] = prev
 
 
+def mlp_alternating(ctx, rank: int, world: int, case: int, name: str, op: str,
+                    before_rs=lambda i: None) -> None:
+    """fc1 / fc2 of a tensor-parallel MLP: six ag_gemm and six gemm_rs calls alternating with no
+    sync (`before_rs(i)` runs before the i-th gemm_rs: a knob to flip), every output checked
+    per tile against the fp32 reference afterwards (cases `case`, `case` + 1)."""
+    m, k, n, dtype = 512, 512, 1024, torch.bfloat16
+    _, ag_ref, xa, wa = ag_reference(case, world, m, k, n, dtype, rank)
+    rows = 256 * world
+    total, xr, wr = reduce_reference(case + 1, world, rows, 1024, 512, dtype, rank)
+    b = rows // world
+    xa, wa, xr, wr = xa.cuda(), wa.cuda(), xr.cuda(), wr.cuda()
+    pending = []
+    for i in range(6):
+        pending.append((f"{name}_ag_out", mkernel.ag_gemm(xa, wa, group=ctx), ag_ref))
+        before_rs(i)
+        pending.append((f"{name}_rs_out", mkernel.gemm_rs(xr, wr, group=ctx),
+                        total[rank * b:(rank + 1) * b]))
+    torch.cuda.synchronize()
+    for out_name, out, ref in pending:
+        check(out_name, out, ref, dict(op=op, world=world, rank=rank))
+
+
 def suite_copyengine(ctx, rank: int, world: int) -> None:
     """ag_gemm with MKERNEL_FUSED_AG_COPY_ENGINE=1 (session 27, opt-in): the rows move by the
     copy engines on side streams, the copy kernel's GEMM waits for their flags (set to 1 after
@@ -345,20 +367,7 @@ def suite_copyengine(ctx, rank: int, world: int) -> None:
         # flags a lagging peer polls at this rank until its own gemm_rs ends (fused_gate.cu
         # "Reset": the reset waits for every peer's exit; a reset before it trapped that peer).
         os.environ["MKERNEL_FUSED_AG_COPY_ENGINE"] = "1"
-        m, k, n, dtype = 512, 512, 1024, torch.bfloat16
-        _, ag_ref, xa, wa = ag_reference(21800, world, m, k, n, dtype, rank)
-        rows = 256 * world
-        total, xr, wr = reduce_reference(21801, world, rows, 1024, 512, dtype, rank)
-        b = rows // world
-        xa, wa, xr, wr = xa.cuda(), wa.cuda(), xr.cuda(), wr.cuda()
-        pending = []
-        for _ in range(6):
-            pending.append(("ce_mlp_ag_out", mkernel.ag_gemm(xa, wa, group=ctx), ag_ref))
-            pending.append(("ce_mlp_rs_out", mkernel.gemm_rs(xr, wr, group=ctx),
-                            total[rank * b:(rank + 1) * b]))
-        torch.cuda.synchronize()
-        for name, out, ref in pending:
-            check(name, out, ref, dict(op="ag_gemm_copyengine+gemm_rs", world=world, rank=rank))
+        mlp_alternating(ctx, rank, world, 21800, "ce_mlp", "ag_gemm_copyengine+gemm_rs")
         # The graph (the route's plan on the copy kernel inside capture), then eager calls again.
         m, k, n, dtype = 256, 256, 512, torch.bfloat16
         os.environ["MKERNEL_FUSED_AG_COPY_ENGINE"] = "1"
@@ -456,22 +465,9 @@ def suite_rscopyengine(ctx, rank: int, world: int) -> None:
                     check(f"rsce_out{j}", out, ref, c)
                 check("rs_fused_out", fused, ref, c)
                 emit("CASE", dict(c, out="same_bits", same_bits=bool(torch.equal(outs[0], fused))))
-        # fc1 / fc2 of a tensor-parallel MLP, then the fused gemm_rs: all alternating, no sync.
-        m, k, n, dtype = 512, 512, 1024, torch.bfloat16
-        _, ag_ref, xa, wa = ag_reference(26800, world, m, k, n, dtype, rank)
-        rows = 256 * world
-        total, xr, wr = reduce_reference(26801, world, rows, 1024, 512, dtype, rank)
-        b = rows // world
-        xa, wa, xr, wr = xa.cuda(), wa.cuda(), xr.cuda(), wr.cuda()
-        pending = []
-        for i in range(6):
-            pending.append(("rsce_mlp_ag_out", mkernel.ag_gemm(xa, wa, group=ctx), ag_ref))
-            os.environ[var] = "1" if i % 2 == 0 else "0"
-            pending.append(("rsce_mlp_rs_out", mkernel.gemm_rs(xr, wr, group=ctx),
-                            total[rank * b:(rank + 1) * b]))
-        torch.cuda.synchronize()
-        for name, out, ref in pending:
-            check(name, out, ref, dict(op="gemm_rs_copyengine+ag_gemm", world=world, rank=rank))
+        # fc1 / fc2 of a tensor-parallel MLP, gemm_rs on the route and on the fused kernel in turn.
+        mlp_alternating(ctx, rank, world, 26800, "rsce_mlp", "gemm_rs_copyengine+ag_gemm",
+                        before_rs=lambda i: os.environ.__setitem__(var, "1" if i % 2 == 0 else "0"))
         # The graph (the route's plan on the fused kernel inside capture), then an eager call.
         os.environ[var] = "1"
         rows, k, n, dtype = 128 * world, 256, 512, torch.bfloat16
