@@ -58,8 +58,9 @@ struct DeviceStreams {
       C10_CUDA_CHECK(cudaEventCreateWithFlags(&joins[i], cudaEventDisableTiming));
     }
     C10_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-    for (cudaEvent_t& e : ready)
+    for (cudaEvent_t& e : ready) {
       C10_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
   }
   ~DeviceStreams() {
     // At exit the context may already be gone: errors are ignored.
