@@ -10,6 +10,8 @@
 #    verdict may go either way and either costs < 5 %.
 #   tar xJf .bp/core.tar.xz && MKERNEL_DEV_BUILD=1 BP_MAX_STEPS=100000 MKERNEL_COMMIT=<hash> JOBS=.ci/jobs/s59x2.sh \
 #     REAL_OUT=$OUT OUT=/tmp/devout TOTAL=540 TAIL_LINES=30 bash .ci/gpu-dev     (kind nvidia-h100-x2; carry .bp, .whl)
+# Without a pack in .bp/ (a cold machine builds ~390 s): the first call with BP_PACK=1 BP_XZ=3 and
+# JOBS=/dev/null builds and returns the pack, the next (REUSE_BUILD=1, within the 30 s idle release) runs this file.
 mps_stop  # a rank per GPU: no MPS (launch without --mps gives rank r GPU r)
 #    With --rs-routes fused,ce: gemm_rs's copy-engine route (session 59) beside the fused kernel; prediction at Llama
 #    fc2 T = 8192 / 16384: rsce_over_gemm_alone 1.01-1.06 (async-TP's 1.01-1.05 in session 22), rsce_over_rsfused
