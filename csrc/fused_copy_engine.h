@@ -85,9 +85,9 @@ void copy_engine_join(const char* op, cudaStream_t op_stream);
 //   op stream:   launch gate (barrier mode; resets this rank's W arrival flags to 0 once every
 //                peer's previous fused kernel has exited) -> entry barrier (signatures)
 //                -> for dst = rank + 1, rank + 2, ...: the engine GEMM of dst's block into a
-//                local partial, then send(dst) -> the GEMM of the own block -> the reduce kernel
-//                (waits for the W - 1 flags, sums the W partials in rank order; its last CTA
-//                releases kExit) -> join.
+//                local partial, then send(dst) -> the GEMM of the own block -> one warp waits
+//                for the W - 1 flags -> the reduce kernel (sums the W partials in rank order;
+//                its last CTA releases kExit) -> join.
 //   side streams: per dst (side stream (j - 1) mod kCopyEngineStreams), after that block's GEMM:
 //                one copy by the copy engines into slot `rank` of dst's data region, then a
 //                stream write of 1 into dst's flag flag_base + rank (after its memory fence).

@@ -34,23 +34,31 @@ __device__ __forceinline__ const T* source(const RsSlotsReduce& p, int s) {
              : reinterpret_cast<const T*>(p.group.data[p.group.rank] + s * p.slot_bytes);
 }
 
-template <class T>
-__global__ void __launch_bounds__(kThreads) rs_slots_reduce_kernel(const RsSlotsReduce p) {
+// The W - 1 sources' flags, one lane each, in a kernel of its own ahead of the reduce: the
+// reduce's CTAs are placed only once every partial has landed. Why not wait inside the reduce:
+// ranks sharing a GPU (MPS) place their kernels on one pool of SMs, and a reduce grid spinning
+// on its flags would hold SMs a peer's block GEMM (one 64K-register CTA per SM) still needs
+// before its partial can be copied here — a wait on itself until the bound. One warp holds at
+// most one SM, as the launch gate does.
+__global__ void __launch_bounds__(32) rs_slots_wait_kernel(const RsSlotsReduce p) {
   const comm::GroupDevice& g = p.group;
-  const uint64_t e = comm::op_begin(g);
-  // One thread per source waits for its flag; the CTA barrier then orders every thread's slot
-  // reads after those acquires.
   const int s = static_cast<int>(threadIdx.x);
   if (s < g.world && s != g.rank) {
     const uint32_t slot = p.flag_base + static_cast<uint32_t>(s);
     comm::wait_geq(g, g.flags[g.rank] + slot, 1,
                    comm::WaitSite{p.op, comm::kWaitPeerFlag, s, static_cast<int32_t>(slot)});
   }
-  __syncthreads();
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) rs_slots_reduce_kernel(const RsSlotsReduce p) {
+  const comm::GroupDevice& g = p.group;
+  const uint64_t e = comm::op_begin(g);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t vecs = p.elems / kVec;
-  // Loads bypass L1 (ld.global.cg): the slots were written by the copy engines during this call.
+  // Every slot landed before rs_slots_wait_kernel ended (stream order). Loads bypass L1
+  // (ld.global.cg) all the same: the copy engines wrote the slots during this call.
   for (int64_t v = first; v < vecs; v += stride) {
     float acc[kVec];
 #pragma unroll
@@ -96,10 +104,11 @@ cudaError_t launch_route_entry(const comm::GroupDevice& g, int32_t op, uint64_t 
 }
 
 cudaError_t launch_rs_slots_reduce(const RsSlotsReduce& p, int grid, cudaStream_t stream) {
-  static_assert(comm::kMaxRanks <= kThreads, "a thread per source's flag");
   const uintptr_t align = reinterpret_cast<uintptr_t>(p.own) | reinterpret_cast<uintptr_t>(p.out) |
                           reinterpret_cast<uintptr_t>(p.group.data[p.group.rank]) | p.slot_bytes;
   if (grid < 1 || align % 16 != 0) return cudaErrorInvalidValue;  // 16-byte vectors
+  static_assert(comm::kMaxRanks <= 32, "a lane per source's flag");
+  rs_slots_wait_kernel<<<1, 32, 0, stream>>>(p);
   if (p.bf16) {
     rs_slots_reduce_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(p);
   } else {

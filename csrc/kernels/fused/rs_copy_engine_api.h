@@ -22,9 +22,10 @@ cudaError_t launch_route_entry(const comm::GroupDevice& g, int32_t op, uint64_t 
 // i < elems, where partial_s is `own` for s == g.rank and slot s of this rank's data region
 // (g.data[g.rank] + s * slot_bytes) for the others, each slot valid once this rank's flag
 // flag_base + s holds a nonzero value (set by source s's stream write after its copy: the launch
-// gate reset it to 0 for this call). Every wait is wait_geq's (kWaitPeerFlag naming s). The last
-// CTA ends the call as the fused kernels do (the epoch, kExit at every same-node rank), so the
-// next fused call's launch gate sees it.
+// gate reset it to 0 for this call). The flags are waited for by one warp in a kernel of its own,
+// before the reduce's grid is placed (wait_geq: bounded, kWaitPeerFlag naming s). The reduce's
+// last CTA ends the call as the fused kernels do (the epoch, kExit at every same-node rank), so
+// the next fused call's launch gate sees it.
 struct RsSlotsReduce {
   comm::GroupDevice group;
   int32_t op = comm::kOpGemmRs;  // WaitOp for diagnostics
@@ -36,7 +37,8 @@ struct RsSlotsReduce {
   int32_t bf16 = 1;  // element type of the partials and out: bf16 (1) or fp16 (0)
 };
 
-// Launches the reduce on `stream` with `grid` CTAs (at least 1).
+// Launches the flags' wait (one warp) and then the reduce with `grid` CTAs (at least 1) on
+// `stream`.
 cudaError_t launch_rs_slots_reduce(const RsSlotsReduce& p, int grid, cudaStream_t stream);
 
 }  // namespace mkernel::fused
